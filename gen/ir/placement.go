@@ -1,0 +1,133 @@
+package ir
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Placement maps each virtual stage to the rank that holds it.
+type Placement struct {
+	// Name is "loop", "v" or "table".
+	Name string
+	// RankOf[s] is the rank holding stage s.
+	RankOf []int
+	// NumRanks is the number of ranks (some may hold no stage only in a table).
+	NumRanks int
+}
+
+// Loop places stage s on rank s mod ranks, for ranks·virtual stages.
+func Loop(ranks, virtual int) Placement {
+	p := Placement{Name: "loop", NumRanks: ranks, RankOf: make([]int, ranks*virtual)}
+	for s := range p.RankOf {
+		p.RankOf[s] = s % ranks
+	}
+	return p
+}
+
+// VShape places stages r and 2·ranks-1-r on rank r (two chunks per rank, the
+// turn of the V on the last rank).
+func VShape(ranks int) Placement {
+	p := Placement{Name: "v", NumRanks: ranks, RankOf: make([]int, 2*ranks)}
+	for r := 0; r < ranks; r++ {
+		p.RankOf[r] = r
+		p.RankOf[2*ranks-1-r] = r
+	}
+	return p
+}
+
+// Table builds an explicit placement from a stage -> rank table. Every rank in
+// 0..ranks-1 must hold at least one stage.
+func Table(ranks int, rankOf []int) (Placement, error) {
+	if ranks < 1 {
+		return Placement{}, fmt.Errorf("placement table: ranks = %d; need at least 1", ranks)
+	}
+	held := make([]bool, ranks)
+	for s, r := range rankOf {
+		if r < 0 || r >= ranks {
+			return Placement{}, fmt.Errorf("placement table: stage %d on rank %d, outside 0..%d", s, r, ranks-1)
+		}
+		held[r] = true
+	}
+	for r, ok := range held {
+		if !ok {
+			return Placement{}, fmt.Errorf("placement table: rank %d holds no stage; every rank needs one", r)
+		}
+	}
+	return Placement{Name: "table", NumRanks: ranks, RankOf: append([]int(nil), rankOf...)}, nil
+}
+
+// ParsePlacement parses "loop", "v" or a table "0,1,1,0" (stage s on the s-th rank).
+func ParsePlacement(text string, ranks, virtual int) (Placement, error) {
+	switch text {
+	case "", "loop":
+		return Loop(ranks, virtual), nil
+	case "v":
+		return VShape(ranks), nil
+	}
+	fields := strings.Split(text, ",")
+	rankOf := make([]int, len(fields))
+	for i, f := range fields {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return Placement{}, fmt.Errorf("placement %q: entry %d (%q) is not a rank number; want loop, v, or a comma-separated stage->rank table such as 0,1,1,0", text, i, f)
+		}
+		rankOf[i] = r
+	}
+	return Table(ranks, rankOf)
+}
+
+// Stages returns the number of virtual stages.
+func (p Placement) Stages() int { return len(p.RankOf) }
+
+// Ranks returns the number of ranks.
+func (p Placement) Ranks() int { return p.NumRanks }
+
+// Virtual returns the number of stages per rank when it is the same on every rank, or 0.
+func (p Placement) Virtual() int {
+	if p.NumRanks == 0 || len(p.RankOf)%p.NumRanks != 0 {
+		return 0
+	}
+	count := make([]int, p.NumRanks)
+	for _, r := range p.RankOf {
+		count[r]++
+	}
+	v := len(p.RankOf) / p.NumRanks
+	for _, c := range count {
+		if c != v {
+			return 0
+		}
+	}
+	return v
+}
+
+// StagesOf returns the stages held by rank r in ascending order.
+func (p Placement) StagesOf(r int) []int {
+	var out []int
+	for s, rr := range p.RankOf {
+		if rr == r {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Rank returns the rank holding stage s, or None when s is out of range.
+func (p Placement) Rank(s int) int {
+	if s < 0 || s >= len(p.RankOf) {
+		return None
+	}
+	return p.RankOf[s]
+}
+
+// String returns "loop", "v" or the table form "0,1,1,0".
+func (p Placement) String() string {
+	if p.Name == "loop" || p.Name == "v" {
+		return p.Name
+	}
+	parts := make([]string, len(p.RankOf))
+	for i, r := range p.RankOf {
+		parts[i] = strconv.Itoa(r)
+	}
+	return strings.Join(parts, ",")
+}

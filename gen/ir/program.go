@@ -1,0 +1,126 @@
+package ir
+
+import "fmt"
+
+// Options are the schedule options that apply across families (DESIGN §4).
+type Options struct {
+	LessMemory    bool // interleaved: smaller warm-up (fewer live activations, more bubble)
+	Split         bool // split every backward B into I then W
+	Overlap       bool // pair one micro's backward with the next one's forward (OVERLAP_B_F)
+	DxDwInOverlap bool // inside an overlap, run the backward as I then W with the grad send between
+}
+
+// Config is what a user asks for: a schedule family on P ranks with V stages
+// per rank and M micro-batches.
+type Config struct {
+	Schedule string
+	Ranks    int // P
+	Virtual  int // V; 0 means the family's default
+	Micro    int // M
+	// Placement overrides the family's default placement when non-nil.
+	Placement *Placement
+	Options   Options
+}
+
+// Program is a schedule: one ordered step list per rank.
+type Program struct {
+	Placement Placement
+	Micro     int      // number of micro-batches M
+	Ranks     [][]Step // Ranks[r] is rank r's program
+}
+
+// NewProgram returns an empty program for the placement and micro-batch count.
+func NewProgram(p Placement, micro int) Program {
+	return Program{Placement: p, Micro: micro, Ranks: make([][]Step, p.Ranks())}
+}
+
+// Stages returns the number of virtual stages.
+func (p Program) Stages() int { return p.Placement.Stages() }
+
+// NumSteps returns the total number of steps on all ranks.
+func (p Program) NumSteps() int {
+	n := 0
+	for _, r := range p.Ranks {
+		n += len(r)
+	}
+	return n
+}
+
+// Clone returns a deep copy of the program.
+func (p Program) Clone() Program {
+	q := p
+	q.Placement.RankOf = append([]int(nil), p.Placement.RankOf...)
+	q.Ranks = make([][]Step, len(p.Ranks))
+	for r, steps := range p.Ranks {
+		q.Ranks[r] = make([]Step, len(steps))
+		for i, s := range steps {
+			q.Ranks[r][i] = s.clone()
+		}
+	}
+	return q
+}
+
+func (s Step) clone() Step {
+	if s.Sub != nil {
+		s.Sub = append([]Step(nil), s.Sub...)
+	}
+	return s
+}
+
+// ComputeOnly returns a copy of the program with only its compute steps (F, B, I, W, overlaps).
+func (p Program) ComputeOnly() Program {
+	q := NewProgram(p.Placement, p.Micro)
+	for r, steps := range p.Ranks {
+		for _, s := range steps {
+			if s.Kind.IsCompute() {
+				q.Ranks[r] = append(q.Ranks[r], s.clone())
+			}
+		}
+	}
+	return q
+}
+
+// HasComm reports whether any rank's program holds a transfer step.
+func (p Program) HasComm() bool {
+	for _, steps := range p.Ranks {
+		for _, s := range steps {
+			if s.Kind.IsComm() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// PeerOf returns the peer rank a transfer step of kind k on stage s talks to:
+// the next stage's rank for SEND_F and DATA_SEND, the previous one's for
+// RECV_F, DATA_RECV and SEND_B, the next one's for RECV_B. It returns None
+// when that stage does not exist.
+func (p Placement) PeerOf(k Kind, s int) int {
+	switch k {
+	case SendF, DataSend, RecvB:
+		return p.Rank(s + 1)
+	case RecvF, DataRecv, SendB:
+		return p.Rank(s - 1)
+	}
+	return None
+}
+
+// ResolvePeers fills the Peer field of every transfer step from the placement
+// (the text and CSV forms do not carry peers).
+func (p *Program) ResolvePeers() error {
+	for r, steps := range p.Ranks {
+		for i := range steps {
+			st := &steps[i]
+			if !st.Kind.IsComm() {
+				continue
+			}
+			peer := p.Placement.PeerOf(st.Kind, st.Stage)
+			if peer == None {
+				return fmt.Errorf("rank %d step %d %s: stage %d has no neighbour for %s (stages are 0..%d)", r, i, st, st.Stage, st.Kind, p.Stages()-1)
+			}
+			st.Peer = peer
+		}
+	}
+	return nil
+}

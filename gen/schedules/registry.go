@@ -1,0 +1,113 @@
+// Package schedules holds ppgen's schedule families, one file per family,
+// and a registry by name. A family turns a Config into the compute-only
+// order of every rank (F, B, I, W and overlap steps); the passes in
+// gen/passes add transfers, data loads and slots.
+package schedules
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// Family is one schedule family.
+type Family struct {
+	// Name is the registry key used on the command line ("1f1b", "zbv", ...).
+	Name string
+	// Summary is one line for `ppgen list`.
+	Summary string
+	// Constraints states, in words, which P, V and M the family accepts.
+	Constraints string
+	// DefaultVirtual is the V used when the config leaves it 0.
+	DefaultVirtual int
+	// Build returns the compute-only program. It may assume cfg.Virtual is
+	// set (Normalize has run) and must return a *ConstraintError for values
+	// the family does not accept.
+	Build func(cfg ir.Config) (ir.Program, error)
+}
+
+var registry = map[string]Family{}
+
+// Register adds a family; it panics on a duplicate name (a programming error
+// caught by any test run, never user input).
+func Register(f Family) {
+	if _, dup := registry[f.Name]; dup {
+		panic("schedules: duplicate family " + f.Name)
+	}
+	registry[f.Name] = f
+}
+
+// Lookup returns the family with that name, or an error listing the known ones.
+func Lookup(name string) (Family, error) {
+	f, ok := registry[name]
+	if !ok {
+		return Family{}, fmt.Errorf("unknown schedule %q; known schedules: %s (see `ppgen list`)", name, strings.Join(Names(), ", "))
+	}
+	return f, nil
+}
+
+// Names returns the registered family names in sorted order.
+func Names() []string {
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// All returns every family sorted by name.
+func All() []Family {
+	out := make([]Family, 0, len(registry))
+	for _, n := range Names() {
+		out = append(out, registry[n])
+	}
+	return out
+}
+
+// Normalize fills defaults (V from the family) and checks the values every
+// family needs: P ≥ 1, V ≥ 1, M ≥ 1.
+func Normalize(cfg ir.Config) (ir.Config, Family, error) {
+	f, err := Lookup(cfg.Schedule)
+	if err != nil {
+		return cfg, f, err
+	}
+	if cfg.Virtual == 0 {
+		cfg.Virtual = f.DefaultVirtual
+		if cfg.Virtual == 0 {
+			cfg.Virtual = 1
+		}
+	}
+	switch {
+	case cfg.Ranks < 1:
+		return cfg, f, &ConstraintError{Schedule: f.Name, Param: "ranks", Value: cfg.Ranks, Want: "at least 1 rank"}
+	case cfg.Virtual < 1:
+		return cfg, f, &ConstraintError{Schedule: f.Name, Param: "virtual", Value: cfg.Virtual, Want: "at least 1 stage per rank"}
+	case cfg.Micro < 1:
+		return cfg, f, &ConstraintError{Schedule: f.Name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
+	}
+	return cfg, f, nil
+}
+
+// Build normalizes the config and builds the family's compute-only program.
+func Build(cfg ir.Config) (ir.Program, error) {
+	cfg, f, err := Normalize(cfg)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	return f.Build(cfg)
+}
+
+// ConstraintError says which value a family rejects and what would work.
+type ConstraintError struct {
+	Schedule string
+	Param    string // "ranks", "virtual", "micro", "placement", an option name
+	Value    int
+	Want     string // what would work, e.g. "an even number (try 8 or 10)"
+}
+
+func (e *ConstraintError) Error() string {
+	return fmt.Sprintf("schedule %s: %s = %d is not supported; want %s", e.Schedule, e.Param, e.Value, e.Want)
+}
