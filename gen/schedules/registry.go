@@ -106,8 +106,14 @@ type ConstraintError struct {
 	Param    string // "ranks", "virtual", "micro", "placement", an option name
 	Value    int
 	Want     string // what would work, e.g. "an even number (try 8 or 10)"
+	// Got, when non-empty, is the rejected value in words ("v", "on") for a
+	// parameter that is not a number; it is printed instead of Value.
+	Got string
 }
 
 func (e *ConstraintError) Error() string {
+	if e.Got != "" {
+		return fmt.Sprintf("schedule %s: %s = %s is not supported; want %s", e.Schedule, e.Param, e.Got, e.Want)
+	}
 	return fmt.Sprintf("schedule %s: %s = %d is not supported; want %s", e.Schedule, e.Param, e.Value, e.Want)
 }

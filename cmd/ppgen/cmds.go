@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/schedules"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+func runList(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tV\tCONSTRAINTS\tSUMMARY")
+	for _, f := range schedules.All() {
+		v := f.DefaultVirtual
+		if v == 0 {
+			v = 1
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, v, f.Constraints, f.Summary)
+	}
+	return tw.Flush()
+}
+
+// lowerFromFlags builds and lowers the schedule the flags name, or the -in file.
+func lowerFromFlags(sf *scheduleFlags) (gen.Result, error) {
+	if sf.in != "" {
+		if sf.schedule != "" {
+			return gen.Result{}, usagef("give either -in or -schedule, not both")
+		}
+		p, err := readInput(sf.in)
+		if err != nil {
+			return gen.Result{}, err
+		}
+		return gen.LowerProgram(p, gen.Options{})
+	}
+	cfg, err := sf.config()
+	if err != nil {
+		return gen.Result{}, err
+	}
+	return gen.Lower(cfg, gen.Options{})
+}
+
+func runShow(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+	var sf scheduleFlags
+	sf.register(fs, true)
+	computeOnly := fs.Bool("compute-only", false, "print only the compute steps (F, B, I, W, overlaps)")
+	format := fs.String("format", "text", "output form: text or csv (PyTorch's pipelining CSV)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *format != "text" && *format != "csv" {
+		return usagef("-format %q; want text or csv", *format)
+	}
+	res, err := lowerFromFlags(&sf)
+	if err != nil {
+		return err
+	}
+	p := res.Program
+	if *computeOnly {
+		p = res.Compute
+	}
+	if *format == "csv" {
+		_, err = stdout.Write(ir.FormatCSV(p))
+	} else {
+		_, err = io.WriteString(stdout, ir.FormatText(p))
+	}
+	return err
+}
+
+func runVerify(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	var sf scheduleFlags
+	sf.register(fs, true)
+	maxAct := fs.Int("max-activations", 0, "fail when a rank holds more live activations (chunks) than this; 0: no limit")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var res gen.Result
+	var err error
+	opt := gen.Options{}
+	opt.Verify.MaxActivations = *maxAct
+	if sf.in != "" {
+		if sf.schedule != "" {
+			return usagef("give either -in or -schedule, not both")
+		}
+		p, rerr := readInput(sf.in)
+		if rerr != nil {
+			return rerr
+		}
+		res, err = gen.LowerProgram(p, opt)
+	} else {
+		cfg, cerr := sf.config()
+		if cerr != nil {
+			return cerr
+		}
+		res, err = gen.Lower(cfg, opt)
+		if err != nil && res.Compute.Ranks == nil {
+			return err // the schedule could not be built: bad input, exit 2
+		}
+	}
+	if err != nil {
+		return unsafeError{err}
+	}
+	fmt.Fprintf(stdout, "ok: %d ranks, %d stages, %d micro-batches, %d steps (%d transfers); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps\n",
+		res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, res.Report.Transfers,
+		res.Report.PeakActivations, res.Info.Slots, res.Info.RecvDistance)
+	return nil
+}
+
+func runSim(args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	var sf scheduleFlags
+	sf.register(fs, true)
+	costSpec := fs.String("cost", "", "cost model, e.g. F=1,B=2,W=1,comm=0 (B = full backward; per-stage lists F=1:1:1:1.4)")
+	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy)")
+	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
+	width := fs.Int("width", 120, "grid width in columns")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	res, err := lowerFromFlags(&sf)
+	if err != nil {
+		return err
+	}
+	cost := sim.DefaultCost()
+	if *costSpec != "" {
+		if cost, err = sim.ParseCost(*costSpec, res.Program.Stages()); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	r, err := sim.Run(res.Program, cost)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		b, err := r.JSON()
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	name := sf.schedule
+	if name == "" {
+		name = filepath.Base(sf.in)
+	}
+	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
+	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)
+	fmt.Fprintf(stdout, "busy per rank %s\n", floats(r.Busy))
+	fmt.Fprintf(stdout, "peak activations per rank %v\n", r.PeakActivations)
+	if *grid {
+		fmt.Fprint(stdout, sim.Grid(r, res.Program, *width))
+	}
+	return nil
+}
+
+func floats(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.4g", x)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func runGen(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	var sf scheduleFlags
+	sf.register(fs, true)
+	out := fs.String("o", "", "output file (default: $GOFILE's name with _gen.go under go generate, else schedule_gen.go; - for stdout)")
+	pkg := fs.String("package", "", "package name (default: $GOPACKAGE, else the output directory's name)")
+	table := fs.Bool("table", false, "also emit the program as data (pipe.Op table) for the interpreter")
+	helper := fs.Int("helper", 0, "steps per helper function (0: the emitter's default)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	path := *out
+	if path == "" {
+		path = "schedule_gen.go"
+		if f := os.Getenv("GOFILE"); f != "" {
+			path = strings.TrimSuffix(f, ".go") + "_gen.go"
+		}
+	}
+	name := *pkg
+	if name == "" {
+		name = os.Getenv("GOPACKAGE")
+	}
+	if name == "" {
+		abs, err := filepath.Abs(filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		name = strings.NewReplacer("-", "", ".", "").Replace(filepath.Base(abs))
+	}
+	res, err := lowerFromFlags(&sf)
+	if err != nil {
+		return err
+	}
+	schedule := sf.schedule
+	if schedule == "" {
+		schedule = "imported"
+	}
+	src, err := gen.Emit(res, emit.Options{
+		Package:    name,
+		Invocation: invocation("gen", fs),
+		Schedule:   schedule,
+		HelperSize: *helper,
+		Table:      *table,
+	})
+	if err != nil {
+		return err
+	}
+	if path == "-" {
+		_, err = stdout.Write(src)
+		return err
+	}
+	if err := writeFileAtomic(path, src); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "ppgen: wrote %s (%d ranks, %d steps)\n", path, res.Program.Placement.Ranks(), res.Program.NumSteps())
+	return nil
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same
+// directory and a rename, so a failure never leaves a partial file; an
+// unchanged file is left untouched (its modification time too).
+func writeFileAtomic(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

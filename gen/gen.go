@@ -1,0 +1,140 @@
+// Package gen is ppgen's compiler front door: it builds a schedule family's
+// compute-only order, lowers it (data loads, transfers, slots), verifies the
+// result and emits Go source. Every function here is pure: it returns bytes
+// and values and writes no file (cmd/ppgen does the writing).
+//
+//	Lower(cfg)          build -> passes -> verify
+//	LowerProgram(p)     the same from an imported program (compute-only or lowered)
+//	Generate(cfg, opt)  Lower, then emit
+package gen
+
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/schedules"
+	"github.com/ppgen/ppgen/gen/verify"
+)
+
+// Result is a lowered, verified program and what lowering and verification found.
+type Result struct {
+	Config  ir.Config  // the normalized config (zero when lowered from a program)
+	Compute ir.Program // the compute-only order
+	Program ir.Program // the lowered program
+	Info    passes.LowerInfo
+	Report  verify.Report
+}
+
+// Options configures Lower.
+type Options struct {
+	Passes passes.Options
+	Verify verify.Options
+}
+
+// Build normalizes cfg and returns the family's compute-only program.
+func Build(cfg ir.Config) (ir.Config, ir.Program, error) {
+	cfg, fam, err := schedules.Normalize(cfg)
+	if err != nil {
+		return cfg, ir.Program{}, err
+	}
+	if cfg.Placement != nil {
+		return cfg, ir.Program{}, fmt.Errorf("schedule %s: -placement %s: families choose their own placement (loop for the interleaved kinds, v for zbv and dualpipev); import a CSV with -in for a custom one", cfg.Schedule, cfg.Placement)
+	}
+	p, err := fam.Build(cfg)
+	if err != nil {
+		return cfg, ir.Program{}, err
+	}
+	return cfg, p, nil
+}
+
+// Lower builds the schedule, lowers it and verifies the result.
+func Lower(cfg ir.Config, opt Options) (Result, error) {
+	cfg, compute, err := Build(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := lowerCompute(compute, opt)
+	res.Config = cfg
+	return res, err
+}
+
+// LowerProgram lowers and verifies an imported program. A compute-only
+// program (no transfers) is lowered like a built one; a program that already
+// holds transfers is checked as it is (slots are assigned when missing).
+func LowerProgram(p ir.Program, opt Options) (Result, error) {
+	if !p.HasComm() {
+		return lowerCompute(p, opt)
+	}
+	res := Result{Compute: p.ComputeOnly()}
+	lowered := p
+	if !hasSlots(p) {
+		var err error
+		lowered, res.Info.Slots, err = passes.AssignSlots(p)
+		if err != nil {
+			return res, err
+		}
+		res.Info.Passes = []string{"slots"}
+	} else {
+		res.Info.Slots = passes.SlotCounts(p)
+	}
+	res.Info.RecvDistance = passes.RecvDistance(lowered)
+	res.Info.RecvDistances = passes.RecvDistances(lowered)
+	res.Program = lowered
+	rep, err := verify.Check(lowered, opt.Verify)
+	res.Report = rep
+	return res, err
+}
+
+func lowerCompute(compute ir.Program, opt Options) (Result, error) {
+	res := Result{Compute: compute}
+	// A compute order that cannot run reports better as itself than as a
+	// failed lowering: check it first.
+	if _, err := verify.Check(compute, verify.Options{}); err != nil {
+		return res, fmt.Errorf("compute order: %w", err)
+	}
+	lowered, info, err := passes.Lower(compute, opt.Passes)
+	if err != nil {
+		return res, err
+	}
+	res.Program, res.Info = lowered, info
+	rep, err := verify.Check(lowered, opt.Verify)
+	res.Report = rep
+	if err != nil {
+		return res, fmt.Errorf("lowered program failed verification (a ppgen bug; please report it): %w", err)
+	}
+	return res, nil
+}
+
+func hasSlots(p ir.Program) bool {
+	for _, steps := range p.Ranks {
+		for _, s := range steps {
+			if s.Slot >= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Generate lowers cfg and emits its Go source. opt.Emit.Schedule defaults to cfg.Schedule.
+func Generate(cfg ir.Config, opt Options, eo emit.Options) ([]byte, Result, error) {
+	res, err := Lower(cfg, opt)
+	if err != nil {
+		return nil, res, err
+	}
+	if eo.Schedule == "" {
+		eo.Schedule = res.Config.Schedule
+	}
+	src, err := Emit(res, eo)
+	return src, res, err
+}
+
+// Emit emits the Go source of a lowered result.
+func Emit(res Result, eo emit.Options) ([]byte, error) {
+	if eo.Slots == nil {
+		eo.Slots = res.Info.Slots
+	}
+	return emit.Emit(res.Program, eo)
+}

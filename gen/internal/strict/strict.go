@@ -1,0 +1,464 @@
+// Package strict simulates ppgen's strict execution model (docs/internals.md,
+// "The strict execution model"). It is the one engine behind comm insertion
+// (gen/passes), which drives it to decide where receives must go, and the
+// deadlock check (gen/verify), which runs it once to decide a program.
+//
+// The engine knows nothing of step kinds. A Model holds, per rank, a
+// sequence of host steps (steps the host thread runs and blocks on: compute
+// and local steps) and a sequence of comm ops (the rank's comm stream, in
+// program order). Each comm op sits at a gap: the number of host steps that
+// precede it on its rank; it is posted once the host has passed that many
+// steps. Each host step may wait for events: the completion of a comm op
+// (a compute step consumes its receive) or, for compute-only programs, a host
+// step of another rank (the producer of its input). Two matched ops complete
+// together, and only when each is the first unfinished op of its stream and
+// both are posted (rendezvous).
+//
+// Since the model has no choices, one run decides whether everything
+// completes; when it does not, Stuck names a cycle of ranks that wait for one
+// another. Sim.Hoist is the one mutation comm insertion needs: it moves a
+// receive to the head of its stream and completes it with its (waiting) send.
+//
+// Everything is indexed by dense int32 arrays; a run costs O(host steps + ops
+// + waits) plus O(ranks) per stuck state inspected by the caller.
+package strict
+
+import "sort"
+
+// OpEvent is the Event.Rank of an event that is the completion of a comm op.
+const OpEvent = -1
+
+// Event is something a host step waits for: comm op Index when Rank is
+// OpEvent, else host step Index of rank Rank.
+type Event struct {
+	Rank  int32
+	Index int32
+}
+
+// OpDone is the event "comm op op has completed".
+func OpDone(op int32) Event { return Event{Rank: OpEvent, Index: op} }
+
+// HostDone is the event "host step index of rank rank has run".
+func HostDone(rank, index int) Event { return Event{Rank: int32(rank), Index: int32(index)} }
+
+// Model is the event structure of a program under the strict model. Build it
+// with a Builder.
+type Model struct {
+	// HostOff[r]..HostOff[r+1] are the global numbers of rank r's host steps.
+	HostOff []int32
+	// WaitOff[h]..WaitOff[h+1] index Waits for global host step h.
+	WaitOff []int32
+	Waits   []Event
+	// OpOff[r]..OpOff[r+1] are rank r's comm ops, in stream order.
+	OpOff []int32
+	// Per comm op: its rank, the gap it is posted at, and its matched op (or -1).
+	OpRank    []int32
+	OpGap     []int32
+	OpPartner []int32
+}
+
+// Ranks returns the number of ranks.
+func (m *Model) Ranks() int { return len(m.HostOff) - 1 }
+
+// HostLen returns the number of host steps of rank r.
+func (m *Model) HostLen(r int) int { return int(m.HostOff[r+1] - m.HostOff[r]) }
+
+// NumOps returns the number of comm ops.
+func (m *Model) NumOps() int { return len(m.OpRank) }
+
+// Builder builds a Model rank by rank, each rank's steps in program order.
+type Builder struct {
+	m       Model
+	rank    int32
+	started bool
+}
+
+// NewBuilder returns a builder; hostHint and opHint size its arrays (0 is fine).
+func NewBuilder(hostHint, opHint int) *Builder {
+	b := &Builder{rank: -1}
+	b.m.HostOff = make([]int32, 1, 65)
+	b.m.OpOff = make([]int32, 1, 65)
+	b.m.WaitOff = make([]int32, 1, hostHint+1)
+	b.m.Waits = make([]Event, 0, hostHint)
+	b.m.OpRank = make([]int32, 0, opHint)
+	b.m.OpGap = make([]int32, 0, opHint)
+	b.m.OpPartner = make([]int32, 0, opHint)
+	return b
+}
+
+// StartRank begins the next rank (ranks are built in order 0, 1, ...) and
+// returns its number.
+func (b *Builder) StartRank() int {
+	if b.started {
+		b.finishRank()
+	}
+	b.started = true
+	b.rank++
+	return int(b.rank)
+}
+
+func (b *Builder) finishRank() {
+	b.m.HostOff = append(b.m.HostOff, int32(len(b.m.WaitOff)-1))
+	b.m.OpOff = append(b.m.OpOff, int32(len(b.m.OpRank)))
+}
+
+// Host appends a host step to the current rank and returns its index on the rank.
+func (b *Builder) Host() int {
+	b.m.WaitOff = append(b.m.WaitOff, int32(len(b.m.Waits)))
+	return len(b.m.WaitOff) - 2 - int(b.m.HostOff[len(b.m.HostOff)-1])
+}
+
+// Wait makes the last host step of the current rank wait for e.
+func (b *Builder) Wait(e Event) {
+	b.m.Waits = append(b.m.Waits, e)
+	b.m.WaitOff[len(b.m.WaitOff)-1] = int32(len(b.m.Waits))
+}
+
+// Op appends a comm op to the current rank's stream, posted after the host
+// steps appended so far, and returns its id.
+func (b *Builder) Op() int32 {
+	id := int32(len(b.m.OpRank))
+	gap := int32(len(b.m.WaitOff)-1) - b.m.HostOff[len(b.m.HostOff)-1]
+	b.m.OpRank = append(b.m.OpRank, b.rank)
+	b.m.OpGap = append(b.m.OpGap, gap)
+	b.m.OpPartner = append(b.m.OpPartner, -1)
+	return id
+}
+
+// Pair matches two ops: they complete together.
+func (b *Builder) Pair(a, c int32) {
+	b.m.OpPartner[a] = c
+	b.m.OpPartner[c] = a
+}
+
+// Model finishes the last rank and returns the model. The builder must not be used afterwards.
+func (b *Builder) Model() *Model {
+	if b.started {
+		b.finishRank()
+		b.started = false
+	}
+	return &b.m
+}
+
+// Sim runs a Model.
+type Sim struct {
+	m     *Model
+	host  []int32 // per rank: host steps passed
+	head  []int32 // per rank: first op of the stream not known to be done
+	gap   []int32 // per op: current gap (Hoist changes it)
+	done  []bool  // per op
+	order []int32 // per rank, at OpOff[r]: ops in completion order
+	nDone []int32 // per rank: completed ops
+	// worklist of ranks to (re)examine
+	queue []int32
+	inQ   []bool
+	// watchers[q]: ranks whose host waits for a host step of q
+	watchers [][]int32
+	watching []bool
+	blocked  []Event // per rank: event the host waits for (valid while blocked)
+	left     int     // host steps not passed + ops not done
+	started  bool
+}
+
+// NewSim returns a simulation of m in its initial state.
+func NewSim(m *Model) *Sim {
+	n := m.Ranks()
+	ops := m.NumOps()
+	s := &Sim{
+		m:        m,
+		host:     make([]int32, n),
+		head:     make([]int32, n),
+		gap:      append([]int32(nil), m.OpGap...),
+		done:     make([]bool, ops),
+		order:    make([]int32, ops),
+		nDone:    make([]int32, n),
+		queue:    make([]int32, 0, n),
+		inQ:      make([]bool, n),
+		watchers: make([][]int32, n),
+		watching: make([]bool, n),
+		blocked:  make([]Event, n),
+		left:     int(m.HostOff[n]) + ops,
+	}
+	for r := range n {
+		s.head[r] = m.OpOff[r]
+	}
+	return s
+}
+
+func (s *Sim) push(r int32) {
+	if !s.inQ[r] {
+		s.inQ[r] = true
+		s.queue = append(s.queue, r)
+	}
+}
+
+// Run advances the simulation as far as it can and reports whether every
+// host step has run and every op has completed. Calling it again after Hoist
+// continues from where it stopped.
+func (s *Sim) Run() bool {
+	if !s.started {
+		s.started = true
+		for r := s.m.Ranks() - 1; r >= 0; r-- {
+			s.push(int32(r))
+		}
+	}
+	for len(s.queue) > 0 {
+		r := s.queue[len(s.queue)-1]
+		s.queue = s.queue[:len(s.queue)-1]
+		s.inQ[r] = false
+		s.process(r)
+	}
+	return s.left == 0
+}
+
+// Finished reports whether everything completed.
+func (s *Sim) Finished() bool { return s.left == 0 }
+
+func (s *Sim) eventDone(e Event) bool {
+	if e.Rank == OpEvent {
+		return s.done[e.Index]
+	}
+	return s.host[e.Rank] > e.Index
+}
+
+func (s *Sim) process(r int32) {
+	m := s.m
+	hostEnd := m.HostOff[r+1] - m.HostOff[r]
+	for {
+		progressed := false
+		moved := false
+	host:
+		for s.host[r] < hostEnd {
+			h := m.HostOff[r] + s.host[r]
+			for _, e := range m.Waits[m.WaitOff[h]:m.WaitOff[h+1]] {
+				if !s.eventDone(e) {
+					s.blocked[r] = e
+					if e.Rank != OpEvent && e.Rank != r && !s.watching[r] {
+						s.watching[r] = true
+						s.watchers[e.Rank] = append(s.watchers[e.Rank], r)
+					}
+					break host
+				}
+			}
+			s.host[r]++
+			s.left--
+			moved = true
+		}
+		if moved {
+			progressed = true
+			if w := s.watchers[r]; len(w) > 0 {
+				for _, q := range w {
+					s.watching[q] = false
+					s.push(q)
+				}
+				s.watchers[r] = w[:0]
+			}
+		}
+		op := s.headOp(int(r))
+		if op >= 0 && s.gap[op] <= s.host[r] {
+			if p := m.OpPartner[op]; p >= 0 {
+				q := m.OpRank[p]
+				if s.headOp(int(q)) == p && s.gap[p] <= s.host[q] {
+					s.complete(op, p)
+					s.push(q)
+					progressed = true
+				}
+			}
+		}
+		if !progressed {
+			return
+		}
+	}
+}
+
+func (s *Sim) complete(a, b int32) {
+	for _, op := range [2]int32{a, b} {
+		s.done[op] = true
+		r := s.m.OpRank[op]
+		s.order[s.m.OpOff[r]+s.nDone[r]] = op
+		s.nDone[r]++
+		s.left--
+	}
+}
+
+// headOp returns the first unfinished op of rank r's stream, or -1.
+func (s *Sim) headOp(r int) int32 {
+	h, end := s.head[r], s.m.OpOff[r+1]
+	for h < end && s.done[h] {
+		h++
+	}
+	s.head[r] = h
+	if h == end {
+		return -1
+	}
+	return h
+}
+
+// Head returns the first unfinished op of rank r's comm stream (-1 when
+// none) and whether it is posted (the host has reached it).
+func (s *Sim) Head(r int) (op int32, posted bool) {
+	op = s.headOp(r)
+	if op < 0 {
+		return -1, false
+	}
+	return op, s.gap[op] <= s.host[r]
+}
+
+// Partner returns the op matched with op, or -1.
+func (s *Sim) Partner(op int32) int32 { return s.m.OpPartner[op] }
+
+// Host returns the number of host steps rank r has run.
+func (s *Sim) Host(r int) int { return int(s.host[r]) }
+
+// Done reports whether op has completed.
+func (s *Sim) Done(op int32) bool { return s.done[op] }
+
+// Gap returns op's gap: the number of its rank's host steps before it
+// (changed by Hoist).
+func (s *Sim) Gap(op int32) int { return int(s.gap[op]) }
+
+// Order returns rank r's completed ops in completion order, which is their
+// order on the rank's comm stream. The slice is owned by the Sim.
+func (s *Sim) Order(r int) []int32 {
+	return s.order[s.m.OpOff[r] : s.m.OpOff[r]+s.nDone[r]]
+}
+
+// Hoist moves the unfinished op (a receive, in comm insertion) to just before
+// the head of its rank's stream, taking the head's gap when that is earlier,
+// and completes it with its partner, which must be the posted head of its own
+// stream. It reports false, changing nothing, when those conditions do not hold.
+// Call Run afterwards to continue.
+func (s *Sim) Hoist(op int32) bool {
+	if op < 0 || int(op) >= len(s.done) || s.done[op] {
+		return false
+	}
+	p := s.m.OpPartner[op]
+	if p < 0 {
+		return false
+	}
+	r, q := s.m.OpRank[op], s.m.OpRank[p]
+	if r == q {
+		return false
+	}
+	if hp, posted := s.Head(int(q)); hp != p || !posted {
+		return false
+	}
+	g := s.gap[op]
+	if h := s.headOp(int(r)); h >= 0 && s.gap[h] < g {
+		g = s.gap[h]
+	}
+	if g > s.host[r] {
+		return false
+	}
+	s.gap[op] = g
+	s.complete(op, p)
+	s.push(r)
+	s.push(q)
+	return true
+}
+
+// Wait says what a stuck rank waits for.
+type Wait struct {
+	Rank int
+	// Op is the posted head of the rank's comm stream it waits on, or -1 when
+	// the rank waits in its host (then Host and On say where and on what).
+	Op int32
+	// Host is the index (on the rank) of the host step the host is blocked
+	// at, or HostLen when it ran every host step.
+	Host int
+	// On is what the blocked host step waits for (meaningful when Host < HostLen).
+	On Event
+	// Peer is the rank waited for, or -1 when there is none (an unmatched op).
+	Peer int
+}
+
+// WaitOf says what rank r waits for in the current state (meaningful when r
+// has unfinished work and Run is stuck).
+func (s *Sim) WaitOf(r int) Wait {
+	w := Wait{Rank: r, Op: -1, Host: int(s.host[r]), Peer: -1}
+	if w.Host < s.m.HostLen(r) {
+		w.On = s.blocked[r]
+	}
+	if op, posted := s.Head(r); op >= 0 && posted {
+		w.Op = op
+		if p := s.m.OpPartner[op]; p >= 0 {
+			w.Peer = int(s.m.OpRank[p])
+		}
+		return w
+	}
+	if w.Host < s.m.HostLen(r) {
+		if w.On.Rank == OpEvent {
+			if p := s.m.OpPartner[w.On.Index]; p >= 0 {
+				w.Peer = int(s.m.OpRank[p])
+			}
+		} else {
+			w.Peer = int(w.On.Rank)
+		}
+	}
+	return w
+}
+
+// Unfinished reports whether rank r has host steps left or unfinished ops.
+func (s *Sim) Unfinished(r int) bool {
+	return s.host[r] < s.m.HostOff[r+1]-s.m.HostOff[r] || s.nDone[r] < s.m.OpOff[r+1]-s.m.OpOff[r]
+}
+
+// Stuck returns, for a stuck simulation, a cycle of ranks each waiting for
+// the next (the last waits for the first), starting at the cycle's lowest
+// rank, and true. When the waits form no cycle (a chain ending at an
+// unmatched op or a finished rank) it returns that chain, starting at the
+// lowest stuck rank, and false. It returns nil when nothing is stuck.
+func (s *Sim) Stuck() ([]Wait, bool) {
+	n := s.m.Ranks()
+	color := make([]int32, n) // 0 unvisited, else 1 + the start of the walk that visited it
+	var firstChain []Wait
+	for start := range n {
+		if color[start] != 0 || !s.Unfinished(start) {
+			continue
+		}
+		var path []Wait
+		r := start
+		for {
+			if color[r] != 0 {
+				if color[r] != int32(start)+1 {
+					break // joins an earlier walk: no new cycle here
+				}
+				// cycle: from r's position in path to the end
+				i := 0
+				for path[i].Rank != r {
+					i++
+				}
+				return rotateLowest(path[i:]), true
+			}
+			color[r] = int32(start) + 1
+			w := s.WaitOf(r)
+			path = append(path, w)
+			if w.Peer < 0 || !s.Unfinished(w.Peer) {
+				break
+			}
+			r = w.Peer
+		}
+		if firstChain == nil {
+			firstChain = path
+		}
+	}
+	return firstChain, false
+}
+
+func rotateLowest(c []Wait) []Wait {
+	lo := 0
+	for i := range c {
+		if c[i].Rank < c[lo].Rank {
+			lo = i
+		}
+	}
+	out := make([]Wait, 0, len(c))
+	out = append(out, c[lo:]...)
+	return append(out, c[:lo]...)
+}
+
+// RankOfHost returns the rank and on-rank index of global host step h.
+func (m *Model) RankOfHost(h int) (rank, index int) {
+	r := sort.Search(m.Ranks(), func(r int) bool { return int(m.HostOff[r+1]) > h })
+	return r, h - int(m.HostOff[r])
+}

@@ -1,0 +1,55 @@
+package passes
+
+import (
+	"testing"
+)
+
+func TestRecvDistance(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    float64
+		perRank []float64
+	}{
+		{
+			name:    "every receive right before its consumer",
+			in:      "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0",
+			want:    0,
+			perRank: []float64{0, 0},
+		},
+		{
+			name: "a receive posted two computes early; transfers between do not count",
+			in: "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n" +
+				"rank 1: 1RECV_F0 1RECV_F1 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1",
+			want:    0.5, // (0 + 0 + 0 + 2) / 4
+			perRank: []float64{0, 1},
+		},
+		{
+			name:    "overlap consumes its sub-steps' receives",
+			in:      "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1RECV_F1 (1F1;1B0)OVERLAP_F_B 1SEND_B0 1B1 1SEND_B1",
+			want:    0,
+			perRank: []float64{0, 0},
+		},
+		{
+			name:    "no receives",
+			in:      "rank 0: 0F0 0B0",
+			want:    0,
+			perRank: []float64{0},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustParse(tc.in)
+			if got := RecvDistance(p); got != tc.want {
+				t.Errorf("RecvDistance = %v, want %v", got, tc.want)
+			}
+			got := RecvDistances(p)
+			for r := range tc.perRank {
+				if got[r] != tc.perRank[r] {
+					t.Errorf("RecvDistances = %v, want %v", got, tc.perRank)
+					break
+				}
+			}
+		})
+	}
+}

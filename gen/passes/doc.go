@@ -1,0 +1,16 @@
+// Package passes lowers a compute-only schedule (the F, B, I, W and overlap
+// steps gen/schedules builds) into a runnable program: data loads, the
+// point-to-point transfers between ranks, and static buffer slots.
+//
+// Each pass is a function from ir.Program to ir.Program with its own tests,
+// one file per pass. Passes never modify their input: they return a new
+// program (sub-step slices included whenever a pass writes into them).
+//
+//	InsertData   DATA_LOAD before the F of stage 0 (inputs) and of the last stage (labels)
+//	InsertComm   SEND right after each producer, RECV as late as the strict model allows
+//	AssignSlots  one buffer slot per chunk (stage, micro), lowest free first
+//
+// Lower runs the default pipeline (see Pipeline, the extension point for the
+// split, overlap, FSDP and swap passes) and reports slots and recv distance.
+// The contracts these passes implement are in docs/internals.md.
+package passes

@@ -1,0 +1,123 @@
+package passes
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// Error reports a step a pass cannot lower.
+type Error struct {
+	Pass   string // "comm", "slots", ...
+	Rank   int    // -1 when the problem is not on one rank
+	Index  int    // index of the step in the pass's input program, -1 when none
+	Step   ir.Step
+	Reason string
+}
+
+func (e *Error) Error() string {
+	if e.Rank < 0 {
+		return e.Pass + ": " + e.Reason
+	}
+	if e.Index < 0 {
+		return fmt.Sprintf("%s: rank %d: %s", e.Pass, e.Rank, e.Reason)
+	}
+	return fmt.Sprintf("%s: rank %d step %d (%s): %s", e.Pass, e.Rank, e.Index, e.Step, e.Reason)
+}
+
+// Blocked is one rank of a cycle of ranks that wait for one another.
+type Blocked struct {
+	Rank  int
+	Index int     // index of the step the rank is blocked at, in the pass's input program
+	Step  ir.Step // that step
+	On    ir.Step // the peer's step whose output it waits for
+	Peer  int     // the rank it waits for
+}
+
+// CycleError reports a compute order no placement of transfers can run: the
+// ranks of Cycle wait for one another in a ring (the last waits for the first).
+type CycleError struct {
+	Pass  string
+	Cycle []Blocked
+	// Chain is true when the waits end at a rank that waits for nothing
+	// instead of closing a ring (an inconsistent program).
+	Chain bool
+}
+
+func (e *CycleError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Pass)
+	b.WriteString(": compute order is infeasible, ranks wait for one another: ")
+	for i, w := range e.Cycle {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "rank %d at step %d (%s) waits for %s on rank %d", w.Rank, w.Index, w.Step, w.On, w.Peer)
+	}
+	if e.Chain {
+		b.WriteString(" (which never runs it)")
+	}
+	b.WriteString("; reorder the compute steps so every rank's inputs are produced before it needs them")
+	return b.String()
+}
+
+// checkSteps validates what every pass relies on: the placement matches the
+// program, every step's stage and micro-batch are in range, and every step
+// runs on the rank holding its stage. With computeOnly, transfer steps are
+// rejected (the program must not be lowered yet).
+func checkSteps(p ir.Program, pass string, computeOnly bool) error {
+	P, S, M := len(p.Ranks), p.Stages(), p.Micro
+	if p.Placement.NumRanks != P {
+		return &Error{Pass: pass, Rank: -1, Index: -1, Reason: fmt.Sprintf("placement has %d ranks but the program has %d rank lists", p.Placement.NumRanks, P)}
+	}
+	if S == 0 {
+		return &Error{Pass: pass, Rank: -1, Index: -1, Reason: "placement has no stages"}
+	}
+	for s, r := range p.Placement.RankOf {
+		if r < 0 || r >= P {
+			return &Error{Pass: pass, Rank: -1, Index: -1, Reason: fmt.Sprintf("placement puts stage %d on rank %d, outside 0..%d", s, r, P-1)}
+		}
+	}
+	var bad func(r, i int, top, st ir.Step) error
+	bad = func(r, i int, top, st ir.Step) error {
+		if st.Kind.IsOverlap() {
+			if len(st.Sub) != 2 {
+				return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("an overlap holds exactly two sub-steps, this one %d", len(st.Sub))}
+			}
+			for _, sub := range st.Sub {
+				if !sub.Kind.IsCompute() || sub.Kind.IsOverlap() {
+					return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("overlap sub-step %s is not F, B, I or W", sub)}
+				}
+				if err := bad(r, i, top, sub); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if st.Kind == ir.Invalid || st.Kind > ir.OptStep {
+			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("unknown step kind %d", uint8(st.Kind))}
+		}
+		if computeOnly && st.Kind.IsComm() {
+			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: "the program already holds transfer steps; comm insertion takes a compute-only program (see Program.ComputeOnly)"}
+		}
+		if st.Kind.HasStage() && (st.Stage < 0 || st.Stage >= S) {
+			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("stage %d is outside 0..%d", st.Stage, S-1)}
+		}
+		if st.Kind.HasMicro() && (st.Micro < 0 || st.Micro >= M) {
+			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("micro-batch %d is outside 0..%d", st.Micro, M-1)}
+		}
+		if st.Kind.HasStage() && p.Placement.RankOf[st.Stage] != r {
+			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("stage %d lives on rank %d (placement %s), not on rank %d", st.Stage, p.Placement.RankOf[st.Stage], p.Placement, r)}
+		}
+		return nil
+	}
+	for r, steps := range p.Ranks {
+		for i, st := range steps {
+			if err := bad(r, i, st, st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

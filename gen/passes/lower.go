@@ -1,0 +1,92 @@
+package passes
+
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// Options configures Lower.
+type Options struct {
+	// Comm configures comm insertion.
+	Comm CommOptions
+	// NoData skips InsertData (for programs whose data comes from elsewhere).
+	NoData bool
+}
+
+// LowerInfo reports what lowering produced.
+type LowerInfo struct {
+	// Passes names the passes that ran, in order.
+	Passes []string
+	// Slots is the number of buffer slots per rank (AssignSlots).
+	Slots []int
+	// RecvDistance is the mean number of compute steps between a receive's
+	// post and its consumer (see RecvDistance); RecvDistances is per rank.
+	RecvDistance  float64
+	RecvDistances []float64
+}
+
+// Pass is one lowering pass: a named function from program to program.
+type Pass struct {
+	Name string
+	Run  func(ir.Program) (ir.Program, error)
+}
+
+// Pipeline returns the passes Lower runs for opt, in order. It is the
+// extension point of the lowering: split/merge of backwards and overlap
+// pairing go before "comm", data transfers along the pipe after it, FSDP
+// (UNSHARD/RESHARD/REDUCE_GRAD), swap and coalescing before "slots", which
+// stays last because it assigns buffers to every step the others add
+// (DESIGN.md §5 gives the order). Each new pass is one Pass entry guarded by
+// its option.
+func Pipeline(opt Options) []Pass {
+	var ps []Pass
+	// (split/merge, overlap: later work)
+	if !opt.NoData {
+		ps = append(ps, Pass{Name: "data", Run: func(p ir.Program) (ir.Program, error) { return InsertData(p), nil }})
+	}
+	ps = append(ps, Pass{Name: "comm", Run: func(p ir.Program) (ir.Program, error) { return InsertComm(p, opt.Comm) }})
+	// (FSDP, swap, coalescing: later work)
+	ps = append(ps, Pass{Name: "slots", Run: func(p ir.Program) (ir.Program, error) {
+		q, _, err := AssignSlots(p)
+		return q, err
+	}})
+	return ps
+}
+
+// Lower turns a compute-only program into a runnable one by running
+// Pipeline(opt): by default InsertData, InsertComm, AssignSlots. The input is
+// not modified. Errors carry the failing pass's name.
+func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
+	var info LowerInfo
+	for _, pass := range Pipeline(opt) {
+		q, err := pass.Run(p)
+		if err != nil {
+			return ir.Program{}, info, fmt.Errorf("lowering (pass %s): %w", pass.Name, err)
+		}
+		p = q
+		info.Passes = append(info.Passes, pass.Name)
+	}
+	info.Slots = SlotCounts(p)
+	info.RecvDistances = make([]float64, len(p.Ranks))
+	sum, n := recvDistance(p, info.RecvDistances)
+	if n > 0 {
+		info.RecvDistance = float64(sum) / float64(n)
+	}
+	return p, info, nil
+}
+
+// SlotCounts returns, per rank, one more than the largest slot a step of the
+// rank uses (0 for a rank without slots).
+func SlotCounts(p ir.Program) []int {
+	out := make([]int, len(p.Ranks))
+	for r, steps := range p.Ranks {
+		for _, st := range steps {
+			out[r] = max(out[r], st.Slot+1)
+			for _, c := range st.Sub {
+				out[r] = max(out[r], c.Slot+1)
+			}
+		}
+	}
+	return out
+}

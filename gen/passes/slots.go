@@ -1,0 +1,210 @@
+package passes
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// AssignSlots gives every chunk (stage s on its rank, micro m) a static buffer
+// slot, as docs/internals.md ("Buffer slots") specifies. A chunk is live from
+// its first step (RECV_F, DATA_LOAD or F, whichever comes first) to its last
+// use: its last step (its W or B, a SEND after it, ...) or a step that reads
+// it as `src`: F(s+1, m) reads the output of F(s, m), and B/I(s-1, m) reads the
+// input gradient of B/I(s, m), when both stages are on one rank. Walking each
+// rank's program in order, a chunk takes the lowest free slot at its first
+// step, and its slot is freed after its last use (so two chunks of one
+// overlap step never share a slot). Every step of a chunk, sub-steps included,
+// gets Step.Slot; composite and stage-less steps keep None.
+//
+// It returns the program, the number of slots per rank (the rank's memory
+// bound in chunk buffers) and an error for steps out of range or on the wrong
+// rank. The input is not modified.
+func AssignSlots(p ir.Program) (ir.Program, []int, error) {
+	if err := checkSteps(p, "slots", false); err != nil {
+		return ir.Program{}, nil, err
+	}
+	rankOf := p.Placement.RankOf
+	S, M := len(rankOf), p.Micro
+	first := filled(S*M, -1)
+	last := make([]int32, S*M)
+	slotOf := filled(S*M, -1)
+	next := filled(S*M, -1) // chunks ending at the same step, linked
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	counts := make([]int, len(p.Ranks))
+	var free []uint64 // bit set: 1 = slot in use
+	for r, steps := range p.Ranks {
+		// Lifetimes.
+		touch := func(ch int, i int32) {
+			if first[ch] < 0 {
+				first[ch] = i
+			}
+			last[ch] = max(last[ch], i)
+		}
+		for i, st := range steps {
+			if st.Kind.IsOverlap() {
+				for _, c := range st.Sub {
+					touchChunk(rankOf, r, M, c, int32(i), touch)
+				}
+			} else {
+				touchChunk(rankOf, r, M, st, int32(i), touch)
+			}
+		}
+		endHead := filled(len(steps), -1)
+		// Sweep.
+		free = free[:0]
+		out := make([]ir.Step, len(steps))
+		copy(out, steps)
+		for i := range out {
+			st := &out[i]
+			if st.Kind.IsOverlap() {
+				st.Sub = append([]ir.Step(nil), st.Sub...)
+				for k := range st.Sub {
+					assign(&st.Sub[k], M, first, last, slotOf, next, endHead, int32(i), &free, &counts[r])
+				}
+			} else {
+				assign(st, M, first, last, slotOf, next, endHead, int32(i), &free, &counts[r])
+			}
+			for ch := endHead[i]; ch >= 0; ch = next[ch] {
+				s := slotOf[ch]
+				free[s/64] &^= 1 << (uint(s) % 64)
+			}
+		}
+		q.Ranks[r] = out
+	}
+	return q, counts, nil
+}
+
+// chunksOf returns the steps of st that name a chunk (st, or its sub-steps).
+func chunksOf(st ir.Step) []ir.Step {
+	if st.Kind.IsOverlap() {
+		return st.Sub
+	}
+	return []ir.Step{st}
+}
+
+// touchChunk records that step st (at index i on rank r) uses its own chunk
+// and, as src, a colocated neighbour's chunk.
+func touchChunk(rankOf []int, r, M int, st ir.Step, i int32, touch func(ch int, i int32)) {
+	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
+		return
+	}
+	ch := st.Stage*M + st.Micro
+	touch(ch, i)
+	if nb := srcStage(rankOf, r, st); nb >= 0 {
+		touch(nb*M+st.Micro, i)
+	}
+}
+
+// srcStage returns the stage of the colocated chunk a compute step reads
+// (stage-1 for F, stage+1 for B and I, when that stage is on rank r), or -1.
+func srcStage(rankOf []int, r int, st ir.Step) int {
+	switch st.Kind {
+	case ir.Forward:
+		if st.Stage > 0 && rankOf[st.Stage-1] == r {
+			return st.Stage - 1
+		}
+	case ir.Backward, ir.BackwardInput:
+		if st.Stage+1 < len(rankOf) && rankOf[st.Stage+1] == r {
+			return st.Stage + 1
+		}
+	}
+	return -1
+}
+
+// assign gives st its chunk's slot, allocating it (and queueing its release
+// after the chunk's last use) at the chunk's first step i.
+func assign(st *ir.Step, M int, first, last, slotOf, next, endHead []int32, i int32, free *[]uint64, count *int) {
+	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
+		return
+	}
+	ch := st.Stage*M + st.Micro
+	if first[ch] == i && slotOf[ch] < 0 {
+		s := lowestFree(free)
+		slotOf[ch] = int32(s)
+		*count = max(*count, s+1)
+		e := last[ch]
+		next[ch] = endHead[e]
+		endHead[e] = int32(ch)
+	}
+	st.Slot = int(slotOf[ch])
+}
+
+func lowestFree(set *[]uint64) int {
+	for w, bitsw := range *set {
+		if bitsw != ^uint64(0) {
+			b := bits.TrailingZeros64(^bitsw)
+			(*set)[w] |= 1 << uint(b)
+			return w*64 + b
+		}
+	}
+	*set = append(*set, 1)
+	return (len(*set) - 1) * 64
+}
+
+// SlotIndex answers slot questions about a program whose slots are assigned,
+// in O(1) per question after an O(steps) build: what gen/emit needs for the
+// slot and src arguments of each call.
+type SlotIndex struct {
+	rankOf []int
+	micro  int
+	slot   []int32 // per chunk
+}
+
+// IndexSlots indexes the slots of p (as AssignSlots set them).
+func IndexSlots(p ir.Program) *SlotIndex {
+	S, M := p.Stages(), p.Micro
+	x := &SlotIndex{rankOf: p.Placement.RankOf, micro: M, slot: filled(max(S*M, 0), -1)}
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			for _, c := range chunksOf(st) {
+				if c.Slot >= 0 && c.Stage >= 0 && c.Stage < S && c.Micro >= 0 && c.Micro < M && c.Kind.HasStage() && c.Kind.HasMicro() {
+					x.slot[c.Stage*M+c.Micro] = int32(c.Slot)
+				}
+			}
+		}
+	}
+	return x
+}
+
+// Slot returns the slot of chunk (stage, micro), or -1 when it has none.
+func (x *SlotIndex) Slot(stage, micro int) int {
+	if stage < 0 || stage >= len(x.rankOf) || micro < 0 || micro >= x.micro {
+		return -1
+	}
+	return int(x.slot[stage*x.micro+micro])
+}
+
+// Src returns the `src` argument of a compute step (F, B or I; not an
+// overlap, pass its sub-steps): the slot of the colocated neighbour chunk it
+// reads, (stage-1, micro) for F and (stage+1, micro) for B and I, or -1 when
+// its input (or output gradient) comes from its own slot: a receive, a data
+// load, or the loss on the last stage.
+func (x *SlotIndex) Src(st ir.Step) int {
+	if st.Stage < 0 || st.Stage >= len(x.rankOf) {
+		return -1
+	}
+	nb := srcStage(x.rankOf, x.rankOf[st.Stage], st)
+	if nb < 0 {
+		return -1
+	}
+	return x.Slot(nb, st.Micro)
+}
+
+// Src returns the `src` argument of compute step index on rank (sub-step sub
+// of an overlap; sub is ignored otherwise), as SlotIndex.Src. It indexes the
+// whole program on each call; build an IndexSlots once to ask many times.
+func Src(p ir.Program, rank, index, sub int) (int, error) {
+	if rank < 0 || rank >= len(p.Ranks) || index < 0 || index >= len(p.Ranks[rank]) {
+		return -1, fmt.Errorf("src: no step %d on rank %d", index, rank)
+	}
+	st := p.Ranks[rank][index]
+	if st.Kind.IsOverlap() {
+		if sub < 0 || sub >= len(st.Sub) {
+			return -1, fmt.Errorf("src: rank %d step %d (%s) has no sub-step %d", rank, index, st, sub)
+		}
+		st = st.Sub[sub]
+	}
+	return IndexSlots(p).Src(st), nil
+}

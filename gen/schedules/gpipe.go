@@ -1,0 +1,43 @@
+package schedules
+
+import "github.com/ppgen/ppgen/gen/ir"
+
+func init() {
+	Register(Family{
+		Name:           "gpipe",
+		Summary:        "GPipe: every rank runs all forwards, then all backwards (fill-drain)",
+		Constraints:    "virtual = 1; any ranks ≥ 1 and micro ≥ 1",
+		DefaultVirtual: 1,
+		Build:          buildGPipe,
+	})
+}
+
+// buildGPipe returns the GPipe order of PyTorch's ScheduleGPipe: rank r holds
+// stage r and runs F(r, 0), F(r, 1), ..., F(r, M-1), then B(r, 0), B(r, 1),
+// ..., B(r, M-1), both in ascending micro-batch order. Every rank keeps all M
+// micro-batches' activations live at the turn.
+func buildGPipe(cfg ir.Config) (ir.Program, error) {
+	const name = "gpipe"
+	p, err := classicProgram(name, cfg)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	if err := classicOneStage(name, cfg); err != nil {
+		return ir.Program{}, err
+	}
+	if err := classicNoLessMemory(name, cfg); err != nil {
+		return ir.Program{}, err
+	}
+	m := cfg.Micro
+	for r := range p.Ranks {
+		steps := make([]ir.Step, 0, 2*m)
+		for i := 0; i < m; i++ {
+			steps = append(steps, classicFwd(r, i))
+		}
+		for i := 0; i < m; i++ {
+			steps = append(steps, classicBwd(r, i))
+		}
+		p.Ranks[r] = steps
+	}
+	return p, nil
+}

@@ -1,0 +1,54 @@
+package schedules
+
+import "github.com/ppgen/ppgen/gen/ir"
+
+func init() {
+	Register(Family{
+		Name:           "1f1b",
+		Summary:        "1F1B: warm-up forwards, then one forward and one backward alternating, then the remaining backwards",
+		Constraints:    "virtual = 1; any ranks ≥ 1 and micro ≥ 1 (micro < ranks included)",
+		DefaultVirtual: 1,
+		Build:          build1F1B,
+	})
+}
+
+// build1F1B returns the order of PyTorch's Schedule1F1B. Rank r holds stage r
+// and, with w = min(M, P-r) warm-up forwards:
+//
+//   - warm-up: F(r, 0), ..., F(r, w-1);
+//   - steady state, for i = 0 .. M-w-1: B(r, i) then F(r, w+i);
+//   - cool-down: B(r, M-w), ..., B(r, M-1).
+//
+// Backwards run in ascending micro-batch order. The last rank thus alternates
+// F, B from the start; rank 0 keeps up to P micro-batches live. With M < P the
+// early ranks run every forward in the warm-up and the steady state is empty,
+// which is still feasible (no rank waits on a step that waits on it).
+func build1F1B(cfg ir.Config) (ir.Program, error) {
+	const name = "1f1b"
+	p, err := classicProgram(name, cfg)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	if err := classicOneStage(name, cfg); err != nil {
+		return ir.Program{}, err
+	}
+	if err := classicNoLessMemory(name, cfg); err != nil {
+		return ir.Program{}, err
+	}
+	m := cfg.Micro
+	for r := range p.Ranks {
+		w := min(m, cfg.Ranks-r)
+		steps := make([]ir.Step, 0, 2*m)
+		for i := 0; i < w; i++ {
+			steps = append(steps, classicFwd(r, i))
+		}
+		for i := 0; i < m-w; i++ {
+			steps = append(steps, classicBwd(r, i), classicFwd(r, w+i))
+		}
+		for i := m - w; i < m; i++ {
+			steps = append(steps, classicBwd(r, i))
+		}
+		p.Ranks[r] = steps
+	}
+	return p, nil
+}

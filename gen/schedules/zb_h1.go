@@ -1,0 +1,259 @@
+package schedules
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// This file holds the zb-h1 family and what the zero-bubble families
+// (zb-h1, zb-h2, interleaved-zb, zbv, v-half, v-min, dualpipe, dualpipev)
+// share: validation and zbFill, the pass that places W steps in a skeleton
+// of forwards and input-gradient backwards.
+
+func init() {
+	Register(Family{
+		Name:           "zb-h1",
+		Summary:        "zero bubble ZB-H1 (ZB-1p): 1F1B with B split into I and W, W's deferred into the bubbles; 1F1B's memory",
+		Constraints:    "virtual = 1; any ranks ≥ 1 and micro ≥ 1",
+		DefaultVirtual: 1,
+		Build:          buildZBH1,
+	})
+}
+
+// buildZBH1 returns ZB-H1 of Qi et al., "Zero Bubble Pipeline Parallelism"
+// (arXiv 2401.10241, §2.1). Rank r holds stage r. Its forwards and
+// input-gradient backwards follow 1F1B: w = min(M, P-r) warm-up forwards,
+// then I(r, i), F(r, w+i) alternating, then the remaining I's in micro-batch
+// order. The weight-gradient steps W are placed by zbFill with a limit of P
+// live chunks on every rank (1F1B's peak on rank 0): a rank runs its oldest
+// pending W whenever its next F or I would have to wait for a neighbour, and
+// before a forward that would make it hold more than P chunks. So rank 0 runs
+// F, I, W in the steady state, the last rank defers up to P-1 W's, and the
+// deferred W's fill the cool-down.
+//
+// At F = I = W = 1 with no comm cost every rank is idle exactly P-1 units and
+// the makespan is 3M+P-1 when M ≥ P: a whole-iteration bubble of
+// (P-1)/(3M+P-1), a third of 1F1B's. For M < P the first gradient reaches
+// rank 0 only at 2P-1 and the makespan is 2M+2P-1, which no order beats
+// (rank 0 still has M I's and M W's to run after that).
+func buildZBH1(cfg ir.Config) (ir.Program, error) {
+	const name = "zb-h1"
+	p, err := zbLoopProgram(name, cfg, 1)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	skel := zbOneStageSkeleton(cfg.Ranks, cfg.Micro, func(r int) int { return cfg.Ranks - r })
+	p.Ranks, err = zbFill(p.Placement, cfg.Micro, skel, cfg.Ranks)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	return p, nil
+}
+
+// zbOneStageSkeleton returns the F/I skeleton of a one-stage-per-rank
+// schedule: warm(r) forwards on rank r (capped at M), then I(r, i) and
+// F(r, w+i) alternating, then the remaining I's.
+func zbOneStageSkeleton(ranks, m int, warm func(r int) int) [][]ir.Step {
+	skel := make([][]ir.Step, ranks)
+	for r := range skel {
+		w := max(1, min(m, warm(r)))
+		steps := make([]ir.Step, 0, 2*m)
+		for i := 0; i < w; i++ {
+			steps = append(steps, ir.Compute(ir.Forward, r, i))
+		}
+		for i := 0; i < m-w; i++ {
+			steps = append(steps, ir.Compute(ir.BackwardInput, r, i), ir.Compute(ir.Forward, r, w+i))
+		}
+		for i := m - w; i < m; i++ {
+			steps = append(steps, ir.Compute(ir.BackwardInput, r, i))
+		}
+		skel[r] = steps
+	}
+	return skel
+}
+
+// zbMaxChunks bounds P·V·M, the number of (stage, micro-batch) chunks of a
+// zero-bubble schedule, so that absurd command-line values are refused
+// instead of exhausting memory (or overflowing int). A million chunks is far
+// beyond any schedule worth compiling to straight-line code.
+const zbMaxChunks = 1 << 20
+
+// zbCheckSizes checks the values every zero-bubble family needs: P, M ≥ 1,
+// V equal to want (0: any V ≥ 1), and P·V·M ≤ zbMaxChunks. Build functions
+// call it so that they never panic on user input even without Normalize.
+func zbCheckSizes(name string, cfg ir.Config, want int) error {
+	switch {
+	case cfg.Ranks < 1:
+		return &ConstraintError{Schedule: name, Param: "ranks", Value: cfg.Ranks, Want: "at least 1 rank"}
+	case cfg.Micro < 1:
+		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
+	case want == 0 && cfg.Virtual < 1:
+		return &ConstraintError{Schedule: name, Param: "virtual", Value: cfg.Virtual, Want: "at least 1 stage per rank"}
+	case want != 0 && cfg.Virtual != want:
+		return &ConstraintError{Schedule: name, Param: "virtual", Value: cfg.Virtual, Want: zbVirtualWant(name, want)}
+	}
+	if cfg.Ranks > zbMaxChunks || cfg.Virtual > zbMaxChunks/cfg.Ranks || cfg.Micro > zbMaxChunks/(cfg.Ranks*cfg.Virtual) {
+		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro,
+			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d (got ranks %d, virtual %d)", zbMaxChunks, cfg.Ranks, cfg.Virtual)}
+	}
+	if cfg.Options.LessMemory && name != "interleaved-zb" {
+		return &ConstraintError{Schedule: name, Param: "less-memory", Value: 1, Got: "on",
+			Want: "less-memory off; among the zero-bubble families it shapes the warm-up of interleaved-zb only"}
+	}
+	return nil
+}
+
+func zbVirtualWant(name string, want int) string {
+	if want == 1 {
+		return fmt.Sprintf("virtual = 1 (%s holds one stage per rank; use interleaved-zb for V > 1)", name)
+	}
+	return fmt.Sprintf("virtual = %d (%s holds two stages per rank)", want, name)
+}
+
+// zbLoopProgram validates cfg for a family on the loop placement with V
+// stages per rank (want = 0: any V) and returns an empty program.
+func zbLoopProgram(name string, cfg ir.Config, want int) (ir.Program, error) {
+	if err := zbCheckSizes(name, cfg, want); err != nil {
+		return ir.Program{}, err
+	}
+	pl := ir.Loop(cfg.Ranks, cfg.Virtual)
+	if err := zbCheckPlacement(name, cfg, pl, fmt.Sprintf("loop (stage s on rank s mod %d)", cfg.Ranks)); err != nil {
+		return ir.Program{}, err
+	}
+	return ir.NewProgram(pl, cfg.Micro), nil
+}
+
+// zbVProgram validates cfg for a family on the V placement (two stages per
+// rank: r and 2P-1-r) and returns an empty program.
+func zbVProgram(name string, cfg ir.Config) (ir.Program, error) {
+	if err := zbCheckSizes(name, cfg, 2); err != nil {
+		return ir.Program{}, err
+	}
+	pl := ir.VShape(cfg.Ranks)
+	if err := zbCheckPlacement(name, cfg, pl, fmt.Sprintf("v (rank r holds stages r and %d-r)", 2*cfg.Ranks-1)); err != nil {
+		return ir.Program{}, err
+	}
+	return ir.NewProgram(pl, cfg.Micro), nil
+}
+
+// zbCheckPlacement rejects a placement override other than pl.
+func zbCheckPlacement(name string, cfg ir.Config, pl ir.Placement, words string) error {
+	if cfg.Placement == nil || (cfg.Placement.NumRanks == pl.NumRanks && slices.Equal(cfg.Placement.RankOf, pl.RankOf)) {
+		return nil
+	}
+	return &ConstraintError{Schedule: name, Param: "placement", Got: cfg.Placement.String(),
+		Want: fmt.Sprintf("%s; %s supports only that placement", words, name)}
+}
+
+// zbFill completes per-rank skeletons of forwards (F) and input-gradient
+// backwards (I) into full orders by placing the weight-gradient step W of
+// every I. It runs the skeletons in unit time (F = I = W = 1, no comm cost),
+// each rank in skeleton order, and decides at every unit:
+//
+//   - before a forward while the rank holds limit or more live chunks (F run,
+//     W not yet run), it runs its oldest pending W (if any);
+//   - when its next skeleton step cannot start yet (a neighbour has not
+//     produced its input or gradient), it runs its oldest pending W instead
+//     of idling;
+//   - W's left when the skeleton is done run at the end, oldest first.
+//
+// W's therefore fill what would be bubbles and never delay an I, the step the
+// other ranks wait for. The result keeps the skeleton's relative order, so it
+// is deadlock-free whenever the skeleton is; a skeleton that deadlocks is
+// reported as an error (a bug in the family, never user input).
+func zbFill(pl ir.Placement, m int, skel [][]ir.Step, limit int) ([][]ir.Step, error) {
+	stages := pl.Stages()
+	const notYet = -1
+	endF := make([]int, stages*m) // unit at which F(s, m) ended, notYet before
+	endI := make([]int, stages*m)
+	for i := range endF {
+		endF[i], endI[i] = notYet, notYet
+	}
+	done := func(end []int, s, mb, t int) bool { e := end[s*m+mb]; return e != notYet && e <= t }
+	ready := func(st ir.Step, t int) bool {
+		switch st.Kind {
+		case ir.Forward:
+			return st.Stage == 0 || done(endF, st.Stage-1, st.Micro, t)
+		case ir.BackwardInput:
+			return done(endF, st.Stage, st.Micro, t) && (st.Stage == stages-1 || done(endI, st.Stage+1, st.Micro, t))
+		}
+		return false
+	}
+	ranks := len(skel)
+	if ranks != pl.Ranks() {
+		return nil, fmt.Errorf("schedules: skeleton has %d ranks, the placement %d; this is a bug in the family", ranks, pl.Ranks())
+	}
+	out := make([][]ir.Step, ranks)
+	next := make([]int, ranks)          // index of the rank's next skeleton step
+	pending := make([][]ir.Step, ranks) // W's whose I ran, oldest first
+	live := make([]int, ranks)
+	left := 0
+	for r, steps := range skel {
+		left += len(steps)
+		for _, st := range steps {
+			if (st.Kind != ir.Forward && st.Kind != ir.BackwardInput) || st.Micro < 0 || st.Micro >= m || pl.Rank(st.Stage) != r {
+				return nil, fmt.Errorf("schedules: skeleton step %s on rank %d is not an F or I of a stage on that rank and a micro-batch below %d; this is a bug in the family", st, r, m)
+			}
+			if st.Kind == ir.BackwardInput {
+				left++
+			}
+		}
+		out[r] = make([]ir.Step, 0, len(steps)*3/2)
+	}
+	for t := 0; left > 0; t++ {
+		started := false
+		for r := range skel {
+			var st ir.Step
+			runW := false
+			switch {
+			case next[r] < len(skel[r]):
+				s := skel[r][next[r]]
+				switch {
+				case s.Kind == ir.Forward && live[r] >= limit && len(pending[r]) > 0:
+					runW = true
+				case ready(s, t):
+					st = s
+					next[r]++
+				case len(pending[r]) > 0:
+					runW = true
+				default:
+					continue
+				}
+			case len(pending[r]) > 0:
+				runW = true
+			default:
+				continue
+			}
+			if runW {
+				st = pending[r][0]
+				pending[r] = pending[r][1:]
+			}
+			started = true
+			left--
+			out[r] = append(out[r], st)
+			switch st.Kind {
+			case ir.Forward:
+				endF[st.Stage*m+st.Micro] = t + 1
+				live[r]++
+			case ir.BackwardInput:
+				endI[st.Stage*m+st.Micro] = t + 1
+				pending[r] = append(pending[r], ir.Compute(ir.BackwardWeight, st.Stage, st.Micro))
+			case ir.BackwardWeight:
+				live[r]--
+			}
+		}
+		if !started {
+			// Every step takes one unit, so nothing is in flight: no rank can ever move again.
+			waiting := make([]string, 0, ranks)
+			for r := range skel {
+				if next[r] < len(skel[r]) {
+					waiting = append(waiting, fmt.Sprintf("rank %d at %s", r, skel[r][next[r]]))
+				}
+			}
+			return nil, fmt.Errorf("schedules: skeleton deadlocks at unit %d (%v); this is a bug in the family", t, waiting)
+		}
+	}
+	return out, nil
+}

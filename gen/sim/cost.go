@@ -1,0 +1,329 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Cost is the cost model: how long each step takes, in abstract time units
+// (the Chrome trace reads one unit as one millisecond).
+//
+// F, B, I and W are per-stage costs: a slice of length 1 applies to every
+// stage, otherwise it must hold one value per stage. A nil slice is derived
+// (see Resolve), so the zero Cost is the default cost F=1, B=2, W=1 (I=1),
+// comm=0.
+//
+// The backward rule, applied per stage:
+//
+//   - B is the full backward (input and weight gradients, one B step);
+//     I is the input-gradient half and W the weight-gradient half of a split
+//     backward (I and W steps).
+//   - Nothing of B, I, W given: B=2, W=1, I=1.
+//   - Only B given: W=0 and I=B (a split backward costs what the full one
+//     does, all of it on the critical I step).
+//   - B and W given: I = B − W (an error when W > B).
+//   - B and I given: W = B − I (an error when I > B).
+//   - I and W given: B = I + W.
+//   - Only W given: B=2, I = 2 − W. Only I given: W=1, B = I + 1.
+//   - All three given: used as given.
+type Cost struct {
+	F, B, I, W []float64
+
+	// Comm is the latency of one point-to-point transfer (SEND/RECV pair,
+	// DATA_SEND/DATA_RECV pair), and of a cross-rank dependency of a
+	// compute-only program.
+	Comm float64
+	// DataLoad is the cost of a DATA_LOAD step (host-blocking).
+	DataLoad float64
+	// Overlap is the part of the shorter sub-step of an OVERLAP_F_B /
+	// OVERLAP_B_F step that is not hidden behind the longer one: the overlap
+	// takes max(a, b) + Overlap·min(a, b). 0 (the default) is perfect
+	// overlap, 1 is serial execution. Must lie in [0, 1].
+	Overlap float64
+	// Unshard is the cost of an UNSHARD step (the FSDP all-gather),
+	// Reduce of a REDUCE_GRAD step, Opt of OPT_STEP; all host-blocking.
+	// RESHARD is free.
+	Unshard, Reduce, Opt float64
+	// Swap is the duration of one swap transfer (SWAP_LAUNCH_OFFLOAD or
+	// SWAP_LAUNCH_LOAD), which runs on the rank's swap stream.
+	Swap float64
+}
+
+// DefaultCost returns the resolved default cost: F=1, B=2, I=1, W=1 on every
+// stage, every other cost 0.
+func DefaultCost() Cost {
+	c, _ := Cost{}.Resolve(0) // the default cannot fail
+	return c
+}
+
+// costKeys lists the keys ParseCost accepts, in the order String writes them.
+var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap"}
+
+// ParseCost parses the command-line form of a cost model: comma-separated
+// key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I and W take either one
+// value or a colon-separated list with one value per stage ("F=1:1:1:1.4");
+// the scalar keys are comm, data (DATA_LOAD), overlap, unshard, reduce, opt
+// and swap. Keys are case-insensitive; values must be finite and ≥ 0. Keys not
+// given take their defaults, with I and W derived by the rule documented on
+// Cost. stages ≤ 0 means the number of stages is not known yet: lists of any
+// length are kept and Run checks them against the program.
+func ParseCost(spec string, stages int) (Cost, error) {
+	var c Cost
+	seen := map[string]bool{}
+	for _, field := range strings.Split(spec, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(field, "=")
+		if !ok {
+			return Cost{}, fmt.Errorf("cost %q: %q is not key=value; want e.g. F=1,B=2,W=1,comm=0", spec, field)
+		}
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		canon := canonicalKey(key)
+		if canon == "" {
+			return Cost{}, fmt.Errorf("cost %q: unknown key %q; valid keys are %s", spec, key, strings.Join(costKeys, ", "))
+		}
+		if seen[canon] {
+			return Cost{}, fmt.Errorf("cost %q: key %s given twice", spec, canon)
+		}
+		seen[canon] = true
+		switch canon {
+		case "F", "B", "I", "W":
+			parts := strings.Split(val, ":")
+			if stages > 0 && len(parts) != 1 && len(parts) != stages {
+				return Cost{}, fmt.Errorf("cost %q: %s has %d values; want 1 (every stage) or %d (one per stage, colon-separated)", spec, canon, len(parts), stages)
+			}
+			list := make([]float64, len(parts))
+			for i, part := range parts {
+				v, err := parseCostValue(canon, part)
+				if err != nil {
+					return Cost{}, fmt.Errorf("cost %q: %w", spec, err)
+				}
+				list[i] = v
+			}
+			*c.stageField(canon) = list
+		default:
+			if strings.Contains(val, ":") {
+				return Cost{}, fmt.Errorf("cost %q: %s=%s: %s takes one value, not a per-stage list", spec, canon, val, canon)
+			}
+			v, err := parseCostValue(canon, val)
+			if err != nil {
+				return Cost{}, fmt.Errorf("cost %q: %w", spec, err)
+			}
+			if canon == "overlap" && v > 1 {
+				return Cost{}, fmt.Errorf("cost %q: overlap=%s: want a fraction in [0, 1] (0 hides the shorter sub-step fully, 1 runs both serially)", spec, val)
+			}
+			*c.scalarField(canon) = v
+		}
+	}
+	r, err := c.Resolve(stages)
+	if err != nil {
+		return Cost{}, fmt.Errorf("cost %q: %w", spec, err)
+	}
+	return r, nil
+}
+
+func canonicalKey(k string) string {
+	for _, want := range costKeys {
+		if strings.EqualFold(k, want) {
+			return want
+		}
+	}
+	return ""
+}
+
+func parseCostValue(key, s string) (float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%s=%s: %q is not a number; want a finite value ≥ 0 such as 1 or 1.5", key, s, s)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("%s=%s: costs cannot be negative; want a value ≥ 0", key, s)
+	}
+	return v, nil
+}
+
+func (c *Cost) stageField(k string) *[]float64 {
+	switch k {
+	case "F":
+		return &c.F
+	case "B":
+		return &c.B
+	case "I":
+		return &c.I
+	}
+	return &c.W
+}
+
+func (c *Cost) scalarField(k string) *float64 {
+	switch k {
+	case "comm":
+		return &c.Comm
+	case "data":
+		return &c.DataLoad
+	case "overlap":
+		return &c.Overlap
+	case "unshard":
+		return &c.Unshard
+	case "reduce":
+		return &c.Reduce
+	case "opt":
+		return &c.Opt
+	}
+	return &c.Swap
+}
+
+// Resolve fills the nil per-stage lists by the rule documented on Cost and
+// checks every value. With stages > 0 each list must have length 1 or
+// stages, and the resolved lists all get that common length (lists of length
+// 1 are kept short when every given list has length 1). The receiver is not
+// modified.
+func (c Cost) Resolve(stages int) (Cost, error) {
+	n := 1
+	for _, k := range []string{"F", "B", "I", "W"} {
+		l := *c.stageField(k)
+		if l == nil {
+			continue
+		}
+		if len(l) == 0 {
+			return Cost{}, fmt.Errorf("%s has no values; want 1 (every stage) or one per stage", k)
+		}
+		if len(l) == 1 {
+			continue
+		}
+		if stages > 0 && len(l) != stages {
+			return Cost{}, fmt.Errorf("%s has %d values; want 1 (every stage) or %d (one per stage)", k, len(l), stages)
+		}
+		if n != 1 && len(l) != n {
+			return Cost{}, fmt.Errorf("%s has %d values but another per-stage list has %d; per-stage lists must agree", k, len(l), n)
+		}
+		n = len(l)
+		for s, v := range l {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return Cost{}, fmt.Errorf("%s at stage %d is %v; want a finite value ≥ 0", k, s, v)
+			}
+		}
+	}
+	for _, k := range []string{"F", "B", "I", "W"} {
+		if l := *c.stageField(k); len(l) == 1 && (math.IsNaN(l[0]) || math.IsInf(l[0], 0) || l[0] < 0) {
+			return Cost{}, fmt.Errorf("%s is %v; want a finite value ≥ 0", k, l[0])
+		}
+	}
+	for _, k := range costKeys[4:] {
+		v := *c.scalarField(k)
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return Cost{}, fmt.Errorf("%s is %v; want a finite value ≥ 0", k, v)
+		}
+	}
+	if c.Overlap > 1 {
+		return Cost{}, fmt.Errorf("overlap is %v; want a fraction in [0, 1]", c.Overlap)
+	}
+	at := func(l []float64, s int) float64 {
+		if len(l) == 1 {
+			return l[0]
+		}
+		return l[s]
+	}
+	r := c
+	r.F, r.B, r.I, r.W = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	for s := 0; s < n; s++ {
+		if c.F == nil {
+			r.F[s] = 1
+		} else {
+			r.F[s] = at(c.F, s)
+		}
+		hasB, hasI, hasW := c.B != nil, c.I != nil, c.W != nil
+		var b, i, w float64
+		if hasB {
+			b = at(c.B, s)
+		}
+		if hasI {
+			i = at(c.I, s)
+		}
+		if hasW {
+			w = at(c.W, s)
+		}
+		switch {
+		case hasB && hasI && hasW:
+		case hasB && hasI:
+			w = b - i
+		case hasB && hasW:
+			i = b - w
+		case hasI && hasW:
+			b = i + w
+		case hasB:
+			i, w = b, 0
+		case hasI:
+			w, b = 1, i+1
+		case hasW:
+			b, i = 2, 2-w
+		default:
+			b, i, w = 2, 1, 1
+		}
+		if i < 0 {
+			return Cost{}, fmt.Errorf("stage %d: I = B − W = %v − %v < 0; give W ≤ B, or give I explicitly", s, b, w)
+		}
+		if w < 0 {
+			return Cost{}, fmt.Errorf("stage %d: W = B − I = %v − %v < 0; give I ≤ B, or give W explicitly", s, b, i)
+		}
+		r.B[s], r.I[s], r.W[s] = b, i, w
+	}
+	return r, nil
+}
+
+// String writes the cost in the form ParseCost reads, every key present:
+// "F=1,B=2,I=1,W=1,comm=0,data=0,overlap=0,unshard=0,reduce=0,opt=0,swap=0".
+// Per-stage lists whose values are all equal are written as one value.
+func (c Cost) String() string {
+	if r, err := c.Resolve(0); err == nil {
+		c = r
+	}
+	var b strings.Builder
+	for i, k := range costKeys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		if i < 4 {
+			l := *c.stageField(k)
+			if allEqual(l) {
+				l = l[:min(len(l), 1)]
+			}
+			for j, v := range l {
+				if j > 0 {
+					b.WriteByte(':')
+				}
+				b.WriteString(formatNum(v))
+			}
+			continue
+		}
+		b.WriteString(formatNum(*c.scalarField(k)))
+	}
+	return b.String()
+}
+
+func allEqual(l []float64) bool {
+	for _, v := range l {
+		if v != l[0] {
+			return false
+		}
+	}
+	return true
+}
+
+func formatNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// of returns the per-stage value of a resolved list.
+func of(l []float64, stage int) float64 {
+	if len(l) == 1 {
+		return l[0]
+	}
+	if stage < 0 || stage >= len(l) {
+		return 0
+	}
+	return l[stage]
+}

@@ -1,0 +1,110 @@
+package sim
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseCost(t *testing.T) {
+	f := func(v ...float64) []float64 { return v }
+	tests := []struct {
+		spec       string
+		stages     int
+		f, b, i, w []float64
+		comm       float64
+	}{
+		{"", 4, f(1), f(2), f(1), f(1), 0},
+		{"F=1,B=2,W=1,comm=0", 4, f(1), f(2), f(1), f(1), 0},
+		{"B=3", 2, f(1), f(3), f(3), f(0), 0},
+		{"B=3,W=1", 2, f(1), f(3), f(2), f(1), 0},
+		{"B=3,I=2", 2, f(1), f(3), f(2), f(1), 0},
+		{"I=1.5,W=0.5", 2, f(1), f(2), f(1.5), f(0.5), 0},
+		{"I=3", 1, f(1), f(4), f(3), f(1), 0},
+		{"W=0.5", 1, f(1), f(2), f(1.5), f(0.5), 0},
+		{"B=4,I=3,W=2", 1, f(1), f(4), f(3), f(2), 0},
+		{" f = 2 , b=4 , COMM=0.25 ", 3, f(2), f(4), f(4), f(0), 0.25},
+		{"F=1:1:1:1.4,B=2", 4, f(1, 1, 1, 1.4), f(2, 2, 2, 2), f(2, 2, 2, 2), f(0, 0, 0, 0), 0},
+		{"F=1:2,B=2:4,W=1", 2, f(1, 2), f(2, 4), f(1, 3), f(1, 1), 0},
+		{"F=1:2:3", 0, f(1, 2, 3), f(2, 2, 2), f(1, 1, 1), f(1, 1, 1), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.spec, func(t *testing.T) {
+			c, err := ParseCost(tt.spec, tt.stages)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.F, tt.f) || !reflect.DeepEqual(c.B, tt.b) || !reflect.DeepEqual(c.I, tt.i) || !reflect.DeepEqual(c.W, tt.w) || c.Comm != tt.comm {
+				t.Errorf("got F=%v B=%v I=%v W=%v comm=%v; want F=%v B=%v I=%v W=%v comm=%v", c.F, c.B, c.I, c.W, c.Comm, tt.f, tt.b, tt.i, tt.w, tt.comm)
+			}
+			// String round-trips.
+			d, err := ParseCost(c.String(), tt.stages)
+			if err != nil {
+				t.Fatalf("ParseCost(%q): %v", c.String(), err)
+			}
+			if !reflect.DeepEqual(c, d) {
+				t.Errorf("round trip through %q: %+v != %+v", c.String(), d, c)
+			}
+		})
+	}
+}
+
+func TestParseCostScalars(t *testing.T) {
+	c, err := ParseCost("data=0.5,overlap=0.25,unshard=1,reduce=2,opt=3,swap=4,comm=0.1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultCost()
+	want.DataLoad, want.Overlap, want.Unshard, want.Reduce, want.Opt, want.Swap, want.Comm = 0.5, 0.25, 1, 2, 3, 4, 0.1
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+	if got := c.String(); got != "F=1,B=2,I=1,W=1,comm=0.1,data=0.5,overlap=0.25,unshard=1,reduce=2,opt=3,swap=4" {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+func TestParseCostErrors(t *testing.T) {
+	tests := []struct{ spec, want string }{
+		{"X=1", `unknown key "X"; valid keys are F, B, I, W, comm, data, overlap, unshard, reduce, opt, swap`},
+		{"F", `"F" is not key=value`},
+		{"F=1,F=2", "key F given twice"},
+		{"F=a", `F=a: "a" is not a number`},
+		{"F=1:2:3", "F has 3 values; want 1 (every stage) or 4 (one per stage, colon-separated)"},
+		{"B=-1", "B=-1: costs cannot be negative"},
+		{"comm=1:2", "comm takes one value, not a per-stage list"},
+		{"comm=NaN", `comm=NaN: "NaN" is not a number`},
+		{"F=Inf", `"Inf" is not a number`},
+		{"overlap=2", "overlap=2: want a fraction in [0, 1]"},
+		{"B=1,W=2", "stage 0: I = B − W = 1 − 2 < 0"},
+		{"B=1,I=2", "stage 0: W = B − I = 1 − 2 < 0"},
+		{"W=3", "I = B − W = 2 − 3 < 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.spec, func(t *testing.T) {
+			_, err := ParseCost(tt.spec, 4)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.spec) {
+				t.Errorf("error %q does not quote the spec", err)
+			}
+		})
+	}
+}
+
+func TestResolveZeroIsDefault(t *testing.T) {
+	c, err := Cost{}.Resolve(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c, DefaultCost()) {
+		t.Errorf("zero cost resolves to %+v, want %+v", c, DefaultCost())
+	}
+	if _, err := (Cost{F: []float64{1, 2}, B: []float64{1, 2, 3}}).Resolve(0); err == nil || !strings.Contains(err.Error(), "per-stage lists must agree") {
+		t.Errorf("mismatched lists: err = %v", err)
+	}
+	if _, err := (Cost{F: []float64{}}).Resolve(0); err == nil {
+		t.Errorf("empty list accepted")
+	}
+}

@@ -1,0 +1,72 @@
+// Package sim is ppgen's cost model and discrete-event simulator: it times a
+// program under the strict execution model of docs/internals.md and renders
+// the result as metrics, a terminal grid, a Chrome trace and an SVG timeline.
+//
+// # Cost model
+//
+// Cost gives per-stage costs of F, B (full backward), I and W (its two
+// halves), a latency per transfer (comm), and costs of the local steps
+// (DATA_LOAD, UNSHARD, REDUCE_GRAD, OPT_STEP) and of a swap transfer; see
+// Cost for the rule deriving I and W from B. ParseCost reads the command-line
+// form "F=1,B=2,W=1,comm=0" with per-stage lists "F=1:1:1:1.4". The default
+// is F=1, B=2, W=1 (I=1), everything else 0.
+//
+// # Timing rules
+//
+// Every rank has a host that walks its program in order, a compute stream,
+// a comm stream and a swap stream. Time starts at 0.
+//
+//   - Compute steps (F, B, I, W, overlaps) block the host: a compute step
+//     starts when the host reaches it (the previous host step ended) and
+//     every input it consumes is ready, and ends after its cost.
+//   - The inputs of a compute step: F(s,m) consumes the rank's RECV_F(s,m)
+//     when the rank has one (ready when the transfer completes); otherwise,
+//     for s > 0, the output of F(s−1,m) (ready at that step's end, plus the
+//     comm latency when it ran on another rank); F(s,m) also consumes the
+//     rank's DATA_RECV(s,m) when it has one (labels for the loss; gen/verify
+//     and gen/passes model it the same way). B/I(s,m) consumes F(s,m) and
+//     the rank's RECV_B(s,m) when it has one, otherwise B/I(s+1,m) for
+//     s < S−1 (same latency rule). W(s,m) consumes I(s,m) (or B(s,m)). So a
+//     compute-only program (no transfers) is timed with a latency per
+//     cross-rank edge, colocated neighbours (the turn of a V) cost nothing,
+//     and a lowered program missing a receive still gets a latency for that
+//     edge rather than none.
+//   - An OVERLAP_F_B / OVERLAP_B_F step is one compute step consuming the
+//     inputs of both sub-steps; it takes max(a, b) + Cost.Overlap·min(a, b)
+//     where a and b are its sub-steps' costs (default: max(a, b)).
+//   - Transfers (SEND_F, RECV_F, SEND_B, RECV_B, DATA_SEND, DATA_RECV) are
+//     posted when the host reaches them (after every preceding host step
+//     ended; the host does not block on them) and run in program order on
+//     the rank's comm stream. Sends and receives are matched FIFO per
+//     (source rank, destination rank, channel). A matched pair starts at
+//     max(both posted, both streams free of earlier transfers) and both
+//     halves complete Cost.Comm later (rendezvous).
+//   - DATA_LOAD, UNSHARD, RESHARD (free), REDUCE_GRAD and OPT_STEP run on
+//     the host for their cost and block it.
+//   - SWAP_LAUNCH_OFFLOAD / SWAP_LAUNCH_LOAD are posted to the swap stream
+//     (in order, Cost.Swap each); SWAP_WAIT_OFFLOAD / SWAP_WAIT_LOAD block
+//     the host until the latest earlier launch of the same kind and chunk
+//     ends.
+//
+// The dependency graph has no choices, so one simulation decides whether
+// the program completes. When it does not, Run returns a *DeadlockError
+// naming every stuck rank, the step its host is blocked at and what it waits
+// for, and the head of its comm stream and its partner; unmatched transfers
+// and steps waiting for steps that no rank runs are reported likewise. All
+// such errors wrap ErrStuck.
+//
+// # Metrics
+//
+// Makespan is the end of the last event. Bubble is the whole-iteration bubble
+// 1 − ΣBusy/(P·Makespan); BubbleSpan the stage-span bubble Σ(Span−Busy)/ΣSpan
+// with Span from each rank's first compute start to its last compute end.
+// Busy counts model compute only. PeakActivations counts live chunks per
+// rank (see Result). Results are deterministic: Events hold every step in
+// rank order, then program order.
+//
+// # Rendering
+//
+// Grid draws a text grid for terminals, Trace a Chrome trace-event file
+// (Perfetto, chrome://tracing; one cost unit = 1 ms), SVG and SVGCompare an
+// SVG timeline. All outputs are deterministic bytes.
+package sim

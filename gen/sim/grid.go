@@ -1,0 +1,177 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// Grid draws the compute lane of every rank as a text grid for terminals:
+// one row per rank, one column per time unit. The unit is the smallest
+// compute cost in the result; when the grid would be wider than width
+// characters (width > 0) the unit grows to the next "nice" value (1, 1.5, 2,
+// 2.5, 3, 4, 5, 6 or 8 times a power of ten) that fits. A cell shows the step that occupies
+// most of its time span: the kind letter and micro-batch of the step where
+// it starts ("F3", "B3", "I3", "W3"; an overlap shows both sub-steps,
+// "F7B3"; D, U, G, O and S stand for DATA_LOAD, UNSHARD, REDUCE_GRAD,
+// OPT_STEP and SWAP_WAIT), dashes where it continues, and '.' when the rank
+// is idle. Transfers and swaps are not drawn. A header gives the time scale
+// with a ruler.
+func Grid(r Result, p ir.Program, width int) string {
+	P := len(r.Offsets)
+	type box struct {
+		start, end float64
+		label      string
+	}
+	rows := make([][]box, P)
+	unit := math.Inf(1)
+	labelW := 1
+	for _, ev := range r.Events {
+		if ev.Lane != LaneCompute || ev.End <= ev.Start || ev.Rank < 0 || ev.Rank >= P {
+			continue
+		}
+		l := gridLabel(ev.Step)
+		rows[ev.Rank] = append(rows[ev.Rank], box{ev.Start, ev.End, l})
+		labelW = max(labelW, len(l))
+		if ev.Step.Kind.IsCompute() {
+			unit = min(unit, ev.End-ev.Start)
+		}
+	}
+	if math.IsInf(unit, 1) {
+		unit = math.Inf(1)
+		for _, row := range rows {
+			for _, b := range row {
+				unit = min(unit, b.end-b.start)
+			}
+		}
+		if math.IsInf(unit, 1) {
+			unit = 1
+		}
+	}
+	cw := labelW + 1
+	prefixW := len("rank " + strconv.Itoa(max(P-1, 0)))
+	prefix := func(s string) string { return s + strings.Repeat(" ", prefixW-len(s)) + " |" }
+	cols := int(math.Ceil(r.Makespan/unit - 1e-9))
+	if width > 0 {
+		avail := max((width-prefixW-2)/cw, 1)
+		if cols > avail {
+			unit = niceAtLeast(r.Makespan / float64(avail))
+			cols = int(math.Ceil(r.Makespan/unit - 1e-9))
+		}
+	}
+	cols = max(cols, 0)
+
+	var b strings.Builder
+	name := p.Placement.Name
+	if name == "" {
+		name = "table"
+	}
+	fmt.Fprintf(&b, "P=%d S=%d M=%d (%s placement)  makespan %s  bubble %.3f (stage span %.3f)  peak activations %d\n",
+		P, p.Stages(), p.Micro, name, formatNum(round9(r.Makespan)), r.Bubble, r.BubbleSpan, r.Peak())
+	fmt.Fprintf(&b, "1 column = %s time unit(s); '.' idle, '-' the step goes on\n", formatNum(round9(unit)))
+
+	// Ruler: a time label every k columns, k chosen so labels do not collide.
+	longest := len(formatNum(round9(float64(cols) * unit)))
+	k := 1
+	for _, step := range []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000} {
+		k = step
+		if step*cw >= longest+1 {
+			break
+		}
+	}
+	ruler := []byte(strings.Repeat(" ", cols*cw+longest))
+	for c := 0; c <= cols; c += k {
+		copy(ruler[c*cw:], formatNum(round9(float64(c)*unit)))
+	}
+	b.WriteString(prefix("time"))
+	b.WriteString(strings.TrimRight(string(ruler), " "))
+	b.WriteByte('\n')
+
+	for rank, row := range rows {
+		b.WriteString(prefix("rank " + strconv.Itoa(rank)))
+		bi, prev := 0, -1
+		for c := 0; c < cols; c++ {
+			lo, hi := float64(c)*unit, float64(c+1)*unit
+			for bi < len(row) && row[bi].end <= lo {
+				bi++
+			}
+			best, bestOv := -1, 0.0
+			for j := bi; j < len(row) && row[j].start < hi; j++ {
+				ov := min(hi, row[j].end) - max(lo, row[j].start)
+				if ov > bestOv+1e-12 {
+					best, bestOv = j, ov
+				}
+			}
+			var cell string
+			switch {
+			case best < 0:
+				cell = "."
+			case best == prev:
+				cell = strings.Repeat("-", cw-1)
+			default:
+				cell = row[best].label
+			}
+			prev = best
+			b.WriteString(cell)
+			if c < cols-1 {
+				b.WriteString(strings.Repeat(" ", cw-len(cell)))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// gridLabel is the short form of a step in a grid cell.
+func gridLabel(st ir.Step) string {
+	micro := func(s ir.Step) string {
+		if s.Micro < 0 {
+			return ""
+		}
+		return strconv.Itoa(s.Micro)
+	}
+	switch st.Kind {
+	case ir.Forward, ir.Backward, ir.BackwardInput, ir.BackwardWeight:
+		return st.Kind.String() + micro(st)
+	case ir.OverlapFB, ir.OverlapBF:
+		var b strings.Builder
+		for _, sub := range st.Sub {
+			b.WriteString(gridLabel(sub))
+		}
+		return b.String()
+	case ir.DataLoad:
+		return "D" + micro(st)
+	case ir.Unshard:
+		return "U"
+	case ir.Reshard:
+		return "R"
+	case ir.ReduceGrad:
+		return "G"
+	case ir.OptStep:
+		return "O"
+	case ir.SwapWaitOffload, ir.SwapWaitLoad:
+		return "S" + micro(st)
+	}
+	return "?"
+}
+
+// niceAtLeast returns the smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a
+// power of ten that is ≥ v (v > 0).
+func niceAtLeast(v float64) float64 {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 1
+	}
+	e := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
+		if m*e >= v*(1-1e-12) {
+			return m * e
+		}
+	}
+	return 10 * e
+}
+
+// round9 rounds to 9 decimals, hiding float noise in printed times.
+func round9(v float64) float64 { return math.Round(v*1e9) / 1e9 }

@@ -1,0 +1,301 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"html"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// SVGMeta labels an SVG timeline.
+type SVGMeta struct {
+	Schedule string // schedule name for the title, e.g. "zbv"
+	Title    string // replaces Schedule in the title when set
+	Width    int    // total width in pixels; 0 means 1200
+}
+
+// SVGPanel is one timeline of SVGCompare.
+type SVGPanel struct {
+	Result  Result
+	Program ir.Program
+	Meta    SVGMeta
+}
+
+// category is the colour class of a box.
+type category int
+
+const (
+	catF category = iota
+	catB
+	catI
+	catW
+	catComm
+	catData
+	catSwap
+	catFSDP
+	catOpt
+	numCats
+)
+
+var catInfo = [numCats]struct {
+	name, fill, text string
+}{
+	catF:    {"F forward", "#4e79a7", "#ffffff"},
+	catB:    {"B backward", "#59a14f", "#ffffff"},
+	catI:    {"I input grad", "#f28e2b", "#000000"},
+	catW:    {"W weight grad", "#b07aa1", "#ffffff"},
+	catComm: {"comm", "#8c8c8c", "#ffffff"},
+	catData: {"data", "#9c755f", "#ffffff"},
+	catSwap: {"swap", "#76b7b2", "#000000"},
+	catFSDP: {"FSDP", "#edc948", "#000000"},
+	catOpt:  {"optimizer", "#e15759", "#ffffff"},
+}
+
+func categoryOf(k ir.Kind) category {
+	switch k {
+	case ir.Forward:
+		return catF
+	case ir.Backward:
+		return catB
+	case ir.BackwardInput:
+		return catI
+	case ir.BackwardWeight:
+		return catW
+	case ir.DataLoad, ir.DataSend, ir.DataRecv:
+		return catData
+	case ir.SendF, ir.RecvF, ir.SendB, ir.RecvB:
+		return catComm
+	case ir.SwapLaunchOffload, ir.SwapLaunchLoad, ir.SwapWaitOffload, ir.SwapWaitLoad:
+		return catSwap
+	case ir.Unshard, ir.Reshard, ir.ReduceGrad:
+		return catFSDP
+	}
+	return catOpt
+}
+
+// SVG layout constants, in pixels.
+const (
+	svgDefaultWidth = 1200
+	svgLeft         = 64 // rank labels
+	svgRight        = 16
+	svgTitleH       = 30
+	svgComputeH     = 20
+	svgStripH       = 6 // comm and swap strips under a rank's compute row
+	svgLaneGap      = 5
+	svgAxisH        = 22
+	svgPanelGap     = 18
+	svgLegendH      = 28
+)
+
+// SVG renders the result as an SVG timeline: one lane per rank with its
+// compute row (F, B, I, W, data loads, FSDP and host steps; an overlap is
+// drawn as two half-height boxes) and, when they take time, thin strips for
+// its transfers and swaps; boxes are coloured by kind and carry their
+// micro-batch number when it fits; idle time shows as the grey lane
+// background. The title gives the schedule, P, V, M, the bubble and the peak
+// activations; a time axis and a legend of the kinds present follow. Boxes
+// are scaled so the whole iteration spans meta.Width (default 1200) pixels;
+// every box has a tooltip with its step and times. Deterministic bytes.
+func SVG(r Result, p ir.Program, meta SVGMeta) []byte {
+	return SVGCompare(SVGPanel{Result: r, Program: p, Meta: meta})
+}
+
+// SVGCompare stacks several timelines in one SVG on a shared time scale (the
+// longest makespan spans the width), so schedules can be compared by eye.
+// The width is that of the first panel's meta (default 1200).
+func SVGCompare(panels ...SVGPanel) []byte {
+	width := svgDefaultWidth
+	if len(panels) > 0 && panels[0].Meta.Width > 0 {
+		width = max(panels[0].Meta.Width, svgLeft+svgRight+100)
+	}
+	plotW := float64(width - svgLeft - svgRight)
+	span := 0.0
+	for _, pn := range panels {
+		span = max(span, pn.Result.Makespan)
+	}
+	if span <= 0 {
+		span = 1
+	}
+	scale := plotW / span
+
+	var body bytes.Buffer
+	used := [numCats]bool{}
+	y := 0.0
+	for i, pn := range panels {
+		if i > 0 {
+			y += svgPanelGap
+		}
+		y = svgPanel(&body, pn, y, width, scale, &used)
+	}
+	// Legend.
+	y += 8
+	x := float64(svgLeft)
+	fmt.Fprintf(&body, "<g class=\"legend\" font-size=\"11\">\n")
+	fmt.Fprintf(&body, "<rect x=\"%s\" y=\"%s\" width=\"12\" height=\"12\" fill=\"#eeeeee\" stroke=\"#bbbbbb\"/><text x=\"%s\" y=\"%s\">idle</text>\n",
+		px(x), px(y), px(x+16), px(y+10))
+	x += 56
+	for c := category(0); c < numCats; c++ {
+		if !used[c] {
+			continue
+		}
+		fmt.Fprintf(&body, "<rect x=\"%s\" y=\"%s\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%s\" y=\"%s\">%s</text>\n",
+			px(x), px(y), catInfo[c].fill, px(x+16), px(y+10), catInfo[c].name)
+		x += 24 + 6.5*float64(len(catInfo[c].name))
+	}
+	body.WriteString("</g>\n")
+	height := int(math.Ceil(y + svgLegendH - 8))
+
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+		width, height, width, height)
+	fmt.Fprintf(&out, "<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height)
+	out.Write(body.Bytes())
+	out.WriteString("</svg>\n")
+	return out.Bytes()
+}
+
+// svgPanel draws one timeline from y downwards and returns the y below it.
+func svgPanel(b *bytes.Buffer, pn SVGPanel, y float64, width int, scale float64, used *[numCats]bool) float64 {
+	r, p := pn.Result, pn.Program
+	P := len(r.Offsets)
+	hasComm, hasSwap := false, false
+	for _, ev := range r.Events {
+		if ev.End > ev.Start {
+			hasComm = hasComm || ev.Lane == LaneComm
+			hasSwap = hasSwap || ev.Lane == LaneSwap
+		}
+	}
+	laneH := float64(svgComputeH)
+	if hasComm {
+		laneH += svgStripH + 1
+	}
+	if hasSwap {
+		laneH += svgStripH + 1
+	}
+
+	// Title.
+	name := pn.Meta.Title
+	if name == "" {
+		name = pn.Meta.Schedule
+	}
+	if name == "" {
+		name = "schedule"
+	}
+	v := "?"
+	if vv := p.Placement.Virtual(); vv > 0 {
+		v = strconv.Itoa(vv)
+	}
+	fmt.Fprintf(b, "<g class=\"panel\">\n<text x=\"%d\" y=\"%s\" font-size=\"15\" font-weight=\"bold\">%s</text>", svgLeft, px(y+20), html.EscapeString(name))
+	fmt.Fprintf(b, "<text x=\"%d\" y=\"%s\" font-size=\"12\" text-anchor=\"end\" fill=\"#333333\">P=%d V=%s M=%d · makespan %s · bubble %.1f%% (stage span %.1f%%) · peak activations %d</text>\n",
+		width-svgRight, px(y+20), P, v, p.Micro, formatNum(round9(r.Makespan)), 100*r.Bubble, 100*r.BubbleSpan, r.Peak())
+	y += svgTitleH
+	top := y
+
+	// Lanes.
+	laneY := func(rank int) float64 { return top + float64(rank)*(laneH+svgLaneGap) }
+	for rank := 0; rank < P; rank++ {
+		ly := laneY(rank)
+		fmt.Fprintf(b, "<text x=\"%d\" y=\"%s\" font-size=\"11\" text-anchor=\"end\">rank %d</text>", svgLeft-6, px(ly+14), rank)
+		fmt.Fprintf(b, "<rect x=\"%d\" y=\"%s\" width=\"%s\" height=\"%d\" fill=\"#eeeeee\"/>\n", svgLeft, px(ly), px(r.Makespan*scale), svgComputeH)
+	}
+	bottom := laneY(P) - svgLaneGap
+
+	// Time axis: grid lines and labels every nice step of about 80 px.
+	tick := nice125(80 / scale)
+	for t := 0.0; t <= r.Makespan+1e-9; t += tick {
+		x := float64(svgLeft) + t*scale
+		fmt.Fprintf(b, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"#d0d0d0\" stroke-width=\"0.5\"/>", px(x), px(top), px(x), px(bottom+3))
+		fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\" font-size=\"10\" text-anchor=\"middle\" fill=\"#555555\">%s</text>\n", px(x), px(bottom+14), formatNum(round9(t)))
+	}
+
+	// Boxes.
+	for _, ev := range r.Events {
+		if ev.End <= ev.Start || ev.Rank < 0 || ev.Rank >= P {
+			continue
+		}
+		x := float64(svgLeft) + ev.Start*scale
+		w := (ev.End - ev.Start) * scale
+		ly := laneY(ev.Rank)
+		tip := fmt.Sprintf("rank %d %s [%s, %s]", ev.Rank, ev.Step, formatNum(round9(ev.Start)), formatNum(round9(ev.End)))
+		switch ev.Lane {
+		case LaneComm:
+			used[categoryOf(ev.Step.Kind)] = true
+			svgBox(b, x, ly+svgComputeH+1, w, svgStripH, categoryOf(ev.Step.Kind), "", tip)
+		case LaneSwap:
+			used[catSwap] = true
+			sy := ly + svgComputeH + 1
+			if hasComm {
+				sy += svgStripH + 1
+			}
+			svgBox(b, x, sy, w, svgStripH, catSwap, "", tip)
+		default:
+			if ev.Step.Kind.IsOverlap() && len(ev.Step.Sub) == 2 {
+				h := float64(svgComputeH) / 2
+				for j, sub := range ev.Step.Sub {
+					c := categoryOf(sub.Kind)
+					used[c] = true
+					svgBox(b, x, ly+float64(j)*h, w, h, c, microText(sub), tip)
+				}
+				continue
+			}
+			c := categoryOf(ev.Step.Kind)
+			used[c] = true
+			svgBox(b, x, ly, w, svgComputeH, c, microText(ev.Step), tip)
+		}
+	}
+	b.WriteString("</g>\n")
+	return bottom + svgAxisH
+}
+
+func microText(st ir.Step) string {
+	if st.Micro < 0 {
+		return ""
+	}
+	return strconv.Itoa(st.Micro)
+}
+
+// svgBox draws one box with an optional centred label (when it fits) and a tooltip.
+func svgBox(b *bytes.Buffer, x, y, w, h float64, c category, label, tip string) {
+	stroke := ""
+	if w >= 3 {
+		stroke = " stroke=\"#ffffff\" stroke-width=\"0.5\""
+	}
+	fmt.Fprintf(b, "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"%s\"%s><title>%s</title></rect>",
+		px(x), px(y), px(max(w, 0.5)), px(h), catInfo[c].fill, stroke, html.EscapeString(tip))
+	if label != "" {
+		size := min(11, h-4, (w-1)/(0.6*float64(len(label))))
+		if size >= 5 {
+			fmt.Fprintf(b, "<text x=\"%s\" y=\"%s\" font-size=\"%s\" text-anchor=\"middle\" fill=\"%s\" pointer-events=\"none\">%s</text>",
+				px(x+w/2), px(y+h/2+size*0.36), px(size), catInfo[c].text, label)
+		}
+	}
+	b.WriteByte('\n')
+}
+
+// nice125 returns the smallest of 1, 2, 5 times a power of ten that is ≥ v.
+func nice125(v float64) float64 {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 1
+	}
+	e := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*e >= v*(1-1e-12) {
+			return m * e
+		}
+	}
+	return 10 * e
+}
+
+// px formats a coordinate with at most two decimals.
+func px(v float64) string {
+	s := strconv.FormatFloat(math.Round(v*100)/100, 'f', 2, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	if s == "-0" {
+		s = "0"
+	}
+	return s
+}

@@ -1,0 +1,36 @@
+// Package verify proves a ppgen program safe, or says precisely why it is
+// not (DESIGN.md §6, docs/internals.md).
+//
+// Check runs, in order, and stops at the first failure:
+//
+//  1. structure: known kinds; stages, micro-batches and peers in range; every
+//     step on the rank holding its stage; peers as the placement says; no
+//     transfer between colocated stages; overlap steps holding one forward
+//     and one backward; no duplicated step (a second F, B/I, W, DATA_LOAD or
+//     transfer of one chunk);
+//  2. preconditions, in program order: F has its input (a RECV_F, the
+//     previous stage's F on this rank, or for stage 0 its DATA_LOAD when the
+//     program has data steps) and, on the last stage, its labels; B and I
+//     follow their F and have their output gradient (a RECV_B, the next
+//     stage's B/I on this rank, or the loss on the last stage); W follows
+//     its I; SEND_F follows its F, SEND_B its B/I; DATA_SEND has the data;
+//     OPT_STEP comes after every compute step of its rank. The two
+//     sub-steps of an overlap run together: neither may feed the other;
+//  3. completeness: every (stage, micro) has one F and one backward (B, or
+//     I then W);
+//  4. matching (lowered programs): sends and receives pair FIFO per (source
+//     rank, destination rank, channel), every one has a partner, and
+//     partners agree (SEND_F(s,m) with RECV_F(s+1,m), SEND_B(s,m) with
+//     RECV_B(s-1,m), DATA_SEND(s,m) with DATA_RECV(s+1,m));
+//  5. deadlock freedom under the strict model (gen/internal/strict; one
+//     simulation decides). A program without transfers is compute-only:
+//     then each compute step waits for its producer on another rank, and a
+//     cross-rank dependency cycle is a deadlock too;
+//  6. memory: peak live chunks per rank (from F to the last backward, W or B)
+//     within Options.MaxActivations, and, when slots are assigned, one slot
+//     per chunk and no two chunks of one slot live at once (the lifetime
+//     docs/internals.md "Buffer slots" defines).
+//
+// Errors are *Error (rank, step index, step, Code, reason) or *DeadlockError
+// (the ring of ranks and the step each is blocked on).
+package verify

@@ -1,0 +1,422 @@
+package verify
+
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// Options configures Check.
+type Options struct {
+	// MaxActivations bounds the number of live chunks (activations kept from
+	// a chunk's F to its last backward) on any rank; 0 means unlimited.
+	MaxActivations int
+}
+
+// Report describes a checked program. Fields a failed check did not reach
+// are left empty.
+type Report struct {
+	// Lowered is true when the program holds transfers; a program without
+	// any is checked as compute-only.
+	Lowered   bool
+	Steps     int // steps on all ranks
+	Transfers int // transfer steps on all ranks
+	// PeakActivations is, per rank, the most chunks live at once.
+	PeakActivations []int
+	// Slots is, per rank, one more than the largest slot used (0 when the
+	// program has no slots assigned).
+	Slots []int
+}
+
+// Per-chunk step tables: at[a][stage*M+micro] is the index of that step on
+// its rank (every step of a chunk runs on its stage's rank), or -1.
+const (
+	aF = iota
+	aBwd
+	aW
+	aLoad
+	aSendF
+	aRecvF
+	aSendB
+	aRecvB
+	aDSend
+	aDRecv
+	nAt
+)
+
+func atOf(k ir.Kind) int {
+	switch k {
+	case ir.Forward:
+		return aF
+	case ir.Backward, ir.BackwardInput:
+		return aBwd
+	case ir.BackwardWeight:
+		return aW
+	case ir.DataLoad:
+		return aLoad
+	case ir.SendF:
+		return aSendF
+	case ir.RecvF:
+		return aRecvF
+	case ir.SendB:
+		return aSendB
+	case ir.RecvB:
+		return aRecvB
+	case ir.DataSend:
+		return aDSend
+	case ir.DataRecv:
+		return aDRecv
+	}
+	return -1
+}
+
+type checker struct {
+	p       ir.Program
+	opt     Options
+	P, S, M int
+	rankOf  []int
+	lowered bool
+	hasData bool
+	at      [nAt][]int32
+	bwdIsI  []bool // per chunk: its backward is an I
+	// opAt[a][chunk]: op id of the transfer in table a (aSendF..aDRecv)
+	opAt [nAt][]int32
+	// comm ops in (rank, index) order: the ids gen/internal/strict uses
+	opRank    []int32
+	opIdx     []int32
+	opPartner []int32 // set by match
+	// per rank
+	lastCompute []int32
+	optAt       []int32
+	rep         Report
+}
+
+// Check verifies p (see the package documentation for what it checks) and
+// returns a report and the first problem found: an *Error, or a
+// *DeadlockError when the program would hang.
+func Check(p ir.Program, opt Options) (Report, error) {
+	c := &checker{p: p, opt: opt}
+	if err := c.structure(); err != nil {
+		return c.rep, err
+	}
+	if err := c.preconditions(); err != nil {
+		return c.rep, err
+	}
+	if err := c.complete(); err != nil {
+		return c.rep, err
+	}
+	if c.lowered {
+		if err := c.match(); err != nil {
+			return c.rep, err
+		}
+	}
+	if err := c.deadlock(); err != nil {
+		return c.rep, err
+	}
+	if err := c.memory(); err != nil {
+		return c.rep, err
+	}
+	if err := c.slots(); err != nil {
+		return c.rep, err
+	}
+	return c.rep, nil
+}
+
+func (c *checker) fail(r, i int, st ir.Step, code Code, format string, args ...any) *Error {
+	return &Error{Rank: r, Index: i, Step: st, Code: code, Reason: fmt.Sprintf(format, args...)}
+}
+
+// structure checks every step's form and fills the chunk tables.
+func (c *checker) structure() error {
+	p := c.p
+	c.P, c.S, c.M = len(p.Ranks), p.Stages(), p.Micro
+	c.rankOf = p.Placement.RankOf
+	c.rep.Steps = p.NumSteps()
+	switch {
+	case c.P == 0:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: "the program has no ranks"}
+	case p.Placement.NumRanks != c.P:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the placement has %d ranks but the program has %d rank lists", p.Placement.NumRanks, c.P)}
+	case c.S == 0:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: "the placement has no stages"}
+	case c.M <= 0:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the program has %d micro-batches; want at least 1", c.M)}
+	}
+	for s, r := range c.rankOf {
+		if r < 0 || r >= c.P {
+			return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the placement puts stage %d on rank %d, outside 0..%d", s, r, c.P-1)}
+		}
+	}
+	n := c.S * c.M
+	for a := range c.at {
+		c.at[a] = make([]int32, n)
+		for i := range c.at[a] {
+			c.at[a][i] = -1
+		}
+	}
+	for _, a := range [...]int{aSendF, aRecvF, aSendB, aRecvB, aDSend, aDRecv} {
+		c.opAt[a] = make([]int32, n)
+	}
+	c.bwdIsI = make([]bool, n)
+	c.lastCompute = make([]int32, c.P)
+	c.optAt = make([]int32, c.P)
+	for r, steps := range p.Ranks {
+		c.lastCompute[r], c.optAt[r] = -1, -1
+		for i, st := range steps {
+			if st.Kind.IsOverlap() {
+				if err := c.overlapShape(r, i, st); err != nil {
+					return err
+				}
+				for _, sub := range st.Sub {
+					if err := c.leaf(r, i, st, sub); err != nil {
+						return err
+					}
+				}
+				c.lastCompute[r] = int32(i)
+				continue
+			}
+			if err := c.leaf(r, i, st, st); err != nil {
+				return err
+			}
+		}
+	}
+	c.lowered = len(c.opRank) > 0
+	c.rep.Lowered = c.lowered
+	c.rep.Transfers = len(c.opRank)
+	return nil
+}
+
+func (c *checker) overlapShape(r, i int, st ir.Step) error {
+	if len(st.Sub) != 2 {
+		return c.fail(r, i, st, Structure, "an overlap holds exactly two sub-steps, this one %d", len(st.Sub))
+	}
+	isBwd := func(k ir.Kind) bool { return k == ir.Backward || k == ir.BackwardInput || k == ir.BackwardWeight }
+	a, b := st.Sub[0].Kind, st.Sub[1].Kind
+	ok := (st.Kind == ir.OverlapFB && a == ir.Forward && isBwd(b)) || (st.Kind == ir.OverlapBF && isBwd(a) && b == ir.Forward)
+	if !ok {
+		want := "(F;B)"
+		if st.Kind == ir.OverlapBF {
+			want = "(B;F)"
+		}
+		return c.fail(r, i, st, Structure, "%s runs a forward and a backward (B, I or W) in the order %s", st.Kind, want)
+	}
+	return nil
+}
+
+// leaf checks one non-overlap step (st, or a sub-step of the overlap top).
+func (c *checker) leaf(r, i int, top, st ir.Step) error {
+	k := st.Kind
+	if k == ir.Invalid || k > ir.OptStep || k.IsOverlap() {
+		return c.fail(r, i, top, Structure, "%s is not a step kind that may appear here", k)
+	}
+	if st.Slot < ir.None {
+		return c.fail(r, i, top, Structure, "slot %d is negative (None is %d)", st.Slot, ir.None)
+	}
+	if k == ir.OptStep {
+		if c.optAt[r] >= 0 {
+			return c.fail(r, i, top, Duplicate, "a second OPT_STEP on this rank (the first is step %d); the optimizer steps once per iteration", c.optAt[r])
+		}
+		c.optAt[r] = int32(i)
+		return nil
+	}
+	s, m := st.Stage, st.Micro
+	if s < 0 || s >= c.S {
+		return c.fail(r, i, top, Structure, "stage %d is outside 0..%d", s, c.S-1)
+	}
+	if c.rankOf[s] != r {
+		return c.fail(r, i, top, Structure, "stage %d lives on rank %d (placement %s), not on rank %d; every step runs on its stage's rank", s, c.rankOf[s], c.p.Placement, r)
+	}
+	if !k.HasMicro() {
+		return nil // UNSHARD, RESHARD, REDUCE_GRAD: nothing more to check yet
+	}
+	if m < 0 || m >= c.M {
+		return c.fail(r, i, top, Structure, "micro-batch %d is outside 0..%d", m, c.M-1)
+	}
+	if k.IsCompute() {
+		c.lastCompute[r] = int32(i)
+	}
+	if k.IsComm() {
+		want := c.p.Placement.PeerOf(k, s)
+		switch {
+		case want == ir.None:
+			return c.fail(r, i, top, Structure, "stage %d has no neighbour to %s (stages are 0..%d)", s, map[bool]string{true: "send to", false: "receive from"}[k.IsSend()], c.S-1)
+		case want == r:
+			return c.fail(r, i, top, Structure, "a transfer to its own rank: both stages live on rank %d, where colocated stages exchange through the slot (src), not a transfer", r)
+		case st.Peer != want:
+			if st.Peer == ir.None {
+				return c.fail(r, i, top, Structure, "peer not set; the placement puts the other end on rank %d (use Program.ResolvePeers)", want)
+			}
+			return c.fail(r, i, top, Structure, "peer %d, but the placement puts the other end on rank %d", st.Peer, want)
+		}
+	}
+	if k == ir.DataLoad && s != 0 && s != c.S-1 {
+		return c.fail(r, i, top, Structure, "DATA_LOAD loads the input on stage 0 or the labels on the last stage (%d), not on stage %d; ship labels with DATA_SEND/DATA_RECV", c.S-1, s)
+	}
+	a := atOf(k)
+	if a < 0 {
+		return nil // swap steps: range and placement only, for now
+	}
+	ch := s*c.M + m
+	if prev := c.at[a][ch]; prev >= 0 {
+		if a == aBwd {
+			return c.fail(r, i, top, Duplicate, "a second backward of stage %d micro %d (step %d ran %s); a chunk has one backward: B, or I then W", s, m, prev, c.stepAt(r, int(prev), ir.Backward, s, m))
+		}
+		return c.fail(r, i, top, Duplicate, "%s runs twice on this rank (first at step %d); it may run once", st, prev)
+	}
+	c.at[a][ch] = int32(i)
+	if k == ir.BackwardInput {
+		c.bwdIsI[ch] = true
+	}
+	if k.IsComm() {
+		c.opAt[a][ch] = int32(len(c.opRank))
+		c.opRank = append(c.opRank, int32(r))
+		c.opIdx = append(c.opIdx, int32(i))
+	}
+	if k == ir.DataLoad || k == ir.DataRecv {
+		c.hasData = true
+	}
+	return nil
+}
+
+// stepAt returns the leaf step of kind like k on chunk (s, m) at index i of
+// rank r (the sub-step when that step is an overlap).
+func (c *checker) stepAt(r, i int, k ir.Kind, s, m int) ir.Step {
+	st := c.p.Ranks[r][i]
+	for _, sub := range st.Computes() {
+		if sub.Stage == s && sub.Micro == m && atOf(sub.Kind) == atOf(k) {
+			return sub
+		}
+	}
+	return st
+}
+
+// where says where a step that should come before index i is.
+func where(at int32, i int) string {
+	switch {
+	case at < 0:
+		return "it never runs on this rank"
+	case int(at) == i:
+		return "it is the other half of this overlap; the two halves run together and cannot feed each other"
+	}
+	return fmt.Sprintf("it comes later, at step %d", at)
+}
+
+func (c *checker) preconditions() error {
+	for r, steps := range c.p.Ranks {
+		for i, st := range steps {
+			for _, sub := range st.Computes() {
+				if err := c.pre(r, i, st, sub); err != nil {
+					return err
+				}
+			}
+			if !st.Kind.IsCompute() {
+				if err := c.pre(r, i, st, st); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// pre checks that what step st (at index i of rank r; a sub-step of top)
+// needs ran earlier on the rank.
+func (c *checker) pre(r, i int, top, st ir.Step) error {
+	if st.Kind == ir.OptStep {
+		if lc := c.lastCompute[r]; int(lc) > i {
+			return c.fail(r, i, top, Order, "OPT_STEP must follow every compute step of its rank, but step %d (%s) runs after it", lc, c.p.Ranks[r][lc])
+		}
+		return nil
+	}
+	if !st.Kind.HasMicro() || atOf(st.Kind) < 0 {
+		return nil
+	}
+	s, m, M := st.Stage, st.Micro, c.M
+	ch := s*M + m
+	before := func(a, chunk int) bool { x := c.at[a][chunk]; return x >= 0 && int(x) < i }
+	need := func(what string, want ir.Step, a, chunk int) error {
+		return c.fail(r, i, top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, want, r, where(c.at[a][chunk], i))
+	}
+	switch st.Kind {
+	case ir.Forward:
+		switch {
+		case s == 0:
+			if c.hasData && !before(aLoad, ch) {
+				return need("its input", ir.Compute(ir.DataLoad, 0, m), aLoad, ch)
+			}
+		case c.rankOf[s-1] == r:
+			if !before(aF, ch-M) {
+				return need("its input from the colocated stage", ir.Compute(ir.Forward, s-1, m), aF, ch-M)
+			}
+		case c.lowered:
+			if !before(aRecvF, ch) {
+				return need(fmt.Sprintf("its input from stage %d on rank %d", s-1, c.rankOf[s-1]), ir.Compute(ir.RecvF, s, m), aRecvF, ch)
+			}
+		}
+		if s == c.S-1 && c.hasData && !before(aLoad, ch) && !before(aDRecv, ch) {
+			return c.fail(r, i, top, Order, "%s needs the labels of micro %d for the loss: %s or %s must come earlier on rank %d, but neither does", st, m, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
+		}
+	case ir.Backward, ir.BackwardInput:
+		if !before(aF, ch) {
+			return need("its forward", ir.Compute(ir.Forward, s, m), aF, ch)
+		}
+		switch {
+		case s == c.S-1:
+		case c.rankOf[s+1] == r:
+			if !before(aBwd, ch+M) {
+				return need("its output gradient from the colocated stage", c.bwdName(s+1, m), aBwd, ch+M)
+			}
+		case c.lowered:
+			if !before(aRecvB, ch) {
+				return need(fmt.Sprintf("its output gradient from stage %d on rank %d", s+1, c.rankOf[s+1]), ir.Compute(ir.RecvB, s, m), aRecvB, ch)
+			}
+		}
+	case ir.BackwardWeight:
+		if !before(aBwd, ch) || !c.bwdIsI[ch] {
+			if x := c.at[aBwd][ch]; x >= 0 && !c.bwdIsI[ch] {
+				return c.fail(r, i, top, Order, "%s follows only an I, but this chunk ran a full B (step %d), which already computed the weight gradient", st, x)
+			}
+			return need("the I of its chunk", ir.Compute(ir.BackwardInput, s, m), aBwd, ch)
+		}
+	case ir.SendF:
+		if !before(aF, ch) {
+			return need("the output it sends", ir.Compute(ir.Forward, s, m), aF, ch)
+		}
+	case ir.SendB:
+		if !before(aBwd, ch) {
+			return need("the input gradient it sends", c.bwdName(s, m), aBwd, ch)
+		}
+	case ir.DataSend:
+		if !before(aLoad, ch) && !before(aDRecv, ch) {
+			return c.fail(r, i, top, Order, "%s ships data this rank does not have yet: %s or %s must come earlier on rank %d", st, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
+		}
+	}
+	return nil
+}
+
+// bwdName names the backward of a chunk as it runs (B or I), B when it never runs.
+func (c *checker) bwdName(s, m int) ir.Step {
+	if c.bwdIsI[s*c.M+m] {
+		return ir.Compute(ir.BackwardInput, s, m)
+	}
+	return ir.Compute(ir.Backward, s, m)
+}
+
+// complete checks that every chunk has its forward and backward.
+func (c *checker) complete() error {
+	for s := range c.S {
+		r := c.rankOf[s]
+		for m := range c.M {
+			ch := s*c.M + m
+			switch {
+			case c.at[aF][ch] < 0:
+				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.Forward, s, m), Code: Missing, Reason: fmt.Sprintf("never runs; every (stage, micro) needs one forward on rank %d", r)}
+			case c.at[aBwd][ch] < 0:
+				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.Backward, s, m), Code: Missing, Reason: fmt.Sprintf("stage %d micro %d has no backward; every (stage, micro) needs B, or I then W, on rank %d", s, m, r)}
+			case c.bwdIsI[ch] && c.at[aW][ch] < 0:
+				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.BackwardWeight, s, m), Code: Missing, Reason: fmt.Sprintf("never runs, but %s ran at step %d; an I needs its W", ir.Compute(ir.BackwardInput, s, m), c.at[aBwd][ch])}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+// Package nn holds reference neural-network layers, losses and optimizers on
+// gorgonia.org/tensor for ppgen's pipeline runtime. Every layer has a split
+// backward pass, as zero-bubble pipeline schedules need it.
+//
+// # Tensors
+//
+// Activations are 2-D *tensor.Dense values in batch-major layout
+// [batch, features], of dtype tensor.Float32 or tensor.Float64. A layer's
+// dtype is fixed when it is built (NewLinear) or, for layers without
+// parameters (ReLU, Tanh, GELU), taken from its input. A row-major,
+// contiguous input is used in place. A view or a lazily transposed tensor is
+// copied once. Masked and column-major tensors are rejected. Bad shapes,
+// dtypes and saved contexts give errors that name the offending shapes. They
+// never panic: shapes are checked before any kernel runs. The kernels are
+// plain loops over the backing slices. Large products are split across
+// goroutines by output element, so every element is summed in a fixed order
+// and results are deterministic and do not depend on GOMAXPROCS.
+//
+// # Split backward
+//
+// Each Layer (and each Sequential, the model chunk of one pipeline stage)
+// has
+//
+//	Forward(x) (y, saved, err)
+//	BackwardInput(saved, dy) (dx, err)   // gradient with respect to x only
+//	BackwardWeight(saved, dy) error      // adds parameter gradients to Param.Grad
+//	Backward(saved, dy) (dx, err)        // BackwardInput then BackwardWeight
+//
+// These methods match runtime/pipe's Stage interface structurally. Gradients
+// are accumulated (+=) into Param.Grad until ZeroGrad clears them. A saved
+// context belongs to one Forward call. Forward keeps references to its input
+// and output: callers must not change x until BackwardWeight has run on the
+// saved context. BackwardWeight can run only once per saved context. After it
+// runs, the context drops its tensors so their memory can be freed. Any number
+// of saved contexts (micro-batches) may be outstanding at once. A layer is not
+// safe for concurrent use: run one stage's calls on one goroutine.
+//
+// A Sequential's BackwardInput keeps the output gradients that it computes
+// for every inner layer that has parameters. BackwardWeight reuses them and
+// does not run the input-gradient pass again. So Sequential.BackwardWeight
+// returns an error unless BackwardInput has already run on the same saved
+// context. BackwardWeight takes the gradient of the last layer's output from
+// its own dy argument. That argument must hold the same values as the dy
+// given to BackwardInput. Split and fused backward run exactly the same
+// arithmetic, so their results are bit-identical. A Linear's BackwardWeight
+// needs only the saved input and dy, so it does not require a prior
+// BackwardInput.
+//
+// # Loss scale
+//
+// MSE and SoftmaxCrossEntropy return
+//
+//	loss = Scale * (1/rows) * Σ_r ℓ_r
+//
+// and its exact gradient dy = ∂loss/∂y. Here rows is the number of rows in
+// the micro-batch and ℓ_r is the loss of row r. For MSE, ℓ_r is the mean
+// squared error over the row's features, as in PyTorch's MSELoss with
+// reduction "mean". For SoftmaxCrossEntropy, ℓ_r is the cross-entropy of
+// softmax(y_r). A Scale of 0 means 1. A trainer that splits a batch of N rows
+// into micro-batches of n_m rows sets Scale = n_m/N for micro-batch m. With M
+// equal micro-batches that is Scale = 1/M. The losses of the micro-batches
+// then add up to the mean loss over the full batch, and so do the gradients
+// that accumulate in Param.Grad. Pipeline training over M micro-batches thus
+// matches sequential training on the whole batch.
+//
+// # Parameters and optimizers
+//
+// Params returns stable *Param pointers (Name, Value, Grad). SGD (with
+// momentum, PyTorch convention) and Adam (PyTorch convention, with bias
+// correction) keep their per-parameter state keyed by those pointers. Step
+// checks every parameter before it changes any of them. It does not zero the
+// gradients. Initialization is deterministic: NewLinear draws Xavier-uniform
+// weights in float64 from the *rand.Rand it is given and sets the bias to
+// zero. NewRand gives a seeded PCG source. So float32 and float64 models
+// built from the same seed hold the same values up to rounding.
+package nn

@@ -1,0 +1,226 @@
+package nn
+
+import (
+	"fmt"
+	"strings"
+
+	"gorgonia.org/tensor"
+)
+
+// Sequential chains layers: the model chunk of one pipeline stage. It
+// matches runtime/pipe's Stage interface structurally.
+type Sequential struct {
+	Layers []Layer
+}
+
+// seqSaved is the context of one Sequential.Forward.
+type seqSaved struct {
+	s   *Sequential
+	ctx []any // ctx[i]: layer i's saved context; nil once no longer needed
+	// dys[i] is the gradient with respect to layer i's output, kept by
+	// BackwardInput for BackwardWeight for layers i < n-1 that have
+	// parameters. The last layer's comes from BackwardWeight's dy.
+	dys        []*tensor.Dense
+	outShape   tensor.Shape
+	outDtype   tensor.Dtype
+	inputDone  bool
+	weightDone bool
+}
+
+// NewSequential returns a Sequential of layers. It prefixes each layer's
+// parameter names with the layer's index ("0.weight", "2.bias"; nested
+// Sequentials give "1.0.weight"), as PyTorch's state_dict keys do.
+func NewSequential(layers ...Layer) *Sequential {
+	for i, l := range layers {
+		if l == nil {
+			continue
+		}
+		for _, p := range l.Params() {
+			if p != nil {
+				p.Name = fmt.Sprintf("%d.%s", i, p.Name)
+			}
+		}
+	}
+	return &Sequential{Layers: layers}
+}
+
+// Params returns the parameters of all layers in order.
+func (s *Sequential) Params() []*Param {
+	var ps []*Param
+	for _, l := range s.Layers {
+		if l != nil {
+			ps = append(ps, l.Params()...)
+		}
+	}
+	return ps
+}
+
+// ZeroGrad clears the gradients of all layers.
+func (s *Sequential) ZeroGrad() { ZeroGrad(s.Params()) }
+
+// Forward runs the layers in order. With no layers it returns x.
+func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	if s == nil {
+		return nil, nil, fmt.Errorf("nn: Sequential.Forward: nil *Sequential")
+	}
+	if _, _, _, err := matrix("Sequential.Forward", "input", x); err != nil {
+		return nil, nil, err
+	}
+	sv := &seqSaved{s: s, ctx: make([]any, len(s.Layers)), dys: make([]*tensor.Dense, len(s.Layers))}
+	y := x
+	for i, l := range s.Layers {
+		if l == nil {
+			return nil, nil, fmt.Errorf("nn: Sequential.Forward: layer %d is nil", i)
+		}
+		var err error
+		y, sv.ctx[i], err = l.Forward(y)
+		if err != nil {
+			return nil, nil, layerErr("Sequential.Forward", i, l, err)
+		}
+		if y == nil {
+			return nil, nil, fmt.Errorf("nn: Sequential.Forward: layer %d (%T) returned a nil output", i, l)
+		}
+	}
+	sv.outShape, sv.outDtype = y.Shape().Clone(), y.Dtype()
+	return y, sv, nil
+}
+
+func (s *Sequential) saved(where string, saved any) (*seqSaved, error) {
+	if s == nil {
+		return nil, fmt.Errorf("nn: %s: nil *Sequential", where)
+	}
+	sv, ok := saved.(*seqSaved)
+	if !ok || sv == nil {
+		return nil, fmt.Errorf("nn: %s: saved context is %T, want the one returned by this Sequential's Forward", where, saved)
+	}
+	if sv.s != s {
+		return nil, fmt.Errorf("nn: %s: saved context belongs to another Sequential", where)
+	}
+	if sv.weightDone {
+		return nil, fmt.Errorf("nn: %s: BackwardWeight already ran on this saved context", where)
+	}
+	if len(sv.ctx) != len(s.Layers) {
+		return nil, fmt.Errorf("nn: %s: Sequential has %d layers but the saved context has %d", where, len(s.Layers), len(sv.ctx))
+	}
+	return sv, nil
+}
+
+func (sv *seqSaved) checkDy(where string, dy *tensor.Dense) error {
+	if dy == nil {
+		return fmt.Errorf("nn: %s: output gradient is nil, want %v %v", where, sv.outDtype, sv.outShape)
+	}
+	if !sameShape(dy.Shape(), sv.outShape) || dy.Dtype() != sv.outDtype {
+		return fmt.Errorf("nn: %s: output gradient is %v %v, want %v %v like the forward output",
+			where, dy.Dtype(), dy.Shape(), sv.outDtype, sv.outShape)
+	}
+	return nil
+}
+
+// BackwardInput runs the layers' BackwardInput in reverse order and returns
+// the gradient with respect to the Sequential's input. It keeps each inner
+// output gradient that BackwardWeight will need. It can run once per saved
+// context.
+func (s *Sequential) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
+	const where = "Sequential.BackwardInput"
+	sv, err := s.saved(where, saved)
+	if err != nil {
+		return nil, err
+	}
+	if sv.inputDone {
+		return nil, fmt.Errorf("nn: %s: already called on this saved context", where)
+	}
+	if err := sv.checkDy(where, dy); err != nil {
+		return nil, err
+	}
+	n := len(s.Layers)
+	g := dy
+	for i := n - 1; i >= 0; i-- {
+		l := s.Layers[i]
+		hasParams := len(l.Params()) > 0
+		if i < n-1 && hasParams {
+			sv.dys[i] = g
+		}
+		dx, err := l.BackwardInput(sv.ctx[i], g)
+		if err != nil {
+			clear(sv.dys)
+			return nil, layerErr(where, i, l, err)
+		}
+		if dx == nil {
+			clear(sv.dys)
+			return nil, fmt.Errorf("nn: %s: layer %d (%T) returned a nil input gradient", where, i, l)
+		}
+		g = dx
+	}
+	// Contexts of layers without parameters are no longer needed.
+	for i, l := range s.Layers {
+		if len(l.Params()) == 0 {
+			sv.ctx[i] = nil
+		}
+	}
+	sv.inputDone = true
+	return g, nil
+}
+
+// BackwardWeight adds the parameter gradients of every layer to Param.Grad.
+// It reuses the output gradients that BackwardInput kept, so BackwardInput
+// must have run on this saved context first. dy must hold the same values
+// that BackwardInput got. BackwardWeight can run once per saved context.
+// Afterwards the context drops its tensors.
+func (s *Sequential) BackwardWeight(saved any, dy *tensor.Dense) error {
+	const where = "Sequential.BackwardWeight"
+	sv, err := s.saved(where, saved)
+	if err != nil {
+		return err
+	}
+	if !sv.inputDone {
+		return fmt.Errorf("nn: %s: BackwardInput has not run on this saved context; it computes the inner output gradients that BackwardWeight needs", where)
+	}
+	if err := sv.checkDy(where, dy); err != nil {
+		return err
+	}
+	n := len(s.Layers)
+	for i := n - 1; i >= 0; i-- {
+		l := s.Layers[i]
+		if len(l.Params()) == 0 {
+			continue
+		}
+		g := dy
+		if i < n-1 {
+			g = sv.dys[i]
+		}
+		if err := l.BackwardWeight(sv.ctx[i], g); err != nil {
+			return layerErr(where, i, l, err)
+		}
+		sv.ctx[i], sv.dys[i] = nil, nil
+	}
+	sv.weightDone = true
+	sv.ctx, sv.dys = nil, nil
+	return nil
+}
+
+// Backward runs BackwardInput and then BackwardWeight.
+func (s *Sequential) Backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
+	dx, err := s.BackwardInput(saved, dy)
+	if err != nil {
+		return nil, err
+	}
+	return dx, s.BackwardWeight(saved, dy)
+}
+
+// layerError reports an inner layer's error with the layer's position.
+type layerError struct {
+	where string
+	index int
+	layer Layer
+	err   error
+}
+
+func layerErr(where string, i int, l Layer, err error) error {
+	return &layerError{where: where, index: i, layer: l, err: err}
+}
+
+func (e *layerError) Error() string {
+	return fmt.Sprintf("nn: %s: layer %d (%T): %s", e.where, e.index, e.layer, strings.TrimPrefix(e.err.Error(), "nn: "))
+}
+
+func (e *layerError) Unwrap() error { return e.err }

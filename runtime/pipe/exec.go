@@ -1,0 +1,750 @@
+package pipe
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+// Config configures one rank's Exec.
+type Config struct {
+	Rank int
+	Spec Spec
+	// Stages are the stages this rank holds, by stage index: exactly the s
+	// with Spec.RankOf[s] == Rank.
+	Stages map[int]Stage
+	// Loss is required on the rank holding the last stage.
+	Loss Loss
+	// Data is required on the ranks holding stage 0 or the last stage.
+	Data DataSource
+	// Transport is required when Spec.Ranks > 1; its Rank and World must
+	// match. The Exec does not close it, but aborts it when the rank fails.
+	Transport transport.Transport
+	// OptStep, if set, runs at the OPT_STEP step (the optimizer update of this
+	// rank's stages).
+	OptStep func() error
+	// Logger receives failures (Error) and lifecycle (Debug). Default: discard.
+	Logger *slog.Logger
+}
+
+// slotState is one buffer slot: the state of the chunk (stage, micro) it
+// currently holds.
+type slotState struct {
+	live         bool
+	stage, micro int32
+	fwdDone      bool // F ran
+	inDone       bool // I or B ran (dx valid)
+	wDone        bool // W or B ran
+
+	x, y, dy, dx, target *tensor.Dense
+	saved                any
+
+	// Receives: the host sets *Pending when posting and clears it once it has
+	// waited; the comm goroutine stores the tensor in ract/rgrad and then
+	// signals *Done (capacity 1, reused).
+	actPending, gradPending bool
+	ract, rgrad             *tensor.Dense
+	actDone, gradDone       chan struct{}
+}
+
+func (s *slotState) clearChunk() {
+	s.live, s.fwdDone, s.inDone, s.wDone = false, false, false, false
+	s.stage, s.micro = -1, -1
+	s.x, s.y, s.dy, s.dx, s.target, s.saved = nil, nil, nil, nil, nil, nil
+	s.ract, s.rgrad = nil, nil
+}
+
+func (s *slotState) holds(stage, micro int32) bool {
+	return s.live && s.stage == stage && s.micro == micro
+}
+
+// commOp is one posted transfer.
+type commOp struct {
+	recv         bool
+	ch           transport.Channel
+	kind         OpKind
+	peer         int32
+	stage, micro int32
+	slot         int32
+	t            *tensor.Dense // sends: the tensor captured at post time
+}
+
+// Exec executes one rank's steps. Its step methods must be called from one
+// goroutine (the host thread); Err, Losses and Fail may be called from any.
+type Exec struct {
+	rank    int
+	spec    Spec
+	last    int
+	stages  []Stage // by stage index; nil where not on this rank
+	loss    Loss
+	data    DataSource
+	tr      transport.Transport
+	optHook func() error
+	log     *slog.Logger
+
+	slots  []slotState
+	lossMu sync.Mutex
+	losses []float64
+
+	failed atomic.Bool
+	mu     sync.Mutex
+	err    error
+
+	comm     chan commOp
+	inflight sync.WaitGroup
+	commDone chan struct{}
+	closed   bool
+}
+
+// New validates cfg and returns the rank's Exec. It starts the rank's comm
+// goroutine when there is a transport; Close stops it.
+func New(cfg Config) (*Exec, error) {
+	sp := cfg.Spec
+	if err := sp.Validate(); err != nil {
+		return nil, fmt.Errorf("pipe: invalid Spec: %w", err)
+	}
+	r := cfg.Rank
+	if r < 0 || r >= sp.Ranks {
+		return nil, fmt.Errorf("pipe: rank %d outside [0, %d)", r, sp.Ranks)
+	}
+	want := sp.StagesOf(r)
+	stages := make([]Stage, sp.Stages)
+	for s, st := range cfg.Stages {
+		switch {
+		case s < 0 || s >= sp.Stages:
+			return nil, fmt.Errorf("pipe: rank %d: Config.Stages has stage %d, outside [0, %d)", r, s, sp.Stages)
+		case sp.RankOf[s] != r:
+			return nil, fmt.Errorf("pipe: rank %d: Config.Stages has stage %d, which Spec.RankOf places on rank %d (this rank holds stages %v)", r, s, sp.RankOf[s], want)
+		case st == nil:
+			return nil, fmt.Errorf("pipe: rank %d: Config.Stages[%d] is nil", r, s)
+		}
+		stages[s] = st
+	}
+	for _, s := range want {
+		if stages[s] == nil {
+			return nil, fmt.Errorf("pipe: rank %d: holds stages %v per Spec.RankOf, but Config.Stages lacks stage %d", r, want, s)
+		}
+	}
+	last := sp.Stages - 1
+	if sp.RankOf[last] == r && cfg.Loss == nil {
+		return nil, fmt.Errorf("pipe: rank %d holds the last stage (%d) but Config.Loss is nil", r, last)
+	}
+	if (sp.RankOf[0] == r || sp.RankOf[last] == r) && cfg.Data == nil {
+		return nil, fmt.Errorf("pipe: rank %d holds stage 0 or the last stage but Config.Data is nil", r)
+	}
+	if cfg.Transport != nil {
+		if cfg.Transport.Rank() != r || cfg.Transport.World() != sp.Ranks {
+			return nil, fmt.Errorf("pipe: rank %d of %d: transport is rank %d of %d", r, sp.Ranks, cfg.Transport.Rank(), cfg.Transport.World())
+		}
+		if fp, ok := cfg.Transport.(transport.Fingerprinter); ok && fp.Fingerprint() != sp.Fingerprint {
+			return nil, fmt.Errorf("pipe: rank %d: transport checked schedule fingerprint %q with its peers, Spec has %q", r, fp.Fingerprint(), sp.Fingerprint)
+		}
+	} else if sp.Ranks > 1 {
+		return nil, fmt.Errorf("pipe: rank %d: Config.Transport is nil but Spec has %d ranks", r, sp.Ranks)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	x := &Exec{
+		rank: r, spec: sp, last: last, stages: stages,
+		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
+		slots:  make([]slotState, sp.Slots[r]),
+		losses: make([]float64, sp.Micro),
+	}
+	x.spec.Slots = slices.Clone(sp.Slots)
+	x.spec.RankOf = slices.Clone(sp.RankOf)
+	for i := range x.slots {
+		s := &x.slots[i]
+		s.actDone = make(chan struct{}, 1)
+		s.gradDone = make(chan struct{}, 1)
+		s.clearChunk()
+	}
+	for i := range x.losses {
+		x.losses[i] = math.NaN()
+	}
+	if x.tr != nil {
+		// Enough room for every transfer of an iteration, so posting does not
+		// block; if it ever did, the host would only wait for ops ahead of it.
+		n := 4*sp.Micro*len(want) + 64
+		x.comm = make(chan commOp, n)
+		x.commDone = make(chan struct{})
+		go x.commLoop()
+	}
+	log.Debug("exec ready", "rank", r, "stages", want, "slots", sp.Slots[r], "schedule", sp.Schedule)
+	return x, nil
+}
+
+// Rank returns the rank this Exec runs.
+func (x *Exec) Rank() int { return x.rank }
+
+// Spec returns the schedule description.
+func (x *Exec) Spec() Spec { return x.spec }
+
+// Err returns the first error, or nil. It does not wait for posted comm ops;
+// Sync does.
+func (x *Exec) Err() error {
+	if !x.failed.Load() {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.err
+}
+
+// Fail records err as this rank's failure (if it is the first) and aborts the
+// transport so peers fail too. Trainers use it for failures outside steps.
+func (x *Exec) Fail(err error) {
+	if err == nil {
+		return
+	}
+	var se *StepError
+	if !errors.As(err, &se) {
+		err = &StepError{Rank: x.rank, Peer: -1, Err: err}
+	}
+	x.fail(err)
+}
+
+func (x *Exec) fail(err error) {
+	x.mu.Lock()
+	if x.err != nil {
+		x.mu.Unlock()
+		return
+	}
+	x.err = err
+	x.failed.Store(true)
+	x.mu.Unlock()
+	x.log.Error("rank failed", "rank", x.rank, "err", err)
+	if x.tr != nil {
+		x.tr.Abort(err)
+	}
+}
+
+func (x *Exec) stepFail(k OpKind, stage, micro, peer int, err error) {
+	x.fail(&StepError{Rank: x.rank, Step: stepName(k, stage, micro), Peer: peer, Err: err})
+}
+
+func (x *Exec) stepFailf(k OpKind, stage, micro, peer int, format string, args ...any) {
+	x.stepFail(k, stage, micro, peer, fmt.Errorf(format, args...))
+}
+
+// Sync waits until every posted transfer has completed (or failed) and
+// returns Err.
+func (x *Exec) Sync() error {
+	x.inflight.Wait()
+	return x.Err()
+}
+
+// Reset prepares the next iteration: it waits for posted transfers, empties
+// the slots and forgets the losses. A failure is not reset: an Exec that
+// failed stays failed (its transport is aborted).
+func (x *Exec) Reset() {
+	x.inflight.Wait()
+	for i := range x.slots {
+		s := &x.slots[i]
+		select {
+		case <-s.actDone:
+		default:
+		}
+		select {
+		case <-s.gradDone:
+		default:
+		}
+		s.actPending, s.gradPending = false, false
+		s.clearChunk()
+	}
+	x.lossMu.Lock()
+	for i := range x.losses {
+		x.losses[i] = math.NaN()
+	}
+	x.lossMu.Unlock()
+}
+
+// Losses returns a copy of the per-micro-batch losses of the current
+// iteration, computed on the rank holding the last stage; NaN elsewhere and
+// for micro-batches not (yet) computed.
+func (x *Exec) Losses() []float64 {
+	x.lossMu.Lock()
+	defer x.lossMu.Unlock()
+	return slices.Clone(x.losses)
+}
+
+// Close waits for posted transfers and stops the comm goroutine. It does not
+// close the transport. Steps posted afterwards fail with ErrClosed.
+func (x *Exec) Close() error {
+	if x.closed {
+		return x.Err()
+	}
+	x.closed = true
+	x.inflight.Wait()
+	if x.comm != nil {
+		close(x.comm)
+		<-x.commDone
+	}
+	return x.Err()
+}
+
+// valid reports whether stage is on this rank, micro in range, and slot a
+// slot of this rank. It is the hot-path check; badArgs explains a failure.
+func (x *Exec) valid(stage, micro, slot int) bool {
+	return uint(stage) < uint(len(x.stages)) && x.stages[stage] != nil &&
+		uint(micro) < uint(x.spec.Micro) && uint(slot) < uint(len(x.slots))
+}
+
+func (x *Exec) badArgs(k OpKind, stage, micro, slot, peer int) {
+	var err error
+	switch {
+	case stage < 0 || stage >= len(x.stages):
+		err = fmt.Errorf("stage %d outside [0, %d)", stage, len(x.stages))
+	case x.stages[stage] == nil:
+		err = fmt.Errorf("stage %d is on rank %d, not on this rank", stage, x.spec.RankOf[stage])
+	case micro < 0 || micro >= x.spec.Micro:
+		err = fmt.Errorf("micro-batch %d outside [0, %d)", micro, x.spec.Micro)
+	default:
+		err = fmt.Errorf("slot %d outside [0, %d)", slot, len(x.slots))
+	}
+	x.stepFail(k, stage, micro, peer, err)
+}
+
+// claim makes slot s hold chunk (stage, micro), starting the chunk if the
+// slot held another one.
+func (x *Exec) claim(k OpKind, s *slotState, slot int, stage, micro int32) bool {
+	if s.holds(stage, micro) {
+		return true
+	}
+	if s.actPending || s.gradPending {
+		x.stepFailf(k, int(stage), int(micro), -1, "slot %d still has a pending receive for chunk (stage %d, micro %d)", slot, s.stage, s.micro)
+		return false
+	}
+	s.clearChunk()
+	s.live, s.stage, s.micro = true, stage, micro
+	return true
+}
+
+func (x *Exec) notHeld(k OpKind, s *slotState, slot, stage, micro, peer int) {
+	if !s.live {
+		x.stepFailf(k, stage, micro, peer, "slot %d holds no chunk (the chunk's first step did not run or used another slot)", slot)
+		return
+	}
+	x.stepFailf(k, stage, micro, peer, "slot %d holds chunk (stage %d, micro %d)", slot, s.stage, s.micro)
+}
+
+// post hands a transfer to the comm goroutine.
+func (x *Exec) post(op commOp) bool {
+	if x.closed {
+		x.stepFail(op.kind, int(op.stage), int(op.micro), int(op.peer), ErrClosed)
+		return false
+	}
+	x.inflight.Add(1)
+	x.comm <- op
+	return true
+}
+
+// checkPeer verifies a transfer's peer against the placement: want is the
+// stage on the other end.
+func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
+	if x.tr == nil {
+		x.stepFailf(k, stage, micro, peer, "no transport")
+		return false
+	}
+	if other < 0 || other > x.last {
+		x.stepFailf(k, stage, micro, peer, "stage %d has no neighbour stage %d", stage, other)
+		return false
+	}
+	if want := x.spec.RankOf[other]; peer != want || peer == x.rank {
+		x.stepFailf(k, stage, micro, peer, "peer rank %d, but stage %d is on rank %d", peer, other, want)
+		return false
+	}
+	return true
+}
+
+// DataLoad loads the input (stage 0) and/or the labels (last stage) of micro
+// into slot.
+func (x *Exec) DataLoad(stage, micro, slot int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpDataLoad, stage, micro, slot, -1)
+		return
+	}
+	if stage != 0 && stage != x.last {
+		x.stepFailf(OpDataLoad, stage, micro, -1, "only stage 0 and the last stage (%d) load data", x.last)
+		return
+	}
+	s := &x.slots[slot]
+	if !x.claim(OpDataLoad, s, slot, int32(stage), int32(micro)) {
+		return
+	}
+	if stage == 0 {
+		in, err := x.data.Input(micro)
+		if err == nil && in == nil {
+			err = errors.New("data source returned a nil input")
+		}
+		if err != nil {
+			x.stepFail(OpDataLoad, stage, micro, -1, err)
+			return
+		}
+		s.x = in
+	}
+	if stage == x.last {
+		t, err := x.data.Target(micro)
+		if err == nil && t == nil {
+			err = errors.New("data source returned a nil target")
+		}
+		if err != nil {
+			x.stepFail(OpDataLoad, stage, micro, -1, err)
+			return
+		}
+		s.target = t
+	}
+}
+
+// RecvAct posts the receive of x of (stage, micro) from peer into slot.
+func (x *Exec) RecvAct(stage, micro, peer, slot int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpRecvAct, stage, micro, slot, peer)
+		return
+	}
+	if !x.checkPeer(OpRecvAct, stage, micro, peer, stage-1) {
+		return
+	}
+	s := &x.slots[slot]
+	if !x.claim(OpRecvAct, s, slot, int32(stage), int32(micro)) {
+		return
+	}
+	if s.actPending || s.fwdDone {
+		x.stepFailf(OpRecvAct, stage, micro, peer, "input of the chunk already received or used")
+		return
+	}
+	s.actPending = true
+	x.post(commOp{recv: true, ch: transport.Act, kind: OpRecvAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
+}
+
+// SendAct posts the send of y of (stage, micro) in slot to peer.
+func (x *Exec) SendAct(stage, micro, peer, slot int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpSendAct, stage, micro, slot, peer)
+		return
+	}
+	if !x.checkPeer(OpSendAct, stage, micro, peer, stage+1) {
+		return
+	}
+	s := &x.slots[slot]
+	if !s.holds(int32(stage), int32(micro)) {
+		x.notHeld(OpSendAct, s, slot, stage, micro, peer)
+		return
+	}
+	if s.y == nil {
+		x.stepFailf(OpSendAct, stage, micro, peer, "no output in slot %d: F(%d, %d) has not run", slot, stage, micro)
+		return
+	}
+	x.post(commOp{ch: transport.Act, kind: OpSendAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.y})
+}
+
+// RecvGrad posts the receive of dy of (stage, micro) from peer into slot.
+func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpRecvGrad, stage, micro, slot, peer)
+		return
+	}
+	if !x.checkPeer(OpRecvGrad, stage, micro, peer, stage+1) {
+		return
+	}
+	s := &x.slots[slot]
+	if !s.holds(int32(stage), int32(micro)) {
+		x.notHeld(OpRecvGrad, s, slot, stage, micro, peer)
+		return
+	}
+	if s.gradPending || s.inDone {
+		x.stepFailf(OpRecvGrad, stage, micro, peer, "output gradient of the chunk already received or used")
+		return
+	}
+	s.gradPending = true
+	x.post(commOp{recv: true, ch: transport.Grad, kind: OpRecvGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
+}
+
+// SendGrad posts the send of dx of (stage, micro) in slot to peer.
+func (x *Exec) SendGrad(stage, micro, peer, slot int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpSendGrad, stage, micro, slot, peer)
+		return
+	}
+	if !x.checkPeer(OpSendGrad, stage, micro, peer, stage-1) {
+		return
+	}
+	s := &x.slots[slot]
+	if !s.holds(int32(stage), int32(micro)) {
+		x.notHeld(OpSendGrad, s, slot, stage, micro, peer)
+		return
+	}
+	if s.dx == nil {
+		x.stepFailf(OpSendGrad, stage, micro, peer, "no input gradient in slot %d: B or I of (%d, %d) has not run", slot, stage, micro)
+		return
+	}
+	x.post(commOp{ch: transport.Grad, kind: OpSendGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.dx})
+}
+
+// Forward runs F(stage, micro) into slot. Its input is y of slot src (the
+// previous stage on this rank) when src >= 0; otherwise the slot's loaded
+// input (stage 0) or completed receive. On the last stage it also computes
+// the loss and keeps dy.
+func (x *Exec) Forward(stage, micro, slot, src int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpForward, stage, micro, slot, -1)
+		return
+	}
+	s := &x.slots[slot]
+	st, m := int32(stage), int32(micro)
+	var in *tensor.Dense
+	switch {
+	case src >= 0:
+		if src >= len(x.slots) || src == slot {
+			x.stepFailf(OpForward, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+			return
+		}
+		p := &x.slots[src]
+		if !p.holds(st-1, m) || p.y == nil {
+			x.stepFailf(OpForward, stage, micro, -1, "source slot %d holds no output of F(%d, %d)", src, stage-1, micro)
+			return
+		}
+		if !x.claim(OpForward, s, slot, st, m) {
+			return
+		}
+		in = p.y
+	case stage == 0:
+		if !s.holds(st, m) || s.x == nil {
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
+			return
+		}
+		in = s.x
+	default:
+		if !s.holds(st, m) || (!s.actPending && s.ract == nil) {
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
+			return
+		}
+		if s.actPending {
+			<-s.actDone
+			s.actPending = false
+			if x.failed.Load() {
+				return
+			}
+		}
+		in, s.ract = s.ract, nil
+	}
+	if s.fwdDone {
+		x.stepFailf(OpForward, stage, micro, -1, "F already ran for this chunk")
+		return
+	}
+	y, saved, err := x.stages[stage].Forward(in)
+	if err == nil && y == nil {
+		err = errors.New("stage returned a nil output")
+	}
+	if err != nil {
+		x.stepFail(OpForward, stage, micro, -1, err)
+		return
+	}
+	s.x, s.y, s.saved, s.fwdDone = in, y, saved, true
+	if stage == x.last {
+		if s.target == nil {
+			x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: DataLoad(%d, %d) into it has not run", slot, stage, micro)
+			return
+		}
+		loss, dy, err := x.loss.Loss(y, s.target)
+		if err == nil && dy == nil {
+			err = errors.New("loss returned a nil gradient")
+		}
+		if err != nil {
+			x.stepFail(OpForward, stage, micro, -1, fmt.Errorf("loss: %w", err))
+			return
+		}
+		x.lossMu.Lock()
+		x.losses[micro] = loss
+		x.lossMu.Unlock()
+		s.dy = dy
+	}
+}
+
+// Backward runs the full backward B(stage, micro) of the chunk in slot: input
+// gradient, then weight gradient. dy is dx of slot src (the next stage on
+// this rank) when src >= 0; otherwise the completed receive, or on the last
+// stage the loss gradient.
+func (x *Exec) Backward(stage, micro, slot, src int) {
+	x.backward(OpBackward, stage, micro, slot, src)
+}
+
+// BackwardInput runs I(stage, micro): the input gradient only. dy as for
+// Backward. BackwardWeight must follow for the weight gradient.
+func (x *Exec) BackwardInput(stage, micro, slot, src int) {
+	x.backward(OpBackwardInput, stage, micro, slot, src)
+}
+
+func (x *Exec) backward(k OpKind, stage, micro, slot, src int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(k, stage, micro, slot, -1)
+		return
+	}
+	s := &x.slots[slot]
+	st, m := int32(stage), int32(micro)
+	if !s.holds(st, m) {
+		x.notHeld(k, s, slot, stage, micro, -1)
+		return
+	}
+	if !s.fwdDone || s.inDone {
+		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its F and its backward (F ran: %v, backward ran: %v)", slot, s.fwdDone, s.inDone)
+		return
+	}
+	var dy *tensor.Dense
+	switch {
+	case src >= 0:
+		if src >= len(x.slots) || src == slot {
+			x.stepFailf(k, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+			return
+		}
+		p := &x.slots[src]
+		if !p.holds(st+1, m) || p.dx == nil {
+			x.stepFailf(k, stage, micro, -1, "source slot %d holds no input gradient of (%d, %d)", src, stage+1, micro)
+			return
+		}
+		dy = p.dx
+	case stage == x.last:
+		dy = s.dy
+	default:
+		if !s.gradPending && s.rgrad == nil {
+			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: RecvGrad(%d, %d) into it was not posted", slot, stage, micro)
+			return
+		}
+		if s.gradPending {
+			<-s.gradDone
+			s.gradPending = false
+			if x.failed.Load() {
+				return
+			}
+		}
+		dy, s.rgrad = s.rgrad, nil
+	}
+	sg := x.stages[stage]
+	dx, err := sg.BackwardInput(s.saved, dy)
+	if err != nil {
+		x.stepFail(k, stage, micro, -1, err)
+		return
+	}
+	s.dy, s.dx, s.inDone = dy, dx, true
+	if k == OpBackward {
+		if err := sg.BackwardWeight(s.saved, dy); err != nil {
+			x.stepFail(k, stage, micro, -1, err)
+			return
+		}
+		s.wDone = true
+		s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
+	}
+}
+
+// BackwardWeight runs W(stage, micro): the weight gradient of a chunk whose I
+// ran.
+func (x *Exec) BackwardWeight(stage, micro, slot int) {
+	if x.failed.Load() {
+		return
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpBackwardWeight, stage, micro, slot, -1)
+		return
+	}
+	s := &x.slots[slot]
+	if !s.holds(int32(stage), int32(micro)) {
+		x.notHeld(OpBackwardWeight, s, slot, stage, micro, -1)
+		return
+	}
+	if !s.inDone || s.wDone {
+		x.stepFailf(OpBackwardWeight, stage, micro, -1, "chunk in slot %d is not between its I and its W (I ran: %v, W ran: %v)", slot, s.inDone, s.wDone)
+		return
+	}
+	if err := x.stages[stage].BackwardWeight(s.saved, s.dy); err != nil {
+		x.stepFail(OpBackwardWeight, stage, micro, -1, err)
+		return
+	}
+	s.wDone = true
+	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
+}
+
+// OptStep runs the optimizer hook, if any.
+func (x *Exec) OptStep() {
+	if x.failed.Load() || x.optHook == nil {
+		return
+	}
+	if err := x.optHook(); err != nil {
+		x.stepFail(OpOptStep, 0, 0, -1, err)
+	}
+}
+
+// commLoop is the rank's comm stream: it runs posted transfers one at a time
+// in program order.
+func (x *Exec) commLoop() {
+	defer close(x.commDone)
+	for op := range x.comm {
+		x.runComm(&op)
+		x.inflight.Done()
+	}
+}
+
+func (x *Exec) runComm(op *commOp) {
+	if !op.recv {
+		if !x.failed.Load() {
+			if err := x.tr.Send(int(op.peer), op.ch, transport.Tag{Stage: op.stage, Micro: op.micro}, op.t); err != nil {
+				x.stepFail(op.kind, int(op.stage), int(op.micro), int(op.peer), err)
+			}
+		}
+		return
+	}
+	s := &x.slots[op.slot]
+	var got *tensor.Dense
+	if !x.failed.Load() {
+		want := transport.Tag{Stage: op.stage - 1, Micro: op.micro}
+		if op.ch == transport.Grad {
+			want.Stage = op.stage + 1
+		}
+		tag, t, err := x.tr.Recv(int(op.peer), op.ch)
+		if err == nil && tag != want {
+			err = fmt.Errorf("received the %s of stage %d micro %d, expected stage %d micro %d (ranks run different schedules?)",
+				op.ch, tag.Stage, tag.Micro, want.Stage, want.Micro)
+		}
+		if err != nil {
+			x.stepFail(op.kind, int(op.stage), int(op.micro), int(op.peer), err)
+		} else {
+			got = t
+		}
+	}
+	if op.ch == transport.Act {
+		s.ract = got
+		s.actDone <- struct{}{}
+	} else {
+		s.rgrad = got
+		s.gradDone <- struct{}{}
+	}
+}

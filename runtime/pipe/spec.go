@@ -1,0 +1,110 @@
+package pipe
+
+import (
+	"fmt"
+
+	"gorgonia.org/tensor"
+)
+
+// Spec describes a generated schedule: what every rank's Exec must agree on.
+// Generated code defines one as `var Spec = pipe.Spec{...}`.
+type Spec struct {
+	Schedule    string // schedule family name, e.g. "1f1b"
+	Ranks       int    // number of ranks
+	Stages      int    // number of (virtual) stages
+	Micro       int    // micro-batches per iteration
+	Slots       []int  // Slots[r]: buffer slots of rank r
+	RankOf      []int  // RankOf[s]: rank holding stage s
+	Fingerprint string // hash of the lowered program, checked at the rendezvous
+}
+
+// Validate checks the Spec's internal consistency.
+func (s Spec) Validate() error {
+	if s.Ranks < 1 {
+		return fmt.Errorf("Ranks = %d, want >= 1", s.Ranks)
+	}
+	if s.Stages < 1 {
+		return fmt.Errorf("Stages = %d, want >= 1", s.Stages)
+	}
+	if s.Micro < 1 {
+		return fmt.Errorf("Micro = %d, want >= 1", s.Micro)
+	}
+	if len(s.RankOf) != s.Stages {
+		return fmt.Errorf("len(RankOf) = %d, want Stages = %d", len(s.RankOf), s.Stages)
+	}
+	for st, r := range s.RankOf {
+		if r < 0 || r >= s.Ranks {
+			return fmt.Errorf("RankOf[%d] = %d, outside [0, %d)", st, r, s.Ranks)
+		}
+	}
+	if len(s.Slots) != s.Ranks {
+		return fmt.Errorf("len(Slots) = %d, want Ranks = %d", len(s.Slots), s.Ranks)
+	}
+	for r, n := range s.Slots {
+		if n < 0 {
+			return fmt.Errorf("Slots[%d] = %d < 0", r, n)
+		}
+	}
+	return nil
+}
+
+// StagesOf returns the stages placed on rank r, in increasing order.
+func (s Spec) StagesOf(r int) []int {
+	var out []int
+	for st, rr := range s.RankOf {
+		if rr == r {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Stage is one model chunk (a virtual stage) on gorgonia tensors.
+//
+// Forward returns the output and a context that the backward steps of the
+// same chunk receive. BackwardInput returns the gradient with respect to the
+// input (nil is allowed on stage 0); BackwardWeight accumulates the weight
+// gradients. A full backward (B) calls BackwardInput then BackwardWeight.
+// Tensors returned by a Stage must not be mutated afterwards: they may be in
+// flight to a peer. runtime/nn types satisfy this interface structurally.
+type Stage interface {
+	Forward(x *tensor.Dense) (y *tensor.Dense, saved any, err error)
+	BackwardInput(saved any, dy *tensor.Dense) (dx *tensor.Dense, err error)
+	BackwardWeight(saved any, dy *tensor.Dense) error
+}
+
+// Loss turns the last stage's output and the labels into a scalar loss and
+// the output gradient dy.
+type Loss interface {
+	Loss(y, target *tensor.Dense) (loss float64, dy *tensor.Dense, err error)
+}
+
+// DataSource gives the current iteration's micro-batches: Input(m) is the
+// input of micro m (loaded on stage 0's rank), Target(m) its labels (loaded on
+// the last stage's rank). A trainer advances it between iterations.
+type DataSource interface {
+	Input(micro int) (*tensor.Dense, error)
+	Target(micro int) (*tensor.Dense, error)
+}
+
+// MicroBatches is a DataSource over fixed slices (either may be nil on ranks
+// that do not need it).
+type MicroBatches struct {
+	Inputs, Targets []*tensor.Dense
+}
+
+// Input returns Inputs[micro].
+func (b MicroBatches) Input(micro int) (*tensor.Dense, error) {
+	if micro < 0 || micro >= len(b.Inputs) {
+		return nil, fmt.Errorf("no input for micro-batch %d (have %d)", micro, len(b.Inputs))
+	}
+	return b.Inputs[micro], nil
+}
+
+// Target returns Targets[micro].
+func (b MicroBatches) Target(micro int) (*tensor.Dense, error) {
+	if micro < 0 || micro >= len(b.Targets) {
+		return nil, fmt.Errorf("no target for micro-batch %d (have %d)", micro, len(b.Targets))
+	}
+	return b.Targets[micro], nil
+}

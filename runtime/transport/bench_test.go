@@ -1,0 +1,108 @@
+package transport
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+
+	"gorgonia.org/tensor"
+)
+
+const benchBytes = 4 << 20 // 4 MiB float32 tensors
+
+// BenchmarkTCPThroughput compares moving 4 MiB float32 tensors through the
+// TCP transport (frame, vectored write, reader goroutine, fresh receive
+// tensor, mailbox) with a plain loopback TCP stream that only copies the same
+// bytes into a reused buffer.
+//
+//	go test -run '^$' -bench TCPThroughput -benchtime 200x ./runtime/transport/
+func BenchmarkTCPThroughput(b *testing.B) {
+	b.Run("ppgen", func(b *testing.B) {
+		trs := mustWorld(b, 2, nil)
+		x := tensor.New(tensor.WithShape(benchBytes/4), tensor.WithBacking(make([]float32, benchBytes/4)))
+		done := make(chan error, 1)
+		b.SetBytes(benchBytes)
+		b.ResetTimer()
+		go func() {
+			for range b.N {
+				if _, _, err := trs[1].Recv(0, Act); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		for range b.N {
+			if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("loopback-raw", func(b *testing.B) {
+		c, rc := loopbackPair(b)
+		done := make(chan error, 1)
+		go func() {
+			buf := make([]byte, benchBytes)
+			for range b.N {
+				if _, err := io.ReadFull(rc, buf); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		src := make([]byte, benchBytes)
+		b.SetBytes(benchBytes)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := c.Write(src); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("loopback-io.Copy", func(b *testing.B) {
+		c, rc := loopbackPair(b)
+		done := make(chan error, 1)
+		go func() {
+			_, err := io.CopyN(io.Discard, rc, int64(b.N)*benchBytes)
+			done <- err
+		}()
+		src := make([]byte, benchBytes)
+		b.SetBytes(benchBytes)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := io.Copy(c, bytes.NewReader(src)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// loopbackPair returns both ends of a plain loopback TCP connection.
+func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(); rc.Close() })
+	return c, rc
+}

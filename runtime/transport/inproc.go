@@ -1,0 +1,153 @@
+package transport
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorgonia.org/tensor"
+)
+
+// InProcOption configures [NewInProc].
+type InProcOption func(*inprocOptions)
+
+type inprocOptions struct {
+	timeout time.Duration
+}
+
+// InProcTimeout bounds every Recv wait (default [DefaultTimeout]).
+func InProcTimeout(d time.Duration) InProcOption {
+	return func(o *inprocOptions) {
+		if d > 0 {
+			o.timeout = d
+		}
+	}
+}
+
+// NewInProc returns the endpoints of an in-process world of the given size:
+// element r is rank r's Transport. Queues are unbounded per (source,
+// destination, channel), so Send never blocks; Send copies the tensor.
+func NewInProc(world int, opts ...InProcOption) []Transport {
+	o := inprocOptions{timeout: DefaultTimeout}
+	for _, f := range opts {
+		f(&o)
+	}
+	eps := make([]*inproc, world)
+	for r := range eps {
+		ep := &inproc{rank: r, world: world, timeout: o.timeout, failed: make(chan struct{}), box: make([][NumChannels]*mailbox, world)}
+		for p := range ep.box {
+			if p == r {
+				continue
+			}
+			for c := range ep.box[p] {
+				ep.box[p][c] = newMailbox()
+			}
+		}
+		eps[r] = ep
+	}
+	out := make([]Transport, world)
+	for r, ep := range eps {
+		ep.peers = eps
+		out[r] = ep
+	}
+	return out
+}
+
+// inproc is one rank's endpoint of an in-process world.
+type inproc struct {
+	rank, world int
+	timeout     time.Duration
+	peers       []*inproc
+	box         [][NumChannels]*mailbox // box[src][ch]: messages from src
+
+	closed   atomic.Bool
+	failOnce sync.Once
+	failed   chan struct{}
+	err      error // set before failed is closed
+}
+
+func (t *inproc) Rank() int  { return t.rank }
+func (t *inproc) World() int { return t.world }
+
+func (t *inproc) fail(err error) {
+	t.failOnce.Do(func() {
+		t.err = err
+		close(t.failed)
+	})
+}
+
+func (t *inproc) failErr() error { return t.err }
+
+func (t *inproc) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
+	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
+	}
+	select {
+	case <-t.failed:
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, t.err)
+	default:
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, ErrClosed)
+	}
+	p := t.peers[peer]
+	if p.closed.Load() {
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer,
+			&PeerError{Peer: peer, Reason: "closed the connection", Err: ErrPeerClosed})
+	}
+	c, err := clone(x)
+	if err != nil {
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, err)
+	}
+	p.box[t.rank][ch].push(message{tag, c})
+	return nil
+}
+
+func (t *inproc) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
+	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
+	}
+	m, err := t.box[peer][ch].pop(t.timeout, t.failed, t.failErr, peer, ch)
+	if err != nil {
+		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", t.rank, ch, peer, err)
+	}
+	return m.tag, m.t, nil
+}
+
+// Close says goodbye: peers can still receive what this rank sent, then get
+// "rank N closed the connection". Local operations fail with ErrClosed.
+func (t *inproc) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	gone := &PeerError{Peer: t.rank, Reason: "closed the connection", Err: ErrPeerClosed}
+	for p, ep := range t.peers {
+		if p == t.rank {
+			continue
+		}
+		for c := range ep.box[t.rank] {
+			ep.box[t.rank][c].close(gone)
+		}
+	}
+	t.fail(ErrClosed)
+	return nil
+}
+
+// Abort fails this endpoint and every peer's pending and future operations.
+// After Close it does nothing.
+func (t *inproc) Abort(cause error) {
+	if t.closed.Load() {
+		return
+	}
+	if cause == nil {
+		cause = ErrAborted
+	}
+	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
+	pe := &PeerError{Peer: t.rank, Reason: "aborted: " + cause.Error(), Err: ErrAborted}
+	for p, ep := range t.peers {
+		if p != t.rank {
+			ep.fail(pe)
+		}
+	}
+}

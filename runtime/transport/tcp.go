@@ -1,0 +1,649 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"gorgonia.org/tensor"
+)
+
+// TCPConfig configures [DialTCP]. Zero durations and sizes take the defaults.
+type TCPConfig struct {
+	Rank, World int
+
+	// MasterAddr is host:port where rank 0 listens for the rendezvous
+	// (torchrun's MASTER_ADDR:MASTER_PORT).
+	MasterAddr string
+	// Listener, on rank 0 only, is used for the rendezvous instead of
+	// listening on MasterAddr (tests pass a listener on port 0 to avoid port
+	// races). DialTCP closes it when the rendezvous ends.
+	Listener net.Listener
+	// ListenHost is the host or IP ranks >= 1 listen on for peer connections
+	// (on an ephemeral port). Default: the local address of this rank's
+	// connection to the master, i.e. the interface that reaches it.
+	ListenHost string
+
+	// Token is a secret shared by all ranks. The handshake proves knowledge
+	// of it (HMAC-SHA256 challenge-response); it never crosses the wire.
+	Token string
+	// Fingerprint identifies the schedule (generated code's Fingerprint).
+	// Ranks with different fingerprints refuse each other.
+	Fingerprint string
+
+	// Timeout bounds every send (socket write) and every receive wait.
+	// Default DefaultTimeout.
+	Timeout time.Duration
+	// RendezvousTimeout bounds the whole connection phase. Default 2 minutes.
+	RendezvousTimeout time.Duration
+	// HeartbeatInterval is how often an idle connection carries a heartbeat.
+	// Default 1 s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a peer may stay silent before it counts as
+	// dead (process killed without the kernel resetting the connection, host
+	// gone, process hung). Default 6 s.
+	HeartbeatTimeout time.Duration
+	// MaxFrameBytes caps one message (header included) in both directions.
+	// Default 1 GiB.
+	MaxFrameBytes int64
+
+	// Logger receives connection lifecycle logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Defaults of TCPConfig.
+const (
+	DefaultRendezvousTimeout = 2 * time.Minute
+	DefaultHeartbeatInterval = time.Second
+	DefaultHeartbeatTimeout  = 6 * time.Second
+	DefaultMaxFrameBytes     = 1 << 30
+)
+
+func (c *TCPConfig) fill() error {
+	if c.World < 1 {
+		return fmt.Errorf("world size %d < 1", c.World)
+	}
+	if c.Rank < 0 || c.Rank >= c.World {
+		return fmt.Errorf("rank %d out of range [0, %d)", c.Rank, c.World)
+	}
+	if c.World > 1 && c.MasterAddr == "" && !(c.Rank == 0 && c.Listener != nil) {
+		return errors.New("MasterAddr is empty")
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.RendezvousTimeout <= 0 {
+		c.RendezvousTimeout = DefaultRendezvousTimeout
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.HeartbeatTimeout < 2*c.HeartbeatInterval {
+		return fmt.Errorf("HeartbeatTimeout %v must be at least twice HeartbeatInterval %v", c.HeartbeatTimeout, c.HeartbeatInterval)
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// TCP is a Transport over one TCP connection per peer pair. Build it with
+// [DialTCP].
+type TCP struct {
+	cfg   TCPConfig
+	rank  int
+	world int
+	log   *slog.Logger
+	conns []*tcpConn // conns[peer]; nil at this rank
+
+	closing  atomic.Bool // Close, Abort or Kill began: connection errors are expected
+	closed   atomic.Bool // Close or Kill was called
+	failOnce sync.Once
+	failed   chan struct{}
+	err      error // set before failed is closed
+
+	hbStop     chan struct{}
+	hbStopOnce sync.Once
+	hbPaused   atomic.Bool // test hook: stop heartbeats (simulates a hung process)
+	wg         sync.WaitGroup
+}
+
+// Frame kinds.
+const (
+	frameData      = 1
+	frameHeartbeat = 2
+	frameGoodbye   = 3
+	frameAbort     = 4
+)
+
+const (
+	frameMagic     = 0x31677070 // "ppg1"
+	frameHdrLen    = 24
+	maxAbortMsgLen = 4096
+)
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// tcpConn is the connection to one peer.
+type tcpConn struct {
+	t    *TCP
+	peer int
+	c    net.Conn
+
+	wmu     sync.Mutex
+	byeSent bool // under wmu
+	hdr     [frameHdrLen + 8*maxDims]byte
+	arr     [2][]byte
+	bufs    net.Buffers
+
+	lastWrite atomic.Int64 // unix nanoseconds
+	byeRecv   atomic.Bool
+	box       [NumChannels]*mailbox
+	done      chan struct{} // closed when the reader exits
+}
+
+func newTCPConn(t *TCP, peer int, c net.Conn) *tcpConn {
+	tc := &tcpConn{t: t, peer: peer, c: c, done: make(chan struct{})}
+	for i := range tc.box {
+		tc.box[i] = newMailbox()
+	}
+	tc.lastWrite.Store(time.Now().UnixNano())
+	return tc
+}
+
+// Rank returns this endpoint's rank.
+func (t *TCP) Rank() int { return t.rank }
+
+// World returns the number of ranks.
+func (t *TCP) World() int { return t.world }
+
+// Fingerprint returns the schedule fingerprint every peer agreed on.
+func (t *TCP) Fingerprint() string { return t.cfg.Fingerprint }
+
+func (t *TCP) fail(err error) {
+	t.failOnce.Do(func() {
+		t.err = err
+		close(t.failed)
+		if !t.closing.Load() {
+			t.log.Warn("transport failed", "rank", t.rank, "err", err)
+		}
+	})
+}
+
+func (t *TCP) failErr() error { return t.err }
+
+func (t *TCP) isFailed() bool {
+	select {
+	case <-t.failed:
+		return true
+	default:
+		return false
+	}
+}
+
+// start launches the readers and the heartbeat once every connection exists.
+func (t *TCP) start() {
+	for _, c := range t.conns {
+		if c == nil {
+			continue
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			c.readLoop()
+		}()
+	}
+	if t.world > 1 {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.heartbeat()
+		}()
+	}
+}
+
+// Send writes one frame (header, dims, payload) to peer with a single
+// vectored write. It returns once the frame is in the socket.
+func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
+	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
+	}
+	if t.isFailed() {
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, t.err)
+	}
+	c := t.conns[peer]
+	if c.byeRecv.Load() {
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer,
+			&PeerError{Peer: peer, Reason: "closed the connection", Err: ErrPeerClosed})
+	}
+	v, err := viewOf(x)
+	if err != nil {
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, err)
+	}
+	hlen := frameHdrLen + 8*len(v.dims)
+	if size := int64(hlen) + int64(len(v.raw)); size > t.cfg.MaxFrameBytes {
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w: tensor of shape %v is a %d-byte frame, over the cap of %d bytes (MaxFrameBytes)",
+			t.rank, ch, peer, ErrFrameTooLarge, v.dims, size, t.cfg.MaxFrameBytes)
+	}
+	payload := toWire(v.raw, elemSize(v.dt))
+
+	c.wmu.Lock()
+	if c.byeSent {
+		c.wmu.Unlock()
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, ErrClosed)
+	}
+	h := c.hdr[:hlen]
+	putHeader(h, frameData, uint8(ch), v.dt, tag, uint64(len(payload)))
+	for i, d := range v.dims {
+		binary.LittleEndian.PutUint64(h[frameHdrLen+8*i:], uint64(d))
+	}
+	c.arr[0], c.arr[1] = h, payload
+	c.bufs = c.arr[:]
+	_ = c.c.SetWriteDeadline(time.Now().Add(t.cfg.Timeout))
+	_, err = c.bufs.WriteTo(c.c)
+	c.arr[1] = nil
+	c.lastWrite.Store(time.Now().UnixNano())
+	c.wmu.Unlock()
+	runtime.KeepAlive(v.keep)
+	if err != nil {
+		// A partial frame may be on the wire: the connection is unusable.
+		t.fail(c.ioError(err, "send"))
+		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, t.err)
+	}
+	return nil
+}
+
+func putHeader(h []byte, kind, ch, dt uint8, tag Tag, n uint64) {
+	h[0], h[1], h[2], h[3] = kind, ch, dt, uint8((len(h)-frameHdrLen)/8)
+	binary.LittleEndian.PutUint32(h[4:], uint32(tag.Stage))
+	binary.LittleEndian.PutUint32(h[8:], uint32(tag.Micro))
+	binary.LittleEndian.PutUint32(h[12:], frameMagic)
+	binary.LittleEndian.PutUint64(h[16:], n)
+}
+
+// Recv waits for the next message from peer on ch.
+func (t *TCP) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
+	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
+	}
+	m, err := t.conns[peer].box[ch].pop(t.cfg.Timeout, t.failed, t.failErr, peer, ch)
+	if err != nil {
+		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", t.rank, ch, peer, err)
+	}
+	return m.tag, m.t, nil
+}
+
+// ioError turns a socket error on the connection to c.peer into a PeerError.
+func (c *tcpConn) ioError(err error, op string) error {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		if op == "send" {
+			return &PeerError{Peer: c.peer, Reason: fmt.Sprintf("did not read for %v (send timed out)", c.t.cfg.Timeout), Err: ErrTimeout}
+		}
+		return &PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent nothing for %v, not even a heartbeat (process dead or hung)", c.t.cfg.HeartbeatTimeout), Err: ErrTimeout}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return &PeerError{Peer: c.peer, Reason: fmt.Sprintf("closed the connection (%v)", err), Err: ErrPeerClosed}
+	default:
+		return &PeerError{Peer: c.peer, Reason: fmt.Sprintf("connection failed (%v)", err), Err: ErrPeerClosed}
+	}
+}
+
+// deadlineReader refreshes the read deadline so that a silent connection
+// fails after the heartbeat timeout.
+type deadlineReader struct {
+	c        net.Conn
+	timeout  time.Duration
+	deadline time.Time
+}
+
+func (r *deadlineReader) Read(p []byte) (int, error) {
+	now := time.Now()
+	if r.deadline.Sub(now) < r.timeout-r.timeout/4 {
+		r.deadline = now.Add(r.timeout)
+		_ = r.c.SetReadDeadline(r.deadline)
+	}
+	return r.c.Read(p)
+}
+
+func (c *tcpConn) readLoop() {
+	defer close(c.done)
+	t := c.t
+	br := bufio.NewReaderSize(&deadlineReader{c: c.c, timeout: t.cfg.HeartbeatTimeout}, 64<<10)
+	var hdr [frameHdrLen]byte
+	var dimBuf [8 * maxDims]byte
+	var dims [maxDims]int
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			c.readFailed(err)
+			return
+		}
+		if binary.LittleEndian.Uint32(hdr[12:]) != frameMagic {
+			t.fail(&PeerError{Peer: c.peer, Reason: "sent a corrupt frame (bad magic)", Err: ErrProtocol})
+			return
+		}
+		kind, ch, dt, nd := hdr[0], Channel(hdr[1]), hdr[2], int(hdr[3])
+		n := binary.LittleEndian.Uint64(hdr[16:])
+		switch kind {
+		case frameHeartbeat:
+			continue
+		case frameGoodbye:
+			c.byeRecv.Store(true)
+			gone := &PeerError{Peer: c.peer, Reason: "closed the connection", Err: ErrPeerClosed}
+			for _, b := range c.box {
+				b.close(gone)
+			}
+			t.log.Debug("peer said goodbye", "rank", t.rank, "peer", c.peer)
+			continue
+		case frameAbort:
+			msg := "(no reason given)"
+			if n <= maxAbortMsgLen {
+				buf := make([]byte, n)
+				if _, err := io.ReadFull(br, buf); err == nil {
+					msg = string(buf)
+				}
+			}
+			t.fail(&PeerError{Peer: c.peer, Reason: "aborted: " + msg, Err: ErrAborted})
+			return
+		case frameData:
+		default:
+			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a frame of unknown kind %d", kind), Err: ErrProtocol})
+			return
+		}
+		es := elemSize(dt)
+		if ch >= NumChannels || es == 0 || nd > maxDims {
+			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a malformed frame (channel %d, dtype %d, %d dims)", ch, dt, nd), Err: ErrProtocol})
+			return
+		}
+		if _, err := io.ReadFull(br, dimBuf[:8*nd]); err != nil {
+			c.readFailed(err)
+			return
+		}
+		numel, ok := uint64(1), true
+		for i := range nd {
+			d := binary.LittleEndian.Uint64(dimBuf[8*i:])
+			if d > 1<<48 {
+				ok = false
+				break
+			}
+			dims[i] = int(d)
+			if d != 0 && numel > (1<<62)/d {
+				ok = false
+				break
+			}
+			numel *= d
+		}
+		if !ok || numel*uint64(es) != n {
+			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a malformed frame (payload %d bytes for dims %v)", n, dims[:nd]), Err: ErrProtocol})
+			return
+		}
+		if size := uint64(frameHdrLen+8*nd) + n; size > uint64(t.cfg.MaxFrameBytes) {
+			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a frame of %d bytes, over this rank's cap of %d bytes (MaxFrameBytes)", size, t.cfg.MaxFrameBytes), Err: ErrFrameTooLarge})
+			return
+		}
+		x, raw := alloc(dt, dims[:nd])
+		if _, err := io.ReadFull(br, raw); err != nil {
+			c.readFailed(err)
+			return
+		}
+		fromWire(raw, es)
+		tag := Tag{Stage: int32(binary.LittleEndian.Uint32(hdr[4:])), Micro: int32(binary.LittleEndian.Uint32(hdr[8:]))}
+		c.box[ch].push(message{tag, x})
+	}
+}
+
+func (c *tcpConn) readFailed(err error) {
+	if c.byeRecv.Load() || c.t.closing.Load() || errors.Is(err, net.ErrClosed) {
+		return // expected: the peer said goodbye, or this rank is closing
+	}
+	c.t.fail(c.ioError(err, "recv"))
+}
+
+func (t *TCP) heartbeat() {
+	iv := t.cfg.HeartbeatInterval
+	tick := time.NewTicker(iv / 2)
+	defer tick.Stop()
+	var hb [frameHdrLen]byte
+	putHeader(hb[:], frameHeartbeat, 0, 0, Tag{}, 0)
+	for {
+		select {
+		case <-t.hbStop:
+			return
+		case <-tick.C:
+		}
+		if t.hbPaused.Load() {
+			continue
+		}
+		now := time.Now()
+		for _, c := range t.conns {
+			if c == nil || c.byeRecv.Load() || now.UnixNano()-c.lastWrite.Load() < int64(iv) {
+				continue
+			}
+			if !c.wmu.TryLock() {
+				continue // a send is writing: that is traffic too
+			}
+			if !c.byeSent {
+				_ = c.c.SetWriteDeadline(now.Add(t.cfg.HeartbeatTimeout))
+				_, _ = c.c.Write(hb[:]) // failures surface in the reader
+				c.lastWrite.Store(now.UnixNano())
+			}
+			c.wmu.Unlock()
+		}
+	}
+}
+
+func (t *TCP) stopHeartbeat() { t.hbStopOnce.Do(func() { close(t.hbStop) }) }
+
+// lingerTimeout bounds how long Close waits for peers' goodbyes.
+const lingerTimeout = 3 * time.Second
+
+// Close says goodbye to every peer (messages already sent stay receivable),
+// waits briefly for their goodbyes and closes the connections.
+func (t *TCP) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.closing.Store(true)
+	for _, c := range t.conns {
+		if c == nil {
+			continue
+		}
+		c.wmu.Lock()
+		if !c.byeSent {
+			c.byeSent = true
+			if !t.isFailed() {
+				var h [frameHdrLen]byte
+				putHeader(h[:], frameGoodbye, 0, 0, Tag{}, 0)
+				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
+				_, _ = c.c.Write(h[:])
+				if tc, ok := c.c.(*net.TCPConn); ok {
+					_ = tc.CloseWrite()
+				}
+			}
+		}
+		c.wmu.Unlock()
+	}
+	t.stopHeartbeat()
+	// Wait for the peers' goodbyes (their EOF ends our readers), so closing
+	// does not reset connections that still carry data for them.
+	linger := time.NewTimer(lingerTimeout)
+	defer linger.Stop()
+	for _, c := range t.conns {
+		if c == nil {
+			continue
+		}
+		select {
+		case <-c.done:
+		case <-linger.C:
+		case <-t.failed:
+		}
+	}
+	for _, c := range t.conns {
+		if c != nil {
+			_ = c.c.Close()
+		}
+	}
+	t.fail(ErrClosed)
+	t.wg.Wait()
+	t.log.Debug("transport closed", "rank", t.rank)
+	return nil
+}
+
+// Abort sends an abort frame carrying cause to every peer (best effort,
+// bounded to about a second) and closes every connection. Peers' pending and
+// future operations fail with "rank N aborted: cause".
+func (t *TCP) Abort(cause error) {
+	if t.closed.Load() || t.closing.Swap(true) {
+		return
+	}
+	if cause == nil {
+		cause = ErrAborted
+	}
+	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
+	msg := cause.Error()
+	if len(msg) > maxAbortMsgLen {
+		msg = msg[:maxAbortMsgLen]
+	}
+	var wg sync.WaitGroup
+	for _, c := range t.conns {
+		if c == nil {
+			continue
+		}
+		wg.Go(func() {
+			deadline := time.Now().Add(200 * time.Millisecond)
+			for !c.wmu.TryLock() {
+				if time.Now().After(deadline) {
+					_ = c.c.Close()
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if !c.byeSent {
+				c.byeSent = true
+				h := make([]byte, frameHdrLen, frameHdrLen+len(msg))
+				putHeader(h, frameAbort, 0, 0, Tag{}, uint64(len(msg)))
+				h = append(h, msg...)
+				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
+				_, _ = c.c.Write(h)
+			}
+			c.wmu.Unlock()
+			_ = c.c.Close()
+		})
+	}
+	wg.Wait()
+	t.stopHeartbeat()
+	t.log.Debug("transport aborted", "rank", t.rank, "cause", cause)
+}
+
+// Kill closes every connection at once, without goodbye or abort frame, as
+// if the process had been killed. It exists for fault-injection tests.
+func (t *TCP) Kill() {
+	t.closed.Store(true)
+	t.closing.Store(true)
+	t.stopHeartbeat()
+	for _, c := range t.conns {
+		if c != nil {
+			_ = c.c.Close()
+		}
+	}
+	t.fail(fmt.Errorf("%w: killed", ErrClosed))
+}
+
+// toWire returns raw (native order) in the wire's little-endian order.
+func toWire(raw []byte, es int) []byte {
+	if littleEndian {
+		return raw
+	}
+	out := make([]byte, len(raw))
+	for i := 0; i+es <= len(raw); i += es {
+		for k := range es {
+			out[i+k] = raw[i+es-1-k]
+		}
+	}
+	return out
+}
+
+// fromWire converts raw from wire order to native order in place.
+func fromWire(raw []byte, es int) {
+	if littleEndian {
+		return
+	}
+	for i := 0; i+es <= len(raw); i += es {
+		for k := range es / 2 {
+			raw[i+k], raw[i+es-1-k] = raw[i+es-1-k], raw[i+k]
+		}
+	}
+}
+
+// DialTCP joins the world described by cfg: rank 0 listens at MasterAddr and
+// hands out the other ranks' listen addresses; then every pair of ranks
+// connects (the lower rank dials the higher; rank 0 keeps its rendezvous
+// connections) and authenticates. DialTCP returns when every connection of
+// this rank is up and every rank reported success to rank 0, or with an error
+// naming what differs (world size, rank, schedule fingerprint, token) or who
+// is missing. The whole phase is bounded by cfg.RendezvousTimeout and ctx.
+func DialTCP(ctx context.Context, cfg TCPConfig) (*TCP, error) {
+	if err := cfg.fill(); err != nil {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return nil, fmt.Errorf("transport: rank %d: %w", cfg.Rank, err)
+	}
+	t := &TCP{
+		cfg: cfg, rank: cfg.Rank, world: cfg.World, log: cfg.Logger,
+		conns:  make([]*tcpConn, cfg.World),
+		failed: make(chan struct{}), hbStop: make(chan struct{}),
+	}
+	if cfg.World == 1 {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return t, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.RendezvousTimeout)
+	defer cancel()
+	var conns []net.Conn
+	var err error
+	if cfg.Rank == 0 {
+		conns, err = t.rendezvousMaster(ctx)
+	} else {
+		conns, err = t.rendezvousWorker(ctx)
+	}
+	if err != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		where := cfg.MasterAddr
+		if where == "" && cfg.Listener != nil {
+			where = cfg.Listener.Addr().String()
+		}
+		return nil, fmt.Errorf("transport: rank %d: rendezvous at %s: %w", cfg.Rank, where, err)
+	}
+	for p, c := range conns {
+		if c != nil {
+			_ = c.SetDeadline(time.Time{})
+			t.conns[p] = newTCPConn(t, p, c)
+		}
+	}
+	t.start()
+	t.log.Debug("transport up", "rank", t.rank, "world", t.world)
+	return t, nil
+}

@@ -1,0 +1,262 @@
+// Package transport moves tensors between the ranks of a pipeline.
+//
+// A [Transport] is one rank's endpoint. It sends and receives *tensor.Dense
+// values (float32 or float64, any shape, scalars included) to and from a peer
+// rank on a [Channel] (act, grad, data). Messages are matched FIFO per
+// (source rank, destination rank, channel): the k-th Recv from peer p on
+// channel c returns the k-th message p sent to this rank on c, whatever was
+// sent on other channels or by other peers in between. Sends are buffered:
+// Send returns once the message is handed to the transport (queued in
+// process, or written to the socket) and never waits for the matching Recv.
+//
+// Every message carries a [Tag], the (stage, micro) of the sending step, so a
+// receiver can check that sender and receiver agree on what is being moved.
+//
+// Two implementations exist:
+//
+//   - [NewInProc]: goroutines and unbounded queues, for tests and
+//     single-process runs. A send copies the tensor, so the receiver owns its
+//     copy and the sender may reuse its own.
+//   - [DialTCP]: one TCP connection per peer pair, length-framed messages with
+//     a size cap, a handshake that checks world size, rank, schedule
+//     fingerprint and a shared token, heartbeats so a dead or hung peer is
+//     detected within a bounded time.
+//
+// # Failure
+//
+// All waits are bounded by a configurable timeout. Errors name the peer
+// (see [PeerError]). [Transport.Close] is a graceful goodbye: what was sent
+// before it can still be received; a Recv that would need more fails with
+// "rank N closed the connection". [Transport.Abort] is abrupt: every pending
+// and future operation on this rank fails, and every peer's pending and future
+// operations fail with "rank N aborted: <cause>", so one failed rank cannot
+// leave the others hanging. A peer that disappears without a goodbye (killed
+// process, reset connection, missed heartbeats) fails the whole transport with
+// an error naming it.
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"gorgonia.org/tensor"
+)
+
+// Channel separates independent message streams between two ranks.
+type Channel uint8
+
+// The channels. Act carries activations (forward), Grad carries gradients
+// (backward), Data carries labels and other per-micro-batch data.
+const (
+	Act Channel = iota
+	Grad
+	Data
+	NumChannels // number of channels; not a channel
+)
+
+var channelNames = [NumChannels]string{"act", "grad", "data"}
+
+func (c Channel) String() string {
+	if c < NumChannels {
+		return channelNames[c]
+	}
+	return fmt.Sprintf("channel(%d)", uint8(c))
+}
+
+// Tag identifies a message: the stage and micro-batch of the step that sent it.
+// Transports carry it unchanged; they do not interpret it.
+type Tag struct {
+	Stage, Micro int32
+}
+
+func (t Tag) String() string { return fmt.Sprintf("(stage %d, micro %d)", t.Stage, t.Micro) }
+
+// Transport is one rank's endpoint of a world of ranks.
+//
+// Send and Recv may be called from any goroutine, but Recv calls for the same
+// (peer, channel) must not run concurrently (they would race for the FIFO
+// order). Neither method retains t after it returns: TCP writes it out before
+// returning and the in-process transport copies it.
+type Transport interface {
+	// Rank is this endpoint's rank.
+	Rank() int
+	// World is the number of ranks.
+	World() int
+	// Send hands t, tagged tag, to the transport for delivery to peer on ch.
+	Send(peer int, ch Channel, tag Tag, t *tensor.Dense) error
+	// Recv waits (bounded by the transport's timeout) for the next message
+	// from peer on ch. The returned tensor is freshly allocated and owned by
+	// the caller.
+	Recv(peer int, ch Channel) (Tag, *tensor.Dense, error)
+	// Close says goodbye to every peer: messages already sent stay
+	// receivable, later receives from this rank fail. Idempotent.
+	Close() error
+	// Abort fails every pending and future operation here and at every peer,
+	// with an error naming this rank and cause. Idempotent; cheap if already
+	// closed or failed.
+	Abort(cause error)
+}
+
+// Fingerprinter is implemented by transports that checked a schedule
+// fingerprint with their peers (TCP). runtime/pipe compares it with the Spec.
+type Fingerprinter interface {
+	Fingerprint() string
+}
+
+// Sentinel causes, for errors.Is. Errors returned by transports wrap one of
+// them, usually inside a *PeerError.
+var (
+	ErrClosed        = errors.New("transport closed")
+	ErrPeerClosed    = errors.New("peer closed the connection")
+	ErrAborted       = errors.New("aborted")
+	ErrTimeout       = errors.New("timed out")
+	ErrFrameTooLarge = errors.New("frame too large")
+	ErrHandshake     = errors.New("handshake refused")
+	ErrProtocol      = errors.New("protocol error")
+)
+
+// PeerError is a failure attributed to a peer rank: it closed the connection,
+// aborted, stopped sending heartbeats, or broke the protocol. Its message
+// always starts with "rank N".
+type PeerError struct {
+	Peer   int    // the rank at fault
+	Reason string // e.g. "closed the connection (EOF)", "aborted: <cause>"
+	Err    error  // sentinel cause: ErrPeerClosed, ErrAborted, ErrTimeout, ...
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("rank %d %s", e.Peer, e.Reason) }
+
+// Unwrap returns the sentinel cause.
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// Defaults shared by the transports.
+const (
+	DefaultTimeout = 5 * time.Minute
+)
+
+// dtype codes on the wire.
+const (
+	dtFloat32 = 1
+	dtFloat64 = 2
+)
+
+// maxDims bounds the rank (number of dimensions) of a tensor on the wire.
+const maxDims = 16
+
+// view describes a tensor's payload for sending: dtype code, dims, and the raw
+// bytes (in native order) of a contiguous backing array. keep holds the
+// tensor alive while raw is in use.
+type view struct {
+	dt   uint8
+	dims []int
+	raw  []byte
+	keep *tensor.Dense
+}
+
+// viewOf returns the payload of t, materializing views and transposes first.
+func viewOf(t *tensor.Dense) (view, error) {
+	if t == nil {
+		return view{}, errors.New("nil tensor")
+	}
+	if t.IsMaterializable() || t.RequiresIterator() {
+		m, ok := t.Materialize().(*tensor.Dense)
+		if !ok {
+			return view{}, fmt.Errorf("cannot materialize tensor of shape %v", t.Shape())
+		}
+		t = m
+	}
+	dims := []int(t.Shape())
+	if len(dims) > maxDims {
+		return view{}, fmt.Errorf("tensor has %d dimensions, at most %d are supported", len(dims), maxDims)
+	}
+	n := 1
+	for _, d := range dims {
+		if d < 0 {
+			return view{}, fmt.Errorf("negative dimension in shape %v", t.Shape())
+		}
+		n *= d
+	}
+	switch t.Dtype() {
+	case tensor.Float32:
+		s := t.Float32s()
+		if len(s) < n {
+			return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), len(s))
+		}
+		s = s[:n]
+		return view{dtFloat32, dims, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*n), t}, nil
+	case tensor.Float64:
+		s := t.Float64s()
+		if len(s) < n {
+			return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), len(s))
+		}
+		s = s[:n]
+		return view{dtFloat64, dims, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*n), t}, nil
+	default:
+		return view{}, fmt.Errorf("unsupported dtype %v (float32 and float64 are)", t.Dtype())
+	}
+}
+
+func elemSize(dt uint8) int {
+	switch dt {
+	case dtFloat32:
+		return 4
+	case dtFloat64:
+		return 8
+	}
+	return 0
+}
+
+// alloc returns a new tensor of dtype dt and shape dims together with its
+// backing array as raw native-order bytes, to be filled by the caller.
+func alloc(dt uint8, dims []int) (*tensor.Dense, []byte) {
+	n := 1
+	for _, d := range dims {
+		n *= d
+	}
+	switch dt {
+	case dtFloat32:
+		var t *tensor.Dense
+		if len(dims) == 0 {
+			t = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape())
+		} else {
+			t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]float32, n)))
+		}
+		s := t.Float32s()
+		return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
+	default:
+		var t *tensor.Dense
+		if len(dims) == 0 {
+			t = tensor.New(tensor.Of(tensor.Float64), tensor.WithShape())
+		} else {
+			t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]float64, n)))
+		}
+		s := t.Float64s()
+		return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
+	}
+}
+
+// clone copies t into a fresh contiguous tensor of the same dtype and shape.
+func clone(t *tensor.Dense) (*tensor.Dense, error) {
+	v, err := viewOf(t)
+	if err != nil {
+		return nil, err
+	}
+	c, raw := alloc(v.dt, v.dims)
+	copy(raw, v.raw)
+	return c, nil
+}
+
+func checkPeer(rank, world, peer int, ch Channel) error {
+	if peer < 0 || peer >= world {
+		return fmt.Errorf("peer rank %d out of range [0, %d)", peer, world)
+	}
+	if peer == rank {
+		return fmt.Errorf("peer rank %d is this rank", peer)
+	}
+	if ch >= NumChannels {
+		return fmt.Errorf("unknown channel %d", uint8(ch))
+	}
+	return nil
+}
