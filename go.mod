@@ -22,3 +22,5 @@ require (
 	gorgonia.org/vecf64 v0.9.0 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
 )
+
+tool github.com/ppgen/ppgen/cmd/ppgen

@@ -12,49 +12,95 @@ import "github.com/ppgen/ppgen/gen/ir"
 // idempotent. Steps naming stages or micro-batches out of range are copied
 // unchanged (gen/verify reports them); the input is not modified.
 func InsertData(p ir.Program) ir.Program {
-	S, M := p.Stages(), p.Micro
-	last := S - 1
-	// loaded[0][m]: DATA_LOAD(0,m) present; loaded[1][m]: DATA_LOAD(S-1,m).
-	var loaded [2][]bool
-	loaded[0] = make([]bool, max(M, 0))
-	loaded[1] = make([]bool, max(M, 0))
-	inRange := func(m int) bool { return m >= 0 && m < M }
-	which := func(s int) int {
-		switch s {
-		case 0:
-			return 0
-		case last:
-			return 1
-		}
-		return -1
-	}
-	for _, steps := range p.Ranks {
-		for _, st := range steps {
-			if st.Kind == ir.DataLoad && inRange(st.Micro) {
-				if w := which(st.Stage); w >= 0 {
-					loaded[w][st.Micro] = true
-				}
-			}
-		}
-	}
+	d := newDataLoads(p)
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
 	for r, steps := range p.Ranks {
-		out := make([]ir.Step, 0, len(steps)+len(steps)/2+1)
-		for _, st := range steps {
-			for _, c := range st.Computes() {
-				if c.Kind != ir.Forward || !inRange(c.Micro) {
-					continue
-				}
-				w := which(c.Stage)
-				if w < 0 || loaded[w][c.Micro] {
-					continue
-				}
-				loaded[w][c.Micro] = true
-				out = append(out, ir.Compute(ir.DataLoad, c.Stage, c.Micro))
-			}
-			out = append(out, st)
-		}
-		q.Ranks[r] = out
+		q.Ranks[r] = d.appendRank(make([]ir.Step, 0, len(steps)+d.extra(p, r)), steps)
 	}
 	return q
+}
+
+// dataLoads inserts the loads of InsertData one rank at a time, so that
+// Lower can run data and comm insertion without the intermediate program.
+type dataLoads struct {
+	S, M    int
+	present [2][]bool // a DATA_LOAD of micro m already in the program: [0] stage 0, [1] last stage
+	done    [2][]bool // scratch for one rank
+}
+
+func newDataLoads(p ir.Program) *dataLoads {
+	d := &dataLoads{S: p.Stages(), M: max(p.Micro, 0)}
+	for w := range d.present {
+		d.present[w] = make([]bool, d.M)
+		d.done[w] = make([]bool, d.M)
+	}
+	for _, steps := range p.Ranks {
+		for i := range steps {
+			if st := &steps[i]; st.Kind == ir.DataLoad && st.Micro >= 0 && st.Micro < d.M {
+				if w := d.class(st.Stage); w >= 0 {
+					d.present[w][st.Micro] = true
+				}
+			}
+		}
+	}
+	return d
+}
+
+// class returns 0 for stage 0, 1 for the last stage (0 when they are one), -1 otherwise.
+func (d *dataLoads) class(s int) int {
+	switch s {
+	case 0:
+		return 0
+	case d.S - 1:
+		return 1
+	}
+	return -1
+}
+
+// extra bounds the number of loads appendRank adds to rank r: M for each of
+// stage 0 and the last stage (one class when they coincide) the rank holds.
+func (d *dataLoads) extra(p ir.Program, r int) int {
+	n := 0
+	if p.Placement.Rank(0) == r {
+		n += d.M
+	}
+	if d.S > 1 && p.Placement.Rank(d.S-1) == r {
+		n += d.M
+	}
+	return n
+}
+
+// appendRank appends one rank's steps to dst with the loads inserted. Every
+// rank starts from the program's own loads: stage 0 and the last stage each
+// live on one rank, so ranks do not interact.
+func (d *dataLoads) appendRank(dst, steps []ir.Step) []ir.Step {
+	for w := range d.done {
+		copy(d.done[w], d.present[w])
+	}
+	for i := range steps {
+		st := &steps[i]
+		if st.Kind == ir.Forward {
+			dst = d.load(dst, st)
+		} else if st.Kind.IsOverlap() {
+			for k := range st.Sub {
+				if st.Sub[k].Kind == ir.Forward {
+					dst = d.load(dst, &st.Sub[k])
+				}
+			}
+		}
+		dst = append(dst, *st)
+	}
+	return dst
+}
+
+func (d *dataLoads) load(dst []ir.Step, c *ir.Step) []ir.Step {
+	if c.Micro < 0 || c.Micro >= d.M {
+		return dst
+	}
+	w := d.class(c.Stage)
+	if w < 0 || d.done[w][c.Micro] {
+		return dst
+	}
+	d.done[w][c.Micro] = true
+	return append(dst, ir.Compute(ir.DataLoad, c.Stage, c.Micro))
 }

@@ -65,7 +65,8 @@ func (e *CycleError) Error() string {
 // checkSteps validates what every pass relies on: the placement matches the
 // program, every step's stage and micro-batch are in range, and every step
 // runs on the rank holding its stage. With computeOnly, transfer steps are
-// rejected (the program must not be lowered yet).
+// rejected (the program must not be lowered yet). The common case is one
+// cheap test per step; the error is built only for a failing step.
 func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 	P, S, M := len(p.Ranks), p.Stages(), p.Micro
 	if p.Placement.NumRanks != P {
@@ -74,50 +75,66 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 	if S == 0 {
 		return &Error{Pass: pass, Rank: -1, Index: -1, Reason: "placement has no stages"}
 	}
-	for s, r := range p.Placement.RankOf {
+	rankOf := p.Placement.RankOf
+	for s, r := range rankOf {
 		if r < 0 || r >= P {
 			return &Error{Pass: pass, Rank: -1, Index: -1, Reason: fmt.Sprintf("placement puts stage %d on rank %d, outside 0..%d", s, r, P-1)}
 		}
 	}
-	var bad func(r, i int, top, st ir.Step) error
-	bad = func(r, i int, top, st ir.Step) error {
-		if st.Kind.IsOverlap() {
-			if len(st.Sub) != 2 {
-				return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("an overlap holds exactly two sub-steps, this one %d", len(st.Sub))}
-			}
-			for _, sub := range st.Sub {
-				if !sub.Kind.IsCompute() || sub.Kind.IsOverlap() {
-					return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("overlap sub-step %s is not F, B, I or W", sub)}
-				}
-				if err := bad(r, i, top, sub); err != nil {
-					return err
-				}
-			}
-			return nil
+	leafOK := func(r int, st *ir.Step) bool {
+		k := st.Kind
+		if k == ir.Invalid || k > ir.OptStep || k.IsOverlap() || (computeOnly && k.IsComm()) {
+			return false
 		}
-		if st.Kind == ir.Invalid || st.Kind > ir.OptStep {
-			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("unknown step kind %d", uint8(st.Kind))}
+		if k.HasStage() && (st.Stage < 0 || st.Stage >= S || rankOf[st.Stage] != r) {
+			return false
 		}
-		if computeOnly && st.Kind.IsComm() {
-			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: "the program already holds transfer steps; comm insertion takes a compute-only program (see Program.ComputeOnly)"}
-		}
-		if st.Kind.HasStage() && (st.Stage < 0 || st.Stage >= S) {
-			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("stage %d is outside 0..%d", st.Stage, S-1)}
-		}
-		if st.Kind.HasMicro() && (st.Micro < 0 || st.Micro >= M) {
-			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("micro-batch %d is outside 0..%d", st.Micro, M-1)}
-		}
-		if st.Kind.HasStage() && p.Placement.RankOf[st.Stage] != r {
-			return &Error{Pass: pass, Rank: r, Index: i, Step: top, Reason: fmt.Sprintf("stage %d lives on rank %d (placement %s), not on rank %d", st.Stage, p.Placement.RankOf[st.Stage], p.Placement, r)}
-		}
-		return nil
+		return !k.HasMicro() || (st.Micro >= 0 && st.Micro < M)
 	}
 	for r, steps := range p.Ranks {
-		for i, st := range steps {
-			if err := bad(r, i, st, st); err != nil {
-				return err
+		for i := range steps {
+			st := &steps[i]
+			if !st.Kind.IsOverlap() {
+				if !leafOK(r, st) {
+					return stepError(p, pass, computeOnly, r, i, *st, *st)
+				}
+				continue
+			}
+			if len(st.Sub) != 2 {
+				return &Error{Pass: pass, Rank: r, Index: i, Step: *st, Reason: fmt.Sprintf("an overlap holds exactly two sub-steps, this one %d", len(st.Sub))}
+			}
+			for k := range st.Sub {
+				sub := &st.Sub[k]
+				if !sub.Kind.IsCompute() || sub.Kind.IsOverlap() {
+					return &Error{Pass: pass, Rank: r, Index: i, Step: *st, Reason: fmt.Sprintf("overlap sub-step %s is not F, B, I or W", sub)}
+				}
+				if !leafOK(r, sub) {
+					return stepError(p, pass, computeOnly, r, i, *st, *sub)
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// stepError explains why checkSteps rejects step st (top, or a sub-step of it).
+func stepError(p ir.Program, pass string, computeOnly bool, r, i int, top, st ir.Step) error {
+	S, M := p.Stages(), p.Micro
+	e := &Error{Pass: pass, Rank: r, Index: i, Step: top}
+	k := st.Kind
+	switch {
+	case k == ir.Invalid || k > ir.OptStep:
+		e.Reason = fmt.Sprintf("unknown step kind %d", uint8(k))
+	case k.IsOverlap():
+		e.Reason = "an overlap cannot hold another overlap"
+	case computeOnly && k.IsComm():
+		e.Reason = "the program already holds transfer steps; comm insertion takes a compute-only program (see Program.ComputeOnly)"
+	case k.HasStage() && (st.Stage < 0 || st.Stage >= S):
+		e.Reason = fmt.Sprintf("stage %d is outside 0..%d", st.Stage, S-1)
+	case k.HasMicro() && (st.Micro < 0 || st.Micro >= M):
+		e.Reason = fmt.Sprintf("micro-batch %d is outside 0..%d", st.Micro, M-1)
+	default:
+		e.Reason = fmt.Sprintf("stage %d lives on rank %d (placement %s), not on rank %d", st.Stage, p.Placement.RankOf[st.Stage], p.Placement, r)
+	}
+	return e
 }

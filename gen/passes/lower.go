@@ -27,6 +27,10 @@ type LowerInfo struct {
 }
 
 // Pass is one lowering pass: a named function from program to program.
+// A pass that runs after "comm" may modify its input's step lists in place:
+// InsertComm always returns fresh lists, so the caller's program is never
+// touched (sub-step slices are shared with it, and must be copied before
+// writing).
 type Pass struct {
 	Name string
 	Run  func(ir.Program) (ir.Program, error)
@@ -41,14 +45,19 @@ type Pass struct {
 // its option.
 func Pipeline(opt Options) []Pass {
 	var ps []Pass
-	// (split/merge, overlap: later work)
-	if !opt.NoData {
-		ps = append(ps, Pass{Name: "data", Run: func(p ir.Program) (ir.Program, error) { return InsertData(p), nil }})
+	// (split/merge, overlap: later work, here)
+	if opt.NoData {
+		ps = append(ps, Pass{Name: "comm", Run: func(p ir.Program) (ir.Program, error) { return InsertComm(p, opt.Comm) }})
+	} else {
+		// InsertData then InsertComm, fused: the same result without
+		// building the intermediate program (see insertDataComm). A pass
+		// that must run between them splits this entry back into the two.
+		ps = append(ps, Pass{Name: "data+comm", Run: func(p ir.Program) (ir.Program, error) { return insertDataComm(p, opt.Comm) }})
 	}
-	ps = append(ps, Pass{Name: "comm", Run: func(p ir.Program) (ir.Program, error) { return InsertComm(p, opt.Comm) }})
-	// (FSDP, swap, coalescing: later work)
+	// (FSDP, swap, coalescing: later work, here)
 	ps = append(ps, Pass{Name: "slots", Run: func(p ir.Program) (ir.Program, error) {
-		q, _, err := AssignSlots(p)
+		// In place: it runs after "comm", whose output nobody else holds.
+		q, _, err := assignSlots(p, true)
 		return q, err
 	}})
 	return ps
@@ -81,12 +90,15 @@ func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
 func SlotCounts(p ir.Program) []int {
 	out := make([]int, len(p.Ranks))
 	for r, steps := range p.Ranks {
-		for _, st := range steps {
-			out[r] = max(out[r], st.Slot+1)
-			for _, c := range st.Sub {
-				out[r] = max(out[r], c.Slot+1)
+		n := 0
+		for i := range steps {
+			st := &steps[i]
+			n = max(n, st.Slot+1)
+			for k := range st.Sub {
+				n = max(n, st.Sub[k].Slot+1)
 			}
 		}
+		out[r] = n
 	}
 	return out
 }

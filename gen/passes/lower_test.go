@@ -2,6 +2,7 @@ package passes
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -14,7 +15,7 @@ func TestLower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(info.Passes, ","); got != "data,comm,slots" {
+	if got := strings.Join(info.Passes, ","); got != "data+comm,slots" {
 		t.Errorf("passes %q", got)
 	}
 	if !equalInts(info.Slots, []int{4, 3, 2, 1}) {
@@ -50,7 +51,48 @@ func TestLower(t *testing.T) {
 	// Errors name the pass and keep their type.
 	_, _, err = Lower(mustParse("rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1B1 1F0 1B0"), Options{})
 	var ce *CycleError
-	if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), "lowering (pass comm): comm: compute order is infeasible") {
+	if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), "lowering (pass data+comm): comm: compute order is infeasible, ranks wait for one another: rank 0 at step 2 (0B0)") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestLowerFusedEqualsPasses: Lower's fused data+comm pass gives exactly
+// AssignSlots(InsertComm(InsertData(p))), errors included.
+func TestLowerFusedEqualsPasses(t *testing.T) {
+	check := func(name string, p ir.Program) {
+		t.Helper()
+		for _, eager := range []bool{false, true} {
+			got, _, gerr := Lower(p, Options{Comm: CommOptions{Eager: eager}})
+			want, werr := InsertComm(InsertData(p), CommOptions{Eager: eager})
+			if werr == nil {
+				want, _, werr = AssignSlots(want)
+			}
+			if (gerr == nil) != (werr == nil) || (gerr != nil && !strings.HasSuffix(gerr.Error(), werr.Error())) {
+				t.Fatalf("%s eager=%v: Lower error %v, passes error %v", name, eager, gerr, werr)
+			}
+			if gerr == nil && withSlots(got) != withSlots(want) {
+				t.Fatalf("%s eager=%v: Lower\n%s\npasses\n%s", name, eager, withSlots(got), withSlots(want))
+			}
+		}
+	}
+	for P := 1; P <= 5; P++ {
+		for M := 1; M <= 2*P; M++ {
+			for name, p := range families(P, M) {
+				check(name, p)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for iter := range 300 {
+		P := 1 + rng.IntN(4)
+		pl := ir.Loop(P, 1+rng.IntN(2))
+		if iter%3 == 0 {
+			pl = ir.VShape(P)
+		}
+		p := randomOrder(rng, pl, 1+rng.IntN(2*P), rng.IntN(2) == 0)
+		if iter%2 == 0 {
+			p = fuseRandom(rng, p)
+		}
+		check("random", p)
 	}
 }

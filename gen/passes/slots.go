@@ -22,58 +22,125 @@ import (
 // bound in chunk buffers) and an error for steps out of range or on the wrong
 // rank. The input is not modified.
 func AssignSlots(p ir.Program) (ir.Program, []int, error) {
+	return assignSlots(p, false)
+}
+
+// assignSlots is AssignSlots; with inPlace it writes the slots into p's own
+// step lists (for Lower's intermediate programs, which nobody else holds;
+// overlap sub-step slices are still copied, since they may be shared).
+func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	if err := checkSteps(p, "slots", false); err != nil {
 		return ir.Program{}, nil, err
 	}
 	rankOf := p.Placement.RankOf
 	S, M := len(rankOf), p.Micro
-	first := filled(S*M, -1)
-	last := make([]int32, S*M)
-	slotOf := filled(S*M, -1)
-	next := filled(S*M, -1) // chunks ending at the same step, linked
+	x := &slotter{rankOf: rankOf, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
 	counts := make([]int, len(p.Ranks))
-	var free []uint64 // bit set: 1 = slot in use
 	for r, steps := range p.Ranks {
+		x.r = r
 		// Lifetimes.
-		touch := func(ch int, i int32) {
-			if first[ch] < 0 {
-				first[ch] = i
-			}
-			last[ch] = max(last[ch], i)
-		}
-		for i, st := range steps {
+		for i := range steps {
+			st := &steps[i]
 			if st.Kind.IsOverlap() {
-				for _, c := range st.Sub {
-					touchChunk(rankOf, r, M, c, int32(i), touch)
+				for k := range st.Sub {
+					x.span(&st.Sub[k], int32(i))
 				}
 			} else {
-				touchChunk(rankOf, r, M, st, int32(i), touch)
+				x.span(st, int32(i))
 			}
 		}
-		endHead := filled(len(steps), -1)
+		x.endHead = filledInto(x.endHead, len(steps), -1)
 		// Sweep.
-		free = free[:0]
-		out := make([]ir.Step, len(steps))
-		copy(out, steps)
+		x.free, x.count = x.free[:0], 0
+		out := steps
+		if !inPlace {
+			out = make([]ir.Step, len(steps))
+			copy(out, steps)
+		}
 		for i := range out {
 			st := &out[i]
 			if st.Kind.IsOverlap() {
 				st.Sub = append([]ir.Step(nil), st.Sub...)
 				for k := range st.Sub {
-					assign(&st.Sub[k], M, first, last, slotOf, next, endHead, int32(i), &free, &counts[r])
+					x.give(&st.Sub[k], int32(i))
 				}
 			} else {
-				assign(st, M, first, last, slotOf, next, endHead, int32(i), &free, &counts[r])
+				x.give(st, int32(i))
 			}
-			for ch := endHead[i]; ch >= 0; ch = next[ch] {
-				s := slotOf[ch]
-				free[s/64] &^= 1 << (uint(s) % 64)
+			for ch := x.endHead[i]; ch >= 0; ch = x.next[ch] {
+				if s := x.slotOf[ch]; s >= 0 {
+					x.free[s/64] &^= 1 << (uint(s) % 64)
+				}
 			}
 		}
 		q.Ranks[r] = out
+		counts[r] = x.count
 	}
 	return q, counts, nil
+}
+
+// slotter holds the per-chunk state of AssignSlots (chunk = stage*M+micro;
+// every chunk lives on one rank, so the arrays serve all ranks).
+type slotter struct {
+	rankOf  []int
+	M, r    int
+	first   []int32 // first step of the chunk
+	last    []int32 // last use of the chunk
+	slotOf  []int32
+	next    []int32 // chunks whose last use is the same step, linked from endHead
+	endHead []int32 // per step of the current rank
+	free    []uint64
+	count   int
+}
+
+// span extends the lifetimes st (at index i) touches: its own chunk's and,
+// as src, its colocated neighbour's.
+func (x *slotter) span(st *ir.Step, i int32) {
+	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
+		return
+	}
+	ch := st.Stage*x.M + st.Micro
+	if x.first[ch] < 0 {
+		x.first[ch] = i
+	}
+	x.last[ch] = max(x.last[ch], i)
+	if nb := srcStage(x.rankOf, x.r, st); nb >= 0 {
+		ch = nb*x.M + st.Micro
+		if x.first[ch] < 0 {
+			x.first[ch] = i
+		}
+		x.last[ch] = max(x.last[ch], i)
+	}
+}
+
+// give gives st its chunk's slot, allocating it (and queueing its release
+// after the chunk's last use) at the chunk's first step i.
+func (x *slotter) give(st *ir.Step, i int32) {
+	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
+		return
+	}
+	ch := st.Stage*x.M + st.Micro
+	if x.first[ch] == i && x.slotOf[ch] < 0 {
+		s := lowestFree(&x.free)
+		x.slotOf[ch] = int32(s)
+		x.count = max(x.count, s+1)
+		e := x.last[ch]
+		x.next[ch] = x.endHead[e]
+		x.endHead[e] = int32(ch)
+	}
+	st.Slot = int(x.slotOf[ch])
+}
+
+func filledInto(s []int32, n int, v int32) []int32 {
+	if cap(s) < n {
+		s = make([]int32, n)
+	}
+	s = s[:n]
+	for i := range s {
+		s[i] = v
+	}
+	return s
 }
 
 // chunksOf returns the steps of st that name a chunk (st, or its sub-steps).
@@ -84,22 +151,9 @@ func chunksOf(st ir.Step) []ir.Step {
 	return []ir.Step{st}
 }
 
-// touchChunk records that step st (at index i on rank r) uses its own chunk
-// and, as src, a colocated neighbour's chunk.
-func touchChunk(rankOf []int, r, M int, st ir.Step, i int32, touch func(ch int, i int32)) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
-		return
-	}
-	ch := st.Stage*M + st.Micro
-	touch(ch, i)
-	if nb := srcStage(rankOf, r, st); nb >= 0 {
-		touch(nb*M+st.Micro, i)
-	}
-}
-
 // srcStage returns the stage of the colocated chunk a compute step reads
 // (stage-1 for F, stage+1 for B and I, when that stage is on rank r), or -1.
-func srcStage(rankOf []int, r int, st ir.Step) int {
+func srcStage(rankOf []int, r int, st *ir.Step) int {
 	switch st.Kind {
 	case ir.Forward:
 		if st.Stage > 0 && rankOf[st.Stage-1] == r {
@@ -111,24 +165,6 @@ func srcStage(rankOf []int, r int, st ir.Step) int {
 		}
 	}
 	return -1
-}
-
-// assign gives st its chunk's slot, allocating it (and queueing its release
-// after the chunk's last use) at the chunk's first step i.
-func assign(st *ir.Step, M int, first, last, slotOf, next, endHead []int32, i int32, free *[]uint64, count *int) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
-		return
-	}
-	ch := st.Stage*M + st.Micro
-	if first[ch] == i && slotOf[ch] < 0 {
-		s := lowestFree(free)
-		slotOf[ch] = int32(s)
-		*count = max(*count, s+1)
-		e := last[ch]
-		next[ch] = endHead[e]
-		endHead[e] = int32(ch)
-	}
-	st.Slot = int(slotOf[ch])
 }
 
 func lowestFree(set *[]uint64) int {
@@ -185,7 +221,7 @@ func (x *SlotIndex) Src(st ir.Step) int {
 	if st.Stage < 0 || st.Stage >= len(x.rankOf) {
 		return -1
 	}
-	nb := srcStage(x.rankOf, x.rankOf[st.Stage], st)
+	nb := srcStage(x.rankOf, x.rankOf[st.Stage], &st)
 	if nb < 0 {
 		return -1
 	}

@@ -48,7 +48,7 @@ func init() {
 // weights in DualPipe; keeping the two copies' gradients in sync (DualPipe's
 // all-reduce between the copies) is outside the step order.
 func DualPipePlacement(ranks int) ir.Placement {
-	pl := ir.VShape(ranks)
+	pl := ir.VShape(max(ranks, 0))
 	pl.Name = "dualpipe"
 	return pl
 }

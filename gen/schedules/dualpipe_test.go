@@ -1,6 +1,8 @@
 package schedules
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -93,5 +95,130 @@ func zbtCheckOverlaps(t *testing.T, name string, prog ir.Program, res zbtResult,
 	}
 	if total != res.overlapCount {
 		t.Errorf("%s P=%d M=%d: simulator ran %d overlaps, program has %d", name, p, m, res.overlapCount, total)
+	}
+}
+
+// zbtDualReference writes DualPipe's order the way DeepSeek's dualpipe.py
+// and dualpipev.py (and PyTorch's ScheduleDualPipeV) state it: local phases
+// 0 and 1, mapped to a model direction by "phase XOR rank in the second
+// half" (dualpipe) or to the down/up stage (dualpipev), per-direction chunk
+// counters, and a FIFO of W's for the backwards that ran as I.
+func zbtDualReference(v bool, p, m int) string {
+	var out strings.Builder
+	ranks, chunks := p, m // dualpipev: one pipeline of P ranks, M chunks
+	if !v {
+		chunks = m / 2 // dualpipe: M/2 chunks enter at each end
+	}
+	for r := 0; r < p; r++ {
+		second := !v && r >= p/2
+		halfRanks, halfRank := p, r
+		if !v {
+			halfRanks, halfRank = p/2, min(r, p-1-r)
+		}
+		middle := halfRank == halfRanks-1
+		stageOf := func(phase int) int { // local phase -> stage on this rank
+			dir := phase
+			if second {
+				dir ^= 1
+			}
+			if dir == 0 {
+				return r
+			}
+			return 2*ranks - 1 - r
+		}
+		microOf := func(stage, k int) int {
+			if !v && stage >= p {
+				return chunks + k
+			}
+			return k
+		}
+		var nf, nb [2]int
+		var wq []string
+		var steps []string
+		f := func(phase int) string {
+			s := stageOf(phase)
+			nf[phase]++
+			return fmt.Sprintf("%dF%d", s, microOf(s, nf[phase]-1))
+		}
+		b := func(phase int, zb bool) string {
+			s := stageOf(phase)
+			nb[phase]++
+			mb := microOf(s, nb[phase]-1)
+			if zb {
+				wq = append(wq, fmt.Sprintf("%dW%d", s, mb))
+				return fmt.Sprintf("%dI%d", s, mb)
+			}
+			return fmt.Sprintf("%dB%d", s, mb)
+		}
+		w := func() {
+			if len(wq) > 0 {
+				steps = append(steps, wq[0])
+				wq = wq[1:]
+			}
+		}
+		fb := func(p0, p1 int) string { return "(" + f(p0) + ";" + b(p1, false) + ")OVERLAP_F_B" }
+		for i := 0; i < (halfRanks-halfRank-1)*2; i++ {
+			steps = append(steps, f(0))
+		}
+		for i := 0; i < halfRank+1; i++ {
+			steps = append(steps, f(0), f(1))
+		}
+		for i := 0; i < halfRanks-halfRank-1; i++ {
+			steps = append(steps, b(1, true))
+			w()
+			steps = append(steps, f(1))
+		}
+		for i := 0; i < chunks-2*halfRanks+halfRank+1; i++ {
+			if i == 0 && middle {
+				steps = append(steps, f(0), b(1, false))
+			} else {
+				steps = append(steps, fb(0, 1))
+			}
+			steps = append(steps, fb(1, 0))
+		}
+		for i := 0; i < halfRanks-halfRank-1; i++ {
+			steps = append(steps, b(1, false), fb(1, 0))
+		}
+		zb, step6 := false, halfRank+1
+		for i := 0; i < step6; i++ {
+			if i == step6/2 && halfRank%2 == 1 {
+				zb = true
+			}
+			steps = append(steps, b(1, zb))
+			if i == step6/2 && halfRank%2 == 0 {
+				zb = true
+			}
+			steps = append(steps, b(0, zb))
+		}
+		for i := 0; i < halfRanks-halfRank-1; i++ {
+			w()
+			steps = append(steps, b(0, true))
+		}
+		for i := 0; i < halfRank+1; i++ {
+			w()
+		}
+		fmt.Fprintf(&out, "rank %d:", r)
+		for _, s := range steps {
+			out.WriteString(" " + s)
+		}
+		out.WriteByte('\n')
+	}
+	return out.String()
+}
+
+func TestDualPipeMatchesReference(t *testing.T) {
+	for p := 1; p <= 8; p++ {
+		for m := 2 * p; m <= 4*p; m++ {
+			got := ir.FormatText(zbtBuild(t, "dualpipev", p, 2, m, ir.Options{}))
+			if want := zbtDualReference(true, p, m); got != want {
+				t.Errorf("dualpipev P=%d M=%d:\n got %s\nwant %s", p, m, got, want)
+			}
+			if p%2 == 0 && m%2 == 0 {
+				got := ir.FormatText(zbtBuild(t, "dualpipe", p, 2, m, ir.Options{}))
+				if want := zbtDualReference(false, p, m); got != want {
+					t.Errorf("dualpipe P=%d M=%d:\n got %s\nwant %s", p, m, got, want)
+				}
+			}
+		}
 	}
 }

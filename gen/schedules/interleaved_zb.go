@@ -7,9 +7,12 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
+// interleavedZBName is the one zero-bubble family that takes less-memory.
+const interleavedZBName = "interleaved-zb"
+
 func init() {
 	Register(Family{
-		Name:           "interleaved-zb",
+		Name:           interleavedZBName,
 		Summary:        "interleaved 1F1B with B split into I and W, W's deferred into the bubbles at interleaved's peak memory; option less-memory",
 		Constraints:    "as interleaved: any ranks ≥ 1, virtual ≥ 1 and micro ≥ 1",
 		DefaultVirtual: 2,
@@ -32,7 +35,7 @@ func init() {
 // F = I = W = 1 (B = 2) the bubble is well below interleaved's, e.g. P = 8,
 // V = 2, M = 32: makespan 199 (6M+P-1, a 0.035 bubble) against 213.
 func buildInterleavedZB(cfg ir.Config) (ir.Program, error) {
-	const name = "interleaved-zb"
+	const name = interleavedZBName
 	p, err := zbLoopProgram(name, cfg, 0)
 	if err != nil {
 		return ir.Program{}, err

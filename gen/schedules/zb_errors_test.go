@@ -80,7 +80,8 @@ func TestZBPlacementOverride(t *testing.T) {
 }
 
 // Build functions called directly (without Normalize) with any values return
-// a program or an error and never panic.
+// a program or an error, never panic, and finish quickly even at the chunk
+// bound (P = 2^20 ranks with one micro-batch, or one rank with 2^20).
 func TestZBNoPanics(t *testing.T) {
 	odd := ir.Placement{Name: "table", NumRanks: 3, RankOf: []int{0, 5, -1}}
 	short := ir.VShape(2)
@@ -101,15 +102,8 @@ func TestZBNoPanics(t *testing.T) {
 									t.Errorf("%s P=%d V=%d M=%d: panic %v", name, p, v, m, e)
 								}
 							}()
-							if p > 8 && m > 8 {
-								// Large but legal sizes are refused by the chunk bound before any work.
-								if _, err := f.Build(cfg); err == nil {
-									t.Errorf("%s P=%d V=%d M=%d: accepted", name, p, v, m)
-								}
-								return
-							}
 							prog, err := f.Build(cfg)
-							if err == nil {
+							if err == nil && prog.NumSteps() <= 1<<14 {
 								if cerr := zbtCheck(prog, zbtSpanOf(name, prog)); cerr != nil {
 									t.Errorf("%s P=%d V=%d M=%d: accepted an infeasible program: %v", name, p, v, m, cerr)
 								}

@@ -2,6 +2,7 @@ package schedules
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -221,5 +222,88 @@ func TestZBReportFigures(t *testing.T) {
 		}
 		t.Logf("%-28v makespan %3d  whole bubble %.4f  stage-span bubble %.4f  max idle/rank %3d  peak %2d chunks  overlaps %d",
 			c, res.makespan, res.wholeBubble, res.spanBubble, idle, res.maxPeak, res.overlapCount)
+	}
+}
+
+// zbtZBVReference writes the ZB-V order the plain way of the reference
+// implementations (sail-sg's handcrafted ZB-V, PyTorch's ScheduleZBVZeroBubble):
+// pad to max(M, 2P-1) micro-batches, emit every step, drop the padding.
+func zbtZBVReference(p, m int) string {
+	n := max(m, 2*p-1)
+	var b []string
+	for r := 0; r < p; r++ {
+		d, u := r, 2*p-1-r
+		var fd, fu, bd, bu int
+		var ops [][3]int // kind (0 F, 1 I, 2 W), stage, micro
+		put := func(k, s, mb int) { ops = append(ops, [3]int{k, s, mb}) }
+		for i := 0; i < 2*(p-r)-1; i++ {
+			put(0, d, fd)
+			fd++
+		}
+		for i := 0; i < r; i++ {
+			put(0, u, fu)
+			fu++
+			put(0, d, fd)
+			fd++
+		}
+		for i := 0; i < p-r; i++ {
+			put(0, u, fu)
+			fu++
+			put(1, u, bu)
+			put(2, u, bu)
+			bu++
+		}
+		for fu < fd || fd < n {
+			if fd < n {
+				put(0, d, fd)
+				fd++
+			}
+			put(1, d, bd)
+			put(2, d, bd)
+			bd++
+			put(0, u, fu)
+			fu++
+			put(1, u, bu)
+			put(2, u, bu)
+			bu++
+		}
+		wd, wu := bd, bu
+		for i := 0; i < r; i++ {
+			put(1, d, bd)
+			bd++
+			put(1, u, bu)
+			bu++
+		}
+		for i := 0; i < p-r; i++ {
+			put(1, d, bd)
+			bd++
+			put(2, d, wd)
+			wd++
+		}
+		for ; wu < bu; wu++ {
+			put(2, u, wu)
+		}
+		for ; wd < bd; wd++ {
+			put(2, d, wd)
+		}
+		line := fmt.Sprintf("rank %d:", r)
+		for _, o := range ops {
+			if o[2] < m {
+				line += fmt.Sprintf(" %d%s%d", o[1], [3]string{"F", "I", "W"}[o[0]], o[2])
+			}
+		}
+		b = append(b, line+"\n")
+	}
+	return strings.Join(b, "")
+}
+
+func TestZBVMatchesReference(t *testing.T) {
+	for p := 1; p <= 8; p++ {
+		for m := 1; m <= 4*p; m++ {
+			got := ir.FormatText(zbtBuild(t, "zbv", p, 2, m, ir.Options{}))
+			if want := zbtZBVReference(p, m); got != want {
+				t.Errorf("zbv P=%d M=%d:\n got %s\nwant %s", p, m, got, want)
+			}
+		}
 	}
 }

@@ -35,9 +35,9 @@ func init() {
 //
 // At F = I = W = 1 with no comm cost every rank is idle exactly P-1 units and
 // the makespan is 3M+P-1 when M ≥ P: a whole-iteration bubble of
-// (P-1)/(3M+P-1), a third of 1F1B's. For M < P the first gradient reaches
-// rank 0 only at 2P-1 and the makespan is 2M+2P-1, which no order beats
-// (rank 0 still has M I's and M W's to run after that).
+// (P-1)/(3M+P-1), with a third of 1F1B's idle time. For M < P the first
+// gradient reaches rank 0 only at 2P-1 and the makespan is 2M+2P-1, which no
+// order beats (rank 0 still has M I's and M W's to run after that).
 func buildZBH1(cfg ir.Config) (ir.Program, error) {
 	const name = "zb-h1"
 	p, err := zbLoopProgram(name, cfg, 1)
@@ -81,8 +81,10 @@ func zbOneStageSkeleton(ranks, m int, warm func(r int) int) [][]ir.Step {
 const zbMaxChunks = 1 << 20
 
 // zbCheckSizes checks the values every zero-bubble family needs: P, M ≥ 1,
-// V equal to want (0: any V ≥ 1), and P·V·M ≤ zbMaxChunks. Build functions
-// call it so that they never panic on user input even without Normalize.
+// V equal to want (0: any V ≥ 1), and P·V·M ≤ zbMaxChunks; and it rejects the
+// less-memory option, which only interleaved-zb takes (it checks that
+// itself). Build functions call it so that they never panic on user input
+// even without Normalize.
 func zbCheckSizes(name string, cfg ir.Config, want int) error {
 	switch {
 	case cfg.Ranks < 1:
@@ -98,7 +100,7 @@ func zbCheckSizes(name string, cfg ir.Config, want int) error {
 		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro,
 			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d (got ranks %d, virtual %d)", zbMaxChunks, cfg.Ranks, cfg.Virtual)}
 	}
-	if cfg.Options.LessMemory && name != "interleaved-zb" {
+	if cfg.Options.LessMemory && name != interleavedZBName {
 		return &ConstraintError{Schedule: name, Param: "less-memory", Value: 1, Got: "on",
 			Want: "less-memory off; among the zero-bubble families it shapes the warm-up of interleaved-zb only"}
 	}
@@ -202,9 +204,34 @@ func zbFill(pl ir.Placement, m int, skel [][]ir.Step, limit int) ([][]ir.Step, e
 		}
 		out[r] = make([]ir.Step, 0, len(steps)*3/2)
 	}
+	// Only ranks that may act at unit t are visited: those whose step ended at
+	// t, and the neighbours whose next step may have waited for it. A rank
+	// that idles waits for an F or I of a neighbour stage and is woken by it.
+	awake := make([]int, 0, ranks)
+	for r := range skel {
+		awake = append(awake, r)
+	}
+	queued := make([]int, ranks) // last unit each rank was queued for, +1
+	wake := func(list []int, r, t int) []int {
+		if r >= 0 && queued[r] != t+1 {
+			queued[r] = t + 1
+			list = append(list, r)
+		}
+		return list
+	}
 	for t := 0; left > 0; t++ {
-		started := false
-		for r := range skel {
+		if len(awake) == 0 {
+			// Every step takes one unit, so nothing is in flight: no rank can ever move again.
+			waiting := make([]string, 0, ranks)
+			for r := range skel {
+				if next[r] < len(skel[r]) {
+					waiting = append(waiting, fmt.Sprintf("rank %d at %s", r, skel[r][next[r]]))
+				}
+			}
+			return nil, fmt.Errorf("schedules: skeleton deadlocks at unit %d (%v); this is a bug in the family", t, waiting)
+		}
+		var woken []int
+		for _, r := range awake {
 			var st ir.Step
 			runW := false
 			switch {
@@ -230,30 +257,23 @@ func zbFill(pl ir.Placement, m int, skel [][]ir.Step, limit int) ([][]ir.Step, e
 				st = pending[r][0]
 				pending[r] = pending[r][1:]
 			}
-			started = true
 			left--
 			out[r] = append(out[r], st)
+			woken = wake(woken, r, t+1)
 			switch st.Kind {
 			case ir.Forward:
 				endF[st.Stage*m+st.Micro] = t + 1
 				live[r]++
+				woken = wake(woken, pl.Rank(st.Stage+1), t+1)
 			case ir.BackwardInput:
 				endI[st.Stage*m+st.Micro] = t + 1
 				pending[r] = append(pending[r], ir.Compute(ir.BackwardWeight, st.Stage, st.Micro))
+				woken = wake(woken, pl.Rank(st.Stage-1), t+1)
 			case ir.BackwardWeight:
 				live[r]--
 			}
 		}
-		if !started {
-			// Every step takes one unit, so nothing is in flight: no rank can ever move again.
-			waiting := make([]string, 0, ranks)
-			for r := range skel {
-				if next[r] < len(skel[r]) {
-					waiting = append(waiting, fmt.Sprintf("rank %d at %s", r, skel[r][next[r]]))
-				}
-			}
-			return nil, fmt.Errorf("schedules: skeleton deadlocks at unit %d (%v); this is a bug in the family", t, waiting)
-		}
+		awake = woken
 	}
 	return out, nil
 }

@@ -29,7 +29,7 @@ func init() {
 //     I(d), W(d) (the oldest deferred d), then the deferred W(u)'s and the
 //     remaining W(d)'s.
 //
-// Micro-batches and stages run in ascending micro-batch order. When M <
+// Each stage runs its micro-batches in ascending order. When M <
 // 2P-1 the steps of the padding micro-batches M..n-1 are dropped; dropping
 // whole micro-batches keeps the order deadlock-free.
 //
@@ -47,37 +47,41 @@ func buildZBV(cfg ir.Config) (ir.Program, error) {
 	n := max(m, 2*ranks-1)
 	for r := range p.Ranks {
 		b := zbvRank{down: r, up: 2*ranks - 1 - r, m: m, steps: make([]ir.Step, 0, 6*m)}
-		for i := 0; i < 2*(ranks-r)-1; i++ {
-			b.f(&b.fd, b.down)
-		}
-		for i := 0; i < r; i++ {
+		b.rep(2*(ranks-r)-1, func() { b.f(&b.fd, b.down) }, &b.fd)
+		b.rep(r, func() {
 			b.f(&b.fu, b.up)
 			b.f(&b.fd, b.down)
-		}
-		for i := 0; i < ranks-r; i++ {
+		}, &b.fu, &b.fd)
+		b.rep(ranks-r, func() {
 			b.f(&b.fu, b.up)
 			b.iw(&b.iu, &b.wu, b.up)
-		}
-		for b.fd < n || b.fu < b.fd {
+		}, &b.fu, &b.iu, &b.wu)
+		// Steady state: until F(d) reaches n and F(u) catches up with it. F(u)
+		// runs once per round and ends at n, so there are n-fu rounds; F(d) ≥ F(u)
+		// throughout, so the rounds emit nothing once F(u) and the backward
+		// counters reach m.
+		fd0, rounds := b.fd, n-b.fu
+		b.rep(rounds, func() {
 			if b.fd < n {
 				b.f(&b.fd, b.down)
 			}
 			b.iw(&b.id, &b.wd, b.down)
 			b.f(&b.fu, b.up)
 			b.iw(&b.iu, &b.wu, b.up)
-		}
-		for i := 0; i < r; i++ {
+		}, &b.fu, &b.id, &b.wd, &b.iu, &b.wu)
+		b.fd = min(n, fd0+rounds)
+		b.rep(r, func() {
 			b.add(ir.BackwardInput, b.down, &b.id)
 			b.add(ir.BackwardInput, b.up, &b.iu)
-		}
-		for i := 0; i < ranks-r; i++ {
+		}, &b.id, &b.iu)
+		b.rep(ranks-r, func() {
 			b.add(ir.BackwardInput, b.down, &b.id)
 			b.add(ir.BackwardWeight, b.down, &b.wd)
-		}
-		for b.wu < b.iu {
+		}, &b.id, &b.wd)
+		for b.wu < min(b.iu, m) {
 			b.add(ir.BackwardWeight, b.up, &b.wu)
 		}
-		for b.wd < b.id {
+		for b.wd < min(b.id, m) {
 			b.add(ir.BackwardWeight, b.down, &b.wd)
 		}
 		p.Ranks[r] = b.steps
@@ -93,6 +97,26 @@ type zbvRank struct {
 	m                      int
 	fd, fu, id, iu, wd, wu int
 	steps                  []ir.Step
+}
+
+// rep runs body count times, each run advancing every counter in cs by one.
+// Once all of them have reached m the remaining runs would emit nothing (they
+// belong to padding micro-batches), so rep advances the counters by those runs
+// instead: the work stays proportional to M rather than to P per rank.
+func (b *zbvRank) rep(count int, body func(), cs ...*int) {
+	for i := 0; i < count; i++ {
+		done := true
+		for _, c := range cs {
+			done = done && *c >= b.m
+		}
+		if done {
+			for _, c := range cs {
+				*c += count - i
+			}
+			return
+		}
+		body()
+	}
 }
 
 // add appends kind on stage for the next micro-batch of counter c.

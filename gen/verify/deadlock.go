@@ -5,48 +5,16 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// deadlock runs the strict model once (gen/internal/strict).
+// deadlock runs the strict model once (gen/internal/strict): the model the
+// walk built for a lowered program, or for a compute-only one a model in
+// which each compute step waits for its producer on another rank.
 func (c *checker) deadlock() error {
-	b := strict.NewBuilder(c.rep.Steps-len(c.opRank), len(c.opRank))
-	hostIdx := make([]int32, 0, c.rep.Steps-len(c.opRank)) // global host step -> index on its rank
-	M := c.M
-	for r, steps := range c.p.Ranks {
-		b.StartRank()
-		for i, st := range steps {
-			if st.Kind.IsComm() {
-				b.Op()
-				continue
-			}
-			b.Host()
-			hostIdx = append(hostIdx, int32(i))
-			for _, sub := range st.Computes() {
-				s, ch := sub.Stage, sub.Stage*M+sub.Micro
-				switch sub.Kind {
-				case ir.Forward:
-					if s > 0 && c.rankOf[s-1] != r {
-						if !c.lowered {
-							b.Wait(strict.HostDone(c.rankOf[s-1], int(c.at[aF][ch-M])))
-						} else if c.at[aRecvF][ch] >= 0 {
-							b.Wait(strict.OpDone(c.opAt[aRecvF][ch]))
-						}
-					}
-					if c.at[aDRecv][ch] >= 0 {
-						b.Wait(strict.OpDone(c.opAt[aDRecv][ch]))
-					}
-				case ir.Backward, ir.BackwardInput:
-					if s < c.S-1 && c.rankOf[s+1] != r {
-						if !c.lowered {
-							b.Wait(strict.HostDone(c.rankOf[s+1], int(c.at[aBwd][ch+M])))
-						} else if c.at[aRecvB][ch] >= 0 {
-							b.Wait(strict.OpDone(c.opAt[aRecvB][ch]))
-						}
-					}
-				}
-			}
-		}
+	m := c.model.Model()
+	if c.lowered {
+		copy(m.OpPartner, c.opPartner)
+	} else {
+		m = c.computeModel()
 	}
-	m := b.Model()
-	copy(m.OpPartner, c.opPartner)
 	sim := strict.NewSim(m)
 	if sim.Run() {
 		return nil
@@ -56,7 +24,7 @@ func (c *checker) deadlock() error {
 	for _, w := range waits {
 		bl := Blocked{Rank: w.Rank, Peer: w.Peer, Host: -1}
 		if w.Host < m.HostLen(w.Rank) {
-			bl.Host = int(hostIdx[int(m.HostOff[w.Rank])+w.Host])
+			bl.Host = int(c.hostIdx[int(m.HostOff[w.Rank])+w.Host])
 			bl.HostStep = c.p.Ranks[w.Rank][bl.Host]
 		}
 		if w.Op >= 0 {
@@ -65,10 +33,39 @@ func (c *checker) deadlock() error {
 		} else {
 			bl.Index, bl.Step = bl.Host, bl.HostStep
 			if w.On.Rank != strict.OpEvent && bl.Peer >= 0 {
-				bl.On = c.p.Ranks[w.On.Rank][hostIdx[int(m.HostOff[w.On.Rank])+int(w.On.Index)]]
+				bl.On = c.p.Ranks[w.On.Rank][c.hostIdx[int(m.HostOff[w.On.Rank])+int(w.On.Index)]]
 			}
 		}
 		e.Cycle = append(e.Cycle, bl)
 	}
 	return e
+}
+
+// computeModel builds the model of a compute-only program: every step is a
+// host step (index on the rank = host index), and a compute step waits for
+// the step producing its input (F(s-1)) or output gradient (B/I(s+1)) when
+// that stage lives on another rank.
+func (c *checker) computeModel() *strict.Model {
+	b := strict.NewBuilder(c.rep.Steps, 0)
+	M := c.M
+	for r, steps := range c.p.Ranks {
+		b.StartRank()
+		for i := range steps {
+			b.Host()
+			for _, sub := range steps[i].Computes() {
+				s, ch := sub.Stage, sub.Stage*M+sub.Micro
+				switch sub.Kind {
+				case ir.Forward:
+					if s > 0 && c.rankOf[s-1] != r {
+						b.Wait(strict.HostDone(c.rankOf[s-1], int(c.at[aF][ch-M])))
+					}
+				case ir.Backward, ir.BackwardInput:
+					if s < c.S-1 && c.rankOf[s+1] != r {
+						b.Wait(strict.HostDone(c.rankOf[s+1], int(c.at[aBwd][ch+M])))
+					}
+				}
+			}
+		}
+	}
+	return b.Model()
 }

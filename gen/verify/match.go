@@ -4,33 +4,82 @@ import "github.com/ppgen/ppgen/gen/ir"
 
 // match pairs transfers FIFO per (source rank, destination rank, channel)
 // and checks that every transfer has a partner that agrees with it.
+//
+// Fast path: every transfer has exactly one counterpart by construction of
+// the chunk tables (SEND_F(s,m) and RECV_F(s+1,m), ...). When each one's
+// FIFO position on its (source, destination, channel) queue equals its
+// counterpart's, FIFO pairs exactly the counterparts and all is well. Else
+// matchSlow pairs FIFO explicitly and words the first failure.
 func (c *checker) match() error {
 	P, nOps := c.P, len(c.opRank)
 	nKeys := P * P * 3
 	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
-	key := make([]int32, nOps)    // into cnt
-	ord := make([]int32, nOps)    // position within its key
+	ord := make([]int32, nOps)    // position within its queue
 	for op := range nOps {
-		st := c.opStep(int32(op))
-		r, ch := int(c.opRank[op]), int(st.Kind.Channel())-1
-		k := (r*P+st.Peer)*3 + ch
-		if st.Kind.IsRecv() {
-			k = nKeys + (st.Peer*P+r)*3 + ch
-		}
-		key[op], ord[op] = int32(k), cnt[k]
+		k := c.opKey(op, nKeys)
+		ord[op] = cnt[k]
 		cnt[k]++
 	}
+	c.opPartner = make([]int32, nOps)
+	for op := range nOps {
+		st := c.opStepPtr(int32(op))
+		s, m := st.Stage, st.Micro
+		var q int32 = -1
+		switch st.Kind {
+		case ir.SendF:
+			q = c.at1(aRecvF, s+1, m)
+		case ir.RecvF:
+			q = c.at1(aSendF, s-1, m)
+		case ir.SendB:
+			q = c.at1(aRecvB, s-1, m)
+		case ir.RecvB:
+			q = c.at1(aSendB, s+1, m)
+		case ir.DataSend:
+			q = c.at1(aDRecv, s+1, m)
+		case ir.DataRecv:
+			q = c.at1(aDSend, s-1, m)
+		}
+		if q < 0 || ord[q] != ord[op] {
+			return c.matchSlow(cnt, ord, nKeys)
+		}
+		c.opPartner[op] = q
+	}
+	return nil
+}
+
+// at1 returns the op id of the transfer in table a for chunk (s, m), or -1.
+func (c *checker) at1(a, s, m int) int32 {
+	if s < 0 || s >= c.S {
+		return -1
+	}
+	return c.opAt[a][s*c.M+m]
+}
+
+// opKey returns the index of op's FIFO queue: sends in [0, nKeys), receives
+// in [nKeys, 2nKeys), each by (source rank, destination rank, channel).
+func (c *checker) opKey(op, nKeys int) int {
+	st := c.opStepPtr(int32(op))
+	r, peer, ch := int(c.opRank[op]), st.Peer, int(st.Kind.Channel())-1
+	if st.Kind.IsRecv() {
+		return nKeys + (peer*c.P+r)*3 + ch
+	}
+	return (r*c.P+peer)*3 + ch
+}
+
+// matchSlow pairs FIFO explicitly and reports the first transfer (in rank,
+// index order) without a partner or with the wrong one.
+func (c *checker) matchSlow(cnt, ord []int32, nKeys int) error {
+	nOps := len(c.opRank)
 	off := make([]int32, 2*nKeys+1)
 	for k, n := range cnt {
 		off[k+1] = off[k] + n
 	}
 	list := make([]int32, nOps)
 	for op := range nOps {
-		list[off[key[op]]+ord[op]] = int32(op)
+		list[off[c.opKey(op, nKeys)]+ord[op]] = int32(op)
 	}
-	c.opPartner = make([]int32, nOps)
 	for op := range nOps {
-		k := key[op]
+		k := int32(c.opKey(op, nKeys))
 		other := k + int32(nKeys)
 		if k >= int32(nKeys) {
 			other = k - int32(nKeys)
@@ -54,10 +103,14 @@ func (c *checker) match() error {
 				ord[op]+1, a.Kind.Channel(), src, dst, c.opRank[q], c.opIdx[q], b, want)
 		}
 	}
+	// FIFO pairs everything with its counterpart after all (the fast path
+	// only gives up; this cannot happen with consistent tables).
 	return nil
 }
 
-func (c *checker) opStep(op int32) ir.Step { return c.p.Ranks[c.opRank[op]][c.opIdx[op]] }
+func (c *checker) opStep(op int32) ir.Step { return *c.opStepPtr(op) }
+
+func (c *checker) opStepPtr(op int32) *ir.Step { return &c.p.Ranks[c.opRank[op]][c.opIdx[op]] }
 
 // counterpart returns the step a transfer must pair with (peer not set).
 func counterpart(st ir.Step) ir.Step {

@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -88,7 +89,35 @@ type checker struct {
 	// per rank
 	lastCompute []int32
 	optAt       []int32
-	rep         Report
+	// the strict model of a lowered program, built during the walk
+	model   *strict.Builder
+	hostIdx []int32 // global host step -> index on its rank
+	// slots: per chunk its slot and live interval; chunk starts in walk order
+	slotted   bool
+	slotOf    []int32
+	first     []int32
+	last      []int32
+	starts    []int32
+	startsOff []int32 // per rank into starts
+	// deferred findings, reported by priority after the walk
+	order   deferred // first precondition failure
+	slotErr deferred // first slot inconsistency
+	noSlot  deferred // first chunk step without a slot
+	memErr  *Error
+	rep     Report
+}
+
+// deferred remembers the first failure in (rank, index) order; fn builds
+// its error once the walk has filled every table (for "comes later at step k").
+type deferred struct {
+	rank, index int
+	fn          func() error
+}
+
+func (d *deferred) note(r, i int, fn func() error) {
+	if d.fn == nil || r < d.rank || (r == d.rank && i < d.index) {
+		d.rank, d.index, d.fn = r, i, fn
+	}
 }
 
 // Check verifies p (see the package documentation for what it checks) and
@@ -96,11 +125,16 @@ type checker struct {
 // *DeadlockError when the program would hang.
 func Check(p ir.Program, opt Options) (Report, error) {
 	c := &checker{p: p, opt: opt}
-	if err := c.structure(); err != nil {
+	// One walk over the steps checks their structure (returning at once on
+	// a malformed step), fills the chunk tables, checks preconditions, builds
+	// the strict model and collects peaks and slot intervals; the rest runs
+	// on chunks and transfers. Findings are reported in this priority:
+	// structure, order, completeness, matching, deadlock, memory, slots.
+	if err := c.walk(); err != nil {
 		return c.rep, err
 	}
-	if err := c.preconditions(); err != nil {
-		return c.rep, err
+	if c.order.fn != nil {
+		return c.rep, c.order.fn()
 	}
 	if err := c.complete(); err != nil {
 		return c.rep, err
@@ -113,8 +147,8 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if err := c.deadlock(); err != nil {
 		return c.rep, err
 	}
-	if err := c.memory(); err != nil {
-		return c.rep, err
+	if c.memErr != nil {
+		return c.rep, c.memErr
 	}
 	if err := c.slots(); err != nil {
 		return c.rep, err
@@ -126,8 +160,8 @@ func (c *checker) fail(r, i int, st ir.Step, code Code, format string, args ...a
 	return &Error{Rank: r, Index: i, Step: st, Code: code, Reason: fmt.Sprintf(format, args...)}
 }
 
-// structure checks every step's form and fills the chunk tables.
-func (c *checker) structure() error {
+// walk makes the one pass over every step (see Check).
+func (c *checker) walk() error {
 	p := c.p
 	c.P, c.S, c.M = len(p.Ranks), p.Stages(), p.Micro
 	c.rankOf = p.Placement.RankOf
@@ -147,48 +181,166 @@ func (c *checker) structure() error {
 			return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the placement puts stage %d on rank %d, outside 0..%d", s, r, c.P-1)}
 		}
 	}
+	c.lowered, c.hasData = mode(p)
 	n := c.S * c.M
+	// One block for the per-chunk tables, all starting at -1.
+	const nTables = nAt + 6 + 3 // at, opAt for six transfer kinds, slotOf/first/last
+	block := make([]int32, nTables*n)
+	for i := range block {
+		block[i] = -1
+	}
+	next := func() []int32 { t := block[:n:n]; block = block[n:]; return t }
 	for a := range c.at {
-		c.at[a] = make([]int32, n)
-		for i := range c.at[a] {
-			c.at[a][i] = -1
-		}
+		c.at[a] = next()
 	}
 	for _, a := range [...]int{aSendF, aRecvF, aSendB, aRecvB, aDSend, aDRecv} {
-		c.opAt[a] = make([]int32, n)
+		c.opAt[a] = next()
 	}
+	c.slotOf, c.first, c.last = next(), next(), next()
 	c.bwdIsI = make([]bool, n)
 	c.lastCompute = make([]int32, c.P)
 	c.optAt = make([]int32, c.P)
+	c.rep.PeakActivations = make([]int, c.P)
+	c.rep.Slots = make([]int, c.P)
+	c.startsOff = make([]int32, c.P+1)
+	nSteps := c.rep.Steps
+	c.model = strict.NewBuilder(nSteps, nSteps)
+	c.hostIdx = make([]int32, 0, nSteps)
+	c.opRank = make([]int32, 0, nSteps)
+	c.opIdx = make([]int32, 0, nSteps)
+	c.starts = make([]int32, 0, n)
 	for r, steps := range p.Ranks {
 		c.lastCompute[r], c.optAt[r] = -1, -1
-		for i, st := range steps {
-			if st.Kind.IsOverlap() {
-				if err := c.overlapShape(r, i, st); err != nil {
+		c.model.StartRank()
+		live := 0
+		for i := range steps {
+			st := &steps[i]
+			if st.Kind.IsComm() {
+				if err := c.leaf(r, i, st, st); err != nil {
 					return err
 				}
-				for _, sub := range st.Sub {
-					if err := c.leaf(r, i, st, sub); err != nil {
-						return err
-					}
-				}
-				c.lastCompute[r] = int32(i)
+				c.model.Op()
+				c.pre(r, i, st, st)
+				c.slot(r, i, st, st)
 				continue
 			}
-			if err := c.leaf(r, i, st, st); err != nil {
+			c.model.Host()
+			c.hostIdx = append(c.hostIdx, int32(i))
+			if !st.Kind.IsOverlap() {
+				if err := c.leaf(r, i, st, st); err != nil {
+					return err
+				}
+				c.pre(r, i, st, st)
+				c.slot(r, i, st, st)
+				if st.Kind.IsCompute() {
+					c.waits(r, st)
+					live = c.peak(r, i, st, steps[i:i+1], live)
+				}
+				continue
+			}
+			if err := c.overlapShape(r, i, st); err != nil {
 				return err
 			}
+			for k := range st.Sub {
+				if err := c.leaf(r, i, st, &st.Sub[k]); err != nil {
+					return err
+				}
+			}
+			for k := range st.Sub {
+				c.pre(r, i, st, &st.Sub[k])
+				c.slot(r, i, st, &st.Sub[k])
+				c.waits(r, &st.Sub[k])
+			}
+			c.lastCompute[r] = int32(i)
+			live = c.peak(r, i, st, st.Sub, live)
 		}
+		if o := c.optAt[r]; o >= 0 && c.lastCompute[r] > o {
+			r, o := r, int(o)
+			c.order.note(r, o, func() error {
+				lc := c.lastCompute[r]
+				return c.fail(r, o, c.p.Ranks[r][o], Order, "OPT_STEP must follow every compute step of its rank, but step %d (%s) runs after it", lc, c.p.Ranks[r][lc])
+			})
+		}
+		c.startsOff[r+1] = int32(len(c.starts))
 	}
-	c.lowered = len(c.opRank) > 0
 	c.rep.Lowered = c.lowered
 	c.rep.Transfers = len(c.opRank)
 	return nil
 }
 
-func (c *checker) overlapShape(r, i int, st ir.Step) error {
+// mode reports whether the program holds transfers (it is lowered) and data
+// steps, stopping as soon as both are known.
+func mode(p ir.Program) (lowered, data bool) {
+	for _, steps := range p.Ranks {
+		for i := range steps {
+			switch k := steps[i].Kind; {
+			case k.IsComm():
+				lowered = true
+				data = data || k == ir.DataRecv
+			case k == ir.DataLoad:
+				data = true
+			}
+			if lowered && data {
+				return
+			}
+		}
+	}
+	return
+}
+
+// waits adds, in a lowered program, the receives compute step st consumes
+// (its RECV_F or RECV_B, and DATA_RECV for the labels) as waits of the host
+// step just added to the model. Receives that do not come earlier are
+// precondition failures, reported elsewhere.
+func (c *checker) waits(r int, st *ir.Step) {
+	s := st.Stage
+	ch := s*c.M + st.Micro
+	switch st.Kind {
+	case ir.Forward:
+		if s > 0 && c.rankOf[s-1] != r {
+			if op := c.opAt[aRecvF][ch]; op >= 0 {
+				c.model.Wait(strict.OpDone(op))
+			}
+		}
+		if op := c.opAt[aDRecv][ch]; op >= 0 {
+			c.model.Wait(strict.OpDone(op))
+		}
+	case ir.Backward, ir.BackwardInput:
+		if s < c.S-1 && c.rankOf[s+1] != r {
+			if op := c.opAt[aRecvB][ch]; op >= 0 {
+				c.model.Wait(strict.OpDone(op))
+			}
+		}
+	}
+}
+
+// peak counts live chunks on rank r through compute step top, whose compute
+// steps are subs (top itself, or an overlap's sub-steps, which run
+// together), and returns the new count.
+func (c *checker) peak(r, i int, top *ir.Step, subs []ir.Step, live int) int {
+	for k := range subs {
+		if subs[k].Kind == ir.Forward {
+			live++
+		}
+	}
+	if live > c.rep.PeakActivations[r] {
+		c.rep.PeakActivations[r] = live
+		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations && c.memErr == nil {
+			c.memErr = c.fail(r, i, *top, Memory, "%d chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", live, c.opt.MaxActivations)
+		}
+	}
+	for k := range subs {
+		// a chunk ends at its W, or at its B when it has no I
+		if k := subs[k].Kind; k == ir.BackwardWeight || k == ir.Backward {
+			live--
+		}
+	}
+	return live
+}
+
+func (c *checker) overlapShape(r, i int, st *ir.Step) error {
 	if len(st.Sub) != 2 {
-		return c.fail(r, i, st, Structure, "an overlap holds exactly two sub-steps, this one %d", len(st.Sub))
+		return c.fail(r, i, *st, Structure, "an overlap holds exactly two sub-steps, this one %d", len(st.Sub))
 	}
 	isBwd := func(k ir.Kind) bool { return k == ir.Backward || k == ir.BackwardInput || k == ir.BackwardWeight }
 	a, b := st.Sub[0].Kind, st.Sub[1].Kind
@@ -198,59 +350,69 @@ func (c *checker) overlapShape(r, i int, st ir.Step) error {
 		if st.Kind == ir.OverlapBF {
 			want = "(B;F)"
 		}
-		return c.fail(r, i, st, Structure, "%s runs a forward and a backward (B, I or W) in the order %s", st.Kind, want)
+		return c.fail(r, i, *st, Structure, "%s runs a forward and a backward (B, I or W) in the order %s", st.Kind, want)
 	}
 	return nil
 }
 
 // leaf checks one non-overlap step (st, or a sub-step of the overlap top).
-func (c *checker) leaf(r, i int, top, st ir.Step) error {
+func (c *checker) leaf(r, i int, top, st *ir.Step) error {
 	k := st.Kind
 	if k == ir.Invalid || k > ir.OptStep || k.IsOverlap() {
-		return c.fail(r, i, top, Structure, "%s is not a step kind that may appear here", k)
+		return c.fail(r, i, *top, Structure, "%s is not a step kind that may appear here", k)
 	}
 	if st.Slot < ir.None {
-		return c.fail(r, i, top, Structure, "slot %d is negative (None is %d)", st.Slot, ir.None)
+		return c.fail(r, i, *top, Structure, "slot %d is negative (None is %d)", st.Slot, ir.None)
 	}
 	if k == ir.OptStep {
 		if c.optAt[r] >= 0 {
-			return c.fail(r, i, top, Duplicate, "a second OPT_STEP on this rank (the first is step %d); the optimizer steps once per iteration", c.optAt[r])
+			return c.fail(r, i, *top, Duplicate, "a second OPT_STEP on this rank (the first is step %d); the optimizer steps once per iteration", c.optAt[r])
 		}
 		c.optAt[r] = int32(i)
 		return nil
 	}
 	s, m := st.Stage, st.Micro
 	if s < 0 || s >= c.S {
-		return c.fail(r, i, top, Structure, "stage %d is outside 0..%d", s, c.S-1)
+		return c.fail(r, i, *top, Structure, "stage %d is outside 0..%d", s, c.S-1)
 	}
 	if c.rankOf[s] != r {
-		return c.fail(r, i, top, Structure, "stage %d lives on rank %d (placement %s), not on rank %d; every step runs on its stage's rank", s, c.rankOf[s], c.p.Placement, r)
+		return c.fail(r, i, *top, Structure, "stage %d lives on rank %d (placement %s), not on rank %d; every step runs on its stage's rank", s, c.rankOf[s], c.p.Placement, r)
 	}
 	if !k.HasMicro() {
 		return nil // UNSHARD, RESHARD, REDUCE_GRAD: nothing more to check yet
 	}
 	if m < 0 || m >= c.M {
-		return c.fail(r, i, top, Structure, "micro-batch %d is outside 0..%d", m, c.M-1)
+		return c.fail(r, i, *top, Structure, "micro-batch %d is outside 0..%d", m, c.M-1)
 	}
 	if k.IsCompute() {
 		c.lastCompute[r] = int32(i)
 	}
 	if k.IsComm() {
-		want := c.p.Placement.PeerOf(k, s)
+		want := ir.None
+		switch k {
+		case ir.SendF, ir.DataSend, ir.RecvB:
+			if s+1 < c.S {
+				want = c.rankOf[s+1]
+			}
+		default:
+			if s > 0 {
+				want = c.rankOf[s-1]
+			}
+		}
 		switch {
 		case want == ir.None:
-			return c.fail(r, i, top, Structure, "stage %d has no neighbour to %s (stages are 0..%d)", s, map[bool]string{true: "send to", false: "receive from"}[k.IsSend()], c.S-1)
+			return c.fail(r, i, *top, Structure, "stage %d has no neighbour to %s (stages are 0..%d)", s, map[bool]string{true: "send to", false: "receive from"}[k.IsSend()], c.S-1)
 		case want == r:
-			return c.fail(r, i, top, Structure, "a transfer to its own rank: both stages live on rank %d, where colocated stages exchange through the slot (src), not a transfer", r)
+			return c.fail(r, i, *top, Structure, "a transfer to its own rank: both stages live on rank %d, where colocated stages exchange through the slot (src), not a transfer", r)
 		case st.Peer != want:
 			if st.Peer == ir.None {
-				return c.fail(r, i, top, Structure, "peer not set; the placement puts the other end on rank %d (use Program.ResolvePeers)", want)
+				return c.fail(r, i, *top, Structure, "peer not set; the placement puts the other end on rank %d (use Program.ResolvePeers)", want)
 			}
-			return c.fail(r, i, top, Structure, "peer %d, but the placement puts the other end on rank %d", st.Peer, want)
+			return c.fail(r, i, *top, Structure, "peer %d, but the placement puts the other end on rank %d", st.Peer, want)
 		}
 	}
 	if k == ir.DataLoad && s != 0 && s != c.S-1 {
-		return c.fail(r, i, top, Structure, "DATA_LOAD loads the input on stage 0 or the labels on the last stage (%d), not on stage %d; ship labels with DATA_SEND/DATA_RECV", c.S-1, s)
+		return c.fail(r, i, *top, Structure, "DATA_LOAD loads the input on stage 0 or the labels on the last stage (%d), not on stage %d; ship labels with DATA_SEND/DATA_RECV", c.S-1, s)
 	}
 	a := atOf(k)
 	if a < 0 {
@@ -259,9 +421,9 @@ func (c *checker) leaf(r, i int, top, st ir.Step) error {
 	ch := s*c.M + m
 	if prev := c.at[a][ch]; prev >= 0 {
 		if a == aBwd {
-			return c.fail(r, i, top, Duplicate, "a second backward of stage %d micro %d (step %d ran %s); a chunk has one backward: B, or I then W", s, m, prev, c.stepAt(r, int(prev), ir.Backward, s, m))
+			return c.fail(r, i, *top, Duplicate, "a second backward of stage %d micro %d (step %d ran %s); a chunk has one backward: B, or I then W", s, m, prev, c.stepAt(r, int(prev), ir.Backward, s, m))
 		}
-		return c.fail(r, i, top, Duplicate, "%s runs twice on this rank (first at step %d); it may run once", st, prev)
+		return c.fail(r, i, *top, Duplicate, "%s runs twice on this rank (first at step %d); it may run once", st, prev)
 	}
 	c.at[a][ch] = int32(i)
 	if k == ir.BackwardInput {
@@ -271,9 +433,6 @@ func (c *checker) leaf(r, i int, top, st ir.Step) error {
 		c.opAt[a][ch] = int32(len(c.opRank))
 		c.opRank = append(c.opRank, int32(r))
 		c.opIdx = append(c.opIdx, int32(i))
-	}
-	if k == ir.DataLoad || k == ir.DataRecv {
-		c.hasData = true
 	}
 	return nil
 }
@@ -301,33 +460,17 @@ func where(at int32, i int) string {
 	return fmt.Sprintf("it comes later, at step %d", at)
 }
 
-func (c *checker) preconditions() error {
-	for r, steps := range c.p.Ranks {
-		for i, st := range steps {
-			for _, sub := range st.Computes() {
-				if err := c.pre(r, i, st, sub); err != nil {
-					return err
-				}
-			}
-			if !st.Kind.IsCompute() {
-				if err := c.pre(r, i, st, st); err != nil {
-					return err
-				}
-			}
-		}
+// pre checks step st's preconditions and notes the first failure.
+func (c *checker) pre(r, i int, top, st *ir.Step) {
+	if err := c.preErr(r, i, top, st); err != nil {
+		c.order.note(r, i, func() error { return c.preErr(r, i, top, st) })
 	}
-	return nil
 }
 
-// pre checks that what step st (at index i of rank r; a sub-step of top)
-// needs ran earlier on the rank.
-func (c *checker) pre(r, i int, top, st ir.Step) error {
-	if st.Kind == ir.OptStep {
-		if lc := c.lastCompute[r]; int(lc) > i {
-			return c.fail(r, i, top, Order, "OPT_STEP must follow every compute step of its rank, but step %d (%s) runs after it", lc, c.p.Ranks[r][lc])
-		}
-		return nil
-	}
+// preErr checks that what step st (at index i of rank r; a sub-step of top)
+// needs ran earlier on the rank. It runs during the walk, when only earlier
+// steps are in the tables, and again at the end to word the failure.
+func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	if !st.Kind.HasMicro() || atOf(st.Kind) < 0 {
 		return nil
 	}
@@ -335,7 +478,7 @@ func (c *checker) pre(r, i int, top, st ir.Step) error {
 	ch := s*M + m
 	before := func(a, chunk int) bool { x := c.at[a][chunk]; return x >= 0 && int(x) < i }
 	need := func(what string, want ir.Step, a, chunk int) error {
-		return c.fail(r, i, top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, want, r, where(c.at[a][chunk], i))
+		return c.fail(r, i, *top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, want, r, where(c.at[a][chunk], i))
 	}
 	switch st.Kind {
 	case ir.Forward:
@@ -354,7 +497,7 @@ func (c *checker) pre(r, i int, top, st ir.Step) error {
 			}
 		}
 		if s == c.S-1 && c.hasData && !before(aLoad, ch) && !before(aDRecv, ch) {
-			return c.fail(r, i, top, Order, "%s needs the labels of micro %d for the loss: %s or %s must come earlier on rank %d, but neither does", st, m, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
+			return c.fail(r, i, *top, Order, "%s needs the labels of micro %d for the loss: %s or %s must come earlier on rank %d, but neither does", st, m, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
 		}
 	case ir.Backward, ir.BackwardInput:
 		if !before(aF, ch) {
@@ -374,7 +517,7 @@ func (c *checker) pre(r, i int, top, st ir.Step) error {
 	case ir.BackwardWeight:
 		if !before(aBwd, ch) || !c.bwdIsI[ch] {
 			if x := c.at[aBwd][ch]; x >= 0 && !c.bwdIsI[ch] {
-				return c.fail(r, i, top, Order, "%s follows only an I, but this chunk ran a full B (step %d), which already computed the weight gradient", st, x)
+				return c.fail(r, i, *top, Order, "%s follows only an I, but this chunk ran a full B (step %d), which already computed the weight gradient", st, x)
 			}
 			return need("the I of its chunk", ir.Compute(ir.BackwardInput, s, m), aBwd, ch)
 		}
@@ -388,7 +531,7 @@ func (c *checker) pre(r, i int, top, st ir.Step) error {
 		}
 	case ir.DataSend:
 		if !before(aLoad, ch) && !before(aDRecv, ch) {
-			return c.fail(r, i, top, Order, "%s ships data this rank does not have yet: %s or %s must come earlier on rank %d", st, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
+			return c.fail(r, i, *top, Order, "%s ships data this rank does not have yet: %s or %s must come earlier on rank %d", st, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
 		}
 	}
 	return nil

@@ -91,8 +91,7 @@ type Exec struct {
 	log     *slog.Logger
 
 	slots  []slotState
-	lossMu sync.Mutex
-	losses []float64
+	losses []atomic.Uint64 // math.Float64bits of each micro's loss
 
 	failed atomic.Bool
 	mu     sync.Mutex
@@ -158,7 +157,7 @@ func New(cfg Config) (*Exec, error) {
 		rank: r, spec: sp, last: last, stages: stages,
 		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
 		slots:  make([]slotState, sp.Slots[r]),
-		losses: make([]float64, sp.Micro),
+		losses: make([]atomic.Uint64, sp.Micro),
 	}
 	x.spec.Slots = slices.Clone(sp.Slots)
 	x.spec.RankOf = slices.Clone(sp.RankOf)
@@ -169,7 +168,7 @@ func New(cfg Config) (*Exec, error) {
 		s.clearChunk()
 	}
 	for i := range x.losses {
-		x.losses[i] = math.NaN()
+		x.losses[i].Store(nanBits)
 	}
 	if x.tr != nil {
 		// Enough room for every transfer of an iteration, so posting does not
@@ -261,20 +260,22 @@ func (x *Exec) Reset() {
 		s.actPending, s.gradPending = false, false
 		s.clearChunk()
 	}
-	x.lossMu.Lock()
 	for i := range x.losses {
-		x.losses[i] = math.NaN()
+		x.losses[i].Store(nanBits)
 	}
-	x.lossMu.Unlock()
 }
+
+var nanBits = math.Float64bits(math.NaN())
 
 // Losses returns a copy of the per-micro-batch losses of the current
 // iteration, computed on the rank holding the last stage; NaN elsewhere and
 // for micro-batches not (yet) computed.
 func (x *Exec) Losses() []float64 {
-	x.lossMu.Lock()
-	defer x.lossMu.Unlock()
-	return slices.Clone(x.losses)
+	out := make([]float64, len(x.losses))
+	for i := range x.losses {
+		out[i] = math.Float64frombits(x.losses[i].Load())
+	}
+	return out
 }
 
 // Close waits for posted transfers and stops the comm goroutine. It does not
@@ -316,12 +317,12 @@ func (x *Exec) badArgs(k OpKind, stage, micro, slot, peer int) {
 
 // claim makes slot s hold chunk (stage, micro), starting the chunk if the
 // slot held another one.
-func (x *Exec) claim(k OpKind, s *slotState, slot int, stage, micro int32) bool {
+func (x *Exec) claim(k OpKind, s *slotState, slot int, stage, micro int32, peer int) bool {
 	if s.holds(stage, micro) {
 		return true
 	}
 	if s.actPending || s.gradPending {
-		x.stepFailf(k, int(stage), int(micro), -1, "slot %d still has a pending receive for chunk (stage %d, micro %d)", slot, s.stage, s.micro)
+		x.stepFailf(k, int(stage), int(micro), peer, "slot %d still has a pending receive for chunk (stage %d, micro %d)", slot, s.stage, s.micro)
 		return false
 	}
 	s.clearChunk()
@@ -381,7 +382,7 @@ func (x *Exec) DataLoad(stage, micro, slot int) {
 		return
 	}
 	s := &x.slots[slot]
-	if !x.claim(OpDataLoad, s, slot, int32(stage), int32(micro)) {
+	if !x.claim(OpDataLoad, s, slot, int32(stage), int32(micro), -1) {
 		return
 	}
 	if stage == 0 {
@@ -421,7 +422,7 @@ func (x *Exec) RecvAct(stage, micro, peer, slot int) {
 		return
 	}
 	s := &x.slots[slot]
-	if !x.claim(OpRecvAct, s, slot, int32(stage), int32(micro)) {
+	if !x.claim(OpRecvAct, s, slot, int32(stage), int32(micro), peer) {
 		return
 	}
 	if s.actPending || s.fwdDone {
@@ -531,7 +532,7 @@ func (x *Exec) Forward(stage, micro, slot, src int) {
 			x.stepFailf(OpForward, stage, micro, -1, "source slot %d holds no output of F(%d, %d)", src, stage-1, micro)
 			return
 		}
-		if !x.claim(OpForward, s, slot, st, m) {
+		if !x.claim(OpForward, s, slot, st, m, -1) {
 			return
 		}
 		in = p.y
@@ -581,9 +582,7 @@ func (x *Exec) Forward(stage, micro, slot, src int) {
 			x.stepFail(OpForward, stage, micro, -1, fmt.Errorf("loss: %w", err))
 			return
 		}
-		x.lossMu.Lock()
-		x.losses[micro] = loss
-		x.lossMu.Unlock()
+		x.losses[micro].Store(math.Float64bits(loss))
 		s.dy = dy
 	}
 }

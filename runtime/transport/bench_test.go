@@ -13,8 +13,9 @@ const benchBytes = 4 << 20 // 4 MiB float32 tensors
 
 // BenchmarkTCPThroughput compares moving 4 MiB float32 tensors through the
 // TCP transport (frame, vectored write, reader goroutine, fresh receive
-// tensor, mailbox) with a plain loopback TCP stream that only copies the same
-// bytes into a reused buffer.
+// tensor, mailbox) with plain loopback TCP streams carrying the same bytes:
+// into a reused buffer (raw), into a fresh buffer per message (raw-alloc),
+// and with io.Copy on both ends.
 //
 //	go test -run '^$' -bench TCPThroughput -benchtime 200x ./runtime/transport/
 func BenchmarkTCPThroughput(b *testing.B) {
@@ -49,6 +50,34 @@ func BenchmarkTCPThroughput(b *testing.B) {
 			buf := make([]byte, benchBytes)
 			for range b.N {
 				if _, err := io.ReadFull(rc, buf); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		src := make([]byte, benchBytes)
+		b.SetBytes(benchBytes)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := c.Write(src); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	})
+	// As loopback-raw, but the receiver allocates a fresh 4 MiB tensor per
+	// message, as a transport must when receivers own what they receive:
+	// the share of the gap that is allocation (page faults, zeroing, GC).
+	b.Run("loopback-raw-alloc", func(b *testing.B) {
+		c, rc := loopbackPair(b)
+		done := make(chan error, 1)
+		go func() {
+			for range b.N {
+				_, raw := alloc(dtFloat32, []int{benchBytes / 4})
+				if _, err := io.ReadFull(rc, raw); err != nil {
 					done <- err
 					return
 				}

@@ -144,10 +144,10 @@ func (t *inproc) Abort(cause error) {
 		cause = ErrAborted
 	}
 	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
-	pe := &PeerError{Peer: t.rank, Reason: "aborted: " + cause.Error(), Err: ErrAborted}
+	news := abortNews(t.rank, cause)
 	for p, ep := range t.peers {
 		if p != t.rank {
-			ep.fail(pe)
+			ep.fail(news)
 		}
 	}
 }

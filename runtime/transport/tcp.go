@@ -130,6 +130,7 @@ const (
 	frameHeartbeat = 2
 	frameGoodbye   = 3
 	frameAbort     = 4
+	frameByeAck    = 5 // "got your goodbye; I will send you nothing more"
 )
 
 const (
@@ -156,10 +157,19 @@ type tcpConn struct {
 	byeRecv   atomic.Bool
 	box       [NumChannels]*mailbox
 	done      chan struct{} // closed when the reader exits
+
+	// settled is closed once the peer will send nothing more: it
+	// acknowledged our goodbye, said goodbye itself, or the reader ended.
+	// Close waits for it so that closing never resets a connection with
+	// unread bytes (which could destroy data still queued for the peer).
+	settled     chan struct{}
+	settledOnce sync.Once
 }
 
+func (c *tcpConn) settle() { c.settledOnce.Do(func() { close(c.settled) }) }
+
 func newTCPConn(t *TCP, peer int, c net.Conn) *tcpConn {
-	tc := &tcpConn{t: t, peer: peer, c: c, done: make(chan struct{})}
+	tc := &tcpConn{t: t, peer: peer, c: c, done: make(chan struct{}), settled: make(chan struct{})}
 	for i := range tc.box {
 		tc.box[i] = newMailbox()
 	}
@@ -324,6 +334,7 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 
 func (c *tcpConn) readLoop() {
 	defer close(c.done)
+	defer c.settle()
 	t := c.t
 	br := bufio.NewReaderSize(&deadlineReader{c: c.c, timeout: t.cfg.HeartbeatTimeout}, 64<<10)
 	var hdr [frameHdrLen]byte
@@ -349,17 +360,37 @@ func (c *tcpConn) readLoop() {
 			for _, b := range c.box {
 				b.close(gone)
 			}
+			c.settle()
+			// Acknowledge, unless our own goodbye already went out; from
+			// now on nothing but our goodbye goes to this peer.
+			c.wmu.Lock()
+			if !c.byeSent {
+				var h [frameHdrLen]byte
+				putHeader(h[:], frameByeAck, 0, 0, Tag{}, 0)
+				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
+				_, _ = c.c.Write(h[:])
+			}
+			c.wmu.Unlock()
 			t.log.Debug("peer said goodbye", "rank", t.rank, "peer", c.peer)
 			continue
+		case frameByeAck:
+			c.settle()
+			continue
 		case frameAbort:
-			msg := "(no reason given)"
+			// Tag.Stage: the rank at fault; Tag.Micro: the rank that observed
+			// it (-1 if the sender itself failed); channel: sentinel code.
+			news := &PeerError{Peer: c.peer, Reason: "aborted (no reason given)", Err: ErrAborted}
 			if n <= maxAbortMsgLen {
 				buf := make([]byte, n)
 				if _, err := io.ReadFull(br, buf); err == nil {
-					msg = string(buf)
+					news.Reason = string(buf)
 				}
 			}
-			t.fail(&PeerError{Peer: c.peer, Reason: "aborted: " + msg, Err: ErrAborted})
+			origin, via := int(int32(binary.LittleEndian.Uint32(hdr[4:]))), int(int32(binary.LittleEndian.Uint32(hdr[8:])))
+			if origin >= 0 && origin < t.world && origin != c.peer && via >= 0 && via < t.world {
+				news.Peer, news.Relayed, news.Via, news.Err = origin, true, via, sentinelOf(uint8(ch))
+			}
+			t.fail(news)
 			return
 		case frameData:
 		default:
@@ -454,7 +485,8 @@ func (t *TCP) stopHeartbeat() { t.hbStopOnce.Do(func() { close(t.hbStop) }) }
 const lingerTimeout = 3 * time.Second
 
 // Close says goodbye to every peer (messages already sent stay receivable),
-// waits briefly for their goodbyes and closes the connections.
+// waits for their acknowledgements (one round trip; at most a few seconds
+// for a dead peer) and closes the connections.
 func (t *TCP) Close() error {
 	if t.closed.Swap(true) {
 		return nil
@@ -467,7 +499,7 @@ func (t *TCP) Close() error {
 		c.wmu.Lock()
 		if !c.byeSent {
 			c.byeSent = true
-			if !t.isFailed() {
+			if !t.isFailed() && !c.byeRecv.Load() {
 				var h [frameHdrLen]byte
 				putHeader(h[:], frameGoodbye, 0, 0, Tag{}, 0)
 				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -480,18 +512,22 @@ func (t *TCP) Close() error {
 		c.wmu.Unlock()
 	}
 	t.stopHeartbeat()
-	// Wait for the peers' goodbyes (their EOF ends our readers), so closing
-	// does not reset connections that still carry data for them.
+	// Wait until every peer acknowledged (or said goodbye itself), one
+	// round trip, so closing does not reset connections that still carry
+	// data for them. A dead or hung peer costs at most lingerTimeout.
 	linger := time.NewTimer(lingerTimeout)
 	defer linger.Stop()
+wait:
 	for _, c := range t.conns {
 		if c == nil {
 			continue
 		}
 		select {
-		case <-c.done:
+		case <-c.settled:
 		case <-linger.C:
+			break wait
 		case <-t.failed:
+			break wait
 		}
 	}
 	for _, c := range t.conns {
@@ -516,9 +552,14 @@ func (t *TCP) Abort(cause error) {
 		cause = ErrAborted
 	}
 	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
-	msg := cause.Error()
+	news := abortNews(t.rank, cause)
+	msg := news.Reason
 	if len(msg) > maxAbortMsgLen {
 		msg = msg[:maxAbortMsgLen]
+	}
+	tag := Tag{Stage: int32(news.Peer), Micro: -1}
+	if news.Relayed {
+		tag.Micro = int32(news.Via)
 	}
 	var wg sync.WaitGroup
 	for _, c := range t.conns {
@@ -537,7 +578,7 @@ func (t *TCP) Abort(cause error) {
 			if !c.byeSent {
 				c.byeSent = true
 				h := make([]byte, frameHdrLen, frameHdrLen+len(msg))
-				putHeader(h, frameAbort, 0, 0, Tag{}, uint64(len(msg)))
+				putHeader(h, frameAbort, sentinelCode(news.Err), 0, tag, uint64(len(msg)))
 				h = append(h, msg...)
 				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
 				_, _ = c.c.Write(h)

@@ -120,16 +120,63 @@ var (
 // PeerError is a failure attributed to a peer rank: it closed the connection,
 // aborted, stopped sending heartbeats, or broke the protocol. Its message
 // always starts with "rank N".
+//
+// When a rank fails because of another rank's failure, its abort carries the
+// original attribution: peers get the PeerError of the rank at the origin,
+// with Relayed set and Via naming the rank that observed it first. So every
+// survivor names the rank that actually failed, whichever abort reaches it
+// first.
 type PeerError struct {
-	Peer   int    // the rank at fault
-	Reason string // e.g. "closed the connection (EOF)", "aborted: <cause>"
-	Err    error  // sentinel cause: ErrPeerClosed, ErrAborted, ErrTimeout, ...
+	Peer    int    // the rank at fault
+	Reason  string // e.g. "closed the connection (EOF)", "aborted: <cause>"
+	Err     error  // sentinel cause: ErrPeerClosed, ErrAborted, ErrTimeout, ...
+	Relayed bool   // learnt from another rank's abort rather than observed
+	Via     int    // with Relayed: the rank that observed the failure
 }
 
-func (e *PeerError) Error() string { return fmt.Sprintf("rank %d %s", e.Peer, e.Reason) }
+func (e *PeerError) Error() string {
+	if e.Relayed {
+		return fmt.Sprintf("rank %d %s (reported by rank %d)", e.Peer, e.Reason, e.Via)
+	}
+	return fmt.Sprintf("rank %d %s", e.Peer, e.Reason)
+}
 
 // Unwrap returns the sentinel cause.
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// abortNews is what rank self tells its peers when it aborts because of
+// cause: the failure it relays (if cause is another rank's PeerError), or its
+// own.
+func abortNews(self int, cause error) *PeerError {
+	var pe *PeerError
+	if errors.As(cause, &pe) && pe.Peer != self {
+		news := *pe
+		if !news.Relayed {
+			news.Relayed, news.Via = true, self
+		}
+		return &news
+	}
+	return &PeerError{Peer: self, Reason: "aborted: " + cause.Error(), Err: ErrAborted}
+}
+
+// Sentinel codes of abort frames.
+var sentinelCodes = []error{ErrAborted, ErrPeerClosed, ErrTimeout, ErrProtocol, ErrFrameTooLarge}
+
+func sentinelCode(err error) uint8 {
+	for i, s := range sentinelCodes {
+		if err == s {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+func sentinelOf(code uint8) error {
+	if int(code) < len(sentinelCodes) {
+		return sentinelCodes[code]
+	}
+	return ErrAborted
+}
 
 // Defaults shared by the transports.
 const (

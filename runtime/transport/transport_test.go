@@ -464,3 +464,55 @@ func TestTCPAbort(t *testing.T) {
 	trs := mustWorld(t, 3, nil)
 	expectPeerFailure(t, trs, 0, 2*time.Second, func() { trs[0].Abort(errors.New("stage 0 exploded")) }, "rank 0 aborted: stage 0 exploded")
 }
+
+// TestAbortRelaysOrigin: a rank that aborts because of another rank's
+// failure passes on the original attribution.
+func TestAbortRelaysOrigin(t *testing.T) {
+	for _, kind := range []string{"inproc", "tcp"} {
+		t.Run(kind, func(t *testing.T) {
+			var trs []Transport
+			if kind == "inproc" {
+				trs = NewInProc(3)
+			} else {
+				trs = asTransports(mustWorld(t, 3, nil))
+			}
+			cause := fmt.Errorf("recv grad from rank 2: %w", &PeerError{Peer: 2, Reason: "closed the connection (EOF)", Err: ErrPeerClosed})
+			trs[1].Abort(cause)
+			_, _, err := trs[0].Recv(1, Act)
+			var pe *PeerError
+			if !errors.As(err, &pe) || pe.Peer != 2 || !pe.Relayed || pe.Via != 1 || !errors.Is(err, ErrPeerClosed) ||
+				!strings.Contains(err.Error(), "rank 2 closed the connection (EOF) (reported by rank 1)") {
+				t.Fatalf("err = %v (%+v)", err, pe)
+			}
+			// Relaying again keeps the first observer.
+			trs[0].Abort(err)
+			_, _, err = trs[2].Recv(0, Act)
+			if !errors.As(err, &pe) || pe.Peer != 2 || pe.Via != 1 {
+				t.Fatalf("second relay: %v", err)
+			}
+		})
+	}
+}
+
+// TestTCPCloseIsPromptAndLossless: ranks closing one after another in one
+// process take a round trip each, not the linger timeout, and a large
+// message sent right before Close still arrives whole.
+func TestTCPCloseIsPromptAndLossless(t *testing.T) {
+	trs := mustWorld(t, 3, nil)
+	big := f32([]int{2 << 20}, make([]float32, 2<<20)...) // 8 MiB
+	big.Float32s()[len(big.Float32s())-1] = 7
+	if err := trs[2].Send(0, Grad, Tag{Micro: 9}, big); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	trs[2].Close()
+	trs[1].Close()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("two sequential Closes took %v", d)
+	}
+	tag, got, err := trs[0].Recv(2, Grad)
+	if err != nil || tag.Micro != 9 || got.Float32s()[len(got.Float32s())-1] != 7 {
+		t.Fatalf("message sent before Close: %v %v", tag, err)
+	}
+	trs[0].Close()
+}

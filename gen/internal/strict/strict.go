@@ -23,8 +23,6 @@
 // + waits) plus O(ranks) per stuck state inspected by the caller.
 package strict
 
-import "sort"
-
 // OpEvent is the Event.Rank of an event that is the completion of a comm op.
 const OpEvent = -1
 
@@ -158,6 +156,8 @@ type Sim struct {
 	blocked  []Event // per rank: event the host waits for (valid while blocked)
 	left     int     // host steps not passed + ops not done
 	started  bool
+	touched  []int32 // ranks processed since the last Touched call
+	isTouch  []bool
 }
 
 // NewSim returns a simulation of m in its initial state.
@@ -178,6 +178,8 @@ func NewSim(m *Model) *Sim {
 		watching: make([]bool, n),
 		blocked:  make([]Event, n),
 		left:     int(m.HostOff[n]) + ops,
+		touched:  make([]int32, 0, n),
+		isTouch:  make([]bool, n),
 	}
 	for r := range n {
 		s.head[r] = m.OpOff[r]
@@ -222,29 +224,34 @@ func (s *Sim) eventDone(e Event) bool {
 }
 
 func (s *Sim) process(r int32) {
+	if !s.isTouch[r] {
+		s.isTouch[r] = true
+		s.touched = append(s.touched, r)
+	}
 	m := s.m
-	hostEnd := m.HostOff[r+1] - m.HostOff[r]
+	off := m.HostOff[r]
+	hostEnd := m.HostOff[r+1] - off
 	for {
 		progressed := false
-		moved := false
-	host:
-		for s.host[r] < hostEnd {
-			h := m.HostOff[r] + s.host[r]
-			for _, e := range m.Waits[m.WaitOff[h]:m.WaitOff[h+1]] {
-				if !s.eventDone(e) {
+		host := s.host[r]
+	run:
+		for host < hostEnd {
+			h := off + host
+			for w, end := m.WaitOff[h], m.WaitOff[h+1]; w < end; w++ {
+				if e := m.Waits[w]; !s.eventDone(e) {
 					s.blocked[r] = e
 					if e.Rank != OpEvent && e.Rank != r && !s.watching[r] {
 						s.watching[r] = true
 						s.watchers[e.Rank] = append(s.watchers[e.Rank], r)
 					}
-					break host
+					break run
 				}
 			}
-			s.host[r]++
-			s.left--
-			moved = true
+			host++
 		}
-		if moved {
+		if moved := host - s.host[r]; moved > 0 {
+			s.host[r] = host
+			s.left -= int(moved)
 			progressed = true
 			if w := s.watchers[r]; len(w) > 0 {
 				for _, q := range w {
@@ -292,6 +299,19 @@ func (s *Sim) headOp(r int) int32 {
 		return -1
 	}
 	return h
+}
+
+// Touched returns the ranks whose state (host position or comm head) may
+// have changed since the previous call, and forgets them. A caller that
+// tracks something per rank across Run calls needs to look at these only.
+// The slice is valid until the next Run.
+func (s *Sim) Touched() []int32 {
+	t := s.touched
+	for _, r := range t {
+		s.isTouch[r] = false
+	}
+	s.touched = s.touched[:0]
+	return t
 }
 
 // Head returns the first unfinished op of rank r's comm stream (-1 when
@@ -455,10 +475,4 @@ func rotateLowest(c []Wait) []Wait {
 	out := make([]Wait, 0, len(c))
 	out = append(out, c[lo:]...)
 	return append(out, c[:lo]...)
-}
-
-// RankOfHost returns the rank and on-rank index of global host step h.
-func (m *Model) RankOfHost(h int) (rank, index int) {
-	r := sort.Search(m.Ranks(), func(r int) bool { return int(m.HostOff[r+1]) > h })
-	return r, h - int(m.HostOff[r])
 }

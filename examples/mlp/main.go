@@ -1,0 +1,328 @@
+// Command mlp trains a small MLP with a pipeline schedule that ppgen
+// generated ahead of time: four pipeline ranks, each running its straight-line
+// rank function from the generated code, over an in-process or a TCP
+// transport.
+//
+//	go run ./examples/mlp                        # 1f1b, 4 ranks in-process, 5 steps
+//	go run ./examples/mlp -schedule zbv -check   # compare with sequential training
+//	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
+//
+// With -transport tcp and no RANK in the environment, the command launches
+// four copies of itself with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+// set (as torchrun does) and waits for them; with RANK set it runs that one
+// rank. -check trains the same model sequentially on the same micro-batches
+// and reports the largest relative difference in losses and parameters.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/launch"
+	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+type options struct {
+	schedule  string
+	transport string
+	steps     int
+	check     bool
+	dtype     string
+	lr        float64
+	seed      uint64
+	interpret bool
+	delay     time.Duration
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("mlp", flag.ContinueOnError)
+	fs.StringVar(&o.schedule, "schedule", "1f1b", "generated schedule to run: "+strings.Join(scheduleNames(), ", "))
+	fs.StringVar(&o.transport, "transport", "inproc", "inproc (goroutines) or tcp (one OS process per rank)")
+	fs.IntVar(&o.steps, "steps", 5, "training steps")
+	fs.BoolVar(&o.check, "check", false, "also train sequentially on the same micro-batches and compare losses and parameters")
+	fs.StringVar(&o.dtype, "dtype", "float64", "float64 or float32")
+	fs.Float64Var(&o.lr, "lr", 0.1, "SGD learning rate")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the model's initial weights and the synthetic data")
+	fs.BoolVar(&o.interpret, "interpret", false, "run the schedule through the interpreter (pipe.Interpret) instead of the generated functions")
+	fs.DurationVar(&o.delay, "step-delay", 0, "sleep this long between steps (for failure-injection tests)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
+	switch {
+	case o.transport == "inproc":
+		err = runInProc(o, os.Stdout)
+	case o.transport == "tcp" && os.Getenv("RANK") == "":
+		err = launchLocal(o, logger)
+	case o.transport == "tcp":
+		err = runRank(o, os.Stdout, logger)
+	default:
+		err = fmt.Errorf("-transport %q; want inproc or tcp", o.transport)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mlp:", err)
+		os.Exit(1)
+	}
+}
+
+func (o options) dt() (tensor.Dtype, error) {
+	switch o.dtype {
+	case "float64":
+		return tensor.Float64, nil
+	case "float32":
+		return tensor.Float32, nil
+	}
+	return tensor.Dtype{}, fmt.Errorf("-dtype %q; want float64 or float32", o.dtype)
+}
+
+// tolerance is the correctness bar of DESIGN §10.
+func (o options) tolerance() float64 {
+	if o.dtype == "float32" {
+		return 1e-5
+	}
+	return 1e-12
+}
+
+// rankState is one rank's share of the model and its executor.
+type rankState struct {
+	x      *pipe.Exec
+	stages []*nn.Sequential // the stages this rank holds, in stage order
+	run    func(*pipe.Exec) error
+}
+
+// newRank builds rank r's executor over tr, with its stages taken from the
+// full model (every rank builds the model from the same seed and keeps its part).
+func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batches, tr transport.Transport) (*rankState, error) {
+	sp := sc.Spec
+	st := &rankState{run: sc.Ranks[r]}
+	held := map[int]pipe.Stage{}
+	for s, rr := range sp.RankOf {
+		if rr == r {
+			held[s] = model[s]
+			st.stages = append(st.stages, model[s])
+		}
+	}
+	if o.interpret {
+		if sc.Program == nil {
+			return nil, fmt.Errorf("-interpret: schedule %q was generated without -table", o.schedule)
+		}
+		ops := sc.Program[r]
+		st.run = func(x *pipe.Exec) error { return pipe.Interpret(x, ops) }
+	}
+	ps := params(st.stages)
+	opt := &nn.SGD{LR: o.lr}
+	x, err := pipe.New(pipe.Config{
+		Rank: r, Spec: sp, Stages: held, Transport: tr,
+		Loss: nn.MSE{Scale: 1 / float64(sp.Micro)},
+		Data: data,
+		OptStep: func() error {
+			if err := opt.Step(ps); err != nil {
+				return err
+			}
+			nn.ZeroGrad(ps)
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.x = x
+	return st, nil
+}
+
+func sum(xs []float64) float64 {
+	t := 0.0
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}
+
+// runInProc trains with every rank as a goroutine of this process.
+func runInProc(o options, out io.Writer) error {
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	dt, err := o.dt()
+	if err != nil {
+		return err
+	}
+	sp := sc.Spec
+	model, err := buildStages(sp.Stages, dt, o.seed)
+	if err != nil {
+		return err
+	}
+	data := newBatches(dt, o.seed, sp.Micro)
+	trs := transport.NewInProc(sp.Ranks)
+	ranks := make([]*rankState, sp.Ranks)
+	xs := make([]*pipe.Exec, sp.Ranks)
+	fns := make([]func(*pipe.Exec) error, sp.Ranks)
+	for r := range ranks {
+		if ranks[r], err = newRank(o, sc, r, model, data, trs[r]); err != nil {
+			return err
+		}
+		xs[r], fns[r] = ranks[r].x, ranks[r].run
+		defer ranks[r].x.Close()
+		defer trs[r].Close()
+	}
+	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s, in-process\n", sp.Schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype)
+	last := sp.RankOf[sp.Stages-1]
+	var losses []float64
+	for step := range o.steps {
+		data.setStep(step)
+		for _, x := range xs {
+			x.Reset()
+		}
+		if err := pipe.RunAll(xs, fns); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		l := sum(xs[last].Losses())
+		losses = append(losses, l)
+		fmt.Fprintf(out, "step %d loss %.6f\n", step, l)
+	}
+	if !o.check {
+		return nil
+	}
+	ref, refLosses, err := sequentialReference(o, sp.Stages, dt)
+	if err != nil {
+		return err
+	}
+	lossDiff := 0.0
+	for i := range losses {
+		lossDiff = math.Max(lossDiff, relDiff(losses[i], refLosses[i]))
+	}
+	paramDiff, err := maxRelDiff(params(model), params(ref))
+	if err != nil {
+		return err
+	}
+	return report(out, o, lossDiff, paramDiff)
+}
+
+func sequentialReference(o options, numStages int, dt tensor.Dtype) ([]*nn.Sequential, []float64, error) {
+	ref, err := buildStages(numStages, dt, o.seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	refData := newBatches(dt, o.seed, catalogMicro(o))
+	losses, err := trainSequential(ref, refData, &nn.SGD{LR: o.lr}, nn.MSE{Scale: 1 / float64(catalogMicro(o))}, o.steps)
+	return ref, losses, err
+}
+
+func catalogMicro(o options) int {
+	sc, _ := lookup(o.schedule)
+	return sc.Spec.Micro
+}
+
+func report(out io.Writer, o options, lossDiff, paramDiff float64) error {
+	fmt.Fprintf(out, "check: max relative difference vs sequential training: loss %.3g, parameters %.3g (tolerance %g)\n", lossDiff, paramDiff, o.tolerance())
+	if lossDiff > o.tolerance() || paramDiff > o.tolerance() {
+		return fmt.Errorf("pipeline training differs from sequential training beyond %g", o.tolerance())
+	}
+	return nil
+}
+
+// launchLocal starts one process per rank of this same command.
+func launchLocal(o options, logger *slog.Logger) error {
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return launch.Local(ctx, sc.Spec.Ranks, append([]string{exe}, os.Args[1:]...), launch.LocalOptions{Logger: logger})
+}
+
+// runRank runs the one rank the environment names, over TCP.
+func runRank(o options, out io.Writer, logger *slog.Logger) error {
+	env, err := launch.FromEnv()
+	if err != nil {
+		return err
+	}
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	dt, err := o.dt()
+	if err != nil {
+		return err
+	}
+	sp := sc.Spec
+	if env.World != sp.Ranks {
+		return fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
+	}
+	cfg := env.TCPConfig(sp.Fingerprint)
+	cfg.Logger = logger
+	tr, err := transport.DialTCP(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	model, err := buildStages(sp.Stages, dt, o.seed)
+	if err != nil {
+		return err
+	}
+	data := newBatches(dt, o.seed, sp.Micro)
+	rs, err := newRank(o, sc, env.Rank, model, data, tr)
+	if err != nil {
+		return err
+	}
+	defer rs.x.Close()
+	holdsLast := sp.RankOf[sp.Stages-1] == env.Rank
+	var losses []float64
+	for step := range o.steps {
+		data.setStep(step)
+		rs.x.Reset()
+		if err := pipe.Run(rs.x, rs.run); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		if holdsLast {
+			l := sum(rs.x.Losses())
+			losses = append(losses, l)
+			fmt.Fprintf(out, "step %d loss %.6f\n", step, l)
+		}
+		if o.delay > 0 {
+			time.Sleep(o.delay)
+		}
+	}
+	if !o.check {
+		return nil
+	}
+	ref, refLosses, err := sequentialReference(o, sp.Stages, dt)
+	if err != nil {
+		return err
+	}
+	var mine, theirs []*nn.Sequential
+	for s, rr := range sp.RankOf {
+		if rr == env.Rank {
+			mine, theirs = append(mine, model[s]), append(theirs, ref[s])
+		}
+	}
+	paramDiff, err := maxRelDiff(params(mine), params(theirs))
+	if err != nil {
+		return err
+	}
+	lossDiff := 0.0
+	for i := range losses {
+		lossDiff = math.Max(lossDiff, relDiff(losses[i], refLosses[i]))
+	}
+	return report(out, o, lossDiff, paramDiff)
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/nn"
+)
+
+// The model: an MLP of `blocks` blocks (Linear then Tanh), and a final
+// Linear to the output width, cut into as many pipeline stages as the
+// schedule has (the block count is divisible by every catalog stage count).
+const (
+	blocks    = 8
+	inWidth   = 16
+	hidden    = 32
+	outWidth  = 4
+	microRows = 8 // rows per micro-batch
+)
+
+// buildStages builds the model deterministically from seed and cuts it into
+// numStages stages of blocks/numStages blocks each.
+func buildStages(numStages int, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
+	if blocks%numStages != 0 {
+		return nil, fmt.Errorf("the model has %d blocks; %d stages do not divide it (use 1, 2, 4 or 8 stages)", blocks, numStages)
+	}
+	rng := nn.NewRand(seed)
+	per := blocks / numStages
+	stages := make([]*nn.Sequential, numStages)
+	for s := range stages {
+		var layers []nn.Layer
+		for b := s * per; b < (s+1)*per; b++ {
+			in := hidden
+			if b == 0 {
+				in = inWidth
+			}
+			lin, err := nn.NewLinear(in, hidden, dt, rng)
+			if err != nil {
+				return nil, err
+			}
+			layers = append(layers, lin, nn.Tanh{})
+		}
+		if s == numStages-1 {
+			lin, err := nn.NewLinear(hidden, outWidth, dt, rng)
+			if err != nil {
+				return nil, err
+			}
+			layers = append(layers, lin)
+		}
+		stages[s] = nn.NewSequential(layers...)
+	}
+	return stages, nil
+}
+
+// batches is the synthetic data set: micro-batch m of training step `step`
+// has inputs drawn from a seeded generator and targets from a fixed smooth
+// function of them, so the model has something to learn.
+type batches struct {
+	dt     tensor.Dtype
+	seed   uint64
+	step   int
+	inputs []*tensor.Dense
+	target []*tensor.Dense
+}
+
+func newBatches(dt tensor.Dtype, seed uint64, micro int) *batches {
+	return &batches{dt: dt, seed: seed, inputs: make([]*tensor.Dense, micro), target: make([]*tensor.Dense, micro)}
+}
+
+// setStep makes the micro-batches of one training step.
+func (b *batches) setStep(step int) {
+	b.step = step
+	rng := nn.NewRand(b.seed*1_000_003 + uint64(step) + 1)
+	for m := range b.inputs {
+		x := make([]float64, microRows*inWidth)
+		for i := range x {
+			x[i] = rng.Float64()*2 - 1
+		}
+		y := make([]float64, microRows*outWidth)
+		for r := range microRows {
+			for o := range outWidth {
+				var acc float64
+				for i := range inWidth {
+					acc += x[r*inWidth+i] * float64((i+o)%5-2) / 4
+				}
+				y[r*outWidth+o] = math.Sin(acc)
+			}
+		}
+		b.inputs[m] = dense(b.dt, []int{microRows, inWidth}, x)
+		b.target[m] = dense(b.dt, []int{microRows, outWidth}, y)
+	}
+}
+
+func (b *batches) Input(m int) (*tensor.Dense, error)  { return b.inputs[m], nil }
+func (b *batches) Target(m int) (*tensor.Dense, error) { return b.target[m], nil }
+
+func dense(dt tensor.Dtype, shape []int, v []float64) *tensor.Dense {
+	if dt == tensor.Float32 {
+		w := make([]float32, len(v))
+		for i, x := range v {
+			w[i] = float32(x)
+		}
+		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(w))
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v))
+}
+
+// params returns the parameters of the given stages in order.
+func params(stages []*nn.Sequential) []*nn.Param {
+	var ps []*nn.Param
+	for _, s := range stages {
+		ps = append(ps, s.Params()...)
+	}
+	return ps
+}
+
+// trainSequential trains the whole model without a pipeline on the same
+// micro-batches: the reference that -check compares against. It returns
+// the loss of every step.
+func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, loss nn.MSE, steps int) ([]float64, error) {
+	ps := params(stages)
+	var losses []float64
+	for step := range steps {
+		data.setStep(step)
+		total := 0.0
+		for m := range data.inputs {
+			x := data.inputs[m]
+			saved := make([]any, len(stages))
+			for s, st := range stages {
+				var err error
+				if x, saved[s], err = st.Forward(x); err != nil {
+					return nil, err
+				}
+			}
+			l, dy, err := loss.Loss(x, data.target[m])
+			if err != nil {
+				return nil, err
+			}
+			total += l
+			for s := len(stages) - 1; s >= 0; s-- {
+				if dy, err = stages[s].Backward(saved[s], dy); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if err := opt.Step(ps); err != nil {
+			return nil, err
+		}
+		nn.ZeroGrad(ps)
+		losses = append(losses, total)
+	}
+	return losses, nil
+}
+
+// maxRelDiff returns the largest relative difference between two parameter
+// lists, element by element: |a-b| / max(|a|, |b|, 1e-30).
+func maxRelDiff(a, b []*nn.Param) (float64, error) {
+	if len(a) != len(b) {
+		return 0, fmt.Errorf("parameter counts differ: %d and %d", len(a), len(b))
+	}
+	worst := 0.0
+	for i := range a {
+		x, y := floats(a[i].Value), floats(b[i].Value)
+		if len(x) != len(y) {
+			return 0, fmt.Errorf("parameter %s: sizes %d and %d", a[i].Name, len(x), len(y))
+		}
+		for j := range x {
+			worst = math.Max(worst, relDiff(x[j], y[j]))
+		}
+	}
+	return worst, nil
+}
+
+func relDiff(a, b float64) float64 {
+	d := math.Abs(a - b)
+	if d == 0 {
+		return 0
+	}
+	return d / math.Max(math.Max(math.Abs(a), math.Abs(b)), 1e-30)
+}
+
+func floats(t *tensor.Dense) []float64 {
+	switch t.Dtype() {
+	case tensor.Float32:
+		v := t.Float32s()
+		out := make([]float64, len(v))
+		for i, x := range v {
+			out[i] = float64(x)
+		}
+		return out
+	default:
+		return t.Float64s()
+	}
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ppgen/ppgen/generated/gpipe"
+	"github.com/ppgen/ppgen/generated/interleaved"
+	"github.com/ppgen/ppgen/generated/onef1b"
+	"github.com/ppgen/ppgen/generated/zbh1"
+	"github.com/ppgen/ppgen/generated/zbv"
+	"github.com/ppgen/ppgen/runtime/pipe"
+)
+
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8
+
+// schedule is one generated schedule the trainer can run.
+type schedule struct {
+	Spec    pipe.Spec
+	Ranks   []func(*pipe.Exec) error
+	Program [][]pipe.Op // nil when generated without -table
+}
+
+// catalog: the example's own schedule (schedules_gen.go, made by the
+// go:generate line above) and the committed catalog in generated/.
+var catalog = map[string]schedule{
+	"1f1b":         {Spec, Ranks[:], nil},
+	"gpipe":        {gpipe.Spec, gpipe.Ranks[:], gpipe.Program},
+	"1f1b-catalog": {onef1b.Spec, onef1b.Ranks[:], onef1b.Program},
+	"interleaved":  {interleaved.Spec, interleaved.Ranks[:], interleaved.Program},
+	"zb-h1":        {zbh1.Spec, zbh1.Ranks[:], zbh1.Program},
+	"zbv":          {zbv.Spec, zbv.Ranks[:], zbv.Program},
+}
+
+func scheduleNames() []string {
+	names := make([]string, 0, len(catalog))
+	for n := range catalog {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func lookup(name string) (schedule, error) {
+	s, ok := catalog[name]
+	if !ok {
+		return schedule{}, fmt.Errorf("-schedule %q is not compiled in; choose one of %s", name, strings.Join(scheduleNames(), ", "))
+	}
+	return s, nil
+}

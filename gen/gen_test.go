@@ -1,0 +1,169 @@
+package gen
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/schedules"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// legalVirtuals returns the V values to try for a family.
+func legalVirtuals(f schedules.Family) []int {
+	if f.DefaultVirtual <= 1 {
+		return []int{1}
+	}
+	switch f.Name {
+	case "interleaved", "interleaved-zb", "looped-bfs":
+		return []int{1, 2, 3, 4}
+	}
+	return []int{f.DefaultVirtual}
+}
+
+// TestEveryScheduleLowersAndVerifies is the property test over the grid the
+// compiler-core issue names: P in 1..8, V in 1..4 (where legal), M in 1..3P.
+// Each program is lowered, verified (deadlock-free under rendezvous), and each
+// (stage, micro) has exactly one F and one backward.
+func TestEveryScheduleLowersAndVerifies(t *testing.T) {
+	checked := 0
+	for _, f := range schedules.All() {
+		for P := 1; P <= 8; P++ {
+			for _, V := range legalVirtuals(f) {
+				for M := 1; M <= 3*P; M++ {
+					cfg := ir.Config{Schedule: f.Name, Ranks: P, Virtual: V, Micro: M}
+					if _, _, err := Build(cfg); err != nil {
+						continue // a documented constraint (e.g. dualpipe needs even P)
+					}
+					res, err := Lower(cfg, Options{})
+					if err != nil {
+						t.Errorf("%s P=%d V=%d M=%d: %v", f.Name, P, V, M, err)
+						continue
+					}
+					checkOnce(t, fmt.Sprintf("%s P=%d V=%d M=%d", f.Name, P, V, M), res.Program)
+					checked++
+				}
+			}
+		}
+	}
+	if checked < 1000 {
+		t.Errorf("only %d configurations checked; the grid should give well over 1000", checked)
+	}
+}
+
+// checkOnce asserts one F and one backward (B, or I and W) per (stage, micro).
+func checkOnce(t *testing.T, name string, p ir.Program) {
+	t.Helper()
+	S, M := p.Stages(), p.Micro
+	f := make([]int, S*M)
+	b := make([]int, S*M)
+	i := make([]int, S*M)
+	w := make([]int, S*M)
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			for _, c := range st.Computes() {
+				k := c.Stage*M + c.Micro
+				switch c.Kind {
+				case ir.Forward:
+					f[k]++
+				case ir.Backward:
+					b[k]++
+				case ir.BackwardInput:
+					i[k]++
+				case ir.BackwardWeight:
+					w[k]++
+				}
+			}
+		}
+	}
+	for k := range f {
+		full := b[k] == 1 && i[k] == 0 && w[k] == 0
+		split := b[k] == 0 && i[k] == 1 && w[k] == 1
+		if f[k] != 1 || !(full || split) {
+			t.Errorf("%s: stage %d micro %d has F×%d B×%d I×%d W×%d", name, k/M, k%M, f[k], b[k], i[k], w[k])
+		}
+	}
+}
+
+// TestClassicBubbleFormula: GPipe and 1F1B at F=1, B=2 (comm 0) have a
+// whole-iteration bubble of exactly (P-1)/(M+P-1) after lowering.
+func TestClassicBubbleFormula(t *testing.T) {
+	cost, err := sim.ParseCost("F=1,B=2", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gpipe", "1f1b"} {
+		for P := 1; P <= 8; P++ {
+			for M := 1; M <= 3*P; M++ {
+				res, err := Lower(ir.Config{Schedule: name, Ranks: P, Micro: M}, Options{})
+				if err != nil {
+					t.Fatalf("%s P=%d M=%d: %v", name, P, M, err)
+				}
+				r, err := sim.Run(res.Program, cost)
+				if err != nil {
+					t.Fatalf("%s P=%d M=%d: sim: %v", name, P, M, err)
+				}
+				want := float64(P-1) / float64(M+P-1)
+				if math.Abs(r.Bubble-want) > 1e-12 {
+					t.Errorf("%s P=%d M=%d: bubble %.15f, want (P-1)/(M+P-1) = %.15f", name, P, M, r.Bubble, want)
+				}
+			}
+		}
+	}
+}
+
+// TestInterleavedBeatsOneFOneB: at equal P and M, V >= 2 and M >= P, the
+// interleaved schedule's simulated makespan is below 1F1B's.
+func TestInterleavedBeatsOneFOneB(t *testing.T) {
+	for P := 2; P <= 8; P++ {
+		for V := 2; V <= 4; V++ {
+			for _, M := range []int{P, P + 1, 2 * P, 3 * P} {
+				// Per-chunk costs: a full stage costs F=1, B=2 split over V chunks.
+				one := makespan(t, ir.Config{Schedule: "1f1b", Ranks: P, Micro: M}, fmt.Sprintf("F=1,B=2"))
+				inter := makespan(t, ir.Config{Schedule: "interleaved", Ranks: P, Virtual: V, Micro: M},
+					fmt.Sprintf("F=%g,B=%g", 1/float64(V), 2/float64(V)))
+				if !(inter < one) {
+					t.Errorf("P=%d V=%d M=%d: interleaved makespan %.4f, 1f1b %.4f", P, V, M, inter, one)
+				}
+			}
+		}
+	}
+}
+
+func makespan(t *testing.T, cfg ir.Config, cost string) float64 {
+	t.Helper()
+	res, err := Lower(cfg, Options{})
+	if err != nil {
+		t.Fatalf("%+v: %v", cfg, err)
+	}
+	c, err := sim.ParseCost(cost, res.Program.Stages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(res.Program, c)
+	if err != nil {
+		t.Fatalf("%+v: %v", cfg, err)
+	}
+	return r.Makespan
+}
+
+// BenchmarkLower measures build + lowering + verification (what `ppgen
+// verify` and `ppgen gen` do before emitting), per configuration.
+func BenchmarkLower(b *testing.B) {
+	for _, c := range []struct{ P, V, M int }{{8, 2, 256}, {16, 2, 256}, {32, 2, 256}, {64, 2, 256}} {
+		cfg := ir.Config{Schedule: "interleaved", Ranks: c.P, Virtual: c.V, Micro: c.M}
+		b.Run(fmt.Sprintf("interleaved/P=%d/V=%d/M=%d", c.P, c.V, c.M), func(b *testing.B) {
+			var steps int
+			for b.Loop() {
+				res, err := Lower(cfg, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				steps = res.Program.NumSteps()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(steps), "ns/step")
+			b.ReportMetric(float64(steps), "steps")
+		})
+	}
+}

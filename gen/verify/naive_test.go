@@ -1,0 +1,326 @@
+package verify_test
+
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// runNaive is an independent checker for the mutation tests: a plain
+// interpreter of the runtime semantics (docs/internals.md), written without
+// verify's tables or gen/internal/strict. It runs every rank's host until it
+// blocks, posts transfers to per-rank queues, and completes the heads of two
+// queues when they are complementary (rendezvous), checking each delivered
+// payload. It reports whether the program runs to the end ("") or why it
+// hangs or breaks. Contract points it shares with verify by definition, not
+// by code: a chunk's F, backward, W, DATA_LOAD and each of its transfers run
+// once; a chunk keeps one slot and no slot is taken while its chunk still
+// has uses to come.
+func runNaive(p ir.Program) string {
+	P, S := len(p.Ranks), p.Stages()
+	rankOf := p.Placement.RankOf
+	lowered, hasData, slotted := false, false, false
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			lowered = lowered || st.Kind.IsComm()
+			hasData = hasData || st.Kind == ir.DataLoad || st.Kind == ir.DataRecv
+			slotted = slotted || st.Slot >= 0
+			for _, c := range st.Sub {
+				slotted = slotted || c.Slot >= 0
+			}
+		}
+	}
+	key := func(tag string, s, m int) string { return fmt.Sprintf("%s/%d/%d", tag, s, m) }
+	facts := map[string]int{}
+	type op struct {
+		st   ir.Step
+		done bool
+	}
+	posted := make([][]*op, P)
+	recvs := map[string]*op{}
+	// Slots: remaining uses of each chunk (its own steps and src reads) and
+	// the chunk each (rank, slot) holds.
+	uses := map[string]int{}
+	seen := map[string]bool{}
+	owner := map[[2]int]string{}
+	srcOf := func(r int, c ir.Step) string {
+		switch {
+		case c.Kind == ir.Forward && c.Stage > 0 && rankOf[c.Stage-1] == r:
+			return key("chunk", c.Stage-1, c.Micro)
+		case c.Kind.IsBackward() && c.Stage < S-1 && rankOf[c.Stage+1] == r:
+			return key("chunk", c.Stage+1, c.Micro)
+		}
+		return ""
+	}
+	leaves := func(st ir.Step) []ir.Step {
+		if st.Kind.IsOverlap() {
+			return st.Sub
+		}
+		return []ir.Step{st}
+	}
+	for r, steps := range p.Ranks {
+		for _, st := range steps {
+			for _, c := range leaves(st) {
+				if c.Stage >= 0 && c.Micro >= 0 {
+					uses[key("chunk", c.Stage, c.Micro)]++
+					if s := srcOf(r, c); s != "" {
+						uses[s]++
+					}
+				}
+			}
+		}
+	}
+	slotStep := func(r int, st ir.Step) string {
+		if !slotted {
+			return ""
+		}
+		ls := leaves(st)
+		for _, c := range ls {
+			if c.Stage < 0 || c.Micro < 0 {
+				continue
+			}
+			if c.Slot < 0 {
+				return "a chunk step without a slot"
+			}
+			ch := key("chunk", c.Stage, c.Micro)
+			k := [2]int{r, c.Slot}
+			if o := owner[k]; o != ch {
+				if o != "" && uses[o] > 0 {
+					return fmt.Sprintf("%s overwrites slot %d of %s, still in use", c, c.Slot, o)
+				}
+				if seen[ch] {
+					return fmt.Sprintf("%s uses slot %d, its chunk lives elsewhere", c, c.Slot)
+				}
+				owner[k] = ch
+			}
+			seen[ch] = true
+		}
+		for _, c := range ls {
+			if c.Stage >= 0 && c.Micro >= 0 {
+				uses[key("chunk", c.Stage, c.Micro)]--
+				if s := srcOf(r, c); s != "" {
+					uses[s]--
+				}
+			}
+		}
+		return ""
+	}
+	// received reports whether a receive for k is done ("ok"), pending ("wait") or absent.
+	received := func(k string) string {
+		o := recvs[k]
+		switch {
+		case o == nil:
+			return "absent"
+		case o.done:
+			return "ok"
+		}
+		return "wait"
+	}
+	const wait = "wait"
+	cond := func(r int, c ir.Step) string {
+		s, m := c.Stage, c.Micro
+		switch c.Kind {
+		case ir.Forward:
+			if facts[key("F", s, m)] > 0 {
+				return c.String() + " runs twice"
+			}
+			switch {
+			case s == 0:
+				if hasData && facts[key("load", 0, m)] == 0 {
+					return c.String() + " without its data"
+				}
+			case rankOf[s-1] == r:
+				if facts[key("F", s-1, m)] == 0 {
+					return c.String() + " before its local input"
+				}
+			case lowered:
+				switch received(key("RECV_F", s, m)) {
+				case "absent":
+					return c.String() + " without a posted receive"
+				case "wait":
+					return wait
+				}
+			default:
+				if facts[key("F", s-1, m)] == 0 {
+					return wait
+				}
+			}
+			if s == S-1 && hasData && facts[key("load", s, m)] == 0 {
+				switch received(key("DATA_RECV", s, m)) {
+				case "absent":
+					return c.String() + " without labels"
+				case "wait":
+					return wait
+				}
+			}
+		case ir.Backward, ir.BackwardInput:
+			if facts[key("BWD", s, m)] > 0 {
+				return c.String() + ": second backward"
+			}
+			if facts[key("F", s, m)] == 0 {
+				return c.String() + " before its forward"
+			}
+			switch {
+			case s == S-1:
+			case rankOf[s+1] == r:
+				if facts[key("BWD", s+1, m)] == 0 {
+					return c.String() + " before its local gradient"
+				}
+			case lowered:
+				switch received(key("RECV_B", s, m)) {
+				case "absent":
+					return c.String() + " without a posted receive"
+				case "wait":
+					return wait
+				}
+			default:
+				if facts[key("BWD", s+1, m)] == 0 {
+					return wait
+				}
+			}
+		case ir.BackwardWeight:
+			if facts[key("W", s, m)] > 0 || facts[key("I", s, m)] == 0 {
+				return c.String() + " without its I, or twice"
+			}
+		}
+		return ""
+	}
+	apply := func(c ir.Step) {
+		s, m := c.Stage, c.Micro
+		switch c.Kind {
+		case ir.Forward:
+			facts[key("F", s, m)]++
+		case ir.Backward:
+			facts[key("BWD", s, m)]++
+		case ir.BackwardInput:
+			facts[key("BWD", s, m)]++
+			facts[key("I", s, m)]++
+		case ir.BackwardWeight:
+			facts[key("W", s, m)]++
+		}
+	}
+	host := func(r int, st ir.Step) string {
+		switch {
+		case st.Kind.IsCompute():
+			res := ""
+			for _, c := range leaves(st) {
+				if x := cond(r, c); x != "" && (res == "" || res == wait) {
+					res = x
+				}
+			}
+			if res != "" {
+				return res
+			}
+			if x := slotStep(r, st); x != "" {
+				return x
+			}
+			for _, c := range leaves(st) {
+				apply(c)
+			}
+		case st.Kind.IsComm():
+			if st.Peer != p.Placement.PeerOf(st.Kind, st.Stage) || st.Peer == r {
+				return st.String() + " to the wrong peer"
+			}
+			s, m := st.Stage, st.Micro
+			switch st.Kind {
+			case ir.SendF:
+				if facts[key("F", s, m)] == 0 {
+					return st.String() + " before its forward"
+				}
+			case ir.SendB:
+				if facts[key("BWD", s, m)] == 0 {
+					return st.String() + " before its backward"
+				}
+			case ir.DataSend:
+				if facts[key("load", s, m)] == 0 && recvs[key("DATA_RECV", s, m)] == nil {
+					return st.String() + " without data"
+				}
+			}
+			// Contract: a chunk's transfer runs once (the runtime keeps one
+			// handle per chunk and direction; a second post would replace it).
+			tk := key("posted-"+st.Kind.String(), s, m)
+			if facts[tk] > 0 {
+				return st.String() + " posted twice"
+			}
+			facts[tk]++
+			if x := slotStep(r, st); x != "" {
+				return x
+			}
+			o := &op{st: st}
+			if st.Kind.IsRecv() {
+				recvs[key(st.Kind.String(), s, m)] = o
+			}
+			posted[r] = append(posted[r], o)
+		case st.Kind == ir.DataLoad:
+			if facts[key("load", st.Stage, st.Micro)] > 0 {
+				return st.String() + " loads a micro-batch twice"
+			}
+			if x := slotStep(r, st); x != "" {
+				return x
+			}
+			facts[key("load", st.Stage, st.Micro)]++
+		}
+		return ""
+	}
+	pc := make([]int, P)
+	for {
+		progress := false
+		for r := range P {
+			for pc[r] < len(p.Ranks[r]) {
+				res := host(r, p.Ranks[r][pc[r]])
+				if res == wait {
+					break
+				}
+				if res != "" {
+					return "breaks: " + res
+				}
+				pc[r]++
+				progress = true
+			}
+		}
+		for r := range P {
+			if len(posted[r]) == 0 {
+				continue
+			}
+			a := posted[r][0]
+			q := a.st.Peer
+			if len(posted[q]) == 0 {
+				continue
+			}
+			b := posted[q][0]
+			if b.st.Peer != r || a.st.Kind.Channel() != b.st.Kind.Channel() || a.st.Kind.IsSend() == b.st.Kind.IsSend() {
+				continue
+			}
+			snd, rcv := a.st, b.st
+			if rcv.Kind.IsSend() {
+				snd, rcv = rcv, snd
+			}
+			d := 1
+			if snd.Kind == ir.SendB {
+				d = -1
+			}
+			if rcv.Stage != snd.Stage+d || rcv.Micro != snd.Micro {
+				return fmt.Sprintf("breaks: %s delivers into %s", snd, rcv)
+			}
+			a.done, b.done = true, true
+			posted[r], posted[q] = posted[r][1:], posted[q][1:]
+			progress = true
+		}
+		if !progress {
+			break
+		}
+	}
+	for r := range P {
+		if pc[r] < len(p.Ranks[r]) || len(posted[r]) > 0 {
+			return fmt.Sprintf("hangs: rank %d at step %d with %d transfers pending", r, pc[r], len(posted[r]))
+		}
+	}
+	for s := range S {
+		for m := range p.Micro {
+			if facts[key("F", s, m)] != 1 || facts[key("BWD", s, m)] != 1 || facts[key("I", s, m)] != facts[key("W", s, m)] {
+				return fmt.Sprintf("breaks: chunk (%d,%d) incomplete", s, m)
+			}
+		}
+	}
+	return ""
+}

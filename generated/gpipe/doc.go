@@ -1,0 +1,7 @@
+// Package gpipe is ppgen's generated gpipe schedule at P=4, M=8: one
+// straight-line function per rank (Rank0..Rank3), the Ranks table, Spec,
+// Fingerprint and, for the interpreter, the same program as data (Program).
+// Regenerate with `go generate ./...`.
+package gpipe
+
+//go:generate go tool ppgen gen -schedule gpipe -ranks 4 -micro 8 -table -o schedule_gen.go
