@@ -43,15 +43,20 @@ func Build(cfg ir.Config) (ir.Config, ir.Program, error) {
 		return cfg, ir.Program{}, fmt.Errorf("schedule %s: -placement %s: families choose their own placement (loop for the interleaved kinds, v for zbv and dualpipev); import a CSV with -in for a custom one", cfg.Schedule, cfg.Placement)
 	}
 	p, err := fam.Build(cfg)
-	if err != nil {
-		return cfg, ir.Program{}, err
+	return cfg, p, err
+}
+
+// buildLowerable is Build for families whose order the passes can lower.
+func buildLowerable(cfg ir.Config) (ir.Config, ir.Program, error) {
+	if fam, err := schedules.Lookup(cfg.Schedule); err == nil && fam.ComputeOnly != "" {
+		return cfg, ir.Program{}, fmt.Errorf("schedule %s cannot be lowered yet: %s", fam.Name, fam.ComputeOnly)
 	}
-	return cfg, p, nil
+	return Build(cfg)
 }
 
 // Lower builds the schedule, lowers it and verifies the result.
 func Lower(cfg ir.Config, opt Options) (Result, error) {
-	cfg, compute, err := Build(cfg)
+	cfg, compute, err := buildLowerable(cfg)
 	if err != nil {
 		return Result{}, err
 	}

@@ -3,6 +3,7 @@ package gen
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -29,6 +30,9 @@ func legalVirtuals(f schedules.Family) []int {
 func TestEveryScheduleLowersAndVerifies(t *testing.T) {
 	checked := 0
 	for _, f := range schedules.All() {
+		if f.ComputeOnly != "" {
+			continue // refused by Lower with its reason (TestComputeOnlyFamiliesRefused)
+		}
 		for P := 1; P <= 8; P++ {
 			for _, V := range legalVirtuals(f) {
 				for M := 1; M <= 3*P; M++ {
@@ -165,5 +169,60 @@ func BenchmarkLower(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(steps), "ns/step")
 			b.ReportMetric(float64(steps), "steps")
 		})
+	}
+}
+
+// TestComputeOnlyFamiliesRefused: a family that can only build its compute
+// order is refused by Lower with the family's reason, not with a verifier
+// error.
+func TestComputeOnlyFamiliesRefused(t *testing.T) {
+	for _, f := range schedules.All() {
+		if f.ComputeOnly == "" {
+			continue
+		}
+		_, err := Lower(ir.Config{Schedule: f.Name, Ranks: 4, Micro: 16}, Options{})
+		if err == nil || !strings.Contains(err.Error(), "cannot be lowered yet") {
+			t.Errorf("%s: Lower error = %v, want the compute-only refusal", f.Name, err)
+		}
+		if _, _, err := Build(ir.Config{Schedule: f.Name, Ranks: 4, Micro: 16}); err != nil {
+			t.Errorf("%s: Build: %v", f.Name, err)
+		}
+	}
+}
+
+// TestLoweringKeepsIdealMakespan: the timed comm order adds no stall at
+// comm = 0: every lowered program simulates in exactly the makespan of its
+// compute-only order, for every family on a grid of P, V and M.
+func TestLoweringKeepsIdealMakespan(t *testing.T) {
+	cost := sim.DefaultCost()
+	for _, f := range schedules.All() {
+		if f.ComputeOnly != "" {
+			continue
+		}
+		for _, P := range []int{2, 3, 4, 8} {
+			for _, V := range legalVirtuals(f) {
+				for _, M := range []int{1, P, 2*P + 1, 4 * P} {
+					cfg := ir.Config{Schedule: f.Name, Ranks: P, Virtual: V, Micro: M}
+					if _, _, err := Build(cfg); err != nil {
+						continue
+					}
+					res, err := Lower(cfg, Options{})
+					if err != nil {
+						t.Fatalf("%+v: %v", cfg, err)
+					}
+					ideal, err := sim.Run(res.Compute, cost)
+					if err != nil {
+						t.Fatalf("%+v: compute-only sim: %v", cfg, err)
+					}
+					got, err := sim.Run(res.Program, cost)
+					if err != nil {
+						t.Fatalf("%+v: sim: %v", cfg, err)
+					}
+					if math.Abs(got.Makespan-ideal.Makespan) > 1e-9 {
+						t.Errorf("%s P=%d V=%d M=%d: lowered makespan %.4g, compute-only %.4g", f.Name, P, V, M, got.Makespan, ideal.Makespan)
+					}
+				}
+			}
+		}
 	}
 }

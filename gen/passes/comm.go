@@ -6,15 +6,61 @@ import (
 
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
 )
+
+// CommOrder selects how InsertComm orders the transfers of each rank.
+type CommOrder uint8
+
+const (
+	// Timed (the default) orders transfers by the ideal timeline of the
+	// cost model and posts each receive when its data is due: as late as
+	// possible without delaying it (see insertCommTimed). It falls back to
+	// Late when the cost model has a compute cost ≤ 0.
+	Timed CommOrder = iota
+	// Late posts each receive right before its consumer and hoists it only
+	// as far as rendezvous safety requires (see insertCommLate). Safe, but
+	// the comm-stream order it finds can stall V-shaped schedules.
+	Late
+	// Eager places receives the way PyTorch's _add_send_recv does (see
+	// insertCommEager): every receive as early as the producer's progress
+	// allows. It exists to compare against.
+	Eager
+)
+
+// String names the order as the -comm-order flag spells it.
+func (o CommOrder) String() string {
+	switch o {
+	case Late:
+		return "late"
+	case Eager:
+		return "eager"
+	}
+	return "timed"
+}
+
+// ParseCommOrder parses "timed", "late" or "eager".
+func ParseCommOrder(s string) (CommOrder, error) {
+	for _, o := range []CommOrder{Timed, Late, Eager} {
+		if o.String() == s {
+			return o, nil
+		}
+	}
+	return Timed, fmt.Errorf("comm order %q; want timed, late or eager", s)
+}
 
 // CommOptions configures InsertComm.
 type CommOptions struct {
-	// Eager places receives the way PyTorch's _add_send_recv does (see
-	// insertCommEager): every receive as early as the producer's progress
-	// allows. It exists to compare against; the default places receives as
-	// late as rendezvous safety allows.
-	Eager bool
+	Order CommOrder
+	// Cost is the cost model Timed orders by; nil means sim.DefaultCost().
+	Cost *sim.Cost
+}
+
+func (o CommOptions) cost() sim.Cost {
+	if o.Cost != nil {
+		return *o.Cost
+	}
+	return sim.DefaultCost()
 }
 
 // InsertComm adds the point-to-point transfers of a compute-only program.
@@ -46,8 +92,13 @@ func InsertComm(p ir.Program, opt CommOptions) (ir.Program, error) {
 	if err := checkSteps(p, "comm", true); err != nil {
 		return ir.Program{}, err
 	}
-	if opt.Eager {
+	switch opt.Order {
+	case Eager:
 		return insertCommEager(p)
+	case Timed:
+		if q, ok := insertCommTimed(p, opt.cost()); ok {
+			return q, nil
+		}
 	}
 	return insertCommLate(p, nil)
 }
@@ -61,8 +112,13 @@ func insertDataComm(p ir.Program, opt CommOptions) (ir.Program, error) {
 	if err := checkSteps(p, "comm", true); err != nil {
 		return ir.Program{}, err
 	}
-	if opt.Eager {
+	switch opt.Order {
+	case Eager:
 		return insertCommEager(InsertData(p))
+	case Timed:
+		if q, ok := insertCommTimed(InsertData(p), opt.cost()); ok {
+			return q, nil
+		}
 	}
 	return insertCommLate(p, newDataLoads(p))
 }

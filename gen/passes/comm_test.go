@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/verify"
 )
 
@@ -63,7 +64,7 @@ func TestInsertCommLate(t *testing.T) {
 				in.Placement = pl
 			}
 			before := ir.FormatText(in)
-			got, err := InsertComm(in, CommOptions{})
+			got, err := InsertComm(in, CommOptions{Order: Late})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +97,7 @@ func checkPeers(t *testing.T, p ir.Program) {
 func TestInsertCommEager(t *testing.T) {
 	// Hand-run of PyTorch's _add_send_recv rounds (ranks in order each round).
 	in := mustParse("rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1")
-	got, err := InsertComm(in, CommOptions{Eager: true})
+	got, err := InsertComm(in, CommOptions{Order: Eager})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestInsertCommErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := InsertComm(mustParse(tc.in), CommOptions{Eager: tc.eager})
+			_, err := InsertComm(mustParse(tc.in), CommOptions{Order: orderOf(tc.eager)})
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -206,7 +207,7 @@ func TestInsertCommAlwaysVerifies(t *testing.T) {
 			for name, p := range families(P, M) {
 				var dist [2]float64
 				for e, eager := range []bool{false, true} {
-					q, err := InsertComm(InsertData(p), CommOptions{Eager: eager})
+					q, err := InsertComm(InsertData(p), CommOptions{Order: orderOf(eager)})
 					if err != nil {
 						t.Fatalf("%s P=%d M=%d eager=%v: %v", name, P, M, eager, err)
 					}
@@ -266,7 +267,7 @@ func TestInsertCommRandom(t *testing.T) {
 			t.Fatalf("iter %d: greedy order infeasible: %v\n%s", iter, cerr, ir.FormatText(p))
 		}
 		for _, eager := range []bool{false, true} {
-			q, err := InsertComm(p, CommOptions{Eager: eager})
+			q, err := InsertComm(p, CommOptions{Order: orderOf(eager)})
 			if (err != nil) != (cerr != nil) {
 				t.Fatalf("iter %d eager=%v: InsertComm error %v, compute-only verify %v\n%s", iter, eager, err, cerr, ir.FormatText(p))
 			}
@@ -290,7 +291,7 @@ func TestInsertCommRandom(t *testing.T) {
 // the steady state), and moving any hoisted receive back to its consumer
 // deadlocks.
 func TestInsertCommHoistsOnlyWhereNeeded(t *testing.T) {
-	q, err := InsertComm(oneF1B(4, 8), CommOptions{})
+	q, err := InsertComm(oneF1B(4, 8), CommOptions{Order: Late})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +335,44 @@ func TestInsertCommHoistsOnlyWhereNeeded(t *testing.T) {
 	// Ranks 0..2 each hoist one RECV_B per steady-state F after the warm-up: M-(P-1-r)-1... count them.
 	if hoisted != 5+6+7 {
 		t.Errorf("%d hoisted receives, want 18 (ranks 0, 1, 2: one per steady-state forward)\n%s", hoisted, ir.FormatText(q))
+	}
+}
+
+// TestInsertCommTimed: the timed order of 1F1B P=2 M=2, worked out by hand
+// from the ideal timeline (F=1, B=2): rank 0 runs F0 [0,1] F1 [1,2] B0 [4,6]
+// B1 [7,9]; rank 1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]. The transfers in key
+// order are F0 (t=1), F1 (t=2), B0 (t=4), B1 (t=7). RECV_F1 on rank 1 slides
+// past B0 (which ends at 4, when the next transfer on both ends is due) to
+// just before SEND_B0, so no receive is hoisted over a send, unlike the late
+// order.
+func TestInsertCommTimed(t *testing.T) {
+	in := mustParse("rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1\n")
+	got, err := InsertComm(in, CommOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n" +
+		"rank 1: 1RECV_F0 1F0 1B0 1RECV_F1 1SEND_B0 1F1 1B1 1SEND_B1\n"
+	if s := ir.FormatText(got); s != want {
+		t.Errorf("got\n%swant\n%s", s, want)
+	}
+}
+
+// TestInsertCommTimedFallsBack: with a compute cost of 0 the timed order's
+// argument does not hold, and InsertComm uses the late order instead.
+func TestInsertCommTimedFallsBack(t *testing.T) {
+	in := oneF1B(3, 4)
+	zero := sim.DefaultCost()
+	zero.F = []float64{0}
+	got, err := InsertComm(in, CommOptions{Cost: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := InsertComm(in, CommOptions{Order: Late})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ir.FormatText(got) != ir.FormatText(late) {
+		t.Errorf("zero-cost timed order did not fall back to late:\n%s", ir.FormatText(got))
 	}
 }

@@ -302,3 +302,12 @@ func fuseRandom(rng *rand.Rand, p ir.Program) ir.Program {
 	}
 	return q
 }
+
+// orderOf maps the tests' eager flag to a comm order: eager or late (the
+// timed order has tests of its own).
+func orderOf(eager bool) CommOrder {
+	if eager {
+		return Eager
+	}
+	return Late
+}

@@ -11,7 +11,7 @@ import (
 
 func TestLower(t *testing.T) {
 	p := oneF1B(4, 8)
-	q, info, err := Lower(p, Options{})
+	q, info, err := Lower(p, Options{Comm: CommOptions{Order: Late}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +62,8 @@ func TestLowerFusedEqualsPasses(t *testing.T) {
 	check := func(name string, p ir.Program) {
 		t.Helper()
 		for _, eager := range []bool{false, true} {
-			got, _, gerr := Lower(p, Options{Comm: CommOptions{Eager: eager}})
-			want, werr := InsertComm(InsertData(p), CommOptions{Eager: eager})
+			got, _, gerr := Lower(p, Options{Comm: CommOptions{Order: orderOf(eager)}})
+			want, werr := InsertComm(InsertData(p), CommOptions{Order: orderOf(eager)})
 			if werr == nil {
 				want, _, werr = AssignSlots(want)
 			}

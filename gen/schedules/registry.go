@@ -22,6 +22,10 @@ type Family struct {
 	Constraints string
 	// DefaultVirtual is the V used when the config leaves it 0.
 	DefaultVirtual int
+	// ComputeOnly, when set, says why the family's compute order cannot be
+	// lowered yet (gen.Lower refuses it with this reason); the order itself
+	// is still built, verified by the family's tests and printable.
+	ComputeOnly string
 	// Build returns the compute-only program. It may assume cfg.Virtual is
 	// set (Normalize has run) and must return a *ConstraintError for values
 	// the family does not accept.

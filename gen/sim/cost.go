@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/ppgen/ppgen/gen/ir"
 )
 
 // Cost is the cost model: how long each step takes, in abstract time units
@@ -326,4 +328,29 @@ func of(l []float64, stage int) float64 {
 		return 0
 	}
 	return l[stage]
+}
+
+// StepCost returns the duration the simulator gives a host or compute step
+// under the resolved cost c: F, B, I, W per stage; an overlap takes
+// max(a, b) + Overlap·min(a, b); DATA_LOAD, UNSHARD, REDUCE_GRAD and
+// OPT_STEP their scalar costs; every other step 0 (transfers take Comm on
+// their stream, which StepCost does not cover).
+func (c Cost) StepCost(st ir.Step) float64 {
+	switch st.Kind {
+	case ir.OverlapFB, ir.OverlapBF:
+		if len(st.Sub) != 2 {
+			return 0
+		}
+		a, b := c.computeCost(st.Sub[0]), c.computeCost(st.Sub[1])
+		return max(a, b) + c.Overlap*min(a, b)
+	case ir.DataLoad:
+		return c.DataLoad
+	case ir.Unshard:
+		return c.Unshard
+	case ir.ReduceGrad:
+		return c.Reduce
+	case ir.OptStep:
+		return c.Opt
+	}
+	return c.computeCost(st)
 }

@@ -67,7 +67,7 @@ func BenchmarkInsertComm(b *testing.B) {
 		b.Run(fmt.Sprintf("eager=%v", eager), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := passes.InsertComm(p, passes.CommOptions{Eager: eager}); err != nil {
+				if _, err := passes.InsertComm(p, passes.CommOptions{Order: orderOf(eager)}); err != nil {
 					b.Fatal(err)
 				}
 			}

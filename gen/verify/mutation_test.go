@@ -100,7 +100,7 @@ func TestMutations(t *testing.T) {
 			}
 			for name, base := range bases {
 				for _, eager := range []bool{false, true} {
-					low, _, err := passes.Lower(base, passes.Options{Comm: passes.CommOptions{Eager: eager}})
+					low, _, err := passes.Lower(base, passes.Options{Comm: passes.CommOptions{Order: orderOf(eager)}})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -168,4 +168,12 @@ func TestComputeOnlyMutations(t *testing.T) {
 		}
 	}
 	t.Logf("compute-only mutants: %d accepted, %d rejected", accepted, rejected)
+}
+
+// orderOf maps the tests' eager flag to a comm order: eager or late.
+func orderOf(eager bool) passes.CommOrder {
+	if eager {
+		return passes.Eager
+	}
+	return passes.Late
 }

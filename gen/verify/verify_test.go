@@ -272,7 +272,7 @@ func parse(t *testing.T, text, place string) ir.Program {
 
 func TestCheckStructure(t *testing.T) {
 	base := func() ir.Program {
-		p, _, err := passes.Lower(oneF1B(2, 2), passes.Options{})
+		p, _, err := passes.Lower(oneF1B(2, 2), passes.Options{Comm: passes.CommOptions{Order: passes.Late}})
 		if err != nil {
 			t.Fatal(err)
 		}
