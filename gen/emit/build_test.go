@@ -62,6 +62,7 @@ func lower1F1B(P, M int) ir.Program {
 // assignSlots gives every chunk the lowest slot free over its lifetime (its
 // first to its last step).
 func assignSlots(steps []ir.Step) {
+	type chunk struct{ stage, micro int }
 	last := map[chunk]int{}
 	for i, st := range steps {
 		if st.Micro >= 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/dave/jennifer/jen"
 
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
 )
 
 // PipePath is the import path of the runtime package generated code calls.
@@ -59,7 +60,8 @@ type op struct {
 // Emit returns the Go source of the lowered program p. It fails, naming the
 // rank and step, on a step kind the runtime has no call for and on a step
 // whose fields do not fit the program (stage, micro, peer or slot out of
-// range, a slot missing).
+// range, a slot missing). p must be verified (gen/verify): Emit takes the
+// data flow between steps (the src slots) as given.
 func Emit(p ir.Program, opt Options) ([]byte, error) {
 	if !token.IsIdentifier(opt.Package) || opt.Package == "_" {
 		return nil, fmt.Errorf("emit: package name %q is not a Go identifier", opt.Package)
@@ -294,13 +296,15 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			}
 			ops[r][i] = o
 		}
-		// The steps are valid now; take each compute's src from its neighbour's slot.
-		src, err := srcSlots(p.Placement, r, steps)
-		if err != nil {
-			return nil, nil, err
-		}
-		for i := range ops[r] {
-			ops[r][i].src = src[i]
+	}
+	// The steps are valid now; take each compute's src from its neighbour's slot.
+	index := passes.IndexSlots(p)
+	for r, steps := range p.Ranks {
+		for i, st := range steps {
+			ops[r][i].src = ir.None
+			if st.Kind == ir.Forward || st.Kind.IsBackward() {
+				ops[r][i].src = index.Src(st)
+			}
 		}
 	}
 	return ops, slots, nil

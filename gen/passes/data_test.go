@@ -60,3 +60,15 @@ func TestInsertData(t *testing.T) {
 		})
 	}
 }
+
+func TestInsertOptStep(t *testing.T) {
+	in := mustParse("rank 0: 0F0 0B0\nrank 1: 1F0 1B0 OPT_STEP\n")
+	got := ir.FormatText(InsertOptStep(in))
+	want := "rank 0: 0F0 0B0 OPT_STEP\nrank 1: 1F0 1B0 OPT_STEP\n"
+	if got != want {
+		t.Errorf("got\n%swant\n%s", got, want)
+	}
+	if ir.FormatText(in) != "rank 0: 0F0 0B0\nrank 1: 1F0 1B0 OPT_STEP\n" {
+		t.Errorf("input modified")
+	}
+}

@@ -12,6 +12,9 @@ type Options struct {
 	Comm CommOptions
 	// NoData skips InsertData (for programs whose data comes from elsewhere).
 	NoData bool
+	// NoOptStep skips InsertOptStep (for trainers that step the optimizer
+	// outside the generated code).
+	NoOptStep bool
 }
 
 // LowerInfo reports what lowering produced.
@@ -55,6 +58,9 @@ func Pipeline(opt Options) []Pass {
 		ps = append(ps, Pass{Name: "data+comm", Run: func(p ir.Program) (ir.Program, error) { return insertDataComm(p, opt.Comm) }})
 	}
 	// (FSDP, swap, coalescing: later work, here)
+	if !opt.NoOptStep {
+		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return InsertOptStep(p), nil }})
+	}
 	ps = append(ps, Pass{Name: "slots", Run: func(p ir.Program) (ir.Program, error) {
 		// In place: it runs after "comm", whose output nobody else holds.
 		q, _, err := assignSlots(p, true)

@@ -15,7 +15,7 @@ func TestLower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(info.Passes, ","); got != "data+comm,slots" {
+	if got := strings.Join(info.Passes, ","); got != "data+comm,opt,slots" {
 		t.Errorf("passes %q", got)
 	}
 	if !equalInts(info.Slots, []int{4, 3, 2, 1}) {
@@ -44,7 +44,7 @@ func TestLower(t *testing.T) {
 
 	// NoData skips the data pass.
 	_, info, err = Lower(p, Options{NoData: true})
-	if err != nil || strings.Join(info.Passes, ",") != "comm,slots" {
+	if err != nil || strings.Join(info.Passes, ",") != "comm,opt,slots" {
 		t.Errorf("NoData: passes %v, err %v", info.Passes, err)
 	}
 
@@ -65,7 +65,7 @@ func TestLowerFusedEqualsPasses(t *testing.T) {
 			got, _, gerr := Lower(p, Options{Comm: CommOptions{Order: orderOf(eager)}})
 			want, werr := InsertComm(InsertData(p), CommOptions{Order: orderOf(eager)})
 			if werr == nil {
-				want, _, werr = AssignSlots(want)
+				want, _, werr = AssignSlots(InsertOptStep(want))
 			}
 			if (gerr == nil) != (werr == nil) || (gerr != nil && !strings.HasSuffix(gerr.Error(), werr.Error())) {
 				t.Fatalf("%s eager=%v: Lower error %v, passes error %v", name, eager, gerr, werr)

@@ -100,7 +100,7 @@ func TestMutations(t *testing.T) {
 			}
 			for name, base := range bases {
 				for _, eager := range []bool{false, true} {
-					low, _, err := passes.Lower(base, passes.Options{Comm: passes.CommOptions{Order: orderOf(eager)}})
+					low, _, err := passes.Lower(base, passes.Options{NoOptStep: true, Comm: passes.CommOptions{Order: orderOf(eager)}})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:1dbe0de999a4d455866f83126a0d87a84f8c2fa7d6bd7e31efdec67da0e9c385"
+const Fingerprint = "sha256:60b742d9b47c8a04d90d0cfe0337d9cb0c675cfe1a25daf325152d62a2140602"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{
@@ -27,36 +27,36 @@ var Spec = pipe.Spec{
 // first error.
 var Ranks = [...]func(*pipe.Exec) error{Rank0, Rank1, Rank2, Rank3}
 
-// Rank0 runs rank 0's 40 steps (stage 0) and returns the first error.
+// Rank0 runs rank 0's 41 steps (stage 0) and returns the first error.
 func Rank0(x *pipe.Exec) error {
 	rank0Part0(x)
 	return x.Err()
 }
 
-// rank0Part0 runs steps 0-39 of rank 0.
+// rank0Part0 runs steps 0-40 of rank 0.
 func rank0Part0(x *pipe.Exec) {
 	x.DataLoad(0, 0, 0)
 	x.Forward(0, 0, 0, -1)
-	x.SendAct(0, 0, 1, 0)
 	x.DataLoad(0, 1, 1)
+	x.SendAct(0, 0, 1, 0)
 	x.Forward(0, 1, 1, -1)
-	x.SendAct(0, 1, 1, 1)
 	x.DataLoad(0, 2, 2)
+	x.SendAct(0, 1, 1, 1)
 	x.Forward(0, 2, 2, -1)
-	x.SendAct(0, 2, 1, 2)
 	x.DataLoad(0, 3, 3)
+	x.SendAct(0, 2, 1, 2)
 	x.Forward(0, 3, 3, -1)
-	x.SendAct(0, 3, 1, 3)
 	x.DataLoad(0, 4, 4)
+	x.SendAct(0, 3, 1, 3)
 	x.Forward(0, 4, 4, -1)
-	x.SendAct(0, 4, 1, 4)
 	x.DataLoad(0, 5, 5)
+	x.SendAct(0, 4, 1, 4)
 	x.Forward(0, 5, 5, -1)
-	x.SendAct(0, 5, 1, 5)
 	x.DataLoad(0, 6, 6)
+	x.SendAct(0, 5, 1, 5)
 	x.Forward(0, 6, 6, -1)
-	x.SendAct(0, 6, 1, 6)
 	x.DataLoad(0, 7, 7)
+	x.SendAct(0, 6, 1, 6)
 	x.Forward(0, 7, 7, -1)
 	x.SendAct(0, 7, 1, 7)
 	x.RecvGrad(0, 0, 1, 0)
@@ -75,15 +75,16 @@ func rank0Part0(x *pipe.Exec) {
 	x.Backward(0, 6, 6, -1)
 	x.RecvGrad(0, 7, 1, 7)
 	x.Backward(0, 7, 7, -1)
+	x.OptStep()
 }
 
-// Rank1 runs rank 1's 48 steps (stage 1) and returns the first error.
+// Rank1 runs rank 1's 49 steps (stage 1) and returns the first error.
 func Rank1(x *pipe.Exec) error {
 	rank1Part0(x)
 	return x.Err()
 }
 
-// rank1Part0 runs steps 0-47 of rank 1.
+// rank1Part0 runs steps 0-48 of rank 1.
 func rank1Part0(x *pipe.Exec) {
 	x.RecvAct(1, 0, 0, 0)
 	x.Forward(1, 0, 0, -1)
@@ -133,15 +134,16 @@ func rank1Part0(x *pipe.Exec) {
 	x.RecvGrad(1, 7, 2, 7)
 	x.Backward(1, 7, 7, -1)
 	x.SendGrad(1, 7, 0, 7)
+	x.OptStep()
 }
 
-// Rank2 runs rank 2's 48 steps (stage 2) and returns the first error.
+// Rank2 runs rank 2's 49 steps (stage 2) and returns the first error.
 func Rank2(x *pipe.Exec) error {
 	rank2Part0(x)
 	return x.Err()
 }
 
-// rank2Part0 runs steps 0-47 of rank 2.
+// rank2Part0 runs steps 0-48 of rank 2.
 func rank2Part0(x *pipe.Exec) {
 	x.RecvAct(2, 0, 1, 0)
 	x.Forward(2, 0, 0, -1)
@@ -191,15 +193,16 @@ func rank2Part0(x *pipe.Exec) {
 	x.RecvGrad(2, 7, 3, 7)
 	x.Backward(2, 7, 7, -1)
 	x.SendGrad(2, 7, 1, 7)
+	x.OptStep()
 }
 
-// Rank3 runs rank 3's 40 steps (stage 3) and returns the first error.
+// Rank3 runs rank 3's 41 steps (stage 3) and returns the first error.
 func Rank3(x *pipe.Exec) error {
 	rank3Part0(x)
 	return x.Err()
 }
 
-// rank3Part0 runs steps 0-39 of rank 3.
+// rank3Part0 runs steps 0-40 of rank 3.
 func rank3Part0(x *pipe.Exec) {
 	x.DataLoad(3, 0, 0)
 	x.RecvAct(3, 0, 2, 0)
@@ -241,6 +244,7 @@ func rank3Part0(x *pipe.Exec) {
 	x.SendGrad(3, 6, 2, 6)
 	x.Backward(3, 7, 7, -1)
 	x.SendGrad(3, 7, 2, 7)
+	x.OptStep()
 }
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
@@ -248,26 +252,26 @@ var Program = [][]pipe.Op{
 	{ // rank 0
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 4, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 5, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 5, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 6, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 6, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 7, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 7, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
@@ -286,6 +290,7 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 6, Peer: -1, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 7, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 1
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
@@ -336,6 +341,7 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 7, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 7, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 2
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
@@ -386,6 +392,7 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 7, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 3
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
@@ -428,5 +435,6 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 7, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 7, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 }

@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:01a17028e059ebc325187c99f371b53d8e0c171d6e23b1877d8a2e7a4f557ed8"
+const Fingerprint = "sha256:c7d959f8062770efeadaa4f811bf229ad5518cc443f3a30841e19d56c1a7f2c5"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{
@@ -18,7 +18,7 @@ var Spec = pipe.Spec{
 	Ranks:       4,
 	Stages:      8,
 	Micro:       8,
-	Slots:       []int{11, 10, 7, 5},
+	Slots:       []int{12, 11, 9, 7},
 	RankOf:      []int{0, 1, 2, 3, 0, 1, 2, 3},
 	Fingerprint: Fingerprint,
 }
@@ -27,91 +27,91 @@ var Spec = pipe.Spec{
 // first error.
 var Ranks = [...]func(*pipe.Exec) error{Rank0, Rank1, Rank2, Rank3}
 
-// Rank0 runs rank 0's 88 steps (stages 0, 4) and returns the first error.
+// Rank0 runs rank 0's 89 steps (stages 0, 4) and returns the first error.
 func Rank0(x *pipe.Exec) error {
 	rank0Part0(x)
 	return x.Err()
 }
 
-// rank0Part0 runs steps 0-87 of rank 0.
+// rank0Part0 runs steps 0-88 of rank 0.
 func rank0Part0(x *pipe.Exec) {
 	x.DataLoad(0, 0, 0)
 	x.Forward(0, 0, 0, -1)
-	x.SendAct(0, 0, 1, 0)
 	x.DataLoad(0, 1, 1)
+	x.SendAct(0, 0, 1, 0)
 	x.Forward(0, 1, 1, -1)
-	x.SendAct(0, 1, 1, 1)
 	x.DataLoad(0, 2, 2)
+	x.SendAct(0, 1, 1, 1)
 	x.Forward(0, 2, 2, -1)
-	x.SendAct(0, 2, 1, 2)
 	x.DataLoad(0, 3, 3)
+	x.SendAct(0, 2, 1, 2)
 	x.Forward(0, 3, 3, -1)
-	x.SendAct(0, 3, 1, 3)
 	x.RecvAct(4, 0, 3, 4)
+	x.SendAct(0, 3, 1, 3)
 	x.Forward(4, 0, 4, -1)
-	x.SendAct(4, 0, 1, 4)
 	x.RecvAct(4, 1, 3, 5)
+	x.SendAct(4, 0, 1, 4)
 	x.Forward(4, 1, 5, -1)
-	x.SendAct(4, 1, 1, 5)
 	x.RecvAct(4, 2, 3, 6)
+	x.SendAct(4, 1, 1, 5)
 	x.Forward(4, 2, 6, -1)
-	x.SendAct(4, 2, 1, 6)
 	x.RecvAct(4, 3, 3, 7)
+	x.SendAct(4, 2, 1, 6)
 	x.Forward(4, 3, 7, -1)
-	x.SendAct(4, 3, 1, 7)
 	x.DataLoad(0, 4, 8)
+	x.SendAct(4, 3, 1, 7)
 	x.Forward(0, 4, 8, -1)
-	x.SendAct(0, 4, 1, 8)
 	x.DataLoad(0, 5, 9)
+	x.SendAct(0, 4, 1, 8)
 	x.Forward(0, 5, 9, -1)
-	x.RecvGrad(4, 0, 1, 4)
-	x.SendAct(0, 5, 1, 9)
 	x.DataLoad(0, 6, 10)
+	x.SendAct(0, 5, 1, 9)
 	x.Forward(0, 6, 10, -1)
-	x.RecvGrad(4, 1, 1, 5)
 	x.SendAct(0, 6, 1, 10)
+	x.RecvGrad(4, 0, 1, 4)
 	x.Backward(4, 0, 4, -1)
+	x.DataLoad(0, 7, 11)
 	x.SendGrad(4, 0, 3, 4)
-	x.DataLoad(0, 7, 4)
-	x.Forward(0, 7, 4, -1)
-	x.SendAct(0, 7, 1, 4)
+	x.Forward(0, 7, 11, -1)
+	x.SendAct(0, 7, 1, 11)
+	x.RecvGrad(4, 1, 1, 5)
 	x.Backward(4, 1, 5, -1)
 	x.SendGrad(4, 1, 3, 5)
-	x.RecvAct(4, 4, 3, 5)
-	x.Forward(4, 4, 5, -1)
+	x.RecvAct(4, 4, 3, 4)
+	x.Forward(4, 4, 4, -1)
 	x.RecvGrad(4, 2, 1, 6)
-	x.SendAct(4, 4, 1, 5)
+	x.SendAct(4, 4, 1, 4)
 	x.Backward(4, 2, 6, -1)
+	x.RecvAct(4, 5, 3, 5)
 	x.SendGrad(4, 2, 3, 6)
-	x.RecvAct(4, 5, 3, 6)
-	x.Forward(4, 5, 6, -1)
+	x.Forward(4, 5, 5, -1)
 	x.RecvGrad(4, 3, 1, 7)
-	x.SendAct(4, 5, 1, 6)
+	x.SendAct(4, 5, 1, 5)
 	x.Backward(4, 3, 7, -1)
+	x.RecvAct(4, 6, 3, 6)
 	x.SendGrad(4, 3, 3, 7)
-	x.RecvAct(4, 6, 3, 7)
-	x.Forward(4, 6, 7, -1)
+	x.Forward(4, 6, 6, -1)
 	x.RecvGrad(0, 0, 1, 0)
-	x.SendAct(4, 6, 1, 7)
+	x.SendAct(4, 6, 1, 6)
 	x.Backward(0, 0, 0, -1)
 	x.RecvAct(4, 7, 3, 0)
 	x.Forward(4, 7, 0, -1)
 	x.RecvGrad(0, 1, 1, 1)
-	x.RecvGrad(0, 2, 1, 2)
 	x.SendAct(4, 7, 1, 0)
 	x.Backward(0, 1, 1, -1)
+	x.RecvGrad(0, 2, 1, 2)
 	x.Backward(0, 2, 2, -1)
 	x.RecvGrad(0, 3, 1, 3)
 	x.Backward(0, 3, 3, -1)
-	x.RecvGrad(4, 4, 1, 5)
-	x.Backward(4, 4, 5, -1)
-	x.SendGrad(4, 4, 3, 5)
-	x.RecvGrad(4, 5, 1, 6)
-	x.Backward(4, 5, 6, -1)
-	x.SendGrad(4, 5, 3, 6)
-	x.RecvGrad(4, 6, 1, 7)
-	x.Backward(4, 6, 7, -1)
-	x.SendGrad(4, 6, 3, 7)
+	x.RecvGrad(4, 4, 1, 4)
+	x.Backward(4, 4, 4, -1)
+	x.SendGrad(4, 4, 3, 4)
+	x.RecvGrad(4, 5, 1, 5)
+	x.Backward(4, 5, 5, -1)
+	x.SendGrad(4, 5, 3, 5)
+	x.RecvGrad(4, 6, 1, 6)
+	x.Backward(4, 6, 6, -1)
+	x.SendGrad(4, 6, 3, 6)
 	x.RecvGrad(4, 7, 1, 0)
 	x.Backward(4, 7, 0, -1)
 	x.SendGrad(4, 7, 3, 0)
@@ -121,17 +121,18 @@ func rank0Part0(x *pipe.Exec) {
 	x.Backward(0, 5, 9, -1)
 	x.RecvGrad(0, 6, 1, 10)
 	x.Backward(0, 6, 10, -1)
-	x.RecvGrad(0, 7, 1, 4)
-	x.Backward(0, 7, 4, -1)
+	x.RecvGrad(0, 7, 1, 11)
+	x.Backward(0, 7, 11, -1)
+	x.OptStep()
 }
 
-// Rank1 runs rank 1's 96 steps (stages 1, 5) and returns the first error.
+// Rank1 runs rank 1's 97 steps (stages 1, 5) and returns the first error.
 func Rank1(x *pipe.Exec) error {
 	rank1Part0(x)
 	return x.Err()
 }
 
-// rank1Part0 runs steps 0-95 of rank 1.
+// rank1Part0 runs steps 0-96 of rank 1.
 func rank1Part0(x *pipe.Exec) {
 	x.RecvAct(1, 0, 0, 0)
 	x.Forward(1, 0, 0, -1)
@@ -141,76 +142,76 @@ func rank1Part0(x *pipe.Exec) {
 	x.SendAct(1, 1, 2, 1)
 	x.RecvAct(1, 2, 0, 2)
 	x.Forward(1, 2, 2, -1)
-	x.RecvAct(1, 3, 0, 3)
 	x.SendAct(1, 2, 2, 2)
+	x.RecvAct(1, 3, 0, 3)
 	x.Forward(1, 3, 3, -1)
-	x.RecvAct(5, 0, 0, 4)
 	x.SendAct(1, 3, 2, 3)
+	x.RecvAct(5, 0, 0, 4)
 	x.Forward(5, 0, 4, -1)
-	x.RecvAct(5, 1, 0, 5)
 	x.SendAct(5, 0, 2, 4)
+	x.RecvAct(5, 1, 0, 5)
 	x.Forward(5, 1, 5, -1)
-	x.RecvAct(5, 2, 0, 6)
 	x.SendAct(5, 1, 2, 5)
+	x.RecvAct(5, 2, 0, 6)
 	x.Forward(5, 2, 6, -1)
 	x.SendAct(5, 2, 2, 6)
 	x.RecvAct(5, 3, 0, 7)
 	x.Forward(5, 3, 7, -1)
-	x.RecvGrad(5, 0, 2, 4)
 	x.SendAct(5, 3, 2, 7)
 	x.RecvAct(1, 4, 0, 8)
 	x.Forward(1, 4, 8, -1)
-	x.RecvGrad(5, 1, 2, 5)
 	x.SendAct(1, 4, 2, 8)
+	x.RecvAct(1, 5, 0, 9)
+	x.RecvAct(1, 6, 0, 10)
+	x.RecvGrad(5, 0, 2, 4)
 	x.Backward(5, 0, 4, -1)
 	x.SendGrad(5, 0, 0, 4)
-	x.RecvAct(1, 5, 0, 4)
-	x.Forward(1, 5, 4, -1)
-	x.RecvGrad(5, 2, 2, 6)
-	x.SendAct(1, 5, 2, 4)
+	x.Forward(1, 5, 9, -1)
+	x.SendAct(1, 5, 2, 9)
+	x.RecvGrad(5, 1, 2, 5)
 	x.Backward(5, 1, 5, -1)
+	x.RecvAct(1, 7, 0, 4)
 	x.SendGrad(5, 1, 0, 5)
-	x.RecvAct(1, 6, 0, 5)
-	x.Forward(1, 6, 5, -1)
-	x.RecvAct(1, 7, 0, 9)
-	x.RecvGrad(5, 3, 2, 7)
-	x.SendAct(1, 6, 2, 5)
+	x.Forward(1, 6, 10, -1)
+	x.SendAct(1, 6, 2, 10)
+	x.RecvGrad(5, 2, 2, 6)
 	x.Backward(5, 2, 6, -1)
 	x.SendGrad(5, 2, 0, 6)
-	x.Forward(1, 7, 9, -1)
-	x.RecvAct(5, 4, 0, 6)
-	x.RecvGrad(1, 0, 2, 0)
-	x.SendAct(1, 7, 2, 9)
+	x.Forward(1, 7, 4, -1)
+	x.SendAct(1, 7, 2, 4)
+	x.RecvAct(5, 4, 0, 5)
+	x.RecvGrad(5, 3, 2, 7)
 	x.Backward(5, 3, 7, -1)
 	x.SendGrad(5, 3, 0, 7)
-	x.Forward(5, 4, 6, -1)
-	x.RecvAct(5, 5, 0, 7)
-	x.RecvGrad(1, 1, 2, 1)
-	x.SendAct(5, 4, 2, 6)
+	x.Forward(5, 4, 5, -1)
+	x.SendAct(5, 4, 2, 5)
+	x.RecvAct(5, 5, 0, 6)
+	x.RecvGrad(1, 0, 2, 0)
 	x.Backward(1, 0, 0, -1)
 	x.SendGrad(1, 0, 0, 0)
-	x.Forward(5, 5, 7, -1)
+	x.Forward(5, 5, 6, -1)
+	x.SendAct(5, 5, 2, 6)
 	x.RecvAct(5, 6, 0, 0)
-	x.RecvGrad(1, 2, 2, 2)
-	x.SendAct(5, 5, 2, 7)
+	x.RecvGrad(1, 1, 2, 1)
 	x.Backward(1, 1, 1, -1)
 	x.SendGrad(1, 1, 0, 1)
 	x.Forward(5, 6, 0, -1)
-	x.RecvGrad(1, 3, 2, 3)
 	x.SendAct(5, 6, 2, 0)
+	x.RecvAct(5, 7, 0, 1)
+	x.RecvGrad(1, 2, 2, 2)
 	x.Backward(1, 2, 2, -1)
 	x.SendGrad(1, 2, 0, 2)
-	x.RecvAct(5, 7, 0, 1)
 	x.Forward(5, 7, 1, -1)
-	x.RecvGrad(5, 4, 2, 6)
 	x.SendAct(5, 7, 2, 1)
+	x.RecvGrad(1, 3, 2, 3)
 	x.Backward(1, 3, 3, -1)
 	x.SendGrad(1, 3, 0, 3)
-	x.Backward(5, 4, 6, -1)
-	x.SendGrad(5, 4, 0, 6)
-	x.RecvGrad(5, 5, 2, 7)
-	x.Backward(5, 5, 7, -1)
-	x.SendGrad(5, 5, 0, 7)
+	x.RecvGrad(5, 4, 2, 5)
+	x.Backward(5, 4, 5, -1)
+	x.SendGrad(5, 4, 0, 5)
+	x.RecvGrad(5, 5, 2, 6)
+	x.Backward(5, 5, 6, -1)
+	x.SendGrad(5, 5, 0, 6)
 	x.RecvGrad(5, 6, 2, 0)
 	x.Backward(5, 6, 0, -1)
 	x.SendGrad(5, 6, 0, 0)
@@ -220,24 +221,25 @@ func rank1Part0(x *pipe.Exec) {
 	x.RecvGrad(1, 4, 2, 8)
 	x.Backward(1, 4, 8, -1)
 	x.SendGrad(1, 4, 0, 8)
-	x.RecvGrad(1, 5, 2, 4)
-	x.Backward(1, 5, 4, -1)
-	x.SendGrad(1, 5, 0, 4)
-	x.RecvGrad(1, 6, 2, 5)
-	x.Backward(1, 6, 5, -1)
-	x.SendGrad(1, 6, 0, 5)
-	x.RecvGrad(1, 7, 2, 9)
-	x.Backward(1, 7, 9, -1)
-	x.SendGrad(1, 7, 0, 9)
+	x.RecvGrad(1, 5, 2, 9)
+	x.Backward(1, 5, 9, -1)
+	x.SendGrad(1, 5, 0, 9)
+	x.RecvGrad(1, 6, 2, 10)
+	x.Backward(1, 6, 10, -1)
+	x.SendGrad(1, 6, 0, 10)
+	x.RecvGrad(1, 7, 2, 4)
+	x.Backward(1, 7, 4, -1)
+	x.SendGrad(1, 7, 0, 4)
+	x.OptStep()
 }
 
-// Rank2 runs rank 2's 96 steps (stages 2, 6) and returns the first error.
+// Rank2 runs rank 2's 97 steps (stages 2, 6) and returns the first error.
 func Rank2(x *pipe.Exec) error {
 	rank2Part0(x)
 	return x.Err()
 }
 
-// rank2Part0 runs steps 0-95 of rank 2.
+// rank2Part0 runs steps 0-96 of rank 2.
 func rank2Part0(x *pipe.Exec) {
 	x.RecvAct(2, 0, 1, 0)
 	x.Forward(2, 0, 0, -1)
@@ -256,94 +258,95 @@ func rank2Part0(x *pipe.Exec) {
 	x.SendAct(6, 0, 3, 4)
 	x.RecvAct(6, 1, 1, 5)
 	x.Forward(6, 1, 5, -1)
-	x.RecvGrad(6, 0, 3, 4)
 	x.SendAct(6, 1, 3, 5)
 	x.RecvAct(6, 2, 1, 6)
 	x.Forward(6, 2, 6, -1)
-	x.RecvGrad(6, 1, 3, 5)
 	x.SendAct(6, 2, 3, 6)
+	x.RecvAct(6, 3, 1, 7)
+	x.RecvAct(2, 4, 1, 8)
+	x.RecvGrad(6, 0, 3, 4)
 	x.Backward(6, 0, 4, -1)
 	x.SendGrad(6, 0, 1, 4)
-	x.RecvAct(6, 3, 1, 4)
-	x.Forward(6, 3, 4, -1)
-	x.RecvGrad(6, 2, 3, 6)
-	x.SendAct(6, 3, 3, 4)
+	x.Forward(6, 3, 7, -1)
+	x.SendAct(6, 3, 3, 7)
+	x.RecvGrad(6, 1, 3, 5)
 	x.Backward(6, 1, 5, -1)
+	x.RecvAct(2, 5, 1, 4)
 	x.SendGrad(6, 1, 1, 5)
-	x.RecvAct(2, 4, 1, 5)
-	x.Forward(2, 4, 5, -1)
-	x.RecvGrad(6, 3, 3, 4)
-	x.SendAct(2, 4, 3, 5)
+	x.Forward(2, 4, 8, -1)
+	x.SendAct(2, 4, 3, 8)
+	x.RecvGrad(6, 2, 3, 6)
 	x.Backward(6, 2, 6, -1)
+	x.RecvAct(2, 6, 1, 5)
 	x.SendGrad(6, 2, 1, 6)
-	x.RecvAct(2, 5, 1, 6)
-	x.Forward(2, 5, 6, -1)
+	x.Forward(2, 5, 4, -1)
+	x.SendAct(2, 5, 3, 4)
+	x.RecvGrad(6, 3, 3, 7)
+	x.Backward(6, 3, 7, -1)
+	x.RecvAct(2, 7, 1, 6)
+	x.SendGrad(6, 3, 1, 7)
+	x.Forward(2, 6, 5, -1)
+	x.SendAct(2, 6, 3, 5)
 	x.RecvGrad(2, 0, 3, 0)
-	x.SendAct(2, 5, 3, 6)
-	x.Backward(6, 3, 4, -1)
-	x.SendGrad(6, 3, 1, 4)
-	x.RecvAct(2, 6, 1, 4)
-	x.Forward(2, 6, 4, -1)
-	x.RecvGrad(2, 1, 3, 1)
-	x.SendAct(2, 6, 3, 4)
 	x.Backward(2, 0, 0, -1)
+	x.RecvAct(6, 4, 1, 7)
 	x.SendGrad(2, 0, 1, 0)
-	x.RecvAct(2, 7, 1, 0)
-	x.Forward(2, 7, 0, -1)
-	x.RecvGrad(2, 2, 3, 2)
-	x.SendAct(2, 7, 3, 0)
+	x.Forward(2, 7, 6, -1)
+	x.SendAct(2, 7, 3, 6)
+	x.RecvGrad(2, 1, 3, 1)
 	x.Backward(2, 1, 1, -1)
+	x.RecvAct(6, 5, 1, 0)
 	x.SendGrad(2, 1, 1, 1)
-	x.RecvAct(6, 4, 1, 1)
-	x.Forward(6, 4, 1, -1)
-	x.RecvGrad(2, 3, 3, 3)
-	x.SendAct(6, 4, 3, 1)
+	x.Forward(6, 4, 7, -1)
+	x.SendAct(6, 4, 3, 7)
+	x.RecvGrad(2, 2, 3, 2)
 	x.Backward(2, 2, 2, -1)
+	x.RecvAct(6, 6, 1, 1)
 	x.SendGrad(2, 2, 1, 2)
-	x.RecvAct(6, 5, 1, 2)
-	x.Forward(6, 5, 2, -1)
-	x.RecvGrad(6, 4, 3, 1)
-	x.SendAct(6, 5, 3, 2)
+	x.Forward(6, 5, 0, -1)
+	x.SendAct(6, 5, 3, 0)
+	x.RecvGrad(2, 3, 3, 3)
 	x.Backward(2, 3, 3, -1)
+	x.RecvAct(6, 7, 1, 2)
 	x.SendGrad(2, 3, 1, 3)
-	x.RecvAct(6, 6, 1, 3)
-	x.Forward(6, 6, 3, -1)
-	x.RecvGrad(6, 5, 3, 2)
-	x.SendAct(6, 6, 3, 3)
-	x.Backward(6, 4, 1, -1)
-	x.SendGrad(6, 4, 1, 1)
-	x.RecvAct(6, 7, 1, 1)
-	x.Forward(6, 7, 1, -1)
-	x.RecvGrad(6, 6, 3, 3)
-	x.SendAct(6, 7, 3, 1)
-	x.Backward(6, 5, 2, -1)
-	x.SendGrad(6, 5, 1, 2)
-	x.Backward(6, 6, 3, -1)
-	x.SendGrad(6, 6, 1, 3)
-	x.RecvGrad(6, 7, 3, 1)
-	x.Backward(6, 7, 1, -1)
-	x.SendGrad(6, 7, 1, 1)
-	x.RecvGrad(2, 4, 3, 5)
-	x.Backward(2, 4, 5, -1)
-	x.SendGrad(2, 4, 1, 5)
-	x.RecvGrad(2, 5, 3, 6)
-	x.Backward(2, 5, 6, -1)
-	x.SendGrad(2, 5, 1, 6)
-	x.RecvGrad(2, 6, 3, 4)
-	x.Backward(2, 6, 4, -1)
-	x.SendGrad(2, 6, 1, 4)
-	x.RecvGrad(2, 7, 3, 0)
-	x.Backward(2, 7, 0, -1)
-	x.SendGrad(2, 7, 1, 0)
+	x.Forward(6, 6, 1, -1)
+	x.SendAct(6, 6, 3, 1)
+	x.RecvGrad(6, 4, 3, 7)
+	x.Backward(6, 4, 7, -1)
+	x.SendGrad(6, 4, 1, 7)
+	x.Forward(6, 7, 2, -1)
+	x.SendAct(6, 7, 3, 2)
+	x.RecvGrad(6, 5, 3, 0)
+	x.Backward(6, 5, 0, -1)
+	x.SendGrad(6, 5, 1, 0)
+	x.RecvGrad(6, 6, 3, 1)
+	x.Backward(6, 6, 1, -1)
+	x.SendGrad(6, 6, 1, 1)
+	x.RecvGrad(6, 7, 3, 2)
+	x.Backward(6, 7, 2, -1)
+	x.SendGrad(6, 7, 1, 2)
+	x.RecvGrad(2, 4, 3, 8)
+	x.Backward(2, 4, 8, -1)
+	x.SendGrad(2, 4, 1, 8)
+	x.RecvGrad(2, 5, 3, 4)
+	x.Backward(2, 5, 4, -1)
+	x.SendGrad(2, 5, 1, 4)
+	x.RecvGrad(2, 6, 3, 5)
+	x.Backward(2, 6, 5, -1)
+	x.SendGrad(2, 6, 1, 5)
+	x.RecvGrad(2, 7, 3, 6)
+	x.Backward(2, 7, 6, -1)
+	x.SendGrad(2, 7, 1, 6)
+	x.OptStep()
 }
 
-// Rank3 runs rank 3's 88 steps (stages 3, 7) and returns the first error.
+// Rank3 runs rank 3's 89 steps (stages 3, 7) and returns the first error.
 func Rank3(x *pipe.Exec) error {
 	rank3Part0(x)
 	return x.Err()
 }
 
-// rank3Part0 runs steps 0-87 of rank 3.
+// rank3Part0 runs steps 0-88 of rank 3.
 func rank3Part0(x *pipe.Exec) {
 	x.RecvAct(3, 0, 2, 0)
 	x.Forward(3, 0, 0, -1)
@@ -356,83 +359,84 @@ func rank3Part0(x *pipe.Exec) {
 	x.SendAct(3, 2, 0, 2)
 	x.RecvAct(3, 3, 2, 3)
 	x.Forward(3, 3, 3, -1)
-	x.SendAct(3, 3, 0, 3)
 	x.DataLoad(7, 0, 4)
+	x.SendAct(3, 3, 0, 3)
 	x.RecvAct(7, 0, 2, 4)
 	x.Forward(7, 0, 4, -1)
+	x.RecvAct(7, 1, 2, 5)
+	x.RecvAct(7, 2, 2, 6)
 	x.Backward(7, 0, 4, -1)
+	x.DataLoad(7, 1, 5)
 	x.SendGrad(7, 0, 2, 4)
-	x.DataLoad(7, 1, 4)
-	x.RecvAct(7, 1, 2, 4)
-	x.Forward(7, 1, 4, -1)
-	x.Backward(7, 1, 4, -1)
-	x.SendGrad(7, 1, 2, 4)
-	x.DataLoad(7, 2, 4)
-	x.RecvAct(7, 2, 2, 4)
-	x.Forward(7, 2, 4, -1)
-	x.Backward(7, 2, 4, -1)
-	x.SendGrad(7, 2, 2, 4)
-	x.DataLoad(7, 3, 4)
+	x.Forward(7, 1, 5, -1)
+	x.Backward(7, 1, 5, -1)
+	x.DataLoad(7, 2, 6)
 	x.RecvAct(7, 3, 2, 4)
+	x.SendGrad(7, 1, 2, 5)
+	x.Forward(7, 2, 6, -1)
+	x.Backward(7, 2, 6, -1)
+	x.DataLoad(7, 3, 4)
+	x.RecvAct(3, 4, 2, 5)
+	x.RecvGrad(3, 0, 0, 0)
+	x.SendGrad(7, 2, 2, 6)
 	x.Forward(7, 3, 4, -1)
 	x.Backward(7, 3, 4, -1)
-	x.SendGrad(7, 3, 2, 4)
-	x.RecvAct(3, 4, 2, 4)
-	x.Forward(3, 4, 4, -1)
-	x.RecvGrad(3, 0, 0, 0)
+	x.RecvAct(3, 5, 2, 6)
 	x.RecvGrad(3, 1, 0, 1)
-	x.SendAct(3, 4, 0, 4)
+	x.SendGrad(7, 3, 2, 4)
+	x.Forward(3, 4, 5, -1)
+	x.SendAct(3, 4, 0, 5)
 	x.Backward(3, 0, 0, -1)
+	x.RecvAct(3, 6, 2, 4)
 	x.SendGrad(3, 0, 2, 0)
-	x.RecvAct(3, 5, 2, 0)
-	x.Forward(3, 5, 0, -1)
+	x.Forward(3, 5, 6, -1)
+	x.SendAct(3, 5, 0, 6)
 	x.RecvGrad(3, 2, 0, 2)
-	x.SendAct(3, 5, 0, 0)
 	x.Backward(3, 1, 1, -1)
+	x.RecvAct(3, 7, 2, 0)
 	x.SendGrad(3, 1, 2, 1)
-	x.RecvAct(3, 6, 2, 1)
-	x.Forward(3, 6, 1, -1)
+	x.Forward(3, 6, 4, -1)
+	x.SendAct(3, 6, 0, 4)
 	x.RecvGrad(3, 3, 0, 3)
-	x.SendAct(3, 6, 0, 1)
 	x.Backward(3, 2, 2, -1)
+	x.RecvAct(7, 4, 2, 1)
 	x.SendGrad(3, 2, 2, 2)
-	x.RecvAct(3, 7, 2, 2)
-	x.Forward(3, 7, 2, -1)
-	x.SendAct(3, 7, 0, 2)
+	x.Forward(3, 7, 0, -1)
+	x.SendAct(3, 7, 0, 0)
 	x.Backward(3, 3, 3, -1)
+	x.DataLoad(7, 4, 1)
+	x.RecvAct(7, 5, 2, 2)
 	x.SendGrad(3, 3, 2, 3)
-	x.DataLoad(7, 4, 3)
-	x.RecvAct(7, 4, 2, 3)
-	x.Forward(7, 4, 3, -1)
-	x.Backward(7, 4, 3, -1)
-	x.SendGrad(7, 4, 2, 3)
-	x.DataLoad(7, 5, 3)
-	x.RecvAct(7, 5, 2, 3)
-	x.Forward(7, 5, 3, -1)
-	x.Backward(7, 5, 3, -1)
-	x.SendGrad(7, 5, 2, 3)
-	x.DataLoad(7, 6, 3)
+	x.Forward(7, 4, 1, -1)
+	x.Backward(7, 4, 1, -1)
+	x.DataLoad(7, 5, 2)
 	x.RecvAct(7, 6, 2, 3)
+	x.SendGrad(7, 4, 2, 1)
+	x.Forward(7, 5, 2, -1)
+	x.Backward(7, 5, 2, -1)
+	x.DataLoad(7, 6, 3)
+	x.RecvAct(7, 7, 2, 1)
+	x.SendGrad(7, 5, 2, 2)
 	x.Forward(7, 6, 3, -1)
 	x.Backward(7, 6, 3, -1)
-	x.RecvGrad(3, 4, 0, 4)
+	x.DataLoad(7, 7, 1)
+	x.RecvGrad(3, 4, 0, 5)
 	x.SendGrad(7, 6, 2, 3)
-	x.DataLoad(7, 7, 3)
-	x.RecvAct(7, 7, 2, 3)
-	x.Forward(7, 7, 3, -1)
-	x.Backward(7, 7, 3, -1)
-	x.SendGrad(7, 7, 2, 3)
-	x.Backward(3, 4, 4, -1)
-	x.RecvGrad(3, 5, 0, 0)
-	x.SendGrad(3, 4, 2, 4)
-	x.Backward(3, 5, 0, -1)
-	x.RecvGrad(3, 6, 0, 1)
-	x.SendGrad(3, 5, 2, 0)
-	x.Backward(3, 6, 1, -1)
-	x.RecvGrad(3, 7, 0, 2)
-	x.SendGrad(3, 6, 2, 1)
-	x.Backward(3, 7, 2, -1)
-	x.SendGrad(3, 7, 2, 2)
+	x.Forward(7, 7, 1, -1)
+	x.Backward(7, 7, 1, -1)
+	x.RecvGrad(3, 5, 0, 6)
+	x.SendGrad(7, 7, 2, 1)
+	x.Backward(3, 4, 5, -1)
+	x.SendGrad(3, 4, 2, 5)
+	x.Backward(3, 5, 6, -1)
+	x.RecvGrad(3, 6, 0, 4)
+	x.SendGrad(3, 5, 2, 6)
+	x.Backward(3, 6, 4, -1)
+	x.RecvGrad(3, 7, 0, 0)
+	x.SendGrad(3, 6, 2, 4)
+	x.Backward(3, 7, 0, -1)
+	x.SendGrad(3, 7, 2, 0)
+	x.OptStep()
 }
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
@@ -440,81 +444,81 @@ var Program = [][]pipe.Op{
 	{ // rank 0
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 0, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 4, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 0, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 1, Peer: 3, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 0, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpForward, Stage: 4, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 1, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 2, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 1, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpForward, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 2, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 3, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 2, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 4, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 3, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 4, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 3, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 8, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 5, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 8, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 5, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 0, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 9, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 6, Peer: -1, Slot: 10, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 9, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 6, Peer: -1, Slot: 10, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 1, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 10, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 0, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 4, Micro: 0, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 7, Peer: -1, Slot: 11, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 0, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 7, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 7, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 0, Micro: 7, Peer: -1, Slot: 11, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 11, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 1, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 4, Micro: 1, Peer: -1, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 1, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 4, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 4, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 4, Peer: -1, Slot: 4, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 2, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 4, Peer: 1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 4, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 5, Peer: 3, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 2, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 5, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 5, Peer: -1, Slot: 5, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 3, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 5, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 5, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 4, Micro: 3, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 6, Peer: 3, Slot: 6, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 3, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 6, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 6, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 6, Peer: -1, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 6, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 6, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 7, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 4, Micro: 7, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 4, Micro: 7, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 4, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 4, Micro: 4, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 4, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 5, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 4, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 5, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 6, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 4, Micro: 6, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 6, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 4, Peer: 1, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 4, Micro: 4, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 4, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 5, Peer: 1, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 4, Micro: 5, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 5, Peer: 3, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 6, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 4, Micro: 6, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 6, Peer: 3, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 7, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 4, Micro: 7, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 7, Peer: 3, Slot: 0, Src: -1},
@@ -524,8 +528,9 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 5, Peer: -1, Slot: 9, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 6, Peer: 1, Slot: 10, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 6, Peer: -1, Slot: 10, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 7, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 11, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 0, Micro: 7, Peer: -1, Slot: 11, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 1
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
@@ -536,76 +541,76 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 0, Peer: 0, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 0, Peer: 0, Slot: 4, Src: -1},
 		{Kind: pipe.OpForward, Stage: 5, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 1, Peer: 0, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 5, Micro: 0, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 1, Peer: 0, Slot: 5, Src: -1},
 		{Kind: pipe.OpForward, Stage: 5, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 2, Peer: 0, Slot: 6, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 5, Micro: 1, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 2, Peer: 0, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 5, Micro: 2, Peer: -1, Slot: 6, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 5, Micro: 2, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 3, Peer: 0, Slot: 7, Src: -1},
 		{Kind: pipe.OpForward, Stage: 5, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 0, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 5, Micro: 3, Peer: 2, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 4, Peer: 0, Slot: 8, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 1, Peer: 2, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 4, Peer: 2, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 9, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 10, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 0, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 5, Micro: 0, Peer: -1, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 0, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 2, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 9, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 1, Peer: 2, Slot: 5, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 5, Micro: 1, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 1, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 9, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 3, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 10, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 10, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 2, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 5, Micro: 2, Peer: -1, Slot: 6, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 2, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 4, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 9, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 4, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 3, Peer: 2, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 5, Micro: 3, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 3, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 4, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 5, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 4, Peer: 2, Slot: 6, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 4, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 5, Peer: 0, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 5, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 5, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 6, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 5, Peer: 2, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 5, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 5, Micro: 6, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 7, Peer: 0, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 7, Peer: 0, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 5, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 4, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 5, Micro: 7, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 5, Micro: 4, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 4, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 5, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 5, Micro: 5, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 5, Peer: 0, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 4, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 5, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 4, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 5, Peer: 2, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 5, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 5, Peer: 0, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 6, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 5, Micro: 6, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 6, Peer: 0, Slot: 0, Src: -1},
@@ -615,15 +620,16 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 4, Peer: 2, Slot: 8, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 4, Peer: -1, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 4, Peer: 0, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 5, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 6, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 9, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 7, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 9, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 9, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 5, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 9, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 10, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 6, Peer: -1, Slot: 10, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 10, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 7, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 4, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 2
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
@@ -643,85 +649,86 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 6, Micro: 0, Peer: 3, Slot: 4, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 1, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpForward, Stage: 6, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 0, Peer: 3, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 6, Micro: 1, Peer: 3, Slot: 5, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 2, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 6, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 1, Peer: 3, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 6, Micro: 2, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 3, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 0, Peer: 3, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 6, Micro: 0, Peer: -1, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 0, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 3, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 3, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 2, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 3, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 3, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 3, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 1, Peer: 3, Slot: 5, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 6, Micro: 1, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 1, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 3, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 2, Peer: 3, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 6, Micro: 2, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 6, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 2, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 3, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 6, Micro: 3, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 7, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 3, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 6, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 6, Peer: 3, Slot: 5, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 3, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 3, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 6, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 6, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 6, Peer: 3, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 4, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 7, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 7, Peer: 3, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 7, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 7, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 5, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 4, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 4, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 4, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 4, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 6, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 5, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 4, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 5, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 5, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 5, Peer: 3, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 7, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 6, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 5, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 6, Peer: 3, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 4, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 7, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 6, Peer: 3, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 7, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 5, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 6, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 7, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 7, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 4, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 6, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 6, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 6, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 6, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 4, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 6, Micro: 4, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 4, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 7, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 5, Peer: 3, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 6, Micro: 5, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 5, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 6, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 6, Micro: 6, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 6, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 7, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 6, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 7, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 4, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 5, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 6, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 6, Peer: 1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 7, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 3
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
@@ -735,82 +742,83 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 3, Micro: 2, Peer: 0, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 3, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 0, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 3, Micro: 3, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 0, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpForward, Stage: 7, Micro: 0, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 1, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 2, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 7, Micro: 0, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 1, Peer: -1, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 0, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 1, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 1, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 1, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 7, Micro: 1, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 1, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 2, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 2, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 2, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 7, Micro: 2, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 2, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 7, Micro: 1, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 7, Micro: 1, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 2, Peer: -1, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 3, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 1, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 7, Micro: 2, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 7, Micro: 2, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 4, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 0, Peer: 0, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 2, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 3, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 4, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 0, Peer: 0, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 4, Peer: 0, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 3, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 3, Micro: 4, Peer: 0, Slot: 5, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 6, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 3, Micro: 5, Peer: 0, Slot: 6, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 5, Peer: 0, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 6, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 6, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 6, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 3, Micro: 6, Peer: 0, Slot: 4, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 6, Peer: 0, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 4, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 7, Peer: 0, Slot: 2, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 3, Micro: 7, Peer: 0, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 4, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 5, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 3, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 4, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 4, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 4, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 7, Micro: 4, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 4, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 5, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 5, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 5, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 7, Micro: 5, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 5, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpForward, Stage: 7, Micro: 4, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 7, Micro: 4, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 5, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 6, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 4, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 7, Micro: 5, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 7, Micro: 5, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 7, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 5, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 4, Peer: 0, Slot: 4, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 4, Peer: 0, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 6, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 7, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 7, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 7, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 5, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 4, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 6, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 6, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 7, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 7, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpForward, Stage: 7, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 7, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 5, Peer: 0, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 7, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 4, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 6, Peer: 0, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 6, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 7, Peer: 0, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 7, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 }

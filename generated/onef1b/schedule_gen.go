@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:2f4d59f3883a1597bfb20bffcdb6fd5d92ad55475b43f98d33393dd132c4185f"
+const Fingerprint = "sha256:e876357c85b47a1ea74d683da51e29f8612daedbcab218a29d990e91e64d96a3"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{
@@ -18,7 +18,7 @@ var Spec = pipe.Spec{
 	Ranks:       4,
 	Stages:      4,
 	Micro:       8,
-	Slots:       []int{4, 3, 2, 1},
+	Slots:       []int{4, 4, 3, 2},
 	RankOf:      []int{0, 1, 2, 3},
 	Fingerprint: Fingerprint,
 }
@@ -27,47 +27,47 @@ var Spec = pipe.Spec{
 // first error.
 var Ranks = [...]func(*pipe.Exec) error{Rank0, Rank1, Rank2, Rank3}
 
-// Rank0 runs rank 0's 40 steps (stage 0) and returns the first error.
+// Rank0 runs rank 0's 41 steps (stage 0) and returns the first error.
 func Rank0(x *pipe.Exec) error {
 	rank0Part0(x)
 	return x.Err()
 }
 
-// rank0Part0 runs steps 0-39 of rank 0.
+// rank0Part0 runs steps 0-40 of rank 0.
 func rank0Part0(x *pipe.Exec) {
 	x.DataLoad(0, 0, 0)
 	x.Forward(0, 0, 0, -1)
-	x.SendAct(0, 0, 1, 0)
 	x.DataLoad(0, 1, 1)
+	x.SendAct(0, 0, 1, 0)
 	x.Forward(0, 1, 1, -1)
-	x.SendAct(0, 1, 1, 1)
 	x.DataLoad(0, 2, 2)
+	x.SendAct(0, 1, 1, 1)
 	x.Forward(0, 2, 2, -1)
-	x.SendAct(0, 2, 1, 2)
 	x.DataLoad(0, 3, 3)
+	x.SendAct(0, 2, 1, 2)
 	x.Forward(0, 3, 3, -1)
-	x.RecvGrad(0, 0, 1, 0)
 	x.SendAct(0, 3, 1, 3)
+	x.RecvGrad(0, 0, 1, 0)
 	x.Backward(0, 0, 0, -1)
 	x.DataLoad(0, 4, 0)
 	x.Forward(0, 4, 0, -1)
-	x.RecvGrad(0, 1, 1, 1)
 	x.SendAct(0, 4, 1, 0)
+	x.RecvGrad(0, 1, 1, 1)
 	x.Backward(0, 1, 1, -1)
 	x.DataLoad(0, 5, 1)
 	x.Forward(0, 5, 1, -1)
-	x.RecvGrad(0, 2, 1, 2)
 	x.SendAct(0, 5, 1, 1)
+	x.RecvGrad(0, 2, 1, 2)
 	x.Backward(0, 2, 2, -1)
 	x.DataLoad(0, 6, 2)
 	x.Forward(0, 6, 2, -1)
-	x.RecvGrad(0, 3, 1, 3)
 	x.SendAct(0, 6, 1, 2)
+	x.RecvGrad(0, 3, 1, 3)
 	x.Backward(0, 3, 3, -1)
 	x.DataLoad(0, 7, 3)
 	x.Forward(0, 7, 3, -1)
-	x.RecvGrad(0, 4, 1, 0)
 	x.SendAct(0, 7, 1, 3)
+	x.RecvGrad(0, 4, 1, 0)
 	x.Backward(0, 4, 0, -1)
 	x.RecvGrad(0, 5, 1, 1)
 	x.Backward(0, 5, 1, -1)
@@ -75,15 +75,16 @@ func rank0Part0(x *pipe.Exec) {
 	x.Backward(0, 6, 2, -1)
 	x.RecvGrad(0, 7, 1, 3)
 	x.Backward(0, 7, 3, -1)
+	x.OptStep()
 }
 
-// Rank1 runs rank 1's 48 steps (stage 1) and returns the first error.
+// Rank1 runs rank 1's 49 steps (stage 1) and returns the first error.
 func Rank1(x *pipe.Exec) error {
 	rank1Part0(x)
 	return x.Err()
 }
 
-// rank1Part0 runs steps 0-47 of rank 1.
+// rank1Part0 runs steps 0-48 of rank 1.
 func rank1Part0(x *pipe.Exec) {
 	x.RecvAct(1, 0, 0, 0)
 	x.Forward(1, 0, 0, -1)
@@ -93,154 +94,157 @@ func rank1Part0(x *pipe.Exec) {
 	x.SendAct(1, 1, 2, 1)
 	x.RecvAct(1, 2, 0, 2)
 	x.Forward(1, 2, 2, -1)
-	x.RecvGrad(1, 0, 2, 0)
 	x.SendAct(1, 2, 2, 2)
+	x.RecvAct(1, 3, 0, 3)
+	x.RecvGrad(1, 0, 2, 0)
 	x.Backward(1, 0, 0, -1)
 	x.SendGrad(1, 0, 0, 0)
-	x.RecvAct(1, 3, 0, 0)
-	x.Forward(1, 3, 0, -1)
+	x.Forward(1, 3, 3, -1)
+	x.SendAct(1, 3, 2, 3)
 	x.RecvGrad(1, 1, 2, 1)
-	x.SendAct(1, 3, 2, 0)
 	x.Backward(1, 1, 1, -1)
+	x.RecvAct(1, 4, 0, 0)
 	x.SendGrad(1, 1, 0, 1)
-	x.RecvAct(1, 4, 0, 1)
-	x.Forward(1, 4, 1, -1)
+	x.Forward(1, 4, 0, -1)
+	x.SendAct(1, 4, 2, 0)
 	x.RecvGrad(1, 2, 2, 2)
-	x.SendAct(1, 4, 2, 1)
 	x.Backward(1, 2, 2, -1)
+	x.RecvAct(1, 5, 0, 1)
 	x.SendGrad(1, 2, 0, 2)
-	x.RecvAct(1, 5, 0, 2)
-	x.Forward(1, 5, 2, -1)
-	x.RecvGrad(1, 3, 2, 0)
-	x.SendAct(1, 5, 2, 2)
-	x.Backward(1, 3, 0, -1)
-	x.SendGrad(1, 3, 0, 0)
-	x.RecvAct(1, 6, 0, 0)
-	x.Forward(1, 6, 0, -1)
-	x.RecvGrad(1, 4, 2, 1)
-	x.SendAct(1, 6, 2, 0)
-	x.Backward(1, 4, 1, -1)
-	x.SendGrad(1, 4, 0, 1)
-	x.RecvAct(1, 7, 0, 1)
-	x.Forward(1, 7, 1, -1)
-	x.RecvGrad(1, 5, 2, 2)
-	x.SendAct(1, 7, 2, 1)
-	x.Backward(1, 5, 2, -1)
-	x.SendGrad(1, 5, 0, 2)
-	x.RecvGrad(1, 6, 2, 0)
-	x.Backward(1, 6, 0, -1)
-	x.SendGrad(1, 6, 0, 0)
-	x.RecvGrad(1, 7, 2, 1)
-	x.Backward(1, 7, 1, -1)
-	x.SendGrad(1, 7, 0, 1)
+	x.Forward(1, 5, 1, -1)
+	x.SendAct(1, 5, 2, 1)
+	x.RecvGrad(1, 3, 2, 3)
+	x.Backward(1, 3, 3, -1)
+	x.RecvAct(1, 6, 0, 2)
+	x.SendGrad(1, 3, 0, 3)
+	x.Forward(1, 6, 2, -1)
+	x.SendAct(1, 6, 2, 2)
+	x.RecvGrad(1, 4, 2, 0)
+	x.Backward(1, 4, 0, -1)
+	x.RecvAct(1, 7, 0, 3)
+	x.SendGrad(1, 4, 0, 0)
+	x.Forward(1, 7, 3, -1)
+	x.SendAct(1, 7, 2, 3)
+	x.RecvGrad(1, 5, 2, 1)
+	x.Backward(1, 5, 1, -1)
+	x.SendGrad(1, 5, 0, 1)
+	x.RecvGrad(1, 6, 2, 2)
+	x.Backward(1, 6, 2, -1)
+	x.SendGrad(1, 6, 0, 2)
+	x.RecvGrad(1, 7, 2, 3)
+	x.Backward(1, 7, 3, -1)
+	x.SendGrad(1, 7, 0, 3)
+	x.OptStep()
 }
 
-// Rank2 runs rank 2's 48 steps (stage 2) and returns the first error.
+// Rank2 runs rank 2's 49 steps (stage 2) and returns the first error.
 func Rank2(x *pipe.Exec) error {
 	rank2Part0(x)
 	return x.Err()
 }
 
-// rank2Part0 runs steps 0-47 of rank 2.
+// rank2Part0 runs steps 0-48 of rank 2.
 func rank2Part0(x *pipe.Exec) {
 	x.RecvAct(2, 0, 1, 0)
 	x.Forward(2, 0, 0, -1)
 	x.SendAct(2, 0, 3, 0)
 	x.RecvAct(2, 1, 1, 1)
 	x.Forward(2, 1, 1, -1)
-	x.RecvGrad(2, 0, 3, 0)
 	x.SendAct(2, 1, 3, 1)
+	x.RecvAct(2, 2, 1, 2)
+	x.RecvGrad(2, 0, 3, 0)
 	x.Backward(2, 0, 0, -1)
 	x.SendGrad(2, 0, 1, 0)
-	x.RecvAct(2, 2, 1, 0)
-	x.Forward(2, 2, 0, -1)
+	x.Forward(2, 2, 2, -1)
+	x.SendAct(2, 2, 3, 2)
 	x.RecvGrad(2, 1, 3, 1)
-	x.SendAct(2, 2, 3, 0)
 	x.Backward(2, 1, 1, -1)
+	x.RecvAct(2, 3, 1, 0)
 	x.SendGrad(2, 1, 1, 1)
-	x.RecvAct(2, 3, 1, 1)
-	x.Forward(2, 3, 1, -1)
-	x.RecvGrad(2, 2, 3, 0)
-	x.SendAct(2, 3, 3, 1)
-	x.Backward(2, 2, 0, -1)
-	x.SendGrad(2, 2, 1, 0)
-	x.RecvAct(2, 4, 1, 0)
-	x.Forward(2, 4, 0, -1)
-	x.RecvGrad(2, 3, 3, 1)
-	x.SendAct(2, 4, 3, 0)
-	x.Backward(2, 3, 1, -1)
-	x.SendGrad(2, 3, 1, 1)
-	x.RecvAct(2, 5, 1, 1)
-	x.Forward(2, 5, 1, -1)
-	x.RecvGrad(2, 4, 3, 0)
-	x.SendAct(2, 5, 3, 1)
-	x.Backward(2, 4, 0, -1)
-	x.SendGrad(2, 4, 1, 0)
+	x.Forward(2, 3, 0, -1)
+	x.SendAct(2, 3, 3, 0)
+	x.RecvGrad(2, 2, 3, 2)
+	x.Backward(2, 2, 2, -1)
+	x.RecvAct(2, 4, 1, 1)
+	x.SendGrad(2, 2, 1, 2)
+	x.Forward(2, 4, 1, -1)
+	x.SendAct(2, 4, 3, 1)
+	x.RecvGrad(2, 3, 3, 0)
+	x.Backward(2, 3, 0, -1)
+	x.RecvAct(2, 5, 1, 2)
+	x.SendGrad(2, 3, 1, 0)
+	x.Forward(2, 5, 2, -1)
+	x.SendAct(2, 5, 3, 2)
+	x.RecvGrad(2, 4, 3, 1)
+	x.Backward(2, 4, 1, -1)
 	x.RecvAct(2, 6, 1, 0)
+	x.SendGrad(2, 4, 1, 1)
 	x.Forward(2, 6, 0, -1)
-	x.RecvGrad(2, 5, 3, 1)
 	x.SendAct(2, 6, 3, 0)
-	x.Backward(2, 5, 1, -1)
-	x.SendGrad(2, 5, 1, 1)
+	x.RecvGrad(2, 5, 3, 2)
+	x.Backward(2, 5, 2, -1)
 	x.RecvAct(2, 7, 1, 1)
+	x.SendGrad(2, 5, 1, 2)
 	x.Forward(2, 7, 1, -1)
-	x.RecvGrad(2, 6, 3, 0)
 	x.SendAct(2, 7, 3, 1)
+	x.RecvGrad(2, 6, 3, 0)
 	x.Backward(2, 6, 0, -1)
 	x.SendGrad(2, 6, 1, 0)
 	x.RecvGrad(2, 7, 3, 1)
 	x.Backward(2, 7, 1, -1)
 	x.SendGrad(2, 7, 1, 1)
+	x.OptStep()
 }
 
-// Rank3 runs rank 3's 40 steps (stage 3) and returns the first error.
+// Rank3 runs rank 3's 41 steps (stage 3) and returns the first error.
 func Rank3(x *pipe.Exec) error {
 	rank3Part0(x)
 	return x.Err()
 }
 
-// rank3Part0 runs steps 0-39 of rank 3.
+// rank3Part0 runs steps 0-40 of rank 3.
 func rank3Part0(x *pipe.Exec) {
 	x.DataLoad(3, 0, 0)
 	x.RecvAct(3, 0, 2, 0)
 	x.Forward(3, 0, 0, -1)
+	x.RecvAct(3, 1, 2, 1)
 	x.Backward(3, 0, 0, -1)
+	x.DataLoad(3, 1, 1)
 	x.SendGrad(3, 0, 2, 0)
-	x.DataLoad(3, 1, 0)
-	x.RecvAct(3, 1, 2, 0)
-	x.Forward(3, 1, 0, -1)
-	x.Backward(3, 1, 0, -1)
-	x.SendGrad(3, 1, 2, 0)
+	x.Forward(3, 1, 1, -1)
+	x.Backward(3, 1, 1, -1)
 	x.DataLoad(3, 2, 0)
 	x.RecvAct(3, 2, 2, 0)
+	x.SendGrad(3, 1, 2, 1)
 	x.Forward(3, 2, 0, -1)
 	x.Backward(3, 2, 0, -1)
+	x.DataLoad(3, 3, 1)
+	x.RecvAct(3, 3, 2, 1)
 	x.SendGrad(3, 2, 2, 0)
-	x.DataLoad(3, 3, 0)
-	x.RecvAct(3, 3, 2, 0)
-	x.Forward(3, 3, 0, -1)
-	x.Backward(3, 3, 0, -1)
-	x.SendGrad(3, 3, 2, 0)
+	x.Forward(3, 3, 1, -1)
+	x.Backward(3, 3, 1, -1)
 	x.DataLoad(3, 4, 0)
 	x.RecvAct(3, 4, 2, 0)
+	x.SendGrad(3, 3, 2, 1)
 	x.Forward(3, 4, 0, -1)
 	x.Backward(3, 4, 0, -1)
+	x.DataLoad(3, 5, 1)
+	x.RecvAct(3, 5, 2, 1)
 	x.SendGrad(3, 4, 2, 0)
-	x.DataLoad(3, 5, 0)
-	x.RecvAct(3, 5, 2, 0)
-	x.Forward(3, 5, 0, -1)
-	x.Backward(3, 5, 0, -1)
-	x.SendGrad(3, 5, 2, 0)
+	x.Forward(3, 5, 1, -1)
+	x.Backward(3, 5, 1, -1)
 	x.DataLoad(3, 6, 0)
 	x.RecvAct(3, 6, 2, 0)
+	x.SendGrad(3, 5, 2, 1)
 	x.Forward(3, 6, 0, -1)
 	x.Backward(3, 6, 0, -1)
+	x.DataLoad(3, 7, 1)
+	x.RecvAct(3, 7, 2, 1)
 	x.SendGrad(3, 6, 2, 0)
-	x.DataLoad(3, 7, 0)
-	x.RecvAct(3, 7, 2, 0)
-	x.Forward(3, 7, 0, -1)
-	x.Backward(3, 7, 0, -1)
-	x.SendGrad(3, 7, 2, 0)
+	x.Forward(3, 7, 1, -1)
+	x.Backward(3, 7, 1, -1)
+	x.SendGrad(3, 7, 2, 1)
+	x.OptStep()
 }
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
@@ -248,37 +252,37 @@ var Program = [][]pipe.Op{
 	{ // rank 0
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 4, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 5, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 6, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 4, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 4, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 4, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 5, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 5, Peer: -1, Slot: 1, Src: -1},
@@ -286,6 +290,7 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 6, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 1
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
@@ -296,46 +301,47 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 3, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 3, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 4, Peer: 0, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 4, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 4, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 4, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 4, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 4, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 3, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 3, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 3, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 4, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 4, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 4, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 4, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 4, Peer: 0, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 5, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 6, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 1, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 3, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 2
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
@@ -343,90 +349,92 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 2, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 2, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 3, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 3, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 3, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 3, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 2, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 3, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 3, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 3, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 3, Peer: 3, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 3, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 3, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 4, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 6, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 6, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 2, Micro: 5, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 7, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 7, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 6, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 6, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 2, Micro: 7, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 3
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 1, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 1, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 1, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 1, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 2, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 2, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 2, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 2, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 3, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 2, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 3, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 3, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 3, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 3, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 3, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 3, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 4, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 4, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 3, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 4, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 4, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 4, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 6, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 6, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 6, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackward, Stage: 3, Micro: 6, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackward, Stage: 3, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 }

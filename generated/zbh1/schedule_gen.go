@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:0735e4cabcd0fa1e58da8ab45331df76ba28b10378b7ce537926a3ee1a4ce44d"
+const Fingerprint = "sha256:0cf571e6fc299a153103d42392404e9850ef12cfa41de3f36ea05665936486f4"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{
@@ -27,27 +27,27 @@ var Spec = pipe.Spec{
 // first error.
 var Ranks = [...]func(*pipe.Exec) error{Rank0, Rank1, Rank2, Rank3}
 
-// Rank0 runs rank 0's 48 steps (stage 0) and returns the first error.
+// Rank0 runs rank 0's 49 steps (stage 0) and returns the first error.
 func Rank0(x *pipe.Exec) error {
 	rank0Part0(x)
 	return x.Err()
 }
 
-// rank0Part0 runs steps 0-47 of rank 0.
+// rank0Part0 runs steps 0-48 of rank 0.
 func rank0Part0(x *pipe.Exec) {
 	x.DataLoad(0, 0, 0)
 	x.Forward(0, 0, 0, -1)
-	x.SendAct(0, 0, 1, 0)
 	x.DataLoad(0, 1, 1)
+	x.SendAct(0, 0, 1, 0)
 	x.Forward(0, 1, 1, -1)
-	x.SendAct(0, 1, 1, 1)
 	x.DataLoad(0, 2, 2)
+	x.SendAct(0, 1, 1, 1)
 	x.Forward(0, 2, 2, -1)
-	x.SendAct(0, 2, 1, 2)
 	x.DataLoad(0, 3, 3)
+	x.SendAct(0, 2, 1, 2)
 	x.Forward(0, 3, 3, -1)
-	x.RecvGrad(0, 0, 1, 0)
 	x.SendAct(0, 3, 1, 3)
+	x.RecvGrad(0, 0, 1, 0)
 	x.BackwardInput(0, 0, 0, -1)
 	x.BackwardWeight(0, 0, 0)
 	x.DataLoad(0, 4, 0)
@@ -83,15 +83,16 @@ func rank0Part0(x *pipe.Exec) {
 	x.RecvGrad(0, 7, 1, 3)
 	x.BackwardInput(0, 7, 3, -1)
 	x.BackwardWeight(0, 7, 3)
+	x.OptStep()
 }
 
-// Rank1 runs rank 1's 56 steps (stage 1) and returns the first error.
+// Rank1 runs rank 1's 57 steps (stage 1) and returns the first error.
 func Rank1(x *pipe.Exec) error {
 	rank1Part0(x)
 	return x.Err()
 }
 
-// rank1Part0 runs steps 0-55 of rank 1.
+// rank1Part0 runs steps 0-56 of rank 1.
 func rank1Part0(x *pipe.Exec) {
 	x.RecvAct(1, 0, 0, 0)
 	x.Forward(1, 0, 0, -1)
@@ -101,14 +102,14 @@ func rank1Part0(x *pipe.Exec) {
 	x.SendAct(1, 1, 2, 1)
 	x.RecvAct(1, 2, 0, 2)
 	x.Forward(1, 2, 2, -1)
-	x.RecvGrad(1, 0, 2, 0)
 	x.SendAct(1, 2, 2, 2)
+	x.RecvAct(1, 3, 0, 3)
+	x.RecvGrad(1, 0, 2, 0)
 	x.BackwardInput(1, 0, 0, -1)
 	x.SendGrad(1, 0, 0, 0)
-	x.RecvAct(1, 3, 0, 3)
 	x.Forward(1, 3, 3, -1)
-	x.RecvGrad(1, 1, 2, 1)
 	x.SendAct(1, 3, 2, 3)
+	x.RecvGrad(1, 1, 2, 1)
 	x.BackwardInput(1, 1, 1, -1)
 	x.SendGrad(1, 1, 0, 1)
 	x.BackwardWeight(1, 0, 0)
@@ -149,35 +150,36 @@ func rank1Part0(x *pipe.Exec) {
 	x.SendGrad(1, 7, 0, 3)
 	x.BackwardWeight(1, 6, 2)
 	x.BackwardWeight(1, 7, 3)
+	x.OptStep()
 }
 
-// Rank2 runs rank 2's 56 steps (stage 2) and returns the first error.
+// Rank2 runs rank 2's 57 steps (stage 2) and returns the first error.
 func Rank2(x *pipe.Exec) error {
 	rank2Part0(x)
 	return x.Err()
 }
 
-// rank2Part0 runs steps 0-55 of rank 2.
+// rank2Part0 runs steps 0-56 of rank 2.
 func rank2Part0(x *pipe.Exec) {
 	x.RecvAct(2, 0, 1, 0)
 	x.Forward(2, 0, 0, -1)
 	x.SendAct(2, 0, 3, 0)
 	x.RecvAct(2, 1, 1, 1)
 	x.Forward(2, 1, 1, -1)
-	x.RecvGrad(2, 0, 3, 0)
 	x.SendAct(2, 1, 3, 1)
+	x.RecvAct(2, 2, 1, 2)
+	x.RecvGrad(2, 0, 3, 0)
 	x.BackwardInput(2, 0, 0, -1)
 	x.SendGrad(2, 0, 1, 0)
-	x.RecvAct(2, 2, 1, 2)
 	x.Forward(2, 2, 2, -1)
-	x.RecvGrad(2, 1, 3, 1)
 	x.SendAct(2, 2, 3, 2)
+	x.RecvGrad(2, 1, 3, 1)
 	x.BackwardInput(2, 1, 1, -1)
-	x.SendGrad(2, 1, 1, 1)
 	x.RecvAct(2, 3, 1, 3)
+	x.SendGrad(2, 1, 1, 1)
 	x.Forward(2, 3, 3, -1)
-	x.RecvGrad(2, 2, 3, 2)
 	x.SendAct(2, 3, 3, 3)
+	x.RecvGrad(2, 2, 3, 2)
 	x.BackwardInput(2, 2, 2, -1)
 	x.SendGrad(2, 2, 1, 2)
 	x.BackwardWeight(2, 0, 0)
@@ -215,33 +217,34 @@ func rank2Part0(x *pipe.Exec) {
 	x.BackwardWeight(2, 5, 1)
 	x.BackwardWeight(2, 6, 2)
 	x.BackwardWeight(2, 7, 3)
+	x.OptStep()
 }
 
-// Rank3 runs rank 3's 48 steps (stage 3) and returns the first error.
+// Rank3 runs rank 3's 49 steps (stage 3) and returns the first error.
 func Rank3(x *pipe.Exec) error {
 	rank3Part0(x)
 	return x.Err()
 }
 
-// rank3Part0 runs steps 0-47 of rank 3.
+// rank3Part0 runs steps 0-48 of rank 3.
 func rank3Part0(x *pipe.Exec) {
 	x.DataLoad(3, 0, 0)
 	x.RecvAct(3, 0, 2, 0)
 	x.Forward(3, 0, 0, -1)
-	x.BackwardInput(3, 0, 0, -1)
-	x.SendGrad(3, 0, 2, 0)
-	x.DataLoad(3, 1, 1)
 	x.RecvAct(3, 1, 2, 1)
+	x.BackwardInput(3, 0, 0, -1)
+	x.DataLoad(3, 1, 1)
+	x.SendGrad(3, 0, 2, 0)
 	x.Forward(3, 1, 1, -1)
 	x.BackwardInput(3, 1, 1, -1)
-	x.SendGrad(3, 1, 2, 1)
 	x.DataLoad(3, 2, 2)
 	x.RecvAct(3, 2, 2, 2)
+	x.SendGrad(3, 1, 2, 1)
 	x.Forward(3, 2, 2, -1)
 	x.BackwardInput(3, 2, 2, -1)
-	x.SendGrad(3, 2, 2, 2)
 	x.DataLoad(3, 3, 3)
 	x.RecvAct(3, 3, 2, 3)
+	x.SendGrad(3, 2, 2, 2)
 	x.Forward(3, 3, 3, -1)
 	x.BackwardInput(3, 3, 3, -1)
 	x.SendGrad(3, 3, 2, 3)
@@ -273,6 +276,7 @@ func rank3Part0(x *pipe.Exec) {
 	x.BackwardWeight(3, 5, 1)
 	x.BackwardWeight(3, 6, 2)
 	x.BackwardWeight(3, 7, 3)
+	x.OptStep()
 }
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
@@ -280,17 +284,17 @@ var Program = [][]pipe.Op{
 	{ // rank 0
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 4, Peer: -1, Slot: 0, Src: -1},
@@ -326,6 +330,7 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 1
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
@@ -336,14 +341,14 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
@@ -384,6 +389,7 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 6, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 2
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
@@ -391,20 +397,20 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 3, Peer: 1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 3, Peer: 3, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
@@ -442,25 +448,26 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 5, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 6, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 3
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 2, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 2, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 2, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 2, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 2, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 3, Peer: 2, Slot: 3, Src: -1},
@@ -492,5 +499,6 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 6, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 }

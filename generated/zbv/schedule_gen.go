@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:d3b89031618ff66735de11dd82fd1dfc212e031c62b615e63ac06d3634f18108"
+const Fingerprint = "sha256:901ee8a3cf10ca09dd06359446380dbe14d2542ff65f83df0477bf2c765bd55c"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{
@@ -18,7 +18,7 @@ var Spec = pipe.Spec{
 	Ranks:       4,
 	Stages:      8,
 	Micro:       8,
-	Slots:       []int{8, 9, 9, 9},
+	Slots:       []int{9, 10, 10, 9},
 	RankOf:      []int{0, 1, 2, 3, 3, 2, 1, 0},
 	Fingerprint: Fingerprint,
 }
@@ -27,63 +27,63 @@ var Spec = pipe.Spec{
 // first error.
 var Ranks = [...]func(*pipe.Exec) error{Rank0, Rank1, Rank2, Rank3}
 
-// Rank0 runs rank 0's 96 steps (stages 0, 7) and returns the first error.
+// Rank0 runs rank 0's 97 steps (stages 0, 7) and returns the first error.
 func Rank0(x *pipe.Exec) error {
 	rank0Part0(x)
 	return x.Err()
 }
 
-// rank0Part0 runs steps 0-95 of rank 0.
+// rank0Part0 runs steps 0-96 of rank 0.
 func rank0Part0(x *pipe.Exec) {
 	x.DataLoad(0, 0, 0)
 	x.Forward(0, 0, 0, -1)
-	x.SendAct(0, 0, 1, 0)
 	x.DataLoad(0, 1, 1)
+	x.SendAct(0, 0, 1, 0)
 	x.Forward(0, 1, 1, -1)
-	x.SendAct(0, 1, 1, 1)
 	x.DataLoad(0, 2, 2)
+	x.SendAct(0, 1, 1, 1)
 	x.Forward(0, 2, 2, -1)
-	x.SendAct(0, 2, 1, 2)
 	x.DataLoad(0, 3, 3)
+	x.SendAct(0, 2, 1, 2)
 	x.Forward(0, 3, 3, -1)
-	x.SendAct(0, 3, 1, 3)
 	x.DataLoad(0, 4, 4)
+	x.SendAct(0, 3, 1, 3)
 	x.Forward(0, 4, 4, -1)
-	x.SendAct(0, 4, 1, 4)
 	x.DataLoad(0, 5, 5)
+	x.SendAct(0, 4, 1, 4)
 	x.Forward(0, 5, 5, -1)
-	x.SendAct(0, 5, 1, 5)
 	x.DataLoad(0, 6, 6)
+	x.SendAct(0, 5, 1, 5)
 	x.Forward(0, 6, 6, -1)
-	x.SendAct(0, 6, 1, 6)
 	x.DataLoad(7, 0, 7)
 	x.RecvAct(7, 0, 1, 7)
+	x.SendAct(0, 6, 1, 6)
 	x.Forward(7, 0, 7, -1)
 	x.BackwardInput(7, 0, 7, -1)
+	x.RecvAct(7, 1, 1, 8)
 	x.SendGrad(7, 0, 1, 7)
 	x.BackwardWeight(7, 0, 7)
-	x.DataLoad(7, 1, 7)
-	x.RecvAct(7, 1, 1, 7)
-	x.Forward(7, 1, 7, -1)
-	x.BackwardInput(7, 1, 7, -1)
-	x.SendGrad(7, 1, 1, 7)
-	x.BackwardWeight(7, 1, 7)
-	x.DataLoad(7, 2, 7)
+	x.DataLoad(7, 1, 8)
+	x.Forward(7, 1, 8, -1)
+	x.BackwardInput(7, 1, 8, -1)
 	x.RecvAct(7, 2, 1, 7)
+	x.SendGrad(7, 1, 1, 8)
+	x.BackwardWeight(7, 1, 8)
+	x.DataLoad(7, 2, 7)
 	x.Forward(7, 2, 7, -1)
 	x.BackwardInput(7, 2, 7, -1)
+	x.RecvAct(7, 3, 1, 8)
 	x.SendGrad(7, 2, 1, 7)
 	x.BackwardWeight(7, 2, 7)
-	x.DataLoad(7, 3, 7)
-	x.RecvAct(7, 3, 1, 7)
-	x.Forward(7, 3, 7, -1)
-	x.BackwardInput(7, 3, 7, -1)
-	x.SendGrad(7, 3, 1, 7)
-	x.BackwardWeight(7, 3, 7)
+	x.DataLoad(7, 3, 8)
+	x.Forward(7, 3, 8, -1)
+	x.BackwardInput(7, 3, 8, -1)
+	x.SendGrad(7, 3, 1, 8)
+	x.BackwardWeight(7, 3, 8)
 	x.DataLoad(0, 7, 7)
 	x.Forward(0, 7, 7, -1)
-	x.SendAct(0, 7, 1, 7)
 	x.RecvGrad(0, 0, 1, 0)
+	x.SendAct(0, 7, 1, 7)
 	x.BackwardInput(0, 0, 0, -1)
 	x.BackwardWeight(0, 0, 0)
 	x.DataLoad(7, 4, 0)
@@ -131,9 +131,10 @@ func rank0Part0(x *pipe.Exec) {
 	x.RecvGrad(0, 7, 1, 7)
 	x.BackwardInput(0, 7, 7, -1)
 	x.BackwardWeight(0, 7, 7)
+	x.OptStep()
 }
 
-// Rank1 runs rank 1's 112 steps (stages 1, 6) and returns the first error.
+// Rank1 runs rank 1's 113 steps (stages 1, 6) and returns the first error.
 func Rank1(x *pipe.Exec) error {
 	rank1Part0(x)
 	rank1Part1(x)
@@ -150,117 +151,118 @@ func rank1Part0(x *pipe.Exec) {
 	x.SendAct(1, 1, 2, 1)
 	x.RecvAct(1, 2, 0, 2)
 	x.Forward(1, 2, 2, -1)
-	x.RecvAct(1, 3, 0, 3)
-	x.RecvAct(1, 4, 0, 4)
-	x.RecvAct(1, 5, 0, 5)
-	x.RecvAct(1, 6, 0, 6)
 	x.SendAct(1, 2, 2, 2)
+	x.RecvAct(1, 3, 0, 3)
 	x.Forward(1, 3, 3, -1)
 	x.SendAct(1, 3, 2, 3)
+	x.RecvAct(1, 4, 0, 4)
 	x.Forward(1, 4, 4, -1)
+	x.RecvAct(6, 0, 2, 5)
 	x.SendAct(1, 4, 2, 4)
-	x.RecvAct(6, 0, 2, 7)
-	x.Forward(6, 0, 7, -1)
-	x.SendAct(6, 0, 0, 7)
-	x.Forward(1, 5, 5, -1)
-	x.RecvGrad(6, 0, 0, 7)
-	x.SendAct(1, 5, 2, 5)
+	x.Forward(6, 0, 5, -1)
+	x.RecvAct(1, 5, 0, 6)
+	x.SendAct(6, 0, 0, 5)
+	x.Forward(1, 5, 6, -1)
+	x.RecvAct(1, 6, 0, 7)
 	x.RecvAct(6, 1, 2, 8)
+	x.SendAct(1, 5, 2, 6)
 	x.Forward(6, 1, 8, -1)
 	x.SendAct(6, 1, 0, 8)
-	x.BackwardInput(6, 0, 7, -1)
+	x.RecvGrad(6, 0, 0, 5)
+	x.BackwardInput(6, 0, 5, -1)
+	x.RecvAct(6, 2, 2, 9)
+	x.SendGrad(6, 0, 2, 5)
+	x.BackwardWeight(6, 0, 5)
+	x.Forward(6, 2, 9, -1)
+	x.SendAct(6, 2, 0, 9)
 	x.RecvGrad(6, 1, 0, 8)
-	x.SendGrad(6, 0, 2, 7)
-	x.BackwardWeight(6, 0, 7)
-	x.RecvAct(6, 2, 2, 7)
-	x.Forward(6, 2, 7, -1)
-	x.SendAct(6, 2, 0, 7)
 	x.BackwardInput(6, 1, 8, -1)
-	x.RecvGrad(6, 2, 0, 7)
+	x.RecvAct(6, 3, 2, 5)
 	x.SendGrad(6, 1, 2, 8)
 	x.BackwardWeight(6, 1, 8)
-	x.RecvAct(6, 3, 2, 8)
-	x.Forward(6, 3, 8, -1)
-	x.SendAct(6, 3, 0, 8)
-	x.BackwardInput(6, 2, 7, -1)
-	x.RecvGrad(6, 3, 0, 8)
-	x.SendGrad(6, 2, 2, 7)
-	x.BackwardWeight(6, 2, 7)
-	x.Forward(1, 6, 6, -1)
-	x.RecvAct(1, 7, 0, 7)
-	x.SendAct(1, 6, 2, 6)
+	x.Forward(6, 3, 5, -1)
+	x.SendAct(6, 3, 0, 5)
+	x.RecvGrad(6, 2, 0, 9)
+	x.BackwardInput(6, 2, 9, -1)
+	x.SendGrad(6, 2, 2, 9)
+	x.BackwardWeight(6, 2, 9)
+	x.Forward(1, 6, 7, -1)
 	x.RecvGrad(1, 0, 2, 0)
+	x.SendAct(1, 6, 2, 7)
 	x.BackwardInput(1, 0, 0, -1)
+	x.RecvGrad(6, 3, 0, 5)
+	x.RecvAct(6, 4, 2, 8)
 	x.SendGrad(1, 0, 0, 0)
 	x.BackwardWeight(1, 0, 0)
-	x.RecvAct(6, 4, 2, 0)
-	x.Forward(6, 4, 0, -1)
-	x.SendAct(6, 4, 0, 0)
-	x.BackwardInput(6, 3, 8, -1)
-	x.RecvGrad(6, 4, 0, 0)
-	x.SendGrad(6, 3, 2, 8)
-	x.BackwardWeight(6, 3, 8)
-	x.Forward(1, 7, 7, -1)
-	x.SendAct(1, 7, 2, 7)
+	x.Forward(6, 4, 8, -1)
+	x.RecvAct(1, 7, 0, 0)
+	x.SendAct(6, 4, 0, 8)
+	x.BackwardInput(6, 3, 5, -1)
+	x.SendGrad(6, 3, 2, 5)
+	x.BackwardWeight(6, 3, 5)
+	x.Forward(1, 7, 0, -1)
 	x.RecvGrad(1, 1, 2, 1)
+	x.SendAct(1, 7, 2, 0)
 	x.BackwardInput(1, 1, 1, -1)
+	x.RecvGrad(6, 4, 0, 8)
+	x.RecvAct(6, 5, 2, 5)
 	x.SendGrad(1, 1, 0, 1)
 	x.BackwardWeight(1, 1, 1)
-	x.RecvAct(6, 5, 2, 1)
-	x.Forward(6, 5, 1, -1)
-	x.SendAct(6, 5, 0, 1)
-	x.BackwardInput(6, 4, 0, -1)
-	x.RecvGrad(6, 5, 0, 1)
-	x.SendGrad(6, 4, 2, 0)
-	x.BackwardWeight(6, 4, 0)
+	x.Forward(6, 5, 5, -1)
+	x.SendAct(6, 5, 0, 5)
+	x.BackwardInput(6, 4, 8, -1)
+	x.SendGrad(6, 4, 2, 8)
+	x.BackwardWeight(6, 4, 8)
+	x.RecvGrad(6, 5, 0, 5)
 	x.RecvGrad(1, 2, 2, 2)
 	x.BackwardInput(1, 2, 2, -1)
 	x.SendGrad(1, 2, 0, 2)
 	x.BackwardWeight(1, 2, 2)
-	x.RecvAct(6, 6, 2, 0)
-	x.Forward(6, 6, 0, -1)
-	x.SendAct(6, 6, 0, 0)
-	x.BackwardInput(6, 5, 1, -1)
-	x.RecvGrad(6, 6, 0, 0)
-	x.SendGrad(6, 5, 2, 1)
-	x.BackwardWeight(6, 5, 1)
+	x.RecvAct(6, 6, 2, 1)
+	x.Forward(6, 6, 1, -1)
+	x.SendAct(6, 6, 0, 1)
+	x.BackwardInput(6, 5, 5, -1)
+	x.SendGrad(6, 5, 2, 5)
+	x.BackwardWeight(6, 5, 5)
+	x.RecvGrad(6, 6, 0, 1)
 	x.RecvGrad(1, 3, 2, 3)
 	x.BackwardInput(1, 3, 3, -1)
 	x.SendGrad(1, 3, 0, 3)
 	x.BackwardWeight(1, 3, 3)
-	x.RecvAct(6, 7, 2, 1)
-	x.Forward(6, 7, 1, -1)
-	x.SendAct(6, 7, 0, 1)
-	x.BackwardInput(6, 6, 0, -1)
-	x.RecvGrad(6, 7, 0, 1)
-	x.SendGrad(6, 6, 2, 0)
-	x.BackwardWeight(6, 6, 0)
+	x.RecvAct(6, 7, 2, 2)
+	x.Forward(6, 7, 2, -1)
+	x.SendAct(6, 7, 0, 2)
+	x.BackwardInput(6, 6, 1, -1)
+	x.SendGrad(6, 6, 2, 1)
+	x.BackwardWeight(6, 6, 1)
+	x.RecvGrad(6, 7, 0, 2)
 	x.RecvGrad(1, 4, 2, 4)
 	x.BackwardInput(1, 4, 4, -1)
 	x.SendGrad(1, 4, 0, 4)
-	x.BackwardInput(6, 7, 1, -1)
-	x.SendGrad(6, 7, 2, 1)
-	x.RecvGrad(1, 5, 2, 5)
-	x.BackwardInput(1, 5, 5, -1)
+	x.BackwardInput(6, 7, 2, -1)
+	x.SendGrad(6, 7, 2, 2)
+	x.RecvGrad(1, 5, 2, 6)
+	x.BackwardInput(1, 5, 6, -1)
 }
 
-// rank1Part1 runs steps 100-111 of rank 1.
+// rank1Part1 runs steps 100-112 of rank 1.
 func rank1Part1(x *pipe.Exec) {
-	x.SendGrad(1, 5, 0, 5)
+	x.SendGrad(1, 5, 0, 6)
 	x.BackwardWeight(1, 4, 4)
-	x.RecvGrad(1, 6, 2, 6)
-	x.BackwardInput(1, 6, 6, -1)
-	x.SendGrad(1, 6, 0, 6)
-	x.BackwardWeight(1, 5, 5)
-	x.RecvGrad(1, 7, 2, 7)
-	x.BackwardInput(1, 7, 7, -1)
-	x.SendGrad(1, 7, 0, 7)
-	x.BackwardWeight(1, 6, 6)
-	x.BackwardWeight(6, 7, 1)
-	x.BackwardWeight(1, 7, 7)
+	x.RecvGrad(1, 6, 2, 7)
+	x.BackwardInput(1, 6, 7, -1)
+	x.SendGrad(1, 6, 0, 7)
+	x.BackwardWeight(1, 5, 6)
+	x.RecvGrad(1, 7, 2, 0)
+	x.BackwardInput(1, 7, 0, -1)
+	x.SendGrad(1, 7, 0, 0)
+	x.BackwardWeight(1, 6, 7)
+	x.BackwardWeight(6, 7, 2)
+	x.BackwardWeight(1, 7, 0)
+	x.OptStep()
 }
 
-// Rank2 runs rank 2's 112 steps (stages 2, 5) and returns the first error.
+// Rank2 runs rank 2's 113 steps (stages 2, 5) and returns the first error.
 func Rank2(x *pipe.Exec) error {
 	rank2Part0(x)
 	rank2Part1(x)
@@ -274,207 +276,209 @@ func rank2Part0(x *pipe.Exec) {
 	x.SendAct(2, 0, 3, 0)
 	x.RecvAct(2, 1, 1, 1)
 	x.Forward(2, 1, 1, -1)
-	x.RecvAct(2, 2, 1, 2)
-	x.RecvAct(2, 3, 1, 3)
-	x.RecvAct(2, 4, 1, 4)
 	x.SendAct(2, 1, 3, 1)
+	x.RecvAct(2, 2, 1, 2)
 	x.Forward(2, 2, 2, -1)
+	x.RecvAct(5, 0, 3, 3)
 	x.SendAct(2, 2, 3, 2)
-	x.RecvAct(5, 0, 3, 5)
-	x.Forward(5, 0, 5, -1)
-	x.SendAct(5, 0, 1, 5)
-	x.Forward(2, 3, 3, -1)
-	x.RecvAct(2, 5, 1, 6)
-	x.SendAct(2, 3, 3, 3)
-	x.RecvAct(5, 1, 3, 7)
-	x.Forward(5, 1, 7, -1)
-	x.SendAct(5, 1, 1, 7)
-	x.Forward(2, 4, 4, -1)
-	x.RecvGrad(5, 0, 1, 5)
-	x.SendAct(2, 4, 3, 4)
+	x.RecvAct(2, 3, 1, 4)
+	x.Forward(5, 0, 3, -1)
+	x.SendAct(5, 0, 1, 3)
+	x.RecvAct(2, 4, 1, 5)
+	x.Forward(2, 3, 4, -1)
+	x.RecvAct(5, 1, 3, 6)
+	x.SendAct(2, 3, 3, 4)
+	x.Forward(5, 1, 6, -1)
+	x.SendAct(5, 1, 1, 6)
+	x.Forward(2, 4, 5, -1)
+	x.RecvAct(2, 5, 1, 7)
 	x.RecvAct(5, 2, 3, 8)
+	x.SendAct(2, 4, 3, 5)
 	x.Forward(5, 2, 8, -1)
 	x.SendAct(5, 2, 1, 8)
-	x.BackwardInput(5, 0, 5, -1)
-	x.RecvGrad(5, 1, 1, 7)
-	x.SendGrad(5, 0, 3, 5)
-	x.BackwardWeight(5, 0, 5)
-	x.RecvAct(5, 3, 3, 5)
-	x.Forward(5, 3, 5, -1)
-	x.SendAct(5, 3, 1, 5)
-	x.BackwardInput(5, 1, 7, -1)
-	x.RecvGrad(5, 2, 1, 8)
-	x.SendGrad(5, 1, 3, 7)
-	x.BackwardWeight(5, 1, 7)
-	x.Forward(2, 5, 6, -1)
+	x.RecvGrad(5, 0, 1, 3)
+	x.BackwardInput(5, 0, 3, -1)
+	x.RecvAct(5, 3, 3, 9)
+	x.SendGrad(5, 0, 3, 3)
+	x.BackwardWeight(5, 0, 3)
+	x.Forward(5, 3, 9, -1)
+	x.SendAct(5, 3, 1, 9)
+	x.RecvGrad(5, 1, 1, 6)
+	x.BackwardInput(5, 1, 6, -1)
+	x.SendGrad(5, 1, 3, 6)
+	x.BackwardWeight(5, 1, 6)
+	x.Forward(2, 5, 7, -1)
 	x.RecvGrad(2, 0, 3, 0)
-	x.RecvAct(2, 6, 1, 7)
-	x.SendAct(2, 5, 3, 6)
+	x.SendAct(2, 5, 3, 7)
 	x.BackwardInput(2, 0, 0, -1)
+	x.RecvGrad(5, 2, 1, 8)
+	x.RecvAct(5, 4, 3, 3)
 	x.SendGrad(2, 0, 1, 0)
 	x.BackwardWeight(2, 0, 0)
-	x.RecvAct(5, 4, 3, 0)
-	x.Forward(5, 4, 0, -1)
-	x.SendAct(5, 4, 1, 0)
+	x.RecvAct(2, 6, 1, 0)
+	x.Forward(5, 4, 3, -1)
+	x.SendAct(5, 4, 1, 3)
 	x.BackwardInput(5, 2, 8, -1)
-	x.RecvGrad(5, 3, 1, 5)
 	x.SendGrad(5, 2, 3, 8)
 	x.BackwardWeight(5, 2, 8)
-	x.Forward(2, 6, 7, -1)
+	x.Forward(2, 6, 0, -1)
 	x.RecvGrad(2, 1, 3, 1)
-	x.RecvAct(2, 7, 1, 8)
-	x.SendAct(2, 6, 3, 7)
+	x.SendAct(2, 6, 3, 0)
 	x.BackwardInput(2, 1, 1, -1)
+	x.RecvGrad(5, 3, 1, 9)
+	x.RecvAct(5, 5, 3, 6)
 	x.SendGrad(2, 1, 1, 1)
 	x.BackwardWeight(2, 1, 1)
-	x.RecvAct(5, 5, 3, 1)
-	x.Forward(5, 5, 1, -1)
-	x.SendAct(5, 5, 1, 1)
-	x.BackwardInput(5, 3, 5, -1)
-	x.RecvGrad(5, 4, 1, 0)
-	x.SendGrad(5, 3, 3, 5)
-	x.BackwardWeight(5, 3, 5)
-	x.Forward(2, 7, 8, -1)
+	x.RecvAct(2, 7, 1, 1)
+	x.Forward(5, 5, 6, -1)
+	x.SendAct(5, 5, 1, 6)
+	x.BackwardInput(5, 3, 9, -1)
+	x.SendGrad(5, 3, 3, 9)
+	x.BackwardWeight(5, 3, 9)
+	x.Forward(2, 7, 1, -1)
 	x.RecvGrad(2, 2, 3, 2)
-	x.SendAct(2, 7, 3, 8)
+	x.SendAct(2, 7, 3, 1)
 	x.BackwardInput(2, 2, 2, -1)
+	x.RecvGrad(5, 4, 1, 3)
+	x.RecvAct(5, 6, 3, 8)
 	x.SendGrad(2, 2, 1, 2)
 	x.BackwardWeight(2, 2, 2)
-	x.RecvAct(5, 6, 3, 2)
-	x.Forward(5, 6, 2, -1)
-	x.SendAct(5, 6, 1, 2)
-	x.BackwardInput(5, 4, 0, -1)
-	x.RecvGrad(5, 5, 1, 1)
-	x.SendGrad(5, 4, 3, 0)
-	x.BackwardWeight(5, 4, 0)
-	x.RecvGrad(2, 3, 3, 3)
-	x.BackwardInput(2, 3, 3, -1)
-	x.SendGrad(2, 3, 1, 3)
-	x.BackwardWeight(2, 3, 3)
-	x.RecvAct(5, 7, 3, 0)
-	x.Forward(5, 7, 0, -1)
-	x.SendAct(5, 7, 1, 0)
-	x.BackwardInput(5, 5, 1, -1)
-	x.RecvGrad(5, 6, 1, 2)
-	x.SendGrad(5, 5, 3, 1)
-	x.BackwardWeight(5, 5, 1)
-	x.RecvGrad(2, 4, 3, 4)
-	x.BackwardInput(2, 4, 4, -1)
-	x.SendGrad(2, 4, 1, 4)
-	x.BackwardInput(5, 6, 2, -1)
-	x.RecvGrad(5, 7, 1, 0)
-	x.SendGrad(5, 6, 3, 2)
-	x.RecvGrad(2, 5, 3, 6)
-	x.BackwardInput(2, 5, 6, -1)
-	x.SendGrad(2, 5, 1, 6)
-	x.BackwardInput(5, 7, 0, -1)
-	x.SendGrad(5, 7, 3, 0)
+	x.Forward(5, 6, 8, -1)
+	x.SendAct(5, 6, 1, 8)
+	x.BackwardInput(5, 4, 3, -1)
+	x.SendGrad(5, 4, 3, 3)
+	x.BackwardWeight(5, 4, 3)
+	x.RecvGrad(5, 5, 1, 6)
+	x.RecvGrad(2, 3, 3, 4)
+	x.BackwardInput(2, 3, 4, -1)
+	x.SendGrad(2, 3, 1, 4)
+	x.BackwardWeight(2, 3, 4)
+	x.RecvAct(5, 7, 3, 2)
+	x.Forward(5, 7, 2, -1)
+	x.SendAct(5, 7, 1, 2)
+	x.BackwardInput(5, 5, 6, -1)
+	x.SendGrad(5, 5, 3, 6)
+	x.BackwardWeight(5, 5, 6)
+	x.RecvGrad(5, 6, 1, 8)
+	x.RecvGrad(2, 4, 3, 5)
+	x.BackwardInput(2, 4, 5, -1)
+	x.SendGrad(2, 4, 1, 5)
+	x.BackwardInput(5, 6, 8, -1)
+	x.SendGrad(5, 6, 3, 8)
+	x.RecvGrad(2, 5, 3, 7)
+	x.BackwardInput(2, 5, 7, -1)
+	x.RecvGrad(5, 7, 1, 2)
+	x.SendGrad(2, 5, 1, 7)
+	x.BackwardInput(5, 7, 2, -1)
+	x.SendGrad(5, 7, 3, 2)
 }
 
-// rank2Part1 runs steps 100-111 of rank 2.
+// rank2Part1 runs steps 100-112 of rank 2.
 func rank2Part1(x *pipe.Exec) {
-	x.RecvGrad(2, 6, 3, 7)
-	x.BackwardInput(2, 6, 7, -1)
-	x.SendGrad(2, 6, 1, 7)
-	x.BackwardWeight(2, 4, 4)
-	x.RecvGrad(2, 7, 3, 8)
-	x.BackwardInput(2, 7, 8, -1)
-	x.SendGrad(2, 7, 1, 8)
-	x.BackwardWeight(2, 5, 6)
-	x.BackwardWeight(5, 6, 2)
-	x.BackwardWeight(5, 7, 0)
-	x.BackwardWeight(2, 6, 7)
-	x.BackwardWeight(2, 7, 8)
+	x.RecvGrad(2, 6, 3, 0)
+	x.BackwardInput(2, 6, 0, -1)
+	x.SendGrad(2, 6, 1, 0)
+	x.BackwardWeight(2, 4, 5)
+	x.RecvGrad(2, 7, 3, 1)
+	x.BackwardInput(2, 7, 1, -1)
+	x.SendGrad(2, 7, 1, 1)
+	x.BackwardWeight(2, 5, 7)
+	x.BackwardWeight(5, 6, 8)
+	x.BackwardWeight(5, 7, 2)
+	x.BackwardWeight(2, 6, 0)
+	x.BackwardWeight(2, 7, 1)
+	x.OptStep()
 }
 
-// Rank3 runs rank 3's 80 steps (stages 3, 4) and returns the first error.
+// Rank3 runs rank 3's 81 steps (stages 3, 4) and returns the first error.
 func Rank3(x *pipe.Exec) error {
 	rank3Part0(x)
 	return x.Err()
 }
 
-// rank3Part0 runs steps 0-79 of rank 3.
+// rank3Part0 runs steps 0-80 of rank 3.
 func rank3Part0(x *pipe.Exec) {
 	x.RecvAct(3, 0, 2, 0)
 	x.Forward(3, 0, 0, -1)
-	x.Forward(4, 0, 1, 0)
-	x.RecvAct(3, 1, 2, 2)
+	x.RecvAct(3, 1, 2, 1)
+	x.Forward(4, 0, 2, 0)
+	x.SendAct(4, 0, 2, 2)
 	x.RecvAct(3, 2, 2, 3)
-	x.SendAct(4, 0, 2, 1)
-	x.Forward(3, 1, 2, -1)
-	x.Forward(4, 1, 4, 2)
-	x.RecvAct(3, 3, 2, 5)
+	x.Forward(3, 1, 1, -1)
+	x.Forward(4, 1, 4, 1)
 	x.SendAct(4, 1, 2, 4)
 	x.Forward(3, 2, 3, -1)
+	x.RecvAct(3, 3, 2, 5)
 	x.Forward(4, 2, 6, 3)
-	x.RecvAct(3, 4, 2, 7)
 	x.SendAct(4, 2, 2, 6)
 	x.Forward(3, 3, 5, -1)
+	x.RecvAct(3, 4, 2, 7)
 	x.Forward(4, 3, 8, 5)
-	x.RecvGrad(4, 0, 2, 1)
 	x.SendAct(4, 3, 2, 8)
-	x.BackwardInput(4, 0, 1, -1)
-	x.BackwardWeight(4, 0, 1)
+	x.RecvGrad(4, 0, 2, 2)
+	x.BackwardInput(4, 0, 2, -1)
+	x.BackwardWeight(4, 0, 2)
 	x.Forward(3, 4, 7, -1)
-	x.BackwardInput(3, 0, 0, 1)
+	x.BackwardInput(3, 0, 0, 2)
 	x.RecvGrad(4, 1, 2, 4)
 	x.SendGrad(3, 0, 2, 0)
 	x.BackwardWeight(3, 0, 0)
-	x.Forward(4, 4, 0, 7)
-	x.RecvAct(3, 5, 2, 1)
-	x.SendAct(4, 4, 2, 0)
+	x.RecvAct(3, 5, 2, 0)
+	x.Forward(4, 4, 2, 7)
+	x.SendAct(4, 4, 2, 2)
 	x.BackwardInput(4, 1, 4, -1)
 	x.BackwardWeight(4, 1, 4)
-	x.Forward(3, 5, 1, -1)
-	x.BackwardInput(3, 1, 2, 4)
+	x.Forward(3, 5, 0, -1)
+	x.BackwardInput(3, 1, 1, 4)
 	x.RecvGrad(4, 2, 2, 6)
-	x.SendGrad(3, 1, 2, 2)
-	x.BackwardWeight(3, 1, 2)
-	x.Forward(4, 5, 2, 1)
-	x.RecvAct(3, 6, 2, 4)
-	x.SendAct(4, 5, 2, 2)
+	x.SendGrad(3, 1, 2, 1)
+	x.BackwardWeight(3, 1, 1)
+	x.RecvAct(3, 6, 2, 1)
+	x.Forward(4, 5, 4, 0)
+	x.SendAct(4, 5, 2, 4)
 	x.BackwardInput(4, 2, 6, -1)
 	x.BackwardWeight(4, 2, 6)
-	x.Forward(3, 6, 4, -1)
+	x.Forward(3, 6, 1, -1)
 	x.BackwardInput(3, 2, 3, 6)
 	x.RecvGrad(4, 3, 2, 8)
 	x.SendGrad(3, 2, 2, 3)
 	x.BackwardWeight(3, 2, 3)
-	x.Forward(4, 6, 3, 4)
-	x.RecvAct(3, 7, 2, 6)
-	x.SendAct(4, 6, 2, 3)
+	x.RecvAct(3, 7, 2, 3)
+	x.Forward(4, 6, 6, 1)
+	x.SendAct(4, 6, 2, 6)
 	x.BackwardInput(4, 3, 8, -1)
 	x.BackwardWeight(4, 3, 8)
-	x.Forward(3, 7, 6, -1)
+	x.Forward(3, 7, 3, -1)
 	x.BackwardInput(3, 3, 5, 8)
-	x.RecvGrad(4, 4, 2, 0)
+	x.RecvGrad(4, 4, 2, 2)
 	x.SendGrad(3, 3, 2, 5)
 	x.BackwardWeight(3, 3, 5)
-	x.Forward(4, 7, 5, 6)
+	x.Forward(4, 7, 5, 3)
 	x.SendAct(4, 7, 2, 5)
-	x.BackwardInput(4, 4, 0, -1)
-	x.BackwardWeight(4, 4, 0)
-	x.BackwardInput(3, 4, 7, 0)
-	x.RecvGrad(4, 5, 2, 2)
+	x.BackwardInput(4, 4, 2, -1)
+	x.BackwardWeight(4, 4, 2)
+	x.BackwardInput(3, 4, 7, 2)
+	x.RecvGrad(4, 5, 2, 4)
 	x.SendGrad(3, 4, 2, 7)
-	x.BackwardInput(4, 5, 2, -1)
-	x.BackwardInput(3, 5, 1, 2)
-	x.RecvGrad(4, 6, 2, 3)
-	x.SendGrad(3, 5, 2, 1)
-	x.BackwardInput(4, 6, 3, -1)
-	x.BackwardInput(3, 6, 4, 3)
+	x.BackwardInput(4, 5, 4, -1)
+	x.BackwardInput(3, 5, 0, 4)
+	x.RecvGrad(4, 6, 2, 6)
+	x.SendGrad(3, 5, 2, 0)
+	x.BackwardInput(4, 6, 6, -1)
+	x.BackwardInput(3, 6, 1, 6)
 	x.RecvGrad(4, 7, 2, 5)
-	x.SendGrad(3, 6, 2, 4)
+	x.SendGrad(3, 6, 2, 1)
 	x.BackwardInput(4, 7, 5, -1)
-	x.BackwardInput(3, 7, 6, 5)
-	x.SendGrad(3, 7, 2, 6)
+	x.BackwardInput(3, 7, 3, 5)
+	x.SendGrad(3, 7, 2, 3)
 	x.BackwardWeight(3, 4, 7)
-	x.BackwardWeight(4, 5, 2)
-	x.BackwardWeight(4, 6, 3)
+	x.BackwardWeight(4, 5, 4)
+	x.BackwardWeight(4, 6, 6)
 	x.BackwardWeight(4, 7, 5)
-	x.BackwardWeight(3, 5, 1)
-	x.BackwardWeight(3, 6, 4)
-	x.BackwardWeight(3, 7, 6)
+	x.BackwardWeight(3, 5, 0)
+	x.BackwardWeight(3, 6, 1)
+	x.BackwardWeight(3, 7, 3)
+	x.OptStep()
 }
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
@@ -482,53 +486,53 @@ var Program = [][]pipe.Op{
 	{ // rank 0
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 4, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 5, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 5, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 6, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 6, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 0, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 0, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 7, Micro: 0, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 0, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 1, Peer: 1, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 0, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 0, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 1, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 1, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 1, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 1, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 1, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 1, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 2, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 1, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpForward, Stage: 7, Micro: 1, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 1, Peer: -1, Slot: 8, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 2, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 1, Peer: 1, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 1, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 2, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpForward, Stage: 7, Micro: 2, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 2, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 3, Peer: 1, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 2, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 2, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 3, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 3, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 3, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 3, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpForward, Stage: 7, Micro: 3, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 3, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 3, Peer: 1, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 3, Peer: -1, Slot: 8, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 7, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpForward, Stage: 0, Micro: 7, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 4, Peer: -1, Slot: 0, Src: -1},
@@ -576,6 +580,7 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 0, Micro: 7, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 0, Micro: 7, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 1
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
@@ -586,110 +591,111 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 4, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 6, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 4, Peer: 0, Slot: 4, Src: -1},
 		{Kind: pipe.OpForward, Stage: 1, Micro: 4, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 0, Peer: 2, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 1, Micro: 4, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 0, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 0, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 0, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 0, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 0, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 0, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 1, Peer: 2, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 6, Micro: 1, Peer: -1, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 6, Micro: 1, Peer: 0, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 0, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 0, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 0, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 2, Peer: 2, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 0, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 0, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 2, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 2, Peer: 0, Slot: 9, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 1, Peer: 0, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 0, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 0, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 2, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 2, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 2, Peer: 0, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 1, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 2, Peer: 0, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 3, Peer: 2, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 1, Peer: 2, Slot: 8, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 1, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 3, Peer: 2, Slot: 8, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 3, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 3, Peer: 0, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 2, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 3, Peer: 0, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 2, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 2, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 6, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 3, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 3, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 2, Peer: 0, Slot: 9, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 2, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 2, Peer: 2, Slot: 9, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 2, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 3, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 4, Peer: 2, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 4, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 4, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 3, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 4, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 3, Peer: 2, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 3, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 7, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 4, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 4, Peer: 0, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 3, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 3, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 3, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 4, Peer: 0, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 5, Peer: 2, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 5, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 5, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 4, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 4, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 5, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 5, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 4, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 4, Peer: 2, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 4, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 5, Peer: 0, Slot: 5, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 6, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 6, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 5, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 6, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 6, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 6, Peer: 0, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 5, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 5, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 5, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 6, Peer: 0, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 7, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 7, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 6, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 7, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpForward, Stage: 6, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 6, Micro: 7, Peer: 0, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 6, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 6, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 6, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 7, Peer: 0, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 4, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 4, Peer: -1, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 4, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 5, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 7, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 6, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 5, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 7, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 6, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 7, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 6, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 7, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 6, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 7, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 2
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
@@ -697,194 +703,196 @@ var Program = [][]pipe.Op{
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 0, Peer: 3, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 0, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 0, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 0, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 3, Peer: 3, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 1, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 1, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 1, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 0, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 3, Peer: 1, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 0, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 0, Peer: 1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 3, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 1, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 3, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 1, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 1, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 2, Peer: 3, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 5, Src: -1},
 		{Kind: pipe.OpForward, Stage: 5, Micro: 2, Peer: -1, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 5, Micro: 2, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 0, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 1, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 0, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 0, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 3, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 3, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 3, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 1, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 2, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 1, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 1, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 0, Peer: 1, Slot: 3, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 0, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 3, Peer: 3, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 0, Peer: 3, Slot: 3, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 0, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 3, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 3, Peer: 1, Slot: 9, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 1, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 1, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 1, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 1, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 7, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 6, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 7, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 2, Peer: 1, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 4, Peer: 3, Slot: 3, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 4, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 4, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 6, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 4, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 4, Peer: 1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 2, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 3, Peer: 1, Slot: 5, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 2, Peer: 3, Slot: 8, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 2, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 6, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 6, Peer: -1, Slot: 0, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 7, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 6, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 6, Peer: 3, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 3, Peer: 1, Slot: 9, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 5, Peer: 3, Slot: 6, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 5, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 5, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 3, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 4, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 3, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 3, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 7, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 7, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 5, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 3, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 3, Peer: 3, Slot: 9, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 3, Peer: -1, Slot: 9, Src: -1},
+		{Kind: pipe.OpForward, Stage: 2, Micro: 7, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 7, Peer: 3, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 2, Micro: 7, Peer: 3, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 4, Peer: 1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 6, Peer: 3, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 6, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 6, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 5, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 4, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 7, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 7, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 6, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 5, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 7, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 6, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 7, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 6, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 6, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 7, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 6, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 7, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 6, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 6, Peer: 1, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 4, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 4, Peer: 3, Slot: 3, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 4, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 5, Peer: 1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 3, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 3, Peer: 1, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 3, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 7, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpForward, Stage: 5, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendAct, Stage: 5, Micro: 7, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 5, Peer: 3, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 5, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 6, Peer: 1, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 5, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 6, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 6, Peer: 3, Slot: 8, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 5, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 7, Peer: 1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 7, Peer: 3, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 6, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 6, Peer: 1, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 4, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 5, Peer: -1, Slot: 7, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 6, Peer: -1, Slot: 8, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 7, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 6, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 7, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 	{ // rank 3
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 0, Peer: -1, Slot: 1, Src: 0},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 1, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 0, Peer: -1, Slot: 2, Src: 0},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 0, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 2, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 0, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 1, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 1, Peer: -1, Slot: 4, Src: 2},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 5, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 1, Peer: -1, Slot: 4, Src: 1},
 		{Kind: pipe.OpSendAct, Stage: 4, Micro: 1, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 2, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 5, Src: -1},
 		{Kind: pipe.OpForward, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: 3},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 4, Peer: 2, Slot: 7, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 4, Micro: 2, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 3, Peer: -1, Slot: 5, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 4, Peer: 2, Slot: 7, Src: -1},
 		{Kind: pipe.OpForward, Stage: 4, Micro: 3, Peer: -1, Slot: 8, Src: 5},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 0, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpSendAct, Stage: 4, Micro: 3, Peer: 2, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 0, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 0, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 0, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 0, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 0, Peer: -1, Slot: 2, Src: -1},
 		{Kind: pipe.OpForward, Stage: 3, Micro: 4, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: 1},
+		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: 2},
 		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 1, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 4, Peer: -1, Slot: 0, Src: 7},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 4, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 4, Peer: -1, Slot: 2, Src: 7},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 4, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 1, Peer: -1, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 1, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 1, Peer: -1, Slot: 2, Src: 4},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: 4},
 		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 2, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 1, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 5, Peer: -1, Slot: 2, Src: 1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 6, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 5, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 6, Peer: 2, Slot: 1, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 5, Peer: -1, Slot: 4, Src: 0},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 5, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 6, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 6, Peer: -1, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 2, Peer: -1, Slot: 3, Src: 6},
 		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 3, Peer: 2, Slot: 8, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 2, Peer: 2, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 2, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 6, Peer: -1, Slot: 3, Src: 4},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 6, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 3, Src: -1},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 6, Peer: -1, Slot: 6, Src: 1},
+		{Kind: pipe.OpSendAct, Stage: 4, Micro: 6, Peer: 2, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 3, Peer: -1, Slot: 8, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 3, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 3, Peer: -1, Slot: 5, Src: 8},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 4, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 4, Peer: 2, Slot: 2, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 3, Peer: 2, Slot: 5, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 3, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 7, Peer: -1, Slot: 5, Src: 6},
+		{Kind: pipe.OpForward, Stage: 4, Micro: 7, Peer: -1, Slot: 5, Src: 3},
 		{Kind: pipe.OpSendAct, Stage: 4, Micro: 7, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 4, Peer: -1, Slot: 7, Src: 0},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 5, Peer: 2, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 4, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 4, Peer: -1, Slot: 2, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 4, Peer: -1, Slot: 7, Src: 2},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 5, Peer: 2, Slot: 4, Src: -1},
 		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 4, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: 2},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 6, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 6, Peer: -1, Slot: 4, Src: 3},
+		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 5, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: 4},
+		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 6, Peer: 2, Slot: 6, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 6, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 6, Peer: -1, Slot: 1, Src: 6},
 		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 7, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 4, Src: -1},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 1, Src: -1},
 		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 7, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 7, Peer: -1, Slot: 6, Src: 5},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 7, Peer: -1, Slot: 3, Src: 5},
+		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 3, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 4, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 6, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 5, Peer: -1, Slot: 4, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 6, Peer: -1, Slot: 6, Src: -1},
 		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 7, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 6, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 7, Peer: -1, Slot: 6, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 5, Peer: -1, Slot: 0, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 6, Peer: -1, Slot: 1, Src: -1},
+		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 7, Peer: -1, Slot: 3, Src: -1},
+		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
 	},
 }
