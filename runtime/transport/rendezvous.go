@@ -64,6 +64,9 @@ type verdict struct {
 
 var errNotPpgen = errors.New("not a ppgen handshake")
 
+// defaultAbortLinger is TCPConfig.AbortLinger's default.
+const defaultAbortLinger = 10 * time.Second
+
 func writeMsg(c net.Conn, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -286,6 +289,23 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 			return nil, fmt.Errorf("listen: %w", err)
 		}
 	}
+	// told records the ranks that learned the rendezvous failed (they got
+	// the reason, or were the ones refused); toldAll is closed when every
+	// other rank has.
+	var toldMu sync.Mutex
+	told := make(map[int]bool)
+	toldAll := make(chan struct{})
+	tell := func(rank int) {
+		toldMu.Lock()
+		defer toldMu.Unlock()
+		if rank <= 0 || rank >= t.world || told[rank] {
+			return
+		}
+		told[rank] = true
+		if len(told) == t.world-1 {
+			close(toldAll)
+		}
+	}
 	defer func() {
 		if err == nil {
 			ln.Close()
@@ -293,8 +313,15 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 		}
 		// Keep answering ranks that arrive late with the reason the
 		// rendezvous failed (instead of "connection refused" until their
-		// timeout), but not beyond the rendezvous deadline.
-		time.AfterFunc(time.Until(r.deadline), func() { ln.Close() })
+		// timeout). The process usually exits as soon as DialTCP returns, so
+		// linger until every rank has been told, bounded by the rendezvous
+		// deadline and by AbortLinger.
+		linger := min(time.Until(r.deadline), t.cfg.AbortLinger)
+		select {
+		case <-toldAll:
+		case <-time.After(linger):
+		}
+		ln.Close()
 	}()
 	r.trackListener(ln)
 
@@ -324,8 +351,11 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 				case <-done:
 					// The rendezvous already ended: tell a rank that passed
 					// its handshake why, instead of just hanging up.
-					if reason := aborted.Load(); reason != nil && err == nil && !junk {
-						_ = writeMsg(c, verdict{Err: *reason})
+					if reason := aborted.Load(); reason != nil && !junk {
+						if err == nil {
+							_ = writeMsg(c, verdict{Err: *reason})
+						}
+						tell(h.Rank)
 					}
 					c.Close()
 				}
@@ -335,9 +365,10 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 	abortAll := func(reason string) {
 		reason = "rendezvous aborted by rank 0: " + strings.TrimPrefix(reason, ErrHandshake.Error()+": ")
 		aborted.Store(&reason)
-		for _, c := range conns {
+		for p, c := range conns {
 			if c != nil {
 				_ = writeMsg(c, verdict{Err: reason})
+				tell(p)
 			}
 		}
 	}
@@ -355,6 +386,7 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 			}
 			if res.err != nil {
 				res.c.Close()
+				tell(res.h.Rank) // it was refused, and knows why
 				abortAll(res.err.Error())
 				return conns, res.err
 			}
@@ -362,6 +394,7 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 				reason := fmt.Sprintf("two processes claim rank %d (%s and %s)", res.h.Rank, prev.RemoteAddr(), res.c.RemoteAddr())
 				_ = writeMsg(res.c, verdict{Err: reason})
 				res.c.Close()
+				tell(res.h.Rank)
 				abortAll(reason)
 				return conns, fmt.Errorf("%w: %s", ErrHandshake, reason)
 			}

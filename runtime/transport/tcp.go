@@ -46,6 +46,11 @@ type TCPConfig struct {
 	Timeout time.Duration
 	// RendezvousTimeout bounds the whole connection phase. Default 2 minutes.
 	RendezvousTimeout time.Duration
+	// AbortLinger bounds how long rank 0 stays in DialTCP after a failed
+	// rendezvous to tell the ranks that have not heard yet why it failed
+	// (they would otherwise retry until their RendezvousTimeout). Default
+	// 10 s; it ends early once every rank has been told.
+	AbortLinger time.Duration
 	// HeartbeatInterval is how often an idle connection carries a heartbeat.
 	// Default 1 s.
 	HeartbeatInterval time.Duration
@@ -81,6 +86,9 @@ func (c *TCPConfig) fill() error {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.AbortLinger <= 0 {
+		c.AbortLinger = defaultAbortLinger
 	}
 	if c.RendezvousTimeout <= 0 {
 		c.RendezvousTimeout = DefaultRendezvousTimeout

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorgonia.org/tensor"
+)
+
+// TestInProcMatchesSequential: every compiled-in schedule, through the
+// generated functions and through the interpreter, in float64 and float32,
+// trains exactly as sequential training on the same micro-batches
+// (DESIGN §10: relative error ≤ 1e-12 / 1e-5; -check fails beyond it).
+func TestInProcMatchesSequential(t *testing.T) {
+	for _, name := range scheduleNames() {
+		for _, dtype := range []string{"float64", "float32"} {
+			for _, interpret := range []bool{false, true} {
+				if interpret && catalog[name].Program == nil {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/interpret=%v", name, dtype, interpret), func(t *testing.T) {
+					var out bytes.Buffer
+					o := options{schedule: name, transport: "inproc", steps: 3, check: true, dtype: dtype, lr: 0.1, seed: 7, interpret: interpret}
+					if err := runInProc(o, &out); err != nil {
+						t.Fatalf("%v\n%s", err, out.String())
+					}
+					if !strings.Contains(out.String(), "check: max relative difference") {
+						t.Fatalf("no check line in output:\n%s", out.String())
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestCheckCatchesDivergence: -check is not vacuous. Training the pipeline
+// with one learning rate and the reference with another must fail it.
+func TestCheckCatchesDivergence(t *testing.T) {
+	var out bytes.Buffer
+	o := options{schedule: "1f1b", transport: "inproc", steps: 2, check: true, dtype: "float64", lr: 0.1, seed: 7}
+	model, _, err := sequentialReference(o, 4, tensor.Float64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2 := o
+	o2.lr = 0.2
+	ref2, _, err := sequentialReference(o2, 4, tensor.Float64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := maxRelDiff(params(model), params(ref2))
+	if err != nil || d <= o.tolerance() {
+		t.Fatalf("different learning rates give parameter difference %g (err %v); the check could not see a divergence", d, err)
+	}
+	if err := report(&out, o, 0, d); err == nil {
+		t.Errorf("report accepted a difference of %g", d)
+	}
+}
+
+// buildExample builds this command once per test binary run.
+var buildExample = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "mlp-test")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "mlp")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func exampleBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the example and starts OS processes")
+	}
+	bin, err := buildExample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestTCPMatchesSequential: 4 OS processes on loopback (the command's own
+// launcher) train exactly as sequential training, for every schedule.
+func TestTCPMatchesSequential(t *testing.T) {
+	bin := exampleBinary(t)
+	for _, name := range scheduleNames() {
+		for _, dtype := range []string{"float64", "float32"} {
+			t.Run(name+"/"+dtype, func(t *testing.T) {
+				cmd := exec.Command(bin, "-transport", "tcp", "-check", "-schedule", name, "-steps", "3", "-dtype", dtype)
+				cmd.Env = withoutRankEnv(os.Environ())
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				if got := strings.Count(string(out), "check: max relative difference"); got != 4 {
+					t.Fatalf("%d ranks reported a check, want 4:\n%s", got, out)
+				}
+			})
+		}
+	}
+}
+
+func withoutRankEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "PPGEN_TOKEN":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// rankProc is one rank started by hand, as a cluster launcher would.
+type rankProc struct {
+	cmd    *exec.Cmd
+	stdout *syncBuffer
+	stderr *syncBuffer
+	done   chan error
+	exited time.Time
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// startRanks starts world ranks of bin; args[r] are rank r's flags and
+// token[r] its PPGEN_TOKEN.
+func startRanks(t *testing.T, bin string, args [][]string, token []string) []*rankProc {
+	t.Helper()
+	port := freePort(t)
+	procs := make([]*rankProc, len(args))
+	for r := range args {
+		cmd := exec.Command(bin, append([]string{"-transport", "tcp"}, args[r]...)...)
+		cmd.Env = append(withoutRankEnv(os.Environ()),
+			fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", len(args)),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "PPGEN_TOKEN="+token[r])
+		p := &rankProc{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
+		cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.done <- cmd.Wait() }()
+		procs[r] = p
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			_ = p.cmd.Process.Kill()
+		}
+	})
+	return procs
+}
+
+// waitAll waits up to limit for every process but skip to exit and returns
+// each one's error (nil when it exited 0) and when it exited.
+func waitAll(t *testing.T, procs []*rankProc, skip int, limit time.Duration) map[int]error {
+	t.Helper()
+	errs := map[int]error{}
+	deadline := time.After(limit)
+	for r, p := range procs {
+		if r == skip {
+			continue
+		}
+		select {
+		case err := <-p.done:
+			errs[r] = err
+			p.exited = time.Now()
+		case <-deadline:
+			t.Fatalf("rank %d still running after %v; stderr:\n%s", r, limit, p.stderr.String())
+		}
+	}
+	return errs
+}
+
+// TestKilledRankIsNamed: killing one rank of a TCP run makes every other rank
+// exit with an error naming it within 10 s.
+func TestKilledRankIsNamed(t *testing.T) {
+	bin := exampleBinary(t)
+	flags := []string{"-schedule", "1f1b", "-steps", "100000", "-step-delay", "5ms"}
+	procs := startRanks(t, bin, [][]string{flags, flags, flags, flags}, []string{"tok", "tok", "tok", "tok"})
+	// Wait until training runs (the last rank prints losses).
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(procs[3].stdout.String(), "step 3 loss") {
+		if time.Now().After(deadline) {
+			t.Fatalf("training did not start; rank 3 stderr:\n%s", procs[3].stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	const victim = 2
+	killed := time.Now()
+	if err := procs[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	errs := waitAll(t, procs, victim, 10*time.Second)
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d exited 0 after rank %d was killed", r, victim)
+		}
+		msg := procs[r].stderr.String()
+		if !strings.Contains(msg, fmt.Sprintf("rank %d", victim)) {
+			t.Errorf("rank %d's error does not name rank %d:\n%s", r, victim, msg)
+		}
+		if d := procs[r].exited.Sub(killed); d > 10*time.Second {
+			t.Errorf("rank %d took %v to notice", r, d)
+		}
+	}
+}
+
+// TestMismatchedPeersRefused: a rank running another schedule (different
+// fingerprint) or holding another token is refused at the handshake with a
+// message that says what differs, and no rank trains.
+func TestMismatchedPeersRefused(t *testing.T) {
+	bin := exampleBinary(t)
+	same := []string{"-schedule", "1f1b", "-steps", "1"}
+	tests := []struct {
+		name  string
+		args  [][]string
+		token []string
+		want  string
+	}{
+		{"fingerprint", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, "fingerprint"},
+		{"token", [][]string{same, same, same, same}, []string{"t", "t", "other", "t"}, "token"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			procs := startRanks(t, bin, tc.args, tc.token)
+			errs := waitAll(t, procs, -1, 60*time.Second)
+			var all strings.Builder
+			failed := 0
+			for r, err := range errs {
+				if err != nil {
+					failed++
+				}
+				all.WriteString(procs[r].stderr.String())
+				if strings.Contains(procs[r].stdout.String(), "loss") {
+					t.Errorf("rank %d trained despite the mismatch", r)
+				}
+			}
+			if failed == 0 {
+				t.Fatalf("every rank exited 0")
+			}
+			if !strings.Contains(all.String(), tc.want) {
+				t.Errorf("no rank's error mentions %q:\n%s", tc.want, all.String())
+			}
+		})
+	}
+}
