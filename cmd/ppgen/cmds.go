@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,10 +12,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/ppgen/ppgen/gen"
-	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/internal/gencmd"
 )
 
 func runList(args []string, stdout, _ io.Writer) error {
@@ -36,6 +37,10 @@ func runList(args []string, stdout, _ io.Writer) error {
 
 // lowerFromFlags builds and lowers the schedule the flags name, or the -in file.
 func lowerFromFlags(sf *scheduleFlags) (gen.Result, error) {
+	opt, err := sf.lowerOptions()
+	if err != nil {
+		return gen.Result{}, err
+	}
 	if sf.in != "" {
 		if sf.schedule != "" {
 			return gen.Result{}, usagef("give either -in or -schedule, not both")
@@ -44,13 +49,13 @@ func lowerFromFlags(sf *scheduleFlags) (gen.Result, error) {
 		if err != nil {
 			return gen.Result{}, err
 		}
-		return gen.LowerProgram(p, gen.Options{})
+		return gen.LowerProgram(p, opt)
 	}
 	cfg, err := sf.config()
 	if err != nil {
 		return gen.Result{}, err
 	}
-	return gen.Lower(cfg, gen.Options{})
+	return gen.Lower(cfg, opt)
 }
 
 func runShow(args []string, stdout, _ io.Writer) error {
@@ -90,8 +95,10 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	var res gen.Result
-	var err error
-	opt := gen.Options{}
+	opt, err := sf.lowerOptions()
+	if err != nil {
+		return err
+	}
 	opt.Verify.MaxActivations = *maxAct
 	if sf.in != "" {
 		if sf.schedule != "" {
@@ -121,31 +128,83 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 	return nil
 }
 
-func runSim(args []string, stdout, _ io.Writer) error {
+func runSim(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	var sf scheduleFlags
 	sf.register(fs, true)
 	costSpec := fs.String("cost", "", "cost model, e.g. F=1,B=2,W=1,comm=0 (B = full backward; per-stage lists F=1:1:1:1.4)")
-	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy)")
+	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy); an array with -compare")
 	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
 	width := fs.Int("width", 120, "grid width in columns")
+	svgOut := fs.String("svg", "", "write an SVG timeline to this file (stacked timelines with -compare)")
+	svgWidth := fs.Int("svg-width", 1200, "SVG width in pixels")
+	compare := fs.String("compare", "", "compare schedules: a comma-separated list of families, each NAME or NAME:V, at the same -ranks, -micro and -cost")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *svgOut == "-" {
+		return usagef("-svg needs a file name")
+	}
+	if *svgWidth < 200 {
+		return usagef("-svg-width = %d; want at least 200", *svgWidth)
+	}
+	if *compare != "" {
+		if sf.schedule != "" || sf.in != "" || sf.virtual != 0 || sf.placement != "" || *grid {
+			return usagef("-compare takes the schedules from its list: drop -schedule, -in, -virtual, -placement and -grid (write NAME:V in the list for a V)")
+		}
+		entries, err := parseCompare(*compare)
+		if err != nil {
+			return err
+		}
+		pr := newProgress(stderr, "ppgen sim", len(entries))
+		defer pr.Done()
+		rows, err := runCompare(entries, &sf, *costSpec, pr)
+		if err != nil {
+			return err
+		}
+		var svg []byte
+		if *svgOut != "" {
+			pr.Phase("rendering %s", *svgOut)
+			svg = sim.SVGCompare(comparePanels(rows, *svgWidth)...)
+		}
+		pr.Done()
+		if svg != nil {
+			if err := writeSVG(*svgOut, svg, stderr); err != nil {
+				return err
+			}
+		}
+		if *asJSON {
+			return writeCompareJSON(stdout, rows)
+		}
+		cost, _ := parseCostFlag(*costSpec, 0)
+		return writeCompareTable(stdout, rows, fmt.Sprintf("P=%d M=%d cost %s", sf.ranks, sf.micro, cost))
+	}
+	pr := newProgress(stderr, "ppgen sim", 0)
+	defer pr.Done()
+	pr.Phase("lowering")
 	res, err := lowerFromFlags(&sf)
 	if err != nil {
 		return err
 	}
-	cost := sim.DefaultCost()
-	if *costSpec != "" {
-		if cost, err = sim.ParseCost(*costSpec, res.Program.Stages()); err != nil {
-			return usageError{err.Error()}
-		}
+	cost, err := parseCostFlag(*costSpec, res.Program.Stages())
+	if err != nil {
+		return err
 	}
+	pr.Phase("simulating %d steps", res.Program.NumSteps())
 	r, err := sim.Run(res.Program, cost)
 	if err != nil {
 		return err
 	}
+	name := scheduleName(&sf)
+	if *svgOut != "" {
+		pr.Phase("rendering %s", *svgOut)
+		svg := sim.SVG(r, res.Program, sim.SVGMeta{Schedule: name, Width: *svgWidth})
+		pr.Done()
+		if err := writeSVG(*svgOut, svg, stderr); err != nil {
+			return err
+		}
+	}
+	pr.Done()
 	if *asJSON {
 		b, err := r.JSON()
 		if err != nil {
@@ -153,10 +212,6 @@ func runSim(args []string, stdout, _ io.Writer) error {
 		}
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
-	}
-	name := sf.schedule
-	if name == "" {
-		name = filepath.Base(sf.in)
 	}
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)
@@ -177,52 +232,15 @@ func floats(xs []float64) string {
 }
 
 func runGen(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
-	var sf scheduleFlags
-	sf.register(fs, true)
-	out := fs.String("o", "", "output file (default: $GOFILE's name with _gen.go under go generate, else schedule_gen.go; - for stdout)")
-	pkg := fs.String("package", "", "package name (default: $GOPACKAGE, else the output directory's name)")
-	table := fs.Bool("table", false, "also emit the program as data (pipe.Op table) for the interpreter")
-	helper := fs.Int("helper", 0, "steps per helper function (0: the emitter's default)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	path := *out
-	if path == "" {
-		path = "schedule_gen.go"
-		if f := os.Getenv("GOFILE"); f != "" {
-			path = strings.TrimSuffix(f, ".go") + "_gen.go"
-		}
-	}
-	name := *pkg
-	if name == "" {
-		name = os.Getenv("GOPACKAGE")
-	}
-	if name == "" {
-		abs, err := filepath.Abs(filepath.Dir(path))
-		if err != nil {
-			return err
-		}
-		name = strings.NewReplacer("-", "", ".", "").Replace(filepath.Base(abs))
-	}
-	res, err := lowerFromFlags(&sf)
+	req, err := parseGen(args, gencmd.EnvFromOS())
 	if err != nil {
 		return err
 	}
-	schedule := sf.schedule
-	if schedule == "" {
-		schedule = "imported"
-	}
-	src, err := gen.Emit(res, emit.Options{
-		Package:    name,
-		Invocation: invocation("gen", fs),
-		Schedule:   schedule,
-		HelperSize: *helper,
-		Table:      *table,
-	})
+	src, res, err := req.Generate()
 	if err != nil {
 		return err
 	}
+	path := req.Path()
 	if path == "-" {
 		_, err = stdout.Write(src)
 		return err
@@ -232,6 +250,21 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "ppgen: wrote %s (%d ranks, %d steps)\n", path, res.Program.Placement.Ranks(), res.Program.NumSteps())
 	return nil
+}
+
+// parseGen parses the arguments of `ppgen gen` (internal/gencmd holds its
+// flags, shared with diff, check and vet, which regenerate in memory): -h
+// prints the flags, and bad flags are usage errors.
+func parseGen(args []string, env gencmd.Env) (*gencmd.Request, error) {
+	req, err := gencmd.Parse(args, env)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		gencmd.PrintDefaults(os.Stdout)
+		return nil, errHelp
+	case err != nil:
+		return nil, usageError{err.Error()}
+	}
+	return req, nil
 }
 
 // writeFileAtomic writes data to path through a temporary file in the same
