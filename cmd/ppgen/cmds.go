@@ -70,14 +70,28 @@ func runShow(args []string, stdout, _ io.Writer) error {
 	if *format != "text" && *format != "csv" {
 		return usagef("-format %q; want text or csv", *format)
 	}
-	res, err := lowerFromFlags(&sf)
-	if err != nil {
-		return err
+	var p ir.Program
+	if *computeOnly && sf.in == "" {
+		// The family's order as built: no lowering, so it works for
+		// compute-only families too.
+		cfg, err := sf.config()
+		if err != nil {
+			return err
+		}
+		if _, p, err = gen.Build(cfg); err != nil {
+			return err
+		}
+	} else {
+		res, err := lowerFromFlags(&sf)
+		if err != nil {
+			return err
+		}
+		p = res.Program
+		if *computeOnly {
+			p = res.Compute
+		}
 	}
-	p := res.Program
-	if *computeOnly {
-		p = res.Compute
-	}
+	var err error
 	if *format == "csv" {
 		_, err = stdout.Write(ir.FormatCSV(p))
 	} else {

@@ -12,7 +12,7 @@ func init() {
 		Summary:        "DualPipe (DeepSeek-V3): two model copies fed from both ends, forward of one direction overlapped with backward of the other (OVERLAP_F_B)",
 		Constraints:    "virtual = 2 (one stage of each copy per rank); ranks even; micro even and ≥ 2·ranks",
 		DefaultVirtual: 2,
-		ComputeOnly:    "its two model copies route each micro-batch through half of the 2P stages, and the lowering passes, verifier and runtime assume every micro-batch walks all stages; use dualpipev, or show/sim the compute order with -compute-only",
+		ComputeOnly:    "its two model copies route each micro-batch through half of the 2P stages, and the lowering passes, verifier and runtime assume every micro-batch walks all stages; use dualpipev, or print the compute order with `ppgen show -compute-only`",
 		Build:          buildDualPipe,
 	})
 }
