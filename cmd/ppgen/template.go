@@ -1,0 +1,40 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ppgen/ppgen/templates"
+)
+
+// runTemplate writes a cluster launch file (SLURM batch script or Kubernetes
+// indexed Job) that starts one process of the trainer per pipeline rank.
+func runTemplate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("template", flag.ContinueOnError)
+	kind := fs.String("kind", "", "template: "+strings.Join(templates.Kinds, " or "))
+	ranks := fs.Int("ranks", 0, "pipeline ranks (one process each)")
+	job := fs.String("job", "ppgen", "job name")
+	port := fs.Int("port", 29500, "MASTER_PORT")
+	image := fs.String("image", "", "container image (k8s)")
+	gpus := fs.Int("gpus", 0, "GPUs per rank (0: none requested)")
+	out := fs.String("o", "-", "output file (- for stdout)")
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	b, err := templates.Render(*kind, templates.Data{Job: *job, Ranks: *ranks, Port: *port, Image: *image, GPUs: *gpus, Command: fs.Args()})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if *out == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	if err := writeFileAtomic(*out, b); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "ppgen: wrote %s\n", *out)
+	return nil
+}

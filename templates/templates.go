@@ -1,0 +1,95 @@
+// Package templates renders the cluster launch files ppgen writes for a
+// trainer: a SLURM batch script and a Kubernetes indexed Job, each starting
+// one process per pipeline rank with the environment runtime/launch reads
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or SLURM's own variables).
+// The templates are text/template files embedded in the binary.
+package templates
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"text/template"
+)
+
+//go:embed *.tmpl
+var files embed.FS
+
+// Kinds lists the templates by name.
+var Kinds = []string{"k8s", "slurm"}
+
+var fileOf = map[string]string{"slurm": "slurm.sbatch.tmpl", "k8s": "k8s-job.yaml.tmpl"}
+
+// Data is what a template needs.
+type Data struct {
+	Job     string   // job name: lower-case letters, digits and '-'
+	Ranks   int      // pipeline ranks = processes
+	Port    int      // MASTER_PORT
+	Image   string   // container image (k8s)
+	GPUs    int      // GPUs per rank (0: none requested)
+	Command []string // the trainer command and its arguments
+}
+
+var jobName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// Render renders the named template ("slurm" or "k8s").
+func Render(kind string, d Data) ([]byte, error) {
+	file, ok := fileOf[kind]
+	if !ok {
+		return nil, fmt.Errorf("template %q: want one of %s", kind, strings.Join(Kinds, ", "))
+	}
+	switch {
+	case !jobName.MatchString(d.Job) || len(d.Job) > 52:
+		return nil, fmt.Errorf("job name %q: want lower-case letters, digits and '-', at most 52 characters (Kubernetes and SLURM both accept that)", d.Job)
+	case d.Ranks < 1:
+		return nil, fmt.Errorf("ranks = %d; want at least 1", d.Ranks)
+	case d.Port < 1 || d.Port > 65535:
+		return nil, fmt.Errorf("port = %d; want 1..65535", d.Port)
+	case d.GPUs < 0:
+		return nil, fmt.Errorf("gpus = %d; want 0 or more", d.GPUs)
+	case len(d.Command) == 0:
+		return nil, fmt.Errorf("no trainer command given")
+	case kind == "k8s" && d.Image == "":
+		return nil, fmt.Errorf("the k8s template needs a container image (-image)")
+	}
+	t, err := template.New(file).Funcs(template.FuncMap{
+		"shell": shellQuote,
+		"yaml":  yamlQuote,
+	}).ParseFS(files, file)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, d); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// shellQuote quotes words for a POSIX shell.
+func shellQuote(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		if w != "" && !strings.ContainsFunc(w, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' ||
+				(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+		}) {
+			out[i] = w
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+// yamlQuote renders words as a YAML flow sequence of double-quoted strings.
+func yamlQuote(words []string) string {
+	out := slices.Clone(words)
+	for i, w := range out {
+		out[i] = fmt.Sprintf("%q", w)
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
