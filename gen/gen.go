@@ -60,6 +60,13 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	// The schedule options that rewrite the compute order run as passes.
+	opt.Passes.Split = opt.Passes.Split || cfg.Options.Split
+	opt.Passes.Overlap = opt.Passes.Overlap || cfg.Options.Overlap
+	opt.Passes.DxDwInOverlap = opt.Passes.DxDwInOverlap || cfg.Options.DxDwInOverlap
+	if err := passes.CheckOptions(compute, opt.Passes); err != nil {
+		return Result{Config: cfg}, fmt.Errorf("schedule %s: %w", cfg.Schedule, err)
+	}
 	res, err := lowerCompute(compute, opt)
 	res.Config = cfg
 	return res, err

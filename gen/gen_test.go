@@ -190,9 +190,24 @@ func TestComputeOnlyFamiliesRefused(t *testing.T) {
 	}
 }
 
+// scheduleOptions are the option sets of the compute-order passes the
+// property tests run every family with: none, then split, overlap, overlap
+// with dx/dw split, split with overlap, and dx/dw split alone (which needs a
+// family with overlaps of its own; the others are refused).
+var scheduleOptions = []ir.Options{
+	{},
+	{Split: true},
+	{Overlap: true},
+	{Overlap: true, DxDwInOverlap: true},
+	{Split: true, Overlap: true},
+	{DxDwInOverlap: true},
+}
+
 // TestLoweringKeepsIdealMakespan: the timed comm order adds no stall at
 // comm = 0: every lowered program simulates in exactly the makespan of its
-// compute-only order, for every family on a grid of P, V and M.
+// compute-only order, for every family on a grid of P, V and M, and with each
+// of scheduleOptions (the compute order is then the one the split and
+// overlap passes made, the lowered program's compute steps).
 func TestLoweringKeepsIdealMakespan(t *testing.T) {
 	cost := sim.DefaultCost()
 	for _, f := range schedules.All() {
@@ -202,27 +217,49 @@ func TestLoweringKeepsIdealMakespan(t *testing.T) {
 		for _, P := range []int{2, 3, 4, 8} {
 			for _, V := range legalVirtuals(f) {
 				for _, M := range []int{1, P, 2*P + 1, 4 * P} {
-					cfg := ir.Config{Schedule: f.Name, Ranks: P, Virtual: V, Micro: M}
-					if _, _, err := Build(cfg); err != nil {
-						continue
-					}
-					res, err := Lower(cfg, Options{})
-					if err != nil {
-						t.Fatalf("%+v: %v", cfg, err)
-					}
-					ideal, err := sim.Run(res.Compute, cost)
-					if err != nil {
-						t.Fatalf("%+v: compute-only sim: %v", cfg, err)
-					}
-					got, err := sim.Run(res.Program, cost)
-					if err != nil {
-						t.Fatalf("%+v: sim: %v", cfg, err)
-					}
-					if math.Abs(got.Makespan-ideal.Makespan) > 1e-9 {
-						t.Errorf("%s P=%d V=%d M=%d: lowered makespan %.4g, compute-only %.4g", f.Name, P, V, M, got.Makespan, ideal.Makespan)
+					for _, o := range scheduleOptions {
+						cfg := ir.Config{Schedule: f.Name, Ranks: P, Virtual: V, Micro: M, Options: o}
+						_, compute, err := Build(cfg)
+						if err != nil {
+							continue
+						}
+						res, err := Lower(cfg, Options{})
+						if o.DxDwInOverlap && !o.Overlap && !hasOverlap(compute) {
+							if err == nil || !strings.Contains(err.Error(), "dxdw-in-overlap") {
+								t.Errorf("%+v: Lower error %v, want the dxdw-in-overlap refusal", cfg, err)
+							}
+							continue
+						}
+						if err != nil {
+							t.Fatalf("%+v: %v", cfg, err)
+						}
+						name := fmt.Sprintf("%s P=%d V=%d M=%d %+v", f.Name, P, V, M, o)
+						checkOnce(t, name, res.Program)
+						ideal, err := sim.Run(res.Program.ComputeOnly(), cost)
+						if err != nil {
+							t.Fatalf("%s: compute-only sim: %v", name, err)
+						}
+						got, err := sim.Run(res.Program, cost)
+						if err != nil {
+							t.Fatalf("%s: sim: %v", name, err)
+						}
+						if math.Abs(got.Makespan-ideal.Makespan) > 1e-9 {
+							t.Errorf("%s: lowered makespan %.4g, compute-only %.4g", name, got.Makespan, ideal.Makespan)
+						}
 					}
 				}
 			}
 		}
 	}
+}
+
+func hasOverlap(p ir.Program) bool {
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			if st.Kind.IsOverlap() {
+				return true
+			}
+		}
+	}
+	return false
 }

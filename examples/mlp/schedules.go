@@ -5,8 +5,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ppgen/ppgen/generated/dualpipev"
 	"github.com/ppgen/ppgen/generated/gpipe"
 	"github.com/ppgen/ppgen/generated/interleaved"
+	"github.com/ppgen/ppgen/generated/interleavedoverlap"
+	"github.com/ppgen/ppgen/generated/interleavedsplit"
 	"github.com/ppgen/ppgen/generated/onef1b"
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
@@ -31,6 +34,10 @@ var catalog = map[string]schedule{
 	"interleaved":  {interleaved.Spec, interleaved.Ranks[:], interleaved.Program},
 	"zb-h1":        {zbh1.Spec, zbh1.Ranks[:], zbh1.Program},
 	"zbv":          {zbv.Spec, zbv.Ranks[:], zbv.Program},
+	// Overlap steps (OVERLAP_F_B, OVERLAP_B_F) and split backwards.
+	"dualpipev":           {dualpipev.Spec, dualpipev.Ranks[:], dualpipev.Program},
+	"interleaved-overlap": {interleavedoverlap.Spec, interleavedoverlap.Ranks[:], interleavedoverlap.Program},
+	"interleaved-split":   {interleavedsplit.Spec, interleavedsplit.Ranks[:], interleavedsplit.Program},
 }
 
 func scheduleNames() []string {

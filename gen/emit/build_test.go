@@ -144,15 +144,9 @@ func readCase(path string) (testCase, error) {
 		case strings.HasPrefix(key, "rank "):
 			var steps []ir.Step
 			for _, f := range strings.Fields(val) {
-				text, slot, hasSlot := strings.Cut(f, "@")
-				st, perr := ir.ParseStep(text)
+				st, perr := parseSlotted(f)
 				if perr != nil {
 					return testCase{}, fmt.Errorf("%s:%d: %v", path, n, perr)
-				}
-				if hasSlot {
-					if st.Slot, err = strconv.Atoi(slot); err != nil {
-						break
-					}
 				}
 				steps = append(steps, st)
 			}
@@ -174,12 +168,52 @@ func readCase(path string) (testCase, error) {
 	return tc, nil
 }
 
+// parseSlotted parses one step of readCase's format: ir text with "@slot"
+// after the step, or after each sub-step of an overlap, as in
+// "(0F3@3;3I1@4)OVERLAP_F_B".
+func parseSlotted(f string) (ir.Step, error) {
+	texts, slots := []string{f}, []string{""}
+	end := strings.IndexByte(f, ')')
+	if strings.HasPrefix(f, "(") && end > 0 {
+		texts = strings.Split(f[1:end], ";")
+		slots = make([]string, len(texts))
+	}
+	for k, t := range texts {
+		texts[k], slots[k], _ = strings.Cut(t, "@")
+	}
+	text := texts[0]
+	if len(texts) > 1 || strings.HasPrefix(f, "(") {
+		text = "(" + strings.Join(texts, ";") + f[end:]
+	}
+	st, err := ir.ParseStep(text)
+	if err != nil {
+		return st, err
+	}
+	parts := []*ir.Step{&st}
+	if st.Kind.IsOverlap() {
+		parts = []*ir.Step{&st.Sub[0], &st.Sub[1]}
+	}
+	for k, s := range slots {
+		if s == "" || k >= len(parts) {
+			continue
+		}
+		if parts[k].Slot, err = strconv.Atoi(s); err != nil {
+			return st, fmt.Errorf("%q: slot %q: %v", f, s, err)
+		}
+	}
+	return st, nil
+}
+
 // formatSlotted writes the rank lines of readCase's format.
 func formatSlotted(p ir.Program) string {
 	var b strings.Builder
 	for r, steps := range p.Ranks {
 		fmt.Fprintf(&b, "rank %d:", r)
 		for _, st := range steps {
+			if st.Kind.IsOverlap() && len(st.Sub) == 2 {
+				fmt.Fprintf(&b, " (%s@%d;%s@%d)%s", st.Sub[0], st.Sub[0].Slot, st.Sub[1], st.Sub[1].Slot, st.Kind)
+				continue
+			}
 			b.WriteString(" " + st.String())
 			if st.Slot >= 0 {
 				b.WriteString("@" + strconv.Itoa(st.Slot))

@@ -1,6 +1,12 @@
 package emit
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"fmt"
+
+	"github.com/dave/jennifer/jen"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // shape is the argument list a runtime call takes; every argument is an int
 // constant taken from the step (and, for compute, its src slot).
@@ -11,6 +17,7 @@ const (
 	argsLocal                // (stage, micro, slot)
 	argsComm                 // (stage, micro, peer, slot)
 	argsCompute              // (stage, micro, slot, src)
+	argsOverlap              // the sub-steps' arguments in order: (stage, micro, slot, src) for F, (kind, stage, micro, slot, src) for B, I or W
 )
 
 // call says how one step kind is emitted: the pipe.Exec method of the
@@ -35,4 +42,61 @@ var calls = map[ir.Kind]call{
 	ir.BackwardInput:  {"BackwardInput", "OpBackwardInput", argsCompute},
 	ir.BackwardWeight: {"BackwardWeight", "OpBackwardWeight", argsLocal},
 	ir.OptStep:        {"OptStep", "OpOptStep", argsNone},
+	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", argsOverlap},
+	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", argsOverlap},
+}
+
+// An overlap step is emitted as one call with the arguments of both
+// sub-steps in sub-step order, the backward's kind first among its own:
+//
+//	x.OverlapFB(fStage, fMicro, fSlot, fSrc, pipe.OpBackward, bStage, bMicro, bSlot, bSrc)
+//	x.OverlapBF(pipe.OpBackwardInput, bStage, bMicro, bSlot, bSrc, fStage, fMicro, fSlot, fSrc)
+//
+// (a W sub-step passes src -1), and in the -table form as three ops: a header
+// {Kind: pipe.OpOverlapFB} with every other field -1, then the two sub-steps.
+
+// resolveOverlap checks the overlap st of rank r against the runtime API and
+// returns its call, sub-steps included (their src is filled later). leaf
+// checks one sub-step's fields as for any compute step.
+func resolveOverlap(st ir.Step, c call, leaf func(sub ir.Step) (op, error)) (op, error) {
+	if len(st.Sub) != 2 {
+		return op{}, fmt.Errorf("an overlap holds exactly two sub-steps, this one %d", len(st.Sub))
+	}
+	fi, bi := 0, 1
+	if st.Kind == ir.OverlapBF {
+		fi, bi = 1, 0
+	}
+	f, b := st.Sub[fi], st.Sub[bi]
+	if f.Kind != ir.Forward || (b.Kind != ir.Backward && b.Kind != ir.BackwardInput && b.Kind != ir.BackwardWeight) {
+		want := "(F;B), (F;I) or (F;W)"
+		if st.Kind == ir.OverlapBF {
+			want = "(B;F), (I;F) or (W;F)"
+		}
+		return op{}, fmt.Errorf("the runtime runs %s as %s, not (%s;%s)", st.Kind, want, st.Sub[0].Kind, st.Sub[1].Kind)
+	}
+	o := op{call: c, stage: ir.None, micro: ir.None, peer: ir.None, slot: ir.None, src: ir.None, sub: make([]op, 2)}
+	for k, s := range st.Sub {
+		so, err := leaf(s)
+		if err != nil {
+			return op{}, fmt.Errorf("sub-step %s: %w", s, err)
+		}
+		o.sub[k] = so
+	}
+	return o, nil
+}
+
+// overlapArgs returns the arguments of an overlap call.
+func (o op) overlapArgs() []jen.Code {
+	var args []jen.Code
+	for _, s := range o.sub {
+		if s.op != "OpForward" {
+			args = append(args, jen.Qual(PipePath, s.op))
+		}
+		src := s.src
+		if s.args == argsLocal {
+			src = ir.None // W: no source
+		}
+		args = append(args, jen.Lit(s.stage), jen.Lit(s.micro), jen.Lit(s.slot), jen.Lit(src))
+	}
+	return args
 }

@@ -55,6 +55,7 @@ type Options struct {
 type op struct {
 	call
 	stage, micro, peer, slot, src int
+	sub                           []op // an overlap's sub-steps, in order
 }
 
 // Emit returns the Go source of the lowered program p. It fails, naming the
@@ -184,6 +185,9 @@ func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int) {
 
 // stmt returns the call of one step: x.Method(args...).
 func (o op) stmt() *jen.Statement {
+	if o.args == argsOverlap {
+		return jen.Id("x").Dot(o.method).Call(o.overlapArgs()...)
+	}
 	var args []int
 	switch o.args {
 	case argsLocal:
@@ -204,16 +208,17 @@ func (o op) stmt() *jen.Statement {
 func emitTable(f *jen.File, ops [][]op) {
 	rows := make([]jen.Code, len(ops))
 	for r, rank := range ops {
-		items := make([]jen.Code, len(rank))
-		for i, o := range rank {
-			items[i] = jen.Values(
-				field("Kind", jen.Qual(PipePath, o.op)),
-				field("Stage", jen.Lit(o.stage)),
-				field("Micro", jen.Lit(o.micro)),
-				field("Peer", jen.Lit(o.peer)),
-				field("Slot", jen.Lit(o.slot)),
-				field("Src", jen.Lit(o.src)),
-			)
+		items := make([]jen.Code, 0, len(rank))
+		for _, o := range rank {
+			if o.args == argsOverlap {
+				// The header, then its sub-steps (see calls.go).
+				items = append(items, tableOp(o))
+				for _, s := range o.sub {
+					items = append(items, tableOp(s))
+				}
+				continue
+			}
+			items = append(items, tableOp(o))
 		}
 		open := "{ // rank " + strconv.Itoa(r)
 		if len(rank) == 0 {
@@ -225,6 +230,18 @@ func emitTable(f *jen.File, ops [][]op) {
 	f.Comment("Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.")
 	f.Var().Id("Program").Op("=").Index().Index().Qual(PipePath, "Op").
 		Custom(multiline, rows...)
+}
+
+// tableOp is the pipe.Op literal of one op.
+func tableOp(o op) jen.Code {
+	return jen.Values(
+		field("Kind", jen.Qual(PipePath, o.op)),
+		field("Stage", jen.Lit(o.stage)),
+		field("Micro", jen.Lit(o.micro)),
+		field("Peer", jen.Lit(o.peer)),
+		field("Slot", jen.Lit(o.slot)),
+		field("Src", jen.Lit(o.src)),
+	)
 }
 
 // resolve checks the program against the runtime API and returns each rank's
@@ -256,43 +273,53 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			return nil, nil, fmt.Errorf("emit: rank %d: slot count %d is negative", r, slots[r])
 		}
 		ops[r] = make([]op, len(steps))
-		for i, st := range steps {
-			bad := func(format string, a ...any) error {
-				return fmt.Errorf("emit: rank %d step %d (%s): %s", r, i, st, fmt.Sprintf(format, a...))
-			}
+		// leaf resolves one step that is not an overlap (or an overlap's sub-step).
+		leaf := func(st ir.Step) (op, error) {
 			c, ok := calls[st.Kind]
-			if !ok {
-				return nil, nil, bad("the runtime has no call for %s yet", st.Kind)
+			if !ok || c.args == argsOverlap {
+				return op{}, fmt.Errorf("the runtime has no call for %s yet", st.Kind)
 			}
 			o := op{call: c, stage: st.Stage, micro: st.Micro, peer: st.Peer, slot: st.Slot}
 			if c.args == argsNone {
 				// OPT_STEP: no operands; record none in the table either.
 				o.stage, o.micro, o.peer, o.slot = ir.None, ir.None, ir.None, ir.None
-				ops[r][i] = o
-				continue
+				return o, nil
 			}
 			switch {
 			case st.Stage < 0 || st.Stage >= S:
-				return nil, nil, bad("stage %d is outside 0..%d", st.Stage, S-1)
+				return op{}, fmt.Errorf("stage %d is outside 0..%d", st.Stage, S-1)
 			case p.Placement.RankOf[st.Stage] != r:
-				return nil, nil, bad("stage %d is placed on rank %d, not this one", st.Stage, p.Placement.RankOf[st.Stage])
+				return op{}, fmt.Errorf("stage %d is placed on rank %d, not this one", st.Stage, p.Placement.RankOf[st.Stage])
 			case st.Micro < 0 || st.Micro >= p.Micro:
-				return nil, nil, bad("micro-batch %d is outside 0..%d", st.Micro, p.Micro-1)
+				return op{}, fmt.Errorf("micro-batch %d is outside 0..%d", st.Micro, p.Micro-1)
 			case st.Slot < 0:
-				return nil, nil, bad("no slot assigned (slot %d); run slot assignment before emitting", st.Slot)
+				return op{}, fmt.Errorf("no slot assigned (slot %d); run slot assignment before emitting", st.Slot)
 			case st.Slot >= slots[r]:
-				return nil, nil, bad("slot %d but the rank has %d slots", st.Slot, slots[r])
+				return op{}, fmt.Errorf("slot %d but the rank has %d slots", st.Slot, slots[r])
 			}
 			if c.args == argsComm {
 				want := p.Placement.PeerOf(st.Kind, st.Stage)
 				switch {
 				case want == ir.None:
-					return nil, nil, bad("stage %d has no neighbour stage to exchange %s with", st.Stage, st.Kind.Channel())
+					return op{}, fmt.Errorf("stage %d has no neighbour stage to exchange %s with", st.Stage, st.Kind.Channel())
 				case st.Peer != want:
-					return nil, nil, bad("peer %d but the placement puts the other end on rank %d", st.Peer, want)
+					return op{}, fmt.Errorf("peer %d but the placement puts the other end on rank %d", st.Peer, want)
 				}
 			} else {
 				o.peer = ir.None
+			}
+			return o, nil
+		}
+		for i, st := range steps {
+			var o op
+			var err error
+			if c, ok := calls[st.Kind]; ok && c.args == argsOverlap {
+				o, err = resolveOverlap(st, c, leaf)
+			} else {
+				o, err = leaf(st)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("emit: rank %d step %d (%s): %w", r, i, st, err)
 			}
 			ops[r][i] = o
 		}
@@ -304,6 +331,12 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			ops[r][i].src = ir.None
 			if st.Kind == ir.Forward || st.Kind.IsBackward() {
 				ops[r][i].src = index.Src(st)
+			}
+			for k, sub := range ops[r][i].sub {
+				ops[r][i].sub[k].src = ir.None
+				if sub.args == argsCompute {
+					ops[r][i].sub[k].src = index.Src(st.Sub[k])
+				}
 			}
 		}
 	}

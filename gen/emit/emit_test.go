@@ -18,7 +18,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*/want.go.golden from the current output")
 
 // goldenCases are the directories under testdata holding input.txt and want.go.golden.
-var goldenCases = []string{"gpipe2", "1f1b4", "helpers", "table"}
+var goldenCases = []string{"gpipe2", "1f1b4", "helpers", "table", "overlap", "overlapbf"}
 
 func loadCase(t testing.TB, name string) testCase {
 	t.Helper()
@@ -191,9 +191,23 @@ func TestErrors(t *testing.T) {
 		{"unsupported kind", func(p *ir.Program, o *Options) {
 			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.StageOnly(ir.Unshard, 1))
 		}, "emit: rank 1 step 7 (1UNSHARD): the runtime has no call for UNSHARD yet"},
-		{"overlap", func(p *ir.Program, o *Options) {
+		{"overlap sub-step without slot", func(p *ir.Program, o *Options) {
 			p.Ranks[0][1] = ir.Overlap(ir.OverlapFB, ir.Compute(ir.Forward, 0, 0), ir.Compute(ir.Backward, 0, 1))
-		}, "emit: rank 0 step 1 ((0F0;0B1)OVERLAP_F_B): the runtime has no call for OVERLAP_F_B yet"},
+		}, "emit: rank 0 step 1 ((0F0;0B1)OVERLAP_F_B): sub-step 0F0: no slot assigned (slot -1)"},
+		{"overlap sub-step order", func(p *ir.Program, o *Options) {
+			p.Ranks[0][1] = ir.Overlap(ir.OverlapFB, ir.Compute(ir.Backward, 0, 1), ir.Compute(ir.Forward, 0, 0))
+		}, "emit: rank 0 step 1 ((0B1;0F0)OVERLAP_F_B): the runtime runs OVERLAP_F_B as (F;B), (F;I) or (F;W), not (B;F)"},
+		{"overlap of two forwards", func(p *ir.Program, o *Options) {
+			p.Ranks[0][1] = ir.Overlap(ir.OverlapBF, ir.Compute(ir.Forward, 0, 1), ir.Compute(ir.Forward, 0, 0))
+		}, "emit: rank 0 step 1 ((0F1;0F0)OVERLAP_B_F): the runtime runs OVERLAP_B_F as (B;F), (I;F) or (W;F), not (F;F)"},
+		{"overlap sub-step count", func(p *ir.Program, o *Options) {
+			p.Ranks[0][1] = ir.Step{Kind: ir.OverlapBF, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None, Sub: []ir.Step{p.Ranks[0][1]}}
+		}, "emit: rank 0 step 1 ((0F0)OVERLAP_B_F): an overlap holds exactly two sub-steps, this one 1"},
+		{"overlap sub-step elsewhere", func(p *ir.Program, o *Options) {
+			f, b := p.Ranks[0][1], ir.Compute(ir.BackwardInput, 1, 1)
+			b.Slot = 0
+			p.Ranks[0][1] = ir.Overlap(ir.OverlapFB, f, b)
+		}, "emit: rank 0 step 1 ((0F0;1I1)OVERLAP_F_B): sub-step 1I1: stage 1 is placed on rank 1, not this one"},
 		{"negative slot", func(p *ir.Program, o *Options) { p.Ranks[1][2].Slot = ir.None },
 			"emit: rank 1 step 2 (1F0): no slot assigned (slot -1)"},
 		{"slot over count", func(p *ir.Program, o *Options) { o.Slots = []int{2, 0} },

@@ -6,9 +6,13 @@
 // one file per pass. Passes never modify their input: they return a new
 // program (sub-step slices included whenever a pass writes into them).
 //
-//	InsertData   DATA_LOAD before the F of stage 0 (inputs) and of the last stage (labels)
-//	InsertComm   SEND right after each producer, RECV as late as the strict model allows
-//	AssignSlots  one buffer slot per chunk (stage, micro), lowest free first
+//	Overlap        pair each backward that a forward follows into (B;F)OVERLAP_B_F
+//	DxDwInOverlap  the backward inside an overlap as I, its W right after the composite
+//	Split, Merge   B -> I then W, and back
+//	FillW          W steps float later into bubbles (peak live chunks kept)
+//	InsertData     DATA_LOAD before the F of stage 0 (inputs) and of the last stage (labels)
+//	InsertComm     SEND right after each producer, RECV as late as the strict model allows
+//	AssignSlots    one buffer slot per chunk (stage, micro), lowest free first
 //
 // Lower runs the default pipeline (see Pipeline, the extension point for the
 // split, overlap, FSDP and swap passes) and reports slots and recv distance.

@@ -15,6 +15,21 @@ type Options struct {
 	// NoOptStep skips InsertOptStep (for trainers that step the optimizer
 	// outside the generated code).
 	NoOptStep bool
+
+	// Overlap pairs each backward that a forward follows into an
+	// OVERLAP_B_F step (the Overlap pass; ir.Options.Overlap).
+	Overlap bool
+	// DxDwInOverlap runs the backward inside each overlap as I, with its W
+	// right after the composite (the DxDwInOverlap pass;
+	// ir.Options.DxDwInOverlap). Without Overlap, the compute order must
+	// already hold overlaps (dualpipev's OVERLAP_F_B, say).
+	DxDwInOverlap bool
+	// Split replaces every full backward B by I then W (the Split pass;
+	// ir.Options.Split).
+	Split bool
+	// FillW lets W steps float into bubbles (the FillW pass, under the
+	// cost model of Comm), after the passes above.
+	FillW bool
 }
 
 // LowerInfo reports what lowering produced.
@@ -40,15 +55,34 @@ type Pass struct {
 }
 
 // Pipeline returns the passes Lower runs for opt, in order. It is the
-// extension point of the lowering: split/merge of backwards and overlap
-// pairing go before "comm", data transfers along the pipe after it, FSDP
+// extension point of the lowering: the rewrites of the compute order go
+// before "comm" ("overlap", then "dxdw", then "split", then "fillw": pairing
+// comes first so that -split -overlap pairs full backwards and then splits
+// them, which also splits the backward inside each overlap, as
+// -dxdw-in-overlap does), data transfers along the pipe after it, FSDP
 // (UNSHARD/RESHARD/REDUCE_GRAD), swap and coalescing before "slots", which
 // stays last because it assigns buffers to every step the others add
 // (DESIGN.md §5 gives the order). Each new pass is one Pass entry guarded by
 // its option.
 func Pipeline(opt Options) []Pass {
 	var ps []Pass
-	// (split/merge, overlap: later work, here)
+	if opt.Overlap {
+		ps = append(ps, Pass{Name: "overlap", Run: Overlap})
+	}
+	if opt.DxDwInOverlap {
+		ps = append(ps, Pass{Name: "dxdw", Run: func(p ir.Program) (ir.Program, error) {
+			if err := CheckOptions(p, opt); err != nil {
+				return ir.Program{}, err
+			}
+			return DxDwInOverlap(p)
+		}})
+	}
+	if opt.Split {
+		ps = append(ps, Pass{Name: "split", Run: Split})
+	}
+	if opt.FillW {
+		ps = append(ps, Pass{Name: "fillw", Run: func(p ir.Program) (ir.Program, error) { return FillW(p, opt.Comm.cost()) }})
+	}
 	if opt.NoData {
 		ps = append(ps, Pass{Name: "comm", Run: func(p ir.Program) (ir.Program, error) { return InsertComm(p, opt.Comm) }})
 	} else {

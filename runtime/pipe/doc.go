@@ -11,9 +11,12 @@
 //
 // # Steps
 //
-// Every step is a method with int arguments and no results: DataLoad,
+// Every step is a method with constant arguments and no results: DataLoad,
 // RecvAct, SendAct, RecvGrad, SendGrad, Forward, Backward, BackwardInput,
-// BackwardWeight, OptStep. Errors are sticky: the first one is kept ([Exec.Err])
+// BackwardWeight, OptStep, and the overlap steps OverlapFB and OverlapBF,
+// which run a forward and a backward of two micro-batches together: on two
+// goroutines when their stages are different objects, one after the other
+// otherwise (or with Config.SerialOverlap), with bit-identical results. Errors are sticky: the first one is kept ([Exec.Err])
 // and every later method returns at once. Errors are *[StepError]s naming the
 // rank, the step in schedule text form ("3F5", "1RECV_B2") and the peer.
 //

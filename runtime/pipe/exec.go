@@ -31,6 +31,11 @@ type Config struct {
 	// OptStep, if set, runs at the OPT_STEP step (the optimizer update of this
 	// rank's stages).
 	OptStep func() error
+	// SerialOverlap runs the two halves of every overlap step (OverlapFB,
+	// OverlapBF) one after the other, in sub-step order, even when they are
+	// on different stage objects. Set it when this rank's stages share state
+	// that is not safe for concurrent use (tied weights, a shared workspace).
+	SerialOverlap bool
 	// Logger receives failures (Error) and lifecycle (Debug). Default: discard.
 	Logger *slog.Logger
 }
@@ -89,6 +94,9 @@ type Exec struct {
 	tr      transport.Transport
 	optHook func() error
 	log     *slog.Logger
+
+	group         []int // stageGroups(stages): overlap halves on one group run one after the other
+	serialOverlap bool
 
 	slots  []slotState
 	losses []atomic.Uint64 // math.Float64bits of each micro's loss
@@ -156,6 +164,7 @@ func New(cfg Config) (*Exec, error) {
 	x := &Exec{
 		rank: r, spec: sp, last: last, stages: stages,
 		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
+		group: stageGroups(stages), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro),
 	}

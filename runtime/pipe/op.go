@@ -21,6 +21,11 @@ const (
 	OpBackwardInput         // BackwardInput(Stage, Micro, Slot, Src)
 	OpBackwardWeight        // BackwardWeight(Stage, Micro, Slot)
 	OpOptStep               // OptStep()
+	// An overlap is three consecutive ops: this header (other fields -1)
+	// and its two sub-steps in order, F then B, I or W for OpOverlapFB, the
+	// reverse for OpOverlapBF; see Exec.OverlapFB and Exec.OverlapBF.
+	OpOverlapFB // OverlapFB(F sub-step, backward sub-step)
+	OpOverlapBF // OverlapBF(backward sub-step, F sub-step)
 	numOpKinds
 )
 
@@ -37,6 +42,8 @@ var kindText = [numOpKinds]string{
 	OpBackwardInput:  "I",
 	OpBackwardWeight: "W",
 	OpOptStep:        "OPT_STEP",
+	OpOverlapFB:      "OVERLAP_F_B",
+	OpOverlapBF:      "OVERLAP_B_F",
 }
 
 // String returns the kind's schedule text name ("F", "SEND_B", ...).
@@ -58,8 +65,8 @@ type Op struct {
 func (o Op) String() string { return stepName(o.Kind, int(o.Stage), int(o.Micro)) }
 
 func stepName(k OpKind, stage, micro int) string {
-	if k == OpOptStep {
-		return "OPT_STEP"
+	if k == OpOptStep || k == OpOverlapFB || k == OpOverlapBF {
+		return k.String()
 	}
 	return fmt.Sprintf("%d%s%d", stage, k, micro)
 }

@@ -46,7 +46,7 @@ func RunAll(xs []*Exec, fns []func(*Exec) error) error {
 // Interpret runs ops, a rank's program as data, through the same methods the
 // generated code calls, and returns x.Err() (like a generated RankN).
 func Interpret(x *Exec, ops []Op) error {
-	for i := range ops {
+	for i := 0; i < len(ops); i++ {
 		if x.failed.Load() {
 			break
 		}
@@ -72,6 +72,13 @@ func Interpret(x *Exec, ops []Op) error {
 			x.BackwardWeight(int(op.Stage), int(op.Micro), int(op.Slot))
 		case OpOptStep:
 			x.OptStep()
+		case OpOverlapFB, OpOverlapBF:
+			a, b, ok := overlapSubOps(x, ops, i)
+			if !ok {
+				return x.Err()
+			}
+			x.runOverlapOps(op.Kind, *a, *b)
+			i += 2
 		default:
 			x.fail(&StepError{Rank: x.rank, Step: fmt.Sprintf("op #%d", i), Peer: -1, Err: fmt.Errorf("unknown op kind %d", uint8(op.Kind))})
 		}
@@ -118,13 +125,36 @@ func InterpretKeyed(x *Exec, ops []Op) error {
 		}
 		return int(sign) // let the Exec report the inconsistency
 	}
-	for i := range ops {
+	// resolved returns a compute op with its slot and src looked up the
+	// keyed way (its receive handle popped), for an overlap's sub-steps.
+	resolved := func(op Op) Op {
+		k := chunkKey{op.Stage, op.Micro}
+		from := -1
+		switch op.Kind {
+		case OpForward:
+			from = src(k, op.Src, -1)
+			delete(fwdHandles, k)
+		case OpBackward, OpBackwardInput:
+			from = src(k, op.Src, +1)
+			delete(bwdHandles, k)
+		}
+		op.Slot, op.Src = lookup(k, op.Slot), int32(from)
+		return op
+	}
+	for i := 0; i < len(ops); i++ {
 		if x.failed.Load() {
 			break
 		}
 		op := &ops[i]
 		k := chunkKey{op.Stage, op.Micro}
 		switch op.Kind {
+		case OpOverlapFB, OpOverlapBF:
+			a, b, ok := overlapSubOps(x, ops, i)
+			if !ok {
+				return x.Err()
+			}
+			x.runOverlapOps(op.Kind, resolved(*a), resolved(*b))
+			i += 2
 		case OpDataLoad:
 			x.DataLoad(int(op.Stage), int(op.Micro), int(lookup(k, op.Slot)))
 		case OpRecvAct:

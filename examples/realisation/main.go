@@ -1,0 +1,489 @@
+// Command realisation measures how closely the real runtime realises the
+// schedule the simulator predicts: it runs the committed catalog schedules
+// (generated/onef1b and generated/interleaved, P=4, M=8; their generated
+// straight-line rank functions) with the real runtime/pipe executor over the
+// in-process and the TCP transport (four ranks in this process on
+// 127.0.0.1), with stages that take fixed durations by waiting (F = 2 ms,
+// B = 4 ms as I = 2 ms then W = 2 ms, per chunk) on 2x2 tensors so compute is
+// negligible, and compares the measured iteration time with gen/sim's
+// makespan of the same program at the same per-chunk costs and comm = 0.
+//
+//	go run ./examples/realisation                     # both schedules, both transports, 20 iterations
+//	go run ./examples/realisation -transport tcp -iters 50
+//
+// A stage waits by deadline: it takes start = time.Now() on entry and sleeps
+// (time.Sleep) until start+d, recording by how much the wake-up overshot the
+// deadline. Two ratios come out:
+//
+//   - ratio: measured iteration time / simulated makespan at the nominal costs.
+//     It includes the timer's overshoot: on Linux the Go runtime sleeps in
+//     epoll_pwait, whose timeout has millisecond granularity, and the kernel
+//     adds its timer slack (more under virtualisation), so a 2 ms sleep can
+//     end a few hundred µs late.
+//   - ratio-eff: measured iteration time / simulated makespan at the measured
+//     mean duration of each kind of stage call (nominal + overshoot + the
+//     copy). It removes the instrument's error and leaves what the runtime adds:
+//     scheduling, transfers, host-side step overhead.
+//
+// The same measurement is BenchmarkRealisation and, with a loose bound,
+// TestRealisationWithinBound in this package's tests.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/generated/interleaved"
+	"github.com/ppgen/ppgen/generated/onef1b"
+	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+// The per-chunk costs, in the simulator's units (1 unit = 1 ms here).
+const (
+	costF = 2 * time.Millisecond
+	costI = 2 * time.Millisecond // input-gradient half of B
+	costW = 2 * time.Millisecond // weight-gradient half of B
+	// costSpec is the same model for sim.ParseCost: B = I + W.
+	costSpec = "F=2,B=4,W=2,comm=0"
+)
+
+// schedule is one catalog entry.
+type schedule struct {
+	name    string
+	spec    pipe.Spec
+	ranks   []func(*pipe.Exec) error
+	program [][]pipe.Op // the same steps as data, to simulate
+}
+
+func catalog() []schedule {
+	return []schedule{
+		{"1f1b", onef1b.Spec, onef1b.Ranks[:], onef1b.Program},
+		{"interleaved", interleaved.Spec, interleaved.Ranks[:], interleaved.Program},
+	}
+}
+
+var transports = []string{"inproc", "tcp"}
+
+func main() {
+	var (
+		sched = flag.String("schedule", "", "1f1b or interleaved (default: both)")
+		tr    = flag.String("transport", "", "inproc or tcp (default: both)")
+		iters = flag.Int("iters", 20, "measured iterations per case (after one warm-up iteration)")
+	)
+	flag.Parse()
+	if err := run(os.Stdout, *sched, *tr, *iters); err != nil {
+		fmt.Fprintln(os.Stderr, "realisation:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out io.Writer, sched, tr string, iters int) error {
+	if iters < 1 {
+		return fmt.Errorf("-iters %d; want at least 1", iters)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "schedule\ttransport\tsim ms\tmean ms\tmedian ms\tratio\tratio (median)\tovershoot µs mean/max\teff. sim ms\tratio-eff\t")
+	found := false
+	for _, sc := range catalog() {
+		if sched != "" && sched != sc.name {
+			continue
+		}
+		for _, t := range transports {
+			if tr != "" && tr != t {
+				continue
+			}
+			found = true
+			w, err := newWorld(sc, t)
+			if err != nil {
+				return err
+			}
+			res, err := w.measure(iters)
+			w.close()
+			if err != nil {
+				return fmt.Errorf("%s over %s: %w", sc.name, t, err)
+			}
+			mean, med := res.ms.mean(), res.ms.median()
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%.3f\t%.3f\t%.0f/%.0f\t%.2f\t%.3f\t\n", sc.name, t, res.simMS, mean, med,
+				mean/res.simMS, med/res.simMS, res.overMean, res.overMax, res.effSimMS, mean/res.effSimMS)
+		}
+	}
+	if !found {
+		return fmt.Errorf("no case matches -schedule %q -transport %q", sched, tr)
+	}
+	return tw.Flush()
+}
+
+// lowered reads the catalog program back from its Program table and checks
+// that it is exactly the program the rank functions run: its fingerprint
+// must equal the generated Fingerprint.
+func lowered(sc schedule) (ir.Program, error) {
+	p, err := programOf(sc.spec, sc.program)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	if fp := emit.Fingerprint(p); fp != sc.spec.Fingerprint {
+		return ir.Program{}, fmt.Errorf("%s: the Program table does not hash to the generated Fingerprint (%s != %s)", sc.name, fp, sc.spec.Fingerprint)
+	}
+	return p, nil
+}
+
+// makespan simulates p under the cost model spec and returns the makespan
+// (in ms: the costs are given in ms).
+func makespan(p ir.Program, spec string) (float64, error) {
+	cost, err := sim.ParseCost(spec, p.Stages())
+	if err != nil {
+		return 0, err
+	}
+	res, err := sim.Run(p, cost)
+	if err != nil {
+		return 0, err
+	}
+	return res.Makespan, nil
+}
+
+// opKinds maps the runtime's op kinds to ir kinds (the catalog uses no overlaps).
+var opKinds = map[pipe.OpKind]ir.Kind{
+	pipe.OpDataLoad:       ir.DataLoad,
+	pipe.OpRecvAct:        ir.RecvF,
+	pipe.OpSendAct:        ir.SendF,
+	pipe.OpRecvGrad:       ir.RecvB,
+	pipe.OpSendGrad:       ir.SendB,
+	pipe.OpForward:        ir.Forward,
+	pipe.OpBackward:       ir.Backward,
+	pipe.OpBackwardInput:  ir.BackwardInput,
+	pipe.OpBackwardWeight: ir.BackwardWeight,
+	pipe.OpOptStep:        ir.OptStep,
+}
+
+// programOf turns a generated Program table back into the lowered ir.Program.
+func programOf(spec pipe.Spec, ops [][]pipe.Op) (ir.Program, error) {
+	pl, err := ir.Table(spec.Ranks, spec.RankOf)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	p := ir.NewProgram(pl, spec.Micro)
+	for r, row := range ops {
+		for _, op := range row {
+			k, ok := opKinds[op.Kind]
+			if !ok {
+				return ir.Program{}, fmt.Errorf("rank %d: op %v: kind not supported here", r, op)
+			}
+			st := ir.Step{Kind: k, Stage: int(op.Stage), Micro: int(op.Micro), Peer: int(op.Peer), Slot: int(op.Slot)}
+			if k == ir.OptStep {
+				st = ir.Step{Kind: k, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+			}
+			p.Ranks[r] = append(p.Ranks[r], st)
+		}
+	}
+	return p, nil
+}
+
+// kind indexes the stage calls: F, I (BackwardInput), W (BackwardWeight).
+type kind int
+
+const (
+	kindF kind = iota
+	kindI
+	kindW
+	numKinds
+)
+
+// stats accumulates, over all stages of a world, how late the waits woke up
+// and how long each kind of stage call took (entry to return).
+type stats struct {
+	overSum, overN, overMax atomic.Int64 // ns, count, ns
+	durSum, durN            [numKinds]atomic.Int64
+}
+
+func (st *stats) reset() {
+	st.overSum.Store(0)
+	st.overN.Store(0)
+	st.overMax.Store(0)
+	for k := range numKinds {
+		st.durSum[k].Store(0)
+		st.durN[k].Store(0)
+	}
+}
+
+// wait takes a stage call of kind k that began at start: it sleeps until
+// start+d (time.Sleep, so the wake-up is as precise as the Go timer on this
+// machine) and records the overshoot and the call's duration.
+func (st *stats) wait(k kind, start time.Time, d time.Duration) {
+	deadline := start.Add(d)
+	time.Sleep(time.Until(deadline))
+	now := time.Now()
+	over := max(0, now.Sub(deadline))
+	st.overSum.Add(int64(over))
+	st.overN.Add(1)
+	for m := st.overMax.Load(); int64(over) > m && !st.overMax.CompareAndSwap(m, int64(over)); m = st.overMax.Load() {
+	}
+	st.durSum[k].Add(int64(now.Sub(start)))
+	st.durN[k].Add(1)
+}
+
+// overMeanMicros and overMaxMicros are the mean and largest overshoot in µs.
+func (st *stats) overMeanMicros() float64 {
+	if n := st.overN.Load(); n > 0 {
+		return float64(st.overSum.Load()) / float64(n) / 1e3
+	}
+	return 0
+}
+
+func (st *stats) overMaxMicros() float64 { return float64(st.overMax.Load()) / 1e3 }
+
+// meanMS is the mean duration of the calls of kind k in ms, or nominal when
+// none ran.
+func (st *stats) meanMS(k kind, nominal time.Duration) float64 {
+	if n := st.durN[k].Load(); n > 0 {
+		return float64(st.durSum[k].Load()) / float64(n) / 1e6
+	}
+	return float64(nominal) / 1e6
+}
+
+// effectiveCost is the cost model at the measured mean durations of the
+// stage calls (nominal cost + wake-up overshoot + the copy), in ms.
+func (st *stats) effectiveCost() string {
+	f, i, w := st.meanMS(kindF, costF), st.meanMS(kindI, costI), st.meanMS(kindW, costW)
+	return fmt.Sprintf("F=%.4g,B=%.4g,W=%.4g,comm=0", f, i+w, w)
+}
+
+// waitStage is a stage that copies its input and takes fixed durations.
+type waitStage struct{ st *stats }
+
+func (s waitStage) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	start := time.Now()
+	y := x.Clone().(*tensor.Dense)
+	s.st.wait(kindF, start, costF)
+	return y, nil, nil
+}
+
+func (s waitStage) BackwardInput(_ any, dy *tensor.Dense) (*tensor.Dense, error) {
+	start := time.Now()
+	dx := dy.Clone().(*tensor.Dense)
+	s.st.wait(kindI, start, costI)
+	return dx, nil
+}
+
+func (s waitStage) BackwardWeight(_ any, _ *tensor.Dense) error {
+	s.st.wait(kindW, time.Now(), costW)
+	return nil
+}
+
+// mse is the mean squared error over all elements.
+type mse struct{}
+
+func (mse) Loss(y, target *tensor.Dense) (float64, *tensor.Dense, error) {
+	yv, ok1 := y.Data().([]float64)
+	tv, ok2 := target.Data().([]float64)
+	if !ok1 || !ok2 || len(yv) != len(tv) {
+		return 0, nil, errors.New("mse: want float64 tensors of one shape")
+	}
+	n := float64(len(yv))
+	dy := make([]float64, len(yv))
+	loss := 0.0
+	for i := range yv {
+		d := yv[i] - tv[i]
+		loss += d * d / n
+		dy[i] = 2 * d / n
+	}
+	return loss, tensor.New(tensor.WithShape(y.Shape().Clone()...), tensor.WithBacking(dy)), nil
+}
+
+// batches returns M deterministic 2x2 inputs and targets.
+func batches(m int) pipe.MicroBatches {
+	var b pipe.MicroBatches
+	for i := range m {
+		f := float64(i)
+		b.Inputs = append(b.Inputs, tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]float64{f, f + 1, f + 2, f + 3})))
+		b.Targets = append(b.Targets, tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]float64{0, 1, 0, 1})))
+	}
+	return b
+}
+
+// world is one schedule's ranks over one transport, all in this process.
+type world struct {
+	sc    schedule
+	prog  ir.Program // the lowered program, to simulate
+	simMS float64    // its makespan at the nominal costs
+	trs   []transport.Transport
+	xs    []*pipe.Exec
+	st    *stats
+}
+
+func newWorld(sc schedule, kind string) (*world, error) {
+	prog, err := lowered(sc)
+	if err != nil {
+		return nil, err
+	}
+	simMS, err := makespan(prog, costSpec)
+	if err != nil {
+		return nil, err
+	}
+	w := &world{sc: sc, prog: prog, simMS: simMS, st: new(stats)}
+	n := sc.spec.Ranks
+	switch kind {
+	case "inproc":
+		w.trs = transport.NewInProc(n, transport.InProcTimeout(30*time.Second))
+	case "tcp":
+		if w.trs, err = tcpWorld(n, sc.spec.Fingerprint); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("transport %q; want inproc or tcp", kind)
+	}
+	data := batches(sc.spec.Micro)
+	for r := range n {
+		stages := map[int]pipe.Stage{}
+		for s, rr := range sc.spec.RankOf {
+			if rr == r {
+				stages[s] = waitStage{w.st}
+			}
+		}
+		x, err := pipe.New(pipe.Config{Rank: r, Spec: sc.spec, Stages: stages, Loss: mse{}, Data: data, Transport: w.trs[r]})
+		if err != nil {
+			w.close()
+			return nil, err
+		}
+		w.xs = append(w.xs, x)
+	}
+	return w, nil
+}
+
+// tcpWorld connects n TCP ranks (goroutines of this process) on 127.0.0.1.
+func tcpWorld(n int, fp string) ([]transport.Transport, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	trs := make([]transport.Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		cfg := transport.TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: "realisation", Fingerprint: fp,
+			Timeout: 30 * time.Second, RendezvousTimeout: 20 * time.Second}
+		if r == 0 {
+			cfg.Listener = ln
+		}
+		wg.Go(func() {
+			t, err := transport.DialTCP(context.Background(), cfg)
+			if err == nil {
+				trs[r] = t
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, t := range trs {
+			if t != nil {
+				t.Abort(err)
+			}
+		}
+		return nil, err
+	}
+	return trs, nil
+}
+
+// iterate runs one training iteration on every rank and returns its wall time.
+func (w *world) iterate() (time.Duration, error) {
+	start := time.Now()
+	err := pipe.RunAll(w.xs, w.sc.ranks)
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if l := w.xs[w.sc.spec.RankOf[w.sc.spec.Stages-1]].Losses(); len(l) != w.sc.spec.Micro || slices.ContainsFunc(l, math.IsNaN) {
+		return 0, fmt.Errorf("losses %v: want one per micro-batch", l)
+	}
+	return d, nil
+}
+
+// result is what measure found.
+type result struct {
+	ms                msList  // iteration times, ms
+	simMS             float64 // simulated makespan at the nominal costs, ms
+	effSimMS          float64 // simulated makespan at the measured mean durations of the stage calls, ms
+	overMean, overMax float64 // overshoot of the waits, µs
+	effCost           string  // the cost model of effSimMS
+}
+
+// warmUp runs one untimed iteration and clears the statistics.
+func (w *world) warmUp() error {
+	_, err := w.iterate()
+	w.st.reset()
+	return err
+}
+
+// finish completes r from the statistics gathered since warmUp.
+func (w *world) finish(r result) (result, error) {
+	r.simMS = w.simMS
+	r.overMean, r.overMax = w.st.overMeanMicros(), w.st.overMaxMicros()
+	r.effCost = w.st.effectiveCost()
+	var err error
+	r.effSimMS, err = makespan(w.prog, r.effCost)
+	return r, err
+}
+
+// measure runs one warm-up iteration, then iters timed ones.
+func (w *world) measure(iters int) (result, error) {
+	if err := w.warmUp(); err != nil {
+		return result{}, err
+	}
+	var r result
+	for range iters {
+		d, err := w.iterate()
+		if err != nil {
+			return result{}, err
+		}
+		r.ms = append(r.ms, float64(d)/1e6)
+	}
+	return w.finish(r)
+}
+
+func (w *world) close() {
+	for _, x := range w.xs {
+		x.Close()
+	}
+	var wg sync.WaitGroup
+	for _, t := range w.trs {
+		wg.Go(func() { t.Close() })
+	}
+	wg.Wait()
+}
+
+// msList is a list of iteration times in ms.
+type msList []float64
+
+func (l msList) mean() float64 {
+	s := 0.0
+	for _, v := range l {
+		s += v
+	}
+	return s / float64(len(l))
+}
+
+func (l msList) median() float64 {
+	s := slices.Sorted(slices.Values(l))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
