@@ -9,6 +9,7 @@
 package gen
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ppgen/ppgen/gen/emit"
@@ -101,22 +102,27 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 
 func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 	res := Result{Compute: compute}
-	// A compute order that cannot run reports better as itself than as a
-	// failed lowering: check it first.
-	if _, err := verify.Check(compute, verify.Options{}); err != nil {
-		return res, fmt.Errorf("compute order: %w", err)
-	}
 	lowered, info, err := passes.Lower(compute, opt.Passes)
 	if err != nil {
+		// A compute order that cannot run reports better as itself than
+		// as a failed lowering.
+		if _, verr := verify.Check(compute, verify.Options{}); verr != nil {
+			return res, fmt.Errorf("compute order: %w", verr)
+		}
 		return res, err
 	}
 	res.Program, res.Info = lowered, info
 	rep, err := verify.Check(lowered, opt.Verify)
 	res.Report = rep
-	if err != nil {
+	var ve *verify.Error
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.As(err, &ve) && ve.Code == verify.Memory:
+		return res, err // the user's activation limit
+	default:
 		return res, fmt.Errorf("lowered program failed verification (a ppgen bug; please report it): %w", err)
 	}
-	return res, nil
 }
 
 func hasSlots(p ir.Program) bool {

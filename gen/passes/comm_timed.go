@@ -3,7 +3,6 @@ package passes
 import (
 	"cmp"
 	"math"
-	"slices"
 	"sort"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -91,14 +90,59 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			}
 		}
 	}
-	slices.SortFunc(ts, func(a, b transfer) int {
-		// Ties: activations before gradients, activations from later ranks
-		// first and gradients from earlier ranks first, so a rank that
-		// receives and sends in one instant sends first (its receive is then
-		// posted later). Any total order both ends agree on is safe.
-		return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.kind, b.kind), cmp.Compare(tieRank(a.kind, a.src), tieRank(b.kind, b.src)),
-			cmp.Compare(a.j, b.j), cmp.Compare(a.sub, b.sub))
-	})
+	// The key of transfer x: (time, tie). Ties: activations before
+	// gradients, activations from later ranks first and gradients from
+	// earlier ranks first, so a rank that receives and sends in one instant
+	// sends first (its receive is then posted later); then producer step and
+	// sub-step. Any total order both ends agree on is safe.
+	tie := make([]uint64, len(ts))
+	for i, x := range ts {
+		tie[i] = uint64(x.kind)<<56 | uint64(tieRank(x.kind, x.src)+1<<23)<<32 | uint64(x.j)<<2 | uint64(x.sub)
+	}
+	less := func(a, b int32) int {
+		return cmp.Or(cmp.Compare(ts[a].t, ts[b].t), cmp.Compare(tie[a], tie[b]))
+	}
+	// Each rank's transfers (both halves), in key order. ts is in producer
+	// order (rank by rank, step by step), so per rank the sends and the
+	// receives from each source rank form runs that are sorted but for ties
+	// inside one step; an insertion sort fixes those in linear time and a
+	// merge of the few runs (one per neighbour) gives the rank's order.
+	runs := make([][][]int32, P) // runs[r]: rank r's sends, then one run per source
+	for i, x := range ts {
+		if rs := runs[x.src]; len(rs) == 0 {
+			runs[x.src] = append(runs[x.src], nil)
+		}
+		runs[x.src][0] = append(runs[x.src][0], int32(i))
+		rs := runs[x.dst]
+		if len(rs) == 0 {
+			rs = append(rs, nil)
+		}
+		if last := len(rs) - 1; last == 0 || ts[rs[last][0]].src != x.src {
+			rs = append(rs, nil)
+		}
+		rs[len(rs)-1] = append(rs[len(rs)-1], int32(i))
+		runs[x.dst] = rs
+	}
+	mine := make([][]int32, P)
+	for r, rs := range runs {
+		n := 0
+		for _, run := range rs {
+			insertionSort(run, less)
+			n += len(run)
+		}
+		merged := make([]int32, 0, n)
+		for len(merged) < n {
+			best := -1
+			for k, run := range rs {
+				if len(run) > 0 && (best < 0 || less(run[0], rs[best][0]) < 0) {
+					best = k
+				}
+			}
+			merged = append(merged, rs[best][0])
+			rs[best] = rs[best][1:]
+		}
+		mine[r] = merged
+	}
 	// upper returns how many of rank r's host steps end by time t.
 	upper := func(r int32, t float64) int {
 		e := ends[r]
@@ -111,17 +155,30 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		peer int32   // index of the other half in ops[step.Peer]
 		step ir.Step
 	}
+	sendPos := make([]int32, len(ts))
+	recvPos := make([]int32, len(ts))
 	ops := make([][]placed, P)
-	for _, x := range ts {
-		send := ir.Comm(x.kind, int(x.stage), int(x.micro), int(x.dst))
-		recvKind, recvStage := ir.RecvF, int(x.stage)+1
-		if x.kind == ir.SendB {
-			recvKind, recvStage = ir.RecvB, int(x.stage)-1
+	for r, list := range mine {
+		ops[r] = make([]placed, len(list))
+		for k, i := range list {
+			x := &ts[i]
+			if x.src == int32(r) {
+				sendPos[i] = int32(k)
+				ops[r][k] = placed{at: upper(x.src, x.t), t: x.t, step: ir.Comm(x.kind, int(x.stage), int(x.micro), int(x.dst))}
+				continue
+			}
+			recvPos[i] = int32(k)
+			recvKind, recvStage := ir.RecvF, int(x.stage)+1
+			if x.kind == ir.SendB {
+				recvKind, recvStage = ir.RecvB, int(x.stage)-1
+			}
+			ops[r][k] = placed{at: min(upper(x.dst, x.t), int(x.consume)), cons: int(x.consume), t: x.t,
+				step: ir.Comm(recvKind, recvStage, int(x.micro), int(x.src))}
 		}
-		recv := ir.Comm(recvKind, recvStage, int(x.micro), int(x.src))
-		si, ri := int32(len(ops[x.src])), int32(len(ops[x.dst]))
-		ops[x.src] = append(ops[x.src], placed{at: upper(x.src, x.t), t: x.t, peer: ri, step: send})
-		ops[x.dst] = append(ops[x.dst], placed{at: min(upper(x.dst, x.t), int(x.consume)), cons: int(x.consume), t: x.t, peer: si, step: recv})
+	}
+	for i, x := range ts {
+		ops[x.src][sendPos[i]].peer = recvPos[i]
+		ops[x.dst][recvPos[i]].peer = sendPos[i]
 	}
 	// Slide each receive later, past host steps but never past another
 	// transfer of its rank (the comm-stream order stays the key order), while
@@ -266,4 +323,13 @@ func tieRank(k ir.Kind, src int32) int32 {
 		return -src
 	}
 	return src
+}
+
+// insertionSort sorts a nearly sorted run in place.
+func insertionSort(a []int32, cmp func(a, b int32) int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && cmp(a[j], a[j-1]) < 0; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
 }
