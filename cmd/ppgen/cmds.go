@@ -190,8 +190,8 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			return writeCompareJSON(stdout, rows)
 		}
-		cost, _ := parseCostFlag(*costSpec, 0)
-		return writeCompareTable(stdout, rows, fmt.Sprintf("P=%d M=%d cost %s", sf.ranks, sf.micro, cost))
+		cost, _ := compareCost(*costSpec, 1)
+		return writeCompareTable(stdout, rows, fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", sf.ranks, sf.micro, cost))
 	}
 	pr := newProgress(stderr, "ppgen sim", 0)
 	defer pr.Done()
@@ -259,10 +259,14 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		_, err = stdout.Write(src)
 		return err
 	}
+	verb := "wrote"
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, src) {
+		verb = "kept" // writeFileAtomic leaves an unchanged file untouched
+	}
 	if err := writeFileAtomic(path, src); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "ppgen: wrote %s (%d ranks, %d steps)\n", path, res.Program.Placement.Ranks(), res.Program.NumSteps())
+	fmt.Fprintf(stderr, "ppgen: %s %s (%d ranks, %d steps)\n", verb, path, res.Program.Placement.Ranks(), res.Program.NumSteps())
 	return nil
 }
 

@@ -16,7 +16,14 @@
 //	verify   prove a schedule safe; exit 1 with the diagnosis when it is not
 //	sim      simulate with a cost model: makespan, bubbles, busy time, peak memory
 //	gen      verify, then write the Go source of a schedule
-//	version  print the runtime API version generated code needs
+//	diff     diff generated files with what ppgen generates now (exit 1 when they differ)
+//	check    fail when generated files are stale, edited or unsafe (writes nothing)
+//	vet      analyze generated files: send/receive matching, constants, fingerprint
+//	trace    simulate and write a Chrome trace (Perfetto, chrome://tracing)
+//	import   read a schedule from PyTorch's CSV, verify it, optionally emit Go
+//	export   write a schedule in PyTorch's CSV form
+//	launch   start N local processes of a command as the ranks of one job
+//	template write a SLURM script or Kubernetes Job for a trainer
 //
 // Schedule flags, the same for every command that takes a schedule:
 //
@@ -29,18 +36,94 @@
 //	-split             split B into I and W
 //	-overlap           pair a backward with the next forward
 //	-dxdw-in-overlap   run the paired backward as I then W
+//	-comm-order O      timed (default: by the cost model's ideal timeline),
+//	                   late (receives hoisted only as rendezvous demands) or
+//	                   eager (PyTorch's placement)
 //	-in FILE           (verify, sim, show, gen) read a schedule from a CSV in
 //	                   PyTorch's form, or from ppgen's text form, instead
 //
 // show:   -compute-only  print only F, B, I, W steps; -format text|csv
 //
 // sim:    -cost F=1,B=2,W=1,comm=0 (B is the full backward, I = B - W unless
-// I= is given; per-stage lists like F=1:1:1:1.4), -json, -grid
+// I= is given; per-stage lists like F=1:1:1:1.4), -json, -grid,
+// -svg FILE (an SVG timeline: one lane per rank, boxes coloured by kind with
+// their micro-batch, idle time, a legend and a title with P, V, M, bubbles and
+// peak activations; -svg-width PIXELS), -compare LIST (one table of makespan,
+// both bubbles and peak activations for each family of a comma-separated list
+// such as 1f1b,interleaved:4,zbv at the same -ranks and -micro; the cost is
+// one rank's share of the model, each of a family's V stages per rank costing
+// 1/V of it; with -svg the timelines are stacked on one time scale, with
+// -json it is an array). docs/visual.md shows the outputs.
+//
+// trace:  ppgen trace (-schedule ... | -in FILE) [-cost ...] [-o FILE.json]
+// writes the Chrome trace-event JSON of the simulation (stdout without -o):
+// a process per rank with threads compute, comm and swap, a complete event
+// per step with its simulated times (one cost unit = 1 ms), a flow arrow
+// from each send to its receive. It loads in ui.perfetto.dev and
+// chrome://tracing.
+//
+// import: ppgen import -from torch-csv FILE [-o out.go -package P -name N
+// -table -helper N -max-activations N] reads a schedule in the CSV form that
+// torch.distributed.pipelining dumps and loads (_dump_csv / _load_csv; - for
+// stdin), compute-only or with PyTorch's transfers, verifies it (exit 1 with
+// the diagnosis when unsafe, e.g. receives that deadlock under rendezvous) and
+// with -o emits its Go source. A file with transfers gets the DATA_LOAD and
+// OPT_STEP steps PyTorch leaves implicit; its FSDP actions are dropped.
+// -from torch-csv-legacy reads PyTorch 2.4 to 2.6 names (BW = full backward,
+// B = input gradient when the chunk has a W).
+//
+// export: ppgen export -to torch-csv (-schedule ... | -in FILE)
+// [-compute-only] [-no-reduce-grad] [-o FILE] writes a schedule for a PyTorch
+// runtime: the compute order (_load_csv format "compute_only"), or the
+// lowered program without data and optimizer steps and with REDUCE_GRAD after
+// each stage's last backward (format "compute_comms"). -to torch-csv-legacy
+// writes PyTorch 2.4 to 2.6 names.
+//
+// Long runs of sim, trace, import and export draw a progress bar on stderr
+// when it is a terminal.
 //
 // gen:    -o FILE (default $GOFILE with _gen.go, or stdout with -o -),
 // -package NAME (default $GOPACKAGE, else the output directory's name),
 // -table (also emit the program as data for the interpreter),
 // -helper N (steps per helper function)
+//
+// diff, check and vet take package patterns (./...) or generated files.
+// For a pattern they find every `ppgen gen` //go:generate line of the
+// matching packages (go tool ppgen gen, go run .../cmd/ppgen gen, ppgen gen;
+// $GOFILE and $GOPACKAGE expanded, paths relative to the package) and every
+// file with the ppgen header that no directive writes; a file alone is
+// regenerated from the invocation its header records. Nothing is written.
+//
+// diff:   ppgen diff [-U N] PATTERNS|FILES prints a unified diff from each
+// file on disk to what ppgen generates now; exit 0 when all are the same, 1
+// when one differs (or is missing), 2 on an error.
+//
+// check:  ppgen check [-v] PATTERNS|FILES regenerates (and so verifies) each
+// file in memory, reports a file that differs as "file:line: stale or
+// edited" at its first differing line, and vets the file on disk (below);
+// exit 1 when any file is stale, edited, missing or unsafe. CI runs
+// `go tool ppgen check ./...` (docs/ci.md).
+//
+// vet:    ppgen vet [-v] PATTERNS|FILES runs the gen/vet analyzer over the
+// files with the ppgen header and prints "file:line:col: message" like go
+// vet: each rank's sends must have matching receives on the peer in the same
+// FIFO order per (src, dst, channel), every step argument must be an integer
+// constant, steps must fit the Spec, the rank functions must still hash to
+// the Fingerprint constant (a hand edit is reported at the edited line when
+// the header's invocation regenerates the file), the Ranks table must list
+// every rank once, and the program must pass verify. cmd/ppgenvet runs the
+// same analyzer under `go vet -vettool`.
+//
+// launch: ppgen launch -n N [-port P] [-grace 10s] -- CMD ARGS... starts N
+// processes of CMD with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1,
+// MASTER_PORT and PPGEN_TOKEN set, prefixes their output with "[rank N] ",
+// and when one fails kills the rest after the grace period and exits 2
+// naming it.
+//
+// template: ppgen template -kind slurm|k8s -ranks N [-job NAME] [-port 29500]
+// [-image IMG] [-gpus G] [-o FILE] -- CMD ARGS... writes a SLURM batch script
+// (srun, one task per rank; MASTER_ADDR from the node list) or a Kubernetes
+// indexed Job with a headless Service (RANK from the completion index).
 //
 // Exit status: 0 success; 1 the schedule is unsafe (verify, check) or
 // differs (diff); 2 bad input or any other error, with a one-line reason on
@@ -75,6 +158,14 @@ func commands() []command {
 		{"verify", "prove a schedule safe (exit 1 with the diagnosis when not)", runVerify},
 		{"sim", "simulate a schedule with a cost model", runSim},
 		{"gen", "verify, then write the Go source of a schedule", runGen},
+		{"diff", "diff generated files with what ppgen generates now (exit 1 when they differ)", runDiff},
+		{"check", "fail when generated files are stale, edited or unsafe (writes nothing)", runCheck},
+		{"vet", "analyze generated files: send/receive matching, constants, fingerprint", runVet},
+		{"trace", "simulate and write a Chrome trace (Perfetto, chrome://tracing)", runTrace},
+		{"import", "read a schedule from PyTorch's CSV, verify it, optionally emit Go", runImport},
+		{"export", "write a schedule as PyTorch's CSV", runExport},
+		{"launch", "start N local processes of a command as the ranks of one job", runLaunch},
+		{"template", "write a SLURM script or Kubernetes Job that runs a trainer on N ranks", runTemplate},
 	}
 }
 

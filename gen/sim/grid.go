@@ -73,14 +73,12 @@ func Grid(r Result, p ir.Program, width int) string {
 		P, p.Stages(), p.Micro, name, formatNum(round9(r.Makespan)), r.Bubble, r.BubbleSpan, r.Peak())
 	fmt.Fprintf(&b, "1 column = %s time unit(s); '.' idle, '-' the step goes on\n", formatNum(round9(unit)))
 
-	// Ruler: a time label every k columns, k chosen so labels do not collide.
-	longest := len(formatNum(round9(float64(cols) * unit)))
-	k := 1
-	for _, step := range []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000} {
-		k = step
-		if step*cw >= longest+1 {
-			break
-		}
+	// Ruler: a time label every k columns, k the smallest step whose labels
+	// all fit in their k columns with a space to spare.
+	k := rulerStep(cols, cw, unit)
+	longest := 0
+	for c := 0; c <= cols; c += k {
+		longest = max(longest, len(formatNum(round9(float64(c)*unit))))
 	}
 	ruler := []byte(strings.Repeat(" ", cols*cw+longest))
 	for c := 0; c <= cols; c += k {
@@ -175,3 +173,25 @@ func niceAtLeast(v float64) float64 {
 
 // round9 rounds to 9 decimals, hiding float noise in printed times.
 func round9(v float64) float64 { return math.Round(v*1e9) / 1e9 }
+
+// rulerStep returns the number of columns between two time labels of the
+// grid's ruler: the smallest of 1, 2, 4, 5, 10, 20, 40, 50, 100, ... such
+// that every label (the time at columns 0, k, 2k, ... up to cols) is shorter
+// than the k columns of width cw it heads, so neighbouring labels never touch.
+func rulerStep(cols, cw int, unit float64) int {
+	fits := func(k int) bool {
+		for c := 0; c <= cols; c += k {
+			if len(formatNum(round9(float64(c)*unit))) >= k*cw {
+				return false
+			}
+		}
+		return true
+	}
+	for e := 1; ; e *= 10 {
+		for _, m := range []int{1, 2, 4, 5} {
+			if k := m * e; k > cols || fits(k) {
+				return max(k, 1)
+			}
+		}
+	}
+}

@@ -81,3 +81,61 @@ func TestSVGEdgeCases(t *testing.T) {
 		}
 	}
 }
+
+// TestSVGShades checks that a rank's later stages are drawn in a lighter
+// shade of their kind's colour, with a legend entry, and that a V = 1
+// timeline has neither.
+func TestSVGShades(t *testing.T) {
+	p, err := ir.ParseText("rank 0: 0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1\nrank 1: 1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Placement.Name != "v" {
+		t.Fatalf("placement %q, want v", p.Placement.Name)
+	}
+	r := mustRun(t, p, DefaultCost())
+	b := SVG(r, p, SVGMeta{Schedule: "v"})
+	wellFormed(t, b)
+	golden(t, "v_p2_m2.svg", b)
+	s := string(b)
+	light := shade(catInfo[catF].fill, 1, 2)
+	for _, want := range []string{
+		`fill="` + light + `" stroke="#ffffff" stroke-width="0.5"><title>rank 0 3F0`,              // stage 3 is rank 0's second stage
+		`fill="` + catInfo[catF].fill + `" stroke="#ffffff" stroke-width="0.5"><title>rank 0 0F0`, // stage 0 its first
+		"dark: a rank&#39;s first stage", ">time</text>",
+	} {
+		if !strings.Contains(s, want) && !strings.Contains(s, strings.ReplaceAll(want, "&#39;", "'")) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+	one := onef1b(2, 2, false)
+	if s := string(SVG(mustRun(t, one, DefaultCost()), one, SVGMeta{})); strings.Contains(s, "first stage") || strings.Contains(s, light) {
+		t.Error("a V = 1 timeline has shades or their legend")
+	}
+}
+
+func TestShadeAndTextColour(t *testing.T) {
+	for _, tt := range []struct {
+		color     string
+		k, levels int
+		want      string
+	}{
+		{"#4e79a7", 0, 2, "#4e79a7"},
+		{"#4e79a7", 1, 1, "#4e79a7"},
+		{"#000000", 1, 2, "#8c8c8c"}, // 55% white
+		{"#000000", 1, 3, "#464646"}, // half of that
+		{"#ffffff", 1, 2, "#ffffff"},
+		{"bogus", 1, 2, "bogus"},
+	} {
+		if got := shade(tt.color, tt.k, tt.levels); got != tt.want {
+			t.Errorf("shade(%s, %d, %d) = %s, want %s", tt.color, tt.k, tt.levels, got, tt.want)
+		}
+	}
+	for c := category(0); c < numCats; c++ {
+		// The text colours of the palette are what textOn picks, so shaded
+		// boxes use the same rule as the base ones.
+		if got := textOn(catInfo[c].fill); got != catInfo[c].text {
+			t.Errorf("textOn(%s) = %s, want %s (%s)", catInfo[c].fill, got, catInfo[c].text, catInfo[c].name)
+		}
+	}
+}

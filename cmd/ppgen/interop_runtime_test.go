@@ -1,0 +1,284 @@
+package main
+
+// Imported schedules run in runtime/pipe. gen/ and runtime/ never import
+// each other; this test, in the command that uses both, converts a lowered
+// ir.Program into the runtime's []pipe.Op table (what gen/emit writes with
+// -table) and runs it through pipe.Interpret on an in-process world with
+// tiny deterministic stages, against a sequential run of the same model.
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+// interopAffine is a Stage: y = a*x + b elementwise with learnable scalars
+// a and b (the idea of runtime/pipe's test stage). It keeps each
+// micro-batch's weight-gradient contribution and sums them sorted at the
+// optimizer step, so the result does not depend on the order of the W
+// steps: a pipelined run and a sequential run agree bit for bit.
+type interopAffine struct {
+	a, b   float64
+	ga, gb []float64
+}
+
+func interopDense(shape tensor.Shape, v []float64) *tensor.Dense {
+	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(v))
+}
+
+func (s *interopAffine) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	xs := x.Float64s()
+	y := make([]float64, len(xs))
+	for i, v := range xs {
+		y[i] = s.a*v + s.b
+	}
+	return interopDense(x.Shape(), y), x, nil
+}
+
+func (s *interopAffine) BackwardInput(_ any, dy *tensor.Dense) (*tensor.Dense, error) {
+	ds := dy.Float64s()
+	dx := make([]float64, len(ds))
+	for i, v := range ds {
+		dx[i] = s.a * v
+	}
+	return interopDense(dy.Shape(), dx), nil
+}
+
+func (s *interopAffine) BackwardWeight(saved any, dy *tensor.Dense) error {
+	xs := saved.(*tensor.Dense).Float64s()
+	var ga, gb float64
+	for i, v := range dy.Float64s() {
+		ga += v * xs[i]
+		gb += v
+	}
+	s.ga, s.gb = append(s.ga, ga), append(s.gb, gb)
+	return nil
+}
+
+func interopSortedSum(v []float64) float64 {
+	v = append([]float64(nil), v...)
+	sort.Float64s(v)
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+func (s *interopAffine) step() {
+	const lr = 1.0 / 64
+	s.a -= lr * interopSortedSum(s.ga)
+	s.b -= lr * interopSortedSum(s.gb)
+	s.ga, s.gb = s.ga[:0], s.gb[:0]
+}
+
+// interopMSE is the Loss: 0.5*sum((y-t)^2), dy = y - t.
+type interopMSE struct{}
+
+func (interopMSE) Loss(y, target *tensor.Dense) (float64, *tensor.Dense, error) {
+	ts := target.Float64s()
+	ys := y.Float64s()
+	dy := make([]float64, len(ys))
+	var loss float64
+	for i, v := range ys {
+		dy[i] = v - ts[i]
+		loss += 0.5 * dy[i] * dy[i]
+	}
+	return loss, interopDense(y.Shape(), dy), nil
+}
+
+// interopData gives deterministic, iteration-dependent micro-batches of
+// shape (2, 3).
+type interopData struct{ iter int }
+
+func (d *interopData) gen(micro, salt int) *tensor.Dense {
+	v := make([]float64, 6)
+	for i := range v {
+		v[i] = float64((d.iter*7+micro*5+i*3+salt)%9-4) / 4
+	}
+	return interopDense(tensor.Shape{2, 3}, v)
+}
+
+func (d *interopData) Input(m int) (*tensor.Dense, error)  { return d.gen(m, 0), nil }
+func (d *interopData) Target(m int) (*tensor.Dense, error) { return d.gen(m, 1), nil }
+
+func interopStages(n int) []*interopAffine {
+	st := make([]*interopAffine, n)
+	for i := range st {
+		st[i] = &interopAffine{a: 1 + float64(i)/16, b: float64(i%3-1) / 8}
+	}
+	return st
+}
+
+// interopSequential trains the model without a pipeline: the reference.
+func interopSequential(stages []*interopAffine, micro, iters int) [][]float64 {
+	var out [][]float64
+	for it := range iters {
+		d := &interopData{iter: it}
+		losses := make([]float64, micro)
+		for m := range micro {
+			x, _ := d.Input(m)
+			saved := make([]any, len(stages))
+			for s, st := range stages {
+				x, saved[s], _ = st.Forward(x)
+			}
+			t, _ := d.Target(m)
+			loss, dy, _ := interopMSE{}.Loss(x, t)
+			losses[m] = loss
+			for s := len(stages) - 1; s >= 0; s-- {
+				dx, _ := stages[s].BackwardInput(saved[s], dy)
+				_ = stages[s].BackwardWeight(saved[s], dy)
+				dy = dx
+			}
+		}
+		for _, st := range stages {
+			st.step()
+		}
+		out = append(out, losses)
+	}
+	return out
+}
+
+// interopOps converts a lowered, slotted program into the runtime's op
+// table, as gen/emit's -table output holds it.
+func interopOps(p ir.Program) ([][]pipe.Op, error) {
+	kinds := map[ir.Kind]pipe.OpKind{
+		ir.DataLoad: pipe.OpDataLoad, ir.RecvF: pipe.OpRecvAct, ir.SendF: pipe.OpSendAct,
+		ir.RecvB: pipe.OpRecvGrad, ir.SendB: pipe.OpSendGrad, ir.Forward: pipe.OpForward,
+		ir.Backward: pipe.OpBackward, ir.BackwardInput: pipe.OpBackwardInput,
+		ir.BackwardWeight: pipe.OpBackwardWeight, ir.OptStep: pipe.OpOptStep,
+	}
+	index := passes.IndexSlots(p)
+	ops := make([][]pipe.Op, len(p.Ranks))
+	for r, steps := range p.Ranks {
+		for _, st := range steps {
+			k, ok := kinds[st.Kind]
+			if !ok {
+				return nil, fmt.Errorf("rank %d: %s has no runtime op", r, st)
+			}
+			src := -1
+			switch st.Kind {
+			case ir.Forward, ir.Backward, ir.BackwardInput:
+				src = index.Src(st)
+			}
+			ops[r] = append(ops[r], pipe.Op{Kind: k, Stage: int32(st.Stage), Micro: int32(st.Micro),
+				Peer: int32(st.Peer), Slot: int32(st.Slot), Src: int32(src)})
+		}
+	}
+	return ops, nil
+}
+
+// interopTrain runs iters iterations of res on an in-process world and
+// returns the last stage's losses per iteration and the trained stages.
+func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*interopAffine) {
+	t.Helper()
+	p := res.Program
+	ops, err := interopOps(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	P, S := p.Placement.Ranks(), p.Stages()
+	spec := pipe.Spec{Schedule: "imported", Ranks: P, Stages: S, Micro: p.Micro, Slots: res.Info.Slots, RankOf: p.Placement.RankOf}
+	stages := interopStages(S)
+	data := &interopData{}
+	trs := transport.NewInProc(P, transport.InProcTimeout(20*time.Second))
+	xs := make([]*pipe.Exec, P)
+	fns := make([]func(*pipe.Exec) error, P)
+	for r := range P {
+		mine := map[int]pipe.Stage{}
+		var own []*interopAffine
+		for _, s := range spec.StagesOf(r) {
+			mine[s] = stages[s]
+			own = append(own, stages[s])
+		}
+		x, err := pipe.New(pipe.Config{Rank: r, Spec: spec, Stages: mine, Loss: interopMSE{}, Data: data, Transport: trs[r],
+			OptStep: func() error {
+				for _, s := range own {
+					s.step()
+				}
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs[r] = x
+		prog := ops[r]
+		fns[r] = func(x *pipe.Exec) error { return pipe.Interpret(x, prog) }
+	}
+	t.Cleanup(func() {
+		for r := range P {
+			xs[r].Close()
+			trs[r].Close()
+		}
+	})
+	last := p.Placement.Rank(S - 1)
+	var losses [][]float64
+	for it := range iters {
+		data.iter = it
+		if err := pipe.RunAll(xs, fns); err != nil {
+			t.Fatalf("iteration %d: %v", it, err)
+		}
+		losses = append(losses, xs[last].Losses())
+	}
+	return losses, stages
+}
+
+// TestImportedSchedulesRunInRuntime imports PyTorch CSVs (the hand-derived
+// Interleaved1F1B at P=4, V=2, M=8 in both forms, a legacy-named one and a
+// custom hand-written one), then trains three iterations through the
+// runtime interpreter and requires the losses and the trained parameters to
+// equal a sequential run exactly.
+func TestImportedSchedulesRunInRuntime(t *testing.T) {
+	for _, tc := range []struct{ file, format string }{
+		{"torch_interleaved1f1b_p4_v2_m8.csv", formatTorchCSV},
+		{"torch_interleaved1f1b_p4_v2_m8_comms.csv", formatTorchCSV},
+		{"torch_legacy_1f1b_p2_m2.csv", formatTorchCSVLegacy},
+		{"custom_3stage_table.csv", formatTorchCSV},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join("testdata", tc.file)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, err := importTorch(path, data, tc.format, gen.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const iters = 3
+			got, stages := interopTrain(t, im.res, iters)
+			ref := interopStages(len(stages))
+			want := interopSequential(ref, im.res.Program.Micro, iters)
+			for it := range want {
+				if len(got[it]) != len(want[it]) {
+					t.Fatalf("iteration %d: %d losses, want %d", it, len(got[it]), len(want[it]))
+				}
+				for m := range want[it] {
+					if got[it][m] != want[it][m] || math.IsNaN(got[it][m]) {
+						t.Errorf("iteration %d micro %d: loss %v, sequential %v", it, m, got[it][m], want[it][m])
+					}
+				}
+			}
+			if init := interopStages(1)[0]; ref[0].a == init.a && ref[0].b == init.b {
+				t.Fatal("the sequential run did not train: the comparison proves nothing")
+			}
+			for s := range ref {
+				if stages[s].a != ref[s].a || stages[s].b != ref[s].b {
+					t.Errorf("stage %d: params (%v, %v), sequential (%v, %v)", s, stages[s].a, stages[s].b, ref[s].a, ref[s].b)
+				}
+			}
+		})
+	}
+}
