@@ -1,0 +1,529 @@
+package vet
+
+import (
+	"fmt"
+	"go/ast"
+	"go/token"
+	"strconv"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// shape is the argument list of a runtime call (gen/emit calls.go).
+type shape uint8
+
+const (
+	argsNone    shape = iota // ()
+	argsLocal                // (stage, micro, slot)
+	argsComm                 // (stage, micro, peer, slot)
+	argsCompute              // (stage, micro, slot, src)
+	argsOverlap              // F's (stage, micro, slot, src) and the backward's (kind, stage, micro, slot, src), in sub-step order
+)
+
+var argNames = [...][]string{
+	argsNone:    nil,
+	argsLocal:   {"stage", "micro", "slot"},
+	argsComm:    {"stage", "micro", "peer", "slot"},
+	argsCompute: {"stage", "micro", "slot", "src"},
+}
+
+// method is how gen/emit writes one step kind: its pipe.Exec method and
+// arguments. Keep in step with gen/emit's calls table; the round-trip tests
+// fail when emit writes a call this table lacks.
+type method struct {
+	kind ir.Kind
+	args shape
+}
+
+var methods = map[string]method{
+	"DataLoad":       {ir.DataLoad, argsLocal},
+	"RecvAct":        {ir.RecvF, argsComm},
+	"SendAct":        {ir.SendF, argsComm},
+	"RecvGrad":       {ir.RecvB, argsComm},
+	"SendGrad":       {ir.SendB, argsComm},
+	"Forward":        {ir.Forward, argsCompute},
+	"Backward":       {ir.Backward, argsCompute},
+	"BackwardInput":  {ir.BackwardInput, argsCompute},
+	"BackwardWeight": {ir.BackwardWeight, argsLocal},
+	"OptStep":        {ir.OptStep, argsNone},
+	"OverlapFB":      {ir.OverlapFB, argsOverlap},
+	"OverlapBF":      {ir.OverlapBF, argsOverlap},
+}
+
+// opKinds maps the pipe.OpKind constants of -table entries (and of an
+// overlap's backward kind argument) to step kinds.
+var opKinds = map[string]ir.Kind{}
+
+func init() {
+	for name, m := range methods {
+		opKinds["Op"+name] = m.kind
+	}
+}
+
+// step is one runtime call of a rank function.
+type step struct {
+	call   *ast.CallExpr
+	rank   int
+	index  int
+	method string
+	st     ir.Step
+	src    int    // compute: the src argument; else ir.None
+	subSrc [2]int // overlap: the sub-steps' src
+	ok     bool   // well-formed: known method, constant arguments of the right count
+}
+
+// text renders the call as written, e.g. "x.SendAct(0, 3, 1, 3)".
+func (s *step) text() string { return exprString(s.call) }
+
+// spec is the parsed Spec literal.
+type spec struct {
+	lit    *ast.CompositeLit
+	fields map[string]ast.Expr
+	ranks  int
+	stages int
+	micro  int
+	slots  []int
+	rankOf []int
+	fpRef  bool // Fingerprint: Fingerprint
+}
+
+// model is what a generated file declares.
+type model struct {
+	file     *ast.File
+	pipe     string                   // the import name of runtime/pipe
+	guard    bool                     // const _ = pipe.SupportPackageIsVersionN
+	fp       *ast.BasicLit            // the Fingerprint constant's value
+	fpValue  string                   // its unquoted value
+	spec     *spec                    // nil when missing
+	specDecl ast.Node                 // the Spec declaration (for positions)
+	ranks    *ast.CompositeLit        // the Ranks table
+	table    *ast.CompositeLit        // the -table Program, if any
+	funcs    map[string]*ast.FuncDecl // top-level functions by name
+	steps    [][]*step                // per rank, nil when RankN is missing
+	opaque   bool                     // a rank function holds code other than calls: its steps are unknown
+	problems []problem                // what collecting found wrong
+}
+
+// problem is one diagnostic found while reading the file.
+type problem struct {
+	node ast.Node
+	msg  string
+}
+
+func (m *model) report(n ast.Node, format string, args ...any) {
+	m.problems = append(m.problems, problem{n, fmt.Sprintf(format, args...)})
+}
+
+// readModel collects the declarations of a generated file. It records
+// problems for what is malformed and reads as much as it can.
+func readModel(f *ast.File) *model {
+	m := &model{file: f, funcs: map[string]*ast.FuncDecl{}}
+	for _, imp := range f.Imports {
+		if path, _ := strconv.Unquote(imp.Path.Value); path == emit.PipePath {
+			m.pipe = "pipe"
+			if imp.Name != nil {
+				m.pipe = imp.Name.Name
+			}
+		}
+	}
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Recv == nil {
+				m.funcs[d.Name.Name] = d
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				vs, ok := s.(*ast.ValueSpec)
+				if !ok || len(vs.Names) != 1 || len(vs.Values) != 1 {
+					continue
+				}
+				m.readValue(d.Tok, vs)
+			}
+		}
+	}
+	return m
+}
+
+func (m *model) readValue(tok token.Token, vs *ast.ValueSpec) {
+	name, val := vs.Names[0].Name, vs.Values[0]
+	switch {
+	case tok == token.CONST && name == "_":
+		if sel, ok := val.(*ast.SelectorExpr); ok && isIdent(sel.X, m.pipe) && strings.HasPrefix(sel.Sel.Name, "SupportPackageIsVersion") {
+			m.guard = true
+		}
+	case tok == token.CONST && name == "Fingerprint":
+		if lit, ok := val.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			m.fp = lit
+			m.fpValue, _ = strconv.Unquote(lit.Value)
+		} else {
+			m.report(val, "the Fingerprint constant is not a string literal")
+		}
+	case tok == token.VAR && name == "Spec":
+		m.specDecl = vs
+		lit, ok := val.(*ast.CompositeLit)
+		if !ok {
+			m.report(val, "Spec is not a pipe.Spec composite literal")
+			return
+		}
+		m.spec = m.readSpec(lit)
+	case tok == token.VAR && name == "Ranks":
+		if lit, ok := val.(*ast.CompositeLit); ok {
+			m.ranks = lit
+		} else {
+			m.report(val, "Ranks is not the table of rank functions")
+		}
+	case tok == token.VAR && name == "Program":
+		if lit, ok := val.(*ast.CompositeLit); ok {
+			m.table = lit
+		}
+	}
+}
+
+func (m *model) readSpec(lit *ast.CompositeLit) *spec {
+	sp := &spec{lit: lit, fields: map[string]ast.Expr{}}
+	for _, e := range lit.Elts {
+		kv, ok := e.(*ast.KeyValueExpr)
+		if !ok {
+			m.report(e, "Spec field is not keyed")
+			return nil
+		}
+		if k, ok := kv.Key.(*ast.Ident); ok {
+			sp.fields[k.Name] = kv.Value
+		}
+	}
+	ints := func(name string, dst *int) bool {
+		e, ok := sp.fields[name]
+		if !ok {
+			m.report(lit, "Spec has no %s", name)
+			return false
+		}
+		v, ok := intLit(e)
+		if !ok {
+			m.report(e, "Spec.%s is not an integer constant", name)
+			return false
+		}
+		*dst = v
+		return true
+	}
+	slice := func(name string) ([]int, bool) {
+		e, ok := sp.fields[name]
+		if !ok {
+			m.report(lit, "Spec has no %s", name)
+			return nil, false
+		}
+		cl, ok := e.(*ast.CompositeLit)
+		if !ok {
+			m.report(e, "Spec.%s is not a []int literal", name)
+			return nil, false
+		}
+		out := make([]int, len(cl.Elts))
+		for i, x := range cl.Elts {
+			v, ok := intLit(x)
+			if !ok {
+				m.report(x, "Spec.%s[%d] is not an integer constant", name, i)
+				return nil, false
+			}
+			out[i] = v
+		}
+		return out, true
+	}
+	good := ints("Ranks", &sp.ranks)
+	good = ints("Stages", &sp.stages) && good
+	good = ints("Micro", &sp.micro) && good
+	var ok bool
+	sp.slots, ok = slice("Slots")
+	good = ok && good
+	sp.rankOf, ok = slice("RankOf")
+	good = ok && good
+	if e, has := sp.fields["Fingerprint"]; has && isIdent(e, "Fingerprint") {
+		sp.fpRef = true
+	} else {
+		m.report(lit, "Spec.Fingerprint is not the Fingerprint constant")
+	}
+	if !good {
+		return nil
+	}
+	switch {
+	case sp.ranks < 1:
+		m.report(sp.fields["Ranks"], "Spec.Ranks = %d; want at least 1", sp.ranks)
+		return nil
+	case sp.micro < 1:
+		m.report(sp.fields["Micro"], "Spec.Micro = %d; want at least 1", sp.micro)
+		return nil
+	case len(sp.rankOf) != sp.stages:
+		m.report(sp.fields["RankOf"], "Spec.RankOf places %d stages but Spec.Stages is %d", len(sp.rankOf), sp.stages)
+		return nil
+	case len(sp.slots) != sp.ranks:
+		m.report(sp.fields["Slots"], "Spec.Slots gives %d slot counts for Spec.Ranks = %d ranks", len(sp.slots), sp.ranks)
+		return nil
+	}
+	for s, r := range sp.rankOf {
+		if r < 0 || r >= sp.ranks {
+			m.report(sp.fields["RankOf"], "Spec.RankOf puts stage %d on rank %d, outside 0..%d", s, r, sp.ranks-1)
+			return nil
+		}
+	}
+	return sp
+}
+
+// placement is the Spec's placement as gen/ir holds it.
+func (sp *spec) placement() ir.Placement {
+	return ir.Placement{Name: "table", NumRanks: sp.ranks, RankOf: sp.rankOf}
+}
+
+// readSteps collects the runtime calls of every rank function, following
+// the helpers each calls, in order.
+func (m *model) readSteps() {
+	m.steps = make([][]*step, m.spec.ranks)
+	for r := range m.spec.ranks {
+		name := "Rank" + strconv.Itoa(r)
+		fn, ok := m.funcs[name]
+		if !ok {
+			m.report(m.file.Name, "no function %s: Spec.Ranks is %d, so every rank 0..%d needs one", name, m.spec.ranks, m.spec.ranks-1)
+			continue
+		}
+		steps := []*step{}
+		m.walk(fn, r, &steps, map[string]bool{}, true)
+		m.steps[r] = steps
+	}
+}
+
+// walk appends the steps of fn (RankN or a helper) to steps.
+func (m *model) walk(fn *ast.FuncDecl, r int, steps *[]*step, active map[string]bool, top bool) {
+	name := fn.Name.Name
+	params := fn.Type.Params.List
+	if len(params) != 1 || len(params[0].Names) != 1 {
+		m.report(fn.Name, "rank %d: %s should take the one parameter x *%s.Exec", r, name, m.pipe)
+		return
+	}
+	x := params[0].Names[0].Name
+	active[name] = true
+	defer delete(active, name)
+	body := fn.Body.List
+	for i, stmt := range body {
+		if ret, ok := stmt.(*ast.ReturnStmt); ok && top && i == len(body)-1 {
+			if len(ret.Results) != 1 || !isCall(ret.Results[0], x, "Err") {
+				m.report(ret, "rank %d: %s should end with return %s.Err()", r, name, x)
+			}
+			continue
+		}
+		es, ok := stmt.(*ast.ExprStmt)
+		call, isCallExpr := func() (*ast.CallExpr, bool) {
+			if !ok {
+				return nil, false
+			}
+			c, ok := es.X.(*ast.CallExpr)
+			return c, ok
+		}()
+		if !isCallExpr {
+			m.opaque = true
+			m.report(stmt, "rank %d: %s holds a %s; generated rank functions are straight-line runtime calls with constant arguments", r, name, stmtKind(stmt))
+			continue
+		}
+		switch fun := call.Fun.(type) {
+		case *ast.SelectorExpr:
+			if isIdent(fun.X, x) {
+				*steps = append(*steps, m.readStep(call, fun.Sel.Name, r, len(*steps)))
+				continue
+			}
+		case *ast.Ident:
+			helper, ok := m.funcs[fun.Name]
+			if ok && len(call.Args) == 1 && isIdent(call.Args[0], x) {
+				if active[fun.Name] {
+					m.report(call, "rank %d: %s calls itself through %s", r, fun.Name, name)
+					continue
+				}
+				m.walk(helper, r, steps, active, false)
+				continue
+			}
+		}
+		m.opaque = true
+		m.report(call, "rank %d: %s calls %s, which is neither a runtime step nor a helper of this file taking %s", r, name, exprString(call.Fun), x)
+	}
+	if top && (len(body) == 0 || !isReturn(body[len(body)-1])) {
+		m.report(at(fn.Body.Rbrace), "rank %d: %s should end with return %s.Err()", r, name, x)
+	}
+}
+
+// readStep reads one x.Method(args) call.
+func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
+	s := &step{call: call, rank: r, index: index, method: name, src: ir.None, subSrc: [2]int{ir.None, ir.None}}
+	meth, known := methods[name]
+	if !known {
+		if name == "Err" {
+			m.report(call, "rank %d: x.Err() in the middle of a rank function", r)
+		} else {
+			m.report(call, "rank %d step %d: %s is not a runtime step call ppgen generates", r, index, s.text())
+		}
+		return s
+	}
+	if meth.args == argsOverlap {
+		s.st, s.subSrc, s.ok = m.readOverlap(call, meth.kind, r, index)
+		return s
+	}
+	names := argNames[meth.args]
+	vals, ok := m.readArgs(call, call.Args, names, r, index, s.text())
+	if !ok {
+		return s
+	}
+	s.ok = true
+	switch meth.args {
+	case argsNone:
+		s.st = ir.Step{Kind: meth.kind, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+	case argsLocal:
+		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: ir.None, Slot: vals[2]}
+	case argsComm:
+		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: vals[2], Slot: vals[3]}
+	case argsCompute:
+		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: ir.None, Slot: vals[2]}
+		s.src = vals[3]
+	}
+	return s
+}
+
+// readArgs reads integer-literal arguments named names.
+func (m *model) readArgs(call *ast.CallExpr, args []ast.Expr, names []string, r, index int, text string) ([]int, bool) {
+	if len(args) != len(names) {
+		m.report(call, "rank %d step %d: %s has %d arguments; the runtime call takes %d (%s)", r, index, text, len(args), len(names), strings.Join(names, ", "))
+		return nil, false
+	}
+	vals := make([]int, len(args))
+	ok := true
+	for i, a := range args {
+		v, isLit := intLit(a)
+		if !isLit {
+			m.report(a, "rank %d step %d: argument %s of %s is %s, not a constant: generated steps pass integer literals", r, index, names[i], text, exprString(a))
+			ok = false
+			continue
+		}
+		vals[i] = v
+	}
+	return vals, ok
+}
+
+// readOverlap reads x.OverlapFB(F args, kind, B args) or
+// x.OverlapBF(kind, B args, F args).
+func (m *model) readOverlap(call *ast.CallExpr, kind ir.Kind, r, index int) (ir.Step, [2]int, bool) {
+	text := exprString(call)
+	src := [2]int{ir.None, ir.None}
+	if len(call.Args) != 9 {
+		m.report(call, "rank %d step %d: %s has %d arguments; an overlap call takes 9 (the forward's stage, micro, slot, src and the backward's kind, stage, micro, slot, src)", r, index, text, len(call.Args))
+		return ir.Step{}, src, false
+	}
+	fArgs, bArgs := call.Args[0:4], call.Args[4:9]
+	if kind == ir.OverlapBF {
+		bArgs, fArgs = call.Args[0:5], call.Args[5:9]
+	}
+	computeNames := argNames[argsCompute]
+	fv, okF := m.readArgs(call, fArgs, computeNames, r, index, text)
+	var bk ir.Kind
+	okK := false
+	if sel, ok := bArgs[0].(*ast.SelectorExpr); ok && isIdent(sel.X, m.pipe) {
+		bk, okK = opKinds[sel.Sel.Name]
+		okK = okK && (bk == ir.Backward || bk == ir.BackwardInput || bk == ir.BackwardWeight)
+	}
+	if !okK {
+		m.report(bArgs[0], "rank %d step %d: the backward kind of %s is %s; want %s.OpBackward, OpBackwardInput or OpBackwardWeight", r, index, text, exprString(bArgs[0]), m.pipe)
+	}
+	bv, okB := m.readArgs(call, bArgs[1:], computeNames, r, index, text)
+	if !okF || !okK || !okB {
+		return ir.Step{}, src, false
+	}
+	f := ir.Step{Kind: ir.Forward, Stage: fv[0], Micro: fv[1], Peer: ir.None, Slot: fv[2]}
+	b := ir.Step{Kind: bk, Stage: bv[0], Micro: bv[1], Peer: ir.None, Slot: bv[2]}
+	if kind == ir.OverlapFB {
+		src = [2]int{fv[3], bv[3]}
+		return ir.Overlap(kind, f, b), src, true
+	}
+	src = [2]int{bv[3], fv[3]}
+	return ir.Overlap(kind, b, f), src, true
+}
+
+// program rebuilds the lowered program from the steps; ok is false when a
+// rank function is missing or a step could not be read.
+func (m *model) program() (ir.Program, bool) {
+	p := ir.Program{Placement: m.spec.placement(), Micro: m.spec.micro, Ranks: make([][]ir.Step, m.spec.ranks)}
+	if m.opaque {
+		return p, false
+	}
+	for r, steps := range m.steps {
+		if steps == nil {
+			return p, false
+		}
+		p.Ranks[r] = make([]ir.Step, len(steps))
+		for i, s := range steps {
+			if !s.ok {
+				return p, false
+			}
+			p.Ranks[r][i] = s.st
+		}
+	}
+	return p, true
+}
+
+// at is a position as an ast.Node.
+type at token.Pos
+
+func (p at) Pos() token.Pos { return token.Pos(p) }
+func (p at) End() token.Pos { return token.Pos(p) + 1 }
+
+func intLit(e ast.Expr) (int, bool) {
+	neg := false
+	if u, ok := e.(*ast.UnaryExpr); ok && (u.Op == token.SUB || u.Op == token.ADD) {
+		neg, e = u.Op == token.SUB, u.X
+	}
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.INT {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(lit.Value, 0, 64)
+	if err != nil || v > 1<<31 {
+		return 0, false
+	}
+	if neg {
+		v = -v
+	}
+	return int(v), true
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+// isCall reports whether e is x.name().
+func isCall(e ast.Expr, x, name string) bool {
+	c, ok := e.(*ast.CallExpr)
+	if !ok || len(c.Args) != 0 {
+		return false
+	}
+	sel, ok := c.Fun.(*ast.SelectorExpr)
+	return ok && isIdent(sel.X, x) && sel.Sel.Name == name
+}
+
+func isReturn(s ast.Stmt) bool { _, ok := s.(*ast.ReturnStmt); return ok }
+
+func stmtKind(s ast.Stmt) string {
+	switch s.(type) {
+	case *ast.ForStmt, *ast.RangeStmt:
+		return "loop"
+	case *ast.IfStmt:
+		return "if statement"
+	case *ast.SwitchStmt, *ast.TypeSwitchStmt, *ast.SelectStmt:
+		return "switch"
+	case *ast.AssignStmt, *ast.DeclStmt:
+		return "declaration or assignment"
+	case *ast.ReturnStmt:
+		return "return before the end"
+	case *ast.GoStmt:
+		return "go statement"
+	case *ast.DeferStmt:
+		return "defer statement"
+	case *ast.BlockStmt:
+		return "nested block"
+	}
+	return "statement other than a call"
+}

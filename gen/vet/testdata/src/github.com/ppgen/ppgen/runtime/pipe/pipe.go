@@ -1,0 +1,54 @@
+// Package pipe is a stub of github.com/ppgen/ppgen/runtime/pipe with the API
+// generated code calls, so that analysistest (GOPATH mode over testdata/src)
+// can type-check the broken generated files. Only the signatures matter.
+package pipe
+
+const SupportPackageIsVersion1 = true
+
+type Spec struct {
+	Schedule    string
+	Ranks       int
+	Stages      int
+	Micro       int
+	Slots       []int
+	RankOf      []int
+	Fingerprint string
+}
+
+type OpKind uint8
+
+const (
+	OpDataLoad OpKind = iota
+	OpRecvAct
+	OpSendAct
+	OpRecvGrad
+	OpSendGrad
+	OpForward
+	OpBackward
+	OpBackwardInput
+	OpBackwardWeight
+	OpOptStep
+	OpOverlapFB
+	OpOverlapBF
+)
+
+type Op struct {
+	Kind                          OpKind
+	Stage, Micro, Peer, Slot, Src int32
+}
+
+type Exec struct{}
+
+func (x *Exec) Err() error                                                           { return nil }
+func (x *Exec) DataLoad(stage, micro, slot int)                                      {}
+func (x *Exec) RecvAct(stage, micro, peer, slot int)                                 {}
+func (x *Exec) SendAct(stage, micro, peer, slot int)                                 {}
+func (x *Exec) RecvGrad(stage, micro, peer, slot int)                                {}
+func (x *Exec) SendGrad(stage, micro, peer, slot int)                                {}
+func (x *Exec) Forward(stage, micro, slot, src int)                                  {}
+func (x *Exec) Backward(stage, micro, slot, src int)                                 {}
+func (x *Exec) BackwardInput(stage, micro, slot, src int)                            {}
+func (x *Exec) BackwardWeight(stage, micro, slot int)                                {}
+func (x *Exec) OptStep()                                                             {}
+func (x *Exec) OverlapFB(fs, fm, fslot, fsrc int, k OpKind, bs, bm, bslot, bsrc int) {}
+func (x *Exec) OverlapBF(k OpKind, bs, bm, bslot, bsrc int, fs, fm, fslot, fsrc int) {}

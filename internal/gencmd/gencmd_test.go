@@ -1,0 +1,157 @@
+package gencmd
+
+import (
+	"errors"
+	"flag"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestInvocationRoundTrip: what Invocation records, SplitArgs and Parse read
+// back to the same request, odd values included.
+func TestInvocationRoundTrip(t *testing.T) {
+	tests := [][]string{
+		{"-schedule", "1f1b", "-ranks", "4", "-micro", "8"},
+		{"-schedule", "zbv", "-ranks", "2", "-micro", "4", "-table", "-helper", "7", "-package", "sched"},
+		{"-in", "my schedule.csv", "-package", "p"},
+		{"-in", `odd"name\.txt`},
+		{"-schedule", "interleaved", "-ranks", "2", "-micro", "3", "-placement", "", "-comm-order", "eager", "-o", "out.go"},
+	}
+	for _, args := range tests {
+		r, err := Parse(args, Env{})
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		words, err := SplitArgs(r.Invocation)
+		if err != nil {
+			t.Fatalf("%s: %v", r.Invocation, err)
+		}
+		if words[0] != "ppgen" || words[1] != "gen" {
+			t.Fatalf("invocation %q", r.Invocation)
+		}
+		again, err := Parse(words[2:], Env{})
+		if err != nil {
+			t.Fatalf("%s: %v", r.Invocation, err)
+		}
+		if again.Invocation != r.Invocation {
+			t.Errorf("%q records %q, read back as %q", args, r.Invocation, again.Invocation)
+		}
+		r.Out, again.Out = "", "" // -o is not recorded
+		if !reflect.DeepEqual(r, again) {
+			t.Errorf("%q: %+v read back as %+v", args, r, again)
+		}
+	}
+}
+
+func TestSplitArgs(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{"a  b\tc", []string{"a", "b", "c"}, false},
+		{` -in "x y" -o z`, []string{"-in", "x y", "-o", "z"}, false},
+		{`"a\"b"`, []string{`a"b`}, false},
+		{`""`, []string{""}, false},
+		{`"open`, nil, true},
+		{"", nil, false},
+	}
+	for _, tt := range tests {
+		got, err := SplitArgs(tt.in)
+		if (err != nil) != tt.err || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("SplitArgs(%q) = %q, %v; want %q (error %v)", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	if _, err := Parse([]string{"-h"}, Env{}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-nope"}, "flag provided but not defined: -nope"},
+		{[]string{"-ranks", "x"}, `invalid value "x" for flag -ranks`},
+		{[]string{"-schedule", "1f1b", "extra"}, `unexpected argument "extra"`},
+	} {
+		_, err := Parse(tt.args, Env{})
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v; want a usage error with %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+func TestPathAndPackage(t *testing.T) {
+	tests := []struct {
+		args     []string
+		env      Env
+		path     string
+		pkg      string
+		wantPath string
+	}{
+		{nil, Env{}, "", "", "schedule_gen.go"},
+		{nil, Env{File: "model.go", Package: "model"}, "", "model", "model_gen.go"},
+		{[]string{"-o", "s.go"}, Env{Dir: "/w/p", Package: "p"}, "", "p", "/w/p/s.go"},
+		{[]string{"-o", "/abs/s.go", "-package", "q"}, Env{Dir: "/w/p", Package: "p"}, "", "q", "/abs/s.go"},
+		{[]string{"-o", "-"}, Env{Dir: "/w/my-pkg.v2"}, "", "mypkgv2", "-"},
+	}
+	for _, tt := range tests {
+		r, err := Parse(append([]string{"-schedule", "gpipe", "-ranks", "2", "-micro", "2"}, tt.args...), tt.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Path(); got != filepath.FromSlash(tt.wantPath) {
+			t.Errorf("%q in %+v: path %q, want %q", tt.args, tt.env, got, tt.wantPath)
+		}
+		if tt.pkg != "" {
+			if got, _ := r.PackageName(); got != tt.pkg {
+				t.Errorf("%q in %+v: package %q, want %q", tt.args, tt.env, got, tt.pkg)
+			}
+		}
+	}
+}
+
+func TestFromHeader(t *testing.T) {
+	r, err := Parse([]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "3", "-table"}, Env{Package: "sched"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _, err := r.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("some", "dir", "x_gen.go")
+	again, err := FromHeader(path, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Path() != path {
+		t.Errorf("regenerates %s, want %s", again.Path(), path)
+	}
+	if n, _ := again.PackageName(); n != "sched" {
+		t.Errorf("package %q, want sched (the package clause)", n)
+	}
+	out, _, err := again.Generate()
+	if err != nil || string(out) != string(src) {
+		t.Errorf("regeneration differs (%v)", err)
+	}
+
+	for _, tt := range []struct {
+		src, want string
+	}{
+		{"package p\n", "not a ppgen-generated file"},
+		{Header + "\n\npackage p\n", "records no invocation"},
+		{Header + "\n// ppgen trace -schedule 1f1b\n\npackage p\n", `records "ppgen trace -schedule 1f1b", not a ` + "`ppgen gen`"},
+		{Header + "\n// ppgen gen -bogus\n\npackage p\n", "flag provided but not defined: -bogus"},
+	} {
+		_, err := FromHeader("f.go", []byte(tt.src))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v; want %q", tt.src, err, tt.want)
+		}
+	}
+}
