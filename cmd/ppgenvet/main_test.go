@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -56,47 +54,5 @@ func TestGoVetBroken(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("go vet output lacks %q:\n%s", want, out)
 		}
-	}
-}
-
-// TestProtocol covers what go vet asks a vet tool besides the .cfg run.
-func TestProtocol(t *testing.T) {
-	var out, errs bytes.Buffer
-	if code := run([]string{"-V=full"}, &out, &errs); code != 0 || !strings.Contains(out.String(), " version devel ") || !strings.Contains(out.String(), " buildID=") {
-		t.Errorf("-V=full: exit %d, %q %q", code, out.String(), errs.String())
-	}
-	out.Reset()
-	if code := run([]string{"-flags"}, &out, &errs); code != 0 || !strings.HasPrefix(out.String(), "[") {
-		t.Errorf("-flags: exit %d, %q", code, out.String())
-	}
-	errs.Reset()
-	if code := run([]string{"./..."}, &out, &errs); code != 2 || !strings.Contains(errs.String(), "usage: go vet -vettool=") {
-		t.Errorf("run without a .cfg: exit %d, %q", code, errs.String())
-	}
-	// A .cfg for one broken package, in text and JSON form.
-	dir := t.TempDir()
-	abs, err := filepath.Abs("../../gen/vet/testdata/src/swappedsends/schedule_gen.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "vet.cfg")
-	vetx := filepath.Join(dir, "vet.out")
-	stdout := filepath.Join(dir, "vet.stdout")
-	if err := os.WriteFile(cfg, []byte(`{"ID": "swappedsends", "ImportPath": "swappedsends", "GoFiles": ["`+abs+`"], "VetxOutput": "`+vetx+`", "Stdout": "`+stdout+`"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	errs.Reset()
-	if code := run([]string{cfg}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "schedule_gen.go:43:2: rank 0 step 3:") {
-		t.Errorf("text mode: exit %d\n%s", code, errs.String())
-	}
-	if _, err := os.Stat(vetx); err != nil {
-		t.Errorf("no facts file written: %v", err)
-	}
-	if code := run([]string{"-json", cfg}, &out, &errs); code != 0 {
-		t.Errorf("json mode: exit %d", code)
-	}
-	js, err := os.ReadFile(stdout)
-	if err != nil || !strings.Contains(string(js), `"swappedsends": {`) || !strings.Contains(string(js), `"ppgen": [`) || !strings.Contains(string(js), `schedule_gen.go:43:2"`) {
-		t.Errorf("json mode wrote %q (%v)", js, err)
 	}
 }

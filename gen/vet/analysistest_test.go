@@ -1,12 +1,3 @@
-//go:build analysistest
-
-// This file runs the broken files of testdata/src through
-// golang.org/x/tools/go/analysis/analysistest. analysistest imports
-// golang.org/x/sync and golang.org/x/mod, which go.mod does not require
-// yet, so it is built only with -tags analysistest once they are
-// (`go get golang.org/x/tools/go/analysis/analysistest@v0.52.0`);
-// TestBrokenFiles runs the same `// want` checks without them.
-
 package vet
 
 import (
@@ -15,6 +6,10 @@ import (
 	"golang.org/x/tools/go/analysis/analysistest"
 )
 
+// TestAnalysistest runs the deliberately broken generated files of
+// testdata/src through golang.org/x/tools/go/analysis/analysistest: each
+// diagnostic must match a `// want` comment on its line and each want must
+// be matched.
 func TestAnalysistest(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), Analyzer, brokenNames()...)
 }

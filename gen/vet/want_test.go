@@ -2,132 +2,14 @@ package vet
 
 import (
 	"flag"
-	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/internal/gencmd"
 )
-
-// runWant applies the analyzer to the package in dir and checks its
-// diagnostics against the `// want "regexp"...` comments of its files, as
-// golang.org/x/tools/go/analysis/analysistest does: every diagnostic must
-// match a want on its line, and every want must be matched by one
-// diagnostic. (analysistest itself needs golang.org/x/sync and x/mod, which
-// go.mod does not require yet; analysistest_test.go runs the same testdata
-// through it under the analysistest build tag.)
-func runWant(t *testing.T, dir string) {
-	t.Helper()
-	fset := token.NewFileSet()
-	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no Go files in %s (%v)", dir, err)
-	}
-	var files []*ast.File
-	type key struct {
-		file string
-		line int
-	}
-	wants := map[key][]*regexp.Regexp{}
-	for _, name := range names {
-		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-		for _, cg := range f.Comments {
-			for _, c := range cg.List {
-				text, ok := strings.CutPrefix(c.Text, "// want ")
-				if !ok {
-					continue
-				}
-				res, err := parseWant(text)
-				if err != nil {
-					t.Fatalf("%s: %v", fset.Position(c.Pos()), err)
-				}
-				p := fset.Position(c.Pos())
-				k := key{p.Filename, p.Line}
-				wants[k] = append(wants[k], res...)
-			}
-		}
-	}
-	diags, err := Run(fset, files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range diags {
-		p := fset.Position(d.Pos)
-		k := key{p.Filename, p.Line}
-		matched := false
-		for i, re := range wants[k] {
-			if re.MatchString(d.Message) {
-				wants[k] = append(wants[k][:i], wants[k][i+1:]...)
-				matched = true
-				break
-			}
-		}
-		if !matched {
-			t.Errorf("%s: unexpected diagnostic: %s", p, d.Message)
-		}
-	}
-	var left []string
-	for k, res := range wants {
-		for _, re := range res {
-			left = append(left, fmt.Sprintf("%s:%d: no diagnostic was reported matching %#q", k.file, k.line, re))
-		}
-	}
-	sort.Strings(left)
-	for _, l := range left {
-		t.Error(l)
-	}
-}
-
-// parseWant reads the Go string literals (quoted or raw) after "want".
-func parseWant(text string) ([]*regexp.Regexp, error) {
-	var res []*regexp.Regexp
-	for text = strings.TrimSpace(text); text != ""; text = strings.TrimSpace(text) {
-		var end int
-		switch text[0] {
-		case '`':
-			end = strings.IndexByte(text[1:], '`') + 1
-		case '"':
-			end = 1
-			for end < len(text) && text[end] != '"' {
-				if text[end] == '\\' {
-					end++
-				}
-				end++
-			}
-		default:
-			return nil, fmt.Errorf("want: expected a string literal at %q", text)
-		}
-		if end <= 0 || end >= len(text) {
-			return nil, fmt.Errorf("want: unterminated string literal in %q", text)
-		}
-		s, err := strconv.Unquote(text[:end+1])
-		if err != nil {
-			return nil, fmt.Errorf("want: %v in %q", err, text[:end+1])
-		}
-		re, err := regexp.Compile(s)
-		if err != nil {
-			return nil, fmt.Errorf("want: %v", err)
-		}
-		res = append(res, re)
-		text = text[end+1:]
-	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("want: no patterns")
-	}
-	return res, nil
-}
 
 var update = flag.Bool("update", false, "rewrite testdata/src/*/schedule_gen.go from the generator and the edits of brokenCases")
 
@@ -307,14 +189,6 @@ func TestBrokenFilesFresh(t *testing.T) {
 		if err != nil || string(have) != e.s {
 			t.Errorf("%s is not the generator's output with the %s edit (the generator changed?); rerun `go test ./gen/vet -run TestBrokenFilesFresh -update` and review the diff (%v)", path, c.name, err)
 		}
-	}
-}
-
-func TestBrokenFiles(t *testing.T) {
-	for _, name := range brokenNames() {
-		t.Run(name, func(t *testing.T) {
-			runWant(t, filepath.Join("testdata", "src", name))
-		})
 	}
 }
 
