@@ -8,42 +8,65 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// shape is the argument list a runtime call takes; every argument is an int
+// Shape is the argument list a runtime call takes; every argument is an int
 // constant taken from the step (and, for compute, its src slot).
-type shape uint8
+type Shape uint8
 
+// The argument shapes of runtime calls.
 const (
-	argsNone    shape = iota // ()
-	argsLocal                // (stage, micro, slot)
-	argsComm                 // (stage, micro, peer, slot)
-	argsCompute              // (stage, micro, slot, src)
-	argsOverlap              // the sub-steps' arguments in order: (stage, micro, slot, src) for F, (kind, stage, micro, slot, src) for B, I or W
+	ArgsNone    Shape = iota // ()
+	ArgsLocal                // (stage, micro, slot)
+	ArgsComm                 // (stage, micro, peer, slot)
+	ArgsCompute              // (stage, micro, slot, src)
+	ArgsOverlap              // the sub-steps' arguments in order: (stage, micro, slot, src) for F, (kind, stage, micro, slot, src) for B, I or W
 )
+
+// Call is how one step kind is emitted: the pipe.Exec method of the
+// generated call, the pipe.OpKind constant of its -table entry, and its
+// arguments.
+type Call struct {
+	Kind   ir.Kind
+	Method string
+	Op     string
+	Args   Shape
+}
+
+// Calls returns the step kind -> runtime call table in kind order, for tools
+// that read generated code back (gen/vet).
+func Calls() []Call {
+	out := make([]Call, 0, len(calls))
+	for _, k := range ir.Kinds() {
+		if c, ok := calls[k]; ok {
+			out = append(out, Call{Kind: k, Method: c.method, Op: c.op, Args: c.args})
+		}
+	}
+	return out
+}
 
 // call says how one step kind is emitted: the pipe.Exec method of the
 // generated call and the pipe.OpKind constant of its table entry.
 type call struct {
 	method string
 	op     string
-	args   shape
+	args   Shape
 }
 
 // calls is the step kind -> runtime call table (docs/internals.md, "The
 // runtime API generated code calls"). A kind missing here has no runtime call
 // yet and Emit rejects it; supporting a new kind is one entry.
 var calls = map[ir.Kind]call{
-	ir.DataLoad:       {"DataLoad", "OpDataLoad", argsLocal},
-	ir.RecvF:          {"RecvAct", "OpRecvAct", argsComm},
-	ir.SendF:          {"SendAct", "OpSendAct", argsComm},
-	ir.RecvB:          {"RecvGrad", "OpRecvGrad", argsComm},
-	ir.SendB:          {"SendGrad", "OpSendGrad", argsComm},
-	ir.Forward:        {"Forward", "OpForward", argsCompute},
-	ir.Backward:       {"Backward", "OpBackward", argsCompute},
-	ir.BackwardInput:  {"BackwardInput", "OpBackwardInput", argsCompute},
-	ir.BackwardWeight: {"BackwardWeight", "OpBackwardWeight", argsLocal},
-	ir.OptStep:        {"OptStep", "OpOptStep", argsNone},
-	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", argsOverlap},
-	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", argsOverlap},
+	ir.DataLoad:       {"DataLoad", "OpDataLoad", ArgsLocal},
+	ir.RecvF:          {"RecvAct", "OpRecvAct", ArgsComm},
+	ir.SendF:          {"SendAct", "OpSendAct", ArgsComm},
+	ir.RecvB:          {"RecvGrad", "OpRecvGrad", ArgsComm},
+	ir.SendB:          {"SendGrad", "OpSendGrad", ArgsComm},
+	ir.Forward:        {"Forward", "OpForward", ArgsCompute},
+	ir.Backward:       {"Backward", "OpBackward", ArgsCompute},
+	ir.BackwardInput:  {"BackwardInput", "OpBackwardInput", ArgsCompute},
+	ir.BackwardWeight: {"BackwardWeight", "OpBackwardWeight", ArgsLocal},
+	ir.OptStep:        {"OptStep", "OpOptStep", ArgsNone},
+	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", ArgsOverlap},
+	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", ArgsOverlap},
 }
 
 // An overlap step is emitted as one call with the arguments of both
@@ -93,7 +116,7 @@ func (o op) overlapArgs() []jen.Code {
 			args = append(args, jen.Qual(PipePath, s.op))
 		}
 		src := s.src
-		if s.args == argsLocal {
+		if s.args == ArgsLocal {
 			src = ir.None // W: no source
 		}
 		args = append(args, jen.Lit(s.stage), jen.Lit(s.micro), jen.Lit(s.slot), jen.Lit(src))

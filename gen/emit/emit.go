@@ -185,16 +185,16 @@ func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int) {
 
 // stmt returns the call of one step: x.Method(args...).
 func (o op) stmt() *jen.Statement {
-	if o.args == argsOverlap {
+	if o.args == ArgsOverlap {
 		return jen.Id("x").Dot(o.method).Call(o.overlapArgs()...)
 	}
 	var args []int
 	switch o.args {
-	case argsLocal:
+	case ArgsLocal:
 		args = []int{o.stage, o.micro, o.slot}
-	case argsComm:
+	case ArgsComm:
 		args = []int{o.stage, o.micro, o.peer, o.slot}
-	case argsCompute:
+	case ArgsCompute:
 		args = []int{o.stage, o.micro, o.slot, o.src}
 	}
 	lits := make([]jen.Code, len(args))
@@ -210,7 +210,7 @@ func emitTable(f *jen.File, ops [][]op) {
 	for r, rank := range ops {
 		items := make([]jen.Code, 0, len(rank))
 		for _, o := range rank {
-			if o.args == argsOverlap {
+			if o.args == ArgsOverlap {
 				// The header, then its sub-steps (see calls.go).
 				items = append(items, tableOp(o))
 				for _, s := range o.sub {
@@ -276,11 +276,11 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 		// leaf resolves one step that is not an overlap (or an overlap's sub-step).
 		leaf := func(st ir.Step) (op, error) {
 			c, ok := calls[st.Kind]
-			if !ok || c.args == argsOverlap {
+			if !ok || c.args == ArgsOverlap {
 				return op{}, fmt.Errorf("the runtime has no call for %s yet", st.Kind)
 			}
 			o := op{call: c, stage: st.Stage, micro: st.Micro, peer: st.Peer, slot: st.Slot}
-			if c.args == argsNone {
+			if c.args == ArgsNone {
 				// OPT_STEP: no operands; record none in the table either.
 				o.stage, o.micro, o.peer, o.slot = ir.None, ir.None, ir.None, ir.None
 				return o, nil
@@ -297,7 +297,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			case st.Slot >= slots[r]:
 				return op{}, fmt.Errorf("slot %d but the rank has %d slots", st.Slot, slots[r])
 			}
-			if c.args == argsComm {
+			if c.args == ArgsComm {
 				want := p.Placement.PeerOf(st.Kind, st.Stage)
 				switch {
 				case want == ir.None:
@@ -313,7 +313,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 		for i, st := range steps {
 			var o op
 			var err error
-			if c, ok := calls[st.Kind]; ok && c.args == argsOverlap {
+			if c, ok := calls[st.Kind]; ok && c.args == ArgsOverlap {
 				o, err = resolveOverlap(st, c, leaf)
 			} else {
 				o, err = leaf(st)
@@ -334,7 +334,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			}
 			for k, sub := range ops[r][i].sub {
 				ops[r][i].sub[k].src = ir.None
-				if sub.args == argsCompute {
+				if sub.args == ArgsCompute {
 					ops[r][i].sub[k].src = index.Src(st.Sub[k])
 				}
 			}

@@ -11,15 +11,15 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// shape is the argument list of a runtime call (gen/emit calls.go).
-type shape uint8
+// shape is the argument list of a runtime call (emit.Shape).
+type shape = emit.Shape
 
 const (
-	argsNone    shape = iota // ()
-	argsLocal                // (stage, micro, slot)
-	argsComm                 // (stage, micro, peer, slot)
-	argsCompute              // (stage, micro, slot, src)
-	argsOverlap              // F's (stage, micro, slot, src) and the backward's (kind, stage, micro, slot, src), in sub-step order
+	argsNone    = emit.ArgsNone    // ()
+	argsLocal   = emit.ArgsLocal   // (stage, micro, slot)
+	argsComm    = emit.ArgsComm    // (stage, micro, peer, slot)
+	argsCompute = emit.ArgsCompute // (stage, micro, slot, src)
+	argsOverlap = emit.ArgsOverlap // F's (stage, micro, slot, src) and the backward's (kind, stage, micro, slot, src), in sub-step order
 )
 
 var argNames = [...][]string{
@@ -30,35 +30,25 @@ var argNames = [...][]string{
 }
 
 // method is how gen/emit writes one step kind: its pipe.Exec method and
-// arguments. Keep in step with gen/emit's calls table; the round-trip tests
-// fail when emit writes a call this table lacks.
+// arguments.
 type method struct {
 	kind ir.Kind
 	args shape
 }
 
-var methods = map[string]method{
-	"DataLoad":       {ir.DataLoad, argsLocal},
-	"RecvAct":        {ir.RecvF, argsComm},
-	"SendAct":        {ir.SendF, argsComm},
-	"RecvGrad":       {ir.RecvB, argsComm},
-	"SendGrad":       {ir.SendB, argsComm},
-	"Forward":        {ir.Forward, argsCompute},
-	"Backward":       {ir.Backward, argsCompute},
-	"BackwardInput":  {ir.BackwardInput, argsCompute},
-	"BackwardWeight": {ir.BackwardWeight, argsLocal},
-	"OptStep":        {ir.OptStep, argsNone},
-	"OverlapFB":      {ir.OverlapFB, argsOverlap},
-	"OverlapBF":      {ir.OverlapBF, argsOverlap},
-}
-
-// opKinds maps the pipe.OpKind constants of -table entries (and of an
-// overlap's backward kind argument) to step kinds.
-var opKinds = map[string]ir.Kind{}
+// methods (by pipe.Exec method name) and opKinds (by the pipe.OpKind
+// constant of -table entries and of an overlap's backward kind argument)
+// come from gen/emit's call table, so reading generated code back always
+// matches what the emitter writes.
+var (
+	methods = map[string]method{}
+	opKinds = map[string]ir.Kind{}
+)
 
 func init() {
-	for name, m := range methods {
-		opKinds["Op"+name] = m.kind
+	for _, c := range emit.Calls() {
+		methods[c.Method] = method{c.Kind, c.Args}
+		opKinds[c.Op] = c.Kind
 	}
 }
 
