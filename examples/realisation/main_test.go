@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkRealisation runs one training iteration of a catalog schedule per
@@ -105,4 +106,18 @@ func TestRun(t *testing.T) {
 	if err := run(&out, "nope", "", 1); err == nil {
 		t.Error("run with an unknown schedule: no error")
 	}
+}
+
+// BenchmarkSleepOvershoot measures the instrument alone: one goroutine doing
+// the stages' deadline wait (time.Sleep until now+2 ms) with nothing else
+// running, reporting the mean overshoot in µs.
+//
+//	go test -run '^$' -bench SleepOvershoot -benchtime 500x -count 3 ./examples/realisation/
+func BenchmarkSleepOvershoot(b *testing.B) {
+	st := new(stats)
+	for b.Loop() {
+		st.wait(kindF, time.Now(), costF)
+	}
+	b.ReportMetric(st.overMeanMicros(), "overshoot-us")
+	b.ReportMetric(st.overMaxMicros(), "max-overshoot-us")
 }
