@@ -600,12 +600,20 @@ func (x *Exec) Forward(stage, micro, slot, src int) {
 // gradient, then weight gradient. dy is dx of slot src (the next stage on
 // this rank) when src >= 0; otherwise the completed receive, or on the last
 // stage the loss gradient.
+//
+// The step methods are kept out of line (go:noinline) on purpose: generated
+// rank functions hold hundreds of thousands of calls, and inlining even a
+// small wrapper into each multiplies the compiler's work.
+//
+//go:noinline
 func (x *Exec) Backward(stage, micro, slot, src int) {
 	x.backward(OpBackward, stage, micro, slot, src)
 }
 
 // BackwardInput runs I(stage, micro): the input gradient only. dy as for
 // Backward. BackwardWeight must follow for the weight gradient.
+//
+//go:noinline
 func (x *Exec) BackwardInput(stage, micro, slot, src int) {
 	x.backward(OpBackwardInput, stage, micro, slot, src)
 }
