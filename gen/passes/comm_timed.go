@@ -209,7 +209,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, P)}
 	for r, steps := range p.Ranks {
-		out := make([]ir.Step, 0, len(steps)+len(ops[r]))
+		out := make([]ir.Step, 0, len(steps)+len(ops[r])+1) // +1: room for OPT_STEP
 		k := 0
 		for j := 0; j <= len(steps); j++ {
 			for ; k < len(ops[r]) && ops[r][k].at == j; k++ {

@@ -93,7 +93,8 @@ func Pipeline(opt Options) []Pass {
 	}
 	// (FSDP, swap, coalescing: later work, here)
 	if !opt.NoOptStep {
-		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return InsertOptStep(p), nil }})
+		// In place: it runs after "comm", whose output nobody else holds.
+		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return insertOptStep(p, true), nil }})
 	}
 	ps = append(ps, Pass{Name: "slots", Run: func(p ir.Program) (ir.Program, error) {
 		// In place: it runs after "comm", whose output nobody else holds.
