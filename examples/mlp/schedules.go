@@ -10,13 +10,12 @@ import (
 	"github.com/ppgen/ppgen/generated/interleaved"
 	"github.com/ppgen/ppgen/generated/interleavedoverlap"
 	"github.com/ppgen/ppgen/generated/interleavedsplit"
-	"github.com/ppgen/ppgen/generated/onef1b"
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
-//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -table
 
 // schedule is one generated schedule the trainer can run.
 type schedule struct {
@@ -28,12 +27,11 @@ type schedule struct {
 // catalog: the example's own schedule (schedules_gen.go, made by the
 // go:generate line above) and the committed catalog in generated/.
 var catalog = map[string]schedule{
-	"1f1b":         {Spec, Ranks[:], nil},
-	"gpipe":        {gpipe.Spec, gpipe.Ranks[:], gpipe.Program},
-	"1f1b-catalog": {onef1b.Spec, onef1b.Ranks[:], onef1b.Program},
-	"interleaved":  {interleaved.Spec, interleaved.Ranks[:], interleaved.Program},
-	"zb-h1":        {zbh1.Spec, zbh1.Ranks[:], zbh1.Program},
-	"zbv":          {zbv.Spec, zbv.Ranks[:], zbv.Program},
+	"1f1b":        {Spec, Ranks[:], Program},
+	"gpipe":       {gpipe.Spec, gpipe.Ranks[:], gpipe.Program},
+	"interleaved": {interleaved.Spec, interleaved.Ranks[:], interleaved.Program},
+	"zb-h1":       {zbh1.Spec, zbh1.Ranks[:], zbh1.Program},
+	"zbv":         {zbv.Spec, zbv.Ranks[:], zbv.Program},
 	// Overlap steps (OVERLAP_F_B, OVERLAP_B_F) and split backwards.
 	"dualpipev":           {dualpipev.Spec, dualpipev.Ranks[:], dualpipev.Program},
 	"interleaved-overlap": {interleavedoverlap.Spec, interleavedoverlap.Ranks[:], interleavedoverlap.Program},
