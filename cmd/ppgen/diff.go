@@ -70,6 +70,11 @@ func loadUnits(args []string, cwd string) ([]unit, error) {
 			if err != nil {
 				return nil, err
 			}
+			if inv, _ := gencmd.Recorded(src); strings.HasPrefix(inv, "ppgen import ") {
+				// Emitted by `ppgen import` from a foreign schedule file:
+				// nothing to regenerate it from here; `ppgen vet` checks it.
+				continue
+			}
 			req, err := gencmd.FromHeader(file, src)
 			if err != nil {
 				return nil, usageError{fmt.Sprintf("%s; regenerate it with a //go:generate line or rerun ppgen gen", err)}

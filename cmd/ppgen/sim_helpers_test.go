@@ -77,3 +77,14 @@ func cliNoFile(t *testing.T, path string) {
 		t.Errorf("%s was written although the command failed", path)
 	}
 }
+
+// notDir returns a path under dir that is a regular file, so that writing
+// below it fails (output directories that do not exist are created).
+func notDir(t *testing.T, dir string) string {
+	t.Helper()
+	f := filepath.Join(dir, "file")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}

@@ -208,7 +208,7 @@ func TestTraceErrors(t *testing.T) {
 		{[]string{"-schedule", "nope", "-ranks", "2", "-micro", "2"}, "nope"},
 		{[]string{"-ranks", "2", "-micro", "2"}, "missing -schedule"},
 		{[]string{"-in", "testdata/rendezvous_deadlock.csv"}, "deadlock"},
-		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-o", filepath.Join(dir, "missing", "t.json")}, "no such file"},
+		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-o", filepath.Join(notDir(t, dir), "t.json")}, "not a directory"},
 		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "extra"}, "unexpected argument"},
 	} {
 		args := append([]string{"trace"}, tc.args...)
