@@ -22,7 +22,7 @@ import (
 // Result is a lowered, verified program and what lowering and verification found.
 type Result struct {
 	Config  ir.Config  // the normalized config (zero when lowered from a program)
-	Compute ir.Program // the compute-only order
+	Compute ir.Program // the compute-only order the lowered program runs (after split/overlap passes)
 	Program ir.Program // the lowered program
 	Info    passes.LowerInfo
 	Report  verify.Report
@@ -112,6 +112,9 @@ func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 		return res, err
 	}
 	res.Program, res.Info = lowered, info
+	if opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW {
+		res.Compute = lowered.ComputeOnly() // the order after the passes that rewrite it
+	}
 	rep, err := verify.Check(lowered, opt.Verify)
 	res.Report = rep
 	var ve *verify.Error

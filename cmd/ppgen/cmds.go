@@ -71,27 +71,24 @@ func runShow(args []string, stdout, _ io.Writer) error {
 		return usagef("-format %q; want text or csv", *format)
 	}
 	var p ir.Program
-	if *computeOnly && sf.in == "" {
-		// The family's order as built: no lowering, so it works for
-		// compute-only families too.
-		cfg, err := sf.config()
-		if err != nil {
-			return err
-		}
-		if _, p, err = gen.Build(cfg); err != nil {
-			return err
-		}
-	} else {
-		res, err := lowerFromFlags(&sf)
-		if err != nil {
-			return err
-		}
+	res, err := lowerFromFlags(&sf)
+	switch {
+	case err == nil && *computeOnly:
+		p = res.Compute
+	case err == nil:
 		p = res.Program
-		if *computeOnly {
-			p = res.Compute
+	case *computeOnly && sf.in == "":
+		// A family that cannot be lowered yet still shows its order.
+		cfg, cerr := sf.config()
+		if cerr != nil {
+			return cerr
 		}
+		if _, p, cerr = gen.Build(cfg); cerr != nil {
+			return err
+		}
+	default:
+		return err
 	}
-	var err error
 	if *format == "csv" {
 		_, err = stdout.Write(ir.FormatCSV(p))
 	} else {
