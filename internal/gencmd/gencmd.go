@@ -139,6 +139,9 @@ func (s Schedule) Config() (ir.Config, error) {
 // *UsageError.
 func (s Schedule) LowerOptions() (gen.Options, error) {
 	var opt gen.Options
+	// The options that rewrite a compute order also apply to an -in file
+	// (gen.Lower adds a family's own from its Config).
+	opt.Passes.Split, opt.Passes.Overlap, opt.Passes.DxDwInOverlap = s.Split, s.Overlap, s.DxDwInOverlap
 	if s.CommOrder == "" {
 		return opt, nil // the passes' default order
 	}
