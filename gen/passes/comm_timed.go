@@ -1,10 +1,9 @@
 package passes
 
 import (
-	"cmp"
 	"math"
-	"sort"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -30,9 +29,11 @@ import (
 func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	rankOf := p.Placement.RankOf
 	P, S, M := len(p.Ranks), len(rankOf), p.Micro
+	nHost := 0
 	for _, steps := range p.Ranks {
-		for _, st := range steps {
-			if st.Kind.IsCompute() && c.StepCost(st) <= 0 {
+		nHost += len(steps)
+		for i := range steps {
+			if st := &steps[i]; st.Kind.IsCompute() && c.StepCost(*st) <= 0 {
 				return ir.Program{}, false
 			}
 		}
@@ -43,22 +44,23 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	// Where each chunk's forward and input-gradient step run.
 	type at struct{ rank, index int32 }
-	fAt := make([]at, S*M)
-	bAt := make([]at, S*M)
-	for i := range fAt {
-		fAt[i], bAt[i] = at{-1, -1}, at{-1, -1}
+	atBlock := make([]at, 2*S*M)
+	for i := range atBlock {
+		atBlock[i] = at{-1, -1}
 	}
+	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
 	type transfer struct {
 		t            float64
+		tie          uint64 // see below
 		src, j, sub  int32
 		dst, consume int32
-		kind         ir.Kind // SEND_F or SEND_B
 		stage, micro int32
+		kind         ir.Kind // SEND_F or SEND_B
 	}
-	var ts []transfer
+	nT := 0
 	for r, steps := range p.Ranks {
-		for j, st := range steps {
-			for _, cs := range st.Computes() {
+		for j := range steps {
+			for _, cs := range steps[j].Computes() {
 				k := cs.Stage*M + cs.Micro
 				switch cs.Kind {
 				case ir.Forward:
@@ -66,12 +68,18 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				case ir.Backward, ir.BackwardInput:
 					bAt[k] = at{int32(r), int32(j)}
 				}
+				if _, ok := needsSend(rankOf, r, cs); ok {
+					nT++
+				}
 			}
 		}
 	}
+	ts := make([]transfer, 0, nT)
+	nSend := make([]int32, P)
+	nRecv := make([]int32, P)
 	for r, steps := range p.Ranks {
-		for j, st := range steps {
-			for sub, cs := range st.Computes() {
+		for j := range steps {
+			for sub, cs := range steps[j].Computes() {
 				kind, ok := needsSend(rankOf, r, cs)
 				if !ok {
 					continue
@@ -85,144 +93,175 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				if cons.rank < 0 {
 					return ir.Program{}, false
 				}
-				ts = append(ts, transfer{t: ends[r][j], src: int32(r), j: int32(j), sub: int32(sub),
+				// The key of a transfer: (time, tie). Ties: activations
+				// before gradients, activations from later ranks first and
+				// gradients from earlier ranks first, so a rank that
+				// receives and sends in one instant sends first (its receive
+				// is then posted later); then producer step and sub-step.
+				// Any total order both ends agree on is safe.
+				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
+				ts = append(ts, transfer{t: ends[r][j], tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
 					dst: cons.rank, consume: cons.index, kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
+				nSend[r]++
+				nRecv[cons.rank]++
 			}
 		}
 	}
-	// The key of transfer x: (time, tie). Ties: activations before
-	// gradients, activations from later ranks first and gradients from
-	// earlier ranks first, so a rank that receives and sends in one instant
-	// sends first (its receive is then posted later); then producer step and
-	// sub-step. Any total order both ends agree on is safe.
-	tie := make([]uint64, len(ts))
-	for i, x := range ts {
-		tie[i] = uint64(x.kind)<<56 | uint64(tieRank(x.kind, x.src)+1<<23)<<32 | uint64(x.j)<<2 | uint64(x.sub)
-	}
-	less := func(a, b int32) int {
-		return cmp.Or(cmp.Compare(ts[a].t, ts[b].t), cmp.Compare(tie[a], tie[b]))
+	less := func(a, b int32) bool {
+		x, y := &ts[a], &ts[b]
+		return x.t < y.t || (x.t == y.t && x.tie < y.tie)
 	}
 	// Each rank's transfers (both halves), in key order. ts is in producer
 	// order (rank by rank, step by step), so per rank the sends and the
 	// receives from each source rank form runs that are sorted but for ties
 	// inside one step; an insertion sort fixes those in linear time and a
 	// merge of the few runs (one per neighbour) gives the rank's order.
-	runs := make([][][]int32, P) // runs[r]: rank r's sends, then one run per source
-	for i, x := range ts {
-		if rs := runs[x.src]; len(rs) == 0 {
-			runs[x.src] = append(runs[x.src], nil)
-		}
-		runs[x.src][0] = append(runs[x.src][0], int32(i))
-		rs := runs[x.dst]
-		if len(rs) == 0 {
-			rs = append(rs, nil)
-		}
-		if last := len(rs) - 1; last == 0 || ts[rs[last][0]].src != x.src {
-			rs = append(rs, nil)
-		}
-		rs[len(rs)-1] = append(rs[len(rs)-1], int32(i))
-		runs[x.dst] = rs
+	off := make([]int32, P+1)
+	for r := range P {
+		off[r+1] = off[r] + nSend[r] + nRecv[r]
 	}
-	mine := make([][]int32, P)
-	for r, rs := range runs {
-		n := 0
-		for _, run := range rs {
-			insertionSort(run, less)
-			n += len(run)
+	runsBuf := make([]int32, 2*len(ts)) // per rank: its sends, then its receives by source
+	fillS := make([]int32, P)
+	fillR := make([]int32, P)
+	for r := range P {
+		fillS[r], fillR[r] = off[r], off[r]+nSend[r]
+	}
+	for i := range ts {
+		x := &ts[i]
+		runsBuf[fillS[x.src]] = int32(i)
+		fillS[x.src]++
+		runsBuf[fillR[x.dst]] = int32(i)
+		fillR[x.dst]++
+	}
+	mineBuf := make([]int32, 2*len(ts))
+	type placed struct {
+		t    float64 // the transfer's key time
+		at   int32   // host step index the op goes before
+		cons int32   // for a receive: index of its consuming host step
+		peer int32   // index of the other half in ops[peer rank]
+		x    int32   // the transfer
+		recv bool
+	}
+	opsBuf := make([]placed, 2*len(ts))
+	ops := make([][]placed, P)
+	sendPos := make([]int32, len(ts))
+	recvPos := make([]int32, len(ts))
+	par.ForRanks(P, nHost, func(r int) {
+		lo, hi := off[r], off[r+1]
+		all := runsBuf[lo:hi]
+		// Split into runs: the sends, then one run per source rank.
+		var runs [][]int32
+		var small [8][]int32
+		runs = small[:0]
+		if nSend[r] > 0 {
+			runs = append(runs, all[:nSend[r]])
 		}
-		merged := make([]int32, 0, n)
-		for len(merged) < n {
+		rest := all[nSend[r]:]
+		for len(rest) > 0 {
+			n := 1
+			for n < len(rest) && ts[rest[n]].src == ts[rest[0]].src {
+				n++
+			}
+			runs = append(runs, rest[:n])
+			rest = rest[n:]
+		}
+		for _, run := range runs {
+			insertionSort(run, less)
+		}
+		merged := mineBuf[lo:lo:hi]
+		for len(merged) < len(all) {
 			best := -1
-			for k, run := range rs {
-				if len(run) > 0 && (best < 0 || less(run[0], rs[best][0]) < 0) {
+			for k, run := range runs {
+				if len(run) > 0 && (best < 0 || less(run[0], runs[best][0])) {
 					best = k
 				}
 			}
-			merged = append(merged, rs[best][0])
-			rs[best] = rs[best][1:]
+			merged = append(merged, runs[best][0])
+			runs[best] = runs[best][1:]
 		}
-		mine[r] = merged
-	}
-	// upper returns how many of rank r's host steps end by time t.
-	upper := func(r int32, t float64) int {
+		// Place: a send right after the host steps that end by its time, a
+		// receive there too but no later than its consumer. Key times grow
+		// along the list, so one pointer walks the rank's end times.
 		e := ends[r]
-		return sort.Search(len(e), func(i int) bool { return e[i] > t })
-	}
-	type placed struct {
-		at   int     // host step index the op goes before
-		cons int     // for a receive: index of its consuming host step
-		t    float64 // the transfer's key time
-		peer int32   // index of the other half in ops[step.Peer]
-		step ir.Step
-	}
-	sendPos := make([]int32, len(ts))
-	recvPos := make([]int32, len(ts))
-	ops := make([][]placed, P)
-	for r, list := range mine {
-		ops[r] = make([]placed, len(list))
-		for k, i := range list {
+		list := opsBuf[lo:hi:hi]
+		u := 0
+		for k, i := range merged {
 			x := &ts[i]
+			for u < len(e) && e[u] <= x.t {
+				u++
+			}
 			if x.src == int32(r) {
 				sendPos[i] = int32(k)
-				ops[r][k] = placed{at: upper(x.src, x.t), t: x.t, step: ir.Comm(x.kind, int(x.stage), int(x.micro), int(x.dst))}
+				list[k] = placed{at: int32(u), t: x.t, x: i}
 				continue
 			}
 			recvPos[i] = int32(k)
-			recvKind, recvStage := ir.RecvF, int(x.stage)+1
-			if x.kind == ir.SendB {
-				recvKind, recvStage = ir.RecvB, int(x.stage)-1
-			}
-			ops[r][k] = placed{at: min(upper(x.dst, x.t), int(x.consume)), cons: int(x.consume), t: x.t,
-				step: ir.Comm(recvKind, recvStage, int(x.micro), int(x.src))}
+			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, t: x.t, x: i, recv: true}
 		}
-	}
-	for i, x := range ts {
-		ops[x.src][sendPos[i]].peer = recvPos[i]
-		ops[x.dst][recvPos[i]].peer = sendPos[i]
-	}
+		ops[r] = list
+	})
 	// Slide each receive later, past host steps but never past another
 	// transfer of its rank (the comm-stream order stays the key order), while
 	// the new post time (the end of the host step it passes) is no later than
 	// the next transfer due on either end and the receive stays before its
 	// consumer: it then delays nothing in the ideal timeline, and the
-	// induction above still holds.
-	next := func(r, k int) (int, float64) {
-		if k+1 < len(ops[r]) {
-			return ops[r][k+1].at, ops[r][k+1].t
-		}
-		return len(p.Ranks[r]), math.Inf(1)
-	}
-	for r := range ops {
-		for k := range ops[r] {
-			op := &ops[r][k]
-			if !op.step.Kind.IsRecv() {
+	// induction above still holds. Then assemble the rank's program. Ranks
+	// only read each other's (fixed) key times, so they go in parallel.
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, P)}
+	bad := make([]bool, P)
+	par.ForRanks(P, nHost, func(r int) {
+		list := ops[r]
+		e := ends[r]
+		for k := range list {
+			op := &list[k]
+			if !op.recv {
+				op.peer = recvPos[op.x]
 				continue
 			}
-			limitAt, limitT := next(r, k)
-			_, senderNext := next(op.step.Peer, int(op.peer))
-			limitT = min(limitT, senderNext)
+			op.peer = sendPos[op.x]
+			limitAt, limitT := int32(len(e)), math.Inf(1)
+			if k+1 < len(list) {
+				limitAt, limitT = list[k+1].at, list[k+1].t
+			}
+			if src := ops[ts[op.x].src]; int(op.peer)+1 < len(src) {
+				limitT = min(limitT, src[op.peer+1].t)
+			}
 			limitAt = min(limitAt, op.cons)
-			for op.at < limitAt && ends[r][op.at] <= limitT {
+			for op.at < limitAt && e[op.at] <= limitT {
 				op.at++
 			}
 		}
-	}
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, P)}
-	for r, steps := range p.Ranks {
-		out := make([]ir.Step, 0, len(steps)+len(ops[r])+1) // +1: room for OPT_STEP
-		k := 0
+		steps := p.Ranks[r]
+		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
+		o, k := 0, 0
 		for j := 0; j <= len(steps); j++ {
-			for ; k < len(ops[r]) && ops[r][k].at == j; k++ {
-				out = append(out, ops[r][k].step)
+			for ; k < len(list) && int(list[k].at) == j; k++ {
+				op := &list[k]
+				x := &ts[op.x]
+				if !op.recv {
+					out[o] = ir.Comm(x.kind, int(x.stage), int(x.micro), int(x.dst))
+				} else if x.kind == ir.SendB {
+					out[o] = ir.Comm(ir.RecvB, int(x.stage)-1, int(x.micro), int(x.src))
+				} else {
+					out[o] = ir.Comm(ir.RecvF, int(x.stage)+1, int(x.micro), int(x.src))
+				}
+				o++
 			}
-			if k < len(ops[r]) && ops[r][k].at < j {
-				return ir.Program{}, false // positions out of key order: the argument fails
+			if k < len(list) && int(list[k].at) < j {
+				bad[r] = true // positions out of key order: the argument fails
+				return
 			}
 			if j < len(steps) {
-				out = append(out, steps[j])
+				out[o] = steps[j]
+				o++
 			}
 		}
 		q.Ranks[r] = out
+	})
+	for _, b := range bad {
+		if b {
+			return ir.Program{}, false
+		}
 	}
 	return q, true
 }
@@ -326,10 +365,26 @@ func tieRank(k ir.Kind, src int32) int32 {
 }
 
 // insertionSort sorts a nearly sorted run in place.
-func insertionSort(a []int32, cmp func(a, b int32) int) {
+func insertionSort(a []int32, less func(a, b int32) bool) {
 	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && cmp(a[j], a[j-1]) < 0; j-- {
+		for j := i; j > 0 && less(a[j], a[j-1]); j-- {
 			a[j], a[j-1] = a[j-1], a[j]
 		}
 	}
+}
+
+// insertDataCommFast is insertDataComm (Lower's fused "data+comm" pass) with
+// the timed order reading the program with loads without copying the ranks
+// that get none; the result is the same.
+func insertDataCommFast(p ir.Program, opt CommOptions) (ir.Program, error) {
+	if opt.Order != Timed {
+		return insertDataComm(p, opt)
+	}
+	if err := checkSteps(p, "comm", true); err != nil {
+		return ir.Program{}, err
+	}
+	if q, ok := insertCommTimed(insertDataShared(p), opt.cost()); ok {
+		return q, nil
+	}
+	return insertCommLate(p, newDataLoads(p))
 }

@@ -104,3 +104,41 @@ func (d *dataLoads) load(dst []ir.Step, c *ir.Step) []ir.Step {
 	d.done[w][c.Micro] = true
 	return append(dst, ir.Compute(ir.DataLoad, c.Stage, c.Micro))
 }
+
+// insertDataShared is InsertData for a caller that only reads the result:
+// ranks that get no load share their step list with p instead of copying it
+// (for Lower's fused "data+comm" pass, whose timed order builds fresh lists).
+func insertDataShared(p ir.Program) ir.Program {
+	d := newDataLoads(p)
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	for r, steps := range p.Ranks {
+		if !d.mayLoad(steps) {
+			q.Ranks[r] = steps
+			continue
+		}
+		q.Ranks[r] = d.appendRank(make([]ir.Step, 0, len(steps)+d.extra(p, r)), steps)
+	}
+	return q
+}
+
+// mayLoad reports whether appendRank may insert a load into steps: whether
+// one of them is a forward of stage 0 or of the last stage.
+func (d *dataLoads) mayLoad(steps []ir.Step) bool {
+	if d.M == 0 {
+		return false
+	}
+	for i := range steps {
+		st := &steps[i]
+		if st.Kind == ir.Forward && d.class(st.Stage) >= 0 {
+			return true
+		}
+		if st.Kind.IsOverlap() {
+			for k := range st.Sub {
+				if st.Sub[k].Kind == ir.Forward && d.class(st.Sub[k].Stage) >= 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

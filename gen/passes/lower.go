@@ -2,7 +2,9 @@ package passes
 
 import (
 	"fmt"
+	"sync"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -89,7 +91,7 @@ func Pipeline(opt Options) []Pass {
 		// InsertData then InsertComm, fused: the same result without
 		// building the intermediate program (see insertDataComm). A pass
 		// that must run between them splits this entry back into the two.
-		ps = append(ps, Pass{Name: "data+comm", Run: func(p ir.Program) (ir.Program, error) { return insertDataComm(p, opt.Comm) }})
+		ps = append(ps, Pass{Name: "data+comm", Run: func(p ir.Program) (ir.Program, error) { return insertDataCommFast(p, opt.Comm) }})
 	}
 	// (FSDP, swap, coalescing: later work, here)
 	if !opt.NoOptStep {
@@ -117,9 +119,18 @@ func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
 		p = q
 		info.Passes = append(info.Passes, pass.Name)
 	}
-	info.Slots = SlotCounts(p)
+	// The slot counts and the receive distances read p independently.
 	info.RecvDistances = make([]float64, len(p.Ranks))
-	sum, n := recvDistance(p, info.RecvDistances)
+	var sum, n int
+	if par.Workers(len(p.Ranks), p.NumSteps()) > 1 {
+		var wg sync.WaitGroup
+		wg.Go(func() { info.Slots = SlotCounts(p) })
+		sum, n = recvDistance(p, info.RecvDistances)
+		wg.Wait()
+	} else {
+		info.Slots = SlotCounts(p)
+		sum, n = recvDistance(p, info.RecvDistances)
+	}
 	if n > 0 {
 		info.RecvDistance = float64(sum) / float64(n)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -34,10 +35,19 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	}
 	rankOf := p.Placement.RankOf
 	S, M := len(rankOf), p.Micro
-	x := &slotter{rankOf: rankOf, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
+	shared := slotter{rankOf: rankOf, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
 	counts := make([]int, len(p.Ranks))
-	for r, steps := range p.Ranks {
+	// Every chunk lives on one rank, so ranks touch disjoint parts of the
+	// per-chunk arrays and run in parallel, each worker with its own scratch.
+	w := par.Workers(len(p.Ranks), p.NumSteps())
+	xs := make([]slotter, w)
+	for i := range xs {
+		xs[i] = shared
+	}
+	par.ForRanksW(w, len(p.Ranks), func(wid, r int) {
+		x := &xs[wid]
+		steps := p.Ranks[r]
 		x.r = r
 		// Lifetimes.
 		for i := range steps {
@@ -76,7 +86,7 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 		}
 		q.Ranks[r] = out
 		counts[r] = x.count
-	}
+	})
 	return q, counts, nil
 }
 

@@ -9,7 +9,7 @@ import (
 // walk built for a lowered program, or for a compute-only one a model in
 // which each compute step waits for its producer on another rank.
 func (c *checker) deadlock() error {
-	m := c.model.Model()
+	m := c.model
 	if c.lowered {
 		copy(m.OpPartner, c.opPartner)
 	} else {

@@ -5,31 +5,32 @@ import "github.com/ppgen/ppgen/gen/ir"
 // slot records, during the walk, the slot and live interval of st's chunk.
 // A chunk is live from its first step to its last use: its last step, or a
 // colocated neighbour reading it as src (F(s+1) reads (s), B/I(s-1) reads (s)).
-func (c *checker) slot(r, i int, top, st *ir.Step) {
+func (c *checker) slot(rw *rankWalk, i int, top, st *ir.Step) {
+	r := rw.r
 	if st.Kind == ir.OptStep || !st.Kind.HasMicro() {
 		return
 	}
 	s, m, M := st.Stage, st.Micro, c.M
 	ch := s*M + m
 	if st.Slot < 0 {
-		c.noSlot.note(r, i, func() error {
+		rw.noSlot.note(r, i, func() error {
 			return c.fail(r, i, *top, Slot, "%s has no slot, but the program's slots are assigned; every step of a chunk carries its slot", *st)
 		})
 	} else {
-		c.slotted = true
+		rw.slotted = true
 		switch {
 		case c.slotOf[ch] < 0:
 			c.slotOf[ch] = int32(st.Slot)
 			c.rep.Slots[r] = max(c.rep.Slots[r], st.Slot+1)
 		case int(c.slotOf[ch]) != st.Slot:
-			c.slotErr.note(r, i, func() error {
+			rw.slotErr.note(r, i, func() error {
 				return c.fail(r, i, *top, Slot, "%s uses slot %d, but its chunk (stage %d, micro %d) has slot %d since step %d; a chunk keeps one slot", *st, st.Slot, s, m, c.slotOf[ch], c.first[ch])
 			})
 		}
 	}
 	if c.first[ch] < 0 {
 		c.first[ch] = int32(i)
-		c.starts = append(c.starts, int32(ch))
+		rw.starts = append(rw.starts, int32(ch))
 	}
 	c.last[ch] = max(c.last[ch], int32(i))
 	switch st.Kind {
@@ -69,7 +70,7 @@ func (c *checker) slots() error {
 			owner = append(owner, -1)
 		}
 		// Chunks in the order they start (the walk appended them so).
-		for _, ch := range c.starts[c.startsOff[r]:c.startsOff[r+1]] {
+		for _, ch := range c.starts[r] {
 			k := c.slotOf[ch]
 			if k < 0 {
 				continue // only read as a neighbour's src; it has no step of its own

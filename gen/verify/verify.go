@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -90,21 +91,38 @@ type checker struct {
 	lastCompute []int32
 	optAt       []int32
 	// the strict model of a lowered program, built during the walk
-	model   *strict.Builder
+	model   *strict.Model
 	hostIdx []int32 // global host step -> index on its rank
 	// slots: per chunk its slot and live interval; chunk starts in walk order
-	slotted   bool
-	slotOf    []int32
-	first     []int32
-	last      []int32
-	starts    []int32
-	startsOff []int32 // per rank into starts
+	slotted bool
+	slotOf  []int32
+	first   []int32
+	last    []int32
+	starts  [][]int32 // per rank
 	// deferred findings, reported by priority after the walk
 	order   deferred // first precondition failure
 	slotErr deferred // first slot inconsistency
 	noSlot  deferred // first chunk step without a slot
 	memErr  *Error
 	rep     Report
+}
+
+// rankWalk is the state of the walk over one rank. Ranks are walked in
+// parallel: every chunk lives on one rank, so each rank writes its own part
+// of the chunk tables, and the findings are merged in rank order afterwards.
+type rankWalk struct {
+	r       int
+	op      int32          // global id of the rank's next comm op
+	host    int32          // global number of the rank's next host step
+	waits   []strict.Event // waits of the rank's host steps, in order
+	waitEnd []int32        // per host step of the rank: end of its waits in waits
+	order   deferred
+	slotErr deferred
+	noSlot  deferred
+	memErr  *Error
+	slotted bool
+	starts  []int32
+	err     error
 }
 
 // deferred remembers the first failure in (rank, index) order; fn builds
@@ -202,69 +220,157 @@ func (c *checker) walk() error {
 	c.optAt = make([]int32, c.P)
 	c.rep.PeakActivations = make([]int, c.P)
 	c.rep.Slots = make([]int, c.P)
-	c.startsOff = make([]int32, c.P+1)
+	c.starts = make([][]int32, c.P)
+	// Count each rank's comm ops and host steps, to number them globally
+	// (in rank order, as a walk rank by rank would) before the parallel walk.
 	nSteps := c.rep.Steps
-	c.model = strict.NewBuilder(nSteps, nSteps)
-	c.hostIdx = make([]int32, 0, nSteps)
-	c.opRank = make([]int32, 0, nSteps)
-	c.opIdx = make([]int32, 0, nSteps)
-	c.starts = make([]int32, 0, n)
-	for r, steps := range p.Ranks {
-		c.lastCompute[r], c.optAt[r] = -1, -1
-		c.model.StartRank()
-		live := 0
-		for i := range steps {
-			st := &steps[i]
-			if st.Kind.IsComm() {
-				if err := c.leaf(r, i, st, st); err != nil {
-					return err
-				}
-				c.model.Op()
-				c.pre(r, i, st, st)
-				c.slot(r, i, st, st)
-				continue
+	w := par.Workers(c.P, nSteps)
+	opOff := make([]int32, c.P+1)
+	hostOff := make([]int32, c.P+1)
+	par.ForRanksW(w, c.P, func(_, r int) {
+		n := 0
+		for i := range p.Ranks[r] {
+			if p.Ranks[r][i].Kind.IsComm() {
+				n++
 			}
-			c.model.Host()
-			c.hostIdx = append(c.hostIdx, int32(i))
-			if !st.Kind.IsOverlap() {
-				if err := c.leaf(r, i, st, st); err != nil {
-					return err
-				}
-				c.pre(r, i, st, st)
-				c.slot(r, i, st, st)
-				if st.Kind.IsCompute() {
-					c.waits(r, st)
-					live = c.peak(r, i, st, steps[i:i+1], live)
-				}
-				continue
+		}
+		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
+	})
+	for r := range c.P {
+		opOff[r+1] += opOff[r]
+		hostOff[r+1] += hostOff[r]
+	}
+	nOps, nHost := int(opOff[c.P]), int(hostOff[c.P])
+	c.hostIdx = make([]int32, nHost)
+	c.opRank = make([]int32, nOps)
+	c.opIdx = make([]int32, nOps)
+	opGap := make([]int32, nOps)
+	waitOff := make([]int32, nHost+1)
+	ws := make([]rankWalk, c.P)
+	par.ForRanksW(w, c.P, func(_, r int) {
+		rw := &ws[r]
+		rw.r, rw.op, rw.host = r, opOff[r], hostOff[r]
+		rw.waitEnd = waitOff[hostOff[r]+1 : hostOff[r+1]+1]
+		rw.err = c.walkRank(rw, opGap)
+	})
+	// Merge in rank order: the first structural error stops the walk there
+	// (later ranks keep no findings), else the first deferred finding of
+	// each kind is the first rank's.
+	for r := range ws {
+		rw := &ws[r]
+		if rw.err != nil {
+			for q := r + 1; q < c.P; q++ {
+				c.rep.PeakActivations[q], c.rep.Slots[q] = 0, 0
 			}
-			if err := c.overlapShape(r, i, st); err != nil {
+			return rw.err
+		}
+		for _, d := range [...]struct{ to, from *deferred }{{&c.order, &rw.order}, {&c.slotErr, &rw.slotErr}, {&c.noSlot, &rw.noSlot}} {
+			if d.to.fn == nil && d.from.fn != nil {
+				*d.to = *d.from
+			}
+		}
+		if c.memErr == nil {
+			c.memErr = rw.memErr
+		}
+		c.slotted = c.slotted || rw.slotted
+		c.starts[r] = rw.starts
+	}
+	// The strict model: waits concatenated rank by rank.
+	nWaits := 0
+	for r := range ws {
+		nWaits += len(ws[r].waits)
+	}
+	m := &strict.Model{
+		HostOff:   hostOff,
+		WaitOff:   waitOff,
+		Waits:     make([]strict.Event, nWaits),
+		OpOff:     opOff,
+		OpRank:    c.opRank,
+		OpGap:     opGap,
+		OpPartner: make([]int32, nOps),
+	}
+	base := make([]int32, c.P+1)
+	for r := range ws {
+		base[r+1] = base[r] + int32(len(ws[r].waits))
+	}
+	par.ForRanksW(w, c.P, func(_, r int) {
+		copy(m.Waits[base[r]:], ws[r].waits)
+		for h := hostOff[r] + 1; h <= hostOff[r+1]; h++ {
+			waitOff[h] += base[r]
+		}
+		for op := opOff[r]; op < opOff[r+1]; op++ {
+			m.OpPartner[op] = -1
+		}
+	})
+	c.model = m
+	c.rep.Lowered = c.lowered
+	c.rep.Transfers = nOps
+	return nil
+}
+
+// walkRank walks rank rw.r (see walk), numbering its host steps and comm
+// ops from rw.host and rw.op.
+func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
+	r := rw.r
+	steps := c.p.Ranks[r]
+	c.lastCompute[r], c.optAt[r] = -1, -1
+	rw.waits = make([]strict.Event, 0, len(steps))
+	live := 0
+	nHost := int32(0)
+	for i := range steps {
+		st := &steps[i]
+		if st.Kind.IsComm() {
+			if err := c.leaf(rw, i, st, st); err != nil {
 				return err
 			}
-			for k := range st.Sub {
-				if err := c.leaf(r, i, st, &st.Sub[k]); err != nil {
-					return err
-				}
-			}
-			for k := range st.Sub {
-				c.pre(r, i, st, &st.Sub[k])
-				c.slot(r, i, st, &st.Sub[k])
-				c.waits(r, &st.Sub[k])
-			}
-			c.lastCompute[r] = int32(i)
-			live = c.peak(r, i, st, st.Sub, live)
+			opGap[rw.op] = nHost
+			c.opRank[rw.op] = int32(r)
+			c.opIdx[rw.op] = int32(i)
+			rw.op++
+			c.pre(rw, i, st, st)
+			c.slot(rw, i, st, st)
+			continue
 		}
-		if o := c.optAt[r]; o >= 0 && c.lastCompute[r] > o {
-			r, o := r, int(o)
-			c.order.note(r, o, func() error {
-				lc := c.lastCompute[r]
-				return c.fail(r, o, c.p.Ranks[r][o], Order, "OPT_STEP must follow every compute step of its rank, but step %d (%s) runs after it", lc, c.p.Ranks[r][lc])
-			})
+		c.hostIdx[rw.host] = int32(i)
+		rw.host++
+		nHost++
+		if !st.Kind.IsOverlap() {
+			if err := c.leaf(rw, i, st, st); err != nil {
+				return err
+			}
+			c.pre(rw, i, st, st)
+			c.slot(rw, i, st, st)
+			if st.Kind.IsCompute() {
+				c.waits(rw, st)
+				live = c.peak(rw, i, st, steps[i:i+1], live)
+			}
+			rw.waitEnd[nHost-1] = int32(len(rw.waits))
+			continue
 		}
-		c.startsOff[r+1] = int32(len(c.starts))
+		if err := c.overlapShape(r, i, st); err != nil {
+			return err
+		}
+		for k := range st.Sub {
+			if err := c.leaf(rw, i, st, &st.Sub[k]); err != nil {
+				return err
+			}
+		}
+		for k := range st.Sub {
+			c.pre(rw, i, st, &st.Sub[k])
+			c.slot(rw, i, st, &st.Sub[k])
+			c.waits(rw, &st.Sub[k])
+		}
+		rw.waitEnd[nHost-1] = int32(len(rw.waits))
+		c.lastCompute[r] = int32(i)
+		live = c.peak(rw, i, st, st.Sub, live)
 	}
-	c.rep.Lowered = c.lowered
-	c.rep.Transfers = len(c.opRank)
+	if o := c.optAt[r]; o >= 0 && c.lastCompute[r] > o {
+		r, o := r, int(o)
+		rw.order.note(r, o, func() error {
+			lc := c.lastCompute[r]
+			return c.fail(r, o, c.p.Ranks[r][o], Order, "OPT_STEP must follow every compute step of its rank, but step %d (%s) runs after it", lc, c.p.Ranks[r][lc])
+		})
+	}
 	return nil
 }
 
@@ -292,23 +398,24 @@ func mode(p ir.Program) (lowered, data bool) {
 // (its RECV_F or RECV_B, and DATA_RECV for the labels) as waits of the host
 // step just added to the model. Receives that do not come earlier are
 // precondition failures, reported elsewhere.
-func (c *checker) waits(r int, st *ir.Step) {
+func (c *checker) waits(rw *rankWalk, st *ir.Step) {
+	r := rw.r
 	s := st.Stage
 	ch := s*c.M + st.Micro
 	switch st.Kind {
 	case ir.Forward:
 		if s > 0 && c.rankOf[s-1] != r {
 			if op := c.opAt[aRecvF][ch]; op >= 0 {
-				c.model.Wait(strict.OpDone(op))
+				rw.waits = append(rw.waits, strict.OpDone(op))
 			}
 		}
 		if op := c.opAt[aDRecv][ch]; op >= 0 {
-			c.model.Wait(strict.OpDone(op))
+			rw.waits = append(rw.waits, strict.OpDone(op))
 		}
 	case ir.Backward, ir.BackwardInput:
 		if s < c.S-1 && c.rankOf[s+1] != r {
 			if op := c.opAt[aRecvB][ch]; op >= 0 {
-				c.model.Wait(strict.OpDone(op))
+				rw.waits = append(rw.waits, strict.OpDone(op))
 			}
 		}
 	}
@@ -317,7 +424,8 @@ func (c *checker) waits(r int, st *ir.Step) {
 // peak counts live chunks on rank r through compute step top, whose compute
 // steps are subs (top itself, or an overlap's sub-steps, which run
 // together), and returns the new count.
-func (c *checker) peak(r, i int, top *ir.Step, subs []ir.Step, live int) int {
+func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live int) int {
+	r := rw.r
 	for k := range subs {
 		if subs[k].Kind == ir.Forward {
 			live++
@@ -325,8 +433,8 @@ func (c *checker) peak(r, i int, top *ir.Step, subs []ir.Step, live int) int {
 	}
 	if live > c.rep.PeakActivations[r] {
 		c.rep.PeakActivations[r] = live
-		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations && c.memErr == nil {
-			c.memErr = c.fail(r, i, *top, Memory, "%d chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", live, c.opt.MaxActivations)
+		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations && rw.memErr == nil {
+			rw.memErr = c.fail(r, i, *top, Memory, "%d chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", live, c.opt.MaxActivations)
 		}
 	}
 	for k := range subs {
@@ -356,7 +464,8 @@ func (c *checker) overlapShape(r, i int, st *ir.Step) error {
 }
 
 // leaf checks one non-overlap step (st, or a sub-step of the overlap top).
-func (c *checker) leaf(r, i int, top, st *ir.Step) error {
+func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
+	r := rw.r
 	k := st.Kind
 	if k == ir.Invalid || k > ir.OptStep || k.IsOverlap() {
 		return c.fail(r, i, *top, Structure, "%s is not a step kind that may appear here", k)
@@ -430,9 +539,7 @@ func (c *checker) leaf(r, i int, top, st *ir.Step) error {
 		c.bwdIsI[ch] = true
 	}
 	if k.IsComm() {
-		c.opAt[a][ch] = int32(len(c.opRank))
-		c.opRank = append(c.opRank, int32(r))
-		c.opIdx = append(c.opIdx, int32(i))
+		c.opAt[a][ch] = rw.op // walkRank records it under this id
 	}
 	return nil
 }
@@ -461,9 +568,10 @@ func where(at int32, i int) string {
 }
 
 // pre checks step st's preconditions and notes the first failure.
-func (c *checker) pre(r, i int, top, st *ir.Step) {
+func (c *checker) pre(rw *rankWalk, i int, top, st *ir.Step) {
+	r := rw.r
 	if err := c.preErr(r, i, top, st); err != nil {
-		c.order.note(r, i, func() error { return c.preErr(r, i, top, st) })
+		rw.order.note(r, i, func() error { return c.preErr(r, i, top, st) })
 	}
 }
 
