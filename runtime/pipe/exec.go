@@ -41,34 +41,68 @@ type Config struct {
 }
 
 // slotState is one buffer slot: the state of the chunk (stage, micro) it
-// currently holds.
+// currently holds. The fields the step fast paths test come first (key,
+// flags), then the chunk's tensors, then the receive hand-off with the comm
+// goroutine.
 type slotState struct {
-	live         bool
-	stage, micro int32
-	fwdDone      bool // F ran
-	inDone       bool // I or B ran (dx valid)
-	wDone        bool // W or B ran
+	// key is keyOf(stage, micro) of the chunk the slot holds, 0 when it
+	// holds none, so that one comparison checks "live and holds (stage,
+	// micro)". Only a claim sets it, after checking that stage is on this
+	// rank and micro in range: a slot whose key matches names a valid chunk.
+	key   uint64
+	flags slotFlags // host-only, like key
 
 	x, y, dy, dx, target *tensor.Dense
 	saved                any
 
-	// Receives: the host sets *Pending when posting and clears it once it has
-	// waited; the comm goroutine stores the tensor in ract/rgrad and then
-	// signals *Done (capacity 1, reused).
-	actPending, gradPending bool
-	ract, rgrad             *tensor.Dense
-	actDone, gradDone       chan struct{}
+	// Receives: the host sets actPending/gradPending when posting and clears
+	// it once it has waited; the comm goroutine stores the tensor in
+	// ract/rgrad and then signals *Done (capacity 1, reused).
+	ract, rgrad       *tensor.Dense
+	actDone, gradDone chan struct{}
+
+	_ [24]byte // to 128 bytes: slot addresses by shift, no multiply
 }
 
-func (s *slotState) clearChunk() {
-	s.live, s.fwdDone, s.inDone, s.wDone = false, false, false, false
-	s.stage, s.micro = -1, -1
+// slotFlags is a slot's chunk progress.
+type slotFlags uint8
+
+const (
+	fwdDone     slotFlags = 1 << iota // F ran
+	inDone                            // I or B ran (dx valid)
+	wDone                             // W or B ran
+	actPending                        // a RecvAct is posted and not yet waited for
+	gradPending                       // a RecvGrad is posted and not yet waited for
+
+	pending = actPending | gradPending
+)
+
+// liveKey marks a chunk key; stage and micro take bits 32..62 and 0..30.
+const liveKey = 1 << 63
+
+// keyable reports whether keyOf(stage, micro) is exact (one-to-one): both
+// are in [0, 2^31). New rejects Specs with more stages or micro-batches, so
+// every valid chunk, and stage+1 of every valid stage, is keyable.
+func keyable(stage, micro int) bool { return uint64(stage)|uint64(micro) < 1<<31 }
+
+// keyOf packs a keyable (stage, micro) into a slot key.
+func keyOf(stage, micro int) uint64 { return liveKey | uint64(stage)<<32 | uint64(micro) }
+
+func (s *slotState) live() bool { return s.key != 0 }
+func (s *slotState) stage() int { return int(s.key>>32) & math.MaxInt32 }
+func (s *slotState) micro() int { return int(s.key) & math.MaxInt32 }
+
+// start makes the slot hold the chunk of key k, empty.
+func (s *slotState) start(k uint64) {
+	s.key, s.flags = k, 0
 	s.x, s.y, s.dy, s.dx, s.target, s.saved = nil, nil, nil, nil, nil, nil
 	s.ract, s.rgrad = nil, nil
 }
 
-func (s *slotState) holds(stage, micro int32) bool {
-	return s.live && s.stage == stage && s.micro == micro
+func (s *slotState) clearChunk() { s.start(0) }
+
+func (s *slotState) holds(stage, micro int) bool {
+	return keyable(stage, micro) && s.key == keyOf(stage, micro)
 }
 
 // commOp is one posted transfer.
@@ -85,25 +119,32 @@ type commOp struct {
 // Exec executes one rank's steps. Its step methods must be called from one
 // goroutine (the host thread); Err, Losses and Fail may be called from any.
 type Exec struct {
+	// Hot fields first: what every step reads.
+	failed atomic.Bool
+	slots  []slotState
+	stages []Stage // by stage index; nil where not on this rank
+	micro  int     // spec.Micro
+	last   int
+	losses []atomic.Uint64 // math.Float64bits of each micro's loss
+	loss   Loss
+	data   DataSource
+
 	rank    int
 	spec    Spec
-	last    int
-	stages  []Stage // by stage index; nil where not on this rank
-	loss    Loss
-	data    DataSource
 	tr      transport.Transport
 	optHook func() error
 	log     *slog.Logger
 
+	// prevPeer[s] and nextPeer[s]: the rank of stage s-1 and s+1 when a
+	// transfer with it is valid (there is a transport and the stage is on
+	// another rank); -1 otherwise. checkPeer explains a mismatch.
+	prevPeer, nextPeer []int
+
 	group         []int // stageGroups(stages): overlap halves on one group run one after the other
 	serialOverlap bool
 
-	slots  []slotState
-	losses []atomic.Uint64 // math.Float64bits of each micro's loss
-
-	failed atomic.Bool
-	mu     sync.Mutex
-	err    error
+	mu  sync.Mutex
+	err error
 
 	comm     chan commOp
 	inflight sync.WaitGroup
@@ -119,6 +160,9 @@ func New(cfg Config) (*Exec, error) {
 		return nil, fmt.Errorf("pipe: invalid Spec: %w", err)
 	}
 	r := cfg.Rank
+	if sp.Stages > math.MaxInt32 || sp.Micro > math.MaxInt32 {
+		return nil, fmt.Errorf("pipe: Spec has %d stages and %d micro-batches; at most %d of each", sp.Stages, sp.Micro, math.MaxInt32)
+	}
 	if r < 0 || r >= sp.Ranks {
 		return nil, fmt.Errorf("pipe: rank %d outside [0, %d)", r, sp.Ranks)
 	}
@@ -162,11 +206,24 @@ func New(cfg Config) (*Exec, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	x := &Exec{
-		rank: r, spec: sp, last: last, stages: stages,
+		rank: r, spec: sp, last: last, stages: stages, micro: sp.Micro,
 		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
 		group: stageGroups(stages), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro),
+	}
+	x.prevPeer, x.nextPeer = make([]int, sp.Stages), make([]int, sp.Stages)
+	for s := range sp.Stages {
+		x.prevPeer[s], x.nextPeer[s] = -1, -1
+		if x.tr == nil {
+			continue
+		}
+		if s > 0 && sp.RankOf[s-1] != r {
+			x.prevPeer[s] = sp.RankOf[s-1]
+		}
+		if s < last && sp.RankOf[s+1] != r {
+			x.nextPeer[s] = sp.RankOf[s+1]
+		}
 	}
 	x.spec.Slots = slices.Clone(sp.Slots)
 	x.spec.RankOf = slices.Clone(sp.RankOf)
@@ -258,19 +315,27 @@ func (x *Exec) Reset() {
 	x.inflight.Wait()
 	for i := range x.slots {
 		s := &x.slots[i]
-		select {
-		case <-s.actDone:
-		default:
+		// A completion signal is left only for a receive posted and never
+		// waited for, which keeps its pending flag. (The receive may not
+		// have been posted at all, after Close: hence no blocking wait.)
+		if s.flags&actPending != 0 {
+			select {
+			case <-s.actDone:
+			default:
+			}
 		}
-		select {
-		case <-s.gradDone:
-		default:
+		if s.flags&gradPending != 0 {
+			select {
+			case <-s.gradDone:
+			default:
+			}
 		}
-		s.actPending, s.gradPending = false, false
 		s.clearChunk()
 	}
 	for i := range x.losses {
-		x.losses[i].Store(nanBits)
+		if x.losses[i].Load() != nanBits { // Load is cheaper than Store
+			x.losses[i].Store(nanBits)
+		}
 	}
 }
 
@@ -306,7 +371,7 @@ func (x *Exec) Close() error {
 // slot of this rank. It is the hot-path check; badArgs explains a failure.
 func (x *Exec) valid(stage, micro, slot int) bool {
 	return uint(stage) < uint(len(x.stages)) && x.stages[stage] != nil &&
-		uint(micro) < uint(x.spec.Micro) && uint(slot) < uint(len(x.slots))
+		uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots))
 }
 
 func (x *Exec) badArgs(k OpKind, stage, micro, slot, peer int) {
@@ -316,8 +381,8 @@ func (x *Exec) badArgs(k OpKind, stage, micro, slot, peer int) {
 		err = fmt.Errorf("stage %d outside [0, %d)", stage, len(x.stages))
 	case x.stages[stage] == nil:
 		err = fmt.Errorf("stage %d is on rank %d, not on this rank", stage, x.spec.RankOf[stage])
-	case micro < 0 || micro >= x.spec.Micro:
-		err = fmt.Errorf("micro-batch %d outside [0, %d)", micro, x.spec.Micro)
+	case micro < 0 || micro >= x.micro:
+		err = fmt.Errorf("micro-batch %d outside [0, %d)", micro, x.micro)
 	default:
 		err = fmt.Errorf("slot %d outside [0, %d)", slot, len(x.slots))
 	}
@@ -326,25 +391,25 @@ func (x *Exec) badArgs(k OpKind, stage, micro, slot, peer int) {
 
 // claim makes slot s hold chunk (stage, micro), starting the chunk if the
 // slot held another one.
-func (x *Exec) claim(k OpKind, s *slotState, slot int, stage, micro int32, peer int) bool {
+// The caller has checked valid(stage, micro, slot).
+func (x *Exec) claim(k OpKind, s *slotState, slot int, stage, micro int, peer int) bool {
 	if s.holds(stage, micro) {
 		return true
 	}
-	if s.actPending || s.gradPending {
-		x.stepFailf(k, int(stage), int(micro), peer, "slot %d still has a pending receive for chunk (stage %d, micro %d)", slot, s.stage, s.micro)
+	if s.flags&pending != 0 {
+		x.stepFailf(k, stage, micro, peer, "slot %d still has a pending receive for chunk (stage %d, micro %d)", slot, s.stage(), s.micro())
 		return false
 	}
-	s.clearChunk()
-	s.live, s.stage, s.micro = true, stage, micro
+	s.start(keyOf(stage, micro))
 	return true
 }
 
 func (x *Exec) notHeld(k OpKind, s *slotState, slot, stage, micro, peer int) {
-	if !s.live {
+	if !s.live() {
 		x.stepFailf(k, stage, micro, peer, "slot %d holds no chunk (the chunk's first step did not run or used another slot)", slot)
 		return
 	}
-	x.stepFailf(k, stage, micro, peer, "slot %d holds chunk (stage %d, micro %d)", slot, s.stage, s.micro)
+	x.stepFailf(k, stage, micro, peer, "slot %d holds chunk (stage %d, micro %d)", slot, s.stage(), s.micro())
 }
 
 // post hands a transfer to the comm goroutine.
@@ -376,12 +441,54 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 	return true
 }
 
+// Every step method has a fast path and a slow path. The fast path tests, in
+// as few comparisons as it can, that every check of the step passes, and
+// only then changes state; when any check fails (or the step is unusual) it
+// hands the unchanged state to the slow path, which runs the checks one by
+// one, in order, and reports the first that fails. So both paths do exactly
+// the same, and the fast path never has to explain an error. Every step
+// method is go:noinline (see Backward).
+
 // DataLoad loads the input (stage 0) and/or the labels (last stage) of micro
 // into slot.
+//
+//go:noinline
 func (x *Exec) DataLoad(stage, micro, slot int) {
 	if x.failed.Load() {
 		return
 	}
+	// stage is 0 or x.last, so keyable; it is on this rank iff its Stage is
+	// set, which a slot holding it already proves.
+	if (stage == 0 || stage == x.last) && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+		s := &x.slots[slot]
+		k := keyOf(stage, micro)
+		if s.key == k || (s.flags&pending == 0 && x.stages[stage] != nil) {
+			if s.key != k {
+				s.start(k)
+			}
+			if stage == 0 {
+				in, err := x.data.Input(micro)
+				if err != nil || in == nil {
+					x.dataFail(stage, micro, err, "input")
+					return
+				}
+				s.x = in
+			}
+			if stage == x.last {
+				t, err := x.data.Target(micro)
+				if err != nil || t == nil {
+					x.dataFail(stage, micro, err, "target")
+					return
+				}
+				s.target = t
+			}
+			return
+		}
+	}
+	x.dataLoadSlow(stage, micro, slot)
+}
+
+func (x *Exec) dataLoadSlow(stage, micro, slot int) {
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpDataLoad, stage, micro, slot, -1)
 		return
@@ -391,37 +498,61 @@ func (x *Exec) DataLoad(stage, micro, slot int) {
 		return
 	}
 	s := &x.slots[slot]
-	if !x.claim(OpDataLoad, s, slot, int32(stage), int32(micro), -1) {
+	if !x.claim(OpDataLoad, s, slot, stage, micro, -1) {
 		return
 	}
+	x.load(s, stage, micro)
+}
+
+// load is DataLoad once the slot holds the chunk.
+func (x *Exec) load(s *slotState, stage, micro int) {
 	if stage == 0 {
 		in, err := x.data.Input(micro)
-		if err == nil && in == nil {
-			err = errors.New("data source returned a nil input")
-		}
-		if err != nil {
-			x.stepFail(OpDataLoad, stage, micro, -1, err)
+		if err != nil || in == nil {
+			x.dataFail(stage, micro, err, "input")
 			return
 		}
 		s.x = in
 	}
 	if stage == x.last {
 		t, err := x.data.Target(micro)
-		if err == nil && t == nil {
-			err = errors.New("data source returned a nil target")
-		}
-		if err != nil {
-			x.stepFail(OpDataLoad, stage, micro, -1, err)
+		if err != nil || t == nil {
+			x.dataFail(stage, micro, err, "target")
 			return
 		}
 		s.target = t
 	}
 }
 
+func (x *Exec) dataFail(stage, micro int, err error, what string) {
+	if err == nil {
+		err = errors.New("data source returned a nil " + what)
+	}
+	x.stepFail(OpDataLoad, stage, micro, -1, err)
+}
+
 // RecvAct posts the receive of x of (stage, micro) from peer into slot.
+//
+//go:noinline
 func (x *Exec) RecvAct(stage, micro, peer, slot int) {
 	if x.failed.Load() {
 		return
+	}
+	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(stage) < uint(len(x.prevPeer)) &&
+		peer >= 0 && x.prevPeer[stage] == peer {
+		// Held: the key proves stage and micro valid; else claim: stage on
+		// this rank, micro in range, no receive pending for the old chunk.
+		s := &x.slots[slot]
+		k := keyOf(stage, micro)
+		if (s.key == k && s.flags&(actPending|fwdDone) == 0) ||
+			(s.key != k && s.flags&pending == 0 && x.stages[stage] != nil && uint(micro) < uint(x.micro)) {
+			if s.key != k {
+				s.start(k)
+			}
+			s.flags |= actPending
+			x.post(commOp{recv: true, ch: transport.Act, kind: OpRecvAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
+			return
+		}
 	}
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpRecvAct, stage, micro, slot, peer)
@@ -431,20 +562,26 @@ func (x *Exec) RecvAct(stage, micro, peer, slot int) {
 		return
 	}
 	s := &x.slots[slot]
-	if !x.claim(OpRecvAct, s, slot, int32(stage), int32(micro), peer) {
+	if !x.claim(OpRecvAct, s, slot, stage, micro, peer) {
 		return
 	}
-	if s.actPending || s.fwdDone {
+	if s.flags&(actPending|fwdDone) != 0 {
 		x.stepFailf(OpRecvAct, stage, micro, peer, "input of the chunk already received or used")
 		return
 	}
-	s.actPending = true
+	s.flags |= actPending
 	x.post(commOp{recv: true, ch: transport.Act, kind: OpRecvAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
 }
 
 // SendAct posts the send of y of (stage, micro) in slot to peer.
+//
+//go:noinline
 func (x *Exec) SendAct(stage, micro, peer, slot int) {
 	if x.failed.Load() {
+		return
+	}
+	if s := x.heldSlot(stage, micro, peer, slot, x.nextPeer); s != nil && s.y != nil {
+		x.post(commOp{ch: transport.Act, kind: OpSendAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.y})
 		return
 	}
 	if !x.valid(stage, micro, slot) {
@@ -455,7 +592,7 @@ func (x *Exec) SendAct(stage, micro, peer, slot int) {
 		return
 	}
 	s := &x.slots[slot]
-	if !s.holds(int32(stage), int32(micro)) {
+	if !s.holds(stage, micro) {
 		x.notHeld(OpSendAct, s, slot, stage, micro, peer)
 		return
 	}
@@ -466,9 +603,30 @@ func (x *Exec) SendAct(stage, micro, peer, slot int) {
 	x.post(commOp{ch: transport.Act, kind: OpSendAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.y})
 }
 
+// heldSlot is the common fast-path check of SendAct, RecvGrad and SendGrad:
+// slot holds (stage, micro) and peer is the rank peers[stage] (x.nextPeer or
+// x.prevPeer). It returns the slot, or nil.
+func (x *Exec) heldSlot(stage, micro, peer, slot int, peers []int) *slotState {
+	if !keyable(stage, micro) || uint(slot) >= uint(len(x.slots)) || uint(stage) >= uint(len(peers)) ||
+		peer < 0 || peers[stage] != peer {
+		return nil
+	}
+	if s := &x.slots[slot]; s.key == keyOf(stage, micro) {
+		return s
+	}
+	return nil
+}
+
 // RecvGrad posts the receive of dy of (stage, micro) from peer into slot.
+//
+//go:noinline
 func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
 	if x.failed.Load() {
+		return
+	}
+	if s := x.heldSlot(stage, micro, peer, slot, x.nextPeer); s != nil && s.flags&(gradPending|inDone) == 0 {
+		s.flags |= gradPending
+		x.post(commOp{recv: true, ch: transport.Grad, kind: OpRecvGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
 		return
 	}
 	if !x.valid(stage, micro, slot) {
@@ -479,21 +637,27 @@ func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
 		return
 	}
 	s := &x.slots[slot]
-	if !s.holds(int32(stage), int32(micro)) {
+	if !s.holds(stage, micro) {
 		x.notHeld(OpRecvGrad, s, slot, stage, micro, peer)
 		return
 	}
-	if s.gradPending || s.inDone {
+	if s.flags&(gradPending|inDone) != 0 {
 		x.stepFailf(OpRecvGrad, stage, micro, peer, "output gradient of the chunk already received or used")
 		return
 	}
-	s.gradPending = true
+	s.flags |= gradPending
 	x.post(commOp{recv: true, ch: transport.Grad, kind: OpRecvGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
 }
 
 // SendGrad posts the send of dx of (stage, micro) in slot to peer.
+//
+//go:noinline
 func (x *Exec) SendGrad(stage, micro, peer, slot int) {
 	if x.failed.Load() {
+		return
+	}
+	if s := x.heldSlot(stage, micro, peer, slot, x.prevPeer); s != nil && s.dx != nil {
+		x.post(commOp{ch: transport.Grad, kind: OpSendGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.dx})
 		return
 	}
 	if !x.valid(stage, micro, slot) {
@@ -504,7 +668,7 @@ func (x *Exec) SendGrad(stage, micro, peer, slot int) {
 		return
 	}
 	s := &x.slots[slot]
-	if !s.holds(int32(stage), int32(micro)) {
+	if !s.holds(stage, micro) {
 		x.notHeld(OpSendGrad, s, slot, stage, micro, peer)
 		return
 	}
@@ -519,16 +683,85 @@ func (x *Exec) SendGrad(stage, micro, peer, slot int) {
 // previous stage on this rank) when src >= 0; otherwise the slot's loaded
 // input (stage 0) or completed receive. On the last stage it also computes
 // the loss and keeps dy.
+//
+//go:noinline
 func (x *Exec) Forward(stage, micro, slot, src int) {
 	if x.failed.Load() {
 		return
 	}
+	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
+		s := &x.slots[slot]
+		k := keyOf(stage, micro)
+		var in *tensor.Dense
+		if src >= 0 {
+			// Slot src holding (stage-1, micro) proves micro valid; stage
+			// must be on this rank, and the slot free to claim (no pending
+			// receive) or holding the chunk before its F.
+			if uint(src) < uint(len(x.slots)) && src != slot && stage > 0 && uint(stage) < uint(len(x.stages)) {
+				if p := &x.slots[src]; p.key == keyOf(stage-1, micro) && x.stages[stage] != nil &&
+					((s.key == k && s.flags&fwdDone == 0) || (s.key != k && s.flags&pending == 0)) {
+					in = p.y
+				}
+			}
+		} else if s.key == k && s.flags&(fwdDone|actPending) == 0 {
+			// The slot holding (stage, micro) proves both valid. A pending
+			// receive takes the slow path, which waits for it.
+			if stage == 0 {
+				in = s.x
+			} else {
+				in = s.ract
+			}
+		}
+		// The last stage's F needs the labels, which only a DataLoad into
+		// the slot already holding the chunk can have put there.
+		if in != nil && (stage != x.last || (s.key == k && s.target != nil)) {
+			if s.key != k {
+				s.start(k)
+			} else if src < 0 && stage != 0 {
+				s.ract = nil
+			}
+			y, saved, err := x.stages[stage].Forward(in)
+			if err != nil || y == nil {
+				x.forwardFail(stage, micro, err)
+				return
+			}
+			s.x, s.y, s.saved = in, y, saved
+			s.flags |= fwdDone
+			if stage == x.last {
+				loss, dy, err := x.loss.Loss(y, s.target)
+				if err != nil || dy == nil {
+					x.lossFail(stage, micro, err)
+					return
+				}
+				x.losses[micro].Store(math.Float64bits(loss))
+				s.dy = dy
+			}
+			return
+		}
+	}
+	x.forwardSlow(stage, micro, slot, src)
+}
+
+func (x *Exec) forwardFail(stage, micro int, err error) {
+	if err == nil {
+		err = errors.New("stage returned a nil output")
+	}
+	x.stepFail(OpForward, stage, micro, -1, err)
+}
+
+func (x *Exec) lossFail(stage, micro int, err error) {
+	if err == nil {
+		err = errors.New("loss returned a nil gradient")
+	}
+	x.stepFail(OpForward, stage, micro, -1, fmt.Errorf("loss: %w", err))
+}
+
+func (x *Exec) forwardSlow(stage, micro, slot, src int) {
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpForward, stage, micro, slot, -1)
 		return
 	}
 	s := &x.slots[slot]
-	st, m := int32(stage), int32(micro)
 	var in *tensor.Dense
 	switch {
 	case src >= 0:
@@ -537,58 +770,59 @@ func (x *Exec) Forward(stage, micro, slot, src int) {
 			return
 		}
 		p := &x.slots[src]
-		if !p.holds(st-1, m) || p.y == nil {
+		if !p.holds(stage-1, micro) || p.y == nil {
 			x.stepFailf(OpForward, stage, micro, -1, "source slot %d holds no output of F(%d, %d)", src, stage-1, micro)
 			return
 		}
-		if !x.claim(OpForward, s, slot, st, m, -1) {
+		if !x.claim(OpForward, s, slot, stage, micro, -1) {
 			return
 		}
 		in = p.y
 	case stage == 0:
-		if !s.holds(st, m) || s.x == nil {
+		if !s.holds(stage, micro) || s.x == nil {
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
 			return
 		}
 		in = s.x
 	default:
-		if !s.holds(st, m) || (!s.actPending && s.ract == nil) {
+		if !s.holds(stage, micro) || (s.flags&actPending == 0 && s.ract == nil) {
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
 			return
 		}
-		if s.actPending {
+		if s.flags&actPending != 0 {
 			<-s.actDone
-			s.actPending = false
+			s.flags &^= actPending
 			if x.failed.Load() {
 				return
 			}
 		}
 		in, s.ract = s.ract, nil
 	}
-	if s.fwdDone {
+	if s.flags&fwdDone != 0 {
 		x.stepFailf(OpForward, stage, micro, -1, "F already ran for this chunk")
 		return
 	}
+	x.forward(s, slot, stage, micro, in)
+}
+
+// forward runs the checked F of the chunk (stage, micro) in s (slot) on
+// input in.
+func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 	y, saved, err := x.stages[stage].Forward(in)
-	if err == nil && y == nil {
-		err = errors.New("stage returned a nil output")
-	}
-	if err != nil {
-		x.stepFail(OpForward, stage, micro, -1, err)
+	if err != nil || y == nil {
+		x.forwardFail(stage, micro, err)
 		return
 	}
-	s.x, s.y, s.saved, s.fwdDone = in, y, saved, true
+	s.x, s.y, s.saved = in, y, saved
+	s.flags |= fwdDone
 	if stage == x.last {
 		if s.target == nil {
 			x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: DataLoad(%d, %d) into it has not run", slot, stage, micro)
 			return
 		}
 		loss, dy, err := x.loss.Loss(y, s.target)
-		if err == nil && dy == nil {
-			err = errors.New("loss returned a nil gradient")
-		}
-		if err != nil {
-			x.stepFail(OpForward, stage, micro, -1, fmt.Errorf("loss: %w", err))
+		if err != nil || dy == nil {
+			x.lossFail(stage, micro, err)
 			return
 		}
 		x.losses[micro].Store(math.Float64bits(loss))
@@ -603,11 +837,37 @@ func (x *Exec) Forward(stage, micro, slot, src int) {
 //
 // The step methods are kept out of line (go:noinline) on purpose: generated
 // rank functions hold hundreds of thousands of calls, and inlining even a
-// small wrapper into each multiplies the compiler's work.
+// small wrapper into each multiplies the compiler's work. Their fast paths
+// are small enough now that the compiler would otherwise inline some.
 //
 //go:noinline
 func (x *Exec) Backward(stage, micro, slot, src int) {
-	x.backward(OpBackward, stage, micro, slot, src)
+	if x.failed.Load() {
+		return
+	}
+	// A slot holding (stage, micro) proves both valid.
+	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
+		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(fwdDone|inDone) == fwdDone {
+			if dy := x.fastDy(s, stage, micro, slot, src); dy != nil {
+				sg := x.stages[stage]
+				dx, err := sg.BackwardInput(s.saved, dy)
+				if err != nil {
+					x.stepFail(OpBackward, stage, micro, -1, err)
+					return
+				}
+				s.dy, s.dx = dy, dx
+				s.flags |= inDone
+				if err := sg.BackwardWeight(s.saved, dy); err != nil {
+					x.stepFail(OpBackward, stage, micro, -1, err)
+					return
+				}
+				s.flags |= wDone
+				s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
+				return
+			}
+		}
+	}
+	x.backwardSlow(OpBackward, stage, micro, slot, src)
 }
 
 // BackwardInput runs I(stage, micro): the input gradient only. dy as for
@@ -615,25 +875,70 @@ func (x *Exec) Backward(stage, micro, slot, src int) {
 //
 //go:noinline
 func (x *Exec) BackwardInput(stage, micro, slot, src int) {
-	x.backward(OpBackwardInput, stage, micro, slot, src)
-}
-
-func (x *Exec) backward(k OpKind, stage, micro, slot, src int) {
 	if x.failed.Load() {
 		return
 	}
+	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
+		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(fwdDone|inDone) == fwdDone {
+			if dy := x.fastDy(s, stage, micro, slot, src); dy != nil {
+				dx, err := x.stages[stage].BackwardInput(s.saved, dy)
+				if err != nil {
+					x.stepFail(OpBackwardInput, stage, micro, -1, err)
+					return
+				}
+				s.dy, s.dx = dy, dx
+				s.flags |= inDone
+				return
+			}
+		}
+	}
+	x.backwardSlow(OpBackwardInput, stage, micro, slot, src)
+}
+
+// fastDy returns the output gradient for the backward of the chunk (stage,
+// micro) that s = &x.slots[slot] holds, between its F and its backward, with
+// source slot src; nil when the slow path must find it (an error, or a
+// receive still to wait for). It consumes a completed receive.
+func (x *Exec) fastDy(s *slotState, stage, micro, slot, src int) *tensor.Dense {
+	switch {
+	case src >= 0:
+		if uint(src) < uint(len(x.slots)) && src != slot {
+			if p := &x.slots[src]; p.key == keyOf(stage+1, micro) {
+				return p.dx
+			}
+		}
+		return nil
+	case stage == x.last:
+		return s.dy
+	case s.flags&gradPending != 0:
+		return nil
+	}
+	dy := s.rgrad
+	s.rgrad = nil
+	return dy
+}
+
+// backward runs B or I (k) by its method.
+func (x *Exec) backward(k OpKind, stage, micro, slot, src int) {
+	if k == OpBackward {
+		x.Backward(stage, micro, slot, src)
+	} else {
+		x.BackwardInput(stage, micro, slot, src)
+	}
+}
+
+func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) {
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(k, stage, micro, slot, -1)
 		return
 	}
 	s := &x.slots[slot]
-	st, m := int32(stage), int32(micro)
-	if !s.holds(st, m) {
+	if !s.holds(stage, micro) {
 		x.notHeld(k, s, slot, stage, micro, -1)
 		return
 	}
-	if !s.fwdDone || s.inDone {
-		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its F and its backward (F ran: %v, backward ran: %v)", slot, s.fwdDone, s.inDone)
+	if s.flags&(fwdDone|inDone) != fwdDone {
+		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its F and its backward (F ran: %v, backward ran: %v)", slot, s.flags&fwdDone != 0, s.flags&inDone != 0)
 		return
 	}
 	var dy *tensor.Dense
@@ -644,7 +949,7 @@ func (x *Exec) backward(k OpKind, stage, micro, slot, src int) {
 			return
 		}
 		p := &x.slots[src]
-		if !p.holds(st+1, m) || p.dx == nil {
+		if !p.holds(stage+1, micro) || p.dx == nil {
 			x.stepFailf(k, stage, micro, -1, "source slot %d holds no input gradient of (%d, %d)", src, stage+1, micro)
 			return
 		}
@@ -652,64 +957,81 @@ func (x *Exec) backward(k OpKind, stage, micro, slot, src int) {
 	case stage == x.last:
 		dy = s.dy
 	default:
-		if !s.gradPending && s.rgrad == nil {
+		if s.flags&gradPending == 0 && s.rgrad == nil {
 			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: RecvGrad(%d, %d) into it was not posted", slot, stage, micro)
 			return
 		}
-		if s.gradPending {
+		if s.flags&gradPending != 0 {
 			<-s.gradDone
-			s.gradPending = false
+			s.flags &^= gradPending
 			if x.failed.Load() {
 				return
 			}
 		}
 		dy, s.rgrad = s.rgrad, nil
 	}
+	x.backwardRun(k, s, stage, micro, dy)
+}
+
+// backwardRun runs the checked B or I of the chunk (stage, micro) in s with
+// output gradient dy.
+func (x *Exec) backwardRun(k OpKind, s *slotState, stage, micro int, dy *tensor.Dense) {
 	sg := x.stages[stage]
 	dx, err := sg.BackwardInput(s.saved, dy)
 	if err != nil {
 		x.stepFail(k, stage, micro, -1, err)
 		return
 	}
-	s.dy, s.dx, s.inDone = dy, dx, true
+	s.dy, s.dx = dy, dx
+	s.flags |= inDone
 	if k == OpBackward {
 		if err := sg.BackwardWeight(s.saved, dy); err != nil {
 			x.stepFail(k, stage, micro, -1, err)
 			return
 		}
-		s.wDone = true
+		s.flags |= wDone
 		s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 	}
 }
 
 // BackwardWeight runs W(stage, micro): the weight gradient of a chunk whose I
 // ran.
+//
+//go:noinline
 func (x *Exec) BackwardWeight(stage, micro, slot int) {
 	if x.failed.Load() {
 		return
+	}
+	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
+		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(inDone|wDone) == inDone {
+			x.backwardWeight(s, stage, micro)
+			return
+		}
 	}
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpBackwardWeight, stage, micro, slot, -1)
 		return
 	}
 	s := &x.slots[slot]
-	if !s.holds(int32(stage), int32(micro)) {
+	if !s.holds(stage, micro) {
 		x.notHeld(OpBackwardWeight, s, slot, stage, micro, -1)
 		return
 	}
-	if !s.inDone || s.wDone {
-		x.stepFailf(OpBackwardWeight, stage, micro, -1, "chunk in slot %d is not between its I and its W (I ran: %v, W ran: %v)", slot, s.inDone, s.wDone)
-		return
-	}
+	x.stepFailf(OpBackwardWeight, stage, micro, -1, "chunk in slot %d is not between its I and its W (I ran: %v, W ran: %v)", slot, s.flags&inDone != 0, s.flags&wDone != 0)
+}
+
+func (x *Exec) backwardWeight(s *slotState, stage, micro int) {
 	if err := x.stages[stage].BackwardWeight(s.saved, s.dy); err != nil {
 		x.stepFail(OpBackwardWeight, stage, micro, -1, err)
 		return
 	}
-	s.wDone = true
+	s.flags |= wDone
 	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 }
 
 // OptStep runs the optimizer hook, if any.
+//
+//go:noinline
 func (x *Exec) OptStep() {
 	if x.failed.Load() || x.optHook == nil {
 		return

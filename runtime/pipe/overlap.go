@@ -41,6 +41,8 @@ func overlapName(k OpKind, a, b Op) string {
 // source bSrc (-1 for OpBackwardWeight). The halves run on two goroutines
 // when their stages are different objects, else (or with
 // Config.SerialOverlap) one after the other, F first; results are the same.
+//
+//go:noinline
 func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, bMicro, bSlot, bSrc int) {
 	if x.failed.Load() {
 		return
@@ -56,6 +58,8 @@ func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, 
 // Forward(fStage, fMicro, fSlot, fSrc). The halves run on two goroutines
 // when their stages are different objects, else (or with
 // Config.SerialOverlap) one after the other, the backward first.
+//
+//go:noinline
 func (x *Exec) OverlapBF(bKind OpKind, bStage, bMicro, bSlot, bSrc int, fStage, fMicro, fSlot, fSrc int) {
 	if x.failed.Load() {
 		return
