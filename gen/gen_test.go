@@ -1,11 +1,14 @@
 package gen
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/schedules"
@@ -29,7 +32,7 @@ func legalVirtuals(f schedules.Family) []int {
 // Each program is lowered, verified (deadlock-free under rendezvous), and each
 // (stage, micro) has exactly one F and one backward.
 func TestEveryScheduleLowersAndVerifies(t *testing.T) {
-	checked := 0
+	checked, dual := 0, 0
 	for _, f := range schedules.All() {
 		if f.ComputeOnly != "" {
 			continue // refused by Lower with its reason (TestComputeOnlyFamiliesRefused)
@@ -48,6 +51,9 @@ func TestEveryScheduleLowersAndVerifies(t *testing.T) {
 					}
 					checkOnce(t, fmt.Sprintf("%s P=%d V=%d M=%d", f.Name, P, V, M), res.Program)
 					checked++
+					if f.Name == "dualpipe" {
+						dual++
+					}
 				}
 			}
 		}
@@ -55,9 +61,14 @@ func TestEveryScheduleLowersAndVerifies(t *testing.T) {
 	if checked < 1000 {
 		t.Errorf("only %d configurations checked; the grid should give well over 1000", checked)
 	}
+	// dualpipe: even P ≤ 8, even M in 2P..3P (its two model copies, Copies = 2).
+	if want := 2 + 3 + 4 + 5; dual != want {
+		t.Errorf("%d dualpipe configurations checked, want %d", dual, want)
+	}
 }
 
-// checkOnce asserts one F and one backward (B, or I and W) per (stage, micro).
+// checkOnce asserts one F and one backward (B, or I and W) per (stage, micro)
+// on the micro's route (ir.Program.Route), and none off it.
 func checkOnce(t *testing.T, name string, p ir.Program) {
 	t.Helper()
 	S, M := p.Stages(), p.Micro
@@ -83,6 +94,12 @@ func checkOnce(t *testing.T, name string, p ir.Program) {
 		}
 	}
 	for k := range f {
+		if !p.Runs(k/M, k%M) {
+			if f[k]+b[k]+i[k]+w[k] != 0 {
+				t.Errorf("%s: stage %d micro %d is off the micro's route but has F×%d B×%d I×%d W×%d", name, k/M, k%M, f[k], b[k], i[k], w[k])
+			}
+			continue
+		}
 		full := b[k] == 1 && i[k] == 0 && w[k] == 0
 		split := b[k] == 0 && i[k] == 1 && w[k] == 1
 		if f[k] != 1 || !(full || split) {
@@ -173,10 +190,26 @@ func BenchmarkLower(b *testing.B) {
 	}
 }
 
+// computeOnlyFamily is a family that only builds its compute order (the
+// 1f1b order), registered once by TestComputeOnlyFamiliesRefused: no real
+// family sets Family.ComputeOnly at the moment.
+const computeOnlyFamily = "test-compute-only"
+
+var registerComputeOnly sync.Once
+
 // TestComputeOnlyFamiliesRefused: a family that can only build its compute
 // order is refused by Lower with the family's reason, not with a verifier
 // error.
 func TestComputeOnlyFamiliesRefused(t *testing.T) {
+	registerComputeOnly.Do(func() {
+		oneF1B, err := schedules.Lookup("1f1b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		schedules.Register(schedules.Family{Name: computeOnlyFamily, Summary: "test only", DefaultVirtual: 1,
+			ComputeOnly: "a test of the compute-only mechanism", Build: oneF1B.Build})
+	})
+	seen := false
 	for _, f := range schedules.All() {
 		if f.ComputeOnly == "" {
 			continue
@@ -188,6 +221,10 @@ func TestComputeOnlyFamiliesRefused(t *testing.T) {
 		if _, _, err := Build(ir.Config{Schedule: f.Name, Ranks: 4, Micro: 16}); err != nil {
 			t.Errorf("%s: Build: %v", f.Name, err)
 		}
+		seen = seen || f.Name == computeOnlyFamily
+	}
+	if !seen {
+		t.Errorf("the compute-only family %s was not checked", computeOnlyFamily)
 	}
 }
 
@@ -312,5 +349,25 @@ func TestParallelLoweringIsDeterministic(t *testing.T) {
 		if serial[i] != parallel[i] {
 			t.Fatalf("parallel lowering differs from serial:\n%s\n--- parallel ---\n%s", serial[i], parallel[i])
 		}
+	}
+}
+
+// TestDualPipeEmitRefused: dualpipe lowers and verifies, but Emit refuses
+// its two model copies (emit.ErrCopies) and returns no source.
+func TestDualPipeEmitRefused(t *testing.T) {
+	cfg := ir.Config{Schedule: "dualpipe", Ranks: 4, Micro: 8}
+	res, err := Lower(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Program.Copies != 2 {
+		t.Fatalf("lowered dualpipe: Copies = %d, want 2", res.Program.Copies)
+	}
+	src, _, err := Generate(cfg, Options{}, emit.Options{Package: "sched"})
+	if !errors.Is(err, emit.ErrCopies) || src != nil {
+		t.Fatalf("Generate: %d bytes, error %v; want none and emit.ErrCopies", len(src), err)
+	}
+	if !strings.Contains(err.Error(), "gradient all-reduce between ranks r and P-1-r") {
+		t.Errorf("Generate error %q does not explain the missing all-reduce", err)
 	}
 }

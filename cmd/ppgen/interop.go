@@ -236,9 +236,14 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 // first and last stage itself; OPT_STEP: the trainer steps the optimizer),
 // with REDUCE_GRAD after each stage's last backward when reduceGrad is set
 // and the program has none (PyTorch scales and reduces gradients there, as
-// its own lowering adds it). Steps PyTorch cannot express are an error.
+// its own lowering adds it). Steps PyTorch cannot express are an error, and
+// so is a program with several model copies (dualpipe): the CSV cannot say
+// that a micro-batch runs only its copy's stages.
 func torchCSV(res gen.Result, computeOnly, reduceGrad, legacy bool) ([]byte, error) {
 	p := res.Program
+	if p.Copies > 1 {
+		return nil, usagef("torch-csv cannot express %d model copies (PyTorch walks every micro-batch through all stages, and dualpipe's copies need a gradient all-reduce between ranks r and P-1-r); ppgen verify and ppgen sim work", p.Copies)
+	}
 	if computeOnly {
 		p = res.Compute
 	} else {
@@ -348,6 +353,7 @@ func parseTorchCSV(data []byte, legacy bool) (ir.Program, error) {
 // it dropped.
 func dropKinds(p ir.Program, kinds ...ir.Kind) (ir.Program, int) {
 	q := ir.NewProgram(p.Placement, p.Micro)
+	q.Copies = p.Copies
 	n := 0
 	for r, steps := range p.Ranks {
 		q.Ranks[r] = make([]ir.Step, 0, len(steps))
@@ -381,6 +387,7 @@ func addReduceGrad(p ir.Program) ir.Program {
 		}
 	}
 	q := ir.NewProgram(p.Placement, p.Micro)
+	q.Copies = p.Copies
 	for r, steps := range p.Ranks {
 		count := map[int]int{}
 		var pending []int // stages whose REDUCE_GRAD waits for the transfers to pass

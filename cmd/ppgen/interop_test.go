@@ -290,7 +290,7 @@ func TestImportExportErrors(t *testing.T) {
 		{[]string{"import", "-from", "torch-csv", "-bogus", bad}, "-bogus"},
 		{[]string{"export", "-schedule", "1f1b", "-ranks", "2", "-micro", "2"}, "missing -to"},
 		{[]string{"export", "-to", "torch-csv", "-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-overlap"}, "OVERLAP_B_F"},
-		{[]string{"export", "-to", "torch-csv", "-schedule", "dualpipe", "-ranks", "2", "-micro", "4"}, "cannot be lowered"},
+		{[]string{"export", "-to", "torch-csv", "-schedule", "dualpipe", "-ranks", "2", "-micro", "4"}, "cannot express 2 model copies"},
 		{[]string{"export", "-to", "torch-csv", "-in", bad}, "line 1"},
 		{[]string{"export", "-to", "torch-csv", "-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-o", ""}, "-o needs"},
 	} {

@@ -11,6 +11,7 @@ package emit
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"go/token"
 	"strconv"
@@ -58,12 +59,20 @@ type op struct {
 	sub                           []op // an overlap's sub-steps, in order
 }
 
+// ErrCopies is Emit's error for a program with several model copies: the
+// runtime has no step that keeps the copies' weights in sync.
+var ErrCopies = errors.New("dualpipe's two model copies need a gradient all-reduce between ranks r and P-1-r that runtime/pipe does not have yet; ppgen verify and ppgen sim work")
+
 // Emit returns the Go source of the lowered program p. It fails, naming the
 // rank and step, on a step kind the runtime has no call for and on a step
 // whose fields do not fit the program (stage, micro, peer or slot out of
 // range, a slot missing). p must be verified (gen/verify): Emit takes the
-// data flow between steps (the src slots) as given.
+// data flow between steps (the src slots) as given. A program with several
+// model copies (ir.Program.Copies > 1, dualpipe) is refused: see ErrCopies.
 func Emit(p ir.Program, opt Options) ([]byte, error) {
+	if p.Copies > 1 {
+		return nil, ErrCopies
+	}
 	if !token.IsIdentifier(opt.Package) || opt.Package == "_" {
 		return nil, fmt.Errorf("emit: package name %q is not a Go identifier", opt.Package)
 	}

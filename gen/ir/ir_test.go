@@ -183,3 +183,28 @@ func TestPlacements(t *testing.T) {
 		t.Errorf("ParsePlacement table: %v %v", p, err)
 	}
 }
+
+func TestRoute(t *testing.T) {
+	p := NewProgram(VShape(4), 8) // 8 stages
+	for m := range 8 {
+		if f, l := p.Route(m); f != 0 || l != 7 {
+			t.Errorf("one pipeline: Route(%d) = %d, %d; want 0, 7", m, f, l)
+		}
+	}
+	p.Copies = 2
+	for _, tc := range []struct{ m, first, last int }{{0, 0, 3}, {3, 0, 3}, {4, 4, 7}, {7, 4, 7}, {-1, 0, 7}, {8, 0, 7}} {
+		if f, l := p.Route(tc.m); f != tc.first || l != tc.last {
+			t.Errorf("two copies: Route(%d) = %d, %d; want %d, %d", tc.m, f, l, tc.first, tc.last)
+		}
+	}
+	if !p.Runs(3, 1) || p.Runs(4, 1) || !p.Runs(4, 5) || p.Runs(3, 5) {
+		t.Error("Runs disagrees with Route")
+	}
+	if q := p.Clone(); q.Copies != 2 || p.ComputeOnly().Copies != 2 {
+		t.Error("Clone or ComputeOnly dropped Copies")
+	}
+	p.Copies = 3 // does not divide: one pipeline
+	if f, l := p.Route(5); f != 0 || l != 7 {
+		t.Errorf("Copies = 3: Route(5) = %d, %d; want 0, 7", f, l)
+	}
+}

@@ -27,11 +27,42 @@ type Program struct {
 	Placement Placement
 	Micro     int      // number of micro-batches M
 	Ranks     [][]Step // Ranks[r] is rank r's program
+	// Copies is the number of independent pipelines (model copies) the
+	// stages form. 0 or 1: one pipeline, every micro-batch runs all stages
+	// 0..S-1. C > 1 (C dividing S and M): the S stages form C equal
+	// contiguous pipelines (stages k·S/C .. (k+1)·S/C-1) and the M
+	// micro-batches C equal contiguous groups; micro-batch m runs only the
+	// stages of pipeline m/(M/C) (see Route). The text and CSV forms do not
+	// carry it: ParseText, ParseCSV and Infer leave it 0.
+	Copies int
 }
 
 // NewProgram returns an empty program for the placement and micro-batch count.
 func NewProgram(p Placement, micro int) Program {
 	return Program{Placement: p, Micro: micro, Ranks: make([][]Step, p.Ranks())}
+}
+
+// Route returns the first and last stage micro-batch m runs: 0 and S-1 for
+// one pipeline (Copies ≤ 1), or when Copies does not divide both S and M or m
+// is outside 0..M-1; otherwise the bounds of pipeline m/(M/Copies).
+func (p *Program) Route(m int) (first, last int) {
+	S, C := p.Stages(), p.Copies
+	if C <= 1 || S%C != 0 || p.Micro%C != 0 || m < 0 || m >= p.Micro {
+		return 0, S - 1
+	}
+	per := S / C
+	first = m / (p.Micro / C) * per
+	return first, first + per - 1
+}
+
+// Runs reports whether micro-batch micro runs stage stage: whether the stage
+// is on the micro-batch's route.
+func (p *Program) Runs(stage, micro int) bool {
+	if p.Copies <= 1 {
+		return true
+	}
+	first, last := p.Route(micro)
+	return stage >= first && stage <= last
 }
 
 // Stages returns the number of virtual stages.
@@ -70,6 +101,7 @@ func (s Step) clone() Step {
 // ComputeOnly returns a copy of the program with only its compute steps (F, B, I, W, overlaps).
 func (p Program) ComputeOnly() Program {
 	q := NewProgram(p.Placement, p.Micro)
+	q.Copies = p.Copies
 	for r, steps := range p.Ranks {
 		for _, s := range steps {
 			if s.Kind.IsCompute() {

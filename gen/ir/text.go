@@ -27,7 +27,8 @@ func FormatText(p Program) string {
 
 // ParseText parses the form FormatText writes. Lines may omit the "rank N:"
 // prefix (then they are ranks in order); blank lines and lines starting with
-// '#' are skipped. The placement and micro-batch count are inferred (see Infer).
+// '#' are skipped. The placement and micro-batch count are inferred (see Infer);
+// Copies is left 0 (one pipeline), the text form does not carry it.
 func ParseText(text string) (Program, error) {
 	var rows [][]Step
 	for n, line := range strings.Split(text, "\n") {
@@ -78,6 +79,7 @@ func FormatCSV(p Program) []byte {
 // ParseCSV reads the CSV form: one row per rank, one action per cell, an empty
 // cell is idle time and is dropped. The placement and micro-batch count are
 // inferred (see Infer); ResolvePeers is applied when the rows hold transfers.
+// Copies is left 0 (one pipeline), the CSV form does not carry it.
 func ParseCSV(r io.Reader) (Program, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
@@ -115,7 +117,7 @@ func atCell(err error, line, col int) error {
 // more than the largest stage named, each stage is placed on the rank whose
 // row runs its compute (named "loop" or "v" when the table is one of those),
 // and M is one more than the largest micro-batch named. Peers of transfers
-// are resolved from that placement.
+// are resolved from that placement. Copies is left 0 (one pipeline).
 func Infer(rows [][]Step) (Program, error) {
 	if len(rows) == 0 {
 		return Program{}, fmt.Errorf("schedule has no ranks (no non-empty rows)")

@@ -139,15 +139,30 @@ func dir(k ir.Kind) int {
 	return -1
 }
 
+// hasPrev reports whether chunk (s, m) has a neighbour (s-1, m): whether s
+// is after the first stage of micro m's route (ir.Program.Route).
+func hasPrev(p *ir.Program, s, m int) bool {
+	first, _ := p.Route(m)
+	return s > first
+}
+
+// hasNext reports whether chunk (s, m) has a neighbour (s+1, m): whether s
+// is before the last stage of micro m's route.
+func hasNext(p *ir.Program, s, m int) bool {
+	_, last := p.Route(m)
+	return s < last
+}
+
 // needsRecv returns the receive compute step c on rank r consumes, if any.
-func needsRecv(rankOf []int, r int, c ir.Step) (ir.Kind, bool) {
+func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
+	rankOf := p.Placement.RankOf
 	switch c.Kind {
 	case ir.Forward:
-		if c.Stage > 0 && rankOf[c.Stage-1] != r {
+		if hasPrev(p, c.Stage, c.Micro) && rankOf[c.Stage-1] != r {
 			return ir.RecvF, true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if c.Stage < len(rankOf)-1 && rankOf[c.Stage+1] != r {
+		if hasNext(p, c.Stage, c.Micro) && rankOf[c.Stage+1] != r {
 			return ir.RecvB, true
 		}
 	}
@@ -155,14 +170,15 @@ func needsRecv(rankOf []int, r int, c ir.Step) (ir.Kind, bool) {
 }
 
 // needsSend returns the send that follows compute step c on rank r, if any.
-func needsSend(rankOf []int, r int, c ir.Step) (ir.Kind, bool) {
+func needsSend(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
+	rankOf := p.Placement.RankOf
 	switch c.Kind {
 	case ir.Forward:
-		if c.Stage < len(rankOf)-1 && rankOf[c.Stage+1] != r {
+		if hasNext(p, c.Stage, c.Micro) && rankOf[c.Stage+1] != r {
 			return ir.SendF, true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if c.Stage > 0 && rankOf[c.Stage-1] != r {
+		if hasPrev(p, c.Stage, c.Micro) && rankOf[c.Stage-1] != r {
 			return ir.SendB, true
 		}
 	}
@@ -205,7 +221,7 @@ func insertCommLate(p ir.Program, data *dataLoads) (ir.Program, error) {
 		for j, st := range hs {
 			nw := 0
 			for _, c := range st.Computes() {
-				if k, ok := needsRecv(rankOf, r, c); ok {
+				if k, ok := needsRecv(&p, r, c); ok {
 					waits[nw] = b.Op()
 					nw++
 					ops = append(ops, commOp{kind: k, stage: int32(c.Stage), micro: int32(c.Micro), peer: int32(rankOf[c.Stage+dir(k)]), host: int32(j)})
@@ -216,7 +232,7 @@ func insertCommLate(p ir.Program, data *dataLoads) (ir.Program, error) {
 				b.Wait(strict.OpDone(w))
 			}
 			for _, c := range st.Computes() {
-				if k, ok := needsSend(rankOf, r, c); ok {
+				if k, ok := needsSend(&p, r, c); ok {
 					id := b.Op()
 					ops = append(ops, commOp{kind: k, stage: int32(c.Stage), micro: int32(c.Micro), peer: int32(rankOf[c.Stage+dir(k)]), host: int32(j)})
 					tab := sendF
@@ -313,7 +329,7 @@ func insertCommLate(p ir.Program, data *dataLoads) (ir.Program, error) {
 		}
 	}
 
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, P)}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, P)}
 	for r := range P {
 		order := sim.Order(r)
 		steps := hosts(r)

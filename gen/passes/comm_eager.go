@@ -43,7 +43,7 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 		ch := c.Stage*M + c.Micro
 		switch c.Kind {
 		case ir.Forward:
-			if c.Stage == 0 {
+			if !hasPrev(&p, c.Stage, c.Micro) {
 				return true
 			}
 			if rankOf[c.Stage-1] == r {
@@ -51,7 +51,7 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 			}
 			return recvF[ch]
 		case ir.Backward, ir.BackwardInput:
-			if c.Stage == S-1 {
+			if !hasNext(&p, c.Stage, c.Micro) {
 				return true
 			}
 			if rankOf[c.Stage+1] == r {
@@ -85,7 +85,7 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 				case ir.Backward, ir.BackwardInput:
 					bDone[ch] = true
 				}
-				if k, ok := needsSend(rankOf, r, c); ok {
+				if k, ok := needsSend(&p, r, c); ok {
 					if k == ir.SendF {
 						q := rankOf[c.Stage+1]
 						out[r] = append(out[r], ir.Comm(ir.SendF, c.Stage, c.Micro, q))
@@ -107,7 +107,7 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 			return ir.Program{}, eagerCycle(p, ptr)
 		}
 	}
-	return ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: out}, nil
+	return ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: out}, nil
 }
 
 // eagerCycle names the ring of ranks whose next steps wait for one another.
@@ -125,11 +125,11 @@ func eagerCycle(p ir.Program, ptr []int) error {
 		for _, c := range p.Ranks[r][ptr[r]].Computes() {
 			switch c.Kind {
 			case ir.Forward:
-				if c.Stage > 0 {
+				if hasPrev(&p, c.Stage, c.Micro) {
 					waitFor[r], on[r] = rankOf[c.Stage-1], ir.Compute(ir.Forward, c.Stage-1, c.Micro)
 				}
 			case ir.Backward, ir.BackwardInput:
-				if c.Stage < len(rankOf)-1 {
+				if hasNext(&p, c.Stage, c.Micro) {
 					waitFor[r], on[r] = rankOf[c.Stage+1], ir.Compute(ir.Backward, c.Stage+1, c.Micro)
 				}
 			}

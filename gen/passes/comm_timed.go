@@ -68,7 +68,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				case ir.Backward, ir.BackwardInput:
 					bAt[k] = at{int32(r), int32(j)}
 				}
-				if _, ok := needsSend(rankOf, r, cs); ok {
+				if _, ok := needsSend(&p, r, cs); ok {
 					nT++
 				}
 			}
@@ -80,7 +80,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	for r, steps := range p.Ranks {
 		for j := range steps {
 			for sub, cs := range steps[j].Computes() {
-				kind, ok := needsSend(rankOf, r, cs)
+				kind, ok := needsSend(&p, r, cs)
 				if !ok {
 					continue
 				}
@@ -207,7 +207,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	// consumer: it then delays nothing in the ideal timeline, and the
 	// induction above still holds. Then assemble the rank's program. Ranks
 	// only read each other's (fixed) key times, so they go in parallel.
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, P)}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, P)}
 	bad := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
 		list := ops[r]
@@ -310,9 +310,9 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 				var key, from int
 				var have []float64
 				switch {
-				case cs.Kind == ir.Forward && cs.Stage > 0:
+				case cs.Kind == ir.Forward && hasPrev(&p, cs.Stage, cs.Micro):
 					key, from, have = (cs.Stage-1)*M+cs.Micro, cs.Stage-1, fEnd
-				case cs.Kind.IsBackward() && cs.Stage < S-1:
+				case cs.Kind.IsBackward() && hasNext(&p, cs.Stage, cs.Micro):
 					key, from, have = (cs.Stage+1)*M+cs.Micro, cs.Stage+1, bEnd
 				default:
 					continue

@@ -6,6 +6,8 @@ import "github.com/ppgen/ppgen/gen/ir"
 // micro m) right before each F(0, m) on stage 0's rank, and DATA_LOAD(S-1, m)
 // (its labels) right before each F(S-1, m) on the last stage's rank. When the
 // program has a single stage (S == 1) the one DATA_LOAD(0, m) loads both.
+// With several copies (ir.Program.Route), stage 0 and S-1 read the first and
+// last stage of micro m's route.
 // A forward inside an overlap gets its load right before the composite step.
 //
 // Loads the program already holds are kept and not repeated, so the pass is
@@ -13,7 +15,7 @@ import "github.com/ppgen/ppgen/gen/ir"
 // unchanged (gen/verify reports them); the input is not modified.
 func InsertData(p ir.Program) ir.Program {
 	d := newDataLoads(p)
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
 	for r, steps := range p.Ranks {
 		q.Ranks[r] = d.appendRank(make([]ir.Step, 0, len(steps)+d.extra(p, r)), steps)
 	}
@@ -24,12 +26,13 @@ func InsertData(p ir.Program) ir.Program {
 // Lower can run data and comm insertion without the intermediate program.
 type dataLoads struct {
 	S, M    int
-	present [2][]bool // a DATA_LOAD of micro m already in the program: [0] stage 0, [1] last stage
-	done    [2][]bool // scratch for one rank
+	rt      ir.Program // the program's placement, micro count and copies (no steps), for Route
+	present [2][]bool  // a DATA_LOAD of micro m already in the program: [0] stage 0, [1] last stage
+	done    [2][]bool  // scratch for one rank
 }
 
 func newDataLoads(p ir.Program) *dataLoads {
-	d := &dataLoads{S: p.Stages(), M: max(p.Micro, 0)}
+	d := &dataLoads{S: p.Stages(), M: max(p.Micro, 0), rt: ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies}}
 	for w := range d.present {
 		d.present[w] = make([]bool, d.M)
 		d.done[w] = make([]bool, d.M)
@@ -37,7 +40,7 @@ func newDataLoads(p ir.Program) *dataLoads {
 	for _, steps := range p.Ranks {
 		for i := range steps {
 			if st := &steps[i]; st.Kind == ir.DataLoad && st.Micro >= 0 && st.Micro < d.M {
-				if w := d.class(st.Stage); w >= 0 {
+				if w := d.class(st.Stage, st.Micro); w >= 0 {
 					d.present[w][st.Micro] = true
 				}
 			}
@@ -46,21 +49,36 @@ func newDataLoads(p ir.Program) *dataLoads {
 	return d
 }
 
-// class returns 0 for stage 0, 1 for the last stage (0 when they are one), -1 otherwise.
-func (d *dataLoads) class(s int) int {
+// class returns 0 for the first stage of micro m's route, 1 for its last
+// stage (0 when they are one), -1 otherwise.
+func (d *dataLoads) class(s, m int) int {
+	first, last := d.rt.Route(m)
 	switch s {
-	case 0:
+	case first:
 		return 0
-	case d.S - 1:
+	case last:
 		return 1
 	}
 	return -1
 }
 
 // extra bounds the number of loads appendRank adds to rank r: M for each of
-// stage 0 and the last stage (one class when they coincide) the rank holds.
+// stage 0 and the last stage (one class when they coincide) the rank holds,
+// or with several copies one per route end the rank holds.
 func (d *dataLoads) extra(p ir.Program, r int) int {
 	n := 0
+	if p.Copies > 1 {
+		for m := range d.M {
+			first, last := d.rt.Route(m)
+			if p.Placement.Rank(first) == r {
+				n++
+			}
+			if last != first && p.Placement.Rank(last) == r {
+				n++
+			}
+		}
+		return n
+	}
 	if p.Placement.Rank(0) == r {
 		n += d.M
 	}
@@ -97,7 +115,7 @@ func (d *dataLoads) load(dst []ir.Step, c *ir.Step) []ir.Step {
 	if c.Micro < 0 || c.Micro >= d.M {
 		return dst
 	}
-	w := d.class(c.Stage)
+	w := d.class(c.Stage, c.Micro)
 	if w < 0 || d.done[w][c.Micro] {
 		return dst
 	}
@@ -110,7 +128,7 @@ func (d *dataLoads) load(dst []ir.Step, c *ir.Step) []ir.Step {
 // (for Lower's fused "data+comm" pass, whose timed order builds fresh lists).
 func insertDataShared(p ir.Program) ir.Program {
 	d := newDataLoads(p)
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
 	for r, steps := range p.Ranks {
 		if !d.mayLoad(steps) {
 			q.Ranks[r] = steps
@@ -122,19 +140,19 @@ func insertDataShared(p ir.Program) ir.Program {
 }
 
 // mayLoad reports whether appendRank may insert a load into steps: whether
-// one of them is a forward of stage 0 or of the last stage.
+// one of them is a forward of the first or last stage of its micro's route.
 func (d *dataLoads) mayLoad(steps []ir.Step) bool {
 	if d.M == 0 {
 		return false
 	}
 	for i := range steps {
 		st := &steps[i]
-		if st.Kind == ir.Forward && d.class(st.Stage) >= 0 {
+		if st.Kind == ir.Forward && d.class(st.Stage, st.Micro) >= 0 {
 			return true
 		}
 		if st.Kind.IsOverlap() {
 			for k := range st.Sub {
-				if st.Sub[k].Kind == ir.Forward && d.class(st.Sub[k].Stage) >= 0 {
+				if st.Sub[k].Kind == ir.Forward && d.class(st.Sub[k].Stage, st.Sub[k].Micro) >= 0 {
 					return true
 				}
 			}

@@ -16,5 +16,8 @@
 //
 // Lower runs the default pipeline (see Pipeline, the extension point for the
 // split, overlap, FSDP and swap passes) and reports slots and recv distance.
-// The contracts these passes implement are in docs/internals.md.
+// The contracts these passes implement are in docs/internals.md. With
+// several model copies (ir.Program.Copies, dualpipe) every pass takes stage
+// 0, the last stage and the neighbours s±1 of a chunk from its micro-batch's
+// route (ir.Program.Route), and a step off its route is an error.
 package passes

@@ -75,6 +75,9 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 	if S == 0 {
 		return &Error{Pass: pass, Rank: -1, Index: -1, Reason: "placement has no stages"}
 	}
+	if c := p.Copies; c > 1 && (S%c != 0 || M%c != 0) {
+		return &Error{Pass: pass, Rank: -1, Index: -1, Reason: fmt.Sprintf("%d copies do not split %d stages and %d micro-batches evenly", c, S, M)}
+	}
 	rankOf := p.Placement.RankOf
 	for s, r := range rankOf {
 		if r < 0 || r >= P {
@@ -89,7 +92,10 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 		if k.HasStage() && (st.Stage < 0 || st.Stage >= S || rankOf[st.Stage] != r) {
 			return false
 		}
-		return !k.HasMicro() || (st.Micro >= 0 && st.Micro < M)
+		if k.HasMicro() && (st.Micro < 0 || st.Micro >= M) {
+			return false
+		}
+		return !k.HasStage() || !k.HasMicro() || p.Runs(st.Stage, st.Micro)
 	}
 	for r, steps := range p.Ranks {
 		for i := range steps {
@@ -133,8 +139,11 @@ func stepError(p ir.Program, pass string, computeOnly bool, r, i int, top, st ir
 		e.Reason = fmt.Sprintf("stage %d is outside 0..%d", st.Stage, S-1)
 	case k.HasMicro() && (st.Micro < 0 || st.Micro >= M):
 		e.Reason = fmt.Sprintf("micro-batch %d is outside 0..%d", st.Micro, M-1)
-	default:
+	case p.Placement.RankOf[st.Stage] != r:
 		e.Reason = fmt.Sprintf("stage %d lives on rank %d (placement %s), not on rank %d", st.Stage, p.Placement.RankOf[st.Stage], p.Placement, r)
+	default:
+		first, last := p.Route(st.Micro)
+		e.Reason = fmt.Sprintf("micro-batch %d runs only stages %d..%d (its model copy), not stage %d", st.Micro, first, last, st.Stage)
 	}
 	return e
 }

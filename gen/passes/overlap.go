@@ -25,7 +25,7 @@ func Overlap(p ir.Program) (ir.Program, error) {
 	if err := checkSteps(p, "overlap", false); err != nil {
 		return ir.Program{}, err
 	}
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
 	for r, steps := range p.Ranks {
 		var out []ir.Step
 		for i := 0; i < len(steps); i++ {

@@ -38,8 +38,8 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	}
 	rankOf := p.Placement.RankOf
 	S, M := len(rankOf), p.Micro
-	shared := slotter{rankOf: rankOf, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	shared := slotter{rankOf: rankOf, rt: &ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies}, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
 	counts := make([]int, len(p.Ranks))
 	// Every chunk lives on one rank, so ranks touch disjoint parts of the
 	// per-chunk arrays and run in parallel, each worker with its own scratch.
@@ -97,6 +97,7 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 // every chunk lives on one rank, so the arrays serve all ranks).
 type slotter struct {
 	rankOf  []int
+	rt      *ir.Program // placement, micro count and copies (no steps), for routes
 	M, r    int
 	first   []int32 // first step of the chunk
 	last    []int32 // last use of the chunk
@@ -118,7 +119,7 @@ func (x *slotter) span(st *ir.Step, i int32) {
 		x.first[ch] = i
 	}
 	x.last[ch] = max(x.last[ch], i)
-	if nb := srcStage(x.rankOf, x.r, st); nb >= 0 {
+	if nb := srcStage(x.rt, x.r, st); nb >= 0 {
 		ch = nb*x.M + st.Micro
 		if x.first[ch] < 0 {
 			x.first[ch] = i
@@ -165,15 +166,17 @@ func chunksOf(st ir.Step) []ir.Step {
 }
 
 // srcStage returns the stage of the colocated chunk a compute step reads
-// (stage-1 for F, stage+1 for B and I, when that stage is on rank r), or -1.
-func srcStage(rankOf []int, r int, st *ir.Step) int {
+// (stage-1 for F, stage+1 for B and I, when that stage is on rank r and on
+// the micro-batch's route), or -1.
+func srcStage(rt *ir.Program, r int, st *ir.Step) int {
+	rankOf := rt.Placement.RankOf
 	switch st.Kind {
 	case ir.Forward:
-		if st.Stage > 0 && rankOf[st.Stage-1] == r {
+		if hasPrev(rt, st.Stage, st.Micro) && rankOf[st.Stage-1] == r {
 			return st.Stage - 1
 		}
 	case ir.Backward, ir.BackwardInput:
-		if st.Stage+1 < len(rankOf) && rankOf[st.Stage+1] == r {
+		if hasNext(rt, st.Stage, st.Micro) && rankOf[st.Stage+1] == r {
 			return st.Stage + 1
 		}
 	}
@@ -197,6 +200,7 @@ func lowestFree(set *[]uint64) int {
 // slot and src arguments of each call.
 type SlotIndex struct {
 	rankOf []int
+	rt     ir.Program // placement, micro count and copies (no steps), for routes
 	micro  int
 	slot   []int32 // per chunk
 }
@@ -204,7 +208,7 @@ type SlotIndex struct {
 // IndexSlots indexes the slots of p (as AssignSlots set them).
 func IndexSlots(p ir.Program) *SlotIndex {
 	S, M := p.Stages(), p.Micro
-	x := &SlotIndex{rankOf: p.Placement.RankOf, micro: M, slot: filled(max(S*M, 0), -1)}
+	x := &SlotIndex{rankOf: p.Placement.RankOf, rt: ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies}, micro: M, slot: filled(max(S*M, 0), -1)}
 	for _, steps := range p.Ranks {
 		for _, st := range steps {
 			for _, c := range chunksOf(st) {
@@ -229,12 +233,12 @@ func (x *SlotIndex) Slot(stage, micro int) int {
 // overlap, pass its sub-steps): the slot of the colocated neighbour chunk it
 // reads, (stage-1, micro) for F and (stage+1, micro) for B and I, or -1 when
 // its input (or output gradient) comes from its own slot: a receive, a data
-// load, or the loss on the last stage.
+// load, or the loss on the last stage (of the micro-batch's route).
 func (x *SlotIndex) Src(st ir.Step) int {
 	if st.Stage < 0 || st.Stage >= len(x.rankOf) {
 		return -1
 	}
-	nb := srcStage(x.rankOf, x.rankOf[st.Stage], &st)
+	nb := srcStage(&x.rt, x.rankOf[st.Stage], &st)
 	if nb < 0 {
 		return -1
 	}

@@ -32,7 +32,7 @@ func Split(p ir.Program) (ir.Program, error) {
 // splitBackwards is Split (onlyOverlaps false) and DxDwInOverlap (true) on a
 // checked program.
 func splitBackwards(p ir.Program, onlyOverlaps bool) ir.Program {
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
 	for r, steps := range p.Ranks {
 		n := 0
 		for i := range steps {
@@ -102,7 +102,7 @@ func Merge(p ir.Program) (ir.Program, error) {
 	if err := checkSteps(p, "merge", false); err != nil {
 		return ir.Program{}, err
 	}
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, len(p.Ranks))}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
 	for r, steps := range p.Ranks {
 		var out []ir.Step
 		for i := 0; i < len(steps); i++ {
@@ -245,9 +245,9 @@ func fillW(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			var end float64
 			var from int
 			switch {
-			case cs.Kind == ir.Forward && cs.Stage > 0:
+			case cs.Kind == ir.Forward && hasPrev(&p, cs.Stage, cs.Micro):
 				end, from = fEnd[(cs.Stage-1)*M+cs.Micro], cs.Stage-1
-			case cs.Kind.IsBackward() && cs.Stage < S-1:
+			case cs.Kind.IsBackward() && hasNext(&p, cs.Stage, cs.Micro):
 				end, from = bEnd[(cs.Stage+1)*M+cs.Micro], cs.Stage+1
 			default:
 				continue
@@ -355,7 +355,7 @@ func fillW(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			x.blocked = true
 		}
 	}
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Ranks: make([][]ir.Step, P)}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, P)}
 	for r := range rs {
 		if rs[r].pos < len(p.Ranks[r]) || len(rs[r].pending) > 0 {
 			return ir.Program{}, false

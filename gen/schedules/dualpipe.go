@@ -12,7 +12,6 @@ func init() {
 		Summary:        "DualPipe (DeepSeek-V3): two model copies fed from both ends, forward of one direction overlapped with backward of the other (OVERLAP_F_B)",
 		Constraints:    "virtual = 2 (one stage of each copy per rank); ranks even; micro even and ≥ 2·ranks",
 		DefaultVirtual: 2,
-		ComputeOnly:    "its two model copies route each micro-batch through half of the 2P stages, and the lowering passes, verifier and runtime assume every micro-batch walks all stages; use dualpipev, or print the compute order with `ppgen show -compute-only`",
 		Build:          buildDualPipe,
 	})
 }
@@ -43,9 +42,10 @@ func init() {
 //     the loss; in particular stages P-1 and P (both on rank P-1) exchange
 //     nothing.
 //
-// Passes that add data and comm steps should take the neighbour of a chunk
-// as "(s±1, m) if the program runs that chunk, otherwise none" (which is
-// also right for every other family). Stage P+j and stage j hold the same
+// The program says so with Copies = 2 (ir.Program.Route); passes, verify
+// and sim take the neighbour of a chunk as "(s±1, m) if micro m's route
+// runs that stage, otherwise none" (which is also right for every other
+// family). Stage P+j and stage j hold the same
 // weights in DualPipe; keeping the two copies' gradients in sync (DualPipe's
 // all-reduce between the copies) is outside the step order.
 func DualPipePlacement(ranks int) ir.Placement {
@@ -93,6 +93,7 @@ func buildDualPipe(cfg ir.Config) (ir.Program, error) {
 		return ir.Program{}, err
 	}
 	p := ir.NewProgram(pl, m)
+	p.Copies = 2
 	half := ranks / 2
 	for r := range p.Ranks {
 		h := min(r, ranks-1-r)

@@ -30,7 +30,8 @@
 //     compute-only program (no transfers) is timed with a latency per
 //     cross-rank edge, colocated neighbours (the turn of a V) cost nothing,
 //     and a lowered program missing a receive still gets a latency for that
-//     edge rather than none.
+//     edge rather than none. With several model copies (ir.Program.Copies)
+//     "s > 0" and "s < S−1" read "inside micro m's route" (Program.Route).
 //   - An OVERLAP_F_B / OVERLAP_B_F step is one compute step consuming the
 //     inputs of both sub-steps; it takes max(a, b) + Cost.Overlap·min(a, b)
 //     where a and b are its sub-steps' costs (default: max(a, b)).

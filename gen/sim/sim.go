@@ -507,11 +507,16 @@ func (s *simulator) computeDeps(r int, cs ir.Step, stages int, idx *indexes, ds 
 		}
 		return fmt.Errorf("%s needs %s of stage %d micro %d, which no rank runs (%w)", cs, what, stage, cs.Micro, ErrStuck)
 	}
+	// The micro-batch's route: all stages, or its model copy's (ir.Program.Route).
+	first, last := 0, stages-1
+	if s.p.Copies > 1 {
+		first, last = s.p.Route(cs.Micro)
+	}
 	switch cs.Kind {
 	case ir.Forward:
 		if re := s.recvOn(idx, r, ir.RecvF, cs.Stage, cs.Micro); re >= 0 {
 			ds = append(ds, dep{ev: re})
-		} else if cs.Stage > 0 {
+		} else if cs.Stage > first {
 			if err := producer([]ir.Kind{ir.Forward}, cs.Stage-1, "the forward F"); err != nil {
 				return nil, err
 			}
@@ -525,7 +530,7 @@ func (s *simulator) computeDeps(r int, cs ir.Step, stages int, idx *indexes, ds 
 		}
 		if re := s.recvOn(idx, r, ir.RecvB, cs.Stage, cs.Micro); re >= 0 {
 			ds = append(ds, dep{ev: re})
-		} else if cs.Stage < stages-1 {
+		} else if cs.Stage < last {
 			if err := producer([]ir.Kind{ir.Backward, ir.BackwardInput}, cs.Stage+1, "the backward B or I"); err != nil {
 				return nil, err
 			}

@@ -17,7 +17,10 @@
 //     OPT_STEP comes after every compute step of its rank. The two
 //     sub-steps of an overlap run together: neither may feed the other;
 //  3. completeness: every (stage, micro) has one F and one backward (B, or
-//     I then W);
+//     I then W). With several model copies (ir.Program.Copies) "every
+//     (stage, micro)" means the stages of the micro's route
+//     (ir.Program.Route), a step outside its route is a structure error, and
+//     "stage 0", "the last stage" and neighbours are those of the route;
 //  4. matching (lowered programs): sends and receives pair FIFO per (source
 //     rank, destination rank, channel), every one has a partner, and
 //     partners agree (SEND_F(s,m) with RECV_F(s+1,m), SEND_B(s,m) with

@@ -193,6 +193,8 @@ func (c *checker) walk() error {
 		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: "the placement has no stages"}
 	case c.M <= 0:
 		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the program has %d micro-batches; want at least 1", c.M)}
+	case p.Copies > 1 && (c.S%p.Copies != 0 || c.M%p.Copies != 0):
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("%d model copies do not split %d stages and %d micro-batches evenly", p.Copies, c.S, c.M)}
 	}
 	for s, r := range c.rankOf {
 		if r < 0 || r >= c.P {
@@ -404,7 +406,7 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	ch := s*c.M + st.Micro
 	switch st.Kind {
 	case ir.Forward:
-		if s > 0 && c.rankOf[s-1] != r {
+		if first, _ := c.p.Route(st.Micro); s > first && c.rankOf[s-1] != r {
 			if op := c.opAt[aRecvF][ch]; op >= 0 {
 				rw.waits = append(rw.waits, strict.OpDone(op))
 			}
@@ -413,7 +415,7 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 			rw.waits = append(rw.waits, strict.OpDone(op))
 		}
 	case ir.Backward, ir.BackwardInput:
-		if s < c.S-1 && c.rankOf[s+1] != r {
+		if _, last := c.p.Route(st.Micro); s < last && c.rankOf[s+1] != r {
 			if op := c.opAt[aRecvB][ch]; op >= 0 {
 				rw.waits = append(rw.waits, strict.OpDone(op))
 			}
@@ -493,6 +495,10 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 	if m < 0 || m >= c.M {
 		return c.fail(r, i, *top, Structure, "micro-batch %d is outside 0..%d", m, c.M-1)
 	}
+	first, last := c.p.Route(m)
+	if s < first || s > last {
+		return c.fail(r, i, *top, Structure, "micro-batch %d runs only stages %d..%d (its model copy), not stage %d", m, first, last, s)
+	}
 	if k.IsCompute() {
 		c.lastCompute[r] = int32(i)
 	}
@@ -500,17 +506,17 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 		want := ir.None
 		switch k {
 		case ir.SendF, ir.DataSend, ir.RecvB:
-			if s+1 < c.S {
+			if s < last {
 				want = c.rankOf[s+1]
 			}
 		default:
-			if s > 0 {
+			if s > first {
 				want = c.rankOf[s-1]
 			}
 		}
 		switch {
 		case want == ir.None:
-			return c.fail(r, i, *top, Structure, "stage %d has no neighbour to %s (stages are 0..%d)", s, map[bool]string{true: "send to", false: "receive from"}[k.IsSend()], c.S-1)
+			return c.fail(r, i, *top, Structure, "stage %d has no neighbour to %s (micro %d runs stages %d..%d)", s, map[bool]string{true: "send to", false: "receive from"}[k.IsSend()], m, first, last)
 		case want == r:
 			return c.fail(r, i, *top, Structure, "a transfer to its own rank: both stages live on rank %d, where colocated stages exchange through the slot (src), not a transfer", r)
 		case st.Peer != want:
@@ -520,8 +526,8 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 			return c.fail(r, i, *top, Structure, "peer %d, but the placement puts the other end on rank %d", st.Peer, want)
 		}
 	}
-	if k == ir.DataLoad && s != 0 && s != c.S-1 {
-		return c.fail(r, i, *top, Structure, "DATA_LOAD loads the input on stage 0 or the labels on the last stage (%d), not on stage %d; ship labels with DATA_SEND/DATA_RECV", c.S-1, s)
+	if k == ir.DataLoad && s != first && s != last {
+		return c.fail(r, i, *top, Structure, "DATA_LOAD loads the input on the first stage of micro %d's route (%d) or the labels on its last stage (%d), not on stage %d; ship labels with DATA_SEND/DATA_RECV", m, first, last, s)
 	}
 	a := atOf(k)
 	if a < 0 {
@@ -584,6 +590,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	}
 	s, m, M := st.Stage, st.Micro, c.M
 	ch := s*M + m
+	first, last := c.p.Route(m)
 	before := func(a, chunk int) bool { x := c.at[a][chunk]; return x >= 0 && int(x) < i }
 	need := func(what string, want ir.Step, a, chunk int) error {
 		return c.fail(r, i, *top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, want, r, where(c.at[a][chunk], i))
@@ -591,9 +598,9 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	switch st.Kind {
 	case ir.Forward:
 		switch {
-		case s == 0:
+		case s == first:
 			if c.hasData && !before(aLoad, ch) {
-				return need("its input", ir.Compute(ir.DataLoad, 0, m), aLoad, ch)
+				return need("its input", ir.Compute(ir.DataLoad, s, m), aLoad, ch)
 			}
 		case c.rankOf[s-1] == r:
 			if !before(aF, ch-M) {
@@ -604,7 +611,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 				return need(fmt.Sprintf("its input from stage %d on rank %d", s-1, c.rankOf[s-1]), ir.Compute(ir.RecvF, s, m), aRecvF, ch)
 			}
 		}
-		if s == c.S-1 && c.hasData && !before(aLoad, ch) && !before(aDRecv, ch) {
+		if s == last && c.hasData && !before(aLoad, ch) && !before(aDRecv, ch) {
 			return c.fail(r, i, *top, Order, "%s needs the labels of micro %d for the loss: %s or %s must come earlier on rank %d, but neither does", st, m, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
 		}
 	case ir.Backward, ir.BackwardInput:
@@ -612,7 +619,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 			return need("its forward", ir.Compute(ir.Forward, s, m), aF, ch)
 		}
 		switch {
-		case s == c.S-1:
+		case s == last:
 		case c.rankOf[s+1] == r:
 			if !before(aBwd, ch+M) {
 				return need("its output gradient from the colocated stage", c.bwdName(s+1, m), aBwd, ch+M)
@@ -653,11 +660,15 @@ func (c *checker) bwdName(s, m int) ir.Step {
 	return ir.Compute(ir.Backward, s, m)
 }
 
-// complete checks that every chunk has its forward and backward.
+// complete checks that every chunk on a micro-batch's route has its forward
+// and backward (leaf rejects chunks outside it).
 func (c *checker) complete() error {
 	for s := range c.S {
 		r := c.rankOf[s]
 		for m := range c.M {
+			if !c.p.Runs(s, m) {
+				continue
+			}
 			ch := s*c.M + m
 			switch {
 			case c.at[aF][ch] < 0:

@@ -289,6 +289,7 @@ func RandomOrder(rng *rand.Rand, pl ir.Placement, M int, split bool) ir.Program 
 // other locally, so the pair is locally valid; across ranks it may not be).
 func FuseRandom(rng *rand.Rand, p ir.Program) ir.Program {
 	q := ir.NewProgram(p.Placement, p.Micro)
+	q.Copies = p.Copies
 	for r, steps := range p.Ranks {
 		for i := 0; i < len(steps); i++ {
 			a := steps[i]
