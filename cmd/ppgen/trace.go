@@ -200,7 +200,10 @@ func runCompare(entries []compareEntry, sf *scheduleFlags, costSpec string, pr *
 			}
 			return nil, fmt.Errorf("%s: %w", e.name, err)
 		}
-		cost, err := compareCost(costSpec, res.Config.Virtual)
+		// A micro-batch walks S/Copies stages, each 1/vEff of a rank's
+		// share of the model (dualpipe's two copies each hold a full share).
+		vEff := max(res.Config.Virtual/max(res.Program.Copies, 1), 1)
+		cost, err := compareCost(costSpec, vEff)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +214,7 @@ func runCompare(entries []compareEntry, sf *scheduleFlags, costSpec string, pr *
 		}
 		rows = append(rows, compareRow{
 			Schedule: e.name, Virtual: res.Config.Virtual, Stages: res.Program.Stages(),
-			ActivationMemory: float64(r.Peak()) / float64(max(res.Config.Virtual, 1)),
+			ActivationMemory: float64(r.Peak()) / float64(vEff),
 			Summary:          r.Summary(), result: r, program: res.Program,
 		})
 		pr.Step()
