@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,6 +152,9 @@ func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, error) {
 	}
 	var p proof
 	if err := readMsg(c, &h); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return h, fmt.Errorf("%w: rank %d at %s accepted the connection but never answered the handshake (is it a ppgen rank, and still starting?): %v", ErrTimeout, want, c.RemoteAddr(), err)
+		}
 		return h, fmt.Errorf("rank %d at %s dropped the handshake (not a ppgen rank?): %w", want, c.RemoteAddr(), err)
 	}
 	if err := readMsg(c, &p); err != nil {

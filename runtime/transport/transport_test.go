@@ -300,10 +300,26 @@ func TestTCPRendezvousTimeout(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("took %v", d)
 	}
-	// A worker whose master never answers.
-	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: ln.Addr().String(), RendezvousTimeout: 300 * time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "cannot reach rank 0") {
-		t.Fatalf("err = %v", err)
+	// A worker whose master cannot be reached. Port 1 is privileged and
+	// unused on test machines; a port freed by this test could be taken by
+	// another test package running in parallel.
+	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: "127.0.0.1:1", RendezvousTimeout: 300 * time.Millisecond})
+	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "cannot reach rank 0") {
+		t.Fatalf("unreachable master: err = %v", err)
+	}
+	// A worker whose master accepts the connection (the kernel does, from
+	// the backlog) but never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: silent.Addr().String(), RendezvousTimeout: 300 * time.Millisecond})
+	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "never answered") {
+		t.Fatalf("silent master: err = %v", err)
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Fatalf("took %v", d)
 	}
 }
 
