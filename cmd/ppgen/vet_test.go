@@ -22,9 +22,9 @@ func TestVetCommand(t *testing.T) {
 	}{
 		{[]string{"vet", "../../generated/...", "../../examples/..."}, 0, nil},
 		{[]string{"vet", broken}, 1, []string{
-			broken + ":45:2: rank 0 step 5: x.SendAct(0, 1, 1, 1) is the 2nd act send from rank 0 to rank 1",
+			broken + ":45:2: rank 0 step 5: x.SendF(0x0000_0001_0001_0001) (0SEND_F1 peer 1, slot 1) is the 2nd act send from rank 0 to rank 1",
 			"\t" + broken + ":89:2: the receive it pairs with: rank 1 step 9",
-			broken + ":85:2: edited generated code: rank 1 step 5 is x.SendGrad(1, 0, 0, 0)",
+			broken + ":85:2: edited generated code: rank 1 step 5 is x.SendB(0x0001_0000_0000_0000) (1SEND_B0 peer 0, slot 0)",
 			"ppgen vet: 2 problem(s) in 1 generated file(s)",
 		}},
 		{[]string{"vet", "../../gen/vet/testdata/src/github.com/ppgen/ppgen/runtime/pipe/pipe.go"}, 2, []string{"is not a ppgen-generated file"}},
@@ -90,16 +90,16 @@ func TestCIGate(t *testing.T) {
 	lines := strings.Split(string(orig), "\n")
 	edit := -1
 	for i, l := range lines {
-		if strings.HasPrefix(l, "\tx.RecvGrad(") {
+		if strings.HasPrefix(l, "\tx.RecvB(0x0000_0000_") {
 			edit = i // the first gradient receive of rank 0
 			break
 		}
 	}
 	if edit < 0 {
-		t.Fatal("no x.RecvGrad in generated/onef1b/schedule_gen.go")
+		t.Fatal("no x.RecvB of stage 0 micro 0 in generated/onef1b/schedule_gen.go")
 	}
 	edited := append([]string(nil), lines...)
-	edited[edit] = strings.Replace(lines[edit], "(0, 0,", "(0, 1,", 1) // receive micro 1's gradient first
+	edited[edit] = strings.Replace(lines[edit], "(0x0000_0000_", "(0x0000_0001_", 1) // receive micro 1's gradient first
 	if edited[edit] == lines[edit] {
 		t.Fatalf("line %d %q: edit did not apply", edit+1, lines[edit])
 	}

@@ -46,7 +46,7 @@ func TestGoVetBroken(t *testing.T) {
 		t.Fatalf("go vet passed broken generated files:\n%s", out)
 	}
 	for _, want := range []string{
-		"gen/vet/testdata/src/deletedrecv/schedule_gen.go:45:2: rank 0 step 5: x.SendAct(0, 1, 1, 1) is the 2nd act send from rank 0 to rank 1",
+		"gen/vet/testdata/src/deletedrecv/schedule_gen.go:45:2: rank 0 step 5: x.SendF(0x0000_0001_0001_0001) (0SEND_F1 peer 1, slot 1) is the 2nd act send from rank 0 to rank 1",
 		"gen/vet/testdata/src/deletedrecv/schedule_gen.go:89:2: \tthe receive it pairs with: rank 1 step 9",
 		"gen/vet/testdata/src/deletedrecv/schedule_gen.go:85:2: edited generated code: rank 1 step 5",
 		"gen/vet/testdata/src/missingrank/schedule_gen.go:28:13: rank table has no entry for rank 1",

@@ -11,15 +11,16 @@
 //	go run ./examples/realisation                     # both schedules, both transports, 20 iterations
 //	go run ./examples/realisation -transport tcp -iters 50
 //
-// A stage waits by deadline: it takes start = time.Now() on entry and sleeps
-// (time.Sleep) until start+d, recording by how much the wake-up overshot the
-// deadline. Two ratios come out:
+// A stage waits by deadline: it takes start = time.Now() on entry, sleeps
+// (time.Sleep) until 1 ms before start+d and yields (runtime.Gosched) until
+// start+d, recording by how much it overshot the deadline. Sleeping all the
+// way (-spin 0) is as precise as the Go timer: on Linux the Go runtime sleeps
+// in epoll_pwait, whose timeout has millisecond granularity, and the kernel
+// adds its timer slack (more under virtualisation), so a 2 ms sleep ends a
+// few hundred µs late, 15% of the stage. Two ratios come out:
 //
 //   - ratio: measured iteration time / simulated makespan at the nominal costs.
-//     It includes the timer's overshoot: on Linux the Go runtime sleeps in
-//     epoll_pwait, whose timeout has millisecond granularity, and the kernel
-//     adds its timer slack (more under virtualisation), so a 2 ms sleep can
-//     end a few hundred µs late.
+//     It includes what the waits overshoot.
 //   - ratio-eff: measured iteration time / simulated makespan at the measured
 //     mean duration of each kind of stage call (nominal + overshoot + the
 //     copy). It removes the instrument's error and leaves what the runtime adds:
@@ -38,6 +39,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -86,8 +88,14 @@ func main() {
 		sched = flag.String("schedule", "", "1f1b or interleaved (default: both)")
 		tr    = flag.String("transport", "", "inproc or tcp (default: both)")
 		iters = flag.Int("iters", 20, "measured iterations per case (after one warm-up iteration)")
+		spin  = flag.Duration("spin", spinMargin, "how long before its deadline a stage's wait stops sleeping and yields in a loop (0: sleep only, as precise as the Go timer)")
 	)
 	flag.Parse()
+	if *spin < 0 {
+		fmt.Fprintf(os.Stderr, "realisation: -spin %v; want 0 or more\n", *spin)
+		os.Exit(2)
+	}
+	spinMargin = *spin
 	if err := run(os.Stdout, *sched, *tr, *iters); err != nil {
 		fmt.Fprintln(os.Stderr, "realisation:", err)
 		os.Exit(1)
@@ -222,12 +230,30 @@ func (st *stats) reset() {
 	}
 }
 
+// spinMargin is how long before its deadline a wait stops sleeping and
+// yields in a loop instead: the Go timer on Linux wakes a 2 ms sleep a few
+// hundred µs late (epoll_pwait has millisecond granularity, plus the
+// kernel's timer slack), which would make every stage call longer than its
+// nominal cost. Yielding (runtime.Gosched) rather than busy-looping lets the
+// comm goroutines and the other ranks run on the same cores meanwhile.
+// Zero means sleep only (the -wait sleep mode).
+var spinMargin = 1000 * time.Microsecond
+
 // wait takes a stage call of kind k that began at start: it sleeps until
-// start+d (time.Sleep, so the wake-up is as precise as the Go timer on this
-// machine) and records the overshoot and the call's duration.
+// spinMargin before start+d, yields until start+d, and records the overshoot
+// and the call's duration.
 func (st *stats) wait(k kind, start time.Time, d time.Duration) {
 	deadline := start.Add(d)
-	time.Sleep(time.Until(deadline))
+	if spinMargin == 0 {
+		time.Sleep(time.Until(deadline))
+	} else {
+		if r := time.Until(deadline) - spinMargin; r > 0 {
+			time.Sleep(r)
+		}
+		for time.Now().Before(deadline) {
+			runtime.Gosched()
+		}
+	}
 	now := time.Now()
 	over := max(0, now.Sub(deadline))
 	st.overSum.Add(int64(over))

@@ -23,10 +23,15 @@ const (
 
 // Call is how one step kind is emitted: the pipe.Exec method of the
 // generated call, the pipe.OpKind constant of its -table entry, and its
-// arguments.
+// arguments. Steps other than OPT_STEP and the overlaps are emitted as
+// Packed, a method taking the arguments packed into one pipe.At constant
+// (stage, micro and Args' two other fields, 16 bits each, 0xffff for -1);
+// Method is the same step with the arguments unpacked, which hand-written
+// code and the interpreter call.
 type Call struct {
 	Kind   ir.Kind
 	Method string
+	Packed string // "" when the step is emitted as Method
 	Op     string
 	Args   Shape
 }
@@ -37,7 +42,7 @@ func Calls() []Call {
 	out := make([]Call, 0, len(calls))
 	for _, k := range ir.Kinds() {
 		if c, ok := calls[k]; ok {
-			out = append(out, Call{Kind: k, Method: c.method, Op: c.op, Args: c.args})
+			out = append(out, Call{Kind: k, Method: c.method, Packed: c.packed, Op: c.op, Args: c.args})
 		}
 	}
 	return out
@@ -49,24 +54,25 @@ type call struct {
 	method string
 	op     string
 	args   Shape
+	packed string
 }
 
 // calls is the step kind -> runtime call table (docs/internals.md, "The
 // runtime API generated code calls"). A kind missing here has no runtime call
 // yet and Emit rejects it; supporting a new kind is one entry.
 var calls = map[ir.Kind]call{
-	ir.DataLoad:       {"DataLoad", "OpDataLoad", ArgsLocal},
-	ir.RecvF:          {"RecvAct", "OpRecvAct", ArgsComm},
-	ir.SendF:          {"SendAct", "OpSendAct", ArgsComm},
-	ir.RecvB:          {"RecvGrad", "OpRecvGrad", ArgsComm},
-	ir.SendB:          {"SendGrad", "OpSendGrad", ArgsComm},
-	ir.Forward:        {"Forward", "OpForward", ArgsCompute},
-	ir.Backward:       {"Backward", "OpBackward", ArgsCompute},
-	ir.BackwardInput:  {"BackwardInput", "OpBackwardInput", ArgsCompute},
-	ir.BackwardWeight: {"BackwardWeight", "OpBackwardWeight", ArgsLocal},
-	ir.OptStep:        {"OptStep", "OpOptStep", ArgsNone},
-	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", ArgsOverlap},
-	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", ArgsOverlap},
+	ir.DataLoad:       {"DataLoad", "OpDataLoad", ArgsLocal, "Load"},
+	ir.RecvF:          {"RecvAct", "OpRecvAct", ArgsComm, "RecvF"},
+	ir.SendF:          {"SendAct", "OpSendAct", ArgsComm, "SendF"},
+	ir.RecvB:          {"RecvGrad", "OpRecvGrad", ArgsComm, "RecvB"},
+	ir.SendB:          {"SendGrad", "OpSendGrad", ArgsComm, "SendB"},
+	ir.Forward:        {"Forward", "OpForward", ArgsCompute, "F"},
+	ir.Backward:       {"Backward", "OpBackward", ArgsCompute, "B"},
+	ir.BackwardInput:  {"BackwardInput", "OpBackwardInput", ArgsCompute, "I"},
+	ir.BackwardWeight: {"BackwardWeight", "OpBackwardWeight", ArgsLocal, "W"},
+	ir.OptStep:        {"OptStep", "OpOptStep", ArgsNone, ""},
+	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", ArgsOverlap, ""},
+	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", ArgsOverlap, ""},
 }
 
 // An overlap step is emitted as one call with the arguments of both

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"go/token"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -55,6 +56,7 @@ type Options struct {
 // op is one step resolved to its runtime call.
 type op struct {
 	call
+	kind                          ir.Kind
 	stage, micro, peer, slot, src int
 	sub                           []op // an overlap's sub-steps, in order
 }
@@ -192,25 +194,52 @@ func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int) {
 	}
 }
 
-// stmt returns the call of one step: x.Method(args...).
+// stmt returns the call of one step: x.Packed(at) with the step's text as a
+// trailing comment, x.OptStep() or an overlap's x.Method(args...).
 func (o op) stmt() *jen.Statement {
-	if o.args == ArgsOverlap {
-		return jen.Id("x").Dot(o.method).Call(o.overlapArgs()...)
-	}
-	var args []int
 	switch o.args {
-	case ArgsLocal:
-		args = []int{o.stage, o.micro, o.slot}
+	case ArgsOverlap:
+		return jen.Id("x").Dot(o.method).Call(o.overlapArgs()...)
+	case ArgsNone:
+		return jen.Id("x").Dot(o.method).Call()
+	}
+	c, d := o.slot, ir.None
+	switch o.args {
 	case ArgsComm:
-		args = []int{o.stage, o.micro, o.peer, o.slot}
+		c, d = o.peer, o.slot
 	case ArgsCompute:
-		args = []int{o.stage, o.micro, o.slot, o.src}
+		d = o.src
 	}
-	lits := make([]jen.Code, len(args))
-	for i, a := range args {
-		lits[i] = jen.Lit(a)
+	st := ir.Step{Kind: o.kind, Stage: o.stage, Micro: o.micro, Peer: o.peer, Slot: o.slot}
+	return jen.Id("x").Dot(o.packed).Call(jen.Op(atLiteral(o.stage, o.micro, c, d))).Comment(Describe(st, o.src))
+}
+
+// Describe is the comment of a packed call: the step's text form and its
+// peer, slot and source slot, e.g. "0SEND_F1 peer 1, slot 1" or
+// "3F17 slot 2, src slot 1" (src is ir.None when the input is the chunk's
+// own).
+func Describe(st ir.Step, src int) string {
+	text := ir.Step{Kind: st.Kind, Stage: st.Stage, Micro: st.Micro}.String()
+	switch {
+	case st.Kind.IsComm():
+		return fmt.Sprintf("%s peer %d, slot %d", text, st.Peer, st.Slot)
+	case src != ir.None:
+		return fmt.Sprintf("%s slot %d, src slot %d", text, st.Slot, src)
 	}
-	return jen.Id("x").Dot(o.method).Call(lits...)
+	return fmt.Sprintf("%s slot %d", text, st.Slot)
+}
+
+// AtMax is the most stages, micro-batches, ranks and slots per rank a
+// program can have: the runtime packs a step's arguments into a pipe.At, 16
+// bits each, 0xffff standing for -1.
+const AtMax = 0xffff
+
+// atLiteral is the pipe.At constant of a step's fields in hex groups of 16
+// bits, e.g. 0x0003_0011_0002_ffff; resolve checked that each is in
+// [-1, AtMax).
+func atLiteral(stage, micro, c, d int) string {
+	f := func(v int) uint64 { return uint64(v) & AtMax }
+	return fmt.Sprintf("0x%04x_%04x_%04x_%04x", f(stage), f(micro), f(c), f(d))
 }
 
 // emitTable writes `var Program = [][]pipe.Op{...}`, one keyed Op per line.
@@ -276,6 +305,14 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 	} else {
 		slots = append([]int(nil), slots...)
 	}
+	for _, c := range []struct {
+		what string
+		n    int
+	}{{"ranks", P}, {"stages", S}, {"micro-batches", p.Micro}, {"slots on a rank", slices.Max(append([]int{0}, slots...))}} {
+		if c.n > AtMax {
+			return nil, nil, fmt.Errorf("emit: the program has %d %s; the runtime takes at most %d (it packs a step's arguments in 16 bits each)", c.n, c.what, AtMax)
+		}
+	}
 	ops := make([][]op, P)
 	for r, steps := range p.Ranks {
 		if slots[r] < 0 {
@@ -288,7 +325,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			if !ok || c.args == ArgsOverlap {
 				return op{}, fmt.Errorf("the runtime has no call for %s yet", st.Kind)
 			}
-			o := op{call: c, stage: st.Stage, micro: st.Micro, peer: st.Peer, slot: st.Slot}
+			o := op{call: c, kind: st.Kind, stage: st.Stage, micro: st.Micro, peer: st.Peer, slot: st.Slot}
 			if c.args == ArgsNone {
 				// OPT_STEP: no operands; record none in the table either.
 				o.stage, o.micro, o.peer, o.slot = ir.None, ir.None, ir.None, ir.None

@@ -172,8 +172,8 @@ func TestSrc(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"x.Forward(0, 0, 0, -1)", "x.Forward(1, 0, 1, 0)",
-		"x.Backward(1, 0, 1, -1)", "x.BackwardInput(0, 0, 0, 1)", "x.BackwardWeight(0, 0, 0)",
+		"x.F(0x0000_0000_0000_ffff)", "x.F(0x0001_0000_0001_0000)",
+		"x.B(0x0001_0000_0001_ffff)", "x.I(0x0000_0000_0000_0001)", "x.W(0x0000_0000_0000_ffff)",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %s:\n%s", want, out)

@@ -510,19 +510,20 @@ func tableRows(s *step) [][6]string {
 	}
 	st := s.st
 	if st.Kind.IsOverlap() {
-		rows := [][6]string{row("Op"+s.method, -1, -1, -1, -1, -1)}
+		rows := [][6]string{row(opName(st.Kind), -1, -1, -1, -1, -1)}
 		for k, sub := range st.Sub {
 			rows = append(rows, row(opName(sub.Kind), sub.Stage, sub.Micro, -1, sub.Slot, s.subSrc[k]))
 		}
 		return rows
 	}
-	return [][6]string{row("Op"+s.method, st.Stage, st.Micro, st.Peer, st.Slot, s.src)}
+	return [][6]string{row(opName(st.Kind), st.Stage, st.Micro, st.Peer, st.Slot, s.src)}
 }
 
+// opName is the pipe.OpKind constant of k's -table entries.
 func opName(k ir.Kind) string {
-	for name, m := range methods {
-		if m.kind == k {
-			return "Op" + name
+	for name, kind := range opKinds {
+		if kind == k {
+			return name
 		}
 	}
 	return "Op?"

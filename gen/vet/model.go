@@ -32,8 +32,9 @@ var argNames = [...][]string{
 // method is how gen/emit writes one step kind: its pipe.Exec method and
 // arguments.
 type method struct {
-	kind ir.Kind
-	args shape
+	kind   ir.Kind
+	args   shape
+	packed bool // takes one pipe.At constant
 }
 
 // methods (by pipe.Exec method name) and opKinds (by the pipe.OpKind
@@ -47,7 +48,10 @@ var (
 
 func init() {
 	for _, c := range emit.Calls() {
-		methods[c.Method] = method{c.Kind, c.Args}
+		methods[c.Method] = method{c.Kind, c.Args, false}
+		if c.Packed != "" {
+			methods[c.Packed] = method{c.Kind, c.Args, true}
+		}
 		opKinds[c.Op] = c.Kind
 	}
 }
@@ -62,10 +66,18 @@ type step struct {
 	src    int    // compute: the src argument; else ir.None
 	subSrc [2]int // overlap: the sub-steps' src
 	ok     bool   // well-formed: known method, constant arguments of the right count
+	desc   string // a well-formed packed call: emit.Describe of its step
 }
 
-// text renders the call as written, e.g. "x.SendAct(0, 3, 1, 3)".
-func (s *step) text() string { return exprString(s.call) }
+// text renders the call as written, e.g. "x.SendAct(0, 3, 1, 3)", and a
+// packed call with what its pipe.At says, e.g.
+// "x.SendF(0x0000_0003_0001_0003) (0SEND_F3 peer 1, slot 3)".
+func (s *step) text() string {
+	if s.desc != "" {
+		return exprString(s.call) + " (" + s.desc + ")"
+	}
+	return exprString(s.call)
+}
 
 // spec is the parsed Spec literal.
 type spec struct {
@@ -355,7 +367,13 @@ func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
 		return s
 	}
 	names := argNames[meth.args]
-	vals, ok := m.readArgs(call, call.Args, names, r, index, s.text())
+	var vals []int
+	var ok bool
+	if meth.packed {
+		vals, ok = m.readAt(call, meth.args, r, index, s.text())
+	} else {
+		vals, ok = m.readArgs(call, call.Args, names, r, index, s.text())
+	}
 	if !ok {
 		return s
 	}
@@ -370,6 +388,9 @@ func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
 	case argsCompute:
 		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: ir.None, Slot: vals[2]}
 		s.src = vals[3]
+	}
+	if meth.packed {
+		s.desc = emit.Describe(s.st, s.src)
 	}
 	return s
 }
@@ -392,6 +413,41 @@ func (m *model) readArgs(call *ast.CallExpr, args []ast.Expr, names []string, r,
 		vals[i] = v
 	}
 	return vals, ok
+}
+
+// readAt reads the one pipe.At argument of a packed call (x.F(0x...)) and
+// returns its fields in the order of the unpacked call's arguments.
+func (m *model) readAt(call *ast.CallExpr, args shape, r, index int, text string) ([]int, bool) {
+	if len(call.Args) != 1 {
+		m.report(call, "rank %d step %d: %s has %d arguments; the runtime call takes one pipe.At constant", r, index, text, len(call.Args))
+		return nil, false
+	}
+	lit, ok := call.Args[0].(*ast.BasicLit)
+	var v uint64
+	var err error
+	if ok && lit.Kind == token.INT {
+		v, err = strconv.ParseUint(lit.Value, 0, 64)
+	}
+	if !ok || lit.Kind != token.INT || err != nil {
+		m.report(call.Args[0], "rank %d step %d: the argument of %s is %s, not a pipe.At constant: generated steps pass an integer literal such as 0x0003_0011_0002_ffff", r, index, text, exprString(call.Args[0]))
+		return nil, false
+	}
+	f := func(shift uint) int {
+		x := int(v >> shift & emit.AtMax)
+		if x == emit.AtMax {
+			return ir.None
+		}
+		return x
+	}
+	stage, micro, c, d := f(48), f(32), f(16), f(0)
+	if args == argsLocal {
+		if d != ir.None {
+			m.report(call.Args[0], "rank %d step %d: %s sets the unused low field of its pipe.At to %d; generated code sets it to 0xffff", r, index, text, d)
+			return nil, false
+		}
+		return []int{stage, micro, c}, true
+	}
+	return []int{stage, micro, c, d}, true
 }
 
 // readOverlap reads x.OverlapFB(F args, kind, B args) or

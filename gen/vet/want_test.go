@@ -2,8 +2,10 @@ package vet
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,38 +61,78 @@ func want(res ...string) string {
 	return b.String()
 }
 
+// packed renders the generated call of a step with packed arguments, without its
+// comment: packed("RecvF", 1, 1, 0, 1) is "\tx.RecvF(0x0001_0001_0000_0001)".
+func packed(method string, stage, micro, c, d int) string {
+	f := func(v int) int { return v & 0xffff }
+	return fmt.Sprintf("\tx.%s(0x%04x_%04x_%04x_%04x)", method, f(stage), f(micro), f(c), f(d))
+}
+
+// q is the regexp that matches call (a packed result) in a diagnostic, which
+// follows it with what its pipe.At says in parentheses.
+func q(call string) string { return regexp.QuoteMeta(strings.TrimPrefix(call, "\t")) + ` \([^()]*\)` }
+
+// replaceCalls replaces the consecutive lines that start with the calls old
+// (packed results; the generated lines go on with a comment) by the lines new.
+func (e *editor) replaceCalls(old, new []string) {
+	e.t.Helper()
+	lines := strings.Split(e.s, "\n")
+	found := -1
+	for i := 0; i+len(old) <= len(lines); i++ {
+		match := true
+		for k, o := range old {
+			l := lines[i+k]
+			match = match && (l == o || strings.HasPrefix(l, o+" "))
+		}
+		if match {
+			if found >= 0 {
+				e.t.Fatalf("%q occurs more than once in the generated file", old)
+			}
+			found = i
+		}
+	}
+	if found < 0 {
+		e.t.Fatalf("%q does not occur in the generated file", old)
+	}
+	lines = append(lines[:found], append(append([]string(nil), new...), lines[found+len(old):]...)...)
+	e.s = strings.Join(lines, "\n")
+}
+
 var brokenCases = []brokenCase{
 	{"valid", false, func(e *editor) {}},
 	{"deletedrecv", false, func(e *editor) {
 		// Rank 1's receive of micro 1's activation is deleted.
-		e.replace("\tx.RecvAct(1, 1, 0, 1)\n", "")
-		e.wantAfter("\tx.SendAct(0, 1, 1, 1)\n", `x.SendAct\(0, 1, 1, 1\) is the 2nd act send from rank 0 to rank 1, but the 2nd act receive on rank 1 is x.RecvAct\(1, 2, 0, 0\), not stage 1 micro 1: sends and receives must pair in the same FIFO order`)
-		e.wantAfter("\tx.SendGrad(1, 0, 0, 0)\n", `edited generated code: rank 1 step 5 is x.SendGrad\(1, 0, 0, 0\) where .ppgen gen -helper 6 -micro 3 -ranks 2 -schedule 1f1b. generates x.RecvAct\(1, 1, 0, 1\)`)
+		e.replaceCalls([]string{packed("RecvF", 1, 1, 0, 1)}, nil)
+		e.wantAfter(packed("SendF", 0, 1, 1, 1), q(packed("SendF", 0, 1, 1, 1))+` is the 2nd act send from rank 0 to rank 1, but the 2nd act receive on rank 1 is `+q(packed("RecvF", 1, 2, 0, 0))+`, not stage 1 micro 1: sends and receives must pair in the same FIFO order`)
+		e.wantAfter(packed("SendB", 1, 0, 0, 0), `edited generated code: rank 1 step 5 is `+q(packed("SendB", 1, 0, 0, 0))+` where .ppgen gen -helper 6 -micro 3 -ranks 2 -schedule 1f1b. generates `+q(packed("RecvF", 1, 1, 0, 1)))
 	}},
 	{"swappedsends", false, func(e *editor) {
 		// Rank 0 sends micro 1's activation before micro 0's.
-		e.replace("\tx.SendAct(0, 0, 1, 0)\n\tx.Forward(0, 1, 1, -1)\n\tx.SendAct(0, 1, 1, 1)\n", "\tx.SendAct(0, 1, 1, 1)\n\tx.Forward(0, 1, 1, -1)\n\tx.SendAct(0, 0, 1, 0)\n")
-		e.wantAfter("\tx.SendAct(0, 1, 1, 1)\n",
-			`rank 0 step 3: x.SendAct\(0, 1, 1, 1\) is the 1st act send from rank 0 to rank 1, but the 1st act receive on rank 1 is x.RecvAct\(1, 0, 0, 0\), not stage 1 micro 1`,
-			`edited generated code: rank 0 step 3 is x.SendAct\(0, 1, 1, 1\) where .* generates x.SendAct\(0, 0, 1, 0\)`)
+		e.replaceCalls([]string{packed("SendF", 0, 0, 1, 0), packed("F", 0, 1, 1, -1), packed("SendF", 0, 1, 1, 1)},
+			[]string{packed("SendF", 0, 1, 1, 1), packed("F", 0, 1, 1, -1), packed("SendF", 0, 0, 1, 0)})
+		e.wantAfter(packed("SendF", 0, 1, 1, 1),
+			`rank 0 step 3: `+q(packed("SendF", 0, 1, 1, 1))+` is the 1st act send from rank 0 to rank 1, but the 1st act receive on rank 1 is `+q(packed("RecvF", 1, 0, 0, 0))+`, not stage 1 micro 1`,
+			`edited generated code: rank 0 step 3 is `+q(packed("SendF", 0, 1, 1, 1))+` where .* generates `+q(packed("SendF", 0, 0, 1, 0)))
 	}},
 	{"microsend", false, func(e *editor) {
 		// The micro-batch of rank 0's last activation send changed from 2 to 1.
-		e.replace("\tx.SendAct(0, 2, 1, 0)\n", "\tx.SendAct(0, 1, 1, 0)\n")
-		e.wantAfter("\tx.SendAct(0, 1, 1, 0)\n",
-			`x.SendAct\(0, 1, 1, 0\) is the 3rd act send from rank 0 to rank 1, but the 3rd act receive on rank 1 is x.RecvAct\(1, 2, 0, 0\), not stage 1 micro 1`,
-			`edited generated code: rank 0 step 10 is x.SendAct\(0, 1, 1, 0\) where .* generates x.SendAct\(0, 2, 1, 0\)`)
+		e.replaceCalls([]string{packed("SendF", 0, 2, 1, 0)}, []string{packed("SendF", 0, 1, 1, 0)})
+		e.wantAfter(packed("SendF", 0, 1, 1, 0),
+			q(packed("SendF", 0, 1, 1, 0))+` is the 3rd act send from rank 0 to rank 1, but the 3rd act receive on rank 1 is `+q(packed("RecvF", 1, 2, 0, 0))+`, not stage 1 micro 1`,
+			`edited generated code: rank 0 step 10 is `+q(packed("SendF", 0, 1, 1, 0))+` where .* generates `+q(packed("SendF", 0, 2, 1, 0)))
 	}},
 	{"microforward", false, func(e *editor) {
 		// Rank 1 runs the forward of micro 2 where it should run micro 1's.
-		e.replace("\tx.Forward(1, 1, 1, -1)\n", "\tx.Forward(1, 2, 1, -1)\n")
-		e.wantAfter("\tx.Forward(1, 2, 1, -1)\n", `edited generated code: rank 1 step 7 is x.Forward\(1, 2, 1, -1\) where .* generates x.Forward\(1, 1, 1, -1\)`)
-		e.wantAfter("\tx.Forward(1, 2, 0, -1)\n", `unsafe program: rank 1 step 12 \(1F2\): 1F2 runs twice on this rank \(first at step 7\)`)
+		e.replaceCalls([]string{packed("F", 1, 1, 1, -1)}, []string{packed("F", 1, 2, 1, -1)})
+		e.wantAfter(packed("F", 1, 2, 1, -1)+"\n", `edited generated code: rank 1 step 7 is `+q(packed("F", 1, 2, 1, -1))+` where .* generates `+q(packed("F", 1, 1, 1, -1)))
+		e.wantAfter(packed("F", 1, 2, 0, -1), `unsafe program: rank 1 step 12 \(1F2\): 1F2 runs twice on this rank \(first at step 7\)`)
 	}},
 	{"nonconst", false, func(e *editor) {
 		// A step argument is a variable (declared in vars.go of the package).
-		e.replace("\tx.Forward(0, 1, 1, -1)\n", "\tx.Forward(0, micro, 1, -1)\n")
-		e.wantAfter("\tx.Forward(0, micro, 1, -1)\n", `rank 0 step 4: argument micro of x.Forward\(0, micro, 1, -1\) is micro, not a constant`)
+		e.replaceCalls([]string{packed("F", 0, 1, 1, -1)}, []string{"\tx.F(pipe.At(micro))"})
+		e.wantAfter("\tx.F(pipe.At(micro))\n", `rank 0 step 4: the argument of x.F\(pipe.At\(micro\)\) is pipe.At\(micro\), not a pipe.At constant`)
+		e.replaceCalls([]string{packed("F", 1, 1, 1, -1)}, []string{"\tx.Forward(1, micro, 1, -1)"})
+		e.wantAfter("\tx.Forward(1, micro, 1, -1)\n", `rank 1 step 7: argument micro of x.Forward\(1, micro, 1, -1\) is micro, not a constant`)
 	}},
 	{"missingrank", false, func(e *editor) {
 		// Rank 1 dropped from the rank table.
@@ -116,26 +158,31 @@ var brokenCases = []brokenCase{
 		// The header records no invocation, and a slot was edited: the edit
 		// is reported at the Fingerprint constant.
 		e.replace("// ppgen gen -helper 6 -micro 3 -ranks 2 -schedule 1f1b\n", "")
-		e.replace("\tx.DataLoad(0, 2, 0)\n", "\tx.DataLoad(0, 2, 1)\n")
-		e.wantAfter("\tx.Forward(0, 2, 0, -1)\n", `unsafe program: rank 0 step 9 \(0F2\): 0F2 uses slot 0, but its chunk \(stage 0, micro 2\) has slot 1 since step 8`)
+		e.replaceCalls([]string{packed("Load", 0, 2, 0, -1)}, []string{packed("Load", 0, 2, 1, -1)})
+		e.wantAfter(packed("F", 0, 2, 0, -1), `unsafe program: rank 0 step 9 \(0F2\): 0F2 uses slot 0, but its chunk \(stage 0, micro 2\) has slot 1 since step 8`)
 		e.wantAfter("const Fingerprint = ", `edited generated code: the rank functions hash to sha256:[0-9a-f]{64}, not to this Fingerprint \(the edited line is unknown: .*the header records no invocation to regenerate from\)`)
 	}},
 	{"loop", false, func(e *editor) {
-		e.replace("\tx.DataLoad(1, 0, 0)\n", "\tfor i := 0; i < 1; i++ {\n\t\tx.DataLoad(1, 0, 0)\n\t}\n")
+		e.replaceCalls([]string{packed("Load", 1, 0, 0, -1)}, []string{"\tfor i := 0; i < 1; i++ {", packed("Load", 1, 0, 0, -1), "\t}"})
 		e.wantAfter("\tfor i := 0; i < 1; i++ {", `rank 1: rank1Part0 holds a loop; generated rank functions are straight-line runtime calls`)
 	}},
 	{"src", false, func(e *editor) {
-		e.replace("\tx.Backward(0, 0, 0, -1)\n", "\tx.Backward(0, 0, 0, 1)\n")
-		e.wantAfter("\tx.Backward(0, 0, 0, 1)\n", `rank 0 step 7: x.Backward\(0, 0, 0, 1\): src 1, but its input comes from its own slot`)
+		e.replaceCalls([]string{packed("B", 0, 0, 0, -1)}, []string{packed("B", 0, 0, 0, 1)})
+		e.wantAfter(packed("B", 0, 0, 0, 1), `rank 0 step 7: `+q(packed("B", 0, 0, 0, 1))+`: src 1, but its input comes from its own slot`)
 	}},
 	{"deadlock", false, func(e *editor) {
 		// Rank 1 posts the receive of micro 2 before it sends micro 0's
 		// gradient: each channel keeps its FIFO order, but rank 0 sends
 		// micro 2 only after it got that gradient.
-		e.replace("\tx.DataLoad(1, 2, 0)\n\tx.RecvAct(1, 2, 0, 0)\n", "\tx.DataLoad(1, 2, 0)\n")
-		e.replace("\tx.SendGrad(1, 0, 0, 0)\n", "\tx.RecvAct(1, 2, 0, 0)\n\tx.SendGrad(1, 0, 0, 0)\n")
-		e.wantAfter("\tx.RecvAct(1, 2, 0, 0)\n", `edited generated code: rank 1 step 6 is x.RecvAct\(1, 2, 0, 0\)`)
-		e.wantAfter("\tx.RecvGrad(0, 0, 1, 0)\n", `unsafe program: deadlock: rank 0 at step 6 0RECV_B0 waits for rank 1; rank 1 at step 6 1RECV_F2 waits for rank 0`)
+		e.replaceCalls([]string{packed("Load", 1, 2, 0, -1), packed("RecvF", 1, 2, 0, 0)}, []string{packed("Load", 1, 2, 0, -1)})
+		e.replaceCalls([]string{packed("SendB", 1, 0, 0, 0)}, []string{packed("RecvF", 1, 2, 0, 0), packed("SendB", 1, 0, 0, 0)})
+		e.wantAfter(packed("RecvF", 1, 2, 0, 0), `edited generated code: rank 1 step 6 is `+q(packed("RecvF", 1, 2, 0, 0)))
+		e.wantAfter(packed("RecvB", 0, 0, 1, 0), `unsafe program: deadlock: rank 0 at step 6 0RECV_B0 waits for rank 1; rank 1 at step 6 1RECV_F2 waits for rank 0`)
+	}},
+	{"unpacked", false, func(e *editor) {
+		// Unpacked calls of the same steps are the same program (the
+		// fingerprint hashes steps, not their spelling): no diagnostic.
+		e.replaceCalls([]string{packed("Load", 0, 0, 0, -1), packed("F", 0, 0, 0, -1)}, []string{"\tx.DataLoad(0, 0, 0)", "\tx.Forward(0, 0, 0, -1)"})
 	}},
 	{"noguard", false, func(e *editor) {
 		e.replace("// This guard breaks the build when runtime/pipe no longer supports this generated code.\nconst _ = pipe.SupportPackageIsVersion1\n\n", "")

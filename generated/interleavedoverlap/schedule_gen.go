@@ -35,94 +35,94 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-88 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.DataLoad(0, 0, 0)
-	x.Forward(0, 0, 0, -1)
-	x.DataLoad(0, 1, 1)
-	x.SendAct(0, 0, 1, 0)
-	x.Forward(0, 1, 1, -1)
-	x.DataLoad(0, 2, 2)
-	x.SendAct(0, 1, 1, 1)
-	x.Forward(0, 2, 2, -1)
-	x.DataLoad(0, 3, 3)
-	x.SendAct(0, 2, 1, 2)
-	x.Forward(0, 3, 3, -1)
-	x.RecvAct(4, 0, 3, 4)
-	x.SendAct(0, 3, 1, 3)
-	x.Forward(4, 0, 4, -1)
-	x.RecvAct(4, 1, 3, 5)
-	x.SendAct(4, 0, 1, 4)
-	x.Forward(4, 1, 5, -1)
-	x.RecvAct(4, 2, 3, 6)
-	x.SendAct(4, 1, 1, 5)
-	x.Forward(4, 2, 6, -1)
-	x.RecvAct(4, 3, 3, 7)
-	x.SendAct(4, 2, 1, 6)
-	x.Forward(4, 3, 7, -1)
-	x.DataLoad(0, 4, 8)
-	x.SendAct(4, 3, 1, 7)
-	x.Forward(0, 4, 8, -1)
-	x.DataLoad(0, 5, 9)
-	x.SendAct(0, 4, 1, 8)
-	x.Forward(0, 5, 9, -1)
-	x.DataLoad(0, 6, 10)
-	x.SendAct(0, 5, 1, 9)
-	x.Forward(0, 6, 10, -1)
-	x.DataLoad(0, 7, 11)
-	x.SendAct(0, 6, 1, 10)
-	x.RecvGrad(4, 0, 1, 4)
+	x.Load(0x0000_0000_0000_ffff)  // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)     // 0F0 slot 0
+	x.Load(0x0000_0001_0001_ffff)  // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0000_0001_0000) // 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)     // 0F1 slot 1
+	x.Load(0x0000_0002_0002_ffff)  // 0DATA_LOAD2 slot 2
+	x.SendF(0x0000_0001_0001_0001) // 0SEND_F1 peer 1, slot 1
+	x.F(0x0000_0002_0002_ffff)     // 0F2 slot 2
+	x.Load(0x0000_0003_0003_ffff)  // 0DATA_LOAD3 slot 3
+	x.SendF(0x0000_0002_0001_0002) // 0SEND_F2 peer 1, slot 2
+	x.F(0x0000_0003_0003_ffff)     // 0F3 slot 3
+	x.RecvF(0x0004_0000_0003_0004) // 4RECV_F0 peer 3, slot 4
+	x.SendF(0x0000_0003_0001_0003) // 0SEND_F3 peer 1, slot 3
+	x.F(0x0004_0000_0004_ffff)     // 4F0 slot 4
+	x.RecvF(0x0004_0001_0003_0005) // 4RECV_F1 peer 3, slot 5
+	x.SendF(0x0004_0000_0001_0004) // 4SEND_F0 peer 1, slot 4
+	x.F(0x0004_0001_0005_ffff)     // 4F1 slot 5
+	x.RecvF(0x0004_0002_0003_0006) // 4RECV_F2 peer 3, slot 6
+	x.SendF(0x0004_0001_0001_0005) // 4SEND_F1 peer 1, slot 5
+	x.F(0x0004_0002_0006_ffff)     // 4F2 slot 6
+	x.RecvF(0x0004_0003_0003_0007) // 4RECV_F3 peer 3, slot 7
+	x.SendF(0x0004_0002_0001_0006) // 4SEND_F2 peer 1, slot 6
+	x.F(0x0004_0003_0007_ffff)     // 4F3 slot 7
+	x.Load(0x0000_0004_0008_ffff)  // 0DATA_LOAD4 slot 8
+	x.SendF(0x0004_0003_0001_0007) // 4SEND_F3 peer 1, slot 7
+	x.F(0x0000_0004_0008_ffff)     // 0F4 slot 8
+	x.Load(0x0000_0005_0009_ffff)  // 0DATA_LOAD5 slot 9
+	x.SendF(0x0000_0004_0001_0008) // 0SEND_F4 peer 1, slot 8
+	x.F(0x0000_0005_0009_ffff)     // 0F5 slot 9
+	x.Load(0x0000_0006_000a_ffff)  // 0DATA_LOAD6 slot 10
+	x.SendF(0x0000_0005_0001_0009) // 0SEND_F5 peer 1, slot 9
+	x.F(0x0000_0006_000a_ffff)     // 0F6 slot 10
+	x.Load(0x0000_0007_000b_ffff)  // 0DATA_LOAD7 slot 11
+	x.SendF(0x0000_0006_0001_000a) // 0SEND_F6 peer 1, slot 10
+	x.RecvB(0x0004_0000_0001_0004) // 4RECV_B0 peer 1, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 4, 0, 4, -1, 0, 7, 11, -1)
-	x.SendAct(0, 7, 1, 11)
-	x.SendGrad(4, 0, 3, 4)
-	x.BackwardWeight(4, 0, 4)
-	x.RecvGrad(4, 1, 1, 5)
-	x.RecvAct(4, 4, 3, 4)
+	x.SendF(0x0000_0007_0001_000b) // 0SEND_F7 peer 1, slot 11
+	x.SendB(0x0004_0000_0003_0004) // 4SEND_B0 peer 3, slot 4
+	x.W(0x0004_0000_0004_ffff)     // 4W0 slot 4
+	x.RecvB(0x0004_0001_0001_0005) // 4RECV_B1 peer 1, slot 5
+	x.RecvF(0x0004_0004_0003_0004) // 4RECV_F4 peer 3, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 4, 1, 5, -1, 4, 4, 4, -1)
-	x.RecvGrad(4, 2, 1, 6)
-	x.SendAct(4, 4, 1, 4)
-	x.SendGrad(4, 1, 3, 5)
-	x.BackwardWeight(4, 1, 5)
-	x.RecvAct(4, 5, 3, 5)
+	x.RecvB(0x0004_0002_0001_0006) // 4RECV_B2 peer 1, slot 6
+	x.SendF(0x0004_0004_0001_0004) // 4SEND_F4 peer 1, slot 4
+	x.SendB(0x0004_0001_0003_0005) // 4SEND_B1 peer 3, slot 5
+	x.W(0x0004_0001_0005_ffff)     // 4W1 slot 5
+	x.RecvF(0x0004_0005_0003_0005) // 4RECV_F5 peer 3, slot 5
 	x.OverlapBF(pipe.OpBackwardInput, 4, 2, 6, -1, 4, 5, 5, -1)
-	x.RecvGrad(4, 3, 1, 7)
-	x.SendAct(4, 5, 1, 5)
-	x.SendGrad(4, 2, 3, 6)
-	x.BackwardWeight(4, 2, 6)
-	x.RecvAct(4, 6, 3, 6)
+	x.RecvB(0x0004_0003_0001_0007) // 4RECV_B3 peer 1, slot 7
+	x.SendF(0x0004_0005_0001_0005) // 4SEND_F5 peer 1, slot 5
+	x.SendB(0x0004_0002_0003_0006) // 4SEND_B2 peer 3, slot 6
+	x.W(0x0004_0002_0006_ffff)     // 4W2 slot 6
+	x.RecvF(0x0004_0006_0003_0006) // 4RECV_F6 peer 3, slot 6
 	x.OverlapBF(pipe.OpBackwardInput, 4, 3, 7, -1, 4, 6, 6, -1)
-	x.RecvGrad(0, 0, 1, 0)
-	x.SendAct(4, 6, 1, 6)
-	x.SendGrad(4, 3, 3, 7)
-	x.BackwardWeight(4, 3, 7)
-	x.RecvAct(4, 7, 3, 7)
+	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
+	x.SendF(0x0004_0006_0001_0006) // 4SEND_F6 peer 1, slot 6
+	x.SendB(0x0004_0003_0003_0007) // 4SEND_B3 peer 3, slot 7
+	x.W(0x0004_0003_0007_ffff)     // 4W3 slot 7
+	x.RecvF(0x0004_0007_0003_0007) // 4RECV_F7 peer 3, slot 7
 	x.OverlapBF(pipe.OpBackwardInput, 0, 0, 0, -1, 4, 7, 7, -1)
-	x.RecvGrad(0, 1, 1, 1)
-	x.SendAct(4, 7, 1, 7)
-	x.BackwardWeight(0, 0, 0)
-	x.RecvGrad(0, 2, 1, 2)
-	x.Backward(0, 1, 1, -1)
-	x.RecvGrad(0, 3, 1, 3)
-	x.Backward(0, 2, 2, -1)
-	x.Backward(0, 3, 3, -1)
-	x.RecvGrad(4, 4, 1, 4)
-	x.Backward(4, 4, 4, -1)
-	x.SendGrad(4, 4, 3, 4)
-	x.RecvGrad(4, 5, 1, 5)
-	x.Backward(4, 5, 5, -1)
-	x.SendGrad(4, 5, 3, 5)
-	x.RecvGrad(4, 6, 1, 6)
-	x.Backward(4, 6, 6, -1)
-	x.SendGrad(4, 6, 3, 6)
-	x.RecvGrad(4, 7, 1, 7)
-	x.Backward(4, 7, 7, -1)
-	x.SendGrad(4, 7, 3, 7)
-	x.RecvGrad(0, 4, 1, 8)
-	x.Backward(0, 4, 8, -1)
-	x.RecvGrad(0, 5, 1, 9)
-	x.Backward(0, 5, 9, -1)
-	x.RecvGrad(0, 6, 1, 10)
-	x.Backward(0, 6, 10, -1)
-	x.RecvGrad(0, 7, 1, 11)
-	x.Backward(0, 7, 11, -1)
+	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
+	x.SendF(0x0004_0007_0001_0007) // 4SEND_F7 peer 1, slot 7
+	x.W(0x0000_0000_0000_ffff)     // 0W0 slot 0
+	x.RecvB(0x0000_0002_0001_0002) // 0RECV_B2 peer 1, slot 2
+	x.B(0x0000_0001_0001_ffff)     // 0B1 slot 1
+	x.RecvB(0x0000_0003_0001_0003) // 0RECV_B3 peer 1, slot 3
+	x.B(0x0000_0002_0002_ffff)     // 0B2 slot 2
+	x.B(0x0000_0003_0003_ffff)     // 0B3 slot 3
+	x.RecvB(0x0004_0004_0001_0004) // 4RECV_B4 peer 1, slot 4
+	x.B(0x0004_0004_0004_ffff)     // 4B4 slot 4
+	x.SendB(0x0004_0004_0003_0004) // 4SEND_B4 peer 3, slot 4
+	x.RecvB(0x0004_0005_0001_0005) // 4RECV_B5 peer 1, slot 5
+	x.B(0x0004_0005_0005_ffff)     // 4B5 slot 5
+	x.SendB(0x0004_0005_0003_0005) // 4SEND_B5 peer 3, slot 5
+	x.RecvB(0x0004_0006_0001_0006) // 4RECV_B6 peer 1, slot 6
+	x.B(0x0004_0006_0006_ffff)     // 4B6 slot 6
+	x.SendB(0x0004_0006_0003_0006) // 4SEND_B6 peer 3, slot 6
+	x.RecvB(0x0004_0007_0001_0007) // 4RECV_B7 peer 1, slot 7
+	x.B(0x0004_0007_0007_ffff)     // 4B7 slot 7
+	x.SendB(0x0004_0007_0003_0007) // 4SEND_B7 peer 3, slot 7
+	x.RecvB(0x0000_0004_0001_0008) // 0RECV_B4 peer 1, slot 8
+	x.B(0x0000_0004_0008_ffff)     // 0B4 slot 8
+	x.RecvB(0x0000_0005_0001_0009) // 0RECV_B5 peer 1, slot 9
+	x.B(0x0000_0005_0009_ffff)     // 0B5 slot 9
+	x.RecvB(0x0000_0006_0001_000a) // 0RECV_B6 peer 1, slot 10
+	x.B(0x0000_0006_000a_ffff)     // 0B6 slot 10
+	x.RecvB(0x0000_0007_0001_000b) // 0RECV_B7 peer 1, slot 11
+	x.B(0x0000_0007_000b_ffff)     // 0B7 slot 11
 	x.OptStep()
 }
 
@@ -134,102 +134,102 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-96 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.RecvAct(1, 0, 0, 0)
-	x.Forward(1, 0, 0, -1)
-	x.SendAct(1, 0, 2, 0)
-	x.RecvAct(1, 1, 0, 1)
-	x.Forward(1, 1, 1, -1)
-	x.SendAct(1, 1, 2, 1)
-	x.RecvAct(1, 2, 0, 2)
-	x.Forward(1, 2, 2, -1)
-	x.SendAct(1, 2, 2, 2)
-	x.RecvAct(1, 3, 0, 3)
-	x.Forward(1, 3, 3, -1)
-	x.SendAct(1, 3, 2, 3)
-	x.RecvAct(5, 0, 0, 4)
-	x.Forward(5, 0, 4, -1)
-	x.SendAct(5, 0, 2, 4)
-	x.RecvAct(5, 1, 0, 5)
-	x.Forward(5, 1, 5, -1)
-	x.SendAct(5, 1, 2, 5)
-	x.RecvAct(5, 2, 0, 6)
-	x.Forward(5, 2, 6, -1)
-	x.SendAct(5, 2, 2, 6)
-	x.RecvAct(5, 3, 0, 7)
-	x.Forward(5, 3, 7, -1)
-	x.SendAct(5, 3, 2, 7)
-	x.RecvAct(1, 4, 0, 8)
-	x.Forward(1, 4, 8, -1)
-	x.SendAct(1, 4, 2, 8)
-	x.RecvAct(1, 5, 0, 9)
-	x.RecvGrad(5, 0, 2, 4)
+	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
+	x.F(0x0001_0000_0000_ffff)     // 1F0 slot 0
+	x.SendF(0x0001_0000_0002_0000) // 1SEND_F0 peer 2, slot 0
+	x.RecvF(0x0001_0001_0000_0001) // 1RECV_F1 peer 0, slot 1
+	x.F(0x0001_0001_0001_ffff)     // 1F1 slot 1
+	x.SendF(0x0001_0001_0002_0001) // 1SEND_F1 peer 2, slot 1
+	x.RecvF(0x0001_0002_0000_0002) // 1RECV_F2 peer 0, slot 2
+	x.F(0x0001_0002_0002_ffff)     // 1F2 slot 2
+	x.SendF(0x0001_0002_0002_0002) // 1SEND_F2 peer 2, slot 2
+	x.RecvF(0x0001_0003_0000_0003) // 1RECV_F3 peer 0, slot 3
+	x.F(0x0001_0003_0003_ffff)     // 1F3 slot 3
+	x.SendF(0x0001_0003_0002_0003) // 1SEND_F3 peer 2, slot 3
+	x.RecvF(0x0005_0000_0000_0004) // 5RECV_F0 peer 0, slot 4
+	x.F(0x0005_0000_0004_ffff)     // 5F0 slot 4
+	x.SendF(0x0005_0000_0002_0004) // 5SEND_F0 peer 2, slot 4
+	x.RecvF(0x0005_0001_0000_0005) // 5RECV_F1 peer 0, slot 5
+	x.F(0x0005_0001_0005_ffff)     // 5F1 slot 5
+	x.SendF(0x0005_0001_0002_0005) // 5SEND_F1 peer 2, slot 5
+	x.RecvF(0x0005_0002_0000_0006) // 5RECV_F2 peer 0, slot 6
+	x.F(0x0005_0002_0006_ffff)     // 5F2 slot 6
+	x.SendF(0x0005_0002_0002_0006) // 5SEND_F2 peer 2, slot 6
+	x.RecvF(0x0005_0003_0000_0007) // 5RECV_F3 peer 0, slot 7
+	x.F(0x0005_0003_0007_ffff)     // 5F3 slot 7
+	x.SendF(0x0005_0003_0002_0007) // 5SEND_F3 peer 2, slot 7
+	x.RecvF(0x0001_0004_0000_0008) // 1RECV_F4 peer 0, slot 8
+	x.F(0x0001_0004_0008_ffff)     // 1F4 slot 8
+	x.SendF(0x0001_0004_0002_0008) // 1SEND_F4 peer 2, slot 8
+	x.RecvF(0x0001_0005_0000_0009) // 1RECV_F5 peer 0, slot 9
+	x.RecvB(0x0005_0000_0002_0004) // 5RECV_B0 peer 2, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 5, 0, 4, -1, 1, 5, 9, -1)
-	x.SendAct(1, 5, 2, 9)
-	x.RecvAct(1, 6, 0, 10)
-	x.SendGrad(5, 0, 0, 4)
-	x.BackwardWeight(5, 0, 4)
-	x.RecvAct(1, 7, 0, 4)
-	x.RecvGrad(5, 1, 2, 5)
+	x.SendF(0x0001_0005_0002_0009) // 1SEND_F5 peer 2, slot 9
+	x.RecvF(0x0001_0006_0000_000a) // 1RECV_F6 peer 0, slot 10
+	x.SendB(0x0005_0000_0000_0004) // 5SEND_B0 peer 0, slot 4
+	x.W(0x0005_0000_0004_ffff)     // 5W0 slot 4
+	x.RecvF(0x0001_0007_0000_0004) // 1RECV_F7 peer 0, slot 4
+	x.RecvB(0x0005_0001_0002_0005) // 5RECV_B1 peer 2, slot 5
 	x.OverlapBF(pipe.OpBackwardInput, 5, 1, 5, -1, 1, 6, 10, -1)
-	x.SendAct(1, 6, 2, 10)
-	x.SendGrad(5, 1, 0, 5)
-	x.BackwardWeight(5, 1, 5)
-	x.RecvGrad(5, 2, 2, 6)
+	x.SendF(0x0001_0006_0002_000a) // 1SEND_F6 peer 2, slot 10
+	x.SendB(0x0005_0001_0000_0005) // 5SEND_B1 peer 0, slot 5
+	x.W(0x0005_0001_0005_ffff)     // 5W1 slot 5
+	x.RecvB(0x0005_0002_0002_0006) // 5RECV_B2 peer 2, slot 6
 	x.OverlapBF(pipe.OpBackwardInput, 5, 2, 6, -1, 1, 7, 4, -1)
-	x.SendAct(1, 7, 2, 4)
-	x.SendGrad(5, 2, 0, 6)
-	x.BackwardWeight(5, 2, 6)
-	x.RecvAct(5, 4, 0, 5)
-	x.RecvGrad(5, 3, 2, 7)
+	x.SendF(0x0001_0007_0002_0004) // 1SEND_F7 peer 2, slot 4
+	x.SendB(0x0005_0002_0000_0006) // 5SEND_B2 peer 0, slot 6
+	x.W(0x0005_0002_0006_ffff)     // 5W2 slot 6
+	x.RecvF(0x0005_0004_0000_0005) // 5RECV_F4 peer 0, slot 5
+	x.RecvB(0x0005_0003_0002_0007) // 5RECV_B3 peer 2, slot 7
 	x.OverlapBF(pipe.OpBackwardInput, 5, 3, 7, -1, 5, 4, 5, -1)
-	x.SendAct(5, 4, 2, 5)
-	x.SendGrad(5, 3, 0, 7)
-	x.BackwardWeight(5, 3, 7)
-	x.RecvAct(5, 5, 0, 6)
-	x.RecvGrad(1, 0, 2, 0)
+	x.SendF(0x0005_0004_0002_0005) // 5SEND_F4 peer 2, slot 5
+	x.SendB(0x0005_0003_0000_0007) // 5SEND_B3 peer 0, slot 7
+	x.W(0x0005_0003_0007_ffff)     // 5W3 slot 7
+	x.RecvF(0x0005_0005_0000_0006) // 5RECV_F5 peer 0, slot 6
+	x.RecvB(0x0001_0000_0002_0000) // 1RECV_B0 peer 2, slot 0
 	x.OverlapBF(pipe.OpBackwardInput, 1, 0, 0, -1, 5, 5, 6, -1)
-	x.SendAct(5, 5, 2, 6)
-	x.SendGrad(1, 0, 0, 0)
-	x.BackwardWeight(1, 0, 0)
-	x.RecvAct(5, 6, 0, 0)
-	x.RecvGrad(1, 1, 2, 1)
+	x.SendF(0x0005_0005_0002_0006) // 5SEND_F5 peer 2, slot 6
+	x.SendB(0x0001_0000_0000_0000) // 1SEND_B0 peer 0, slot 0
+	x.W(0x0001_0000_0000_ffff)     // 1W0 slot 0
+	x.RecvF(0x0005_0006_0000_0000) // 5RECV_F6 peer 0, slot 0
+	x.RecvB(0x0001_0001_0002_0001) // 1RECV_B1 peer 2, slot 1
 	x.OverlapBF(pipe.OpBackwardInput, 1, 1, 1, -1, 5, 6, 0, -1)
-	x.SendAct(5, 6, 2, 0)
-	x.SendGrad(1, 1, 0, 1)
-	x.BackwardWeight(1, 1, 1)
-	x.RecvAct(5, 7, 0, 1)
-	x.RecvGrad(1, 2, 2, 2)
+	x.SendF(0x0005_0006_0002_0000) // 5SEND_F6 peer 2, slot 0
+	x.SendB(0x0001_0001_0000_0001) // 1SEND_B1 peer 0, slot 1
+	x.W(0x0001_0001_0001_ffff)     // 1W1 slot 1
+	x.RecvF(0x0005_0007_0000_0001) // 5RECV_F7 peer 0, slot 1
+	x.RecvB(0x0001_0002_0002_0002) // 1RECV_B2 peer 2, slot 2
 	x.OverlapBF(pipe.OpBackwardInput, 1, 2, 2, -1, 5, 7, 1, -1)
-	x.SendAct(5, 7, 2, 1)
-	x.SendGrad(1, 2, 0, 2)
-	x.BackwardWeight(1, 2, 2)
-	x.RecvGrad(1, 3, 2, 3)
-	x.Backward(1, 3, 3, -1)
-	x.SendGrad(1, 3, 0, 3)
-	x.RecvGrad(5, 4, 2, 5)
-	x.Backward(5, 4, 5, -1)
-	x.SendGrad(5, 4, 0, 5)
-	x.RecvGrad(5, 5, 2, 6)
-	x.Backward(5, 5, 6, -1)
-	x.SendGrad(5, 5, 0, 6)
-	x.RecvGrad(5, 6, 2, 0)
-	x.Backward(5, 6, 0, -1)
-	x.SendGrad(5, 6, 0, 0)
-	x.RecvGrad(5, 7, 2, 1)
-	x.Backward(5, 7, 1, -1)
-	x.SendGrad(5, 7, 0, 1)
-	x.RecvGrad(1, 4, 2, 8)
-	x.Backward(1, 4, 8, -1)
-	x.SendGrad(1, 4, 0, 8)
-	x.RecvGrad(1, 5, 2, 9)
-	x.Backward(1, 5, 9, -1)
-	x.SendGrad(1, 5, 0, 9)
-	x.RecvGrad(1, 6, 2, 10)
-	x.Backward(1, 6, 10, -1)
-	x.SendGrad(1, 6, 0, 10)
-	x.RecvGrad(1, 7, 2, 4)
-	x.Backward(1, 7, 4, -1)
-	x.SendGrad(1, 7, 0, 4)
+	x.SendF(0x0005_0007_0002_0001) // 5SEND_F7 peer 2, slot 1
+	x.SendB(0x0001_0002_0000_0002) // 1SEND_B2 peer 0, slot 2
+	x.W(0x0001_0002_0002_ffff)     // 1W2 slot 2
+	x.RecvB(0x0001_0003_0002_0003) // 1RECV_B3 peer 2, slot 3
+	x.B(0x0001_0003_0003_ffff)     // 1B3 slot 3
+	x.SendB(0x0001_0003_0000_0003) // 1SEND_B3 peer 0, slot 3
+	x.RecvB(0x0005_0004_0002_0005) // 5RECV_B4 peer 2, slot 5
+	x.B(0x0005_0004_0005_ffff)     // 5B4 slot 5
+	x.SendB(0x0005_0004_0000_0005) // 5SEND_B4 peer 0, slot 5
+	x.RecvB(0x0005_0005_0002_0006) // 5RECV_B5 peer 2, slot 6
+	x.B(0x0005_0005_0006_ffff)     // 5B5 slot 6
+	x.SendB(0x0005_0005_0000_0006) // 5SEND_B5 peer 0, slot 6
+	x.RecvB(0x0005_0006_0002_0000) // 5RECV_B6 peer 2, slot 0
+	x.B(0x0005_0006_0000_ffff)     // 5B6 slot 0
+	x.SendB(0x0005_0006_0000_0000) // 5SEND_B6 peer 0, slot 0
+	x.RecvB(0x0005_0007_0002_0001) // 5RECV_B7 peer 2, slot 1
+	x.B(0x0005_0007_0001_ffff)     // 5B7 slot 1
+	x.SendB(0x0005_0007_0000_0001) // 5SEND_B7 peer 0, slot 1
+	x.RecvB(0x0001_0004_0002_0008) // 1RECV_B4 peer 2, slot 8
+	x.B(0x0001_0004_0008_ffff)     // 1B4 slot 8
+	x.SendB(0x0001_0004_0000_0008) // 1SEND_B4 peer 0, slot 8
+	x.RecvB(0x0001_0005_0002_0009) // 1RECV_B5 peer 2, slot 9
+	x.B(0x0001_0005_0009_ffff)     // 1B5 slot 9
+	x.SendB(0x0001_0005_0000_0009) // 1SEND_B5 peer 0, slot 9
+	x.RecvB(0x0001_0006_0002_000a) // 1RECV_B6 peer 2, slot 10
+	x.B(0x0001_0006_000a_ffff)     // 1B6 slot 10
+	x.SendB(0x0001_0006_0000_000a) // 1SEND_B6 peer 0, slot 10
+	x.RecvB(0x0001_0007_0002_0004) // 1RECV_B7 peer 2, slot 4
+	x.B(0x0001_0007_0004_ffff)     // 1B7 slot 4
+	x.SendB(0x0001_0007_0000_0004) // 1SEND_B7 peer 0, slot 4
 	x.OptStep()
 }
 
@@ -241,102 +241,102 @@ func Rank2(x *pipe.Exec) error {
 
 // rank2Part0 runs steps 0-96 of rank 2.
 func rank2Part0(x *pipe.Exec) {
-	x.RecvAct(2, 0, 1, 0)
-	x.Forward(2, 0, 0, -1)
-	x.SendAct(2, 0, 3, 0)
-	x.RecvAct(2, 1, 1, 1)
-	x.Forward(2, 1, 1, -1)
-	x.SendAct(2, 1, 3, 1)
-	x.RecvAct(2, 2, 1, 2)
-	x.Forward(2, 2, 2, -1)
-	x.SendAct(2, 2, 3, 2)
-	x.RecvAct(2, 3, 1, 3)
-	x.Forward(2, 3, 3, -1)
-	x.SendAct(2, 3, 3, 3)
-	x.RecvAct(6, 0, 1, 4)
-	x.Forward(6, 0, 4, -1)
-	x.SendAct(6, 0, 3, 4)
-	x.RecvAct(6, 1, 1, 5)
-	x.Forward(6, 1, 5, -1)
-	x.SendAct(6, 1, 3, 5)
-	x.RecvAct(6, 2, 1, 6)
-	x.Forward(6, 2, 6, -1)
-	x.SendAct(6, 2, 3, 6)
-	x.RecvAct(6, 3, 1, 7)
-	x.RecvGrad(6, 0, 3, 4)
+	x.RecvF(0x0002_0000_0001_0000) // 2RECV_F0 peer 1, slot 0
+	x.F(0x0002_0000_0000_ffff)     // 2F0 slot 0
+	x.SendF(0x0002_0000_0003_0000) // 2SEND_F0 peer 3, slot 0
+	x.RecvF(0x0002_0001_0001_0001) // 2RECV_F1 peer 1, slot 1
+	x.F(0x0002_0001_0001_ffff)     // 2F1 slot 1
+	x.SendF(0x0002_0001_0003_0001) // 2SEND_F1 peer 3, slot 1
+	x.RecvF(0x0002_0002_0001_0002) // 2RECV_F2 peer 1, slot 2
+	x.F(0x0002_0002_0002_ffff)     // 2F2 slot 2
+	x.SendF(0x0002_0002_0003_0002) // 2SEND_F2 peer 3, slot 2
+	x.RecvF(0x0002_0003_0001_0003) // 2RECV_F3 peer 1, slot 3
+	x.F(0x0002_0003_0003_ffff)     // 2F3 slot 3
+	x.SendF(0x0002_0003_0003_0003) // 2SEND_F3 peer 3, slot 3
+	x.RecvF(0x0006_0000_0001_0004) // 6RECV_F0 peer 1, slot 4
+	x.F(0x0006_0000_0004_ffff)     // 6F0 slot 4
+	x.SendF(0x0006_0000_0003_0004) // 6SEND_F0 peer 3, slot 4
+	x.RecvF(0x0006_0001_0001_0005) // 6RECV_F1 peer 1, slot 5
+	x.F(0x0006_0001_0005_ffff)     // 6F1 slot 5
+	x.SendF(0x0006_0001_0003_0005) // 6SEND_F1 peer 3, slot 5
+	x.RecvF(0x0006_0002_0001_0006) // 6RECV_F2 peer 1, slot 6
+	x.F(0x0006_0002_0006_ffff)     // 6F2 slot 6
+	x.SendF(0x0006_0002_0003_0006) // 6SEND_F2 peer 3, slot 6
+	x.RecvF(0x0006_0003_0001_0007) // 6RECV_F3 peer 1, slot 7
+	x.RecvB(0x0006_0000_0003_0004) // 6RECV_B0 peer 3, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 6, 0, 4, -1, 6, 3, 7, -1)
-	x.SendAct(6, 3, 3, 7)
-	x.RecvAct(2, 4, 1, 8)
-	x.SendGrad(6, 0, 1, 4)
-	x.BackwardWeight(6, 0, 4)
-	x.RecvAct(2, 5, 1, 4)
-	x.RecvGrad(6, 1, 3, 5)
+	x.SendF(0x0006_0003_0003_0007) // 6SEND_F3 peer 3, slot 7
+	x.RecvF(0x0002_0004_0001_0008) // 2RECV_F4 peer 1, slot 8
+	x.SendB(0x0006_0000_0001_0004) // 6SEND_B0 peer 1, slot 4
+	x.W(0x0006_0000_0004_ffff)     // 6W0 slot 4
+	x.RecvF(0x0002_0005_0001_0004) // 2RECV_F5 peer 1, slot 4
+	x.RecvB(0x0006_0001_0003_0005) // 6RECV_B1 peer 3, slot 5
 	x.OverlapBF(pipe.OpBackwardInput, 6, 1, 5, -1, 2, 4, 8, -1)
-	x.SendAct(2, 4, 3, 8)
-	x.SendGrad(6, 1, 1, 5)
-	x.BackwardWeight(6, 1, 5)
-	x.RecvAct(2, 6, 1, 5)
-	x.RecvGrad(6, 2, 3, 6)
+	x.SendF(0x0002_0004_0003_0008) // 2SEND_F4 peer 3, slot 8
+	x.SendB(0x0006_0001_0001_0005) // 6SEND_B1 peer 1, slot 5
+	x.W(0x0006_0001_0005_ffff)     // 6W1 slot 5
+	x.RecvF(0x0002_0006_0001_0005) // 2RECV_F6 peer 1, slot 5
+	x.RecvB(0x0006_0002_0003_0006) // 6RECV_B2 peer 3, slot 6
 	x.OverlapBF(pipe.OpBackwardInput, 6, 2, 6, -1, 2, 5, 4, -1)
-	x.SendAct(2, 5, 3, 4)
-	x.SendGrad(6, 2, 1, 6)
-	x.BackwardWeight(6, 2, 6)
-	x.RecvAct(2, 7, 1, 6)
-	x.RecvGrad(6, 3, 3, 7)
+	x.SendF(0x0002_0005_0003_0004) // 2SEND_F5 peer 3, slot 4
+	x.SendB(0x0006_0002_0001_0006) // 6SEND_B2 peer 1, slot 6
+	x.W(0x0006_0002_0006_ffff)     // 6W2 slot 6
+	x.RecvF(0x0002_0007_0001_0006) // 2RECV_F7 peer 1, slot 6
+	x.RecvB(0x0006_0003_0003_0007) // 6RECV_B3 peer 3, slot 7
 	x.OverlapBF(pipe.OpBackwardInput, 6, 3, 7, -1, 2, 6, 5, -1)
-	x.SendAct(2, 6, 3, 5)
-	x.SendGrad(6, 3, 1, 7)
-	x.BackwardWeight(6, 3, 7)
-	x.RecvAct(6, 4, 1, 7)
-	x.RecvGrad(2, 0, 3, 0)
+	x.SendF(0x0002_0006_0003_0005) // 2SEND_F6 peer 3, slot 5
+	x.SendB(0x0006_0003_0001_0007) // 6SEND_B3 peer 1, slot 7
+	x.W(0x0006_0003_0007_ffff)     // 6W3 slot 7
+	x.RecvF(0x0006_0004_0001_0007) // 6RECV_F4 peer 1, slot 7
+	x.RecvB(0x0002_0000_0003_0000) // 2RECV_B0 peer 3, slot 0
 	x.OverlapBF(pipe.OpBackwardInput, 2, 0, 0, -1, 2, 7, 6, -1)
-	x.SendAct(2, 7, 3, 6)
-	x.SendGrad(2, 0, 1, 0)
-	x.BackwardWeight(2, 0, 0)
-	x.RecvAct(6, 5, 1, 0)
-	x.RecvGrad(2, 1, 3, 1)
+	x.SendF(0x0002_0007_0003_0006) // 2SEND_F7 peer 3, slot 6
+	x.SendB(0x0002_0000_0001_0000) // 2SEND_B0 peer 1, slot 0
+	x.W(0x0002_0000_0000_ffff)     // 2W0 slot 0
+	x.RecvF(0x0006_0005_0001_0000) // 6RECV_F5 peer 1, slot 0
+	x.RecvB(0x0002_0001_0003_0001) // 2RECV_B1 peer 3, slot 1
 	x.OverlapBF(pipe.OpBackwardInput, 2, 1, 1, -1, 6, 4, 7, -1)
-	x.SendAct(6, 4, 3, 7)
-	x.SendGrad(2, 1, 1, 1)
-	x.BackwardWeight(2, 1, 1)
-	x.RecvAct(6, 6, 1, 1)
-	x.RecvGrad(2, 2, 3, 2)
+	x.SendF(0x0006_0004_0003_0007) // 6SEND_F4 peer 3, slot 7
+	x.SendB(0x0002_0001_0001_0001) // 2SEND_B1 peer 1, slot 1
+	x.W(0x0002_0001_0001_ffff)     // 2W1 slot 1
+	x.RecvF(0x0006_0006_0001_0001) // 6RECV_F6 peer 1, slot 1
+	x.RecvB(0x0002_0002_0003_0002) // 2RECV_B2 peer 3, slot 2
 	x.OverlapBF(pipe.OpBackwardInput, 2, 2, 2, -1, 6, 5, 0, -1)
-	x.SendAct(6, 5, 3, 0)
-	x.SendGrad(2, 2, 1, 2)
-	x.BackwardWeight(2, 2, 2)
-	x.RecvAct(6, 7, 1, 2)
-	x.RecvGrad(2, 3, 3, 3)
+	x.SendF(0x0006_0005_0003_0000) // 6SEND_F5 peer 3, slot 0
+	x.SendB(0x0002_0002_0001_0002) // 2SEND_B2 peer 1, slot 2
+	x.W(0x0002_0002_0002_ffff)     // 2W2 slot 2
+	x.RecvF(0x0006_0007_0001_0002) // 6RECV_F7 peer 1, slot 2
+	x.RecvB(0x0002_0003_0003_0003) // 2RECV_B3 peer 3, slot 3
 	x.OverlapBF(pipe.OpBackwardInput, 2, 3, 3, -1, 6, 6, 1, -1)
-	x.SendAct(6, 6, 3, 1)
-	x.SendGrad(2, 3, 1, 3)
-	x.BackwardWeight(2, 3, 3)
-	x.RecvGrad(6, 4, 3, 7)
+	x.SendF(0x0006_0006_0003_0001) // 6SEND_F6 peer 3, slot 1
+	x.SendB(0x0002_0003_0001_0003) // 2SEND_B3 peer 1, slot 3
+	x.W(0x0002_0003_0003_ffff)     // 2W3 slot 3
+	x.RecvB(0x0006_0004_0003_0007) // 6RECV_B4 peer 3, slot 7
 	x.OverlapBF(pipe.OpBackwardInput, 6, 4, 7, -1, 6, 7, 2, -1)
-	x.SendAct(6, 7, 3, 2)
-	x.SendGrad(6, 4, 1, 7)
-	x.BackwardWeight(6, 4, 7)
-	x.RecvGrad(6, 5, 3, 0)
-	x.Backward(6, 5, 0, -1)
-	x.SendGrad(6, 5, 1, 0)
-	x.RecvGrad(6, 6, 3, 1)
-	x.Backward(6, 6, 1, -1)
-	x.SendGrad(6, 6, 1, 1)
-	x.RecvGrad(6, 7, 3, 2)
-	x.Backward(6, 7, 2, -1)
-	x.SendGrad(6, 7, 1, 2)
-	x.RecvGrad(2, 4, 3, 8)
-	x.Backward(2, 4, 8, -1)
-	x.SendGrad(2, 4, 1, 8)
-	x.RecvGrad(2, 5, 3, 4)
-	x.Backward(2, 5, 4, -1)
-	x.SendGrad(2, 5, 1, 4)
-	x.RecvGrad(2, 6, 3, 5)
-	x.Backward(2, 6, 5, -1)
-	x.SendGrad(2, 6, 1, 5)
-	x.RecvGrad(2, 7, 3, 6)
-	x.Backward(2, 7, 6, -1)
-	x.SendGrad(2, 7, 1, 6)
+	x.SendF(0x0006_0007_0003_0002) // 6SEND_F7 peer 3, slot 2
+	x.SendB(0x0006_0004_0001_0007) // 6SEND_B4 peer 1, slot 7
+	x.W(0x0006_0004_0007_ffff)     // 6W4 slot 7
+	x.RecvB(0x0006_0005_0003_0000) // 6RECV_B5 peer 3, slot 0
+	x.B(0x0006_0005_0000_ffff)     // 6B5 slot 0
+	x.SendB(0x0006_0005_0001_0000) // 6SEND_B5 peer 1, slot 0
+	x.RecvB(0x0006_0006_0003_0001) // 6RECV_B6 peer 3, slot 1
+	x.B(0x0006_0006_0001_ffff)     // 6B6 slot 1
+	x.SendB(0x0006_0006_0001_0001) // 6SEND_B6 peer 1, slot 1
+	x.RecvB(0x0006_0007_0003_0002) // 6RECV_B7 peer 3, slot 2
+	x.B(0x0006_0007_0002_ffff)     // 6B7 slot 2
+	x.SendB(0x0006_0007_0001_0002) // 6SEND_B7 peer 1, slot 2
+	x.RecvB(0x0002_0004_0003_0008) // 2RECV_B4 peer 3, slot 8
+	x.B(0x0002_0004_0008_ffff)     // 2B4 slot 8
+	x.SendB(0x0002_0004_0001_0008) // 2SEND_B4 peer 1, slot 8
+	x.RecvB(0x0002_0005_0003_0004) // 2RECV_B5 peer 3, slot 4
+	x.B(0x0002_0005_0004_ffff)     // 2B5 slot 4
+	x.SendB(0x0002_0005_0001_0004) // 2SEND_B5 peer 1, slot 4
+	x.RecvB(0x0002_0006_0003_0005) // 2RECV_B6 peer 3, slot 5
+	x.B(0x0002_0006_0005_ffff)     // 2B6 slot 5
+	x.SendB(0x0002_0006_0001_0005) // 2SEND_B6 peer 1, slot 5
+	x.RecvB(0x0002_0007_0003_0006) // 2RECV_B7 peer 3, slot 6
+	x.B(0x0002_0007_0006_ffff)     // 2B7 slot 6
+	x.SendB(0x0002_0007_0001_0006) // 2SEND_B7 peer 1, slot 6
 	x.OptStep()
 }
 
@@ -348,94 +348,94 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-88 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.RecvAct(3, 0, 2, 0)
-	x.Forward(3, 0, 0, -1)
-	x.SendAct(3, 0, 0, 0)
-	x.RecvAct(3, 1, 2, 1)
-	x.Forward(3, 1, 1, -1)
-	x.SendAct(3, 1, 0, 1)
-	x.RecvAct(3, 2, 2, 2)
-	x.Forward(3, 2, 2, -1)
-	x.SendAct(3, 2, 0, 2)
-	x.RecvAct(3, 3, 2, 3)
-	x.Forward(3, 3, 3, -1)
-	x.DataLoad(7, 0, 4)
-	x.SendAct(3, 3, 0, 3)
-	x.RecvAct(7, 0, 2, 4)
-	x.Forward(7, 0, 4, -1)
-	x.DataLoad(7, 1, 5)
-	x.RecvAct(7, 1, 2, 5)
+	x.RecvF(0x0003_0000_0002_0000) // 3RECV_F0 peer 2, slot 0
+	x.F(0x0003_0000_0000_ffff)     // 3F0 slot 0
+	x.SendF(0x0003_0000_0000_0000) // 3SEND_F0 peer 0, slot 0
+	x.RecvF(0x0003_0001_0002_0001) // 3RECV_F1 peer 2, slot 1
+	x.F(0x0003_0001_0001_ffff)     // 3F1 slot 1
+	x.SendF(0x0003_0001_0000_0001) // 3SEND_F1 peer 0, slot 1
+	x.RecvF(0x0003_0002_0002_0002) // 3RECV_F2 peer 2, slot 2
+	x.F(0x0003_0002_0002_ffff)     // 3F2 slot 2
+	x.SendF(0x0003_0002_0000_0002) // 3SEND_F2 peer 0, slot 2
+	x.RecvF(0x0003_0003_0002_0003) // 3RECV_F3 peer 2, slot 3
+	x.F(0x0003_0003_0003_ffff)     // 3F3 slot 3
+	x.Load(0x0007_0000_0004_ffff)  // 7DATA_LOAD0 slot 4
+	x.SendF(0x0003_0003_0000_0003) // 3SEND_F3 peer 0, slot 3
+	x.RecvF(0x0007_0000_0002_0004) // 7RECV_F0 peer 2, slot 4
+	x.F(0x0007_0000_0004_ffff)     // 7F0 slot 4
+	x.Load(0x0007_0001_0005_ffff)  // 7DATA_LOAD1 slot 5
+	x.RecvF(0x0007_0001_0002_0005) // 7RECV_F1 peer 2, slot 5
 	x.OverlapBF(pipe.OpBackwardInput, 7, 0, 4, -1, 7, 1, 5, -1)
-	x.RecvAct(7, 2, 2, 6)
-	x.SendGrad(7, 0, 2, 4)
-	x.BackwardWeight(7, 0, 4)
-	x.DataLoad(7, 2, 6)
-	x.RecvAct(7, 3, 2, 4)
+	x.RecvF(0x0007_0002_0002_0006) // 7RECV_F2 peer 2, slot 6
+	x.SendB(0x0007_0000_0002_0004) // 7SEND_B0 peer 2, slot 4
+	x.W(0x0007_0000_0004_ffff)     // 7W0 slot 4
+	x.Load(0x0007_0002_0006_ffff)  // 7DATA_LOAD2 slot 6
+	x.RecvF(0x0007_0003_0002_0004) // 7RECV_F3 peer 2, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 7, 1, 5, -1, 7, 2, 6, -1)
-	x.SendGrad(7, 1, 2, 5)
-	x.BackwardWeight(7, 1, 5)
-	x.DataLoad(7, 3, 4)
-	x.RecvAct(3, 4, 2, 5)
+	x.SendB(0x0007_0001_0002_0005) // 7SEND_B1 peer 2, slot 5
+	x.W(0x0007_0001_0005_ffff)     // 7W1 slot 5
+	x.Load(0x0007_0003_0004_ffff)  // 7DATA_LOAD3 slot 4
+	x.RecvF(0x0003_0004_0002_0005) // 3RECV_F4 peer 2, slot 5
 	x.OverlapBF(pipe.OpBackwardInput, 7, 2, 6, -1, 7, 3, 4, -1)
-	x.RecvGrad(3, 0, 0, 0)
-	x.SendGrad(7, 2, 2, 6)
-	x.BackwardWeight(7, 2, 6)
-	x.RecvAct(3, 5, 2, 6)
+	x.RecvB(0x0003_0000_0000_0000) // 3RECV_B0 peer 0, slot 0
+	x.SendB(0x0007_0002_0002_0006) // 7SEND_B2 peer 2, slot 6
+	x.W(0x0007_0002_0006_ffff)     // 7W2 slot 6
+	x.RecvF(0x0003_0005_0002_0006) // 3RECV_F5 peer 2, slot 6
 	x.OverlapBF(pipe.OpBackwardInput, 7, 3, 4, -1, 3, 4, 5, -1)
-	x.SendAct(3, 4, 0, 5)
-	x.SendGrad(7, 3, 2, 4)
-	x.BackwardWeight(7, 3, 4)
-	x.RecvAct(3, 6, 2, 4)
+	x.SendF(0x0003_0004_0000_0005) // 3SEND_F4 peer 0, slot 5
+	x.SendB(0x0007_0003_0002_0004) // 7SEND_B3 peer 2, slot 4
+	x.W(0x0007_0003_0004_ffff)     // 7W3 slot 4
+	x.RecvF(0x0003_0006_0002_0004) // 3RECV_F6 peer 2, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 3, 0, 0, -1, 3, 5, 6, -1)
-	x.RecvGrad(3, 1, 0, 1)
-	x.SendAct(3, 5, 0, 6)
-	x.SendGrad(3, 0, 2, 0)
-	x.BackwardWeight(3, 0, 0)
-	x.RecvAct(3, 7, 2, 0)
+	x.RecvB(0x0003_0001_0000_0001) // 3RECV_B1 peer 0, slot 1
+	x.SendF(0x0003_0005_0000_0006) // 3SEND_F5 peer 0, slot 6
+	x.SendB(0x0003_0000_0002_0000) // 3SEND_B0 peer 2, slot 0
+	x.W(0x0003_0000_0000_ffff)     // 3W0 slot 0
+	x.RecvF(0x0003_0007_0002_0000) // 3RECV_F7 peer 2, slot 0
 	x.OverlapBF(pipe.OpBackwardInput, 3, 1, 1, -1, 3, 6, 4, -1)
-	x.RecvGrad(3, 2, 0, 2)
-	x.SendAct(3, 6, 0, 4)
-	x.SendGrad(3, 1, 2, 1)
-	x.BackwardWeight(3, 1, 1)
-	x.RecvAct(7, 4, 2, 1)
+	x.RecvB(0x0003_0002_0000_0002) // 3RECV_B2 peer 0, slot 2
+	x.SendF(0x0003_0006_0000_0004) // 3SEND_F6 peer 0, slot 4
+	x.SendB(0x0003_0001_0002_0001) // 3SEND_B1 peer 2, slot 1
+	x.W(0x0003_0001_0001_ffff)     // 3W1 slot 1
+	x.RecvF(0x0007_0004_0002_0001) // 7RECV_F4 peer 2, slot 1
 	x.OverlapBF(pipe.OpBackwardInput, 3, 2, 2, -1, 3, 7, 0, -1)
-	x.RecvGrad(3, 3, 0, 3)
-	x.SendAct(3, 7, 0, 0)
-	x.SendGrad(3, 2, 2, 2)
-	x.BackwardWeight(3, 2, 2)
-	x.DataLoad(7, 4, 1)
-	x.RecvAct(7, 5, 2, 2)
+	x.RecvB(0x0003_0003_0000_0003) // 3RECV_B3 peer 0, slot 3
+	x.SendF(0x0003_0007_0000_0000) // 3SEND_F7 peer 0, slot 0
+	x.SendB(0x0003_0002_0002_0002) // 3SEND_B2 peer 2, slot 2
+	x.W(0x0003_0002_0002_ffff)     // 3W2 slot 2
+	x.Load(0x0007_0004_0001_ffff)  // 7DATA_LOAD4 slot 1
+	x.RecvF(0x0007_0005_0002_0002) // 7RECV_F5 peer 2, slot 2
 	x.OverlapBF(pipe.OpBackwardInput, 3, 3, 3, -1, 7, 4, 1, -1)
-	x.SendGrad(3, 3, 2, 3)
-	x.BackwardWeight(3, 3, 3)
-	x.DataLoad(7, 5, 2)
-	x.RecvAct(7, 6, 2, 3)
+	x.SendB(0x0003_0003_0002_0003) // 3SEND_B3 peer 2, slot 3
+	x.W(0x0003_0003_0003_ffff)     // 3W3 slot 3
+	x.Load(0x0007_0005_0002_ffff)  // 7DATA_LOAD5 slot 2
+	x.RecvF(0x0007_0006_0002_0003) // 7RECV_F6 peer 2, slot 3
 	x.OverlapBF(pipe.OpBackwardInput, 7, 4, 1, -1, 7, 5, 2, -1)
-	x.SendGrad(7, 4, 2, 1)
-	x.BackwardWeight(7, 4, 1)
-	x.DataLoad(7, 6, 3)
-	x.RecvAct(7, 7, 2, 1)
+	x.SendB(0x0007_0004_0002_0001) // 7SEND_B4 peer 2, slot 1
+	x.W(0x0007_0004_0001_ffff)     // 7W4 slot 1
+	x.Load(0x0007_0006_0003_ffff)  // 7DATA_LOAD6 slot 3
+	x.RecvF(0x0007_0007_0002_0001) // 7RECV_F7 peer 2, slot 1
 	x.OverlapBF(pipe.OpBackwardInput, 7, 5, 2, -1, 7, 6, 3, -1)
-	x.SendGrad(7, 5, 2, 2)
-	x.BackwardWeight(7, 5, 2)
-	x.DataLoad(7, 7, 1)
+	x.SendB(0x0007_0005_0002_0002) // 7SEND_B5 peer 2, slot 2
+	x.W(0x0007_0005_0002_ffff)     // 7W5 slot 2
+	x.Load(0x0007_0007_0001_ffff)  // 7DATA_LOAD7 slot 1
 	x.OverlapBF(pipe.OpBackwardInput, 7, 6, 3, -1, 7, 7, 1, -1)
-	x.SendGrad(7, 6, 2, 3)
-	x.BackwardWeight(7, 6, 3)
-	x.RecvGrad(3, 4, 0, 5)
-	x.Backward(7, 7, 1, -1)
-	x.SendGrad(7, 7, 2, 1)
-	x.RecvGrad(3, 5, 0, 6)
-	x.Backward(3, 4, 5, -1)
-	x.SendGrad(3, 4, 2, 5)
-	x.Backward(3, 5, 6, -1)
-	x.RecvGrad(3, 6, 0, 4)
-	x.SendGrad(3, 5, 2, 6)
-	x.Backward(3, 6, 4, -1)
-	x.RecvGrad(3, 7, 0, 0)
-	x.SendGrad(3, 6, 2, 4)
-	x.Backward(3, 7, 0, -1)
-	x.SendGrad(3, 7, 2, 0)
+	x.SendB(0x0007_0006_0002_0003) // 7SEND_B6 peer 2, slot 3
+	x.W(0x0007_0006_0003_ffff)     // 7W6 slot 3
+	x.RecvB(0x0003_0004_0000_0005) // 3RECV_B4 peer 0, slot 5
+	x.B(0x0007_0007_0001_ffff)     // 7B7 slot 1
+	x.SendB(0x0007_0007_0002_0001) // 7SEND_B7 peer 2, slot 1
+	x.RecvB(0x0003_0005_0000_0006) // 3RECV_B5 peer 0, slot 6
+	x.B(0x0003_0004_0005_ffff)     // 3B4 slot 5
+	x.SendB(0x0003_0004_0002_0005) // 3SEND_B4 peer 2, slot 5
+	x.B(0x0003_0005_0006_ffff)     // 3B5 slot 6
+	x.RecvB(0x0003_0006_0000_0004) // 3RECV_B6 peer 0, slot 4
+	x.SendB(0x0003_0005_0002_0006) // 3SEND_B5 peer 2, slot 6
+	x.B(0x0003_0006_0004_ffff)     // 3B6 slot 4
+	x.RecvB(0x0003_0007_0000_0000) // 3RECV_B7 peer 0, slot 0
+	x.SendB(0x0003_0006_0002_0004) // 3SEND_B6 peer 2, slot 4
+	x.B(0x0003_0007_0000_ffff)     // 3B7 slot 0
+	x.SendB(0x0003_0007_0002_0000) // 3SEND_B7 peer 2, slot 0
 	x.OptStep()
 }
 

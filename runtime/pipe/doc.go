@@ -2,7 +2,7 @@
 //
 // The compiler (gen/) emits one straight-line function per rank,
 //
-//	func Rank1(x *pipe.Exec) error { x.RecvAct(1, 0, 0, 0); x.Forward(1, 0, 0, -1); ...; return x.Err() }
+//	func Rank1(x *pipe.Exec) error { x.RecvF(0x0001_0000_0000_0000); x.F(0x0001_0000_0000_ffff); ...; return x.Err() }
 //
 // and an [Exec] runs those calls for one rank: it holds the rank's [Stage]s,
 // the buffer slots, the [Loss], the [DataSource] and a transport.Transport.
@@ -13,10 +13,14 @@
 //
 // Every step is a method with constant arguments and no results: DataLoad,
 // RecvAct, SendAct, RecvGrad, SendGrad, Forward, Backward, BackwardInput,
-// BackwardWeight, OptStep, and the overlap steps OverlapFB and OverlapBF,
-// which run a forward and a backward of two micro-batches together: on two
-// goroutines when their stages are different objects, one after the other
-// otherwise (or with Config.SerialOverlap), with bit-identical results. Errors are sticky: the first one is kept ([Exec.Err])
+// BackwardWeight, OptStep, and the overlap steps OverlapFB and OverlapBF.
+// Generated code calls the first nine in their packed form, Load, RecvF,
+// SendF, RecvB, SendB, F, B, I and W, whose one argument is an [At] holding
+// all four (it compiles about twice as fast). The overlap steps run a
+// forward and a backward of two micro-batches together: on two goroutines
+// when their stages are different objects, one after the other otherwise (or
+// with Config.SerialOverlap), with bit-identical results. Errors are sticky:
+// the first one is kept ([Exec.Err])
 // and every later method returns at once. Errors are *[StepError]s naming the
 // rank, the step in schedule text form ("3F5", "1RECV_B2") and the peer.
 //

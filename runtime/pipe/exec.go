@@ -160,8 +160,9 @@ func New(cfg Config) (*Exec, error) {
 		return nil, fmt.Errorf("pipe: invalid Spec: %w", err)
 	}
 	r := cfg.Rank
-	if sp.Stages > math.MaxInt32 || sp.Micro > math.MaxInt32 {
-		return nil, fmt.Errorf("pipe: Spec has %d stages and %d micro-batches; at most %d of each", sp.Stages, sp.Micro, math.MaxInt32)
+	if sp.Stages > atMax || sp.Micro > atMax || sp.Ranks > atMax || slices.Max(append([]int{0}, sp.Slots...)) > atMax {
+		return nil, fmt.Errorf("pipe: Spec has %d stages, %d micro-batches, %d ranks and up to %d slots per rank; at most %d of each (a step's arguments are packed in 16 bits each, see At)",
+			sp.Stages, sp.Micro, sp.Ranks, slices.Max(append([]int{0}, sp.Slots...)), atMax)
 	}
 	if r < 0 || r >= sp.Ranks {
 		return nil, fmt.Errorf("pipe: rank %d outside [0, %d)", r, sp.Ranks)
@@ -449,11 +450,12 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 // the same, and the fast path never has to explain an error. Every step
 // method is go:noinline (see Backward).
 
-// DataLoad loads the input (stage 0) and/or the labels (last stage) of micro
+// Load loads the input (stage 0) and/or the labels (last stage) of micro
 // into slot.
 //
 //go:noinline
-func (x *Exec) DataLoad(stage, micro, slot int) {
+func (x *Exec) Load(a At) {
+	stage, micro, slot, _ := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -486,6 +488,16 @@ func (x *Exec) DataLoad(stage, micro, slot int) {
 		}
 	}
 	x.dataLoadSlow(stage, micro, slot)
+}
+
+// DataLoad is Load with its arguments unpacked (stage, micro, slot), for
+// hand-written programs and the interpreter; generated code calls Load.
+func (x *Exec) DataLoad(stage, micro, slot int) {
+	if a, ok := PackAt(stage, micro, slot, -1); ok {
+		x.Load(a)
+		return
+	}
+	x.unpackable(OpDataLoad, stage, micro, slot, -1)
 }
 
 func (x *Exec) dataLoadSlow(stage, micro, slot int) {
@@ -531,10 +543,11 @@ func (x *Exec) dataFail(stage, micro int, err error, what string) {
 	x.stepFail(OpDataLoad, stage, micro, -1, err)
 }
 
-// RecvAct posts the receive of x of (stage, micro) from peer into slot.
+// RecvF posts the receive of x of (stage, micro) from peer into slot.
 //
 //go:noinline
-func (x *Exec) RecvAct(stage, micro, peer, slot int) {
+func (x *Exec) RecvF(a At) {
+	stage, micro, peer, slot := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -573,10 +586,21 @@ func (x *Exec) RecvAct(stage, micro, peer, slot int) {
 	x.post(commOp{recv: true, ch: transport.Act, kind: OpRecvAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
 }
 
-// SendAct posts the send of y of (stage, micro) in slot to peer.
+// RecvAct is RecvF with its arguments unpacked (stage, micro, peer, slot), for
+// hand-written programs and the interpreter; generated code calls RecvF.
+func (x *Exec) RecvAct(stage, micro, peer, slot int) {
+	if a, ok := PackAt(stage, micro, peer, slot); ok {
+		x.RecvF(a)
+		return
+	}
+	x.unpackable(OpRecvAct, stage, micro, peer, slot)
+}
+
+// SendF posts the send of y of (stage, micro) in slot to peer.
 //
 //go:noinline
-func (x *Exec) SendAct(stage, micro, peer, slot int) {
+func (x *Exec) SendF(a At) {
+	stage, micro, peer, slot := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -603,6 +627,16 @@ func (x *Exec) SendAct(stage, micro, peer, slot int) {
 	x.post(commOp{ch: transport.Act, kind: OpSendAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.y})
 }
 
+// SendAct is SendF with its arguments unpacked (stage, micro, peer, slot), for
+// hand-written programs and the interpreter; generated code calls SendF.
+func (x *Exec) SendAct(stage, micro, peer, slot int) {
+	if a, ok := PackAt(stage, micro, peer, slot); ok {
+		x.SendF(a)
+		return
+	}
+	x.unpackable(OpSendAct, stage, micro, peer, slot)
+}
+
 // heldSlot is the common fast-path check of SendAct, RecvGrad and SendGrad:
 // slot holds (stage, micro) and peer is the rank peers[stage] (x.nextPeer or
 // x.prevPeer). It returns the slot, or nil.
@@ -617,10 +651,11 @@ func (x *Exec) heldSlot(stage, micro, peer, slot int, peers []int) *slotState {
 	return nil
 }
 
-// RecvGrad posts the receive of dy of (stage, micro) from peer into slot.
+// RecvB posts the receive of dy of (stage, micro) from peer into slot.
 //
 //go:noinline
-func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
+func (x *Exec) RecvB(a At) {
+	stage, micro, peer, slot := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -649,10 +684,21 @@ func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
 	x.post(commOp{recv: true, ch: transport.Grad, kind: OpRecvGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
 }
 
-// SendGrad posts the send of dx of (stage, micro) in slot to peer.
+// RecvGrad is RecvB with its arguments unpacked (stage, micro, peer, slot), for
+// hand-written programs and the interpreter; generated code calls RecvB.
+func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
+	if a, ok := PackAt(stage, micro, peer, slot); ok {
+		x.RecvB(a)
+		return
+	}
+	x.unpackable(OpRecvGrad, stage, micro, peer, slot)
+}
+
+// SendB posts the send of dx of (stage, micro) in slot to peer.
 //
 //go:noinline
-func (x *Exec) SendGrad(stage, micro, peer, slot int) {
+func (x *Exec) SendB(a At) {
+	stage, micro, peer, slot := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -679,13 +725,24 @@ func (x *Exec) SendGrad(stage, micro, peer, slot int) {
 	x.post(commOp{ch: transport.Grad, kind: OpSendGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.dx})
 }
 
-// Forward runs F(stage, micro) into slot. Its input is y of slot src (the
+// SendGrad is SendB with its arguments unpacked (stage, micro, peer, slot), for
+// hand-written programs and the interpreter; generated code calls SendB.
+func (x *Exec) SendGrad(stage, micro, peer, slot int) {
+	if a, ok := PackAt(stage, micro, peer, slot); ok {
+		x.SendB(a)
+		return
+	}
+	x.unpackable(OpSendGrad, stage, micro, peer, slot)
+}
+
+// F runs F(stage, micro) into slot. Its input is y of slot src (the
 // previous stage on this rank) when src >= 0; otherwise the slot's loaded
 // input (stage 0) or completed receive. On the last stage it also computes
 // the loss and keeps dy.
 //
 //go:noinline
-func (x *Exec) Forward(stage, micro, slot, src int) {
+func (x *Exec) F(a At) {
+	stage, micro, slot, src := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -740,6 +797,16 @@ func (x *Exec) Forward(stage, micro, slot, src int) {
 		}
 	}
 	x.forwardSlow(stage, micro, slot, src)
+}
+
+// Forward is F with its arguments unpacked (stage, micro, slot, src), for
+// hand-written programs and the interpreter; generated code calls F.
+func (x *Exec) Forward(stage, micro, slot, src int) {
+	if a, ok := PackAt(stage, micro, slot, src); ok {
+		x.F(a)
+		return
+	}
+	x.unpackable(OpForward, stage, micro, slot, src)
 }
 
 func (x *Exec) forwardFail(stage, micro int, err error) {
@@ -830,7 +897,7 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 	}
 }
 
-// Backward runs the full backward B(stage, micro) of the chunk in slot: input
+// B runs the full backward B(stage, micro) of the chunk in slot: input
 // gradient, then weight gradient. dy is dx of slot src (the next stage on
 // this rank) when src >= 0; otherwise the completed receive, or on the last
 // stage the loss gradient.
@@ -841,7 +908,8 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 // are small enough now that the compiler would otherwise inline some.
 //
 //go:noinline
-func (x *Exec) Backward(stage, micro, slot, src int) {
+func (x *Exec) B(a At) {
+	stage, micro, slot, src := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -870,11 +938,22 @@ func (x *Exec) Backward(stage, micro, slot, src int) {
 	x.backwardSlow(OpBackward, stage, micro, slot, src)
 }
 
-// BackwardInput runs I(stage, micro): the input gradient only. dy as for
+// Backward is B with its arguments unpacked (stage, micro, slot, src), for
+// hand-written programs and the interpreter; generated code calls B.
+func (x *Exec) Backward(stage, micro, slot, src int) {
+	if a, ok := PackAt(stage, micro, slot, src); ok {
+		x.B(a)
+		return
+	}
+	x.unpackable(OpBackward, stage, micro, slot, src)
+}
+
+// I runs I(stage, micro): the input gradient only. dy as for
 // Backward. BackwardWeight must follow for the weight gradient.
 //
 //go:noinline
-func (x *Exec) BackwardInput(stage, micro, slot, src int) {
+func (x *Exec) I(a At) {
+	stage, micro, slot, src := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -893,6 +972,16 @@ func (x *Exec) BackwardInput(stage, micro, slot, src int) {
 		}
 	}
 	x.backwardSlow(OpBackwardInput, stage, micro, slot, src)
+}
+
+// BackwardInput is I with its arguments unpacked (stage, micro, slot, src), for
+// hand-written programs and the interpreter; generated code calls I.
+func (x *Exec) BackwardInput(stage, micro, slot, src int) {
+	if a, ok := PackAt(stage, micro, slot, src); ok {
+		x.I(a)
+		return
+	}
+	x.unpackable(OpBackwardInput, stage, micro, slot, src)
 }
 
 // fastDy returns the output gradient for the backward of the chunk (stage,
@@ -994,11 +1083,12 @@ func (x *Exec) backwardRun(k OpKind, s *slotState, stage, micro int, dy *tensor.
 	}
 }
 
-// BackwardWeight runs W(stage, micro): the weight gradient of a chunk whose I
+// W runs W(stage, micro): the weight gradient of a chunk whose I
 // ran.
 //
 //go:noinline
-func (x *Exec) BackwardWeight(stage, micro, slot int) {
+func (x *Exec) W(a At) {
+	stage, micro, slot, _ := a.Unpack()
 	if x.failed.Load() {
 		return
 	}
@@ -1018,6 +1108,16 @@ func (x *Exec) BackwardWeight(stage, micro, slot int) {
 		return
 	}
 	x.stepFailf(OpBackwardWeight, stage, micro, -1, "chunk in slot %d is not between its I and its W (I ran: %v, W ran: %v)", slot, s.flags&inDone != 0, s.flags&wDone != 0)
+}
+
+// BackwardWeight is W with its arguments unpacked (stage, micro, slot), for
+// hand-written programs and the interpreter; generated code calls W.
+func (x *Exec) BackwardWeight(stage, micro, slot int) {
+	if a, ok := PackAt(stage, micro, slot, -1); ok {
+		x.W(a)
+		return
+	}
+	x.unpackable(OpBackwardWeight, stage, micro, slot, -1)
 }
 
 func (x *Exec) backwardWeight(s *slotState, stage, micro int) {
@@ -1084,5 +1184,34 @@ func (x *Exec) runComm(op *commOp) {
 	} else {
 		s.rgrad = got
 		s.gradDone <- struct{}{}
+	}
+}
+
+// unpackable reports a step called through an unpacked method (Forward,
+// SendAct, ...) with an argument that has no At field: below -1 or above
+// 65534, so outside every valid Spec. It names the argument as the slow paths
+// would.
+func (x *Exec) unpackable(k OpKind, stage, micro, c, d int) {
+	if x.failed.Load() {
+		return
+	}
+	slot, peer, src := c, -1, d
+	comm, other := true, stage+1 // other: the neighbour stage of a transfer
+	switch k {
+	case OpRecvAct, OpSendGrad:
+		slot, peer, src, other = d, c, -1, stage-1
+	case OpSendAct, OpRecvGrad:
+		slot, peer, src = d, c, -1
+	default:
+		comm = false
+	}
+	switch {
+	case !x.valid(stage, micro, slot):
+		x.badArgs(k, stage, micro, slot, peer)
+	case comm && !x.checkPeer(k, stage, micro, peer, other):
+	case src < -1 || src >= len(x.slots):
+		x.stepFailf(k, stage, micro, peer, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+	default:
+		x.stepFailf(k, stage, micro, peer, "arguments (%d, %d, %d, %d) outside what any step can take", stage, micro, c, d)
 	}
 }

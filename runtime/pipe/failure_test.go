@@ -221,6 +221,18 @@ func TestNewValidation(t *testing.T) {
 	}
 }
 
+func TestNewRefusesSpecsBeyondAt(t *testing.T) {
+	for _, sp := range []pipe.Spec{
+		{Schedule: "t", Ranks: 1, Stages: 1, Micro: 70000, Slots: []int{1}, RankOf: []int{0}, Fingerprint: "fp"},
+		{Schedule: "t", Ranks: 1, Stages: 1, Micro: 1, Slots: []int{65536}, RankOf: []int{0}, Fingerprint: "fp"},
+	} {
+		_, err := pipe.New(pipe.Config{Spec: sp, Stages: map[int]pipe.Stage{0: &affine{}}, Loss: mse{}, Data: &data{}})
+		if err == nil || !strings.Contains(err.Error(), "at most 65535 of each") {
+			t.Errorf("Micro %d, Slots %v: err = %v", sp.Micro, sp.Slots, err)
+		}
+	}
+}
+
 func TestNewChecksTransportFingerprint(t *testing.T) {
 	p := progByName(t, "twoRank1F1B")
 	trs := tcpWorld(t, 2, "sha256:other", nil)
@@ -255,6 +267,16 @@ func TestStepMisuse(t *testing.T) {
 			"rank 0 step 0W0: chunk in slot 0 is not between its I and its W"},
 		{"bad src", 1, func(x *pipe.Exec) { x.Forward(1, 0, 0, 1) }, "rank 1 step 1F0: source slot 1 holds no output of F(0, 0)"},
 		{"send before forward", 0, func(x *pipe.Exec) { x.DataLoad(0, 0, 0); x.SendAct(0, 0, 1, 0) }, "no output in slot 0: F(0, 0) has not run"},
+		// Arguments no At can hold take the unpacked methods' own check,
+		// with the slow paths' messages.
+		{"huge micro", 1, func(x *pipe.Exec) { x.Forward(1, 1<<20, 0, -1) }, "rank 1 step 1F1048576: micro-batch 1048576 outside [0, 2)"},
+		{"negative stage", 0, func(x *pipe.Exec) { x.DataLoad(-7, 0, 0) }, "stage -7 outside [0, 3)"},
+		{"huge slot", 1, func(x *pipe.Exec) { x.RecvGrad(1, 0, 2, 70000) }, "slot 70000 outside [0, 2)"},
+		{"huge peer", 1, func(x *pipe.Exec) { x.SendGrad(1, 0, 70000, 0) }, "peer rank 70000, but stage 0 is on rank 0"},
+		{"huge src", 1, func(x *pipe.Exec) { x.BackwardInput(1, 0, 0, 1<<40) }, "source slot 1099511627776 invalid (slot 0, 2 slots)"},
+		{"src below -1", 1, func(x *pipe.Exec) { x.Backward(1, 0, 0, -2) }, "source slot -2 invalid"},
+		{"packed micro range", 1, func(x *pipe.Exec) { x.F(0x0001_0009_0000_ffff) }, "rank 1 step 1F9: micro-batch 9 outside [0, 2)"},
+		{"packed -1 stage", 1, func(x *pipe.Exec) { x.W(0xffff_0000_0000_ffff) }, "stage -1 outside [0, 3)"},
 		{"slot reuse with pending recv", 1, func(x *pipe.Exec) { x.RecvAct(1, 0, 0, 0); x.RecvAct(1, 1, 0, 0) },
 			"rank 1 step 1RECV_F1 (peer rank 0): slot 0 still has a pending receive for chunk (stage 1, micro 0)"},
 	}

@@ -348,26 +348,34 @@ func emit(progs []prog) []byte {
 func lowerFirst(s string) string { return strings.ToLower(s[:1]) + s[1:] }
 
 func writeCalls(b *bytes.Buffer, ops []pipe.Op) {
+	// The packed calls gen/emit writes: one pipe.At constant per step.
+	at := func(method string, stage, micro, c, d int32) {
+		a, ok := pipe.PackAt(int(stage), int(micro), int(c), int(d))
+		if !ok {
+			panic(fmt.Sprintf("%s(%d, %d, %d, %d) has no pipe.At", method, stage, micro, c, d))
+		}
+		fmt.Fprintf(b, "\tx.%s(%#016x)\n", method, uint64(a))
+	}
 	for _, o := range ops {
 		switch o.Kind {
 		case pipe.OpDataLoad:
-			fmt.Fprintf(b, "\tx.DataLoad(%d, %d, %d)\n", o.Stage, o.Micro, o.Slot)
+			at("Load", o.Stage, o.Micro, o.Slot, -1)
 		case pipe.OpRecvAct:
-			fmt.Fprintf(b, "\tx.RecvAct(%d, %d, %d, %d)\n", o.Stage, o.Micro, o.Peer, o.Slot)
+			at("RecvF", o.Stage, o.Micro, o.Peer, o.Slot)
 		case pipe.OpSendAct:
-			fmt.Fprintf(b, "\tx.SendAct(%d, %d, %d, %d)\n", o.Stage, o.Micro, o.Peer, o.Slot)
+			at("SendF", o.Stage, o.Micro, o.Peer, o.Slot)
 		case pipe.OpRecvGrad:
-			fmt.Fprintf(b, "\tx.RecvGrad(%d, %d, %d, %d)\n", o.Stage, o.Micro, o.Peer, o.Slot)
+			at("RecvB", o.Stage, o.Micro, o.Peer, o.Slot)
 		case pipe.OpSendGrad:
-			fmt.Fprintf(b, "\tx.SendGrad(%d, %d, %d, %d)\n", o.Stage, o.Micro, o.Peer, o.Slot)
+			at("SendB", o.Stage, o.Micro, o.Peer, o.Slot)
 		case pipe.OpForward:
-			fmt.Fprintf(b, "\tx.Forward(%d, %d, %d, %d)\n", o.Stage, o.Micro, o.Slot, o.Src)
+			at("F", o.Stage, o.Micro, o.Slot, o.Src)
 		case pipe.OpBackward:
-			fmt.Fprintf(b, "\tx.Backward(%d, %d, %d, %d)\n", o.Stage, o.Micro, o.Slot, o.Src)
+			at("B", o.Stage, o.Micro, o.Slot, o.Src)
 		case pipe.OpBackwardInput:
-			fmt.Fprintf(b, "\tx.BackwardInput(%d, %d, %d, %d)\n", o.Stage, o.Micro, o.Slot, o.Src)
+			at("I", o.Stage, o.Micro, o.Slot, o.Src)
 		case pipe.OpBackwardWeight:
-			fmt.Fprintf(b, "\tx.BackwardWeight(%d, %d, %d)\n", o.Stage, o.Micro, o.Slot)
+			at("W", o.Stage, o.Micro, o.Slot, -1)
 		case pipe.OpOptStep:
 			b.WriteString("\tx.OptStep()\n")
 		}

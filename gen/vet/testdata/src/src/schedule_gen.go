@@ -37,29 +37,29 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-5 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.DataLoad(0, 0, 0)
-	x.Forward(0, 0, 0, -1)
-	x.DataLoad(0, 1, 1)
-	x.SendAct(0, 0, 1, 0)
-	x.Forward(0, 1, 1, -1)
-	x.SendAct(0, 1, 1, 1)
+	x.Load(0x0000_0000_0000_ffff)  // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)     // 0F0 slot 0
+	x.Load(0x0000_0001_0001_ffff)  // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0000_0001_0000) // 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)     // 0F1 slot 1
+	x.SendF(0x0000_0001_0001_0001) // 0SEND_F1 peer 1, slot 1
 }
 
 // rank0Part1 runs steps 6-11 of rank 0.
 func rank0Part1(x *pipe.Exec) {
-	x.RecvGrad(0, 0, 1, 0)
-	x.Backward(0, 0, 0, 1) // want "rank 0 step 7: x.Backward\\(0, 0, 0, 1\\): src 1, but its input comes from its own slot"
-	x.DataLoad(0, 2, 0)
-	x.Forward(0, 2, 0, -1)
-	x.SendAct(0, 2, 1, 0)
-	x.RecvGrad(0, 1, 1, 1)
+	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
+	x.B(0x0000_0000_0000_0001) // want "rank 0 step 7: x\\.B\\(0x0000_0000_0000_0001\\) \\([^()]*\\): src 1, but its input comes from its own slot"
+	x.Load(0x0000_0002_0000_ffff)  // 0DATA_LOAD2 slot 0
+	x.F(0x0000_0002_0000_ffff)     // 0F2 slot 0
+	x.SendF(0x0000_0002_0001_0000) // 0SEND_F2 peer 1, slot 0
+	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
 }
 
 // rank0Part2 runs steps 12-15 of rank 0.
 func rank0Part2(x *pipe.Exec) {
-	x.Backward(0, 1, 1, -1)
-	x.RecvGrad(0, 2, 1, 0)
-	x.Backward(0, 2, 0, -1)
+	x.B(0x0000_0001_0001_ffff)     // 0B1 slot 1
+	x.RecvB(0x0000_0002_0001_0000) // 0RECV_B2 peer 1, slot 0
+	x.B(0x0000_0002_0000_ffff)     // 0B2 slot 0
 	x.OptStep()
 }
 
@@ -73,28 +73,28 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-5 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.DataLoad(1, 0, 0)
-	x.RecvAct(1, 0, 0, 0)
-	x.Forward(1, 0, 0, -1)
-	x.Backward(1, 0, 0, -1)
-	x.DataLoad(1, 1, 1)
-	x.RecvAct(1, 1, 0, 1)
+	x.Load(0x0001_0000_0000_ffff)  // 1DATA_LOAD0 slot 0
+	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
+	x.F(0x0001_0000_0000_ffff)     // 1F0 slot 0
+	x.B(0x0001_0000_0000_ffff)     // 1B0 slot 0
+	x.Load(0x0001_0001_0001_ffff)  // 1DATA_LOAD1 slot 1
+	x.RecvF(0x0001_0001_0000_0001) // 1RECV_F1 peer 0, slot 1
 }
 
 // rank1Part1 runs steps 6-11 of rank 1.
 func rank1Part1(x *pipe.Exec) {
-	x.SendGrad(1, 0, 0, 0)
-	x.Forward(1, 1, 1, -1)
-	x.Backward(1, 1, 1, -1)
-	x.DataLoad(1, 2, 0)
-	x.RecvAct(1, 2, 0, 0)
-	x.SendGrad(1, 1, 0, 1)
+	x.SendB(0x0001_0000_0000_0000) // 1SEND_B0 peer 0, slot 0
+	x.F(0x0001_0001_0001_ffff)     // 1F1 slot 1
+	x.B(0x0001_0001_0001_ffff)     // 1B1 slot 1
+	x.Load(0x0001_0002_0000_ffff)  // 1DATA_LOAD2 slot 0
+	x.RecvF(0x0001_0002_0000_0000) // 1RECV_F2 peer 0, slot 0
+	x.SendB(0x0001_0001_0000_0001) // 1SEND_B1 peer 0, slot 1
 }
 
 // rank1Part2 runs steps 12-15 of rank 1.
 func rank1Part2(x *pipe.Exec) {
-	x.Forward(1, 2, 0, -1)
-	x.Backward(1, 2, 0, -1)
-	x.SendGrad(1, 2, 0, 0)
+	x.F(0x0001_0002_0000_ffff)     // 1F2 slot 0
+	x.B(0x0001_0002_0000_ffff)     // 1B2 slot 0
+	x.SendB(0x0001_0002_0000_0000) // 1SEND_B2 peer 0, slot 0
 	x.OptStep()
 }

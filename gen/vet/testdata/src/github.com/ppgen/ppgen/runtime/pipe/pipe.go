@@ -52,3 +52,15 @@ func (x *Exec) BackwardWeight(stage, micro, slot int)                           
 func (x *Exec) OptStep()                                                             {}
 func (x *Exec) OverlapFB(fs, fm, fslot, fsrc int, k OpKind, bs, bm, bslot, bsrc int) {}
 func (x *Exec) OverlapBF(k OpKind, bs, bm, bslot, bsrc int, fs, fm, fslot, fsrc int) {}
+
+type At uint64
+
+func (x *Exec) Load(a At)  {}
+func (x *Exec) RecvF(a At) {}
+func (x *Exec) SendF(a At) {}
+func (x *Exec) RecvB(a At) {}
+func (x *Exec) SendB(a At) {}
+func (x *Exec) F(a At)     {}
+func (x *Exec) B(a At)     {}
+func (x *Exec) I(a At)     {}
+func (x *Exec) W(a At)     {}
