@@ -338,6 +338,23 @@ func emit(progs []prog) []byte {
 			}
 		}
 	}
+	// The floor of BenchmarkStepOverhead: the same calls on floorExec.
+	for _, p := range progs {
+		if p.def.name != "oneRankLocal" {
+			continue
+		}
+		b.WriteString("// oneRankLocalFloor makes oneRankLocalRank0's calls on a floorExec (bench_test.go).\n")
+		b.WriteString("func oneRankLocalFloor(x *floorExec) {\n")
+		for i := 0; i*part < len(p.ops[0]); i++ {
+			fmt.Fprintf(&b, "\toneRankLocalFloorPart%d(x)\n", i)
+		}
+		b.WriteString("}\n\n")
+		for i := 0; i*part < len(p.ops[0]); i++ {
+			fmt.Fprintf(&b, "func oneRankLocalFloorPart%d(x *floorExec) {\n", i)
+			writeCalls(&b, p.ops[0][i*part:min(len(p.ops[0]), (i+1)*part)])
+			b.WriteString("}\n\n")
+		}
+	}
 	out, err := format.Source(b.Bytes())
 	if err != nil {
 		panic(err)
