@@ -247,6 +247,9 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if fi, err := os.Stat(req.Path()); err == nil && fi.IsDir() {
+		return usageError{fmt.Sprintf("-o %s is a directory; name the file to write, e.g. -o %s", req.Path(), filepath.Join(req.Path(), "schedule_gen.go"))}
+	}
 	src, res, err := req.Generate()
 	if err != nil {
 		return err
@@ -257,8 +260,10 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	verb := "wrote"
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, src) {
-		verb = "kept" // writeFileAtomic leaves an unchanged file untouched
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, src) {
+			verb = "kept" // writeFileAtomic leaves an unchanged file untouched
+		}
 	}
 	if err := writeFileAtomic(path, src); err != nil {
 		return err
@@ -284,8 +289,27 @@ func parseGen(args []string, env gencmd.Env) (*gencmd.Request, error) {
 
 // writeFileAtomic writes data to path through a temporary file in the same
 // directory and a rename, so a failure never leaves a partial file; an
-// unchanged file is left untouched (its modification time too).
+// unchanged file is left untouched (its modification time too). A path that
+// exists and is not a regular file (/dev/stdout, a named pipe) is written
+// directly: it cannot be read back or replaced.
 func writeFileAtomic(path string, data []byte) error {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			return fmt.Errorf("writing %s: it is a directory; name a file", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		return nil
+	}
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return nil
 	}

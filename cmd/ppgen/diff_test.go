@@ -390,3 +390,25 @@ func TestGenFlagsShared(t *testing.T) {
 		}
 	})
 }
+
+// TestGenOutputTargets: -o naming a device writes straight to it (no
+// temporary file, no read-back), a directory is refused with the fix, and a
+// directory that names no package asks for -package.
+func TestGenOutputTargets(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"gen", "-schedule", "gpipe", "-ranks", "2", "-micro", "2", "-package", "p", "-o", os.DevNull}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-o %s: exit %d: %s", os.DevNull, code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"gen", "-schedule", "gpipe", "-ranks", "2", "-micro", "2", "-o", dir}, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "is a directory; name the file to write, e.g. -o "+filepath.Join(dir, "schedule_gen.go")) {
+		t.Errorf("-o DIR: exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	root := filepath.VolumeName(dir) + string(filepath.Separator)
+	if code := run([]string{"gen", "-schedule", "gpipe", "-ranks", "2", "-micro", "2", "-o", filepath.Join(root, "nonexistent-ppgen-test.go")}, &stdout, &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "is not a Go identifier); set -package") {
+		t.Errorf("-o /file.go: exit %d: %s", code, stderr.String())
+	}
+}

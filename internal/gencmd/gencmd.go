@@ -373,7 +373,11 @@ func (r *Request) PackageName() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return strings.NewReplacer("-", "", ".", "").Replace(filepath.Base(abs)), nil
+	name := strings.NewReplacer("-", "", ".", "").Replace(filepath.Base(abs))
+	if !token.IsIdentifier(name) {
+		return "", fmt.Errorf("cannot name the package after the directory of %s (%q is not a Go identifier); set -package", path, name)
+	}
+	return name, nil
 }
 
 // Generate lowers, verifies and emits the request's schedule in memory. It
