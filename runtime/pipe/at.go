@@ -29,15 +29,9 @@ const atMax = atNone
 // PackAt packs stage, micro and the two step-specific fields c and d into an
 // At. ok is false when a value is below -1 or above 65534.
 func PackAt(stage, micro, c, d int) (a At, ok bool) {
-	f := func(v int) uint64 {
-		if v < -1 || v >= atNone {
-			ok = false
-		}
-		return uint64(v) & atNone
-	}
-	ok = true
-	a = At(f(stage)<<48 | f(micro)<<32 | f(c)<<16 | f(d))
-	return a, ok
+	// v+1 is in [0, 0xffff] exactly when v is in [-1, 0xfffe].
+	ok = uint(stage+1) <= atNone && uint(micro+1) <= atNone && uint(c+1) <= atNone && uint(d+1) <= atNone
+	return At(uint64(stage)&atNone<<48 | uint64(micro)&atNone<<32 | uint64(c)&atNone<<16 | uint64(d)&atNone), ok
 }
 
 // Unpack returns the four fields of a, 0xffff as -1.

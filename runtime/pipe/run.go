@@ -51,25 +51,41 @@ func Interpret(x *Exec, ops []Op) error {
 			break
 		}
 		op := &ops[i]
+		// The packed methods, as generated code calls them; an op whose
+		// fields have no At is reported as the unpacked methods do.
+		var c, d int32
+		switch op.Kind {
+		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad:
+			c, d = op.Peer, op.Slot
+		case OpForward, OpBackward, OpBackwardInput:
+			c, d = op.Slot, op.Src
+		default:
+			c, d = op.Slot, -1
+		}
+		a, ok := PackAt(int(op.Stage), int(op.Micro), int(c), int(d))
+		if !ok && op.Kind >= OpDataLoad && op.Kind <= OpBackwardWeight {
+			x.unpackable(op.Kind, int(op.Stage), int(op.Micro), int(c), int(d))
+			continue
+		}
 		switch op.Kind {
 		case OpDataLoad:
-			x.DataLoad(int(op.Stage), int(op.Micro), int(op.Slot))
+			x.Load(a)
 		case OpRecvAct:
-			x.RecvAct(int(op.Stage), int(op.Micro), int(op.Peer), int(op.Slot))
+			x.RecvF(a)
 		case OpSendAct:
-			x.SendAct(int(op.Stage), int(op.Micro), int(op.Peer), int(op.Slot))
+			x.SendF(a)
 		case OpRecvGrad:
-			x.RecvGrad(int(op.Stage), int(op.Micro), int(op.Peer), int(op.Slot))
+			x.RecvB(a)
 		case OpSendGrad:
-			x.SendGrad(int(op.Stage), int(op.Micro), int(op.Peer), int(op.Slot))
+			x.SendB(a)
 		case OpForward:
-			x.Forward(int(op.Stage), int(op.Micro), int(op.Slot), int(op.Src))
+			x.F(a)
 		case OpBackward:
-			x.Backward(int(op.Stage), int(op.Micro), int(op.Slot), int(op.Src))
+			x.B(a)
 		case OpBackwardInput:
-			x.BackwardInput(int(op.Stage), int(op.Micro), int(op.Slot), int(op.Src))
+			x.I(a)
 		case OpBackwardWeight:
-			x.BackwardWeight(int(op.Stage), int(op.Micro), int(op.Slot))
+			x.W(a)
 		case OpOptStep:
 			x.OptStep()
 		case OpOverlapFB, OpOverlapBF:
