@@ -23,8 +23,11 @@
 //     It includes what the waits overshoot.
 //   - ratio-eff: measured iteration time / simulated makespan at the measured
 //     mean duration of each kind of stage call (nominal + overshoot + the
-//     copy). It removes the instrument's error and leaves what the runtime adds:
-//     scheduling, transfers, host-side step overhead.
+//     copy) and the transport's measured one-way latency as the comm cost
+//     (half the median round trip of a 2x2 tensor between ranks 0 and 1,
+//     before the run). It removes the instrument's error and the transfer
+//     time the nominal model leaves out, and leaves what the runtime adds:
+//     scheduling, host-side step overhead, queueing of transfers.
 //
 // The same measurement is BenchmarkRealisation and, with a loose bound,
 // TestRealisationWithinBound in this package's tests.
@@ -107,7 +110,7 @@ func run(out io.Writer, sched, tr string, iters int) error {
 		return fmt.Errorf("-iters %d; want at least 1", iters)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "schedule\ttransport\tsim ms\tmean ms\tmedian ms\tratio\tratio (median)\tovershoot µs mean/max\teff. sim ms\tratio-eff\t")
+	fmt.Fprintln(tw, "schedule\ttransport\tsim ms\tmean ms\tmedian ms\tratio\tratio (median)\tovershoot µs mean/max\ttransfer µs\teff. sim ms\tratio-eff\t")
 	found := false
 	for _, sc := range catalog() {
 		if sched != "" && sched != sc.name {
@@ -128,8 +131,8 @@ func run(out io.Writer, sched, tr string, iters int) error {
 				return fmt.Errorf("%s over %s: %w", sc.name, t, err)
 			}
 			mean, med := res.ms.mean(), res.ms.median()
-			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%.3f\t%.3f\t%.0f/%.0f\t%.2f\t%.3f\t\n", sc.name, t, res.simMS, mean, med,
-				mean/res.simMS, med/res.simMS, res.overMean, res.overMax, res.effSimMS, mean/res.effSimMS)
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%.3f\t%.3f\t%.0f/%.0f\t%.0f\t%.2f\t%.3f\t\n", sc.name, t, res.simMS, mean, med,
+				mean/res.simMS, med/res.simMS, res.overMean, res.overMax, res.commMS*1e3, res.effSimMS, mean/res.effSimMS)
 		}
 	}
 	if !found {
@@ -285,9 +288,11 @@ func (st *stats) meanMS(k kind, nominal time.Duration) float64 {
 
 // effectiveCost is the cost model at the measured mean durations of the
 // stage calls (nominal cost + wake-up overshoot + the copy), in ms.
-func (st *stats) effectiveCost() string {
+// effectiveCost is the cost model at the measured mean durations of the
+// stage calls and the measured one-way transfer latency commMS.
+func (st *stats) effectiveCost(commMS float64) string {
 	f, i, w := st.meanMS(kindF, costF), st.meanMS(kindI, costI), st.meanMS(kindW, costW)
-	return fmt.Sprintf("F=%.4g,B=%.4g,W=%.4g,comm=0", f, i+w, w)
+	return fmt.Sprintf("F=%.4g,B=%.4g,W=%.4g,comm=%.4g", f, i+w, w, commMS)
 }
 
 // waitStage is a stage that copies its input and takes fixed durations.
@@ -351,6 +356,10 @@ type world struct {
 	trs   []transport.Transport
 	xs    []*pipe.Exec
 	st    *stats
+	// commMS is the transport's one-way latency for the stages' 2x2
+	// tensors: half the median round trip between ranks 0 and 1, measured
+	// before the executors start.
+	commMS float64
 }
 
 func newWorld(sc schedule, kind string) (*world, error) {
@@ -374,6 +383,10 @@ func newWorld(sc schedule, kind string) (*world, error) {
 	default:
 		return nil, fmt.Errorf("transport %q; want inproc or tcp", kind)
 	}
+	if w.commMS, err = pingPong(w.trs, 200); err != nil {
+		w.close()
+		return nil, fmt.Errorf("measuring the transfer latency: %w", err)
+	}
 	data := batches(sc.spec.Micro)
 	for r := range n {
 		stages := map[int]pipe.Stage{}
@@ -390,6 +403,42 @@ func newWorld(sc schedule, kind string) (*world, error) {
 		w.xs = append(w.xs, x)
 	}
 	return w, nil
+}
+
+// pingPong bounces a 2x2 tensor n times between ranks 0 and 1 (activation
+// channel out, gradient channel back) and returns half the median round trip
+// in ms: the one-way latency of a transfer as the stages make them.
+func pingPong(trs []transport.Transport, n int) (float64, error) {
+	t := tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]float64{1, 2, 3, 4}))
+	echo := make(chan error, 1)
+	go func() {
+		for range n {
+			tag, got, err := trs[1].Recv(0, transport.Act)
+			if err == nil {
+				err = trs[1].Send(0, transport.Grad, tag, got)
+			}
+			if err != nil {
+				echo <- err
+				return
+			}
+		}
+		echo <- nil
+	}()
+	rtt := make(msList, 0, n)
+	for k := range n {
+		start := time.Now()
+		if err := trs[0].Send(1, transport.Act, transport.Tag{Micro: int32(k)}, t); err != nil {
+			return 0, err
+		}
+		if _, _, err := trs[0].Recv(1, transport.Grad); err != nil {
+			return 0, err
+		}
+		rtt = append(rtt, float64(time.Since(start))/1e6)
+	}
+	if err := <-echo; err != nil {
+		return 0, err
+	}
+	return rtt.median() / 2, nil
 }
 
 // tcpWorld connects n TCP ranks (goroutines of this process) on 127.0.0.1.
@@ -445,7 +494,8 @@ func (w *world) iterate() (time.Duration, error) {
 type result struct {
 	ms                msList  // iteration times, ms
 	simMS             float64 // simulated makespan at the nominal costs, ms
-	effSimMS          float64 // simulated makespan at the measured mean durations of the stage calls, ms
+	effSimMS          float64 // simulated makespan at the measured mean durations of the stage calls and transfers, ms
+	commMS            float64 // measured one-way transfer latency, ms
 	overMean, overMax float64 // overshoot of the waits, µs
 	effCost           string  // the cost model of effSimMS
 }
@@ -461,7 +511,8 @@ func (w *world) warmUp() error {
 func (w *world) finish(r result) (result, error) {
 	r.simMS = w.simMS
 	r.overMean, r.overMax = w.st.overMeanMicros(), w.st.overMaxMicros()
-	r.effCost = w.st.effectiveCost()
+	r.commMS = w.commMS
+	r.effCost = w.st.effectiveCost(w.commMS)
 	var err error
 	r.effSimMS, err = makespan(w.prog, r.effCost)
 	return r, err

@@ -48,6 +48,7 @@ func BenchmarkRealisation(b *testing.B) {
 				b.ReportMetric(res.simMS, "sim-ms")
 				b.ReportMetric(res.effSimMS, "eff-sim-ms")
 				b.ReportMetric(res.overMean, "overshoot-us")
+				b.ReportMetric(res.commMS*1e3, "transfer-us")
 			})
 		}
 	}
