@@ -90,16 +90,16 @@ func TestCIGate(t *testing.T) {
 	lines := strings.Split(string(orig), "\n")
 	edit := -1
 	for i, l := range lines {
-		if strings.HasPrefix(l, "\tx.RecvB(0x0000_0000_") {
+		if strings.HasPrefix(l, "\tx.RecvAndB(0x0000_0000_") {
 			edit = i // the first gradient receive of rank 0
 			break
 		}
 	}
 	if edit < 0 {
-		t.Fatal("no x.RecvB of stage 0 micro 0 in generated/onef1b/schedule_gen.go")
+		t.Fatal("no x.RecvAndB of stage 0 micro 0 in generated/onef1b/schedule_gen.go")
 	}
 	edited := append([]string(nil), lines...)
-	edited[edit] = strings.Replace(lines[edit], "(0x0000_0000_", "(0x0000_0001_", 1) // receive micro 1's gradient first
+	edited[edit] = strings.Replace(lines[edit], "(0x0000_0000_", "(0x0000_0001_", 1) // receive and run micro 1's backward first
 	if edited[edit] == lines[edit] {
 		t.Fatalf("line %d %q: edit did not apply", edit+1, lines[edit])
 	}

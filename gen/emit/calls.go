@@ -75,6 +75,48 @@ var calls = map[ir.Kind]call{
 	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", ArgsOverlap, ""},
 }
 
+// Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch
+// and slot) that is emitted as one call of Method, whose pipe.At is the
+// compute step's (stage, micro, slot, src); the transfer's peer is the rank
+// the placement puts the neighbour stage on, which the runtime derives. A
+// receive fuses with the compute after it only when that compute consumes it
+// (src -1).
+type Fusion struct {
+	First, Second ir.Kind
+	Method        string
+}
+
+// fusions are the pairs Emit fuses (docs/internals.md): in a lowered
+// pipeline most transfers sit next to the compute that produces or consumes
+// them, and each fused pair is one call less for the Go compiler.
+var fusions = []Fusion{
+	{ir.Forward, ir.SendF, "FAndSend"},
+	{ir.RecvF, ir.Forward, "RecvAndF"},
+	{ir.RecvB, ir.Backward, "RecvAndB"},
+	{ir.Backward, ir.SendB, "BAndSend"},
+	{ir.RecvB, ir.BackwardInput, "RecvAndI"},
+	{ir.BackwardInput, ir.SendB, "IAndSend"},
+}
+
+// Fusions returns the fused pairs, for tools that read generated code back.
+func Fusions() []Fusion { return append([]Fusion(nil), fusions...) }
+
+// fuse returns the fused call of the adjacent ops a and b, if they fuse.
+func fuse(a, b op) (Fusion, bool) {
+	if a.args == ArgsOverlap || b.args == ArgsOverlap || a.stage != b.stage || a.micro != b.micro || a.slot != b.slot {
+		return Fusion{}, false
+	}
+	for _, f := range fusions {
+		if f.First == a.kind && f.Second == b.kind {
+			if b.args == ArgsCompute && b.src != ir.None {
+				return Fusion{}, false // the compute reads another slot, not the receive
+			}
+			return f, true
+		}
+	}
+	return Fusion{}, false
+}
+
 // An overlap step is emitted as one call with the arguments of both
 // sub-steps in sub-step order, the backward's kind first among its own:
 //

@@ -27,7 +27,7 @@ import (
 // PipePath is the import path of the runtime package generated code calls.
 const PipePath = "github.com/ppgen/ppgen/runtime/pipe"
 
-// DefaultHelperSize is the number of steps per helper function when
+// DefaultHelperSize is the number of calls per helper function when
 // Options.HelperSize is 0. Helpers of about 100 small calls keep `go build`
 // near 24 µs per emitted step; much larger functions cost 75-150 µs per step.
 const DefaultHelperSize = 100
@@ -45,9 +45,13 @@ type Options struct {
 	// Slots is the number of buffer slots of each rank. When nil it is
 	// computed as one more than the largest slot a rank's steps use.
 	Slots []int
-	// HelperSize is the number of steps per helper function; 0 means
+	// HelperSize is the number of calls per helper function; 0 means
 	// DefaultHelperSize.
 	HelperSize int
+	// NoFuse emits one call per step: by default the adjacent steps of one
+	// chunk listed by Fusions (a forward and the send of its output, a
+	// receive and the compute that consumes it, ...) are one call.
+	NoFuse bool
 	// Table also emits `var Program = [][]pipe.Op{...}`, the steps as data
 	// for pipe.Interpret.
 	Table bool
@@ -126,7 +130,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: len(ops) > 8}, names...)
 
 	for r, rank := range ops {
-		emitRank(f, p.Placement, r, rank, opt.HelperSize)
+		emitRank(f, p.Placement, r, rank, opt.HelperSize, opt.NoFuse)
 	}
 	if opt.Table {
 		emitTable(f, ops)
@@ -157,7 +161,7 @@ func intSlice(v []int) *jen.Statement {
 }
 
 // emitRank writes RankN and its helpers rankNPartK.
-func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int) {
+func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int, noFuse bool) {
 	stages := pl.StagesOf(r)
 	list := make([]string, len(stages))
 	for i, s := range stages {
@@ -173,25 +177,65 @@ func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int) {
 	name := rankFunc(r)
 	helper := "rank" + strconv.Itoa(r) + "Part"
 
+	// The calls: one per step, or one per fused pair.
+	type unit struct{ first, n int } // steps first..first+n-1
+	var units []unit
+	for i := 0; i < len(rank); i++ {
+		if !noFuse && i+1 < len(rank) {
+			if _, ok := fuse(rank[i], rank[i+1]); ok {
+				units = append(units, unit{i, 2})
+				i++
+				continue
+			}
+		}
+		units = append(units, unit{i, 1})
+	}
+
 	f.Line()
 	f.Commentf("%s runs rank %d's %d steps (%s) and returns the first error.", name, r, len(rank), held)
 	var body []jen.Code
-	for k := 0; k*size < len(rank); k++ {
+	for k := 0; k*size < len(units); k++ {
 		body = append(body, jen.Id(helper+strconv.Itoa(k)).Call(jen.Id("x")))
 	}
 	body = append(body, jen.Return(jen.Id("x").Dot("Err").Call()))
 	f.Func().Id(name).Params(jen.Id("x").Op("*").Qual(PipePath, "Exec")).Error().Block(body...)
 
-	for k := 0; k*size < len(rank); k++ {
-		lo, hi := k*size, min((k+1)*size, len(rank))
-		calls := make([]jen.Code, 0, hi-lo)
-		for _, o := range rank[lo:hi] {
-			calls = append(calls, o.stmt())
+	for k := 0; k*size < len(units); k++ {
+		us := units[k*size : min((k+1)*size, len(units))]
+		calls := make([]jen.Code, 0, len(us))
+		for _, u := range us {
+			if u.n == 2 {
+				calls = append(calls, fusedStmt(rank[u.first], rank[u.first+1]))
+			} else {
+				calls = append(calls, rank[u.first].stmt())
+			}
 		}
+		lo, hi := us[0].first, us[len(us)-1].first+us[len(us)-1].n-1
 		f.Line()
-		f.Commentf("%s%d runs steps %d-%d of rank %d.", helper, k, lo, hi-1, r)
+		f.Commentf("%s%d runs steps %d-%d of rank %d.", helper, k, lo, hi, r)
 		f.Func().Id(helper + strconv.Itoa(k)).Params(jen.Id("x").Op("*").Qual(PipePath, "Exec")).Block(calls...)
 	}
+}
+
+// fusedStmt returns the one call of the fused steps a and b:
+// x.Method(at of the compute step) with both steps' text as the comment.
+func fusedStmt(a, b op) *jen.Statement {
+	fu, _ := fuse(a, b)
+	c := a
+	if b.args == ArgsCompute {
+		c = b
+	}
+	d := c.src
+	if c.args != ArgsCompute {
+		d = ir.None
+	}
+	comment := Describe(a.step(), a.src) + "; " + Describe(b.step(), b.src)
+	return jen.Id("x").Dot(fu.Method).Call(jen.Op(atLiteral(c.stage, c.micro, c.slot, d))).Comment(comment)
+}
+
+// step is the op's step (without sub-steps).
+func (o op) step() ir.Step {
+	return ir.Step{Kind: o.kind, Stage: o.stage, Micro: o.micro, Peer: o.peer, Slot: o.slot}
 }
 
 // stmt returns the call of one step: x.Packed(at) with the step's text as a

@@ -119,7 +119,7 @@ func TestHeaderAndImport(t *testing.T) {
 func TestHelperSplit(t *testing.T) {
 	p := lower1F1B(2, 4) // rank 0: 4×(load, F, send) + 4×(recv, B) + opt = 21 steps
 	for _, tt := range []struct{ size, parts int }{{0, 1}, {21, 1}, {20, 2}, {5, 5}, {1, 21}} {
-		out, err := Emit(p, Options{Package: "p", HelperSize: tt.size})
+		out, err := Emit(p, Options{Package: "p", HelperSize: tt.size, NoFuse: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,6 +131,46 @@ func TestHelperSplit(t *testing.T) {
 		if want := p.NumSteps(); calls != want {
 			t.Errorf("HelperSize %d: %d calls, want one per step (%d)", tt.size, calls, want)
 		}
+	}
+}
+
+// TestFusion: adjacent steps of one chunk become one call, the helpers count
+// calls, and every step is in exactly one call.
+func TestFusion(t *testing.T) {
+	p := lower1F1B(2, 4)
+	for _, size := range []int{0, 1, 3} {
+		out, err := Emit(p, Options{Package: "p", HelperSize: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := strings.Count(string(out), "\n\tx.")
+		fused := 0
+		for _, f := range Fusions() {
+			fused += strings.Count(string(out), "\n\tx."+f.Method+"(")
+		}
+		if fused == 0 || calls+fused != p.NumSteps() {
+			t.Errorf("HelperSize %d: %d calls of which %d fused, want the %d steps covered once", size, calls, fused, p.NumSteps())
+		}
+		if size > 0 {
+			if helpers := strings.Count(string(out), "\nfunc rank"); helpers < calls/size {
+				t.Errorf("HelperSize %d: %d helpers for %d calls", size, helpers, calls)
+			}
+		}
+	}
+	// A receive does not fuse with a compute that reads another slot, and
+	// steps of different chunks never fuse.
+	a := op{call: calls[ir.RecvF], kind: ir.RecvF, stage: 1, micro: 0, slot: 2, src: ir.None}
+	b := op{call: calls[ir.Forward], kind: ir.Forward, stage: 1, micro: 0, slot: 2, src: ir.None}
+	if _, ok := fuse(a, b); !ok {
+		t.Error("RECV_F + F of one chunk and slot does not fuse")
+	}
+	b.src = 3
+	if _, ok := fuse(a, b); ok {
+		t.Error("RECV_F fuses with an F whose input is slot 3")
+	}
+	b.src, b.micro = ir.None, 1
+	if _, ok := fuse(a, b); ok {
+		t.Error("steps of two chunks fuse")
 	}
 }
 

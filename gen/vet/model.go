@@ -34,7 +34,8 @@ var argNames = [...][]string{
 type method struct {
 	kind   ir.Kind
 	args   shape
-	packed bool // takes one pipe.At constant
+	packed bool         // takes one pipe.At constant
+	fused  *emit.Fusion // two steps in one call (kind is unused)
 }
 
 // methods (by pipe.Exec method name) and opKinds (by the pipe.OpKind
@@ -48,11 +49,14 @@ var (
 
 func init() {
 	for _, c := range emit.Calls() {
-		methods[c.Method] = method{c.Kind, c.Args, false}
+		methods[c.Method] = method{kind: c.Kind, args: c.Args}
 		if c.Packed != "" {
-			methods[c.Packed] = method{c.Kind, c.Args, true}
+			methods[c.Packed] = method{kind: c.Kind, args: c.Args, packed: true}
 		}
 		opKinds[c.Op] = c.Kind
+	}
+	for _, f := range emit.Fusions() {
+		methods[f.Method] = method{args: argsCompute, packed: true, fused: &f}
 	}
 }
 
@@ -328,6 +332,10 @@ func (m *model) walk(fn *ast.FuncDecl, r int, steps *[]*step, active map[string]
 		switch fun := call.Fun.(type) {
 		case *ast.SelectorExpr:
 			if isIdent(fun.X, x) {
+				if meth, ok := methods[fun.Sel.Name]; ok && meth.fused != nil {
+					*steps = append(*steps, m.readFused(call, fun.Sel.Name, *meth.fused, r, len(*steps))...)
+					continue
+				}
 				*steps = append(*steps, m.readStep(call, fun.Sel.Name, r, len(*steps)))
 				continue
 			}
@@ -393,6 +401,41 @@ func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
 		s.desc = emit.Describe(s.st, s.src)
 	}
 	return s
+}
+
+// readFused reads a fused call, x.Method(at), as its two steps: the compute
+// step of the At and the transfer of the same chunk and slot with the peer
+// the placement gives. Both steps point at the call.
+func (m *model) readFused(call *ast.CallExpr, name string, f emit.Fusion, r, index int) []*step {
+	newStep := func(i int) *step {
+		return &step{call: call, rank: r, index: i, method: name, src: ir.None, subSrc: [2]int{ir.None, ir.None}}
+	}
+	a, b := newStep(index), newStep(index+1)
+	vals, ok := m.readAt(call, argsCompute, r, index, exprString(call))
+	if !ok {
+		return []*step{a, b}
+	}
+	stage, micro, slot, src := vals[0], vals[1], vals[2], vals[3]
+	compute, transfer := f.First, f.Second
+	cs, ts := a, b
+	if compute.IsComm() {
+		compute, transfer = transfer, compute
+		cs, ts = b, a
+		// A src other than -1 (the compute reads another slot, not the
+		// receive) is the src check's to report.
+	}
+	peer := ir.None
+	if stage >= 0 && stage < len(m.spec.rankOf) {
+		peer = m.spec.placement().PeerOf(transfer, stage)
+	}
+	cs.st = ir.Step{Kind: compute, Stage: stage, Micro: micro, Peer: ir.None, Slot: slot}
+	cs.src = src
+	ts.st = ir.Step{Kind: transfer, Stage: stage, Micro: micro, Peer: peer, Slot: slot}
+	for _, s := range []*step{cs, ts} {
+		s.ok = true
+		s.desc = emit.Describe(s.st, s.src)
+	}
+	return []*step{a, b}
 }
 
 // readArgs reads integer-literal arguments named names.

@@ -98,13 +98,30 @@ func (e *editor) replaceCalls(old, new []string) {
 	e.s = strings.Join(lines, "\n")
 }
 
+// fusedCases are generated with fused calls (the default); the others with
+// -fuse=false, one call per step.
+var fusedCases = map[string]bool{"fused": true, "fusedsrc": true, "fusedmicro": true}
+
 var brokenCases = []brokenCase{
 	{"valid", false, func(e *editor) {}},
+	{"fused", false, func(e *editor) {}},
+	{"fusedsrc", false, func(e *editor) {
+		// A fused receive whose compute would read another slot.
+		e.replaceCalls([]string{packed("RecvAndF", 1, 0, 0, -1)}, []string{packed("RecvAndF", 1, 0, 0, 1)})
+		e.wantAfter(packed("RecvAndF", 1, 0, 0, 1), `rank 1 step 2: x.RecvAndF\(0x0001_0000_0000_0001\) \(1F0 slot 0, src slot 1\): src 1, but its input comes from its own slot`)
+	}},
+	{"fusedmicro", false, func(e *editor) {
+		// A fused forward-and-send of micro 2 where micro 1's belongs.
+		e.replaceCalls([]string{packed("FAndSend", 0, 1, 1, -1)}, []string{packed("FAndSend", 0, 2, 1, -1)})
+		e.wantAfter(packed("FAndSend", 0, 2, 1, -1),
+			`rank 0 step 5: x.FAndSend\(0x0000_0002_0001_ffff\) \(0SEND_F2 peer 1, slot 1\) is the 2nd act send from rank 0 to rank 1, but the 2nd act receive on rank 1 is `+q(packed("RecvF", 1, 1, 0, 1)),
+			`edited generated code: rank 0 step 4 is `+q(packed("FAndSend", 0, 2, 1, -1))+` where .ppgen gen -helper 6 -micro 3 -ranks 2 -schedule 1f1b. generates `+q(packed("FAndSend", 0, 1, 1, -1)))
+	}},
 	{"deletedrecv", false, func(e *editor) {
 		// Rank 1's receive of micro 1's activation is deleted.
 		e.replaceCalls([]string{packed("RecvF", 1, 1, 0, 1)}, nil)
 		e.wantAfter(packed("SendF", 0, 1, 1, 1), q(packed("SendF", 0, 1, 1, 1))+` is the 2nd act send from rank 0 to rank 1, but the 2nd act receive on rank 1 is `+q(packed("RecvF", 1, 2, 0, 0))+`, not stage 1 micro 1: sends and receives must pair in the same FIFO order`)
-		e.wantAfter(packed("SendB", 1, 0, 0, 0), `edited generated code: rank 1 step 5 is `+q(packed("SendB", 1, 0, 0, 0))+` where .ppgen gen -helper 6 -micro 3 -ranks 2 -schedule 1f1b. generates `+q(packed("RecvF", 1, 1, 0, 1)))
+		e.wantAfter(packed("SendB", 1, 0, 0, 0), `edited generated code: rank 1 step 5 is `+q(packed("SendB", 1, 0, 0, 0))+` where .ppgen gen -fuse=false -helper 6 -micro 3 -ranks 2 -schedule 1f1b. generates `+q(packed("RecvF", 1, 1, 0, 1)))
 	}},
 	{"swappedsends", false, func(e *editor) {
 		// Rank 0 sends micro 1's activation before micro 0's.
@@ -157,7 +174,7 @@ var brokenCases = []brokenCase{
 	{"noinvocation", false, func(e *editor) {
 		// The header records no invocation, and a slot was edited: the edit
 		// is reported at the Fingerprint constant.
-		e.replace("// ppgen gen -helper 6 -micro 3 -ranks 2 -schedule 1f1b\n", "")
+		e.replace("// ppgen gen -fuse=false -helper 6 -micro 3 -ranks 2 -schedule 1f1b\n", "")
 		e.replaceCalls([]string{packed("Load", 0, 2, 0, -1)}, []string{packed("Load", 0, 2, 1, -1)})
 		e.wantAfter(packed("F", 0, 2, 0, -1), `unsafe program: rank 0 step 9 \(0F2\): 0F2 uses slot 0, but its chunk \(stage 0, micro 2\) has slot 1 since step 8`)
 		e.wantAfter("const Fingerprint = ", `edited generated code: the rank functions hash to sha256:[0-9a-f]{64}, not to this Fingerprint \(the edited line is unknown: .*the header records no invocation to regenerate from\)`)
@@ -209,6 +226,9 @@ func brokenNames() []string {
 func TestBrokenFilesFresh(t *testing.T) {
 	for _, c := range brokenCases {
 		args := []string{"-schedule", "1f1b", "-ranks", "2", "-micro", "3", "-helper", "6"}
+		if !fusedCases[c.name] {
+			args = append(args, "-fuse=false")
+		}
 		if c.table {
 			args = append(args, "-table")
 		}

@@ -103,20 +103,15 @@ func rank0Part0(x *pipe.Exec) {
 	x.SendB(0x0007_0006_0001_0001) // 7SEND_B6 peer 1, slot 1
 	x.RecvB(0x0000_0003_0001_0003) // 0RECV_B3 peer 1, slot 3
 	x.OverlapFB(7, 7, 0, -1, pipe.OpBackward, 0, 3, 3, -1)
-	x.B(0x0007_0007_0000_ffff)     // 7B7 slot 0
-	x.SendB(0x0007_0007_0001_0000) // 7SEND_B7 peer 1, slot 0
-	x.RecvB(0x0000_0004_0001_0004) // 0RECV_B4 peer 1, slot 4
-	x.I(0x0000_0004_0004_ffff)     // 0I4 slot 4
-	x.W(0x0000_0004_0004_ffff)     // 0W4 slot 4
-	x.RecvB(0x0000_0005_0001_0005) // 0RECV_B5 peer 1, slot 5
-	x.I(0x0000_0005_0005_ffff)     // 0I5 slot 5
-	x.W(0x0000_0005_0005_ffff)     // 0W5 slot 5
-	x.RecvB(0x0000_0006_0001_0006) // 0RECV_B6 peer 1, slot 6
-	x.I(0x0000_0006_0006_ffff)     // 0I6 slot 6
-	x.W(0x0000_0006_0006_ffff)     // 0W6 slot 6
-	x.RecvB(0x0000_0007_0001_0007) // 0RECV_B7 peer 1, slot 7
-	x.I(0x0000_0007_0007_ffff)     // 0I7 slot 7
-	x.W(0x0000_0007_0007_ffff)     // 0W7 slot 7
+	x.BAndSend(0x0007_0007_0000_ffff) // 7B7 slot 0; 7SEND_B7 peer 1, slot 0
+	x.RecvAndI(0x0000_0004_0004_ffff) // 0RECV_B4 peer 1, slot 4; 0I4 slot 4
+	x.W(0x0000_0004_0004_ffff)        // 0W4 slot 4
+	x.RecvAndI(0x0000_0005_0005_ffff) // 0RECV_B5 peer 1, slot 5; 0I5 slot 5
+	x.W(0x0000_0005_0005_ffff)        // 0W5 slot 5
+	x.RecvAndI(0x0000_0006_0006_ffff) // 0RECV_B6 peer 1, slot 6; 0I6 slot 6
+	x.W(0x0000_0006_0006_ffff)        // 0W6 slot 6
+	x.RecvAndI(0x0000_0007_0007_ffff) // 0RECV_B7 peer 1, slot 7; 0I7 slot 7
+	x.W(0x0000_0007_0007_ffff)        // 0W7 slot 7
 	x.OptStep()
 }
 
@@ -128,46 +123,36 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-96 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
-	x.F(0x0001_0000_0000_ffff)     // 1F0 slot 0
-	x.SendF(0x0001_0000_0002_0000) // 1SEND_F0 peer 2, slot 0
-	x.RecvF(0x0001_0001_0000_0001) // 1RECV_F1 peer 0, slot 1
-	x.F(0x0001_0001_0001_ffff)     // 1F1 slot 1
-	x.SendF(0x0001_0001_0002_0001) // 1SEND_F1 peer 2, slot 1
-	x.RecvF(0x0001_0002_0000_0002) // 1RECV_F2 peer 0, slot 2
-	x.F(0x0001_0002_0002_ffff)     // 1F2 slot 2
-	x.SendF(0x0001_0002_0002_0002) // 1SEND_F2 peer 2, slot 2
-	x.RecvF(0x0001_0003_0000_0003) // 1RECV_F3 peer 0, slot 3
-	x.F(0x0001_0003_0003_ffff)     // 1F3 slot 3
-	x.SendF(0x0001_0003_0002_0003) // 1SEND_F3 peer 2, slot 3
-	x.RecvF(0x0001_0004_0000_0004) // 1RECV_F4 peer 0, slot 4
-	x.F(0x0001_0004_0004_ffff)     // 1F4 slot 4
-	x.RecvF(0x0006_0000_0002_0005) // 6RECV_F0 peer 2, slot 5
-	x.SendF(0x0001_0004_0002_0004) // 1SEND_F4 peer 2, slot 4
-	x.F(0x0006_0000_0005_ffff)     // 6F0 slot 5
-	x.RecvF(0x0001_0005_0000_0006) // 1RECV_F5 peer 0, slot 6
-	x.SendF(0x0006_0000_0000_0005) // 6SEND_F0 peer 0, slot 5
-	x.F(0x0001_0005_0006_ffff)     // 1F5 slot 6
-	x.RecvF(0x0001_0006_0000_0007) // 1RECV_F6 peer 0, slot 7
-	x.RecvF(0x0006_0001_0002_0008) // 6RECV_F1 peer 2, slot 8
-	x.SendF(0x0001_0005_0002_0006) // 1SEND_F5 peer 2, slot 6
-	x.F(0x0006_0001_0008_ffff)     // 6F1 slot 8
-	x.SendF(0x0006_0001_0000_0008) // 6SEND_F1 peer 0, slot 8
-	x.RecvB(0x0006_0000_0000_0005) // 6RECV_B0 peer 0, slot 5
-	x.I(0x0006_0000_0005_ffff)     // 6I0 slot 5
-	x.RecvF(0x0006_0002_0002_0009) // 6RECV_F2 peer 2, slot 9
-	x.SendB(0x0006_0000_0002_0005) // 6SEND_B0 peer 2, slot 5
-	x.W(0x0006_0000_0005_ffff)     // 6W0 slot 5
-	x.F(0x0006_0002_0009_ffff)     // 6F2 slot 9
-	x.SendF(0x0006_0002_0000_0009) // 6SEND_F2 peer 0, slot 9
-	x.RecvB(0x0006_0001_0000_0008) // 6RECV_B1 peer 0, slot 8
-	x.I(0x0006_0001_0008_ffff)     // 6I1 slot 8
-	x.RecvF(0x0006_0003_0002_0005) // 6RECV_F3 peer 2, slot 5
-	x.SendB(0x0006_0001_0002_0008) // 6SEND_B1 peer 2, slot 8
-	x.W(0x0006_0001_0008_ffff)     // 6W1 slot 8
-	x.F(0x0006_0003_0005_ffff)     // 6F3 slot 5
-	x.SendF(0x0006_0003_0000_0005) // 6SEND_F3 peer 0, slot 5
-	x.RecvB(0x0006_0002_0000_0009) // 6RECV_B2 peer 0, slot 9
+	x.RecvAndF(0x0001_0000_0000_ffff) // 1RECV_F0 peer 0, slot 0; 1F0 slot 0
+	x.SendF(0x0001_0000_0002_0000)    // 1SEND_F0 peer 2, slot 0
+	x.RecvAndF(0x0001_0001_0001_ffff) // 1RECV_F1 peer 0, slot 1; 1F1 slot 1
+	x.SendF(0x0001_0001_0002_0001)    // 1SEND_F1 peer 2, slot 1
+	x.RecvAndF(0x0001_0002_0002_ffff) // 1RECV_F2 peer 0, slot 2; 1F2 slot 2
+	x.SendF(0x0001_0002_0002_0002)    // 1SEND_F2 peer 2, slot 2
+	x.RecvAndF(0x0001_0003_0003_ffff) // 1RECV_F3 peer 0, slot 3; 1F3 slot 3
+	x.SendF(0x0001_0003_0002_0003)    // 1SEND_F3 peer 2, slot 3
+	x.RecvAndF(0x0001_0004_0004_ffff) // 1RECV_F4 peer 0, slot 4; 1F4 slot 4
+	x.RecvF(0x0006_0000_0002_0005)    // 6RECV_F0 peer 2, slot 5
+	x.SendF(0x0001_0004_0002_0004)    // 1SEND_F4 peer 2, slot 4
+	x.F(0x0006_0000_0005_ffff)        // 6F0 slot 5
+	x.RecvF(0x0001_0005_0000_0006)    // 1RECV_F5 peer 0, slot 6
+	x.SendF(0x0006_0000_0000_0005)    // 6SEND_F0 peer 0, slot 5
+	x.F(0x0001_0005_0006_ffff)        // 1F5 slot 6
+	x.RecvF(0x0001_0006_0000_0007)    // 1RECV_F6 peer 0, slot 7
+	x.RecvF(0x0006_0001_0002_0008)    // 6RECV_F1 peer 2, slot 8
+	x.SendF(0x0001_0005_0002_0006)    // 1SEND_F5 peer 2, slot 6
+	x.FAndSend(0x0006_0001_0008_ffff) // 6F1 slot 8; 6SEND_F1 peer 0, slot 8
+	x.RecvAndI(0x0006_0000_0005_ffff) // 6RECV_B0 peer 0, slot 5; 6I0 slot 5
+	x.RecvF(0x0006_0002_0002_0009)    // 6RECV_F2 peer 2, slot 9
+	x.SendB(0x0006_0000_0002_0005)    // 6SEND_B0 peer 2, slot 5
+	x.W(0x0006_0000_0005_ffff)        // 6W0 slot 5
+	x.FAndSend(0x0006_0002_0009_ffff) // 6F2 slot 9; 6SEND_F2 peer 0, slot 9
+	x.RecvAndI(0x0006_0001_0008_ffff) // 6RECV_B1 peer 0, slot 8; 6I1 slot 8
+	x.RecvF(0x0006_0003_0002_0005)    // 6RECV_F3 peer 2, slot 5
+	x.SendB(0x0006_0001_0002_0008)    // 6SEND_B1 peer 2, slot 8
+	x.W(0x0006_0001_0008_ffff)        // 6W1 slot 8
+	x.FAndSend(0x0006_0003_0005_ffff) // 6F3 slot 5; 6SEND_F3 peer 0, slot 5
+	x.RecvB(0x0006_0002_0000_0009)    // 6RECV_B2 peer 0, slot 9
 	x.OverlapFB(1, 6, 7, -1, pipe.OpBackward, 6, 2, 9, -1)
 	x.SendF(0x0001_0006_0002_0007) // 1SEND_F6 peer 2, slot 7
 	x.SendB(0x0006_0002_0002_0009) // 6SEND_B2 peer 2, slot 9
@@ -200,30 +185,24 @@ func rank1Part0(x *pipe.Exec) {
 	x.SendB(0x0006_0005_0002_0000) // 6SEND_B5 peer 2, slot 0
 	x.RecvB(0x0001_0003_0002_0003) // 1RECV_B3 peer 2, slot 3
 	x.OverlapFB(6, 7, 2, -1, pipe.OpBackward, 1, 3, 3, -1)
-	x.SendF(0x0006_0007_0000_0002) // 6SEND_F7 peer 0, slot 2
-	x.RecvB(0x0006_0006_0000_0001) // 6RECV_B6 peer 0, slot 1
-	x.SendB(0x0001_0003_0000_0003) // 1SEND_B3 peer 0, slot 3
-	x.B(0x0006_0006_0001_ffff)     // 6B6 slot 1
-	x.SendB(0x0006_0006_0002_0001) // 6SEND_B6 peer 2, slot 1
-	x.RecvB(0x0001_0004_0002_0004) // 1RECV_B4 peer 2, slot 4
-	x.B(0x0001_0004_0004_ffff)     // 1B4 slot 4
-	x.RecvB(0x0006_0007_0000_0002) // 6RECV_B7 peer 0, slot 2
-	x.SendB(0x0001_0004_0000_0004) // 1SEND_B4 peer 0, slot 4
-	x.I(0x0006_0007_0002_ffff)     // 6I7 slot 2
-	x.SendB(0x0006_0007_0002_0002) // 6SEND_B7 peer 2, slot 2
-	x.RecvB(0x0001_0005_0002_0006) // 1RECV_B5 peer 2, slot 6
-	x.I(0x0001_0005_0006_ffff)     // 1I5 slot 6
-	x.SendB(0x0001_0005_0000_0006) // 1SEND_B5 peer 0, slot 6
-	x.W(0x0006_0007_0002_ffff)     // 6W7 slot 2
-	x.RecvB(0x0001_0006_0002_0007) // 1RECV_B6 peer 2, slot 7
-	x.I(0x0001_0006_0007_ffff)     // 1I6 slot 7
-	x.SendB(0x0001_0006_0000_0007) // 1SEND_B6 peer 0, slot 7
-	x.W(0x0001_0005_0006_ffff)     // 1W5 slot 6
-	x.RecvB(0x0001_0007_0002_0009) // 1RECV_B7 peer 2, slot 9
-	x.I(0x0001_0007_0009_ffff)     // 1I7 slot 9
-	x.SendB(0x0001_0007_0000_0009) // 1SEND_B7 peer 0, slot 9
-	x.W(0x0001_0006_0007_ffff)     // 1W6 slot 7
-	x.W(0x0001_0007_0009_ffff)     // 1W7 slot 9
+	x.SendF(0x0006_0007_0000_0002)    // 6SEND_F7 peer 0, slot 2
+	x.RecvB(0x0006_0006_0000_0001)    // 6RECV_B6 peer 0, slot 1
+	x.SendB(0x0001_0003_0000_0003)    // 1SEND_B3 peer 0, slot 3
+	x.BAndSend(0x0006_0006_0001_ffff) // 6B6 slot 1; 6SEND_B6 peer 2, slot 1
+	x.RecvAndB(0x0001_0004_0004_ffff) // 1RECV_B4 peer 2, slot 4; 1B4 slot 4
+	x.RecvB(0x0006_0007_0000_0002)    // 6RECV_B7 peer 0, slot 2
+	x.SendB(0x0001_0004_0000_0004)    // 1SEND_B4 peer 0, slot 4
+	x.IAndSend(0x0006_0007_0002_ffff) // 6I7 slot 2; 6SEND_B7 peer 2, slot 2
+	x.RecvAndI(0x0001_0005_0006_ffff) // 1RECV_B5 peer 2, slot 6; 1I5 slot 6
+	x.SendB(0x0001_0005_0000_0006)    // 1SEND_B5 peer 0, slot 6
+	x.W(0x0006_0007_0002_ffff)        // 6W7 slot 2
+	x.RecvAndI(0x0001_0006_0007_ffff) // 1RECV_B6 peer 2, slot 7; 1I6 slot 7
+	x.SendB(0x0001_0006_0000_0007)    // 1SEND_B6 peer 0, slot 7
+	x.W(0x0001_0005_0006_ffff)        // 1W5 slot 6
+	x.RecvAndI(0x0001_0007_0009_ffff) // 1RECV_B7 peer 2, slot 9; 1I7 slot 9
+	x.SendB(0x0001_0007_0000_0009)    // 1SEND_B7 peer 0, slot 9
+	x.W(0x0001_0006_0007_ffff)        // 1W6 slot 7
+	x.W(0x0001_0007_0009_ffff)        // 1W7 slot 9
 	x.OptStep()
 }
 
@@ -235,39 +214,31 @@ func Rank2(x *pipe.Exec) error {
 
 // rank2Part0 runs steps 0-94 of rank 2.
 func rank2Part0(x *pipe.Exec) {
-	x.RecvF(0x0002_0000_0001_0000) // 2RECV_F0 peer 1, slot 0
-	x.F(0x0002_0000_0000_ffff)     // 2F0 slot 0
-	x.SendF(0x0002_0000_0003_0000) // 2SEND_F0 peer 3, slot 0
-	x.RecvF(0x0002_0001_0001_0001) // 2RECV_F1 peer 1, slot 1
-	x.F(0x0002_0001_0001_ffff)     // 2F1 slot 1
-	x.SendF(0x0002_0001_0003_0001) // 2SEND_F1 peer 3, slot 1
-	x.RecvF(0x0002_0002_0001_0002) // 2RECV_F2 peer 1, slot 2
-	x.F(0x0002_0002_0002_ffff)     // 2F2 slot 2
-	x.RecvF(0x0005_0000_0003_0003) // 5RECV_F0 peer 3, slot 3
-	x.SendF(0x0002_0002_0003_0002) // 2SEND_F2 peer 3, slot 2
-	x.RecvF(0x0002_0003_0001_0004) // 2RECV_F3 peer 1, slot 4
-	x.F(0x0005_0000_0003_ffff)     // 5F0 slot 3
-	x.SendF(0x0005_0000_0001_0003) // 5SEND_F0 peer 1, slot 3
-	x.RecvF(0x0002_0004_0001_0005) // 2RECV_F4 peer 1, slot 5
-	x.F(0x0002_0003_0004_ffff)     // 2F3 slot 4
-	x.RecvF(0x0005_0001_0003_0006) // 5RECV_F1 peer 3, slot 6
-	x.SendF(0x0002_0003_0003_0004) // 2SEND_F3 peer 3, slot 4
-	x.F(0x0005_0001_0006_ffff)     // 5F1 slot 6
-	x.SendF(0x0005_0001_0001_0006) // 5SEND_F1 peer 1, slot 6
-	x.F(0x0002_0004_0005_ffff)     // 2F4 slot 5
-	x.RecvF(0x0002_0005_0001_0007) // 2RECV_F5 peer 1, slot 7
-	x.RecvF(0x0005_0002_0003_0008) // 5RECV_F2 peer 3, slot 8
-	x.SendF(0x0002_0004_0003_0005) // 2SEND_F4 peer 3, slot 5
-	x.F(0x0005_0002_0008_ffff)     // 5F2 slot 8
-	x.SendF(0x0005_0002_0001_0008) // 5SEND_F2 peer 1, slot 8
-	x.RecvB(0x0005_0000_0001_0003) // 5RECV_B0 peer 1, slot 3
-	x.I(0x0005_0000_0003_ffff)     // 5I0 slot 3
-	x.RecvF(0x0005_0003_0003_0009) // 5RECV_F3 peer 3, slot 9
-	x.SendB(0x0005_0000_0003_0003) // 5SEND_B0 peer 3, slot 3
-	x.W(0x0005_0000_0003_ffff)     // 5W0 slot 3
-	x.F(0x0005_0003_0009_ffff)     // 5F3 slot 9
-	x.SendF(0x0005_0003_0001_0009) // 5SEND_F3 peer 1, slot 9
-	x.RecvB(0x0005_0001_0001_0006) // 5RECV_B1 peer 1, slot 6
+	x.RecvAndF(0x0002_0000_0000_ffff) // 2RECV_F0 peer 1, slot 0; 2F0 slot 0
+	x.SendF(0x0002_0000_0003_0000)    // 2SEND_F0 peer 3, slot 0
+	x.RecvAndF(0x0002_0001_0001_ffff) // 2RECV_F1 peer 1, slot 1; 2F1 slot 1
+	x.SendF(0x0002_0001_0003_0001)    // 2SEND_F1 peer 3, slot 1
+	x.RecvAndF(0x0002_0002_0002_ffff) // 2RECV_F2 peer 1, slot 2; 2F2 slot 2
+	x.RecvF(0x0005_0000_0003_0003)    // 5RECV_F0 peer 3, slot 3
+	x.SendF(0x0002_0002_0003_0002)    // 2SEND_F2 peer 3, slot 2
+	x.RecvF(0x0002_0003_0001_0004)    // 2RECV_F3 peer 1, slot 4
+	x.FAndSend(0x0005_0000_0003_ffff) // 5F0 slot 3; 5SEND_F0 peer 1, slot 3
+	x.RecvF(0x0002_0004_0001_0005)    // 2RECV_F4 peer 1, slot 5
+	x.F(0x0002_0003_0004_ffff)        // 2F3 slot 4
+	x.RecvF(0x0005_0001_0003_0006)    // 5RECV_F1 peer 3, slot 6
+	x.SendF(0x0002_0003_0003_0004)    // 2SEND_F3 peer 3, slot 4
+	x.FAndSend(0x0005_0001_0006_ffff) // 5F1 slot 6; 5SEND_F1 peer 1, slot 6
+	x.F(0x0002_0004_0005_ffff)        // 2F4 slot 5
+	x.RecvF(0x0002_0005_0001_0007)    // 2RECV_F5 peer 1, slot 7
+	x.RecvF(0x0005_0002_0003_0008)    // 5RECV_F2 peer 3, slot 8
+	x.SendF(0x0002_0004_0003_0005)    // 2SEND_F4 peer 3, slot 5
+	x.FAndSend(0x0005_0002_0008_ffff) // 5F2 slot 8; 5SEND_F2 peer 1, slot 8
+	x.RecvAndI(0x0005_0000_0003_ffff) // 5RECV_B0 peer 1, slot 3; 5I0 slot 3
+	x.RecvF(0x0005_0003_0003_0009)    // 5RECV_F3 peer 3, slot 9
+	x.SendB(0x0005_0000_0003_0003)    // 5SEND_B0 peer 3, slot 3
+	x.W(0x0005_0000_0003_ffff)        // 5W0 slot 3
+	x.FAndSend(0x0005_0003_0009_ffff) // 5F3 slot 9; 5SEND_F3 peer 1, slot 9
+	x.RecvB(0x0005_0001_0001_0006)    // 5RECV_B1 peer 1, slot 6
 	x.OverlapFB(2, 5, 7, -1, pipe.OpBackward, 5, 1, 6, -1)
 	x.SendF(0x0002_0005_0003_0007) // 2SEND_F5 peer 3, slot 7
 	x.SendB(0x0005_0001_0003_0006) // 5SEND_B1 peer 3, slot 6
@@ -302,33 +273,26 @@ func rank2Part0(x *pipe.Exec) {
 	x.SendB(0x0005_0004_0003_0003) // 5SEND_B4 peer 3, slot 3
 	x.RecvB(0x0002_0003_0003_0004) // 2RECV_B3 peer 3, slot 4
 	x.OverlapFB(5, 7, 2, -1, pipe.OpBackward, 2, 3, 4, -1)
-	x.SendF(0x0005_0007_0001_0002) // 5SEND_F7 peer 1, slot 2
-	x.RecvB(0x0005_0005_0001_0000) // 5RECV_B5 peer 1, slot 0
-	x.SendB(0x0002_0003_0001_0004) // 2SEND_B3 peer 1, slot 4
-	x.B(0x0005_0005_0000_ffff)     // 5B5 slot 0
-	x.SendB(0x0005_0005_0003_0000) // 5SEND_B5 peer 3, slot 0
-	x.RecvB(0x0002_0004_0003_0005) // 2RECV_B4 peer 3, slot 5
-	x.B(0x0002_0004_0005_ffff)     // 2B4 slot 5
-	x.RecvB(0x0005_0006_0001_0001) // 5RECV_B6 peer 1, slot 1
-	x.SendB(0x0002_0004_0001_0005) // 2SEND_B4 peer 1, slot 5
-	x.B(0x0005_0006_0001_ffff)     // 5B6 slot 1
-	x.SendB(0x0005_0006_0003_0001) // 5SEND_B6 peer 3, slot 1
-	x.RecvB(0x0002_0005_0003_0007) // 2RECV_B5 peer 3, slot 7
-	x.I(0x0002_0005_0007_ffff)     // 2I5 slot 7
-	x.RecvB(0x0005_0007_0001_0002) // 5RECV_B7 peer 1, slot 2
-	x.SendB(0x0002_0005_0001_0007) // 2SEND_B5 peer 1, slot 7
-	x.I(0x0005_0007_0002_ffff)     // 5I7 slot 2
-	x.SendB(0x0005_0007_0003_0002) // 5SEND_B7 peer 3, slot 2
-	x.RecvB(0x0002_0006_0003_0006) // 2RECV_B6 peer 3, slot 6
-	x.I(0x0002_0006_0006_ffff)     // 2I6 slot 6
-	x.SendB(0x0002_0006_0001_0006) // 2SEND_B6 peer 1, slot 6
-	x.W(0x0002_0005_0007_ffff)     // 2W5 slot 7
-	x.RecvB(0x0002_0007_0003_0008) // 2RECV_B7 peer 3, slot 8
-	x.I(0x0002_0007_0008_ffff)     // 2I7 slot 8
-	x.SendB(0x0002_0007_0001_0008) // 2SEND_B7 peer 1, slot 8
-	x.W(0x0005_0007_0002_ffff)     // 5W7 slot 2
-	x.W(0x0002_0006_0006_ffff)     // 2W6 slot 6
-	x.W(0x0002_0007_0008_ffff)     // 2W7 slot 8
+	x.SendF(0x0005_0007_0001_0002)    // 5SEND_F7 peer 1, slot 2
+	x.RecvB(0x0005_0005_0001_0000)    // 5RECV_B5 peer 1, slot 0
+	x.SendB(0x0002_0003_0001_0004)    // 2SEND_B3 peer 1, slot 4
+	x.BAndSend(0x0005_0005_0000_ffff) // 5B5 slot 0; 5SEND_B5 peer 3, slot 0
+	x.RecvAndB(0x0002_0004_0005_ffff) // 2RECV_B4 peer 3, slot 5; 2B4 slot 5
+	x.RecvB(0x0005_0006_0001_0001)    // 5RECV_B6 peer 1, slot 1
+	x.SendB(0x0002_0004_0001_0005)    // 2SEND_B4 peer 1, slot 5
+	x.BAndSend(0x0005_0006_0001_ffff) // 5B6 slot 1; 5SEND_B6 peer 3, slot 1
+	x.RecvAndI(0x0002_0005_0007_ffff) // 2RECV_B5 peer 3, slot 7; 2I5 slot 7
+	x.RecvB(0x0005_0007_0001_0002)    // 5RECV_B7 peer 1, slot 2
+	x.SendB(0x0002_0005_0001_0007)    // 2SEND_B5 peer 1, slot 7
+	x.IAndSend(0x0005_0007_0002_ffff) // 5I7 slot 2; 5SEND_B7 peer 3, slot 2
+	x.RecvAndI(0x0002_0006_0006_ffff) // 2RECV_B6 peer 3, slot 6; 2I6 slot 6
+	x.SendB(0x0002_0006_0001_0006)    // 2SEND_B6 peer 1, slot 6
+	x.W(0x0002_0005_0007_ffff)        // 2W5 slot 7
+	x.RecvAndI(0x0002_0007_0008_ffff) // 2RECV_B7 peer 3, slot 8; 2I7 slot 8
+	x.SendB(0x0002_0007_0001_0008)    // 2SEND_B7 peer 1, slot 8
+	x.W(0x0005_0007_0002_ffff)        // 5W7 slot 2
+	x.W(0x0002_0006_0006_ffff)        // 2W6 slot 6
+	x.W(0x0002_0007_0008_ffff)        // 2W7 slot 8
 	x.OptStep()
 }
 
@@ -340,27 +304,21 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-61 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.RecvF(0x0003_0000_0002_0000) // 3RECV_F0 peer 2, slot 0
-	x.F(0x0003_0000_0000_ffff)     // 3F0 slot 0
-	x.RecvF(0x0003_0001_0002_0001) // 3RECV_F1 peer 2, slot 1
-	x.F(0x0004_0000_0002_0000)     // 4F0 slot 2, src slot 0
-	x.SendF(0x0004_0000_0002_0002) // 4SEND_F0 peer 2, slot 2
-	x.RecvF(0x0003_0002_0002_0003) // 3RECV_F2 peer 2, slot 3
-	x.F(0x0003_0001_0001_ffff)     // 3F1 slot 1
-	x.F(0x0004_0001_0004_0001)     // 4F1 slot 4, src slot 1
-	x.SendF(0x0004_0001_0002_0004) // 4SEND_F1 peer 2, slot 4
-	x.F(0x0003_0002_0003_ffff)     // 3F2 slot 3
-	x.RecvF(0x0003_0003_0002_0005) // 3RECV_F3 peer 2, slot 5
-	x.F(0x0004_0002_0006_0003)     // 4F2 slot 6, src slot 3
-	x.SendF(0x0004_0002_0002_0006) // 4SEND_F2 peer 2, slot 6
-	x.F(0x0003_0003_0005_ffff)     // 3F3 slot 5
-	x.RecvF(0x0003_0004_0002_0007) // 3RECV_F4 peer 2, slot 7
-	x.F(0x0004_0003_0008_0005)     // 4F3 slot 8, src slot 5
-	x.SendF(0x0004_0003_0002_0008) // 4SEND_F3 peer 2, slot 8
-	x.F(0x0003_0004_0007_ffff)     // 3F4 slot 7
-	x.RecvB(0x0004_0000_0002_0002) // 4RECV_B0 peer 2, slot 2
-	x.B(0x0004_0000_0002_ffff)     // 4B0 slot 2
-	x.RecvF(0x0003_0005_0002_0009) // 3RECV_F5 peer 2, slot 9
+	x.RecvAndF(0x0003_0000_0000_ffff) // 3RECV_F0 peer 2, slot 0; 3F0 slot 0
+	x.RecvF(0x0003_0001_0002_0001)    // 3RECV_F1 peer 2, slot 1
+	x.FAndSend(0x0004_0000_0002_0000) // 4F0 slot 2, src slot 0; 4SEND_F0 peer 2, slot 2
+	x.RecvF(0x0003_0002_0002_0003)    // 3RECV_F2 peer 2, slot 3
+	x.F(0x0003_0001_0001_ffff)        // 3F1 slot 1
+	x.FAndSend(0x0004_0001_0004_0001) // 4F1 slot 4, src slot 1; 4SEND_F1 peer 2, slot 4
+	x.F(0x0003_0002_0003_ffff)        // 3F2 slot 3
+	x.RecvF(0x0003_0003_0002_0005)    // 3RECV_F3 peer 2, slot 5
+	x.FAndSend(0x0004_0002_0006_0003) // 4F2 slot 6, src slot 3; 4SEND_F2 peer 2, slot 6
+	x.F(0x0003_0003_0005_ffff)        // 3F3 slot 5
+	x.RecvF(0x0003_0004_0002_0007)    // 3RECV_F4 peer 2, slot 7
+	x.FAndSend(0x0004_0003_0008_0005) // 4F3 slot 8, src slot 5; 4SEND_F3 peer 2, slot 8
+	x.F(0x0003_0004_0007_ffff)        // 3F4 slot 7
+	x.RecvAndB(0x0004_0000_0002_ffff) // 4RECV_B0 peer 2, slot 2; 4B0 slot 2
+	x.RecvF(0x0003_0005_0002_0009)    // 3RECV_F5 peer 2, slot 9
 	x.OverlapFB(4, 4, 10, 7, pipe.OpBackward, 3, 0, 0, 2)
 	x.RecvB(0x0004_0001_0002_0004) // 4RECV_B1 peer 2, slot 4
 	x.SendF(0x0004_0004_0002_000a) // 4SEND_F4 peer 2, slot 10
@@ -379,28 +337,27 @@ func rank3Part0(x *pipe.Exec) {
 	x.SendB(0x0003_0002_0002_0003) // 3SEND_B2 peer 2, slot 3
 	x.OverlapFB(3, 7, 4, -1, pipe.OpBackward, 4, 3, 8, -1)
 	x.OverlapFB(4, 7, 3, 4, pipe.OpBackward, 3, 3, 5, 8)
-	x.SendF(0x0004_0007_0002_0003) // 4SEND_F7 peer 2, slot 3
-	x.RecvB(0x0004_0004_0002_000a) // 4RECV_B4 peer 2, slot 10
-	x.SendB(0x0003_0003_0002_0005) // 3SEND_B3 peer 2, slot 5
-	x.B(0x0004_0004_000a_ffff)     // 4B4 slot 10
-	x.B(0x0003_0004_0007_000a)     // 3B4 slot 7, src slot 10
-	x.RecvB(0x0004_0005_0002_0000) // 4RECV_B5 peer 2, slot 0
-	x.SendB(0x0003_0004_0002_0007) // 3SEND_B4 peer 2, slot 7
-	x.B(0x0004_0005_0000_ffff)     // 4B5 slot 0
-	x.B(0x0003_0005_0009_0000)     // 3B5 slot 9, src slot 0
-	x.RecvB(0x0004_0006_0002_0001) // 4RECV_B6 peer 2, slot 1
-	x.SendB(0x0003_0005_0002_0009) // 3SEND_B5 peer 2, slot 9
-	x.I(0x0004_0006_0001_ffff)     // 4I6 slot 1
-	x.I(0x0003_0006_0002_0001)     // 3I6 slot 2, src slot 1
-	x.RecvB(0x0004_0007_0002_0003) // 4RECV_B7 peer 2, slot 3
-	x.SendB(0x0003_0006_0002_0002) // 3SEND_B6 peer 2, slot 2
-	x.I(0x0004_0007_0003_ffff)     // 4I7 slot 3
-	x.I(0x0003_0007_0004_0003)     // 3I7 slot 4, src slot 3
-	x.SendB(0x0003_0007_0002_0004) // 3SEND_B7 peer 2, slot 4
-	x.W(0x0004_0006_0001_ffff)     // 4W6 slot 1
-	x.W(0x0003_0006_0002_ffff)     // 3W6 slot 2
-	x.W(0x0004_0007_0003_ffff)     // 4W7 slot 3
-	x.W(0x0003_0007_0004_ffff)     // 3W7 slot 4
+	x.SendF(0x0004_0007_0002_0003)    // 4SEND_F7 peer 2, slot 3
+	x.RecvB(0x0004_0004_0002_000a)    // 4RECV_B4 peer 2, slot 10
+	x.SendB(0x0003_0003_0002_0005)    // 3SEND_B3 peer 2, slot 5
+	x.B(0x0004_0004_000a_ffff)        // 4B4 slot 10
+	x.B(0x0003_0004_0007_000a)        // 3B4 slot 7, src slot 10
+	x.RecvB(0x0004_0005_0002_0000)    // 4RECV_B5 peer 2, slot 0
+	x.SendB(0x0003_0004_0002_0007)    // 3SEND_B4 peer 2, slot 7
+	x.B(0x0004_0005_0000_ffff)        // 4B5 slot 0
+	x.B(0x0003_0005_0009_0000)        // 3B5 slot 9, src slot 0
+	x.RecvB(0x0004_0006_0002_0001)    // 4RECV_B6 peer 2, slot 1
+	x.SendB(0x0003_0005_0002_0009)    // 3SEND_B5 peer 2, slot 9
+	x.I(0x0004_0006_0001_ffff)        // 4I6 slot 1
+	x.I(0x0003_0006_0002_0001)        // 3I6 slot 2, src slot 1
+	x.RecvB(0x0004_0007_0002_0003)    // 4RECV_B7 peer 2, slot 3
+	x.SendB(0x0003_0006_0002_0002)    // 3SEND_B6 peer 2, slot 2
+	x.I(0x0004_0007_0003_ffff)        // 4I7 slot 3
+	x.IAndSend(0x0003_0007_0004_0003) // 3I7 slot 4, src slot 3; 3SEND_B7 peer 2, slot 4
+	x.W(0x0004_0006_0001_ffff)        // 4W6 slot 1
+	x.W(0x0003_0006_0002_ffff)        // 3W6 slot 2
+	x.W(0x0004_0007_0003_ffff)        // 4W7 slot 3
+	x.W(0x0003_0007_0004_ffff)        // 3W7 slot 4
 	x.OptStep()
 }
 

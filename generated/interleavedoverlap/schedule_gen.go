@@ -95,34 +95,26 @@ func rank0Part0(x *pipe.Exec) {
 	x.W(0x0004_0003_0007_ffff)     // 4W3 slot 7
 	x.RecvF(0x0004_0007_0003_0007) // 4RECV_F7 peer 3, slot 7
 	x.OverlapBF(pipe.OpBackwardInput, 0, 0, 0, -1, 4, 7, 7, -1)
-	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
-	x.SendF(0x0004_0007_0001_0007) // 4SEND_F7 peer 1, slot 7
-	x.W(0x0000_0000_0000_ffff)     // 0W0 slot 0
-	x.RecvB(0x0000_0002_0001_0002) // 0RECV_B2 peer 1, slot 2
-	x.B(0x0000_0001_0001_ffff)     // 0B1 slot 1
-	x.RecvB(0x0000_0003_0001_0003) // 0RECV_B3 peer 1, slot 3
-	x.B(0x0000_0002_0002_ffff)     // 0B2 slot 2
-	x.B(0x0000_0003_0003_ffff)     // 0B3 slot 3
-	x.RecvB(0x0004_0004_0001_0004) // 4RECV_B4 peer 1, slot 4
-	x.B(0x0004_0004_0004_ffff)     // 4B4 slot 4
-	x.SendB(0x0004_0004_0003_0004) // 4SEND_B4 peer 3, slot 4
-	x.RecvB(0x0004_0005_0001_0005) // 4RECV_B5 peer 1, slot 5
-	x.B(0x0004_0005_0005_ffff)     // 4B5 slot 5
-	x.SendB(0x0004_0005_0003_0005) // 4SEND_B5 peer 3, slot 5
-	x.RecvB(0x0004_0006_0001_0006) // 4RECV_B6 peer 1, slot 6
-	x.B(0x0004_0006_0006_ffff)     // 4B6 slot 6
-	x.SendB(0x0004_0006_0003_0006) // 4SEND_B6 peer 3, slot 6
-	x.RecvB(0x0004_0007_0001_0007) // 4RECV_B7 peer 1, slot 7
-	x.B(0x0004_0007_0007_ffff)     // 4B7 slot 7
-	x.SendB(0x0004_0007_0003_0007) // 4SEND_B7 peer 3, slot 7
-	x.RecvB(0x0000_0004_0001_0008) // 0RECV_B4 peer 1, slot 8
-	x.B(0x0000_0004_0008_ffff)     // 0B4 slot 8
-	x.RecvB(0x0000_0005_0001_0009) // 0RECV_B5 peer 1, slot 9
-	x.B(0x0000_0005_0009_ffff)     // 0B5 slot 9
-	x.RecvB(0x0000_0006_0001_000a) // 0RECV_B6 peer 1, slot 10
-	x.B(0x0000_0006_000a_ffff)     // 0B6 slot 10
-	x.RecvB(0x0000_0007_0001_000b) // 0RECV_B7 peer 1, slot 11
-	x.B(0x0000_0007_000b_ffff)     // 0B7 slot 11
+	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
+	x.SendF(0x0004_0007_0001_0007)    // 4SEND_F7 peer 1, slot 7
+	x.W(0x0000_0000_0000_ffff)        // 0W0 slot 0
+	x.RecvB(0x0000_0002_0001_0002)    // 0RECV_B2 peer 1, slot 2
+	x.B(0x0000_0001_0001_ffff)        // 0B1 slot 1
+	x.RecvB(0x0000_0003_0001_0003)    // 0RECV_B3 peer 1, slot 3
+	x.B(0x0000_0002_0002_ffff)        // 0B2 slot 2
+	x.B(0x0000_0003_0003_ffff)        // 0B3 slot 3
+	x.RecvAndB(0x0004_0004_0004_ffff) // 4RECV_B4 peer 1, slot 4; 4B4 slot 4
+	x.SendB(0x0004_0004_0003_0004)    // 4SEND_B4 peer 3, slot 4
+	x.RecvAndB(0x0004_0005_0005_ffff) // 4RECV_B5 peer 1, slot 5; 4B5 slot 5
+	x.SendB(0x0004_0005_0003_0005)    // 4SEND_B5 peer 3, slot 5
+	x.RecvAndB(0x0004_0006_0006_ffff) // 4RECV_B6 peer 1, slot 6; 4B6 slot 6
+	x.SendB(0x0004_0006_0003_0006)    // 4SEND_B6 peer 3, slot 6
+	x.RecvAndB(0x0004_0007_0007_ffff) // 4RECV_B7 peer 1, slot 7; 4B7 slot 7
+	x.SendB(0x0004_0007_0003_0007)    // 4SEND_B7 peer 3, slot 7
+	x.RecvAndB(0x0000_0004_0008_ffff) // 0RECV_B4 peer 1, slot 8; 0B4 slot 8
+	x.RecvAndB(0x0000_0005_0009_ffff) // 0RECV_B5 peer 1, slot 9; 0B5 slot 9
+	x.RecvAndB(0x0000_0006_000a_ffff) // 0RECV_B6 peer 1, slot 10; 0B6 slot 10
+	x.RecvAndB(0x0000_0007_000b_ffff) // 0RECV_B7 peer 1, slot 11; 0B7 slot 11
 	x.OptStep()
 }
 
@@ -134,35 +126,26 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-96 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
-	x.F(0x0001_0000_0000_ffff)     // 1F0 slot 0
-	x.SendF(0x0001_0000_0002_0000) // 1SEND_F0 peer 2, slot 0
-	x.RecvF(0x0001_0001_0000_0001) // 1RECV_F1 peer 0, slot 1
-	x.F(0x0001_0001_0001_ffff)     // 1F1 slot 1
-	x.SendF(0x0001_0001_0002_0001) // 1SEND_F1 peer 2, slot 1
-	x.RecvF(0x0001_0002_0000_0002) // 1RECV_F2 peer 0, slot 2
-	x.F(0x0001_0002_0002_ffff)     // 1F2 slot 2
-	x.SendF(0x0001_0002_0002_0002) // 1SEND_F2 peer 2, slot 2
-	x.RecvF(0x0001_0003_0000_0003) // 1RECV_F3 peer 0, slot 3
-	x.F(0x0001_0003_0003_ffff)     // 1F3 slot 3
-	x.SendF(0x0001_0003_0002_0003) // 1SEND_F3 peer 2, slot 3
-	x.RecvF(0x0005_0000_0000_0004) // 5RECV_F0 peer 0, slot 4
-	x.F(0x0005_0000_0004_ffff)     // 5F0 slot 4
-	x.SendF(0x0005_0000_0002_0004) // 5SEND_F0 peer 2, slot 4
-	x.RecvF(0x0005_0001_0000_0005) // 5RECV_F1 peer 0, slot 5
-	x.F(0x0005_0001_0005_ffff)     // 5F1 slot 5
-	x.SendF(0x0005_0001_0002_0005) // 5SEND_F1 peer 2, slot 5
-	x.RecvF(0x0005_0002_0000_0006) // 5RECV_F2 peer 0, slot 6
-	x.F(0x0005_0002_0006_ffff)     // 5F2 slot 6
-	x.SendF(0x0005_0002_0002_0006) // 5SEND_F2 peer 2, slot 6
-	x.RecvF(0x0005_0003_0000_0007) // 5RECV_F3 peer 0, slot 7
-	x.F(0x0005_0003_0007_ffff)     // 5F3 slot 7
-	x.SendF(0x0005_0003_0002_0007) // 5SEND_F3 peer 2, slot 7
-	x.RecvF(0x0001_0004_0000_0008) // 1RECV_F4 peer 0, slot 8
-	x.F(0x0001_0004_0008_ffff)     // 1F4 slot 8
-	x.SendF(0x0001_0004_0002_0008) // 1SEND_F4 peer 2, slot 8
-	x.RecvF(0x0001_0005_0000_0009) // 1RECV_F5 peer 0, slot 9
-	x.RecvB(0x0005_0000_0002_0004) // 5RECV_B0 peer 2, slot 4
+	x.RecvAndF(0x0001_0000_0000_ffff) // 1RECV_F0 peer 0, slot 0; 1F0 slot 0
+	x.SendF(0x0001_0000_0002_0000)    // 1SEND_F0 peer 2, slot 0
+	x.RecvAndF(0x0001_0001_0001_ffff) // 1RECV_F1 peer 0, slot 1; 1F1 slot 1
+	x.SendF(0x0001_0001_0002_0001)    // 1SEND_F1 peer 2, slot 1
+	x.RecvAndF(0x0001_0002_0002_ffff) // 1RECV_F2 peer 0, slot 2; 1F2 slot 2
+	x.SendF(0x0001_0002_0002_0002)    // 1SEND_F2 peer 2, slot 2
+	x.RecvAndF(0x0001_0003_0003_ffff) // 1RECV_F3 peer 0, slot 3; 1F3 slot 3
+	x.SendF(0x0001_0003_0002_0003)    // 1SEND_F3 peer 2, slot 3
+	x.RecvAndF(0x0005_0000_0004_ffff) // 5RECV_F0 peer 0, slot 4; 5F0 slot 4
+	x.SendF(0x0005_0000_0002_0004)    // 5SEND_F0 peer 2, slot 4
+	x.RecvAndF(0x0005_0001_0005_ffff) // 5RECV_F1 peer 0, slot 5; 5F1 slot 5
+	x.SendF(0x0005_0001_0002_0005)    // 5SEND_F1 peer 2, slot 5
+	x.RecvAndF(0x0005_0002_0006_ffff) // 5RECV_F2 peer 0, slot 6; 5F2 slot 6
+	x.SendF(0x0005_0002_0002_0006)    // 5SEND_F2 peer 2, slot 6
+	x.RecvAndF(0x0005_0003_0007_ffff) // 5RECV_F3 peer 0, slot 7; 5F3 slot 7
+	x.SendF(0x0005_0003_0002_0007)    // 5SEND_F3 peer 2, slot 7
+	x.RecvAndF(0x0001_0004_0008_ffff) // 1RECV_F4 peer 0, slot 8; 1F4 slot 8
+	x.SendF(0x0001_0004_0002_0008)    // 1SEND_F4 peer 2, slot 8
+	x.RecvF(0x0001_0005_0000_0009)    // 1RECV_F5 peer 0, slot 9
+	x.RecvB(0x0005_0000_0002_0004)    // 5RECV_B0 peer 2, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 5, 0, 4, -1, 1, 5, 9, -1)
 	x.SendF(0x0001_0005_0002_0009) // 1SEND_F5 peer 2, slot 9
 	x.RecvF(0x0001_0006_0000_000a) // 1RECV_F6 peer 0, slot 10
@@ -200,36 +183,27 @@ func rank1Part0(x *pipe.Exec) {
 	x.RecvF(0x0005_0007_0000_0001) // 5RECV_F7 peer 0, slot 1
 	x.RecvB(0x0001_0002_0002_0002) // 1RECV_B2 peer 2, slot 2
 	x.OverlapBF(pipe.OpBackwardInput, 1, 2, 2, -1, 5, 7, 1, -1)
-	x.SendF(0x0005_0007_0002_0001) // 5SEND_F7 peer 2, slot 1
-	x.SendB(0x0001_0002_0000_0002) // 1SEND_B2 peer 0, slot 2
-	x.W(0x0001_0002_0002_ffff)     // 1W2 slot 2
-	x.RecvB(0x0001_0003_0002_0003) // 1RECV_B3 peer 2, slot 3
-	x.B(0x0001_0003_0003_ffff)     // 1B3 slot 3
-	x.SendB(0x0001_0003_0000_0003) // 1SEND_B3 peer 0, slot 3
-	x.RecvB(0x0005_0004_0002_0005) // 5RECV_B4 peer 2, slot 5
-	x.B(0x0005_0004_0005_ffff)     // 5B4 slot 5
-	x.SendB(0x0005_0004_0000_0005) // 5SEND_B4 peer 0, slot 5
-	x.RecvB(0x0005_0005_0002_0006) // 5RECV_B5 peer 2, slot 6
-	x.B(0x0005_0005_0006_ffff)     // 5B5 slot 6
-	x.SendB(0x0005_0005_0000_0006) // 5SEND_B5 peer 0, slot 6
-	x.RecvB(0x0005_0006_0002_0000) // 5RECV_B6 peer 2, slot 0
-	x.B(0x0005_0006_0000_ffff)     // 5B6 slot 0
-	x.SendB(0x0005_0006_0000_0000) // 5SEND_B6 peer 0, slot 0
-	x.RecvB(0x0005_0007_0002_0001) // 5RECV_B7 peer 2, slot 1
-	x.B(0x0005_0007_0001_ffff)     // 5B7 slot 1
-	x.SendB(0x0005_0007_0000_0001) // 5SEND_B7 peer 0, slot 1
-	x.RecvB(0x0001_0004_0002_0008) // 1RECV_B4 peer 2, slot 8
-	x.B(0x0001_0004_0008_ffff)     // 1B4 slot 8
-	x.SendB(0x0001_0004_0000_0008) // 1SEND_B4 peer 0, slot 8
-	x.RecvB(0x0001_0005_0002_0009) // 1RECV_B5 peer 2, slot 9
-	x.B(0x0001_0005_0009_ffff)     // 1B5 slot 9
-	x.SendB(0x0001_0005_0000_0009) // 1SEND_B5 peer 0, slot 9
-	x.RecvB(0x0001_0006_0002_000a) // 1RECV_B6 peer 2, slot 10
-	x.B(0x0001_0006_000a_ffff)     // 1B6 slot 10
-	x.SendB(0x0001_0006_0000_000a) // 1SEND_B6 peer 0, slot 10
-	x.RecvB(0x0001_0007_0002_0004) // 1RECV_B7 peer 2, slot 4
-	x.B(0x0001_0007_0004_ffff)     // 1B7 slot 4
-	x.SendB(0x0001_0007_0000_0004) // 1SEND_B7 peer 0, slot 4
+	x.SendF(0x0005_0007_0002_0001)    // 5SEND_F7 peer 2, slot 1
+	x.SendB(0x0001_0002_0000_0002)    // 1SEND_B2 peer 0, slot 2
+	x.W(0x0001_0002_0002_ffff)        // 1W2 slot 2
+	x.RecvAndB(0x0001_0003_0003_ffff) // 1RECV_B3 peer 2, slot 3; 1B3 slot 3
+	x.SendB(0x0001_0003_0000_0003)    // 1SEND_B3 peer 0, slot 3
+	x.RecvAndB(0x0005_0004_0005_ffff) // 5RECV_B4 peer 2, slot 5; 5B4 slot 5
+	x.SendB(0x0005_0004_0000_0005)    // 5SEND_B4 peer 0, slot 5
+	x.RecvAndB(0x0005_0005_0006_ffff) // 5RECV_B5 peer 2, slot 6; 5B5 slot 6
+	x.SendB(0x0005_0005_0000_0006)    // 5SEND_B5 peer 0, slot 6
+	x.RecvAndB(0x0005_0006_0000_ffff) // 5RECV_B6 peer 2, slot 0; 5B6 slot 0
+	x.SendB(0x0005_0006_0000_0000)    // 5SEND_B6 peer 0, slot 0
+	x.RecvAndB(0x0005_0007_0001_ffff) // 5RECV_B7 peer 2, slot 1; 5B7 slot 1
+	x.SendB(0x0005_0007_0000_0001)    // 5SEND_B7 peer 0, slot 1
+	x.RecvAndB(0x0001_0004_0008_ffff) // 1RECV_B4 peer 2, slot 8; 1B4 slot 8
+	x.SendB(0x0001_0004_0000_0008)    // 1SEND_B4 peer 0, slot 8
+	x.RecvAndB(0x0001_0005_0009_ffff) // 1RECV_B5 peer 2, slot 9; 1B5 slot 9
+	x.SendB(0x0001_0005_0000_0009)    // 1SEND_B5 peer 0, slot 9
+	x.RecvAndB(0x0001_0006_000a_ffff) // 1RECV_B6 peer 2, slot 10; 1B6 slot 10
+	x.SendB(0x0001_0006_0000_000a)    // 1SEND_B6 peer 0, slot 10
+	x.RecvAndB(0x0001_0007_0004_ffff) // 1RECV_B7 peer 2, slot 4; 1B7 slot 4
+	x.SendB(0x0001_0007_0000_0004)    // 1SEND_B7 peer 0, slot 4
 	x.OptStep()
 }
 
@@ -241,29 +215,22 @@ func Rank2(x *pipe.Exec) error {
 
 // rank2Part0 runs steps 0-96 of rank 2.
 func rank2Part0(x *pipe.Exec) {
-	x.RecvF(0x0002_0000_0001_0000) // 2RECV_F0 peer 1, slot 0
-	x.F(0x0002_0000_0000_ffff)     // 2F0 slot 0
-	x.SendF(0x0002_0000_0003_0000) // 2SEND_F0 peer 3, slot 0
-	x.RecvF(0x0002_0001_0001_0001) // 2RECV_F1 peer 1, slot 1
-	x.F(0x0002_0001_0001_ffff)     // 2F1 slot 1
-	x.SendF(0x0002_0001_0003_0001) // 2SEND_F1 peer 3, slot 1
-	x.RecvF(0x0002_0002_0001_0002) // 2RECV_F2 peer 1, slot 2
-	x.F(0x0002_0002_0002_ffff)     // 2F2 slot 2
-	x.SendF(0x0002_0002_0003_0002) // 2SEND_F2 peer 3, slot 2
-	x.RecvF(0x0002_0003_0001_0003) // 2RECV_F3 peer 1, slot 3
-	x.F(0x0002_0003_0003_ffff)     // 2F3 slot 3
-	x.SendF(0x0002_0003_0003_0003) // 2SEND_F3 peer 3, slot 3
-	x.RecvF(0x0006_0000_0001_0004) // 6RECV_F0 peer 1, slot 4
-	x.F(0x0006_0000_0004_ffff)     // 6F0 slot 4
-	x.SendF(0x0006_0000_0003_0004) // 6SEND_F0 peer 3, slot 4
-	x.RecvF(0x0006_0001_0001_0005) // 6RECV_F1 peer 1, slot 5
-	x.F(0x0006_0001_0005_ffff)     // 6F1 slot 5
-	x.SendF(0x0006_0001_0003_0005) // 6SEND_F1 peer 3, slot 5
-	x.RecvF(0x0006_0002_0001_0006) // 6RECV_F2 peer 1, slot 6
-	x.F(0x0006_0002_0006_ffff)     // 6F2 slot 6
-	x.SendF(0x0006_0002_0003_0006) // 6SEND_F2 peer 3, slot 6
-	x.RecvF(0x0006_0003_0001_0007) // 6RECV_F3 peer 1, slot 7
-	x.RecvB(0x0006_0000_0003_0004) // 6RECV_B0 peer 3, slot 4
+	x.RecvAndF(0x0002_0000_0000_ffff) // 2RECV_F0 peer 1, slot 0; 2F0 slot 0
+	x.SendF(0x0002_0000_0003_0000)    // 2SEND_F0 peer 3, slot 0
+	x.RecvAndF(0x0002_0001_0001_ffff) // 2RECV_F1 peer 1, slot 1; 2F1 slot 1
+	x.SendF(0x0002_0001_0003_0001)    // 2SEND_F1 peer 3, slot 1
+	x.RecvAndF(0x0002_0002_0002_ffff) // 2RECV_F2 peer 1, slot 2; 2F2 slot 2
+	x.SendF(0x0002_0002_0003_0002)    // 2SEND_F2 peer 3, slot 2
+	x.RecvAndF(0x0002_0003_0003_ffff) // 2RECV_F3 peer 1, slot 3; 2F3 slot 3
+	x.SendF(0x0002_0003_0003_0003)    // 2SEND_F3 peer 3, slot 3
+	x.RecvAndF(0x0006_0000_0004_ffff) // 6RECV_F0 peer 1, slot 4; 6F0 slot 4
+	x.SendF(0x0006_0000_0003_0004)    // 6SEND_F0 peer 3, slot 4
+	x.RecvAndF(0x0006_0001_0005_ffff) // 6RECV_F1 peer 1, slot 5; 6F1 slot 5
+	x.SendF(0x0006_0001_0003_0005)    // 6SEND_F1 peer 3, slot 5
+	x.RecvAndF(0x0006_0002_0006_ffff) // 6RECV_F2 peer 1, slot 6; 6F2 slot 6
+	x.SendF(0x0006_0002_0003_0006)    // 6SEND_F2 peer 3, slot 6
+	x.RecvF(0x0006_0003_0001_0007)    // 6RECV_F3 peer 1, slot 7
+	x.RecvB(0x0006_0000_0003_0004)    // 6RECV_B0 peer 3, slot 4
 	x.OverlapBF(pipe.OpBackwardInput, 6, 0, 4, -1, 6, 3, 7, -1)
 	x.SendF(0x0006_0003_0003_0007) // 6SEND_F3 peer 3, slot 7
 	x.RecvF(0x0002_0004_0001_0008) // 2RECV_F4 peer 1, slot 8
@@ -313,30 +280,23 @@ func rank2Part0(x *pipe.Exec) {
 	x.W(0x0002_0003_0003_ffff)     // 2W3 slot 3
 	x.RecvB(0x0006_0004_0003_0007) // 6RECV_B4 peer 3, slot 7
 	x.OverlapBF(pipe.OpBackwardInput, 6, 4, 7, -1, 6, 7, 2, -1)
-	x.SendF(0x0006_0007_0003_0002) // 6SEND_F7 peer 3, slot 2
-	x.SendB(0x0006_0004_0001_0007) // 6SEND_B4 peer 1, slot 7
-	x.W(0x0006_0004_0007_ffff)     // 6W4 slot 7
-	x.RecvB(0x0006_0005_0003_0000) // 6RECV_B5 peer 3, slot 0
-	x.B(0x0006_0005_0000_ffff)     // 6B5 slot 0
-	x.SendB(0x0006_0005_0001_0000) // 6SEND_B5 peer 1, slot 0
-	x.RecvB(0x0006_0006_0003_0001) // 6RECV_B6 peer 3, slot 1
-	x.B(0x0006_0006_0001_ffff)     // 6B6 slot 1
-	x.SendB(0x0006_0006_0001_0001) // 6SEND_B6 peer 1, slot 1
-	x.RecvB(0x0006_0007_0003_0002) // 6RECV_B7 peer 3, slot 2
-	x.B(0x0006_0007_0002_ffff)     // 6B7 slot 2
-	x.SendB(0x0006_0007_0001_0002) // 6SEND_B7 peer 1, slot 2
-	x.RecvB(0x0002_0004_0003_0008) // 2RECV_B4 peer 3, slot 8
-	x.B(0x0002_0004_0008_ffff)     // 2B4 slot 8
-	x.SendB(0x0002_0004_0001_0008) // 2SEND_B4 peer 1, slot 8
-	x.RecvB(0x0002_0005_0003_0004) // 2RECV_B5 peer 3, slot 4
-	x.B(0x0002_0005_0004_ffff)     // 2B5 slot 4
-	x.SendB(0x0002_0005_0001_0004) // 2SEND_B5 peer 1, slot 4
-	x.RecvB(0x0002_0006_0003_0005) // 2RECV_B6 peer 3, slot 5
-	x.B(0x0002_0006_0005_ffff)     // 2B6 slot 5
-	x.SendB(0x0002_0006_0001_0005) // 2SEND_B6 peer 1, slot 5
-	x.RecvB(0x0002_0007_0003_0006) // 2RECV_B7 peer 3, slot 6
-	x.B(0x0002_0007_0006_ffff)     // 2B7 slot 6
-	x.SendB(0x0002_0007_0001_0006) // 2SEND_B7 peer 1, slot 6
+	x.SendF(0x0006_0007_0003_0002)    // 6SEND_F7 peer 3, slot 2
+	x.SendB(0x0006_0004_0001_0007)    // 6SEND_B4 peer 1, slot 7
+	x.W(0x0006_0004_0007_ffff)        // 6W4 slot 7
+	x.RecvAndB(0x0006_0005_0000_ffff) // 6RECV_B5 peer 3, slot 0; 6B5 slot 0
+	x.SendB(0x0006_0005_0001_0000)    // 6SEND_B5 peer 1, slot 0
+	x.RecvAndB(0x0006_0006_0001_ffff) // 6RECV_B6 peer 3, slot 1; 6B6 slot 1
+	x.SendB(0x0006_0006_0001_0001)    // 6SEND_B6 peer 1, slot 1
+	x.RecvAndB(0x0006_0007_0002_ffff) // 6RECV_B7 peer 3, slot 2; 6B7 slot 2
+	x.SendB(0x0006_0007_0001_0002)    // 6SEND_B7 peer 1, slot 2
+	x.RecvAndB(0x0002_0004_0008_ffff) // 2RECV_B4 peer 3, slot 8; 2B4 slot 8
+	x.SendB(0x0002_0004_0001_0008)    // 2SEND_B4 peer 1, slot 8
+	x.RecvAndB(0x0002_0005_0004_ffff) // 2RECV_B5 peer 3, slot 4; 2B5 slot 4
+	x.SendB(0x0002_0005_0001_0004)    // 2SEND_B5 peer 1, slot 4
+	x.RecvAndB(0x0002_0006_0005_ffff) // 2RECV_B6 peer 3, slot 5; 2B6 slot 5
+	x.SendB(0x0002_0006_0001_0005)    // 2SEND_B6 peer 1, slot 5
+	x.RecvAndB(0x0002_0007_0006_ffff) // 2RECV_B7 peer 3, slot 6; 2B7 slot 6
+	x.SendB(0x0002_0007_0001_0006)    // 2SEND_B7 peer 1, slot 6
 	x.OptStep()
 }
 
@@ -348,23 +308,18 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-88 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.RecvF(0x0003_0000_0002_0000) // 3RECV_F0 peer 2, slot 0
-	x.F(0x0003_0000_0000_ffff)     // 3F0 slot 0
-	x.SendF(0x0003_0000_0000_0000) // 3SEND_F0 peer 0, slot 0
-	x.RecvF(0x0003_0001_0002_0001) // 3RECV_F1 peer 2, slot 1
-	x.F(0x0003_0001_0001_ffff)     // 3F1 slot 1
-	x.SendF(0x0003_0001_0000_0001) // 3SEND_F1 peer 0, slot 1
-	x.RecvF(0x0003_0002_0002_0002) // 3RECV_F2 peer 2, slot 2
-	x.F(0x0003_0002_0002_ffff)     // 3F2 slot 2
-	x.SendF(0x0003_0002_0000_0002) // 3SEND_F2 peer 0, slot 2
-	x.RecvF(0x0003_0003_0002_0003) // 3RECV_F3 peer 2, slot 3
-	x.F(0x0003_0003_0003_ffff)     // 3F3 slot 3
-	x.Load(0x0007_0000_0004_ffff)  // 7DATA_LOAD0 slot 4
-	x.SendF(0x0003_0003_0000_0003) // 3SEND_F3 peer 0, slot 3
-	x.RecvF(0x0007_0000_0002_0004) // 7RECV_F0 peer 2, slot 4
-	x.F(0x0007_0000_0004_ffff)     // 7F0 slot 4
-	x.Load(0x0007_0001_0005_ffff)  // 7DATA_LOAD1 slot 5
-	x.RecvF(0x0007_0001_0002_0005) // 7RECV_F1 peer 2, slot 5
+	x.RecvAndF(0x0003_0000_0000_ffff) // 3RECV_F0 peer 2, slot 0; 3F0 slot 0
+	x.SendF(0x0003_0000_0000_0000)    // 3SEND_F0 peer 0, slot 0
+	x.RecvAndF(0x0003_0001_0001_ffff) // 3RECV_F1 peer 2, slot 1; 3F1 slot 1
+	x.SendF(0x0003_0001_0000_0001)    // 3SEND_F1 peer 0, slot 1
+	x.RecvAndF(0x0003_0002_0002_ffff) // 3RECV_F2 peer 2, slot 2; 3F2 slot 2
+	x.SendF(0x0003_0002_0000_0002)    // 3SEND_F2 peer 0, slot 2
+	x.RecvAndF(0x0003_0003_0003_ffff) // 3RECV_F3 peer 2, slot 3; 3F3 slot 3
+	x.Load(0x0007_0000_0004_ffff)     // 7DATA_LOAD0 slot 4
+	x.SendF(0x0003_0003_0000_0003)    // 3SEND_F3 peer 0, slot 3
+	x.RecvAndF(0x0007_0000_0004_ffff) // 7RECV_F0 peer 2, slot 4; 7F0 slot 4
+	x.Load(0x0007_0001_0005_ffff)     // 7DATA_LOAD1 slot 5
+	x.RecvF(0x0007_0001_0002_0005)    // 7RECV_F1 peer 2, slot 5
 	x.OverlapBF(pipe.OpBackwardInput, 7, 0, 4, -1, 7, 1, 5, -1)
 	x.RecvF(0x0007_0002_0002_0006) // 7RECV_F2 peer 2, slot 6
 	x.SendB(0x0007_0000_0002_0004) // 7SEND_B0 peer 2, slot 4
@@ -420,22 +375,19 @@ func rank3Part0(x *pipe.Exec) {
 	x.W(0x0007_0005_0002_ffff)     // 7W5 slot 2
 	x.Load(0x0007_0007_0001_ffff)  // 7DATA_LOAD7 slot 1
 	x.OverlapBF(pipe.OpBackwardInput, 7, 6, 3, -1, 7, 7, 1, -1)
-	x.SendB(0x0007_0006_0002_0003) // 7SEND_B6 peer 2, slot 3
-	x.W(0x0007_0006_0003_ffff)     // 7W6 slot 3
-	x.RecvB(0x0003_0004_0000_0005) // 3RECV_B4 peer 0, slot 5
-	x.B(0x0007_0007_0001_ffff)     // 7B7 slot 1
-	x.SendB(0x0007_0007_0002_0001) // 7SEND_B7 peer 2, slot 1
-	x.RecvB(0x0003_0005_0000_0006) // 3RECV_B5 peer 0, slot 6
-	x.B(0x0003_0004_0005_ffff)     // 3B4 slot 5
-	x.SendB(0x0003_0004_0002_0005) // 3SEND_B4 peer 2, slot 5
-	x.B(0x0003_0005_0006_ffff)     // 3B5 slot 6
-	x.RecvB(0x0003_0006_0000_0004) // 3RECV_B6 peer 0, slot 4
-	x.SendB(0x0003_0005_0002_0006) // 3SEND_B5 peer 2, slot 6
-	x.B(0x0003_0006_0004_ffff)     // 3B6 slot 4
-	x.RecvB(0x0003_0007_0000_0000) // 3RECV_B7 peer 0, slot 0
-	x.SendB(0x0003_0006_0002_0004) // 3SEND_B6 peer 2, slot 4
-	x.B(0x0003_0007_0000_ffff)     // 3B7 slot 0
-	x.SendB(0x0003_0007_0002_0000) // 3SEND_B7 peer 2, slot 0
+	x.SendB(0x0007_0006_0002_0003)    // 7SEND_B6 peer 2, slot 3
+	x.W(0x0007_0006_0003_ffff)        // 7W6 slot 3
+	x.RecvB(0x0003_0004_0000_0005)    // 3RECV_B4 peer 0, slot 5
+	x.BAndSend(0x0007_0007_0001_ffff) // 7B7 slot 1; 7SEND_B7 peer 2, slot 1
+	x.RecvB(0x0003_0005_0000_0006)    // 3RECV_B5 peer 0, slot 6
+	x.BAndSend(0x0003_0004_0005_ffff) // 3B4 slot 5; 3SEND_B4 peer 2, slot 5
+	x.B(0x0003_0005_0006_ffff)        // 3B5 slot 6
+	x.RecvB(0x0003_0006_0000_0004)    // 3RECV_B6 peer 0, slot 4
+	x.SendB(0x0003_0005_0002_0006)    // 3SEND_B5 peer 2, slot 6
+	x.B(0x0003_0006_0004_ffff)        // 3B6 slot 4
+	x.RecvB(0x0003_0007_0000_0000)    // 3RECV_B7 peer 0, slot 0
+	x.SendB(0x0003_0006_0002_0004)    // 3SEND_B6 peer 2, slot 4
+	x.BAndSend(0x0003_0007_0000_ffff) // 3B7 slot 0; 3SEND_B7 peer 2, slot 0
 	x.OptStep()
 }
 

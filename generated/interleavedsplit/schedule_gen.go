@@ -30,496 +30,383 @@ var Ranks = [...]func(*pipe.Exec) error{Rank0, Rank1, Rank2, Rank3}
 // Rank0 runs rank 0's 105 steps (stages 0, 4) and returns the first error.
 func Rank0(x *pipe.Exec) error {
 	rank0Part0(x)
-	rank0Part1(x)
 	return x.Err()
 }
 
-// rank0Part0 runs steps 0-99 of rank 0.
+// rank0Part0 runs steps 0-104 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)  // 0DATA_LOAD0 slot 0
-	x.F(0x0000_0000_0000_ffff)     // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)  // 0DATA_LOAD1 slot 1
-	x.SendF(0x0000_0000_0001_0000) // 0SEND_F0 peer 1, slot 0
-	x.F(0x0000_0001_0001_ffff)     // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)  // 0DATA_LOAD2 slot 2
-	x.SendF(0x0000_0001_0001_0001) // 0SEND_F1 peer 1, slot 1
-	x.F(0x0000_0002_0002_ffff)     // 0F2 slot 2
-	x.Load(0x0000_0003_0003_ffff)  // 0DATA_LOAD3 slot 3
-	x.SendF(0x0000_0002_0001_0002) // 0SEND_F2 peer 1, slot 2
-	x.F(0x0000_0003_0003_ffff)     // 0F3 slot 3
-	x.RecvF(0x0004_0000_0003_0004) // 4RECV_F0 peer 3, slot 4
-	x.SendF(0x0000_0003_0001_0003) // 0SEND_F3 peer 1, slot 3
-	x.F(0x0004_0000_0004_ffff)     // 4F0 slot 4
-	x.RecvF(0x0004_0001_0003_0005) // 4RECV_F1 peer 3, slot 5
-	x.SendF(0x0004_0000_0001_0004) // 4SEND_F0 peer 1, slot 4
-	x.F(0x0004_0001_0005_ffff)     // 4F1 slot 5
-	x.RecvF(0x0004_0002_0003_0006) // 4RECV_F2 peer 3, slot 6
-	x.SendF(0x0004_0001_0001_0005) // 4SEND_F1 peer 1, slot 5
-	x.F(0x0004_0002_0006_ffff)     // 4F2 slot 6
-	x.RecvF(0x0004_0003_0003_0007) // 4RECV_F3 peer 3, slot 7
-	x.SendF(0x0004_0002_0001_0006) // 4SEND_F2 peer 1, slot 6
-	x.F(0x0004_0003_0007_ffff)     // 4F3 slot 7
-	x.Load(0x0000_0004_0008_ffff)  // 0DATA_LOAD4 slot 8
-	x.SendF(0x0004_0003_0001_0007) // 4SEND_F3 peer 1, slot 7
-	x.F(0x0000_0004_0008_ffff)     // 0F4 slot 8
-	x.Load(0x0000_0005_0009_ffff)  // 0DATA_LOAD5 slot 9
-	x.SendF(0x0000_0004_0001_0008) // 0SEND_F4 peer 1, slot 8
-	x.F(0x0000_0005_0009_ffff)     // 0F5 slot 9
-	x.Load(0x0000_0006_000a_ffff)  // 0DATA_LOAD6 slot 10
-	x.SendF(0x0000_0005_0001_0009) // 0SEND_F5 peer 1, slot 9
-	x.F(0x0000_0006_000a_ffff)     // 0F6 slot 10
-	x.SendF(0x0000_0006_0001_000a) // 0SEND_F6 peer 1, slot 10
-	x.RecvB(0x0004_0000_0001_0004) // 4RECV_B0 peer 1, slot 4
-	x.I(0x0004_0000_0004_ffff)     // 4I0 slot 4
-	x.SendB(0x0004_0000_0003_0004) // 4SEND_B0 peer 3, slot 4
-	x.W(0x0004_0000_0004_ffff)     // 4W0 slot 4
-	x.Load(0x0000_0007_0004_ffff)  // 0DATA_LOAD7 slot 4
-	x.F(0x0000_0007_0004_ffff)     // 0F7 slot 4
-	x.SendF(0x0000_0007_0001_0004) // 0SEND_F7 peer 1, slot 4
-	x.RecvB(0x0004_0001_0001_0005) // 4RECV_B1 peer 1, slot 5
-	x.I(0x0004_0001_0005_ffff)     // 4I1 slot 5
-	x.SendB(0x0004_0001_0003_0005) // 4SEND_B1 peer 3, slot 5
-	x.W(0x0004_0001_0005_ffff)     // 4W1 slot 5
-	x.RecvB(0x0004_0002_0001_0006) // 4RECV_B2 peer 1, slot 6
-	x.RecvF(0x0004_0004_0003_0005) // 4RECV_F4 peer 3, slot 5
-	x.F(0x0004_0004_0005_ffff)     // 4F4 slot 5
-	x.RecvB(0x0004_0003_0001_0007) // 4RECV_B3 peer 1, slot 7
-	x.SendF(0x0004_0004_0001_0005) // 4SEND_F4 peer 1, slot 5
-	x.I(0x0004_0002_0006_ffff)     // 4I2 slot 6
-	x.SendB(0x0004_0002_0003_0006) // 4SEND_B2 peer 3, slot 6
-	x.W(0x0004_0002_0006_ffff)     // 4W2 slot 6
-	x.RecvF(0x0004_0005_0003_0006) // 4RECV_F5 peer 3, slot 6
-	x.F(0x0004_0005_0006_ffff)     // 4F5 slot 6
-	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
-	x.SendF(0x0004_0005_0001_0006) // 4SEND_F5 peer 1, slot 6
-	x.I(0x0004_0003_0007_ffff)     // 4I3 slot 7
-	x.SendB(0x0004_0003_0003_0007) // 4SEND_B3 peer 3, slot 7
-	x.W(0x0004_0003_0007_ffff)     // 4W3 slot 7
-	x.RecvF(0x0004_0006_0003_0007) // 4RECV_F6 peer 3, slot 7
-	x.F(0x0004_0006_0007_ffff)     // 4F6 slot 7
-	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
-	x.SendF(0x0004_0006_0001_0007) // 4SEND_F6 peer 1, slot 7
-	x.I(0x0000_0000_0000_ffff)     // 0I0 slot 0
-	x.W(0x0000_0000_0000_ffff)     // 0W0 slot 0
-	x.RecvF(0x0004_0007_0003_0000) // 4RECV_F7 peer 3, slot 0
-	x.F(0x0004_0007_0000_ffff)     // 4F7 slot 0
-	x.RecvB(0x0000_0002_0001_0002) // 0RECV_B2 peer 1, slot 2
-	x.SendF(0x0004_0007_0001_0000) // 4SEND_F7 peer 1, slot 0
-	x.I(0x0000_0001_0001_ffff)     // 0I1 slot 1
-	x.W(0x0000_0001_0001_ffff)     // 0W1 slot 1
-	x.I(0x0000_0002_0002_ffff)     // 0I2 slot 2
-	x.W(0x0000_0002_0002_ffff)     // 0W2 slot 2
-	x.RecvB(0x0000_0003_0001_0003) // 0RECV_B3 peer 1, slot 3
-	x.I(0x0000_0003_0003_ffff)     // 0I3 slot 3
-	x.W(0x0000_0003_0003_ffff)     // 0W3 slot 3
-	x.RecvB(0x0004_0004_0001_0005) // 4RECV_B4 peer 1, slot 5
-	x.I(0x0004_0004_0005_ffff)     // 4I4 slot 5
-	x.SendB(0x0004_0004_0003_0005) // 4SEND_B4 peer 3, slot 5
-	x.W(0x0004_0004_0005_ffff)     // 4W4 slot 5
-	x.RecvB(0x0004_0005_0001_0006) // 4RECV_B5 peer 1, slot 6
-	x.I(0x0004_0005_0006_ffff)     // 4I5 slot 6
-	x.SendB(0x0004_0005_0003_0006) // 4SEND_B5 peer 3, slot 6
-	x.W(0x0004_0005_0006_ffff)     // 4W5 slot 6
-	x.RecvB(0x0004_0006_0001_0007) // 4RECV_B6 peer 1, slot 7
-	x.I(0x0004_0006_0007_ffff)     // 4I6 slot 7
-	x.SendB(0x0004_0006_0003_0007) // 4SEND_B6 peer 3, slot 7
-	x.W(0x0004_0006_0007_ffff)     // 4W6 slot 7
-	x.RecvB(0x0004_0007_0001_0000) // 4RECV_B7 peer 1, slot 0
-	x.I(0x0004_0007_0000_ffff)     // 4I7 slot 0
-	x.SendB(0x0004_0007_0003_0000) // 4SEND_B7 peer 3, slot 0
-	x.W(0x0004_0007_0000_ffff)     // 4W7 slot 0
-	x.RecvB(0x0000_0004_0001_0008) // 0RECV_B4 peer 1, slot 8
-	x.I(0x0000_0004_0008_ffff)     // 0I4 slot 8
-	x.W(0x0000_0004_0008_ffff)     // 0W4 slot 8
-	x.RecvB(0x0000_0005_0001_0009) // 0RECV_B5 peer 1, slot 9
-	x.I(0x0000_0005_0009_ffff)     // 0I5 slot 9
-	x.W(0x0000_0005_0009_ffff)     // 0W5 slot 9
-	x.RecvB(0x0000_0006_0001_000a) // 0RECV_B6 peer 1, slot 10
-	x.I(0x0000_0006_000a_ffff)     // 0I6 slot 10
-}
-
-// rank0Part1 runs steps 100-104 of rank 0.
-func rank0Part1(x *pipe.Exec) {
-	x.W(0x0000_0006_000a_ffff)     // 0W6 slot 10
-	x.RecvB(0x0000_0007_0001_0004) // 0RECV_B7 peer 1, slot 4
-	x.I(0x0000_0007_0004_ffff)     // 0I7 slot 4
-	x.W(0x0000_0007_0004_ffff)     // 0W7 slot 4
+	x.Load(0x0000_0000_0000_ffff)     // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
+	x.Load(0x0000_0001_0001_ffff)     // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
+	x.Load(0x0000_0002_0002_ffff)     // 0DATA_LOAD2 slot 2
+	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
+	x.F(0x0000_0002_0002_ffff)        // 0F2 slot 2
+	x.Load(0x0000_0003_0003_ffff)     // 0DATA_LOAD3 slot 3
+	x.SendF(0x0000_0002_0001_0002)    // 0SEND_F2 peer 1, slot 2
+	x.F(0x0000_0003_0003_ffff)        // 0F3 slot 3
+	x.RecvF(0x0004_0000_0003_0004)    // 4RECV_F0 peer 3, slot 4
+	x.SendF(0x0000_0003_0001_0003)    // 0SEND_F3 peer 1, slot 3
+	x.F(0x0004_0000_0004_ffff)        // 4F0 slot 4
+	x.RecvF(0x0004_0001_0003_0005)    // 4RECV_F1 peer 3, slot 5
+	x.SendF(0x0004_0000_0001_0004)    // 4SEND_F0 peer 1, slot 4
+	x.F(0x0004_0001_0005_ffff)        // 4F1 slot 5
+	x.RecvF(0x0004_0002_0003_0006)    // 4RECV_F2 peer 3, slot 6
+	x.SendF(0x0004_0001_0001_0005)    // 4SEND_F1 peer 1, slot 5
+	x.F(0x0004_0002_0006_ffff)        // 4F2 slot 6
+	x.RecvF(0x0004_0003_0003_0007)    // 4RECV_F3 peer 3, slot 7
+	x.SendF(0x0004_0002_0001_0006)    // 4SEND_F2 peer 1, slot 6
+	x.F(0x0004_0003_0007_ffff)        // 4F3 slot 7
+	x.Load(0x0000_0004_0008_ffff)     // 0DATA_LOAD4 slot 8
+	x.SendF(0x0004_0003_0001_0007)    // 4SEND_F3 peer 1, slot 7
+	x.F(0x0000_0004_0008_ffff)        // 0F4 slot 8
+	x.Load(0x0000_0005_0009_ffff)     // 0DATA_LOAD5 slot 9
+	x.SendF(0x0000_0004_0001_0008)    // 0SEND_F4 peer 1, slot 8
+	x.F(0x0000_0005_0009_ffff)        // 0F5 slot 9
+	x.Load(0x0000_0006_000a_ffff)     // 0DATA_LOAD6 slot 10
+	x.SendF(0x0000_0005_0001_0009)    // 0SEND_F5 peer 1, slot 9
+	x.FAndSend(0x0000_0006_000a_ffff) // 0F6 slot 10; 0SEND_F6 peer 1, slot 10
+	x.RecvAndI(0x0004_0000_0004_ffff) // 4RECV_B0 peer 1, slot 4; 4I0 slot 4
+	x.SendB(0x0004_0000_0003_0004)    // 4SEND_B0 peer 3, slot 4
+	x.W(0x0004_0000_0004_ffff)        // 4W0 slot 4
+	x.Load(0x0000_0007_0004_ffff)     // 0DATA_LOAD7 slot 4
+	x.FAndSend(0x0000_0007_0004_ffff) // 0F7 slot 4; 0SEND_F7 peer 1, slot 4
+	x.RecvAndI(0x0004_0001_0005_ffff) // 4RECV_B1 peer 1, slot 5; 4I1 slot 5
+	x.SendB(0x0004_0001_0003_0005)    // 4SEND_B1 peer 3, slot 5
+	x.W(0x0004_0001_0005_ffff)        // 4W1 slot 5
+	x.RecvB(0x0004_0002_0001_0006)    // 4RECV_B2 peer 1, slot 6
+	x.RecvAndF(0x0004_0004_0005_ffff) // 4RECV_F4 peer 3, slot 5; 4F4 slot 5
+	x.RecvB(0x0004_0003_0001_0007)    // 4RECV_B3 peer 1, slot 7
+	x.SendF(0x0004_0004_0001_0005)    // 4SEND_F4 peer 1, slot 5
+	x.IAndSend(0x0004_0002_0006_ffff) // 4I2 slot 6; 4SEND_B2 peer 3, slot 6
+	x.W(0x0004_0002_0006_ffff)        // 4W2 slot 6
+	x.RecvAndF(0x0004_0005_0006_ffff) // 4RECV_F5 peer 3, slot 6; 4F5 slot 6
+	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
+	x.SendF(0x0004_0005_0001_0006)    // 4SEND_F5 peer 1, slot 6
+	x.IAndSend(0x0004_0003_0007_ffff) // 4I3 slot 7; 4SEND_B3 peer 3, slot 7
+	x.W(0x0004_0003_0007_ffff)        // 4W3 slot 7
+	x.RecvAndF(0x0004_0006_0007_ffff) // 4RECV_F6 peer 3, slot 7; 4F6 slot 7
+	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
+	x.SendF(0x0004_0006_0001_0007)    // 4SEND_F6 peer 1, slot 7
+	x.I(0x0000_0000_0000_ffff)        // 0I0 slot 0
+	x.W(0x0000_0000_0000_ffff)        // 0W0 slot 0
+	x.RecvAndF(0x0004_0007_0000_ffff) // 4RECV_F7 peer 3, slot 0; 4F7 slot 0
+	x.RecvB(0x0000_0002_0001_0002)    // 0RECV_B2 peer 1, slot 2
+	x.SendF(0x0004_0007_0001_0000)    // 4SEND_F7 peer 1, slot 0
+	x.I(0x0000_0001_0001_ffff)        // 0I1 slot 1
+	x.W(0x0000_0001_0001_ffff)        // 0W1 slot 1
+	x.I(0x0000_0002_0002_ffff)        // 0I2 slot 2
+	x.W(0x0000_0002_0002_ffff)        // 0W2 slot 2
+	x.RecvAndI(0x0000_0003_0003_ffff) // 0RECV_B3 peer 1, slot 3; 0I3 slot 3
+	x.W(0x0000_0003_0003_ffff)        // 0W3 slot 3
+	x.RecvAndI(0x0004_0004_0005_ffff) // 4RECV_B4 peer 1, slot 5; 4I4 slot 5
+	x.SendB(0x0004_0004_0003_0005)    // 4SEND_B4 peer 3, slot 5
+	x.W(0x0004_0004_0005_ffff)        // 4W4 slot 5
+	x.RecvAndI(0x0004_0005_0006_ffff) // 4RECV_B5 peer 1, slot 6; 4I5 slot 6
+	x.SendB(0x0004_0005_0003_0006)    // 4SEND_B5 peer 3, slot 6
+	x.W(0x0004_0005_0006_ffff)        // 4W5 slot 6
+	x.RecvAndI(0x0004_0006_0007_ffff) // 4RECV_B6 peer 1, slot 7; 4I6 slot 7
+	x.SendB(0x0004_0006_0003_0007)    // 4SEND_B6 peer 3, slot 7
+	x.W(0x0004_0006_0007_ffff)        // 4W6 slot 7
+	x.RecvAndI(0x0004_0007_0000_ffff) // 4RECV_B7 peer 1, slot 0; 4I7 slot 0
+	x.SendB(0x0004_0007_0003_0000)    // 4SEND_B7 peer 3, slot 0
+	x.W(0x0004_0007_0000_ffff)        // 4W7 slot 0
+	x.RecvAndI(0x0000_0004_0008_ffff) // 0RECV_B4 peer 1, slot 8; 0I4 slot 8
+	x.W(0x0000_0004_0008_ffff)        // 0W4 slot 8
+	x.RecvAndI(0x0000_0005_0009_ffff) // 0RECV_B5 peer 1, slot 9; 0I5 slot 9
+	x.W(0x0000_0005_0009_ffff)        // 0W5 slot 9
+	x.RecvAndI(0x0000_0006_000a_ffff) // 0RECV_B6 peer 1, slot 10; 0I6 slot 10
+	x.W(0x0000_0006_000a_ffff)        // 0W6 slot 10
+	x.RecvAndI(0x0000_0007_0004_ffff) // 0RECV_B7 peer 1, slot 4; 0I7 slot 4
+	x.W(0x0000_0007_0004_ffff)        // 0W7 slot 4
 	x.OptStep()
 }
 
 // Rank1 runs rank 1's 113 steps (stages 1, 5) and returns the first error.
 func Rank1(x *pipe.Exec) error {
 	rank1Part0(x)
-	rank1Part1(x)
 	return x.Err()
 }
 
-// rank1Part0 runs steps 0-99 of rank 1.
+// rank1Part0 runs steps 0-112 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
-	x.F(0x0001_0000_0000_ffff)     // 1F0 slot 0
-	x.SendF(0x0001_0000_0002_0000) // 1SEND_F0 peer 2, slot 0
-	x.RecvF(0x0001_0001_0000_0001) // 1RECV_F1 peer 0, slot 1
-	x.F(0x0001_0001_0001_ffff)     // 1F1 slot 1
-	x.SendF(0x0001_0001_0002_0001) // 1SEND_F1 peer 2, slot 1
-	x.RecvF(0x0001_0002_0000_0002) // 1RECV_F2 peer 0, slot 2
-	x.F(0x0001_0002_0002_ffff)     // 1F2 slot 2
-	x.SendF(0x0001_0002_0002_0002) // 1SEND_F2 peer 2, slot 2
-	x.RecvF(0x0001_0003_0000_0003) // 1RECV_F3 peer 0, slot 3
-	x.F(0x0001_0003_0003_ffff)     // 1F3 slot 3
-	x.SendF(0x0001_0003_0002_0003) // 1SEND_F3 peer 2, slot 3
-	x.RecvF(0x0005_0000_0000_0004) // 5RECV_F0 peer 0, slot 4
-	x.F(0x0005_0000_0004_ffff)     // 5F0 slot 4
-	x.SendF(0x0005_0000_0002_0004) // 5SEND_F0 peer 2, slot 4
-	x.RecvF(0x0005_0001_0000_0005) // 5RECV_F1 peer 0, slot 5
-	x.F(0x0005_0001_0005_ffff)     // 5F1 slot 5
-	x.SendF(0x0005_0001_0002_0005) // 5SEND_F1 peer 2, slot 5
-	x.RecvF(0x0005_0002_0000_0006) // 5RECV_F2 peer 0, slot 6
-	x.F(0x0005_0002_0006_ffff)     // 5F2 slot 6
-	x.SendF(0x0005_0002_0002_0006) // 5SEND_F2 peer 2, slot 6
-	x.RecvF(0x0005_0003_0000_0007) // 5RECV_F3 peer 0, slot 7
-	x.F(0x0005_0003_0007_ffff)     // 5F3 slot 7
-	x.SendF(0x0005_0003_0002_0007) // 5SEND_F3 peer 2, slot 7
-	x.RecvF(0x0001_0004_0000_0008) // 1RECV_F4 peer 0, slot 8
-	x.F(0x0001_0004_0008_ffff)     // 1F4 slot 8
-	x.SendF(0x0001_0004_0002_0008) // 1SEND_F4 peer 2, slot 8
-	x.RecvF(0x0001_0005_0000_0009) // 1RECV_F5 peer 0, slot 9
-	x.RecvB(0x0005_0000_0002_0004) // 5RECV_B0 peer 2, slot 4
-	x.I(0x0005_0000_0004_ffff)     // 5I0 slot 4
-	x.RecvF(0x0001_0006_0000_000a) // 1RECV_F6 peer 0, slot 10
-	x.SendB(0x0005_0000_0000_0004) // 5SEND_B0 peer 0, slot 4
-	x.W(0x0005_0000_0004_ffff)     // 5W0 slot 4
-	x.F(0x0001_0005_0009_ffff)     // 1F5 slot 9
-	x.SendF(0x0001_0005_0002_0009) // 1SEND_F5 peer 2, slot 9
-	x.RecvB(0x0005_0001_0002_0005) // 5RECV_B1 peer 2, slot 5
-	x.I(0x0005_0001_0005_ffff)     // 5I1 slot 5
-	x.RecvF(0x0001_0007_0000_0004) // 1RECV_F7 peer 0, slot 4
-	x.SendB(0x0005_0001_0000_0005) // 5SEND_B1 peer 0, slot 5
-	x.W(0x0005_0001_0005_ffff)     // 5W1 slot 5
-	x.F(0x0001_0006_000a_ffff)     // 1F6 slot 10
-	x.SendF(0x0001_0006_0002_000a) // 1SEND_F6 peer 2, slot 10
-	x.RecvB(0x0005_0002_0002_0006) // 5RECV_B2 peer 2, slot 6
-	x.I(0x0005_0002_0006_ffff)     // 5I2 slot 6
-	x.SendB(0x0005_0002_0000_0006) // 5SEND_B2 peer 0, slot 6
-	x.W(0x0005_0002_0006_ffff)     // 5W2 slot 6
-	x.F(0x0001_0007_0004_ffff)     // 1F7 slot 4
-	x.SendF(0x0001_0007_0002_0004) // 1SEND_F7 peer 2, slot 4
-	x.RecvB(0x0005_0003_0002_0007) // 5RECV_B3 peer 2, slot 7
-	x.I(0x0005_0003_0007_ffff)     // 5I3 slot 7
-	x.SendB(0x0005_0003_0000_0007) // 5SEND_B3 peer 0, slot 7
-	x.W(0x0005_0003_0007_ffff)     // 5W3 slot 7
-	x.RecvF(0x0005_0004_0000_0005) // 5RECV_F4 peer 0, slot 5
-	x.F(0x0005_0004_0005_ffff)     // 5F4 slot 5
-	x.SendF(0x0005_0004_0002_0005) // 5SEND_F4 peer 2, slot 5
-	x.RecvB(0x0001_0000_0002_0000) // 1RECV_B0 peer 2, slot 0
-	x.I(0x0001_0000_0000_ffff)     // 1I0 slot 0
-	x.SendB(0x0001_0000_0000_0000) // 1SEND_B0 peer 0, slot 0
-	x.W(0x0001_0000_0000_ffff)     // 1W0 slot 0
-	x.RecvF(0x0005_0005_0000_0000) // 5RECV_F5 peer 0, slot 0
-	x.F(0x0005_0005_0000_ffff)     // 5F5 slot 0
-	x.SendF(0x0005_0005_0002_0000) // 5SEND_F5 peer 2, slot 0
-	x.RecvB(0x0001_0001_0002_0001) // 1RECV_B1 peer 2, slot 1
-	x.I(0x0001_0001_0001_ffff)     // 1I1 slot 1
-	x.SendB(0x0001_0001_0000_0001) // 1SEND_B1 peer 0, slot 1
-	x.W(0x0001_0001_0001_ffff)     // 1W1 slot 1
-	x.RecvF(0x0005_0006_0000_0001) // 5RECV_F6 peer 0, slot 1
-	x.F(0x0005_0006_0001_ffff)     // 5F6 slot 1
-	x.SendF(0x0005_0006_0002_0001) // 5SEND_F6 peer 2, slot 1
-	x.RecvB(0x0001_0002_0002_0002) // 1RECV_B2 peer 2, slot 2
-	x.I(0x0001_0002_0002_ffff)     // 1I2 slot 2
-	x.SendB(0x0001_0002_0000_0002) // 1SEND_B2 peer 0, slot 2
-	x.W(0x0001_0002_0002_ffff)     // 1W2 slot 2
-	x.RecvF(0x0005_0007_0000_0002) // 5RECV_F7 peer 0, slot 2
-	x.F(0x0005_0007_0002_ffff)     // 5F7 slot 2
-	x.SendF(0x0005_0007_0002_0002) // 5SEND_F7 peer 2, slot 2
-	x.RecvB(0x0001_0003_0002_0003) // 1RECV_B3 peer 2, slot 3
-	x.I(0x0001_0003_0003_ffff)     // 1I3 slot 3
-	x.SendB(0x0001_0003_0000_0003) // 1SEND_B3 peer 0, slot 3
-	x.W(0x0001_0003_0003_ffff)     // 1W3 slot 3
-	x.RecvB(0x0005_0004_0002_0005) // 5RECV_B4 peer 2, slot 5
-	x.I(0x0005_0004_0005_ffff)     // 5I4 slot 5
-	x.SendB(0x0005_0004_0000_0005) // 5SEND_B4 peer 0, slot 5
-	x.W(0x0005_0004_0005_ffff)     // 5W4 slot 5
-	x.RecvB(0x0005_0005_0002_0000) // 5RECV_B5 peer 2, slot 0
-	x.I(0x0005_0005_0000_ffff)     // 5I5 slot 0
-	x.SendB(0x0005_0005_0000_0000) // 5SEND_B5 peer 0, slot 0
-	x.W(0x0005_0005_0000_ffff)     // 5W5 slot 0
-	x.RecvB(0x0005_0006_0002_0001) // 5RECV_B6 peer 2, slot 1
-	x.I(0x0005_0006_0001_ffff)     // 5I6 slot 1
-	x.SendB(0x0005_0006_0000_0001) // 5SEND_B6 peer 0, slot 1
-	x.W(0x0005_0006_0001_ffff)     // 5W6 slot 1
-	x.RecvB(0x0005_0007_0002_0002) // 5RECV_B7 peer 2, slot 2
-	x.I(0x0005_0007_0002_ffff)     // 5I7 slot 2
-	x.SendB(0x0005_0007_0000_0002) // 5SEND_B7 peer 0, slot 2
-	x.W(0x0005_0007_0002_ffff)     // 5W7 slot 2
-	x.RecvB(0x0001_0004_0002_0008) // 1RECV_B4 peer 2, slot 8
-	x.I(0x0001_0004_0008_ffff)     // 1I4 slot 8
-	x.SendB(0x0001_0004_0000_0008) // 1SEND_B4 peer 0, slot 8
-	x.W(0x0001_0004_0008_ffff)     // 1W4 slot 8
-}
-
-// rank1Part1 runs steps 100-112 of rank 1.
-func rank1Part1(x *pipe.Exec) {
-	x.RecvB(0x0001_0005_0002_0009) // 1RECV_B5 peer 2, slot 9
-	x.I(0x0001_0005_0009_ffff)     // 1I5 slot 9
-	x.SendB(0x0001_0005_0000_0009) // 1SEND_B5 peer 0, slot 9
-	x.W(0x0001_0005_0009_ffff)     // 1W5 slot 9
-	x.RecvB(0x0001_0006_0002_000a) // 1RECV_B6 peer 2, slot 10
-	x.I(0x0001_0006_000a_ffff)     // 1I6 slot 10
-	x.SendB(0x0001_0006_0000_000a) // 1SEND_B6 peer 0, slot 10
-	x.W(0x0001_0006_000a_ffff)     // 1W6 slot 10
-	x.RecvB(0x0001_0007_0002_0004) // 1RECV_B7 peer 2, slot 4
-	x.I(0x0001_0007_0004_ffff)     // 1I7 slot 4
-	x.SendB(0x0001_0007_0000_0004) // 1SEND_B7 peer 0, slot 4
-	x.W(0x0001_0007_0004_ffff)     // 1W7 slot 4
+	x.RecvAndF(0x0001_0000_0000_ffff) // 1RECV_F0 peer 0, slot 0; 1F0 slot 0
+	x.SendF(0x0001_0000_0002_0000)    // 1SEND_F0 peer 2, slot 0
+	x.RecvAndF(0x0001_0001_0001_ffff) // 1RECV_F1 peer 0, slot 1; 1F1 slot 1
+	x.SendF(0x0001_0001_0002_0001)    // 1SEND_F1 peer 2, slot 1
+	x.RecvAndF(0x0001_0002_0002_ffff) // 1RECV_F2 peer 0, slot 2; 1F2 slot 2
+	x.SendF(0x0001_0002_0002_0002)    // 1SEND_F2 peer 2, slot 2
+	x.RecvAndF(0x0001_0003_0003_ffff) // 1RECV_F3 peer 0, slot 3; 1F3 slot 3
+	x.SendF(0x0001_0003_0002_0003)    // 1SEND_F3 peer 2, slot 3
+	x.RecvAndF(0x0005_0000_0004_ffff) // 5RECV_F0 peer 0, slot 4; 5F0 slot 4
+	x.SendF(0x0005_0000_0002_0004)    // 5SEND_F0 peer 2, slot 4
+	x.RecvAndF(0x0005_0001_0005_ffff) // 5RECV_F1 peer 0, slot 5; 5F1 slot 5
+	x.SendF(0x0005_0001_0002_0005)    // 5SEND_F1 peer 2, slot 5
+	x.RecvAndF(0x0005_0002_0006_ffff) // 5RECV_F2 peer 0, slot 6; 5F2 slot 6
+	x.SendF(0x0005_0002_0002_0006)    // 5SEND_F2 peer 2, slot 6
+	x.RecvAndF(0x0005_0003_0007_ffff) // 5RECV_F3 peer 0, slot 7; 5F3 slot 7
+	x.SendF(0x0005_0003_0002_0007)    // 5SEND_F3 peer 2, slot 7
+	x.RecvAndF(0x0001_0004_0008_ffff) // 1RECV_F4 peer 0, slot 8; 1F4 slot 8
+	x.SendF(0x0001_0004_0002_0008)    // 1SEND_F4 peer 2, slot 8
+	x.RecvF(0x0001_0005_0000_0009)    // 1RECV_F5 peer 0, slot 9
+	x.RecvAndI(0x0005_0000_0004_ffff) // 5RECV_B0 peer 2, slot 4; 5I0 slot 4
+	x.RecvF(0x0001_0006_0000_000a)    // 1RECV_F6 peer 0, slot 10
+	x.SendB(0x0005_0000_0000_0004)    // 5SEND_B0 peer 0, slot 4
+	x.W(0x0005_0000_0004_ffff)        // 5W0 slot 4
+	x.FAndSend(0x0001_0005_0009_ffff) // 1F5 slot 9; 1SEND_F5 peer 2, slot 9
+	x.RecvAndI(0x0005_0001_0005_ffff) // 5RECV_B1 peer 2, slot 5; 5I1 slot 5
+	x.RecvF(0x0001_0007_0000_0004)    // 1RECV_F7 peer 0, slot 4
+	x.SendB(0x0005_0001_0000_0005)    // 5SEND_B1 peer 0, slot 5
+	x.W(0x0005_0001_0005_ffff)        // 5W1 slot 5
+	x.FAndSend(0x0001_0006_000a_ffff) // 1F6 slot 10; 1SEND_F6 peer 2, slot 10
+	x.RecvAndI(0x0005_0002_0006_ffff) // 5RECV_B2 peer 2, slot 6; 5I2 slot 6
+	x.SendB(0x0005_0002_0000_0006)    // 5SEND_B2 peer 0, slot 6
+	x.W(0x0005_0002_0006_ffff)        // 5W2 slot 6
+	x.FAndSend(0x0001_0007_0004_ffff) // 1F7 slot 4; 1SEND_F7 peer 2, slot 4
+	x.RecvAndI(0x0005_0003_0007_ffff) // 5RECV_B3 peer 2, slot 7; 5I3 slot 7
+	x.SendB(0x0005_0003_0000_0007)    // 5SEND_B3 peer 0, slot 7
+	x.W(0x0005_0003_0007_ffff)        // 5W3 slot 7
+	x.RecvAndF(0x0005_0004_0005_ffff) // 5RECV_F4 peer 0, slot 5; 5F4 slot 5
+	x.SendF(0x0005_0004_0002_0005)    // 5SEND_F4 peer 2, slot 5
+	x.RecvAndI(0x0001_0000_0000_ffff) // 1RECV_B0 peer 2, slot 0; 1I0 slot 0
+	x.SendB(0x0001_0000_0000_0000)    // 1SEND_B0 peer 0, slot 0
+	x.W(0x0001_0000_0000_ffff)        // 1W0 slot 0
+	x.RecvAndF(0x0005_0005_0000_ffff) // 5RECV_F5 peer 0, slot 0; 5F5 slot 0
+	x.SendF(0x0005_0005_0002_0000)    // 5SEND_F5 peer 2, slot 0
+	x.RecvAndI(0x0001_0001_0001_ffff) // 1RECV_B1 peer 2, slot 1; 1I1 slot 1
+	x.SendB(0x0001_0001_0000_0001)    // 1SEND_B1 peer 0, slot 1
+	x.W(0x0001_0001_0001_ffff)        // 1W1 slot 1
+	x.RecvAndF(0x0005_0006_0001_ffff) // 5RECV_F6 peer 0, slot 1; 5F6 slot 1
+	x.SendF(0x0005_0006_0002_0001)    // 5SEND_F6 peer 2, slot 1
+	x.RecvAndI(0x0001_0002_0002_ffff) // 1RECV_B2 peer 2, slot 2; 1I2 slot 2
+	x.SendB(0x0001_0002_0000_0002)    // 1SEND_B2 peer 0, slot 2
+	x.W(0x0001_0002_0002_ffff)        // 1W2 slot 2
+	x.RecvAndF(0x0005_0007_0002_ffff) // 5RECV_F7 peer 0, slot 2; 5F7 slot 2
+	x.SendF(0x0005_0007_0002_0002)    // 5SEND_F7 peer 2, slot 2
+	x.RecvAndI(0x0001_0003_0003_ffff) // 1RECV_B3 peer 2, slot 3; 1I3 slot 3
+	x.SendB(0x0001_0003_0000_0003)    // 1SEND_B3 peer 0, slot 3
+	x.W(0x0001_0003_0003_ffff)        // 1W3 slot 3
+	x.RecvAndI(0x0005_0004_0005_ffff) // 5RECV_B4 peer 2, slot 5; 5I4 slot 5
+	x.SendB(0x0005_0004_0000_0005)    // 5SEND_B4 peer 0, slot 5
+	x.W(0x0005_0004_0005_ffff)        // 5W4 slot 5
+	x.RecvAndI(0x0005_0005_0000_ffff) // 5RECV_B5 peer 2, slot 0; 5I5 slot 0
+	x.SendB(0x0005_0005_0000_0000)    // 5SEND_B5 peer 0, slot 0
+	x.W(0x0005_0005_0000_ffff)        // 5W5 slot 0
+	x.RecvAndI(0x0005_0006_0001_ffff) // 5RECV_B6 peer 2, slot 1; 5I6 slot 1
+	x.SendB(0x0005_0006_0000_0001)    // 5SEND_B6 peer 0, slot 1
+	x.W(0x0005_0006_0001_ffff)        // 5W6 slot 1
+	x.RecvAndI(0x0005_0007_0002_ffff) // 5RECV_B7 peer 2, slot 2; 5I7 slot 2
+	x.SendB(0x0005_0007_0000_0002)    // 5SEND_B7 peer 0, slot 2
+	x.W(0x0005_0007_0002_ffff)        // 5W7 slot 2
+	x.RecvAndI(0x0001_0004_0008_ffff) // 1RECV_B4 peer 2, slot 8; 1I4 slot 8
+	x.SendB(0x0001_0004_0000_0008)    // 1SEND_B4 peer 0, slot 8
+	x.W(0x0001_0004_0008_ffff)        // 1W4 slot 8
+	x.RecvAndI(0x0001_0005_0009_ffff) // 1RECV_B5 peer 2, slot 9; 1I5 slot 9
+	x.SendB(0x0001_0005_0000_0009)    // 1SEND_B5 peer 0, slot 9
+	x.W(0x0001_0005_0009_ffff)        // 1W5 slot 9
+	x.RecvAndI(0x0001_0006_000a_ffff) // 1RECV_B6 peer 2, slot 10; 1I6 slot 10
+	x.SendB(0x0001_0006_0000_000a)    // 1SEND_B6 peer 0, slot 10
+	x.W(0x0001_0006_000a_ffff)        // 1W6 slot 10
+	x.RecvAndI(0x0001_0007_0004_ffff) // 1RECV_B7 peer 2, slot 4; 1I7 slot 4
+	x.SendB(0x0001_0007_0000_0004)    // 1SEND_B7 peer 0, slot 4
+	x.W(0x0001_0007_0004_ffff)        // 1W7 slot 4
 	x.OptStep()
 }
 
 // Rank2 runs rank 2's 113 steps (stages 2, 6) and returns the first error.
 func Rank2(x *pipe.Exec) error {
 	rank2Part0(x)
-	rank2Part1(x)
 	return x.Err()
 }
 
-// rank2Part0 runs steps 0-99 of rank 2.
+// rank2Part0 runs steps 0-112 of rank 2.
 func rank2Part0(x *pipe.Exec) {
-	x.RecvF(0x0002_0000_0001_0000) // 2RECV_F0 peer 1, slot 0
-	x.F(0x0002_0000_0000_ffff)     // 2F0 slot 0
-	x.SendF(0x0002_0000_0003_0000) // 2SEND_F0 peer 3, slot 0
-	x.RecvF(0x0002_0001_0001_0001) // 2RECV_F1 peer 1, slot 1
-	x.F(0x0002_0001_0001_ffff)     // 2F1 slot 1
-	x.SendF(0x0002_0001_0003_0001) // 2SEND_F1 peer 3, slot 1
-	x.RecvF(0x0002_0002_0001_0002) // 2RECV_F2 peer 1, slot 2
-	x.F(0x0002_0002_0002_ffff)     // 2F2 slot 2
-	x.SendF(0x0002_0002_0003_0002) // 2SEND_F2 peer 3, slot 2
-	x.RecvF(0x0002_0003_0001_0003) // 2RECV_F3 peer 1, slot 3
-	x.F(0x0002_0003_0003_ffff)     // 2F3 slot 3
-	x.SendF(0x0002_0003_0003_0003) // 2SEND_F3 peer 3, slot 3
-	x.RecvF(0x0006_0000_0001_0004) // 6RECV_F0 peer 1, slot 4
-	x.F(0x0006_0000_0004_ffff)     // 6F0 slot 4
-	x.SendF(0x0006_0000_0003_0004) // 6SEND_F0 peer 3, slot 4
-	x.RecvF(0x0006_0001_0001_0005) // 6RECV_F1 peer 1, slot 5
-	x.F(0x0006_0001_0005_ffff)     // 6F1 slot 5
-	x.SendF(0x0006_0001_0003_0005) // 6SEND_F1 peer 3, slot 5
-	x.RecvF(0x0006_0002_0001_0006) // 6RECV_F2 peer 1, slot 6
-	x.F(0x0006_0002_0006_ffff)     // 6F2 slot 6
-	x.SendF(0x0006_0002_0003_0006) // 6SEND_F2 peer 3, slot 6
-	x.RecvF(0x0006_0003_0001_0007) // 6RECV_F3 peer 1, slot 7
-	x.RecvB(0x0006_0000_0003_0004) // 6RECV_B0 peer 3, slot 4
-	x.I(0x0006_0000_0004_ffff)     // 6I0 slot 4
-	x.RecvF(0x0002_0004_0001_0008) // 2RECV_F4 peer 1, slot 8
-	x.SendB(0x0006_0000_0001_0004) // 6SEND_B0 peer 1, slot 4
-	x.W(0x0006_0000_0004_ffff)     // 6W0 slot 4
-	x.F(0x0006_0003_0007_ffff)     // 6F3 slot 7
-	x.SendF(0x0006_0003_0003_0007) // 6SEND_F3 peer 3, slot 7
-	x.RecvB(0x0006_0001_0003_0005) // 6RECV_B1 peer 3, slot 5
-	x.I(0x0006_0001_0005_ffff)     // 6I1 slot 5
-	x.RecvF(0x0002_0005_0001_0004) // 2RECV_F5 peer 1, slot 4
-	x.SendB(0x0006_0001_0001_0005) // 6SEND_B1 peer 1, slot 5
-	x.W(0x0006_0001_0005_ffff)     // 6W1 slot 5
-	x.F(0x0002_0004_0008_ffff)     // 2F4 slot 8
-	x.SendF(0x0002_0004_0003_0008) // 2SEND_F4 peer 3, slot 8
-	x.RecvB(0x0006_0002_0003_0006) // 6RECV_B2 peer 3, slot 6
-	x.I(0x0006_0002_0006_ffff)     // 6I2 slot 6
-	x.RecvF(0x0002_0006_0001_0005) // 2RECV_F6 peer 1, slot 5
-	x.SendB(0x0006_0002_0001_0006) // 6SEND_B2 peer 1, slot 6
-	x.W(0x0006_0002_0006_ffff)     // 6W2 slot 6
-	x.F(0x0002_0005_0004_ffff)     // 2F5 slot 4
-	x.SendF(0x0002_0005_0003_0004) // 2SEND_F5 peer 3, slot 4
-	x.RecvB(0x0006_0003_0003_0007) // 6RECV_B3 peer 3, slot 7
-	x.I(0x0006_0003_0007_ffff)     // 6I3 slot 7
-	x.RecvF(0x0002_0007_0001_0006) // 2RECV_F7 peer 1, slot 6
-	x.SendB(0x0006_0003_0001_0007) // 6SEND_B3 peer 1, slot 7
-	x.W(0x0006_0003_0007_ffff)     // 6W3 slot 7
-	x.F(0x0002_0006_0005_ffff)     // 2F6 slot 5
-	x.SendF(0x0002_0006_0003_0005) // 2SEND_F6 peer 3, slot 5
-	x.RecvB(0x0002_0000_0003_0000) // 2RECV_B0 peer 3, slot 0
-	x.I(0x0002_0000_0000_ffff)     // 2I0 slot 0
-	x.RecvF(0x0006_0004_0001_0007) // 6RECV_F4 peer 1, slot 7
-	x.SendB(0x0002_0000_0001_0000) // 2SEND_B0 peer 1, slot 0
-	x.W(0x0002_0000_0000_ffff)     // 2W0 slot 0
-	x.F(0x0002_0007_0006_ffff)     // 2F7 slot 6
-	x.SendF(0x0002_0007_0003_0006) // 2SEND_F7 peer 3, slot 6
-	x.RecvB(0x0002_0001_0003_0001) // 2RECV_B1 peer 3, slot 1
-	x.I(0x0002_0001_0001_ffff)     // 2I1 slot 1
-	x.RecvF(0x0006_0005_0001_0000) // 6RECV_F5 peer 1, slot 0
-	x.SendB(0x0002_0001_0001_0001) // 2SEND_B1 peer 1, slot 1
-	x.W(0x0002_0001_0001_ffff)     // 2W1 slot 1
-	x.F(0x0006_0004_0007_ffff)     // 6F4 slot 7
-	x.SendF(0x0006_0004_0003_0007) // 6SEND_F4 peer 3, slot 7
-	x.RecvB(0x0002_0002_0003_0002) // 2RECV_B2 peer 3, slot 2
-	x.I(0x0002_0002_0002_ffff)     // 2I2 slot 2
-	x.RecvF(0x0006_0006_0001_0001) // 6RECV_F6 peer 1, slot 1
-	x.SendB(0x0002_0002_0001_0002) // 2SEND_B2 peer 1, slot 2
-	x.W(0x0002_0002_0002_ffff)     // 2W2 slot 2
-	x.F(0x0006_0005_0000_ffff)     // 6F5 slot 0
-	x.SendF(0x0006_0005_0003_0000) // 6SEND_F5 peer 3, slot 0
-	x.RecvB(0x0002_0003_0003_0003) // 2RECV_B3 peer 3, slot 3
-	x.I(0x0002_0003_0003_ffff)     // 2I3 slot 3
-	x.RecvF(0x0006_0007_0001_0002) // 6RECV_F7 peer 1, slot 2
-	x.SendB(0x0002_0003_0001_0003) // 2SEND_B3 peer 1, slot 3
-	x.W(0x0002_0003_0003_ffff)     // 2W3 slot 3
-	x.F(0x0006_0006_0001_ffff)     // 6F6 slot 1
-	x.SendF(0x0006_0006_0003_0001) // 6SEND_F6 peer 3, slot 1
-	x.RecvB(0x0006_0004_0003_0007) // 6RECV_B4 peer 3, slot 7
-	x.I(0x0006_0004_0007_ffff)     // 6I4 slot 7
-	x.SendB(0x0006_0004_0001_0007) // 6SEND_B4 peer 1, slot 7
-	x.W(0x0006_0004_0007_ffff)     // 6W4 slot 7
-	x.F(0x0006_0007_0002_ffff)     // 6F7 slot 2
-	x.SendF(0x0006_0007_0003_0002) // 6SEND_F7 peer 3, slot 2
-	x.RecvB(0x0006_0005_0003_0000) // 6RECV_B5 peer 3, slot 0
-	x.I(0x0006_0005_0000_ffff)     // 6I5 slot 0
-	x.SendB(0x0006_0005_0001_0000) // 6SEND_B5 peer 1, slot 0
-	x.W(0x0006_0005_0000_ffff)     // 6W5 slot 0
-	x.RecvB(0x0006_0006_0003_0001) // 6RECV_B6 peer 3, slot 1
-	x.I(0x0006_0006_0001_ffff)     // 6I6 slot 1
-	x.SendB(0x0006_0006_0001_0001) // 6SEND_B6 peer 1, slot 1
-	x.W(0x0006_0006_0001_ffff)     // 6W6 slot 1
-	x.RecvB(0x0006_0007_0003_0002) // 6RECV_B7 peer 3, slot 2
-	x.I(0x0006_0007_0002_ffff)     // 6I7 slot 2
-	x.SendB(0x0006_0007_0001_0002) // 6SEND_B7 peer 1, slot 2
-	x.W(0x0006_0007_0002_ffff)     // 6W7 slot 2
-	x.RecvB(0x0002_0004_0003_0008) // 2RECV_B4 peer 3, slot 8
-	x.I(0x0002_0004_0008_ffff)     // 2I4 slot 8
-	x.SendB(0x0002_0004_0001_0008) // 2SEND_B4 peer 1, slot 8
-	x.W(0x0002_0004_0008_ffff)     // 2W4 slot 8
-}
-
-// rank2Part1 runs steps 100-112 of rank 2.
-func rank2Part1(x *pipe.Exec) {
-	x.RecvB(0x0002_0005_0003_0004) // 2RECV_B5 peer 3, slot 4
-	x.I(0x0002_0005_0004_ffff)     // 2I5 slot 4
-	x.SendB(0x0002_0005_0001_0004) // 2SEND_B5 peer 1, slot 4
-	x.W(0x0002_0005_0004_ffff)     // 2W5 slot 4
-	x.RecvB(0x0002_0006_0003_0005) // 2RECV_B6 peer 3, slot 5
-	x.I(0x0002_0006_0005_ffff)     // 2I6 slot 5
-	x.SendB(0x0002_0006_0001_0005) // 2SEND_B6 peer 1, slot 5
-	x.W(0x0002_0006_0005_ffff)     // 2W6 slot 5
-	x.RecvB(0x0002_0007_0003_0006) // 2RECV_B7 peer 3, slot 6
-	x.I(0x0002_0007_0006_ffff)     // 2I7 slot 6
-	x.SendB(0x0002_0007_0001_0006) // 2SEND_B7 peer 1, slot 6
-	x.W(0x0002_0007_0006_ffff)     // 2W7 slot 6
+	x.RecvAndF(0x0002_0000_0000_ffff) // 2RECV_F0 peer 1, slot 0; 2F0 slot 0
+	x.SendF(0x0002_0000_0003_0000)    // 2SEND_F0 peer 3, slot 0
+	x.RecvAndF(0x0002_0001_0001_ffff) // 2RECV_F1 peer 1, slot 1; 2F1 slot 1
+	x.SendF(0x0002_0001_0003_0001)    // 2SEND_F1 peer 3, slot 1
+	x.RecvAndF(0x0002_0002_0002_ffff) // 2RECV_F2 peer 1, slot 2; 2F2 slot 2
+	x.SendF(0x0002_0002_0003_0002)    // 2SEND_F2 peer 3, slot 2
+	x.RecvAndF(0x0002_0003_0003_ffff) // 2RECV_F3 peer 1, slot 3; 2F3 slot 3
+	x.SendF(0x0002_0003_0003_0003)    // 2SEND_F3 peer 3, slot 3
+	x.RecvAndF(0x0006_0000_0004_ffff) // 6RECV_F0 peer 1, slot 4; 6F0 slot 4
+	x.SendF(0x0006_0000_0003_0004)    // 6SEND_F0 peer 3, slot 4
+	x.RecvAndF(0x0006_0001_0005_ffff) // 6RECV_F1 peer 1, slot 5; 6F1 slot 5
+	x.SendF(0x0006_0001_0003_0005)    // 6SEND_F1 peer 3, slot 5
+	x.RecvAndF(0x0006_0002_0006_ffff) // 6RECV_F2 peer 1, slot 6; 6F2 slot 6
+	x.SendF(0x0006_0002_0003_0006)    // 6SEND_F2 peer 3, slot 6
+	x.RecvF(0x0006_0003_0001_0007)    // 6RECV_F3 peer 1, slot 7
+	x.RecvAndI(0x0006_0000_0004_ffff) // 6RECV_B0 peer 3, slot 4; 6I0 slot 4
+	x.RecvF(0x0002_0004_0001_0008)    // 2RECV_F4 peer 1, slot 8
+	x.SendB(0x0006_0000_0001_0004)    // 6SEND_B0 peer 1, slot 4
+	x.W(0x0006_0000_0004_ffff)        // 6W0 slot 4
+	x.FAndSend(0x0006_0003_0007_ffff) // 6F3 slot 7; 6SEND_F3 peer 3, slot 7
+	x.RecvAndI(0x0006_0001_0005_ffff) // 6RECV_B1 peer 3, slot 5; 6I1 slot 5
+	x.RecvF(0x0002_0005_0001_0004)    // 2RECV_F5 peer 1, slot 4
+	x.SendB(0x0006_0001_0001_0005)    // 6SEND_B1 peer 1, slot 5
+	x.W(0x0006_0001_0005_ffff)        // 6W1 slot 5
+	x.FAndSend(0x0002_0004_0008_ffff) // 2F4 slot 8; 2SEND_F4 peer 3, slot 8
+	x.RecvAndI(0x0006_0002_0006_ffff) // 6RECV_B2 peer 3, slot 6; 6I2 slot 6
+	x.RecvF(0x0002_0006_0001_0005)    // 2RECV_F6 peer 1, slot 5
+	x.SendB(0x0006_0002_0001_0006)    // 6SEND_B2 peer 1, slot 6
+	x.W(0x0006_0002_0006_ffff)        // 6W2 slot 6
+	x.FAndSend(0x0002_0005_0004_ffff) // 2F5 slot 4; 2SEND_F5 peer 3, slot 4
+	x.RecvAndI(0x0006_0003_0007_ffff) // 6RECV_B3 peer 3, slot 7; 6I3 slot 7
+	x.RecvF(0x0002_0007_0001_0006)    // 2RECV_F7 peer 1, slot 6
+	x.SendB(0x0006_0003_0001_0007)    // 6SEND_B3 peer 1, slot 7
+	x.W(0x0006_0003_0007_ffff)        // 6W3 slot 7
+	x.FAndSend(0x0002_0006_0005_ffff) // 2F6 slot 5; 2SEND_F6 peer 3, slot 5
+	x.RecvAndI(0x0002_0000_0000_ffff) // 2RECV_B0 peer 3, slot 0; 2I0 slot 0
+	x.RecvF(0x0006_0004_0001_0007)    // 6RECV_F4 peer 1, slot 7
+	x.SendB(0x0002_0000_0001_0000)    // 2SEND_B0 peer 1, slot 0
+	x.W(0x0002_0000_0000_ffff)        // 2W0 slot 0
+	x.FAndSend(0x0002_0007_0006_ffff) // 2F7 slot 6; 2SEND_F7 peer 3, slot 6
+	x.RecvAndI(0x0002_0001_0001_ffff) // 2RECV_B1 peer 3, slot 1; 2I1 slot 1
+	x.RecvF(0x0006_0005_0001_0000)    // 6RECV_F5 peer 1, slot 0
+	x.SendB(0x0002_0001_0001_0001)    // 2SEND_B1 peer 1, slot 1
+	x.W(0x0002_0001_0001_ffff)        // 2W1 slot 1
+	x.FAndSend(0x0006_0004_0007_ffff) // 6F4 slot 7; 6SEND_F4 peer 3, slot 7
+	x.RecvAndI(0x0002_0002_0002_ffff) // 2RECV_B2 peer 3, slot 2; 2I2 slot 2
+	x.RecvF(0x0006_0006_0001_0001)    // 6RECV_F6 peer 1, slot 1
+	x.SendB(0x0002_0002_0001_0002)    // 2SEND_B2 peer 1, slot 2
+	x.W(0x0002_0002_0002_ffff)        // 2W2 slot 2
+	x.FAndSend(0x0006_0005_0000_ffff) // 6F5 slot 0; 6SEND_F5 peer 3, slot 0
+	x.RecvAndI(0x0002_0003_0003_ffff) // 2RECV_B3 peer 3, slot 3; 2I3 slot 3
+	x.RecvF(0x0006_0007_0001_0002)    // 6RECV_F7 peer 1, slot 2
+	x.SendB(0x0002_0003_0001_0003)    // 2SEND_B3 peer 1, slot 3
+	x.W(0x0002_0003_0003_ffff)        // 2W3 slot 3
+	x.FAndSend(0x0006_0006_0001_ffff) // 6F6 slot 1; 6SEND_F6 peer 3, slot 1
+	x.RecvAndI(0x0006_0004_0007_ffff) // 6RECV_B4 peer 3, slot 7; 6I4 slot 7
+	x.SendB(0x0006_0004_0001_0007)    // 6SEND_B4 peer 1, slot 7
+	x.W(0x0006_0004_0007_ffff)        // 6W4 slot 7
+	x.FAndSend(0x0006_0007_0002_ffff) // 6F7 slot 2; 6SEND_F7 peer 3, slot 2
+	x.RecvAndI(0x0006_0005_0000_ffff) // 6RECV_B5 peer 3, slot 0; 6I5 slot 0
+	x.SendB(0x0006_0005_0001_0000)    // 6SEND_B5 peer 1, slot 0
+	x.W(0x0006_0005_0000_ffff)        // 6W5 slot 0
+	x.RecvAndI(0x0006_0006_0001_ffff) // 6RECV_B6 peer 3, slot 1; 6I6 slot 1
+	x.SendB(0x0006_0006_0001_0001)    // 6SEND_B6 peer 1, slot 1
+	x.W(0x0006_0006_0001_ffff)        // 6W6 slot 1
+	x.RecvAndI(0x0006_0007_0002_ffff) // 6RECV_B7 peer 3, slot 2; 6I7 slot 2
+	x.SendB(0x0006_0007_0001_0002)    // 6SEND_B7 peer 1, slot 2
+	x.W(0x0006_0007_0002_ffff)        // 6W7 slot 2
+	x.RecvAndI(0x0002_0004_0008_ffff) // 2RECV_B4 peer 3, slot 8; 2I4 slot 8
+	x.SendB(0x0002_0004_0001_0008)    // 2SEND_B4 peer 1, slot 8
+	x.W(0x0002_0004_0008_ffff)        // 2W4 slot 8
+	x.RecvAndI(0x0002_0005_0004_ffff) // 2RECV_B5 peer 3, slot 4; 2I5 slot 4
+	x.SendB(0x0002_0005_0001_0004)    // 2SEND_B5 peer 1, slot 4
+	x.W(0x0002_0005_0004_ffff)        // 2W5 slot 4
+	x.RecvAndI(0x0002_0006_0005_ffff) // 2RECV_B6 peer 3, slot 5; 2I6 slot 5
+	x.SendB(0x0002_0006_0001_0005)    // 2SEND_B6 peer 1, slot 5
+	x.W(0x0002_0006_0005_ffff)        // 2W6 slot 5
+	x.RecvAndI(0x0002_0007_0006_ffff) // 2RECV_B7 peer 3, slot 6; 2I7 slot 6
+	x.SendB(0x0002_0007_0001_0006)    // 2SEND_B7 peer 1, slot 6
+	x.W(0x0002_0007_0006_ffff)        // 2W7 slot 6
 	x.OptStep()
 }
 
 // Rank3 runs rank 3's 105 steps (stages 3, 7) and returns the first error.
 func Rank3(x *pipe.Exec) error {
 	rank3Part0(x)
-	rank3Part1(x)
 	return x.Err()
 }
 
-// rank3Part0 runs steps 0-99 of rank 3.
+// rank3Part0 runs steps 0-104 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.RecvF(0x0003_0000_0002_0000) // 3RECV_F0 peer 2, slot 0
-	x.F(0x0003_0000_0000_ffff)     // 3F0 slot 0
-	x.SendF(0x0003_0000_0000_0000) // 3SEND_F0 peer 0, slot 0
-	x.RecvF(0x0003_0001_0002_0001) // 3RECV_F1 peer 2, slot 1
-	x.F(0x0003_0001_0001_ffff)     // 3F1 slot 1
-	x.SendF(0x0003_0001_0000_0001) // 3SEND_F1 peer 0, slot 1
-	x.RecvF(0x0003_0002_0002_0002) // 3RECV_F2 peer 2, slot 2
-	x.F(0x0003_0002_0002_ffff)     // 3F2 slot 2
-	x.SendF(0x0003_0002_0000_0002) // 3SEND_F2 peer 0, slot 2
-	x.RecvF(0x0003_0003_0002_0003) // 3RECV_F3 peer 2, slot 3
-	x.F(0x0003_0003_0003_ffff)     // 3F3 slot 3
-	x.Load(0x0007_0000_0004_ffff)  // 7DATA_LOAD0 slot 4
-	x.SendF(0x0003_0003_0000_0003) // 3SEND_F3 peer 0, slot 3
-	x.RecvF(0x0007_0000_0002_0004) // 7RECV_F0 peer 2, slot 4
-	x.F(0x0007_0000_0004_ffff)     // 7F0 slot 4
-	x.RecvF(0x0007_0001_0002_0005) // 7RECV_F1 peer 2, slot 5
-	x.I(0x0007_0000_0004_ffff)     // 7I0 slot 4
-	x.RecvF(0x0007_0002_0002_0006) // 7RECV_F2 peer 2, slot 6
-	x.SendB(0x0007_0000_0002_0004) // 7SEND_B0 peer 2, slot 4
-	x.W(0x0007_0000_0004_ffff)     // 7W0 slot 4
-	x.Load(0x0007_0001_0005_ffff)  // 7DATA_LOAD1 slot 5
-	x.F(0x0007_0001_0005_ffff)     // 7F1 slot 5
-	x.I(0x0007_0001_0005_ffff)     // 7I1 slot 5
-	x.RecvF(0x0007_0003_0002_0004) // 7RECV_F3 peer 2, slot 4
-	x.RecvB(0x0003_0000_0000_0000) // 3RECV_B0 peer 0, slot 0
-	x.SendB(0x0007_0001_0002_0005) // 7SEND_B1 peer 2, slot 5
-	x.W(0x0007_0001_0005_ffff)     // 7W1 slot 5
-	x.Load(0x0007_0002_0006_ffff)  // 7DATA_LOAD2 slot 6
-	x.F(0x0007_0002_0006_ffff)     // 7F2 slot 6
-	x.I(0x0007_0002_0006_ffff)     // 7I2 slot 6
-	x.RecvF(0x0003_0004_0002_0005) // 3RECV_F4 peer 2, slot 5
-	x.RecvB(0x0003_0001_0000_0001) // 3RECV_B1 peer 0, slot 1
-	x.SendB(0x0007_0002_0002_0006) // 7SEND_B2 peer 2, slot 6
-	x.W(0x0007_0002_0006_ffff)     // 7W2 slot 6
-	x.Load(0x0007_0003_0004_ffff)  // 7DATA_LOAD3 slot 4
-	x.F(0x0007_0003_0004_ffff)     // 7F3 slot 4
-	x.I(0x0007_0003_0004_ffff)     // 7I3 slot 4
-	x.RecvF(0x0003_0005_0002_0006) // 3RECV_F5 peer 2, slot 6
-	x.SendB(0x0007_0003_0002_0004) // 7SEND_B3 peer 2, slot 4
-	x.W(0x0007_0003_0004_ffff)     // 7W3 slot 4
-	x.F(0x0003_0004_0005_ffff)     // 3F4 slot 5
-	x.SendF(0x0003_0004_0000_0005) // 3SEND_F4 peer 0, slot 5
-	x.I(0x0003_0000_0000_ffff)     // 3I0 slot 0
-	x.RecvF(0x0003_0006_0002_0004) // 3RECV_F6 peer 2, slot 4
-	x.SendB(0x0003_0000_0002_0000) // 3SEND_B0 peer 2, slot 0
-	x.W(0x0003_0000_0000_ffff)     // 3W0 slot 0
-	x.F(0x0003_0005_0006_ffff)     // 3F5 slot 6
-	x.RecvB(0x0003_0002_0000_0002) // 3RECV_B2 peer 0, slot 2
-	x.SendF(0x0003_0005_0000_0006) // 3SEND_F5 peer 0, slot 6
-	x.I(0x0003_0001_0001_ffff)     // 3I1 slot 1
-	x.RecvF(0x0003_0007_0002_0000) // 3RECV_F7 peer 2, slot 0
-	x.SendB(0x0003_0001_0002_0001) // 3SEND_B1 peer 2, slot 1
-	x.W(0x0003_0001_0001_ffff)     // 3W1 slot 1
-	x.F(0x0003_0006_0004_ffff)     // 3F6 slot 4
-	x.RecvB(0x0003_0003_0000_0003) // 3RECV_B3 peer 0, slot 3
-	x.SendF(0x0003_0006_0000_0004) // 3SEND_F6 peer 0, slot 4
-	x.I(0x0003_0002_0002_ffff)     // 3I2 slot 2
-	x.RecvF(0x0007_0004_0002_0001) // 7RECV_F4 peer 2, slot 1
-	x.SendB(0x0003_0002_0002_0002) // 3SEND_B2 peer 2, slot 2
-	x.W(0x0003_0002_0002_ffff)     // 3W2 slot 2
-	x.F(0x0003_0007_0000_ffff)     // 3F7 slot 0
-	x.SendF(0x0003_0007_0000_0000) // 3SEND_F7 peer 0, slot 0
-	x.I(0x0003_0003_0003_ffff)     // 3I3 slot 3
-	x.RecvF(0x0007_0005_0002_0002) // 7RECV_F5 peer 2, slot 2
-	x.SendB(0x0003_0003_0002_0003) // 3SEND_B3 peer 2, slot 3
-	x.W(0x0003_0003_0003_ffff)     // 3W3 slot 3
-	x.Load(0x0007_0004_0001_ffff)  // 7DATA_LOAD4 slot 1
-	x.F(0x0007_0004_0001_ffff)     // 7F4 slot 1
-	x.I(0x0007_0004_0001_ffff)     // 7I4 slot 1
-	x.RecvF(0x0007_0006_0002_0003) // 7RECV_F6 peer 2, slot 3
-	x.SendB(0x0007_0004_0002_0001) // 7SEND_B4 peer 2, slot 1
-	x.W(0x0007_0004_0001_ffff)     // 7W4 slot 1
-	x.Load(0x0007_0005_0002_ffff)  // 7DATA_LOAD5 slot 2
-	x.F(0x0007_0005_0002_ffff)     // 7F5 slot 2
-	x.I(0x0007_0005_0002_ffff)     // 7I5 slot 2
-	x.RecvF(0x0007_0007_0002_0001) // 7RECV_F7 peer 2, slot 1
-	x.SendB(0x0007_0005_0002_0002) // 7SEND_B5 peer 2, slot 2
-	x.W(0x0007_0005_0002_ffff)     // 7W5 slot 2
-	x.Load(0x0007_0006_0003_ffff)  // 7DATA_LOAD6 slot 3
-	x.F(0x0007_0006_0003_ffff)     // 7F6 slot 3
-	x.RecvB(0x0003_0004_0000_0005) // 3RECV_B4 peer 0, slot 5
-	x.I(0x0007_0006_0003_ffff)     // 7I6 slot 3
-	x.RecvB(0x0003_0005_0000_0006) // 3RECV_B5 peer 0, slot 6
-	x.SendB(0x0007_0006_0002_0003) // 7SEND_B6 peer 2, slot 3
-	x.W(0x0007_0006_0003_ffff)     // 7W6 slot 3
-	x.Load(0x0007_0007_0001_ffff)  // 7DATA_LOAD7 slot 1
-	x.F(0x0007_0007_0001_ffff)     // 7F7 slot 1
-	x.I(0x0007_0007_0001_ffff)     // 7I7 slot 1
-	x.RecvB(0x0003_0006_0000_0004) // 3RECV_B6 peer 0, slot 4
-	x.SendB(0x0007_0007_0002_0001) // 7SEND_B7 peer 2, slot 1
-	x.W(0x0007_0007_0001_ffff)     // 7W7 slot 1
-	x.I(0x0003_0004_0005_ffff)     // 3I4 slot 5
-	x.SendB(0x0003_0004_0002_0005) // 3SEND_B4 peer 2, slot 5
-	x.W(0x0003_0004_0005_ffff)     // 3W4 slot 5
-	x.I(0x0003_0005_0006_ffff)     // 3I5 slot 6
-	x.RecvB(0x0003_0007_0000_0000) // 3RECV_B7 peer 0, slot 0
-	x.SendB(0x0003_0005_0002_0006) // 3SEND_B5 peer 2, slot 6
-	x.W(0x0003_0005_0006_ffff)     // 3W5 slot 6
-	x.I(0x0003_0006_0004_ffff)     // 3I6 slot 4
-	x.SendB(0x0003_0006_0002_0004) // 3SEND_B6 peer 2, slot 4
-}
-
-// rank3Part1 runs steps 100-104 of rank 3.
-func rank3Part1(x *pipe.Exec) {
-	x.W(0x0003_0006_0004_ffff)     // 3W6 slot 4
-	x.I(0x0003_0007_0000_ffff)     // 3I7 slot 0
-	x.SendB(0x0003_0007_0002_0000) // 3SEND_B7 peer 2, slot 0
-	x.W(0x0003_0007_0000_ffff)     // 3W7 slot 0
+	x.RecvAndF(0x0003_0000_0000_ffff) // 3RECV_F0 peer 2, slot 0; 3F0 slot 0
+	x.SendF(0x0003_0000_0000_0000)    // 3SEND_F0 peer 0, slot 0
+	x.RecvAndF(0x0003_0001_0001_ffff) // 3RECV_F1 peer 2, slot 1; 3F1 slot 1
+	x.SendF(0x0003_0001_0000_0001)    // 3SEND_F1 peer 0, slot 1
+	x.RecvAndF(0x0003_0002_0002_ffff) // 3RECV_F2 peer 2, slot 2; 3F2 slot 2
+	x.SendF(0x0003_0002_0000_0002)    // 3SEND_F2 peer 0, slot 2
+	x.RecvAndF(0x0003_0003_0003_ffff) // 3RECV_F3 peer 2, slot 3; 3F3 slot 3
+	x.Load(0x0007_0000_0004_ffff)     // 7DATA_LOAD0 slot 4
+	x.SendF(0x0003_0003_0000_0003)    // 3SEND_F3 peer 0, slot 3
+	x.RecvAndF(0x0007_0000_0004_ffff) // 7RECV_F0 peer 2, slot 4; 7F0 slot 4
+	x.RecvF(0x0007_0001_0002_0005)    // 7RECV_F1 peer 2, slot 5
+	x.I(0x0007_0000_0004_ffff)        // 7I0 slot 4
+	x.RecvF(0x0007_0002_0002_0006)    // 7RECV_F2 peer 2, slot 6
+	x.SendB(0x0007_0000_0002_0004)    // 7SEND_B0 peer 2, slot 4
+	x.W(0x0007_0000_0004_ffff)        // 7W0 slot 4
+	x.Load(0x0007_0001_0005_ffff)     // 7DATA_LOAD1 slot 5
+	x.F(0x0007_0001_0005_ffff)        // 7F1 slot 5
+	x.I(0x0007_0001_0005_ffff)        // 7I1 slot 5
+	x.RecvF(0x0007_0003_0002_0004)    // 7RECV_F3 peer 2, slot 4
+	x.RecvB(0x0003_0000_0000_0000)    // 3RECV_B0 peer 0, slot 0
+	x.SendB(0x0007_0001_0002_0005)    // 7SEND_B1 peer 2, slot 5
+	x.W(0x0007_0001_0005_ffff)        // 7W1 slot 5
+	x.Load(0x0007_0002_0006_ffff)     // 7DATA_LOAD2 slot 6
+	x.F(0x0007_0002_0006_ffff)        // 7F2 slot 6
+	x.I(0x0007_0002_0006_ffff)        // 7I2 slot 6
+	x.RecvF(0x0003_0004_0002_0005)    // 3RECV_F4 peer 2, slot 5
+	x.RecvB(0x0003_0001_0000_0001)    // 3RECV_B1 peer 0, slot 1
+	x.SendB(0x0007_0002_0002_0006)    // 7SEND_B2 peer 2, slot 6
+	x.W(0x0007_0002_0006_ffff)        // 7W2 slot 6
+	x.Load(0x0007_0003_0004_ffff)     // 7DATA_LOAD3 slot 4
+	x.F(0x0007_0003_0004_ffff)        // 7F3 slot 4
+	x.I(0x0007_0003_0004_ffff)        // 7I3 slot 4
+	x.RecvF(0x0003_0005_0002_0006)    // 3RECV_F5 peer 2, slot 6
+	x.SendB(0x0007_0003_0002_0004)    // 7SEND_B3 peer 2, slot 4
+	x.W(0x0007_0003_0004_ffff)        // 7W3 slot 4
+	x.FAndSend(0x0003_0004_0005_ffff) // 3F4 slot 5; 3SEND_F4 peer 0, slot 5
+	x.I(0x0003_0000_0000_ffff)        // 3I0 slot 0
+	x.RecvF(0x0003_0006_0002_0004)    // 3RECV_F6 peer 2, slot 4
+	x.SendB(0x0003_0000_0002_0000)    // 3SEND_B0 peer 2, slot 0
+	x.W(0x0003_0000_0000_ffff)        // 3W0 slot 0
+	x.F(0x0003_0005_0006_ffff)        // 3F5 slot 6
+	x.RecvB(0x0003_0002_0000_0002)    // 3RECV_B2 peer 0, slot 2
+	x.SendF(0x0003_0005_0000_0006)    // 3SEND_F5 peer 0, slot 6
+	x.I(0x0003_0001_0001_ffff)        // 3I1 slot 1
+	x.RecvF(0x0003_0007_0002_0000)    // 3RECV_F7 peer 2, slot 0
+	x.SendB(0x0003_0001_0002_0001)    // 3SEND_B1 peer 2, slot 1
+	x.W(0x0003_0001_0001_ffff)        // 3W1 slot 1
+	x.F(0x0003_0006_0004_ffff)        // 3F6 slot 4
+	x.RecvB(0x0003_0003_0000_0003)    // 3RECV_B3 peer 0, slot 3
+	x.SendF(0x0003_0006_0000_0004)    // 3SEND_F6 peer 0, slot 4
+	x.I(0x0003_0002_0002_ffff)        // 3I2 slot 2
+	x.RecvF(0x0007_0004_0002_0001)    // 7RECV_F4 peer 2, slot 1
+	x.SendB(0x0003_0002_0002_0002)    // 3SEND_B2 peer 2, slot 2
+	x.W(0x0003_0002_0002_ffff)        // 3W2 slot 2
+	x.FAndSend(0x0003_0007_0000_ffff) // 3F7 slot 0; 3SEND_F7 peer 0, slot 0
+	x.I(0x0003_0003_0003_ffff)        // 3I3 slot 3
+	x.RecvF(0x0007_0005_0002_0002)    // 7RECV_F5 peer 2, slot 2
+	x.SendB(0x0003_0003_0002_0003)    // 3SEND_B3 peer 2, slot 3
+	x.W(0x0003_0003_0003_ffff)        // 3W3 slot 3
+	x.Load(0x0007_0004_0001_ffff)     // 7DATA_LOAD4 slot 1
+	x.F(0x0007_0004_0001_ffff)        // 7F4 slot 1
+	x.I(0x0007_0004_0001_ffff)        // 7I4 slot 1
+	x.RecvF(0x0007_0006_0002_0003)    // 7RECV_F6 peer 2, slot 3
+	x.SendB(0x0007_0004_0002_0001)    // 7SEND_B4 peer 2, slot 1
+	x.W(0x0007_0004_0001_ffff)        // 7W4 slot 1
+	x.Load(0x0007_0005_0002_ffff)     // 7DATA_LOAD5 slot 2
+	x.F(0x0007_0005_0002_ffff)        // 7F5 slot 2
+	x.I(0x0007_0005_0002_ffff)        // 7I5 slot 2
+	x.RecvF(0x0007_0007_0002_0001)    // 7RECV_F7 peer 2, slot 1
+	x.SendB(0x0007_0005_0002_0002)    // 7SEND_B5 peer 2, slot 2
+	x.W(0x0007_0005_0002_ffff)        // 7W5 slot 2
+	x.Load(0x0007_0006_0003_ffff)     // 7DATA_LOAD6 slot 3
+	x.F(0x0007_0006_0003_ffff)        // 7F6 slot 3
+	x.RecvB(0x0003_0004_0000_0005)    // 3RECV_B4 peer 0, slot 5
+	x.I(0x0007_0006_0003_ffff)        // 7I6 slot 3
+	x.RecvB(0x0003_0005_0000_0006)    // 3RECV_B5 peer 0, slot 6
+	x.SendB(0x0007_0006_0002_0003)    // 7SEND_B6 peer 2, slot 3
+	x.W(0x0007_0006_0003_ffff)        // 7W6 slot 3
+	x.Load(0x0007_0007_0001_ffff)     // 7DATA_LOAD7 slot 1
+	x.F(0x0007_0007_0001_ffff)        // 7F7 slot 1
+	x.I(0x0007_0007_0001_ffff)        // 7I7 slot 1
+	x.RecvB(0x0003_0006_0000_0004)    // 3RECV_B6 peer 0, slot 4
+	x.SendB(0x0007_0007_0002_0001)    // 7SEND_B7 peer 2, slot 1
+	x.W(0x0007_0007_0001_ffff)        // 7W7 slot 1
+	x.IAndSend(0x0003_0004_0005_ffff) // 3I4 slot 5; 3SEND_B4 peer 2, slot 5
+	x.W(0x0003_0004_0005_ffff)        // 3W4 slot 5
+	x.I(0x0003_0005_0006_ffff)        // 3I5 slot 6
+	x.RecvB(0x0003_0007_0000_0000)    // 3RECV_B7 peer 0, slot 0
+	x.SendB(0x0003_0005_0002_0006)    // 3SEND_B5 peer 2, slot 6
+	x.W(0x0003_0005_0006_ffff)        // 3W5 slot 6
+	x.IAndSend(0x0003_0006_0004_ffff) // 3I6 slot 4; 3SEND_B6 peer 2, slot 4
+	x.W(0x0003_0006_0004_ffff)        // 3W6 slot 4
+	x.IAndSend(0x0003_0007_0000_ffff) // 3I7 slot 0; 3SEND_B7 peer 2, slot 0
+	x.W(0x0003_0007_0000_ffff)        // 3W7 slot 0
 	x.OptStep()
 }
 

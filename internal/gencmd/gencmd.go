@@ -225,8 +225,13 @@ func Invocation(cmd string, fs *flag.FlagSet) string {
 			return
 		}
 		if bf, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
-			if fl.Value.String() == "true" {
+			switch v := fl.Value.String(); {
+			case v == fl.DefValue:
+				// set to its default: nothing to record
+			case v == "true":
 				parts = append(parts, "-"+fl.Name)
+			default:
+				parts = append(parts, "-"+fl.Name+"="+v)
 			}
 			return
 		}
@@ -301,6 +306,7 @@ type Request struct {
 	Package string // -package as given
 	Table   bool   // -table
 	Helper  int    // -helper
+	Fuse    bool   // -fuse
 	// Invocation is what the generated header records (see Invocation).
 	Invocation string
 	Env        Env
@@ -312,7 +318,8 @@ func (r *Request) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.Out, "o", "", "output file (default: $GOFILE's name with _gen.go under go generate, else schedule_gen.go; - for stdout)")
 	fs.StringVar(&r.Package, "package", "", "package name (default: $GOPACKAGE, else the output directory's name)")
 	fs.BoolVar(&r.Table, "table", false, "also emit the program as data (pipe.Op table) for the interpreter")
-	fs.IntVar(&r.Helper, "helper", 0, "steps per helper function (0: the emitter's default)")
+	fs.IntVar(&r.Helper, "helper", 0, "calls per helper function (0: the emitter's default)")
+	fs.BoolVar(&r.Fuse, "fuse", true, "emit adjacent steps of one chunk (F and its send, a receive and its consumer, ...) as one call; -fuse=false: one call per step")
 }
 
 // PrintDefaults writes the flags of `ppgen gen` and their usage to w.
@@ -401,6 +408,7 @@ func (r *Request) Generate() ([]byte, gen.Result, error) {
 		Schedule:   schedule,
 		HelperSize: r.Helper,
 		Table:      r.Table,
+		NoFuse:     !r.Fuse,
 	})
 	return src, res, err
 }

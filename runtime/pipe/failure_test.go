@@ -277,6 +277,10 @@ func TestStepMisuse(t *testing.T) {
 		{"src below -1", 1, func(x *pipe.Exec) { x.Backward(1, 0, 0, -2) }, "source slot -2 invalid"},
 		{"packed micro range", 1, func(x *pipe.Exec) { x.F(0x0001_0009_0000_ffff) }, "rank 1 step 1F9: micro-batch 9 outside [0, 2)"},
 		{"packed -1 stage", 1, func(x *pipe.Exec) { x.W(0xffff_0000_0000_ffff) }, "stage -1 outside [0, 3)"},
+		// A fused call stops at its first failing half.
+		{"fused recv on stage 0", 0, func(x *pipe.Exec) { x.RecvAndF(0x0000_0000_0000_ffff) }, "rank 0 step 0RECV_F0: stage 0 has no neighbour stage -1"},
+		{"fused forward fails first", 0, func(x *pipe.Exec) { x.FAndSend(0x0000_0000_0000_ffff) }, "rank 0 step 0F0: no input in slot 0"},
+		{"fused send to a missing stage", 2, func(x *pipe.Exec) { x.RecvAndB(0x0002_0000_0000_ffff) }, "rank 2 step 2RECV_B0: stage 2 has no neighbour stage 3"},
 		{"slot reuse with pending recv", 1, func(x *pipe.Exec) { x.RecvAct(1, 0, 0, 0); x.RecvAct(1, 1, 0, 0) },
 			"rank 1 step 1RECV_F1 (peer rank 0): slot 0 still has a pending receive for chunk (stage 1, micro 0)"},
 	}

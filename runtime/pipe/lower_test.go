@@ -373,7 +373,34 @@ func writeCalls(b *bytes.Buffer, ops []pipe.Op) {
 		}
 		fmt.Fprintf(b, "\tx.%s(%#016x)\n", method, uint64(a))
 	}
-	for _, o := range ops {
+	// Adjacent steps of one chunk fuse as gen/emit fuses them.
+	fused := map[[2]pipe.OpKind]string{
+		{pipe.OpForward, pipe.OpSendAct}:        "FAndSend",
+		{pipe.OpRecvAct, pipe.OpForward}:        "RecvAndF",
+		{pipe.OpRecvGrad, pipe.OpBackward}:      "RecvAndB",
+		{pipe.OpBackward, pipe.OpSendGrad}:      "BAndSend",
+		{pipe.OpRecvGrad, pipe.OpBackwardInput}: "RecvAndI",
+		{pipe.OpBackwardInput, pipe.OpSendGrad}: "IAndSend",
+	}
+	for i := 0; i < len(ops); i++ {
+		o := ops[i]
+		if i+1 < len(ops) {
+			n := ops[i+1]
+			if m, ok := fused[[2]pipe.OpKind{o.Kind, n.Kind}]; ok && o.Stage == n.Stage && o.Micro == n.Micro && o.Slot == n.Slot {
+				c := o // the compute step
+				if n.Kind != pipe.OpSendAct && n.Kind != pipe.OpSendGrad {
+					c = n
+				}
+				if c == n && c.Src != -1 {
+					// A compute whose input is another slot's does not
+					// consume the receive before it.
+				} else {
+					at(m, c.Stage, c.Micro, c.Slot, c.Src)
+					i++
+					continue
+				}
+			}
+		}
 		switch o.Kind {
 		case pipe.OpDataLoad:
 			at("Load", o.Stage, o.Micro, o.Slot, -1)

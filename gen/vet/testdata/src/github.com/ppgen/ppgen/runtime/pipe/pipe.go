@@ -64,3 +64,10 @@ func (x *Exec) F(a At)     {}
 func (x *Exec) B(a At)     {}
 func (x *Exec) I(a At)     {}
 func (x *Exec) W(a At)     {}
+
+func (x *Exec) FAndSend(a At) {}
+func (x *Exec) RecvAndF(a At) {}
+func (x *Exec) RecvAndB(a At) {}
+func (x *Exec) BAndSend(a At) {}
+func (x *Exec) RecvAndI(a At) {}
+func (x *Exec) IAndSend(a At) {}
