@@ -18,9 +18,10 @@ import (
 // buildCase is one generated file whose `go build` BenchmarkGoBuildGenerated
 // times.
 type buildCase struct {
-	name  string
-	cfg   ir.Config
-	table bool // also emit the Program table (the catalog packages carry one)
+	name   string
+	cfg    ir.Config
+	table  bool // also emit the Program table (the catalog packages carry one)
+	noFuse bool // one call per step (ppgen gen -fuse=false)
 	// helpers are the helper sizes to emit with (0: emit.DefaultHelperSize).
 	helpers []int
 }
@@ -38,7 +39,7 @@ type buildCase struct {
 // regenerated with the catalog's configuration (interleaved V=2 and zbv, both
 // with -table); interleaved P=64, V=2, M=256 (about 200k steps) with helper
 // sizes 50, 100 (the default) and 400, plus the default helper size with
-// -table.
+// -table and with -fuse=false (one call per step).
 //
 // Metrics: ns/step (wall time of `go build` over the emitted steps);
 // cpu-ns/step and cpu-s/op (user + system time of the go command and the
@@ -81,6 +82,7 @@ func BenchmarkGoBuildGenerated(b *testing.B) {
 		{name: "catalog/zbv/P=4/M=8", cfg: ir.Config{Schedule: "zbv", Ranks: 4, Micro: 8}, table: true},
 		{name: "interleaved/P=64/V=2/M=256", cfg: ir.Config{Schedule: "interleaved", Ranks: 64, Virtual: 2, Micro: 256}, helpers: []int{50, 100, 400}},
 		{name: "interleaved/P=64/V=2/M=256/table", cfg: ir.Config{Schedule: "interleaved", Ranks: 64, Virtual: 2, Micro: 256}, table: true, helpers: []int{100}},
+		{name: "interleaved/P=64/V=2/M=256/nofuse", cfg: ir.Config{Schedule: "interleaved", Ranks: 64, Virtual: 2, Micro: 256}, noFuse: true, helpers: []int{100}},
 	}
 	// The fixed cost of `go build` (go command start, package loading, a
 	// compile of a package that only imports runtime/pipe) for comparison.
@@ -110,7 +112,7 @@ func BenchmarkGoBuildGenerated(b *testing.B) {
 					}
 					lowered[key] = res
 				}
-				src, err := Emit(res, emit.Options{Package: "buildbench", Schedule: res.Config.Schedule, HelperSize: h, Table: c.table,
+				src, err := Emit(res, emit.Options{Package: "buildbench", Schedule: res.Config.Schedule, HelperSize: h, Table: c.table, NoFuse: c.noFuse,
 					Invocation: "BenchmarkGoBuildGenerated " + name})
 				if err != nil {
 					b.Fatal(err)

@@ -28,8 +28,9 @@ import (
 const PipePath = "github.com/ppgen/ppgen/runtime/pipe"
 
 // DefaultHelperSize is the number of calls per helper function when
-// Options.HelperSize is 0. Helpers of about 100 small calls keep `go build`
-// near 24 µs per emitted step; much larger functions cost 75-150 µs per step.
+// Options.HelperSize is 0. Helpers of 50 to 400 calls build about equally
+// fast (BENCHMARKS.md); 100 uses the least compiler memory, and one function
+// of thousands of calls costs several times more per call.
 const DefaultHelperSize = 100
 
 // Options control the generated file.
