@@ -39,6 +39,14 @@ func (a At) Unpack() (stage, micro, c, d int) {
 	return atField(uint64(a) >> 48), atField(uint64(a) >> 32), atField(uint64(a) >> 16), atField(uint64(a))
 }
 
+// fields returns a's four fields as they are, 0xffff as 65535: the step
+// methods' fast paths decode with it, for which 65535 is outside every valid
+// range just as -1 is (a Spec has at most 65535 of anything, so indices stop
+// at 65534); their slow paths, which explain the error, use Unpack.
+func (a At) fields() (stage, micro, c, d int) {
+	return int(a >> 48), int(a >> 32 & atNone), int(a >> 16 & atNone), int(a & atNone)
+}
+
 // atField is the low 16 bits of v as an int, 0xffff as -1.
 func atField(v uint64) int {
 	v &= atNone

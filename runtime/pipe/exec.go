@@ -455,7 +455,7 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 //
 //go:noinline
 func (x *Exec) Load(a At) {
-	stage, micro, slot, _ := a.Unpack()
+	stage, micro, slot, _ := a.fields()
 	if x.failed.Load() {
 		return
 	}
@@ -487,6 +487,8 @@ func (x *Exec) Load(a At) {
 			return
 		}
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, slot, _ = a.Unpack()
 	x.dataLoadSlow(stage, micro, slot)
 }
 
@@ -547,7 +549,7 @@ func (x *Exec) dataFail(stage, micro int, err error, what string) {
 //
 //go:noinline
 func (x *Exec) RecvF(a At) {
-	stage, micro, peer, slot := a.Unpack()
+	stage, micro, peer, slot := a.fields()
 	if x.failed.Load() {
 		return
 	}
@@ -567,6 +569,8 @@ func (x *Exec) RecvF(a At) {
 			return
 		}
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, peer, slot = a.Unpack()
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpRecvAct, stage, micro, slot, peer)
 		return
@@ -600,7 +604,7 @@ func (x *Exec) RecvAct(stage, micro, peer, slot int) {
 //
 //go:noinline
 func (x *Exec) SendF(a At) {
-	stage, micro, peer, slot := a.Unpack()
+	stage, micro, peer, slot := a.fields()
 	if x.failed.Load() {
 		return
 	}
@@ -608,6 +612,8 @@ func (x *Exec) SendF(a At) {
 		x.post(commOp{ch: transport.Act, kind: OpSendAct, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.y})
 		return
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, peer, slot = a.Unpack()
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpSendAct, stage, micro, slot, peer)
 		return
@@ -655,7 +661,7 @@ func (x *Exec) heldSlot(stage, micro, peer, slot int, peers []int) *slotState {
 //
 //go:noinline
 func (x *Exec) RecvB(a At) {
-	stage, micro, peer, slot := a.Unpack()
+	stage, micro, peer, slot := a.fields()
 	if x.failed.Load() {
 		return
 	}
@@ -664,6 +670,8 @@ func (x *Exec) RecvB(a At) {
 		x.post(commOp{recv: true, ch: transport.Grad, kind: OpRecvGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot)})
 		return
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, peer, slot = a.Unpack()
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpRecvGrad, stage, micro, slot, peer)
 		return
@@ -698,7 +706,7 @@ func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
 //
 //go:noinline
 func (x *Exec) SendB(a At) {
-	stage, micro, peer, slot := a.Unpack()
+	stage, micro, peer, slot := a.fields()
 	if x.failed.Load() {
 		return
 	}
@@ -706,6 +714,8 @@ func (x *Exec) SendB(a At) {
 		x.post(commOp{ch: transport.Grad, kind: OpSendGrad, peer: int32(peer), stage: int32(stage), micro: int32(micro), slot: int32(slot), t: s.dx})
 		return
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, peer, slot = a.Unpack()
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpSendGrad, stage, micro, slot, peer)
 		return
@@ -742,7 +752,10 @@ func (x *Exec) SendGrad(stage, micro, peer, slot int) {
 //
 //go:noinline
 func (x *Exec) F(a At) {
-	stage, micro, slot, src := a.Unpack()
+	stage, micro, slot, src := a.fields()
+	if src == atNone {
+		src = -1
+	}
 	if x.failed.Load() {
 		return
 	}
@@ -796,6 +809,8 @@ func (x *Exec) F(a At) {
 			return
 		}
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, slot, src = a.Unpack()
 	x.forwardSlow(stage, micro, slot, src)
 }
 
@@ -909,7 +924,10 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 //
 //go:noinline
 func (x *Exec) B(a At) {
-	stage, micro, slot, src := a.Unpack()
+	stage, micro, slot, src := a.fields()
+	if src == atNone {
+		src = -1
+	}
 	if x.failed.Load() {
 		return
 	}
@@ -935,6 +953,8 @@ func (x *Exec) B(a At) {
 			}
 		}
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, slot, src = a.Unpack()
 	x.backwardSlow(OpBackward, stage, micro, slot, src)
 }
 
@@ -953,7 +973,10 @@ func (x *Exec) Backward(stage, micro, slot, src int) {
 //
 //go:noinline
 func (x *Exec) I(a At) {
-	stage, micro, slot, src := a.Unpack()
+	stage, micro, slot, src := a.fields()
+	if src == atNone {
+		src = -1
+	}
 	if x.failed.Load() {
 		return
 	}
@@ -971,6 +994,8 @@ func (x *Exec) I(a At) {
 			}
 		}
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, slot, src = a.Unpack()
 	x.backwardSlow(OpBackwardInput, stage, micro, slot, src)
 }
 
@@ -1088,7 +1113,7 @@ func (x *Exec) backwardRun(k OpKind, s *slotState, stage, micro int, dy *tensor.
 //
 //go:noinline
 func (x *Exec) W(a At) {
-	stage, micro, slot, _ := a.Unpack()
+	stage, micro, slot, _ := a.fields()
 	if x.failed.Load() {
 		return
 	}
@@ -1098,6 +1123,8 @@ func (x *Exec) W(a At) {
 			return
 		}
 	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, slot, _ = a.Unpack()
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpBackwardWeight, stage, micro, slot, -1)
 		return
