@@ -202,192 +202,192 @@ func rank3Part0(x *pipe.Exec) {
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
 var Program = [][]pipe.Op{
-	{ // rank 0
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 4, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 5, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 6, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
-	{ // rank 1
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 4, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 4, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 4, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 4, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 6, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 7, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
-	{ // rank 2
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 3, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 3, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 3, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 3, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 3, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 6, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 6, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 7, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 7, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 6, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
-	{ // rank 3
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 2, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 3, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 2, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 3, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 3, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 4, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 3, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 4, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 4, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 5, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 3, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
+	pipe.DecodeOps("LFLsFLsFLsFsRBLFsRBLFsRBLFsRBLFsRBRBRBRBO", []pipe.At{ // rank 0
+		0x0000_0000_0000_ffff, // 0DATA_LOAD0 slot 0
+		0x0000_0000_0000_ffff, // 0F0 slot 0
+		0x0000_0001_0001_ffff, // 0DATA_LOAD1 slot 1
+		0x0000_0000_0001_0000, // 0SEND_F0 peer 1, slot 0
+		0x0000_0001_0001_ffff, // 0F1 slot 1
+		0x0000_0002_0002_ffff, // 0DATA_LOAD2 slot 2
+		0x0000_0001_0001_0001, // 0SEND_F1 peer 1, slot 1
+		0x0000_0002_0002_ffff, // 0F2 slot 2
+		0x0000_0003_0003_ffff, // 0DATA_LOAD3 slot 3
+		0x0000_0002_0001_0002, // 0SEND_F2 peer 1, slot 2
+		0x0000_0003_0003_ffff, // 0F3 slot 3
+		0x0000_0003_0001_0003, // 0SEND_F3 peer 1, slot 3
+		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
+		0x0000_0000_0000_ffff, // 0B0 slot 0
+		0x0000_0004_0000_ffff, // 0DATA_LOAD4 slot 0
+		0x0000_0004_0000_ffff, // 0F4 slot 0
+		0x0000_0004_0001_0000, // 0SEND_F4 peer 1, slot 0
+		0x0000_0001_0001_0001, // 0RECV_B1 peer 1, slot 1
+		0x0000_0001_0001_ffff, // 0B1 slot 1
+		0x0000_0005_0001_ffff, // 0DATA_LOAD5 slot 1
+		0x0000_0005_0001_ffff, // 0F5 slot 1
+		0x0000_0005_0001_0001, // 0SEND_F5 peer 1, slot 1
+		0x0000_0002_0001_0002, // 0RECV_B2 peer 1, slot 2
+		0x0000_0002_0002_ffff, // 0B2 slot 2
+		0x0000_0006_0002_ffff, // 0DATA_LOAD6 slot 2
+		0x0000_0006_0002_ffff, // 0F6 slot 2
+		0x0000_0006_0001_0002, // 0SEND_F6 peer 1, slot 2
+		0x0000_0003_0001_0003, // 0RECV_B3 peer 1, slot 3
+		0x0000_0003_0003_ffff, // 0B3 slot 3
+		0x0000_0007_0003_ffff, // 0DATA_LOAD7 slot 3
+		0x0000_0007_0003_ffff, // 0F7 slot 3
+		0x0000_0007_0001_0003, // 0SEND_F7 peer 1, slot 3
+		0x0000_0004_0001_0000, // 0RECV_B4 peer 1, slot 0
+		0x0000_0004_0000_ffff, // 0B4 slot 0
+		0x0000_0005_0001_0001, // 0RECV_B5 peer 1, slot 1
+		0x0000_0005_0001_ffff, // 0B5 slot 1
+		0x0000_0006_0001_0002, // 0RECV_B6 peer 1, slot 2
+		0x0000_0006_0002_ffff, // 0B6 slot 2
+		0x0000_0007_0001_0003, // 0RECV_B7 peer 1, slot 3
+		0x0000_0007_0003_ffff, // 0B7 slot 3
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
+	pipe.DecodeOps("rFsrFsrFsrRBSFsRBrSFsRBrSFsRBrSFsRBrSFsRBSRBSRBSO", []pipe.At{ // rank 1
+		0x0001_0000_0000_0000, // 1RECV_F0 peer 0, slot 0
+		0x0001_0000_0000_ffff, // 1F0 slot 0
+		0x0001_0000_0002_0000, // 1SEND_F0 peer 2, slot 0
+		0x0001_0001_0000_0001, // 1RECV_F1 peer 0, slot 1
+		0x0001_0001_0001_ffff, // 1F1 slot 1
+		0x0001_0001_0002_0001, // 1SEND_F1 peer 2, slot 1
+		0x0001_0002_0000_0002, // 1RECV_F2 peer 0, slot 2
+		0x0001_0002_0002_ffff, // 1F2 slot 2
+		0x0001_0002_0002_0002, // 1SEND_F2 peer 2, slot 2
+		0x0001_0003_0000_0003, // 1RECV_F3 peer 0, slot 3
+		0x0001_0000_0002_0000, // 1RECV_B0 peer 2, slot 0
+		0x0001_0000_0000_ffff, // 1B0 slot 0
+		0x0001_0000_0000_0000, // 1SEND_B0 peer 0, slot 0
+		0x0001_0003_0003_ffff, // 1F3 slot 3
+		0x0001_0003_0002_0003, // 1SEND_F3 peer 2, slot 3
+		0x0001_0001_0002_0001, // 1RECV_B1 peer 2, slot 1
+		0x0001_0001_0001_ffff, // 1B1 slot 1
+		0x0001_0004_0000_0000, // 1RECV_F4 peer 0, slot 0
+		0x0001_0001_0000_0001, // 1SEND_B1 peer 0, slot 1
+		0x0001_0004_0000_ffff, // 1F4 slot 0
+		0x0001_0004_0002_0000, // 1SEND_F4 peer 2, slot 0
+		0x0001_0002_0002_0002, // 1RECV_B2 peer 2, slot 2
+		0x0001_0002_0002_ffff, // 1B2 slot 2
+		0x0001_0005_0000_0001, // 1RECV_F5 peer 0, slot 1
+		0x0001_0002_0000_0002, // 1SEND_B2 peer 0, slot 2
+		0x0001_0005_0001_ffff, // 1F5 slot 1
+		0x0001_0005_0002_0001, // 1SEND_F5 peer 2, slot 1
+		0x0001_0003_0002_0003, // 1RECV_B3 peer 2, slot 3
+		0x0001_0003_0003_ffff, // 1B3 slot 3
+		0x0001_0006_0000_0002, // 1RECV_F6 peer 0, slot 2
+		0x0001_0003_0000_0003, // 1SEND_B3 peer 0, slot 3
+		0x0001_0006_0002_ffff, // 1F6 slot 2
+		0x0001_0006_0002_0002, // 1SEND_F6 peer 2, slot 2
+		0x0001_0004_0002_0000, // 1RECV_B4 peer 2, slot 0
+		0x0001_0004_0000_ffff, // 1B4 slot 0
+		0x0001_0007_0000_0003, // 1RECV_F7 peer 0, slot 3
+		0x0001_0004_0000_0000, // 1SEND_B4 peer 0, slot 0
+		0x0001_0007_0003_ffff, // 1F7 slot 3
+		0x0001_0007_0002_0003, // 1SEND_F7 peer 2, slot 3
+		0x0001_0005_0002_0001, // 1RECV_B5 peer 2, slot 1
+		0x0001_0005_0001_ffff, // 1B5 slot 1
+		0x0001_0005_0000_0001, // 1SEND_B5 peer 0, slot 1
+		0x0001_0006_0002_0002, // 1RECV_B6 peer 2, slot 2
+		0x0001_0006_0002_ffff, // 1B6 slot 2
+		0x0001_0006_0000_0002, // 1SEND_B6 peer 0, slot 2
+		0x0001_0007_0002_0003, // 1RECV_B7 peer 2, slot 3
+		0x0001_0007_0003_ffff, // 1B7 slot 3
+		0x0001_0007_0000_0003, // 1SEND_B7 peer 0, slot 3
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
+	pipe.DecodeOps("rFsrFsrRBSFsRBrSFsRBrSFsRBrSFsRBrSFsRBrSFsRBSRBSO", []pipe.At{ // rank 2
+		0x0002_0000_0001_0000, // 2RECV_F0 peer 1, slot 0
+		0x0002_0000_0000_ffff, // 2F0 slot 0
+		0x0002_0000_0003_0000, // 2SEND_F0 peer 3, slot 0
+		0x0002_0001_0001_0001, // 2RECV_F1 peer 1, slot 1
+		0x0002_0001_0001_ffff, // 2F1 slot 1
+		0x0002_0001_0003_0001, // 2SEND_F1 peer 3, slot 1
+		0x0002_0002_0001_0002, // 2RECV_F2 peer 1, slot 2
+		0x0002_0000_0003_0000, // 2RECV_B0 peer 3, slot 0
+		0x0002_0000_0000_ffff, // 2B0 slot 0
+		0x0002_0000_0001_0000, // 2SEND_B0 peer 1, slot 0
+		0x0002_0002_0002_ffff, // 2F2 slot 2
+		0x0002_0002_0003_0002, // 2SEND_F2 peer 3, slot 2
+		0x0002_0001_0003_0001, // 2RECV_B1 peer 3, slot 1
+		0x0002_0001_0001_ffff, // 2B1 slot 1
+		0x0002_0003_0001_0000, // 2RECV_F3 peer 1, slot 0
+		0x0002_0001_0001_0001, // 2SEND_B1 peer 1, slot 1
+		0x0002_0003_0000_ffff, // 2F3 slot 0
+		0x0002_0003_0003_0000, // 2SEND_F3 peer 3, slot 0
+		0x0002_0002_0003_0002, // 2RECV_B2 peer 3, slot 2
+		0x0002_0002_0002_ffff, // 2B2 slot 2
+		0x0002_0004_0001_0001, // 2RECV_F4 peer 1, slot 1
+		0x0002_0002_0001_0002, // 2SEND_B2 peer 1, slot 2
+		0x0002_0004_0001_ffff, // 2F4 slot 1
+		0x0002_0004_0003_0001, // 2SEND_F4 peer 3, slot 1
+		0x0002_0003_0003_0000, // 2RECV_B3 peer 3, slot 0
+		0x0002_0003_0000_ffff, // 2B3 slot 0
+		0x0002_0005_0001_0002, // 2RECV_F5 peer 1, slot 2
+		0x0002_0003_0001_0000, // 2SEND_B3 peer 1, slot 0
+		0x0002_0005_0002_ffff, // 2F5 slot 2
+		0x0002_0005_0003_0002, // 2SEND_F5 peer 3, slot 2
+		0x0002_0004_0003_0001, // 2RECV_B4 peer 3, slot 1
+		0x0002_0004_0001_ffff, // 2B4 slot 1
+		0x0002_0006_0001_0000, // 2RECV_F6 peer 1, slot 0
+		0x0002_0004_0001_0001, // 2SEND_B4 peer 1, slot 1
+		0x0002_0006_0000_ffff, // 2F6 slot 0
+		0x0002_0006_0003_0000, // 2SEND_F6 peer 3, slot 0
+		0x0002_0005_0003_0002, // 2RECV_B5 peer 3, slot 2
+		0x0002_0005_0002_ffff, // 2B5 slot 2
+		0x0002_0007_0001_0001, // 2RECV_F7 peer 1, slot 1
+		0x0002_0005_0001_0002, // 2SEND_B5 peer 1, slot 2
+		0x0002_0007_0001_ffff, // 2F7 slot 1
+		0x0002_0007_0003_0001, // 2SEND_F7 peer 3, slot 1
+		0x0002_0006_0003_0000, // 2RECV_B6 peer 3, slot 0
+		0x0002_0006_0000_ffff, // 2B6 slot 0
+		0x0002_0006_0001_0000, // 2SEND_B6 peer 1, slot 0
+		0x0002_0007_0003_0001, // 2RECV_B7 peer 3, slot 1
+		0x0002_0007_0001_ffff, // 2B7 slot 1
+		0x0002_0007_0001_0001, // 2SEND_B7 peer 1, slot 1
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
+	pipe.DecodeOps("LrFrBLSFBLrSFBLrSFBLrSFBLrSFBLrSFBLrSFBSO", []pipe.At{ // rank 3
+		0x0003_0000_0000_ffff, // 3DATA_LOAD0 slot 0
+		0x0003_0000_0002_0000, // 3RECV_F0 peer 2, slot 0
+		0x0003_0000_0000_ffff, // 3F0 slot 0
+		0x0003_0001_0002_0001, // 3RECV_F1 peer 2, slot 1
+		0x0003_0000_0000_ffff, // 3B0 slot 0
+		0x0003_0001_0001_ffff, // 3DATA_LOAD1 slot 1
+		0x0003_0000_0002_0000, // 3SEND_B0 peer 2, slot 0
+		0x0003_0001_0001_ffff, // 3F1 slot 1
+		0x0003_0001_0001_ffff, // 3B1 slot 1
+		0x0003_0002_0000_ffff, // 3DATA_LOAD2 slot 0
+		0x0003_0002_0002_0000, // 3RECV_F2 peer 2, slot 0
+		0x0003_0001_0002_0001, // 3SEND_B1 peer 2, slot 1
+		0x0003_0002_0000_ffff, // 3F2 slot 0
+		0x0003_0002_0000_ffff, // 3B2 slot 0
+		0x0003_0003_0001_ffff, // 3DATA_LOAD3 slot 1
+		0x0003_0003_0002_0001, // 3RECV_F3 peer 2, slot 1
+		0x0003_0002_0002_0000, // 3SEND_B2 peer 2, slot 0
+		0x0003_0003_0001_ffff, // 3F3 slot 1
+		0x0003_0003_0001_ffff, // 3B3 slot 1
+		0x0003_0004_0000_ffff, // 3DATA_LOAD4 slot 0
+		0x0003_0004_0002_0000, // 3RECV_F4 peer 2, slot 0
+		0x0003_0003_0002_0001, // 3SEND_B3 peer 2, slot 1
+		0x0003_0004_0000_ffff, // 3F4 slot 0
+		0x0003_0004_0000_ffff, // 3B4 slot 0
+		0x0003_0005_0001_ffff, // 3DATA_LOAD5 slot 1
+		0x0003_0005_0002_0001, // 3RECV_F5 peer 2, slot 1
+		0x0003_0004_0002_0000, // 3SEND_B4 peer 2, slot 0
+		0x0003_0005_0001_ffff, // 3F5 slot 1
+		0x0003_0005_0001_ffff, // 3B5 slot 1
+		0x0003_0006_0000_ffff, // 3DATA_LOAD6 slot 0
+		0x0003_0006_0002_0000, // 3RECV_F6 peer 2, slot 0
+		0x0003_0005_0002_0001, // 3SEND_B5 peer 2, slot 1
+		0x0003_0006_0000_ffff, // 3F6 slot 0
+		0x0003_0006_0000_ffff, // 3B6 slot 0
+		0x0003_0007_0001_ffff, // 3DATA_LOAD7 slot 1
+		0x0003_0007_0002_0001, // 3RECV_F7 peer 2, slot 1
+		0x0003_0006_0002_0000, // 3SEND_B6 peer 2, slot 0
+		0x0003_0007_0001_ffff, // 3F7 slot 1
+		0x0003_0007_0001_ffff, // 3B7 slot 1
+		0x0003_0007_0002_0001, // 3SEND_B7 peer 2, slot 1
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
 }

@@ -33,6 +33,7 @@ type Call struct {
 	Method string
 	Packed string // "" when the step is emitted as Method
 	Op     string
+	Code   byte // the op's letter in a -table kinds string (pipe.DecodeOps)
 	Args   Shape
 }
 
@@ -42,7 +43,7 @@ func Calls() []Call {
 	out := make([]Call, 0, len(calls))
 	for _, k := range ir.Kinds() {
 		if c, ok := calls[k]; ok {
-			out = append(out, Call{Kind: k, Method: c.method, Packed: c.packed, Op: c.op, Args: c.args})
+			out = append(out, Call{Kind: k, Method: c.method, Packed: c.packed, Op: c.op, Code: c.code, Args: c.args})
 		}
 	}
 	return out
@@ -55,24 +56,25 @@ type call struct {
 	op     string
 	args   Shape
 	packed string
+	code   byte // the op's letter in the -table kinds string (pipe.OpKind.Code)
 }
 
 // calls is the step kind -> runtime call table (docs/internals.md, "The
 // runtime API generated code calls"). A kind missing here has no runtime call
 // yet and Emit rejects it; supporting a new kind is one entry.
 var calls = map[ir.Kind]call{
-	ir.DataLoad:       {"DataLoad", "OpDataLoad", ArgsLocal, "Load"},
-	ir.RecvF:          {"RecvAct", "OpRecvAct", ArgsComm, "RecvF"},
-	ir.SendF:          {"SendAct", "OpSendAct", ArgsComm, "SendF"},
-	ir.RecvB:          {"RecvGrad", "OpRecvGrad", ArgsComm, "RecvB"},
-	ir.SendB:          {"SendGrad", "OpSendGrad", ArgsComm, "SendB"},
-	ir.Forward:        {"Forward", "OpForward", ArgsCompute, "F"},
-	ir.Backward:       {"Backward", "OpBackward", ArgsCompute, "B"},
-	ir.BackwardInput:  {"BackwardInput", "OpBackwardInput", ArgsCompute, "I"},
-	ir.BackwardWeight: {"BackwardWeight", "OpBackwardWeight", ArgsLocal, "W"},
-	ir.OptStep:        {"OptStep", "OpOptStep", ArgsNone, ""},
-	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", ArgsOverlap, ""},
-	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", ArgsOverlap, ""},
+	ir.DataLoad:       {"DataLoad", "OpDataLoad", ArgsLocal, "Load", 'L'},
+	ir.RecvF:          {"RecvAct", "OpRecvAct", ArgsComm, "RecvF", 'r'},
+	ir.SendF:          {"SendAct", "OpSendAct", ArgsComm, "SendF", 's'},
+	ir.RecvB:          {"RecvGrad", "OpRecvGrad", ArgsComm, "RecvB", 'R'},
+	ir.SendB:          {"SendGrad", "OpSendGrad", ArgsComm, "SendB", 'S'},
+	ir.Forward:        {"Forward", "OpForward", ArgsCompute, "F", 'F'},
+	ir.Backward:       {"Backward", "OpBackward", ArgsCompute, "B", 'B'},
+	ir.BackwardInput:  {"BackwardInput", "OpBackwardInput", ArgsCompute, "I", 'I'},
+	ir.BackwardWeight: {"BackwardWeight", "OpBackwardWeight", ArgsLocal, "W", 'W'},
+	ir.OptStep:        {"OptStep", "OpOptStep", ArgsNone, "", 'O'},
+	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", ArgsOverlap, "", 'X'},
+	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", ArgsOverlap, "", 'Y'},
 }
 
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch

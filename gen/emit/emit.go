@@ -53,7 +53,7 @@ type Options struct {
 	// chunk listed by Fusions (a forward and the send of its output, a
 	// receive and the compute that consumes it, ...) are one call.
 	NoFuse bool
-	// Table also emits `var Program = [][]pipe.Op{...}`, the steps as data
+	// Table also emits `var Program = [][]pipe.Op{pipe.DecodeOps(...), ...}`, the steps as data
 	// for pipe.Interpret.
 	Table bool
 }
@@ -287,44 +287,49 @@ func atLiteral(stage, micro, c, d int) string {
 	return fmt.Sprintf("0x%04x_%04x_%04x_%04x", f(stage), f(micro), f(c), f(d))
 }
 
-// emitTable writes `var Program = [][]pipe.Op{...}`, one keyed Op per line.
+// emitTable writes `var Program = [][]pipe.Op{pipe.DecodeOps(kinds,
+// []pipe.At{...}), ...}`: per rank, the ops' kind letters as one string and
+// their fields packed one pipe.At per line with the step as a comment. Six
+// keyed fields per op cost the Go compiler about five times as much.
 func emitTable(f *jen.File, ops [][]op) {
 	rows := make([]jen.Code, len(ops))
 	for r, rank := range ops {
-		items := make([]jen.Code, 0, len(rank))
-		for _, o := range rank {
-			if o.args == ArgsOverlap {
-				// The header, then its sub-steps (see calls.go).
-				items = append(items, tableOp(o))
-				for _, s := range o.sub {
-					items = append(items, tableOp(s))
-				}
-				continue
+		var kinds []byte
+		var items []jen.Code
+		add := func(o op, comment string) {
+			kinds = append(kinds, o.code)
+			c, d := o.slot, o.src
+			if o.args == ArgsComm {
+				c, d = o.peer, o.slot
 			}
-			items = append(items, tableOp(o))
+			// The comma is part of the item so that the comment follows it.
+			items = append(items, jen.Op(atLiteral(o.stage, o.micro, c, d)+", // "+comment))
+		}
+		for _, o := range rank {
+			switch o.args {
+			case ArgsOverlap:
+				// The header, then its sub-steps (see calls.go).
+				add(o, o.kind.String())
+				for _, s := range o.sub {
+					add(s, Describe(s.step(), s.src))
+				}
+			case ArgsNone:
+				add(o, o.kind.String())
+			default:
+				add(o, Describe(o.step(), o.src))
+			}
 		}
 		open := "{ // rank " + strconv.Itoa(r)
 		if len(rank) == 0 {
 			open = "{" // a comment would swallow the closing brace
 		}
-		rows[r] = jen.Custom(jen.Options{Open: open, Close: "}", Separator: ",", Multi: true}, items...)
+		rows[r] = jen.Qual(PipePath, "DecodeOps").Call(jen.Lit(string(kinds)),
+			jen.Index().Qual(PipePath, "At").Custom(jen.Options{Open: open, Close: "}", Multi: true}, items...))
 	}
 	f.Line()
 	f.Comment("Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.")
 	f.Var().Id("Program").Op("=").Index().Index().Qual(PipePath, "Op").
 		Custom(multiline, rows...)
-}
-
-// tableOp is the pipe.Op literal of one op.
-func tableOp(o op) jen.Code {
-	return jen.Values(
-		field("Kind", jen.Qual(PipePath, o.op)),
-		field("Stage", jen.Lit(o.stage)),
-		field("Micro", jen.Lit(o.micro)),
-		field("Peer", jen.Lit(o.peer)),
-		field("Slot", jen.Lit(o.slot)),
-		field("Src", jen.Lit(o.src)),
-	)
 }
 
 // resolve checks the program against the runtime API and returns each rank's

@@ -475,23 +475,27 @@ func (c *checker) checkTable() {
 		return
 	}
 	for r, row := range m.table.Elts {
-		cl, ok := row.(*ast.CompositeLit)
+		kinds, ats, ok := c.decodeOpsCall(row)
 		if !ok {
-			c.badf(row, "Program[%d] is not a []pipe.Op literal", r)
+			c.badf(row, "Program[%d] is not pipe.DecodeOps(\"kind letters\", []pipe.At{...}) with constant arguments", r)
 			continue
 		}
 		var want [][6]string // kind, stage, micro, peer, slot, src
 		for _, s := range m.steps[r] {
 			want = append(want, tableRows(s)...)
 		}
-		if len(cl.Elts) != len(want) {
-			c.badf(cl, "Program[%d] holds %d ops but rank %d's function runs %d (overlaps count three)", r, len(cl.Elts), r, len(want))
+		if len(kinds) != len(ats.Elts) {
+			c.badf(ats, "Program[%d] has %d kind letters for %d pipe.At values", r, len(kinds), len(ats.Elts))
 			continue
 		}
-		for i, e := range cl.Elts {
-			got, ok := c.tableOp(e)
+		if len(ats.Elts) != len(want) {
+			c.badf(ats, "Program[%d] holds %d ops but rank %d's function runs %d (overlaps count three)", r, len(ats.Elts), r, len(want))
+			continue
+		}
+		for i, e := range ats.Elts {
+			got, ok := tableOp(kinds[i], e)
 			if !ok {
-				c.badf(e, "Program[%d][%d] is not a keyed pipe.Op literal with constant fields", r, i)
+				c.badf(e, "Program[%d][%d] is kind letter %q with %s: not a kind ppgen writes and a pipe.At constant", r, i, kinds[i], exprString(e))
 				break
 			}
 			if got != want[i] {
@@ -501,6 +505,50 @@ func (c *checker) checkTable() {
 			}
 		}
 	}
+}
+
+// decodeOpsCall reads pipe.DecodeOps("kinds", []pipe.At{...}).
+func (c *checker) decodeOpsCall(e ast.Expr) (string, *ast.CompositeLit, bool) {
+	call, ok := e.(*ast.CallExpr)
+	if !ok || len(call.Args) != 2 {
+		return "", nil, false
+	}
+	if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || !isIdent(sel.X, c.m.pipe) || sel.Sel.Name != "DecodeOps" {
+		return "", nil, false
+	}
+	lit, ok := call.Args[0].(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", nil, false
+	}
+	kinds, err := strconv.Unquote(lit.Value)
+	ats, ok := call.Args[1].(*ast.CompositeLit)
+	return kinds, ats, err == nil && ok
+}
+
+// tableOp reads one op of a DecodeOps call: its kind letter and pipe.At
+// literal, decoded as pipe.DecodeOps does.
+func tableOp(code byte, e ast.Expr) ([6]string, bool) {
+	kind, ok := codeKinds[code]
+	lit, isLit := e.(*ast.BasicLit)
+	if !ok || !isLit || lit.Kind != token.INT {
+		return [6]string{}, false
+	}
+	v, err := strconv.ParseUint(lit.Value, 0, 64)
+	if err != nil {
+		return [6]string{}, false
+	}
+	f := func(shift uint) int {
+		if x := int(v >> shift & emit.AtMax); x != emit.AtMax {
+			return x
+		}
+		return ir.None
+	}
+	stage, micro, peer, slot, src := f(48), f(32), ir.None, f(16), f(0)
+	if kind.IsComm() {
+		peer, slot, src = f(16), f(0), ir.None
+	}
+	itoa := strconv.Itoa
+	return [6]string{opName(kind), itoa(stage), itoa(micro), itoa(peer), itoa(slot), itoa(src)}, true
 }
 
 // tableRows are the pipe.Op fields gen/emit writes for a step.
@@ -527,44 +575,4 @@ func opName(k ir.Kind) string {
 		}
 	}
 	return "Op?"
-}
-
-// tableOp reads {Kind: pipe.OpX, Stage: s, ...}.
-func (c *checker) tableOp(e ast.Expr) ([6]string, bool) {
-	var out [6]string
-	cl, ok := e.(*ast.CompositeLit)
-	if !ok {
-		return out, false
-	}
-	keys := map[string]int{"Kind": 0, "Stage": 1, "Micro": 2, "Peer": 3, "Slot": 4, "Src": 5}
-	found := 0
-	for _, el := range cl.Elts {
-		kv, ok := el.(*ast.KeyValueExpr)
-		if !ok {
-			return out, false
-		}
-		k, ok := kv.Key.(*ast.Ident)
-		if !ok {
-			return out, false
-		}
-		i, ok := keys[k.Name]
-		if !ok {
-			return out, false
-		}
-		if i == 0 {
-			sel, ok := kv.Value.(*ast.SelectorExpr)
-			if !ok || !isIdent(sel.X, c.m.pipe) {
-				return out, false
-			}
-			out[0] = sel.Sel.Name
-		} else {
-			v, ok := intLit(kv.Value)
-			if !ok {
-				return out, false
-			}
-			out[i] = strconv.Itoa(v)
-		}
-		found++
-	}
-	return out, found == len(keys)
 }

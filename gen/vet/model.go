@@ -38,13 +38,15 @@ type method struct {
 	fused  *emit.Fusion // two steps in one call (kind is unused)
 }
 
-// methods (by pipe.Exec method name) and opKinds (by the pipe.OpKind
-// constant of -table entries and of an overlap's backward kind argument)
-// come from gen/emit's call table, so reading generated code back always
-// matches what the emitter writes.
+// methods (by pipe.Exec method name), opKinds (by the pipe.OpKind constant
+// of an overlap's backward kind argument, and for naming -table entries) and
+// codeKinds (by the letter of a -table kinds string) come from gen/emit's
+// call table, so reading generated code back always matches what the emitter
+// writes.
 var (
-	methods = map[string]method{}
-	opKinds = map[string]ir.Kind{}
+	methods   = map[string]method{}
+	opKinds   = map[string]ir.Kind{}
+	codeKinds = map[byte]ir.Kind{} // by the kind letter of -table entries
 )
 
 func init() {
@@ -54,6 +56,7 @@ func init() {
 			methods[c.Packed] = method{kind: c.Kind, args: c.Args, packed: true}
 		}
 		opKinds[c.Op] = c.Kind
+		codeKinds[c.Code] = c.Kind
 	}
 	for _, f := range emit.Fusions() {
 		methods[f.Method] = method{args: argsCompute, packed: true, fused: &f}

@@ -393,448 +393,448 @@ func rank3Part0(x *pipe.Exec) {
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
 var Program = [][]pipe.Op{
-	{ // rank 0
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 0, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 1, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 0, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 2, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 1, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 3, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 2, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 3, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 5, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 4, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 5, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 6, Peer: -1, Slot: 10, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 5, Peer: 1, Slot: 9, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 6, Peer: -1, Slot: 10, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 7, Peer: -1, Slot: 11, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 6, Peer: 1, Slot: 10, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 0, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 7, Peer: -1, Slot: 11, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 7, Peer: 1, Slot: 11, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 0, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 1, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 4, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 2, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 4, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 1, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 5, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 5, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 3, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 5, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 2, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 6, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 4, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 6, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 6, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 3, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 4, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 4, Micro: 7, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 4, Micro: 7, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 4, Micro: 7, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 4, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 4, Micro: 4, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 4, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 5, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 4, Micro: 5, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 5, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 6, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 4, Micro: 6, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 6, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 4, Micro: 7, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 4, Micro: 7, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 4, Micro: 7, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 4, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 5, Peer: 1, Slot: 9, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 5, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 6, Peer: 1, Slot: 10, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 6, Peer: -1, Slot: 10, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 7, Peer: 1, Slot: 11, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 7, Peer: -1, Slot: 11, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
-	{ // rank 1
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 0, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 0, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 1, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 1, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 2, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 2, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 3, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 3, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 4, Peer: 0, Slot: 8, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 4, Peer: 2, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 5, Peer: 0, Slot: 9, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 0, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 5, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 5, Peer: 2, Slot: 9, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 6, Peer: 0, Slot: 10, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 0, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 7, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 1, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 6, Peer: -1, Slot: 10, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 6, Peer: 2, Slot: 10, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 1, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 2, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 7, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 1, Micro: 7, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 2, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 4, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 3, Peer: 2, Slot: 7, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 5, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 4, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 4, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 3, Peer: 0, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 5, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 5, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 5, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 6, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 5, Micro: 7, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 5, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 5, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 1, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 3, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 4, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 5, Micro: 4, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 4, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 5, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 5, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 5, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 6, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 5, Micro: 6, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 6, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 5, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 5, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 5, Micro: 7, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 4, Peer: 2, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 4, Peer: 0, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 5, Peer: 2, Slot: 9, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 5, Peer: -1, Slot: 9, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 5, Peer: 0, Slot: 9, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 6, Peer: 2, Slot: 10, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 6, Peer: -1, Slot: 10, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 6, Peer: 0, Slot: 10, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 1, Micro: 7, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 7, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 7, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
-	{ // rank 2
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 3, Peer: 3, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 0, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 0, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 1, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 1, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 2, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 2, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 3, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 0, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 3, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 4, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 0, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 5, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 1, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 4, Peer: 3, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 1, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 6, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 2, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 5, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 5, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 2, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 2, Micro: 7, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 3, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 6, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 6, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 3, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 3, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 4, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 0, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 2, Micro: 7, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 2, Micro: 7, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 5, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 1, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 4, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 4, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 6, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 2, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 5, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 5, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 2, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 6, Micro: 7, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 3, Peer: 3, Slot: 3, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 6, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 6, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 3, Peer: 1, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 2, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 4, Peer: 3, Slot: 7, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 6, Micro: 4, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpForward, Stage: 6, Micro: 7, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 6, Micro: 7, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 4, Peer: 1, Slot: 7, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 6, Micro: 4, Peer: -1, Slot: 7, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 5, Peer: 3, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 5, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 5, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 6, Peer: 3, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 6, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 6, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 6, Micro: 7, Peer: 3, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 6, Micro: 7, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 6, Micro: 7, Peer: 1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 4, Peer: 3, Slot: 8, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 4, Peer: -1, Slot: 8, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 4, Peer: 1, Slot: 8, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 5, Peer: 3, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 5, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 5, Peer: 1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 6, Peer: 3, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 6, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 6, Peer: 1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 2, Micro: 7, Peer: 3, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 2, Micro: 7, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 2, Micro: 7, Peer: 1, Slot: 6, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
-	{ // rank 3
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 3, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 0, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 1, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 2, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 0, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 0, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 3, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 1, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 1, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 4, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 2, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 2, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 5, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 4, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 4, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 3, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 3, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 6, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 5, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 0, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 3, Micro: 7, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 6, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 2, Peer: 0, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 6, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 1, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 4, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 3, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 3, Peer: 0, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 3, Micro: 7, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 2, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 2, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 5, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 3, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 3, Micro: 3, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 6, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 4, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 4, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 7, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 5, Peer: 2, Slot: 2, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 5, Peer: -1, Slot: 2, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 7, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpOverlapBF, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-		{Kind: pipe.OpBackwardInput, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpForward, Stage: 7, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 6, Peer: 2, Slot: 3, Src: -1},
-		{Kind: pipe.OpBackwardWeight, Stage: 7, Micro: 6, Peer: -1, Slot: 3, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 4, Peer: 0, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 7, Micro: 7, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 7, Micro: 7, Peer: 2, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 5, Peer: 0, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 4, Peer: -1, Slot: 5, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 4, Peer: 2, Slot: 5, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 5, Peer: -1, Slot: 6, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 6, Peer: 0, Slot: 4, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 5, Peer: 2, Slot: 6, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 6, Peer: -1, Slot: 4, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 3, Micro: 7, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 6, Peer: 2, Slot: 4, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 3, Micro: 7, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 3, Micro: 7, Peer: 2, Slot: 0, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
+	pipe.DecodeOps("LFLsFLsFLsFrsFrsFrsFrsFLsFLsFLsFLsRYIFsSWRrYIFRsSWrYIFRsSWrYIFRsSWrYIFRsWRBRBBRBSRBSRBSRBSRBRBRBRBO", []pipe.At{ // rank 0
+		0x0000_0000_0000_ffff, // 0DATA_LOAD0 slot 0
+		0x0000_0000_0000_ffff, // 0F0 slot 0
+		0x0000_0001_0001_ffff, // 0DATA_LOAD1 slot 1
+		0x0000_0000_0001_0000, // 0SEND_F0 peer 1, slot 0
+		0x0000_0001_0001_ffff, // 0F1 slot 1
+		0x0000_0002_0002_ffff, // 0DATA_LOAD2 slot 2
+		0x0000_0001_0001_0001, // 0SEND_F1 peer 1, slot 1
+		0x0000_0002_0002_ffff, // 0F2 slot 2
+		0x0000_0003_0003_ffff, // 0DATA_LOAD3 slot 3
+		0x0000_0002_0001_0002, // 0SEND_F2 peer 1, slot 2
+		0x0000_0003_0003_ffff, // 0F3 slot 3
+		0x0004_0000_0003_0004, // 4RECV_F0 peer 3, slot 4
+		0x0000_0003_0001_0003, // 0SEND_F3 peer 1, slot 3
+		0x0004_0000_0004_ffff, // 4F0 slot 4
+		0x0004_0001_0003_0005, // 4RECV_F1 peer 3, slot 5
+		0x0004_0000_0001_0004, // 4SEND_F0 peer 1, slot 4
+		0x0004_0001_0005_ffff, // 4F1 slot 5
+		0x0004_0002_0003_0006, // 4RECV_F2 peer 3, slot 6
+		0x0004_0001_0001_0005, // 4SEND_F1 peer 1, slot 5
+		0x0004_0002_0006_ffff, // 4F2 slot 6
+		0x0004_0003_0003_0007, // 4RECV_F3 peer 3, slot 7
+		0x0004_0002_0001_0006, // 4SEND_F2 peer 1, slot 6
+		0x0004_0003_0007_ffff, // 4F3 slot 7
+		0x0000_0004_0008_ffff, // 0DATA_LOAD4 slot 8
+		0x0004_0003_0001_0007, // 4SEND_F3 peer 1, slot 7
+		0x0000_0004_0008_ffff, // 0F4 slot 8
+		0x0000_0005_0009_ffff, // 0DATA_LOAD5 slot 9
+		0x0000_0004_0001_0008, // 0SEND_F4 peer 1, slot 8
+		0x0000_0005_0009_ffff, // 0F5 slot 9
+		0x0000_0006_000a_ffff, // 0DATA_LOAD6 slot 10
+		0x0000_0005_0001_0009, // 0SEND_F5 peer 1, slot 9
+		0x0000_0006_000a_ffff, // 0F6 slot 10
+		0x0000_0007_000b_ffff, // 0DATA_LOAD7 slot 11
+		0x0000_0006_0001_000a, // 0SEND_F6 peer 1, slot 10
+		0x0004_0000_0001_0004, // 4RECV_B0 peer 1, slot 4
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0004_0000_0004_ffff, // 4I0 slot 4
+		0x0000_0007_000b_ffff, // 0F7 slot 11
+		0x0000_0007_0001_000b, // 0SEND_F7 peer 1, slot 11
+		0x0004_0000_0003_0004, // 4SEND_B0 peer 3, slot 4
+		0x0004_0000_0004_ffff, // 4W0 slot 4
+		0x0004_0001_0001_0005, // 4RECV_B1 peer 1, slot 5
+		0x0004_0004_0003_0004, // 4RECV_F4 peer 3, slot 4
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0004_0001_0005_ffff, // 4I1 slot 5
+		0x0004_0004_0004_ffff, // 4F4 slot 4
+		0x0004_0002_0001_0006, // 4RECV_B2 peer 1, slot 6
+		0x0004_0004_0001_0004, // 4SEND_F4 peer 1, slot 4
+		0x0004_0001_0003_0005, // 4SEND_B1 peer 3, slot 5
+		0x0004_0001_0005_ffff, // 4W1 slot 5
+		0x0004_0005_0003_0005, // 4RECV_F5 peer 3, slot 5
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0004_0002_0006_ffff, // 4I2 slot 6
+		0x0004_0005_0005_ffff, // 4F5 slot 5
+		0x0004_0003_0001_0007, // 4RECV_B3 peer 1, slot 7
+		0x0004_0005_0001_0005, // 4SEND_F5 peer 1, slot 5
+		0x0004_0002_0003_0006, // 4SEND_B2 peer 3, slot 6
+		0x0004_0002_0006_ffff, // 4W2 slot 6
+		0x0004_0006_0003_0006, // 4RECV_F6 peer 3, slot 6
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0004_0003_0007_ffff, // 4I3 slot 7
+		0x0004_0006_0006_ffff, // 4F6 slot 6
+		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
+		0x0004_0006_0001_0006, // 4SEND_F6 peer 1, slot 6
+		0x0004_0003_0003_0007, // 4SEND_B3 peer 3, slot 7
+		0x0004_0003_0007_ffff, // 4W3 slot 7
+		0x0004_0007_0003_0007, // 4RECV_F7 peer 3, slot 7
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0000_0000_0000_ffff, // 0I0 slot 0
+		0x0004_0007_0007_ffff, // 4F7 slot 7
+		0x0000_0001_0001_0001, // 0RECV_B1 peer 1, slot 1
+		0x0004_0007_0001_0007, // 4SEND_F7 peer 1, slot 7
+		0x0000_0000_0000_ffff, // 0W0 slot 0
+		0x0000_0002_0001_0002, // 0RECV_B2 peer 1, slot 2
+		0x0000_0001_0001_ffff, // 0B1 slot 1
+		0x0000_0003_0001_0003, // 0RECV_B3 peer 1, slot 3
+		0x0000_0002_0002_ffff, // 0B2 slot 2
+		0x0000_0003_0003_ffff, // 0B3 slot 3
+		0x0004_0004_0001_0004, // 4RECV_B4 peer 1, slot 4
+		0x0004_0004_0004_ffff, // 4B4 slot 4
+		0x0004_0004_0003_0004, // 4SEND_B4 peer 3, slot 4
+		0x0004_0005_0001_0005, // 4RECV_B5 peer 1, slot 5
+		0x0004_0005_0005_ffff, // 4B5 slot 5
+		0x0004_0005_0003_0005, // 4SEND_B5 peer 3, slot 5
+		0x0004_0006_0001_0006, // 4RECV_B6 peer 1, slot 6
+		0x0004_0006_0006_ffff, // 4B6 slot 6
+		0x0004_0006_0003_0006, // 4SEND_B6 peer 3, slot 6
+		0x0004_0007_0001_0007, // 4RECV_B7 peer 1, slot 7
+		0x0004_0007_0007_ffff, // 4B7 slot 7
+		0x0004_0007_0003_0007, // 4SEND_B7 peer 3, slot 7
+		0x0000_0004_0001_0008, // 0RECV_B4 peer 1, slot 8
+		0x0000_0004_0008_ffff, // 0B4 slot 8
+		0x0000_0005_0001_0009, // 0RECV_B5 peer 1, slot 9
+		0x0000_0005_0009_ffff, // 0B5 slot 9
+		0x0000_0006_0001_000a, // 0RECV_B6 peer 1, slot 10
+		0x0000_0006_000a_ffff, // 0B6 slot 10
+		0x0000_0007_0001_000b, // 0RECV_B7 peer 1, slot 11
+		0x0000_0007_000b_ffff, // 0B7 slot 11
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
+	pipe.DecodeOps("rFsrFsrFsrFsrFsrFsrFsrFsrFsrRYIFsrSWrRYIFsSWRYIFsSWrRYIFsSWrRYIFsSWrRYIFsSWrRYIFsSWRBSRBSRBSRBSRBSRBSRBSRBSRBSO", []pipe.At{ // rank 1
+		0x0001_0000_0000_0000, // 1RECV_F0 peer 0, slot 0
+		0x0001_0000_0000_ffff, // 1F0 slot 0
+		0x0001_0000_0002_0000, // 1SEND_F0 peer 2, slot 0
+		0x0001_0001_0000_0001, // 1RECV_F1 peer 0, slot 1
+		0x0001_0001_0001_ffff, // 1F1 slot 1
+		0x0001_0001_0002_0001, // 1SEND_F1 peer 2, slot 1
+		0x0001_0002_0000_0002, // 1RECV_F2 peer 0, slot 2
+		0x0001_0002_0002_ffff, // 1F2 slot 2
+		0x0001_0002_0002_0002, // 1SEND_F2 peer 2, slot 2
+		0x0001_0003_0000_0003, // 1RECV_F3 peer 0, slot 3
+		0x0001_0003_0003_ffff, // 1F3 slot 3
+		0x0001_0003_0002_0003, // 1SEND_F3 peer 2, slot 3
+		0x0005_0000_0000_0004, // 5RECV_F0 peer 0, slot 4
+		0x0005_0000_0004_ffff, // 5F0 slot 4
+		0x0005_0000_0002_0004, // 5SEND_F0 peer 2, slot 4
+		0x0005_0001_0000_0005, // 5RECV_F1 peer 0, slot 5
+		0x0005_0001_0005_ffff, // 5F1 slot 5
+		0x0005_0001_0002_0005, // 5SEND_F1 peer 2, slot 5
+		0x0005_0002_0000_0006, // 5RECV_F2 peer 0, slot 6
+		0x0005_0002_0006_ffff, // 5F2 slot 6
+		0x0005_0002_0002_0006, // 5SEND_F2 peer 2, slot 6
+		0x0005_0003_0000_0007, // 5RECV_F3 peer 0, slot 7
+		0x0005_0003_0007_ffff, // 5F3 slot 7
+		0x0005_0003_0002_0007, // 5SEND_F3 peer 2, slot 7
+		0x0001_0004_0000_0008, // 1RECV_F4 peer 0, slot 8
+		0x0001_0004_0008_ffff, // 1F4 slot 8
+		0x0001_0004_0002_0008, // 1SEND_F4 peer 2, slot 8
+		0x0001_0005_0000_0009, // 1RECV_F5 peer 0, slot 9
+		0x0005_0000_0002_0004, // 5RECV_B0 peer 2, slot 4
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0005_0000_0004_ffff, // 5I0 slot 4
+		0x0001_0005_0009_ffff, // 1F5 slot 9
+		0x0001_0005_0002_0009, // 1SEND_F5 peer 2, slot 9
+		0x0001_0006_0000_000a, // 1RECV_F6 peer 0, slot 10
+		0x0005_0000_0000_0004, // 5SEND_B0 peer 0, slot 4
+		0x0005_0000_0004_ffff, // 5W0 slot 4
+		0x0001_0007_0000_0004, // 1RECV_F7 peer 0, slot 4
+		0x0005_0001_0002_0005, // 5RECV_B1 peer 2, slot 5
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0005_0001_0005_ffff, // 5I1 slot 5
+		0x0001_0006_000a_ffff, // 1F6 slot 10
+		0x0001_0006_0002_000a, // 1SEND_F6 peer 2, slot 10
+		0x0005_0001_0000_0005, // 5SEND_B1 peer 0, slot 5
+		0x0005_0001_0005_ffff, // 5W1 slot 5
+		0x0005_0002_0002_0006, // 5RECV_B2 peer 2, slot 6
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0005_0002_0006_ffff, // 5I2 slot 6
+		0x0001_0007_0004_ffff, // 1F7 slot 4
+		0x0001_0007_0002_0004, // 1SEND_F7 peer 2, slot 4
+		0x0005_0002_0000_0006, // 5SEND_B2 peer 0, slot 6
+		0x0005_0002_0006_ffff, // 5W2 slot 6
+		0x0005_0004_0000_0005, // 5RECV_F4 peer 0, slot 5
+		0x0005_0003_0002_0007, // 5RECV_B3 peer 2, slot 7
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0005_0003_0007_ffff, // 5I3 slot 7
+		0x0005_0004_0005_ffff, // 5F4 slot 5
+		0x0005_0004_0002_0005, // 5SEND_F4 peer 2, slot 5
+		0x0005_0003_0000_0007, // 5SEND_B3 peer 0, slot 7
+		0x0005_0003_0007_ffff, // 5W3 slot 7
+		0x0005_0005_0000_0006, // 5RECV_F5 peer 0, slot 6
+		0x0001_0000_0002_0000, // 1RECV_B0 peer 2, slot 0
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0001_0000_0000_ffff, // 1I0 slot 0
+		0x0005_0005_0006_ffff, // 5F5 slot 6
+		0x0005_0005_0002_0006, // 5SEND_F5 peer 2, slot 6
+		0x0001_0000_0000_0000, // 1SEND_B0 peer 0, slot 0
+		0x0001_0000_0000_ffff, // 1W0 slot 0
+		0x0005_0006_0000_0000, // 5RECV_F6 peer 0, slot 0
+		0x0001_0001_0002_0001, // 1RECV_B1 peer 2, slot 1
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0001_0001_0001_ffff, // 1I1 slot 1
+		0x0005_0006_0000_ffff, // 5F6 slot 0
+		0x0005_0006_0002_0000, // 5SEND_F6 peer 2, slot 0
+		0x0001_0001_0000_0001, // 1SEND_B1 peer 0, slot 1
+		0x0001_0001_0001_ffff, // 1W1 slot 1
+		0x0005_0007_0000_0001, // 5RECV_F7 peer 0, slot 1
+		0x0001_0002_0002_0002, // 1RECV_B2 peer 2, slot 2
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0001_0002_0002_ffff, // 1I2 slot 2
+		0x0005_0007_0001_ffff, // 5F7 slot 1
+		0x0005_0007_0002_0001, // 5SEND_F7 peer 2, slot 1
+		0x0001_0002_0000_0002, // 1SEND_B2 peer 0, slot 2
+		0x0001_0002_0002_ffff, // 1W2 slot 2
+		0x0001_0003_0002_0003, // 1RECV_B3 peer 2, slot 3
+		0x0001_0003_0003_ffff, // 1B3 slot 3
+		0x0001_0003_0000_0003, // 1SEND_B3 peer 0, slot 3
+		0x0005_0004_0002_0005, // 5RECV_B4 peer 2, slot 5
+		0x0005_0004_0005_ffff, // 5B4 slot 5
+		0x0005_0004_0000_0005, // 5SEND_B4 peer 0, slot 5
+		0x0005_0005_0002_0006, // 5RECV_B5 peer 2, slot 6
+		0x0005_0005_0006_ffff, // 5B5 slot 6
+		0x0005_0005_0000_0006, // 5SEND_B5 peer 0, slot 6
+		0x0005_0006_0002_0000, // 5RECV_B6 peer 2, slot 0
+		0x0005_0006_0000_ffff, // 5B6 slot 0
+		0x0005_0006_0000_0000, // 5SEND_B6 peer 0, slot 0
+		0x0005_0007_0002_0001, // 5RECV_B7 peer 2, slot 1
+		0x0005_0007_0001_ffff, // 5B7 slot 1
+		0x0005_0007_0000_0001, // 5SEND_B7 peer 0, slot 1
+		0x0001_0004_0002_0008, // 1RECV_B4 peer 2, slot 8
+		0x0001_0004_0008_ffff, // 1B4 slot 8
+		0x0001_0004_0000_0008, // 1SEND_B4 peer 0, slot 8
+		0x0001_0005_0002_0009, // 1RECV_B5 peer 2, slot 9
+		0x0001_0005_0009_ffff, // 1B5 slot 9
+		0x0001_0005_0000_0009, // 1SEND_B5 peer 0, slot 9
+		0x0001_0006_0002_000a, // 1RECV_B6 peer 2, slot 10
+		0x0001_0006_000a_ffff, // 1B6 slot 10
+		0x0001_0006_0000_000a, // 1SEND_B6 peer 0, slot 10
+		0x0001_0007_0002_0004, // 1RECV_B7 peer 2, slot 4
+		0x0001_0007_0004_ffff, // 1B7 slot 4
+		0x0001_0007_0000_0004, // 1SEND_B7 peer 0, slot 4
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
+	pipe.DecodeOps("rFsrFsrFsrFsrFsrFsrFsrRYIFsrSWrRYIFsSWrRYIFsSWrRYIFsSWrRYIFsSWrRYIFsSWrRYIFsSWrRYIFsSWRYIFsSWRBSRBSRBSRBSRBSRBSRBSO", []pipe.At{ // rank 2
+		0x0002_0000_0001_0000, // 2RECV_F0 peer 1, slot 0
+		0x0002_0000_0000_ffff, // 2F0 slot 0
+		0x0002_0000_0003_0000, // 2SEND_F0 peer 3, slot 0
+		0x0002_0001_0001_0001, // 2RECV_F1 peer 1, slot 1
+		0x0002_0001_0001_ffff, // 2F1 slot 1
+		0x0002_0001_0003_0001, // 2SEND_F1 peer 3, slot 1
+		0x0002_0002_0001_0002, // 2RECV_F2 peer 1, slot 2
+		0x0002_0002_0002_ffff, // 2F2 slot 2
+		0x0002_0002_0003_0002, // 2SEND_F2 peer 3, slot 2
+		0x0002_0003_0001_0003, // 2RECV_F3 peer 1, slot 3
+		0x0002_0003_0003_ffff, // 2F3 slot 3
+		0x0002_0003_0003_0003, // 2SEND_F3 peer 3, slot 3
+		0x0006_0000_0001_0004, // 6RECV_F0 peer 1, slot 4
+		0x0006_0000_0004_ffff, // 6F0 slot 4
+		0x0006_0000_0003_0004, // 6SEND_F0 peer 3, slot 4
+		0x0006_0001_0001_0005, // 6RECV_F1 peer 1, slot 5
+		0x0006_0001_0005_ffff, // 6F1 slot 5
+		0x0006_0001_0003_0005, // 6SEND_F1 peer 3, slot 5
+		0x0006_0002_0001_0006, // 6RECV_F2 peer 1, slot 6
+		0x0006_0002_0006_ffff, // 6F2 slot 6
+		0x0006_0002_0003_0006, // 6SEND_F2 peer 3, slot 6
+		0x0006_0003_0001_0007, // 6RECV_F3 peer 1, slot 7
+		0x0006_0000_0003_0004, // 6RECV_B0 peer 3, slot 4
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0006_0000_0004_ffff, // 6I0 slot 4
+		0x0006_0003_0007_ffff, // 6F3 slot 7
+		0x0006_0003_0003_0007, // 6SEND_F3 peer 3, slot 7
+		0x0002_0004_0001_0008, // 2RECV_F4 peer 1, slot 8
+		0x0006_0000_0001_0004, // 6SEND_B0 peer 1, slot 4
+		0x0006_0000_0004_ffff, // 6W0 slot 4
+		0x0002_0005_0001_0004, // 2RECV_F5 peer 1, slot 4
+		0x0006_0001_0003_0005, // 6RECV_B1 peer 3, slot 5
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0006_0001_0005_ffff, // 6I1 slot 5
+		0x0002_0004_0008_ffff, // 2F4 slot 8
+		0x0002_0004_0003_0008, // 2SEND_F4 peer 3, slot 8
+		0x0006_0001_0001_0005, // 6SEND_B1 peer 1, slot 5
+		0x0006_0001_0005_ffff, // 6W1 slot 5
+		0x0002_0006_0001_0005, // 2RECV_F6 peer 1, slot 5
+		0x0006_0002_0003_0006, // 6RECV_B2 peer 3, slot 6
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0006_0002_0006_ffff, // 6I2 slot 6
+		0x0002_0005_0004_ffff, // 2F5 slot 4
+		0x0002_0005_0003_0004, // 2SEND_F5 peer 3, slot 4
+		0x0006_0002_0001_0006, // 6SEND_B2 peer 1, slot 6
+		0x0006_0002_0006_ffff, // 6W2 slot 6
+		0x0002_0007_0001_0006, // 2RECV_F7 peer 1, slot 6
+		0x0006_0003_0003_0007, // 6RECV_B3 peer 3, slot 7
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0006_0003_0007_ffff, // 6I3 slot 7
+		0x0002_0006_0005_ffff, // 2F6 slot 5
+		0x0002_0006_0003_0005, // 2SEND_F6 peer 3, slot 5
+		0x0006_0003_0001_0007, // 6SEND_B3 peer 1, slot 7
+		0x0006_0003_0007_ffff, // 6W3 slot 7
+		0x0006_0004_0001_0007, // 6RECV_F4 peer 1, slot 7
+		0x0002_0000_0003_0000, // 2RECV_B0 peer 3, slot 0
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0002_0000_0000_ffff, // 2I0 slot 0
+		0x0002_0007_0006_ffff, // 2F7 slot 6
+		0x0002_0007_0003_0006, // 2SEND_F7 peer 3, slot 6
+		0x0002_0000_0001_0000, // 2SEND_B0 peer 1, slot 0
+		0x0002_0000_0000_ffff, // 2W0 slot 0
+		0x0006_0005_0001_0000, // 6RECV_F5 peer 1, slot 0
+		0x0002_0001_0003_0001, // 2RECV_B1 peer 3, slot 1
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0002_0001_0001_ffff, // 2I1 slot 1
+		0x0006_0004_0007_ffff, // 6F4 slot 7
+		0x0006_0004_0003_0007, // 6SEND_F4 peer 3, slot 7
+		0x0002_0001_0001_0001, // 2SEND_B1 peer 1, slot 1
+		0x0002_0001_0001_ffff, // 2W1 slot 1
+		0x0006_0006_0001_0001, // 6RECV_F6 peer 1, slot 1
+		0x0002_0002_0003_0002, // 2RECV_B2 peer 3, slot 2
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0002_0002_0002_ffff, // 2I2 slot 2
+		0x0006_0005_0000_ffff, // 6F5 slot 0
+		0x0006_0005_0003_0000, // 6SEND_F5 peer 3, slot 0
+		0x0002_0002_0001_0002, // 2SEND_B2 peer 1, slot 2
+		0x0002_0002_0002_ffff, // 2W2 slot 2
+		0x0006_0007_0001_0002, // 6RECV_F7 peer 1, slot 2
+		0x0002_0003_0003_0003, // 2RECV_B3 peer 3, slot 3
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0002_0003_0003_ffff, // 2I3 slot 3
+		0x0006_0006_0001_ffff, // 6F6 slot 1
+		0x0006_0006_0003_0001, // 6SEND_F6 peer 3, slot 1
+		0x0002_0003_0001_0003, // 2SEND_B3 peer 1, slot 3
+		0x0002_0003_0003_ffff, // 2W3 slot 3
+		0x0006_0004_0003_0007, // 6RECV_B4 peer 3, slot 7
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0006_0004_0007_ffff, // 6I4 slot 7
+		0x0006_0007_0002_ffff, // 6F7 slot 2
+		0x0006_0007_0003_0002, // 6SEND_F7 peer 3, slot 2
+		0x0006_0004_0001_0007, // 6SEND_B4 peer 1, slot 7
+		0x0006_0004_0007_ffff, // 6W4 slot 7
+		0x0006_0005_0003_0000, // 6RECV_B5 peer 3, slot 0
+		0x0006_0005_0000_ffff, // 6B5 slot 0
+		0x0006_0005_0001_0000, // 6SEND_B5 peer 1, slot 0
+		0x0006_0006_0003_0001, // 6RECV_B6 peer 3, slot 1
+		0x0006_0006_0001_ffff, // 6B6 slot 1
+		0x0006_0006_0001_0001, // 6SEND_B6 peer 1, slot 1
+		0x0006_0007_0003_0002, // 6RECV_B7 peer 3, slot 2
+		0x0006_0007_0002_ffff, // 6B7 slot 2
+		0x0006_0007_0001_0002, // 6SEND_B7 peer 1, slot 2
+		0x0002_0004_0003_0008, // 2RECV_B4 peer 3, slot 8
+		0x0002_0004_0008_ffff, // 2B4 slot 8
+		0x0002_0004_0001_0008, // 2SEND_B4 peer 1, slot 8
+		0x0002_0005_0003_0004, // 2RECV_B5 peer 3, slot 4
+		0x0002_0005_0004_ffff, // 2B5 slot 4
+		0x0002_0005_0001_0004, // 2SEND_B5 peer 1, slot 4
+		0x0002_0006_0003_0005, // 2RECV_B6 peer 3, slot 5
+		0x0002_0006_0005_ffff, // 2B6 slot 5
+		0x0002_0006_0001_0005, // 2SEND_B6 peer 1, slot 5
+		0x0002_0007_0003_0006, // 2RECV_B7 peer 3, slot 6
+		0x0002_0007_0006_ffff, // 2B7 slot 6
+		0x0002_0007_0001_0006, // 2SEND_B7 peer 1, slot 6
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
+	pipe.DecodeOps("rFsrFsrFsrFLsrFLrYIFrSWLrYIFSWLrYIFRSWrYIFsSWrYIFRsSWrYIFRsSWrYIFRsSWLrYIFSWLrYIFSWLrYIFSWLYIFSWRBSRBSBRSBRSBSO", []pipe.At{ // rank 3
+		0x0003_0000_0002_0000, // 3RECV_F0 peer 2, slot 0
+		0x0003_0000_0000_ffff, // 3F0 slot 0
+		0x0003_0000_0000_0000, // 3SEND_F0 peer 0, slot 0
+		0x0003_0001_0002_0001, // 3RECV_F1 peer 2, slot 1
+		0x0003_0001_0001_ffff, // 3F1 slot 1
+		0x0003_0001_0000_0001, // 3SEND_F1 peer 0, slot 1
+		0x0003_0002_0002_0002, // 3RECV_F2 peer 2, slot 2
+		0x0003_0002_0002_ffff, // 3F2 slot 2
+		0x0003_0002_0000_0002, // 3SEND_F2 peer 0, slot 2
+		0x0003_0003_0002_0003, // 3RECV_F3 peer 2, slot 3
+		0x0003_0003_0003_ffff, // 3F3 slot 3
+		0x0007_0000_0004_ffff, // 7DATA_LOAD0 slot 4
+		0x0003_0003_0000_0003, // 3SEND_F3 peer 0, slot 3
+		0x0007_0000_0002_0004, // 7RECV_F0 peer 2, slot 4
+		0x0007_0000_0004_ffff, // 7F0 slot 4
+		0x0007_0001_0005_ffff, // 7DATA_LOAD1 slot 5
+		0x0007_0001_0002_0005, // 7RECV_F1 peer 2, slot 5
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0007_0000_0004_ffff, // 7I0 slot 4
+		0x0007_0001_0005_ffff, // 7F1 slot 5
+		0x0007_0002_0002_0006, // 7RECV_F2 peer 2, slot 6
+		0x0007_0000_0002_0004, // 7SEND_B0 peer 2, slot 4
+		0x0007_0000_0004_ffff, // 7W0 slot 4
+		0x0007_0002_0006_ffff, // 7DATA_LOAD2 slot 6
+		0x0007_0003_0002_0004, // 7RECV_F3 peer 2, slot 4
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0007_0001_0005_ffff, // 7I1 slot 5
+		0x0007_0002_0006_ffff, // 7F2 slot 6
+		0x0007_0001_0002_0005, // 7SEND_B1 peer 2, slot 5
+		0x0007_0001_0005_ffff, // 7W1 slot 5
+		0x0007_0003_0004_ffff, // 7DATA_LOAD3 slot 4
+		0x0003_0004_0002_0005, // 3RECV_F4 peer 2, slot 5
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0007_0002_0006_ffff, // 7I2 slot 6
+		0x0007_0003_0004_ffff, // 7F3 slot 4
+		0x0003_0000_0000_0000, // 3RECV_B0 peer 0, slot 0
+		0x0007_0002_0002_0006, // 7SEND_B2 peer 2, slot 6
+		0x0007_0002_0006_ffff, // 7W2 slot 6
+		0x0003_0005_0002_0006, // 3RECV_F5 peer 2, slot 6
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0007_0003_0004_ffff, // 7I3 slot 4
+		0x0003_0004_0005_ffff, // 3F4 slot 5
+		0x0003_0004_0000_0005, // 3SEND_F4 peer 0, slot 5
+		0x0007_0003_0002_0004, // 7SEND_B3 peer 2, slot 4
+		0x0007_0003_0004_ffff, // 7W3 slot 4
+		0x0003_0006_0002_0004, // 3RECV_F6 peer 2, slot 4
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0003_0000_0000_ffff, // 3I0 slot 0
+		0x0003_0005_0006_ffff, // 3F5 slot 6
+		0x0003_0001_0000_0001, // 3RECV_B1 peer 0, slot 1
+		0x0003_0005_0000_0006, // 3SEND_F5 peer 0, slot 6
+		0x0003_0000_0002_0000, // 3SEND_B0 peer 2, slot 0
+		0x0003_0000_0000_ffff, // 3W0 slot 0
+		0x0003_0007_0002_0000, // 3RECV_F7 peer 2, slot 0
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0003_0001_0001_ffff, // 3I1 slot 1
+		0x0003_0006_0004_ffff, // 3F6 slot 4
+		0x0003_0002_0000_0002, // 3RECV_B2 peer 0, slot 2
+		0x0003_0006_0000_0004, // 3SEND_F6 peer 0, slot 4
+		0x0003_0001_0002_0001, // 3SEND_B1 peer 2, slot 1
+		0x0003_0001_0001_ffff, // 3W1 slot 1
+		0x0007_0004_0002_0001, // 7RECV_F4 peer 2, slot 1
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0003_0002_0002_ffff, // 3I2 slot 2
+		0x0003_0007_0000_ffff, // 3F7 slot 0
+		0x0003_0003_0000_0003, // 3RECV_B3 peer 0, slot 3
+		0x0003_0007_0000_0000, // 3SEND_F7 peer 0, slot 0
+		0x0003_0002_0002_0002, // 3SEND_B2 peer 2, slot 2
+		0x0003_0002_0002_ffff, // 3W2 slot 2
+		0x0007_0004_0001_ffff, // 7DATA_LOAD4 slot 1
+		0x0007_0005_0002_0002, // 7RECV_F5 peer 2, slot 2
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0003_0003_0003_ffff, // 3I3 slot 3
+		0x0007_0004_0001_ffff, // 7F4 slot 1
+		0x0003_0003_0002_0003, // 3SEND_B3 peer 2, slot 3
+		0x0003_0003_0003_ffff, // 3W3 slot 3
+		0x0007_0005_0002_ffff, // 7DATA_LOAD5 slot 2
+		0x0007_0006_0002_0003, // 7RECV_F6 peer 2, slot 3
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0007_0004_0001_ffff, // 7I4 slot 1
+		0x0007_0005_0002_ffff, // 7F5 slot 2
+		0x0007_0004_0002_0001, // 7SEND_B4 peer 2, slot 1
+		0x0007_0004_0001_ffff, // 7W4 slot 1
+		0x0007_0006_0003_ffff, // 7DATA_LOAD6 slot 3
+		0x0007_0007_0002_0001, // 7RECV_F7 peer 2, slot 1
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0007_0005_0002_ffff, // 7I5 slot 2
+		0x0007_0006_0003_ffff, // 7F6 slot 3
+		0x0007_0005_0002_0002, // 7SEND_B5 peer 2, slot 2
+		0x0007_0005_0002_ffff, // 7W5 slot 2
+		0x0007_0007_0001_ffff, // 7DATA_LOAD7 slot 1
+		0xffff_ffff_ffff_ffff, // INVALID
+		0x0007_0006_0003_ffff, // 7I6 slot 3
+		0x0007_0007_0001_ffff, // 7F7 slot 1
+		0x0007_0006_0002_0003, // 7SEND_B6 peer 2, slot 3
+		0x0007_0006_0003_ffff, // 7W6 slot 3
+		0x0003_0004_0000_0005, // 3RECV_B4 peer 0, slot 5
+		0x0007_0007_0001_ffff, // 7B7 slot 1
+		0x0007_0007_0002_0001, // 7SEND_B7 peer 2, slot 1
+		0x0003_0005_0000_0006, // 3RECV_B5 peer 0, slot 6
+		0x0003_0004_0005_ffff, // 3B4 slot 5
+		0x0003_0004_0002_0005, // 3SEND_B4 peer 2, slot 5
+		0x0003_0005_0006_ffff, // 3B5 slot 6
+		0x0003_0006_0000_0004, // 3RECV_B6 peer 0, slot 4
+		0x0003_0005_0002_0006, // 3SEND_B5 peer 2, slot 6
+		0x0003_0006_0004_ffff, // 3B6 slot 4
+		0x0003_0007_0000_0000, // 3RECV_B7 peer 0, slot 0
+		0x0003_0006_0002_0004, // 3SEND_B6 peer 2, slot 4
+		0x0003_0007_0000_ffff, // 3B7 slot 0
+		0x0003_0007_0002_0000, // 3SEND_B7 peer 2, slot 0
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
 }

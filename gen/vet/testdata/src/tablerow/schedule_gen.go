@@ -101,40 +101,40 @@ func rank1Part2(x *pipe.Exec) {
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
 var Program = [][]pipe.Op{
-	{ // rank 0
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 0, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 0, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 0, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendAct, Stage: 0, Micro: 2, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 1, Peer: 1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 1, Peer: -1, Slot: 0, Src: -1}, // want "Program\\[0\\]\\[12\\] is \\{OpBackward 0 1 -1 0 -1\\} but rank 0.s function runs \\{OpBackward 0 1 -1 1 -1\\} there"
-		{Kind: pipe.OpRecvGrad, Stage: 0, Micro: 2, Peer: 1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 0, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
-	{ // rank 1
-		{Kind: pipe.OpDataLoad, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 0, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 0, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 1, Peer: -1, Slot: 1, Src: -1},
-		{Kind: pipe.OpDataLoad, Stage: 1, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpRecvAct, Stage: 1, Micro: 2, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 1, Peer: 0, Slot: 1, Src: -1},
-		{Kind: pipe.OpForward, Stage: 1, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpBackward, Stage: 1, Micro: 2, Peer: -1, Slot: 0, Src: -1},
-		{Kind: pipe.OpSendGrad, Stage: 1, Micro: 2, Peer: 0, Slot: 0, Src: -1},
-		{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1},
-	},
+	pipe.DecodeOps("LFLsFsRBLFsRBRBO", []pipe.At{ // rank 0
+		0x0000_0000_0000_ffff, // 0DATA_LOAD0 slot 0
+		0x0000_0000_0000_ffff, // 0F0 slot 0
+		0x0000_0001_0001_ffff, // 0DATA_LOAD1 slot 1
+		0x0000_0000_0001_0000, // 0SEND_F0 peer 1, slot 0
+		0x0000_0001_0001_ffff, // 0F1 slot 1
+		0x0000_0001_0001_0001, // 0SEND_F1 peer 1, slot 1
+		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
+		0x0000_0000_0000_ffff, // 0B0 slot 0
+		0x0000_0002_0000_ffff, // 0DATA_LOAD2 slot 0
+		0x0000_0002_0000_ffff, // 0F2 slot 0
+		0x0000_0002_0001_0000, // 0SEND_F2 peer 1, slot 0
+		0x0000_0001_0001_0001, // 0RECV_B1 peer 1, slot 1
+		0x0000_0001_0000_ffff, // 0B1 slot 1 // want "Program\\[0\\]\\[12\\] is \\{OpBackward 0 1 -1 0 -1\\} but rank 0.s function runs \\{OpBackward 0 1 -1 1 -1\\} there"
+		0x0000_0002_0001_0000, // 0RECV_B2 peer 1, slot 0
+		0x0000_0002_0000_ffff, // 0B2 slot 0
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
+	pipe.DecodeOps("LrFBLrSFBLrSFBSO", []pipe.At{ // rank 1
+		0x0001_0000_0000_ffff, // 1DATA_LOAD0 slot 0
+		0x0001_0000_0000_0000, // 1RECV_F0 peer 0, slot 0
+		0x0001_0000_0000_ffff, // 1F0 slot 0
+		0x0001_0000_0000_ffff, // 1B0 slot 0
+		0x0001_0001_0001_ffff, // 1DATA_LOAD1 slot 1
+		0x0001_0001_0000_0001, // 1RECV_F1 peer 0, slot 1
+		0x0001_0000_0000_0000, // 1SEND_B0 peer 0, slot 0
+		0x0001_0001_0001_ffff, // 1F1 slot 1
+		0x0001_0001_0001_ffff, // 1B1 slot 1
+		0x0001_0002_0000_ffff, // 1DATA_LOAD2 slot 0
+		0x0001_0002_0000_0000, // 1RECV_F2 peer 0, slot 0
+		0x0001_0001_0000_0001, // 1SEND_B1 peer 0, slot 1
+		0x0001_0002_0000_ffff, // 1F2 slot 0
+		0x0001_0002_0000_ffff, // 1B2 slot 0
+		0x0001_0002_0000_0000, // 1SEND_B2 peer 0, slot 0
+		0xffff_ffff_ffff_ffff, // OPT_STEP
+	}),
 }
