@@ -3,7 +3,7 @@
 // result and emits Go source. Every function here is pure: it returns bytes
 // and values and writes no file (cmd/ppgen does the writing).
 //
-//	Lower(cfg)          build -> passes -> verify
+//	Lower(cfg)          build -> passes -> verify (cfg.Schedule "auto": the best family by simulation)
 //	LowerProgram(p)     the same from an imported program (compute-only or lowered)
 //	Generate(cfg, opt)  Lower, then emit
 package gen
@@ -26,12 +26,17 @@ type Result struct {
 	Program ir.Program // the lowered program
 	Info    passes.LowerInfo
 	Report  verify.Report
+	// Auto lists the candidates the auto scheduler tried, when cfg named
+	// Auto; Config is then the chosen one's.
+	Auto []Candidate
 }
 
 // Options configures Lower.
 type Options struct {
 	Passes passes.Options
 	Verify verify.Options
+	// Auto is what the Auto schedule optimizes (unused otherwise).
+	Auto AutoOptions
 }
 
 // Build normalizes cfg and returns the family's compute-only program.
@@ -57,6 +62,9 @@ func buildLowerable(cfg ir.Config) (ir.Config, ir.Program, error) {
 
 // Lower builds the schedule, lowers it and verifies the result.
 func Lower(cfg ir.Config, opt Options) (Result, error) {
+	if cfg.Schedule == Auto {
+		return lowerAuto(cfg, opt)
+	}
 	cfg, compute, err := buildLowerable(cfg)
 	if err != nil {
 		return Result{}, err

@@ -32,6 +32,8 @@ func runList(args []string, stdout, _ io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, v, f.Constraints, f.Summary)
 	}
+	fmt.Fprintf(tw, "%s\t1-%d\t%s\t%s\n", gen.Auto, gen.MaxAutoVirtual, "any the families above take; -mem LIMIT, -cost MODEL",
+		"the fastest family and V under the cost model whose activation memory fits -mem (simulated; dualpipe excluded)")
 	return tw.Flush()
 }
 
@@ -61,7 +63,7 @@ func lowerFromFlags(sf *scheduleFlags) (gen.Result, error) {
 func runShow(args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("show", flag.ContinueOnError)
 	var sf scheduleFlags
-	sf.register(fs, true)
+	sf.register(fs, true, true)
 	computeOnly := fs.Bool("compute-only", false, "print only the compute steps (F, B, I, W, overlaps)")
 	format := fs.String("format", "text", "output form: text or csv (PyTorch's pipelining CSV)")
 	if err := parseFlags(fs, args); err != nil {
@@ -100,7 +102,7 @@ func runShow(args []string, stdout, _ io.Writer) error {
 func runVerify(args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	var sf scheduleFlags
-	sf.register(fs, true)
+	sf.register(fs, true, true)
 	maxAct := fs.Int("max-activations", 0, "fail when a rank holds more live activations (chunks) than this; 0: no limit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -142,7 +144,7 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 func runSim(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	var sf scheduleFlags
-	sf.register(fs, true)
+	sf.register(fs, true, false)
 	costSpec := fs.String("cost", "", "cost model, e.g. F=1,B=2,W=1,comm=0 (B = full backward; per-stage lists F=1:1:1:1.4)")
 	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy); an array with -compare")
 	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
@@ -153,6 +155,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	sf.useCost(*costSpec)
 	if *svgOut == "-" {
 		return usagef("-svg needs a file name")
 	}
@@ -197,7 +200,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cost, err := parseCostFlag(*costSpec, res.Program.Stages())
+	cost, err := simCost(res, *costSpec)
 	if err != nil {
 		return err
 	}
@@ -207,6 +210,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	name := scheduleName(&sf)
+	if res.Auto != nil {
+		name = autoName(res)
+	}
 	if *svgOut != "" {
 		pr.Phase("rendering %s", *svgOut)
 		svg := sim.SVG(r, res.Program, sim.SVGMeta{Schedule: name, Width: *svgWidth})
@@ -223,6 +229,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
+	}
+	if res.Auto != nil {
+		if err := writeAutoTable(stdout, res); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)
@@ -269,6 +280,9 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "ppgen: %s %s (%d ranks, %d steps)\n", verb, path, res.Program.Placement.Ranks(), res.Program.NumSteps())
+	if res.Auto != nil {
+		fmt.Fprintf(stderr, "ppgen: %s (`ppgen sim` with the same flags lists the candidates)\n", autoChoice(res))
+	}
 	return nil
 }
 

@@ -375,7 +375,7 @@ func dcApply(a, diff string) (string, error) {
 func TestGenFlagsShared(t *testing.T) {
 	fs := flag.NewFlagSet("show", flag.ContinueOnError)
 	var sf scheduleFlags
-	sf.register(fs, true)
+	sf.register(fs, true, true)
 	var buf bytes.Buffer
 	gencmd.PrintDefaults(&buf)
 	genFlags := buf.String()

@@ -41,16 +41,24 @@ type scheduleFlags struct {
 	dxdw       bool
 	commOrder  string
 	in         string
+	mem        float64
+	autoCost   string // -cost of the commands where it is auto's cost model
 }
 
-func (f *scheduleFlags) register(fs *flag.FlagSet, withIn bool) {
+// register defines the schedule flags on fs. withIn adds -in; autoCost
+// defines -cost as auto's cost model (commands that simulate define their
+// own -cost and pass it to auto with useCost).
+func (f *scheduleFlags) register(fs *flag.FlagSet, withIn, autoCost bool) {
 	v := gencmd.ScheduleVars{
 		Schedule: &f.schedule, Ranks: &f.ranks, Virtual: &f.virtual, Micro: &f.micro,
 		Placement: &f.placement, LessMemory: &f.lessMemory, Split: &f.split, Overlap: &f.overlap,
-		DxDw: &f.dxdw, CommOrder: &f.commOrder,
+		DxDw: &f.dxdw, CommOrder: &f.commOrder, Mem: &f.mem,
 	}
 	if withIn {
 		v.In = &f.in
+	}
+	if autoCost {
+		v.AutoCost = &f.autoCost
 	}
 	gencmd.RegisterSchedule(fs, v)
 }
@@ -60,7 +68,15 @@ func (f *scheduleFlags) values() gencmd.Schedule {
 	return gencmd.Schedule{
 		Name: f.schedule, Ranks: f.ranks, Virtual: f.virtual, Micro: f.micro, Placement: f.placement,
 		LessMemory: f.lessMemory, Split: f.split, Overlap: f.overlap, DxDwInOverlap: f.dxdw,
-		CommOrder: f.commOrder, In: f.in,
+		CommOrder: f.commOrder, In: f.in, Mem: f.mem, AutoCost: f.autoCost,
+	}
+}
+
+// useCost makes the command's own -cost spec auto's cost model too, when
+// the schedule is auto.
+func (f *scheduleFlags) useCost(spec string) {
+	if f.schedule == gen.Auto {
+		f.autoCost = spec
 	}
 }
 

@@ -192,7 +192,7 @@ func importTorch(path string, data []byte, format string, opt gen.Options) (impo
 func runExport(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
 	var sf scheduleFlags
-	sf.register(fs, true)
+	sf.register(fs, true, true)
 	to := fs.String("to", "", "output format: torch-csv, or torch-csv-legacy (PyTorch 2.4 to 2.6 names)")
 	computeOnly := fs.Bool("compute-only", false, "write the compute actions only, for _load_csv(format=\"compute_only\"); PyTorch then adds its own transfers")
 	noReduce := fs.Bool("no-reduce-grad", false, "do not add REDUCE_GRAD after each stage's last backward (for PyTorch releases without it)")

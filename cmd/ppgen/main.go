@@ -27,7 +27,12 @@
 //
 // Schedule flags, the same for every command that takes a schedule:
 //
-//	-schedule NAME     family (see `ppgen list`)
+//	-schedule NAME     family (see `ppgen list`), or auto: the fastest family and
+//	                   V under -cost whose activation memory fits -mem
+//	-mem X             auto: activation memory limit (micro-batches of a
+//	                   rank's share of the model; 0: none)
+//	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
+//	                   cost model they simulate, used by auto too)
 //	-ranks P           pipeline ranks
 //	-virtual V         virtual stages per rank (0: the family's default)
 //	-micro M           micro-batches per iteration

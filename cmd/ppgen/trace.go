@@ -20,12 +20,13 @@ import (
 func runTrace(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
 	var sf scheduleFlags
-	sf.register(fs, true)
+	sf.register(fs, true, false)
 	costSpec := fs.String("cost", "", "cost model, e.g. F=1,B=2,W=1,comm=0 (see `ppgen sim -h`); one unit is one millisecond in the trace")
 	out := fs.String("o", "-", "output file (- for stdout)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	sf.useCost(*costSpec)
 	if *out == "" {
 		return usagef("-o needs a file name (or - for stdout)")
 	}
@@ -97,20 +98,8 @@ func compareCost(spec string, virtual int) (sim.Cost, error) {
 	if c, err = c.Resolve(0); err != nil {
 		return c, usageError{err.Error()}
 	}
-	scale := func(xs []float64) ([]float64, error) {
-		if len(xs) > 1 {
-			return nil, usagef("-cost with -compare takes one value per key (the cost of one rank's share of the model), not per-stage lists")
-		}
-		out := make([]float64, len(xs))
-		for i, x := range xs {
-			out[i] = x / float64(max(virtual, 1))
-		}
-		return out, nil
-	}
-	for _, xs := range []*[]float64{&c.F, &c.B, &c.I, &c.W} {
-		if *xs, err = scale(*xs); err != nil {
-			return c, err
-		}
+	if c, err = gen.ShareCost(c, virtual); err != nil {
+		return c, usagef("-cost: %v", err)
 	}
 	return c, nil
 }
@@ -200,9 +189,7 @@ func runCompare(entries []compareEntry, sf *scheduleFlags, costSpec string, pr *
 			}
 			return nil, fmt.Errorf("%s: %w", e.name, err)
 		}
-		// A micro-batch walks S/Copies stages, each 1/vEff of a rank's
-		// share of the model (dualpipe's two copies each hold a full share).
-		vEff := max(res.Config.Virtual/max(res.Program.Copies, 1), 1)
+		vEff := res.StagesPerShare()
 		cost, err := compareCost(costSpec, vEff)
 		if err != nil {
 			return nil, err

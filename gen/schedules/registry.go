@@ -47,7 +47,8 @@ func Register(f Family) {
 func Lookup(name string) (Family, error) {
 	f, ok := registry[name]
 	if !ok {
-		return Family{}, fmt.Errorf("unknown schedule %q; known schedules: %s (see `ppgen list`)", name, strings.Join(Names(), ", "))
+		// "auto" is gen's: it picks one of these by simulation.
+		return Family{}, fmt.Errorf("unknown schedule %q; known schedules: %s, auto (see `ppgen list`)", name, strings.Join(Names(), ", "))
 	}
 	return f, nil
 }

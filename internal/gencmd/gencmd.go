@@ -31,6 +31,7 @@ import (
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 // Header is the first line of every file ppgen generates.
@@ -60,6 +61,11 @@ type Schedule struct {
 	DxDwInOverlap bool   // -dxdw-in-overlap
 	CommOrder     string // -comm-order
 	In            string // -in
+	// Mem and AutoCost are what -schedule auto chooses by: -mem, and -cost
+	// where the command's -cost means that (gen, show, verify; sim and
+	// trace simulate by their own -cost and pass it here for auto).
+	Mem      float64
+	AutoCost string
 }
 
 // ScheduleVars points at the variables the schedule flags set. In may be nil:
@@ -68,6 +74,10 @@ type ScheduleVars struct {
 	Schedule, Placement, CommOrder, In *string
 	Ranks, Virtual, Micro              *int
 	LessMemory, Split, Overlap, DxDw   *bool
+	Mem                                *float64
+	// AutoCost, when not nil, defines -cost as auto's cost model; commands
+	// with a -cost of their own leave it nil.
+	AutoCost *string
 }
 
 // Vars returns pointers to s's fields, with or without In.
@@ -76,6 +86,7 @@ func (s *Schedule) Vars(withIn bool) ScheduleVars {
 		Schedule: &s.Name, Placement: &s.Placement, CommOrder: &s.CommOrder,
 		Ranks: &s.Ranks, Virtual: &s.Virtual, Micro: &s.Micro,
 		LessMemory: &s.LessMemory, Split: &s.Split, Overlap: &s.Overlap, DxDw: &s.DxDwInOverlap,
+		Mem: &s.Mem, AutoCost: &s.AutoCost,
 	}
 	if withIn {
 		v.In = &s.In
@@ -99,6 +110,12 @@ func RegisterSchedule(fs *flag.FlagSet, v ScheduleVars) {
 	fs.StringVar(v.CommOrder, "comm-order", "timed", "how transfers are ordered: timed (by the cost model's ideal timeline), late (receives hoisted only as rendezvous demands) or eager (PyTorch's placement)")
 	if v.In != nil {
 		fs.StringVar(v.In, "in", "", "read the schedule from a CSV (PyTorch form) or text file instead of -schedule")
+	}
+	if v.Mem != nil {
+		fs.Float64Var(v.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
+	}
+	if v.AutoCost != nil {
+		fs.StringVar(v.AutoCost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (default F=1,B=2,W=1)")
 	}
 }
 
@@ -139,6 +156,22 @@ func (s Schedule) Config() (ir.Config, error) {
 // *UsageError.
 func (s Schedule) LowerOptions() (gen.Options, error) {
 	var opt gen.Options
+	if s.Name != gen.Auto && (s.Mem != 0 || s.AutoCost != "") {
+		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
+	}
+	if s.Name == gen.Auto {
+		if s.Mem < 0 {
+			return opt, usagef("-mem = %g; want 0 (no limit) or more", s.Mem)
+		}
+		opt.Auto.MemLimit = s.Mem
+		if s.AutoCost != "" {
+			c, err := sim.ParseCost(s.AutoCost, 0)
+			if err != nil {
+				return opt, usagef("-cost: %v", err)
+			}
+			opt.Auto.Cost = c
+		}
+	}
 	// The options that rewrite a compute order also apply to an -in file
 	// (gen.Lower adds a family's own from its Config).
 	opt.Passes.Split, opt.Passes.Overlap, opt.Passes.DxDwInOverlap = s.Split, s.Overlap, s.DxDwInOverlap
@@ -399,8 +432,11 @@ func (r *Request) Generate() ([]byte, gen.Result, error) {
 		return nil, res, err
 	}
 	schedule := r.Schedule.Name
-	if schedule == "" {
+	switch {
+	case schedule == "":
 		schedule = "imported"
+	case res.Auto != nil:
+		schedule = res.Config.Schedule // what auto chose
 	}
 	src, err := gen.Emit(res, emit.Options{
 		Package:    name,

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// simCost is the cost model to simulate res by: -cost per stage, or, for a
+// schedule the auto scheduler chose, the cost of one rank's share of the
+// model split over the stages of a share, as it chose by.
+func simCost(res gen.Result, spec string) (sim.Cost, error) {
+	if res.Auto != nil {
+		return compareCost(spec, res.StagesPerShare())
+	}
+	return parseCostFlag(spec, res.Program.Stages())
+}
+
+// autoName names the auto scheduler's choice: "auto: zbv V=2".
+func autoName(res gen.Result) string {
+	return fmt.Sprintf("auto: %s V=%d", res.Config.Schedule, res.Config.Virtual)
+}
+
+// autoChoice says what the auto scheduler chose and why, in one line.
+func autoChoice(res gen.Result) string {
+	for _, c := range res.Auto {
+		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" {
+			return fmt.Sprintf("%s: makespan %.4g, activation memory %.4g, the best of %d candidates", autoName(res), c.Makespan, c.ActMem, len(res.Auto))
+		}
+	}
+	return autoName(res)
+}
+
+// writeAutoTable prints the candidates the auto scheduler tried, the chosen
+// one marked with *.
+func writeAutoTable(w io.Writer, res gen.Result) error {
+	nameW := len("CANDIDATE")
+	for _, c := range res.Auto {
+		nameW = max(nameW, len(c.Config.Schedule))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-*s  %2s  %8s  %6s  %7s  %s\n", nameW, "CANDIDATE", "V", "MAKESPAN", "BUBBLE", "ACT MEM", "NOTE")
+	for _, c := range res.Auto {
+		mark := " "
+		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" {
+			mark = "*"
+		}
+		if c.Makespan == 0 && c.ActMem == 0 {
+			fmt.Fprintf(&b, "%s %-*s  %2d  %8s  %6s  %7s  %s\n", mark, nameW, c.Config.Schedule, c.Config.Virtual, "-", "-", "-", c.Skipped)
+			continue
+		}
+		fmt.Fprintf(&b, "%s %-*s  %2d  %8s  %5.1f%%  %7s  %s\n", mark, nameW, c.Config.Schedule, c.Config.Virtual,
+			strconv.FormatFloat(c.Makespan, 'g', 6, 64), 100*c.Bubble, strconv.FormatFloat(c.ActMem, 'g', 4, 64), c.Skipped)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

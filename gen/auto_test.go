@@ -1,0 +1,125 @@
+package gen
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/schedules"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// TestAutoNeverWorseThanFixed: for several configs and cost models, the
+// auto scheduler's choice simulates no slower than any family at its
+// default V, each lowered and simulated here on its own.
+func TestAutoNeverWorseThanFixed(t *testing.T) {
+	costs := []string{"F=1,B=2,W=1", "F=1,B=2,W=1,comm=0.5", "F=1,B=3,W=2"}
+	for _, cfg := range []ir.Config{
+		{Ranks: 2, Micro: 4}, {Ranks: 4, Micro: 8}, {Ranks: 4, Micro: 3}, {Ranks: 3, Micro: 9},
+	} {
+		for _, spec := range costs {
+			c, err := sim.ParseCost(spec, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			auto := cfg
+			auto.Schedule = Auto
+			res, err := Lower(auto, Options{Auto: AutoOptions{Cost: c}})
+			if err != nil {
+				t.Fatalf("P=%d M=%d %s: %v", cfg.Ranks, cfg.Micro, spec, err)
+			}
+			got, _, err := EvalShare(res, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range schedules.Names() {
+				fixed := cfg
+				fixed.Schedule = name
+				fr, err := Lower(fixed, Options{})
+				if err != nil || fr.Program.Copies > 1 {
+					continue // not a candidate at this config
+				}
+				want, _, err := EvalShare(fr, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Makespan > want.Makespan*(1+1e-9) {
+					t.Errorf("P=%d M=%d %s: auto chose %s V=%d with makespan %g, but %s V=%d makes %g",
+						cfg.Ranks, cfg.Micro, spec, res.Config.Schedule, res.Config.Virtual, got.Makespan, name, fr.Config.Virtual, want.Makespan)
+				}
+			}
+			if res.Config.Schedule == Auto || len(res.Auto) == 0 {
+				t.Errorf("P=%d M=%d: result config %+v, %d candidates", cfg.Ranks, cfg.Micro, res.Config, len(res.Auto))
+			}
+		}
+	}
+}
+
+// TestAutoMemoryLimit: a limit excludes the candidates over it, the choice
+// is the fastest of the rest, and a limit nothing meets is an error naming
+// the smallest memory found.
+func TestAutoMemoryLimit(t *testing.T) {
+	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	free, err := Lower(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var least = -1.0
+	for _, c := range free.Auto {
+		if c.Skipped == "" && (least < 0 || c.ActMem < least) {
+			least = c.ActMem
+		}
+	}
+	var chosen Candidate
+	for _, c := range free.Auto {
+		if c.Config.Schedule == free.Config.Schedule && c.Config.Virtual == free.Config.Virtual {
+			chosen = c
+		}
+	}
+	if chosen.ActMem <= least {
+		t.Skipf("the unconstrained choice (%s, memory %g) already has the least memory", chosen.Config.Schedule, chosen.ActMem)
+	}
+	limit := least
+	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: limit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var best Candidate
+	for _, c := range res.Auto {
+		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual {
+			best = c
+		}
+	}
+	if best.ActMem > limit {
+		t.Errorf("limit %g: chose %s V=%d with memory %g", limit, best.Config.Schedule, best.Config.Virtual, best.ActMem)
+	}
+	for _, c := range res.Auto {
+		if c.Skipped == "" && c.ActMem <= limit && c.Makespan < best.Makespan*(1-1e-9) {
+			t.Errorf("limit %g: chose makespan %g but %s V=%d fits with %g", limit, best.Makespan, c.Config.Schedule, c.Config.Virtual, c.Makespan)
+		}
+		if c.ActMem > limit && c.Skipped == "" {
+			t.Errorf("%s V=%d: memory %g over the limit but not skipped", c.Config.Schedule, c.Config.Virtual, c.ActMem)
+		}
+	}
+	_, err = Lower(cfg, Options{Auto: AutoOptions{MemLimit: least / 2}})
+	if err == nil || !strings.Contains(err.Error(), "no schedule fits the activation memory limit") {
+		t.Errorf("limit %g: err = %v", least/2, err)
+	}
+}
+
+// TestAutoDeterministic: the same config gives the same program.
+func TestAutoDeterministic(t *testing.T) {
+	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	a, err := Lower(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Lower(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Config != b.Config || emit.Fingerprint(a.Program) != emit.Fingerprint(b.Program) {
+		t.Errorf("two runs chose %+v and %+v", a.Config, b.Config)
+	}
+}
