@@ -125,6 +125,8 @@ type Exec struct {
 	stages []Stage // by stage index; nil where not on this rank
 	micro  int     // spec.Micro
 	last   int
+	copies int             // spec.Copies, 0 or 1 for one pipeline
+	per    int             // stages per copy (Stages/copies)
 	losses []atomic.Uint64 // math.Float64bits of each micro's loss
 	loss   Loss
 	data   DataSource
@@ -186,11 +188,22 @@ func New(cfg Config) (*Exec, error) {
 		}
 	}
 	last := sp.Stages - 1
-	if sp.RankOf[last] == r && cfg.Loss == nil {
-		return nil, fmt.Errorf("pipe: rank %d holds the last stage (%d) but Config.Loss is nil", r, last)
+	copies, per := max(sp.Copies, 1), sp.Stages/max(sp.Copies, 1)
+	ofCopy := ""
+	if copies > 1 {
+		ofCopy = " of a model copy"
 	}
-	if (sp.RankOf[0] == r || sp.RankOf[last] == r) && cfg.Data == nil {
-		return nil, fmt.Errorf("pipe: rank %d holds stage 0 or the last stage but Config.Data is nil", r)
+	for _, s := range want {
+		isFirst, isLast := s%per == 0, (s+1)%per == 0
+		if isLast && cfg.Loss == nil {
+			return nil, fmt.Errorf("pipe: rank %d holds the last stage (%d)%s but Config.Loss is nil", r, s, ofCopy)
+		}
+		if (isFirst || isLast) && cfg.Data == nil {
+			return nil, fmt.Errorf("pipe: rank %d holds the first or the last stage (%d)%s but Config.Data is nil", r, s, ofCopy)
+		}
+		if _, ok := stages[s].(CopyGrads); copies > 1 && !ok {
+			return nil, fmt.Errorf("pipe: rank %d: stage %d is a %T, which does not implement pipe.CopyGrads (Grads() []*tensor.Dense): the schedule runs %d model copies, whose gradients OptStep sums", r, s, stages[s], copies)
+		}
 	}
 	if cfg.Transport != nil {
 		if cfg.Transport.Rank() != r || cfg.Transport.World() != sp.Ranks {
@@ -207,7 +220,7 @@ func New(cfg Config) (*Exec, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	x := &Exec{
-		rank: r, spec: sp, last: last, stages: stages, micro: sp.Micro,
+		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, micro: sp.Micro,
 		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
 		group: stageGroups(stages), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
@@ -219,10 +232,10 @@ func New(cfg Config) (*Exec, error) {
 		if x.tr == nil {
 			continue
 		}
-		if s > 0 && sp.RankOf[s-1] != r {
+		if !x.routeFirst(s) && sp.RankOf[s-1] != r {
 			x.prevPeer[s] = sp.RankOf[s-1]
 		}
-		if s < last && sp.RankOf[s+1] != r {
+		if !x.routeLast(s) && sp.RankOf[s+1] != r {
 			x.nextPeer[s] = sp.RankOf[s+1]
 		}
 	}
@@ -372,7 +385,25 @@ func (x *Exec) Close() error {
 // slot of this rank. It is the hot-path check; badArgs explains a failure.
 func (x *Exec) valid(stage, micro, slot int) bool {
 	return uint(stage) < uint(len(x.stages)) && x.stages[stage] != nil &&
-		uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots))
+		uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) && x.onRoute(stage, micro)
+}
+
+// routeFirst reports whether stage begins micro-batches' route: stage 0,
+// or the first stage of a model copy. Any int is allowed.
+func (x *Exec) routeFirst(stage int) bool {
+	return stage == 0 || (x.copies > 1 && uint(stage) < uint(len(x.stages)) && stage%x.per == 0)
+}
+
+// routeLast reports whether stage ends micro-batches' route (it computes
+// their loss): the last stage, or the last stage of a model copy.
+func (x *Exec) routeLast(stage int) bool {
+	return stage == x.last || (x.copies > 1 && uint(stage) < uint(len(x.stages)) && (stage+1)%x.per == 0)
+}
+
+// onRoute reports whether micro-batch micro runs stage (always, for one
+// pipeline). Both must be in range.
+func (x *Exec) onRoute(stage, micro int) bool {
+	return x.copies <= 1 || stage/x.per == micro/(x.micro/x.copies)
 }
 
 func (x *Exec) badArgs(k OpKind, stage, micro, slot, peer int) {
@@ -384,6 +415,9 @@ func (x *Exec) badArgs(k OpKind, stage, micro, slot, peer int) {
 		err = fmt.Errorf("stage %d is on rank %d, not on this rank", stage, x.spec.RankOf[stage])
 	case micro < 0 || micro >= x.micro:
 		err = fmt.Errorf("micro-batch %d outside [0, %d)", micro, x.micro)
+	case !x.onRoute(stage, micro):
+		k := micro / (x.micro / x.copies)
+		err = fmt.Errorf("micro-batch %d runs model copy %d (stages %d-%d), not stage %d", micro, k, k*x.per, (k+1)*x.per-1, stage)
 	default:
 		err = fmt.Errorf("slot %d outside [0, %d)", slot, len(x.slots))
 	}
@@ -431,7 +465,7 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 		x.stepFailf(k, stage, micro, peer, "no transport")
 		return false
 	}
-	if other < 0 || other > x.last {
+	if other < 0 || other > x.last || (other < stage && x.routeFirst(stage)) || (other > stage && x.routeLast(stage)) {
 		x.stepFailf(k, stage, micro, peer, "stage %d has no neighbour stage %d", stage, other)
 		return false
 	}
@@ -459,16 +493,16 @@ func (x *Exec) Load(a At) {
 	if x.failed.Load() {
 		return
 	}
-	// stage is 0 or x.last, so keyable; it is on this rank iff its Stage is
-	// set, which a slot holding it already proves.
-	if (stage == 0 || stage == x.last) && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+	// stage begins or ends a route, so keyable; it is on this rank iff its
+	// Stage is set, which a slot holding it already proves.
+	if first, last := x.routeFirst(stage), x.routeLast(stage); (first || last) && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
 		s := &x.slots[slot]
 		k := keyOf(stage, micro)
-		if s.key == k || (s.flags&pending == 0 && x.stages[stage] != nil) {
+		if s.key == k || (s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro)) {
 			if s.key != k {
 				s.start(k)
 			}
-			if stage == 0 {
+			if first {
 				in, err := x.data.Input(micro)
 				if err != nil || in == nil {
 					x.dataFail(stage, micro, err, "input")
@@ -476,7 +510,7 @@ func (x *Exec) Load(a At) {
 				}
 				s.x = in
 			}
-			if stage == x.last {
+			if last {
 				t, err := x.data.Target(micro)
 				if err != nil || t == nil {
 					x.dataFail(stage, micro, err, "target")
@@ -507,8 +541,8 @@ func (x *Exec) dataLoadSlow(stage, micro, slot int) {
 		x.badArgs(OpDataLoad, stage, micro, slot, -1)
 		return
 	}
-	if stage != 0 && stage != x.last {
-		x.stepFailf(OpDataLoad, stage, micro, -1, "only stage 0 and the last stage (%d) load data", x.last)
+	if !x.routeFirst(stage) && !x.routeLast(stage) {
+		x.stepFailf(OpDataLoad, stage, micro, -1, "only the first and the last stage of a model copy load data (stage 0 and %d for one pipeline)", x.last)
 		return
 	}
 	s := &x.slots[slot]
@@ -520,7 +554,7 @@ func (x *Exec) dataLoadSlow(stage, micro, slot int) {
 
 // load is DataLoad once the slot holds the chunk.
 func (x *Exec) load(s *slotState, stage, micro int) {
-	if stage == 0 {
+	if x.routeFirst(stage) {
 		in, err := x.data.Input(micro)
 		if err != nil || in == nil {
 			x.dataFail(stage, micro, err, "input")
@@ -528,7 +562,7 @@ func (x *Exec) load(s *slotState, stage, micro int) {
 		}
 		s.x = in
 	}
-	if stage == x.last {
+	if x.routeLast(stage) {
 		t, err := x.data.Target(micro)
 		if err != nil || t == nil {
 			x.dataFail(stage, micro, err, "target")
@@ -776,7 +810,7 @@ func (x *Exec) F(a At) {
 		} else if s.key == k && s.flags&(fwdDone|actPending) == 0 {
 			// The slot holding (stage, micro) proves both valid. A pending
 			// receive takes the slow path, which waits for it.
-			if stage == 0 {
+			if x.routeFirst(stage) {
 				in = s.x
 			} else {
 				in = s.ract
@@ -784,10 +818,11 @@ func (x *Exec) F(a At) {
 		}
 		// The last stage's F needs the labels, which only a DataLoad into
 		// the slot already holding the chunk can have put there.
-		if in != nil && (stage != x.last || (s.key == k && s.target != nil)) {
+		last := x.routeLast(stage)
+		if in != nil && (!last || (s.key == k && s.target != nil)) {
 			if s.key != k {
 				s.start(k)
-			} else if src < 0 && stage != 0 {
+			} else if src < 0 && !x.routeFirst(stage) {
 				s.ract = nil
 			}
 			y, saved, err := x.stages[stage].Forward(in)
@@ -797,7 +832,7 @@ func (x *Exec) F(a At) {
 			}
 			s.x, s.y, s.saved = in, y, saved
 			s.flags |= fwdDone
-			if stage == x.last {
+			if last {
 				loss, dy, err := x.loss.Loss(y, s.target)
 				if err != nil || dy == nil {
 					x.lossFail(stage, micro, err)
@@ -851,6 +886,10 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) {
 			x.stepFailf(OpForward, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
 			return
 		}
+		if x.routeFirst(stage) {
+			x.stepFailf(OpForward, stage, micro, -1, "source slot %d, but stage %d begins its micro-batches' route: its input is a data load", src, stage)
+			return
+		}
 		p := &x.slots[src]
 		if !p.holds(stage-1, micro) || p.y == nil {
 			x.stepFailf(OpForward, stage, micro, -1, "source slot %d holds no output of F(%d, %d)", src, stage-1, micro)
@@ -860,7 +899,7 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) {
 			return
 		}
 		in = p.y
-	case stage == 0:
+	case x.routeFirst(stage):
 		if !s.holds(stage, micro) || s.x == nil {
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
 			return
@@ -897,7 +936,7 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 	}
 	s.x, s.y, s.saved = in, y, saved
 	s.flags |= fwdDone
-	if stage == x.last {
+	if x.routeLast(stage) {
 		if s.target == nil {
 			x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: DataLoad(%d, %d) into it has not run", slot, stage, micro)
 			return
@@ -1022,7 +1061,7 @@ func (x *Exec) fastDy(s *slotState, stage, micro, slot, src int) *tensor.Dense {
 			}
 		}
 		return nil
-	case stage == x.last:
+	case x.routeLast(stage):
 		return s.dy
 	case s.flags&gradPending != 0:
 		return nil
@@ -1062,13 +1101,17 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) {
 			x.stepFailf(k, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
 			return
 		}
+		if x.routeLast(stage) {
+			x.stepFailf(k, stage, micro, -1, "source slot %d, but stage %d ends its micro-batches' route: its output gradient is the loss's", src, stage)
+			return
+		}
 		p := &x.slots[src]
 		if !p.holds(stage+1, micro) || p.dx == nil {
 			x.stepFailf(k, stage, micro, -1, "source slot %d holds no input gradient of (%d, %d)", src, stage+1, micro)
 			return
 		}
 		dy = p.dx
-	case stage == x.last:
+	case x.routeLast(stage):
 		dy = s.dy
 	default:
 		if s.flags&gradPending == 0 && s.rgrad == nil {
@@ -1156,11 +1199,21 @@ func (x *Exec) backwardWeight(s *slotState, stage, micro int) {
 	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 }
 
-// OptStep runs the optimizer hook, if any.
+// OptStep runs the optimizer hook, if any; with two model copies
+// (Spec.Copies = 2) it first sums their gradients (see CopyGrads).
 //
 //go:noinline
 func (x *Exec) OptStep() {
-	if x.failed.Load() || x.optHook == nil {
+	if x.failed.Load() {
+		return
+	}
+	if x.copies > 1 {
+		if err := x.syncCopies(); err != nil {
+			x.stepFail(OpOptStep, 0, 0, -1, fmt.Errorf("summing the model copies' gradients: %w", err))
+			return
+		}
+	}
+	if x.optHook == nil {
 		return
 	}
 	if err := x.optHook(); err != nil {

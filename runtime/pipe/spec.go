@@ -16,6 +16,13 @@ type Spec struct {
 	Slots       []int  // Slots[r]: buffer slots of rank r
 	RankOf      []int  // RankOf[s]: rank holding stage s
 	Fingerprint string // hash of the lowered program, checked at the rendezvous
+	// Copies is the number of model copies the stages form: 0 or 1 for one
+	// pipeline; 2 for dualpipe, whose stages 0..S/2-1 are copy A and
+	// S/2..S-1 copy B of the same S/2-stage model. Micro-batches
+	// 0..M/2-1 run through copy A only and M/2..M-1 through copy B only;
+	// stage s and stage s+S/2 hold the same weights, and OptStep sums their
+	// gradients (see CopyGrads) before the optimizer runs.
+	Copies int
 }
 
 // Validate checks the Spec's internal consistency.
@@ -45,7 +52,23 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("Slots[%d] = %d < 0", r, n)
 		}
 	}
+	switch {
+	case s.Copies < 0 || s.Copies > 2:
+		return fmt.Errorf("Copies = %d, want 0, 1 or 2 (dualpipe's two model copies)", s.Copies)
+	case s.Copies == 2 && (s.Stages%2 != 0 || s.Micro%2 != 0):
+		return fmt.Errorf("Copies = 2 needs an even number of stages and of micro-batches, not %d and %d", s.Stages, s.Micro)
+	}
 	return nil
+}
+
+// CopyGrads is implemented by the stages of a program with two model copies
+// (Spec.Copies = 2). Grads returns the stage's weight gradients, as
+// BackwardWeight accumulated them since the last optimizer step, in a fixed
+// order; the stage holding the same weights in the other copy returns the
+// same shapes. OptStep adds the other copy's gradients to them in place,
+// then runs the optimizer hook, so both copies take the same step.
+type CopyGrads interface {
+	Grads() []*tensor.Dense
 }
 
 // StagesOf returns the stages placed on rank r, in increasing order.
