@@ -171,11 +171,6 @@ func autoFamily(fam schedules.Family, cfg ir.Config, vs []int, opt Options, c si
 			continue
 		}
 		cand := Candidate{Config: res.Config}
-		if res.Program.Copies > 1 {
-			cand.Skipped = "two model copies: ppgen gen cannot emit it yet"
-			cands, results = append(cands, cand), append(results, Result{})
-			continue
-		}
 		r, mem, err := EvalShare(res, c)
 		if err != nil {
 			return nil, nil, fmt.Errorf("schedule auto: %s V=%d: %w", fam.Name, v, err)

@@ -1,7 +1,6 @@
 package gen
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -352,9 +351,10 @@ func TestParallelLoweringIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestDualPipeEmitRefused: dualpipe lowers and verifies, but Emit refuses
-// its two model copies (emit.ErrCopies) and returns no source.
-func TestDualPipeEmitRefused(t *testing.T) {
+// TestDualPipeEmits: dualpipe lowers with two model copies, and Emit
+// writes them as Spec.Copies = 2 (the runtime then sums the copies'
+// gradients at OPT_STEP); single-pipeline programs carry no Copies field.
+func TestDualPipeEmits(t *testing.T) {
 	cfg := ir.Config{Schedule: "dualpipe", Ranks: 4, Micro: 8}
 	res, err := Lower(cfg, Options{})
 	if err != nil {
@@ -364,10 +364,16 @@ func TestDualPipeEmitRefused(t *testing.T) {
 		t.Fatalf("lowered dualpipe: Copies = %d, want 2", res.Program.Copies)
 	}
 	src, _, err := Generate(cfg, Options{}, emit.Options{Package: "sched"})
-	if !errors.Is(err, emit.ErrCopies) || src != nil {
-		t.Fatalf("Generate: %d bytes, error %v; want none and emit.ErrCopies", len(src), err)
+	if err != nil || !strings.Contains(string(src), "\tCopies:      2,\n") {
+		t.Fatalf("Generate: error %v; source:\n%.1200s", err, src)
 	}
-	if !strings.Contains(err.Error(), "gradient all-reduce between ranks r and P-1-r") {
-		t.Errorf("Generate error %q does not explain the missing all-reduce", err)
+	src, _, err = Generate(ir.Config{Schedule: "1f1b", Ranks: 4, Micro: 8}, Options{}, emit.Options{Package: "sched"})
+	if err != nil || strings.Contains(string(src), "Copies") {
+		t.Fatalf("1f1b: error %v; source:\n%.1200s", err, src)
+	}
+	three := res.Program
+	three.Copies = 3
+	if _, err := emit.Emit(three, emit.Options{Package: "sched"}); err == nil || !strings.Contains(err.Error(), "at most 2") {
+		t.Errorf("Emit with 3 copies: %v", err)
 	}
 }

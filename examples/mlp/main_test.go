@@ -46,13 +46,13 @@ func TestInProcMatchesSequential(t *testing.T) {
 func TestCheckCatchesDivergence(t *testing.T) {
 	var out bytes.Buffer
 	o := options{schedule: "1f1b", transport: "inproc", steps: 2, check: true, dtype: "float64", lr: 0.1, seed: 7}
-	model, _, err := sequentialReference(o, 4, tensor.Float64)
+	model, _, err := sequentialReference(o, catalog["1f1b"].Spec, tensor.Float64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o2 := o
 	o2.lr = 0.2
-	ref2, _, err := sequentialReference(o2, 4, tensor.Float64)
+	ref2, _, err := sequentialReference(o2, catalog["1f1b"].Spec, tensor.Float64)
 	if err != nil {
 		t.Fatal(err)
 	}

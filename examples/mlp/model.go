@@ -7,6 +7,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
 // The model: an MLP of `blocks` blocks (Linear then Tanh), and a final
@@ -119,12 +120,12 @@ func params(stages []*nn.Sequential) []*nn.Param {
 // trainSequential trains the whole model without a pipeline on the same
 // micro-batches: the reference that -check compares against. It returns
 // the loss of every step.
-func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, loss nn.MSE, steps int) ([]float64, error) {
+func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, loss nn.MSE, steps int) ([][]float64, error) {
 	ps := params(stages)
-	var losses []float64
+	var losses [][]float64
 	for step := range steps {
 		data.setStep(step)
-		total := 0.0
+		perMicro := make([]float64, len(data.inputs))
 		for m := range data.inputs {
 			x := data.inputs[m]
 			saved := make([]any, len(stages))
@@ -138,7 +139,7 @@ func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, l
 			if err != nil {
 				return nil, err
 			}
-			total += l
+			perMicro[m] = l
 			for s := len(stages) - 1; s >= 0; s-- {
 				if dy, err = stages[s].Backward(saved[s], dy); err != nil {
 					return nil, err
@@ -149,9 +150,45 @@ func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, l
 			return nil, err
 		}
 		nn.ZeroGrad(ps)
-		losses = append(losses, total)
+		losses = append(losses, perMicro)
 	}
 	return losses, nil
+}
+
+// stagesPerCopy is the number of stages of one model copy: all of them,
+// or half for dualpipe's two copies.
+func stagesPerCopy(sp pipe.Spec) int { return sp.Stages / max(sp.Copies, 1) }
+
+// routeLast is the last stage micro-batch m runs: the last stage, or the
+// last stage of m's model copy.
+func routeLast(sp pipe.Spec, m int) int {
+	per := stagesPerCopy(sp)
+	return (m/(sp.Micro/max(sp.Copies, 1))+1)*per - 1
+}
+
+// buildPipelineStages returns the stages of sp's program: the model's
+// stages, and for two model copies a second, identical set (built from the
+// same seed) as stages S/2..S-1, so both copies start from the same weights.
+func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
+	var out []*nn.Sequential
+	for range max(sp.Copies, 1) {
+		copyStages, err := buildStages(stagesPerCopy(sp), dt, seed)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, copyStages...)
+	}
+	return out, nil
+}
+
+// twins lays the reference model's stages out as sp's stages: stage s is
+// model stage s mod the stages per copy.
+func twins(sp pipe.Spec, ref []*nn.Sequential) []*nn.Sequential {
+	out := make([]*nn.Sequential, sp.Stages)
+	for s := range out {
+		out[s] = ref[s%len(ref)]
+	}
+	return out
 }
 
 // maxRelDiff returns the largest relative difference between two parameter

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ppgen/ppgen/generated/dualpipe"
 	"github.com/ppgen/ppgen/generated/dualpipev"
 	"github.com/ppgen/ppgen/generated/gpipe"
 	"github.com/ppgen/ppgen/generated/interleaved"
@@ -33,7 +34,9 @@ var catalog = map[string]schedule{
 	"zb-h1":       {zbh1.Spec, zbh1.Ranks[:], zbh1.Program},
 	"zbv":         {zbv.Spec, zbv.Ranks[:], zbv.Program},
 	// Overlap steps (OVERLAP_F_B, OVERLAP_B_F) and split backwards.
-	"dualpipev":           {dualpipev.Spec, dualpipev.Ranks[:], dualpipev.Program},
+	"dualpipev": {dualpipev.Spec, dualpipev.Ranks[:], dualpipev.Program},
+	// Two model copies: OPT_STEP sums the copies' gradients.
+	"dualpipe":            {dualpipe.Spec, dualpipe.Ranks[:], dualpipe.Program},
 	"interleaved-overlap": {interleavedoverlap.Spec, interleavedoverlap.Ranks[:], interleavedoverlap.Program},
 	"interleaved-split":   {interleavedsplit.Spec, interleavedsplit.Ranks[:], interleavedsplit.Program},
 }

@@ -11,7 +11,6 @@ package emit
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"go/token"
 	"slices"
@@ -66,19 +65,16 @@ type op struct {
 	sub                           []op // an overlap's sub-steps, in order
 }
 
-// ErrCopies is Emit's error for a program with several model copies: the
-// runtime has no step that keeps the copies' weights in sync.
-var ErrCopies = errors.New("dualpipe's two model copies need a gradient all-reduce between ranks r and P-1-r that runtime/pipe does not have yet; ppgen verify and ppgen sim work")
-
 // Emit returns the Go source of the lowered program p. It fails, naming the
 // rank and step, on a step kind the runtime has no call for and on a step
 // whose fields do not fit the program (stage, micro, peer or slot out of
 // range, a slot missing). p must be verified (gen/verify): Emit takes the
-// data flow between steps (the src slots) as given. A program with several
-// model copies (ir.Program.Copies > 1, dualpipe) is refused: see ErrCopies.
+// data flow between steps (the src slots) as given. A program with two model
+// copies (ir.Program.Copies = 2, dualpipe) gets Spec.Copies = 2, which makes
+// the runtime sum the copies' gradients at OPT_STEP; more copies are refused.
 func Emit(p ir.Program, opt Options) ([]byte, error) {
-	if p.Copies > 1 {
-		return nil, ErrCopies
+	if p.Copies > 2 {
+		return nil, fmt.Errorf("emit: the program has %d model copies; the runtime sums the gradients of at most 2 (dualpipe)", p.Copies)
 	}
 	if !token.IsIdentifier(opt.Package) || opt.Package == "_" {
 		return nil, fmt.Errorf("emit: package name %q is not a Go identifier", opt.Package)
@@ -119,6 +115,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		field("Slots", intSlice(slots)),
 		field("RankOf", intSlice(p.Placement.RankOf)),
 		field("Fingerprint", jen.Id("Fingerprint")),
+		copiesField(p.Copies),
 	)
 	f.Line()
 	f.Comment("Ranks holds the program of each rank: Ranks[r] runs rank r's steps and returns the")
@@ -146,6 +143,15 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 
 // multiline renders a composite literal's elements one per line.
 var multiline = jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true}
+
+// copiesField is the Spec's Copies field of a program with model copies,
+// and nothing (no field, so other programs' files do not change) otherwise.
+func copiesField(c int) jen.Code {
+	if c <= 1 {
+		return jen.Null()
+	}
+	return field("Copies", jen.Lit(c))
+}
 
 // field renders "name: value" in a composite literal, keeping the order given
 // (jen.Dict sorts its keys).

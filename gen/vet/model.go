@@ -95,6 +95,7 @@ type spec struct {
 	micro  int
 	slots  []int
 	rankOf []int
+	copies int  // 0 when absent
 	fpRef  bool // Fingerprint: Fingerprint
 }
 
@@ -247,6 +248,9 @@ func (m *model) readSpec(lit *ast.CompositeLit) *spec {
 	good = ok && good
 	sp.rankOf, ok = slice("RankOf")
 	good = ok && good
+	if _, has := sp.fields["Copies"]; has { // only programs with model copies set it
+		good = ints("Copies", &sp.copies) && good
+	}
 	if e, has := sp.fields["Fingerprint"]; has && isIdent(e, "Fingerprint") {
 		sp.fpRef = true
 	} else {
@@ -537,7 +541,7 @@ func (m *model) readOverlap(call *ast.CallExpr, kind ir.Kind, r, index int) (ir.
 // program rebuilds the lowered program from the steps; ok is false when a
 // rank function is missing or a step could not be read.
 func (m *model) program() (ir.Program, bool) {
-	p := ir.Program{Placement: m.spec.placement(), Micro: m.spec.micro, Ranks: make([][]ir.Step, m.spec.ranks)}
+	p := ir.Program{Placement: m.spec.placement(), Micro: m.spec.micro, Ranks: make([][]ir.Step, m.spec.ranks), Copies: m.spec.copies}
 	if m.opaque {
 		return p, false
 	}

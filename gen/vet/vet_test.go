@@ -91,7 +91,7 @@ func generate(t testing.TB, dir string, args ...string) (string, bool) {
 // back to the program it was generated from. A step kind gen/emit writes and
 // this package cannot read fails here.
 func TestRoundTrip(t *testing.T) {
-	families := []string{"1f1b", "gpipe", "interleaved", "interleaved-zb", "looped-bfs", "v-half", "v-min", "zb-h1", "zb-h2", "zbv", "dualpipev"}
+	families := []string{"1f1b", "gpipe", "interleaved", "interleaved-zb", "looped-bfs", "v-half", "v-min", "zb-h1", "zb-h2", "zbv", "dualpipev", "dualpipe"}
 	options := [][]string{nil, {"-split"}, {"-overlap"}, {"-overlap", "-dxdw-in-overlap"}, {"-table", "-helper", "7"}}
 	n := 0
 	for _, fam := range families {

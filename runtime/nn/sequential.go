@@ -58,6 +58,19 @@ func (s *Sequential) Params() []*Param {
 // ZeroGrad clears the gradients of all layers.
 func (s *Sequential) ZeroGrad() { ZeroGrad(s.Params()) }
 
+// Grads returns the gradient tensors of all parameters in order (the Grad of
+// each of Params). It makes a Sequential a pipe.CopyGrads, so that a
+// schedule with two model copies (dualpipe) can sum the copies' gradients in
+// place before the optimizer step.
+func (s *Sequential) Grads() []*tensor.Dense {
+	ps := s.Params()
+	gs := make([]*tensor.Dense, len(ps))
+	for i, p := range ps {
+		gs[i] = p.Grad
+	}
+	return gs
+}
+
 // Forward runs the layers in order. With no layers it returns x.
 func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 	if s == nil {
