@@ -182,3 +182,19 @@ func TestCopiesNeedCopyGrads(t *testing.T) {
 		}
 	}
 }
+
+// TestCopiesOffRouteReceive: a receive claiming a slot for a micro-batch of
+// the other copy fails like a data load does.
+func TestCopiesOffRouteReceive(t *testing.T) {
+	sp, _ := copiesProgram()
+	trs := inprocWorld(2, time.Second)
+	x, err := pipe.New(pipe.Config{Rank: 1, Spec: sp, Stages: map[int]pipe.Stage{1: &twinAffine{affine: &affine{}}, 2: &twinAffine{affine: &affine{}}}, Loss: mse{}, Data: &data{}, Transport: trs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	x.RecvAct(1, 2, 0, 0) // micro-batch 2 runs copy B: stage 1 is not on its route
+	if err := x.Err(); err == nil || !strings.Contains(err.Error(), "micro-batch 2 runs model copy 1 (stages 2-3), not stage 1") {
+		t.Errorf("err = %v", err)
+	}
+}

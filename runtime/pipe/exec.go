@@ -484,8 +484,8 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 // the same, and the fast path never has to explain an error. Every step
 // method is go:noinline (see Backward).
 
-// Load loads the input (stage 0) and/or the labels (last stage) of micro
-// into slot.
+// Load loads the input (stage 0, or the first stage of micro's model copy)
+// and/or the labels (the last stage of micro's route) of micro into slot.
 //
 //go:noinline
 func (x *Exec) Load(a At) {
@@ -594,7 +594,7 @@ func (x *Exec) RecvF(a At) {
 		s := &x.slots[slot]
 		k := keyOf(stage, micro)
 		if (s.key == k && s.flags&(actPending|fwdDone) == 0) ||
-			(s.key != k && s.flags&pending == 0 && x.stages[stage] != nil && uint(micro) < uint(x.micro)) {
+			(s.key != k && s.flags&pending == 0 && x.stages[stage] != nil && uint(micro) < uint(x.micro) && x.onRoute(stage, micro)) {
 			if s.key != k {
 				s.start(k)
 			}
