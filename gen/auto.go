@@ -77,9 +77,9 @@ func (res Result) StagesPerShare() int {
 	return max(res.Config.Virtual/max(res.Program.Copies, 1), 1)
 }
 
-// EvalShare lowers nothing: it simulates the lowered result res under c, the
-// cost of one rank's share of the model, and returns the simulation with
-// the activation memory in share units (see AutoOptions.MemLimit).
+// EvalShare simulates the lowered result res under c, the cost of one
+// rank's share of the model (ShareCost), and returns the simulation and the
+// activation memory in share units (see AutoOptions.MemLimit).
 func EvalShare(res Result, c sim.Cost) (sim.Result, float64, error) {
 	vEff := res.StagesPerShare()
 	share, err := ShareCost(c, vEff)
@@ -118,14 +118,13 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 		}
 	}
 	var cands []Candidate
-	var results []Result // of the candidates, by index; zero when skipped
 	for _, name := range schedules.Names() {
 		fam, _ := schedules.Lookup(name)
-		cs, rs, err := autoFamily(fam, cfg, vs, opt, c)
+		cs, err := autoFamily(fam, cfg, vs, opt, c)
 		if err != nil {
 			return Result{Config: cfg}, err
 		}
-		cands, results = append(cands, cs...), append(results, rs...)
+		cands = append(cands, cs...)
 	}
 	best := -1
 	for i, cand := range cands {
@@ -139,26 +138,30 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 	if best < 0 {
 		return Result{Config: cfg, Auto: cands}, autoNone(cands, opt.Auto.MemLimit)
 	}
-	res := results[best]
+	// Lowered again rather than kept: the candidates' programs can be
+	// large, and lowering is deterministic.
+	res, err := Lower(cands[best].Config, opt)
+	if err != nil {
+		return Result{Config: cfg, Auto: cands}, fmt.Errorf("schedule auto: %s V=%d: %w", cands[best].Config.Schedule, cands[best].Config.Virtual, err)
+	}
 	res.Auto = cands
 	return res, nil
 }
 
 // autoFamily lowers and simulates family fam at each V of vs: the
-// candidates it makes (one per V it accepts, or one saying why it accepts
-// none) and their results (zero for candidates that cannot be chosen).
-func autoFamily(fam schedules.Family, cfg ir.Config, vs []int, opt Options, c sim.Cost) ([]Candidate, []Result, error) {
+// candidates it makes, one per V it accepts, or one saying why it accepts
+// none.
+func autoFamily(fam schedules.Family, cfg ir.Config, vs []int, opt Options, c sim.Cost) ([]Candidate, error) {
 	def := max(fam.DefaultVirtual, 1)
-	rejected := func(err error) ([]Candidate, []Result, error) {
+	rejected := func(err error) ([]Candidate, error) {
 		one := cfg
 		one.Schedule, one.Virtual = fam.Name, def
-		return []Candidate{{Config: one, Skipped: err.Error()}}, []Result{{}}, nil
+		return []Candidate{{Config: one, Skipped: err.Error()}}, nil
 	}
 	if fam.ComputeOnly != "" {
 		return rejected(errors.New("cannot be lowered yet: " + fam.ComputeOnly))
 	}
 	var cands []Candidate
-	var results []Result
 	var firstErr error
 	for _, v := range vs {
 		one := cfg
@@ -173,18 +176,18 @@ func autoFamily(fam schedules.Family, cfg ir.Config, vs []int, opt Options, c si
 		cand := Candidate{Config: res.Config}
 		r, mem, err := EvalShare(res, c)
 		if err != nil {
-			return nil, nil, fmt.Errorf("schedule auto: %s V=%d: %w", fam.Name, v, err)
+			return nil, fmt.Errorf("schedule auto: %s V=%d: %w", fam.Name, v, err)
 		}
 		cand.Makespan, cand.Bubble, cand.ActMem = r.Makespan, r.Bubble, mem
 		if opt.Auto.MemLimit > 0 && mem > opt.Auto.MemLimit {
 			cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.Auto.MemLimit)
 		}
-		cands, results = append(cands, cand), append(results, res)
+		cands = append(cands, cand)
 	}
 	if len(cands) == 0 && firstErr != nil {
 		return rejected(firstErr)
 	}
-	return cands, results, nil
+	return cands, nil
 }
 
 // autoLess orders eligible candidates: smaller makespan, then smaller
