@@ -10,6 +10,7 @@ import (
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -375,5 +376,41 @@ func TestDualPipeEmits(t *testing.T) {
 	three.Copies = 3
 	if _, err := emit.Emit(three, emit.Options{Package: "sched"}); err == nil || !strings.Contains(err.Error(), "at most 2") {
 		t.Errorf("Emit with 3 copies: %v", err)
+	}
+}
+
+// TestEveryScheduleLowersWithFSDP: every lowerable family at a few sizes
+// lowers with the FSDP pass at windows 1 to 3 (1 is refused only for an
+// overlap of two stages) and verifies, with the peak of unsharded stages
+// within the window.
+func TestEveryScheduleLowersWithFSDP(t *testing.T) {
+	checked := 0
+	defer func() {
+		if checked < 30 {
+			t.Errorf("only %d configurations checked", checked)
+		}
+	}()
+	for _, name := range schedules.Names() {
+		for _, pm := range [][2]int{{2, 4}, {4, 8}} {
+			cfg := ir.Config{Schedule: name, Ranks: pm[0], Micro: pm[1]}
+			if _, err := Lower(cfg, Options{}); err != nil {
+				continue // the family does not take this size
+			}
+			for window := 1; window <= 3; window++ {
+				res, err := Lower(cfg, Options{Passes: passes.Options{FSDP: window}})
+				if err != nil {
+					if window == 1 && strings.Contains(err.Error(), "raise the window") {
+						continue
+					}
+					t.Fatalf("%s P=%d M=%d window %d: %v", name, pm[0], pm[1], window, err)
+				}
+				checked++
+				for r, peak := range res.Report.PeakUnsharded {
+					if peak < 1 || peak > window {
+						t.Errorf("%s P=%d M=%d window %d: rank %d holds %d stages unsharded", name, pm[0], pm[1], window, r, peak)
+					}
+				}
+			}
+		}
 	}
 }

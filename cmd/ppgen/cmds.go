@@ -135,9 +135,13 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return unsafeError{err}
 	}
-	fmt.Fprintf(stdout, "ok: %d ranks, %d stages, %d micro-batches, %d steps (%d transfers); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps\n",
+	fsdp := ""
+	if res.Report.PeakUnsharded != nil {
+		fsdp = fmt.Sprintf("; peak unsharded stages per rank %v", res.Report.PeakUnsharded)
+	}
+	fmt.Fprintf(stdout, "ok: %d ranks, %d stages, %d micro-batches, %d steps (%d transfers); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
 		res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, res.Report.Transfers,
-		res.Report.PeakActivations, res.Info.Slots, res.Info.RecvDistance)
+		res.Report.PeakActivations, res.Info.Slots, res.Info.RecvDistance, fsdp)
 	return nil
 }
 

@@ -43,6 +43,7 @@ type scheduleFlags struct {
 	in         string
 	mem        float64
 	autoCost   string // -cost of the commands where it is auto's cost model
+	fsdp       int
 }
 
 // register defines the schedule flags on fs. withIn adds -in; autoCost
@@ -52,7 +53,7 @@ func (f *scheduleFlags) register(fs *flag.FlagSet, withIn, autoCost bool) {
 	v := gencmd.ScheduleVars{
 		Schedule: &f.schedule, Ranks: &f.ranks, Virtual: &f.virtual, Micro: &f.micro,
 		Placement: &f.placement, LessMemory: &f.lessMemory, Split: &f.split, Overlap: &f.overlap,
-		DxDw: &f.dxdw, CommOrder: &f.commOrder, Mem: &f.mem,
+		DxDw: &f.dxdw, CommOrder: &f.commOrder, Mem: &f.mem, FSDP: &f.fsdp,
 	}
 	if withIn {
 		v.In = &f.in
@@ -68,7 +69,7 @@ func (f *scheduleFlags) values() gencmd.Schedule {
 	return gencmd.Schedule{
 		Name: f.schedule, Ranks: f.ranks, Virtual: f.virtual, Micro: f.micro, Placement: f.placement,
 		LessMemory: f.lessMemory, Split: f.split, Overlap: f.overlap, DxDwInOverlap: f.dxdw,
-		CommOrder: f.commOrder, In: f.in, Mem: f.mem, AutoCost: f.autoCost,
+		CommOrder: f.commOrder, In: f.in, Mem: f.mem, AutoCost: f.autoCost, FSDP: f.fsdp,
 	}
 }
 

@@ -33,6 +33,8 @@
 //	                   rank's share of the model; 0: none)
 //	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
 //	                   cost model they simulate, used by auto too)
+//	-fsdp N            add UNSHARD/RESHARD/REDUCE_GRAD, at most N stages
+//	                   unsharded per rank at once
 //	-ranks P           pipeline ranks
 //	-virtual V         virtual stages per rank (0: the family's default)
 //	-micro M           micro-batches per iteration

@@ -19,6 +19,7 @@ const (
 	ArgsComm                 // (stage, micro, peer, slot)
 	ArgsCompute              // (stage, micro, slot, src)
 	ArgsOverlap              // the sub-steps' arguments in order: (stage, micro, slot, src) for F, (kind, stage, micro, slot, src) for B, I or W
+	ArgsStage                // (stage): the FSDP steps
 )
 
 // Call is how one step kind is emitted: the pipe.Exec method of the
@@ -75,6 +76,9 @@ var calls = map[ir.Kind]call{
 	ir.OptStep:        {"OptStep", "OpOptStep", ArgsNone, "", 'O'},
 	ir.OverlapFB:      {"OverlapFB", "OpOverlapFB", ArgsOverlap, "", 'X'},
 	ir.OverlapBF:      {"OverlapBF", "OpOverlapBF", ArgsOverlap, "", 'Y'},
+	ir.Unshard:        {"Unshard", "OpUnshard", ArgsStage, "", 'U'},
+	ir.Reshard:        {"Reshard", "OpReshard", ArgsStage, "", 'u'},
+	ir.ReduceGrad:     {"ReduceGrad", "OpReduceGrad", ArgsStage, "", 'G'},
 }
 
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch

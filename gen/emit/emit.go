@@ -253,6 +253,8 @@ func (o op) stmt() *jen.Statement {
 		return jen.Id("x").Dot(o.method).Call(o.overlapArgs()...)
 	case ArgsNone:
 		return jen.Id("x").Dot(o.method).Call()
+	case ArgsStage:
+		return jen.Id("x").Dot(o.method).Call(jen.Lit(o.stage))
 	}
 	c, d := o.slot, ir.None
 	switch o.args {
@@ -321,6 +323,8 @@ func emitTable(f *jen.File, ops [][]op) {
 				}
 			case ArgsNone:
 				add(o, o.kind.String())
+			case ArgsStage:
+				add(o, o.step().String())
 			default:
 				add(o, Describe(o.step(), o.src))
 			}
@@ -385,6 +389,17 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			if c.args == ArgsNone {
 				// OPT_STEP: no operands; record none in the table either.
 				o.stage, o.micro, o.peer, o.slot = ir.None, ir.None, ir.None, ir.None
+				return o, nil
+			}
+			if c.args == ArgsStage {
+				// UNSHARD, RESHARD, REDUCE_GRAD: a stage of this rank.
+				o.micro, o.peer, o.slot = ir.None, ir.None, ir.None
+				switch {
+				case st.Stage < 0 || st.Stage >= S:
+					return op{}, fmt.Errorf("stage %d is outside 0..%d", st.Stage, S-1)
+				case p.Placement.RankOf[st.Stage] != r:
+					return op{}, fmt.Errorf("stage %d is placed on rank %d, not this one", st.Stage, p.Placement.RankOf[st.Stage])
+				}
 				return o, nil
 			}
 			switch {

@@ -229,8 +229,11 @@ func TestErrors(t *testing.T) {
 		wants string
 	}{
 		{"unsupported kind", func(p *ir.Program, o *Options) {
-			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.StageOnly(ir.Unshard, 1))
-		}, "emit: rank 1 step 7 (1UNSHARD): the runtime has no call for UNSHARD yet"},
+			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Compute(ir.SwapLaunchOffload, 1, 0))
+		}, "emit: rank 1 step 7 (1SWAP_LAUNCH_OFFLOAD0): the runtime has no call for SWAP_LAUNCH_OFFLOAD yet"},
+		{"fsdp step of another rank", func(p *ir.Program, o *Options) {
+			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.StageOnly(ir.Unshard, 0))
+		}, "emit: rank 1 step 7 (0UNSHARD): stage 0 is placed on rank 0, not this one"},
 		{"overlap sub-step without slot", func(p *ir.Program, o *Options) {
 			p.Ranks[0][1] = ir.Overlap(ir.OverlapFB, ir.Compute(ir.Forward, 0, 0), ir.Compute(ir.Backward, 0, 1))
 		}, "emit: rank 0 step 1 ((0F0;0B1)OVERLAP_F_B): sub-step 0F0: no slot assigned (slot -1)"},

@@ -32,6 +32,9 @@ type Options struct {
 	// FillW lets W steps float into bubbles (the FillW pass, under the
 	// cost model of Comm), after the passes above.
 	FillW bool
+	// FSDP, when positive, adds UNSHARD, RESHARD and REDUCE_GRAD steps with
+	// at most FSDP stages unsharded per rank at once (the FSDP pass).
+	FSDP int
 }
 
 // LowerInfo reports what lowering produced.
@@ -93,7 +96,10 @@ func Pipeline(opt Options) []Pass {
 		// that must run between them splits this entry back into the two.
 		ps = append(ps, Pass{Name: "data+comm", Run: func(p ir.Program) (ir.Program, error) { return insertDataCommFast(p, opt.Comm) }})
 	}
-	// (FSDP, swap, coalescing: later work, here)
+	if opt.FSDP > 0 {
+		ps = append(ps, Pass{Name: "fsdp", Run: func(p ir.Program) (ir.Program, error) { return FSDP(p, opt.FSDP) }})
+	}
+	// (swap, coalescing: later work, here)
 	if !opt.NoOptStep {
 		// In place: it runs after "comm", whose output nobody else holds.
 		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return insertOptStep(p, true), nil }})

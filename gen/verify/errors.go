@@ -20,9 +20,10 @@ const (
 	Mismatch                  // FIFO pairs a transfer with the wrong partner
 	Memory                    // more live activations than allowed
 	Slot                      // slot assignment inconsistent or overlapping
+	FSDP                      // a stage computes sharded, or UNSHARD/RESHARD/REDUCE_GRAD out of order
 )
 
-var codeNames = [...]string{"", "structure", "duplicate", "missing", "order", "unmatched", "mismatch", "memory", "slot"}
+var codeNames = [...]string{"", "structure", "duplicate", "missing", "order", "unmatched", "mismatch", "memory", "slot", "fsdp"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) && c > 0 {

@@ -28,6 +28,9 @@ type Report struct {
 	// Slots is, per rank, one more than the largest slot used (0 when the
 	// program has no slots assigned).
 	Slots []int
+	// PeakUnsharded is, per rank, the most stages unsharded at once (FSDP);
+	// nil when the program has no FSDP steps.
+	PeakUnsharded []int
 }
 
 // Per-chunk step tables: at[a][stage*M+micro] is the index of that step on
@@ -78,9 +81,11 @@ type checker struct {
 	P, S, M int
 	rankOf  []int
 	lowered bool
-	hasData bool
-	at      [nAt][]int32
-	bwdIsI  []bool // per chunk: its backward is an I
+	// fsdpReduce: the program holds REDUCE_GRAD steps (see fsdpWalk).
+	fsdpReduce bool
+	hasData    bool
+	at         [nAt][]int32
+	bwdIsI     []bool // per chunk: its backward is an I
 	// opAt[a][chunk]: op id of the transfer in table a (aSendF..aDRecv)
 	opAt [nAt][]int32
 	// comm ops in (rank, index) order: the ids gen/internal/strict uses
@@ -202,6 +207,10 @@ func (c *checker) walk() error {
 		}
 	}
 	c.lowered, c.hasData = mode(p)
+	var fsdp bool
+	if fsdp, c.fsdpReduce = hasFSDP(p); fsdp {
+		c.rep.PeakUnsharded = make([]int, c.P)
+	}
 	n := c.S * c.M
 	// One block for the per-chunk tables, all starting at -1.
 	const nTables = nAt + 6 + 3 // at, opAt for six transfer kinds, slotOf/first/last
@@ -319,6 +328,10 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 	rw.waits = make([]strict.Event, 0, len(steps))
 	live := 0
 	nHost := int32(0)
+	var fs *fsdpWalk
+	if c.rep.PeakUnsharded != nil {
+		fs = newFSDPWalk(c.S, steps, c.fsdpReduce)
+	}
 	for i := range steps {
 		st := &steps[i]
 		if st.Kind.IsComm() {
@@ -340,6 +353,11 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 			if err := c.leaf(rw, i, st, st); err != nil {
 				return err
 			}
+			if fs != nil {
+				if err := fs.step(c, r, i, st); err != nil {
+					return err
+				}
+			}
 			c.pre(rw, i, st, st)
 			c.slot(rw, i, st, st)
 			if st.Kind.IsCompute() {
@@ -357,6 +375,11 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 				return err
 			}
 		}
+		if fs != nil {
+			if err := fs.step(c, r, i, st); err != nil {
+				return err
+			}
+		}
 		for k := range st.Sub {
 			c.pre(rw, i, st, &st.Sub[k])
 			c.slot(rw, i, st, &st.Sub[k])
@@ -365,6 +388,12 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		rw.waitEnd[nHost-1] = int32(len(rw.waits))
 		c.lastCompute[r] = int32(i)
 		live = c.peak(rw, i, st, st.Sub, live)
+	}
+	if fs != nil {
+		c.rep.PeakUnsharded[r] = fs.peak
+		if err := fs.end(c, r); err != nil {
+			return err
+		}
 	}
 	if o := c.optAt[r]; o >= 0 && c.lastCompute[r] > o {
 		r, o := r, int(o)

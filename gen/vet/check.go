@@ -181,6 +181,8 @@ func (c *checker) leafRange(r int, st ir.Step, src int) string {
 		return fmt.Sprintf("stage %d is outside 0..%d", st.Stage, S-1)
 	case sp.rankOf[st.Stage] != r:
 		return fmt.Sprintf("stage %d is placed on rank %d (Spec.RankOf), not on rank %d", st.Stage, sp.rankOf[st.Stage], r)
+	case !st.Kind.HasMicro():
+		return "" // UNSHARD, RESHARD, REDUCE_GRAD: a stage of this rank is all they name
 	case st.Micro < 0 || st.Micro >= sp.micro:
 		return fmt.Sprintf("micro-batch %d is outside 0..%d", st.Micro, sp.micro-1)
 	case st.Slot < 0 || st.Slot >= sp.slots[r]:

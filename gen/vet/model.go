@@ -20,6 +20,7 @@ const (
 	argsComm    = emit.ArgsComm    // (stage, micro, peer, slot)
 	argsCompute = emit.ArgsCompute // (stage, micro, slot, src)
 	argsOverlap = emit.ArgsOverlap // F's (stage, micro, slot, src) and the backward's (kind, stage, micro, slot, src), in sub-step order
+	argsStage   = emit.ArgsStage   // (stage)
 )
 
 var argNames = [...][]string{
@@ -27,6 +28,8 @@ var argNames = [...][]string{
 	argsLocal:   {"stage", "micro", "slot"},
 	argsComm:    {"stage", "micro", "peer", "slot"},
 	argsCompute: {"stage", "micro", "slot", "src"},
+	argsOverlap: nil,
+	argsStage:   {"stage"},
 }
 
 // method is how gen/emit writes one step kind: its pipe.Exec method and
@@ -396,6 +399,8 @@ func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
 	switch meth.args {
 	case argsNone:
 		s.st = ir.Step{Kind: meth.kind, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+	case argsStage:
+		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: ir.None, Peer: ir.None, Slot: ir.None}
 	case argsLocal:
 		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: ir.None, Slot: vals[2]}
 	case argsComm:

@@ -126,6 +126,7 @@ func TestMutations(t *testing.T) {
 		{"-schedule", "1f1b", "-ranks", "4", "-micro", "8"},
 		{"-schedule", "zbv", "-ranks", "3", "-micro", "6", "-helper", "10"},
 		{"-schedule", "interleaved", "-ranks", "2", "-micro", "5", "-virtual", "2", "-overlap"},
+		{"-schedule", "1f1b", "-ranks", "3", "-micro", "4", "-fsdp", "1"},
 	}
 	for _, args := range configs {
 		dir := t.TempDir()

@@ -66,6 +66,7 @@ type Schedule struct {
 	// trace simulate by their own -cost and pass it here for auto).
 	Mem      float64
 	AutoCost string
+	FSDP     int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 }
 
 // ScheduleVars points at the variables the schedule flags set. In may be nil:
@@ -75,6 +76,7 @@ type ScheduleVars struct {
 	Ranks, Virtual, Micro              *int
 	LessMemory, Split, Overlap, DxDw   *bool
 	Mem                                *float64
+	FSDP                               *int
 	// AutoCost, when not nil, defines -cost as auto's cost model; commands
 	// with a -cost of their own leave it nil.
 	AutoCost *string
@@ -86,7 +88,7 @@ func (s *Schedule) Vars(withIn bool) ScheduleVars {
 		Schedule: &s.Name, Placement: &s.Placement, CommOrder: &s.CommOrder,
 		Ranks: &s.Ranks, Virtual: &s.Virtual, Micro: &s.Micro,
 		LessMemory: &s.LessMemory, Split: &s.Split, Overlap: &s.Overlap, DxDw: &s.DxDwInOverlap,
-		Mem: &s.Mem, AutoCost: &s.AutoCost,
+		Mem: &s.Mem, AutoCost: &s.AutoCost, FSDP: &s.FSDP,
 	}
 	if withIn {
 		v.In = &s.In
@@ -110,6 +112,9 @@ func RegisterSchedule(fs *flag.FlagSet, v ScheduleVars) {
 	fs.StringVar(v.CommOrder, "comm-order", "timed", "how transfers are ordered: timed (by the cost model's ideal timeline), late (receives hoisted only as rendezvous demands) or eager (PyTorch's placement)")
 	if v.In != nil {
 		fs.StringVar(v.In, "in", "", "read the schedule from a CSV (PyTorch form) or text file instead of -schedule")
+	}
+	if v.FSDP != nil {
+		fs.IntVar(v.FSDP, "fsdp", 0, "add FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) with at most N stages unsharded per rank at once (0: none)")
 	}
 	if v.Mem != nil {
 		fs.Float64Var(v.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
@@ -156,6 +161,10 @@ func (s Schedule) Config() (ir.Config, error) {
 // *UsageError.
 func (s Schedule) LowerOptions() (gen.Options, error) {
 	var opt gen.Options
+	if s.FSDP < 0 {
+		return opt, usagef("-fsdp = %d; want 0 (no FSDP steps) or the number of stages a rank may hold unsharded at once", s.FSDP)
+	}
+	opt.Passes.FSDP = s.FSDP
 	if s.Name != gen.Auto && (s.Mem != 0 || s.AutoCost != "") {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
 	}

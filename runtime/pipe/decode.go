@@ -14,6 +14,9 @@ var opCodes = [numOpKinds]byte{
 	OpOptStep:        'O',
 	OpOverlapFB:      'X',
 	OpOverlapBF:      'Y',
+	OpUnshard:        'U',
+	OpReshard:        'u',
+	OpReduceGrad:     'G',
 }
 
 // Code returns the kind's letter in a DecodeOps kinds string ("F", "s" for

@@ -24,8 +24,11 @@ const (
 	// An overlap is three consecutive ops: this header (other fields -1)
 	// and its two sub-steps in order, F then B, I or W for OpOverlapFB, the
 	// reverse for OpOverlapBF; see Exec.OverlapFB and Exec.OverlapBF.
-	OpOverlapFB // OverlapFB(F sub-step, backward sub-step)
-	OpOverlapBF // OverlapBF(backward sub-step, F sub-step)
+	OpOverlapFB  // OverlapFB(F sub-step, backward sub-step)
+	OpOverlapBF  // OverlapBF(backward sub-step, F sub-step)
+	OpUnshard    // Unshard(Stage)
+	OpReshard    // Reshard(Stage)
+	OpReduceGrad // ReduceGrad(Stage)
 	numOpKinds
 )
 
@@ -44,6 +47,9 @@ var kindText = [numOpKinds]string{
 	OpOptStep:        "OPT_STEP",
 	OpOverlapFB:      "OVERLAP_F_B",
 	OpOverlapBF:      "OVERLAP_B_F",
+	OpUnshard:        "UNSHARD",
+	OpReshard:        "RESHARD",
+	OpReduceGrad:     "REDUCE_GRAD",
 }
 
 // String returns the kind's schedule text name ("F", "SEND_B", ...).
@@ -65,8 +71,11 @@ type Op struct {
 func (o Op) String() string { return stepName(o.Kind, int(o.Stage), int(o.Micro)) }
 
 func stepName(k OpKind, stage, micro int) string {
-	if k == OpOptStep || k == OpOverlapFB || k == OpOverlapBF {
+	switch k {
+	case OpOptStep, OpOverlapFB, OpOverlapBF:
 		return k.String()
+	case OpUnshard, OpReshard, OpReduceGrad:
+		return fmt.Sprintf("%d%s", stage, k)
 	}
 	return fmt.Sprintf("%d%s%d", stage, k, micro)
 }

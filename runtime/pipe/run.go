@@ -88,6 +88,12 @@ func Interpret(x *Exec, ops []Op) error {
 			x.W(a)
 		case OpOptStep:
 			x.OptStep()
+		case OpUnshard:
+			x.Unshard(int(op.Stage))
+		case OpReshard:
+			x.Reshard(int(op.Stage))
+		case OpReduceGrad:
+			x.ReduceGrad(int(op.Stage))
 		case OpOverlapFB, OpOverlapBF:
 			a, b, ok := overlapSubOps(x, ops, i)
 			if !ok {

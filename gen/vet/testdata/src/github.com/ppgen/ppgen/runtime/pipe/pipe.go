@@ -30,6 +30,9 @@ const (
 	OpOptStep
 	OpOverlapFB
 	OpOverlapBF
+	OpUnshard
+	OpReshard
+	OpReduceGrad
 )
 
 type Op struct {
@@ -73,3 +76,7 @@ func (x *Exec) RecvAndI(a At) {}
 func (x *Exec) IAndSend(a At) {}
 
 func DecodeOps(kinds string, ats []At) []Op { return nil }
+
+func (x *Exec) Unshard(stage int)    {}
+func (x *Exec) Reshard(stage int)    {}
+func (x *Exec) ReduceGrad(stage int) {}
