@@ -35,6 +35,8 @@
 //	                   cost model they simulate, used by auto too)
 //	-fsdp N            add UNSHARD/RESHARD/REDUCE_GRAD, at most N stages
 //	                   unsharded per rank at once
+//	-swap N            swap out the activations of chunks whose forward and
+//	                   backward are at least N compute steps apart
 //	-ranks P           pipeline ranks
 //	-virtual V         virtual stages per rank (0: the family's default)
 //	-micro M           micro-batches per iteration

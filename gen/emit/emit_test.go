@@ -229,8 +229,8 @@ func TestErrors(t *testing.T) {
 		wants string
 	}{
 		{"unsupported kind", func(p *ir.Program, o *Options) {
-			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Compute(ir.SwapLaunchOffload, 1, 0))
-		}, "emit: rank 1 step 7 (1SWAP_LAUNCH_OFFLOAD0): the runtime has no call for SWAP_LAUNCH_OFFLOAD yet"},
+			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Compute(ir.DataSend, 1, 0))
+		}, "emit: rank 1 step 7 (1DATA_SEND0): the runtime has no call for DATA_SEND yet"},
 		{"fsdp step of another rank", func(p *ir.Program, o *Options) {
 			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.StageOnly(ir.Unshard, 0))
 		}, "emit: rank 1 step 7 (0UNSHARD): stage 0 is placed on rank 0, not this one"},

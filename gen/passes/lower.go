@@ -35,6 +35,10 @@ type Options struct {
 	// FSDP, when positive, adds UNSHARD, RESHARD and REDUCE_GRAD steps with
 	// at most FSDP stages unsharded per rank at once (the FSDP pass).
 	FSDP int
+	// Swap, when positive, offloads the saved activations of every chunk
+	// whose forward and backward have at least Swap compute steps between
+	// them (the Swap pass; at least 2).
+	Swap int
 }
 
 // LowerInfo reports what lowering produced.
@@ -99,7 +103,10 @@ func Pipeline(opt Options) []Pass {
 	if opt.FSDP > 0 {
 		ps = append(ps, Pass{Name: "fsdp", Run: func(p ir.Program) (ir.Program, error) { return FSDP(p, opt.FSDP) }})
 	}
-	// (swap, coalescing: later work, here)
+	if opt.Swap > 0 {
+		ps = append(ps, Pass{Name: "swap", Run: func(p ir.Program) (ir.Program, error) { return Swap(p, opt.Swap) }})
+	}
+	// (coalescing: later work, here)
 	if !opt.NoOptStep {
 		// In place: it runs after "comm", whose output nobody else holds.
 		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return insertOptStep(p, true), nil }})

@@ -83,9 +83,12 @@ type checker struct {
 	lowered bool
 	// fsdpReduce: the program holds REDUCE_GRAD steps (see fsdpWalk).
 	fsdpReduce bool
-	hasData    bool
-	at         [nAt][]int32
-	bwdIsI     []bool // per chunk: its backward is an I
+	// swapState is, per chunk, its swap state (swap.go); nil when the
+	// program has no swap steps. Each chunk is its rank's alone.
+	swapState []uint8
+	hasData   bool
+	at        [nAt][]int32
+	bwdIsI    []bool // per chunk: its backward is an I
 	// opAt[a][chunk]: op id of the transfer in table a (aSendF..aDRecv)
 	opAt [nAt][]int32
 	// comm ops in (rank, index) order: the ids gen/internal/strict uses
@@ -207,6 +210,9 @@ func (c *checker) walk() error {
 		}
 	}
 	c.lowered, c.hasData = mode(p)
+	if hasSwap(p) {
+		c.swapState = make([]uint8, c.S*c.M)
+	}
 	var fsdp bool
 	if fsdp, c.fsdpReduce = hasFSDP(p); fsdp {
 		c.rep.PeakUnsharded = make([]int, c.P)
@@ -358,6 +364,19 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 					return err
 				}
 			}
+			if c.swapState != nil {
+				if _, ok := swapNext[st.Kind]; ok {
+					d, err := c.swapStep(r, i, st)
+					if err != nil {
+						return err
+					}
+					live += d
+				} else if st.Kind == ir.Backward || st.Kind == ir.BackwardInput || st.Kind == ir.BackwardWeight {
+					if err := c.swapUse(r, i, st, st); err != nil {
+						return err
+					}
+				}
+			}
 			c.pre(rw, i, st, st)
 			c.slot(rw, i, st, st)
 			if st.Kind.IsCompute() {
@@ -380,6 +399,15 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 				return err
 			}
 		}
+		if c.swapState != nil {
+			for k := range st.Sub {
+				if sub := &st.Sub[k]; sub.Kind != ir.Forward {
+					if err := c.swapUse(r, i, st, sub); err != nil {
+						return err
+					}
+				}
+			}
+		}
 		for k := range st.Sub {
 			c.pre(rw, i, st, &st.Sub[k])
 			c.slot(rw, i, st, &st.Sub[k])
@@ -392,6 +420,11 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 	if fs != nil {
 		c.rep.PeakUnsharded[r] = fs.peak
 		if err := fs.end(c, r); err != nil {
+			return err
+		}
+	}
+	if c.swapState != nil {
+		if err := c.swapEnd(r); err != nil {
 			return err
 		}
 	}

@@ -127,6 +127,7 @@ func TestMutations(t *testing.T) {
 		{"-schedule", "zbv", "-ranks", "3", "-micro", "6", "-helper", "10"},
 		{"-schedule", "interleaved", "-ranks", "2", "-micro", "5", "-virtual", "2", "-overlap"},
 		{"-schedule", "1f1b", "-ranks", "3", "-micro", "4", "-fsdp", "1"},
+		{"-schedule", "gpipe", "-ranks", "2", "-micro", "5", "-swap", "2"},
 	}
 	for _, args := range configs {
 		dir := t.TempDir()

@@ -67,6 +67,7 @@ type Schedule struct {
 	Mem      float64
 	AutoCost string
 	FSDP     int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
+	Swap     int // -swap: least compute steps between a swapped chunk's F and backward (0: no swapping)
 }
 
 // ScheduleVars points at the variables the schedule flags set. In may be nil:
@@ -77,6 +78,7 @@ type ScheduleVars struct {
 	LessMemory, Split, Overlap, DxDw   *bool
 	Mem                                *float64
 	FSDP                               *int
+	Swap                               *int
 	// AutoCost, when not nil, defines -cost as auto's cost model; commands
 	// with a -cost of their own leave it nil.
 	AutoCost *string
@@ -88,7 +90,7 @@ func (s *Schedule) Vars(withIn bool) ScheduleVars {
 		Schedule: &s.Name, Placement: &s.Placement, CommOrder: &s.CommOrder,
 		Ranks: &s.Ranks, Virtual: &s.Virtual, Micro: &s.Micro,
 		LessMemory: &s.LessMemory, Split: &s.Split, Overlap: &s.Overlap, DxDw: &s.DxDwInOverlap,
-		Mem: &s.Mem, AutoCost: &s.AutoCost, FSDP: &s.FSDP,
+		Mem: &s.Mem, AutoCost: &s.AutoCost, FSDP: &s.FSDP, Swap: &s.Swap,
 	}
 	if withIn {
 		v.In = &s.In
@@ -115,6 +117,9 @@ func RegisterSchedule(fs *flag.FlagSet, v ScheduleVars) {
 	}
 	if v.FSDP != nil {
 		fs.IntVar(v.FSDP, "fsdp", 0, "add FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) with at most N stages unsharded per rank at once (0: none)")
+	}
+	if v.Swap != nil {
+		fs.IntVar(v.Swap, "swap", 0, "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none)")
 	}
 	if v.Mem != nil {
 		fs.Float64Var(v.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
@@ -165,6 +170,10 @@ func (s Schedule) LowerOptions() (gen.Options, error) {
 		return opt, usagef("-fsdp = %d; want 0 (no FSDP steps) or the number of stages a rank may hold unsharded at once", s.FSDP)
 	}
 	opt.Passes.FSDP = s.FSDP
+	if s.Swap < 0 || s.Swap == 1 {
+		return opt, usagef("-swap = %d; want 0 (no swapping) or at least 2 compute steps between a chunk's forward and its backward", s.Swap)
+	}
+	opt.Passes.Swap = s.Swap
 	if s.Name != gen.Auto && (s.Mem != 0 || s.AutoCost != "") {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
 	}

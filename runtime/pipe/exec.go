@@ -73,6 +73,7 @@ const (
 	wDone                             // W or B ran
 	actPending                        // a RecvAct is posted and not yet waited for
 	gradPending                       // a RecvGrad is posted and not yet waited for
+	swappedOut                        // the saved context is offloaded (a Swapper's handle)
 
 	pending = actPending | gradPending
 )
@@ -972,7 +973,7 @@ func (x *Exec) B(a At) {
 	}
 	// A slot holding (stage, micro) proves both valid.
 	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
-		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(fwdDone|inDone) == fwdDone {
+		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(fwdDone|inDone|swappedOut) == fwdDone {
 			if dy := x.fastDy(s, stage, micro, slot, src); dy != nil {
 				sg := x.stages[stage]
 				dx, err := sg.BackwardInput(s.saved, dy)
@@ -1020,7 +1021,7 @@ func (x *Exec) I(a At) {
 		return
 	}
 	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
-		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(fwdDone|inDone) == fwdDone {
+		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(fwdDone|inDone|swappedOut) == fwdDone {
 			if dy := x.fastDy(s, stage, micro, slot, src); dy != nil {
 				dx, err := x.stages[stage].BackwardInput(s.saved, dy)
 				if err != nil {
@@ -1094,6 +1095,10 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) {
 		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its F and its backward (F ran: %v, backward ran: %v)", slot, s.flags&fwdDone != 0, s.flags&inDone != 0)
 		return
 	}
+	if s.flags&swappedOut != 0 {
+		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
+		return
+	}
 	var dy *tensor.Dense
 	switch {
 	case src >= 0:
@@ -1161,7 +1166,7 @@ func (x *Exec) W(a At) {
 		return
 	}
 	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
-		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(inDone|wDone) == inDone {
+		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(inDone|wDone|swappedOut) == inDone {
 			x.backwardWeight(s, stage, micro)
 			return
 		}
@@ -1175,6 +1180,10 @@ func (x *Exec) W(a At) {
 	s := &x.slots[slot]
 	if !s.holds(stage, micro) {
 		x.notHeld(OpBackwardWeight, s, slot, stage, micro, -1)
+		return
+	}
+	if s.flags&(inDone|wDone) == inDone {
+		x.stepFailf(OpBackwardWeight, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
 		return
 	}
 	x.stepFailf(OpBackwardWeight, stage, micro, -1, "chunk in slot %d is not between its I and its W (I ran: %v, W ran: %v)", slot, s.flags&inDone != 0, s.flags&wDone != 0)

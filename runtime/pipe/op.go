@@ -29,27 +29,36 @@ const (
 	OpUnshard    // Unshard(Stage)
 	OpReshard    // Reshard(Stage)
 	OpReduceGrad // ReduceGrad(Stage)
+	// The swap steps of a chunk: SwapLaunchOffload(Stage, Micro, Slot), ...
+	OpSwapLaunchOffload
+	OpSwapWaitOffload
+	OpSwapLaunchLoad
+	OpSwapWaitLoad
 	numOpKinds
 )
 
 // kindText is the schedule text form of each kind (docs/internals.md).
 var kindText = [numOpKinds]string{
-	OpInvalid:        "INVALID",
-	OpDataLoad:       "DATA_LOAD",
-	OpRecvAct:        "RECV_F",
-	OpSendAct:        "SEND_F",
-	OpRecvGrad:       "RECV_B",
-	OpSendGrad:       "SEND_B",
-	OpForward:        "F",
-	OpBackward:       "B",
-	OpBackwardInput:  "I",
-	OpBackwardWeight: "W",
-	OpOptStep:        "OPT_STEP",
-	OpOverlapFB:      "OVERLAP_F_B",
-	OpOverlapBF:      "OVERLAP_B_F",
-	OpUnshard:        "UNSHARD",
-	OpReshard:        "RESHARD",
-	OpReduceGrad:     "REDUCE_GRAD",
+	OpInvalid:           "INVALID",
+	OpDataLoad:          "DATA_LOAD",
+	OpRecvAct:           "RECV_F",
+	OpSendAct:           "SEND_F",
+	OpRecvGrad:          "RECV_B",
+	OpSendGrad:          "SEND_B",
+	OpForward:           "F",
+	OpBackward:          "B",
+	OpBackwardInput:     "I",
+	OpBackwardWeight:    "W",
+	OpOptStep:           "OPT_STEP",
+	OpOverlapFB:         "OVERLAP_F_B",
+	OpOverlapBF:         "OVERLAP_B_F",
+	OpUnshard:           "UNSHARD",
+	OpReshard:           "RESHARD",
+	OpReduceGrad:        "REDUCE_GRAD",
+	OpSwapLaunchOffload: "SWAP_LAUNCH_OFFLOAD",
+	OpSwapWaitOffload:   "SWAP_WAIT_OFFLOAD",
+	OpSwapLaunchLoad:    "SWAP_LAUNCH_LOAD",
+	OpSwapWaitLoad:      "SWAP_WAIT_LOAD",
 }
 
 // String returns the kind's schedule text name ("F", "SEND_B", ...).

@@ -63,7 +63,7 @@ func Interpret(x *Exec, ops []Op) error {
 			c, d = op.Slot, -1
 		}
 		a, ok := PackAt(int(op.Stage), int(op.Micro), int(c), int(d))
-		if !ok && op.Kind >= OpDataLoad && op.Kind <= OpBackwardWeight {
+		if !ok && (op.Kind >= OpDataLoad && op.Kind <= OpBackwardWeight || op.Kind >= OpSwapLaunchOffload) {
 			x.unpackable(op.Kind, int(op.Stage), int(op.Micro), int(c), int(d))
 			continue
 		}
@@ -94,6 +94,14 @@ func Interpret(x *Exec, ops []Op) error {
 			x.Reshard(int(op.Stage))
 		case OpReduceGrad:
 			x.ReduceGrad(int(op.Stage))
+		case OpSwapLaunchOffload:
+			x.LaunchOffload(a)
+		case OpSwapWaitOffload:
+			x.WaitOffload(a)
+		case OpSwapLaunchLoad:
+			x.LaunchLoad(a)
+		case OpSwapWaitLoad:
+			x.WaitLoad(a)
 		case OpOverlapFB, OpOverlapBF:
 			a, b, ok := overlapSubOps(x, ops, i)
 			if !ok {

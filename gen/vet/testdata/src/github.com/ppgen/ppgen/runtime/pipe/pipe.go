@@ -33,6 +33,10 @@ const (
 	OpUnshard
 	OpReshard
 	OpReduceGrad
+	OpSwapLaunchOffload
+	OpSwapWaitOffload
+	OpSwapLaunchLoad
+	OpSwapWaitLoad
 )
 
 type Op struct {
@@ -80,3 +84,12 @@ func DecodeOps(kinds string, ats []At) []Op { return nil }
 func (x *Exec) Unshard(stage int)    {}
 func (x *Exec) Reshard(stage int)    {}
 func (x *Exec) ReduceGrad(stage int) {}
+
+func (x *Exec) LaunchOffload(a At)                       {}
+func (x *Exec) WaitOffload(a At)                         {}
+func (x *Exec) LaunchLoad(a At)                          {}
+func (x *Exec) WaitLoad(a At)                            {}
+func (x *Exec) SwapLaunchOffload(stage, micro, slot int) {}
+func (x *Exec) SwapWaitOffload(stage, micro, slot int)   {}
+func (x *Exec) SwapLaunchLoad(stage, micro, slot int)    {}
+func (x *Exec) SwapWaitLoad(stage, micro, slot int)      {}

@@ -1,0 +1,122 @@
+package pipe
+
+// Swapper is implemented by stages that can move a chunk's saved context
+// (what Forward returned for the backward steps) off the working memory
+// and back: Offload returns a handle that stands for saved until Load
+// returns saved from it. A schedule lowered with swap steps (`ppgen gen
+// -swap N`) calls Offload at SWAP_LAUNCH_OFFLOAD of a chunk and Load at its
+// SWAP_LAUNCH_LOAD, on the host thread; the WAIT steps mark where the
+// schedule needs the transfer finished (a stage that moves data
+// asynchronously waits for it in its next call on the handle). ppgen's
+// verifier proves that no backward of the chunk runs while it is out. For a
+// stage that does not implement Swapper the four steps do nothing.
+type Swapper interface {
+	Offload(saved any) (handle any, err error)
+	Load(handle any) (saved any, err error)
+}
+
+// LaunchOffload runs SWAP_LAUNCH_OFFLOAD of the chunk a names (stage, micro,
+// slot, -1): Swapper.Offload of its saved context.
+//
+//go:noinline
+func (x *Exec) LaunchOffload(a At) { x.swapStep(OpSwapLaunchOffload, a) }
+
+// WaitOffload runs SWAP_WAIT_OFFLOAD: it checks that the chunk is out.
+//
+//go:noinline
+func (x *Exec) WaitOffload(a At) { x.swapStep(OpSwapWaitOffload, a) }
+
+// LaunchLoad runs SWAP_LAUNCH_LOAD: Swapper.Load of the chunk's handle.
+//
+//go:noinline
+func (x *Exec) LaunchLoad(a At) { x.swapStep(OpSwapLaunchLoad, a) }
+
+// WaitLoad runs SWAP_WAIT_LOAD: it checks that the chunk is back.
+//
+//go:noinline
+func (x *Exec) WaitLoad(a At) { x.swapStep(OpSwapWaitLoad, a) }
+
+// SwapLaunchOffload is LaunchOffload with its arguments unpacked.
+func (x *Exec) SwapLaunchOffload(stage, micro, slot int) {
+	x.swapUnpacked(OpSwapLaunchOffload, stage, micro, slot)
+}
+
+// SwapWaitOffload is WaitOffload with its arguments unpacked.
+func (x *Exec) SwapWaitOffload(stage, micro, slot int) {
+	x.swapUnpacked(OpSwapWaitOffload, stage, micro, slot)
+}
+
+// SwapLaunchLoad is LaunchLoad with its arguments unpacked.
+func (x *Exec) SwapLaunchLoad(stage, micro, slot int) {
+	x.swapUnpacked(OpSwapLaunchLoad, stage, micro, slot)
+}
+
+// SwapWaitLoad is WaitLoad with its arguments unpacked.
+func (x *Exec) SwapWaitLoad(stage, micro, slot int) {
+	x.swapUnpacked(OpSwapWaitLoad, stage, micro, slot)
+}
+
+func (x *Exec) swapUnpacked(k OpKind, stage, micro, slot int) {
+	if a, ok := PackAt(stage, micro, slot, -1); ok {
+		x.swapStep(k, a)
+		return
+	}
+	x.unpackable(k, stage, micro, slot, -1)
+}
+
+// swapStep runs one swap step. Swap steps are rare (four per swapped
+// chunk), so they take the checked path only.
+func (x *Exec) swapStep(k OpKind, a At) {
+	if x.failed.Load() {
+		return
+	}
+	stage, micro, slot, _ := a.Unpack()
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(k, stage, micro, slot, -1)
+		return
+	}
+	s := &x.slots[slot]
+	if !s.holds(stage, micro) {
+		x.notHeld(k, s, slot, stage, micro, -1)
+		return
+	}
+	sw, ok := x.stages[stage].(Swapper)
+	if !ok {
+		return
+	}
+	out := s.flags&swappedOut != 0
+	switch k {
+	case OpSwapLaunchOffload:
+		if s.flags&(fwdDone|wDone) != fwdDone || out {
+			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d has no saved activations to offload (F ran: %v, finished: %v, out: %v)", slot, s.flags&fwdDone != 0, s.flags&wDone != 0, out)
+			return
+		}
+		h, err := sw.Offload(s.saved)
+		if err != nil {
+			x.stepFail(k, stage, micro, -1, err)
+			return
+		}
+		s.saved = h
+		s.flags |= swappedOut
+	case OpSwapLaunchLoad:
+		if !out {
+			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is not swapped out: SWAP_LAUNCH_OFFLOAD of (%d, %d) must come first", slot, stage, micro)
+			return
+		}
+		saved, err := sw.Load(s.saved)
+		if err != nil {
+			x.stepFail(k, stage, micro, -1, err)
+			return
+		}
+		s.saved = saved
+		s.flags &^= swappedOut
+	case OpSwapWaitOffload:
+		if !out {
+			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is not being swapped out", slot)
+		}
+	case OpSwapWaitLoad:
+		if out {
+			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is still swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", slot, stage, micro)
+		}
+	}
+}
