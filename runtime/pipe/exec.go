@@ -128,6 +128,7 @@ type Exec struct {
 	last   int
 	copies int             // spec.Copies, 0 or 1 for one pipeline
 	per    int             // stages per copy (Stages/copies)
+	ends   []uint8         // per stage: routeStart|routeEnd bits
 	losses []atomic.Uint64 // math.Float64bits of each micro's loss
 	loss   Loss
 	data   DataSource
@@ -226,6 +227,15 @@ func New(cfg Config) (*Exec, error) {
 		group: stageGroups(stages), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro),
+	}
+	x.ends = make([]uint8, sp.Stages)
+	for s := range x.ends {
+		if s%per == 0 {
+			x.ends[s] |= routeStart
+		}
+		if (s+1)%per == 0 {
+			x.ends[s] |= routeEnd
+		}
 	}
 	x.prevPeer, x.nextPeer = make([]int, sp.Stages), make([]int, sp.Stages)
 	for s := range sp.Stages {
@@ -389,16 +399,22 @@ func (x *Exec) valid(stage, micro, slot int) bool {
 		uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) && x.onRoute(stage, micro)
 }
 
+// The bits of Exec.ends.
+const (
+	routeStart uint8 = 1 << iota // the stage begins its micro-batches' route
+	routeEnd                     // the stage ends it (computes their loss)
+)
+
 // routeFirst reports whether stage begins micro-batches' route: stage 0,
 // or the first stage of a model copy. Any int is allowed.
 func (x *Exec) routeFirst(stage int) bool {
-	return stage == 0 || (x.copies > 1 && uint(stage) < uint(len(x.stages)) && stage%x.per == 0)
+	return uint(stage) < uint(len(x.ends)) && x.ends[stage]&routeStart != 0
 }
 
 // routeLast reports whether stage ends micro-batches' route (it computes
 // their loss): the last stage, or the last stage of a model copy.
 func (x *Exec) routeLast(stage int) bool {
-	return stage == x.last || (x.copies > 1 && uint(stage) < uint(len(x.stages)) && (stage+1)%x.per == 0)
+	return uint(stage) < uint(len(x.ends)) && x.ends[stage]&routeEnd != 0
 }
 
 // onRoute reports whether micro-batch micro runs stage (always, for one
@@ -496,7 +512,11 @@ func (x *Exec) Load(a At) {
 	}
 	// stage begins or ends a route, so keyable; it is on this rank iff its
 	// Stage is set, which a slot holding it already proves.
-	if first, last := x.routeFirst(stage), x.routeLast(stage); (first || last) && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+	var ends uint8
+	if uint(stage) < uint(len(x.ends)) {
+		ends = x.ends[stage]
+	}
+	if first, last := ends&routeStart != 0, ends&routeEnd != 0; ends != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
 		s := &x.slots[slot]
 		k := keyOf(stage, micro)
 		if s.key == k || (s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro)) {
@@ -798,20 +818,21 @@ func (x *Exec) F(a At) {
 		s := &x.slots[slot]
 		k := keyOf(stage, micro)
 		var in *tensor.Dense
+		var ends uint8 // x.ends[stage], read once stage is known valid
 		if src >= 0 {
 			// Slot src holding (stage-1, micro) proves micro valid; stage
 			// must be on this rank, and the slot free to claim (no pending
 			// receive) or holding the chunk before its F.
-			if uint(src) < uint(len(x.slots)) && src != slot && stage > 0 && uint(stage) < uint(len(x.stages)) {
+			if uint(src) < uint(len(x.slots)) && src != slot && stage > 0 && uint(stage) < uint(len(x.ends)) {
 				if p := &x.slots[src]; p.key == keyOf(stage-1, micro) && x.stages[stage] != nil &&
 					((s.key == k && s.flags&fwdDone == 0) || (s.key != k && s.flags&pending == 0)) {
-					in = p.y
+					in, ends = p.y, x.ends[stage]
 				}
 			}
-		} else if s.key == k && s.flags&(fwdDone|actPending) == 0 {
+		} else if s.key == k && s.flags&(fwdDone|actPending) == 0 && uint(stage) < uint(len(x.ends)) {
 			// The slot holding (stage, micro) proves both valid. A pending
 			// receive takes the slow path, which waits for it.
-			if x.routeFirst(stage) {
+			if ends = x.ends[stage]; ends&routeStart != 0 {
 				in = s.x
 			} else {
 				in = s.ract
@@ -819,11 +840,11 @@ func (x *Exec) F(a At) {
 		}
 		// The last stage's F needs the labels, which only a DataLoad into
 		// the slot already holding the chunk can have put there.
-		last := x.routeLast(stage)
+		last := ends&routeEnd != 0
 		if in != nil && (!last || (s.key == k && s.target != nil)) {
 			if s.key != k {
 				s.start(k)
-			} else if src < 0 && !x.routeFirst(stage) {
+			} else if src < 0 && ends&routeStart == 0 {
 				s.ract = nil
 			}
 			y, saved, err := x.stages[stage].Forward(in)
