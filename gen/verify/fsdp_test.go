@@ -21,12 +21,7 @@ func TestFSDPRules(t *testing.T) {
 	if _, err := verify.Check(mustParse("rank 0: 0F0 0B0 0REDUCE_GRAD OPT_STEP\nrank 1: 1F0 1B0 1REDUCE_GRAD OPT_STEP"), verify.Options{}); err != nil {
 		t.Errorf("REDUCE_GRAD only: %v", err)
 	}
-	tests := []struct {
-		name, text  string
-		rank, index int
-		code        verify.Code
-		reason      string
-	}{
+	checkRejected(t, []rejected{
 		{"compute while sharded", "rank 0: 0UNSHARD 0F0 0RESHARD 0F1 0UNSHARD 0B0 0B1 0REDUCE_GRAD 0RESHARD\nrank 1: 1F0 1F1 1B0 1B1 1REDUCE_GRAD",
 			0, 3, verify.FSDP, "stage 0 computes while its parameters are sharded: its RESHARD at step 2 left it sharded"},
 		{"unshard twice", "rank 0: 0UNSHARD 0UNSHARD 0F0 0F1 0B0 0B1 0REDUCE_GRAD 0RESHARD\nrank 1: 1F0 1F1 1B0 1B1 1REDUCE_GRAD",
@@ -43,7 +38,20 @@ func TestFSDPRules(t *testing.T) {
 			0, -1, verify.Missing, "its gradients are never reduced"},
 		{"left unsharded", "rank 0: 0UNSHARD 0F0 0F1 0B0 0B1 0REDUCE_GRAD\nrank 1: 1F0 1F1 1B0 1B1 1REDUCE_GRAD",
 			0, 0, verify.FSDP, "stage 0 is still unsharded at the end of the iteration"},
-	}
+	})
+}
+
+// rejected is a program in text form that Check must reject at (rank,
+// index) with code and a reason containing reason.
+type rejected struct {
+	name, text  string
+	rank, index int
+	code        verify.Code
+	reason      string
+}
+
+func checkRejected(t *testing.T, tests []rejected) {
+	t.Helper()
 	for _, tt := range tests {
 		_, err := verify.Check(mustParse(tt.text), verify.Options{})
 		var ve *verify.Error

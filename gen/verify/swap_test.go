@@ -1,8 +1,6 @@
 package verify_test
 
 import (
-	"errors"
-	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/verify"
@@ -21,12 +19,7 @@ func TestSwapRules(t *testing.T) {
 	if rep.PeakActivations[0] != 3 || rep.PeakActivations[1] != 4 {
 		t.Errorf("resident peaks %v, want [3 4]: chunk (0, 0) is out from after 0F1 to before 0B1", rep.PeakActivations)
 	}
-	tests := []struct {
-		name, text  string
-		rank, index int
-		code        verify.Code
-		reason      string
-	}{
+	checkRejected(t, []rejected{
 		{"offload before forward", "rank 0: 0SWAP_LAUNCH_OFFLOAD0 0F0 0F1 0F2 0B2 0B1 0B0\nrank 1: 1F0 1F1 1F2 1B2 1B1 1B0",
 			0, 0, verify.Order, "offloads the activations of (stage 0, micro 0) before its forward ran"},
 		{"wait before launch", "rank 0: 0F0 0SWAP_WAIT_OFFLOAD0 0F1 0F2 0B2 0B1 0B0\nrank 1: 1F0 1F1 1F2 1B2 1B1 1B0",
@@ -37,12 +30,5 @@ func TestSwapRules(t *testing.T) {
 			0, 2, verify.Duplicate, "runs twice for this chunk"},
 		{"never back", "rank 0: 0F0 0SWAP_LAUNCH_OFFLOAD0 0F1 0SWAP_WAIT_OFFLOAD0 0F2 0B2 0B1\nrank 1: 1F0 1F1 1F2 1B2 1B1 1B0",
 			0, -1, verify.Missing, "swapped out and never loaded back"},
-	}
-	for _, tt := range tests {
-		_, err := verify.Check(mustParse(tt.text), verify.Options{})
-		var ve *verify.Error
-		if !errors.As(err, &ve) || ve.Rank != tt.rank || ve.Index != tt.index || ve.Code != tt.code || !strings.Contains(ve.Reason, tt.reason) {
-			t.Errorf("%s: %v (%#v)\nwant rank %d index %d code %v reason %q", tt.name, err, ve, tt.rank, tt.index, tt.code, tt.reason)
-		}
-	}
+	})
 }

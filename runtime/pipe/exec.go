@@ -1102,14 +1102,25 @@ func (x *Exec) backward(k OpKind, stage, micro, slot, src int) {
 	}
 }
 
-func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) {
+// heldChunk returns the slot holding chunk (stage, micro) for step k of
+// this rank (no peer), or nil after reporting why there is none: arguments
+// no valid step has, or a slot holding another chunk (or none).
+func (x *Exec) heldChunk(k OpKind, stage, micro, slot int) *slotState {
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(k, stage, micro, slot, -1)
-		return
+		return nil
 	}
 	s := &x.slots[slot]
 	if !s.holds(stage, micro) {
 		x.notHeld(k, s, slot, stage, micro, -1)
+		return nil
+	}
+	return s
+}
+
+func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) {
+	s := x.heldChunk(k, stage, micro, slot)
+	if s == nil {
 		return
 	}
 	if s.flags&(fwdDone|inDone) != fwdDone {
@@ -1194,13 +1205,8 @@ func (x *Exec) W(a At) {
 	}
 	// The slow path reports with the fields as given (0xffff as -1).
 	stage, micro, slot, _ = a.Unpack()
-	if !x.valid(stage, micro, slot) {
-		x.badArgs(OpBackwardWeight, stage, micro, slot, -1)
-		return
-	}
-	s := &x.slots[slot]
-	if !s.holds(stage, micro) {
-		x.notHeld(OpBackwardWeight, s, slot, stage, micro, -1)
+	s := x.heldChunk(OpBackwardWeight, stage, micro, slot)
+	if s == nil {
 		return
 	}
 	if s.flags&(inDone|wDone) == inDone {

@@ -71,13 +71,8 @@ func (x *Exec) swapStep(k OpKind, a At) {
 		return
 	}
 	stage, micro, slot, _ := a.Unpack()
-	if !x.valid(stage, micro, slot) {
-		x.badArgs(k, stage, micro, slot, -1)
-		return
-	}
-	s := &x.slots[slot]
-	if !s.holds(stage, micro) {
-		x.notHeld(k, s, slot, stage, micro, -1)
+	s := x.heldChunk(k, stage, micro, slot)
+	if s == nil {
 		return
 	}
 	sw, ok := x.stages[stage].(Swapper)
