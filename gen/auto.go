@@ -104,8 +104,11 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 		c = sim.DefaultCost()
 	}
 	c, err := c.Resolve(0)
+	if err == nil {
+		_, err = ShareCost(c, 1) // per-stage lists cannot compare schedules
+	}
 	if err != nil {
-		return Result{Config: cfg}, fmt.Errorf("schedule auto: %w", err)
+		return Result{Config: cfg}, fmt.Errorf("schedule auto: cost model: %w", err)
 	}
 	if opt.Auto.MemLimit < 0 {
 		return Result{Config: cfg}, fmt.Errorf("schedule auto: memory limit %g; want 0 (none) or more", opt.Auto.MemLimit)
