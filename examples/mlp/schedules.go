@@ -7,6 +7,7 @@ import (
 
 	"github.com/ppgen/ppgen/generated/dualpipe"
 	"github.com/ppgen/ppgen/generated/dualpipev"
+	"github.com/ppgen/ppgen/generated/fsdpswap"
 	"github.com/ppgen/ppgen/generated/gpipe"
 	"github.com/ppgen/ppgen/generated/interleaved"
 	"github.com/ppgen/ppgen/generated/interleavedoverlap"
@@ -34,11 +35,13 @@ var catalog = map[string]schedule{
 	"zb-h1":       {zbh1.Spec, zbh1.Ranks[:], zbh1.Program},
 	"zbv":         {zbv.Spec, zbv.Ranks[:], zbv.Program},
 	// Overlap steps (OVERLAP_F_B, OVERLAP_B_F) and split backwards.
-	"dualpipev": {dualpipev.Spec, dualpipev.Ranks[:], dualpipev.Program},
-	// Two model copies: OPT_STEP sums the copies' gradients.
-	"dualpipe":            {dualpipe.Spec, dualpipe.Ranks[:], dualpipe.Program},
+	"dualpipev":           {dualpipev.Spec, dualpipev.Ranks[:], dualpipev.Program},
 	"interleaved-overlap": {interleavedoverlap.Spec, interleavedoverlap.Ranks[:], interleavedoverlap.Program},
 	"interleaved-split":   {interleavedsplit.Spec, interleavedsplit.Ranks[:], interleavedsplit.Program},
+	// Two model copies: OPT_STEP sums the copies' gradients.
+	"dualpipe": {dualpipe.Spec, dualpipe.Ranks[:], dualpipe.Program},
+	// FSDP and swap steps, which runtime/nn's stages let pass.
+	"1f1b-fsdp-swap": {fsdpswap.Spec, fsdpswap.Ranks[:], fsdpswap.Program},
 }
 
 func scheduleNames() []string {
