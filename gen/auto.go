@@ -37,6 +37,9 @@ type AutoOptions struct {
 	// (V, or V/2 for two model copies), i.e. in units of one micro-batch of
 	// a rank's share of the model. 0 means no bound.
 	MemLimit float64
+	// Progress, when set, is called before each family is tried: its
+	// name and how many families came before it, of how many.
+	Progress func(family string, done, families int)
 }
 
 // Candidate is one schedule Auto tried.
@@ -121,8 +124,12 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 		}
 	}
 	var cands []Candidate
-	for _, name := range schedules.Names() {
+	names := schedules.Names()
+	for i, name := range names {
 		fam, _ := schedules.Lookup(name)
+		if opt.Auto.Progress != nil {
+			opt.Auto.Progress(name, i, len(names))
+		}
 		cs, err := autoFamily(fam, cfg, vs, opt, c)
 		if err != nil {
 			return Result{Config: cfg}, err

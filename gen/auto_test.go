@@ -123,3 +123,20 @@ func TestAutoDeterministic(t *testing.T) {
 		t.Errorf("two runs chose %+v and %+v", a.Config, b.Config)
 	}
 }
+
+// TestAutoProgress: the callback sees every family once, in order.
+func TestAutoProgress(t *testing.T) {
+	var seen []string
+	_, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, Options{Auto: AutoOptions{Progress: func(family string, done, families int) {
+		if done != len(seen) || families != len(schedules.Names()) {
+			t.Errorf("progress %s %d/%d after %d calls", family, done, families, len(seen))
+		}
+		seen = append(seen, family)
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(seen, ",") != strings.Join(schedules.Names(), ",") {
+		t.Errorf("progress saw %v", seen)
+	}
+}

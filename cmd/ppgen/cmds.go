@@ -37,11 +37,17 @@ func runList(args []string, stdout, _ io.Writer) error {
 	return tw.Flush()
 }
 
-// lowerFromFlags builds and lowers the schedule the flags name, or the -in file.
-func lowerFromFlags(sf *scheduleFlags) (gen.Result, error) {
+// lowerFromFlags builds and lowers the schedule the flags name, or the -in
+// file; pr (nil: none) shows which family -schedule auto is trying.
+func lowerFromFlags(sf *scheduleFlags, pr *progress) (gen.Result, error) {
 	opt, err := sf.lowerOptions()
 	if err != nil {
 		return gen.Result{}, err
+	}
+	if sf.schedule == gen.Auto && pr != nil {
+		opt.Auto.Progress = func(family string, done, families int) {
+			pr.Phase("auto: lowering and simulating %s (%d of %d families)", family, done+1, families)
+		}
 	}
 	if sf.in != "" {
 		if sf.schedule != "" {
@@ -73,7 +79,7 @@ func runShow(args []string, stdout, _ io.Writer) error {
 		return usagef("-format %q; want text or csv", *format)
 	}
 	var p ir.Program
-	res, err := lowerFromFlags(&sf)
+	res, err := lowerFromFlags(&sf, nil)
 	switch {
 	case err == nil && *computeOnly:
 		p = res.Compute
@@ -200,7 +206,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	pr := newProgress(stderr, "ppgen sim", 0)
 	defer pr.Done()
 	pr.Phase("lowering")
-	res, err := lowerFromFlags(&sf)
+	res, err := lowerFromFlags(&sf, pr)
 	if err != nil {
 		return err
 	}
@@ -265,7 +271,14 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 	if fi, err := os.Stat(req.Path()); err == nil && fi.IsDir() {
 		return usageError{fmt.Sprintf("-o %s is a directory; name the file to write, e.g. -o %s", req.Path(), filepath.Join(req.Path(), "schedule_gen.go"))}
 	}
+	pr := newProgress(stderr, "ppgen gen", 0)
+	if req.Name == gen.Auto && pr != nil {
+		req.AutoProgress = func(family string, done, families int) {
+			pr.Phase("auto: lowering and simulating %s (%d of %d families)", family, done+1, families)
+		}
+	}
 	src, res, err := req.Generate()
+	pr.Done()
 	if err != nil {
 		return err
 	}

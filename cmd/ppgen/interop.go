@@ -209,7 +209,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	pr := newProgress(stderr, "ppgen export", 0)
 	defer pr.Done()
 	pr.Phase("lowering")
-	res, err := lowerFromFlags(&sf)
+	res, err := lowerFromFlags(&sf, pr)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	pr := newProgress(stderr, "ppgen trace", 0)
 	defer pr.Done()
 	pr.Phase("lowering")
-	res, err := lowerFromFlags(&sf)
+	res, err := lowerFromFlags(&sf, pr)
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,9 @@ type Schedule struct {
 	AutoCost string
 	FSDP     int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 	Swap     int // -swap: least compute steps between a swapped chunk's F and backward (0: no swapping)
+	// AutoProgress, not a flag, is passed to -schedule auto as
+	// gen.AutoOptions.Progress.
+	AutoProgress func(family string, done, families int)
 }
 
 // ScheduleVars points at the variables the schedule flags set. In may be nil:
@@ -182,6 +185,7 @@ func (s Schedule) LowerOptions() (gen.Options, error) {
 			return opt, usagef("-mem = %g; want 0 (no limit) or more", s.Mem)
 		}
 		opt.Auto.MemLimit = s.Mem
+		opt.Auto.Progress = s.AutoProgress
 		if s.AutoCost != "" {
 			c, err := sim.ParseCost(s.AutoCost, 0)
 			if err != nil {
