@@ -104,17 +104,20 @@ func (w *fsdpWalk) end(c *checker, r int) error {
 	return nil
 }
 
-// hasFSDP reports whether p holds an FSDP step, and whether a REDUCE_GRAD.
-func hasFSDP(p ir.Program) (any, reduce bool) {
-	for _, steps := range p.Ranks {
-		for i := range steps {
-			switch steps[i].Kind {
-			case ir.ReduceGrad:
-				return true, true
-			case ir.Unshard, ir.Reshard:
-				any = true
-			}
-		}
+// The rare step kinds a rank may hold, as bits (see walk).
+const (
+	hasShardStep  uint8 = 1 << iota // UNSHARD or RESHARD
+	hasReduceStep                   // REDUCE_GRAD
+	hasSwapStep                     // a SWAP_* step
+)
+
+// extraOf is the bit of a kind in Unshard..SwapWaitLoad.
+func extraOf(k ir.Kind) uint8 {
+	switch k {
+	case ir.Unshard, ir.Reshard:
+		return hasShardStep
+	case ir.ReduceGrad:
+		return hasReduceStep
 	}
-	return any, false
+	return hasSwapStep
 }

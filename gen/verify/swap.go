@@ -81,15 +81,3 @@ func (c *checker) swapEnd(r int) error {
 	}
 	return nil
 }
-
-// hasSwap reports whether p holds a swap step.
-func hasSwap(p ir.Program) bool {
-	for _, steps := range p.Ranks {
-		for i := range steps {
-			if _, ok := swapNext[steps[i].Kind]; ok {
-				return true
-			}
-		}
-	}
-	return false
-}

@@ -210,13 +210,6 @@ func (c *checker) walk() error {
 		}
 	}
 	c.lowered, c.hasData = mode(p)
-	if hasSwap(p) {
-		c.swapState = make([]uint8, c.S*c.M)
-	}
-	var fsdp bool
-	if fsdp, c.fsdpReduce = hasFSDP(p); fsdp {
-		c.rep.PeakUnsharded = make([]int, c.P)
-	}
 	n := c.S * c.M
 	// One block for the per-chunk tables, all starting at -1.
 	const nTables = nAt + 6 + 3 // at, opAt for six transfer kinds, slotOf/first/last
@@ -244,15 +237,34 @@ func (c *checker) walk() error {
 	w := par.Workers(c.P, nSteps)
 	opOff := make([]int32, c.P+1)
 	hostOff := make([]int32, c.P+1)
+	// The same pass notes which ranks hold FSDP and swap steps (rare kinds:
+	// one comparison per step tells).
+	extras := make([]uint8, c.P)
 	par.ForRanksW(w, c.P, func(_, r int) {
 		n := 0
+		var ex uint8
 		for i := range p.Ranks[r] {
-			if p.Ranks[r][i].Kind.IsComm() {
+			switch k := p.Ranks[r][i].Kind; {
+			case k.IsComm():
 				n++
+			case k >= ir.Unshard && k <= ir.SwapWaitLoad:
+				ex |= extraOf(k)
 			}
 		}
 		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
+		extras[r] = ex
 	})
+	var ex uint8
+	for _, e := range extras {
+		ex |= e
+	}
+	if ex&hasSwapStep != 0 {
+		c.swapState = make([]uint8, c.S*c.M)
+	}
+	if ex&(hasShardStep|hasReduceStep) != 0 {
+		c.rep.PeakUnsharded = make([]int, c.P)
+		c.fsdpReduce = ex&hasReduceStep != 0
+	}
 	for r := range c.P {
 		opOff[r+1] += opOff[r]
 		hostOff[r+1] += hostOff[r]
@@ -365,7 +377,7 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 				}
 			}
 			if c.swapState != nil {
-				if _, ok := swapNext[st.Kind]; ok {
+				if k := st.Kind; k >= ir.SwapLaunchOffload && k <= ir.SwapWaitLoad {
 					d, err := c.swapStep(r, i, st)
 					if err != nil {
 						return err
