@@ -56,11 +56,11 @@ func (c *checker) computeModel() *strict.Model {
 				s, ch := sub.Stage, sub.Stage*M+sub.Micro
 				switch sub.Kind {
 				case ir.Forward:
-					if first, _ := c.p.Route(sub.Micro); s > first && c.rankOf[s-1] != r {
+					if first, _ := c.route(sub.Micro); s > first && c.rankOf[s-1] != r {
 						b.Wait(strict.HostDone(c.rankOf[s-1], int(c.at[aF][ch-M])))
 					}
 				case ir.Backward, ir.BackwardInput:
-					if _, last := c.p.Route(sub.Micro); s < last && c.rankOf[s+1] != r {
+					if _, last := c.route(sub.Micro); s < last && c.rankOf[s+1] != r {
 						b.Wait(strict.HostDone(c.rankOf[s+1], int(c.at[aBwd][ch+M])))
 					}
 				}

@@ -35,11 +35,11 @@ func (c *checker) slot(rw *rankWalk, i int, top, st *ir.Step) {
 	c.last[ch] = max(c.last[ch], int32(i))
 	switch st.Kind {
 	case ir.Forward:
-		if first, _ := c.p.Route(m); s > first && c.rankOf[s-1] == r {
+		if first, _ := c.route(m); s > first && c.rankOf[s-1] == r {
 			c.last[ch-M] = max(c.last[ch-M], int32(i))
 		}
 	case ir.Backward, ir.BackwardInput:
-		if _, last := c.p.Route(m); s < last && c.rankOf[s+1] == r {
+		if _, last := c.route(m); s < last && c.rankOf[s+1] == r {
 			c.last[ch+M] = max(c.last[ch+M], int32(i))
 		}
 	}

@@ -81,6 +81,8 @@ type checker struct {
 	P, S, M int
 	rankOf  []int
 	lowered bool
+	// single: one pipeline (Copies ≤ 1), every route is 0..S-1.
+	single bool
 	// fsdpReduce: the program holds REDUCE_GRAD steps (see fsdpWalk).
 	fsdpReduce bool
 	// swapState is, per chunk, its swap state (swap.go); nil when the
@@ -210,6 +212,7 @@ func (c *checker) walk() error {
 		}
 	}
 	c.lowered, c.hasData = mode(p)
+	c.single = p.Copies <= 1
 	n := c.S * c.M
 	// One block for the per-chunk tables, all starting at -1.
 	const nTables = nAt + 6 + 3 // at, opAt for six transfer kinds, slotOf/first/last
@@ -450,6 +453,14 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 	return nil
 }
 
+// route is c.p.Route, without the arithmetic for one pipeline.
+func (c *checker) route(m int) (first, last int) {
+	if c.single {
+		return 0, c.S - 1
+	}
+	return c.p.Route(m)
+}
+
 // mode reports whether the program holds transfers (it is lowered) and data
 // steps, stopping as soon as both are known.
 func mode(p ir.Program) (lowered, data bool) {
@@ -480,7 +491,7 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	ch := s*c.M + st.Micro
 	switch st.Kind {
 	case ir.Forward:
-		if first, _ := c.p.Route(st.Micro); s > first && c.rankOf[s-1] != r {
+		if first, _ := c.route(st.Micro); s > first && c.rankOf[s-1] != r {
 			if op := c.opAt[aRecvF][ch]; op >= 0 {
 				rw.waits = append(rw.waits, strict.OpDone(op))
 			}
@@ -489,7 +500,7 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 			rw.waits = append(rw.waits, strict.OpDone(op))
 		}
 	case ir.Backward, ir.BackwardInput:
-		if _, last := c.p.Route(st.Micro); s < last && c.rankOf[s+1] != r {
+		if _, last := c.route(st.Micro); s < last && c.rankOf[s+1] != r {
 			if op := c.opAt[aRecvB][ch]; op >= 0 {
 				rw.waits = append(rw.waits, strict.OpDone(op))
 			}
@@ -569,7 +580,7 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 	if m < 0 || m >= c.M {
 		return c.fail(r, i, *top, Structure, "micro-batch %d is outside 0..%d", m, c.M-1)
 	}
-	first, last := c.p.Route(m)
+	first, last := c.route(m)
 	if s < first || s > last {
 		return c.fail(r, i, *top, Structure, "micro-batch %d runs only stages %d..%d (its model copy), not stage %d", m, first, last, s)
 	}
@@ -664,7 +675,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	}
 	s, m, M := st.Stage, st.Micro, c.M
 	ch := s*M + m
-	first, last := c.p.Route(m)
+	first, last := c.route(m)
 	before := func(a, chunk int) bool { x := c.at[a][chunk]; return x >= 0 && int(x) < i }
 	need := func(what string, want ir.Step, a, chunk int) error {
 		return c.fail(r, i, *top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, want, r, where(c.at[a][chunk], i))
