@@ -16,6 +16,7 @@ import (
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/verify"
 )
 
 // The interchange formats of import and export.
@@ -55,6 +56,7 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 	table := fs.Bool("table", false, "also emit the program as data (pipe.Op table) for the interpreter")
 	helper := fs.Int("helper", 0, "steps per helper function (0: the emitter's default)")
 	maxAct := fs.Int("max-activations", 0, "fail when a rank holds more live activations (chunks) than this; 0: no limit")
+	dropFSDP := fs.Bool("drop-fsdp", false, "drop the FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD) instead of running them through pipe.Sharded")
 	files, err := parseFlagsAndArgs(fs, args)
 	if err != nil {
 		return err
@@ -76,7 +78,7 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 	pr.Phase("verifying")
 	opt := gen.Options{}
 	opt.Verify.MaxActivations = *maxAct
-	im, err := importTorch(path, data, *from, opt)
+	im, err := importTorch(path, data, *from, opt, *dropFSDP)
 	if err != nil {
 		return err
 	}
@@ -117,9 +119,13 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	fmt.Fprintf(report, "ok: %s (%s, %s): %d ranks, %d stages (%s placement), %d micro-batches; deadlock-free under rendezvous; %d steps (%d transfers) for runtime/pipe; peak activations per rank %v; slots per rank %v\n",
+	fsdp := ""
+	if res.Report.PeakUnsharded != nil {
+		fsdp = fmt.Sprintf("; peak unsharded stages per rank %v", res.Report.PeakUnsharded)
+	}
+	fmt.Fprintf(report, "ok: %s (%s, %s): %d ranks, %d stages (%s placement), %d micro-batches; deadlock-free under rendezvous; %d steps (%d transfers) for runtime/pipe; peak activations per rank %v; slots per rank %v%s\n",
 		path, *from, im.form(), res.Program.Placement.Ranks(), res.Program.Stages(), placementName(res.Program.Placement), res.Program.Micro,
-		res.Report.Steps, res.Report.Transfers, res.Report.PeakActivations, res.Info.Slots)
+		res.Report.Steps, res.Report.Transfers, res.Report.PeakActivations, res.Info.Slots, fsdp)
 	for _, n := range notes {
 		fmt.Fprintf(report, "note: %s\n", n)
 	}
@@ -151,13 +157,18 @@ func (im imported) form() string {
 // importTorch parses data (the file path, in format) and verifies it as it
 // is, so that a diagnosis names the file's own steps: a compute-only order is
 // lowered by ppgen's passes and checked; a lowered one (with transfers) is
-// checked as PyTorch would run it, under rendezvous semantics. A lowered
-// program is then prepared for runtime/pipe, which needs what PyTorch does
-// outside its action list: a DATA_LOAD before each F of the first and the
-// last stage and an OPT_STEP at the end; FSDP actions (UNSHARD, RESHARD,
-// REDUCE_GRAD), which runtime/pipe does not run, are dropped. Parse errors
-// are usage errors (exit 2), failed verification is unsafe (exit 1).
-func importTorch(path string, data []byte, format string, opt gen.Options) (imported, error) {
+// checked as PyTorch would run it, under rendezvous semantics. FSDP actions
+// (UNSHARD, RESHARD, REDUCE_GRAD) are kept where the file has them and
+// verified with the rest (a stage computes only while unsharded, one
+// REDUCE_GRAD after its last backward and before OPT_STEP): runtime/pipe runs
+// them through pipe.Sharded. With dropFSDP, the FSDP actions verify may
+// reject are dropped, and the program without them is lowered and verified
+// again. A lowered program is then prepared for runtime/pipe, which needs
+// what PyTorch does outside its action list: a DATA_LOAD before each F of
+// the first and the last stage and an OPT_STEP at the end. Parse errors are
+// usage errors (exit 2), failed verification is unsafe (exit 1); an FSDP
+// action verify rejects gets a hint at -drop-fsdp.
+func importTorch(path string, data []byte, format string, opt gen.Options, dropFSDP bool) (imported, error) {
 	p, err := parseTorchCSV(data, format == formatTorchCSVLegacy)
 	if err != nil {
 		if format == formatTorchCSV && strings.Contains(err.Error(), `kind "BW"`) {
@@ -166,17 +177,29 @@ func importTorch(path string, data []byte, format string, opt gen.Options) (impo
 		return imported{}, usagef("%s: %v", path, err)
 	}
 	im := imported{comms: p.HasComm()}
-	res, err := gen.LowerProgram(p, opt)
-	if err != nil {
-		return im, unsafeError{fmt.Errorf("%s (%s, %s): %w", path, format, im.form(), err)}
+	res, err := lowerFile(p, opt)
+	if err != nil && !(dropFSDP && isFSDPError(err)) {
+		hint := ""
+		if isFSDPError(err) {
+			hint = "; to import the schedule without its FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD), pass -drop-fsdp"
+		}
+		return im, unsafeError{fmt.Errorf("%s (%s, %s): %w%s", path, format, im.form(), err, hint)}
+	}
+	if dropFSDP {
+		var n int
+		if p, n = dropKinds(p, fsdpKinds...); n > 0 {
+			im.notes = append(im.notes, fmt.Sprintf("dropped %d FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD) as -drop-fsdp asks", n))
+		}
+		if n > 0 || err != nil {
+			if res, err = lowerFile(p, opt); err != nil {
+				// Step numbers count the program without the FSDP actions.
+				return im, unsafeError{fmt.Errorf("%s (%s, %s) without its FSDP actions: %w", path, format, im.form(), err)}
+			}
+		}
 	}
 	if im.comms {
-		q, n := dropKinds(p, ir.Unshard, ir.Reshard, ir.ReduceGrad)
-		if n > 0 {
-			im.notes = append(im.notes, fmt.Sprintf("dropped %d FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD) runtime/pipe does not run", n))
-		}
-		before := q.NumSteps()
-		q = passes.InsertOptStep(passes.InsertData(q))
+		before := p.NumSteps()
+		q := passes.InsertOptStep(passes.InsertData(p))
 		if n := q.NumSteps() - before; n > 0 {
 			im.notes = append(im.notes, fmt.Sprintf("added %d DATA_LOAD and OPT_STEP steps PyTorch leaves implicit", n))
 		}
@@ -186,6 +209,42 @@ func importTorch(path string, data []byte, format string, opt gen.Options) (impo
 	}
 	im.res = res
 	return im, nil
+}
+
+// lowerFile lowers (when it is compute-only) and verifies p, a program as
+// a file holds it. A compute order that fails verify by itself (an FSDP
+// action out of place, say) reports as itself, in the file's step numbers,
+// rather than as a failure of the program ppgen lowered from it.
+func lowerFile(p ir.Program, opt gen.Options) (gen.Result, error) {
+	res, err := gen.LowerProgram(p, opt)
+	if err != nil && !p.HasComm() {
+		if _, verr := verify.Check(p, opt.Verify); verr != nil {
+			err = fmt.Errorf("compute order: %w", verr)
+		}
+	}
+	return res, err
+}
+
+// fsdpKinds are the FSDP actions of PyTorch's CSV form.
+var fsdpKinds = []ir.Kind{ir.Unshard, ir.Reshard, ir.ReduceGrad}
+
+// isFSDPError reports whether err is verify's rejection of an FSDP action:
+// a stage computing sharded, UNSHARD and RESHARD out of order, a
+// REDUCE_GRAD misplaced, repeated or missing.
+func isFSDPError(err error) bool {
+	var ve *verify.Error
+	if !errors.As(err, &ve) {
+		return false
+	}
+	if ve.Code == verify.FSDP {
+		return true
+	}
+	for _, k := range fsdpKinds {
+		if ve.Step.Kind == k {
+			return true
+		}
+	}
+	return false
 }
 
 // runExport writes a schedule in PyTorch's CSV form.

@@ -84,6 +84,103 @@ func (s *interopAffine) step() {
 	s.ga, s.gb = s.ga[:0], s.gb[:0]
 }
 
+// interopSharded is an interopAffine whose parameters are sharded (FSDP),
+// a pipe.Sharded: a stage the program UNSHARDs or RESHARDs starts sharded
+// and fails a compute step that finds it so, and an UNSHARD or RESHARD out
+// of turn. When the program reduces gradients, REDUCE_GRAD hands on the sum
+// of the gradients the backwards left (as a reduce-scatter would) and the
+// optimizer steps on that alone: a second REDUCE_GRAD, a backward after it,
+// or none before OPT_STEP fails, and gradients left behind would show in the
+// trained parameters.
+type interopSharded struct {
+	*interopAffine
+	stage    int
+	managed  bool // the program UNSHARDs or RESHARDs the stage
+	reduce   bool // the program holds REDUCE_GRAD steps
+	sharded  bool
+	reduced  bool // this iteration's REDUCE_GRAD ran
+	ra, rb   float64
+	fsdpRuns int // Unshard, Reshard and ReduceGrad calls
+}
+
+func (s *interopSharded) check(what string) error {
+	switch {
+	case s.sharded:
+		return fmt.Errorf("stage %d: %s while its parameters are sharded", s.stage, what)
+	case s.reduced:
+		return fmt.Errorf("stage %d: %s after its REDUCE_GRAD", s.stage, what)
+	}
+	return nil
+}
+
+func (s *interopSharded) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	if err := s.check("forward"); err != nil {
+		return nil, nil, err
+	}
+	return s.interopAffine.Forward(x)
+}
+
+func (s *interopSharded) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
+	if err := s.check("backward"); err != nil {
+		return nil, err
+	}
+	return s.interopAffine.BackwardInput(saved, dy)
+}
+
+func (s *interopSharded) BackwardWeight(saved any, dy *tensor.Dense) error {
+	if err := s.check("weight backward"); err != nil {
+		return err
+	}
+	return s.interopAffine.BackwardWeight(saved, dy)
+}
+
+func (s *interopSharded) Unshard() error {
+	s.fsdpRuns++
+	if !s.sharded {
+		return fmt.Errorf("stage %d: UNSHARD of unsharded parameters", s.stage)
+	}
+	s.sharded = false
+	return nil
+}
+
+func (s *interopSharded) Reshard() error {
+	s.fsdpRuns++
+	if s.sharded {
+		return fmt.Errorf("stage %d: RESHARD of sharded parameters", s.stage)
+	}
+	s.sharded = true
+	return nil
+}
+
+func (s *interopSharded) ReduceGrad() error {
+	s.fsdpRuns++
+	if s.reduced {
+		return fmt.Errorf("stage %d: a second REDUCE_GRAD", s.stage)
+	}
+	s.ra, s.rb = interopSortedSum(s.ga), interopSortedSum(s.gb)
+	s.ga, s.gb = s.ga[:0], s.gb[:0]
+	s.reduced = true
+	return nil
+}
+
+// optStep is the optimizer update of the stage at OPT_STEP.
+func (s *interopSharded) optStep() error {
+	switch {
+	case s.managed && !s.sharded:
+		return fmt.Errorf("stage %d: still unsharded at OPT_STEP", s.stage)
+	case !s.reduce:
+		s.step()
+		return nil
+	case !s.reduced:
+		return fmt.Errorf("stage %d: OPT_STEP before its REDUCE_GRAD", s.stage)
+	}
+	const lr = 1.0 / 64
+	s.a -= lr * s.ra
+	s.b -= lr * s.rb
+	s.reduced = false
+	return nil
+}
+
 // interopMSE is the Loss: 0.5*sum((y-t)^2), dy = y - t.
 type interopMSE struct{}
 
@@ -159,6 +256,7 @@ func interopOps(p ir.Program) ([][]pipe.Op, error) {
 		ir.RecvB: pipe.OpRecvGrad, ir.SendB: pipe.OpSendGrad, ir.Forward: pipe.OpForward,
 		ir.Backward: pipe.OpBackward, ir.BackwardInput: pipe.OpBackwardInput,
 		ir.BackwardWeight: pipe.OpBackwardWeight, ir.OptStep: pipe.OpOptStep,
+		ir.Unshard: pipe.OpUnshard, ir.Reshard: pipe.OpReshard, ir.ReduceGrad: pipe.OpReduceGrad,
 	}
 	index := passes.IndexSlots(p)
 	ops := make([][]pipe.Op, len(p.Ranks))
@@ -181,8 +279,9 @@ func interopOps(p ir.Program) ([][]pipe.Op, error) {
 }
 
 // interopTrain runs iters iterations of res on an in-process world and
-// returns the last stage's losses per iteration and the trained stages.
-func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*interopAffine) {
+// returns the last stage's losses per iteration, the trained stages and the
+// number of FSDP hook calls (pipe.Sharded) the run made.
+func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*interopAffine, int) {
 	t.Helper()
 	p := res.Program
 	ops, err := interopOps(p)
@@ -192,21 +291,39 @@ func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*inte
 	P, S := p.Placement.Ranks(), p.Stages()
 	spec := pipe.Spec{Schedule: "imported", Ranks: P, Stages: S, Micro: p.Micro, Slots: res.Info.Slots, RankOf: p.Placement.RankOf}
 	stages := interopStages(S)
+	sharded := make([]*interopSharded, S)
+	for s := range S {
+		sharded[s] = &interopSharded{interopAffine: stages[s], stage: s}
+	}
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			switch st.Kind {
+			case ir.Unshard, ir.Reshard:
+				sharded[st.Stage].managed, sharded[st.Stage].sharded = true, true
+			case ir.ReduceGrad:
+				for _, sh := range sharded {
+					sh.reduce = true
+				}
+			}
+		}
+	}
 	data := &interopData{}
 	trs := transport.NewInProc(P, transport.InProcTimeout(20*time.Second))
 	xs := make([]*pipe.Exec, P)
 	fns := make([]func(*pipe.Exec) error, P)
 	for r := range P {
 		mine := map[int]pipe.Stage{}
-		var own []*interopAffine
+		var own []*interopSharded
 		for _, s := range spec.StagesOf(r) {
-			mine[s] = stages[s]
-			own = append(own, stages[s])
+			mine[s] = sharded[s]
+			own = append(own, sharded[s])
 		}
 		x, err := pipe.New(pipe.Config{Rank: r, Spec: spec, Stages: mine, Loss: interopMSE{}, Data: data, Transport: trs[r],
 			OptStep: func() error {
 				for _, s := range own {
-					s.step()
+					if err := s.optStep(); err != nil {
+						return err
+					}
 				}
 				return nil
 			}})
@@ -232,33 +349,64 @@ func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*inte
 		}
 		losses = append(losses, xs[last].Losses())
 	}
-	return losses, stages
+	calls := 0
+	for _, sh := range sharded {
+		calls += sh.fsdpRuns
+	}
+	return losses, stages, calls
 }
 
 // TestImportedSchedulesRunInRuntime imports PyTorch CSVs (the hand-derived
-// Interleaved1F1B at P=4, V=2, M=8 in both forms, a legacy-named one and a
-// custom hand-written one), then trains three iterations through the
-// runtime interpreter and requires the losses and the trained parameters to
-// equal a sequential run exactly.
+// Interleaved1F1B at P=4, V=2, M=8 in both forms, a legacy-named one, a
+// custom hand-written one, and FSDP ones: UNSHARD, RESHARD and REDUCE_GRAD
+// with transfers, in a compute order, REDUCE_GRAD alone, and ppgen's own
+// -fsdp 1 interleaved export that reshards stages between uses), then trains
+// three iterations through the runtime interpreter, whose stages are
+// pipe.Sharded and fail a compute on sharded parameters, and requires the
+// losses and the trained parameters to equal a sequential run exactly and
+// every FSDP action to have run.
 func TestImportedSchedulesRunInRuntime(t *testing.T) {
-	for _, tc := range []struct{ file, format string }{
-		{"torch_interleaved1f1b_p4_v2_m8.csv", formatTorchCSV},
-		{"torch_interleaved1f1b_p4_v2_m8_comms.csv", formatTorchCSV},
-		{"torch_legacy_1f1b_p2_m2.csv", formatTorchCSVLegacy},
-		{"custom_3stage_table.csv", formatTorchCSV},
+	for _, tc := range []struct {
+		file, format string
+		export       []string // the CSV is this `ppgen export` instead of a file
+	}{
+		{"torch_interleaved1f1b_p4_v2_m8.csv", formatTorchCSV, nil},
+		{"torch_interleaved1f1b_p4_v2_m8_comms.csv", formatTorchCSV, nil},
+		{"torch_legacy_1f1b_p2_m2.csv", formatTorchCSVLegacy, nil},
+		{"custom_3stage_table.csv", formatTorchCSV, nil},
+		{"torch_fsdp_1f1b_p2_m4_comms.csv", formatTorchCSV, nil},
+		{"torch_reduce_grad_1f1b_p2_m4_comms.csv", formatTorchCSV, nil},
+		{"fsdp_compute_interleaved_p2_v2_m2.csv", formatTorchCSV, nil},
+		{"interleaved_p2_v2_m4_fsdp1", formatTorchCSV, []string{"export", "-to", "torch-csv", "-schedule", "interleaved", "-ranks", "2", "-virtual", "2", "-micro", "4", "-fsdp", "1"}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", tc.file)
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
+			var data []byte
+			if tc.export != nil {
+				data = []byte(cliMust(t, tc.export...))
+			} else {
+				var err error
+				if data, err = os.ReadFile(path); err != nil {
+					t.Fatal(err)
+				}
 			}
-			im, err := importTorch(path, data, tc.format, gen.Options{})
+			im, err := importTorch(path, data, tc.format, gen.Options{}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			const iters = 3
-			got, stages := interopTrain(t, im.res, iters)
+			got, stages, calls := interopTrain(t, im.res, iters)
+			file, err := parseTorchCSV(data, tc.format == formatTorchCSVLegacy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, r, g := countFSDP(im.res.Program)
+			if u0, r0, g0 := countFSDP(file); u != u0 || r != r0 || g != g0 {
+				t.Errorf("imported program holds %d UNSHARD, %d RESHARD, %d REDUCE_GRAD; the CSV %d, %d, %d", u, r, g, u0, r0, g0)
+			}
+			if want := iters * (u + r + g); calls != want {
+				t.Errorf("%d FSDP hook calls in %d iterations, want %d", calls, iters, want)
+			}
 			ref := interopStages(len(stages))
 			want := interopSequential(ref, im.res.Program.Micro, iters)
 			for it := range want {

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func TestImportTorchInterleaved1F1B(t *testing.T) {
 	}
 	for _, tc := range []struct{ file, form, note string }{
 		{"torch_interleaved1f1b_p4_v2_m8.csv", "compute-only", ""},
-		{"torch_interleaved1f1b_p4_v2_m8_comms.csv", "with comms", "dropped 24 FSDP actions"},
+		{"torch_interleaved1f1b_p4_v2_m8_comms.csv", "with comms", "; peak unsharded stages per rank [2 2 2 2]\nnote: added 20 DATA_LOAD and OPT_STEP steps PyTorch leaves implicit\n"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", tc.file)
@@ -35,7 +36,7 @@ func TestImportTorchInterleaved1F1B(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
 			want := "ok: " + path + " (torch-csv, " + tc.form + "): 4 ranks, 8 stages (loop placement), 8 micro-batches; deadlock-free under rendezvous"
-			if !strings.HasPrefix(stdout, want) || !strings.Contains(stdout, tc.note) {
+			if !strings.HasPrefix(stdout, want) || !strings.Contains(stdout, tc.note) || strings.Contains(stdout, "dropped") {
 				t.Errorf("report:\n%s\nwant prefix %q and %q", stdout, want, tc.note)
 			}
 			if !strings.HasPrefix(stderr, "ppgen: wrote "+out+" (4 ranks, ") || strings.Count(stderr, "\n") != 1 {
@@ -59,7 +60,7 @@ func TestImportTorchInterleaved1F1B(t *testing.T) {
 				t.Errorf("ppgen verify -in: exit %d %s %s", code, vout, verr)
 			}
 			data, _ := os.ReadFile(path)
-			im, err := importTorch(path, data, formatTorchCSV, gen.Options{})
+			im, err := importTorch(path, data, formatTorchCSV, gen.Options{}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +136,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 			if bytes.Contains(data, []byte("SEND")) || bytes.Contains(data, []byte("DATA")) {
 				t.Errorf("compute-only export holds transfers or data steps:\n%s", data)
 			}
-			im, err := importTorch(co, data, formatTorchCSV, gen.Options{})
+			im, err := importTorch(co, data, formatTorchCSV, gen.Options{}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +158,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 			if n := bytes.Count(data, []byte("REDUCE_GRAD")); n != orig.Program.Stages() {
 				t.Errorf("%d REDUCE_GRAD actions, want one per stage (%d)", n, orig.Program.Stages())
 			}
-			im, err = importTorch(cc, data, formatTorchCSV, gen.Options{})
+			im, err = importTorch(cc, data, formatTorchCSV, gen.Options{}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +193,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 			if strings.Contains(legacy, "I") && !strings.Contains(legacy, "RECV") {
 				t.Error("legacy export still names I")
 			}
-			im, err = importTorch("legacy", []byte(legacy), formatTorchCSVLegacy, gen.Options{})
+			im, err = importTorch("legacy", []byte(legacy), formatTorchCSVLegacy, gen.Options{}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +221,7 @@ func TestImportCustomSchedule(t *testing.T) {
 	cliGolden(t, "testdata/custom_3stage_table.lowered.txt", []byte(shown))
 	// Its export in PyTorch's form imports back to the same program.
 	csv := cliMust(t, "export", "-to", "torch-csv", "-in", path)
-	im, err := importTorch("re", []byte(csv), formatTorchCSV, gen.Options{})
+	im, err := importTorch("re", []byte(csv), formatTorchCSV, gen.Options{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,5 +318,190 @@ func TestImportToStdout(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "package p\n") || !strings.Contains(stdout, `Schedule:    "mine"`) {
 		t.Errorf("package or schedule name not applied:\n%.600s", stdout)
+	}
+}
+
+// countFSDP counts the UNSHARD, RESHARD and REDUCE_GRAD steps of p.
+func countFSDP(p ir.Program) (unshard, reshard, reduce int) {
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			switch st.Kind {
+			case ir.Unshard:
+				unshard++
+			case ir.Reshard:
+				reshard++
+			case ir.ReduceGrad:
+				reduce++
+			}
+		}
+	}
+	return unshard, reshard, reduce
+}
+
+// TestImportFSDP: PyTorch's FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD)
+// are kept where the file has them, verified, lowered with the data loads
+// and OPT_STEP around them (golden), simulated and emitted; REDUCE_GRAD alone
+// verifies too. -drop-fsdp drops them with a note, as import did before
+// runtime/pipe ran them.
+func TestImportFSDP(t *testing.T) {
+	for _, tc := range []struct {
+		file, form string
+		fsdp       [3]int // UNSHARD, RESHARD, REDUCE_GRAD in the file
+		peak       string
+	}{
+		{"torch_fsdp_1f1b_p2_m4_comms.csv", "with comms", [3]int{2, 2, 2}, "[1 1]"},
+		{"torch_reduce_grad_1f1b_p2_m4_comms.csv", "with comms", [3]int{0, 0, 2}, "[0 0]"},
+		{"torch_interleaved1f1b_p4_v2_m8_comms.csv", "with comms", [3]int{8, 8, 8}, "[2 2 2 2]"},
+		{"fsdp_compute_interleaved_p2_v2_m2.csv", "compute-only", [3]int{4, 4, 4}, "[2 2]"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join("testdata", tc.file)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, err := importTorch(path, data, formatTorchCSV, gen.Options{}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u, r, g := countFSDP(im.res.Program); [3]int{u, r, g} != tc.fsdp {
+				t.Errorf("imported program holds %d UNSHARD, %d RESHARD, %d REDUCE_GRAD; want %v (the file's)", u, r, g, tc.fsdp)
+			}
+			if !strings.HasSuffix(tc.file, "_m8_comms.csv") {
+				cliGolden(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".csv")+".lowered.txt"), []byte(ir.FormatText(im.res.Program)))
+			}
+			out := filepath.Join(t.TempDir(), "sched", "schedule_gen.go")
+			code, stdout, stderr := cliRun(t, "import", "-from", "torch-csv", "-table", path, "-o", out)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if want := "(torch-csv, " + tc.form + ")"; !strings.Contains(stdout, want) || !strings.Contains(stdout, "; peak unsharded stages per rank "+tc.peak+"\n") || strings.Contains(stdout, "dropped") {
+				t.Errorf("report:\n%s\nwant %s, peak unsharded %s and no note of dropped steps", stdout, want, tc.peak)
+			}
+			src, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := parser.ParseFile(token.NewFileSet(), out, src, 0); err != nil {
+				t.Fatalf("emitted Go does not parse: %v", err)
+			}
+			for i, call := range []string{"Unshard", "Reshard", "ReduceGrad"} {
+				if n := bytes.Count(src, []byte("x."+call+"(")); n != tc.fsdp[i] {
+					t.Errorf("emitted Go calls x.%s %d times; the file has %d", call, n, tc.fsdp[i])
+				}
+				kind := []string{"UNSHARD", "RESHARD", "REDUCE_GRAD"}[i]
+				if n := len(regexp.MustCompile(`// \d+`+kind+`\n`).FindAll(src, -1)); n != tc.fsdp[i] {
+					t.Errorf("emitted table holds %d %s ops; the file has %d", n, kind, tc.fsdp[i])
+				}
+			}
+			if sim := cliMust(t, "sim", "-in", path); !strings.Contains(sim, "makespan ") {
+				t.Errorf("sim -in:\n%s", sim)
+			}
+			// -drop-fsdp: today's import before runtime/pipe ran them.
+			code, stdout, stderr = cliRun(t, "import", "-from", "torch-csv", "-drop-fsdp", path)
+			n := tc.fsdp[0] + tc.fsdp[1] + tc.fsdp[2]
+			if note := "note: dropped " + itoa(n) + " FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD) as -drop-fsdp asks\n"; code != 0 || !strings.Contains(stdout, note) || strings.Contains(stdout, "peak unsharded") {
+				t.Errorf("-drop-fsdp: exit %d\n%s%s\nwant %q", code, stdout, stderr, note)
+			}
+			im, err = importTorch(path, data, formatTorchCSV, gen.Options{}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u, r, g := countFSDP(im.res.Program); u+r+g != 0 {
+				t.Errorf("-drop-fsdp kept %d UNSHARD, %d RESHARD, %d REDUCE_GRAD", u, r, g)
+			}
+		})
+	}
+}
+
+// TestImportFSDPRejected: FSDP actions verify rejects fail the import with
+// exit 1, verify's diagnosis (rank, the file's step, reason) and a hint at
+// -drop-fsdp, which then imports the schedule without them; nothing is
+// written. A fault -drop-fsdp cannot mend is reported on the program without
+// the FSDP actions.
+func TestImportFSDPRejected(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, csv string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(csv), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	const hint = "; to import the schedule without its FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD), pass -drop-fsdp\n"
+	for _, tc := range []struct {
+		name, path, diag string
+		dropped          string // the error with -drop-fsdp; "" when it imports
+	}{
+		{
+			name: "compute before UNSHARD (with comms)",
+			path: "testdata/torch_fsdp_sharded_compute.csv",
+			diag: "(torch-csv, with comms): rank 1 step 1 (1F0): stage 1 computes while its parameters are sharded: no UNSHARD of it comes before",
+		},
+		{
+			name: "compute before UNSHARD (compute-only)",
+			path: write("co.csv", "0F0,0UNSHARD,0F1,,,0B0,0B1,0REDUCE_GRAD,0RESHARD\n1UNSHARD,,1F0,1B0,1F1,1B1,1REDUCE_GRAD,1RESHARD\n"),
+			diag: "(torch-csv, compute-only): compute order: rank 0 step 0 (0F0): stage 0 computes while its parameters are sharded: no UNSHARD of it comes before",
+		},
+		{
+			name: "REDUCE_GRAD before the last backward",
+			path: write("early.csv", "0F0,0F1,,,0B0,0REDUCE_GRAD,0B1\n,1F0,1B0,1F1,1B1,1REDUCE_GRAD\n"),
+			diag: "(torch-csv, compute-only): compute order: rank 0 step 4 (0B1): stage 0 computes after its REDUCE_GRAD at step 3; reduce after its last backward",
+		},
+		{
+			name: "REDUCE_GRAD missing on one stage",
+			path: write("missing.csv", "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n1RECV_F0,1F0,1B0,1RECV_F1,1SEND_B0,1F1,1B1,1SEND_B1,1REDUCE_GRAD\n"),
+			diag: "(torch-csv, with comms): rank 0 (0REDUCE_GRAD): stage 0 computes on rank 0 but its gradients are never reduced: REDUCE_GRAD 0 after its last backward",
+		},
+		{
+			name:    "a transfer out of order behind the FSDP fault",
+			path:    write("both.csv", "0F0,0UNSHARD,0SEND_F1,0F1,0SEND_F0,0RECV_B0,0B0,0RECV_B1,0B1,0RESHARD\n1RECV_F0,1F0,1B0,1RECV_F1,1SEND_B0,1F1,1B1,1SEND_B1\n"),
+			diag:    "(torch-csv, with comms): rank 0 step 0 (0F0): stage 0 computes while its parameters are sharded: no UNSHARD of it comes before",
+			dropped: "(torch-csv, with comms) without its FSDP actions: rank 0 step 1 (0SEND_F1): 0SEND_F1 needs the output it sends: 0F1 must come earlier on rank 0, but it comes later, at step 2\n",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "x.go")
+			code, stdout, stderr := cliRun(t, "import", "-from", "torch-csv", tc.path, "-o", out)
+			if want := "ppgen import: " + tc.path + " " + tc.diag + hint; code != 1 || stdout != "" || stderr != want {
+				t.Errorf("import: exit %d stdout %q stderr\n%q\nwant\n%q", code, stdout, stderr, want)
+			}
+			cliNoFile(t, out)
+			code, stdout, stderr = cliRun(t, "import", "-from", "torch-csv", "-drop-fsdp", "-package", "sched", tc.path, "-o", out)
+			if tc.dropped != "" {
+				if want := "ppgen import: " + tc.path + " " + tc.dropped; code != 1 || stdout != "" || stderr != want {
+					t.Errorf("import -drop-fsdp: exit %d stdout %q stderr\n%q\nwant\n%q", code, stdout, stderr, want)
+				}
+				cliNoFile(t, out)
+				return
+			}
+			if code != 0 || !strings.Contains(stdout, "note: dropped ") {
+				t.Errorf("import -drop-fsdp: exit %d\n%s%s", code, stdout, stderr)
+			}
+		})
+	}
+}
+
+// TestImportDocs: docs/visual.md shows the current output of the import
+// commands it quotes (the lowered Interleaved1F1B with its FSDP actions
+// kept, and a rejected FSDP file with and without -drop-fsdp).
+func TestImportDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/visual.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"import", "-from", "torch-csv", "cmd/ppgen/testdata/torch_interleaved1f1b_p4_v2_m8_comms.csv"},
+		{"import", "-from", "torch-csv", "cmd/ppgen/testdata/torch_fsdp_sharded_compute.csv"},
+		{"import", "-from", "torch-csv", "-drop-fsdp", "cmd/ppgen/testdata/torch_fsdp_sharded_compute.csv"},
+	} {
+		local := append([]string(nil), args...)
+		file := local[len(local)-1]
+		local[len(local)-1] = strings.TrimPrefix(file, "cmd/ppgen/")
+		_, stdout, stderr := cliRun(t, local...)
+		out := strings.ReplaceAll(stdout+stderr, local[len(local)-1], file)
+		if !bytes.Contains(doc, []byte("$ ppgen "+strings.Join(args, " "))) || !bytes.Contains(doc, []byte(out)) {
+			t.Errorf("docs/visual.md does not show `ppgen %s` with its current output:\n%s", strings.Join(args, " "), out)
+		}
 	}
 }

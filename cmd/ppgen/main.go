@@ -72,14 +72,19 @@
 // chrome://tracing.
 //
 // import: ppgen import -from torch-csv FILE [-o out.go -package P -name N
-// -table -helper N -max-activations N] reads a schedule in the CSV form that
-// torch.distributed.pipelining dumps and loads (_dump_csv / _load_csv; - for
-// stdin), compute-only or with PyTorch's transfers, verifies it (exit 1 with
-// the diagnosis when unsafe, e.g. receives that deadlock under rendezvous) and
-// with -o emits its Go source. A file with transfers gets the DATA_LOAD and
-// OPT_STEP steps PyTorch leaves implicit; its FSDP actions are dropped.
-// -from torch-csv-legacy reads PyTorch 2.4 to 2.6 names (BW = full backward,
-// B = input gradient when the chunk has a W).
+// -table -helper N -max-activations N -drop-fsdp] reads a schedule in the CSV
+// form that torch.distributed.pipelining dumps and loads (_dump_csv /
+// _load_csv; - for stdin), compute-only or with PyTorch's transfers, verifies
+// it (exit 1 with the diagnosis when unsafe, e.g. receives that deadlock under
+// rendezvous) and with -o emits its Go source. A file with transfers gets the
+// DATA_LOAD and OPT_STEP steps PyTorch leaves implicit. Its FSDP actions
+// (UNSHARD, RESHARD, REDUCE_GRAD) are kept where the file has them and
+// verified (a stage computes only while unsharded; one REDUCE_GRAD after its
+// last backward; REDUCE_GRAD alone is fine); runtime/pipe runs them through
+// pipe.Sharded. -drop-fsdp drops them instead (for FSDP actions verify
+// rejects, or stages that are not sharded). -from torch-csv-legacy reads
+// PyTorch 2.4 to 2.6 names (BW = full backward, B = input gradient when the
+// chunk has a W).
 //
 // export: ppgen export -to torch-csv (-schedule ... | -in FILE)
 // [-compute-only] [-no-reduce-grad] [-o FILE] writes a schedule for a PyTorch
