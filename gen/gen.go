@@ -73,6 +73,9 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 	opt.Passes.Split = opt.Passes.Split || cfg.Options.Split
 	opt.Passes.Overlap = opt.Passes.Overlap || cfg.Options.Overlap
 	opt.Passes.DxDwInOverlap = opt.Passes.DxDwInOverlap || cfg.Options.DxDwInOverlap
+	if fam, err := schedules.Lookup(cfg.Schedule); err == nil && fam.OwnedData {
+		opt.Passes.OwnedData = true
+	}
 	if err := passes.CheckOptions(compute, opt.Passes); err != nil {
 		return Result{Config: cfg}, fmt.Errorf("schedule %s: %w", cfg.Schedule, err)
 	}

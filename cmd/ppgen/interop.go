@@ -337,6 +337,8 @@ func torchExpressible(st ir.Step, legacy bool) error {
 		return nil
 	case ir.OverlapBF:
 		return errors.New("PyTorch has no OVERLAP_B_F (only OVERLAP_F_B, forward first); schedule without -overlap to export")
+	case ir.MpipeSend, ir.MpipeRecv:
+		return fmt.Errorf("PyTorch's pipelining has no %s action (mpipe's owned-micro loading); export the compute order with -compute-only", st.Kind)
 	}
 	return fmt.Errorf("PyTorch's pipelining has no %s action", st.Kind)
 }

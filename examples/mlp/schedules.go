@@ -12,6 +12,7 @@ import (
 	"github.com/ppgen/ppgen/generated/interleaved"
 	"github.com/ppgen/ppgen/generated/interleavedoverlap"
 	"github.com/ppgen/ppgen/generated/interleavedsplit"
+	"github.com/ppgen/ppgen/generated/mpipe"
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/runtime/pipe"
@@ -40,6 +41,9 @@ var catalog = map[string]schedule{
 	"interleaved-split":   {interleavedsplit.Spec, interleavedsplit.Ranks[:], interleavedsplit.Program},
 	// Two model copies: OPT_STEP sums the copies' gradients.
 	"dualpipe": {dualpipe.Spec, dualpipe.Ranks[:], dualpipe.Program},
+	// Owned-micro data loading: ranks 1..3 load micro-batches 1..3 and
+	// ship them to stage 0 (MPIPE_FWD_SEND/RECV).
+	"mpipe": {mpipe.Spec, mpipe.Ranks[:], mpipe.Program},
 	// FSDP and swap steps, which runtime/nn's stages let pass.
 	"1f1b-fsdp-swap": {fsdpswap.Spec, fsdpswap.Ranks[:], fsdpswap.Program},
 }

@@ -116,6 +116,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		field("RankOf", intSlice(p.Placement.RankOf)),
 		field("Fingerprint", jen.Id("Fingerprint")),
 		copiesField(p.Copies),
+		ownedField(Owned(p)),
 	)
 	f.Line()
 	f.Comment("Ranks holds the program of each rank: Ranks[r] runs rank r's steps and returns the")
@@ -151,6 +152,29 @@ func copiesField(c int) jen.Code {
 		return jen.Null()
 	}
 	return field("Copies", jen.Lit(c))
+}
+
+// ownedField is the Spec's Owned field of an mpipe program (micro-batches
+// loaded by their owner rank), and nothing otherwise.
+func ownedField(n int) jen.Code {
+	if n <= 0 {
+		return jen.Null()
+	}
+	return field("Owned", jen.Lit(n))
+}
+
+// Owned returns the Spec.Owned of p: one more than the highest micro-batch
+// an MPIPE_FWD_SEND or MPIPE_FWD_RECV ships, or 0 when p has none.
+func Owned(p ir.Program) int {
+	n := 0
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			if st.Kind == ir.MpipeSend || st.Kind == ir.MpipeRecv {
+				n = max(n, st.Micro+1)
+			}
+		}
+	}
+	return n
 }
 
 // field renders "name: value" in a composite literal, keeping the order given
@@ -274,6 +298,10 @@ func (o op) stmt() *jen.Statement {
 func Describe(st ir.Step, src int) string {
 	text := ir.Step{Kind: st.Kind, Stage: st.Stage, Micro: st.Micro}.String()
 	switch {
+	case st.Slot == ir.None && st.Kind.IsComm():
+		return fmt.Sprintf("%s peer %d", text, st.Peer) // an owner's MPIPE_FWD_SEND
+	case st.Slot == ir.None:
+		return text + " (owned micro-batch)" // an owner's DATA_LOAD
 	case st.Kind.IsComm():
 		return fmt.Sprintf("%s peer %d, slot %d", text, st.Peer, st.Slot)
 	case src != ir.None:
@@ -402,6 +430,17 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 				}
 				return o, nil
 			}
+			if p.OwnerStep(r, st) {
+				// mpipe: the owner's load and send of another rank's input; no slot.
+				o.slot = ir.None
+				if st.Kind == ir.MpipeSend && st.Peer != p.Placement.PeerOfStep(st) {
+					return op{}, fmt.Errorf("peer %d but stage %d is on rank %d", st.Peer, st.Stage, p.Placement.PeerOfStep(st))
+				}
+				if st.Kind != ir.MpipeSend {
+					o.peer = ir.None
+				}
+				return o, nil
+			}
 			switch {
 			case st.Stage < 0 || st.Stage >= S:
 				return op{}, fmt.Errorf("stage %d is outside 0..%d", st.Stage, S-1)
@@ -415,7 +454,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 				return op{}, fmt.Errorf("slot %d but the rank has %d slots", st.Slot, slots[r])
 			}
 			if c.args == ArgsComm {
-				want := p.Placement.PeerOf(st.Kind, st.Stage)
+				want := p.Placement.PeerOfStep(st)
 				switch {
 				case want == ir.None:
 					return op{}, fmt.Errorf("stage %d has no neighbour stage to exchange %s with", st.Stage, st.Kind.Channel())

@@ -29,6 +29,8 @@ const (
 	OverlapFB              // OVERLAP_F_B: a forward and a backward run together
 	OverlapBF              // OVERLAP_B_F: a backward and a forward run together
 	OptStep                // OPT_STEP: optimizer update of the rank's stages
+	MpipeSend              // MPIPE_FWD_SEND: an owner rank ships a micro's loaded input to the stage's rank (mpipe)
+	MpipeRecv              // MPIPE_FWD_RECV: the stage's rank receives it from the micro's owner
 	numKinds
 )
 
@@ -55,6 +57,8 @@ var kindNames = [numKinds]string{
 	OverlapFB:         "OVERLAP_F_B",
 	OverlapBF:         "OVERLAP_B_F",
 	OptStep:           "OPT_STEP",
+	MpipeSend:         "MPIPE_FWD_SEND",
+	MpipeRecv:         "MPIPE_FWD_RECV",
 }
 
 // aliases are the other spellings the parser accepts: hyper-parallel's names
@@ -121,17 +125,17 @@ func (k Kind) IsOverlap() bool { return k == OverlapFB || k == OverlapBF }
 // gradients or data) that pairs with a step on a peer rank.
 func (k Kind) IsComm() bool {
 	switch k {
-	case SendF, RecvF, SendB, RecvB, DataSend, DataRecv:
+	case SendF, RecvF, SendB, RecvB, DataSend, DataRecv, MpipeSend, MpipeRecv:
 		return true
 	}
 	return false
 }
 
 // IsSend reports whether the kind is the sending half of a transfer.
-func (k Kind) IsSend() bool { return k == SendF || k == SendB || k == DataSend }
+func (k Kind) IsSend() bool { return k == SendF || k == SendB || k == DataSend || k == MpipeSend }
 
 // IsRecv reports whether the kind is the receiving half of a transfer.
-func (k Kind) IsRecv() bool { return k == RecvF || k == RecvB || k == DataRecv }
+func (k Kind) IsRecv() bool { return k == RecvF || k == RecvB || k == DataRecv || k == MpipeRecv }
 
 // Channel names the FIFO a transfer travels on: sends and receives match in
 // order per (source rank, destination rank, channel).
@@ -142,7 +146,7 @@ const (
 	NoChannel   Channel = iota
 	ActChannel          // activations: SEND_F / RECV_F
 	GradChannel         // gradients: SEND_B / RECV_B
-	DataChannel         // labels and masks: DATA_SEND / DATA_RECV
+	DataChannel         // labels and masks: DATA_SEND / DATA_RECV; owned inputs: MPIPE_FWD_SEND / MPIPE_FWD_RECV
 )
 
 // String names the channel.
@@ -165,7 +169,7 @@ func (k Kind) Channel() Channel {
 		return ActChannel
 	case SendB, RecvB:
 		return GradChannel
-	case DataSend, DataRecv:
+	case DataSend, DataRecv, MpipeSend, MpipeRecv:
 		return DataChannel
 	}
 	return NoChannel
@@ -182,3 +186,6 @@ func (k Kind) HasMicro() bool {
 
 // HasStage reports whether steps of this kind name a stage.
 func (k Kind) HasStage() bool { return k != OptStep && !k.IsOverlap() }
+
+// Valid reports whether k is one of the step kinds (not Invalid, not out of range).
+func (k Kind) Valid() bool { return k > Invalid && k < numKinds }

@@ -134,8 +134,29 @@ func (p Placement) PeerOf(k Kind, s int) int {
 		return p.Rank(s + 1)
 	case RecvF, DataRecv, SendB:
 		return p.Rank(s - 1)
+	case MpipeSend:
+		return p.Rank(s)
 	}
 	return None
+}
+
+// Owner returns the rank that owns micro-batch m under mpipe's owned-micro
+// data loading: m mod P. The owner loads m's input and, when it does not
+// hold the first stage itself, ships it there with MPIPE_FWD_SEND.
+func (p Placement) Owner(m int) int {
+	if p.NumRanks <= 0 || m < 0 {
+		return None
+	}
+	return m % p.NumRanks
+}
+
+// PeerOfStep returns the peer rank of a transfer step: PeerOf for every
+// kind but MPIPE_FWD_RECV, whose peer is the owner of its micro-batch.
+func (p Placement) PeerOfStep(st Step) int {
+	if st.Kind == MpipeRecv {
+		return p.Owner(st.Micro)
+	}
+	return p.PeerOf(st.Kind, st.Stage)
 }
 
 // ResolvePeers fills the Peer field of every transfer step from the placement
@@ -147,7 +168,7 @@ func (p *Program) ResolvePeers() error {
 			if !st.Kind.IsComm() {
 				continue
 			}
-			peer := p.Placement.PeerOf(st.Kind, st.Stage)
+			peer := p.Placement.PeerOfStep(*st)
 			if peer == None {
 				return fmt.Errorf("rank %d step %d %s: stage %d has no neighbour for %s (stages are 0..%d)", r, i, st, st.Stage, st.Kind, p.Stages()-1)
 			}
@@ -155,4 +176,21 @@ func (p *Program) ResolvePeers() error {
 		}
 	}
 	return nil
+}
+
+// OwnerStep reports whether st, on rank r, is a step mpipe's owned-micro data
+// loading runs on the owner of a micro-batch for a stage the owner does not
+// hold: DATA_LOAD(first, m) or MPIPE_FWD_SEND(first, m) on rank Owner(m),
+// where first is the first stage of m's route. Such steps name a stage of
+// another rank and have no buffer slot.
+func (p *Program) OwnerStep(r int, st Step) bool {
+	if st.Kind != DataLoad && st.Kind != MpipeSend {
+		return false
+	}
+	S := p.Stages()
+	if st.Stage < 0 || st.Stage >= S || st.Micro < 0 || st.Micro >= p.Micro || p.Placement.RankOf[st.Stage] == r {
+		return false
+	}
+	first, _ := p.Route(st.Micro)
+	return st.Stage == first && p.Placement.Owner(st.Micro) == r
 }

@@ -146,7 +146,9 @@ func Infer(rows [][]Step) (Program, error) {
 	for r, steps := range rows {
 		for i, s := range steps {
 			for _, c := range append(s.Computes(), s) {
-				if c.Stage < 0 || c.Kind.IsComm() {
+				// Transfers and loads do not place a stage: an mpipe owner
+				// loads and ships the input of a stage on another rank.
+				if c.Stage < 0 || c.Kind.IsComm() || c.Kind == DataLoad {
 					continue
 				}
 				if rankOf[c.Stage] != None && rankOf[c.Stage] != r {

@@ -86,10 +86,10 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 	}
 	leafOK := func(r int, st *ir.Step) bool {
 		k := st.Kind
-		if k == ir.Invalid || k > ir.OptStep || k.IsOverlap() || (computeOnly && k.IsComm()) {
+		if !k.Valid() || k.IsOverlap() || (computeOnly && k.IsComm()) {
 			return false
 		}
-		if k.HasStage() && (st.Stage < 0 || st.Stage >= S || rankOf[st.Stage] != r) {
+		if k.HasStage() && (st.Stage < 0 || st.Stage >= S || (rankOf[st.Stage] != r && !p.OwnerStep(r, *st))) {
 			return false
 		}
 		if k.HasMicro() && (st.Micro < 0 || st.Micro >= M) {
@@ -129,7 +129,7 @@ func stepError(p ir.Program, pass string, computeOnly bool, r, i int, top, st ir
 	e := &Error{Pass: pass, Rank: r, Index: i, Step: top}
 	k := st.Kind
 	switch {
-	case k == ir.Invalid || k > ir.OptStep:
+	case !k.Valid():
 		e.Reason = fmt.Sprintf("unknown step kind %d", uint8(k))
 	case k.IsOverlap():
 		e.Reason = "an overlap cannot hold another overlap"

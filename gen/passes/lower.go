@@ -35,6 +35,9 @@ type Options struct {
 	// FSDP, when positive, adds UNSHARD, RESHARD and REDUCE_GRAD steps with
 	// at most FSDP stages unsharded per rank at once (the FSDP pass).
 	FSDP int
+	// OwnedData runs mpipe's owned-micro data loading (the OwnedData
+	// pass) after the data and comm passes.
+	OwnedData bool
 	// Swap, when positive, offloads the saved activations of every chunk
 	// whose forward and backward have at least Swap compute steps between
 	// them (the Swap pass; at least 2).
@@ -99,6 +102,9 @@ func Pipeline(opt Options) []Pass {
 		// building the intermediate program (see insertDataComm). A pass
 		// that must run between them splits this entry back into the two.
 		ps = append(ps, Pass{Name: "data+comm", Run: func(p ir.Program) (ir.Program, error) { return insertDataCommFast(p, opt.Comm) }})
+	}
+	if opt.OwnedData {
+		ps = append(ps, Pass{Name: "mpipe", Run: OwnedData})
 	}
 	if opt.FSDP > 0 {
 		ps = append(ps, Pass{Name: "fsdp", Run: func(p ir.Program) (ir.Program, error) { return FSDP(p, opt.FSDP) }})

@@ -111,7 +111,7 @@ type slotter struct {
 // span extends the lifetimes st (at index i) touches: its own chunk's and,
 // as src, its colocated neighbour's.
 func (x *slotter) span(st *ir.Step, i int32) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
+	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() || x.rankOf[st.Stage] != x.r {
 		return
 	}
 	ch := st.Stage*x.M + st.Micro
@@ -131,7 +131,7 @@ func (x *slotter) span(st *ir.Step, i int32) {
 // give gives st its chunk's slot, allocating it (and queueing its release
 // after the chunk's last use) at the chunk's first step i.
 func (x *slotter) give(st *ir.Step, i int32) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() {
+	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() || x.rankOf[st.Stage] != x.r {
 		return
 	}
 	ch := st.Stage*x.M + st.Micro

@@ -26,6 +26,9 @@ type Family struct {
 	// lowered yet (gen.Lower refuses it with this reason); the order itself
 	// is still built, verified by the family's tests and printable.
 	ComputeOnly string
+	// OwnedData says the family loads micro-batches on their owner ranks
+	// (mpipe): gen.Lower runs the passes.OwnedData pass for it.
+	OwnedData bool
 	// Build returns the compute-only program. It may assume cfg.Virtual is
 	// set (Normalize has run) and must return a *ConstraintError for values
 	// the family does not accept.

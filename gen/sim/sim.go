@@ -306,7 +306,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 	for _, k := range []ir.Kind{ir.Forward, ir.Backward, ir.BackwardInput, ir.BackwardWeight} {
 		idx.compute[k] = newChunkTable(stages, maxMicro, total)
 	}
-	for _, k := range []ir.Kind{ir.RecvF, ir.RecvB, ir.DataRecv} {
+	for _, k := range []ir.Kind{ir.RecvF, ir.RecvB, ir.DataRecv, ir.MpipeRecv} {
 		idx.recv[k] = newChunkTable(stages, maxMicro, total)
 	}
 	launchSeen := map[chunkRankKey]int{}
@@ -524,6 +524,9 @@ func (s *simulator) computeDeps(r int, cs ir.Step, stages int, idx *indexes, ds 
 		if re := s.recvOn(idx, r, ir.DataRecv, cs.Stage, cs.Micro); re >= 0 {
 			ds = append(ds, dep{ev: re}) // labels for the loss (as gen/verify models it)
 		}
+		if re := s.recvOn(idx, r, ir.MpipeRecv, cs.Stage, cs.Micro); re >= 0 {
+			ds = append(ds, dep{ev: re}) // the input its owner loaded (mpipe)
+		}
 	case ir.Backward, ir.BackwardInput:
 		if err := producer([]ir.Kind{ir.Forward}, cs.Stage, "the forward F"); err != nil {
 			return nil, err
@@ -562,7 +565,7 @@ func (s *simulator) matchComm() error {
 			st := steps[i]
 			peer := st.Peer
 			if peer < 0 || peer >= P {
-				peer = s.p.Placement.PeerOf(st.Kind, st.Stage)
+				peer = s.p.Placement.PeerOfStep(st)
 			}
 			if peer < 0 || peer >= P {
 				return fmt.Errorf("sim: rank %d step %d %s: no peer rank (Peer = %d, and the placement names none for stage %d); ranks are 0..%d", r, i, st, st.Peer, st.Stage, P-1)
@@ -600,7 +603,7 @@ func (s *simulator) matchComm() error {
 		var key channelKey
 		peer := ev.Step.Peer
 		if peer < 0 || peer >= P {
-			peer = s.p.Placement.PeerOf(ev.Step.Kind, ev.Step.Stage)
+			peer = s.p.Placement.PeerOfStep(ev.Step)
 		}
 		if ev.Step.Kind.IsSend() {
 			key = channelKey{ev.Rank, peer, ev.Step.Kind.Channel()}

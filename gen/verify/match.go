@@ -38,6 +38,10 @@ func (c *checker) match() error {
 			q = c.at1(aDRecv, s+1, m)
 		case ir.DataRecv:
 			q = c.at1(aDSend, s-1, m)
+		case ir.MpipeSend:
+			q = c.at1(aMRecv, s, m)
+		case ir.MpipeRecv:
+			q = c.at1(aMSend, s, m)
 		}
 		if q < 0 || ord[q] != ord[op] {
 			return c.matchSlow(cnt, ord, nKeys)
@@ -127,6 +131,10 @@ func counterpart(st ir.Step) ir.Step {
 		return ir.Compute(ir.DataRecv, st.Stage+1, st.Micro)
 	case ir.DataRecv:
 		return ir.Compute(ir.DataSend, st.Stage-1, st.Micro)
+	case ir.MpipeSend:
+		return ir.Compute(ir.MpipeRecv, st.Stage, st.Micro)
+	case ir.MpipeRecv:
+		return ir.Compute(ir.MpipeSend, st.Stage, st.Micro)
 	}
 	return st
 }

@@ -12,6 +12,9 @@ func (c *checker) slot(rw *rankWalk, i int, top, st *ir.Step) {
 	}
 	s, m, M := st.Stage, st.Micro, c.M
 	ch := s*M + m
+	if c.rankOf[s] != r {
+		return // an owner's DATA_LOAD/MPIPE_FWD_SEND (leaf admitted it): no chunk of this rank
+	}
 	if st.Slot < 0 {
 		rw.noSlot.note(r, i, func() error {
 			return c.fail(r, i, *top, Slot, "%s has no slot, but the program's slots are assigned; every step of a chunk carries its slot", *st)

@@ -46,6 +46,9 @@ const (
 	aRecvB
 	aDSend
 	aDRecv
+	aMSend // MPIPE_FWD_SEND on the micro's owner
+	aMRecv // MPIPE_FWD_RECV on the first stage's rank
+	aOLoad // DATA_LOAD of an owned micro on its owner (ir.Program.OwnerStep)
 	nAt
 )
 
@@ -71,6 +74,10 @@ func atOf(k ir.Kind) int {
 		return aDSend
 	case ir.DataRecv:
 		return aDRecv
+	case ir.MpipeSend:
+		return aMSend
+	case ir.MpipeRecv:
+		return aMRecv
 	}
 	return -1
 }
@@ -215,7 +222,7 @@ func (c *checker) walk() error {
 	c.single = p.Copies <= 1
 	n := c.S * c.M
 	// One block for the per-chunk tables, all starting at -1.
-	const nTables = nAt + 6 + 3 // at, opAt for six transfer kinds, slotOf/first/last
+	const nTables = nAt + 8 + 3 // at, opAt for eight transfer kinds, slotOf/first/last
 	block := make([]int32, nTables*n)
 	for i := range block {
 		block[i] = -1
@@ -224,7 +231,7 @@ func (c *checker) walk() error {
 	for a := range c.at {
 		c.at[a] = next()
 	}
-	for _, a := range [...]int{aSendF, aRecvF, aSendB, aRecvB, aDSend, aDRecv} {
+	for _, a := range [...]int{aSendF, aRecvF, aSendB, aRecvB, aDSend, aDRecv, aMSend, aMRecv} {
 		c.opAt[a] = next()
 	}
 	c.slotOf, c.first, c.last = next(), next(), next()
@@ -469,7 +476,7 @@ func mode(p ir.Program) (lowered, data bool) {
 			switch k := steps[i].Kind; {
 			case k.IsComm():
 				lowered = true
-				data = data || k == ir.DataRecv
+				data = data || k == ir.DataRecv || k == ir.MpipeRecv
 			case k == ir.DataLoad:
 				data = true
 			}
@@ -497,6 +504,9 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 			}
 		}
 		if op := c.opAt[aDRecv][ch]; op >= 0 {
+			rw.waits = append(rw.waits, strict.OpDone(op))
+		}
+		if op := c.opAt[aMRecv][ch]; op >= 0 {
 			rw.waits = append(rw.waits, strict.OpDone(op))
 		}
 	case ir.Backward, ir.BackwardInput:
@@ -554,7 +564,7 @@ func (c *checker) overlapShape(r, i int, st *ir.Step) error {
 func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 	r := rw.r
 	k := st.Kind
-	if k == ir.Invalid || k > ir.OptStep || k.IsOverlap() {
+	if !k.Valid() || k.IsOverlap() {
 		return c.fail(r, i, *top, Structure, "%s is not a step kind that may appear here", k)
 	}
 	if st.Slot < ir.None {
@@ -571,7 +581,11 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 	if s < 0 || s >= c.S {
 		return c.fail(r, i, *top, Structure, "stage %d is outside 0..%d", s, c.S-1)
 	}
-	if c.rankOf[s] != r {
+	owner := c.rankOf[s] != r && c.p.OwnerStep(r, *st)
+	if c.rankOf[s] != r && !owner {
+		if (k == ir.DataLoad || k == ir.MpipeSend) && m >= 0 && m < c.M {
+			return c.fail(r, i, *top, Structure, "stage %d lives on rank %d (placement %s), not on rank %d; only micro %d's owner (rank %d) may load its input for another rank's stage (mpipe)", s, c.rankOf[s], c.p.Placement, r, m, c.p.Placement.Owner(m))
+		}
 		return c.fail(r, i, *top, Structure, "stage %d lives on rank %d (placement %s), not on rank %d; every step runs on its stage's rank", s, c.rankOf[s], c.p.Placement, r)
 	}
 	if !k.HasMicro() {
@@ -594,6 +608,15 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 			if s < last {
 				want = c.rankOf[s+1]
 			}
+		case ir.MpipeSend:
+			want = c.rankOf[s] // OwnerStep: s is the first stage of m's route
+		case ir.MpipeRecv:
+			if s != first {
+				return c.fail(r, i, *top, Structure, "MPIPE_FWD_RECV receives the input of micro %d for the first stage of its route (%d), not for stage %d", m, first, s)
+			}
+			if want = c.p.Placement.Owner(m); want == r {
+				return c.fail(r, i, *top, Structure, "micro %d's owner is this rank (%d): it loads the input with DATA_LOAD, not a transfer", m, r)
+			}
 		default:
 			if s > first {
 				want = c.rankOf[s-1]
@@ -615,6 +638,9 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 		return c.fail(r, i, *top, Structure, "DATA_LOAD loads the input on the first stage of micro %d's route (%d) or the labels on its last stage (%d), not on stage %d; ship labels with DATA_SEND/DATA_RECV", m, first, last, s)
 	}
 	a := atOf(k)
+	if owner && a == aLoad {
+		a = aOLoad
+	}
 	if a < 0 {
 		return nil // swap steps: range and placement only, for now
 	}
@@ -684,7 +710,10 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	case ir.Forward:
 		switch {
 		case s == first:
-			if c.hasData && !before(aLoad, ch) {
+			if c.hasData && !before(aLoad, ch) && !before(aMRecv, ch) {
+				if c.at[aMRecv][ch] >= 0 {
+					return need("its input from its owner", ir.Compute(ir.MpipeRecv, s, m), aMRecv, ch)
+				}
 				return need("its input", ir.Compute(ir.DataLoad, s, m), aLoad, ch)
 			}
 		case c.rankOf[s-1] == r:
@@ -728,6 +757,10 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	case ir.SendB:
 		if !before(aBwd, ch) {
 			return need("the input gradient it sends", c.bwdName(s, m), aBwd, ch)
+		}
+	case ir.MpipeSend:
+		if !before(aOLoad, ch) {
+			return need("the input it ships", ir.Compute(ir.DataLoad, s, m), aOLoad, ch)
 		}
 	case ir.DataSend:
 		if !before(aLoad, ch) && !before(aDRecv, ch) {

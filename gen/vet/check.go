@@ -79,6 +79,13 @@ func checkFile(pass *analysis.Pass, f *ast.File) {
 	if m.fp != nil {
 		c.checkFingerprint(p)
 	}
+	if want := emit.Owned(p); want != m.spec.owned {
+		node := ast.Node(m.file.Name)
+		if e, ok := m.spec.fields["Owned"]; ok {
+			node = e
+		}
+		c.badf(node, "Spec.Owned is %d, but the rank functions ship the inputs of %d owned micro-batches (MPIPE_FWD_SEND/RECV): the runtime would reject the owners' loads", m.spec.owned, want)
+	}
 	if c.bad > 0 {
 		return
 	}
@@ -176,6 +183,19 @@ func (c *checker) checkRanges() {
 func (c *checker) leafRange(r int, st ir.Step, src int) string {
 	sp := c.m.spec
 	S := sp.stages
+	if st.Stage >= 0 && st.Stage < S && sp.rankOf[st.Stage] != r && (st.Kind == ir.DataLoad || st.Kind == ir.MpipeSend) {
+		// mpipe: an owner loads and ships the input of a micro it owns.
+		pr := ir.Program{Placement: sp.placement(), Micro: sp.micro, Copies: sp.copies}
+		switch {
+		case !pr.OwnerStep(r, st) || st.Micro >= sp.owned:
+			return fmt.Sprintf("stage %d is placed on rank %d (Spec.RankOf), not on rank %d, which does not own micro %d (Spec.Owned = %d; micro m < Owned is owned by rank m mod %d)", st.Stage, sp.rankOf[st.Stage], r, st.Micro, sp.owned, sp.ranks)
+		case st.Slot != ir.None:
+			return fmt.Sprintf("slot %d, but an owner's %s of another rank's stage has no slot (0xffff)", st.Slot, st.Kind)
+		case st.Kind == ir.MpipeSend && st.Peer != sp.rankOf[st.Stage]:
+			return fmt.Sprintf("peer %d, but stage %d is on rank %d", st.Peer, st.Stage, sp.rankOf[st.Stage])
+		}
+		return ""
+	}
 	switch {
 	case st.Stage < 0 || st.Stage >= S:
 		return fmt.Sprintf("stage %d is outside 0..%d", st.Stage, S-1)
@@ -191,7 +211,7 @@ func (c *checker) leafRange(r int, st ir.Step, src int) string {
 		return fmt.Sprintf("src %d is neither -1 nor a slot in 0..%d", src, sp.slots[r]-1)
 	}
 	if st.Kind.IsComm() {
-		want := sp.placement().PeerOf(st.Kind, st.Stage)
+		want := sp.placement().PeerOfStep(st)
 		switch {
 		case want == ir.None:
 			return fmt.Sprintf("stage %d has no neighbour stage to exchange %s with", st.Stage, st.Kind.Channel())
@@ -280,6 +300,8 @@ func partner(send ir.Step) ir.Step {
 		return ir.Step{Kind: ir.RecvB, Stage: send.Stage - 1, Micro: send.Micro}
 	case ir.DataSend:
 		return ir.Step{Kind: ir.DataRecv, Stage: send.Stage + 1, Micro: send.Micro}
+	case ir.MpipeSend:
+		return ir.Step{Kind: ir.MpipeRecv, Stage: send.Stage, Micro: send.Micro}
 	}
 	return ir.Step{}
 }

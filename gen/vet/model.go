@@ -99,6 +99,7 @@ type spec struct {
 	slots  []int
 	rankOf []int
 	copies int  // 0 when absent
+	owned  int  // 0 when absent (mpipe's Spec.Owned)
 	fpRef  bool // Fingerprint: Fingerprint
 }
 
@@ -253,6 +254,9 @@ func (m *model) readSpec(lit *ast.CompositeLit) *spec {
 	good = ok && good
 	if _, has := sp.fields["Copies"]; has { // only programs with model copies set it
 		good = ints("Copies", &sp.copies) && good
+	}
+	if _, has := sp.fields["Owned"]; has { // only mpipe programs set it
+		good = ints("Owned", &sp.owned) && good
 	}
 	if e, has := sp.fields["Fingerprint"]; has && isIdent(e, "Fingerprint") {
 		sp.fpRef = true

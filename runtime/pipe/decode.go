@@ -21,6 +21,8 @@ var opCodes = [numOpKinds]byte{
 	OpSwapWaitOffload:   'j',
 	OpSwapLaunchLoad:    'K',
 	OpSwapWaitLoad:      'k',
+	OpRecvInput:         'M',
+	OpSendInput:         'm',
 }
 
 // Code returns the kind's letter in a DecodeOps kinds string ("F", "s" for
@@ -62,7 +64,7 @@ func DecodeOps(kinds string, ats []At) []Op {
 		stage, micro, c, d := ats[i].Unpack()
 		o.Stage, o.Micro = int32(stage), int32(micro)
 		switch o.Kind {
-		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad:
+		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput:
 			o.Peer, o.Slot, o.Src = int32(c), int32(d), -1
 		default:
 			o.Peer, o.Slot, o.Src = -1, int32(c), int32(d)

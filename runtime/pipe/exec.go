@@ -150,6 +150,11 @@ type Exec struct {
 	mu  sync.Mutex
 	err error
 
+	// ownIn is the input an owner loaded for micro ownMicro (mpipe),
+	// until SendInput ships it.
+	ownIn    *tensor.Dense
+	ownMicro int
+
 	comm     chan commOp
 	inflight sync.WaitGroup
 	commDone chan struct{}
@@ -206,6 +211,9 @@ func New(cfg Config) (*Exec, error) {
 		if _, ok := stages[s].(CopyGrads); copies > 1 && !ok {
 			return nil, fmt.Errorf("pipe: rank %d: stage %d is a %T, which does not implement pipe.CopyGrads (Grads() []*tensor.Dense): the schedule runs %d model copies, whose gradients OptStep sums", r, s, stages[s], copies)
 		}
+	}
+	if r < sp.Owned && cfg.Data == nil {
+		return nil, fmt.Errorf("pipe: rank %d owns micro-batch %d (Spec.Owned = %d, mpipe) but Config.Data is nil: an owner loads the input of the micro-batches it owns", r, r, sp.Owned)
 	}
 	if cfg.Transport != nil {
 		if cfg.Transport.Rank() != r || cfg.Transport.World() != sp.Ranks {
@@ -357,6 +365,7 @@ func (x *Exec) Reset() {
 		}
 		s.clearChunk()
 	}
+	x.ownIn = nil
 	for i := range x.losses {
 		if x.losses[i].Load() != nanBits { // Load is cheaper than Store
 			x.losses[i].Store(nanBits)
@@ -558,6 +567,9 @@ func (x *Exec) DataLoad(stage, micro, slot int) {
 }
 
 func (x *Exec) dataLoadSlow(stage, micro, slot int) {
+	if x.ownerLoad(stage, micro, slot) {
+		return
+	}
 	if !x.valid(stage, micro, slot) {
 		x.badArgs(OpDataLoad, stage, micro, slot, -1)
 		return
@@ -922,11 +934,17 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) {
 		}
 		in = p.y
 	case x.routeFirst(stage):
-		if !s.holds(stage, micro) || s.x == nil {
+		if !s.holds(stage, micro) || (s.x == nil && s.flags&actPending == 0 && s.ract == nil) {
+			if x.owner(micro) >= 0 && x.owner(micro) != x.rank {
+				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvInput(%d, %d) from its owner, rank %d, into it was not posted", slot, stage, micro, x.owner(micro))
+				return
+			}
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
 			return
 		}
-		in = s.x
+		if in = x.takeInput(s); in == nil {
+			return // the receive failed: the rank has failed
+		}
 	default:
 		if !s.holds(stage, micro) || (s.flags&actPending == 0 && s.ract == nil) {
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
@@ -1280,8 +1298,11 @@ func (x *Exec) runComm(op *commOp) {
 	var got *tensor.Dense
 	if !x.failed.Load() {
 		want := transport.Tag{Stage: op.stage - 1, Micro: op.micro}
-		if op.ch == transport.Grad {
+		switch op.ch {
+		case transport.Grad:
 			want.Stage = op.stage + 1
+		case transport.Data:
+			want.Stage = op.stage // an owner's input for this stage
 		}
 		tag, t, err := x.tr.Recv(int(op.peer), op.ch)
 		if err == nil && tag != want {
@@ -1294,7 +1315,7 @@ func (x *Exec) runComm(op *commOp) {
 			got = t
 		}
 	}
-	if op.ch == transport.Act {
+	if op.ch != transport.Grad {
 		s.ract = got
 		s.actDone <- struct{}{}
 	} else {

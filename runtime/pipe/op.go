@@ -34,6 +34,10 @@ const (
 	OpSwapWaitOffload
 	OpSwapLaunchLoad
 	OpSwapWaitLoad
+	// mpipe's owned-micro loading: RecvInput(Stage, Micro, Peer, Slot) on the
+	// first stage's rank, SendInput(Stage, Micro, Peer) on the owner.
+	OpRecvInput
+	OpSendInput
 	numOpKinds
 )
 
@@ -59,6 +63,8 @@ var kindText = [numOpKinds]string{
 	OpSwapWaitOffload:   "SWAP_WAIT_OFFLOAD",
 	OpSwapLaunchLoad:    "SWAP_LAUNCH_LOAD",
 	OpSwapWaitLoad:      "SWAP_WAIT_LOAD",
+	OpRecvInput:         "MPIPE_FWD_RECV",
+	OpSendInput:         "MPIPE_FWD_SEND",
 }
 
 // String returns the kind's schedule text name ("F", "SEND_B", ...).

@@ -55,7 +55,7 @@ func Interpret(x *Exec, ops []Op) error {
 		// fields have no At is reported as the unpacked methods do.
 		var c, d int32
 		switch op.Kind {
-		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad:
+		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput:
 			c, d = op.Peer, op.Slot
 		case OpForward, OpBackward, OpBackwardInput:
 			c, d = op.Slot, op.Src
@@ -102,6 +102,10 @@ func Interpret(x *Exec, ops []Op) error {
 			x.LaunchLoad(a)
 		case OpSwapWaitLoad:
 			x.WaitLoad(a)
+		case OpRecvInput:
+			x.RecvInput(a)
+		case OpSendInput:
+			x.SendInput(a)
 		case OpOverlapFB, OpOverlapBF:
 			a, b, ok := overlapSubOps(x, ops, i)
 			if !ok {
@@ -186,7 +190,17 @@ func InterpretKeyed(x *Exec, ops []Op) error {
 			x.runOverlapOps(op.Kind, resolved(*a), resolved(*b))
 			i += 2
 		case OpDataLoad:
+			if op.Slot < 0 {
+				x.DataLoad(int(op.Stage), int(op.Micro), -1) // an owner's load (mpipe): no slot
+				break
+			}
 			x.DataLoad(int(op.Stage), int(op.Micro), int(lookup(k, op.Slot)))
+		case OpRecvInput:
+			s := lookup(k, op.Slot)
+			fwdHandles[k] = s
+			x.MpipeRecv(int(op.Stage), int(op.Micro), int(op.Peer), int(s))
+		case OpSendInput:
+			x.MpipeSend(int(op.Stage), int(op.Micro), int(op.Peer))
 		case OpRecvAct:
 			s := lookup(k, op.Slot)
 			fwdHandles[k] = s

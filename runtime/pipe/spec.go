@@ -23,6 +23,11 @@ type Spec struct {
 	// stage s and stage s+S/2 hold the same weights, and OptStep sums their
 	// gradients (see CopyGrads) before the optimizer runs.
 	Copies int
+	// Owned is the number of micro-batches loaded by their owner rank
+	// (mpipe): micro m < Owned is owned by rank m mod Ranks, which loads its
+	// input (DataSource.Input) and ships it to the first stage's rank with
+	// SendInput, where RecvInput receives it. 0 for every other schedule.
+	Owned int
 }
 
 // Validate checks the Spec's internal consistency.
@@ -53,6 +58,10 @@ func (s Spec) Validate() error {
 		}
 	}
 	switch {
+	case s.Owned < 0 || s.Owned > min(s.Ranks, s.Micro):
+		return fmt.Errorf("Owned = %d, want 0..min(Ranks, Micro) = %d (mpipe owns one micro-batch per rank at most)", s.Owned, min(s.Ranks, s.Micro))
+	case s.Owned > 0 && s.Copies > 1:
+		return fmt.Errorf("Owned = %d with Copies = %d: owned-micro loading takes one pipeline", s.Owned, s.Copies)
 	case s.Copies < 0 || s.Copies > 2:
 		return fmt.Errorf("Copies = %d, want 0, 1 or 2 (dualpipe's two model copies)", s.Copies)
 	case s.Copies == 2 && (s.Stages%2 != 0 || s.Micro%2 != 0):

@@ -1,0 +1,95 @@
+package passes
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+func TestOwnedData(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string // after data insertion
+		want string
+	}{
+		{
+			name: "two ranks: rank 1 owns micro 1",
+			in:   "rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0DATA_LOAD1 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\nrank 1: 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 1DATA_LOAD1 1RECV_F1 1F1 1B1 1SEND_B1",
+			want: "rank 0: 0MPIPE_FWD_RECV1 0DATA_LOAD0 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n" +
+				"rank 1: 0DATA_LOAD1 0MPIPE_FWD_SEND1 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 1DATA_LOAD1 1RECV_F1 1F1 1B1 1SEND_B1\n",
+		},
+		{
+			name: "three ranks, two micro-batches: only the first min(P, M) are owned",
+			in:   "rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0DATA_LOAD1 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1SEND_F0 1RECV_F1 1F1 1SEND_F1 1RECV_B0 1B0 1SEND_B0 1RECV_B1 1B1 1SEND_B1\nrank 2: 2DATA_LOAD0 2RECV_F0 2F0 2B0 2SEND_B0 2DATA_LOAD1 2RECV_F1 2F1 2B1 2SEND_B1",
+			want: "rank 0: 0MPIPE_FWD_RECV1 0DATA_LOAD0 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n" +
+				"rank 1: 0DATA_LOAD1 0MPIPE_FWD_SEND1 1RECV_F0 1F0 1SEND_F0 1RECV_F1 1F1 1SEND_F1 1RECV_B0 1B0 1SEND_B0 1RECV_B1 1B1 1SEND_B1\n" +
+				"rank 2: 2DATA_LOAD0 2RECV_F0 2F0 2B0 2SEND_B0 2DATA_LOAD1 2RECV_F1 2F1 2B1 2SEND_B1\n",
+		},
+		{
+			name: "one rank owns everything: unchanged",
+			in:   "rank 0: 0DATA_LOAD0 0F0 0B0 0DATA_LOAD1 0F1 0B1",
+			want: "rank 0: 0DATA_LOAD0 0F0 0B0 0DATA_LOAD1 0F1 0B1\n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := mustParse(tc.in)
+			before := ir.FormatText(in)
+			got, err := OwnedData(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := ir.FormatText(got); s != tc.want {
+				t.Errorf("got\n%swant\n%s", s, tc.want)
+			}
+			if ir.FormatText(in) != before {
+				t.Errorf("input modified")
+			}
+			again, err := OwnedData(got)
+			if err != nil || ir.FormatText(again) != tc.want {
+				t.Errorf("not idempotent (%v):\n%s", err, ir.FormatText(again))
+			}
+			// The owners' steps carry the peers the placement gives.
+			for r, steps := range got.Ranks {
+				for _, st := range steps {
+					if st.Kind.IsComm() && st.Peer != got.Placement.PeerOfStep(st) {
+						t.Errorf("rank %d %s: peer %d, want %d", r, st, st.Peer, got.Placement.PeerOfStep(st))
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestOwnedDataRefusesCopies(t *testing.T) {
+	p := mustParse("rank 0: 0F0 0B0 1F1 1B1")
+	p.Copies = 2
+	if _, err := OwnedData(p); err == nil || !strings.Contains(err.Error(), "one pipeline") {
+		t.Errorf("err = %v, want the one-pipeline refusal", err)
+	}
+}
+
+// TestLowerOwnedData: through Lower, the owners' steps get no slot and the
+// first stage's receives take the chunk slots, and the result verifies
+// (gen's family tests lower mpipe over the whole P, V, M grid).
+func TestLowerOwnedData(t *testing.T) {
+	p := mustParse("rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1")
+	q, info, err := Lower(p, Options{OwnedData: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(info.Passes, ","), "mpipe") {
+		t.Errorf("passes %v lack mpipe", info.Passes)
+	}
+	for r, steps := range q.Ranks {
+		for _, st := range steps {
+			switch {
+			case q.OwnerStep(r, st) && st.Slot != ir.None:
+				t.Errorf("rank %d owner step %s has slot %d", r, st, st.Slot)
+			case st.Kind == ir.MpipeRecv && st.Slot < 0:
+				t.Errorf("rank %d %s has no slot", r, st)
+			}
+		}
+	}
+}
