@@ -128,6 +128,7 @@ func TestMutations(t *testing.T) {
 		{"-schedule", "interleaved", "-ranks", "2", "-micro", "5", "-virtual", "2", "-overlap"},
 		{"-schedule", "1f1b", "-ranks", "3", "-micro", "4", "-fsdp", "1"},
 		{"-schedule", "gpipe", "-ranks", "2", "-micro", "5", "-swap", "2"},
+		{"-schedule", "mpipe", "-ranks", "3", "-micro", "4"},
 	}
 	for _, args := range configs {
 		dir := t.TempDir()
@@ -214,5 +215,36 @@ func TestMutations(t *testing.T) {
 				t.Errorf("ppgen gen %v: line %d %q %s: no diagnostic at lines %d-%d:\n%s", args, i+1, lines[i], what, i, hi, strings.Join(d, "\n"))
 			}
 		}
+	}
+}
+
+// TestOwnedMismatch: an mpipe file whose Spec.Owned disagrees with the
+// owners' transfers is reported (the fingerprint does not cover the Spec,
+// so only the Owned checks see the edit).
+func TestOwnedMismatch(t *testing.T) {
+	dir := t.TempDir()
+	path, ok := generate(t, dir, "-schedule", "mpipe", "-ranks", "3", "-micro", "4")
+	if !ok {
+		t.Fatal("ppgen gen failed")
+	}
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := vetFile(t, path); len(d) > 0 {
+		t.Fatalf("as generated:\n%s", strings.Join(d, "\n"))
+	}
+	re := regexp.MustCompile(`Owned:( +)3,`)
+	if !re.Match(orig) {
+		t.Fatalf("no Owned: 3 field in\n%s", orig)
+	}
+	if err := os.WriteFile(path, re.ReplaceAll(orig, []byte("Owned:${1}2,")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := vetFile(t, path)
+	// The owners of micro-batches past Owned no longer own them: their
+	// loads and sends are reported, naming Spec.Owned.
+	if len(d) == 0 || !strings.Contains(strings.Join(d, "\n"), "not on rank 2, which does not own micro 2 (Spec.Owned = 2") {
+		t.Errorf("diagnostics %v, want the Owned mismatch", d)
 	}
 }
