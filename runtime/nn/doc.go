@@ -46,6 +46,18 @@
 // needs only the saved input and dy, so it does not require a prior
 // BackwardInput.
 //
+// # Swapping activations
+//
+// WithSwap(seq, tier) wraps a Sequential so that runtime/pipe can move its
+// saved contexts to a runtime/swap tier (host memory or files) between a
+// chunk's forward and backward, at the swap steps of a schedule lowered
+// with `ppgen gen -swap N`: the wrapper implements pipe.Swapper and
+// pipe.SwapWaiter and records every context's bytes in the tier's
+// accounting. The contexts of Linear, ReLU, Tanh, GELU and nested
+// Sequentials implement Swappable (their tensors can be listed and put
+// back); a context comes back bit-identical, so training with swapping
+// gives exactly the results of training without it.
+//
 // # Loss scale
 //
 // MSE and SoftmaxCrossEntropy return

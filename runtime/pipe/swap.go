@@ -7,12 +7,23 @@ package pipe
 // -swap N`) calls Offload at SWAP_LAUNCH_OFFLOAD of a chunk and Load at its
 // SWAP_LAUNCH_LOAD, on the host thread; the WAIT steps mark where the
 // schedule needs the transfer finished (a stage that moves data
-// asynchronously waits for it in its next call on the handle). ppgen's
-// verifier proves that no backward of the chunk runs while it is out. For a
-// stage that does not implement Swapper the four steps do nothing.
+// asynchronously waits for it at SWAP_WAIT_OFFLOAD if it is a SwapWaiter,
+// and in its next call on the handle in any case). ppgen's verifier proves
+// that no backward of the chunk runs while it is out. For a stage that does
+// not implement Swapper the four steps do nothing.
 type Swapper interface {
 	Offload(saved any) (handle any, err error)
 	Load(handle any) (saved any, err error)
+}
+
+// SwapWaiter is implemented by Swappers whose Offload returns before the
+// data is out. SWAP_WAIT_OFFLOAD calls WaitOffload with the chunk's handle:
+// it returns once the saved context has left the working set, or the
+// error of the move. From there on the verifier's memory count takes the
+// chunk as out, so a stage whose resident memory must stay within the
+// verified peak implements it (runtime/nn's WithSwap does).
+type SwapWaiter interface {
+	WaitOffload(handle any) error
 }
 
 // LaunchOffload runs SWAP_LAUNCH_OFFLOAD of the chunk a names (stage, micro,
@@ -21,7 +32,8 @@ type Swapper interface {
 //go:noinline
 func (x *Exec) LaunchOffload(a At) { x.swapStep(OpSwapLaunchOffload, a) }
 
-// WaitOffload runs SWAP_WAIT_OFFLOAD: it checks that the chunk is out.
+// WaitOffload runs SWAP_WAIT_OFFLOAD: it checks that the chunk is out and,
+// for a SwapWaiter stage, waits for its offload to end.
 //
 //go:noinline
 func (x *Exec) WaitOffload(a At) { x.swapStep(OpSwapWaitOffload, a) }
@@ -108,6 +120,12 @@ func (x *Exec) swapStep(k OpKind, a At) {
 	case OpSwapWaitOffload:
 		if !out {
 			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is not being swapped out", slot)
+			return
+		}
+		if w, ok := sw.(SwapWaiter); ok {
+			if err := w.WaitOffload(s.saved); err != nil {
+				x.stepFail(k, stage, micro, -1, err)
+			}
 		}
 	case OpSwapWaitLoad:
 		if out {
