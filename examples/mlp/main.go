@@ -31,6 +31,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/swap"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -44,6 +45,7 @@ type options struct {
 	seed      uint64
 	interpret bool
 	delay     time.Duration
+	swapTier  string
 }
 
 func main() {
@@ -58,6 +60,7 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the model's initial weights and the synthetic data")
 	fs.BoolVar(&o.interpret, "interpret", false, "run the schedule through the interpreter (pipe.Interpret) instead of the generated functions")
 	fs.DurationVar(&o.delay, "step-delay", 0, "sleep this long between steps (for failure-injection tests)")
+	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -110,6 +113,46 @@ type rankState struct {
 	x      *pipe.Exec
 	stages []*nn.Sequential // the stages this rank holds, in stage order
 	run    func(*pipe.Exec) error
+	tier   *swap.Tier // where its stages offload activations; nil without swap steps
+}
+
+// hasSwap reports whether the schedule holds swap steps (read from its
+// -table program; a schedule generated without -table is taken as holding none).
+func hasSwap(sc schedule) bool {
+	for _, ops := range sc.Program {
+		for _, op := range ops {
+			if op.Kind == pipe.OpSwapLaunchOffload {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// newTier returns the swap tier -swap-tier names, nil for none.
+func newTier(o options) (*swap.Tier, error) {
+	switch o.swapTier {
+	case "host", "": // "": the flag's default, for options built in code
+		return swap.NewHost(), nil
+	case "file":
+		return swap.NewFile(os.TempDir())
+	case "none":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("-swap-tier %q; want host, file or none", o.swapTier)
+}
+
+// swapReport is one line on what rank r's swap tier did.
+func (st *rankState) swapReport(r int) string {
+	s := st.tier.Stats()
+	return fmt.Sprintf("rank %d swap (%s): %d offloads, %d loads, peak %d chunks (%d bytes) resident", r, st.tier, s.Offloads, s.Loads, s.PeakResidentChunks, s.PeakResidentBytes)
+}
+
+func (st *rankState) close() {
+	st.x.Close()
+	if st.tier != nil {
+		st.tier.Close()
+	}
 }
 
 // newRank builds rank r's executor over tr, with its stages taken from the
@@ -117,10 +160,20 @@ type rankState struct {
 func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batches, tr transport.Transport) (*rankState, error) {
 	sp := sc.Spec
 	st := &rankState{run: sc.Ranks[r]}
+	if hasSwap(sc) {
+		var err error
+		if st.tier, err = newTier(o); err != nil {
+			return nil, err
+		}
+	}
 	held := map[int]pipe.Stage{}
 	for s, rr := range sp.RankOf {
 		if rr == r {
 			held[s] = model[s]
+			if st.tier != nil {
+				// Offload the saved activations at SWAP_LAUNCH_OFFLOAD.
+				held[s] = &nn.Swapping{Sequential: model[s], Tier: st.tier, Name: fmt.Sprintf("stage %d", s)}
+			}
 			st.stages = append(st.stages, model[s])
 		}
 	}
@@ -146,6 +199,9 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 		},
 	})
 	if err != nil {
+		if st.tier != nil {
+			st.tier.Close()
+		}
 		return nil, err
 	}
 	st.x = x
@@ -185,7 +241,7 @@ func runInProc(o options, out io.Writer) error {
 			return err
 		}
 		xs[r], fns[r] = ranks[r].x, ranks[r].run
-		defer ranks[r].x.Close()
+		defer ranks[r].close()
 		defer trs[r].Close()
 	}
 	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s, in-process\n", sp.Schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype)
@@ -206,6 +262,11 @@ func runInProc(o options, out io.Writer) error {
 		}
 		losses = append(losses, l)
 		fmt.Fprintf(out, "step %d loss %.6f\n", step, l)
+	}
+	for r, st := range ranks {
+		if st.tier != nil {
+			fmt.Fprintln(out, st.swapReport(r))
+		}
 	}
 	if !o.check {
 		return nil
@@ -299,7 +360,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer rs.x.Close()
+	defer rs.close()
 	// The micro-batches whose loss this rank computes: those whose route
 	// ends on it (all of them on the last stage's rank, for one pipeline).
 	var mineMicro []int
@@ -333,6 +394,9 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 		if o.delay > 0 {
 			time.Sleep(o.delay)
 		}
+	}
+	if rs.tier != nil {
+		fmt.Fprintln(out, rs.swapReport(env.Rank))
 	}
 	if !o.check {
 		return nil

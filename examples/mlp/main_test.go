@@ -282,3 +282,24 @@ func TestMismatchedPeersRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestSwapTiers: the swap schedule really offloads through each tier (and
+// trains exactly as sequential training, as -check asserts), the report
+// shows it, and a bad -swap-tier is refused.
+func TestSwapTiers(t *testing.T) {
+	for _, tier := range []string{"host", "file"} {
+		var out bytes.Buffer
+		o := options{schedule: "1f1b-fsdp-swap", transport: "inproc", steps: 2, check: true, dtype: "float64", lr: 0.1, seed: 7, swapTier: tier}
+		if err := runInProc(o, &out); err != nil {
+			t.Fatalf("%s: %v\n%s", tier, err, out.String())
+		}
+		if !strings.Contains(out.String(), "rank 0 swap (") || strings.Contains(out.String(), "rank 0 swap ("+tier+" tier): 0 offloads") {
+			t.Errorf("%s: no offloads reported on rank 0:\n%s", tier, out.String())
+		}
+	}
+	var out bytes.Buffer
+	o := options{schedule: "1f1b-fsdp-swap", transport: "inproc", steps: 1, dtype: "float64", lr: 0.1, seed: 7, swapTier: "disk"}
+	if err := runInProc(o, &out); err == nil || !strings.Contains(err.Error(), `-swap-tier "disk"; want host, file or none`) {
+		t.Errorf("err = %v, want the -swap-tier refusal", err)
+	}
+}

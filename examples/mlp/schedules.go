@@ -44,7 +44,8 @@ var catalog = map[string]schedule{
 	// Owned-micro data loading: ranks 1..3 load micro-batches 1..3 and
 	// ship them to stage 0 (MPIPE_FWD_SEND/RECV).
 	"mpipe": {mpipe.Spec, mpipe.Ranks[:], mpipe.Program},
-	// FSDP and swap steps, which runtime/nn's stages let pass.
+	// FSDP and swap steps: the stages offload their saved activations to
+	// the -swap-tier (runtime/swap); the FSDP steps pass (nn stages are not sharded).
 	"1f1b-fsdp-swap": {fsdpswap.Spec, fsdpswap.Ranks[:], fsdpswap.Program},
 }
 
