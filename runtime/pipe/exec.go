@@ -52,6 +52,10 @@ type slotState struct {
 	key   uint64
 	flags slotFlags // host-only, like key
 
+	// x is the loaded input until the chunk's F, which lets go of it (the
+	// stage keeps what its backward needs in saved); y the output, kept
+	// for SEND_F and a colocated next stage; dy, dx the gradients; saved
+	// the stage's context (a Swapper's handle while swapped out).
 	x, y, dy, dx, target *tensor.Dense
 	saved                any
 
@@ -864,7 +868,10 @@ func (x *Exec) F(a At) {
 				x.forwardFail(stage, micro, err)
 				return
 			}
-			s.x, s.y, s.saved = in, y, saved
+			// The input is the stage's to keep (in saved) or drop: the
+			// slot lets go of it, so a swapped-out chunk leaves nothing
+			// of its own behind.
+			s.x, s.y, s.saved = nil, y, saved
 			s.flags |= fwdDone
 			if last {
 				loss, dy, err := x.loss.Loss(y, s.target)
@@ -974,7 +981,7 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 		x.forwardFail(stage, micro, err)
 		return
 	}
-	s.x, s.y, s.saved = in, y, saved
+	s.x, s.y, s.saved = nil, y, saved // as in F: the slot lets go of the input
 	s.flags |= fwdDone
 	if x.routeLast(stage) {
 		if s.target == nil {
