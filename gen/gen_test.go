@@ -415,6 +415,108 @@ func TestEveryScheduleLowersWithFSDP(t *testing.T) {
 	}
 }
 
+// TestEveryScheduleLowersWithFSDPPrefetch is the property test of the FSDP
+// look-ahead over the schedule families: every lowerable family at P in
+// 1..4, its legal V and a few M lowers with -fsdp 1..2 and -fsdp-prefetch
+// 0..2 and verifies (every compute runs unsharded), with the peak of
+// unsharded stages within the window, a prefetched stage counted from its
+// UNSHARD; some prefetch must change some program.
+func TestEveryScheduleLowersWithFSDPPrefetch(t *testing.T) {
+	checked, ahead := 0, 0
+	for _, f := range schedules.All() {
+		if f.ComputeOnly != "" {
+			continue
+		}
+		for P := 1; P <= 4; P++ {
+			for _, V := range legalVirtuals(f) {
+				for _, M := range []int{1, P + 1, 2 * P} {
+					cfg := ir.Config{Schedule: f.Name, Ranks: P, Virtual: V, Micro: M}
+					if _, _, err := Build(cfg); err != nil {
+						continue // a documented constraint
+					}
+					for window := 1; window <= 2; window++ {
+						var base string
+						for k := 0; k <= 2; k++ {
+							name := fmt.Sprintf("%s P=%d V=%d M=%d -fsdp %d -fsdp-prefetch %d", f.Name, P, V, M, window, k)
+							res, err := Lower(cfg, Options{Passes: passes.Options{FSDP: window, FSDPPrefetch: k}})
+							if err != nil {
+								if window == 1 && strings.Contains(err.Error(), "raise the window") {
+									break // an overlap of two stages needs window 2
+								}
+								t.Fatalf("%s: %v", name, err)
+							}
+							checked++
+							for r, peak := range res.Report.PeakUnsharded {
+								if peak < 1 || peak > window {
+									t.Errorf("%s: rank %d holds %d stages unsharded", name, r, peak)
+								}
+							}
+							text := ir.FormatText(res.Program)
+							switch {
+							case k == 0:
+								base = text
+							case text != base:
+								ahead++
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked < 300 {
+		t.Errorf("only %d configurations checked", checked)
+	}
+	if ahead == 0 {
+		t.Error("prefetch never moved an UNSHARD")
+	}
+}
+
+// TestFSDPPrefetchMakespan: simulated with the all-gather on its own
+// stream, issuing UNSHARD a compute step ahead (-fsdp-prefetch 1) shortens
+// the iteration where an all-gather sat on the critical path, and changes
+// nothing when gathers are free. In 1F1B (one stage per rank) the only
+// all-gather of a rank comes before its first compute: on ranks > 0 it
+// already runs while the rank waits for its first activation, and rank 0's
+// cannot start before time 0, so prefetch gains nothing there unless a
+// host step (a data load) came before the UNSHARD.
+func TestFSDPPrefetchMakespan(t *testing.T) {
+	tests := []struct {
+		schedule   string
+		P, V, M    int
+		cost       string
+		prefetched string // how prefetch 1's makespan compares with prefetch 0's: "<" or "="
+	}{
+		{"interleaved", 4, 2, 8, "unshard=0.5", "<"},
+		{"interleaved", 4, 2, 8, "unshard=0", "="},
+		{"1f1b", 4, 1, 8, "unshard=0.5", "="},
+		{"1f1b", 4, 1, 8, "unshard=0.5,data=0.5", "<"},
+		{"1f1b", 4, 1, 8, "unshard=0", "="},
+	}
+	for _, tt := range tests {
+		cfg := ir.Config{Schedule: tt.schedule, Ranks: tt.P, Virtual: tt.V, Micro: tt.M}
+		var ms [2]float64
+		for k := range ms {
+			res, err := Lower(cfg, Options{Passes: passes.Options{FSDP: 2, FSDPPrefetch: k}})
+			if err != nil {
+				t.Fatalf("%+v prefetch %d: %v", cfg, k, err)
+			}
+			c, err := sim.ParseCost(tt.cost, res.Program.Stages())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := sim.Run(res.Program, c)
+			if err != nil {
+				t.Fatalf("%+v prefetch %d: %v", cfg, k, err)
+			}
+			ms[k] = r.Makespan
+		}
+		if got := map[bool]string{true: "<", false: "="}[ms[1] < ms[0]]; got != tt.prefetched || ms[1] > ms[0] {
+			t.Errorf("%s P=%d V=%d M=%d -fsdp 2 -cost %s: makespan %g with prefetch 1, %g with prefetch 0; want %s", tt.schedule, tt.P, tt.V, tt.M, tt.cost, ms[1], ms[0], tt.prefetched)
+		}
+	}
+}
+
 // TestEveryScheduleLowersWithSwap: every lowerable family lowers with the
 // swap pass (gaps 2 and 4) and verifies (each chunk's swap steps in order,
 // its backward after its load), and swapping never raises a rank's peak of

@@ -44,6 +44,7 @@ type scheduleFlags struct {
 	mem        float64
 	autoCost   string // -cost of the commands where it is auto's cost model
 	fsdp       int
+	prefetch   int // -fsdp-prefetch
 	swap       int
 }
 
@@ -54,7 +55,7 @@ func (f *scheduleFlags) register(fs *flag.FlagSet, withIn, autoCost bool) {
 	v := gencmd.ScheduleVars{
 		Schedule: &f.schedule, Ranks: &f.ranks, Virtual: &f.virtual, Micro: &f.micro,
 		Placement: &f.placement, LessMemory: &f.lessMemory, Split: &f.split, Overlap: &f.overlap,
-		DxDw: &f.dxdw, CommOrder: &f.commOrder, Mem: &f.mem, FSDP: &f.fsdp, Swap: &f.swap,
+		DxDw: &f.dxdw, CommOrder: &f.commOrder, Mem: &f.mem, FSDP: &f.fsdp, FSDPPrefetch: &f.prefetch, Swap: &f.swap,
 	}
 	if withIn {
 		v.In = &f.in
@@ -70,7 +71,7 @@ func (f *scheduleFlags) values() gencmd.Schedule {
 	return gencmd.Schedule{
 		Name: f.schedule, Ranks: f.ranks, Virtual: f.virtual, Micro: f.micro, Placement: f.placement,
 		LessMemory: f.lessMemory, Split: f.split, Overlap: f.overlap, DxDwInOverlap: f.dxdw,
-		CommOrder: f.commOrder, In: f.in, Mem: f.mem, AutoCost: f.autoCost, FSDP: f.fsdp, Swap: f.swap,
+		CommOrder: f.commOrder, In: f.in, Mem: f.mem, AutoCost: f.autoCost, FSDP: f.fsdp, FSDPPrefetch: f.prefetch, Swap: f.swap,
 	}
 }
 

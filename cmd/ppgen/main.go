@@ -35,6 +35,9 @@
 //	                   cost model they simulate, used by auto too)
 //	-fsdp N            add UNSHARD/RESHARD/REDUCE_GRAD, at most N stages
 //	                   unsharded per rank at once
+//	-fsdp-prefetch K   with -fsdp: issue each UNSHARD up to K compute steps
+//	                   before the step that needs it, as the window allows
+//	                   (sim runs it on an FSDP stream, behind that compute)
 //	-swap N            swap out the activations of chunks whose forward and
 //	                   backward are at least N compute steps apart
 //	-ranks P           pipeline ranks
@@ -66,7 +69,8 @@
 //
 // trace:  ppgen trace (-schedule ... | -in FILE) [-cost ...] [-o FILE.json]
 // writes the Chrome trace-event JSON of the simulation (stdout without -o):
-// a process per rank with threads compute, comm and swap, a complete event
+// a process per rank with threads compute, comm and swap (and fsdp, the
+// all-gathers of UNSHARD, when the program has them), a complete event
 // per step with its simulated times (one cost unit = 1 ms), a flow arrow
 // from each send to its receive. It loads in ui.perfetto.dev and
 // chrome://tracing.

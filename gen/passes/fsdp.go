@@ -3,9 +3,26 @@ package passes
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
+
+// FSDPOptions configures FSDPWith.
+type FSDPOptions struct {
+	// Window is the most stages a rank holds unsharded at once (at least 1).
+	Window int
+	// Prefetch is the look-ahead of the all-gathers, in compute steps: each
+	// UNSHARD moves up to Prefetch compute steps ahead of the compute step
+	// that needs it (0: right before it), so that it can run on the
+	// collective stream while those steps compute. A prefetched stage counts
+	// as unsharded from its UNSHARD: an UNSHARD moves up only while fewer
+	// than Window stages are unsharded, so never above the RESHARD that
+	// frees its place in the window, nor above its own stage's last RESHARD.
+	// With fewer than Prefetch compute steps before it, it may move up to
+	// the start of the rank's steps.
+	Prefetch int
+}
 
 // FSDP adds the steps of fully sharded data parallelism to a lowered
 // program (DESIGN §5, pass 5): on every rank, UNSHARD s (all-gather stage s's
@@ -18,17 +35,34 @@ import (
 // needs last; ties go to the lower stage). An overlap needs both its stages
 // at once, so it needs window ≥ 2 when they differ. window < 1 is an error;
 // transfers, data loads and other steps are kept in place. The input's step
-// lists are not modified.
+// lists are not modified. FSDP(p, window) is FSDPWith(p,
+// FSDPOptions{Window: window}): no prefetch.
 func FSDP(p ir.Program, window int) (ir.Program, error) {
-	if window < 1 {
-		return ir.Program{}, fmt.Errorf("fsdp: window %d; want at least 1 stage unsharded at a time", window)
+	return FSDPWith(p, FSDPOptions{Window: window})
+}
+
+// FSDPWith is FSDP with a look-ahead window (FSDPOptions.Prefetch): it
+// places UNSHARD, RESHARD and REDUCE_GRAD as FSDP does, then moves each
+// UNSHARD up by as many compute steps as opt.Prefetch asks and the window
+// allows (see FSDPOptions). RESHARD and REDUCE_GRAD stay where FSDP puts
+// them, so the stages resharded are the same; with Prefetch 0 the output is
+// FSDP's. opt.Prefetch < 0 is an error.
+func FSDPWith(p ir.Program, opt FSDPOptions) (ir.Program, error) {
+	if opt.Window < 1 {
+		return ir.Program{}, fmt.Errorf("fsdp: window %d; want at least 1 stage unsharded at a time", opt.Window)
+	}
+	if opt.Prefetch < 0 {
+		return ir.Program{}, fmt.Errorf("fsdp: prefetch %d; want 0 (each UNSHARD right before its first use) or the number of compute steps to issue it ahead", opt.Prefetch)
 	}
 	q := p
 	q.Ranks = make([][]ir.Step, len(p.Ranks))
 	for r, steps := range p.Ranks {
-		out, err := fsdpRank(steps, window, p.Stages())
+		out, err := fsdpRank(steps, opt.Window, p.Stages())
 		if err != nil {
 			return ir.Program{}, fmt.Errorf("fsdp: rank %d: %w", r, err)
+		}
+		if opt.Prefetch > 0 {
+			out = prefetchUnshards(out, opt.Window, opt.Prefetch)
 		}
 		q.Ranks[r] = out
 	}
@@ -124,4 +158,68 @@ func fsdpRank(steps []ir.Step, window, stages int) ([]ir.Step, error) {
 		}
 	}
 	return out, nil
+}
+
+// prefetchUnshards moves every UNSHARD of one rank's FSDP output up by at
+// most k compute steps (to right before the k-th compute step above it, or
+// to the start of the steps when fewer come before), stopping below the
+// first point where the window is full or its stage is still unsharded (its
+// last RESHARD). UNSHARDs are taken in order, each counted unsharded from
+// its new place on, so the later ones see the room the earlier ones took;
+// UNSHARDs that land at one point keep their order. Every other step keeps
+// its place.
+func prefetchUnshards(out []ir.Step, window, k int) []ir.Step {
+	n := len(out)
+	// cnt[p] is the number of stages unsharded just before step p (point
+	// p), as FSDP placed them; ext[p] the stages that moved UNSHARDs make
+	// unsharded there too.
+	cnt := make([]int, n+1)
+	ext := make([]int, n+1)
+	var computeAt []int // positions of the compute steps
+	c := 0
+	for p := range out {
+		cnt[p] = c
+		switch kind := out[p].Kind; {
+		case kind == ir.Unshard:
+			c++
+		case kind == ir.Reshard:
+			c--
+		case kind.IsCompute():
+			computeAt = append(computeAt, p)
+		}
+	}
+	cnt[n] = c
+	ins := make([][]ir.Step, n+1) // the UNSHARDs placed at each point
+	for q := range out {
+		st := out[q]
+		if st.Kind != ir.Unshard {
+			continue
+		}
+		target := 0
+		if j := sort.SearchInts(computeAt, q) - k; j >= 0 { // compute steps above q, less k
+			target = computeAt[j]
+		}
+		p := q
+		for p > target {
+			if prev := out[p-1]; prev.Kind == ir.Reshard && prev.Stage == st.Stage {
+				break
+			}
+			if cnt[p-1]+ext[p-1]+1 > window {
+				break // the RESHARD that frees the place comes at p-1 or later
+			}
+			p--
+		}
+		for x := p; x <= q; x++ {
+			ext[x]++
+		}
+		ins[p] = append(ins[p], st)
+	}
+	res := make([]ir.Step, 0, n)
+	for p := 0; p <= n; p++ {
+		res = append(res, ins[p]...)
+		if p < n && out[p].Kind != ir.Unshard {
+			res = append(res, out[p])
+		}
+	}
+	return res
 }

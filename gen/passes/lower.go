@@ -35,6 +35,10 @@ type Options struct {
 	// FSDP, when positive, adds UNSHARD, RESHARD and REDUCE_GRAD steps with
 	// at most FSDP stages unsharded per rank at once (the FSDP pass).
 	FSDP int
+	// FSDPPrefetch, with FSDP, issues each UNSHARD up to FSDPPrefetch
+	// compute steps ahead of the compute step that needs it, as far as the
+	// window allows (FSDPOptions.Prefetch; 0: right before it).
+	FSDPPrefetch int
 	// OwnedData runs mpipe's owned-micro data loading (the OwnedData
 	// pass) after the data and comm passes.
 	OwnedData bool
@@ -107,7 +111,9 @@ func Pipeline(opt Options) []Pass {
 		ps = append(ps, Pass{Name: "mpipe", Run: OwnedData})
 	}
 	if opt.FSDP > 0 {
-		ps = append(ps, Pass{Name: "fsdp", Run: func(p ir.Program) (ir.Program, error) { return FSDP(p, opt.FSDP) }})
+		ps = append(ps, Pass{Name: "fsdp", Run: func(p ir.Program) (ir.Program, error) {
+			return FSDPWith(p, FSDPOptions{Window: opt.FSDP, Prefetch: opt.FSDPPrefetch})
+		}})
 	}
 	if opt.Swap > 0 {
 		ps = append(ps, Pass{Name: "swap", Run: func(p ir.Program) (ir.Program, error) { return Swap(p, opt.Swap) }})

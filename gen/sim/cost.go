@@ -44,9 +44,10 @@ type Cost struct {
 	// takes max(a, b) + Overlap·min(a, b). 0 (the default) is perfect
 	// overlap, 1 is serial execution. Must lie in [0, 1].
 	Overlap float64
-	// Unshard is the cost of an UNSHARD step (the FSDP all-gather),
-	// Reduce of a REDUCE_GRAD step, Opt of OPT_STEP; all host-blocking.
-	// RESHARD is free.
+	// Unshard is the cost of an UNSHARD step (the FSDP all-gather), which
+	// runs on the rank's FSDP stream while the host goes on (the compute
+	// on its stage waits for it); Reduce of a REDUCE_GRAD step and Opt of
+	// OPT_STEP, both host-blocking. RESHARD is free.
 	Unshard, Reduce, Opt float64
 	// Swap is the duration of one swap transfer (SWAP_LAUNCH_OFFLOAD or
 	// SWAP_LAUNCH_LOAD), which runs on the rank's swap stream.
@@ -332,9 +333,9 @@ func of(l []float64, stage int) float64 {
 
 // StepCost returns the duration the simulator gives a host or compute step
 // under the resolved cost c: F, B, I, W per stage; an overlap takes
-// max(a, b) + Overlap·min(a, b); DATA_LOAD, UNSHARD, REDUCE_GRAD and
-// OPT_STEP their scalar costs; every other step 0 (transfers take Comm on
-// their stream, which StepCost does not cover).
+// max(a, b) + Overlap·min(a, b); DATA_LOAD, UNSHARD (on the FSDP stream),
+// REDUCE_GRAD and OPT_STEP their scalar costs; every other step 0
+// (transfers take Comm on their stream, which StepCost does not cover).
 func (c Cost) StepCost(st ir.Step) float64 {
 	switch st.Kind {
 	case ir.OverlapFB, ir.OverlapBF:

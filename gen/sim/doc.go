@@ -6,7 +6,8 @@
 //
 // Cost gives per-stage costs of F, B (full backward), I and W (its two
 // halves), a latency per transfer (comm), and costs of the local steps
-// (DATA_LOAD, UNSHARD, REDUCE_GRAD, OPT_STEP) and of a swap transfer; see
+// (DATA_LOAD, REDUCE_GRAD, OPT_STEP), of an FSDP all-gather (UNSHARD) and of
+// a swap transfer; see
 // Cost for the rule deriving I and W from B. ParseCost reads the command-line
 // form "F=1,B=2,W=1,comm=0" with per-stage lists "F=1:1:1:1.4". The default
 // is F=1, B=2, W=1 (I=1), everything else 0.
@@ -14,7 +15,8 @@
 // # Timing rules
 //
 // Every rank has a host that walks its program in order, a compute stream,
-// a comm stream and a swap stream. Time starts at 0.
+// a comm stream, a swap stream and an FSDP collective stream. Time starts
+// at 0.
 //
 //   - Compute steps (F, B, I, W, overlaps) block the host: a compute step
 //     starts when the host reaches it (the previous host step ended) and
@@ -32,6 +34,9 @@
 //     and a lowered program missing a receive still gets a latency for that
 //     edge rather than none. With several model copies (ir.Program.Copies)
 //     "s > 0" and "s < S−1" read "inside micro m's route" (Program.Route).
+//   - A compute step on stage s also waits for the end of the latest
+//     UNSHARD s before it on its rank, when there is one (the parameters
+//     it computes with); an overlap waits for those of both its stages.
 //   - An OVERLAP_F_B / OVERLAP_B_F step is one compute step consuming the
 //     inputs of both sub-steps; it takes max(a, b) + Cost.Overlap·min(a, b)
 //     where a and b are its sub-steps' costs (default: max(a, b)).
@@ -42,8 +47,16 @@
 //     (source rank, destination rank, channel). A matched pair starts at
 //     max(both posted, both streams free of earlier transfers) and both
 //     halves complete Cost.Comm later (rendezvous).
-//   - DATA_LOAD, UNSHARD, RESHARD (free), REDUCE_GRAD and OPT_STEP run on
-//     the host for their cost and block it.
+//   - UNSHARD (the FSDP all-gather) is asynchronous, as FSDP2's
+//     unshard(async_op=True) is: the host posts it to the rank's FSDP
+//     stream when it reaches the step and goes on; it runs there in program
+//     order for Cost.Unshard, starting at max(posted, the stream free of
+//     earlier UNSHARDs). So an UNSHARD placed ahead of its first use (the
+//     FSDP pass's prefetch) hides behind the compute steps between.
+//   - DATA_LOAD, RESHARD (free), REDUCE_GRAD and OPT_STEP run on the host
+//     for their cost and block it. (REDUCE_GRAD is kept host-blocking, a
+//     pessimistic simplification: running the reduce-scatter on a stream
+//     behind the remaining backwards would also make OPT_STEP wait for it.)
 //   - SWAP_LAUNCH_OFFLOAD / SWAP_LAUNCH_LOAD are posted to the swap stream
 //     (in order, Cost.Swap each); SWAP_WAIT_OFFLOAD / SWAP_WAIT_LOAD block
 //     the host until the latest earlier launch of the same kind and chunk

@@ -16,10 +16,11 @@ import (
 // 2.5, 3, 4, 5, 6 or 8 times a power of ten) that fits. A cell shows the step that occupies
 // most of its time span: the kind letter and micro-batch of the step where
 // it starts ("F3", "B3", "I3", "W3"; an overlap shows both sub-steps,
-// "F7B3"; D, U, G, O and S stand for DATA_LOAD, UNSHARD, REDUCE_GRAD,
-// OPT_STEP and SWAP_WAIT), dashes where it continues, and '.' when the rank
-// is idle. Transfers and swaps are not drawn. A header gives the time scale
-// with a ruler.
+// "F7B3"; D, G, O and S stand for DATA_LOAD, REDUCE_GRAD, OPT_STEP and
+// SWAP_WAIT), dashes where it continues, and '.' when the rank is idle.
+// Transfers, swaps and FSDP all-gathers (UNSHARD, on its own stream) are not
+// drawn; a compute step waiting for its stage's all-gather shows as idle
+// time. A header gives the time scale with a ruler.
 func Grid(r Result, p ir.Program, width int) string {
 	P := len(r.Offsets)
 	type box struct {

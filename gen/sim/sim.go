@@ -16,16 +16,20 @@ type Lane uint8
 // The lanes of a rank.
 const (
 	// LaneCompute is the host and its compute stream: F, B, I, W, overlaps,
-	// and the host-blocking local steps (DATA_LOAD, UNSHARD, RESHARD,
-	// REDUCE_GRAD, OPT_STEP, SWAP_WAIT_*).
+	// and the host-blocking local steps (DATA_LOAD, RESHARD, REDUCE_GRAD,
+	// OPT_STEP, SWAP_WAIT_*).
 	LaneCompute Lane = iota
 	// LaneComm is the comm stream: SEND/RECV and DATA_SEND/DATA_RECV.
 	LaneComm
 	// LaneSwap is the swap stream: SWAP_LAUNCH_OFFLOAD and SWAP_LAUNCH_LOAD.
 	LaneSwap
+	// LaneFSDP is the FSDP collective stream: UNSHARD (the all-gather),
+	// which the host issues without waiting and the compute on its stage
+	// waits for.
+	LaneFSDP
 )
 
-// String names the lane ("compute", "comm", "swap").
+// String names the lane ("compute", "comm", "swap", "fsdp").
 func (l Lane) String() string {
 	switch l {
 	case LaneCompute:
@@ -34,6 +38,8 @@ func (l Lane) String() string {
 		return "comm"
 	case LaneSwap:
 		return "swap"
+	case LaneFSDP:
+		return "fsdp"
 	}
 	return fmt.Sprintf("Lane(%d)", uint8(l))
 }
@@ -47,9 +53,9 @@ type Event struct {
 	// Start and End bound the step's execution. For a transfer they bound
 	// the matched pair: both halves share Start and End.
 	Start, End float64
-	// Posted is when the host reached the step (for a transfer or a swap
-	// launch: when it was posted to its stream); for other steps it is
-	// Start or earlier (a compute step may wait for its inputs).
+	// Posted is when the host reached the step (for a transfer, a swap
+	// launch or an UNSHARD: when it was posted to its stream); for other
+	// steps it is Start or earlier (a compute step may wait for its inputs).
 	Posted float64
 	// Peer is, for a transfer, the index in Result.Events of the matched
 	// half on the peer rank; -1 for every other step.
@@ -186,6 +192,7 @@ const (
 	clLocal                // host-blocking local step with a fixed cost
 	clComm                 // transfer: posted, runs on the comm stream
 	clLaunch               // swap launch: posted, runs on the swap stream
+	clGather               // UNSHARD: posted, runs on the FSDP stream
 	clWait                 // swap wait: blocks the host until its launch ends
 )
 
@@ -205,6 +212,7 @@ type rankState struct {
 	commPos  int
 	commFree float64
 	swapFree float64
+	fsdpFree float64
 }
 
 type simulator struct {
@@ -361,6 +369,10 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				s.dur[e] = rc.Swap
 				s.ev[e].Lane = LaneSwap
 				launchSeen[chunkRankKey{r, chunkKey{k, st.Stage, st.Micro}}] = e
+			case k == ir.Unshard:
+				s.cls[e] = clGather
+				s.dur[e] = rc.Unshard
+				s.ev[e].Lane = LaneFSDP
 			case k == ir.SwapWaitOffload || k == ir.SwapWaitLoad:
 				s.cls[e] = clWait
 				lk := ir.SwapLaunchOffload
@@ -377,8 +389,6 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				switch k {
 				case ir.DataLoad:
 					s.dur[e] = rc.DataLoad
-				case ir.Unshard:
-					s.dur[e] = rc.Unshard
 				case ir.ReduceGrad:
 					s.dur[e] = rc.Reduce
 				case ir.OptStep:
@@ -403,10 +413,18 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 	w := newWatchers(P)
 	addWatch := w.add
 	flat := make([]dep, 0, 3*total)
+	gather := make([]int, stages) // per stage: the rank's latest UNSHARD so far, or -1
 	for r, steps := range p.Ranks {
 		off := s.ranks[r].off
+		for i := range gather {
+			gather[i] = -1
+		}
 		for i, st := range steps {
 			e := off + i
+			if s.cls[e] == clGather {
+				gather[st.Stage] = e
+				continue
+			}
 			if s.cls[e] == clComm {
 				addWatch(s.ev[s.match[e]].Rank, r)
 				continue
@@ -434,6 +452,12 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 					}
 				}
 				flat = kept
+			}
+			// The parameters: the latest UNSHARD of each stage it computes on.
+			for j, cs := range subs {
+				if g := gather[cs.Stage]; g >= 0 && (j == 0 || cs.Stage != subs[0].Stage) {
+					flat = append(flat, dep{ev: g})
+				}
 			}
 			s.deps[e] = flat[first:len(flat):len(flat)]
 			for _, d := range s.deps[e] {
@@ -665,6 +689,11 @@ func (s *simulator) advanceHost(r int) bool {
 			ev.Start = max(rs.h, rs.swapFree)
 			ev.End = ev.Start + s.dur[e]
 			rs.swapFree = ev.End
+			s.done[e] = true
+		case clGather:
+			ev.Start = max(rs.h, rs.fsdpFree)
+			ev.End = ev.Start + s.dur[e]
+			rs.fsdpFree = ev.End
 			s.done[e] = true
 		case clLocal:
 			ev.Start, ev.End = rs.h, rs.h+s.dur[e]

@@ -205,6 +205,42 @@ func TestHandTimed(t *testing.T) {
 				{0, "0SWAP_LAUNCH_LOAD0", 4, 7}, {0, "0B1", 4, 6}, {0, "0SWAP_WAIT_LOAD0", 6, 7}, {0, "0B0", 7, 9},
 			},
 		},
+		{
+			// UNSHARD runs on the FSDP stream from when the host reaches it;
+			// the compute on its stage waits for it; REDUCE_GRAD blocks the host.
+			name:     "fsdp: all-gathers on their own stream",
+			prog:     "rank 0: 0UNSHARD 0F0 1UNSHARD 1F0 1B0 1REDUCE_GRAD 1RESHARD 0B0 0REDUCE_GRAD 0RESHARD OPT_STEP\n",
+			cost:     "unshard=0.5,reduce=0.25",
+			makespan: 7.5,
+			want: []want{
+				{0, "0UNSHARD", 0, 0.5}, {0, "0F0", 0.5, 1.5}, {0, "1UNSHARD", 1.5, 2}, {0, "1F0", 2, 3},
+				{0, "1REDUCE_GRAD", 5, 5.25}, {0, "0B0", 5.25, 7.25}, {0, "OPT_STEP", 7.5, 7.5},
+			},
+		},
+		{
+			// Issued a compute step ahead, the second all-gather queues
+			// behind the first on the stream and hides behind 0F0.
+			name:     "fsdp: a prefetched all-gather hides",
+			prog:     "rank 0: 0UNSHARD 1UNSHARD 0F0 1F0 1B0 1REDUCE_GRAD 1RESHARD 0B0 0REDUCE_GRAD 0RESHARD OPT_STEP\n",
+			cost:     "unshard=0.5,reduce=0.25",
+			makespan: 7,
+			want:     []want{{0, "0UNSHARD", 0, 0.5}, {0, "1UNSHARD", 0.5, 1}, {0, "0F0", 0.5, 1.5}, {0, "1F0", 1.5, 2.5}},
+		},
+		{
+			// 0B0 waits for the second 0UNSHARD, not the first.
+			name:     "fsdp: the latest UNSHARD counts",
+			prog:     "rank 0: 0UNSHARD 0F0 0RESHARD 1UNSHARD 1F0 1B0 1REDUCE_GRAD 1RESHARD 0UNSHARD 0B0 0REDUCE_GRAD 0RESHARD\n",
+			cost:     "unshard=1",
+			makespan: 9,
+			want:     []want{{0, "1UNSHARD", 2, 3}, {0, "1F0", 3, 4}, {0, "0B0", 7, 9}},
+		},
+		{
+			name:     "fsdp: an overlap waits for both stages",
+			prog:     "rank 0: 0UNSHARD 0F0 1UNSHARD (1F0;0F1)OVERLAP_F_B 1B0 1F1 1B1 0B0 0B1\n",
+			cost:     "unshard=2",
+			makespan: 15,
+			want:     []want{{0, "0F0", 2, 3}, {0, "1UNSHARD", 3, 5}, {0, "(1F0;0F1)OVERLAP_F_B", 5, 6}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -84,7 +84,7 @@ const (
 	svgRight        = 16
 	svgTitleH       = 30
 	svgComputeH     = 20
-	svgStripH       = 6 // comm and swap strips under a rank's compute row
+	svgStripH       = 6 // comm, swap and FSDP strips under a rank's compute row
 	svgLaneGap      = 5
 	svgAxisH        = 22
 	svgPanelGap     = 18
@@ -92,9 +92,10 @@ const (
 )
 
 // SVG renders the result as an SVG timeline: one lane per rank with its
-// compute row (F, B, I, W, data loads, FSDP and host steps; an overlap is
-// drawn as two half-height boxes) and, when they take time, thin strips for
-// its transfers and swaps; boxes are coloured by kind, a rank's later
+// compute row (F, B, I, W, data loads, RESHARD, REDUCE_GRAD and host steps;
+// an overlap is drawn as two half-height boxes) and, when they take time,
+// thin strips for its transfers, swaps and FSDP all-gathers (UNSHARD, on its
+// own stream), in that order; boxes are coloured by kind, a rank's later
 // stages (the second arm of a V, the later chunks of a loop) in lighter
 // shades of the same colour, and carry their micro-batch number when it
 // fits; idle time shows as the grey lane background. The title gives the
@@ -195,19 +196,19 @@ func svgPanel(b *bytes.Buffer, pn SVGPanel, y float64, width int, scale float64,
 		}
 		return 0
 	}
-	hasComm, hasSwap := false, false
+	hasComm, hasSwap, hasFSDP := false, false, false
 	for _, ev := range r.Events {
 		if ev.End > ev.Start {
 			hasComm = hasComm || ev.Lane == LaneComm
 			hasSwap = hasSwap || ev.Lane == LaneSwap
+			hasFSDP = hasFSDP || ev.Lane == LaneFSDP
 		}
 	}
 	laneH := float64(svgComputeH)
-	if hasComm {
-		laneH += svgStripH + 1
-	}
-	if hasSwap {
-		laneH += svgStripH + 1
+	for _, has := range []bool{hasComm, hasSwap, hasFSDP} {
+		if has {
+			laneH += svgStripH + 1
+		}
 	}
 
 	// Title.
@@ -266,6 +267,16 @@ func svgPanel(b *bytes.Buffer, pn SVGPanel, y float64, width int, scale float64,
 				sy += svgStripH + 1
 			}
 			svgBox(b, x, sy, w, svgStripH, catSwap, 0, 1, "", tip)
+		case LaneFSDP:
+			used[catFSDP] = true
+			sy := ly + svgComputeH + 1
+			if hasComm {
+				sy += svgStripH + 1
+			}
+			if hasSwap {
+				sy += svgStripH + 1
+			}
+			svgBox(b, x, sy, w, svgStripH, catFSDP, 0, 1, "", tip)
 		default:
 			if ev.Step.Kind.IsOverlap() && len(ev.Step.Sub) == 2 {
 				h := float64(svgComputeH) / 2

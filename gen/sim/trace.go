@@ -20,6 +20,7 @@ const (
 	tidCompute = 0
 	tidComm    = 1
 	tidSwap    = 2
+	tidFSDP    = 3
 )
 
 // traceEvent is one entry of the trace-event format. Field order fixes the
@@ -81,7 +82,9 @@ type traceMetaOut struct {
 //
 // Each rank is a process (pid = rank, process_name "rank N") with threads
 // "compute" (tid 0: compute and the host-blocking local steps), "comm"
-// (tid 1: transfers) and "swap" (tid 2: swap launches). Every step is a
+// (tid 1: transfers) and "swap" (tid 2: swap launches), and, when the
+// program has UNSHARD steps, "fsdp" (tid 3: the all-gathers on the FSDP
+// collective stream). Every step is a
 // complete event ("ph":"X") named by its text form with args {stage, micro,
 // kind, index} (plus peer and slot when set, and sub for overlaps, whose
 // stage and micro are those of the first sub-step). Each matched transfer
@@ -93,12 +96,19 @@ type traceMetaOut struct {
 // order; one event per line.
 func Trace(r Result, p ir.Program, meta TraceMeta) ([]byte, error) {
 	P := len(r.Offsets)
+	threads := []string{"compute", "comm", "swap"}
+	for _, ev := range r.Events {
+		if ev.Lane == LaneFSDP {
+			threads = append(threads, "fsdp")
+			break
+		}
+	}
 	var evs []traceEvent
 	for rank := 0; rank < P; rank++ {
 		evs = append(evs,
 			traceEvent{Name: "process_name", Ph: "M", Pid: rank, Args: nameArgs{fmt.Sprintf("rank %d", rank)}},
 			traceEvent{Name: "process_sort_index", Ph: "M", Pid: rank, Args: sortArgs{rank}})
-		for tid, name := range []string{"compute", "comm", "swap"} {
+		for tid, name := range threads {
 			evs = append(evs,
 				traceEvent{Name: "thread_name", Ph: "M", Pid: rank, Tid: tid, Args: nameArgs{name}},
 				traceEvent{Name: "thread_sort_index", Ph: "M", Pid: rank, Tid: tid, Args: sortArgs{tid}})
@@ -186,6 +196,8 @@ func laneTid(l Lane) int {
 		return tidComm
 	case LaneSwap:
 		return tidSwap
+	case LaneFSDP:
+		return tidFSDP
 	}
 	return tidCompute
 }

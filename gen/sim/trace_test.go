@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -124,4 +125,66 @@ func TestTraceGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "trace.json", b)
+}
+
+// TestFSDPLane: UNSHARD runs on the FSDP lane, which the trace shows as
+// thread "fsdp" (tid 3) when the program has one, and the SVG as a strip
+// under the compute row; a program without UNSHARD gets no such thread.
+func TestFSDPLane(t *testing.T) {
+	p, err := ir.ParseText("rank 0: 0UNSHARD 0DATA_LOAD0 1UNSHARD 0F0 1F0 1B0 1REDUCE_GRAD 1RESHARD 0B0 0REDUCE_GRAD 0RESHARD OPT_STEP\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseCost("unshard=0.5,data=0.25", p.Stages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, p, c)
+	for _, ev := range r.Events {
+		want := LaneCompute
+		if ev.Step.Kind == ir.Unshard {
+			want = LaneFSDP
+		}
+		if ev.Lane != want {
+			t.Errorf("%s on lane %s, want %s", ev.Step, ev.Lane, want)
+		}
+	}
+	// 1UNSHARD is posted after the data load (0.25) and queues behind 0UNSHARD.
+	if ev := r.Events[2]; ev.Posted != 0.25 || ev.Start != 0.5 || ev.End != 1 {
+		t.Errorf("1UNSHARD posted %g, runs [%g, %g]; want posted 0.25, [0.5, 1]", ev.Posted, ev.Start, ev.End)
+	}
+	if LaneFSDP.String() != "fsdp" {
+		t.Errorf("LaneFSDP.String() = %q", LaneFSDP.String())
+	}
+	b, err := Trace(r, p, TraceMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr parsedTrace
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatal(err)
+	}
+	thread, onLane := false, 0
+	for _, e := range tr.TraceEvents {
+		if e.Name == "thread_name" && e.Tid == tidFSDP && e.Args["name"] == "fsdp" {
+			thread = true
+		}
+		if e.Ph == "X" && e.Tid == tidFSDP {
+			onLane++
+			if e.Args["kind"] != "UNSHARD" {
+				t.Errorf("%s on the fsdp thread", e.Name)
+			}
+		}
+	}
+	if !thread || onLane != 2 {
+		t.Errorf("fsdp thread named: %v, %d events on it; want true, 2", thread, onLane)
+	}
+	svg := string(SVG(r, p, SVGMeta{}))
+	if !strings.Contains(svg, `height="6" fill="#edc948" stroke="#ffffff" stroke-width="0.5"><title>rank 0 0UNSHARD [0, 0.5]`) {
+		t.Errorf("SVG lacks the strip of 0UNSHARD:\n%s", svg)
+	}
+	plain := mustRun(t, gpipe(2, 2), DefaultCost())
+	if b, _ := Trace(plain, gpipe(2, 2), TraceMeta{}); strings.Contains(string(b), `"fsdp"`) {
+		t.Error("a program without UNSHARD has an fsdp thread")
+	}
 }

@@ -67,7 +67,10 @@ type Schedule struct {
 	Mem      float64
 	AutoCost string
 	FSDP     int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
-	Swap     int // -swap: least compute steps between a swapped chunk's F and backward (0: no swapping)
+	// FSDPPrefetch is -fsdp-prefetch: how many compute steps ahead of its
+	// use each UNSHARD is issued (0: right before it; needs -fsdp).
+	FSDPPrefetch int
+	Swap         int // -swap: least compute steps between a swapped chunk's F and backward (0: no swapping)
 	// AutoProgress, not a flag, is passed to -schedule auto as
 	// gen.AutoOptions.Progress.
 	AutoProgress func(family string, done, families int)
@@ -80,7 +83,7 @@ type ScheduleVars struct {
 	Ranks, Virtual, Micro              *int
 	LessMemory, Split, Overlap, DxDw   *bool
 	Mem                                *float64
-	FSDP                               *int
+	FSDP, FSDPPrefetch                 *int
 	Swap                               *int
 	// AutoCost, when not nil, defines -cost as auto's cost model; commands
 	// with a -cost of their own leave it nil.
@@ -93,7 +96,7 @@ func (s *Schedule) Vars(withIn bool) ScheduleVars {
 		Schedule: &s.Name, Placement: &s.Placement, CommOrder: &s.CommOrder,
 		Ranks: &s.Ranks, Virtual: &s.Virtual, Micro: &s.Micro,
 		LessMemory: &s.LessMemory, Split: &s.Split, Overlap: &s.Overlap, DxDw: &s.DxDwInOverlap,
-		Mem: &s.Mem, AutoCost: &s.AutoCost, FSDP: &s.FSDP, Swap: &s.Swap,
+		Mem: &s.Mem, AutoCost: &s.AutoCost, FSDP: &s.FSDP, FSDPPrefetch: &s.FSDPPrefetch, Swap: &s.Swap,
 	}
 	if withIn {
 		v.In = &s.In
@@ -120,6 +123,9 @@ func RegisterSchedule(fs *flag.FlagSet, v ScheduleVars) {
 	}
 	if v.FSDP != nil {
 		fs.IntVar(v.FSDP, "fsdp", 0, "add FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) with at most N stages unsharded per rank at once (0: none)")
+	}
+	if v.FSDPPrefetch != nil {
+		fs.IntVar(v.FSDPPrefetch, "fsdp-prefetch", 0, "with -fsdp: issue each UNSHARD (all-gather) up to K compute steps before the step that needs it, as far as the -fsdp window allows (0: right before it)")
 	}
 	if v.Swap != nil {
 		fs.IntVar(v.Swap, "swap", 0, "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none)")
@@ -173,6 +179,13 @@ func (s Schedule) LowerOptions() (gen.Options, error) {
 		return opt, usagef("-fsdp = %d; want 0 (no FSDP steps) or the number of stages a rank may hold unsharded at once", s.FSDP)
 	}
 	opt.Passes.FSDP = s.FSDP
+	switch {
+	case s.FSDPPrefetch < 0:
+		return opt, usagef("-fsdp-prefetch = %d; want 0 (each UNSHARD right before its first use) or the number of compute steps to issue it ahead", s.FSDPPrefetch)
+	case s.FSDPPrefetch > 0 && s.FSDP == 0:
+		return opt, usagef("-fsdp-prefetch %d needs -fsdp N: it moves the UNSHARD steps that -fsdp adds", s.FSDPPrefetch)
+	}
+	opt.Passes.FSDPPrefetch = s.FSDPPrefetch
 	if s.Swap < 0 || s.Swap == 1 {
 		return opt, usagef("-swap = %d; want 0 (no swapping) or at least 2 compute steps between a chunk's forward and its backward", s.Swap)
 	}
