@@ -12,12 +12,16 @@
 //	go run ./examples/realisation -transport tcp -iters 50
 //
 // A stage waits by deadline: it takes start = time.Now() on entry, sleeps
-// (time.Sleep) until 1 ms before start+d and yields (runtime.Gosched) until
-// start+d, recording by how much it overshot the deadline. Sleeping all the
-// way (-spin 0) is as precise as the Go timer: on Linux the Go runtime sleeps
-// in epoll_pwait, whose timeout has millisecond granularity, and the kernel
-// adds its timer slack (more under virtualisation), so a 2 ms sleep ends a
-// few hundred µs late, 15% of the stage. Two ratios come out:
+// until 500 µs before start+d on a timerfd (preciseSleep; time.Sleep and
+// 1 ms where there is none) and yields (runtime.Gosched) until start+d,
+// recording by how much it overshot the deadline. time.Sleep alone is as
+// precise as the Go timer: on Linux the Go runtime sleeps in epoll_pwait,
+// whose timeout has millisecond granularity, and the kernel adds its timer
+// slack (more under virtualisation), so a 2 ms sleep ends a few hundred µs
+// late, 15% of the stage; a timerfd wakes ~90 µs late; and the shorter the
+// yielding, the less it delays the network poller (-spin sets it). The
+// tcp-procs case runs each rank as its own OS process (procs.go). Two
+// ratios come out:
 //
 //   - ratio: measured iteration time / simulated makespan at the nominal costs.
 //     It includes what the waits overshoot.
@@ -84,12 +88,21 @@ func catalog() []schedule {
 	}
 }
 
-var transports = []string{"inproc", "tcp"}
+// transports are the cases: in-process channels, TCP with the ranks as
+// goroutines of this process, TCP with one OS process per rank (procs.go).
+var transports = []string{"inproc", "tcp", "tcp-procs"}
 
 func main() {
+	if isWorker() {
+		if err := workerMain(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "realisation worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var (
 		sched = flag.String("schedule", "", "1f1b or interleaved (default: both)")
-		tr    = flag.String("transport", "", "inproc or tcp (default: both)")
+		tr    = flag.String("transport", "", "inproc, tcp (ranks as goroutines) or tcp-procs (one OS process per rank) (default: all)")
 		iters = flag.Int("iters", 20, "measured iterations per case (after one warm-up iteration)")
 		spin  = flag.Duration("spin", spinMargin, "how long before its deadline a stage's wait stops sleeping and yields in a loop (0: sleep only, as precise as the Go timer)")
 	)
@@ -121,12 +134,7 @@ func run(out io.Writer, sched, tr string, iters int) error {
 				continue
 			}
 			found = true
-			w, err := newWorld(sc, t)
-			if err != nil {
-				return err
-			}
-			res, err := w.measure(iters)
-			w.close()
+			res, err := measureCase(sc, t, iters)
 			if err != nil {
 				return fmt.Errorf("%s over %s: %w", sc.name, t, err)
 			}
@@ -234,13 +242,15 @@ func (st *stats) reset() {
 }
 
 // spinMargin is how long before its deadline a wait stops sleeping and
-// yields in a loop instead: the Go timer on Linux wakes a 2 ms sleep a few
-// hundred µs late (epoll_pwait has millisecond granularity, plus the
-// kernel's timer slack), which would make every stage call longer than its
-// nominal cost. Yielding (runtime.Gosched) rather than busy-looping lets the
-// comm goroutines and the other ranks run on the same cores meanwhile.
-// Zero means sleep only (the -wait sleep mode).
-var spinMargin = 1000 * time.Microsecond
+// yields in a loop instead: a sleep wakes late (time.Sleep a few hundred µs
+// for 2 ms on this VM: epoll_pwait has millisecond granularity, plus the
+// kernel's timer slack; preciseSleep's timerfd ~90 µs), which would make
+// every stage call longer than its nominal cost. Yielding (runtime.Gosched)
+// rather than busy-looping lets the comm goroutines and the other ranks run
+// meanwhile, but a yielding goroutine keeps its process's scheduler from
+// polling the network, so the margin is kept short: defaultSpin is 500 µs
+// with a timerfd (Linux), 1 ms with time.Sleep. Zero means sleep only.
+var spinMargin = defaultSpin
 
 // wait takes a stage call of kind k that began at start: it sleeps until
 // spinMargin before start+d, yields until start+d, and records the overshoot
@@ -248,10 +258,10 @@ var spinMargin = 1000 * time.Microsecond
 func (st *stats) wait(k kind, start time.Time, d time.Duration) {
 	deadline := start.Add(d)
 	if spinMargin == 0 {
-		time.Sleep(time.Until(deadline))
+		preciseSleep(time.Until(deadline))
 	} else {
 		if r := time.Until(deadline) - spinMargin; r > 0 {
-			time.Sleep(r)
+			preciseSleep(r)
 		}
 		for time.Now().Before(deadline) {
 			runtime.Gosched()
@@ -516,6 +526,20 @@ func (w *world) finish(r result) (result, error) {
 	var err error
 	r.effSimMS, err = makespan(w.prog, r.effCost)
 	return r, err
+}
+
+// measureCase measures sc over transport t: one warm-up iteration, then
+// iters timed ones.
+func measureCase(sc schedule, t string, iters int) (result, error) {
+	if t == "tcp-procs" {
+		return measureProcs(sc, iters)
+	}
+	w, err := newWorld(sc, t)
+	if err != nil {
+		return result{}, err
+	}
+	defer w.close()
+	return w.measure(iters)
 }
 
 // measure runs one warm-up iteration, then iters timed ones.

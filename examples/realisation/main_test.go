@@ -2,10 +2,25 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
+
+// TestMain lets the test binary serve as a tcp-procs worker: the tcp-procs
+// cases start this executable once per rank with REALISATION_WORKER=1.
+func TestMain(m *testing.M) {
+	if isWorker() {
+		if err := workerMain(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "realisation worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // BenchmarkRealisation runs one training iteration of a catalog schedule per
 // benchmark iteration (after one warm-up iteration), with the wait stages of
@@ -24,6 +39,23 @@ func BenchmarkRealisation(b *testing.B) {
 	for _, sc := range catalog() {
 		for _, tr := range transports {
 			b.Run(sc.name+"/"+tr, func(b *testing.B) {
+				if tr == "tcp-procs" {
+					// The ranks are other processes: b.N timed
+					// iterations there, reported per iteration.
+					res, err := measureProcs(sc, b.N)
+					if err != nil {
+						b.Fatal(err)
+					}
+					iterMS := res.ms.mean()
+					b.ReportMetric(iterMS/res.simMS, "ratio")
+					b.ReportMetric(iterMS/res.effSimMS, "ratio-eff")
+					b.ReportMetric(iterMS, "iter-ms")
+					b.ReportMetric(res.simMS, "sim-ms")
+					b.ReportMetric(res.effSimMS, "eff-sim-ms")
+					b.ReportMetric(res.overMean, "overshoot-us")
+					b.ReportMetric(res.commMS*1e3, "transfer-us")
+					return
+				}
 				w, err := newWorld(sc, tr)
 				if err != nil {
 					b.Fatal(err)
@@ -71,12 +103,7 @@ func TestRealisationWithinBound(t *testing.T) {
 	for _, sc := range catalog() {
 		for _, tr := range transports {
 			t.Run(sc.name+"/"+tr, func(t *testing.T) {
-				w, err := newWorld(sc, tr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer w.close()
-				res, err := w.measure(7)
+				res, err := measureCase(sc, tr, 7)
 				if err != nil {
 					t.Fatal(err)
 				}
