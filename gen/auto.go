@@ -60,6 +60,9 @@ type Candidate struct {
 // for comparing schedules with different numbers of stages per rank. c must
 // be resolved and have one value per key.
 func ShareCost(c sim.Cost, v int) (sim.Cost, error) {
+	if len(c.Act) > 1 {
+		return c, errors.New("a cost model for comparing schedules takes one activation size (act), not a per-stage list: a stage's output is the same size whatever V cuts the model into")
+	}
 	for _, xs := range []*[]float64{&c.F, &c.B, &c.I, &c.W} {
 		if len(*xs) > 1 {
 			return c, errors.New("a cost model for comparing schedules takes one value per key (the cost of one rank's share of the model), not per-stage lists")

@@ -14,7 +14,7 @@ import (
 // auto scheduler's choice simulates no slower than any family at its
 // default V, each lowered and simulated here on its own.
 func TestAutoNeverWorseThanFixed(t *testing.T) {
-	costs := []string{"F=1,B=2,W=1", "F=1,B=2,W=1,comm=0.5", "F=1,B=3,W=2"}
+	costs := []string{"F=1,B=2,W=1", "F=1,B=2,W=1,comm=0.5", "F=1,B=3,W=2", "F=1,B=2,W=1,comm=0.01,act=1,bw=2"}
 	for _, cfg := range []ir.Config{
 		{Ranks: 2, Micro: 4}, {Ranks: 4, Micro: 8}, {Ranks: 4, Micro: 3}, {Ranks: 3, Micro: 9},
 	} {

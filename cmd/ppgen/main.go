@@ -57,7 +57,9 @@
 // show:   -compute-only  print only F, B, I, W steps; -format text|csv
 //
 // sim:    -cost F=1,B=2,W=1,comm=0 (B is the full backward, I = B - W unless
-// I= is given; per-stage lists like F=1:1:1:1.4), -json, -grid,
+// I= is given; per-stage lists like F=1:1:1:1.4; other keys data, overlap,
+// unshard, reduce, opt, swap; act=SIZE[:SIZE...],bw=RATE make each
+// activation or gradient transfer take comm + size/bw), -json, -grid,
 // -svg FILE (an SVG timeline: one lane per rank, boxes coloured by kind with
 // their micro-batch, idle time, a legend and a title with P, V, M, bubbles and
 // peak activations; -svg-width PIXELS), -compare LIST (one table of makespan,

@@ -328,7 +328,14 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 					break advance
 				}
 				if rankOf[from] != r {
-					t += c.Comm
+					// The transfer: its latency and, with a bandwidth,
+					// the size of the activation (F) or of the gradient
+					// with respect to cs's output (a backward).
+					act := from
+					if cs.Kind.IsBackward() {
+						act = cs.Stage
+					}
+					t += c.Comm + c.ActTime(act)
 				}
 				start = max(start, t)
 			}

@@ -52,6 +52,18 @@ type Cost struct {
 	// Swap is the duration of one swap transfer (SWAP_LAUNCH_OFFLOAD or
 	// SWAP_LAUNCH_LOAD), which runs on the rank's swap stream.
 	Swap float64
+
+	// Act is the size of each stage's output activation (one value for
+	// every stage, or one per stage), in any unit of data, and BW the
+	// link's bandwidth in that unit per time unit. With BW > 0 an
+	// activation or gradient transfer takes Comm + size/BW: SEND_F/RECV_F
+	// of stage s's output carry Act[s], SEND_B/RECV_B of its input gradient
+	// Act[s-1] (the gradient is the size of the activation it is taken
+	// with respect to); data and owned-input transfers take Comm (labels
+	// and token ids are small). BW = 0 (the default) is infinite bandwidth,
+	// and then Act does not matter.
+	Act []float64
+	BW  float64
 }
 
 // DefaultCost returns the resolved default cost: F=1, B=2, I=1, W=1 on every
@@ -61,14 +73,18 @@ func DefaultCost() Cost {
 	return c
 }
 
-// costKeys lists the keys ParseCost accepts, in the order String writes them.
-var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap"}
+// costKeys lists the keys ParseCost accepts, in the order String writes them
+// (act and bw only when bw > 0, so that the common form stays short).
+var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw"}
+
+// scalarKeys are the keys of costKeys that take one value.
+var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw"}
 
 // ParseCost parses the command-line form of a cost model: comma-separated
-// key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I and W take either one
-// value or a colon-separated list with one value per stage ("F=1:1:1:1.4");
-// the scalar keys are comm, data (DATA_LOAD), overlap, unshard, reduce, opt
-// and swap. Keys are case-insensitive; values must be finite and ≥ 0. Keys not
+// key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I, W and act take
+// either one value or a colon-separated list with one value per stage
+// ("F=1:1:1:1.4"); the scalar keys are comm, data (DATA_LOAD), overlap,
+// unshard, reduce, opt, swap and bw. Keys are case-insensitive; values must be finite and ≥ 0. Keys not
 // given take their defaults, with I and W derived by the rule documented on
 // Cost. stages ≤ 0 means the number of stages is not known yet: lists of any
 // length are kept and Run checks them against the program.
@@ -94,7 +110,7 @@ func ParseCost(spec string, stages int) (Cost, error) {
 		}
 		seen[canon] = true
 		switch canon {
-		case "F", "B", "I", "W":
+		case "F", "B", "I", "W", "act":
 			parts := strings.Split(val, ":")
 			if stages > 0 && len(parts) != 1 && len(parts) != stages {
 				return Cost{}, fmt.Errorf("cost %q: %s has %d values; want 1 (every stage) or %d (one per stage, colon-separated)", spec, canon, len(parts), stages)
@@ -151,6 +167,8 @@ func parseCostValue(key, s string) (float64, error) {
 
 func (c *Cost) stageField(k string) *[]float64 {
 	switch k {
+	case "act":
+		return &c.Act
 	case "F":
 		return &c.F
 	case "B":
@@ -175,6 +193,8 @@ func (c *Cost) scalarField(k string) *float64 {
 		return &c.Reduce
 	case "opt":
 		return &c.Opt
+	case "bw":
+		return &c.BW
 	}
 	return &c.Swap
 }
@@ -215,7 +235,20 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 			return Cost{}, fmt.Errorf("%s is %v; want a finite value ≥ 0", k, l[0])
 		}
 	}
-	for _, k := range costKeys[4:] {
+	if c.Act != nil && c.BW == 0 {
+		return Cost{}, fmt.Errorf("act gives activation sizes but bw is 0 (infinite bandwidth), where sizes take no time; give bw too, e.g. act=1,bw=4")
+	}
+	if l := c.Act; l != nil {
+		if len(l) == 0 || (stages > 0 && len(l) != 1 && len(l) != stages) {
+			return Cost{}, fmt.Errorf("act has %d values; want 1 (every stage) or %d (one per stage)", len(l), max(stages, 1))
+		}
+		for s, v := range l {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return Cost{}, fmt.Errorf("act at stage %d is %v; want a finite size ≥ 0", s, v)
+			}
+		}
+	}
+	for _, k := range scalarKeys {
 		v := *c.scalarField(k)
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return Cost{}, fmt.Errorf("%s is %v; want a finite value ≥ 0", k, v)
@@ -286,12 +319,15 @@ func (c Cost) String() string {
 	}
 	var b strings.Builder
 	for i, k := range costKeys {
+		if (k == "act" || k == "bw") && c.BW == 0 {
+			continue // infinite bandwidth: sizes do not matter
+		}
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(k)
 		b.WriteByte('=')
-		if i < 4 {
+		if i < 4 || k == "act" {
 			l := *c.stageField(k)
 			if allEqual(l) {
 				l = l[:min(len(l), 1)]
@@ -354,4 +390,32 @@ func (c Cost) StepCost(st ir.Step) float64 {
 		return c.Opt
 	}
 	return c.computeCost(st)
+}
+
+// transfer is the duration of a point-to-point transfer step st: Comm, plus
+// the size of what it carries over BW when BW > 0 (see Cost.Act).
+func (c Cost) transfer(st ir.Step) float64 {
+	switch st.Kind {
+	case ir.SendF, ir.RecvB:
+		return c.Comm + c.ActTime(st.Stage)
+	case ir.RecvF, ir.SendB:
+		return c.Comm + c.ActTime(st.Stage-1)
+	}
+	return c.Comm
+}
+
+// ActTime is the time stage s's output activation (or the gradient with
+// respect to it) takes over the link: Act[s]/BW, 0 with infinite bandwidth
+// or no such stage.
+func (c Cost) ActTime(s int) float64 {
+	if c.BW <= 0 || len(c.Act) == 0 || s < 0 {
+		return 0
+	}
+	if len(c.Act) == 1 {
+		return c.Act[0] / c.BW
+	}
+	if s >= len(c.Act) {
+		return 0
+	}
+	return c.Act[s] / c.BW
 }

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
 )
 
 func TestParseCost(t *testing.T) {
@@ -66,7 +68,11 @@ func TestParseCostScalars(t *testing.T) {
 
 func TestParseCostErrors(t *testing.T) {
 	tests := []struct{ spec, want string }{
-		{"X=1", `unknown key "X"; valid keys are F, B, I, W, comm, data, overlap, unshard, reduce, opt, swap`},
+		{"X=1", `unknown key "X"; valid keys are F, B, I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw`},
+		{"act=1", "act gives activation sizes but bw is 0"},
+		{"act=1:2,bw=1", "act has 2 values; want 1 (every stage) or 4 (one per stage, colon-separated)"},
+		{"act=-1,bw=1", "act=-1: costs cannot be negative"},
+		{"bw=1:2", "bw takes one value, not a per-stage list"},
 		{"F", `"F" is not key=value`},
 		{"F=1,F=2", "key F given twice"},
 		{"F=a", `F=a: "a" is not a number`},
@@ -106,5 +112,71 @@ func TestResolveZeroIsDefault(t *testing.T) {
 	}
 	if _, err := (Cost{F: []float64{}}).Resolve(0); err == nil {
 		t.Errorf("empty list accepted")
+	}
+}
+
+// TestCostBandwidth: act and bw make a transfer take comm + size/bw, with
+// the size of the activation it carries (SEND_B of stage s: the gradient
+// with respect to stage s-1's output); String writes them only with a
+// bandwidth, and round-trips.
+func TestCostBandwidth(t *testing.T) {
+	c, err := ParseCost("comm=0.5,act=2:4:6,bw=2", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.String(), "F=1,B=2,I=1,W=1,comm=0.5,data=0,overlap=0,unshard=0,reduce=0,opt=0,swap=0,act=2:4:6,bw=2"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if d, err := ParseCost(c.String(), 3); err != nil || !reflect.DeepEqual(c, d) {
+		t.Errorf("round trip: %+v, %v", d, err)
+	}
+	for _, tc := range []struct {
+		st   ir.Step
+		want float64
+	}{
+		{ir.Comm(ir.SendF, 1, 0, 2), 0.5 + 4.0/2},
+		{ir.Comm(ir.RecvF, 2, 0, 1), 0.5 + 4.0/2},
+		{ir.Comm(ir.SendB, 2, 0, 1), 0.5 + 4.0/2},
+		{ir.Comm(ir.RecvB, 0, 0, 1), 0.5 + 2.0/2},
+		{ir.Comm(ir.DataSend, 0, 0, 1), 0.5},
+		{ir.Comm(ir.MpipeRecv, 0, 1, 1), 0.5},
+	} {
+		if got := c.transfer(tc.st); got != tc.want {
+			t.Errorf("transfer(%s) = %g, want %g", tc.st, got, tc.want)
+		}
+	}
+	if got := DefaultCost().String(); strings.Contains(got, "bw") || strings.Contains(got, "act") {
+		t.Errorf("default String() = %q: act and bw only with a bandwidth", got)
+	}
+}
+
+// TestRunBandwidth: 1F1B at P=2, M=1 (F=1, B=2) takes 6 with free
+// transfers; with act=1,bw=1 each of its two transfers takes 1 (8), and
+// comm=0.5 adds half a unit to each (9).
+func TestRunBandwidth(t *testing.T) {
+	p := onef1bComm(2, 1)
+	for _, tc := range []struct {
+		spec string
+		want float64
+	}{{"", 6}, {"act=1,bw=1", 8}, {"act=1:3,bw=1", 8}, {"act=1,bw=1,comm=0.5", 9}, {"act=2,bw=4", 7}} {
+		c, err := ParseCost(tc.spec, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Run(p, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Makespan != tc.want {
+			t.Errorf("%q: makespan %g, want %g", tc.spec, r.Makespan, tc.want)
+		}
+		// The compute-only order charges the same latency per cross-rank dependency.
+		rc, err := Run(p.ComputeOnly(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc.Makespan != tc.want {
+			t.Errorf("%q compute-only: makespan %g, want %g", tc.spec, rc.Makespan, tc.want)
+		}
 	}
 }

@@ -5,9 +5,10 @@
 // # Cost model
 //
 // Cost gives per-stage costs of F, B (full backward), I and W (its two
-// halves), a latency per transfer (comm), and costs of the local steps
-// (DATA_LOAD, REDUCE_GRAD, OPT_STEP), of an FSDP all-gather (UNSHARD) and of
-// a swap transfer; see
+// halves), a latency per transfer (comm), optionally activation sizes and
+// a bandwidth (act, bw: an activation or gradient transfer then takes
+// comm + size/bw), and costs of the local steps (DATA_LOAD, REDUCE_GRAD,
+// OPT_STEP), of an FSDP all-gather (UNSHARD) and of a swap transfer; see
 // Cost for the rule deriving I and W from B. ParseCost reads the command-line
 // form "F=1,B=2,W=1,comm=0" with per-stage lists "F=1:1:1:1.4". The default
 // is F=1, B=2, W=1 (I=1), everything else 0.
@@ -24,7 +25,7 @@
 //   - The inputs of a compute step: F(s,m) consumes the rank's RECV_F(s,m)
 //     when the rank has one (ready when the transfer completes); otherwise,
 //     for s > 0, the output of F(s−1,m) (ready at that step's end, plus the
-//     comm latency when it ran on another rank); F(s,m) also consumes the
+//     transfer time when it ran on another rank); F(s,m) also consumes the
 //     rank's DATA_RECV(s,m) when it has one (labels for the loss; gen/verify
 //     and gen/passes model it the same way). B/I(s,m) consumes F(s,m) and
 //     the rank's RECV_B(s,m) when it has one, otherwise B/I(s+1,m) for
@@ -46,7 +47,8 @@
 //     the rank's comm stream. Sends and receives are matched FIFO per
 //     (source rank, destination rank, channel). A matched pair starts at
 //     max(both posted, both streams free of earlier transfers) and both
-//     halves complete Cost.Comm later (rendezvous).
+//     halves complete Cost.Comm later (rendezvous), plus size/Cost.BW for
+//     an activation or gradient with a bandwidth (Cost.Act).
 //   - UNSHARD (the FSDP all-gather) is asynchronous, as FSDP2's
 //     unshard(async_op=True) is: the host posts it to the rank's FSDP
 //     stream when it reaches the step and goes on; it runs there in program

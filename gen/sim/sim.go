@@ -353,7 +353,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				s.dur[e] = rc.computeCost(st)
 			case k.IsComm():
 				s.cls[e] = clComm
-				s.dur[e] = rc.Comm
+				s.dur[e] = rc.transfer(st)
 				s.ev[e].Lane = LaneComm
 				rs.comm = append(rs.comm, i)
 				if t := idx.recv[k]; t != nil && !t.setFirst(st.Stage, st.Micro, e) {
@@ -518,12 +518,15 @@ func (c Cost) computeCost(st ir.Step) float64 {
 // step of its input (latency Comm when it runs on another rank), plus the
 // earlier steps of the same chunk (F before B/I, I before W).
 func (s *simulator) computeDeps(r int, cs ir.Step, stages int, idx *indexes, ds []dep) ([]dep, error) {
-	producer := func(kinds []ir.Kind, stage int, what string) error {
+	// producer adds the step of one of kinds on stage that produces cs's
+	// input; act is the stage whose output activation is that input's
+	// size (the producer's for F, the consumer's for a backward).
+	producer := func(kinds []ir.Kind, stage, act int, what string) error {
 		for _, k := range kinds {
 			if pe := idx.compute[k].get(stage, cs.Micro); pe >= 0 {
 				lat := 0.0
 				if s.ev[pe].Rank != r {
-					lat = s.c.Comm
+					lat = s.c.Comm + s.c.ActTime(act)
 				}
 				ds = append(ds, dep{ev: pe, lat: lat})
 				return nil
@@ -541,7 +544,7 @@ func (s *simulator) computeDeps(r int, cs ir.Step, stages int, idx *indexes, ds 
 		if re := s.recvOn(idx, r, ir.RecvF, cs.Stage, cs.Micro); re >= 0 {
 			ds = append(ds, dep{ev: re})
 		} else if cs.Stage > first {
-			if err := producer([]ir.Kind{ir.Forward}, cs.Stage-1, "the forward F"); err != nil {
+			if err := producer([]ir.Kind{ir.Forward}, cs.Stage-1, cs.Stage-1, "the forward F"); err != nil {
 				return nil, err
 			}
 		}
@@ -552,18 +555,18 @@ func (s *simulator) computeDeps(r int, cs ir.Step, stages int, idx *indexes, ds 
 			ds = append(ds, dep{ev: re}) // the input its owner loaded (mpipe)
 		}
 	case ir.Backward, ir.BackwardInput:
-		if err := producer([]ir.Kind{ir.Forward}, cs.Stage, "the forward F"); err != nil {
+		if err := producer([]ir.Kind{ir.Forward}, cs.Stage, -1, "the forward F"); err != nil {
 			return nil, err
 		}
 		if re := s.recvOn(idx, r, ir.RecvB, cs.Stage, cs.Micro); re >= 0 {
 			ds = append(ds, dep{ev: re})
 		} else if cs.Stage < last {
-			if err := producer([]ir.Kind{ir.Backward, ir.BackwardInput}, cs.Stage+1, "the backward B or I"); err != nil {
+			if err := producer([]ir.Kind{ir.Backward, ir.BackwardInput}, cs.Stage+1, cs.Stage, "the backward B or I"); err != nil {
 				return nil, err
 			}
 		}
 	case ir.BackwardWeight:
-		if err := producer([]ir.Kind{ir.BackwardInput, ir.Backward}, cs.Stage, "the input backward I"); err != nil {
+		if err := producer([]ir.Kind{ir.BackwardInput, ir.Backward}, cs.Stage, -1, "the input backward I"); err != nil {
 			return nil, err
 		}
 	}
