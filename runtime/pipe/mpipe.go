@@ -57,13 +57,23 @@ func (x *Exec) SendInput(a At) {
 	if x.failed.Load() {
 		return
 	}
-	stage, micro, peer, _ := a.Unpack()
+	stage, micro, peer, slot := a.Unpack()
+	if slot != -1 {
+		x.stepFailf(OpSendInput, stage, micro, peer, "slot %d: an owner's send of another rank's input has no slot (0xffff)", slot)
+		return
+	}
 	x.sendInput(stage, micro, peer)
 }
 
-// MpipeSend is SendInput with its arguments unpacked (stage, micro, peer).
-func (x *Exec) MpipeSend(stage, micro, peer int) {
+// MpipeSend is SendInput with its arguments unpacked (stage, micro, peer,
+// slot), in the shape of the other transfers; slot must be -1 (the owner
+// holds no slot of the stage).
+func (x *Exec) MpipeSend(stage, micro, peer, slot int) {
 	if x.failed.Load() {
+		return
+	}
+	if slot != -1 {
+		x.stepFailf(OpSendInput, stage, micro, peer, "slot %d: an owner's send of another rank's input has no slot (-1)", slot)
 		return
 	}
 	x.sendInput(stage, micro, peer)

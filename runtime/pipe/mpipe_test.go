@@ -31,7 +31,7 @@ func ownedExecs(t *testing.T) [2]*pipe.Exec {
 func TestOwnedInputTransfer(t *testing.T) {
 	xs := ownedExecs(t)
 	xs[1].DataLoad(0, 1, -1)
-	xs[1].MpipeSend(0, 1, 0)
+	xs[1].MpipeSend(0, 1, 0, -1)
 	xs[0].MpipeRecv(0, 1, 1, 0)
 	xs[0].Forward(0, 1, 0, -1)
 	xs[0].SendAct(0, 1, 1, 0)
@@ -49,10 +49,10 @@ func TestOwnedInputErrors(t *testing.T) {
 		run  func(x *pipe.Exec)
 		want string
 	}{
-		{"send before load", 1, func(x *pipe.Exec) { x.MpipeSend(0, 1, 0) }, "rank 1 step 0MPIPE_FWD_SEND1 (peer rank 0): the input of micro 1 is not loaded: DATA_LOAD(0, 1) must come first"},
+		{"send before load", 1, func(x *pipe.Exec) { x.MpipeSend(0, 1, 0, -1) }, "rank 1 step 0MPIPE_FWD_SEND1 (peer rank 0): the input of micro 1 is not loaded: DATA_LOAD(0, 1) must come first"},
 		{"load of a micro another rank owns", 1, func(x *pipe.Exec) { x.DataLoad(0, 0, -1) }, "stage 0 is on rank 0, not on this rank"},
 		{"two loads without a send", 1, func(x *pipe.Exec) { x.DataLoad(0, 1, -1); x.DataLoad(0, 1, -1) }, "the input of micro 1 is loaded and not yet sent"},
-		{"send to the wrong rank", 1, func(x *pipe.Exec) { x.DataLoad(0, 1, -1); x.MpipeSend(0, 1, 1) }, "peer rank 1, but stage 0 is on rank 0"},
+		{"send to the wrong rank", 1, func(x *pipe.Exec) { x.DataLoad(0, 1, -1); x.MpipeSend(0, 1, 1, -1) }, "peer rank 1, but stage 0 is on rank 0"},
 		{"receive from a rank that does not own the micro", 0, func(x *pipe.Exec) { x.MpipeRecv(0, 1, 0, 0) }, "peer rank 0, but micro 1 is owned by rank 1"},
 		{"receive of the rank's own micro", 0, func(x *pipe.Exec) { x.MpipeRecv(0, 0, 1, 0) }, "this rank owns micro 0: it loads it with DATA_LOAD"},
 		{"forward with no input posted", 0, func(x *pipe.Exec) { x.Forward(0, 1, 0, -1) }, "no input in slot 0"},

@@ -200,7 +200,7 @@ func InterpretKeyed(x *Exec, ops []Op) error {
 			fwdHandles[k] = s
 			x.MpipeRecv(int(op.Stage), int(op.Micro), int(op.Peer), int(s))
 		case OpSendInput:
-			x.MpipeSend(int(op.Stage), int(op.Micro), int(op.Peer))
+			x.MpipeSend(int(op.Stage), int(op.Micro), int(op.Peer), int(op.Slot))
 		case OpRecvAct:
 			s := lookup(k, op.Slot)
 			fwdHandles[k] = s
