@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 
 	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/internal/dense"
 )
 
 // float is the set of element types the kernels are instantiated for.
@@ -43,34 +45,12 @@ func matrix(where, what string, t *tensor.Dense) (*tensor.Dense, int, int, error
 	return t, sh[0], sh[1], nil
 }
 
-// contiguous returns t, or a row-major contiguous copy of it.
+// contiguous returns t, or a row-major contiguous copy of it (dense.Flat),
+// with what is wrong prefixed by where and what the tensor is.
 func contiguous(where, what string, t *tensor.Dense) (*tensor.Dense, error) {
-	sh := t.Shape()
-	if t.IsMasked() {
-		return nil, fmt.Errorf("nn: %s: %s %v is masked; masked tensors are not supported", where, what, sh)
-	}
-	if t.RequiresIterator() {
-		m, ok := t.Materialize().(*tensor.Dense)
-		if !ok {
-			return nil, fmt.Errorf("nn: %s: %s %v could not be materialized", where, what, sh)
-		}
-		t = m
-	}
-	if o := t.DataOrder(); !o.IsRowMajor() || !o.IsContiguous() {
-		return nil, fmt.Errorf("nn: %s: %s %v has data order %v, want row-major contiguous", where, what, sh, o)
-	}
-	n := sh.TotalSize()
-	var have int
-	switch d := t.Data().(type) {
-	case []float32:
-		have = len(d)
-	case []float64:
-		have = len(d)
-	default:
-		return nil, fmt.Errorf("nn: %s: %s %v has backing %T, want []float32 or []float64", where, what, sh, d)
-	}
-	if have < n {
-		return nil, fmt.Errorf("nn: %s: %s %v has %d backing elements, want %d", where, what, sh, have, n)
+	t, err := dense.Flat(t)
+	if err != nil {
+		return nil, fmt.Errorf("nn: %s: %s %w", where, what, err)
 	}
 	return t, nil
 }

@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/internal/dense"
 )
 
 // meta describes one distinct tensor of an offload: what Load needs to
@@ -78,32 +80,12 @@ func check(t *tensor.Dense) (c *tensor.Dense, m meta, err error) {
 	if t.IsScalar() {
 		return nil, meta{}, fmt.Errorf("%v scalar: scalars are not supported, want a tensor of at least one dimension", t.Dtype())
 	}
-	if t.IsMasked() {
-		return nil, meta{}, fmt.Errorf("%v %v is masked; masked tensors are not supported", t.Dtype(), sh)
+	f, err := dense.Flat(t)
+	if err != nil {
+		return nil, meta{}, fmt.Errorf("%v %w", t.Dtype(), err)
 	}
-	if t.RequiresIterator() {
-		m, ok := t.Materialize().(*tensor.Dense)
-		if !ok {
-			return nil, meta{}, fmt.Errorf("%v %v: the view could not be materialized", t.Dtype(), sh)
-		}
-		t = m
-	}
-	if o := t.DataOrder(); !o.IsRowMajor() || !o.IsContiguous() {
-		return nil, meta{}, fmt.Errorf("%v %v has data order %v, want row-major contiguous", t.Dtype(), sh, o)
-	}
+	t = f
 	n := sh.TotalSize()
-	var have int
-	switch d := t.Data().(type) {
-	case []float32:
-		have = len(d)
-	case []float64:
-		have = len(d)
-	default:
-		return nil, meta{}, fmt.Errorf("%v %v has backing %T, want []float32 or []float64", t.Dtype(), sh, d)
-	}
-	if have < n {
-		return nil, meta{}, fmt.Errorf("%v %v has %d backing elements, want %d", t.Dtype(), sh, have, n)
-	}
 	return t, meta{dt: t.Dtype(), shape: sh.Clone(), n: n}, nil
 }
 
