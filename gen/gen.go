@@ -74,6 +74,9 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 	opt.Passes.Overlap = opt.Passes.Overlap || cfg.Options.Overlap
 	opt.Passes.DxDwInOverlap = opt.Passes.DxDwInOverlap || cfg.Options.DxDwInOverlap
 	if fam, err := schedules.Lookup(cfg.Schedule); err == nil && fam.OwnedData {
+		if opt.Passes.ShipLabels {
+			return Result{Config: cfg}, fmt.Errorf("schedule %s: its owners load only inputs, and shipped labels start on the first stage's rank with the input; use -ship-labels with another schedule, or load the labels on the last stage's rank", cfg.Schedule)
+		}
 		opt.Passes.OwnedData = true
 	}
 	if err := passes.CheckOptions(compute, opt.Passes); err != nil {

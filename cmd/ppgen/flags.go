@@ -46,6 +46,7 @@ type scheduleFlags struct {
 	fsdp       int
 	prefetch   int // -fsdp-prefetch
 	swap       int
+	shipLabels bool // -ship-labels
 }
 
 // register defines the schedule flags on fs. withIn adds -in; autoCost
@@ -56,6 +57,7 @@ func (f *scheduleFlags) register(fs *flag.FlagSet, withIn, autoCost bool) {
 		Schedule: &f.schedule, Ranks: &f.ranks, Virtual: &f.virtual, Micro: &f.micro,
 		Placement: &f.placement, LessMemory: &f.lessMemory, Split: &f.split, Overlap: &f.overlap,
 		DxDw: &f.dxdw, CommOrder: &f.commOrder, Mem: &f.mem, FSDP: &f.fsdp, FSDPPrefetch: &f.prefetch, Swap: &f.swap,
+		ShipLabels: &f.shipLabels,
 	}
 	if withIn {
 		v.In = &f.in
@@ -72,6 +74,7 @@ func (f *scheduleFlags) values() gencmd.Schedule {
 		Name: f.schedule, Ranks: f.ranks, Virtual: f.virtual, Micro: f.micro, Placement: f.placement,
 		LessMemory: f.lessMemory, Split: f.split, Overlap: f.overlap, DxDwInOverlap: f.dxdw,
 		CommOrder: f.commOrder, In: f.in, Mem: f.mem, AutoCost: f.autoCost, FSDP: f.fsdp, FSDPPrefetch: f.prefetch, Swap: f.swap,
+		ShipLabels: f.shipLabels,
 	}
 }
 

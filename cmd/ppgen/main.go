@@ -40,6 +40,8 @@
 //	                   (sim runs it on an FSDP stream, behind that compute)
 //	-swap N            swap out the activations of chunks whose forward and
 //	                   backward are at least N compute steps apart
+//	-ship-labels       load labels with the input on the first stage's rank
+//	                   and ship them along the pipe (DATA_SEND/DATA_RECV)
 //	-ranks P           pipeline ranks
 //	-virtual V         virtual stages per rank (0: the family's default)
 //	-micro M           micro-batches per iteration

@@ -13,6 +13,7 @@ import (
 	"github.com/ppgen/ppgen/generated/interleavedoverlap"
 	"github.com/ppgen/ppgen/generated/interleavedsplit"
 	"github.com/ppgen/ppgen/generated/mpipe"
+	"github.com/ppgen/ppgen/generated/shiplabels"
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/runtime/pipe"
@@ -44,6 +45,9 @@ var catalog = map[string]schedule{
 	// Owned-micro data loading: ranks 1..3 load micro-batches 1..3 and
 	// ship them to stage 0 (MPIPE_FWD_SEND/RECV).
 	"mpipe": {mpipe.Spec, mpipe.Ranks[:], mpipe.Program},
+	// Labels shipped along the pipe (DATA_SEND/DATA_RECV): only rank 0
+	// gets a data source.
+	"1f1b-ship-labels": {shiplabels.Spec, shiplabels.Ranks[:], shiplabels.Program},
 	// FSDP and swap steps: the stages offload their saved activations to
 	// the -swap-tier (runtime/swap); the FSDP steps pass (nn stages are not sharded).
 	"1f1b-fsdp-swap": {fsdpswap.Spec, fsdpswap.Ranks[:], fsdpswap.Program},

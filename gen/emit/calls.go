@@ -83,6 +83,8 @@ var calls = map[ir.Kind]call{
 	ir.SwapWaitOffload:   {"SwapWaitOffload", "OpSwapWaitOffload", ArgsLocal, "WaitOffload", 'j'},
 	ir.SwapLaunchLoad:    {"SwapLaunchLoad", "OpSwapLaunchLoad", ArgsLocal, "LaunchLoad", 'K'},
 	ir.SwapWaitLoad:      {"SwapWaitLoad", "OpSwapWaitLoad", ArgsLocal, "WaitLoad", 'k'},
+	ir.DataRecv:          {"RecvData", "OpRecvData", ArgsComm, "RecvLabels", 'T'},
+	ir.DataSend:          {"SendData", "OpSendData", ArgsComm, "SendLabels", 't'},
 	ir.MpipeRecv:         {"MpipeRecv", "OpRecvInput", ArgsComm, "RecvInput", 'M'},
 	ir.MpipeSend:         {"MpipeSend", "OpSendInput", ArgsComm, "SendInput", 'm'},
 }

@@ -117,6 +117,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		field("Fingerprint", jen.Id("Fingerprint")),
 		copiesField(p.Copies),
 		ownedField(Owned(p)),
+		labelsField(ShipsLabels(p)),
 	)
 	f.Line()
 	f.Comment("Ranks holds the program of each rank: Ranks[r] runs rank r's steps and returns the")
@@ -161,6 +162,28 @@ func ownedField(n int) jen.Code {
 		return jen.Null()
 	}
 	return field("Owned", jen.Lit(n))
+}
+
+// labelsField is the Spec's ShipLabels field of a program that ships
+// labels along the pipe, and nothing otherwise.
+func labelsField(ship bool) jen.Code {
+	if !ship {
+		return jen.Null()
+	}
+	return field("ShipLabels", jen.True())
+}
+
+// ShipsLabels reports whether p carries labels along the pipe (it holds
+// DATA_SEND or DATA_RECV steps): its Spec.ShipLabels.
+func ShipsLabels(p ir.Program) bool {
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			if st.Kind == ir.DataSend || st.Kind == ir.DataRecv {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Owned returns the Spec.Owned of p: one more than the highest micro-batch

@@ -229,8 +229,12 @@ func TestErrors(t *testing.T) {
 		wants string
 	}{
 		{"unsupported kind", func(p *ir.Program, o *Options) {
-			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Compute(ir.DataSend, 1, 0))
-		}, "emit: rank 1 step 7 (1DATA_SEND0): the runtime has no call for DATA_SEND yet"},
+			// Every kind has a runtime call now; one outside the kinds has none.
+			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Compute(ir.Kind(200), 1, 0))
+		}, "emit: rank 1 step 7 (1Kind(200)0): the runtime has no call for Kind(200) yet"},
+		{"data transfer without slot", func(p *ir.Program, o *Options) {
+			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Comm(ir.DataSend, 1, 0, 0))
+		}, "emit: rank 1 step 7 (1DATA_SEND0): no slot assigned (slot -1)"},
 		{"fsdp step of another rank", func(p *ir.Program, o *Options) {
 			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.StageOnly(ir.Unshard, 0))
 		}, "emit: rank 1 step 7 (0UNSHARD): stage 0 is placed on rank 0, not this one"},

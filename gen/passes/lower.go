@@ -42,6 +42,10 @@ type Options struct {
 	// OwnedData runs mpipe's owned-micro data loading (the OwnedData
 	// pass) after the data and comm passes.
 	OwnedData bool
+	// ShipLabels ships the labels along the pipe with DATA_SEND/DATA_RECV
+	// instead of loading them on the last stage's rank (the ShipLabels
+	// pass, after the data and comm passes).
+	ShipLabels bool
 	// Swap, when positive, offloads the saved activations of every chunk
 	// whose forward and backward have at least Swap compute steps between
 	// them (the Swap pass; at least 2).
@@ -109,6 +113,9 @@ func Pipeline(opt Options) []Pass {
 	}
 	if opt.OwnedData {
 		ps = append(ps, Pass{Name: "mpipe", Run: OwnedData})
+	}
+	if opt.ShipLabels {
+		ps = append(ps, Pass{Name: "labels", Run: ShipLabels})
 	}
 	if opt.FSDP > 0 {
 		ps = append(ps, Pass{Name: "fsdp", Run: func(p ir.Program) (ir.Program, error) {

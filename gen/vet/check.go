@@ -86,6 +86,13 @@ func checkFile(pass *analysis.Pass, f *ast.File) {
 		}
 		c.badf(node, "Spec.Owned is %d, but the rank functions ship the inputs of %d owned micro-batches (MPIPE_FWD_SEND/RECV): the runtime would reject the owners' loads", m.spec.owned, want)
 	}
+	if want := emit.ShipsLabels(p); want != m.spec.labels {
+		node := ast.Node(m.file.Name)
+		if e, ok := m.spec.fields["ShipLabels"]; ok {
+			node = e
+		}
+		c.badf(node, "Spec.ShipLabels is %v, but the rank functions ship labels (DATA_SEND/DATA_RECV): %v; the first stage's DATA_LOAD would load the labels wrongly", m.spec.labels, want)
+	}
 	if c.bad > 0 {
 		return
 	}

@@ -100,6 +100,7 @@ type spec struct {
 	rankOf []int
 	copies int  // 0 when absent
 	owned  int  // 0 when absent (mpipe's Spec.Owned)
+	labels bool // Spec.ShipLabels; false when absent
 	fpRef  bool // Fingerprint: Fingerprint
 }
 
@@ -257,6 +258,16 @@ func (m *model) readSpec(lit *ast.CompositeLit) *spec {
 	}
 	if _, has := sp.fields["Owned"]; has { // only mpipe programs set it
 		good = ints("Owned", &sp.owned) && good
+	}
+	if e, has := sp.fields["ShipLabels"]; has { // only programs that ship labels set it
+		switch {
+		case isIdent(e, "true"):
+			sp.labels = true
+		case isIdent(e, "false"):
+		default:
+			m.report(e, "Spec.ShipLabels is not true or false")
+			good = false
+		}
 	}
 	if e, has := sp.fields["Fingerprint"]; has && isIdent(e, "Fingerprint") {
 		sp.fpRef = true

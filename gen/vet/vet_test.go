@@ -129,6 +129,7 @@ func TestMutations(t *testing.T) {
 		{"-schedule", "1f1b", "-ranks", "3", "-micro", "4", "-fsdp", "1"},
 		{"-schedule", "gpipe", "-ranks", "2", "-micro", "5", "-swap", "2"},
 		{"-schedule", "mpipe", "-ranks", "3", "-micro", "4"},
+		{"-schedule", "1f1b", "-ranks", "3", "-micro", "4", "-ship-labels"},
 	}
 	for _, args := range configs {
 		dir := t.TempDir()
@@ -246,5 +247,33 @@ func TestOwnedMismatch(t *testing.T) {
 	// loads and sends are reported, naming Spec.Owned.
 	if len(d) == 0 || !strings.Contains(strings.Join(d, "\n"), "not on rank 2, which does not own micro 2 (Spec.Owned = 2") {
 		t.Errorf("diagnostics %v, want the Owned mismatch", d)
+	}
+}
+
+// TestShipLabelsMismatch: a file that ships labels but whose Spec does not
+// say so (the runtime's first stage would not load them) is reported.
+func TestShipLabelsMismatch(t *testing.T) {
+	dir := t.TempDir()
+	path, ok := generate(t, dir, "-schedule", "1f1b", "-ranks", "3", "-micro", "4", "-ship-labels")
+	if !ok {
+		t.Fatal("ppgen gen failed")
+	}
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := vetFile(t, path); len(d) > 0 {
+		t.Fatalf("as generated:\n%s", strings.Join(d, "\n"))
+	}
+	re := regexp.MustCompile(`ShipLabels:( +)true,`)
+	if !re.Match(orig) {
+		t.Fatalf("no ShipLabels: true field in\n%s", orig)
+	}
+	if err := os.WriteFile(path, re.ReplaceAll(orig, []byte("ShipLabels:${1}false,")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := vetFile(t, path)
+	if len(d) == 0 || !strings.Contains(strings.Join(d, "\n"), "Spec.ShipLabels is false, but the rank functions ship labels (DATA_SEND/DATA_RECV): true") {
+		t.Errorf("diagnostics %v, want the ShipLabels mismatch", d)
 	}
 }

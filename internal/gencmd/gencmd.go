@@ -71,6 +71,9 @@ type Schedule struct {
 	// use each UNSHARD is issued (0: right before it; needs -fsdp).
 	FSDPPrefetch int
 	Swap         int // -swap: least compute steps between a swapped chunk's F and backward (0: no swapping)
+	// ShipLabels is -ship-labels: labels travel along the pipe
+	// (DATA_SEND/DATA_RECV) instead of being loaded on the last stage's rank.
+	ShipLabels bool
 	// AutoProgress, not a flag, is passed to -schedule auto as
 	// gen.AutoOptions.Progress.
 	AutoProgress func(family string, done, families int)
@@ -82,6 +85,7 @@ type ScheduleVars struct {
 	Schedule, Placement, CommOrder, In *string
 	Ranks, Virtual, Micro              *int
 	LessMemory, Split, Overlap, DxDw   *bool
+	ShipLabels                         *bool
 	Mem                                *float64
 	FSDP, FSDPPrefetch                 *int
 	Swap                               *int
@@ -97,6 +101,7 @@ func (s *Schedule) Vars(withIn bool) ScheduleVars {
 		Ranks: &s.Ranks, Virtual: &s.Virtual, Micro: &s.Micro,
 		LessMemory: &s.LessMemory, Split: &s.Split, Overlap: &s.Overlap, DxDw: &s.DxDwInOverlap,
 		Mem: &s.Mem, AutoCost: &s.AutoCost, FSDP: &s.FSDP, FSDPPrefetch: &s.FSDPPrefetch, Swap: &s.Swap,
+		ShipLabels: &s.ShipLabels,
 	}
 	if withIn {
 		v.In = &s.In
@@ -129,6 +134,9 @@ func RegisterSchedule(fs *flag.FlagSet, v ScheduleVars) {
 	}
 	if v.Swap != nil {
 		fs.IntVar(v.Swap, "swap", 0, "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none)")
+	}
+	if v.ShipLabels != nil {
+		fs.BoolVar(v.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
 	}
 	if v.Mem != nil {
 		fs.Float64Var(v.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
@@ -190,6 +198,7 @@ func (s Schedule) LowerOptions() (gen.Options, error) {
 		return opt, usagef("-swap = %d; want 0 (no swapping) or at least 2 compute steps between a chunk's forward and its backward", s.Swap)
 	}
 	opt.Passes.Swap = s.Swap
+	opt.Passes.ShipLabels = s.ShipLabels
 	if s.Name != gen.Auto && (s.Mem != 0 || s.AutoCost != "") {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
 	}

@@ -23,6 +23,8 @@ var opCodes = [numOpKinds]byte{
 	OpSwapWaitLoad:      'k',
 	OpRecvInput:         'M',
 	OpSendInput:         'm',
+	OpRecvData:          'T',
+	OpSendData:          't',
 }
 
 // Code returns the kind's letter in a DecodeOps kinds string ("F", "s" for
@@ -64,7 +66,7 @@ func DecodeOps(kinds string, ats []At) []Op {
 		stage, micro, c, d := ats[i].Unpack()
 		o.Stage, o.Micro = int32(stage), int32(micro)
 		switch o.Kind {
-		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput:
+		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput, OpRecvData, OpSendData:
 			o.Peer, o.Slot, o.Src = int32(c), int32(d), -1
 		default:
 			o.Peer, o.Slot, o.Src = -1, int32(c), int32(d)

@@ -64,8 +64,12 @@ type slotState struct {
 	// ract/rgrad and then signals *Done (capacity 1, reused).
 	ract, rgrad       *tensor.Dense
 	actDone, gradDone chan struct{}
+	// rdata/dataDone: the same for a DATA_RECV of the chunk's labels
+	// (Spec.ShipLabels), flagged dataPending.
+	rdata    *tensor.Dense
+	dataDone chan struct{}
 
-	_ [24]byte // to 128 bytes: slot addresses by shift, no multiply
+	_ [8]byte // to 128 bytes: slot addresses by shift, no multiply
 }
 
 // slotFlags is a slot's chunk progress.
@@ -78,8 +82,9 @@ const (
 	actPending                        // a RecvAct is posted and not yet waited for
 	gradPending                       // a RecvGrad is posted and not yet waited for
 	swappedOut                        // the saved context is offloaded (a Swapper's handle)
+	dataPending                       // a RecvData of the labels is posted and not yet waited for
 
-	pending = actPending | gradPending
+	pending = actPending | gradPending | dataPending
 )
 
 // liveKey marks a chunk key; stage and micro take bits 32..62 and 0..30.
@@ -101,7 +106,7 @@ func (s *slotState) micro() int { return int(s.key) & math.MaxInt32 }
 func (s *slotState) start(k uint64) {
 	s.key, s.flags = k, 0
 	s.x, s.y, s.dy, s.dx, s.target, s.saved = nil, nil, nil, nil, nil, nil
-	s.ract, s.rgrad = nil, nil
+	s.ract, s.rgrad, s.rdata = nil, nil, nil
 }
 
 func (s *slotState) clearChunk() { s.start(0) }
@@ -209,7 +214,9 @@ func New(cfg Config) (*Exec, error) {
 		if isLast && cfg.Loss == nil {
 			return nil, fmt.Errorf("pipe: rank %d holds the last stage (%d)%s but Config.Loss is nil", r, s, ofCopy)
 		}
-		if (isFirst || isLast) && cfg.Data == nil {
+		// With shipped labels the last stage's rank reads no data, unless
+		// the route also starts there (nothing to ship).
+		if (isFirst || (isLast && (!sp.ShipLabels || sp.RankOf[s-per+1] == r))) && cfg.Data == nil {
 			return nil, fmt.Errorf("pipe: rank %d holds the first or the last stage (%d)%s but Config.Data is nil", r, s, ofCopy)
 		}
 		if _, ok := stages[s].(CopyGrads); copies > 1 && !ok {
@@ -244,9 +251,12 @@ func New(cfg Config) (*Exec, error) {
 	for s := range x.ends {
 		if s%per == 0 {
 			x.ends[s] |= routeStart
+			if sp.ShipLabels {
+				x.ends[s] |= loadsLabels
+			}
 		}
 		if (s+1)%per == 0 {
-			x.ends[s] |= routeEnd
+			x.ends[s] |= routeEnd | loadsLabels
 		}
 	}
 	x.prevPeer, x.nextPeer = make([]int, sp.Stages), make([]int, sp.Stages)
@@ -268,6 +278,7 @@ func New(cfg Config) (*Exec, error) {
 		s := &x.slots[i]
 		s.actDone = make(chan struct{}, 1)
 		s.gradDone = make(chan struct{}, 1)
+		s.dataDone = make(chan struct{}, 1)
 		s.clearChunk()
 	}
 	for i := range x.losses {
@@ -367,6 +378,12 @@ func (x *Exec) Reset() {
 			default:
 			}
 		}
+		if s.flags&dataPending != 0 {
+			select {
+			case <-s.dataDone:
+			default:
+			}
+		}
 		s.clearChunk()
 	}
 	x.ownIn = nil
@@ -414,8 +431,9 @@ func (x *Exec) valid(stage, micro, slot int) bool {
 
 // The bits of Exec.ends.
 const (
-	routeStart uint8 = 1 << iota // the stage begins its micro-batches' route
-	routeEnd                     // the stage ends it (computes their loss)
+	routeStart  uint8 = 1 << iota // the stage begins its micro-batches' route
+	routeEnd                      // the stage ends it (computes their loss)
+	loadsLabels                   // its DATA_LOAD loads the labels: routeEnd, or routeStart with Spec.ShipLabels
 )
 
 // routeFirst reports whether stage begins micro-batches' route: stage 0,
@@ -529,7 +547,7 @@ func (x *Exec) Load(a At) {
 	if uint(stage) < uint(len(x.ends)) {
 		ends = x.ends[stage]
 	}
-	if first, last := ends&routeStart != 0, ends&routeEnd != 0; ends != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+	if first, last := ends&routeStart != 0, ends&loadsLabels != 0; ends != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
 		s := &x.slots[slot]
 		k := keyOf(stage, micro)
 		if s.key == k || (s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro)) {
@@ -599,7 +617,7 @@ func (x *Exec) load(s *slotState, stage, micro int) {
 		}
 		s.x = in
 	}
-	if x.routeLast(stage) {
+	if x.ends[stage]&loadsLabels != 0 {
 		t, err := x.data.Target(micro)
 		if err != nil || t == nil {
 			x.dataFail(stage, micro, err, "target")
@@ -984,6 +1002,9 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 	s.x, s.y, s.saved = nil, y, saved // as in F: the slot lets go of the input
 	s.flags |= fwdDone
 	if x.routeLast(stage) {
+		if s.flags&dataPending != 0 && !x.takeLabels(s) {
+			return
+		}
 		if s.target == nil {
 			x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: DataLoad(%d, %d) into it has not run", slot, stage, micro)
 			return
@@ -1305,10 +1326,10 @@ func (x *Exec) runComm(op *commOp) {
 	var got *tensor.Dense
 	if !x.failed.Load() {
 		want := transport.Tag{Stage: op.stage - 1, Micro: op.micro}
-		switch op.ch {
-		case transport.Grad:
+		switch {
+		case op.ch == transport.Grad:
 			want.Stage = op.stage + 1
-		case transport.Data:
+		case op.kind == OpRecvInput:
 			want.Stage = op.stage // an owner's input for this stage
 		}
 		tag, t, err := x.tr.Recv(int(op.peer), op.ch)
@@ -1322,10 +1343,14 @@ func (x *Exec) runComm(op *commOp) {
 			got = t
 		}
 	}
-	if op.ch != transport.Grad {
+	switch {
+	case op.kind == OpRecvData:
+		s.rdata = got
+		s.dataDone <- struct{}{}
+	case op.ch != transport.Grad:
 		s.ract = got
 		s.actDone <- struct{}{}
-	} else {
+	default:
 		s.rgrad = got
 		s.gradDone <- struct{}{}
 	}

@@ -38,6 +38,10 @@ const (
 	// first stage's rank, SendInput(Stage, Micro, Peer) on the owner.
 	OpRecvInput
 	OpSendInput
+	// Labels along the pipe (Spec.ShipLabels): RecvData and SendData
+	// (Stage, Micro, Peer, Slot), ahead of the chunk's activation transfer.
+	OpRecvData
+	OpSendData
 	numOpKinds
 )
 
@@ -65,6 +69,8 @@ var kindText = [numOpKinds]string{
 	OpSwapWaitLoad:      "SWAP_WAIT_LOAD",
 	OpRecvInput:         "MPIPE_FWD_RECV",
 	OpSendInput:         "MPIPE_FWD_SEND",
+	OpRecvData:          "DATA_RECV",
+	OpSendData:          "DATA_SEND",
 }
 
 // String returns the kind's schedule text name ("F", "SEND_B", ...).

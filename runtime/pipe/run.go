@@ -55,7 +55,7 @@ func Interpret(x *Exec, ops []Op) error {
 		// fields have no At is reported as the unpacked methods do.
 		var c, d int32
 		switch op.Kind {
-		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput:
+		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput, OpRecvData, OpSendData:
 			c, d = op.Peer, op.Slot
 		case OpForward, OpBackward, OpBackwardInput:
 			c, d = op.Slot, op.Src
@@ -106,6 +106,10 @@ func Interpret(x *Exec, ops []Op) error {
 			x.RecvInput(a)
 		case OpSendInput:
 			x.SendInput(a)
+		case OpRecvData:
+			x.RecvLabels(a)
+		case OpSendData:
+			x.SendLabels(a)
 		case OpOverlapFB, OpOverlapBF:
 			a, b, ok := overlapSubOps(x, ops, i)
 			if !ok {
@@ -201,6 +205,10 @@ func InterpretKeyed(x *Exec, ops []Op) error {
 			x.MpipeRecv(int(op.Stage), int(op.Micro), int(op.Peer), int(s))
 		case OpSendInput:
 			x.MpipeSend(int(op.Stage), int(op.Micro), int(op.Peer), int(op.Slot))
+		case OpRecvData:
+			x.RecvData(int(op.Stage), int(op.Micro), int(op.Peer), int(lookup(k, op.Slot)))
+		case OpSendData:
+			x.SendData(int(op.Stage), int(op.Micro), int(op.Peer), int(lookup(k, op.Slot)))
 		case OpRecvAct:
 			s := lookup(k, op.Slot)
 			fwdHandles[k] = s

@@ -28,6 +28,13 @@ type Spec struct {
 	// input (DataSource.Input) and ships it to the first stage's rank with
 	// SendInput, where RecvInput receives it. 0 for every other schedule.
 	Owned int
+	// ShipLabels is set when the labels travel along the pipe: the first
+	// stage's DATA_LOAD loads them with the input (DataSource.Target), and
+	// RecvLabels/SendLabels (DATA_RECV/DATA_SEND) carry them to the next
+	// stage's rank ahead of each activation, so that only the first stage's
+	// rank reads data. A micro-batch whose route starts and ends on one rank
+	// still loads its labels at the last stage.
+	ShipLabels bool
 }
 
 // Validate checks the Spec's internal consistency.
@@ -60,6 +67,8 @@ func (s Spec) Validate() error {
 	switch {
 	case s.Owned < 0 || s.Owned > min(s.Ranks, s.Micro):
 		return fmt.Errorf("Owned = %d, want 0..min(Ranks, Micro) = %d (mpipe owns one micro-batch per rank at most)", s.Owned, min(s.Ranks, s.Micro))
+	case s.Owned > 0 && s.ShipLabels:
+		return fmt.Errorf("Owned = %d with ShipLabels: owners load only inputs, shipped labels start on the first stage's rank", s.Owned)
 	case s.Owned > 0 && s.Copies > 1:
 		return fmt.Errorf("Owned = %d with Copies = %d: owned-micro loading takes one pipeline", s.Owned, s.Copies)
 	case s.Copies < 0 || s.Copies > 2:
