@@ -99,10 +99,18 @@ func TestMutations(t *testing.T) {
 				"v":           vshape(P, M, M%2 == 0),
 			}
 			for name, base := range bases {
-				for _, eager := range []bool{false, true} {
-					low, _, err := passes.Lower(base, passes.Options{NoOptStep: true, Comm: passes.CommOptions{Order: orderOf(eager)}})
+				// Eager and timed comm orders; with the timed one also the
+				// labels shipped along the pipe, and for interleaved
+				// mpipe's owned-micro loading.
+				for variant := range 4 {
+					eager := variant == 1
+					opt := passes.Options{NoOptStep: true, Comm: passes.CommOptions{Order: orderOf(eager)}, ShipLabels: variant == 2, OwnedData: variant == 3}
+					if variant == 3 && name != "interleaved" {
+						continue
+					}
+					low, _, err := passes.Lower(base, opt)
 					if err != nil {
-						t.Fatal(err)
+						t.Fatalf("%s P=%d M=%d variant %d: %v", name, P, M, variant, err)
 					}
 					for k := 0; k < 10; k++ {
 						p := low.Clone()

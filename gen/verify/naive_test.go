@@ -61,7 +61,7 @@ func runNaive(p ir.Program) string {
 	for r, steps := range p.Ranks {
 		for _, st := range steps {
 			for _, c := range leaves(st) {
-				if c.Stage >= 0 && c.Micro >= 0 {
+				if c.Stage >= 0 && c.Stage < S && c.Micro >= 0 && rankOf[c.Stage] == r { // not an mpipe owner's step
 					uses[key("chunk", c.Stage, c.Micro)]++
 					if s := srcOf(r, c); s != "" {
 						uses[s]++
@@ -76,8 +76,8 @@ func runNaive(p ir.Program) string {
 		}
 		ls := leaves(st)
 		for _, c := range ls {
-			if c.Stage < 0 || c.Micro < 0 {
-				continue
+			if c.Stage < 0 || c.Micro < 0 || (c.Stage < S && rankOf[c.Stage] != r) {
+				continue // no chunk, or an mpipe owner's step: no slot
 			}
 			if c.Slot < 0 {
 				return "a chunk step without a slot"
@@ -96,7 +96,7 @@ func runNaive(p ir.Program) string {
 			seen[ch] = true
 		}
 		for _, c := range ls {
-			if c.Stage >= 0 && c.Micro >= 0 {
+			if c.Stage >= 0 && c.Stage < S && c.Micro >= 0 && rankOf[c.Stage] == r {
 				uses[key("chunk", c.Stage, c.Micro)]--
 				if s := srcOf(r, c); s != "" {
 					uses[s]--
@@ -127,7 +127,13 @@ func runNaive(p ir.Program) string {
 			switch {
 			case s == 0:
 				if hasData && facts[key("load", 0, m)] == 0 {
-					return c.String() + " without its data"
+					// mpipe: the input may come from the micro's owner.
+					switch received(key("MPIPE_FWD_RECV", 0, m)) {
+					case "absent":
+						return c.String() + " without its data"
+					case "wait":
+						return wait
+					}
 				}
 			case rankOf[s-1] == r:
 				if facts[key("F", s-1, m)] == 0 {
@@ -218,7 +224,7 @@ func runNaive(p ir.Program) string {
 				apply(c)
 			}
 		case st.Kind.IsComm():
-			if st.Peer != p.Placement.PeerOf(st.Kind, st.Stage) || st.Peer == r {
+			if st.Peer != p.Placement.PeerOfStep(st) || st.Peer == r {
 				return st.String() + " to the wrong peer"
 			}
 			s, m := st.Stage, st.Micro
@@ -234,6 +240,17 @@ func runNaive(p ir.Program) string {
 			case ir.DataSend:
 				if facts[key("load", s, m)] == 0 && recvs[key("DATA_RECV", s, m)] == nil {
 					return st.String() + " without data"
+				}
+			case ir.MpipeSend:
+				if facts[key("ownerload", s, m)] == 0 {
+					return st.String() + " before its owner's load"
+				}
+				if rankOf[s] == r || p.Placement.Owner(m) != r {
+					return st.String() + " not from the micro's owner"
+				}
+			case ir.MpipeRecv:
+				if p.Placement.Owner(m) == r {
+					return st.String() + " on the micro's own owner"
 				}
 			}
 			// Contract: a chunk's transfer runs once (the runtime keeps one
@@ -251,6 +268,12 @@ func runNaive(p ir.Program) string {
 				recvs[key(st.Kind.String(), s, m)] = o
 			}
 			posted[r] = append(posted[r], o)
+		case st.Kind == ir.DataLoad && st.Stage >= 0 && st.Stage < S && rankOf[st.Stage] != r:
+			// An owner's load of another rank's input (mpipe).
+			if st.Stage != 0 || p.Placement.Owner(st.Micro) != r || facts[key("ownerload", 0, st.Micro)] > 0 {
+				return st.String() + " on a rank that neither holds the stage nor owns the micro, or twice"
+			}
+			facts[key("ownerload", 0, st.Micro)]++
 		case st.Kind == ir.DataLoad:
 			if facts[key("load", st.Stage, st.Micro)] > 0 {
 				return st.String() + " loads a micro-batch twice"
@@ -296,8 +319,11 @@ func runNaive(p ir.Program) string {
 				snd, rcv = rcv, snd
 			}
 			d := 1
-			if snd.Kind == ir.SendB {
+			switch snd.Kind {
+			case ir.SendB:
 				d = -1
+			case ir.MpipeSend:
+				d = 0 // the owner's input, for the stage itself
 			}
 			if rcv.Stage != snd.Stage+d || rcv.Micro != snd.Micro {
 				return fmt.Sprintf("breaks: %s delivers into %s", snd, rcv)
