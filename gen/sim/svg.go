@@ -65,7 +65,7 @@ func categoryOf(k ir.Kind) category {
 		return catI
 	case ir.BackwardWeight:
 		return catW
-	case ir.DataLoad, ir.DataSend, ir.DataRecv:
+	case ir.DataLoad, ir.DataSend, ir.DataRecv, ir.MpipeSend, ir.MpipeRecv:
 		return catData
 	case ir.SendF, ir.RecvF, ir.SendB, ir.RecvB:
 		return catComm

@@ -207,7 +207,7 @@ func traceCat(k ir.Kind) string {
 	switch {
 	case k.IsCompute():
 		return "compute"
-	case k == ir.DataSend || k == ir.DataRecv || k == ir.DataLoad:
+	case k == ir.DataSend || k == ir.DataRecv || k == ir.DataLoad || k == ir.MpipeSend || k == ir.MpipeRecv:
 		return "data"
 	case k.IsComm():
 		return "comm"
