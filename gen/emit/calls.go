@@ -91,10 +91,10 @@ var calls = map[ir.Kind]call{
 
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch
 // and slot) that is emitted as one call of Method, whose pipe.At is the
-// compute step's (stage, micro, slot, src); the transfer's peer is the rank
-// the placement puts the neighbour stage on, which the runtime derives. A
-// receive fuses with the compute after it only when that compute consumes it
-// (src -1).
+// compute step's (stage, micro, slot, src), or (stage, micro, slot, -1) for
+// a pair of transfers; a transfer's peer is the rank the placement puts the
+// neighbour stage on, which the runtime derives. A receive fuses with the
+// compute after it only when that compute consumes it (src -1).
 type Fusion struct {
 	First, Second ir.Kind
 	Method        string
@@ -110,6 +110,10 @@ var fusions = []Fusion{
 	{ir.Backward, ir.SendB, "BAndSend"},
 	{ir.RecvB, ir.BackwardInput, "RecvAndI"},
 	{ir.BackwardInput, ir.SendB, "IAndSend"},
+	// -ship-labels: the labels go right before the activation, same chunk
+	// and peer; the At is (stage, micro, slot, -1) as for a compute step.
+	{ir.DataSend, ir.SendF, "LabelsAndSendF"},
+	{ir.DataRecv, ir.RecvF, "LabelsAndRecvF"},
 }
 
 // Fusions returns the fused pairs, for tools that read generated code back.

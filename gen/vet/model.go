@@ -443,6 +443,24 @@ func (m *model) readFused(call *ast.CallExpr, name string, f emit.Fusion, r, ind
 		return []*step{a, b}
 	}
 	stage, micro, slot, src := vals[0], vals[1], vals[2], vals[3]
+	if f.First.IsComm() && f.Second.IsComm() {
+		// Two transfers of the chunk with one neighbour (labels, then the
+		// activation): src is not an argument of either.
+		for i, k := range []ir.Kind{f.First, f.Second} {
+			s := []*step{a, b}[i]
+			peer := ir.None
+			if stage >= 0 && stage < len(m.spec.rankOf) {
+				peer = m.spec.placement().PeerOf(k, stage)
+			}
+			s.st = ir.Step{Kind: k, Stage: stage, Micro: micro, Peer: peer, Slot: slot}
+			s.ok = src == ir.None
+			if !s.ok {
+				m.report(call, "%s: the fourth field of %s's At is %d; a pair of transfers takes 0xffff there", exprString(call), name, src)
+			}
+			s.desc = emit.Describe(s.st, ir.None)
+		}
+		return []*step{a, b}
+	}
 	compute, transfer := f.First, f.Second
 	cs, ts := a, b
 	if compute.IsComm() {

@@ -36,46 +36,38 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-48 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)       // 0DATA_LOAD0 slot 0
-	x.F(0x0000_0000_0000_ffff)          // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)       // 0DATA_LOAD1 slot 1
-	x.SendLabels(0x0000_0000_0001_0000) // 0DATA_SEND0 peer 1, slot 0
-	x.SendF(0x0000_0000_0001_0000)      // 0SEND_F0 peer 1, slot 0
-	x.F(0x0000_0001_0001_ffff)          // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)       // 0DATA_LOAD2 slot 2
-	x.SendLabels(0x0000_0001_0001_0001) // 0DATA_SEND1 peer 1, slot 1
-	x.SendF(0x0000_0001_0001_0001)      // 0SEND_F1 peer 1, slot 1
-	x.F(0x0000_0002_0002_ffff)          // 0F2 slot 2
-	x.Load(0x0000_0003_0003_ffff)       // 0DATA_LOAD3 slot 3
-	x.SendLabels(0x0000_0002_0001_0002) // 0DATA_SEND2 peer 1, slot 2
-	x.SendF(0x0000_0002_0001_0002)      // 0SEND_F2 peer 1, slot 2
-	x.F(0x0000_0003_0003_ffff)          // 0F3 slot 3
-	x.SendLabels(0x0000_0003_0001_0003) // 0DATA_SEND3 peer 1, slot 3
-	x.SendF(0x0000_0003_0001_0003)      // 0SEND_F3 peer 1, slot 3
-	x.RecvAndB(0x0000_0000_0000_ffff)   // 0RECV_B0 peer 1, slot 0; 0B0 slot 0
-	x.Load(0x0000_0004_0000_ffff)       // 0DATA_LOAD4 slot 0
-	x.F(0x0000_0004_0000_ffff)          // 0F4 slot 0
-	x.SendLabels(0x0000_0004_0001_0000) // 0DATA_SEND4 peer 1, slot 0
-	x.SendF(0x0000_0004_0001_0000)      // 0SEND_F4 peer 1, slot 0
-	x.RecvAndB(0x0000_0001_0001_ffff)   // 0RECV_B1 peer 1, slot 1; 0B1 slot 1
-	x.Load(0x0000_0005_0001_ffff)       // 0DATA_LOAD5 slot 1
-	x.F(0x0000_0005_0001_ffff)          // 0F5 slot 1
-	x.SendLabels(0x0000_0005_0001_0001) // 0DATA_SEND5 peer 1, slot 1
-	x.SendF(0x0000_0005_0001_0001)      // 0SEND_F5 peer 1, slot 1
-	x.RecvAndB(0x0000_0002_0002_ffff)   // 0RECV_B2 peer 1, slot 2; 0B2 slot 2
-	x.Load(0x0000_0006_0002_ffff)       // 0DATA_LOAD6 slot 2
-	x.F(0x0000_0006_0002_ffff)          // 0F6 slot 2
-	x.SendLabels(0x0000_0006_0001_0002) // 0DATA_SEND6 peer 1, slot 2
-	x.SendF(0x0000_0006_0001_0002)      // 0SEND_F6 peer 1, slot 2
-	x.RecvAndB(0x0000_0003_0003_ffff)   // 0RECV_B3 peer 1, slot 3; 0B3 slot 3
-	x.Load(0x0000_0007_0003_ffff)       // 0DATA_LOAD7 slot 3
-	x.F(0x0000_0007_0003_ffff)          // 0F7 slot 3
-	x.SendLabels(0x0000_0007_0001_0003) // 0DATA_SEND7 peer 1, slot 3
-	x.SendF(0x0000_0007_0001_0003)      // 0SEND_F7 peer 1, slot 3
-	x.RecvAndB(0x0000_0004_0000_ffff)   // 0RECV_B4 peer 1, slot 0; 0B4 slot 0
-	x.RecvAndB(0x0000_0005_0001_ffff)   // 0RECV_B5 peer 1, slot 1; 0B5 slot 1
-	x.RecvAndB(0x0000_0006_0002_ffff)   // 0RECV_B6 peer 1, slot 2; 0B6 slot 2
-	x.RecvAndB(0x0000_0007_0003_ffff)   // 0RECV_B7 peer 1, slot 3; 0B7 slot 3
+	x.Load(0x0000_0000_0000_ffff)           // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)              // 0F0 slot 0
+	x.Load(0x0000_0001_0001_ffff)           // 0DATA_LOAD1 slot 1
+	x.LabelsAndSendF(0x0000_0000_0000_ffff) // 0DATA_SEND0 peer 1, slot 0; 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)              // 0F1 slot 1
+	x.Load(0x0000_0002_0002_ffff)           // 0DATA_LOAD2 slot 2
+	x.LabelsAndSendF(0x0000_0001_0001_ffff) // 0DATA_SEND1 peer 1, slot 1; 0SEND_F1 peer 1, slot 1
+	x.F(0x0000_0002_0002_ffff)              // 0F2 slot 2
+	x.Load(0x0000_0003_0003_ffff)           // 0DATA_LOAD3 slot 3
+	x.LabelsAndSendF(0x0000_0002_0002_ffff) // 0DATA_SEND2 peer 1, slot 2; 0SEND_F2 peer 1, slot 2
+	x.F(0x0000_0003_0003_ffff)              // 0F3 slot 3
+	x.LabelsAndSendF(0x0000_0003_0003_ffff) // 0DATA_SEND3 peer 1, slot 3; 0SEND_F3 peer 1, slot 3
+	x.RecvAndB(0x0000_0000_0000_ffff)       // 0RECV_B0 peer 1, slot 0; 0B0 slot 0
+	x.Load(0x0000_0004_0000_ffff)           // 0DATA_LOAD4 slot 0
+	x.F(0x0000_0004_0000_ffff)              // 0F4 slot 0
+	x.LabelsAndSendF(0x0000_0004_0000_ffff) // 0DATA_SEND4 peer 1, slot 0; 0SEND_F4 peer 1, slot 0
+	x.RecvAndB(0x0000_0001_0001_ffff)       // 0RECV_B1 peer 1, slot 1; 0B1 slot 1
+	x.Load(0x0000_0005_0001_ffff)           // 0DATA_LOAD5 slot 1
+	x.F(0x0000_0005_0001_ffff)              // 0F5 slot 1
+	x.LabelsAndSendF(0x0000_0005_0001_ffff) // 0DATA_SEND5 peer 1, slot 1; 0SEND_F5 peer 1, slot 1
+	x.RecvAndB(0x0000_0002_0002_ffff)       // 0RECV_B2 peer 1, slot 2; 0B2 slot 2
+	x.Load(0x0000_0006_0002_ffff)           // 0DATA_LOAD6 slot 2
+	x.F(0x0000_0006_0002_ffff)              // 0F6 slot 2
+	x.LabelsAndSendF(0x0000_0006_0002_ffff) // 0DATA_SEND6 peer 1, slot 2; 0SEND_F6 peer 1, slot 2
+	x.RecvAndB(0x0000_0003_0003_ffff)       // 0RECV_B3 peer 1, slot 3; 0B3 slot 3
+	x.Load(0x0000_0007_0003_ffff)           // 0DATA_LOAD7 slot 3
+	x.F(0x0000_0007_0003_ffff)              // 0F7 slot 3
+	x.LabelsAndSendF(0x0000_0007_0003_ffff) // 0DATA_SEND7 peer 1, slot 3; 0SEND_F7 peer 1, slot 3
+	x.RecvAndB(0x0000_0004_0000_ffff)       // 0RECV_B4 peer 1, slot 0; 0B4 slot 0
+	x.RecvAndB(0x0000_0005_0001_ffff)       // 0RECV_B5 peer 1, slot 1; 0B5 slot 1
+	x.RecvAndB(0x0000_0006_0002_ffff)       // 0RECV_B6 peer 1, slot 2; 0B6 slot 2
+	x.RecvAndB(0x0000_0007_0003_ffff)       // 0RECV_B7 peer 1, slot 3; 0B7 slot 3
 	x.OptStep()
 }
 
@@ -87,59 +79,46 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-64 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.RecvLabels(0x0001_0000_0000_0000) // 1DATA_RECV0 peer 0, slot 0
-	x.RecvAndF(0x0001_0000_0000_ffff)   // 1RECV_F0 peer 0, slot 0; 1F0 slot 0
-	x.SendLabels(0x0001_0000_0002_0000) // 1DATA_SEND0 peer 2, slot 0
-	x.SendF(0x0001_0000_0002_0000)      // 1SEND_F0 peer 2, slot 0
-	x.RecvLabels(0x0001_0001_0000_0001) // 1DATA_RECV1 peer 0, slot 1
-	x.RecvAndF(0x0001_0001_0001_ffff)   // 1RECV_F1 peer 0, slot 1; 1F1 slot 1
-	x.SendLabels(0x0001_0001_0002_0001) // 1DATA_SEND1 peer 2, slot 1
-	x.SendF(0x0001_0001_0002_0001)      // 1SEND_F1 peer 2, slot 1
-	x.RecvLabels(0x0001_0002_0000_0002) // 1DATA_RECV2 peer 0, slot 2
-	x.RecvAndF(0x0001_0002_0002_ffff)   // 1RECV_F2 peer 0, slot 2; 1F2 slot 2
-	x.SendLabels(0x0001_0002_0002_0002) // 1DATA_SEND2 peer 2, slot 2
-	x.SendF(0x0001_0002_0002_0002)      // 1SEND_F2 peer 2, slot 2
-	x.RecvLabels(0x0001_0003_0000_0003) // 1DATA_RECV3 peer 0, slot 3
-	x.RecvF(0x0001_0003_0000_0003)      // 1RECV_F3 peer 0, slot 3
-	x.RecvAndB(0x0001_0000_0000_ffff)   // 1RECV_B0 peer 2, slot 0; 1B0 slot 0
-	x.SendB(0x0001_0000_0000_0000)      // 1SEND_B0 peer 0, slot 0
-	x.F(0x0001_0003_0003_ffff)          // 1F3 slot 3
-	x.SendLabels(0x0001_0003_0002_0003) // 1DATA_SEND3 peer 2, slot 3
-	x.SendF(0x0001_0003_0002_0003)      // 1SEND_F3 peer 2, slot 3
-	x.RecvAndB(0x0001_0001_0001_ffff)   // 1RECV_B1 peer 2, slot 1; 1B1 slot 1
-	x.RecvLabels(0x0001_0004_0000_0000) // 1DATA_RECV4 peer 0, slot 0
-	x.RecvF(0x0001_0004_0000_0000)      // 1RECV_F4 peer 0, slot 0
-	x.SendB(0x0001_0001_0000_0001)      // 1SEND_B1 peer 0, slot 1
-	x.F(0x0001_0004_0000_ffff)          // 1F4 slot 0
-	x.SendLabels(0x0001_0004_0002_0000) // 1DATA_SEND4 peer 2, slot 0
-	x.SendF(0x0001_0004_0002_0000)      // 1SEND_F4 peer 2, slot 0
-	x.RecvAndB(0x0001_0002_0002_ffff)   // 1RECV_B2 peer 2, slot 2; 1B2 slot 2
-	x.RecvLabels(0x0001_0005_0000_0001) // 1DATA_RECV5 peer 0, slot 1
-	x.RecvF(0x0001_0005_0000_0001)      // 1RECV_F5 peer 0, slot 1
-	x.SendB(0x0001_0002_0000_0002)      // 1SEND_B2 peer 0, slot 2
-	x.F(0x0001_0005_0001_ffff)          // 1F5 slot 1
-	x.SendLabels(0x0001_0005_0002_0001) // 1DATA_SEND5 peer 2, slot 1
-	x.SendF(0x0001_0005_0002_0001)      // 1SEND_F5 peer 2, slot 1
-	x.RecvAndB(0x0001_0003_0003_ffff)   // 1RECV_B3 peer 2, slot 3; 1B3 slot 3
-	x.RecvLabels(0x0001_0006_0000_0002) // 1DATA_RECV6 peer 0, slot 2
-	x.RecvF(0x0001_0006_0000_0002)      // 1RECV_F6 peer 0, slot 2
-	x.SendB(0x0001_0003_0000_0003)      // 1SEND_B3 peer 0, slot 3
-	x.F(0x0001_0006_0002_ffff)          // 1F6 slot 2
-	x.SendLabels(0x0001_0006_0002_0002) // 1DATA_SEND6 peer 2, slot 2
-	x.SendF(0x0001_0006_0002_0002)      // 1SEND_F6 peer 2, slot 2
-	x.RecvAndB(0x0001_0004_0000_ffff)   // 1RECV_B4 peer 2, slot 0; 1B4 slot 0
-	x.RecvLabels(0x0001_0007_0000_0003) // 1DATA_RECV7 peer 0, slot 3
-	x.RecvF(0x0001_0007_0000_0003)      // 1RECV_F7 peer 0, slot 3
-	x.SendB(0x0001_0004_0000_0000)      // 1SEND_B4 peer 0, slot 0
-	x.F(0x0001_0007_0003_ffff)          // 1F7 slot 3
-	x.SendLabels(0x0001_0007_0002_0003) // 1DATA_SEND7 peer 2, slot 3
-	x.SendF(0x0001_0007_0002_0003)      // 1SEND_F7 peer 2, slot 3
-	x.RecvAndB(0x0001_0005_0001_ffff)   // 1RECV_B5 peer 2, slot 1; 1B5 slot 1
-	x.SendB(0x0001_0005_0000_0001)      // 1SEND_B5 peer 0, slot 1
-	x.RecvAndB(0x0001_0006_0002_ffff)   // 1RECV_B6 peer 2, slot 2; 1B6 slot 2
-	x.SendB(0x0001_0006_0000_0002)      // 1SEND_B6 peer 0, slot 2
-	x.RecvAndB(0x0001_0007_0003_ffff)   // 1RECV_B7 peer 2, slot 3; 1B7 slot 3
-	x.SendB(0x0001_0007_0000_0003)      // 1SEND_B7 peer 0, slot 3
+	x.LabelsAndRecvF(0x0001_0000_0000_ffff) // 1DATA_RECV0 peer 0, slot 0; 1RECV_F0 peer 0, slot 0
+	x.F(0x0001_0000_0000_ffff)              // 1F0 slot 0
+	x.LabelsAndSendF(0x0001_0000_0000_ffff) // 1DATA_SEND0 peer 2, slot 0; 1SEND_F0 peer 2, slot 0
+	x.LabelsAndRecvF(0x0001_0001_0001_ffff) // 1DATA_RECV1 peer 0, slot 1; 1RECV_F1 peer 0, slot 1
+	x.F(0x0001_0001_0001_ffff)              // 1F1 slot 1
+	x.LabelsAndSendF(0x0001_0001_0001_ffff) // 1DATA_SEND1 peer 2, slot 1; 1SEND_F1 peer 2, slot 1
+	x.LabelsAndRecvF(0x0001_0002_0002_ffff) // 1DATA_RECV2 peer 0, slot 2; 1RECV_F2 peer 0, slot 2
+	x.F(0x0001_0002_0002_ffff)              // 1F2 slot 2
+	x.LabelsAndSendF(0x0001_0002_0002_ffff) // 1DATA_SEND2 peer 2, slot 2; 1SEND_F2 peer 2, slot 2
+	x.LabelsAndRecvF(0x0001_0003_0003_ffff) // 1DATA_RECV3 peer 0, slot 3; 1RECV_F3 peer 0, slot 3
+	x.RecvAndB(0x0001_0000_0000_ffff)       // 1RECV_B0 peer 2, slot 0; 1B0 slot 0
+	x.SendB(0x0001_0000_0000_0000)          // 1SEND_B0 peer 0, slot 0
+	x.F(0x0001_0003_0003_ffff)              // 1F3 slot 3
+	x.LabelsAndSendF(0x0001_0003_0003_ffff) // 1DATA_SEND3 peer 2, slot 3; 1SEND_F3 peer 2, slot 3
+	x.RecvAndB(0x0001_0001_0001_ffff)       // 1RECV_B1 peer 2, slot 1; 1B1 slot 1
+	x.LabelsAndRecvF(0x0001_0004_0000_ffff) // 1DATA_RECV4 peer 0, slot 0; 1RECV_F4 peer 0, slot 0
+	x.SendB(0x0001_0001_0000_0001)          // 1SEND_B1 peer 0, slot 1
+	x.F(0x0001_0004_0000_ffff)              // 1F4 slot 0
+	x.LabelsAndSendF(0x0001_0004_0000_ffff) // 1DATA_SEND4 peer 2, slot 0; 1SEND_F4 peer 2, slot 0
+	x.RecvAndB(0x0001_0002_0002_ffff)       // 1RECV_B2 peer 2, slot 2; 1B2 slot 2
+	x.LabelsAndRecvF(0x0001_0005_0001_ffff) // 1DATA_RECV5 peer 0, slot 1; 1RECV_F5 peer 0, slot 1
+	x.SendB(0x0001_0002_0000_0002)          // 1SEND_B2 peer 0, slot 2
+	x.F(0x0001_0005_0001_ffff)              // 1F5 slot 1
+	x.LabelsAndSendF(0x0001_0005_0001_ffff) // 1DATA_SEND5 peer 2, slot 1; 1SEND_F5 peer 2, slot 1
+	x.RecvAndB(0x0001_0003_0003_ffff)       // 1RECV_B3 peer 2, slot 3; 1B3 slot 3
+	x.LabelsAndRecvF(0x0001_0006_0002_ffff) // 1DATA_RECV6 peer 0, slot 2; 1RECV_F6 peer 0, slot 2
+	x.SendB(0x0001_0003_0000_0003)          // 1SEND_B3 peer 0, slot 3
+	x.F(0x0001_0006_0002_ffff)              // 1F6 slot 2
+	x.LabelsAndSendF(0x0001_0006_0002_ffff) // 1DATA_SEND6 peer 2, slot 2; 1SEND_F6 peer 2, slot 2
+	x.RecvAndB(0x0001_0004_0000_ffff)       // 1RECV_B4 peer 2, slot 0; 1B4 slot 0
+	x.LabelsAndRecvF(0x0001_0007_0003_ffff) // 1DATA_RECV7 peer 0, slot 3; 1RECV_F7 peer 0, slot 3
+	x.SendB(0x0001_0004_0000_0000)          // 1SEND_B4 peer 0, slot 0
+	x.F(0x0001_0007_0003_ffff)              // 1F7 slot 3
+	x.LabelsAndSendF(0x0001_0007_0003_ffff) // 1DATA_SEND7 peer 2, slot 3; 1SEND_F7 peer 2, slot 3
+	x.RecvAndB(0x0001_0005_0001_ffff)       // 1RECV_B5 peer 2, slot 1; 1B5 slot 1
+	x.SendB(0x0001_0005_0000_0001)          // 1SEND_B5 peer 0, slot 1
+	x.RecvAndB(0x0001_0006_0002_ffff)       // 1RECV_B6 peer 2, slot 2; 1B6 slot 2
+	x.SendB(0x0001_0006_0000_0002)          // 1SEND_B6 peer 0, slot 2
+	x.RecvAndB(0x0001_0007_0003_ffff)       // 1RECV_B7 peer 2, slot 3; 1B7 slot 3
+	x.SendB(0x0001_0007_0000_0003)          // 1SEND_B7 peer 0, slot 3
 	x.OptStep()
 }
 
@@ -151,60 +130,46 @@ func Rank2(x *pipe.Exec) error {
 
 // rank2Part0 runs steps 0-64 of rank 2.
 func rank2Part0(x *pipe.Exec) {
-	x.RecvLabels(0x0002_0000_0001_0000) // 2DATA_RECV0 peer 1, slot 0
-	x.RecvAndF(0x0002_0000_0000_ffff)   // 2RECV_F0 peer 1, slot 0; 2F0 slot 0
-	x.SendLabels(0x0002_0000_0003_0000) // 2DATA_SEND0 peer 3, slot 0
-	x.SendF(0x0002_0000_0003_0000)      // 2SEND_F0 peer 3, slot 0
-	x.RecvLabels(0x0002_0001_0001_0001) // 2DATA_RECV1 peer 1, slot 1
-	x.RecvAndF(0x0002_0001_0001_ffff)   // 2RECV_F1 peer 1, slot 1; 2F1 slot 1
-	x.SendLabels(0x0002_0001_0003_0001) // 2DATA_SEND1 peer 3, slot 1
-	x.SendF(0x0002_0001_0003_0001)      // 2SEND_F1 peer 3, slot 1
-	x.RecvLabels(0x0002_0002_0001_0002) // 2DATA_RECV2 peer 1, slot 2
-	x.RecvF(0x0002_0002_0001_0002)      // 2RECV_F2 peer 1, slot 2
-	x.RecvAndB(0x0002_0000_0000_ffff)   // 2RECV_B0 peer 3, slot 0; 2B0 slot 0
-	x.SendB(0x0002_0000_0001_0000)      // 2SEND_B0 peer 1, slot 0
-	x.F(0x0002_0002_0002_ffff)          // 2F2 slot 2
-	x.SendLabels(0x0002_0002_0003_0002) // 2DATA_SEND2 peer 3, slot 2
-	x.SendF(0x0002_0002_0003_0002)      // 2SEND_F2 peer 3, slot 2
-	x.RecvAndB(0x0002_0001_0001_ffff)   // 2RECV_B1 peer 3, slot 1; 2B1 slot 1
-	x.RecvLabels(0x0002_0003_0001_0000) // 2DATA_RECV3 peer 1, slot 0
-	x.RecvF(0x0002_0003_0001_0000)      // 2RECV_F3 peer 1, slot 0
-	x.SendB(0x0002_0001_0001_0001)      // 2SEND_B1 peer 1, slot 1
-	x.F(0x0002_0003_0000_ffff)          // 2F3 slot 0
-	x.SendLabels(0x0002_0003_0003_0000) // 2DATA_SEND3 peer 3, slot 0
-	x.SendF(0x0002_0003_0003_0000)      // 2SEND_F3 peer 3, slot 0
-	x.RecvAndB(0x0002_0002_0002_ffff)   // 2RECV_B2 peer 3, slot 2; 2B2 slot 2
-	x.RecvLabels(0x0002_0004_0001_0001) // 2DATA_RECV4 peer 1, slot 1
-	x.RecvF(0x0002_0004_0001_0001)      // 2RECV_F4 peer 1, slot 1
-	x.SendB(0x0002_0002_0001_0002)      // 2SEND_B2 peer 1, slot 2
-	x.F(0x0002_0004_0001_ffff)          // 2F4 slot 1
-	x.SendLabels(0x0002_0004_0003_0001) // 2DATA_SEND4 peer 3, slot 1
-	x.SendF(0x0002_0004_0003_0001)      // 2SEND_F4 peer 3, slot 1
-	x.RecvAndB(0x0002_0003_0000_ffff)   // 2RECV_B3 peer 3, slot 0; 2B3 slot 0
-	x.RecvLabels(0x0002_0005_0001_0002) // 2DATA_RECV5 peer 1, slot 2
-	x.RecvF(0x0002_0005_0001_0002)      // 2RECV_F5 peer 1, slot 2
-	x.SendB(0x0002_0003_0001_0000)      // 2SEND_B3 peer 1, slot 0
-	x.F(0x0002_0005_0002_ffff)          // 2F5 slot 2
-	x.SendLabels(0x0002_0005_0003_0002) // 2DATA_SEND5 peer 3, slot 2
-	x.SendF(0x0002_0005_0003_0002)      // 2SEND_F5 peer 3, slot 2
-	x.RecvAndB(0x0002_0004_0001_ffff)   // 2RECV_B4 peer 3, slot 1; 2B4 slot 1
-	x.RecvLabels(0x0002_0006_0001_0000) // 2DATA_RECV6 peer 1, slot 0
-	x.RecvF(0x0002_0006_0001_0000)      // 2RECV_F6 peer 1, slot 0
-	x.SendB(0x0002_0004_0001_0001)      // 2SEND_B4 peer 1, slot 1
-	x.F(0x0002_0006_0000_ffff)          // 2F6 slot 0
-	x.SendLabels(0x0002_0006_0003_0000) // 2DATA_SEND6 peer 3, slot 0
-	x.SendF(0x0002_0006_0003_0000)      // 2SEND_F6 peer 3, slot 0
-	x.RecvAndB(0x0002_0005_0002_ffff)   // 2RECV_B5 peer 3, slot 2; 2B5 slot 2
-	x.RecvLabels(0x0002_0007_0001_0001) // 2DATA_RECV7 peer 1, slot 1
-	x.RecvF(0x0002_0007_0001_0001)      // 2RECV_F7 peer 1, slot 1
-	x.SendB(0x0002_0005_0001_0002)      // 2SEND_B5 peer 1, slot 2
-	x.F(0x0002_0007_0001_ffff)          // 2F7 slot 1
-	x.SendLabels(0x0002_0007_0003_0001) // 2DATA_SEND7 peer 3, slot 1
-	x.SendF(0x0002_0007_0003_0001)      // 2SEND_F7 peer 3, slot 1
-	x.RecvAndB(0x0002_0006_0000_ffff)   // 2RECV_B6 peer 3, slot 0; 2B6 slot 0
-	x.SendB(0x0002_0006_0001_0000)      // 2SEND_B6 peer 1, slot 0
-	x.RecvAndB(0x0002_0007_0001_ffff)   // 2RECV_B7 peer 3, slot 1; 2B7 slot 1
-	x.SendB(0x0002_0007_0001_0001)      // 2SEND_B7 peer 1, slot 1
+	x.LabelsAndRecvF(0x0002_0000_0000_ffff) // 2DATA_RECV0 peer 1, slot 0; 2RECV_F0 peer 1, slot 0
+	x.F(0x0002_0000_0000_ffff)              // 2F0 slot 0
+	x.LabelsAndSendF(0x0002_0000_0000_ffff) // 2DATA_SEND0 peer 3, slot 0; 2SEND_F0 peer 3, slot 0
+	x.LabelsAndRecvF(0x0002_0001_0001_ffff) // 2DATA_RECV1 peer 1, slot 1; 2RECV_F1 peer 1, slot 1
+	x.F(0x0002_0001_0001_ffff)              // 2F1 slot 1
+	x.LabelsAndSendF(0x0002_0001_0001_ffff) // 2DATA_SEND1 peer 3, slot 1; 2SEND_F1 peer 3, slot 1
+	x.LabelsAndRecvF(0x0002_0002_0002_ffff) // 2DATA_RECV2 peer 1, slot 2; 2RECV_F2 peer 1, slot 2
+	x.RecvAndB(0x0002_0000_0000_ffff)       // 2RECV_B0 peer 3, slot 0; 2B0 slot 0
+	x.SendB(0x0002_0000_0001_0000)          // 2SEND_B0 peer 1, slot 0
+	x.F(0x0002_0002_0002_ffff)              // 2F2 slot 2
+	x.LabelsAndSendF(0x0002_0002_0002_ffff) // 2DATA_SEND2 peer 3, slot 2; 2SEND_F2 peer 3, slot 2
+	x.RecvAndB(0x0002_0001_0001_ffff)       // 2RECV_B1 peer 3, slot 1; 2B1 slot 1
+	x.LabelsAndRecvF(0x0002_0003_0000_ffff) // 2DATA_RECV3 peer 1, slot 0; 2RECV_F3 peer 1, slot 0
+	x.SendB(0x0002_0001_0001_0001)          // 2SEND_B1 peer 1, slot 1
+	x.F(0x0002_0003_0000_ffff)              // 2F3 slot 0
+	x.LabelsAndSendF(0x0002_0003_0000_ffff) // 2DATA_SEND3 peer 3, slot 0; 2SEND_F3 peer 3, slot 0
+	x.RecvAndB(0x0002_0002_0002_ffff)       // 2RECV_B2 peer 3, slot 2; 2B2 slot 2
+	x.LabelsAndRecvF(0x0002_0004_0001_ffff) // 2DATA_RECV4 peer 1, slot 1; 2RECV_F4 peer 1, slot 1
+	x.SendB(0x0002_0002_0001_0002)          // 2SEND_B2 peer 1, slot 2
+	x.F(0x0002_0004_0001_ffff)              // 2F4 slot 1
+	x.LabelsAndSendF(0x0002_0004_0001_ffff) // 2DATA_SEND4 peer 3, slot 1; 2SEND_F4 peer 3, slot 1
+	x.RecvAndB(0x0002_0003_0000_ffff)       // 2RECV_B3 peer 3, slot 0; 2B3 slot 0
+	x.LabelsAndRecvF(0x0002_0005_0002_ffff) // 2DATA_RECV5 peer 1, slot 2; 2RECV_F5 peer 1, slot 2
+	x.SendB(0x0002_0003_0001_0000)          // 2SEND_B3 peer 1, slot 0
+	x.F(0x0002_0005_0002_ffff)              // 2F5 slot 2
+	x.LabelsAndSendF(0x0002_0005_0002_ffff) // 2DATA_SEND5 peer 3, slot 2; 2SEND_F5 peer 3, slot 2
+	x.RecvAndB(0x0002_0004_0001_ffff)       // 2RECV_B4 peer 3, slot 1; 2B4 slot 1
+	x.LabelsAndRecvF(0x0002_0006_0000_ffff) // 2DATA_RECV6 peer 1, slot 0; 2RECV_F6 peer 1, slot 0
+	x.SendB(0x0002_0004_0001_0001)          // 2SEND_B4 peer 1, slot 1
+	x.F(0x0002_0006_0000_ffff)              // 2F6 slot 0
+	x.LabelsAndSendF(0x0002_0006_0000_ffff) // 2DATA_SEND6 peer 3, slot 0; 2SEND_F6 peer 3, slot 0
+	x.RecvAndB(0x0002_0005_0002_ffff)       // 2RECV_B5 peer 3, slot 2; 2B5 slot 2
+	x.LabelsAndRecvF(0x0002_0007_0001_ffff) // 2DATA_RECV7 peer 1, slot 1; 2RECV_F7 peer 1, slot 1
+	x.SendB(0x0002_0005_0001_0002)          // 2SEND_B5 peer 1, slot 2
+	x.F(0x0002_0007_0001_ffff)              // 2F7 slot 1
+	x.LabelsAndSendF(0x0002_0007_0001_ffff) // 2DATA_SEND7 peer 3, slot 1; 2SEND_F7 peer 3, slot 1
+	x.RecvAndB(0x0002_0006_0000_ffff)       // 2RECV_B6 peer 3, slot 0; 2B6 slot 0
+	x.SendB(0x0002_0006_0001_0000)          // 2SEND_B6 peer 1, slot 0
+	x.RecvAndB(0x0002_0007_0001_ffff)       // 2RECV_B7 peer 3, slot 1; 2B7 slot 1
+	x.SendB(0x0002_0007_0001_0001)          // 2SEND_B7 peer 1, slot 1
 	x.OptStep()
 }
 
@@ -216,43 +181,36 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-40 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.RecvLabels(0x0003_0000_0002_0000) // 3DATA_RECV0 peer 2, slot 0
-	x.RecvAndF(0x0003_0000_0000_ffff)   // 3RECV_F0 peer 2, slot 0; 3F0 slot 0
-	x.RecvLabels(0x0003_0001_0002_0001) // 3DATA_RECV1 peer 2, slot 1
-	x.RecvF(0x0003_0001_0002_0001)      // 3RECV_F1 peer 2, slot 1
-	x.BAndSend(0x0003_0000_0000_ffff)   // 3B0 slot 0; 3SEND_B0 peer 2, slot 0
-	x.F(0x0003_0001_0001_ffff)          // 3F1 slot 1
-	x.B(0x0003_0001_0001_ffff)          // 3B1 slot 1
-	x.RecvLabels(0x0003_0002_0002_0000) // 3DATA_RECV2 peer 2, slot 0
-	x.RecvF(0x0003_0002_0002_0000)      // 3RECV_F2 peer 2, slot 0
-	x.SendB(0x0003_0001_0002_0001)      // 3SEND_B1 peer 2, slot 1
-	x.F(0x0003_0002_0000_ffff)          // 3F2 slot 0
-	x.B(0x0003_0002_0000_ffff)          // 3B2 slot 0
-	x.RecvLabels(0x0003_0003_0002_0001) // 3DATA_RECV3 peer 2, slot 1
-	x.RecvF(0x0003_0003_0002_0001)      // 3RECV_F3 peer 2, slot 1
-	x.SendB(0x0003_0002_0002_0000)      // 3SEND_B2 peer 2, slot 0
-	x.F(0x0003_0003_0001_ffff)          // 3F3 slot 1
-	x.B(0x0003_0003_0001_ffff)          // 3B3 slot 1
-	x.RecvLabels(0x0003_0004_0002_0000) // 3DATA_RECV4 peer 2, slot 0
-	x.RecvF(0x0003_0004_0002_0000)      // 3RECV_F4 peer 2, slot 0
-	x.SendB(0x0003_0003_0002_0001)      // 3SEND_B3 peer 2, slot 1
-	x.F(0x0003_0004_0000_ffff)          // 3F4 slot 0
-	x.B(0x0003_0004_0000_ffff)          // 3B4 slot 0
-	x.RecvLabels(0x0003_0005_0002_0001) // 3DATA_RECV5 peer 2, slot 1
-	x.RecvF(0x0003_0005_0002_0001)      // 3RECV_F5 peer 2, slot 1
-	x.SendB(0x0003_0004_0002_0000)      // 3SEND_B4 peer 2, slot 0
-	x.F(0x0003_0005_0001_ffff)          // 3F5 slot 1
-	x.B(0x0003_0005_0001_ffff)          // 3B5 slot 1
-	x.RecvLabels(0x0003_0006_0002_0000) // 3DATA_RECV6 peer 2, slot 0
-	x.RecvF(0x0003_0006_0002_0000)      // 3RECV_F6 peer 2, slot 0
-	x.SendB(0x0003_0005_0002_0001)      // 3SEND_B5 peer 2, slot 1
-	x.F(0x0003_0006_0000_ffff)          // 3F6 slot 0
-	x.B(0x0003_0006_0000_ffff)          // 3B6 slot 0
-	x.RecvLabels(0x0003_0007_0002_0001) // 3DATA_RECV7 peer 2, slot 1
-	x.RecvF(0x0003_0007_0002_0001)      // 3RECV_F7 peer 2, slot 1
-	x.SendB(0x0003_0006_0002_0000)      // 3SEND_B6 peer 2, slot 0
-	x.F(0x0003_0007_0001_ffff)          // 3F7 slot 1
-	x.BAndSend(0x0003_0007_0001_ffff)   // 3B7 slot 1; 3SEND_B7 peer 2, slot 1
+	x.LabelsAndRecvF(0x0003_0000_0000_ffff) // 3DATA_RECV0 peer 2, slot 0; 3RECV_F0 peer 2, slot 0
+	x.F(0x0003_0000_0000_ffff)              // 3F0 slot 0
+	x.LabelsAndRecvF(0x0003_0001_0001_ffff) // 3DATA_RECV1 peer 2, slot 1; 3RECV_F1 peer 2, slot 1
+	x.BAndSend(0x0003_0000_0000_ffff)       // 3B0 slot 0; 3SEND_B0 peer 2, slot 0
+	x.F(0x0003_0001_0001_ffff)              // 3F1 slot 1
+	x.B(0x0003_0001_0001_ffff)              // 3B1 slot 1
+	x.LabelsAndRecvF(0x0003_0002_0000_ffff) // 3DATA_RECV2 peer 2, slot 0; 3RECV_F2 peer 2, slot 0
+	x.SendB(0x0003_0001_0002_0001)          // 3SEND_B1 peer 2, slot 1
+	x.F(0x0003_0002_0000_ffff)              // 3F2 slot 0
+	x.B(0x0003_0002_0000_ffff)              // 3B2 slot 0
+	x.LabelsAndRecvF(0x0003_0003_0001_ffff) // 3DATA_RECV3 peer 2, slot 1; 3RECV_F3 peer 2, slot 1
+	x.SendB(0x0003_0002_0002_0000)          // 3SEND_B2 peer 2, slot 0
+	x.F(0x0003_0003_0001_ffff)              // 3F3 slot 1
+	x.B(0x0003_0003_0001_ffff)              // 3B3 slot 1
+	x.LabelsAndRecvF(0x0003_0004_0000_ffff) // 3DATA_RECV4 peer 2, slot 0; 3RECV_F4 peer 2, slot 0
+	x.SendB(0x0003_0003_0002_0001)          // 3SEND_B3 peer 2, slot 1
+	x.F(0x0003_0004_0000_ffff)              // 3F4 slot 0
+	x.B(0x0003_0004_0000_ffff)              // 3B4 slot 0
+	x.LabelsAndRecvF(0x0003_0005_0001_ffff) // 3DATA_RECV5 peer 2, slot 1; 3RECV_F5 peer 2, slot 1
+	x.SendB(0x0003_0004_0002_0000)          // 3SEND_B4 peer 2, slot 0
+	x.F(0x0003_0005_0001_ffff)              // 3F5 slot 1
+	x.B(0x0003_0005_0001_ffff)              // 3B5 slot 1
+	x.LabelsAndRecvF(0x0003_0006_0000_ffff) // 3DATA_RECV6 peer 2, slot 0; 3RECV_F6 peer 2, slot 0
+	x.SendB(0x0003_0005_0002_0001)          // 3SEND_B5 peer 2, slot 1
+	x.F(0x0003_0006_0000_ffff)              // 3F6 slot 0
+	x.B(0x0003_0006_0000_ffff)              // 3B6 slot 0
+	x.LabelsAndRecvF(0x0003_0007_0001_ffff) // 3DATA_RECV7 peer 2, slot 1; 3RECV_F7 peer 2, slot 1
+	x.SendB(0x0003_0006_0002_0000)          // 3SEND_B6 peer 2, slot 0
+	x.F(0x0003_0007_0001_ffff)              // 3F7 slot 1
+	x.BAndSend(0x0003_0007_0001_ffff)       // 3B7 slot 1; 3SEND_B7 peer 2, slot 1
 	x.OptStep()
 }
 
