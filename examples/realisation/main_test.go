@@ -46,14 +46,7 @@ func BenchmarkRealisation(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					iterMS := res.ms.mean()
-					b.ReportMetric(iterMS/res.simMS, "ratio")
-					b.ReportMetric(iterMS/res.effSimMS, "ratio-eff")
-					b.ReportMetric(iterMS, "iter-ms")
-					b.ReportMetric(res.simMS, "sim-ms")
-					b.ReportMetric(res.effSimMS, "eff-sim-ms")
-					b.ReportMetric(res.overMean, "overshoot-us")
-					b.ReportMetric(res.commMS*1e3, "transfer-us")
+					reportRealisation(b, res.ms.mean(), res)
 					return
 				}
 				w, err := newWorld(sc, tr)
@@ -74,16 +67,22 @@ func BenchmarkRealisation(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.ReportMetric(iterMS/res.simMS, "ratio")
-				b.ReportMetric(iterMS/res.effSimMS, "ratio-eff")
-				b.ReportMetric(iterMS, "iter-ms")
-				b.ReportMetric(res.simMS, "sim-ms")
-				b.ReportMetric(res.effSimMS, "eff-sim-ms")
-				b.ReportMetric(res.overMean, "overshoot-us")
-				b.ReportMetric(res.commMS*1e3, "transfer-us")
+				reportRealisation(b, iterMS, res)
 			})
 		}
 	}
+}
+
+// reportRealisation reports the metrics of one case whose mean iteration
+// took iterMS.
+func reportRealisation(b *testing.B, iterMS float64, res result) {
+	b.ReportMetric(iterMS/res.simMS, "ratio")
+	b.ReportMetric(iterMS/res.effSimMS, "ratio-eff")
+	b.ReportMetric(iterMS, "iter-ms")
+	b.ReportMetric(res.simMS, "sim-ms")
+	b.ReportMetric(res.effSimMS, "eff-sim-ms")
+	b.ReportMetric(res.overMean, "overshoot-us")
+	b.ReportMetric(res.commMS*1e3, "transfer-us")
 }
 
 // TestRealisationWithinBound runs every catalog schedule over every transport
