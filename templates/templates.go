@@ -1,8 +1,10 @@
-// Package templates renders the cluster launch files ppgen writes for a
-// trainer: a SLURM batch script and a Kubernetes indexed Job, each starting
-// one process per pipeline rank with the environment runtime/launch reads
-// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or SLURM's own variables).
-// The templates are text/template files embedded in the binary.
+// Package templates renders the files ppgen writes from templates: the
+// cluster launch files for a trainer (a SLURM batch script and a Kubernetes
+// indexed Job, each starting one process per pipeline rank with the
+// environment runtime/launch reads: RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT, or SLURM's own variables), text/template files, and the HTML
+// report of a schedule (ppgen report), an html/template file. All are
+// embedded in the binary.
 package templates
 
 import (
@@ -17,6 +19,9 @@ import (
 
 //go:embed *.tmpl
 var files embed.FS
+
+// reportFile is the HTML report's template (html/template).
+const reportFile = "report.html.tmpl"
 
 // Kinds lists the templates by name.
 var Kinds = []string{"k8s", "slurm"}

@@ -24,6 +24,7 @@
 //	export   write a schedule in PyTorch's CSV form
 //	launch   start N local processes of a command as the ranks of one job
 //	template write a SLURM script or Kubernetes Job for a trainer
+//	report   write an HTML page about a schedule: verification, simulation, timeline, program
 //
 // Schedule flags, the same for every command that takes a schedule:
 //
@@ -147,6 +148,13 @@
 // (srun, one task per rank; MASTER_ADDR from the node list) or a Kubernetes
 // indexed Job with a headless Service (RANK from the completion index).
 //
+// report: ppgen report (-schedule ... | -in FILE) [-cost ...] [-svg-width W]
+// -o FILE.html writes one self-contained HTML page (inline style and SVG, no
+// scripts; the same bytes on a rerun): the schedule and its lowering passes,
+// the verification summary, the simulated makespan and bubbles under -cost,
+// a table per rank (stages, steps, busy, idle, peak activations, slots, and
+// peak unsharded stages with -fsdp), the SVG timeline and the lowered program.
+//
 // Exit status: 0 success; 1 the schedule is unsafe (verify, check) or
 // differs (diff); 2 bad input or any other error, with a one-line reason on
 // stderr and nothing written.
@@ -188,6 +196,7 @@ func commands() []command {
 		{"export", "write a schedule as PyTorch's CSV", runExport},
 		{"launch", "start N local processes of a command as the ranks of one job", runLaunch},
 		{"template", "write a SLURM script or Kubernetes Job that runs a trainer on N ranks", runTemplate},
+		{"report", "write an HTML page: the schedule, its verification, simulation, timeline and program", runReport},
 	}
 }
 
