@@ -46,6 +46,8 @@ type options struct {
 	interpret bool
 	delay     time.Duration
 	swapTier  string
+	trace     string         // -trace: write the last step's measured timeline here (in-process)
+	timeline  *pipe.Timeline // set by runInProc when trace is
 }
 
 func main() {
@@ -60,6 +62,7 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the model's initial weights and the synthetic data")
 	fs.BoolVar(&o.interpret, "interpret", false, "run the schedule through the interpreter (pipe.Interpret) instead of the generated functions")
 	fs.DurationVar(&o.delay, "step-delay", 0, "sleep this long between steps (for failure-injection tests)")
+	fs.StringVar(&o.trace, "trace", "", "in-process: write the last step's measured timeline (each stage call's start and end) to this file as a Chrome trace, to compare with `ppgen trace` of the schedule")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -69,6 +72,8 @@ func main() {
 	switch {
 	case o.transport == "inproc":
 		err = runInProc(o, os.Stdout)
+	case o.trace != "" && o.transport != "inproc":
+		err = fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process", o.transport)
 	case o.transport == "tcp" && os.Getenv("RANK") == "":
 		err = launchLocal(o, logger)
 	case o.transport == "tcp":
@@ -192,8 +197,9 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 	}
 	x, err := pipe.New(pipe.Config{
 		Rank: r, Spec: sp, Stages: held, Transport: tr,
-		Loss: nn.MSE{Scale: 1 / float64(sp.Micro)},
-		Data: src,
+		Loss:     nn.MSE{Scale: 1 / float64(sp.Micro)},
+		Data:     src,
+		Timeline: o.timeline,
 		OptStep: func() error {
 			if err := opt.Step(ps); err != nil {
 				return err
@@ -210,6 +216,22 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 	}
 	st.x = x
 	return st, nil
+}
+
+// writeTrace writes tl's recorded calls as a Chrome trace to path.
+func writeTrace(path string, tl *pipe.Timeline, schedule string, program [][]pipe.Op) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-trace: %w", err)
+	}
+	if err := tl.WriteTrace(f, schedule, program); err != nil {
+		f.Close()
+		return fmt.Errorf("-trace %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("-trace %s: %w", path, err)
+	}
+	return nil
 }
 
 // readsData reports whether rank r of sp reads micro-batches: it holds the
@@ -254,6 +276,9 @@ func runInProc(o options, out io.Writer) error {
 		return err
 	}
 	data := newBatches(dt, o.seed, sp.Micro)
+	if o.trace != "" {
+		o.timeline = &pipe.Timeline{}
+	}
 	trs := transport.NewInProc(sp.Ranks)
 	ranks := make([]*rankState, sp.Ranks)
 	xs := make([]*pipe.Exec, sp.Ranks)
@@ -273,6 +298,9 @@ func runInProc(o options, out io.Writer) error {
 		for _, x := range xs {
 			x.Reset()
 		}
+		if o.timeline != nil {
+			o.timeline.Reset() // keep the last step's
+		}
 		if err := pipe.RunAll(xs, fns); err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
@@ -289,6 +317,12 @@ func runInProc(o options, out io.Writer) error {
 		if st.tier != nil {
 			fmt.Fprintln(out, st.swapReport(r))
 		}
+	}
+	if o.timeline != nil {
+		if err := writeTrace(o.trace, o.timeline, sp.Schedule, sc.Program); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s: the last step's measured timeline\n", o.trace)
 	}
 	if !o.check {
 		return nil

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -301,5 +303,43 @@ func TestSwapTiers(t *testing.T) {
 	o := options{schedule: "1f1b-fsdp-swap", transport: "inproc", steps: 1, dtype: "float64", lr: 0.1, seed: 7, swapTier: "disk"}
 	if err := runInProc(o, &out); err == nil || !strings.Contains(err.Error(), `-swap-tier "disk"; want host, file or none`) {
 		t.Errorf("err = %v, want the -swap-tier refusal", err)
+	}
+}
+
+// TestTrace: -trace writes the last step's measured timeline, one event per
+// stage call named by its step, and the swap schedule still offloads with
+// the stages wrapped for it (the runtime finds pipe.Swapper behind them).
+func TestTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	var out bytes.Buffer
+	o := options{schedule: "1f1b-fsdp-swap", transport: "inproc", steps: 2, check: true, dtype: "float64", lr: 0.1, seed: 7, trace: path}
+	if err := runInProc(o, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !regexp.MustCompile(`rank 0 swap \(host tier\): [1-9][0-9]* offloads`).MatchString(out.String()) {
+		t.Errorf("no offloads with a timeline:\n%s", out.String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct{ Name, Ph string }
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "X" {
+			n++
+		}
+	}
+	sp := catalog["1f1b-fsdp-swap"].Spec
+	if want := 3 * sp.Stages * sp.Micro; n != want { // F, I, W per chunk, one step
+		t.Errorf("%d events, want %d", n, want)
+	}
+	if !strings.Contains(string(b), `"name":"3F7"`) {
+		t.Errorf("no event named 3F7")
 	}
 }

@@ -27,10 +27,10 @@ func (x *Exec) syncCopies() error {
 				continue
 			}
 			t := a + b - s
-			mine := x.stages[s].(CopyGrads).Grads()
+			mine := x.raw[s].(CopyGrads).Grads()
 			if peer := x.spec.RankOf[t]; peer == x.rank {
 				if s == a { // both copies here: add once, into both
-					if err := addPair(mine, x.stages[t].(CopyGrads).Grads()); err != nil {
+					if err := addPair(mine, x.raw[t].(CopyGrads).Grads()); err != nil {
 						return fmt.Errorf("stages %d and %d: %w", a, b, err)
 					}
 				}

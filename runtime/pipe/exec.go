@@ -23,7 +23,9 @@ type Config struct {
 	Stages map[int]Stage
 	// Loss is required on the rank holding the last stage.
 	Loss Loss
-	// Data is required on the ranks holding stage 0 or the last stage.
+	// Data is required on the ranks that read micro-batches: those holding
+	// the first stage of a route, the last one (unless Spec.ShipLabels
+	// brings its labels from another rank), and mpipe's owners (Spec.Owned).
 	Data DataSource
 	// Transport is required when Spec.Ranks > 1; its Rank and World must
 	// match. The Exec does not close it, but aborts it when the rank fails.
@@ -38,6 +40,12 @@ type Config struct {
 	SerialOverlap bool
 	// Logger receives failures (Error) and lifecycle (Debug). Default: discard.
 	Logger *slog.Logger
+	// Timeline, if set, records when each stage call (Forward,
+	// BackwardInput, BackwardWeight) starts and ends: the measured
+	// timeline, which Timeline.WriteTrace writes as a Chrome trace. The
+	// stages are wrapped for it; the step methods are unchanged, so it
+	// costs nothing when nil. Ranks of one process may share one.
+	Timeline *Timeline
 }
 
 // slotState is one buffer slot: the state of the chunk (stage, micro) it
@@ -133,6 +141,10 @@ type Exec struct {
 	failed atomic.Bool
 	slots  []slotState
 	stages []Stage // by stage index; nil where not on this rank
+	// raw is stages as the Config gave them (stages may be wrapped for a
+	// Timeline): the optional interfaces (Swapper, Sharded, CopyGrads) are
+	// looked up here.
+	raw []Stage
 	micro  int     // spec.Micro
 	last   int
 	copies int             // spec.Copies, 0 or 1 for one pipeline
@@ -240,10 +252,14 @@ func New(cfg Config) (*Exec, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	raw := stages
+	if cfg.Timeline != nil {
+		stages = cfg.Timeline.wrap(r, raw)
+	}
 	x := &Exec{
-		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, micro: sp.Micro,
+		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, raw: raw, micro: sp.Micro,
 		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
-		group: stageGroups(stages), serialOverlap: cfg.SerialOverlap,
+		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro),
 	}

@@ -44,7 +44,7 @@ func (x *Exec) fsdpStep(k OpKind, stage int, f func(Sharded) error) {
 		x.stepFail(k, stage, -1, -1, fmt.Errorf("stage %d is on rank %d, not on this rank", stage, x.spec.RankOf[stage]))
 		return
 	}
-	if sh, ok := x.stages[stage].(Sharded); ok {
+	if sh, ok := x.raw[stage].(Sharded); ok {
 		if err := f(sh); err != nil {
 			x.stepFail(k, stage, -1, -1, err)
 		}

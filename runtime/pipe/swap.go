@@ -87,7 +87,7 @@ func (x *Exec) swapStep(k OpKind, a At) {
 	if s == nil {
 		return
 	}
-	sw, ok := x.stages[stage].(Swapper)
+	sw, ok := x.raw[stage].(Swapper)
 	if !ok {
 		return
 	}

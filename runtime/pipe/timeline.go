@@ -1,0 +1,207 @@
+package pipe
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorgonia.org/tensor"
+)
+
+// Timeline records when the stage calls of one or more ranks start and end
+// (Config.Timeline): the measured counterpart of the simulated timeline that
+// `ppgen trace` writes. It is safe for concurrent use; the ranks of one
+// process may share one.
+type Timeline struct {
+	mu     sync.Mutex
+	events []TimelineEvent
+	epoch  atomic.Uint64 // bumped by Reset: the wrappers restart their counts
+}
+
+// TimelineEvent is one stage call. Seq counts the calls of that kind on
+// that stage of that rank since the Timeline was last reset (from 0), which
+// is how WriteTrace finds the call's micro-batch in the program.
+type TimelineEvent struct {
+	Rank, Stage int
+	Kind        byte // 'F' (Forward), 'I' (BackwardInput), 'W' (BackwardWeight)
+	Seq         int
+	Start, End  time.Time
+}
+
+// Reset forgets the recorded calls (call it between iterations to keep one)
+// and restarts the per-stage counts. It must not run during a step.
+func (t *Timeline) Reset() {
+	t.mu.Lock()
+	t.events = t.events[:0]
+	t.mu.Unlock()
+	t.epoch.Add(1) // the counters live in the stage wrappers
+}
+
+// Events returns a copy of the recorded calls in the order they ended.
+func (t *Timeline) Events() []TimelineEvent {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]TimelineEvent(nil), t.events...)
+}
+
+func (t *Timeline) add(e TimelineEvent) {
+	t.mu.Lock()
+	t.events = append(t.events, e)
+	t.mu.Unlock()
+}
+
+// wrap returns the stages of rank r wrapped to record their calls.
+func (t *Timeline) wrap(r int, stages []Stage) []Stage {
+	out := make([]Stage, len(stages))
+	for s, st := range stages {
+		if st != nil {
+			out[s] = &timedStage{inner: st, tl: t, rank: r, stage: s}
+		}
+	}
+	return out
+}
+
+// timedStage is a Stage that records its calls in a Timeline.
+type timedStage struct {
+	inner       Stage
+	tl          *Timeline
+	rank, stage int
+	mu          sync.Mutex
+	epoch       uint64
+	seq         [3]int // F, I, W
+}
+
+func (s *timedStage) record(kind byte, k int, start time.Time) {
+	end := time.Now()
+	s.mu.Lock()
+	if e := s.tl.epoch.Load(); e != s.epoch {
+		s.epoch, s.seq = e, [3]int{}
+	}
+	seq := s.seq[k]
+	s.seq[k]++
+	s.mu.Unlock()
+	s.tl.add(TimelineEvent{Rank: s.rank, Stage: s.stage, Kind: kind, Seq: seq, Start: start, End: end})
+}
+
+func (s *timedStage) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	start := time.Now()
+	y, saved, err := s.inner.Forward(x)
+	s.record('F', 0, start)
+	return y, saved, err
+}
+
+func (s *timedStage) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
+	start := time.Now()
+	dx, err := s.inner.BackwardInput(saved, dy)
+	s.record('I', 1, start)
+	return dx, err
+}
+
+func (s *timedStage) BackwardWeight(saved any, dy *tensor.Dense) error {
+	start := time.Now()
+	err := s.inner.BackwardWeight(saved, dy)
+	s.record('W', 2, start)
+	return err
+}
+
+// traceEvent is one entry of the Chrome trace-event format.
+type traceEvent struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat,omitempty"`
+	Ph   string         `json:"ph"`
+	Pid  int            `json:"pid"`
+	Tid  int            `json:"tid"`
+	Ts   float64        `json:"ts"`
+	Dur  float64        `json:"dur,omitempty"`
+	Args map[string]any `json:"args,omitempty"`
+}
+
+// WriteTrace writes the recorded calls as a Chrome trace (Perfetto,
+// chrome://tracing): one process per rank, one complete event per stage
+// call, at wall-clock time in µs (so traces of several processes line up
+// when merged). With the ranks' programs as data (the generated Program
+// table, one []Op per rank), each call is named by its step as `ppgen trace`
+// names the simulated one ("3F17"; a full backward B shows as its I and W
+// halves, "3I17" and "3W17"); with nil, by kind and count ("3F#5").
+func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
+	events := t.Events()
+	sort.SliceStable(events, func(i, j int) bool {
+		if events[i].Rank != events[j].Rank {
+			return events[i].Rank < events[j].Rank
+		}
+		return events[i].Start.Before(events[j].Start)
+	})
+	micros := microsOf(programs)
+	out := make([]traceEvent, 0, len(events)+8)
+	seen := map[int]bool{}
+	for _, e := range events {
+		if !seen[e.Rank] {
+			seen[e.Rank] = true
+			out = append(out, traceEvent{Name: "process_name", Ph: "M", Pid: e.Rank, Args: map[string]any{"name": fmt.Sprintf("rank %d", e.Rank)}})
+		}
+		label := fmt.Sprintf("%d%c#%d", e.Stage, e.Kind, e.Seq)
+		args := map[string]any{"stage": e.Stage, "kind": string(e.Kind), "seq": e.Seq}
+		if m, ok := micros[microKey{e.Rank, e.Stage, e.Kind, e.Seq}]; ok {
+			label = fmt.Sprintf("%d%c%d", e.Stage, e.Kind, m)
+			args["micro"] = m
+		}
+		out = append(out, traceEvent{
+			Name: label, Cat: "compute", Ph: "X", Pid: e.Rank, Tid: 0,
+			Ts:   float64(e.Start.UnixNano()) / 1e3,
+			Dur:  float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3,
+			Args: args,
+		})
+	}
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	doc := struct {
+		TraceEvents     []traceEvent      `json:"traceEvents"`
+		DisplayTimeUnit string            `json:"displayTimeUnit"`
+		OtherData       map[string]string `json:"otherData"`
+	}{out, "ms", map[string]string{"schedule": name, "source": "measured (pipe.Timeline)"}}
+	if err := enc.Encode(doc); err != nil {
+		return fmt.Errorf("timeline: %w", err)
+	}
+	return bw.Flush()
+}
+
+type microKey struct {
+	rank, stage int
+	kind        byte
+	seq         int
+}
+
+// microsOf maps each stage call of the programs to its micro-batch: the
+// k-th F of stage s on rank r is the k-th F op of s in r's program; a B op
+// makes one I and one W call.
+func microsOf(programs [][]Op) map[microKey]int {
+	m := map[microKey]int{}
+	for r, ops := range programs {
+		count := map[[2]int]int{} // (stage, kind) -> calls so far
+		call := func(stage int, kind byte, micro int) {
+			k := [2]int{stage, int(kind)}
+			m[microKey{r, stage, kind, count[k]}] = micro
+			count[k]++
+		}
+		for _, op := range ops {
+			s, mi := int(op.Stage), int(op.Micro)
+			switch op.Kind {
+			case OpForward:
+				call(s, 'F', mi)
+			case OpBackward:
+				call(s, 'I', mi)
+				call(s, 'W', mi)
+			case OpBackwardInput:
+				call(s, 'I', mi)
+			case OpBackwardWeight:
+				call(s, 'W', mi)
+			}
+		}
+	}
+	return m
+}
