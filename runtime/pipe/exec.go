@@ -144,8 +144,8 @@ type Exec struct {
 	// raw is stages as the Config gave them (stages may be wrapped for a
 	// Timeline): the optional interfaces (Swapper, Sharded, CopyGrads) are
 	// looked up here.
-	raw []Stage
-	micro  int     // spec.Micro
+	raw    []Stage
+	micro  int // spec.Micro
 	last   int
 	copies int             // spec.Copies, 0 or 1 for one pipeline
 	per    int             // stages per copy (Stages/copies)
