@@ -205,23 +205,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	}
 	pr := newProgress(stderr, "ppgen sim", 0)
 	defer pr.Done()
-	pr.Phase("lowering")
-	res, err := lowerFromFlags(&sf, pr)
+	res, cost, r, name, err := lowerAndSimulate(&sf, *costSpec, pr)
 	if err != nil {
 		return err
-	}
-	cost, err := simCost(res, *costSpec)
-	if err != nil {
-		return err
-	}
-	pr.Phase("simulating %d steps", res.Program.NumSteps())
-	r, err := sim.Run(res.Program, cost)
-	if err != nil {
-		return err
-	}
-	name := scheduleName(&sf)
-	if res.Auto != nil {
-		name = autoName(res)
 	}
 	if *svgOut != "" {
 		pr.Phase("rendering %s", *svgOut)
@@ -253,6 +239,31 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, sim.Grid(r, res.Program, *width))
 	}
 	return nil
+}
+
+// lowerAndSimulate lowers the schedule of the flags, simulates it under the
+// cost spec (sim's -cost, which auto also chooses by) and names it for
+// titles: what sim and report share.
+func lowerAndSimulate(sf *scheduleFlags, costSpec string, pr *progress) (gen.Result, sim.Cost, sim.Result, string, error) {
+	pr.Phase("lowering")
+	res, err := lowerFromFlags(sf, pr)
+	if err != nil {
+		return res, sim.Cost{}, sim.Result{}, "", err
+	}
+	cost, err := simCost(res, costSpec)
+	if err != nil {
+		return res, cost, sim.Result{}, "", err
+	}
+	pr.Phase("simulating %d steps", res.Program.NumSteps())
+	r, err := sim.Run(res.Program, cost)
+	if err != nil {
+		return res, cost, r, "", err
+	}
+	name := scheduleName(sf)
+	if res.Auto != nil {
+		name = autoName(res)
+	}
+	return res, cost, r, name, nil
 }
 
 func floats(xs []float64) string {

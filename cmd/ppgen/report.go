@@ -35,28 +35,14 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	}
 	pr := newProgress(stderr, "ppgen report", 0)
 	defer pr.Done()
-	pr.Phase("lowering")
-	res, err := lowerFromFlags(&sf, pr)
+	res, cost, r, name, err := lowerAndSimulate(&sf, *costSpec, pr)
 	if err != nil {
 		return err
-	}
-	cost, err := simCost(res, *costSpec)
-	if err != nil {
-		return err
-	}
-	pr.Phase("simulating %d steps", res.Program.NumSteps())
-	r, err := sim.Run(res.Program, cost)
-	if err != nil {
-		return err
-	}
-	name := scheduleName(&sf)
-	if res.Auto != nil {
-		name = autoName(res)
 	}
 	p := res.Program
 	rep := templates.Report{
 		Title:       fmt.Sprintf("%s, P=%d, M=%d", name, p.Placement.Ranks(), p.Micro),
-		Command:     strings.Join(append([]string{"ppgen", "report"}, args...), " "),
+		Command:     invocation("report", fs),
 		Schedule:    name,
 		Ranks:       p.Placement.Ranks(),
 		Stages:      p.Stages(),
