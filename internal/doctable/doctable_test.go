@@ -1,0 +1,35 @@
+package doctable
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestMarkdownEscapes(t *testing.T) {
+	got := Markdown([]string{"a", "b"}, [][]string{{"x|y", "1\n2"}})
+	want := "| a | b |\n| --- | --- |\n| x\\|y | 1 2 |\n"
+	if got != want {
+		t.Fatalf("Markdown:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestReplace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "doc.md")
+	doc := "intro\n<!-- BEGIN t -->\nold\n<!-- END t -->\nafter\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Replace(path, "t", []string{"k"}, [][]string{{"v"}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	want := "intro\n<!-- BEGIN t -->\n| k |\n| --- |\n| v |\n<!-- END t -->\nafter\n"
+	if string(b) != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", b, want)
+	}
+	if err := Replace(path, "missing", nil, nil); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("Replace of a missing region: %v", err)
+	}
+}
