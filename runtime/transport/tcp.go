@@ -40,6 +40,11 @@ type TCPConfig struct {
 	// Fingerprint identifies the schedule (generated code's Fingerprint).
 	// Ranks with different fingerprints refuse each other.
 	Fingerprint string
+	// AllowNoToken lets a World > 1 job start with an empty Token (no
+	// authentication: anyone who reaches the port can join). It is the
+	// explicit opt-out, PPGEN_ALLOW_NO_TOKEN=1 in the environment; without
+	// it an empty Token is refused.
+	AllowNoToken bool
 
 	// Timeout bounds every send (socket write) and every receive wait.
 	// Default DefaultTimeout.
