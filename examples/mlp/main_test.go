@@ -73,6 +73,7 @@ var buildExample = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	exampleDir = dir // TestMain removes it
 	bin := filepath.Join(dir, "mlp")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
