@@ -237,3 +237,47 @@ func TestParseConsoleBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestNoCitationOutsideRepo: code and docs cite the design in the
+// repository (docs/design.md §N), never a file outside it.
+func TestNoCitationOutsideRepo(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Spelled in pieces so that this file does not match itself.
+	banned := []string{"shared/" + "DESIGN", "DESIGN" + ".md", "DESIGN" + " §", "../" + "shared"}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") && name != ".ci") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if info, err := d.Info(); err != nil || !info.Mode().IsRegular() || info.Size() > 1<<20 {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.IndexByte(string(b), 0) >= 0 {
+			return nil // binary
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, s := range banned {
+				if strings.Contains(line, s) {
+					rel, _ := filepath.Rel(root, path)
+					t.Errorf("%s:%d cites %q, outside the repository: cite docs/design.md §N", rel, i+1, s)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

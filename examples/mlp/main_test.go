@@ -20,7 +20,7 @@ import (
 // TestInProcMatchesSequential: every compiled-in schedule, through the
 // generated functions and through the interpreter, in float64 and float32,
 // trains exactly as sequential training on the same micro-batches
-// (DESIGN §10: relative error ≤ 1e-12 / 1e-5; -check fails beyond it).
+// (docs/design.md §10: relative error ≤ 1e-12 / 1e-5; -check fails beyond it).
 func TestInProcMatchesSequential(t *testing.T) {
 	for _, name := range scheduleNames() {
 		for _, dtype := range []string{"float64", "float32"} {
