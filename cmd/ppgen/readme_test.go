@@ -155,9 +155,29 @@ func TestREADME(t *testing.T) {
 				t.Errorf("README.md:%d: %v", c.line, err)
 				continue
 			}
+			// The files the command names: one it writes (sim -svg
+			// docs/...) must come out the same, or the committed file is
+			// stale; without -update it is put back as it was.
+			before := map[string][]byte{}
+			for _, arg := range strings.Fields(c.cmd) {
+				if b, err := os.ReadFile(filepath.Join(root, arg)); err == nil {
+					before[arg] = b
+				}
+			}
 			cmd := exec.Command("bash", "-c", shell)
 			cmd.Dir, cmd.Env = root, env
 			out, _ := cmd.CombinedOutput() // the exit status is part of the text where the README shows it
+			for arg, b := range before {
+				if now, err := os.ReadFile(filepath.Join(root, arg)); err != nil || string(now) != string(b) {
+					if update {
+						continue
+					}
+					t.Errorf("README.md:%d: `%s` changed %s: the committed file is stale (-update keeps the new one)", c.line, c.cmd, arg)
+					if err := os.WriteFile(filepath.Join(root, arg), b, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			// A console block cannot show trailing blank lines.
 			got := strings.TrimRight(string(out), "\n")
 			if got != "" {
