@@ -18,7 +18,7 @@ import (
 // the smallest makespan whose activation memory is within
 // Options.Auto.MemLimit; ties go to the smaller memory, then to the earlier
 // family name and V. Being the minimum over every candidate, it is never
-// worse than the best fixed schedule among them (DESIGN §4).
+// worse than the best fixed schedule among them (docs/design.md §4).
 const Auto = "auto"
 
 // MaxAutoVirtual is the largest V the auto scheduler tries.

@@ -321,58 +321,9 @@ func parseGen(args []string, env gencmd.Env) (*gencmd.Request, error) {
 	req, err := gencmd.Parse(args, env)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		gencmd.PrintDefaults(os.Stdout)
-		return nil, errHelp
+		return nil, helpRequest{gencmd.Flags()}
 	case err != nil:
 		return nil, usageError{err.Error()}
 	}
 	return req, nil
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory and a rename, so a failure never leaves a partial file; an
-// unchanged file is left untouched (its modification time too). A path that
-// exists and is not a regular file (/dev/stdout, a named pipe) is written
-// directly: it cannot be read back or replaced.
-func writeFileAtomic(path string, data []byte) error {
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		if fi.IsDir() {
-			return fmt.Errorf("writing %s: it is a directory; name a file", path)
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY, 0)
-		if err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		_, err = f.Write(data)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		return nil
-	}
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		return nil
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -16,7 +16,7 @@ func TestDualPipeVerifySimGen(t *testing.T) {
 	if out := cliMust(t, "sim", "-schedule", "dualpipe", "-ranks", "4", "-micro", "8"); !strings.Contains(out, "makespan") {
 		t.Errorf("sim: %q", out)
 	}
-	path := filepath.Join(t.TempDir(), "sched", "schedule_gen.go")
+	path := filepath.Join(mkdirTemp(t, "sched"), "schedule_gen.go")
 	code, _, stderr := cliRun(t, "gen", "-schedule", "dualpipe", "-ranks", "4", "-micro", "8", "-o", path)
 	if code != 0 {
 		t.Fatalf("gen: exit %d: %s", code, stderr)

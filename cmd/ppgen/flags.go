@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -103,12 +102,7 @@ func readInput(path string) (ir.Program, error) { return gencmd.ReadProgram(path
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usageError{err.Error()}
+		return flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (flags go before arguments; see `ppgen %s -h`)", fs.Arg(0), fs.Name())

@@ -29,7 +29,7 @@ func TestImportTorchInterleaved1F1B(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", tc.file)
-			out := filepath.Join(t.TempDir(), "sched", "schedule_gen.go")
+			out := filepath.Join(mkdirTemp(t, "sched"), "schedule_gen.go")
 			os.MkdirAll(filepath.Dir(out), 0o755)
 			code, stdout, stderr := cliRun(t, "import", "-from", "torch-csv", path, "-o", out)
 			if code != 0 {
@@ -370,7 +370,7 @@ func TestImportFSDP(t *testing.T) {
 			if !strings.HasSuffix(tc.file, "_m8_comms.csv") {
 				cliGolden(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".csv")+".lowered.txt"), []byte(ir.FormatText(im.res.Program)))
 			}
-			out := filepath.Join(t.TempDir(), "sched", "schedule_gen.go")
+			out := filepath.Join(mkdirTemp(t, "sched"), "schedule_gen.go")
 			code, stdout, stderr := cliRun(t, "import", "-from", "torch-csv", "-table", path, "-o", out)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)

@@ -22,7 +22,7 @@ func runLaunch(args []string, stdout, stderr io.Writer) error {
 	grace := fs.Duration("grace", 10*time.Second, "how long the other ranks may take to exit after one fails before they are killed")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+		return flagError(fs, err)
 	}
 	cmd := fs.Args()
 	if *n < 1 {

@@ -25,6 +25,10 @@
 //	launch   start N local processes of a command as the ranks of one job
 //	template write a SLURM script or Kubernetes Job for a trainer
 //	report   write an HTML page about a schedule: verification, simulation, timeline, program
+//	version  print the module version, VCS revision and Go version (also ppgen -version)
+//
+// ppgen NAME -h (or ppgen help NAME) prints a command's usage line, what it
+// does and its flags, on stdout.
 //
 // Schedule flags, the same for every command that takes a schedule:
 //
@@ -134,7 +138,8 @@
 // constant, steps must fit the Spec, the rank functions must still hash to
 // the Fingerprint constant (a hand edit is reported at the edited line when
 // the header's invocation regenerates the file), the Ranks table must list
-// every rank once, and the program must pass verify. cmd/ppgenvet runs the
+// every rank once, and the program must pass verify. Like check and diff it
+// exits 2 when the patterns hold no generated file. cmd/ppgenvet runs the
 // same analyzer under `go vet -vettool`.
 //
 // launch: ppgen launch -n N [-port P] [-grace 10s] -- CMD ARGS... starts N
@@ -158,6 +163,10 @@
 // Exit status: 0 success; 1 the schedule is unsafe (verify, check) or
 // differs (diff); 2 bad input or any other error, with a one-line reason on
 // stderr and nothing written.
+//
+// Output files (-o, sim -svg) are written atomically (a temporary file in the
+// same directory, then a rename) and only into a directory that exists:
+// ppgen creates no directories.
 //
 // From //go:generate in a trainer package:
 //
@@ -197,6 +206,7 @@ func commands() []command {
 		{"launch", "start N local processes of a command as the ranks of one job", runLaunch},
 		{"template", "write a SLURM script or Kubernetes Job that runs a trainer on N ranks", runTemplate},
 		{"report", "write an HTML page: the schedule, its verification, simulation, timeline and program", runReport},
+		{"version", "print ppgen's module version, VCS revision and Go version", runVersion},
 	}
 }
 
@@ -207,12 +217,18 @@ func main() {
 
 // run executes one ppgen invocation and returns its exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
+	if len(args) == 2 && args[0] == "help" {
+		args = []string{args[1], "-h"} // ppgen help NAME: the command's -h
+	}
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return 2
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
 		usage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
+	case args[0] == "-version" || args[0] == "--version":
+		args[0] = "version"
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -220,7 +236,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		err := c.run(args[1:], stdout, stderr)
 		var unsafe unsafeError
+		var help helpRequest
 		switch {
+		case errors.As(err, &help):
+			printHelp(stdout, c.name, help.fs)
+			return 0
 		case err == nil, errors.Is(err, errHelp):
 			return 0
 		case errors.As(err, &unsafe):
@@ -236,7 +256,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ppgen <command> [flags]   (ppgen <command> -h for its flags)")
+	fmt.Fprintln(w, "usage: ppgen <command> [flags]   (ppgen <command> -h or ppgen help <command> for its flags)")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)

@@ -79,7 +79,7 @@ func cliNoFile(t *testing.T, path string) {
 }
 
 // notDir returns a path under dir that is a regular file, so that writing
-// below it fails (output directories that do not exist are created).
+// below it fails.
 func notDir(t *testing.T, dir string) string {
 	t.Helper()
 	f := filepath.Join(dir, "file")

@@ -22,7 +22,7 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "-", "output file (- for stdout)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+		return flagError(fs, err)
 	}
 	b, err := templates.Render(*kind, templates.Data{Job: *job, Ranks: *ranks, Port: *port, Image: *image, GPUs: *gpus, Command: fs.Args()})
 	if err != nil {

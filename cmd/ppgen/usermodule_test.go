@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// TestUserModule sets up a trainer repo as a user would: a separate module
-// that requires ppgen (a replace directive points at this checkout), declares
+// TestUserModule sets up a trainer repo as the README tells a user to: a
+// separate module that requires ppgen (a replace directive points at this
+// checkout: ppgen is not published), declares
 // `tool github.com/ppgen/ppgen/cmd/ppgen`, and has a
 // `//go:generate go tool ppgen gen ...` line. It runs go generate (which
 // names the output after $GOFILE and takes the package from $GOPACKAGE),
@@ -23,38 +24,6 @@ func TestUserModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	// The trainer requires ppgen and, as `go get` would record them, ppgen's
-	// own requirements.
-	ours, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reqs []string
-	in := false
-	for _, line := range strings.Split(string(ours), "\n") {
-		switch {
-		case strings.HasPrefix(line, "require ("):
-			in = true
-		case in && strings.HasPrefix(line, ")"):
-			in = false
-		case in:
-			reqs = append(reqs, line)
-		}
-	}
-	gomod := "module example.com/trainer\n\ngo 1.26\n\nrequire (\n\tgithub.com/ppgen/ppgen v0.0.0\n" + strings.Join(reqs, "\n") + "\n)\n\n" +
-		"replace github.com/ppgen/ppgen => " + root + "\n\ntool github.com/ppgen/ppgen/cmd/ppgen\n"
-	write(t, filepath.Join(dir, "go.mod"), gomod)
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(dir, "go.sum"), string(sum))
-	src, err := os.ReadFile("testdata/usermodule/main.go.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(dir, "main.go"), string(src))
-
 	// No network: every module comes from the cache this checkout filled.
 	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
 	goCmd := func(args ...string) string {
@@ -67,6 +36,40 @@ func TestUserModule(t *testing.T) {
 		}
 		return string(out)
 	}
+	// The README's steps ("Using ppgen in a trainer repo"), with this
+	// checkout for ../ppgen.
+	goCmd("mod", "init", "example.com/trainer")
+	goCmd("mod", "edit", "-require=github.com/ppgen/ppgen@v0.0.0", "-replace=github.com/ppgen/ppgen="+root)
+	goCmd("mod", "edit", "-tool=github.com/ppgen/ppgen/cmd/ppgen")
+	// The README's last step is go mod tidy, which needs the network for
+	// modules the build cache lacks; offline, the trainer requires what
+	// tidy would record: ppgen's own requirements, with ppgen's go.sum.
+	ours, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	for _, line := range strings.Split(string(ours), "\n") {
+		switch {
+		case strings.HasPrefix(line, "require ("):
+			in = true
+		case in && strings.HasPrefix(line, ")"):
+			in = false
+		case in && strings.TrimSpace(line) != "":
+			f := strings.Fields(line)
+			goCmd("mod", "edit", "-require="+f[0]+"@"+f[1])
+		}
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "go.sum"), string(sum))
+	src, err := os.ReadFile("testdata/usermodule/main.go.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "main.go"), string(src))
 	goCmd("generate", "./...")
 	gen, err := os.ReadFile(filepath.Join(dir, "main_gen.go"))
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -62,7 +61,9 @@ func runVet(args []string, stdout, stderr io.Writer) error {
 		return unsafeError{fmt.Errorf("%d problem(s) in %d generated file(s)", problems, files)}
 	}
 	if files == 0 {
-		fmt.Fprintf(stderr, "ppgen vet: no ppgen-generated files in %s\n", strings.Join(fs.Args(), " "))
+		// Nothing checked is not a pass (check and diff agree): a CI line
+		// with a mistyped pattern must fail.
+		return usagef("no ppgen-generated files in %s: nothing to vet (name the packages or files that hold generated schedules)", strings.Join(fs.Args(), " "))
 	}
 	return nil
 }
@@ -72,13 +73,7 @@ func runVet(args []string, stdout, stderr io.Writer) error {
 func parseArgs(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fmt.Fprintf(os.Stdout, "usage: ppgen %s [flags] packages | files.go\n", fs.Name())
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usageError{err.Error()}
+		return flagError(fs, err)
 	}
 	if fs.NArg() == 0 {
 		return usagef("name packages (./...) or generated .go files; see `ppgen %s -h`", fs.Name())

@@ -97,7 +97,7 @@ func (o options) dt() (tensor.Dtype, error) {
 	return tensor.Dtype{}, fmt.Errorf("-dtype %q; want float64 or float32", o.dtype)
 }
 
-// tolerance is the correctness bar of DESIGN §10.
+// tolerance is the correctness bar of docs/design.md §10.
 func (o options) tolerance() float64 {
 	if o.dtype == "float32" {
 		if sc, err := lookup(o.schedule); err == nil && sc.Spec.Copies > 1 {

@@ -20,7 +20,7 @@ import (
 // TestInProcMatchesSequential: every compiled-in schedule, through the
 // generated functions and through the interpreter, in float64 and float32,
 // trains exactly as sequential training on the same micro-batches
-// (DESIGN §10: relative error ≤ 1e-12 / 1e-5; -check fails beyond it).
+// (docs/design.md §10: relative error ≤ 1e-12 / 1e-5; -check fails beyond it).
 func TestInProcMatchesSequential(t *testing.T) {
 	for _, name := range scheduleNames() {
 		for _, dtype := range []string{"float64", "float32"} {
@@ -73,6 +73,7 @@ var buildExample = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	exampleDir = dir // TestMain removes it
 	bin := filepath.Join(dir, "mlp")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {

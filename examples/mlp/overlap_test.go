@@ -73,7 +73,7 @@ func TestOverlapCatalogShape(t *testing.T) {
 }
 
 // TestOverlapSchedulesMatchSequential: the overlap entries train as
-// sequential training does on the same micro-batches (DESIGN §10), through
+// sequential training does on the same micro-batches (docs/design.md §10), through
 // the generated functions and the interpreter, in float64 and float32.
 func TestOverlapSchedulesMatchSequential(t *testing.T) {
 	for _, tc := range overlapSchedules {

@@ -2,7 +2,7 @@ package ir
 
 import "fmt"
 
-// Kind is the kind of one step of a rank's program (DESIGN §3).
+// Kind is the kind of one step of a rank's program (docs/design.md §3).
 type Kind uint8
 
 // The step kinds. Their String form is the one used in schedule text.

@@ -2,7 +2,7 @@ package ir
 
 import "fmt"
 
-// Options are the schedule options that apply across families (DESIGN §4).
+// Options are the schedule options that apply across families (docs/design.md §4).
 type Options struct {
 	LessMemory    bool // interleaved: smaller warm-up (fewer live activations, more bubble)
 	Split         bool // split every backward B into I then W

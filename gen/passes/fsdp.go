@@ -25,7 +25,7 @@ type FSDPOptions struct {
 }
 
 // FSDP adds the steps of fully sharded data parallelism to a lowered
-// program (DESIGN §5, pass 5): on every rank, UNSHARD s (all-gather stage s's
+// program (docs/design.md §5, pass 7): on every rank, UNSHARD s (all-gather stage s's
 // parameters) before the first compute step on s that finds it sharded,
 // RESHARD s (free them) after its last compute step, REDUCE_GRAD s
 // (reduce-scatter its gradients) right after its last backward that

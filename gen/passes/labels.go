@@ -8,8 +8,8 @@ import (
 
 // ShipLabels makes the labels of every micro-batch travel along the pipe
 // with its activations instead of being loaded by the last stage's rank, so
-// that only the first stage's rank reads data (DESIGN §5, pass 4: "DATA_SEND
-// /RECV or last-stage loads for labels"): right before every SEND_F(s, m) it
+// that only the first stage's rank reads data (docs/design.md §5, pass 6,
+// "labels"): right before every SEND_F(s, m) it
 // puts DATA_SEND(s, m), right before every RECV_F(s+1, m) DATA_RECV(s+1, m)
 // (on the data channel, in the same order as the activations, so the two
 // streams pair up alike and the program stays deadlock-free), and it drops

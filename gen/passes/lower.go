@@ -82,7 +82,7 @@ type Pass struct {
 // -dxdw-in-overlap does), data transfers along the pipe after it, FSDP
 // (UNSHARD/RESHARD/REDUCE_GRAD), swap and coalescing before "slots", which
 // stays last because it assigns buffers to every step the others add
-// (DESIGN.md §5 gives the order). Each new pass is one Pass entry guarded by
+// (docs/design.md §5 gives the order). Each new pass is one Pass entry guarded by
 // its option.
 func Pipeline(opt Options) []Pass {
 	var ps []Pass

@@ -3,7 +3,7 @@ package passes
 import "github.com/ppgen/ppgen/gen/ir"
 
 // Overlap pairs backwards with forwards into OVERLAP_B_F steps, the
-// "overlap" option of interleaved 1F1B (DESIGN §4, §5): on every rank, each
+// "overlap" option of interleaved 1F1B (docs/design.md §4, §5): on every rank, each
 // backward (B or I) immediately followed by a forward F becomes the composite
 // (B; F)OVERLAP_B_F, scanning from the front, so the steady state
 // F, B, F, B, ... of 1F1B-style orders turns into

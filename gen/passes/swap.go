@@ -6,7 +6,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// Swap adds activation swapping (DESIGN §5, pass 6): every chunk whose
+// Swap adds activation swapping (docs/design.md §5, pass 8): every chunk whose
 // forward and first backward (B or I) on its rank have at least gap compute
 // steps between them gets its saved activations moved off the working
 // memory in between, in four steps that each let a compute step hide the

@@ -1,5 +1,5 @@
 // Package verify proves a ppgen program safe, or says precisely why it is
-// not (DESIGN.md §6, docs/internals.md).
+// not (docs/design.md §6, docs/internals.md).
 //
 // Check runs, in order, and stops at the first failure:
 //

@@ -6,7 +6,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// fsdpWalk checks one rank's FSDP steps as the walk meets them (DESIGN §3):
+// fsdpWalk checks one rank's FSDP steps as the walk meets them (docs/design.md §3):
 // a stage that the rank UNSHARDs or RESHARDs anywhere computes only while
 // unsharded (after an UNSHARD, before the next RESHARD; a stage with neither
 // step keeps its parameters whole, as PyTorch's REDUCE_GRAD-only schedules

@@ -4,7 +4,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// The swap states of a chunk (DESIGN §3): its saved activations stay
+// The swap states of a chunk (docs/design.md §3): its saved activations stay
 // resident until SWAP_LAUNCH_OFFLOAD, are out from SWAP_WAIT_OFFLOAD to
 // SWAP_LAUNCH_LOAD, and back after SWAP_WAIT_LOAD, which must come before
 // its backward.

@@ -401,10 +401,16 @@ func (r *Request) register(fs *flag.FlagSet) {
 
 // PrintDefaults writes the flags of `ppgen gen` and their usage to w.
 func PrintDefaults(w io.Writer) {
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
-	new(Request).register(fs)
+	fs := Flags()
 	fs.SetOutput(w)
 	fs.PrintDefaults()
+}
+
+// Flags returns the flags of `ppgen gen`, for its help.
+func Flags() *flag.FlagSet {
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	new(Request).register(fs)
+	return fs
 }
 
 // Parse parses the arguments of `ppgen gen` (what follows "gen") in env.

@@ -8,7 +8,7 @@ import (
 )
 
 // Overlap steps: OVERLAP_F_B and OVERLAP_B_F run a forward and a backward of
-// two different micro-batches together (DESIGN §3). Generated code calls
+// two different micro-batches together (docs/design.md §3). Generated code calls
 //
 //	x.OverlapFB(fStage, fMicro, fSlot, fSrc, bKind, bStage, bMicro, bSlot, bSrc)
 //	x.OverlapBF(bKind, bStage, bMicro, bSlot, bSrc, fStage, fMicro, fSlot, fSrc)

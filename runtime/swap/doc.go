@@ -1,5 +1,5 @@
 // Package swap moves the saved activations of pipeline chunks out of the
-// working set and back (activation swapping, DESIGN §9). A schedule lowered
+// working set and back (activation swapping, docs/design.md §9). A schedule lowered
 // with `ppgen gen -swap N` holds, per swapped chunk, SWAP_LAUNCH_OFFLOAD
 // after its forward, SWAP_WAIT_OFFLOAD where the schedule counts it as out,
 // SWAP_LAUNCH_LOAD before its backward and SWAP_WAIT_LOAD where it must be

@@ -1,0 +1,20 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+// exampleDir is the temporary directory buildExample builds the command
+// into (empty until a test needs the binary). It is shared by the tests of
+// one run, so t.TempDir cannot hold it; TestMain removes it after them, so
+// that `go test` leaves nothing in the temporary directory.
+var exampleDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if exampleDir != "" {
+		os.RemoveAll(exampleDir)
+	}
+	os.Exit(code)
+}
