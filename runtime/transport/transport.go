@@ -115,7 +115,66 @@ var (
 	ErrFrameTooLarge = errors.New("frame too large")
 	ErrHandshake     = errors.New("handshake refused")
 	ErrProtocol      = errors.New("protocol error")
+	ErrPanicked      = errors.New("panicked")
 )
+
+// ProgressError is a send or receive that waited the transport's timeout
+// without progress: the peer sent nothing on the channel (receive), or did
+// not read what this rank sent (send), although the connection is alive (a
+// dead peer is a *PeerError from the heartbeat instead). It names this rank,
+// the peer, the channel and the last message received there, and wraps the
+// *PeerError that blames the peer (so errors.Is(err, ErrTimeout) holds and
+// aborts relay the peer's name).
+type ProgressError struct {
+	Rank    int
+	Op      string // "recv" or "send"
+	Peer    int
+	Ch      Channel
+	Waited  time.Duration
+	Setting string // what sets the timeout: "PPGEN_TIMEOUT" (TCPConfig.Timeout), "InProcTimeout"
+	Last    *Tag   // recv: the last message received from Peer on Ch, nil if none
+	Note    string // extra diagnosis, e.g. a full receive queue
+	Err     *PeerError
+}
+
+// Detail is the message without the "transport: rank R: op ch peer" prefix:
+// "no progress for 30s (PPGEN_TIMEOUT): ...". runtime/pipe puts it after the
+// step that waited.
+func (e *ProgressError) Detail() string {
+	s := fmt.Sprintf("no progress for %v (%s)", e.Waited, e.Setting)
+	if e.Op == "send" {
+		s += fmt.Sprintf(": rank %d did not read %s", e.Peer, e.Ch)
+	} else if e.Last != nil {
+		s += fmt.Sprintf(": nothing arrived on %s after %v", e.Ch, *e.Last)
+	} else {
+		s += fmt.Sprintf(": nothing arrived on %s yet", e.Ch)
+	}
+	if e.Note != "" {
+		s += "; " + e.Note
+	}
+	return s
+}
+
+func (e *ProgressError) Error() string {
+	dir := "from"
+	if e.Op == "send" {
+		dir = "to"
+	}
+	return fmt.Sprintf("transport: rank %d: %s %s %s rank %d: %s", e.Rank, e.Op, e.Ch, dir, e.Peer, e.Detail())
+}
+
+// Unwrap returns the *PeerError blaming the peer.
+func (e *ProgressError) Unwrap() error { return e.Err }
+
+func newProgressError(rank int, op string, peer int, ch Channel, waited time.Duration, setting string, last *Tag, note string) *ProgressError {
+	e := &ProgressError{Rank: rank, Op: op, Peer: peer, Ch: ch, Waited: waited, Setting: setting, Last: last, Note: note}
+	reason := fmt.Sprintf("sent nothing on %s for %v (no progress, %s)", ch, waited, setting)
+	if op == "send" {
+		reason = fmt.Sprintf("did not read %s for %v (no progress, %s)", ch, waited, setting)
+	}
+	e.Err = &PeerError{Peer: peer, Reason: reason, Err: ErrTimeout}
+	return e
+}
 
 // PeerError is a failure attributed to a peer rank: it closed the connection,
 // aborted, stopped sending heartbeats, or broke the protocol. Its message
