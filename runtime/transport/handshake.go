@@ -386,6 +386,11 @@ type shakeOutcome struct {
 func (t *TCP) shakeListener(c net.Conn, final bool, purpose string, accept func(hello) string) shakeOutcome {
 	from := c.RemoteAddr()
 	refuse := func(format string, args ...any) shakeOutcome {
+		for i, a := range args {
+			if err, ok := a.(error); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+				args[i] = fmt.Errorf("nothing within the handshake deadline (HandshakeTimeout %v)", t.cfg.HandshakeTimeout)
+			}
+		}
 		return shakeOutcome{err: fmt.Errorf(format, args...), refused: true}
 	}
 	ch, err := readChallenge(c)

@@ -290,8 +290,9 @@ func hook(site string) {
 
 // catch, deferred at the top of every transport goroutine, turns a panic
 // into the error "transport: rank R: <what> panicked: <value>" (wrapping
-// ErrPanicked), logs it with the stack and hands it to report, which fails
-// the rank or the rendezvous. A panic never crashes the process.
+// ErrPanicked), logs it with the stack and hands it to report, which aborts
+// the rank (so its peers hear of it at once) or fails the rendezvous. A
+// panic never crashes the process.
 func (t *TCP) catch(what string, report func(error)) {
 	v := recover()
 	if v == nil {
@@ -359,7 +360,7 @@ func (t *TCP) start() {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			defer t.catch(fmt.Sprintf("reader for peer %d", c.peer), t.fail)
+			defer t.catch(fmt.Sprintf("reader for peer %d", c.peer), t.Abort)
 			c.readLoop()
 		}()
 	}
@@ -367,7 +368,7 @@ func (t *TCP) start() {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			defer t.catch("heartbeat", t.fail)
+			defer t.catch("heartbeat", t.Abort)
 			t.heartbeat()
 		}()
 	}
