@@ -280,11 +280,11 @@ func (t *TCP) startClosing() {
 // testHook, when set by a test, is called at the start of every transport
 // goroutine with its name ("reader", "heartbeat", "accept", "handshake",
 // ...), to inject panics.
-var testHook func(site string)
+var testHook atomic.Pointer[func(site string)]
 
 func hook(site string) {
-	if testHook != nil {
-		testHook(site)
+	if f := testHook.Load(); f != nil {
+		(*f)(site)
 	}
 }
 
@@ -715,6 +715,7 @@ func (t *TCP) Abort(cause error) {
 			continue
 		}
 		wg.Go(func() {
+			defer t.catch(fmt.Sprintf("abort notice to peer %d", c.peer), func(error) { _ = c.c.Close() })
 			deadline := time.Now().Add(200 * time.Millisecond)
 			for !c.wmu.TryLock() {
 				if time.Now().After(deadline) {

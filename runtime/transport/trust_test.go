@@ -75,18 +75,23 @@ func TestTCPRequiresToken(t *testing.T) {
 	}
 }
 
+// setHook installs a test hook until the end of the test.
+func setHook(t *testing.T, f func(site string)) {
+	testHook.Store(&f)
+	t.Cleanup(func() { testHook.Store(nil) })
+}
+
 // TestTransportPanicBecomesError: a panic in a transport goroutine fails
 // the rank with an error naming the goroutine; the process survives.
 func TestTransportPanicBecomesError(t *testing.T) {
 	for _, site := range []string{"reader", "heartbeat"} {
 		t.Run(site, func(t *testing.T) {
 			var once sync.Once
-			testHook = func(s string) {
+			setHook(t, func(s string) {
 				if s == site {
 					once.Do(func() { panic("injected " + s + " panic") })
 				}
-			}
-			defer func() { testHook = nil }()
+			})
 			trs := mustWorld(t, 2, func(r int, c *TCPConfig) { c.Timeout = 5 * time.Second })
 			start := time.Now()
 			errs := make([]error, 2)
@@ -632,12 +637,11 @@ func TestBadPeers(t *testing.T) {
 		}},
 		{"panic in a reader goroutine (injected)", 3 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
 			var once sync.Once
-			testHook = func(s string) {
+			setHook(t, func(s string) {
 				if s == "reader" {
 					once.Do(func() { panic("injected") })
 				}
-			}
-			defer func() { testHook = nil }()
+			})
 			trs := mustWorld(t, 2, nil)
 			var err error
 			for r := range trs {
