@@ -27,6 +27,15 @@ func rawHeader(kind, ch, dt uint8, n uint64, dims ...uint64) []byte {
 // reader tried to allocate 2^62 elements.
 func overflowHeader() []byte { return rawHeader(frameData, uint8(Act), dtFloat64, 0, 1<<40, 1<<22) }
 
+// TestDecodeChallengeOtherVersion: a rank of another protocol version is
+// named as such, not as junk.
+func TestDecodeChallengeOtherVersion(t *testing.T) {
+	_, err := decodeChallenge([]byte(`{"proto":"ppgen-tcp/1","purpose":"rendezvous","rank":1,"world":2,"fingerprint":"x","nonce":"AAAA"}`))
+	if !errors.Is(err, errNotPpgen) || !strings.Contains(err.Error(), `it speaks protocol "ppgen-tcp/1", this rank speaks "ppgen-tcp/2"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 func TestDecodeHeader(t *testing.T) {
 	lim := frameLimits{maxFrame: 1 << 20}
 	tooMany := rawHeader(frameData, uint8(Act), dtFloat32, 4)

@@ -110,6 +110,13 @@ func decodeJSON(b []byte, v any) error {
 func decodeChallenge(b []byte) (challenge, error) {
 	var c challenge
 	if err := decodeJSON(b, &c); err != nil {
+		// Another version of ppgen says so in its first message.
+		var other struct {
+			Proto string `json:"proto"`
+		}
+		if json.Unmarshal(b, &other) == nil && other.Proto != "" && other.Proto != protoName {
+			return c, fmt.Errorf("%w: it speaks protocol %.64q, this rank speaks %q (another ppgen version?)", errNotPpgen, other.Proto, protoName)
+		}
 		return c, err
 	}
 	switch {

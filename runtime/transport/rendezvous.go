@@ -231,7 +231,12 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 				func() {
 					defer t.catch(fmt.Sprintf("handshake with %s", c.RemoteAddr()), func(err error) { out = shakeOutcome{err: err} })
 					hook("handshake")
-					out = t.shakeListener(c, false, purposeRendezvous, nil)
+					out = t.shakeListener(c, false, purposeRendezvous, func(h hello) string {
+						if h.Addr == "" {
+							return fmt.Sprintf("rank %d at %s sent no address to reach it at", h.Rank, c.RemoteAddr())
+						}
+						return ""
+					})
 				}()
 				if out.refused {
 					t.refused(r, c, out.err)
