@@ -391,6 +391,7 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	}
 	r.trackListener(ln)
 	defer ln.Close()
+	hook("peer listener " + ln.Addr().String())
 
 	if _, err := t.shakeDialer(mc, t.hello(purposeRendezvous, ln.Addr().String()), 0); err != nil {
 		return conns, err

@@ -551,6 +551,32 @@ func TestBadPeers(t *testing.T) {
 			}
 			return "closed when the rendezvous ended", fmt.Sprintf("closed %v after the rendezvous", d.Round(10*time.Millisecond))
 		}},
+		{"silent connection to a rank's peer port during the rendezvous", 5 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
+			silent := make(chan net.Conn, 4)
+			setHook(t, func(site string) {
+				if a, ok := strings.CutPrefix(site, "peer listener "); ok {
+					if c, err := net.Dial("tcp", a); err == nil {
+						silent <- c
+					}
+				}
+			})
+			trs := mustWorld(t, 3, nil)
+			exerciseWorld(t, asTransports(trs))
+			if len(silent) != 2 {
+				t.Fatalf("%d silent connections made, want one per peer listener", len(silent))
+			}
+			var msgs []string
+			for range 2 {
+				c := <-silent
+				d, _, err := waitClosed(c, time.Second)
+				c.Close()
+				if err != nil {
+					t.Error(err)
+				}
+				msgs = append(msgs, fmt.Sprintf("closed %v after the rendezvous", d.Round(10*time.Millisecond)))
+			}
+			return "closed when the rendezvous ended", strings.Join(msgs, "; ")
+		}},
 		{"connection after the rendezvous", 5 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
 			trs := mustWorld(t, 3, nil)
 			peerPort := trs[2].conns[1].c.LocalAddr().String() // rank 2's peer listener
