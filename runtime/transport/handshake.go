@@ -328,7 +328,7 @@ func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, error) {
 	from := c.RemoteAddr()
 	dropped := func(err error) error {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("%w: %s at %s accepted the connection but never finished the handshake within %v (is it a ppgen rank, and still starting?): %v",
+			return fmt.Errorf("%w: %s at %s accepted the connection but did not finish the handshake in time (HandshakeTimeout %v; is it a ppgen rank of this job?): %v",
 				ErrTimeout, who, from, t.cfg.HandshakeTimeout, err)
 		}
 		return fmt.Errorf("%s at %s dropped the handshake (not a ppgen rank of this job?): %w", who, from, err)

@@ -331,7 +331,7 @@ func TestTCPRendezvousTimeout(t *testing.T) {
 	}
 	defer silent.Close()
 	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: silent.Addr().String(), Token: "t", RendezvousTimeout: 300 * time.Millisecond})
-	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "never finished the handshake") {
+	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "did not finish the handshake in time") {
 		t.Fatalf("silent master: err = %v", err)
 	}
 	if d := time.Since(start); d > 6*time.Second {
