@@ -45,6 +45,7 @@ type options struct {
 	seed      uint64
 	interpret bool
 	delay     time.Duration
+	timeout   time.Duration // -timeout: the transport's progress timeout; 0 keeps PPGEN_TIMEOUT or the default
 	swapTier  string
 	trace     string         // -trace: write the last step's measured timeline here (in-process)
 	timeline  *pipe.Timeline // set by runInProc when trace is
@@ -62,9 +63,14 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the model's initial weights and the synthetic data")
 	fs.BoolVar(&o.interpret, "interpret", false, "run the schedule through the interpreter (pipe.Interpret) instead of the generated functions")
 	fs.DurationVar(&o.delay, "step-delay", 0, "sleep this long between steps (for failure-injection tests)")
+	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last step's measured timeline (each stage call's start and end) to this file as a Chrome trace, to compare with `ppgen trace` of the schedule")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if o.timeout < 0 {
+		fmt.Fprintf(os.Stderr, "mlp: -timeout %v is negative; want a duration such as 30s, or 0 for PPGEN_TIMEOUT or the default %v\n", o.timeout, transport.DefaultTimeout)
 		os.Exit(2)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -279,7 +285,7 @@ func runInProc(o options, out io.Writer) error {
 	if o.trace != "" {
 		o.timeline = &pipe.Timeline{}
 	}
-	trs := transport.NewInProc(sp.Ranks)
+	trs := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
 	ranks := make([]*rankState, sp.Ranks)
 	xs := make([]*pipe.Exec, sp.Ranks)
 	fns := make([]func(*pipe.Exec) error, sp.Ranks)
@@ -402,6 +408,9 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	}
 	cfg := env.TCPConfig(sp.Fingerprint)
 	cfg.Logger = logger
+	if o.timeout > 0 {
+		cfg.Timeout = o.timeout
+	}
 	tr, err := transport.DialTCP(context.Background(), cfg)
 	if err != nil {
 		return err

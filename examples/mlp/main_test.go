@@ -248,7 +248,10 @@ func TestKilledRankIsNamed(t *testing.T) {
 
 // TestMismatchedPeersRefused: a rank running another schedule (different
 // fingerprint) or holding another token is refused at the handshake with a
-// message that says what differs, and no rank trains.
+// message that says what differs, and no rank trains. A rank with another
+// token cannot be told from an outsider, so the others drop its connection
+// and keep waiting for the real rank (until the rendezvous timeout, or until
+// a launcher stops them); the rank itself fails at once saying why.
 func TestMismatchedPeersRefused(t *testing.T) {
 	bin := exampleBinary(t)
 	same := []string{"-schedule", "1f1b", "-steps", "1"}
@@ -256,15 +259,22 @@ func TestMismatchedPeersRefused(t *testing.T) {
 		name  string
 		args  [][]string
 		token []string
+		only  int // -1: every rank exits; else only this one does
 		want  string
 	}{
-		{"fingerprint", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, "fingerprint"},
-		{"token", [][]string{same, same, same, same}, []string{"t", "t", "other", "t"}, "token"},
+		{"fingerprint", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, -1, "fingerprint"},
+		{"token", [][]string{same, same, same, same}, []string{"t", "t", "other", "t"}, 2, "failed authentication: its shared token differs"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			procs := startRanks(t, bin, tc.args, tc.token)
-			errs := waitAll(t, procs, -1, 60*time.Second)
+			var errs map[int]error
+			if tc.only < 0 {
+				errs = waitAll(t, procs, -1, 60*time.Second)
+			} else {
+				errs = waitAll(t, procs[tc.only:tc.only+1], -1, 60*time.Second)
+				procs = procs[tc.only : tc.only+1]
+			}
 			var all strings.Builder
 			failed := 0
 			for r, err := range errs {

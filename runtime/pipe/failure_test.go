@@ -2,6 +2,8 @@ package pipe_test
 
 import (
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -136,6 +138,48 @@ func TestHungRankTimesOut(t *testing.T) {
 		if !errors.Is(errs[r], transport.ErrTimeout) && !errors.Is(errs[r], transport.ErrAborted) {
 			t.Errorf("rank %d: %v, want a timeout or an abort", r, errs[r])
 		}
+	}
+	close(release)
+	if err := <-stuck; err == nil {
+		t.Error("stuck rank succeeded although its peers gave up")
+	}
+}
+
+// TestHungRankErrorNamesStep: over TCP, a rank stuck in a stage still
+// heartbeats, so only the progress timeout (TCPConfig.Timeout, set by
+// PPGEN_TIMEOUT) catches it; the error of the rank that waited names it, the
+// step it waited in, the peer and the timeout.
+func TestHungRankErrorNamesStep(t *testing.T) {
+	p := progByName(t, "threeRank1F1B")
+	g := newRig(t, p, tcpWorld(t, 3, p.spec.Fingerprint, func(r int, c *transport.TCPConfig) { c.Timeout = 500 * time.Millisecond }), false)
+	release := make(chan struct{})
+	g.stages[2].failAt = func(kind string, call int) error {
+		if call == 1 {
+			<-release
+		}
+		return nil
+	}
+	fns := rankFns(p, "straight")
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, r := range []int{0, 1} {
+		wg.Go(func() { errs[r] = pipe.Run(g.xs[r], fns[r]) })
+	}
+	stuck := make(chan error)
+	go func() { stuck <- pipe.Run(g.xs[2], fns[2]) }()
+	wg.Wait()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("survivors took %v to fail", took)
+	}
+	want := regexp.MustCompile(`^pipe: rank 1: step 1RECV_B\d+ from rank 2: no progress for 500ms \(PPGEN_TIMEOUT\): nothing arrived on grad`)
+	if !want.MatchString(fmt.Sprint(errs[1])) || !errors.Is(errs[1], transport.ErrTimeout) {
+		t.Errorf("rank 1: %v\nwant it to match %s", errs[1], want)
+	}
+	// Rank 0 waits on rank 1, so it times out too, or hears of rank 2 from
+	// rank 1's abort first.
+	if !errors.Is(errs[0], transport.ErrTimeout) {
+		t.Errorf("rank 0: %v, want a timeout", errs[0])
 	}
 	close(release)
 	if err := <-stuck; err == nil {

@@ -3,6 +3,8 @@ package pipe
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // OpKind is the kind of one step of a rank's program given as data.
@@ -115,6 +117,16 @@ func (e *StepError) Error() string {
 	case e.Step == "":
 		return fmt.Sprintf("pipe: rank %d: %v", e.Rank, e.Err)
 	case e.Peer >= 0:
+		// A transfer that waited the transport's timeout: name the step,
+		// the peer and the timeout, not the transport's layers.
+		var pe *transport.ProgressError
+		if errors.As(e.Err, &pe) && pe.Peer == e.Peer {
+			dir := "from"
+			if pe.Op == "send" {
+				dir = "to"
+			}
+			return fmt.Sprintf("pipe: rank %d: step %s %s rank %d: %s", e.Rank, e.Step, dir, e.Peer, pe.Detail())
+		}
 		return fmt.Sprintf("pipe: rank %d step %s (peer rank %d): %v", e.Rank, e.Step, e.Peer, e.Err)
 	default:
 		return fmt.Sprintf("pipe: rank %d step %s: %v", e.Rank, e.Step, e.Err)

@@ -100,7 +100,7 @@ func (t *inproc) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 	if err != nil {
 		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, err)
 	}
-	p.box[t.rank][ch].push(message{tag, c})
+	p.box[t.rank][ch].push(message{tag: tag, t: c})
 	return nil
 }
 
@@ -108,7 +108,15 @@ func (t *inproc) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
 		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
 	}
-	m, err := t.box[peer][ch].pop(t.timeout, t.failed, t.failErr, peer, ch)
+	b := t.box[peer][ch]
+	m, err := b.pop(t.timeout, t.failed, t.failErr)
+	if err == errNoProgress {
+		var last *Tag
+		if tag, ok := b.lastTag(); ok {
+			last = &tag
+		}
+		return Tag{}, nil, newProgressError(t.rank, "recv", peer, ch, t.timeout, "InProcTimeout", last, "")
+	}
 	if err != nil {
 		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", t.rank, ch, peer, err)
 	}

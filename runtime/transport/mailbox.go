@@ -1,7 +1,7 @@
 package transport
 
 import (
-	"fmt"
+	"errors"
 	"sync"
 	"time"
 
@@ -9,18 +9,23 @@ import (
 )
 
 type message struct {
-	tag Tag
-	t   *tensor.Dense
+	tag  Tag
+	t    *tensor.Dense
+	size int64 // bytes it occupied on the wire (TCP), for the queue bound
 }
 
-// mailbox is an unbounded FIFO of messages from one peer on one channel, with
-// a single receiver at a time. Senders never block.
+// mailbox is a FIFO of messages from one peer on one channel, with a single
+// receiver at a time. push never blocks: the TCP reader bounds what it
+// pushes (see tcpConn.admit); the in-process transport does not.
 type mailbox struct {
 	mu     sync.Mutex
 	q      []message
 	head   int
 	closed error         // set once the peer said goodbye; returned when q is empty
 	notify chan struct{} // capacity 1: "something changed"
+	last   Tag           // tag of the last message popped
+	popped bool          // a message was popped (last is set)
+	onPop  func(size int64)
 
 	rmu   sync.Mutex // serializes receivers (owns timer)
 	timer *time.Timer
@@ -63,10 +68,20 @@ func (b *mailbox) pending() int {
 	return len(b.q) - b.head
 }
 
+// lastTag returns the tag of the last message received from this mailbox.
+func (b *mailbox) lastTag() (Tag, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last, b.popped
+}
+
+// errNoProgress is pop's timeout; callers turn it into a *ProgressError.
+var errNoProgress = errors.New("no progress")
+
 // pop waits up to timeout for the next message. failed is closed when the
-// whole transport fails; failErr then gives the reason. what names the
-// operation for the timeout error.
-func (b *mailbox) pop(timeout time.Duration, failed <-chan struct{}, failErr func() error, peer int, ch Channel) (message, error) {
+// whole transport fails; failErr then gives the reason. On timeout it
+// returns errNoProgress.
+func (b *mailbox) pop(timeout time.Duration, failed <-chan struct{}, failErr func() error) (message, error) {
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
 	armed := false
@@ -86,6 +101,7 @@ func (b *mailbox) pop(timeout time.Duration, failed <-chan struct{}, failErr fun
 			m := b.q[b.head]
 			b.q[b.head] = message{}
 			b.head++
+			b.last, b.popped = m.tag, true
 			switch {
 			case b.head == len(b.q):
 				b.q = b.q[:0]
@@ -97,6 +113,9 @@ func (b *mailbox) pop(timeout time.Duration, failed <-chan struct{}, failErr fun
 				b.head = 0
 			}
 			b.mu.Unlock()
+			if b.onPop != nil {
+				b.onPop(m.size)
+			}
 			return m, nil
 		}
 		closed := b.closed
@@ -114,7 +133,7 @@ func (b *mailbox) pop(timeout time.Duration, failed <-chan struct{}, failErr fun
 			return message{}, failErr()
 		case <-b.timer.C:
 			armed = false
-			return message{}, &PeerError{Peer: peer, Reason: fmt.Sprintf("sent nothing on %s for %v (receive timed out)", ch, timeout), Err: ErrTimeout}
+			return message{}, errNoProgress
 		}
 	}
 }

@@ -2,245 +2,75 @@ package transport
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// The connection phase.
-//
-// Every connection starts with a four-message handshake between the dialer D
-// and the listener L, each message a 4-byte big-endian length and JSON:
-//
-//	D -> L  hello{proto, purpose, rank, world, fingerprint, addr, nonceD}
-//	L -> D  hello{..., nonceL}, proof{HMAC(token, "L"|nonceD|nonceL), objection}
-//	D -> L  proof{HMAC(token, "D"|nonceD|nonceL), objection}
-//	L -> D  verdict{err, addrs}
-//
-// Each side checks the other's hello (protocol, world size, rank, schedule
-// fingerprint) and MAC, so both report a mismatch in their own words. On the
-// rendezvous connection (rank r -> rank 0) the verdict is delayed until every
-// rank has joined and carries the table of listen addresses; two more
-// verdicts follow (r -> 0: "connected to every peer" or why not; 0 -> r: "all
-// ready" or why the world aborted). Then the connection carries frames.
-
-const protoName = "ppgen-tcp/1"
-
-const (
-	purposeRendezvous = "rendezvous"
-	purposePeer       = "peer"
-	maxHandshakeMsg   = 1 << 20
-)
-
-type hello struct {
-	Proto       string `json:"proto"`
-	Purpose     string `json:"purpose"`
-	Rank        int    `json:"rank"`
-	World       int    `json:"world"`
-	Fingerprint string `json:"fingerprint"`
-	Addr        string `json:"addr,omitempty"`
-	Nonce       []byte `json:"nonce"`
-}
-
-type proof struct {
-	MAC []byte `json:"mac"`
-	Err string `json:"err,omitempty"`
-}
-
-type verdict struct {
-	Err   string   `json:"err,omitempty"`
-	Addrs []string `json:"addrs,omitempty"`
-}
-
-var errNotPpgen = errors.New("not a ppgen handshake")
+// The connection phase. Rank 0 listens at MasterAddr; every other rank dials
+// it (the rendezvous connection), handshakes (see handshake.go) and reports
+// the address it listens on for peers. When every rank has joined, rank 0
+// sends each the table of addresses; every pair of ranks >= 1 then connects
+// (the lower dials the higher) and handshakes; each rank reports to rank 0
+// whether it connected to every peer, and rank 0 answers "all ready" or why
+// the world aborted. Then every connection carries frames.
 
 // defaultAbortLinger is TCPConfig.AbortLinger's default.
 const defaultAbortLinger = 10 * time.Second
 
-func writeMsg(c net.Conn, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 4+len(b))
-	binary.BigEndian.PutUint32(buf, uint32(len(b)))
-	copy(buf[4:], b)
-	_, err = c.Write(buf)
-	return err
-}
-
-func readMsg(c net.Conn, v any) error {
-	var l [4]byte
-	if _, err := io.ReadFull(c, l[:]); err != nil {
-		return err
-	}
-	n := binary.BigEndian.Uint32(l[:])
-	if n > maxHandshakeMsg {
-		return fmt.Errorf("%w (message of %d bytes)", errNotPpgen, n)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c, b); err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%w: %v", errNotPpgen, err)
-	}
-	return nil
-}
-
-func (t *TCP) hello(purpose, addr string) hello {
-	nonce := make([]byte, 16)
-	_, _ = rand.Read(nonce)
-	return hello{Proto: protoName, Purpose: purpose, Rank: t.rank, World: t.world, Fingerprint: t.cfg.Fingerprint, Addr: addr, Nonce: nonce}
-}
-
-func (t *TCP) mac(role string, nonceD, nonceL []byte) []byte {
-	m := hmac.New(sha256.New, []byte(t.cfg.Token))
-	m.Write([]byte(protoName + "|" + role + "|"))
-	m.Write(nonceD)
-	m.Write(nonceL)
-	return m.Sum(nil)
-}
-
-func showFP(fp string) string {
-	if fp == "" {
-		return "(none)"
-	}
-	return fp
-}
-
-// check returns why this rank refuses a peer's hello, or "".
-func (t *TCP) check(h hello, want int) string {
-	switch {
-	case h.Proto != protoName:
-		return fmt.Sprintf("rank %d speaks protocol %q, this rank (%d) speaks %q", h.Rank, h.Proto, t.rank, protoName)
-	case want >= 0 && h.Rank != want:
-		return fmt.Sprintf("expected rank %d there, but rank %d answered", want, h.Rank)
-	case h.World != t.world:
-		return fmt.Sprintf("rank %d runs with world size %d, this rank (%d) with %d", h.Rank, h.World, t.rank, t.world)
-	case h.Rank < 0 || h.Rank >= t.world:
-		return fmt.Sprintf("a peer claims rank %d, outside [0, %d)", h.Rank, t.world)
-	case h.Rank == t.rank:
-		return fmt.Sprintf("a peer claims rank %d, which is this rank", h.Rank)
-	case h.Fingerprint != t.cfg.Fingerprint:
-		return fmt.Sprintf("rank %d runs schedule fingerprint %s, this rank (%d) runs %s", h.Rank, showFP(h.Fingerprint), t.rank, showFP(t.cfg.Fingerprint))
-	}
-	return ""
-}
-
-func authFailure(peer int) string {
-	return fmt.Sprintf("rank %d failed authentication: its shared token differs from this rank's (set the same token, e.g. PPGEN_TOKEN, on every rank)", peer)
-}
-
-// shakeDialer runs the dialer's first three messages and returns the
-// listener's hello. The caller reads the verdict.
-func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, error) {
-	var h hello
-	if err := writeMsg(c, me); err != nil {
-		return h, fmt.Errorf("rank %d at %s: %w", want, c.RemoteAddr(), err)
-	}
-	var p proof
-	if err := readMsg(c, &h); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return h, fmt.Errorf("%w: rank %d at %s accepted the connection but never answered the handshake (is it a ppgen rank, and still starting?): %v", ErrTimeout, want, c.RemoteAddr(), err)
-		}
-		return h, fmt.Errorf("rank %d at %s dropped the handshake (not a ppgen rank?): %w", want, c.RemoteAddr(), err)
-	}
-	if err := readMsg(c, &p); err != nil {
-		return h, fmt.Errorf("rank %d at %s dropped the handshake: %w", want, c.RemoteAddr(), err)
-	}
-	objection := t.check(h, want)
-	if objection == "" && !hmac.Equal(p.MAC, t.mac("L", me.Nonce, h.Nonce)) {
-		objection = authFailure(h.Rank)
-	}
-	_ = writeMsg(c, proof{MAC: t.mac("D", me.Nonce, h.Nonce), Err: objection})
-	if objection != "" {
-		return h, fmt.Errorf("%w: %s", ErrHandshake, objection)
-	}
-	if p.Err != "" {
-		return h, fmt.Errorf("%w: rank %d refused this rank: %s", ErrHandshake, h.Rank, p.Err)
-	}
-	return h, nil
-}
-
-// shakeListener runs the listener's side. junk reports a connection that is
-// not a ppgen rank at all (ignored by the caller). accept adds
-// caller-specific objections. With final, the accepting verdict is sent too.
-func (t *TCP) shakeListener(c net.Conn, purpose string, final bool, accept func(hello) string) (h hello, err error, junk bool) {
-	if err := readMsg(c, &h); err != nil || h.Proto == "" {
-		return h, err, true
-	}
-	objection := t.check(h, -1)
-	if objection == "" && h.Purpose != purpose {
-		objection = fmt.Sprintf("rank %d connected for %q, expected %q", h.Rank, h.Purpose, purpose)
-	}
-	if objection == "" && accept != nil {
-		objection = accept(h)
-	}
-	me := t.hello(purpose, "")
-	if err := writeMsg(c, me); err != nil {
-		return h, fmt.Errorf("rank %d dropped the handshake: %w", h.Rank, err), false
-	}
-	if err := writeMsg(c, proof{MAC: t.mac("L", h.Nonce, me.Nonce), Err: objection}); err != nil {
-		return h, fmt.Errorf("rank %d dropped the handshake: %w", h.Rank, err), false
-	}
-	var p proof
-	if err := readMsg(c, &p); err != nil {
-		if objection != "" {
-			return h, fmt.Errorf("%w: %s", ErrHandshake, objection), false
-		}
-		return h, fmt.Errorf("rank %d dropped the handshake: %w", h.Rank, err), false
-	}
-	if objection == "" && !hmac.Equal(p.MAC, t.mac("D", h.Nonce, me.Nonce)) {
-		objection = authFailure(h.Rank)
-	}
-	if objection != "" {
-		_ = writeMsg(c, verdict{Err: objection})
-		return h, fmt.Errorf("%w: %s", ErrHandshake, objection), false
-	}
-	if p.Err != "" {
-		return h, fmt.Errorf("%w: rank %d refused this rank: %s", ErrHandshake, h.Rank, p.Err), false
-	}
-	if final {
-		if err := writeMsg(c, verdict{}); err != nil {
-			return h, fmt.Errorf("rank %d dropped the handshake: %w", h.Rank, err), false
-		}
-	}
-	return h, nil, false
-}
-
 // rdv bounds every connection and listener of the connection phase by the
 // context: its deadline applies to each, and cancellation expires them.
+// When the phase ends, closeOthers closes every connection it does not
+// keep (handshakes still running, silent connections).
 type rdv struct {
 	deadline time.Time
 	mu       sync.Mutex
 	fired    bool
-	conns    []net.Conn
+	conns    map[net.Conn]struct{}
 	lns      []net.Listener
+
+	// Connections refused before they proved the token.
+	refusals    int
+	lastRefusal string
 }
 
 var expired = time.Unix(1, 0)
 
-func (r *rdv) track(c net.Conn) {
+// track bounds c by the rendezvous and, when until is not zero, by until
+// (a handshake deadline).
+func (r *rdv) track(c net.Conn, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.fired {
+	switch {
+	case r.fired:
 		_ = c.SetDeadline(expired)
-	} else {
+	case !until.IsZero():
+		_ = c.SetDeadline(until)
+	default:
 		_ = c.SetDeadline(r.deadline)
 	}
-	r.conns = append(r.conns, c)
+	r.conns[c] = struct{}{}
+}
+
+// extend lifts a handshake deadline: c is bounded by the rendezvous only.
+func (r *rdv) extend(c net.Conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.fired {
+		_ = c.SetDeadline(r.deadline)
+	}
+}
+
+// drop closes c and forgets it.
+func (r *rdv) drop(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	c.Close()
 }
 
 func (r *rdv) trackListener(ln net.Listener) {
@@ -256,7 +86,7 @@ func (r *rdv) fire() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.fired = true
-	for _, c := range r.conns {
+	for c := range r.conns {
 		_ = c.SetDeadline(expired)
 	}
 	for _, ln := range r.lns {
@@ -264,9 +94,51 @@ func (r *rdv) fire() {
 	}
 }
 
+// closeOthers closes every listener and every tracked connection not in
+// keep, so that nothing accepted during the rendezvous outlives it.
+func (r *rdv) closeOthers(keep []net.Conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fired = true
+	kept := make(map[net.Conn]bool, len(keep))
+	for _, c := range keep {
+		if c != nil {
+			kept[c] = true
+		}
+	}
+	for c := range r.conns {
+		if !kept[c] {
+			c.Close()
+		}
+	}
+	clear(r.conns)
+	for _, ln := range r.lns {
+		ln.Close()
+	}
+}
+
+// refused logs a connection dropped before it proved the token.
+func (t *TCP) refused(r *rdv, c net.Conn, err error) {
+	r.mu.Lock()
+	r.refusals++
+	r.lastRefusal = fmt.Sprintf("from %s: %v", c.RemoteAddr(), err)
+	r.mu.Unlock()
+	t.log.Warn("transport: refused a connection", "rank", t.rank, "from", c.RemoteAddr().String(), "reason", err.Error())
+}
+
+// refusalNote summarizes the refused connections for a timeout error.
+func (r *rdv) refusalNote() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refusals == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d connection(s) were refused in the handshake, the last %s", r.refusals, r.lastRefusal)
+}
+
 func newRdv(ctx context.Context) (*rdv, func() bool) {
 	d, _ := ctx.Deadline()
-	r := &rdv{deadline: d}
+	r := &rdv{deadline: d, conns: make(map[net.Conn]struct{})}
 	return r, context.AfterFunc(ctx, r.fire)
 }
 
@@ -282,6 +154,7 @@ func missing(conns []net.Conn, self int) []int {
 
 func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error) {
 	r, stop := newRdv(ctx)
+	defer func() { r.closeOthers(conns) }() // runs last: after the linger below
 	defer func() {
 		if !stop() && err == nil {
 			err = fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())
@@ -332,36 +205,59 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 	conns = make([]net.Conn, t.world)
 	addrs := make([]string, t.world)
 	type result struct {
-		c    net.Conn
-		h    hello
-		err  error
-		junk bool
+		c net.Conn
+		shakeOutcome
 	}
 	results := make(chan result)
 	done := make(chan struct{})
 	defer close(done)
 	var aborted atomic.Pointer[string] // set before done is closed on failure
 	go func() {
+		defer t.catch("rendezvous accept loop", func(err error) {
+			select {
+			case results <- result{shakeOutcome: shakeOutcome{err: err}}:
+			case <-done:
+			}
+		})
+		hook("accept")
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			r.track(c)
+			r.track(c, t.handshakeDeadline(r))
 			go func() {
-				h, err, junk := t.shakeListener(c, purposeRendezvous, false, nil)
+				var out shakeOutcome
+				func() {
+					defer t.catch(fmt.Sprintf("handshake with %s", c.RemoteAddr()), func(err error) { out = shakeOutcome{err: err} })
+					hook("handshake")
+					out = t.shakeListener(c, false, purposeRendezvous, func(h hello) string {
+						if h.Addr == "" {
+							return fmt.Sprintf("rank %d at %s sent no address to reach it at", h.Rank, c.RemoteAddr())
+						}
+						return ""
+					})
+				}()
+				if out.refused {
+					t.refused(r, c, out.err)
+					r.drop(c)
+					return
+				}
+				if out.err == nil {
+					r.extend(c)
+				}
 				select {
-				case results <- result{c, h, err, junk}:
+				case results <- result{c, out}:
 				case <-done:
 					// The rendezvous already ended: tell a rank that passed
 					// its handshake why, instead of just hanging up.
-					if reason := aborted.Load(); reason != nil && !junk {
-						if err == nil {
+					if reason := aborted.Load(); reason != nil {
+						if out.err == nil {
 							_ = writeMsg(c, verdict{Err: *reason})
 						}
-						tell(h.Rank)
+						tell(out.h.Rank)
 					}
-					c.Close()
+					r.drop(c)
 				}
 			}()
 		}
@@ -376,20 +272,28 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 			}
 		}
 	}
+	// Stop waiting a little before the rendezvous deadline, so that the
+	// ranks that did join still hear why it failed.
+	margin := min(time.Second, t.cfg.RendezvousTimeout/10)
+	joinBy := time.NewTimer(time.Until(r.deadline) - margin)
+	defer joinBy.Stop()
 	for got := 0; got < t.world-1; {
 		select {
+		case <-joinBy.C:
+			err := fmt.Errorf("%w: ranks %v did not join within %v%s", ErrTimeout, missing(conns, 0), t.cfg.RendezvousTimeout, r.refusalNote())
+			abortAll(err.Error())
+			return conns, err
 		case <-ctx.Done():
-			err := fmt.Errorf("%w: ranks %v did not join within %v", ErrTimeout, missing(conns, 0), t.cfg.RendezvousTimeout)
+			err := fmt.Errorf("%w: ranks %v did not join within %v%s", ErrTimeout, missing(conns, 0), t.cfg.RendezvousTimeout, r.refusalNote())
 			abortAll(err.Error())
 			return conns, err
 		case res := <-results:
-			if res.junk {
-				t.log.Warn("ignoring a connection that is not a ppgen rank", "rank", t.rank, "from", res.c.RemoteAddr(), "err", res.err)
-				res.c.Close()
-				continue
+			if res.c == nil { // the accept loop panicked
+				abortAll(res.err.Error())
+				return conns, res.err
 			}
 			if res.err != nil {
-				res.c.Close()
+				r.drop(res.c)
 				tell(res.h.Rank) // it was refused, and knows why
 				abortAll(res.err.Error())
 				return conns, res.err
@@ -397,7 +301,7 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 			if prev := conns[res.h.Rank]; prev != nil {
 				reason := fmt.Sprintf("two processes claim rank %d (%s and %s)", res.h.Rank, prev.RemoteAddr(), res.c.RemoteAddr())
 				_ = writeMsg(res.c, verdict{Err: reason})
-				res.c.Close()
+				r.drop(res.c)
 				tell(res.h.Rank)
 				abortAll(reason)
 				return conns, fmt.Errorf("%w: %s", ErrHandshake, reason)
@@ -410,7 +314,7 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 	for p, c := range conns {
 		if c != nil {
 			if err := writeMsg(c, verdict{Addrs: addrs}); err != nil {
-				reason := fmt.Sprintf("rank %d dropped out of the rendezvous: %v", p, err)
+				reason := fmt.Sprintf("rank %d at %s dropped out of the rendezvous: %v", p, c.RemoteAddr(), err)
 				abortAll(reason)
 				return conns, errors.New(reason)
 			}
@@ -426,8 +330,9 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 	for p, c := range conns {
 		if c != nil {
 			go func() {
-				var v verdict
-				err := readMsg(c, &v)
+				defer t.catch(fmt.Sprintf("rendezvous reader for peer %d", p), func(err error) { acks <- ack{p, err, ""} })
+				hook("barrier")
+				v, err := readVerdict(c)
 				acks <- ack{p, err, v.Err}
 			}()
 		}
@@ -460,6 +365,7 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 
 func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error) {
 	r, stop := newRdv(ctx)
+	defer func() { r.closeOthers(conns) }()
 	defer func() {
 		if !stop() && err == nil {
 			err = fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())
@@ -470,7 +376,7 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	if err != nil {
 		return conns, fmt.Errorf("cannot reach rank 0: %w", err)
 	}
-	r.track(mc)
+	r.track(mc, t.handshakeDeadline(r))
 	conns[0] = mc
 
 	host := t.cfg.ListenHost
@@ -485,12 +391,14 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	}
 	r.trackListener(ln)
 	defer ln.Close()
+	hook("peer listener " + ln.Addr().String())
 
 	if _, err := t.shakeDialer(mc, t.hello(purposeRendezvous, ln.Addr().String()), 0); err != nil {
 		return conns, err
 	}
-	var table verdict
-	if err := readMsg(mc, &table); err != nil {
+	r.extend(mc)
+	table, err := readVerdict(mc)
+	if err != nil {
 		if errors.Is(err, errNotPpgen) {
 			return conns, err
 		}
@@ -510,8 +418,9 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	}
 	fromMaster := make(chan masterMsg, 1)
 	go func() {
-		var v verdict
-		err := readMsg(mc, &v)
+		defer t.catch("rendezvous reader for peer 0", func(err error) { fromMaster <- masterMsg{err: err} })
+		hook("master reader")
+		v, err := readVerdict(mc)
 		fromMaster <- masterMsg{v, err}
 	}()
 	type result struct {
@@ -527,31 +436,34 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 		case results <- res:
 		case <-done:
 			if res.c != nil {
-				res.c.Close()
+				r.drop(res.c)
 			}
 		}
 	}
 	for j := t.rank + 1; j < t.world; j++ {
 		go func() {
+			defer t.catch(fmt.Sprintf("dialer of peer %d", j), func(err error) { send(result{j, nil, err}) })
+			hook("dialer")
 			c, err := dialRetry(ctx, table.Addrs[j])
 			if err != nil {
 				send(result{j, nil, fmt.Errorf("cannot reach rank %d at %s: %w", j, table.Addrs[j], err)})
 				return
 			}
-			r.track(c)
+			r.track(c, t.handshakeDeadline(r))
 			if _, err := t.shakeDialer(c, t.hello(purposePeer, ""), j); err != nil {
 				send(result{j, c, err})
 				return
 			}
-			var v verdict
-			if err := readMsg(c, &v); err != nil {
-				send(result{j, c, fmt.Errorf("rank %d dropped the handshake: %w", j, err)})
+			v, err := readVerdict(c)
+			if err != nil {
+				send(result{j, c, fmt.Errorf("rank %d at %s dropped the handshake: %w", j, c.RemoteAddr(), err)})
 				return
 			}
 			if v.Err != "" {
-				send(result{j, c, fmt.Errorf("%w: rank %d refused this rank: %s", ErrHandshake, j, v.Err)})
+				send(result{j, c, fmt.Errorf("%w: rank %d at %s refused this rank: %s", ErrHandshake, j, c.RemoteAddr(), v.Err)})
 				return
 			}
+			r.extend(c)
 			send(result{j, c, nil})
 		}()
 	}
@@ -559,31 +471,41 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 		var mu sync.Mutex
 		seen := make([]bool, t.rank)
 		go func() {
+			defer t.catch("peer accept loop", func(err error) { send(result{-1, nil, err}) })
+			hook("accept")
 			for {
 				c, err := ln.Accept()
 				if err != nil {
 					return
 				}
-				r.track(c)
+				r.track(c, t.handshakeDeadline(r))
 				go func() {
-					h, err, junk := t.shakeListener(c, purposePeer, true, func(h hello) string {
-						if h.Rank < 1 || h.Rank >= t.rank {
-							return fmt.Sprintf("rank %d dialed rank %d, but only ranks 1..%d dial it", h.Rank, t.rank, t.rank-1)
-						}
-						mu.Lock()
-						defer mu.Unlock()
-						if seen[h.Rank] {
-							return fmt.Sprintf("two processes claim rank %d (second from %s)", h.Rank, c.RemoteAddr())
-						}
-						seen[h.Rank] = true
-						return ""
-					})
-					if junk {
-						t.log.Warn("ignoring a connection that is not a ppgen rank", "rank", t.rank, "from", c.RemoteAddr(), "err", err)
-						c.Close()
+					var out shakeOutcome
+					func() {
+						defer t.catch(fmt.Sprintf("handshake with %s", c.RemoteAddr()), func(err error) { out = shakeOutcome{err: err} })
+						hook("handshake")
+						out = t.shakeListener(c, true, purposePeer, func(h hello) string {
+							if h.Rank < 1 || h.Rank >= t.rank {
+								return fmt.Sprintf("rank %d at %s dialed rank %d, but only ranks 1..%d dial it", h.Rank, c.RemoteAddr(), t.rank, t.rank-1)
+							}
+							mu.Lock()
+							defer mu.Unlock()
+							if seen[h.Rank] {
+								return fmt.Sprintf("two processes claim rank %d (second from %s)", h.Rank, c.RemoteAddr())
+							}
+							seen[h.Rank] = true
+							return ""
+						})
+					}()
+					if out.refused {
+						t.refused(r, c, out.err)
+						r.drop(c)
 						return
 					}
-					send(result{h.Rank, c, err})
+					if out.err == nil {
+						r.extend(c)
+					}
+					send(result{out.h.Rank, c, out.err})
 				}()
 			}
 		}()
@@ -597,7 +519,7 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 		case res := <-results:
 			if res.err != nil {
 				if res.c != nil {
-					res.c.Close()
+					r.drop(res.c)
 				}
 				return report(res.err)
 			}
@@ -609,7 +531,7 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 			}
 			return conns, fmt.Errorf("%w: %s", ErrHandshake, m.v.Err)
 		case <-ctx.Done():
-			return report(fmt.Errorf("%w: ranks %v did not connect within %v", ErrTimeout, missing(conns, t.rank), t.cfg.RendezvousTimeout))
+			return report(fmt.Errorf("%w: ranks %v did not connect within %v%s", ErrTimeout, missing(conns, t.rank), t.cfg.RendezvousTimeout, r.refusalNote()))
 		}
 	}
 	ln.Close()

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,7 +37,9 @@ type TCPConfig struct {
 	ListenHost string
 
 	// Token is a secret shared by all ranks. The handshake proves knowledge
-	// of it (HMAC-SHA256 challenge-response); it never crosses the wire.
+	// of it (HMAC-SHA256 challenge-response) before anything else is said;
+	// it never crosses the wire. With World > 1 an empty Token is refused
+	// unless AllowNoToken is set.
 	Token string
 	// Fingerprint identifies the schedule (generated code's Fingerprint).
 	// Ranks with different fingerprints refuse each other.
@@ -43,14 +47,22 @@ type TCPConfig struct {
 	// AllowNoToken lets a World > 1 job start with an empty Token (no
 	// authentication: anyone who reaches the port can join). It is the
 	// explicit opt-out, PPGEN_ALLOW_NO_TOKEN=1 in the environment; without
-	// it an empty Token is refused.
+	// it an empty Token is refused. DialTCP logs a warning when it is used.
 	AllowNoToken bool
 
-	// Timeout bounds every send (socket write) and every receive wait.
-	// Default DefaultTimeout.
+	// Timeout bounds every send (socket write) and every receive wait: an
+	// operation that makes no progress for this long fails with a
+	// *ProgressError naming this rank, the peer and the channel. A peer that
+	// still heartbeats but is stuck is caught by it (a dead one by
+	// HeartbeatTimeout). PPGEN_TIMEOUT sets it (runtime/launch). Default
+	// DefaultTimeout.
 	Timeout time.Duration
 	// RendezvousTimeout bounds the whole connection phase. Default 2 minutes.
 	RendezvousTimeout time.Duration
+	// HandshakeTimeout bounds each connection's handshake (authentication
+	// and hello) on both sides: a connection silent for longer is dropped,
+	// during the rendezvous and after it. Default DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 	// AbortLinger bounds how long rank 0 stays in DialTCP after a failed
 	// rendezvous to tell the ranks that have not heard yet why it failed
 	// (they would otherwise retry until their RendezvousTimeout). Default
@@ -66,8 +78,21 @@ type TCPConfig struct {
 	// MaxFrameBytes caps one message (header included) in both directions.
 	// Default 1 GiB.
 	MaxFrameBytes int64
+	// RecvQueueBytes bounds, per peer, the bytes of frames received from it
+	// and not yet taken by Recv (all channels together). When the queue
+	// reaches it, this rank stops reading that peer's connection until Recv
+	// drains it, so TCP flow control blocks the sender (whose Send then fails
+	// after Timeout); memory stays bounded whatever a peer sends. A frame
+	// arriving at an empty queue is always taken, so the queue holds at most
+	// max(RecvQueueBytes, MaxFrameBytes). A correct schedule never waits on
+	// it as long as the bytes one peer has in flight to this rank (sent, not
+	// yet received) stay under it. Default DefaultRecvQueueBytes.
+	RecvQueueBytes int64
 
-	// Logger receives connection lifecycle logs. Default: discard.
+	// Logger receives connection lifecycle logs (Debug) and warnings:
+	// refused connections with their remote address, the AllowNoToken
+	// opt-out, failures. Default: slog.Default(), so that warnings are not
+	// lost.
 	Logger *slog.Logger
 }
 
@@ -77,7 +102,17 @@ const (
 	DefaultHeartbeatInterval = time.Second
 	DefaultHeartbeatTimeout  = 6 * time.Second
 	DefaultMaxFrameBytes     = 1 << 30
+	DefaultHandshakeTimeout  = 10 * time.Second
+	DefaultRecvQueueBytes    = 256 << 20
 )
+
+// maxFrameCap bounds MaxFrameBytes and RecvQueueBytes, so sizes derived
+// from them never overflow.
+const maxFrameCap = 1 << 40
+
+// noTokenHelp is how to fix a missing token.
+const noTokenHelp = "set PPGEN_TOKEN to the same random secret on every rank, e.g. PPGEN_TOKEN=$(openssl rand -hex 16); " +
+	"ppgen launch and ppgen template generate one; PPGEN_ALLOW_NO_TOKEN=1 opts out (then anyone who reaches the ports can join)"
 
 func (c *TCPConfig) fill() error {
 	if c.World < 1 {
@@ -89,8 +124,14 @@ func (c *TCPConfig) fill() error {
 	if c.World > 1 && c.MasterAddr == "" && !(c.Rank == 0 && c.Listener != nil) {
 		return errors.New("MasterAddr is empty")
 	}
+	if c.World > 1 && c.Token == "" && !c.AllowNoToken {
+		return errors.New("no shared token, so any process that reaches the ports could join the job: " + noTokenHelp)
+	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if c.AbortLinger <= 0 {
 		c.AbortLinger = defaultAbortLinger
@@ -110,8 +151,17 @@ func (c *TCPConfig) fill() error {
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
+	if c.MaxFrameBytes < frameHdrLen+8*maxDims || c.MaxFrameBytes > maxFrameCap {
+		return fmt.Errorf("MaxFrameBytes %d outside [%d, %d]", c.MaxFrameBytes, frameHdrLen+8*maxDims, int64(maxFrameCap))
+	}
+	if c.RecvQueueBytes <= 0 {
+		c.RecvQueueBytes = DefaultRecvQueueBytes
+	}
+	if c.RecvQueueBytes > maxFrameCap {
+		return fmt.Errorf("RecvQueueBytes %d over %d", c.RecvQueueBytes, int64(maxFrameCap))
+	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	return nil
 }
@@ -125,11 +175,13 @@ type TCP struct {
 	log   *slog.Logger
 	conns []*tcpConn // conns[peer]; nil at this rank
 
-	closing  atomic.Bool // Close, Abort or Kill began: connection errors are expected
-	closed   atomic.Bool // Close or Kill was called
-	failOnce sync.Once
-	failed   chan struct{}
-	err      error // set before failed is closed
+	closing     atomic.Bool   // Close, Abort or Kill began: connection errors are expected
+	closingCh   chan struct{} // closed when closing is first set
+	closingOnce sync.Once
+	closed      atomic.Bool // Close or Kill was called
+	failOnce    sync.Once
+	failed      chan struct{}
+	err         error // set before failed is closed
 
 	hbStop     chan struct{}
 	hbStopOnce sync.Once
@@ -171,6 +223,14 @@ type tcpConn struct {
 	box       [NumChannels]*mailbox
 	done      chan struct{} // closed when the reader exits
 
+	// The receive queue bound (RecvQueueBytes): queued counts the bytes of
+	// frames pushed to box and not yet popped; space is signalled on every
+	// pop; paused is set while the reader waits for space.
+	queued     atomic.Int64
+	peakQueued atomic.Int64 // for tests
+	space      chan struct{}
+	paused     atomic.Bool
+
 	// settled is closed once the peer will send nothing more: it
 	// acknowledged our goodbye, said goodbye itself, or the reader ended.
 	// Close waits for it so that closing never resets a connection with
@@ -182,9 +242,10 @@ type tcpConn struct {
 func (c *tcpConn) settle() { c.settledOnce.Do(func() { close(c.settled) }) }
 
 func newTCPConn(t *TCP, peer int, c net.Conn) *tcpConn {
-	tc := &tcpConn{t: t, peer: peer, c: c, done: make(chan struct{}), settled: make(chan struct{})}
+	tc := &tcpConn{t: t, peer: peer, c: c, done: make(chan struct{}), settled: make(chan struct{}), space: make(chan struct{}, 1)}
 	for i := range tc.box {
 		tc.box[i] = newMailbox()
+		tc.box[i].onPop = tc.popped
 	}
 	tc.lastWrite.Store(time.Now().UnixNano())
 	return tc
@@ -204,12 +265,82 @@ func (t *TCP) fail(err error) {
 		t.err = err
 		close(t.failed)
 		if !t.closing.Load() {
-			t.log.Warn("transport failed", "rank", t.rank, "err", err)
+			t.log.Debug("transport failed", "rank", t.rank, "err", err)
 		}
 	})
 }
 
 func (t *TCP) failErr() error { return t.err }
+
+func (t *TCP) startClosing() {
+	t.closing.Store(true)
+	t.closingOnce.Do(func() { close(t.closingCh) })
+}
+
+// testHook, when set by a test, is called at the start of every transport
+// goroutine with its name ("reader", "heartbeat", "accept", "handshake",
+// ...), to inject panics.
+var testHook atomic.Pointer[func(site string)]
+
+func hook(site string) {
+	if f := testHook.Load(); f != nil {
+		(*f)(site)
+	}
+}
+
+// catch, deferred at the top of every transport goroutine, turns a panic
+// into the error "transport: rank R: <what> panicked: <value>" (wrapping
+// ErrPanicked), logs it with the stack and hands it to report, which aborts
+// the rank (so its peers hear of it at once) or fails the rendezvous. A
+// panic never crashes the process.
+func (t *TCP) catch(what string, report func(error)) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	err := fmt.Errorf("transport: rank %d: %s %w: %v", t.rank, what, ErrPanicked, v)
+	t.log.Error("transport goroutine panicked", "rank", t.rank, "goroutine", what, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	report(err)
+}
+
+// popped is the mailboxes' onPop: size bytes left the receive queue.
+func (c *tcpConn) popped(size int64) {
+	c.queued.Add(-size)
+	select {
+	case c.space <- struct{}{}:
+	default:
+	}
+}
+
+// admit waits until a frame of size bytes fits the receive queue
+// (RecvQueueBytes; always when the queue is empty). It returns keep=false
+// when the frame should be read and dropped (this rank is closing and
+// receives nothing more) and ok=false when the transport failed.
+func (c *tcpConn) admit(size int64) (keep, ok bool) {
+	t := c.t
+	for {
+		q := c.queued.Load()
+		if q == 0 || q+size <= t.cfg.RecvQueueBytes {
+			if c.paused.Load() {
+				c.paused.Store(false)
+				t.log.Debug("receive queue drained, reading again", "rank", t.rank, "peer", c.peer)
+			}
+			return true, true
+		}
+		if t.closing.Load() {
+			return false, true
+		}
+		if !c.paused.Swap(true) {
+			t.log.Debug("receive queue full, not reading until Recv drains it", "rank", t.rank, "peer", c.peer, "queued", q, "bound", t.cfg.RecvQueueBytes)
+		}
+		select {
+		case <-c.space:
+		case <-t.failed:
+			return false, false
+		case <-t.closingCh:
+		}
+	}
+}
 
 func (t *TCP) isFailed() bool {
 	select {
@@ -229,6 +360,7 @@ func (t *TCP) start() {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
+			defer t.catch(fmt.Sprintf("reader for peer %d", c.peer), t.Abort)
 			c.readLoop()
 		}()
 	}
@@ -236,6 +368,7 @@ func (t *TCP) start() {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
+			defer t.catch("heartbeat", t.Abort)
 			t.heartbeat()
 		}()
 	}
@@ -286,18 +419,17 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 	runtime.KeepAlive(v.keep)
 	if err != nil {
 		// A partial frame may be on the wire: the connection is unusable.
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			pe := newProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, "PPGEN_TIMEOUT", nil,
+				"its receive queue or the socket is full (a stuck rank, or more in flight than its RecvQueueBytes)")
+			t.fail(pe)
+			return pe
+		}
 		t.fail(c.ioError(err, "send"))
 		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, t.err)
 	}
 	return nil
-}
-
-func putHeader(h []byte, kind, ch, dt uint8, tag Tag, n uint64) {
-	h[0], h[1], h[2], h[3] = kind, ch, dt, uint8((len(h)-frameHdrLen)/8)
-	binary.LittleEndian.PutUint32(h[4:], uint32(tag.Stage))
-	binary.LittleEndian.PutUint32(h[8:], uint32(tag.Micro))
-	binary.LittleEndian.PutUint32(h[12:], frameMagic)
-	binary.LittleEndian.PutUint64(h[16:], n)
 }
 
 // Recv waits for the next message from peer on ch.
@@ -305,7 +437,21 @@ func (t *TCP) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
 		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
 	}
-	m, err := t.conns[peer].box[ch].pop(t.cfg.Timeout, t.failed, t.failErr, peer, ch)
+	c := t.conns[peer]
+	b := c.box[ch]
+	m, err := b.pop(t.cfg.Timeout, t.failed, t.failErr)
+	if err == errNoProgress {
+		var last *Tag
+		if tag, ok := b.lastTag(); ok {
+			last = &tag
+		}
+		note := ""
+		if c.paused.Load() {
+			note = fmt.Sprintf("this rank's receive queue from rank %d is full (%d bytes not yet received on other channels, RecvQueueBytes %d), so it is not reading that connection",
+				peer, c.queued.Load(), t.cfg.RecvQueueBytes)
+		}
+		return Tag{}, nil, newProgressError(t.rank, "recv", peer, ch, t.cfg.Timeout, "PPGEN_TIMEOUT", last, note)
+	}
 	if err != nil {
 		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", t.rank, ch, peer, err)
 	}
@@ -348,23 +494,32 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 func (c *tcpConn) readLoop() {
 	defer close(c.done)
 	defer c.settle()
+	hook("reader")
 	t := c.t
 	br := bufio.NewReaderSize(&deadlineReader{c: c.c, timeout: t.cfg.HeartbeatTimeout}, 64<<10)
-	var hdr [frameHdrLen]byte
-	var dimBuf [8 * maxDims]byte
-	var dims [maxDims]int
+	lim := frameLimits{maxFrame: t.cfg.MaxFrameBytes}
+	var buf [frameHdrLen + 8*maxDims]byte
 	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		if _, err := io.ReadFull(br, buf[:frameHdrLen]); err != nil {
 			c.readFailed(err)
 			return
 		}
-		if binary.LittleEndian.Uint32(hdr[12:]) != frameMagic {
-			t.fail(&PeerError{Peer: c.peer, Reason: "sent a corrupt frame (bad magic)", Err: ErrProtocol})
+		nd := dimsOf(buf[:])
+		if _, err := io.ReadFull(br, buf[frameHdrLen:headerBytes(nd)]); err != nil {
+			c.readFailed(err)
 			return
 		}
-		kind, ch, dt, nd := hdr[0], Channel(hdr[1]), hdr[2], int(hdr[3])
-		n := binary.LittleEndian.Uint64(hdr[16:])
-		switch kind {
+		h, err := decodeHeader(buf[:headerBytes(nd)], lim)
+		if err != nil {
+			cause := ErrProtocol
+			if errors.Is(err, ErrFrameTooLarge) {
+				cause = ErrFrameTooLarge
+			}
+			reason := strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrProtocol.Error()+": "), ErrFrameTooLarge.Error()+": ")
+			t.fail(&PeerError{Peer: c.peer, Reason: reason, Err: cause})
+			return
+		}
+		switch h.kind {
 		case frameHeartbeat:
 			continue
 		case frameGoodbye:
@@ -393,62 +548,40 @@ func (c *tcpConn) readLoop() {
 			// Tag.Stage: the rank at fault; Tag.Micro: the rank that observed
 			// it (-1 if the sender itself failed); channel: sentinel code.
 			news := &PeerError{Peer: c.peer, Reason: "aborted (no reason given)", Err: ErrAborted}
-			if n <= maxAbortMsgLen {
-				buf := make([]byte, n)
-				if _, err := io.ReadFull(br, buf); err == nil {
-					news.Reason = string(buf)
-				}
+			msg := make([]byte, h.n) // h.n <= maxAbortMsgLen
+			if _, err := io.ReadFull(br, msg); err == nil && len(msg) > 0 {
+				news.Reason = string(msg)
 			}
-			origin, via := int(int32(binary.LittleEndian.Uint32(hdr[4:]))), int(int32(binary.LittleEndian.Uint32(hdr[8:])))
+			origin, via := int(h.tag.Stage), int(h.tag.Micro)
 			if origin >= 0 && origin < t.world && origin != c.peer && via >= 0 && via < t.world {
-				news.Peer, news.Relayed, news.Via, news.Err = origin, true, via, sentinelOf(uint8(ch))
+				news.Peer, news.Relayed, news.Via, news.Err = origin, true, via, sentinelOf(uint8(h.ch))
 			}
 			t.fail(news)
 			return
-		case frameData:
-		default:
-			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a frame of unknown kind %d", kind), Err: ErrProtocol})
+		}
+		// A data frame: wait for room in the receive queue, then allocate
+		// exactly what the validated header describes.
+		keep, ok := c.admit(h.size)
+		if !ok {
 			return
 		}
-		es := elemSize(dt)
-		if ch >= NumChannels || es == 0 || nd > maxDims {
-			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a malformed frame (channel %d, dtype %d, %d dims)", ch, dt, nd), Err: ErrProtocol})
-			return
-		}
-		if _, err := io.ReadFull(br, dimBuf[:8*nd]); err != nil {
-			c.readFailed(err)
-			return
-		}
-		numel, ok := uint64(1), true
-		for i := range nd {
-			d := binary.LittleEndian.Uint64(dimBuf[8*i:])
-			if d > 1<<48 {
-				ok = false
-				break
+		if !keep {
+			if _, err := io.CopyN(io.Discard, br, int64(h.n)); err != nil {
+				c.readFailed(err)
+				return
 			}
-			dims[i] = int(d)
-			if d != 0 && numel > (1<<62)/d {
-				ok = false
-				break
-			}
-			numel *= d
+			continue
 		}
-		if !ok || numel*uint64(es) != n {
-			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a malformed frame (payload %d bytes for dims %v)", n, dims[:nd]), Err: ErrProtocol})
-			return
-		}
-		if size := uint64(frameHdrLen+8*nd) + n; size > uint64(t.cfg.MaxFrameBytes) {
-			t.fail(&PeerError{Peer: c.peer, Reason: fmt.Sprintf("sent a frame of %d bytes, over this rank's cap of %d bytes (MaxFrameBytes)", size, t.cfg.MaxFrameBytes), Err: ErrFrameTooLarge})
-			return
-		}
-		x, raw := alloc(dt, dims[:nd])
+		x, raw := alloc(h.dt, h.dims)
 		if _, err := io.ReadFull(br, raw); err != nil {
 			c.readFailed(err)
 			return
 		}
-		fromWire(raw, es)
-		tag := Tag{Stage: int32(binary.LittleEndian.Uint32(hdr[4:])), Micro: int32(binary.LittleEndian.Uint32(hdr[8:]))}
-		c.box[ch].push(message{tag, x})
+		fromWire(raw, elemSize(h.dt))
+		if q := c.queued.Add(h.size); q > c.peakQueued.Load() {
+			c.peakQueued.Store(q) // only the reader raises it
+		}
+		c.box[h.ch].push(message{h.tag, x, h.size})
 	}
 }
 
@@ -460,6 +593,7 @@ func (c *tcpConn) readFailed(err error) {
 }
 
 func (t *TCP) heartbeat() {
+	hook("heartbeat")
 	iv := t.cfg.HeartbeatInterval
 	tick := time.NewTicker(iv / 2)
 	defer tick.Stop()
@@ -504,7 +638,7 @@ func (t *TCP) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	t.closing.Store(true)
+	t.startClosing()
 	for _, c := range t.conns {
 		if c == nil {
 			continue
@@ -561,6 +695,7 @@ func (t *TCP) Abort(cause error) {
 	if t.closed.Load() || t.closing.Swap(true) {
 		return
 	}
+	t.startClosing()
 	if cause == nil {
 		cause = ErrAborted
 	}
@@ -580,6 +715,7 @@ func (t *TCP) Abort(cause error) {
 			continue
 		}
 		wg.Go(func() {
+			defer t.catch(fmt.Sprintf("abort notice to peer %d", c.peer), func(error) { _ = c.c.Close() })
 			deadline := time.Now().Add(200 * time.Millisecond)
 			for !c.wmu.TryLock() {
 				if time.Now().After(deadline) {
@@ -609,7 +745,7 @@ func (t *TCP) Abort(cause error) {
 // if the process had been killed. It exists for fault-injection tests.
 func (t *TCP) Kill() {
 	t.closed.Store(true)
-	t.closing.Store(true)
+	t.startClosing()
 	t.stopHeartbeat()
 	for _, c := range t.conns {
 		if c != nil {
@@ -662,7 +798,11 @@ func DialTCP(ctx context.Context, cfg TCPConfig) (*TCP, error) {
 	t := &TCP{
 		cfg: cfg, rank: cfg.Rank, world: cfg.World, log: cfg.Logger,
 		conns:  make([]*tcpConn, cfg.World),
-		failed: make(chan struct{}), hbStop: make(chan struct{}),
+		failed: make(chan struct{}), hbStop: make(chan struct{}), closingCh: make(chan struct{}),
+	}
+	if cfg.World > 1 && cfg.Token == "" {
+		t.log.Warn("transport: no shared token (AllowNoToken, PPGEN_ALLOW_NO_TOKEN=1): connections are not authenticated, any process that reaches the ports can join the job",
+			"rank", cfg.Rank, "world", cfg.World)
 	}
 	if cfg.World == 1 {
 		if cfg.Listener != nil {

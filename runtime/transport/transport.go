@@ -18,13 +18,47 @@
 //     single-process runs. A send copies the tensor, so the receiver owns its
 //     copy and the sender may reuse its own.
 //   - [DialTCP]: one TCP connection per peer pair, length-framed messages with
-//     a size cap, a handshake that checks world size, rank, schedule
-//     fingerprint and a shared token, heartbeats so a dead or hung peer is
-//     detected within a bounded time.
+//     a size cap, a handshake that authenticates with a shared token and then
+//     checks world size, rank and schedule fingerprint, heartbeats so a dead
+//     or hung peer is detected within a bounded time.
+//
+// # Trust (TCP)
+//
+// Nothing a peer sends may crash a rank or grow its memory without bound:
+//
+//   - Authentication comes first. World > 1 needs a shared token
+//     ([TCPConfig.Token], PPGEN_TOKEN) unless AllowNoToken
+//     (PPGEN_ALLOW_NO_TOKEN=1) opts out, which is logged as a warning. Each
+//     connection begins with an HMAC-SHA256 challenge-response; no side says
+//     anything about the job (fingerprint, world size, ranks, addresses)
+//     before the other proved the token.
+//   - During the rendezvous, a connection that sends junk, fails
+//     authentication, sends a malformed hello or stays silent past
+//     HandshakeTimeout (default 10 s) is logged with its remote address and
+//     dropped; the rendezvous goes on. A peer that did authenticate but
+//     disagrees (fingerprint, world size, a rank claimed twice) is a real
+//     mismatch: the rendezvous fails naming the rank and its address. When
+//     the rendezvous ends, every listener and every unfinished connection is
+//     closed.
+//   - Every frame header is validated with overflow-checked arithmetic
+//     (decodeHeader) before anything is allocated: payload = element size ×
+//     ∏dims exactly, within MaxFrameBytes (default 1 GiB).
+//   - Receive queues are bounded per peer (RecvQueueBytes, default 256 MiB):
+//     when full, the reader stops reading that connection until Recv drains
+//     it, so TCP flow control blocks the sender.
+//   - A panic in any transport goroutine becomes the rank's error
+//     ("transport: rank R: reader for peer P panicked: ...", wrapping
+//     [ErrPanicked]) and aborts the rank; it never crashes the process.
+//
+// docs/internals.md describes the handshake order, docs/trust.md lists the
+// bad peers tried.
 //
 // # Failure
 //
-// All waits are bounded by a configurable timeout. Errors name the peer
+// All waits are bounded by a configurable timeout (TCPConfig.Timeout,
+// PPGEN_TIMEOUT): a send or receive that makes no progress for that long
+// fails with a [*ProgressError] naming this rank, the peer, the channel and
+// the last message received there. Errors name the peer
 // (see [PeerError]). [Transport.Close] is a graceful goodbye: what was sent
 // before it can still be received; a Recv that would need more fails with
 // "rank N closed the connection". [Transport.Abort] is abrupt: every pending
@@ -115,7 +149,66 @@ var (
 	ErrFrameTooLarge = errors.New("frame too large")
 	ErrHandshake     = errors.New("handshake refused")
 	ErrProtocol      = errors.New("protocol error")
+	ErrPanicked      = errors.New("panicked")
 )
+
+// ProgressError is a send or receive that waited the transport's timeout
+// without progress: the peer sent nothing on the channel (receive), or did
+// not read what this rank sent (send), although the connection is alive (a
+// dead peer is a *PeerError from the heartbeat instead). It names this rank,
+// the peer, the channel and the last message received there, and wraps the
+// *PeerError that blames the peer (so errors.Is(err, ErrTimeout) holds and
+// aborts relay the peer's name).
+type ProgressError struct {
+	Rank    int
+	Op      string // "recv" or "send"
+	Peer    int
+	Ch      Channel
+	Waited  time.Duration
+	Setting string // what sets the timeout: "PPGEN_TIMEOUT" (TCPConfig.Timeout), "InProcTimeout"
+	Last    *Tag   // recv: the last message received from Peer on Ch, nil if none
+	Note    string // extra diagnosis, e.g. a full receive queue
+	Err     *PeerError
+}
+
+// Detail is the message without the "transport: rank R: op ch peer" prefix:
+// "no progress for 30s (PPGEN_TIMEOUT): ...". runtime/pipe puts it after the
+// step that waited.
+func (e *ProgressError) Detail() string {
+	s := fmt.Sprintf("no progress for %v (%s)", e.Waited, e.Setting)
+	if e.Op == "send" {
+		s += fmt.Sprintf(": rank %d did not read %s", e.Peer, e.Ch)
+	} else if e.Last != nil {
+		s += fmt.Sprintf(": nothing arrived on %s after %v", e.Ch, *e.Last)
+	} else {
+		s += fmt.Sprintf(": nothing arrived on %s yet", e.Ch)
+	}
+	if e.Note != "" {
+		s += "; " + e.Note
+	}
+	return s
+}
+
+func (e *ProgressError) Error() string {
+	dir := "from"
+	if e.Op == "send" {
+		dir = "to"
+	}
+	return fmt.Sprintf("transport: rank %d: %s %s %s rank %d: %s", e.Rank, e.Op, e.Ch, dir, e.Peer, e.Detail())
+}
+
+// Unwrap returns the *PeerError blaming the peer.
+func (e *ProgressError) Unwrap() error { return e.Err }
+
+func newProgressError(rank int, op string, peer int, ch Channel, waited time.Duration, setting string, last *Tag, note string) *ProgressError {
+	e := &ProgressError{Rank: rank, Op: op, Peer: peer, Ch: ch, Waited: waited, Setting: setting, Last: last, Note: note}
+	reason := fmt.Sprintf("sent nothing on %s for %v (no progress, %s)", ch, waited, setting)
+	if op == "send" {
+		reason = fmt.Sprintf("did not read %s for %v (no progress, %s)", ch, waited, setting)
+	}
+	e.Err = &PeerError{Peer: peer, Reason: reason, Err: ErrTimeout}
+	return e
+}
 
 // PeerError is a failure attributed to a peer rank: it closed the connection,
 // aborted, stopped sending heartbeats, or broke the protocol. Its message

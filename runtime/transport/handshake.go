@@ -1,0 +1,466 @@
+package transport
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"time"
+)
+
+// The handshake.
+//
+// Every connection of the connection phase, between a dialer D and a
+// listener L, starts with a challenge-response that proves both know the
+// shared token; only then does either side say anything about the job.
+// Each message is a 4-byte big-endian length and JSON:
+//
+//	1 D -> L  challenge{proto, nonceD}
+//	2 L -> D  challenge{proto, nonceL, HMAC(token, proto|"L"|nonceD|nonceL)}
+//	3 D -> L  proof{HMAC(token, proto|"D"|nonceD|nonceL)}, hello_D
+//	          (or proof{err} and hang up, when L's MAC is wrong)
+//	4 L -> D  verdict{err: authentication failed} and hang up, or
+//	          verdict{}, hello_L, verdict{objection to hello_D}
+//	5 D -> L  verdict{objection to hello_L}
+//	6 L -> D  verdict{} (peer connections; on the rendezvous connection it
+//	          comes when every rank has joined and carries the address table)
+//
+// hello is {proto, purpose, rank, world, fingerprint, addr}. Each side checks
+// the other's hello (world size, rank, schedule fingerprint), so both report
+// a mismatch in their own words. Before step 4 the listener trusts nothing: a
+// connection that stays silent past HandshakeTimeout, sends something that is
+// not this protocol, or fails authentication is logged with its remote
+// address and dropped, and the rendezvous goes on; after it, the peer holds
+// the token, so an objection (another fingerprint, world size, a rank
+// claimed twice) is a real mismatch that fails the rendezvous.
+
+const protoName = "ppgen-tcp/2"
+
+const (
+	purposeRendezvous = "rendezvous"
+	purposePeer       = "peer"
+
+	nonceLen = 16
+	macLen   = sha256.Size
+
+	// Size limits of handshake messages. Before authentication a peer may
+	// make this rank allocate at most maxPreAuthMsg bytes.
+	maxPreAuthMsg = 8 << 10
+	maxHelloMsg   = 4 << 10
+	maxVerdictMsg = 8 << 20 // the address table of the largest world
+
+	maxWorld     = 1 << 16 // runtime/pipe packs ranks in 16 bits
+	maxFieldLen  = 512     // fingerprint, address
+	maxReasonLen = 64 << 10
+)
+
+type challenge struct {
+	Proto string `json:"proto"`
+	Nonce []byte `json:"nonce"`
+	MAC   []byte `json:"mac,omitempty"`
+}
+
+type proof struct {
+	MAC []byte `json:"mac,omitempty"`
+	Err string `json:"err,omitempty"`
+}
+
+type hello struct {
+	Proto       string `json:"proto"`
+	Purpose     string `json:"purpose"`
+	Rank        int    `json:"rank"`
+	World       int    `json:"world"`
+	Fingerprint string `json:"fingerprint"`
+	Addr        string `json:"addr,omitempty"`
+}
+
+type verdict struct {
+	Err   string   `json:"err,omitempty"`
+	Addrs []string `json:"addrs,omitempty"`
+}
+
+var errNotPpgen = errors.New("not a ppgen handshake")
+
+// decodeJSON decodes exactly one JSON value of b into v, refusing unknown
+// fields and trailing data.
+func decodeJSON(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", errNotPpgen, err)
+	}
+	if d.More() {
+		return fmt.Errorf("%w: data after the message", errNotPpgen)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the message", errNotPpgen)
+	}
+	return nil
+}
+
+// decodeChallenge decodes and validates steps 1 and 2.
+func decodeChallenge(b []byte) (challenge, error) {
+	var c challenge
+	if err := decodeJSON(b, &c); err != nil {
+		// Another version of ppgen says so in its first message.
+		var other struct {
+			Proto string `json:"proto"`
+		}
+		if json.Unmarshal(b, &other) == nil && other.Proto != "" && other.Proto != protoName {
+			return c, fmt.Errorf("%w: it speaks protocol %.64q, this rank speaks %q (another ppgen version?)", errNotPpgen, other.Proto, protoName)
+		}
+		return c, err
+	}
+	switch {
+	case c.Proto != protoName:
+		return c, fmt.Errorf("%w: protocol %.64q, want %q", errNotPpgen, c.Proto, protoName)
+	case len(c.Nonce) != nonceLen:
+		return c, fmt.Errorf("%w: nonce of %d bytes, want %d", errNotPpgen, len(c.Nonce), nonceLen)
+	case len(c.MAC) != 0 && len(c.MAC) != macLen:
+		return c, fmt.Errorf("%w: MAC of %d bytes, want %d", errNotPpgen, len(c.MAC), macLen)
+	}
+	return c, nil
+}
+
+// decodeProof decodes and validates step 3's proof.
+func decodeProof(b []byte) (proof, error) {
+	var p proof
+	if err := decodeJSON(b, &p); err != nil {
+		return p, err
+	}
+	switch {
+	case len(p.MAC) != 0 && len(p.MAC) != macLen:
+		return p, fmt.Errorf("%w: MAC of %d bytes, want %d", errNotPpgen, len(p.MAC), macLen)
+	case len(p.Err) > maxReasonLen:
+		return p, fmt.Errorf("%w: reason of %d bytes", errNotPpgen, len(p.Err))
+	case (len(p.MAC) == 0) == (p.Err == ""):
+		return p, fmt.Errorf("%w: a proof holds either a MAC or a reason", errNotPpgen)
+	}
+	return p, nil
+}
+
+// validAddr reports whether a is a host:port a rank could listen on.
+func validAddr(a string) bool {
+	if len(a) > maxFieldLen {
+		return false
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p > 0 && p < 1<<16
+}
+
+// decodeHello decodes and validates a hello. It checks the form (ranges,
+// lengths); whether the hello suits this rank is TCP.check's business.
+func decodeHello(b []byte) (hello, error) {
+	var h hello
+	if err := decodeJSON(b, &h); err != nil {
+		return h, err
+	}
+	switch {
+	case h.Proto != protoName:
+		return h, fmt.Errorf("%w: protocol %.64q, want %q", errNotPpgen, h.Proto, protoName)
+	case h.Purpose != purposeRendezvous && h.Purpose != purposePeer:
+		return h, fmt.Errorf("%w: purpose %.64q", errNotPpgen, h.Purpose)
+	case h.World < 1 || h.World > maxWorld:
+		return h, fmt.Errorf("%w: world size %d outside [1, %d]", errNotPpgen, h.World, maxWorld)
+	case h.Rank < 0 || h.Rank >= h.World:
+		return h, fmt.Errorf("%w: rank %d outside [0, %d)", errNotPpgen, h.Rank, h.World)
+	case len(h.Fingerprint) > maxFieldLen:
+		return h, fmt.Errorf("%w: fingerprint of %d bytes, at most %d", errNotPpgen, len(h.Fingerprint), maxFieldLen)
+	case h.Addr != "" && !validAddr(h.Addr):
+		return h, fmt.Errorf("%w: listen address %.80q is not host:port", errNotPpgen, h.Addr)
+	}
+	return h, nil
+}
+
+// decodeVerdict decodes and validates a verdict.
+func decodeVerdict(b []byte) (verdict, error) {
+	var v verdict
+	if err := decodeJSON(b, &v); err != nil {
+		return v, err
+	}
+	if len(v.Err) > maxReasonLen {
+		return v, fmt.Errorf("%w: reason of %d bytes", errNotPpgen, len(v.Err))
+	}
+	if len(v.Addrs) > maxWorld {
+		return v, fmt.Errorf("%w: %d addresses, at most %d", errNotPpgen, len(v.Addrs), maxWorld)
+	}
+	for i, a := range v.Addrs {
+		if a != "" && !validAddr(a) {
+			return v, fmt.Errorf("%w: address %d %.80q is not host:port", errNotPpgen, i, a)
+		}
+	}
+	return v, nil
+}
+
+func writeMsg(c net.Conn, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	copy(buf[4:], b)
+	_, err = c.Write(buf)
+	return err
+}
+
+// readMsg reads one length-prefixed message of at most limit bytes.
+func readMsg(c net.Conn, limit int) ([]byte, error) {
+	var l [4]byte
+	if _, err := io.ReadFull(c, l[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(l[:])
+	if uint64(n) > uint64(limit) {
+		return nil, fmt.Errorf("%w (a message of %d bytes, at most %d here)", errNotPpgen, n, limit)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func readChallenge(c net.Conn) (challenge, error) {
+	b, err := readMsg(c, maxPreAuthMsg)
+	if err != nil {
+		return challenge{}, err
+	}
+	return decodeChallenge(b)
+}
+
+func readProof(c net.Conn) (proof, error) {
+	b, err := readMsg(c, maxPreAuthMsg)
+	if err != nil {
+		return proof{}, err
+	}
+	return decodeProof(b)
+}
+
+func readHello(c net.Conn) (hello, error) {
+	b, err := readMsg(c, maxHelloMsg)
+	if err != nil {
+		return hello{}, err
+	}
+	return decodeHello(b)
+}
+
+func readVerdict(c net.Conn) (verdict, error) {
+	b, err := readMsg(c, maxVerdictMsg)
+	if err != nil {
+		return verdict{}, err
+	}
+	return decodeVerdict(b)
+}
+
+func newNonce() []byte {
+	n := make([]byte, nonceLen)
+	_, _ = rand.Read(n)
+	return n
+}
+
+func (t *TCP) hello(purpose, addr string) hello {
+	return hello{Proto: protoName, Purpose: purpose, Rank: t.rank, World: t.world, Fingerprint: t.cfg.Fingerprint, Addr: addr}
+}
+
+func (t *TCP) mac(role string, nonceD, nonceL []byte) []byte {
+	m := hmac.New(sha256.New, []byte(t.cfg.Token))
+	m.Write([]byte(protoName + "|" + role + "|"))
+	m.Write(nonceD)
+	m.Write(nonceL)
+	return m.Sum(nil)
+}
+
+func showFP(fp string) string {
+	if fp == "" {
+		return "(none)"
+	}
+	return fp
+}
+
+// check returns why this rank refuses an authenticated peer's hello, or "".
+// from is the peer's remote address.
+func (t *TCP) check(h hello, want int, from net.Addr) string {
+	switch {
+	case want >= 0 && h.Rank != want:
+		return fmt.Sprintf("expected rank %d at %s, but rank %d answered", want, from, h.Rank)
+	case h.World != t.world:
+		return fmt.Sprintf("rank %d at %s runs with world size %d, this rank (%d) with %d", h.Rank, from, h.World, t.rank, t.world)
+	case h.Rank == t.rank:
+		return fmt.Sprintf("a peer at %s claims rank %d, which is this rank", from, h.Rank)
+	case h.Fingerprint != t.cfg.Fingerprint:
+		return fmt.Sprintf("rank %d at %s runs schedule fingerprint %s, this rank (%d) runs %s", h.Rank, from, showFP(h.Fingerprint), t.rank, showFP(t.cfg.Fingerprint))
+	}
+	return ""
+}
+
+func authFailure(who string, from net.Addr) string {
+	return fmt.Sprintf("%s at %s failed authentication: its shared token differs from this rank's (set the same PPGEN_TOKEN on every rank)", who, from)
+}
+
+// handshakeDeadline is when a handshake begun now must be over: after
+// HandshakeTimeout, and no later than the rendezvous.
+func (t *TCP) handshakeDeadline(r *rdv) time.Time {
+	d := time.Now().Add(t.cfg.HandshakeTimeout)
+	if !r.deadline.IsZero() && r.deadline.Before(d) {
+		d = r.deadline
+	}
+	return d
+}
+
+// shakeDialer runs the dialer's side up to step 5 and returns the
+// listener's hello. want is the rank expected there. The caller reads the
+// final verdict (step 6).
+func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, error) {
+	who := fmt.Sprintf("rank %d", want)
+	from := c.RemoteAddr()
+	dropped := func(err error) error {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w: %s at %s accepted the connection but did not finish the handshake in time (HandshakeTimeout %v; is it a ppgen rank of this job?): %v",
+				ErrTimeout, who, from, t.cfg.HandshakeTimeout, err)
+		}
+		return fmt.Errorf("%s at %s dropped the handshake (not a ppgen rank of this job?): %w", who, from, err)
+	}
+	nD := newNonce()
+	if err := writeMsg(c, challenge{Proto: protoName, Nonce: nD}); err != nil {
+		return hello{}, dropped(err)
+	}
+	ch, err := readChallenge(c)
+	if err != nil {
+		return hello{}, dropped(err)
+	}
+	if !hmac.Equal(ch.MAC, t.mac("L", nD, ch.Nonce)) {
+		_ = writeMsg(c, proof{Err: "failed authentication"})
+		return hello{}, fmt.Errorf("%w: %s", ErrHandshake, authFailure(who, from))
+	}
+	if err := writeMsg(c, proof{MAC: t.mac("D", nD, ch.Nonce)}); err != nil {
+		return hello{}, dropped(err)
+	}
+	if err := writeMsg(c, me); err != nil {
+		return hello{}, dropped(err)
+	}
+	auth, err := readVerdict(c)
+	if err != nil {
+		return hello{}, dropped(err)
+	}
+	if auth.Err != "" {
+		return hello{}, fmt.Errorf("%w: %s at %s refused this rank: %s", ErrHandshake, who, from, auth.Err)
+	}
+	h, err := readHello(c)
+	if err != nil {
+		return h, dropped(err)
+	}
+	theirs, err := readVerdict(c)
+	if err != nil {
+		return h, dropped(err)
+	}
+	objection := t.check(h, want, from)
+	_ = writeMsg(c, verdict{Err: objection})
+	if objection != "" {
+		return h, fmt.Errorf("%w: %s", ErrHandshake, objection)
+	}
+	if theirs.Err != "" {
+		return h, fmt.Errorf("%w: rank %d at %s refused this rank: %s", ErrHandshake, h.Rank, from, theirs.Err)
+	}
+	return h, nil
+}
+
+// shakeOutcome is the listener's result of one handshake.
+type shakeOutcome struct {
+	h hello
+	// err is nil on success. With refused, the connection never proved the
+	// token (or sent no valid hello after proving it): it is dropped and the
+	// rendezvous goes on. Without, the peer is an authenticated rank whose
+	// hello or answer does not fit: a real mismatch.
+	err     error
+	refused bool
+}
+
+// shakeListener runs the listener's side. accept adds caller-specific
+// objections. With final, the accepting verdict (step 6) is sent too.
+func (t *TCP) shakeListener(c net.Conn, final bool, purpose string, accept func(hello) string) shakeOutcome {
+	from := c.RemoteAddr()
+	refuse := func(format string, args ...any) shakeOutcome {
+		for i, a := range args {
+			if err, ok := a.(error); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+				args[i] = fmt.Errorf("nothing within the handshake deadline (HandshakeTimeout %v)", t.cfg.HandshakeTimeout)
+			}
+		}
+		return shakeOutcome{err: fmt.Errorf(format, args...), refused: true}
+	}
+	ch, err := readChallenge(c)
+	if err != nil {
+		return refuse("no valid challenge: %w", err)
+	}
+	nL := newNonce()
+	if err := writeMsg(c, challenge{Proto: protoName, Nonce: nL, MAC: t.mac("L", ch.Nonce, nL)}); err != nil {
+		return refuse("dropped the handshake: %w", err)
+	}
+	p, err := readProof(c)
+	if err != nil {
+		return refuse("no valid proof of the token: %w", err)
+	}
+	if p.Err != "" {
+		return refuse("%w: it refused this rank's proof (it holds another token): %.200s", ErrHandshake, p.Err)
+	}
+	if !hmac.Equal(p.MAC, t.mac("D", ch.Nonce, nL)) {
+		_ = writeMsg(c, verdict{Err: "failed authentication: the shared token differs (set the same PPGEN_TOKEN on every rank)"})
+		return refuse("%w: failed authentication (wrong token)", ErrHandshake)
+	}
+	// Authenticated from here on.
+	h, err := readHello(c)
+	if err != nil {
+		return refuse("authenticated, but sent no valid hello: %w", err)
+	}
+	objection := t.check(h, -1, from)
+	if objection == "" && h.Purpose != purpose {
+		objection = fmt.Sprintf("rank %d at %s connected for %q, expected %q", h.Rank, from, h.Purpose, purpose)
+	}
+	if objection == "" && accept != nil {
+		objection = accept(h)
+	}
+	fail := func(err error) shakeOutcome { return shakeOutcome{h: h, err: err} }
+	droppedErr := func(err error) shakeOutcome {
+		if objection != "" {
+			return fail(fmt.Errorf("%w: %s", ErrHandshake, objection))
+		}
+		return fail(fmt.Errorf("rank %d at %s dropped the handshake: %w", h.Rank, from, err))
+	}
+	if err := writeMsg(c, verdict{}); err != nil {
+		return droppedErr(err)
+	}
+	if err := writeMsg(c, t.hello(purpose, "")); err != nil {
+		return droppedErr(err)
+	}
+	if err := writeMsg(c, verdict{Err: objection}); err != nil {
+		return droppedErr(err)
+	}
+	theirs, err := readVerdict(c)
+	if err != nil {
+		return droppedErr(err)
+	}
+	if objection != "" {
+		return fail(fmt.Errorf("%w: %s", ErrHandshake, objection))
+	}
+	if theirs.Err != "" {
+		return fail(fmt.Errorf("%w: rank %d at %s refused this rank: %s", ErrHandshake, h.Rank, from, theirs.Err))
+	}
+	if final {
+		if err := writeMsg(c, verdict{}); err != nil {
+			return fail(fmt.Errorf("rank %d at %s dropped the handshake: %w", h.Rank, from, err))
+		}
+	}
+	return shakeOutcome{h: h}
+}
