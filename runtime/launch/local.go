@@ -264,14 +264,15 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 	report("started %d ranks of %q (MASTER_ADDR=127.0.0.1 MASTER_PORT=%d)", n, cmd[0], port)
 
 	var (
-		first    *RankError // the earliest failure so far
-		firstAt  time.Time
-		failedAt = make(map[int]time.Time)
-		killedBy = make(map[int]bool) // ranks the launcher killed
-		result   error                // a cancellation or a signal, when no rank failed before it
-		deadline <-chan time.Time
-		stopping bool // ranks interrupted or killed by the launcher
-		signaled bool // a signal was forwarded
+		first       *RankError // the earliest failure so far
+		firstAt     time.Time
+		failedAt    = make(map[int]time.Time)
+		killedBy    = make(map[int]bool) // ranks the launcher killed
+		result      error                // a cancellation or a signal, when no rank failed before it
+		deadline    <-chan time.Time
+		stopping    bool // ranks interrupted or killed by the launcher
+		signaled    bool // a signal was forwarded
+		interrupted bool // the ranks were interrupted because ctx was canceled
 	)
 	killAll := func() {
 		for r, c := range procs {
@@ -279,6 +280,32 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 				killedBy[r] = true
 				signalGroup(c, syscall.SIGKILL)
 			}
+		}
+	}
+	onSignal := func(sig os.Signal) {
+		switch {
+		case signaled:
+			report("received %v again: killing the ranks", sig)
+			killAll()
+			return
+		case interrupted && sig == os.Interrupt:
+			// The Ctrl-C that canceled ctx too (signal.NotifyContext in
+			// the caller): the ranks were interrupted already.
+			signaled = true
+			return
+		}
+		signaled, stopping = true, true
+		if result == nil && first == nil {
+			result = &SignalError{Signal: sig}
+		}
+		report("received %v: forwarding it to the ranks; killing them in %v", sig, opts.Grace)
+		for r, c := range procs {
+			if alive[r] {
+				signalGroup(c, sig)
+			}
+		}
+		if deadline == nil {
+			deadline = time.After(opts.Grace)
 		}
 	}
 	for running := n; running > 0; {
@@ -309,37 +336,27 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			deadline = nil
 			killAll()
 		case sig := <-sigs:
-			if signaled {
-				report("received %v again: killing the ranks", sig)
-				killAll()
-				continue
-			}
-			signaled, stopping = true, true
-			if result == nil && first == nil {
-				result = &SignalError{Signal: sig}
-			}
-			report("received %v: forwarding it to the ranks; killing them in %v", sig, opts.Grace)
-			for r, c := range procs {
-				if alive[r] {
-					signalGroup(c, sig)
-				}
-			}
-			if deadline == nil {
-				deadline = time.After(opts.Grace)
-			}
+			onSignal(sig)
 		case <-ctx.Done():
-			if result == nil && first == nil {
-				result = fmt.Errorf("launch: %w", ctx.Err())
-				stopping = true
+			ctxErr := ctx.Err()
+			ctx = context.Background() // handled; keep waiting for the exits
+			select {
+			case sig := <-sigs: // the signal that canceled ctx, most likely
+				onSignal(sig)
+				continue
+			default:
+			}
+			if result == nil && first == nil && !signaled {
+				result = fmt.Errorf("launch: %w", ctxErr)
+				stopping, interrupted = true, true
 				report("canceled: interrupting the ranks")
 				for r, c := range procs {
 					if alive[r] {
-						signalGroup(c, syscall.SIGINT)
+						signalGroup(c, os.Interrupt)
 					}
 				}
 				deadline = time.After(opts.Grace)
 			}
-			ctx = context.Background() // handled; keep waiting for the exits
 		}
 	}
 	// The ranks are gone; give whoever inherited their output a moment to
