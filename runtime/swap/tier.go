@@ -155,7 +155,7 @@ func (t *Tier) copyOut(h *Handle, src []*tensor.Dense) {
 	for i, s := range src {
 		bufs[i] = dataBytes(s, h.plan.metas[i].n)
 	}
-	err := t.m.put(h.id, h.plan.metas, bufs)
+	err := t.m.put(h.id, h.tag, h.plan.metas, bufs)
 	clear(src)
 	clear(bufs)
 	t.mu.Lock()
@@ -251,7 +251,7 @@ func (t *Tier) Load(h *Handle) ([]*tensor.Dense, error) {
 		t.finish(h, false)
 		return nil, h.err
 	}
-	bufs, err := t.m.get(h.id, h.plan.metas)
+	bufs, err := t.m.get(h.id, h.tag, h.plan.metas)
 	if err != nil {
 		t.finish(h, true)
 		return nil, fmt.Errorf("swap: %s: load of %s (%d bytes in %d tensors): %w", t.m, h.tag, h.plan.bytes, len(h.plan.metas), err)
