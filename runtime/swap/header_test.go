@@ -12,7 +12,7 @@ import (
 
 func sampleHeader() header {
 	return header{order: nativeOrder, tier: [8]byte{1, 2, 3, 4, 5, 6, 7, 8}, id: 7, tag: "stage 1 forward #3",
-		metas: []meta{{dt: tensor.Float32, shape: tensor.Shape{2, 3}, n: 6}, {dt: tensor.Float64, shape: tensor.Shape{0, 5}, n: 0}},
+		metas:   []meta{{dt: tensor.Float32, shape: tensor.Shape{2, 3}, n: 6}, {dt: tensor.Float64, shape: tensor.Shape{0, 5}, n: 0}},
 		payload: 24}
 }
 
