@@ -228,4 +228,3 @@ func measure(f func()) (time.Duration, uint64) {
 	sample()
 	return took, peak
 }
-
