@@ -266,6 +266,9 @@ func helper(mode string) int {
 			time.Sleep(400 * time.Millisecond)
 			return 4
 		}
+	case "nap": // exit 0 after a second
+		time.Sleep(time.Second)
+		return 0
 	case "linger":
 		time.Sleep(1500 * time.Millisecond)
 		return 0
@@ -581,5 +584,44 @@ func TestLauncherKillsRanksIgnoringSIGTERM(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if !strings.Contains(out(), "[launch] rank 0 stopped by the launcher (signal: killed)") {
 		t.Errorf("output:\n%s", out())
+	}
+}
+
+// TestRanksSurviveThreadExits: the parent-death signal fires when the
+// thread that started a rank exits. Goroutines that exit locked to their
+// threads make the Go runtime end those threads; while they do, Local's
+// ranks must live on (Local starts them from a thread of its own).
+func TestRanksSurviveThreadExits(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	churn.Add(1)
+	go func() {
+		defer churn.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					runtime.LockOSThread() // and exit locked: the thread goes
+				}()
+			}
+			wg.Wait()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	_, errOut, err, _ := runHelper(t, context.Background(), 4, "nap", time.Second)
+	close(stop)
+	churn.Wait()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
 	}
 }
