@@ -428,4 +428,3 @@ func TestLocalNamesTheFirstFailure(t *testing.T) {
 		t.Errorf("no summary naming rank 2:\n%s", errOut)
 	}
 }
-
