@@ -82,7 +82,7 @@ func badLaunches() []badLaunch {
 		localCase("Local with 0 ranks", 0, LocalOptions{}, "launch: 0 ranks; want 1..1024 on one machine"),
 		localCase("Local with 100000 ranks", 100000, LocalOptions{}, "launch: 100000 ranks; want 1..1024 on one machine"),
 		localCase("Local with port 70000", 2, LocalOptions{Port: 70000}, "launch: port 70000; want 1..65535, or 0 for a free port"),
-		localCase("Local with a grace period of 1h", 2, LocalOptions{Grace: time.Hour}, "launch: grace period 1h0m0s; want more than 0 and at most 10m0s"),
+		localCase("Local with a grace period of 1h", 2, LocalOptions{Grace: time.Hour}, "launch: grace period 1h0m0s; want at most 10m0s (0: the default, 10s)"),
 		{"rank command missing", func(t *testing.T) (string, string, string) {
 			err := Local(context.Background(), 2, []string{"/nonexistent/ppgen-rank"}, LocalOptions{Stdout: &syncBuffer{}, Stderr: &syncBuffer{}})
 			if err == nil {

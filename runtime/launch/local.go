@@ -148,7 +148,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		return fmt.Errorf("launch: port %d; want 1..65535, or 0 for a free port", opts.Port)
 	}
 	if opts.Grace < 0 || opts.Grace > MaxGrace {
-		return fmt.Errorf("launch: grace period %v; want more than 0 and at most %v (0: %v)", opts.Grace, MaxGrace, DefaultGrace)
+		return fmt.Errorf("launch: grace period %v; want at most %v (0: the default, %v)", opts.Grace, MaxGrace, DefaultGrace)
 	}
 	if opts.Stdout == nil {
 		opts.Stdout = os.Stdout
@@ -206,6 +206,21 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 	alive := make([]bool, n)
 	var outputs sync.WaitGroup // the ranks' output readers
 	var readEnds []*os.File
+	// drain waits for the output readers once the ranks are gone, giving
+	// whoever inherited their output (a grandchild) outputDelay to finish
+	// writing it, then stops reading.
+	drain := func() {
+		done := make(chan struct{})
+		go func() { outputs.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(outputDelay):
+			for _, f := range readEnds {
+				f.Close()
+			}
+			<-done
+		}
+	}
 	defer func() {
 		for _, f := range readEnds {
 			f.Close()
@@ -239,6 +254,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			for range r {
 				<-exits
 			}
+			drain()
 			return &RankError{Rank: r, Err: fmt.Errorf("start %q: %w", cmd[0], err)}
 		}
 		readEnds = append(readEnds, pipes.stdoutR, pipes.stderrR)
@@ -359,18 +375,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			}
 		}
 	}
-	// The ranks are gone; give whoever inherited their output a moment to
-	// finish writing it, then stop reading.
-	done := make(chan struct{})
-	go func() { outputs.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(outputDelay):
-		for _, f := range readEnds {
-			f.Close()
-		}
-		<-done
-	}
+	drain()
 	if first != nil {
 		for r, at := range failedAt {
 			if r != first.Rank && !at.Before(firstAt) {
