@@ -36,9 +36,13 @@ func NewHost() *Tier { return newTier(newHostMedium(), "") }
 
 // NewFile returns a tier that writes each offload to a file in a new
 // directory under dir (which must exist and be writable) and reads it back
-// on Load. Load removes the file; Close removes the directory and whatever
-// is left in it. The files go through the operating system's page cache,
-// so the memory they free depends on the kernel writing them back.
+// on Load, after checking the file's header and checksums (see the package
+// documentation): a damaged or exchanged file fails the Load, naming the
+// chunk and the file. Load removes the file; Close removes the directory
+// and whatever is left in it. NewFile also removes the ppgen-swap-*
+// directories under dir of tiers whose processes died without Close. The
+// files go through the operating system's page cache, so the memory they
+// free depends on the kernel writing them back.
 func NewFile(dir string) (*Tier, error) {
 	f, err := newFileMedium(dir)
 	if err != nil {
