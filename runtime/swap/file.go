@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // fileMedium writes each offload to its own file in a directory it creates
@@ -37,6 +38,10 @@ type fileMedium struct {
 	lock   *os.File // dir/lock, flocked while the medium lives (nil where flock is missing)
 	tier   [8]byte  // random: the files of another tier are told apart
 }
+
+// staleNewDir is the age from which a directory still under its first
+// name, with a free lock, is taken for stale.
+const staleNewDir = time.Minute
 
 const (
 	dirPrefix    = "ppgen-swap-"
@@ -106,6 +111,13 @@ func removeStale(parent, own string) {
 		dir := filepath.Join(parent, name)
 		if dir == own {
 			continue
+		}
+		if strings.HasPrefix(name, newDirPrefix) {
+			// Its tier may be between creating the lock file and locking
+			// it: only an old one is taken for stale.
+			if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < staleNewDir {
+				continue
+			}
 		}
 		stale, unlock := tryLockDir(dir)
 		if !stale {

@@ -365,14 +365,31 @@ func TestStaleDirs(t *testing.T) {
 	if err := os.Mkdir(foreign, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// Directories still under their first name, with a free lock: a fresh
+	// one may be a tier about to lock it, an old one is stale.
+	fresh, old := filepath.Join(parent, ".ppgen-swap-new-1"), filepath.Join(parent, ".ppgen-swap-new-2")
+	for _, d := range []string{fresh, old} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "lock"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chtimes(old, time.Now().Add(-2*time.Minute), time.Now().Add(-2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 	second, err := swap.NewFile(parent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{childDir, mine.Dir(), foreign} {
+	for _, d := range []string{childDir, mine.Dir(), foreign, fresh} {
 		if !isDir(d) {
 			t.Errorf("%s of a live tier (or none) was removed", d)
 		}
+	}
+	if isDir(old) {
+		t.Errorf("%s, old and unlocked, is still there", old)
 	}
 	second.Close()
 	kill()
