@@ -63,7 +63,10 @@ const (
 func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
 
 // TCPConfig returns a transport configuration for this rank with the given
-// schedule fingerprint; callers may adjust timeouts before DialTCP.
+// schedule fingerprint, the token, its opt-out (AllowNoToken) and the
+// Timeout of the environment; callers may adjust timeouts before DialTCP
+// (a flag given by the user should win over 0, PPGEN_TIMEOUT over a
+// program's own default).
 func (e Env) TCPConfig(fingerprint string) transport.TCPConfig {
 	return transport.TCPConfig{Rank: e.Rank, World: e.World, MasterAddr: e.Addr(),
 		Token: e.Token, AllowNoToken: e.AllowNoToken, Timeout: e.Timeout, Fingerprint: fingerprint}
