@@ -64,9 +64,9 @@ func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(
 
 // TCPConfig returns a transport configuration for this rank with the given
 // schedule fingerprint, the token, its opt-out (AllowNoToken) and the
-// Timeout of the environment; callers may adjust timeouts before DialTCP
-// (a flag given by the user should win over 0, PPGEN_TIMEOUT over a
-// program's own default).
+// Timeout of the environment; callers may adjust timeouts before DialTCP,
+// but should keep a Timeout the user set with PPGEN_TIMEOUT (non-zero)
+// over a default of their own.
 func (e Env) TCPConfig(fingerprint string) transport.TCPConfig {
 	return transport.TCPConfig{Rank: e.Rank, World: e.World, MasterAddr: e.Addr(),
 		Token: e.Token, AllowNoToken: e.AllowNoToken, Timeout: e.Timeout, Fingerprint: fingerprint}
