@@ -5,6 +5,14 @@
 // MASTER_PORT, or SLURM's own variables), text/template files, and the HTML
 // report of a schedule (ppgen report), an html/template file. All are
 // embedded in the binary.
+//
+// The launch files give every job its own PPGEN_TOKEN, the secret the
+// ranks' TCP handshake proves, and never write one into the file (the
+// output is deterministic and may be committed): the SLURM script makes a
+// random token at run time, before srun, unless PPGEN_TOKEN is already set;
+// the Kubernetes Job reads it from a Secret named JOB-token, which the
+// user creates per job (the file's comment says how) and without which
+// the pods do not start.
 package templates
 
 import (
@@ -22,6 +30,13 @@ var files embed.FS
 
 // reportFile is the HTML report's template (html/template).
 const reportFile = "report.html.tmpl"
+
+// Bounds of Data's numbers. MaxRanks is runtime/launch's MaxWorld, the
+// largest WORLD_SIZE a rank accepts.
+const (
+	MaxRanks = 65536
+	MaxGPUs  = 64
+)
 
 // Kinds lists the templates by name.
 var Kinds = []string{"k8s", "slurm"}
@@ -49,12 +64,12 @@ func Render(kind string, d Data) ([]byte, error) {
 	switch {
 	case !jobName.MatchString(d.Job) || len(d.Job) > 52:
 		return nil, fmt.Errorf("job name %q: want lower-case letters, digits and '-', at most 52 characters (Kubernetes and SLURM both accept that)", d.Job)
-	case d.Ranks < 1:
-		return nil, fmt.Errorf("ranks = %d; want at least 1", d.Ranks)
+	case d.Ranks < 1 || d.Ranks > MaxRanks:
+		return nil, fmt.Errorf("ranks = %d; want 1..%d", d.Ranks, MaxRanks)
 	case d.Port < 1 || d.Port > 65535:
 		return nil, fmt.Errorf("port = %d; want 1..65535", d.Port)
-	case d.GPUs < 0:
-		return nil, fmt.Errorf("gpus = %d; want 0 or more", d.GPUs)
+	case d.GPUs < 0 || d.GPUs > MaxGPUs:
+		return nil, fmt.Errorf("gpus = %d; want 0..%d per rank", d.GPUs, MaxGPUs)
 	case len(d.Command) == 0:
 		return nil, fmt.Errorf("no trainer command given")
 	case kind == "k8s" && d.Image == "":

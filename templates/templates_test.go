@@ -3,9 +3,13 @@ package templates
 import (
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/runtime/launch"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -43,7 +47,10 @@ func TestRenderErrors(t *testing.T) {
 	}{
 		{"pbs", func(d *Data) {}, `template "pbs": want one of k8s, slurm`},
 		{"slurm", func(d *Data) { d.Job = "Bad_Name" }, `job name "Bad_Name"`},
-		{"slurm", func(d *Data) { d.Ranks = 0 }, "ranks = 0"},
+		{"slurm", func(d *Data) { d.Ranks = 0 }, "ranks = 0; want 1..65536"},
+		{"k8s", func(d *Data) { d.Ranks = 65537 }, "ranks = 65537; want 1..65536"},
+		{"slurm", func(d *Data) { d.GPUs = -1 }, "gpus = -1; want 0..64 per rank"},
+		{"k8s", func(d *Data) { d.GPUs = 65 }, "gpus = 65"},
 		{"slurm", func(d *Data) { d.Port = 70000 }, "port = 70000"},
 		{"slurm", func(d *Data) { d.Command = nil }, "no trainer command"},
 		{"k8s", func(d *Data) { d.Image = "" }, "needs a container image"},
@@ -55,6 +62,94 @@ func TestRenderErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %+v: error %v, want %q", tc.kind, d, err, tc.want)
 		}
+	}
+}
+
+// TestEveryJobGetsAToken: the SLURM script makes a token at run time
+// before srun (keeping one the caller set), the Kubernetes Job reads one
+// from a required Secret; neither file holds a token, and both are the
+// same on every render.
+func TestEveryJobGetsAToken(t *testing.T) {
+	d := Data{Job: "j", Ranks: 2, Port: 29500, Image: "img", Command: []string{"t"}}
+	slurm, err := Render("slurm", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(slurm)
+	tok := strings.Index(s, `export PPGEN_TOKEN="${PPGEN_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}"`)
+	if tok < 0 || tok > strings.Index(s, "\nsrun ") {
+		t.Errorf("the SLURM script does not make a token before srun:\n%s", s)
+	}
+	k8s, err := Render("k8s", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := string(k8s)
+	for _, want := range []string{"- name: PPGEN_TOKEN\n              valueFrom:\n                secretKeyRef:\n                  name: j-token\n                  key: token\n                  optional: false\n",
+		"kubectl create secret generic j-token --from-literal=token="} {
+		if !strings.Contains(k, want) {
+			t.Errorf("the Job lacks %q:\n%s", want, k)
+		}
+	}
+	for _, out := range []string{s, k} {
+		if strings.Contains(out, "PPGEN_ALLOW_NO_TOKEN") {
+			t.Errorf("a template opts out of authentication:\n%s", out)
+		}
+	}
+	again, _ := Render("slurm", d)
+	if string(again) != s {
+		t.Error("two renders differ")
+	}
+}
+
+// TestSlurmScriptMakesAToken runs the SLURM script with stand-ins for
+// scontrol and srun: the trainer sees a new random 32-hex-digit token, or
+// the one the caller set.
+func TestSlurmScriptMakesAToken(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"scontrol": "#!/bin/sh\necho node1\n",
+		"srun":     "#!/bin/sh\nshift\nexec \"$@\"\n", // drop --kill-on-bad-exit=1
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script, err := Render("slurm", Data{Job: "j", Ranks: 2, Port: 29500, Command: []string{"sh", "-c", "echo token=$PPGEN_TOKEN addr=$MASTER_ADDR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "job.sbatch")
+	if err := os.WriteFile(path, script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(env ...string) string {
+		c := exec.Command(bash, path)
+		c.Env = append([]string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"), "SLURM_JOB_NODELIST=node[1-2]"}, env...)
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return string(out)
+	}
+	a, b := run(), run()
+	re := regexp.MustCompile(`^token=([0-9a-f]{32}) addr=node1\n$`)
+	if !re.MatchString(a) || !re.MatchString(b) || a == b {
+		t.Errorf("want a new random token per job: %q, %q", a, b)
+	}
+	if got := run("PPGEN_TOKEN=mine"); got != "token=mine addr=node1\n" {
+		t.Errorf("the caller's token is not kept: %q", got)
+	}
+}
+
+// TestMaxRanksIsLaunchs: the templates accept what a rank accepts.
+func TestMaxRanksIsLaunchs(t *testing.T) {
+	if MaxRanks != launch.MaxWorld {
+		t.Errorf("MaxRanks = %d, launch.MaxWorld = %d", MaxRanks, launch.MaxWorld)
 	}
 }
 

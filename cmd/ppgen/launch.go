@@ -5,35 +5,38 @@ import (
 	"flag"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
-	"time"
 
 	"github.com/ppgen/ppgen/runtime/launch"
 )
 
 // runLaunch starts N local processes of a command as the ranks of one job,
-// with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and PPGEN_TOKEN set, prefixes
-// their output with "[rank N] ", and fails naming the first rank that fails.
+// with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and PPGEN_TOKEN set (the
+// launcher's PPGEN_TOKEN, or a new random one per job), prefixes their
+// output with "[rank N] ", and fails naming the first rank that fails. The
+// ranks die with the launcher: SIGINT and SIGTERM are forwarded to them,
+// and on Linux a killed launcher takes them with it (launch.Local).
 func runLaunch(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("launch", flag.ContinueOnError)
-	n := fs.Int("n", 0, "number of ranks (processes) to start")
-	port := fs.Int("port", 0, "MASTER_PORT (0: a free port)")
-	grace := fs.Duration("grace", 10*time.Second, "how long the other ranks may take to exit after one fails before they are killed")
+	n := fs.Int("n", 0, "number of ranks (processes) to start, 1..1024")
+	port := fs.Int("port", 0, "MASTER_PORT, 1..65535 (0: a free port)")
+	grace := fs.Duration("grace", launch.DefaultGrace, "how long the other ranks may take to exit after one fails or the launcher is interrupted before they are killed (at most 10m)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		return flagError(fs, err)
 	}
 	cmd := fs.Args()
-	if *n < 1 {
-		return usagef("-n = %d; want the number of ranks to start (at least 1)", *n)
-	}
-	if len(cmd) == 0 {
+	switch {
+	case *n < 1 || *n > launch.MaxLocal:
+		return usagef("-n = %d; want the number of ranks to start, 1..%d", *n, launch.MaxLocal)
+	case *port < 0 || *port > 65535:
+		return usagef("-port = %d; want 1..65535, or 0 for a free port", *port)
+	case *grace <= 0 || *grace > launch.MaxGrace:
+		return usagef("-grace = %v; want more than 0 and at most %v", *grace, launch.MaxGrace)
+	case len(cmd) == 0:
 		return usagef("no command; usage: ppgen launch -n 4 -- ./trainer -flag ...")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return launch.Local(ctx, *n, cmd, launch.LocalOptions{
+	// Local forwards SIGINT and SIGTERM to the ranks itself.
+	return launch.Local(context.Background(), *n, cmd, launch.LocalOptions{
 		Stdout: stdout, Stderr: stderr, Port: *port, Grace: *grace,
 		Logger: slog.Default(),
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -24,16 +25,45 @@ func TestLaunch(t *testing.T) {
 	out.Reset()
 	errs.Reset()
 	code = run([]string{"launch", "-n", "3", "-grace", "1s", "--", "sh", "-c", `if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30`}, &out, &errs)
-	if code != 2 || !strings.Contains(errs.String(), "rank 1") {
+	if code != 2 || !strings.Contains(errs.String(), "ppgen launch: launch: rank 1 failed: exit status 3 (ranks 0, 2 killed after rank 1 failed)") {
 		t.Errorf("a failing rank: exit %d, stderr:\n%s", code, errs.String())
+	}
+
+	// Every job gets a token: the launcher's PPGEN_TOKEN, or a random one.
+	out.Reset()
+	errs.Reset()
+	t.Setenv("PPGEN_TOKEN", "")
+	if code := run([]string{"launch", "-n", "2", "--", "sh", "-c", `echo "token=$PPGEN_TOKEN"`}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	toks := regexp.MustCompile(`token=([0-9a-f]{32})\n`).FindAllStringSubmatch(out.String(), -1)
+	if len(toks) != 2 || toks[0][1] != toks[1][1] {
+		t.Errorf("want one random 32-hex-digit token shared by both ranks:\n%s", out.String())
+	}
+	out.Reset()
+	t.Setenv("PPGEN_TOKEN", "given-by-the-user")
+	if code := run([]string{"launch", "-n", "1", "--", "sh", "-c", `echo "token=$PPGEN_TOKEN"`}, &out, &errs); code != 0 || !strings.Contains(out.String(), "token=given-by-the-user\n") {
+		t.Errorf("the launcher's PPGEN_TOKEN is not passed on: exit %d\n%s", code, out.String())
 	}
 }
 
 func TestLaunchUsage(t *testing.T) {
-	for _, args := range [][]string{{"launch"}, {"launch", "-n", "2"}, {"launch", "-n", "x", "--", "true"}} {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"launch"}, "-n = 0; want the number of ranks to start, 1..1024"},
+		{[]string{"launch", "-n", "2"}, "no command"},
+		{[]string{"launch", "-n", "x", "--", "true"}, "invalid value"},
+		{[]string{"launch", "-n", "1025", "--", "true"}, "-n = 1025; want the number of ranks to start, 1..1024"},
+		{[]string{"launch", "-n", "-1", "--", "true"}, "-n = -1"},
+		{[]string{"launch", "-n", "2", "-port", "65536", "--", "true"}, "-port = 65536; want 1..65535, or 0 for a free port"},
+		{[]string{"launch", "-n", "2", "-grace", "0s", "--", "true"}, "-grace = 0s; want more than 0 and at most 10m0s"},
+		{[]string{"launch", "-n", "2", "-grace", "11m", "--", "true"}, "-grace = 11m0s"},
+	} {
 		var out, errs bytes.Buffer
-		if code := run(args, &out, &errs); code != 2 || errs.Len() == 0 {
-			t.Errorf("%v: exit %d, stderr %q", args, code, errs.String())
+		if code := run(tc.args, &out, &errs); code != 2 || !strings.Contains(errs.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errs.String(), tc.want)
 		}
 	}
 }

@@ -143,15 +143,20 @@
 // same analyzer under `go vet -vettool`.
 //
 // launch: ppgen launch -n N [-port P] [-grace 10s] -- CMD ARGS... starts N
-// processes of CMD with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1,
-// MASTER_PORT and PPGEN_TOKEN set, prefixes their output with "[rank N] ",
-// and when one fails kills the rest after the grace period and exits 2
-// naming it.
+// (1..1024) processes of CMD with RANK, LOCAL_RANK, WORLD_SIZE,
+// MASTER_ADDR=127.0.0.1, MASTER_PORT and PPGEN_TOKEN set (the launcher's
+// PPGEN_TOKEN, or a new random one per job), prefixes their output with
+// "[rank N] ", and when one fails kills the rest after the grace period (at
+// most 10m) and exits 2 naming the rank that failed first. SIGINT and
+// SIGTERM are forwarded to the ranks; on Linux a killed launcher takes its
+// ranks with it.
 //
 // template: ppgen template -kind slurm|k8s -ranks N [-job NAME] [-port 29500]
 // [-image IMG] [-gpus G] [-o FILE] -- CMD ARGS... writes a SLURM batch script
-// (srun, one task per rank; MASTER_ADDR from the node list) or a Kubernetes
-// indexed Job with a headless Service (RANK from the completion index).
+// (srun, one task per rank; MASTER_ADDR from the node list; a random
+// PPGEN_TOKEN made at run time) or a Kubernetes indexed Job with a headless
+// Service (RANK from the completion index; PPGEN_TOKEN from a Secret
+// JOB-token that you create per job, as the file's comment shows).
 //
 // report: ppgen report (-schedule ... | -in FILE) [-cost ...] [-svg-width W]
 // -o FILE.html writes one self-contained HTML page (inline style and SVG, no

@@ -10,15 +10,17 @@ import (
 )
 
 // runTemplate writes a cluster launch file (SLURM batch script or Kubernetes
-// indexed Job) that starts one process of the trainer per pipeline rank.
+// indexed Job) that starts one process of the trainer per pipeline rank,
+// each job with its own PPGEN_TOKEN (made by the script at run time, or
+// read from a Secret the user creates per job; see package templates).
 func runTemplate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("template", flag.ContinueOnError)
 	kind := fs.String("kind", "", "template: "+strings.Join(templates.Kinds, " or "))
-	ranks := fs.Int("ranks", 0, "pipeline ranks (one process each)")
+	ranks := fs.Int("ranks", 0, "pipeline ranks (one process each), 1..65536")
 	job := fs.String("job", "ppgen", "job name")
 	port := fs.Int("port", 29500, "MASTER_PORT")
 	image := fs.String("image", "", "container image (k8s)")
-	gpus := fs.Int("gpus", 0, "GPUs per rank (0: none requested)")
+	gpus := fs.Int("gpus", 0, "GPUs per rank, 0..64 (0: none requested)")
 	out := fs.String("o", "-", "output file (- for stdout)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {

@@ -5,12 +5,19 @@
 // MASTER_PORT, LOCAL_RANK), falling back to SLURM's variables (SLURM_PROCID,
 // SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_JOB_NODELIST, a port
 // derived from SLURM_JOB_ID) under srun. The shared token for the TCP
-// handshake comes from PPGEN_TOKEN.
+// handshake comes from PPGEN_TOKEN; PPGEN_ALLOW_NO_TOKEN=1 is the explicit
+// opt-out of authentication, and PPGEN_TIMEOUT (a Go duration such as 90s)
+// bounds every send and receive wait of the transport. Every integer is
+// range-checked (WORLD_SIZE at most [MaxWorld]); errors name the variable,
+// its value and the accepted range.
 //
 // [Local] runs N copies of a command on this machine with those variables
 // set, prefixes their output with "[rank N] ", reports every exit status, and
 // when one rank fails gives the others a grace period to fail on their own
-// (they do: their transports name the failed rank) before killing them.
+// (they do: their transports name the failed rank) before killing them. The
+// ranks die with the launcher: on Linux each gets a parent-death signal,
+// and SIGTERM/SIGINT sent to the launcher are forwarded to every rank. See
+// [Local] for the details and [MaxLocal] for the bound on the rank count.
 package launch
 
 import (
@@ -20,6 +27,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -32,16 +40,36 @@ type Env struct {
 	MasterAddr string // host of rank 0's rendezvous listener
 	MasterPort int    // its port
 	Token      string // shared secret for the TCP handshake (PPGEN_TOKEN), may be empty
-	Source     string // "torchrun" (RANK, WORLD_SIZE, ...) or "slurm"
+	// AllowNoToken is PPGEN_ALLOW_NO_TOKEN=1: the explicit opt-out that lets
+	// a job of more than one rank run without a token (the transport refuses
+	// an empty Token otherwise and logs a warning when it is allowed).
+	AllowNoToken bool
+	// Timeout is PPGEN_TIMEOUT: the transport's bound on every send and
+	// receive wait (transport.TCPConfig.Timeout); 0 keeps the transport's
+	// default.
+	Timeout time.Duration
+	Source  string // "torchrun" (RANK, WORLD_SIZE, ...) or "slurm"
 }
+
+// Bounds of the environment's values. A job larger than MaxWorld ranks is
+// refused: the figure is far above any pipeline's rank count and keeps
+// every per-rank table a rank builds from WORLD_SIZE small.
+const (
+	MaxWorld   = 65536
+	MaxTimeout = 24 * time.Hour
+)
 
 // Addr returns MasterAddr:MasterPort.
 func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
 
 // TCPConfig returns a transport configuration for this rank with the given
-// schedule fingerprint; callers may adjust timeouts before DialTCP.
+// schedule fingerprint, the token, its opt-out (AllowNoToken) and the
+// Timeout of the environment; callers may adjust timeouts before DialTCP,
+// but should keep a Timeout the user set with PPGEN_TIMEOUT (non-zero)
+// over a default of their own.
 func (e Env) TCPConfig(fingerprint string) transport.TCPConfig {
-	return transport.TCPConfig{Rank: e.Rank, World: e.World, MasterAddr: e.Addr(), Token: e.Token, Fingerprint: fingerprint}
+	return transport.TCPConfig{Rank: e.Rank, World: e.World, MasterAddr: e.Addr(),
+		Token: e.Token, AllowNoToken: e.AllowNoToken, Timeout: e.Timeout, Fingerprint: fingerprint}
 }
 
 // ErrNotLaunched is returned (wrapped) by FromEnv when neither torchrun-style
@@ -49,8 +77,13 @@ func (e Env) TCPConfig(fingerprint string) transport.TCPConfig {
 // fall back to a single rank.
 var ErrNotLaunched = errors.New("not started by a launcher")
 
-// TokenVar is the environment variable holding the shared token.
-const TokenVar = "PPGEN_TOKEN"
+// The environment variables of ppgen's own (the others are torchrun's and
+// SLURM's).
+const (
+	TokenVar        = "PPGEN_TOKEN"          // the shared token
+	AllowNoTokenVar = "PPGEN_ALLOW_NO_TOKEN" // 1: run without a token
+	TimeoutVar      = "PPGEN_TIMEOUT"        // the transport's Timeout
+)
 
 // FromEnv reads the process environment. See FromLookup.
 func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
@@ -64,10 +97,14 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		v = strings.TrimSpace(v)
 		return v, ok && v != ""
 	}
-	integer := func(name, v string) (int, error) {
+	// integer parses v and checks lo <= n <= hi, naming the bounds.
+	integer := func(name, v string, lo, hi int) (int, error) {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return 0, fmt.Errorf("launch: %s=%q: not an integer", name, v)
+			return 0, fmt.Errorf("launch: %s=%q: not an integer (want %d..%d)", name, v, lo, hi)
+		}
+		if n < lo || n > hi {
+			return 0, fmt.Errorf("launch: %s=%d: out of range, want %d..%d", name, n, lo, hi)
 		}
 		return n, nil
 	}
@@ -88,7 +125,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		return e, fmt.Errorf("launch: %w: neither RANK (torchrun, ppgen launch) nor SLURM_PROCID (srun) is set", ErrNotLaunched)
 	}
 	var err error
-	if e.Rank, err = integer(rankVar, rankS); err != nil {
+	if e.Rank, err = integer(rankVar, rankS, 0, MaxWorld-1); err != nil {
 		return e, err
 	}
 	worldS, ok := get(worldVar)
@@ -99,21 +136,15 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 	if !ok {
 		return e, fmt.Errorf("launch: %s=%d is set but %s is not", rankVar, e.Rank, worldVar)
 	}
-	if e.World, err = integer(worldVar, worldS); err != nil {
+	if e.World, err = integer(worldVar, worldS, 1, MaxWorld); err != nil {
 		return e, err
 	}
-	if e.World < 1 {
-		return e, fmt.Errorf("launch: %s=%d: must be at least 1", worldVar, e.World)
-	}
-	if e.Rank < 0 || e.Rank >= e.World {
+	if e.Rank >= e.World {
 		return e, fmt.Errorf("launch: %s=%d is not in [0, %s=%d)", rankVar, e.Rank, worldVar, e.World)
 	}
 	if v, ok := get(localVar); ok {
-		if e.LocalRank, err = integer(localVar, v); err != nil {
+		if e.LocalRank, err = integer(localVar, v, 0, e.World-1); err != nil {
 			return e, err
-		}
-		if e.LocalRank < 0 {
-			return e, fmt.Errorf("launch: %s=%d: negative", localVar, e.LocalRank)
 		}
 	}
 
@@ -145,17 +176,45 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		}
 		e.MasterPort = p
 	} else if v, ok := get("SLURM_JOB_ID"); ok {
-		id, err := strconv.Atoi(v)
-		if err != nil || id < 0 {
-			return e, fmt.Errorf("launch: SLURM_JOB_ID=%q: not a job number (set MASTER_PORT instead)", v)
+		id, err := strconv.ParseUint(v, 10, 31)
+		if err != nil {
+			return e, fmt.Errorf("launch: SLURM_JOB_ID=%q: not a job number (0..%d; set MASTER_PORT instead)", v, 1<<31-1)
 		}
-		e.MasterPort = SlurmPort(id)
+		e.MasterPort = SlurmPort(int(id))
 	} else if e.World > 1 {
 		return e, fmt.Errorf("launch: MASTER_PORT is not set (nor SLURM_JOB_ID) and WORLD_SIZE=%d needs a rendezvous", e.World)
 	}
+	if len(e.MasterAddr) > 255 {
+		return e, fmt.Errorf("launch: MASTER_ADDR is %d bytes long; a host name has at most 255", len(e.MasterAddr))
+	}
 	e.Token, _ = get(TokenVar)
+	if len(e.Token) > MaxTokenLen {
+		return e, fmt.Errorf("launch: %s is %d bytes long; want at most %d (ppgen launch makes 32 hex digits)", TokenVar, len(e.Token), MaxTokenLen)
+	}
+	if v, ok := get(AllowNoTokenVar); ok {
+		switch strings.ToLower(v) {
+		case "1", "true":
+			e.AllowNoToken = true
+		case "0", "false":
+		default:
+			return e, fmt.Errorf("launch: %s=%q: want 1 (run without a token) or 0", AllowNoTokenVar, v)
+		}
+	}
+	if v, ok := get(TimeoutVar); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return e, fmt.Errorf("launch: %s=%q: not a duration (want e.g. 90s or 10m)", TimeoutVar, v)
+		}
+		if d <= 0 || d > MaxTimeout {
+			return e, fmt.Errorf("launch: %s=%v: out of range, want more than 0 and at most %v", TimeoutVar, d, MaxTimeout)
+		}
+		e.Timeout = d
+	}
 	return e, nil
 }
+
+// MaxTokenLen bounds PPGEN_TOKEN's length.
+const MaxTokenLen = 1024
 
 // SlurmPort is the rendezvous port used under SLURM when MASTER_PORT is not
 // set: 15000 + job id mod 20000, so concurrent jobs rarely collide.

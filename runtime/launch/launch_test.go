@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +45,25 @@ func TestFromLookup(t *testing.T) {
 		{"rank too big", map[string]string{"RANK": "4", "WORLD_SIZE": "4"}, Env{}, "RANK=4 is not in [0, WORLD_SIZE=4)"},
 		{"no world", map[string]string{"RANK": "0"}, Env{}, "RANK=0 is set but WORLD_SIZE is not"},
 		{"world without rank", map[string]string{"WORLD_SIZE": "3"}, Env{}, "WORLD_SIZE=3 is set but RANK is not"},
-		{"zero world", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "0"}, Env{}, "SLURM_NTASKS=0: must be at least 1"},
+		{"zero world", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "0"}, Env{}, "SLURM_NTASKS=0: out of range, want 1..65536"},
+		{"huge world", map[string]string{"RANK": "0", "WORLD_SIZE": "65537"}, Env{}, "WORLD_SIZE=65537: out of range, want 1..65536"},
+		{"world overflows int", map[string]string{"RANK": "0", "WORLD_SIZE": "99999999999999999999"}, Env{}, `WORLD_SIZE="99999999999999999999": not an integer (want 1..65536)`},
+		{"negative rank", map[string]string{"RANK": "-1", "WORLD_SIZE": "2"}, Env{}, "RANK=-1: out of range, want 0..65535"},
+		{"local rank too big", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "2"}, Env{}, "LOCAL_RANK=2: out of range, want 0..1"},
+		{"negative local rank", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "-3"}, Env{}, "SLURM_LOCALID=-3: out of range, want 0..0"},
+		{"bad job id", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "-5"}, Env{}, `SLURM_JOB_ID="-5": not a job number`},
+		{"allow no token", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_ALLOW_NO_TOKEN": "1"},
+			Env{World: 1, MasterAddr: "127.0.0.1", AllowNoToken: true, Source: "torchrun"}, ""},
+		{"allow no token false", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_ALLOW_NO_TOKEN": "false"},
+			Env{World: 1, MasterAddr: "127.0.0.1", Source: "torchrun"}, ""},
+		{"allow no token yes", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_ALLOW_NO_TOKEN": "yes"}, Env{}, `PPGEN_ALLOW_NO_TOKEN="yes": want 1 (run without a token) or 0`},
+		{"timeout", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TIMEOUT": "90s"},
+			Env{World: 1, MasterAddr: "127.0.0.1", Timeout: 90 * time.Second, Source: "torchrun"}, ""},
+		{"timeout not a duration", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TIMEOUT": "30"}, Env{}, `PPGEN_TIMEOUT="30": not a duration`},
+		{"timeout zero", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TIMEOUT": "0s"}, Env{}, "PPGEN_TIMEOUT=0s: out of range, want more than 0 and at most 24h0m0s"},
+		{"timeout negative", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TIMEOUT": "-1s"}, Env{}, "PPGEN_TIMEOUT=-1s: out of range"},
+		{"timeout too long", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TIMEOUT": "25h"}, Env{}, "PPGEN_TIMEOUT=25h0m0s: out of range"},
+		{"token too long", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TOKEN": strings.Repeat("x", 1025)}, Env{}, "PPGEN_TOKEN is 1025 bytes long; want at most 1024"},
 		{"bad port", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, Env{}, `MASTER_PORT="70000": not a port number`},
 		{"no master", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, Env{}, "MASTER_ADDR is not set"},
 		{"no port", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, Env{}, "MASTER_PORT is not set"},
@@ -69,6 +92,58 @@ func TestFromLookup(t *testing.T) {
 	}
 }
 
+// TestTCPConfigPassesTheEnvironment: the token, its opt-out and the
+// timeout reach the transport's configuration.
+func TestTCPConfigPassesTheEnvironment(t *testing.T) {
+	e := Env{Rank: 1, World: 3, MasterAddr: "h", MasterPort: 7, Token: "tok", AllowNoToken: true, Timeout: 42 * time.Second}
+	c := e.TCPConfig("fp")
+	if c.Rank != 1 || c.World != 3 || c.MasterAddr != "h:7" || c.Token != "tok" || !c.AllowNoToken || c.Timeout != 42*time.Second || c.Fingerprint != "fp" {
+		t.Errorf("TCPConfig = %+v", c)
+	}
+}
+
+// FuzzFromLookup: any environment either is refused with an error or gives
+// an Env within its bounds.
+func FuzzFromLookup(f *testing.F) {
+	f.Add("RANK=2\nWORLD_SIZE=4\nMASTER_ADDR=h\nMASTER_PORT=29500\nPPGEN_TOKEN=abc")
+	f.Add("SLURM_PROCID=5\nSLURM_NTASKS=8\nSLURM_LOCALID=1\nSLURM_JOB_NODELIST=gpu[03-04,09],cpu1\nSLURM_JOB_ID=123456")
+	f.Add("RANK=0\nWORLD_SIZE=1\nPPGEN_TIMEOUT=90s\nPPGEN_ALLOW_NO_TOKEN=1")
+	f.Add("RANK=0\nWORLD_SIZE=99999999999999999999")
+	f.Add("SLURM_PROCID=0\nSLURM_NPROCS=2\nSLURM_NODELIST=a[]\nSLURM_JOB_ID=9223372036854775807")
+	f.Fuzz(func(t *testing.T, text string) {
+		m := map[string]string{}
+		for line := range strings.SplitSeq(text, "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			m[k] = v
+		}
+		e, err := FromLookup(lookup(m))
+		if err != nil {
+			if e := err.Error(); !strings.HasPrefix(e, "launch: ") {
+				t.Fatalf("error %q lacks the package prefix", e)
+			}
+			return
+		}
+		switch {
+		case e.World < 1 || e.World > MaxWorld:
+			t.Fatalf("World = %d out of 1..%d", e.World, MaxWorld)
+		case e.Rank < 0 || e.Rank >= e.World:
+			t.Fatalf("Rank = %d, World = %d", e.Rank, e.World)
+		case e.LocalRank < 0 || e.LocalRank >= e.World:
+			t.Fatalf("LocalRank = %d, World = %d", e.LocalRank, e.World)
+		case e.MasterAddr == "":
+			t.Fatal("empty MasterAddr")
+		case e.World > 1 && (e.MasterPort < 1 || e.MasterPort > 65535):
+			t.Fatalf("World = %d with MasterPort = %d", e.World, e.MasterPort)
+		case e.MasterPort < 0 || e.MasterPort > 65535:
+			t.Fatalf("MasterPort = %d", e.MasterPort)
+		case e.Timeout < 0 || e.Timeout > MaxTimeout:
+			t.Fatalf("Timeout = %v", e.Timeout)
+		case len(e.Token) > MaxTokenLen:
+			t.Fatalf("token of %d bytes", len(e.Token))
+		}
+	})
+}
+
 func TestFirstHost(t *testing.T) {
 	for in, want := range map[string]string{
 		"node1":                    "node1",
@@ -93,13 +168,40 @@ func TestFirstHost(t *testing.T) {
 
 // TestHelperProcess is not a test: Local runs the test binary as a rank with
 // LAUNCH_HELPER set to the behaviour wanted.
+//
+// With LAUNCH_AS_LAUNCHER set it is the launcher instead: it runs Local with
+// LAUNCH_RANKS ranks of the helper mode LAUNCH_AS_LAUNCHER and a grace
+// period of LAUNCH_GRACE, and exits 0, or 3 after a forwarded signal, or 4
+// after another error.
 func TestHelperProcess(t *testing.T) {
+	if mode := os.Getenv("LAUNCH_AS_LAUNCHER"); mode != "" {
+		os.Exit(launcherMain(mode))
+	}
 	mode := os.Getenv("LAUNCH_HELPER")
 	if mode == "" {
 		t.Skip("helper process for Local tests")
 	}
 	os.Exit(helper(mode))
 }
+
+func launcherMain(mode string) int {
+	os.Unsetenv("LAUNCH_AS_LAUNCHER")
+	n, _ := strconv.Atoi(os.Getenv("LAUNCH_RANKS"))
+	grace, _ := time.ParseDuration(os.Getenv("LAUNCH_GRACE"))
+	err := Local(context.Background(), n, helperCmd(), LocalOptions{Env: []string{"LAUNCH_HELPER=" + mode}, Grace: grace})
+	var se *SignalError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &se):
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 4
+}
+
+func helperCmd() []string { return []string{os.Args[0], "-test.run=^TestHelperProcess$"} }
 
 func helper(mode string) int {
 	env, err := FromEnv()
@@ -121,6 +223,52 @@ func helper(mode string) int {
 		return 0
 	case "sleep":
 		time.Sleep(time.Minute)
+		return 0
+	case "pid": // print the pid, then wait to be killed
+		fmt.Printf("pid %d\n", os.Getpid())
+		time.Sleep(time.Minute)
+		return 0
+	case "term": // report SIGTERM and exit 0
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM)
+		fmt.Printf("ready pid %d\n", os.Getpid())
+		select {
+		case s := <-c:
+			fmt.Printf("got %v\n", s)
+			return 0
+		case <-time.After(time.Minute):
+			return 1
+		}
+	case "ignore-term": // ignore SIGTERM: the launcher must kill the rank
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Printf("ready pid %d\n", os.Getpid())
+		time.Sleep(time.Minute)
+		return 0
+	case "order":
+		// Rank 0 exits 0 at once; rank 2 fails at +0.1 s but leaves a
+		// grandchild holding its output for 1.5 s; rank 1 fails at +0.4 s.
+		switch env.Rank {
+		case 0:
+			return 0
+		case 2:
+			c := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+			c.Env = append(os.Environ(), "LAUNCH_HELPER=linger")
+			c.Stdout, c.Stderr = os.Stdout, os.Stderr
+			if err := c.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 5
+			}
+			time.Sleep(100 * time.Millisecond)
+			return 3
+		default:
+			time.Sleep(400 * time.Millisecond)
+			return 4
+		}
+	case "nap": // exit 0 after a second
+		time.Sleep(time.Second)
+		return 0
+	case "linger":
+		time.Sleep(1500 * time.Millisecond)
 		return 0
 	case "ring":
 		// A real multi-process job: TCP rendezvous from the environment,
@@ -173,7 +321,7 @@ func runHelper(t *testing.T, ctx context.Context, n int, mode string, grace time
 	t.Helper()
 	var out, errOut syncBuffer
 	start := time.Now()
-	err := Local(ctx, n, []string{os.Args[0], "-test.run=^TestHelperProcess$"}, LocalOptions{
+	err := Local(ctx, n, helperCmd(), LocalOptions{
 		Stdout: &out, Stderr: &errOut, Env: []string{"LAUNCH_HELPER=" + mode}, Grace: grace,
 	})
 	return out.String(), errOut.String(), err, time.Since(start)
@@ -214,7 +362,11 @@ func TestLocalKillsOthersWhenOneFails(t *testing.T) {
 	if !strings.Contains(out, "[rank 1] rank 1 giving up") {
 		t.Errorf("stdout: %s", out)
 	}
-	for _, want := range []string{"[launch] rank 1 failed: exit status 3", "[launch] rank 0 killed", "[launch] rank 2 killed"} {
+	if re.Killed == nil || !slices.Equal(re.Killed, []int{0, 2}) || len(re.Later) != 0 {
+		t.Errorf("killed %v, later %v; want killed [0 2]", re.Killed, re.Later)
+	}
+	for _, want := range []string{"[launch] rank 1 failed at +", "exit status 3", "[launch] rank 0 killed after rank 1 failed", "[launch] rank 2 killed after rank 1 failed",
+		"[launch] summary: rank 1 failed first"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
@@ -253,5 +405,26 @@ func TestLocalTCPRing(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestLocalNamesTheFirstFailure: rank 0 exits 0 first, rank 2 fails at
+// +0.1 s (its output held open by a grandchild for 1.5 s), rank 1 fails at
+// +0.4 s; the error names rank 2, the first to fail, and rank 1 as failing
+// after it.
+func TestLocalNamesTheFirstFailure(t *testing.T) {
+	_, errOut, err, _ := runHelper(t, context.Background(), 3, "order", 5*time.Second)
+	var re *RankError
+	if !errors.As(err, &re) {
+		t.Fatalf("err = %v\n%s", err, errOut)
+	}
+	if re.Rank != 2 || !slices.Equal(re.Later, []int{1}) || len(re.Killed) != 0 {
+		t.Errorf("rank %d later %v killed %v, want rank 2 later [1] killed []\n%s", re.Rank, re.Later, re.Killed, errOut)
+	}
+	if want := "launch: rank 2 failed: exit status 3 (rank 1 failed after it)"; err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
+	}
+	if !strings.Contains(errOut, "[launch] summary: rank 2 failed first") {
+		t.Errorf("no summary naming rank 2:\n%s", errOut)
 	}
 }

@@ -12,9 +12,23 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
+)
+
+// Bounds of Local's inputs. MaxLocal bounds the ranks one machine runs:
+// far above its cores or accelerators, low enough that a typo (-n 100000)
+// is refused instead of forking the machine to death.
+const (
+	MaxLocal     = 1024
+	MaxGrace     = 10 * time.Minute
+	DefaultGrace = 10 * time.Second
 )
 
 // LocalOptions configures Local. The zero value is usable.
@@ -29,41 +43,112 @@ type LocalOptions struct {
 	Dir string
 	// Port is MASTER_PORT; 0 picks a free port.
 	Port int
-	// Token is PPGEN_TOKEN; "" uses the launcher's PPGEN_TOKEN or a random one.
+	// Token is PPGEN_TOKEN; "" uses the launcher's PPGEN_TOKEN or, when that
+	// is unset or empty, a new random one (32 hex digits from crypto/rand).
 	Token string
 	// Grace is how long the other ranks may take to exit on their own after
-	// one fails (or after ctx is canceled and they were interrupted) before
-	// they are killed. Default 10 s.
+	// one fails (or after ctx is canceled or a signal is forwarded) before
+	// they are killed. 0 means DefaultGrace; at most MaxGrace.
 	Grace time.Duration
 	// Logger receives lifecycle logs. Default: discard.
 	Logger *slog.Logger
 }
 
-// RankError reports the rank whose failure ended a Local run.
+// RankError reports the rank whose failure ended a Local run: the rank
+// that failed first in time (a non-zero exit, a death by a signal it was
+// not sent by the launcher, or a failed start), not merely the first to be
+// noticed. Later lists the ranks that failed on their own after it (most
+// often because their transports saw Rank fail), Killed those the
+// launcher killed when the grace period ran out.
 type RankError struct {
-	Rank int
-	Err  error // e.g. *exec.ExitError ("exit status 3"), or a start failure
+	Rank   int
+	Err    error // e.g. *exec.ExitError ("exit status 3"), or a start failure
+	Later  []int
+	Killed []int
 }
 
-func (e *RankError) Error() string { return fmt.Sprintf("launch: rank %d failed: %v", e.Rank, e.Err) }
+func (e *RankError) Error() string {
+	s := fmt.Sprintf("launch: rank %d failed: %v", e.Rank, e.Err)
+	var more []string
+	if len(e.Later) > 0 {
+		more = append(more, fmt.Sprintf("%s failed after it", ranksList(e.Later)))
+	}
+	if len(e.Killed) > 0 {
+		more = append(more, fmt.Sprintf("%s killed after rank %d failed", ranksList(e.Killed), e.Rank))
+	}
+	if len(more) > 0 {
+		s += " (" + strings.Join(more, "; ") + ")"
+	}
+	return s
+}
 
 // Unwrap returns the underlying error.
 func (e *RankError) Unwrap() error { return e.Err }
+
+// SignalError is Local's error when the launcher received SIGINT or SIGTERM
+// and forwarded it to the ranks.
+type SignalError struct{ Signal os.Signal }
+
+func (e *SignalError) Error() string {
+	return fmt.Sprintf("launch: received %v; forwarded it to the ranks", e.Signal)
+}
+
+func ranksList(rs []int) string {
+	rs = slices.Sorted(slices.Values(rs))
+	word := "rank"
+	if len(rs) > 1 {
+		word = "ranks"
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = strconv.Itoa(r)
+	}
+	return word + " " + strings.Join(parts, ", ")
+}
+
+// NewToken returns a new random token: 16 bytes of crypto/rand as 32 hex
+// digits.
+func NewToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("launch: make a random token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
 
 // Local runs n processes of cmd on this machine as ranks 0..n-1 of one job,
 // with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
 // MASTER_PORT and PPGEN_TOKEN set. Every line a rank prints is prefixed with
 // "[rank N] ". Each rank's exit is reported on Stderr. When a rank fails, the
 // others get opts.Grace to exit on their own, then are killed (with their
-// process groups), and Local returns a *RankError naming the first rank that
-// failed. When ctx is canceled, the ranks are interrupted, killed after the
-// grace period, and Local returns ctx's error.
+// process groups), and Local returns a *RankError naming the rank that
+// failed first in time. When ctx is canceled, the ranks are interrupted
+// (SIGINT), killed after the grace period, and Local returns ctx's error.
+//
+// The ranks die with the launcher. While Local runs it catches SIGINT and
+// SIGTERM and forwards each to every rank's process group; the ranks are
+// killed when the grace period after the first one ends, or at once on a
+// second one, and Local returns a *SignalError. On Linux every rank also
+// has SIGKILL as its parent-death signal, so a launcher killed outright
+// (SIGKILL, a crash) takes its ranks with it. The kernel sends that signal
+// when the thread that started the child exits, not the process, and the
+// Go runtime may end threads; so Local starts every rank from one goroutine
+// locked to its OS thread, which stays until the last rank has exited.
+// The parent-death signal reaches the rank process only: what a rank
+// started itself (the binary of a `go run`, a shell's children) is left to
+// the rank, or to the launcher's SIGTERM forwarding.
 func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
-	if n < 1 {
-		return fmt.Errorf("launch: %d ranks, want at least 1", n)
+	if n < 1 || n > MaxLocal {
+		return fmt.Errorf("launch: %d ranks; want 1..%d on one machine", n, MaxLocal)
 	}
 	if len(cmd) == 0 {
 		return errors.New("launch: empty command")
+	}
+	if opts.Port < 0 || opts.Port > 65535 {
+		return fmt.Errorf("launch: port %d; want 1..65535, or 0 for a free port", opts.Port)
+	}
+	if opts.Grace < 0 || opts.Grace > MaxGrace {
+		return fmt.Errorf("launch: grace period %v; want at most %v (0: the default, %v)", opts.Grace, MaxGrace, DefaultGrace)
 	}
 	if opts.Stdout == nil {
 		opts.Stdout = os.Stdout
@@ -71,8 +156,8 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	if opts.Grace <= 0 {
-		opts.Grace = 10 * time.Second
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
 	}
 	log := opts.Logger
 	if log == nil {
@@ -91,9 +176,10 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		token = os.Getenv(TokenVar)
 	}
 	if token == "" {
-		b := make([]byte, 16)
-		_, _ = rand.Read(b)
-		token = hex.EncodeToString(b)
+		var err error
+		if token, err = NewToken(); err != nil {
+			return err
+		}
 	}
 
 	var mu sync.Mutex // serializes whole lines across ranks and streams
@@ -102,14 +188,46 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		fmt.Fprintf(status, format+"\n", args...)
 	}
 
+	// Forward SIGINT and SIGTERM while the ranks run.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	st := newStarter()
+	defer st.stop()
+
 	type exit struct {
 		rank int
 		err  error
+		at   time.Time
 	}
 	exits := make(chan exit, n)
 	procs := make([]*exec.Cmd, n)
 	alive := make([]bool, n)
+	var outputs sync.WaitGroup // the ranks' output readers
+	var readEnds []*os.File
+	// drain waits for the output readers once the ranks are gone, giving
+	// whoever inherited their output (a grandchild) outputDelay to finish
+	// writing it, then stops reading.
+	drain := func() {
+		done := make(chan struct{})
+		go func() { outputs.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(outputDelay):
+			for _, f := range readEnds {
+				f.Close()
+			}
+			<-done
+		}
+	}
+	defer func() {
+		for _, f := range readEnds {
+			f.Close()
+		}
+	}()
 	base := append(os.Environ(), opts.Env...)
+	t0 := time.Now()
 	for r := range n {
 		c := exec.Command(cmd[0], cmd[1:]...)
 		c.Dir = opts.Dir
@@ -119,77 +237,228 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
 			TokenVar+"="+token)
 		prefix := []byte(fmt.Sprintf("[rank %d] ", r))
-		stdout := &prefixWriter{mu: &mu, w: opts.Stdout, prefix: prefix}
-		stderr := &prefixWriter{mu: &mu, w: opts.Stderr, prefix: prefix}
-		c.Stdout, c.Stderr = stdout, stderr
-		c.WaitDelay = time.Second // do not wait forever for grandchildren holding the pipes
 		setProcessGroup(c)
-		if err := c.Start(); err != nil {
+		// The ranks write to pipes of ours, read by goroutines of ours, so
+		// that Wait returns when the rank exits, not when whoever inherited
+		// its output closes it: the exit times order the failures.
+		pipes, err := rankPipes(c)
+		if err == nil {
+			err = st.start(c)
+		}
+		pipes.closeWriteEnds() // the rank holds its own copies
+		if err != nil {
+			pipes.closeReadEnds()
 			for q := range r {
-				signalGroup(procs[q], true)
+				signalGroup(procs[q], syscall.SIGKILL)
 			}
 			for range r {
 				<-exits
 			}
+			drain()
 			return &RankError{Rank: r, Err: fmt.Errorf("start %q: %w", cmd[0], err)}
+		}
+		readEnds = append(readEnds, pipes.stdoutR, pipes.stderrR)
+		for _, p := range []struct {
+			r *os.File
+			w io.Writer
+		}{{pipes.stdoutR, opts.Stdout}, {pipes.stderrR, opts.Stderr}} {
+			outputs.Add(1)
+			go func() {
+				defer outputs.Done()
+				pw := &prefixWriter{mu: &mu, w: p.w, prefix: prefix}
+				_, _ = io.Copy(pw, p.r)
+				pw.flush()
+			}()
 		}
 		procs[r], alive[r] = c, true
 		log.Debug("rank started", "rank", r, "pid", c.Process.Pid)
 		go func() {
 			err := c.Wait()
-			stdout.flush()
-			stderr.flush()
-			exits <- exit{r, err}
+			exits <- exit{r, err, time.Now()}
 		}()
 	}
 	report("started %d ranks of %q (MASTER_ADDR=127.0.0.1 MASTER_PORT=%d)", n, cmd[0], port)
 
-	var result error
-	var deadline <-chan time.Time
-	killed := false
+	var (
+		first       *RankError // the earliest failure so far
+		firstAt     time.Time
+		failedAt    = make(map[int]time.Time)
+		killedBy    = make(map[int]bool) // ranks the launcher killed
+		result      error                // a cancellation or a signal, when no rank failed before it
+		deadline    <-chan time.Time
+		stopping    bool // ranks interrupted or killed by the launcher
+		signaled    bool // a signal was forwarded
+		interrupted bool // the ranks were interrupted because ctx was canceled
+	)
+	killAll := func() {
+		for r, c := range procs {
+			if alive[r] {
+				killedBy[r] = true
+				signalGroup(c, syscall.SIGKILL)
+			}
+		}
+	}
+	onSignal := func(sig os.Signal) {
+		switch {
+		case signaled:
+			report("received %v again: killing the ranks", sig)
+			killAll()
+			return
+		case interrupted && sig == os.Interrupt:
+			// The Ctrl-C that canceled ctx too (signal.NotifyContext in
+			// the caller): the ranks were interrupted already.
+			signaled = true
+			return
+		}
+		signaled, stopping = true, true
+		if result == nil && first == nil {
+			result = &SignalError{Signal: sig}
+		}
+		report("received %v: forwarding it to the ranks; killing them in %v", sig, opts.Grace)
+		for r, c := range procs {
+			if alive[r] {
+				signalGroup(c, sig)
+			}
+		}
+		if deadline == nil {
+			deadline = time.After(opts.Grace)
+		}
+	}
 	for running := n; running > 0; {
 		select {
 		case e := <-exits:
 			running--
 			alive[e.rank] = false
+			at := e.at.Sub(t0).Round(time.Millisecond)
 			switch {
 			case e.err == nil:
 				report("rank %d exited with status 0", e.rank)
-			case killed:
-				report("rank %d killed (%v)", e.rank, e.err)
+			case killedBy[e.rank] && first != nil:
+				report("rank %d killed after rank %d failed (%v)", e.rank, first.Rank, e.err)
+			case killedBy[e.rank] || stopping:
+				report("rank %d stopped by the launcher (%v)", e.rank, e.err)
 			default:
-				report("rank %d failed: %v", e.rank, e.err)
-			}
-			if e.err != nil && result == nil {
-				result = &RankError{Rank: e.rank, Err: e.err}
-				if running > 0 {
+				report("rank %d failed at +%v: %v", e.rank, at, e.err)
+				failedAt[e.rank] = e.at
+				if first == nil || e.at.Before(firstAt) {
+					first, firstAt = &RankError{Rank: e.rank, Err: e.err}, e.at
+				}
+				if running > 0 && deadline == nil {
 					report("waiting up to %v for the other ranks to exit, then killing them", opts.Grace)
 					deadline = time.After(opts.Grace)
 				}
 			}
 		case <-deadline:
 			deadline = nil
-			killed = true
-			for r, c := range procs {
-				if alive[r] {
-					signalGroup(c, true)
-				}
-			}
+			killAll()
+		case sig := <-sigs:
+			onSignal(sig)
 		case <-ctx.Done():
-			if result == nil {
-				result = fmt.Errorf("launch: %w", ctx.Err())
+			ctxErr := ctx.Err()
+			ctx = context.Background() // handled; keep waiting for the exits
+			select {
+			case sig := <-sigs: // the signal that canceled ctx, most likely
+				onSignal(sig)
+				continue
+			default:
+			}
+			if result == nil && first == nil && !signaled {
+				result = fmt.Errorf("launch: %w", ctxErr)
+				stopping, interrupted = true, true
 				report("canceled: interrupting the ranks")
 				for r, c := range procs {
 					if alive[r] {
-						signalGroup(c, false)
+						signalGroup(c, os.Interrupt)
 					}
 				}
 				deadline = time.After(opts.Grace)
 			}
-			ctx = context.Background() // handled; keep waiting for the exits
 		}
 	}
+	drain()
+	if first != nil {
+		for r, at := range failedAt {
+			if r != first.Rank && !at.Before(firstAt) {
+				first.Later = append(first.Later, r)
+			}
+		}
+		for r := range killedBy {
+			if _, failed := failedAt[r]; !failed {
+				first.Killed = append(first.Killed, r)
+			}
+		}
+		slices.Sort(first.Later)
+		slices.Sort(first.Killed)
+		report("summary: rank %d failed first (at +%v: %v)", first.Rank, firstAt.Sub(t0).Round(time.Millisecond), first.Err)
+		return first
+	}
 	return result
+}
+
+// outputDelay is how long Local reads the ranks' output after the last rank
+// exited (a grandchild may still hold it).
+const outputDelay = time.Second
+
+// starter starts processes from one goroutine locked to its OS thread, so
+// that the thread, whose exit fires the children's parent-death signal on
+// Linux, lives until stop is called (after the children are gone).
+type starter struct {
+	req  chan *exec.Cmd
+	resp chan error
+}
+
+func newStarter() *starter {
+	s := &starter{req: make(chan *exec.Cmd), resp: make(chan error)}
+	go func() {
+		runtime.LockOSThread()
+		// Unlock before returning: a goroutine that exits locked takes its
+		// thread with it, and stop is called after the children are gone,
+		// so either would do; unlocking lets the runtime reuse the thread.
+		defer runtime.UnlockOSThread()
+		for c := range s.req {
+			s.resp <- c.Start()
+		}
+	}()
+	return s
+}
+
+func (s *starter) start(c *exec.Cmd) error {
+	s.req <- c
+	return <-s.resp
+}
+
+func (s *starter) stop() { close(s.req) }
+
+// pipes are a rank's stdout and stderr.
+type pipes struct{ stdoutR, stdoutW, stderrR, stderrW *os.File }
+
+func rankPipes(c *exec.Cmd) (*pipes, error) {
+	p := &pipes{}
+	var err error
+	if p.stdoutR, p.stdoutW, err = os.Pipe(); err != nil {
+		return p, err
+	}
+	if p.stderrR, p.stderrW, err = os.Pipe(); err != nil {
+		return p, err
+	}
+	c.Stdout, c.Stderr = p.stdoutW, p.stderrW
+	return p, nil
+}
+
+func (p *pipes) closeWriteEnds() {
+	for _, f := range []*os.File{p.stdoutW, p.stderrW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *pipes) closeReadEnds() {
+	for _, f := range []*os.File{p.stdoutR, p.stderrR} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // freePort asks the kernel for a free TCP port on the loopback.

@@ -7,14 +7,17 @@ import (
 	"os/exec"
 )
 
+// forwardedSignals are the signals Local forwards to the ranks.
+var forwardedSignals = []os.Signal{os.Interrupt}
+
 func setProcessGroup(c *exec.Cmd) {}
 
-// signalGroup kills the rank (interrupting it where the OS supports it).
-func signalGroup(c *exec.Cmd, kill bool) {
+// signalGroup kills the rank, or sends it sig where the OS supports it.
+func signalGroup(c *exec.Cmd, sig os.Signal) {
 	if c == nil || c.Process == nil {
 		return
 	}
-	if !kill && c.Process.Signal(os.Interrupt) == nil {
+	if sig != os.Kill && c.Process.Signal(sig) == nil {
 		return
 	}
 	_ = c.Process.Kill()

@@ -3,26 +3,32 @@
 package launch
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
 
+// forwardedSignals are the signals Local forwards to the ranks.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+
 // setProcessGroup puts the rank in its own process group so that killing it
-// also kills what it started (go run's child, a shell's children).
+// also kills what it started (go run's child, a shell's children), and on
+// Linux gives it a parent-death signal (see setParentDeath).
 func setProcessGroup(c *exec.Cmd) {
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setParentDeath(c.SysProcAttr)
 }
 
-// signalGroup sends SIGKILL (kill) or SIGINT to the rank's process group.
-func signalGroup(c *exec.Cmd, kill bool) {
+// signalGroup sends sig to the rank's process group, or to the rank alone
+// if that fails.
+func signalGroup(c *exec.Cmd, sig os.Signal) {
 	if c == nil || c.Process == nil {
 		return
 	}
-	sig := syscall.SIGINT
-	if kill {
-		sig = syscall.SIGKILL
+	if s, ok := sig.(syscall.Signal); ok {
+		if err := syscall.Kill(-c.Process.Pid, s); err == nil {
+			return
+		}
 	}
-	if err := syscall.Kill(-c.Process.Pid, sig); err != nil {
-		_ = c.Process.Signal(sig)
-	}
+	_ = c.Process.Signal(sig)
 }

@@ -18,13 +18,13 @@ type gateMedium struct {
 	err     error
 }
 
-func (g *gateMedium) put(id uint64, metas []meta, src [][]byte) error {
+func (g *gateMedium) put(id uint64, tag string, metas []meta, src [][]byte) error {
 	g.started <- struct{}{}
 	<-g.gate
 	if g.err != nil {
 		return g.err
 	}
-	return g.hostMedium.put(id, metas, src)
+	return g.hostMedium.put(id, tag, metas, src)
 }
 
 func newGate(err error) (*Tier, *gateMedium) {

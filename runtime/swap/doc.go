@@ -12,7 +12,19 @@
 // A Tier is where the data goes. NewHost keeps it in host buffers that the
 // tier allocates and owns; NewFile writes one file per offload in a new
 // directory under a directory you give, and removes the file on Load and the
-// directory on Close. Both take float32 and float64 *tensor.Dense values
+// directory on Close.
+//
+// Each file is checked on Load before its data is used: a header names the
+// tier (a random identity), the offload's number and tag, the dtypes and
+// shapes, and the payload's length, under a CRC-32, and the payload has a
+// CRC-32 of its own. A file changed in place, truncated, exchanged with
+// another chunk's or with another tier's fails the Load with an error naming
+// the chunk's tag and the file; the header's counts are bounded before
+// anything is allocated from them. The directory is named
+// ppgen-swap-PID-RANDOM and the tier holds an exclusive flock(2) on a lock
+// file in it while it lives; NewFile removes the sibling directories whose
+// lock is free, those of processes that died without Close (on systems
+// without flock, such as Windows, nothing is removed). Both take float32 and float64 *tensor.Dense values
 // (gorgonia.org/tensor) and give them back bit-identical: same dtype, same
 // shape, same bits (NaN payloads included). A tensor listed twice in one
 // offload, as runtime/nn contexts share one tensor between a layer's output

@@ -2,24 +2,55 @@ package swap
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // fileMedium writes each offload to its own file in a directory it creates
 // under the user's directory, and removes the file when the data is loaded
-// back, and the directory on close.
+// back, and the directory on close. Each file carries a header naming the
+// chunk and a checksum of its bytes (see header.go), verified on load.
+//
+// The directory is named ppgen-swap-PID-RANDOM and holds a lock file on
+// which the medium keeps an exclusive flock(2) while it lives. The kernel
+// releases the lock when its process dies, however it dies, so a directory
+// whose lock can be taken is stale: newFileMedium removes the stale
+// ppgen-swap-* siblings of the directory it creates. The PID in the name is
+// only a hint for a reader; a reused PID cannot make a live directory look
+// stale, nor a stale one live. The directory gets its final name only once
+// its lock is held (it is created under a ".ppgen-swap-new-" name first), so
+// no other tier ever sees it unlocked.
 type fileMedium struct {
-	parent string // the directory the user gave
-	dir    string // ours, under parent
+	parent string   // the directory the user gave
+	dir    string   // ours, under parent
+	lock   *os.File // dir/lock, flocked while the medium lives (nil where flock is missing)
+	tier   [8]byte  // random: the files of another tier are told apart
 }
 
-// newFileMedium creates the medium's directory under parent.
+// staleNewDir is the age from which a directory still under its first
+// name, with a free lock, is taken for stale.
+const staleNewDir = time.Minute
+
+const (
+	dirPrefix    = "ppgen-swap-"
+	newDirPrefix = ".ppgen-swap-new-"
+	lockName     = "lock"
+)
+
+// newFileMedium creates the medium's directory under parent and removes
+// the stale directories of dead tiers beside it.
 func newFileMedium(parent string) (*fileMedium, error) {
 	if parent == "" {
 		return nil, fmt.Errorf("swap: file tier: empty directory name")
@@ -31,11 +62,75 @@ func newFileMedium(parent string) (*fileMedium, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("swap: file tier: %s is not a directory", parent)
 	}
-	dir, err := os.MkdirTemp(parent, "ppgen-swap-")
+	tmp, err := os.MkdirTemp(parent, newDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("swap: file tier: cannot create a directory under %s: %w", parent, err)
 	}
-	return &fileMedium{parent: parent, dir: dir}, nil
+	f := &fileMedium{parent: parent, dir: tmp}
+	if _, err := rand.Read(f.tier[:]); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("swap: file tier: %w", err)
+	}
+	if f.lock, err = lockDir(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("swap: file tier: lock %s: %w", tmp, err)
+	}
+	for try := 0; ; try++ {
+		name := filepath.Join(parent, fmt.Sprintf("%s%d-%s", dirPrefix, os.Getpid(), hex.EncodeToString(f.tier[:4])))
+		if try > 0 {
+			name = fmt.Sprintf("%s-%d", name, try)
+		}
+		err := os.Rename(tmp, name)
+		if err == nil {
+			f.dir = name
+			break
+		}
+		if try == 10 {
+			f.close()
+			return nil, fmt.Errorf("swap: file tier: cannot name the directory %s: %w", name, err)
+		}
+	}
+	removeStale(parent, f.dir)
+	return f, nil
+}
+
+// removeStale removes the ppgen-swap-* directories under parent, other than
+// own, whose lock nobody holds: their tiers' processes are gone. Directories
+// without a lock file (made by another program, or by an older ppgen) are
+// left alone; failures are logged, not returned: they are not this tier's.
+func removeStale(parent, own string) {
+	es, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range es {
+		name := e.Name()
+		if !e.IsDir() || !(strings.HasPrefix(name, dirPrefix) || strings.HasPrefix(name, newDirPrefix)) {
+			continue
+		}
+		dir := filepath.Join(parent, name)
+		if dir == own {
+			continue
+		}
+		if strings.HasPrefix(name, newDirPrefix) {
+			// Its tier may be between creating the lock file and locking
+			// it: only an old one is taken for stale.
+			if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < staleNewDir {
+				continue
+			}
+		}
+		stale, unlock := tryLockDir(dir)
+		if !stale {
+			continue
+		}
+		err := os.RemoveAll(dir)
+		unlock()
+		if err != nil {
+			slog.Warn("swap: cannot remove the stale directory of a dead process", "dir", dir, "err", err)
+			continue
+		}
+		slog.Info("swap: removed the stale directory of a dead process", "dir", dir)
+	}
 }
 
 func (f *fileMedium) path(id uint64) string {
@@ -46,7 +141,19 @@ func (f *fileMedium) path(id uint64) string {
 // gathered into few writes, large ones go through directly.
 const ioBuf = 256 << 10
 
-func (f *fileMedium) put(id uint64, metas []meta, src [][]byte) (err error) {
+func (f *fileMedium) header(id uint64, tag string, metas []meta) header {
+	var total int64
+	for _, m := range metas {
+		total += m.bytes()
+	}
+	return header{order: nativeOrder, tier: f.tier, id: id, tag: keptTag(tag), metas: metas, payload: total}
+}
+
+func (f *fileMedium) put(id uint64, tag string, metas []meta, src [][]byte) (err error) {
+	hb, err := encodeHeader(f.header(id, tag, metas))
+	if err != nil {
+		return err
+	}
 	p := f.path(id)
 	fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -61,15 +168,23 @@ func (f *fileMedium) put(id uint64, metas []meta, src [][]byte) (err error) {
 		}
 	}()
 	w := bufio.NewWriterSize(fh, ioBuf)
+	if _, err := w.Write(hb); err != nil {
+		return err
+	}
+	var sum uint32
 	for _, b := range src {
+		sum = crc32.Update(sum, crcTable, b)
 		if _, err := w.Write(b); err != nil {
 			return err
 		}
 	}
+	if _, err := w.Write(binary.LittleEndian.AppendUint32(nil, sum)); err != nil {
+		return err
+	}
 	return w.Flush()
 }
 
-func (f *fileMedium) get(id uint64, metas []meta) (_ []any, err error) {
+func (f *fileMedium) get(id uint64, tag string, metas []meta) (_ []any, err error) {
 	p := f.path(id)
 	fh, err := os.Open(p)
 	if err != nil {
@@ -81,27 +196,88 @@ func (f *fileMedium) get(id uint64, metas []meta) (_ []any, err error) {
 			err = rerr
 		}
 	}()
-	var want int64
-	for _, m := range metas {
-		want += m.bytes()
+	want := f.header(id, tag, metas)
+	wantHB, err := encodeHeader(want)
+	if err != nil {
+		return nil, err
 	}
 	fi, err := fh.Stat()
 	if err != nil {
 		return nil, err
 	}
-	if fi.Size() != want {
-		return nil, fmt.Errorf("%s holds %d bytes, want %d", p, fi.Size(), want)
-	}
 	r := bufio.NewReaderSize(fh, ioBuf)
+	size := int64(len(wantHB)) + want.payload + trailerLen
+	if fi.Size() < prefixLen {
+		return nil, fmt.Errorf("%s holds %d bytes, want %d: too short for a swap file header (truncated?)", p, fi.Size(), size)
+	}
+	// Read only as much header as this chunk's own has: a corrupted
+	// length cannot make Load allocate.
+	hb := make([]byte, len(wantHB))
+	if _, err := io.ReadFull(r, hb[:prefixLen]); err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	n, err := headerLenOf(hb[:prefixLen])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if n != len(hb) {
+		return nil, fmt.Errorf("%s: header of %d bytes, want %d for %s: the file of another chunk, or corrupted", p, n, len(hb), describe(want))
+	}
+	if _, err := io.ReadFull(r, hb[prefixLen:]); err != nil {
+		return nil, fmt.Errorf("read %s: header: %w", p, err)
+	}
+	got, err := decodeHeader(hb)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if err := sameChunk(got, want); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if fi.Size() != size {
+		return nil, fmt.Errorf("%s holds %d bytes, want %d (truncated or appended to)", p, fi.Size(), size)
+	}
 	out := make([]any, len(metas))
+	var sum uint32
 	for i, m := range metas {
 		b, view := alloc(m)
 		if _, err := io.ReadFull(r, view); err != nil {
 			return nil, fmt.Errorf("read %s: tensor %d (%d bytes): %w", p, i, len(view), err)
 		}
+		sum = crc32.Update(sum, crcTable, view)
 		out[i] = b
 	}
+	var tr [trailerLen]byte
+	if _, err := io.ReadFull(r, tr[:]); err != nil {
+		return nil, fmt.Errorf("read %s: checksum: %w", p, err)
+	}
+	if fileSum := binary.LittleEndian.Uint32(tr[:]); fileSum != sum {
+		return nil, fmt.Errorf("%s: data checksum mismatch: CRC-32 %08x, the file says %08x (the file was changed or corrupted)", p, sum, fileSum)
+	}
 	return out, nil
+}
+
+// describe names a header's chunk: "#3 (stage 0 forward #1)".
+func describe(h header) string { return fmt.Sprintf("chunk #%d (%s)", h.id, h.tag) }
+
+// sameChunk checks that a file's header is that of the chunk wanted.
+func sameChunk(got, want header) error {
+	switch {
+	case got.tier != want.tier:
+		return fmt.Errorf("written by another swap tier (%x, want %x): not this tier's file", got.tier, want.tier)
+	case got.id != want.id || got.tag != want.tag:
+		return fmt.Errorf("holds %s, want %s: the files of two chunks exchanged?", describe(got), describe(want))
+	case got.order != want.order:
+		return fmt.Errorf("byte order %d, this machine's is %d", got.order, want.order)
+	case len(got.metas) != len(want.metas):
+		return fmt.Errorf("%s: %d tensors, want %d", describe(got), len(got.metas), len(want.metas))
+	}
+	for i, m := range got.metas {
+		w := want.metas[i]
+		if m.dt != w.dt || !m.shape.Eq(w.shape) {
+			return fmt.Errorf("%s: tensor %d is %v %v, want %v %v", describe(got), i, m.dt, m.shape, w.dt, w.shape)
+		}
+	}
+	return nil
 }
 
 func (f *fileMedium) drop(id uint64) error {
@@ -112,7 +288,11 @@ func (f *fileMedium) drop(id uint64) error {
 }
 
 func (f *fileMedium) close() error {
-	if err := os.RemoveAll(f.dir); err != nil {
+	err := os.RemoveAll(f.dir)
+	if f.lock != nil {
+		f.lock.Close() // after the removal: nobody may take the directory for stale while it is there
+	}
+	if err != nil {
 		return fmt.Errorf("remove %s: %w", f.dir, err)
 	}
 	return nil

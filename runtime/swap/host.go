@@ -15,7 +15,7 @@ type hostMedium struct {
 
 func newHostMedium() *hostMedium { return &hostMedium{data: make(map[uint64][]any)} }
 
-func (h *hostMedium) put(id uint64, metas []meta, src [][]byte) error {
+func (h *hostMedium) put(id uint64, _ string, metas []meta, src [][]byte) error {
 	bufs := make([]any, len(metas))
 	for i, m := range metas {
 		b, view := alloc(m)
@@ -31,7 +31,7 @@ func (h *hostMedium) put(id uint64, metas []meta, src [][]byte) error {
 	return nil
 }
 
-func (h *hostMedium) get(id uint64, metas []meta) ([]any, error) {
+func (h *hostMedium) get(id uint64, _ string, metas []meta) ([]any, error) {
 	h.mu.Lock()
 	bufs, ok := h.data[id]
 	delete(h.data, id)

@@ -36,9 +36,13 @@ func NewHost() *Tier { return newTier(newHostMedium(), "") }
 
 // NewFile returns a tier that writes each offload to a file in a new
 // directory under dir (which must exist and be writable) and reads it back
-// on Load. Load removes the file; Close removes the directory and whatever
-// is left in it. The files go through the operating system's page cache,
-// so the memory they free depends on the kernel writing them back.
+// on Load, after checking the file's header and checksums (see the package
+// documentation): a damaged or exchanged file fails the Load, naming the
+// chunk and the file. Load removes the file; Close removes the directory
+// and whatever is left in it. NewFile also removes the ppgen-swap-*
+// directories under dir of tiers whose processes died without Close. The
+// files go through the operating system's page cache, so the memory they
+// free depends on the kernel writing them back.
 func NewFile(dir string) (*Tier, error) {
 	f, err := newFileMedium(dir)
 	if err != nil {
@@ -155,7 +159,7 @@ func (t *Tier) copyOut(h *Handle, src []*tensor.Dense) {
 	for i, s := range src {
 		bufs[i] = dataBytes(s, h.plan.metas[i].n)
 	}
-	err := t.m.put(h.id, h.plan.metas, bufs)
+	err := t.m.put(h.id, h.tag, h.plan.metas, bufs)
 	clear(src)
 	clear(bufs)
 	t.mu.Lock()
@@ -251,7 +255,7 @@ func (t *Tier) Load(h *Handle) ([]*tensor.Dense, error) {
 		t.finish(h, false)
 		return nil, h.err
 	}
-	bufs, err := t.m.get(h.id, h.plan.metas)
+	bufs, err := t.m.get(h.id, h.tag, h.plan.metas)
 	if err != nil {
 		t.finish(h, true)
 		return nil, fmt.Errorf("swap: %s: load of %s (%d bytes in %d tensors): %w", t.m, h.tag, h.plan.bytes, len(h.plan.metas), err)

@@ -165,8 +165,8 @@ func TestRoundTrip(t *testing.T) {
 					t.Errorf("after Load: %+v", st)
 				}
 				if d := tier.Dir(); d != "" {
-					if es, err := os.ReadDir(d); err != nil || len(es) != 0 {
-						t.Errorf("after Load the tier's directory holds %d entries (%v), want none", len(es), err)
+					if fs := chunkFiles(t, d); len(fs) != 0 {
+						t.Errorf("after Load the tier's directory holds %v, want no chunk files", fs)
 					}
 				}
 				if err := tier.Close(); err != nil {
