@@ -17,13 +17,16 @@ const (
 	MaxIndex = 65534
 	// MaxChunks bounds stages × micro-batches: the (stage, micro-batch)
 	// chunks whose tables verify, the passes and the simulator allocate.
-	// Each chunk becomes a handful of steps; 65536 chunks (64 ranks × 4
-	// stages each × 256 micro-batches) is far beyond any schedule worth
-	// compiling to straight-line code.
-	MaxChunks = 1 << 16
+	// Each chunk becomes a handful of steps, and a generated file a few
+	// calls per step; 32768 chunks (32 ranks × 4 stages each × 256
+	// micro-batches) is far beyond any schedule worth compiling to
+	// straight-line code, and every command finishes within seconds and
+	// 1 GB on a program of that size.
+	MaxChunks = 1 << 15
 	// MaxSteps bounds the steps of a program read from a file, all ranks
-	// together: 16 per chunk at MaxChunks.
-	MaxSteps = 16 * MaxChunks
+	// together: 32 per chunk at MaxChunks (a lowered program with FSDP and
+	// swap steps has about 15).
+	MaxSteps = 32 * MaxChunks
 	// MaxLineBytes bounds one line of a schedule file (text or CSV).
 	MaxLineBytes = 16 << 20
 	// MaxStepBytes bounds one step (cell) of a schedule file; the longest

@@ -104,6 +104,9 @@ type checker struct {
 	opRank    []int32
 	opIdx     []int32
 	opPartner []int32 // set by match
+	// pairIdx numbers the (source, destination) rank pairs of match's
+	// queues when there are too many ranks for a P×P table (nil: dense).
+	pairIdx map[uint64]int32
 	// per rank
 	lastCompute []int32
 	optAt       []int32
