@@ -134,12 +134,9 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 			return cerr
 		}
 		res, err = gen.Lower(cfg, opt)
-		if err != nil && res.Compute.Ranks == nil {
-			return err // the schedule could not be built: bad input, exit 2
-		}
 	}
 	if err != nil {
-		return unsafeError{err}
+		return err // exitCode: 1 when the program is unsafe, else 2
 	}
 	fsdp := ""
 	if res.Report.PeakUnsharded != nil {
@@ -169,8 +166,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if *svgOut == "-" {
 		return usagef("-svg needs a file name")
 	}
-	if *svgWidth < 200 {
-		return usagef("-svg-width = %d; want at least 200", *svgWidth)
+	if *svgWidth < 200 || *svgWidth > maxSVGWidth {
+		return usagef("-svg-width = %d; want 200 to %d pixels", *svgWidth, maxSVGWidth)
+	}
+	if *width < 20 || *width > maxGridWidth {
+		return usagef("-width = %d; want 20 to %d columns", *width, maxGridWidth)
 	}
 	if *compare != "" {
 		if sf.schedule != "" || sf.in != "" || sf.virtual != 0 || sf.placement != "" || *grid {
@@ -240,6 +240,13 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// The widths of sim's drawings: a grid is at most maxGridWidth columns wide
+// per rank, an SVG timeline at most maxSVGWidth pixels.
+const (
+	maxGridWidth = 10000
+	maxSVGWidth  = 100000
+)
 
 // lowerAndSimulate lowers the schedule of the flags, simulates it under the
 // cost spec (sim's -cost, which auto also chooses by) and names it for

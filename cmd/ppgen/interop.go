@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
-	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/verify"
 )
 
@@ -163,27 +161,30 @@ func (im imported) form() string {
 // REDUCE_GRAD after its last backward and before OPT_STEP): runtime/pipe runs
 // them through pipe.Sharded. With dropFSDP, the FSDP actions verify may
 // reject are dropped, and the program without them is lowered and verified
-// again. A lowered program is then prepared for runtime/pipe, which needs
-// what PyTorch does outside its action list: a DATA_LOAD before each F of
-// the first and the last stage and an OPT_STEP at the end. Parse errors are
-// usage errors (exit 2), failed verification is unsafe (exit 1); an FSDP
-// action verify rejects gets a hint at -drop-fsdp.
+// again. A lowered program then gets what runtime/pipe needs and PyTorch
+// does outside its action list (gen.AddImplicitSteps: a DATA_LOAD before each
+// F of the first and the last stage and an OPT_STEP at the end), in
+// gen.LowerProgram, as every command reading -in does. Parse errors are
+// usage errors (exit 2); verify's errors keep their type, which run maps to
+// the exit status (see exitCode); an FSDP action verify rejects gets a hint
+// at -drop-fsdp.
 func importTorch(path string, data []byte, format string, opt gen.Options, dropFSDP bool) (imported, error) {
 	p, err := parseTorchCSV(data, format == formatTorchCSVLegacy)
 	if err != nil {
-		if format == formatTorchCSV && strings.Contains(err.Error(), `kind "BW"`) {
+		var pe *ir.ParseError
+		if format == formatTorchCSV && errors.As(err, &pe) && legacyBW.MatchString(pe.Text) {
 			return imported{}, usagef("%s: %v; BW is PyTorch 2.4 to 2.6's full backward: use -from torch-csv-legacy", path, err)
 		}
 		return imported{}, usagef("%s: %v", path, err)
 	}
 	im := imported{comms: p.HasComm()}
-	res, err := lowerFile(p, opt)
+	res, err := gen.LowerProgram(p, opt)
 	if err != nil && !(dropFSDP && isFSDPError(err)) {
 		hint := ""
 		if isFSDPError(err) {
 			hint = "; to import the schedule without its FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD), pass -drop-fsdp"
 		}
-		return im, unsafeError{fmt.Errorf("%s (%s, %s): %w%s", path, format, im.form(), err, hint)}
+		return im, fmt.Errorf("%s (%s, %s): %w%s", path, format, im.form(), err, hint)
 	}
 	if dropFSDP {
 		var n int
@@ -191,38 +192,17 @@ func importTorch(path string, data []byte, format string, opt gen.Options, dropF
 			im.notes = append(im.notes, fmt.Sprintf("dropped %d FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD) as -drop-fsdp asks", n))
 		}
 		if n > 0 || err != nil {
-			if res, err = lowerFile(p, opt); err != nil {
+			if res, err = gen.LowerProgram(p, opt); err != nil {
 				// Step numbers count the program without the FSDP actions.
-				return im, unsafeError{fmt.Errorf("%s (%s, %s) without its FSDP actions: %w", path, format, im.form(), err)}
+				return im, fmt.Errorf("%s (%s, %s) without its FSDP actions: %w", path, format, im.form(), err)
 			}
 		}
 	}
-	if im.comms {
-		before := p.NumSteps()
-		q := passes.InsertOptStep(passes.InsertData(p))
-		if n := q.NumSteps() - before; n > 0 {
-			im.notes = append(im.notes, fmt.Sprintf("added %d DATA_LOAD and OPT_STEP steps PyTorch leaves implicit", n))
-		}
-		if res, err = gen.LowerProgram(q, opt); err != nil {
-			return im, fmt.Errorf("%s: preparing the program for runtime/pipe: %w", path, err)
-		}
+	if res.Implicit > 0 {
+		im.notes = append(im.notes, fmt.Sprintf("added %d DATA_LOAD and OPT_STEP steps PyTorch leaves implicit", res.Implicit))
 	}
 	im.res = res
 	return im, nil
-}
-
-// lowerFile lowers (when it is compute-only) and verifies p, a program as
-// a file holds it. A compute order that fails verify by itself (an FSDP
-// action out of place, say) reports as itself, in the file's step numbers,
-// rather than as a failure of the program ppgen lowered from it.
-func lowerFile(p ir.Program, opt gen.Options) (gen.Result, error) {
-	res, err := gen.LowerProgram(p, opt)
-	if err != nil && !p.HasComm() {
-		if _, verr := verify.Check(p, opt.Verify); verr != nil {
-			err = fmt.Errorf("compute order: %w", verr)
-		}
-	}
-	return res, err
 }
 
 // fsdpKinds are the FSDP actions of PyTorch's CSV form.
@@ -371,21 +351,9 @@ func parseTorchCSV(data []byte, legacy bool) (ir.Program, error) {
 	if !legacy {
 		return ir.ParseCSV(bytes.NewReader(data))
 	}
-	cr := csv.NewReader(bytes.NewReader(data))
-	cr.FieldsPerRecord = -1
-	records, err := cr.ReadAll()
-	if err != nil {
-		return ir.Program{}, fmt.Errorf("reading schedule CSV: %w", err)
-	}
-	for _, rec := range records {
-		for j, c := range rec {
-			rec[j] = legacyBW.ReplaceAllString(c, "${1}B${2}")
-		}
-	}
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	_ = w.WriteAll(records) // writes to a bytes.Buffer cannot fail
-	p, err := ir.ParseCSV(&buf)
+	p, err := ir.ReadCSV(bytes.NewReader(data), ir.CSVOptions{Cell: func(c string) string {
+		return legacyBW.ReplaceAllString(c, "${1}B${2}")
+	}})
 	if err != nil {
 		return p, err
 	}

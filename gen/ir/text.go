@@ -165,7 +165,17 @@ func FormatCSV(p Program) []byte {
 // stops at the first error, within the limits ReadText keeps. A row holding
 // a double quote is read as encoding/csv reads it (TrimLeadingSpace); a
 // quoted cell may not span lines (no step holds a line break).
-func ParseCSV(r io.Reader) (Program, error) {
+func ParseCSV(r io.Reader) (Program, error) { return ReadCSV(r, CSVOptions{}) }
+
+// CSVOptions adapts ReadCSV to a dialect of the CSV form.
+type CSVOptions struct {
+	// Cell, when not nil, rewrites each non-empty cell (spaces trimmed)
+	// before it is parsed as a step: another release's names, say.
+	Cell func(string) string
+}
+
+// ReadCSV is ParseCSV with the options of a dialect.
+func ReadCSV(r io.Reader, opt CSVOptions) (Program, error) {
 	var rows [][]Step
 	lr := newLineReader(r)
 	steps := 0
@@ -189,6 +199,9 @@ func ParseCSV(r io.Reader) (Program, error) {
 			text = strings.TrimSpace(text)
 			if text == "" || text == "None" {
 				return nil
+			}
+			if opt.Cell != nil && len(text) <= MaxStepBytes {
+				text = opt.Cell(text)
 			}
 			st, err := parseCell(text, n, c, &steps)
 			if err != nil {

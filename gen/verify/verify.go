@@ -174,6 +174,9 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if c.order.fn != nil {
 		return c.rep, c.order.fn()
 	}
+	if err := c.optSteps(); err != nil {
+		return c.rep, err
+	}
 	if err := c.complete(); err != nil {
 		return c.rep, err
 	}
@@ -779,6 +782,26 @@ func (c *checker) bwdName(s, m int) ir.Step {
 		return ir.Compute(ir.BackwardInput, s, m)
 	}
 	return ir.Compute(ir.Backward, s, m)
+}
+
+// optSteps checks that OPT_STEP runs on every rank or on none: a rank
+// without it would never update its weights while the others do.
+func (c *checker) optSteps() error {
+	with, without := -1, -1
+	for r, o := range c.optAt {
+		if o >= 0 && with < 0 {
+			with = r
+		}
+		if o < 0 && without < 0 {
+			without = r
+		}
+	}
+	if with < 0 || without < 0 {
+		return nil
+	}
+	opt := ir.Step{Kind: ir.OptStep, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+	return &Error{Rank: without, Index: -1, Step: opt, Code: Missing,
+		Reason: fmt.Sprintf("never runs on this rank, but rank %d steps its optimizer (step %d); OPT_STEP runs on every rank or on none, else this rank's weights are never updated", with, c.optAt[with])}
 }
 
 // complete checks that every chunk on a micro-batch's route has its forward

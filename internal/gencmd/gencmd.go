@@ -15,6 +15,7 @@
 package gencmd
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"flag"
@@ -203,8 +204,8 @@ func (s Schedule) LowerOptions() (gen.Options, error) {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
 	}
 	if s.Name == gen.Auto {
-		if s.Mem < 0 {
-			return opt, usagef("-mem = %g; want 0 (no limit) or more", s.Mem)
+		if !(s.Mem >= 0 && s.Mem <= sim.MaxCost) { // NaN fails both
+			return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", s.Mem, float64(sim.MaxCost))
 		}
 		opt.Auto.MemLimit = s.Mem
 		opt.Auto.Progress = s.AutoProgress
@@ -264,24 +265,33 @@ func resolve(dir, path string) string {
 }
 
 // ReadProgram reads a schedule file ("-" for stdin): CSV (PyTorch form) when
-// it has commas or a .csv suffix, the text form otherwise. Its errors are
-// *UsageError.
+// it has a .csv suffix, or when its first MiB holds a comma and no "rank ",
+// the text form otherwise. The file is parsed as it is read, within gen/ir's
+// limits (ir.ReadText), so a file of any size is refused early. Its errors
+// are *UsageError.
 func ReadProgram(path string) (ir.Program, error) {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(os.Stdin)
-	} else {
-		data, err = os.ReadFile(path)
+	var f io.Reader = os.Stdin
+	if path != "-" {
+		file, err := os.Open(path)
+		if err != nil {
+			return ir.Program{}, usagef("reading -in: %v", err)
+		}
+		defer file.Close()
+		if fi, err := file.Stat(); err == nil && fi.IsDir() {
+			return ir.Program{}, usagef("reading -in: %s is a directory; name a schedule file", path)
+		}
+		f = file
 	}
-	if err != nil {
+	br := bufio.NewReaderSize(f, 1<<20)
+	head, err := br.Peek(1 << 20)
+	if err != nil && err != io.EOF && err != bufio.ErrBufferFull {
 		return ir.Program{}, usagef("reading -in: %v", err)
 	}
 	var p ir.Program
-	if strings.HasSuffix(path, ".csv") || (!strings.Contains(string(data), "rank ") && strings.Contains(string(data), ",")) {
-		p, err = ir.ParseCSV(strings.NewReader(string(data)))
+	if strings.HasSuffix(path, ".csv") || (!bytes.Contains(head, []byte("rank ")) && bytes.IndexByte(head, ',') >= 0) {
+		p, err = ir.ParseCSV(br)
 	} else {
-		p, err = ir.ParseText(string(data))
+		p, err = ir.ReadText(br)
 	}
 	if err != nil {
 		return ir.Program{}, usagef("%s: %v", path, err)
