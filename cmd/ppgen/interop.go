@@ -326,6 +326,10 @@ func torchExpressible(st ir.Step, legacy bool) error {
 // legacyBW matches a full backward in PyTorch 2.4 to 2.6 names ("3BW1").
 var legacyBW = regexp.MustCompile(`^(\s*\d+)BW(\d+)`)
 
+// legacyI matches an input-gradient backward in current names ("3I1"),
+// which PyTorch 2.4 to 2.6 spell B.
+var legacyI = regexp.MustCompile(`^\d+I\d+$`)
+
 // legacyRe matches the backward actions of a CSV in ppgen's names.
 var legacyRe = regexp.MustCompile(`^(\d+)([BI])(\d+)$`)
 
@@ -351,8 +355,11 @@ func parseTorchCSV(data []byte, legacy bool) (ir.Program, error) {
 	if !legacy {
 		return ir.ParseCSV(bytes.NewReader(data))
 	}
-	p, err := ir.ReadCSV(bytes.NewReader(data), ir.CSVOptions{Cell: func(c string) string {
-		return legacyBW.ReplaceAllString(c, "${1}B${2}")
+	p, err := ir.ReadCSV(bytes.NewReader(data), ir.CSVOptions{Cell: func(c string) (string, error) {
+		if legacyI.MatchString(c) {
+			return c, errors.New("PyTorch 2.4 to 2.6 have no I: there B is the input-gradient half of a chunk with a W (read current names with -from torch-csv)")
+		}
+		return legacyBW.ReplaceAllString(c, "${1}B${2}"), nil
 	}})
 	if err != nil {
 		return p, err

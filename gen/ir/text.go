@@ -170,8 +170,9 @@ func ParseCSV(r io.Reader) (Program, error) { return ReadCSV(r, CSVOptions{}) }
 // CSVOptions adapts ReadCSV to a dialect of the CSV form.
 type CSVOptions struct {
 	// Cell, when not nil, rewrites each non-empty cell (spaces trimmed)
-	// before it is parsed as a step: another release's names, say.
-	Cell func(string) string
+	// before it is parsed as a step: another release's names, say. An
+	// error refuses the cell; ReadCSV reports it with its line and cell.
+	Cell func(string) (string, error)
 }
 
 // ReadCSV is ParseCSV with the options of a dialect.
@@ -201,7 +202,10 @@ func ReadCSV(r io.Reader, opt CSVOptions) (Program, error) {
 				return nil
 			}
 			if opt.Cell != nil && len(text) <= MaxStepBytes {
-				text = opt.Cell(text)
+				var err error
+				if text, err = opt.Cell(text); err != nil {
+					return &ParseError{Line: n, Column: c, Text: text, Reason: err.Error()}
+				}
 			}
 			st, err := parseCell(text, n, c, &steps)
 			if err != nil {

@@ -334,8 +334,8 @@ func (c Cost) String() string {
 	}
 	var b strings.Builder
 	for i, k := range costKeys {
-		if (k == "act" || k == "bw") && c.BW == 0 {
-			continue // infinite bandwidth: sizes do not matter
+		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 {
+			continue // infinite bandwidth: sizes do not matter; or no sizes
 		}
 		if i > 0 {
 			b.WriteByte(',')
