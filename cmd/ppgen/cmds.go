@@ -57,7 +57,11 @@ func lowerFromFlags(sf *scheduleFlags, pr *progress) (gen.Result, error) {
 		if err != nil {
 			return gen.Result{}, err
 		}
-		return gen.LowerProgram(p, opt)
+		res, err := gen.LowerProgram(p, opt)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", sf.in, err)
+		}
+		return res, nil
 	}
 	cfg, err := sf.config()
 	if err != nil {
@@ -127,7 +131,9 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 		if rerr != nil {
 			return rerr
 		}
-		res, err = gen.LowerProgram(p, opt)
+		if res, err = gen.LowerProgram(p, opt); err != nil {
+			err = fmt.Errorf("%s: %w", sf.in, err)
+		}
 	} else {
 		cfg, cerr := sf.config()
 		if cerr != nil {
@@ -152,7 +158,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	var sf scheduleFlags
 	sf.register(fs, true, false)
-	costSpec := fs.String("cost", "", "cost model, e.g. F=1,B=2,W=1,comm=0 (B = full backward; per-stage lists F=1:1:1:1.4)")
+	costSpec := fs.String("cost", "", "cost model: comma-separated KEY=VALUE, keys F, B (the full backward), I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw; per-stage lists F=1:1:1:1.4; keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; values finite in [0, 1e9], overlap in [0, 1]")
 	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy); an array with -compare")
 	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
 	width := fs.Int("width", 120, "grid width in columns")

@@ -465,12 +465,30 @@ func placementName(pl ir.Placement) string {
 	return "table"
 }
 
-// readFileOrStdin reads path, or standard input for "-".
+// maxImportBytes bounds the file import reads: far more than any schedule
+// within gen/ir's limits (ir.MaxSteps steps of at most a few dozen bytes).
+const maxImportBytes = 256 << 20
+
+// readFileOrStdin reads path, or standard input for "-", refusing more than
+// maxImportBytes.
 func readFileOrStdin(path string) ([]byte, error) {
-	if path == "-" {
-		return io.ReadAll(os.Stdin)
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
 	}
-	return os.ReadFile(path)
+	data, err := io.ReadAll(io.LimitReader(r, maxImportBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxImportBytes {
+		return nil, fmt.Errorf("%s is over %d MiB, more than any schedule within ppgen's limits (%d steps)", path, maxImportBytes>>20, ir.MaxSteps)
+	}
+	return data, nil
 }
 
 // packageName picks the Go package of an output file the way gen does:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +94,65 @@ func TestPrintedProgramsReadBack(t *testing.T) {
 	}
 	if n < len(schedules.All())*4 {
 		t.Errorf("only %d printed programs checked", n)
+	}
+}
+
+// TestImplicitStepsEverywhere: a lowered program in PyTorch's form (no
+// DATA_LOAD, no OPT_STEP) gets the same implicit steps from every command
+// that reads it with -in as from import: one code path
+// (gen.AddImplicitSteps in gen.LowerProgram).
+func TestImplicitStepsEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "torch.csv")
+	csv := "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n"
+	if err := os.WriteFile(path, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 2 micro-batches: a DATA_LOAD for each on the first and the last
+	// stage, and an OPT_STEP per rank.
+	const added, steps = 6, 16 + 6
+	out := cliMust(t, "import", "-from", "torch-csv", path)
+	if !strings.Contains(out, fmt.Sprintf("note: added %d DATA_LOAD and OPT_STEP steps PyTorch leaves implicit", added)) || !strings.Contains(out, fmt.Sprintf("%d steps", steps)) {
+		t.Errorf("import: %s", out)
+	}
+	shown := cliMust(t, "show", "-in", path)
+	for _, want := range []string{"rank 0: 0DATA_LOAD0 0F0", "1DATA_LOAD1 1F1", "0B1 OPT_STEP\n", "1SEND_B1 OPT_STEP\n"} {
+		if !strings.Contains(shown, want) {
+			t.Errorf("show -in: no %q in\n%s", want, shown)
+		}
+	}
+	if v := cliMust(t, "verify", "-in", path); !strings.Contains(v, fmt.Sprintf("%d steps", steps)) {
+		t.Errorf("verify -in: %s", v)
+	}
+	gen := filepath.Join(dir, "x_gen.go")
+	cliMust(t, "gen", "-in", path, "-package", "x", "-o", gen)
+	src, err := os.ReadFile(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(src), "x.OptStep()"); n != 2 {
+		t.Errorf("gen -in: %d OptStep calls, want 2", n)
+	}
+	if n := strings.Count(string(src), "DATA_LOAD"); n < 4 {
+		t.Errorf("gen -in: %d DATA_LOAD steps, want 4", n)
+	}
+	code, _, errs := cliRun(t, "sim", "-in", path, "-cost", "data=1,opt=1")
+	if code != 0 {
+		t.Fatalf("sim -in: exit %d %s", code, errs)
+	}
+	// The loads and optimizer steps take time only if they are there.
+	with := cliMust(t, "sim", "-in", path, "-cost", "data=1,opt=1", "-json")
+	without := cliMust(t, "sim", "-in", path, "-json")
+	if with == without {
+		t.Errorf("sim -in: data=1,opt=1 changes nothing: the implicit steps are missing\n%s", with)
+	}
+	report := filepath.Join(dir, "r.html")
+	cliMust(t, "report", "-in", path, "-o", report)
+	html, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), "OPT_STEP") || !strings.Contains(string(html), "DATA_LOAD") {
+		t.Error("report -in: the program shown has no OPT_STEP or DATA_LOAD")
 	}
 }

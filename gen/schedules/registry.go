@@ -119,6 +119,14 @@ func checkSize(name string, cfg ir.Config) error {
 			Want: fmt.Sprintf("ranks × virtual ≤ %d stages (got ranks %d; %s)", n, cfg.Ranks, bits)}
 	case cfg.Micro > n:
 		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro, Want: fmt.Sprintf("at most %d micro-batches (%s)", n, bits)}
+	case cfg.Ranks*cfg.Virtual > ir.MaxChunks:
+		param, v := "ranks", cfg.Ranks
+		if cfg.Virtual > 1 {
+			param, v = "virtual", cfg.Virtual
+		}
+		return &ConstraintError{Schedule: name, Param: param, Value: v,
+			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d chunks, ppgen's size limit (ranks %d × virtual %d = %d stages already exceed it at one micro-batch)",
+				ir.MaxChunks, cfg.Ranks, cfg.Virtual, cfg.Ranks*cfg.Virtual)}
 	case cfg.Micro > ir.MaxChunks/(cfg.Ranks*cfg.Virtual):
 		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro,
 			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d chunks, ppgen's size limit (got ranks %d, virtual %d: at most %d micro-batches)",

@@ -143,7 +143,7 @@ func RegisterSchedule(fs *flag.FlagSet, v ScheduleVars) {
 		fs.Float64Var(v.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
 	}
 	if v.AutoCost != nil {
-		fs.StringVar(v.AutoCost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (default F=1,B=2,W=1)")
+		fs.StringVar(v.AutoCost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
 	}
 }
 
@@ -247,7 +247,11 @@ func (s Schedule) Lower(dir string) (gen.Result, error) {
 		if err != nil {
 			return gen.Result{}, err
 		}
-		return gen.LowerProgram(p, opt)
+		res, err := gen.LowerProgram(p, opt)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", s.In, err)
+		}
+		return res, nil
 	}
 	cfg, err := s.Config()
 	if err != nil {
