@@ -164,6 +164,8 @@ func TestBadInputs(t *testing.T) {
 	flagCase("-placement loop -ranks 1000000000", 2, "show", "-schedule", "1f1b", "-ranks", "1000000000", "-micro", "2", "-placement", "loop")
 	flagCase("-fsdp 1 on dualpipev (`verify`)", 2, "verify", "-schedule", "dualpipev", "-ranks", "4", "-micro", "8", "-fsdp", "1")
 	flagCase("unknown schedule", 2, "verify", "-schedule", "nope", "-ranks", "2", "-micro", "2")
+	flagCase("-compare of 200 schedules", 2, "sim", "-compare", strings.Repeat("1f1b,", 199)+"1f1b", "-ranks", "2", "-micro", "2")
+	flagCase("-compare of 8 schedules at the size cap", 2, "sim", "-compare", strings.Repeat("interleaved:16,", 7)+"interleaved:16", "-ranks", "64", "-micro", "32")
 	flagCase("-grid -width 1000000000", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-grid", "-width", "1000000000")
 
 	var rows [][]string

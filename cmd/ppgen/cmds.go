@@ -186,6 +186,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if err := checkCompareSize(entries, sf.ranks, sf.micro); err != nil {
+			return err
+		}
 		pr := newProgress(stderr, "ppgen sim", len(entries))
 		defer pr.Done()
 		rows, err := runCompare(entries, &sf, *costSpec, pr)
@@ -253,6 +256,43 @@ const (
 	maxGridWidth = 10000
 	maxSVGWidth  = 100000
 )
+
+// The most schedules one -compare takes, and the most chunks they may hold
+// together: each is lowered, simulated and kept for the table and the SVG.
+const (
+	maxCompare       = 32
+	maxCompareChunks = 4 * ir.MaxChunks
+)
+
+// checkCompareSize bounds what -compare keeps in memory: at most maxCompare
+// schedules of at most maxCompareChunks (stage, micro-batch) chunks
+// together. Values out of range are left to each schedule's own check.
+func checkCompareSize(entries []compareEntry, ranks, micro int) error {
+	if len(entries) > maxCompare {
+		return usagef("-compare lists %d schedules; at most %d", len(entries), maxCompare)
+	}
+	if ranks < 1 || ranks > ir.MaxIndex+1 || micro < 1 || micro > ir.MaxIndex+1 {
+		return nil
+	}
+	total := 0
+	for _, e := range entries {
+		v := e.virtual
+		if v == 0 {
+			if fam, err := schedules.Lookup(e.name); err == nil {
+				v = fam.DefaultVirtual
+			}
+		}
+		v = max(v, 1)
+		if v > ir.MaxIndex+1 {
+			return nil // the schedule's own check says why
+		}
+		total += ranks * v * micro
+		if total > maxCompareChunks {
+			return usagef("-compare: the schedules hold more than %d (stage, micro-batch) chunks together at -ranks %d -micro %d; compare fewer schedules or smaller ones", maxCompareChunks, ranks, micro)
+		}
+	}
+	return nil
+}
 
 // lowerAndSimulate lowers the schedule of the flags, simulates it under the
 // cost spec (sim's -cost, which auto also chooses by) and names it for
