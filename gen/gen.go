@@ -99,6 +99,9 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 // *verify.DeadlockError) or the passes'; a failure after that is an
 // *InternalError.
 func LowerProgram(p ir.Program, opt Options) (Result, error) {
+	if err := ir.CheckSize(len(p.Ranks), p.Stages(), p.Micro); err != nil {
+		return Result{}, fmt.Errorf("program: %w", err)
+	}
 	if !p.HasComm() {
 		if _, err := verify.Check(p, verify.Options{}); err != nil {
 			return Result{Compute: p}, fmt.Errorf("compute order: %w", err)

@@ -23,9 +23,9 @@ const (
 	// straight-line code, and every command finishes within seconds and
 	// 1 GB on a program of that size.
 	MaxChunks = 1 << 15
-	// MaxSteps bounds the steps of a program read from a file, all ranks
-	// together: 32 per chunk at MaxChunks (a lowered program with FSDP and
-	// swap steps has about 15).
+	// MaxSteps bounds the steps of a program, all ranks together: the
+	// readers stop there and verify refuses more. It is 32 per chunk at
+	// MaxChunks; a lowered program with FSDP and swap steps has about 15.
 	MaxSteps = 32 * MaxChunks
 	// MaxLineBytes bounds one line of a schedule file (text or CSV).
 	MaxLineBytes = 16 << 20

@@ -219,6 +219,12 @@ func (c *checker) walk() error {
 	case p.Copies > 1 && (c.S%p.Copies != 0 || c.M%p.Copies != 0):
 		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("%d model copies do not split %d stages and %d micro-batches evenly", p.Copies, c.S, c.M)}
 	}
+	if err := ir.CheckSize(c.P, c.S, c.M); err != nil {
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: err.Error()}
+	}
+	if c.rep.Steps > ir.MaxSteps {
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: (&ir.LimitError{What: "steps", Value: int64(c.rep.Steps), Min: 1, Max: ir.MaxSteps}).Error()}
+	}
 	for s, r := range c.rankOf {
 		if r < 0 || r >= c.P {
 			return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the placement puts stage %d on rank %d, outside 0..%d", s, r, c.P-1)}
