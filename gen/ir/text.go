@@ -262,9 +262,10 @@ func atCell(err error, line, col int) error {
 // and M is one more than the largest micro-batch named; stages and
 // micro-batches must be numbered without gaps. Peers of transfers are
 // resolved from that placement. Copies is inferred from the compute steps:
-// when the micro-batches split into C > 1 equal contiguous groups, each
-// computing only its own contiguous C-th of the stages (dualpipe's two model
-// copies), Copies is C; otherwise it is left 0 (one pipeline). The shape is
+// when the micro-batches split into two equal contiguous halves, each
+// computing only its own half of the stages (dualpipe's two model copies),
+// Copies is 2; otherwise it is left 0 (one pipeline; runtime/pipe runs at
+// most two copies). The shape is
 // checked against the limits (CheckSize, MaxSteps) before anything is sized
 // by it.
 func Infer(rows [][]Step) (Program, error) {
@@ -348,9 +349,9 @@ func Infer(rows [][]Step) (Program, error) {
 	return p, nil
 }
 
-// inferCopies returns C > 1 when the S stages and the micro-batches split
-// into C equal contiguous groups, micro m computing exactly the stages of
-// its group (Program.Route), and 0 otherwise.
+// inferCopies returns 2 when the S stages and the micro-batches split into
+// two equal contiguous halves, micro m computing exactly the stages of its
+// half (Program.Route), and 0 otherwise.
 func inferCopies(S int, lo, hi []int) int {
 	M := len(lo)
 	if M == 0 || lo[0] != 0 || hi[0] >= S-1 {
@@ -361,8 +362,8 @@ func inferCopies(S int, lo, hi []int) int {
 		return 0
 	}
 	C := S / per
-	if M%C != 0 {
-		return 0
+	if C != 2 || M%C != 0 {
+		return 0 // runtime/pipe runs one or two copies
 	}
 	for m := range M {
 		first := m / (M / C) * per
