@@ -27,7 +27,8 @@ const (
 // through the commands that read it, and asserts what docs/trust.md
 // promises: the expected exit status (2 bad input, 1 unsafe program, 0 for
 // inputs ppgen now accepts as documented), a one-line message on stderr
-// with no panic, Go runtime error or "please report", within 10 s and 1 GB.
+// with no panic, Go runtime error or "please report", nothing written,
+// within 10 s and 1 GB.
 // With -update it writes the rows into docs/trust.md (region cli). The test
 // is Linux-only: the memory bound reads the child's peak RSS.
 func TestBadInputs(t *testing.T) {
@@ -169,7 +170,11 @@ func TestBadInputs(t *testing.T) {
 	flagCase("-grid -width 1000000000", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-grid", "-width", "1000000000")
 
 	var rows [][]string
+	outputs := []string{filepath.Join(dir, "x_gen.go"), filepath.Join(dir, "x.html")}
 	for _, tc := range cases {
+		for _, o := range outputs {
+			os.Remove(o)
+		}
 		cmd := exec.Command(bin, tc.args...)
 		cmd.Dir = dir
 		var stdout, stderr bytes.Buffer
@@ -199,6 +204,13 @@ func TestBadInputs(t *testing.T) {
 			t.Errorf("%s: want a one-line message, got %q", tc.name, clipMsg(stderr.String(), 300))
 		case code != 0 && len(msg) > 400:
 			t.Errorf("%s: message of %d bytes; want a short line: %q", tc.name, len(msg), clipMsg(msg, 300))
+		}
+		if code != 0 {
+			for _, o := range outputs {
+				if _, err := os.Stat(o); err == nil {
+					t.Errorf("%s: exit %d but wrote %s", tc.name, code, filepath.Base(o))
+				}
+			}
 		}
 		if elapsed > badInputTime {
 			t.Errorf("%s: took %v, want < %v", tc.name, elapsed, badInputTime)
