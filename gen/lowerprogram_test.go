@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/verify"
 )
@@ -73,5 +74,16 @@ func TestAddImplicitSteps(t *testing.T) {
 		if got := ir.FormatText(q); got != want || n != tc.n {
 			t.Errorf("AddImplicitSteps(%q) = %q, %d; want %q, %d", tc.text, got, n, want, tc.n)
 		}
+	}
+}
+
+// TestLimitsAgree: gen/ir restates runtime/pipe's packed-field limit, which
+// gen/emit checks too (gen may not import runtime); the two must agree.
+func TestLimitsAgree(t *testing.T) {
+	if ir.MaxIndex+1 != emit.AtMax {
+		t.Errorf("ir.MaxIndex+1 = %d, emit.AtMax = %d", ir.MaxIndex+1, emit.AtMax)
+	}
+	if ir.MaxChunks > (ir.MaxIndex+1)*(ir.MaxIndex+1) || ir.MaxSteps < 16*ir.MaxChunks {
+		t.Errorf("MaxChunks %d, MaxSteps %d out of proportion", ir.MaxChunks, ir.MaxSteps)
 	}
 }
