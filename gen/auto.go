@@ -116,7 +116,7 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 	if err != nil {
 		return Result{Config: cfg}, fmt.Errorf("schedule auto: cost model: %w", err)
 	}
-	if opt.Auto.MemLimit < 0 {
+	if !(opt.Auto.MemLimit >= 0) { // NaN too
 		return Result{Config: cfg}, fmt.Errorf("schedule auto: memory limit %g; want 0 (none) or more", opt.Auto.MemLimit)
 	}
 	vs := []int{cfg.Virtual}

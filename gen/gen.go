@@ -29,6 +29,9 @@ type Result struct {
 	// Auto lists the candidates the auto scheduler tried, when cfg named
 	// Auto; Config is then the chosen one's.
 	Auto []Candidate
+	// Implicit is the number of DATA_LOAD and OPT_STEP steps LowerProgram
+	// added to a lowered program that left them implicit (PyTorch's form).
+	Implicit int
 }
 
 // Options configures Lower.
@@ -88,17 +91,33 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 }
 
 // LowerProgram lowers and verifies an imported program. A compute-only
-// program (no transfers) is lowered like a built one; a program that already
-// holds transfers is checked as it is (slots are assigned when missing).
+// program (no transfers) is verified as it is, then lowered like a built
+// one. A program that already holds transfers is verified as it is (so a
+// diagnosis names the program's own steps), then gets the steps that
+// PyTorch's form leaves implicit (AddImplicitSteps) and its slots, and is
+// verified again. Errors of the program as given are verify's (*verify.Error,
+// *verify.DeadlockError) or the passes'; a failure after that is an
+// *InternalError.
 func LowerProgram(p ir.Program, opt Options) (Result, error) {
+	if err := ir.CheckSize(len(p.Ranks), p.Stages(), p.Micro); err != nil {
+		return Result{}, fmt.Errorf("program: %w", err)
+	}
 	if !p.HasComm() {
+		if _, err := verify.Check(p, verify.Options{}); err != nil {
+			return Result{Compute: p}, fmt.Errorf("compute order: %w", err)
+		}
 		return lowerCompute(p, opt)
 	}
 	res := Result{Compute: p.ComputeOnly()}
+	if rep, err := verify.Check(p, opt.Verify); err != nil {
+		res.Program, res.Report = p, rep
+		return res, err
+	}
 	lowered := p
 	if !hasSlots(p) {
+		lowered, res.Implicit = AddImplicitSteps(p)
 		var err error
-		lowered, res.Info.Slots, err = passes.AssignSlots(p)
+		lowered, res.Info.Slots, err = passes.AssignSlots(lowered)
 		if err != nil {
 			return res, err
 		}
@@ -111,8 +130,60 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 	res.Program = lowered
 	rep, err := verify.Check(lowered, opt.Verify)
 	res.Report = rep
+	if err != nil && res.Implicit > 0 {
+		var ve *verify.Error
+		if errors.As(err, &ve) && ve.Code == verify.Memory {
+			return res, err
+		}
+		return res, &InternalError{What: fmt.Sprintf("the program with the %d DATA_LOAD and OPT_STEP steps its form leaves implicit", res.Implicit), Err: err}
+	}
 	return res, err
 }
+
+// AddImplicitSteps adds to a lowered program (one with transfers) the
+// steps PyTorch's form leaves implicit, which runtime/pipe needs: the
+// DATA_LOAD before each F of the first and the last stage when the program
+// has no data step at all (passes.InsertData), and an OPT_STEP at the end of
+// every rank when no rank has one (passes.InsertOptStep). A program with
+// some of them is left to verify, which requires them everywhere. It
+// returns the program and the number of steps added; import, gen, sim,
+// report and verify of an -in file all add them here, through
+// LowerProgram.
+func AddImplicitSteps(p ir.Program) (ir.Program, int) {
+	data, opt := false, false
+	for _, steps := range p.Ranks {
+		for i := range steps {
+			switch k := steps[i].Kind; k {
+			case ir.DataLoad, ir.DataSend, ir.DataRecv, ir.MpipeSend, ir.MpipeRecv:
+				data = true
+			case ir.OptStep:
+				opt = true
+			}
+		}
+	}
+	before := p.NumSteps()
+	if !data {
+		p = passes.InsertData(p)
+	}
+	if !opt {
+		p = passes.InsertOptStep(p)
+	}
+	return p, p.NumSteps() - before
+}
+
+// InternalError reports a broken invariant of ppgen itself: a program it
+// built or lowered from an input that verified fails verification. It is
+// never the user's fault; the message asks for a report.
+type InternalError struct {
+	What string // what failed, e.g. "the lowered program"
+	Err  error
+}
+
+func (e *InternalError) Error() string {
+	return fmt.Sprintf("%s failed verification (a ppgen bug; please report it): %v", e.What, e.Err)
+}
+
+func (e *InternalError) Unwrap() error { return e.Err }
 
 func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 	res := Result{Compute: compute}
@@ -138,7 +209,7 @@ func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 	case errors.As(err, &ve) && ve.Code == verify.Memory:
 		return res, err // the user's activation limit
 	default:
-		return res, fmt.Errorf("lowered program failed verification (a ppgen bug; please report it): %w", err)
+		return res, &InternalError{What: "the lowered program", Err: err}
 	}
 }
 

@@ -144,7 +144,7 @@ func TestInterleavedBeatsOneFOneB(t *testing.T) {
 				// Per-chunk costs: a full stage costs F=1, B=2 split over V chunks.
 				one := makespan(t, ir.Config{Schedule: "1f1b", Ranks: P, Micro: M}, fmt.Sprintf("F=1,B=2"))
 				inter := makespan(t, ir.Config{Schedule: "interleaved", Ranks: P, Virtual: V, Micro: M},
-					fmt.Sprintf("F=%g,B=%g", 1/float64(V), 2/float64(V)))
+					fmt.Sprintf("F=%g,B=%g,W=%g", 1/float64(V), 2/float64(V), 1/float64(V)))
 				if !(inter < one) {
 					t.Errorf("P=%d V=%d M=%d: interleaved makespan %.4f, 1f1b %.4f", P, V, M, inter, one)
 				}

@@ -57,7 +57,11 @@ func lowerFromFlags(sf *scheduleFlags, pr *progress) (gen.Result, error) {
 		if err != nil {
 			return gen.Result{}, err
 		}
-		return gen.LowerProgram(p, opt)
+		res, err := gen.LowerProgram(p, opt)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", sf.in, err)
+		}
+		return res, nil
 	}
 	cfg, err := sf.config()
 	if err != nil {
@@ -127,19 +131,18 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 		if rerr != nil {
 			return rerr
 		}
-		res, err = gen.LowerProgram(p, opt)
+		if res, err = gen.LowerProgram(p, opt); err != nil {
+			err = fmt.Errorf("%s: %w", sf.in, err)
+		}
 	} else {
 		cfg, cerr := sf.config()
 		if cerr != nil {
 			return cerr
 		}
 		res, err = gen.Lower(cfg, opt)
-		if err != nil && res.Compute.Ranks == nil {
-			return err // the schedule could not be built: bad input, exit 2
-		}
 	}
 	if err != nil {
-		return unsafeError{err}
+		return err // exitCode: 1 when the program is unsafe, else 2
 	}
 	fsdp := ""
 	if res.Report.PeakUnsharded != nil {
@@ -155,7 +158,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	var sf scheduleFlags
 	sf.register(fs, true, false)
-	costSpec := fs.String("cost", "", "cost model, e.g. F=1,B=2,W=1,comm=0 (B = full backward; per-stage lists F=1:1:1:1.4)")
+	costSpec := fs.String("cost", "", "cost model: comma-separated KEY=VALUE, keys F, B (the full backward), I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw; per-stage lists F=1:1:1:1.4; keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; values finite in [0, 1e9], overlap in [0, 1]")
 	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy); an array with -compare")
 	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
 	width := fs.Int("width", 120, "grid width in columns")
@@ -169,8 +172,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if *svgOut == "-" {
 		return usagef("-svg needs a file name")
 	}
-	if *svgWidth < 200 {
-		return usagef("-svg-width = %d; want at least 200", *svgWidth)
+	if *svgWidth < 200 || *svgWidth > maxSVGWidth {
+		return usagef("-svg-width = %d; want 200 to %d pixels", *svgWidth, maxSVGWidth)
+	}
+	if *width < 20 || *width > maxGridWidth {
+		return usagef("-width = %d; want 20 to %d columns", *width, maxGridWidth)
 	}
 	if *compare != "" {
 		if sf.schedule != "" || sf.in != "" || sf.virtual != 0 || sf.placement != "" || *grid {
@@ -178,6 +184,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 		entries, err := parseCompare(*compare)
 		if err != nil {
+			return err
+		}
+		if err := checkCompareSize(entries, sf.ranks, sf.micro); err != nil {
 			return err
 		}
 		pr := newProgress(stderr, "ppgen sim", len(entries))
@@ -237,6 +246,50 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "peak activations per rank %v\n", r.PeakActivations)
 	if *grid {
 		fmt.Fprint(stdout, sim.Grid(r, res.Program, *width))
+	}
+	return nil
+}
+
+// The widths of sim's drawings: a grid is at most maxGridWidth columns wide
+// per rank, an SVG timeline at most maxSVGWidth pixels.
+const (
+	maxGridWidth = 10000
+	maxSVGWidth  = 100000
+)
+
+// The most schedules one -compare takes, and the most chunks they may hold
+// together: each is lowered, simulated and kept for the table and the SVG.
+const (
+	maxCompare       = 32
+	maxCompareChunks = 4 * ir.MaxChunks
+)
+
+// checkCompareSize bounds what -compare keeps in memory: at most maxCompare
+// schedules of at most maxCompareChunks (stage, micro-batch) chunks
+// together. Values out of range are left to each schedule's own check.
+func checkCompareSize(entries []compareEntry, ranks, micro int) error {
+	if len(entries) > maxCompare {
+		return usagef("-compare lists %d schedules; at most %d", len(entries), maxCompare)
+	}
+	if ranks < 1 || ranks > ir.MaxIndex+1 || micro < 1 || micro > ir.MaxIndex+1 {
+		return nil
+	}
+	total := 0
+	for _, e := range entries {
+		v := e.virtual
+		if v == 0 {
+			if fam, err := schedules.Lookup(e.name); err == nil {
+				v = fam.DefaultVirtual
+			}
+		}
+		v = max(v, 1)
+		if v > ir.MaxIndex+1 {
+			return nil // the schedule's own check says why
+		}
+		total += ranks * v * micro
+		if total > maxCompareChunks {
+			return usagef("-compare: the schedules hold more than %d (stage, micro-batch) chunks together at -ranks %d -micro %d; compare fewer schedules or smaller ones", maxCompareChunks, ranks, micro)
+		}
 	}
 	return nil
 }

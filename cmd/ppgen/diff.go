@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ppgen/ppgen/gen/verify"
 	"github.com/ppgen/ppgen/gen/vet"
 	"github.com/ppgen/ppgen/internal/gencmd"
 )
@@ -204,9 +203,7 @@ func regenerate(u unit) regenerated {
 // longer verifies is unsafe (exit 1); anything else is an error (exit 2).
 func regenerationError(r regenerated, cwd string) error {
 	err := fmt.Errorf("%s (from %s: %s): %w", rel(cwd, r.path), r.origin, r.req.Invocation, r.err)
-	var ve *verify.Error
-	var de *verify.DeadlockError
-	if errors.As(r.err, &ve) || errors.As(r.err, &de) {
+	if unsafeProgram(r.err) {
 		return unsafeError{err}
 	}
 	return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
-	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/verify"
 )
 
@@ -163,27 +161,30 @@ func (im imported) form() string {
 // REDUCE_GRAD after its last backward and before OPT_STEP): runtime/pipe runs
 // them through pipe.Sharded. With dropFSDP, the FSDP actions verify may
 // reject are dropped, and the program without them is lowered and verified
-// again. A lowered program is then prepared for runtime/pipe, which needs
-// what PyTorch does outside its action list: a DATA_LOAD before each F of
-// the first and the last stage and an OPT_STEP at the end. Parse errors are
-// usage errors (exit 2), failed verification is unsafe (exit 1); an FSDP
-// action verify rejects gets a hint at -drop-fsdp.
+// again. A lowered program then gets what runtime/pipe needs and PyTorch
+// does outside its action list (gen.AddImplicitSteps: a DATA_LOAD before each
+// F of the first and the last stage and an OPT_STEP at the end), in
+// gen.LowerProgram, as every command reading -in does. Parse errors are
+// usage errors (exit 2); verify's errors keep their type, which run maps to
+// the exit status (see exitCode); an FSDP action verify rejects gets a hint
+// at -drop-fsdp.
 func importTorch(path string, data []byte, format string, opt gen.Options, dropFSDP bool) (imported, error) {
 	p, err := parseTorchCSV(data, format == formatTorchCSVLegacy)
 	if err != nil {
-		if format == formatTorchCSV && strings.Contains(err.Error(), `kind "BW"`) {
+		var pe *ir.ParseError
+		if format == formatTorchCSV && errors.As(err, &pe) && legacyBW.MatchString(pe.Text) {
 			return imported{}, usagef("%s: %v; BW is PyTorch 2.4 to 2.6's full backward: use -from torch-csv-legacy", path, err)
 		}
 		return imported{}, usagef("%s: %v", path, err)
 	}
 	im := imported{comms: p.HasComm()}
-	res, err := lowerFile(p, opt)
+	res, err := gen.LowerProgram(p, opt)
 	if err != nil && !(dropFSDP && isFSDPError(err)) {
 		hint := ""
 		if isFSDPError(err) {
 			hint = "; to import the schedule without its FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD), pass -drop-fsdp"
 		}
-		return im, unsafeError{fmt.Errorf("%s (%s, %s): %w%s", path, format, im.form(), err, hint)}
+		return im, fmt.Errorf("%s (%s, %s): %w%s", path, format, im.form(), err, hint)
 	}
 	if dropFSDP {
 		var n int
@@ -191,38 +192,17 @@ func importTorch(path string, data []byte, format string, opt gen.Options, dropF
 			im.notes = append(im.notes, fmt.Sprintf("dropped %d FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD) as -drop-fsdp asks", n))
 		}
 		if n > 0 || err != nil {
-			if res, err = lowerFile(p, opt); err != nil {
+			if res, err = gen.LowerProgram(p, opt); err != nil {
 				// Step numbers count the program without the FSDP actions.
-				return im, unsafeError{fmt.Errorf("%s (%s, %s) without its FSDP actions: %w", path, format, im.form(), err)}
+				return im, fmt.Errorf("%s (%s, %s) without its FSDP actions: %w", path, format, im.form(), err)
 			}
 		}
 	}
-	if im.comms {
-		before := p.NumSteps()
-		q := passes.InsertOptStep(passes.InsertData(p))
-		if n := q.NumSteps() - before; n > 0 {
-			im.notes = append(im.notes, fmt.Sprintf("added %d DATA_LOAD and OPT_STEP steps PyTorch leaves implicit", n))
-		}
-		if res, err = gen.LowerProgram(q, opt); err != nil {
-			return im, fmt.Errorf("%s: preparing the program for runtime/pipe: %w", path, err)
-		}
+	if res.Implicit > 0 {
+		im.notes = append(im.notes, fmt.Sprintf("added %d DATA_LOAD and OPT_STEP steps PyTorch leaves implicit", res.Implicit))
 	}
 	im.res = res
 	return im, nil
-}
-
-// lowerFile lowers (when it is compute-only) and verifies p, a program as
-// a file holds it. A compute order that fails verify by itself (an FSDP
-// action out of place, say) reports as itself, in the file's step numbers,
-// rather than as a failure of the program ppgen lowered from it.
-func lowerFile(p ir.Program, opt gen.Options) (gen.Result, error) {
-	res, err := gen.LowerProgram(p, opt)
-	if err != nil && !p.HasComm() {
-		if _, verr := verify.Check(p, opt.Verify); verr != nil {
-			err = fmt.Errorf("compute order: %w", verr)
-		}
-	}
-	return res, err
 }
 
 // fsdpKinds are the FSDP actions of PyTorch's CSV form.
@@ -346,6 +326,10 @@ func torchExpressible(st ir.Step, legacy bool) error {
 // legacyBW matches a full backward in PyTorch 2.4 to 2.6 names ("3BW1").
 var legacyBW = regexp.MustCompile(`^(\s*\d+)BW(\d+)`)
 
+// legacyI matches an input-gradient backward in current names ("3I1"),
+// which PyTorch 2.4 to 2.6 spell B.
+var legacyI = regexp.MustCompile(`^\d+I\d+$`)
+
 // legacyRe matches the backward actions of a CSV in ppgen's names.
 var legacyRe = regexp.MustCompile(`^(\d+)([BI])(\d+)$`)
 
@@ -371,21 +355,12 @@ func parseTorchCSV(data []byte, legacy bool) (ir.Program, error) {
 	if !legacy {
 		return ir.ParseCSV(bytes.NewReader(data))
 	}
-	cr := csv.NewReader(bytes.NewReader(data))
-	cr.FieldsPerRecord = -1
-	records, err := cr.ReadAll()
-	if err != nil {
-		return ir.Program{}, fmt.Errorf("reading schedule CSV: %w", err)
-	}
-	for _, rec := range records {
-		for j, c := range rec {
-			rec[j] = legacyBW.ReplaceAllString(c, "${1}B${2}")
+	p, err := ir.ReadCSV(bytes.NewReader(data), ir.CSVOptions{Cell: func(c string) (string, error) {
+		if legacyI.MatchString(c) {
+			return c, errors.New("PyTorch 2.4 to 2.6 have no I: there B is the input-gradient half of a chunk with a W (read current names with -from torch-csv)")
 		}
-	}
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	_ = w.WriteAll(records) // writes to a bytes.Buffer cannot fail
-	p, err := ir.ParseCSV(&buf)
+		return legacyBW.ReplaceAllString(c, "${1}B${2}"), nil
+	}})
 	if err != nil {
 		return p, err
 	}
@@ -490,12 +465,30 @@ func placementName(pl ir.Placement) string {
 	return "table"
 }
 
-// readFileOrStdin reads path, or standard input for "-".
+// maxImportBytes bounds the file import reads: far more than any schedule
+// within gen/ir's limits (ir.MaxSteps steps of at most a few dozen bytes).
+const maxImportBytes = 256 << 20
+
+// readFileOrStdin reads path, or standard input for "-", refusing more than
+// maxImportBytes.
 func readFileOrStdin(path string) ([]byte, error) {
-	if path == "-" {
-		return io.ReadAll(os.Stdin)
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
 	}
-	return os.ReadFile(path)
+	data, err := io.ReadAll(io.LimitReader(r, maxImportBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxImportBytes {
+		return nil, fmt.Errorf("%s is over %d MiB, more than any schedule within ppgen's limits (%d steps)", path, maxImportBytes>>20, ir.MaxSteps)
+	}
+	return data, nil
 }
 
 // packageName picks the Go package of an output file the way gen does:

@@ -264,7 +264,7 @@ func TestImportDeadlock(t *testing.T) {
 	}
 	cliNoFile(t, out)
 	code, stdout, stderr = cliRun(t, "verify", "-in", path)
-	if code != 1 || stdout != "" || stderr != "ppgen verify: "+diag {
+	if code != 1 || stdout != "" || stderr != "ppgen verify: "+path+": "+diag {
 		t.Errorf("verify -in: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}
 }

@@ -165,8 +165,11 @@
 // a table per rank (stages, steps, busy, idle, peak activations, slots, and
 // peak unsharded stages with -fsdp), the SVG timeline and the lowered program.
 //
-// Exit status: 0 success; 1 the schedule is unsafe (verify, check) or
-// differs (diff); 2 bad input or any other error, with a one-line reason on
+// Exit status: 0 success; 1 the schedule is unsafe (it deadlocks, a step
+// runs before what it needs, transfers do not match, ...: any command that
+// verifies, check included) or differs (diff); 2 bad input (flags, a
+// malformed or incomplete schedule file, a schedule over the size limits or
+// one a pass refuses to lower) or any other error, with a one-line reason on
 // stderr and nothing written.
 //
 // Output files (-o, sim -svg) are written atomically (a temporary file in the
@@ -187,6 +190,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/verify"
 )
 
 type command struct {
@@ -240,24 +246,54 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		err := c.run(args[1:], stdout, stderr)
-		var unsafe unsafeError
 		var help helpRequest
-		switch {
-		case errors.As(err, &help):
+		if errors.As(err, &help) {
 			printHelp(stdout, c.name, help.fs)
 			return 0
-		case err == nil, errors.Is(err, errHelp):
-			return 0
-		case errors.As(err, &unsafe):
-			fmt.Fprintf(stderr, "ppgen %s: %v\n", c.name, err)
-			return 1
-		default:
-			fmt.Fprintf(stderr, "ppgen %s: %v\n", c.name, err)
-			return 2
 		}
+		code := exitCode(err)
+		if code != 0 {
+			fmt.Fprintf(stderr, "ppgen %s: %v\n", c.name, err)
+		}
+		return code
 	}
 	fmt.Fprintf(stderr, "ppgen: unknown command %q; run `ppgen help` for the list\n", args[0])
 	return 2
+}
+
+// exitCode maps a command's error to the exit status, by the error's
+// type: 0 for none (or -h); 1 for an unsafe program (unsafeProgram) or
+// output that differs (unsafeError: diff, check, vet); 2 for everything
+// else: bad flags, unreadable or malformed input, a program over the size
+// limits, a schedule a pass refuses to lower, and ppgen's own invariants
+// (gen.InternalError, whose message asks for a report).
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, new(unsafeError)), unsafeProgram(err):
+		return 1
+	}
+	return 2
+}
+
+// unsafeProgram reports whether err is verify's rejection of a well-formed,
+// complete program: a deadlock, a step before what it needs, unmatched or
+// mismatched transfers, a step run twice, too many live activations,
+// inconsistent slots, FSDP or swap steps out of order or missing, OPT_STEP on
+// some ranks only. A program that is not a whole iteration (verify.Error's
+// Malformed: a step outside the program, a chunk without its forward or
+// backward) is bad input, and a failure of what ppgen itself built is a
+// gen.InternalError: neither is unsafe.
+func unsafeProgram(err error) bool {
+	if errors.As(err, new(*gen.InternalError)) {
+		return false
+	}
+	if errors.As(err, new(*verify.DeadlockError)) {
+		return true
+	}
+	var ve *verify.Error
+	return errors.As(err, &ve) && !ve.Malformed()
 }
 
 func usage(w io.Writer) {

@@ -30,8 +30,8 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return usagef("missing -o FILE.html (- for stdout)")
 	}
-	if *svgWidth < 200 {
-		return usagef("-svg-width = %d; want at least 200", *svgWidth)
+	if *svgWidth < 200 || *svgWidth > maxSVGWidth {
+		return usagef("-svg-width = %d; want 200 to %d pixels", *svgWidth, maxSVGWidth)
 	}
 	pr := newProgress(stderr, "ppgen report", 0)
 	defer pr.Done()

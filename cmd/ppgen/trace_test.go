@@ -200,28 +200,30 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// TestTraceErrors: bad input exits 2 with a one-line reason and writes no file.
+// TestTraceErrors: bad input exits 2 (an unsafe program 1) with a one-line
+// reason and writes no file.
 func TestTraceErrors(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "t.json")
 	for _, tc := range []struct {
 		args []string
 		want string
+		code int
 	}{
-		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-cost", "F=-1"}, "F"},
-		{[]string{"-schedule", "nope", "-ranks", "2", "-micro", "2"}, "nope"},
-		{[]string{"-ranks", "2", "-micro", "2"}, "missing -schedule"},
-		{[]string{"-in", "testdata/rendezvous_deadlock.csv"}, "deadlock"},
-		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-o", filepath.Join(notDir(t, dir), "t.json")}, "not a directory"},
-		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "extra"}, "unexpected argument"},
+		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-cost", "F=-1"}, "F", 2},
+		{[]string{"-schedule", "nope", "-ranks", "2", "-micro", "2"}, "nope", 2},
+		{[]string{"-ranks", "2", "-micro", "2"}, "missing -schedule", 2},
+		{[]string{"-in", "testdata/rendezvous_deadlock.csv"}, "deadlock", 1},
+		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-o", filepath.Join(notDir(t, dir), "t.json")}, "not a directory", 2},
+		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "extra"}, "unexpected argument", 2},
 	} {
 		args := append([]string{"trace"}, tc.args...)
 		if !strings.Contains(strings.Join(tc.args, " "), "-o ") {
 			args = append(args, "-o", out)
 		}
 		code, stdout, errs := cliRun(t, args...)
-		if code != 2 || stdout != "" || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", tc.args, code, stdout, errs, tc.want)
+		if code != tc.code || stdout != "" || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and one line with %q", tc.args, code, stdout, errs, tc.code, tc.want)
 		}
 		cliNoFile(t, out)
 	}

@@ -4,5 +4,9 @@
 // schedules with PyTorch's torch.distributed.pipelining and hyper-parallel.
 //
 // The package holds data and its string form only; schedules, passes,
-// verification and simulation live in sibling packages.
+// verification and simulation live in sibling packages. It also fixes the
+// size limits every program is checked against before anything sized by it
+// is allocated (MaxIndex, MaxChunks, MaxSteps; CheckSize): its readers
+// (ReadText, ReadCSV) stream, range-check every number as they parse it and
+// stop at the first error.
 package ir

@@ -208,3 +208,48 @@ func TestRoute(t *testing.T) {
 		t.Errorf("Copies = 3: Route(5) = %d, %d; want 0, 7", f, l)
 	}
 }
+
+func TestInferCopies(t *testing.T) {
+	for _, tc := range []struct {
+		text   string
+		copies int
+	}{
+		// dualpipe's shape: micros 0 and 1 run stages 0-1, micros 2 and 3 stages 2-3.
+		{"rank 0: 0F0 0F1 3F2 3F3 0B0 0B1 3B2 3B3\nrank 1: 1F0 1F1 2F2 2F3 1B0 1B1 2B2 2B3\n", 2},
+		{"rank 0: 0F0 0B0 1F0 1B0\n", 0},
+		{"rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F1 1B1\n", 0}, // micro 0 misses stage 1: incomplete, not copies
+		{"rank 0: 0F0 1F1 2F2 0B0 1B1 2B2\n", 0},          // three groups: not a copy count the runtime runs
+		{"rank 0: 0F0 0F1 1F2 1F3 0B0 0B1 1B2 1B3\n", 2},  // colocated copies
+		{"rank 0: 0F0 0F1 0F2 1F3 0B0 0B1 0B2 1B3\n", 0},  // uneven halves
+	} {
+		p, err := ParseText(tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if p.Copies != tc.copies {
+			t.Errorf("%q: Copies = %d, want %d", tc.text, p.Copies, tc.copies)
+		}
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"rank 0: 0F65535\n", "micro-batch 65535 is over the limit of 65534"},
+		{"rank 0: 65535F0\n", "stage 65535 is over the limit of 65534"},
+		{"rank 0: 0F99999999999999999999999\n", "micro-batch 99999999999999999999999 is over the limit"},
+		{"rank 0: 0F0 0B0 200F200 200B200\n", "stages × micro-batches (201 × 201) = 40401 is over the limit of 32768"},
+		{"rank 0: 0F0 " + strings.Repeat("x", MaxStepBytes+1) + "\n", "a step is at most 128 bytes long"},
+		{"rank 0: " + strings.Repeat(" ", MaxLineBytes) + "\n", "the line is longer than 16777216 bytes"},
+	} {
+		_, err := ParseText(tc.in)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseText(%.40q...) = %v, want %q", tc.in, err, tc.want)
+		} else if len(err.Error()) > 300 {
+			t.Errorf("error of %d bytes: %.100q", len(err.Error()), err)
+		}
+	}
+	// The largest micro number parses; the program is then over the chunk limit.
+	if _, err := ParseText("rank 0: 0F65534 0B65534\n"); err == nil || !strings.Contains(err.Error(), "(1 × 65535) = 65535 is over the limit of 32768") {
+		t.Errorf("the largest micro number: %v", err)
+	}
+}

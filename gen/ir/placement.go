@@ -57,20 +57,36 @@ func Table(ranks int, rankOf []int) (Placement, error) {
 	return Placement{Name: "table", NumRanks: ranks, RankOf: append([]int(nil), rankOf...)}, nil
 }
 
-// ParsePlacement parses "loop", "v" or a table "0,1,1,0" (stage s on the s-th rank).
+// ParsePlacement parses "loop", "v" or a table "0,1,1,0" (stage s on the
+// s-th rank) for ranks ranks and virtual stages per rank (the loop's; v has
+// two, a table as many as it lists). The shape is checked against the
+// limits (CheckSize) before anything is allocated, so String's form of the
+// result parses back to the same placement.
 func ParsePlacement(text string, ranks, virtual int) (Placement, error) {
+	if err := CheckSize(ranks, 1, 1); err != nil {
+		return Placement{}, fmt.Errorf("placement %s: %w", quoteClip(text), err)
+	}
 	switch text {
 	case "", "loop":
+		if virtual < 1 || virtual > (MaxIndex+1)/ranks {
+			return Placement{}, fmt.Errorf("placement loop: %w", &LimitError{What: fmt.Sprintf("stages (%d ranks × %d virtual)", ranks, virtual), Value: int64(ranks) * int64(virtual), Min: 1, Max: MaxIndex + 1})
+		}
 		return Loop(ranks, virtual), nil
 	case "v":
+		if 2*ranks > MaxIndex+1 {
+			return Placement{}, fmt.Errorf("placement v: %w", &LimitError{What: fmt.Sprintf("stages (2 × %d ranks)", ranks), Value: 2 * int64(ranks), Min: 1, Max: MaxIndex + 1})
+		}
 		return VShape(ranks), nil
+	}
+	if n := strings.Count(text, ",") + 1; n > MaxIndex+1 {
+		return Placement{}, fmt.Errorf("placement %s: %w", quoteClip(text), &LimitError{What: "stages", Value: int64(n), Min: 1, Max: MaxIndex + 1})
 	}
 	fields := strings.Split(text, ",")
 	rankOf := make([]int, len(fields))
 	for i, f := range fields {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
-			return Placement{}, fmt.Errorf("placement %q: entry %d (%q) is not a rank number; want loop, v, or a comma-separated stage->rank table such as 0,1,1,0", text, i, f)
+			return Placement{}, fmt.Errorf("placement %s: entry %d (%s) is not a rank number; want loop, v, or a comma-separated stage->rank table such as 0,1,1,0", quoteClip(text), i, quoteClip(f))
 		}
 		rankOf[i] = r
 	}

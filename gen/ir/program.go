@@ -33,7 +33,8 @@ type Program struct {
 	// contiguous pipelines (stages k·S/C .. (k+1)·S/C-1) and the M
 	// micro-batches C equal contiguous groups; micro-batch m runs only the
 	// stages of pipeline m/(M/C) (see Route). The text and CSV forms do not
-	// carry it: ParseText, ParseCSV and Infer leave it 0.
+	// write it: ParseText, ParseCSV and Infer infer it from the stages each
+	// micro-batch computes.
 	Copies int
 }
 

@@ -1,8 +1,10 @@
 package ir
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // None marks a Step field that does not apply (no micro-batch, no peer, no slot).
@@ -159,11 +161,16 @@ func ParseStep(text string) (Step, error) {
 		return Step{}, &ParseError{Text: text, Reason: "unknown step kind " + strconv.Quote(t[i:j]) + " (want {stage}{KIND}{micro}, KIND one of " + kindList() + ")"}
 	}
 	st := Compute(k, None, None)
+	var err error
 	if i > 0 {
-		st.Stage, _ = strconv.Atoi(t[:i])
+		if st.Stage, err = parseIndex(text, "stage", t[:i]); err != nil {
+			return Step{}, err
+		}
 	}
 	if j < len(t) {
-		st.Micro, _ = strconv.Atoi(t[j:])
+		if st.Micro, err = parseIndex(text, "micro-batch", t[j:]); err != nil {
+			return Step{}, err
+		}
 	}
 	switch {
 	case k.HasStage() && st.Stage < 0:
@@ -176,6 +183,19 @@ func ParseStep(text string) (Step, error) {
 		return Step{}, &ParseError{Text: text, Reason: k.String() + " takes no micro-batch number"}
 	}
 	return st, nil
+}
+
+// parseIndex parses the decimal digits of a stage or micro-batch number,
+// refusing a value over MaxIndex before it can overflow or size anything.
+func parseIndex(text, what, digits string) (int, error) {
+	v := 0
+	for k := 0; k < len(digits); k++ {
+		v = v*10 + int(digits[k]-'0')
+		if v > MaxIndex {
+			return 0, &ParseError{Text: text, Reason: fmt.Sprintf("%s %s is over the limit of %d (runtime/pipe numbers stages, micro-batches and ranks in 16 bits)", what, clip(digits, 24), MaxIndex)}
+		}
+	}
+	return v, nil
 }
 
 func kindList() string {
@@ -205,8 +225,34 @@ func (e *ParseError) Error() string {
 		}
 		b.WriteString(": ")
 	}
-	b.WriteString(strconv.Quote(e.Text))
+	b.WriteString(quoteClip(e.Text))
 	b.WriteString(": ")
 	b.WriteString(e.Reason)
 	return b.String()
+}
+
+// maxQuote is the most of a step or line (quoted) that an error message holds.
+const maxQuote = 100
+
+// quoteClip quotes s as strconv.Quote does, shortened so that the quoted
+// form has at most about maxQuote bytes (binary input quotes to escapes).
+func quoteClip(s string) string {
+	q := strconv.Quote(s)
+	for n := min(len(s), maxQuote); len(q) > maxQuote+5 && n > 0; n = n * 3 / 4 {
+		q = strconv.Quote(clip(s, n))
+	}
+	return q
+}
+
+// clip shortens s to at most n bytes (on a rune boundary), marking a cut
+// with "...", so that a message quoting user input stays on one short line.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

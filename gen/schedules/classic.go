@@ -11,15 +11,8 @@ import (
 // looped-bfs) share: validation of the values they all need and the loop
 // placement they all use.
 
-// classicMaxChunks bounds P·V·M, the number of (stage, micro-batch) chunks of a
-// classic schedule. Each chunk becomes at least two compute steps and, once
-// lowered, a handful of generated calls; a million chunks is far beyond any
-// schedule worth compiling to straight-line code, and the bound keeps absurd
-// command-line values from exhausting memory (or overflowing int).
-const classicMaxChunks = 1 << 20
-
 // classicProgram checks the values every classic family needs (P, V, M ≥ 1,
-// P·V·M ≤ classicMaxChunks, no placement other than loop) and returns an empty
+// within the size limits of checkSize, no placement other than loop) and returns an empty
 // program with the loop placement (stage s on rank s mod P) and M micro-batches.
 // Build functions call it so that they never panic on user input even when
 // called without Normalize.
@@ -32,10 +25,8 @@ func classicProgram(name string, cfg ir.Config) (ir.Program, error) {
 	case cfg.Micro < 1:
 		return ir.Program{}, &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
 	}
-	// Compare step by step so that the product cannot overflow.
-	if cfg.Ranks > classicMaxChunks || cfg.Virtual > classicMaxChunks/cfg.Ranks || cfg.Micro > classicMaxChunks/(cfg.Ranks*cfg.Virtual) {
-		return ir.Program{}, &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro,
-			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d (got ranks %d, virtual %d)", classicMaxChunks, cfg.Ranks, cfg.Virtual)}
+	if err := checkSize(name, cfg); err != nil {
+		return ir.Program{}, err
 	}
 	pl := ir.Loop(cfg.Ranks, cfg.Virtual)
 	if cfg.Placement != nil && (cfg.Placement.NumRanks != pl.NumRanks || !slices.Equal(cfg.Placement.RankOf, pl.RankOf)) {

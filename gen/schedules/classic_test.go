@@ -585,9 +585,15 @@ func TestClassicConstraintErrors(t *testing.T) {
 		{"looped-bfs less-memory", ir.Config{Schedule: "looped-bfs", Ranks: 4, Micro: 8, Options: ir.Options{LessMemory: true}},
 			[]string{"less-memory = on"}},
 		{"interleaved too big", ir.Config{Schedule: "interleaved", Ranks: 1 << 12, Virtual: 1 << 12, Micro: 2},
-			[]string{"micro = 2", "ranks × virtual × micro ≤"}},
+			[]string{"virtual = 4096", "ranks × virtual ≤ 65535 stages"}},
+		{"interleaved too many chunks", ir.Config{Schedule: "interleaved", Ranks: 1 << 6, Virtual: 1 << 4, Micro: 65},
+			[]string{"micro = 65", "ranks × virtual × micro ≤ 32768", "at most 32 micro-batches"}},
+		{"1f1b too many ranks", ir.Config{Schedule: "1f1b", Ranks: 70000, Virtual: 1, Micro: 2},
+			[]string{"ranks = 70000", "at most 65535 ranks"}},
 		{"gpipe overflow", ir.Config{Schedule: "gpipe", Ranks: 1 << 40, Virtual: 1, Micro: 1 << 40},
-			[]string{"ranks × virtual × micro ≤"}},
+			[]string{"at most 65535 ranks"}},
+		{"gpipe huge micro", ir.Config{Schedule: "gpipe", Ranks: 1, Virtual: 1, Micro: 1 << 62},
+			[]string{"at most 65535 micro-batches"}},
 	} {
 		_, err := Build(tc.cfg)
 		var ce *ConstraintError

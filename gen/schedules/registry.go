@@ -96,7 +96,43 @@ func Normalize(cfg ir.Config) (ir.Config, Family, error) {
 	case cfg.Micro < 1:
 		return cfg, f, &ConstraintError{Schedule: f.Name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
 	}
+	if err := checkSize(f.Name, cfg); err != nil {
+		return cfg, f, err
+	}
 	return cfg, f, nil
+}
+
+// checkSize checks a config against the size limits of gen/ir before
+// anything is built: P ≤ ir.MaxIndex+1 ranks, P·V ≤ ir.MaxIndex+1 stages,
+// M ≤ ir.MaxIndex+1 micro-batches and P·V·M ≤ ir.MaxChunks chunks. Every
+// table the passes, verify and the simulator allocate is sized by these
+// (steps are a few per chunk), so they bound time and memory, not only
+// the chunk count. It assumes P, V, M ≥ 1 and cannot overflow.
+func checkSize(name string, cfg ir.Config) error {
+	const bits = "runtime/pipe numbers ranks, stages and micro-batches in 16 bits"
+	n := ir.MaxIndex + 1
+	switch {
+	case cfg.Ranks > n:
+		return &ConstraintError{Schedule: name, Param: "ranks", Value: cfg.Ranks, Want: fmt.Sprintf("at most %d ranks (%s)", n, bits)}
+	case cfg.Virtual > n/cfg.Ranks:
+		return &ConstraintError{Schedule: name, Param: "virtual", Value: cfg.Virtual,
+			Want: fmt.Sprintf("ranks × virtual ≤ %d stages (got ranks %d; %s)", n, cfg.Ranks, bits)}
+	case cfg.Micro > n:
+		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro, Want: fmt.Sprintf("at most %d micro-batches (%s)", n, bits)}
+	case cfg.Ranks*cfg.Virtual > ir.MaxChunks:
+		param, v := "ranks", cfg.Ranks
+		if cfg.Virtual > 1 {
+			param, v = "virtual", cfg.Virtual
+		}
+		return &ConstraintError{Schedule: name, Param: param, Value: v,
+			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d chunks, ppgen's size limit (ranks %d × virtual %d = %d stages already exceed it at one micro-batch)",
+				ir.MaxChunks, cfg.Ranks, cfg.Virtual, cfg.Ranks*cfg.Virtual)}
+	case cfg.Micro > ir.MaxChunks/(cfg.Ranks*cfg.Virtual):
+		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro,
+			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d chunks, ppgen's size limit (got ranks %d, virtual %d: at most %d micro-batches)",
+				ir.MaxChunks, cfg.Ranks, cfg.Virtual, ir.MaxChunks/(cfg.Ranks*cfg.Virtual))}
+	}
+	return nil
 }
 
 // Build normalizes the config and builds the family's compute-only program.

@@ -37,8 +37,11 @@ func TestZBConstraintErrors(t *testing.T) {
 		{ir.Config{Schedule: "zb-h1", Ranks: 4, Micro: 8, Options: ir.Options{LessMemory: true}}, "less-memory", 1, []string{"less-memory = on"}},
 		{ir.Config{Schedule: "zbv", Ranks: 4, Micro: 8, Options: ir.Options{LessMemory: true}}, "less-memory", 1, []string{"interleaved-zb only"}},
 		{ir.Config{Schedule: "interleaved-zb", Ranks: 4, Micro: 8, Placement: &vee}, "placement", 0, []string{"loop (stage s on rank s mod 4)"}},
-		{ir.Config{Schedule: "interleaved-zb", Ranks: 1 << 10, Virtual: 1 << 10, Micro: 2}, "micro", 2, []string{"≤ 1048576"}},
-		{ir.Config{Schedule: "zb-h1", Ranks: 1 << 20, Micro: 1 << 20}, "micro", 1 << 20, []string{"≤ 1048576"}},
+		{ir.Config{Schedule: "interleaved-zb", Ranks: 1 << 10, Virtual: 1 << 10, Micro: 2}, "virtual", 1 << 10, []string{"ranks × virtual ≤ 65535 stages"}},
+		{ir.Config{Schedule: "interleaved-zb", Ranks: 1 << 8, Virtual: 4, Micro: 65}, "micro", 65, []string{"ranks × virtual × micro ≤ 32768", "at most 32 micro-batches"}},
+		{ir.Config{Schedule: "zb-h1", Ranks: 1 << 20, Micro: 1 << 20}, "ranks", 1 << 20, []string{"at most 65535 ranks"}},
+		{ir.Config{Schedule: "zb-h1", Ranks: 70000, Micro: 2}, "ranks", 70000, []string{"at most 65535 ranks"}},
+		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 1 << 40}, "micro", 1 << 40, []string{"at most 65535 micro-batches"}},
 		{ir.Config{Schedule: "zbv", Ranks: 0, Micro: 8}, "ranks", 0, []string{"at least 1 rank"}},
 		{ir.Config{Schedule: "v-min", Ranks: 2, Micro: -3}, "micro", -3, []string{"at least 1 micro-batch"}},
 	} {

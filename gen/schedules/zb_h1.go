@@ -74,14 +74,8 @@ func zbOneStageSkeleton(ranks, m int, warm func(r int) int) [][]ir.Step {
 	return skel
 }
 
-// zbMaxChunks bounds P·V·M, the number of (stage, micro-batch) chunks of a
-// zero-bubble schedule, so that absurd command-line values are refused
-// instead of exhausting memory (or overflowing int). A million chunks is far
-// beyond any schedule worth compiling to straight-line code.
-const zbMaxChunks = 1 << 20
-
 // zbCheckSizes checks the values every zero-bubble family needs: P, M ≥ 1,
-// V equal to want (0: any V ≥ 1), and P·V·M ≤ zbMaxChunks; and it rejects the
+// V equal to want (0: any V ≥ 1), and the size limits of checkSize; and it rejects the
 // less-memory option, which only interleaved-zb takes (it checks that
 // itself). Build functions call it so that they never panic on user input
 // even without Normalize.
@@ -96,9 +90,8 @@ func zbCheckSizes(name string, cfg ir.Config, want int) error {
 	case want != 0 && cfg.Virtual != want:
 		return &ConstraintError{Schedule: name, Param: "virtual", Value: cfg.Virtual, Want: zbVirtualWant(name, want)}
 	}
-	if cfg.Ranks > zbMaxChunks || cfg.Virtual > zbMaxChunks/cfg.Ranks || cfg.Micro > zbMaxChunks/(cfg.Ranks*cfg.Virtual) {
-		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro,
-			Want: fmt.Sprintf("ranks × virtual × micro ≤ %d (got ranks %d, virtual %d)", zbMaxChunks, cfg.Ranks, cfg.Virtual)}
+	if err := checkSize(name, cfg); err != nil {
+		return err
 	}
 	if cfg.Options.LessMemory && name != interleavedZBName {
 		return &ConstraintError{Schedule: name, Param: "less-memory", Value: 1, Got: "on",

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -17,19 +18,15 @@ import (
 // (see Resolve), so the zero Cost is the default cost F=1, B=2, W=1 (I=1),
 // comm=0.
 //
-// The backward rule, applied per stage:
+// The backward costs, per stage. B is the full backward (input and weight
+// gradients, one B step); I is the input-gradient half and W the
+// weight-gradient half of a split backward (I and W steps). Each key not
+// given keeps its default, F=1, B=2, W=1, and I=B−W (so I=1): giving B alone
+// (B=3) keeps W=1 and makes I=2; giving I keeps it as given. An I derived
+// below 0 (W > B) is an error that asks for W or I.
 //
-//   - B is the full backward (input and weight gradients, one B step);
-//     I is the input-gradient half and W the weight-gradient half of a split
-//     backward (I and W steps).
-//   - Nothing of B, I, W given: B=2, W=1, I=1.
-//   - Only B given: W=0 and I=B (a split backward costs what the full one
-//     does, all of it on the critical I step).
-//   - B and W given: I = B − W (an error when W > B).
-//   - B and I given: W = B − I (an error when I > B).
-//   - I and W given: B = I + W.
-//   - Only W given: B=2, I = 2 − W. Only I given: W=1, B = I + 1.
-//   - All three given: used as given.
+// Every value must be finite and within [0, MaxCost]; bw is 0 (infinite
+// bandwidth) or within [MinBW, MaxCost].
 type Cost struct {
 	F, B, I, W []float64
 
@@ -66,6 +63,15 @@ type Cost struct {
 	BW  float64
 }
 
+// MaxCost bounds every value of a cost model: far beyond any real ratio
+// of step costs, and small enough that a makespan over ir.MaxSteps steps
+// stays finite.
+const MaxCost = 1e9
+
+// MinBW is the least non-zero bandwidth (bw): act/bw then stays within
+// MaxCost/MinBW.
+const MinBW = 1e-9
+
 // DefaultCost returns the resolved default cost: F=1, B=2, I=1, W=1 on every
 // stage, every other cost 0.
 func DefaultCost() Cost {
@@ -84,10 +90,12 @@ var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt",
 // key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I, W and act take
 // either one value or a colon-separated list with one value per stage
 // ("F=1:1:1:1.4"); the scalar keys are comm, data (DATA_LOAD), overlap,
-// unshard, reduce, opt, swap and bw. Keys are case-insensitive; values must be finite and ≥ 0. Keys not
-// given take their defaults, with I and W derived by the rule documented on
-// Cost. stages ≤ 0 means the number of stages is not known yet: lists of any
-// length are kept and Run checks them against the program.
+// unshard, reduce, opt, swap and bw. Keys are case-insensitive. Keys not
+// given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0 (see
+// Cost). Values must be finite numbers in [0, MaxCost] (overlap in [0, 1];
+// bw 0 or at least MinBW). stages ≤ 0 means the number of stages is not
+// known yet: lists of any length are kept and Run checks them against the
+// program; a list has at most ir.MaxIndex+1 values.
 func ParseCost(spec string, stages int) (Cost, error) {
 	var c Cost
 	seen := map[string]bool{}
@@ -98,51 +106,59 @@ func ParseCost(spec string, stages int) (Cost, error) {
 		}
 		key, val, ok := strings.Cut(field, "=")
 		if !ok {
-			return Cost{}, fmt.Errorf("cost %q: %q is not key=value; want e.g. F=1,B=2,W=1,comm=0", spec, field)
+			return Cost{}, fmt.Errorf("cost %q: %q is not key=value; want e.g. F=1,B=2,W=1,comm=0", clipSpec(spec), clipSpec(field))
 		}
 		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
 		canon := canonicalKey(key)
 		if canon == "" {
-			return Cost{}, fmt.Errorf("cost %q: unknown key %q; valid keys are %s", spec, key, strings.Join(costKeys, ", "))
+			return Cost{}, fmt.Errorf("cost %q: unknown key %q; valid keys are %s", clipSpec(spec), clipSpec(key), strings.Join(costKeys, ", "))
 		}
 		if seen[canon] {
-			return Cost{}, fmt.Errorf("cost %q: key %s given twice", spec, canon)
+			return Cost{}, fmt.Errorf("cost %q: key %s given twice", clipSpec(spec), canon)
 		}
 		seen[canon] = true
 		switch canon {
 		case "F", "B", "I", "W", "act":
+			if n := strings.Count(val, ":") + 1; n > ir.MaxIndex+1 {
+				return Cost{}, fmt.Errorf("cost: %s has %d values; a program has at most %d stages", canon, n, ir.MaxIndex+1)
+			}
 			parts := strings.Split(val, ":")
 			if stages > 0 && len(parts) != 1 && len(parts) != stages {
-				return Cost{}, fmt.Errorf("cost %q: %s has %d values; want 1 (every stage) or %d (one per stage, colon-separated)", spec, canon, len(parts), stages)
+				return Cost{}, fmt.Errorf("cost %q: %s has %d values; want 1 (every stage) or %d (one per stage, colon-separated)", clipSpec(spec), canon, len(parts), stages)
 			}
 			list := make([]float64, len(parts))
 			for i, part := range parts {
 				v, err := parseCostValue(canon, part)
 				if err != nil {
-					return Cost{}, fmt.Errorf("cost %q: %w", spec, err)
+					return Cost{}, fmt.Errorf("cost %q: %w", clipSpec(spec), err)
 				}
 				list[i] = v
 			}
 			*c.stageField(canon) = list
 		default:
 			if strings.Contains(val, ":") {
-				return Cost{}, fmt.Errorf("cost %q: %s=%s: %s takes one value, not a per-stage list", spec, canon, val, canon)
+				return Cost{}, fmt.Errorf("cost %q: %s=%s: %s takes one value, not a per-stage list", clipSpec(spec), canon, clipSpec(val), canon)
 			}
 			v, err := parseCostValue(canon, val)
 			if err != nil {
-				return Cost{}, fmt.Errorf("cost %q: %w", spec, err)
-			}
-			if canon == "overlap" && v > 1 {
-				return Cost{}, fmt.Errorf("cost %q: overlap=%s: want a fraction in [0, 1] (0 hides the shorter sub-step fully, 1 runs both serially)", spec, val)
+				return Cost{}, fmt.Errorf("cost %q: %w", clipSpec(spec), err)
 			}
 			*c.scalarField(canon) = v
 		}
 	}
 	r, err := c.Resolve(stages)
 	if err != nil {
-		return Cost{}, fmt.Errorf("cost %q: %w", spec, err)
+		return Cost{}, fmt.Errorf("cost %q: %w", clipSpec(spec), err)
 	}
 	return r, nil
+}
+
+// clipSpec shortens a cost spec for an error message.
+func clipSpec(spec string) string {
+	if len(spec) > 80 {
+		return spec[:77] + "..."
+	}
+	return spec
 }
 
 func canonicalKey(k string) string {
@@ -154,15 +170,32 @@ func canonicalKey(k string) string {
 	return ""
 }
 
-func parseCostValue(key, s string) (float64, error) {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%s=%s: %q is not a number; want a finite value ≥ 0 such as 1 or 1.5", key, s, s)
+func parseCostValue(key, text string) (float64, error) {
+	s := clipSpec(text) // for messages
+	v, err := strconv.ParseFloat(text, 64)
+	if (err != nil && !errors.Is(err, strconv.ErrRange)) || math.IsNaN(v) {
+		return 0, fmt.Errorf("%s=%s: %q is not a number; want a finite value in [0, %g] such as 1 or 1.5", key, s, s, float64(MaxCost))
 	}
 	if v < 0 {
-		return 0, fmt.Errorf("%s=%s: costs cannot be negative; want a value ≥ 0", key, s)
+		return 0, fmt.Errorf("%s=%s: costs cannot be negative; want a value in [0, %g]", key, s, float64(MaxCost))
+	}
+	if err := checkValue(key, v); err != nil {
+		return 0, fmt.Errorf("%s=%s: %w", key, s, err)
 	}
 	return v, nil
+}
+
+// checkValue checks one value of key against the allowed range.
+func checkValue(key string, v float64) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxCost:
+		return fmt.Errorf("%s is %v; want a finite value in [0, %g]", key, v, float64(MaxCost))
+	case key == "overlap" && v > 1:
+		return fmt.Errorf("overlap is %v; want a fraction in [0, 1] (0 hides the shorter sub-step fully, 1 runs both serially)", v)
+	case key == "bw" && v > 0 && v < MinBW:
+		return fmt.Errorf("bw is %v; want 0 (infinite bandwidth) or a value in [%g, %g]", v, MinBW, float64(MaxCost))
+	}
+	return nil
 }
 
 func (c *Cost) stageField(k string) *[]float64 {
@@ -225,14 +258,16 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 		}
 		n = len(l)
 		for s, v := range l {
-			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-				return Cost{}, fmt.Errorf("%s at stage %d is %v; want a finite value ≥ 0", k, s, v)
+			if err := checkValue(k, v); err != nil {
+				return Cost{}, fmt.Errorf("stage %d: %w", s, err)
 			}
 		}
 	}
 	for _, k := range []string{"F", "B", "I", "W"} {
-		if l := *c.stageField(k); len(l) == 1 && (math.IsNaN(l[0]) || math.IsInf(l[0], 0) || l[0] < 0) {
-			return Cost{}, fmt.Errorf("%s is %v; want a finite value ≥ 0", k, l[0])
+		if l := *c.stageField(k); len(l) == 1 {
+			if err := checkValue(k, l[0]); err != nil {
+				return Cost{}, err
+			}
 		}
 	}
 	if c.Act != nil && c.BW == 0 {
@@ -243,19 +278,15 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 			return Cost{}, fmt.Errorf("act has %d values; want 1 (every stage) or %d (one per stage)", len(l), max(stages, 1))
 		}
 		for s, v := range l {
-			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-				return Cost{}, fmt.Errorf("act at stage %d is %v; want a finite size ≥ 0", s, v)
+			if err := checkValue("act", v); err != nil {
+				return Cost{}, fmt.Errorf("stage %d: %w", s, err)
 			}
 		}
 	}
 	for _, k := range scalarKeys {
-		v := *c.scalarField(k)
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return Cost{}, fmt.Errorf("%s is %v; want a finite value ≥ 0", k, v)
+		if err := checkValue(k, *c.scalarField(k)); err != nil {
+			return Cost{}, err
 		}
-	}
-	if c.Overlap > 1 {
-		return Cost{}, fmt.Errorf("overlap is %v; want a fraction in [0, 1]", c.Overlap)
 	}
 	at := func(l []float64, s int) float64 {
 		if len(l) == 1 {
@@ -271,39 +302,23 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 		} else {
 			r.F[s] = at(c.F, s)
 		}
-		hasB, hasI, hasW := c.B != nil, c.I != nil, c.W != nil
-		var b, i, w float64
-		if hasB {
+		// Each key not given keeps its default: B=2, W=1, I=B−W.
+		b, w := 2.0, 1.0
+		if c.B != nil {
 			b = at(c.B, s)
 		}
-		if hasI {
-			i = at(c.I, s)
-		}
-		if hasW {
+		if c.W != nil {
 			w = at(c.W, s)
 		}
-		switch {
-		case hasB && hasI && hasW:
-		case hasB && hasI:
-			w = b - i
-		case hasB && hasW:
-			i = b - w
-		case hasI && hasW:
-			b = i + w
-		case hasB:
-			i, w = b, 0
-		case hasI:
-			w, b = 1, i+1
-		case hasW:
-			b, i = 2, 2-w
-		default:
-			b, i, w = 2, 1, 1
-		}
-		if i < 0 {
-			return Cost{}, fmt.Errorf("stage %d: I = B − W = %v − %v < 0; give W ≤ B, or give I explicitly", s, b, w)
-		}
-		if w < 0 {
-			return Cost{}, fmt.Errorf("stage %d: W = B − I = %v − %v < 0; give I ≤ B, or give W explicitly", s, b, i)
+		i := b - w
+		if c.I != nil {
+			i = at(c.I, s)
+		} else if i < 0 {
+			wv := fmt.Sprintf("W=%v", w)
+			if c.W == nil {
+				wv = fmt.Sprintf("W (default %v)", w)
+			}
+			return Cost{}, fmt.Errorf("stage %d: I = B − W = %v − %v < 0: %s exceeds B=%v; give W ≤ B, or give I", s, b, w, wv, b)
 		}
 		r.B[s], r.I[s], r.W[s] = b, i, w
 	}
@@ -319,8 +334,8 @@ func (c Cost) String() string {
 	}
 	var b strings.Builder
 	for i, k := range costKeys {
-		if (k == "act" || k == "bw") && c.BW == 0 {
-			continue // infinite bandwidth: sizes do not matter
+		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 {
+			continue // infinite bandwidth: sizes do not matter; or no sizes
 		}
 		if i > 0 {
 			b.WriteByte(',')

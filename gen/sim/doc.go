@@ -8,10 +8,10 @@
 // halves), a latency per transfer (comm), optionally activation sizes and
 // a bandwidth (act, bw: an activation or gradient transfer then takes
 // comm + size/bw), and costs of the local steps (DATA_LOAD, REDUCE_GRAD,
-// OPT_STEP), of an FSDP all-gather (UNSHARD) and of a swap transfer; see
-// Cost for the rule deriving I and W from B. ParseCost reads the command-line
-// form "F=1,B=2,W=1,comm=0" with per-stage lists "F=1:1:1:1.4". The default
-// is F=1, B=2, W=1 (I=1), everything else 0.
+// OPT_STEP), of an FSDP all-gather (UNSHARD) and of a swap transfer.
+// ParseCost reads the command-line form "F=1,B=2,W=1,comm=0" with per-stage
+// lists "F=1:1:1:1.4". Keys not given keep their defaults, F=1, B=2, W=1,
+// I=B−W, everything else 0 (see Cost); values are finite, at most MaxCost.
 //
 // # Timing rules
 //

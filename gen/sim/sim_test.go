@@ -164,11 +164,11 @@ func TestHandTimed(t *testing.T) {
 			want:     []want{{0, "0I0", 2, 4}, {0, "0W0", 4, 5}, {0, "0I1", 5, 7}, {0, "0W1", 7, 8}},
 		},
 		{
-			name:     "only B given: I=B, W=0",
+			name:     "only B given: W keeps its default 1, I=B-W",
 			prog:     "rank 0: 0F0 0I0 0W0\n",
 			cost:     "B=3",
 			makespan: 4,
-			want:     []want{{0, "0I0", 1, 4}, {0, "0W0", 4, 4}},
+			want:     []want{{0, "0I0", 1, 3}, {0, "0W0", 3, 4}},
 		},
 		{
 			// Rank 1's host posts RECV_F0 and goes on to its DATA_LOAD at once.

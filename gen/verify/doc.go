@@ -16,8 +16,9 @@
 //     its I; SEND_F follows its F, SEND_B its B/I; DATA_SEND has the data;
 //     OPT_STEP comes after every compute step of its rank. The two
 //     sub-steps of an overlap run together: neither may feed the other;
-//  3. completeness: every (stage, micro) has one F and one backward (B, or
-//     I then W). With several model copies (ir.Program.Copies) "every
+//  3. completeness: OPT_STEP runs on every rank or on none (a rank without
+//     it would never update its weights); every (stage, micro) has one F
+//     and one backward (B, or I then W). With several model copies (ir.Program.Copies) "every
 //     (stage, micro)" means the stages of the micro's route
 //     (ir.Program.Route), a step outside its route is a structure error, and
 //     "stage 0", "the last stage" and neighbours are those of the route;
@@ -35,5 +36,8 @@
 //     docs/internals.md "Buffer slots" defines).
 //
 // Errors are *Error (rank, step index, step, Code, reason) or *DeadlockError
-// (the ring of ranks and the step each is blocked on).
+// (the ring of ranks and the step each is blocked on). Error.Malformed tells
+// a program that is not a whole iteration (a malformed step, a chunk without
+// its forward or backward: the CLI's bad input) from one that is complete
+// but unsafe.
 package verify

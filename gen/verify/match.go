@@ -12,7 +12,23 @@ import "github.com/ppgen/ppgen/gen/ir"
 // matchSlow pairs FIFO explicitly and words the first failure.
 func (c *checker) match() error {
 	P, nOps := c.P, len(c.opRank)
-	nKeys := P * P * 3
+	// Queues are numbered by (source, destination) pair: densely for a
+	// few ranks, and by the pairs that occur for many (a P×P table would
+	// dwarf the program: 65535 ranks make 4·10⁹ pairs).
+	nPairs := P * P
+	c.pairIdx = nil
+	if P > densePairs {
+		c.pairIdx = make(map[uint64]int32)
+		for op := range nOps {
+			src, dst := c.opEnds(op)
+			k := uint64(src)<<32 | uint64(uint32(dst))
+			if _, ok := c.pairIdx[k]; !ok {
+				c.pairIdx[k] = int32(len(c.pairIdx))
+			}
+		}
+		nPairs = len(c.pairIdx)
+	}
+	nKeys := nPairs * 3
 	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
 	ord := make([]int32, nOps)    // position within its queue
 	for op := range nOps {
@@ -63,11 +79,33 @@ func (c *checker) at1(a, s, m int) int32 {
 // in [nKeys, 2nKeys), each by (source rank, destination rank, channel).
 func (c *checker) opKey(op, nKeys int) int {
 	st := c.opStepPtr(int32(op))
-	r, peer, ch := int(c.opRank[op]), st.Peer, int(st.Kind.Channel())-1
+	src, dst := c.opEnds(op)
+	key := c.pair(src, dst)*3 + int(st.Kind.Channel()) - 1
 	if st.Kind.IsRecv() {
-		return nKeys + (peer*c.P+r)*3 + ch
+		return nKeys + key
 	}
-	return (r*c.P+peer)*3 + ch
+	return key
+}
+
+// densePairs is the most ranks for which match numbers the (source,
+// destination) pairs densely.
+const densePairs = 256
+
+// opEnds returns the source and destination rank of transfer op.
+func (c *checker) opEnds(op int) (src, dst int) {
+	r, peer := int(c.opRank[op]), c.opStepPtr(int32(op)).Peer
+	if c.opStepPtr(int32(op)).Kind.IsRecv() {
+		return peer, r
+	}
+	return r, peer
+}
+
+// pair returns the number of the (source, destination) pair in match.
+func (c *checker) pair(src, dst int) int {
+	if c.pairIdx == nil {
+		return src*c.P + dst
+	}
+	return int(c.pairIdx[uint64(src)<<32|uint64(uint32(dst))])
 }
 
 // matchSlow pairs FIFO explicitly and reports the first transfer (in rank,

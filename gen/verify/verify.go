@@ -104,6 +104,9 @@ type checker struct {
 	opRank    []int32
 	opIdx     []int32
 	opPartner []int32 // set by match
+	// pairIdx numbers the (source, destination) rank pairs of match's
+	// queues when there are too many ranks for a P×P table (nil: dense).
+	pairIdx map[uint64]int32
 	// per rank
 	lastCompute []int32
 	optAt       []int32
@@ -171,6 +174,9 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if c.order.fn != nil {
 		return c.rep, c.order.fn()
 	}
+	if err := c.optSteps(); err != nil {
+		return c.rep, err
+	}
 	if err := c.complete(); err != nil {
 		return c.rep, err
 	}
@@ -212,6 +218,12 @@ func (c *checker) walk() error {
 		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the program has %d micro-batches; want at least 1", c.M)}
 	case p.Copies > 1 && (c.S%p.Copies != 0 || c.M%p.Copies != 0):
 		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("%d model copies do not split %d stages and %d micro-batches evenly", p.Copies, c.S, c.M)}
+	}
+	if err := ir.CheckSize(c.P, c.S, c.M); err != nil {
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: err.Error()}
+	}
+	if c.rep.Steps > ir.MaxSteps {
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: (&ir.LimitError{What: "steps", Value: int64(c.rep.Steps), Min: 1, Max: ir.MaxSteps}).Error()}
 	}
 	for s, r := range c.rankOf {
 		if r < 0 || r >= c.P {
@@ -776,6 +788,26 @@ func (c *checker) bwdName(s, m int) ir.Step {
 		return ir.Compute(ir.BackwardInput, s, m)
 	}
 	return ir.Compute(ir.Backward, s, m)
+}
+
+// optSteps checks that OPT_STEP runs on every rank or on none: a rank
+// without it would never update its weights while the others do.
+func (c *checker) optSteps() error {
+	with, without := -1, -1
+	for r, o := range c.optAt {
+		if o >= 0 && with < 0 {
+			with = r
+		}
+		if o < 0 && without < 0 {
+			without = r
+		}
+	}
+	if with < 0 || without < 0 {
+		return nil
+	}
+	opt := ir.Step{Kind: ir.OptStep, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+	return &Error{Rank: without, Index: -1, Step: opt, Code: Missing,
+		Reason: fmt.Sprintf("never runs on this rank, but rank %d steps its optimizer (step %d); OPT_STEP runs on every rank or on none, else this rank's weights are never updated", with, c.optAt[with])}
 }
 
 // complete checks that every chunk on a micro-batch's route has its forward

@@ -190,6 +190,21 @@ func TestCheckRejects(t *testing.T) {
 			reason: "OPT_STEP must follow every compute step of its rank, but step 2 (0B0) runs after it",
 		},
 		{
+			name:  "optimizer step on one rank only",
+			bad:   "rank 0: 0F0 1F0 1B0 0B0 OPT_STEP\nrank 1: 2F0 2B0",
+			fixed: "rank 0: 0F0 1F0 1B0 0B0 OPT_STEP\nrank 1: 2F0 2B0 OPT_STEP",
+			place: "0,0,1",
+			rank:  1, index: -1, step: "OPT_STEP", code: verify.Missing,
+			reason: "never runs on this rank, but rank 0 steps its optimizer (step 4); OPT_STEP runs on every rank or on none",
+		},
+		{
+			name:  "optimizer step on the last rank only",
+			bad:   "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP",
+			fixed: "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 OPT_STEP\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP",
+			rank:  0, index: -1, step: "OPT_STEP", code: verify.Missing,
+			reason: "never runs on this rank, but rank 1 steps its optimizer (step 4)",
+		},
+		{
 			name:    "compute-only: cross-rank dependency cycle",
 			bad:     "rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1B1 1F0 1B0",
 			fixed:   "rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1",

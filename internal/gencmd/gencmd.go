@@ -15,6 +15,7 @@
 package gencmd
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"flag"
@@ -142,7 +143,7 @@ func RegisterSchedule(fs *flag.FlagSet, v ScheduleVars) {
 		fs.Float64Var(v.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
 	}
 	if v.AutoCost != nil {
-		fs.StringVar(v.AutoCost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (default F=1,B=2,W=1)")
+		fs.StringVar(v.AutoCost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
 	}
 }
 
@@ -203,8 +204,8 @@ func (s Schedule) LowerOptions() (gen.Options, error) {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
 	}
 	if s.Name == gen.Auto {
-		if s.Mem < 0 {
-			return opt, usagef("-mem = %g; want 0 (no limit) or more", s.Mem)
+		if !(s.Mem >= 0 && s.Mem <= sim.MaxCost) { // NaN fails both
+			return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", s.Mem, float64(sim.MaxCost))
 		}
 		opt.Auto.MemLimit = s.Mem
 		opt.Auto.Progress = s.AutoProgress
@@ -246,7 +247,11 @@ func (s Schedule) Lower(dir string) (gen.Result, error) {
 		if err != nil {
 			return gen.Result{}, err
 		}
-		return gen.LowerProgram(p, opt)
+		res, err := gen.LowerProgram(p, opt)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", s.In, err)
+		}
+		return res, nil
 	}
 	cfg, err := s.Config()
 	if err != nil {
@@ -264,24 +269,33 @@ func resolve(dir, path string) string {
 }
 
 // ReadProgram reads a schedule file ("-" for stdin): CSV (PyTorch form) when
-// it has commas or a .csv suffix, the text form otherwise. Its errors are
-// *UsageError.
+// it has a .csv suffix, or when its first MiB holds a comma and no "rank ",
+// the text form otherwise. The file is parsed as it is read, within gen/ir's
+// limits (ir.ReadText), so a file of any size is refused early. Its errors
+// are *UsageError.
 func ReadProgram(path string) (ir.Program, error) {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(os.Stdin)
-	} else {
-		data, err = os.ReadFile(path)
+	var f io.Reader = os.Stdin
+	if path != "-" {
+		file, err := os.Open(path)
+		if err != nil {
+			return ir.Program{}, usagef("reading -in: %v", err)
+		}
+		defer file.Close()
+		if fi, err := file.Stat(); err == nil && fi.IsDir() {
+			return ir.Program{}, usagef("reading -in: %s is a directory; name a schedule file", path)
+		}
+		f = file
 	}
-	if err != nil {
+	br := bufio.NewReaderSize(f, 1<<20)
+	head, err := br.Peek(1 << 20)
+	if err != nil && err != io.EOF && err != bufio.ErrBufferFull {
 		return ir.Program{}, usagef("reading -in: %v", err)
 	}
 	var p ir.Program
-	if strings.HasSuffix(path, ".csv") || (!strings.Contains(string(data), "rank ") && strings.Contains(string(data), ",")) {
-		p, err = ir.ParseCSV(strings.NewReader(string(data)))
+	if strings.HasSuffix(path, ".csv") || (!bytes.Contains(head, []byte("rank ")) && bytes.IndexByte(head, ',') >= 0) {
+		p, err = ir.ParseCSV(br)
 	} else {
-		p, err = ir.ParseText(string(data))
+		p, err = ir.ReadText(br)
 	}
 	if err != nil {
 		return ir.Program{}, usagef("%s: %v", path, err)
