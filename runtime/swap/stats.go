@@ -5,9 +5,11 @@ package swap
 // Resident bytes are the bytes of saved activations that are in the working
 // set: those a wrapper declared with Track (and changed with Resize) and has
 // not yet released with Untrack, less those offloaded. An offload counts as
-// out from the moment its copy has ended (Wait returns) until Load brings
-// it back; while the copy runs the tensors are still referenced, so they
-// still count as resident. A chunk is one tracked saved context. Offloads
+// out from the Wait that sees its copy ended (or the Load, when nothing
+// waited) until Load brings it back: while the copy runs the tensors are
+// still referenced, and counting at the Wait, the schedule's
+// SWAP_WAIT_OFFLOAD, rather than when the copy happens to end makes the
+// figures depend on the program alone, the same on every run. A chunk is one tracked saved context. Offloads
 // of data that was never tracked are counted as offloaded but never make
 // the resident figures negative: track every chunk you offload, or none.
 type Stats struct {

@@ -93,6 +93,7 @@ type Handle struct {
 	done  chan struct{} // closed when the copy has ended
 	err   error         // the copy's error, set before done is closed
 	state state         // under tier.mu
+	out   bool          // counted as offloaded (under tier.mu): see Stats
 }
 
 // Bytes returns the number of bytes the offload moves: the data of its
@@ -170,7 +171,6 @@ func (t *Tier) copyOut(h *Handle, src []*tensor.Dense) {
 		t.acct.failures++
 	} else {
 		h.state = out
-		t.acct.offloaded(h.plan.bytes)
 	}
 	t.mu.Unlock()
 	close(h.done)
@@ -223,7 +223,24 @@ func (t *Tier) Wait(h *Handle) error {
 		return err
 	}
 	<-h.done
+	if h.err == nil {
+		t.mu.Lock()
+		t.countOut(h)
+		t.mu.Unlock()
+	}
 	return h.err
+}
+
+// countOut counts h's bytes as offloaded, once: when the schedule first
+// sees its copy end (Wait, or Load without a Wait). Counting there rather
+// than when the copy goroutine finishes makes the resident figures a
+// function of the program order alone, as the verifier's swap bound is, and
+// the same on every run. Called under t.mu.
+func (t *Tier) countOut(h *Handle) {
+	if !h.out {
+		h.out = true
+		t.acct.offloaded(h.plan.bytes)
+	}
 }
 
 // Load waits for h's copy out, if it is still running, then brings the
@@ -271,6 +288,7 @@ func (t *Tier) Load(h *Handle) ([]*tensor.Dense, error) {
 		}
 	}
 	t.mu.Lock()
+	t.countOut(h)
 	t.acct.loaded(h.plan.bytes)
 	t.mu.Unlock()
 	t.finish(h, false)
@@ -284,7 +302,7 @@ func (t *Tier) finish(h *Handle, lost bool) {
 	defer t.mu.Unlock()
 	h.state = released
 	delete(t.live, h)
-	if lost {
+	if lost && h.out {
 		t.acct.lost(h.plan.bytes)
 	}
 }
@@ -311,7 +329,7 @@ func (t *Tier) Close() error {
 	var tags []string
 	var errs []error
 	for h := range t.live {
-		if h.state == out {
+		if h.state == out && h.out {
 			t.acct.lost(h.plan.bytes)
 		}
 		h.state = dropped
