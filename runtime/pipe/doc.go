@@ -64,8 +64,9 @@
 //	const _ = pipe.SupportPackageIsVersion1
 //
 // which breaks its build when this package no longer supports the API it was
-// generated against. When the API changes incompatibly, this package adds
-// SupportPackageIsVersion2 (and the emitter starts referring to it) and, once
+// generated against. When the API changes incompatibly, abi.Version becomes
+// 2, this package adds SupportPackageIsVersion2 (abi.VersionGuard, which the
+// emitter writes) and, once
 // the old API is dropped, removes SupportPackageIsVersion1, so stale
 // generated code fails to compile with an undefined-name error that points at
 // the guard instead of failing at run time.
@@ -79,5 +80,7 @@
 package pipe
 
 // SupportPackageIsVersion1 is referenced by generated code to assert that it
-// is compatible with this version of the runtime API. See "Versioning" above.
+// is compatible with this version of the runtime API. See "Versioning"
+// above; the version gen/emit writes is abi.Version, and its guard's name
+// abi.VersionGuard (a test checks this package declares it).
 const SupportPackageIsVersion1 = true
