@@ -135,7 +135,7 @@ func TestKindOfCode(t *testing.T) {
 			t.Errorf("%v: code %q decodes to %v", k, k.Code(), KindOfCode(k.Code()))
 		}
 	}
-	for _, c := range []byte{0, '?', 'a', 'Z', 0xff} {
+	for _, c := range []byte{0, '?', 'a', '#', 0xff} {
 		if k := KindOfCode(c); k != Invalid {
 			t.Errorf("KindOfCode(%q) = %v, want INVALID", c, k)
 		}
