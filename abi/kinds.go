@@ -89,19 +89,36 @@ var kinds = [numKinds]row{
 	MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, recv, nil},
 }
 
-// byName and byCode invert the table: every name and alias, every letter.
-var byName, byCode = func() (map[string]Kind, [256]Kind) {
+// facts is the part of a row the predicates read, packed in four bytes.
+type facts struct {
+	code    byte
+	shape   Shape
+	channel Channel
+	class   class
+}
+
+// fact holds every Kind value's facts, indexed by the value itself so that
+// a predicate is one load, without a branch or a bounds check (the
+// compiler, verify and sim ask them of every step); values out of range
+// have the zero facts: no letter, ArgsNone, NoChannel, no class. byName and
+// byCode invert the table: every name and alias, every letter.
+var fact, byName, byCode = func() ([256]facts, map[string]Kind, [256]Kind) {
+	var t [256]facts
 	names := make(map[string]Kind, 3*numKinds)
 	var codes [256]Kind
-	for k := Forward; k < numKinds; k++ {
+	for k := Invalid; k < numKinds; k++ {
 		r := &kinds[k]
+		t[k] = facts{r.code, r.shape, r.channel, r.class}
+		if k == Invalid {
+			continue
+		}
 		names[r.name] = k
 		for _, a := range r.aliases {
 			names[a] = k
 		}
 		codes[r.code] = k
 	}
-	return names, codes
+	return t, names, codes
 }()
 
 // Kinds returns every valid kind in declaration order.
@@ -115,15 +132,6 @@ func Kinds() []Kind {
 
 // Valid reports whether k is one of the step kinds (not Invalid, not out of range).
 func (k Kind) Valid() bool { return k > Invalid && k < numKinds }
-
-// row returns k's row; the zero row (no name, no letter, ArgsNone,
-// NoChannel, no class) for kinds out of range.
-func (k Kind) row() row {
-	if k < numKinds {
-		return kinds[k]
-	}
-	return row{}
-}
 
 // String returns the kind's name in schedule text ("F", "SEND_F", ...),
 // "INVALID" for Invalid and "Kind(n)" for a value out of range.
@@ -143,26 +151,31 @@ func ParseKind(s string) (Kind, bool) {
 }
 
 // Aliases returns the other spellings ParseKind accepts for k.
-func (k Kind) Aliases() []string { return append([]string(nil), k.row().aliases...) }
+func (k Kind) Aliases() []string {
+	if k < numKinds {
+		return append([]string(nil), kinds[k].aliases...)
+	}
+	return nil
+}
 
 // Code returns the kind's letter in a pipe.DecodeOps kinds string ("F", "s"
 // for SEND_F, ...), or 0 for Invalid and kinds out of range.
-func (k Kind) Code() byte { return k.row().code }
+func (k Kind) Code() byte { return fact[k].code }
 
 // KindOfCode returns the kind whose Code is c, or Invalid.
 func KindOfCode(c byte) Kind { return byCode[c] }
 
 // Shape returns the operands a step of kind k carries (ArgsNone for Invalid).
-func (k Kind) Shape() Shape { return k.row().shape }
+func (k Kind) Shape() Shape { return fact[k].shape }
 
 // Channel returns the channel of a transfer kind, or NoChannel.
-func (k Kind) Channel() Channel { return k.row().channel }
+func (k Kind) Channel() Channel { return fact[k].channel }
 
 // IsCompute reports whether the kind runs model compute (F, B, I, W or an overlap of two).
-func (k Kind) IsCompute() bool { return k.row().class&compute != 0 }
+func (k Kind) IsCompute() bool { return fact[k].class&compute != 0 }
 
 // IsBackward reports whether the kind produces the input gradient of a stage (B or I).
-func (k Kind) IsBackward() bool { return k.row().class&backward != 0 }
+func (k Kind) IsBackward() bool { return fact[k].class&backward != 0 }
 
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }
@@ -172,10 +185,10 @@ func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }
 func (k Kind) IsComm() bool { return k.Channel() != NoChannel }
 
 // IsSend reports whether the kind is the sending half of a transfer.
-func (k Kind) IsSend() bool { return k.row().class&send != 0 }
+func (k Kind) IsSend() bool { return fact[k].class&send != 0 }
 
 // IsRecv reports whether the kind is the receiving half of a transfer.
-func (k Kind) IsRecv() bool { return k.row().class&recv != 0 }
+func (k Kind) IsRecv() bool { return fact[k].class&recv != 0 }
 
 // HasStage reports whether steps of this kind name a stage: all but
 // OPT_STEP and the overlaps (whose sub-steps do). Invalid and kinds out of
