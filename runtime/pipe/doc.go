@@ -16,7 +16,10 @@
 // BackwardWeight, OptStep, and the overlap steps OverlapFB and OverlapBF.
 // Generated code calls the first nine in their packed form, Load, RecvF,
 // SendF, RecvB, SendB, F, B, I and W, whose one argument is an [At] holding
-// all four (it compiles about twice as fast). The overlap steps run a
+// all four (it compiles about twice as fast). [OpKind] and [At] are the
+// boundary package abi's Kind and At, which gen/ uses too, so the compiler
+// and the runtime share one list of kinds, one letter per kind in -table
+// programs ([DecodeOps]) and one At layout. The overlap steps run a
 // forward and a backward of two micro-batches together: on two goroutines
 // when their stages are different objects, one after the other otherwise (or
 // with Config.SerialOverlap), with bit-identical results. Errors are sticky:
