@@ -8,8 +8,8 @@
 //
 // gen/ir (Kind, Channel), gen/emit, gen/vet and runtime/pipe (OpKind, At)
 // all use it; their names for these types are aliases of abi's. abi
-// imports only the standard library and nothing in this module imports
-// into it, so both sides of the gen/runtime rule may depend on it.
+// imports only the standard library, nothing of this module, so both sides
+// of the gen/runtime rule may depend on it without depending on each other.
 //
 // Adding a step kind starts with its row in kinds.go (docs/internals.md,
 // "Adding a step kind").
