@@ -251,20 +251,13 @@ func interopSequential(stages []*interopAffine, micro, iters int) [][]float64 {
 // interopOps converts a lowered, slotted program into the runtime's op
 // table, as gen/emit's -table output holds it.
 func interopOps(p ir.Program) ([][]pipe.Op, error) {
-	kinds := map[ir.Kind]pipe.OpKind{
-		ir.DataLoad: pipe.OpDataLoad, ir.RecvF: pipe.OpRecvAct, ir.SendF: pipe.OpSendAct,
-		ir.RecvB: pipe.OpRecvGrad, ir.SendB: pipe.OpSendGrad, ir.Forward: pipe.OpForward,
-		ir.Backward: pipe.OpBackward, ir.BackwardInput: pipe.OpBackwardInput,
-		ir.BackwardWeight: pipe.OpBackwardWeight, ir.OptStep: pipe.OpOptStep,
-		ir.Unshard: pipe.OpUnshard, ir.Reshard: pipe.OpReshard, ir.ReduceGrad: pipe.OpReduceGrad,
-	}
 	index := passes.IndexSlots(p)
 	ops := make([][]pipe.Op, len(p.Ranks))
 	for r, steps := range p.Ranks {
 		for _, st := range steps {
-			k, ok := kinds[st.Kind]
-			if !ok {
-				return nil, fmt.Errorf("rank %d: %s has no runtime op", r, st)
+			k := st.Kind // ir.Kind and pipe.OpKind are one type, abi.Kind
+			if k.IsOverlap() {
+				return nil, fmt.Errorf("rank %d: %s has no runtime op here", r, st)
 			}
 			src := -1
 			switch st.Kind {

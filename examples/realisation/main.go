@@ -177,20 +177,6 @@ func makespan(p ir.Program, spec string) (float64, error) {
 	return res.Makespan, nil
 }
 
-// opKinds maps the runtime's op kinds to ir kinds (the catalog uses no overlaps).
-var opKinds = map[pipe.OpKind]ir.Kind{
-	pipe.OpDataLoad:       ir.DataLoad,
-	pipe.OpRecvAct:        ir.RecvF,
-	pipe.OpSendAct:        ir.SendF,
-	pipe.OpRecvGrad:       ir.RecvB,
-	pipe.OpSendGrad:       ir.SendB,
-	pipe.OpForward:        ir.Forward,
-	pipe.OpBackward:       ir.Backward,
-	pipe.OpBackwardInput:  ir.BackwardInput,
-	pipe.OpBackwardWeight: ir.BackwardWeight,
-	pipe.OpOptStep:        ir.OptStep,
-}
-
 // programOf turns a generated Program table back into the lowered ir.Program.
 func programOf(spec pipe.Spec, ops [][]pipe.Op) (ir.Program, error) {
 	pl, err := ir.Table(spec.Ranks, spec.RankOf)
@@ -200,8 +186,8 @@ func programOf(spec pipe.Spec, ops [][]pipe.Op) (ir.Program, error) {
 	p := ir.NewProgram(pl, spec.Micro)
 	for r, row := range ops {
 		for _, op := range row {
-			k, ok := opKinds[op.Kind]
-			if !ok {
+			k := op.Kind // pipe.OpKind and ir.Kind are one type, abi.Kind
+			if !k.Valid() || k.IsOverlap() {
 				return ir.Program{}, fmt.Errorf("rank %d: op %v: kind not supported here", r, op)
 			}
 			st := ir.Step{Kind: k, Stage: int(op.Stage), Micro: int(op.Micro), Peer: int(op.Peer), Slot: int(op.Slot)}

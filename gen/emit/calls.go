@@ -5,37 +5,23 @@ import (
 
 	"github.com/dave/jennifer/jen"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// Shape is the argument list a runtime call takes; every argument is an int
-// constant taken from the step (and, for compute, its src slot).
-type Shape uint8
-
-// The argument shapes of runtime calls.
-const (
-	ArgsNone    Shape = iota // ()
-	ArgsLocal                // (stage, micro, slot)
-	ArgsComm                 // (stage, micro, peer, slot)
-	ArgsCompute              // (stage, micro, slot, src)
-	ArgsOverlap              // the sub-steps' arguments in order: (stage, micro, slot, src) for F, (kind, stage, micro, slot, src) for B, I or W
-	ArgsStage                // (stage): the FSDP steps
-)
-
 // Call is how one step kind is emitted: the pipe.Exec method of the
-// generated call, the pipe.OpKind constant of its -table entry, and its
-// arguments. Steps other than OPT_STEP and the overlaps are emitted as
+// generated call and the pipe.OpKind constant of its -table entry. Steps
+// other than OPT_STEP, the overlaps and the FSDP steps are emitted as
 // Packed, a method taking the arguments packed into one pipe.At constant
-// (stage, micro and Args' two other fields, 16 bits each, 0xffff for -1);
-// Method is the same step with the arguments unpacked, which hand-written
-// code and the interpreter call.
+// (abi.At: stage, micro and the two fields of the kind's abi.Shape, 16 bits
+// each, 0xffff for -1); Method is the same step with the arguments
+// unpacked, which hand-written code and the interpreter call. The kind's
+// shape and table letter are the boundary package's (Kind.Shape, Kind.Code).
 type Call struct {
 	Kind   ir.Kind
 	Method string
 	Packed string // "" when the step is emitted as Method
 	Op     string
-	Code   byte // the op's letter in a -table kinds string (pipe.DecodeOps)
-	Args   Shape
 }
 
 // Calls returns the step kind -> runtime call table in kind order, for tools
@@ -44,49 +30,49 @@ func Calls() []Call {
 	out := make([]Call, 0, len(calls))
 	for _, k := range ir.Kinds() {
 		if c, ok := calls[k]; ok {
-			out = append(out, Call{Kind: k, Method: c.method, Packed: c.packed, Op: c.op, Code: c.code, Args: c.args})
+			out = append(out, Call{Kind: k, Method: c.method, Packed: c.packed, Op: c.op})
 		}
 	}
 	return out
 }
 
 // call says how one step kind is emitted: the pipe.Exec method of the
-// generated call and the pipe.OpKind constant of its table entry.
+// generated call, the pipe.OpKind constant of its table entry and the
+// packed method (abi.Shape.Packed kinds only).
 type call struct {
 	method string
 	op     string
-	args   Shape
 	packed string
-	code   byte // the op's letter in the -table kinds string (pipe.OpKind.Code)
 }
 
 // calls is the step kind -> runtime call table (docs/internals.md, "The
 // runtime API generated code calls"). A kind missing here has no runtime call
-// yet and Emit rejects it; supporting a new kind is one entry.
+// yet and Emit rejects it; supporting a new kind is one entry (and its row
+// in abi, "Adding a step kind").
 var calls = map[ir.Kind]call{
-	ir.DataLoad:          {"DataLoad", "OpDataLoad", ArgsLocal, "Load", 'L'},
-	ir.RecvF:             {"RecvAct", "OpRecvAct", ArgsComm, "RecvF", 'r'},
-	ir.SendF:             {"SendAct", "OpSendAct", ArgsComm, "SendF", 's'},
-	ir.RecvB:             {"RecvGrad", "OpRecvGrad", ArgsComm, "RecvB", 'R'},
-	ir.SendB:             {"SendGrad", "OpSendGrad", ArgsComm, "SendB", 'S'},
-	ir.Forward:           {"Forward", "OpForward", ArgsCompute, "F", 'F'},
-	ir.Backward:          {"Backward", "OpBackward", ArgsCompute, "B", 'B'},
-	ir.BackwardInput:     {"BackwardInput", "OpBackwardInput", ArgsCompute, "I", 'I'},
-	ir.BackwardWeight:    {"BackwardWeight", "OpBackwardWeight", ArgsLocal, "W", 'W'},
-	ir.OptStep:           {"OptStep", "OpOptStep", ArgsNone, "", 'O'},
-	ir.OverlapFB:         {"OverlapFB", "OpOverlapFB", ArgsOverlap, "", 'X'},
-	ir.OverlapBF:         {"OverlapBF", "OpOverlapBF", ArgsOverlap, "", 'Y'},
-	ir.Unshard:           {"Unshard", "OpUnshard", ArgsStage, "", 'U'},
-	ir.Reshard:           {"Reshard", "OpReshard", ArgsStage, "", 'u'},
-	ir.ReduceGrad:        {"ReduceGrad", "OpReduceGrad", ArgsStage, "", 'G'},
-	ir.SwapLaunchOffload: {"SwapLaunchOffload", "OpSwapLaunchOffload", ArgsLocal, "LaunchOffload", 'J'},
-	ir.SwapWaitOffload:   {"SwapWaitOffload", "OpSwapWaitOffload", ArgsLocal, "WaitOffload", 'j'},
-	ir.SwapLaunchLoad:    {"SwapLaunchLoad", "OpSwapLaunchLoad", ArgsLocal, "LaunchLoad", 'K'},
-	ir.SwapWaitLoad:      {"SwapWaitLoad", "OpSwapWaitLoad", ArgsLocal, "WaitLoad", 'k'},
-	ir.DataRecv:          {"RecvData", "OpRecvData", ArgsComm, "RecvLabels", 'T'},
-	ir.DataSend:          {"SendData", "OpSendData", ArgsComm, "SendLabels", 't'},
-	ir.MpipeRecv:         {"MpipeRecv", "OpRecvInput", ArgsComm, "RecvInput", 'M'},
-	ir.MpipeSend:         {"MpipeSend", "OpSendInput", ArgsComm, "SendInput", 'm'},
+	ir.DataLoad:          {"DataLoad", "OpDataLoad", "Load"},
+	ir.RecvF:             {"RecvAct", "OpRecvAct", "RecvF"},
+	ir.SendF:             {"SendAct", "OpSendAct", "SendF"},
+	ir.RecvB:             {"RecvGrad", "OpRecvGrad", "RecvB"},
+	ir.SendB:             {"SendGrad", "OpSendGrad", "SendB"},
+	ir.Forward:           {"Forward", "OpForward", "F"},
+	ir.Backward:          {"Backward", "OpBackward", "B"},
+	ir.BackwardInput:     {"BackwardInput", "OpBackwardInput", "I"},
+	ir.BackwardWeight:    {"BackwardWeight", "OpBackwardWeight", "W"},
+	ir.OptStep:           {"OptStep", "OpOptStep", ""},
+	ir.OverlapFB:         {"OverlapFB", "OpOverlapFB", ""},
+	ir.OverlapBF:         {"OverlapBF", "OpOverlapBF", ""},
+	ir.Unshard:           {"Unshard", "OpUnshard", ""},
+	ir.Reshard:           {"Reshard", "OpReshard", ""},
+	ir.ReduceGrad:        {"ReduceGrad", "OpReduceGrad", ""},
+	ir.SwapLaunchOffload: {"SwapLaunchOffload", "OpSwapLaunchOffload", "LaunchOffload"},
+	ir.SwapWaitOffload:   {"SwapWaitOffload", "OpSwapWaitOffload", "WaitOffload"},
+	ir.SwapLaunchLoad:    {"SwapLaunchLoad", "OpSwapLaunchLoad", "LaunchLoad"},
+	ir.SwapWaitLoad:      {"SwapWaitLoad", "OpSwapWaitLoad", "WaitLoad"},
+	ir.DataRecv:          {"RecvData", "OpRecvData", "RecvLabels"},
+	ir.DataSend:          {"SendData", "OpSendData", "SendLabels"},
+	ir.MpipeRecv:         {"MpipeRecv", "OpRecvInput", "RecvInput"},
+	ir.MpipeSend:         {"MpipeSend", "OpSendInput", "SendInput"},
 }
 
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch
@@ -121,12 +107,12 @@ func Fusions() []Fusion { return append([]Fusion(nil), fusions...) }
 
 // fuse returns the fused call of the adjacent ops a and b, if they fuse.
 func fuse(a, b op) (Fusion, bool) {
-	if a.args == ArgsOverlap || b.args == ArgsOverlap || a.stage != b.stage || a.micro != b.micro || a.slot != b.slot {
+	if a.kind.IsOverlap() || b.kind.IsOverlap() || a.stage != b.stage || a.micro != b.micro || a.slot != b.slot {
 		return Fusion{}, false
 	}
 	for _, f := range fusions {
 		if f.First == a.kind && f.Second == b.kind {
-			if b.args == ArgsCompute && b.src != ir.None {
+			if b.kind.Shape() == abi.ArgsCompute && b.src != ir.None {
 				return Fusion{}, false // the compute reads another slot, not the receive
 			}
 			return f, true
@@ -163,7 +149,7 @@ func resolveOverlap(st ir.Step, c call, leaf func(sub ir.Step) (op, error)) (op,
 		}
 		return op{}, fmt.Errorf("the runtime runs %s as %s, not (%s;%s)", st.Kind, want, st.Sub[0].Kind, st.Sub[1].Kind)
 	}
-	o := op{call: c, stage: ir.None, micro: ir.None, peer: ir.None, slot: ir.None, src: ir.None, sub: make([]op, 2)}
+	o := op{call: c, kind: st.Kind, stage: ir.None, micro: ir.None, peer: ir.None, slot: ir.None, src: ir.None, sub: make([]op, 2)}
 	for k, s := range st.Sub {
 		so, err := leaf(s)
 		if err != nil {
@@ -182,7 +168,7 @@ func (o op) overlapArgs() []jen.Code {
 			args = append(args, jen.Qual(PipePath, s.op))
 		}
 		src := s.src
-		if s.args == ArgsLocal {
+		if s.kind.Shape() != abi.ArgsCompute {
 			src = ir.None // W: no source
 		}
 		args = append(args, jen.Lit(s.stage), jen.Lit(s.micro), jen.Lit(s.slot), jen.Lit(src))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dave/jennifer/jen"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
 )
@@ -100,7 +101,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 	}
 
 	f.Comment("This guard breaks the build when runtime/pipe no longer supports this generated code.")
-	f.Const().Id("_").Op("=").Qual(PipePath, "SupportPackageIsVersion1")
+	f.Const().Id("_").Op("=").Qual(PipePath, abi.VersionGuard)
 	f.Line()
 	f.Comment("Fingerprint is the hash of the lowered program's canonical text (steps with peers and")
 	f.Comment("slots); every rank checks it at the rendezvous.")
@@ -276,11 +277,11 @@ func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int, noFuse b
 func fusedStmt(a, b op) *jen.Statement {
 	fu, _ := fuse(a, b)
 	c := a
-	if b.args == ArgsCompute {
+	if b.kind.Shape() == abi.ArgsCompute {
 		c = b
 	}
 	d := c.src
-	if c.args != ArgsCompute {
+	if c.kind.Shape() != abi.ArgsCompute {
 		d = ir.None
 	}
 	comment := Describe(a.step(), a.src) + "; " + Describe(b.step(), b.src)
@@ -295,21 +296,15 @@ func (o op) step() ir.Step {
 // stmt returns the call of one step: x.Packed(at) with the step's text as a
 // trailing comment, x.OptStep() or an overlap's x.Method(args...).
 func (o op) stmt() *jen.Statement {
-	switch o.args {
-	case ArgsOverlap:
+	switch o.kind.Shape() {
+	case abi.ArgsOverlap:
 		return jen.Id("x").Dot(o.method).Call(o.overlapArgs()...)
-	case ArgsNone:
+	case abi.ArgsNone:
 		return jen.Id("x").Dot(o.method).Call()
-	case ArgsStage:
+	case abi.ArgsStage:
 		return jen.Id("x").Dot(o.method).Call(jen.Lit(o.stage))
 	}
-	c, d := o.slot, ir.None
-	switch o.args {
-	case ArgsComm:
-		c, d = o.peer, o.slot
-	case ArgsCompute:
-		d = o.src
-	}
+	c, d := o.kind.AtFields(o.peer, o.slot, o.src)
 	st := ir.Step{Kind: o.kind, Stage: o.stage, Micro: o.micro, Peer: o.peer, Slot: o.slot}
 	return jen.Id("x").Dot(o.packed).Call(jen.Op(atLiteral(o.stage, o.micro, c, d))).Comment(Describe(st, o.src))
 }
@@ -333,17 +328,12 @@ func Describe(st ir.Step, src int) string {
 	return fmt.Sprintf("%s slot %d", text, st.Slot)
 }
 
-// AtMax is the most stages, micro-batches, ranks and slots per rank a
-// program can have: the runtime packs a step's arguments into a pipe.At, 16
-// bits each, 0xffff standing for -1.
-const AtMax = 0xffff
-
 // atLiteral is the pipe.At constant of a step's fields in hex groups of 16
-// bits, e.g. 0x0003_0011_0002_ffff; resolve checked that each is in
-// [-1, AtMax).
+// bits (abi.FormatAt), e.g. 0x0003_0011_0002_ffff; resolve checked that
+// each is in [-1, abi.MaxIndex].
 func atLiteral(stage, micro, c, d int) string {
-	f := func(v int) uint64 { return uint64(v) & AtMax }
-	return fmt.Sprintf("0x%04x_%04x_%04x_%04x", f(stage), f(micro), f(c), f(d))
+	a, _ := abi.PackAt(stage, micro, c, d)
+	return abi.FormatAt(a)
 }
 
 // emitTable writes `var Program = [][]pipe.Op{pipe.DecodeOps(kinds,
@@ -356,25 +346,22 @@ func emitTable(f *jen.File, ops [][]op) {
 		var kinds []byte
 		var items []jen.Code
 		add := func(o op, comment string) {
-			kinds = append(kinds, o.code)
-			c, d := o.slot, o.src
-			if o.args == ArgsComm {
-				c, d = o.peer, o.slot
-			}
+			kinds = append(kinds, o.kind.Code())
+			c, d := o.kind.AtFields(o.peer, o.slot, o.src)
 			// The comma is part of the item so that the comment follows it.
 			items = append(items, jen.Op(atLiteral(o.stage, o.micro, c, d)+", // "+comment))
 		}
 		for _, o := range rank {
-			switch o.args {
-			case ArgsOverlap:
+			switch o.kind.Shape() {
+			case abi.ArgsOverlap:
 				// The header, then its sub-steps (see calls.go).
 				add(o, o.kind.String())
 				for _, s := range o.sub {
 					add(s, Describe(s.step(), s.src))
 				}
-			case ArgsNone:
+			case abi.ArgsNone:
 				add(o, o.kind.String())
-			case ArgsStage:
+			case abi.ArgsStage:
 				add(o, o.step().String())
 			default:
 				add(o, Describe(o.step(), o.src))
@@ -420,8 +407,8 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 		what string
 		n    int
 	}{{"ranks", P}, {"stages", S}, {"micro-batches", p.Micro}, {"slots on a rank", slices.Max(append([]int{0}, slots...))}} {
-		if c.n > AtMax {
-			return nil, nil, fmt.Errorf("emit: the program has %d %s; the runtime takes at most %d (it packs a step's arguments in 16 bits each)", c.n, c.what, AtMax)
+		if c.n > abi.MaxCount {
+			return nil, nil, fmt.Errorf("emit: the program has %d %s; the runtime takes at most %d (it packs a step's arguments in 16 bits each)", c.n, c.what, abi.MaxCount)
 		}
 	}
 	ops := make([][]op, P)
@@ -433,16 +420,16 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 		// leaf resolves one step that is not an overlap (or an overlap's sub-step).
 		leaf := func(st ir.Step) (op, error) {
 			c, ok := calls[st.Kind]
-			if !ok || c.args == ArgsOverlap {
+			if !ok || st.Kind.IsOverlap() {
 				return op{}, fmt.Errorf("the runtime has no call for %s yet", st.Kind)
 			}
 			o := op{call: c, kind: st.Kind, stage: st.Stage, micro: st.Micro, peer: st.Peer, slot: st.Slot}
-			if c.args == ArgsNone {
+			if st.Kind.Shape() == abi.ArgsNone {
 				// OPT_STEP: no operands; record none in the table either.
 				o.stage, o.micro, o.peer, o.slot = ir.None, ir.None, ir.None, ir.None
 				return o, nil
 			}
-			if c.args == ArgsStage {
+			if st.Kind.Shape() == abi.ArgsStage {
 				// UNSHARD, RESHARD, REDUCE_GRAD: a stage of this rank.
 				o.micro, o.peer, o.slot = ir.None, ir.None, ir.None
 				switch {
@@ -476,7 +463,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			case st.Slot >= slots[r]:
 				return op{}, fmt.Errorf("slot %d but the rank has %d slots", st.Slot, slots[r])
 			}
-			if c.args == ArgsComm {
+			if st.Kind.Shape() == abi.ArgsComm {
 				want := p.Placement.PeerOfStep(st)
 				switch {
 				case want == ir.None:
@@ -492,7 +479,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 		for i, st := range steps {
 			var o op
 			var err error
-			if c, ok := calls[st.Kind]; ok && c.args == ArgsOverlap {
+			if c, ok := calls[st.Kind]; ok && st.Kind.IsOverlap() {
 				o, err = resolveOverlap(st, c, leaf)
 			} else {
 				o, err = leaf(st)
@@ -513,7 +500,7 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 			}
 			for k, sub := range ops[r][i].sub {
 				ops[r][i].sub[k].src = ir.None
-				if sub.args == ArgsCompute {
+				if sub.kind.Shape() == abi.ArgsCompute {
 					ops[r][i].sub[k].src = index.Src(st.Sub[k])
 				}
 			}

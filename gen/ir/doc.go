@@ -1,5 +1,6 @@
-// Package ir defines ppgen's intermediate representation: the step kinds of a
-// pipeline schedule, the placement of virtual stages on ranks, the per-rank
+// Package ir defines ppgen's intermediate representation: the steps of a
+// pipeline schedule (their kinds are the boundary package abi's, shared with
+// runtime/pipe, under the names Kind, Forward, SendF, ...), the placement of virtual stages on ranks, the per-rank
 // step lists that make a Program, and the text and CSV forms used to exchange
 // schedules with PyTorch's torch.distributed.pipelining and hyper-parallel.
 //

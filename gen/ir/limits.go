@@ -1,6 +1,10 @@
 package ir
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/abi"
+)
 
 // The limits on the size of a program. Every schedule ppgen builds or reads
 // is checked against them before anything sized by its numbers is
@@ -10,11 +14,9 @@ import "fmt"
 const (
 	// MaxIndex is the largest stage, micro-batch or rank number a step may
 	// name, so a program has at most MaxIndex+1 (65535) stages,
-	// micro-batches and ranks. It restates the limit of runtime/pipe's
-	// packed step arguments (pipe.At: 16-bit fields, 0xffff standing for
-	// -1), which gen/emit checks too; gen may not import runtime, so the
-	// value is repeated here and the two must agree.
-	MaxIndex = 65534
+	// micro-batches and ranks: the limit of the packed step argument
+	// (abi.At: 16-bit fields, 0xffff standing for -1), abi.MaxIndex.
+	MaxIndex = abi.MaxIndex
 	// MaxChunks bounds stages × micro-batches: the (stage, micro-batch)
 	// chunks whose tables verify, the passes and the simulator allocate.
 	// Each chunk becomes a handful of steps, and a generated file a few

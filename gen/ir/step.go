@@ -199,8 +199,9 @@ func parseIndex(text, what, digits string) (int, error) {
 }
 
 func kindList() string {
-	names := make([]string, 0, numKinds)
-	for _, k := range Kinds() {
+	kinds := Kinds()
+	names := make([]string, 0, len(kinds))
+	for _, k := range kinds {
 		names = append(names, k.String())
 	}
 	return strings.Join(names, ", ")

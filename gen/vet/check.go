@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/tools/go/analysis"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -559,25 +560,16 @@ func (c *checker) decodeOpsCall(e ast.Expr) (string, *ast.CompositeLit, bool) {
 // tableOp reads one op of a DecodeOps call: its kind letter and pipe.At
 // literal, decoded as pipe.DecodeOps does.
 func tableOp(code byte, e ast.Expr) ([6]string, bool) {
-	kind, ok := codeKinds[code]
+	kind := abi.KindOfCode(code)
 	lit, isLit := e.(*ast.BasicLit)
-	if !ok || !isLit || lit.Kind != token.INT {
+	if !kind.Valid() || !isLit || lit.Kind != token.INT {
 		return [6]string{}, false
 	}
 	v, err := strconv.ParseUint(lit.Value, 0, 64)
 	if err != nil {
 		return [6]string{}, false
 	}
-	f := func(shift uint) int {
-		if x := int(v >> shift & emit.AtMax); x != emit.AtMax {
-			return x
-		}
-		return ir.None
-	}
-	stage, micro, peer, slot, src := f(48), f(32), ir.None, f(16), f(0)
-	if kind.IsComm() {
-		peer, slot, src = f(16), f(0), ir.None
-	}
+	stage, micro, peer, slot, src := abi.At(v).Operands(kind)
 	itoa := strconv.Itoa
 	return [6]string{opName(kind), itoa(stage), itoa(micro), itoa(peer), itoa(slot), itoa(src)}, true
 }

@@ -7,62 +7,40 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 )
-
-// shape is the argument list of a runtime call (emit.Shape).
-type shape = emit.Shape
-
-const (
-	argsNone    = emit.ArgsNone    // ()
-	argsLocal   = emit.ArgsLocal   // (stage, micro, slot)
-	argsComm    = emit.ArgsComm    // (stage, micro, peer, slot)
-	argsCompute = emit.ArgsCompute // (stage, micro, slot, src)
-	argsOverlap = emit.ArgsOverlap // F's (stage, micro, slot, src) and the backward's (kind, stage, micro, slot, src), in sub-step order
-	argsStage   = emit.ArgsStage   // (stage)
-)
-
-var argNames = [...][]string{
-	argsNone:    nil,
-	argsLocal:   {"stage", "micro", "slot"},
-	argsComm:    {"stage", "micro", "peer", "slot"},
-	argsCompute: {"stage", "micro", "slot", "src"},
-	argsOverlap: nil,
-	argsStage:   {"stage"},
-}
 
 // method is how gen/emit writes one step kind: its pipe.Exec method and
 // arguments.
 type method struct {
 	kind   ir.Kind
-	args   shape
+	args   abi.Shape
 	packed bool         // takes one pipe.At constant
 	fused  *emit.Fusion // two steps in one call (kind is unused)
 }
 
-// methods (by pipe.Exec method name), opKinds (by the pipe.OpKind constant
-// of an overlap's backward kind argument, and for naming -table entries) and
-// codeKinds (by the letter of a -table kinds string) come from gen/emit's
-// call table, so reading generated code back always matches what the emitter
-// writes.
+// methods (by pipe.Exec method name) and opKinds (by the pipe.OpKind
+// constant of an overlap's backward kind argument, and for naming -table
+// entries) come from gen/emit's call table, the arguments and the letters of
+// -table kinds strings from abi, so reading generated code back always
+// matches what the emitter writes.
 var (
-	methods   = map[string]method{}
-	opKinds   = map[string]ir.Kind{}
-	codeKinds = map[byte]ir.Kind{} // by the kind letter of -table entries
+	methods = map[string]method{}
+	opKinds = map[string]ir.Kind{}
 )
 
 func init() {
 	for _, c := range emit.Calls() {
-		methods[c.Method] = method{kind: c.Kind, args: c.Args}
+		methods[c.Method] = method{kind: c.Kind, args: c.Kind.Shape()}
 		if c.Packed != "" {
-			methods[c.Packed] = method{kind: c.Kind, args: c.Args, packed: true}
+			methods[c.Packed] = method{kind: c.Kind, args: c.Kind.Shape(), packed: true}
 		}
 		opKinds[c.Op] = c.Kind
-		codeKinds[c.Code] = c.Kind
 	}
 	for _, f := range emit.Fusions() {
-		methods[f.Method] = method{args: argsCompute, packed: true, fused: &f}
+		methods[f.Method] = method{args: abi.ArgsCompute, packed: true, fused: &f}
 	}
 }
 
@@ -395,11 +373,11 @@ func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
 		}
 		return s
 	}
-	if meth.args == argsOverlap {
+	if meth.args == abi.ArgsOverlap {
 		s.st, s.subSrc, s.ok = m.readOverlap(call, meth.kind, r, index)
 		return s
 	}
-	names := argNames[meth.args]
+	names := meth.args.Args()
 	var vals []int
 	var ok bool
 	if meth.packed {
@@ -412,15 +390,15 @@ func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
 	}
 	s.ok = true
 	switch meth.args {
-	case argsNone:
+	case abi.ArgsNone:
 		s.st = ir.Step{Kind: meth.kind, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
-	case argsStage:
+	case abi.ArgsStage:
 		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: ir.None, Peer: ir.None, Slot: ir.None}
-	case argsLocal:
+	case abi.ArgsLocal:
 		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: ir.None, Slot: vals[2]}
-	case argsComm:
+	case abi.ArgsComm:
 		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: vals[2], Slot: vals[3]}
-	case argsCompute:
+	case abi.ArgsCompute:
 		s.st = ir.Step{Kind: meth.kind, Stage: vals[0], Micro: vals[1], Peer: ir.None, Slot: vals[2]}
 		s.src = vals[3]
 	}
@@ -438,7 +416,7 @@ func (m *model) readFused(call *ast.CallExpr, name string, f emit.Fusion, r, ind
 		return &step{call: call, rank: r, index: i, method: name, src: ir.None, subSrc: [2]int{ir.None, ir.None}}
 	}
 	a, b := newStep(index), newStep(index+1)
-	vals, ok := m.readAt(call, argsCompute, r, index, exprString(call))
+	vals, ok := m.readAt(call, abi.ArgsCompute, r, index, exprString(call))
 	if !ok {
 		return []*step{a, b}
 	}
@@ -505,7 +483,7 @@ func (m *model) readArgs(call *ast.CallExpr, args []ast.Expr, names []string, r,
 
 // readAt reads the one pipe.At argument of a packed call (x.F(0x...)) and
 // returns its fields in the order of the unpacked call's arguments.
-func (m *model) readAt(call *ast.CallExpr, args shape, r, index int, text string) ([]int, bool) {
+func (m *model) readAt(call *ast.CallExpr, args abi.Shape, r, index int, text string) ([]int, bool) {
 	if len(call.Args) != 1 {
 		m.report(call, "rank %d step %d: %s has %d arguments; the runtime call takes one pipe.At constant", r, index, text, len(call.Args))
 		return nil, false
@@ -520,15 +498,8 @@ func (m *model) readAt(call *ast.CallExpr, args shape, r, index int, text string
 		m.report(call.Args[0], "rank %d step %d: the argument of %s is %s, not a pipe.At constant: generated steps pass an integer literal such as 0x0003_0011_0002_ffff", r, index, text, exprString(call.Args[0]))
 		return nil, false
 	}
-	f := func(shift uint) int {
-		x := int(v >> shift & emit.AtMax)
-		if x == emit.AtMax {
-			return ir.None
-		}
-		return x
-	}
-	stage, micro, c, d := f(48), f(32), f(16), f(0)
-	if args == argsLocal {
+	stage, micro, c, d := abi.At(v).Unpack()
+	if args == abi.ArgsLocal {
 		if d != ir.None {
 			m.report(call.Args[0], "rank %d step %d: %s sets the unused low field of its pipe.At to %d; generated code sets it to 0xffff", r, index, text, d)
 			return nil, false
@@ -551,7 +522,7 @@ func (m *model) readOverlap(call *ast.CallExpr, kind ir.Kind, r, index int) (ir.
 	if kind == ir.OverlapBF {
 		bArgs, fArgs = call.Args[0:5], call.Args[5:9]
 	}
-	computeNames := argNames[argsCompute]
+	computeNames := abi.ArgsCompute.Args()
 	fv, okF := m.readArgs(call, fArgs, computeNames, r, index, text)
 	var bk ir.Kind
 	okK := false

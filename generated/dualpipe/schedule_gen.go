@@ -248,7 +248,7 @@ var Program = [][]pipe.Op{
 		0x0007_0005_0004_ffff, // 7DATA_LOAD5 slot 4
 		0x0007_0005_0004_ffff, // 7F5 slot 4
 		0x0000_0003_0003_ffff, // 0DATA_LOAD3 slot 3
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0000_0003_0003_ffff, // 0F3 slot 3
 		0x0007_0005_0004_ffff, // 7B5 slot 4
 		0x0007_0006_0005_ffff, // 7DATA_LOAD6 slot 5
@@ -256,7 +256,7 @@ var Program = [][]pipe.Op{
 		0x0007_0005_0001_0004, // 7SEND_B5 peer 1, slot 4
 		0x0007_0006_0001_0005, // 7RECV_F6 peer 1, slot 5
 		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0007_0006_0005_ffff, // 7F6 slot 5
 		0x0000_0000_0000_ffff, // 0B0 slot 0
 		0x0007_0006_0005_ffff, // 7B6 slot 5
@@ -264,7 +264,7 @@ var Program = [][]pipe.Op{
 		0x0007_0007_0001_0000, // 7RECV_F7 peer 1, slot 0
 		0x0007_0006_0001_0005, // 7SEND_B6 peer 1, slot 5
 		0x0000_0001_0001_0001, // 0RECV_B1 peer 1, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0007_0007_0000_ffff, // 7F7 slot 0
 		0x0000_0001_0001_ffff, // 0B1 slot 1
 		0x0007_0007_0000_ffff, // 7B7 slot 0
@@ -299,20 +299,20 @@ var Program = [][]pipe.Op{
 		0x0006_0004_0002_0001, // 6SEND_B4 peer 2, slot 1
 		0x0001_0000_0002_0000, // 1RECV_B0 peer 2, slot 0
 		0x0001_0003_0000_0001, // 1RECV_F3 peer 0, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0006_0006_0005_ffff, // 6F6 slot 5
 		0x0001_0000_0000_ffff, // 1B0 slot 0
 		0x0006_0005_0000_0004, // 6RECV_B5 peer 0, slot 4
 		0x0006_0006_0000_0005, // 6SEND_F6 peer 0, slot 5
 		0x0001_0000_0000_0000, // 1SEND_B0 peer 0, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0001_0003_0001_ffff, // 1F3 slot 1
 		0x0006_0005_0004_ffff, // 6B5 slot 4
 		0x0006_0007_0002_0000, // 6RECV_F7 peer 2, slot 0
 		0x0001_0003_0002_0001, // 1SEND_F3 peer 2, slot 1
 		0x0006_0005_0002_0004, // 6SEND_B5 peer 2, slot 4
 		0x0001_0001_0002_0002, // 1RECV_B1 peer 2, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0006_0007_0000_ffff, // 6F7 slot 0
 		0x0001_0001_0002_ffff, // 1B1 slot 2
 		0x0006_0007_0000_0000, // 6SEND_F7 peer 0, slot 0
@@ -355,20 +355,20 @@ var Program = [][]pipe.Op{
 		0x0005_0004_0001_0000, // 5RECV_B4 peer 1, slot 0
 		0x0002_0000_0001_0002, // 2SEND_B0 peer 1, slot 2
 		0x0005_0007_0003_0002, // 5RECV_F7 peer 3, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0002_0002_0005_ffff, // 2F2 slot 5
 		0x0005_0004_0000_ffff, // 5B4 slot 0
 		0x0002_0001_0003_0004, // 2RECV_B1 peer 3, slot 4
 		0x0002_0002_0003_0005, // 2SEND_F2 peer 3, slot 5
 		0x0005_0004_0003_0000, // 5SEND_B4 peer 3, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0005_0007_0002_ffff, // 5F7 slot 2
 		0x0002_0001_0004_ffff, // 2B1 slot 4
 		0x0005_0007_0001_0002, // 5SEND_F7 peer 1, slot 2
 		0x0002_0003_0001_0000, // 2RECV_F3 peer 1, slot 0
 		0x0005_0005_0001_0001, // 5RECV_B5 peer 1, slot 1
 		0x0002_0001_0001_0004, // 2SEND_B1 peer 1, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0002_0003_0000_ffff, // 2F3 slot 0
 		0x0005_0005_0001_ffff, // 5B5 slot 1
 		0x0002_0003_0003_0000, // 2SEND_F3 peer 3, slot 0
@@ -409,7 +409,7 @@ var Program = [][]pipe.Op{
 		0x0003_0001_0004_ffff, // 3DATA_LOAD1 slot 4
 		0x0003_0001_0004_ffff, // 3F1 slot 4
 		0x0004_0007_0003_ffff, // 4DATA_LOAD7 slot 3
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0004_0007_0003_ffff, // 4F7 slot 3
 		0x0003_0001_0004_ffff, // 3B1 slot 4
 		0x0003_0002_0005_ffff, // 3DATA_LOAD2 slot 5
@@ -417,7 +417,7 @@ var Program = [][]pipe.Op{
 		0x0003_0001_0002_0004, // 3SEND_B1 peer 2, slot 4
 		0x0003_0002_0002_0005, // 3RECV_F2 peer 2, slot 5
 		0x0004_0004_0002_0000, // 4RECV_B4 peer 2, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0003_0002_0005_ffff, // 3F2 slot 5
 		0x0004_0004_0000_ffff, // 4B4 slot 0
 		0x0003_0002_0005_ffff, // 3B2 slot 5
@@ -425,7 +425,7 @@ var Program = [][]pipe.Op{
 		0x0003_0003_0002_0000, // 3RECV_F3 peer 2, slot 0
 		0x0004_0005_0002_0001, // 4RECV_B5 peer 2, slot 1
 		0x0003_0002_0002_0005, // 3SEND_B2 peer 2, slot 5
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0003_0003_0000_ffff, // 3F3 slot 0
 		0x0004_0005_0001_ffff, // 4B5 slot 1
 		0x0003_0003_0000_ffff, // 3B3 slot 0

@@ -407,7 +407,7 @@ var Program = [][]pipe.Op{
 		0x0007_0003_0008_ffff, // 7DATA_LOAD3 slot 8
 		0x0007_0003_0008_ffff, // 7F3 slot 8
 		0x0000_0007_0007_ffff, // 0DATA_LOAD7 slot 7
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0000_0007_0007_ffff, // 0F7 slot 7
 		0x0007_0003_0008_ffff, // 7B3 slot 8
 		0x0007_0004_0009_ffff, // 7DATA_LOAD4 slot 9
@@ -415,7 +415,7 @@ var Program = [][]pipe.Op{
 		0x0007_0003_0001_0008, // 7SEND_B3 peer 1, slot 8
 		0x0007_0004_0001_0009, // 7RECV_F4 peer 1, slot 9
 		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0007_0004_0009_ffff, // 7F4 slot 9
 		0x0000_0000_0000_ffff, // 0B0 slot 0
 		0x0007_0004_0009_ffff, // 7B4 slot 9
@@ -423,7 +423,7 @@ var Program = [][]pipe.Op{
 		0x0007_0005_0001_0000, // 7RECV_F5 peer 1, slot 0
 		0x0007_0004_0001_0009, // 7SEND_B4 peer 1, slot 9
 		0x0000_0001_0001_0001, // 0RECV_B1 peer 1, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0007_0005_0000_ffff, // 7F5 slot 0
 		0x0000_0001_0001_ffff, // 0B1 slot 1
 		0x0007_0005_0000_ffff, // 7B5 slot 0
@@ -431,7 +431,7 @@ var Program = [][]pipe.Op{
 		0x0007_0006_0001_0001, // 7RECV_F6 peer 1, slot 1
 		0x0007_0005_0001_0000, // 7SEND_B5 peer 1, slot 0
 		0x0000_0002_0001_0002, // 0RECV_B2 peer 1, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0007_0006_0001_ffff, // 7F6 slot 1
 		0x0000_0002_0002_ffff, // 0B2 slot 2
 		0x0007_0006_0001_ffff, // 7B6 slot 1
@@ -439,7 +439,7 @@ var Program = [][]pipe.Op{
 		0x0007_0007_0001_0000, // 7RECV_F7 peer 1, slot 0
 		0x0007_0006_0001_0001, // 7SEND_B6 peer 1, slot 1
 		0x0000_0003_0001_0003, // 0RECV_B3 peer 1, slot 3
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0007_0007_0000_ffff, // 7F7 slot 0
 		0x0000_0003_0003_ffff, // 0B3 slot 3
 		0x0007_0007_0000_ffff, // 7B7 slot 0
@@ -499,7 +499,7 @@ var Program = [][]pipe.Op{
 		0x0006_0003_0005_ffff, // 6F3 slot 5
 		0x0006_0003_0000_0005, // 6SEND_F3 peer 0, slot 5
 		0x0006_0002_0000_0009, // 6RECV_B2 peer 0, slot 9
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0001_0006_0007_ffff, // 1F6 slot 7
 		0x0006_0002_0009_ffff, // 6B2 slot 9
 		0x0001_0006_0002_0007, // 1SEND_F6 peer 2, slot 7
@@ -507,20 +507,20 @@ var Program = [][]pipe.Op{
 		0x0006_0004_0002_0008, // 6RECV_F4 peer 2, slot 8
 		0x0001_0000_0002_0000, // 1RECV_B0 peer 2, slot 0
 		0x0001_0007_0000_0009, // 1RECV_F7 peer 0, slot 9
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0006_0004_0008_ffff, // 6F4 slot 8
 		0x0001_0000_0000_ffff, // 1B0 slot 0
 		0x0006_0003_0000_0005, // 6RECV_B3 peer 0, slot 5
 		0x0006_0004_0000_0008, // 6SEND_F4 peer 0, slot 8
 		0x0001_0000_0000_0000, // 1SEND_B0 peer 0, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0001_0007_0009_ffff, // 1F7 slot 9
 		0x0006_0003_0005_ffff, // 6B3 slot 5
 		0x0006_0005_0002_0000, // 6RECV_F5 peer 2, slot 0
 		0x0001_0007_0002_0009, // 1SEND_F7 peer 2, slot 9
 		0x0006_0003_0002_0005, // 6SEND_B3 peer 2, slot 5
 		0x0001_0001_0002_0001, // 1RECV_B1 peer 2, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0006_0005_0000_ffff, // 6F5 slot 0
 		0x0001_0001_0001_ffff, // 1B1 slot 1
 		0x0006_0005_0000_0000, // 6SEND_F5 peer 0, slot 0
@@ -530,7 +530,7 @@ var Program = [][]pipe.Op{
 		0x0006_0006_0002_0001, // 6RECV_F6 peer 2, slot 1
 		0x0006_0004_0002_0008, // 6SEND_B4 peer 2, slot 8
 		0x0001_0002_0002_0002, // 1RECV_B2 peer 2, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0006_0006_0001_ffff, // 6F6 slot 1
 		0x0001_0002_0002_ffff, // 1B2 slot 2
 		0x0006_0006_0000_0001, // 6SEND_F6 peer 0, slot 1
@@ -540,7 +540,7 @@ var Program = [][]pipe.Op{
 		0x0006_0007_0002_0002, // 6RECV_F7 peer 2, slot 2
 		0x0006_0005_0002_0000, // 6SEND_B5 peer 2, slot 0
 		0x0001_0003_0002_0003, // 1RECV_B3 peer 2, slot 3
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0006_0007_0002_ffff, // 6F7 slot 2
 		0x0001_0003_0003_ffff, // 1B3 slot 3
 		0x0006_0007_0000_0002, // 6SEND_F7 peer 0, slot 2
@@ -603,7 +603,7 @@ var Program = [][]pipe.Op{
 		0x0005_0003_0009_ffff, // 5F3 slot 9
 		0x0005_0003_0001_0009, // 5SEND_F3 peer 1, slot 9
 		0x0005_0001_0001_0006, // 5RECV_B1 peer 1, slot 6
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0002_0005_0007_ffff, // 2F5 slot 7
 		0x0005_0001_0006_ffff, // 5B1 slot 6
 		0x0002_0005_0003_0007, // 2SEND_F5 peer 3, slot 7
@@ -611,34 +611,34 @@ var Program = [][]pipe.Op{
 		0x0005_0004_0003_0003, // 5RECV_F4 peer 3, slot 3
 		0x0002_0000_0003_0000, // 2RECV_B0 peer 3, slot 0
 		0x0002_0006_0001_0006, // 2RECV_F6 peer 1, slot 6
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0005_0004_0003_ffff, // 5F4 slot 3
 		0x0002_0000_0000_ffff, // 2B0 slot 0
 		0x0005_0002_0001_0008, // 5RECV_B2 peer 1, slot 8
 		0x0005_0004_0001_0003, // 5SEND_F4 peer 1, slot 3
 		0x0002_0000_0001_0000, // 2SEND_B0 peer 1, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0002_0006_0006_ffff, // 2F6 slot 6
 		0x0005_0002_0008_ffff, // 5B2 slot 8
 		0x0005_0005_0003_0000, // 5RECV_F5 peer 3, slot 0
 		0x0002_0006_0003_0006, // 2SEND_F6 peer 3, slot 6
 		0x0005_0002_0003_0008, // 5SEND_B2 peer 3, slot 8
 		0x0002_0001_0003_0001, // 2RECV_B1 peer 3, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0005_0005_0000_ffff, // 5F5 slot 0
 		0x0002_0001_0001_ffff, // 2B1 slot 1
 		0x0005_0005_0001_0000, // 5SEND_F5 peer 1, slot 0
 		0x0002_0007_0001_0008, // 2RECV_F7 peer 1, slot 8
 		0x0005_0003_0001_0009, // 5RECV_B3 peer 1, slot 9
 		0x0002_0001_0001_0001, // 2SEND_B1 peer 1, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0002_0007_0008_ffff, // 2F7 slot 8
 		0x0005_0003_0009_ffff, // 5B3 slot 9
 		0x0005_0006_0003_0001, // 5RECV_F6 peer 3, slot 1
 		0x0002_0007_0003_0008, // 2SEND_F7 peer 3, slot 8
 		0x0005_0003_0003_0009, // 5SEND_B3 peer 3, slot 9
 		0x0002_0002_0003_0002, // 2RECV_B2 peer 3, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0005_0006_0001_ffff, // 5F6 slot 1
 		0x0002_0002_0002_ffff, // 2B2 slot 2
 		0x0005_0006_0001_0001, // 5SEND_F6 peer 1, slot 1
@@ -648,7 +648,7 @@ var Program = [][]pipe.Op{
 		0x0005_0007_0003_0002, // 5RECV_F7 peer 3, slot 2
 		0x0005_0004_0003_0003, // 5SEND_B4 peer 3, slot 3
 		0x0002_0003_0003_0004, // 2RECV_B3 peer 3, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0005_0007_0002_ffff, // 5F7 slot 2
 		0x0002_0003_0004_ffff, // 2B3 slot 4
 		0x0005_0007_0001_0002, // 5SEND_F7 peer 1, slot 2
@@ -702,36 +702,36 @@ var Program = [][]pipe.Op{
 		0x0004_0000_0002_0002, // 4RECV_B0 peer 2, slot 2
 		0x0004_0000_0002_ffff, // 4B0 slot 2
 		0x0003_0005_0002_0009, // 3RECV_F5 peer 2, slot 9
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0004_0004_000a_0007, // 4F4 slot 10, src slot 7
 		0x0003_0000_0000_0002, // 3B0 slot 0, src slot 2
 		0x0004_0001_0002_0004, // 4RECV_B1 peer 2, slot 4
 		0x0004_0004_0002_000a, // 4SEND_F4 peer 2, slot 10
 		0x0003_0000_0002_0000, // 3SEND_B0 peer 2, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0003_0005_0009_ffff, // 3F5 slot 9
 		0x0004_0001_0004_ffff, // 4B1 slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0004_0005_0000_0009, // 4F5 slot 0, src slot 9
 		0x0003_0001_0001_0004, // 3B1 slot 1, src slot 4
 		0x0004_0005_0002_0000, // 4SEND_F5 peer 2, slot 0
 		0x0003_0006_0002_0002, // 3RECV_F6 peer 2, slot 2
 		0x0004_0002_0002_0006, // 4RECV_B2 peer 2, slot 6
 		0x0003_0001_0002_0001, // 3SEND_B1 peer 2, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0003_0006_0002_ffff, // 3F6 slot 2
 		0x0004_0002_0006_ffff, // 4B2 slot 6
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0004_0006_0001_0002, // 4F6 slot 1, src slot 2
 		0x0003_0002_0003_0006, // 3B2 slot 3, src slot 6
 		0x0004_0006_0002_0001, // 4SEND_F6 peer 2, slot 1
 		0x0003_0007_0002_0004, // 3RECV_F7 peer 2, slot 4
 		0x0004_0003_0002_0008, // 4RECV_B3 peer 2, slot 8
 		0x0003_0002_0002_0003, // 3SEND_B2 peer 2, slot 3
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0003_0007_0004_ffff, // 3F7 slot 4
 		0x0004_0003_0008_ffff, // 4B3 slot 8
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0004_0007_0003_0004, // 4F7 slot 3, src slot 4
 		0x0003_0003_0005_0008, // 3B3 slot 5, src slot 8
 		0x0004_0007_0002_0003, // 4SEND_F7 peer 2, slot 3

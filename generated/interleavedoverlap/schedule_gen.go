@@ -429,7 +429,7 @@ var Program = [][]pipe.Op{
 		0x0000_0007_000b_ffff, // 0DATA_LOAD7 slot 11
 		0x0000_0006_0001_000a, // 0SEND_F6 peer 1, slot 10
 		0x0004_0000_0001_0004, // 4RECV_B0 peer 1, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0004_0000_0004_ffff, // 4I0 slot 4
 		0x0000_0007_000b_ffff, // 0F7 slot 11
 		0x0000_0007_0001_000b, // 0SEND_F7 peer 1, slot 11
@@ -437,7 +437,7 @@ var Program = [][]pipe.Op{
 		0x0004_0000_0004_ffff, // 4W0 slot 4
 		0x0004_0001_0001_0005, // 4RECV_B1 peer 1, slot 5
 		0x0004_0004_0003_0004, // 4RECV_F4 peer 3, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0004_0001_0005_ffff, // 4I1 slot 5
 		0x0004_0004_0004_ffff, // 4F4 slot 4
 		0x0004_0002_0001_0006, // 4RECV_B2 peer 1, slot 6
@@ -445,7 +445,7 @@ var Program = [][]pipe.Op{
 		0x0004_0001_0003_0005, // 4SEND_B1 peer 3, slot 5
 		0x0004_0001_0005_ffff, // 4W1 slot 5
 		0x0004_0005_0003_0005, // 4RECV_F5 peer 3, slot 5
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0004_0002_0006_ffff, // 4I2 slot 6
 		0x0004_0005_0005_ffff, // 4F5 slot 5
 		0x0004_0003_0001_0007, // 4RECV_B3 peer 1, slot 7
@@ -453,7 +453,7 @@ var Program = [][]pipe.Op{
 		0x0004_0002_0003_0006, // 4SEND_B2 peer 3, slot 6
 		0x0004_0002_0006_ffff, // 4W2 slot 6
 		0x0004_0006_0003_0006, // 4RECV_F6 peer 3, slot 6
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0004_0003_0007_ffff, // 4I3 slot 7
 		0x0004_0006_0006_ffff, // 4F6 slot 6
 		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
@@ -461,7 +461,7 @@ var Program = [][]pipe.Op{
 		0x0004_0003_0003_0007, // 4SEND_B3 peer 3, slot 7
 		0x0004_0003_0007_ffff, // 4W3 slot 7
 		0x0004_0007_0003_0007, // 4RECV_F7 peer 3, slot 7
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0000_0000_0000_ffff, // 0I0 slot 0
 		0x0004_0007_0007_ffff, // 4F7 slot 7
 		0x0000_0001_0001_0001, // 0RECV_B1 peer 1, slot 1
@@ -524,7 +524,7 @@ var Program = [][]pipe.Op{
 		0x0001_0004_0002_0008, // 1SEND_F4 peer 2, slot 8
 		0x0001_0005_0000_0009, // 1RECV_F5 peer 0, slot 9
 		0x0005_0000_0002_0004, // 5RECV_B0 peer 2, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0005_0000_0004_ffff, // 5I0 slot 4
 		0x0001_0005_0009_ffff, // 1F5 slot 9
 		0x0001_0005_0002_0009, // 1SEND_F5 peer 2, slot 9
@@ -533,14 +533,14 @@ var Program = [][]pipe.Op{
 		0x0005_0000_0004_ffff, // 5W0 slot 4
 		0x0001_0007_0000_0004, // 1RECV_F7 peer 0, slot 4
 		0x0005_0001_0002_0005, // 5RECV_B1 peer 2, slot 5
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0005_0001_0005_ffff, // 5I1 slot 5
 		0x0001_0006_000a_ffff, // 1F6 slot 10
 		0x0001_0006_0002_000a, // 1SEND_F6 peer 2, slot 10
 		0x0005_0001_0000_0005, // 5SEND_B1 peer 0, slot 5
 		0x0005_0001_0005_ffff, // 5W1 slot 5
 		0x0005_0002_0002_0006, // 5RECV_B2 peer 2, slot 6
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0005_0002_0006_ffff, // 5I2 slot 6
 		0x0001_0007_0004_ffff, // 1F7 slot 4
 		0x0001_0007_0002_0004, // 1SEND_F7 peer 2, slot 4
@@ -548,7 +548,7 @@ var Program = [][]pipe.Op{
 		0x0005_0002_0006_ffff, // 5W2 slot 6
 		0x0005_0004_0000_0005, // 5RECV_F4 peer 0, slot 5
 		0x0005_0003_0002_0007, // 5RECV_B3 peer 2, slot 7
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0005_0003_0007_ffff, // 5I3 slot 7
 		0x0005_0004_0005_ffff, // 5F4 slot 5
 		0x0005_0004_0002_0005, // 5SEND_F4 peer 2, slot 5
@@ -556,7 +556,7 @@ var Program = [][]pipe.Op{
 		0x0005_0003_0007_ffff, // 5W3 slot 7
 		0x0005_0005_0000_0006, // 5RECV_F5 peer 0, slot 6
 		0x0001_0000_0002_0000, // 1RECV_B0 peer 2, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0001_0000_0000_ffff, // 1I0 slot 0
 		0x0005_0005_0006_ffff, // 5F5 slot 6
 		0x0005_0005_0002_0006, // 5SEND_F5 peer 2, slot 6
@@ -564,7 +564,7 @@ var Program = [][]pipe.Op{
 		0x0001_0000_0000_ffff, // 1W0 slot 0
 		0x0005_0006_0000_0000, // 5RECV_F6 peer 0, slot 0
 		0x0001_0001_0002_0001, // 1RECV_B1 peer 2, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0001_0001_0001_ffff, // 1I1 slot 1
 		0x0005_0006_0000_ffff, // 5F6 slot 0
 		0x0005_0006_0002_0000, // 5SEND_F6 peer 2, slot 0
@@ -572,7 +572,7 @@ var Program = [][]pipe.Op{
 		0x0001_0001_0001_ffff, // 1W1 slot 1
 		0x0005_0007_0000_0001, // 5RECV_F7 peer 0, slot 1
 		0x0001_0002_0002_0002, // 1RECV_B2 peer 2, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0001_0002_0002_ffff, // 1I2 slot 2
 		0x0005_0007_0001_ffff, // 5F7 slot 1
 		0x0005_0007_0002_0001, // 5SEND_F7 peer 2, slot 1
@@ -631,7 +631,7 @@ var Program = [][]pipe.Op{
 		0x0006_0002_0003_0006, // 6SEND_F2 peer 3, slot 6
 		0x0006_0003_0001_0007, // 6RECV_F3 peer 1, slot 7
 		0x0006_0000_0003_0004, // 6RECV_B0 peer 3, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0006_0000_0004_ffff, // 6I0 slot 4
 		0x0006_0003_0007_ffff, // 6F3 slot 7
 		0x0006_0003_0003_0007, // 6SEND_F3 peer 3, slot 7
@@ -640,7 +640,7 @@ var Program = [][]pipe.Op{
 		0x0006_0000_0004_ffff, // 6W0 slot 4
 		0x0002_0005_0001_0004, // 2RECV_F5 peer 1, slot 4
 		0x0006_0001_0003_0005, // 6RECV_B1 peer 3, slot 5
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0006_0001_0005_ffff, // 6I1 slot 5
 		0x0002_0004_0008_ffff, // 2F4 slot 8
 		0x0002_0004_0003_0008, // 2SEND_F4 peer 3, slot 8
@@ -648,7 +648,7 @@ var Program = [][]pipe.Op{
 		0x0006_0001_0005_ffff, // 6W1 slot 5
 		0x0002_0006_0001_0005, // 2RECV_F6 peer 1, slot 5
 		0x0006_0002_0003_0006, // 6RECV_B2 peer 3, slot 6
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0006_0002_0006_ffff, // 6I2 slot 6
 		0x0002_0005_0004_ffff, // 2F5 slot 4
 		0x0002_0005_0003_0004, // 2SEND_F5 peer 3, slot 4
@@ -656,7 +656,7 @@ var Program = [][]pipe.Op{
 		0x0006_0002_0006_ffff, // 6W2 slot 6
 		0x0002_0007_0001_0006, // 2RECV_F7 peer 1, slot 6
 		0x0006_0003_0003_0007, // 6RECV_B3 peer 3, slot 7
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0006_0003_0007_ffff, // 6I3 slot 7
 		0x0002_0006_0005_ffff, // 2F6 slot 5
 		0x0002_0006_0003_0005, // 2SEND_F6 peer 3, slot 5
@@ -664,7 +664,7 @@ var Program = [][]pipe.Op{
 		0x0006_0003_0007_ffff, // 6W3 slot 7
 		0x0006_0004_0001_0007, // 6RECV_F4 peer 1, slot 7
 		0x0002_0000_0003_0000, // 2RECV_B0 peer 3, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0002_0000_0000_ffff, // 2I0 slot 0
 		0x0002_0007_0006_ffff, // 2F7 slot 6
 		0x0002_0007_0003_0006, // 2SEND_F7 peer 3, slot 6
@@ -672,7 +672,7 @@ var Program = [][]pipe.Op{
 		0x0002_0000_0000_ffff, // 2W0 slot 0
 		0x0006_0005_0001_0000, // 6RECV_F5 peer 1, slot 0
 		0x0002_0001_0003_0001, // 2RECV_B1 peer 3, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0002_0001_0001_ffff, // 2I1 slot 1
 		0x0006_0004_0007_ffff, // 6F4 slot 7
 		0x0006_0004_0003_0007, // 6SEND_F4 peer 3, slot 7
@@ -680,7 +680,7 @@ var Program = [][]pipe.Op{
 		0x0002_0001_0001_ffff, // 2W1 slot 1
 		0x0006_0006_0001_0001, // 6RECV_F6 peer 1, slot 1
 		0x0002_0002_0003_0002, // 2RECV_B2 peer 3, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0002_0002_0002_ffff, // 2I2 slot 2
 		0x0006_0005_0000_ffff, // 6F5 slot 0
 		0x0006_0005_0003_0000, // 6SEND_F5 peer 3, slot 0
@@ -688,14 +688,14 @@ var Program = [][]pipe.Op{
 		0x0002_0002_0002_ffff, // 2W2 slot 2
 		0x0006_0007_0001_0002, // 6RECV_F7 peer 1, slot 2
 		0x0002_0003_0003_0003, // 2RECV_B3 peer 3, slot 3
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0002_0003_0003_ffff, // 2I3 slot 3
 		0x0006_0006_0001_ffff, // 6F6 slot 1
 		0x0006_0006_0003_0001, // 6SEND_F6 peer 3, slot 1
 		0x0002_0003_0001_0003, // 2SEND_B3 peer 1, slot 3
 		0x0002_0003_0003_ffff, // 2W3 slot 3
 		0x0006_0004_0003_0007, // 6RECV_B4 peer 3, slot 7
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0006_0004_0007_ffff, // 6I4 slot 7
 		0x0006_0007_0002_ffff, // 6F7 slot 2
 		0x0006_0007_0003_0002, // 6SEND_F7 peer 3, slot 2
@@ -742,7 +742,7 @@ var Program = [][]pipe.Op{
 		0x0007_0000_0004_ffff, // 7F0 slot 4
 		0x0007_0001_0005_ffff, // 7DATA_LOAD1 slot 5
 		0x0007_0001_0002_0005, // 7RECV_F1 peer 2, slot 5
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0007_0000_0004_ffff, // 7I0 slot 4
 		0x0007_0001_0005_ffff, // 7F1 slot 5
 		0x0007_0002_0002_0006, // 7RECV_F2 peer 2, slot 6
@@ -750,28 +750,28 @@ var Program = [][]pipe.Op{
 		0x0007_0000_0004_ffff, // 7W0 slot 4
 		0x0007_0002_0006_ffff, // 7DATA_LOAD2 slot 6
 		0x0007_0003_0002_0004, // 7RECV_F3 peer 2, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0007_0001_0005_ffff, // 7I1 slot 5
 		0x0007_0002_0006_ffff, // 7F2 slot 6
 		0x0007_0001_0002_0005, // 7SEND_B1 peer 2, slot 5
 		0x0007_0001_0005_ffff, // 7W1 slot 5
 		0x0007_0003_0004_ffff, // 7DATA_LOAD3 slot 4
 		0x0003_0004_0002_0005, // 3RECV_F4 peer 2, slot 5
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0007_0002_0006_ffff, // 7I2 slot 6
 		0x0007_0003_0004_ffff, // 7F3 slot 4
 		0x0003_0000_0000_0000, // 3RECV_B0 peer 0, slot 0
 		0x0007_0002_0002_0006, // 7SEND_B2 peer 2, slot 6
 		0x0007_0002_0006_ffff, // 7W2 slot 6
 		0x0003_0005_0002_0006, // 3RECV_F5 peer 2, slot 6
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0007_0003_0004_ffff, // 7I3 slot 4
 		0x0003_0004_0005_ffff, // 3F4 slot 5
 		0x0003_0004_0000_0005, // 3SEND_F4 peer 0, slot 5
 		0x0007_0003_0002_0004, // 7SEND_B3 peer 2, slot 4
 		0x0007_0003_0004_ffff, // 7W3 slot 4
 		0x0003_0006_0002_0004, // 3RECV_F6 peer 2, slot 4
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0003_0000_0000_ffff, // 3I0 slot 0
 		0x0003_0005_0006_ffff, // 3F5 slot 6
 		0x0003_0001_0000_0001, // 3RECV_B1 peer 0, slot 1
@@ -779,7 +779,7 @@ var Program = [][]pipe.Op{
 		0x0003_0000_0002_0000, // 3SEND_B0 peer 2, slot 0
 		0x0003_0000_0000_ffff, // 3W0 slot 0
 		0x0003_0007_0002_0000, // 3RECV_F7 peer 2, slot 0
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0003_0001_0001_ffff, // 3I1 slot 1
 		0x0003_0006_0004_ffff, // 3F6 slot 4
 		0x0003_0002_0000_0002, // 3RECV_B2 peer 0, slot 2
@@ -787,7 +787,7 @@ var Program = [][]pipe.Op{
 		0x0003_0001_0002_0001, // 3SEND_B1 peer 2, slot 1
 		0x0003_0001_0001_ffff, // 3W1 slot 1
 		0x0007_0004_0002_0001, // 7RECV_F4 peer 2, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0003_0002_0002_ffff, // 3I2 slot 2
 		0x0003_0007_0000_ffff, // 3F7 slot 0
 		0x0003_0003_0000_0003, // 3RECV_B3 peer 0, slot 3
@@ -796,27 +796,27 @@ var Program = [][]pipe.Op{
 		0x0003_0002_0002_ffff, // 3W2 slot 2
 		0x0007_0004_0001_ffff, // 7DATA_LOAD4 slot 1
 		0x0007_0005_0002_0002, // 7RECV_F5 peer 2, slot 2
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0003_0003_0003_ffff, // 3I3 slot 3
 		0x0007_0004_0001_ffff, // 7F4 slot 1
 		0x0003_0003_0002_0003, // 3SEND_B3 peer 2, slot 3
 		0x0003_0003_0003_ffff, // 3W3 slot 3
 		0x0007_0005_0002_ffff, // 7DATA_LOAD5 slot 2
 		0x0007_0006_0002_0003, // 7RECV_F6 peer 2, slot 3
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0007_0004_0001_ffff, // 7I4 slot 1
 		0x0007_0005_0002_ffff, // 7F5 slot 2
 		0x0007_0004_0002_0001, // 7SEND_B4 peer 2, slot 1
 		0x0007_0004_0001_ffff, // 7W4 slot 1
 		0x0007_0006_0003_ffff, // 7DATA_LOAD6 slot 3
 		0x0007_0007_0002_0001, // 7RECV_F7 peer 2, slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0007_0005_0002_ffff, // 7I5 slot 2
 		0x0007_0006_0003_ffff, // 7F6 slot 3
 		0x0007_0005_0002_0002, // 7SEND_B5 peer 2, slot 2
 		0x0007_0005_0002_ffff, // 7W5 slot 2
 		0x0007_0007_0001_ffff, // 7DATA_LOAD7 slot 1
-		0xffff_ffff_ffff_ffff, // INVALID
+		0xffff_ffff_ffff_ffff, // OVERLAP_B_F
 		0x0007_0006_0003_ffff, // 7I6 slot 3
 		0x0007_0007_0001_ffff, // 7F7 slot 1
 		0x0007_0006_0002_0003, // 7SEND_B6 peer 2, slot 3

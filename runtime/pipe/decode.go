@@ -1,50 +1,11 @@
 package pipe
 
-// opCodes are the letters of the op kinds in the kinds string of DecodeOps.
-var opCodes = [numOpKinds]byte{
-	OpDataLoad:          'L',
-	OpRecvAct:           'r',
-	OpSendAct:           's',
-	OpRecvGrad:          'R',
-	OpSendGrad:          'S',
-	OpForward:           'F',
-	OpBackward:          'B',
-	OpBackwardInput:     'I',
-	OpBackwardWeight:    'W',
-	OpOptStep:           'O',
-	OpOverlapFB:         'X',
-	OpOverlapBF:         'Y',
-	OpUnshard:           'U',
-	OpReshard:           'u',
-	OpReduceGrad:        'G',
-	OpSwapLaunchOffload: 'J',
-	OpSwapWaitOffload:   'j',
-	OpSwapLaunchLoad:    'K',
-	OpSwapWaitLoad:      'k',
-	OpRecvInput:         'M',
-	OpSendInput:         'm',
-	OpRecvData:          'T',
-	OpSendData:          't',
-}
+import "github.com/ppgen/ppgen/abi"
 
-// Code returns the kind's letter in a DecodeOps kinds string ("F", "s" for
-// SEND_F, ...), or 0 for OpInvalid and unknown kinds.
-func (k OpKind) Code() byte {
-	if k < numOpKinds {
-		return opCodes[k]
-	}
-	return 0
-}
-
-// OpKindOfCode returns the kind whose Code is c, or OpInvalid.
-func OpKindOfCode(c byte) OpKind {
-	for k, code := range opCodes {
-		if code == c && code != 0 {
-			return OpKind(k)
-		}
-	}
-	return OpInvalid
-}
+// OpKindOfCode returns the kind whose Code is c, or OpInvalid: the inverse
+// of OpKind.Code, the letters of a DecodeOps kinds string ("F", "s" for
+// SEND_F, ...; the boundary package abi holds them).
+func OpKindOfCode(c byte) OpKind { return abi.KindOfCode(c) }
 
 // DecodeOps returns one rank's program as data from the compact form
 // generated code writes with -table (a []Op literal with six keyed fields
@@ -62,15 +23,9 @@ func DecodeOps(kinds string, ats []At) []Op {
 			*o = Op{Kind: OpInvalid, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1}
 			continue
 		}
-		o.Kind = OpKindOfCode(kinds[i])
-		stage, micro, c, d := ats[i].Unpack()
-		o.Stage, o.Micro = int32(stage), int32(micro)
-		switch o.Kind {
-		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput, OpRecvData, OpSendData:
-			o.Peer, o.Slot, o.Src = int32(c), int32(d), -1
-		default:
-			o.Peer, o.Slot, o.Src = -1, int32(c), int32(d)
-		}
+		o.Kind = abi.KindOfCode(kinds[i])
+		stage, micro, peer, slot, src := ats[i].Operands(o.Kind)
+		o.Stage, o.Micro, o.Peer, o.Slot, o.Src = int32(stage), int32(micro), int32(peer), int32(slot), int32(src)
 	}
 	return ops
 }

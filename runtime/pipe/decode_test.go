@@ -3,10 +3,12 @@ package pipe
 import (
 	"slices"
 	"testing"
+
+	"github.com/ppgen/ppgen/abi"
 )
 
 func TestDecodeOps(t *testing.T) {
-	for k := OpDataLoad; k < numOpKinds; k++ {
+	for _, k := range abi.Kinds() {
 		if OpKindOfCode(k.Code()) != k {
 			t.Errorf("%v: code %q decodes to %v", k, k.Code(), OpKindOfCode(k.Code()))
 		}

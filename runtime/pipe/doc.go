@@ -16,7 +16,10 @@
 // BackwardWeight, OptStep, and the overlap steps OverlapFB and OverlapBF.
 // Generated code calls the first nine in their packed form, Load, RecvF,
 // SendF, RecvB, SendB, F, B, I and W, whose one argument is an [At] holding
-// all four (it compiles about twice as fast). The overlap steps run a
+// all four (it compiles about twice as fast). [OpKind] and [At] are the
+// boundary package abi's Kind and At, which gen/ uses too, so the compiler
+// and the runtime share one list of kinds, one letter per kind in -table
+// programs ([DecodeOps]) and one At layout. The overlap steps run a
 // forward and a backward of two micro-batches together: on two goroutines
 // when their stages are different objects, one after the other otherwise (or
 // with Config.SerialOverlap), with bit-identical results. Errors are sticky:
@@ -64,8 +67,9 @@
 //	const _ = pipe.SupportPackageIsVersion1
 //
 // which breaks its build when this package no longer supports the API it was
-// generated against. When the API changes incompatibly, this package adds
-// SupportPackageIsVersion2 (and the emitter starts referring to it) and, once
+// generated against. When the API changes incompatibly, abi.Version becomes
+// 2, this package adds SupportPackageIsVersion2 (abi.VersionGuard, which the
+// emitter writes) and, once
 // the old API is dropped, removes SupportPackageIsVersion1, so stale
 // generated code fails to compile with an undefined-name error that points at
 // the guard instead of failing at run time.
@@ -79,5 +83,7 @@
 package pipe
 
 // SupportPackageIsVersion1 is referenced by generated code to assert that it
-// is compatible with this version of the runtime API. See "Versioning" above.
+// is compatible with this version of the runtime API. See "Versioning"
+// above; the version gen/emit writes is abi.Version, and its guard's name
+// abi.VersionGuard (a test checks this package declares it).
 const SupportPackageIsVersion1 = true

@@ -553,7 +553,7 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 //
 //go:noinline
 func (x *Exec) Load(a At) {
-	stage, micro, slot, _ := a.fields()
+	stage, micro, slot, _ := a.Fields()
 	if x.failed.Load() {
 		return
 	}
@@ -654,7 +654,7 @@ func (x *Exec) dataFail(stage, micro int, err error, what string) {
 //
 //go:noinline
 func (x *Exec) RecvF(a At) {
-	stage, micro, peer, slot := a.fields()
+	stage, micro, peer, slot := a.Fields()
 	if x.failed.Load() {
 		return
 	}
@@ -709,7 +709,7 @@ func (x *Exec) RecvAct(stage, micro, peer, slot int) {
 //
 //go:noinline
 func (x *Exec) SendF(a At) {
-	stage, micro, peer, slot := a.fields()
+	stage, micro, peer, slot := a.Fields()
 	if x.failed.Load() {
 		return
 	}
@@ -766,7 +766,7 @@ func (x *Exec) heldSlot(stage, micro, peer, slot int, peers []int) *slotState {
 //
 //go:noinline
 func (x *Exec) RecvB(a At) {
-	stage, micro, peer, slot := a.fields()
+	stage, micro, peer, slot := a.Fields()
 	if x.failed.Load() {
 		return
 	}
@@ -811,7 +811,7 @@ func (x *Exec) RecvGrad(stage, micro, peer, slot int) {
 //
 //go:noinline
 func (x *Exec) SendB(a At) {
-	stage, micro, peer, slot := a.fields()
+	stage, micro, peer, slot := a.Fields()
 	if x.failed.Load() {
 		return
 	}
@@ -857,7 +857,7 @@ func (x *Exec) SendGrad(stage, micro, peer, slot int) {
 //
 //go:noinline
 func (x *Exec) F(a At) {
-	stage, micro, slot, src := a.fields()
+	stage, micro, slot, src := a.Fields()
 	if src == atNone {
 		src = -1
 	}
@@ -1047,7 +1047,7 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 //
 //go:noinline
 func (x *Exec) B(a At) {
-	stage, micro, slot, src := a.fields()
+	stage, micro, slot, src := a.Fields()
 	if src == atNone {
 		src = -1
 	}
@@ -1096,7 +1096,7 @@ func (x *Exec) Backward(stage, micro, slot, src int) {
 //
 //go:noinline
 func (x *Exec) I(a At) {
-	stage, micro, slot, src := a.fields()
+	stage, micro, slot, src := a.Fields()
 	if src == atNone {
 		src = -1
 	}
@@ -1255,7 +1255,7 @@ func (x *Exec) backwardRun(k OpKind, s *slotState, stage, micro int, dy *tensor.
 //
 //go:noinline
 func (x *Exec) W(a At) {
-	stage, micro, slot, _ := a.fields()
+	stage, micro, slot, _ := a.Fields()
 	if x.failed.Load() {
 		return
 	}

@@ -4,84 +4,52 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
-// OpKind is the kind of one step of a rank's program given as data.
-type OpKind uint8
+// OpKind is the kind of one step of a rank's program given as data: the
+// boundary package's abi.Kind (gen/ir calls it Kind), so the generator and
+// the runtime share one enum, its text form (String: "F", "SEND_B", ...) and
+// its table letters (Code).
+type OpKind = abi.Kind
 
-// The step kinds, one per Exec method. The zero value is invalid.
+// The step kinds, one per Exec method, under the runtime's names. The zero
+// value is invalid.
 const (
-	OpInvalid        OpKind = iota
-	OpDataLoad              // DataLoad(Stage, Micro, Slot)
-	OpRecvAct               // RecvAct(Stage, Micro, Peer, Slot)
-	OpSendAct               // SendAct(Stage, Micro, Peer, Slot)
-	OpRecvGrad              // RecvGrad(Stage, Micro, Peer, Slot)
-	OpSendGrad              // SendGrad(Stage, Micro, Peer, Slot)
-	OpForward               // Forward(Stage, Micro, Slot, Src)
-	OpBackward              // Backward(Stage, Micro, Slot, Src)
-	OpBackwardInput         // BackwardInput(Stage, Micro, Slot, Src)
-	OpBackwardWeight        // BackwardWeight(Stage, Micro, Slot)
-	OpOptStep               // OptStep()
+	OpInvalid        = abi.Invalid
+	OpDataLoad       = abi.DataLoad       // DataLoad(Stage, Micro, Slot)
+	OpRecvAct        = abi.RecvF          // RecvAct(Stage, Micro, Peer, Slot)
+	OpSendAct        = abi.SendF          // SendAct(Stage, Micro, Peer, Slot)
+	OpRecvGrad       = abi.RecvB          // RecvGrad(Stage, Micro, Peer, Slot)
+	OpSendGrad       = abi.SendB          // SendGrad(Stage, Micro, Peer, Slot)
+	OpForward        = abi.Forward        // Forward(Stage, Micro, Slot, Src)
+	OpBackward       = abi.Backward       // Backward(Stage, Micro, Slot, Src)
+	OpBackwardInput  = abi.BackwardInput  // BackwardInput(Stage, Micro, Slot, Src)
+	OpBackwardWeight = abi.BackwardWeight // BackwardWeight(Stage, Micro, Slot)
+	OpOptStep        = abi.OptStep        // OptStep()
 	// An overlap is three consecutive ops: this header (other fields -1)
 	// and its two sub-steps in order, F then B, I or W for OpOverlapFB, the
 	// reverse for OpOverlapBF; see Exec.OverlapFB and Exec.OverlapBF.
-	OpOverlapFB  // OverlapFB(F sub-step, backward sub-step)
-	OpOverlapBF  // OverlapBF(backward sub-step, F sub-step)
-	OpUnshard    // Unshard(Stage)
-	OpReshard    // Reshard(Stage)
-	OpReduceGrad // ReduceGrad(Stage)
+	OpOverlapFB  = abi.OverlapFB  // OverlapFB(F sub-step, backward sub-step)
+	OpOverlapBF  = abi.OverlapBF  // OverlapBF(backward sub-step, F sub-step)
+	OpUnshard    = abi.Unshard    // Unshard(Stage)
+	OpReshard    = abi.Reshard    // Reshard(Stage)
+	OpReduceGrad = abi.ReduceGrad // ReduceGrad(Stage)
 	// The swap steps of a chunk: SwapLaunchOffload(Stage, Micro, Slot), ...
-	OpSwapLaunchOffload
-	OpSwapWaitOffload
-	OpSwapLaunchLoad
-	OpSwapWaitLoad
+	OpSwapLaunchOffload = abi.SwapLaunchOffload
+	OpSwapWaitOffload   = abi.SwapWaitOffload
+	OpSwapLaunchLoad    = abi.SwapLaunchLoad
+	OpSwapWaitLoad      = abi.SwapWaitLoad
 	// mpipe's owned-micro loading: RecvInput(Stage, Micro, Peer, Slot) on the
 	// first stage's rank, SendInput(Stage, Micro, Peer) on the owner.
-	OpRecvInput
-	OpSendInput
+	OpRecvInput = abi.MpipeRecv
+	OpSendInput = abi.MpipeSend
 	// Labels along the pipe (Spec.ShipLabels): RecvData and SendData
 	// (Stage, Micro, Peer, Slot), ahead of the chunk's activation transfer.
-	OpRecvData
-	OpSendData
-	numOpKinds
+	OpRecvData = abi.DataRecv
+	OpSendData = abi.DataSend
 )
-
-// kindText is the schedule text form of each kind (docs/internals.md).
-var kindText = [numOpKinds]string{
-	OpInvalid:           "INVALID",
-	OpDataLoad:          "DATA_LOAD",
-	OpRecvAct:           "RECV_F",
-	OpSendAct:           "SEND_F",
-	OpRecvGrad:          "RECV_B",
-	OpSendGrad:          "SEND_B",
-	OpForward:           "F",
-	OpBackward:          "B",
-	OpBackwardInput:     "I",
-	OpBackwardWeight:    "W",
-	OpOptStep:           "OPT_STEP",
-	OpOverlapFB:         "OVERLAP_F_B",
-	OpOverlapBF:         "OVERLAP_B_F",
-	OpUnshard:           "UNSHARD",
-	OpReshard:           "RESHARD",
-	OpReduceGrad:        "REDUCE_GRAD",
-	OpSwapLaunchOffload: "SWAP_LAUNCH_OFFLOAD",
-	OpSwapWaitOffload:   "SWAP_WAIT_OFFLOAD",
-	OpSwapLaunchLoad:    "SWAP_LAUNCH_LOAD",
-	OpSwapWaitLoad:      "SWAP_WAIT_LOAD",
-	OpRecvInput:         "MPIPE_FWD_RECV",
-	OpSendInput:         "MPIPE_FWD_SEND",
-	OpRecvData:          "DATA_RECV",
-	OpSendData:          "DATA_SEND",
-}
-
-// String returns the kind's schedule text name ("F", "SEND_B", ...).
-func (k OpKind) String() string {
-	if k < numOpKinds {
-		return kindText[k]
-	}
-	return fmt.Sprintf("OpKind(%d)", uint8(k))
-}
 
 // Op is one step as data. Unused fields are -1 (Peer of local steps, Src of
 // steps without a local source) or 0.
@@ -94,10 +62,10 @@ type Op struct {
 func (o Op) String() string { return stepName(o.Kind, int(o.Stage), int(o.Micro)) }
 
 func stepName(k OpKind, stage, micro int) string {
-	switch k {
-	case OpOptStep, OpOverlapFB, OpOverlapBF:
+	switch {
+	case !k.HasStage():
 		return k.String()
-	case OpUnshard, OpReshard, OpReduceGrad:
+	case !k.HasMicro():
 		return fmt.Sprintf("%d%s", stage, k)
 	}
 	return fmt.Sprintf("%d%s%d", stage, k, micro)

@@ -53,18 +53,10 @@ func Interpret(x *Exec, ops []Op) error {
 		op := &ops[i]
 		// The packed methods, as generated code calls them; an op whose
 		// fields have no At is reported as the unpacked methods do.
-		var c, d int32
-		switch op.Kind {
-		case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput, OpRecvData, OpSendData:
-			c, d = op.Peer, op.Slot
-		case OpForward, OpBackward, OpBackwardInput:
-			c, d = op.Slot, op.Src
-		default:
-			c, d = op.Slot, -1
-		}
-		a, ok := PackAt(int(op.Stage), int(op.Micro), int(c), int(d))
-		if !ok && (op.Kind >= OpDataLoad && op.Kind <= OpBackwardWeight || op.Kind >= OpSwapLaunchOffload) {
-			x.unpackable(op.Kind, int(op.Stage), int(op.Micro), int(c), int(d))
+		c, d := op.Kind.AtFields(int(op.Peer), int(op.Slot), int(op.Src))
+		a, ok := PackAt(int(op.Stage), int(op.Micro), c, d)
+		if !ok && op.Kind.Shape().Packed() {
+			x.unpackable(op.Kind, int(op.Stage), int(op.Micro), c, d)
 			continue
 		}
 		switch op.Kind {

@@ -1,0 +1,248 @@
+package abi
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestKinds pins every kind's row: its text form, its table letter (those of
+// the committed generated tables), shape, channel and predicates.
+func TestKinds(t *testing.T) {
+	type want struct {
+		name     string
+		code     byte
+		shape    Shape
+		ch       Channel
+		preds    string // C compute, K backward, O overlap, S send, R recv, s stage, m micro
+		aliasesN int
+	}
+	cases := map[Kind]want{
+		Forward:           {"F", 'F', ArgsCompute, NoChannel, "Csm", 2},
+		Backward:          {"B", 'B', ArgsCompute, NoChannel, "CKsm", 2},
+		BackwardInput:     {"I", 'I', ArgsCompute, NoChannel, "CKsm", 2},
+		BackwardWeight:    {"W", 'W', ArgsLocal, NoChannel, "Csm", 2},
+		SendF:             {"SEND_F", 's', ArgsComm, ActChannel, "Ssm", 1},
+		RecvF:             {"RECV_F", 'r', ArgsComm, ActChannel, "Rsm", 1},
+		SendB:             {"SEND_B", 'S', ArgsComm, GradChannel, "Ssm", 1},
+		RecvB:             {"RECV_B", 'R', ArgsComm, GradChannel, "Rsm", 1},
+		DataLoad:          {"DATA_LOAD", 'L', ArgsLocal, NoChannel, "sm", 0},
+		DataSend:          {"DATA_SEND", 't', ArgsComm, DataChannel, "Ssm", 0},
+		DataRecv:          {"DATA_RECV", 'T', ArgsComm, DataChannel, "Rsm", 0},
+		Unshard:           {"UNSHARD", 'U', ArgsStage, NoChannel, "s", 0},
+		Reshard:           {"RESHARD", 'u', ArgsStage, NoChannel, "s", 0},
+		ReduceGrad:        {"REDUCE_GRAD", 'G', ArgsStage, NoChannel, "s", 0},
+		SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", 'J', ArgsLocal, NoChannel, "sm", 0},
+		SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", 'j', ArgsLocal, NoChannel, "sm", 0},
+		SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", 'K', ArgsLocal, NoChannel, "sm", 0},
+		SwapWaitLoad:      {"SWAP_WAIT_LOAD", 'k', ArgsLocal, NoChannel, "sm", 0},
+		OverlapFB:         {"OVERLAP_F_B", 'X', ArgsOverlap, NoChannel, "CO", 0},
+		OverlapBF:         {"OVERLAP_B_F", 'Y', ArgsOverlap, NoChannel, "CO", 0},
+		OptStep:           {"OPT_STEP", 'O', ArgsNone, NoChannel, "", 0},
+		MpipeSend:         {"MPIPE_FWD_SEND", 'm', ArgsComm, DataChannel, "Ssm", 0},
+		MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, "Rsm", 0},
+	}
+	if len(Kinds()) != len(cases) {
+		t.Errorf("Kinds() has %d kinds; the test pins %d", len(Kinds()), len(cases))
+	}
+	for _, k := range Kinds() {
+		w, ok := cases[k]
+		if !ok {
+			t.Errorf("kind %d (%s) is not pinned here", uint8(k), k)
+			continue
+		}
+		preds := ""
+		for _, p := range []struct {
+			c  string
+			is bool
+		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
+			if p.is {
+				preds += p.c
+			}
+		}
+		if got := (want{k.String(), k.Code(), k.Shape(), k.Channel(), preds, len(k.Aliases())}); got != w {
+			t.Errorf("%s: got %+v, want %+v", w.name, got, w)
+		}
+		if k.IsComm() != (w.ch != NoChannel) || k.IsComm() != (k.IsSend() || k.IsRecv()) {
+			t.Errorf("%s: IsComm = %v with channel %s", k, k.IsComm(), k.Channel())
+		}
+		if !k.Valid() {
+			t.Errorf("%s: not Valid", k)
+		}
+	}
+	for _, k := range []Kind{Invalid, numKinds, 255} {
+		if k.Valid() || k.Code() != 0 || k.IsCompute() || k.IsComm() || !k.HasStage() || !k.HasMicro() {
+			t.Errorf("Kind(%d): Valid %v, Code %q, IsCompute %v, IsComm %v, HasStage %v, HasMicro %v",
+				uint8(k), k.Valid(), k.Code(), k.IsCompute(), k.IsComm(), k.HasStage(), k.HasMicro())
+		}
+	}
+	if Invalid.String() != "INVALID" || Kind(200).String() != "Kind(200)" {
+		t.Errorf("String: %q, %q", Invalid.String(), Kind(200).String())
+	}
+}
+
+func TestParseKind(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Kind
+		ok   bool
+	}{
+		{"F", Forward, true},
+		{"FORWARD", Forward, true},
+		{"FWD", Forward, true},
+		{"FULL_BACKWARD", Backward, true},
+		{"BWD", Backward, true},
+		{"BACKWARD_INPUT", BackwardInput, true},
+		{"BWD_WEIGHT", BackwardWeight, true},
+		{"FWD_SEND", SendF, true},
+		{"BWD_RECV", RecvB, true},
+		{"OVERLAP_B_F", OverlapBF, true},
+		{"MPIPE_FWD_RECV", MpipeRecv, true},
+		{"INVALID", Invalid, false},
+		{"f", Invalid, false},
+		{"", Invalid, false},
+		{"SEND_F ", Invalid, false},
+		{"Kind(3)", Invalid, false},
+	} {
+		k, ok := ParseKind(tc.in)
+		if k != tc.want || ok != tc.ok {
+			t.Errorf("ParseKind(%q) = %v, %v; want %v, %v", tc.in, k, ok, tc.want, tc.ok)
+		}
+	}
+	seen := map[string]Kind{}
+	for _, k := range Kinds() {
+		for _, s := range append([]string{k.String()}, k.Aliases()...) {
+			if o, dup := seen[s]; dup {
+				t.Errorf("%q names both %v and %v", s, o, k)
+			}
+			seen[s] = k
+			if got, ok := ParseKind(s); !ok || got != k {
+				t.Errorf("ParseKind(%q) = %v, %v; want %v", s, got, ok, k)
+			}
+		}
+	}
+}
+
+func TestKindOfCode(t *testing.T) {
+	codes := map[byte]Kind{}
+	for _, k := range Kinds() {
+		if o, dup := codes[k.Code()]; dup {
+			t.Errorf("letter %q is both %v and %v", k.Code(), o, k)
+		}
+		codes[k.Code()] = k
+		if KindOfCode(k.Code()) != k {
+			t.Errorf("%v: code %q decodes to %v", k, k.Code(), KindOfCode(k.Code()))
+		}
+	}
+	for _, c := range []byte{0, '?', 'a', '#', 0xff} {
+		if k := KindOfCode(c); k != Invalid {
+			t.Errorf("KindOfCode(%q) = %v, want INVALID", c, k)
+		}
+	}
+	// The letters of one committed table row (generated/ files hold them).
+	var got []Kind
+	for _, c := range []byte("LFLsFsRBRBO") {
+		got = append(got, KindOfCode(c))
+	}
+	want := []Kind{DataLoad, Forward, DataLoad, SendF, Forward, SendF, RecvB, Backward, RecvB, Backward, OptStep}
+	if !slices.Equal(got, want) {
+		t.Errorf("LFLsFsRBRBO decodes to %v, want %v", got, want)
+	}
+}
+
+func TestAtRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		stage, micro, c, d int
+		want               At
+		text               string
+		ok                 bool
+	}{
+		{3, 17, 2, -1, 0x0003_0011_0002_ffff, "0x0003_0011_0002_ffff", true},
+		{0, 0, 0, 0, 0, "0x0000_0000_0000_0000", true},
+		{-1, -1, -1, -1, 0xffff_ffff_ffff_ffff, "0xffff_ffff_ffff_ffff", true},
+		{65534, 65534, 65534, 65534, 0xfffe_fffe_fffe_fffe, "0xfffe_fffe_fffe_fffe", true},
+		{65535, 0, 0, 0, 0, "", false},
+		{0, -2, 0, 0, 0, "", false},
+		{0, 0, 1 << 20, 0, 0, "", false},
+		{0, 0, 0, -1 << 40, 0, "", false},
+	} {
+		a, ok := PackAt(tc.stage, tc.micro, tc.c, tc.d)
+		if ok != tc.ok {
+			t.Errorf("PackAt(%d, %d, %d, %d): ok = %v, want %v", tc.stage, tc.micro, tc.c, tc.d, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if a != tc.want || FormatAt(a) != tc.text {
+			t.Errorf("PackAt(%d, %d, %d, %d) = %s, want %s", tc.stage, tc.micro, tc.c, tc.d, FormatAt(a), tc.text)
+		}
+		if s, m, c, d := a.Unpack(); s != tc.stage || m != tc.micro || c != tc.c || d != tc.d {
+			t.Errorf("%s.Unpack() = %d, %d, %d, %d", FormatAt(a), s, m, c, d)
+		}
+		raw := func(v int) int { return v & 0xffff }
+		if s, m, c, d := a.Fields(); s != raw(tc.stage) || m != raw(tc.micro) || c != raw(tc.c) || d != raw(tc.d) {
+			t.Errorf("%s.Fields() = %d, %d, %d, %d", FormatAt(a), s, m, c, d)
+		}
+	}
+	if MaxIndex != 65534 || MaxCount != 65535 || FieldNone != 0xffff {
+		t.Errorf("MaxIndex %d, MaxCount %d, FieldNone %#x", MaxIndex, MaxCount, FieldNone)
+	}
+}
+
+// TestPack pins each shape's At layout (docs/internals.md, "The runtime API
+// generated code calls") and that Operands inverts Pack.
+func TestPack(t *testing.T) {
+	const stage, micro, peer, slot, src = 3, 17, 1, 2, 4
+	for _, tc := range []struct {
+		k                             Kind
+		want                          At
+		stage, micro, peer, slot, src int // Operands of want
+	}{
+		{Forward, 0x0003_0011_0002_0004, stage, micro, -1, slot, src},
+		{BackwardInput, 0x0003_0011_0002_0004, stage, micro, -1, slot, src},
+		{BackwardWeight, 0x0003_0011_0002_ffff, stage, micro, -1, slot, -1},
+		{DataLoad, 0x0003_0011_0002_ffff, stage, micro, -1, slot, -1},
+		{SwapWaitLoad, 0x0003_0011_0002_ffff, stage, micro, -1, slot, -1},
+		{SendF, 0x0003_0011_0001_0002, stage, micro, peer, slot, -1},
+		{MpipeRecv, 0x0003_0011_0001_0002, stage, micro, peer, slot, -1},
+	} {
+		a, ok := tc.k.Pack(stage, micro, peer, slot, src)
+		if !ok || a != tc.want {
+			t.Errorf("%v.Pack = %s, %v; want %s", tc.k, FormatAt(a), ok, FormatAt(tc.want))
+		}
+		s, m, p, sl, sr := a.Operands(tc.k)
+		if got, want := [5]int{s, m, p, sl, sr}, [5]int{tc.stage, tc.micro, tc.peer, tc.slot, tc.src}; got != want {
+			t.Errorf("%s.Operands(%v) = %v, want %v", FormatAt(a), tc.k, got, want)
+		}
+	}
+	if _, ok := Forward.Pack(0, MaxCount, -1, 0, -1); ok {
+		t.Errorf("Pack took micro-batch %d", MaxCount)
+	}
+	for _, tc := range []struct {
+		s    Shape
+		args string
+	}{{ArgsNone, ""}, {ArgsLocal, "stage micro slot"}, {ArgsComm, "stage micro peer slot"}, {ArgsCompute, "stage micro slot src"}, {ArgsOverlap, ""}, {ArgsStage, "stage"}} {
+		if got := strings.Join(tc.s.Args(), " "); got != tc.args {
+			t.Errorf("Shape %d: Args %q, want %q", tc.s, got, tc.args)
+		}
+		if tc.s.Packed() != (tc.s == ArgsLocal || tc.s == ArgsComm || tc.s == ArgsCompute) {
+			t.Errorf("Shape %d: Packed = %v", tc.s, tc.s.Packed())
+		}
+	}
+}
+
+func TestVersionGuard(t *testing.T) {
+	if want := "SupportPackageIsVersion" + strconv.Itoa(Version); VersionGuard != want {
+		t.Errorf("VersionGuard = %q; Version %d wants %q", VersionGuard, Version, want)
+	}
+}
+
+func TestChannelString(t *testing.T) {
+	for c, want := range map[Channel]string{NoChannel: "none", ActChannel: "act", GradChannel: "grad", DataChannel: "data", 9: "none"} {
+		if c.String() != want {
+			t.Errorf("Channel(%d) = %q, want %q", c, c.String(), want)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package abi
+
+import "fmt"
+
+// Kind is the kind of one step of a rank's program (docs/design.md §3). Its
+// String form is the step's name in schedule text, PyTorch's pipelining
+// action names ("F", "I", "W", "B", "SEND_F", "UNSHARD", ...) with ppgen's
+// own kinds spelled the same way.
+type Kind uint8
+
+// The step kinds. The order is the order Kinds lists them in; nothing
+// outside a process depends on the numeric values (generated code names the
+// kinds, and tables store their letters).
+const (
+	Invalid           Kind = iota
+	Forward                // F: forward of (stage, micro)
+	Backward               // B: full backward (input and weight gradients)
+	BackwardInput          // I: backward for the input gradient (dx)
+	BackwardWeight         // W: backward for the weight gradient (dw)
+	SendF                  // SEND_F: activation to the next stage's rank
+	RecvF                  // RECV_F: activation from the previous stage's rank
+	SendB                  // SEND_B: gradient to the previous stage's rank
+	RecvB                  // RECV_B: gradient from the next stage's rank
+	DataLoad               // DATA_LOAD: take a micro-batch from the data iterator
+	DataSend               // DATA_SEND: ship labels/masks of a micro along the pipe
+	DataRecv               // DATA_RECV: receive labels/masks of a micro
+	Unshard                // UNSHARD: all-gather a stage's FSDP-sharded parameters
+	Reshard                // RESHARD: free a stage's gathered parameters
+	ReduceGrad             // REDUCE_GRAD: reduce-scatter a stage's gradients
+	SwapLaunchOffload      // SWAP_LAUNCH_OFFLOAD: start moving saved activations out
+	SwapWaitOffload        // SWAP_WAIT_OFFLOAD: finish moving them out
+	SwapLaunchLoad         // SWAP_LAUNCH_LOAD: start bringing them back
+	SwapWaitLoad           // SWAP_WAIT_LOAD: finish bringing them back
+	OverlapFB              // OVERLAP_F_B: a forward and a backward run together
+	OverlapBF              // OVERLAP_B_F: a backward and a forward run together
+	OptStep                // OPT_STEP: optimizer update of the rank's stages
+	MpipeSend              // MPIPE_FWD_SEND: an owner rank ships a micro's loaded input to the stage's rank (mpipe)
+	MpipeRecv              // MPIPE_FWD_RECV: the stage's rank receives it from the micro's owner
+	numKinds
+)
+
+// row is everything the two sides agree on about one kind.
+type row struct {
+	name    string   // schedule text form
+	code    byte     // letter in a pipe.DecodeOps kinds string; 0 for Invalid
+	shape   Shape    // the operands a step of the kind carries
+	channel Channel  // the FIFO a transfer travels on; NoChannel for local steps
+	class   class    // compute, backward, send, recv
+	aliases []string // other spellings the parser accepts
+}
+
+// class is a set of the flags a kind's predicates read.
+type class uint8
+
+const (
+	compute  class = 1 << iota // runs model compute (IsCompute)
+	backward                   // produces a stage's input gradient (IsBackward)
+	send                       // the sending half of a transfer (IsSend)
+	recv                       // the receiving half of a transfer (IsRecv)
+)
+
+// kinds is the kind table: one row per kind. The letters are those of the
+// committed generated tables; changing one changes generated code and needs
+// a new Version.
+var kinds = [numKinds]row{
+	Invalid:           {name: "INVALID"},
+	Forward:           {"F", 'F', ArgsCompute, NoChannel, compute, []string{"FWD", "FORWARD"}},
+	Backward:          {"B", 'B', ArgsCompute, NoChannel, compute | backward, []string{"BWD", "FULL_BACKWARD"}},
+	BackwardInput:     {"I", 'I', ArgsCompute, NoChannel, compute | backward, []string{"BWD_INPUT", "BACKWARD_INPUT"}},
+	BackwardWeight:    {"W", 'W', ArgsLocal, NoChannel, compute, []string{"BWD_WEIGHT", "BACKWARD_WEIGHT"}},
+	SendF:             {"SEND_F", 's', ArgsComm, ActChannel, send, []string{"FWD_SEND"}},
+	RecvF:             {"RECV_F", 'r', ArgsComm, ActChannel, recv, []string{"FWD_RECV"}},
+	SendB:             {"SEND_B", 'S', ArgsComm, GradChannel, send, []string{"BWD_SEND"}},
+	RecvB:             {"RECV_B", 'R', ArgsComm, GradChannel, recv, []string{"BWD_RECV"}},
+	DataLoad:          {"DATA_LOAD", 'L', ArgsLocal, NoChannel, 0, nil},
+	DataSend:          {"DATA_SEND", 't', ArgsComm, DataChannel, send, nil},
+	DataRecv:          {"DATA_RECV", 'T', ArgsComm, DataChannel, recv, nil},
+	Unshard:           {"UNSHARD", 'U', ArgsStage, NoChannel, 0, nil},
+	Reshard:           {"RESHARD", 'u', ArgsStage, NoChannel, 0, nil},
+	ReduceGrad:        {"REDUCE_GRAD", 'G', ArgsStage, NoChannel, 0, nil},
+	SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", 'J', ArgsLocal, NoChannel, 0, nil},
+	SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", 'j', ArgsLocal, NoChannel, 0, nil},
+	SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", 'K', ArgsLocal, NoChannel, 0, nil},
+	SwapWaitLoad:      {"SWAP_WAIT_LOAD", 'k', ArgsLocal, NoChannel, 0, nil},
+	OverlapFB:         {"OVERLAP_F_B", 'X', ArgsOverlap, NoChannel, compute, nil},
+	OverlapBF:         {"OVERLAP_B_F", 'Y', ArgsOverlap, NoChannel, compute, nil},
+	OptStep:           {"OPT_STEP", 'O', ArgsNone, NoChannel, 0, nil},
+	MpipeSend:         {"MPIPE_FWD_SEND", 'm', ArgsComm, DataChannel, send, nil},
+	MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, recv, nil},
+}
+
+// facts is the part of a row the predicates read, packed in four bytes.
+type facts struct {
+	code    byte
+	shape   Shape
+	channel Channel
+	class   class
+}
+
+// fact holds every Kind value's facts, indexed by the value itself so that
+// a predicate is one load, without a branch or a bounds check (the
+// compiler, verify and sim ask them of every step); values out of range
+// have the zero facts: no letter, ArgsNone, NoChannel, no class. byName and
+// byCode invert the table: every name and alias, every letter.
+var fact, byName, byCode = func() ([256]facts, map[string]Kind, [256]Kind) {
+	var t [256]facts
+	names := make(map[string]Kind, 3*numKinds)
+	var codes [256]Kind
+	for k := Invalid; k < numKinds; k++ {
+		r := &kinds[k]
+		t[k] = facts{r.code, r.shape, r.channel, r.class}
+		if k == Invalid {
+			continue
+		}
+		names[r.name] = k
+		for _, a := range r.aliases {
+			names[a] = k
+		}
+		codes[r.code] = k
+	}
+	return t, names, codes
+}()
+
+// Kinds returns every valid kind in declaration order.
+func Kinds() []Kind {
+	ks := make([]Kind, 0, numKinds-1)
+	for k := Forward; k < numKinds; k++ {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// Valid reports whether k is one of the step kinds (not Invalid, not out of range).
+func (k Kind) Valid() bool { return k > Invalid && k < numKinds }
+
+// String returns the kind's name in schedule text ("F", "SEND_F", ...),
+// "INVALID" for Invalid and "Kind(n)" for a value out of range.
+func (k Kind) String() string {
+	if k < numKinds {
+		return kinds[k].name
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// ParseKind parses a kind name, accepting the aliases of hyper-parallel
+// ("FWD", "BWD_SEND", ...) and PyTorch's long names ("FULL_BACKWARD", ...).
+// "INVALID" is not a kind.
+func ParseKind(s string) (Kind, bool) {
+	k, ok := byName[s]
+	return k, ok
+}
+
+// Aliases returns the other spellings ParseKind accepts for k.
+func (k Kind) Aliases() []string {
+	if k < numKinds {
+		return append([]string(nil), kinds[k].aliases...)
+	}
+	return nil
+}
+
+// Code returns the kind's letter in a pipe.DecodeOps kinds string ("F", "s"
+// for SEND_F, ...), or 0 for Invalid and kinds out of range.
+func (k Kind) Code() byte { return fact[k].code }
+
+// KindOfCode returns the kind whose Code is c, or Invalid.
+func KindOfCode(c byte) Kind { return byCode[c] }
+
+// Shape returns the operands a step of kind k carries (ArgsNone for Invalid).
+func (k Kind) Shape() Shape { return fact[k].shape }
+
+// Channel returns the channel of a transfer kind, or NoChannel.
+func (k Kind) Channel() Channel { return fact[k].channel }
+
+// IsCompute reports whether the kind runs model compute (F, B, I, W or an overlap of two).
+func (k Kind) IsCompute() bool { return fact[k].class&compute != 0 }
+
+// IsBackward reports whether the kind produces the input gradient of a stage (B or I).
+func (k Kind) IsBackward() bool { return fact[k].class&backward != 0 }
+
+// IsOverlap reports whether the kind is a composite of two compute sub-steps.
+func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }
+
+// IsComm reports whether the kind is a point-to-point transfer (activations,
+// gradients or data) that pairs with a step on a peer rank.
+func (k Kind) IsComm() bool { return k.Channel() != NoChannel }
+
+// IsSend reports whether the kind is the sending half of a transfer.
+func (k Kind) IsSend() bool { return fact[k].class&send != 0 }
+
+// IsRecv reports whether the kind is the receiving half of a transfer.
+func (k Kind) IsRecv() bool { return fact[k].class&recv != 0 }
+
+// HasStage reports whether steps of this kind name a stage: all but
+// OPT_STEP and the overlaps (whose sub-steps do). Invalid and kinds out of
+// range count as naming one, so that their text shows what was given.
+func (k Kind) HasStage() bool {
+	s := k.Shape()
+	return !k.Valid() || s != ArgsNone && s != ArgsOverlap
+}
+
+// HasMicro reports whether steps of this kind name a micro-batch: all but
+// OPT_STEP, the overlaps and the FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD).
+// Invalid and kinds out of range count as naming one.
+func (k Kind) HasMicro() bool {
+	s := k.Shape()
+	return !k.Valid() || s == ArgsLocal || s == ArgsComm || s == ArgsCompute
+}
+
+// Channel names the FIFO a transfer travels on: sends and receives match in
+// order per (source rank, destination rank, channel).
+type Channel uint8
+
+// The channels of point-to-point transfers.
+const (
+	NoChannel   Channel = iota
+	ActChannel          // activations: SEND_F / RECV_F
+	GradChannel         // gradients: SEND_B / RECV_B
+	DataChannel         // labels and masks: DATA_SEND / DATA_RECV; owned inputs: MPIPE_FWD_SEND / MPIPE_FWD_RECV
+)
+
+// String names the channel: "act", "grad", "data" or "none".
+func (c Channel) String() string {
+	switch c {
+	case ActChannel:
+		return "act"
+	case GradChannel:
+		return "grad"
+	case DataChannel:
+		return "data"
+	}
+	return "none"
+}
