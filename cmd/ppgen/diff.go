@@ -16,11 +16,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/vet"
-	"github.com/ppgen/ppgen/internal/gencmd"
 )
 
-// unit is one generated file and the `ppgen gen` request that makes it.
+// unit is one generated file and the request (`ppgen gen` or `ppgen
+// import`) that makes it.
 type unit struct {
 	path   string          // the output file (absolute)
 	req    *gencmd.Request // regenerates it
@@ -31,7 +32,8 @@ type unit struct {
 // generated file regenerated from the invocation its header records; a
 // package pattern stands for every ppgen //go:generate directive of the
 // matching packages, plus every generated file in them that no directive
-// writes (regenerated from its header).
+// writes (regenerated from its header: `ppgen gen`, or a `ppgen import`
+// whose file the header names relative to the generated file).
 func loadUnits(args []string, cwd string) ([]unit, error) {
 	targets, err := loadTargets(args)
 	if err != nil {
@@ -69,14 +71,9 @@ func loadUnits(args []string, cwd string) ([]unit, error) {
 			if err != nil {
 				return nil, err
 			}
-			if inv, _ := gencmd.Recorded(src); strings.HasPrefix(inv, "ppgen import ") {
-				// Emitted by `ppgen import` from a foreign schedule file:
-				// nothing to regenerate it from here; `ppgen vet` checks it.
-				continue
-			}
 			req, err := gencmd.FromHeader(file, src)
 			if err != nil {
-				return nil, usageError{fmt.Sprintf("%s; regenerate it with a //go:generate line or rerun ppgen gen", err)}
+				return nil, usagef("%s; regenerate it with a //go:generate line or rerun ppgen gen or ppgen import", err)
 			}
 			add(unit{path: file, req: req, origin: "the header of " + rel(cwd, file)})
 		}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ppgen/ppgen/internal/gencmd"
+	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 // dcRun runs one ppgen command line and returns its exit status, stdout
@@ -370,12 +370,10 @@ func dcApply(a, diff string) (string, error) {
 
 // TestGenFlagsShared: every schedule flag the other commands take is a flag
 // of `ppgen gen` with the same default and usage, so invocations recorded by
-// gen and read back by diff, check and vet (internal/gencmd) mean what they
+// gen and read back by diff, check and vet (gen/gencmd) mean what they
 // mean everywhere.
 func TestGenFlagsShared(t *testing.T) {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
-	var sf scheduleFlags
-	sf.register(fs, true, true)
+	_, fs := newRequest("show", gencmd.Flags{In: true})
 	var buf bytes.Buffer
 	gencmd.PrintDefaults(&buf)
 	genFlags := buf.String()
@@ -386,7 +384,7 @@ func TestGenFlagsShared(t *testing.T) {
 		one.SetOutput(&b)
 		one.PrintDefaults()
 		if !strings.Contains(genFlags, b.String()) {
-			t.Errorf("schedule flag -%s is not a flag of ppgen gen with the same usage; define it in internal/gencmd (RegisterSchedule):\n%s", f.Name, b.String())
+			t.Errorf("schedule flag -%s is not a flag of ppgen gen with the same usage; define it in gen/gencmd (Request.Bind):\n%s", f.Name, b.String())
 		}
 	})
 }

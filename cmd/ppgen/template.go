@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/templates"
 )
 
@@ -28,7 +29,7 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 	}
 	b, err := templates.Render(*kind, templates.Data{Job: *job, Ranks: *ranks, Port: *port, Image: *image, GPUs: *gpus, Command: fs.Args()})
 	if err != nil {
-		return usageError{err.Error()}
+		return &gencmd.UsageError{Msg: err.Error()}
 	}
 	if *out == "-" {
 		_, err = stdout.Write(b)

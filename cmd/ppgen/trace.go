@@ -2,14 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -18,26 +18,22 @@ import (
 // runTrace simulates a schedule and writes the Chrome trace-event JSON that
 // Perfetto and chrome://tracing load (see sim.Trace).
 func runTrace(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
-	var sf scheduleFlags
-	sf.register(fs, true, false)
-	costSpec := fs.String("cost", "", "cost model, e.g. F=1,B=2,W=1,comm=0 (see `ppgen sim -h`); one unit is one millisecond in the trace")
+	req, fs := newRequest("trace", gencmd.Flags{In: true, Cost: "cost model, e.g. F=1,B=2,W=1,comm=0 (see `ppgen sim -h`); one unit is one millisecond in the trace"})
 	out := fs.String("o", "-", "output file (- for stdout)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	sf.useCost(*costSpec)
 	if *out == "" {
 		return usagef("-o needs a file name (or - for stdout)")
 	}
 	pr := newProgress(stderr, "ppgen trace", 0)
 	defer pr.Done()
 	pr.Phase("lowering")
-	res, err := lowerFromFlags(&sf, pr)
+	res, err := lower(req, pr)
 	if err != nil {
 		return err
 	}
-	cost, err := parseCostFlag(*costSpec, res.Program.Stages())
+	cost, err := parseCostFlag(req.Cost, res.Program.Stages())
 	if err != nil {
 		return err
 	}
@@ -47,7 +43,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pr.Phase("rendering")
-	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: scheduleName(&sf), Command: invocation("trace", fs), Cost: &cost})
+	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: req.ScheduleName(), Command: gencmd.Invocation("trace", fs), Cost: &cost})
 	if err != nil {
 		return err
 	}
@@ -64,15 +60,6 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// scheduleName names the schedule of the flags for titles: the family, or
-// the base name of the -in file.
-func scheduleName(sf *scheduleFlags) string {
-	if sf.schedule != "" {
-		return sf.schedule
-	}
-	return filepath.Base(sf.in)
-}
-
 // parseCostFlag parses -cost for a program of the given number of stages
 // (the default cost when spec is empty); errors are usage errors.
 func parseCostFlag(spec string, stages int) (sim.Cost, error) {
@@ -81,7 +68,7 @@ func parseCostFlag(spec string, stages int) (sim.Cost, error) {
 	}
 	c, err := sim.ParseCost(spec, stages)
 	if err != nil {
-		return sim.Cost{}, usageError{err.Error()}
+		return sim.Cost{}, &gencmd.UsageError{Msg: err.Error()}
 	}
 	return c, nil
 }
@@ -96,7 +83,7 @@ func compareCost(spec string, virtual int) (sim.Cost, error) {
 		return c, err
 	}
 	if c, err = c.Resolve(0); err != nil {
-		return c, usageError{err.Error()}
+		return c, &gencmd.UsageError{Msg: err.Error()}
 	}
 	if c, err = gen.ShareCost(c, virtual); err != nil {
 		return c, usagef("-cost: %v", err)
@@ -163,45 +150,41 @@ type compareRow struct {
 }
 
 // runCompare lowers and simulates every entry with the shared flags (ranks,
-// micro, options) and the cost model. -virtual and -placement do not apply:
-// each family takes its default V unless the entry says NAME:V. The cost
-// model describes one rank's share of the model, so a family with V stages
-// per rank runs each stage at 1/V of its F, B, I and W (see compareCost):
-// every schedule then does the same work and makespans compare.
-func runCompare(entries []compareEntry, sf *scheduleFlags, costSpec string, pr *progress) ([]compareRow, error) {
+// micro, options) and the cost model (req.Cost), by the evaluation -schedule
+// auto makes of each candidate (gen.Evaluate). -virtual and -placement do
+// not apply: each family takes its default V unless the entry says NAME:V.
+// The cost model describes one rank's share of the model, so a family with V
+// stages per rank runs each stage at 1/V of its F, B, I and W (see
+// compareCost): every schedule then does the same work and makespans
+// compare.
+func runCompare(entries []compareEntry, req *gencmd.Request, pr *progress) ([]compareRow, error) {
+	cost, err := compareCost(req.Cost, 1)
+	if err != nil {
+		return nil, err
+	}
 	var rows []compareRow
 	for _, e := range entries {
-		pr.Phase("lowering %s", e.name)
-		one := *sf
-		one.schedule, one.virtual = e.name, e.virtual
-		cfg, err := one.config()
+		pr.Phase("lowering and simulating %s", e.name)
+		one := *req
+		one.Schedule, one.Virtual = e.name, e.virtual
+		cfg, err := one.Config()
 		if err != nil {
 			return nil, err
 		}
-		opt, err := one.lowerOptions()
+		opt, err := one.LowerOptions()
 		if err != nil {
 			return nil, err
 		}
-		res, err := gen.Lower(cfg, opt)
+		res, r, mem, err := gen.Evaluate(cfg, opt, cost)
 		if err != nil {
-			if strings.Contains(err.Error(), e.name) {
-				return nil, err
+			if errors.As(err, new(*schedules.ConstraintError)) || errors.As(err, new(*gen.ScheduleError)) {
+				return nil, err // it names the schedule
 			}
-			return nil, fmt.Errorf("%s: %w", e.name, err)
-		}
-		vEff := res.StagesPerShare()
-		cost, err := compareCost(costSpec, vEff)
-		if err != nil {
-			return nil, err
-		}
-		pr.Phase("simulating %s", e.name)
-		r, err := sim.Run(res.Program, cost)
-		if err != nil {
 			return nil, fmt.Errorf("%s: %w", e.name, err)
 		}
 		rows = append(rows, compareRow{
 			Schedule: e.name, Virtual: res.Config.Virtual, Stages: res.Program.Stages(),
-			ActivationMemory: float64(r.Peak()) / float64(vEff),
+			ActivationMemory: mem,
 			Summary:          r.Summary(), result: r, program: res.Program,
 		})
 		pr.Step()

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -10,12 +8,14 @@ import (
 	"go/token"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 
+	"golang.org/x/tools/go/packages"
+
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/vet"
-	"github.com/ppgen/ppgen/internal/gencmd"
 )
 
 // runVet applies the gen/vet analyzer to the generated files of the
@@ -91,17 +91,9 @@ type target struct {
 	generated []string // the files that carry the ppgen header (absolute)
 }
 
-// goPackage is what `go list -json` says about a package.
-type goPackage struct {
-	Dir, ImportPath, Name                        string
-	GoFiles, CgoFiles, TestGoFiles, XTestGoFiles []string
-	IgnoredGoFiles                               []string
-	Error                                        *struct{ Err string }
-}
-
 // loadTargets resolves the arguments: files (.go or any existing file, such
-// as a golden) stand for themselves, the rest are package patterns for
-// `go list`.
+// as a golden) stand for themselves, the rest are package patterns
+// (loadPackages).
 func loadTargets(args []string) ([]target, error) {
 	var files, patterns []string
 	for _, a := range args {
@@ -129,54 +121,72 @@ func loadTargets(args []string) ([]target, error) {
 	if len(patterns) == 0 {
 		return out, nil
 	}
-	pkgs, err := goList(patterns)
+	pkgs, err := loadPackages(patterns)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range pkgs {
-		if p.Error != nil {
-			return nil, fmt.Errorf("%s: %s", p.ImportPath, p.Error.Err)
-		}
-		t := target{name: p.ImportPath, dir: p.Dir, pkgName: p.Name}
-		for _, list := range [][]string{p.GoFiles, p.CgoFiles, p.TestGoFiles, p.XTestGoFiles} {
-			for _, f := range list {
-				t.files = append(t.files, filepath.Join(p.Dir, f))
-			}
-		}
-		for _, f := range append(append([]string(nil), p.GoFiles...), p.IgnoredGoFiles...) {
-			path := filepath.Join(p.Dir, f)
-			if isGenerated(path) {
-				t.generated = append(t.generated, path)
-			}
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return append(out, pkgs...), nil
 }
 
-// goList runs `go list -e -json` over patterns.
-func goList(patterns []string) ([]goPackage, error) {
-	args := append([]string{"list", "-e", "-json=Dir,ImportPath,Name,GoFiles,CgoFiles,TestGoFiles,XTestGoFiles,IgnoredGoFiles,Error", "--"}, patterns...)
-	cmd := exec.Command("go", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+// loadPackages loads the packages of patterns with their test files
+// (golang.org/x/tools/go/packages, which runs the go command): one target
+// per package, holding every Go file go generate scans (the package's own,
+// cgo, test and external test files) and the generated files among its own
+// and its ignored files. Targets are in import-path order.
+func loadPackages(patterns []string) ([]target, error) {
+	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedFiles, Tests: true}
+	pkgs, err := packages.Load(cfg, patterns...)
 	if err != nil {
-		return nil, fmt.Errorf("go list %s: %v: %s", strings.Join(patterns, " "), err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("loading %s: %w", strings.Join(patterns, " "), err)
 	}
-	var pkgs []goPackage
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for dec.More() {
-		var p goPackage
-		if err := dec.Decode(&p); err != nil {
-			return nil, fmt.Errorf("go list output: %v", err)
+	byPath := map[string]*target{}
+	seen := map[string]bool{}
+	var paths []string
+	for _, p := range pkgs {
+		if strings.HasSuffix(p.ID, ".test") {
+			continue // the test main the go command writes
 		}
-		pkgs = append(pkgs, p)
+		path := p.PkgPath
+		if strings.HasSuffix(p.Name, "_test") {
+			path = strings.TrimSuffix(path, "_test") // the external test package
+		}
+		t := byPath[path]
+		if t == nil {
+			t = &target{name: path}
+			byPath[path] = t
+			paths = append(paths, path)
+		}
+		if !strings.HasSuffix(p.Name, "_test") {
+			t.dir, t.pkgName = p.Dir, p.Name
+		}
+		if p.ID == p.PkgPath { // the package itself, not its test variant
+			for _, e := range p.Errors {
+				if e.Kind == packages.ListError {
+					return nil, fmt.Errorf("%s: %s", p.PkgPath, e.Msg)
+				}
+			}
+			for _, f := range append(append([]string(nil), p.GoFiles...), p.IgnoredFiles...) {
+				if strings.HasSuffix(f, ".go") && isGenerated(f) {
+					t.generated = append(t.generated, f)
+				}
+			}
+		}
+		for _, f := range p.GoFiles {
+			if !seen[f] {
+				seen[f] = true
+				t.files = append(t.files, f)
+			}
+		}
 	}
-	if len(pkgs) == 0 {
+	if len(paths) == 0 {
 		return nil, usagef("%s matched no packages", strings.Join(patterns, " "))
 	}
-	return pkgs, nil
+	sort.Strings(paths)
+	out := make([]target, len(paths))
+	for i, path := range paths {
+		out[i] = *byPath[path]
+	}
+	return out, nil
 }
 
 // isGenerated reports whether the file starts with the ppgen header.

@@ -5,8 +5,12 @@ import (
 	"flag"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 // TestInvocationRoundTrip: what Invocation records, SplitArgs and Parse read
@@ -152,6 +156,77 @@ func TestFromHeader(t *testing.T) {
 		_, err := FromHeader("f.go", []byte(tt.src))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v; want %q", tt.src, err, tt.want)
+		}
+	}
+}
+
+// TestPlacement: -placement reaches the families. gpipe and 1f1b take any
+// table of one stage per rank: the program verifies (Lower), each rank
+// computes the stage the table gives it, and it simulates in the makespan of
+// 1F1B and GPipe at P=4, M=8 with F=1, B=2: (M+P-1)·(F+B) = 33. A family's
+// own placement is accepted; another is refused with the family's reason.
+func TestPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // error text; "" for success
+	}{
+		{[]string{"-schedule", "1f1b", "-placement", "3,2,1,0"}, ""},
+		{[]string{"-schedule", "gpipe", "-placement", "1,0,3,2"}, ""},
+		{[]string{"-schedule", "1f1b", "-placement", "loop"}, ""},
+		{[]string{"-schedule", "interleaved", "-placement", "loop"}, ""},
+		{[]string{"-schedule", "zbv", "-placement", "v"}, ""},
+		{[]string{"-schedule", "zbv", "-placement", "loop"}, "supports only that placement"},
+		{[]string{"-schedule", "interleaved", "-placement", "1,0,3,2,0,1,2,3"}, "supports only the loop placement"},
+		{[]string{"-schedule", "1f1b", "-placement", "0,1,2,3,3,2,1,0"}, "one stage on each of the 4 ranks"},
+		{[]string{"-schedule", "auto", "-placement", "3,2,1,0"}, "auto tries each family with its own placement"},
+	} {
+		args := append([]string{"-ranks", "4", "-micro", "8"}, tc.args...)
+		r, err := Parse(args, Env{Package: "p"})
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		res, err := r.Lower()
+		if tc.want != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q: error %v; want %q", args, err, tc.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", args, err)
+			continue
+		}
+		if strings.Contains(r.Placement, ",") {
+			want, _ := ir.ParsePlacement(r.Placement, 4, 1)
+			if !slices.Equal(res.Program.Placement.RankOf, want.RankOf) {
+				t.Errorf("%q: placement %v", args, res.Program.Placement.RankOf)
+			}
+			for rank, steps := range res.Program.Ranks {
+				for _, st := range steps {
+					if st.Kind.IsCompute() && want.RankOf[st.Stage] != rank {
+						t.Errorf("%q: rank %d computes %s, a stage of rank %d", args, rank, st, want.RankOf[st.Stage])
+					}
+				}
+			}
+			sr, err := sim.Run(res.Program, sim.DefaultCost())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sr.Makespan != 33 {
+				t.Errorf("%q: makespan %g, want 33", args, sr.Makespan)
+			}
+		}
+		// What the header records regenerates the same program.
+		src, _, err := r.Generate()
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		again, err := FromHeader("x_gen.go", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, _, err := again.Generate(); err != nil || string(out) != string(src) {
+			t.Errorf("%q: regeneration differs (%v)", args, err)
 		}
 	}
 }
