@@ -107,8 +107,8 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if *svgOut == "-" {
 		return usagef("-svg needs a file name")
 	}
-	if *svgWidth < 200 || *svgWidth > maxSVGWidth {
-		return usagef("-svg-width = %d; want 200 to %d pixels", *svgWidth, maxSVGWidth)
+	if err := checkSVGWidth(*svgWidth); err != nil {
+		return err
 	}
 	if *width < 20 || *width > maxGridWidth {
 		return usagef("-width = %d; want 20 to %d columns", *width, maxGridWidth)
@@ -192,6 +192,14 @@ const (
 	maxSVGWidth  = 100000
 )
 
+// checkSVGWidth checks -svg-width (sim, report).
+func checkSVGWidth(w int) error {
+	if w < 200 || w > maxSVGWidth {
+		return usagef("-svg-width = %d; want 200 to %d pixels", w, maxSVGWidth)
+	}
+	return nil
+}
+
 // The most schedules one -compare takes, and the most chunks they may hold
 // together: each is lowered, simulated and kept for the table and the SVG.
 const (
@@ -233,7 +241,6 @@ func checkCompareSize(entries []compareEntry, ranks, micro int) error {
 // -cost (which auto also chooses by) and names it for titles: what sim and
 // report share.
 func lowerAndSimulate(req *gencmd.Request, pr *progress) (gen.Result, sim.Cost, sim.Result, string, error) {
-	pr.Phase("lowering")
 	res, err := lower(req, pr)
 	if err != nil {
 		return res, sim.Cost{}, sim.Result{}, "", err

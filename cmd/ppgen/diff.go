@@ -84,6 +84,17 @@ func loadUnits(args []string, cwd string) ([]unit, error) {
 	return units, nil
 }
 
+// parseUnits parses the flags and arguments of diff and check and loads
+// the units they name, relative to the working directory it returns.
+func parseUnits(fs *flag.FlagSet, args []string) ([]unit, string, error) {
+	if err := parseArgs(fs, args); err != nil {
+		return nil, "", err
+	}
+	cwd, _ := os.Getwd()
+	units, err := loadUnits(fs.Args(), cwd)
+	return units, cwd, err
+}
+
 // directive is one `ppgen gen` //go:generate line.
 type directive struct {
 	line int
@@ -209,11 +220,7 @@ func regenerationError(r regenerated, cwd string) error {
 func runDiff(args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("diff", flag.ContinueOnError)
 	context := fs.Int("U", 3, "lines of context in the unified diff")
-	if err := parseArgs(fs, args); err != nil {
-		return err
-	}
-	cwd, _ := os.Getwd()
-	units, err := loadUnits(fs.Args(), cwd)
+	units, cwd, err := parseUnits(fs, args)
 	if err != nil {
 		return err
 	}
@@ -243,11 +250,7 @@ func runDiff(args []string, stdout, _ io.Writer) error {
 func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	verbose := fs.Bool("v", false, "print a line for every generated file that is up to date")
-	if err := parseArgs(fs, args); err != nil {
-		return err
-	}
-	cwd, _ := os.Getwd()
-	units, err := loadUnits(fs.Args(), cwd)
+	units, cwd, err := parseUnits(fs, args)
 	if err != nil {
 		return err
 	}

@@ -36,8 +36,17 @@ func newRequest(name string, which gencmd.Flags) (*gencmd.Request, *flag.FlagSet
 // lower builds and lowers the schedule of req, or its -in file; pr (nil:
 // none) shows which family -schedule auto is trying.
 func lower(req *gencmd.Request, pr *progress) (gen.Result, error) {
+	pr.Phase("lowering")
 	showAuto(req, pr)
 	return req.Lower()
+}
+
+// checkOut checks an -o that defaults to standard output.
+func checkOut(out string) error {
+	if out == "" {
+		return usagef("-o needs a file name (or - for stdout)")
+	}
+	return nil
 }
 
 // showAuto makes pr (nil: none) show which family -schedule auto is trying.

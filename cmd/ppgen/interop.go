@@ -80,12 +80,11 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *out == "" {
-		return usagef("-o needs a file name (or - for stdout)")
+	if err := checkOut(*out); err != nil {
+		return err
 	}
 	pr := newProgress(stderr, "ppgen export", 0)
 	defer pr.Done()
-	pr.Phase("lowering")
 	res, err := lower(req, pr)
 	if err != nil {
 		return err
@@ -99,15 +98,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err := torch.Write(&b, p, d, torch.WriteOptions{ReduceGrad: !*computeOnly && !*noReduce && d != torch.Legacy}); err != nil {
 		return err
 	}
-	if *out == "-" {
-		_, err = stdout.Write(b.Bytes())
-		return err
-	}
-	if err := writeFileAtomic(*out, b.Bytes()); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "ppgen: wrote %s (%d ranks)\n", *out, res.Program.Placement.Ranks())
-	return nil
+	return writeOutput(*out, b.Bytes(), stdout, stderr, fmt.Sprintf(" (%d ranks)", res.Program.Placement.Ranks()))
 }
 
 // placementName names a placement for messages.

@@ -26,8 +26,8 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return usagef("missing -o FILE.html (- for stdout)")
 	}
-	if *svgWidth < 200 || *svgWidth > maxSVGWidth {
-		return usagef("-svg-width = %d; want 200 to %d pixels", *svgWidth, maxSVGWidth)
+	if err := checkSVGWidth(*svgWidth); err != nil {
+		return err
 	}
 	pr := newProgress(stderr, "ppgen report", 0)
 	defer pr.Done()
@@ -84,13 +84,5 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := writeFileAtomic(*out, b); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "ppgen: wrote %s\n", *out)
-	return nil
+	return writeOutput(*out, b, stdout, stderr, "")
 }

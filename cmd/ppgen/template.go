@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"io"
 	"strings"
 
@@ -31,13 +30,5 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &gencmd.UsageError{Msg: err.Error()}
 	}
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := writeFileAtomic(*out, b); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "ppgen: wrote %s\n", *out)
-	return nil
+	return writeOutput(*out, b, stdout, stderr, "")
 }

@@ -23,12 +23,11 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *out == "" {
-		return usagef("-o needs a file name (or - for stdout)")
+	if err := checkOut(*out); err != nil {
+		return err
 	}
 	pr := newProgress(stderr, "ppgen trace", 0)
 	defer pr.Done()
-	pr.Phase("lowering")
 	res, err := lower(req, pr)
 	if err != nil {
 		return err
@@ -48,16 +47,8 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pr.Done()
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := writeFileAtomic(*out, b); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "ppgen: wrote %s (%d ranks, %d steps, makespan %s; open it in ui.perfetto.dev or chrome://tracing)\n",
-		*out, res.Program.Placement.Ranks(), res.Program.NumSteps(), strconv.FormatFloat(r.Makespan, 'g', 6, 64))
-	return nil
+	return writeOutput(*out, b, stdout, stderr, fmt.Sprintf(" (%d ranks, %d steps, makespan %s; open it in ui.perfetto.dev or chrome://tracing)",
+		res.Program.Placement.Ranks(), res.Program.NumSteps(), strconv.FormatFloat(r.Makespan, 'g', 6, 64)))
 }
 
 // parseCostFlag parses -cost for a program of the given number of stages
