@@ -117,19 +117,25 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if req.Schedule != "" || req.In != "" || req.Virtual != 0 || req.Placement != "" || *grid {
 			return usagef("-compare takes the schedules from its list: drop -schedule, -in, -virtual, -placement and -grid (write NAME:V in the list for a V)")
 		}
-		entries, err := parseCompare(*compare)
+		entries, err := gencmd.ParseCompare(*compare)
 		if err != nil {
 			return err
 		}
-		if err := checkCompareSize(entries, req.Ranks, req.Micro); err != nil {
+		if err := gencmd.CheckCompareSize(entries, req.Ranks, req.Micro); err != nil {
 			return err
 		}
 		pr := newProgress(stderr, "ppgen sim", len(entries))
 		defer pr.Done()
-		rows, err := runCompare(entries, req, pr)
+		rows, err := req.Compare(entries, func(name string, done int) {
+			if done > 0 {
+				pr.Step()
+			}
+			pr.Phase("lowering and simulating %s", name)
+		})
 		if err != nil {
 			return err
 		}
+		pr.Step()
 		var svg []byte
 		if *svgOut != "" {
 			pr.Phase("rendering %s", *svgOut)
@@ -144,7 +150,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			return writeCompareJSON(stdout, rows)
 		}
-		cost, _ := compareCost(req.Cost, 1)
+		cost, _ := gencmd.CompareCost(req.Cost, 1)
 		return writeCompareTable(stdout, rows, fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost))
 	}
 	pr := newProgress(stderr, "ppgen sim", 0)
@@ -196,43 +202,6 @@ const (
 func checkSVGWidth(w int) error {
 	if w < 200 || w > maxSVGWidth {
 		return usagef("-svg-width = %d; want 200 to %d pixels", w, maxSVGWidth)
-	}
-	return nil
-}
-
-// The most schedules one -compare takes, and the most chunks they may hold
-// together: each is lowered, simulated and kept for the table and the SVG.
-const (
-	maxCompare       = 32
-	maxCompareChunks = 4 * ir.MaxChunks
-)
-
-// checkCompareSize bounds what -compare keeps in memory: at most maxCompare
-// schedules of at most maxCompareChunks (stage, micro-batch) chunks
-// together. Values out of range are left to each schedule's own check.
-func checkCompareSize(entries []compareEntry, ranks, micro int) error {
-	if len(entries) > maxCompare {
-		return usagef("-compare lists %d schedules; at most %d", len(entries), maxCompare)
-	}
-	if ranks < 1 || ranks > ir.MaxIndex+1 || micro < 1 || micro > ir.MaxIndex+1 {
-		return nil
-	}
-	total := 0
-	for _, e := range entries {
-		v := e.virtual
-		if v == 0 {
-			if fam, err := schedules.Lookup(e.name); err == nil {
-				v = fam.DefaultVirtual
-			}
-		}
-		v = max(v, 1)
-		if v > ir.MaxIndex+1 {
-			return nil // the schedule's own check says why
-		}
-		total += ranks * v * micro
-		if total > maxCompareChunks {
-			return usagef("-compare: the schedules hold more than %d (stage, micro-batch) chunks together at -ranks %d -micro %d; compare fewer schedules or smaller ones", maxCompareChunks, ranks, micro)
-		}
 	}
 	return nil
 }
