@@ -3,6 +3,7 @@ package gencmd
 import (
 	"errors"
 	"flag"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -228,5 +229,47 @@ func TestPlacement(t *testing.T) {
 		if out, _, err := again.Generate(); err != nil || string(out) != string(src) {
 			t.Errorf("%q: regeneration differs (%v)", args, err)
 		}
+	}
+}
+
+// TestImportFromHeader: `ppgen import -o` records the CSV relative to the
+// output's directory, so its header regenerates the file from anywhere; an
+// edit of the CSV then makes it stale, and an import from standard input
+// is refused with the fix.
+func TestImportFromHeader(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"data", "out"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	csv := filepath.Join(dir, "data", "two.csv")
+	writeFile(t, csv, "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
+	r, err := ParseImport([]string{"-from", "torch-csv", "data/two.csv", "-o", "out/two_gen.go", "-package", "two"}, Env{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "ppgen import -from torch-csv -package two ../data/two.csv"; r.Invocation != want {
+		t.Errorf("invocation %q, want %q", r.Invocation, want)
+	}
+	src, _, err := r.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out", "two_gen.go")
+	again, err := FromHeader(out, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := again.Generate(); err != nil || string(got) != string(src) {
+		t.Errorf("regeneration from the header differs (%v)", err)
+	}
+	writeFile(t, csv, "0F0,0F1,0SEND_F0,0RECV_B0,0SEND_F1,0RECV_B1,0B0,0B1\n1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n")
+	if got, _, err := again.Generate(); err != nil || string(got) == string(src) {
+		t.Errorf("after an edit of the CSV: regeneration %v, same bytes %v; want other bytes", err, string(got) == string(src))
+	}
+	stdin := []byte(Header + "\n// ppgen import -from torch-csv -\n\npackage two\n")
+	if _, err := FromHeader(out, stdin); err == nil || !strings.Contains(err.Error(), "import the file again") {
+		t.Errorf("import from stdin: %v; want the refusal", err)
 	}
 }
