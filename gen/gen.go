@@ -49,7 +49,6 @@ func Build(cfg ir.Config) (ir.Config, ir.Program, error) {
 		return cfg, ir.Program{}, err
 	}
 	p, err := fam.Build(cfg) // the family checks cfg.Placement
-
 	return cfg, p, err
 }
 

@@ -1,7 +1,11 @@
 // Package gencmd is a ppgen command line as a value, the generation
 // request: one struct (Request) that every command's flags bind (Bind), what
 // it asks for (Config, LowerOptions, Lower), and generation in memory
-// (Generate: `ppgen gen`, or `ppgen import` of a PyTorch CSV).
+// (Generate: `ppgen gen`, or `ppgen import` of a PyTorch CSV); what diff,
+// check and vet look at (LoadPackages, LoadUnits, Unit.Regenerate: the
+// packages of a command line through golang.org/x/tools/go/packages); and
+// `ppgen sim -compare` (Request.Compare, which evaluates each schedule as
+// -schedule auto evaluates a candidate: gen.Evaluate).
 //
 // The CLI (cmd/ppgen), the analyzer (gen/vet) and the vettool
 // (cmd/ppgenvet) share it, so a command line means the same thing wherever
