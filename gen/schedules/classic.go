@@ -3,6 +3,8 @@ package schedules
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -24,11 +26,24 @@ func classicProgram(name string, cfg ir.Config, tables bool) (ir.Program, error)
 		}
 		want := fmt.Sprintf("loop (stage s on rank s mod %d); %s supports only the loop placement", cfg.Ranks, name)
 		if tables {
-			want = fmt.Sprintf("loop, or a table of one stage on each of the %d ranks such as 1,0 for 2 ranks", cfg.Ranks)
+			want = fmt.Sprintf("loop, or a table of one stage on each of the %d ranks (a permutation of 0..%d, e.g. %s)", cfg.Ranks, cfg.Ranks-1, reversedRanks(cfg.Ranks))
 		}
 		return ir.Program{}, &ConstraintError{Schedule: name, Param: "placement", Got: cfg.Placement.String(), Want: want}
 	}
 	return ir.NewProgram(pl, cfg.Micro), nil
+}
+
+// reversedRanks is the table P-1,...,1,0 for messages (elided past 8 ranks).
+func reversedRanks(p int) string {
+	var parts []string
+	for r := p - 1; r >= 0; r-- {
+		if p > 8 && r == p-3 {
+			parts = append(parts, "...")
+			r = 1
+		}
+		parts = append(parts, strconv.Itoa(r))
+	}
+	return strings.Join(parts, ",")
 }
 
 // classicStage is the stage rank r holds in a program of one stage per rank.
