@@ -99,6 +99,44 @@ func EvalShare(res Result, c sim.Cost) (sim.Result, float64, error) {
 	return r, float64(r.Peak()) / float64(vEff), nil
 }
 
+// Evaluate is the evaluation of one candidate, what Auto does for each
+// family and V and `ppgen sim -compare` for each schedule of its list: it
+// lowers cfg and simulates the result under c, the resolved cost of one
+// rank's share of the model (EvalShare). It returns the lowered result, the
+// simulation and the activation memory in share units. A config that does
+// not lower returns Lower's error; a failed simulation a *SimulationError.
+func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float64, error) {
+	res, err := Lower(cfg, opt)
+	if err != nil {
+		return res, sim.Result{}, 0, err
+	}
+	r, mem, err := EvalShare(res, c)
+	if err != nil {
+		return res, r, 0, &SimulationError{Config: res.Config, Err: err}
+	}
+	return res, r, mem, nil
+}
+
+// SimulationError is Evaluate's failure to simulate a schedule that lowered.
+type SimulationError struct {
+	Config ir.Config // normalized
+	Err    error
+}
+
+func (e *SimulationError) Error() string { return e.Err.Error() }
+func (e *SimulationError) Unwrap() error { return e.Err }
+
+// ScheduleError is an error of Lower whose text names the schedule family it
+// concerns ("schedule zbv: ..."), so that a caller listing several schedules
+// need not name it again.
+type ScheduleError struct {
+	Schedule string
+	Err      error
+}
+
+func (e *ScheduleError) Error() string { return e.Err.Error() }
+func (e *ScheduleError) Unwrap() error { return e.Err }
+
 // lowerAuto is Lower for the Auto schedule. cfg.Virtual, when set, restricts
 // the candidates to that V.
 func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
@@ -179,7 +217,10 @@ func autoFamily(fam schedules.Family, cfg ir.Config, vs []int, opt Options, c si
 	for _, v := range vs {
 		one := cfg
 		one.Schedule, one.Virtual = fam.Name, v
-		res, err := Lower(one, opt)
+		res, r, mem, err := Evaluate(one, opt, c)
+		if se := (*SimulationError)(nil); errors.As(err, &se) {
+			return nil, fmt.Errorf("schedule auto: %s V=%d: %w", fam.Name, v, se.Err)
+		}
 		if err != nil {
 			if firstErr == nil || v == def {
 				firstErr = err
@@ -187,10 +228,6 @@ func autoFamily(fam schedules.Family, cfg ir.Config, vs []int, opt Options, c si
 			continue
 		}
 		cand := Candidate{Config: res.Config}
-		r, mem, err := EvalShare(res, c)
-		if err != nil {
-			return nil, fmt.Errorf("schedule auto: %s V=%d: %w", fam.Name, v, err)
-		}
 		cand.Makespan, cand.Bubble, cand.ActMem = r.Makespan, r.Bubble, mem
 		if opt.Auto.MemLimit > 0 && mem > opt.Auto.MemLimit {
 			cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.Auto.MemLimit)

@@ -48,17 +48,14 @@ func Build(cfg ir.Config) (ir.Config, ir.Program, error) {
 	if err != nil {
 		return cfg, ir.Program{}, err
 	}
-	if cfg.Placement != nil {
-		return cfg, ir.Program{}, fmt.Errorf("schedule %s: -placement %s: families choose their own placement (loop for the interleaved kinds, v for zbv and dualpipev); import a CSV with -in for a custom one", cfg.Schedule, cfg.Placement)
-	}
-	p, err := fam.Build(cfg)
+	p, err := fam.Build(cfg) // the family checks cfg.Placement
 	return cfg, p, err
 }
 
 // buildLowerable is Build for families whose order the passes can lower.
 func buildLowerable(cfg ir.Config) (ir.Config, ir.Program, error) {
 	if fam, err := schedules.Lookup(cfg.Schedule); err == nil && fam.ComputeOnly != "" {
-		return cfg, ir.Program{}, fmt.Errorf("schedule %s cannot be lowered yet: %s", fam.Name, fam.ComputeOnly)
+		return cfg, ir.Program{}, &ScheduleError{fam.Name, fmt.Errorf("schedule %s cannot be lowered yet: %s", fam.Name, fam.ComputeOnly)}
 	}
 	return Build(cfg)
 }
@@ -72,18 +69,14 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	// The schedule options that rewrite the compute order run as passes.
-	opt.Passes.Split = opt.Passes.Split || cfg.Options.Split
-	opt.Passes.Overlap = opt.Passes.Overlap || cfg.Options.Overlap
-	opt.Passes.DxDwInOverlap = opt.Passes.DxDwInOverlap || cfg.Options.DxDwInOverlap
 	if fam, err := schedules.Lookup(cfg.Schedule); err == nil && fam.OwnedData {
 		if opt.Passes.ShipLabels {
-			return Result{Config: cfg}, fmt.Errorf("schedule %s: its owners load only inputs, and shipped labels start on the first stage's rank with the input; use -ship-labels with another schedule, or load the labels on the last stage's rank", cfg.Schedule)
+			return Result{Config: cfg}, &ScheduleError{cfg.Schedule, fmt.Errorf("schedule %s: its owners load only inputs, and shipped labels start on the first stage's rank with the input; use -ship-labels with another schedule, or load the labels on the last stage's rank", cfg.Schedule)}
 		}
 		opt.Passes.OwnedData = true
 	}
 	if err := passes.CheckOptions(compute, opt.Passes); err != nil {
-		return Result{Config: cfg}, fmt.Errorf("schedule %s: %w", cfg.Schedule, err)
+		return Result{Config: cfg}, &ScheduleError{cfg.Schedule, fmt.Errorf("schedule %s: %w", cfg.Schedule, err)}
 	}
 	res, err := lowerCompute(compute, opt)
 	res.Config = cfg

@@ -232,7 +232,7 @@ func TestComputeOnlyFamiliesRefused(t *testing.T) {
 // property tests run every family with: none, then split, overlap, overlap
 // with dx/dw split, split with overlap, and dx/dw split alone (which needs a
 // family with overlaps of its own; the others are refused).
-var scheduleOptions = []ir.Options{
+var scheduleOptions = []passes.Options{
 	{},
 	{Split: true},
 	{Overlap: true},
@@ -256,12 +256,12 @@ func TestLoweringKeepsIdealMakespan(t *testing.T) {
 			for _, V := range legalVirtuals(f) {
 				for _, M := range []int{1, P, 2*P + 1, 4 * P} {
 					for _, o := range scheduleOptions {
-						cfg := ir.Config{Schedule: f.Name, Ranks: P, Virtual: V, Micro: M, Options: o}
+						cfg := ir.Config{Schedule: f.Name, Ranks: P, Virtual: V, Micro: M}
 						_, compute, err := Build(cfg)
 						if err != nil {
 							continue
 						}
-						res, err := Lower(cfg, Options{})
+						res, err := Lower(cfg, Options{Passes: o})
 						if o.DxDwInOverlap && !o.Overlap && !hasOverlap(compute) {
 							if err == nil || !strings.Contains(err.Error(), "dxdw-in-overlap") {
 								t.Errorf("%+v: Lower error %v, want the dxdw-in-overlap refusal", cfg, err)
@@ -271,7 +271,7 @@ func TestLoweringKeepsIdealMakespan(t *testing.T) {
 						if err != nil {
 							t.Fatalf("%+v: %v", cfg, err)
 						}
-						name := fmt.Sprintf("%s P=%d V=%d M=%d %+v", f.Name, P, V, M, o)
+						name := fmt.Sprintf("%s P=%d V=%d M=%d split=%t overlap=%t dxdw=%t", f.Name, P, V, M, o.Split, o.Overlap, o.DxDwInOverlap)
 						checkOnce(t, name, res.Program)
 						ideal, err := sim.Run(res.Program.ComputeOnly(), cost)
 						if err != nil {

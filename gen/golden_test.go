@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ppgen/ppgen/internal/gencmd"
+	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/*/schedule_gen.go.golden from the current output")

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -15,9 +16,9 @@ import (
 // model split over the stages of a share, as it chose by.
 func simCost(res gen.Result, spec string) (sim.Cost, error) {
 	if res.Auto != nil {
-		return compareCost(spec, res.StagesPerShare())
+		return gencmd.CompareCost(spec, res.StagesPerShare())
 	}
-	return parseCostFlag(spec, res.Program.Stages())
+	return gencmd.ParseCost(spec, res.Program.Stages())
 }
 
 // autoName names the auto scheduler's choice: "auto: zbv V=2".

@@ -12,10 +12,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
-	"github.com/ppgen/ppgen/internal/gencmd"
 )
 
 func runList(args []string, stdout, _ io.Writer) error {
@@ -37,43 +37,8 @@ func runList(args []string, stdout, _ io.Writer) error {
 	return tw.Flush()
 }
 
-// lowerFromFlags builds and lowers the schedule the flags name, or the -in
-// file; pr (nil: none) shows which family -schedule auto is trying.
-func lowerFromFlags(sf *scheduleFlags, pr *progress) (gen.Result, error) {
-	opt, err := sf.lowerOptions()
-	if err != nil {
-		return gen.Result{}, err
-	}
-	if sf.schedule == gen.Auto && pr != nil {
-		opt.Auto.Progress = func(family string, done, families int) {
-			pr.Phase("auto: lowering and simulating %s (%d of %d families)", family, done+1, families)
-		}
-	}
-	if sf.in != "" {
-		if sf.schedule != "" {
-			return gen.Result{}, usagef("give either -in or -schedule, not both")
-		}
-		p, err := readInput(sf.in)
-		if err != nil {
-			return gen.Result{}, err
-		}
-		res, err := gen.LowerProgram(p, opt)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", sf.in, err)
-		}
-		return res, nil
-	}
-	cfg, err := sf.config()
-	if err != nil {
-		return gen.Result{}, err
-	}
-	return gen.Lower(cfg, opt)
-}
-
 func runShow(args []string, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
-	var sf scheduleFlags
-	sf.register(fs, true, true)
+	req, fs := newRequest("show", gencmd.Flags{In: true})
 	computeOnly := fs.Bool("compute-only", false, "print only the compute steps (F, B, I, W, overlaps)")
 	format := fs.String("format", "text", "output form: text or csv (PyTorch's pipelining CSV)")
 	if err := parseFlags(fs, args); err != nil {
@@ -83,15 +48,15 @@ func runShow(args []string, stdout, _ io.Writer) error {
 		return usagef("-format %q; want text or csv", *format)
 	}
 	var p ir.Program
-	res, err := lowerFromFlags(&sf, nil)
+	res, err := req.Lower()
 	switch {
 	case err == nil && *computeOnly:
 		p = res.Compute
 	case err == nil:
 		p = res.Program
-	case *computeOnly && sf.in == "":
+	case *computeOnly && req.In == "":
 		// A family that cannot be lowered yet still shows its order.
-		cfg, cerr := sf.config()
+		cfg, cerr := req.Config()
 		if cerr != nil {
 			return cerr
 		}
@@ -110,37 +75,11 @@ func runShow(args []string, stdout, _ io.Writer) error {
 }
 
 func runVerify(args []string, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	var sf scheduleFlags
-	sf.register(fs, true, true)
-	maxAct := fs.Int("max-activations", 0, "fail when a rank holds more live activations (chunks) than this; 0: no limit")
+	req, fs := newRequest("verify", gencmd.Flags{In: true, MaxActivations: true})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var res gen.Result
-	opt, err := sf.lowerOptions()
-	if err != nil {
-		return err
-	}
-	opt.Verify.MaxActivations = *maxAct
-	if sf.in != "" {
-		if sf.schedule != "" {
-			return usagef("give either -in or -schedule, not both")
-		}
-		p, rerr := readInput(sf.in)
-		if rerr != nil {
-			return rerr
-		}
-		if res, err = gen.LowerProgram(p, opt); err != nil {
-			err = fmt.Errorf("%s: %w", sf.in, err)
-		}
-	} else {
-		cfg, cerr := sf.config()
-		if cerr != nil {
-			return cerr
-		}
-		res, err = gen.Lower(cfg, opt)
-	}
+	res, err := req.Lower()
 	if err != nil {
 		return err // exitCode: 1 when the program is unsafe, else 2
 	}
@@ -155,10 +94,7 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 }
 
 func runSim(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	var sf scheduleFlags
-	sf.register(fs, true, false)
-	costSpec := fs.String("cost", "", "cost model: comma-separated KEY=VALUE, keys F, B (the full backward), I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw; per-stage lists F=1:1:1:1.4; keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; values finite in [0, 1e9], overlap in [0, 1]")
+	req, fs := newRequest("sim", gencmd.Flags{In: true, Cost: "cost model: comma-separated KEY=VALUE, keys F, B (the full backward), I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw; per-stage lists F=1:1:1:1.4; keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; values finite in [0, 1e9], overlap in [0, 1]"})
 	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy); an array with -compare")
 	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
 	width := fs.Int("width", 120, "grid width in columns")
@@ -168,33 +104,38 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	sf.useCost(*costSpec)
 	if *svgOut == "-" {
 		return usagef("-svg needs a file name")
 	}
-	if *svgWidth < 200 || *svgWidth > maxSVGWidth {
-		return usagef("-svg-width = %d; want 200 to %d pixels", *svgWidth, maxSVGWidth)
+	if err := checkSVGWidth(*svgWidth); err != nil {
+		return err
 	}
 	if *width < 20 || *width > maxGridWidth {
 		return usagef("-width = %d; want 20 to %d columns", *width, maxGridWidth)
 	}
 	if *compare != "" {
-		if sf.schedule != "" || sf.in != "" || sf.virtual != 0 || sf.placement != "" || *grid {
+		if req.Schedule != "" || req.In != "" || req.Virtual != 0 || req.Placement != "" || *grid {
 			return usagef("-compare takes the schedules from its list: drop -schedule, -in, -virtual, -placement and -grid (write NAME:V in the list for a V)")
 		}
-		entries, err := parseCompare(*compare)
+		entries, err := gencmd.ParseCompare(*compare)
 		if err != nil {
 			return err
 		}
-		if err := checkCompareSize(entries, sf.ranks, sf.micro); err != nil {
+		if err := gencmd.CheckCompareSize(entries, req.Ranks, req.Micro); err != nil {
 			return err
 		}
 		pr := newProgress(stderr, "ppgen sim", len(entries))
 		defer pr.Done()
-		rows, err := runCompare(entries, &sf, *costSpec, pr)
+		rows, err := req.Compare(entries, func(name string, done int) {
+			if done > 0 {
+				pr.Step()
+			}
+			pr.Phase("lowering and simulating %s", name)
+		})
 		if err != nil {
 			return err
 		}
+		pr.Step()
 		var svg []byte
 		if *svgOut != "" {
 			pr.Phase("rendering %s", *svgOut)
@@ -209,12 +150,12 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			return writeCompareJSON(stdout, rows)
 		}
-		cost, _ := compareCost(*costSpec, 1)
-		return writeCompareTable(stdout, rows, fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", sf.ranks, sf.micro, cost))
+		cost, _ := gencmd.CompareCost(req.Cost, 1)
+		return writeCompareTable(stdout, rows, fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost))
 	}
 	pr := newProgress(stderr, "ppgen sim", 0)
 	defer pr.Done()
-	res, cost, r, name, err := lowerAndSimulate(&sf, *costSpec, pr)
+	res, cost, r, name, err := lowerAndSimulate(req, pr)
 	if err != nil {
 		return err
 	}
@@ -257,53 +198,23 @@ const (
 	maxSVGWidth  = 100000
 )
 
-// The most schedules one -compare takes, and the most chunks they may hold
-// together: each is lowered, simulated and kept for the table and the SVG.
-const (
-	maxCompare       = 32
-	maxCompareChunks = 4 * ir.MaxChunks
-)
-
-// checkCompareSize bounds what -compare keeps in memory: at most maxCompare
-// schedules of at most maxCompareChunks (stage, micro-batch) chunks
-// together. Values out of range are left to each schedule's own check.
-func checkCompareSize(entries []compareEntry, ranks, micro int) error {
-	if len(entries) > maxCompare {
-		return usagef("-compare lists %d schedules; at most %d", len(entries), maxCompare)
-	}
-	if ranks < 1 || ranks > ir.MaxIndex+1 || micro < 1 || micro > ir.MaxIndex+1 {
-		return nil
-	}
-	total := 0
-	for _, e := range entries {
-		v := e.virtual
-		if v == 0 {
-			if fam, err := schedules.Lookup(e.name); err == nil {
-				v = fam.DefaultVirtual
-			}
-		}
-		v = max(v, 1)
-		if v > ir.MaxIndex+1 {
-			return nil // the schedule's own check says why
-		}
-		total += ranks * v * micro
-		if total > maxCompareChunks {
-			return usagef("-compare: the schedules hold more than %d (stage, micro-batch) chunks together at -ranks %d -micro %d; compare fewer schedules or smaller ones", maxCompareChunks, ranks, micro)
-		}
+// checkSVGWidth checks -svg-width (sim, report).
+func checkSVGWidth(w int) error {
+	if w < 200 || w > maxSVGWidth {
+		return usagef("-svg-width = %d; want 200 to %d pixels", w, maxSVGWidth)
 	}
 	return nil
 }
 
 // lowerAndSimulate lowers the schedule of the flags, simulates it under the
-// cost spec (sim's -cost, which auto also chooses by) and names it for
-// titles: what sim and report share.
-func lowerAndSimulate(sf *scheduleFlags, costSpec string, pr *progress) (gen.Result, sim.Cost, sim.Result, string, error) {
-	pr.Phase("lowering")
-	res, err := lowerFromFlags(sf, pr)
+// -cost (which auto also chooses by) and names it for titles: what sim and
+// report share.
+func lowerAndSimulate(req *gencmd.Request, pr *progress) (gen.Result, sim.Cost, sim.Result, string, error) {
+	res, err := lower(req, pr)
 	if err != nil {
 		return res, sim.Cost{}, sim.Result{}, "", err
 	}
-	cost, err := simCost(res, costSpec)
+	cost, err := simCost(res, req.Cost)
 	if err != nil {
 		return res, cost, sim.Result{}, "", err
 	}
@@ -312,7 +223,7 @@ func lowerAndSimulate(sf *scheduleFlags, costSpec string, pr *progress) (gen.Res
 	if err != nil {
 		return res, cost, r, "", err
 	}
-	name := scheduleName(sf)
+	name := req.ScheduleName()
 	if res.Auto != nil {
 		name = autoName(res)
 	}
@@ -333,14 +244,10 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fi, err := os.Stat(req.Path()); err == nil && fi.IsDir() {
-		return usageError{fmt.Sprintf("-o %s is a directory; name the file to write, e.g. -o %s", req.Path(), filepath.Join(req.Path(), "schedule_gen.go"))}
+		return usagef("-o %s is a directory; name the file to write, e.g. -o %s", req.Path(), filepath.Join(req.Path(), "schedule_gen.go"))
 	}
 	pr := newProgress(stderr, "ppgen gen", 0)
-	if req.Name == gen.Auto && pr != nil {
-		req.AutoProgress = func(family string, done, families int) {
-			pr.Phase("auto: lowering and simulating %s (%d of %d families)", family, done+1, families)
-		}
-	}
+	showAuto(req, pr)
 	src, res, err := req.Generate()
 	pr.Done()
 	if err != nil {
@@ -367,16 +274,13 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// parseGen parses the arguments of `ppgen gen` (internal/gencmd holds its
+// parseGen parses the arguments of `ppgen gen` (gen/gencmd holds its
 // flags, shared with diff, check and vet, which regenerate in memory): -h
 // prints the flags, and bad flags are usage errors.
 func parseGen(args []string, env gencmd.Env) (*gencmd.Request, error) {
 	req, err := gencmd.Parse(args, env)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return nil, helpRequest{gencmd.Flags()}
-	case err != nil:
-		return nil, usageError{err.Error()}
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, helpRequest{gencmd.GenFlags(new(gencmd.Request))}
 	}
-	return req, nil
+	return req, err
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 // helpRequest is what a command returns for -h or -help: run prints the
@@ -21,7 +23,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return helpRequest{fs}
 	}
-	return usageError{err.Error()}
+	return &gencmd.UsageError{Msg: err.Error()}
 }
 
 // help is what `ppgen NAME -h` prints before the flags.

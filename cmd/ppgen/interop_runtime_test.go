@@ -388,12 +388,12 @@ func TestImportedSchedulesRunInRuntime(t *testing.T) {
 				t.Fatal(err)
 			}
 			const iters = 3
-			got, stages, calls := interopTrain(t, im.res, iters)
+			got, stages, calls := interopTrain(t, im.Result, iters)
 			file, err := parseTorchCSV(data, tc.format == formatTorchCSVLegacy)
 			if err != nil {
 				t.Fatal(err)
 			}
-			u, r, g := countFSDP(im.res.Program)
+			u, r, g := countFSDP(im.Result.Program)
 			if u0, r0, g0 := countFSDP(file); u != u0 || r != r0 || g != g0 {
 				t.Errorf("imported program holds %d UNSHARD, %d RESHARD, %d REDUCE_GRAD; the CSV %d, %d, %d", u, r, g, u0, r0, g0)
 			}
@@ -401,7 +401,7 @@ func TestImportedSchedulesRunInRuntime(t *testing.T) {
 				t.Errorf("%d FSDP hook calls in %d iterations, want %d", calls, iters, want)
 			}
 			ref := interopStages(len(stages))
-			want := interopSequential(ref, im.res.Program.Micro, iters)
+			want := interopSequential(ref, im.Result.Program.Micro, iters)
 			for it := range want {
 				if len(got[it]) != len(want[it]) {
 					t.Fatalf("iteration %d: %d losses, want %d", it, len(got[it]), len(want[it]))

@@ -12,12 +12,14 @@ import (
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/torch"
 )
 
 // TestImportTorchInterleaved1F1B imports the hand-derived CSVs of PyTorch's
 // ScheduleInterleaved1F1B at P=4, V=2, M=8 (see testdata/*.md): both verify,
 // infer the loop placement, agree with ppgen's own interleaved order, and
-// emit Go source that parses; `ppgen verify -in` accepts them too.
+// emit Go source that parses and that `ppgen check` regenerates from its
+// header; `ppgen verify -in` accepts them too.
 func TestImportTorchInterleaved1F1B(t *testing.T) {
 	ours, err := gen.Lower(ir.Config{Schedule: "interleaved", Ranks: 4, Virtual: 2, Micro: 8}, gen.Options{})
 	if err != nil {
@@ -53,8 +55,18 @@ func TestImportTorchInterleaved1F1B(t *testing.T) {
 			if f.Name.Name != "sched" || !bytes.Contains(src, []byte(`Schedule:    "`+strings.TrimSuffix(tc.file, ".csv")+`"`)) {
 				t.Errorf("package %s; Spec: %s", f.Name.Name, firstLine(src, "Schedule:"))
 			}
-			if !bytes.Contains(src, []byte("// ppgen import -from torch-csv "+path)) {
-				t.Errorf("no invocation header in:\n%.300s", src)
+			// The header names the file relative to the output's directory.
+			abs, _ := filepath.Abs(path)
+			rel, err := filepath.Rel(filepath.Dir(out), abs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(src, []byte("// ppgen import -from torch-csv "+filepath.ToSlash(rel)+"\n")) {
+				t.Errorf("no invocation header naming %s in:\n%.300s", rel, src)
+			}
+			// ... so that check regenerates it (and vets it).
+			if code, cout, cerr := cliRun(t, "check", out); code != 0 {
+				t.Errorf("check %s: exit %d: %s%s", out, code, cout, cerr)
 			}
 			if code, vout, verr := cliRun(t, "verify", "-in", path); code != 0 || !strings.HasPrefix(vout, "ok: 4 ranks, 8 stages, 8 micro-batches") {
 				t.Errorf("ppgen verify -in: exit %d %s %s", code, vout, verr)
@@ -64,7 +76,7 @@ func TestImportTorchInterleaved1F1B(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := ir.FormatText(im.res.Compute), ir.FormatText(ours.Compute); got != want {
+			if got, want := ir.FormatText(im.Result.Compute), ir.FormatText(ours.Compute); got != want {
 				t.Errorf("compute order differs from ppgen's interleaved:\n%s\nwant\n%s", got, want)
 			}
 		})
@@ -140,10 +152,10 @@ func TestExportImportRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := ir.FormatText(im.res.Compute), ir.FormatText(orig.Compute); got != want {
+			if got, want := ir.FormatText(im.Result.Compute), ir.FormatText(orig.Compute); got != want {
 				t.Errorf("compute order changed:\n%s\nwant\n%s", got, want)
 			}
-			if got, want := ir.FormatText(im.res.Program), ir.FormatText(orig.Program); got != want {
+			if got, want := ir.FormatText(im.Result.Program), ir.FormatText(orig.Program); got != want {
 				t.Errorf("lowered program changed:\n%s\nwant\n%s", got, want)
 			}
 			// Lowered.
@@ -163,7 +175,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			skeleton := func(p ir.Program) string {
-				q, _ := dropKinds(p, ir.DataLoad, ir.OptStep, ir.ReduceGrad)
+				q, _ := torch.DropKinds(p, ir.DataLoad, ir.OptStep, ir.ReduceGrad)
 				for _, steps := range q.Ranks {
 					for i := range steps {
 						steps[i].Slot = ir.None
@@ -174,7 +186,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 				}
 				return ir.FormatText(q)
 			}
-			if got, want := skeleton(im.res.Program), skeleton(orig.Program); got != want {
+			if got, want := skeleton(im.Result.Program), skeleton(orig.Program); got != want {
 				t.Errorf("transfers or compute changed:\n%s\nwant\n%s", got, want)
 			}
 			again := cliMust(t, "export", "-to", "torch-csv", "-in", cc)
@@ -197,7 +209,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := skeleton(im.res.Program), skeleton(orig.Program); got != want {
+			if got, want := skeleton(im.Result.Program), skeleton(orig.Program); got != want {
 				t.Errorf("legacy round trip changed the program:\n%s\nwant\n%s", got, want)
 			}
 		})
@@ -225,7 +237,7 @@ func TestImportCustomSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ir.FormatText(im.res.Compute); got != cliMust(t, "show", "-compute-only", "-in", path) {
+	if got := ir.FormatText(im.Result.Compute); got != cliMust(t, "show", "-compute-only", "-in", path) {
 		t.Errorf("compute order after export and import:\n%s", got)
 	}
 }
@@ -364,11 +376,11 @@ func TestImportFSDP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if u, r, g := countFSDP(im.res.Program); [3]int{u, r, g} != tc.fsdp {
+			if u, r, g := countFSDP(im.Result.Program); [3]int{u, r, g} != tc.fsdp {
 				t.Errorf("imported program holds %d UNSHARD, %d RESHARD, %d REDUCE_GRAD; want %v (the file's)", u, r, g, tc.fsdp)
 			}
 			if !strings.HasSuffix(tc.file, "_m8_comms.csv") {
-				cliGolden(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".csv")+".lowered.txt"), []byte(ir.FormatText(im.res.Program)))
+				cliGolden(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".csv")+".lowered.txt"), []byte(ir.FormatText(im.Result.Program)))
 			}
 			out := filepath.Join(mkdirTemp(t, "sched"), "schedule_gen.go")
 			code, stdout, stderr := cliRun(t, "import", "-from", "torch-csv", "-table", path, "-o", out)
@@ -407,7 +419,7 @@ func TestImportFSDP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if u, r, g := countFSDP(im.res.Program); u+r+g != 0 {
+			if u, r, g := countFSDP(im.Result.Program); u+r+g != 0 {
 				t.Errorf("-drop-fsdp kept %d UNSHARD, %d RESHARD, %d REDUCE_GRAD", u, r, g)
 			}
 		})
@@ -504,4 +516,29 @@ func TestImportDocs(t *testing.T) {
 			t.Errorf("docs/visual.md does not show `ppgen %s` with its current output:\n%s", strings.Join(args, " "), out)
 		}
 	}
+}
+
+// The dialect names of the tests' tables.
+const (
+	formatTorchCSV       = "torch-csv"
+	formatTorchCSVLegacy = "torch-csv-legacy"
+)
+
+// importTorch imports data (named name) in format through gen/torch, as
+// `ppgen import` does.
+func importTorch(name string, data []byte, format string, opt gen.Options, dropFSDP bool) (torch.Imported, error) {
+	d, err := torch.ParseDialect(format)
+	if err != nil {
+		return torch.Imported{}, err
+	}
+	return torch.Import(name, bytes.NewReader(data), torch.ImportOptions{Dialect: d, Lower: opt, DropFSDP: dropFSDP})
+}
+
+// parseTorchCSV reads data in the current or the legacy dialect.
+func parseTorchCSV(data []byte, legacy bool) (ir.Program, error) {
+	d := torch.Current
+	if legacy {
+		d = torch.Legacy
+	}
+	return torch.Read(bytes.NewReader(data), d)
 }

@@ -50,7 +50,9 @@
 //	-ranks P           pipeline ranks
 //	-virtual V         virtual stages per rank (0: the family's default)
 //	-micro M           micro-batches per iteration
-//	-placement X       loop, v, or a stage->rank table such as 0,1,1,0
+//	-placement X       loop, v, or a stage->rank table such as 1,0,3,2: gpipe
+//	                   and 1f1b take any table of one stage per rank, the
+//	                   other families only their own placement
 //	-less-memory       interleaved: smaller warm-up
 //	-split             split B into I and W
 //	-overlap           pair a backward with the next forward

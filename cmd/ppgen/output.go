@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +12,21 @@ import (
 
 // Every command that writes a file (-o of gen, import, export, trace,
 // report and template; sim -svg) writes it with writeFileAtomic.
+
+// writeOutput writes b to stdout when path is "-", else to the file path
+// (writeFileAtomic), and then says so on stderr: "ppgen: wrote PATH" and
+// detail.
+func writeOutput(path string, b []byte, stdout, stderr io.Writer, detail string) error {
+	if path == "-" {
+		_, err := stdout.Write(b)
+		return err
+	}
+	if err := writeFileAtomic(path, b); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(stderr, "ppgen: wrote %s%s\n", path, detail)
+	return err
+}
 
 // writeFileAtomic writes data to path through a temporary file in the same
 // directory and a rename, so a failure never leaves a partial file (nor the

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
 	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/templates"
@@ -17,32 +17,28 @@ import (
 // is, that it verified, its simulated makespan and bubbles, a per-rank
 // table, the SVG timeline and the lowered program.
 func runReport(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	var sf scheduleFlags
-	sf.register(fs, true, false)
-	costSpec := fs.String("cost", "", "cost model to simulate, e.g. F=1,B=2,W=1,comm=0 (see `ppgen sim -h`)")
+	req, fs := newRequest("report", gencmd.Flags{In: true, Cost: "cost model to simulate, e.g. F=1,B=2,W=1,comm=0 (see `ppgen sim -h`)"})
 	out := fs.String("o", "", "the HTML file to write (- for stdout)")
 	svgWidth := fs.Int("svg-width", 1200, "width of the timeline in pixels")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	sf.useCost(*costSpec)
 	if *out == "" {
 		return usagef("missing -o FILE.html (- for stdout)")
 	}
-	if *svgWidth < 200 || *svgWidth > maxSVGWidth {
-		return usagef("-svg-width = %d; want 200 to %d pixels", *svgWidth, maxSVGWidth)
+	if err := checkSVGWidth(*svgWidth); err != nil {
+		return err
 	}
 	pr := newProgress(stderr, "ppgen report", 0)
 	defer pr.Done()
-	res, cost, r, name, err := lowerAndSimulate(&sf, *costSpec, pr)
+	res, cost, r, name, err := lowerAndSimulate(req, pr)
 	if err != nil {
 		return err
 	}
 	p := res.Program
 	rep := templates.Report{
 		Title:       fmt.Sprintf("%s, P=%d, M=%d", name, p.Placement.Ranks(), p.Micro),
-		Command:     invocation("report", fs),
+		Command:     gencmd.Invocation("report", fs),
 		Schedule:    name,
 		Ranks:       p.Placement.Ranks(),
 		Stages:      p.Stages(),
@@ -88,13 +84,5 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := writeFileAtomic(*out, b); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "ppgen: wrote %s\n", *out)
-	return nil
+	return writeOutput(*out, b, stdout, stderr, "")
 }

@@ -151,7 +151,7 @@ func TestSimErrors(t *testing.T) {
 		{[]string{"-compare", ",", "-ranks", "4", "-micro", "8"}, "list of schedules"},
 		{[]string{"-compare", "1f1b,zbv:3", "-ranks", "4", "-micro", "8"}, "virtual = 3"},
 		{[]string{"-compare", "1f1b,zbv", "-ranks", "4", "-micro", "8", "-cost", "F=1:2:3:4"}, "per-stage lists"},
-		{[]string{"-compare", "1f1b", "-ranks", "0", "-micro", "8"}, "-ranks"},
+		{[]string{"-compare", "1f1b", "-ranks", "0", "-micro", "8"}, "ranks = 0"},
 		{[]string{"-schedule", "zbv", "-ranks", "4", "-micro", "8", "-svg", "-"}, "-svg needs a file name"},
 		{[]string{"-schedule", "zbv", "-ranks", "4", "-micro", "8", "-svg-width", "10"}, "-svg-width"},
 		{[]string{"-schedule", "zbv", "-ranks", "4", "-micro", "8", "-cost", "F=x"}, "F"},

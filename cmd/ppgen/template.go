@@ -2,10 +2,10 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"io"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/templates"
 )
 
@@ -28,15 +28,7 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 	}
 	b, err := templates.Render(*kind, templates.Data{Job: *job, Ranks: *ranks, Port: *port, Image: *image, GPUs: *gpus, Command: fs.Args()})
 	if err != nil {
-		return usageError{err.Error()}
+		return &gencmd.UsageError{Msg: err.Error()}
 	}
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := writeFileAtomic(*out, b); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "ppgen: wrote %s\n", *out)
-	return nil
+	return writeOutput(*out, b, stdout, stderr, "")
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -74,24 +75,24 @@ func TestTraceEvents(t *testing.T) {
 			var res gen.Result
 			var err error
 			if tc.args[0] == "-in" {
-				p, rerr := readInput(tc.args[1])
+				p, rerr := gencmd.ReadProgram(tc.args[1])
 				if rerr != nil {
 					t.Fatal(rerr)
 				}
 				res, err = gen.LowerProgram(p, gen.Options{})
 			} else {
-				sf := scheduleFlags{schedule: tc.args[1]}
+				req := gencmd.Request{Schedule: tc.args[1]}
 				for i := 2; i+1 < len(tc.args); i += 2 {
 					switch tc.args[i] {
 					case "-ranks":
-						sf.ranks = atoi(t, tc.args[i+1])
+						req.Ranks = atoi(t, tc.args[i+1])
 					case "-micro":
-						sf.micro = atoi(t, tc.args[i+1])
+						req.Micro = atoi(t, tc.args[i+1])
 					case "-virtual":
-						sf.virtual = atoi(t, tc.args[i+1])
+						req.Virtual = atoi(t, tc.args[i+1])
 					}
 				}
-				cfg, cerr := sf.config()
+				cfg, cerr := req.Config()
 				if cerr != nil {
 					t.Fatal(cerr)
 				}

@@ -2,12 +2,11 @@ package ir
 
 import "fmt"
 
-// Options are the schedule options that apply across families (docs/design.md §4).
+// Options are the family options that shape a compute order (docs/design.md
+// §4). The options that rewrite one (split, overlap, dx/dw in overlap) are
+// passes, set in passes.Options.
 type Options struct {
-	LessMemory    bool // interleaved: smaller warm-up (fewer live activations, more bubble)
-	Split         bool // split every backward B into I then W
-	Overlap       bool // pair one micro's backward with the next one's forward (OVERLAP_B_F)
-	DxDwInOverlap bool // inside an overlap, run the backward as I then W with the grad send between
+	LessMemory bool // interleaved: smaller warm-up (fewer live activations, more bubble)
 }
 
 // Config is what a user asks for: a schedule family on P ranks with V stages

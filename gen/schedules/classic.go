@@ -3,6 +3,8 @@ package schedules
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -11,30 +13,41 @@ import (
 // looped-bfs) share: validation of the values they all need and the loop
 // placement they all use.
 
-// classicProgram checks the values every classic family needs (P, V, M ≥ 1,
-// within the size limits of checkSize, no placement other than loop) and returns an empty
-// program with the loop placement (stage s on rank s mod P) and M micro-batches.
-// Build functions call it so that they never panic on user input even when
-// called without Normalize.
-func classicProgram(name string, cfg ir.Config) (ir.Program, error) {
-	switch {
-	case cfg.Ranks < 1:
-		return ir.Program{}, &ConstraintError{Schedule: name, Param: "ranks", Value: cfg.Ranks, Want: "at least 1 rank"}
-	case cfg.Virtual < 1:
-		return ir.Program{}, &ConstraintError{Schedule: name, Param: "virtual", Value: cfg.Virtual, Want: "at least 1 stage per rank"}
-	case cfg.Micro < 1:
-		return ir.Program{}, &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
-	}
-	if err := checkSize(name, cfg); err != nil {
-		return ir.Program{}, err
-	}
+// classicProgram returns an empty program with M micro-batches on the loop
+// placement (stage s on rank s mod P), refusing any other placement; with
+// tables (gpipe and 1f1b, one stage per rank), also on any placement of one
+// stage per rank: the order is the same, stage by stage. Build has checked
+// P, V, M ≥ 1 and the size limits (Normalize).
+func classicProgram(name string, cfg ir.Config, tables bool) (ir.Program, error) {
 	pl := ir.Loop(cfg.Ranks, cfg.Virtual)
 	if cfg.Placement != nil && (cfg.Placement.NumRanks != pl.NumRanks || !slices.Equal(cfg.Placement.RankOf, pl.RankOf)) {
-		return ir.Program{}, &ConstraintError{Schedule: name, Param: "placement", Got: cfg.Placement.String(),
-			Want: fmt.Sprintf("loop (stage s on rank s mod %d); %s supports only the loop placement", cfg.Ranks, name)}
+		if tables && cfg.Virtual == 1 && cfg.Placement.NumRanks == cfg.Ranks && cfg.Placement.Virtual() == 1 {
+			return ir.NewProgram(*cfg.Placement, cfg.Micro), nil
+		}
+		want := fmt.Sprintf("loop (stage s on rank s mod %d); %s supports only the loop placement", cfg.Ranks, name)
+		if tables {
+			want = fmt.Sprintf("loop, or a table of one stage on each of the %d ranks (a permutation of 0..%d, e.g. %s)", cfg.Ranks, cfg.Ranks-1, reversedRanks(cfg.Ranks))
+		}
+		return ir.Program{}, &ConstraintError{Schedule: name, Param: "placement", Got: cfg.Placement.String(), Want: want}
 	}
 	return ir.NewProgram(pl, cfg.Micro), nil
 }
+
+// reversedRanks is the table P-1,...,1,0 for messages (elided past 8 ranks).
+func reversedRanks(p int) string {
+	var parts []string
+	for r := p - 1; r >= 0; r-- {
+		if p > 8 && r == p-3 {
+			parts = append(parts, "...")
+			r = 1
+		}
+		parts = append(parts, strconv.Itoa(r))
+	}
+	return strings.Join(parts, ",")
+}
+
+// classicStage is the stage rank r holds in a program of one stage per rank.
+func classicStage(p ir.Program, r int) int { return p.Placement.StagesOf(r)[0] }
 
 // classicOneStage rejects V > 1 for the families that hold one stage per rank.
 func classicOneStage(name string, cfg ir.Config) error {

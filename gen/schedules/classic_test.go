@@ -577,7 +577,7 @@ func TestClassicConstraintErrors(t *testing.T) {
 		{"interleaved v placement", ir.Config{Schedule: "interleaved", Ranks: 4, Virtual: 2, Micro: 8, Placement: &v},
 			[]string{"placement = v", "want loop"}},
 		{"gpipe wrong loop size", ir.Config{Schedule: "gpipe", Ranks: 4, Virtual: 1, Micro: 8, Placement: &other},
-			[]string{"placement = loop", "want loop", "mod 4"}},
+			[]string{"placement = loop", "want loop", "one stage on each of the 4 ranks"}},
 		{"1f1b less-memory", ir.Config{Schedule: "1f1b", Ranks: 4, Micro: 8, Options: ir.Options{LessMemory: true}},
 			[]string{"less-memory = on", "interleaved only"}},
 		{"gpipe less-memory", ir.Config{Schedule: "gpipe", Ranks: 4, Micro: 8, Options: ir.Options{LessMemory: true}},
@@ -610,7 +610,8 @@ func TestClassicConstraintErrors(t *testing.T) {
 }
 
 // TestClassicDirectBuild calls the Build functions without Normalize, as a
-// caller holding a Family may: bad values must give errors, not panics.
+// caller holding a Family may: bad values must give errors, not panics
+// (Family.Build normalizes first: V = 0 is the family's default).
 func TestClassicDirectBuild(t *testing.T) {
 	for _, name := range []string{"gpipe", "1f1b", "interleaved", "looped-bfs"} {
 		f, err := Lookup(name)
@@ -618,7 +619,7 @@ func TestClassicDirectBuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, cfg := range []ir.Config{
-			{Schedule: name, Ranks: 2, Virtual: 0, Micro: 2},
+			{Schedule: name, Ranks: 2, Virtual: -1, Micro: 2},
 			{Schedule: name, Ranks: -1, Virtual: 1, Micro: 2},
 			{Schedule: name, Ranks: 2, Virtual: 1, Micro: -5},
 		} {

@@ -13,12 +13,12 @@ func init() {
 }
 
 // buildGPipe returns the GPipe order of PyTorch's ScheduleGPipe: rank r holds
-// stage r and runs F(r, 0), F(r, 1), ..., F(r, M-1), then B(r, 0), B(r, 1),
+// stage r (or the stage -placement gives it) and runs F(r, 0), F(r, 1), ..., F(r, M-1), then B(r, 0), B(r, 1),
 // ..., B(r, M-1), both in ascending micro-batch order. Every rank keeps all M
 // micro-batches' activations live at the turn.
 func buildGPipe(cfg ir.Config) (ir.Program, error) {
 	const name = "gpipe"
-	p, err := classicProgram(name, cfg)
+	p, err := classicProgram(name, cfg, true)
 	if err != nil {
 		return ir.Program{}, err
 	}
@@ -30,12 +30,13 @@ func buildGPipe(cfg ir.Config) (ir.Program, error) {
 	}
 	m := cfg.Micro
 	for r := range p.Ranks {
+		s := classicStage(p, r)
 		steps := make([]ir.Step, 0, 2*m)
 		for i := 0; i < m; i++ {
-			steps = append(steps, classicFwd(r, i))
+			steps = append(steps, classicFwd(s, i))
 		}
 		for i := 0; i < m; i++ {
-			steps = append(steps, classicBwd(r, i))
+			steps = append(steps, classicBwd(s, i))
 		}
 		p.Ranks[r] = steps
 	}

@@ -73,7 +73,7 @@ func init() {
 // forward done and no two ranks wait on each other (the tests check this over
 // P ≤ 8, V ≤ 4, M ≤ 3P and some larger cases).
 func buildInterleaved(cfg ir.Config) (ir.Program, error) {
-	p, err := classicProgram("interleaved", cfg)
+	p, err := classicProgram("interleaved", cfg, false)
 	if err != nil {
 		return ir.Program{}, err
 	}

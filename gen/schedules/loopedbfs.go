@@ -24,7 +24,7 @@ func init() {
 // turn. With V = 1 this is GPipe except for the backward micro-batch order.
 func buildLoopedBFS(cfg ir.Config) (ir.Program, error) {
 	const name = "looped-bfs"
-	p, err := classicProgram(name, cfg)
+	p, err := classicProgram(name, cfg, false)
 	if err != nil {
 		return ir.Program{}, err
 	}

@@ -13,7 +13,8 @@ func init() {
 }
 
 // build1F1B returns the order of PyTorch's Schedule1F1B. Rank r holds stage r
-// and, with w = min(M, P-r) warm-up forwards:
+// (or the stage s that -placement gives it; r below is then s) and, with
+// w = min(M, P-r) warm-up forwards:
 //
 //   - warm-up: F(r, 0), ..., F(r, w-1);
 //   - steady state, for i = 0 .. M-w-1: B(r, i) then F(r, w+i);
@@ -25,7 +26,7 @@ func init() {
 // which is still feasible (no rank waits on a step that waits on it).
 func build1F1B(cfg ir.Config) (ir.Program, error) {
 	const name = "1f1b"
-	p, err := classicProgram(name, cfg)
+	p, err := classicProgram(name, cfg, true)
 	if err != nil {
 		return ir.Program{}, err
 	}
@@ -37,16 +38,17 @@ func build1F1B(cfg ir.Config) (ir.Program, error) {
 	}
 	m := cfg.Micro
 	for r := range p.Ranks {
-		w := min(m, cfg.Ranks-r)
+		s := classicStage(p, r)
+		w := min(m, cfg.Ranks-s)
 		steps := make([]ir.Step, 0, 2*m)
 		for i := 0; i < w; i++ {
-			steps = append(steps, classicFwd(r, i))
+			steps = append(steps, classicFwd(s, i))
 		}
 		for i := 0; i < m-w; i++ {
-			steps = append(steps, classicBwd(r, i), classicFwd(r, w+i))
+			steps = append(steps, classicBwd(s, i), classicFwd(s, w+i))
 		}
 		for i := m - w; i < m; i++ {
-			steps = append(steps, classicBwd(r, i))
+			steps = append(steps, classicBwd(s, i))
 		}
 		p.Ranks[r] = steps
 	}

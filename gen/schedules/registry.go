@@ -29,9 +29,11 @@ type Family struct {
 	// OwnedData says the family loads micro-batches on their owner ranks
 	// (mpipe): gen.Lower runs the passes.OwnedData pass for it.
 	OwnedData bool
-	// Build returns the compute-only program. It may assume cfg.Virtual is
-	// set (Normalize has run) and must return a *ConstraintError for values
-	// the family does not accept.
+	// Build returns the compute-only program, or a *ConstraintError for
+	// values the family does not accept. Register wraps the family's own
+	// Build in Normalize, so every call checks P, V, M ≥ 1 and the size
+	// limits first, in that one place, and the family's code may assume
+	// them.
 	Build func(cfg ir.Config) (ir.Program, error)
 }
 
@@ -42,6 +44,14 @@ var registry = map[string]Family{}
 func Register(f Family) {
 	if _, dup := registry[f.Name]; dup {
 		panic("schedules: duplicate family " + f.Name)
+	}
+	build := f.Build
+	f.Build = func(cfg ir.Config) (ir.Program, error) {
+		cfg, err := normalize(f, cfg)
+		if err != nil {
+			return ir.Program{}, err
+		}
+		return build(cfg)
 	}
 	registry[f.Name] = f
 }
@@ -82,6 +92,12 @@ func Normalize(cfg ir.Config) (ir.Config, Family, error) {
 	if err != nil {
 		return cfg, f, err
 	}
+	cfg, err = normalize(f, cfg)
+	return cfg, f, err
+}
+
+// normalize is Normalize for family f: the only check of P, V, M ≥ 1.
+func normalize(f Family, cfg ir.Config) (ir.Config, error) {
 	if cfg.Virtual == 0 {
 		cfg.Virtual = f.DefaultVirtual
 		if cfg.Virtual == 0 {
@@ -90,16 +106,16 @@ func Normalize(cfg ir.Config) (ir.Config, Family, error) {
 	}
 	switch {
 	case cfg.Ranks < 1:
-		return cfg, f, &ConstraintError{Schedule: f.Name, Param: "ranks", Value: cfg.Ranks, Want: "at least 1 rank"}
+		return cfg, &ConstraintError{Schedule: f.Name, Param: "ranks", Value: cfg.Ranks, Want: "at least 1 rank"}
 	case cfg.Virtual < 1:
-		return cfg, f, &ConstraintError{Schedule: f.Name, Param: "virtual", Value: cfg.Virtual, Want: "at least 1 stage per rank"}
+		return cfg, &ConstraintError{Schedule: f.Name, Param: "virtual", Value: cfg.Virtual, Want: "at least 1 stage per rank"}
 	case cfg.Micro < 1:
-		return cfg, f, &ConstraintError{Schedule: f.Name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
+		return cfg, &ConstraintError{Schedule: f.Name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
 	}
 	if err := checkSize(f.Name, cfg); err != nil {
-		return cfg, f, err
+		return cfg, err
 	}
-	return cfg, f, nil
+	return cfg, nil
 }
 
 // checkSize checks a config against the size limits of gen/ir before

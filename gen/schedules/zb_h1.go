@@ -74,24 +74,13 @@ func zbOneStageSkeleton(ranks, m int, warm func(r int) int) [][]ir.Step {
 	return skel
 }
 
-// zbCheckSizes checks the values every zero-bubble family needs: P, M ≥ 1,
-// V equal to want (0: any V ≥ 1), and the size limits of checkSize; and it rejects the
-// less-memory option, which only interleaved-zb takes (it checks that
-// itself). Build functions call it so that they never panic on user input
-// even without Normalize.
+// zbCheckSizes checks the V a zero-bubble family needs (want; 0: any, as
+// Normalize checked it) and rejects the less-memory option, which only
+// interleaved-zb takes (it checks that itself). P, V, M ≥ 1 and the size
+// limits are Normalize's, which every Family.Build runs first.
 func zbCheckSizes(name string, cfg ir.Config, want int) error {
-	switch {
-	case cfg.Ranks < 1:
-		return &ConstraintError{Schedule: name, Param: "ranks", Value: cfg.Ranks, Want: "at least 1 rank"}
-	case cfg.Micro < 1:
-		return &ConstraintError{Schedule: name, Param: "micro", Value: cfg.Micro, Want: "at least 1 micro-batch"}
-	case want == 0 && cfg.Virtual < 1:
-		return &ConstraintError{Schedule: name, Param: "virtual", Value: cfg.Virtual, Want: "at least 1 stage per rank"}
-	case want != 0 && cfg.Virtual != want:
+	if want != 0 && cfg.Virtual != want {
 		return &ConstraintError{Schedule: name, Param: "virtual", Value: cfg.Virtual, Want: zbVirtualWant(name, want)}
-	}
-	if err := checkSize(name, cfg); err != nil {
-		return err
 	}
 	if cfg.Options.LessMemory && name != interleavedZBName {
 		return &ConstraintError{Schedule: name, Param: "less-memory", Value: 1, Got: "on",

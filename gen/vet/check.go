@@ -14,10 +14,10 @@ import (
 
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/verify"
-	"github.com/ppgen/ppgen/internal/gencmd"
 )
 
 func exprString(e ast.Expr) string { return types.ExprString(e) }

@@ -36,7 +36,7 @@ import (
 
 	"golang.org/x/tools/go/analysis"
 
-	"github.com/ppgen/ppgen/internal/gencmd"
+	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 // Analyzer checks generated ppgen files; see the package documentation.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ppgen/ppgen/internal/gencmd"
+	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 // vetFile parses the file at path and returns the analyzer's diagnostics as

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ppgen/ppgen/internal/gencmd"
+	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/src/*/schedule_gen.go from the generator and the edits of brokenCases")

@@ -3,10 +3,15 @@ package gencmd
 import (
 	"errors"
 	"flag"
+	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 // TestInvocationRoundTrip: what Invocation records, SplitArgs and Parse read
@@ -153,5 +158,118 @@ func TestFromHeader(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v; want %q", tt.src, err, tt.want)
 		}
+	}
+}
+
+// TestPlacement: -placement reaches the families. gpipe and 1f1b take any
+// table of one stage per rank: the program verifies (Lower), each rank
+// computes the stage the table gives it, and it simulates in the makespan of
+// 1F1B and GPipe at P=4, M=8 with F=1, B=2: (M+P-1)·(F+B) = 33. A family's
+// own placement is accepted; another is refused with the family's reason.
+func TestPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // error text; "" for success
+	}{
+		{[]string{"-schedule", "1f1b", "-placement", "3,2,1,0"}, ""},
+		{[]string{"-schedule", "gpipe", "-placement", "1,0,3,2"}, ""},
+		{[]string{"-schedule", "1f1b", "-placement", "loop"}, ""},
+		{[]string{"-schedule", "interleaved", "-placement", "loop"}, ""},
+		{[]string{"-schedule", "zbv", "-placement", "v"}, ""},
+		{[]string{"-schedule", "zbv", "-placement", "loop"}, "supports only that placement"},
+		{[]string{"-schedule", "interleaved", "-placement", "1,0,3,2,0,1,2,3"}, "supports only the loop placement"},
+		{[]string{"-schedule", "1f1b", "-placement", "0,1,2,3,3,2,1,0"}, "one stage on each of the 4 ranks"},
+		{[]string{"-schedule", "auto", "-placement", "3,2,1,0"}, "auto tries each family with its own placement"},
+	} {
+		args := append([]string{"-ranks", "4", "-micro", "8"}, tc.args...)
+		r, err := Parse(args, Env{Package: "p"})
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		res, err := r.Lower()
+		if tc.want != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q: error %v; want %q", args, err, tc.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", args, err)
+			continue
+		}
+		if strings.Contains(r.Placement, ",") {
+			want, _ := ir.ParsePlacement(r.Placement, 4, 1)
+			if !slices.Equal(res.Program.Placement.RankOf, want.RankOf) {
+				t.Errorf("%q: placement %v", args, res.Program.Placement.RankOf)
+			}
+			for rank, steps := range res.Program.Ranks {
+				for _, st := range steps {
+					if st.Kind.IsCompute() && want.RankOf[st.Stage] != rank {
+						t.Errorf("%q: rank %d computes %s, a stage of rank %d", args, rank, st, want.RankOf[st.Stage])
+					}
+				}
+			}
+			sr, err := sim.Run(res.Program, sim.DefaultCost())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sr.Makespan != 33 {
+				t.Errorf("%q: makespan %g, want 33", args, sr.Makespan)
+			}
+		}
+		// What the header records regenerates the same program.
+		src, _, err := r.Generate()
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		again, err := FromHeader("x_gen.go", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, _, err := again.Generate(); err != nil || string(out) != string(src) {
+			t.Errorf("%q: regeneration differs (%v)", args, err)
+		}
+	}
+}
+
+// TestImportFromHeader: `ppgen import -o` records the CSV relative to the
+// output's directory, so its header regenerates the file from anywhere; an
+// edit of the CSV then makes it stale, and an import from standard input
+// is refused with the fix.
+func TestImportFromHeader(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"data", "out"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	csv := filepath.Join(dir, "data", "two.csv")
+	writeFile(t, csv, "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
+	r, err := ParseImport([]string{"-from", "torch-csv", "data/two.csv", "-o", "out/two_gen.go", "-package", "two"}, Env{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "ppgen import -from torch-csv -package two ../data/two.csv"; r.Invocation != want {
+		t.Errorf("invocation %q, want %q", r.Invocation, want)
+	}
+	src, _, err := r.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out", "two_gen.go")
+	again, err := FromHeader(out, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := again.Generate(); err != nil || string(got) != string(src) {
+		t.Errorf("regeneration from the header differs (%v)", err)
+	}
+	writeFile(t, csv, "0F0,0F1,0SEND_F0,0RECV_B0,0SEND_F1,0RECV_B1,0B0,0B1\n1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n")
+	if got, _, err := again.Generate(); err != nil || string(got) == string(src) {
+		t.Errorf("after an edit of the CSV: regeneration %v, same bytes %v; want other bytes", err, string(got) == string(src))
+	}
+	stdin := []byte(Header + "\n// ppgen import -from torch-csv -\n\npackage two\n")
+	if _, err := FromHeader(out, stdin); err == nil || !strings.Contains(err.Error(), "import the file again") {
+		t.Errorf("import from stdin: %v; want the refusal", err)
 	}
 }

@@ -1,6 +1,7 @@
-package main
+package torch
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
@@ -32,7 +33,11 @@ func FuzzTorchCSV(f *testing.F) {
 		f.Add([]byte(s.csv), s.legacy)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, legacy bool) {
-		p, err := parseTorchCSV(data, legacy)
+		d := Current
+		if legacy {
+			d = Legacy
+		}
+		p, err := Read(bytes.NewReader(data), d)
 		if err != nil {
 			return
 		}
@@ -40,7 +45,7 @@ func FuzzTorchCSV(f *testing.F) {
 		if legacy {
 			out = legacyNames(out)
 		}
-		q, err := parseTorchCSV(out, legacy)
+		q, err := Read(bytes.NewReader(out), d)
 		if err != nil {
 			t.Fatalf("reading the written CSV back: %v\ninput %q\nwritten %q", err, data, out)
 		}
