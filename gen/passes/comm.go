@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -153,18 +154,12 @@ func hasNext(p *ir.Program, s, m int) bool {
 	return s < last
 }
 
-// needsRecv returns the receive compute step c on rank r consumes, if any.
+// needsRecv returns the receive compute step c on rank r consumes, if any:
+// the one that carries its cross-stage input (deps.Neighbour) from another
+// rank.
 func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
-	rankOf := p.Placement.RankOf
-	switch c.Kind {
-	case ir.Forward:
-		if hasPrev(p, c.Stage, c.Micro) && rankOf[c.Stage-1] != r {
-			return ir.RecvF, true
-		}
-	case ir.Backward, ir.BackwardInput:
-		if hasNext(p, c.Stage, c.Micro) && rankOf[c.Stage+1] != r {
-			return ir.RecvB, true
-		}
+	if in, ok := deps.Neighbour(p, c); ok && in.Rank != r {
+		return in.Recv, true
 	}
 	return ir.Invalid, false
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -36,7 +37,17 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: cost: %w", err)
 	}
-	s := &simulator{p: p, c: rc, stages: stages, ranks: make([]rankState, P)}
+	s := &simulator{p: p, dp: p, c: rc, stages: stages, ranks: make([]rankState, P)}
+	if p.Stages() == 0 {
+		// The dependency model reads routes from the placement: give it
+		// one of the stages the steps name (no ranks: sim finds producers
+		// by chunk, wherever they run).
+		s.dp.Placement.RankOf = make([]int, stages)
+		for i := range s.dp.Placement.RankOf {
+			s.dp.Placement.RankOf[i] = ir.None
+		}
+		s.dp.Copies = 0
+	}
 	total := 0
 	for r, steps := range p.Ranks {
 		s.ranks[r] = rankState{n: len(steps), off: total}
@@ -198,7 +209,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 			for _, cs := range subs {
 				from := len(flat)
 				var err error
-				flat, err = s.computeDeps(r, cs, stages, idx, flat)
+				flat, err = s.computeDeps(r, cs, idx, flat)
 				if err != nil {
 					return nil, fmt.Errorf("sim: rank %d step %d %s: %w", r, i, st, err)
 				}
@@ -272,60 +283,47 @@ func (c Cost) computeCost(st ir.Step) float64 {
 	return 0
 }
 
-// computeDeps appends to ds what compute step cs (run on rank r) waits for: the receive of its own chunk when the rank has one, else the producer
-// step of its input (latency Comm when it runs on another rank), plus the
-// earlier steps of the same chunk (F before B/I, I before W).
-func (s *simulator) computeDeps(r int, cs ir.Step, stages int, idx *indexes, ds []dep) ([]dep, error) {
-	// producer adds the step of one of kinds on stage that produces cs's
-	// input; act is the stage whose output activation is that input's
-	// size (the producer's for F, the consumer's for a backward).
-	producer := func(kinds []ir.Kind, stage, act int, what string) error {
+// computeDeps appends to ds what compute step cs (run on rank r) waits for,
+// input by input (deps.Of): the receive of its own chunk that carries the
+// input when the rank has one, else the producer step itself (latency Comm
+// plus the activation's transfer time when it runs on another rank: a
+// compute-only program); an optional input (shipped labels, an owned
+// input) only when the rank has its receive.
+func (s *simulator) computeDeps(r int, cs ir.Step, idx *indexes, ds []dep) ([]dep, error) {
+	s.ins = deps.Of(&s.dp, cs, s.ins[:0])
+	for _, in := range s.ins {
+		if in.Recv != ir.Invalid {
+			if re := s.recvOn(idx, r, in.Recv, cs.Stage, cs.Micro); re >= 0 {
+				ds = append(ds, dep{ev: re})
+				continue
+			}
+		}
+		if in.Optional() {
+			continue
+		}
+		// The producer: the first of kinds that runs (a chunk has one
+		// backward, B or I; for W, sim accepts the B that verify rejects).
+		kinds, what := []ir.Kind{ir.Forward}, "the forward F"
+		switch in.Kind {
+		case ir.Backward:
+			kinds, what = []ir.Kind{ir.Backward, ir.BackwardInput}, "the backward B or I"
+		case ir.BackwardInput:
+			kinds, what = []ir.Kind{ir.BackwardInput, ir.Backward}, "the input backward I"
+		}
+		found := false
 		for _, k := range kinds {
-			if pe := idx.compute[k].get(stage, cs.Micro); pe >= 0 {
+			if pe := idx.compute[k].get(in.Stage, in.Micro); pe >= 0 {
 				lat := 0.0
 				if s.ev[pe].Rank != r {
-					lat = s.c.Comm + s.c.ActTime(act)
+					lat = s.c.Comm + s.c.ActTime(in.Act)
 				}
 				ds = append(ds, dep{ev: pe, lat: lat})
-				return nil
+				found = true
+				break
 			}
 		}
-		return fmt.Errorf("%s needs %s of stage %d micro %d, which no rank runs (%w)", cs, what, stage, cs.Micro, ErrStuck)
-	}
-	// The micro-batch's route: all stages, or its model copy's (ir.Program.Route).
-	first, last := 0, stages-1
-	if s.p.Copies > 1 {
-		first, last = s.p.Route(cs.Micro)
-	}
-	switch cs.Kind {
-	case ir.Forward:
-		if re := s.recvOn(idx, r, ir.RecvF, cs.Stage, cs.Micro); re >= 0 {
-			ds = append(ds, dep{ev: re})
-		} else if cs.Stage > first {
-			if err := producer([]ir.Kind{ir.Forward}, cs.Stage-1, cs.Stage-1, "the forward F"); err != nil {
-				return nil, err
-			}
-		}
-		if re := s.recvOn(idx, r, ir.DataRecv, cs.Stage, cs.Micro); re >= 0 {
-			ds = append(ds, dep{ev: re}) // labels for the loss (as gen/verify models it)
-		}
-		if re := s.recvOn(idx, r, ir.MpipeRecv, cs.Stage, cs.Micro); re >= 0 {
-			ds = append(ds, dep{ev: re}) // the input its owner loaded (mpipe)
-		}
-	case ir.Backward, ir.BackwardInput:
-		if err := producer([]ir.Kind{ir.Forward}, cs.Stage, -1, "the forward F"); err != nil {
-			return nil, err
-		}
-		if re := s.recvOn(idx, r, ir.RecvB, cs.Stage, cs.Micro); re >= 0 {
-			ds = append(ds, dep{ev: re})
-		} else if cs.Stage < last {
-			if err := producer([]ir.Kind{ir.Backward, ir.BackwardInput}, cs.Stage+1, cs.Stage, "the backward B or I"); err != nil {
-				return nil, err
-			}
-		}
-	case ir.BackwardWeight:
-		if err := producer([]ir.Kind{ir.BackwardInput, ir.Backward}, cs.Stage, -1, "the input backward I"); err != nil {
-			return nil, err
+		if !found {
+			return nil, fmt.Errorf("%s needs %s of stage %d micro %d, which no rank runs (%w)", cs, what, in.Stage, in.Micro, ErrStuck)
 		}
 	}
 	return ds, nil

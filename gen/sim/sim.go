@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -149,6 +150,8 @@ type rankState struct {
 
 type simulator struct {
 	p      ir.Program
+	dp     ir.Program   // p as the dependency model reads it (computeDeps)
+	ins    []deps.Input // scratch for computeDeps
 	stages int
 	c      Cost
 	ranks  []rankState

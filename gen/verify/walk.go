@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -23,6 +24,7 @@ type rankWalk struct {
 	memErr  *Error
 	slotted bool
 	starts  []int32
+	ins     []deps.Input // scratch for waits
 	err     error
 }
 
@@ -318,31 +320,20 @@ func mode(p ir.Program) (lowered, data bool) {
 }
 
 // waits adds, in a lowered program, the receives compute step st consumes
-// (its RECV_F or RECV_B, and DATA_RECV for the labels) as waits of the host
-// step just added to the model. Receives that do not come earlier are
-// precondition failures, reported elsewhere.
+// (deps.Of: its RECV_F or RECV_B when the producer lives on another rank,
+// DATA_RECV for shipped labels, MPIPE_FWD_RECV for an owned input) as waits
+// of the host step just added to the model. Receives that do not come
+// earlier are precondition failures, reported elsewhere.
 func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	r := rw.r
-	s := st.Stage
-	ch := s*c.M + st.Micro
-	switch st.Kind {
-	case ir.Forward:
-		if first, _ := c.route(st.Micro); s > first && c.rankOf[s-1] != r {
-			if op := c.opAt[aRecvF][ch]; op >= 0 {
-				rw.waits = append(rw.waits, strict.OpDone(op))
-			}
+	ch := st.Stage*c.M + st.Micro
+	rw.ins = deps.Of(&c.p, *st, rw.ins[:0])
+	for _, in := range rw.ins {
+		if !in.Remote(r) {
+			continue
 		}
-		if op := c.opAt[aDRecv][ch]; op >= 0 {
+		if op := c.opAt[atOf(in.Recv)][ch]; op >= 0 {
 			rw.waits = append(rw.waits, strict.OpDone(op))
-		}
-		if op := c.opAt[aMRecv][ch]; op >= 0 {
-			rw.waits = append(rw.waits, strict.OpDone(op))
-		}
-	case ir.Backward, ir.BackwardInput:
-		if _, last := c.route(st.Micro); s < last && c.rankOf[s+1] != r {
-			if op := c.opAt[aRecvB][ch]; op >= 0 {
-				rw.waits = append(rw.waits, strict.OpDone(op))
-			}
 		}
 	}
 }
