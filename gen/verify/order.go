@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -171,22 +172,15 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	}
 	switch st.Kind {
 	case ir.Forward:
-		switch {
-		case s == first:
+		if s == first {
 			if c.hasData && !before(aLoad, ch) && !before(aMRecv, ch) {
 				if c.at[aMRecv][ch] >= 0 {
 					return need("its input from its owner", ir.Compute(ir.MpipeRecv, s, m), aMRecv, ch)
 				}
 				return need("its input", ir.Compute(ir.DataLoad, s, m), aLoad, ch)
 			}
-		case c.rankOf[s-1] == r:
-			if !before(aF, ch-M) {
-				return need("its input from the colocated stage", ir.Compute(ir.Forward, s-1, m), aF, ch-M)
-			}
-		case c.lowered:
-			if !before(aRecvF, ch) {
-				return need(fmt.Sprintf("its input from stage %d on rank %d", s-1, c.rankOf[s-1]), ir.Compute(ir.RecvF, s, m), aRecvF, ch)
-			}
+		} else if err := c.neighbourErr(r, st, before, need); err != nil {
+			return err
 		}
 		if s == last && c.hasData && !before(aLoad, ch) && !before(aDRecv, ch) {
 			return c.fail(r, i, *top, Order, "%s needs the labels of micro %d for the loss: %s or %s must come earlier on rank %d, but neither does", st, m, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
@@ -195,16 +189,8 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 		if !before(aF, ch) {
 			return need("its forward", ir.Compute(ir.Forward, s, m), aF, ch)
 		}
-		switch {
-		case s == last:
-		case c.rankOf[s+1] == r:
-			if !before(aBwd, ch+M) {
-				return need("its output gradient from the colocated stage", c.bwdName(s+1, m), aBwd, ch+M)
-			}
-		case c.lowered:
-			if !before(aRecvB, ch) {
-				return need(fmt.Sprintf("its output gradient from stage %d on rank %d", s+1, c.rankOf[s+1]), ir.Compute(ir.RecvB, s, m), aRecvB, ch)
-			}
+		if err := c.neighbourErr(r, st, before, need); err != nil {
+			return err
 		}
 	case ir.BackwardWeight:
 		if !before(aBwd, ch) || !c.bwdIsI[ch] {
@@ -228,6 +214,33 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	case ir.DataSend:
 		if !before(aLoad, ch) && !before(aDRecv, ch) {
 			return c.fail(r, i, *top, Order, "%s ships data this rank does not have yet: %s or %s must come earlier on rank %d", st, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
+		}
+	}
+	return nil
+}
+
+// neighbourErr checks that the cross-stage input of F, B or I step st (on
+// rank r; deps.Neighbour) comes earlier on the rank: the
+// colocated stage's step, or in a lowered program the receive that brings
+// it from another rank.
+func (c *checker) neighbourErr(r int, st *ir.Step, before func(a, chunk int) bool, need func(string, ir.Step, int, int) error) error {
+	in, ok := deps.Neighbour(&c.p, *st)
+	if !ok {
+		return nil
+	}
+	m := st.Micro
+	what, from := "its input", ir.Compute(ir.Forward, in.Stage, m)
+	if in.What == deps.Gradient {
+		what, from = "its output gradient", c.bwdName(in.Stage, m)
+	}
+	switch {
+	case in.Rank == r:
+		if a, x := atOf(in.Kind), in.Stage*c.M+m; !before(a, x) {
+			return need(what+" from the colocated stage", from, a, x)
+		}
+	case c.lowered:
+		if a, x := atOf(in.Recv), st.Stage*c.M+m; !before(a, x) {
+			return need(fmt.Sprintf("%s from stage %d on rank %d", what, in.Stage, in.Rank), ir.Compute(in.Recv, st.Stage, m), a, x)
 		}
 	}
 	return nil

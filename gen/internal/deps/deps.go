@@ -1,8 +1,11 @@
 // Package deps is the one dependency model of gen: what a compute step
-// consumes, and from whom. [Of] answers it for one step; gen/verify (the
-// waits of the strict model), gen/sim (each compute step's dependencies),
-// gen/passes (the ideal timeline of the timed comm order) and gen/schedules
-// (the zero-bubble W fill) all take their dependencies from it.
+// consumes, and from whom. [Of] answers it for one step and [Neighbour] for
+// its one cross-stage input; [Counterpart] names the transfer a send or
+// receive meets. gen/verify (the waits of the strict model, the order
+// preconditions, the matching of transfers), gen/sim (each compute step's
+// dependencies), gen/passes (the ideal timeline of the timed comm order,
+// the receives and colocated slot sources) and gen/schedules (the
+// zero-bubble W fill) all take their dependencies from it.
 //
 // The model, for chunk (s, m) with m's route first..last (ir.Program.Route)
 // and stage s on rank rankOf[s]:
@@ -25,7 +28,8 @@
 // it, UNSHARD before compute on its stage (verify's FSDP walk, sim's gather
 // lane), SWAP_WAIT_* after its launch, slot reuse, and the FIFO matching of
 // transfers per (source, destination, channel) (verify's match, sim's
-// matchComm).
+// matchComm; verify then checks that FIFO meets each transfer's
+// Counterpart).
 package deps
 
 import "github.com/ppgen/ppgen/gen/ir"
@@ -148,4 +152,34 @@ func rankOf(p *ir.Program, s int) int {
 		return ir.None
 	}
 	return p.Placement.RankOf[s]
+}
+
+// Counterpart returns the step transfer st pairs with on its peer (Peer
+// not set): SEND_F(s, m) with RECV_F(s+1, m), SEND_B(s, m) with
+// RECV_B(s-1, m), DATA_SEND(s, m) with DATA_RECV(s+1, m), MPIPE_FWD_SEND(s,
+// m) with MPIPE_FWD_RECV(s, m), and each receive with its send; st itself
+// for other kinds. Which of the peer's transfers it meets is FIFO per
+// (source, destination, channel): gen/verify checks that FIFO meets the
+// counterpart.
+func Counterpart(st ir.Step) ir.Step {
+	s, m := st.Stage, st.Micro
+	switch st.Kind {
+	case ir.SendF:
+		return ir.Compute(ir.RecvF, s+1, m)
+	case ir.RecvF:
+		return ir.Compute(ir.SendF, s-1, m)
+	case ir.SendB:
+		return ir.Compute(ir.RecvB, s-1, m)
+	case ir.RecvB:
+		return ir.Compute(ir.SendB, s+1, m)
+	case ir.DataSend:
+		return ir.Compute(ir.DataRecv, s+1, m)
+	case ir.DataRecv:
+		return ir.Compute(ir.DataSend, s-1, m)
+	case ir.MpipeSend:
+		return ir.Compute(ir.MpipeRecv, s, m)
+	case ir.MpipeRecv:
+		return ir.Compute(ir.MpipeSend, s, m)
+	}
+	return st
 }

@@ -244,3 +244,26 @@ func TestWAfterFullB(t *testing.T) {
 		t.Errorf("sim: W starts at %v, before its B ends (%v)", w.Start, b.End)
 	}
 }
+
+// TestCounterpart: each transfer's partner, by hand, and back again.
+func TestCounterpart(t *testing.T) {
+	for _, tc := range []struct{ st, want string }{
+		{"2SEND_F5", "3RECV_F5"},
+		{"3RECV_F5", "2SEND_F5"},
+		{"2SEND_B5", "1RECV_B5"},
+		{"1RECV_B5", "2SEND_B5"},
+		{"2DATA_SEND5", "3DATA_RECV5"},
+		{"3DATA_RECV5", "2DATA_SEND5"},
+		{"0MPIPE_FWD_SEND5", "0MPIPE_FWD_RECV5"},
+		{"0MPIPE_FWD_RECV5", "0MPIPE_FWD_SEND5"},
+		{"2F5", "2F5"}, // not a transfer: itself
+	} {
+		st, err := ir.ParseStep(tc.st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := deps.Counterpart(st).String(); got != tc.want {
+			t.Errorf("Counterpart(%s) = %s, want %s", tc.st, got, tc.want)
+		}
+	}
+}
