@@ -140,20 +140,6 @@ func dir(k ir.Kind) int {
 	return -1
 }
 
-// hasPrev reports whether chunk (s, m) has a neighbour (s-1, m): whether s
-// is after the first stage of micro m's route (ir.Program.Route).
-func hasPrev(p *ir.Program, s, m int) bool {
-	first, _ := p.Route(m)
-	return s > first
-}
-
-// hasNext reports whether chunk (s, m) has a neighbour (s+1, m): whether s
-// is before the last stage of micro m's route.
-func hasNext(p *ir.Program, s, m int) bool {
-	_, last := p.Route(m)
-	return s < last
-}
-
 // needsRecv returns the receive compute step c on rank r consumes, if any:
 // the one that carries its cross-stage input (deps.Neighbour) from another
 // rank.
@@ -164,18 +150,15 @@ func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
 	return ir.Invalid, false
 }
 
-// needsSend returns the send that follows compute step c on rank r, if any.
+// needsSend returns the send that follows compute step c on rank r, if any:
+// the one that carries its output to its consumer (deps.Consumer) on
+// another rank.
 func needsSend(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
-	rankOf := p.Placement.RankOf
-	switch c.Kind {
-	case ir.Forward:
-		if hasNext(p, c.Stage, c.Micro) && rankOf[c.Stage+1] != r {
+	if _, q, ok := deps.Consumer(p, c); ok && q != r {
+		if c.Kind == ir.Forward {
 			return ir.SendF, true
 		}
-	case ir.Backward, ir.BackwardInput:
-		if hasPrev(p, c.Stage, c.Micro) && rankOf[c.Stage-1] != r {
-			return ir.SendB, true
-		}
+		return ir.SendB, true
 	}
 	return ir.Invalid, false
 }

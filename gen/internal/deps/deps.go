@@ -1,7 +1,7 @@
 // Package deps is the one dependency model of gen: what a compute step
 // consumes, and from whom. [Of] answers it for one step and [Neighbour] for
-// its one cross-stage input; [Counterpart] names the transfer a send or
-// receive meets. gen/verify (the waits of the strict model, the order
+// its one cross-stage input ([Consumer] the other way round); [Counterpart]
+// names the transfer a send or receive meets. gen/verify (the waits of the strict model, the order
 // preconditions, the matching of transfers), gen/sim (each compute step's
 // dependencies), gen/passes (the ideal timeline of the timed comm order,
 // the receives and colocated slot sources) and gen/schedules (the
@@ -145,6 +145,25 @@ func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
 		}
 	}
 	return Input{}, false
+}
+
+// Consumer is the inverse of Neighbour: the step of another stage whose
+// cross-stage input compute step cs produces (F(s+1, m) for F(s, m) when
+// s < last; for B(s, m) or I(s, m) when s > first, the backward of
+// (s-1, m), as Kind Backward: its B or I), and the rank that runs it.
+func Consumer(p *ir.Program, cs ir.Step) (consumer ir.Step, rank int, ok bool) {
+	s, m := cs.Stage, cs.Micro
+	switch cs.Kind {
+	case ir.Forward:
+		if _, last := p.Route(m); s < last {
+			return ir.Compute(ir.Forward, s+1, m), rankOf(p, s+1), true
+		}
+	case ir.Backward, ir.BackwardInput:
+		if first, _ := p.Route(m); s > first {
+			return ir.Compute(ir.Backward, s-1, m), rankOf(p, s-1), true
+		}
+	}
+	return ir.Step{}, ir.None, false
 }
 
 func rankOf(p *ir.Program, s int) int {

@@ -267,3 +267,54 @@ func TestCounterpart(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumer: by hand on a 2-copy program, and as Neighbour's inverse on
+// every compute step of it.
+func TestConsumer(t *testing.T) {
+	// Two copies of a 2-stage pipeline on 4 ranks: micros 0, 1 run stages
+	// 0..1, micros 2, 3 stages 2..3.
+	p := ir.Program{Placement: ir.Placement{NumRanks: 4, RankOf: []int{0, 1, 2, 3}}, Micro: 4, Copies: 2}
+	for _, tc := range []struct {
+		st   ir.Step
+		want string // "" when nothing on another stage consumes it
+		rank int
+	}{
+		{ir.Compute(ir.Forward, 0, 1), "1F1", 1},
+		{ir.Compute(ir.Forward, 1, 1), "", ir.None}, // the end of micro 1's route
+		{ir.Compute(ir.Forward, 2, 3), "3F3", 3},
+		{ir.Compute(ir.BackwardInput, 3, 2), "2B2", 2},
+		{ir.Compute(ir.Backward, 2, 2), "", ir.None}, // the start of micro 2's route
+		{ir.Compute(ir.BackwardWeight, 1, 0), "", ir.None},
+	} {
+		c, q, ok := deps.Consumer(&p, tc.st)
+		got := ""
+		if ok {
+			got = c.String()
+		}
+		if got != tc.want || q != tc.rank {
+			t.Errorf("Consumer(%s) = %q on rank %d, want %q on rank %d", tc.st, got, q, tc.want, tc.rank)
+		}
+	}
+	for s := range 4 {
+		for m := range 4 {
+			if !p.Runs(s, m) {
+				continue
+			}
+			for _, k := range []ir.Kind{ir.Forward, ir.BackwardInput} {
+				cs := ir.Compute(k, s, m)
+				c, _, ok := deps.Consumer(&p, cs)
+				if !ok {
+					continue
+				}
+				c.Kind = k // Backward stands for B or I
+				wantKind := ir.Forward
+				if k != ir.Forward {
+					wantKind = ir.Backward // B or I
+				}
+				if in, ok := deps.Neighbour(&p, c); !ok || in.Stage != s || in.Micro != m || in.Kind != wantKind {
+					t.Errorf("Neighbour(Consumer(%s) = %s) = %+v, not %s", cs, c, in, cs)
+				}
+			}
+		}
+	}
+}
