@@ -113,7 +113,7 @@ func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
 			// previous stage may ship along.
 			dst = append(dst, in,
 				Input{What: Labels, Kind: ir.DataSend, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.DataRecv, Act: -1})
-		} else if first, _ := p.Route(m); s == first {
+		} else if first, _ := route(p, m); s == first {
 			dst = append(dst, Input{What: Owned, Kind: ir.MpipeSend, Stage: s, Micro: m, Rank: p.Placement.Owner(m), Recv: ir.MpipeRecv, Act: -1})
 		}
 	case ir.Backward, ir.BackwardInput:
@@ -136,11 +136,11 @@ func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
-		if first, _ := p.Route(m); s > first {
+		if first, _ := route(p, m); s > first {
 			return Input{What: Activation, Kind: ir.Forward, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.RecvF, Act: s - 1}, true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if _, last := p.Route(m); s < last {
+		if _, last := route(p, m); s < last {
 			return Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s}, true
 		}
 	}
@@ -155,15 +155,24 @@ func Consumer(p *ir.Program, cs ir.Step) (consumer ir.Step, rank int, ok bool) {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
-		if _, last := p.Route(m); s < last {
+		if _, last := route(p, m); s < last {
 			return ir.Compute(ir.Forward, s+1, m), rankOf(p, s+1), true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if first, _ := p.Route(m); s > first {
+		if first, _ := route(p, m); s > first {
 			return ir.Compute(ir.Backward, s-1, m), rankOf(p, s-1), true
 		}
 	}
 	return ir.Step{}, ir.None, false
+}
+
+// route is p.Route without its arithmetic for one pipeline (the hot case:
+// the model runs once per step in verify, sim and the passes).
+func route(p *ir.Program, m int) (first, last int) {
+	if p.Copies <= 1 {
+		return 0, len(p.Placement.RankOf) - 1
+	}
+	return p.Route(m)
 }
 
 func rankOf(p *ir.Program, s int) int {
