@@ -406,7 +406,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	if env.World != sp.Ranks {
 		return fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
 	}
-	cfg := env.TCPConfig(sp.Fingerprint)
+	cfg := transport.ConfigFromEnv(env, sp.Fingerprint)
 	cfg.Logger = logger
 	if o.timeout > 0 {
 		cfg.Timeout = o.timeout

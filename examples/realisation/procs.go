@@ -118,7 +118,7 @@ func workerMain(out io.Writer) error {
 	if env.World != sc.spec.Ranks {
 		return fmt.Errorf("WORLD_SIZE=%d but %s has %d ranks", env.World, sc.name, sc.spec.Ranks)
 	}
-	cfg := env.TCPConfig(sc.spec.Fingerprint)
+	cfg := transport.ConfigFromEnv(env, sc.spec.Fingerprint)
 	cfg.Timeout, cfg.RendezvousTimeout = 30*time.Second, 20*time.Second
 	tr, err := transport.DialTCP(context.Background(), cfg)
 	if err != nil {

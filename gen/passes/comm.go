@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -139,48 +140,25 @@ func dir(k ir.Kind) int {
 	return -1
 }
 
-// hasPrev reports whether chunk (s, m) has a neighbour (s-1, m): whether s
-// is after the first stage of micro m's route (ir.Program.Route).
-func hasPrev(p *ir.Program, s, m int) bool {
-	first, _ := p.Route(m)
-	return s > first
-}
-
-// hasNext reports whether chunk (s, m) has a neighbour (s+1, m): whether s
-// is before the last stage of micro m's route.
-func hasNext(p *ir.Program, s, m int) bool {
-	_, last := p.Route(m)
-	return s < last
-}
-
-// needsRecv returns the receive compute step c on rank r consumes, if any.
+// needsRecv returns the receive compute step c on rank r consumes, if any:
+// the one that carries its cross-stage input (deps.Neighbour) from another
+// rank.
 func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
-	rankOf := p.Placement.RankOf
-	switch c.Kind {
-	case ir.Forward:
-		if hasPrev(p, c.Stage, c.Micro) && rankOf[c.Stage-1] != r {
-			return ir.RecvF, true
-		}
-	case ir.Backward, ir.BackwardInput:
-		if hasNext(p, c.Stage, c.Micro) && rankOf[c.Stage+1] != r {
-			return ir.RecvB, true
-		}
+	if in, ok := deps.Neighbour(p, c); ok && in.Rank != r {
+		return in.Recv, true
 	}
 	return ir.Invalid, false
 }
 
-// needsSend returns the send that follows compute step c on rank r, if any.
+// needsSend returns the send that follows compute step c on rank r, if any:
+// the one that carries its output to its consumer (deps.Consumer) on
+// another rank.
 func needsSend(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
-	rankOf := p.Placement.RankOf
-	switch c.Kind {
-	case ir.Forward:
-		if hasNext(p, c.Stage, c.Micro) && rankOf[c.Stage+1] != r {
+	if _, q, ok := deps.Consumer(p, c); ok && q != r {
+		if c.Kind == ir.Forward {
 			return ir.SendF, true
 		}
-	case ir.Backward, ir.BackwardInput:
-		if hasPrev(p, c.Stage, c.Micro) && rankOf[c.Stage-1] != r {
-			return ir.SendB, true
-		}
+		return ir.SendB, true
 	}
 	return ir.Invalid, false
 }

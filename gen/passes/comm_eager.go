@@ -1,6 +1,9 @@
 package passes
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/deps"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // insertCommEager reproduces the receive placement of PyTorch's
 // torch.distributed.pipelining (_add_send_recv in schedules.py), for
@@ -39,27 +42,21 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 	for r := range P {
 		out[r] = make([]ir.Step, 0, 2*len(p.Ranks[r]))
 	}
+	// ready: c's cross-stage input (deps.Neighbour) is there, run on this
+	// rank or received; a step without one is always ready.
 	ready := func(r int, c ir.Step) bool {
-		ch := c.Stage*M + c.Micro
-		switch c.Kind {
-		case ir.Forward:
-			if !hasPrev(&p, c.Stage, c.Micro) {
-				return true
-			}
-			if rankOf[c.Stage-1] == r {
-				return fDone[ch-M]
-			}
-			return recvF[ch]
-		case ir.Backward, ir.BackwardInput:
-			if !hasNext(&p, c.Stage, c.Micro) {
-				return true
-			}
-			if rankOf[c.Stage+1] == r {
-				return bDone[ch+M]
-			}
-			return recvB[ch]
+		in, ok := deps.Neighbour(&p, c)
+		if !ok {
+			return true
 		}
-		return true
+		done, recv := fDone, recvF
+		if in.What == deps.Gradient {
+			done, recv = bDone, recvB
+		}
+		if in.Rank == r {
+			return done[in.Stage*M+in.Micro]
+		}
+		return recv[c.Stage*M+c.Micro]
 	}
 	left := p.NumSteps()
 	for left > 0 {
@@ -112,7 +109,6 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 
 // eagerCycle names the ring of ranks whose next steps wait for one another.
 func eagerCycle(p ir.Program, ptr []int) error {
-	rankOf := p.Placement.RankOf
 	P := len(p.Ranks)
 	// waitFor[r]: the rank and step whose output r's next step needs.
 	waitFor := make([]int, P)
@@ -123,17 +119,8 @@ func eagerCycle(p ir.Program, ptr []int) error {
 			continue
 		}
 		for _, c := range p.Ranks[r][ptr[r]].Computes() {
-			switch c.Kind {
-			case ir.Forward:
-				if hasPrev(&p, c.Stage, c.Micro) {
-					waitFor[r], on[r] = rankOf[c.Stage-1], ir.Compute(ir.Forward, c.Stage-1, c.Micro)
-				}
-			case ir.Backward, ir.BackwardInput:
-				if hasNext(&p, c.Stage, c.Micro) {
-					waitFor[r], on[r] = rankOf[c.Stage+1], ir.Compute(ir.Backward, c.Stage+1, c.Micro)
-				}
-			}
-			if waitFor[r] >= 0 {
+			if in, ok := deps.Neighbour(&p, c); ok {
+				waitFor[r], on[r] = in.Rank, ir.Compute(in.Kind, in.Stage, in.Micro)
 				break
 			}
 		}

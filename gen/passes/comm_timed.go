@@ -3,6 +3,7 @@ package passes
 import (
 	"math"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -267,9 +268,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 }
 
 // idealTimeline times a program without transfers: each rank runs its steps
-// in order, and a compute step starts when its rank is free and its inputs
-// exist (F(s,m) after F(s-1,m), B/I(s,m) after B/I(s+1,m), plus c.Comm when
-// the producer runs on another rank). It returns every step's end time, or
+// in order, and a compute step starts when its rank is free and its
+// cross-stage input (deps.Neighbour) exists (F(s,m) after F(s-1,m), B/I(s,m) after
+// B/I(s+1,m), plus c.Comm when the producer runs on another rank). It returns every step's end time, or
 // false when some rank can never proceed.
 func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 	rankOf := p.Placement.RankOf
@@ -307,35 +308,29 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 			st := p.Ranks[r][pos[r]]
 			start := free[r]
 			for _, cs := range st.Computes() {
-				var key, from int
-				var have []float64
-				switch {
-				case cs.Kind == ir.Forward && hasPrev(&p, cs.Stage, cs.Micro):
-					key, from, have = (cs.Stage-1)*M+cs.Micro, cs.Stage-1, fEnd
-				case cs.Kind.IsBackward() && hasNext(&p, cs.Stage, cs.Micro):
-					key, from, have = (cs.Stage+1)*M+cs.Micro, cs.Stage+1, bEnd
-				default:
+				// Its cross-stage input: the activation of F(s-1) or the
+				// gradient of B/I(s+1). The chunk's own F and I run earlier
+				// on this rank, and a compute-only program ships no labels
+				// or inputs.
+				in, ok := deps.Neighbour(&p, cs)
+				if !ok {
 					continue
 				}
-				t := have[key]
+				have, wk := fEnd, in.Stage*M+in.Micro
+				if in.What == deps.Gradient {
+					have, wk = bEnd, wk+S*M
+				}
+				t := have[in.Stage*M+in.Micro]
 				if t < 0 {
-					wk := key
-					if cs.Kind.IsBackward() {
-						wk += S * M
-					}
 					next[r] = head[wk]
 					head[wk] = int32(r)
 					break advance
 				}
-				if rankOf[from] != r {
+				if in.Rank != r {
 					// The transfer: its latency and, with a bandwidth,
 					// the size of the activation (F) or of the gradient
 					// with respect to cs's output (a backward).
-					act := from
-					if cs.Kind.IsBackward() {
-						act = cs.Stage
-					}
-					t += c.Comm + c.ActTime(act)
+					t += c.Comm + c.ActTime(in.Act)
 				}
 				start = max(start, t)
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -166,19 +167,11 @@ func chunksOf(st ir.Step) []ir.Step {
 }
 
 // srcStage returns the stage of the colocated chunk a compute step reads
-// (stage-1 for F, stage+1 for B and I, when that stage is on rank r and on
-// the micro-batch's route), or -1.
+// (its cross-stage input, deps.Neighbour: stage-1 for F, stage+1 for B and
+// I, when that stage is on rank r and on the micro-batch's route), or -1.
 func srcStage(rt *ir.Program, r int, st *ir.Step) int {
-	rankOf := rt.Placement.RankOf
-	switch st.Kind {
-	case ir.Forward:
-		if hasPrev(rt, st.Stage, st.Micro) && rankOf[st.Stage-1] == r {
-			return st.Stage - 1
-		}
-	case ir.Backward, ir.BackwardInput:
-		if hasNext(rt, st.Stage, st.Micro) && rankOf[st.Stage+1] == r {
-			return st.Stage + 1
-		}
+	if in, ok := deps.Neighbour(rt, *st); ok && in.Rank == r {
+		return in.Stage
 	}
 	return -1
 }

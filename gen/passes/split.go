@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -242,20 +243,18 @@ func fillW(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	ready := func(r int, st ir.Step) (float64, bool) {
 		t := 0.0
 		for _, cs := range st.Computes() {
-			var end float64
-			var from int
-			switch {
-			case cs.Kind == ir.Forward && hasPrev(&p, cs.Stage, cs.Micro):
-				end, from = fEnd[(cs.Stage-1)*M+cs.Micro], cs.Stage-1
-			case cs.Kind.IsBackward() && hasNext(&p, cs.Stage, cs.Micro):
-				end, from = bEnd[(cs.Stage+1)*M+cs.Micro], cs.Stage+1
-			default:
+			in, ok := deps.Neighbour(&p, cs) // the chunk's own F and I run earlier on r
+			if !ok {
 				continue
+			}
+			end := fEnd[in.Stage*M+in.Micro]
+			if in.What == deps.Gradient {
+				end = bEnd[in.Stage*M+in.Micro]
 			}
 			if end < 0 {
 				return 0, false
 			}
-			if rankOf[from] != r {
+			if in.Rank != r {
 				end += c.Comm
 			}
 			t = max(t, end)

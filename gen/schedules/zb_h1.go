@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -156,14 +157,28 @@ func zbFill(pl ir.Placement, m int, skel [][]ir.Step, limit int) ([][]ir.Step, e
 		endF[i], endI[i] = notYet, notYet
 	}
 	done := func(end []int, s, mb, t int) bool { e := end[s*m+mb]; return e != notYet && e <= t }
+	// A skeleton step is ready when the F's and I's it consumes (deps.Of:
+	// F(s-1) for an F, F(s) and I(s+1) for an I) have ended.
+	dp := ir.Program{Placement: pl, Micro: m}
+	var ins []deps.Input
 	ready := func(st ir.Step, t int) bool {
-		switch st.Kind {
-		case ir.Forward:
-			return st.Stage == 0 || done(endF, st.Stage-1, st.Micro, t)
-		case ir.BackwardInput:
-			return done(endF, st.Stage, st.Micro, t) && (st.Stage == stages-1 || done(endI, st.Stage+1, st.Micro, t))
+		if st.Kind != ir.Forward && st.Kind != ir.BackwardInput {
+			return false
 		}
-		return false
+		ins = deps.Of(&dp, st, ins[:0])
+		for _, in := range ins {
+			switch in.What {
+			case deps.Activation, deps.Saved:
+				if !done(endF, in.Stage, in.Micro, t) {
+					return false
+				}
+			case deps.Gradient: // the skeleton's backwards are I's
+				if !done(endI, in.Stage, in.Micro, t) {
+					return false
+				}
+			}
+		}
+		return true
 	}
 	ranks := len(skel)
 	if ranks != pl.Ranks() {

@@ -22,16 +22,19 @@
 //   - Compute steps (F, B, I, W, overlaps) block the host: a compute step
 //     starts when the host reaches it (the previous host step ended) and
 //     every input it consumes is ready, and ends after its cost.
-//   - The inputs of a compute step: F(s,m) consumes the rank's RECV_F(s,m)
-//     when the rank has one (ready when the transfer completes); otherwise,
-//     for s > 0, the output of F(s−1,m) (ready at that step's end, plus the
-//     transfer time when it ran on another rank); F(s,m) also consumes the
-//     rank's DATA_RECV(s,m) when it has one (labels for the loss; gen/verify
-//     and gen/passes model it the same way). B/I(s,m) consumes F(s,m) and
-//     the rank's RECV_B(s,m) when it has one, otherwise B/I(s+1,m) for
-//     s < S−1 (same latency rule). W(s,m) consumes I(s,m) (or B(s,m)). So a
-//     compute-only program (no transfers) is timed with a latency per
-//     cross-rank edge, colocated neighbours (the turn of a V) cost nothing,
+//   - The inputs of a compute step are those of the one dependency model,
+//     gen/internal/deps (which gen/verify and gen/passes read too), each
+//     ready when the receive of the step's own chunk that carries it
+//     completes, when the rank has that receive, and otherwise at the end
+//     of the producer (plus Cost.Comm and the transfer time when it ran on
+//     another rank): F(s,m) consumes, for s > 0, RECV_F(s,m) or F(s−1,m),
+//     and the rank's DATA_RECV(s,m) when it has one (shipped labels); for
+//     s = 0, its MPIPE_FWD_RECV(s,m) when it has one (an owned input).
+//     B/I(s,m) consumes F(s,m) and, for s < S−1, RECV_B(s,m) or
+//     B/I(s+1,m). W(s,m) consumes I(s,m) (or the B(s,m) gen/verify
+//     rejects). So a compute-only program (no transfers) is timed with a
+//     latency per cross-rank edge, as the timed comm order's ideal
+//     timeline is, colocated neighbours (the turn of a V) cost nothing,
 //     and a lowered program missing a receive still gets a latency for that
 //     edge rather than none. With several model copies (ir.Program.Copies)
 //     "s > 0" and "s < S−1" read "inside micro m's route" (Program.Route).

@@ -17,14 +17,3 @@ func marshalIndent(v any) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
-
-// marshalCompact encodes v on one line without HTML escaping.
-func marshalCompact(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/internal/chrometrace"
 )
 
 // TraceMeta is what a trace says about where it came from.
@@ -22,29 +23,6 @@ const (
 	tidSwap    = 2
 	tidFSDP    = 3
 )
-
-// traceEvent is one entry of the trace-event format. Field order fixes the
-// byte order of the output.
-type traceEvent struct {
-	Name string   `json:"name"`
-	Cat  string   `json:"cat,omitempty"`
-	Ph   string   `json:"ph"`
-	Pid  int      `json:"pid"`
-	Tid  int      `json:"tid"`
-	Ts   *float64 `json:"ts,omitempty"`
-	Dur  *float64 `json:"dur,omitempty"`
-	ID   *int     `json:"id,omitempty"`
-	BP   string   `json:"bp,omitempty"`
-	Args any      `json:"args,omitempty"`
-}
-
-type nameArgs struct {
-	Name string `json:"name"`
-}
-
-type sortArgs struct {
-	SortIndex int `json:"sort_index"`
-}
 
 type stepArgs struct {
 	Stage int    `json:"stage"`
@@ -93,7 +71,8 @@ type traceMetaOut struct {
 //
 // The output is deterministic: metadata first (ranks, then threads, in
 // order), then the steps in Result.Events order, then the flows in send
-// order; one event per line.
+// order; one event per line (internal/chrometrace writes the file, as it
+// writes the measured trace of runtime/pipe.Timeline).
 func Trace(r Result, p ir.Program, meta TraceMeta) ([]byte, error) {
 	P := len(r.Offsets)
 	threads := []string{"compute", "comm", "swap"}
@@ -103,15 +82,11 @@ func Trace(r Result, p ir.Program, meta TraceMeta) ([]byte, error) {
 			break
 		}
 	}
-	var evs []traceEvent
+	var evs []chrometrace.Event
 	for rank := 0; rank < P; rank++ {
-		evs = append(evs,
-			traceEvent{Name: "process_name", Ph: "M", Pid: rank, Args: nameArgs{fmt.Sprintf("rank %d", rank)}},
-			traceEvent{Name: "process_sort_index", Ph: "M", Pid: rank, Args: sortArgs{rank}})
+		evs = append(evs, chrometrace.ProcessName(rank, fmt.Sprintf("rank %d", rank)), chrometrace.ProcessSortIndex(rank, rank))
 		for tid, name := range threads {
-			evs = append(evs,
-				traceEvent{Name: "thread_name", Ph: "M", Pid: rank, Tid: tid, Args: nameArgs{name}},
-				traceEvent{Name: "thread_sort_index", Ph: "M", Pid: rank, Tid: tid, Args: sortArgs{tid}})
+			evs = append(evs, chrometrace.ThreadName(rank, tid, name), chrometrace.ThreadSortIndex(rank, tid, tid))
 		}
 	}
 	for _, ev := range r.Events {
@@ -125,13 +100,13 @@ func Trace(r Result, p ir.Program, meta TraceMeta) ([]byte, error) {
 			}
 		}
 		if st.Peer >= 0 {
-			args.Peer = intPtr(st.Peer)
+			args.Peer = chrometrace.Int(st.Peer)
 		}
 		if st.Slot >= 0 {
-			args.Slot = intPtr(st.Slot)
+			args.Slot = chrometrace.Int(st.Slot)
 		}
-		evs = append(evs, traceEvent{
-			Name: st.String(), Cat: traceCat(st.Kind), Ph: "X", Pid: ev.Rank, Tid: laneTid(ev.Lane),
+		evs = append(evs, chrometrace.Event{
+			Name: st.String(), Cat: traceCat(st.Kind), Ph: chrometrace.Complete, Pid: ev.Rank, Tid: laneTid(ev.Lane),
 			Ts: usPtr(ev.Start), Dur: usPtr(ev.End - ev.Start), Args: args,
 		})
 	}
@@ -144,8 +119,8 @@ func Trace(r Result, p ir.Program, meta TraceMeta) ([]byte, error) {
 		ch := flowArgs{ev.Step.Kind.Channel().String()}
 		name := fmt.Sprintf("%s -> %s", ev.Step, rv.Step)
 		evs = append(evs,
-			traceEvent{Name: name, Cat: "flow", Ph: "s", Pid: ev.Rank, Tid: tidComm, Ts: usPtr(ev.Start), ID: intPtr(id), Args: ch},
-			traceEvent{Name: name, Cat: "flow", Ph: "f", BP: "e", Pid: rv.Rank, Tid: tidComm, Ts: usPtr(rv.Start), ID: intPtr(id), Args: ch})
+			chrometrace.Event{Name: name, Cat: "flow", Ph: chrometrace.FlowStart, Pid: ev.Rank, Tid: tidComm, Ts: usPtr(ev.Start), ID: chrometrace.Int(id), Args: ch},
+			chrometrace.Event{Name: name, Cat: "flow", Ph: chrometrace.FlowEnd, BP: "e", Pid: rv.Rank, Tid: tidComm, Ts: usPtr(rv.Start), ID: chrometrace.Int(id), Args: ch})
 		id++
 	}
 
@@ -168,25 +143,9 @@ func Trace(r Result, p ir.Program, meta TraceMeta) ([]byte, error) {
 	}
 
 	var buf bytes.Buffer
-	buf.WriteString("{\"displayTimeUnit\":\"ms\",\n\"otherData\":")
-	b, err := marshalCompact(om)
-	if err != nil {
+	if err := (chrometrace.File{DisplayTimeUnit: "ms", OtherData: om, Events: evs}).Write(&buf); err != nil {
 		return nil, fmt.Errorf("sim: trace: %w", err)
 	}
-	buf.Write(b)
-	buf.WriteString(",\n\"traceEvents\":[\n")
-	for i, e := range evs {
-		b, err := marshalCompact(e)
-		if err != nil {
-			return nil, fmt.Errorf("sim: trace: event %s: %w", e.Name, err)
-		}
-		buf.Write(b)
-		if i < len(evs)-1 {
-			buf.WriteByte(',')
-		}
-		buf.WriteByte('\n')
-	}
-	buf.WriteString("]}\n")
 	return buf.Bytes(), nil
 }
 
@@ -218,8 +177,6 @@ func traceCat(k ir.Kind) string {
 	}
 	return "host"
 }
-
-func intPtr(v int) *int { return &v }
 
 // usPtr converts cost units (ms) to microseconds rounded to nanoseconds.
 func usPtr(v float64) *float64 {

@@ -1,8 +1,8 @@
 package verify
 
 import (
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/strict"
-	"github.com/ppgen/ppgen/gen/ir"
 )
 
 // deadlock runs the strict model once (gen/internal/strict): the model the
@@ -44,25 +44,22 @@ func (c *checker) deadlock() error {
 // computeModel builds the model of a compute-only program: every step is a
 // host step (index on the rank = host index), and a compute step waits for
 // the step producing its input (F(s-1)) or output gradient (B/I(s+1)) when
-// that stage lives on another rank.
+// that stage lives on another rank (deps.Of).
 func (c *checker) computeModel() *strict.Model {
 	b := strict.NewBuilder(c.rep.Steps, 0)
 	M := c.M
+	var ins []deps.Input
 	for r, steps := range c.p.Ranks {
 		b.StartRank()
 		for i := range steps {
 			b.Host()
 			for _, sub := range steps[i].Computes() {
-				s, ch := sub.Stage, sub.Stage*M+sub.Micro
-				switch sub.Kind {
-				case ir.Forward:
-					if first, _ := c.route(sub.Micro); s > first && c.rankOf[s-1] != r {
-						b.Wait(strict.HostDone(c.rankOf[s-1], int(c.at[aF][ch-M])))
+				ins = deps.Of(&c.p, sub, ins[:0])
+				for _, in := range ins {
+					if in.Optional() || !in.Remote(r) {
+						continue
 					}
-				case ir.Backward, ir.BackwardInput:
-					if _, last := c.route(sub.Micro); s < last && c.rankOf[s+1] != r {
-						b.Wait(strict.HostDone(c.rankOf[s+1], int(c.at[aBwd][ch+M])))
-					}
+					b.Wait(strict.HostDone(in.Rank, int(c.at[atOf(in.Kind)][in.Stage*M+in.Micro])))
 				}
 			}
 		}

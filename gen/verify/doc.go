@@ -27,8 +27,10 @@
 //     partners agree (SEND_F(s,m) with RECV_F(s+1,m), SEND_B(s,m) with
 //     RECV_B(s-1,m), DATA_SEND(s,m) with DATA_RECV(s+1,m));
 //  5. deadlock freedom under the strict model (gen/internal/strict; one
-//     simulation decides). A program without transfers is compute-only:
-//     then each compute step waits for its producer on another rank, and a
+//     simulation decides), each compute step waiting for the receives of
+//     what it consumes (gen/internal/deps, the model gen/sim and gen/passes
+//     read too). A program without transfers is compute-only: then each
+//     compute step waits for its producer on another rank, and a
 //     cross-rank dependency cycle is a deadlock too;
 //  6. memory: peak live chunks per rank (from F to the last backward, W or B)
 //     within Options.MaxActivations, and, when slots are assigned, one slot

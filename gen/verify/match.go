@@ -1,12 +1,15 @@
 package verify
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/deps"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // match pairs transfers FIFO per (source rank, destination rank, channel)
 // and checks that every transfer has a partner that agrees with it.
 //
-// Fast path: every transfer has exactly one counterpart by construction of
-// the chunk tables (SEND_F(s,m) and RECV_F(s+1,m), ...). When each one's
+// Fast path: every transfer has exactly one counterpart (deps.Counterpart:
+// SEND_F(s,m) and RECV_F(s+1,m), ...) by construction of the chunk tables. When each one's
 // FIFO position on its (source, destination, channel) queue equals its
 // counterpart's, FIFO pairs exactly the counterparts and all is well. Else
 // matchSlow pairs FIFO explicitly and words the first failure.
@@ -38,26 +41,9 @@ func (c *checker) match() error {
 	}
 	c.opPartner = make([]int32, nOps)
 	for op := range nOps {
-		st := c.opStepPtr(int32(op))
-		s, m := st.Stage, st.Micro
 		var q int32 = -1
-		switch st.Kind {
-		case ir.SendF:
-			q = c.at1(aRecvF, s+1, m)
-		case ir.RecvF:
-			q = c.at1(aSendF, s-1, m)
-		case ir.SendB:
-			q = c.at1(aRecvB, s-1, m)
-		case ir.RecvB:
-			q = c.at1(aSendB, s+1, m)
-		case ir.DataSend:
-			q = c.at1(aDRecv, s+1, m)
-		case ir.DataRecv:
-			q = c.at1(aDSend, s-1, m)
-		case ir.MpipeSend:
-			q = c.at1(aMRecv, s, m)
-		case ir.MpipeRecv:
-			q = c.at1(aMSend, s, m)
+		if cp := deps.Counterpart(*c.opStepPtr(int32(op))); cp.Kind.IsComm() {
+			q = c.at1(atOf(cp.Kind), cp.Stage, cp.Micro)
 		}
 		if q < 0 || ord[q] != ord[op] {
 			return c.matchSlow(cnt, ord, nKeys)
@@ -134,7 +120,7 @@ func (c *checker) matchSlow(cnt, ord []int32, nKeys int) error {
 	}
 	for op := range nOps {
 		a, b := c.opStep(int32(op)), c.opStep(c.opPartner[op])
-		if want := counterpart(a); !want.SameAction(b) {
+		if want := deps.Counterpart(a); !want.SameAction(b) {
 			q := c.opPartner[op]
 			src, dst := c.opRank[op], c.opRank[q]
 			if a.Kind.IsRecv() {
@@ -154,33 +140,10 @@ func (c *checker) opStep(op int32) ir.Step { return *c.opStepPtr(op) }
 
 func (c *checker) opStepPtr(op int32) *ir.Step { return &c.p.Ranks[c.opRank[op]][c.opIdx[op]] }
 
-// counterpart returns the step a transfer must pair with (peer not set).
-func counterpart(st ir.Step) ir.Step {
-	switch st.Kind {
-	case ir.SendF:
-		return ir.Compute(ir.RecvF, st.Stage+1, st.Micro)
-	case ir.RecvF:
-		return ir.Compute(ir.SendF, st.Stage-1, st.Micro)
-	case ir.SendB:
-		return ir.Compute(ir.RecvB, st.Stage-1, st.Micro)
-	case ir.RecvB:
-		return ir.Compute(ir.SendB, st.Stage+1, st.Micro)
-	case ir.DataSend:
-		return ir.Compute(ir.DataRecv, st.Stage+1, st.Micro)
-	case ir.DataRecv:
-		return ir.Compute(ir.DataSend, st.Stage-1, st.Micro)
-	case ir.MpipeSend:
-		return ir.Compute(ir.MpipeRecv, st.Stage, st.Micro)
-	case ir.MpipeRecv:
-		return ir.Compute(ir.MpipeSend, st.Stage, st.Micro)
-	}
-	return st
-}
-
 func (c *checker) unmatched(op, mine, theirs int32) error {
 	st := c.opStep(op)
 	r := int(c.opRank[op])
-	want := counterpart(st)
+	want := deps.Counterpart(st)
 	side, other := "sends", "receives"
 	src, dst := r, st.Peer
 	if st.Kind.IsRecv() {

@@ -7,7 +7,10 @@
 // derived from SLURM_JOB_ID) under srun. The shared token for the TCP
 // handshake comes from PPGEN_TOKEN; PPGEN_ALLOW_NO_TOKEN=1 is the explicit
 // opt-out of authentication, and PPGEN_TIMEOUT (a Go duration such as 90s)
-// bounds every send and receive wait of the transport. Every integer is
+// bounds every send and receive wait of the transport
+// (transport.ConfigFromEnv makes an Env the transport's configuration; launch
+// itself does not import the transport, so the ppgen command links no tensor
+// library). Every integer is
 // range-checked (WORLD_SIZE at most [MaxWorld]); errors name the variable,
 // its value and the accepted range.
 //
@@ -28,8 +31,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // Env is one rank's view of the job.
@@ -45,7 +46,8 @@ type Env struct {
 	// an empty Token otherwise and logs a warning when it is allowed).
 	AllowNoToken bool
 	// Timeout is PPGEN_TIMEOUT: the transport's bound on every send and
-	// receive wait (transport.TCPConfig.Timeout); 0 keeps the transport's
+	// receive wait (TCPConfig.Timeout in runtime/transport, whose
+	// ConfigFromEnv turns an Env into that configuration); 0 keeps the transport's
 	// default.
 	Timeout time.Duration
 	Source  string // "torchrun" (RANK, WORLD_SIZE, ...) or "slurm"
@@ -61,16 +63,6 @@ const (
 
 // Addr returns MasterAddr:MasterPort.
 func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
-
-// TCPConfig returns a transport configuration for this rank with the given
-// schedule fingerprint, the token, its opt-out (AllowNoToken) and the
-// Timeout of the environment; callers may adjust timeouts before DialTCP,
-// but should keep a Timeout the user set with PPGEN_TIMEOUT (non-zero)
-// over a default of their own.
-func (e Env) TCPConfig(fingerprint string) transport.TCPConfig {
-	return transport.TCPConfig{Rank: e.Rank, World: e.World, MasterAddr: e.Addr(),
-		Token: e.Token, AllowNoToken: e.AllowNoToken, Timeout: e.Timeout, Fingerprint: fingerprint}
-}
 
 // ErrNotLaunched is returned (wrapped) by FromEnv when neither torchrun-style
 // nor SLURM variables are set: the process was started by hand. Trainers may

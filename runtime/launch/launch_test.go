@@ -15,10 +15,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"gorgonia.org/tensor"
-
-	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 func lookup(m map[string]string) func(string) (string, bool) {
@@ -89,16 +85,6 @@ func TestFromLookup(t *testing.T) {
 	}
 	if _, err := FromLookup(lookup(nil)); !errors.Is(err, ErrNotLaunched) {
 		t.Fatalf("not errors.Is(ErrNotLaunched): %v", err)
-	}
-}
-
-// TestTCPConfigPassesTheEnvironment: the token, its opt-out and the
-// timeout reach the transport's configuration.
-func TestTCPConfigPassesTheEnvironment(t *testing.T) {
-	e := Env{Rank: 1, World: 3, MasterAddr: "h", MasterPort: 7, Token: "tok", AllowNoToken: true, Timeout: 42 * time.Second}
-	c := e.TCPConfig("fp")
-	if c.Rank != 1 || c.World != 3 || c.MasterAddr != "h:7" || c.Token != "tok" || !c.AllowNoToken || c.Timeout != 42*time.Second || c.Fingerprint != "fp" {
-		t.Errorf("TCPConfig = %+v", c)
 	}
 }
 
@@ -201,6 +187,10 @@ func launcherMain(mode string) int {
 	return 4
 }
 
+// ExtraHelpers are helper modes registered by the external test package
+// (launch_test), run with the rank's Env.
+var ExtraHelpers = map[string]func(Env) int{}
+
 func helperCmd() []string { return []string{os.Args[0], "-test.run=^TestHelperProcess$"} }
 
 func helper(mode string) int {
@@ -270,31 +260,12 @@ func helper(mode string) int {
 	case "linger":
 		time.Sleep(1500 * time.Millisecond)
 		return 0
-	case "ring":
-		// A real multi-process job: TCP rendezvous from the environment,
-		// then every rank sends its rank to the next one.
-		cfg := env.TCPConfig("fp-ring")
-		cfg.RendezvousTimeout = 20 * time.Second
-		cfg.Timeout = 20 * time.Second
-		tr, err := transport.DialTCP(context.Background(), cfg)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 4
+	default:
+		// Modes that need the transport live in the external test package
+		// (transport imports launch, so this package's tests cannot).
+		if f := ExtraHelpers[mode]; f != nil {
+			return f(env)
 		}
-		defer tr.Close()
-		next, prev := (env.Rank+1)%env.World, (env.Rank+env.World-1)%env.World
-		x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{float64(env.Rank)}))
-		if err := tr.Send(next, transport.Act, transport.Tag{}, x); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 5
-		}
-		_, got, err := tr.Recv(prev, transport.Act)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 6
-		}
-		fmt.Printf("got %v from rank %d\n", got.Float64s()[0], prev)
-		return 0
 	}
 	return 99
 }

@@ -1,8 +1,6 @@
 package pipe
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/internal/chrometrace"
 )
 
 // Timeline records when the stage calls of one or more ranks start and end
@@ -109,25 +109,15 @@ func (s *timedStage) BackwardWeight(saved any, dy *tensor.Dense) error {
 	return err
 }
 
-// traceEvent is one entry of the Chrome trace-event format.
-type traceEvent struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat,omitempty"`
-	Ph   string         `json:"ph"`
-	Pid  int            `json:"pid"`
-	Tid  int            `json:"tid"`
-	Ts   float64        `json:"ts"`
-	Dur  float64        `json:"dur,omitempty"`
-	Args map[string]any `json:"args,omitempty"`
-}
-
 // WriteTrace writes the recorded calls as a Chrome trace (Perfetto,
 // chrome://tracing): one process per rank, one complete event per stage
 // call, at wall-clock time in µs (so traces of several processes line up
 // when merged). With the ranks' programs as data (the generated Program
 // table, one []Op per rank), each call is named by its step as `ppgen trace`
 // names the simulated one ("3F17"; a full backward B shows as its I and W
-// halves, "3I17" and "3W17"); with nil, by kind and count ("3F#5").
+// halves, "3I17" and "3W17"); with nil, by kind and count ("3F#5"). The
+// file is written by internal/chrometrace (its one-line form), the writer
+// of the simulated trace too.
 func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 	events := t.Events()
 	sort.SliceStable(events, func(i, j int) bool {
@@ -137,12 +127,14 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		return events[i].Start.Before(events[j].Start)
 	})
 	micros := microsOf(programs)
-	out := make([]traceEvent, 0, len(events)+8)
+	out := make([]chrometrace.Event, 0, len(events)+8)
 	seen := map[int]bool{}
 	for _, e := range events {
 		if !seen[e.Rank] {
 			seen[e.Rank] = true
-			out = append(out, traceEvent{Name: "process_name", Ph: "M", Pid: e.Rank, Args: map[string]any{"name": fmt.Sprintf("rank %d", e.Rank)}})
+			pn := chrometrace.ProcessName(e.Rank, fmt.Sprintf("rank %d", e.Rank))
+			pn.Ts = chrometrace.Float(0)
+			out = append(out, pn)
 		}
 		label := fmt.Sprintf("%d%c#%d", e.Stage, e.Kind, e.Seq)
 		args := map[string]any{"stage": e.Stage, "kind": string(e.Kind), "seq": e.Seq}
@@ -150,24 +142,22 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 			label = fmt.Sprintf("%d%c%d", e.Stage, e.Kind, m)
 			args["micro"] = m
 		}
-		out = append(out, traceEvent{
-			Name: label, Cat: "compute", Ph: "X", Pid: e.Rank, Tid: 0,
-			Ts:   float64(e.Start.UnixNano()) / 1e3,
-			Dur:  float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3,
+		ev := chrometrace.Event{
+			Name: label, Cat: "compute", Ph: chrometrace.Complete, Pid: e.Rank, Tid: 0,
+			Ts:   chrometrace.Float(float64(e.Start.UnixNano()) / 1e3),
 			Args: args,
-		})
+		}
+		if d := float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3; d != 0 {
+			ev.Dur = chrometrace.Float(d)
+		}
+		out = append(out, ev)
 	}
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	doc := struct {
-		TraceEvents     []traceEvent      `json:"traceEvents"`
-		DisplayTimeUnit string            `json:"displayTimeUnit"`
-		OtherData       map[string]string `json:"otherData"`
-	}{out, "ms", map[string]string{"schedule": name, "source": "measured (pipe.Timeline)"}}
-	if err := enc.Encode(doc); err != nil {
+	f := chrometrace.File{DisplayTimeUnit: "ms", Events: out,
+		OtherData: map[string]string{"schedule": name, "source": "measured (pipe.Timeline)"}}
+	if err := f.WriteCompact(w); err != nil {
 		return fmt.Errorf("timeline: %w", err)
 	}
-	return bw.Flush()
+	return nil
 }
 
 type microKey struct {

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLight: the command links no tensor library (gorgonia) and nothing of
+// runtime/ but the launcher (runtime/launch, for `ppgen launch`): every
+// user's first `go generate` builds this binary. BENCHMARKS.md §10 has the
+// size and cold-build figures this keeps.
+func TestLight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		switch {
+		case strings.HasPrefix(pkg, "gorgonia.org/"):
+			t.Errorf("ppgen links %s (a tensor library); keep runtime/launch free of runtime/transport", pkg)
+		case strings.HasPrefix(pkg, "github.com/ppgen/ppgen/runtime/") && pkg != "github.com/ppgen/ppgen/runtime/launch":
+			t.Errorf("ppgen links %s; the command needs only runtime/launch from runtime/", pkg)
+		}
+	}
+}

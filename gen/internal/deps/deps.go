@@ -1,0 +1,213 @@
+// Package deps is the one dependency model of gen: what a compute step
+// consumes, and from whom. [Of] answers it for one step and [Neighbour] for
+// its one cross-stage input ([Consumer] the other way round); [Counterpart]
+// names the transfer a send or receive meets. gen/verify (the waits of the strict model, the order
+// preconditions, the matching of transfers), gen/sim (each compute step's
+// dependencies), gen/passes (the ideal timeline of the timed comm order,
+// the receives and colocated slot sources) and gen/schedules (the
+// zero-bubble W fill) all take their dependencies from it.
+//
+// The model, for chunk (s, m) with m's route first..last (ir.Program.Route)
+// and stage s on rank rankOf[s]:
+//
+//   - F(s, m) consumes, when s > first, the activation of F(s-1, m) (carried
+//     by RECV_F when the two stages live on different ranks) and the labels
+//     shipped by DATA_SEND(s-1, m) (DATA_RECV, when the program ships
+//     labels); at s == first, the input micro m's owner loaded and shipped
+//     (MPIPE_FWD_RECV, when the program has owned inputs, mpipe);
+//   - B(s, m) and I(s, m) consume the saved activations of F(s, m) on their
+//     own rank and, when s < last, the gradient of the backward of (s+1, m),
+//     its B or I (carried by RECV_B across ranks);
+//   - W(s, m) consumes what I(s, m) kept, on its own rank (a W after a full B
+//     is an order error in gen/verify: B already computed the weight
+//     gradient; gen/sim, which times programs verify rejects, falls back to
+//     the B there).
+//
+// What the model leaves to each user, because it is a property of the rank's
+// program order rather than of the data: DATA_LOAD before the step that uses
+// it, UNSHARD before compute on its stage (verify's FSDP walk, sim's gather
+// lane), SWAP_WAIT_* after its launch, slot reuse, and the FIFO matching of
+// transfers per (source, destination, channel) (verify's match, sim's
+// matchComm; verify then checks that FIFO meets each transfer's
+// Counterpart).
+package deps
+
+import "github.com/ppgen/ppgen/gen/ir"
+
+// What names the value an input carries.
+type What uint8
+
+// The inputs of a compute step.
+const (
+	// Activation is F(s, m)'s input: the output of F(s-1, m).
+	Activation What = iota
+	// Labels are the labels (and masks) shipped along the pipeline by
+	// DATA_SEND(s-1, m); a program without DATA_RECV loads them instead.
+	Labels
+	// Owned is the input of an mpipe micro-batch, loaded by its owner and
+	// shipped by MPIPE_FWD_SEND; a program without MPIPE_FWD_RECV loads it.
+	Owned
+	// Saved is a backward's own forward F(s, m): the saved activations.
+	Saved
+	// Gradient is B/I(s, m)'s output gradient: the input gradient the
+	// backward of (s+1, m) computed.
+	Gradient
+	// Kept is what W(s, m) consumes from I(s, m).
+	Kept
+)
+
+var whatNames = [...]string{"activation", "labels", "owned input", "saved activations", "gradient", "kept by I"}
+
+// String names the value ("activation", "gradient", ...).
+func (w What) String() string {
+	if int(w) < len(whatNames) {
+		return whatNames[w]
+	}
+	return "What(?)"
+}
+
+// Input is one value a compute step consumes.
+type Input struct {
+	What What
+	// Kind, Stage and Micro name the producing step: Forward, BackwardInput,
+	// or Backward for "the chunk's backward, B or I, whichever it runs"; for
+	// Labels and Owned, the send on the peer (DATA_SEND, MPIPE_FWD_SEND).
+	Kind         ir.Kind
+	Stage, Micro int
+	// Rank is the rank that runs the producer (ir.None when the placement
+	// names none).
+	Rank int
+	// Recv is the receive, on the consumer's rank and of the consumer's
+	// chunk, that carries the value over a transfer: RECV_F, RECV_B,
+	// DATA_RECV, MPIPE_FWD_RECV; ir.Invalid for the local inputs Saved and
+	// Kept.
+	Recv ir.Kind
+	// Act is the stage whose output activation sizes the transfer (the
+	// producer's for an activation, the consumer's for a gradient); -1 for
+	// the other inputs.
+	Act int
+}
+
+// Optional reports whether the input exists only in programs that hold its
+// receive (Labels, Owned): a program without it loads the value on the
+// consumer's rank with DATA_LOAD instead.
+func (in Input) Optional() bool { return in.What == Labels || in.What == Owned }
+
+// Remote reports whether the input reaches a consumer on rank r over a
+// transfer (its Recv): whether the producer runs on another rank.
+func (in Input) Remote(r int) bool { return in.Recv != ir.Invalid && in.Rank != r }
+
+// Of appends to dst the inputs of compute step cs (F, B, I or W; an
+// overlap's sub-steps one at a time) of program p, in a fixed order: for F
+// the activation and the labels, or (on the first stage) the owned input;
+// for B and I the saved
+// activations, then the gradient; for W what its I kept. Steps of other kinds
+// consume nothing here. Stages outside the placement give producers on rank
+// ir.None; Of never panics.
+func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
+	s, m := cs.Stage, cs.Micro
+	switch cs.Kind {
+	case ir.Forward:
+		if in, ok := Neighbour(p, cs); ok {
+			// Past the first stage: the activation, and the labels the
+			// previous stage may ship along.
+			dst = append(dst, in,
+				Input{What: Labels, Kind: ir.DataSend, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.DataRecv, Act: -1})
+		} else if first, _ := route(p, m); s == first {
+			dst = append(dst, Input{What: Owned, Kind: ir.MpipeSend, Stage: s, Micro: m, Rank: p.Placement.Owner(m), Recv: ir.MpipeRecv, Act: -1})
+		}
+	case ir.Backward, ir.BackwardInput:
+		dst = append(dst, Input{What: Saved, Kind: ir.Forward, Stage: s, Micro: m, Rank: rankOf(p, s), Recv: ir.Invalid, Act: -1})
+		if in, ok := Neighbour(p, cs); ok {
+			dst = append(dst, in)
+		}
+	case ir.BackwardWeight:
+		dst = append(dst, Input{What: Kept, Kind: ir.BackwardInput, Stage: s, Micro: m, Rank: rankOf(p, s), Recv: ir.Invalid, Act: -1})
+	}
+	return dst
+}
+
+// Neighbour returns the one input of compute step cs that another stage
+// produces: for F(s, m) the Activation of F(s-1, m), for B(s, m) and I(s, m)
+// the Gradient of the backward of (s+1, m); ok is false at the ends of m's
+// route (its first stage for F, its last for a backward) and for other
+// kinds. It is the Activation or Gradient entry of Of.
+func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
+	s, m := cs.Stage, cs.Micro
+	switch cs.Kind {
+	case ir.Forward:
+		if first, _ := route(p, m); s > first {
+			return Input{What: Activation, Kind: ir.Forward, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.RecvF, Act: s - 1}, true
+		}
+	case ir.Backward, ir.BackwardInput:
+		if _, last := route(p, m); s < last {
+			return Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s}, true
+		}
+	}
+	return Input{}, false
+}
+
+// Consumer is the inverse of Neighbour: the step of another stage whose
+// cross-stage input compute step cs produces (F(s+1, m) for F(s, m) when
+// s < last; for B(s, m) or I(s, m) when s > first, the backward of
+// (s-1, m), as Kind Backward: its B or I), and the rank that runs it.
+func Consumer(p *ir.Program, cs ir.Step) (consumer ir.Step, rank int, ok bool) {
+	s, m := cs.Stage, cs.Micro
+	switch cs.Kind {
+	case ir.Forward:
+		if _, last := route(p, m); s < last {
+			return ir.Compute(ir.Forward, s+1, m), rankOf(p, s+1), true
+		}
+	case ir.Backward, ir.BackwardInput:
+		if first, _ := route(p, m); s > first {
+			return ir.Compute(ir.Backward, s-1, m), rankOf(p, s-1), true
+		}
+	}
+	return ir.Step{}, ir.None, false
+}
+
+// route is p.Route without its arithmetic for one pipeline (the hot case:
+// the model runs once per step in verify, sim and the passes).
+func route(p *ir.Program, m int) (first, last int) {
+	if p.Copies <= 1 {
+		return 0, len(p.Placement.RankOf) - 1
+	}
+	return p.Route(m)
+}
+
+func rankOf(p *ir.Program, s int) int {
+	if s < 0 || s >= len(p.Placement.RankOf) {
+		return ir.None
+	}
+	return p.Placement.RankOf[s]
+}
+
+// Counterpart returns the step transfer st pairs with on its peer (Peer
+// not set): SEND_F(s, m) with RECV_F(s+1, m), SEND_B(s, m) with
+// RECV_B(s-1, m), DATA_SEND(s, m) with DATA_RECV(s+1, m), MPIPE_FWD_SEND(s,
+// m) with MPIPE_FWD_RECV(s, m), and each receive with its send; st itself
+// for other kinds. Which of the peer's transfers it meets is FIFO per
+// (source, destination, channel): gen/verify checks that FIFO meets the
+// counterpart.
+func Counterpart(st ir.Step) ir.Step {
+	s, m := st.Stage, st.Micro
+	switch st.Kind {
+	case ir.SendF:
+		return ir.Compute(ir.RecvF, s+1, m)
+	case ir.RecvF:
+		return ir.Compute(ir.SendF, s-1, m)
+	case ir.SendB:
+		return ir.Compute(ir.RecvB, s-1, m)
+	case ir.RecvB:
+		return ir.Compute(ir.SendB, s+1, m)
+	case ir.DataSend:
+		return ir.Compute(ir.DataRecv, s+1, m)
+	case ir.DataRecv:
+		return ir.Compute(ir.DataSend, s-1, m)
+	case ir.MpipeSend:
+		return ir.Compute(ir.MpipeRecv, s, m)
+	case ir.MpipeRecv:
+		return ir.Compute(ir.MpipeSend, s, m)
+	}
+	return st
+}

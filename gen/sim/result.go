@@ -1,0 +1,147 @@
+package sim
+
+import (
+	"math"
+	"sort"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+func (s *simulator) result() Result {
+	P := len(s.ranks)
+	res := Result{
+		Busy:            make([]float64, P),
+		Span:            make([]float64, P),
+		PeakActivations: make([]int, P),
+		Events:          s.ev,
+		Offsets:         make([]int, P),
+	}
+	first := make([]float64, P)
+	last := make([]float64, P)
+	seen := make([]bool, P)
+	for e, ev := range s.ev {
+		res.Makespan = max(res.Makespan, ev.End)
+		if s.cls[e] != clCompute {
+			continue
+		}
+		r := ev.Rank
+		res.Busy[r] += ev.End - ev.Start
+		if !seen[r] {
+			seen[r], first[r] = true, ev.Start
+		}
+		last[r] = max(last[r], ev.End)
+	}
+	var busy, span float64
+	for r := 0; r < P; r++ {
+		res.Offsets[r] = s.ranks[r].off
+		if seen[r] {
+			res.Span[r] = last[r] - first[r]
+		}
+		busy += res.Busy[r]
+		span += res.Span[r]
+	}
+	if res.Makespan > 0 {
+		res.Bubble = 1 - busy/(float64(P)*res.Makespan)
+	}
+	if span > 0 {
+		res.BubbleSpan = (span - busy) / span
+	}
+	s.peaks(&res)
+	return res
+}
+
+// peaks fills PeakActivations by sweeping chunk lifetimes.
+func (s *simulator) peaks(res *Result) {
+	type life struct {
+		rank      int
+		start     float64
+		end       [3]float64 // ends of the chunk's W, B and I (NaN when absent)
+		offEnd    float64    // end of the offload transfer, or NaN
+		loadStart float64    // start of the load transfer, or NaN
+	}
+	nan := math.NaN()
+	maxMicro := 0
+	for _, ev := range s.ev {
+		maxMicro = max(maxMicro, ev.Step.Micro)
+		for _, sub := range ev.Step.Sub {
+			maxMicro = max(maxMicro, sub.Micro)
+		}
+	}
+	at := newChunkTable(s.stages, maxMicro, len(s.ev)) // (stage, micro) -> index in lives
+	var lives []life
+	// Forwards first: a chunk belongs to the rank running its F.
+	for e, ev := range s.ev {
+		if s.cls[e] != clCompute {
+			continue
+		}
+		for _, cs := range ev.Step.Computes() {
+			if cs.Kind == ir.Forward && at.setFirst(cs.Stage, cs.Micro, len(lives)) {
+				lives = append(lives, life{rank: ev.Rank, start: ev.Start, end: [3]float64{nan, nan, nan}, offEnd: nan, loadStart: nan})
+			}
+		}
+	}
+	for e, ev := range s.ev {
+		switch s.cls[e] {
+		case clCompute:
+			for _, cs := range ev.Step.Computes() {
+				j := 2 // I
+				switch cs.Kind {
+				case ir.Forward:
+					continue
+				case ir.BackwardWeight:
+					j = 0
+				case ir.Backward:
+					j = 1
+				}
+				if li := at.get(cs.Stage, cs.Micro); li >= 0 {
+					l := &lives[li]
+					if math.IsNaN(l.end[j]) || ev.End > l.end[j] {
+						l.end[j] = ev.End
+					}
+				}
+			}
+		case clLaunch:
+			li := at.get(ev.Step.Stage, ev.Step.Micro)
+			if li < 0 || lives[li].rank != ev.Rank {
+				continue
+			}
+			if ev.Step.Kind == ir.SwapLaunchOffload {
+				lives[li].offEnd = ev.End
+			} else {
+				lives[li].loadStart = ev.Start
+			}
+		}
+	}
+	type mark struct {
+		t     float64
+		delta int
+	}
+	marks := make([][]mark, len(res.PeakActivations))
+	for _, l := range lives {
+		end := math.Inf(1) // never freed
+		for _, v := range l.end {
+			if !math.IsNaN(v) {
+				end = v
+				break
+			}
+		}
+		marks[l.rank] = append(marks[l.rank], mark{l.start, +1}, mark{end, -1})
+		if !math.IsNaN(l.offEnd) && !math.IsNaN(l.loadStart) && l.start <= l.offEnd && l.offEnd <= l.loadStart && l.loadStart <= end {
+			marks[l.rank] = append(marks[l.rank], mark{l.offEnd, -1}, mark{l.loadStart, +1})
+		}
+	}
+	for r, ms := range marks {
+		sort.Slice(ms, func(i, j int) bool {
+			if ms[i].t != ms[j].t {
+				return ms[i].t < ms[j].t
+			}
+			return ms[i].delta < ms[j].delta
+		})
+		cur, peak := 0, 0
+		for _, m := range ms {
+			cur += m.delta
+			peak = max(peak, cur)
+		}
+		res.PeakActivations[r] = peak
+	}
+}

@@ -1,0 +1,364 @@
+package verify
+
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/gen/internal/deps"
+	"github.com/ppgen/ppgen/gen/internal/par"
+	"github.com/ppgen/ppgen/gen/internal/strict"
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// rankWalk is the state of the walk over one rank. Ranks are walked in
+// parallel: every chunk lives on one rank, so each rank writes its own part
+// of the chunk tables, and the findings are merged in rank order afterwards.
+type rankWalk struct {
+	r       int
+	op      int32          // global id of the rank's next comm op
+	host    int32          // global number of the rank's next host step
+	waits   []strict.Event // waits of the rank's host steps, in order
+	waitEnd []int32        // per host step of the rank: end of its waits in waits
+	order   deferred
+	slotErr deferred
+	noSlot  deferred
+	memErr  *Error
+	slotted bool
+	starts  []int32
+	ins     []deps.Input // scratch for waits
+	err     error
+}
+
+// walk makes the one pass over every step (see Check).
+func (c *checker) walk() error {
+	p := c.p
+	c.P, c.S, c.M = len(p.Ranks), p.Stages(), p.Micro
+	c.rankOf = p.Placement.RankOf
+	c.rep.Steps = p.NumSteps()
+	switch {
+	case c.P == 0:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: "the program has no ranks"}
+	case p.Placement.NumRanks != c.P:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the placement has %d ranks but the program has %d rank lists", p.Placement.NumRanks, c.P)}
+	case c.S == 0:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: "the placement has no stages"}
+	case c.M <= 0:
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the program has %d micro-batches; want at least 1", c.M)}
+	case p.Copies > 1 && (c.S%p.Copies != 0 || c.M%p.Copies != 0):
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("%d model copies do not split %d stages and %d micro-batches evenly", p.Copies, c.S, c.M)}
+	}
+	if err := ir.CheckSize(c.P, c.S, c.M); err != nil {
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: err.Error()}
+	}
+	if c.rep.Steps > ir.MaxSteps {
+		return &Error{Rank: -1, Index: -1, Code: Structure, Reason: (&ir.LimitError{What: "steps", Value: int64(c.rep.Steps), Min: 1, Max: ir.MaxSteps}).Error()}
+	}
+	for s, r := range c.rankOf {
+		if r < 0 || r >= c.P {
+			return &Error{Rank: -1, Index: -1, Code: Structure, Reason: fmt.Sprintf("the placement puts stage %d on rank %d, outside 0..%d", s, r, c.P-1)}
+		}
+	}
+	c.lowered, c.hasData = mode(p)
+	c.single = p.Copies <= 1
+	n := c.S * c.M
+	// One block for the per-chunk tables, all starting at -1.
+	const nTables = nAt + 8 + 3 // at, opAt for eight transfer kinds, slotOf/first/last
+	block := make([]int32, nTables*n)
+	for i := range block {
+		block[i] = -1
+	}
+	next := func() []int32 { t := block[:n:n]; block = block[n:]; return t }
+	for a := range c.at {
+		c.at[a] = next()
+	}
+	for _, a := range [...]int{aSendF, aRecvF, aSendB, aRecvB, aDSend, aDRecv, aMSend, aMRecv} {
+		c.opAt[a] = next()
+	}
+	c.slotOf, c.first, c.last = next(), next(), next()
+	c.bwdIsI = make([]bool, n)
+	c.lastCompute = make([]int32, c.P)
+	c.optAt = make([]int32, c.P)
+	c.rep.PeakActivations = make([]int, c.P)
+	c.rep.Slots = make([]int, c.P)
+	c.starts = make([][]int32, c.P)
+	// Count each rank's comm ops and host steps, to number them globally
+	// (in rank order, as a walk rank by rank would) before the parallel walk.
+	nSteps := c.rep.Steps
+	w := par.Workers(c.P, nSteps)
+	opOff := make([]int32, c.P+1)
+	hostOff := make([]int32, c.P+1)
+	// The same pass notes which ranks hold FSDP and swap steps (rare kinds:
+	// one comparison per step tells).
+	extras := make([]uint8, c.P)
+	par.ForRanksW(w, c.P, func(_, r int) {
+		n := 0
+		var ex uint8
+		for i := range p.Ranks[r] {
+			switch k := p.Ranks[r][i].Kind; {
+			case k.IsComm():
+				n++
+			case k >= ir.Unshard && k <= ir.SwapWaitLoad:
+				ex |= extraOf(k)
+			}
+		}
+		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
+		extras[r] = ex
+	})
+	var ex uint8
+	for _, e := range extras {
+		ex |= e
+	}
+	if ex&hasSwapStep != 0 {
+		c.swapState = make([]uint8, c.S*c.M)
+	}
+	if ex&(hasShardStep|hasReduceStep) != 0 {
+		c.rep.PeakUnsharded = make([]int, c.P)
+		c.fsdpReduce = ex&hasReduceStep != 0
+	}
+	for r := range c.P {
+		opOff[r+1] += opOff[r]
+		hostOff[r+1] += hostOff[r]
+	}
+	nOps, nHost := int(opOff[c.P]), int(hostOff[c.P])
+	c.hostIdx = make([]int32, nHost)
+	c.opRank = make([]int32, nOps)
+	c.opIdx = make([]int32, nOps)
+	opGap := make([]int32, nOps)
+	waitOff := make([]int32, nHost+1)
+	ws := make([]rankWalk, c.P)
+	par.ForRanksW(w, c.P, func(_, r int) {
+		rw := &ws[r]
+		rw.r, rw.op, rw.host = r, opOff[r], hostOff[r]
+		rw.waitEnd = waitOff[hostOff[r]+1 : hostOff[r+1]+1]
+		rw.err = c.walkRank(rw, opGap)
+	})
+	// Merge in rank order: the first structural error stops the walk there
+	// (later ranks keep no findings), else the first deferred finding of
+	// each kind is the first rank's.
+	for r := range ws {
+		rw := &ws[r]
+		if rw.err != nil {
+			for q := r + 1; q < c.P; q++ {
+				c.rep.PeakActivations[q], c.rep.Slots[q] = 0, 0
+			}
+			return rw.err
+		}
+		for _, d := range [...]struct{ to, from *deferred }{{&c.order, &rw.order}, {&c.slotErr, &rw.slotErr}, {&c.noSlot, &rw.noSlot}} {
+			if d.to.fn == nil && d.from.fn != nil {
+				*d.to = *d.from
+			}
+		}
+		if c.memErr == nil {
+			c.memErr = rw.memErr
+		}
+		c.slotted = c.slotted || rw.slotted
+		c.starts[r] = rw.starts
+	}
+	// The strict model: waits concatenated rank by rank.
+	nWaits := 0
+	for r := range ws {
+		nWaits += len(ws[r].waits)
+	}
+	m := &strict.Model{
+		HostOff:   hostOff,
+		WaitOff:   waitOff,
+		Waits:     make([]strict.Event, nWaits),
+		OpOff:     opOff,
+		OpRank:    c.opRank,
+		OpGap:     opGap,
+		OpPartner: make([]int32, nOps),
+	}
+	base := make([]int32, c.P+1)
+	for r := range ws {
+		base[r+1] = base[r] + int32(len(ws[r].waits))
+	}
+	par.ForRanksW(w, c.P, func(_, r int) {
+		copy(m.Waits[base[r]:], ws[r].waits)
+		for h := hostOff[r] + 1; h <= hostOff[r+1]; h++ {
+			waitOff[h] += base[r]
+		}
+		for op := opOff[r]; op < opOff[r+1]; op++ {
+			m.OpPartner[op] = -1
+		}
+	})
+	c.model = m
+	c.rep.Lowered = c.lowered
+	c.rep.Transfers = nOps
+	return nil
+}
+
+// walkRank walks rank rw.r (see walk), numbering its host steps and comm
+// ops from rw.host and rw.op.
+func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
+	r := rw.r
+	steps := c.p.Ranks[r]
+	c.lastCompute[r], c.optAt[r] = -1, -1
+	rw.waits = make([]strict.Event, 0, len(steps))
+	live := 0
+	nHost := int32(0)
+	var fs *fsdpWalk
+	if c.rep.PeakUnsharded != nil {
+		fs = newFSDPWalk(c.S, steps, c.fsdpReduce)
+	}
+	for i := range steps {
+		st := &steps[i]
+		if st.Kind.IsComm() {
+			if err := c.leaf(rw, i, st, st); err != nil {
+				return err
+			}
+			opGap[rw.op] = nHost
+			c.opRank[rw.op] = int32(r)
+			c.opIdx[rw.op] = int32(i)
+			rw.op++
+			c.pre(rw, i, st, st)
+			c.slot(rw, i, st, st)
+			continue
+		}
+		c.hostIdx[rw.host] = int32(i)
+		rw.host++
+		nHost++
+		if !st.Kind.IsOverlap() {
+			if err := c.leaf(rw, i, st, st); err != nil {
+				return err
+			}
+			if fs != nil {
+				if err := fs.step(c, r, i, st); err != nil {
+					return err
+				}
+			}
+			if c.swapState != nil {
+				if k := st.Kind; k >= ir.SwapLaunchOffload && k <= ir.SwapWaitLoad {
+					d, err := c.swapStep(r, i, st)
+					if err != nil {
+						return err
+					}
+					live += d
+				} else if st.Kind == ir.Backward || st.Kind == ir.BackwardInput || st.Kind == ir.BackwardWeight {
+					if err := c.swapUse(r, i, st, st); err != nil {
+						return err
+					}
+				}
+			}
+			c.pre(rw, i, st, st)
+			c.slot(rw, i, st, st)
+			if st.Kind.IsCompute() {
+				c.waits(rw, st)
+				live = c.peak(rw, i, st, steps[i:i+1], live)
+			}
+			rw.waitEnd[nHost-1] = int32(len(rw.waits))
+			continue
+		}
+		if err := c.overlapShape(r, i, st); err != nil {
+			return err
+		}
+		for k := range st.Sub {
+			if err := c.leaf(rw, i, st, &st.Sub[k]); err != nil {
+				return err
+			}
+		}
+		if fs != nil {
+			if err := fs.step(c, r, i, st); err != nil {
+				return err
+			}
+		}
+		if c.swapState != nil {
+			for k := range st.Sub {
+				if sub := &st.Sub[k]; sub.Kind != ir.Forward {
+					if err := c.swapUse(r, i, st, sub); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		for k := range st.Sub {
+			c.pre(rw, i, st, &st.Sub[k])
+			c.slot(rw, i, st, &st.Sub[k])
+			c.waits(rw, &st.Sub[k])
+		}
+		rw.waitEnd[nHost-1] = int32(len(rw.waits))
+		c.lastCompute[r] = int32(i)
+		live = c.peak(rw, i, st, st.Sub, live)
+	}
+	if fs != nil {
+		c.rep.PeakUnsharded[r] = fs.peak
+		if err := fs.end(c, r); err != nil {
+			return err
+		}
+	}
+	if c.swapState != nil {
+		if err := c.swapEnd(r); err != nil {
+			return err
+		}
+	}
+	if o := c.optAt[r]; o >= 0 && c.lastCompute[r] > o {
+		r, o := r, int(o)
+		rw.order.note(r, o, func() error {
+			lc := c.lastCompute[r]
+			return c.fail(r, o, c.p.Ranks[r][o], Order, "OPT_STEP must follow every compute step of its rank, but step %d (%s) runs after it", lc, c.p.Ranks[r][lc])
+		})
+	}
+	return nil
+}
+
+// mode reports whether the program holds transfers (it is lowered) and data
+// steps, stopping as soon as both are known.
+func mode(p ir.Program) (lowered, data bool) {
+	for _, steps := range p.Ranks {
+		for i := range steps {
+			switch k := steps[i].Kind; {
+			case k.IsComm():
+				lowered = true
+				data = data || k == ir.DataRecv || k == ir.MpipeRecv
+			case k == ir.DataLoad:
+				data = true
+			}
+			if lowered && data {
+				return
+			}
+		}
+	}
+	return
+}
+
+// waits adds, in a lowered program, the receives compute step st consumes
+// (deps.Of: its RECV_F or RECV_B when the producer lives on another rank,
+// DATA_RECV for shipped labels, MPIPE_FWD_RECV for an owned input) as waits
+// of the host step just added to the model. Receives that do not come
+// earlier are precondition failures, reported elsewhere.
+func (c *checker) waits(rw *rankWalk, st *ir.Step) {
+	r := rw.r
+	ch := st.Stage*c.M + st.Micro
+	rw.ins = deps.Of(&c.p, *st, rw.ins[:0])
+	for _, in := range rw.ins {
+		if !in.Remote(r) {
+			continue
+		}
+		if op := c.opAt[atOf(in.Recv)][ch]; op >= 0 {
+			rw.waits = append(rw.waits, strict.OpDone(op))
+		}
+	}
+}
+
+// peak counts live chunks on rank r through compute step top, whose compute
+// steps are subs (top itself, or an overlap's sub-steps, which run
+// together), and returns the new count.
+func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live int) int {
+	r := rw.r
+	for k := range subs {
+		if subs[k].Kind == ir.Forward {
+			live++
+		}
+	}
+	if live > c.rep.PeakActivations[r] {
+		c.rep.PeakActivations[r] = live
+		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations && rw.memErr == nil {
+			rw.memErr = c.fail(r, i, *top, Memory, "%d chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", live, c.opt.MaxActivations)
+		}
+	}
+	for k := range subs {
+		// a chunk ends at its W, or at its B when it has no I
+		if k := subs[k].Kind; k == ir.BackwardWeight || k == ir.Backward {
+			live--
+		}
+	}
+	return live
+}
