@@ -13,9 +13,10 @@ import (
 // comparisons as it can, that every check of the step passes, and only then
 // runs the step's body; when any check fails (or the step is unusual) it
 // hands the unchanged state to the slow path, which runs the checks one by
-// one, in order, reports the first that fails, or runs the same body. So
-// both paths do exactly the same (FuzzExecPaths compares them), and the fast
-// path never has to explain an error.
+// one, in order, and reports the first that fails, or returns what the
+// step's body needs. The body is written once, after both paths. So both
+// paths do exactly the same (FuzzExecPaths compares them), and the fast path
+// never has to explain an error.
 //
 // The step methods are kept out of line (go:noinline) on purpose: generated
 // rank functions hold hundreds of thousands of calls, and inlining even a
@@ -28,48 +29,29 @@ import (
 //go:noinline
 func (x *Exec) Load(a At) {
 	stage, micro, slot, _ := a.fields()
-	if x.failed.Load() {
+	st := x.state.Load()
+	if st&stFailed != 0 {
 		return
 	}
 	// stage begins or ends a route, so keyable; it is on this rank iff its
 	// Stage is set, which a slot holding it already proves.
-	if uint(stage) < uint(len(x.ends)) && x.ends[stage] != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
-		s := &x.slots[slot]
-		k := keyOf(stage, micro)
-		if s.key == k || (s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro)) {
-			if s.key != k {
-				s.start(k)
-			}
-			x.load(s, stage, micro)
+	var s *slotState
+	if st == 0 && uint(stage) < uint(len(x.ends)) && x.ends[stage] != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+		s = &x.slots[slot]
+		if k := keyOf(stage, micro); s.key == k {
+		} else if s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro) {
+			s.start(k)
+		} else {
+			s = nil
+		}
+	}
+	if s == nil {
+		// The slow path reports with the fields as given (0xffff as -1).
+		stage, micro, slot, _ = a.Unpack()
+		if s = x.loadSlow(stage, micro, slot); s == nil {
 			return
 		}
 	}
-	// The slow path reports with the fields as given (0xffff as -1).
-	stage, micro, slot, _ = a.Unpack()
-	x.loadSlow(stage, micro, slot)
-}
-
-func (x *Exec) loadSlow(stage, micro, slot int) {
-	if x.ownerLoad(stage, micro, slot) {
-		return
-	}
-	if !x.valid(stage, micro, slot) {
-		x.badArgs(OpDataLoad, stage, micro, slot, -1)
-		return
-	}
-	if !x.routeFirst(stage) && !x.routeLast(stage) {
-		x.stepFailf(OpDataLoad, stage, micro, -1, "only the first and the last stage of a model copy load data (stage 0 and %d for one pipeline)", x.last)
-		return
-	}
-	s := &x.slots[slot]
-	if !x.claim(OpDataLoad, s, slot, stage, micro, -1) {
-		return
-	}
-	x.load(s, stage, micro)
-}
-
-// load is the body of DATA_LOAD once the slot holds the chunk.
-func (x *Exec) load(s *slotState, stage, micro int) {
 	ends := x.ends[stage]
 	if ends&routeStart != 0 {
 		in, err := x.data.Input(micro)
@@ -87,6 +69,28 @@ func (x *Exec) load(s *slotState, stage, micro int) {
 		}
 		s.target = t
 	}
+}
+
+// loadSlow runs the checks of DATA_LOAD and returns the slot, holding the
+// chunk, to load into; nil when there is none (reported, or an mpipe
+// owner's load, done).
+func (x *Exec) loadSlow(stage, micro, slot int) *slotState {
+	if x.ownerLoad(stage, micro, slot) {
+		return nil
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpDataLoad, stage, micro, slot, -1)
+		return nil
+	}
+	if !x.routeFirst(stage) && !x.routeLast(stage) {
+		x.stepFailf(OpDataLoad, stage, micro, -1, "only the first and the last stage of a model copy load data (stage 0 and %d for one pipeline)", x.last)
+		return nil
+	}
+	s := &x.slots[slot]
+	if !x.claim(OpDataLoad, s, slot, stage, micro, -1) {
+		return nil
+	}
+	return s
 }
 
 func (x *Exec) dataFail(stage, micro int, err error, what string) {
@@ -107,14 +111,16 @@ func (x *Exec) F(a At) {
 	if src == atNone {
 		src = -1
 	}
-	if x.failed.Load() {
+	st := x.state.Load()
+	if st&stFailed != 0 {
 		return
 	}
-	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(stage) < uint(len(x.ends)) {
-		s := &x.slots[slot]
+	var s *slotState
+	var in *tensor.Dense
+	if st == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(stage) < uint(len(x.ends)) {
+		s = &x.slots[slot]
 		k := keyOf(stage, micro)
 		ends := x.ends[stage]
-		var in *tensor.Dense
 		if src >= 0 {
 			// Slot src holding (stage-1, micro) proves micro valid; stage
 			// must be on this rank, and the slot free to claim (no pending
@@ -142,91 +148,17 @@ func (x *Exec) F(a At) {
 			} else if src < 0 && ends&routeStart == 0 {
 				s.ract = nil
 			}
-			x.forward(s, slot, stage, micro, in)
+		} else {
+			s = nil
+		}
+	}
+	if s == nil {
+		// The slow path reports with the fields as given (0xffff as -1).
+		stage, micro, slot, src = a.Unpack()
+		if s, in = x.forwardSlow(stage, micro, slot, src); s == nil {
 			return
 		}
 	}
-	// The slow path reports with the fields as given (0xffff as -1).
-	stage, micro, slot, src = a.Unpack()
-	x.forwardSlow(stage, micro, slot, src)
-}
-
-func (x *Exec) forwardFail(stage, micro int, err error) {
-	if err == nil {
-		err = errors.New("stage returned a nil output")
-	}
-	x.stepFail(OpForward, stage, micro, -1, err)
-}
-
-func (x *Exec) lossFail(stage, micro int, err error) {
-	if err == nil {
-		err = errors.New("loss returned a nil gradient")
-	}
-	x.stepFail(OpForward, stage, micro, -1, fmt.Errorf("loss: %w", err))
-}
-
-func (x *Exec) forwardSlow(stage, micro, slot, src int) {
-	if !x.valid(stage, micro, slot) {
-		x.badArgs(OpForward, stage, micro, slot, -1)
-		return
-	}
-	s := &x.slots[slot]
-	var in *tensor.Dense
-	switch {
-	case src >= 0:
-		if src >= len(x.slots) || src == slot {
-			x.stepFailf(OpForward, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
-			return
-		}
-		if x.routeFirst(stage) {
-			x.stepFailf(OpForward, stage, micro, -1, "source slot %d, but stage %d begins its micro-batches' route: its input is a data load", src, stage)
-			return
-		}
-		p := &x.slots[src]
-		if !p.holds(stage-1, micro) || p.y == nil {
-			x.stepFailf(OpForward, stage, micro, -1, "source slot %d holds no output of F(%d, %d)", src, stage-1, micro)
-			return
-		}
-		if !x.claim(OpForward, s, slot, stage, micro, -1) {
-			return
-		}
-		in = p.y
-	case x.routeFirst(stage):
-		if !s.holds(stage, micro) || (s.x == nil && s.flags&actPending == 0 && s.ract == nil) {
-			if x.owner(micro) >= 0 && x.owner(micro) != x.rank {
-				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvInput(%d, %d) from its owner, rank %d, into it was not posted", slot, stage, micro, x.owner(micro))
-				return
-			}
-			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
-			return
-		}
-		if in = x.takeInput(s); in == nil {
-			return // the receive failed: the rank has failed
-		}
-	default:
-		if !s.holds(stage, micro) || (s.flags&actPending == 0 && s.ract == nil) {
-			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
-			return
-		}
-		if s.flags&actPending != 0 {
-			<-s.actDone
-			s.flags &^= actPending
-			if x.failed.Load() {
-				return
-			}
-		}
-		in, s.ract = s.ract, nil
-	}
-	if s.flags&fwdDone != 0 {
-		x.stepFailf(OpForward, stage, micro, -1, "F already ran for this chunk")
-		return
-	}
-	x.forward(s, slot, stage, micro, in)
-}
-
-// forward is the body of F: it runs the checked F of the chunk (stage,
-// micro) in s (slot) on input in, and on the route's last stage its loss.
-func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 	y, saved, err := x.stages[stage].Forward(in)
 	if err != nil || y == nil {
 		x.forwardFail(stage, micro, err)
@@ -254,56 +186,161 @@ func (x *Exec) forward(s *slotState, slot, stage, micro int, in *tensor.Dense) {
 	}
 }
 
+func (x *Exec) forwardFail(stage, micro int, err error) {
+	if err == nil {
+		err = errors.New("stage returned a nil output")
+	}
+	x.stepFail(OpForward, stage, micro, -1, err)
+}
+
+func (x *Exec) lossFail(stage, micro int, err error) {
+	if err == nil {
+		err = errors.New("loss returned a nil gradient")
+	}
+	x.stepFail(OpForward, stage, micro, -1, fmt.Errorf("loss: %w", err))
+}
+
+// forwardSlow runs the checks of F and returns the slot, holding the chunk,
+// and the input to run it on (waiting for a pending receive); a nil slot
+// when a check failed (reported).
+func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Dense) {
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpForward, stage, micro, slot, -1)
+		return nil, nil
+	}
+	s := &x.slots[slot]
+	var in *tensor.Dense
+	switch {
+	case src >= 0:
+		if src >= len(x.slots) || src == slot {
+			x.stepFailf(OpForward, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+			return nil, nil
+		}
+		if x.routeFirst(stage) {
+			x.stepFailf(OpForward, stage, micro, -1, "source slot %d, but stage %d begins its micro-batches' route: its input is a data load", src, stage)
+			return nil, nil
+		}
+		p := &x.slots[src]
+		if !p.holds(stage-1, micro) || p.y == nil {
+			x.stepFailf(OpForward, stage, micro, -1, "source slot %d holds no output of F(%d, %d)", src, stage-1, micro)
+			return nil, nil
+		}
+		if !x.claim(OpForward, s, slot, stage, micro, -1) {
+			return nil, nil
+		}
+		in = p.y
+	case x.routeFirst(stage):
+		if !s.holds(stage, micro) || (s.x == nil && s.flags&actPending == 0 && s.ract == nil) {
+			if x.owner(micro) >= 0 && x.owner(micro) != x.rank {
+				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvInput(%d, %d) from its owner, rank %d, into it was not posted", slot, stage, micro, x.owner(micro))
+				return nil, nil
+			}
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
+			return nil, nil
+		}
+		if in = x.takeInput(s); in == nil {
+			return nil, nil // the receive failed: the rank has failed
+		}
+	default:
+		if !s.holds(stage, micro) || (s.flags&actPending == 0 && s.ract == nil) {
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
+			return nil, nil
+		}
+		if s.flags&actPending != 0 {
+			<-s.actDone
+			s.flags &^= actPending
+			if x.failedNow() {
+				return nil, nil
+			}
+		}
+		in, s.ract = s.ract, nil
+	}
+	if s.flags&fwdDone != 0 {
+		x.stepFailf(OpForward, stage, micro, -1, "F already ran for this chunk")
+		return nil, nil
+	}
+	return s, in
+}
+
 // B runs the full backward B(stage, micro) of the chunk in slot: input
 // gradient, then weight gradient. dy is dx of slot src (the next stage on
 // this rank) when src >= 0; otherwise the completed receive, or on the last
 // stage the loss gradient.
 //
 //go:noinline
-func (x *Exec) B(a At) {
-	if x.failed.Load() {
-		return
-	}
-	if s, stage, micro, dy := x.backwardReady(a); dy != nil {
-		x.backward(OpBackward, s, stage, micro, dy)
-		return
-	}
-	// The slow path reports with the fields as given (0xffff as -1).
-	stage, micro, slot, src := a.Unpack()
-	x.backwardSlow(OpBackward, stage, micro, slot, src)
-}
+func (x *Exec) B(a At) { x.backward(OpBackward, a) }
 
 // I runs I(stage, micro): the input gradient only. dy as for B. W must
 // follow for the weight gradient.
 //
 //go:noinline
-func (x *Exec) I(a At) {
-	if x.failed.Load() {
-		return
-	}
-	if s, stage, micro, dy := x.backwardReady(a); dy != nil {
-		x.backward(OpBackwardInput, s, stage, micro, dy)
-		return
-	}
-	stage, micro, slot, src := a.Unpack()
-	x.backwardSlow(OpBackwardInput, stage, micro, slot, src)
-}
+func (x *Exec) I(a At) { x.backward(OpBackwardInput, a) }
 
-// backwardReady is the fast check of B and I: the slot holding (stage,
-// micro), which proves both valid, between its F and its backward, and its
-// output gradient dy; dy is nil when the slow path must run.
-func (x *Exec) backwardReady(a At) (s *slotState, stage, micro int, dy *tensor.Dense) {
+// W runs W(stage, micro): the weight gradient of a chunk whose I ran. Its
+// At is (stage, micro, slot, -1).
+//
+//go:noinline
+func (x *Exec) W(a At) { x.backward(OpBackwardWeight, a) }
+
+// backward runs B, I or W (k) at a: the fast or the slow checks, then the
+// one body of the three.
+func (x *Exec) backward(k OpKind, a At) {
 	stage, micro, slot, src := a.fields()
-	if !keyable(stage, micro) || uint(slot) >= uint(len(x.slots)) {
-		return nil, 0, 0, nil
+	st := x.state.Load()
+	if st&stFailed != 0 {
+		return
 	}
-	if s = &x.slots[slot]; s.key != keyOf(stage, micro) || s.flags&(fwdDone|inDone|swappedOut) != fwdDone {
-		return nil, 0, 0, nil
+	var s *slotState
+	var dy *tensor.Dense
+	// A slot holding (stage, micro) proves both valid.
+	if st == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
+		if p := &x.slots[slot]; p.key == keyOf(stage, micro) {
+			switch {
+			case k == OpBackwardWeight:
+				if p.flags&(inDone|wDone|swappedOut) == inDone {
+					s, dy = p, p.dy
+				}
+			case p.flags&(fwdDone|inDone|swappedOut) == fwdDone:
+				if src == atNone {
+					src = -1
+				}
+				if dy = x.fastDy(p, stage, micro, slot, src); dy != nil {
+					s = p
+				}
+			}
+		}
 	}
-	if src == atNone {
-		src = -1
+	if s == nil {
+		// The slow path reports with the fields as given (0xffff as -1).
+		stage, micro, slot, src = a.Unpack()
+		if k == OpBackwardWeight {
+			if s = x.weightSlow(stage, micro, slot); s == nil {
+				return
+			}
+			dy = s.dy
+		} else if s, dy = x.backwardSlow(k, stage, micro, slot, src); s == nil {
+			return
+		}
 	}
-	return s, stage, micro, x.fastDy(s, stage, micro, slot, src)
+	sg := x.stages[stage]
+	if k != OpBackwardWeight {
+		dx, err := sg.BackwardInput(s.saved, dy)
+		if err != nil {
+			x.stepFail(k, stage, micro, -1, err)
+			return
+		}
+		s.dy, s.dx = dy, dx
+		s.flags |= inDone
+		if k == OpBackwardInput {
+			return
+		}
+	}
+	if err := sg.BackwardWeight(s.saved, dy); err != nil {
+		x.stepFail(k, stage, micro, -1, err)
+		return
+	}
+	s.flags |= wDone
+	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 }
 
 // fastDy returns the output gradient for the backward of the chunk (stage,
@@ -329,34 +366,37 @@ func (x *Exec) fastDy(s *slotState, stage, micro, slot, src int) *tensor.Dense {
 	return dy
 }
 
-func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) {
+// backwardSlow runs the checks of B or I (k) and returns the slot holding
+// the chunk and its output gradient (waiting for a pending receive); a nil
+// slot when a check failed (reported).
+func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) (*slotState, *tensor.Dense) {
 	s := x.heldChunk(k, stage, micro, slot)
 	if s == nil {
-		return
+		return nil, nil
 	}
 	if s.flags&(fwdDone|inDone) != fwdDone {
 		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its F and its backward (F ran: %v, backward ran: %v)", slot, s.flags&fwdDone != 0, s.flags&inDone != 0)
-		return
+		return nil, nil
 	}
 	if s.flags&swappedOut != 0 {
 		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
-		return
+		return nil, nil
 	}
 	var dy *tensor.Dense
 	switch {
 	case src >= 0:
 		if src >= len(x.slots) || src == slot {
 			x.stepFailf(k, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
-			return
+			return nil, nil
 		}
 		if x.routeLast(stage) {
 			x.stepFailf(k, stage, micro, -1, "source slot %d, but stage %d ends its micro-batches' route: its output gradient is the loss's", src, stage)
-			return
+			return nil, nil
 		}
 		p := &x.slots[src]
 		if !p.holds(stage+1, micro) || p.dx == nil {
 			x.stepFailf(k, stage, micro, -1, "source slot %d holds no input gradient of (%d, %d)", src, stage+1, micro)
-			return
+			return nil, nil
 		}
 		dy = p.dx
 	case x.routeLast(stage):
@@ -364,81 +404,37 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) {
 	default:
 		if s.flags&gradPending == 0 && s.rgrad == nil {
 			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: RecvGrad(%d, %d) into it was not posted", slot, stage, micro)
-			return
+			return nil, nil
 		}
 		if s.flags&gradPending != 0 {
 			<-s.gradDone
 			s.flags &^= gradPending
-			if x.failed.Load() {
-				return
+			if x.failedNow() {
+				return nil, nil
 			}
 		}
 		dy, s.rgrad = s.rgrad, nil
 	}
-	x.backward(k, s, stage, micro, dy)
+	return s, dy
 }
 
-// backward is the body of B and I (k): the checked backward of the chunk
-// (stage, micro) in s with output gradient dy.
-func (x *Exec) backward(k OpKind, s *slotState, stage, micro int, dy *tensor.Dense) {
-	dx, err := x.stages[stage].BackwardInput(s.saved, dy)
-	if err != nil {
-		x.stepFail(k, stage, micro, -1, err)
-		return
-	}
-	s.dy, s.dx = dy, dx
-	s.flags |= inDone
-	if k == OpBackward {
-		x.backwardWeight(k, s, stage, micro)
-	}
-}
-
-// W runs W(stage, micro): the weight gradient of a chunk whose I
-// ran.
-//
-//go:noinline
-func (x *Exec) W(a At) {
-	stage, micro, slot, _ := a.fields()
-	if x.failed.Load() {
-		return
-	}
-	if keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
-		if s := &x.slots[slot]; s.key == keyOf(stage, micro) && s.flags&(inDone|wDone|swappedOut) == inDone {
-			x.backwardWeight(OpBackwardWeight, s, stage, micro)
-			return
-		}
-	}
-	// The slow path reports with the fields as given (0xffff as -1).
-	stage, micro, slot, _ = a.Unpack()
-	x.weightSlow(stage, micro, slot)
-}
-
-func (x *Exec) weightSlow(stage, micro, slot int) {
+// weightSlow runs the checks of W and returns the slot holding the chunk,
+// or nil when a check failed (reported).
+func (x *Exec) weightSlow(stage, micro, slot int) *slotState {
 	const k = OpBackwardWeight
 	s := x.heldChunk(k, stage, micro, slot)
 	if s == nil {
-		return
+		return nil
 	}
 	if s.flags&(inDone|wDone) != inDone {
 		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its I and its W (I ran: %v, W ran: %v)", slot, s.flags&inDone != 0, s.flags&wDone != 0)
-		return
+		return nil
 	}
 	if s.flags&swappedOut != 0 {
 		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
-		return
+		return nil
 	}
-	x.backwardWeight(k, s, stage, micro)
-}
-
-// backwardWeight is the body of W (and B's second half, k): the weight
-// gradient, after which the chunk is done and the slot lets go of it.
-func (x *Exec) backwardWeight(k OpKind, s *slotState, stage, micro int) {
-	if err := x.stages[stage].BackwardWeight(s.saved, s.dy); err != nil {
-		x.stepFail(k, stage, micro, -1, err)
-		return
-	}
-	s.flags |= wDone
-	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
+	return s
 }
 
 // OptStep runs the optimizer hook, if any; with two model copies
@@ -446,7 +442,7 @@ func (x *Exec) backwardWeight(k OpKind, s *slotState, stage, micro int) {
 //
 //go:noinline
 func (x *Exec) OptStep() {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	if x.copies > 1 {

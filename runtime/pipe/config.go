@@ -52,14 +52,14 @@ type Config struct {
 	Timeline *Timeline
 }
 
-// slotState is one buffer slot: the state of the chunk (stage, micro) it
-// currently holds. The fields the step fast paths test come first (key,
-// flags), then the chunk's tensors, then the receive hand-off with the comm
 // Exec executes one rank's steps. Its step methods must be called from one
 // goroutine (the host thread); Err, Losses and Fail may be called from any.
 type Exec struct {
 	// Hot fields first: what every step reads.
-	failed atomic.Bool
+	// state is stFailed once the rank failed; stSlow makes every step take
+	// its slow path (set only by FuzzExecPaths, which compares the paths).
+	// The steps read it once: nonzero means "not the fast path".
+	state  atomic.Uint32
 	slots  []slotState
 	stages []Stage // by stage index; nil where not on this rank
 	// raw is stages as the Config gave them (stages may be wrapped for a
@@ -239,10 +239,19 @@ func (x *Exec) Rank() int { return x.rank }
 // Spec returns the schedule description.
 func (x *Exec) Spec() Spec { return x.spec }
 
+// The bits of Exec.state.
+const (
+	stFailed uint32 = 1 << iota
+	stSlow
+)
+
+// failedNow reports whether the rank has failed.
+func (x *Exec) failedNow() bool { return x.state.Load()&stFailed != 0 }
+
 // Err returns the first error, or nil. It does not wait for posted comm ops;
 // Sync does.
 func (x *Exec) Err() error {
-	if !x.failed.Load() {
+	if !x.failedNow() {
 		return nil
 	}
 	x.mu.Lock()
@@ -270,7 +279,7 @@ func (x *Exec) fail(err error) {
 		return
 	}
 	x.err = err
-	x.failed.Store(true)
+	x.state.Or(stFailed)
 	x.mu.Unlock()
 	x.log.Error("rank failed", "rank", x.rank, "err", err)
 	if x.tr != nil {

@@ -9,7 +9,7 @@ import "fmt"
 // generated code calls, and returns x.Err() (like a generated RankN).
 func Interpret(x *Exec, ops []Op) error {
 	for i := 0; i < len(ops); i++ {
-		if x.failed.Load() {
+		if x.failedNow() {
 			break
 		}
 		op := &ops[i]
@@ -90,7 +90,7 @@ func Interpret(x *Exec, ops []Op) error {
 // argument that has no At field: below -1 or above 65534, so outside every
 // valid Spec. It names the argument as the slow paths would.
 func (x *Exec) unpackable(k OpKind, stage, micro, c, d int) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	slot, peer, src := c, -1, d

@@ -17,5 +17,5 @@ func (x *Exec) takeLabels(s *slotState) bool {
 	<-s.dataDone
 	s.flags &^= dataPending
 	s.target, s.rdata = s.rdata, nil
-	return !x.failed.Load()
+	return !x.failedNow()
 }

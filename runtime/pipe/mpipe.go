@@ -100,7 +100,7 @@ func (x *Exec) takeInput(s *slotState) *tensor.Dense {
 	if s.flags&actPending != 0 {
 		<-s.actDone
 		s.flags &^= actPending
-		if x.failed.Load() {
+		if x.failedNow() {
 			return nil
 		}
 	}

@@ -44,7 +44,7 @@ func overlapName(k OpKind, a, b Op) string {
 //
 //go:noinline
 func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, bMicro, bSlot, bSrc int) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	f := Op{Kind: OpForward, Stage: int32(fStage), Micro: int32(fMicro), Peer: -1, Slot: int32(fSlot), Src: int32(fSrc)}
@@ -61,7 +61,7 @@ func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, 
 //
 //go:noinline
 func (x *Exec) OverlapBF(bKind OpKind, bStage, bMicro, bSlot, bSrc int, fStage, fMicro, fSlot, fSrc int) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	f := Op{Kind: OpForward, Stage: int32(fStage), Micro: int32(fMicro), Peer: -1, Slot: int32(fSlot), Src: int32(fSrc)}

@@ -13,9 +13,10 @@ import (
 )
 
 // FuzzExecPaths is the differential test of the step methods' two paths:
-// it runs one random program (valid and invalid steps alike) twice, once
-// through the packed methods as generated code calls them (fast path first,
-// slow path when a check fails) and once through the slow paths only, on
+// it runs one random program (valid and invalid steps alike) twice through
+// the packed methods as generated code and Interpret call them, once as
+// usual (fast path first, slow path when a check fails) and once with every
+// step forced onto its slow path (Exec.state's stSlow), on
 // deterministic fake stages, data and transport, and requires the same
 // state after every step: slots, losses, the owner's input, the error, and
 // every call the rank made on its stages, data and transport.
@@ -38,14 +39,15 @@ func FuzzExecPaths(f *testing.F) {
 		prog := decodeSteps(in[3:])
 		fast := newPathRig(t, w, int(in[1]), int(in[2]))
 		slow := newPathRig(t, w, int(in[1]), int(in[2]))
+		slow.x.state.Store(stSlow) // every step takes its slow path
 		for i, st := range prog {
-			if fast.x.failed.Load() && slow.x.failed.Load() {
+			if fast.x.failedNow() && slow.x.failedNow() {
 				break
 			}
 			fast.begin(st)
 			slow.begin(st)
-			st.runFast(fast.x)
-			st.runSlow(slow.x)
+			st.run(fast.x)
+			st.run(slow.x)
 			fast.x.Sync()
 			slow.x.Sync()
 			if a, b := fast.state(), slow.state(); a != b {
@@ -209,43 +211,8 @@ func (s pathStep) overlapHalves() (f, b Op) {
 	return f, b
 }
 
-// fused returns the two halves of a fused step: their kinds, in call
-// order, the direction of the transfer's neighbour, and which half takes the
-// compute step's At (the other takes transferAt's; both do for the labels).
-func (s pathStep) fused() (k1, k2 OpKind, dir int, computeFirst, both bool) {
-	switch s.kind {
-	case sFAndSend:
-		return OpForward, OpSendAct, +1, true, false
-	case sRecvAndF:
-		return OpRecvAct, OpForward, -1, false, false
-	case sRecvAndB:
-		return OpRecvGrad, OpBackward, +1, false, false
-	case sBAndSend:
-		return OpBackward, OpSendGrad, -1, true, false
-	case sRecvAndI:
-		return OpRecvGrad, OpBackwardInput, +1, false, false
-	case sIAndSend:
-		return OpBackwardInput, OpSendGrad, -1, true, false
-	case sLabelsAndSendF:
-		return OpSendData, OpSendAct, +1, false, true
-	default: // sLabelsAndRecvF
-		return OpRecvData, OpRecvAct, -1, false, true
-	}
-}
-
-// opAt is the Op of kind k at a: (stage, micro, peer, slot) for a
-// transfer, (stage, micro, slot, src) for a compute step.
-func opAt(k OpKind, a At) Op {
-	stage, micro, c, d := a.Unpack()
-	o := Op{Kind: k, Stage: int32(stage), Micro: int32(micro), Peer: -1, Slot: int32(c), Src: int32(d)}
-	if k != OpForward && k != OpBackward && k != OpBackwardInput {
-		o.Peer, o.Slot, o.Src = int32(c), int32(d), -1
-	}
-	return o
-}
-
-// runFast runs the step as generated code and Interpret do.
-func (s pathStep) runFast(x *Exec) {
+// run runs the step as generated code and Interpret do.
+func (s pathStep) run(x *Exec) {
 	switch s.kind {
 	case sOverlapFB:
 		f, b := s.overlapHalves()
@@ -283,86 +250,6 @@ func (s pathStep) runFast(x *Exec) {
 		x.LabelsAndRecvF(a)
 	}
 }
-
-// runSlow runs the step through the slow paths only.
-func (s pathStep) runSlow(x *Exec) {
-	switch s.kind {
-	case sOverlapFB, sOverlapBF:
-		if x.failed.Load() {
-			return
-		}
-		f, b := s.overlapHalves()
-		if s.kind == sOverlapFB {
-			x.overlap(OpOverlapFB, f, b, f, b, slowSub)
-		} else {
-			x.overlap(OpOverlapBF, b, f, f, b, slowSub)
-		}
-		return
-	}
-	if o, ok := s.op(); ok {
-		slowOp(x, o)
-		return
-	}
-	a, ok := PackAt(s.stage, s.micro, s.c, s.d)
-	if !ok {
-		return
-	}
-	k1, k2, dir, computeFirst, both := s.fused()
-	t := x.transferAt(a, dir)
-	ops := [2]Op{opAt(k1, t), opAt(k2, a)}
-	switch {
-	case both:
-		ops[1] = opAt(k2, t)
-	case computeFirst:
-		ops = [2]Op{opAt(k1, a), opAt(k2, t)}
-	}
-	for _, o := range ops {
-		slowOp(x, o)
-	}
-}
-
-// slowOp runs one Op as Interpret does, through the slow paths.
-func slowOp(x *Exec, op Op) {
-	if x.failed.Load() {
-		return
-	}
-	var c, d int32
-	switch op.Kind {
-	case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput, OpRecvData, OpSendData:
-		c, d = op.Peer, op.Slot
-	case OpForward, OpBackward, OpBackwardInput:
-		c, d = op.Slot, op.Src
-	default:
-		c, d = op.Slot, -1
-	}
-	a, ok := PackAt(int(op.Stage), int(op.Micro), int(c), int(d))
-	if !ok && (op.Kind >= OpDataLoad && op.Kind <= OpBackwardWeight || op.Kind >= OpSwapLaunchOffload) {
-		x.unpackable(op.Kind, int(op.Stage), int(op.Micro), int(c), int(d))
-		return
-	}
-	stage, micro, c2, d2 := a.Unpack()
-	xfers := map[OpKind]*xfer{OpRecvAct: &recvAct, OpSendAct: &sendAct, OpRecvGrad: &recvGrad, OpSendGrad: &sendGrad,
-		OpRecvData: &recvData, OpSendData: &sendData, OpRecvInput: &recvInput, OpSendInput: &sendInput}
-	switch op.Kind {
-	case OpDataLoad:
-		x.loadSlow(stage, micro, c2)
-	case OpForward:
-		x.forwardSlow(stage, micro, c2, d2)
-	case OpBackward, OpBackwardInput:
-		x.backwardSlow(op.Kind, stage, micro, c2, d2)
-	case OpBackwardWeight:
-		x.weightSlow(stage, micro, c2)
-	default:
-		if t, ok := xfers[op.Kind]; ok {
-			x.transferSlow(t, stage, micro, c2, d2)
-			return
-		}
-		Interpret(x, []Op{op}) // the steps with one path: OPT_STEP, FSDP, swap
-	}
-}
-
-// slowSub runs an overlap's sub-step through its slow path.
-func slowSub(x *Exec, o Op) { slowOp(x, o) }
 
 // pathWorld is the Spec and rank of a fuzz run.
 type pathWorld struct {
@@ -604,7 +491,7 @@ func TestPathSeedsRunSteps(t *testing.T) {
 		// before it must succeed.
 		for j, st := range steps[:len(steps)-1] {
 			g.begin(st)
-			st.runFast(g.x)
+			st.run(g.x)
 			g.x.Sync()
 			if err := g.x.Err(); err != nil {
 				t.Fatalf("seed %d (%s), step %d %s: %v", i, w.name, j, st, err)

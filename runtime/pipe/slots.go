@@ -11,6 +11,9 @@ import (
 // arguments: is the stage on this rank, the micro-batch on its route, the
 // slot held by the chunk.
 
+// slotState is one buffer slot: the state of the chunk (stage, micro) it
+// currently holds. The fields the step fast paths test come first (key,
+// flags), then the chunk's tensors, then the receive hand-off with the comm
 // goroutine.
 type slotState struct {
 	// key is keyOf(stage, micro) of the chunk the slot holds, 0 when it

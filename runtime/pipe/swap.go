@@ -51,7 +51,7 @@ func (x *Exec) WaitLoad(a At) { x.swapStep(OpSwapWaitLoad, a) }
 // swapStep runs one swap step. Swap steps are rare (four per swapped
 // chunk), so they take the checked path only.
 func (x *Exec) swapStep(k OpKind, a At) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	stage, micro, slot, _ := a.Unpack()

@@ -146,14 +146,15 @@ func (x *Exec) SendInput(a At) { x.transfer(&sendInput, a) }
 // check passes at once (the neighbour transfers), else transferSlow.
 func (x *Exec) transfer(t *xfer, a At) {
 	stage, micro, peer, slot := a.fields()
-	if x.failed.Load() {
+	st := x.state.Load()
+	if st&stFailed != 0 {
 		return
 	}
 	peers := x.prevPeer
 	if t.dir > 0 {
 		peers = x.nextPeer
 	}
-	if t.rule == neighbour && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(stage) < uint(len(peers)) &&
+	if st == 0 && t.rule == neighbour && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(stage) < uint(len(peers)) &&
 		peer >= 0 && peers[stage] == peer {
 		// Held: the key proves stage and micro valid; else a receive may
 		// claim the slot when the stage is on this rank, micro in range and
@@ -281,7 +282,7 @@ func (x *Exec) commLoop() {
 func (x *Exec) runComm(op *commOp) {
 	t := op.x
 	if !t.recv {
-		if !x.failed.Load() {
+		if !x.failedNow() {
 			if err := x.tr.Send(int(op.peer), t.ch, transport.Tag{Stage: op.stage, Micro: op.micro}, op.t); err != nil {
 				x.stepFail(t.kind, int(op.stage), int(op.micro), int(op.peer), err)
 			}
@@ -290,7 +291,7 @@ func (x *Exec) runComm(op *commOp) {
 	}
 	s := &x.slots[op.slot]
 	var got *tensor.Dense
-	if !x.failed.Load() {
+	if !x.failedNow() {
 		want := transport.Tag{Stage: op.stage + int32(t.dir), Micro: op.micro}
 		tag, v, err := x.tr.Recv(int(op.peer), t.ch)
 		if err == nil && tag != want {
