@@ -212,23 +212,9 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 	var in *tensor.Dense
 	switch {
 	case src >= 0:
-		if src >= len(x.slots) || src == slot {
-			x.stepFailf(OpForward, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+		if in = x.sourceSlot(OpForward, stage, micro, slot, src, -1); in == nil || !x.claim(OpForward, s, slot, stage, micro, -1) {
 			return nil, nil
 		}
-		if x.routeFirst(stage) {
-			x.stepFailf(OpForward, stage, micro, -1, "source slot %d, but stage %d begins its micro-batches' route: its input is a data load", src, stage)
-			return nil, nil
-		}
-		p := &x.slots[src]
-		if !p.holds(stage-1, micro) || p.y == nil {
-			x.stepFailf(OpForward, stage, micro, -1, "source slot %d holds no output of F(%d, %d)", src, stage-1, micro)
-			return nil, nil
-		}
-		if !x.claim(OpForward, s, slot, stage, micro, -1) {
-			return nil, nil
-		}
-		in = p.y
 	case x.routeFirst(stage):
 		if !s.holds(stage, micro) || (s.x == nil && s.flags&actPending == 0 && s.ract == nil) {
 			if x.owner(micro) >= 0 && x.owner(micro) != x.rank {
@@ -246,12 +232,8 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
 			return nil, nil
 		}
-		if s.flags&actPending != 0 {
-			<-s.actDone
-			s.flags &^= actPending
-			if x.failedNow() {
-				return nil, nil
-			}
+		if !x.await(s, actPending) {
+			return nil, nil
 		}
 		in, s.ract = s.ract, nil
 	}
@@ -260,6 +242,35 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 		return nil, nil
 	}
 	return s, in
+}
+
+// sourceSlot checks the source slot src of compute step k of the chunk
+// (stage, micro) in slot, and returns what the step takes from it: the
+// output of F(stage-1, micro) for a forward (dir -1), the input gradient of
+// (stage+1, micro) for a backward (dir +1); nil after reporting why not.
+func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.Dense {
+	if src >= len(x.slots) || src == slot {
+		x.stepFailf(k, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+		return nil
+	}
+	if dir < 0 && x.routeFirst(stage) {
+		x.stepFailf(k, stage, micro, -1, "source slot %d, but stage %d begins its micro-batches' route: its input is a data load", src, stage)
+		return nil
+	}
+	if dir > 0 && x.routeLast(stage) {
+		x.stepFailf(k, stage, micro, -1, "source slot %d, but stage %d ends its micro-batches' route: its output gradient is the loss's", src, stage)
+		return nil
+	}
+	p := &x.slots[src]
+	t, what := p.y, "output of F(%d, %d)"
+	if dir > 0 {
+		t, what = p.dx, "input gradient of (%d, %d)"
+	}
+	if !p.holds(stage+dir, micro) || t == nil {
+		x.stepFailf(k, stage, micro, -1, "source slot %d holds no "+what, src, stage+dir, micro)
+		return nil
+	}
+	return t
 }
 
 // B runs the full backward B(stage, micro) of the chunk in slot: input
@@ -385,20 +396,9 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) (*slotState, 
 	var dy *tensor.Dense
 	switch {
 	case src >= 0:
-		if src >= len(x.slots) || src == slot {
-			x.stepFailf(k, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+		if dy = x.sourceSlot(k, stage, micro, slot, src, +1); dy == nil {
 			return nil, nil
 		}
-		if x.routeLast(stage) {
-			x.stepFailf(k, stage, micro, -1, "source slot %d, but stage %d ends its micro-batches' route: its output gradient is the loss's", src, stage)
-			return nil, nil
-		}
-		p := &x.slots[src]
-		if !p.holds(stage+1, micro) || p.dx == nil {
-			x.stepFailf(k, stage, micro, -1, "source slot %d holds no input gradient of (%d, %d)", src, stage+1, micro)
-			return nil, nil
-		}
-		dy = p.dx
 	case x.routeLast(stage):
 		dy = s.dy
 	default:
@@ -406,12 +406,8 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) (*slotState, 
 			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: RecvGrad(%d, %d) into it was not posted", slot, stage, micro)
 			return nil, nil
 		}
-		if s.flags&gradPending != 0 {
-			<-s.gradDone
-			s.flags &^= gradPending
-			if x.failedNow() {
-				return nil, nil
-			}
+		if !x.await(s, gradPending) {
+			return nil, nil
 		}
 		dy, s.rgrad = s.rgrad, nil
 	}

@@ -14,8 +14,7 @@ package pipe
 // takeLabels waits for the pending receive of the labels of the chunk in s
 // and keeps them; false when the rank has failed meanwhile.
 func (x *Exec) takeLabels(s *slotState) bool {
-	<-s.dataDone
-	s.flags &^= dataPending
+	ok := x.await(s, dataPending)
 	s.target, s.rdata = s.rdata, nil
-	return !x.failedNow()
+	return ok
 }

@@ -37,42 +37,26 @@ func comm(k pipe.OpKind, stage, micro, peer, slot int) pipe.Op {
 	return pipe.Op{Kind: k, Stage: int32(stage), Micro: int32(micro), Peer: int32(peer), Slot: int32(slot), Src: -1}
 }
 
-func load(stage, micro, slot int) pipe.Op { return local(pipe.OpDataLoad, stage, micro, slot, -1) }
-func fwd(stage, micro, slot, src int) pipe.Op {
-	return local(pipe.OpForward, stage, micro, slot, src)
-}
-func bwd(stage, micro, slot, src int) pipe.Op {
-	return local(pipe.OpBackward, stage, micro, slot, src)
-}
-func bwdInput(stage, micro, slot, src int) pipe.Op {
-	return local(pipe.OpBackwardInput, stage, micro, slot, src)
-}
-func bwdWeight(stage, micro, slot int) pipe.Op {
-	return local(pipe.OpBackwardWeight, stage, micro, slot, -1)
-}
-func recvAct(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpRecvAct, stage, micro, peer, slot)
-}
-func sendAct(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpSendAct, stage, micro, peer, slot)
-}
-func recvGrad(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpRecvGrad, stage, micro, peer, slot)
-}
-func sendGrad(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpSendGrad, stage, micro, peer, slot)
-}
-func recvData(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpRecvData, stage, micro, peer, slot)
-}
-func sendData(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpSendData, stage, micro, peer, slot)
-}
-func mpipeRecv(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpRecvInput, stage, micro, peer, slot)
-}
-func mpipeSend(stage, micro, peer, slot int) pipe.Op {
-	return comm(pipe.OpSendInput, stage, micro, peer, slot)
+// The steps of the tests' programs, by the names of their schedule text.
+var (
+	load      = func(stage, micro, slot int) pipe.Op { return local(pipe.OpDataLoad, stage, micro, slot, -1) }
+	fwd       = func(stage, micro, slot, src int) pipe.Op { return local(pipe.OpForward, stage, micro, slot, src) }
+	bwd       = func(stage, micro, slot, src int) pipe.Op { return local(pipe.OpBackward, stage, micro, slot, src) }
+	bwdInput  = func(stage, micro, slot, src int) pipe.Op { return local(pipe.OpBackwardInput, stage, micro, slot, src) }
+	bwdWeight = func(stage, micro, slot int) pipe.Op { return local(pipe.OpBackwardWeight, stage, micro, slot, -1) }
+	recvAct   = commOf(pipe.OpRecvAct)
+	sendAct   = commOf(pipe.OpSendAct)
+	recvGrad  = commOf(pipe.OpRecvGrad)
+	sendGrad  = commOf(pipe.OpSendGrad)
+	recvData  = commOf(pipe.OpRecvData)
+	sendData  = commOf(pipe.OpSendData)
+	mpipeRecv = commOf(pipe.OpRecvInput)
+	mpipeSend = commOf(pipe.OpSendInput)
+)
+
+// commOf returns the constructor of transfers of kind k: (stage, micro, peer, slot).
+func commOf(k pipe.OpKind) func(stage, micro, peer, slot int) pipe.Op {
+	return func(stage, micro, peer, slot int) pipe.Op { return comm(k, stage, micro, peer, slot) }
 }
 
 const lr = pipetest.LR

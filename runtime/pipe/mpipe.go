@@ -97,12 +97,8 @@ func (x *Exec) takeInput(s *slotState) *tensor.Dense {
 	if s.x != nil {
 		return s.x
 	}
-	if s.flags&actPending != 0 {
-		<-s.actDone
-		s.flags &^= actPending
-		if x.failedNow() {
-			return nil
-		}
+	if !x.await(s, actPending) {
+		return nil
 	}
 	in := s.ract
 	s.ract = nil

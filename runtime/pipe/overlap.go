@@ -101,24 +101,10 @@ func (x *Exec) overlap(k OpKind, first, second, f, b Op, run func(*Exec, Op)) {
 	run(x, b)
 }
 
-// sub runs one sub-step of an overlap through its packed method, as
-// Interpret runs the op.
+// sub runs one sub-step of an overlap as Interpret runs the op.
 func (x *Exec) sub(o Op) {
-	a, ok := PackAt(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src))
-	if !ok {
-		x.unpackable(o.Kind, int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src))
-		return
-	}
-	switch o.Kind {
-	case OpForward:
-		x.F(a)
-	case OpBackward:
-		x.B(a)
-	case OpBackwardInput:
-		x.I(a)
-	case OpBackwardWeight:
-		x.W(a)
-	}
+	one := [1]Op{o}
+	Interpret(x, one[:])
 }
 
 // concurrent reports whether the two halves of an overlap may run at once:

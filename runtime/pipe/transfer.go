@@ -249,6 +249,24 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 	return true
 }
 
+// await waits for the completion of the receive pending on s under flag
+// (actPending, gradPending or dataPending), if there is one, and clears the
+// flag; false when the rank has failed.
+func (x *Exec) await(s *slotState, flag slotFlags) bool {
+	if s.flags&flag != 0 {
+		switch flag {
+		case actPending:
+			<-s.actDone
+		case gradPending:
+			<-s.gradDone
+		default:
+			<-s.dataDone
+		}
+		s.flags &^= flag
+	}
+	return !x.failedNow()
+}
+
 // commOp is one posted transfer.
 type commOp struct {
 	x            *xfer
