@@ -18,9 +18,7 @@ var (
 	sameFloats = pipetest.SameFloats
 	like       = pipetest.Like
 	sortedSum  = pipetest.SortedSum
-)
 
-var (
 	inprocWorld = pipetest.InProcWorld
 	tcpWorld    = pipetest.TCPWorld
 )
