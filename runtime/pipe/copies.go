@@ -17,7 +17,7 @@ import (
 // waits for its receive. It runs after every posted transfer completed.
 func (x *Exec) syncCopies() error {
 	x.inflight.Wait()
-	if x.failed.Load() {
+	if x.failedNow() {
 		return nil
 	}
 	for j := range x.per { // the copy-A index of a pair: stages j and j+per

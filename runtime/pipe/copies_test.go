@@ -21,15 +21,15 @@ type twinAffine struct {
 }
 
 func (s *twinAffine) Grads() []*tensor.Dense {
-	s.g = tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{sortedSum(s.ga), sortedSum(s.gb)}))
+	s.g = tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{sortedSum(s.GA), sortedSum(s.GB)}))
 	return []*tensor.Dense{s.g}
 }
 
 func (s *twinAffine) step() {
 	d := s.g.Float64s()
-	s.a -= lr * d[0]
-	s.b -= lr * d[1]
-	s.ga, s.gb = s.ga[:0], s.gb[:0]
+	s.A -= lr * d[0]
+	s.B -= lr * d[1]
+	s.GA, s.GB = s.GA[:0], s.GB[:0]
 }
 
 // copiesProgram is a dualpipe-shaped program on two ranks: a 2-stage model
@@ -121,7 +121,7 @@ func TestTwoModelCopiesMatchSequential(t *testing.T) {
 			ref := newStages(2)
 			want := sequential(ref, 4, 3, false)
 			for it := range 3 {
-				d.iter = it
+				d.Iter = it
 				if err := pipe.RunAll(xs, []func(*pipe.Exec) error{
 					func(x *pipe.Exec) error { return pipe.Interpret(x, ops[0]) },
 					func(x *pipe.Exec) error { return pipe.Interpret(x, ops[1]) },
@@ -138,12 +138,12 @@ func TestTwoModelCopiesMatchSequential(t *testing.T) {
 			}
 			for s, st := range stages {
 				r := ref[s%2]
-				if !near(st.a, r.a) || !near(st.b, r.b) {
-					t.Errorf("stage %d (copy %c): (%v, %v), sequential (%v, %v)", s, "AB"[s/2], st.a, st.b, r.a, r.b)
+				if !near(st.A, r.A) || !near(st.B, r.B) {
+					t.Errorf("stage %d (copy %c): (%v, %v), sequential (%v, %v)", s, "AB"[s/2], st.A, st.B, r.A, r.B)
 				}
 			}
-			if stages[0].a != stages[2].a || stages[1].b != stages[3].b {
-				t.Errorf("the copies differ: %v/%v and %v/%v", stages[0].a, stages[2].a, stages[1].b, stages[3].b)
+			if stages[0].A != stages[2].A || stages[1].B != stages[3].B {
+				t.Errorf("the copies differ: %v/%v and %v/%v", stages[0].A, stages[2].A, stages[1].B, stages[3].B)
 			}
 		})
 	}
@@ -169,7 +169,7 @@ func TestCopiesNeedCopyGrads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	x.DataLoad(0, 3, 0) // micro-batch 3 runs copy B
+	run(x, load(0, 3, 0)) // micro-batch 3 runs copy B
 	if err := x.Err(); err == nil || !strings.Contains(err.Error(), "micro-batch 3 runs model copy 1 (stages 2-3), not stage 0") {
 		t.Errorf("err = %v", err)
 	}
@@ -193,7 +193,7 @@ func TestCopiesOffRouteReceive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	x.RecvAct(1, 2, 0, 0) // micro-batch 2 runs copy B: stage 1 is not on its route
+	run(x, recvAct(1, 2, 0, 0)) // micro-batch 2 runs copy B: stage 1 is not on its route
 	if err := x.Err(); err == nil || !strings.Contains(err.Error(), "micro-batch 2 runs model copy 1 (stages 2-3), not stage 1") {
 		t.Errorf("err = %v", err)
 	}

@@ -11,47 +11,57 @@
 //
 // # Steps
 //
-// Every step is a method with constant arguments and no results: DataLoad,
-// RecvAct, SendAct, RecvGrad, SendGrad, Forward, Backward, BackwardInput,
-// BackwardWeight, OptStep, and the overlap steps OverlapFB and OverlapBF.
-// Generated code calls the first nine in their packed form, Load, RecvF,
-// SendF, RecvB, SendB, F, B, I and W, whose one argument is an [At] holding
-// all four (it compiles about twice as fast). [OpKind] and [At] are the
-// boundary package abi's Kind and At, which gen/ uses too, so the compiler
-// and the runtime share one list of kinds, one letter per kind in -table
-// programs ([DecodeOps]) and one At layout. The overlap steps run a
-// forward and a backward of two micro-batches together: on two goroutines
+// Every step is a method with constant arguments and no results. The steps
+// of one chunk take one [At], the step's four arguments packed into one word
+// (it compiles about twice as fast as four): Load (DATA_LOAD), RecvF, SendF,
+// RecvB, SendB, F, B, I, W, the swap steps, the labels (RecvLabels,
+// SendLabels) and mpipe's owned inputs (RecvInput, SendInput); the fused
+// pairs (FAndSend, RecvAndF, ...) run two of them in one call. OptStep, the
+// FSDP steps (Unshard, Reshard, ReduceGrad, by stage) and the overlap steps
+// OverlapFB and OverlapBF take their arguments as ints. [OpKind] and [At] are
+// the boundary package abi's Kind and At, which gen/ uses too, so the
+// compiler and the runtime share one list of kinds, one letter per kind in
+// -table programs ([DecodeOps]) and one At layout. The overlap steps run
+// a forward and a backward of two micro-batches together: on two goroutines
 // when their stages are different objects, one after the other otherwise (or
 // with Config.SerialOverlap), with bit-identical results. Errors are sticky:
-// the first one is kept ([Exec.Err])
-// and every later method returns at once. Errors are *[StepError]s naming the
-// rank, the step in schedule text form ("3F5", "1RECV_B2") and the peer.
+// the first one is kept ([Exec.Err]) and every later method returns at once.
+// Errors are *[StepError]s naming the rank, the step in schedule text form
+// ("3F5", "1RECV_B2") and the peer.
+//
+// Each step method has a fast path, which tests every check at once, and a
+// slow path, which runs them one by one to name the first that fails; both
+// end in the same body (compute.go, transfer.go), and FuzzExecPaths checks
+// that they agree on random programs. The code is split by concern:
+// config.go (Config, New, lifecycle, errors), slots.go (slots and argument
+// checks), compute.go, transfer.go (one implementation behind every send
+// and receive), fused.go, overlap.go, swap.go, fsdp.go, labels.go, mpipe.go,
+// copies.go, and interpret.go.
 //
 // # Slots
 //
 // A rank has Spec.Slots[rank] slots, a fixed array. A slot holds one chunk
 // (stage, micro): its input x, saved context, output y, output gradient dy,
-// input gradient dx, labels. A chunk's first step (DataLoad, RecvAct or
-// Forward) claims the slot; every later step of the chunk must name the same
-// slot, and the runtime checks that it does. Forward with src >= 0 takes x =
-// y of slot src (the previous stage on this rank); Backward and BackwardInput
-// with src >= 0 take dy = dx of slot src (the next stage on this rank).
-// Forward on the last stage computes the loss from y and the labels and keeps
-// dy in the slot.
+// input gradient dx, labels. A chunk's first step (DATA_LOAD, RECV_F or F)
+// claims the slot; every later step of the chunk must name the same slot,
+// and the runtime checks that it does. F with src >= 0 takes x = y of slot
+// src (the previous stage on this rank); B and I with src >= 0 take dy = dx
+// of slot src (the next stage on this rank). F on the last stage computes
+// the loss from y and the labels and keeps dy in the slot.
 //
 // # The comm stream
 //
-// RecvAct, SendAct, RecvGrad and SendGrad are posted, not executed: they go to
-// the rank's comm goroutine, which runs them one at a time in program order,
-// as the strict execution model's comm stream does. The host thread (the one
-// calling the methods) never blocks on a post. A compute step that consumes a
-// receive (Forward for RecvAct, Backward/BackwardInput for RecvGrad) waits
-// for that slot's receive to complete. A send captures the tensor at post time
-// and the transport copies or writes it before the comm goroutine moves on,
-// so reusing the slot later cannot corrupt it; Stages must not mutate a tensor
-// after returning it. Receives are matched FIFO per (peer, channel) by the
-// transport, and each message's tag (sender stage and micro) is checked.
-// [Exec.Sync] waits for every posted comm op; [Run] calls it.
+// Transfers are posted, not executed: they go to the rank's comm goroutine,
+// which runs them one at a time in program order, as the strict execution
+// model's comm stream does. The host thread (the one calling the methods)
+// never blocks on a post. A compute step that consumes a receive (F for
+// RECV_F, B or I for RECV_B) waits for that slot's receive to complete. A
+// send captures the tensor at post time and the transport copies or writes
+// it before the comm goroutine moves on, so reusing the slot later cannot
+// corrupt it; Stages must not mutate a tensor after returning it. Receives
+// are matched FIFO per (peer, channel) by the transport, and each message's
+// tag (sender stage and micro) is checked. [Exec.Sync] waits for every
+// posted comm op; [Run] calls it.
 //
 // # Failure
 //
@@ -67,9 +77,8 @@
 //	const _ = pipe.SupportPackageIsVersion1
 //
 // which breaks its build when this package no longer supports the API it was
-// generated against. When the API changes incompatibly, abi.Version becomes
-// 2, this package adds SupportPackageIsVersion2 (abi.VersionGuard, which the
-// emitter writes) and, once
+// generated against. When the API changes incompatibly, this package adds
+// SupportPackageIsVersion2 (and the emitter starts referring to it) and, once
 // the old API is dropped, removes SupportPackageIsVersion1, so stale
 // generated code fails to compile with an undefined-name error that points at
 // the guard instead of failing at run time.
@@ -77,13 +86,11 @@
 // # Interpreter
 //
 // [Interpret] runs a program given as data ([]Op) through the same methods;
-// generated files carry such tables with -table. [InterpretKeyed] does the
-// same while keeping handles in maps keyed by (stage, micro), the way the
-// Python runtimes do, as a baseline for what static slots and unrolling save.
+// generated files carry such tables with -table. An op whose fields no At
+// can hold (below -1 or above 65534) is reported with the slow paths'
+// messages.
 package pipe
 
 // SupportPackageIsVersion1 is referenced by generated code to assert that it
-// is compatible with this version of the runtime API. See "Versioning"
-// above; the version gen/emit writes is abi.Version, and its guard's name
-// abi.VersionGuard (a test checks this package declares it).
+// is compatible with this version of the runtime API. See "Versioning" above.
 const SupportPackageIsVersion1 = true

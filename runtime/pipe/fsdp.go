@@ -33,7 +33,7 @@ func (x *Exec) Reshard(stage int) { x.fsdpStep(OpReshard, stage, Sharded.Reshard
 func (x *Exec) ReduceGrad(stage int) { x.fsdpStep(OpReduceGrad, stage, Sharded.ReduceGrad) }
 
 func (x *Exec) fsdpStep(k OpKind, stage int, f func(Sharded) error) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	switch {

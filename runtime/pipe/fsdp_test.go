@@ -114,8 +114,8 @@ func TestFSDPSteps(t *testing.T) {
 	if got, want := strings.Join(log, ", "), "0 unshard, 1 unshard, 1 reduce, 1 reshard, 0 reduce, 0 reshard"; got != want {
 		t.Errorf("hooks: %s\nwant  %s", got, want)
 	}
-	if len(s0.ga) != 2 || len(s1.ga) != 2 {
-		t.Errorf("backwards: %d and %d, want 2 each", len(s0.ga), len(s1.ga))
+	if len(s0.GA) != 2 || len(s1.GA) != 2 {
+		t.Errorf("backwards: %d and %d, want 2 each", len(s0.GA), len(s1.GA))
 	}
 
 	log = nil
@@ -126,11 +126,11 @@ func TestFSDPSteps(t *testing.T) {
 		t.Errorf("without 1UNSHARD: %v", err)
 	}
 
-	x = newExec(map[int]pipe.Stage{0: &affine{a: 1}, 1: &affine{a: 1}})
+	x = newExec(map[int]pipe.Stage{0: &affine{A: 1}, 1: &affine{A: 1}})
 	if err := pipe.Interpret(x, fsdpOps(false)); err != nil {
 		t.Errorf("plain stages: %v", err)
 	}
-	x = newExec(map[int]pipe.Stage{0: &affine{a: 1}, 1: &affine{a: 1}})
+	x = newExec(map[int]pipe.Stage{0: &affine{A: 1}, 1: &affine{A: 1}})
 	x.Unshard(5)
 	if err := x.Err(); err == nil || !strings.Contains(err.Error(), "step 5UNSHARD: stage 5 outside [0, 2)") {
 		t.Errorf("Unshard(5): %v", err)

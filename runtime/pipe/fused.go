@@ -14,74 +14,48 @@ package pipe
 // rank ("sF m; sSEND_F m").
 //
 //go:noinline
-func (x *Exec) FAndSend(a At) {
-	x.F(a)
-	x.SendF(x.transferAt(a, +1))
-}
+func (x *Exec) FAndSend(a At) { x.F(a); x.SendF(x.transferAt(a, +1)) }
 
 // RecvAndF posts RecvF of the chunk's input from the previous stage's rank
 // into the slot, then runs F(a) on it ("sRECV_F m; sF m").
 //
 //go:noinline
-func (x *Exec) RecvAndF(a At) {
-	x.RecvF(x.transferAt(a, -1))
-	x.F(a)
-}
+func (x *Exec) RecvAndF(a At) { x.RecvF(x.transferAt(a, -1)); x.F(a) }
 
 // RecvAndB posts RecvB of the chunk's output gradient from the next stage's
 // rank, then runs B(a) on it ("sRECV_B m; sB m").
 //
 //go:noinline
-func (x *Exec) RecvAndB(a At) {
-	x.RecvB(x.transferAt(a, +1))
-	x.B(a)
-}
+func (x *Exec) RecvAndB(a At) { x.RecvB(x.transferAt(a, +1)); x.B(a) }
 
 // BAndSend runs B(a), then SendB of the chunk's input gradient to the
 // previous stage's rank ("sB m; sSEND_B m").
 //
 //go:noinline
-func (x *Exec) BAndSend(a At) {
-	x.B(a)
-	x.SendB(x.transferAt(a, -1))
-}
+func (x *Exec) BAndSend(a At) { x.B(a); x.SendB(x.transferAt(a, -1)) }
 
 // RecvAndI posts RecvB, then runs I(a) ("sRECV_B m; sI m").
 //
 //go:noinline
-func (x *Exec) RecvAndI(a At) {
-	x.RecvB(x.transferAt(a, +1))
-	x.I(a)
-}
+func (x *Exec) RecvAndI(a At) { x.RecvB(x.transferAt(a, +1)); x.I(a) }
 
 // IAndSend runs I(a), then SendB ("sI m; sSEND_B m").
 //
 //go:noinline
-func (x *Exec) IAndSend(a At) {
-	x.I(a)
-	x.SendB(x.transferAt(a, -1))
-}
+func (x *Exec) IAndSend(a At) { x.I(a); x.SendB(x.transferAt(a, -1)) }
 
 // LabelsAndSendF posts SendLabels then SendF of the chunk to the next
 // stage's rank ("sDATA_SEND m; sSEND_F m", with -ship-labels). a is (stage,
 // micro, slot, -1), as for a compute step.
 //
 //go:noinline
-func (x *Exec) LabelsAndSendF(a At) {
-	t := x.transferAt(a, +1)
-	x.SendLabels(t)
-	x.SendF(t)
-}
+func (x *Exec) LabelsAndSendF(a At) { t := x.transferAt(a, +1); x.SendLabels(t); x.SendF(t) }
 
 // LabelsAndRecvF posts RecvLabels then RecvF of the chunk from the previous
 // stage's rank ("sDATA_RECV m; sRECV_F m"). a as for LabelsAndSendF.
 //
 //go:noinline
-func (x *Exec) LabelsAndRecvF(a At) {
-	t := x.transferAt(a, -1)
-	x.RecvLabels(t)
-	x.RecvF(t)
-}
+func (x *Exec) LabelsAndRecvF(a At) { t := x.transferAt(a, -1); x.RecvLabels(t); x.RecvF(t) }
 
 // transferAt is the At of the transfer of a's chunk with stage+dir: (stage,
 // micro, peer, slot), peer the rank Spec.RankOf places that stage on, or -1

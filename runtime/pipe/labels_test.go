@@ -36,13 +36,13 @@ func labelsExecs(t *testing.T, sp pipe.Spec, lastData pipe.DataSource) [2]*pipe.
 // activation.
 func TestShippedLabels(t *testing.T) {
 	xs := labelsExecs(t, labelsSpec, nil)
-	xs[0].DataLoad(0, 0, 0)
-	xs[0].Forward(0, 0, 0, -1)
-	xs[0].SendData(0, 0, 1, 0)
-	xs[0].SendAct(0, 0, 1, 0)
-	xs[1].RecvData(1, 0, 0, 0)
-	xs[1].RecvAct(1, 0, 0, 0)
-	xs[1].Forward(1, 0, 0, -1)
+	run(xs[0], load(0, 0, 0))
+	run(xs[0], fwd(0, 0, 0, -1))
+	run(xs[0], sendData(0, 0, 1, 0))
+	run(xs[0], sendAct(0, 0, 1, 0))
+	run(xs[1], recvData(1, 0, 0, 0))
+	run(xs[1], recvAct(1, 0, 0, 0))
+	run(xs[1], fwd(1, 0, 0, -1))
 	for r, x := range xs {
 		if err := x.Sync(); err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -63,20 +63,20 @@ func TestShippedLabelsErrors(t *testing.T) {
 		run  func(x *pipe.Exec)
 		want string
 	}{
-		{"send of labels a load did not bring", loaded, 0, func(x *pipe.Exec) { x.DataLoad(0, 0, 0); x.SendData(0, 0, 1, 0) },
+		{"send of labels a load did not bring", loaded, 0, func(x *pipe.Exec) { run(x, load(0, 0, 0)); run(x, sendData(0, 0, 1, 0)) },
 			"rank 0 step 0DATA_SEND0 (peer rank 1): no labels in slot 0"},
-		{"receive from the wrong rank", labelsSpec, 1, func(x *pipe.Exec) { x.RecvData(1, 0, 1, 0) }, "peer rank 1, but stage 0 is on rank 0"},
-		{"send past the last stage", labelsSpec, 1, func(x *pipe.Exec) { x.SendData(1, 0, 0, 0) }, "stage 1 has no neighbour stage 2"},
-		{"loss without the labels", labelsSpec, 1, func(x *pipe.Exec) { x.RecvAct(1, 0, 0, 0); x.Forward(1, 0, 0, -1) }, "no labels in slot 0"},
+		{"receive from the wrong rank", labelsSpec, 1, func(x *pipe.Exec) { run(x, recvData(1, 0, 1, 0)) }, "peer rank 1, but stage 0 is on rank 0"},
+		{"send past the last stage", labelsSpec, 1, func(x *pipe.Exec) { run(x, sendData(1, 0, 0, 0)) }, "stage 1 has no neighbour stage 2"},
+		{"loss without the labels", labelsSpec, 1, func(x *pipe.Exec) { run(x, recvAct(1, 0, 0, 0)); run(x, fwd(1, 0, 0, -1)) }, "no labels in slot 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			xs := labelsExecs(t, tc.sp, noop{})
 			if tc.name == "loss without the labels" {
 				// Rank 0 sends the activation only.
-				xs[0].DataLoad(0, 0, 0)
-				xs[0].Forward(0, 0, 0, -1)
-				xs[0].SendAct(0, 0, 1, 0)
+				run(xs[0], load(0, 0, 0))
+				run(xs[0], fwd(0, 0, 0, -1))
+				run(xs[0], sendAct(0, 0, 1, 0))
 			}
 			tc.run(xs[tc.rank])
 			if err := xs[tc.rank].Sync(); err == nil || !strings.Contains(err.Error(), tc.want) {

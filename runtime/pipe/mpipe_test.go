@@ -30,11 +30,11 @@ func ownedExecs(t *testing.T) [2]*pipe.Exec {
 // (0, 1) takes the received tensor as its input.
 func TestOwnedInputTransfer(t *testing.T) {
 	xs := ownedExecs(t)
-	xs[1].DataLoad(0, 1, -1)
-	xs[1].MpipeSend(0, 1, 0, -1)
-	xs[0].MpipeRecv(0, 1, 1, 0)
-	xs[0].Forward(0, 1, 0, -1)
-	xs[0].SendAct(0, 1, 1, 0)
+	run(xs[1], load(0, 1, -1))
+	run(xs[1], mpipeSend(0, 1, 0, -1))
+	run(xs[0], mpipeRecv(0, 1, 1, 0))
+	run(xs[0], fwd(0, 1, 0, -1))
+	run(xs[0], sendAct(0, 1, 1, 0))
 	for r, x := range xs {
 		if err := x.Sync(); err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -49,13 +49,13 @@ func TestOwnedInputErrors(t *testing.T) {
 		run  func(x *pipe.Exec)
 		want string
 	}{
-		{"send before load", 1, func(x *pipe.Exec) { x.MpipeSend(0, 1, 0, -1) }, "rank 1 step 0MPIPE_FWD_SEND1 (peer rank 0): the input of micro 1 is not loaded: DATA_LOAD(0, 1) must come first"},
-		{"load of a micro another rank owns", 1, func(x *pipe.Exec) { x.DataLoad(0, 0, -1) }, "stage 0 is on rank 0, not on this rank"},
-		{"two loads without a send", 1, func(x *pipe.Exec) { x.DataLoad(0, 1, -1); x.DataLoad(0, 1, -1) }, "the input of micro 1 is loaded and not yet sent"},
-		{"send to the wrong rank", 1, func(x *pipe.Exec) { x.DataLoad(0, 1, -1); x.MpipeSend(0, 1, 1, -1) }, "peer rank 1, but stage 0 is on rank 0"},
-		{"receive from a rank that does not own the micro", 0, func(x *pipe.Exec) { x.MpipeRecv(0, 1, 0, 0) }, "peer rank 0, but micro 1 is owned by rank 1"},
-		{"receive of the rank's own micro", 0, func(x *pipe.Exec) { x.MpipeRecv(0, 0, 1, 0) }, "this rank owns micro 0: it loads it with DATA_LOAD"},
-		{"forward with no input posted", 0, func(x *pipe.Exec) { x.Forward(0, 1, 0, -1) }, "no input in slot 0"},
+		{"send before load", 1, func(x *pipe.Exec) { run(x, mpipeSend(0, 1, 0, -1)) }, "rank 1 step 0MPIPE_FWD_SEND1 (peer rank 0): the input of micro 1 is not loaded: DATA_LOAD(0, 1) must come first"},
+		{"load of a micro another rank owns", 1, func(x *pipe.Exec) { run(x, load(0, 0, -1)) }, "stage 0 is on rank 0, not on this rank"},
+		{"two loads without a send", 1, func(x *pipe.Exec) { run(x, load(0, 1, -1)); run(x, load(0, 1, -1)) }, "the input of micro 1 is loaded and not yet sent"},
+		{"send to the wrong rank", 1, func(x *pipe.Exec) { run(x, load(0, 1, -1)); run(x, mpipeSend(0, 1, 1, -1)) }, "peer rank 1, but stage 0 is on rank 0"},
+		{"receive from a rank that does not own the micro", 0, func(x *pipe.Exec) { run(x, mpipeRecv(0, 1, 0, 0)) }, "peer rank 0, but micro 1 is owned by rank 1"},
+		{"receive of the rank's own micro", 0, func(x *pipe.Exec) { run(x, mpipeRecv(0, 0, 1, 0)) }, "this rank owns micro 0: it loads it with DATA_LOAD"},
+		{"forward with no input posted", 0, func(x *pipe.Exec) { run(x, fwd(0, 1, 0, -1)) }, "no input in slot 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,10 +14,10 @@ import (
 //	x.OverlapBF(bKind, bStage, bMicro, bSlot, bSrc, fStage, fMicro, fSlot, fSrc)
 //
 // with the arguments in sub-step order. The forward's four arguments are
-// those of Forward; bKind is OpBackward, OpBackwardInput or OpBackwardWeight
-// and the backward's four are those of Backward, BackwardInput or (with
-// bSrc = -1) BackwardWeight. Each sub-step does exactly what the plain method
-// does, waits included: a sub-step that consumes a receive waits for it, so
+// the fields of F's At (stage, micro, slot, src); bKind is OpBackward,
+// OpBackwardInput or OpBackwardWeight and the backward's four are those of
+// B, I or (with bSrc = -1) W. Each sub-step runs through the plain method
+// (B, I, W) and does exactly what it does, waits included: a sub-step that consumes a receive waits for it, so
 // the composite starts its compute when the receive of each half is in.
 //
 // When the two stages are different objects (see stageGroups), the halves
@@ -35,8 +35,8 @@ func overlapName(k OpKind, a, b Op) string {
 	return "(" + a.String() + ";" + b.String() + ")" + k.String()
 }
 
-// OverlapFB runs OVERLAP_F_B: F(fStage, fMicro) as Forward(fStage, fMicro,
-// fSlot, fSrc) together with the backward bKind (OpBackward,
+// OverlapFB runs OVERLAP_F_B: F(fStage, fMicro) in fSlot with source fSrc
+// together with the backward bKind (OpBackward,
 // OpBackwardInput or OpBackwardWeight) of (bStage, bMicro) in bSlot with
 // source bSrc (-1 for OpBackwardWeight). The halves run on two goroutines
 // when their stages are different objects, else (or with
@@ -44,34 +44,35 @@ func overlapName(k OpKind, a, b Op) string {
 //
 //go:noinline
 func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, bMicro, bSlot, bSrc int) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	f := Op{Kind: OpForward, Stage: int32(fStage), Micro: int32(fMicro), Peer: -1, Slot: int32(fSlot), Src: int32(fSrc)}
 	b := Op{Kind: bKind, Stage: int32(bStage), Micro: int32(bMicro), Peer: -1, Slot: int32(bSlot), Src: int32(bSrc)}
-	x.overlap(OpOverlapFB, f, b, f, b)
+	x.overlap(OpOverlapFB, f, b, f, b, (*Exec).sub)
 }
 
 // OverlapBF runs OVERLAP_B_F: the backward bKind (OpBackward,
 // OpBackwardInput or OpBackwardWeight) of (bStage, bMicro) in bSlot with
-// source bSrc (-1 for OpBackwardWeight) together with F(fStage, fMicro) as
-// Forward(fStage, fMicro, fSlot, fSrc). The halves run on two goroutines
+// source bSrc (-1 for OpBackwardWeight) together with F(fStage, fMicro) in
+// fSlot with source fSrc. The halves run on two goroutines
 // when their stages are different objects, else (or with
 // Config.SerialOverlap) one after the other, the backward first.
 //
 //go:noinline
 func (x *Exec) OverlapBF(bKind OpKind, bStage, bMicro, bSlot, bSrc int, fStage, fMicro, fSlot, fSrc int) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	f := Op{Kind: OpForward, Stage: int32(fStage), Micro: int32(fMicro), Peer: -1, Slot: int32(fSlot), Src: int32(fSrc)}
 	b := Op{Kind: bKind, Stage: int32(bStage), Micro: int32(bMicro), Peer: -1, Slot: int32(bSlot), Src: int32(bSrc)}
-	x.overlap(OpOverlapBF, b, f, f, b)
+	x.overlap(OpOverlapBF, b, f, f, b, (*Exec).sub)
 }
 
 // overlap runs the composite k whose sub-steps are first and second (in
-// order); f and b are the same two as forward and backward.
-func (x *Exec) overlap(k OpKind, first, second, f, b Op) {
+// order); f and b are the same two as forward and backward. run runs one
+// sub-step (sub; the differential test passes the slow paths).
+func (x *Exec) overlap(k OpKind, first, second, f, b Op, run func(*Exec, Op)) {
 	switch {
 	case b.Kind != OpBackward && b.Kind != OpBackwardInput && b.Kind != OpBackwardWeight:
 		x.fail(&StepError{Rank: x.rank, Step: overlapName(k, first, second), Peer: -1,
@@ -83,8 +84,8 @@ func (x *Exec) overlap(k OpKind, first, second, f, b Op) {
 		return
 	}
 	if !x.concurrent(f, b) {
-		x.sub(first)
-		x.sub(second)
+		run(x, first)
+		run(x, second)
 		return
 	}
 	var wg sync.WaitGroup
@@ -94,22 +95,16 @@ func (x *Exec) overlap(k OpKind, first, second, f, b Op) {
 				x.stepFail(f.Kind, int(f.Stage), int(f.Micro), -1, fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
 			}
 		}()
-		x.sub(f)
+		run(x, f)
 	})
 	defer wg.Wait() // also when the backward panics: Run then sees a quiet rank
-	x.sub(b)
+	run(x, b)
 }
 
-// sub runs one sub-step of an overlap through its plain method.
+// sub runs one sub-step of an overlap as Interpret runs the op.
 func (x *Exec) sub(o Op) {
-	switch o.Kind {
-	case OpForward:
-		x.Forward(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src))
-	case OpBackward, OpBackwardInput:
-		x.backward(o.Kind, int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src))
-	case OpBackwardWeight:
-		x.BackwardWeight(int(o.Stage), int(o.Micro), int(o.Slot))
-	}
+	one := [1]Op{o}
+	Interpret(x, one[:])
 }
 
 // concurrent reports whether the two halves of an overlap may run at once:

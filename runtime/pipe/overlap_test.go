@@ -11,10 +11,7 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/ppgen/ppgen/generated/dualpipev"
-	"github.com/ppgen/ppgen/generated/interleavedoverlap"
 	"github.com/ppgen/ppgen/runtime/pipe"
-	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // A one-rank program with two local stages and overlap steps, as data. Every
@@ -100,20 +97,20 @@ func ovStraight(x *pipe.Exec) error {
 	for _, step := range ovOrder {
 		for _, t := range step {
 			if t.kind == pipe.OpForward && (t.stage == 0 || t.stage == ovStages-1) {
-				x.DataLoad(t.stage, t.micro, t.stage*ovMicro+t.micro)
+				run(x, load(t.stage, t.micro, t.stage*ovMicro+t.micro))
 			}
 		}
 		if len(step) == 1 {
 			o := ovOp(step[0])
 			switch o.Kind {
 			case pipe.OpForward:
-				x.Forward(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src))
+				run(x, fwd(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src)))
 			case pipe.OpBackward:
-				x.Backward(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src))
+				run(x, bwd(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src)))
 			case pipe.OpBackwardInput:
-				x.BackwardInput(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src))
+				run(x, bwdInput(int(o.Stage), int(o.Micro), int(o.Slot), int(o.Src)))
 			case pipe.OpBackwardWeight:
-				x.BackwardWeight(int(o.Stage), int(o.Micro), int(o.Slot))
+				run(x, bwdWeight(int(o.Stage), int(o.Micro), int(o.Slot)))
 			}
 			continue
 		}
@@ -148,30 +145,28 @@ func ovRunner(mode string) func(*pipe.Exec) error {
 	switch mode {
 	case "interp":
 		return func(x *pipe.Exec) error { return pipe.Interpret(x, ops) }
-	case "keyed":
-		return func(x *pipe.Exec) error { return pipe.InterpretKeyed(x, ops) }
 	}
 	return ovStraight
 }
 
 // TestOverlapMatchesSequential: the overlap program, concurrent or serial,
-// as direct calls, through Interpret and through InterpretKeyed, trains
+// as direct calls and through Interpret, trains
 // exactly as sequential training does.
 func TestOverlapMatchesSequential(t *testing.T) {
-	for _, mode := range []string{"straight", "interp", "keyed"} {
+	for _, mode := range []string{"straight", "interp"} {
 		for _, serial := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/serial=%v", mode, serial), func(t *testing.T) {
 				stages := newStages(ovStages)
 				d := &data{}
 				x := newOvExec(t, []pipe.Stage{stages[0], stages[1]}, d, serial, func() error {
 					for _, s := range stages {
-						s.step()
+						s.Step()
 					}
 					return nil
 				})
 				var got [][]float64
 				for it := range 3 {
-					d.iter = it
+					d.Iter = it
 					if err := pipe.Run(x, ovRunner(mode)); err != nil {
 						t.Fatalf("iteration %d: %v", it, err)
 					}
@@ -185,8 +180,8 @@ func TestOverlapMatchesSequential(t *testing.T) {
 					}
 				}
 				for s := range ref {
-					if stages[s].a != ref[s].a || stages[s].b != ref[s].b {
-						t.Errorf("stage %d params: got (%v, %v), want (%v, %v)", s, stages[s].a, stages[s].b, ref[s].a, ref[s].b)
+					if stages[s].A != ref[s].A || stages[s].B != ref[s].B {
+						t.Errorf("stage %d params: got (%v, %v), want (%v, %v)", s, stages[s].A, stages[s].B, ref[s].A, ref[s].B)
 					}
 				}
 			})
@@ -259,7 +254,7 @@ func TestOverlapSerialPaths(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var active, peak, violations atomic.Int32
 			mk := func() *probe {
-				return &probe{affine: affine{a: 1}, active: &active, peak: &peak, violations: &violations}
+				return &probe{affine: affine{A: 1}, active: &active, peak: &peak, violations: &violations}
 			}
 			p0, p1 := mk(), mk()
 			if tc.shared {
@@ -334,15 +329,15 @@ func TestOverlapRunsConcurrently(t *testing.T) {
 				a, b := make(chan struct{}), make(chan struct{})
 				// Stage 0 blocks in its second forward (micro 1) only: its
 				// first (micro 0) runs alone, so it gates on its own signal.
-				g0 := &gate{affine: affine{a: 1}, signal: "F", mine: a, other: b}
-				g1 := &gate{affine: affine{a: 1}, signal: "I", wait: "I", mine: b, other: a}
+				g0 := &gate{affine: affine{A: 1}, signal: "F", mine: a, other: b}
+				g1 := &gate{affine: affine{A: 1}, signal: "I", wait: "I", mine: b, other: a}
 				x := newOvExec(t, []pipe.Stage{g0, g1}, &data{}, false, nil)
 				run := func(x *pipe.Exec) error {
-					x.DataLoad(0, 0, 0)
-					x.Forward(0, 0, 0, -1)
-					x.DataLoad(1, 0, 5)
-					x.Forward(1, 0, 5, 0)
-					x.DataLoad(0, 1, 1)
+					run(x, load(0, 0, 0))
+					run(x, fwd(0, 0, 0, -1))
+					run(x, load(1, 0, 5))
+					run(x, fwd(1, 0, 5, 0))
+					run(x, load(0, 1, 1))
 					g0.wait = "F" // from here on, stage 0's forward waits for stage 1's backward
 					if interp {
 						ops := []pipe.Op{
@@ -392,12 +387,12 @@ func TestOverlapErrors(t *testing.T) {
 			return x.Err()
 		}, "pipe: rank 0 step (1W1;0F0)OVERLAP_B_F: W takes no source slot; want src -1, got 2"},
 		{"half without its chunk", func(x *pipe.Exec) error {
-			x.DataLoad(0, 0, 0)
+			run(x, load(0, 0, 0))
 			x.OverlapFB(0, 0, 0, -1, pipe.OpBackward, 1, 1, 6, -1)
 			return x.Err()
 		}, "pipe: rank 0 step 1B1: slot 6 holds no chunk"},
 		{"half out of range", func(x *pipe.Exec) error {
-			x.DataLoad(0, 0, 0)
+			run(x, load(0, 0, 0))
 			x.OverlapBF(pipe.OpBackwardInput, 1, 9, 6, -1, 0, 0, 0, -1)
 			return x.Err()
 		}, "pipe: rank 0 step 1I9: micro-batch 9 outside [0, 5)"},
@@ -407,8 +402,8 @@ func TestOverlapErrors(t *testing.T) {
 		{"interpret: sub-step order", func(x *pipe.Exec) error {
 			return pipe.Interpret(x, []pipe.Op{header(pipe.OpOverlapBF), fwd, bwd})
 		}, "pipe: rank 0 step op #0: OVERLAP_B_F header followed by F and B; want B, I or W then F"},
-		{"keyed: sub-step kinds", func(x *pipe.Exec) error {
-			return pipe.InterpretKeyed(x, []pipe.Op{header(pipe.OpOverlapFB), fwd, fwd})
+		{"interpret: sub-step kinds", func(x *pipe.Exec) error {
+			return pipe.Interpret(x, []pipe.Op{header(pipe.OpOverlapFB), fwd, fwd})
 		}, "pipe: rank 0 step op #0: OVERLAP_F_B header followed by F and F; want F then B, I or W"},
 	}
 	for _, tc := range cases {
@@ -453,140 +448,33 @@ func TestOverlapHalfFails(t *testing.T) {
 		stage pipe.Stage
 		want  string
 	}{
-		{"error", &affine{a: 1, failAt: func(kind string, call int) error {
+		{"error", &affine{A: 1, FailAt: func(kind string, call int) error {
 			if call == 1 {
 				return errors.New("injected")
 			}
 			return nil
 		}}, "pipe: rank 0 step 0F1: injected"},
-		{"panic", &panicStage{affine: affine{a: 1}}, "pipe: rank 0 step 0F1: panic: kaboom"},
+		{"panic", &panicStage{affine: affine{A: 1}}, "pipe: rank 0 step 0F1: panic: kaboom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s1 := &affine{a: 1}
+			s1 := &affine{A: 1}
 			x := newOvExec(t, []pipe.Stage{tc.stage, s1}, &data{}, false, nil)
 			err := pipe.Run(x, func(x *pipe.Exec) error {
-				x.DataLoad(0, 0, 0)
-				x.Forward(0, 0, 0, -1)
-				x.DataLoad(1, 0, 5)
-				x.Forward(1, 0, 5, 0)
-				x.DataLoad(0, 1, 1)
+				run(x, load(0, 0, 0))
+				run(x, fwd(0, 0, 0, -1))
+				run(x, load(1, 0, 5))
+				run(x, fwd(1, 0, 5, 0))
+				run(x, load(0, 1, 1))
 				x.OverlapBF(pipe.OpBackwardInput, 1, 0, 5, -1, 0, 1, 1, -1) // F(0, 1) fails
-				x.BackwardWeight(1, 0, 5)                                   // skipped
+				run(x, bwdWeight(1, 0, 5))                                  // skipped
 				return x.Err()
 			})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v\nwant %q", err, tc.want)
 			}
-			if len(s1.ga) != 0 {
+			if len(s1.GA) != 0 {
 				t.Errorf("stage 1 ran W after the failure")
 			}
 		})
 	}
-}
-
-// catalogProgs are generated programs with overlap steps (the committed
-// catalog; generated code imports only runtime/pipe, so these tests may use it).
-var catalogProgs = []struct {
-	name  string
-	spec  pipe.Spec
-	ranks []func(*pipe.Exec) error
-	ops   [][]pipe.Op
-}{
-	{"dualpipev", dualpipev.Spec, dualpipev.Ranks[:], dualpipev.Program},
-	{"interleaved-overlap", interleavedoverlap.Spec, interleavedoverlap.Ranks[:], interleavedoverlap.Program},
-}
-
-// TestOverlapCatalogMatchesSequential runs the generated overlap programs on
-// affine stages, over both transports, as generated calls, through Interpret
-// and through InterpretKeyed, with concurrent and serial overlaps, and
-// requires losses and parameters equal to a sequential run.
-func TestOverlapCatalogMatchesSequential(t *testing.T) {
-	for _, c := range catalogProgs {
-		for _, tk := range []string{"inproc", "tcp"} {
-			for _, mode := range []string{"straight", "interp", "keyed"} {
-				for _, serial := range []bool{false, true} {
-					if tk == "tcp" && serial {
-						continue // the serial path does not depend on the transport
-					}
-					t.Run(fmt.Sprintf("%s/%s/%s/serial=%v", c.name, tk, mode, serial), func(t *testing.T) {
-						p := prog{def: progDef{name: c.name, ranks: c.spec.Ranks, rankOf: c.spec.RankOf, micro: c.spec.Micro}, spec: c.spec, ops: c.ops}
-						var trs []transport.Transport
-						if tk == "inproc" {
-							trs = inprocWorld(c.spec.Ranks, 20*time.Second)
-						} else {
-							trs = tcpWorld(t, c.spec.Ranks, c.spec.Fingerprint, nil)
-						}
-						g := newRig(t, p, trs, false)
-						if serial {
-							for r, x := range g.xs {
-								x.Close()
-								g.xs[r] = newSerialExec(t, g, r)
-							}
-						}
-						fns := c.ranks
-						if mode != "straight" {
-							fns = make([]func(*pipe.Exec) error, len(c.ops))
-							for r, ops := range c.ops {
-								if mode == "interp" {
-									fns[r] = func(x *pipe.Exec) error { return pipe.Interpret(x, ops) }
-								} else {
-									fns[r] = func(x *pipe.Exec) error { return pipe.InterpretKeyed(x, ops) }
-								}
-							}
-						}
-						tame(g.stages)
-						got := g.train(t, 3, fns)
-						ref := tame(newStages(c.spec.Stages))
-						want := sequential(ref, c.spec.Micro, len(got), false)
-						for it := range want {
-							if !sameFloats(got[it], want[it]) {
-								t.Errorf("iteration %d losses:\n got %v\nwant %v", it, got[it], want[it])
-							}
-						}
-						for s := range ref {
-							if g.stages[s].a != ref[s].a || g.stages[s].b != ref[s].b {
-								t.Errorf("stage %d params: got (%v, %v), want (%v, %v)", s, g.stages[s].a, g.stages[s].b, ref[s].a, ref[s].b)
-							}
-						}
-					})
-				}
-			}
-		}
-	}
-}
-
-// newSerialExec is rank r's Exec of g again, with SerialOverlap.
-func newSerialExec(t *testing.T, g *rig, r int) *pipe.Exec {
-	t.Helper()
-	stages := map[int]pipe.Stage{}
-	var mine []*affine
-	for s, rr := range g.p.spec.RankOf {
-		if rr == r {
-			stages[s] = g.stages[s]
-			mine = append(mine, g.stages[s])
-		}
-	}
-	x, err := pipe.New(pipe.Config{
-		Rank: r, Spec: g.p.spec, Stages: stages, Loss: mse{}, Data: g.data, Transport: g.trs[r], SerialOverlap: true,
-		OptStep: func() error {
-			for _, s := range mine {
-				s.step()
-			}
-			return nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close() })
-	return x
-}
-
-// tame sets parameters that keep a deep affine model (8 stages) finite
-// under training: a product of slopes near 1.
-func tame(stages []*affine) []*affine {
-	for i, st := range stages {
-		st.a, st.b = 1-float64(i%3)/16, float64(i%3-1)/16
-	}
-	return stages
 }

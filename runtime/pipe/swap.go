@@ -48,38 +48,10 @@ func (x *Exec) LaunchLoad(a At) { x.swapStep(OpSwapLaunchLoad, a) }
 //go:noinline
 func (x *Exec) WaitLoad(a At) { x.swapStep(OpSwapWaitLoad, a) }
 
-// SwapLaunchOffload is LaunchOffload with its arguments unpacked.
-func (x *Exec) SwapLaunchOffload(stage, micro, slot int) {
-	x.swapUnpacked(OpSwapLaunchOffload, stage, micro, slot)
-}
-
-// SwapWaitOffload is WaitOffload with its arguments unpacked.
-func (x *Exec) SwapWaitOffload(stage, micro, slot int) {
-	x.swapUnpacked(OpSwapWaitOffload, stage, micro, slot)
-}
-
-// SwapLaunchLoad is LaunchLoad with its arguments unpacked.
-func (x *Exec) SwapLaunchLoad(stage, micro, slot int) {
-	x.swapUnpacked(OpSwapLaunchLoad, stage, micro, slot)
-}
-
-// SwapWaitLoad is WaitLoad with its arguments unpacked.
-func (x *Exec) SwapWaitLoad(stage, micro, slot int) {
-	x.swapUnpacked(OpSwapWaitLoad, stage, micro, slot)
-}
-
-func (x *Exec) swapUnpacked(k OpKind, stage, micro, slot int) {
-	if a, ok := PackAt(stage, micro, slot, -1); ok {
-		x.swapStep(k, a)
-		return
-	}
-	x.unpackable(k, stage, micro, slot, -1)
-}
-
 // swapStep runs one swap step. Swap steps are rare (four per swapped
 // chunk), so they take the checked path only.
 func (x *Exec) swapStep(k OpKind, a At) {
-	if x.failed.Load() {
+	if x.failedNow() {
 		return
 	}
 	stage, micro, slot, _ := a.Unpack()

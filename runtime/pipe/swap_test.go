@@ -73,8 +73,8 @@ func TestSwapSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for s := range plain {
-		if !sameFloats(swapped[s].ga, plain[s].ga) || !sameFloats(swapped[s].gb, plain[s].gb) {
-			t.Errorf("stage %d gradients: %v %v swapped, %v %v plain", s, swapped[s].ga, swapped[s].gb, plain[s].ga, plain[s].gb)
+		if !sameFloats(swapped[s].GA, plain[s].GA) || !sameFloats(swapped[s].GB, plain[s].GB) {
+			t.Errorf("stage %d gradients: %v %v swapped, %v %v plain", s, swapped[s].GA, swapped[s].GB, plain[s].GA, plain[s].GB)
 		}
 	}
 	log = nil

@@ -1,4 +1,4 @@
-package nn_test
+package e2e_test
 
 import (
 	"fmt"

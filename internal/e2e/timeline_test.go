@@ -1,4 +1,4 @@
-package pipe_test
+package e2e_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // k-th F of a stage is the k-th F op of it), and the runtime still finds
 // the stages' optional interfaces behind the wrappers.
 func TestTimeline(t *testing.T) {
-	p := progByName(t, "threeRank1F1B")
+	p := progByName(t, "1f1b-P3-V0-M6")
 	trs := inprocWorld(len(p.ops), 10*time.Second)
 	g := newRig(t, p, trs, false)
 	tl := &pipe.Timeline{}
@@ -36,7 +36,7 @@ func TestTimeline(t *testing.T) {
 	}
 	for range 2 { // the second iteration's counts start again after Reset
 		tl.Reset()
-		if errs, _ := runRanks(g, rankFns(p, "straight")); errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		if errs, _ := runRanks(g, rankFns(p, "interp")); errs[0] != nil || errs[1] != nil || errs[2] != nil {
 			t.Fatalf("run: %v", errs)
 		}
 	}

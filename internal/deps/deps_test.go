@@ -1,0 +1,219 @@
+package deps_test
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/go/packages"
+)
+
+const module = "github.com/ppgen/ppgen"
+
+// node is one package of the import graph: a package, or its test (the
+// in-package test variant and the external _test package, both Test).
+type node struct {
+	Path    string // import path; an external test's ends in _test
+	Test    bool
+	Imports []string
+}
+
+// layer returns "gen" or "runtime" for a package of those trees (an
+// external test counts as its package), "" otherwise.
+func layer(path string) string {
+	path = strings.TrimSuffix(path, "_test")
+	for _, l := range []string{"gen", "runtime"} {
+		if p := module + "/" + l; path == p || strings.HasPrefix(path, p+"/") {
+			return l
+		}
+	}
+	return ""
+}
+
+// std reports whether path is a standard library package: its first element
+// has no dot.
+func std(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+// runtimeMayImport reports whether a runtime/ package (test when test) may
+// import path directly.
+func runtimeMayImport(path string, test bool) bool {
+	switch {
+	case std(path), strings.HasPrefix(path, "gorgonia.org/"), layer(path) == "runtime", path == module+"/abi":
+		return true
+	case test && path == module+"/internal/doctable":
+		return true
+	}
+	return false
+}
+
+// violations returns every breach of the rule in nodes, sorted. The graph
+// a package reaches is followed through the module's non-test packages.
+func violations(nodes []node) []string {
+	byPath := map[string]node{}
+	for _, n := range nodes {
+		if !n.Test {
+			byPath[n.Path] = n
+		}
+	}
+	// chain returns the module packages from n's imports to the first
+	// package of layer want, or nil.
+	chain := func(n node, want string) []string {
+		prev := map[string]string{}
+		var queue []string
+		for _, p := range n.Imports {
+			if _, seen := prev[p]; !seen && strings.HasPrefix(p, module+"/") {
+				prev[p] = ""
+				queue = append(queue, p)
+			}
+		}
+		for len(queue) > 0 {
+			p := queue[0]
+			queue = queue[1:]
+			if layer(p) == want {
+				var out []string
+				for q := p; q != ""; q = prev[q] {
+					out = append(out, q)
+				}
+				slices.Reverse(out)
+				return out
+			}
+			for _, q := range byPath[p].Imports {
+				if _, seen := prev[q]; !seen && strings.HasPrefix(q, module+"/") {
+					prev[q] = p
+					queue = append(queue, q)
+				}
+			}
+		}
+		return nil
+	}
+	var out []string
+	for _, n := range nodes {
+		l := layer(n.Path)
+		if l == "" {
+			continue
+		}
+		name := strings.TrimPrefix(n.Path, module+"/")
+		if n.Test {
+			name += " (test)"
+		}
+		other := map[string]string{"gen": "runtime", "runtime": "gen"}[l]
+		if c := chain(n, other); c != nil {
+			for i := range c {
+				c[i] = strings.TrimPrefix(c[i], module+"/")
+			}
+			how := ""
+			if len(c) > 1 {
+				how = " through " + strings.Join(c[:len(c)-1], " -> ")
+			}
+			out = append(out, fmt.Sprintf("%s imports %s%s: gen/ and runtime/ must not import each other; a test that needs both belongs in internal/e2e", name, c[len(c)-1], how))
+		}
+		if l == "runtime" {
+			for _, p := range n.Imports {
+				if !runtimeMayImport(p, n.Test) {
+					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and abi/", name, p))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// load returns the module's import graph, tests included.
+func load(t *testing.T) []node {
+	t.Helper()
+	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedImports, Tests: true, Dir: "../.."}
+	pkgs, err := packages.Load(cfg, "./...")
+	if err != nil {
+		t.Fatalf("loading the module's packages: %v", err)
+	}
+	var nodes []node
+	for _, p := range pkgs {
+		for _, e := range p.Errors {
+			t.Errorf("%s: %v", p.ID, e)
+		}
+		if strings.HasSuffix(p.PkgPath, ".test") {
+			continue // the generated test main
+		}
+		n := node{Path: p.PkgPath, Test: p.ID != p.PkgPath}
+		for path := range p.Imports {
+			n.Imports = append(n.Imports, path)
+		}
+		sort.Strings(n.Imports)
+		nodes = append(nodes, n)
+	}
+	if len(nodes) == 0 {
+		t.Fatal("no packages loaded")
+	}
+	return nodes
+}
+
+// TestImports checks the rule on the module as it is.
+func TestImports(t *testing.T) {
+	nodes := load(t)
+	var sawGen, sawRuntime bool
+	for _, n := range nodes {
+		sawGen = sawGen || layer(n.Path) == "gen"
+		sawRuntime = sawRuntime || layer(n.Path) == "runtime"
+	}
+	if !sawGen || !sawRuntime {
+		t.Fatalf("loaded %d packages but no gen/ (%v) or no runtime/ (%v) package: the test checks nothing", len(nodes), sawGen, sawRuntime)
+	}
+	for _, v := range violations(nodes) {
+		t.Error(v)
+	}
+}
+
+// TestViolations feeds the checker synthetic graphs: each breach is found,
+// and a graph that keeps the rule passes.
+func TestViolations(t *testing.T) {
+	m := func(p string) string { return module + "/" + p }
+	ok := []node{
+		{Path: m("gen/ir"), Imports: []string{"fmt"}},
+		{Path: m("gen/emit"), Imports: []string{m("gen/ir"), "github.com/dave/jennifer/jen"}},
+		{Path: m("abi"), Imports: []string{"fmt"}},
+		{Path: m("runtime/transport"), Imports: []string{"net", "gorgonia.org/tensor"}},
+		{Path: m("runtime/pipe"), Imports: []string{m("runtime/transport"), m("abi")}},
+		{Path: m("runtime/pipe"), Test: true, Imports: []string{m("internal/doctable"), "testing"}},
+		{Path: m("generated/gpipe"), Imports: []string{m("runtime/pipe")}},
+		{Path: m("internal/e2e"), Test: true, Imports: []string{m("gen/emit"), m("runtime/pipe"), m("generated/gpipe")}},
+	}
+	cases := []struct {
+		name  string
+		extra node
+		want  string
+	}{
+		{"gen imports runtime", node{Path: m("gen/vet"), Imports: []string{m("runtime/pipe")}},
+			"gen/vet imports runtime/pipe: gen/ and runtime/ must not import each other"},
+		{"gen test imports runtime", node{Path: m("gen/vet_test"), Test: true, Imports: []string{m("runtime/transport")}},
+			"gen/vet_test (test) imports runtime/transport:"},
+		{"gen reaches runtime through generated code", node{Path: m("gen/sim"), Test: true, Imports: []string{m("generated/gpipe")}},
+			"gen/sim (test) imports runtime/pipe through generated/gpipe:"},
+		{"runtime imports gen", node{Path: m("runtime/launch"), Imports: []string{m("gen/ir")}},
+			"runtime/launch imports gen/ir: gen/ and runtime/ must not import each other"},
+		{"runtime test imports gen", node{Path: m("runtime/nn_test"), Test: true, Imports: []string{m("gen/emit")}},
+			"runtime/nn_test (test) imports gen/emit:"},
+		{"runtime imports a third-party package", node{Path: m("runtime/swap"), Imports: []string{"github.com/dave/jennifer/jen"}},
+			"runtime/swap imports github.com/dave/jennifer/jen: runtime/ imports only"},
+		{"runtime imports internal", node{Path: m("runtime/launch"), Imports: []string{m("internal/gencmd")}},
+			"runtime/launch imports github.com/ppgen/ppgen/internal/gencmd: runtime/ imports only"},
+		{"runtime test imports generated code", node{Path: m("runtime/pipe_test"), Test: true, Imports: []string{m("generated/gpipe")}},
+			"runtime/pipe_test (test) imports github.com/ppgen/ppgen/generated/gpipe: runtime/ imports only"},
+	}
+	if v := violations(ok); len(v) != 0 {
+		t.Fatalf("a graph that keeps the rule: %q", v)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := violations(append(slices.Clone(ok), tc.extra))
+			if len(v) == 0 || !slices.ContainsFunc(v, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Errorf("violations = %q\nwant one containing %q", v, tc.want)
+			}
+		})
+	}
+}

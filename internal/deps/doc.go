@@ -1,0 +1,14 @@
+// Package deps holds the module's imports test (deps_test.go, in the style
+// of go/build's deps test): the rule that keeps the generator and the runtime
+// apart, checked on every `go test ./internal/...`.
+//
+//   - No gen/ package imports a runtime/ package, and no runtime/ package
+//     imports a gen/ package, directly or through other packages of the
+//     module, tests included. Tests that need both sides live in
+//     internal/e2e, which belongs to neither.
+//   - A runtime/ package imports only the standard library, gorgonia.org/...,
+//     other runtime/ packages and abi/ (the boundary package, standard
+//     library only). Its tests may also import internal/doctable.
+//
+// The package has no code of its own.
+package deps

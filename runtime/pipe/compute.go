@@ -1,0 +1,456 @@
+package pipe
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"gorgonia.org/tensor"
+)
+
+// The compute steps (DATA_LOAD, F, B, I, W, OPT_STEP). Every step method
+// has a fast path and a slow path. The fast path tests, in as few
+// comparisons as it can, that every check of the step passes, and only then
+// runs the step's body; when any check fails (or the step is unusual) it
+// hands the unchanged state to the slow path, which runs the checks one by
+// one, in order, and reports the first that fails, or returns what the
+// step's body needs. The body is written once, after both paths. So both
+// paths do exactly the same (FuzzExecPaths compares them), and the fast path
+// never has to explain an error.
+//
+// The step methods are kept out of line (go:noinline) on purpose: generated
+// rank functions hold hundreds of thousands of calls, and inlining even a
+// small wrapper into each multiplies the compiler's work. Their fast paths
+// are small enough that the compiler would otherwise inline some.
+
+// Load loads the input (stage 0, or the first stage of micro's model copy)
+// and/or the labels (the last stage of micro's route) of micro into slot.
+//
+//go:noinline
+func (x *Exec) Load(a At) {
+	stage, micro, slot, _ := a.Fields()
+	st := x.state.Load()
+	if st&stFailed != 0 {
+		return
+	}
+	// stage begins or ends a route, so keyable; it is on this rank iff its
+	// Stage is set, which a slot holding it already proves.
+	var s *slotState
+	if st == 0 && uint(stage) < uint(len(x.ends)) && x.ends[stage] != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+		s = &x.slots[slot]
+		if k := keyOf(stage, micro); s.key == k {
+		} else if s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro) {
+			s.start(k)
+		} else {
+			s = nil
+		}
+	}
+	if s == nil {
+		// The slow path reports with the fields as given (0xffff as -1).
+		stage, micro, slot, _ = a.Unpack()
+		if s = x.loadSlow(stage, micro, slot); s == nil {
+			return
+		}
+	}
+	ends := x.ends[stage]
+	if ends&routeStart != 0 {
+		in, err := x.data.Input(micro)
+		if err != nil || in == nil {
+			x.dataFail(stage, micro, err, "input")
+			return
+		}
+		s.x = in
+	}
+	if ends&loadsLabels != 0 {
+		t, err := x.data.Target(micro)
+		if err != nil || t == nil {
+			x.dataFail(stage, micro, err, "target")
+			return
+		}
+		s.target = t
+	}
+}
+
+// loadSlow runs the checks of DATA_LOAD and returns the slot, holding the
+// chunk, to load into; nil when there is none (reported, or an mpipe
+// owner's load, done).
+func (x *Exec) loadSlow(stage, micro, slot int) *slotState {
+	if x.ownerLoad(stage, micro, slot) {
+		return nil
+	}
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpDataLoad, stage, micro, slot, -1)
+		return nil
+	}
+	if !x.routeFirst(stage) && !x.routeLast(stage) {
+		x.stepFailf(OpDataLoad, stage, micro, -1, "only the first and the last stage of a model copy load data (stage 0 and %d for one pipeline)", x.last)
+		return nil
+	}
+	s := &x.slots[slot]
+	if !x.claim(OpDataLoad, s, slot, stage, micro, -1) {
+		return nil
+	}
+	return s
+}
+
+func (x *Exec) dataFail(stage, micro int, err error, what string) {
+	if err == nil {
+		err = errors.New("data source returned a nil " + what)
+	}
+	x.stepFail(OpDataLoad, stage, micro, -1, err)
+}
+
+// F runs F(stage, micro) into slot. Its input is y of slot src (the
+// previous stage on this rank) when src >= 0; otherwise the slot's loaded
+// input (stage 0) or completed receive. On the last stage it also computes
+// the loss and keeps dy.
+//
+//go:noinline
+func (x *Exec) F(a At) {
+	stage, micro, slot, src := a.Fields()
+	if src == atNone {
+		src = -1
+	}
+	st := x.state.Load()
+	if st&stFailed != 0 {
+		return
+	}
+	var s *slotState
+	var in *tensor.Dense
+	if st == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(stage) < uint(len(x.ends)) {
+		s = &x.slots[slot]
+		k := keyOf(stage, micro)
+		ends := x.ends[stage]
+		if src >= 0 {
+			// Slot src holding (stage-1, micro) proves micro valid; stage
+			// must be on this rank, and the slot free to claim (no pending
+			// receive) or holding the chunk before its F.
+			if uint(src) < uint(len(x.slots)) && src != slot && ends&routeStart == 0 {
+				if p := &x.slots[src]; p.key == keyOf(stage-1, micro) && x.stages[stage] != nil &&
+					((s.key == k && s.flags&fwdDone == 0) || (s.key != k && s.flags&pending == 0)) {
+					in = p.y
+				}
+			}
+		} else if s.key == k && s.flags&(fwdDone|actPending) == 0 {
+			// The slot holding (stage, micro) proves both valid. A pending
+			// receive takes the slow path, which waits for it.
+			if ends&routeStart != 0 {
+				in = s.x
+			} else {
+				in = s.ract
+			}
+		}
+		// The last stage's F needs the labels, which only a DataLoad into
+		// the slot already holding the chunk can have put there.
+		if in != nil && (ends&routeEnd == 0 || (s.key == k && s.target != nil && s.flags&dataPending == 0)) {
+			if s.key != k {
+				s.start(k)
+			} else if src < 0 && ends&routeStart == 0 {
+				s.ract = nil
+			}
+		} else {
+			s = nil
+		}
+	}
+	if s == nil {
+		// The slow path reports with the fields as given (0xffff as -1).
+		stage, micro, slot, src = a.Unpack()
+		if s, in = x.forwardSlow(stage, micro, slot, src); s == nil {
+			return
+		}
+	}
+	y, saved, err := x.stages[stage].Forward(in)
+	if err != nil || y == nil {
+		x.forwardFail(stage, micro, err)
+		return
+	}
+	// The input is the stage's to keep (in saved) or drop: the slot lets
+	// go of it, so a swapped-out chunk leaves nothing of its own behind.
+	s.x, s.y, s.saved = nil, y, saved
+	s.flags |= fwdDone
+	if x.ends[stage]&routeEnd != 0 {
+		if s.flags&dataPending != 0 && !x.takeLabels(s) {
+			return
+		}
+		if s.target == nil {
+			x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: DataLoad(%d, %d) into it has not run", slot, stage, micro)
+			return
+		}
+		loss, dy, err := x.loss.Loss(y, s.target)
+		if err != nil || dy == nil {
+			x.lossFail(stage, micro, err)
+			return
+		}
+		x.losses[micro].Store(math.Float64bits(loss))
+		s.dy = dy
+	}
+}
+
+func (x *Exec) forwardFail(stage, micro int, err error) {
+	if err == nil {
+		err = errors.New("stage returned a nil output")
+	}
+	x.stepFail(OpForward, stage, micro, -1, err)
+}
+
+func (x *Exec) lossFail(stage, micro int, err error) {
+	if err == nil {
+		err = errors.New("loss returned a nil gradient")
+	}
+	x.stepFail(OpForward, stage, micro, -1, fmt.Errorf("loss: %w", err))
+}
+
+// forwardSlow runs the checks of F and returns the slot, holding the chunk,
+// and the input to run it on (waiting for a pending receive); a nil slot
+// when a check failed (reported).
+func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Dense) {
+	if !x.valid(stage, micro, slot) {
+		x.badArgs(OpForward, stage, micro, slot, -1)
+		return nil, nil
+	}
+	s := &x.slots[slot]
+	var in *tensor.Dense
+	switch {
+	case src >= 0:
+		if in = x.sourceSlot(OpForward, stage, micro, slot, src, -1); in == nil || !x.claim(OpForward, s, slot, stage, micro, -1) {
+			return nil, nil
+		}
+	case x.routeFirst(stage):
+		if !s.holds(stage, micro) || (s.x == nil && s.flags&actPending == 0 && s.ract == nil) {
+			if x.owner(micro) >= 0 && x.owner(micro) != x.rank {
+				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvInput(%d, %d) from its owner, rank %d, into it was not posted", slot, stage, micro, x.owner(micro))
+				return nil, nil
+			}
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
+			return nil, nil
+		}
+		if in = x.takeInput(s); in == nil {
+			return nil, nil // the receive failed: the rank has failed
+		}
+	default:
+		if !s.holds(stage, micro) || (s.flags&actPending == 0 && s.ract == nil) {
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
+			return nil, nil
+		}
+		if !x.await(s, actPending) {
+			return nil, nil
+		}
+		in, s.ract = s.ract, nil
+	}
+	if s.flags&fwdDone != 0 {
+		x.stepFailf(OpForward, stage, micro, -1, "F already ran for this chunk")
+		return nil, nil
+	}
+	return s, in
+}
+
+// sourceSlot checks the source slot src of compute step k of the chunk
+// (stage, micro) in slot, and returns what the step takes from it: the
+// output of F(stage-1, micro) for a forward (dir -1), the input gradient of
+// (stage+1, micro) for a backward (dir +1); nil after reporting why not.
+func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.Dense {
+	if src >= len(x.slots) || src == slot {
+		x.stepFailf(k, stage, micro, -1, "source slot %d invalid (slot %d, %d slots)", src, slot, len(x.slots))
+		return nil
+	}
+	if dir < 0 && x.routeFirst(stage) {
+		x.stepFailf(k, stage, micro, -1, "source slot %d, but stage %d begins its micro-batches' route: its input is a data load", src, stage)
+		return nil
+	}
+	if dir > 0 && x.routeLast(stage) {
+		x.stepFailf(k, stage, micro, -1, "source slot %d, but stage %d ends its micro-batches' route: its output gradient is the loss's", src, stage)
+		return nil
+	}
+	p := &x.slots[src]
+	t, what := p.y, "output of F(%d, %d)"
+	if dir > 0 {
+		t, what = p.dx, "input gradient of (%d, %d)"
+	}
+	if !p.holds(stage+dir, micro) || t == nil {
+		x.stepFailf(k, stage, micro, -1, "source slot %d holds no "+what, src, stage+dir, micro)
+		return nil
+	}
+	return t
+}
+
+// B runs the full backward B(stage, micro) of the chunk in slot: input
+// gradient, then weight gradient. dy is dx of slot src (the next stage on
+// this rank) when src >= 0; otherwise the completed receive, or on the last
+// stage the loss gradient.
+//
+//go:noinline
+func (x *Exec) B(a At) { x.backward(OpBackward, a) }
+
+// I runs I(stage, micro): the input gradient only. dy as for B. W must
+// follow for the weight gradient.
+//
+//go:noinline
+func (x *Exec) I(a At) { x.backward(OpBackwardInput, a) }
+
+// W runs W(stage, micro): the weight gradient of a chunk whose I ran. Its
+// At is (stage, micro, slot, -1).
+//
+//go:noinline
+func (x *Exec) W(a At) { x.backward(OpBackwardWeight, a) }
+
+// backward runs B, I or W (k) at a: the fast or the slow checks, then the
+// one body of the three.
+func (x *Exec) backward(k OpKind, a At) {
+	stage, micro, slot, src := a.Fields()
+	st := x.state.Load()
+	if st&stFailed != 0 {
+		return
+	}
+	var s *slotState
+	var dy *tensor.Dense
+	// A slot holding (stage, micro) proves both valid.
+	if st == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
+		if p := &x.slots[slot]; p.key == keyOf(stage, micro) {
+			switch {
+			case k == OpBackwardWeight:
+				if p.flags&(inDone|wDone|swappedOut) == inDone {
+					s, dy = p, p.dy
+				}
+			case p.flags&(fwdDone|inDone|swappedOut) == fwdDone:
+				if src == atNone {
+					src = -1
+				}
+				if dy = x.fastDy(p, stage, micro, slot, src); dy != nil {
+					s = p
+				}
+			}
+		}
+	}
+	if s == nil {
+		// The slow path reports with the fields as given (0xffff as -1).
+		stage, micro, slot, src = a.Unpack()
+		if k == OpBackwardWeight {
+			if s = x.weightSlow(stage, micro, slot); s == nil {
+				return
+			}
+			dy = s.dy
+		} else if s, dy = x.backwardSlow(k, stage, micro, slot, src); s == nil {
+			return
+		}
+	}
+	sg := x.stages[stage]
+	if k != OpBackwardWeight {
+		dx, err := sg.BackwardInput(s.saved, dy)
+		if err != nil {
+			x.stepFail(k, stage, micro, -1, err)
+			return
+		}
+		s.dy, s.dx = dy, dx
+		s.flags |= inDone
+		if k == OpBackwardInput {
+			return
+		}
+	}
+	if err := sg.BackwardWeight(s.saved, dy); err != nil {
+		x.stepFail(k, stage, micro, -1, err)
+		return
+	}
+	s.flags |= wDone
+	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
+}
+
+// fastDy returns the output gradient for the backward of the chunk (stage,
+// micro) that s = &x.slots[slot] holds, between its F and its backward, with
+// source slot src; nil when the slow path must find it (an error, or a
+// receive still to wait for). It consumes a completed receive.
+func (x *Exec) fastDy(s *slotState, stage, micro, slot, src int) *tensor.Dense {
+	switch {
+	case src >= 0:
+		if uint(src) < uint(len(x.slots)) && src != slot {
+			if p := &x.slots[src]; p.key == keyOf(stage+1, micro) {
+				return p.dx
+			}
+		}
+		return nil
+	case x.routeLast(stage):
+		return s.dy
+	case s.flags&gradPending != 0:
+		return nil
+	}
+	dy := s.rgrad
+	s.rgrad = nil
+	return dy
+}
+
+// backwardSlow runs the checks of B or I (k) and returns the slot holding
+// the chunk and its output gradient (waiting for a pending receive); a nil
+// slot when a check failed (reported).
+func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) (*slotState, *tensor.Dense) {
+	s := x.heldChunk(k, stage, micro, slot)
+	if s == nil {
+		return nil, nil
+	}
+	if s.flags&(fwdDone|inDone) != fwdDone {
+		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its F and its backward (F ran: %v, backward ran: %v)", slot, s.flags&fwdDone != 0, s.flags&inDone != 0)
+		return nil, nil
+	}
+	if s.flags&swappedOut != 0 {
+		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
+		return nil, nil
+	}
+	var dy *tensor.Dense
+	switch {
+	case src >= 0:
+		if dy = x.sourceSlot(k, stage, micro, slot, src, +1); dy == nil {
+			return nil, nil
+		}
+	case x.routeLast(stage):
+		dy = s.dy
+	default:
+		if s.flags&gradPending == 0 && s.rgrad == nil {
+			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: RecvGrad(%d, %d) into it was not posted", slot, stage, micro)
+			return nil, nil
+		}
+		if !x.await(s, gradPending) {
+			return nil, nil
+		}
+		dy, s.rgrad = s.rgrad, nil
+	}
+	return s, dy
+}
+
+// weightSlow runs the checks of W and returns the slot holding the chunk,
+// or nil when a check failed (reported).
+func (x *Exec) weightSlow(stage, micro, slot int) *slotState {
+	const k = OpBackwardWeight
+	s := x.heldChunk(k, stage, micro, slot)
+	if s == nil {
+		return nil
+	}
+	if s.flags&(inDone|wDone) != inDone {
+		x.stepFailf(k, stage, micro, -1, "chunk in slot %d is not between its I and its W (I ran: %v, W ran: %v)", slot, s.flags&inDone != 0, s.flags&wDone != 0)
+		return nil
+	}
+	if s.flags&swappedOut != 0 {
+		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
+		return nil
+	}
+	return s
+}
+
+// OptStep runs the optimizer hook, if any; with two model copies
+// (Spec.Copies = 2) it first sums their gradients (see CopyGrads).
+//
+//go:noinline
+func (x *Exec) OptStep() {
+	if x.failedNow() {
+		return
+	}
+	if x.copies > 1 {
+		if err := x.syncCopies(); err != nil {
+			x.stepFail(OpOptStep, 0, 0, -1, fmt.Errorf("summing the model copies' gradients: %w", err))
+			return
+		}
+	}
+	if x.optHook == nil {
+		return
+	}
+	if err := x.optHook(); err != nil {
+		x.stepFail(OpOptStep, 0, 0, -1, err)
+	}
+}

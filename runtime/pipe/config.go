@@ -1,0 +1,371 @@
+package pipe
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+// Config and construction of an Exec, its lifecycle (Reset, Sync, Close) and
+// its error state. The step methods are in compute.go and transfer.go, the
+// slots they work on in slots.go, the interpreter in interpret.go.
+
+// Config configures one rank's Exec.
+type Config struct {
+	Rank int
+	Spec Spec
+	// Stages are the stages this rank holds, by stage index: exactly the s
+	// with Spec.RankOf[s] == Rank.
+	Stages map[int]Stage
+	// Loss is required on the rank holding the last stage.
+	Loss Loss
+	// Data is required on the ranks that read micro-batches: those holding
+	// the first stage of a route, the last one (unless Spec.ShipLabels
+	// brings its labels from another rank), and mpipe's owners (Spec.Owned).
+	Data DataSource
+	// Transport is required when Spec.Ranks > 1; its Rank and World must
+	// match. The Exec does not close it, but aborts it when the rank fails.
+	Transport transport.Transport
+	// OptStep, if set, runs at the OPT_STEP step (the optimizer update of this
+	// rank's stages).
+	OptStep func() error
+	// SerialOverlap runs the two halves of every overlap step (OverlapFB,
+	// OverlapBF) one after the other, in sub-step order, even when they are
+	// on different stage objects. Set it when this rank's stages share state
+	// that is not safe for concurrent use (tied weights, a shared workspace).
+	SerialOverlap bool
+	// Logger receives failures (Error) and lifecycle (Debug). Default: discard.
+	Logger *slog.Logger
+	// Timeline, if set, records when each stage call (Forward,
+	// BackwardInput, BackwardWeight) starts and ends: the measured
+	// timeline, which Timeline.WriteTrace writes as a Chrome trace. The
+	// stages are wrapped for it; the step methods are unchanged, so it
+	// costs nothing when nil. Ranks of one process may share one.
+	Timeline *Timeline
+}
+
+// Exec executes one rank's steps. Its step methods must be called from one
+// goroutine (the host thread); Err, Losses and Fail may be called from any.
+type Exec struct {
+	// Hot fields first: what every step reads.
+	// state is stFailed once the rank failed; stSlow makes every step take
+	// its slow path (set only by FuzzExecPaths, which compares the paths).
+	// The steps read it once: nonzero means "not the fast path".
+	state  atomic.Uint32
+	slots  []slotState
+	stages []Stage // by stage index; nil where not on this rank
+	// raw is stages as the Config gave them (stages may be wrapped for a
+	// Timeline): the optional interfaces (Swapper, Sharded, CopyGrads) are
+	// looked up here.
+	raw    []Stage
+	micro  int // spec.Micro
+	last   int
+	copies int             // spec.Copies, 0 or 1 for one pipeline
+	per    int             // stages per copy (Stages/copies)
+	ends   []uint8         // per stage: routeStart|routeEnd bits
+	losses []atomic.Uint64 // math.Float64bits of each micro's loss
+	loss   Loss
+	data   DataSource
+
+	rank    int
+	spec    Spec
+	tr      transport.Transport
+	optHook func() error
+	log     *slog.Logger
+
+	// prevPeer[s] and nextPeer[s]: the rank of stage s-1 and s+1 when a
+	// transfer with it is valid (there is a transport and the stage is on
+	// another rank); -1 otherwise. checkPeer explains a mismatch.
+	prevPeer, nextPeer []int
+
+	group         []int // stageGroups(stages): overlap halves on one group run one after the other
+	serialOverlap bool
+
+	mu  sync.Mutex
+	err error
+
+	// ownIn is the input an owner loaded for micro ownMicro (mpipe),
+	// until SendInput ships it.
+	ownIn    *tensor.Dense
+	ownMicro int
+
+	comm     chan commOp
+	inflight sync.WaitGroup
+	commDone chan struct{}
+	closed   bool
+}
+
+// New validates cfg and returns the rank's Exec. It starts the rank's comm
+// goroutine when there is a transport; Close stops it.
+func New(cfg Config) (*Exec, error) {
+	sp := cfg.Spec
+	if err := sp.Validate(); err != nil {
+		return nil, fmt.Errorf("pipe: invalid Spec: %w", err)
+	}
+	r := cfg.Rank
+	if sp.Stages > atMax || sp.Micro > atMax || sp.Ranks > atMax || slices.Max(append([]int{0}, sp.Slots...)) > atMax {
+		return nil, fmt.Errorf("pipe: Spec has %d stages, %d micro-batches, %d ranks and up to %d slots per rank; at most %d of each (a step's arguments are packed in 16 bits each, see At)",
+			sp.Stages, sp.Micro, sp.Ranks, slices.Max(append([]int{0}, sp.Slots...)), atMax)
+	}
+	if r < 0 || r >= sp.Ranks {
+		return nil, fmt.Errorf("pipe: rank %d outside [0, %d)", r, sp.Ranks)
+	}
+	want := sp.StagesOf(r)
+	stages := make([]Stage, sp.Stages)
+	for s, st := range cfg.Stages {
+		switch {
+		case s < 0 || s >= sp.Stages:
+			return nil, fmt.Errorf("pipe: rank %d: Config.Stages has stage %d, outside [0, %d)", r, s, sp.Stages)
+		case sp.RankOf[s] != r:
+			return nil, fmt.Errorf("pipe: rank %d: Config.Stages has stage %d, which Spec.RankOf places on rank %d (this rank holds stages %v)", r, s, sp.RankOf[s], want)
+		case st == nil:
+			return nil, fmt.Errorf("pipe: rank %d: Config.Stages[%d] is nil", r, s)
+		}
+		stages[s] = st
+	}
+	for _, s := range want {
+		if stages[s] == nil {
+			return nil, fmt.Errorf("pipe: rank %d: holds stages %v per Spec.RankOf, but Config.Stages lacks stage %d", r, want, s)
+		}
+	}
+	last := sp.Stages - 1
+	copies, per := max(sp.Copies, 1), sp.Stages/max(sp.Copies, 1)
+	ofCopy := ""
+	if copies > 1 {
+		ofCopy = " of a model copy"
+	}
+	for _, s := range want {
+		isFirst, isLast := s%per == 0, (s+1)%per == 0
+		if isLast && cfg.Loss == nil {
+			return nil, fmt.Errorf("pipe: rank %d holds the last stage (%d)%s but Config.Loss is nil", r, s, ofCopy)
+		}
+		// With shipped labels the last stage's rank reads no data, unless
+		// the route also starts there (nothing to ship).
+		if (isFirst || (isLast && (!sp.ShipLabels || sp.RankOf[s-per+1] == r))) && cfg.Data == nil {
+			return nil, fmt.Errorf("pipe: rank %d holds the first or the last stage (%d)%s but Config.Data is nil", r, s, ofCopy)
+		}
+		if _, ok := stages[s].(CopyGrads); copies > 1 && !ok {
+			return nil, fmt.Errorf("pipe: rank %d: stage %d is a %T, which does not implement pipe.CopyGrads (Grads() []*tensor.Dense): the schedule runs %d model copies, whose gradients OptStep sums", r, s, stages[s], copies)
+		}
+	}
+	if r < sp.Owned && cfg.Data == nil {
+		return nil, fmt.Errorf("pipe: rank %d owns micro-batch %d (Spec.Owned = %d, mpipe) but Config.Data is nil: an owner loads the input of the micro-batches it owns", r, r, sp.Owned)
+	}
+	if cfg.Transport != nil {
+		if cfg.Transport.Rank() != r || cfg.Transport.World() != sp.Ranks {
+			return nil, fmt.Errorf("pipe: rank %d of %d: transport is rank %d of %d", r, sp.Ranks, cfg.Transport.Rank(), cfg.Transport.World())
+		}
+		if fp, ok := cfg.Transport.(transport.Fingerprinter); ok && fp.Fingerprint() != sp.Fingerprint {
+			return nil, fmt.Errorf("pipe: rank %d: transport checked schedule fingerprint %q with its peers, Spec has %q", r, fp.Fingerprint(), sp.Fingerprint)
+		}
+	} else if sp.Ranks > 1 {
+		return nil, fmt.Errorf("pipe: rank %d: Config.Transport is nil but Spec has %d ranks", r, sp.Ranks)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	raw := stages
+	if cfg.Timeline != nil {
+		stages = cfg.Timeline.wrap(r, raw)
+	}
+	x := &Exec{
+		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, raw: raw, micro: sp.Micro,
+		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
+		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
+		slots:  make([]slotState, sp.Slots[r]),
+		losses: make([]atomic.Uint64, sp.Micro),
+	}
+	x.ends = make([]uint8, sp.Stages)
+	for s := range x.ends {
+		if s%per == 0 {
+			x.ends[s] |= routeStart
+			if sp.ShipLabels {
+				x.ends[s] |= loadsLabels
+			}
+		}
+		if (s+1)%per == 0 {
+			x.ends[s] |= routeEnd | loadsLabels
+		}
+	}
+	x.prevPeer, x.nextPeer = make([]int, sp.Stages), make([]int, sp.Stages)
+	for s := range sp.Stages {
+		x.prevPeer[s], x.nextPeer[s] = -1, -1
+		if x.tr == nil {
+			continue
+		}
+		if !x.routeFirst(s) && sp.RankOf[s-1] != r {
+			x.prevPeer[s] = sp.RankOf[s-1]
+		}
+		if !x.routeLast(s) && sp.RankOf[s+1] != r {
+			x.nextPeer[s] = sp.RankOf[s+1]
+		}
+	}
+	x.spec.Slots = slices.Clone(sp.Slots)
+	x.spec.RankOf = slices.Clone(sp.RankOf)
+	for i := range x.slots {
+		s := &x.slots[i]
+		s.actDone = make(chan struct{}, 1)
+		s.gradDone = make(chan struct{}, 1)
+		s.dataDone = make(chan struct{}, 1)
+		s.clearChunk()
+	}
+	for i := range x.losses {
+		x.losses[i].Store(nanBits)
+	}
+	if x.tr != nil {
+		// Enough room for every transfer of an iteration, so posting does not
+		// block; if it ever did, the host would only wait for ops ahead of it.
+		n := 4*sp.Micro*len(want) + 64
+		x.comm = make(chan commOp, n)
+		x.commDone = make(chan struct{})
+		go x.commLoop()
+	}
+	log.Debug("exec ready", "rank", r, "stages", want, "slots", sp.Slots[r], "schedule", sp.Schedule)
+	return x, nil
+}
+
+// Rank returns the rank this Exec runs.
+func (x *Exec) Rank() int { return x.rank }
+
+// Spec returns the schedule description.
+func (x *Exec) Spec() Spec { return x.spec }
+
+// The bits of Exec.state.
+const (
+	stFailed uint32 = 1 << iota
+	stSlow
+)
+
+// failedNow reports whether the rank has failed.
+func (x *Exec) failedNow() bool { return x.state.Load()&stFailed != 0 }
+
+// Err returns the first error, or nil. It does not wait for posted comm ops;
+// Sync does.
+func (x *Exec) Err() error {
+	if !x.failedNow() {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.err
+}
+
+// Fail records err as this rank's failure (if it is the first) and aborts the
+// transport so peers fail too. Trainers use it for failures outside steps.
+func (x *Exec) Fail(err error) {
+	if err == nil {
+		return
+	}
+	var se *StepError
+	if !errors.As(err, &se) {
+		err = &StepError{Rank: x.rank, Peer: -1, Err: err}
+	}
+	x.fail(err)
+}
+
+func (x *Exec) fail(err error) {
+	x.mu.Lock()
+	if x.err != nil {
+		x.mu.Unlock()
+		return
+	}
+	x.err = err
+	x.state.Or(stFailed)
+	x.mu.Unlock()
+	x.log.Error("rank failed", "rank", x.rank, "err", err)
+	if x.tr != nil {
+		x.tr.Abort(err)
+	}
+}
+
+func (x *Exec) stepFail(k OpKind, stage, micro, peer int, err error) {
+	x.fail(&StepError{Rank: x.rank, Step: stepName(k, stage, micro), Peer: peer, Err: err})
+}
+
+func (x *Exec) stepFailf(k OpKind, stage, micro, peer int, format string, args ...any) {
+	x.stepFail(k, stage, micro, peer, fmt.Errorf(format, args...))
+}
+
+// Sync waits until every posted transfer has completed (or failed) and
+// returns Err.
+func (x *Exec) Sync() error {
+	x.inflight.Wait()
+	return x.Err()
+}
+
+// Reset prepares the next iteration: it waits for posted transfers, empties
+// the slots and forgets the losses. A failure is not reset: an Exec that
+// failed stays failed (its transport is aborted).
+func (x *Exec) Reset() {
+	x.inflight.Wait()
+	for i := range x.slots {
+		s := &x.slots[i]
+		// A completion signal is left only for a receive posted and never
+		// waited for, which keeps its pending flag. (The receive may not
+		// have been posted at all, after Close: hence no blocking wait.)
+		if s.flags&actPending != 0 {
+			select {
+			case <-s.actDone:
+			default:
+			}
+		}
+		if s.flags&gradPending != 0 {
+			select {
+			case <-s.gradDone:
+			default:
+			}
+		}
+		if s.flags&dataPending != 0 {
+			select {
+			case <-s.dataDone:
+			default:
+			}
+		}
+		s.clearChunk()
+	}
+	x.ownIn = nil
+	for i := range x.losses {
+		if x.losses[i].Load() != nanBits { // Load is cheaper than Store
+			x.losses[i].Store(nanBits)
+		}
+	}
+}
+
+var nanBits = math.Float64bits(math.NaN())
+
+// Losses returns a copy of the per-micro-batch losses of the current
+// iteration, computed on the rank holding the last stage; NaN elsewhere and
+// for micro-batches not (yet) computed.
+func (x *Exec) Losses() []float64 {
+	out := make([]float64, len(x.losses))
+	for i := range x.losses {
+		out[i] = math.Float64frombits(x.losses[i].Load())
+	}
+	return out
+}
+
+// Close waits for posted transfers and stops the comm goroutine. It does not
+// close the transport. Steps posted afterwards fail with ErrClosed.
+func (x *Exec) Close() error {
+	if x.closed {
+		return x.Err()
+	}
+	x.closed = true
+	x.inflight.Wait()
+	if x.comm != nil {
+		close(x.comm)
+		<-x.commDone
+	}
+	return x.Err()
+}
+
+// valid reports whether stage is on this rank, micro in range, and slot a
