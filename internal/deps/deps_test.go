@@ -39,11 +39,18 @@ func std(path string) bool {
 	return !strings.Contains(first, ".")
 }
 
+// shared are the packages both sides import: standard library only, so that
+// neither side reaches the other through them.
+var shared = map[string]bool{
+	module + "/abi":                  true, // the step vocabulary, At, limits, version
+	module + "/internal/chrometrace": true, // the Chrome trace writer of sim and pipe's Timeline
+}
+
 // runtimeMayImport reports whether a runtime/ package (test when test) may
 // import path directly.
 func runtimeMayImport(path string, test bool) bool {
 	switch {
-	case std(path), strings.HasPrefix(path, "gorgonia.org/"), layer(path) == "runtime", path == module+"/abi":
+	case std(path), strings.HasPrefix(path, "gorgonia.org/"), layer(path) == "runtime", shared[path]:
 		return true
 	case test && path == module+"/internal/doctable":
 		return true
@@ -93,6 +100,13 @@ func violations(nodes []node) []string {
 	}
 	var out []string
 	for _, n := range nodes {
+		if shared[n.Path] && !n.Test {
+			for _, p := range n.Imports {
+				if !std(p) {
+					out = append(out, fmt.Sprintf("%s imports %s: a package both gen/ and runtime/ import uses only the standard library", strings.TrimPrefix(n.Path, module+"/"), p))
+				}
+			}
+		}
 		l := layer(n.Path)
 		if l == "" {
 			continue
@@ -115,7 +129,7 @@ func violations(nodes []node) []string {
 		if l == "runtime" {
 			for _, p := range n.Imports {
 				if !runtimeMayImport(p, n.Test) {
-					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and abi/", name, p))
+					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and the shared abi/ and internal/chrometrace", name, p))
 				}
 			}
 		}
@@ -178,7 +192,8 @@ func TestViolations(t *testing.T) {
 		{Path: m("gen/emit"), Imports: []string{m("gen/ir"), "github.com/dave/jennifer/jen"}},
 		{Path: m("abi"), Imports: []string{"fmt"}},
 		{Path: m("runtime/transport"), Imports: []string{"net", "gorgonia.org/tensor"}},
-		{Path: m("runtime/pipe"), Imports: []string{m("runtime/transport"), m("abi")}},
+		{Path: m("internal/chrometrace"), Imports: []string{"encoding/json", "io"}},
+		{Path: m("runtime/pipe"), Imports: []string{m("runtime/transport"), m("abi"), m("internal/chrometrace")}},
 		{Path: m("runtime/pipe"), Test: true, Imports: []string{m("internal/doctable"), "testing"}},
 		{Path: m("generated/gpipe"), Imports: []string{m("runtime/pipe")}},
 		{Path: m("internal/e2e"), Test: true, Imports: []string{m("gen/emit"), m("runtime/pipe"), m("generated/gpipe")}},
@@ -202,6 +217,8 @@ func TestViolations(t *testing.T) {
 			"runtime/swap imports github.com/dave/jennifer/jen: runtime/ imports only"},
 		{"runtime imports internal", node{Path: m("runtime/launch"), Imports: []string{m("internal/gencmd")}},
 			"runtime/launch imports github.com/ppgen/ppgen/internal/gencmd: runtime/ imports only"},
+		{"a shared package imports a third-party one", node{Path: m("abi"), Imports: []string{"golang.org/x/tools/go/analysis"}},
+			"abi imports golang.org/x/tools/go/analysis: a package both gen/ and runtime/ import uses only the standard library"},
 		{"runtime test imports generated code", node{Path: m("runtime/pipe_test"), Test: true, Imports: []string{m("generated/gpipe")}},
 			"runtime/pipe_test (test) imports github.com/ppgen/ppgen/generated/gpipe: runtime/ imports only"},
 	}

@@ -7,8 +7,10 @@
 //     module, tests included. Tests that need both sides live in
 //     internal/e2e, which belongs to neither.
 //   - A runtime/ package imports only the standard library, gorgonia.org/...,
-//     other runtime/ packages and abi/ (the boundary package, standard
-//     library only). Its tests may also import internal/doctable.
+//     other runtime/ packages and the packages both sides share: abi/ (the
+//     boundary package) and internal/chrometrace (the trace writer), which
+//     import only the standard library. Its tests may also import
+//     internal/doctable.
 //
 // The package has no code of its own.
 package deps
