@@ -233,37 +233,23 @@ func readMsg(c net.Conn, limit int) ([]byte, error) {
 	return b, nil
 }
 
-func readChallenge(c net.Conn) (challenge, error) {
-	b, err := readMsg(c, maxPreAuthMsg)
+// readDecoded reads one message of at most limit bytes and decodes it.
+func readDecoded[T any](c net.Conn, limit int, decode func([]byte) (T, error)) (T, error) {
+	b, err := readMsg(c, limit)
 	if err != nil {
-		return challenge{}, err
+		var zero T
+		return zero, err
 	}
-	return decodeChallenge(b)
+	return decode(b)
 }
 
-func readProof(c net.Conn) (proof, error) {
-	b, err := readMsg(c, maxPreAuthMsg)
-	if err != nil {
-		return proof{}, err
-	}
-	return decodeProof(b)
-}
+func readChallenge(c net.Conn) (challenge, error) { return readDecoded(c, maxPreAuthMsg, decodeChallenge) }
 
-func readHello(c net.Conn) (hello, error) {
-	b, err := readMsg(c, maxHelloMsg)
-	if err != nil {
-		return hello{}, err
-	}
-	return decodeHello(b)
-}
+func readProof(c net.Conn) (proof, error) { return readDecoded(c, maxPreAuthMsg, decodeProof) }
 
-func readVerdict(c net.Conn) (verdict, error) {
-	b, err := readMsg(c, maxVerdictMsg)
-	if err != nil {
-		return verdict{}, err
-	}
-	return decodeVerdict(b)
-}
+func readHello(c net.Conn) (hello, error) { return readDecoded(c, maxHelloMsg, decodeHello) }
+
+func readVerdict(c net.Conn) (verdict, error) { return readDecoded(c, maxVerdictMsg, decodeVerdict) }
 
 func newNonce() []byte {
 	n := make([]byte, nonceLen)

@@ -355,26 +355,23 @@ func alloc(dt uint8, dims []int) (*tensor.Dense, []byte) {
 	for _, d := range dims {
 		n *= d
 	}
-	switch dt {
-	case dtFloat32:
-		var t *tensor.Dense
-		if len(dims) == 0 {
-			t = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape())
-		} else {
-			t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]float32, n)))
-		}
-		s := t.Float32s()
-		return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
-	default:
-		var t *tensor.Dense
-		if len(dims) == 0 {
-			t = tensor.New(tensor.Of(tensor.Float64), tensor.WithShape())
-		} else {
-			t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]float64, n)))
-		}
-		s := t.Float64s()
-		return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
+	if dt == dtFloat32 {
+		return allocOf(tensor.Float32, (*tensor.Dense).Float32s, dims, n)
 	}
+	return allocOf(tensor.Float64, (*tensor.Dense).Float64s, dims, n)
+}
+
+// allocOf is alloc for the element type E (of tensor dtype d, whose
+// backing elems returns), n elements.
+func allocOf[E float32 | float64](d tensor.Dtype, elems func(*tensor.Dense) []E, dims []int, n int) (*tensor.Dense, []byte) {
+	var t *tensor.Dense
+	if len(dims) == 0 {
+		t = tensor.New(tensor.Of(d), tensor.WithShape())
+	} else {
+		t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]E, n)))
+	}
+	s := elems(t)
+	return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), int(unsafe.Sizeof(E(0)))*len(s))
 }
 
 // clone copies t into a fresh contiguous tensor of the same dtype and shape.
