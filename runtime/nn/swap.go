@@ -282,11 +282,7 @@ func (w *Swapping) BackwardWeight(saved any, dy *tensor.Dense) error {
 
 // Backward runs BackwardInput and then BackwardWeight.
 func (w *Swapping) Backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
-	dx, err := w.BackwardInput(saved, dy)
-	if err != nil {
-		return nil, err
-	}
-	return dx, w.BackwardWeight(saved, dy)
+	return fullBackward(w.BackwardInput, w.BackwardWeight, saved, dy)
 }
 
 // Offload starts moving the saved context's tensors to the tier and
