@@ -318,24 +318,33 @@ func viewOf(t *tensor.Dense) (view, error) {
 		}
 		n *= d
 	}
+	var dt uint8
+	var raw []byte
+	have := 0
 	switch t.Dtype() {
 	case tensor.Float32:
-		s := t.Float32s()
-		if len(s) < n {
-			return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), len(s))
-		}
-		s = s[:n]
-		return view{dtFloat32, dims, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*n), t}, nil
+		e := t.Float32s()
+		dt, raw, have = dtFloat32, rawBytes(e, n), len(e)
 	case tensor.Float64:
-		s := t.Float64s()
-		if len(s) < n {
-			return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), len(s))
-		}
-		s = s[:n]
-		return view{dtFloat64, dims, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*n), t}, nil
+		e := t.Float64s()
+		dt, raw, have = dtFloat64, rawBytes(e, n), len(e)
 	default:
 		return view{}, fmt.Errorf("unsupported dtype %v (float32 and float64 are)", t.Dtype())
 	}
+	if raw == nil && n > 0 {
+		return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), have)
+	}
+	return view{dt, dims, raw, t}, nil
+}
+
+// rawBytes returns the first n elements of s as raw native-order bytes, or
+// nil when s is shorter.
+func rawBytes[E float32 | float64](s []E, n int) []byte {
+	if len(s) < n {
+		return nil
+	}
+	s = s[:n]
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), int(unsafe.Sizeof(E(0)))*n)
 }
 
 func elemSize(dt uint8) int {
@@ -371,7 +380,7 @@ func allocOf[E float32 | float64](d tensor.Dtype, elems func(*tensor.Dense) []E,
 		t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]E, n)))
 	}
 	s := elems(t)
-	return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), int(unsafe.Sizeof(E(0)))*len(s))
+	return t, rawBytes(s, len(s))
 }
 
 // clone copies t into a fresh contiguous tensor of the same dtype and shape.
