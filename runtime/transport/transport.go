@@ -406,3 +406,19 @@ func checkPeer(rank, world, peer int, ch Channel) error {
 	}
 	return nil
 }
+
+// sendError is the error of rank's send on ch to peer: "transport: rank 0:
+// send act to rank 1: ...".
+func sendError(rank int, ch Channel, peer int, err error) error {
+	return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", rank, ch, peer, err)
+}
+
+// recvError is the error of rank's receive on ch from peer.
+func recvError(rank int, ch Channel, peer int, err error) error {
+	return fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", rank, ch, peer, err)
+}
+
+// peerClosed is the error of a peer that closed its end in an orderly way.
+func peerClosed(peer int) *PeerError {
+	return &PeerError{Peer: peer, Reason: "closed the connection", Err: ErrPeerClosed}
+}
