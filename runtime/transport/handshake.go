@@ -243,7 +243,9 @@ func readDecoded[T any](c net.Conn, limit int, decode func([]byte) (T, error)) (
 	return decode(b)
 }
 
-func readChallenge(c net.Conn) (challenge, error) { return readDecoded(c, maxPreAuthMsg, decodeChallenge) }
+func readChallenge(c net.Conn) (challenge, error) {
+	return readDecoded(c, maxPreAuthMsg, decodeChallenge)
+}
 
 func readProof(c net.Conn) (proof, error) { return readDecoded(c, maxPreAuthMsg, decodeProof) }
 
