@@ -15,7 +15,7 @@ func TestKinds(t *testing.T) {
 		code     byte
 		shape    Shape
 		ch       Channel
-		preds    string // C compute, K backward, O overlap, S send, R recv, s stage, m micro
+		preds    string // C compute, K backward, O overlap, S send, R recv, Z FSDP, P swap, s stage, m micro
 		aliasesN int
 	}
 	cases := map[Kind]want{
@@ -30,13 +30,13 @@ func TestKinds(t *testing.T) {
 		DataLoad:          {"DATA_LOAD", 'L', ArgsLocal, NoChannel, "sm", 0},
 		DataSend:          {"DATA_SEND", 't', ArgsComm, DataChannel, "Ssm", 0},
 		DataRecv:          {"DATA_RECV", 'T', ArgsComm, DataChannel, "Rsm", 0},
-		Unshard:           {"UNSHARD", 'U', ArgsStage, NoChannel, "s", 0},
-		Reshard:           {"RESHARD", 'u', ArgsStage, NoChannel, "s", 0},
-		ReduceGrad:        {"REDUCE_GRAD", 'G', ArgsStage, NoChannel, "s", 0},
-		SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", 'J', ArgsLocal, NoChannel, "sm", 0},
-		SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", 'j', ArgsLocal, NoChannel, "sm", 0},
-		SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", 'K', ArgsLocal, NoChannel, "sm", 0},
-		SwapWaitLoad:      {"SWAP_WAIT_LOAD", 'k', ArgsLocal, NoChannel, "sm", 0},
+		Unshard:           {"UNSHARD", 'U', ArgsStage, NoChannel, "Zs", 0},
+		Reshard:           {"RESHARD", 'u', ArgsStage, NoChannel, "Zs", 0},
+		ReduceGrad:        {"REDUCE_GRAD", 'G', ArgsStage, NoChannel, "Zs", 0},
+		SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", 'J', ArgsLocal, NoChannel, "Psm", 0},
+		SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", 'j', ArgsLocal, NoChannel, "Psm", 0},
+		SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", 'K', ArgsLocal, NoChannel, "Psm", 0},
+		SwapWaitLoad:      {"SWAP_WAIT_LOAD", 'k', ArgsLocal, NoChannel, "Psm", 0},
 		OverlapFB:         {"OVERLAP_F_B", 'X', ArgsOverlap, NoChannel, "CO", 0},
 		OverlapBF:         {"OVERLAP_B_F", 'Y', ArgsOverlap, NoChannel, "CO", 0},
 		OptStep:           {"OPT_STEP", 'O', ArgsNone, NoChannel, "", 0},
@@ -56,7 +56,7 @@ func TestKinds(t *testing.T) {
 		for _, p := range []struct {
 			c  string
 			is bool
-		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
+		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"Z", k.IsFSDP()}, {"P", k.IsSwap()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
 			if p.is {
 				preds += p.c
 			}
@@ -72,7 +72,7 @@ func TestKinds(t *testing.T) {
 		}
 	}
 	for _, k := range []Kind{Invalid, numKinds, 255} {
-		if k.Valid() || k.Code() != 0 || k.IsCompute() || k.IsComm() || !k.HasStage() || !k.HasMicro() {
+		if k.Valid() || k.Code() != 0 || k.IsCompute() || k.IsComm() || k.IsFSDP() || k.IsSwap() || !k.HasStage() || !k.HasMicro() {
 			t.Errorf("Kind(%d): Valid %v, Code %q, IsCompute %v, IsComm %v, HasStage %v, HasMicro %v",
 				uint8(k), k.Valid(), k.Code(), k.IsCompute(), k.IsComm(), k.HasStage(), k.HasMicro())
 		}

@@ -57,6 +57,8 @@ const (
 	backward                   // produces a stage's input gradient (IsBackward)
 	send                       // the sending half of a transfer (IsSend)
 	recv                       // the receiving half of a transfer (IsRecv)
+	fsdp                       // an FSDP step of a stage's parameters (IsFSDP)
+	swap                       // a step of activation swapping (IsSwap)
 )
 
 // kinds is the kind table: one row per kind. The letters are those of the
@@ -75,13 +77,13 @@ var kinds = [numKinds]row{
 	DataLoad:          {"DATA_LOAD", 'L', ArgsLocal, NoChannel, 0, nil},
 	DataSend:          {"DATA_SEND", 't', ArgsComm, DataChannel, send, nil},
 	DataRecv:          {"DATA_RECV", 'T', ArgsComm, DataChannel, recv, nil},
-	Unshard:           {"UNSHARD", 'U', ArgsStage, NoChannel, 0, nil},
-	Reshard:           {"RESHARD", 'u', ArgsStage, NoChannel, 0, nil},
-	ReduceGrad:        {"REDUCE_GRAD", 'G', ArgsStage, NoChannel, 0, nil},
-	SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", 'J', ArgsLocal, NoChannel, 0, nil},
-	SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", 'j', ArgsLocal, NoChannel, 0, nil},
-	SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", 'K', ArgsLocal, NoChannel, 0, nil},
-	SwapWaitLoad:      {"SWAP_WAIT_LOAD", 'k', ArgsLocal, NoChannel, 0, nil},
+	Unshard:           {"UNSHARD", 'U', ArgsStage, NoChannel, fsdp, nil},
+	Reshard:           {"RESHARD", 'u', ArgsStage, NoChannel, fsdp, nil},
+	ReduceGrad:        {"REDUCE_GRAD", 'G', ArgsStage, NoChannel, fsdp, nil},
+	SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", 'J', ArgsLocal, NoChannel, swap, nil},
+	SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", 'j', ArgsLocal, NoChannel, swap, nil},
+	SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", 'K', ArgsLocal, NoChannel, swap, nil},
+	SwapWaitLoad:      {"SWAP_WAIT_LOAD", 'k', ArgsLocal, NoChannel, swap, nil},
 	OverlapFB:         {"OVERLAP_F_B", 'X', ArgsOverlap, NoChannel, compute, nil},
 	OverlapBF:         {"OVERLAP_B_F", 'Y', ArgsOverlap, NoChannel, compute, nil},
 	OptStep:           {"OPT_STEP", 'O', ArgsNone, NoChannel, 0, nil},
@@ -176,6 +178,13 @@ func (k Kind) IsCompute() bool { return fact[k].class&compute != 0 }
 
 // IsBackward reports whether the kind produces the input gradient of a stage (B or I).
 func (k Kind) IsBackward() bool { return fact[k].class&backward != 0 }
+
+// IsFSDP reports whether the kind is an FSDP step (UNSHARD, RESHARD, REDUCE_GRAD).
+func (k Kind) IsFSDP() bool { return fact[k].class&fsdp != 0 }
+
+// IsSwap reports whether the kind is an activation swap step (SWAP_LAUNCH_OFFLOAD,
+// SWAP_WAIT_OFFLOAD, SWAP_LAUNCH_LOAD, SWAP_WAIT_LOAD).
+func (k Kind) IsSwap() bool { return fact[k].class&swap != 0 }
 
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }

@@ -24,16 +24,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	pr := newProgress(stderr, "ppgen trace", 0)
 	defer pr.Done()
-	res, err := lower(req, pr)
-	if err != nil {
-		return err
-	}
-	cost, err := gencmd.ParseCost(req.Cost, res.Program.Stages())
-	if err != nil {
-		return err
-	}
-	pr.Phase("simulating %d steps", res.Program.NumSteps())
-	r, err := sim.Run(res.Program, cost)
+	res, cost, r, _, err := lowerAndSimulate(req, pr)
 	if err != nil {
 		return err
 	}

@@ -11,16 +11,16 @@ import (
 
 // Call is how one step kind is emitted: the pipe.Exec method of the
 // generated call and the pipe.OpKind constant of its -table entry. Steps
-// other than OPT_STEP, the overlaps and the FSDP steps are emitted as
-// Packed, a method taking the arguments packed into one pipe.At constant
-// (abi.At: stage, micro and the two fields of the kind's abi.Shape, 16 bits
-// each, 0xffff for -1); Method is the same step with the arguments
-// unpacked, which hand-written code and the interpreter call. The kind's
-// shape and table letter are the boundary package's (Kind.Shape, Kind.Code).
+// whose abi.Shape is Packed (all but OPT_STEP, the overlaps and the FSDP
+// steps) call a method that takes the arguments packed into one pipe.At
+// constant (abi.At: stage, micro and the two fields of the kind's abi.Shape,
+// 16 bits each, 0xffff for -1); the others pass their operands as ints.
+// Method is the only spelling of the step runtime/pipe exports: it has no
+// unpacked twins. The kind's shape and table letter are the boundary
+// package's (Kind.Shape, Kind.Code).
 type Call struct {
 	Kind   ir.Kind
 	Method string
-	Packed string // "" when the step is emitted as Method
 	Op     string
 }
 
@@ -30,19 +30,17 @@ func Calls() []Call {
 	out := make([]Call, 0, len(calls))
 	for _, k := range ir.Kinds() {
 		if c, ok := calls[k]; ok {
-			out = append(out, Call{Kind: k, Method: c.method, Packed: c.packed, Op: c.op})
+			out = append(out, Call{Kind: k, Method: c.method, Op: c.op})
 		}
 	}
 	return out
 }
 
 // call says how one step kind is emitted: the pipe.Exec method of the
-// generated call, the pipe.OpKind constant of its table entry and the
-// packed method (abi.Shape.Packed kinds only).
+// generated call and the pipe.OpKind constant of its table entry.
 type call struct {
 	method string
 	op     string
-	packed string
 }
 
 // calls is the step kind -> runtime call table (docs/internals.md, "The
@@ -50,29 +48,29 @@ type call struct {
 // yet and Emit rejects it; supporting a new kind is one entry (and its row
 // in abi, "Adding a step kind").
 var calls = map[ir.Kind]call{
-	ir.DataLoad:          {"DataLoad", "OpDataLoad", "Load"},
-	ir.RecvF:             {"RecvAct", "OpRecvAct", "RecvF"},
-	ir.SendF:             {"SendAct", "OpSendAct", "SendF"},
-	ir.RecvB:             {"RecvGrad", "OpRecvGrad", "RecvB"},
-	ir.SendB:             {"SendGrad", "OpSendGrad", "SendB"},
-	ir.Forward:           {"Forward", "OpForward", "F"},
-	ir.Backward:          {"Backward", "OpBackward", "B"},
-	ir.BackwardInput:     {"BackwardInput", "OpBackwardInput", "I"},
-	ir.BackwardWeight:    {"BackwardWeight", "OpBackwardWeight", "W"},
-	ir.OptStep:           {"OptStep", "OpOptStep", ""},
-	ir.OverlapFB:         {"OverlapFB", "OpOverlapFB", ""},
-	ir.OverlapBF:         {"OverlapBF", "OpOverlapBF", ""},
-	ir.Unshard:           {"Unshard", "OpUnshard", ""},
-	ir.Reshard:           {"Reshard", "OpReshard", ""},
-	ir.ReduceGrad:        {"ReduceGrad", "OpReduceGrad", ""},
-	ir.SwapLaunchOffload: {"SwapLaunchOffload", "OpSwapLaunchOffload", "LaunchOffload"},
-	ir.SwapWaitOffload:   {"SwapWaitOffload", "OpSwapWaitOffload", "WaitOffload"},
-	ir.SwapLaunchLoad:    {"SwapLaunchLoad", "OpSwapLaunchLoad", "LaunchLoad"},
-	ir.SwapWaitLoad:      {"SwapWaitLoad", "OpSwapWaitLoad", "WaitLoad"},
-	ir.DataRecv:          {"RecvData", "OpRecvData", "RecvLabels"},
-	ir.DataSend:          {"SendData", "OpSendData", "SendLabels"},
-	ir.MpipeRecv:         {"MpipeRecv", "OpRecvInput", "RecvInput"},
-	ir.MpipeSend:         {"MpipeSend", "OpSendInput", "SendInput"},
+	ir.DataLoad:          {"Load", "OpDataLoad"},
+	ir.RecvF:             {"RecvF", "OpRecvAct"},
+	ir.SendF:             {"SendF", "OpSendAct"},
+	ir.RecvB:             {"RecvB", "OpRecvGrad"},
+	ir.SendB:             {"SendB", "OpSendGrad"},
+	ir.Forward:           {"F", "OpForward"},
+	ir.Backward:          {"B", "OpBackward"},
+	ir.BackwardInput:     {"I", "OpBackwardInput"},
+	ir.BackwardWeight:    {"W", "OpBackwardWeight"},
+	ir.OptStep:           {"OptStep", "OpOptStep"},
+	ir.OverlapFB:         {"OverlapFB", "OpOverlapFB"},
+	ir.OverlapBF:         {"OverlapBF", "OpOverlapBF"},
+	ir.Unshard:           {"Unshard", "OpUnshard"},
+	ir.Reshard:           {"Reshard", "OpReshard"},
+	ir.ReduceGrad:        {"ReduceGrad", "OpReduceGrad"},
+	ir.SwapLaunchOffload: {"LaunchOffload", "OpSwapLaunchOffload"},
+	ir.SwapWaitOffload:   {"WaitOffload", "OpSwapWaitOffload"},
+	ir.SwapLaunchLoad:    {"LaunchLoad", "OpSwapLaunchLoad"},
+	ir.SwapWaitLoad:      {"WaitLoad", "OpSwapWaitLoad"},
+	ir.DataRecv:          {"RecvLabels", "OpRecvData"},
+	ir.DataSend:          {"SendLabels", "OpSendData"},
+	ir.MpipeRecv:         {"RecvInput", "OpRecvInput"},
+	ir.MpipeSend:         {"SendInput", "OpSendInput"},
 }
 
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch

@@ -293,7 +293,7 @@ func (o op) step() ir.Step {
 	return ir.Step{Kind: o.kind, Stage: o.stage, Micro: o.micro, Peer: o.peer, Slot: o.slot}
 }
 
-// stmt returns the call of one step: x.Packed(at) with the step's text as a
+// stmt returns the call of one step: x.Method(at) with the step's text as a
 // trailing comment, x.OptStep() or an overlap's x.Method(args...).
 func (o op) stmt() *jen.Statement {
 	switch o.kind.Shape() {
@@ -306,7 +306,7 @@ func (o op) stmt() *jen.Statement {
 	}
 	c, d := o.kind.AtFields(o.peer, o.slot, o.src)
 	st := ir.Step{Kind: o.kind, Stage: o.stage, Micro: o.micro, Peer: o.peer, Slot: o.slot}
-	return jen.Id("x").Dot(o.packed).Call(jen.Op(atLiteral(o.stage, o.micro, c, d))).Comment(Describe(st, o.src))
+	return jen.Id("x").Dot(o.method).Call(jen.Op(atLiteral(o.stage, o.micro, c, d))).Comment(Describe(st, o.src))
 }
 
 // Describe is the comment of a packed call: the step's text form and its

@@ -111,13 +111,16 @@ const (
 	hasSwapStep                     // a SWAP_* step
 )
 
-// extraOf is the bit of a kind in Unshard..SwapWaitLoad.
+// extraOf is the bit of an FSDP or swap kind (abi's IsFSDP, IsSwap), 0 for
+// the others.
 func extraOf(k ir.Kind) uint8 {
-	switch k {
-	case ir.Unshard, ir.Reshard:
-		return hasShardStep
-	case ir.ReduceGrad:
+	switch {
+	case k == ir.ReduceGrad:
 		return hasReduceStep
+	case k.IsFSDP():
+		return hasShardStep
+	case k.IsSwap():
+		return hasSwapStep
 	}
-	return hasSwapStep
+	return 0
 }

@@ -87,7 +87,7 @@ func (c *checker) walk() error {
 	opOff := make([]int32, c.P+1)
 	hostOff := make([]int32, c.P+1)
 	// The same pass notes which ranks hold FSDP and swap steps (rare kinds:
-	// one comparison per step tells).
+	// abi's IsFSDP and IsSwap, one table load per step, tell).
 	extras := make([]uint8, c.P)
 	par.ForRanksW(w, c.P, func(_, r int) {
 		n := 0
@@ -96,7 +96,7 @@ func (c *checker) walk() error {
 			switch k := p.Ranks[r][i].Kind; {
 			case k.IsComm():
 				n++
-			case k >= ir.Unshard && k <= ir.SwapWaitLoad:
+			case k.IsFSDP() || k.IsSwap():
 				ex |= extraOf(k)
 			}
 		}
@@ -226,7 +226,7 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 				}
 			}
 			if c.swapState != nil {
-				if k := st.Kind; k >= ir.SwapLaunchOffload && k <= ir.SwapWaitLoad {
+				if st.Kind.IsSwap() {
 					d, err := c.swapStep(r, i, st)
 					if err != nil {
 						return err

@@ -25,19 +25,45 @@ type method struct {
 // constant of an overlap's backward kind argument, and for naming -table
 // entries) come from gen/emit's call table, the arguments and the letters of
 // -table kinds strings from abi, so reading generated code back always
-// matches what the emitter writes.
+// matches what the emitter writes. removed maps the unpacked methods
+// runtime/pipe no longer has (x.DataLoad(stage, micro, slot), ...) to the
+// packed method of the same step kind.
 var (
 	methods = map[string]method{}
 	opKinds = map[string]ir.Kind{}
+	removed = map[string]string{}
 )
+
+// unpacked is the spelling of each packed step kind's method before
+// runtime/pipe dropped the unpacked twins (SupportPackageIsVersion1 still):
+// hand-edited or stale code may call them, and vet names the packed method.
+var unpacked = map[ir.Kind]string{
+	ir.DataLoad:          "DataLoad",
+	ir.RecvF:             "RecvAct",
+	ir.SendF:             "SendAct",
+	ir.RecvB:             "RecvGrad",
+	ir.SendB:             "SendGrad",
+	ir.Forward:           "Forward",
+	ir.Backward:          "Backward",
+	ir.BackwardInput:     "BackwardInput",
+	ir.BackwardWeight:    "BackwardWeight",
+	ir.SwapLaunchOffload: "SwapLaunchOffload",
+	ir.SwapWaitOffload:   "SwapWaitOffload",
+	ir.SwapLaunchLoad:    "SwapLaunchLoad",
+	ir.SwapWaitLoad:      "SwapWaitLoad",
+	ir.DataRecv:          "RecvData",
+	ir.DataSend:          "SendData",
+	ir.MpipeRecv:         "MpipeRecv",
+	ir.MpipeSend:         "MpipeSend",
+}
 
 func init() {
 	for _, c := range emit.Calls() {
-		methods[c.Method] = method{kind: c.Kind, args: c.Kind.Shape()}
-		if c.Packed != "" {
-			methods[c.Packed] = method{kind: c.Kind, args: c.Kind.Shape(), packed: true}
-		}
+		methods[c.Method] = method{kind: c.Kind, args: c.Kind.Shape(), packed: c.Kind.Shape().Packed()}
 		opKinds[c.Op] = c.Kind
+		if old, ok := unpacked[c.Kind]; ok {
+			removed[old] = c.Method
+		}
 	}
 	for _, f := range emit.Fusions() {
 		methods[f.Method] = method{args: abi.ArgsCompute, packed: true, fused: &f}
@@ -57,7 +83,7 @@ type step struct {
 	desc   string // a well-formed packed call: emit.Describe of its step
 }
 
-// text renders the call as written, e.g. "x.SendAct(0, 3, 1, 3)", and a
+// text renders the call as written, e.g. "x.Unshard(1)", and a
 // packed call with what its pipe.At says, e.g.
 // "x.SendF(0x0000_0003_0001_0003) (0SEND_F3 peer 1, slot 3)".
 func (s *step) text() string {
@@ -366,7 +392,9 @@ func (m *model) readStep(call *ast.CallExpr, name string, r, index int) *step {
 	s := &step{call: call, rank: r, index: index, method: name, src: ir.None, subSrc: [2]int{ir.None, ir.None}}
 	meth, known := methods[name]
 	if !known {
-		if name == "Err" {
+		if use, ok := removed[name]; ok {
+			m.report(call, "rank %d step %d: %s calls %s, which runtime/pipe no longer has; generated code calls x.%s(pipe.At) (regenerate the file)", r, index, s.text(), name, use)
+		} else if name == "Err" {
 			m.report(call, "rank %d: x.Err() in the middle of a rank function", r)
 		} else {
 			m.report(call, "rank %d step %d: %s is not a runtime step call ppgen generates", r, index, s.text())

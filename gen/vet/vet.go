@@ -5,7 +5,9 @@
 //
 //   - every step argument is an integer constant and every statement of a rank
 //     function (RankN and the helpers rankNPartK it calls, followed in order)
-//     is a runtime call: the code is still straight-line generated code;
+//     is a runtime call: the code is still straight-line generated code; a
+//     step method runtime/pipe no longer has (the unpacked x.Forward(stage,
+//     micro, slot, src), ...) is reported with the packed one to call;
 //   - every step's stage is held by its rank, micro-batch, peer, slot and src
 //     are in range and agree with the Spec (placement, slots);
 //   - each rank's sends have matching receives in the peer's function, in the

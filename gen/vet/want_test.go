@@ -148,8 +148,6 @@ var brokenCases = []brokenCase{
 		// A step argument is a variable (declared in vars.go of the package).
 		e.replaceCalls([]string{packed("F", 0, 1, 1, -1)}, []string{"\tx.F(pipe.At(micro))"})
 		e.wantAfter("\tx.F(pipe.At(micro))\n", `rank 0 step 4: the argument of x.F\(pipe.At\(micro\)\) is pipe.At\(micro\), not a pipe.At constant`)
-		e.replaceCalls([]string{packed("F", 1, 1, 1, -1)}, []string{"\tx.Forward(1, micro, 1, -1)"})
-		e.wantAfter("\tx.Forward(1, micro, 1, -1)\n", `rank 1 step 7: argument micro of x.Forward\(1, micro, 1, -1\) is micro, not a constant`)
 	}},
 	{"missingrank", false, func(e *editor) {
 		// Rank 1 dropped from the rank table.
@@ -195,11 +193,6 @@ var brokenCases = []brokenCase{
 		e.replaceCalls([]string{packed("SendB", 1, 0, 0, 0)}, []string{packed("RecvF", 1, 2, 0, 0), packed("SendB", 1, 0, 0, 0)})
 		e.wantAfter(packed("RecvF", 1, 2, 0, 0), `edited generated code: rank 1 step 6 is `+q(packed("RecvF", 1, 2, 0, 0)))
 		e.wantAfter(packed("RecvB", 0, 0, 1, 0), `unsafe program: deadlock: rank 0 at step 6 0RECV_B0 waits for rank 1; rank 1 at step 6 1RECV_F2 waits for rank 0`)
-	}},
-	{"unpacked", false, func(e *editor) {
-		// Unpacked calls of the same steps are the same program (the
-		// fingerprint hashes steps, not their spelling): no diagnostic.
-		e.replaceCalls([]string{packed("Load", 0, 0, 0, -1), packed("F", 0, 0, 0, -1)}, []string{"\tx.DataLoad(0, 0, 0)", "\tx.Forward(0, 0, 0, -1)"})
 	}},
 	{"noguard", false, func(e *editor) {
 		e.replace("// This guard breaks the build when runtime/pipe no longer supports this generated code.\nconst _ = pipe.SupportPackageIsVersion1\n\n", "")

@@ -167,11 +167,18 @@ func (a *activation) backwardWeight(saved any, dy *tensor.Dense) error {
 }
 
 func (a *activation) backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
-	dx, err := a.backwardInput(saved, dy)
+	return fullBackward(a.backwardInput, a.backwardWeight, saved, dy)
+}
+
+// fullBackward is Backward of a layer whose backward is split in two: the
+// input gradient (input), then the weight gradient (weight), which does not
+// run when the first fails.
+func fullBackward(input func(any, *tensor.Dense) (*tensor.Dense, error), weight func(any, *tensor.Dense) error, saved any, dy *tensor.Dense) (*tensor.Dense, error) {
+	dx, err := input(saved, dy)
 	if err != nil {
 		return nil, err
 	}
-	return dx, a.backwardWeight(saved, dy)
+	return dx, weight(saved, dy)
 }
 
 // Forward returns max(x, 0) elementwise.

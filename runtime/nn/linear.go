@@ -179,9 +179,5 @@ func (l *Linear) BackwardWeight(saved any, dy *tensor.Dense) error {
 
 // Backward runs BackwardInput and then BackwardWeight.
 func (l *Linear) Backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
-	dx, err := l.BackwardInput(saved, dy)
-	if err != nil {
-		return nil, err
-	}
-	return dx, l.BackwardWeight(saved, dy)
+	return fullBackward(l.BackwardInput, l.BackwardWeight, saved, dy)
 }

@@ -38,6 +38,21 @@ type SoftmaxCrossEntropy struct {
 	Scale float64
 }
 
+// lossArgs checks the arguments of a loss: the effective scale of s, the
+// output y as a rows×cols matrix and the target.
+func lossArgs(where string, s float64, y, tgt *tensor.Dense) (scale float64, ym *tensor.Dense, rows, cols int, t *tensor.Dense, err error) {
+	if scale, err = lossScale(where, s); err != nil {
+		return 0, nil, 0, 0, nil, err
+	}
+	if ym, rows, cols, err = matrix(where, "output", y); err != nil {
+		return 0, nil, 0, 0, nil, err
+	}
+	if t, err = target(where, tgt); err != nil {
+		return 0, nil, 0, 0, nil, err
+	}
+	return scale, ym, rows, cols, t, nil
+}
+
 // lossScale returns the effective scale.
 func lossScale(where string, s float64) (float64, error) {
 	if math.IsNaN(s) || math.IsInf(s, 0) {
@@ -67,15 +82,7 @@ func target(where string, t *tensor.Dense) (*tensor.Dense, error) {
 // gradient dy with y's shape and dtype.
 func (m MSE) Loss(y, tgt *tensor.Dense) (float64, *tensor.Dense, error) {
 	const where = "MSE.Loss"
-	scale, err := lossScale(where, m.Scale)
-	if err != nil {
-		return 0, nil, err
-	}
-	y, rows, cols, err := matrix(where, "output", y)
-	if err != nil {
-		return 0, nil, err
-	}
-	tgt, err = target(where, tgt)
+	scale, y, rows, cols, tgt, err := lossArgs(where, m.Scale, y, tgt)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -114,15 +121,7 @@ func mse[Y, T float](y []Y, t []T, dy []Y, c float64) float64 {
 // and its gradient dy with y's shape and dtype.
 func (l SoftmaxCrossEntropy) Loss(y, tgt *tensor.Dense) (float64, *tensor.Dense, error) {
 	const where = "SoftmaxCrossEntropy.Loss"
-	scale, err := lossScale(where, l.Scale)
-	if err != nil {
-		return 0, nil, err
-	}
-	y, rows, classes, err := matrix(where, "output", y)
-	if err != nil {
-		return 0, nil, err
-	}
-	tgt, err = target(where, tgt)
+	scale, y, rows, classes, tgt, err := lossArgs(where, l.Scale, y, tgt)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -213,11 +213,7 @@ func (s *Sequential) BackwardWeight(saved any, dy *tensor.Dense) error {
 
 // Backward runs BackwardInput and then BackwardWeight.
 func (s *Sequential) Backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
-	dx, err := s.BackwardInput(saved, dy)
-	if err != nil {
-		return nil, err
-	}
-	return dx, s.BackwardWeight(saved, dy)
+	return fullBackward(s.BackwardInput, s.BackwardWeight, saved, dy)
 }
 
 // layerError reports an inner layer's error with the layer's position.

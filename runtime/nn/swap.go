@@ -30,18 +30,11 @@ func (s *linearSaved) SavedTensors() ([]*tensor.Dense, error) {
 
 func (s *linearSaved) SetSavedTensors(ts []*tensor.Dense) error {
 	const where = "Linear saved context"
-	if len(ts) != 1 {
-		return fmt.Errorf("nn: %s: %d tensors given, want 1", where, len(ts))
-	}
-	if ts[0] == nil {
-		s.x = nil
-		return nil
-	}
-	x, rows, cols, err := matrix(where, "restored input", ts[0])
+	x, rows, cols, err := restoreOne(where, "restored input", ts)
 	if err != nil {
 		return err
 	}
-	if rows != s.rows || cols != s.l.In || x.Dtype() != s.l.dtype {
+	if x != nil && (rows != s.rows || cols != s.l.In || x.Dtype() != s.l.dtype) {
 		return fmt.Errorf("nn: %s: restored input is %v %v, want %v (%d, %d)", where, x.Dtype(), x.Shape(), s.l.dtype, s.rows, s.l.In)
 	}
 	s.x = x
@@ -53,20 +46,24 @@ func (s *actSaved) SavedTensors() ([]*tensor.Dense, error) {
 }
 
 func (s *actSaved) SetSavedTensors(ts []*tensor.Dense) error {
-	where := s.kind + " saved context"
-	if len(ts) != 1 {
-		return fmt.Errorf("nn: %s: %d tensors given, want 1", where, len(ts))
-	}
-	if ts[0] == nil {
-		s.t = nil
-		return nil
-	}
-	t, _, _, err := matrix(where, "restored tensor", ts[0])
+	t, _, _, err := restoreOne(s.kind+" saved context", "restored tensor", ts)
 	if err != nil {
 		return err
 	}
 	s.t = t
 	return nil
+}
+
+// restoreOne checks the one tensor SetSavedTensors restores (what, in
+// where): nil (the context holds none) or a matrix, with its shape.
+func restoreOne(where, what string, ts []*tensor.Dense) (*tensor.Dense, int, int, error) {
+	if len(ts) != 1 {
+		return nil, 0, 0, fmt.Errorf("nn: %s: %d tensors given, want 1", where, len(ts))
+	}
+	if ts[0] == nil {
+		return nil, 0, 0, nil
+	}
+	return matrix(where, what, ts[0])
 }
 
 // swappable returns ctx as a Swappable, or why it is not one.
@@ -285,11 +282,7 @@ func (w *Swapping) BackwardWeight(saved any, dy *tensor.Dense) error {
 
 // Backward runs BackwardInput and then BackwardWeight.
 func (w *Swapping) Backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
-	dx, err := w.BackwardInput(saved, dy)
-	if err != nil {
-		return nil, err
-	}
-	return dx, w.BackwardWeight(saved, dy)
+	return fullBackward(w.BackwardInput, w.BackwardWeight, saved, dy)
 }
 
 // Offload starts moving the saved context's tensors to the tier and

@@ -15,8 +15,8 @@ import "github.com/ppgen/ppgen/abi"
 // Each field holds 0 to 65534, or 0xffff for -1, so a constant reads in hex
 // groups: 0x0003_0011_0002_ffff is stage 3, micro-batch 17, slot 2, no source
 // slot. New refuses Specs whose stages, micro-batches, ranks or slots per
-// rank do not fit, so every valid step has an At; the unpacked methods
-// (Forward, SendAct, ...) take any ints and report those that cannot be valid.
+// rank do not fit, so every valid step has an At; Interpret takes an Op's
+// fields as ints and reports those that no At can hold.
 // The step methods' fast paths decode with At.Fields (0xffff as 65535,
 // outside every valid range just as -1 is), their slow paths, which explain
 // the error, with At.Unpack.

@@ -140,7 +140,7 @@ func (x *Exec) F(a At) {
 				in = s.ract
 			}
 		}
-		// The last stage's F needs the labels, which only a DataLoad into
+		// The last stage's F needs the labels, which only a DATA_LOAD into
 		// the slot already holding the chunk can have put there.
 		if in != nil && (ends&routeEnd == 0 || (s.key == k && s.target != nil && s.flags&dataPending == 0)) {
 			if s.key != k {
@@ -173,7 +173,11 @@ func (x *Exec) F(a At) {
 			return
 		}
 		if s.target == nil {
-			x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: DataLoad(%d, %d) into it has not run", slot, stage, micro)
+			if x.spec.ShipLabels && !x.routeFirst(stage) {
+				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it was not posted", slot, stepName(OpRecvData, stage, micro))
+			} else {
+				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
+			}
 			return
 		}
 		loss, dy, err := x.loss.Loss(y, s.target)
@@ -218,10 +222,10 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 	case x.routeFirst(stage):
 		if !s.holds(stage, micro) || (s.x == nil && s.flags&actPending == 0 && s.ract == nil) {
 			if x.owner(micro) >= 0 && x.owner(micro) != x.rank {
-				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvInput(%d, %d) from its owner, rank %d, into it was not posted", slot, stage, micro, x.owner(micro))
+				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s from its owner, rank %d, into it was not posted", slot, stepName(OpRecvInput, stage, micro), x.owner(micro))
 				return nil, nil
 			}
-			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: DataLoad(0, %d) into it has not run", slot, micro)
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
 			return nil, nil
 		}
 		if in = x.takeInput(s); in == nil {
@@ -229,7 +233,7 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 		}
 	default:
 		if !s.holds(stage, micro) || (s.flags&actPending == 0 && s.ract == nil) {
-			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: RecvAct(%d, %d) into it was not posted", slot, stage, micro)
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s into it was not posted", slot, stepName(OpRecvAct, stage, micro))
 			return nil, nil
 		}
 		if !x.await(s, actPending) {
@@ -262,12 +266,12 @@ func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.De
 		return nil
 	}
 	p := &x.slots[src]
-	t, what := p.y, "output of F(%d, %d)"
+	t, what := p.y, "output of "+stepName(OpForward, stage+dir, micro)
 	if dir > 0 {
-		t, what = p.dx, "input gradient of (%d, %d)"
+		t, what = p.dx, "input gradient of "+stepName(OpBackward, stage+dir, micro)+" or "+stepName(OpBackwardInput, stage+dir, micro)
 	}
 	if !p.holds(stage+dir, micro) || t == nil {
-		x.stepFailf(k, stage, micro, -1, "source slot %d holds no "+what, src, stage+dir, micro)
+		x.stepFailf(k, stage, micro, -1, "source slot %d holds no %s", src, what)
 		return nil
 	}
 	return t
@@ -390,7 +394,7 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) (*slotState, 
 		return nil, nil
 	}
 	if s.flags&swappedOut != 0 {
-		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
+		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: %s must come first", stepName(OpSwapLaunchLoad, stage, micro))
 		return nil, nil
 	}
 	var dy *tensor.Dense
@@ -403,7 +407,7 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) (*slotState, 
 		dy = s.dy
 	default:
 		if s.flags&gradPending == 0 && s.rgrad == nil {
-			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: RecvGrad(%d, %d) into it was not posted", slot, stage, micro)
+			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: %s into it was not posted", slot, stepName(OpRecvGrad, stage, micro))
 			return nil, nil
 		}
 		if !x.await(s, gradPending) {
@@ -427,7 +431,7 @@ func (x *Exec) weightSlow(stage, micro, slot int) *slotState {
 		return nil
 	}
 	if s.flags&swappedOut != 0 {
-		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", stage, micro)
+		x.stepFailf(k, stage, micro, -1, "the chunk's saved activations are swapped out: %s must come first", stepName(OpSwapLaunchLoad, stage, micro))
 		return nil
 	}
 	return s

@@ -128,7 +128,12 @@ func TestStepMisuse(t *testing.T) {
 		want string
 	}{
 		{"forward without data", 0, func(x *pipe.Exec) { run(x, fwd(0, 0, 0, -1)) },
-			"pipe: rank 0 step 0F0: no input in slot 0: DataLoad(0, 0) into it has not run"},
+			"pipe: rank 0 step 0F0: no input in slot 0: 0DATA_LOAD0 into it has not run"},
+		{"forward without recv", 1, func(x *pipe.Exec) { run(x, fwd(1, 1, 0, -1)) }, "rank 1 step 1F1: no input in slot 0: 1RECV_F1 into it was not posted"},
+		{"backward without recv", 0, func(x *pipe.Exec) { run(x, load(0, 1, 1)); run(x, fwd(0, 1, 1, -1)); run(x, bwd(0, 1, 1, -1)) },
+			"rank 0 step 0B1: no output gradient in slot 1: 0RECV_B1 into it was not posted"},
+		{"bad backward src", 0, func(x *pipe.Exec) { run(x, load(0, 0, 0)); run(x, fwd(0, 0, 0, -1)); run(x, bwdInput(0, 0, 0, 1)) },
+			"rank 0 step 0I0: source slot 1 holds no input gradient of 1B0 or 1I0"},
 		{"foreign stage", 0, func(x *pipe.Exec) { run(x, load(2, 0, 0)) }, "rank 0 step 2DATA_LOAD0: stage 2 is on rank 2, not on this rank"},
 		{"slot range", 1, func(x *pipe.Exec) { run(x, recvAct(1, 0, 0, 5)) }, "rank 1 step 1RECV_F0 (peer rank 0): slot 5 outside [0, 2)"},
 		{"micro range", 1, func(x *pipe.Exec) { run(x, fwd(1, 7, 0, -1)) }, "micro-batch 7 outside [0, 2)"},
@@ -140,10 +145,10 @@ func TestStepMisuse(t *testing.T) {
 		{"recv grad for absent chunk", 1, func(x *pipe.Exec) { run(x, recvGrad(1, 1, 2, 1)) }, "rank 1 step 1RECV_B1 (peer rank 2): slot 1 holds no chunk"},
 		{"weight before input", 0, func(x *pipe.Exec) { run(x, load(0, 0, 0)); run(x, fwd(0, 0, 0, -1)); run(x, bwdWeight(0, 0, 0)) },
 			"rank 0 step 0W0: chunk in slot 0 is not between its I and its W"},
-		{"bad src", 1, func(x *pipe.Exec) { run(x, fwd(1, 0, 0, 1)) }, "rank 1 step 1F0: source slot 1 holds no output of F(0, 0)"},
-		{"send before forward", 0, func(x *pipe.Exec) { run(x, load(0, 0, 0)); run(x, sendAct(0, 0, 1, 0)) }, "no output in slot 0: F(0, 0) has not run"},
-		// Arguments no At can hold take the unpacked methods' own check,
-		// with the slow paths' messages.
+		{"bad src", 1, func(x *pipe.Exec) { run(x, fwd(1, 0, 0, 1)) }, "rank 1 step 1F0: source slot 1 holds no output of 0F0"},
+		{"send before forward", 0, func(x *pipe.Exec) { run(x, load(0, 0, 0)); run(x, sendAct(0, 0, 1, 0)) }, "rank 0 step 0SEND_F0 (peer rank 1): no output in slot 0: 0F0 has not run"},
+		// Arguments no At can hold (Interpret takes them as ints) get the
+		// slow paths' messages.
 		{"huge micro", 1, func(x *pipe.Exec) { run(x, fwd(1, 1<<20, 0, -1)) }, "rank 1 step 1F1048576: micro-batch 1048576 outside [0, 2)"},
 		{"negative stage", 0, func(x *pipe.Exec) { run(x, load(-7, 0, 0)) }, "stage -7 outside [0, 3)"},
 		{"huge slot", 1, func(x *pipe.Exec) { run(x, recvGrad(1, 0, 2, 70000)) }, "slot 70000 outside [0, 2)"},

@@ -64,10 +64,10 @@ func TestShippedLabelsErrors(t *testing.T) {
 		want string
 	}{
 		{"send of labels a load did not bring", loaded, 0, func(x *pipe.Exec) { run(x, load(0, 0, 0)); run(x, sendData(0, 0, 1, 0)) },
-			"rank 0 step 0DATA_SEND0 (peer rank 1): no labels in slot 0"},
+			"rank 0 step 0DATA_SEND0 (peer rank 1): no labels in slot 0: 0DATA_LOAD0 (with Spec.ShipLabels, on the first stage) or 0DATA_RECV0 must come first"},
 		{"receive from the wrong rank", labelsSpec, 1, func(x *pipe.Exec) { run(x, recvData(1, 0, 1, 0)) }, "peer rank 1, but stage 0 is on rank 0"},
 		{"send past the last stage", labelsSpec, 1, func(x *pipe.Exec) { run(x, sendData(1, 0, 0, 0)) }, "stage 1 has no neighbour stage 2"},
-		{"loss without the labels", labelsSpec, 1, func(x *pipe.Exec) { run(x, recvAct(1, 0, 0, 0)); run(x, fwd(1, 0, 0, -1)) }, "no labels in slot 0"},
+		{"loss without the labels", labelsSpec, 1, func(x *pipe.Exec) { run(x, recvAct(1, 0, 0, 0)); run(x, fwd(1, 0, 0, -1)) }, "rank 1 step 1F0: no labels in slot 0: 1DATA_RECV0 into it was not posted"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

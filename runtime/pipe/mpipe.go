@@ -61,7 +61,7 @@ func (x *Exec) sendOwned(stage, micro, peer, slot int) {
 	case peer != x.spec.RankOf[stage] || peer == x.rank:
 		x.stepFailf(k, stage, micro, peer, "peer rank %d, but stage %d is on rank %d", peer, stage, x.spec.RankOf[stage])
 	case x.ownIn == nil || x.ownMicro != micro:
-		x.stepFailf(k, stage, micro, peer, "the input of micro %d is not loaded: DATA_LOAD(%d, %d) must come first on this rank", micro, stage, micro)
+		x.stepFailf(k, stage, micro, peer, "the input of micro %d is not loaded: %s must come first on this rank", micro, stepName(OpDataLoad, stage, micro))
 	default:
 		t := x.ownIn
 		x.ownIn = nil

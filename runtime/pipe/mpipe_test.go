@@ -49,7 +49,7 @@ func TestOwnedInputErrors(t *testing.T) {
 		run  func(x *pipe.Exec)
 		want string
 	}{
-		{"send before load", 1, func(x *pipe.Exec) { run(x, mpipeSend(0, 1, 0, -1)) }, "rank 1 step 0MPIPE_FWD_SEND1 (peer rank 0): the input of micro 1 is not loaded: DATA_LOAD(0, 1) must come first"},
+		{"send before load", 1, func(x *pipe.Exec) { run(x, mpipeSend(0, 1, 0, -1)) }, "rank 1 step 0MPIPE_FWD_SEND1 (peer rank 0): the input of micro 1 is not loaded: 0DATA_LOAD1 must come first on this rank"},
 		{"load of a micro another rank owns", 1, func(x *pipe.Exec) { run(x, load(0, 0, -1)) }, "stage 0 is on rank 0, not on this rank"},
 		{"two loads without a send", 1, func(x *pipe.Exec) { run(x, load(0, 1, -1)); run(x, load(0, 1, -1)) }, "the input of micro 1 is loaded and not yet sent"},
 		{"send to the wrong rank", 1, func(x *pipe.Exec) { run(x, load(0, 1, -1)); run(x, mpipeSend(0, 1, 1, -1)) }, "peer rank 1, but stage 0 is on rank 0"},

@@ -14,38 +14,40 @@ import (
 // its table letters (Code).
 type OpKind = abi.Kind
 
-// The step kinds, one per Exec method, under the runtime's names. The zero
-// value is invalid.
+// The step kinds, one per Exec method, under the runtime's names; each
+// comment names the method and the Op fields it reads. The zero value is
+// invalid.
 const (
 	OpInvalid        = abi.Invalid
-	OpDataLoad       = abi.DataLoad       // DataLoad(Stage, Micro, Slot)
-	OpRecvAct        = abi.RecvF          // RecvAct(Stage, Micro, Peer, Slot)
-	OpSendAct        = abi.SendF          // SendAct(Stage, Micro, Peer, Slot)
-	OpRecvGrad       = abi.RecvB          // RecvGrad(Stage, Micro, Peer, Slot)
-	OpSendGrad       = abi.SendB          // SendGrad(Stage, Micro, Peer, Slot)
-	OpForward        = abi.Forward        // Forward(Stage, Micro, Slot, Src)
-	OpBackward       = abi.Backward       // Backward(Stage, Micro, Slot, Src)
-	OpBackwardInput  = abi.BackwardInput  // BackwardInput(Stage, Micro, Slot, Src)
-	OpBackwardWeight = abi.BackwardWeight // BackwardWeight(Stage, Micro, Slot)
-	OpOptStep        = abi.OptStep        // OptStep()
+	OpDataLoad       = abi.DataLoad       // Load: Stage, Micro, Slot
+	OpRecvAct        = abi.RecvF          // RecvF: Stage, Micro, Peer, Slot
+	OpSendAct        = abi.SendF          // SendF: Stage, Micro, Peer, Slot
+	OpRecvGrad       = abi.RecvB          // RecvB: Stage, Micro, Peer, Slot
+	OpSendGrad       = abi.SendB          // SendB: Stage, Micro, Peer, Slot
+	OpForward        = abi.Forward        // F: Stage, Micro, Slot, Src
+	OpBackward       = abi.Backward       // B: Stage, Micro, Slot, Src
+	OpBackwardInput  = abi.BackwardInput  // I: Stage, Micro, Slot, Src
+	OpBackwardWeight = abi.BackwardWeight // W: Stage, Micro, Slot
+	OpOptStep        = abi.OptStep        // OptStep: no fields
 	// An overlap is three consecutive ops: this header (other fields -1)
 	// and its two sub-steps in order, F then B, I or W for OpOverlapFB, the
 	// reverse for OpOverlapBF; see Exec.OverlapFB and Exec.OverlapBF.
 	OpOverlapFB  = abi.OverlapFB  // OverlapFB(F sub-step, backward sub-step)
 	OpOverlapBF  = abi.OverlapBF  // OverlapBF(backward sub-step, F sub-step)
-	OpUnshard    = abi.Unshard    // Unshard(Stage)
-	OpReshard    = abi.Reshard    // Reshard(Stage)
-	OpReduceGrad = abi.ReduceGrad // ReduceGrad(Stage)
-	// The swap steps of a chunk: SwapLaunchOffload(Stage, Micro, Slot), ...
+	OpUnshard    = abi.Unshard    // Unshard: Stage
+	OpReshard    = abi.Reshard    // Reshard: Stage
+	OpReduceGrad = abi.ReduceGrad // ReduceGrad: Stage
+	// The swap steps of a chunk (Stage, Micro, Slot): LaunchOffload,
+	// WaitOffload, LaunchLoad, WaitLoad.
 	OpSwapLaunchOffload = abi.SwapLaunchOffload
 	OpSwapWaitOffload   = abi.SwapWaitOffload
 	OpSwapLaunchLoad    = abi.SwapLaunchLoad
 	OpSwapWaitLoad      = abi.SwapWaitLoad
-	// mpipe's owned-micro loading: RecvInput(Stage, Micro, Peer, Slot) on the
-	// first stage's rank, SendInput(Stage, Micro, Peer) on the owner.
+	// mpipe's owned-micro loading: RecvInput (Stage, Micro, Peer, Slot) on
+	// the first stage's rank, SendInput (Stage, Micro, Peer) on the owner.
 	OpRecvInput = abi.MpipeRecv
 	OpSendInput = abi.MpipeSend
-	// Labels along the pipe (Spec.ShipLabels): RecvData and SendData
+	// Labels along the pipe (Spec.ShipLabels): RecvLabels and SendLabels
 	// (Stage, Micro, Peer, Slot), ahead of the chunk's activation transfer.
 	OpRecvData = abi.DataRecv
 	OpSendData = abi.DataSend

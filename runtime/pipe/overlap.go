@@ -47,8 +47,7 @@ func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, 
 	if x.failedNow() {
 		return
 	}
-	f := Op{Kind: OpForward, Stage: int32(fStage), Micro: int32(fMicro), Peer: -1, Slot: int32(fSlot), Src: int32(fSrc)}
-	b := Op{Kind: bKind, Stage: int32(bStage), Micro: int32(bMicro), Peer: -1, Slot: int32(bSlot), Src: int32(bSrc)}
+	f, b := computeOp(OpForward, fStage, fMicro, fSlot, fSrc), computeOp(bKind, bStage, bMicro, bSlot, bSrc)
 	x.overlap(OpOverlapFB, f, b, f, b, (*Exec).sub)
 }
 
@@ -64,9 +63,13 @@ func (x *Exec) OverlapBF(bKind OpKind, bStage, bMicro, bSlot, bSrc int, fStage, 
 	if x.failedNow() {
 		return
 	}
-	f := Op{Kind: OpForward, Stage: int32(fStage), Micro: int32(fMicro), Peer: -1, Slot: int32(fSlot), Src: int32(fSrc)}
-	b := Op{Kind: bKind, Stage: int32(bStage), Micro: int32(bMicro), Peer: -1, Slot: int32(bSlot), Src: int32(bSrc)}
+	f, b := computeOp(OpForward, fStage, fMicro, fSlot, fSrc), computeOp(bKind, bStage, bMicro, bSlot, bSrc)
 	x.overlap(OpOverlapBF, b, f, f, b, (*Exec).sub)
+}
+
+// computeOp is the compute step k of (stage, micro) in slot with source src, as data.
+func computeOp(k OpKind, stage, micro, slot, src int) Op {
+	return Op{Kind: k, Stage: int32(stage), Micro: int32(micro), Peer: -1, Slot: int32(slot), Src: int32(src)}
 }
 
 // overlap runs the composite k whose sub-steps are first and second (in

@@ -50,10 +50,10 @@ const (
 	fwdDone     slotFlags = 1 << iota // F ran
 	inDone                            // I or B ran (dx valid)
 	wDone                             // W or B ran
-	actPending                        // a RecvAct is posted and not yet waited for
-	gradPending                       // a RecvGrad is posted and not yet waited for
+	actPending                        // a RECV_F is posted and not yet waited for
+	gradPending                       // a RECV_B is posted and not yet waited for
 	swappedOut                        // the saved context is offloaded (a Swapper's handle)
-	dataPending                       // a RecvData of the labels is posted and not yet waited for
+	dataPending                       // a DATA_RECV of the labels is posted and not yet waited for
 
 	pending = actPending | gradPending | dataPending
 )

@@ -79,7 +79,7 @@ func (x *Exec) swapStep(k OpKind, a At) {
 		s.flags |= swappedOut
 	case OpSwapLaunchLoad:
 		if !out {
-			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is not swapped out: SWAP_LAUNCH_OFFLOAD of (%d, %d) must come first", slot, stage, micro)
+			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is not swapped out: %s must come first", slot, stepName(OpSwapLaunchOffload, stage, micro))
 			return
 		}
 		saved, err := sw.Load(s.saved)
@@ -101,7 +101,7 @@ func (x *Exec) swapStep(k OpKind, a At) {
 		}
 	case OpSwapWaitLoad:
 		if out {
-			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is still swapped out: SWAP_LAUNCH_LOAD of (%d, %d) must come first", slot, stage, micro)
+			x.stepFailf(k, stage, micro, -1, "the chunk in slot %d is still swapped out: %s must come first", slot, stepName(OpSwapLaunchLoad, stage, micro))
 		}
 	}
 }

@@ -80,7 +80,7 @@ func TestSwapSteps(t *testing.T) {
 	log = nil
 	st := newStages(2)
 	err := run(map[int]pipe.Stage{0: &swapAffine{affine: st[0], log: &log}, 1: &swapAffine{affine: st[1], log: &log}}, swapOps(false))
-	if err == nil || !strings.Contains(err.Error(), "step 0B0: the chunk's saved activations are swapped out") {
+	if err == nil || !strings.Contains(err.Error(), "step 0B0: the chunk's saved activations are swapped out: 0SWAP_LAUNCH_LOAD0 must come first") {
 		t.Errorf("backward while out: %v", err)
 	}
 }

@@ -233,37 +233,25 @@ func readMsg(c net.Conn, limit int) ([]byte, error) {
 	return b, nil
 }
 
+// readDecoded reads one message of at most limit bytes and decodes it.
+func readDecoded[T any](c net.Conn, limit int, decode func([]byte) (T, error)) (T, error) {
+	b, err := readMsg(c, limit)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return decode(b)
+}
+
 func readChallenge(c net.Conn) (challenge, error) {
-	b, err := readMsg(c, maxPreAuthMsg)
-	if err != nil {
-		return challenge{}, err
-	}
-	return decodeChallenge(b)
+	return readDecoded(c, maxPreAuthMsg, decodeChallenge)
 }
 
-func readProof(c net.Conn) (proof, error) {
-	b, err := readMsg(c, maxPreAuthMsg)
-	if err != nil {
-		return proof{}, err
-	}
-	return decodeProof(b)
-}
+func readProof(c net.Conn) (proof, error) { return readDecoded(c, maxPreAuthMsg, decodeProof) }
 
-func readHello(c net.Conn) (hello, error) {
-	b, err := readMsg(c, maxHelloMsg)
-	if err != nil {
-		return hello{}, err
-	}
-	return decodeHello(b)
-}
+func readHello(c net.Conn) (hello, error) { return readDecoded(c, maxHelloMsg, decodeHello) }
 
-func readVerdict(c net.Conn) (verdict, error) {
-	b, err := readMsg(c, maxVerdictMsg)
-	if err != nil {
-		return verdict{}, err
-	}
-	return decodeVerdict(b)
-}
+func readVerdict(c net.Conn) (verdict, error) { return readDecoded(c, maxVerdictMsg, decodeVerdict) }
 
 func newNonce() []byte {
 	n := make([]byte, nonceLen)

@@ -85,20 +85,19 @@ func (t *inproc) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 	}
 	select {
 	case <-t.failed:
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, t.err)
+		return sendError(t.rank, ch, peer, t.err)
 	default:
 	}
 	if t.closed.Load() {
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, ErrClosed)
+		return sendError(t.rank, ch, peer, ErrClosed)
 	}
 	p := t.peers[peer]
 	if p.closed.Load() {
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer,
-			&PeerError{Peer: peer, Reason: "closed the connection", Err: ErrPeerClosed})
+		return sendError(t.rank, ch, peer, peerClosed(peer))
 	}
 	c, err := clone(x)
 	if err != nil {
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, err)
+		return sendError(t.rank, ch, peer, err)
 	}
 	p.box[t.rank][ch].push(message{tag: tag, t: c})
 	return nil
@@ -118,7 +117,7 @@ func (t *inproc) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 		return Tag{}, nil, newProgressError(t.rank, "recv", peer, ch, t.timeout, "InProcTimeout", last, "")
 	}
 	if err != nil {
-		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", t.rank, ch, peer, err)
+		return Tag{}, nil, recvError(t.rank, ch, peer, err)
 	}
 	return m.tag, m.t, nil
 }
@@ -129,7 +128,7 @@ func (t *inproc) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	gone := &PeerError{Peer: t.rank, Reason: "closed the connection", Err: ErrPeerClosed}
+	gone := peerClosed(t.rank)
 	for p, ep := range t.peers {
 		if p == t.rank {
 			continue

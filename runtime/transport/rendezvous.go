@@ -212,56 +212,34 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 	done := make(chan struct{})
 	defer close(done)
 	var aborted atomic.Pointer[string] // set before done is closed on failure
-	go func() {
-		defer t.catch("rendezvous accept loop", func(err error) {
+	go t.acceptLoop(r, ln, "rendezvous accept loop", false, purposeRendezvous,
+		func(c net.Conn, h hello) string {
+			if h.Addr == "" {
+				return fmt.Sprintf("rank %d at %s sent no address to reach it at", h.Rank, c.RemoteAddr())
+			}
+			return ""
+		},
+		func(err error) {
 			select {
 			case results <- result{shakeOutcome: shakeOutcome{err: err}}:
 			case <-done:
 			}
-		})
-		hook("accept")
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r.track(c, t.handshakeDeadline(r))
-			go func() {
-				var out shakeOutcome
-				func() {
-					defer t.catch(fmt.Sprintf("handshake with %s", c.RemoteAddr()), func(err error) { out = shakeOutcome{err: err} })
-					hook("handshake")
-					out = t.shakeListener(c, false, purposeRendezvous, func(h hello) string {
-						if h.Addr == "" {
-							return fmt.Sprintf("rank %d at %s sent no address to reach it at", h.Rank, c.RemoteAddr())
-						}
-						return ""
-					})
-				}()
-				if out.refused {
-					t.refused(r, c, out.err)
-					r.drop(c)
-					return
-				}
-				if out.err == nil {
-					r.extend(c)
-				}
-				select {
-				case results <- result{c, out}:
-				case <-done:
-					// The rendezvous already ended: tell a rank that passed
-					// its handshake why, instead of just hanging up.
-					if reason := aborted.Load(); reason != nil {
-						if out.err == nil {
-							_ = writeMsg(c, verdict{Err: *reason})
-						}
-						tell(out.h.Rank)
+		},
+		func(c net.Conn, out shakeOutcome) {
+			select {
+			case results <- result{c, out}:
+			case <-done:
+				// The rendezvous already ended: tell a rank that passed
+				// its handshake why, instead of just hanging up.
+				if reason := aborted.Load(); reason != nil {
+					if out.err == nil {
+						_ = writeMsg(c, verdict{Err: *reason})
 					}
-					r.drop(c)
+					tell(out.h.Rank)
 				}
-			}()
-		}
-	}()
+				r.drop(c)
+			}
+		})
 	abortAll := func(reason string) {
 		reason = "rendezvous aborted by rank 0: " + strings.TrimPrefix(reason, ErrHandshake.Error()+": ")
 		aborted.Store(&reason)
@@ -470,45 +448,21 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	if t.rank > 1 {
 		var mu sync.Mutex
 		seen := make([]bool, t.rank)
-		go func() {
-			defer t.catch("peer accept loop", func(err error) { send(result{-1, nil, err}) })
-			hook("accept")
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
+		go t.acceptLoop(r, ln, "peer accept loop", true, purposePeer,
+			func(c net.Conn, h hello) string {
+				if h.Rank < 1 || h.Rank >= t.rank {
+					return fmt.Sprintf("rank %d at %s dialed rank %d, but only ranks 1..%d dial it", h.Rank, c.RemoteAddr(), t.rank, t.rank-1)
 				}
-				r.track(c, t.handshakeDeadline(r))
-				go func() {
-					var out shakeOutcome
-					func() {
-						defer t.catch(fmt.Sprintf("handshake with %s", c.RemoteAddr()), func(err error) { out = shakeOutcome{err: err} })
-						hook("handshake")
-						out = t.shakeListener(c, true, purposePeer, func(h hello) string {
-							if h.Rank < 1 || h.Rank >= t.rank {
-								return fmt.Sprintf("rank %d at %s dialed rank %d, but only ranks 1..%d dial it", h.Rank, c.RemoteAddr(), t.rank, t.rank-1)
-							}
-							mu.Lock()
-							defer mu.Unlock()
-							if seen[h.Rank] {
-								return fmt.Sprintf("two processes claim rank %d (second from %s)", h.Rank, c.RemoteAddr())
-							}
-							seen[h.Rank] = true
-							return ""
-						})
-					}()
-					if out.refused {
-						t.refused(r, c, out.err)
-						r.drop(c)
-						return
-					}
-					if out.err == nil {
-						r.extend(c)
-					}
-					send(result{out.h.Rank, c, out.err})
-				}()
-			}
-		}()
+				mu.Lock()
+				defer mu.Unlock()
+				if seen[h.Rank] {
+					return fmt.Sprintf("two processes claim rank %d (second from %s)", h.Rank, c.RemoteAddr())
+				}
+				seen[h.Rank] = true
+				return ""
+			},
+			func(err error) { send(result{-1, nil, err}) },
+			func(c net.Conn, out shakeOutcome) { send(result{out.h.Rank, c, out.err}) })
 	}
 	report := func(err error) ([]net.Conn, error) {
 		_ = writeMsg(mc, verdict{Err: err.Error()})
@@ -546,6 +500,41 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 		return conns, fmt.Errorf("%w: %s", ErrHandshake, m.v.Err)
 	}
 	return conns, nil
+}
+
+// acceptLoop accepts connections on ln until it is closed, each handshake
+// (final, purpose, check: see shakeListener, with the connection) in its own
+// goroutine under r's deadlines: a refused connection is told why and
+// dropped, one that passed gets the rendezvous deadline, and every outcome
+// but a refusal goes to deliver. A panic of the loop, named loop, goes to
+// fail; one of a handshake is its outcome's error.
+func (t *TCP) acceptLoop(r *rdv, ln net.Listener, loop string, final bool, purpose string, check func(net.Conn, hello) string, fail func(error), deliver func(net.Conn, shakeOutcome)) {
+	defer t.catch(loop, fail)
+	hook("accept")
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		r.track(c, t.handshakeDeadline(r))
+		go func() {
+			var out shakeOutcome
+			func() {
+				defer t.catch(fmt.Sprintf("handshake with %s", c.RemoteAddr()), func(err error) { out = shakeOutcome{err: err} })
+				hook("handshake")
+				out = t.shakeListener(c, final, purpose, func(h hello) string { return check(c, h) })
+			}()
+			if out.refused {
+				t.refused(r, c, out.err)
+				r.drop(c)
+				return
+			}
+			if out.err == nil {
+				r.extend(c)
+			}
+			deliver(c, out)
+		}()
+	}
 }
 
 // dialRetry dials addr until it answers or ctx ends (the peer may not be

@@ -235,16 +235,15 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
 	}
 	if t.isFailed() {
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, t.err)
+		return sendError(t.rank, ch, peer, t.err)
 	}
 	c := t.conns[peer]
 	if c.byeRecv.Load() {
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer,
-			&PeerError{Peer: peer, Reason: "closed the connection", Err: ErrPeerClosed})
+		return sendError(t.rank, ch, peer, peerClosed(peer))
 	}
 	v, err := viewOf(x)
 	if err != nil {
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, err)
+		return sendError(t.rank, ch, peer, err)
 	}
 	hlen := frameHdrLen + 8*len(v.dims)
 	if size := int64(hlen) + int64(len(v.raw)); size > t.cfg.MaxFrameBytes {
@@ -256,7 +255,7 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 	c.wmu.Lock()
 	if c.byeSent {
 		c.wmu.Unlock()
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, ErrClosed)
+		return sendError(t.rank, ch, peer, ErrClosed)
 	}
 	h := c.hdr[:hlen]
 	putHeader(h, frameData, uint8(ch), v.dt, tag, uint64(len(payload)))
@@ -281,7 +280,7 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 			return pe
 		}
 		t.fail(c.ioError(err, "send"))
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, t.err)
+		return sendError(t.rank, ch, peer, t.err)
 	}
 	return nil
 }
@@ -307,7 +306,7 @@ func (t *TCP) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 		return Tag{}, nil, newProgressError(t.rank, "recv", peer, ch, t.cfg.Timeout, "PPGEN_TIMEOUT", last, note)
 	}
 	if err != nil {
-		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", t.rank, ch, peer, err)
+		return Tag{}, nil, recvError(t.rank, ch, peer, err)
 	}
 	return m.tag, m.t, nil
 }
@@ -378,7 +377,7 @@ func (c *tcpConn) readLoop() {
 			continue
 		case frameGoodbye:
 			c.byeRecv.Store(true)
-			gone := &PeerError{Peer: c.peer, Reason: "closed the connection", Err: ErrPeerClosed}
+			gone := peerClosed(c.peer)
 			for _, b := range c.box {
 				b.close(gone)
 			}

@@ -115,36 +115,20 @@ func (c *TCPConfig) fill() error {
 	if c.World > 1 && c.Token == "" && !c.AllowNoToken {
 		return errors.New("no shared token, so any process that reaches the ports could join the job: " + noTokenHelp)
 	}
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if c.AbortLinger <= 0 {
-		c.AbortLinger = defaultAbortLinger
-	}
-	if c.RendezvousTimeout <= 0 {
-		c.RendezvousTimeout = DefaultRendezvousTimeout
-	}
-	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = DefaultHeartbeatTimeout
-	}
+	orDefault(&c.Timeout, DefaultTimeout)
+	orDefault(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	orDefault(&c.AbortLinger, defaultAbortLinger)
+	orDefault(&c.RendezvousTimeout, DefaultRendezvousTimeout)
+	orDefault(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	orDefault(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
 	if c.HeartbeatTimeout < 2*c.HeartbeatInterval {
 		return fmt.Errorf("HeartbeatTimeout %v must be at least twice HeartbeatInterval %v", c.HeartbeatTimeout, c.HeartbeatInterval)
 	}
-	if c.MaxFrameBytes <= 0 {
-		c.MaxFrameBytes = DefaultMaxFrameBytes
-	}
+	orDefault(&c.MaxFrameBytes, DefaultMaxFrameBytes)
 	if c.MaxFrameBytes < frameHdrLen+8*maxDims || c.MaxFrameBytes > maxFrameCap {
 		return fmt.Errorf("MaxFrameBytes %d outside [%d, %d]", c.MaxFrameBytes, frameHdrLen+8*maxDims, int64(maxFrameCap))
 	}
-	if c.RecvQueueBytes <= 0 {
-		c.RecvQueueBytes = DefaultRecvQueueBytes
-	}
+	orDefault(&c.RecvQueueBytes, DefaultRecvQueueBytes)
 	if c.RecvQueueBytes > maxFrameCap {
 		return fmt.Errorf("RecvQueueBytes %d over %d", c.RecvQueueBytes, int64(maxFrameCap))
 	}
@@ -152,4 +136,11 @@ func (c *TCPConfig) fill() error {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// orDefault sets *v to def when it is zero or negative (unset).
+func orDefault[T ~int | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }

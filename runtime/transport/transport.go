@@ -318,24 +318,33 @@ func viewOf(t *tensor.Dense) (view, error) {
 		}
 		n *= d
 	}
+	var dt uint8
+	var raw []byte
+	have := 0
 	switch t.Dtype() {
 	case tensor.Float32:
-		s := t.Float32s()
-		if len(s) < n {
-			return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), len(s))
-		}
-		s = s[:n]
-		return view{dtFloat32, dims, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*n), t}, nil
+		e := t.Float32s()
+		dt, raw, have = dtFloat32, rawBytes(e, n), len(e)
 	case tensor.Float64:
-		s := t.Float64s()
-		if len(s) < n {
-			return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), len(s))
-		}
-		s = s[:n]
-		return view{dtFloat64, dims, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*n), t}, nil
+		e := t.Float64s()
+		dt, raw, have = dtFloat64, rawBytes(e, n), len(e)
 	default:
 		return view{}, fmt.Errorf("unsupported dtype %v (float32 and float64 are)", t.Dtype())
 	}
+	if raw == nil && n > 0 {
+		return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), have)
+	}
+	return view{dt, dims, raw, t}, nil
+}
+
+// rawBytes returns the first n elements of s as raw native-order bytes, or
+// nil when s is shorter.
+func rawBytes[E float32 | float64](s []E, n int) []byte {
+	if len(s) < n {
+		return nil
+	}
+	s = s[:n]
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), int(unsafe.Sizeof(E(0)))*n)
 }
 
 func elemSize(dt uint8) int {
@@ -355,26 +364,23 @@ func alloc(dt uint8, dims []int) (*tensor.Dense, []byte) {
 	for _, d := range dims {
 		n *= d
 	}
-	switch dt {
-	case dtFloat32:
-		var t *tensor.Dense
-		if len(dims) == 0 {
-			t = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape())
-		} else {
-			t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]float32, n)))
-		}
-		s := t.Float32s()
-		return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
-	default:
-		var t *tensor.Dense
-		if len(dims) == 0 {
-			t = tensor.New(tensor.Of(tensor.Float64), tensor.WithShape())
-		} else {
-			t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]float64, n)))
-		}
-		s := t.Float64s()
-		return t, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
+	if dt == dtFloat32 {
+		return allocOf(tensor.Float32, (*tensor.Dense).Float32s, dims, n)
 	}
+	return allocOf(tensor.Float64, (*tensor.Dense).Float64s, dims, n)
+}
+
+// allocOf is alloc for the element type E (of tensor dtype d, whose
+// backing elems returns), n elements.
+func allocOf[E float32 | float64](d tensor.Dtype, elems func(*tensor.Dense) []E, dims []int, n int) (*tensor.Dense, []byte) {
+	var t *tensor.Dense
+	if len(dims) == 0 {
+		t = tensor.New(tensor.Of(d), tensor.WithShape())
+	} else {
+		t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]E, n)))
+	}
+	s := elems(t)
+	return t, rawBytes(s, len(s))
 }
 
 // clone copies t into a fresh contiguous tensor of the same dtype and shape.
@@ -399,4 +405,20 @@ func checkPeer(rank, world, peer int, ch Channel) error {
 		return fmt.Errorf("unknown channel %d", uint8(ch))
 	}
 	return nil
+}
+
+// sendError is the error of rank's send on ch to peer: "transport: rank 0:
+// send act to rank 1: ...".
+func sendError(rank int, ch Channel, peer int, err error) error {
+	return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", rank, ch, peer, err)
+}
+
+// recvError is the error of rank's receive on ch from peer.
+func recvError(rank int, ch Channel, peer int, err error) error {
+	return fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", rank, ch, peer, err)
+}
+
+// peerClosed is the error of a peer that closed its end in an orderly way.
+func peerClosed(peer int) *PeerError {
+	return &PeerError{Peer: peer, Reason: "closed the connection", Err: ErrPeerClosed}
 }
