@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMarkdownEscapes(t *testing.T) {
@@ -32,4 +33,19 @@ func TestReplace(t *testing.T) {
 	if err := Replace(path, "missing", nil, nil); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("Replace of a missing region: %v", err)
 	}
+}
+
+func TestMeasureSeesAnAllocation(t *testing.T) {
+	var keep []byte
+	took, peak := Measure(time.Millisecond, func() {
+		keep = make([]byte, 64<<20)
+		time.Sleep(5 * time.Millisecond)
+	})
+	if peak < 64<<20 {
+		t.Errorf("peak heap %d bytes while 64 MiB were live", peak)
+	}
+	if took < 5*time.Millisecond {
+		t.Errorf("took %v for a 5ms sleep", took)
+	}
+	_ = keep
 }

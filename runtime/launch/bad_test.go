@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -158,7 +157,7 @@ func TestBadLaunch(t *testing.T) {
 	for _, c := range badLaunches() {
 		t.Run(c.name, func(t *testing.T) {
 			var result, msg, mem string
-			took, peak := measure(func() { result, msg, mem = c.run(t) })
+			took, peak := doctable.Measure(time.Millisecond, func() { result, msg, mem = c.run(t) })
 			if !strings.Contains(msg, c.want) {
 				t.Errorf("%s: %s %q, want %q", c.name, result, msg, c.want)
 			}
@@ -195,38 +194,3 @@ func scrub(msg string) string {
 	return regexp.MustCompile(regexp.QuoteMeta(os.TempDir())+`[^\s:"]*`).ReplaceAllString(msg, "DIR")
 }
 
-// measure runs f and returns how long it took and the peak of the Go heap
-// (HeapAlloc) sampled every millisecond while it ran.
-func measure(f func()) (time.Duration, uint64) {
-	var ms runtime.MemStats
-	runtime.GC()
-	var mu sync.Mutex
-	var peak uint64
-	sample := func() {
-		runtime.ReadMemStats(&ms)
-		mu.Lock()
-		peak = max(peak, ms.HeapAlloc)
-		mu.Unlock()
-	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				sample()
-			}
-		}
-	}()
-	start := time.Now()
-	f()
-	took := time.Since(start)
-	close(stop)
-	<-done
-	sample()
-	return took, peak
-}

@@ -215,7 +215,7 @@ func TestBadSwapFiles(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var result string
 			var err error
-			took, peak := measure(func() { result, err = c.run(t) })
+			took, peak := doctable.Measure(time.Millisecond, func() { result, err = c.run(t) })
 			wantErr(t, c.name, err, c.want...)
 			if took > 10*time.Second || peak > 1<<30 {
 				t.Errorf("took %v, heap peak %d bytes", took, peak)
@@ -251,42 +251,6 @@ func shortenPaths(msg string) string {
 	})
 }
 
-// measure runs f and returns how long it took and the peak of the Go heap
-// (HeapAlloc) sampled every millisecond while it ran.
-func measure(f func()) (time.Duration, uint64) {
-	var ms runtime.MemStats
-	runtime.GC()
-	var peak uint64
-	var mu sync.Mutex
-	sample := func() {
-		runtime.ReadMemStats(&ms)
-		mu.Lock()
-		peak = max(peak, ms.HeapAlloc)
-		mu.Unlock()
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				sample()
-			}
-		}
-	}()
-	start := time.Now()
-	f()
-	took := time.Since(start)
-	close(stop)
-	<-done
-	sample()
-	return took, peak
-}
 
 // TestHelperSwapProcess is not a test: swapChild runs the test binary as a
 // process that makes a file tier under SWAP_HELPER_DIR, offloads a chunk,

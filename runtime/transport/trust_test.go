@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,35 +202,6 @@ func TestTCPProgressTimeout(t *testing.T) {
 	}
 }
 
-// heapPeak samples runtime.MemStats.HeapAlloc every 2 ms until stopped.
-type heapPeak struct {
-	stop chan struct{}
-	done chan uint64
-}
-
-func sampleHeap() *heapPeak {
-	runtime.GC()
-	h := &heapPeak{stop: make(chan struct{}), done: make(chan uint64)}
-	go func() {
-		var ms runtime.MemStats
-		var peak uint64
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			runtime.ReadMemStats(&ms)
-			peak = max(peak, ms.HeapAlloc)
-			select {
-			case <-h.stop:
-				h.done <- peak
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return h
-}
-
-func (h *heapPeak) Stop() uint64 { close(h.stop); return <-h.done }
 
 var portRE = regexp.MustCompile(`(127\.0\.0\.1|\[::1\]):\d+`)
 
@@ -685,11 +655,8 @@ func TestBadPeers(t *testing.T) {
 	var rows [][]string
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			heap := sampleHeap()
-			start := time.Now()
-			result, msg := tc.run(t)
-			took := time.Since(start)
-			peak := heap.Stop()
+			var result, msg string
+			took, peak := doctable.Measure(2*time.Millisecond, func() { result, msg = tc.run(t) })
 			if took > tc.bound {
 				t.Errorf("took %v, bound %v", took, tc.bound)
 			}
