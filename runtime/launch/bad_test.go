@@ -193,4 +193,3 @@ func scrub(msg string) string {
 	msg = strings.ReplaceAll(msg, os.Args[0], "launch.test")
 	return regexp.MustCompile(regexp.QuoteMeta(os.TempDir())+`[^\s:"]*`).ReplaceAllString(msg, "DIR")
 }
-

@@ -251,7 +251,6 @@ func shortenPaths(msg string) string {
 	})
 }
 
-
 // TestHelperSwapProcess is not a test: swapChild runs the test binary as a
 // process that makes a file tier under SWAP_HELPER_DIR, offloads a chunk,
 // prints the tier's directory and waits to be killed.

@@ -202,7 +202,6 @@ func TestTCPProgressTimeout(t *testing.T) {
 	}
 }
 
-
 var portRE = regexp.MustCompile(`(127\.0\.0\.1|\[::1\]):\d+`)
 
 func noPorts(s string) string { return portRE.ReplaceAllString(s, "$1:PORT") }
