@@ -169,11 +169,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	}
 	pr.Done()
 	if *asJSON {
-		b, err := r.JSON()
+		b, err := r.JSON() // ends in a newline
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		_, err = stdout.Write(b)
 		return err
 	}
 	if res.Auto != nil {

@@ -168,3 +168,17 @@ func TestSimErrors(t *testing.T) {
 		cliNoFile(t, svg)
 	}
 }
+
+// TestSimJSONEndsInOneNewline: sim -json and sim -compare -json print their
+// JSON and one newline, no blank line after it.
+func TestSimJSONEndsInOneNewline(t *testing.T) {
+	for _, args := range [][]string{
+		{"sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-json"},
+		{"sim", "-compare", "1f1b,zbv", "-ranks", "2", "-micro", "4", "-json"},
+	} {
+		out := cliMust(t, args...)
+		if !strings.HasSuffix(out, "\n") || strings.HasSuffix(out, "\n\n") {
+			t.Errorf("ppgen %s: output ends in %q, want one newline", strings.Join(args, " "), out[max(0, len(out)-8):])
+		}
+	}
+}
