@@ -297,7 +297,7 @@ func runInProc(o options, out io.Writer) error {
 		defer ranks[r].close()
 		defer trs[r].Close()
 	}
-	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s, in-process\n", sp.Schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype)
+	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s, in-process\n", o.schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype)
 	var losses []float64
 	for step := range o.steps {
 		data.setStep(step)
