@@ -15,7 +15,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +25,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -224,18 +227,28 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 	return st, nil
 }
 
-// writeTrace writes tl's recorded calls as a Chrome trace to path.
+// writeTrace writes tl's recorded calls as a Chrome trace to path: into a
+// temporary file beside it, renamed over path once complete, so a failed
+// write leaves no partial trace.
 func writeTrace(path string, tl *pipe.Timeline, schedule string, program [][]pipe.Op) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("-trace: %w", err)
+	var buf bytes.Buffer
+	if err := tl.WriteTrace(&buf, schedule, program); err != nil {
+		return fmt.Errorf("-trace %s: %w", path, err)
 	}
-	if err := tl.WriteTrace(f, schedule, program); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("-trace %s: cannot write in its directory %s: %w", path, filepath.Dir(path), errors.Unwrap(err))
+	}
+	defer os.Remove(f.Name()) // no-op after the rename
+	if _, err := f.Write(buf.Bytes()); err != nil {
 		f.Close()
 		return fmt.Errorf("-trace %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("-trace %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("-trace: %w", err)
 	}
 	return nil
 }
