@@ -179,7 +179,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 				}
 				return need("its input", ir.Compute(ir.DataLoad, s, m), aLoad, ch)
 			}
-		} else if err := c.neighbourErr(r, st, before, need); err != nil {
+		} else if err := c.neighbourErr(r, i, top, st); err != nil {
 			return err
 		}
 		if s == last && c.hasData && !before(aLoad, ch) && !before(aDRecv, ch) {
@@ -189,7 +189,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 		if !before(aF, ch) {
 			return need("its forward", ir.Compute(ir.Forward, s, m), aF, ch)
 		}
-		if err := c.neighbourErr(r, st, before, need); err != nil {
+		if err := c.neighbourErr(r, i, top, st); err != nil {
 			return err
 		}
 	case ir.BackwardWeight:
@@ -223,27 +223,35 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // rank r; deps.Neighbour) comes earlier on the rank: the
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
-func (c *checker) neighbourErr(r int, st *ir.Step, before func(a, chunk int) bool, need func(string, ir.Step, int, int) error) error {
+func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
 	in, ok := deps.Neighbour(&c.p, *st)
 	if !ok {
 		return nil
 	}
 	m := st.Micro
+	var a, x int
+	switch {
+	case in.Rank == r:
+		a, x = atOf(in.Kind), in.Stage*c.M+m
+	case c.lowered:
+		a, x = atOf(in.Recv), st.Stage*c.M+m
+	default:
+		return nil
+	}
+	// the check of preErr's before, inline: this runs for every F, B and I
+	if at := c.at[a][x]; at >= 0 && int(at) < i {
+		return nil
+	}
 	what, from := "its input", ir.Compute(ir.Forward, in.Stage, m)
 	if in.What == deps.Gradient {
 		what, from = "its output gradient", c.bwdName(in.Stage, m)
 	}
-	switch {
-	case in.Rank == r:
-		if a, x := atOf(in.Kind), in.Stage*c.M+m; !before(a, x) {
-			return need(what+" from the colocated stage", from, a, x)
-		}
-	case c.lowered:
-		if a, x := atOf(in.Recv), st.Stage*c.M+m; !before(a, x) {
-			return need(fmt.Sprintf("%s from stage %d on rank %d", what, in.Stage, in.Rank), ir.Compute(in.Recv, st.Stage, m), a, x)
-		}
+	if in.Rank == r {
+		what += " from the colocated stage"
+	} else {
+		what, from = fmt.Sprintf("%s from stage %d on rank %d", what, in.Stage, in.Rank), ir.Compute(in.Recv, st.Stage, m)
 	}
-	return nil
+	return c.fail(r, i, *top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, from, r, where(c.at[a][x], i))
 }
 
 // bwdName names the backward of a chunk as it runs (B or I), B when it never runs.

@@ -108,18 +108,21 @@ func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
-		if in, ok := Neighbour(p, cs); ok {
+		// Neighbour's Forward case written out, so that the route is read once.
+		if first, _ := route(p, m); s > first {
 			// Past the first stage: the activation, and the labels the
 			// previous stage may ship along.
-			dst = append(dst, in,
-				Input{What: Labels, Kind: ir.DataSend, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.DataRecv, Act: -1})
-		} else if first, _ := route(p, m); s == first {
+			r := rankOf(p, s-1)
+			dst = append(dst,
+				Input{What: Activation, Kind: ir.Forward, Stage: s - 1, Micro: m, Rank: r, Recv: ir.RecvF, Act: s - 1},
+				Input{What: Labels, Kind: ir.DataSend, Stage: s - 1, Micro: m, Rank: r, Recv: ir.DataRecv, Act: -1})
+		} else if s == first {
 			dst = append(dst, Input{What: Owned, Kind: ir.MpipeSend, Stage: s, Micro: m, Rank: p.Placement.Owner(m), Recv: ir.MpipeRecv, Act: -1})
 		}
 	case ir.Backward, ir.BackwardInput:
 		dst = append(dst, Input{What: Saved, Kind: ir.Forward, Stage: s, Micro: m, Rank: rankOf(p, s), Recv: ir.Invalid, Act: -1})
-		if in, ok := Neighbour(p, cs); ok {
-			dst = append(dst, in)
+		if _, last := route(p, m); s < last {
+			dst = append(dst, Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s})
 		}
 	case ir.BackwardWeight:
 		dst = append(dst, Input{What: Kept, Kind: ir.BackwardInput, Stage: s, Micro: m, Rank: rankOf(p, s), Recv: ir.Invalid, Act: -1})
@@ -190,24 +193,26 @@ func rankOf(p *ir.Program, s int) int {
 // (source, destination, channel): gen/verify checks that FIFO meets the
 // counterpart.
 func Counterpart(st ir.Step) ir.Step {
-	s, m := st.Stage, st.Micro
-	switch st.Kind {
-	case ir.SendF:
-		return ir.Compute(ir.RecvF, s+1, m)
-	case ir.RecvF:
-		return ir.Compute(ir.SendF, s-1, m)
-	case ir.SendB:
-		return ir.Compute(ir.RecvB, s-1, m)
-	case ir.RecvB:
-		return ir.Compute(ir.SendB, s+1, m)
-	case ir.DataSend:
-		return ir.Compute(ir.DataRecv, s+1, m)
-	case ir.DataRecv:
-		return ir.Compute(ir.DataSend, s-1, m)
-	case ir.MpipeSend:
-		return ir.Compute(ir.MpipeRecv, s, m)
-	case ir.MpipeRecv:
-		return ir.Compute(ir.MpipeSend, s, m)
+	c := counterparts[st.Kind]
+	if c.kind == ir.Invalid {
+		return st
 	}
-	return st
+	return ir.Compute(c.kind, st.Stage+int(c.ds), st.Micro)
+}
+
+// counterparts holds, per kind value, the kind of the transfer's
+// counterpart and its stage offset (ir.Invalid: not a transfer), indexed by
+// the value itself so that Counterpart is one load and inlines.
+var counterparts = [256]struct {
+	kind ir.Kind
+	ds   int8
+}{
+	ir.SendF:     {ir.RecvF, +1},
+	ir.RecvF:     {ir.SendF, -1},
+	ir.SendB:     {ir.RecvB, -1},
+	ir.RecvB:     {ir.SendB, +1},
+	ir.DataSend:  {ir.DataRecv, +1},
+	ir.DataRecv:  {ir.DataSend, -1},
+	ir.MpipeSend: {ir.MpipeRecv, 0},
+	ir.MpipeRecv: {ir.MpipeSend, 0},
 }
