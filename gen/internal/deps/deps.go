@@ -97,6 +97,11 @@ func (in Input) Optional() bool { return in.What == Labels || in.What == Owned }
 // transfer (its Recv): whether the producer runs on another rank.
 func (in Input) Remote(r int) bool { return in.Recv != ir.Invalid && in.Rank != r }
 
+// MaxInputs is the most inputs Of returns for one step (F past its first
+// stage: the activation and the labels; B and I: the saved activations and
+// the gradient), so that a caller can pass a fixed array's slice.
+const MaxInputs = 2
+
 // Of appends to dst the inputs of compute step cs (F, B, I or W; an
 // overlap's sub-steps one at a time) of program p, in a fixed order: for F
 // the activation and the labels, or (on the first stage) the owned input;

@@ -136,6 +136,9 @@ rank 1: 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP`,
 					for _, cs := range leaves {
 						key := fmt.Sprintf("%d: %s", r, cs)
 						ins = deps.Of(&p, cs, ins[:0])
+						if len(ins) > deps.MaxInputs {
+							t.Errorf("%s: %d inputs, more than MaxInputs (%d)", key, len(ins), deps.MaxInputs)
+						}
 						var got []string
 						for _, in := range ins {
 							got = append(got, render(in, r))
