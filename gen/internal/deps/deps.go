@@ -160,18 +160,34 @@ func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
 // s < last; for B(s, m) or I(s, m) when s > first, the backward of
 // (s-1, m), as Kind Backward: its B or I), and the rank that runs it.
 func Consumer(p *ir.Program, cs ir.Step) (consumer ir.Step, rank int, ok bool) {
-	s, m := cs.Stage, cs.Micro
-	switch cs.Kind {
+	k, s, rank, ok := consumerOf(p, cs.Kind, cs.Stage, cs.Micro)
+	if ok {
+		consumer = ir.Compute(k, s, cs.Micro)
+	}
+	return consumer, rank, ok
+}
+
+// ConsumerRank is Consumer's rank and ok alone, for a caller that needs
+// only where the consumer runs (it inlines and builds no step).
+func ConsumerRank(p *ir.Program, cs ir.Step) (rank int, ok bool) {
+	_, _, rank, ok = consumerOf(p, cs.Kind, cs.Stage, cs.Micro)
+	return rank, ok
+}
+
+// consumerOf is the body of Consumer and ConsumerRank, its results in the
+// registers of a call.
+func consumerOf(p *ir.Program, kind ir.Kind, s, m int) (k ir.Kind, stage, rank int, ok bool) {
+	switch kind {
 	case ir.Forward:
 		if _, last := route(p, m); s < last {
-			return ir.Compute(ir.Forward, s+1, m), rankOf(p, s+1), true
+			return ir.Forward, s + 1, rankOf(p, s+1), true
 		}
 	case ir.Backward, ir.BackwardInput:
 		if first, _ := route(p, m); s > first {
-			return ir.Compute(ir.Backward, s-1, m), rankOf(p, s-1), true
+			return ir.Backward, s - 1, rankOf(p, s-1), true
 		}
 	}
-	return ir.Step{}, ir.None, false
+	return ir.Invalid, 0, ir.None, false
 }
 
 // route is p.Route without its arithmetic for one pipeline (the hot case:

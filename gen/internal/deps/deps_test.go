@@ -297,6 +297,9 @@ func TestConsumer(t *testing.T) {
 		if got != tc.want || q != tc.rank {
 			t.Errorf("Consumer(%s) = %q on rank %d, want %q on rank %d", tc.st, got, q, tc.want, tc.rank)
 		}
+		if q2, ok2 := deps.ConsumerRank(&p, tc.st); q2 != tc.rank || ok2 != (tc.want != "") {
+			t.Errorf("ConsumerRank(%s) = %d, %v, want %d, %v", tc.st, q2, ok2, tc.rank, tc.want != "")
+		}
 	}
 	for s := range 4 {
 		for m := range 4 {
