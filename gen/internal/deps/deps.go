@@ -114,7 +114,7 @@ func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
 	switch cs.Kind {
 	case ir.Forward:
 		// Neighbour's Forward case written out, so that the route is read once.
-		if first, _ := route(p, m); s > first {
+		if first := firstOf(p, m); s > first {
 			// Past the first stage: the activation, and the labels the
 			// previous stage may ship along.
 			r := rankOf(p, s-1)
@@ -126,7 +126,7 @@ func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
 		}
 	case ir.Backward, ir.BackwardInput:
 		dst = append(dst, Input{What: Saved, Kind: ir.Forward, Stage: s, Micro: m, Rank: rankOf(p, s), Recv: ir.Invalid, Act: -1})
-		if _, last := route(p, m); s < last {
+		if last := lastOf(p, m); s < last {
 			dst = append(dst, Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s})
 		}
 	case ir.BackwardWeight:
@@ -144,11 +144,11 @@ func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
-		if first, _ := route(p, m); s > first {
+		if first := firstOf(p, m); s > first {
 			return Input{What: Activation, Kind: ir.Forward, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.RecvF, Act: s - 1}, true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if _, last := route(p, m); s < last {
+		if last := lastOf(p, m); s < last {
 			return Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s}, true
 		}
 	}
@@ -179,25 +179,38 @@ func ConsumerRank(p *ir.Program, cs ir.Step) (rank int, ok bool) {
 func consumerOf(p *ir.Program, kind ir.Kind, s, m int) (k ir.Kind, stage, rank int, ok bool) {
 	switch kind {
 	case ir.Forward:
-		if _, last := route(p, m); s < last {
+		if last := lastOf(p, m); s < last {
 			return ir.Forward, s + 1, rankOf(p, s+1), true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if first, _ := route(p, m); s > first {
+		if first := firstOf(p, m); s > first {
 			return ir.Backward, s - 1, rankOf(p, s-1), true
 		}
 	}
 	return ir.Invalid, 0, ir.None, false
 }
 
-// route is p.Route without its arithmetic for one pipeline (the hot case:
-// the model runs once per step in verify, sim and the passes).
-func route(p *ir.Program, m int) (first, last int) {
+// firstOf and lastOf are the ends of m's route, p.Route without its
+// arithmetic for one pipeline (the hot case: the model runs once per step in
+// verify, sim and the passes); they inline, routeOf does not.
+func firstOf(p *ir.Program, m int) int {
 	if p.Copies <= 1 {
-		return 0, len(p.Placement.RankOf) - 1
+		return 0
 	}
-	return p.Route(m)
+	first, _ := routeOf(p, m)
+	return first
 }
+
+func lastOf(p *ir.Program, m int) int {
+	if p.Copies <= 1 {
+		return len(p.Placement.RankOf) - 1
+	}
+	_, last := routeOf(p, m)
+	return last
+}
+
+//go:noinline
+func routeOf(p *ir.Program, m int) (first, last int) { return p.Route(m) }
 
 func rankOf(p *ir.Program, s int) int {
 	if s < 0 || s >= len(p.Placement.RankOf) {
