@@ -227,11 +227,20 @@ func rankOf(p *ir.Program, s int) int {
 // (source, destination, channel): gen/verify checks that FIFO meets the
 // counterpart.
 func Counterpart(st ir.Step) ir.Step {
-	c := counterparts[st.Kind]
-	if c.kind == ir.Invalid {
+	k, ds := CounterpartOf(st.Kind)
+	if k == ir.Invalid {
 		return st
 	}
-	return ir.Compute(c.kind, st.Stage+int(c.ds), st.Micro)
+	return ir.Compute(k, st.Stage+ds, st.Micro)
+}
+
+// CounterpartOf is Counterpart by kind, for a caller that holds the step
+// behind a pointer (an ir.Step is too large to pass cheaply): the
+// counterpart of a transfer of kind k on (s, m) is the transfer of kind
+// kind on (s+dStage, m); ir.Invalid and 0 for other kinds.
+func CounterpartOf(k ir.Kind) (kind ir.Kind, dStage int) {
+	c := counterparts[k]
+	return c.kind, int(c.ds)
 }
 
 // counterparts holds, per kind value, the kind of the transfer's

@@ -268,6 +268,10 @@ func TestCounterpart(t *testing.T) {
 		if got := deps.Counterpart(st).String(); got != tc.want {
 			t.Errorf("Counterpart(%s) = %s, want %s", tc.st, got, tc.want)
 		}
+		k, ds := deps.CounterpartOf(st.Kind)
+		if want, _ := ir.ParseStep(tc.want); tc.st != tc.want && (k != want.Kind || st.Stage+ds != want.Stage) || tc.st == tc.want && (k != ir.Invalid || ds != 0) {
+			t.Errorf("CounterpartOf(%s) = %s, %+d; want the kind and stage offset of %s", st.Kind, k, ds, tc.want)
+		}
 	}
 }
 
