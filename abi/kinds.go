@@ -59,6 +59,8 @@ const (
 	recv                       // the receiving half of a transfer (IsRecv)
 	fsdp                       // an FSDP step of a stage's parameters (IsFSDP)
 	swap                       // a step of activation swapping (IsSwap)
+	stage                      // names a stage (HasStage), derived from the shape
+	micro                      // names a micro-batch (HasMicro), derived from the shape
 )
 
 // kinds is the kind table: one row per kind. The letters are those of the
@@ -102,15 +104,32 @@ type facts struct {
 // fact holds every Kind value's facts, indexed by the value itself so that
 // a predicate is one load, without a branch or a bounds check (the
 // compiler, verify and sim ask them of every step); values out of range
-// have the zero facts: no letter, ArgsNone, NoChannel, no class. byName and
+// have no letter, ArgsNone, NoChannel and no class but the stage and micro
+// flags (HasStage and HasMicro hold for them, as for Invalid). byName and
 // byCode invert the table: every name and alias, every letter.
 var fact, byName, byCode = func() ([256]facts, map[string]Kind, [256]Kind) {
 	var t [256]facts
 	names := make(map[string]Kind, 3*numKinds)
 	var codes [256]Kind
+	for k := range t {
+		// Invalid and values out of range count as naming a stage and a
+		// micro-batch (HasStage, HasMicro).
+		t[k].class = stage | micro
+	}
 	for k := Invalid; k < numKinds; k++ {
 		r := &kinds[k]
-		t[k] = facts{r.code, r.shape, r.channel, r.class}
+		cl := r.class
+		if k != Invalid {
+			if s := r.shape; s != ArgsNone && s != ArgsOverlap {
+				cl |= stage
+			}
+			if s := r.shape; s == ArgsLocal || s == ArgsComm || s == ArgsCompute {
+				cl |= micro
+			}
+		} else {
+			cl |= stage | micro
+		}
+		t[k] = facts{r.code, r.shape, r.channel, cl}
 		if k == Invalid {
 			continue
 		}
@@ -202,18 +221,12 @@ func (k Kind) IsRecv() bool { return fact[k].class&recv != 0 }
 // HasStage reports whether steps of this kind name a stage: all but
 // OPT_STEP and the overlaps (whose sub-steps do). Invalid and kinds out of
 // range count as naming one, so that their text shows what was given.
-func (k Kind) HasStage() bool {
-	s := k.Shape()
-	return !k.Valid() || s != ArgsNone && s != ArgsOverlap
-}
+func (k Kind) HasStage() bool { return fact[k].class&stage != 0 }
 
 // HasMicro reports whether steps of this kind name a micro-batch: all but
 // OPT_STEP, the overlaps and the FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD).
 // Invalid and kinds out of range count as naming one.
-func (k Kind) HasMicro() bool {
-	s := k.Shape()
-	return !k.Valid() || s == ArgsLocal || s == ArgsComm || s == ArgsCompute
-}
+func (k Kind) HasMicro() bool { return fact[k].class&micro != 0 }
 
 // Channel names the FIFO a transfer travels on: sends and receives match in
 // order per (source rank, destination rank, channel).

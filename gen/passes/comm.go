@@ -154,7 +154,7 @@ func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
 // the one that carries its output to its consumer (deps.Consumer) on
 // another rank.
 func needsSend(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
-	if _, q, ok := deps.Consumer(p, c); ok && q != r {
+	if q, ok := deps.ConsumerRank(p, c); ok && q != r {
 		if c.Kind == ir.Forward {
 			return ir.SendF, true
 		}

@@ -170,6 +170,9 @@ func chunksOf(st ir.Step) []ir.Step {
 // (its cross-stage input, deps.Neighbour: stage-1 for F, stage+1 for B and
 // I, when that stage is on rank r and on the micro-batch's route), or -1.
 func srcStage(rt *ir.Program, r int, st *ir.Step) int {
+	if k := st.Kind; k != ir.Forward && k != ir.Backward && k != ir.BackwardInput {
+		return -1 // the kinds deps.Neighbour answers for: skip the call for the others
+	}
 	if in, ok := deps.Neighbour(rt, *st); ok && in.Rank == r {
 		return in.Stage
 	}

@@ -42,8 +42,9 @@ func (c *checker) match() error {
 	c.opPartner = make([]int32, nOps)
 	for op := range nOps {
 		var q int32 = -1
-		if cp := deps.Counterpart(*c.opStepPtr(int32(op))); cp.Kind.IsComm() {
-			q = c.at1(atOf(cp.Kind), cp.Stage, cp.Micro)
+		st := c.opStepPtr(int32(op))
+		if k, ds := deps.CounterpartOf(st.Kind); k.IsComm() {
+			q = c.at1(atOf(k), st.Stage+ds, st.Micro)
 		}
 		if q < 0 || ord[q] != ord[op] {
 			return c.matchSlow(cnt, ord, nKeys)

@@ -166,53 +166,49 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	s, m, M := st.Stage, st.Micro, c.M
 	ch := s*M + m
 	first, last := c.route(m)
-	before := func(a, chunk int) bool { x := c.at[a][chunk]; return x >= 0 && int(x) < i }
-	need := func(what string, want ir.Step, a, chunk int) error {
-		return c.fail(r, i, *top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, want, r, where(c.at[a][chunk], i))
-	}
 	switch st.Kind {
 	case ir.Forward:
 		if s == first {
-			if c.hasData && !before(aLoad, ch) && !before(aMRecv, ch) {
+			if c.hasData && !c.before(aLoad, ch, i) && !c.before(aMRecv, ch, i) {
 				if c.at[aMRecv][ch] >= 0 {
-					return need("its input from its owner", ir.Compute(ir.MpipeRecv, s, m), aMRecv, ch)
+					return c.need(r, i, top, st, "its input from its owner", ir.Compute(ir.MpipeRecv, s, m), aMRecv, ch)
 				}
-				return need("its input", ir.Compute(ir.DataLoad, s, m), aLoad, ch)
+				return c.need(r, i, top, st, "its input", ir.Compute(ir.DataLoad, s, m), aLoad, ch)
 			}
-		} else if err := c.neighbourErr(r, st, before, need); err != nil {
+		} else if err := c.neighbourErr(r, i, top, st); err != nil {
 			return err
 		}
-		if s == last && c.hasData && !before(aLoad, ch) && !before(aDRecv, ch) {
+		if s == last && c.hasData && !c.before(aLoad, ch, i) && !c.before(aDRecv, ch, i) {
 			return c.fail(r, i, *top, Order, "%s needs the labels of micro %d for the loss: %s or %s must come earlier on rank %d, but neither does", st, m, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
 		}
 	case ir.Backward, ir.BackwardInput:
-		if !before(aF, ch) {
-			return need("its forward", ir.Compute(ir.Forward, s, m), aF, ch)
+		if !c.before(aF, ch, i) {
+			return c.need(r, i, top, st, "its forward", ir.Compute(ir.Forward, s, m), aF, ch)
 		}
-		if err := c.neighbourErr(r, st, before, need); err != nil {
+		if err := c.neighbourErr(r, i, top, st); err != nil {
 			return err
 		}
 	case ir.BackwardWeight:
-		if !before(aBwd, ch) || !c.bwdIsI[ch] {
+		if !c.before(aBwd, ch, i) || !c.bwdIsI[ch] {
 			if x := c.at[aBwd][ch]; x >= 0 && !c.bwdIsI[ch] {
 				return c.fail(r, i, *top, Order, "%s follows only an I, but this chunk ran a full B (step %d), which already computed the weight gradient", st, x)
 			}
-			return need("the I of its chunk", ir.Compute(ir.BackwardInput, s, m), aBwd, ch)
+			return c.need(r, i, top, st, "the I of its chunk", ir.Compute(ir.BackwardInput, s, m), aBwd, ch)
 		}
 	case ir.SendF:
-		if !before(aF, ch) {
-			return need("the output it sends", ir.Compute(ir.Forward, s, m), aF, ch)
+		if !c.before(aF, ch, i) {
+			return c.need(r, i, top, st, "the output it sends", ir.Compute(ir.Forward, s, m), aF, ch)
 		}
 	case ir.SendB:
-		if !before(aBwd, ch) {
-			return need("the input gradient it sends", c.bwdName(s, m), aBwd, ch)
+		if !c.before(aBwd, ch, i) {
+			return c.need(r, i, top, st, "the input gradient it sends", c.bwdName(s, m), aBwd, ch)
 		}
 	case ir.MpipeSend:
-		if !before(aOLoad, ch) {
-			return need("the input it ships", ir.Compute(ir.DataLoad, s, m), aOLoad, ch)
+		if !c.before(aOLoad, ch, i) {
+			return c.need(r, i, top, st, "the input it ships", ir.Compute(ir.DataLoad, s, m), aOLoad, ch)
 		}
 	case ir.DataSend:
-		if !before(aLoad, ch) && !before(aDRecv, ch) {
+		if !c.before(aLoad, ch, i) && !c.before(aDRecv, ch, i) {
 			return c.fail(r, i, *top, Order, "%s ships data this rank does not have yet: %s or %s must come earlier on rank %d", st, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.DataRecv, s, m), r)
 		}
 	}
@@ -223,27 +219,44 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // rank r; deps.Neighbour) comes earlier on the rank: the
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
-func (c *checker) neighbourErr(r int, st *ir.Step, before func(a, chunk int) bool, need func(string, ir.Step, int, int) error) error {
+func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
 	in, ok := deps.Neighbour(&c.p, *st)
 	if !ok {
 		return nil
 	}
 	m := st.Micro
+	var a, x int
+	switch {
+	case in.Rank == r:
+		a, x = atOf(in.Kind), in.Stage*c.M+m
+	case c.lowered:
+		a, x = atOf(in.Recv), st.Stage*c.M+m
+	default:
+		return nil
+	}
+	if c.before(a, x, i) {
+		return nil
+	}
 	what, from := "its input", ir.Compute(ir.Forward, in.Stage, m)
 	if in.What == deps.Gradient {
 		what, from = "its output gradient", c.bwdName(in.Stage, m)
 	}
-	switch {
-	case in.Rank == r:
-		if a, x := atOf(in.Kind), in.Stage*c.M+m; !before(a, x) {
-			return need(what+" from the colocated stage", from, a, x)
-		}
-	case c.lowered:
-		if a, x := atOf(in.Recv), st.Stage*c.M+m; !before(a, x) {
-			return need(fmt.Sprintf("%s from stage %d on rank %d", what, in.Stage, in.Rank), ir.Compute(in.Recv, st.Stage, m), a, x)
-		}
+	if in.Rank == r {
+		what += " from the colocated stage"
+	} else {
+		what, from = fmt.Sprintf("%s from stage %d on rank %d", what, in.Stage, in.Rank), ir.Compute(in.Recv, st.Stage, m)
 	}
-	return nil
+	return c.need(r, i, top, st, what, from, a, x)
+}
+
+// before reports whether the step of table a for chunk ran before index i
+// on the rank being walked.
+func (c *checker) before(a, chunk, i int) bool { x := c.at[a][chunk]; return x >= 0 && int(x) < i }
+
+// need words the failure of step st (index i of rank r, a sub-step of top)
+// whose input want (table a, chunk) does not come before it.
+func (c *checker) need(r, i int, top, st *ir.Step, what string, want ir.Step, a, chunk int) error {
+	return c.fail(r, i, *top, Order, "%s needs %s: %s must come earlier on rank %d, but %s", st, what, want, r, where(c.at[a][chunk], i))
 }
 
 // bwdName names the backward of a chunk as it runs (B or I), B when it never runs.

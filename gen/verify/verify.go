@@ -51,35 +51,23 @@ const (
 	nAt
 )
 
-func atOf(k ir.Kind) int {
-	switch k {
-	case ir.Forward:
-		return aF
-	case ir.Backward, ir.BackwardInput:
-		return aBwd
-	case ir.BackwardWeight:
-		return aW
-	case ir.DataLoad:
-		return aLoad
-	case ir.SendF:
-		return aSendF
-	case ir.RecvF:
-		return aRecvF
-	case ir.SendB:
-		return aSendB
-	case ir.RecvB:
-		return aRecvB
-	case ir.DataSend:
-		return aDSend
-	case ir.DataRecv:
-		return aDRecv
-	case ir.MpipeSend:
-		return aMSend
-	case ir.MpipeRecv:
-		return aMRecv
+// atOf returns the step table of kind k (aF, ...), or -1: one load, as
+// the walk asks it of every step.
+func atOf(k ir.Kind) int { return int(atTable[k]) }
+
+var atTable = func() (t [256]int8) {
+	for k := range t {
+		t[k] = -1
 	}
-	return -1
-}
+	for k, a := range map[ir.Kind]int8{
+		ir.Forward: aF, ir.Backward: aBwd, ir.BackwardInput: aBwd, ir.BackwardWeight: aW,
+		ir.DataLoad: aLoad, ir.SendF: aSendF, ir.RecvF: aRecvF, ir.SendB: aSendB, ir.RecvB: aRecvB,
+		ir.DataSend: aDSend, ir.DataRecv: aDRecv, ir.MpipeSend: aMSend, ir.MpipeRecv: aMRecv,
+	} {
+		t[k] = a
+	}
+	return t
+}()
 
 type checker struct {
 	p       ir.Program

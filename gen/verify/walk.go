@@ -24,7 +24,6 @@ type rankWalk struct {
 	memErr  *Error
 	slotted bool
 	starts  []int32
-	ins     []deps.Input // scratch for waits
 	err     error
 }
 
@@ -327,8 +326,8 @@ func mode(p ir.Program) (lowered, data bool) {
 func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	r := rw.r
 	ch := st.Stage*c.M + st.Micro
-	rw.ins = deps.Of(&c.p, *st, rw.ins[:0])
-	for _, in := range rw.ins {
+	var buf [deps.MaxInputs]deps.Input // stays on the stack
+	for _, in := range deps.Of(&c.p, *st, buf[:0]) {
 		if !in.Remote(r) {
 			continue
 		}

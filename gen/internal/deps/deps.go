@@ -97,6 +97,11 @@ func (in Input) Optional() bool { return in.What == Labels || in.What == Owned }
 // transfer (its Recv): whether the producer runs on another rank.
 func (in Input) Remote(r int) bool { return in.Recv != ir.Invalid && in.Rank != r }
 
+// MaxInputs is the most inputs Of returns for one step (F past its first
+// stage: the activation and the labels; B and I: the saved activations and
+// the gradient), so that a caller can pass a fixed array's slice.
+const MaxInputs = 2
+
 // Of appends to dst the inputs of compute step cs (F, B, I or W; an
 // overlap's sub-steps one at a time) of program p, in a fixed order: for F
 // the activation and the labels, or (on the first stage) the owned input;
@@ -108,18 +113,21 @@ func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
-		if in, ok := Neighbour(p, cs); ok {
+		// Neighbour's Forward case written out, so that the route is read once.
+		if first := firstOf(p, m); s > first {
 			// Past the first stage: the activation, and the labels the
 			// previous stage may ship along.
-			dst = append(dst, in,
-				Input{What: Labels, Kind: ir.DataSend, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.DataRecv, Act: -1})
-		} else if first, _ := route(p, m); s == first {
+			r := rankOf(p, s-1)
+			dst = append(dst,
+				Input{What: Activation, Kind: ir.Forward, Stage: s - 1, Micro: m, Rank: r, Recv: ir.RecvF, Act: s - 1},
+				Input{What: Labels, Kind: ir.DataSend, Stage: s - 1, Micro: m, Rank: r, Recv: ir.DataRecv, Act: -1})
+		} else if s == first {
 			dst = append(dst, Input{What: Owned, Kind: ir.MpipeSend, Stage: s, Micro: m, Rank: p.Placement.Owner(m), Recv: ir.MpipeRecv, Act: -1})
 		}
 	case ir.Backward, ir.BackwardInput:
 		dst = append(dst, Input{What: Saved, Kind: ir.Forward, Stage: s, Micro: m, Rank: rankOf(p, s), Recv: ir.Invalid, Act: -1})
-		if in, ok := Neighbour(p, cs); ok {
-			dst = append(dst, in)
+		if last := lastOf(p, m); s < last {
+			dst = append(dst, Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s})
 		}
 	case ir.BackwardWeight:
 		dst = append(dst, Input{What: Kept, Kind: ir.BackwardInput, Stage: s, Micro: m, Rank: rankOf(p, s), Recv: ir.Invalid, Act: -1})
@@ -136,11 +144,11 @@ func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
-		if first, _ := route(p, m); s > first {
+		if first := firstOf(p, m); s > first {
 			return Input{What: Activation, Kind: ir.Forward, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.RecvF, Act: s - 1}, true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if _, last := route(p, m); s < last {
+		if last := lastOf(p, m); s < last {
 			return Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s}, true
 		}
 	}
@@ -152,28 +160,57 @@ func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
 // s < last; for B(s, m) or I(s, m) when s > first, the backward of
 // (s-1, m), as Kind Backward: its B or I), and the rank that runs it.
 func Consumer(p *ir.Program, cs ir.Step) (consumer ir.Step, rank int, ok bool) {
-	s, m := cs.Stage, cs.Micro
-	switch cs.Kind {
-	case ir.Forward:
-		if _, last := route(p, m); s < last {
-			return ir.Compute(ir.Forward, s+1, m), rankOf(p, s+1), true
-		}
-	case ir.Backward, ir.BackwardInput:
-		if first, _ := route(p, m); s > first {
-			return ir.Compute(ir.Backward, s-1, m), rankOf(p, s-1), true
-		}
+	k, s, rank, ok := consumerOf(p, cs.Kind, cs.Stage, cs.Micro)
+	if ok {
+		consumer = ir.Compute(k, s, cs.Micro)
 	}
-	return ir.Step{}, ir.None, false
+	return consumer, rank, ok
 }
 
-// route is p.Route without its arithmetic for one pipeline (the hot case:
-// the model runs once per step in verify, sim and the passes).
-func route(p *ir.Program, m int) (first, last int) {
-	if p.Copies <= 1 {
-		return 0, len(p.Placement.RankOf) - 1
-	}
-	return p.Route(m)
+// ConsumerRank is Consumer's rank and ok alone, for a caller that needs
+// only where the consumer runs (it inlines and builds no step).
+func ConsumerRank(p *ir.Program, cs ir.Step) (rank int, ok bool) {
+	_, _, rank, ok = consumerOf(p, cs.Kind, cs.Stage, cs.Micro)
+	return rank, ok
 }
+
+// consumerOf is the body of Consumer and ConsumerRank, its results in the
+// registers of a call.
+func consumerOf(p *ir.Program, kind ir.Kind, s, m int) (k ir.Kind, stage, rank int, ok bool) {
+	switch kind {
+	case ir.Forward:
+		if last := lastOf(p, m); s < last {
+			return ir.Forward, s + 1, rankOf(p, s+1), true
+		}
+	case ir.Backward, ir.BackwardInput:
+		if first := firstOf(p, m); s > first {
+			return ir.Backward, s - 1, rankOf(p, s-1), true
+		}
+	}
+	return ir.Invalid, 0, ir.None, false
+}
+
+// firstOf and lastOf are the ends of m's route, p.Route without its
+// arithmetic for one pipeline (the hot case: the model runs once per step in
+// verify, sim and the passes); they inline, routeOf does not.
+func firstOf(p *ir.Program, m int) int {
+	if p.Copies <= 1 {
+		return 0
+	}
+	first, _ := routeOf(p, m)
+	return first
+}
+
+func lastOf(p *ir.Program, m int) int {
+	if p.Copies <= 1 {
+		return len(p.Placement.RankOf) - 1
+	}
+	_, last := routeOf(p, m)
+	return last
+}
+
+//go:noinline
+func routeOf(p *ir.Program, m int) (first, last int) { return p.Route(m) }
 
 func rankOf(p *ir.Program, s int) int {
 	if s < 0 || s >= len(p.Placement.RankOf) {
@@ -190,24 +227,35 @@ func rankOf(p *ir.Program, s int) int {
 // (source, destination, channel): gen/verify checks that FIFO meets the
 // counterpart.
 func Counterpart(st ir.Step) ir.Step {
-	s, m := st.Stage, st.Micro
-	switch st.Kind {
-	case ir.SendF:
-		return ir.Compute(ir.RecvF, s+1, m)
-	case ir.RecvF:
-		return ir.Compute(ir.SendF, s-1, m)
-	case ir.SendB:
-		return ir.Compute(ir.RecvB, s-1, m)
-	case ir.RecvB:
-		return ir.Compute(ir.SendB, s+1, m)
-	case ir.DataSend:
-		return ir.Compute(ir.DataRecv, s+1, m)
-	case ir.DataRecv:
-		return ir.Compute(ir.DataSend, s-1, m)
-	case ir.MpipeSend:
-		return ir.Compute(ir.MpipeRecv, s, m)
-	case ir.MpipeRecv:
-		return ir.Compute(ir.MpipeSend, s, m)
+	k, ds := CounterpartOf(st.Kind)
+	if k == ir.Invalid {
+		return st
 	}
-	return st
+	return ir.Compute(k, st.Stage+ds, st.Micro)
+}
+
+// CounterpartOf is Counterpart by kind, for a caller that holds the step
+// behind a pointer (an ir.Step is too large to pass cheaply): the
+// counterpart of a transfer of kind k on (s, m) is the transfer of kind
+// kind on (s+dStage, m); ir.Invalid and 0 for other kinds.
+func CounterpartOf(k ir.Kind) (kind ir.Kind, dStage int) {
+	c := counterparts[k]
+	return c.kind, int(c.ds)
+}
+
+// counterparts holds, per kind value, the kind of the transfer's
+// counterpart and its stage offset (ir.Invalid: not a transfer), indexed by
+// the value itself so that Counterpart is one load and inlines.
+var counterparts = [256]struct {
+	kind ir.Kind
+	ds   int8
+}{
+	ir.SendF:     {ir.RecvF, +1},
+	ir.RecvF:     {ir.SendF, -1},
+	ir.SendB:     {ir.RecvB, -1},
+	ir.RecvB:     {ir.SendB, +1},
+	ir.DataSend:  {ir.DataRecv, +1},
+	ir.DataRecv:  {ir.DataSend, -1},
+	ir.MpipeSend: {ir.MpipeRecv, 0},
+	ir.MpipeRecv: {ir.MpipeSend, 0},
 }

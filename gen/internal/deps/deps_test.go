@@ -136,6 +136,9 @@ rank 1: 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP`,
 					for _, cs := range leaves {
 						key := fmt.Sprintf("%d: %s", r, cs)
 						ins = deps.Of(&p, cs, ins[:0])
+						if len(ins) > deps.MaxInputs {
+							t.Errorf("%s: %d inputs, more than MaxInputs (%d)", key, len(ins), deps.MaxInputs)
+						}
 						var got []string
 						for _, in := range ins {
 							got = append(got, render(in, r))
@@ -265,6 +268,10 @@ func TestCounterpart(t *testing.T) {
 		if got := deps.Counterpart(st).String(); got != tc.want {
 			t.Errorf("Counterpart(%s) = %s, want %s", tc.st, got, tc.want)
 		}
+		k, ds := deps.CounterpartOf(st.Kind)
+		if want, _ := ir.ParseStep(tc.want); tc.st != tc.want && (k != want.Kind || st.Stage+ds != want.Stage) || tc.st == tc.want && (k != ir.Invalid || ds != 0) {
+			t.Errorf("CounterpartOf(%s) = %s, %+d; want the kind and stage offset of %s", st.Kind, k, ds, tc.want)
+		}
 	}
 }
 
@@ -293,6 +300,9 @@ func TestConsumer(t *testing.T) {
 		}
 		if got != tc.want || q != tc.rank {
 			t.Errorf("Consumer(%s) = %q on rank %d, want %q on rank %d", tc.st, got, q, tc.want, tc.rank)
+		}
+		if q2, ok2 := deps.ConsumerRank(&p, tc.st); q2 != tc.rank || ok2 != (tc.want != "") {
+			t.Errorf("ConsumerRank(%s) = %d, %v, want %d, %v", tc.st, q2, ok2, tc.rank, tc.want != "")
 		}
 	}
 	for s := range 4 {
