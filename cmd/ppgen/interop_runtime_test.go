@@ -4,14 +4,14 @@ package main
 // each other; this test, in the command that uses both, converts a lowered
 // ir.Program into the runtime's []pipe.Op table (what gen/emit writes with
 // -table) and runs it through pipe.Interpret on an in-process world with
-// tiny deterministic stages, against a sequential run of the same model.
+// runtime/pipe/pipetest's tiny deterministic stages, against
+// pipetest.Sequential, the same model trained without a pipeline.
 
 import (
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
@@ -21,70 +21,11 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/pipe/pipetest"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
-// interopAffine is a Stage: y = a*x + b elementwise with learnable scalars
-// a and b (the idea of runtime/pipe's test stage). It keeps each
-// micro-batch's weight-gradient contribution and sums them sorted at the
-// optimizer step, so the result does not depend on the order of the W
-// steps: a pipelined run and a sequential run agree bit for bit.
-type interopAffine struct {
-	a, b   float64
-	ga, gb []float64
-}
-
-func interopDense(shape tensor.Shape, v []float64) *tensor.Dense {
-	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(v))
-}
-
-func (s *interopAffine) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
-	xs := x.Float64s()
-	y := make([]float64, len(xs))
-	for i, v := range xs {
-		y[i] = s.a*v + s.b
-	}
-	return interopDense(x.Shape(), y), x, nil
-}
-
-func (s *interopAffine) BackwardInput(_ any, dy *tensor.Dense) (*tensor.Dense, error) {
-	ds := dy.Float64s()
-	dx := make([]float64, len(ds))
-	for i, v := range ds {
-		dx[i] = s.a * v
-	}
-	return interopDense(dy.Shape(), dx), nil
-}
-
-func (s *interopAffine) BackwardWeight(saved any, dy *tensor.Dense) error {
-	xs := saved.(*tensor.Dense).Float64s()
-	var ga, gb float64
-	for i, v := range dy.Float64s() {
-		ga += v * xs[i]
-		gb += v
-	}
-	s.ga, s.gb = append(s.ga, ga), append(s.gb, gb)
-	return nil
-}
-
-func interopSortedSum(v []float64) float64 {
-	v = append([]float64(nil), v...)
-	sort.Float64s(v)
-	var s float64
-	for _, x := range v {
-		s += x
-	}
-	return s
-}
-
-func (s *interopAffine) step() {
-	const lr = 1.0 / 64
-	s.a -= lr * interopSortedSum(s.ga)
-	s.b -= lr * interopSortedSum(s.gb)
-	s.ga, s.gb = s.ga[:0], s.gb[:0]
-}
-
-// interopSharded is an interopAffine whose parameters are sharded (FSDP),
+// interopSharded is a pipetest.Affine whose parameters are sharded (FSDP),
 // a pipe.Sharded: a stage the program UNSHARDs or RESHARDs starts sharded
 // and fails a compute step that finds it so, and an UNSHARD or RESHARD out
 // of turn. When the program reduces gradients, REDUCE_GRAD hands on the sum
@@ -93,7 +34,7 @@ func (s *interopAffine) step() {
 // or none before OPT_STEP fails, and gradients left behind would show in the
 // trained parameters.
 type interopSharded struct {
-	*interopAffine
+	*pipetest.Affine
 	stage    int
 	managed  bool // the program UNSHARDs or RESHARDs the stage
 	reduce   bool // the program holds REDUCE_GRAD steps
@@ -117,21 +58,21 @@ func (s *interopSharded) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 	if err := s.check("forward"); err != nil {
 		return nil, nil, err
 	}
-	return s.interopAffine.Forward(x)
+	return s.Affine.Forward(x)
 }
 
 func (s *interopSharded) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
 	if err := s.check("backward"); err != nil {
 		return nil, err
 	}
-	return s.interopAffine.BackwardInput(saved, dy)
+	return s.Affine.BackwardInput(saved, dy)
 }
 
 func (s *interopSharded) BackwardWeight(saved any, dy *tensor.Dense) error {
 	if err := s.check("weight backward"); err != nil {
 		return err
 	}
-	return s.interopAffine.BackwardWeight(saved, dy)
+	return s.Affine.BackwardWeight(saved, dy)
 }
 
 func (s *interopSharded) Unshard() error {
@@ -157,8 +98,8 @@ func (s *interopSharded) ReduceGrad() error {
 	if s.reduced {
 		return fmt.Errorf("stage %d: a second REDUCE_GRAD", s.stage)
 	}
-	s.ra, s.rb = interopSortedSum(s.ga), interopSortedSum(s.gb)
-	s.ga, s.gb = s.ga[:0], s.gb[:0]
+	s.ra, s.rb = pipetest.SortedSum(s.GA), pipetest.SortedSum(s.GB)
+	s.GA, s.GB = s.GA[:0], s.GB[:0]
 	s.reduced = true
 	return nil
 }
@@ -169,83 +110,27 @@ func (s *interopSharded) optStep() error {
 	case s.managed && !s.sharded:
 		return fmt.Errorf("stage %d: still unsharded at OPT_STEP", s.stage)
 	case !s.reduce:
-		s.step()
+		s.Step()
 		return nil
 	case !s.reduced:
 		return fmt.Errorf("stage %d: OPT_STEP before its REDUCE_GRAD", s.stage)
 	}
-	const lr = 1.0 / 64
-	s.a -= lr * s.ra
-	s.b -= lr * s.rb
+	s.A -= pipetest.LR * s.ra
+	s.B -= pipetest.LR * s.rb
 	s.reduced = false
 	return nil
 }
 
-// interopMSE is the Loss: 0.5*sum((y-t)^2), dy = y - t.
-type interopMSE struct{}
-
-func (interopMSE) Loss(y, target *tensor.Dense) (float64, *tensor.Dense, error) {
-	ts := target.Float64s()
-	ys := y.Float64s()
-	dy := make([]float64, len(ys))
-	var loss float64
-	for i, v := range ys {
-		dy[i] = v - ts[i]
-		loss += 0.5 * dy[i] * dy[i]
-	}
-	return loss, interopDense(y.Shape(), dy), nil
-}
-
-// interopData gives deterministic, iteration-dependent micro-batches of
-// shape (2, 3).
-type interopData struct{ iter int }
-
-func (d *interopData) gen(micro, salt int) *tensor.Dense {
-	v := make([]float64, 6)
-	for i := range v {
-		v[i] = float64((d.iter*7+micro*5+i*3+salt)%9-4) / 4
-	}
-	return interopDense(tensor.Shape{2, 3}, v)
-}
-
-func (d *interopData) Input(m int) (*tensor.Dense, error)  { return d.gen(m, 0), nil }
-func (d *interopData) Target(m int) (*tensor.Dense, error) { return d.gen(m, 1), nil }
-
-func interopStages(n int) []*interopAffine {
-	st := make([]*interopAffine, n)
-	for i := range st {
-		st[i] = &interopAffine{a: 1 + float64(i)/16, b: float64(i%3-1) / 8}
+// deepStages is pipetest.NewStages with gentler slopes (a = 1 + s/16
+// instead of 1 + s/8): the imported programs have up to 8 stages, whose
+// product of slopes would otherwise make three iterations diverge to NaN,
+// and NaN parameters compare unequal however the run went.
+func deepStages(n int) []*pipetest.Affine {
+	st := pipetest.NewStages(n)
+	for i, s := range st {
+		s.A = 1 + float64(i)/16
 	}
 	return st
-}
-
-// interopSequential trains the model without a pipeline: the reference.
-func interopSequential(stages []*interopAffine, micro, iters int) [][]float64 {
-	var out [][]float64
-	for it := range iters {
-		d := &interopData{iter: it}
-		losses := make([]float64, micro)
-		for m := range micro {
-			x, _ := d.Input(m)
-			saved := make([]any, len(stages))
-			for s, st := range stages {
-				x, saved[s], _ = st.Forward(x)
-			}
-			t, _ := d.Target(m)
-			loss, dy, _ := interopMSE{}.Loss(x, t)
-			losses[m] = loss
-			for s := len(stages) - 1; s >= 0; s-- {
-				dx, _ := stages[s].BackwardInput(saved[s], dy)
-				_ = stages[s].BackwardWeight(saved[s], dy)
-				dy = dx
-			}
-		}
-		for _, st := range stages {
-			st.step()
-		}
-		out = append(out, losses)
-	}
-	return out
 }
 
 // interopOps converts a lowered, slotted program into the runtime's op
@@ -274,7 +159,7 @@ func interopOps(p ir.Program) ([][]pipe.Op, error) {
 // interopTrain runs iters iterations of res on an in-process world and
 // returns the last stage's losses per iteration, the trained stages and the
 // number of FSDP hook calls (pipe.Sharded) the run made.
-func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*interopAffine, int) {
+func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*pipetest.Affine, int) {
 	t.Helper()
 	p := res.Program
 	ops, err := interopOps(p)
@@ -283,10 +168,10 @@ func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*inte
 	}
 	P, S := p.Placement.Ranks(), p.Stages()
 	spec := pipe.Spec{Schedule: "imported", Ranks: P, Stages: S, Micro: p.Micro, Slots: res.Info.Slots, RankOf: p.Placement.RankOf}
-	stages := interopStages(S)
+	stages := deepStages(S)
 	sharded := make([]*interopSharded, S)
 	for s := range S {
-		sharded[s] = &interopSharded{interopAffine: stages[s], stage: s}
+		sharded[s] = &interopSharded{Affine: stages[s], stage: s}
 	}
 	for _, steps := range p.Ranks {
 		for _, st := range steps {
@@ -300,7 +185,7 @@ func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*inte
 			}
 		}
 	}
-	data := &interopData{}
+	data := &pipetest.Data{}
 	trs := transport.NewInProc(P, transport.InProcTimeout(20*time.Second))
 	xs := make([]*pipe.Exec, P)
 	fns := make([]func(*pipe.Exec) error, P)
@@ -311,7 +196,7 @@ func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*inte
 			mine[s] = sharded[s]
 			own = append(own, sharded[s])
 		}
-		x, err := pipe.New(pipe.Config{Rank: r, Spec: spec, Stages: mine, Loss: interopMSE{}, Data: data, Transport: trs[r],
+		x, err := pipe.New(pipe.Config{Rank: r, Spec: spec, Stages: mine, Loss: pipetest.MSE{}, Data: data, Transport: trs[r],
 			OptStep: func() error {
 				for _, s := range own {
 					if err := s.optStep(); err != nil {
@@ -336,7 +221,7 @@ func interopTrain(t *testing.T, res gen.Result, iters int) ([][]float64, []*inte
 	last := p.Placement.Rank(S - 1)
 	var losses [][]float64
 	for it := range iters {
-		data.iter = it
+		data.Iter = it
 		if err := pipe.RunAll(xs, fns); err != nil {
 			t.Fatalf("iteration %d: %v", it, err)
 		}
@@ -400,8 +285,8 @@ func TestImportedSchedulesRunInRuntime(t *testing.T) {
 			if want := iters * (u + r + g); calls != want {
 				t.Errorf("%d FSDP hook calls in %d iterations, want %d", calls, iters, want)
 			}
-			ref := interopStages(len(stages))
-			want := interopSequential(ref, im.Result.Program.Micro, iters)
+			ref := deepStages(len(stages))
+			want := pipetest.Sequential(ref, im.Result.Program.Micro, iters, false)
 			for it := range want {
 				if len(got[it]) != len(want[it]) {
 					t.Fatalf("iteration %d: %d losses, want %d", it, len(got[it]), len(want[it]))
@@ -412,12 +297,12 @@ func TestImportedSchedulesRunInRuntime(t *testing.T) {
 					}
 				}
 			}
-			if init := interopStages(1)[0]; ref[0].a == init.a && ref[0].b == init.b {
+			if init := deepStages(1)[0]; ref[0].A == init.A && ref[0].B == init.B {
 				t.Fatal("the sequential run did not train: the comparison proves nothing")
 			}
 			for s := range ref {
-				if stages[s].a != ref[s].a || stages[s].b != ref[s].b {
-					t.Errorf("stage %d: params (%v, %v), sequential (%v, %v)", s, stages[s].a, stages[s].b, ref[s].a, ref[s].b)
+				if stages[s].A != ref[s].A || stages[s].B != ref[s].B {
+					t.Errorf("stage %d: params (%v, %v), sequential (%v, %v)", s, stages[s].A, stages[s].B, ref[s].A, ref[s].B)
 				}
 			}
 		})
