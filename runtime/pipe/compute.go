@@ -30,9 +30,6 @@ import (
 func (x *Exec) Load(a At) {
 	stage, micro, slot, _ := a.Fields()
 	st := x.state.Load()
-	if st&stFailed != 0 {
-		return
-	}
 	// stage begins or ends a route, so keyable; it is on this rank iff its
 	// Stage is set, which a slot holding it already proves.
 	var s *slotState
@@ -46,6 +43,9 @@ func (x *Exec) Load(a At) {
 		}
 	}
 	if s == nil {
+		if st&stFailed != 0 {
+			return
+		}
 		// The slow path reports with the fields as given (0xffff as -1).
 		stage, micro, slot, _ = a.Unpack()
 		if s = x.loadSlow(stage, micro, slot); s == nil {
@@ -112,15 +112,13 @@ func (x *Exec) F(a At) {
 		src = -1
 	}
 	st := x.state.Load()
-	if st&stFailed != 0 {
-		return
-	}
 	var s *slotState
 	var in *tensor.Dense
+	var ends uint8 // x.ends[stage], once stage is known valid
 	if st == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(stage) < uint(len(x.ends)) {
 		s = &x.slots[slot]
 		k := keyOf(stage, micro)
-		ends := x.ends[stage]
+		ends = x.ends[stage]
 		if src >= 0 {
 			// Slot src holding (stage-1, micro) proves micro valid; stage
 			// must be on this rank, and the slot free to claim (no pending
@@ -153,11 +151,15 @@ func (x *Exec) F(a At) {
 		}
 	}
 	if s == nil {
+		if st&stFailed != 0 {
+			return
+		}
 		// The slow path reports with the fields as given (0xffff as -1).
 		stage, micro, slot, src = a.Unpack()
 		if s, in = x.forwardSlow(stage, micro, slot, src); s == nil {
 			return
 		}
+		ends = x.ends[stage]
 	}
 	y, saved, err := x.stages[stage].Forward(in)
 	if err != nil || y == nil {
@@ -168,18 +170,7 @@ func (x *Exec) F(a At) {
 	// go of it, so a swapped-out chunk leaves nothing of its own behind.
 	s.x, s.y, s.saved = nil, y, saved
 	s.flags |= fwdDone
-	if x.ends[stage]&routeEnd != 0 {
-		if s.flags&dataPending != 0 && !x.takeLabels(s) {
-			return
-		}
-		if s.target == nil {
-			if x.spec.ShipLabels && !x.routeFirst(stage) {
-				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it was not posted", slot, stepName(OpRecvData, stage, micro))
-			} else {
-				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
-			}
-			return
-		}
+	if ends&routeEnd != 0 {
 		loss, dy, err := x.loss.Loss(y, s.target)
 		if err != nil || dy == nil {
 			x.lossFail(stage, micro, err)
@@ -245,6 +236,21 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 		x.stepFailf(OpForward, stage, micro, -1, "F already ran for this chunk")
 		return nil, nil
 	}
+	// The last stage's F needs the labels (waited for here, before the
+	// stage runs).
+	if x.routeLast(stage) {
+		if s.flags&dataPending != 0 && !x.takeLabels(s) {
+			return nil, nil
+		}
+		if s.target == nil {
+			if x.spec.ShipLabels && !x.routeFirst(stage) {
+				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it was not posted", slot, stepName(OpRecvData, stage, micro))
+			} else {
+				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
+			}
+			return nil, nil
+		}
+	}
 	return s, in
 }
 
@@ -283,102 +289,117 @@ func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.De
 // stage the loss gradient.
 //
 //go:noinline
-func (x *Exec) B(a At) { x.backward(OpBackward, a) }
+func (x *Exec) B(a At) {
+	s, stage, micro, dy := x.backwardArgs(OpBackward, a)
+	if s == nil {
+		return
+	}
+	sg := x.stages[stage]
+	dx, err := sg.BackwardInput(s.saved, dy)
+	if err == nil {
+		s.inputGradDone(dy, dx)
+		err = sg.BackwardWeight(s.saved, dy)
+	}
+	if err != nil {
+		x.stepFail(OpBackward, stage, micro, -1, err)
+		return
+	}
+	s.weightGradDone()
+}
 
 // I runs I(stage, micro): the input gradient only. dy as for B. W must
 // follow for the weight gradient.
 //
 //go:noinline
-func (x *Exec) I(a At) { x.backward(OpBackwardInput, a) }
+func (x *Exec) I(a At) {
+	s, stage, micro, dy := x.backwardArgs(OpBackwardInput, a)
+	if s == nil {
+		return
+	}
+	dx, err := x.stages[stage].BackwardInput(s.saved, dy)
+	if err != nil {
+		x.stepFail(OpBackwardInput, stage, micro, -1, err)
+		return
+	}
+	s.inputGradDone(dy, dx)
+}
 
 // W runs W(stage, micro): the weight gradient of a chunk whose I ran. Its
 // At is (stage, micro, slot, -1).
 //
 //go:noinline
-func (x *Exec) W(a At) { x.backward(OpBackwardWeight, a) }
-
-// backward runs B, I or W (k) at a: the fast or the slow checks, then the
-// one body of the three.
-func (x *Exec) backward(k OpKind, a At) {
-	stage, micro, slot, src := a.Fields()
-	st := x.state.Load()
-	if st&stFailed != 0 {
+func (x *Exec) W(a At) {
+	s, stage, micro, dy := x.backwardArgs(OpBackwardWeight, a)
+	if s == nil {
 		return
 	}
-	var s *slotState
-	var dy *tensor.Dense
+	if err := x.stages[stage].BackwardWeight(s.saved, dy); err != nil {
+		x.stepFail(OpBackwardWeight, stage, micro, -1, err)
+		return
+	}
+	s.weightGradDone()
+}
+
+// inputGradDone records a chunk's input gradient dx, computed from dy.
+func (s *slotState) inputGradDone(dy, dx *tensor.Dense) {
+	s.dy, s.dx = dy, dx
+	s.flags |= inDone
+}
+
+// weightGradDone records that a chunk's weight gradient ran: the chunk
+// keeps only its input gradient, for SEND_B or the previous stage.
+func (s *slotState) weightGradDone() {
+	s.flags |= wDone
+	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
+}
+
+// backwardArgs runs the fast or the slow checks of B, I or W (k) at a and
+// returns the slot holding the chunk, its stage and micro-batch and its
+// output gradient; a nil slot when a check failed (reported) or the rank
+// has failed. Each step's body follows it once, for both paths.
+func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy *tensor.Dense) {
+	stage, micro, slot, src := a.Fields()
+	st := x.state.Load()
 	// A slot holding (stage, micro) proves both valid.
 	if st == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
 		if p := &x.slots[slot]; p.key == keyOf(stage, micro) {
 			switch {
 			case k == OpBackwardWeight:
 				if p.flags&(inDone|wDone|swappedOut) == inDone {
-					s, dy = p, p.dy
+					return p, stage, micro, p.dy
 				}
-			case p.flags&(fwdDone|inDone|swappedOut) == fwdDone:
-				if src == atNone {
-					src = -1
+			case p.flags&(fwdDone|inDone|swappedOut) != fwdDone:
+			case src != atNone:
+				// dy is dx of slot src, holding (stage+1, micro).
+				if uint(src) < uint(len(x.slots)) && src != slot {
+					if q := &x.slots[src]; q.key == keyOf(stage+1, micro) && q.dx != nil {
+						return p, stage, micro, q.dx
+					}
 				}
-				if dy = x.fastDy(p, stage, micro, slot, src); dy != nil {
-					s = p
+			case x.routeLast(stage):
+				if p.dy != nil {
+					return p, stage, micro, p.dy
 				}
+			case p.flags&gradPending == 0 && p.rgrad != nil:
+				// A completed receive: consume it.
+				dy, p.rgrad = p.rgrad, nil
+				return p, stage, micro, dy
 			}
 		}
 	}
-	if s == nil {
-		// The slow path reports with the fields as given (0xffff as -1).
-		stage, micro, slot, src = a.Unpack()
-		if k == OpBackwardWeight {
-			if s = x.weightSlow(stage, micro, slot); s == nil {
-				return
-			}
+	if st&stFailed != 0 {
+		return nil, 0, 0, nil
+	}
+	// The slow path reports with the fields as given (0xffff as -1).
+	stage, micro, slot, src = a.Unpack()
+	if k == OpBackwardWeight {
+		if s = x.weightSlow(stage, micro, slot); s != nil {
 			dy = s.dy
-		} else if s, dy = x.backwardSlow(k, stage, micro, slot, src); s == nil {
-			return
 		}
+	} else {
+		s, dy = x.backwardSlow(k, stage, micro, slot, src)
 	}
-	sg := x.stages[stage]
-	if k != OpBackwardWeight {
-		dx, err := sg.BackwardInput(s.saved, dy)
-		if err != nil {
-			x.stepFail(k, stage, micro, -1, err)
-			return
-		}
-		s.dy, s.dx = dy, dx
-		s.flags |= inDone
-		if k == OpBackwardInput {
-			return
-		}
-	}
-	if err := sg.BackwardWeight(s.saved, dy); err != nil {
-		x.stepFail(k, stage, micro, -1, err)
-		return
-	}
-	s.flags |= wDone
-	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
-}
-
-// fastDy returns the output gradient for the backward of the chunk (stage,
-// micro) that s = &x.slots[slot] holds, between its F and its backward, with
-// source slot src; nil when the slow path must find it (an error, or a
-// receive still to wait for). It consumes a completed receive.
-func (x *Exec) fastDy(s *slotState, stage, micro, slot, src int) *tensor.Dense {
-	switch {
-	case src >= 0:
-		if uint(src) < uint(len(x.slots)) && src != slot {
-			if p := &x.slots[src]; p.key == keyOf(stage+1, micro) {
-				return p.dx
-			}
-		}
-		return nil
-	case x.routeLast(stage):
-		return s.dy
-	case s.flags&gradPending != 0:
-		return nil
-	}
-	dy := s.rgrad
-	s.rgrad = nil
-	return dy
+	return s, stage, micro, dy
 }
 
 // backwardSlow runs the checks of B or I (k) and returns the slot holding
