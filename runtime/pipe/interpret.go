@@ -1,6 +1,10 @@
 package pipe
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/abi"
+)
 
 // The interpreter: a rank's program as data ([]Op, e.g. from DecodeOps)
 // run through the packed step methods generated code calls.
@@ -16,10 +20,17 @@ func Interpret(x *Exec, ops []Op) error {
 		// The packed methods, as generated code calls them; an op whose
 		// fields have no At is reported by unpackable. abi says which
 		// operands a kind packs (AtFields) and whether it has an At at all.
-		c, d := op.Kind.AtFields(int(op.Peer), int(op.Slot), int(op.Src))
-		a, ok := PackAt(int(op.Stage), int(op.Micro), c, d)
-		if !ok && op.Kind.Shape().Packed() {
-			x.unpackable(op.Kind, int(op.Stage), int(op.Micro), c, d)
+		sh := op.Kind.Shape()
+		c, d := op.Slot, int32(-1) // AtFields, on the op's int32 fields
+		switch sh {
+		case abi.ArgsComm:
+			c, d = op.Peer, op.Slot
+		case abi.ArgsCompute:
+			d = op.Src
+		}
+		a, ok := PackAt(int(op.Stage), int(op.Micro), int(c), int(d))
+		if !ok && sh.Packed() {
+			x.unpackable(op.Kind, int(op.Stage), int(op.Micro), int(c), int(d))
 			continue
 		}
 		switch op.Kind {
