@@ -50,14 +50,6 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		atBlock[i] = at{-1, -1}
 	}
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
-	type transfer struct {
-		t            float64
-		tie          uint64 // see below
-		src, j, sub  int32
-		dst, consume int32
-		stage, micro int32
-		kind         ir.Kind // SEND_F or SEND_B
-	}
 	nT := 0
 	for r, steps := range p.Ranks {
 		for j := range steps {
@@ -107,10 +99,6 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				nRecv[cons.rank]++
 			}
 		}
-	}
-	less := func(a, b int32) bool {
-		x, y := &ts[a], &ts[b]
-		return x.t < y.t || (x.t == y.t && x.tie < y.tie)
 	}
 	// Each rank's transfers (both halves), in key order. ts is in producer
 	// order (rank by rank, step by step), so per rank the sends and the
@@ -167,13 +155,13 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			rest = rest[n:]
 		}
 		for _, run := range runs {
-			insertionSort(run, less)
+			sortByKey(run, ts)
 		}
 		merged := mineBuf[lo:lo:hi]
 		for len(merged) < len(all) {
 			best := -1
 			for k, run := range runs {
-				if len(run) > 0 && (best < 0 || less(run[0], runs[best][0])) {
+				if len(run) > 0 && (best < 0 || keyLess(ts, run[0], runs[best][0])) {
 					best = k
 				}
 			}
@@ -366,10 +354,27 @@ func tieRank(k ir.Kind, src int32) int32 {
 	return src
 }
 
-// insertionSort sorts a nearly sorted run in place.
-func insertionSort(a []int32, less func(a, b int32) bool) {
+// transfer is one send/receive pair of the timed comm order.
+type transfer struct {
+	t            float64
+	tie          uint64 // see insertCommTimed
+	src, j, sub  int32
+	dst, consume int32
+	stage, micro int32
+	kind         ir.Kind // SEND_F or SEND_B
+}
+
+// keyLess orders transfers a and b of ts by key time, then tie.
+func keyLess(ts []transfer, a, b int32) bool {
+	x, y := &ts[a], &ts[b]
+	return x.t < y.t || (x.t == y.t && x.tie < y.tie)
+}
+
+// sortByKey sorts the transfer indexes a by keyLess (runs are short and
+// nearly sorted: insertion sort).
+func sortByKey(a []int32, ts []transfer) {
 	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && less(a[j], a[j-1]); j-- {
+		for j := i; j > 0 && keyLess(ts, a[j], a[j-1]); j-- {
 			a[j], a[j-1] = a[j-1], a[j]
 		}
 	}

@@ -65,13 +65,11 @@ func (c *checker) at1(a, s, m int) int32 {
 // opKey returns the index of op's FIFO queue: sends in [0, nKeys), receives
 // in [nKeys, 2nKeys), each by (source rank, destination rank, channel).
 func (c *checker) opKey(op, nKeys int) int {
-	st := c.opStepPtr(int32(op))
-	src, dst := c.opEnds(op)
-	key := c.pair(src, dst)*3 + int(st.Kind.Channel()) - 1
+	st, r := c.opStepPtr(int32(op)), int(c.opRank[op])
 	if st.Kind.IsRecv() {
-		return nKeys + key
+		return nKeys + c.pair(st.Peer, r)*3 + int(st.Kind.Channel()) - 1
 	}
-	return key
+	return c.pair(r, st.Peer)*3 + int(st.Kind.Channel()) - 1
 }
 
 // densePairs is the most ranks for which match numbers the (source,
@@ -80,11 +78,11 @@ const densePairs = 256
 
 // opEnds returns the source and destination rank of transfer op.
 func (c *checker) opEnds(op int) (src, dst int) {
-	r, peer := int(c.opRank[op]), c.opStepPtr(int32(op)).Peer
-	if c.opStepPtr(int32(op)).Kind.IsRecv() {
-		return peer, r
+	st, r := c.opStepPtr(int32(op)), int(c.opRank[op])
+	if st.Kind.IsRecv() {
+		return st.Peer, r
 	}
-	return r, peer
+	return r, st.Peer
 }
 
 // pair returns the number of the (source, destination) pair in match.
