@@ -144,7 +144,7 @@ func dir(k ir.Kind) int {
 // the one that carries its cross-stage input (deps.Neighbour) from another
 // rank.
 func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
-	if in, ok := deps.Neighbour(p, c); ok && in.Rank != r {
+	if in, ok := deps.Neighbour(p, &c); ok && in.Rank != r {
 		return in.Recv, true
 	}
 	return ir.Invalid, false

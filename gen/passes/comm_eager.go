@@ -45,7 +45,7 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 	// ready: c's cross-stage input (deps.Neighbour) is there, run on this
 	// rank or received; a step without one is always ready.
 	ready := func(r int, c ir.Step) bool {
-		in, ok := deps.Neighbour(&p, c)
+		in, ok := deps.Neighbour(&p, &c)
 		if !ok {
 			return true
 		}
@@ -119,7 +119,7 @@ func eagerCycle(p ir.Program, ptr []int) error {
 			continue
 		}
 		for _, c := range p.Ranks[r][ptr[r]].Computes() {
-			if in, ok := deps.Neighbour(&p, c); ok {
+			if in, ok := deps.Neighbour(&p, &c); ok {
 				waitFor[r], on[r] = in.Rank, ir.Compute(in.Kind, in.Stage, in.Micro)
 				break
 			}

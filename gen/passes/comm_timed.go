@@ -300,7 +300,7 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 				// gradient of B/I(s+1). The chunk's own F and I run earlier
 				// on this rank, and a compute-only program ships no labels
 				// or inputs.
-				in, ok := deps.Neighbour(&p, cs)
+				in, ok := deps.Neighbour(&p, &cs)
 				if !ok {
 					continue
 				}

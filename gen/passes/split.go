@@ -243,7 +243,7 @@ func fillW(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	ready := func(r int, st ir.Step) (float64, bool) {
 		t := 0.0
 		for _, cs := range st.Computes() {
-			in, ok := deps.Neighbour(&p, cs) // the chunk's own F and I run earlier on r
+			in, ok := deps.Neighbour(&p, &cs) // the chunk's own F and I run earlier on r
 			if !ok {
 				continue
 			}

@@ -165,7 +165,7 @@ func zbFill(pl ir.Placement, m int, skel [][]ir.Step, limit int) ([][]ir.Step, e
 		if st.Kind != ir.Forward && st.Kind != ir.BackwardInput {
 			return false
 		}
-		ins = deps.Of(&dp, st, ins[:0])
+		ins = deps.Of(&dp, &st, ins[:0])
 		for _, in := range ins {
 			switch in.What {
 			case deps.Activation, deps.Saved:

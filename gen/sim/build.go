@@ -290,7 +290,7 @@ func (c Cost) computeCost(st ir.Step) float64 {
 // compute-only program); an optional input (shipped labels, an owned
 // input) only when the rank has its receive.
 func (s *simulator) computeDeps(r int, cs ir.Step, idx *indexes, ds []dep) ([]dep, error) {
-	s.ins = deps.Of(&s.dp, cs, s.ins[:0])
+	s.ins = deps.Of(&s.dp, &cs, s.ins[:0])
 	for _, in := range s.ins {
 		if in.Recv != ir.Invalid {
 			if re := s.recvOn(idx, r, in.Recv, cs.Stage, cs.Micro); re >= 0 {

@@ -54,7 +54,7 @@ func (c *checker) computeModel() *strict.Model {
 		for i := range steps {
 			b.Host()
 			for _, sub := range steps[i].Computes() {
-				ins = deps.Of(&c.p, sub, ins[:0])
+				ins = deps.Of(&c.p, &sub, ins[:0])
 				for _, in := range ins {
 					if in.Optional() || !in.Remote(r) {
 						continue

@@ -220,7 +220,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
 func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
-	in, ok := deps.Neighbour(&c.p, *st)
+	in, ok := deps.Neighbour(&c.p, st)
 	if !ok {
 		return nil
 	}

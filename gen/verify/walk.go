@@ -327,7 +327,7 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	r := rw.r
 	ch := st.Stage*c.M + st.Micro
 	var buf [deps.MaxInputs]deps.Input // stays on the stack
-	for _, in := range deps.Of(&c.p, *st, buf[:0]) {
+	for _, in := range deps.Of(&c.p, st, buf[:0]) {
 		if !in.Remote(r) {
 			continue
 		}

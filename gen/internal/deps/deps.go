@@ -108,8 +108,10 @@ const MaxInputs = 2
 // for B and I the saved
 // activations, then the gradient; for W what its I kept. Steps of other kinds
 // consume nothing here. Stages outside the placement give producers on rank
-// ir.None; Of never panics.
-func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
+// ir.None; Of never panics. Of and Neighbour take the step by pointer (an
+// ir.Step is eight words, copied on every call otherwise) and keep nothing
+// of it.
+func Of(p *ir.Program, cs *ir.Step, dst []Input) []Input {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
@@ -140,7 +142,7 @@ func Of(p *ir.Program, cs ir.Step, dst []Input) []Input {
 // the Gradient of the backward of (s+1, m); ok is false at the ends of m's
 // route (its first stage for F, its last for a backward) and for other
 // kinds. It is the Activation or Gradient entry of Of.
-func Neighbour(p *ir.Program, cs ir.Step) (in Input, ok bool) {
+func Neighbour(p *ir.Program, cs *ir.Step) (in Input, ok bool) {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:

@@ -135,7 +135,7 @@ rank 1: 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP`,
 					}
 					for _, cs := range leaves {
 						key := fmt.Sprintf("%d: %s", r, cs)
-						ins = deps.Of(&p, cs, ins[:0])
+						ins = deps.Of(&p, &cs, ins[:0])
 						if len(ins) > deps.MaxInputs {
 							t.Errorf("%s: %d inputs, more than MaxInputs (%d)", key, len(ins), deps.MaxInputs)
 						}
@@ -207,11 +207,11 @@ func checkFrom(t *testing.T, p ir.Program, r, i int, cs ir.Step, in deps.Input) 
 func TestOfEdges(t *testing.T) {
 	p := ir.NewProgram(ir.Placement{NumRanks: 2, RankOf: []int{0, 1}}, 2)
 	for _, st := range []ir.Step{ir.Compute(ir.DataLoad, 0, 0), ir.Comm(ir.SendF, 0, 0, 1), ir.Compute(ir.OptStep, ir.None, ir.None), ir.Compute(ir.Unshard, 0, ir.None)} {
-		if got := deps.Of(&p, st, nil); len(got) != 0 {
+		if got := deps.Of(&p, &st, nil); len(got) != 0 {
 			t.Errorf("%s: got %v, want nothing", st, got)
 		}
 	}
-	got := deps.Of(&p, ir.Compute(ir.Backward, 5, 0), nil)
+	got := deps.Of(&p, &ir.Step{Kind: ir.Backward, Stage: 5, Peer: ir.None, Slot: ir.None}, nil)
 	if len(got) != 1 || got[0].What != deps.Saved || got[0].Rank != ir.None {
 		t.Errorf("B on stage 5 of 2: got %+v, want only its saved activations, on no rank", got)
 	}
@@ -230,7 +230,7 @@ func TestWAfterFullB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := deps.Of(&p, ir.Compute(ir.BackwardWeight, 0, 0), nil)
+	in := deps.Of(&p, &ir.Step{Kind: ir.BackwardWeight, Peer: ir.None, Slot: ir.None}, nil)
 	if len(in) != 1 || in[0].What != deps.Kept || in[0].Kind != ir.BackwardInput {
 		t.Fatalf("Of(W) = %+v, want what I kept", in)
 	}
@@ -321,7 +321,7 @@ func TestConsumer(t *testing.T) {
 				if k != ir.Forward {
 					wantKind = ir.Backward // B or I
 				}
-				if in, ok := deps.Neighbour(&p, c); !ok || in.Stage != s || in.Micro != m || in.Kind != wantKind {
+				if in, ok := deps.Neighbour(&p, &c); !ok || in.Stage != s || in.Micro != m || in.Kind != wantKind {
 					t.Errorf("Neighbour(Consumer(%s) = %s) = %+v, not %s", cs, c, in, cs)
 				}
 			}
