@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/dave/jennifer v1.7.1
 	golang.org/x/tools v0.52.0
+	gonum.org/v1/gonum v0.17.0
 	gorgonia.org/tensor v0.9.24
 )
 
@@ -21,7 +22,6 @@ require (
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/xerrors v0.0.0-20200804184101-5ec99f83aff1 // indirect
-	gonum.org/v1/gonum v0.8.2 // indirect
 	google.golang.org/protobuf v1.25.0 // indirect
 	gorgonia.org/vecf32 v0.9.0 // indirect
 	gorgonia.org/vecf64 v0.9.0 // indirect
