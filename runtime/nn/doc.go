@@ -11,10 +11,11 @@
 // contiguous input is used in place. A view or a lazily transposed tensor is
 // copied once. Masked and column-major tensors are rejected. Bad shapes,
 // dtypes and saved contexts give errors that name the offending shapes. They
-// never panic: shapes are checked before any kernel runs. The kernels are
-// plain loops over the backing slices. Large products are split across
-// goroutines by output element, so every element is summed in a fixed order
-// and results are deterministic and do not depend on GOMAXPROCS.
+// never panic: shapes are checked before any kernel runs. A Linear's matrix
+// products run on gonum's GEMM (gonum.org/v1/gonum/blas/gonum), whose split
+// of the work into fixed 64×64 blocks depends on the matrix sizes only, so
+// results are deterministic and do not depend on GOMAXPROCS; the
+// elementwise kernels are plain loops over the backing slices.
 //
 // # Split backward
 //
