@@ -131,3 +131,35 @@ func benchGEMM[T float](b *testing.B, viaNN bool) {
 	}
 	b.ReportMetric(float64(b.N)*2*rows*in*out/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
+
+// BenchmarkAttention times causal self-attention (NewSelfAttention: the
+// q/k/v and output projections and the core) forward and backward, d=512,
+// 8 heads, 4 sequences of 64 tokens, and reports GFLOP/s counting the
+// products only (forward 8·rows·d² + 4·rows·T·d, backward twice that), to
+// read against BenchmarkGEMM's gonum rows:
+//
+//	go test -run '^$' -bench 'GEMM|Attention' -count 6 ./runtime/nn/
+func BenchmarkAttention(b *testing.B) {
+	const d, heads, T, rows = 512, 8, 64, 256
+	for _, dt := range dtypes {
+		b.Run(dt.String(), func(b *testing.B) {
+			rng := NewRand(1)
+			a, err := NewSelfAttention(d, heads, T, dt, rng)
+			if err != nil {
+				b.Fatal(err)
+			}
+			x, dy := randMatrix(dt, rows, d, rng), randMatrix(dt, rows, d, rng)
+			for b.Loop() {
+				_, s, err := a.Forward(x)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := a.Backward(s, dy); err != nil {
+					b.Fatal(err)
+				}
+			}
+			flops := 3 * (8*rows*d*d + 4*rows*T*d)
+			b.ReportMetric(float64(b.N)*float64(flops)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

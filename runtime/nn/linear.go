@@ -76,19 +76,7 @@ func (l *Linear) check(where string) error {
 	if l.dtype.Type == nil || !checkDtype(l.dtype) {
 		return fmt.Errorf("nn: %s: Linear is not initialized; build it with NewLinear", where)
 	}
-	for _, c := range []struct {
-		p     *Param
-		shape tensor.Shape
-	}{{l.Weight, tensor.Shape{l.In, l.Out}}, {l.Bias, tensor.Shape{l.Out}}} {
-		if err := checkParam(where, c.p); err != nil {
-			return err
-		}
-		if !sameShape(c.p.Value.Shape(), c.shape) || c.p.Value.Dtype() != l.dtype {
-			return fmt.Errorf("nn: %s: parameter %q is %v %v, want %v %v",
-				where, c.p.Name, c.p.Value.Dtype(), c.p.Value.Shape(), l.dtype, c.shape)
-		}
-	}
-	return nil
+	return checkShapes(where, l.dtype, paramShape{l.Weight, tensor.Shape{l.In, l.Out}}, paramShape{l.Bias, tensor.Shape{l.Out}})
 }
 
 // Forward returns y = x·W + b for x of shape [batch, In]. It keeps x for
