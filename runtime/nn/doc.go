@@ -17,6 +17,21 @@
 // results are deterministic and do not depend on GOMAXPROCS; the
 // elementwise kernels are plain loops over the backing slices.
 //
+// # Transformer layers
+//
+// A batch of B token sequences of length T is a [B·T, features] matrix,
+// sequence b in rows b·T to (b+1)·T-1, in position order. Embedding maps
+// [rows, 1] token ids to vectors (a token table plus a learned position
+// table), RMSNorm normalizes rows, CausalAttention is multi-head causal
+// attention over the rows of each sequence (its input the queries, keys and
+// values side by side, [rows, 3·d]), Residual adds a layer's input to its
+// output. NewSelfAttention, NewMLPBlock and NewTransformerBlock compose them
+// with Linear and GELU into a pre-norm GPT block; a head is RMSNorm, a
+// Linear to the vocabulary and SoftmaxCrossEntropy on [rows, 1] class
+// indices. Every one has the split backward below and a finite-difference
+// gradient check (transformer_test.go). Their saved contexts do not
+// implement Swappable (see below): swap schedules take the MLP layers.
+//
 // # Split backward
 //
 // Each Layer (and each Sequential, the model chunk of one pipeline stage)
