@@ -75,8 +75,8 @@ func (t *rendezvous) Recv(peer int, ch transport.Channel) (transport.Tag, *tenso
 		return transport.Tag{}, nil, fmt.Errorf("receive from rank %d on %s: %w", peer, ch, transport.ErrTimeout)
 	}
 }
-func (t *rendezvous) Close() error        { return nil }
-func (t *rendezvous) Abort(cause error)   { t.once.Do(func() { close(t.abort) }) }
+func (t *rendezvous) Close() error      { return nil }
+func (t *rendezvous) Abort(cause error) { t.once.Do(func() { close(t.abort) }) }
 func (t *rendezvous) Batch(ops []transport.BatchOp) error {
 	t.batches.Add(1)
 	t.ops.Add(int32(len(ops)))
