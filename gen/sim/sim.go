@@ -167,9 +167,9 @@ type simulator struct {
 	// rank's comm stream.
 	bFirst, bEnd []int
 	cpos         []int
-	watch  [][]int
-	queue  []int
-	queued []bool
+	watch        [][]int
+	queue        []int
+	queued       []bool
 }
 
 // Run simulates the program under the strict execution model of
