@@ -326,11 +326,11 @@ func (s *Sim) process(r int32) {
 		}
 		op := s.headOp(int(r))
 		if op >= 0 && s.gap[op] <= s.host[r] {
-			if s.batchLeft != nil && m.BatchEnd[op]-m.BatchFirst[op] > 1 {
+			if s.batchLeft != nil {
 				progressed = s.batchStep(op) || progressed
 			} else if p := m.OpPartner[op]; p >= 0 {
 				q := m.OpRank[p]
-				if s.ready(p) {
+				if s.headOp(int(q)) == p && s.gap[p] <= s.host[q] {
 					s.complete(op, p)
 					s.push(q)
 					progressed = true
@@ -359,8 +359,9 @@ func (s *Sim) ready(op int32) bool {
 }
 
 // batchStep completes every op of the posted batch at the head of its
-// stream (head is its first unfinished op) whose partner is ready, and
-// reports whether it completed any.
+// stream (head is its first unfinished op; a single op is a batch of one)
+// whose partner is ready, and reports whether it completed any. Run takes
+// it only for models with batches.
 func (s *Sim) batchStep(head int32) bool {
 	m := s.m
 	progressed := false
