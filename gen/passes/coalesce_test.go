@@ -154,3 +154,57 @@ func TestCoalesceKeepsSafe(t *testing.T) {
 		t.Errorf("%d safe programs and %d deadlocks removed among the trials; want at least 150 and 1", safe, fixed)
 	}
 }
+
+// FuzzCoalesce: on a random lowered program, disturbed by swaps of adjacent
+// steps, Coalesce only adds brackets (dropping them gives the program
+// back), is idempotent, and keeps a program verify accepts accepted.
+func FuzzCoalesce(f *testing.F) {
+	f.Add(uint64(1), uint8(2), uint8(1), uint8(4), uint8(0), []byte{})
+	f.Add(uint64(7), uint8(4), uint8(2), uint8(8), uint8(1), []byte{3, 9, 200})
+	f.Add(uint64(12), uint8(3), uint8(1), uint8(5), uint8(2), []byte{1, 1, 1, 1})
+	f.Fuzz(func(t *testing.T, seed uint64, P, V, M, order uint8, swaps []byte) {
+		pl := ir.Loop(1+int(P%4), 1+int(V%2))
+		rng := rand.New(rand.NewPCG(seed, 0))
+		p := randomFeasible(rng, pl, 1+int(M%8))
+		q, _, err := Lower(p, Options{Comm: CommOptions{Order: []CommOrder{Timed, Late, Eager}[order%3]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k+1 < len(swaps) && k < 16; k += 2 {
+			r := int(swaps[k]) % len(q.Ranks)
+			if n := len(q.Ranks[r]); n > 1 {
+				i := int(swaps[k+1]) % (n - 1)
+				q.Ranks[r][i], q.Ranks[r][i+1] = q.Ranks[r][i+1], q.Ranks[r][i]
+			}
+		}
+		b, err := Coalesce(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bb, _ := Coalesce(b)
+		if ir.FormatText(bb) != ir.FormatText(b) {
+			t.Fatalf("not idempotent:\n%s\nthen\n%s", ir.FormatText(b), ir.FormatText(bb))
+		}
+		for r := range b.Ranks {
+			var kept []ir.Step
+			for _, st := range b.Ranks[r] {
+				if !st.Kind.IsBatch() {
+					kept = append(kept, st)
+				}
+			}
+			if len(kept) != len(q.Ranks[r]) {
+				t.Fatalf("rank %d: %d steps without the brackets, %d before", r, len(kept), len(q.Ranks[r]))
+			}
+			for i := range kept {
+				if !kept[i].Equal(q.Ranks[r][i]) {
+					t.Fatalf("rank %d step %d: %s, was %s", r, i, kept[i], q.Ranks[r][i])
+				}
+			}
+		}
+		if _, err := verify.Check(q, verify.Options{}); err == nil {
+			if _, err := verify.Check(b, verify.Options{}); err != nil {
+				t.Fatalf("safe unbatched, refused batched: %v\n%s", err, ir.FormatText(b))
+			}
+		}
+	})
+}
