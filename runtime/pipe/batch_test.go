@@ -214,3 +214,18 @@ func TestBatchErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchTimeout: a batch whose peer never answers fails on the
+// transport's progress timeout, naming the transfer of the batch that
+// waited.
+func TestBatchTimeout(t *testing.T) {
+	begin := pipe.Op{Kind: pipe.OpBatchBegin, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1}
+	end := begin
+	end.Kind = pipe.OpBatchEnd
+	xs := twoRanks(t, 200*time.Millisecond)
+	ops := []pipe.Op{load(0, 0, 0), fwd(0, 0, 0, -1), begin, sendAct(0, 0, 1, 0), recvGrad(0, 0, 1, 0), end, bwd(0, 0, 0, -1)}
+	err := pipe.Run(xs[0], func(x *pipe.Exec) error { return pipe.Interpret(x, ops) })
+	if err == nil || !strings.Contains(err.Error(), "step 0RECV_B0 from rank 1: no progress for") {
+		t.Errorf("got %v, want the batch's 0RECV_B0 named with the timeout", err)
+	}
+}
