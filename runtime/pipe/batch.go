@@ -12,10 +12,10 @@ import (
 // Batches of transfers (BATCH_BEGIN .. BATCH_END, the coalesce pass of
 // gen/passes; docs/internals.md "Batches"):
 //
-//	x.BatchBegin()                    // BATCH_BEGIN
+//	x.BatchBegin()
 //	x.SendF(0x0001_0003_0002_0001)    // 1SEND_F3 peer 2, slot 1
 //	x.RecvB(0x0001_0000_0002_0000)    // 1RECV_B0 peer 2, slot 0
-//	x.BatchEnd()                      // BATCH_END
+//	x.BatchEnd()
 //
 // The transfer methods between the two do what they always do (check their
 // arguments, claim or check the slot, mark a receive pending) but collect
