@@ -87,7 +87,6 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 		idx.recv[k] = newChunkTable(stages, maxMicro, total)
 	}
 	launchSeen := map[chunkRankKey]int{}
-	s.cpos = make([]int, total)
 
 	// Classify and cost every step; index compute steps and receives.
 	for r, steps := range p.Ranks {
@@ -95,7 +94,6 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 		batch := -1 // first event of the open batch
 		for i, st := range steps {
 			e := rs.off + i
-			s.cpos[e] = -1
 			if k := st.Kind; k == ir.BatchBegin {
 				batch = e + 1
 			} else if !k.IsComm() {
@@ -142,7 +140,6 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				s.cls[e] = clComm
 				s.dur[e] = rc.transfer(st)
 				s.ev[e].Lane = LaneComm
-				s.cpos[e] = len(rs.comm)
 				rs.comm = append(rs.comm, i)
 				if t := idx.recv[k]; t != nil && !t.setFirst(st.Stage, st.Micro, e) {
 					if first := t.get(st.Stage, st.Micro); first >= 0 && s.ev[first].Rank != r {

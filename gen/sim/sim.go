@@ -163,10 +163,8 @@ type simulator struct {
 	match  []int
 	// Batches (BATCH_BEGIN and the run of transfers after it): for each
 	// transfer event in one, the events first..end-1 of its batch; nil
-	// when the program has none. cpos is each transfer's position on its
-	// rank's comm stream.
+	// when the program has none.
 	bFirst, bEnd []int
-	cpos         []int
 	watch        [][]int
 	queue        []int
 	queued       []bool
