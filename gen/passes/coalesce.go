@@ -21,10 +21,14 @@ import "github.com/ppgen/ppgen/gen/ir"
 // waits for the whole batch) is on transfers that complete in the unbatched
 // program without that consumer. So the pass keeps every merge, and verify,
 // which gen.Lower runs on its result, re-checks the program with the
-// batches as units. Merging across a compute step is another matter (it
-// can deadlock, TestCoalesceRefusesAcrossCompute), so runs stop there. A
-// program that deadlocks unbatched can become safe (TestCoalesceMakesSafe:
-// two ranks that send to each other before receiving).
+// batches as units (TestCoalesceKeepsSafe and FuzzCoalesce check the
+// argument on random programs). The merge the pass refuses is the one the
+// runtime could not run: a DATA_SEND relaying labels that a DATA_RECV of
+// the same run brings (TestCoalesceRefusesLabelRelay). A program that
+// deadlocks unbatched can become safe (TestCoalesceMakesSafe: two ranks
+// that send to each other before receiving). Runs never reach across other
+// steps: moving a transfer past another would change the stream order,
+// which can deadlock.
 //
 // The input's step lists are not modified.
 func Coalesce(p ir.Program) (ir.Program, error) {
