@@ -26,9 +26,8 @@ import "github.com/ppgen/ppgen/gen/ir"
 // runtime could not run: a DATA_SEND relaying labels that a DATA_RECV of
 // the same run brings (TestCoalesceRefusesLabelRelay). A program that
 // deadlocks unbatched can become safe (TestCoalesceMakesSafe: two ranks
-// that send to each other before receiving). Runs never reach across other
-// steps: moving a transfer past another would change the stream order,
-// which can deadlock.
+// that send to each other before receiving). Runs stop at every other
+// step, so that no step moves.
 //
 // The input's step lists are not modified.
 func Coalesce(p ir.Program) (ir.Program, error) {
