@@ -15,7 +15,7 @@ func TestKinds(t *testing.T) {
 		code     byte
 		shape    Shape
 		ch       Channel
-		preds    string // C compute, K backward, O overlap, S send, R recv, Z FSDP, P swap, s stage, m micro
+		preds    string // C compute, K backward, O overlap, S send, R recv, Z FSDP, P swap, A batch, s stage, m micro
 		aliasesN int
 	}
 	cases := map[Kind]want{
@@ -42,6 +42,8 @@ func TestKinds(t *testing.T) {
 		OptStep:           {"OPT_STEP", 'O', ArgsNone, NoChannel, "", 0},
 		MpipeSend:         {"MPIPE_FWD_SEND", 'm', ArgsComm, DataChannel, "Ssm", 0},
 		MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, "Rsm", 0},
+		BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, "A", 0},
+		BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, "A", 0},
 	}
 	if len(Kinds()) != len(cases) {
 		t.Errorf("Kinds() has %d kinds; the test pins %d", len(Kinds()), len(cases))
@@ -56,7 +58,7 @@ func TestKinds(t *testing.T) {
 		for _, p := range []struct {
 			c  string
 			is bool
-		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"Z", k.IsFSDP()}, {"P", k.IsSwap()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
+		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"Z", k.IsFSDP()}, {"P", k.IsSwap()}, {"A", k.IsBatch()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
 			if p.is {
 				preds += p.c
 			}

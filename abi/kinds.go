@@ -36,6 +36,8 @@ const (
 	OptStep                // OPT_STEP: optimizer update of the rank's stages
 	MpipeSend              // MPIPE_FWD_SEND: an owner rank ships a micro's loaded input to the stage's rank (mpipe)
 	MpipeRecv              // MPIPE_FWD_RECV: the stage's rank receives it from the micro's owner
+	BatchBegin             // BATCH_BEGIN: the transfers up to BATCH_END are one batch (coalesced)
+	BatchEnd               // BATCH_END: closes the batch BATCH_BEGIN opened; the runtime issues it as one group
 	numKinds
 )
 
@@ -91,6 +93,8 @@ var kinds = [numKinds]row{
 	OptStep:           {"OPT_STEP", 'O', ArgsNone, NoChannel, 0, nil},
 	MpipeSend:         {"MPIPE_FWD_SEND", 'm', ArgsComm, DataChannel, send, nil},
 	MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, recv, nil},
+	BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, 0, nil},
+	BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, 0, nil},
 }
 
 // facts is the part of a row the predicates read, packed in four bytes.
@@ -204,6 +208,12 @@ func (k Kind) IsFSDP() bool { return fact[k].class&fsdp != 0 }
 // IsSwap reports whether the kind is an activation swap step (SWAP_LAUNCH_OFFLOAD,
 // SWAP_WAIT_OFFLOAD, SWAP_LAUNCH_LOAD, SWAP_WAIT_LOAD).
 func (k Kind) IsSwap() bool { return fact[k].class&swap != 0 }
+
+// IsBatch reports whether the kind brackets a batch of transfers
+// (BATCH_BEGIN, BATCH_END): the transfers between a BATCH_BEGIN and the next
+// BATCH_END of a rank are posted together and complete as a unit
+// (docs/design.md §5, pass 9).
+func (k Kind) IsBatch() bool { return k == BatchBegin || k == BatchEnd }
 
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }

@@ -102,6 +102,12 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 		return lowerCompute(p, opt)
 	}
 	res := Result{Compute: p.ComputeOnly()}
+	if opt.Passes.Batch {
+		// Before the first check: batching can make a program safe that
+		// deadlocks unbatched (two ranks sending to each other first).
+		p, _ = passes.Coalesce(p)
+		res.Info.Passes = append(res.Info.Passes, "coalesce")
+	}
 	if rep, err := verify.Check(p, opt.Verify); err != nil {
 		res.Program, res.Report = p, rep
 		return res, err
@@ -114,7 +120,7 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		res.Info.Passes = []string{"slots"}
+		res.Info.Passes = append(res.Info.Passes, "slots")
 	} else {
 		res.Info.Slots = passes.SlotCounts(p)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -87,8 +88,13 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 	if res.Report.PeakUnsharded != nil {
 		fsdp = fmt.Sprintf("; peak unsharded stages per rank %v", res.Report.PeakUnsharded)
 	}
-	fmt.Fprintf(stdout, "ok: %d ranks, %d stages, %d micro-batches, %d steps (%d transfers); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
-		res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, res.Report.Transfers,
+	transfers := fmt.Sprintf("%d transfers", res.Report.Transfers)
+	if res.Report.Batches > 0 {
+		b := passes.CountBatches(res.Program)
+		transfers += fmt.Sprintf(", %d of them in %d batches", b.Batched, b.Batches)
+	}
+	fmt.Fprintf(stdout, "ok: %d ranks, %d stages, %d micro-batches, %d steps (%s); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
+		res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, transfers,
 		res.Report.PeakActivations, res.Info.Slots, res.Info.RecvDistance, fsdp)
 	return nil
 }

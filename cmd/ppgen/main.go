@@ -47,6 +47,8 @@
 //	                   backward are at least N compute steps apart
 //	-ship-labels       load labels with the input on the first stage's rank
 //	                   and ship them along the pipe (DATA_SEND/DATA_RECV)
+//	-batch             merge each run of adjacent transfers of a rank into
+//	                   one batch (BATCH_BEGIN .. BATCH_END) issued as one group
 //	-ranks P           pipeline ranks
 //	-virtual V         virtual stages per rank (0: the family's default)
 //	-micro M           micro-batches per iteration

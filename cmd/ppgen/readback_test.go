@@ -30,6 +30,7 @@ func TestPrintedProgramsReadBack(t *testing.T) {
 		{"fsdp", []string{"-fsdp", "1"}},
 		{"swap", []string{"-swap", "2"}},
 		{"ship-labels", []string{"-ship-labels"}},
+		{"batch", []string{"-batch"}},
 	}
 	forms := []struct {
 		name, ext string

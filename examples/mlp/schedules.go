@@ -16,6 +16,7 @@ import (
 	"github.com/ppgen/ppgen/generated/shiplabels"
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
+	"github.com/ppgen/ppgen/generated/zbvbatch"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
@@ -51,6 +52,9 @@ var catalog = map[string]schedule{
 	// FSDP and swap steps: the stages offload their saved activations to
 	// the -swap-tier (runtime/swap); the FSDP steps pass (nn stages are not sharded).
 	"1f1b-fsdp-swap": {fsdpswap.Spec, fsdpswap.Ranks[:], fsdpswap.Program},
+	// Batched transfers (-batch): each run of adjacent transfers is one
+	// x.BatchBegin() .. x.BatchEnd() group, issued through transport.Batch.
+	"zbv-batch": {zbvbatch.Spec, zbvbatch.Ranks[:], zbvbatch.Program},
 }
 
 func scheduleNames() []string {

@@ -71,6 +71,8 @@ var calls = map[ir.Kind]call{
 	ir.DataSend:          {"SendLabels", "OpSendData"},
 	ir.MpipeRecv:         {"RecvInput", "OpRecvInput"},
 	ir.MpipeSend:         {"SendInput", "OpSendInput"},
+	ir.BatchBegin:        {"BatchBegin", "OpBatchBegin"},
+	ir.BatchEnd:          {"BatchEnd", "OpBatchEnd"},
 }
 
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch

@@ -34,6 +34,8 @@ const (
 	OptStep           = abi.OptStep           // OPT_STEP
 	MpipeSend         = abi.MpipeSend         // MPIPE_FWD_SEND
 	MpipeRecv         = abi.MpipeRecv         // MPIPE_FWD_RECV
+	BatchBegin        = abi.BatchBegin        // BATCH_BEGIN
+	BatchEnd          = abi.BatchEnd          // BATCH_END
 )
 
 // Kinds returns every valid kind in declaration order.

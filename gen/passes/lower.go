@@ -50,6 +50,10 @@ type Options struct {
 	// whose forward and backward have at least Swap compute steps between
 	// them (the Swap pass; at least 2).
 	Swap int
+	// Batch merges each run of adjacent transfers of a rank into one
+	// batch, BATCH_BEGIN .. BATCH_END, that the runtime issues as one
+	// group (the Coalesce pass, after swap).
+	Batch bool
 }
 
 // LowerInfo reports what lowering produced.
@@ -125,7 +129,9 @@ func Pipeline(opt Options) []Pass {
 	if opt.Swap > 0 {
 		ps = append(ps, Pass{Name: "swap", Run: func(p ir.Program) (ir.Program, error) { return Swap(p, opt.Swap) }})
 	}
-	// (coalescing: later work, here)
+	if opt.Batch {
+		ps = append(ps, Pass{Name: "coalesce", Run: Coalesce})
+	}
 	if !opt.NoOptStep {
 		// In place: it runs after "comm", whose output nobody else holds.
 		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return insertOptStep(p, true), nil }})

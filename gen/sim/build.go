@@ -91,8 +91,24 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 	// Classify and cost every step; index compute steps and receives.
 	for r, steps := range p.Ranks {
 		rs := &s.ranks[r]
+		batch := -1 // first event of the open batch
 		for i, st := range steps {
 			e := rs.off + i
+			if k := st.Kind; k == ir.BatchBegin {
+				batch = e + 1
+			} else if !k.IsComm() {
+				batch = -1 // a batch is the run of transfers after its BATCH_BEGIN
+			} else if batch >= 0 && e > batch {
+				if s.bFirst == nil {
+					s.bFirst, s.bEnd = make([]int, total), make([]int, total)
+					for x := range s.bFirst {
+						s.bFirst[x], s.bEnd[x] = x, x+1
+					}
+				}
+				for x := batch; x <= e; x++ {
+					s.bFirst[x], s.bEnd[x] = batch, e+1
+				}
+			}
 			s.ev[e] = Event{Rank: r, Index: i, Step: st, Peer: -1}
 			s.match[e] = -1
 			where := func() string { return fmt.Sprintf("sim: rank %d step %d %s", r, i, st) }
@@ -155,6 +171,9 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				}
 			default:
 				s.cls[e] = clLocal
+				if k.IsBatch() {
+					s.ev[e].Lane = LaneComm // a bracket of the comm stream, free
+				}
 				switch k {
 				case ir.DataLoad:
 					s.dur[e] = rc.DataLoad
@@ -294,6 +313,13 @@ func (s *simulator) computeDeps(r int, cs ir.Step, idx *indexes, ds []dep) ([]de
 	for _, in := range s.ins {
 		if in.Recv != ir.Invalid {
 			if re := s.recvOn(idx, r, in.Recv, cs.Stage, cs.Micro); re >= 0 {
+				if s.bFirst != nil {
+					// A receive of a batch is there when the whole batch is.
+					for x := s.bFirst[re]; x < s.bEnd[re]; x++ {
+						ds = append(ds, dep{ev: x})
+					}
+					continue
+				}
 				ds = append(ds, dep{ev: re})
 				continue
 			}

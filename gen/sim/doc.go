@@ -52,6 +52,12 @@
 //     max(both posted, both streams free of earlier transfers) and both
 //     halves complete Cost.Comm later (rendezvous), plus size/Cost.BW for
 //     an activation or gradient with a bandwidth (Cost.Act).
+//   - A batch (BATCH_BEGIN, then the run of transfers after it, up to
+//     BATCH_END) is posted together and runs its transfers concurrently:
+//     once the stream is free of what came before the batch, each starts
+//     when its partner is ready and takes its own time; the stream is free
+//     again, and the compute steps consuming its receives may start, when
+//     the last of them ends. The brackets cost nothing.
 //   - UNSHARD (the FSDP all-gather) is asynchronous, as FSDP2's
 //     unshard(async_op=True) is: the host posts it to the rank's FSDP
 //     stream when it reaches the step and goes on; it runs there in program

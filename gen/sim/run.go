@@ -84,35 +84,99 @@ func (s *simulator) advanceHost(r int) bool {
 }
 
 // advanceComm completes the transfers at the head of rank r's comm stream
-// whose partners are at the head of their streams.
+// whose partners are at the head of their streams (a transfer of a batch:
+// anywhere in the batch at the head). The transfers of a batch start
+// together, each when its partner is ready, and the stream is free again
+// when the last of them ends.
 func (s *simulator) advanceComm(r int) bool {
 	rs := &s.ranks[r]
 	progressed := false
 	for rs.commPos < len(rs.comm) {
 		i := rs.comm[rs.commPos]
+		e := rs.off + i
+		if s.bFirst != nil && s.bEnd[e]-s.bFirst[e] > 1 {
+			if !s.advanceBatch(r, e) {
+				return progressed
+			}
+			progressed = true
+			continue
+		}
 		if i >= rs.host {
 			break // not posted yet
 		}
-		e := rs.off + i
 		m := s.match[e]
-		q := s.ev[m].Rank
-		qs := &s.ranks[q]
-		j := m - qs.off
-		if qs.commPos >= len(qs.comm) || qs.comm[qs.commPos] != j || j >= qs.host {
+		if !s.ready(m) {
 			break
 		}
-		t := max(s.ev[e].Posted, rs.commFree, s.ev[m].Posted, qs.commFree)
-		end := t + s.dur[e]
-		s.ev[e].Start, s.ev[e].End = t, end
-		s.ev[m].Start, s.ev[m].End = t, end
-		s.done[e], s.done[m] = true, true
-		rs.commFree, qs.commFree = end, end
-		rs.commPos++
-		qs.commPos++
+		s.pair(e, m)
 		progressed = true
-		if q != r {
-			s.enqueue(q)
-		}
 	}
 	return progressed
+}
+
+// ready reports whether transfer m (not done) may complete now: posted,
+// and at the head of its stream or in the batch at the head.
+func (s *simulator) ready(m int) bool {
+	q := s.ev[m].Rank
+	qs := &s.ranks[q]
+	if s.done[m] || m-qs.off >= qs.host || qs.commPos >= len(qs.comm) {
+		return false
+	}
+	head := qs.off + qs.comm[qs.commPos]
+	if s.bFirst == nil {
+		return head == m
+	}
+	return m >= s.bFirst[head] && m < s.bEnd[head]
+}
+
+// pair completes the matched transfers e and m, and moves the stream of
+// each that is not in a batch past it.
+func (s *simulator) pair(e, m int) {
+	r, q := s.ev[e].Rank, s.ev[m].Rank
+	rs, qs := &s.ranks[r], &s.ranks[q]
+	t := max(s.ev[e].Posted, rs.commFree, s.ev[m].Posted, qs.commFree)
+	end := t + s.dur[e]
+	s.ev[e].Start, s.ev[e].End = t, end
+	s.ev[m].Start, s.ev[m].End = t, end
+	s.done[e], s.done[m] = true, true
+	for _, x := range [2]int{e, m} {
+		if s.bFirst == nil || s.bEnd[x]-s.bFirst[x] == 1 {
+			xs := &s.ranks[s.ev[x].Rank]
+			xs.commFree = end
+			xs.commPos++
+		}
+	}
+	if q != r {
+		s.enqueue(q)
+	}
+}
+
+// advanceBatch completes what it can of the batch at the head of rank r's
+// stream (whose first event is at or before e) and, when all of it is
+// done, moves the stream past it; it reports whether the batch completed.
+func (s *simulator) advanceBatch(r, e int) bool {
+	rs := &s.ranks[r]
+	first, end := s.bFirst[e], s.bEnd[e]
+	if first-rs.off >= rs.host {
+		return false // not posted yet
+	}
+	all := true
+	for x := first; x < end; x++ {
+		if s.done[x] {
+			continue
+		}
+		if m := s.match[x]; s.ready(m) {
+			s.pair(x, m)
+			continue
+		}
+		all = false
+	}
+	if !all {
+		return false
+	}
+	for x := first; x < end; x++ {
+		rs.commFree = max(rs.commFree, s.ev[x].End)
+	}
+	rs.commPos += end - first
+	return true
 }

@@ -161,9 +161,13 @@ type simulator struct {
 	done   []bool
 	deps   [][]dep
 	match  []int
-	watch  [][]int
-	queue  []int
-	queued []bool
+	// Batches (BATCH_BEGIN and the run of transfers after it): for each
+	// transfer event in one, the events first..end-1 of its batch; nil
+	// when the program has none.
+	bFirst, bEnd []int
+	watch        [][]int
+	queue        []int
+	queued       []bool
 }
 
 // Run simulates the program under the strict execution model of

@@ -120,7 +120,8 @@ type WriteOptions struct {
 // Write writes p in dialect d for a PyTorch runtime: without the steps
 // PyTorch does on its own (DATA_LOAD, DATA_SEND, DATA_RECV: it feeds inputs
 // and targets to the first and last stage itself; OPT_STEP: the trainer
-// steps the optimizer). Pass a lowered program for _load_csv's format
+// steps the optimizer; BATCH_BEGIN, BATCH_END: it posts every transfer
+// asynchronously). Pass a lowered program for _load_csv's format
 // "compute_comms", a compute order for "compute_only". Steps PyTorch cannot
 // express are an error, and so is a program with several model copies
 // (dualpipe): the CSV cannot say that a micro-batch runs only its copy's
@@ -129,7 +130,9 @@ func Write(w io.Writer, p ir.Program, d Dialect, o WriteOptions) error {
 	if p.Copies > 1 {
 		return fmt.Errorf("torch-csv cannot express %d model copies (PyTorch walks every micro-batch through all stages, and dualpipe's copies need a gradient all-reduce between ranks r and P-1-r); ppgen verify and ppgen sim work", p.Copies)
 	}
-	p, _ = DropKinds(p, ir.DataLoad, ir.DataSend, ir.DataRecv, ir.OptStep)
+	// BATCH_BEGIN/BATCH_END (-batch) go too: PyTorch's runtime posts each
+	// transfer asynchronously and waits for a receive at its consumer.
+	p, _ = DropKinds(p, ir.DataLoad, ir.DataSend, ir.DataRecv, ir.OptStep, ir.BatchBegin, ir.BatchEnd)
 	if o.ReduceGrad {
 		p = addReduceGrad(p)
 	}

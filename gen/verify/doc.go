@@ -7,7 +7,9 @@
 //     step on the rank holding its stage; peers as the placement says; no
 //     transfer between colocated stages; overlap steps holding one forward
 //     and one backward; no duplicated step (a second F, B/I, W, DATA_LOAD or
-//     transfer of one chunk);
+//     transfer of one chunk); batches (BATCH_BEGIN .. BATCH_END) closed, not
+//     nested, holding at least one transfer and nothing else, and no
+//     DATA_SEND of labels the same batch receives (batch.go);
 //  2. preconditions, in program order: F has its input (a RECV_F, the
 //     previous stage's F on this rank, or for stage 0 its DATA_LOAD when the
 //     program has data steps) and, on the last stage, its labels; B and I
@@ -29,7 +31,9 @@
 //  5. deadlock freedom under the strict model (gen/internal/strict; one
 //     simulation decides), each compute step waiting for the receives of
 //     what it consumes (gen/internal/deps, the model gen/sim and gen/passes
-//     read too). A program without transfers is compute-only: then each
+//     read too), a batch running as a unit: its transfers complete in any
+//     order, and what comes after it on the stream and what consumes one
+//     of its receives waits for all of them. A program without transfers is compute-only: then each
 //     compute step waits for its producer on another rank, and a
 //     cross-rank dependency cycle is a deadlock too;
 //  6. memory: peak live chunks per rank (from F to the last backward, W or B)

@@ -87,7 +87,7 @@ func TestNaiveAgreesOnFixtures(t *testing.T) {
 // breaks.
 func TestMutations(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	var accepted, rejected, hung, broke int
+	var accepted, rejected, hung, broke, batched int
 	trials := 0
 	for P := 2; P <= 6; P++ {
 		for M := 1; M <= 2*P; M++ {
@@ -100,11 +100,12 @@ func TestMutations(t *testing.T) {
 			}
 			for name, base := range bases {
 				// Eager and timed comm orders; with the timed one also the
-				// labels shipped along the pipe, and for interleaved
-				// mpipe's owned-micro loading.
-				for variant := range 4 {
+				// labels shipped along the pipe, for interleaved mpipe's
+				// owned-micro loading, and batches.
+				// Variant 4 batches adjacent transfers (-batch).
+				for variant := range 5 {
 					eager := variant == 1
-					opt := passes.Options{NoOptStep: true, Comm: passes.CommOptions{Order: orderOf(eager)}, ShipLabels: variant == 2, OwnedData: variant == 3}
+					opt := passes.Options{NoOptStep: true, Comm: passes.CommOptions{Order: orderOf(eager)}, ShipLabels: variant == 2, OwnedData: variant == 3, Batch: variant == 4}
 					if variant == 3 && name != "interleaved" {
 						continue
 					}
@@ -125,6 +126,9 @@ func TestMutations(t *testing.T) {
 							t.Fatalf("%s P=%d M=%d eager=%v, %s:\nverify: %v\nnaive:  %q\n%s", name, P, M, eager, desc, err, why, ir.FormatText(p))
 						}
 						switch {
+						case err == nil && variant == 4:
+							accepted++
+							batched++
 						case err == nil:
 							accepted++
 						case why[:5] == "hangs":
@@ -139,9 +143,9 @@ func TestMutations(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d mutants: %d accepted by both, %d rejected by both (%d hang, %d break)", trials, accepted, rejected, hung, broke)
-	if accepted == 0 || hung == 0 || broke == 0 {
-		t.Errorf("mutation mix too narrow: %d accepted, %d hang, %d break", accepted, hung, broke)
+	t.Logf("%d mutants: %d accepted by both (%d batched), %d rejected by both (%d hang, %d break)", trials, accepted, batched, rejected, hung, broke)
+	if accepted == 0 || hung == 0 || broke == 0 || batched == 0 {
+		t.Errorf("mutation mix too narrow: %d accepted (%d batched), %d hang, %d break", accepted, batched, hung, broke)
 	}
 }
 

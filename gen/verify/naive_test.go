@@ -15,7 +15,10 @@ import (
 // hangs or breaks. Contract points it shares with verify by definition, not
 // by code: a chunk's F, backward, W, DATA_LOAD and each of its transfers run
 // once; a chunk keeps one slot and no slot is taken while its chunk still
-// has uses to come.
+// has uses to come. A batch (BATCH_BEGIN .. BATCH_END) is posted as one
+// group at its BATCH_END; each of its transfers completes with its FIFO
+// partner once that partner is in the peer's first unfinished group, and a
+// receive counts as done for its consumer when its whole group is.
 func runNaive(p ir.Program) string {
 	P, S := len(p.Ranks), p.Stages()
 	rankOf := p.Placement.RankOf
@@ -32,11 +35,17 @@ func runNaive(p ir.Program) string {
 	}
 	key := func(tag string, s, m int) string { return fmt.Sprintf("%s/%d/%d", tag, s, m) }
 	facts := map[string]int{}
+	type group struct{ left int }
 	type op struct {
 		st   ir.Step
 		done bool
+		grp  *group
 	}
-	posted := make([][]*op, P)
+	// posted[r] holds rank r's posted groups in stream order, each a batch
+	// or a single transfer; open[r] the batch its host is collecting.
+	posted := make([][][]*op, P)
+	open := make([][]*op, P)
+	opened := make([]bool, P)
 	recvs := map[string]*op{}
 	// Slots: remaining uses of each chunk (its own steps and src reads) and
 	// the chunk each (rank, slot) holds.
@@ -111,7 +120,7 @@ func runNaive(p ir.Program) string {
 		switch {
 		case o == nil:
 			return "absent"
-		case o.done:
+		case o.grp.left == 0:
 			return "ok"
 		}
 		return "wait"
@@ -207,6 +216,27 @@ func runNaive(p ir.Program) string {
 	}
 	host := func(r int, st ir.Step) string {
 		switch {
+		case st.Kind == ir.BatchBegin:
+			if opened[r] {
+				return "a batch inside a batch"
+			}
+			opened[r], open[r] = true, nil
+			return ""
+		case st.Kind == ir.BatchEnd:
+			if !opened[r] || len(open[r]) == 0 {
+				return "a BATCH_END without a batch, or an empty batch"
+			}
+			g := &group{left: len(open[r])}
+			for _, o := range open[r] {
+				o.grp = g
+			}
+			posted[r] = append(posted[r], open[r])
+			opened[r] = false
+			return ""
+		case opened[r] && !st.Kind.IsComm():
+			return st.String() + " inside a batch"
+		}
+		switch {
 		case st.Kind.IsCompute():
 			res := ""
 			for _, c := range leaves(st) {
@@ -241,6 +271,9 @@ func runNaive(p ir.Program) string {
 				if facts[key("load", s, m)] == 0 && recvs[key("DATA_RECV", s, m)] == nil {
 					return st.String() + " without data"
 				}
+				if o := recvs[key("DATA_RECV", s, m)]; opened[r] && o != nil && o.grp == nil {
+					return st.String() + " relays labels its own batch receives"
+				}
 			case ir.MpipeSend:
 				if facts[key("ownerload", s, m)] == 0 {
 					return st.String() + " before its owner's load"
@@ -267,7 +300,12 @@ func runNaive(p ir.Program) string {
 			if st.Kind.IsRecv() {
 				recvs[key(st.Kind.String(), s, m)] = o
 			}
-			posted[r] = append(posted[r], o)
+			if opened[r] {
+				open[r] = append(open[r], o)
+			} else {
+				o.grp = &group{left: 1}
+				posted[r] = append(posted[r], []*op{o})
+			}
 		case st.Kind == ir.DataLoad && st.Stage >= 0 && st.Stage < S && rankOf[st.Stage] != r:
 			// An owner's load of another rank's input (mpipe).
 			if st.Stage != 0 || p.Placement.Owner(st.Micro) != r || facts[key("ownerload", 0, st.Micro)] > 0 {
@@ -301,42 +339,89 @@ func runNaive(p ir.Program) string {
 				progress = true
 			}
 		}
+		// FIFO per (source, destination, channel): the first unfinished
+		// transfer of a kind in a stream pairs with the peer's first
+		// unfinished transfer of the other kind; both must be in the first
+		// unfinished group of their stream.
+		same := func(x, y ir.Step) bool {
+			return x.Peer == y.Peer && x.Kind.Channel() == y.Kind.Channel() && x.Kind.IsSend() == y.Kind.IsSend()
+		}
+		firstOf := func(q int, like ir.Step) (*op, bool) {
+			for gi, g := range posted[q] {
+				for _, o := range g {
+					if !o.done && same(o.st, like) {
+						return o, gi == 0
+					}
+				}
+			}
+			return nil, false
+		}
 		for r := range P {
 			if len(posted[r]) == 0 {
 				continue
 			}
-			a := posted[r][0]
-			q := a.st.Peer
-			if len(posted[q]) == 0 {
-				continue
+			for _, a := range posted[r][0] {
+				if a.done {
+					continue
+				}
+				q := a.st.Peer
+				if q < 0 || q >= P {
+					continue
+				}
+				if first, _ := firstOf(r, a.st); first != a {
+					continue // an earlier transfer of its FIFO is not done
+				}
+				// Its partner: the peer's first unfinished transfer of the
+				// other direction on a's channel, with a's rank as peer.
+				var b *op
+				head := false
+				for gi, g := range posted[q] {
+					for _, o := range g {
+						if !o.done && o.st.Peer == r && o.st.Kind.Channel() == a.st.Kind.Channel() && o.st.Kind.IsSend() != a.st.Kind.IsSend() {
+							b, head = o, gi == 0
+							break
+						}
+					}
+					if b != nil {
+						break
+					}
+				}
+				if b == nil || !head {
+					continue
+				}
+				snd, rcv := a.st, b.st
+				if rcv.Kind.IsSend() {
+					snd, rcv = rcv, snd
+				}
+				d := 1
+				switch snd.Kind {
+				case ir.SendB:
+					d = -1
+				case ir.MpipeSend:
+					d = 0 // the owner's input, for the stage itself
+				}
+				if rcv.Stage != snd.Stage+d || rcv.Micro != snd.Micro {
+					return fmt.Sprintf("breaks: %s delivers into %s", snd, rcv)
+				}
+				a.done, b.done = true, true
+				a.grp.left--
+				b.grp.left--
+				progress = true
 			}
-			b := posted[q][0]
-			if b.st.Peer != r || a.st.Kind.Channel() != b.st.Kind.Channel() || a.st.Kind.IsSend() == b.st.Kind.IsSend() {
-				continue
+		}
+		for r := range P {
+			for len(posted[r]) > 0 && posted[r][0][0].grp.left == 0 {
+				posted[r] = posted[r][1:]
 			}
-			snd, rcv := a.st, b.st
-			if rcv.Kind.IsSend() {
-				snd, rcv = rcv, snd
-			}
-			d := 1
-			switch snd.Kind {
-			case ir.SendB:
-				d = -1
-			case ir.MpipeSend:
-				d = 0 // the owner's input, for the stage itself
-			}
-			if rcv.Stage != snd.Stage+d || rcv.Micro != snd.Micro {
-				return fmt.Sprintf("breaks: %s delivers into %s", snd, rcv)
-			}
-			a.done, b.done = true, true
-			posted[r], posted[q] = posted[r][1:], posted[q][1:]
-			progress = true
 		}
 		if !progress {
 			break
 		}
 	}
 	for r := range P {
+		if opened[r] {
+			return fmt.Sprintf("breaks: rank %d never closes its batch", r)
+		}
 		if pc[r] < len(p.Ranks[r]) || len(posted[r]) > 0 {
 			return fmt.Sprintf("hangs: rank %d at step %d with %d transfers pending", r, pc[r], len(posted[r]))
 		}

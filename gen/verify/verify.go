@@ -22,6 +22,9 @@ type Report struct {
 	Lowered   bool
 	Steps     int // steps on all ranks
 	Transfers int // transfer steps on all ranks
+	// Batches is the number of batches (BATCH_BEGIN .. BATCH_END) of more
+	// than one transfer.
+	Batches int
 	// PeakActivations is, per rank, the most chunks live at once.
 	PeakActivations []int
 	// Slots is, per rank, one more than the largest slot used (0 when the

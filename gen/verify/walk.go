@@ -24,6 +24,7 @@ type rankWalk struct {
 	memErr  *Error
 	slotted bool
 	starts  []int32
+	batch   batchWalk
 	err     error
 }
 
@@ -179,6 +180,7 @@ func (c *checker) walk() error {
 			m.OpPartner[op] = -1
 		}
 	})
+	c.batches(m, ws)
 	c.model = m
 	c.rep.Lowered = c.lowered
 	c.rep.Transfers = nOps
@@ -198,8 +200,26 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 	if c.rep.PeakUnsharded != nil {
 		fs = newFSDPWalk(c.S, steps, c.fsdpReduce)
 	}
+	rw.batch.open = -1
 	for i := range steps {
 		st := &steps[i]
+		if rw.batch.open >= 0 || st.Kind.IsBatch() {
+			if err := c.batchMember(rw, i, st); err != nil {
+				return err
+			}
+			if st.Kind.IsBatch() {
+				// A host step that waits for nothing: the ops between
+				// BATCH_BEGIN and BATCH_END share one gap.
+				if err := c.batchStep(rw, i, st); err != nil {
+					return err
+				}
+				c.hostIdx[rw.host] = int32(i)
+				rw.host++
+				nHost++
+				rw.waitEnd[nHost-1] = int32(len(rw.waits))
+				continue
+			}
+		}
 		if st.Kind.IsComm() {
 			if err := c.leaf(rw, i, st, st); err != nil {
 				return err
@@ -276,6 +296,9 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		rw.waitEnd[nHost-1] = int32(len(rw.waits))
 		c.lastCompute[r] = int32(i)
 		live = c.peak(rw, i, st, st.Sub, live)
+	}
+	if err := c.batchEnd(rw); err != nil {
+		return err
 	}
 	if fs != nil {
 		c.rep.PeakUnsharded[r] = fs.peak

@@ -176,7 +176,7 @@ func (c *checker) checkRanges() {
 				}
 				continue
 			}
-			if s.st.Kind == ir.OptStep {
+			if s.st.Kind.Shape() == abi.ArgsNone { // OPT_STEP, BATCH_BEGIN, BATCH_END
 				continue
 			}
 			if msg := c.leafRange(r, s.st, s.src); msg != "" {

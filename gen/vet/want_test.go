@@ -102,6 +102,10 @@ func (e *editor) replaceCalls(old, new []string) {
 // -fuse=false, one call per step.
 var fusedCases = map[string]bool{"fused": true, "fusedsrc": true, "fusedmicro": true}
 
+// batchCases are generated with -batch (BATCH_BEGIN .. BATCH_END around
+// adjacent transfers).
+var batchCases = map[string]bool{"batchend": true}
+
 var brokenCases = []brokenCase{
 	{"valid", false, func(e *editor) {}},
 	{"fused", false, func(e *editor) {}},
@@ -194,6 +198,14 @@ var brokenCases = []brokenCase{
 		e.wantAfter(packed("RecvF", 1, 2, 0, 0), `edited generated code: rank 1 step 6 is `+q(packed("RecvF", 1, 2, 0, 0)))
 		e.wantAfter(packed("RecvB", 0, 0, 1, 0), `unsafe program: deadlock: rank 0 at step 6 0RECV_B0 waits for rank 1; rank 1 at step 6 1RECV_F2 waits for rank 0`)
 	}},
+	{"batchend", false, func(e *editor) {
+		// The BATCH_END of rank 0's first batch deleted: its B runs
+		// inside the batch, waiting for a receive posted only at a
+		// BATCH_END that never comes.
+		e.replaceCalls([]string{"\tx.BatchEnd()", packed("B", 0, 0, 0, -1)}, []string{packed("B", 0, 0, 0, -1)})
+		e.wantAfter(packed("B", 0, 0, 0, -1), `edited generated code: rank 0 step 8 is `+q(packed("B", 0, 0, 0, -1))+` where .* generates x\.BatchEnd\(\)`,
+			`unsafe program: rank 0 step 8 \(0B0\): B inside the batch that step 5 opened; a batch holds only transfers`)
+	}},
 	{"noguard", false, func(e *editor) {
 		e.replace("// This guard breaks the build when runtime/pipe no longer supports this generated code.\nconst _ = pipe.SupportPackageIsVersion1\n\n", "")
 		e.wantAfter("package noguard", `the runtime API guard .const _ = pipe.SupportPackageIsVersionN. is missing`)
@@ -224,6 +236,9 @@ func TestBrokenFilesFresh(t *testing.T) {
 		}
 		if c.table {
 			args = append(args, "-table")
+		}
+		if batchCases[c.name] {
+			args = append(args, "-batch")
 		}
 		req, err := gencmd.Parse(args, gencmd.Env{Package: c.name})
 		if err != nil {

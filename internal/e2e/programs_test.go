@@ -19,6 +19,7 @@ import (
 	"github.com/ppgen/ppgen/generated/onef1b"
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
+	"github.com/ppgen/ppgen/generated/zbvbatch"
 	"github.com/ppgen/ppgen/internal/e2e/onerank"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
@@ -45,6 +46,7 @@ func catalog() []prog {
 		{"interleavedsplit", ir.Config{Schedule: "interleaved", Ranks: 4, Virtual: 2, Micro: 8}, gen.Options{Passes: passes.Options{Split: true}}, interleavedsplit.Spec, interleavedsplit.Ranks[:], interleavedsplit.Program},
 		{"zbh1", ir.Config{Schedule: "zb-h1", Ranks: 4, Micro: 8}, gen.Options{}, zbh1.Spec, zbh1.Ranks[:], zbh1.Program},
 		{"zbv", ir.Config{Schedule: "zbv", Ranks: 4, Micro: 8}, gen.Options{}, zbv.Spec, zbv.Ranks[:], zbv.Program},
+		{"zbvbatch", ir.Config{Schedule: "zbv", Ranks: 4, Micro: 8}, gen.Options{Passes: passes.Options{Batch: true}}, zbvbatch.Spec, zbvbatch.Ranks[:], zbvbatch.Program},
 		{"onerank", ir.Config{Schedule: "interleaved", Ranks: 1, Virtual: 4, Micro: 64}, gen.Options{}, onerank.Spec, onerank.Ranks[:], onerank.Program},
 	}
 }

@@ -97,6 +97,11 @@ type Exec struct {
 	ownIn    *tensor.Dense
 	ownMicro int
 
+	// batch is the open batch (BatchBegin .. BatchEnd), nil when none;
+	// batches[:nBatch] are this iteration's, reused by the next (batch.go).
+	batch    *opBatch
+	batches  []*opBatch
+	nBatch   int
 	comm     chan commOp
 	inflight sync.WaitGroup
 	commDone chan struct{}
@@ -298,6 +303,7 @@ func (x *Exec) stepFailf(k OpKind, stage, micro, peer int, format string, args .
 // Sync waits until every posted transfer has completed (or failed) and
 // returns Err.
 func (x *Exec) Sync() error {
+	x.dropBatch()
 	x.inflight.Wait()
 	return x.Err()
 }
@@ -306,7 +312,9 @@ func (x *Exec) Sync() error {
 // the slots and forgets the losses. A failure is not reset: an Exec that
 // failed stays failed (its transport is aborted).
 func (x *Exec) Reset() {
+	x.batch = nil
 	x.inflight.Wait()
+	x.nBatch = 0
 	for i := range x.slots {
 		s := &x.slots[i]
 		// A completion signal is left only for a receive posted and never

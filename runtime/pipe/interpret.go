@@ -76,6 +76,10 @@ func Interpret(x *Exec, ops []Op) error {
 			x.RecvLabels(a)
 		case OpSendData:
 			x.SendLabels(a)
+		case OpBatchBegin:
+			x.BatchBegin()
+		case OpBatchEnd:
+			x.BatchEnd()
 		case OpOverlapFB, OpOverlapBF:
 			a, b, ok := overlapSubOps(x, ops, i)
 			if !ok {

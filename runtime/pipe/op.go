@@ -51,6 +51,10 @@ const (
 	// (Stage, Micro, Peer, Slot), ahead of the chunk's activation transfer.
 	OpRecvData = abi.DataRecv
 	OpSendData = abi.DataSend
+	// A batch of transfers: BatchBegin, the transfers, BatchEnd (no
+	// fields); the transfers between are issued as one group.
+	OpBatchBegin = abi.BatchBegin
+	OpBatchEnd   = abi.BatchEnd
 )
 
 // Op is one step as data. Unused fields are -1 (Peer of local steps, Src of

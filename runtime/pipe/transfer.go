@@ -1,6 +1,7 @@
 package pipe
 
 import (
+	"errors"
 	"fmt"
 
 	"gorgonia.org/tensor"
@@ -76,6 +77,8 @@ type xfer struct {
 	send    which
 	wait    slotFlags
 	message string
+	// batch is set only in a batch's header entry (batch.go).
+	batch *opBatch
 }
 
 var (
@@ -254,6 +257,11 @@ func (x *Exec) checkPeer(k OpKind, stage, micro, peer, other int) bool {
 // flag; false when the rank has failed.
 func (x *Exec) await(s *slotState, flag slotFlags) bool {
 	if s.flags&flag != 0 {
+		if x.batch != nil {
+			// Its receive may be in the open batch, posted only at BATCH_END.
+			x.fail(&StepError{Rank: x.rank, Peer: -1, Err: errors.New("a step inside BATCH_BEGIN .. BATCH_END waits for a receive; a batch holds only transfers (BATCH_END first)")})
+			return false
+		}
 		switch flag {
 		case actPending:
 			<-s.actDone
@@ -282,6 +290,10 @@ func (x *Exec) post(op commOp) bool {
 		x.stepFail(op.x.kind, int(op.stage), int(op.micro), int(op.peer), ErrClosed)
 		return false
 	}
+	if x.batch != nil && op.x.batch == nil {
+		x.batch.ops = append(x.batch.ops, op) // posted at BatchEnd
+		return true
+	}
 	x.inflight.Add(1)
 	x.comm <- op
 	return true
@@ -292,7 +304,11 @@ func (x *Exec) post(op commOp) bool {
 func (x *Exec) commLoop() {
 	defer close(x.commDone)
 	for op := range x.comm {
-		x.runComm(&op)
+		if b := op.x.batch; b != nil {
+			x.runBatch(b)
+		} else {
+			x.runComm(&op)
+		}
 		x.inflight.Done()
 	}
 }

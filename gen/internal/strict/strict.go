@@ -14,6 +14,14 @@
 // together, and only when each is the first unfinished op of its stream and
 // both are posted (rendezvous).
 //
+// A batch (coalesced transfers, docs/internals.md "Batches") is a run of
+// consecutive ops of one stream, all posted at one gap: once every op before
+// it has completed, each of its ops completes with its partner as soon as
+// the partner is ready, in any order, and the stream's next op waits for the
+// whole batch. A host step that waits for an op of a batch waits for the
+// whole batch (OpDone of any op of a batch means "the batch completed").
+// A single op is a batch of one, so a model without batches runs as before.
+//
 // Since the model has no choices, one run decides whether everything
 // completes; when it does not, Stuck names a cycle of ranks that wait for one
 // another. Sim.Hoist is the one mutation comm insertion needs: it moves a
@@ -53,6 +61,11 @@ type Model struct {
 	OpRank    []int32
 	OpGap     []int32
 	OpPartner []int32
+	// BatchFirst[op] and BatchEnd[op] bound the batch op belongs to: ops
+	// BatchFirst[op]..BatchEnd[op]-1 of its rank's stream. Both are nil
+	// when the model has no batch of more than one op.
+	BatchFirst []int32
+	BatchEnd   []int32
 }
 
 // Ranks returns the number of ranks.
@@ -129,13 +142,51 @@ func (b *Builder) Pair(a, c int32) {
 	b.m.OpPartner[c] = a
 }
 
+// Batch makes ops first..end-1, consecutive ops of the current rank's
+// stream appended since the last host step, one batch (see the package
+// documentation). It reports false, changing nothing, when they are not.
+func (b *Builder) Batch(first, end int32) bool {
+	m := &b.m
+	if first < m.OpOff[len(m.OpOff)-1] || end > int32(len(m.OpRank)) || end-first < 1 {
+		return false
+	}
+	for op := first; op < end; op++ {
+		if m.OpGap[op] != m.OpGap[first] || (int(op) < len(m.BatchEnd) && m.BatchEnd[op] != op+1) {
+			return false
+		}
+	}
+	if end-first == 1 {
+		return true
+	}
+	for int32(len(m.BatchFirst)) < end {
+		n := int32(len(m.BatchFirst))
+		m.BatchFirst = append(m.BatchFirst, n)
+		m.BatchEnd = append(m.BatchEnd, n+1)
+	}
+	for op := first; op < end; op++ {
+		m.BatchFirst[op], m.BatchEnd[op] = first, end
+	}
+	return true
+}
+
 // Model finishes the last rank and returns the model. The builder must not be used afterwards.
 func (b *Builder) Model() *Model {
 	if b.started {
 		b.finishRank()
 		b.started = false
 	}
+	if m := &b.m; m.BatchFirst != nil {
+		for n := int32(len(m.BatchFirst)); n < int32(len(m.OpRank)); n++ {
+			m.BatchFirst = append(m.BatchFirst, n)
+			m.BatchEnd = append(m.BatchEnd, n+1)
+		}
+	}
 	return &b.m
+}
+
+// InBatch reports whether op belongs to a batch of more than one op.
+func (m *Model) InBatch(op int32) bool {
+	return m.BatchFirst != nil && m.BatchEnd[op]-m.BatchFirst[op] > 1
 }
 
 // Sim runs a Model.
@@ -158,6 +209,9 @@ type Sim struct {
 	started  bool
 	touched  []int32 // ranks processed since the last Touched call
 	isTouch  []bool
+	// batchLeft[first]: ops of the batch starting at op first not yet
+	// completed (nil when the model has no batches).
+	batchLeft []int32
 }
 
 // NewSim returns a simulation of m in its initial state.
@@ -183,6 +237,12 @@ func NewSim(m *Model) *Sim {
 	}
 	for r := range n {
 		s.head[r] = m.OpOff[r]
+	}
+	if m.BatchFirst != nil {
+		s.batchLeft = make([]int32, ops)
+		for op := range ops {
+			s.batchLeft[m.BatchFirst[op]]++
+		}
 	}
 	return s
 }
@@ -218,6 +278,9 @@ func (s *Sim) Finished() bool { return s.left == 0 }
 
 func (s *Sim) eventDone(e Event) bool {
 	if e.Rank == OpEvent {
+		if s.batchLeft != nil {
+			return s.batchLeft[s.m.BatchFirst[e.Index]] == 0
+		}
 		return s.done[e.Index]
 	}
 	return s.host[e.Rank] > e.Index
@@ -263,7 +326,9 @@ func (s *Sim) process(r int32) {
 		}
 		op := s.headOp(int(r))
 		if op >= 0 && s.gap[op] <= s.host[r] {
-			if p := m.OpPartner[op]; p >= 0 {
+			if s.batchLeft != nil {
+				progressed = s.batchStep(op) || progressed
+			} else if p := m.OpPartner[op]; p >= 0 {
 				q := m.OpRank[p]
 				if s.headOp(int(q)) == p && s.gap[p] <= s.host[q] {
 					s.complete(op, p)
@@ -278,8 +343,46 @@ func (s *Sim) process(r int32) {
 	}
 }
 
+// ready reports whether op, unfinished, may complete now: it is posted and
+// every op of its stream before its batch has completed (for a batch of
+// one: it is the head of its stream).
+func (s *Sim) ready(op int32) bool {
+	q := s.m.OpRank[op]
+	if s.gap[op] > s.host[q] {
+		return false
+	}
+	h := s.headOp(int(q))
+	if s.batchLeft == nil {
+		return h == op
+	}
+	return h >= s.m.BatchFirst[op] && h < s.m.BatchEnd[op]
+}
+
+// batchStep completes every op of the posted batch at the head of its
+// stream (head is its first unfinished op; a single op is a batch of one)
+// whose partner is ready, and reports whether it completed any. Run takes
+// it only for models with batches.
+func (s *Sim) batchStep(head int32) bool {
+	m := s.m
+	progressed := false
+	for op := head; op < m.BatchEnd[head]; op++ {
+		if s.done[op] {
+			continue
+		}
+		if p := m.OpPartner[op]; p >= 0 && !s.done[p] && s.ready(p) {
+			s.complete(op, p)
+			s.push(m.OpRank[p])
+			progressed = true
+		}
+	}
+	return progressed
+}
+
 func (s *Sim) complete(a, b int32) {
 	for _, op := range [2]int32{a, b} {
+		if s.batchLeft != nil {
+			s.batchLeft[s.m.BatchFirst[op]]--
+		}
 		s.done[op] = true
 		r := s.m.OpRank[op]
 		s.order[s.m.OpOff[r]+s.nDone[r]] = op
@@ -338,7 +441,8 @@ func (s *Sim) Done(op int32) bool { return s.done[op] }
 func (s *Sim) Gap(op int32) int { return int(s.gap[op]) }
 
 // Order returns rank r's completed ops in completion order, which is their
-// order on the rank's comm stream. The slice is owned by the Sim.
+// order on the rank's comm stream (inside a batch, the order they matched
+// in). The slice is owned by the Sim.
 func (s *Sim) Order(r int) []int32 {
 	return s.order[s.m.OpOff[r] : s.m.OpOff[r]+s.nDone[r]]
 }
@@ -346,10 +450,11 @@ func (s *Sim) Order(r int) []int32 {
 // Hoist moves the unfinished op (a receive, in comm insertion) to just before
 // the head of its rank's stream, taking the head's gap when that is earlier,
 // and completes it with its partner, which must be the posted head of its own
-// stream. It reports false, changing nothing, when those conditions do not hold.
+// stream. It reports false, changing nothing, when those conditions do not
+// hold or the model has batches (comm insertion hoists before coalescing).
 // Call Run afterwards to continue.
 func (s *Sim) Hoist(op int32) bool {
-	if op < 0 || int(op) >= len(s.done) || s.done[op] {
+	if op < 0 || int(op) >= len(s.done) || s.done[op] || s.batchLeft != nil {
 		return false
 	}
 	p := s.m.OpPartner[op]

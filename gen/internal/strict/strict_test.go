@@ -12,11 +12,16 @@ type step struct {
 	partner string
 	waits   []string
 	host    [][2]int // host waits: (rank, index)
+	batch   int      // ops of one rank with the same batch > 0 form a batch
 }
 
 func h(waits ...string) step       { return step{waits: waits} }
 func o(label, partner string) step { return step{op: label, partner: partner} }
 func hw(rank, index int) step      { return step{host: [][2]int{{rank, index}}} }
+
+// ob is o in batch n (> 0): consecutive ops of one rank with the same n
+// form one batch.
+func ob(n int, label, partner string) step { return step{op: label, partner: partner, batch: n} }
 func build(ranks ...[]step) (*Model, map[string]int32) {
 	b := NewBuilder(0, 0)
 	// Op ids are given in order of appearance; a wait may name a later op.
@@ -32,14 +37,28 @@ func build(ranks ...[]step) (*Model, map[string]int32) {
 	var pairs []pair
 	for _, steps := range ranks {
 		b.StartRank()
+		first, cur := int32(-1), 0
+		closeBatch := func(end int32) {
+			if cur > 0 && !b.Batch(first, end) {
+				panic("not a batch")
+			}
+			cur = 0
+		}
 		for _, st := range steps {
 			if st.op != "" {
+				if st.batch != cur {
+					closeBatch(ids[st.op])
+				}
+				if st.batch > 0 && cur == 0 {
+					first, cur = ids[st.op], st.batch
+				}
 				if id := b.Op(); id != ids[st.op] {
 					panic("op ids out of order")
 				}
 				pairs = append(pairs, pair{st.op, st.partner})
 				continue
 			}
+			closeBatch(int32(len(b.m.OpRank)))
 			b.Host()
 			for _, w := range st.waits {
 				b.Wait(OpDone(ids[w]))
@@ -48,6 +67,7 @@ func build(ranks ...[]step) (*Model, map[string]int32) {
 				b.Wait(HostDone(hw[0], hw[1]))
 			}
 		}
+		closeBatch(int32(len(b.m.OpRank)))
 	}
 	for _, p := range pairs {
 		if q, ok := ids[p.b]; ok && p.b != "" {
@@ -115,6 +135,22 @@ func TestRun(t *testing.T) {
 			cycle: []int{0},
 		},
 		{
+			name: "crossed sends batched on both ranks",
+			ranks: [][]step{
+				{h(), ob(1, "s01", "r01"), ob(1, "r10", "s10"), h("r10")},
+				{h(), ob(1, "s10", "r10"), ob(1, "r01", "s01"), h("r01")},
+			},
+			done: true,
+		},
+		{
+			name: "crossed sends batched on one rank only",
+			ranks: [][]step{
+				{h(), ob(1, "s01", "r01"), ob(1, "r10", "s10"), h("r10")},
+				{h(), o("s10", "r10"), o("r01", "s01"), h("r01")},
+			},
+			done: true,
+		},
+		{
 			name: "compute-only: host waits across ranks",
 			ranks: [][]step{
 				{h(), hw(1, 0)},
@@ -158,6 +194,45 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBatchWait checks that a host step waiting for one op of a batch waits
+// for the whole batch, and that ops of a batch complete out of stream order.
+func TestBatchWait(t *testing.T) {
+	// Rank 1 batches a receive from rank 0 and one from rank 2, which rank 2
+	// sends only after its own receive from rank 0, the last op of rank 0.
+	m, ids := build(
+		[]step{o("s01", "r01"), h(), o("s02", "r02")},
+		[]step{h(), ob(1, "r21", "s21"), ob(1, "r01", "s01"), h("r01"), h()},
+		[]step{o("r02", "s02"), h("r02"), o("s21", "r21")},
+	)
+	s := NewSim(m)
+	if !s.Run() {
+		w, _ := s.Stuck()
+		t.Fatalf("stuck: %v", w)
+	}
+	if got, want := s.Order(1), []int32{ids["r01"], ids["r21"]}; !slices.Equal(got, want) {
+		t.Errorf("rank 1 completed %v, want %v (r01 first, out of stream order)", got, want)
+	}
+	// Without rank 2's send, r01 completes but its consumer still waits.
+	m, ids = build(
+		[]step{o("s01", "r01")},
+		[]step{ob(1, "r21", ""), ob(1, "r01", "s01"), h("r01")},
+		[]step{h()},
+	)
+	s = NewSim(m)
+	if s.Run() {
+		t.Fatal("a batch with an unmatched op completed")
+	}
+	if !s.Done(ids["r01"]) || s.Host(1) != 0 {
+		t.Errorf("r01 done %v, rank 1's host at %d; want r01 done and the host blocked at 0", s.Done(ids["r01"]), s.Host(1))
+	}
+	if !m.InBatch(ids["r01"]) || m.InBatch(ids["s01"]) {
+		t.Errorf("InBatch(r01) = %v, InBatch(s01) = %v", m.InBatch(ids["r01"]), m.InBatch(ids["s01"]))
+	}
+	if s.Hoist(ids["s01"]) {
+		t.Error("Hoist in a model with batches succeeded")
 	}
 }
 

@@ -46,6 +46,8 @@ const (
 	OpSendInput
 	OpRecvData
 	OpSendData
+	OpBatchBegin
+	OpBatchEnd
 )
 
 type Op struct {
@@ -90,6 +92,9 @@ func (x *Exec) RecvLabels(a At) {}
 func (x *Exec) SendLabels(a At) {}
 func (x *Exec) RecvInput(a At)  {}
 func (x *Exec) SendInput(a At)  {}
+
+func (x *Exec) BatchBegin() {}
+func (x *Exec) BatchEnd()   {}
 
 func (x *Exec) FAndSend(a At)       {}
 func (x *Exec) RecvAndF(a At)       {}
