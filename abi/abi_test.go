@@ -248,3 +248,23 @@ func TestChannelString(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendAt: the hex form is four zero-padded groups of 16 bits.
+func TestAppendAt(t *testing.T) {
+	for _, c := range []struct {
+		a    At
+		want string
+	}{
+		{0, "0x0000_0000_0000_0000"},
+		{0x0003_0011_0002_ffff, "0x0003_0011_0002_ffff"},
+		{0xffff_ffff_ffff_ffff, "0xffff_ffff_ffff_ffff"},
+		{0x1234_5678_9abc_def0, "0x1234_5678_9abc_def0"},
+	} {
+		if got := string(AppendAt([]byte("x="), c.a)); got != "x="+c.want {
+			t.Errorf("AppendAt(%#x) = %q, want %q", uint64(c.a), got, "x="+c.want)
+		}
+		if got := FormatAt(c.a); got != c.want {
+			t.Errorf("FormatAt(%#x) = %q, want %q", uint64(c.a), got, c.want)
+		}
+	}
+}

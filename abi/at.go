@@ -1,7 +1,5 @@
 package abi
 
-import "fmt"
-
 // Shape is the operand list of a step kind: which of a step's stage,
 // micro-batch, peer, slot and source slot it carries, and so the arguments
 // of its unpacked runtime method and the two step-specific fields of its At.
@@ -102,8 +100,20 @@ func field(v uint64) int {
 
 // FormatAt returns the Go constant generated code writes for a: hex groups
 // of 16 bits, e.g. "0x0003_0011_0002_ffff".
-func FormatAt(a At) string {
-	return fmt.Sprintf("0x%04x_%04x_%04x_%04x", uint64(a)>>48, uint64(a)>>32&FieldNone, uint64(a)>>16&FieldNone, uint64(a)&FieldNone)
+func FormatAt(a At) string { return string(AppendAt(nil, a)) }
+
+// AppendAt appends FormatAt(a) to dst.
+func AppendAt(dst []byte, a At) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '0', 'x')
+	for g := 3; g >= 0; g-- {
+		v := uint64(a) >> (16 * g)
+		dst = append(dst, hex[v>>12&15], hex[v>>8&15], hex[v>>4&15], hex[v&15])
+		if g > 0 {
+			dst = append(dst, '_')
+		}
+	}
+	return dst
 }
 
 // AtFields returns the two shape-specific At fields of a step of kind k

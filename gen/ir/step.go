@@ -87,32 +87,28 @@ func (s Step) Computes() []Step {
 
 // String returns the step in schedule text form: {stage}{KIND}{micro}, e.g.
 // "0F1", "2SEND_F3", "1UNSHARD", "(0F7;7B3)OVERLAP_F_B", "OPT_STEP".
-func (s Step) String() string {
-	var b strings.Builder
-	s.appendTo(&b)
-	return b.String()
-}
+func (s Step) String() string { return string(s.AppendText(nil)) }
 
-func (s Step) appendTo(b *strings.Builder) {
+// AppendText appends the step's text form (String) to dst.
+func (s Step) AppendText(dst []byte) []byte {
 	if s.Kind.IsOverlap() {
-		b.WriteByte('(')
+		dst = append(dst, '(')
 		for i, sub := range s.Sub {
 			if i > 0 {
-				b.WriteByte(';')
+				dst = append(dst, ';')
 			}
-			sub.appendTo(b)
+			dst = sub.AppendText(dst)
 		}
-		b.WriteByte(')')
-		b.WriteString(s.Kind.String())
-		return
+		return append(append(dst, ')'), s.Kind.String()...)
 	}
 	if s.Stage >= 0 {
-		b.WriteString(strconv.Itoa(s.Stage))
+		dst = strconv.AppendInt(dst, int64(s.Stage), 10)
 	}
-	b.WriteString(s.Kind.String())
+	dst = append(dst, s.Kind.String()...)
 	if s.Micro >= 0 {
-		b.WriteString(strconv.Itoa(s.Micro))
+		dst = strconv.AppendInt(dst, int64(s.Micro), 10)
 	}
+	return dst
 }
 
 // ParseStep parses one step in text form. Peer and Slot are left as None;

@@ -13,18 +13,16 @@ import (
 
 // FormatText writes the program one rank per line: "rank 0: 0F0 0SEND_F0 ...".
 func FormatText(p Program) string {
-	var b strings.Builder
+	var b []byte
 	for r, steps := range p.Ranks {
-		b.WriteString("rank ")
-		b.WriteString(strconv.Itoa(r))
-		b.WriteByte(':')
+		b = strconv.AppendInt(append(b, "rank "...), int64(r), 10)
+		b = append(b, ':')
 		for _, s := range steps {
-			b.WriteByte(' ')
-			s.appendTo(&b)
+			b = s.AppendText(append(b, ' '))
 		}
-		b.WriteByte('\n')
+		b = append(b, '\n')
 	}
-	return b.String()
+	return string(b)
 }
 
 // ParseText parses the form FormatText writes (see ReadText).
