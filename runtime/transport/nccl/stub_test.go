@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -633,4 +632,24 @@ func ring(tr *Transport, rank, n, rounds int, ss []sample) error {
 	return nil
 }
 
-var _ = math.Pi
+// TestPanicBecomesError: a panic in the watchdog goroutine becomes the
+// rank's error; the process goes on.
+func TestPanicBecomesError(t *testing.T) {
+	f := func(site string) {
+		if site == "watchdog" {
+			panic("injected")
+		}
+	}
+	testHook.Store(&f)
+	defer testHook.Store(nil)
+	tr := dialSelf(t, Config{})
+	select {
+	case <-tr.failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the panic did not fail the transport")
+	}
+	err := tr.Send(0, transport.Act, transport.Tag{}, samples[0].make(0, 0))
+	if !errors.Is(err, transport.ErrPanicked) || !strings.Contains(err.Error(), "NCCL transport watchdog panicked: injected") {
+		t.Errorf("send after the panic: %v", err)
+	}
+}
