@@ -168,9 +168,9 @@ func (c *Config) fill() error {
 // NCCL cannot be loaded, ErrNoDevice when no CUDA device is usable, and
 // ErrUnsupported on a platform purego cannot call NCCL from.
 var (
-	ErrNoLibrary   = errors.New("NCCL transport: library not available")
-	ErrNoDevice    = errors.New("NCCL transport: no usable CUDA device")
-	ErrUnsupported = errors.New("NCCL transport: unsupported platform")
+	ErrNoLibrary   = errors.New("library not available")
+	ErrNoDevice    = errors.New("no usable CUDA device")
+	ErrUnsupported = errors.New("unsupported platform")
 )
 
 // CallError is a CUDA runtime or NCCL call that returned an error code.

@@ -3,7 +3,6 @@
 package nccl
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -160,7 +159,11 @@ func openFirst(what, path, envVar string, names []string, install string) (uintp
 		if err == nil {
 			return h, p, nil
 		}
-		why = append(why, err.Error())
+		msg := err.Error()
+		if msg == "" {
+			msg = p + ": cannot be opened"
+		}
+		why = append(why, msg)
 	}
 	if path != "" {
 		return 0, "", fmt.Errorf("%w: cannot load the %s library %s (%s): fix the path in %s, or %s",
@@ -200,5 +203,3 @@ func (l *lib) ncclErr(call string, code int32) error {
 	}
 	return &CallError{Call: call, Code: int(code), Msg: l.ncclGetErrorString(code), Lib: "NCCL " + l.ncclPath}
 }
-
-var errNoDevice = errors.New("no CUDA device")

@@ -16,5 +16,5 @@ type Transport struct{ transport.Transport }
 // Dial fails: the NCCL transport runs on linux/amd64 and linux/arm64, where
 // purego can pass ncclUniqueId by value and NCCL exists.
 func Dial(ctx context.Context, cfg Config) (*Transport, error) {
-	return nil, fmt.Errorf("transport: rank %d: %w: %s/%s (the NCCL transport runs on linux/amd64 and linux/arm64)", cfg.TCP.Rank, ErrUnsupported, runtime.GOOS, runtime.GOARCH)
+	return nil, fmt.Errorf("transport: rank %d: NCCL: %w: %s/%s (the NCCL transport runs on linux/amd64 and linux/arm64)", cfg.TCP.Rank, ErrUnsupported, runtime.GOOS, runtime.GOARCH)
 }
