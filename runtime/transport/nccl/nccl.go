@@ -579,6 +579,7 @@ func (t *Transport) batch(ops []transport.BatchOp, single bool) error {
 		}
 	}
 	// The headers, in op order (NCCL's issue order per peer).
+	remote := false // a header went to a peer
 	for _, it := range items {
 		if it.peer == t.rank {
 			t.selfq = append(t.selfq, it.h)
@@ -586,9 +587,16 @@ func (t *Transport) batch(ops []transport.BatchOp, single bool) error {
 		}
 		v := encodeHeader(it.h)
 		if err := t.ctl.Send(it.peer, headerCh, it.h.tag, tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v))); err != nil {
-			t.failAndTell(err) // headers of this batch may have gone to other peers
+			if remote {
+				// Headers of this batch went to other peers, whose
+				// payloads will not follow: the order with them is
+				// broken.
+				t.failAndTell(err)
+			}
+			t.selfq = t.selfq[:0]
 			return opErr(it.op, err)
 		}
+		remote = true
 	}
 	// The receives: from the box, or the next headers of the peer.
 	for i := range ops {
@@ -607,6 +615,12 @@ func (t *Transport) batch(ops []transport.BatchOp, single bool) error {
 		for {
 			h, err := t.nextHeader(op.Peer, op.Ch)
 			if err != nil {
+				if len(items) > 0 || len(t.selfq) > 0 {
+					// Planned and not issued: sends whose headers went
+					// out, or receives whose headers were taken. The
+					// order with those peers is lost.
+					t.fail(err)
+				}
 				return opErr(i, err)
 			}
 			if h.ch == op.Ch {

@@ -445,6 +445,16 @@ func TestWorldAbort(t *testing.T) {
 	}
 }
 
+// TestWorldGoodbye: a peer that closes is not a failure: the others go on,
+// and a send or receive to it fails saying it closed.
+func TestWorldGoodbye(t *testing.T) {
+	for r, out := range world(t, 3, "goodbye") {
+		if res := result(out); res != "OK" {
+			t.Errorf("rank %d: %s\n%s", r, res, out)
+		}
+	}
+}
+
 func TestWorldProgressTimeout(t *testing.T) {
 	outs := world(t, 2, "timeout")
 	res := result(outs[0])
@@ -586,6 +596,38 @@ func child(sc string) error {
 			_, _, err = tr.Recv(2, transport.Grad)
 		}
 		return err
+	case "goodbye":
+		x := samples[1].make(rank, 0)
+		switch rank {
+		case 1:
+			if _, _, err := tr.Recv(0, transport.Act); err != nil {
+				return err
+			}
+			return tr.Close()
+		case 2:
+			if _, _, err := tr.Recv(0, transport.Act); err != nil {
+				return err
+			}
+			return tr.Send(0, transport.Grad, transport.Tag{}, x)
+		}
+		if err := tr.Send(1, transport.Act, transport.Tag{}, x); err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond) // rank 1 closes
+		if _, _, err := tr.Recv(1, transport.Grad); err == nil || !strings.Contains(err.Error(), "recv grad from rank 1: rank 1 closed the connection") {
+			return fmt.Errorf("recv from a closed rank: %v", err)
+		}
+		if err := tr.Send(1, transport.Act, transport.Tag{}, x); err == nil || !strings.Contains(err.Error(), "send act to rank 1: rank 1 closed the connection") {
+			return fmt.Errorf("send to a closed rank: %v", err)
+		}
+		if err := tr.Send(2, transport.Act, transport.Tag{}, x); err != nil {
+			return err
+		}
+		_, y, err := tr.Recv(2, transport.Grad)
+		if err != nil {
+			return err
+		}
+		return samples[1].check(y, 2, 0)
 	case "timeout":
 		if rank == 1 {
 			time.Sleep(3 * time.Second) // never receives
@@ -651,5 +693,32 @@ func TestPanicBecomesError(t *testing.T) {
 	err := tr.Send(0, transport.Act, transport.Tag{}, samples[0].make(0, 0))
 	if !errors.Is(err, transport.ErrPanicked) || !strings.Contains(err.Error(), "NCCL transport watchdog panicked: injected") {
 		t.Errorf("send after the panic: %v", err)
+	}
+}
+
+// TestUniqueIDByValue: ncclCommInitRank receives the 128-byte id by value
+// intact (the test double checks its magic and checksum), and refuses one
+// that arrives changed: the check can fail.
+func TestUniqueIDByValue(t *testing.T) {
+	lib := stub(t)
+	l, err := loadLib(lib, lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uniqueID
+	if r := l.ncclGetUniqueId(&id); r != ncclSuccess {
+		t.Fatal(l.ncclErr("ncclGetUniqueId", r))
+	}
+	bad := id
+	bad.internal[uniqueIDBytes-9] ^= 1 // a byte the checksum covers, just before it
+	var comm uintptr
+	if r := l.ncclCommInitRank(&comm, 1, bad, 0); r != 4 {
+		t.Errorf("a changed id: ncclCommInitRank returned %d, want 4 (ncclInvalidArgument)", r)
+	}
+	if r := l.ncclCommInitRank(&comm, 1, id, 0); r != ncclSuccess {
+		t.Fatalf("the id as made: %v", l.ncclErr("ncclCommInitRank", r))
+	}
+	if r := l.ncclCommDestroy(comm); r != ncclSuccess {
+		t.Error(l.ncclErr("ncclCommDestroy", r))
 	}
 }
