@@ -383,7 +383,13 @@ func (t *Transport) watchdog() {
 			return
 		case <-tick.C:
 		}
-		t.commSem <- struct{}{}
+		// Skip the tick while an operation is inside a group call (it may
+		// block there): the next tick polls.
+		select {
+		case t.commSem <- struct{}{}:
+		default:
+			continue
+		}
 		res := int32(ncclSuccess)
 		r := int32(ncclSuccess)
 		if !t.commGone {
@@ -837,10 +843,19 @@ func (t *Transport) issue(items []item) error {
 			first = l.ncclErr(fmt.Sprintf("%s of %d bytes, peer %d", call, it.h.bytes, it.peer), r)
 		}
 	}
-	// The group must be closed even when a call failed.
+	// The group must be closed even when a call failed. ncclGroupEnd may
+	// block (NCCL connects a pair of ranks at their first group): past the
+	// progress timeout the transport fails and the communicator is aborted,
+	// which ends the call.
+	pe := t.progressError(items, "ncclGroupEnd did not return")
+	stuck := time.AfterFunc(t.cfg.TCP.Timeout, func() {
+		defer t.catch("group timer")
+		t.fail(pe)
+	})
 	if err := l.ncclErr("ncclGroupEnd", l.ncclGroupEnd()); err != nil && first == nil {
 		first = err
 	}
+	stuck.Stop()
 	return first
 }
 
@@ -886,7 +901,7 @@ func (t *Transport) wait(items []item) error {
 			return t.err
 		}
 		if time.Now().After(deadline) {
-			pe := t.progressError(items)
+			pe := t.progressError(items, "")
 			t.fail(pe)
 			return pe
 		}
@@ -897,7 +912,7 @@ func (t *Transport) wait(items []item) error {
 	}
 }
 
-func (t *Transport) progressError(items []item) *transport.ProgressError {
+func (t *Transport) progressError(items []item, note string) *transport.ProgressError {
 	pick := -1
 	for i, it := range items {
 		if it.h.bytes > 0 && (pick < 0 || (!it.send && items[pick].send)) {
@@ -909,9 +924,11 @@ func (t *Transport) progressError(items []item) *transport.ProgressError {
 	if it.send {
 		op = "send"
 	}
-	note := "the NCCL operation did not complete"
-	if n := len(items); n > 1 {
-		note = fmt.Sprintf("the NCCL group of %d operations did not complete", n)
+	if note == "" {
+		note = "the NCCL operation did not complete"
+		if n := len(items); n > 1 {
+			note = fmt.Sprintf("the NCCL group of %d operations did not complete", n)
+		}
 	}
 	if t.peerGone[it.peer].Load() {
 		note += fmt.Sprintf("; rank %d closed its control connection", it.peer)
