@@ -100,10 +100,11 @@ type Config struct {
 	// MaxMessageBytes caps one message's payload in both directions.
 	// Default transport.DefaultMaxFrameBytes.
 	MaxMessageBytes int64
-	// MaxBufferedBytes bounds, per rank, the bytes of messages received
-	// ahead of the receive that asks for them (a message on one channel
-	// that arrived before the one a receive on another channel waits for).
-	// Default 256 MiB.
+	// MaxBufferedBytes bounds, per rank, the bytes of messages from peers
+	// received ahead of the receive that asks for them (a message on one
+	// channel that arrived before the one a receive on another channel
+	// waits for); past it the rank fails and tells its peers. Messages a
+	// rank sends itself are not counted. Default 256 MiB.
 	MaxBufferedBytes int64
 	// Logger: default TCP.Logger, else slog.Default().
 	Logger *slog.Logger

@@ -445,6 +445,18 @@ func TestWorldAbort(t *testing.T) {
 	}
 }
 
+// TestWorldBufferedBound: messages received ahead of the one awaited are
+// bounded (MaxBufferedBytes); past it the rank fails and its peer hears.
+func TestWorldBufferedBound(t *testing.T) {
+	outs := world(t, 2, "buffered")
+	for r, want := range []string{"rank 1 aborted: rank 0 sent 120 bytes on other channels ahead of the awaited message, over MaxBufferedBytes 100",
+		"recv act from rank 0: rank 0 sent 120 bytes on other channels ahead of the awaited message, over MaxBufferedBytes 100"} {
+		if res := result(outs[r]); !strings.Contains(res, want) {
+			t.Errorf("rank %d: %s\nwant %q\n%s", r, res, want, outs[r])
+		}
+	}
+}
+
 // TestWorldGoodbye: a peer that closes is not a failure: the others go on,
 // and a send or receive to it fails saying it closed.
 func TestWorldGoodbye(t *testing.T) {
@@ -490,6 +502,9 @@ func child(sc string) error {
 		Timeout: 30 * time.Second, Fingerprint: "test"}}
 	if sc == "timeout" {
 		cfg.TCP.Timeout = time.Second
+	}
+	if sc == "buffered" {
+		cfg.MaxBufferedBytes = 100
 	}
 	if os.Getenv("NCCLTEST_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -595,6 +610,21 @@ func child(sc string) error {
 		if err == nil {
 			_, _, err = tr.Recv(2, transport.Grad)
 		}
+		return err
+	case "buffered":
+		if rank == 1 {
+			_, _, err := tr.Recv(0, transport.Act)
+			return err
+		}
+		for i := range 5 { // 24 bytes each on data, before the act rank 1 waits for
+			if err := tr.Send(1, transport.Data, transport.Tag{Micro: int32(i)}, samples[0].make(0, i)); err != nil {
+				return err
+			}
+		}
+		if err := tr.Send(1, transport.Act, transport.Tag{}, samples[0].make(0, 9)); err != nil {
+			return err
+		}
+		_, _, err := tr.Recv(1, transport.Grad)
 		return err
 	case "goodbye":
 		x := samples[1].make(rank, 0)
