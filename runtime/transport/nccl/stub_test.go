@@ -660,7 +660,7 @@ func child(sc string) error {
 		return samples[1].check(y, 2, 0)
 	case "timeout":
 		if rank == 1 {
-			time.Sleep(3 * time.Second) // never receives
+			time.Sleep(5 * time.Second) // never receives
 			return nil
 		}
 		err := tr.Send(1, transport.Act, transport.Tag{}, samples[6].make(0, 6)) // more than the socket buffers hold
