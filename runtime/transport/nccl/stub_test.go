@@ -367,7 +367,14 @@ func world(t *testing.T, n int, scenario string, env ...string) []string {
 		c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestChild$", "-test.v=false")
 		c.Env = append(os.Environ(), "NCCLTEST_SCENARIO="+scenario, "NCCLTEST_RANK="+strconv.Itoa(r), "NCCLTEST_WORLD="+strconv.Itoa(n),
 			"NCCLTEST_ADDR="+addr, "NCCLTEST_STUB="+lib, NCCLLibVar+"="+lib, CUDARTLibVar+"="+lib)
-		c.Env = append(c.Env, env...)
+		for _, e := range env {
+			// "R<rank>:K=V" is for that rank only.
+			if rest, ok := strings.CutPrefix(e, "R"+strconv.Itoa(r)+":"); ok {
+				c.Env = append(c.Env, rest)
+			} else if !strings.HasPrefix(e, "R") || !strings.Contains(e, ":") {
+				c.Env = append(c.Env, e)
+			}
+		}
 		if r == 0 {
 			c.ExtraFiles = []*os.File{f}
 		}
@@ -441,6 +448,21 @@ func TestWorldAbort(t *testing.T) {
 		}
 		if !strings.HasPrefix(res, "ERR: ") || !strings.Contains(res, want) {
 			t.Errorf("rank %d: %s\nwant an error saying %q\n%s", r, res, want, out)
+		}
+	}
+}
+
+// TestWorldNoDevice: a rank without a device fails at Dial, and the others
+// fail naming it instead of waiting.
+func TestWorldNoDevice(t *testing.T) {
+	outs := world(t, 3, "pipeline", "R1:NCCLSTUB_DEVICES=0")
+	for r, out := range outs {
+		want := "rank 1 aborted: transport: rank 1: NCCL: no usable CUDA device"
+		if r == 1 {
+			want = "transport: rank 1: NCCL: no usable CUDA device: cudaGetDeviceCount: no CUDA-capable device is detected"
+		}
+		if res := result(out); !strings.Contains(res, want) {
+			t.Errorf("rank %d: %s\nwant %q\n%s", r, res, want, out)
 		}
 	}
 }
