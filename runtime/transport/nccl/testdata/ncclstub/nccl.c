@@ -58,6 +58,8 @@ static uint64_t fnv(const unsigned char *p, size_t n) {
  * passed by value wrongly (truncated, shifted, by pointer) is refused. */
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 	const char *base = getenv("NCCLSTUB_DIR");
+	if (!base || !*base)
+		base = getenv("TMPDIR");
 	char tmpl[96];
 	snprintf(tmpl, sizeof tmpl, "%s/ncclstub.XXXXXX", base && *base ? base : "/tmp");
 	if (!mkdtemp(tmpl))

@@ -8,6 +8,9 @@
  * compiler (cc -shared -fPIC).
  *
  * Environment:
+ *   NCCLSTUB_DIR=dir          where ncclGetUniqueId makes the socket directory
+ *                             (default $TMPDIR, else /tmp; keep it short: a
+ *                             Unix socket path has at most 107 bytes)
  *   NCCLSTUB_DEVICES=n        cudaGetDeviceCount reports n devices (default 1)
  *   NCCLSTUB_FAIL_RANK=r      rank r's communicator fails at its group number
  *   NCCLSTUB_FAIL_GROUP=g     g (0-based): asynchronous error ncclSystemError,
