@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/dave/jennifer v1.7.1
+	github.com/ebitengine/purego v0.11.3
 	golang.org/x/tools v0.52.0
 	gonum.org/v1/gonum v0.17.0
 	gorgonia.org/tensor v0.9.24

@@ -6,8 +6,9 @@
 //	go run ./examples/mlp                        # 1f1b, 4 ranks in-process, 5 steps
 //	go run ./examples/mlp -schedule zbv -check   # compare with sequential training
 //	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
+//	go run -tags nccl ./examples/mlp -transport nccl -check  # 4 processes, one GPU each (NCCL)
 //
-// With -transport tcp and no RANK in the environment, the command launches
+// With -transport tcp (or nccl) and no RANK in the environment, the command launches
 // four copies of itself with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
 // set (as torchrun does) and waits for them; with RANK set it runs that one
 // rank. -check trains the same model sequentially on the same micro-batches
@@ -58,7 +59,7 @@ func main() {
 	var o options
 	fs := flag.NewFlagSet("mlp", flag.ContinueOnError)
 	fs.StringVar(&o.schedule, "schedule", "1f1b", "generated schedule to run: "+strings.Join(scheduleNames(), ", "))
-	fs.StringVar(&o.transport, "transport", "inproc", "inproc (goroutines) or tcp (one OS process per rank)")
+	fs.StringVar(&o.transport, "transport", "inproc", "inproc (goroutines), tcp (one OS process per rank) or nccl (one process and GPU per rank; build with -tags nccl)")
 	fs.IntVar(&o.steps, "steps", 5, "training steps")
 	fs.BoolVar(&o.check, "check", false, "also train sequentially on the same micro-batches and compare losses and parameters")
 	fs.StringVar(&o.dtype, "dtype", "float64", "float64 or float32")
@@ -83,12 +84,12 @@ func main() {
 		err = runInProc(o, os.Stdout)
 	case o.trace != "" && o.transport != "inproc":
 		err = fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process", o.transport)
-	case o.transport == "tcp" && os.Getenv("RANK") == "":
+	case (o.transport == "tcp" || o.transport == "nccl") && os.Getenv("RANK") == "":
 		err = launchLocal(o, logger)
-	case o.transport == "tcp":
+	case o.transport == "tcp" || o.transport == "nccl":
 		err = runRank(o, os.Stdout, logger)
 	default:
-		err = fmt.Errorf("-transport %q; want inproc or tcp", o.transport)
+		err = fmt.Errorf("-transport %q; want inproc, tcp or nccl", o.transport)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mlp:", err)
@@ -424,7 +425,12 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	if o.timeout > 0 {
 		cfg.Timeout = o.timeout
 	}
-	tr, err := transport.DialTCP(context.Background(), cfg)
+	var tr transport.Transport
+	if o.transport == "nccl" {
+		tr, err = dialNCCL(env, cfg) // nccl.go (-tags nccl), else an error saying how to build it
+	} else {
+		tr, err = transport.DialTCP(context.Background(), cfg)
+	}
 	if err != nil {
 		return err
 	}
