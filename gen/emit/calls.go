@@ -2,8 +2,7 @@ package emit
 
 import (
 	"fmt"
-
-	"github.com/dave/jennifer/jen"
+	"strconv"
 
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -160,18 +159,29 @@ func resolveOverlap(st ir.Step, c call, leaf func(sub ir.Step) (op, error)) (op,
 	return o, nil
 }
 
-// overlapArgs returns the arguments of an overlap call.
-func (o op) overlapArgs() []jen.Code {
-	var args []jen.Code
-	for _, s := range o.sub {
+// overlapCall returns the code of an overlap call:
+// x.Method([pipe.OpKind,] stage, micro, slot, src, ...) per sub-step, the
+// kind named for the sub-steps that are not F.
+func (o op) overlapCall() []byte {
+	code := append([]byte("x."), o.method...)
+	code = append(code, '(')
+	for i, s := range o.sub {
+		if i > 0 {
+			code = append(code, ", "...)
+		}
 		if s.op != "OpForward" {
-			args = append(args, jen.Qual(PipePath, s.op))
+			code = append(append(append(code, "pipe."...), s.op...), ", "...)
 		}
 		src := s.src
 		if s.kind.Shape() != abi.ArgsCompute {
 			src = ir.None // W: no source
 		}
-		args = append(args, jen.Lit(s.stage), jen.Lit(s.micro), jen.Lit(s.slot), jen.Lit(src))
+		for j, v := range [4]int{s.stage, s.micro, s.slot, src} {
+			if j > 0 {
+				code = append(code, ", "...)
+			}
+			code = strconv.AppendInt(code, int64(v), 10)
+		}
 	}
-	return args
+	return append(code, ')')
 }

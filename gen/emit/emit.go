@@ -6,12 +6,15 @@
 // kind are fixed by docs/internals.md. Emit is pure and deterministic: the
 // same program and options give the same bytes.
 //
-// Code is built with github.com/dave/jennifer, which also gofmts it.
+// The file's header (guard, Fingerprint, Spec, Ranks) is built with
+// github.com/dave/jennifer, which also gofmts it; the rank functions are
+// written as text already in gofmt's form.
 package emit
 
 import (
 	"bytes"
 	"fmt"
+	"go/format"
 	"go/token"
 	"slices"
 	"strconv"
@@ -130,18 +133,31 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 	f.Var().Id("Ranks").Op("=").Index(jen.Op("...")).Func().Params(jen.Op("*").Qual(PipePath, "Exec")).Error().
 		Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: len(ops) > 8}, names...)
 
-	for r, rank := range ops {
-		emitRank(f, p.Placement, r, rank, opt.HelperSize, opt.NoFuse)
-	}
-	if opt.Table {
-		emitTable(f, ops)
-	}
-
-	var buf bytes.Buffer
-	if err := f.Render(&buf); err != nil {
+	// The header above is small: jennifer renders it and gofmts it. The
+	// rank functions, nearly all of the file, are written as text in the
+	// form gofmt gives them (writeBody), so the output is never parsed and
+	// reprinted: TestEmitIsGofmtClean checks that gofmt leaves it unchanged.
+	var head bytes.Buffer
+	if err := f.Render(&head); err != nil {
 		return nil, fmt.Errorf("emit: rendering the generated file: %w", err)
 	}
-	return buf.Bytes(), nil
+	out := make([]byte, 0, head.Len()+64*len(p.Ranks)+72*p.NumSteps())
+	out = append(out, bytes.TrimRight(head.Bytes(), "\n")...)
+	out = append(out, '\n')
+	for r, rank := range ops {
+		out = writeRank(out, p.Placement, r, rank, opt.HelperSize, opt.NoFuse)
+	}
+	if opt.Table {
+		// The table's items are aligned by gofmt itself: a -table file is
+		// formatted whole (it is opt-in, and its table costs a parse anyway).
+		out = writeTable(out, ops)
+		formatted, err := format.Source(out)
+		if err != nil {
+			return nil, fmt.Errorf("emit: formatting the generated file: %w", err)
+		}
+		out = formatted
+	}
+	return out, nil
 }
 
 // multiline renders a composite literal's elements one per line.
@@ -215,8 +231,8 @@ func intSlice(v []int) *jen.Statement {
 	return jen.Index().Int().Values(items...)
 }
 
-// emitRank writes RankN and its helpers rankNPartK.
-func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int, noFuse bool) {
+// writeRank appends RankN and its helpers rankNPartK to dst.
+func writeRank(dst []byte, pl ir.Placement, r int, rank []op, size int, noFuse bool) []byte {
 	stages := pl.StagesOf(r)
 	list := make([]string, len(stages))
 	for i, s := range stages {
@@ -246,36 +262,101 @@ func emitRank(f *jen.File, pl ir.Placement, r int, rank []op, size int, noFuse b
 		units = append(units, unit{i, 1})
 	}
 
-	f.Line()
-	f.Commentf("%s runs rank %d's %d steps (%s) and returns the first error.", name, r, len(rank), held)
-	var body []jen.Code
+	dst = fmt.Appendf(dst, "\n// %s runs rank %d's %d steps (%s) and returns the first error.\nfunc %s(x *pipe.Exec) error {\n", name, r, len(rank), held, name)
 	for k := 0; k*size < len(units); k++ {
-		body = append(body, jen.Id(helper+strconv.Itoa(k)).Call(jen.Id("x")))
+		dst = fmt.Appendf(dst, "\t%s%d(x)\n", helper, k)
 	}
-	body = append(body, jen.Return(jen.Id("x").Dot("Err").Call()))
-	f.Func().Id(name).Params(jen.Id("x").Op("*").Qual(PipePath, "Exec")).Error().Block(body...)
+	dst = append(dst, "\treturn x.Err()\n}\n"...)
 
+	var ss []stmt
 	for k := 0; k*size < len(units); k++ {
 		us := units[k*size : min((k+1)*size, len(units))]
-		calls := make([]jen.Code, 0, len(us))
+		ss = ss[:0]
 		for _, u := range us {
 			if u.n == 2 {
-				calls = append(calls, fusedStmt(rank[u.first], rank[u.first+1]))
+				ss = append(ss, fusedStmt(&rank[u.first], &rank[u.first+1]))
 			} else {
-				calls = append(calls, rank[u.first].stmt())
+				ss = append(ss, rank[u.first].stmt())
 			}
 		}
 		lo, hi := us[0].first, us[len(us)-1].first+us[len(us)-1].n-1
-		f.Line()
-		f.Commentf("%s%d runs steps %d-%d of rank %d.", helper, k, lo, hi, r)
-		f.Func().Id(helper + strconv.Itoa(k)).Params(jen.Id("x").Op("*").Qual(PipePath, "Exec")).Block(calls...)
+		dst = fmt.Appendf(dst, "\n// %s%d runs steps %d-%d of rank %d.\nfunc %s%d(x *pipe.Exec) {\n", helper, k, lo, hi, r, helper, k)
+		dst = writeBody(dst, ss)
+		dst = append(dst, "}\n"...)
 	}
+	return dst
+}
+
+// stmt is one statement of a rank function: a packed call x.Method(at)
+// with the text of its step, or of its two fused steps, as the trailing
+// comment; or (code set) a call without a comment.
+type stmt struct {
+	method string
+	at     abi.At
+	a, b   *op // the steps the comment describes (b: the second of a fused pair)
+	code   []byte
+}
+
+// atWidth is the length of an At literal, 0x0000_0000_0000_0000.
+const atWidth = 21
+
+// width is the length of the statement's code.
+func (s *stmt) width() int {
+	if s.code != nil {
+		return len(s.code)
+	}
+	return len("x.") + len(s.method) + atWidth + len("()")
+}
+
+func (s *stmt) appendCode(dst []byte) []byte {
+	if s.code != nil {
+		return append(dst, s.code...)
+	}
+	dst = append(append(append(dst, "x."...), s.method...), '(')
+	return append(abi.AppendAt(dst, s.at), ')')
+}
+
+func (s *stmt) appendComment(dst []byte) []byte {
+	dst = appendDescribe(dst, s.a.step(), s.a.src)
+	if s.b != nil {
+		dst = appendDescribe(append(dst, "; "...), s.b.step(), s.b.src)
+	}
+	return dst
+}
+
+// writeBody appends the statements of a function body the way gofmt
+// prints them: one tab of indent, and the trailing comments of each run of
+// consecutive commented statements aligned one space after the run's
+// longest code (gofmt's tabwriter column; a statement without a comment
+// ends the run).
+func writeBody(dst []byte, ss []stmt) []byte {
+	for i := 0; i < len(ss); {
+		if ss[i].code != nil {
+			dst = append(ss[i].appendCode(append(dst, '\t')), '\n')
+			i++
+			continue
+		}
+		j, width := i, 0
+		for ; j < len(ss) && ss[j].code == nil; j++ {
+			width = max(width, ss[j].width())
+		}
+		for k := i; k < j; k++ {
+			s := &ss[k]
+			dst = s.appendCode(append(dst, '\t'))
+			for range width - s.width() + 1 {
+				dst = append(dst, ' ')
+			}
+			dst = append(s.appendComment(append(dst, "// "...)), '\n')
+		}
+		i = j
+	}
+	return dst
 }
 
 // fusedStmt returns the one call of the fused steps a and b:
 // x.Method(at of the compute step) with both steps' text as the comment.
-func fusedStmt(a, b op) *jen.Statement {
-	fu, _ := fuse(a, b)
+func fusedStmt(a, b *op) stmt {
+	fu, _ := fuse(*a, *b)
 	c := a
 	if b.kind.Shape() == abi.ArgsCompute {
 		c = b
@@ -284,8 +365,8 @@ func fusedStmt(a, b op) *jen.Statement {
 	if c.kind.Shape() != abi.ArgsCompute {
 		d = ir.None
 	}
-	comment := Describe(a.step(), a.src) + "; " + Describe(b.step(), b.src)
-	return jen.Id("x").Dot(fu.Method).Call(jen.Op(atLiteral(c.stage, c.micro, c.slot, d))).Comment(comment)
+	at, _ := abi.PackAt(c.stage, c.micro, c.slot, d)
+	return stmt{method: fu.Method, at: at, a: a, b: b}
 }
 
 // step is the op's step (without sub-steps).
@@ -293,91 +374,89 @@ func (o op) step() ir.Step {
 	return ir.Step{Kind: o.kind, Stage: o.stage, Micro: o.micro, Peer: o.peer, Slot: o.slot}
 }
 
-// stmt returns the call of one step: x.Method(at) with the step's text as a
-// trailing comment, x.OptStep() or an overlap's x.Method(args...).
-func (o op) stmt() *jen.Statement {
+// stmt returns the call of one step: x.Method(at) with the step's text as
+// a trailing comment, x.OptStep() or an overlap's x.Method(args...).
+func (o *op) stmt() stmt {
 	switch o.kind.Shape() {
 	case abi.ArgsOverlap:
-		return jen.Id("x").Dot(o.method).Call(o.overlapArgs()...)
+		return stmt{code: o.overlapCall()}
 	case abi.ArgsNone:
-		return jen.Id("x").Dot(o.method).Call()
+		return stmt{code: []byte("x." + o.method + "()")}
 	case abi.ArgsStage:
-		return jen.Id("x").Dot(o.method).Call(jen.Lit(o.stage))
+		return stmt{code: []byte("x." + o.method + "(" + strconv.Itoa(o.stage) + ")")}
 	}
 	c, d := o.kind.AtFields(o.peer, o.slot, o.src)
-	st := ir.Step{Kind: o.kind, Stage: o.stage, Micro: o.micro, Peer: o.peer, Slot: o.slot}
-	return jen.Id("x").Dot(o.method).Call(jen.Op(atLiteral(o.stage, o.micro, c, d))).Comment(Describe(st, o.src))
+	at, _ := abi.PackAt(o.stage, o.micro, c, d)
+	return stmt{method: o.method, at: at, a: o}
 }
 
 // Describe is the comment of a packed call: the step's text form and its
 // peer, slot and source slot, e.g. "0SEND_F1 peer 1, slot 1" or
 // "3F17 slot 2, src slot 1" (src is ir.None when the input is the chunk's
 // own).
-func Describe(st ir.Step, src int) string {
-	text := ir.Step{Kind: st.Kind, Stage: st.Stage, Micro: st.Micro}.String()
+func Describe(st ir.Step, src int) string { return string(appendDescribe(nil, st, src)) }
+
+// appendDescribe appends Describe(st, src) to dst.
+func appendDescribe(dst []byte, st ir.Step, src int) []byte {
+	dst = ir.Step{Kind: st.Kind, Stage: st.Stage, Micro: st.Micro}.AppendText(dst)
 	switch {
 	case st.Slot == ir.None && st.Kind.IsComm():
-		return fmt.Sprintf("%s peer %d", text, st.Peer) // an owner's MPIPE_FWD_SEND
+		return strconv.AppendInt(append(dst, " peer "...), int64(st.Peer), 10) // an owner's MPIPE_FWD_SEND
 	case st.Slot == ir.None:
-		return text + " (owned micro-batch)" // an owner's DATA_LOAD
+		return append(dst, " (owned micro-batch)"...) // an owner's DATA_LOAD
 	case st.Kind.IsComm():
-		return fmt.Sprintf("%s peer %d, slot %d", text, st.Peer, st.Slot)
-	case src != ir.None:
-		return fmt.Sprintf("%s slot %d, src slot %d", text, st.Slot, src)
+		dst = strconv.AppendInt(append(dst, " peer "...), int64(st.Peer), 10)
+		return strconv.AppendInt(append(dst, ", slot "...), int64(st.Slot), 10)
 	}
-	return fmt.Sprintf("%s slot %d", text, st.Slot)
+	dst = strconv.AppendInt(append(dst, " slot "...), int64(st.Slot), 10)
+	if src != ir.None {
+		dst = strconv.AppendInt(append(dst, ", src slot "...), int64(src), 10)
+	}
+	return dst
 }
 
-// atLiteral is the pipe.At constant of a step's fields in hex groups of 16
-// bits (abi.FormatAt), e.g. 0x0003_0011_0002_ffff; resolve checked that
-// each is in [-1, abi.MaxIndex].
-func atLiteral(stage, micro, c, d int) string {
-	a, _ := abi.PackAt(stage, micro, c, d)
-	return abi.FormatAt(a)
-}
-
-// emitTable writes `var Program = [][]pipe.Op{pipe.DecodeOps(kinds,
+// writeTable appends `var Program = [][]pipe.Op{pipe.DecodeOps(kinds,
 // []pipe.At{...}), ...}`: per rank, the ops' kind letters as one string and
 // their fields packed one pipe.At per line with the step as a comment. Six
-// keyed fields per op cost the Go compiler about five times as much.
-func emitTable(f *jen.File, ops [][]op) {
-	rows := make([]jen.Code, len(ops))
+// keyed fields per op cost the Go compiler about five times as much. Emit
+// gofmts the result.
+func writeTable(dst []byte, ops [][]op) []byte {
+	dst = append(dst, "\n// Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.\nvar Program = [][]pipe.Op{\n"...)
 	for r, rank := range ops {
 		var kinds []byte
-		var items []jen.Code
-		add := func(o op, comment string) {
+		var items []byte
+		add := func(o op, comment []byte) {
 			kinds = append(kinds, o.kind.Code())
 			c, d := o.kind.AtFields(o.peer, o.slot, o.src)
-			// The comma is part of the item so that the comment follows it.
-			items = append(items, jen.Op(atLiteral(o.stage, o.micro, c, d)+", // "+comment))
+			a, _ := abi.PackAt(o.stage, o.micro, c, d)
+			items = append(abi.AppendAt(append(items, "\t\t"...), a), ", // "...)
+			items = append(append(items, comment...), '\n')
 		}
 		for _, o := range rank {
 			switch o.kind.Shape() {
 			case abi.ArgsOverlap:
 				// The header, then its sub-steps (see calls.go).
-				add(o, o.kind.String())
+				add(o, []byte(o.kind.String()))
 				for _, s := range o.sub {
-					add(s, Describe(s.step(), s.src))
+					add(s, appendDescribe(nil, s.step(), s.src))
 				}
 			case abi.ArgsNone:
-				add(o, o.kind.String())
+				add(o, []byte(o.kind.String()))
 			case abi.ArgsStage:
-				add(o, o.step().String())
+				add(o, o.step().AppendText(nil))
 			default:
-				add(o, Describe(o.step(), o.src))
+				add(o, appendDescribe(nil, o.step(), o.src))
 			}
 		}
-		open := "{ // rank " + strconv.Itoa(r)
+		dst = strconv.AppendQuote(append(dst, "\tpipe.DecodeOps("...), string(kinds))
 		if len(rank) == 0 {
-			open = "{" // a comment would swallow the closing brace
+			dst = append(dst, ", []pipe.At{}),\n"...)
+			continue
 		}
-		rows[r] = jen.Qual(PipePath, "DecodeOps").Call(jen.Lit(string(kinds)),
-			jen.Index().Qual(PipePath, "At").Custom(jen.Options{Open: open, Close: "}", Multi: true}, items...))
+		dst = strconv.AppendInt(append(dst, ", []pipe.At{ // rank "...), int64(r), 10)
+		dst = append(append(append(dst, '\n'), items...), "\t}),\n"...)
 	}
-	f.Line()
-	f.Comment("Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.")
-	f.Var().Id("Program").Op("=").Index().Index().Qual(PipePath, "Op").
-		Custom(multiline, rows...)
+	return append(dst, "}\n"...)
 }
 
 // resolve checks the program against the runtime API and returns each rank's

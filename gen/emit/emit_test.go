@@ -486,6 +486,7 @@ func BenchmarkEmit(b *testing.B) {
 	steps := p.NumSteps()
 	opt := Options{Package: "sched", Schedule: "1f1b", Invocation: "ppgen gen -schedule 1f1b -ranks 64 -micro 128"}
 	var size int
+	b.ReportAllocs()
 	for b.Loop() {
 		out, err := Emit(p, opt)
 		if err != nil {
