@@ -99,6 +99,9 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 		if _, err := verify.Check(p, verify.Options{}); err != nil {
 			return Result{Compute: p}, fmt.Errorf("compute order: %w", err)
 		}
+		// An order of forwards only lowers as a forward-only program, as
+		// -forward-only makes one (no OPT_STEP).
+		opt.Passes.ForwardOnly = opt.Passes.ForwardOnly || p.ForwardOnly()
 		return lowerCompute(p, opt)
 	}
 	res := Result{Compute: p.ComputeOnly()}
@@ -143,7 +146,8 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 // steps PyTorch's form leaves implicit, which runtime/pipe needs: the
 // DATA_LOAD before each F of the first and the last stage when the program
 // has no data step at all (passes.InsertData), and an OPT_STEP at the end of
-// every rank when no rank has one (passes.InsertOptStep). A program with
+// every rank when no rank has one (passes.InsertOptStep), unless it is
+// forward-only (ir.Program.ForwardOnly: no gradients to step). A program with
 // some of them is left to verify, which requires them everywhere. It
 // returns the program and the number of steps added; import, gen, sim,
 // report and verify of an -in file all add them here, through
@@ -164,7 +168,7 @@ func AddImplicitSteps(p ir.Program) (ir.Program, int) {
 	if !data {
 		p = passes.InsertData(p)
 	}
-	if !opt {
+	if !opt && !p.ForwardOnly() { // a forward-only program steps no optimizer
 		p = passes.InsertOptStep(p)
 	}
 	return p, p.NumSteps() - before
@@ -196,7 +200,7 @@ func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 		return res, err
 	}
 	res.Program, res.Info = lowered, info
-	if opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW {
+	if opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly {
 		res.Compute = lowered.ComputeOnly() // the order after the passes that rewrite it
 	}
 	rep, err := verify.Check(lowered, opt.Verify)

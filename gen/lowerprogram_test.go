@@ -19,8 +19,9 @@ func TestLowerProgramUserErrors(t *testing.T) {
 		malformed  bool
 		want       string
 	}{
-		{"compute-only, forwards only", "rank 0: 0F0 0F1\n", true, "stage 0 micro 0 has no backward"},
-		{"lowered, forwards only", "rank 0: 0F0 0SEND_F0\nrank 1: 1RECV_F0 1F0\n", true, "has no backward"},
+		{"compute-only, a backward missing", "rank 0: 0F0 0F1 0B1\n", true, "stage 0 micro 0 has no backward"},
+		{"lowered, a backward missing", "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B1 1SEND_B1\n", true, "has no backward"},
+		{"forward-only with OPT_STEP", "rank 0: 0F0 0SEND_F0 OPT_STEP\nrank 1: 1RECV_F0 1F0 OPT_STEP\n", true, "in a forward-only program (no backward anywhere): there are no gradients to step"},
 		{"I without W", "rank 0: 0F0 0I0\n", true, "an I needs its W"},
 		{"OPT_STEP on one rank", "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 OPT_STEP\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n", false, "OPT_STEP runs on every rank or on none"},
 		{"OPT_STEP before the last compute", "rank 0: 0F0 OPT_STEP 0B0\n", false, "OPT_STEP must follow every compute step"},
@@ -44,6 +45,31 @@ func TestLowerProgramUserErrors(t *testing.T) {
 				t.Errorf("Malformed = %v, want %v (%v)", got, tc.malformed, err)
 			}
 		})
+	}
+}
+
+// TestForwardOnlyPrograms: an order of forwards alone lowers as a
+// forward-only program (no OPT_STEP added), compute-only or lowered.
+func TestForwardOnlyPrograms(t *testing.T) {
+	for _, text := range []string{"rank 0: 0F0 0F1\n", "rank 0: 0F0 0SEND_F0\nrank 1: 1RECV_F0 1F0\n"} {
+		p, err := ir.ParseText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := LowerProgram(p, Options{})
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if !res.Report.ForwardOnly || !res.Program.ForwardOnly() {
+			t.Errorf("%q: not lowered as forward-only: %s", text, ir.FormatText(res.Program))
+		}
+		for _, steps := range res.Program.Ranks {
+			for _, st := range steps {
+				if st.Kind == ir.OptStep {
+					t.Errorf("%q: OPT_STEP added to a forward-only program", text)
+				}
+			}
+		}
 	}
 }
 

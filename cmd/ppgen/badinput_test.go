@@ -52,8 +52,9 @@ func TestBadInputs(t *testing.T) {
 		"stage-70000.txt":     []byte("rank 0: 70000F0 70000B0\n"),
 		"chunks.txt":          []byte("rank 0: 0F0 0B0 300F65000 300B65000\n"),
 		"gappy.txt":           []byte("rank 0: 0F0 0B0 0F2 0B2\n"),
-		"no-backward.txt":     []byte("rank 0: 0F0 0SEND_F0\nrank 1: 1RECV_F0 1F0\n"),
-		"no-backward.csv":     []byte("0F0,0F1\n"),
+		"no-backward.txt":     []byte("rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B1 1SEND_B1\n"),
+		"no-backward.csv":     []byte("0F0,0F1,0B1\n"),
+		"forward-opt.txt":     []byte("rank 0: 0F0 0SEND_F0 OPT_STEP\nrank 1: 1RECV_F0 1F0 OPT_STEP\n"),
 		"opt-one-rank.txt":    []byte("rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0RECV_B0 0B0 OPT_STEP\nrank 1: 1RECV_F0 1DATA_LOAD0 1F0 1B0 1SEND_B0\n"),
 		"truncated.txt":       []byte("rank 0: 0F0 0SEND_F"),
 		"garbage.txt":         []byte("hello, world\n"),
@@ -126,8 +127,9 @@ func TestBadInputs(t *testing.T) {
 	in("text, 301 stages × 65001 micro-batches", "chunks.txt", 2, "verify")
 	in("text, 70000 ranks", "many-ranks.txt", 2, "verify")
 	in("text, micro-batches 0 and 2 (gap)", "gappy.txt", 2, "verify", "gen")
-	in("text, forwards without backwards", "no-backward.txt", 2, "verify", "gen")
-	in("CSV, forwards without backwards", "no-backward.csv", 2, "verify", "sim")
+	in("text, a forward without its backward", "no-backward.txt", 2, "verify", "gen")
+	in("CSV, a forward without its backward", "no-backward.csv", 2, "verify", "sim")
+	in("text, forwards only (forward-only) with OPT_STEP", "forward-opt.txt", 2, "verify", "gen")
 	in("text, OPT_STEP on one rank only", "opt-one-rank.txt", 1, "verify", "gen")
 	in("text, truncated step", "truncated.txt", 2, "verify")
 	in("text, garbage", "garbage.txt", 2, "show")

@@ -93,8 +93,12 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 		b := passes.CountBatches(res.Program)
 		transfers += fmt.Sprintf(", %d of them in %d batches", b.Batched, b.Batches)
 	}
-	fmt.Fprintf(stdout, "ok: %d ranks, %d stages, %d micro-batches, %d steps (%s); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
-		res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, transfers,
+	kind := ""
+	if res.Report.ForwardOnly {
+		kind = "forward-only, "
+	}
+	fmt.Fprintf(stdout, "ok: %s%d ranks, %d stages, %d micro-batches, %d steps (%s); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
+		kind, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, transfers,
 		res.Report.PeakActivations, res.Info.Slots, res.Info.RecvDistance, fsdp)
 	return nil
 }

@@ -122,6 +122,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		copiesField(p.Copies),
 		ownedField(Owned(p)),
 		labelsField(ShipsLabels(p)),
+		forwardOnlyField(p.ForwardOnly()),
 	)
 	f.Line()
 	f.Comment("Ranks holds the program of each rank: Ranks[r] runs rank r's steps and returns the")
@@ -188,6 +189,15 @@ func labelsField(ship bool) jen.Code {
 		return jen.Null()
 	}
 	return field("ShipLabels", jen.True())
+}
+
+// forwardOnlyField is the Spec's ForwardOnly field of a forward-only
+// program (none otherwise).
+func forwardOnlyField(f bool) jen.Code {
+	if !f {
+		return jen.Null()
+	}
+	return field("ForwardOnly", jen.True())
 }
 
 // ShipsLabels reports whether p carries labels along the pipe (it holds

@@ -97,6 +97,10 @@ type Request struct {
 	// one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one
 	// group (passes.Coalesce).
 	Batch bool
+	// ForwardOnly is -forward-only: the forward-only program of the
+	// schedule (evaluation, inference: forwards and their transfers, no
+	// backward, no OPT_STEP; passes.ForwardOnly).
+	ForwardOnly bool
 	// MaxActivations is -max-activations (verify, import): verify's limit
 	// on live chunks per rank (0: none).
 	MaxActivations int
@@ -185,6 +189,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.IntVar(&r.Swap, "swap", 0, "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none)")
 	fs.BoolVar(&r.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
+	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
 	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
 	if which.Cost != "" {
 		r.simCost = true
@@ -241,6 +246,7 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.Swap = r.Swap
 	opt.Passes.ShipLabels = r.ShipLabels
 	opt.Passes.Batch = r.Batch
+	opt.Passes.ForwardOnly = r.ForwardOnly
 	opt.Verify.MaxActivations = r.MaxActivations
 	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost)) {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")

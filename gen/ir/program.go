@@ -124,6 +124,26 @@ func (p Program) HasComm() bool {
 	return false
 }
 
+// ForwardOnly reports whether p is a forward-only program (evaluation or
+// inference): it computes forwards and no backward at all (no B, I, W or
+// overlap; so no gradient transfers either). Such a program keeps no saved
+// activations and steps no optimizer: gen/verify does not ask for each
+// chunk's backward, and refuses OPT_STEP in it.
+func (p Program) ForwardOnly() bool {
+	f := false
+	for _, steps := range p.Ranks {
+		for _, s := range steps {
+			switch k := s.Kind; {
+			case k == Forward:
+				f = true
+			case k == BackwardWeight, k.IsBackward(), k.IsOverlap(), k == RecvB, k == SendB:
+				return false
+			}
+		}
+	}
+	return f
+}
+
 // PeerOf returns the peer rank a transfer step of kind k on stage s talks to:
 // the next stage's rank for SEND_F and DATA_SEND, the previous one's for
 // RECV_F, DATA_RECV and SEND_B, the next one's for RECV_B. It returns None

@@ -17,6 +17,11 @@ type Options struct {
 	// NoOptStep skips InsertOptStep (for trainers that step the optimizer
 	// outside the generated code).
 	NoOptStep bool
+	// ForwardOnly lowers the forward-only program of the compute order
+	// (ForwardOnly: evaluation and inference, no backward, no OPT_STEP).
+	// It takes none of the options that work on backwards (split, overlap,
+	// dxdw, W fill, swap, FSDP).
+	ForwardOnly bool
 
 	// Overlap pairs each backward that a forward follows into an
 	// OVERLAP_B_F step (the Overlap pass; ir.Options.Overlap).
@@ -90,6 +95,14 @@ type Pass struct {
 // its option.
 func Pipeline(opt Options) []Pass {
 	var ps []Pass
+	if opt.ForwardOnly {
+		ps = append(ps, Pass{Name: "forward-only", Run: func(p ir.Program) (ir.Program, error) {
+			if err := checkForwardOnly(opt); err != nil {
+				return ir.Program{}, err
+			}
+			return ForwardOnly(p)
+		}})
+	}
 	if opt.Overlap {
 		ps = append(ps, Pass{Name: "overlap", Run: Overlap})
 	}
@@ -132,7 +145,7 @@ func Pipeline(opt Options) []Pass {
 	if opt.Batch {
 		ps = append(ps, Pass{Name: "coalesce", Run: Coalesce})
 	}
-	if !opt.NoOptStep {
+	if !opt.NoOptStep && !opt.ForwardOnly {
 		// In place: it runs after "comm", whose output nobody else holds.
 		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return insertOptStep(p, true), nil }})
 	}

@@ -55,6 +55,7 @@ func (s *simulator) peaks(res *Result) {
 	type life struct {
 		rank      int
 		start     float64
+		fEnd      float64    // end of the chunk's F
 		end       [3]float64 // ends of the chunk's W, B and I (NaN when absent)
 		offEnd    float64    // end of the offload transfer, or NaN
 		loadStart float64    // start of the load transfer, or NaN
@@ -76,10 +77,11 @@ func (s *simulator) peaks(res *Result) {
 		}
 		for _, cs := range ev.Step.Computes() {
 			if cs.Kind == ir.Forward && at.setFirst(cs.Stage, cs.Micro, len(lives)) {
-				lives = append(lives, life{rank: ev.Rank, start: ev.Start, end: [3]float64{nan, nan, nan}, offEnd: nan, loadStart: nan})
+				lives = append(lives, life{rank: ev.Rank, start: ev.Start, fEnd: ev.End, end: [3]float64{nan, nan, nan}, offEnd: nan, loadStart: nan})
 			}
 		}
 	}
+	backward := false // a forward-only program's chunks end at their F
 	for e, ev := range s.ev {
 		switch s.cls[e] {
 		case clCompute:
@@ -93,6 +95,7 @@ func (s *simulator) peaks(res *Result) {
 				case ir.Backward:
 					j = 1
 				}
+				backward = true
 				if li := at.get(cs.Stage, cs.Micro); li >= 0 {
 					l := &lives[li]
 					if math.IsNaN(l.end[j]) || ev.End > l.end[j] {
@@ -124,6 +127,9 @@ func (s *simulator) peaks(res *Result) {
 				end = v
 				break
 			}
+		}
+		if !backward {
+			end = l.fEnd
 		}
 		marks[l.rank] = append(marks[l.rank], mark{l.start, +1}, mark{end, -1})
 		if !math.IsNaN(l.offEnd) && !math.IsNaN(l.loadStart) && l.start <= l.offEnd && l.offEnd <= l.loadStart && l.loadStart <= end {

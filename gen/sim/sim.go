@@ -79,7 +79,8 @@ type Result struct {
 	// else its B, else its I), excluding the time it is swapped out (from the
 	// end of its SWAP_LAUNCH_OFFLOAD transfer to the start of its
 	// SWAP_LAUNCH_LOAD transfer). Intervals are half-open: a chunk whose
-	// backward ends when another's F starts does not overlap it.
+	// backward ends when another's F starts does not overlap it. In a
+	// forward-only program (no backward at all) a chunk is live during its F.
 	PeakActivations []int
 	// Events holds one event per step: rank 0's steps in program order,
 	// then rank 1's, and so on; Events[Offsets[r]+i] is step i of rank r.

@@ -279,10 +279,14 @@ func (c *checker) optSteps() error {
 			without = r
 		}
 	}
+	opt := ir.Step{Kind: ir.OptStep, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+	if c.forwardOnly && with >= 0 {
+		return &Error{Rank: with, Index: int(c.optAt[with]), Step: opt, Code: Structure,
+			Reason: "in a forward-only program (no backward anywhere): there are no gradients to step; drop OPT_STEP, or add the backwards"}
+	}
 	if with < 0 || without < 0 {
 		return nil
 	}
-	opt := ir.Step{Kind: ir.OptStep, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
 	return &Error{Rank: without, Index: -1, Step: opt, Code: Missing,
 		Reason: fmt.Sprintf("never runs on this rank, but rank %d steps its optimizer (step %d); OPT_STEP runs on every rank or on none, else this rank's weights are never updated", with, c.optAt[with])}
 }
@@ -300,7 +304,7 @@ func (c *checker) complete() error {
 			switch {
 			case c.at[aF][ch] < 0:
 				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.Forward, s, m), Code: Missing, Reason: fmt.Sprintf("never runs; every (stage, micro) needs one forward on rank %d", r)}
-			case c.at[aBwd][ch] < 0:
+			case c.at[aBwd][ch] < 0 && !c.forwardOnly:
 				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.Backward, s, m), Code: Missing, Reason: fmt.Sprintf("stage %d micro %d has no backward; every (stage, micro) needs B, or I then W, on rank %d", s, m, r)}
 			case c.bwdIsI[ch] && c.at[aW][ch] < 0:
 				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.BackwardWeight, s, m), Code: Missing, Reason: fmt.Sprintf("never runs, but %s ran at step %d; an I needs its W", ir.Compute(ir.BackwardInput, s, m), c.at[aBwd][ch])}

@@ -19,9 +19,13 @@ type Options struct {
 type Report struct {
 	// Lowered is true when the program holds transfers; a program without
 	// any is checked as compute-only.
-	Lowered   bool
-	Steps     int // steps on all ranks
-	Transfers int // transfer steps on all ranks
+	Lowered bool
+	// ForwardOnly is true for a forward-only program (ir.Program.ForwardOnly:
+	// evaluation or inference): no chunk needs a backward, and a chunk is
+	// live only at its F.
+	ForwardOnly bool
+	Steps       int // steps on all ranks
+	Transfers   int // transfer steps on all ranks
 	// Batches is the number of batches (BATCH_BEGIN .. BATCH_END) of more
 	// than one transfer.
 	Batches int
@@ -80,6 +84,8 @@ type checker struct {
 	lowered bool
 	// single: one pipeline (Copies ≤ 1), every route is 0..S-1.
 	single bool
+	// forwardOnly: ir.Program.ForwardOnly (no backward is expected).
+	forwardOnly bool
 	// fsdpReduce: the program holds REDUCE_GRAD steps (see fsdpWalk).
 	fsdpReduce bool
 	// swapState is, per chunk, its swap state (swap.go); nil when the
@@ -134,7 +140,8 @@ func (d *deferred) note(r, i int, fn func() error) {
 // returns a report and the first problem found: an *Error, or a
 // *DeadlockError when the program would hang.
 func Check(p ir.Program, opt Options) (Report, error) {
-	c := &checker{p: p, opt: opt}
+	c := &checker{p: p, opt: opt, forwardOnly: p.ForwardOnly()}
+	c.rep.ForwardOnly = c.forwardOnly
 	// One walk over the steps checks their structure (returning at once on
 	// a malformed step), fills the chunk tables, checks preconditions, builds
 	// the strict model and collects peaks and slot intervals; the rest runs

@@ -377,8 +377,9 @@ func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live i
 		}
 	}
 	for k := range subs {
-		// a chunk ends at its W, or at its B when it has no I
-		if k := subs[k].Kind; k == ir.BackwardWeight || k == ir.Backward {
+		// a chunk ends at its W, or at its B when it has no I; in a
+		// forward-only program at its F (it saves nothing)
+		if k := subs[k].Kind; k == ir.BackwardWeight || k == ir.Backward || (c.forwardOnly && k == ir.Forward) {
 			live--
 		}
 	}

@@ -47,18 +47,27 @@ var shared = map[string]bool{
 }
 
 // runtimeMayImport reports whether the runtime/ package pkg (its test when
-// test) may import path directly. runtime/nn, the reference layers, may also
-// use gonum's BLAS for its matrix products.
+// test) may import path directly: the standard library, gorgonia,
+// runtime/..., the shared packages, and the one third-party module a
+// package's job needs (runtimeExtra).
 func runtimeMayImport(pkg, path string, test bool) bool {
 	switch {
 	case std(path), strings.HasPrefix(path, "gorgonia.org/"), layer(path) == "runtime", shared[path]:
 		return true
 	case test && path == module+"/internal/doctable":
 		return true
-	case strings.TrimSuffix(pkg, "_test") == module+"/runtime/nn" && strings.HasPrefix(path, "gonum.org/v1/gonum/blas"):
-		return true
 	}
-	return false
+	extra, ok := runtimeExtra[strings.TrimSuffix(pkg, "_test")]
+	return ok && strings.HasPrefix(path, extra)
+}
+
+// runtimeExtra is, per runtime/ package, the third-party import prefix it
+// may use besides gorgonia: runtime/nn, the reference layers, gonum's BLAS
+// for its matrix products; the NCCL transport purego, which loads NCCL and
+// the CUDA runtime without cgo.
+var runtimeExtra = map[string]string{
+	module + "/runtime/nn":             "gonum.org/v1/gonum/blas",
+	module + "/runtime/transport/nccl": "github.com/ebitengine/purego",
 }
 
 // violations returns every breach of the rule in nodes, sorted. The graph
@@ -132,7 +141,7 @@ func violations(nodes []node) []string {
 		if l == "runtime" {
 			for _, p := range n.Imports {
 				if !runtimeMayImport(n.Path, p, n.Test) {
-					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and the shared abi/ and internal/chrometrace (runtime/nn also gonum.org/v1/gonum/blas/...)", name, p))
+					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and the shared abi/ and internal/chrometrace (and runtimeExtra's one module for runtime/nn and runtime/transport/nccl)", name, p))
 				}
 			}
 		}

@@ -96,7 +96,8 @@ func lowered(t testing.TB, cfg ir.Config, opt gen.Options) prog {
 	p := res.Program
 	name := fmt.Sprintf("%s-P%d-V%d-M%d", cfg.Schedule, cfg.Ranks, cfg.Virtual, cfg.Micro)
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
-		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p)}
+		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
+		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly()}
 	if len(ops) != spec.Ranks {
 		t.Fatalf("%s: the emitted table has %d ranks, the program %d", name, len(ops), spec.Ranks)
 	}

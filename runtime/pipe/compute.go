@@ -167,7 +167,11 @@ func (x *Exec) F(a At) {
 		return
 	}
 	// The input is the stage's to keep (in saved) or drop: the slot lets
-	// go of it, so a swapped-out chunk leaves nothing of its own behind.
+	// go of it, so a swapped-out chunk leaves nothing of its own behind. A
+	// forward-only program keeps no context at all.
+	if x.forwardOnly {
+		saved = nil
+	}
 	s.x, s.y, s.saved = nil, y, saved
 	s.flags |= fwdDone
 	if ends&routeEnd != 0 {
@@ -177,7 +181,9 @@ func (x *Exec) F(a At) {
 			return
 		}
 		x.losses[micro].Store(math.Float64bits(loss))
-		s.dy = dy
+		if !x.forwardOnly {
+			s.dy = dy
+		}
 	}
 }
 

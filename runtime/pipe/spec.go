@@ -35,6 +35,12 @@ type Spec struct {
 	// rank reads data. A micro-batch whose route starts and ends on one rank
 	// still loads its labels at the last stage.
 	ShipLabels bool
+	// ForwardOnly is set for a forward-only program (evaluation, inference:
+	// `ppgen gen -forward-only`): it runs forwards and their transfers only.
+	// F drops the context the stage returns at once (nothing will run a
+	// backward on it) and the last stage keeps the loss (Exec.Losses) but
+	// not its gradient; the program has no OPT_STEP.
+	ForwardOnly bool
 }
 
 // Validate checks the Spec's internal consistency.

@@ -17,6 +17,7 @@ type Spec struct {
 	Copies      int
 	Owned       int
 	ShipLabels  bool
+	ForwardOnly bool
 }
 
 type OpKind uint8
