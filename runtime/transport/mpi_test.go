@@ -303,7 +303,7 @@ func childExchange(t *testing.T, syncSends bool) {
 		t.Fatal(err)
 	}
 	for i, want := range []struct {
-		op      int
+		op       int
 		src, dst int
 		ch       transport.Channel
 		k        int
