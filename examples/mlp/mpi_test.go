@@ -1,0 +1,77 @@
+//go:build mpi
+
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// asMain is the first argument that makes this test binary run the
+// command's main instead of the tests, so that TestMPIMatchesSequential can
+// start it under mpirun without building the command.
+const asMain = "-as-mlp"
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == asMain {
+		os.Args = append(os.Args[:1], os.Args[2:]...)
+		main()
+		os.Exit(0)
+	}
+}
+
+// mpirunArgs returns the mpirun command line that starts np copies of
+// args: OpenMPI refuses to run as root and more ranks than cores unless
+// told (--allow-run-as-root, --oversubscribe); other MPIs get neither.
+func mpirunArgs(t testing.TB, np int, args ...string) []string {
+	t.Helper()
+	path, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does")
+	}
+	cmd := []string{path}
+	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
+		cmd = append(cmd, "--oversubscribe")
+		if os.Geteuid() == 0 {
+			cmd = append(cmd, "--allow-run-as-root")
+		}
+	}
+	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
+}
+
+// TestMPIMatchesSequential: under mpirun, with the schedule's own rank
+// count, every schedule trains exactly as sequential training over MPI,
+// with buffered and with synchronous (rendezvous) sends.
+func TestMPIMatchesSequential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts mpirun jobs")
+	}
+	for _, name := range scheduleNames() {
+		for _, sync := range []bool{false, true} {
+			t.Run(name+"/"+map[bool]string{false: "buffered", true: "sync"}[sync], func(t *testing.T) {
+				n := catalog[name].Spec.Ranks
+				args := []string{os.Args[0], asMain, "-transport", "mpi", "-check", "-schedule", name, "-steps", "3"}
+				if sync {
+					args = append(args, "-mpi-sync")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				argv := mpirunArgs(t, n, args...)
+				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+				cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TIMEOUT=60s")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+				}
+				if got := strings.Count(string(out), "check: max relative difference"); got != n {
+					t.Fatalf("%d ranks reported a check, want %d:\n%s", got, n, out)
+				}
+			})
+		}
+	}
+}
