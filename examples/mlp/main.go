@@ -464,7 +464,7 @@ func dialMPI(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport,
 	if tr.World() != sp.Ranks {
 		// Every rank sees the same world size: all close alike.
 		tr.Close()
-		return nil, fmt.Errorf("the MPI job has %d ranks but schedule %s has %d: run mpirun -np %d", tr.World(), o.schedule, sp.Ranks, sp.Ranks)
+		return nil, fmt.Errorf("MPI started %d processes but schedule %s has %d ranks: run mpirun -np %d", tr.World(), o.schedule, sp.Ranks, sp.Ranks)
 	}
 	return tr, nil
 }
