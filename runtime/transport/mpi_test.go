@@ -67,6 +67,9 @@ func runJob(t *testing.T, np int, scenario string, env ...string) (string, error
 	return string(out), err
 }
 
+// execCommand is exec.Command of argv.
+func execCommand(argv []string) *exec.Cmd { return exec.Command(argv[0], argv[1:]...) }
+
 // TestMPI runs the transport's scenarios under mpirun.
 func TestMPI(t *testing.T) {
 	for _, sync := range []bool{false, true} {
@@ -167,6 +170,8 @@ func TestMPIChild(t *testing.T) {
 		childAbort(t)
 	case "send-first":
 		childSendFirst(t, sync)
+	case "ping-pong":
+		childPingPong(t, sync)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
