@@ -230,7 +230,6 @@ type mpiOp struct {
 	pinned bool
 	h      mpiHeader     // receive: the decoded header
 	t      *tensor.Dense // receive: the tensor being filled
-	since  time.Time     // buffered send: when it was posted
 }
 
 // newRequest allocates an MPI request handle in C memory: a cgo call may
@@ -345,7 +344,7 @@ func (t *mpiT) checkFingerprint() error {
 	err := t.poll(func() (bool, error) {
 		done, _, _, err := t.test(req, "MPI_Iallgather (schedule fingerprint)")
 		return done, err
-	}, false)
+	})
 	if errors.Is(err, errNoProgress) {
 		// Leak the buffers: the collective may still complete into them.
 		return fmt.Errorf("transport: rank %d: %w: not every rank reached the start (the fingerprint allgather) within %v (%s); are all ranks started, with the MPI transport?",
@@ -421,20 +420,25 @@ func (t *mpiT) test(req *C.MPI_Request, call string) (done bool, count, source i
 	return d != 0, int(n), int(src), nil
 }
 
-// poll calls step until it reports done, returns an error, the transport
-// fails (then the failure, unless ignoreFail), or Timeout passes without
-// step reporting progress (errNoProgress). step reports progress by
-// returning done, or by poll being given a fresh deadline through the
-// returned closure's side effects (see pollProgress). It spins briefly,
-// then sleeps with a growing backoff (at most 100 µs), so that a waiting
-// rank costs little CPU and still sees a completion within about 0.1 ms.
-func (t *mpiT) poll(step func() (bool, error), ignoreFail bool) error {
-	return t.pollProgress(func(*time.Time) (bool, error) { return step() }, ignoreFail)
+// Polling: a wait spins spinRounds times yielding the goroutine, then
+// sleeps between tests, the sleep growing from 1 µs to maxPollSleep, so
+// that a waiting rank costs little CPU and still sees a completion within
+// about maxPollSleep.
+const (
+	spinRounds   = 64
+	maxPollSleep = 100 * time.Microsecond
+)
+
+// poll calls step until it reports done or an error, the transport fails
+// (then the failure), or Timeout passes without step reporting done
+// (errNoProgress).
+func (t *mpiT) poll(step func() (bool, error)) error {
+	return t.pollProgress(func(*time.Time) (bool, error) { return step() })
 }
 
-// pollProgress is poll whose step may push the deadline back (a batch
-// whose ops complete one by one is making progress).
-func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error), ignoreFail bool) error {
+// pollProgress is poll whose step may push the deadline back: a batch
+// whose ops complete one by one is making progress.
+func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error {
 	deadline := time.Now().Add(t.cfg.Timeout)
 	sleep := time.Duration(0)
 	for i := 0; ; i++ {
@@ -442,17 +446,17 @@ func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error), ignore
 		if err != nil || done {
 			return err
 		}
-		if !ignoreFail && t.isFailed() {
+		if t.isFailed() {
 			return t.err
 		}
 		if time.Now().After(deadline) {
 			return errNoProgress
 		}
-		if i < 64 {
+		if i < spinRounds {
 			runtime.Gosched()
 			continue
 		}
-		sleep = min(max(2*sleep, time.Microsecond), 100*time.Microsecond)
+		sleep = min(max(2*sleep, time.Microsecond), maxPollSleep)
 		time.Sleep(sleep)
 	}
 }
@@ -494,7 +498,7 @@ func (t *mpiT) startSend(peer int, ch Channel, tag Tag, x *tensor.Dense) (*mpiOp
 		return nil, fmt.Errorf("%w: %d-byte tensor of shape %v over the %d-byte cap (MPIConfig.MaxMessageBytes)", ErrFrameTooLarge, len(v.raw), v.dims, t.cfg.MaxMessageBytes)
 	}
 	op := newOp(peer, ch, true)
-	op.tag, op.hdr, op.state, op.since = tag, newCbuf(mpiHeaderLen), 1, time.Now()
+	op.tag, op.hdr, op.state = tag, newCbuf(mpiHeaderLen), 1
 	encodeMPIHeader(op.hdr.bytes(), tag, v)
 	var buf unsafe.Pointer
 	switch {
@@ -628,7 +632,7 @@ func (t *mpiT) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 		t.mu.Unlock()
 		return nil
 	}
-	err = t.poll(func() (bool, error) { return t.testSend(op) }, false)
+	err = t.poll(func() (bool, error) { return t.testSend(op) })
 	if err == nil {
 		return nil
 	}
@@ -652,7 +656,7 @@ func (t *mpiT) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 	}
 	op, err := t.startRecv(peer, ch)
 	if err == nil {
-		err = t.poll(func() (bool, error) { return t.testRecv(op, true) }, false)
+		err = t.poll(func() (bool, error) { return t.testRecv(op, true) })
 	}
 	if err == nil {
 		return op.tag, op.t, nil
@@ -726,9 +730,10 @@ func (t *mpiT) Batch(ops []BatchOp) error {
 		peer int
 		ch   Channel
 	}
-	var failedAt int
+	var failedAt int // the op that failed, or the first one still waiting
 	err := t.pollProgress(func(deadline *time.Time) (bool, error) {
 		all := true
+		failedAt = -1
 		var held map[key]bool // (peer, channel) with a receive still waiting for its header
 		for i, m := range mops {
 			if m == nil || m.state == 2 {
@@ -758,13 +763,14 @@ func (t *mpiT) Batch(ops []BatchOp) error {
 			}
 			if done {
 				*deadline = time.Now().Add(t.cfg.Timeout)
-			} else {
+			} else if all {
 				all = false
 				failedAt = i
 			}
 		}
 		return all, nil
-	}, false)
+	})
+	failedAt = max(failedAt, 0)
 	if err == nil {
 		for i, m := range mops {
 			if m != nil && !m.send {
@@ -775,7 +781,7 @@ func (t *mpiT) Batch(ops []BatchOp) error {
 	}
 	if errors.Is(err, errNoProgress) {
 		op := &ops[failedAt]
-		kind, note := "recv", fmt.Sprintf("batch op %d of %d (%s)", failedAt, len(ops), op)
+		kind, note := "recv", fmt.Sprintf("batch op %d of %d (%s), the first not complete", failedAt, len(ops), op)
 		var last *Tag
 		if op.Send {
 			kind = "send"
@@ -859,7 +865,7 @@ func (t *mpiT) Close() error {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		return len(t.pending) == 0, nil
-	}, false)
+	})
 	if err != nil {
 		return t.closeFailed(err, "its sends to be received")
 	}
@@ -871,7 +877,7 @@ func (t *mpiT) Close() error {
 	err = t.poll(func() (bool, error) {
 		done, _, _, err := t.test(req, "MPI_Test (barrier)")
 		return done, err
-	}, false)
+	})
 	if err != nil {
 		return t.closeFailed(err, "every rank to reach Close")
 	}
