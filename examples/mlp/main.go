@@ -10,10 +10,11 @@
 //	go build -tags mpi -o mlp ./examples/mlp     # over MPI (needs an MPI)
 //	mpirun -np 4 ./mlp -transport mpi -check     # add -mpi-sync for rendezvous sends
 //
-// With -transport tcp and no RANK in the environment, the command launches
-// four copies of itself with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
-// set (as torchrun does) and waits for them; with RANK set it runs that one
-// rank. -check trains the same model sequentially on the same micro-batches
+// With -transport tcp and no launcher's variables in the environment (RANK,
+// OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID: see launch.FromEnv), the
+// command launches four copies of itself with RANK, WORLD_SIZE, MASTER_ADDR
+// and MASTER_PORT set (as torchrun does) and waits for them; with them set
+// (torchrun, mpirun, srun) it runs that one rank. -check trains the same model sequentially on the same micro-batches
 // and reports the largest relative difference in losses and parameters.
 //
 // With -transport mpi the ranks are the processes mpirun (or srun) started:

@@ -26,7 +26,6 @@ static int ppg_init(int *provided, int *rank, int *size, int *already) {
 	if (err != MPI_SUCCESS || *provided < MPI_THREAD_MULTIPLE) {
 		return err;
 	}
-	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &ppg_comm)) != MPI_SUCCESS) {
 		return err;
 	}
