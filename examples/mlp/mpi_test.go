@@ -28,11 +28,17 @@ func init() {
 // mpirunArgs returns the mpirun command line that starts np copies of
 // args: OpenMPI refuses to run as root and more ranks than cores unless
 // told (--allow-run-as-root, --oversubscribe); other MPIs get neither.
+// PPGEN_MPIRUN names another launcher (mpiexec.mpich for a -tags
+// mpi,mpich build beside OpenMPI's mpirun).
 func mpirunArgs(t testing.TB, np int, args ...string) []string {
 	t.Helper()
-	path, err := exec.LookPath("mpirun")
+	name := "mpirun"
+	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
+		name = v
+	}
+	path, err := exec.LookPath(name)
 	if err != nil {
-		t.Skip("mpirun not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does")
+		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
 	}
 	cmd := []string{path}
 	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {

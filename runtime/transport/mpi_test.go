@@ -35,11 +35,17 @@ const scenarioVar = "PPGEN_MPI_TEST"
 // mpirunArgs returns the mpirun command line that starts np copies of
 // args: OpenMPI refuses to run as root and more ranks than cores unless
 // told (--allow-run-as-root, --oversubscribe); other MPIs get neither.
+// PPGEN_MPIRUN names another launcher (mpiexec.mpich for a -tags
+// mpi,mpich build beside OpenMPI's mpirun).
 func mpirunArgs(t testing.TB, np int, args ...string) []string {
 	t.Helper()
-	path, err := exec.LookPath("mpirun")
+	name := "mpirun"
+	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
+		name = v
+	}
+	path, err := exec.LookPath(name)
 	if err != nil {
-		t.Skip("mpirun not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does")
+		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
 	}
 	cmd := []string{path}
 	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
@@ -177,6 +183,15 @@ func TestMPIChild(t *testing.T) {
 	}
 }
 
+// launcherRank is this process's rank as the launcher set it before MPI
+// starts: OpenMPI's OMPI_COMM_WORLD_RANK or PMI's PMI_RANK (MPICH).
+func launcherRank() string {
+	if v := os.Getenv("OMPI_COMM_WORLD_RANK"); v != "" {
+		return v
+	}
+	return os.Getenv("PMI_RANK")
+}
+
 // msg is the k-th message from rank src to rank dst on ch: its shape, dtype
 // and contents depend on all four.
 func msg(src, dst int, ch transport.Channel, k int) (transport.Tag, *tensor.Dense) {
@@ -237,8 +252,8 @@ func childExchange(t *testing.T, syncSends bool) {
 		t.Fatal(err)
 	}
 	r, w := tr.Rank(), tr.World()
-	if want := os.Getenv("OMPI_COMM_WORLD_RANK"); want != "" && want != strconv.Itoa(r) {
-		t.Fatalf("rank %d, OMPI_COMM_WORLD_RANK=%s", r, want)
+	if want := launcherRank(); want != strconv.Itoa(r) {
+		t.Fatalf("rank %d, but the launcher says %q", r, want)
 	}
 	if fp := tr.(transport.Fingerprinter).Fingerprint(); fp != "exchange" {
 		t.Fatalf("Fingerprint() = %q", fp)
@@ -345,7 +360,7 @@ func childExchange(t *testing.T, syncSends bool) {
 // childFingerprint: rank 2 runs another schedule; every rank is refused.
 func childFingerprint(t *testing.T) {
 	fp := "sched-a"
-	if os.Getenv("OMPI_COMM_WORLD_RANK") == "2" || os.Getenv("PMI_RANK") == "2" {
+	if launcherRank() == "2" {
 		fp = "sched-b"
 	}
 	tr, err := transport.NewMPI(transport.MPIConfig{Fingerprint: fp, Timeout: 30 * time.Second})
@@ -353,8 +368,7 @@ func childFingerprint(t *testing.T) {
 		tr.Close()
 		t.Fatal("ranks with different fingerprints started")
 	}
-	r := os.Getenv("OMPI_COMM_WORLD_RANK")
-	fmt.Printf("rank %s: refused: %v\n", r, err)
+	fmt.Printf("rank %s: refused: %v\n", launcherRank(), err)
 }
 
 // childAbort: rank 0's synchronous send to rank 1 is never received, times
@@ -362,7 +376,7 @@ func childFingerprint(t *testing.T) {
 // fails naming rank 0 and its cause, then the job ends.
 func childAbort(t *testing.T) {
 	timeout := 30 * time.Second
-	if os.Getenv("OMPI_COMM_WORLD_RANK") == "0" {
+	if launcherRank() == "0" {
 		timeout = time.Second
 	}
 	tr, err := transport.NewMPI(transport.MPIConfig{Sync: true, Timeout: timeout, Fingerprint: "abort", AbortLinger: time.Second})
