@@ -81,3 +81,28 @@ func TestMPIMatchesSequential(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPUnderMPIRun: the TCP transport needs no wrapper under mpirun:
+// launch.FromEnv takes the ranks from the MPI launcher's variables and, on
+// one node, the rendezvous from the job (127.0.0.1, a port from OpenMPI's
+// job number or MASTER_PORT under another MPI).
+func TestTCPUnderMPIRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	argv := mpirunArgs(t, 4, os.Args[0], asMain, "-transport", "tcp", "-check", "-steps", "2")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TOKEN=0123456789abcdef0123456789abcdef", "PPGEN_TIMEOUT=60s")
+	if v, _ := exec.Command(argv[0], "--version").CombinedOutput(); !strings.Contains(string(v), "Open MPI") {
+		cmd.Env = append(cmd.Env, "MASTER_PORT=29517") // only OpenMPI's job number gives a port
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	if got := strings.Count(string(out), "check: max relative difference"); got != 4 {
+		t.Fatalf("%d ranks reported a check, want 4:\n%s", got, out)
+	}
+}
