@@ -637,8 +637,11 @@ func (t *mpiT) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 	}
 	t.leak(op)
 	if errors.Is(err, errNoProgress) {
-		pe := newProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, t.setting, nil,
-			fmt.Sprintf("synchronous send (MPIConfig.Sync) of %v: rank %d has not started the matching receive", tag, peer))
+		note := fmt.Sprintf("synchronous send (MPIConfig.Sync) of %v: rank %d has not started the matching receive", tag, peer)
+		if op.hdone {
+			note = fmt.Sprintf("synchronous send (MPIConfig.Sync) of %v: rank %d took the header, the payload did not complete", tag, peer)
+		}
+		pe := newProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, t.setting, nil, note)
 		t.fail(pe)
 		return pe
 	}
