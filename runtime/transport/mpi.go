@@ -261,6 +261,11 @@ func (op *mpiOp) release() {
 	}
 }
 
+// mpiLeaked holds the ops abandoned on failure (under their transport's
+// mu) for the life of the process: MPI may still use their buffers, and a
+// runtime.Pinner that the GC finds unreachable while pinning panics.
+var mpiLeaked []*mpiOp
+
 // mpiT is one rank's endpoint over MPI (NewMPI).
 type mpiT struct {
 	cfg         MPIConfig
@@ -275,7 +280,6 @@ type mpiT struct {
 
 	mu      sync.Mutex
 	pending []*mpiOp // buffered sends in flight (and abort news)
-	leaked  []*mpiOp // ops abandoned on failure, kept alive for MPI
 	last    [][NumChannels]*Tag
 
 	news    cbuf
@@ -470,7 +474,7 @@ func (t *mpiT) lastTag(peer int, ch Channel) *Tag {
 // leak keeps op alive for ever: MPI may still use its buffers.
 func (t *mpiT) leak(op *mpiOp) {
 	t.mu.Lock()
-	t.leaked = append(t.leaked, op)
+	mpiLeaked = append(mpiLeaked, op)
 	t.mu.Unlock()
 }
 
@@ -831,7 +835,7 @@ func (t *mpiT) progress() {
 			switch {
 			case err != nil:
 				serr = sendError(t.rank, op.ch, op.peer, err)
-				t.leaked = append(t.leaked, op)
+				mpiLeaked = append(mpiLeaked, op)
 			case !done:
 				kept = append(kept, op)
 			}
