@@ -2,11 +2,13 @@
 // cluster launch files for a trainer (a SLURM batch script and a Kubernetes
 // indexed Job, each starting one process per pipeline rank with the
 // environment runtime/launch reads: RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, or SLURM's own variables), text/template files, and the HTML
+// MASTER_PORT, or SLURM's own variables; and a SLURM batch script that
+// starts the ranks as one MPI job, srun --mpi=pmix, for a trainer on the
+// MPI transport), text/template files, and the HTML
 // report of a schedule (ppgen report), an html/template file. All are
 // embedded in the binary.
 //
-// The launch files give every job its own PPGEN_TOKEN, the secret the
+// The TCP launch files give every job its own PPGEN_TOKEN, the secret the
 // ranks' TCP handshake proves, and never write one into the file (the
 // output is deterministic and may be committed): the SLURM script makes a
 // random token at run time, before srun, unless PPGEN_TOKEN is already set;
@@ -39,9 +41,9 @@ const (
 )
 
 // Kinds lists the templates by name.
-var Kinds = []string{"k8s", "slurm"}
+var Kinds = []string{"k8s", "slurm", "slurm-mpi"}
 
-var fileOf = map[string]string{"slurm": "slurm.sbatch.tmpl", "k8s": "k8s-job.yaml.tmpl"}
+var fileOf = map[string]string{"slurm": "slurm.sbatch.tmpl", "slurm-mpi": "slurm-mpi.sbatch.tmpl", "k8s": "k8s-job.yaml.tmpl"}
 
 // Data is what a template needs.
 type Data struct {
@@ -50,18 +52,31 @@ type Data struct {
 	Port    int      // MASTER_PORT
 	Image   string   // container image (k8s)
 	GPUs    int      // GPUs per rank (0: none requested)
+	MPI     string   // slurm-mpi: srun's --mpi plugin ("" = DefaultMPI)
 	Command []string // the trainer command and its arguments
 }
 
+// DefaultMPI is slurm-mpi's srun --mpi plugin when Data.MPI is empty:
+// PMIx, which OpenMPI's processes use under srun.
+const DefaultMPI = "pmix"
+
 var jobName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// Render renders the named template ("slurm" or "k8s").
+// mpiPlugin is an srun --mpi plugin name, e.g. pmix, pmix_v4, pmi2.
+var mpiPlugin = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
+// Render renders the named template (one of Kinds).
 func Render(kind string, d Data) ([]byte, error) {
 	file, ok := fileOf[kind]
 	if !ok {
 		return nil, fmt.Errorf("template %q: want one of %s", kind, strings.Join(Kinds, ", "))
 	}
+	if d.MPI == "" {
+		d.MPI = DefaultMPI
+	}
 	switch {
+	case !mpiPlugin.MatchString(d.MPI):
+		return nil, fmt.Errorf("MPI plugin %q: want an srun --mpi name such as pmix or pmi2 (srun --mpi=list shows them)", d.MPI)
 	case !jobName.MatchString(d.Job) || len(d.Job) > 52:
 		return nil, fmt.Errorf("job name %q: want lower-case letters, digits and '-', at most 52 characters (Kubernetes and SLURM both accept that)", d.Job)
 	case d.Ranks < 1 || d.Ranks > MaxRanks:

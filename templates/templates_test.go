@@ -45,7 +45,7 @@ func TestRenderErrors(t *testing.T) {
 		mod  func(d *Data)
 		want string
 	}{
-		{"pbs", func(d *Data) {}, `template "pbs": want one of k8s, slurm`},
+		{"pbs", func(d *Data) {}, `template "pbs": want one of k8s, slurm, slurm-mpi`},
 		{"slurm", func(d *Data) { d.Job = "Bad_Name" }, `job name "Bad_Name"`},
 		{"slurm", func(d *Data) { d.Ranks = 0 }, "ranks = 0; want 1..65536"},
 		{"k8s", func(d *Data) { d.Ranks = 65537 }, "ranks = 65537; want 1..65536"},
@@ -54,6 +54,7 @@ func TestRenderErrors(t *testing.T) {
 		{"slurm", func(d *Data) { d.Port = 70000 }, "port = 70000"},
 		{"slurm", func(d *Data) { d.Command = nil }, "no trainer command"},
 		{"k8s", func(d *Data) { d.Image = "" }, "needs a container image"},
+		{"slurm-mpi", func(d *Data) { d.MPI = "pmix; rm -rf /" }, `MPI plugin "pmix; rm -rf /": want an srun --mpi name`},
 	}
 	for _, tc := range tests {
 		d := ok
@@ -143,6 +144,42 @@ func TestSlurmScriptMakesAToken(t *testing.T) {
 	}
 	if got := run("PPGEN_TOKEN=mine"); got != "token=mine addr=node1\n" {
 		t.Errorf("the caller's token is not kept: %q", got)
+	}
+}
+
+// TestSlurmMPIScript runs the slurm-mpi script with a stand-in for srun:
+// it starts the trainer through the MPI plugin asked for (pmix by
+// default), with no token or rendezvous of ppgen's own.
+func TestSlurmMPIScript(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "srun"), []byte("#!/bin/sh\necho srun $1 $2\nshift 2\nexec \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ mpi, want string }{{"", "--mpi=pmix"}, {"pmi2", "--mpi=pmi2"}} {
+		script, err := Render("slurm-mpi", Data{Job: "j", Ranks: 4, Port: 29500, MPI: tc.mpi, Command: []string{"sh", "-c", "echo token=$PPGEN_TOKEN addr=$MASTER_ADDR"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(script), "export ") {
+			t.Errorf("the MPI script sets up ppgen's TCP rendezvous:\n%s", script)
+		}
+		path := filepath.Join(dir, "job.sbatch")
+		if err := os.WriteFile(path, script, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := exec.Command(bash, path)
+		c.Env = []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH")}
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if want := "srun --kill-on-bad-exit=1 " + tc.want + "\ntoken= addr=\n"; string(out) != want {
+			t.Errorf("MPI %q: output %q, want %q", tc.mpi, out, want)
+		}
 	}
 }
 

@@ -155,7 +155,7 @@
 // SIGTERM are forwarded to the ranks; on Linux a killed launcher takes its
 // ranks with it.
 //
-// template: ppgen template -kind slurm|k8s -ranks N [-job NAME] [-port 29500]
+// template: ppgen template -kind slurm|slurm-mpi|k8s -ranks N [-job NAME] [-port 29500]
 // [-image IMG] [-gpus G] [-o FILE] -- CMD ARGS... writes a SLURM batch script
 // (srun, one task per rank; MASTER_ADDR from the node list; a random
 // PPGEN_TOKEN made at run time) or a Kubernetes indexed Job with a headless

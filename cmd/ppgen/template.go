@@ -12,7 +12,8 @@ import (
 // runTemplate writes a cluster launch file (SLURM batch script or Kubernetes
 // indexed Job) that starts one process of the trainer per pipeline rank,
 // each job with its own PPGEN_TOKEN (made by the script at run time, or
-// read from a Secret the user creates per job; see package templates).
+// read from a Secret the user creates per job; see package templates), or
+// (slurm-mpi) a SLURM batch script that starts the ranks as one MPI job.
 func runTemplate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("template", flag.ContinueOnError)
 	kind := fs.String("kind", "", "template: "+strings.Join(templates.Kinds, " or "))
@@ -21,12 +22,13 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 	port := fs.Int("port", 29500, "MASTER_PORT")
 	image := fs.String("image", "", "container image (k8s)")
 	gpus := fs.Int("gpus", 0, "GPUs per rank, 0..64 (0: none requested)")
+	mpi := fs.String("mpi", templates.DefaultMPI, "slurm-mpi: srun's --mpi plugin (pmix for OpenMPI, pmi2 for MPICH; srun --mpi=list shows them)")
 	out := fs.String("o", "-", "output file (- for stdout)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		return flagError(fs, err)
 	}
-	b, err := templates.Render(*kind, templates.Data{Job: *job, Ranks: *ranks, Port: *port, Image: *image, GPUs: *gpus, Command: fs.Args()})
+	b, err := templates.Render(*kind, templates.Data{Job: *job, Ranks: *ranks, Port: *port, Image: *image, GPUs: *gpus, MPI: *mpi, Command: fs.Args()})
 	if err != nil {
 		return &gencmd.UsageError{Msg: err.Error()}
 	}

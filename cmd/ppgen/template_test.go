@@ -23,3 +23,33 @@ func TestTemplateCommand(t *testing.T) {
 		t.Errorf("k8s without image: exit %d, %s", code, errs.String())
 	}
 }
+
+// TestTemplateSlurmMPI: -kind slurm-mpi starts the ranks as one MPI job
+// (srun --mpi=pmix, or the -mpi plugin), without ppgen's TCP rendezvous.
+func TestTemplateSlurmMPI(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "srun --kill-on-bad-exit=1 --mpi=pmix ./mlp -transport mpi -mpi-sync\n"},
+		{[]string{"-mpi", "pmi2"}, "srun --kill-on-bad-exit=1 --mpi=pmi2 ./mlp -transport mpi -mpi-sync\n"},
+	} {
+		var out, errs bytes.Buffer
+		args := append(append([]string{"template", "-kind", "slurm-mpi", "-ranks", "4"}, tc.args...), "--", "./mlp", "-transport", "mpi", "-mpi-sync")
+		if code := run(args, &out, &errs); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs.String())
+		}
+		for _, want := range []string{"#SBATCH --ntasks=4\n", tc.want} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "PPGEN_TOKEN=") || strings.Contains(out.String(), "MASTER_ADDR=") {
+			t.Errorf("%v: the MPI script sets up the TCP rendezvous:\n%s", args, out.String())
+		}
+	}
+	var out, errs bytes.Buffer
+	if code := run([]string{"template", "-kind", "slurm-mpi", "-ranks", "4", "-mpi", "PMIx!", "--", "t"}, &out, &errs); code != 2 || !strings.Contains(errs.String(), `MPI plugin "PMIx!"`) {
+		t.Errorf("bad plugin: exit %d, %s", code, errs.String())
+	}
+}

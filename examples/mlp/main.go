@@ -8,11 +8,22 @@
 //	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
 //	go run -tags nccl ./examples/mlp -transport nccl -check  # 4 processes, one GPU each (NCCL)
 //
-// With -transport tcp (or nccl) and no RANK in the environment, the command launches
-// four copies of itself with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
-// set (as torchrun does) and waits for them; with RANK set it runs that one
-// rank. -check trains the same model sequentially on the same micro-batches
+//	go build -tags mpi -o mlp ./examples/mlp     # over MPI (needs an MPI)
+//	mpirun -np 4 ./mlp -transport mpi -check     # add -mpi-sync for rendezvous sends
+//
+// With -transport tcp (or nccl) and no launcher's variables in the
+// environment (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID: see
+// launch.FromEnv), the command launches four copies of itself with RANK,
+// WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (as torchrun does) and waits
+// for them; with them set (torchrun, mpirun, srun) it runs that one rank.
+// -check trains the same model sequentially on the same micro-batches
 // and reports the largest relative difference in losses and parameters.
+//
+// With -transport mpi the ranks are the processes mpirun (or srun) started:
+// each takes its rank and the world size from MPI; -mpi-sync makes every
+// send synchronous (MPI_Issend), the rendezvous semantics the schedules are
+// verified under. A binary built without -tags mpi refuses -transport mpi
+// (exit status 2).
 package main
 
 import (
@@ -42,6 +53,7 @@ import (
 type options struct {
 	schedule  string
 	transport string
+	mpiSync   bool // -mpi-sync: synchronous sends over MPI
 	steps     int
 	check     bool
 	dtype     string
@@ -59,7 +71,8 @@ func main() {
 	var o options
 	fs := flag.NewFlagSet("mlp", flag.ContinueOnError)
 	fs.StringVar(&o.schedule, "schedule", "1f1b", "generated schedule to run: "+strings.Join(scheduleNames(), ", "))
-	fs.StringVar(&o.transport, "transport", "inproc", "inproc (goroutines), tcp (one OS process per rank) or nccl (one process and GPU per rank; build with -tags nccl)")
+	fs.StringVar(&o.transport, "transport", "inproc", "inproc (goroutines), tcp (one OS process per rank), mpi (the processes of mpirun -np N; needs a build with -tags mpi) or nccl (one process and GPU per rank; build with -tags nccl)")
+	fs.BoolVar(&o.mpiSync, "mpi-sync", false, "with -transport mpi: synchronous sends (MPI_Issend), the rendezvous semantics the schedules are verified under")
 	fs.IntVar(&o.steps, "steps", 5, "training steps")
 	fs.BoolVar(&o.check, "check", false, "also train sequentially on the same micro-batches and compare losses and parameters")
 	fs.StringVar(&o.dtype, "dtype", "float64", "float64 or float32")
@@ -77,6 +90,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mlp: -timeout %v is negative; want a duration such as 30s, or 0 for PPGEN_TIMEOUT or the default %v\n", o.timeout, transport.DefaultTimeout)
 		os.Exit(2)
 	}
+	if o.mpiSync && o.transport != "mpi" {
+		fmt.Fprintf(os.Stderr, "mlp: -mpi-sync needs -transport mpi (not %s)\n", o.transport)
+		os.Exit(2)
+	}
+	if o.transport == "mpi" && !transport.MPIBuilt {
+		fmt.Fprintf(os.Stderr, "mlp: -transport mpi: %v\n", transport.ErrNoMPI)
+		os.Exit(2)
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
 	switch {
@@ -84,12 +105,14 @@ func main() {
 		err = runInProc(o, os.Stdout)
 	case o.trace != "" && o.transport != "inproc":
 		err = fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process", o.transport)
-	case (o.transport == "tcp" || o.transport == "nccl") && os.Getenv("RANK") == "":
+	case (o.transport == "tcp" || o.transport == "nccl") && notLaunched():
 		err = launchLocal(o, logger)
 	case o.transport == "tcp" || o.transport == "nccl":
-		err = runRank(o, os.Stdout, logger)
+		err = runRank(o, os.Stdout, logger, dialTCP)
+	case o.transport == "mpi":
+		err = runRank(o, os.Stdout, logger, dialMPI)
 	default:
-		err = fmt.Errorf("-transport %q; want inproc, tcp or nccl", o.transport)
+		err = fmt.Errorf("-transport %q; want inproc, tcp, mpi or nccl", o.transport)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mlp:", err)
@@ -387,6 +410,14 @@ func report(out io.Writer, o options, lossDiff, paramDiff float64) error {
 	return nil
 }
 
+// notLaunched reports whether no launcher started this process (no RANK,
+// OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID): -transport tcp then
+// launches the ranks itself.
+func notLaunched() bool {
+	_, err := launch.FromEnv()
+	return errors.Is(err, launch.ErrNotLaunched)
+}
+
 // launchLocal starts one process per rank of this same command.
 func launchLocal(o options, logger *slog.Logger) error {
 	sc, err := lookup(o.schedule)
@@ -402,12 +433,51 @@ func launchLocal(o options, logger *slog.Logger) error {
 	return launch.Local(ctx, sc.Spec.Ranks, append([]string{exe}, os.Args[1:]...), launch.LocalOptions{Logger: logger})
 }
 
-// runRank runs the one rank the environment names, over TCP.
-func runRank(o options, out io.Writer, logger *slog.Logger) error {
+// dialTCP connects the rank the environment names (RANK, WORLD_SIZE, ...)
+// to its peers over TCP.
+func dialTCP(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport, error) {
 	env, err := launch.FromEnv()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	if env.World != sp.Ranks {
+		return nil, fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
+	}
+	cfg := transport.ConfigFromEnv(env, sp.Fingerprint)
+	cfg.Logger = logger
+	if o.timeout > 0 {
+		cfg.Timeout = o.timeout
+	}
+	if o.transport == "nccl" {
+		return dialNCCL(env, cfg) // nccl.go (-tags nccl), else an error saying how to build it
+	}
+	return transport.DialTCP(context.Background(), cfg)
+}
+
+// dialMPI starts the MPI transport: the rank and world size are MPI's.
+func dialMPI(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport, error) {
+	timeout, err := launch.TimeoutFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if o.timeout > 0 {
+		timeout = o.timeout
+	}
+	tr, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	if tr.World() != sp.Ranks {
+		// Every rank sees the same world size: all close alike.
+		tr.Close()
+		return nil, fmt.Errorf("MPI started %d processes but schedule %s has %d ranks: run mpirun -np %d", tr.World(), o.schedule, sp.Ranks, sp.Ranks)
+	}
+	return tr, nil
+}
+
+// runRank runs one rank of a multi-process job over the transport dial
+// connects (dialTCP, dialMPI).
+func runRank(o options, out io.Writer, logger *slog.Logger, dial func(options, pipe.Spec, *slog.Logger) (transport.Transport, error)) error {
 	sc, err := lookup(o.schedule)
 	if err != nil {
 		return err
@@ -417,30 +487,18 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 		return err
 	}
 	sp := sc.Spec
-	if env.World != sp.Ranks {
-		return fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
-	}
-	cfg := transport.ConfigFromEnv(env, sp.Fingerprint)
-	cfg.Logger = logger
-	if o.timeout > 0 {
-		cfg.Timeout = o.timeout
-	}
-	var tr transport.Transport
-	if o.transport == "nccl" {
-		tr, err = dialNCCL(env, cfg) // nccl.go (-tags nccl), else an error saying how to build it
-	} else {
-		tr, err = transport.DialTCP(context.Background(), cfg)
-	}
+	tr, err := dial(o, sp, logger)
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
+	rank := tr.Rank()
 	model, err := buildPipelineStages(sp, dt, o.seed)
 	if err != nil {
 		return err
 	}
 	data := newBatches(dt, o.seed, sp.Micro)
-	rs, err := newRank(o, sc, env.Rank, model, data, tr)
+	rs, err := newRank(o, sc, rank, model, data, tr)
 	if err != nil {
 		return err
 	}
@@ -449,7 +507,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	// ends on it (all of them on the last stage's rank, for one pipeline).
 	var mineMicro []int
 	for m := range sp.Micro {
-		if sp.RankOf[routeLast(sp, m)] == env.Rank {
+		if sp.RankOf[routeLast(sp, m)] == rank {
 			mineMicro = append(mineMicro, m)
 		}
 	}
@@ -480,7 +538,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 		}
 	}
 	if rs.tier != nil {
-		fmt.Fprintln(out, rs.swapReport(env.Rank))
+		fmt.Fprintln(out, rs.swapReport(rank))
 	}
 	if !o.check {
 		return nil
@@ -492,7 +550,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	var mine, theirs []*nn.Sequential
 	refStages := twins(sp, ref)
 	for s, rr := range sp.RankOf {
-		if rr == env.Rank {
+		if rr == rank {
 			mine, theirs = append(mine, model[s]), append(theirs, refStages[s])
 		}
 	}

@@ -118,8 +118,13 @@ func TestTCPMatchesSequential(t *testing.T) {
 func withoutRankEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {
-		switch strings.SplitN(kv, "=", 2)[0] {
+		k := strings.SplitN(kv, "=", 2)[0]
+		switch k {
 		case "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "PPGEN_TOKEN":
+			continue
+		}
+		// The other launchers launch.FromEnv reads (mpirun, srun).
+		if strings.HasPrefix(k, "OMPI_COMM_WORLD_") || strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "SLURM_") {
 			continue
 		}
 		out = append(out, kv)

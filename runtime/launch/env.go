@@ -2,9 +2,16 @@
 //
 // [FromEnv] reads the rank, world size and rendezvous address the way
 // torchrun and most launchers set them (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, LOCAL_RANK), falling back to SLURM's variables (SLURM_PROCID,
-// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_JOB_NODELIST, a port
-// derived from SLURM_JOB_ID) under srun. The shared token for the TCP
+// MASTER_PORT, LOCAL_RANK), falling back, in this order, to OpenMPI's
+// mpirun (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK), to PMI's (PMI_RANK,
+// PMI_SIZE, MPI_LOCALRANKID: MPICH's mpiexec, srun --mpi=pmi2) and to
+// SLURM's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) under srun.
+// The rank and world size come from the first of these that sets a rank;
+// the rendezvous address (which the TCP transport needs, MPI's does not)
+// is MASTER_ADDR, else the first host of SLURM_JOB_NODELIST, else
+// 127.0.0.1 when an MPI launcher says every rank is on this node
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS); its port is MASTER_PORT,
+// else one derived from SLURM_JOB_ID or OpenMPI's job number. The shared token for the TCP
 // handshake comes from PPGEN_TOKEN; PPGEN_ALLOW_NO_TOKEN=1 is the explicit
 // opt-out of authentication, and PPGEN_TIMEOUT (a Go duration such as 90s)
 // bounds every send and receive wait of the transport
@@ -50,7 +57,7 @@ type Env struct {
 	// ConfigFromEnv turns an Env into that configuration); 0 keeps the transport's
 	// default.
 	Timeout time.Duration
-	Source  string // "torchrun" (RANK, WORLD_SIZE, ...) or "slurm"
+	Source  string // "torchrun" (RANK, WORLD_SIZE, ...), "openmpi", "pmi" or "slurm"
 }
 
 // Bounds of the environment's values. A job larger than MaxWorld ranks is
@@ -64,8 +71,8 @@ const (
 // Addr returns MasterAddr:MasterPort.
 func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
 
-// ErrNotLaunched is returned (wrapped) by FromEnv when neither torchrun-style
-// nor SLURM variables are set: the process was started by hand. Trainers may
+// ErrNotLaunched is returned (wrapped) by FromEnv when no launcher's
+// variables are set (torchrun-style, OpenMPI, PMI, SLURM): the process was started by hand. Trainers may
 // fall back to a single rank.
 var ErrNotLaunched = errors.New("not started by a launcher")
 
@@ -81,8 +88,9 @@ const (
 func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
 
 // FromLookup reads the job description through lookup (os.LookupEnv in
-// FromEnv). torchrun-style variables win over SLURM's; errors name the
-// variable and its value.
+// FromEnv). torchrun-style variables win over OpenMPI's, which win over
+// PMI's, which win over SLURM's (see the package documentation); errors
+// name the variable and its value.
 func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 	get := func(name string) (string, bool) {
 		v, ok := lookup(name)
@@ -101,42 +109,54 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		return n, nil
 	}
 	var e Env
-	rankVar, worldVar, localVar := "RANK", "WORLD_SIZE", "LOCAL_RANK"
-	rankS, hasRank := get("RANK")
-	e.Source = "torchrun"
-	if !hasRank {
-		if rankS, hasRank = get("SLURM_PROCID"); hasRank {
-			rankVar, worldVar, localVar = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
-			e.Source = "slurm"
+	var src source
+	var rankS string
+	for _, c := range sources {
+		if v, ok := get(c.rank); ok {
+			src, rankS = c, v
+			break
 		}
 	}
-	if !hasRank {
+	if src.name == "" {
 		if w, ok := get("WORLD_SIZE"); ok {
 			return e, fmt.Errorf("launch: WORLD_SIZE=%s is set but RANK is not", w)
 		}
-		return e, fmt.Errorf("launch: %w: neither RANK (torchrun, ppgen launch) nor SLURM_PROCID (srun) is set", ErrNotLaunched)
+		return e, fmt.Errorf("launch: %w: none of RANK (torchrun, ppgen launch), OMPI_COMM_WORLD_RANK (OpenMPI's mpirun), PMI_RANK (MPICH's mpiexec, srun --mpi=pmi2) or SLURM_PROCID (srun) is set", ErrNotLaunched)
 	}
+	e.Source = src.name
 	var err error
-	if e.Rank, err = integer(rankVar, rankS, 0, MaxWorld-1); err != nil {
+	if e.Rank, err = integer(src.rank, rankS, 0, MaxWorld-1); err != nil {
 		return e, err
 	}
+	worldVar := src.world
 	worldS, ok := get(worldVar)
-	if !ok && e.Source == "slurm" {
+	if !ok && src.name == "slurm" {
 		worldVar = "SLURM_NPROCS"
 		worldS, ok = get(worldVar)
 	}
 	if !ok {
-		return e, fmt.Errorf("launch: %s=%d is set but %s is not", rankVar, e.Rank, worldVar)
+		return e, fmt.Errorf("launch: %s=%d is set but %s is not", src.rank, e.Rank, worldVar)
 	}
 	if e.World, err = integer(worldVar, worldS, 1, MaxWorld); err != nil {
 		return e, err
 	}
 	if e.Rank >= e.World {
-		return e, fmt.Errorf("launch: %s=%d is not in [0, %s=%d)", rankVar, e.Rank, worldVar, e.World)
+		return e, fmt.Errorf("launch: %s=%d is not in [0, %s=%d)", src.rank, e.Rank, worldVar, e.World)
 	}
-	if v, ok := get(localVar); ok {
-		if e.LocalRank, err = integer(localVar, v, 0, e.World-1); err != nil {
+	if v, ok := get(src.local); ok {
+		if e.LocalRank, err = integer(src.local, v, 0, e.World-1); err != nil {
 			return e, err
+		}
+	}
+	// allLocal: an MPI launcher says every rank runs on this node.
+	allLocal := false
+	if src.localSize != "" {
+		if v, ok := get(src.localSize); ok {
+			n, err := integer(src.localSize, v, 1, e.World)
+			if err != nil {
+				return e, err
+			}
+			allLocal = n == e.World
 		}
 	}
 
@@ -156,8 +176,8 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		}
 	}
 	if e.MasterAddr == "" {
-		if e.World > 1 {
-			return e, fmt.Errorf("launch: MASTER_ADDR is not set (nor a SLURM node list) and WORLD_SIZE=%d needs a rendezvous", e.World)
+		if e.World > 1 && !allLocal {
+			return e, fmt.Errorf("launch: MASTER_ADDR is not set (nor a SLURM node list) and %s=%d needs a rendezvous", worldVar, e.World)
 		}
 		e.MasterAddr = "127.0.0.1"
 	}
@@ -173,8 +193,14 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 			return e, fmt.Errorf("launch: SLURM_JOB_ID=%q: not a job number (0..%d; set MASTER_PORT instead)", v, 1<<31-1)
 		}
 		e.MasterPort = SlurmPort(int(id))
+	} else if v, ok := get(ompiJobVar); ok && src.name == "openmpi" {
+		id, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return e, fmt.Errorf("launch: %s=%q: not a job number (0..%d; set MASTER_PORT instead)", ompiJobVar, v, uint64(1<<32-1))
+		}
+		e.MasterPort = SlurmPort(int(id % 20000))
 	} else if e.World > 1 {
-		return e, fmt.Errorf("launch: MASTER_PORT is not set (nor SLURM_JOB_ID) and WORLD_SIZE=%d needs a rendezvous", e.World)
+		return e, fmt.Errorf("launch: MASTER_PORT is not set (nor SLURM_JOB_ID) and %s=%d needs a rendezvous", worldVar, e.World)
 	}
 	if len(e.MasterAddr) > 255 {
 		return e, fmt.Errorf("launch: MASTER_ADDR is %d bytes long; a host name has at most 255", len(e.MasterAddr))
@@ -192,17 +218,57 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 			return e, fmt.Errorf("launch: %s=%q: want 1 (run without a token) or 0", AllowNoTokenVar, v)
 		}
 	}
-	if v, ok := get(TimeoutVar); ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return e, fmt.Errorf("launch: %s=%q: not a duration (want e.g. 90s or 10m)", TimeoutVar, v)
-		}
-		if d <= 0 || d > MaxTimeout {
-			return e, fmt.Errorf("launch: %s=%v: out of range, want more than 0 and at most %v", TimeoutVar, d, MaxTimeout)
-		}
-		e.Timeout = d
+	if e.Timeout, err = timeoutFrom(get); err != nil {
+		return e, err
 	}
 	return e, nil
+}
+
+// source is a launcher's variables: rank, world size, local rank and, for
+// MPI launchers, the number of ranks on this node.
+type source struct {
+	name, rank, world, local, localSize string
+}
+
+// sources, in precedence order (FromLookup). The MPI launchers come before
+// SLURM: mpirun inside an sbatch allocation inherits the batch step's
+// SLURM_PROCID (0 on every rank) while OMPI_COMM_WORLD_RANK is each
+// process's own.
+var sources = []source{
+	{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", ""},
+	{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+	{"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+	{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", ""},
+}
+
+// ompiJobVar is OpenMPI's job number, the same on every rank of a job: the
+// rendezvous port under mpirun when MASTER_PORT is not set.
+const ompiJobVar = "OMPI_MCA_ess_base_jobid"
+
+// timeoutFrom reads PPGEN_TIMEOUT through get; 0 when unset.
+func timeoutFrom(get func(string) (string, bool)) (time.Duration, error) {
+	v, ok := get(TimeoutVar)
+	if !ok {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("launch: %s=%q: not a duration (want e.g. 90s or 10m)", TimeoutVar, v)
+	}
+	if d <= 0 || d > MaxTimeout {
+		return 0, fmt.Errorf("launch: %s=%v: out of range, want more than 0 and at most %v", TimeoutVar, d, MaxTimeout)
+	}
+	return d, nil
+}
+
+// TimeoutFromEnv reads PPGEN_TIMEOUT alone (0 when unset), for transports
+// that take the rank and world size from elsewhere (MPI).
+func TimeoutFromEnv() (time.Duration, error) {
+	return timeoutFrom(func(name string) (string, bool) {
+		v, ok := os.LookupEnv(name)
+		v = strings.TrimSpace(v)
+		return v, ok && v != ""
+	})
 }
 
 // MaxTokenLen bounds PPGEN_TOKEN's length.

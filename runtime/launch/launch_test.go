@@ -63,6 +63,35 @@ func TestFromLookup(t *testing.T) {
 		{"bad port", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, Env{}, `MASTER_PORT="70000": not a port number`},
 		{"no master", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, Env{}, "MASTER_ADDR is not set"},
 		{"no port", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, Env{}, "MASTER_PORT is not set"},
+		// OpenMPI's mpirun: rank from OMPI_COMM_WORLD_*, 127.0.0.1 when every
+		// rank is on this node, the port from the job number.
+		{"openmpi local", map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+			"OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_MCA_ess_base_jobid": "351600641"},
+			Env{Rank: 3, World: 4, LocalRank: 3, MasterAddr: "127.0.0.1", MasterPort: 15000 + 351600641%20000, Source: "openmpi"}, ""},
+		{"openmpi master", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+			"OMPI_COMM_WORLD_LOCAL_SIZE": "4", "MASTER_ADDR": "n1", "MASTER_PORT": "29500"},
+			Env{Rank: 1, World: 8, LocalRank: 1, MasterAddr: "n1", MasterPort: 29500, Source: "openmpi"}, ""},
+		{"openmpi on two nodes needs a master", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "8",
+			"OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_MCA_ess_base_jobid": "7"}, Env{}, "MASTER_ADDR is not set (nor a SLURM node list) and OMPI_COMM_WORLD_SIZE=8 needs a rendezvous"},
+		{"openmpi no size", map[string]string{"OMPI_COMM_WORLD_RANK": "1"}, Env{}, "OMPI_COMM_WORLD_RANK=1 is set but OMPI_COMM_WORLD_SIZE is not"},
+		{"openmpi bad local size", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, Env{},
+			"OMPI_COMM_WORLD_LOCAL_SIZE=3: out of range, want 1..2"},
+		{"openmpi bad job id", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+			"OMPI_MCA_ess_base_jobid": "x"}, Env{}, `OMPI_MCA_ess_base_jobid="x": not a job number`},
+		// mpirun inside an sbatch allocation: SLURM_PROCID is the batch
+		// step's (0 everywhere); OpenMPI's rank wins.
+		{"openmpi wins over slurm", map[string]string{"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
+			"SLURM_JOB_NODELIST": "c[1-2]", "SLURM_JOB_ID": "42"},
+			Env{Rank: 2, World: 4, MasterAddr: "c1", MasterPort: 15042, Source: "openmpi"}, ""},
+		{"torchrun wins over openmpi", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"},
+			Env{World: 1, MasterAddr: "127.0.0.1", Source: "torchrun"}, ""},
+		// MPICH's Hydra (and srun --mpi=pmi2): PMI_RANK, PMI_SIZE.
+		{"pmi local", map[string]string{"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "MASTER_PORT": "29400"},
+			Env{Rank: 1, World: 2, LocalRank: 1, MasterAddr: "127.0.0.1", MasterPort: 29400, Source: "pmi"}, ""},
+		{"pmi needs a port", map[string]string{"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}, Env{}, "MASTER_PORT is not set (nor SLURM_JOB_ID) and PMI_SIZE=2 needs a rendezvous"},
+		{"pmi under srun", map[string]string{"PMI_RANK": "5", "PMI_SIZE": "8", "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "gpu[03-04]", "SLURM_JOB_ID": "9"},
+			Env{Rank: 5, World: 8, MasterAddr: "gpu03", MasterPort: 15009, Source: "pmi"}, ""},
+		{"pmi rank too big", map[string]string{"PMI_RANK": "2", "PMI_SIZE": "2"}, Env{}, "PMI_RANK=2 is not in [0, PMI_SIZE=2)"},
 		{"bad nodelist", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu[01-02", "SLURM_JOB_ID": "1"}, Env{},
 			`SLURM_JOB_NODELIST="gpu[01-02": unbalanced '['`},
 	}
@@ -96,6 +125,8 @@ func FuzzFromLookup(f *testing.F) {
 	f.Add("RANK=0\nWORLD_SIZE=1\nPPGEN_TIMEOUT=90s\nPPGEN_ALLOW_NO_TOKEN=1")
 	f.Add("RANK=0\nWORLD_SIZE=99999999999999999999")
 	f.Add("SLURM_PROCID=0\nSLURM_NPROCS=2\nSLURM_NODELIST=a[]\nSLURM_JOB_ID=9223372036854775807")
+	f.Add("OMPI_COMM_WORLD_RANK=3\nOMPI_COMM_WORLD_SIZE=4\nOMPI_COMM_WORLD_LOCAL_SIZE=4\nOMPI_MCA_ess_base_jobid=351600641")
+	f.Add("PMI_RANK=1\nPMI_SIZE=2\nMPI_LOCALNRANKS=2\nMASTER_PORT=29400")
 	f.Fuzz(func(t *testing.T, text string) {
 		m := map[string]string{}
 		for line := range strings.SplitSeq(text, "\n") {
@@ -397,5 +428,25 @@ func TestLocalNamesTheFirstFailure(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "[launch] summary: rank 2 failed first") {
 		t.Errorf("no summary naming rank 2:\n%s", errOut)
+	}
+}
+
+func TestTimeoutFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+		err  string
+	}{{"", 0, ""}, {"90s", 90 * time.Second, ""}, {"soon", 0, `PPGEN_TIMEOUT="soon": not a duration`}, {"0s", 0, "out of range"}} {
+		t.Setenv(TimeoutVar, tc.v)
+		got, err := TimeoutFromEnv()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("PPGEN_TIMEOUT=%q: err %v, want %q", tc.v, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("PPGEN_TIMEOUT=%q: %v, %v; want %v", tc.v, got, err, tc.want)
+		}
 	}
 }

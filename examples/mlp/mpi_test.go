@@ -1,0 +1,108 @@
+//go:build mpi
+
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// asMain is the first argument that makes this test binary run the
+// command's main instead of the tests, so that TestMPIMatchesSequential can
+// start it under mpirun without building the command.
+const asMain = "-as-mlp"
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == asMain {
+		os.Args = append(os.Args[:1], os.Args[2:]...)
+		main()
+		os.Exit(0)
+	}
+}
+
+// mpirunArgs returns the mpirun command line that starts np copies of
+// args: OpenMPI refuses to run as root and more ranks than cores unless
+// told (--allow-run-as-root, --oversubscribe); other MPIs get neither.
+// PPGEN_MPIRUN names another launcher (mpiexec.mpich for a -tags
+// mpi,mpich build beside OpenMPI's mpirun).
+func mpirunArgs(t testing.TB, np int, args ...string) []string {
+	t.Helper()
+	name := "mpirun"
+	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
+		name = v
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
+	}
+	cmd := []string{path}
+	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
+		cmd = append(cmd, "--oversubscribe")
+		if os.Geteuid() == 0 {
+			cmd = append(cmd, "--allow-run-as-root")
+		}
+	}
+	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
+}
+
+// TestMPIMatchesSequential: under mpirun, with the schedule's own rank
+// count, every schedule trains exactly as sequential training over MPI,
+// with buffered and with synchronous (rendezvous) sends.
+func TestMPIMatchesSequential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts mpirun jobs")
+	}
+	for _, name := range scheduleNames() {
+		for _, sync := range []bool{false, true} {
+			t.Run(name+"/"+map[bool]string{false: "buffered", true: "sync"}[sync], func(t *testing.T) {
+				n := catalog[name].Spec.Ranks
+				args := []string{os.Args[0], asMain, "-transport", "mpi", "-check", "-schedule", name, "-steps", "3"}
+				if sync {
+					args = append(args, "-mpi-sync")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				argv := mpirunArgs(t, n, args...)
+				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+				cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TIMEOUT=60s")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+				}
+				if got := strings.Count(string(out), "check: max relative difference"); got != n {
+					t.Fatalf("%d ranks reported a check, want %d:\n%s", got, n, out)
+				}
+			})
+		}
+	}
+}
+
+// TestTCPUnderMPIRun: the TCP transport needs no wrapper under mpirun:
+// launch.FromEnv takes the ranks from the MPI launcher's variables and, on
+// one node, the rendezvous from the job (127.0.0.1, a port from OpenMPI's
+// job number or MASTER_PORT under another MPI).
+func TestTCPUnderMPIRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	argv := mpirunArgs(t, 4, os.Args[0], asMain, "-transport", "tcp", "-check", "-steps", "2")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TOKEN=0123456789abcdef0123456789abcdef", "PPGEN_TIMEOUT=60s")
+	if v, _ := exec.Command(argv[0], "--version").CombinedOutput(); !strings.Contains(string(v), "Open MPI") {
+		cmd.Env = append(cmd.Env, "MASTER_PORT=29517") // only OpenMPI's job number gives a port
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	if got := strings.Count(string(out), "check: max relative difference"); got != 4 {
+		t.Fatalf("%d ranks reported a check, want 4:\n%s", got, out)
+	}
+}

@@ -1,0 +1,120 @@
+//go:build mpi
+
+package transport_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+// pingPongBytes and pingPongRounds size BenchmarkMPIThroughput: 4 MiB
+// float32 tensors, each round one message there and one back.
+const (
+	pingPongBytes  = 4 << 20
+	pingPongRounds = 200
+)
+
+// BenchmarkMPIThroughput runs a 2-rank ping-pong of 4 MiB tensors through
+// the MPI transport under mpirun, over shared memory (OpenMPI's default
+// for ranks on one node) and over its TCP transport (--mca btl self,tcp),
+// with buffered and with synchronous sends, and reports GB/s (bytes moved
+// both ways over the wall time of the rounds, on rank 0). Run it with
+// -benchtime 1x: each run is one mpirun job. The raw sub-benchmarks are
+// the baseline: the same ping-pong in C with blocking MPI_Send/MPI_Recv on
+// a reused buffer (testdata/mpi_pingpong.c, compiled here with mpicc), run
+// beside the others because a shared machine's figures drift.
+func BenchmarkMPIThroughput(b *testing.B) {
+	raw := ""
+	if mpicc, err := exec.LookPath("mpicc"); err == nil {
+		raw = filepath.Join(b.TempDir(), "pingpong")
+		if out, err := exec.Command(mpicc, "-O2", "-o", raw, filepath.Join("testdata", "mpi_pingpong.c")).CombinedOutput(); err != nil {
+			b.Fatalf("mpicc: %v\n%s", err, out)
+		}
+	}
+	for _, link := range []struct {
+		name string
+		mca  []string
+	}{{"shm", nil}, {"tcp", []string{"--mca", "btl", "self,tcp"}}} {
+		for _, mode := range []string{"raw", "buffered", "sync"} {
+			b.Run(link.name+"/"+mode, func(b *testing.B) {
+				args := append(link.mca, os.Args[0], "-test.run=^TestMPIChild$")
+				if mode == "raw" {
+					if raw == "" {
+						b.Skip("no mpicc for the raw MPI baseline")
+					}
+					args = append(link.mca, raw, strconv.Itoa(pingPongBytes), strconv.Itoa(pingPongRounds))
+				}
+				argv := mpirunArgs(b, 2, args...)
+				sync := mode == "sync"
+				var best float64
+				for range b.N {
+					cmd := execCommand(argv)
+					cmd.Env = append(os.Environ(), scenarioVar+"=ping-pong", "PPGEN_MPI_SYNC="+strconv.FormatBool(sync))
+					out, err := cmd.CombinedOutput()
+					if err != nil {
+						b.Fatalf("%v\n%s", err, out)
+					}
+					m := regexp.MustCompile(`ping-pong: ([0-9.]+) GB/s`).FindSubmatch(out)
+					if m == nil {
+						b.Fatalf("no figure in the output:\n%s", out)
+					}
+					v, _ := strconv.ParseFloat(string(m[1]), 64)
+					best = max(best, v)
+				}
+				b.ReportMetric(best, "GB/s")
+			})
+		}
+	}
+}
+
+// childPingPong is rank 0 or 1 of the ping-pong.
+func childPingPong(t *testing.T, sync bool) {
+	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: time.Minute, Fingerprint: "ping-pong"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tr.Rank()
+	x := tensor.New(tensor.WithShape(pingPongBytes/4), tensor.WithBacking(make([]float32, pingPongBytes/4)))
+	round := func() {
+		if r == 0 {
+			if err := tr.Send(1, transport.Act, transport.Tag{}, x); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := tr.Recv(1, transport.Grad); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		_, y, err := tr.Recv(0, transport.Act)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Send(0, transport.Grad, transport.Tag{}, y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 { // warm up
+		round()
+	}
+	start := time.Now()
+	for range pingPongRounds {
+		round()
+	}
+	el := time.Since(start)
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r == 0 {
+		fmt.Printf("ping-pong: %.2f GB/s (%d rounds of 2 x %d bytes in %v)\n", float64(2*pingPongRounds*pingPongBytes)/el.Seconds()/1e9, pingPongRounds, pingPongBytes, el)
+	}
+}

@@ -1,0 +1,142 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/big"
+	"strings"
+	"testing"
+
+	"gorgonia.org/tensor"
+)
+
+// mpiHeaderOf is the header a peer would send for dtype dt and dims,
+// tagged (1, 2): valid or not, since dims need not fit an int.
+func mpiHeaderOf(dt uint8, dims ...uint64) []byte {
+	b := make([]byte, mpiHeaderLen)
+	binary.LittleEndian.PutUint32(b, mpiMagic)
+	b[4], b[5], b[6] = mpiVersion, dt, uint8(len(dims))
+	binary.LittleEndian.PutUint32(b[8:], 1)
+	binary.LittleEndian.PutUint32(b[12:], 2)
+	for i, d := range dims {
+		if i < maxDims {
+			binary.LittleEndian.PutUint64(b[16+8*i:], d)
+		}
+	}
+	return b
+}
+
+func TestDecodeMPIHeader(t *testing.T) {
+	const cap = 1 << 20
+	mod := func(b []byte, f func([]byte)) []byte { f(b); return b }
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		n    int64  // want payload bytes
+		err  string // or an error containing this
+		is   error
+	}{
+		{"scalar", mpiHeaderOf(dtFloat64), 8, "", nil},
+		{"float32 matrix", mpiHeaderOf(dtFloat32, 2, 3), 24, "", nil},
+		{"empty", mpiHeaderOf(dtFloat64, 0, 4), 0, "", nil},
+		{"empty with a dim over the cap", mpiHeaderOf(dtFloat64, 0, 1<<40), 0, "dimension 1 of 1099511627776 elements", ErrFrameTooLarge},
+		{"at the cap", mpiHeaderOf(dtFloat32, 1<<18), cap, "", nil},
+		{"over the cap", mpiHeaderOf(dtFloat32, 1<<18+1), 0, "over the 1048576-byte message cap", ErrFrameTooLarge},
+		{"product overflows", mpiHeaderOf(dtFloat64, 1<<40, 1<<22), 0, "message cap", ErrFrameTooLarge},
+		{"huge dim", mpiHeaderOf(dtFloat64, 1<<63), 0, "dimension 0 of 9223372036854775808 elements", ErrFrameTooLarge},
+		{"short", mpiHeaderOf(dtFloat64)[:20], 0, "header of 20 bytes, want 144", ErrProtocol},
+		{"bad magic", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[0] ^= 1 }), 0, "bad magic", ErrProtocol},
+		{"other version", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[4] = 9 }), 0, "version 9, this build speaks 1", ErrProtocol},
+		{"bad dtype", mpiHeaderOf(7, 1), 0, "unknown dtype code 7", ErrProtocol},
+		{"too many dims", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[6] = maxDims + 1 }), 0, "17 dimensions (at most 16)", ErrProtocol},
+		{"pad byte", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[7] = 1 }), 0, "nonzero pad byte 1", ErrProtocol},
+		{"stray dim", mod(mpiHeaderOf(dtFloat64, 2), func(b []byte) { b[16+8] = 1 }), 0, "nonzero unused dimension 1", ErrProtocol},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := decodeMPIHeader(tc.b, cap)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, tc.is) {
+					t.Fatalf("err = %v, want one containing %q wrapping %v", err, tc.err, tc.is)
+				}
+				return
+			}
+			if err != nil || h.n != tc.n || h.tag != (Tag{1, 2}) {
+				t.Fatalf("header %+v, err %v; want %d payload bytes, tag (1, 2)", h, err, tc.n)
+			}
+		})
+	}
+}
+
+// TestMPIHeaderRoundTrip: what encodeMPIHeader writes for a tensor decodes
+// to its dtype, shape and byte count.
+func TestMPIHeaderRoundTrip(t *testing.T) {
+	for _, x := range []*tensor.Dense{
+		tensor.New(tensor.FromScalar(float32(1))),
+		tensor.New(tensor.WithShape(3, 1, 2), tensor.WithBacking(make([]float64, 6))),
+		tensor.New(tensor.WithShape(0), tensor.WithBacking([]float32{})),
+	} {
+		v, err := viewOf(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, mpiHeaderLen)
+		encodeMPIHeader(b, Tag{-1, 5}, v)
+		h, err := decodeMPIHeader(b, 1<<20)
+		if err != nil || h.dt != v.dt || h.n != int64(len(v.raw)) || h.tag != (Tag{-1, 5}) || len(h.dims) != len(v.dims) {
+			t.Fatalf("%v: header %+v, err %v", x.Shape(), h, err)
+		}
+		for i := range v.dims {
+			if h.dims[i] != v.dims[i] {
+				t.Fatalf("%v: dims %v", x.Shape(), h.dims)
+			}
+		}
+	}
+}
+
+// TestMPINewsRoundTrip: abort news keeps the rank at fault, the sentinel
+// and the reason; a relayed one names the rank that sent it; bad ranks
+// and lengths are refused.
+func TestMPINewsRoundTrip(t *testing.T) {
+	b := make([]byte, mpiNewsLen)
+	encodeMPINews(b, &PeerError{Peer: 2, Reason: "aborted: boom", Err: ErrAborted})
+	if e := decodeMPINews(b, 2, 4); e.Peer != 2 || e.Relayed || e.Error() != "rank 2 aborted: boom" || !errors.Is(e, ErrAborted) {
+		t.Fatalf("own news: %v (%+v)", e, e)
+	}
+	encodeMPINews(b, &PeerError{Peer: 1, Reason: "did not read act", Err: ErrTimeout, Relayed: true, Via: 0})
+	if e := decodeMPINews(b, 0, 4); e.Error() != "rank 1 did not read act (reported by rank 0)" || !errors.Is(e, ErrTimeout) {
+		t.Fatalf("relayed news: %v", e)
+	}
+	long := strings.Repeat("x", 2*mpiNewsLen)
+	encodeMPINews(b, &PeerError{Peer: 0, Reason: long, Err: ErrAborted})
+	if e := decodeMPINews(b, 0, 1); len(e.Reason) != mpiNewsLen-12 {
+		t.Fatalf("a long reason is kept at %d bytes, want %d", len(e.Reason), mpiNewsLen-12)
+	}
+	binary.LittleEndian.PutUint32(b, 9)
+	if e := decodeMPINews(b, 3, 4); e.Peer != 3 || !errors.Is(e, ErrProtocol) {
+		t.Fatalf("news naming rank 9 of 4: %v", e)
+	}
+}
+
+// FuzzDecodeMPIHeader: no header crashes the decoder or passes with a
+// payload size other than element size × ∏dims within the cap.
+func FuzzDecodeMPIHeader(f *testing.F) {
+	f.Add(mpiHeaderOf(dtFloat64, 2, 3), int64(1<<20))
+	f.Add(mpiHeaderOf(dtFloat64, 1<<40, 1<<22), int64(1<<30))
+	f.Add(mpiHeaderOf(dtFloat32), int64(4))
+	f.Fuzz(func(t *testing.T, b []byte, cap int64) {
+		if cap < 0 || cap > MaxMPIMessageBytes {
+			return
+		}
+		h, err := decodeMPIHeader(b, cap)
+		if err != nil {
+			return
+		}
+		n := big.NewInt(int64(elemSize(h.dt)))
+		for _, d := range h.dims {
+			n.Mul(n, big.NewInt(int64(d)))
+		}
+		if !n.IsInt64() || n.Int64() != h.n || h.n > cap || len(h.dims) > maxDims {
+			t.Fatalf("accepted %d payload bytes for dtype %d dims %v (cap %d)", h.n, h.dt, h.dims, cap)
+		}
+	})
+}
