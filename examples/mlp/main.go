@@ -434,7 +434,8 @@ func launchLocal(o options, logger *slog.Logger) error {
 }
 
 // dialTCP connects the rank the environment names (RANK, WORLD_SIZE, ...)
-// to its peers over TCP.
+// to its peers over TCP, or with -transport nccl over NCCL, whose control
+// connection is that TCP world.
 func dialTCP(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport, error) {
 	env, err := launch.FromEnv()
 	if err != nil {
