@@ -10,27 +10,31 @@
 //
 // A tensor of L elements is taken flat and padded with zeros to n·k
 // elements, k = ⌈L/n⌉, n the group size: chunk c is elements [c·k, (c+1)·k).
-// Every step sends one chunk to the next member (r+1 mod n) and receives one
-// from the previous (r-1 mod n).
 //
-//   - ReduceScatter is the ring reduce-scatter: n-1 steps; at step s member
-//     r sends its partial sum of chunk (r-s-1) mod n and adds the chunk
-//     (r-s-2) mod n it receives to its own. Member r ends with the sum of
-//     chunk r. The order of that sum is fixed: chunk c is
-//     (…((x[c+1] + x[c+2]) + x[c+3]) + … ) + x[c], member indices mod n,
-//     evaluated left to right, x[m] member m's chunk. So results are
-//     bit-reproducible run to run (and the same on every transport).
+//   - ReduceScatter is a pairwise exchange: n-1 steps; at step s (1..n-1)
+//     member r sends its chunk (r+s) mod n to member (r+s) mod n and
+//     receives member (r-s) mod n's chunk r. Then it sums chunk r over the
+//     members in member order, left to right:
+//     (…((x[0] + x[1]) + x[2]) + …) + x[n-1], x[m] member m's chunk. The
+//     order is the same for every element and every transport, so results
+//     are bit-reproducible run to run and equal a sequential loop over the
+//     members (which is what lets a data-parallel run equal, bit for bit,
+//     sequential training that sums its gradients per replica block in
+//     replica order). Each member sends and receives (n-1)·k elements, as
+//     in a ring reduce-scatter, whose sums would instead start at a
+//     different member for every chunk; it holds the n-1 received chunks
+//     until it sums them.
 //   - AllGather is the ring all-gather: n-1 steps; at step s member r sends
-//     chunk (r-s) mod n and receives chunk (r-s-1) mod n. Chunks are copied,
-//     never combined.
+//     chunk (r-s) mod n to member r+1 and receives chunk (r-s-1) mod n from
+//     member r-1. Chunks are copied, never combined.
 //   - AllReduce is ReduceScatter then AllGather: every member gets the same
-//     bits, chunk c summed in the order above.
+//     bits, every element summed in member order.
 //   - Broadcast is a pipelined chain from the root: the tensor cut into n
 //     chunks, member root+i forwards each chunk to root+i+1 as soon as it
-//     has it (n+n-2 steps at most per member, 2(n-1) chunk times in all).
+//     has it.
 //
-// Each costs 2(n-1)/n · L elements sent per member for AllReduce, (n-1)/n
-// · L for the others: the bandwidth-optimal ring.
+// Each member sends 2(n-1)/n · L elements for AllReduce, (n-1)/n · L for
+// ReduceScatter and AllGather: the bandwidth-optimal volumes.
 //
 // # Failure
 //
@@ -188,13 +192,11 @@ func ChunkLen(length, n int) int {
 	return max((length+n-1)/n, 1)
 }
 
-// exchange sends out to next and receives from prev, at once (a batch on
+// exchange sends out to member next and receives from member prev, at once (a batch on
 // a transport.Batcher, else the send on its own goroutine: so a transport
 // with rendezvous sends completes it too), checking the received tag and
 // length. It returns the member an error is blamed on.
-func exchange[T flat](c *Comm, op, step int, out []T, want int) ([]T, int, error) {
-	n, r := c.Size(), c.Rank()
-	next, prev := (r+1)%n, (r-1+n)%n
+func exchange[T flat](c *Comm, op, step, next, prev int, out []T, want int) ([]T, int, error) {
 	tag := c.tag(op, step)
 	var gotTag transport.Tag
 	var got *tensor.Dense
@@ -274,22 +276,28 @@ func data[T flat](t *tensor.Dense) ([]T, bool) {
 	return s, ok
 }
 
-// reduceScatter runs the ring reduce-scatter on buf (n·k elements, chunk c
-// at [c·k, (c+1)·k)): afterwards chunk Rank() of buf holds the sum. Other
-// chunks hold partial sums.
+// reduceScatter runs the pairwise reduce-scatter on buf (n·k elements,
+// chunk c at [c·k, (c+1)·k)): afterwards chunk Rank() of buf holds the sum
+// over the members, in member order. The other chunks are left as they were.
 func reduceScatter[T flat](c *Comm, op int, buf []T, k int) error {
 	n, r := c.Size(), c.Rank()
-	for s := range n - 1 {
-		send := mod(r-s-1, n)
-		recv := mod(r-s-2, n)
-		in, peer, err := exchange(c, op, s, buf[send*k:(send+1)*k], k)
+	parts := make([][]T, n) // parts[m]: member m's chunk r
+	own := buf[r*k : (r+1)*k]
+	parts[r] = own
+	for s := 1; s < n; s++ {
+		to, from := (r+s)%n, mod(r-s, n)
+		in, peer, err := exchange(c, op, s-1, to, from, buf[to*k:(to+1)*k], k)
 		if err != nil {
-			return c.fail(opNames[op], s, peer, err)
+			return c.fail(opNames[op], s-1, peer, err)
 		}
-		dst := buf[recv*k : (recv+1)*k]
-		for i := range dst {
-			dst[i] = in[i] + dst[i]
+		parts[from] = in
+	}
+	for i := range own {
+		v := parts[0][i]
+		for m := 1; m < n; m++ {
+			v += parts[m][i]
 		}
+		own[i] = v
 	}
 	return nil
 }
@@ -302,7 +310,7 @@ func allGather[T flat](c *Comm, op, step0 int, buf []T, k int) error {
 	for s := range n - 1 {
 		send := mod(r-s, n)
 		recv := mod(r-s-1, n)
-		in, peer, err := exchange(c, op, step0+s, buf[send*k:(send+1)*k], k)
+		in, peer, err := exchange(c, op, step0+s, (r+1)%n, mod(r-1, n), buf[send*k:(send+1)*k], k)
 		if err != nil {
 			return c.fail(opNames[op], step0+s, peer, err)
 		}
@@ -338,7 +346,7 @@ func sizeOK(op string, n, k int) error {
 
 // AllReduce replaces x, on every member, with the element-wise sum of the
 // members' x (same dtype and element count everywhere), summed in the
-// order of the package doc.
+// member order (see the package doc).
 func (c *Comm) AllReduce(x *tensor.Dense) error {
 	const op = "all-reduce"
 	if err := c.begin(op); err != nil {
@@ -412,8 +420,8 @@ func reduceScatterOut[T flat](c *Comm, x []T, n, k int) (*tensor.Dense, error) {
 
 // ReduceScatterInto is ReduceScatter into a buffer the caller owns: buf has
 // n·k elements (k = ChunkLen of the tensor, padding zeroed), is reduced in
-// place, and chunk Rank() of it holds the result; the other chunks are
-// left with partial sums. It spares the copy of a padded tensor.
+// place: chunk Rank() of it holds the result, the other chunks are left as
+// they were. It spares the copy of a padded tensor.
 func (c *Comm) ReduceScatterInto(buf *tensor.Dense) error {
 	const op = "reduce-scatter"
 	if err := c.begin(op); err != nil {

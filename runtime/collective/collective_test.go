@@ -76,16 +76,14 @@ func inputs(n, L int, seed uint64) [][]float64 {
 	return out
 }
 
-// refSum is the documented order: element i of chunk c (k elements each) is
-// (…((x[c+1] + x[c+2]) + …) + x[c]), members mod n.
-func refSum(xs [][]float64, L, n int) []float64 {
-	k := collective.ChunkLen(L, n)
+// refSum is the documented order: every element summed over the members
+// in member order, left to right.
+func refSum(xs [][]float64, L int) []float64 {
 	out := make([]float64, L)
 	for i := range L {
-		c := i / k
-		acc := xs[(c+1)%n][i]
-		for j := 2; j <= n; j++ {
-			acc += xs[(c+j)%n][i]
+		acc := xs[0][i]
+		for m := 1; m < len(xs); m++ {
+			acc += xs[m][i]
 		}
 		out[i] = acc
 	}
@@ -118,7 +116,7 @@ func TestCollectivesAgainstReference(t *testing.T) {
 			for _, L := range []int{1, 5, 12, 37} {
 				t.Run(fmt.Sprintf("%s/n%d/L%d", name, n, L), func(t *testing.T) {
 					xs := inputs(n, L, uint64(7*L+n))
-					want := refSum(xs, L, n)
+					want := refSum(xs, L)
 					k := collective.ChunkLen(L, n)
 					got := make([][]float64, n)
 					gotRS := make([][]float64, n)
