@@ -353,10 +353,16 @@ func dpHeader(o options, sc schedule, m mesh.Mesh, where string) string {
 
 // runInProcDP runs every rank of the mesh as goroutines of this process.
 func runInProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) error {
+	_, err := inProcDP(o, sc, m, out)
+	return err
+}
+
+// inProcDP is runInProcDP, returning the ranks (closed) for tests.
+func inProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) ([]*dpRank, error) {
 	sp := sc.Spec
 	dt, err := o.dt()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	data := newBatches(dt, o.seed, sp.Micro*m.DP)
 	world := transport.NewInProc(m.World(), transport.InProcTimeout(o.timeout))
@@ -365,7 +371,7 @@ func runInProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) error {
 	fns := make([]func(*pipe.Exec) error, m.World())
 	for w := range ranks {
 		if ranks[w], err = newDPRank(o, sc, m, world[w], data); err != nil {
-			return err
+			return nil, err
 		}
 		xs[w], fns[w] = ranks[w].x, ranks[w].run
 		defer ranks[w].close()
@@ -379,7 +385,7 @@ func runInProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) error {
 			x.Reset()
 		}
 		if err := pipe.RunAll(xs, fns); err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
+			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		ls := make([]float64, sp.Micro*m.DP)
 		for d := range m.DP {
@@ -394,11 +400,11 @@ func runInProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) error {
 		fmt.Fprintln(out, r.memLine())
 	}
 	if !o.check {
-		return nil
+		return ranks, nil
 	}
 	ref, refLosses, err := dpReference(o, sp, m)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lossDiff, pd := 0.0, 0.0
 	for i := range losses {
@@ -409,11 +415,11 @@ func runInProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) error {
 	for _, r := range ranks {
 		d, err := r.paramDiff(sp, ref)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		pd = math.Max(pd, d)
 	}
-	return report(out, o, lossDiff, pd)
+	return ranks, report(out, o, lossDiff, pd)
 }
 
 // runRankDP runs the one world rank the environment names, over TCP.
