@@ -341,6 +341,11 @@ func (r *dpRank) memLine() string {
 	return fmt.Sprintf("rank %d (pp %d, dp %d) %s memory: %v", r.world, r.pp, r.dp, mode, r.stats())
 }
 
+func (r *dpRank) swapLine() string {
+	st := &rankState{tier: r.tier}
+	return st.swapReport(r.world)
+}
+
 func dpHeader(o options, sc schedule, m mesh.Mesh, where string) string {
 	sp := sc.Spec
 	mode := "plain data parallel (gradients all-reduced at OPT_STEP)"
@@ -398,6 +403,11 @@ func inProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) ([]*dpRank, er
 	}
 	for _, r := range ranks {
 		fmt.Fprintln(out, r.memLine())
+	}
+	for _, r := range ranks {
+		if r.tier != nil {
+			fmt.Fprintln(out, r.swapLine())
+		}
 	}
 	if !o.check {
 		return ranks, nil
@@ -486,6 +496,9 @@ func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, o
 		}
 	}
 	fmt.Fprintln(out, r.memLine())
+	if r.tier != nil {
+		fmt.Fprintln(out, r.swapLine())
+	}
 	if !o.check {
 		return nil
 	}

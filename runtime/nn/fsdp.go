@@ -39,9 +39,15 @@ type MemStats struct {
 // Resident is ParamBytes + GradBytes + OptimBytes.
 func (m MemStats) Resident() int64 { return m.ParamBytes + m.GradBytes + m.OptimBytes }
 
+// String is "resident R bytes (parameters P, gradients G, optimizer O)",
+// followed by ", peak N stages gathered (B bytes)" when anything was
+// gathered.
 func (m MemStats) String() string {
-	return fmt.Sprintf("resident %d bytes (parameters %d, gradients %d, optimizer %d), peak %d stages gathered (%d bytes)",
-		m.Resident(), m.ParamBytes, m.GradBytes, m.OptimBytes, m.PeakGathered, m.PeakGatheredBytes)
+	s := fmt.Sprintf("resident %d bytes (parameters %d, gradients %d, optimizer %d)", m.Resident(), m.ParamBytes, m.GradBytes, m.OptimBytes)
+	if m.PeakGathered > 0 || m.PeakGatheredBytes > 0 {
+		s += fmt.Sprintf(", peak %d stages gathered (%d bytes)", m.PeakGathered, m.PeakGatheredBytes)
+	}
+	return s
 }
 
 // FSDPGroup is one rank's fully sharded data parallelism: the stages it
