@@ -65,6 +65,9 @@ func runDP(o options, out io.Writer, logger *slog.Logger) error {
 	case o.transport == "tcp":
 		return runRankDP(o, sc, m, out, logger)
 	}
+	// Another engine (MPI, NCCL) plugs in by building its world transport
+	// here and calling runDPRank with it: the mesh views and the
+	// collectives use only Send and Recv.
 	return fmt.Errorf("-dp %d runs on -transport inproc or tcp, not %q", o.dp, o.transport)
 }
 
@@ -480,7 +483,8 @@ func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, o
 		data.setStep(step)
 		r.x.Reset()
 		if err := pipe.Run(r.x, r.run); err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
+			// pipe numbers the ranks of the pipeline, the transport world ranks.
+			return fmt.Errorf("world rank %d (pipeline %d's rank %d): step %d: %w", r.world, r.dp, r.pp, step, err)
 		}
 		if len(mineMicro) > 0 {
 			all := r.x.Losses()

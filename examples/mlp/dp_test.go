@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"gorgonia.org/tensor"
 
@@ -156,6 +157,45 @@ func TestDPOverTCP(t *testing.T) {
 					t.Fatalf("%d ranks reported their memory, want 8:\n%s", got, out)
 				}
 			})
+		}
+	}
+}
+
+// TestDPKilledRankIsNamed: killing one rank of an 8-process -dp 2 run makes
+// every other rank, in its pipeline and in the other one, exit with an
+// error naming it within 10 s.
+func TestDPKilledRankIsNamed(t *testing.T) {
+	bin := exampleBinary(t)
+	flags := []string{"-schedule", "1f1b-fsdp-swap", "-dp", "2", "-steps", "100000", "-step-delay", "5ms"}
+	args, tokens := make([][]string, 8), make([]string, 8)
+	for r := range args {
+		args[r], tokens[r] = flags, "tok"
+	}
+	procs := startRanks(t, bin, args, tokens)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(procs[7].stdout.String(), "step 3 loss") {
+		if time.Now().After(deadline) {
+			t.Fatalf("training did not start; rank 7 stderr:\n%s", procs[7].stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	const victim = 3 // pp 1, dp 1
+	killed := time.Now()
+	if err := procs[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	errs := waitAll(t, procs, victim, 15*time.Second)
+	t.Logf("rank 0 (another pipeline, another DP group): %s", procs[0].stderr.String())
+	t.Logf("rank 2 (the victim's DP group): %s", procs[2].stderr.String())
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d exited 0 after rank %d was killed", r, victim)
+		}
+		if msg := procs[r].stderr.String(); !strings.Contains(msg, fmt.Sprintf("rank %d", victim)) {
+			t.Errorf("rank %d's error does not name rank %d:\n%s", r, victim, msg)
+		}
+		if d := procs[r].exited.Sub(killed); d > 10*time.Second {
+			t.Errorf("rank %d took %v to notice", r, d)
 		}
 	}
 }
