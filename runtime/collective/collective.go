@@ -535,9 +535,12 @@ func broadcast[T flat](c *Comm, x []T, L, root int) error {
 			break // the chunks past L are empty on every member
 		}
 		if pos > 0 {
-			_, got, err := c.t.Recv(prev, c.ch)
+			tag, got, err := c.t.Recv(prev, c.ch)
 			if err != nil {
 				return c.fail("broadcast", j, prev, err)
+			}
+			if want := c.tag(opBroadcast, j); tag != want {
+				return c.fail("broadcast", j, prev, fmt.Errorf("received %s, want %s: the members disagree on the sequence of collectives (%w)", describe(tag), describe(want), transport.ErrProtocol))
 			}
 			in, ok := data[T](got)
 			if !ok || len(in) != hi-lo {
