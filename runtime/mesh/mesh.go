@@ -149,11 +149,43 @@ type fpView struct{ *View }
 
 func (v fpView) Fingerprint() string { return v.world.(transport.Fingerprinter).Fingerprint() }
 
+// batchView is a View of a world transport that batches (MPI, NCCL): it
+// passes batches on, members translated to world ranks, so a batch through
+// the view is still one group of the engine (transport.Batch on a view of a
+// transport that does not batch takes its fallback).
+type batchView struct{ *View }
+
+func (v batchView) Batch(ops []transport.BatchOp) error { return v.batch(ops) }
+
+// fpBatchView is both.
+type fpBatchView struct{ *View }
+
+func (v fpBatchView) Fingerprint() string                 { return fpView(v).Fingerprint() }
+func (v fpBatchView) Batch(ops []transport.BatchOp) error { return v.batch(ops) }
+
+func (v *View) batch(ops []transport.BatchOp) error {
+	w := make([]transport.BatchOp, len(ops))
+	for i, op := range ops {
+		p, err := v.peer("batch with", op.Peer)
+		if err != nil {
+			return err
+		}
+		w[i] = op
+		w[i].Peer = p
+	}
+	err := v.world.(transport.Batcher).Batch(w)
+	for i := range ops {
+		if !ops[i].Send {
+			ops[i].Tag, ops[i].T = w[i].Tag, w[i].T
+		}
+	}
+	return err
+}
+
 // View is a group of a world transport: members 0..len(Ranks)-1 are the
 // world ranks Ranks. It implements [transport.Transport] (and
-// NewView's result is a [transport.Fingerprinter] when the world is one).
-// A view does not batch: runtime/collective pairs its sends and receives
-// itself, which completes under rendezvous semantics too.
+// NewView's result is a [transport.Fingerprinter] and a [transport.Batcher]
+// when the world is).
 type View struct {
 	world transport.Transport
 	name  string
@@ -166,8 +198,15 @@ type View struct {
 // checks the layout.
 func NewView(world transport.Transport, name string, ranks []int, self int) transport.Transport {
 	v := &View{world: world, name: name, ranks: ranks, self: self}
-	if _, ok := world.(transport.Fingerprinter); ok {
+	_, fp := world.(transport.Fingerprinter)
+	_, batch := world.(transport.Batcher)
+	switch {
+	case fp && batch:
+		return fpBatchView{v}
+	case fp:
 		return fpView{v}
+	case batch:
+		return batchView{v}
 	}
 	return v
 }
@@ -217,4 +256,7 @@ func (v *View) Abort(cause error) { v.world.Abort(cause) }
 var (
 	_ transport.Transport     = (*View)(nil)
 	_ transport.Fingerprinter = fpView{}
+	_ transport.Batcher       = batchView{}
+	_ transport.Fingerprinter = fpBatchView{}
+	_ transport.Batcher       = fpBatchView{}
 )

@@ -116,3 +116,51 @@ func TestGroupsDoNotMix(t *testing.T) {
 		t.Errorf("send to member 7: %v", err)
 	}
 }
+
+// batcher is an in-process world endpoint that batches (as MPI does),
+// recording the world ranks of each batch.
+type batcher struct {
+	transport.Transport
+	seen [][]int
+}
+
+func (b *batcher) Batch(ops []transport.BatchOp) error {
+	var peers []int
+	for _, op := range ops {
+		peers = append(peers, op.Peer)
+	}
+	b.seen = append(b.seen, peers)
+	return transport.Batch(b.Transport, ops)
+}
+
+// TestViewBatches: a view of a batching world is a Batcher that passes
+// batches on with world ranks, and gives the receives back.
+func TestViewBatches(t *testing.T) {
+	m, _ := mesh.New(2, 2)
+	world := transport.NewInProc(m.World())
+	b1, b3 := &batcher{Transport: world[1]}, &batcher{Transport: world[3]}
+	_, dp1, _ := m.Groups(world[1]) // dp group 0 = {0, 1}
+	p1, _, _ := m.Groups(b1)        // pipeline 1 = {1, 3}
+	p3, _, _ := m.Groups(b3)
+	if _, ok := dp1.(transport.Batcher); ok {
+		t.Error("a view of a world that does not batch claims to batch")
+	}
+	x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{7}))
+	errs := make(chan error, 2)
+	go func() {
+		errs <- p3.(transport.Batcher).Batch([]transport.BatchOp{{Peer: 0, Ch: transport.Act, Send: true, Tag: transport.Tag{Stage: 3}, T: x}})
+	}()
+	ops := []transport.BatchOp{{Peer: 1, Ch: transport.Act}}
+	if err := p1.(transport.Batcher).Batch(ops); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if ops[0].Tag.Stage != 3 || ops[0].T.Float64s()[0] != 7 {
+		t.Errorf("received %v %v", ops[0].Tag, ops[0].T)
+	}
+	if fmt.Sprint(b1.seen, b3.seen) != "[[3]] [[1]]" {
+		t.Errorf("the world saw batches with peers %v and %v; want world ranks [[3]] and [[1]]", b1.seen, b3.seen)
+	}
+}
