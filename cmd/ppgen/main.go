@@ -70,7 +70,10 @@
 // sim:    -cost F=1,B=2,W=1,comm=0 (B is the full backward, I = B - W unless
 // I= is given; per-stage lists like F=1:1:1:1.4; other keys data, overlap,
 // unshard, reduce, opt, swap; act=SIZE[:SIZE...],bw=RATE make each
-// activation or gradient transfer take comm + size/bw), -json, -grid,
+// activation or gradient transfer take comm + size/bw; param=SIZE[:SIZE...]
+// and dp=N (with bw) add to each UNSHARD and REDUCE_GRAD the ring cost of
+// its all-gather or reduce-scatter over N ranks, (N-1)·comm + (N-1)/N ·
+// size/bw), -json, -grid,
 // -svg FILE (an SVG timeline: one lane per rank, boxes coloured by kind with
 // their micro-batch, idle time, a legend and a title with P, V, M, bubbles and
 // peak activations; -svg-width PIXELS), -compare LIST (one table of makespan,

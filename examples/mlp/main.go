@@ -65,6 +65,7 @@ type options struct {
 	swapTier  string
 	trace     string         // -trace: write the last step's measured timeline here (in-process)
 	timeline  *pipe.Timeline // set by runInProc when trace is
+	dp        int            // -dp: data-parallel replicas (dp.go)
 }
 
 func main() {
@@ -83,6 +84,7 @@ func main() {
 	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last step's measured timeline (each stage call's start and end) to this file as a Chrome trace, to compare with `ppgen trace` of the schedule")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
+	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas of the pipeline: world = ranks × N (FSDP for schedules with FSDP steps, else gradients all-reduced at OPT_STEP; see dp.go)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -101,6 +103,8 @@ func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
 	switch {
+	case o.dp != 1:
+		err = runDP(o, os.Stdout, logger)
 	case o.transport == "inproc":
 		err = runInProc(o, os.Stdout)
 	case o.trace != "" && o.transport != "inproc":

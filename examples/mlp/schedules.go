@@ -50,7 +50,8 @@ var catalog = map[string]schedule{
 	// gets a data source.
 	"1f1b-ship-labels": {shiplabels.Spec, shiplabels.Ranks[:], shiplabels.Program},
 	// FSDP and swap steps: the stages offload their saved activations to
-	// the -swap-tier (runtime/swap); the FSDP steps pass (nn stages are not sharded).
+	// the -swap-tier (runtime/swap); the FSDP steps pass, unless -dp N
+	// shards the stages over N replicas (dp.go: nn.FSDPGroup).
 	"1f1b-fsdp-swap": {fsdpswap.Spec, fsdpswap.Ranks[:], fsdpswap.Program},
 	// Batched transfers (-batch): each run of adjacent transfers is one
 	// x.BatchBegin() .. x.BatchEnd() group, issued through transport.Batch.

@@ -156,7 +156,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				launchSeen[chunkRankKey{r, chunkKey{k, st.Stage, st.Micro}}] = e
 			case k == ir.Unshard:
 				s.cls[e] = clGather
-				s.dur[e] = rc.Unshard
+				s.dur[e] = rc.StepCost(st) // Unshard and the all-gather's ring cost
 				s.ev[e].Lane = LaneFSDP
 			case k == ir.SwapWaitOffload || k == ir.SwapWaitLoad:
 				s.cls[e] = clWait
@@ -178,7 +178,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				case ir.DataLoad:
 					s.dur[e] = rc.DataLoad
 				case ir.ReduceGrad:
-					s.dur[e] = rc.Reduce
+					s.dur[e] = rc.StepCost(st) // Reduce and the reduce-scatter's ring cost
 				case ir.OptStep:
 					s.dur[e] = rc.Opt
 				}

@@ -61,6 +61,18 @@ type Cost struct {
 	// and then Act does not matter.
 	Act []float64
 	BW  float64
+
+	// Param is each stage's parameter size (one value for every stage, or
+	// one per stage), in Act's unit, and DP the size of the data-parallel
+	// group each stage is sharded over. With DP > 1 and BW > 0 the
+	// collectives of FSDP cost what a ring costs: UNSHARD of stage s (an
+	// all-gather) and its REDUCE_GRAD (a reduce-scatter) each take, on top
+	// of Unshard and Reduce, (DP−1)·Comm + (DP−1)/DP · Param[s]/BW: DP−1
+	// steps, each moving 1/DP of the parameters over the link. So the
+	// simulator (and the auto scheduler and -fsdp-prefetch choices it
+	// times) sees the all-gathers grow with the parameters and the group.
+	Param []float64
+	DP    float64
 }
 
 // MaxCost bounds every value of a cost model: far beyond any real ratio
@@ -72,6 +84,9 @@ const MaxCost = 1e9
 // MaxCost/MinBW.
 const MinBW = 1e-9
 
+// MaxDP bounds dp, the data-parallel group size of the collective costs.
+const MaxDP = 1 << 16
+
 // DefaultCost returns the resolved default cost: F=1, B=2, I=1, W=1 on every
 // stage, every other cost 0.
 func DefaultCost() Cost {
@@ -81,16 +96,16 @@ func DefaultCost() Cost {
 
 // costKeys lists the keys ParseCost accepts, in the order String writes them
 // (act and bw only when bw > 0, so that the common form stays short).
-var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw"}
+var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp"}
 
 // scalarKeys are the keys of costKeys that take one value.
-var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw"}
+var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp"}
 
 // ParseCost parses the command-line form of a cost model: comma-separated
 // key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I, W and act take
 // either one value or a colon-separated list with one value per stage
-// ("F=1:1:1:1.4"); the scalar keys are comm, data (DATA_LOAD), overlap,
-// unshard, reduce, opt, swap and bw. Keys are case-insensitive. Keys not
+// ("F=1:1:1:1.4"), as does param; the scalar keys are comm, data
+// (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw and dp. Keys are case-insensitive. Keys not
 // given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0 (see
 // Cost). Values must be finite numbers in [0, MaxCost] (overlap in [0, 1];
 // bw 0 or at least MinBW). stages ≤ 0 means the number of stages is not
@@ -118,7 +133,7 @@ func ParseCost(spec string, stages int) (Cost, error) {
 		}
 		seen[canon] = true
 		switch canon {
-		case "F", "B", "I", "W", "act":
+		case "F", "B", "I", "W", "act", "param":
 			if n := strings.Count(val, ":") + 1; n > ir.MaxIndex+1 {
 				return Cost{}, fmt.Errorf("cost: %s has %d values; a program has at most %d stages", canon, n, ir.MaxIndex+1)
 			}
@@ -194,6 +209,8 @@ func checkValue(key string, v float64) error {
 		return fmt.Errorf("overlap is %v; want a fraction in [0, 1] (0 hides the shorter sub-step fully, 1 runs both serially)", v)
 	case key == "bw" && v > 0 && v < MinBW:
 		return fmt.Errorf("bw is %v; want 0 (infinite bandwidth) or a value in [%g, %g]", v, MinBW, float64(MaxCost))
+	case key == "dp" && (v != math.Trunc(v) || v > MaxDP):
+		return fmt.Errorf("dp is %v; want a whole number of data-parallel ranks in [0, %d] (0 and 1: no collectives)", v, MaxDP)
 	}
 	return nil
 }
@@ -202,6 +219,8 @@ func (c *Cost) stageField(k string) *[]float64 {
 	switch k {
 	case "act":
 		return &c.Act
+	case "param":
+		return &c.Param
 	case "F":
 		return &c.F
 	case "B":
@@ -228,6 +247,8 @@ func (c *Cost) scalarField(k string) *float64 {
 		return &c.Opt
 	case "bw":
 		return &c.BW
+	case "dp":
+		return &c.DP
 	}
 	return &c.Swap
 }
@@ -283,6 +304,19 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 			}
 		}
 	}
+	if c.Param != nil && (c.BW == 0 || c.DP <= 1) {
+		return Cost{}, fmt.Errorf("param gives parameter sizes but bw is %v and dp %v, where the collectives take no time; give bw and dp > 1 too, e.g. param=4,bw=4,dp=2", c.BW, c.DP)
+	}
+	if l := c.Param; l != nil {
+		if len(l) == 0 || (stages > 0 && len(l) != 1 && len(l) != stages) {
+			return Cost{}, fmt.Errorf("param has %d values; want 1 (every stage) or %d (one per stage)", len(l), max(stages, 1))
+		}
+		for s, v := range l {
+			if err := checkValue("param", v); err != nil {
+				return Cost{}, fmt.Errorf("stage %d: %w", s, err)
+			}
+		}
+	}
 	for _, k := range scalarKeys {
 		if err := checkValue(k, *c.scalarField(k)); err != nil {
 			return Cost{}, err
@@ -334,15 +368,16 @@ func (c Cost) String() string {
 	}
 	var b strings.Builder
 	for i, k := range costKeys {
-		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 {
-			continue // infinite bandwidth: sizes do not matter; or no sizes
+		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 ||
+			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 {
+			continue // infinite bandwidth: sizes do not matter; or no sizes; or no DP group
 		}
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(k)
 		b.WriteByte('=')
-		if i < 4 || k == "act" {
+		if i < 4 || k == "act" || k == "param" {
 			l := *c.stageField(k)
 			if allEqual(l) {
 				l = l[:min(len(l), 1)]
@@ -398,9 +433,9 @@ func (c Cost) StepCost(st ir.Step) float64 {
 	case ir.DataLoad:
 		return c.DataLoad
 	case ir.Unshard:
-		return c.Unshard
+		return c.Unshard + c.CollTime(st.Stage)
 	case ir.ReduceGrad:
-		return c.Reduce
+		return c.Reduce + c.CollTime(st.Stage)
 	case ir.OptStep:
 		return c.Opt
 	}
@@ -417,6 +452,24 @@ func (c Cost) transfer(st ir.Step) float64 {
 		return c.Comm + c.ActTime(st.Stage-1)
 	}
 	return c.Comm
+}
+
+// CollTime is the ring cost of one FSDP collective of stage s (the
+// all-gather of UNSHARD, the reduce-scatter of REDUCE_GRAD):
+// (DP−1)·Comm + (DP−1)/DP · Param[s]/BW; 0 without a DP group (DP ≤ 1),
+// with infinite bandwidth or without parameter sizes.
+func (c Cost) CollTime(s int) float64 {
+	if c.DP <= 1 || c.BW <= 0 || len(c.Param) == 0 || s < 0 {
+		return 0
+	}
+	p := c.Param[0]
+	if len(c.Param) > 1 {
+		if s >= len(c.Param) {
+			return 0
+		}
+		p = c.Param[s]
+	}
+	return (c.DP-1)*c.Comm + (c.DP-1)/c.DP*p/c.BW
 }
 
 // ActTime is the time stage s's output activation (or the gradient with

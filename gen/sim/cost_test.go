@@ -73,7 +73,13 @@ func TestParseCostScalars(t *testing.T) {
 
 func TestParseCostErrors(t *testing.T) {
 	tests := []struct{ spec, want string }{
-		{"X=1", `unknown key "X"; valid keys are F, B, I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw`},
+		{"X=1", `unknown key "X"; valid keys are F, B, I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw, param, dp`},
+		{"param=1,bw=1", "param gives parameter sizes but bw is 1 and dp 0"},
+		{"param=1,dp=2", "param gives parameter sizes but bw is 0 and dp 2"},
+		{"param=1:2,bw=1,dp=2", "param has 2 values; want 1 (every stage) or 4"},
+		{"dp=2.5", "dp is 2.5; want a whole number of data-parallel ranks in [0, 65536]"},
+		{"dp=1e6", "dp is 1e+06; want a whole number"},
+		{"dp=2:2", "dp takes one value, not a per-stage list"},
 		{"act=1", "act gives activation sizes but bw is 0"},
 		{"act=1:2,bw=1", "act has 2 values; want 1 (every stage) or 4 (one per stage, colon-separated)"},
 		{"act=-1,bw=1", "act=-1: costs cannot be negative"},
@@ -186,6 +192,44 @@ func TestRunBandwidth(t *testing.T) {
 		}
 		if rc.Makespan != tc.want {
 			t.Errorf("%q compute-only: makespan %g, want %g", tc.spec, rc.Makespan, tc.want)
+		}
+	}
+}
+
+// TestCostCollectives: with param, bw and dp > 1, UNSHARD and REDUCE_GRAD
+// take the ring cost of an all-gather and a reduce-scatter on top of
+// unshard and reduce: (dp−1)·comm + (dp−1)/dp · param/bw.
+func TestCostCollectives(t *testing.T) {
+	c, err := ParseCost("comm=0.5,param=8:16,bw=2,dp=4,unshard=1,reduce=0.25", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.String(), "F=1,B=2,I=1,W=1,comm=0.5,data=0,overlap=0,unshard=1,reduce=0.25,opt=0,swap=0,bw=2,param=8:16,dp=4"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if d, err := ParseCost(c.String(), 2); err != nil || !reflect.DeepEqual(c, d) {
+		t.Errorf("round trip: %+v, %v", d, err)
+	}
+	for _, tc := range []struct {
+		st   ir.Step
+		want float64
+	}{
+		{ir.Step{Kind: ir.Unshard, Stage: 0, Micro: -1}, 1 + 3*0.5 + 0.75*8/2},
+		{ir.Step{Kind: ir.Unshard, Stage: 1, Micro: -1}, 1 + 3*0.5 + 0.75*16/2},
+		{ir.Step{Kind: ir.ReduceGrad, Stage: 1, Micro: -1}, 0.25 + 3*0.5 + 0.75*16/2},
+		{ir.Step{Kind: ir.Reshard, Stage: 1, Micro: -1}, 0},
+	} {
+		if got := c.StepCost(tc.st); got != tc.want {
+			t.Errorf("StepCost(%v) = %g, want %g", tc.st.Kind, got, tc.want)
+		}
+	}
+	for _, spec := range []string{"dp=1,comm=1", "dp=8"} {
+		c, err := ParseCost(spec, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.StepCost(ir.Step{Kind: ir.Unshard, Stage: 0, Micro: -1}); got != 0 {
+			t.Errorf("%s: UNSHARD costs %g without parameter sizes or a group", spec, got)
 		}
 	}
 }

@@ -74,6 +74,22 @@
 // back); a context comes back bit-identical, so training with swapping
 // gives exactly the results of training without it.
 //
+// # Data parallelism
+//
+// NewFSDPGroup(comm) shards a rank's stages over its data-parallel group
+// (a runtime/collective Comm on the group's transport, runtime/mesh's DP
+// view): Wrap(stage, name) keeps 1/DP of the stage's flattened parameters
+// and returns an FSDP stage that implements runtime/pipe's Sharded. UNSHARD
+// starts the all-gather and returns; the stage's next Forward or backward
+// waits for it; RESHARD frees the gathered values; REDUCE_GRAD
+// reduce-scatters the gradients into the shard's, and OptStep(opt) steps
+// the optimizer on the shards (its state sharded with them).
+// NewDataParallel(comm, params) is plain data parallelism: OptStep(opt)
+// all-reduces the gradients first. Both sum the gradients over the group in
+// member order, so the loss scale counts every replica's micro-batches, and
+// both report MemStats (resident parameter, gradient and optimizer bytes,
+// peak of gathered stages).
+//
 // # Loss scale
 //
 // MSE and SoftmaxCrossEntropy return

@@ -1,0 +1,558 @@
+// Package collective implements the collectives of data parallelism over a
+// group's [transport.Transport]: [Comm.AllReduce] (sum), [Comm.AllGather],
+// [Comm.ReduceScatter] (sum) and [Comm.Broadcast] of float32 and float64
+// tensors. They use only Send and Recv (paired through [transport.Batch], so
+// a transport that batches — MPI, NCCL — runs each step as one group), and
+// so run unchanged on every transport: in-process, TCP, MPI, or a group view
+// of one (runtime/mesh).
+//
+// # Algorithms and order
+//
+// A tensor of L elements is taken flat and padded with zeros to n·k
+// elements, k = ⌈L/n⌉, n the group size: chunk c is elements [c·k, (c+1)·k).
+//
+//   - ReduceScatter is a pairwise exchange: n-1 steps; at step s (1..n-1)
+//     member r sends its chunk (r+s) mod n to member (r+s) mod n and
+//     receives member (r-s) mod n's chunk r. Then it sums chunk r over the
+//     members in member order, left to right:
+//     (…((x[0] + x[1]) + x[2]) + …) + x[n-1], x[m] member m's chunk. The
+//     order is the same for every element and every transport, so results
+//     are bit-reproducible run to run and equal a sequential loop over the
+//     members (which is what lets a data-parallel run equal, bit for bit,
+//     sequential training that sums its gradients per replica block in
+//     replica order). Each member sends and receives (n-1)·k elements, as
+//     in a ring reduce-scatter, whose sums would instead start at a
+//     different member for every chunk; it holds the n-1 received chunks
+//     until it sums them.
+//   - AllGather is the ring all-gather: n-1 steps; at step s member r sends
+//     chunk (r-s) mod n to member r+1 and receives chunk (r-s-1) mod n from
+//     member r-1. Chunks are copied, never combined.
+//   - AllReduce is ReduceScatter then AllGather: every member gets the same
+//     bits, every element summed in member order.
+//   - Broadcast is a pipelined chain from the root: the tensor cut into n
+//     chunks, member root+i forwards each chunk to root+i+1 as soon as it
+//     has it.
+//
+// Each member sends 2(n-1)/n · L elements for AllReduce, (n-1)/n · L for
+// ReduceScatter and AllGather: the bandwidth-optimal volumes.
+//
+// # Failure
+//
+// Every wait is a transport Recv or Send, bounded by the transport's
+// progress timeout. An error is an [*Error] that names the collective, this
+// member, the step and the member it was exchanging with, and wraps the
+// transport's error (so errors.As finds the transport's
+// *transport.PeerError, which names the failed rank). Messages carry a tag
+// with the collective's sequence number and step, so members that disagree
+// on the sequence of collectives fail with an error instead of mixing data.
+package collective
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+// MaxElems bounds the elements of one collective's tensor (padded).
+const MaxElems = 1 << 40
+
+// Comm runs collectives on one group transport. Its methods must be called
+// in the same order on every member, from one goroutine at a time (or
+// through [Comm.Start], which queues them in order).
+type Comm struct {
+	t   transport.Transport
+	ch  transport.Channel
+	seq uint32
+}
+
+// New returns a Comm on t: collectives among t's World() members. ch is the
+// channel the collectives use (any channel no other traffic of t uses
+// between the same members; a runtime/mesh DP group view shares no pair of
+// ranks with its pipeline, so transport.Act is fine there).
+func New(t transport.Transport, ch transport.Channel) (*Comm, error) {
+	if t == nil {
+		return nil, errors.New("collective: nil transport")
+	}
+	if ch >= transport.NumChannels {
+		return nil, fmt.Errorf("collective: channel %d; want one of the transport's %d channels", uint8(ch), transport.NumChannels)
+	}
+	return &Comm{t: t, ch: ch}, nil
+}
+
+// Rank is this member's index in the group.
+func (c *Comm) Rank() int { return c.t.Rank() }
+
+// Size is the number of members.
+func (c *Comm) Size() int { return c.t.World() }
+
+// Transport is the group transport.
+func (c *Comm) Transport() transport.Transport { return c.t }
+
+// Error is a failed collective.
+type Error struct {
+	Op    string // "all-reduce", "all-gather", "reduce-scatter", "broadcast"
+	Rank  int    // this member
+	Size  int    // members
+	Step  int    // the step that failed, from 0; -1 before the first
+	Peer  int    // the member exchanged with at Step; -1 if none
+	World int    // Peer's world rank when the transport is a group view, else -1
+	Err   error
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("collective: %s (member %d of %d)", e.Op, e.Rank, e.Size)
+	if e.Step >= 0 {
+		s += fmt.Sprintf(", step %d", e.Step)
+	}
+	if e.Peer >= 0 {
+		s += fmt.Sprintf(", with member %d", e.Peer)
+		if e.World >= 0 {
+			s += fmt.Sprintf(" (world rank %d)", e.World)
+		}
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// worldRanker is implemented by group views (runtime/mesh).
+type worldRanker interface{ WorldRank(int) int }
+
+func (c *Comm) fail(op string, step, peer int, err error) error {
+	w := -1
+	if v, ok := c.t.(worldRanker); ok && peer >= 0 && peer < c.Size() {
+		w = v.WorldRank(peer)
+	}
+	return &Error{Op: op, Rank: c.Rank(), Size: c.Size(), Step: step, Peer: peer, World: w, Err: err}
+}
+
+// Operation codes in tags.
+const (
+	opAllReduce = 1 + iota
+	opAllGather
+	opReduceScatter
+	opBroadcast
+)
+
+var opNames = map[int]string{opAllReduce: "all-reduce", opAllGather: "all-gather", opReduceScatter: "reduce-scatter", opBroadcast: "broadcast"}
+
+// tag of step s of the current collective (sequence number c.seq).
+func (c *Comm) tag(op, s int) transport.Tag {
+	return transport.Tag{Stage: int32(c.seq & math.MaxInt32), Micro: int32(op<<24 | s&0xffffff)}
+}
+
+// flat is a tensor's elements, float32 or float64.
+type flat interface{ ~float32 | ~float64 }
+
+// elems returns x's backing elements (the first n of them) and its dtype.
+func elems(op string, x *tensor.Dense) (f32 []float32, f64 []float64, n int, err error) {
+	if x == nil {
+		return nil, nil, 0, fmt.Errorf("collective: %s: nil tensor", op)
+	}
+	if x.IsMaterializable() || x.RequiresIterator() || x.IsMasked() {
+		return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v is a view, transposed or masked; want a plain tensor", op, x.Shape())
+	}
+	n = x.Shape().TotalSize()
+	if len(x.Shape()) == 0 {
+		n = 1
+	}
+	if n < 0 || n > MaxElems {
+		return nil, nil, 0, fmt.Errorf("collective: %s: tensor of %d elements; at most %d", op, n, int64(MaxElems))
+	}
+	switch x.Dtype() {
+	case tensor.Float32:
+		f32 = x.Float32s()
+		if len(f32) < n {
+			return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v has %d elements", op, x.Shape(), len(f32))
+		}
+		f32 = f32[:n]
+	case tensor.Float64:
+		f64 = x.Float64s()
+		if len(f64) < n {
+			return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v has %d elements", op, x.Shape(), len(f64))
+		}
+		f64 = f64[:n]
+	default:
+		return nil, nil, 0, fmt.Errorf("collective: %s: dtype %v; want float32 or float64", op, x.Dtype())
+	}
+	return f32, f64, n, nil
+}
+
+// ChunkLen is k = ⌈length/n⌉, the elements of each member's chunk (shard) of
+// a tensor of length elements over n members (at least 1 element, so that
+// an empty tensor still has a shape).
+func ChunkLen(length, n int) int {
+	if n < 1 {
+		return 0
+	}
+	return max((length+n-1)/n, 1)
+}
+
+// exchange sends out to member next and receives from member prev, at once (a batch on
+// a transport.Batcher, else the send on its own goroutine: so a transport
+// with rendezvous sends completes it too), checking the received tag and
+// length. It returns the member an error is blamed on.
+func exchange[T flat](c *Comm, op, step, next, prev int, out []T, want int) ([]T, int, error) {
+	tag := c.tag(op, step)
+	var gotTag transport.Tag
+	var got *tensor.Dense
+	if b, ok := c.t.(transport.Batcher); ok {
+		ops := []transport.BatchOp{
+			{Peer: next, Ch: c.ch, Send: true, Tag: tag, T: wrap(out)},
+			{Peer: prev, Ch: c.ch},
+		}
+		if err := b.Batch(ops); err != nil {
+			return nil, prev, err
+		}
+		gotTag, got = ops[1].Tag, ops[1].T
+	} else {
+		sent := make(chan error, 1)
+		go func() {
+			defer func() {
+				if p := recover(); p != nil {
+					sent <- fmt.Errorf("send to member %d %w: %v", next, transport.ErrPanicked, p)
+				}
+			}()
+			sent <- c.t.Send(next, c.ch, tag, wrap(out))
+		}()
+		var rerr error
+		gotTag, got, rerr = c.t.Recv(prev, c.ch)
+		if serr := <-sent; serr != nil {
+			return nil, next, serr
+		}
+		if rerr != nil {
+			return nil, prev, rerr
+		}
+	}
+	if gotTag != tag {
+		return nil, prev, fmt.Errorf("received %s, want %s: the members disagree on the sequence of collectives (%w)", describe(gotTag), describe(tag), transport.ErrProtocol)
+	}
+	in, ok := data[T](got)
+	if !ok || len(in) != want {
+		return nil, prev, fmt.Errorf("received %v %v, want %d elements of this collective's dtype (%w)", dtypeOf(got), shapeOf(got), want, transport.ErrProtocol)
+	}
+	return in, prev, nil
+}
+
+func describe(t transport.Tag) string {
+	return fmt.Sprintf("%s #%d step %d", opNames[int(t.Micro>>24)], t.Stage, t.Micro&0xffffff)
+}
+
+func dtypeOf(t *tensor.Dense) any {
+	if t == nil {
+		return "nil"
+	}
+	return t.Dtype()
+}
+
+func shapeOf(t *tensor.Dense) any {
+	if t == nil {
+		return "[]"
+	}
+	return t.Shape()
+}
+
+// wrap makes a 1-D tensor over s (no copy; the transports do not keep it).
+func wrap[T flat](s []T) *tensor.Dense {
+	return tensor.New(tensor.WithShape(len(s)), tensor.WithBacking(s))
+}
+
+func data[T flat](t *tensor.Dense) ([]T, bool) {
+	if t == nil {
+		return nil, false
+	}
+	var v any
+	switch t.Dtype() {
+	case tensor.Float32:
+		v = t.Float32s()
+	case tensor.Float64:
+		v = t.Float64s()
+	}
+	s, ok := v.([]T)
+	return s, ok
+}
+
+// reduceScatter runs the pairwise reduce-scatter on buf (n·k elements,
+// chunk c at [c·k, (c+1)·k)): afterwards chunk Rank() of buf holds the sum
+// over the members, in member order. The other chunks are left as they were.
+func reduceScatter[T flat](c *Comm, op int, buf []T, k int) error {
+	n, r := c.Size(), c.Rank()
+	parts := make([][]T, n) // parts[m]: member m's chunk r
+	own := buf[r*k : (r+1)*k]
+	parts[r] = own
+	for s := 1; s < n; s++ {
+		to, from := (r+s)%n, mod(r-s, n)
+		in, peer, err := exchange(c, op, s-1, to, from, buf[to*k:(to+1)*k], k)
+		if err != nil {
+			return c.fail(opNames[op], s-1, peer, err)
+		}
+		parts[from] = in
+	}
+	for i := range own {
+		v := parts[0][i]
+		for m := 1; m < n; m++ {
+			v += parts[m][i]
+		}
+		own[i] = v
+	}
+	return nil
+}
+
+// allGather runs the ring all-gather on buf: chunk Rank() is this member's,
+// the others are filled in. step0 numbers the steps after those of a
+// reduce-scatter of the same collective.
+func allGather[T flat](c *Comm, op, step0 int, buf []T, k int) error {
+	n, r := c.Size(), c.Rank()
+	for s := range n - 1 {
+		send := mod(r-s, n)
+		recv := mod(r-s-1, n)
+		in, peer, err := exchange(c, op, step0+s, (r+1)%n, mod(r-1, n), buf[send*k:(send+1)*k], k)
+		if err != nil {
+			return c.fail(opNames[op], step0+s, peer, err)
+		}
+		copy(buf[recv*k:(recv+1)*k], in)
+	}
+	return nil
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// padded returns x copied into a zero-padded buffer of n·k elements.
+func padded[T flat](x []T, n, k int) []T {
+	buf := make([]T, n*k)
+	copy(buf, x)
+	return buf
+}
+
+func (c *Comm) begin(op string) error {
+	if c == nil || c.t == nil {
+		return fmt.Errorf("collective: %s: nil Comm (build it with New)", op)
+	}
+	c.seq++
+	return nil
+}
+
+// size checks that n·k elements fit.
+func sizeOK(op string, n, k int) error {
+	if k > MaxElems/n {
+		return fmt.Errorf("collective: %s: %d members × %d elements is over %d", op, n, k, int64(MaxElems))
+	}
+	return nil
+}
+
+// AllReduce replaces x, on every member, with the element-wise sum of the
+// members' x (same dtype and element count everywhere), summed in the
+// member order (see the package doc).
+func (c *Comm) AllReduce(x *tensor.Dense) error {
+	const op = "all-reduce"
+	if err := c.begin(op); err != nil {
+		return err
+	}
+	f32, f64, L, err := elems(op, x)
+	if err != nil {
+		return err
+	}
+	n := c.Size()
+	if n == 1 {
+		return nil
+	}
+	k := ChunkLen(L, n)
+	if err := sizeOK(op, n, k); err != nil {
+		return err
+	}
+	if x.Dtype() == tensor.Float32 {
+		return allReduce(c, f32, n, k)
+	}
+	return allReduce(c, f64, n, k)
+}
+
+func allReduce[T flat](c *Comm, x []T, n, k int) error {
+	buf := x
+	if len(x) != n*k {
+		buf = padded(x, n, k)
+	}
+	if err := reduceScatter(c, opAllReduce, buf, k); err != nil {
+		return err
+	}
+	if err := allGather(c, opAllReduce, n-1, buf, k); err != nil {
+		return err
+	}
+	copy(x, buf)
+	return nil
+}
+
+// ReduceScatter returns this member's chunk of the element-wise sum of the
+// members' x: a 1-D tensor of ChunkLen(len, n) elements, chunk Rank() of the
+// sum of x flattened and zero-padded to n·ChunkLen elements. x is not
+// changed.
+func (c *Comm) ReduceScatter(x *tensor.Dense) (*tensor.Dense, error) {
+	const op = "reduce-scatter"
+	if err := c.begin(op); err != nil {
+		return nil, err
+	}
+	f32, f64, L, err := elems(op, x)
+	if err != nil {
+		return nil, err
+	}
+	n := c.Size()
+	k := ChunkLen(L, n)
+	if err := sizeOK(op, n, k); err != nil {
+		return nil, err
+	}
+	if x.Dtype() == tensor.Float32 {
+		return reduceScatterOut(c, f32, n, k)
+	}
+	return reduceScatterOut(c, f64, n, k)
+}
+
+func reduceScatterOut[T flat](c *Comm, x []T, n, k int) (*tensor.Dense, error) {
+	buf := padded(x, n, k)
+	if err := reduceScatter(c, opReduceScatter, buf, k); err != nil {
+		return nil, err
+	}
+	r := c.Rank()
+	return wrap(buf[r*k : (r+1)*k : (r+1)*k]), nil
+}
+
+// ReduceScatterInto is ReduceScatter into a buffer the caller owns: buf has
+// n·k elements (k = ChunkLen of the tensor, padding zeroed), is reduced in
+// place: chunk Rank() of it holds the result, the other chunks are left as
+// they were. It spares the copy of a padded tensor.
+func (c *Comm) ReduceScatterInto(buf *tensor.Dense) error {
+	const op = "reduce-scatter"
+	if err := c.begin(op); err != nil {
+		return err
+	}
+	f32, f64, L, err := elems(op, buf)
+	if err != nil {
+		return err
+	}
+	n := c.Size()
+	if L == 0 || L%n != 0 {
+		return fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members; pad it to n·ChunkLen", op, L, n)
+	}
+	if buf.Dtype() == tensor.Float32 {
+		return reduceScatter(c, opReduceScatter, f32, L/n)
+	}
+	return reduceScatter(c, opReduceScatter, f64, L/n)
+}
+
+// AllGather returns the members' shards concatenated in member order: a
+// 1-D tensor of n·k elements, k the elements of shard (equal on every
+// member).
+func (c *Comm) AllGather(shard *tensor.Dense) (*tensor.Dense, error) {
+	const op = "all-gather"
+	if err := c.begin(op); err != nil {
+		return nil, err
+	}
+	f32, f64, k, err := elems(op, shard)
+	if err != nil {
+		return nil, err
+	}
+	if k == 0 {
+		return nil, fmt.Errorf("collective: %s: empty shard %v; want at least one element", op, shard.Shape())
+	}
+	n := c.Size()
+	if err := sizeOK(op, n, k); err != nil {
+		return nil, err
+	}
+	if shard.Dtype() == tensor.Float32 {
+		return allGatherOut(c, f32, n, k)
+	}
+	return allGatherOut(c, f64, n, k)
+}
+
+func allGatherOut[T flat](c *Comm, x []T, n, k int) (*tensor.Dense, error) {
+	buf := make([]T, n*k)
+	copy(buf[c.Rank()*k:], x)
+	if err := allGather(c, opAllGather, 0, buf, k); err != nil {
+		return nil, err
+	}
+	return wrap(buf), nil
+}
+
+// AllGatherInto is AllGather into a buffer the caller owns: buf has n·k
+// elements, chunk Rank() holding this member's shard; the other chunks are
+// filled in.
+func (c *Comm) AllGatherInto(buf *tensor.Dense) error {
+	const op = "all-gather"
+	if err := c.begin(op); err != nil {
+		return err
+	}
+	f32, f64, L, err := elems(op, buf)
+	if err != nil {
+		return err
+	}
+	n := c.Size()
+	if L == 0 || L%n != 0 {
+		return fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members", op, L, n)
+	}
+	if buf.Dtype() == tensor.Float32 {
+		return allGather(c, opAllGather, 0, f32, L/n)
+	}
+	return allGather(c, opAllGather, 0, f64, L/n)
+}
+
+// Broadcast copies root's x into every member's x (same dtype and element
+// count everywhere).
+func (c *Comm) Broadcast(x *tensor.Dense, root int) error {
+	const op = "broadcast"
+	if err := c.begin(op); err != nil {
+		return err
+	}
+	n := c.Size()
+	if root < 0 || root >= n {
+		return fmt.Errorf("collective: %s: root %d outside [0, %d)", op, root, n)
+	}
+	f32, f64, L, err := elems(op, x)
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		return nil
+	}
+	if x.Dtype() == tensor.Float32 {
+		return broadcast(c, f32, L, root)
+	}
+	return broadcast(c, f64, L, root)
+}
+
+// broadcast: member i = (r-root) mod n of the chain receives each chunk from
+// its predecessor (unless it is the root) and forwards it to its successor
+// (unless it is the last).
+func broadcast[T flat](c *Comm, x []T, L, root int) error {
+	n, r := c.Size(), c.Rank()
+	pos := mod(r-root, n)
+	k := ChunkLen(L, n)
+	next, prev := (r+1)%n, (r-1+n)%n
+	for j := range n {
+		lo, hi := min(j*k, L), min((j+1)*k, L)
+		if lo == hi {
+			break // the chunks past L are empty on every member
+		}
+		if pos > 0 {
+			tag, got, err := c.t.Recv(prev, c.ch)
+			if err != nil {
+				return c.fail("broadcast", j, prev, err)
+			}
+			if want := c.tag(opBroadcast, j); tag != want {
+				return c.fail("broadcast", j, prev, fmt.Errorf("received %s, want %s: the members disagree on the sequence of collectives (%w)", describe(tag), describe(want), transport.ErrProtocol))
+			}
+			in, ok := data[T](got)
+			if !ok || len(in) != hi-lo {
+				return c.fail("broadcast", j, prev, fmt.Errorf("received %v %v, want %d elements (%w)", dtypeOf(got), shapeOf(got), hi-lo, transport.ErrProtocol))
+			}
+			copy(x[lo:hi], in)
+		}
+		if pos < n-1 {
+			if err := c.t.Send(next, c.ch, c.tag(opBroadcast, j), wrap(x[lo:hi])); err != nil {
+				return c.fail("broadcast", j, next, err)
+			}
+		}
+	}
+	return nil
+}
