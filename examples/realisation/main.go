@@ -10,6 +10,7 @@
 //
 //	go run ./examples/realisation                     # both schedules, both transports, 20 iterations
 //	go run ./examples/realisation -transport tcp -iters 50
+//	go build -tags mpi -o realisation ./examples/realisation && mpirun -np 4 ./realisation -transport mpi -schedule 1f1b
 //
 // A stage waits by deadline: it takes start = time.Now() on entry, sleeps
 // until 500 µs before start+d on a timerfd (preciseSleep; time.Sleep and
@@ -102,7 +103,8 @@ func main() {
 	}
 	var (
 		sched = flag.String("schedule", "", "1f1b or interleaved (default: both)")
-		tr    = flag.String("transport", "", "inproc, tcp (ranks as goroutines) or tcp-procs (one OS process per rank) (default: all)")
+		tr    = flag.String("transport", "", "inproc, tcp (ranks as goroutines), tcp-procs (one OS process per rank) (default: all three), or mpi (the processes of mpirun -np 4, one -schedule per run; a build with -tags mpi)")
+		mSync = flag.Bool("mpi-sync", false, "with -transport mpi: synchronous sends (MPI_Issend), the rendezvous semantics the schedules are verified under")
 		iters = flag.Int("iters", 20, "measured iterations per case (after one warm-up iteration)")
 		spin  = flag.Duration("spin", spinMargin, "how long before its deadline a stage's wait stops sleeping and yields in a loop (0: sleep only, as precise as the Go timer)")
 	)
@@ -112,18 +114,35 @@ func main() {
 		os.Exit(2)
 	}
 	spinMargin = *spin
+	if *tr == "mpi" {
+		if err := mpiMain(os.Stdout, *sched, *iters, *mSync); err != nil {
+			fmt.Fprintln(os.Stderr, "realisation:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *mSync {
+		fmt.Fprintln(os.Stderr, "realisation: -mpi-sync needs -transport mpi")
+		os.Exit(2)
+	}
 	if err := run(os.Stdout, *sched, *tr, *iters); err != nil {
 		fmt.Fprintln(os.Stderr, "realisation:", err)
 		os.Exit(1)
 	}
 }
 
+// The table's header and row.
+const (
+	header    = "schedule\ttransport\tsim ms\tmean ms\tmedian ms\tratio\tratio (median)\tovershoot µs mean/max\ttransfer µs\teff. sim ms\tratio-eff\t"
+	rowFormat = "%s\t%s\t%.1f\t%.2f\t%.2f\t%.3f\t%.3f\t%.0f/%.0f\t%.0f\t%.2f\t%.3f\t\n"
+)
+
 func run(out io.Writer, sched, tr string, iters int) error {
 	if iters < 1 {
 		return fmt.Errorf("-iters %d; want at least 1", iters)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "schedule\ttransport\tsim ms\tmean ms\tmedian ms\tratio\tratio (median)\tovershoot µs mean/max\ttransfer µs\teff. sim ms\tratio-eff\t")
+	fmt.Fprintln(tw, header)
 	found := false
 	for _, sc := range catalog() {
 		if sched != "" && sched != sc.name {
@@ -139,7 +158,7 @@ func run(out io.Writer, sched, tr string, iters int) error {
 				return fmt.Errorf("%s over %s: %w", sc.name, t, err)
 			}
 			mean, med := res.ms.mean(), res.ms.median()
-			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.2f\t%.3f\t%.3f\t%.0f/%.0f\t%.0f\t%.2f\t%.3f\t\n", sc.name, t, res.simMS, mean, med,
+			fmt.Fprintf(tw, rowFormat, sc.name, t, res.simMS, mean, med,
 				mean/res.simMS, med/res.simMS, res.overMean, res.overMax, res.commMS*1e3, res.effSimMS, mean/res.effSimMS)
 		}
 	}

@@ -125,10 +125,26 @@ func workerMain(out io.Writer) error {
 		return err
 	}
 	defer tr.Close()
-	r, n := env.Rank, env.World
+	res, err := measureRank(sc, iters, tr)
+	if err != nil || tr.Rank() != 0 {
+		return err
+	}
+	b, err := json.Marshal(wireResult{MS: res.ms, SimMS: res.simMS, EffSimMS: res.effSimMS, CommMS: res.commMS, OverMean: res.overMean, OverMax: res.overMax, EffCost: res.effCost})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s%s\n", resultPrefix, b)
+	return err
+}
+
+// measureRank runs this process's rank of sc over tr, whose ranks are
+// separate processes: one warm-up iteration, then iters timed ones; rank 0
+// returns the measurement (the others a zero result).
+func measureRank(sc schedule, iters int, tr transport.Transport) (result, error) {
+	r, n := tr.Rank(), tr.World()
 	commMS, err := pingPongRanks(tr, r, 200)
 	if err != nil {
-		return fmt.Errorf("measuring the transfer latency: %w", err)
+		return result{}, fmt.Errorf("measuring the transfer latency: %w", err)
 	}
 	st := new(stats)
 	stages := map[int]pipe.Stage{}
@@ -139,7 +155,7 @@ func workerMain(out io.Writer) error {
 	}
 	x, err := pipe.New(pipe.Config{Rank: r, Spec: sc.spec, Stages: stages, Loss: mse{}, Data: batches(sc.spec.Micro), Transport: tr})
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	defer x.Close()
 	var ms msList
@@ -150,37 +166,37 @@ func workerMain(out io.Writer) error {
 			start = time.Now().Add(startMargin)
 			for p := 1; p < n; p++ {
 				if err := tr.Send(p, transport.Data, tag, timeTensor(start)); err != nil {
-					return err
+					return result{}, err
 				}
 			}
 		} else {
 			_, t, err := tr.Recv(0, transport.Data)
 			if err != nil {
-				return err
+				return result{}, err
 			}
 			if start, err = tensorTime(t); err != nil {
-				return err
+				return result{}, err
 			}
 		}
 		x.Reset()
 		waitUntil(start)
 		if err := pipe.Run(x, sc.ranks[r]); err != nil {
-			return fmt.Errorf("iteration %d: %w", k, err)
+			return result{}, fmt.Errorf("iteration %d: %w", k, err)
 		}
 		end := time.Now()
 		if r != 0 {
 			if err := tr.Send(0, transport.Data, tag, timeTensor(end)); err != nil {
-				return err
+				return result{}, err
 			}
 		} else {
 			for p := 1; p < n; p++ {
 				_, t, err := tr.Recv(p, transport.Data)
 				if err != nil {
-					return err
+					return result{}, err
 				}
 				e, err := tensorTime(t)
 				if err != nil {
-					return err
+					return result{}, err
 				}
 				if e.After(end) {
 					end = e
@@ -196,35 +212,26 @@ func workerMain(out io.Writer) error {
 	}
 	// Every rank's stage statistics go to rank 0, which adds them up.
 	if r != 0 {
-		return tr.Send(0, transport.Data, transport.Tag{Stage: -2}, st.tensor())
+		return result{}, tr.Send(0, transport.Data, transport.Tag{Stage: -2}, st.tensor())
 	}
 	for p := 1; p < n; p++ {
 		_, t, err := tr.Recv(p, transport.Data)
 		if err != nil {
-			return err
+			return result{}, err
 		}
 		if err := st.add(t); err != nil {
-			return fmt.Errorf("rank %d's statistics: %w", p, err)
+			return result{}, fmt.Errorf("rank %d's statistics: %w", p, err)
 		}
 	}
 	prog, err := lowered(sc)
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	w := &world{sc: sc, prog: prog, st: st, commMS: commMS}
 	if w.simMS, err = makespan(prog, costSpec); err != nil {
-		return err
+		return result{}, err
 	}
-	res, err := w.finish(result{ms: ms})
-	if err != nil {
-		return err
-	}
-	b, err := json.Marshal(wireResult{MS: res.ms, SimMS: res.simMS, EffSimMS: res.effSimMS, CommMS: res.commMS, OverMean: res.overMean, OverMax: res.overMax, EffCost: res.effCost})
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(out, "%s%s\n", resultPrefix, b)
-	return err
+	return w.finish(result{ms: ms})
 }
 
 // waitUntil sleeps until spinMargin before t and yields until t.

@@ -110,6 +110,8 @@ import (
 	"unsafe"
 
 	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/internal/nap"
 )
 
 // MPIBuilt reports whether this build has the MPI transport (the mpi build
@@ -460,7 +462,7 @@ func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error 
 			continue
 		}
 		sleep = min(max(2*sleep, time.Microsecond), maxPollSleep)
-		time.Sleep(sleep)
+		nap.Sleep(sleep) // time.Sleep would round it up to ~1 ms
 	}
 }
 
@@ -847,7 +849,7 @@ func (t *mpiT) progress() {
 			t.fail(serr)
 		}
 		if busy {
-			time.Sleep(50 * time.Microsecond)
+			nap.Sleep(50 * time.Microsecond)
 		} else {
 			time.Sleep(time.Millisecond)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/internal/nap"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -905,7 +906,7 @@ func (t *Transport) wait(items []item) error {
 			t.fail(pe)
 			return pe
 		}
-		time.Sleep(pause)
+		nap.Sleep(pause) // time.Sleep rounds sub-millisecond sleeps up to ~1 ms
 		if pause < time.Millisecond {
 			pause *= 2
 		}
