@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -139,4 +140,90 @@ func TestAutoProgress(t *testing.T) {
 	if strings.Join(seen, ",") != strings.Join(schedules.Names(), ",") {
 		t.Errorf("progress saw %v", seen)
 	}
+}
+
+// TestAutoPruningChoosesAsFull: the auto scheduler, which lowers only the
+// candidates whose compute order is not already slower than the best
+// lowered one, chooses what lowering and simulating every candidate would,
+// reports the same figures for the candidates it lowered, and reports for
+// the others a bound that the lowered program does not beat.
+func TestAutoPruningChoosesAsFull(t *testing.T) {
+	pruned := 0
+	for _, P := range []int{2, 4, 8} {
+		for _, M := range []int{P, 2 * P, 4 * P} {
+			for _, costSpec := range []string{"", "overlap=1", "comm=0.3", "comm=1,W=0.5", "F=1,B=3,W=0.5,comm=0.2"} {
+				for _, mem := range []float64{0, float64(P)} {
+					cfg := ir.Config{Schedule: Auto, Ranks: P, Micro: M}
+					opt := Options{Auto: AutoOptions{MemLimit: mem}}
+					c := sim.DefaultCost()
+					if costSpec != "" {
+						var err error
+						if c, err = sim.ParseCost(costSpec, 0); err != nil {
+							t.Fatal(err)
+						}
+						opt.Auto.Cost = c
+					}
+					name := fmt.Sprintf("P=%d M=%d cost %q mem %g", P, M, costSpec, mem)
+					res, err := Lower(cfg, opt)
+					// The full evaluation: every candidate lowered and simulated.
+					type full struct {
+						cand Candidate
+						ok   bool
+					}
+					var all []full
+					bestFull := -1
+					for _, cand := range res.Auto {
+						if cand.Skipped != "" && cand.Skipped != NotLowered && cand.Makespan == 0 {
+							continue // rejected by its family
+						}
+						_, r, m, ferr := Evaluate(cand.Config, Options{}, mustResolve(t, c))
+						if ferr != nil {
+							t.Fatalf("%s: %s V=%d: %v", name, cand.Config.Schedule, cand.Config.Virtual, ferr)
+						}
+						fc := Candidate{Config: cand.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: m}
+						ok := mem == 0 || m <= mem
+						all = append(all, full{fc, ok})
+						if ok && (bestFull < 0 || autoLess(fc, all[bestFull].cand)) {
+							bestFull = len(all) - 1
+						}
+						switch cand.Skipped {
+						case NotLowered:
+							pruned++
+							if cand.Makespan > r.Makespan+1e-9 {
+								t.Errorf("%s: %s V=%d: bound %g over the lowered makespan %g", name, cand.Config.Schedule, cand.Config.Virtual, cand.Makespan, r.Makespan)
+							}
+						default:
+							if cand.Makespan != r.Makespan || cand.ActMem != m {
+								t.Errorf("%s: %s V=%d: reported makespan %g mem %g, lowered %g %g", name, cand.Config.Schedule, cand.Config.Virtual, cand.Makespan, cand.ActMem, r.Makespan, m)
+							}
+						}
+					}
+					if bestFull < 0 {
+						if err == nil {
+							t.Errorf("%s: auto chose %s, the full evaluation nothing", name, res.Config.Schedule)
+						}
+						continue
+					}
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if want := all[bestFull].cand.Config; res.Config.Schedule != want.Schedule || res.Config.Virtual != want.Virtual {
+						t.Errorf("%s: auto chose %s V=%d, the full evaluation %s V=%d", name, res.Config.Schedule, res.Config.Virtual, want.Schedule, want.Virtual)
+					}
+				}
+			}
+		}
+	}
+	if pruned == 0 {
+		t.Error("no candidate was pruned: the test shows nothing")
+	}
+}
+
+func mustResolve(t *testing.T, c sim.Cost) sim.Cost {
+	t.Helper()
+	c, err := c.Resolve(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
