@@ -142,7 +142,11 @@ func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 //   - raw-reused: a plain net.Conn, 4 MiB writes read with io.ReadFull into
 //     one reused buffer (the bound a transport can reach);
 //   - raw-alloc: the same into a fresh 4 MiB buffer per message;
-//   - ppgen-tcp: DialTCP world 2, Send and Recv of a 4 MiB float32 tensor.
+//   - ppgen-tcp: DialTCP world 2, Send and Recv of a 4 MiB float32 tensor,
+//     the receiver handing each tensor back with Recycle once read (as
+//     runtime/pipe does at the end of a chunk's backward);
+//   - ppgen-tcp-norecycle: the same without Recycle (a fresh tensor per
+//     receive, the transport before issue 12).
 //
 // Run with
 //
@@ -150,7 +154,8 @@ func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 func BenchmarkThroughput4MiB(b *testing.B) {
 	b.Run("raw-reused", func(b *testing.B) { benchRaw(b, false) })
 	b.Run("raw-alloc", func(b *testing.B) { benchRaw(b, true) })
-	b.Run("ppgen-tcp", benchPpgenTCP)
+	b.Run("ppgen-tcp", func(b *testing.B) { benchPpgenTCP(b, true) })
+	b.Run("ppgen-tcp-norecycle", func(b *testing.B) { benchPpgenTCP(b, false) })
 }
 
 // benchRaw moves b.N 4 MiB messages over a plain loopback connection, into
@@ -185,8 +190,9 @@ func benchRaw(b *testing.B, fresh bool) {
 }
 
 // benchPpgenTCP moves b.N 4 MiB float32 tensors from rank 0 to rank 1 of a
-// TCP world, the receiver taking each with Recv.
-func benchPpgenTCP(b *testing.B) {
+// TCP world, the receiver taking each with Recv and, with recycle, handing
+// it back.
+func benchPpgenTCP(b *testing.B, recycle bool) {
 	trs := mustWorld(b, 2, nil)
 	b.Cleanup(func() {
 		for _, tr := range trs {
@@ -199,9 +205,13 @@ func benchPpgenTCP(b *testing.B) {
 	b.ResetTimer()
 	go func() {
 		for range b.N {
-			if _, _, err := trs[1].Recv(0, Act); err != nil {
+			_, y, err := trs[1].Recv(0, Act)
+			if err != nil {
 				done <- err
 				return
+			}
+			if recycle {
+				trs[1].Recycle(y)
 			}
 		}
 		done <- nil
