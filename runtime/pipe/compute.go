@@ -355,6 +355,7 @@ func (x *Exec) backward(k OpKind, a At) {
 		return
 	}
 	s.flags |= wDone
+	x.recycle(s, slot)
 	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 }
 
