@@ -261,3 +261,103 @@ func TestTCPRecycleAllocs(t *testing.T) {
 		t.Errorf("%d messages of %d bytes without Recycle allocated only %d bytes", n, benchBytes, got)
 	}
 }
+
+// FuzzRecvPool runs a sequence of pool operations read from the input
+// (get of one of four sizes and two dtypes, recycle of a held tensor, a
+// second recycle of one already back, recycle of a view) and checks the
+// pool's promises after each: no two held tensors share memory, a held
+// tensor keeps what was written into it, the free arrays stay within the
+// bound.
+func FuzzRecvPool(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 0, 2, 0, 3})
+	f.Add([]byte{0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 0, 0}) // recycled twice, then two gets
+	f.Add([]byte{0, 4, 1, 0, 2, 0, 0, 4, 3, 0})
+	f.Add([]byte{0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 0, 1, 0, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const unit = minPooled / 4 // float32 elements of the smallest pooled array
+		p := newRecvPool(3 * minPooled * 2)
+		type held struct {
+			t    *tensor.Dense
+			mark byte
+		}
+		var live []held
+		var back []*tensor.Dense // recycled: must be ignored if recycled again
+		var mark byte
+		fill := func(x *tensor.Dense, v byte) {
+			_, raw := memOf(x)
+			for i := range raw {
+				raw[i] = v
+			}
+		}
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i]%4, int(ops[i+1])
+			switch op {
+			case 0: // get
+				dt := uint8(dtFloat32)
+				if arg&4 != 0 {
+					dt = dtFloat64
+				}
+				n := unit * (1 + arg%4)
+				if dt == dtFloat64 {
+					n /= 2
+				}
+				x, raw := p.get(dt, []int{n})
+				if len(raw) != n*elemSize(dt) {
+					t.Fatalf("get(%d, %d): %d raw bytes", dt, n, len(raw))
+				}
+				mark++
+				fill(x, mark)
+				live = append(live, held{x, mark})
+			case 1: // recycle a held tensor
+				if len(live) > 0 {
+					k := arg % len(live)
+					p.put(live[k].t)
+					back = append(back, live[k].t)
+					live = append(live[:k], live[k+1:]...)
+				}
+			case 2: // recycle again one already back
+				if len(back) > 0 {
+					p.put(back[arg%len(back)])
+				}
+			case 3: // recycle a view or a shallow copy of a held tensor
+				if len(live) > 0 {
+					x := live[arg%len(live)].t
+					if arg&1 == 0 {
+						p.put(x.ShallowClone())
+					} else if v, err := x.Slice(tensor.S(0, 1)); err == nil {
+						if d, ok := v.(*tensor.Dense); ok {
+							p.put(d)
+						}
+					}
+				}
+			}
+			for a := range live {
+				pa, ra := memOf(live[a].t)
+				for _, c := range ra {
+					if c != live[a].mark {
+						t.Fatalf("op %d: a held tensor lost its contents", i/2)
+					}
+				}
+				for b := a + 1; b < len(live); b++ {
+					pb, rb := memOf(live[b].t)
+					if pa < pb+uintptr(len(rb)) && pb < pa+uintptr(len(ra)) {
+						t.Fatalf("op %d: two held tensors share memory", i/2)
+					}
+				}
+			}
+			if _, _, free := p.stats(); free > p.limit || free < 0 {
+				t.Fatalf("op %d: %d bytes free, bound %d", i/2, free, p.limit)
+			}
+		}
+	})
+}
+
+// memOf returns the address and raw bytes of x's backing array.
+func memOf(x *tensor.Dense) (uintptr, []byte) {
+	if x.Dtype() == tensor.Float64 {
+		s := x.Float64s()
+		return uintptr(unsafe.Pointer(unsafe.SliceData(s))), rawBytes(s, len(s))
+	}
+	s := x.Float32s()
+	return uintptr(unsafe.Pointer(unsafe.SliceData(s))), rawBytes(s, len(s))
+}
