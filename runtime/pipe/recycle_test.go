@@ -79,9 +79,8 @@ func (d *bigData) Input(m int) (*tensor.Dense, error)  { return d.gen(m, 0), nil
 func (d *bigData) Target(m int) (*tensor.Dense, error) { return d.gen(m, 1), nil }
 
 // recycleRun trains prog for iters iterations over an in-process or a TCP
-// world,
-// with every third stage an identity, and returns what it computed: the
-// losses, the affine parameters and the identities' records. With keep
+// world, with every third stage an identity, and returns what it computed:
+// the losses, the affine parameters and the identities' records. With keep
 // (Config.KeepReceived) nothing is recycled; otherwise every recycled
 // tensor is poisoned, and recycled counts them.
 func recycleRun(t *testing.T, sp pipe.Spec, fns []func(*pipe.Exec) error, tcp, keep bool, iters int) (out []float64, recycled int64) {
