@@ -94,8 +94,12 @@ func (p *recvPool) get(dt uint8, dims []int) (*tensor.Dense, []byte) {
 	p.mu.Lock()
 	if l := p.free[key]; len(l) > 0 {
 		b = l[len(l)-1]
-		l[len(l)-1] = backing{}
-		p.free[key] = l[:len(l)-1]
+		if len(l) == 1 {
+			delete(p.free, key) // no keys left behind for sizes no longer used
+		} else {
+			l[len(l)-1] = backing{}
+			p.free[key] = l[:len(l)-1]
+		}
 		p.bytes -= int64(n * elemSize(dt))
 		p.reused++
 	} else {
