@@ -355,7 +355,9 @@ func (x *Exec) backward(k OpKind, a At) {
 		return
 	}
 	s.flags |= wDone
-	x.recycle(s, slot)
+	if x.rec != nil {
+		x.recycle(s, slot)
+	}
 	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 }
 

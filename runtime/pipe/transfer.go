@@ -372,11 +372,9 @@ func (x *Exec) lend(op *commOp, w int, got *tensor.Dense) {
 // recycle hands the received input and output gradient of the chunk in s
 // (slot) back to the transport at the end of its backward, on the host
 // thread. A receive whose pending flag is still set is in flight (an odd
-// program): its entry is the comm goroutine's, left alone.
+// program): its entry is the comm goroutine's, left alone. The caller
+// checked x.rec != nil.
 func (x *Exec) recycle(s *slotState, slot int) {
-	if x.rec == nil {
-		return
-	}
 	for w, flag := range [2]slotFlags{actPending, gradPending} {
 		e := &x.lent[2*slot+w]
 		if s.flags&flag != 0 || e.t == nil {
