@@ -14,11 +14,14 @@ import (
 // simCost is the cost model to simulate res by: -cost per stage, or, for a
 // schedule the auto scheduler chose, the cost of one rank's share of the
 // model split over the stages of a share, as it chose by.
-func simCost(res gen.Result, spec string) (sim.Cost, error) {
+func simCost(res gen.Result, req *gencmd.Request) (sim.Cost, error) {
 	if res.Auto != nil {
-		return gencmd.CompareCost(spec, res.StagesPerShare())
+		if req.Model != "" {
+			return sim.Cost{}, &gencmd.UsageError{Msg: "-model with -schedule auto is not built yet: give a fixed -schedule (its stages then split the model's layers evenly)"}
+		}
+		return gencmd.CompareCost(req.Cost, res.StagesPerShare())
 	}
-	return gencmd.ParseCost(spec, res.Program.Stages())
+	return req.StageCost(res.Program.Stages())
 }
 
 // autoName names the auto scheduler's choice: "auto: zbv V=2".

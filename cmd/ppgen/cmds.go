@@ -224,7 +224,7 @@ func lowerAndSimulate(req *gencmd.Request, pr *progress) (gen.Result, sim.Cost, 
 	if err != nil {
 		return res, sim.Cost{}, sim.Result{}, "", err
 	}
-	cost, err := simCost(res, req.Cost)
+	cost, err := simCost(res, req)
 	if err != nil {
 		return res, cost, sim.Result{}, "", err
 	}
