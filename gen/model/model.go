@@ -71,9 +71,81 @@ type layerJSON struct {
 }
 
 type modelJSON struct {
-	Layers []layerJSON `json:"layers"`
-	Comm   float64     `json:"comm"`
-	BW     float64     `json:"bw"`
+	Layers []layerJSON
+	Comm   float64
+	BW     float64
+}
+
+// decode reads the JSON object one key at a time and the layers one at a
+// time, so that it stops at the MaxLayers+1-th layer instead of allocating
+// them all first; unknown keys are refused (a misspelt one would be 0).
+func decode(data []byte) (modelJSON, error) {
+	const want = `want {"layers": [{"name": ..., "F": ..., "I": ..., "W": ..., "act": ..., "params": ...}, ...], "comm": ..., "bw": ...}`
+	var m modelJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	delim := func(d json.Delim) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%w (%s)", err, want)
+		}
+		if tok != d {
+			return fmt.Errorf("found %v where %q belongs (%s)", tok, d, want)
+		}
+		return nil
+	}
+	if err := delim('{'); err != nil {
+		return m, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return m, err
+		}
+		switch key, _ := tok.(string); key {
+		case "layers":
+			if err := delim('['); err != nil {
+				return m, err
+			}
+			for dec.More() {
+				if len(m.Layers) == MaxLayers {
+					return m, fmt.Errorf("more than %d layers", MaxLayers)
+				}
+				var l layerJSON
+				var raw json.RawMessage
+				if err := dec.Decode(&raw); err != nil {
+					return m, fmt.Errorf("layer %d: %w", len(m.Layers), err)
+				}
+				one := json.NewDecoder(bytes.NewReader(raw))
+				one.DisallowUnknownFields()
+				if err := one.Decode(&l); err != nil {
+					return m, fmt.Errorf("layer %d: %w", len(m.Layers), err)
+				}
+				m.Layers = append(m.Layers, l)
+			}
+			if err := delim(']'); err != nil {
+				return m, err
+			}
+		case "comm", "bw":
+			var v float64
+			if err := dec.Decode(&v); err != nil {
+				return m, fmt.Errorf("%s: %w", key, err)
+			}
+			if key == "comm" {
+				m.Comm = v
+			} else {
+				m.BW = v
+			}
+		default:
+			return m, fmt.Errorf("unknown key %q; the keys are layers, comm and bw", clip(fmt.Sprint(tok)))
+		}
+	}
+	if err := delim('}'); err != nil {
+		return m, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return m, errors.New("text after the model's JSON object")
+	}
+	return m, nil
 }
 
 // Read reads a model description: at most MaxBytes, at most MaxLayers
@@ -87,22 +159,12 @@ func Read(r io.Reader) (Model, error) {
 	if len(data) > MaxBytes {
 		return Model{}, fmt.Errorf("model: the file is over %d MiB; a model description is a few KiB", MaxBytes>>20)
 	}
-	// Count the layers before decoding them: a huge array of small
-	// objects must not allocate ahead of the check.
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var m modelJSON
-	if err := dec.Decode(&m); err != nil {
-		return Model{}, fmt.Errorf("model: %w (want {\"layers\": [{\"name\": ..., \"F\": ..., \"I\": ..., \"W\": ..., \"act\": ..., \"params\": ...}, ...]})", err)
+	m, err := decode(data)
+	if err != nil {
+		return Model{}, fmt.Errorf("model: %w", err)
 	}
-	if dec.More() {
-		return Model{}, errors.New("model: text after the model's JSON object")
-	}
-	switch {
-	case len(m.Layers) == 0:
+	if len(m.Layers) == 0 {
 		return Model{}, errors.New(`model: no layers; want {"layers": [{"F": 1, "B": 2, "act": 1, "params": 1}, ...]}`)
-	case len(m.Layers) > MaxLayers:
-		return Model{}, fmt.Errorf("model: %d layers; at most %d", len(m.Layers), MaxLayers)
 	}
 	if err := check("comm", m.Comm); err != nil {
 		return Model{}, fmt.Errorf("model: %w", err)

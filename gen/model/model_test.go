@@ -99,6 +99,13 @@ func TestReadErrors(t *testing.T) {
 			t.Errorf("Read(%.60q) = %v, want an error containing %q", tc.in, err, tc.want)
 		}
 	}
+	many := `{"layers": [` + strings.Repeat(`{"F":1,"B":1,"act":1,"params":1},`, MaxLayers) + `{"F":1,"B":1,"act":1,"params":1}]}`
+	if _, err := Read(strings.NewReader(many)); err == nil || !strings.Contains(err.Error(), "more than 65535 layers") {
+		t.Errorf("MaxLayers+1 layers: %v", err)
+	}
+	if _, err := Read(strings.NewReader(`{"layer": []}`)); err == nil || !strings.Contains(err.Error(), `unknown key "layer"`) {
+		t.Errorf("a misspelt top-level key: %v", err)
+	}
 	big := strings.NewReader(`{"layers": [` + strings.Repeat(" ", MaxBytes) + `]}`)
 	if _, err := Read(big); err == nil || !strings.Contains(err.Error(), "over 16 MiB") {
 		t.Errorf("a file over the limit: %v", err)
