@@ -42,6 +42,14 @@ type AutoOptions struct {
 	// Progress, when set, is called before each family is tried: its
 	// name and how many families came before it, of how many.
 	Progress func(family string, done, families int)
+	// StageCost, when set, gives the cost model of a candidate with the
+	// given number of stages forming copies model copies (ir.Program.Copies,
+	// 1 for one pipeline) instead of Cost scaled to one rank's share
+	// (ShareCost): a model description split into each copy's stages
+	// (gen/model, `-model`), so that every candidate runs the same layers.
+	// A candidate it refuses (more stages than layers) is skipped with
+	// its error.
+	StageCost func(stages, copies int) (sim.Cost, error)
 }
 
 // Candidate is one schedule Auto tried.
@@ -107,10 +115,25 @@ func EvalShare(res Result, c sim.Cost) (sim.Result, float64, error) {
 // rank's share of the model (EvalShare). It returns the lowered result, the
 // simulation and the activation memory in share units. A config that does
 // not lower returns Lower's error; a failed simulation a *SimulationError.
+//
+// With opt.Auto.StageCost the candidate is simulated by the cost it gives
+// for its stage count instead (a model split into its stages); its refusal
+// is returned as a *StageCostError.
 func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float64, error) {
 	res, err := Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err
+	}
+	if opt.Auto.StageCost != nil {
+		sc, err := opt.Auto.StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
+		if err != nil {
+			return res, sim.Result{}, 0, &StageCostError{Err: err}
+		}
+		r, err := sim.Run(res.Program, sc)
+		if err != nil {
+			return res, r, 0, &SimulationError{Config: res.Config, Err: err}
+		}
+		return res, r, float64(r.Peak()) / float64(res.StagesPerShare()), nil
 	}
 	r, mem, err := EvalShare(res, c)
 	if err != nil {
@@ -118,6 +141,13 @@ func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float
 	}
 	return res, r, mem, nil
 }
+
+// StageCostError is AutoOptions.StageCost's refusal of a candidate's stage
+// count.
+type StageCostError struct{ Err error }
+
+func (e *StageCostError) Error() string { return e.Err.Error() }
+func (e *StageCostError) Unwrap() error { return e.Err }
 
 // SimulationError is Evaluate's failure to simulate a schedule that lowered.
 type SimulationError struct {
@@ -250,7 +280,16 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		par.ForRanks(len(tries), steps, func(i int) {
 			t := tries[i]
 			vEff := max(t.cfg.Virtual/max(t.built.Copies, 1), 1)
-			share, err := ShareCost(c, vEff)
+			var share sim.Cost
+			var err error
+			if opt.Auto.StageCost != nil {
+				if share, err = opt.Auto.StageCost(t.built.Stages(), max(t.built.Copies, 1)); err != nil {
+					t.err = err // this candidate cannot run the model
+					return
+				}
+			} else {
+				share, err = ShareCost(c, vEff)
+			}
 			var r sim.Result
 			if err == nil {
 				r, err = sim.Run(t.built, share)
@@ -265,6 +304,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			return nil, Result{}, false, err
 		}
 	}
+	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
 	order := slices.Clone(tries)
 	slices.SortStableFunc(order, func(a, b *autoTry) int { return cmp.Compare(a.bound, b.bound) })
 	var bestTry *autoTry // the chosen one so far, its result in chosen
@@ -280,7 +320,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		}
 		t.evaluated = true
 		if err != nil {
-			t.err = err
+			t.err = err // its own failure (a StageCostError too): it is skipped
 			continue
 		}
 		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem}

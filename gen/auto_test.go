@@ -227,3 +227,63 @@ func mustResolve(t *testing.T, c sim.Cost) sim.Cost {
 	}
 	return c
 }
+
+// TestAutoStageCost: with AutoOptions.StageCost every candidate is
+// simulated by the cost of its own stages (a model split into them);
+// candidates it refuses are skipped, and the choice is the best of a full
+// evaluation under the same costs.
+func TestAutoStageCost(t *testing.T) {
+	// Four "layers": 0.5, 1, 1, 3 (F; B twice that), split evenly.
+	layers := []float64{0.5, 1, 1, 3}
+	stageCost := func(stages, copies int) (sim.Cost, error) {
+		per := stages / copies
+		if per > len(layers) || per < 1 {
+			return sim.Cost{}, fmt.Errorf("%d layers cannot fill %d stages", len(layers), per)
+		}
+		c := sim.DefaultCost()
+		c.F, c.B, c.I, c.W = nil, nil, nil, nil
+		for range copies {
+			for s := range per {
+				lo, hi := s*len(layers)/per, (s+1)*len(layers)/per
+				f := 0.0
+				for _, v := range layers[lo:hi] {
+					f += v
+				}
+				c.F, c.B, c.I, c.W = append(c.F, f), append(c.B, 2*f), append(c.I, f), append(c.W, f)
+			}
+		}
+		return c.Resolve(stages)
+	}
+	opt := Options{Auto: AutoOptions{StageCost: stageCost}}
+	res, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := -1.0
+	for _, cand := range res.Auto {
+		if cand.Config.Virtual > 2 && cand.Skipped == "" {
+			t.Errorf("%s V=%d: %d stages of 4 layers, but not skipped", cand.Config.Schedule, cand.Config.Virtual, 2*cand.Config.Virtual)
+		}
+		if cand.Skipped != "" && cand.Skipped != NotLowered {
+			continue
+		}
+		_, r, _, err := Evaluate(cand.Config, opt, sim.DefaultCost())
+		if err != nil {
+			t.Fatalf("%s V=%d: %v", cand.Config.Schedule, cand.Config.Virtual, err)
+		}
+		if best < 0 || r.Makespan < best {
+			best = r.Makespan
+		}
+	}
+	sc, err := stageCost(res.Program.Stages(), max(res.Program.Copies, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sim.Run(res.Program, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Makespan != best {
+		t.Errorf("auto chose %s V=%d, makespan %g; the best candidate's is %g", res.Config.Schedule, res.Config.Virtual, got.Makespan, best)
+	}
+}

@@ -15,13 +15,10 @@ import (
 // schedule the auto scheduler chose, the cost of one rank's share of the
 // model split over the stages of a share, as it chose by.
 func simCost(res gen.Result, req *gencmd.Request) (sim.Cost, error) {
-	if res.Auto != nil {
-		if req.Model != "" {
-			return sim.Cost{}, &gencmd.UsageError{Msg: "-model with -schedule auto is not built yet: give a fixed -schedule (its stages then split the model's layers evenly)"}
-		}
+	if res.Auto != nil && req.Model == "" {
 		return gencmd.CompareCost(req.Cost, res.StagesPerShare())
 	}
-	return req.StageCost(res.Program.Stages())
+	return req.StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
 }
 
 // autoName names the auto scheduler's choice: "auto: zbv V=2".

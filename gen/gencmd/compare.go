@@ -142,9 +142,6 @@ type Compared struct {
 // CompareCost): every schedule then does the same work and makespans
 // compare.
 func (r *Request) Compare(entries []CompareEntry, progress func(name string, done int)) ([]Compared, error) {
-	if r.Model != "" {
-		return nil, usagef("-model with -compare is not built yet: simulate one -schedule at a time (its stages split the model's layers evenly)")
-	}
 	cost, err := CompareCost(r.Cost, 1)
 	if err != nil {
 		return nil, err

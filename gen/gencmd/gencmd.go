@@ -88,7 +88,7 @@ type Request struct {
 	// Model is -model: a model description (gen/model) whose layers give
 	// the per-stage costs of a command that simulates (StageCost).
 	Model string
-	FSDP int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
+	FSDP  int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 	// FSDPPrefetch is -fsdp-prefetch: how many compute steps ahead of its
 	// use each UNSHARD is issued (0: right before it; needs -fsdp).
 	FSDPPrefetch int
@@ -252,11 +252,13 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Model != "" && r.Schedule == gen.Auto {
-		return opt, usagef("-model with -schedule auto is not built yet: give a fixed -schedule (its stages then split the model's layers evenly)")
-	}
 	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost)) {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
+	}
+	if r.Model != "" {
+		// Every candidate (auto, -compare) runs the model's layers, split
+		// into its own stages.
+		opt.Auto.StageCost = r.StageCost
 	}
 	if r.Schedule == gen.Auto {
 		if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both

@@ -2,6 +2,7 @@ package gencmd
 
 import (
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/ppgen/ppgen/gen/model"
@@ -18,7 +19,11 @@ var modelKeys = map[string]bool{"f": true, "b": true, "i": true, "w": true, "act
 // does without a partitioner) with its comm and bw, and the other keys of
 // -cost (data, opt, overlap, ...; comm and bw override the model's). Its
 // errors are *UsageError.
-func (r *Request) StageCost(stages int) (sim.Cost, error) {
+//
+// copies is the number of model copies the stages form (dualpipe's 2, else
+// 1): each copy holds the whole model, so the layers split into
+// stages/copies stages, repeated per copy.
+func (r *Request) StageCost(stages, copies int) (sim.Cost, error) {
 	if r.Model == "" {
 		return ParseCost(r.Cost, stages)
 	}
@@ -26,13 +31,24 @@ func (r *Request) StageCost(stages int) (sim.Cost, error) {
 	if err != nil {
 		return sim.Cost{}, err
 	}
-	p, err := model.Even(len(m.Layers), stages)
+	copies = max(copies, 1)
+	if stages%copies != 0 {
+		return sim.Cost{}, usagef("-model %s: %d stages do not form %d model copies", r.Model, stages, copies)
+	}
+	p, err := model.Even(len(m.Layers), stages/copies)
 	if err != nil {
 		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
 	}
 	c, err := m.Cost(p)
 	if err != nil {
 		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
+	}
+	if copies > 1 {
+		for _, l := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.Act} {
+			if *l != nil {
+				*l = slices.Repeat(*l, copies)
+			}
+		}
 	}
 	if r.Cost == "" {
 		return c, nil

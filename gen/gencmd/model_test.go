@@ -24,7 +24,7 @@ func TestModelStageCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Request{Model: "m.json", Env: Env{Dir: dir}}
-	c, err := r.StageCost(2)
+	c, err := r.StageCost(2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,19 +50,19 @@ func TestModelStageCost(t *testing.T) {
 		{Request{Model: "m.json", Cost: "comm=-1", Env: Env{Dir: dir}}, "comm"},
 		{Request{Model: "missing.json", Env: Env{Dir: dir}}, "reading -model"},
 	} {
-		if _, err := tc.req.StageCost(2); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := tc.req.StageCost(2, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v, want %q", tc.req, err, tc.want)
 		}
 	}
-	if _, err := r.StageCost(5); err == nil || !strings.Contains(err.Error(), "4 layers cannot fill 5 stages") {
+	if _, err := r.StageCost(5, 1); err == nil || !strings.Contains(err.Error(), "4 layers cannot fill 5 stages") {
 		t.Errorf("5 stages of 4 layers: %v", err)
 	}
 	with := &Request{Model: "m.json", Cost: "comm=0.5,opt=2", Env: Env{Dir: dir}}
-	if c, err := with.StageCost(2); err != nil || c.Comm != 0.5 || c.Opt != 2 || c.F[1] != 7 {
+	if c, err := with.StageCost(2, 1); err != nil || c.Comm != 0.5 || c.Opt != 2 || c.F[1] != 7 {
 		t.Errorf("-cost comm=0.5,opt=2 with -model: %+v, %v", c, err)
 	}
-	auto := &Request{Schedule: gen.Auto, Model: "m.json", simCost: true}
-	if _, err := auto.LowerOptions(); err == nil || !strings.Contains(err.Error(), "not built yet") {
-		t.Errorf("-model with auto: %v", err)
+	// Two model copies (dualpipe) each hold the whole model.
+	if c, err := r.StageCost(4, 2); err != nil || !slices.Equal(c.F, []float64{3, 7, 3, 7}) {
+		t.Errorf("4 stages in 2 copies: F %v, %v; want [3 7 3 7]", c.F, err)
 	}
 }
