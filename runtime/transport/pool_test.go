@@ -276,6 +276,10 @@ func FuzzRecvPool(f *testing.F) {
 	f.Add([]byte{0, 4, 1, 0, 2, 0, 0, 4, 3, 0})
 	f.Add([]byte{0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 0, 1, 0, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
+		// At most 256 operations: each get fills its tensor and every step
+		// compares the live ones, so a long input would run for minutes
+		// (and the fuzzer reports it as hung) without reaching new states.
+		ops = ops[:min(len(ops), 512)]
 		const unit = minPooled / 4 // float32 elements of the smallest pooled array
 		p := newRecvPool(3 * minPooled * 2)
 		type held struct {
