@@ -167,11 +167,8 @@ func (x *Exec) F(a At) {
 		return
 	}
 	// The input is the stage's to keep (in saved) or drop: the slot lets
-	// go of it, so a swapped-out chunk leaves nothing of its own behind. A
-	// forward-only program keeps no context at all.
-	if x.forwardOnly {
-		saved = nil
-	}
+	// go of it, so a swapped-out chunk leaves nothing of its own behind (a
+	// forward-only program's stages return none: evalStage).
 	s.x, s.y, s.saved = nil, y, saved
 	s.flags |= fwdDone
 	if ends&routeEnd != 0 {
@@ -181,9 +178,7 @@ func (x *Exec) F(a At) {
 			return
 		}
 		x.losses[micro].Store(math.Float64bits(loss))
-		if !x.forwardOnly {
-			s.dy = dy
-		}
+		s.dy = dy
 	}
 }
 
@@ -296,7 +291,7 @@ func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.De
 //
 //go:noinline
 func (x *Exec) B(a At) {
-	s, stage, micro, slot, dy := x.backwardArgs(OpBackward, a)
+	s, stage, micro, dy := x.backwardArgs(OpBackward, a)
 	if s == nil {
 		return
 	}
@@ -306,11 +301,12 @@ func (x *Exec) B(a At) {
 		s.inputGradDone(dy, dx)
 		err = sg.BackwardWeight(s.saved, dy)
 	}
-	if err != nil {
-		x.stepFail(OpBackward, stage, micro, -1, err)
-		return
+	if x.stepOK(OpBackward, stage, micro, err) {
+		if x.rec != nil {
+			x.recycle(s, int(a>>16&atNone)) // the At's slot
+		}
+		s.weightDone()
 	}
-	x.weightGradDone(s, slot)
 }
 
 // I runs I(stage, micro): the input gradient only. dy as for B. W must
@@ -318,16 +314,12 @@ func (x *Exec) B(a At) {
 //
 //go:noinline
 func (x *Exec) I(a At) {
-	s, stage, micro, _, dy := x.backwardArgs(OpBackwardInput, a)
-	if s == nil {
-		return
+	if s, stage, micro, dy := x.backwardArgs(OpBackwardInput, a); s != nil {
+		dx, err := x.stages[stage].BackwardInput(s.saved, dy)
+		if x.stepOK(OpBackwardInput, stage, micro, err) {
+			s.inputGradDone(dy, dx)
+		}
 	}
-	dx, err := x.stages[stage].BackwardInput(s.saved, dy)
-	if err != nil {
-		x.stepFail(OpBackwardInput, stage, micro, -1, err)
-		return
-	}
-	s.inputGradDone(dy, dx)
 }
 
 // W runs W(stage, micro): the weight gradient of a chunk whose I ran. Its
@@ -335,15 +327,24 @@ func (x *Exec) I(a At) {
 //
 //go:noinline
 func (x *Exec) W(a At) {
-	s, stage, micro, slot, dy := x.backwardArgs(OpBackwardWeight, a)
-	if s == nil {
-		return
+	if s, stage, micro, dy := x.backwardArgs(OpBackwardWeight, a); s != nil {
+		if x.stepOK(OpBackwardWeight, stage, micro, x.stages[stage].BackwardWeight(s.saved, dy)) {
+			if x.rec != nil {
+				x.recycle(s, int(a>>16&atNone)) // the At's slot
+			}
+			s.weightDone()
+		}
 	}
-	if err := x.stages[stage].BackwardWeight(s.saved, dy); err != nil {
-		x.stepFail(OpBackwardWeight, stage, micro, -1, err)
-		return
+}
+
+// stepOK reports whether err, the error of step k's stage call, is nil;
+// else it fails the rank with it.
+func (x *Exec) stepOK(k OpKind, stage, micro int, err error) bool {
+	if err != nil {
+		x.stepFail(k, stage, micro, -1, err)
+		return false
 	}
-	x.weightGradDone(s, slot)
+	return true
 }
 
 // inputGradDone records a chunk's input gradient dx, computed from dy.
@@ -352,14 +353,12 @@ func (s *slotState) inputGradDone(dy, dx *tensor.Dense) {
 	s.flags |= inDone
 }
 
-// weightGradDone records that the weight gradient of the chunk in s (slot)
-// ran: its received tensors go back to the transport (recycle) and it
-// keeps only its input gradient, for SEND_B or the previous stage.
-func (x *Exec) weightGradDone(s *slotState, slot int) {
+// weightDone records that the weight gradient of a chunk ran: it keeps
+// only its input gradient, for SEND_B or the previous stage. B and W first
+// hand its received tensors back to the transport (recycle) when it takes
+// them; the check stays in the step, where it inlines.
+func (s *slotState) weightDone() {
 	s.flags |= wDone
-	if x.rec != nil {
-		x.recycle(s, slot)
-	}
 	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 }
 
@@ -367,7 +366,7 @@ func (x *Exec) weightGradDone(s *slotState, slot int) {
 // returns the slot holding the chunk, its stage and micro-batch and its
 // output gradient; a nil slot when a check failed (reported) or the rank
 // has failed. Each step's body follows it once, for both paths.
-func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro, slot int, dy *tensor.Dense) {
+func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy *tensor.Dense) {
 	stage, micro, slot, src := a.Fields()
 	st := x.state.Load()
 	// A slot holding (stage, micro) proves both valid.
@@ -376,29 +375,29 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro, slot in
 			switch {
 			case k == OpBackwardWeight:
 				if p.flags&(inDone|wDone|swappedOut) == inDone {
-					return p, stage, micro, slot, p.dy
+					return p, stage, micro, p.dy
 				}
 			case p.flags&(fwdDone|inDone|swappedOut) != fwdDone:
 			case src != atNone:
 				// dy is dx of slot src, holding (stage+1, micro).
 				if uint(src) < uint(len(x.slots)) && src != slot {
 					if q := &x.slots[src]; q.key == keyOf(stage+1, micro) && q.dx != nil {
-						return p, stage, micro, slot, q.dx
+						return p, stage, micro, q.dx
 					}
 				}
 			case x.routeLast(stage):
 				if p.dy != nil {
-					return p, stage, micro, slot, p.dy
+					return p, stage, micro, p.dy
 				}
 			case p.flags&gradPending == 0 && p.rgrad != nil:
 				// A completed receive: consume it.
 				dy, p.rgrad = p.rgrad, nil
-				return p, stage, micro, slot, dy
+				return p, stage, micro, dy
 			}
 		}
 	}
 	if st&stFailed != 0 {
-		return nil, 0, 0, 0, nil
+		return nil, 0, 0, nil
 	}
 	// The slow path reports with the fields as given (0xffff as -1).
 	stage, micro, slot, src = a.Unpack()
@@ -409,7 +408,7 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro, slot in
 	} else {
 		s, dy = x.backwardSlow(k, stage, micro, slot, src)
 	}
-	return s, stage, micro, slot, dy
+	return s, stage, micro, dy
 }
 
 // backwardSlow runs the checks of B or I (k) and returns the slot holding

@@ -74,15 +74,12 @@ type Exec struct {
 	raw    []Stage
 	micro  int // spec.Micro
 	last   int
-	copies int // spec.Copies, 0 or 1 for one pipeline
-	// forwardOnly is spec.ForwardOnly: F keeps no context and no loss
-	// gradient.
-	forwardOnly bool
-	per         int             // stages per copy (Stages/copies)
-	ends        []uint8         // per stage: routeStart|routeEnd bits
-	losses      []atomic.Uint64 // math.Float64bits of each micro's loss
-	loss        Loss
-	data        DataSource
+	copies int             // spec.Copies, 0 or 1 for one pipeline
+	per    int             // stages per copy (Stages/copies)
+	ends   []uint8         // per stage: routeStart|routeEnd bits
+	losses []atomic.Uint64 // math.Float64bits of each micro's loss
+	loss   Loss
+	data   DataSource
 
 	rank    int
 	spec    Spec
@@ -197,8 +194,18 @@ func New(cfg Config) (*Exec, error) {
 	if cfg.Timeline != nil {
 		stages = cfg.Timeline.wrap(r, raw)
 	}
+	if sp.ForwardOnly {
+		// A forward-only program keeps no context: the stages' are dropped
+		// as they return, off the steps' hot path.
+		stages = slices.Clone(stages)
+		for s, st := range stages {
+			if st != nil {
+				stages[s] = evalStage{st}
+			}
+		}
+	}
 	x := &Exec{
-		rank: r, spec: sp, last: last, copies: copies, forwardOnly: sp.ForwardOnly, per: per, stages: stages, raw: raw, micro: sp.Micro,
+		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, raw: raw, micro: sp.Micro,
 		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
 		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),

@@ -38,8 +38,9 @@ type Spec struct {
 	// ForwardOnly is set for a forward-only program (evaluation, inference:
 	// `ppgen gen -forward-only`): it runs forwards and their transfers only.
 	// F drops the context the stage returns at once (nothing will run a
-	// backward on it) and the last stage keeps the loss (Exec.Losses) but
-	// not its gradient; the program has no OPT_STEP.
+	// backward on it); the last stage keeps the loss (Exec.Losses), and its
+	// gradient only until the slot's next chunk; the program has no
+	// OPT_STEP.
 	ForwardOnly bool
 }
 
@@ -162,4 +163,13 @@ func (b MicroBatches) Target(micro int) (*tensor.Dense, error) {
 		return nil, fmt.Errorf("no target for micro-batch %d (have %d)", micro, len(b.Targets))
 	}
 	return b.Targets[micro], nil
+}
+
+// evalStage is a stage of a forward-only program (Spec.ForwardOnly): its
+// Forward drops the context, which no backward will read.
+type evalStage struct{ Stage }
+
+func (e evalStage) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	y, _, err := e.Stage.Forward(x)
+	return y, nil, err
 }
