@@ -64,11 +64,62 @@ func runDP(o options, out io.Writer, logger *slog.Logger) error {
 		return launch.Local(ctx, m.World(), append([]string{exe}, os.Args[1:]...), launch.LocalOptions{Logger: logger})
 	case o.transport == "tcp":
 		return runRankDP(o, sc, m, out, logger)
+	case o.transport == "mpi":
+		return runMPIDP(o, sc, m, out, logger)
 	}
-	// Another engine (MPI, NCCL) plugs in by building its world transport
-	// here and calling runDPRank with it: the mesh views and the
-	// collectives use only Send and Recv.
-	return fmt.Errorf("-dp %d runs on -transport inproc or tcp, not %q", o.dp, o.transport)
+	// Another engine (NCCL) plugs in by building its world transport here
+	// and calling runDPRank with it: the mesh views use only Send and Recv
+	// (and batches), the collectives the engine's own where the world
+	// transport has them (transport.Collectives), else Send and Recv.
+	return fmt.Errorf("-dp %d runs on -transport inproc, tcp or mpi, not %q", o.dp, o.transport)
+}
+
+// collOptions are the runtime/collective options -collectives selects.
+func (o options) collOptions() ([]collective.Option, error) {
+	switch o.coll {
+	case "", "native":
+		return nil, nil
+	case "sendrecv":
+		return []collective.Option{collective.SendRecv()}, nil
+	}
+	return nil, fmt.Errorf("-collectives %q; want native (the transport's own where it has them, MPI's) or sendrecv (runtime/collective's over Send and Recv)", o.coll)
+}
+
+// runMPIDP runs the world rank MPI gives this process (mpirun -np
+// ranks × N): the world transport is the MPI transport over all of them,
+// the pipeline and DP groups its mesh views, and the DP groups'
+// collectives MPI's own (-collectives native, on a communicator per DP
+// group) or runtime/collective's over the MPI transport's Send and Recv
+// (-collectives sendrecv).
+func runMPIDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger) error {
+	sp := sc.Spec
+	if _, err := o.collOptions(); err != nil {
+		return err
+	}
+	timeout, err := launch.TimeoutFromEnv()
+	if err != nil {
+		return err
+	}
+	if o.timeout > 0 {
+		timeout = o.timeout
+	}
+	world, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if world.World() != m.World() {
+		// Every rank sees the same world size: all close alike.
+		world.Close()
+		return fmt.Errorf("MPI started %d processes but schedule %s has %d ranks and -dp %d makes %d: run mpirun -np %d", world.World(), o.schedule, sp.Ranks, m.DP, m.World(), m.World())
+	}
+	// A failed step has aborted the world already (runtime/pipe aborts its
+	// transport, here the world under the pipeline view); after a failed
+	// -check every rank reaches Close's barrier.
+	if err := runDPRank(o, sc, m, world, out); err != nil {
+		world.Close()
+		return err
+	}
+	return world.Close()
 }
 
 // hasFSDP reports whether the schedule holds FSDP steps (read from its
@@ -104,6 +155,7 @@ type dpRank struct {
 	shards        map[int]*nn.FSDP // by stage, with fsdp
 	dpar          *nn.DataParallel // plain data parallelism
 	tier          *swap.Tier
+	comm          *collective.Comm // the DP group's
 }
 
 func (r *dpRank) stats() nn.MemStats {
@@ -138,11 +190,15 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 	if err != nil {
 		return nil, err
 	}
-	comm, err := collective.New(dpT, transport.Act)
+	copts, err := o.collOptions()
 	if err != nil {
 		return nil, err
 	}
-	r := &dpRank{world: w, pp: pp, dp: d, run: sc.Ranks[pp], model: model}
+	comm, err := collective.New(dpT, transport.Act, copts...)
+	if err != nil {
+		return nil, err
+	}
+	r := &dpRank{world: w, pp: pp, dp: d, run: sc.Ranks[pp], model: model, comm: comm}
 	if o.interpret {
 		if sc.Program == nil {
 			return nil, fmt.Errorf("-interpret: schedule %q was generated without -table", o.schedule)
@@ -502,6 +558,9 @@ func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, o
 	fmt.Fprintln(out, r.memLine())
 	if r.tier != nil {
 		fmt.Fprintln(out, r.swapLine())
+	}
+	if r.comm.Native() {
+		fmt.Fprintf(out, "rank %d: dp group %d's collectives are the transport's own (-collectives native)\n", r.world, r.pp)
 	}
 	if !o.check {
 		return nil

@@ -62,25 +62,94 @@ const MaxElems = 1 << 40
 
 // Comm runs collectives on one group transport. Its methods must be called
 // in the same order on every member, from one goroutine at a time (or
-// through [Comm.Start], which queues them in order).
+// through [Async], which queues them in order).
 type Comm struct {
 	t   transport.Transport
 	ch  transport.Channel
 	seq uint32
+
+	// The engine's collectives, when the transport has them (see the
+	// package doc, "Native collectives"): eng builds the group's
+	// communicator of the world ranks ranks on the first collective.
+	eng   transport.Collectives
+	ranks []int
+	group transport.Group
+}
+
+// Option configures New.
+type Option func(*Comm)
+
+// SendRecv makes the Comm use the package's algorithms over Send and Recv
+// even when the transport has native collectives (to compare the two, or
+// to have the member-order sums of the package doc on MPI too).
+func SendRecv() Option { return func(c *Comm) { c.eng, c.ranks = nil, nil } }
+
+// parented is a group view of a world transport (runtime/mesh's View).
+type parented interface {
+	Ranks() []int
+	Parent() transport.Transport
 }
 
 // New returns a Comm on t: collectives among t's World() members. ch is the
 // channel the collectives use (any channel no other traffic of t uses
 // between the same members; a runtime/mesh DP group view shares no pair of
-// ranks with its pipeline, so transport.Act is fine there).
-func New(t transport.Transport, ch transport.Channel) (*Comm, error) {
+// ranks with its pipeline, so transport.Act is fine there). When t, or the
+// world transport t is a view of, has native collectives
+// ([transport.Collectives], MPI), the Comm runs them, unless opts holds
+// [SendRecv].
+func New(t transport.Transport, ch transport.Channel, opts ...Option) (*Comm, error) {
 	if t == nil {
 		return nil, errors.New("collective: nil transport")
 	}
 	if ch >= transport.NumChannels {
 		return nil, fmt.Errorf("collective: channel %d; want one of the transport's %d channels", uint8(ch), transport.NumChannels)
 	}
-	return &Comm{t: t, ch: ch}, nil
+	c := &Comm{t: t, ch: ch}
+	if v, ok := t.(parented); ok {
+		if e, ok := v.Parent().(transport.Collectives); ok {
+			c.eng, c.ranks = e, v.Ranks()
+		}
+	} else if e, ok := t.(transport.Collectives); ok {
+		c.eng, c.ranks = e, make([]int, t.World())
+		for i := range c.ranks {
+			c.ranks[i] = i
+		}
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Native reports whether the Comm runs the engine's collectives rather
+// than the package's algorithms over Send and Recv.
+func (c *Comm) Native() bool { return c != nil && c.eng != nil }
+
+// native returns the engine's group communicator, built on first use (nil
+// without native collectives or with one member, where nothing moves).
+func (c *Comm) native(op string) (transport.Group, error) {
+	if c.eng == nil || c.Size() == 1 {
+		return nil, nil
+	}
+	if c.group == nil {
+		g, err := c.eng.NewGroup(c.ranks)
+		if err != nil {
+			return nil, c.fail(op, -1, -1, err)
+		}
+		if g.Size() != c.Size() || g.Rank() != c.Rank() {
+			return nil, c.fail(op, -1, -1, fmt.Errorf("the engine's group is member %d of %d, the transport's %d of %d (%w)", g.Rank(), g.Size(), c.Rank(), c.Size(), transport.ErrProtocol))
+		}
+		c.group = g
+	}
+	return c.group, nil
+}
+
+// nativeErr wraps a native collective's error.
+func (c *Comm) nativeErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return c.fail(op, -1, -1, err)
 }
 
 // Rank is this member's index in the group.
@@ -364,6 +433,15 @@ func (c *Comm) AllReduce(x *tensor.Dense) error {
 	if err := sizeOK(op, n, k); err != nil {
 		return err
 	}
+	if g, err := c.native(op); err != nil || g != nil {
+		if err != nil {
+			return err
+		}
+		if x.Dtype() == tensor.Float32 {
+			return c.nativeErr(op, g.AllReduceSum(wrap(f32)))
+		}
+		return c.nativeErr(op, g.AllReduceSum(wrap(f64)))
+	}
 	if x.Dtype() == tensor.Float32 {
 		return allReduce(c, f32, n, k)
 	}
@@ -403,14 +481,25 @@ func (c *Comm) ReduceScatter(x *tensor.Dense) (*tensor.Dense, error) {
 	if err := sizeOK(op, n, k); err != nil {
 		return nil, err
 	}
-	if x.Dtype() == tensor.Float32 {
-		return reduceScatterOut(c, f32, n, k)
+	g, err := c.native(op)
+	if err != nil {
+		return nil, err
 	}
-	return reduceScatterOut(c, f64, n, k)
+	if x.Dtype() == tensor.Float32 {
+		return reduceScatterOut(c, g, f32, n, k)
+	}
+	return reduceScatterOut(c, g, f64, n, k)
 }
 
-func reduceScatterOut[T flat](c *Comm, x []T, n, k int) (*tensor.Dense, error) {
+func reduceScatterOut[T flat](c *Comm, g transport.Group, x []T, n, k int) (*tensor.Dense, error) {
 	buf := padded(x, n, k)
+	if g != nil {
+		out := make([]T, k)
+		if err := g.ReduceScatterSum(wrap(buf), wrap(out)); err != nil {
+			return nil, c.nativeErr("reduce-scatter", err)
+		}
+		return wrap(out), nil
+	}
 	if err := reduceScatter(c, opReduceScatter, buf, k); err != nil {
 		return nil, err
 	}
@@ -435,10 +524,33 @@ func (c *Comm) ReduceScatterInto(buf *tensor.Dense) error {
 	if L == 0 || L%n != 0 {
 		return fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members; pad it to n·ChunkLen", op, L, n)
 	}
+	g, err := c.native(op)
+	if err != nil {
+		return err
+	}
 	if buf.Dtype() == tensor.Float32 {
+		if g != nil {
+			return reduceScatterNative(c, g, f32, L/n)
+		}
 		return reduceScatter(c, opReduceScatter, f32, L/n)
 	}
+	if g != nil {
+		return reduceScatterNative(c, g, f64, L/n)
+	}
 	return reduceScatter(c, opReduceScatter, f64, L/n)
+}
+
+// reduceScatterNative is reduceScatter on the engine: its result goes to
+// a chunk of its own (MPI's input and output may not overlap), copied into
+// chunk Rank().
+func reduceScatterNative[T flat](c *Comm, g transport.Group, buf []T, k int) error {
+	out := make([]T, k)
+	if err := g.ReduceScatterSum(wrap(buf), wrap(out)); err != nil {
+		return c.nativeErr("reduce-scatter", err)
+	}
+	r := c.Rank()
+	copy(buf[r*k:(r+1)*k], out)
+	return nil
 }
 
 // AllGather returns the members' shards concatenated in member order: a
@@ -460,15 +572,25 @@ func (c *Comm) AllGather(shard *tensor.Dense) (*tensor.Dense, error) {
 	if err := sizeOK(op, n, k); err != nil {
 		return nil, err
 	}
-	if shard.Dtype() == tensor.Float32 {
-		return allGatherOut(c, f32, n, k)
+	g, err := c.native(op)
+	if err != nil {
+		return nil, err
 	}
-	return allGatherOut(c, f64, n, k)
+	if shard.Dtype() == tensor.Float32 {
+		return allGatherOut(c, g, f32, n, k)
+	}
+	return allGatherOut(c, g, f64, n, k)
 }
 
-func allGatherOut[T flat](c *Comm, x []T, n, k int) (*tensor.Dense, error) {
+func allGatherOut[T flat](c *Comm, g transport.Group, x []T, n, k int) (*tensor.Dense, error) {
 	buf := make([]T, n*k)
 	copy(buf[c.Rank()*k:], x)
+	if g != nil {
+		if err := g.AllGather(wrap(buf)); err != nil {
+			return nil, c.nativeErr("all-gather", err)
+		}
+		return wrap(buf), nil
+	}
 	if err := allGather(c, opAllGather, 0, buf, k); err != nil {
 		return nil, err
 	}
@@ -490,6 +612,16 @@ func (c *Comm) AllGatherInto(buf *tensor.Dense) error {
 	n := c.Size()
 	if L == 0 || L%n != 0 {
 		return fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members", op, L, n)
+	}
+	g, err := c.native(op)
+	if err != nil {
+		return err
+	}
+	if g != nil {
+		if buf.Dtype() == tensor.Float32 {
+			return c.nativeErr(op, g.AllGather(wrap(f32)))
+		}
+		return c.nativeErr(op, g.AllGather(wrap(f64)))
 	}
 	if buf.Dtype() == tensor.Float32 {
 		return allGather(c, opAllGather, 0, f32, L/n)
@@ -514,6 +646,15 @@ func (c *Comm) Broadcast(x *tensor.Dense, root int) error {
 	}
 	if n == 1 {
 		return nil
+	}
+	if g, err := c.native(op); err != nil || g != nil {
+		if err != nil {
+			return err
+		}
+		if x.Dtype() == tensor.Float32 {
+			return c.nativeErr(op, g.Broadcast(wrap(f32), root))
+		}
+		return c.nativeErr(op, g.Broadcast(wrap(f64), root))
 	}
 	if x.Dtype() == tensor.Float32 {
 		return broadcast(c, f32, L, root)
