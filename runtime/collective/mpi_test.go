@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -133,10 +134,59 @@ func TestMPICollectives(t *testing.T) {
 	}
 }
 
-// TestMPICollectivesChild is one rank of TestMPICollectives's jobs.
+// TestMPICollectiveAbort: a rank that aborts while the others wait in a
+// native all-reduce makes each of them fail, naming it and its cause.
+func TestMPICollectiveAbort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := mpirunArgs(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), childVar+"=abort")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the job of an aborting rank succeeded:\n%s", out)
+	}
+	for r := range 3 {
+		want := fmt.Sprintf("rank %d: all-reduce failed: collective: all-reduce (member %d of 4): rank 3 aborted: test: rank 3 gives up", r, r)
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+}
+
+// childAbort: rank 3 aborts; the others are in a native all-reduce.
+func childAbort(t *testing.T) {
+	w, err := transport.NewMPI(transport.MPIConfig{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := collective.New(w, transport.Act)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Rank() == 3 {
+		time.Sleep(200 * time.Millisecond) // the others are waiting in the all-reduce
+		w.Abort(errors.New("test: rank 3 gives up"))
+		t.Fatal("Abort returned")
+	}
+	err = c.AllReduce(vec64(make([]float64, 1000)))
+	fmt.Printf("rank %d: all-reduce failed: %v\n", w.Rank(), err)
+	os.Stdout.Sync()
+	select {} // rank 3's MPI_Abort ends the job
+}
+
+// TestMPICollectivesChild is one rank of TestMPICollectives's jobs (and
+// of TestMPICollectiveAbort's).
 func TestMPICollectivesChild(t *testing.T) {
-	if os.Getenv(childVar) == "" {
+	switch os.Getenv(childVar) {
+	case "":
 		t.Skip("runs under mpirun, started by TestMPICollectives")
+	case "abort":
+		childAbort(t)
+		return
 	}
 	w := world(t)
 	n, r := w.World(), w.Rank()
