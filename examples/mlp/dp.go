@@ -4,7 +4,11 @@ package main
 // world = ranks × N, laid out by runtime/mesh (world rank = pp·N + dp,
 // torchtitan's row-major ["pp", "dp"]). Every replica runs the same
 // generated program on its pipeline's group of the world transport; the
-// collectives run on the DP group's.
+// collectives run on the DP group's. The world transport is in-process,
+// TCP (one process per world rank, launched like -transport tcp) or MPI
+// (mpirun -np ranks × N), where the DP groups' collectives are MPI's own
+// unless -collectives sendrecv keeps runtime/collective's over Send and
+// Recv.
 //
 // The global batch is N·M micro-batches (M the schedule's): replica d takes
 // global micro-batches [d·M, (d+1)·M), as its micro-batches 0..M-1. The loss

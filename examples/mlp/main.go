@@ -10,6 +10,7 @@
 //
 //	go build -tags mpi -o mlp ./examples/mlp     # over MPI (needs an MPI)
 //	mpirun -np 4 ./mlp -transport mpi -check     # add -mpi-sync for rendezvous sends
+//	mpirun -np 8 ./mlp -transport mpi -dp 2 -schedule 1f1b-fsdp-swap -check  # PP × DP (dp.go)
 //
 // With -transport tcp (or nccl) and no launcher's variables in the
 // environment (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID: see
