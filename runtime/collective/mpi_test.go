@@ -375,10 +375,11 @@ func equal(a, b []float64) bool {
 // algorithms over the transport's Send and Recv (sendrecv), the figures to
 // set beside BenchmarkAllReduce16MiB's in-process, TCP and raw TCP ring.
 // Every rank must run the same iterations, so b.N must be fixed: run it
-// with -test.benchtime Nx (a count), and read rank 0's lines:
+// with -test.benchtime Nx (a count), and read rank 0's lines (OpenMPI's
+// --output-filename writes them to bench/1/rank.0/stdout):
 //
 //	go test -c -tags mpi -o collective.test ./runtime/collective/
-//	mpirun -np 4 --tag-output ./collective.test -test.run '^$' -test.bench AllReduce16MiBMPI -test.benchtime 10x -test.count 3
+//	mpirun -np 4 --output-filename bench ./collective.test -test.run '^$' -test.bench AllReduce16MiBMPI -test.benchtime 5x
 func BenchmarkAllReduce16MiBMPI(b *testing.B) {
 	if bt := flag.Lookup("test.benchtime"); bt == nil || !strings.HasSuffix(bt.Value.String(), "x") {
 		b.Skip("run with -test.benchtime Nx: every MPI rank must run the same number of iterations")
