@@ -157,7 +157,8 @@ func TestMPIDPMatchesSequential(t *testing.T) {
 }
 
 // TestMPIDPWrongWorld: -dp 2 under mpirun -np 4 (not ranks × 2 = 8) is
-// refused on every rank, naming the -np to use.
+// refused, naming the -np to use (every rank refuses; mpirun ends the job
+// when the first exits, so the others' lines may be cut).
 func TestMPIDPWrongWorld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an mpirun job")
@@ -171,7 +172,7 @@ func TestMPIDPWrongWorld(t *testing.T) {
 	if err == nil {
 		t.Fatalf("exited 0:\n%s", out)
 	}
-	if got := strings.Count(string(out), "MPI started 4 processes but schedule 1f1b has 4 ranks and -dp 2 makes 8: run mpirun -np 8"); got != 4 {
-		t.Fatalf("%d ranks named the -np to use, want 4:\n%s", got, out)
+	if !strings.Contains(string(out), "mlp: MPI started 4 processes but schedule 1f1b has 4 ranks and -dp 2 makes 8: run mpirun -np 8\n") {
+		t.Fatalf("no rank named the -np to use:\n%s", out)
 	}
 }
