@@ -583,5 +583,21 @@ func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, o
 			lossDiff = math.Max(lossDiff, relDiff(losses[i][k], refLosses[i][r.dp*sp.Micro+mi]))
 		}
 	}
-	return report(out, o, lossDiff, pd)
+	return reportTol(out, o.dpTolerance(r.comm.Native(), m.DP), lossDiff, pd)
+}
+
+// dpTolerance is -check's tolerance for a -dp run: o.tolerance(), except
+// for float32 with the engine's own sums (MPI's, -collectives native) over
+// more than two members: they sum in the engine's order, not the replica
+// order of the reference, and float32 rounds the two associations apart by
+// more than 1e-5 relative on the smallest parameters (measured at -dp 4
+// over MPI, 3 steps: 4.6e-5, 2.2e-5 and 3.2e-5 with seeds 1, 2, 3), so it is
+// held to 1e-4 there. float64 stays at 1e-12 (measured 9.2e-14), two members
+// sum a + b either way (bit-identical), and -collectives sendrecv is the
+// reference's order at any -dp (bit-identical).
+func (o options) dpTolerance(native bool, dp int) float64 {
+	if native && dp > 2 && o.dtype == "float32" {
+		return max(o.tolerance(), 1e-4)
+	}
+	return o.tolerance()
 }

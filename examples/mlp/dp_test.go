@@ -200,3 +200,24 @@ func TestDPKilledRankIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestDPTolerance: -check keeps the tolerances except float32 with
+// an engine's own sums over more than two members.
+func TestDPTolerance(t *testing.T) {
+	for _, c := range []struct {
+		dtype  string
+		native bool
+		dp     int
+		want   float64
+	}{
+		{"float64", true, 4, 1e-12},
+		{"float32", false, 4, 1e-5},
+		{"float32", true, 2, 1e-5},
+		{"float32", true, 4, 1e-4},
+	} {
+		o := options{schedule: "1f1b", dtype: c.dtype}
+		if got := o.dpTolerance(c.native, c.dp); got != c.want {
+			t.Errorf("%s, native %v, dp %d: tolerance %g, want %g", c.dtype, c.native, c.dp, got, c.want)
+		}
+	}
+}

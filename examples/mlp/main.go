@@ -410,9 +410,14 @@ func catalogMicro(o options) int {
 }
 
 func report(out io.Writer, o options, lossDiff, paramDiff float64) error {
-	fmt.Fprintf(out, "check: max relative difference vs sequential training: loss %.3g, parameters %.3g (tolerance %g)\n", lossDiff, paramDiff, o.tolerance())
-	if lossDiff > o.tolerance() || paramDiff > o.tolerance() {
-		return fmt.Errorf("pipeline training differs from sequential training beyond %g", o.tolerance())
+	return reportTol(out, o.tolerance(), lossDiff, paramDiff)
+}
+
+// reportTol is report against tolerance tol.
+func reportTol(out io.Writer, tol, lossDiff, paramDiff float64) error {
+	fmt.Fprintf(out, "check: max relative difference vs sequential training: loss %.3g, parameters %.3g (tolerance %g)\n", lossDiff, paramDiff, tol)
+	if lossDiff > tol || paramDiff > tol {
+		return fmt.Errorf("pipeline training differs from sequential training beyond %g", tol)
 	}
 	return nil
 }
