@@ -159,7 +159,7 @@ func TestMPICollectiveAbort(t *testing.T) {
 
 // childAbort: rank 3 aborts; the others are in a native all-reduce.
 func childAbort(t *testing.T) {
-	w, err := transport.NewMPI(transport.MPIConfig{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	w, err := transport.NewMPI(transport.MPIConfig{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
