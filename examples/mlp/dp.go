@@ -7,8 +7,8 @@ package main
 // collectives run on the DP group's. The world transport is in-process,
 // TCP (one process per world rank, launched like -transport tcp) or MPI
 // (mpirun -np ranks × N), where the DP groups' collectives are MPI's own
-// unless -collectives sendrecv keeps runtime/collective's over Send and
-// Recv.
+// unless -collectives member-order (MPI's data movement, member-order sums)
+// or sendrecv (runtime/collective's over Send and Recv) says otherwise.
 //
 // The global batch is N·M micro-batches (M the schedule's): replica d takes
 // global micro-batches [d·M, (d+1)·M), as its micro-batches 0..M-1. The loss
@@ -22,6 +22,7 @@ package main
 // all-reduced at OPT_STEP).
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -83,18 +84,21 @@ func (o options) collOptions() ([]collective.Option, error) {
 	switch o.coll {
 	case "", "native":
 		return nil, nil
+	case "member-order":
+		return []collective.Option{collective.MemberOrder()}, nil
 	case "sendrecv":
 		return []collective.Option{collective.SendRecv()}, nil
 	}
-	return nil, fmt.Errorf("-collectives %q; want native (the transport's own where it has them, MPI's) or sendrecv (runtime/collective's over Send and Recv)", o.coll)
+	return nil, fmt.Errorf("-collectives %q; want native (the transport's own where it has them, MPI's), member-order (their data movement, member-order sums) or sendrecv (runtime/collective's over Send and Recv)", o.coll)
 }
 
 // runMPIDP runs the world rank MPI gives this process (mpirun -np
 // ranks × N): the world transport is the MPI transport over all of them,
 // the pipeline and DP groups its mesh views, and the DP groups'
 // collectives MPI's own (-collectives native, on a communicator per DP
-// group) or runtime/collective's over the MPI transport's Send and Recv
-// (-collectives sendrecv).
+// group), MPI's data movement with member-order sums (-collectives
+// member-order) or runtime/collective's over the MPI transport's Send and
+// Recv (-collectives sendrecv).
 func runMPIDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger) error {
 	sp := sc.Spec
 	if _, err := o.collOptions(); err != nil {
@@ -564,7 +568,7 @@ func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, o
 		fmt.Fprintln(out, r.swapLine())
 	}
 	if r.comm.Native() {
-		fmt.Fprintf(out, "rank %d: dp group %d's collectives are the transport's own (-collectives native)\n", r.world, r.pp)
+		fmt.Fprintf(out, "rank %d: dp group %d's collectives are the transport's own (-collectives %s)\n", r.world, r.pp, cmp.Or(o.coll, "native"))
 	}
 	if !o.check {
 		return nil
@@ -583,20 +587,21 @@ func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, o
 			lossDiff = math.Max(lossDiff, relDiff(losses[i][k], refLosses[i][r.dp*sp.Micro+mi]))
 		}
 	}
-	return reportTol(out, o.dpTolerance(r.comm.Native(), m.DP), lossDiff, pd)
+	return reportTol(out, o.dpTolerance(r.comm.Native() && o.coll != "member-order", m.DP), lossDiff, pd)
 }
 
 // dpTolerance is -check's tolerance for a -dp run: o.tolerance(), except
-// for float32 with the engine's own sums (MPI's, -collectives native) over
+// for float32 with the engine's own sums (engineSums: MPI's, -collectives
+// native) over
 // more than two members: they sum in the engine's order, not the replica
 // order of the reference, and float32 rounds the two associations apart by
 // more than 1e-5 relative on the smallest parameters (measured at -dp 4
 // over MPI, 3 steps: 4.6e-5, 2.2e-5 and 3.2e-5 with seeds 1, 2, 3), so it is
 // held to 1e-4 there. float64 stays at 1e-12 (measured 9.2e-14), two members
-// sum a + b either way (bit-identical), and -collectives sendrecv is the
-// reference's order at any -dp (bit-identical).
-func (o options) dpTolerance(native bool, dp int) float64 {
-	if native && dp > 2 && o.dtype == "float32" {
+// sum a + b either way (bit-identical), and -collectives member-order and
+// sendrecv are the reference's order at any -dp (bit-identical).
+func (o options) dpTolerance(engineSums bool, dp int) float64 {
+	if engineSums && dp > 2 && o.dtype == "float32" {
 		return max(o.tolerance(), 1e-4)
 	}
 	return o.tolerance()

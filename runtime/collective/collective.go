@@ -107,9 +107,10 @@ type Comm struct {
 	// The engine's collectives, when the transport has them (see the
 	// package doc, "Native collectives"): eng builds the group's
 	// communicator of the world ranks ranks on the first collective.
-	eng   transport.Collectives
-	ranks []int
-	group transport.Group
+	eng     transport.Collectives
+	ranks   []int
+	group   transport.Group
+	ordered bool // MemberOrder: the engine moves the data, the sums are in member order
 }
 
 // Option configures New.
@@ -119,6 +120,14 @@ type Option func(*Comm)
 // even when the transport has native collectives (to compare the two, or
 // to have the member-order sums of the package doc on MPI too).
 func SendRecv() Option { return func(c *Comm) { c.eng, c.ranks = nil, nil } }
+
+// MemberOrder keeps the engine's data movement but sums in member order:
+// a reduction is the engine's all-to-all (each member receives every
+// member's copy of its chunk), summed here left to right over the members
+// as the Send/Recv algorithms do, then (all-reduce) the engine's
+// all-gather. Results are then the same bits as the Send/Recv algorithms'
+// on any transport. Without native collectives it changes nothing.
+func MemberOrder() Option { return func(c *Comm) { c.ordered = true } }
 
 // parented is a group view of a world transport (runtime/mesh's View).
 type parented interface {
@@ -474,9 +483,9 @@ func (c *Comm) AllReduce(x *tensor.Dense) error {
 			return err
 		}
 		if x.Dtype() == tensor.Float32 {
-			return c.nativeErr(op, g.AllReduceSum(wrap(f32)))
+			return nativeAllReduce(c, g, f32, n, k)
 		}
-		return c.nativeErr(op, g.AllReduceSum(wrap(f64)))
+		return nativeAllReduce(c, g, f64, n, k)
 	}
 	if x.Dtype() == tensor.Float32 {
 		return allReduce(c, f32, n, k)
@@ -530,9 +539,9 @@ func (c *Comm) ReduceScatter(x *tensor.Dense) (*tensor.Dense, error) {
 func reduceScatterOut[T flat](c *Comm, g transport.Group, x []T, n, k int) (*tensor.Dense, error) {
 	buf := padded(x, n, k)
 	if g != nil {
-		out := make([]T, k)
-		if err := g.ReduceScatterSum(wrap(buf), wrap(out)); err != nil {
-			return nil, c.nativeErr("reduce-scatter", err)
+		out, err := nativeReduceScatter(c, g, "reduce-scatter", buf, k)
+		if err != nil {
+			return nil, err
 		}
 		return wrap(out), nil
 	}
@@ -580,12 +589,62 @@ func (c *Comm) ReduceScatterInto(buf *tensor.Dense) error {
 // a chunk of its own (MPI's input and output may not overlap), copied into
 // chunk Rank().
 func reduceScatterNative[T flat](c *Comm, g transport.Group, buf []T, k int) error {
-	out := make([]T, k)
-	if err := g.ReduceScatterSum(wrap(buf), wrap(out)); err != nil {
-		return c.nativeErr("reduce-scatter", err)
+	out, err := nativeReduceScatter(c, g, "reduce-scatter", buf, k)
+	if err != nil {
+		return err
 	}
 	r := c.Rank()
 	copy(buf[r*k:(r+1)*k], out)
+	return nil
+}
+
+// nativeReduceScatter returns this member's chunk (k elements) of the sum
+// of buf (n·k) over the members, on the engine: its own reduce-scatter, or
+// with MemberOrder its all-to-all and the member-order sum.
+func nativeReduceScatter[T flat](c *Comm, g transport.Group, op string, buf []T, k int) ([]T, error) {
+	out := make([]T, k)
+	if !c.ordered {
+		if err := g.ReduceScatterSum(wrap(buf), wrap(out)); err != nil {
+			return nil, c.nativeErr(op, err)
+		}
+		return out, nil
+	}
+	n := c.Size()
+	recv := make([]T, n*k) // chunk m: member m's copy of this member's chunk
+	if err := g.AllToAll(wrap(buf), wrap(recv)); err != nil {
+		return nil, c.nativeErr(op, err)
+	}
+	copy(out, recv[:k])
+	for m := 1; m < n; m++ {
+		part := recv[m*k : (m+1)*k]
+		for i := range out {
+			out[i] += part[i]
+		}
+	}
+	return out, nil
+}
+
+// nativeAllReduce is AllReduce on the engine: its own all-reduce in place,
+// or with MemberOrder nativeReduceScatter then its all-gather.
+func nativeAllReduce[T flat](c *Comm, g transport.Group, x []T, n, k int) error {
+	const op = "all-reduce"
+	if !c.ordered {
+		return c.nativeErr(op, g.AllReduceSum(wrap(x)))
+	}
+	buf := x
+	if len(x) != n*k {
+		buf = padded(x, n, k)
+	}
+	out, err := nativeReduceScatter(c, g, op, buf, k)
+	if err != nil {
+		return err
+	}
+	r := c.Rank()
+	copy(buf[r*k:(r+1)*k], out)
+	if err := g.AllGather(wrap(buf)); err != nil {
+		return c.nativeErr(op, err)
+	}
+	copy(x, buf)
 	return nil
 }
 

@@ -95,7 +95,8 @@ var (
 // TestMPICollectives: over the MPI transport (4 ranks), the native
 // collectives equal the member-order reference within float64 1e-12 and
 // float32 1e-5 (relative to the sum of the magnitudes, the bound of a
-// reassociated sum), the Send/Recv algorithms equal it bit for bit, every
+// reassociated sum), the Send/Recv algorithms and MemberOrder (MPI's
+// all-to-all and all-gather, member-order sums) equal it bit for bit, every
 // member gets the same bits, and two jobs give the same bits (the
 // native order is fixed run to run).
 func TestMPICollectives(t *testing.T) {
@@ -198,8 +199,12 @@ func TestMPICollectivesChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !native.Native() || sendrecv.Native() {
-		t.Fatalf("Native(): %v and %v with SendRecv; want true, false", native.Native(), sendrecv.Native())
+	ordered, err := collective.New(w, transport.Act, collective.MemberOrder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !native.Native() || sendrecv.Native() || !ordered.Native() {
+		t.Fatalf("Native(): %v, %v with SendRecv, %v with MemberOrder; want true, false, true", native.Native(), sendrecv.Native(), ordered.Native())
 	}
 	const L = 1003 // not a multiple of 4: padded chunks
 	xs := inputs(n, L, 7)
@@ -221,6 +226,7 @@ func TestMPICollectivesChild(t *testing.T) {
 		}
 	}
 	worst64, worst32 := 0.0, 0.0
+	mpiOrder := func(c *collective.Comm) bool { return c == native } // MPI's own sums
 	check := func(name string, c *collective.Comm, got, want []float64, off int, exact bool, f32 bool) {
 		t.Helper()
 		if len(got) != len(want) {
@@ -242,7 +248,7 @@ func TestMPICollectivesChild(t *testing.T) {
 			if e > tol {
 				t.Fatalf("%s (native %v): element %d = %v, want %v (error %.3g of the magnitudes, over %g)", name, c.Native(), i, got[i], want[i], e, tol)
 			}
-			if c.Native() {
+			if mpiOrder(c) {
 				if f32 {
 					worst32 = math.Max(worst32, e)
 				} else {
@@ -250,13 +256,13 @@ func TestMPICollectivesChild(t *testing.T) {
 				}
 			}
 		}
-		if c.Native() {
+		if mpiOrder(c) {
 			record(name, got)
 		}
 	}
 	padWant := append(append([]float64(nil), want...), make([]float64, n*k-L)...)
-	for _, c := range []*collective.Comm{sendrecv, native} {
-		exact := !c.Native()
+	for _, c := range []*collective.Comm{sendrecv, ordered, native} {
+		exact := !mpiOrder(c) // the Send/Recv algorithms and MemberOrder: the member order, bit for bit
 		// AllReduce, float64 and float32.
 		x := vec64(xs[r])
 		if err := c.AllReduce(x); err != nil {
@@ -371,7 +377,8 @@ func equal(a, b []float64) bool {
 
 // BenchmarkAllReduce16MiBMPI all-reduces 16 MiB of float32 over the MPI
 // transport's ranks (4: one process each, under mpirun, shared memory on
-// one host): MPI's own all-reduce (native) and runtime/collective's
+// one host): MPI's own all-reduce (native), MPI's all-to-all and
+// all-gather with member-order sums (member-order), and runtime/collective's
 // algorithms over the transport's Send and Recv (sendrecv), the figures to
 // set beside BenchmarkAllReduce16MiB's in-process, TCP and raw TCP ring.
 // Every rank must run the same iterations, so b.N must be fixed: run it
@@ -389,12 +396,9 @@ func BenchmarkAllReduce16MiBMPI(b *testing.B) {
 		b.Skipf("MPI world of %d ranks; run under mpirun -np 4", w.World())
 	}
 	const elems = 16 << 20 / 4
-	for _, name := range []string{"native", "sendrecv"} {
+	for _, name := range []string{"native", "member-order", "sendrecv"} {
 		b.Run(name, func(b *testing.B) {
-			var opts []collective.Option
-			if name == "sendrecv" {
-				opts = append(opts, collective.SendRecv())
-			}
+			opts := map[string][]collective.Option{"member-order": {collective.MemberOrder()}, "sendrecv": {collective.SendRecv()}}[name]
 			c, err := collective.New(w, transport.Act, opts...)
 			if err != nil {
 				b.Fatal(err)

@@ -44,4 +44,8 @@ type Group interface {
 	ReduceScatterSum(in, out *tensor.Dense) error
 	// Broadcast copies member root's x into every member's x.
 	Broadcast(x *tensor.Dense, root int) error
+	// AllToAll sets chunk m of out to member m's chunk Rank() of in
+	// (both Size()·k elements): the data movement of a reduce-scatter
+	// without its sums, so that the caller can sum in an order of its own.
+	AllToAll(in, out *tensor.Dense) error
 }

@@ -59,6 +59,10 @@ static int ppg_ibcast(void *buf, int n, int f64, int root, MPI_Comm *c, MPI_Requ
 	return MPI_Ibcast(buf, n, ppg_dtype(f64), root, *c, req);
 }
 
+static int ppg_ialltoall(void *in, void *out, int k, int f64, MPI_Comm *c, MPI_Request *req) {
+	return MPI_Ialltoall(in, k, ppg_dtype(f64), out, k, ppg_dtype(f64), *c, req);
+}
+
 static int ppg_test_coll(MPI_Request *req, int *done) { return MPI_Test(req, done, MPI_STATUS_IGNORE); }
 */
 import "C"
@@ -77,7 +81,8 @@ import (
 // MPI communicator of its world ranks (MPI_Comm_create_group on the
 // transport's own duplicate of MPI_COMM_WORLD, errors returned), and each
 // collective is MPI's non-blocking one (MPI_Iallreduce, MPI_Iallgather in
-// place, MPI_Ireduce_scatter_block, MPI_Ibcast) on the tensors' own memory,
+// place, MPI_Ireduce_scatter_block, MPI_Ibcast, MPI_Ialltoall) on the
+// tensors' own memory,
 // pinned while MPI holds it, polled as the point-to-point operations are,
 // so every wait is bounded by the progress timeout and an abort from any
 // rank ends it with that rank named.
@@ -329,4 +334,22 @@ func (g *mpiGroup) Broadcast(x *tensor.Dense, root int) error {
 	return g.run(call, func(req *C.MPI_Request) C.int {
 		return C.ppg_ibcast(b.p, C.int(b.n), b.f64, C.int(root), g.comm, req)
 	}, b)
+}
+
+func (g *mpiGroup) AllToAll(in, out *tensor.Dense) error {
+	const call = "MPI_Ialltoall"
+	bi, err := collBufOf(in, call+" (input)")
+	if err != nil {
+		return g.err(call, err)
+	}
+	bo, err := collBufOf(out, call+" (output)")
+	if err != nil {
+		return g.err(call, err)
+	}
+	if bi.f64 != bo.f64 || bi.n != bo.n || bi.n == 0 || bi.n%g.Size() != 0 {
+		return g.err(call, fmt.Errorf("input %v %v and output %v %v: want one dtype and equal element counts, a positive multiple of the %d members", in.Dtype(), in.Shape(), out.Dtype(), out.Shape(), g.Size()))
+	}
+	return g.run(call, func(req *C.MPI_Request) C.int {
+		return C.ppg_ialltoall(bi.p, bo.p, C.int(bi.n/g.Size()), bo.f64, g.comm, req)
+	}, bi, bo)
 }
