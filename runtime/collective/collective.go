@@ -64,8 +64,12 @@
 // -check at -dp 4 over MPI measures up to 9.2e-14 (float64) and 4.6e-5
 // (float32, per parameter on the smallest ones) against its replica-order
 // reference, so it holds float32 with MPI's sums beyond two members to
-// 1e-4. Elements per collective are then at most math.MaxInt32 (MPI counts
-// are C ints).
+// 1e-4. [MemberOrder] keeps the member order on the engine: its reductions
+// become the engine's all-to-all (each member receives every member's copy
+// of its chunk) summed here in member order, then (all-reduce) its
+// all-gather, so the bits are the Send/Recv algorithms' at any size.
+// Elements per collective are then at most math.MaxInt32 (MPI counts are C
+// ints).
 //
 // # Failure
 //
