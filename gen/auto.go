@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -40,6 +42,14 @@ type AutoOptions struct {
 	// Progress, when set, is called before each family is tried: its
 	// name and how many families came before it, of how many.
 	Progress func(family string, done, families int)
+	// StageCost, when set, gives the cost model of a candidate with the
+	// given number of stages forming copies model copies (ir.Program.Copies,
+	// 1 for one pipeline) instead of Cost scaled to one rank's share
+	// (ShareCost): a model description split into each copy's stages
+	// (gen/model, `-model`), so that every candidate runs the same layers.
+	// A candidate it refuses (more stages than layers) is skipped with
+	// its error.
+	StageCost func(stages, copies int) (sim.Cost, error)
 }
 
 // Candidate is one schedule Auto tried.
@@ -105,10 +115,25 @@ func EvalShare(res Result, c sim.Cost) (sim.Result, float64, error) {
 // rank's share of the model (EvalShare). It returns the lowered result, the
 // simulation and the activation memory in share units. A config that does
 // not lower returns Lower's error; a failed simulation a *SimulationError.
+//
+// With opt.Auto.StageCost the candidate is simulated by the cost it gives
+// for its stage count instead (a model split into its stages); its refusal
+// is returned as a *StageCostError.
 func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float64, error) {
 	res, err := Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err
+	}
+	if opt.Auto.StageCost != nil {
+		sc, err := opt.Auto.StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
+		if err != nil {
+			return res, sim.Result{}, 0, &StageCostError{Err: err}
+		}
+		r, err := sim.Run(res.Program, sc)
+		if err != nil {
+			return res, r, 0, &SimulationError{Config: res.Config, Err: err}
+		}
+		return res, r, float64(r.Peak()) / float64(res.StagesPerShare()), nil
 	}
 	r, mem, err := EvalShare(res, c)
 	if err != nil {
@@ -116,6 +141,13 @@ func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float
 	}
 	return res, r, mem, nil
 }
+
+// StageCostError is AutoOptions.StageCost's refusal of a candidate's stage
+// count.
+type StageCostError struct{ Err error }
+
+func (e *StageCostError) Error() string { return e.Err.Error() }
+func (e *StageCostError) Unwrap() error { return e.Err }
 
 // SimulationError is Evaluate's failure to simulate a schedule that lowered.
 type SimulationError struct {
@@ -164,80 +196,175 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 			vs = append(vs, v)
 		}
 	}
-	var cands []Candidate
+	cands, res, found, err := autoCandidates(cfg, vs, opt, c)
+	if err != nil {
+		return Result{Config: cfg}, err
+	}
+	if !found {
+		return Result{Config: cfg, Auto: cands}, autoNone(cands, opt.Auto.MemLimit)
+	}
+	res.Auto = cands
+	return res, nil
+}
+
+// autoTry is one (family, V) the auto scheduler considers.
+type autoTry struct {
+	cfg   ir.Config // normalized once built
+	built ir.Program
+	err   error // Build's, or Lower's once evaluated
+	// bound is the makespan of the compute order alone (no transfers, data
+	// loads or optimizer step), a lower bound of the lowered program's:
+	// lowering only adds steps and waits; boundMem and boundBubble are its
+	// activation memory and bubble.
+	bound, boundMem, boundBubble float64
+	evaluated                    bool
+	cand                         Candidate
+	index                        int // in family and V order
+}
+
+// NotLowered is the note of a candidate the auto scheduler did not lower:
+// the makespan of its compute order alone, a lower bound of the lowered
+// program's, is already over the best lowered makespan. Its row shows the
+// compute order's figures.
+const NotLowered = "not lowered: its compute order alone is slower"
+
+// autoCandidates evaluates the candidates of every family at every V of
+// vs. It simulates each candidate's compute order first (all of them, on
+// all cores: a third of the lowered program's steps, none of the lowering's
+// cost), whose makespan bounds the lowered program's from below, then
+// lowers and simulates the candidates in increasing bound, and stops once
+// the next bound is over the best eligible makespan found: those cannot
+// win (they are reported with their bound and the note NotLowered). When
+// an option rewrites the compute order (split, overlap, dxdw, W fill,
+// forward-only) the built order bounds nothing and every candidate is
+// lowered. The result lists the candidates in family and V order, and
+// chooses exactly as evaluating all of them would (TestAutoPruningChoosesAsFull):
+// the smallest by autoLess, the first in that order among equals. It returns
+// the chosen candidate's lowered result, found false when none is eligible.
+func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []Candidate, chosen Result, found bool, err error) {
+	type family struct {
+		fam   schedules.Family
+		tries []*autoTry
+	}
+	var fams []family
+	var tries []*autoTry // the ones that built
 	names := schedules.Names()
 	for i, name := range names {
 		fam, _ := schedules.Lookup(name)
 		if opt.Auto.Progress != nil {
 			opt.Auto.Progress(name, i, len(names))
 		}
-		cs, err := autoFamily(fam, cfg, vs, opt, c)
-		if err != nil {
-			return Result{Config: cfg}, err
-		}
-		cands = append(cands, cs...)
-	}
-	best := -1
-	for i, cand := range cands {
-		if cand.Skipped != "" {
-			continue
-		}
-		if best < 0 || autoLess(cand, cands[best]) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return Result{Config: cfg, Auto: cands}, autoNone(cands, opt.Auto.MemLimit)
-	}
-	// Lowered again rather than kept: the candidates' programs can be
-	// large, and lowering is deterministic.
-	res, err := Lower(cands[best].Config, opt)
-	if err != nil {
-		return Result{Config: cfg, Auto: cands}, fmt.Errorf("schedule auto: %s V=%d: %w", cands[best].Config.Schedule, cands[best].Config.Virtual, err)
-	}
-	res.Auto = cands
-	return res, nil
-}
-
-// autoFamily lowers and simulates family fam at each V of vs: the
-// candidates it makes, one per V it accepts, or one saying why it accepts
-// none.
-func autoFamily(fam schedules.Family, cfg ir.Config, vs []int, opt Options, c sim.Cost) ([]Candidate, error) {
-	def := max(fam.DefaultVirtual, 1)
-	rejected := func(err error) ([]Candidate, error) {
-		one := cfg
-		one.Schedule, one.Virtual = fam.Name, def
-		return []Candidate{{Config: one, Skipped: err.Error()}}, nil
-	}
-	if fam.ComputeOnly != "" {
-		return rejected(errors.New("cannot be lowered yet: " + fam.ComputeOnly))
-	}
-	var cands []Candidate
-	var firstErr error
-	for _, v := range vs {
-		one := cfg
-		one.Schedule, one.Virtual = fam.Name, v
-		res, r, mem, err := Evaluate(one, opt, c)
-		if se := (*SimulationError)(nil); errors.As(err, &se) {
-			return nil, fmt.Errorf("schedule auto: %s V=%d: %w", fam.Name, v, se.Err)
-		}
-		if err != nil {
-			if firstErr == nil || v == def {
-				firstErr = err
+		f := family{fam: fam}
+		if fam.ComputeOnly == "" {
+			for _, v := range vs {
+				one := cfg
+				one.Schedule, one.Virtual = fam.Name, v
+				t := &autoTry{cfg: one, index: len(fams)*len(vs) + len(f.tries)}
+				t.cfg, t.built, t.err = buildLowerable(one)
+				f.tries = append(f.tries, t)
+				if t.err == nil {
+					tries = append(tries, t)
+				}
 			}
+		}
+		fams = append(fams, f)
+	}
+	rewrites := opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly
+	if !rewrites {
+		// The bounds, on all cores: each try writes only its own fields.
+		steps := 0
+		for _, t := range tries {
+			steps += t.built.NumSteps()
+		}
+		errs := make([]error, len(tries))
+		par.ForRanks(len(tries), steps, func(i int) {
+			t := tries[i]
+			vEff := max(t.cfg.Virtual/max(t.built.Copies, 1), 1)
+			var share sim.Cost
+			var err error
+			if opt.Auto.StageCost != nil {
+				if share, err = opt.Auto.StageCost(t.built.Stages(), max(t.built.Copies, 1)); err != nil {
+					t.err = err // this candidate cannot run the model
+					return
+				}
+			} else {
+				share, err = ShareCost(c, vEff)
+			}
+			var r sim.Result
+			if err == nil {
+				r, err = sim.Run(t.built, share)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, err)
+				return
+			}
+			t.bound, t.boundMem, t.boundBubble = r.Makespan, float64(r.Peak())/float64(vEff), r.Bubble
+		})
+		if err := errors.Join(errs...); err != nil {
+			return nil, Result{}, false, err
+		}
+	}
+	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
+	order := slices.Clone(tries)
+	slices.SortStableFunc(order, func(a, b *autoTry) int { return cmp.Compare(a.bound, b.bound) })
+	var bestTry *autoTry // the chosen one so far, its result in chosen
+	best := math.Inf(1)  // its makespan
+	const eps = 1e-9
+	for _, t := range order {
+		if !rewrites && t.bound > best+eps*max(1, best) {
+			break // this bound and every later one: over the best
+		}
+		res, r, mem, err := Evaluate(t.cfg, opt, c)
+		if se := (*SimulationError)(nil); errors.As(err, &se) {
+			return nil, Result{}, false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
+		}
+		t.evaluated = true
+		if err != nil {
+			t.err = err // its own failure (a StageCostError too): it is skipped
 			continue
 		}
-		cand := Candidate{Config: res.Config}
-		cand.Makespan, cand.Bubble, cand.ActMem = r.Makespan, r.Bubble, mem
+		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem}
 		if opt.Auto.MemLimit > 0 && mem > opt.Auto.MemLimit {
-			cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.Auto.MemLimit)
+			t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.Auto.MemLimit)
+			continue
 		}
-		cands = append(cands, cand)
+		if bestTry == nil || autoLess(t.cand, bestTry.cand) || (!autoLess(bestTry.cand, t.cand) && t.index < bestTry.index) {
+			bestTry, chosen, best = t, res, t.cand.Makespan
+		}
 	}
-	if len(cands) == 0 && firstErr != nil {
-		return rejected(firstErr)
+	// The candidates in family and V order: one per V a family accepts, or
+	// one saying why it accepts none (with its reason at its default V).
+	var out []Candidate
+	for _, f := range fams {
+		def := max(f.fam.DefaultVirtual, 1)
+		rejected := func(err error) {
+			one := cfg
+			one.Schedule, one.Virtual = f.fam.Name, def
+			out = append(out, Candidate{Config: one, Skipped: err.Error()})
+		}
+		if f.fam.ComputeOnly != "" {
+			rejected(errors.New("cannot be lowered yet: " + f.fam.ComputeOnly))
+			continue
+		}
+		n := len(out)
+		var firstErr error
+		for _, t := range f.tries {
+			switch {
+			case t.err != nil:
+				if firstErr == nil || t.cfg.Virtual == def {
+					firstErr = t.err
+				}
+			case t.evaluated:
+				out = append(out, t.cand)
+			default:
+				out = append(out, Candidate{Config: t.cfg, Makespan: t.bound, Bubble: t.boundBubble, ActMem: t.boundMem, Skipped: NotLowered})
+			}
+		}
+		if len(out) == n && firstErr != nil {
+			rejected(firstErr)
+		}
 	}
-	return cands, nil
+	return out, chosen, bestTry != nil, nil
 }
 
 // autoLess orders eligible candidates: smaller makespan, then smaller

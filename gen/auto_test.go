@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -138,5 +139,151 @@ func TestAutoProgress(t *testing.T) {
 	}
 	if strings.Join(seen, ",") != strings.Join(schedules.Names(), ",") {
 		t.Errorf("progress saw %v", seen)
+	}
+}
+
+// TestAutoPruningChoosesAsFull: the auto scheduler, which lowers only the
+// candidates whose compute order is not already slower than the best
+// lowered one, chooses what lowering and simulating every candidate would,
+// reports the same figures for the candidates it lowered, and reports for
+// the others a bound that the lowered program does not beat.
+func TestAutoPruningChoosesAsFull(t *testing.T) {
+	pruned := 0
+	for _, P := range []int{2, 4, 8} {
+		for _, M := range []int{P, 2 * P, 4 * P} {
+			for _, costSpec := range []string{"", "overlap=1", "comm=0.3", "comm=1,W=0.5", "F=1,B=3,W=0.5,comm=0.2"} {
+				for _, mem := range []float64{0, float64(P)} {
+					cfg := ir.Config{Schedule: Auto, Ranks: P, Micro: M}
+					opt := Options{Auto: AutoOptions{MemLimit: mem}}
+					c := sim.DefaultCost()
+					if costSpec != "" {
+						var err error
+						if c, err = sim.ParseCost(costSpec, 0); err != nil {
+							t.Fatal(err)
+						}
+						opt.Auto.Cost = c
+					}
+					name := fmt.Sprintf("P=%d M=%d cost %q mem %g", P, M, costSpec, mem)
+					res, err := Lower(cfg, opt)
+					// The full evaluation: every candidate lowered and simulated.
+					type full struct {
+						cand Candidate
+						ok   bool
+					}
+					var all []full
+					bestFull := -1
+					for _, cand := range res.Auto {
+						if cand.Skipped != "" && cand.Skipped != NotLowered && cand.Makespan == 0 {
+							continue // rejected by its family
+						}
+						_, r, m, ferr := Evaluate(cand.Config, Options{}, mustResolve(t, c))
+						if ferr != nil {
+							t.Fatalf("%s: %s V=%d: %v", name, cand.Config.Schedule, cand.Config.Virtual, ferr)
+						}
+						fc := Candidate{Config: cand.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: m}
+						ok := mem == 0 || m <= mem
+						all = append(all, full{fc, ok})
+						if ok && (bestFull < 0 || autoLess(fc, all[bestFull].cand)) {
+							bestFull = len(all) - 1
+						}
+						switch cand.Skipped {
+						case NotLowered:
+							pruned++
+							if cand.Makespan > r.Makespan+1e-9 {
+								t.Errorf("%s: %s V=%d: bound %g over the lowered makespan %g", name, cand.Config.Schedule, cand.Config.Virtual, cand.Makespan, r.Makespan)
+							}
+						default:
+							if cand.Makespan != r.Makespan || cand.ActMem != m {
+								t.Errorf("%s: %s V=%d: reported makespan %g mem %g, lowered %g %g", name, cand.Config.Schedule, cand.Config.Virtual, cand.Makespan, cand.ActMem, r.Makespan, m)
+							}
+						}
+					}
+					if bestFull < 0 {
+						if err == nil {
+							t.Errorf("%s: auto chose %s, the full evaluation nothing", name, res.Config.Schedule)
+						}
+						continue
+					}
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if want := all[bestFull].cand.Config; res.Config.Schedule != want.Schedule || res.Config.Virtual != want.Virtual {
+						t.Errorf("%s: auto chose %s V=%d, the full evaluation %s V=%d", name, res.Config.Schedule, res.Config.Virtual, want.Schedule, want.Virtual)
+					}
+				}
+			}
+		}
+	}
+	if pruned == 0 {
+		t.Error("no candidate was pruned: the test shows nothing")
+	}
+}
+
+func mustResolve(t *testing.T, c sim.Cost) sim.Cost {
+	t.Helper()
+	c, err := c.Resolve(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestAutoStageCost: with AutoOptions.StageCost every candidate is
+// simulated by the cost of its own stages (a model split into them);
+// candidates it refuses are skipped, and the choice is the best of a full
+// evaluation under the same costs.
+func TestAutoStageCost(t *testing.T) {
+	// Four "layers": 0.5, 1, 1, 3 (F; B twice that), split evenly.
+	layers := []float64{0.5, 1, 1, 3}
+	stageCost := func(stages, copies int) (sim.Cost, error) {
+		per := stages / copies
+		if per > len(layers) || per < 1 {
+			return sim.Cost{}, fmt.Errorf("%d layers cannot fill %d stages", len(layers), per)
+		}
+		c := sim.DefaultCost()
+		c.F, c.B, c.I, c.W = nil, nil, nil, nil
+		for range copies {
+			for s := range per {
+				lo, hi := s*len(layers)/per, (s+1)*len(layers)/per
+				f := 0.0
+				for _, v := range layers[lo:hi] {
+					f += v
+				}
+				c.F, c.B, c.I, c.W = append(c.F, f), append(c.B, 2*f), append(c.I, f), append(c.W, f)
+			}
+		}
+		return c.Resolve(stages)
+	}
+	opt := Options{Auto: AutoOptions{StageCost: stageCost}}
+	res, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := -1.0
+	for _, cand := range res.Auto {
+		if cand.Config.Virtual > 2 && cand.Skipped == "" {
+			t.Errorf("%s V=%d: %d stages of 4 layers, but not skipped", cand.Config.Schedule, cand.Config.Virtual, 2*cand.Config.Virtual)
+		}
+		if cand.Skipped != "" && cand.Skipped != NotLowered {
+			continue
+		}
+		_, r, _, err := Evaluate(cand.Config, opt, sim.DefaultCost())
+		if err != nil {
+			t.Fatalf("%s V=%d: %v", cand.Config.Schedule, cand.Config.Virtual, err)
+		}
+		if best < 0 || r.Makespan < best {
+			best = r.Makespan
+		}
+	}
+	sc, err := stageCost(res.Program.Stages(), max(res.Program.Copies, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sim.Run(res.Program, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Makespan != best {
+		t.Errorf("auto chose %s V=%d, makespan %g; the best candidate's is %g", res.Config.Schedule, res.Config.Virtual, got.Makespan, best)
 	}
 }

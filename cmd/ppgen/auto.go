@@ -14,11 +14,11 @@ import (
 // simCost is the cost model to simulate res by: -cost per stage, or, for a
 // schedule the auto scheduler chose, the cost of one rank's share of the
 // model split over the stages of a share, as it chose by.
-func simCost(res gen.Result, spec string) (sim.Cost, error) {
-	if res.Auto != nil {
-		return gencmd.CompareCost(spec, res.StagesPerShare())
+func simCost(res gen.Result, req *gencmd.Request) (sim.Cost, error) {
+	if res.Auto != nil && req.Model == "" {
+		return gencmd.CompareCost(req.Cost, res.StagesPerShare())
 	}
-	return gencmd.ParseCost(spec, res.Program.Stages())
+	return req.StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
 }
 
 // autoName names the auto scheduler's choice: "auto: zbv V=2".

@@ -65,6 +65,10 @@ func TestBadInputs(t *testing.T) {
 		"quote.csv":           []byte("0F0,\"0B0\n"),
 		"long-line.txt":       bytes.Repeat([]byte("x"), 20<<20),
 		"many-ranks.txt":      bytes.Repeat([]byte("0F0 0B0\n"), 70000),
+		"model-nan.json":      []byte(`{"layers": [{"F": NaN, "B": 1, "act": 1, "params": 1}]}`),
+		"model-typo.json":     []byte(`{"layers": [{"F": 1, "B": 1, "act": 1, "param": 1}]}`),
+		"model-1layer.json":   []byte(`{"layers": [{"F": 1, "B": 2, "act": 1, "params": 1}]}`),
+		"model-huge.json":     append(append([]byte(`{"layers": [`), bytes.Repeat([]byte(`{"F": 1, "B": 2, "act": 1, "params": 1},`), 400000)...), []byte(`{"F": 1, "B": 2, "act": 1, "params": 1}]}`)...),
 	}
 	deadlock, err := os.ReadFile(filepath.Join("testdata", "rendezvous_deadlock.csv"))
 	if err != nil {
@@ -166,6 +170,10 @@ func TestBadInputs(t *testing.T) {
 	flagCase("-placement with a 20-digit rank", 2, "show", "-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-placement", "0,18446744073709551617")
 	flagCase("-placement loop -ranks 1000000000", 2, "show", "-schedule", "1f1b", "-ranks", "1000000000", "-micro", "2", "-placement", "loop")
 	flagCase("-fsdp 1 on dualpipev (`verify`)", 2, "verify", "-schedule", "dualpipev", "-ranks", "4", "-micro", "8", "-fsdp", "1")
+	flagCase("-model with NaN", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-model", "model-nan.json")
+	flagCase("-model with a misspelt key", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-model", "model-typo.json")
+	flagCase("-model of 1 layer on 2 stages", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-model", "model-1layer.json")
+	flagCase("-model of 400,001 layers (16 MiB)", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-model", "model-huge.json")
 	flagCase("unknown schedule", 2, "verify", "-schedule", "nope", "-ranks", "2", "-micro", "2")
 	flagCase("-compare of 200 schedules", 2, "sim", "-compare", strings.Repeat("1f1b,", 199)+"1f1b", "-ranks", "2", "-micro", "2")
 	flagCase("-compare of 8 schedules at the size cap", 2, "sim", "-compare", strings.Repeat("interleaved:16,", 7)+"interleaved:16", "-ranks", "64", "-micro", "32")

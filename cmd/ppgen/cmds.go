@@ -160,8 +160,14 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			return writeCompareJSON(stdout, rows)
 		}
-		cost, _ := gencmd.CompareCost(req.Cost, 1)
-		return writeCompareTable(stdout, rows, fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost))
+		title := ""
+		if req.Model != "" {
+			title = fmt.Sprintf("P=%d M=%d cost from -model %s, its layers split evenly into each schedule's stages", req.Ranks, req.Micro, req.Model)
+		} else {
+			cost, _ := gencmd.CompareCost(req.Cost, 1)
+			title = fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost)
+		}
+		return writeCompareTable(stdout, rows, title)
 	}
 	pr := newProgress(stderr, "ppgen sim", 0)
 	defer pr.Done()
@@ -224,7 +230,7 @@ func lowerAndSimulate(req *gencmd.Request, pr *progress) (gen.Result, sim.Cost, 
 	if err != nil {
 		return res, sim.Cost{}, sim.Result{}, "", err
 	}
-	cost, err := simCost(res, req.Cost)
+	cost, err := simCost(res, req)
 	if err != nil {
 		return res, cost, sim.Result{}, "", err
 	}

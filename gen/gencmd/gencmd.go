@@ -85,7 +85,10 @@ type Request struct {
 	// schedule by it, and auto chooses by it too.
 	Mem  float64
 	Cost string
-	FSDP int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
+	// Model is -model: a model description (gen/model) whose layers give
+	// the per-stage costs of a command that simulates (StageCost).
+	Model string
+	FSDP  int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 	// FSDPPrefetch is -fsdp-prefetch: how many compute steps ahead of its
 	// use each UNSHARD is issued (0: right before it; needs -fsdp).
 	FSDPPrefetch int
@@ -194,6 +197,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	if which.Cost != "" {
 		r.simCost = true
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)
+		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split evenly by count into the stages, give the per-stage costs; -cost may add the other keys")
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
 	}
@@ -250,6 +254,11 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Verify.MaxActivations = r.MaxActivations
 	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost)) {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
+	}
+	if r.Model != "" {
+		// Every candidate (auto, -compare) runs the model's layers, split
+		// into its own stages.
+		opt.Auto.StageCost = r.StageCost
 	}
 	if r.Schedule == gen.Auto {
 		if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both

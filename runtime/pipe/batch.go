@@ -143,9 +143,11 @@ func (x *Exec) runBatch(b *opBatch) {
 			s.dataDone <- struct{}{}
 		case actPending:
 			s.ract = got
+			x.lend(op, lentInput, got)
 			s.actDone <- struct{}{}
 		default:
 			s.rgrad = got
+			x.lend(op, lentGrad, got)
 			s.gradDone <- struct{}{}
 		}
 	}

@@ -296,7 +296,7 @@ func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.De
 //
 //go:noinline
 func (x *Exec) B(a At) {
-	s, stage, micro, dy := x.backwardArgs(OpBackward, a)
+	s, stage, micro, slot, dy := x.backwardArgs(OpBackward, a)
 	if s == nil {
 		return
 	}
@@ -310,7 +310,7 @@ func (x *Exec) B(a At) {
 		x.stepFail(OpBackward, stage, micro, -1, err)
 		return
 	}
-	s.weightGradDone()
+	x.weightGradDone(s, slot)
 }
 
 // I runs I(stage, micro): the input gradient only. dy as for B. W must
@@ -318,7 +318,7 @@ func (x *Exec) B(a At) {
 //
 //go:noinline
 func (x *Exec) I(a At) {
-	s, stage, micro, dy := x.backwardArgs(OpBackwardInput, a)
+	s, stage, micro, _, dy := x.backwardArgs(OpBackwardInput, a)
 	if s == nil {
 		return
 	}
@@ -335,7 +335,7 @@ func (x *Exec) I(a At) {
 //
 //go:noinline
 func (x *Exec) W(a At) {
-	s, stage, micro, dy := x.backwardArgs(OpBackwardWeight, a)
+	s, stage, micro, slot, dy := x.backwardArgs(OpBackwardWeight, a)
 	if s == nil {
 		return
 	}
@@ -343,7 +343,7 @@ func (x *Exec) W(a At) {
 		x.stepFail(OpBackwardWeight, stage, micro, -1, err)
 		return
 	}
-	s.weightGradDone()
+	x.weightGradDone(s, slot)
 }
 
 // inputGradDone records a chunk's input gradient dx, computed from dy.
@@ -352,10 +352,14 @@ func (s *slotState) inputGradDone(dy, dx *tensor.Dense) {
 	s.flags |= inDone
 }
 
-// weightGradDone records that a chunk's weight gradient ran: the chunk
+// weightGradDone records that the weight gradient of the chunk in s (slot)
+// ran: its received tensors go back to the transport (recycle) and it
 // keeps only its input gradient, for SEND_B or the previous stage.
-func (s *slotState) weightGradDone() {
+func (x *Exec) weightGradDone(s *slotState, slot int) {
 	s.flags |= wDone
+	if x.rec != nil {
+		x.recycle(s, slot)
+	}
 	s.x, s.y, s.dy, s.saved = nil, nil, nil, nil
 }
 
@@ -363,7 +367,7 @@ func (s *slotState) weightGradDone() {
 // returns the slot holding the chunk, its stage and micro-batch and its
 // output gradient; a nil slot when a check failed (reported) or the rank
 // has failed. Each step's body follows it once, for both paths.
-func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy *tensor.Dense) {
+func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro, slot int, dy *tensor.Dense) {
 	stage, micro, slot, src := a.Fields()
 	st := x.state.Load()
 	// A slot holding (stage, micro) proves both valid.
@@ -372,29 +376,29 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy 
 			switch {
 			case k == OpBackwardWeight:
 				if p.flags&(inDone|wDone|swappedOut) == inDone {
-					return p, stage, micro, p.dy
+					return p, stage, micro, slot, p.dy
 				}
 			case p.flags&(fwdDone|inDone|swappedOut) != fwdDone:
 			case src != atNone:
 				// dy is dx of slot src, holding (stage+1, micro).
 				if uint(src) < uint(len(x.slots)) && src != slot {
 					if q := &x.slots[src]; q.key == keyOf(stage+1, micro) && q.dx != nil {
-						return p, stage, micro, q.dx
+						return p, stage, micro, slot, q.dx
 					}
 				}
 			case x.routeLast(stage):
 				if p.dy != nil {
-					return p, stage, micro, p.dy
+					return p, stage, micro, slot, p.dy
 				}
 			case p.flags&gradPending == 0 && p.rgrad != nil:
 				// A completed receive: consume it.
 				dy, p.rgrad = p.rgrad, nil
-				return p, stage, micro, dy
+				return p, stage, micro, slot, dy
 			}
 		}
 	}
 	if st&stFailed != 0 {
-		return nil, 0, 0, nil
+		return nil, 0, 0, 0, nil
 	}
 	// The slow path reports with the fields as given (0xffff as -1).
 	stage, micro, slot, src = a.Unpack()
@@ -405,7 +409,7 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy 
 	} else {
 		s, dy = x.backwardSlow(k, stage, micro, slot, src)
 	}
-	return s, stage, micro, dy
+	return s, stage, micro, slot, dy
 }
 
 // backwardSlow runs the checks of B or I (k) and returns the slot holding

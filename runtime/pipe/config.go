@@ -42,6 +42,12 @@ type Config struct {
 	// on different stage objects. Set it when this rank's stages share state
 	// that is not safe for concurrent use (tied weights, a shared workspace).
 	SerialOverlap bool
+	// KeepReceived stops the Exec from handing received inputs and output
+	// gradients back to the transport (transport.Recycler) at the end of
+	// their chunk's backward, so every receive gets fresh memory. Set it
+	// when a Stage keeps its x or dy after the chunk's backward (a cache, a
+	// debugging copy that is not a copy); see Stage.
+	KeepReceived bool
 	// Logger receives failures (Error) and lifecycle (Debug). Default: discard.
 	Logger *slog.Logger
 	// Timeline, if set, records when each stage call (Forward,
@@ -102,9 +108,15 @@ type Exec struct {
 
 	// batch is the open batch (BatchBegin .. BatchEnd), nil when none;
 	// batches[:nBatch] are this iteration's, reused by the next (batch.go).
-	batch    *opBatch
-	batches  []*opBatch
-	nBatch   int
+	batch   *opBatch
+	batches []*opBatch
+	nBatch  int
+	// rec is the transport's Recycler (nil without one, or with
+	// Config.KeepReceived); lent, two per slot, the received tensors it
+	// gets back (transfer.go, recycle).
+	rec  transport.Recycler
+	lent []lentRecv
+
 	comm     chan commOp
 	inflight sync.WaitGroup
 	commDone chan struct{}
@@ -233,6 +245,9 @@ func New(cfg Config) (*Exec, error) {
 		// Enough room for every transfer of an iteration, so posting does not
 		// block; if it ever did, the host would only wait for ops ahead of it.
 		n := 4*sp.Micro*len(want) + 64
+		if rec, ok := x.tr.(transport.Recycler); ok && !cfg.KeepReceived {
+			x.rec, x.lent = rec, make([]lentRecv, 2*len(x.slots))
+		}
 		x.comm = make(chan commOp, n)
 		x.commDone = make(chan struct{})
 		go x.commLoop()
@@ -344,6 +359,7 @@ func (x *Exec) Reset() {
 		s.clearChunk()
 	}
 	x.ownIn = nil
+	clear(x.lent)
 	for i := range x.losses {
 		if x.losses[i].Load() != nanBits { // Load is cheaper than Store
 			x.losses[i].Store(nanBits)

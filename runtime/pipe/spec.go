@@ -114,6 +114,14 @@ func (s Spec) StagesOf(r int) []int {
 // gradients. A full backward (B) calls BackwardInput then BackwardWeight.
 // Tensors returned by a Stage must not be mutated afterwards: they may be in
 // flight to a peer. runtime/nn types satisfy this interface structurally.
+//
+// A received input x and a received output gradient dy are lent: at the end
+// of the chunk's backward (its B, or its W after I) the Exec hands them back
+// to the transport (transport.Recycler), whose later receives reuse their
+// memory. So a Stage must not keep x or dy, or a view of them, after that
+// backward returns (keeping them in saved is fine: the slot drops it then).
+// Returning them, or views of them, as y or dx is allowed (the Exec then
+// does not recycle them). Config.KeepReceived turns recycling off.
 type Stage interface {
 	Forward(x *tensor.Dense) (y *tensor.Dense, saved any, err error)
 	BackwardInput(saved any, dy *tensor.Dense) (dx *tensor.Dense, err error)

@@ -344,9 +344,72 @@ func (x *Exec) runComm(op *commOp) {
 		s.dataDone <- struct{}{}
 	case actPending:
 		s.ract = got
+		x.lend(op, lentInput, got)
 		s.actDone <- struct{}{}
 	default:
 		s.rgrad = got
+		x.lend(op, lentGrad, got)
 		s.gradDone <- struct{}{}
 	}
+}
+
+// Received tensors go back to the transport when their chunk is done with
+// them (docs/internals.md, "Receive buffers"): a chunk's received input x
+// and output gradient dy at the end of its backward (B, or the W after its
+// I), where the slot drops x, y, dy and the saved context. Stage's rule
+// makes that safe: a stage keeps neither after the chunk's backward. A
+// stage may return them, or views of them, as its output y or input
+// gradient dx (an identity layer does), and those live on (sent, or taken
+// by a colocated stage); so a received tensor whose memory y, dx or dy
+// shares is never recycled, nor one the slot still holds unconsumed. Labels
+// (DATA_RECV) are not recycled.
+
+// lentRecv is a received tensor and the chunk (keyOf) that received it.
+type lentRecv struct {
+	key uint64
+	t   *tensor.Dense
+}
+
+// The two received tensors of a slot's chunk, x.lent[2*slot+w].
+const (
+	lentInput = 0 // RECV_F, MPIPE_FWD_RECV (actPending)
+	lentGrad  = 1 // RECV_B (gradPending)
+)
+
+// lend records the tensor got that op received (on the comm goroutine,
+// before signalling the receive's completion, which the host waits for
+// before recycle reads it).
+func (x *Exec) lend(op *commOp, w int, got *tensor.Dense) {
+	if x.rec != nil && got != nil {
+		x.lent[2*int(op.slot)+w] = lentRecv{keyOf(int(op.stage), int(op.micro)), got}
+	}
+}
+
+// recycle hands the received input and output gradient of the chunk in s
+// (slot) back to the transport at the end of its backward, on the host
+// thread. A receive whose pending flag is still set is in flight (an odd
+// program): its entry is the comm goroutine's, left alone. The caller
+// checked x.rec != nil.
+func (x *Exec) recycle(s *slotState, slot int) {
+	for w, flag := range [2]slotFlags{actPending, gradPending} {
+		e := &x.lent[2*slot+w]
+		if s.flags&flag != 0 || e.t == nil {
+			continue
+		}
+		v, key := e.t, e.key
+		*e = lentRecv{}
+		if key != s.key || v == s.ract || v == s.rgrad || shares(v, s.y) || shares(v, s.dx) || (w == lentInput && shares(v, s.dy)) {
+			continue
+		}
+		x.rec.Recycle(v)
+	}
+}
+
+// shares reports whether the backing arrays of a and b overlap.
+func shares(a, b *tensor.Dense) bool {
+	if a == nil || b == nil || a.MemSize() == 0 || b.MemSize() == 0 {
+		return false
+	}
+	pa, pb := a.Uintptr(), b.Uintptr()
+	return pa < pb+b.MemSize() && pb < pa+a.MemSize()
 }

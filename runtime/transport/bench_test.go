@@ -135,3 +135,110 @@ func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 	b.Cleanup(func() { c.Close(); rc.Close() })
 	return c, rc
 }
+
+// BenchmarkThroughput4MiB is issue 12's TCP figure: 4 MiB messages over
+// loopback between two goroutines, in one run, alternating the paths.
+//
+//   - raw-reused: a plain net.Conn, 4 MiB writes read with io.ReadFull into
+//     one reused buffer (the bound a transport can reach);
+//   - raw-alloc: the same into a fresh 4 MiB buffer per message;
+//   - ppgen-tcp: DialTCP world 2, Send and Recv of a 4 MiB float32 tensor,
+//     the receiver handing each tensor back with Recycle once read (as
+//     runtime/pipe does at the end of a chunk's backward);
+//   - ppgen-tcp-norecycle: the same without Recycle (a fresh tensor per
+//     receive, the transport before issue 12).
+//
+// Run with
+//
+//	go test -run '^$' -bench Throughput4MiB -benchtime 100x -count 5 -benchmem ./runtime/transport/
+func BenchmarkThroughput4MiB(b *testing.B) {
+	b.Run("raw-reused", func(b *testing.B) { benchRaw(b, false) })
+	b.Run("raw-alloc", func(b *testing.B) { benchRaw(b, true) })
+	b.Run("ppgen-tcp", func(b *testing.B) { benchPpgenTCP(b, true) })
+	b.Run("ppgen-tcp-norecycle", func(b *testing.B) { benchPpgenTCP(b, false) })
+}
+
+// benchRaw moves b.N 4 MiB messages over a plain loopback connection, into
+// one reused buffer or (fresh) a new buffer per message.
+func benchRaw(b *testing.B, fresh bool) {
+	c, rc := loopbackPair(b)
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, benchBytes)
+		for range b.N {
+			if fresh {
+				buf = make([]byte, benchBytes)
+			}
+			if _, err := io.ReadFull(rc, buf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	src := make([]byte, benchBytes)
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.Write(src); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchPpgenTCP moves b.N 4 MiB float32 tensors from rank 0 to rank 1 of a
+// TCP world, the receiver taking each with Recv and, with recycle, handing
+// it back.
+func benchPpgenTCP(b *testing.B, recycle bool) {
+	trs := mustWorld(b, 2, nil)
+	b.Cleanup(func() {
+		for _, tr := range trs {
+			tr.Kill()
+		}
+	})
+	x := tensor.New(tensor.WithShape(benchBytes/4), tensor.WithBacking(make([]float32, benchBytes/4)))
+	// Warm up outside the timer: 8 messages in flight at once, so that with
+	// recycling the pool holds the arrays of the steady state (receives
+	// allocate until as many are free as the reader ever has ahead of Recv).
+	for range 8 {
+		if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 8 {
+		_, y, err := trs[1].Recv(0, Act)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if recycle {
+			trs[1].Recycle(y)
+		}
+	}
+	done := make(chan error, 1)
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	go func() {
+		for range b.N {
+			_, y, err := trs[1].Recv(0, Act)
+			if err != nil {
+				done <- err
+				return
+			}
+			if recycle {
+				trs[1].Recycle(y)
+			}
+		}
+		done <- nil
+	}()
+	for range b.N {
+		if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}

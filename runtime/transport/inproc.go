@@ -25,9 +25,13 @@ func InProcTimeout(d time.Duration) InProcOption {
 	}
 }
 
+// inprocPoolBytes bounds the free receive buffers an in-process rank keeps.
+const inprocPoolBytes = 256 << 20
+
 // NewInProc returns the endpoints of an in-process world of the given size:
 // element r is rank r's Transport. Queues are unbounded per (source,
-// destination, channel), so Send never blocks; Send copies the tensor.
+// destination, channel), so Send never blocks; Send copies the tensor (into
+// memory the receiver recycled, when it did).
 func NewInProc(world int, opts ...InProcOption) []Transport {
 	o := inprocOptions{timeout: DefaultTimeout}
 	for _, f := range opts {
@@ -35,7 +39,8 @@ func NewInProc(world int, opts ...InProcOption) []Transport {
 	}
 	eps := make([]*inproc, world)
 	for r := range eps {
-		ep := &inproc{rank: r, world: world, timeout: o.timeout, failed: make(chan struct{}), box: make([][NumChannels]*mailbox, world)}
+		ep := &inproc{rank: r, world: world, timeout: o.timeout, failed: make(chan struct{}), box: make([][NumChannels]*mailbox, world),
+			pool: newRecvPool(inprocPoolBytes)}
 		for p := range ep.box {
 			if p == r {
 				continue
@@ -60,6 +65,7 @@ type inproc struct {
 	timeout     time.Duration
 	peers       []*inproc
 	box         [][NumChannels]*mailbox // box[src][ch]: messages from src
+	pool        *recvPool               // backings of received copies, fed by Recycle
 
 	closed   atomic.Bool
 	failOnce sync.Once
@@ -95,7 +101,7 @@ func (t *inproc) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 	if p.closed.Load() {
 		return sendError(t.rank, ch, peer, peerClosed(peer))
 	}
-	c, err := clone(x)
+	c, err := p.pool.clone(x)
 	if err != nil {
 		return sendError(t.rank, ch, peer, err)
 	}
@@ -121,6 +127,10 @@ func (t *inproc) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 	}
 	return m.tag, m.t, nil
 }
+
+// Recycle hands back t, a tensor Recv returned, so that a later send to
+// this rank copies into its memory (see [Recycler]).
+func (t *inproc) Recycle(x *tensor.Dense) { t.pool.put(x) }
 
 // Close says goodbye: peers can still receive what this rank sent, then get
 // "rank N closed the connection". Local operations fail with ErrClosed.

@@ -28,6 +28,7 @@ type TCP struct {
 	world int
 	log   *slog.Logger
 	conns []*tcpConn // conns[peer]; nil at this rank
+	pool  *recvPool  // receive buffers, fed by Recycle
 
 	closing     atomic.Bool   // Close, Abort or Kill began: connection errors are expected
 	closingCh   chan struct{} // closed when closing is first set
@@ -311,6 +312,11 @@ func (t *TCP) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 	return m.tag, m.t, nil
 }
 
+// Recycle hands back t, a tensor Recv returned, for later receives to
+// reuse its memory (see [Recycler]). Tensors this transport did not lend,
+// or lent and already recycled, are ignored.
+func (t *TCP) Recycle(x *tensor.Dense) { t.pool.put(x) }
+
 // ioError turns a socket error on the connection to c.peer into a PeerError.
 func (c *tcpConn) ioError(err error, op string) error {
 	var ne net.Error
@@ -412,8 +418,9 @@ func (c *tcpConn) readLoop() {
 			t.fail(news)
 			return
 		}
-		// A data frame: wait for room in the receive queue, then allocate
-		// exactly what the validated header describes.
+		// A data frame: wait for room in the receive queue, then take
+		// exactly what the validated header describes from the pool (a
+		// recycled array, or a new one).
 		keep, ok := c.admit(h.size)
 		if !ok {
 			return
@@ -425,7 +432,7 @@ func (c *tcpConn) readLoop() {
 			}
 			continue
 		}
-		x, raw := alloc(h.dt, h.dims)
+		x, raw := t.pool.get(h.dt, h.dims)
 		if _, err := io.ReadFull(br, raw); err != nil {
 			c.readFailed(err)
 			return
@@ -651,6 +658,7 @@ func DialTCP(ctx context.Context, cfg TCPConfig) (*TCP, error) {
 	t := &TCP{
 		cfg: cfg, rank: cfg.Rank, world: cfg.World, log: cfg.Logger,
 		conns:  make([]*tcpConn, cfg.World),
+		pool:   newRecvPool(cfg.RecvQueueBytes),
 		failed: make(chan struct{}), hbStop: make(chan struct{}), closingCh: make(chan struct{}),
 	}
 	if cfg.World > 1 && cfg.Token == "" {

@@ -74,7 +74,8 @@ type TCPConfig struct {
 	// arriving at an empty queue is always taken, so the queue holds at most
 	// max(RecvQueueBytes, MaxFrameBytes). A correct schedule never waits on
 	// it as long as the bytes one peer has in flight to this rank (sent, not
-	// yet received) stay under it. Default DefaultRecvQueueBytes.
+	// yet received) stay under it. It also bounds the free arrays the rank
+	// keeps for later receives (Recycler). Default DefaultRecvQueueBytes.
 	RecvQueueBytes int64
 
 	// Logger receives connection lifecycle logs (Debug) and warnings:

@@ -12,6 +12,23 @@
 // Every message carries a [Tag], the (stage, micro) of the sending step, so a
 // receiver can check that sender and receiver agree on what is being moved.
 //
+// # Receive buffers
+//
+// A tensor Recv returns is owned by the caller. Both transports also
+// implement [Recycler]: a caller that knows when it is done with a received
+// tensor hands it back with Recycle, and a later receive of the same dtype
+// and element count lands in its memory instead of a fresh allocation (the
+// cost of a fresh 4 MiB buffer per message is most of the gap to a raw
+// socket copy). The rule is the caller's: Recycle a tensor only once
+// nothing uses it or any tensor sharing its memory any more (runtime/pipe
+// does at the end of the chunk's backward, see docs/internals.md, "Received
+// tensors"). The transport takes back only tensors it lent, each once, still
+// holding the array they were lent with; anything else (a second Recycle, a
+// view, a copy, a foreign tensor) is ignored, so two live receives never
+// share memory. Tensors under 16 KiB are not pooled, and the free arrays a
+// rank keeps are bounded (RecvQueueBytes for TCP). A caller that never
+// recycles gets a fresh tensor per receive, as before.
+//
 // Two implementations exist:
 //
 //   - [NewInProc]: goroutines and unbounded queues, for tests and
@@ -121,8 +138,9 @@ type Transport interface {
 	// Send hands t, tagged tag, to the transport for delivery to peer on ch.
 	Send(peer int, ch Channel, tag Tag, t *tensor.Dense) error
 	// Recv waits (bounded by the transport's timeout) for the next message
-	// from peer on ch. The returned tensor is freshly allocated and owned by
-	// the caller.
+	// from peer on ch. The returned tensor is owned by the caller: no other
+	// live tensor shares its memory (it may reuse the memory of a tensor
+	// the caller handed back with [Recycler.Recycle]).
 	Recv(peer int, ch Channel) (Tag, *tensor.Dense, error)
 	// Close says goodbye to every peer: messages already sent stay
 	// receivable, later receives from this rank fail. Idempotent.
@@ -131,6 +149,18 @@ type Transport interface {
 	// with an error naming this rank and cause. Idempotent; cheap if already
 	// closed or failed.
 	Abort(cause error)
+}
+
+// Recycler is implemented by transports whose receives can land in reused
+// memory (TCP, in-process). Recycle hands back t, a tensor Recv returned:
+// a later Recv (from any peer, on any channel) may write into its memory.
+// The caller must be done with t and with every tensor sharing its memory
+// (views, reshapes, whatever it gave them to) before calling it. Tensors
+// the transport did not lend, or lent and already took back, are ignored,
+// so a mistaken second Recycle cannot make two receives share memory.
+// Recycle may be called from any goroutine; it never blocks on the network.
+type Recycler interface {
+	Recycle(t *tensor.Dense)
 }
 
 // Fingerprinter is implemented by transports that checked a schedule
@@ -381,17 +411,6 @@ func allocOf[E float32 | float64](d tensor.Dtype, elems func(*tensor.Dense) []E,
 	}
 	s := elems(t)
 	return t, rawBytes(s, len(s))
-}
-
-// clone copies t into a fresh contiguous tensor of the same dtype and shape.
-func clone(t *tensor.Dense) (*tensor.Dense, error) {
-	v, err := viewOf(t)
-	if err != nil {
-		return nil, err
-	}
-	c, raw := alloc(v.dt, v.dims)
-	copy(raw, v.raw)
-	return c, nil
 }
 
 func checkPeer(rank, world, peer int, ch Channel) error {

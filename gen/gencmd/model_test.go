@@ -1,0 +1,68 @@
+package gencmd
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// TestModelStageCost: -model splits the layers evenly over the stages and
+// the simulation charges each stage its layers' sum: 1F1B on 2 ranks, one
+// micro-batch, is F0 + F1 + B1 + B0 = (1+2) + (3+4) + (6+8) + (2+4) = 30.
+func TestModelStageCost(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.json")
+	if err := os.WriteFile(path, []byte(`{"layers": [
+		{"F": 1, "B": 2, "act": 1, "params": 1}, {"F": 2, "B": 4, "act": 1, "params": 1},
+		{"F": 3, "B": 6, "act": 1, "params": 1}, {"F": 4, "B": 8, "act": 1, "params": 1}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &Request{Model: "m.json", Env: Env{Dir: dir}}
+	c, err := r.StageCost(2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.F, []float64{3, 7}) || !slices.Equal(c.B, []float64{6, 14}) {
+		t.Fatalf("F %v B %v, want [3 7] and [6 14]", c.F, c.B)
+	}
+	res, err := gen.Lower(ir.Config{Schedule: "1f1b", Ranks: 2, Micro: 1}, gen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sim.Run(res.Program, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Makespan != 30 {
+		t.Errorf("makespan %g, want 30", got.Makespan)
+	}
+	for _, tc := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{Model: "m.json", Cost: "F=1", Env: Env{Dir: dir}}, "F is given per layer by -model"},
+		{Request{Model: "m.json", Cost: "comm=-1", Env: Env{Dir: dir}}, "comm"},
+		{Request{Model: "missing.json", Env: Env{Dir: dir}}, "reading -model"},
+	} {
+		if _, err := tc.req.StageCost(2, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want %q", tc.req, err, tc.want)
+		}
+	}
+	if _, err := r.StageCost(5, 1); err == nil || !strings.Contains(err.Error(), "4 layers cannot fill 5 stages") {
+		t.Errorf("5 stages of 4 layers: %v", err)
+	}
+	with := &Request{Model: "m.json", Cost: "comm=0.5,opt=2", Env: Env{Dir: dir}}
+	if c, err := with.StageCost(2, 1); err != nil || c.Comm != 0.5 || c.Opt != 2 || c.F[1] != 7 {
+		t.Errorf("-cost comm=0.5,opt=2 with -model: %+v, %v", c, err)
+	}
+	// Two model copies (dualpipe) each hold the whole model.
+	if c, err := r.StageCost(4, 2); err != nil || !slices.Equal(c.F, []float64{3, 7, 3, 7}) {
+		t.Errorf("4 stages in 2 copies: F %v, %v; want [3 7 3 7]", c.F, err)
+	}
+}

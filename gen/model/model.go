@@ -1,0 +1,343 @@
+// Package model reads a model description, the per-layer costs and sizes
+// a trainer measured or estimated, and turns it into the per-stage cost
+// model (sim.Cost) of a partition of its layers into contiguous stages.
+//
+// The form is JSON (docs/model.md):
+//
+//	{"layers": [
+//	  {"name": "embed", "F": 0.3, "I": 0, "W": 0.3, "act": 1, "params": 4},
+//	  {"name": "block0", "F": 1, "I": 1, "W": 1, "act": 1, "params": 1},
+//	  ...],
+//	 "comm": 0.05, "bw": 100}
+//
+// Each layer gives its forward F and its backward as B (the full backward)
+// or I and W (input and weight gradient; B = I + W), its output
+// activation's size act and its parameter size params (any one unit of
+// data for both); comm (a transfer's latency) and bw (the link's bandwidth,
+// in that unit per time unit) are optional. A stage's F, I and W are the
+// sums of its layers', its act the act of its last layer, its params the
+// sum of its layers'.
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// Limits of a model file.
+const (
+	MaxBytes  = 16 << 20        // the file
+	MaxLayers = ir.MaxIndex + 1 // as many layers as a program may have stages
+	MaxName   = 256             // bytes of a layer's name
+)
+
+// Layer is one layer's costs and sizes. I and W are resolved: a layer given
+// B alone splits it evenly (I = W = B/2), B and W give I = B − W, B and I
+// give W = B − I.
+type Layer struct {
+	Name   string
+	F      float64
+	I, W   float64
+	Act    float64
+	Params float64
+}
+
+// B is the layer's full backward, I + W.
+func (l Layer) B() float64 { return l.I + l.W }
+
+// Model is a read model description.
+type Model struct {
+	Layers []Layer
+	Comm   float64 // the latency of one transfer
+	BW     float64 // the link's bandwidth (0: infinite)
+}
+
+// layerJSON is a layer as written: the backward keys are optional.
+type layerJSON struct {
+	Name   string   `json:"name"`
+	F      *float64 `json:"F"`
+	B      *float64 `json:"B"`
+	I      *float64 `json:"I"`
+	W      *float64 `json:"W"`
+	Act    *float64 `json:"act"`
+	Params *float64 `json:"params"`
+}
+
+type modelJSON struct {
+	Layers []layerJSON
+	Comm   float64
+	BW     float64
+}
+
+// decode reads the JSON object one key at a time and the layers one at a
+// time, so that it stops at the MaxLayers+1-th layer instead of allocating
+// them all first; unknown keys are refused (a misspelt one would be 0).
+func decode(data []byte) (modelJSON, error) {
+	const want = `want {"layers": [{"name": ..., "F": ..., "I": ..., "W": ..., "act": ..., "params": ...}, ...], "comm": ..., "bw": ...}`
+	var m modelJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	delim := func(d json.Delim) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%w (%s)", err, want)
+		}
+		if tok != d {
+			return fmt.Errorf("found %v where %q belongs (%s)", tok, d, want)
+		}
+		return nil
+	}
+	if err := delim('{'); err != nil {
+		return m, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return m, err
+		}
+		switch key, _ := tok.(string); key {
+		case "layers":
+			if err := delim('['); err != nil {
+				return m, err
+			}
+			for dec.More() {
+				if len(m.Layers) == MaxLayers {
+					return m, fmt.Errorf("more than %d layers", MaxLayers)
+				}
+				var l layerJSON
+				var raw json.RawMessage
+				if err := dec.Decode(&raw); err != nil {
+					return m, fmt.Errorf("layer %d: %w", len(m.Layers), err)
+				}
+				one := json.NewDecoder(bytes.NewReader(raw))
+				one.DisallowUnknownFields()
+				if err := one.Decode(&l); err != nil {
+					return m, fmt.Errorf("layer %d: %w", len(m.Layers), err)
+				}
+				m.Layers = append(m.Layers, l)
+			}
+			if err := delim(']'); err != nil {
+				return m, err
+			}
+		case "comm", "bw":
+			var v float64
+			if err := dec.Decode(&v); err != nil {
+				return m, fmt.Errorf("%s: %w", key, err)
+			}
+			if key == "comm" {
+				m.Comm = v
+			} else {
+				m.BW = v
+			}
+		default:
+			return m, fmt.Errorf("unknown key %q; the keys are layers, comm and bw", clip(fmt.Sprint(tok)))
+		}
+	}
+	if err := delim('}'); err != nil {
+		return m, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return m, errors.New("text after the model's JSON object")
+	}
+	return m, nil
+}
+
+// Read reads a model description: at most MaxBytes, at most MaxLayers
+// layers, every value finite in [0, sim.MaxCost] (bw 0 or at least
+// sim.MinBW). Errors name the layer (by index and name) and the key.
+func Read(r io.Reader) (Model, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
+	if err != nil {
+		return Model{}, fmt.Errorf("model: %w", err)
+	}
+	if len(data) > MaxBytes {
+		return Model{}, fmt.Errorf("model: the file is over %d MiB; a model description is a few KiB", MaxBytes>>20)
+	}
+	m, err := decode(data)
+	if err != nil {
+		return Model{}, fmt.Errorf("model: %w", err)
+	}
+	if len(m.Layers) == 0 {
+		return Model{}, errors.New(`model: no layers; want {"layers": [{"F": 1, "B": 2, "act": 1, "params": 1}, ...]}`)
+	}
+	if err := check("comm", m.Comm); err != nil {
+		return Model{}, fmt.Errorf("model: %w", err)
+	}
+	if m.BW != 0 && (m.BW < sim.MinBW || m.BW > sim.MaxCost || math.IsNaN(m.BW)) {
+		return Model{}, fmt.Errorf("model: bw = %g; want 0 (infinite bandwidth) or within [%g, %g]", m.BW, sim.MinBW, float64(sim.MaxCost))
+	}
+	out := Model{Comm: m.Comm, BW: m.BW, Layers: make([]Layer, len(m.Layers))}
+	for i, lj := range m.Layers {
+		l, err := resolve(lj)
+		if err != nil {
+			name := ""
+			if lj.Name != "" {
+				name = fmt.Sprintf(" (%q)", clip(lj.Name))
+			}
+			return Model{}, fmt.Errorf("model: layer %d%s: %w", i, name, err)
+		}
+		out.Layers[i] = l
+	}
+	return out, nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// check checks one value of the model.
+func check(key string, v float64) error {
+	if !(v >= 0 && v <= sim.MaxCost) { // NaN fails both
+		return fmt.Errorf("%s = %g; want a finite value in [0, %g]", key, v, float64(sim.MaxCost))
+	}
+	return nil
+}
+
+// resolve checks a layer and resolves its backward into I and W.
+func resolve(lj layerJSON) (Layer, error) {
+	if len(lj.Name) > MaxName {
+		return Layer{}, fmt.Errorf("name of %d bytes; at most %d", len(lj.Name), MaxName)
+	}
+	l := Layer{Name: lj.Name}
+	for _, f := range []struct {
+		key string
+		v   *float64
+		dst *float64
+	}{{"F", lj.F, &l.F}, {"act", lj.Act, &l.Act}, {"params", lj.Params, &l.Params}} {
+		if f.v == nil {
+			return Layer{}, fmt.Errorf("%s is missing (every layer gives F, act and params, and B or I and W)", f.key)
+		}
+		if err := check(f.key, *f.v); err != nil {
+			return Layer{}, err
+		}
+		*f.dst = *f.v
+	}
+	for _, f := range []struct {
+		key string
+		v   *float64
+	}{{"B", lj.B}, {"I", lj.I}, {"W", lj.W}} {
+		if f.v != nil {
+			if err := check(f.key, *f.v); err != nil {
+				return Layer{}, err
+			}
+		}
+	}
+	switch b, i, w := lj.B, lj.I, lj.W; {
+	case b != nil && i != nil && w != nil:
+		if math.Abs(*i+*w-*b) > 1e-9*math.Max(1, *b) {
+			return Layer{}, fmt.Errorf("B = %g but I + W = %g; give B, or I and W", *b, *i+*w)
+		}
+		l.I, l.W = *i, *w
+	case i != nil && w != nil:
+		l.I, l.W = *i, *w
+	case b != nil && w != nil:
+		l.I, l.W = *b-*w, *w
+	case b != nil && i != nil:
+		l.I, l.W = *i, *b-*i
+	case b != nil:
+		l.I, l.W = *b/2, *b/2
+	default:
+		return Layer{}, errors.New("no backward: give B (the full backward), or I and W (its input- and weight-gradient halves)")
+	}
+	if l.I < 0 || l.W < 0 {
+		return Layer{}, fmt.Errorf("B = %g is less than its part I = %g or W = %g", l.I+l.W, l.I, l.W)
+	}
+	return l, nil
+}
+
+// Partition is a split of a model's layers into contiguous stages: stage s
+// holds layers Bounds[s] to Bounds[s+1]-1.
+type Partition struct {
+	Bounds []int
+}
+
+// Stages is the number of stages.
+func (p Partition) Stages() int { return len(p.Bounds) - 1 }
+
+// Even splits n layers into stages contiguous stages by count, the first
+// n mod stages stages one layer longer (what a trainer does without a
+// partitioner).
+func Even(n, stages int) (Partition, error) {
+	if stages < 1 || stages > n {
+		return Partition{}, fmt.Errorf("model: %d layers cannot fill %d stages: every stage holds at least one layer; use fewer ranks or virtual stages, or describe the model in more layers", n, stages)
+	}
+	b := make([]int, stages+1)
+	q, r := n/stages, n%stages
+	for s := range stages {
+		b[s+1] = b[s] + q
+		if s < r {
+			b[s+1]++
+		}
+	}
+	return Partition{Bounds: b}, nil
+}
+
+// Check verifies that p partitions n layers into contiguous, non-empty
+// stages.
+func (p Partition) Check(n int) error {
+	if len(p.Bounds) < 2 || p.Bounds[0] != 0 || p.Bounds[len(p.Bounds)-1] != n {
+		return fmt.Errorf("model: partition %v does not cover layers 0..%d", p.Bounds, n-1)
+	}
+	for s := 1; s < len(p.Bounds); s++ {
+		if p.Bounds[s] <= p.Bounds[s-1] {
+			return fmt.Errorf("model: partition %v: stage %d is empty", p.Bounds, s-1)
+		}
+	}
+	return nil
+}
+
+// StageParams returns each stage's parameter size under p: the sum of its
+// layers' params (for sim.Cost.Param, with a DP group size).
+func (m Model) StageParams(p Partition) ([]float64, error) {
+	if err := p.Check(len(m.Layers)); err != nil {
+		return nil, err
+	}
+	out := make([]float64, p.Stages())
+	for s := range out {
+		for _, l := range m.Layers[p.Bounds[s]:p.Bounds[s+1]] {
+			out[s] += l.Params
+		}
+	}
+	return out, nil
+}
+
+// Cost returns the per-stage cost model of m split by p, with m's comm and
+// bw: F, I, W and B (I + W) summed over each stage's layers, act the size
+// of its last layer's output. The other keys
+// (data, opt, ...) are sim.DefaultCost's (0). Without bw the sizes are
+// left out: at infinite bandwidth they take no time.
+func (m Model) Cost(p Partition) (sim.Cost, error) {
+	if err := p.Check(len(m.Layers)); err != nil {
+		return sim.Cost{}, err
+	}
+	S := p.Stages()
+	c := sim.DefaultCost()
+	c.F, c.B, c.I, c.W = make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
+	c.Act = make([]float64, S)
+	for s := range S {
+		for _, l := range m.Layers[p.Bounds[s]:p.Bounds[s+1]] {
+			c.F[s] += l.F
+			c.I[s] += l.I
+			c.W[s] += l.W
+		}
+		c.B[s] = c.I[s] + c.W[s]
+		c.Act[s] = m.Layers[p.Bounds[s+1]-1].Act
+	}
+	c.Comm, c.BW = m.Comm, m.BW
+	// The parameters cost time only in FSDP's collectives, over a DP group
+	// the model does not know: StageParams gives them, with sim.Cost.DP.
+	c.Param = nil
+	if m.BW == 0 {
+		c.Act = nil // sizes take no time at infinite bandwidth (sim refuses them then)
+	}
+	return c.Resolve(S)
+}
