@@ -127,7 +127,8 @@ func TestDPFlags(t *testing.T) {
 	}{
 		{options{schedule: "1f1b", transport: "inproc", dp: 0, dtype: "float64"}, "-dp 0: mesh: 4 pipeline ranks × 0 replicas; want both at least 1"},
 		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", trace: "x.json"}, "-trace is not recorded with -dp 2"},
-		{options{schedule: "1f1b", transport: "carrier-pigeon", dp: 2, dtype: "float64"}, `-dp 2 runs on -transport inproc or tcp, not "carrier-pigeon"`},
+		{options{schedule: "1f1b", transport: "carrier-pigeon", dp: 2, dtype: "float64"}, `-dp 2 runs on -transport inproc, tcp or mpi, not "carrier-pigeon"`},
+		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", coll: "telepathy"}, `-collectives "telepathy"; want native`},
 		{options{schedule: "nope", transport: "inproc", dp: 2}, `-schedule "nope" is not compiled in`},
 	} {
 		err := runDP(c.o, &bytes.Buffer{}, slog.New(slog.DiscardHandler))
@@ -196,6 +197,27 @@ func TestDPKilledRankIsNamed(t *testing.T) {
 		}
 		if d := procs[r].exited.Sub(killed); d > 10*time.Second {
 			t.Errorf("rank %d took %v to notice", r, d)
+		}
+	}
+}
+
+// TestDPTolerance: -check keeps the issue's tolerances except float32 with
+// an engine's own sums over more than two members.
+func TestDPTolerance(t *testing.T) {
+	for _, c := range []struct {
+		dtype  string
+		native bool
+		dp     int
+		want   float64
+	}{
+		{"float64", true, 4, 1e-12},
+		{"float32", false, 4, 1e-5},
+		{"float32", true, 2, 1e-5},
+		{"float32", true, 4, 1e-4},
+	} {
+		o := options{schedule: "1f1b", dtype: c.dtype}
+		if got := o.dpTolerance(c.native, c.dp); got != c.want {
+			t.Errorf("%s, native %v, dp %d: tolerance %g, want %g", c.dtype, c.native, c.dp, got, c.want)
 		}
 	}
 }

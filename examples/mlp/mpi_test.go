@@ -106,3 +106,74 @@ func TestTCPUnderMPIRun(t *testing.T) {
 		t.Fatalf("%d ranks reported a check, want 4:\n%s", got, out)
 	}
 }
+
+// TestMPIDPMatchesSequential: under mpirun -np 8, -dp 2 over MPI (the
+// FSDP catalog entry and plain data parallelism on 1f1b), buffered and
+// with synchronous sends, with MPI's own collectives (a communicator per
+// DP group) and with runtime/collective's over Send and Recv: every rank
+// equals sequential training on the global batch (at two members MPI's
+// sum is a + b, so the bits are the member order's too); float32 once.
+func TestMPIDPMatchesSequential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts mpirun jobs")
+	}
+	for _, c := range []struct {
+		schedule string
+		sync     bool
+		coll     string
+		dtype    string
+	}{
+		{"1f1b-fsdp-swap", false, "native", "float64"},
+		{"1f1b-fsdp-swap", true, "native", "float64"},
+		{"1f1b", false, "native", "float64"},
+		{"1f1b", true, "native", "float32"},
+		{"1f1b", true, "sendrecv", "float64"},
+		{"1f1b-fsdp-swap", true, "member-order", "float32"},
+	} {
+		mode := map[bool]string{false: "buffered", true: "sync"}[c.sync]
+		t.Run(c.schedule+"/"+mode+"/"+c.coll+"/"+c.dtype, func(t *testing.T) {
+			args := []string{os.Args[0], asMain, "-transport", "mpi", "-dp", "2", "-check", "-schedule", c.schedule,
+				"-steps", "2", "-collectives", c.coll, "-dtype", c.dtype}
+			if c.sync {
+				args = append(args, "-mpi-sync")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			argv := mpirunArgs(t, 8, args...)
+			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+			cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TIMEOUT=60s")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+			}
+			if got := strings.Count(string(out), "check: max relative difference"); got != 8 {
+				t.Fatalf("%d ranks reported a check, want 8:\n%s", got, out)
+			}
+			native := strings.Count(string(out), "collectives are the transport's own")
+			if want := map[string]int{"native": 8, "member-order": 8, "sendrecv": 0}[c.coll]; native != want {
+				t.Fatalf("%d ranks ran MPI's own collectives, want %d:\n%s", native, want, out)
+			}
+		})
+	}
+}
+
+// TestMPIDPWrongWorld: -dp 2 under mpirun -np 4 (not ranks × 2 = 8) is
+// refused, naming the -np to use (every rank refuses; mpirun ends the job
+// when the first exits, so the others' lines may be cut).
+func TestMPIDPWrongWorld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	argv := mpirunArgs(t, 4, os.Args[0], asMain, "-transport", "mpi", "-dp", "2", "-schedule", "1f1b")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TIMEOUT=30s")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("exited 0:\n%s", out)
+	}
+	if !strings.Contains(string(out), "mlp: MPI started 4 processes but schedule 1f1b has 4 ranks and -dp 2 makes 8: run mpirun -np 8\n") {
+		t.Fatalf("no rank named the -np to use:\n%s", out)
+	}
+}

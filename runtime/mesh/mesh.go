@@ -46,6 +46,13 @@
 // works across hosts where a group's rank 0 is not on the master's host, and
 // one failure domain: a rank that aborts either view aborts the world, so
 // every rank of every group learns of it and names the failed rank.
+//
+// A view passes on what the world transport offers beyond Send and Recv:
+// its schedule fingerprint ([transport.Fingerprinter]) and batches
+// ([transport.Batcher], members translated to world ranks); and through
+// [View.Parent] and [View.Ranks], the world transport's native collectives
+// ([transport.Collectives], the MPI transport's), which runtime/collective
+// then runs on a communicator of the group's world ranks.
 package mesh
 
 import (
@@ -219,6 +226,11 @@ func (v *View) Ranks() []int { return append([]int(nil), v.ranks...) }
 
 // WorldRank returns the world rank of member i.
 func (v *View) WorldRank(i int) int { return v.ranks[i] }
+
+// Parent returns the world transport the view is a group of: with Ranks,
+// what runtime/collective needs to run the group's collectives natively
+// when the world transport provides them ([transport.Collectives], MPI).
+func (v *View) Parent() transport.Transport { return v.world }
 
 func (v *View) Rank() int  { return v.self }
 func (v *View) World() int { return len(v.ranks) }

@@ -164,3 +164,36 @@ func TestViewBatches(t *testing.T) {
 		t.Errorf("the world saw batches with peers %v and %v; want world ranks [[3]] and [[1]]", b1.seen, b3.seen)
 	}
 }
+
+// TestViewParent: every kind of view (plain, fingerprinted, batching)
+// gives its world transport and the group's world ranks, which
+// runtime/collective needs for an engine's native collectives.
+func TestViewParent(t *testing.T) {
+	m, _ := mesh.New(2, 3)
+	world := transport.NewInProc(m.World())
+	type parented interface {
+		Parent() transport.Transport
+		Ranks() []int
+	}
+	for _, w := range []transport.Transport{world[4], &batcher{Transport: world[4]}} {
+		pipe, dp, err := m.Groups(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			v     transport.Transport
+			ranks []int
+		}{{pipe, []int{1, 4}}, {dp, []int{3, 4, 5}}} {
+			p, ok := c.v.(parented)
+			if !ok {
+				t.Fatalf("%T has no Parent and Ranks", c.v)
+			}
+			if p.Parent() != w {
+				t.Errorf("%T: Parent() = %v, want the world transport", c.v, p.Parent())
+			}
+			if got := fmt.Sprint(p.Ranks()); got != fmt.Sprint(c.ranks) {
+				t.Errorf("%T: Ranks() = %s, want %v", c.v, got, c.ranks)
+			}
+		}
+	}
+}

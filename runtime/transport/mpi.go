@@ -14,6 +14,10 @@ static MPI_Comm ppg_comm;
 
 static int ppg_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
 
+// ppg_parent_comm gives mpi_coll.go's C code the transport's communicator,
+// the parent of the collectives' group communicators.
+MPI_Comm ppg_parent_comm(void) { return ppg_comm; }
+
 static int ppg_init(int *provided, int *rank, int *size, int *already) {
 	int flag = 0, err;
 	MPI_Initialized(&flag);
@@ -286,6 +290,9 @@ type mpiT struct {
 
 	news    cbuf
 	newsReq *C.MPI_Request // C memory
+
+	groupMu sync.Mutex  // serializes NewGroup (mpi_coll.go)
+	groups  []*mpiGroup // the collectives' communicators, freed by Close
 
 	stop, stopped chan struct{}
 }
@@ -891,6 +898,7 @@ func (t *mpiT) Close() error {
 	}
 	close(t.stop)
 	<-t.stopped
+	t.freeGroups() // mpi_coll.go: the collectives' communicators
 	if code := C.ppg_cancel(t.newsReq); code != C.MPI_SUCCESS {
 		t.cfg.Logger.Warn("transport: MPI: cancelling the abort-news receive failed", "rank", t.rank, "err", mpiErrString(code))
 	}
