@@ -288,7 +288,7 @@ func (s *simulator) recvOn(idx *indexes, r int, k ir.Kind, stage, micro int) int
 	return -1
 }
 
-func (c Cost) computeCost(st ir.Step) float64 {
+func (c *Cost) computeCost(st ir.Step) float64 {
 	switch st.Kind {
 	case ir.Forward:
 		return of(c.F, st.Stage)

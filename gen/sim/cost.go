@@ -422,7 +422,7 @@ func of(l []float64, stage int) float64 {
 // max(a, b) + Overlap·min(a, b); DATA_LOAD, UNSHARD (on the FSDP stream),
 // REDUCE_GRAD and OPT_STEP their scalar costs; every other step 0
 // (transfers take Comm on their stream, which StepCost does not cover).
-func (c Cost) StepCost(st ir.Step) float64 {
+func (c *Cost) StepCost(st ir.Step) float64 {
 	switch st.Kind {
 	case ir.OverlapFB, ir.OverlapBF:
 		if len(st.Sub) != 2 {
@@ -444,7 +444,7 @@ func (c Cost) StepCost(st ir.Step) float64 {
 
 // transfer is the duration of a point-to-point transfer step st: Comm, plus
 // the size of what it carries over BW when BW > 0 (see Cost.Act).
-func (c Cost) transfer(st ir.Step) float64 {
+func (c *Cost) transfer(st ir.Step) float64 {
 	switch st.Kind {
 	case ir.SendF, ir.RecvB:
 		return c.Comm + c.ActTime(st.Stage)
@@ -458,7 +458,7 @@ func (c Cost) transfer(st ir.Step) float64 {
 // all-gather of UNSHARD, the reduce-scatter of REDUCE_GRAD):
 // (DP−1)·Comm + (DP−1)/DP · Param[s]/BW; 0 without a DP group (DP ≤ 1),
 // with infinite bandwidth or without parameter sizes.
-func (c Cost) CollTime(s int) float64 {
+func (c *Cost) CollTime(s int) float64 {
 	if c.DP <= 1 || c.BW <= 0 || len(c.Param) == 0 || s < 0 {
 		return 0
 	}
@@ -475,7 +475,7 @@ func (c Cost) CollTime(s int) float64 {
 // ActTime is the time stage s's output activation (or the gradient with
 // respect to it) takes over the link: Act[s]/BW, 0 with infinite bandwidth
 // or no such stage.
-func (c Cost) ActTime(s int) float64 {
+func (c *Cost) ActTime(s int) float64 {
 	if c.BW <= 0 || len(c.Act) == 0 || s < 0 {
 		return 0
 	}
