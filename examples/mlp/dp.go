@@ -82,9 +82,9 @@ func runDP(o options, out io.Writer, logger *slog.Logger) error {
 // collOptions are the runtime/collective options -collectives selects.
 func (o options) collOptions() ([]collective.Option, error) {
 	switch o.coll {
-	case "", "native":
+	case "native":
 		return nil, nil
-	case "member-order":
+	case "", "member-order":
 		return []collective.Option{collective.MemberOrder()}, nil
 	case "sendrecv":
 		return []collective.Option{collective.SendRecv()}, nil
@@ -568,7 +568,7 @@ func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, o
 		fmt.Fprintln(out, r.swapLine())
 	}
 	if r.comm.Native() {
-		fmt.Fprintf(out, "rank %d: dp group %d's collectives are the transport's own (-collectives %s)\n", r.world, r.pp, cmp.Or(o.coll, "native"))
+		fmt.Fprintf(out, "rank %d: dp group %d's collectives are the transport's own (-collectives %s)\n", r.world, r.pp, cmp.Or(o.coll, "member-order"))
 	}
 	if !o.check {
 		return nil
