@@ -33,25 +33,11 @@ func Interpret(x *Exec, ops []Op) error {
 			x.unpackable(op.Kind, int(op.Stage), int(op.Micro), int(c), int(d))
 			continue
 		}
+		if f := packedSteps[op.Kind]; f != nil {
+			f(x, a)
+			continue
+		}
 		switch op.Kind {
-		case OpDataLoad:
-			x.Load(a)
-		case OpRecvAct:
-			x.RecvF(a)
-		case OpSendAct:
-			x.SendF(a)
-		case OpRecvGrad:
-			x.RecvB(a)
-		case OpSendGrad:
-			x.SendB(a)
-		case OpForward:
-			x.F(a)
-		case OpBackward:
-			x.B(a)
-		case OpBackwardInput:
-			x.I(a)
-		case OpBackwardWeight:
-			x.W(a)
 		case OpOptStep:
 			x.OptStep()
 		case OpUnshard:
@@ -60,22 +46,6 @@ func Interpret(x *Exec, ops []Op) error {
 			x.Reshard(int(op.Stage))
 		case OpReduceGrad:
 			x.ReduceGrad(int(op.Stage))
-		case OpSwapLaunchOffload:
-			x.LaunchOffload(a)
-		case OpSwapWaitOffload:
-			x.WaitOffload(a)
-		case OpSwapLaunchLoad:
-			x.LaunchLoad(a)
-		case OpSwapWaitLoad:
-			x.WaitLoad(a)
-		case OpRecvInput:
-			x.RecvInput(a)
-		case OpSendInput:
-			x.SendInput(a)
-		case OpRecvData:
-			x.RecvLabels(a)
-		case OpSendData:
-			x.SendLabels(a)
 		case OpBatchBegin:
 			x.BatchBegin()
 		case OpBatchEnd:
@@ -92,6 +62,31 @@ func Interpret(x *Exec, ops []Op) error {
 		}
 	}
 	return x.Err()
+}
+
+// packedSteps holds, per kind value, the packed method (one At) generated
+// code calls for the kind's steps, nil for the kinds Interpret calls
+// otherwise: one load and an indirect call per step, where a switch over
+// two dozen kinds costs a chain of compares or a jump table and then the
+// call.
+var packedSteps = [256]func(*Exec, At){
+	OpDataLoad:          (*Exec).Load,
+	OpRecvAct:           (*Exec).RecvF,
+	OpSendAct:           (*Exec).SendF,
+	OpRecvGrad:          (*Exec).RecvB,
+	OpSendGrad:          (*Exec).SendB,
+	OpForward:           (*Exec).F,
+	OpBackward:          (*Exec).B,
+	OpBackwardInput:     (*Exec).I,
+	OpBackwardWeight:    (*Exec).W,
+	OpSwapLaunchOffload: (*Exec).LaunchOffload,
+	OpSwapWaitOffload:   (*Exec).WaitOffload,
+	OpSwapLaunchLoad:    (*Exec).LaunchLoad,
+	OpSwapWaitLoad:      (*Exec).WaitLoad,
+	OpRecvInput:         (*Exec).RecvInput,
+	OpSendInput:         (*Exec).SendInput,
+	OpRecvData:          (*Exec).RecvLabels,
+	OpSendData:          (*Exec).SendLabels,
 }
 
 // unpackable reports a step (an Op, or an overlap's sub-step) with an
