@@ -128,28 +128,14 @@ func (x *Exec) runBatch(b *opBatch) {
 		var got *tensor.Dense
 		if err == nil && !x.failedNow() {
 			bo := &b.tr[i]
-			if want := (transport.Tag{Stage: op.stage + int32(t.dir), Micro: op.micro}); bo.Tag != want {
-				x.stepFail(t.kind, int(op.stage), int(op.micro), int(op.peer), fmt.Errorf("received the %s of stage %d micro %d, expected stage %d micro %d (ranks run different schedules?)",
-					t.ch, bo.Tag.Stage, bo.Tag.Micro, want.Stage, want.Micro))
+			if terr := op.checkTag(bo.Tag); terr != nil {
+				x.stepFail(t.kind, int(op.stage), int(op.micro), int(op.peer), terr)
 			} else {
 				got = bo.T
 			}
 			bo.T = nil
 		}
-		s := &x.slots[op.slot]
-		switch t.pend {
-		case dataPending:
-			s.rdata = got
-			s.dataDone <- struct{}{}
-		case actPending:
-			s.ract = got
-			x.lend(op, lentInput, got)
-			s.actDone <- struct{}{}
-		default:
-			s.rgrad = got
-			x.lend(op, lentGrad, got)
-			s.gradDone <- struct{}{}
-		}
+		x.deliver(op, got)
 	}
 	for i := range ops {
 		ops[i].t = nil // let go of the sent tensors

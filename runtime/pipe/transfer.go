@@ -323,14 +323,11 @@ func (x *Exec) runComm(op *commOp) {
 		}
 		return
 	}
-	s := &x.slots[op.slot]
 	var got *tensor.Dense
 	if !x.failedNow() {
-		want := transport.Tag{Stage: op.stage + int32(t.dir), Micro: op.micro}
 		tag, v, err := x.tr.Recv(int(op.peer), t.ch)
-		if err == nil && tag != want {
-			err = fmt.Errorf("received the %s of stage %d micro %d, expected stage %d micro %d (ranks run different schedules?)",
-				t.ch, tag.Stage, tag.Micro, want.Stage, want.Micro)
+		if err == nil {
+			err = op.checkTag(tag)
 		}
 		if err != nil {
 			x.stepFail(t.kind, int(op.stage), int(op.micro), int(op.peer), err)
@@ -338,7 +335,25 @@ func (x *Exec) runComm(op *commOp) {
 			got = v
 		}
 	}
-	switch t.pend {
+	x.deliver(op, got)
+}
+
+// checkTag checks the tag of what the receive op got: the sending step's
+// (stage, micro).
+func (op *commOp) checkTag(tag transport.Tag) error {
+	if want := (transport.Tag{Stage: op.stage + int32(op.x.dir), Micro: op.micro}); tag != want {
+		return fmt.Errorf("received the %s of stage %d micro %d, expected stage %d micro %d (ranks run different schedules?)",
+			op.x.ch, tag.Stage, tag.Micro, want.Stage, want.Micro)
+	}
+	return nil
+}
+
+// deliver completes the receive op with got (nil when it failed): the
+// tensor goes to its slot, lent (recycle) when it is an input or a
+// gradient, and the consuming step's wait ends.
+func (x *Exec) deliver(op *commOp, got *tensor.Dense) {
+	s := &x.slots[op.slot]
+	switch op.x.pend {
 	case dataPending:
 		s.rdata = got
 		s.dataDone <- struct{}{}
