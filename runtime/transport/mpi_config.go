@@ -166,6 +166,9 @@ func decodeMPIHeader(b []byte, maxBytes int64) (mpiHeader, error) {
 		n = lo
 		h.dims[i] = int(d)
 	}
+	if n > uint64(maxBytes) { // a scalar's one element: the loop checked none
+		return h, fmt.Errorf("%w: sent a tensor of shape %v, %d bytes, over the %d-byte message cap (MPIConfig.MaxMessageBytes)", ErrFrameTooLarge, h.dims, n, maxBytes)
+	}
 	h.n = int64(n)
 	return h, nil
 }
