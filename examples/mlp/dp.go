@@ -307,23 +307,9 @@ func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimi
 		var total []*tensor.Dense // per parameter: the gradient summed over the blocks so far
 		for b := range blocks {
 			for m := b * per; m < (b+1)*per; m++ {
-				x := data.inputs[m]
-				saved := make([]any, len(stages))
-				for s, st := range stages {
-					var err error
-					if x, saved[s], err = st.Forward(x); err != nil {
-						return nil, err
-					}
-				}
-				l, dy, err := loss.Loss(x, data.target[m])
-				if err != nil {
+				var err error
+				if perMicro[m], err = microStep(stages, data, loss, m); err != nil {
 					return nil, err
-				}
-				perMicro[m] = l
-				for s := len(stages) - 1; s >= 0; s-- {
-					if dy, err = stages[s].Backward(saved[s], dy); err != nil {
-						return nil, err
-					}
 				}
 			}
 			for i, p := range ps {

@@ -127,23 +127,9 @@ func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, l
 		data.setStep(step)
 		perMicro := make([]float64, len(data.inputs))
 		for m := range data.inputs {
-			x := data.inputs[m]
-			saved := make([]any, len(stages))
-			for s, st := range stages {
-				var err error
-				if x, saved[s], err = st.Forward(x); err != nil {
-					return nil, err
-				}
-			}
-			l, dy, err := loss.Loss(x, data.target[m])
-			if err != nil {
+			var err error
+			if perMicro[m], err = microStep(stages, data, loss, m); err != nil {
 				return nil, err
-			}
-			perMicro[m] = l
-			for s := len(stages) - 1; s >= 0; s-- {
-				if dy, err = stages[s].Backward(saved[s], dy); err != nil {
-					return nil, err
-				}
 			}
 		}
 		if err := opt.Step(ps); err != nil {
@@ -153,6 +139,29 @@ func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, l
 		losses = append(losses, perMicro)
 	}
 	return losses, nil
+}
+
+// microStep runs micro-batch m forward through every stage and backward,
+// adding its gradients to the parameters', and returns its loss.
+func microStep(stages []*nn.Sequential, data *batches, loss nn.MSE, m int) (float64, error) {
+	x := data.inputs[m]
+	saved := make([]any, len(stages))
+	for s, st := range stages {
+		var err error
+		if x, saved[s], err = st.Forward(x); err != nil {
+			return 0, err
+		}
+	}
+	l, dy, err := loss.Loss(x, data.target[m])
+	if err != nil {
+		return 0, err
+	}
+	for s := len(stages) - 1; s >= 0; s-- {
+		if dy, err = stages[s].Backward(saved[s], dy); err != nil {
+			return 0, err
+		}
+	}
+	return l, nil
 }
 
 // stagesPerCopy is the number of stages of one model copy: all of them,
