@@ -304,13 +304,17 @@ func (g *mpiGroup) AllGather(buf *tensor.Dense) error {
 	}, b)
 }
 
+// collBufPair is collBufOf of a collective's input and output.
+func collBufPair(in, out *tensor.Dense, call string) (bi, bo collBuf, err error) {
+	if bi, err = collBufOf(in, call+" (input)"); err == nil {
+		bo, err = collBufOf(out, call+" (output)")
+	}
+	return bi, bo, err
+}
+
 func (g *mpiGroup) ReduceScatterSum(in, out *tensor.Dense) error {
 	const call = "MPI_Ireduce_scatter_block"
-	bi, err := collBufOf(in, call+" (input)")
-	if err != nil {
-		return g.err(call, err)
-	}
-	bo, err := collBufOf(out, call+" (output)")
+	bi, bo, err := collBufPair(in, out, call)
 	if err != nil {
 		return g.err(call, err)
 	}
@@ -338,11 +342,7 @@ func (g *mpiGroup) Broadcast(x *tensor.Dense, root int) error {
 
 func (g *mpiGroup) AllToAll(in, out *tensor.Dense) error {
 	const call = "MPI_Ialltoall"
-	bi, err := collBufOf(in, call+" (input)")
-	if err != nil {
-		return g.err(call, err)
-	}
-	bo, err := collBufOf(out, call+" (output)")
+	bi, bo, err := collBufPair(in, out, call)
 	if err != nil {
 		return g.err(call, err)
 	}
