@@ -367,6 +367,24 @@ func viewOf(t *tensor.Dense) (view, error) {
 	return view{dt, dims, raw, t}, nil
 }
 
+// Bytes is a tensor's payload as the transports send it: its dtype code (1
+// float32, 2 float64), its shape, and the raw native-order bytes of its
+// contiguous backing array; Keep holds the tensor alive while Raw is in
+// use. It is for transports outside this package (runtime/transport/nccl).
+type Bytes struct {
+	Dtype uint8
+	Dims  []int
+	Raw   []byte
+	Keep  *tensor.Dense
+}
+
+// BytesOf returns t's payload, materializing views and transposes first
+// (the one reading of a tensor's bytes every transport uses).
+func BytesOf(t *tensor.Dense) (Bytes, error) {
+	v, err := viewOf(t)
+	return Bytes{Dtype: v.dt, Dims: v.dims, Raw: v.raw, Keep: v.keep}, err
+}
+
 // rawBytes returns the first n elements of s as raw native-order bytes, or
 // nil when s is shorter.
 func rawBytes[E float32 | float64](s []E, n int) []byte {

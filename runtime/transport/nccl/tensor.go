@@ -1,11 +1,12 @@
 package nccl
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 
 	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // payload is a tensor's dtype, shape and raw native-order bytes (the
@@ -17,55 +18,20 @@ type payload struct {
 	keep *tensor.Dense
 }
 
-// payloadOf returns the bytes of t, materializing views first.
+// payloadOf returns the bytes of t (transport.BytesOf), within maxBytes.
 func payloadOf(t *tensor.Dense, maxBytes int64) (payload, error) {
-	if t == nil {
-		return payload{}, errors.New("nil tensor")
+	b, err := transport.BytesOf(t)
+	if err != nil {
+		return payload{}, err
 	}
-	if t.IsMaterializable() || t.RequiresIterator() {
-		m, ok := t.Materialize().(*tensor.Dense)
-		if !ok {
-			return payload{}, fmt.Errorf("cannot materialize tensor of shape %v", t.Shape())
-		}
-		t = m
+	if int64(len(b.Raw)) > maxBytes {
+		return payload{}, fmt.Errorf("tensor of shape %v is %d bytes, over %d (MaxMessageBytes)", b.Dims, len(b.Raw), maxBytes)
 	}
-	dims := append([]int(nil), t.Shape()...)
-	if len(dims) > maxDims {
-		return payload{}, fmt.Errorf("tensor has %d dimensions, at most %d are supported", len(dims), maxDims)
+	raw := b.Raw
+	if raw == nil {
+		raw = []byte{}
 	}
-	var es int64
-	var dt uint8
-	switch t.Dtype() {
-	case tensor.Float32:
-		dt, es = dtFloat32, 4
-	case tensor.Float64:
-		dt, es = dtFloat64, 8
-	default:
-		return payload{}, fmt.Errorf("unsupported dtype %v (float32 and float64 are)", t.Dtype())
-	}
-	n := es
-	for _, d := range dims {
-		if d < 0 {
-			return payload{}, fmt.Errorf("negative dimension in shape %v", dims)
-		}
-		if n != 0 && int64(d) > maxBytes/n {
-			return payload{}, fmt.Errorf("tensor of shape %v is over %d bytes (MaxMessageBytes)", dims, maxBytes)
-		}
-		n *= int64(d)
-	}
-	var raw []byte
-	have := 0
-	if dt == dtFloat32 {
-		e := t.Float32s()
-		raw, have = bytesOf(e, int(n/es)), len(e)
-	} else {
-		e := t.Float64s()
-		raw, have = bytesOf(e, int(n/es)), len(e)
-	}
-	if raw == nil && n > 0 {
-		return payload{}, fmt.Errorf("tensor of shape %v has only %d elements", dims, have)
-	}
-	return payload{dt, dims, raw, t}, nil
+	return payload{b.Dtype, append([]int(nil), b.Dims...), raw, b.Keep}, nil
 }
 
 // bytesOf returns the first n elements of s as bytes, nil when s is shorter.
