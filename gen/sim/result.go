@@ -81,7 +81,9 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		offEnd    float64    // end of the offload transfer, or NaN
 		loadStart float64    // start of the load transfer, or NaN
 	}
-	compute := func(ev *Event) bool { return ev.Lane == LaneCompute && (ev.Step.Kind.IsCompute() || ev.Step.Kind.IsOverlap()) }
+	compute := func(ev *Event) bool {
+		return ev.Lane == LaneCompute && (ev.Step.Kind.IsCompute() || ev.Step.Kind.IsOverlap())
+	}
 	nan := math.NaN()
 	maxMicro := 0
 	for i := range evs {
