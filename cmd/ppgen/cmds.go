@@ -184,6 +184,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	pr.Done()
+	if r.LowerBound, err = req.LowerBound(res, cost); err != nil {
+		return err
+	}
 	if *asJSON {
 		b, err := r.JSON() // ends in a newline
 		if err != nil {
@@ -196,6 +199,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if err := writeAutoTable(stdout, res); err != nil {
 			return err
 		}
+		fmt.Fprintln(stdout, boundLine(r))
 	}
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)

@@ -15,6 +15,7 @@
 //	show     print the lowered program (or -compute-only order) as text or CSV
 //	verify   prove a schedule safe; exit 1 with the diagnosis when it is not
 //	sim      simulate with a cost model: makespan, bubbles, busy time, peak memory
+//	partition split a -model's layers into a schedule's stages for the least makespan
 //	gen      verify, then write the Go source of a schedule
 //	diff     diff generated files with what ppgen generates now (exit 1 when they differ)
 //	check    fail when generated files are stale, edited or unsafe (writes nothing)
@@ -214,6 +215,7 @@ func commands() []command {
 		{"show", "print the lowered program as text or CSV", runShow},
 		{"verify", "prove a schedule safe (exit 1 with the diagnosis when not)", runVerify},
 		{"sim", "simulate a schedule with a cost model", runSim},
+		{"partition", "split a model's layers into a schedule's stages for the least makespan", runPartition},
 		{"gen", "verify, then write the Go source of a schedule", runGen},
 		{"diff", "diff generated files with what ppgen generates now (exit 1 when they differ)", runDiff},
 		{"check", "fail when generated files are stale, edited or unsafe (writes nothing)", runCheck},

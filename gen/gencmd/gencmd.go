@@ -88,7 +88,12 @@ type Request struct {
 	// Model is -model: a model description (gen/model) whose layers give
 	// the per-stage costs of a command that simulates (StageCost).
 	Model string
-	FSDP  int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
+	// Partition is -partition: how a -model's layers split into a fixed
+	// family's stages, even (by count, the default) or auto
+	// (gen/partition's split for the family's order, within -mem); with
+	// -schedule auto, auto also tries every family with its own.
+	Partition string
+	FSDP      int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 	// FSDPPrefetch is -fsdp-prefetch: how many compute steps ahead of its
 	// use each UNSHARD is issued (0: right before it; needs -fsdp).
 	FSDPPrefetch int
@@ -193,11 +198,12 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
-	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
+	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none); with -model, each rank's peak activations plus parameters in the model's units (auto and -partition auto)")
 	if which.Cost != "" {
 		r.simCost = true
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)
-		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split evenly by count into the stages, give the per-stage costs; -cost may add the other keys")
+		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split into the stages (-partition), give the per-stage costs; -cost may add the other keys")
+		fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
 	}
@@ -252,13 +258,26 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost)) {
-		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
+	if r.Schedule != gen.Auto && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost)) {
+		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only, and -mem to -partition auto (ppgen sim -cost simulates any schedule)")
+	}
+	if err := r.checkPartition(); err != nil {
+		return opt, err
 	}
 	if r.Model != "" {
 		// Every candidate (auto, -compare) runs the model's layers, split
 		// into its own stages.
 		opt.Auto.StageCost = r.StageCost
+		if r.Schedule == gen.Auto {
+			sp, err := r.SplitModel()
+			if err != nil {
+				return opt, err
+			}
+			opt.Auto.Split = sp
+		}
+	}
+	if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
+		return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", r.Mem, float64(sim.MaxCost))
 	}
 	if r.Schedule == gen.Auto {
 		if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
@@ -308,13 +327,17 @@ func (r *Request) Lower() (gen.Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", r.In, err)
 		}
-		return res, nil
+		return res, r.splitResult(&res)
 	}
 	cfg, err := r.Config()
 	if err != nil {
 		return gen.Result{}, err
 	}
-	return gen.Lower(cfg, opt)
+	res, err := gen.Lower(cfg, opt)
+	if err != nil {
+		return res, err
+	}
+	return res, r.splitResult(&res)
 }
 
 // ScheduleName names the schedule for titles: the family, or the base name
