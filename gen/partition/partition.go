@@ -47,7 +47,7 @@ type Options struct {
 }
 
 // DefaultMaxEvals is the number of splits one Search simulates at most.
-const DefaultMaxEvals = 600
+const DefaultMaxEvals = 150
 
 // Eval is what one split costs one program.
 type Eval struct {
@@ -279,8 +279,15 @@ func Search(m model.Model, p ir.Program, opt Options) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		part := model.Partition{Bounds: least.bounds}
-		return Result{}, &NoFitError{Limit: opt.MemLimit, Least: least.Mem, Split: part, Names: Names(m, part)}
+		if least.Mem > opt.MemLimit*(1+1e-9) {
+			part := model.Partition{Bounds: least.bounds}
+			return Result{}, &NoFitError{Limit: opt.MemLimit, Least: least.Mem, Split: part, Names: Names(m, part)}
+		}
+		// A split that fits: the fastest near it.
+		s.budget += budget
+		if best, err = s.descend([][]int{least.bounds}, s.less); err != nil {
+			return Result{}, err
+		}
 	}
 	res.Split, res.Eval, res.Evals = model.Partition{Bounds: best.bounds}, best.Eval, s.evals
 	return res, nil
