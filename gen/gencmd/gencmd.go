@@ -202,10 +202,12 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	if which.Cost != "" {
 		r.simCost = true
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)
-		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split into the stages (-partition), give the per-stage costs; -cost may add the other keys")
-		fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
+	}
+	if which.Cost != "" || which.Output {
+		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split into the stages (-partition), give the per-stage costs; -cost may add the other keys; gen records the split in Spec.Layers")
+		fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
 	}
 }
 
@@ -640,8 +642,25 @@ func (r *Request) Generate() ([]byte, gen.Result, error) {
 		HelperSize: r.Helper,
 		Table:      r.Table,
 		NoFuse:     !r.Fuse,
+		Layers:     StageLayers(res),
 	})
 	return src, res, err
+}
+
+// StageLayers is res.Layers as Spec.Layers: each stage's range of the
+// model's layers (first, end), the split repeated for every model copy;
+// nil without a model.
+func StageLayers(res gen.Result) [][2]int {
+	if res.Layers == nil {
+		return nil
+	}
+	var out [][2]int
+	for range max(res.Program.Copies, 1) {
+		for s := 1; s < len(res.Layers); s++ {
+			out = append(out, [2]int{res.Layers[s-1], res.Layers[s]})
+		}
+	}
+	return out
 }
 
 // Import reads the file of an import request (relative to Env.Dir; "-" is
