@@ -39,6 +39,12 @@
 //	                   rank's share of the model; 0: none)
 //	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
 //	                   cost model they simulate, used by auto too)
+//	-model FILE        (sim, trace, report, partition, gen) a model description
+//	                   (docs/model.md) whose layers give the per-stage costs;
+//	                   -mem is then each rank's peak activations plus params
+//	-partition P       with -model: even (default) or auto (gen/partition's
+//	                   split for the schedule's order; auto tries both); gen
+//	                   records the split in Spec.Layers
 //	-fsdp N            add UNSHARD/RESHARD/REDUCE_GRAD, at most N stages
 //	                   unsharded per rank at once
 //	-fsdp-prefetch K   with -fsdp: issue each UNSHARD up to K compute steps
