@@ -58,11 +58,17 @@ func runRow(t *testing.T, path string, P, M int, limit float64) tableRow {
 		t.Fatal(err)
 	}
 	row := tableRow{auto: gen.Candidate{Config: res.Config, Makespan: sr.Makespan, Layers: res.Layers}}
-	for _, c := range res.Auto {
-		if c.Config == res.Config && c.Skipped == "" && fmt.Sprint(c.Layers) == fmt.Sprint(res.Layers) {
-			row.auto.Partitioned = c.Partitioned
-		}
+	// Partitioned when its split is not the even one (a partitioned
+	// candidate that found the even split runs the same program).
+	m, err := r.ReadModel()
+	if err != nil {
+		t.Fatal(err)
 	}
+	even, err := model.Even(len(m.Layers), len(res.Layers)-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row.auto.Partitioned = fmt.Sprint(even.Bounds) != fmt.Sprint(res.Layers)
 	if row.bound, err = r.LowerBound(res, cost); err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +158,7 @@ func TestAutoWithPartition(t *testing.T) {
 		}
 	}
 	t.Log("\n" + out.String())
+	if *table {
+		fmt.Print(out.String())
+	}
 }
