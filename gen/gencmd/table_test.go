@@ -82,6 +82,12 @@ func runRow(t *testing.T, path string, P, M int, limit float64) tableRow {
 			continue
 		}
 		ms, mem := evalCandidate(t, r, sp, c)
+		if c.Skipped == gen.NotLowered && c.Makespan > ms*(1+1e-9) {
+			t.Errorf("%s P=%d M=%d: %s V=%d (partitioned %v): the bound auto pruned by, %g, is over the lowered makespan %g", path, P, M, c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan, ms)
+		}
+		if c.Skipped == "" && (!nearly(c.Makespan, ms) || !nearly(c.ActMem, mem)) {
+			t.Errorf("%s P=%d M=%d: %s V=%d (partitioned %v): reported %g, mem %g; lowered %g, mem %g", path, P, M, c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan, c.ActMem, ms, mem)
+		}
 		if mem > limit*(1+1e-9) {
 			continue
 		}
@@ -162,3 +168,5 @@ func TestAutoWithPartition(t *testing.T) {
 		fmt.Print(out.String())
 	}
 }
+
+func nearly(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }
