@@ -33,9 +33,13 @@ func (x *Exec) Load(a At) {
 	// stage begins or ends a route, so keyable; it is on this rank iff its
 	// Stage is set, which a slot holding it already proves.
 	var s *slotState
-	if st == 0 && uint(stage) < uint(len(x.ends)) && x.ends[stage] != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+	var ends uint8
+	if st == 0 && uint(stage) < uint(len(x.ends)) && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+		ends = x.ends[stage]
 		s = &x.slots[slot]
-		if k := keyOf(stage, micro); s.key == k {
+		if k := keyOf(stage, micro); ends == 0 {
+			s = nil
+		} else if s.key == k {
 		} else if s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro) {
 			s.start(k)
 		} else {
@@ -51,8 +55,8 @@ func (x *Exec) Load(a At) {
 		if s = x.loadSlow(stage, micro, slot); s == nil {
 			return
 		}
+		ends = x.ends[stage]
 	}
-	ends := x.ends[stage]
 	if ends&routeStart != 0 {
 		in, err := x.data.Input(micro)
 		if err != nil || in == nil {
@@ -107,10 +111,7 @@ func (x *Exec) dataFail(stage, micro int, err error, what string) {
 //
 //go:noinline
 func (x *Exec) F(a At) {
-	stage, micro, slot, src := a.Fields()
-	if src == atNone {
-		src = -1
-	}
+	stage, micro, slot, src := a.Fields() // src atNone: none
 	st := x.state.Load()
 	var s *slotState
 	var in *tensor.Dense
@@ -119,7 +120,7 @@ func (x *Exec) F(a At) {
 		s = &x.slots[slot]
 		k := keyOf(stage, micro)
 		ends = x.ends[stage]
-		if src >= 0 {
+		if src != atNone {
 			// Slot src holding (stage-1, micro) proves micro valid; stage
 			// must be on this rank, and the slot free to claim (no pending
 			// receive) or holding the chunk before its F.
@@ -143,7 +144,7 @@ func (x *Exec) F(a At) {
 		if in != nil && (ends&routeEnd == 0 || (s.key == k && s.target != nil && s.flags&dataPending == 0)) {
 			if s.key != k {
 				s.start(k)
-			} else if src < 0 && ends&routeStart == 0 {
+			} else if src == atNone && ends&routeStart == 0 {
 				s.ract = nil
 			}
 		} else {
