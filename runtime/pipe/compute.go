@@ -292,9 +292,23 @@ func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.De
 //
 //go:noinline
 func (x *Exec) B(a At) {
-	s, stage, micro, dy := x.backwardArgs(OpBackward, a)
+	// The chunk whose next stage is on this rank (its dy in a local slot)
+	// takes one call; any other, or any doubt, backwardArgs. An in-range
+	// src is not atNone: New refuses more than 65535 slots.
+	stage, micro, slot, src := a.Fields()
+	var s *slotState
+	var dy *tensor.Dense
+	if x.state.Load() == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(src) < uint(len(x.slots)) {
+		if p := &x.slots[slot]; p.key == keyOf(stage, micro) && p.flags&(fwdDone|inDone|swappedOut) == fwdDone {
+			if dy = x.localGrad(slot, src, stage, micro); dy != nil {
+				s = p
+			}
+		}
+	}
 	if s == nil {
-		return
+		if s, stage, micro, dy = x.backwardArgs(OpBackward, a); s == nil {
+			return
+		}
 	}
 	sg := x.stages[stage]
 	dx, err := sg.BackwardInput(s.saved, dy)
@@ -380,11 +394,8 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy 
 				}
 			case p.flags&(fwdDone|inDone|swappedOut) != fwdDone:
 			case src != atNone:
-				// dy is dx of slot src, holding (stage+1, micro).
-				if uint(src) < uint(len(x.slots)) && src != slot {
-					if q := &x.slots[src]; q.key == keyOf(stage+1, micro) && q.dx != nil {
-						return p, stage, micro, q.dx
-					}
+				if dy = x.localGrad(slot, src, stage, micro); dy != nil {
+					return p, stage, micro, dy
 				}
 			case x.routeLast(stage):
 				if p.dy != nil {
@@ -410,6 +421,18 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy 
 		s, dy = x.backwardSlow(k, stage, micro, slot, src)
 	}
 	return s, stage, micro, dy
+}
+
+// localGrad returns the output gradient of the chunk (stage, micro) in
+// slot when slot src holds (stage+1, micro) with its input gradient: the
+// next stage is on this rank. Nil otherwise (the slow checks say why).
+func (x *Exec) localGrad(slot, src, stage, micro int) *tensor.Dense {
+	if uint(src) < uint(len(x.slots)) && src != slot {
+		if q := &x.slots[src]; q.key == keyOf(stage+1, micro) {
+			return q.dx
+		}
+	}
+	return nil
 }
 
 // backwardSlow runs the checks of B or I (k) and returns the slot holding
