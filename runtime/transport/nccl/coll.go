@@ -123,24 +123,17 @@ func (t *Transport) buildGroup(g *group) error {
 
 // groupID is the group's unique id: member 0 calls ncclGetUniqueId and
 // sends it, with the member list, to every other member over the control
-// connection (float64 values: the 128 bytes of the id, then the world
-// ranks; exact); the others receive it and check that the list is theirs.
+// connection (encodeGroupID); the others receive it and check that the
+// list is theirs.
 func (t *Transport) groupID(g *group) (uniqueID, error) {
 	var id uniqueID
-	n := len(g.ranks)
 	tag := transport.Tag{Stage: groupIDStage}
 	if g.rank == 0 {
 		if err := t.lib.ncclErr("ncclGetUniqueId", t.lib.ncclGetUniqueId(&id)); err != nil {
 			return id, err
 		}
 		for _, p := range g.ranks[1:] {
-			v := make([]float64, uniqueIDBytes+n)
-			for i, c := range id.internal {
-				v[i] = float64(c)
-			}
-			for i, r := range g.ranks {
-				v[uniqueIDBytes+i] = float64(r)
-			}
+			v := encodeGroupID(id, g.ranks)
 			if err := t.ctl.Send(p, setupCh, tag, tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v))); err != nil {
 				return id, fmt.Errorf("send the group's NCCL unique id to world rank %d: %w", p, err)
 			}
@@ -158,28 +151,57 @@ func (t *Transport) groupID(g *group) (uniqueID, error) {
 		return id, fmt.Errorf("receive the group's NCCL unique id from world rank %d: %w", leader, err)
 	}
 	v, ok := x.Data().([]float64)
-	if !ok || got != tag || len(v) <= uniqueIDBytes || len(v) > uniqueIDBytes+t.world {
-		return id, fmt.Errorf("%w: world rank %d sent %v of shape %v, tag %v, as a group's unique id; want 128 to %d float64 values tagged %v",
-			transport.ErrProtocol, leader, x.Dtype(), x.Shape(), got, uniqueIDBytes+t.world, tag)
+	if !ok || got != tag {
+		return id, fmt.Errorf("%w: world rank %d sent %v of shape %v, tag %v, as a group's unique id; want float64 values tagged %v",
+			transport.ErrProtocol, leader, x.Dtype(), x.Shape(), got, tag)
 	}
-	for i, f := range v[:uniqueIDBytes] {
-		if f < 0 || f > 255 || f != float64(uint8(f)) {
-			return id, fmt.Errorf("%w: world rank %d sent a unique id byte %v", transport.ErrProtocol, leader, f)
-		}
-		id.internal[i] = uint8(f)
-	}
-	theirs := make([]int, len(v)-uniqueIDBytes)
-	for i, f := range v[uniqueIDBytes:] {
-		if f < 0 || f >= float64(t.world) || f != math.Trunc(f) {
-			return id, fmt.Errorf("%w: world rank %d sent a group member %v, outside the world's ranks [0, %d)", transport.ErrProtocol, leader, f, t.world)
-		}
-		theirs[i] = int(f)
+	id, theirs, err := decodeGroupID(v, t.world)
+	if err != nil {
+		return id, fmt.Errorf("%w: world rank %d sent a bad group id: %w", transport.ErrProtocol, leader, err)
 	}
 	if !slices.Equal(theirs, g.ranks) {
 		return id, fmt.Errorf("%w: world rank %d builds the group %v where this rank builds %v: members must build the same groups in the same order",
 			transport.ErrProtocol, leader, theirs, g.ranks)
 	}
 	return id, nil
+}
+
+// encodeGroupID lays out a group's id message: the 128 bytes of the id,
+// then the members' world ranks, as float64 values (exact).
+func encodeGroupID(id uniqueID, ranks []int) []float64 {
+	v := make([]float64, uniqueIDBytes+len(ranks))
+	for i, c := range id.internal {
+		v[i] = float64(c)
+	}
+	for i, r := range ranks {
+		v[uniqueIDBytes+i] = float64(r)
+	}
+	return v
+}
+
+// decodeGroupID validates and decodes a group's id message from a peer of
+// a world of world ranks: every byte an integer in [0, 255], one to world
+// members, each a world rank. It never panics and allocates at most world
+// ranks.
+func decodeGroupID(v []float64, world int) (uniqueID, []int, error) {
+	var id uniqueID
+	if len(v) <= uniqueIDBytes || len(v)-uniqueIDBytes > world {
+		return id, nil, fmt.Errorf("%d values; want the %d bytes of the id and 1 to %d members", len(v), uniqueIDBytes, world)
+	}
+	for i, f := range v[:uniqueIDBytes] {
+		if f < 0 || f > 255 || f != math.Trunc(f) {
+			return id, nil, fmt.Errorf("id byte %d is %v; want an integer in [0, 255]", i, f)
+		}
+		id.internal[i] = uint8(f)
+	}
+	ranks := make([]int, len(v)-uniqueIDBytes)
+	for i, f := range v[uniqueIDBytes:] {
+		if f < 0 || f >= float64(world) || f != math.Trunc(f) {
+			return id, nil, fmt.Errorf("member %d is %v, outside the world's ranks [0, %d)", i, f, world)
+		}
+		ranks[i] = int(f)
+	}
+	return id, ranks, nil
 }
 
 // initGroupComm calls ncclCommInitRank for g, which returns when every
