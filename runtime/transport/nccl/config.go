@@ -224,9 +224,9 @@ type header struct {
 
 // dtype codes in headers.
 const (
-	dtFloat32 = 1
-	dtFloat64 = 2
-	maxDims   = 16
+	dtFloat32 = transport.DtypeFloat32
+	dtFloat64 = transport.DtypeFloat64
+	maxDims   = transport.MaxDims
 	hdrMagic  = 0x5047 // first element of every header: 'P' 'G', version 1 of the layout
 )
 
