@@ -2,6 +2,7 @@ package schedules
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -13,7 +14,7 @@ const interleavedZBName = "interleaved-zb"
 func init() {
 	Register(Family{
 		Name:           interleavedZBName,
-		Summary:        "interleaved 1F1B with B split into I and W at PyTorch's ZB1P memory, W's placed for the cost model (-cost); option less-memory",
+		Summary:        "interleaved 1F1B with B split into I and W: the fastest of PyTorch's ZB1P order and others under the cost model (-cost), at PyTorch's memory where as fast; option less-memory (never above it)",
 		Constraints:    "as interleaved: any ranks ≥ 1, virtual ≥ 1 and micro ≥ 1",
 		DefaultVirtual: 2,
 		UsesCost:       true,
@@ -22,41 +23,45 @@ func init() {
 }
 
 // buildInterleavedZB returns the interleaved order with every B split into
-// its input-gradient half I and its weight-gradient half W, the W's placed
-// where they cost the least time under the cost model cfg.Cost (F = I = W
-// = 1 when nil), within a limit on live chunks that is PyTorch's
-// ScheduleInterleavedZeroBubble's (ZB1P) own peak.
+// its input-gradient half I and its weight-gradient half W: of a few
+// candidate orders, the fastest under the cost model cfg.Cost (F = I = W =
+// 1 when nil) simulated compute-only by gen/sim (F, I, W per stage, comm as
+// the latency of every cross-rank dependency), the one holding the fewest
+// chunks among equally fast ones, the first of those in the list below.
 //
-// Memory. The forwards and I's follow the interleaved order (its groups,
-// table and mirrored backwards). With the less-memory warm-up
-// w_r = (V-1)·G₀ + (P-1-r), which is PyTorch's, rank r holds at most
-// c_r = min(V·M, w_r + 1) chunks before its W's are counted; the limit L is
-// the largest, c₀ = min(V·M, (V-1)·G₀ + P): V·P chunks (P full-stage
-// micro-batches) when M is a multiple of P ≥ ... , which is what PyTorch's
-// order holds on every rank. With the less-memory option rank r is held to
-// its own c_r instead, so the later ranks keep fewer chunks (interleaved
-// -less-memory's per-rank figures), at the same largest peak.
+// Every candidate keeps the interleaved order of forwards and I's (its
+// groups, table and mirrored backwards) with some warm-up w_r, and places
+// the W's within a limit of live chunks by one of two rules:
 //
-// Candidates. Within the limit the order is the fastest, under the cost
-// model, of up to four orders (the first among equals, so at unit costs
-// the result is PyTorch's order wherever nothing beats it):
+//   - PyTorch's ZB1P rule: rank r defers its first d_r = limit − w_r − 1
+//     W's (none when negative), then runs the oldest pending W right after
+//     every I, and the deferred ones at its end;
+//   - zbFill: in unit time, a W wherever the next F or I would wait, and
+//     before a forward at the limit.
 //
-//   - the less-memory skeleton with PyTorch's rule for W: rank r defers its
-//     first d_r = limit − w_r − 1 W's (r for the default limit), then runs
-//     one W after every I, and the d_r deferred ones at its end;
-//   - the same skeleton with zbFill (a W wherever the next F or I would
-//     wait, in unit time, and before a forward at the limit);
-//   - both again on a wider skeleton: interleaved's default warm-up
-//     (V-1)·G₀ + 2·(P-1-r) cut at the limit less one, whose spare forwards
-//     cover a gradient's round trip under comm latency at the price of
-//     fewer deferred W's.
+// The warm-ups and limits, each with both rules:
 //
-// Each is simulated compute-only by gen/sim under the cost model (F, I, W
-// per stage, comm as the latency of every cross-rank dependency), so the
-// order changes with the costs where that pays: at F = 1, I = 0.5, W = 1.5
-// on P = 8, V = 2, M = 16 it runs in 103 units where the zbFill order of
-// before took 112.5. With V = 1 the order is ZB-H1's memory (P chunks)
-// by the same rules.
+//  1. PyTorch's warm-up (V-1)·G₀ + (P-1-r), interleaved's less-memory one,
+//     and its peak L = min(V·M, (V-1)·G₀ + P) as the limit: V·P chunks when
+//     M is a multiple of P, P full-stage micro-batches, PyTorch's. With the
+//     first rule this is PyTorch's ScheduleInterleavedZeroBubble order.
+//  2. interleaved's default warm-up (V-1)·G₀ + 2·(P-1-r) cut at L − 1,
+//     limit L: spare forwards that cover a gradient's round trip under
+//     comm latency, at the price of fewer deferred W's.
+//  3. interleaved's default warm-up and its peak H = min(V·M, (V-1)·G₀ +
+//     2P − 1) as the limit, with zbFill the order this family had before;
+//     not with less-memory.
+//
+// So the order is never slower under the cost than PyTorch's nor than the
+// order it replaced, and where it is as fast as PyTorch's (always without
+// comm latency at M a multiple of P, in the cases the tests measure) it
+// holds no more chunks than PyTorch's: with F = I = W = 1, P = 8, V = 2,
+// M = 16, 103 units at 16 chunks (the order before: 103 at 23); with I =
+// 0.5, W = 1.5, 103 at 16 (before: 112.5 at 23). Under comm latency the
+// wider orders may win and hold more. With less-memory only the orders of
+// 1 and 2 are candidates, so no rank ever holds more than L chunks.
+//
+// With V = 1 the warm-ups are 1F1B's and the result has ZB-H1's memory.
 func buildInterleavedZB(cfg ir.Config) (ir.Program, error) {
 	const name = interleavedZBName
 	p, err := zbLoopProgram(name, cfg, 0)
@@ -71,51 +76,52 @@ func buildInterleavedZB(cfg ir.Config) (ir.Program, error) {
 	groups := interleavedGroups(ranks, m)
 	table := interleavedTable(groups, v)
 	n := len(table) // V·M chunks per rank
-	lean := make([]int, ranks)
-	limits := make([]int, ranks)
-	limit := 0
+	lean, wide, def := make([]int, ranks), make([]int, ranks), make([]int, ranks)
 	for r := range lean {
 		lean[r] = interleavedWarmup(ranks, v, m, r, groups[0], true)
-		limits[r] = min(n, lean[r]+1)
-		limit = max(limit, limits[r])
+		def[r] = interleavedWarmup(ranks, v, m, r, groups[0], false)
 	}
-	if !cfg.Options.LessMemory {
-		for r := range limits {
-			limits[r] = limit
-		}
-	}
-	wide := make([]int, ranks)
-	widen := false
+	// Warm-ups never grow with r, so rank 0 has the peaks.
+	low, high := min(n, lean[0]+1), min(n, def[0]+1)
 	for r := range wide {
-		wide[r] = max(lean[r], min(interleavedWarmup(ranks, v, m, r, groups[0], false), limits[r]-1))
-		widen = widen || wide[r] != lean[r]
+		wide[r] = max(lean[r], min(def[r], low-1))
 	}
-	warmups := [][]int{lean}
-	if widen {
-		warmups = append(warmups, wide)
+	type shape struct {
+		warm  []int
+		limit int
+	}
+	shapes := []shape{{lean, low}}
+	if !slices.Equal(wide, lean) {
+		shapes = append(shapes, shape{wide, low})
+	}
+	if !cfg.Options.LessMemory && !slices.Equal(def, wide) {
+		shapes = append(shapes, shape{def, high})
 	}
 	var best [][]ir.Step
-	bestSpan := 0.0
-	for _, warm := range warmups {
+	bestSpan, bestPeak := 0.0, 0
+	for _, sh := range shapes {
 		skel := make([][]ir.Step, ranks)
 		for r := range skel {
-			skel[r] = interleavedRankOrder(table, ranks, v, r, warm[r], ir.BackwardInput)
+			skel[r] = interleavedRankOrder(table, ranks, v, r, sh.warm[r], ir.BackwardInput)
 		}
-		filled, err := zbFillRanks(p.Placement, m, skel, limits)
+		filled, err := zbFill(p.Placement, m, skel, sh.limit)
 		if err != nil {
 			return ir.Program{}, fmt.Errorf("%s: %w", name, err)
 		}
-		for _, order := range [][][]ir.Step{izbDeferW(skel, warm, limits), filled} {
+		for _, order := range [][][]ir.Step{izbDeferW(skel, sh.warm, sh.limit), filled} {
 			cand := ir.Program{Placement: p.Placement, Micro: m, Ranks: order}
-			if r, ok := izbOverLimit(cand, limits); ok {
-				return ir.Program{}, fmt.Errorf("%s: a candidate order holds more than %d chunks on rank %d; this is a bug in the family", name, limits[r], r)
+			peak := izbPeak(cand)
+			if peak > sh.limit {
+				return ir.Program{}, fmt.Errorf("%s: a candidate order holds %d chunks, over its limit %d; this is a bug in the family", name, peak, sh.limit)
 			}
 			res, err := sim.Run(cand, cost)
 			if err != nil {
 				return ir.Program{}, fmt.Errorf("%s: a candidate order does not run (a bug in the family): %w", name, err)
 			}
-			if best == nil || res.Makespan < bestSpan-1e-9*max(1, bestSpan) {
-				best, bestSpan = order, res.Makespan
+			const eps = 1e-9
+			tol := eps * max(1, bestSpan)
+			if best == nil || res.Makespan < bestSpan-tol || (res.Makespan <= bestSpan+tol && peak < bestPeak) {
+				best, bestSpan, bestPeak = order, res.Makespan, peak
 			}
 		}
 	}
@@ -144,15 +150,15 @@ func izbCost(c *ir.Costs, stages int) (sim.Cost, error) {
 
 // izbDeferW places the W's of the skeleton by PyTorch's ZB1P rule: rank r,
 // whose skeleton starts with warm[r] forwards, defers its first
-// d_r = limits[r] − warm[r] − 1 W's (none when negative), then runs the
-// oldest pending W right after every I, and the deferred ones at its end,
-// oldest first. The peak of rank r is then at most limits[r]: after its
-// k-th I (k from 0) it has run warm[r] + k + 1 forwards at most and
+// d_r = limit − warm[r] − 1 W's (none when negative), then runs the oldest
+// pending W right after every I, and the deferred ones at its end, oldest
+// first. Rank r then holds at most max(limit, warm[r] + 1) chunks: after
+// its k-th I (k from 0) it has run at most warm[r] + k + 1 forwards and
 // max(0, k − d_r + 1) W's.
-func izbDeferW(skel [][]ir.Step, warm, limits []int) [][]ir.Step {
+func izbDeferW(skel [][]ir.Step, warm []int, limit int) [][]ir.Step {
 	out := make([][]ir.Step, len(skel))
 	for r, steps := range skel {
-		d := max(0, limits[r]-warm[r]-1)
+		d := max(0, limit-warm[r]-1)
 		order := make([]ir.Step, 0, len(steps)*3/2)
 		var pending []ir.Step
 		k := 0
@@ -173,21 +179,21 @@ func izbDeferW(skel [][]ir.Step, warm, limits []int) [][]ir.Step {
 	return out
 }
 
-// izbOverLimit reports the first rank of p that holds more than limits[r]
-// chunks (F run, W not yet) at some point of its order.
-func izbOverLimit(p ir.Program, limits []int) (int, bool) {
-	for r, steps := range p.Ranks {
+// izbPeak returns the most chunks (F run, W not yet) any rank of p holds
+// at a point of its order.
+func izbPeak(p ir.Program) int {
+	peak := 0
+	for _, steps := range p.Ranks {
 		live := 0
 		for _, st := range steps {
 			switch st.Kind {
 			case ir.Forward:
-				if live++; live > limits[r] {
-					return r, true
-				}
+				live++
+				peak = max(peak, live)
 			case ir.BackwardWeight:
 				live--
 			}
 		}
 	}
-	return 0, false
+	return peak
 }

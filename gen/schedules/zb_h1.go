@@ -149,15 +149,6 @@ func zbCheckPlacement(name string, cfg ir.Config, pl ir.Placement, words string)
 // is deadlock-free whenever the skeleton is; a skeleton that deadlocks is
 // reported as an error (a bug in the family, never user input).
 func zbFill(pl ir.Placement, m int, skel [][]ir.Step, limit int) ([][]ir.Step, error) {
-	limits := make([]int, len(skel))
-	for r := range limits {
-		limits[r] = limit
-	}
-	return zbFillRanks(pl, m, skel, limits)
-}
-
-// zbFillRanks is zbFill with a limit per rank: limits[r] for rank r.
-func zbFillRanks(pl ir.Placement, m int, skel [][]ir.Step, limits []int) ([][]ir.Step, error) {
 	stages := pl.Stages()
 	const notYet = -1
 	endF := make([]int, stages*m) // unit at which F(s, m) ended, notYet before
@@ -190,8 +181,8 @@ func zbFillRanks(pl ir.Placement, m int, skel [][]ir.Step, limits []int) ([][]ir
 		return true
 	}
 	ranks := len(skel)
-	if ranks != pl.Ranks() || len(limits) != ranks {
-		return nil, fmt.Errorf("schedules: skeleton has %d ranks and %d limits, the placement %d ranks; this is a bug in the family", ranks, len(limits), pl.Ranks())
+	if ranks != pl.Ranks() {
+		return nil, fmt.Errorf("schedules: skeleton has %d ranks, the placement %d; this is a bug in the family", ranks, pl.Ranks())
 	}
 	out := make([][]ir.Step, ranks)
 	next := make([]int, ranks)          // index of the rank's next skeleton step
@@ -244,7 +235,7 @@ func zbFillRanks(pl ir.Placement, m int, skel [][]ir.Step, limits []int) ([][]ir
 			case next[r] < len(skel[r]):
 				s := skel[r][next[r]]
 				switch {
-				case s.Kind == ir.Forward && live[r] >= limits[r] && len(pending[r]) > 0:
+				case s.Kind == ir.Forward && live[r] >= limit && len(pending[r]) > 0:
 					runW = true
 				case ready(s, t):
 					st = s
