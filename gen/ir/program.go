@@ -6,7 +6,7 @@ import "fmt"
 // §4). The options that rewrite one (split, overlap, dx/dw in overlap) are
 // passes, set in passes.Options.
 type Options struct {
-	LessMemory bool // interleaved: smaller warm-up (fewer live activations, more bubble)
+	LessMemory bool // interleaved: smaller warm-up (fewer live activations, more bubble); interleaved-zb: never above PyTorch's memory
 }
 
 // Config is what a user asks for: a schedule family on P ranks with V stages

@@ -54,8 +54,10 @@ func init() {
 //     not with less-memory.
 //
 // PyTorch's order is simulated first; when it meets izbLowerBound (as it
-// does at M a multiple of P without comm latency) it is the result and the
-// others are not built. Otherwise the others are simulated on all cores.
+// did without comm latency at M a multiple of P and I ≤ F in every case
+// tried, issue 14's among them) it is the result and the others are not
+// built.
+// Otherwise the others are simulated on all cores.
 //
 // So the order is never slower under the cost than PyTorch's nor than the
 // order it replaced, and where it is as fast as PyTorch's (always without
