@@ -7,6 +7,7 @@ import (
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/verify"
 )
 
 // izbtTorchOrder is PyTorch's ScheduleInterleavedZeroBubble order
@@ -122,6 +123,9 @@ func izbtBuild(t *testing.T, p, v, m int, opts ir.Options, c *ir.Costs) ir.Progr
 	if err := zbtCheck(prog, zbtAllStages(prog)); err != nil {
 		t.Fatalf("interleaved-zb P=%d V=%d M=%d: %v", p, v, m, err)
 	}
+	if _, err := verify.Check(prog, verify.Options{}); err != nil {
+		t.Fatalf("interleaved-zb P=%d V=%d M=%d: verify: %v", p, v, m, err)
+	}
 	return prog
 }
 
@@ -223,10 +227,15 @@ func TestInterleavedZBNeverSlower(t *testing.T) {
 				torch := m%max(1, m/p) == 0
 				for _, c := range costs {
 					name := fmt.Sprintf("P=%d V=%d M=%d %v", p, v, m, c)
-					span, peak := izbtRun(t, izbtBuild(t, p, v, m, ir.Options{}, c.ir()), c)
+					prog := izbtBuild(t, p, v, m, ir.Options{}, c.ir())
+					span, peak := izbtRun(t, prog, c)
 					old, _ := izbtRun(t, izbtReplaced(t, p, v, m), c)
 					if span > old+izbtEps*max(1, old) {
 						t.Errorf("%s: makespan %v, the order it replaced %v", name, span, old)
+					}
+					// The bound the build stops at is one: below every order.
+					if lb := izbLowerBound(prog.Placement, m, c.sim()); lb > min(span, old)+izbtEps*max(1, lb) {
+						t.Errorf("%s: lower bound %v over a makespan (%v, %v)", name, lb, span, old)
 					}
 					if !torch {
 						continue
