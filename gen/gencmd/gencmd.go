@@ -25,6 +25,7 @@ package gencmd
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -199,7 +200,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)
 		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split evenly by count into the stages, give the per-stage costs; -cost may add the other keys")
 	} else {
-		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
+		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
 	}
 }
 
@@ -225,6 +226,13 @@ func (r *Request) Config() (ir.Config, error) {
 			return ir.Config{}, &UsageError{err.Error()}
 		}
 		cfg.Placement = &pl
+	}
+	if fam, err := schedules.Lookup(r.Schedule); err == nil && fam.UsesCost && (r.Cost != "" || r.Model != "") {
+		c, err := r.orderCost(cfg.Ranks, cmp.Or(cfg.Virtual, fam.DefaultVirtual))
+		if err != nil {
+			return ir.Config{}, err
+		}
+		cfg.Cost = c
 	}
 	return cfg, nil
 }
@@ -252,8 +260,8 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost)) {
-		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
+	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule))) {
+		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only, and -cost to the families whose order it shapes (%s; ppgen sim -cost simulates any schedule)", strings.Join(costFamilies(), ", "))
 	}
 	if r.Model != "" {
 		// Every candidate (auto, -compare) runs the model's layers, split
