@@ -4,8 +4,8 @@
 // with Go has it; nothing is downloaded).
 //
 //	go run ./examples/charlm                        # zbv, 4 ranks in-process, ~2 minutes on 2 cores
-//	go run ./examples/charlm -steps 3 -check        # compare with sequential training
-//	go run ./examples/charlm -transport tcp -check  # 4 OS processes on loopback
+//	go run ./examples/charlm -check                 # 5 steps, compared with sequential training
+//	go run ./examples/charlm -transport tcp -check  # 4 OS processes on loopback, the same
 //	go run ./examples/charlm -svg loss.svg          # the loss curve
 //
 // The model: a token and position embedding, -blocks pre-norm transformer
@@ -77,7 +77,7 @@ func main() {
 	fs := flag.NewFlagSet("charlm", flag.ContinueOnError)
 	fs.StringVar(&o.schedule, "schedule", o.schedule, "generated schedule to run: "+strings.Join(scheduleNames(), ", "))
 	fs.StringVar(&o.transport, "transport", o.transport, "inproc (goroutines) or tcp (one OS process per rank)")
-	fs.IntVar(&o.steps, "steps", o.steps, "training steps")
+	fs.IntVar(&o.steps, "steps", o.steps, fmt.Sprintf("training steps (with -check, %d unless given)", checkSteps))
 	fs.IntVar(&o.evalEvery, "eval-every", o.evalEvery, "evaluate the validation loss every N steps (and at the end)")
 	fs.IntVar(&o.logEvery, "log-every", o.logEvery, "print the training loss every N steps (and at the end)")
 	fs.BoolVar(&o.check, "check", false, "also train sequentially on the same micro-batches and require equal losses and parameters (float64: within 1e-12)")
@@ -96,6 +96,9 @@ func main() {
 	fs.IntVar(&o.sh.Batch, "batch", o.sh.Batch, "sequences per micro-batch")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
+	}
+	if o.check && !flagSet(fs, "steps") {
+		o.steps = checkSteps
 	}
 	o.sh.Hidden = 4 * o.sh.Dim
 	if err := o.validate(); err != nil {
@@ -116,6 +119,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "charlm:", err)
 		os.Exit(1)
 	}
+}
+
+// checkSteps is -check's number of steps unless -steps is given: each
+// TCP rank trains the whole sequential reference too.
+const checkSteps = 5
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // validate checks the flags that need no data.

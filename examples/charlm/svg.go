@@ -63,8 +63,9 @@ func writeSVG(w io.Writer, h *history) error {
 	fmt.Fprintln(b, `</g>`)
 	fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">training step</text>`+"\n", float64(left)+pw/2, height-down+40)
 	fmt.Fprintf(b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">loss (nats per character)</text>`+"\n", float64(top)+ph/2)
-	// The curves: training loss after step i+1's update is drawn at i+1's
-	// left edge, the loss of step i's batch, at i.
+	// The curves against the number of updates before the loss was taken:
+	// step i+1's training loss (its batch, before its update) at i, a
+	// validation loss after k steps at k.
 	var tr, va []string
 	for i, l := range h.train {
 		tr = append(tr, fmt.Sprintf("%.1f,%.1f", x(float64(i)), y(l)))

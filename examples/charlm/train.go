@@ -200,7 +200,7 @@ func train(o options, w *world, c *corpus, data, edata *batches, out io.Writer) 
 // optimizer hook (tied sum and Adam), and the rest: the runtime's steps,
 // transfers and waiting for peers.
 func printBreakdown(out io.Writer, w *world, step int, wall time.Duration) {
-	var by [4][3]time.Duration // rank, kind
+	by := make([][3]time.Duration, w.sc.train.Spec.Ranks) // rank, kind
 	for _, e := range w.tl.Events() {
 		k := map[byte]int{'F': 0, 'I': 1, 'W': 2}[e.Kind]
 		if e.Rank >= 0 && e.Rank < len(by) {
