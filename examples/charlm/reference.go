@@ -26,6 +26,46 @@ type reference struct {
 // embedding's own token table, one parameter with one Adam state, whose
 // gradient both layers add to.
 func trainReference(o options, sc schedule, c *corpus) (*reference, error) {
+	st, err := newSequential(o, sc.train.Spec.Micro)
+	if err != nil {
+		return nil, err
+	}
+	ref := &reference{m: st.m}
+	validate := func(step int) error {
+		l, err := st.validate(c)
+		ref.hist.valid = append(ref.hist.valid, point{step, l})
+		return err
+	}
+	if err := validate(0); err != nil {
+		return nil, err
+	}
+	for step := range o.steps {
+		l, err := st.step(c, o.seed, step)
+		if err != nil {
+			return nil, err
+		}
+		ref.hist.train = append(ref.hist.train, l)
+		if o.evalAfter(step) {
+			if err := validate(step + 1); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ref, nil
+}
+
+// sequential trains the whole model as one Sequential.
+type sequential struct {
+	m     *model
+	seq   *nn.Sequential
+	micro int
+	loss  nn.SoftmaxCrossEntropy
+	data  *batches
+	ps    []*nn.Param
+	opt   nn.Optimizer
+}
+
+func newSequential(o options, micro int) (*sequential, error) {
 	dt, err := o.dt()
 	if err != nil {
 		return nil, err
@@ -38,64 +78,56 @@ func trainReference(o options, sc schedule, c *corpus) (*reference, error) {
 	for _, b := range m.blocks {
 		layers = append(layers, b)
 	}
-	seq := nn.NewSequential(append(layers, m.norm, m.head)...)
-	micro := sc.train.Spec.Micro
-	loss := nn.SoftmaxCrossEntropy{Scale: 1 / float64(micro)}
-	data := newBatches(dt, o.sh, micro)
-	ps := m.params()
-	opt := nn.NewAdam(o.lr)
-	ref := &reference{m: m}
-	validate := func(step int) error {
-		total := 0.0
-		for run := range evalRuns {
-			data.setEvalRun(c, run)
-			for k := range micro {
-				y, _, err := seq.Forward(data.inputs[k])
-				if err != nil {
-					return err
-				}
-				l, _, err := loss.Loss(y, data.target[k])
-				if err != nil {
-					return err
-				}
-				total += l
-			}
+	return &sequential{m: m, seq: nn.NewSequential(append(layers, m.norm, m.head)...), micro: micro,
+		loss: nn.SoftmaxCrossEntropy{Scale: 1 / float64(micro)}, data: newBatches(dt, o.sh, micro),
+		ps: m.params(), opt: nn.NewAdam(o.lr)}, nil
+}
+
+// step trains on training step step's micro-batches, one after the
+// other, then takes the optimizer step; it returns the loss.
+func (st *sequential) step(c *corpus, seed uint64, step int) (float64, error) {
+	st.data.setTrainStep(c, seed, step)
+	total := 0.0
+	for k := range st.micro {
+		y, saved, err := st.seq.Forward(st.data.inputs[k])
+		if err != nil {
+			return 0, err
 		}
-		ref.hist.valid = append(ref.hist.valid, point{step, total / evalRuns})
-		return nil
+		l, dy, err := st.loss.Loss(y, st.data.target[k])
+		if err != nil {
+			return 0, err
+		}
+		if _, err := st.seq.Backward(saved, dy); err != nil {
+			return 0, err
+		}
+		total += l
 	}
-	if err := validate(0); err != nil {
-		return nil, err
+	if err := st.opt.Step(st.ps); err != nil {
+		return 0, err
 	}
-	for step := range o.steps {
-		data.setTrainStep(c, o.seed, step)
-		total := 0.0
-		for k := range micro {
-			y, saved, err := seq.Forward(data.inputs[k])
+	nn.ZeroGrad(st.ps)
+	return total, nil
+}
+
+// validate returns the validation loss, over the windows the pipeline's
+// forward-only runs take.
+func (st *sequential) validate(c *corpus) (float64, error) {
+	total := 0.0
+	for run := range evalRuns {
+		st.data.setEvalRun(c, run)
+		for k := range st.micro {
+			y, _, err := st.seq.Forward(st.data.inputs[k])
 			if err != nil {
-				return nil, err
+				return 0, err
 			}
-			l, dy, err := loss.Loss(y, data.target[k])
+			l, _, err := st.loss.Loss(y, st.data.target[k])
 			if err != nil {
-				return nil, err
-			}
-			if _, err := seq.Backward(saved, dy); err != nil {
-				return nil, err
+				return 0, err
 			}
 			total += l
 		}
-		if err := opt.Step(ps); err != nil {
-			return nil, err
-		}
-		nn.ZeroGrad(ps)
-		ref.hist.train = append(ref.hist.train, total)
-		if o.evalAfter(step) {
-			if err := validate(step + 1); err != nil {
-				return nil, err
-			}
-		}
 	}
-	return ref, nil
+	return total / evalRuns, nil
 }
 
 // pairParams maps each parameter of the pipeline's model (m, cut into

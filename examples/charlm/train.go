@@ -279,30 +279,13 @@ func runInProc(o options, out io.Writer) error {
 
 // trainInProc is runInProc up to -check.
 func trainInProc(o options, out io.Writer) (*inproc, error) {
-	sc, dt, c, m, stages, err := setup(o)
+	r, w, data, edata, done, err := newInProc(o)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
+	sc, c, m := r.sc, r.c, r.m
 	sp := sc.train.Spec
-	data, edata := newBatches(dt, o.sh, sp.Micro), newBatches(dt, o.sh, sp.Micro)
-	w := &world{sc: sc}
-	if o.breakdown || o.trace != "" {
-		w.tl = &pipe.Timeline{}
-	}
-	// Two in-process worlds: the training and the validation program's.
-	trs := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
-	ets := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
-	for r := range sp.Ranks {
-		defer trs[r].Close()
-		defer ets[r].Close()
-		rs, err := newRankState(o, sc, r, stages, data, edata, trs[r], ets[r], w.tl)
-		if err != nil {
-			return nil, err
-		}
-		defer rs.close()
-		w.ranks = append(w.ranks, rs)
-	}
-	w.last = w.ranks[sc.lastRank()]
 	header(out, o, sc, c, m, "in-process")
 	h, err := train(o, w, c, data, edata, out)
 	if err != nil {
@@ -320,7 +303,45 @@ func trainInProc(o options, out io.Writer) (*inproc, error) {
 		}
 		fmt.Fprintf(out, "wrote %s: the last training step's measured timeline\n", o.trace)
 	}
-	return &inproc{sc: sc, c: c, m: m, stages: stages, h: h}, nil
+	r.h = h
+	return r, nil
+}
+
+// newInProc builds the in-process world of o: every rank, over two
+// in-process transports (the training and the validation program's).
+// done closes them.
+func newInProc(o options) (r *inproc, w *world, data, edata *batches, done func(), err error) {
+	sc, dt, c, m, stages, err := setup(o)
+	if err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	sp := sc.train.Spec
+	data, edata = newBatches(dt, o.sh, sp.Micro), newBatches(dt, o.sh, sp.Micro)
+	w = &world{sc: sc}
+	if o.breakdown || o.trace != "" {
+		w.tl = &pipe.Timeline{}
+	}
+	trs := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
+	ets := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
+	done = func() {
+		for _, rs := range w.ranks {
+			rs.close()
+		}
+		for r := range trs {
+			trs[r].Close()
+			ets[r].Close()
+		}
+	}
+	for r := range sp.Ranks {
+		rs, err := newRankState(o, sc, r, stages, data, edata, trs[r], ets[r], w.tl)
+		if err != nil {
+			done()
+			return nil, nil, nil, nil, nil, err
+		}
+		w.ranks = append(w.ranks, rs)
+	}
+	w.last = w.ranks[sc.lastRank()]
+	return &inproc{sc: sc, c: c, m: m, stages: stages}, w, data, edata, done, nil
 }
 
 // finish writes the SVG, where the losses are.
