@@ -185,9 +185,14 @@ func (o options) tolerance() float64 {
 	return 1e-12
 }
 
-// report prints -check's line and fails beyond the tolerance.
+// report prints -check's line and fails beyond the tolerance. A negative
+// lossDiff means this rank has no losses (they are on the last stage's).
 func report(out io.Writer, tol, lossDiff, paramDiff float64) error {
-	fmt.Fprintf(out, "check: max abs difference vs sequential training: loss %.3g, parameters %.3g (tolerance %g)\n", lossDiff, paramDiff, tol)
+	losses := fmt.Sprintf("loss %.3g", lossDiff)
+	if lossDiff < 0 {
+		losses = "losses on the last stage's rank"
+	}
+	fmt.Fprintf(out, "check: max abs difference vs sequential training: %s, parameters %.3g (tolerance %g)\n", losses, paramDiff, tol)
 	if lossDiff > tol || paramDiff > tol {
 		return errors.New("pipeline training differs from sequential training beyond the tolerance (above)")
 	}

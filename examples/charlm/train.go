@@ -363,8 +363,9 @@ func check(o options, out io.Writer, sc schedule, c *corpus, m *model, stages []
 	if err != nil {
 		return err
 	}
-	lossDiff := 0.0
+	lossDiff := -1.0
 	if h != nil {
+		lossDiff = 0
 		if len(h.train) != len(ref.hist.train) || len(h.valid) != len(ref.hist.valid) {
 			return fmt.Errorf("check: %d training and %d validation losses, the reference has %d and %d", len(h.train), len(h.valid), len(ref.hist.train), len(ref.hist.valid))
 		}
