@@ -21,10 +21,12 @@ import (
 // The data: Go source text from the Go installation's own source tree
 // ($GOROOT/src), which every machine with Go has. Nothing is downloaded.
 //
-// The .go files under src/ are listed in path order (filepath.WalkDir's
-// lexical order), and every stride-th of them is read, its first maxFileBytes
-// bytes, until corpusBytes are collected; the k-th file read goes to the
-// validation text when k mod 10 == 9, else to the training text. Each byte
+// The .go files under src/ (testdata and dot directories skipped) are
+// listed in path order (filepath.WalkDir's lexical order), and every
+// stride-th of them, stride = files/corpusFiles, is read, its first
+// maxFileBytes bytes, until corpusBytes are collected; the k-th file read
+// goes to the validation text when k mod 10 == 9, else to the training
+// text. The same Go installation gives the same text. Each byte
 // is one token: printable ASCII (32..126) is 0..94, newline 95, tab 96,
 // anything else 97.
 const (

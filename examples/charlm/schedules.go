@@ -14,8 +14,9 @@ import (
 
 // program is one generated program: its Spec and its rank functions.
 type program struct {
-	Spec  pipe.Spec
-	Ranks []func(*pipe.Exec) error
+	Spec    pipe.Spec
+	Ranks   []func(*pipe.Exec) error
+	Program [][]pipe.Op // the steps as data (-table), which name -trace's calls; nil without
 }
 
 // schedule is a training program and the forward-only program of the same
@@ -26,8 +27,8 @@ type schedule struct {
 
 // catalog holds the programs generated under program/ (go generate).
 var catalog = map[string]schedule{
-	"zbv":  {program{zbv.Spec, zbv.Ranks[:]}, program{zbveval.Spec, zbveval.Ranks[:]}},
-	"1f1b": {program{onef1b.Spec, onef1b.Ranks[:]}, program{onef1beval.Spec, onef1beval.Ranks[:]}},
+	"zbv":  {program{zbv.Spec, zbv.Ranks[:], zbv.Program}, program{zbveval.Spec, zbveval.Ranks[:], nil}},
+	"1f1b": {program{onef1b.Spec, onef1b.Ranks[:], onef1b.Program}, program{onef1beval.Spec, onef1beval.Ranks[:], nil}},
 }
 
 // tieLocal reports whether one rank holds both the first and the last

@@ -40,6 +40,8 @@ func newRankState(o options, sc schedule, r int, stages []*stage, data, edata *b
 	ps := pipeParams(mine)
 	opt := nn.NewAdam(o.lr)
 	first, last := stages[0], stages[sp.Stages-1]
+	// TODO(tie): once the program is generated with -tie 0:S-1, the runtime
+	// sums the copies (stage.TiedGrads) and sumHere must go.
 	sumHere := o.tie && sp.RankOf[0] == r && sp.RankOf[sp.Stages-1] == r
 	rs := &rankState{rank: r, trainFn: sc.train.Ranks[r], evalFn: sc.eval.Ranks[r]}
 	loss := nn.SoftmaxCrossEntropy{Scale: 1 / float64(sp.Micro)}
@@ -298,7 +300,7 @@ func trainInProc(o options, out io.Writer) (*inproc, error) {
 		return nil, err
 	}
 	if o.trace != "" {
-		if err := writeFile(o.trace, func(f io.Writer) error { return w.tl.WriteTrace(f, sp.Schedule, nil) }); err != nil {
+		if err := writeFile(o.trace, func(f io.Writer) error { return w.tl.WriteTrace(f, sp.Schedule, sc.train.Program) }); err != nil {
 			return nil, fmt.Errorf("-trace: %w", err)
 		}
 		fmt.Fprintf(out, "wrote %s: the last training step's measured timeline\n", o.trace)
