@@ -64,7 +64,8 @@ func goroot() string {
 			return r
 		}
 	}
-	return runtime.GOROOT() //nolint:staticcheck // the fallback when no go command is on PATH
+	// Deprecated, but the one fallback when no go command is on PATH.
+	return runtime.GOROOT()
 }
 
 // loadCorpus samples the corpus from root/src (root "" finds GOROOT).

@@ -30,7 +30,9 @@
 // optimizer, the rest). With -transport tcp and no launcher's variables in
 // the environment the command launches four copies of itself (as
 // examples/mlp does, through runtime/launch) and each runs one rank; the
-// rank holding the last stage prints the losses.
+// rank holding the last stage prints the losses. Both programs share the
+// ranks' one TCP world, whose handshake checked both fingerprints, and run
+// one after the other.
 package main
 
 import (
