@@ -499,8 +499,10 @@ func eachHead(n int, f func(i int)) {
 }
 
 // causalSoftmax turns the scores s [t, t] into weights, row i over columns
-// 0..i (the later ones get weight 0), in float64.
+// 0..i (the later ones get weight 0), in float64: each exponential is taken
+// once, kept in float64 until the division.
 func causalSoftmax[T float](s []T, t int) {
+	e := make([]float64, t)
 	for i := range t {
 		row := s[i*t : (i+1)*t]
 		mx := math.Inf(-1)
@@ -508,16 +510,14 @@ func causalSoftmax[T float](s []T, t int) {
 			mx = math.Max(mx, float64(v))
 		}
 		var sum float64
-		for _, v := range row[:i+1] {
-			sum += math.Exp(float64(v) - mx)
+		for j, v := range row[:i+1] {
+			e[j] = math.Exp(float64(v) - mx)
+			sum += e[j]
 		}
-		for j := range row {
-			if j > i {
-				row[j] = 0
-				continue
-			}
-			row[j] = T(math.Exp(float64(row[j])-mx) / sum)
+		for j := range row[:i+1] {
+			row[j] = T(e[j] / sum)
 		}
+		clear(row[i+1:])
 	}
 }
 
