@@ -56,7 +56,7 @@ func requireTied(sp Spec, r int, stages []Stage) error {
 				continue
 			}
 			if _, ok := stages[s].(Tied); !ok {
-				return fmt.Errorf("pipe: rank %d: stage %d is a %T, which does not implement pipe.Tied (TiedGrads() []*tensor.Dense): Spec.Ties ties it to stage %d, whose gradients TIE_GRAD sums with its own; return the tied parameters' gradients from TiedGrads (runtime/nn: nn.Tie)", r, s, stages[s], t.A+t.B-s)
+				return fmt.Errorf("pipe: rank %d: stage %d is a %T, which does not implement pipe.Tied (TiedGrads() []*tensor.Dense): Spec.Ties ties it to stage %d, whose gradients TIE_GRAD sums with its own; return the tied parameters' gradients from TiedGrads (runtime/nn: nn.Tie wraps a stage with its tied parameters)", r, s, stages[s], t.A+t.B-s)
 			}
 		}
 	}
