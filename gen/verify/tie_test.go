@@ -114,7 +114,9 @@ func TestTieMisplacedDeadlocks(t *testing.T) {
 // TestTieRules: what verify requires of TIE_GRAD steps beyond deadlock
 // freedom, each with the error code and words it reports.
 func TestTieRules(t *testing.T) {
-	base := func(t *testing.T) ir.Program { return lowerTied(t, oneF1B(4, 4), []ir.Tie{{A: 0, B: 3}}, passes.Options{}) }
+	base := func(t *testing.T) ir.Program {
+		return lowerTied(t, oneF1B(4, 4), []ir.Tie{{A: 0, B: 3}}, passes.Options{})
+	}
 	cases := []struct {
 		name   string
 		mutate func(q *ir.Program)

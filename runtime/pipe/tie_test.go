@@ -17,7 +17,9 @@ type tiedAffine struct {
 
 func (s *tiedAffine) TiedGrads() []*tensor.Dense { return s.g }
 
-func vec(v ...float64) *tensor.Dense { return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v)) }
+func vec(v ...float64) *tensor.Dense {
+	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v))
+}
 
 // tieExec is one rank holding stages 0..n-1 with Spec.Ties ties; stage s's
 // tied gradient is grads[s].
