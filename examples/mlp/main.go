@@ -219,6 +219,15 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 				// Offload the saved activations at SWAP_LAUNCH_OFFLOAD.
 				held[s] = &nn.Swapping{Sequential: model[s], Tier: st.tier, Name: fmt.Sprintf("stage %d", s)}
 			}
+			if lin := tiedLayer(model[s], sp.Stages); lin != nil {
+				// A stage of a tie: TIE_GRAD sums its copy's gradients
+				// with the other stage's (pipe.Tied).
+				ts, err := nn.Tie(model[s], lin.Weight, lin.Bias)
+				if err != nil {
+					return nil, err
+				}
+				held[s] = ts
+			}
 			st.stages = append(st.stages, model[s])
 		}
 	}
@@ -395,7 +404,7 @@ func runInProc(o options, out io.Writer) error {
 // sequentialReference trains the model of sp (one copy's stages) without a
 // pipeline; the losses are per step and micro-batch.
 func sequentialReference(o options, sp pipe.Spec, dt tensor.Dtype) ([]*nn.Sequential, [][]float64, error) {
-	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed)
+	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared)
 	if err != nil {
 		return nil, nil, err
 	}

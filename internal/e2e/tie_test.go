@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/generated/onef1btie"
+	"github.com/ppgen/ppgen/generated/zbvtie"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
@@ -170,7 +173,7 @@ func (s tieSource) Target(m int) (*tensor.Dense, error) {
 
 // trainTied runs p (lowered with ties) on the tied model over trs and
 // returns the losses and the stages.
-func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype, iters int) ([][]float64, []*nn.Sequential) {
+func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype, iters int, mode string) ([][]float64, []*nn.Sequential) {
 	t.Helper()
 	sp := p.spec
 	var ties []ir.Tie
@@ -207,7 +210,7 @@ func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype,
 		xs[r] = x
 		t.Cleanup(func() { x.Close(); trs[r].Close() })
 	}
-	fns := rankFns(p, "interp")
+	fns := rankFns(p, mode)
 	last := sp.RankOf[sp.Stages-1]
 	var losses [][]float64
 	for it = range iters {
@@ -255,7 +258,7 @@ func TestTiedMatchesSequential(t *testing.T) {
 			name := fmt.Sprintf("%s-P%d-V%d-M%d-%v-%s", tc.cfg.Schedule, tc.cfg.Ranks, tc.cfg.Virtual, tc.cfg.Micro, tc.ties, dt)
 			t.Run(strings.ReplaceAll(name, " ", ","), func(t *testing.T) {
 				p := tieProg(t, c)
-				checkTied(t, p, inprocWorld(p.spec.Ranks, 20*time.Second), dt)
+				checkTied(t, p, inprocWorld(p.spec.Ranks, 20*time.Second), dt, "interp")
 			})
 		}
 	}
@@ -266,12 +269,12 @@ func TestTiedOverTCP(t *testing.T) {
 	for _, c := range []int{0, 5} {
 		p := tieProg(t, c)
 		t.Run(p.name, func(t *testing.T) {
-			checkTied(t, p, tcpWorld(t, p.spec.Ranks, p.spec.Fingerprint, nil), tensor.Float64)
+			checkTied(t, p, tcpWorld(t, p.spec.Ranks, p.spec.Fingerprint, nil), tensor.Float64, "interp")
 		})
 	}
 }
 
-func checkTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype) {
+func checkTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype, mode string) {
 	t.Helper()
 	const iters = 3
 	tol := 1e-12
@@ -285,7 +288,7 @@ func checkTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype)
 	if len(ties) == 0 {
 		t.Fatal("the lowered program has no ties")
 	}
-	got, stages := trainTied(t, p, trs, dt, iters)
+	got, stages := trainTied(t, p, trs, dt, iters, mode)
 	ref, _ := tieModel(t, p.spec.Stages, ties, dt, true)
 	want := tieSequential(t, ref, dt, p.spec.Micro, iters)
 	worst := 0.0
@@ -325,6 +328,36 @@ func checkTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype)
 				t.Fatalf("tie %s: the copies' weights differ at %d: %v and %v", tie, k, x[k], y[k])
 			}
 		}
+	}
+}
+
+// tiedCatalog are the generated packages with ties and their configs
+// (their //go:generate lines).
+func tiedCatalog() []prog {
+	tie := func(a, b int) gen.Options { return gen.Options{Passes: passes.Options{Ties: []ir.Tie{{A: a, B: b}}}} }
+	return []prog{
+		{"onef1btie", ir.Config{Schedule: "1f1b", Ranks: 4, Micro: 8}, tie(0, 3), onef1btie.Spec, onef1btie.Ranks[:], onef1btie.Program},
+		{"zbvtie", ir.Config{Schedule: "zbv", Ranks: 4, Micro: 8}, tie(0, 7), zbvtie.Spec, zbvtie.Ranks[:], zbvtie.Program},
+	}
+}
+
+// TestTiedCatalog: each generated package with ties is what gen lowers
+// now (Spec with its Ties, program as data), and its straight-line code
+// and its table train as sequential training does.
+func TestTiedCatalog(t *testing.T) {
+	for _, c := range tiedCatalog() {
+		t.Run(c.name, func(t *testing.T) {
+			l := lowered(t, c.cfg, c.opt)
+			if fmt.Sprint(l.spec) != fmt.Sprint(c.spec) {
+				t.Errorf("spec:\n generated %+v\n lowered   %+v", c.spec, l.spec)
+			}
+			if !slices.EqualFunc(l.ops, c.ops, slices.Equal) {
+				t.Errorf("the generated Program differs from lowering %+v", c.cfg)
+			}
+			for _, mode := range []string{"straight", "interp"} {
+				checkTied(t, c, inprocWorld(c.spec.Ranks, 20*time.Second), tensor.Float64, mode)
+			}
+		})
 	}
 }
 
