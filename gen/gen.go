@@ -105,6 +105,15 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 		return lowerCompute(p, opt)
 	}
 	res := Result{Compute: p.ComputeOnly()}
+	if len(opt.Passes.Ties) > 0 {
+		// -tie: the exchanges go at the end of the ranks, unless the file
+		// places them itself (then verify checks where).
+		var err error
+		if p, err = passes.Tie(p, opt.Passes.Ties); err != nil {
+			return res, err
+		}
+		res.Info.Passes = append(res.Info.Passes, "tie")
+	}
 	if opt.Passes.Batch {
 		// Before the first check: batching can make a program safe that
 		// deadlocks unbatched (two ranks sending to each other first).

@@ -43,7 +43,7 @@ func ParseTies(s string) ([]Tie, error) {
 		case a < 0 || b < 0 || a > MaxIndex || b > MaxIndex:
 			return nil, fmt.Errorf("tie %q: stages are numbered 0..S-1; name two of them", part)
 		case a == b:
-			return nil, fmt.Errorf("tie %q: a stage is tied to itself; a tie names two different stages (e.g. 0:%d)", part, a+1)
+			return nil, fmt.Errorf("tie %q: a stage is tied to itself; a tie names two different stages, e.g. 0:3 (the first of 4 stages and the last)", part)
 		}
 		out = append(out, Tie{min(a, b), max(a, b)})
 	}
@@ -59,15 +59,15 @@ func CheckTies(ties []Tie, stages int) error {
 	for _, t := range ties {
 		switch {
 		case t.A == t.B:
-			return fmt.Errorf("tie %s: a stage is tied to itself; a tie names two different stages", t)
+			return fmt.Errorf("-tie %s: a stage is tied to itself; a tie names two different stages", t)
 		case t.A > t.B:
 			return fmt.Errorf("tie %d:%d is not normalized; write it %d:%d (ParseTies does)", t.A, t.B, t.B, t.A)
 		case t.A < 0 || t.B >= stages:
-			return fmt.Errorf("tie %s: the program has %d stages (0..%d); name two of them, e.g. -tie 0:%d for the first and the last", t, stages, stages-1, stages-1)
+			return fmt.Errorf("-tie %s: the program has %d stages (0..%d); name two of them, e.g. -tie 0:%d for the first and the last", t, stages, stages-1, stages-1)
 		}
 		for _, s := range []int{t.A, t.B} {
 			if o, dup := seen[s]; dup {
-				return fmt.Errorf("ties %s and %s both name stage %d; a stage takes part in one tie (tie the other stages to each other, or give the stage one list of tied parameters)", o, t, s)
+				return fmt.Errorf("-tie %s and %s both name stage %d; a stage takes part in one tie (tie the other stages to each other, or give the stage one list of tied parameters)", o, t, s)
 			}
 			seen[s] = t
 		}
