@@ -171,3 +171,71 @@ func TestTieRules(t *testing.T) {
 		}
 	})
 }
+
+// TestTieMutations: every position a TIE_GRAD can be moved to on its rank,
+// in lowered tied programs of several families, ties and comm options, gets
+// the same verdict from verify and from the independent naive interpreter
+// (runNaive): accepted exactly when running it completes, and a deadlock
+// only when running it hangs.
+func TestTieMutations(t *testing.T) {
+	var accepted, hung, broke int
+	for P := 2; P <= 4; P++ {
+		for _, M := range []int{1, P, 2 * P} {
+			for name, base := range map[string]ir.Program{
+				"1f1b":        oneF1B(P, M),
+				"zb":          zbLike(P, M),
+				"interleaved": interleaved(P, 2, M),
+				"v":           vshape(P, M, M%2 == 0),
+			} {
+				S := base.Stages()
+				tieSets := [][]ir.Tie{{{A: 0, B: S - 1}}}
+				if S >= 4 {
+					tieSets = append(tieSets, []ir.Tie{{A: 0, B: S - 1}, {A: 1, B: S - 2}}, []ir.Tie{{A: 1, B: 2}})
+				}
+				for _, ties := range tieSets {
+					for _, batch := range []bool{false, true} {
+						low := lowerTied(t, base, ties, passes.Options{Batch: batch})
+						if why := runNaive(low); why != "" {
+							t.Fatalf("%s P=%d M=%d ties %v: the naive interpreter says the lowered program %s", name, P, M, ties, why)
+						}
+						for r, steps := range low.Ranks {
+							for i, st := range steps {
+								if st.Kind != ir.TieGrad {
+									continue
+								}
+								for j := range len(steps) {
+									if j == i {
+										continue
+									}
+									p := low.Clone()
+									p.Ranks[r] = moveStep(steps, i, j)
+									why := runNaive(p)
+									_, err := verify.Check(p, verify.Options{})
+									var de *verify.DeadlockError
+									switch {
+									case (err == nil) != (why == ""):
+										t.Fatalf("%s P=%d M=%d ties %v batch=%v, rank %d: %s moved from %d to %d:\nverify: %v\nnaive:  %q\n%s", name, P, M, ties, batch, r, st, i, j, err, why, ir.FormatText(p))
+									case err == nil:
+										accepted++
+									case errors.As(err, &de) && !strings.HasPrefix(why, "hangs"):
+										// (A program that hangs may also break a rule
+										// verify reports first: a TIE_GRAD after OPT_STEP.)
+										t.Fatalf("%s P=%d M=%d ties %v, rank %d: %s moved to %d: verify %v, naive %q (a deadlock must hang)", name, P, M, ties, r, st, j, err, why)
+									case de != nil:
+										hung++
+									default:
+										broke++
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("moved TIE_GRADs: %d accepted, %d deadlock, %d rejected otherwise", accepted, hung, broke)
+	if accepted == 0 || hung == 0 || broke == 0 {
+		t.Errorf("mutation mix too narrow: %d accepted, %d deadlock, %d other", accepted, hung, broke)
+	}
+}
