@@ -244,7 +244,7 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 		} else {
 			held[s] = st
 		}
-		if lin := tiedLayer(model[s], sp.Stages); lin != nil && r.fsdp == nil {
+		if lin := tiedLayer(sp, s, model[s]); lin != nil && r.fsdp == nil {
 			// A stage of a tie: TIE_GRAD sums the copies' gradients within
 			// the replica, then OPT_STEP all-reduces them over the replicas.
 			if held[s], err = nn.Tie(st, lin.Weight, lin.Bias); err != nil {

@@ -219,7 +219,7 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 				// Offload the saved activations at SWAP_LAUNCH_OFFLOAD.
 				held[s] = &nn.Swapping{Sequential: model[s], Tier: st.tier, Name: fmt.Sprintf("stage %d", s)}
 			}
-			if lin := tiedLayer(model[s], sp.Stages); lin != nil {
+			if lin := tiedLayer(sp, s, model[s]); lin != nil {
 				// A stage of a tie: TIE_GRAD sums its copy's gradients
 				// with the other stage's (pipe.Tied).
 				ts, err := nn.Tie(model[s], lin.Weight, lin.Bias)

@@ -108,17 +108,18 @@ func buildTiedStages(numStages int, dt tensor.Dtype, seed uint64, ties []pipe.Ti
 	return stages, nil
 }
 
-// tiedLayer returns the tied Linear of stage s of a model buildTiedStages
-// built with numStages stages, or nil when s has none.
-func tiedLayer(seq *nn.Sequential, numStages int) *nn.Linear {
-	i := 2 * blocks / numStages
-	if i >= len(seq.Layers) {
+// tiedLayer returns the tied Linear of stage s of sp's model (built by
+// buildTiedStages with sp.Ties), or nil when s is in no tie.
+func tiedLayer(sp pipe.Spec, s int, seq *nn.Sequential) *nn.Linear {
+	tied := false
+	for _, t := range sp.Ties {
+		tied = tied || t.A == s || t.B == s
+	}
+	i := 2 * blocks / stagesPerCopy(sp) // after the stage's blocks (Linear, Tanh each)
+	if !tied || i >= len(seq.Layers) {
 		return nil
 	}
 	lin, _ := seq.Layers[i].(*nn.Linear)
-	if lin == nil || lin.In != hidden || lin.Out != hidden {
-		return nil
-	}
 	return lin
 }
 
