@@ -256,6 +256,9 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.ShipLabels = r.ShipLabels
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
+	if len(r.Ties) > 0 && r.Schedule == gen.Auto {
+		return opt, usagef("-tie %s names stages, and -schedule auto chooses how many there are (V per rank); pick the schedule first (ppgen sim -schedule auto prints its choice), then tie its stages", r.Ties.String())
+	}
 	opt.Passes.Ties = r.Ties
 	opt.Verify.MaxActivations = r.MaxActivations
 	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost)) {

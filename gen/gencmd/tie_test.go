@@ -43,6 +43,12 @@ func TestTieFlag(t *testing.T) {
 			t.Errorf("-tie %s: %v; want a usage error of -tie saying %q", tc.value, err, tc.words)
 		}
 	}
+	// auto chooses the stage count: a tie cannot name its stages.
+	if r, err := Parse([]string{"-schedule", "auto", "-ranks", "4", "-micro", "4", "-tie", "0:3"}, Env{}); err != nil {
+		t.Fatal(err)
+	} else if _, err := r.LowerOptions(); err == nil || !strings.Contains(err.Error(), "auto") {
+		t.Errorf("-tie with -schedule auto: %v; want a usage error", err)
+	}
 	// The range is the schedule's: 4 stages.
 	r, err = Parse([]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", "0:4", "-package", "x"}, Env{})
 	if err != nil {
