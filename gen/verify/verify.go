@@ -109,7 +109,9 @@ type checker struct {
 	// the strict model of a lowered program, built during the walk
 	model   *strict.Model
 	hostIdx []int32 // global host step -> index on its rank
-	// tieSteps are the TIE_GRAD steps, for the strict model (tie.go)
+	// hasTie: the program holds TIE_GRAD steps; tieSteps are they, for
+	// the strict model (tie.go)
+	hasTie   bool
 	tieSteps []tieStep
 	// slots: per chunk its slot and live interval; chunk starts in walk order
 	slotted bool
