@@ -412,38 +412,52 @@ func TestTiedStageMustImplementTied(t *testing.T) {
 	}
 }
 
-// TestTiedShapeMismatch: copies of a tie of different shapes fail the
-// exchange on both ranks, naming both stages.
+// TestTiedShapeMismatch: copies of a tie whose lists differ (in order, or
+// in count) fail the exchange on both ranks at once, naming both stages,
+// rather than leaving one waiting for a tensor the other never sends.
 func TestTiedShapeMismatch(t *testing.T) {
 	p := tieProg(t, 0)
 	sp := p.spec
-	trs := inprocWorld(sp.Ranks, 10*time.Second)
-	stages, held := tieModel(t, sp.Stages, []ir.Tie{{A: 0, B: 3}}, tensor.Float64, false)
-	// Stage 3's tied list: its bias only.
-	l := stages[3].Layers[2].(*nn.Linear)
-	var err error
-	if held[3], err = nn.Tie(stages[3], l.Bias, l.Weight); err != nil {
-		t.Fatal(err)
-	}
-	xs := make([]*pipe.Exec, sp.Ranks)
-	for r := range sp.Ranks {
-		mine := map[int]pipe.Stage{}
-		for s, rr := range sp.RankOf {
-			if rr == r {
-				mine[s] = held[s]
+	for name, list := range map[string]func(l *nn.Linear) []*nn.Param{
+		"order": func(l *nn.Linear) []*nn.Param { return []*nn.Param{l.Bias, l.Weight} },
+		"count": func(l *nn.Linear) []*nn.Param { return []*nn.Param{l.Weight} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			trs := inprocWorld(sp.Ranks, 10*time.Second)
+			stages, held := tieModel(t, sp.Stages, []ir.Tie{{A: 0, B: 3}}, tensor.Float64, false)
+			l := stages[3].Layers[2].(*nn.Linear)
+			var err error
+			if held[3], err = nn.Tie(stages[3], list(l)...); err != nil {
+				t.Fatal(err)
 			}
-		}
-		x, err := pipe.New(pipe.Config{Rank: r, Spec: sp, Stages: mine, Transport: trs[r], Loss: nn.MSE{Scale: 1},
-			Data: tieSource{tensor.Float64, sp.Micro, new(int)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		xs[r] = x
-		defer func() { x.Close(); trs[r].Close() }()
-	}
-	err = pipe.RunAll(xs, rankFns(p, "interp"))
-	var se *pipe.StepError
-	if !errors.As(err, &se) || !strings.Contains(err.Error(), "TIE_GRAD") || !strings.Contains(err.Error(), "stage 0") || !strings.Contains(err.Error(), "stage 3") {
-		t.Fatalf("RunAll with mismatched tie copies: %v; want a TIE_GRAD error naming stages 0 and 3", err)
+			xs := make([]*pipe.Exec, sp.Ranks)
+			for r := range sp.Ranks {
+				mine := map[int]pipe.Stage{}
+				for s, rr := range sp.RankOf {
+					if rr == r {
+						mine[s] = held[s]
+					}
+				}
+				x, err := pipe.New(pipe.Config{Rank: r, Spec: sp, Stages: mine, Transport: trs[r], Loss: nn.MSE{Scale: 1},
+					Data: tieSource{tensor.Float64, sp.Micro, new(int)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				xs[r] = x
+				defer func() { x.Close(); trs[r].Close() }()
+			}
+			start := time.Now()
+			err = pipe.RunAll(xs, rankFns(p, "interp"))
+			for _, r := range []int{0, 3} {
+				var se *pipe.StepError
+				rerr := xs[r].Err()
+				if !errors.As(rerr, &se) || !strings.Contains(rerr.Error(), "TIE_GRAD") || !strings.Contains(rerr.Error(), "stage 0's tied gradients") || !strings.Contains(rerr.Error(), "stage 3's") {
+					t.Errorf("rank %d: %v; want a TIE_GRAD error naming both stages' lists (all: %v)", r, rerr, err)
+				}
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("the mismatch took %v to fail; want it at the exchange, not at a timeout", d)
+			}
+		})
 	}
 }

@@ -2,6 +2,8 @@ package pipe
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"gorgonia.org/tensor"
 )
@@ -109,6 +111,12 @@ func (x *Exec) TieGrad(stage int) {
 		return
 	}
 	mine := x.raw[stage].(Tied).TiedGrads()
+	for i, g := range mine {
+		if g == nil {
+			x.stepFail(k, stage, -1, -1, fmt.Errorf("tie %d:%d: stage %d's tied gradient %d is nil", a, b, stage, i))
+			return
+		}
+	}
 	var err error
 	if peer == x.rank { // stage is a
 		theirs := x.raw[other].(Tied).TiedGrads()
@@ -126,19 +134,96 @@ func (x *Exec) TieGrad(stage int) {
 			return
 		}
 		var theirs []*tensor.Dense
-		if theirs, err = x.swapGrads(stage, other, peer, mine); err == nil {
+		if theirs, err = x.exchangeTied(stage, other, peer, mine); err == nil {
 			if stage == a {
 				err = tieSum(mine, mine, theirs, a, b)
 			} else {
 				err = tieSum(mine, theirs, mine, a, b)
 			}
+			if x.rec != nil {
+				for _, g := range theirs {
+					x.rec.Recycle(g) // summed: the receive buffers go back
+				}
+			}
 		}
 	}
 	if err != nil {
+		if peer == x.rank {
+			peer = -1
+		}
 		x.stepFail(k, stage, -1, peer, fmt.Errorf("tie %d:%d: %w", a, b, err))
 		return
 	}
 	x.tied[stage] = true
+}
+
+// exchangeTied sends stage's tied gradients mine to peer, which holds the
+// other stage of the tie, and returns the other's. The two ranks first
+// swap a description of their lists (count, dtypes, shapes: tieMeta), so
+// that lists that differ fail both ranks at once, naming both stages,
+// instead of leaving one waiting for a tensor the other never sends.
+func (x *Exec) exchangeTied(stage, other, peer int, mine []*tensor.Dense) ([]*tensor.Dense, error) {
+	meta, err := x.swapGrads(stage, other, peer, []*tensor.Dense{tieMeta(mine)})
+	if err != nil {
+		return nil, err
+	}
+	theirs := meta[0]
+	if theirs.Dtype() != tensor.Float64 || !slices.Equal(theirs.Float64s(), tieMeta(mine).Float64s()) {
+		a, b := stage, other
+		da, db := describeMeta(tieMeta(mine)), describeMeta(theirs)
+		if a > b {
+			a, b, da, db = b, a, db, da
+		}
+		return nil, fmt.Errorf("stage %d's tied gradients are %s and stage %d's %s; both copies of a tie return the same list from TiedGrads", a, da, b, db)
+	}
+	return x.swapGrads(stage, other, peer, mine)
+}
+
+// tieMeta describes a list of tied gradients as a float64 vector: the
+// count, then per tensor its dtype (0 float64, 1 float32, 2 other), its
+// number of dimensions and the dimensions.
+func tieMeta(gs []*tensor.Dense) *tensor.Dense {
+	v := []float64{float64(len(gs))}
+	for _, g := range gs {
+		dt := 2.0
+		switch g.Dtype() {
+		case tensor.Float64:
+			dt = 0
+		case tensor.Float32:
+			dt = 1
+		}
+		sh := g.Shape()
+		v = append(v, dt, float64(len(sh)))
+		for _, d := range sh {
+			v = append(v, float64(d))
+		}
+	}
+	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v))
+}
+
+// describeMeta words a tieMeta vector ("2: float64 [4 3], float32 [3]"),
+// or says it is malformed (a peer's is not trusted).
+func describeMeta(t *tensor.Dense) string {
+	if t.Dtype() != tensor.Float64 || t.Dims() != 1 {
+		return "(an undecodable description)"
+	}
+	v := t.Float64s()
+	if len(v) == 0 || v[0] < 0 || v[0] > float64(len(v)) {
+		return "(an undecodable description)"
+	}
+	n := int(v[0])
+	parts := make([]string, 0, n)
+	i := 1
+	for range n {
+		if i+2 > len(v) || v[i+1] < 0 || v[i+1] > float64(len(v)-i-2) {
+			return "(an undecodable description)"
+		}
+		name := [...]string{"float64", "float32", "another dtype"}[min(max(int(v[i]), 0), 2)]
+		nd := int(v[i+1])
+		parts = append(parts, fmt.Sprintf("%s %v", name, v[i+2:i+2+nd]))
+		i += 2 + nd
+	}
+	return fmt.Sprintf("%d (%s)", n, strings.Join(parts, ", "))
 }
 
 // tieSum sets dst[i] to ga[i] + gb[i], element by element: ga are the
