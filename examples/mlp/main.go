@@ -6,6 +6,7 @@
 //	go run ./examples/mlp                        # 1f1b, 4 ranks in-process, 5 steps
 //	go run ./examples/mlp -schedule zbv -check   # compare with sequential training
 //	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
+//	go run ./examples/mlp -schedule 1f1b-tie -check  # stages 0 and 3 share a layer (-tie 0:3)
 //	go run -tags nccl ./examples/mlp -transport nccl -check  # 4 processes, one GPU each (NCCL)
 //
 //	go build -tags mpi -o mlp ./examples/mlp     # over MPI (needs an MPI)
