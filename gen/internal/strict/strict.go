@@ -528,7 +528,9 @@ func (s *Sim) WaitOf(r int) Wait {
 	}
 	if w.Host < s.m.HostLen(r) {
 		if w.On.Rank == OpEvent {
-			if p := s.m.OpPartner[w.On.Index]; p >= 0 {
+			if q := s.m.OpRank[w.On.Index]; int(q) != r {
+				w.Peer = int(q) // another rank's op (a tie's exchange): that rank's stream
+			} else if p := s.m.OpPartner[w.On.Index]; p >= 0 {
 				w.Peer = int(s.m.OpRank[p])
 			}
 		} else {
