@@ -242,6 +242,7 @@ func New(cfg Config) (*Exec, error) {
 	}
 	x.spec.Slots = slices.Clone(sp.Slots)
 	x.spec.RankOf = slices.Clone(sp.RankOf)
+	x.spec.Ties = slices.Clone(sp.Ties)
 	for i := range x.slots {
 		s := &x.slots[i]
 		s.actDone = make(chan struct{}, 1)
