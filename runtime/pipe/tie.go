@@ -208,17 +208,24 @@ func describeMeta(t *tensor.Dense) string {
 		return "(an undecodable description)"
 	}
 	v := t.Float64s()
-	if len(v) == 0 || v[0] < 0 || v[0] > float64(len(v)) {
+	// Negated comparisons: a NaN fails them all.
+	if len(v) == 0 || !(v[0] >= 0 && v[0] <= float64(len(v))) {
 		return "(an undecodable description)"
 	}
 	n := int(v[0])
 	parts := make([]string, 0, n)
 	i := 1
 	for range n {
-		if i+2 > len(v) || v[i+1] < 0 || v[i+1] > float64(len(v)-i-2) {
+		if i+2 > len(v) || !(v[i+1] >= 0 && v[i+1] <= float64(len(v)-i-2)) {
 			return "(an undecodable description)"
 		}
-		name := [...]string{"float64", "float32", "another dtype"}[min(max(int(v[i]), 0), 2)]
+		name := "another dtype"
+		switch v[i] {
+		case 0:
+			name = "float64"
+		case 1:
+			name = "float32"
+		}
 		nd := int(v[i+1])
 		parts = append(parts, fmt.Sprintf("%s %v", name, v[i+2:i+2+nd]))
 		i += 2 + nd
