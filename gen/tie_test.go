@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -59,5 +60,49 @@ func TestTiesEveryFamily(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLowerProgramTies: -tie with a program read with -in: a compute order
+// (TIE_GRADs in it or not) gets its exchanges from the tie pass; a lowered
+// file without them gets them at the end of its ranks; one that places them
+// keeps them, and verify checks where (here: too early, a deadlock).
+func TestLowerProgramTies(t *testing.T) {
+	ties := []ir.Tie{{A: 0, B: 1}}
+	opt := Options{Passes: passes.Options{Ties: ties}}
+	count := func(p ir.Program) int {
+		n := 0
+		for _, steps := range p.Ranks {
+			for _, st := range steps {
+				if st.Kind == ir.TieGrad {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for _, text := range []string{
+		"rank 0: 0F0 0B0 0TIE_GRAD\nrank 1: 1F0 1B0 1TIE_GRAD\n",
+		"rank 0: 0F0 0B0\nrank 1: 1F0 1B0\n",
+		"rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1DATA_LOAD0 1F0 1B0 1SEND_B0\n",
+	} {
+		p, err := ir.ParseText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := LowerProgram(p, opt)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if count(res.Program) != 2 || len(res.Program.Ties) != 1 {
+			t.Errorf("%q: %d TIE_GRADs, ties %v; want 2 and %v", text, count(res.Program), res.Program.Ties, ties)
+		}
+	}
+	early, err := ir.ParseText("rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0RECV_B0 0B0 0TIE_GRAD OPT_STEP\nrank 1: 1RECV_F0 1DATA_LOAD0 1F0 1B0 1TIE_GRAD 1SEND_B0 OPT_STEP\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LowerProgram(early, opt); err == nil || !strings.Contains(err.Error(), "deadlock") {
+		t.Errorf("a file exchanging before its last send: %v; want a deadlock", err)
 	}
 }

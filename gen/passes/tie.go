@@ -90,3 +90,14 @@ func Tie(p ir.Program, ties []ir.Tie) (ir.Program, error) {
 func tieStep(stage int) ir.Step {
 	return ir.Step{Kind: ir.TieGrad, Stage: stage, Micro: ir.None, Peer: ir.None, Slot: ir.None}
 }
+
+// DropTies returns p without its TIE_GRAD steps (a compute order read with
+// -in may hold them; lowering places them anew). p is not modified.
+func DropTies(p ir.Program) ir.Program {
+	q := p
+	q.Ranks = make([][]ir.Step, len(p.Ranks))
+	for r, steps := range p.Ranks {
+		q.Ranks[r] = slices.DeleteFunc(slices.Clone(steps), func(st ir.Step) bool { return st.Kind == ir.TieGrad })
+	}
+	return q
+}
