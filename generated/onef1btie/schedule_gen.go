@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:ae79c29e3b8af132ca48f37f903437a0ff45dae810881a8d5cdf78bb4c1c7f5a"
+const Fingerprint = "sha256:9a9abf2e366e19f5e0eded00fc5bd62a1c4904942a4c050e1e0fcf5fc38f1aa3"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{

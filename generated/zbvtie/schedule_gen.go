@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:27f7eb3ba7320377aece140e8cca9b525a9604801a16c1de9ed5d8ad37a468a0"
+const Fingerprint = "sha256:08a8262eb1fb1ffc0ed50ebf54a0a74c076878870a34cb0d4eacd385e04720a8"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{
