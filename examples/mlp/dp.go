@@ -246,6 +246,13 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 		} else {
 			held[s] = st
 		}
+		if lin := tiedLayer(sp, s, model[s]); lin != nil && r.fsdp == nil {
+			// A stage of a tie: TIE_GRAD sums the copies' gradients within
+			// the replica, then OPT_STEP all-reduces them over the replicas.
+			if held[s], err = nn.Tie(st, lin.Weight, lin.Bias); err != nil {
+				return nil, err
+			}
+		}
 		mine = append(mine, model[s])
 	}
 	if r.fsdp != nil {
@@ -281,7 +288,7 @@ func dpReference(o options, sp pipe.Spec, m mesh.Mesh) ([]*nn.Sequential, [][]fl
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed)
+	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -298,9 +305,12 @@ func dpReference(o options, sp pipe.Spec, m mesh.Mesh) ([]*nn.Sequential, [][]fl
 // runtime/collective's reduce-scatter does. The same gradient in real
 // arithmetic as accumulating all N·M micro-batches in one sum; in floating
 // point it is the association a DP run computes, so float32 is compared at
-// its usual 1e-5 rather than at the rounding of a reassociated sum.
+// its usual 1e-5 rather than at the rounding of a reassociated sum. A tied
+// parameter (tieShared) has its two uses' gradients summed per block
+// (sumTied), as TIE_GRAD sums them in each replica before the all-reduce.
 func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimizer, loss nn.MSE, steps, blocks int) ([][]float64, error) {
-	ps := params(stages)
+	all := params(stages)
+	ps := unique(all)
 	var losses [][]float64
 	for step := range steps {
 		data.setStep(step)
@@ -314,6 +324,7 @@ func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimi
 					return nil, err
 				}
 			}
+			sumTied(all)
 			for i, p := range ps {
 				if b == 0 {
 					total = append(total, p.Grad.Clone().(*tensor.Dense))
@@ -321,7 +332,7 @@ func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimi
 				}
 				addDense(total[i], p.Grad)
 			}
-			nn.ZeroGrad(ps)
+			nn.ZeroGrad(all)
 		}
 		for i, p := range ps {
 			p.Grad.Zero()
@@ -330,7 +341,7 @@ func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimi
 		if err := opt.Step(ps); err != nil {
 			return nil, err
 		}
-		nn.ZeroGrad(ps)
+		nn.ZeroGrad(all)
 		losses = append(losses, perMicro)
 	}
 	return losses, nil

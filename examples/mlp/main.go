@@ -6,6 +6,7 @@
 //	go run ./examples/mlp                        # 1f1b, 4 ranks in-process, 5 steps
 //	go run ./examples/mlp -schedule zbv -check   # compare with sequential training
 //	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
+//	go run ./examples/mlp -schedule 1f1b-tie -check  # stages 0 and 3 share a layer (-tie 0:3)
 //	go run -tags nccl ./examples/mlp -transport nccl -check  # 4 processes, one GPU each (NCCL)
 //	go run -tags nccl ./examples/mlp -transport nccl -dp 2 -schedule 1f1b-fsdp-swap -check  # 8 processes and GPUs, NCCL's collectives
 //
@@ -220,6 +221,15 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 				// Offload the saved activations at SWAP_LAUNCH_OFFLOAD.
 				held[s] = &nn.Swapping{Sequential: model[s], Tier: st.tier, Name: fmt.Sprintf("stage %d", s)}
 			}
+			if lin := tiedLayer(sp, s, model[s]); lin != nil {
+				// A stage of a tie: TIE_GRAD sums its copy's gradients
+				// with the other stage's (pipe.Tied).
+				ts, err := nn.Tie(model[s], lin.Weight, lin.Bias)
+				if err != nil {
+					return nil, err
+				}
+				held[s] = ts
+			}
 			st.stages = append(st.stages, model[s])
 		}
 	}
@@ -396,7 +406,7 @@ func runInProc(o options, out io.Writer) error {
 // sequentialReference trains the model of sp (one copy's stages) without a
 // pipeline; the losses are per step and micro-batch.
 func sequentialReference(o options, sp pipe.Spec, dt tensor.Dtype) ([]*nn.Sequential, [][]float64, error) {
-	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed)
+	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -105,6 +105,10 @@ type Request struct {
 	// schedule (evaluation, inference: forwards and their transfers, no
 	// backward, no OPT_STEP; passes.ForwardOnly).
 	ForwardOnly bool
+	// Ties is -tie A:B (repeatable, or a comma list): stages that hold one
+	// copy each of a shared parameter, whose gradients TIE_GRAD sums before
+	// OPT_STEP (passes.Tie). Normalized (A < B) as the flag is read.
+	Ties TieFlag
 	// MaxActivations is -max-activations (verify, import): verify's limit
 	// on live chunks per rank (0: none).
 	MaxActivations int
@@ -194,6 +198,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
+	fs.Var(&r.Ties, "tie", "stages A:B share a parameter (an embedding on the first stage tied to the LM head on the last: 0:S-1); TIE_GRAD sums their gradients before OPT_STEP (repeat -tie, or list 0:3,1:2; a stage takes part in one tie; no effect with -forward-only)")
 	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
 	if which.Cost != "" {
 		r.simCost = true
@@ -259,6 +264,10 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.ShipLabels = r.ShipLabels
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
+	if len(r.Ties) > 0 && r.Schedule == gen.Auto {
+		return opt, usagef("-tie %s names stages, and -schedule auto chooses how many there are (V per rank); pick the schedule first (ppgen sim -schedule auto prints its choice), then tie its stages", r.Ties.String())
+	}
+	opt.Passes.Ties = r.Ties
 	opt.Verify.MaxActivations = r.MaxActivations
 	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule))) {
 		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only, and -cost to the families whose order it shapes (%s; ppgen sim -cost simulates any schedule)", strings.Join(costFamilies(), ", "))

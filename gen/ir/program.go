@@ -49,6 +49,10 @@ type Program struct {
 	// write it: ParseText, ParseCSV and Infer infer it from the stages each
 	// micro-batch computes.
 	Copies int
+	// Ties are the tied stage pairs (-tie A:B, passes.Tie): each rank
+	// holding a stage of a tie runs TIE_GRAD before OPT_STEP. The text and
+	// CSV forms do not write them (the TIE_GRAD steps show where they are).
+	Ties []Tie
 }
 
 // NewProgram returns an empty program for the placement and micro-batch count.
@@ -115,7 +119,7 @@ func (s Step) clone() Step {
 // ComputeOnly returns a copy of the program with only its compute steps (F, B, I, W, overlaps).
 func (p Program) ComputeOnly() Program {
 	q := NewProgram(p.Placement, p.Micro)
-	q.Copies = p.Copies
+	q.Copies, q.Ties = p.Copies, p.Ties
 	for r, steps := range p.Ranks {
 		for _, s := range steps {
 			if s.Kind.IsCompute() {

@@ -103,6 +103,9 @@ func lowered(t testing.TB, cfg ir.Config, opt gen.Options) prog {
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
 		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
 		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly()}
+	for _, t := range p.Ties {
+		spec.Ties = append(spec.Ties, pipe.Tie{A: t.A, B: t.B})
+	}
 	if len(ops) != spec.Ranks {
 		t.Fatalf("%s: the emitted table has %d ranks, the program %d", name, len(ops), spec.Ranks)
 	}

@@ -499,6 +499,10 @@ func (x *Exec) OptStep() {
 	if x.failedNow() {
 		return
 	}
+	if s := x.untied(); s >= 0 {
+		x.stepFail(OpOptStep, 0, 0, -1, fmt.Errorf("stage %d is tied (Spec.Ties) but its TIE_GRAD has not run: the optimizer would step on one copy's gradient; TIE_GRAD %d comes before OPT_STEP", s, s))
+		return
+	}
 	if x.copies > 1 {
 		if err := x.syncCopies(); err != nil {
 			x.stepFail(OpOptStep, 0, 0, -1, fmt.Errorf("summing the model copies' gradients: %w", err))

@@ -42,6 +42,10 @@ type Spec struct {
 	// gradient only until the slot's next chunk; the program has no
 	// OPT_STEP.
 	ForwardOnly bool
+	// Ties are the stages that share a parameter (`ppgen gen -tie A:B`):
+	// each holds a copy, implements Tied, and TIE_GRAD sums the copies'
+	// gradients before OPT_STEP (TieGrad).
+	Ties []Tie
 }
 
 // Validate checks the Spec's internal consistency.
@@ -83,7 +87,7 @@ func (s Spec) Validate() error {
 	case s.Copies == 2 && (s.Stages%2 != 0 || s.Micro%2 != 0):
 		return fmt.Errorf("Copies = 2 needs an even number of stages and of micro-batches, not %d and %d", s.Stages, s.Micro)
 	}
-	return nil
+	return checkTies(s)
 }
 
 // CopyGrads is implemented by the stages of a program with two model copies
