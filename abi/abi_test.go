@@ -44,6 +44,7 @@ func TestKinds(t *testing.T) {
 		MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, "Rsm", 0},
 		BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, "A", 0},
 		BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, "A", 0},
+		TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, "s", 0},
 	}
 	if len(Kinds()) != len(cases) {
 		t.Errorf("Kinds() has %d kinds; the test pins %d", len(Kinds()), len(cases))

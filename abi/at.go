@@ -12,7 +12,7 @@ const (
 	ArgsComm                 // (stage, micro, peer, slot): the transfers; At (peer, slot)
 	ArgsCompute              // (stage, micro, slot, src): F, B, I; At (slot, src), src the local source slot or -1
 	ArgsOverlap              // the sub-steps' operands in order: (stage, micro, slot, src) for F, (kind, stage, micro, slot, src) for B, I or W
-	ArgsStage                // (stage): the FSDP steps
+	ArgsStage                // (stage): the FSDP steps, TIE_GRAD
 )
 
 // Args returns the names of the operands of an unpacked runtime call of

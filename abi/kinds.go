@@ -38,6 +38,7 @@ const (
 	MpipeRecv              // MPIPE_FWD_RECV: the stage's rank receives it from the micro's owner
 	BatchBegin             // BATCH_BEGIN: the transfers up to BATCH_END are one batch (coalesced)
 	BatchEnd               // BATCH_END: closes the batch BATCH_BEGIN opened; the runtime issues it as one group
+	TieGrad                // TIE_GRAD: sum a tied parameter's gradients with the other stage of its tie (-tie A:B)
 	numKinds
 )
 
@@ -95,6 +96,7 @@ var kinds = [numKinds]row{
 	MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, recv, nil},
 	BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, 0, nil},
 	BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, 0, nil},
+	TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, 0, nil},
 }
 
 // facts is the part of a row the predicates read, packed in four bytes.
@@ -215,6 +217,10 @@ func (k Kind) IsSwap() bool { return fact[k].class&swap != 0 }
 // (docs/design.md §5, pass 9).
 func (k Kind) IsBatch() bool { return k == BatchBegin || k == BatchEnd }
 
+// IsTie reports whether the kind is TIE_GRAD, the exchange of a tied
+// parameter's gradients between the two stages of a tie (-tie A:B).
+func (k Kind) IsTie() bool { return k == TieGrad }
+
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }
 
@@ -234,7 +240,8 @@ func (k Kind) IsRecv() bool { return fact[k].class&recv != 0 }
 func (k Kind) HasStage() bool { return fact[k].class&stage != 0 }
 
 // HasMicro reports whether steps of this kind name a micro-batch: all but
-// OPT_STEP, the overlaps and the FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD).
+// OPT_STEP, the overlaps, the FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) and
+// TIE_GRAD.
 // Invalid and kinds out of range count as naming one.
 func (k Kind) HasMicro() bool { return fact[k].class&micro != 0 }
 

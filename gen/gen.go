@@ -100,6 +100,12 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 		return Result{}, fmt.Errorf("program: %w", err)
 	}
 	if !p.HasComm() {
+		// TIE_GRADs in a compute order say nothing of where they go among
+		// the transfers lowering adds: the tie pass places them (-tie), and
+		// without -tie verify refuses them.
+		if q := passes.DropTies(p); len(opt.Passes.Ties) > 0 {
+			p = q
+		}
 		if _, err := verify.Check(p, verify.Options{}); err != nil {
 			return Result{Compute: p}, fmt.Errorf("compute order: %w", err)
 		}
@@ -109,6 +115,15 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 		return lowerCompute(p, opt)
 	}
 	res := Result{Compute: p.ComputeOnly()}
+	if len(opt.Passes.Ties) > 0 {
+		// -tie: the exchanges go at the end of the ranks, unless the file
+		// places them itself (then verify checks where).
+		var err error
+		if p, err = passes.Tie(p, opt.Passes.Ties); err != nil {
+			return res, err
+		}
+		res.Info.Passes = append(res.Info.Passes, "tie")
+	}
 	if opt.Passes.Batch {
 		// Before the first check: batching can make a program safe that
 		// deadlocks unbatched (two ranks sending to each other first).

@@ -65,6 +65,7 @@ func TestBadInputs(t *testing.T) {
 		"quote.csv":           []byte("0F0,\"0B0\n"),
 		"long-line.txt":       bytes.Repeat([]byte("x"), 20<<20),
 		"many-ranks.txt":      bytes.Repeat([]byte("0F0 0B0\n"), 70000),
+		"tie-early.txt":       []byte("rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0RECV_B0 0B0 0TIE_GRAD OPT_STEP\nrank 1: 1RECV_F0 1DATA_LOAD0 1F0 1B0 1TIE_GRAD 1SEND_B0 OPT_STEP\n"),
 		"model-nan.json":      []byte(`{"layers": [{"F": NaN, "B": 1, "act": 1, "params": 1}]}`),
 		"model-typo.json":     []byte(`{"layers": [{"F": 1, "B": 1, "act": 1, "param": 1}]}`),
 		"model-1layer.json":   []byte(`{"layers": [{"F": 1, "B": 2, "act": 1, "params": 1}]}`),
@@ -174,6 +175,13 @@ func TestBadInputs(t *testing.T) {
 	flagCase("-model with a misspelt key", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-model", "model-typo.json")
 	flagCase("-model of 1 layer on 2 stages", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-model", "model-1layer.json")
 	flagCase("-model of 400,001 layers (16 MiB)", 2, "sim", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-model", "model-huge.json")
+	flagCase("-tie 3:3 (a stage tied to itself)", 2, "verify", "-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", "3:3")
+	flagCase("-tie x", 2, "verify", "-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", "x")
+	flagCase("-tie 0:4 on 4 stages", 2, "verify", "-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", "0:4")
+	flagCase("-tie 0:3,0:2 (a stage in two ties)", 2, "verify", "-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", "0:3,0:2")
+	flagCase("-tie 0:3 -fsdp 1", 2, "verify", "-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", "0:3", "-fsdp", "1")
+	flagCase("text, TIE_GRAD without -tie (`verify -in`)", 2, "verify", "-in", "tie-early.txt")
+	flagCase("text, TIE_GRAD before the send its peer waits for (`verify -in -tie 0:1`)", 1, "verify", "-in", "tie-early.txt", "-tie", "0:1")
 	flagCase("unknown schedule", 2, "verify", "-schedule", "nope", "-ranks", "2", "-micro", "2")
 	flagCase("-compare of 200 schedules", 2, "sim", "-compare", strings.Repeat("1f1b,", 199)+"1f1b", "-ranks", "2", "-micro", "2")
 	flagCase("-compare of 8 schedules at the size cap", 2, "sim", "-compare", strings.Repeat("interleaved:16,", 7)+"interleaved:16", "-ranks", "64", "-micro", "32")

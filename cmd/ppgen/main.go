@@ -56,6 +56,8 @@
 //	                   and ship them along the pipe (DATA_SEND/DATA_RECV)
 //	-batch             merge each run of adjacent transfers of a rank into
 //	                   one batch (BATCH_BEGIN .. BATCH_END) issued as one group
+//	-tie A:B           stages A and B share a parameter (repeatable, or a list
+//	                   0:7,1:6): TIE_GRAD sums their gradients before OPT_STEP
 //	-ranks P           pipeline ranks
 //	-virtual V         virtual stages per rank (0: the family's default)
 //	-micro M           micro-batches per iteration

@@ -5,10 +5,12 @@ package main
 // torchtitan's row-major ["pp", "dp"]). Every replica runs the same
 // generated program on its pipeline's group of the world transport; the
 // collectives run on the DP group's. The world transport is in-process,
-// TCP (one process per world rank, launched like -transport tcp) or MPI
-// (mpirun -np ranks × N), where the DP groups' collectives are MPI's own
-// unless -collectives member-order (MPI's data movement, member-order sums)
-// or sendrecv (runtime/collective's over Send and Recv) says otherwise.
+// TCP (one process per world rank, launched like -transport tcp), NCCL
+// (launched the same way, one GPU per world rank) or MPI (mpirun -np
+// ranks × N); over NCCL and MPI the DP groups' collectives are the
+// engine's: its data movement with member-order sums (-collectives
+// member-order, the default), its own sums (native), or runtime/collective's
+// over Send and Recv (sendrecv).
 //
 // The global batch is N·M micro-batches (M the schedule's): replica d takes
 // global micro-batches [d·M, (d+1)·M), as its micro-batches 0..M-1. The loss
@@ -59,7 +61,7 @@ func runDP(o options, out io.Writer, logger *slog.Logger) error {
 	switch {
 	case o.transport == "inproc":
 		return runInProcDP(o, sc, m, out)
-	case o.transport == "tcp" && os.Getenv("RANK") == "":
+	case (o.transport == "tcp" || o.transport == "nccl") && os.Getenv("RANK") == "":
 		exe, err := os.Executable()
 		if err != nil {
 			return err
@@ -67,16 +69,16 @@ func runDP(o options, out io.Writer, logger *slog.Logger) error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
 		return launch.Local(ctx, m.World(), append([]string{exe}, os.Args[1:]...), launch.LocalOptions{Logger: logger})
-	case o.transport == "tcp":
+	case o.transport == "tcp" || o.transport == "nccl":
 		return runRankDP(o, sc, m, out, logger)
 	case o.transport == "mpi":
 		return runMPIDP(o, sc, m, out, logger)
 	}
-	// Another engine (NCCL) plugs in by building its world transport here
-	// and calling runDPRank with it: the mesh views use only Send and Recv
+	// Another engine plugs in by building its world transport here and
+	// calling runDPRank with it: the mesh views use only Send and Recv
 	// (and batches), the collectives the engine's own where the world
 	// transport has them (transport.Collectives), else Send and Recv.
-	return fmt.Errorf("-dp %d runs on -transport inproc, tcp or mpi, not %q", o.dp, o.transport)
+	return fmt.Errorf("-dp %d runs on -transport inproc, tcp, mpi or nccl, not %q", o.dp, o.transport)
 }
 
 // collOptions are the runtime/collective options -collectives selects.
@@ -89,7 +91,7 @@ func (o options) collOptions() ([]collective.Option, error) {
 	case "sendrecv":
 		return []collective.Option{collective.SendRecv()}, nil
 	}
-	return nil, fmt.Errorf("-collectives %q; want native (the transport's own where it has them, MPI's), member-order (their data movement, member-order sums) or sendrecv (runtime/collective's over Send and Recv)", o.coll)
+	return nil, fmt.Errorf("-collectives %q; want native (the transport's own where it has them, MPI's and NCCL's), member-order (their data movement, member-order sums) or sendrecv (runtime/collective's over Send and Recv)", o.coll)
 }
 
 // runMPIDP runs the world rank MPI gives this process (mpirun -np
@@ -244,6 +246,13 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 		} else {
 			held[s] = st
 		}
+		if lin := tiedLayer(sp, s, model[s]); lin != nil && r.fsdp == nil {
+			// A stage of a tie: TIE_GRAD sums the copies' gradients within
+			// the replica, then OPT_STEP all-reduces them over the replicas.
+			if held[s], err = nn.Tie(st, lin.Weight, lin.Bias); err != nil {
+				return nil, err
+			}
+		}
 		mine = append(mine, model[s])
 	}
 	if r.fsdp != nil {
@@ -279,7 +288,7 @@ func dpReference(o options, sp pipe.Spec, m mesh.Mesh) ([]*nn.Sequential, [][]fl
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed)
+	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -296,9 +305,12 @@ func dpReference(o options, sp pipe.Spec, m mesh.Mesh) ([]*nn.Sequential, [][]fl
 // runtime/collective's reduce-scatter does. The same gradient in real
 // arithmetic as accumulating all N·M micro-batches in one sum; in floating
 // point it is the association a DP run computes, so float32 is compared at
-// its usual 1e-5 rather than at the rounding of a reassociated sum.
+// its usual 1e-5 rather than at the rounding of a reassociated sum. A tied
+// parameter (tieShared) has its two uses' gradients summed per block
+// (sumTied), as TIE_GRAD sums them in each replica before the all-reduce.
 func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimizer, loss nn.MSE, steps, blocks int) ([][]float64, error) {
-	ps := params(stages)
+	all := params(stages)
+	ps := unique(all)
 	var losses [][]float64
 	for step := range steps {
 		data.setStep(step)
@@ -312,6 +324,7 @@ func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimi
 					return nil, err
 				}
 			}
+			sumTied(all)
 			for i, p := range ps {
 				if b == 0 {
 					total = append(total, p.Grad.Clone().(*tensor.Dense))
@@ -319,7 +332,7 @@ func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimi
 				}
 				addDense(total[i], p.Grad)
 			}
-			nn.ZeroGrad(ps)
+			nn.ZeroGrad(all)
 		}
 		for i, p := range ps {
 			p.Grad.Zero()
@@ -328,7 +341,7 @@ func trainSequentialBlocks(stages []*nn.Sequential, data *batches, opt nn.Optimi
 		if err := opt.Step(ps); err != nil {
 			return nil, err
 		}
-		nn.ZeroGrad(ps)
+		nn.ZeroGrad(all)
 		losses = append(losses, perMicro)
 	}
 	return losses, nil
@@ -485,7 +498,9 @@ func inProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) ([]*dpRank, er
 	return ranks, report(out, o, lossDiff, pd)
 }
 
-// runRankDP runs the one world rank the environment names, over TCP.
+// runRankDP runs the one world rank the environment names, over TCP, or
+// with -transport nccl over NCCL (whose control connection is that TCP
+// world; the DP groups' collectives are then NCCL's, nccl.go).
 func runRankDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger) error {
 	env, err := launch.FromEnv()
 	if err != nil {
@@ -500,7 +515,12 @@ func runRankDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.
 	if o.timeout > 0 {
 		cfg.Timeout = o.timeout
 	}
-	world, err := transport.DialTCP(context.Background(), cfg)
+	var world transport.Transport
+	if o.transport == "nccl" {
+		world, err = dialNCCL(env, cfg) // nccl.go (-tags nccl), else an error saying how to build it
+	} else {
+		world, err = transport.DialTCP(context.Background(), cfg)
+	}
 	if err != nil {
 		return err
 	}

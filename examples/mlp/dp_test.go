@@ -17,10 +17,11 @@ import (
 )
 
 // TestDPInProcMatchesSequential: -dp N in-process, FSDP (1f1b-fsdp-swap) and
-// plain data parallelism (1f1b), equals sequential training on the whole
+// plain data parallelism (1f1b; with ties: TIE_GRAD in each replica, then
+// the all-reduce), equals sequential training on the whole
 // global batch within the tolerances (float64 1e-12, float32 1e-5).
 func TestDPInProcMatchesSequential(t *testing.T) {
-	for _, name := range []string{"1f1b-fsdp-swap", "1f1b", "interleaved"} {
+	for _, name := range []string{"1f1b-fsdp-swap", "1f1b", "interleaved", "1f1b-tie", "zbv-tie"} {
 		for _, dtype := range []string{"float64", "float32"} {
 			for _, dp := range []int{2, 3} {
 				t.Run(fmt.Sprintf("%s/%s/dp%d", name, dtype, dp), func(t *testing.T) {
@@ -127,7 +128,7 @@ func TestDPFlags(t *testing.T) {
 	}{
 		{options{schedule: "1f1b", transport: "inproc", dp: 0, dtype: "float64"}, "-dp 0: mesh: 4 pipeline ranks × 0 replicas; want both at least 1"},
 		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", trace: "x.json"}, "-trace is not recorded with -dp 2"},
-		{options{schedule: "1f1b", transport: "carrier-pigeon", dp: 2, dtype: "float64"}, `-dp 2 runs on -transport inproc, tcp or mpi, not "carrier-pigeon"`},
+		{options{schedule: "1f1b", transport: "carrier-pigeon", dp: 2, dtype: "float64"}, `-dp 2 runs on -transport inproc, tcp, mpi or nccl, not "carrier-pigeon"`},
 		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", coll: "telepathy"}, `-collectives "telepathy"; want native`},
 		{options{schedule: "nope", transport: "inproc", dp: 2}, `-schedule "nope" is not compiled in`},
 	} {

@@ -6,7 +6,9 @@
 //	go run ./examples/mlp                        # 1f1b, 4 ranks in-process, 5 steps
 //	go run ./examples/mlp -schedule zbv -check   # compare with sequential training
 //	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
+//	go run ./examples/mlp -schedule 1f1b-tie -check  # stages 0 and 3 share a layer (-tie 0:3)
 //	go run -tags nccl ./examples/mlp -transport nccl -check  # 4 processes, one GPU each (NCCL)
+//	go run -tags nccl ./examples/mlp -transport nccl -dp 2 -schedule 1f1b-fsdp-swap -check  # 8 processes and GPUs, NCCL's collectives
 //
 //	go build -tags mpi -o mlp ./examples/mlp     # over MPI (needs an MPI)
 //	mpirun -np 4 ./mlp -transport mpi -check     # add -mpi-sync for rendezvous sends
@@ -87,7 +89,7 @@ func main() {
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last step's measured timeline (each stage call's start and end) to this file as a Chrome trace, to compare with `ppgen trace` of the schedule")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas of the pipeline: world = ranks × N (FSDP for schedules with FSDP steps, else gradients all-reduced at OPT_STEP; see dp.go)")
-	fs.StringVar(&o.coll, "collectives", "member-order", "with -dp: member-order (the transport's own data movement where it has collectives, MPI's, with the sums in member order: bit-identical to sequential training), native (the transport's own collectives, sums included: faster, float32 within 1e-4 beyond two replicas) or sendrecv (runtime/collective's algorithms over Send and Recv)")
+	fs.StringVar(&o.coll, "collectives", "member-order", "with -dp: member-order (the transport's own data movement where it has collectives, MPI's or NCCL's, with the sums in member order: bit-identical to sequential training), native (the transport's own collectives, sums included: faster, float32 within 1e-4 beyond two replicas) or sendrecv (runtime/collective's algorithms over Send and Recv)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -218,6 +220,15 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 			if st.tier != nil {
 				// Offload the saved activations at SWAP_LAUNCH_OFFLOAD.
 				held[s] = &nn.Swapping{Sequential: model[s], Tier: st.tier, Name: fmt.Sprintf("stage %d", s)}
+			}
+			if lin := tiedLayer(sp, s, model[s]); lin != nil {
+				// A stage of a tie: TIE_GRAD sums its copy's gradients
+				// with the other stage's (pipe.Tied).
+				ts, err := nn.Tie(model[s], lin.Weight, lin.Bias)
+				if err != nil {
+					return nil, err
+				}
+				held[s] = ts
 			}
 			st.stages = append(st.stages, model[s])
 		}
@@ -395,7 +406,7 @@ func runInProc(o options, out io.Writer) error {
 // sequentialReference trains the model of sp (one copy's stages) without a
 // pipeline; the losses are per step and micro-batch.
 func sequentialReference(o options, sp pipe.Spec, dt tensor.Dtype) ([]*nn.Sequential, [][]float64, error) {
-	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed)
+	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -24,8 +24,58 @@ const (
 // buildStages builds the model deterministically from seed and cuts it into
 // numStages stages of blocks/numStages blocks each.
 func buildStages(numStages int, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
+	return buildTiedStages(numStages, dt, seed, nil, tieCopies)
+}
+
+// tieMode is how buildTiedStages builds the two uses of a tied layer.
+type tieMode uint8
+
+const (
+	// tieCopies: each stage of a tie holds its own copy, equal at the
+	// start (the pipeline's stages, kept equal by TIE_GRAD).
+	tieCopies tieMode = iota
+	// tieShared: both stages hold one parameter: one value tensor, and a
+	// gradient buffer per use that trainSequential sums (stage A's plus
+	// stage B's) before the optimizer steps the value once. The sequential
+	// reference: one parameter whose gradient is the sum of both uses', in
+	// the association the pipeline computes.
+	tieShared
+	// tieSameLayer: both stages hold the same *nn.Linear, whose gradient
+	// accumulates both uses micro-batch by micro-batch (plain sequential
+	// training; TestTiedReferenceIsSequential compares it with tieShared).
+	tieSameLayer
+)
+
+// buildTiedStages is buildStages with ties (a tied schedule's Spec.Ties):
+// each stage of a tie gets one more block, a tied Linear(hidden, hidden)
+// then Tanh, after its own blocks (before the last stage's output layer).
+// mode says how the two stages of a tie hold it (tieMode). The tied layers
+// are drawn from their own generator, so the other layers are those of the
+// untied model.
+func buildTiedStages(numStages int, dt tensor.Dtype, seed uint64, ties []pipe.Tie, mode tieMode) ([]*nn.Sequential, error) {
 	if blocks%numStages != 0 {
 		return nil, fmt.Errorf("the model has %d blocks; %d stages do not divide it (use 1, 2, 4 or 8 stages)", blocks, numStages)
+	}
+	tied := make([]*nn.Linear, numStages)
+	for n, t := range ties {
+		if t.A < 0 || t.B >= numStages || t.A >= t.B {
+			return nil, fmt.Errorf("tie %d:%d does not name two stages of %d", t.A, t.B, numStages)
+		}
+		for i, s := range []int{t.A, t.B} {
+			if i == 1 && mode == tieSameLayer {
+				tied[s] = tied[t.A]
+				break
+			}
+			// Equal generator states give equal layers: the two copies.
+			lin, err := nn.NewLinear(hidden, hidden, dt, nn.NewRand(seed*1_000_033+uint64(n)+7))
+			if err != nil {
+				return nil, err
+			}
+			if i == 1 && mode == tieShared {
+				lin.Weight.Value, lin.Bias.Value = tied[t.A].Weight.Value, tied[t.A].Bias.Value
+			}
+			tied[s] = lin
+		}
 	}
 	rng := nn.NewRand(seed)
 	per := blocks / numStages
@@ -43,6 +93,9 @@ func buildStages(numStages int, dt tensor.Dtype, seed uint64) ([]*nn.Sequential,
 			}
 			layers = append(layers, lin, nn.Tanh{})
 		}
+		if tied[s] != nil {
+			layers = append(layers, tied[s], nn.Tanh{})
+		}
 		if s == numStages-1 {
 			lin, err := nn.NewLinear(hidden, outWidth, dt, rng)
 			if err != nil {
@@ -53,6 +106,63 @@ func buildStages(numStages int, dt tensor.Dtype, seed uint64) ([]*nn.Sequential,
 		stages[s] = nn.NewSequential(layers...)
 	}
 	return stages, nil
+}
+
+// tiedLayer returns the tied Linear of stage s of sp's model (built by
+// buildTiedStages with sp.Ties), or nil when s is in no tie.
+func tiedLayer(sp pipe.Spec, s int, seq *nn.Sequential) *nn.Linear {
+	tied := false
+	for _, t := range sp.Ties {
+		tied = tied || t.A == s || t.B == s
+	}
+	i := 2 * blocks / stagesPerCopy(sp) // after the stage's blocks (Linear, Tanh each)
+	if !tied || i >= len(seq.Layers) {
+		return nil
+	}
+	lin, _ := seq.Layers[i].(*nn.Linear)
+	return lin
+}
+
+// unique returns ps with each parameter value once: a tie's parameter is
+// in two stages of the sequential model, and the optimizer steps it once.
+func unique(ps []*nn.Param) []*nn.Param {
+	seen := make(map[*tensor.Dense]bool, len(ps))
+	out := ps[:0:0]
+	for _, p := range ps {
+		if !seen[p.Value] {
+			seen[p.Value] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sumTied adds, for every parameter value that ps (in stage order) holds
+// twice with two gradient buffers (tieShared), the second use's gradient to
+// the first's, element by element: stage A's plus stage B's, what the
+// pipeline's TIE_GRAD computes. The optimizer then steps the first.
+func sumTied(ps []*nn.Param) {
+	first := make(map[*tensor.Dense]*nn.Param, len(ps))
+	for _, p := range ps {
+		q, ok := first[p.Value]
+		if !ok {
+			first[p.Value] = p
+			continue
+		}
+		if q.Grad == p.Grad {
+			continue // one layer in two places (tieSameLayer): one buffer
+		}
+		switch d := q.Grad.Data().(type) {
+		case []float64:
+			for k, v := range p.Grad.Data().([]float64) {
+				d[k] += v
+			}
+		case []float32:
+			for k, v := range p.Grad.Data().([]float32) {
+				d[k] += v
+			}
+		}
+	}
 }
 
 // batches is the synthetic data set: micro-batch m of training step `step`
@@ -121,7 +231,8 @@ func params(stages []*nn.Sequential) []*nn.Param {
 // micro-batches: the reference that -check compares against. It returns
 // the loss of every step.
 func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, loss nn.MSE, steps int) ([][]float64, error) {
-	ps := params(stages)
+	all := params(stages)
+	ps := unique(all)
 	var losses [][]float64
 	for step := range steps {
 		data.setStep(step)
@@ -132,10 +243,11 @@ func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, l
 				return nil, err
 			}
 		}
+		sumTied(all)
 		if err := opt.Step(ps); err != nil {
 			return nil, err
 		}
-		nn.ZeroGrad(ps)
+		nn.ZeroGrad(all)
 		losses = append(losses, perMicro)
 	}
 	return losses, nil
@@ -181,7 +293,7 @@ func routeLast(sp pipe.Spec, m int) int {
 func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
 	var out []*nn.Sequential
 	for range max(sp.Copies, 1) {
-		copyStages, err := buildStages(stagesPerCopy(sp), dt, seed)
+		copyStages, err := buildTiedStages(stagesPerCopy(sp), dt, seed, sp.Ties, tieCopies)
 		if err != nil {
 			return nil, err
 		}

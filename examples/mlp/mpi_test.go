@@ -129,6 +129,7 @@ func TestMPIDPMatchesSequential(t *testing.T) {
 		{"1f1b", true, "native", "float32"},
 		{"1f1b", true, "sendrecv", "float64"},
 		{"1f1b-fsdp-swap", true, "member-order", "float32"},
+		{"1f1b-tie", true, "member-order", "float64"},
 	} {
 		mode := map[bool]string{false: "buffered", true: "sync"}[c.sync]
 		t.Run(c.schedule+"/"+mode+"/"+c.coll+"/"+c.dtype, func(t *testing.T) {

@@ -8,11 +8,12 @@ import (
 	"testing"
 )
 
-// TestNCCLMatchesSequential: -transport nccl, built with -tags nccl, over
-// the NCCL transport's test double (runtime/transport/nccl/testdata/ncclstub,
-// built with the system C compiler): 4 OS processes train exactly as
-// sequential training.
-func TestNCCLMatchesSequential(t *testing.T) {
+// ncclExample builds the NCCL transport's test double
+// (runtime/transport/nccl/testdata/ncclstub, with the system C compiler)
+// and the example with -tags nccl; it returns the example and the
+// environment that points the example at the double.
+func ncclExample(t *testing.T) (string, []string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the example and starts OS processes")
 	}
@@ -35,16 +36,52 @@ func TestNCCLMatchesSequential(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -tags nccl: %v\n%s", err, out)
 	}
+	return bin, append(withoutRankEnv(os.Environ()), "PPGEN_NCCL_LIB="+stub, "PPGEN_CUDART_LIB="+stub)
+}
+
+// TestNCCLMatchesSequential: -transport nccl over the NCCL transport's test
+// double: 4 OS processes train exactly as sequential training.
+func TestNCCLMatchesSequential(t *testing.T) {
+	bin, env := ncclExample(t)
 	for _, name := range []string{"1f1b", "zbv", "mpipe"} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(bin, "-transport", "nccl", "-check", "-schedule", name, "-steps", "3")
-			cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_NCCL_LIB="+stub, "PPGEN_CUDART_LIB="+stub)
+			cmd.Env = env
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
 			if got := strings.Count(string(out), "check: max relative difference"); got != 4 {
 				t.Errorf("%d ranks checked, want 4:\n%s", got, out)
+			}
+		})
+	}
+}
+
+// TestNCCLDPMatchesSequential: -transport nccl -dp 2 over the test double:
+// 8 OS processes (4 pipeline ranks × 2 replicas) train as sequential
+// training on the whole global batch, their DP groups' collectives NCCL's
+// (every rank says so): FSDP (1f1b-fsdp-swap) with member-order sums (the
+// default: NCCL's all-to-all and all-gather), and plain data parallelism
+// on 1f1b with NCCL's own all-reduce (-collectives native).
+func TestNCCLDPMatchesSequential(t *testing.T) {
+	bin, env := ncclExample(t)
+	for _, c := range []struct {
+		schedule, coll string
+	}{{"1f1b-fsdp-swap", "member-order"}, {"1f1b", "native"}} {
+		t.Run(c.schedule, func(t *testing.T) {
+			cmd := exec.Command(bin, "-transport", "nccl", "-dp", "2", "-check", "-schedule", c.schedule, "-collectives", c.coll, "-steps", "3")
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if got := strings.Count(string(out), "check: max relative difference"); got != 8 {
+				t.Errorf("%d ranks checked, want 8:\n%s", got, out)
+			}
+			native := "collectives are the transport's own (-collectives " + c.coll + ")"
+			if got := strings.Count(string(out), native); got != 8 {
+				t.Errorf("%d ranks ran NCCL's collectives (%q), want 8:\n%s", got, native, out)
 			}
 		})
 	}

@@ -13,10 +13,12 @@ import (
 	"github.com/ppgen/ppgen/generated/interleavedoverlap"
 	"github.com/ppgen/ppgen/generated/interleavedsplit"
 	"github.com/ppgen/ppgen/generated/mpipe"
+	"github.com/ppgen/ppgen/generated/onef1btie"
 	"github.com/ppgen/ppgen/generated/shiplabels"
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/generated/zbvbatch"
+	"github.com/ppgen/ppgen/generated/zbvtie"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
@@ -56,6 +58,12 @@ var catalog = map[string]schedule{
 	// Batched transfers (-batch): each run of adjacent transfers is one
 	// x.BatchBegin() .. x.BatchEnd() group, issued through transport.Batch.
 	"zbv-batch": {zbvbatch.Spec, zbvbatch.Ranks[:], zbvbatch.Program},
+	// Tied weights (-tie): stages 0 and S-1 hold one copy each of a shared
+	// layer (model.go), whose gradients TIE_GRAD sums before OPT_STEP:
+	// across ranks 0 and 3 (1f1b), on rank 0 (zbv, whose V places both
+	// ends there).
+	"1f1b-tie": {onef1btie.Spec, onef1btie.Ranks[:], onef1btie.Program},
+	"zbv-tie":  {zbvtie.Spec, zbvtie.Ranks[:], zbvtie.Program},
 }
 
 func scheduleNames() []string {

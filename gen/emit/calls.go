@@ -72,6 +72,7 @@ var calls = map[ir.Kind]call{
 	ir.MpipeSend:         {"SendInput", "OpSendInput"},
 	ir.BatchBegin:        {"BatchBegin", "OpBatchBegin"},
 	ir.BatchEnd:          {"BatchEnd", "OpBatchEnd"},
+	ir.TieGrad:           {"TieGrad", "OpTieGrad"},
 }
 
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch

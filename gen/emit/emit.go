@@ -130,6 +130,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		labelsField(ShipsLabels(p)),
 		forwardOnlyField(p.ForwardOnly()),
 		layersField(opt.Layers),
+		tiesField(p.Ties),
 	)
 	f.Line()
 	f.Comment("Ranks holds the program of each rank: Ranks[r] runs rank r's steps and returns the")
@@ -218,6 +219,19 @@ func layersField(layers [][2]int) jen.Code {
 		items[i] = jen.Values(jen.Lit(l[0]), jen.Lit(l[1]))
 	}
 	return field("Layers", jen.Index().Index(jen.Lit(2)).Int().Values(items...))
+}
+
+// tiesField is the Spec's Ties field of a program with tied stages
+// (-tie), and nothing otherwise.
+func tiesField(ties []ir.Tie) jen.Code {
+	if len(ties) == 0 {
+		return jen.Null()
+	}
+	items := make([]jen.Code, len(ties))
+	for i, t := range ties {
+		items[i] = jen.Values(jen.Id("A").Op(":").Lit(t.A), jen.Id("B").Op(":").Lit(t.B))
+	}
+	return field("Ties", jen.Index().Qual(PipePath, "Tie").Values(items...))
 }
 
 // ShipsLabels reports whether p carries labels along the pipe (it holds

@@ -506,3 +506,20 @@ func BenchmarkFingerprint(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(p.NumSteps()), "ns/step")
 }
+
+// TestFingerprintTies: two programs with the same steps but other tie
+// pairs (1f1b on 4 ranks, every rank exchanging: 0:3 and 1:2, or 0:2 and
+// 1:3) have other fingerprints, so ranks generated with either do not
+// rendezvous; a program without ties keeps the fingerprint it had.
+func TestFingerprintTies(t *testing.T) {
+	p := ir.NewProgram(ir.Loop(4, 1), 1)
+	for r := range 4 {
+		p.Ranks[r] = []ir.Step{{Kind: ir.TieGrad, Stage: r, Micro: ir.None, Peer: ir.None, Slot: ir.None}}
+	}
+	a, b := p, p
+	a.Ties = []ir.Tie{{A: 0, B: 3}, {A: 1, B: 2}}
+	b.Ties = []ir.Tie{{A: 0, B: 2}, {A: 1, B: 3}}
+	if Fingerprint(a) == Fingerprint(b) || Fingerprint(a) == Fingerprint(p) {
+		t.Errorf("fingerprints: %s, %s and untied %s; want three different", Fingerprint(a), Fingerprint(b), Fingerprint(p))
+	}
+}

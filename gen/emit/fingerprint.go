@@ -9,7 +9,7 @@ import (
 )
 
 // Fingerprint returns "sha256:<hex>" of the canonical text of a lowered
-// program: P, S, M, the placement and, per rank, every step's kind, stage,
+// program: P, S, M, the placement, its ties (when it has any) and, per rank, every step's kind, stage,
 // micro, peer and slot (sub-steps of overlaps included). Generated code
 // records it as its Fingerprint constant and ranks compare it at the
 // rendezvous, so any tool holding the lowered program can recompute it.
@@ -43,6 +43,16 @@ func canonical(p ir.Program) []byte {
 		b = strconv.AppendInt(b, int64(r), 10)
 	}
 	b = append(b, '\n')
+	if len(p.Ties) > 0 {
+		// Which stages pair up is not in the steps (only which ones take
+		// part); a program without ties writes no line, so its text stays.
+		b = append(b, "ties"...)
+		for _, t := range p.Ties {
+			b = append(b, ' ')
+			b = append(b, t.String()...)
+		}
+		b = append(b, '\n')
+	}
 	for r, steps := range p.Ranks {
 		b = append(b, "rank "...)
 		b = strconv.AppendInt(b, int64(r), 10)

@@ -157,6 +157,19 @@ func (r *Request) Compare(entries []CompareEntry, progress func(name string, don
 		if err != nil {
 			return nil, err
 		}
+		if cfg.Cost != nil && r.Model == "" {
+			// Built for what it is simulated by: each of its V stages
+			// per rank at 1/V of the share.
+			v := cfg.Virtual
+			if f, err := schedules.Lookup(e.Name); err == nil && v == 0 {
+				v = f.DefaultVirtual
+			}
+			share, err := gen.ShareCost(cost, max(v, 1))
+			if err != nil {
+				return nil, usagef("-cost: %v", err)
+			}
+			cfg.Cost = &ir.Costs{F: share.F, I: share.I, W: share.W, Comm: share.Comm}
+		}
 		opt, err := one.LowerOptions()
 		if err != nil {
 			return nil, err

@@ -25,6 +25,7 @@ package gencmd
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -109,6 +110,10 @@ type Request struct {
 	// schedule (evaluation, inference: forwards and their transfers, no
 	// backward, no OPT_STEP; passes.ForwardOnly).
 	ForwardOnly bool
+	// Ties is -tie A:B (repeatable, or a comma list): stages that hold one
+	// copy each of a shared parameter, whose gradients TIE_GRAD sums before
+	// OPT_STEP (passes.Tie). Normalized (A < B) as the flag is read.
+	Ties TieFlag
 	// MaxActivations is -max-activations (verify, import): verify's limit
 	// on live chunks per rank (0: none).
 	MaxActivations int
@@ -198,12 +203,13 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
+	fs.Var(&r.Ties, "tie", "stages A:B share a parameter (an embedding on the first stage tied to the LM head on the last: 0:S-1); TIE_GRAD sums their gradients before OPT_STEP (repeat -tie, or list 0:3,1:2; a stage takes part in one tie; no effect with -forward-only)")
 	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none); with -model, each rank's peak activations plus parameters in the model's units (auto and -partition auto)")
 	if which.Cost != "" {
 		r.simCost = true
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)
 	} else {
-		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
+		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
 	}
 	if which.Cost != "" || which.Output {
 		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split into the stages (-partition), give the per-stage costs; -cost may add the other keys; gen records the split in Spec.Layers")
@@ -234,6 +240,13 @@ func (r *Request) Config() (ir.Config, error) {
 		}
 		cfg.Placement = &pl
 	}
+	if fam, err := schedules.Lookup(r.Schedule); err == nil && fam.UsesCost && (r.Cost != "" || r.Model != "") {
+		c, err := r.orderCost(cfg.Ranks, cmp.Or(cfg.Virtual, fam.DefaultVirtual))
+		if err != nil {
+			return ir.Config{}, err
+		}
+		cfg.Cost = c
+	}
 	return cfg, nil
 }
 
@@ -259,9 +272,13 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.ShipLabels = r.ShipLabels
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
+	if len(r.Ties) > 0 && r.Schedule == gen.Auto {
+		return opt, usagef("-tie %s names stages, and -schedule auto chooses how many there are (V per rank); pick the schedule first (ppgen sim -schedule auto prints its choice), then tie its stages", r.Ties.String())
+	}
+	opt.Passes.Ties = r.Ties
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost)) {
-		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only, and -mem to -partition auto (ppgen sim -cost simulates any schedule)")
+	if r.Schedule != gen.Auto && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule))) {
+		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only, -mem also to -partition auto, and -cost to the families whose order it shapes (%s; ppgen sim -cost simulates any schedule)", strings.Join(costFamilies(), ", "))
 	}
 	if err := r.checkPartition(); err != nil {
 		return opt, err

@@ -8,6 +8,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -225,4 +226,43 @@ func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
 		}
 	}
 	return sim.LowerBound(res.Program, cost, opt)
+}
+
+// orderCost is the cost model a family whose order depends on it
+// (schedules.Family.UsesCost) is built for, on ranks × v stages: the
+// StageCost of those stages (what sim, trace and report simulate it by;
+// -cost is each stage's cost), resolved, its F, I, W and comm. Values the
+// family rejects (ranks or v out of range) give nil: its own check says
+// why.
+func (r *Request) orderCost(ranks, v int) (*ir.Costs, error) {
+	if ranks < 1 || v < 1 || ranks > ir.MaxIndex+1 || v > (ir.MaxIndex+1)/ranks {
+		return nil, nil
+	}
+	stages := ranks * v
+	c, err := r.StageCost(stages, 1)
+	if err != nil {
+		return nil, err
+	}
+	if c, err = c.Resolve(stages); err != nil {
+		return nil, usagef("-cost: %v", err)
+	}
+	return &ir.Costs{F: c.F, I: c.I, W: c.W, Comm: c.Comm}, nil
+}
+
+// usesCost says whether the family named so builds its order for the cost
+// model (schedules.Family.UsesCost).
+func usesCost(name string) bool {
+	fam, err := schedules.Lookup(name)
+	return err == nil && fam.UsesCost
+}
+
+// costFamilies lists the families whose order the cost model shapes.
+func costFamilies() []string {
+	var names []string
+	for _, f := range schedules.All() {
+		if f.UsesCost {
+			names = append(names, f.Name)
+		}
+	}
+	return names
 }

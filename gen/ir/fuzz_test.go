@@ -129,3 +129,39 @@ func sameProgram(t *testing.T, p, q Program) {
 		}
 	}
 }
+
+// FuzzParseTies: -tie's parser never panics; what it accepts is normalized
+// (A < B, both in 0..MaxIndex), its String form reads back to the same ties,
+// and CheckTies agrees with a direct check of the range and of a stage in
+// two ties.
+func FuzzParseTies(f *testing.F) {
+	for _, s := range []string{"0:3", "3:0", "0:7,1:6", "3:3", "0", "a:b", "-1:2", "0:3,", " 1 : 2 ", "0:65535", "0:18446744073709551617", "0:3,0:2", "::", ","} {
+		f.Add(s, 8)
+	}
+	f.Fuzz(func(t *testing.T, s string, stages int) {
+		ties, err := ParseTies(s)
+		if err != nil {
+			return
+		}
+		parts := make([]string, len(ties))
+		for i, x := range ties {
+			if x.A >= x.B || x.A < 0 || x.B > MaxIndex {
+				t.Fatalf("ParseTies(%q) gave %v", s, x)
+			}
+			parts[i] = x.String()
+		}
+		again, err := ParseTies(strings.Join(parts, ","))
+		if err != nil || !slices.Equal(again, ties) {
+			t.Fatalf("ParseTies(%q) = %v, read back as %v (%v)", s, ties, again, err)
+		}
+		ok := true
+		seen := map[int]bool{}
+		for _, x := range ties {
+			ok = ok && x.B < stages && !seen[x.A] && !seen[x.B]
+			seen[x.A], seen[x.B] = true, true
+		}
+		if err := CheckTies(ties, stages); (err == nil) != ok {
+			t.Fatalf("CheckTies(%v, %d) = %v; want ok=%v", ties, stages, err, ok)
+		}
+	})
+}

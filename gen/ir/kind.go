@@ -36,6 +36,7 @@ const (
 	MpipeRecv         = abi.MpipeRecv         // MPIPE_FWD_RECV
 	BatchBegin        = abi.BatchBegin        // BATCH_BEGIN
 	BatchEnd          = abi.BatchEnd          // BATCH_END
+	TieGrad           = abi.TieGrad           // TIE_GRAD
 )
 
 // Kinds returns every valid kind in declaration order.

@@ -6,7 +6,7 @@ import "fmt"
 // §4). The options that rewrite one (split, overlap, dx/dw in overlap) are
 // passes, set in passes.Options.
 type Options struct {
-	LessMemory bool // interleaved: smaller warm-up (fewer live activations, more bubble)
+	LessMemory bool // interleaved: smaller warm-up (fewer live activations, more bubble); interleaved-zb: never above PyTorch's memory
 }
 
 // Config is what a user asks for: a schedule family on P ranks with V stages
@@ -19,6 +19,20 @@ type Config struct {
 	// Placement overrides the family's default placement when non-nil.
 	Placement *Placement
 	Options   Options
+	// Cost, when non-nil, is the cost model the order is built for, for the
+	// families whose order depends on step costs (interleaved-zb); the
+	// others ignore it. nil: F = I = W = 1 on every stage, no latency.
+	Cost *Costs
+}
+
+// Costs is the part of the cost model (gen/sim's Cost) that shapes a
+// compute order: how long the compute steps of each stage take and the
+// latency of a cross-rank dependency. F, I and W hold one value (every
+// stage) or one per stage; gen/gencmd fills them from -cost or -model for
+// the commands that simulate.
+type Costs struct {
+	F, I, W []float64
+	Comm    float64
 }
 
 // Program is a schedule: one ordered step list per rank.
@@ -35,6 +49,10 @@ type Program struct {
 	// write it: ParseText, ParseCSV and Infer infer it from the stages each
 	// micro-batch computes.
 	Copies int
+	// Ties are the tied stage pairs (-tie A:B, passes.Tie): each rank
+	// holding a stage of a tie runs TIE_GRAD before OPT_STEP. The text and
+	// CSV forms do not write them (the TIE_GRAD steps show where they are).
+	Ties []Tie
 }
 
 // NewProgram returns an empty program for the placement and micro-batch count.
@@ -101,7 +119,7 @@ func (s Step) clone() Step {
 // ComputeOnly returns a copy of the program with only its compute steps (F, B, I, W, overlaps).
 func (p Program) ComputeOnly() Program {
 	q := NewProgram(p.Placement, p.Micro)
-	q.Copies = p.Copies
+	q.Copies, q.Ties = p.Copies, p.Ties
 	for r, steps := range p.Ranks {
 		for _, s := range steps {
 			if s.Kind.IsCompute() {

@@ -59,6 +59,9 @@ type Options struct {
 	// batch, BATCH_BEGIN .. BATCH_END, that the runtime issues as one
 	// group (the Coalesce pass, after swap).
 	Batch bool
+	// Ties are the tied stage pairs (-tie A:B): the Tie pass places each
+	// tie's gradient exchange (TIE_GRAD) before OPT_STEP.
+	Ties []ir.Tie
 }
 
 // LowerInfo reports what lowering produced.
@@ -89,7 +92,7 @@ type Pass struct {
 // comes first so that -split -overlap pairs full backwards and then splits
 // them, which also splits the backward inside each overlap, as
 // -dxdw-in-overlap does), data transfers along the pipe after it, FSDP
-// (UNSHARD/RESHARD/REDUCE_GRAD), swap and coalescing before "slots", which
+// (UNSHARD/RESHARD/REDUCE_GRAD), swap, coalescing and ties before "slots", which
 // stays last because it assigns buffers to every step the others add
 // (docs/design.md §5 gives the order). Each new pass is one Pass entry guarded by
 // its option.
@@ -144,6 +147,9 @@ func Pipeline(opt Options) []Pass {
 	}
 	if opt.Batch {
 		ps = append(ps, Pass{Name: "coalesce", Run: Coalesce})
+	}
+	if len(opt.Ties) > 0 {
+		ps = append(ps, Pass{Name: "tie", Run: func(p ir.Program) (ir.Program, error) { return Tie(p, opt.Ties) }})
 	}
 	if !opt.NoOptStep && !opt.ForwardOnly {
 		// In place: it runs after "comm", whose output nobody else holds.

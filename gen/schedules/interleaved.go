@@ -80,30 +80,38 @@ func buildInterleaved(cfg ir.Config) (ir.Program, error) {
 	ranks, v, m := cfg.Ranks, cfg.Virtual, cfg.Micro
 	groups := interleavedGroups(ranks, m)
 	table := interleavedTable(groups, v)
-	n := len(table) // V·M
 	for r := range p.Ranks {
 		w := interleavedWarmup(ranks, v, m, r, groups[0], cfg.Options.LessMemory)
-		forward := func(k int) ir.Step {
-			e := table[k]
-			return classicFwd(e.chunk*ranks+r, e.micro)
-		}
-		backward := func(k int) ir.Step {
-			e := table[k]
-			return classicBwd((v-1-e.chunk)*ranks+r, e.micro)
-		}
-		steps := make([]ir.Step, 0, 2*n)
-		for k := 0; k < w; k++ {
-			steps = append(steps, forward(k))
-		}
-		for k := w; k < n; k++ {
-			steps = append(steps, forward(k), backward(k-w))
-		}
-		for k := n - w; k < n; k++ {
-			steps = append(steps, backward(k))
-		}
-		p.Ranks[r] = steps
+		p.Ranks[r] = interleavedRankOrder(table, ranks, v, r, w, ir.Backward)
 	}
 	return p, nil
+}
+
+// interleavedRankOrder returns rank r's order of the interleaved schedule
+// with w warm-up forwards (0 ≤ w ≤ len(table)): forwards table[0..w-1],
+// then forward k and backward k-w alternating, then the remaining
+// backwards; back is the kind of the backwards (B, or I for interleaved-zb).
+func interleavedRankOrder(table []interleavedRef, ranks, v, r, w int, back ir.Kind) []ir.Step {
+	n := len(table) // V·M
+	forward := func(k int) ir.Step {
+		e := table[k]
+		return classicFwd(e.chunk*ranks+r, e.micro)
+	}
+	backward := func(k int) ir.Step {
+		e := table[k]
+		return ir.Compute(back, (v-1-e.chunk)*ranks+r, e.micro)
+	}
+	steps := make([]ir.Step, 0, 2*n)
+	for k := 0; k < w; k++ {
+		steps = append(steps, forward(k))
+	}
+	for k := w; k < n; k++ {
+		steps = append(steps, forward(k), backward(k-w))
+	}
+	for k := n - w; k < n; k++ {
+		steps = append(steps, backward(k))
+	}
+	return steps
 }
 
 // interleavedGroups returns the sizes of the consecutive micro-batch groups

@@ -26,6 +26,9 @@ type Family struct {
 	// lowered yet (gen.Lower refuses it with this reason); the order itself
 	// is still built, verified by the family's tests and printable.
 	ComputeOnly string
+	// UsesCost says the family's order depends on cfg.Cost (the cost model
+	// it is built for): gen/gencmd then fills cfg.Cost from -cost or -model.
+	UsesCost bool
 	// OwnedData says the family loads micro-batches on their owner ranks
 	// (mpipe): gen.Lower runs the passes.OwnedData pass for it.
 	OwnedData bool

@@ -85,7 +85,7 @@ func zbCheckSizes(name string, cfg ir.Config, want int) error {
 	}
 	if cfg.Options.LessMemory && name != interleavedZBName {
 		return &ConstraintError{Schedule: name, Param: "less-memory", Value: 1, Got: "on",
-			Want: "less-memory off; among the zero-bubble families it shapes the warm-up of interleaved-zb only"}
+			Want: "less-memory off; among the zero-bubble families it applies to interleaved-zb only (which it keeps at PyTorch's memory)"}
 	}
 	return nil
 }

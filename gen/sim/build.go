@@ -169,6 +169,8 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				} else {
 					s.deps[e] = []dep{{ev: -1, why: fmt.Sprintf("waits for a %d%s%d that no earlier step of rank %d starts", st.Stage, lk, st.Micro, r)}}
 				}
+			case k == ir.TieGrad:
+				s.cls[e] = clTie
 			default:
 				s.cls[e] = clLocal
 				if k.IsBatch() {
@@ -195,6 +197,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 	if err := s.matchComm(); err != nil {
 		return nil, err
 	}
+	s.tieDeps()
 
 	// Dependencies of compute steps, and who watches whom: rank q watches
 	// rank r when a step of q depends on one of r or they are comm peers.
@@ -215,6 +218,15 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 			}
 			if s.cls[e] == clComm {
 				addWatch(s.ev[s.match[e]].Rank, r)
+				continue
+			}
+			if s.cls[e] == clTie {
+				for _, d := range s.deps[e] {
+					addWatch(s.ev[d.ev].Rank, r)
+				}
+				if s.tiePeer != nil && s.tiePeer[e] >= 0 {
+					addWatch(s.ev[s.tiePeer[e]].Rank, r)
+				}
 				continue
 			}
 			if s.cls[e] != clCompute {

@@ -472,6 +472,25 @@ func (c *Cost) CollTime(s int) float64 {
 	return (c.DP-1)*c.Comm + (c.DP-1)/c.DP*p/c.BW
 }
 
+// TieTime is the time of a tie's gradient exchange between stages a and b
+// (TIE_GRAD): Comm, plus the tied parameter over the link when parameter
+// sizes and a bandwidth are given, min(Param[a], Param[b])/BW (the tied
+// parameter is at most the smaller stage's parameters). Without them it is
+// one transfer's latency, Comm.
+func (c *Cost) TieTime(a, b int) float64 {
+	if c.BW <= 0 || len(c.Param) == 0 || a < 0 || b < 0 {
+		return c.Comm
+	}
+	p := c.Param[0]
+	if len(c.Param) > 1 {
+		if a >= len(c.Param) || b >= len(c.Param) {
+			return c.Comm
+		}
+		p = min(c.Param[a], c.Param[b])
+	}
+	return c.Comm + p/c.BW
+}
+
 // ActTime is the time stage s's output activation (or the gradient with
 // respect to it) takes over the link: Act[s]/BW, 0 with infinite bandwidth
 // or no such stage.

@@ -68,6 +68,11 @@
 //     for their cost and block it. (REDUCE_GRAD is kept host-blocking, a
 //     pessimistic simplification: running the reduce-scatter on a stream
 //     behind the remaining backwards would also make OPT_STEP wait for it.)
+//   - TIE_GRAD (-tie A:B) blocks the host. Across two ranks the pair is a
+//     rendezvous: both start at the latest of the two hosts reaching it and
+//     the ends of the last transfer of each rank before it, and take
+//     Cost.TieTime (Comm, plus min(Param[A], Param[B])/BW when parameter
+//     sizes are given); within one rank it takes TieTime on the host.
 //   - SWAP_LAUNCH_OFFLOAD / SWAP_LAUNCH_LOAD are posted to the swap stream
 //     (in order, Cost.Swap each); SWAP_WAIT_OFFLOAD / SWAP_WAIT_LOAD block
 //     the host until the latest earlier launch of the same kind and chunk

@@ -151,6 +151,8 @@ func gridLabel(st ir.Step) string {
 		return "G"
 	case ir.OptStep:
 		return "O"
+	case ir.TieGrad:
+		return "T"
 	case ir.SwapWaitOffload, ir.SwapWaitLoad:
 		return "S" + micro(st)
 	}

@@ -61,6 +61,14 @@ func (s *simulator) advanceHost(r int) bool {
 			ev.Start, ev.End = rs.h, rs.h+s.dur[e]
 			rs.h = ev.End
 			s.done[e] = true
+		case clTie:
+			t, ok := s.tieStart(e, rs.h)
+			if !ok {
+				return progressed
+			}
+			ev.Start, ev.End = t, t+s.dur[e]
+			rs.h = ev.End
+			s.done[e] = true
 		case clCompute, clWait:
 			t := rs.h
 			for _, d := range s.deps[e] {

@@ -134,6 +134,7 @@ const (
 	clLaunch               // swap launch: posted, runs on the swap stream
 	clGather               // UNSHARD: posted, runs on the FSDP stream
 	clWait                 // swap wait: blocks the host until its launch ends
+	clTie                  // TIE_GRAD: blocks the host; across ranks a rendezvous (tie.go)
 )
 
 // dep is a step that must end (plus lat) before a step may start.
@@ -172,9 +173,12 @@ type simulator struct {
 	// transfer event in one, the events first..end-1 of its batch; nil
 	// when the program has none.
 	bFirst, bEnd []int
-	watch        [][]int
-	queue        []int
-	queued       []bool
+	// tiePeer[e] is, for a TIE_GRAD event of a cross-rank tie, the peer's
+	// TIE_GRAD event (-1 otherwise); nil when the program has none.
+	tiePeer []int
+	watch   [][]int
+	queue   []int
+	queued  []bool
 }
 
 // Run simulates the program under the strict execution model of

@@ -67,7 +67,7 @@ func categoryOf(k ir.Kind) category {
 		return catW
 	case ir.DataLoad, ir.DataSend, ir.DataRecv, ir.MpipeSend, ir.MpipeRecv:
 		return catData
-	case ir.SendF, ir.RecvF, ir.SendB, ir.RecvB:
+	case ir.SendF, ir.RecvF, ir.SendB, ir.RecvB, ir.TieGrad:
 		return catComm
 	case ir.SwapLaunchOffload, ir.SwapLaunchLoad, ir.SwapWaitOffload, ir.SwapWaitLoad:
 		return catSwap

@@ -106,9 +106,16 @@ func (e *DeadlockError) Error() string {
 			fmt.Fprintf(&b, " (%s)", w.On)
 		}
 	}
-	if e.Compute {
+	tie := false
+	for _, w := range e.Cycle {
+		tie = tie || w.Step.Kind == ir.TieGrad || w.HostStep.Kind == ir.TieGrad
+	}
+	switch {
+	case tie:
+		b.WriteString(" (a TIE_GRAD passes only when both ranks of its tie are at theirs with every transfer before them done: put each after its rank's transfers, in the same order of ties on every rank, as -tie does)")
+	case e.Compute:
 		b.WriteString(" (the compute orders form a dependency cycle across ranks)")
-	} else {
+	default:
 		b.WriteString(" (each comm stream runs in order and a transfer completes only when both ends reach it; reorder the transfers or post the receive earlier)")
 	}
 	return b.String()

@@ -18,7 +18,13 @@ import (
 // has uses to come. A batch (BATCH_BEGIN .. BATCH_END) is posted as one
 // group at its BATCH_END; each of its transfers completes with its FIFO
 // partner once that partner is in the peer's first unfinished group, and a
-// receive counts as done for its consumer when its whole group is.
+// receive counts as done for its consumer when its whole group is. A
+// TIE_GRAD (ties, -tie) names a stage of one of p.Ties whose weight
+// gradients are final (every chunk of the stage had its backward and W),
+// runs once and before the rank's OPT_STEP; one of a tie within a rank
+// names the tie's first stage and passes at once; one across ranks passes
+// when this rank's transfers are all done and the peer's host is at its
+// TIE_GRAD with its transfers done (the exchange), and then both pass.
 func runNaive(p ir.Program) string {
 	P, S := len(p.Ranks), p.Stages()
 	rankOf := p.Placement.RankOf
@@ -214,7 +220,64 @@ func runNaive(p ir.Program) string {
 			facts[key("W", s, m)]++
 		}
 	}
+	tieOf := func(s int) (ir.Tie, bool) {
+		for _, t := range p.Ties {
+			if t.A == s || t.B == s {
+				return t, true
+			}
+		}
+		return ir.Tie{}, false
+	}
+	final := func(s int) bool {
+		for m := range p.Micro {
+			if facts[key("BWD", s, m)] != 1 || facts[key("I", s, m)] != facts[key("W", s, m)] {
+				return false
+			}
+		}
+		return true
+	}
+	var pc []int
 	host := func(r int, st ir.Step) string {
+		if st.Kind == ir.TieGrad && !opened[r] {
+			s := st.Stage
+			t, ok := tieOf(s)
+			switch {
+			case !ok || s < 0 || s >= S || rankOf[s] != r:
+				return st.String() + " of a stage in no tie, or not on this rank"
+			case facts[key("opt", r, 0)] > 0:
+				return st.String() + " after OPT_STEP"
+			case facts[key("tie", s, 0)] > 0 && facts[key("tiedone", s, 0)] == 0:
+				return st.String() + " twice"
+			}
+			other := t.A + t.B - s
+			q := rankOf[other]
+			if q == r {
+				if s != t.A || !final(s) || !final(other) {
+					return st.String() + " names the tie's second stage, or comes before a backward it sums"
+				}
+				facts[key("tie", s, 0)]++
+				facts[key("tie", other, 0)]++
+				return ""
+			}
+			if !final(s) {
+				return st.String() + " before a backward of its stage"
+			}
+			if facts[key("tiedone", s, 0)] > 0 {
+				facts[key("tiedone", s, 0)] = 0
+				return "" // the peer ran the exchange with this rank
+			}
+			peerAt := pc[q] < len(p.Ranks[q]) && p.Ranks[q][pc[q]].Kind == ir.TieGrad && p.Ranks[q][pc[q]].Stage == other
+			if len(posted[r]) > 0 || !peerAt || len(posted[q]) > 0 {
+				return wait
+			}
+			facts[key("tie", s, 0)]++
+			facts[key("tie", other, 0)]++
+			facts[key("tiedone", other, 0)]++ // the peer passes its TIE_GRAD next
+			return ""
+		}
+		if st.Kind == ir.OptStep {
+			facts[key("opt", r, 0)]++
+		}
 		switch {
 		case st.Kind == ir.BatchBegin:
 			if opened[r] {
@@ -323,7 +386,7 @@ func runNaive(p ir.Program) string {
 		}
 		return ""
 	}
-	pc := make([]int, P)
+	pc = make([]int, P)
 	for {
 		progress := false
 		for r := range P {
@@ -431,6 +494,11 @@ func runNaive(p ir.Program) string {
 			if facts[key("F", s, m)] != 1 || facts[key("BWD", s, m)] != 1 || facts[key("I", s, m)] != facts[key("W", s, m)] {
 				return fmt.Sprintf("breaks: chunk (%d,%d) incomplete", s, m)
 			}
+		}
+	}
+	for _, t := range p.Ties {
+		if facts[key("tie", t.A, 0)] != 1 || facts[key("tie", t.B, 0)] != 1 {
+			return fmt.Sprintf("breaks: tie %s summed %d and %d times", t, facts[key("tie", t.A, 0)], facts[key("tie", t.B, 0)])
 		}
 	}
 	return ""

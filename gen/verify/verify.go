@@ -109,6 +109,10 @@ type checker struct {
 	// the strict model of a lowered program, built during the walk
 	model   *strict.Model
 	hostIdx []int32 // global host step -> index on its rank
+	// hasTie: the program holds TIE_GRAD steps; tieSteps are they, for
+	// the strict model (tie.go)
+	hasTie   bool
+	tieSteps []tieStep
 	// slots: per chunk its slot and live interval; chunk starts in walk order
 	slotted bool
 	slotOf  []int32
@@ -157,6 +161,9 @@ func Check(p ir.Program, opt Options) (Report, error) {
 		return c.rep, err
 	}
 	if err := c.complete(); err != nil {
+		return c.rep, err
+	}
+	if err := c.ties(); err != nil {
 		return c.rep, err
 	}
 	if c.lowered {

@@ -86,8 +86,8 @@ func (c *checker) walk() error {
 	w := par.Workers(c.P, nSteps)
 	opOff := make([]int32, c.P+1)
 	hostOff := make([]int32, c.P+1)
-	// The same pass notes which ranks hold FSDP and swap steps (rare kinds:
-	// abi's IsFSDP and IsSwap, one table load per step, tell).
+	// The same pass notes which ranks hold FSDP, swap and TIE_GRAD steps
+	// (rare kinds: abi's IsFSDP and IsSwap, one table load per step, tell).
 	extras := make([]uint8, c.P)
 	par.ForRanksW(w, c.P, func(_, r int) {
 		n := 0
@@ -98,6 +98,8 @@ func (c *checker) walk() error {
 				n++
 			case k.IsFSDP() || k.IsSwap():
 				ex |= extraOf(k)
+			case k == ir.TieGrad:
+				ex |= hasTieStep
 			}
 		}
 		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
@@ -107,6 +109,7 @@ func (c *checker) walk() error {
 	for _, e := range extras {
 		ex |= e
 	}
+	c.hasTie = ex&hasTieStep != 0
 	if ex&hasSwapStep != 0 {
 		c.swapState = make([]uint8, c.S*c.M)
 	}

@@ -102,10 +102,11 @@ type spec struct {
 	micro  int
 	slots  []int
 	rankOf []int
-	copies int  // 0 when absent
-	owned  int  // 0 when absent (mpipe's Spec.Owned)
-	labels bool // Spec.ShipLabels; false when absent
-	fpRef  bool // Fingerprint: Fingerprint
+	copies int      // 0 when absent
+	owned  int      // 0 when absent (mpipe's Spec.Owned)
+	labels bool     // Spec.ShipLabels; false when absent
+	ties   []ir.Tie // Spec.Ties; nil when absent
+	fpRef  bool     // Fingerprint: Fingerprint
 }
 
 // model is what a generated file declares.
@@ -262,6 +263,11 @@ func (m *model) readSpec(lit *ast.CompositeLit) *spec {
 	}
 	if _, has := sp.fields["Owned"]; has { // only mpipe programs set it
 		good = ints("Owned", &sp.owned) && good
+	}
+	if e, has := sp.fields["Ties"]; has { // only programs with tied stages set it
+		var ok bool
+		sp.ties, ok = m.readTies(e)
+		good = ok && good
 	}
 	if e, has := sp.fields["ShipLabels"]; has { // only programs that ship labels set it
 		switch {
@@ -578,7 +584,7 @@ func (m *model) readOverlap(call *ast.CallExpr, kind ir.Kind, r, index int) (ir.
 // program rebuilds the lowered program from the steps; ok is false when a
 // rank function is missing or a step could not be read.
 func (m *model) program() (ir.Program, bool) {
-	p := ir.Program{Placement: m.spec.placement(), Micro: m.spec.micro, Ranks: make([][]ir.Step, m.spec.ranks), Copies: m.spec.copies}
+	p := ir.Program{Placement: m.spec.placement(), Micro: m.spec.micro, Ranks: make([][]ir.Step, m.spec.ranks), Copies: m.spec.copies, Ties: m.spec.ties}
 	if m.opaque {
 		return p, false
 	}

@@ -52,13 +52,18 @@ func catalog() []prog {
 }
 
 // loweredConfigs are small programs gen lowers at test time: two and three
-// ranks, interleaved with remote neighbours, the V placement with I/W split.
+// ranks, interleaved with remote neighbours, the V placement with I/W split,
+// interleaved-zb.
 var loweredConfigs = []ir.Config{
 	{Schedule: "1f1b", Ranks: 2, Micro: 4},
 	{Schedule: "gpipe", Ranks: 3, Micro: 4},
 	{Schedule: "1f1b", Ranks: 3, Micro: 6},
 	{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4},
 	{Schedule: "zbv", Ranks: 2, Micro: 4},
+	// interleaved-zb built for a cost with latency (another order than at
+	// unit costs), and with less-memory.
+	{Schedule: "interleaved-zb", Ranks: 3, Virtual: 2, Micro: 3, Cost: &ir.Costs{F: []float64{1}, I: []float64{1}, W: []float64{1}, Comm: 0.5}},
+	{Schedule: "interleaved-zb", Ranks: 2, Virtual: 2, Micro: 4, Options: ir.Options{LessMemory: true}},
 }
 
 // programs returns the catalog and the lowered programs.
@@ -98,6 +103,9 @@ func lowered(t testing.TB, cfg ir.Config, opt gen.Options) prog {
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
 		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
 		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly()}
+	for _, t := range p.Ties {
+		spec.Ties = append(spec.Ties, pipe.Tie{A: t.A, B: t.B})
+	}
 	if len(ops) != spec.Ranks {
 		t.Fatalf("%s: the emitted table has %d ranks, the program %d", name, len(ops), spec.Ranks)
 	}

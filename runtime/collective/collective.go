@@ -4,8 +4,9 @@
 // tensors. Its own algorithms use only Send and Recv (paired through
 // [transport.Batch], so a transport that batches — MPI, NCCL — runs each
 // step as one group), and so run unchanged on every transport: in-process,
-// TCP, MPI, or a group view of one (runtime/mesh). A transport with native
-// collectives (MPI) runs them instead; see "Native collectives".
+// TCP, MPI, NCCL, or a group view of one (runtime/mesh). A transport with
+// native collectives (MPI, NCCL) runs them instead; see "Native
+// collectives".
 //
 // # Algorithms and order
 //
@@ -41,11 +42,13 @@
 //
 // When the group's transport, or the world transport under a runtime/mesh
 // view (View.Parent, with the view's world ranks), implements
-// [transport.Collectives] — the MPI transport does — a Comm runs the
-// engine's collectives on a communicator of the group's world ranks, built
-// on its first collective (MPI_Comm_create_group: collective over the
-// members only; Comms over one group must make their first collective in
-// the same order on every member). [SendRecv] keeps this package's
+// [transport.Collectives] — the MPI transport and the NCCL transport
+// (runtime/transport/nccl) do — a Comm runs the engine's collectives on a
+// communicator of the group's world ranks, built on its first collective
+// (collective over the members only: MPI_Comm_create_group; for NCCL a
+// fresh unique id sent by member 0 over the control connection, then
+// ncclCommInitRank; Comms over one group must make their first collective
+// in the same order on every member). [SendRecv] keeps this package's
 // algorithms instead; [Comm.Native] says which a Comm runs. Padding and
 // results are as above: ReduceScatter's chunks are ChunkLen elements of
 // the zero-padded tensor, AllGather's shards concatenate in member order.
@@ -55,7 +58,14 @@
 // algorithm of its non-blocking collectives from those), so results are
 // bit-reproducible run to run and the same bits on every member (tested
 // under mpirun: two jobs, four members, equal bits), but it is not the
-// member order above. With two members the sum is x[0] + x[1] either way
+// member order above. NCCL's is its algorithm's: a ring all-reduce or
+// reduce-scatter sums each chunk around the ring starting at a different
+// member, a tree all-reduce up the tree; which one runs depends on the NCCL
+// version, the topology, the size and NCCL_ALGO / NCCL_PROTO, so it is
+// fixed for a given machine, build and size but undocumented, and not the
+// member order either (the tests' C double of NCCL sums in rank order,
+// which is the member order, so its results are checked bit for bit). With
+// two members the sum is x[0] + x[1] either way
 // (IEEE addition commutes), so a two-member group — -dp 2 — equals the
 // member order bit for bit; with more, results differ from it by
 // reassociation: tested within 1e-12 (float64) and 1e-5 (float32) of the
@@ -64,12 +74,17 @@
 // -check at -dp 4 over MPI measures up to 9.2e-14 (float64) and 4.6e-5
 // (float32, per parameter on the smallest ones) against its replica-order
 // reference, so it holds float32 with MPI's sums beyond two members to
-// 1e-4. [MemberOrder] keeps the member order on the engine: its reductions
+// 1e-4. NCCL's sums are a reassociation too, held to the same bounds by
+// the GPU check (scripts/gpu-nccl.sh; not measured: no GPU was available).
+// [MemberOrder] keeps the member order on the engine: its reductions
 // become the engine's all-to-all (each member receives every member's copy
-// of its chunk) summed here in member order, then (all-reduce) its
-// all-gather, so the bits are the Send/Recv algorithms' at any size.
-// Elements per collective are then at most math.MaxInt32 (MPI counts are C
-// ints).
+// of its chunk; NCCL's is one group of ncclSend and ncclRecv) summed here
+// in member order, then (all-reduce) its all-gather, so the bits are the
+// Send/Recv algorithms' at any size (the all-to-all moves as much as a
+// reduce-scatter; the sums run on the host).
+// Elements per collective are then at most math.MaxInt32 for MPI (its
+// counts are C ints); NCCL's are bounded by the transport's
+// MaxMessageBytes per tensor.
 //
 // # Failure
 //

@@ -51,7 +51,7 @@
 // its schedule fingerprint ([transport.Fingerprinter]) and batches
 // ([transport.Batcher], members translated to world ranks); and through
 // [View.Parent] and [View.Ranks], the world transport's native collectives
-// ([transport.Collectives], the MPI transport's), which runtime/collective
+// ([transport.Collectives], the MPI and NCCL transports'), which runtime/collective
 // then runs on a communicator of the group's world ranks.
 package mesh
 
@@ -229,7 +229,7 @@ func (v *View) WorldRank(i int) int { return v.ranks[i] }
 
 // Parent returns the world transport the view is a group of: with Ranks,
 // what runtime/collective needs to run the group's collectives natively
-// when the world transport provides them ([transport.Collectives], MPI).
+// when the world transport provides them ([transport.Collectives], MPI, NCCL).
 func (v *View) Parent() transport.Transport { return v.world }
 
 func (v *View) Rank() int  { return v.self }

@@ -11,8 +11,8 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// TestParallelDeterministic checks that large products give bit-identical
-// results with one thread and with many.
+// TestParallelDeterministic checks that large products and attention give
+// bit-identical results with one thread and with many.
 func TestParallelDeterministic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large products")
@@ -29,11 +29,30 @@ func TestParallelDeterministic(t *testing.T) {
 		}
 		return out
 	}
+	// Self-attention runs its (sequence, head) pairs on several goroutines
+	// (eachHead): the same bits with one thread and with many.
+	attn := func(procs int, dt tensor.Dtype) [][]float64 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		rng := NewRand(2)
+		a, err := NewSelfAttention(64, 4, 16, dt, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, r := randMatrix(dt, 48, 64, rng), randMatrix(dt, 48, 64, rng)
+		dx := runBackward(t, a, x, r, "split")
+		out := [][]float64{f64(dx)}
+		for _, p := range a.Params() {
+			out = append(out, f64(p.Grad))
+		}
+		return out
+	}
 	for _, dt := range dtypes {
-		a, b := run(1, dt), run(8, dt)
-		for i := range a {
-			if !slices.Equal(a[i], b[i]) {
-				t.Errorf("%v: result %d differs between 1 and 8 threads", dt, i)
+		for name, f := range map[string]func(int, tensor.Dtype) [][]float64{"mlp": run, "attention": attn} {
+			a, b := f(1, dt), f(8, dt)
+			for i := range a {
+				if !slices.Equal(a[i], b[i]) {
+					t.Errorf("%s %v: result %d differs between 1 and 8 threads", name, dt, i)
+				}
 			}
 		}
 	}

@@ -27,9 +27,10 @@
 // values side by side, [rows, 3·d]), Residual adds a layer's input to its
 // output. NewSelfAttention, NewMLPBlock and NewTransformerBlock compose them
 // with Linear and GELU into a pre-norm GPT block; a head is RMSNorm, a
-// Linear to the vocabulary and SoftmaxCrossEntropy on [rows, 1] class
+// Linear to the vocabulary (or a TiedHead, whose weight is the embedding's
+// token table: logits x·Tokenᵀ) and SoftmaxCrossEntropy on [rows, 1] class
 // indices. Every one has the split backward below and a finite-difference
-// gradient check (transformer_test.go). Their saved contexts do not
+// gradient check (transformer_test.go, tied_test.go). Their saved contexts do not
 // implement Swappable (see below): swap schedules take the MLP layers.
 //
 // # Split backward

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"gorgonia.org/tensor"
 )
@@ -458,22 +461,48 @@ func attnForward[T float](qkv, y []T, seqs, heads, t, d int) []T {
 	dh := d / heads
 	scale := T(1 / math.Sqrt(float64(dh)))
 	p := make([]T, seqs*heads*t*t)
-	for b := range seqs {
+	eachHead(seqs*heads, func(i int) {
+		b, h := i/heads, i%heads
 		base := b * t * 3 * d
-		for h := range heads {
-			q, k, v := qkv[base+h*dh:], qkv[base+d+h*dh:], qkv[base+2*d+h*dh:]
-			ph := p[(b*heads+h)*t*t : (b*heads+h+1)*t*t]
-			gemm(false, true, t, t, dh, scale, q, 3*d, k, 3*d, 0, ph, t)
-			causalSoftmax(ph, t)
-			gemm(false, false, t, dh, t, 1, ph, t, v, 3*d, 0, y[b*t*d+h*dh:], d)
-		}
-	}
+		q, k, v := qkv[base+h*dh:], qkv[base+d+h*dh:], qkv[base+2*d+h*dh:]
+		ph := p[i*t*t : (i+1)*t*t]
+		gemm(false, true, t, t, dh, scale, q, 3*d, k, 3*d, 0, ph, t)
+		causalSoftmax(ph, t)
+		gemm(false, false, t, dh, t, 1, ph, t, v, 3*d, 0, y[b*t*d+h*dh:], d)
+	})
 	return p
 }
 
+// eachHead runs f(0), ..., f(n-1), the (sequence, head) pairs of an
+// attention, on up to GOMAXPROCS goroutines. Each pair reads and writes
+// only its own columns and weights, and is computed whole by one goroutine,
+// so results do not depend on the split; a head's products (t×t) are one
+// GEMM block each, which GEMM itself would run on one goroutine.
+func eachHead(n int, f func(i int)) {
+	w := min(runtime.GOMAXPROCS(0), n)
+	if w <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range w {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // causalSoftmax turns the scores s [t, t] into weights, row i over columns
-// 0..i (the later ones get weight 0), in float64.
+// 0..i (the later ones get weight 0), in float64: each exponential is taken
+// once, kept in float64 until the division.
 func causalSoftmax[T float](s []T, t int) {
+	e := make([]float64, t)
 	for i := range t {
 		row := s[i*t : (i+1)*t]
 		mx := math.Inf(-1)
@@ -481,16 +510,14 @@ func causalSoftmax[T float](s []T, t int) {
 			mx = math.Max(mx, float64(v))
 		}
 		var sum float64
-		for _, v := range row[:i+1] {
-			sum += math.Exp(float64(v) - mx)
+		for j, v := range row[:i+1] {
+			e[j] = math.Exp(float64(v) - mx)
+			sum += e[j]
 		}
-		for j := range row {
-			if j > i {
-				row[j] = 0
-				continue
-			}
-			row[j] = T(math.Exp(float64(row[j])-mx) / sum)
+		for j := range row[:i+1] {
+			row[j] = T(e[j] / sum)
 		}
+		clear(row[i+1:])
 	}
 }
 
@@ -529,29 +556,30 @@ func (a CausalAttention) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Den
 func attnBackward[T float](qkv, p, dy, dqkv []T, seqs, heads, t, d int) {
 	dh := d / heads
 	scale := T(1 / math.Sqrt(float64(dh)))
-	ds := make([]T, t*t)
-	for b := range seqs {
+	scratch := sync.Pool{New: func() any { return make([]T, t*t) }}
+	eachHead(seqs*heads, func(i int) {
+		b, h := i/heads, i%heads
+		ds := scratch.Get().([]T)
+		defer scratch.Put(ds)
 		base := b * t * 3 * d
-		for h := range heads {
-			q, k, v := qkv[base+h*dh:], qkv[base+d+h*dh:], qkv[base+2*d+h*dh:]
-			ph := p[(b*heads+h)*t*t : (b*heads+h+1)*t*t]
-			do := dy[b*t*d+h*dh:]
-			gemm(true, false, t, dh, t, 1, ph, t, do, d, 0, dqkv[base+2*d+h*dh:], 3*d)
-			gemm(false, true, t, t, dh, 1, do, d, v, 3*d, 0, ds, t)
-			for i := range t {
-				pr, dr := ph[i*t:(i+1)*t], ds[i*t:(i+1)*t]
-				var dot float64
-				for j := range i + 1 {
-					dot += float64(pr[j]) * float64(dr[j])
-				}
-				for j := range dr {
-					dr[j] = T(float64(pr[j]) * (float64(dr[j]) - dot))
-				}
+		q, k, v := qkv[base+h*dh:], qkv[base+d+h*dh:], qkv[base+2*d+h*dh:]
+		ph := p[i*t*t : (i+1)*t*t]
+		do := dy[b*t*d+h*dh:]
+		gemm(true, false, t, dh, t, 1, ph, t, do, d, 0, dqkv[base+2*d+h*dh:], 3*d)
+		gemm(false, true, t, t, dh, 1, do, d, v, 3*d, 0, ds, t)
+		for i := range t {
+			pr, dr := ph[i*t:(i+1)*t], ds[i*t:(i+1)*t]
+			var dot float64
+			for j := range i + 1 {
+				dot += float64(pr[j]) * float64(dr[j])
 			}
-			gemm(false, false, t, dh, t, scale, ds, t, k, 3*d, 0, dqkv[base+h*dh:], 3*d)
-			gemm(true, false, t, dh, t, scale, ds, t, q, 3*d, 0, dqkv[base+d+h*dh:], 3*d)
+			for j := range dr {
+				dr[j] = T(float64(pr[j]) * (float64(dr[j]) - dot))
+			}
 		}
-	}
+		gemm(false, false, t, dh, t, scale, ds, t, k, 3*d, 0, dqkv[base+h*dh:], 3*d)
+		gemm(true, false, t, dh, t, scale, ds, t, q, 3*d, 0, dqkv[base+d+h*dh:], 3*d)
+	})
 }
 
 // BackwardWeight releases the context: the core has no parameters.

@@ -33,9 +33,13 @@ func (x *Exec) Load(a At) {
 	// stage begins or ends a route, so keyable; it is on this rank iff its
 	// Stage is set, which a slot holding it already proves.
 	var s *slotState
-	if st == 0 && uint(stage) < uint(len(x.ends)) && x.ends[stage] != 0 && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+	var ends uint8
+	if st == 0 && uint(stage) < uint(len(x.ends)) && uint(micro) < uint(x.micro) && uint(slot) < uint(len(x.slots)) {
+		ends = x.ends[stage]
 		s = &x.slots[slot]
-		if k := keyOf(stage, micro); s.key == k {
+		if k := keyOf(stage, micro); ends == 0 {
+			s = nil
+		} else if s.key == k {
 		} else if s.flags&pending == 0 && x.stages[stage] != nil && x.onRoute(stage, micro) {
 			s.start(k)
 		} else {
@@ -51,8 +55,8 @@ func (x *Exec) Load(a At) {
 		if s = x.loadSlow(stage, micro, slot); s == nil {
 			return
 		}
+		ends = x.ends[stage]
 	}
-	ends := x.ends[stage]
 	if ends&routeStart != 0 {
 		in, err := x.data.Input(micro)
 		if err != nil || in == nil {
@@ -107,10 +111,7 @@ func (x *Exec) dataFail(stage, micro int, err error, what string) {
 //
 //go:noinline
 func (x *Exec) F(a At) {
-	stage, micro, slot, src := a.Fields()
-	if src == atNone {
-		src = -1
-	}
+	stage, micro, slot, src := a.Fields() // src atNone: none
 	st := x.state.Load()
 	var s *slotState
 	var in *tensor.Dense
@@ -119,7 +120,7 @@ func (x *Exec) F(a At) {
 		s = &x.slots[slot]
 		k := keyOf(stage, micro)
 		ends = x.ends[stage]
-		if src >= 0 {
+		if src != atNone {
 			// Slot src holding (stage-1, micro) proves micro valid; stage
 			// must be on this rank, and the slot free to claim (no pending
 			// receive) or holding the chunk before its F.
@@ -143,7 +144,7 @@ func (x *Exec) F(a At) {
 		if in != nil && (ends&routeEnd == 0 || (s.key == k && s.target != nil && s.flags&dataPending == 0)) {
 			if s.key != k {
 				s.start(k)
-			} else if src < 0 && ends&routeStart == 0 {
+			} else if src == atNone && ends&routeStart == 0 {
 				s.ract = nil
 			}
 		} else {
@@ -291,9 +292,23 @@ func (x *Exec) sourceSlot(k OpKind, stage, micro, slot, src, dir int) *tensor.De
 //
 //go:noinline
 func (x *Exec) B(a At) {
-	s, stage, micro, dy := x.backwardArgs(OpBackward, a)
+	// The chunk whose next stage is on this rank (its dy in a local slot)
+	// takes one call; any other, or any doubt, backwardArgs. An in-range
+	// src is not atNone: New refuses more than 65535 slots.
+	stage, micro, slot, src := a.Fields()
+	var s *slotState
+	var dy *tensor.Dense
+	if x.state.Load() == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) && uint(src) < uint(len(x.slots)) {
+		if p := &x.slots[slot]; p.key == keyOf(stage, micro) && p.flags&(fwdDone|inDone|swappedOut) == fwdDone {
+			if dy = x.localGrad(slot, src, stage, micro); dy != nil {
+				s = p
+			}
+		}
+	}
 	if s == nil {
-		return
+		if s, stage, micro, dy = x.backwardArgs(OpBackward, a); s == nil {
+			return
+		}
 	}
 	sg := x.stages[stage]
 	dx, err := sg.BackwardInput(s.saved, dy)
@@ -379,11 +394,8 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy 
 				}
 			case p.flags&(fwdDone|inDone|swappedOut) != fwdDone:
 			case src != atNone:
-				// dy is dx of slot src, holding (stage+1, micro).
-				if uint(src) < uint(len(x.slots)) && src != slot {
-					if q := &x.slots[src]; q.key == keyOf(stage+1, micro) && q.dx != nil {
-						return p, stage, micro, q.dx
-					}
+				if dy = x.localGrad(slot, src, stage, micro); dy != nil {
+					return p, stage, micro, dy
 				}
 			case x.routeLast(stage):
 				if p.dy != nil {
@@ -409,6 +421,18 @@ func (x *Exec) backwardArgs(k OpKind, a At) (s *slotState, stage, micro int, dy 
 		s, dy = x.backwardSlow(k, stage, micro, slot, src)
 	}
 	return s, stage, micro, dy
+}
+
+// localGrad returns the output gradient of the chunk (stage, micro) in
+// slot when slot src holds (stage+1, micro) with its input gradient: the
+// next stage is on this rank. Nil otherwise (the slow checks say why).
+func (x *Exec) localGrad(slot, src, stage, micro int) *tensor.Dense {
+	if uint(src) < uint(len(x.slots)) && src != slot {
+		if q := &x.slots[src]; q.key == keyOf(stage+1, micro) {
+			return q.dx
+		}
+	}
+	return nil
 }
 
 // backwardSlow runs the checks of B or I (k) and returns the slot holding
@@ -473,6 +497,10 @@ func (x *Exec) weightSlow(stage, micro, slot int) *slotState {
 //go:noinline
 func (x *Exec) OptStep() {
 	if x.failedNow() {
+		return
+	}
+	if s := x.untied(); s >= 0 {
+		x.stepFail(OpOptStep, 0, 0, -1, fmt.Errorf("stage %d is tied (Spec.Ties) but its TIE_GRAD has not run: the optimizer would step on one copy's gradient; TIE_GRAD %d comes before OPT_STEP", s, s))
 		return
 	}
 	if x.copies > 1 {

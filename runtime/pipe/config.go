@@ -75,6 +75,7 @@ type Exec struct {
 	micro  int // spec.Micro
 	last   int
 	copies int             // spec.Copies, 0 or 1 for one pipeline
+	tied   []bool          // per stage: its TIE_GRAD ran this iteration (tie.go)
 	per    int             // stages per copy (Stages/copies)
 	ends   []uint8         // per stage: routeStart|routeEnd bits
 	losses []atomic.Uint64 // math.Float64bits of each micro's loss
@@ -173,6 +174,9 @@ func New(cfg Config) (*Exec, error) {
 			return nil, fmt.Errorf("pipe: rank %d: stage %d is a %T, which does not implement pipe.CopyGrads (Grads() []*tensor.Dense): the schedule runs %d model copies, whose gradients OptStep sums", r, s, stages[s], copies)
 		}
 	}
+	if err := requireTied(sp, r, stages); err != nil {
+		return nil, err
+	}
 	if r < sp.Owned && cfg.Data == nil {
 		return nil, fmt.Errorf("pipe: rank %d owns micro-batch %d (Spec.Owned = %d, mpipe) but Config.Data is nil: an owner loads the input of the micro-batches it owns", r, r, sp.Owned)
 	}
@@ -209,7 +213,7 @@ func New(cfg Config) (*Exec, error) {
 		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
 		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
-		losses: make([]atomic.Uint64, sp.Micro),
+		losses: make([]atomic.Uint64, sp.Micro), tied: make([]bool, sp.Stages),
 	}
 	x.ends = make([]uint8, sp.Stages)
 	for s := range x.ends {
@@ -238,6 +242,7 @@ func New(cfg Config) (*Exec, error) {
 	}
 	x.spec.Slots = slices.Clone(sp.Slots)
 	x.spec.RankOf = slices.Clone(sp.RankOf)
+	x.spec.Ties = slices.Clone(sp.Ties)
 	for i := range x.slots {
 		s := &x.slots[i]
 		s.actDone = make(chan struct{}, 1)
@@ -340,6 +345,7 @@ func (x *Exec) Reset() {
 	x.batch = nil
 	x.inflight.Wait()
 	x.nBatch = 0
+	clear(x.tied)
 	for i := range x.slots {
 		s := &x.slots[i]
 		// A completion signal is left only for a receive posted and never

@@ -45,6 +45,22 @@ func (x *Exec) syncCopies() error {
 // exchangeGrads sends stage s's gradients to peer (which holds its twin t)
 // and adds t's, received from peer, to them.
 func (x *Exec) exchangeGrads(s, t, peer int, mine []*tensor.Dense) error {
+	theirs, err := x.swapGrads(s, t, peer, mine)
+	if err != nil {
+		return err
+	}
+	if err := addInto(mine, theirs); err != nil {
+		return fmt.Errorf("stage %d and its twin %d on rank %d: %w", s, t, peer, err)
+	}
+	return nil
+}
+
+// swapGrads sends stage s's gradients mine to peer, which holds stage t,
+// and returns t's, received from peer, on the grad channel tagged (stage,
+// -1-i): the lower rank sends first, so the exchange cannot deadlock even
+// when a send waits for its receive. Model copies (OptStep) and ties
+// (TieGrad) exchange through it.
+func (x *Exec) swapGrads(s, t, peer int, mine []*tensor.Dense) ([]*tensor.Dense, error) {
 	send := func() error {
 		for i, g := range mine {
 			// A copy: the transport may hand the tensor itself to an
@@ -75,15 +91,12 @@ func (x *Exec) exchangeGrads(s, t, peer int, mine []*tensor.Dense) error {
 		first, second = recv, send
 	}
 	if err := first(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := second(); err != nil {
-		return err
+		return nil, err
 	}
-	if err := addInto(mine, theirs); err != nil {
-		return fmt.Errorf("stage %d and its twin %d on rank %d: %w", s, t, peer, err)
-	}
-	return nil
+	return theirs, nil
 }
 
 // addPair sets both a[i] and b[i] to a[i] + b[i].

@@ -50,6 +50,8 @@ func Interpret(x *Exec, ops []Op) error {
 			x.BatchBegin()
 		case OpBatchEnd:
 			x.BatchEnd()
+		case OpTieGrad:
+			x.TieGrad(int(op.Stage))
 		case OpOverlapFB, OpOverlapBF:
 			a, b, ok := overlapSubOps(x, ops, i)
 			if !ok {

@@ -55,6 +55,8 @@ const (
 	// fields); the transfers between are issued as one group.
 	OpBatchBegin = abi.BatchBegin
 	OpBatchEnd   = abi.BatchEnd
+	// TieGrad (Stage): sum a tie's gradients (Spec.Ties, Tied).
+	OpTieGrad = abi.TieGrad
 )
 
 // Op is one step as data. Unused fields are -1 (Peer of local steps, Src of

@@ -48,6 +48,10 @@ type Spec struct {
 	// file (with two model copies, stage s and s+Stages/2 the same ones).
 	// Nil otherwise.
 	Layers [][2]int
+	// Ties are the stages that share a parameter (`ppgen gen -tie A:B`):
+	// each holds a copy, implements Tied, and TIE_GRAD sums the copies'
+	// gradients before OPT_STEP (TieGrad).
+	Ties []Tie
 }
 
 // Validate checks the Spec's internal consistency.
@@ -96,7 +100,7 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("Layers[%d] = %v: want a non-empty range first..end-1", st, l)
 		}
 	}
-	return nil
+	return checkTies(s)
 }
 
 // CopyGrads is implemented by the stages of a program with two model copies

@@ -3,7 +3,8 @@ package transport
 import "gorgonia.org/tensor"
 
 // Collectives is implemented by a transport whose engine runs collectives
-// natively (the MPI transport, build tag mpi): runtime/collective uses it,
+// natively (the MPI transport, build tag mpi; the NCCL transport,
+// runtime/transport/nccl): runtime/collective uses it,
 // when the transport of a group (or the world transport under a
 // runtime/mesh view) provides it, instead of its own algorithms over Send
 // and Recv.
@@ -23,7 +24,7 @@ type Collectives interface {
 // transport (the engine's collective state is then unknown), as a failed
 // Send does. Tensors are plain (not views) float32 or float64 tensors of
 // the same dtype and element count on every member; element counts are at
-// most math.MaxInt32 (MPI counts are C ints).
+// most math.MaxInt32 for MPI (its counts are C ints).
 //
 // Sums are element-wise in the engine's order, which is fixed for a given
 // engine, member count, element count and placement of the processes, but

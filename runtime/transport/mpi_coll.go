@@ -6,7 +6,7 @@ package transport
 #include <stdlib.h>
 #include <mpi.h>
 
-MPI_Comm ppg_parent_comm(void); // mpi.go
+#include "mpi_shim.h"
 
 static MPI_Datatype ppg_dtype(int f64) { return f64 ? MPI_DOUBLE : MPI_FLOAT; }
 

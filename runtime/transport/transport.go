@@ -306,14 +306,20 @@ const (
 	DefaultTimeout = 5 * time.Minute
 )
 
-// dtype codes on the wire.
+// dtype codes on the wire (Bytes.Dtype, every transport's headers).
 const (
 	dtFloat32 = 1
 	dtFloat64 = 2
+
+	DtypeFloat32 = dtFloat32
+	DtypeFloat64 = dtFloat64
 )
 
 // maxDims bounds the rank (number of dimensions) of a tensor on the wire.
 const maxDims = 16
+
+// MaxDims is maxDims for the transports outside this package.
+const MaxDims = maxDims
 
 // view describes a tensor's payload for sending: dtype code, dims, and the raw
 // bytes (in native order) of a contiguous backing array. keep holds the
@@ -404,6 +410,11 @@ func elemSize(dt uint8) int {
 	}
 	return 0
 }
+
+// Alloc is alloc for the transports outside this package: a new tensor of
+// dtype code dt (DtypeFloat32 or DtypeFloat64) and shape dims, whose
+// product the caller has bounded, and its backing bytes for a receive.
+func Alloc(dt uint8, dims []int) (*tensor.Dense, []byte) { return alloc(dt, dims) }
 
 // alloc returns a new tensor of dtype dt and shape dims together with its
 // backing array as raw native-order bytes, to be filled by the caller.

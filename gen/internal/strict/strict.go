@@ -10,7 +10,8 @@
 // precede it on its rank; it is posted once the host has passed that many
 // steps. Each host step may wait for events: the completion of a comm op
 // (a compute step consumes its receive) or, for compute-only programs, a host
-// step of another rank (the producer of its input). Two matched ops complete
+// step of another rank (the producer of its input; or, for a tie's
+// exchange, a host step or an op of the peer). Two matched ops complete
 // together, and only when each is the first unfinished op of its stream and
 // both are posted (rendezvous).
 //
@@ -303,9 +304,16 @@ func (s *Sim) process(r int32) {
 			for w, end := m.WaitOff[h], m.WaitOff[h+1]; w < end; w++ {
 				if e := m.Waits[w]; !s.eventDone(e) {
 					s.blocked[r] = e
-					if e.Rank != OpEvent && e.Rank != r && !s.watching[r] {
+					// Watch the rank whose progress ends the wait: the one
+					// whose host step it is, or whose op (a comm op of
+					// another rank: a tie's exchange waits for the peer's).
+					q := e.Rank
+					if q == OpEvent {
+						q = m.OpRank[e.Index]
+					}
+					if q != r && !s.watching[r] {
 						s.watching[r] = true
-						s.watchers[e.Rank] = append(s.watchers[e.Rank], r)
+						s.watchers[q] = append(s.watchers[q], r)
 					}
 					break run
 				}
@@ -316,13 +324,7 @@ func (s *Sim) process(r int32) {
 			s.host[r] = host
 			s.left -= int(moved)
 			progressed = true
-			if w := s.watchers[r]; len(w) > 0 {
-				for _, q := range w {
-					s.watching[q] = false
-					s.push(q)
-				}
-				s.watchers[r] = w[:0]
-			}
+			s.wake(r)
 		}
 		op := s.headOp(int(r))
 		if op >= 0 && s.gap[op] <= s.host[r] {
@@ -388,6 +390,19 @@ func (s *Sim) complete(a, b int32) {
 		s.order[s.m.OpOff[r]+s.nDone[r]] = op
 		s.nDone[r]++
 		s.left--
+		s.wake(r)
+	}
+}
+
+// wake re-queues the ranks watching rank r (their hosts wait for a host
+// step or an op of r), which has progressed.
+func (s *Sim) wake(r int32) {
+	if w := s.watchers[r]; len(w) > 0 {
+		for _, q := range w {
+			s.watching[q] = false
+			s.push(q)
+		}
+		s.watchers[r] = w[:0]
 	}
 }
 
@@ -513,7 +528,9 @@ func (s *Sim) WaitOf(r int) Wait {
 	}
 	if w.Host < s.m.HostLen(r) {
 		if w.On.Rank == OpEvent {
-			if p := s.m.OpPartner[w.On.Index]; p >= 0 {
+			if q := s.m.OpRank[w.On.Index]; int(q) != r {
+				w.Peer = int(q) // another rank's op (a tie's exchange): that rank's stream
+			} else if p := s.m.OpPartner[w.On.Index]; p >= 0 {
 				w.Peer = int(s.m.OpRank[p])
 			}
 		} else {

@@ -272,3 +272,22 @@ func TestHoist(t *testing.T) {
 		t.Error("hoisting a completed op succeeded")
 	}
 }
+
+// TestWaitForAnotherRanksOp: a host step may wait for an op of another
+// rank (a tie's exchange waits for the peer's last transfer); it runs once
+// that op completes, whichever rank completes it, and a rank that passed
+// its rendezvous host step first does not leave the other behind.
+func TestWaitForAnotherRanksOp(t *testing.T) {
+	// Ranks 0 and 1 each exchange (host steps waiting for the other's
+	// host and for both ranks' last op); rank 1's last op pairs with
+	// rank 2's, which rank 2 posts late.
+	m, _ := build(
+		[]step{o("a", "b"), {waits: []string{"a", "c"}, host: [][2]int{{1, 0}}}},
+		[]step{h(), o("b", "a"), o("c", "d"), {waits: []string{"c", "a"}, host: [][2]int{{0, 0}}}},
+		[]step{h(), h(), o("d", "c")},
+	)
+	s := NewSim(m)
+	if !s.Run() {
+		t.Fatalf("stuck: %v", func() []Wait { w, _ := s.Stuck(); return w }())
+	}
+}

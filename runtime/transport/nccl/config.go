@@ -1,5 +1,6 @@
-// Package nccl is a transport.Transport over NCCL point-to-point, for ranks
-// that each own a GPU. The CUDA runtime (libcudart.so) and NCCL
+// Package nccl is a transport.Transport over NCCL point-to-point, with
+// NCCL's own collectives (transport.Collectives), for ranks that each own a
+// GPU. The CUDA runtime (libcudart.so) and NCCL
 // (libnccl.so.2) are loaded at run time with purego: the package has no cgo,
 // builds with CGO_ENABLED=0, and a binary that imports it runs on a machine
 // without either library until [Dial] is called, which then fails with an
@@ -62,6 +63,22 @@
 // ends the pending operations) and the control connection, so every peer
 // fails naming this rank. A peer's abort, death or hang reported by the
 // control connection aborts the communicator here the same way.
+//
+// # Collectives
+//
+// [Transport.NewGroup] makes an NCCL communicator of a group of world ranks
+// (collective over its members only): member 0 calls ncclGetUniqueId and
+// sends the id, with the member list, over the control connection, and
+// every member calls ncclCommInitRank. Not ncclCommSplit of the world's
+// communicator, which every rank of the world must call (runtime/collective
+// builds a group on its first collective, which non-members never run) and
+// which needs NCCL 2.18. A group has its own stream and device buffer; its
+// collectives are ncclAllReduce, ncclAllGather, ncclReduceScatter and
+// ncclBroadcast (sums, float32 and float64) and an all-to-all of grouped
+// ncclSend and ncclRecv, on device copies of the host tensors, bounded by
+// the progress timeout; a failure fails the transport as a failed Send does,
+// and a peer's abort or failure is named. NCCL sums in its own order (see
+// runtime/collective, "Native collectives").
 //
 // docs/internals.md ("The NCCL transport") describes the test double the tests
 // run against and the GPU script (scripts/gpu-nccl.sh).
@@ -207,9 +224,9 @@ type header struct {
 
 // dtype codes in headers.
 const (
-	dtFloat32 = 1
-	dtFloat64 = 2
-	maxDims   = 16
+	dtFloat32 = transport.DtypeFloat32
+	dtFloat64 = transport.DtypeFloat64
+	maxDims   = transport.MaxDims
 	hdrMagic  = 0x5047 // first element of every header: 'P' 'G', version 1 of the layout
 )
 

@@ -5,6 +5,7 @@ package nccl
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -76,4 +77,42 @@ func TestGPUSelf(t *testing.T) {
 	}
 	d := time.Since(start) / rounds
 	t.Logf("64 MiB self send+receive (host to device, NCCL, device to host): %v, %.2f GB/s", d, float64(64<<20)/d.Seconds()/1e9)
+}
+
+// TestGPUCollectives runs NCCL's collectives on real GPUs
+// (scripts/gpu-nccl.sh; PPGEN_NCCL_GPU=1): a world of one rank with a group
+// of one, every collective (within the tolerance of NCCL's own order of
+// sums); then, with PPGEN_NCCL_GPUS ≥ 2, TestCollectives's world of up to
+// 4 ranks, one GPU each.
+func TestGPUCollectives(t *testing.T) {
+	if !onGPU() {
+		t.Skip("needs a GPU and NCCL: run scripts/gpu-nccl.sh (PPGEN_NCCL_GPU=1)")
+	}
+	tr, err := Dial(context.Background(), Config{TCP: transport.TCPConfig{World: 1, Timeout: time.Minute}, Device: AutoDevice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := tr.NewGroup([]int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := groupChecks(g, []int{0}); err != nil {
+		t.Error(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Error(err)
+	}
+	gpus, _ := strconv.Atoi(os.Getenv("PPGEN_NCCL_GPUS"))
+	if gpus < 2 {
+		t.Logf("PPGEN_NCCL_GPUS=%q: the multi-rank collectives need 2 GPUs or more, skipped", os.Getenv("PPGEN_NCCL_GPUS"))
+		return
+	}
+	n := min(gpus, 4)
+	start := time.Now()
+	for r, out := range world(t, n, "gpu-coll") {
+		if res := result(out); res != "OK" {
+			t.Errorf("rank %d: %s\n%s", r, res, out)
+		}
+	}
+	t.Logf("collectives on %d ranks, one GPU each: %v", n, time.Since(start))
 }

@@ -95,3 +95,46 @@ func FuzzDecodeHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeGroupID: whatever a peer sends as a group's id, decoding
+// neither panics nor accepts a member outside the world, and what it
+// accepts encodes back to the same values.
+func FuzzDecodeGroupID(f *testing.F) {
+	enc := func(v []float64) []byte {
+		b := make([]byte, 8*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
+		}
+		return b
+	}
+	var id uniqueID
+	for i := range id.internal {
+		id.internal[i] = uint8(i * 7)
+	}
+	f.Add(enc(encodeGroupID(id, []int{0, 1})))
+	f.Add(enc(encodeGroupID(id, []int{3})))
+	f.Add(enc(append(encodeGroupID(id, []int{2}), 1e300)))
+	f.Add(enc(encodeGroupID(id, nil)))
+	const world = 4
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v := make([]float64, len(b)/8)
+		for i := range v {
+			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		id, ranks, err := decodeGroupID(v, world)
+		if err != nil {
+			return
+		}
+		if len(ranks) < 1 || len(ranks) > world {
+			t.Fatalf("accepted %d members, world %d", len(ranks), world)
+		}
+		for _, r := range ranks {
+			if r < 0 || r >= world {
+				t.Fatalf("accepted member %d, world %d", r, world)
+			}
+		}
+		if got := encodeGroupID(id, ranks); !slices.Equal(got, v) {
+			t.Fatalf("re-encoded %v, want %v", got, v)
+		}
+	})
+}

@@ -25,6 +25,9 @@ const (
 	ncclRemoteError       = 6
 	ncclInProgress        = 7
 	ncclUint8             = 1
+	ncclFloat32           = 7
+	ncclFloat64           = 8
+	ncclSum               = 0   // ncclRedOp_t
 	uniqueIDBytes         = 128 // NCCL_UNIQUE_ID_BYTES
 	deviceAlign           = 256 // offsets of the payloads in the device arena
 	defaultDeviceCountMax = 1 << 16
@@ -67,6 +70,13 @@ type lib struct {
 	ncclCommAbort         func(comm uintptr) int32
 	ncclCommDestroy       func(comm uintptr) int32
 	ncclGetErrorString    func(r int32) string
+
+	// The collectives (coll.go), each on device buffers, in place where
+	// send and receive buffer are one.
+	ncclAllReduce     func(send, recv uintptr, count uintptr, dt int32, op int32, comm uintptr, s uintptr) int32
+	ncclAllGather     func(send, recv uintptr, sendcount uintptr, dt int32, comm uintptr, s uintptr) int32
+	ncclReduceScatter func(send, recv uintptr, recvcount uintptr, dt int32, op int32, comm uintptr, s uintptr) int32
+	ncclBroadcast     func(send, recv uintptr, count uintptr, dt int32, root int32, comm uintptr, s uintptr) int32
 }
 
 // The environment variables that override where the libraries are loaded from.
@@ -131,6 +141,8 @@ func loadLib(cudart, nccl string) (*lib, error) {
 		{&l.ncclGroupStart, "ncclGroupStart"}, {&l.ncclGroupEnd, "ncclGroupEnd"},
 		{&l.ncclCommGetAsyncError, "ncclCommGetAsyncError"}, {&l.ncclCommAbort, "ncclCommAbort"},
 		{&l.ncclCommDestroy, "ncclCommDestroy"}, {&l.ncclGetErrorString, "ncclGetErrorString"},
+		{&l.ncclAllReduce, "ncclAllReduce"}, {&l.ncclAllGather, "ncclAllGather"},
+		{&l.ncclReduceScatter, "ncclReduceScatter"}, {&l.ncclBroadcast, "ncclBroadcast"},
 	}
 	for _, f := range cuda {
 		if err := bind(f.ptr, hc, f.name, pc); err != nil {

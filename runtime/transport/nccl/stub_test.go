@@ -344,10 +344,15 @@ func TestSelfAsyncError(t *testing.T) {
 }
 
 // world runs the scenario on n ranks, each a child process, and returns
-// their outputs.
+// their outputs. The ranks load the test double, except in a "gpu-"
+// scenario (the libraries of the loader's search path, or the environment's
+// PPGEN_CUDART_LIB and PPGEN_NCCL_LIB).
 func world(t *testing.T, n int, scenario string, env ...string) []string {
 	t.Helper()
-	lib := stub(t)
+	lib := ""
+	if !strings.HasPrefix(scenario, "gpu-") {
+		lib = stub(t)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +371,10 @@ func world(t *testing.T, n int, scenario string, env ...string) []string {
 	for r := range n {
 		c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestChild$", "-test.v=false")
 		c.Env = append(os.Environ(), "NCCLTEST_SCENARIO="+scenario, "NCCLTEST_RANK="+strconv.Itoa(r), "NCCLTEST_WORLD="+strconv.Itoa(n),
-			"NCCLTEST_ADDR="+addr, "NCCLTEST_STUB="+lib, NCCLLibVar+"="+lib, CUDARTLibVar+"="+lib)
+			"NCCLTEST_ADDR="+addr)
+		if lib != "" {
+			c.Env = append(c.Env, "NCCLTEST_STUB="+lib, NCCLLibVar+"="+lib, CUDARTLibVar+"="+lib)
+		}
 		for _, e := range env {
 			// "R<rank>:K=V" is for that rank only.
 			if rest, ok := strings.CutPrefix(e, "R"+strconv.Itoa(r)+":"); ok {
@@ -522,8 +530,11 @@ func child(sc string) error {
 	n, _ := strconv.Atoi(os.Getenv("NCCLTEST_WORLD"))
 	cfg := Config{TCP: transport.TCPConfig{Rank: rank, World: n, MasterAddr: os.Getenv("NCCLTEST_ADDR"), Token: "nccl-test",
 		Timeout: 30 * time.Second, Fingerprint: "test"}}
-	if sc == "timeout" {
+	if sc == "timeout" || sc == "coll-timeout" || sc == "coll-join-timeout" {
 		cfg.TCP.Timeout = time.Second
+	}
+	if strings.HasPrefix(sc, "gpu-") {
+		cfg.Device, cfg.LocalRank = AutoDevice, rank // one GPU per rank
 	}
 	if sc == "buffered" {
 		cfg.MaxBufferedBytes = 100
@@ -544,6 +555,9 @@ func child(sc string) error {
 		return err
 	}
 	defer tr.Close()
+	if strings.HasPrefix(sc, "coll") || strings.HasPrefix(sc, "gpu-coll") {
+		return collScenario(tr, sc, rank, n) // coll_test.go
+	}
 	next, prev := (rank+1)%n, (rank+n-1)%n
 	switch sc {
 	case "pipeline":

@@ -47,24 +47,4 @@ func bytesOf[E float32 | float64](s []E, n int) []byte {
 
 // newTensor allocates the tensor a header describes and returns its bytes.
 // The header was validated (decodeHeader), so the size is within bounds.
-func newTensor(h header) (*tensor.Dense, []byte) {
-	n := 1
-	for _, d := range h.dims {
-		n *= d
-	}
-	if h.dt == dtFloat32 {
-		return newOf(tensor.Float32, (*tensor.Dense).Float32s, h.dims, n)
-	}
-	return newOf(tensor.Float64, (*tensor.Dense).Float64s, h.dims, n)
-}
-
-func newOf[E float32 | float64](d tensor.Dtype, elems func(*tensor.Dense) []E, dims []int, n int) (*tensor.Dense, []byte) {
-	var t *tensor.Dense
-	if len(dims) == 0 {
-		t = tensor.New(tensor.Of(d), tensor.WithShape())
-	} else {
-		t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]E, n)))
-	}
-	s := elems(t)
-	return t, bytesOf(s, len(s))
-}
+func newTensor(h header) (*tensor.Dense, []byte) { return transport.Alloc(h.dt, h.dims) }

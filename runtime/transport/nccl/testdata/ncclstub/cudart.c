@@ -38,8 +38,9 @@ static void *worker(void *arg) {
 		stub_work *w = s->head;
 		s->busy = 1;
 		pthread_mutex_unlock(&s->mu);
-		stub_run_group(w->comm, w->ops, w->nops);
+		stub_run_work(w);
 		free(w->ops);
+		free(w->arg);
 		pthread_mutex_lock(&s->mu);
 		s->head = w->next;
 		if (!s->head)
@@ -66,11 +67,7 @@ cudaError_t cudaStreamCreate(stub_stream **out) {
 	return cudaSuccess;
 }
 
-void stub_enqueue(stub_stream *s, stub_comm *c, stub_op *ops, int nops) {
-	stub_work *w = calloc(1, sizeof *w);
-	w->comm = c;
-	w->ops = ops;
-	w->nops = nops;
+void stub_enqueue(stub_stream *s, stub_work *w) {
 	pthread_mutex_lock(&s->mu);
 	if (s->tail)
 		s->tail->next = w;

@@ -204,9 +204,13 @@ static __thread stub_stream *gstream;
 static __thread ncclResult_t gerr;
 
 static void flush(void) {
-	if (gn > 0 && gerr == ncclSuccess)
-		stub_enqueue(gstream, gcomm, gops, gn);
-	else
+	if (gn > 0 && gerr == ncclSuccess) {
+		stub_work *w = calloc(1, sizeof *w);
+		w->comm = gcomm;
+		w->ops = gops;
+		w->nops = gn;
+		stub_enqueue(gstream, w);
+	} else
 		free(gops);
 	gops = NULL;
 	gn = gcap = 0;
@@ -230,14 +234,21 @@ ncclResult_t ncclGroupEnd(void) {
 	return r;
 }
 
-static ncclResult_t add(int send, void *buf, size_t count, int dt, int peer, stub_comm *c, stub_stream *s) {
-	size_t es;
+/* The size of an element of NCCL data type dt, 0 if unknown. */
+static size_t elem_size(int dt) {
 	switch (dt) {
-	case 0: case 1: es = 1; break;          /* ncclInt8, ncclUint8 */
-	case 2: case 3: case 6: es = 4; break;  /* ncclInt32, ncclUint32, ncclFloat32 */
-	case 4: case 5: case 8: es = 8; break;  /* ncclInt64, ncclUint64, ncclFloat64 */
-	default: return ncclInvalidArgument;
+	case 0: case 1: return 1;         /* ncclInt8, ncclUint8 */
+	case 6: case 9: return 2;         /* ncclFloat16, ncclBfloat16 */
+	case 2: case 3: case 7: return 4; /* ncclInt32, ncclUint32, ncclFloat32 */
+	case 4: case 5: case 8: return 8; /* ncclInt64, ncclUint64, ncclFloat64 */
 	}
+	return 0;
+}
+
+static ncclResult_t add(int send, void *buf, size_t count, int dt, int peer, stub_comm *c, stub_stream *s) {
+	size_t es = elem_size(dt);
+	if (es == 0)
+		return ncclInvalidArgument;
 	if (!c || peer < 0 || peer >= c->nranks || (count > 0 && !buf))
 		return ncclInvalidArgument;
 	if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST))
@@ -290,9 +301,11 @@ static void fail(stub_comm *c, ncclResult_t e) {
 /* Runs a group: every op progresses at once (nonblocking sockets, poll),
  * each message a length prefix then the payload; per peer and direction
  * the ops go in issue order. */
-void stub_run_group(stub_comm *c, stub_op *ops, int nops) {
+static void run_group(stub_comm *c, stub_op *ops, int nops, const char *name) {
 	if (c->log) {
 		fprintf(c->log, "rank %d group %d:", c->rank, c->groups);
+		if (name)
+			fprintf(c->log, " %s", name);
 		for (int i = 0; i < nops; i++)
 			fprintf(c->log, " %s%d:%zu", ops[i].send ? "send" : "recv", ops[i].peer, ops[i].n);
 		fprintf(c->log, "\n");
@@ -370,6 +383,161 @@ void stub_run_group(stub_comm *c, stub_op *ops, int nops) {
 out:
 	free(pf);
 	free(which);
+}
+
+void stub_run_work(stub_work *w) {
+	run_group(w->comm, w->ops, w->nops, w->name);
+	if (w->post && !aborted(w->comm))
+		w->post(w);
+}
+
+/* ---- Collectives ---- */
+
+/* coll is a collective's state on the stream worker. */
+typedef struct coll {
+	int kind; /* 0 all-reduce, 1 all-gather, 2 reduce-scatter, 3 broadcast */
+	const char *send;
+	char *recv;
+	size_t count; /* elements of the result (all-reduce, broadcast, reduce-scatter) or of a contribution (all-gather) */
+	int dt;
+	int root;
+	char *tmp; /* nranks * count elements: what the peers sent */
+} coll;
+
+/* sum sets out[i] to the sum over the ranks m of src(m)[i], in rank order,
+ * src(r) being this rank's own part mine, src(m) tmp's chunk m. */
+#define SUM(T)                                                                  \
+	static void sum_##T(stub_comm *c, coll *k, const char *mine) {           \
+		const T *own = (const T *)mine;                                   \
+		T *out = (T *)k->recv;                                            \
+		for (size_t i = 0; i < k->count; i++) {                           \
+			T v = c->rank == 0 ? own[i] : ((const T *)k->tmp)[i];     \
+			for (int m = 1; m < c->nranks; m++)                       \
+				v += m == c->rank ? own[i] : ((const T *)k->tmp)[(size_t)m * k->count + i]; \
+			out[i] = v;                                               \
+		}                                                                 \
+	}
+SUM(float)
+SUM(double)
+
+static void post_coll(stub_work *w) {
+	stub_comm *c = w->comm;
+	coll *k = w->arg;
+	size_t es = elem_size(k->dt), b = k->count * es;
+	const char *mine = k->send;
+	switch (k->kind) {
+	case 2:
+		mine = k->send + (size_t)c->rank * b; /* this rank's chunk of its input */
+		/* fall through */
+	case 0:
+		if (k->dt == 7)
+			sum_float(c, k, mine);
+		else
+			sum_double(c, k, mine);
+		break;
+	case 1:
+		memmove(k->recv + (size_t)c->rank * b, k->send, b);
+		break;
+	case 3:
+		if (c->rank == k->root && k->recv != k->send)
+			memmove(k->recv, k->send, b);
+		break;
+	}
+	free(k->tmp);
+}
+
+static const char *coll_names[] = {"allreduce", "allgather", "reducescatter", "broadcast"};
+
+/* enqueue_coll builds the sends and receives of a collective and queues
+ * them with its post step. */
+static ncclResult_t enqueue_coll(int kind, const void *send, void *recv, size_t count, int dt, int root, stub_comm *c, stub_stream *s) {
+	size_t es = elem_size(dt);
+	if (!c || !s || es == 0 || (kind != 1 && kind != 3 && dt != 7 && dt != 8))
+		return ncclInvalidArgument; /* sums of float32 and float64 only */
+	if (kind == 3 && (root < 0 || root >= c->nranks))
+		return ncclInvalidArgument;
+	if (count > 0 && (!recv || (!send && !(kind == 3 && c->rank != root))))
+		return ncclInvalidArgument;
+	if (depth > 0)
+		return ncclInvalidUsage; /* not inside a group here (see stub.h) */
+	if (aborted(c))
+		return ncclInvalidUsage;
+	int n = c->nranks;
+	size_t b = count * es;
+	coll *k = calloc(1, sizeof *k);
+	k->kind = kind;
+	k->send = send;
+	k->recv = recv;
+	k->count = count;
+	k->dt = dt;
+	k->root = root;
+	stub_op *ops = calloc((size_t)(2 * n), sizeof *ops);
+	int no = 0;
+	if (kind == 0 || kind == 2)
+		k->tmp = malloc((size_t)n * b + 1);
+	for (int p = 0; p < n; p++) {
+		if (p == c->rank)
+			continue;
+		const char *out = NULL; /* what goes to p */
+		char *in = NULL;        /* where p's goes */
+		switch (kind) {
+		case 0: out = send; in = k->tmp + (size_t)p * b; break;
+		case 1: out = send; in = (char *)recv + (size_t)p * b; break;
+		case 2: out = (const char *)send + (size_t)p * b; in = k->tmp + (size_t)p * b; break;
+		case 3:
+			if (c->rank == root)
+				out = send;
+			else if (p == root)
+				in = recv;
+			break;
+		}
+		if (out) {
+			stub_op *o = &ops[no++];
+			o->send = 1;
+			o->peer = p;
+			o->buf = (char *)out;
+			o->n = b;
+			uint64_t m = b;
+			memcpy(o->pre, &m, 8);
+		}
+		if (in) {
+			stub_op *o = &ops[no++];
+			o->peer = p;
+			o->buf = in;
+			o->n = b;
+			uint64_t m = b;
+			memcpy(o->pre, &m, 8);
+		}
+	}
+	stub_work *w = calloc(1, sizeof *w);
+	w->comm = c;
+	w->ops = ops;
+	w->nops = no;
+	w->name = coll_names[kind];
+	w->post = post_coll;
+	w->arg = k;
+	stub_enqueue(s, w);
+	return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, int dt, int op, stub_comm *c, stub_stream *s) {
+	if (op != 0)
+		return ncclInvalidArgument; /* ncclSum only */
+	return enqueue_coll(0, send, recv, count, dt, 0, c, s);
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, int dt, stub_comm *c, stub_stream *s) {
+	return enqueue_coll(1, send, recv, sendcount, dt, 0, c, s);
+}
+
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, int dt, int op, stub_comm *c, stub_stream *s) {
+	if (op != 0)
+		return ncclInvalidArgument;
+	return enqueue_coll(2, send, recv, recvcount, dt, 0, c, s);
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, int dt, int root, stub_comm *c, stub_stream *s) {
+	return enqueue_coll(3, send, recv, count, dt, root, c, s);
 }
 
 ncclResult_t ncclCommGetAsyncError(stub_comm *c, ncclResult_t *res) {

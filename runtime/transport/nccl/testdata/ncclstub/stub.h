@@ -16,6 +16,15 @@
  *   NCCLSTUB_FAIL_GROUP=g     g (0-based): asynchronous error ncclSystemError,
  *                             and the group hangs until ncclCommAbort
  *   NCCLSTUB_LOG=path         append one line per group: rank, ops
+ *
+ * Collectives (ncclAllReduce, ncclAllGather, ncclReduceScatter,
+ * ncclBroadcast; sums only, float32 and float64) are groups of sends and
+ * receives over the same sockets (every member sends its contribution to
+ * every member that needs it), then a step on the stream worker that sums in
+ * rank order, (...((x[0] + x[1]) + x[2]) + ...) + x[n-1], so tests can check
+ * the values bit for bit. Each counts as one group for NCCLSTUB_FAIL_GROUP.
+ * They are refused inside ncclGroupStart/ncclGroupEnd (the transport issues
+ * them one at a time).
  */
 #ifndef NCCLSTUB_H
 #define NCCLSTUB_H
@@ -40,6 +49,9 @@ typedef struct stub_work {
 	stub_comm *comm;
 	int nops;
 	stub_op *ops;
+	const char *name;                 /* the collective, for the log; NULL: a group */
+	void (*post)(struct stub_work *); /* after the ops (a collective's sums), or NULL */
+	void *arg;                        /* post's state, freed after it */
 } stub_work;
 
 typedef struct stub_stream {
@@ -51,9 +63,11 @@ typedef struct stub_stream {
 	pthread_t th;
 } stub_stream;
 
-/* Runs a group: defined by the NCCL part, called by the stream worker. */
-void stub_run_group(stub_comm *c, stub_op *ops, int nops);
-/* Queues a group on a stream: defined by the CUDA part. */
-void stub_enqueue(stub_stream *s, stub_comm *c, stub_op *ops, int nops);
+/* Runs a queued group or collective: defined by the NCCL part, called by
+ * the stream worker. */
+void stub_run_work(stub_work *w);
+/* Queues work on a stream (the stream owns it from then on): defined by
+ * the CUDA part. */
+void stub_enqueue(stub_stream *s, stub_work *w);
 
 #endif

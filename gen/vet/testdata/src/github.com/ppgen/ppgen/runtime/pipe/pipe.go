@@ -18,7 +18,10 @@ type Spec struct {
 	Owned       int
 	ShipLabels  bool
 	ForwardOnly bool
+	Ties        []Tie
 }
+
+type Tie struct{ A, B int }
 
 type OpKind uint8
 
@@ -49,6 +52,7 @@ const (
 	OpSendData
 	OpBatchBegin
 	OpBatchEnd
+	OpTieGrad
 )
 
 type Op struct {
@@ -83,6 +87,7 @@ func (x *Exec) OverlapBF(bKind OpKind, bStage, bMicro, bSlot, bSrc int, fStage, 
 func (x *Exec) Unshard(stage int)    {}
 func (x *Exec) Reshard(stage int)    {}
 func (x *Exec) ReduceGrad(stage int) {}
+func (x *Exec) TieGrad(stage int)    {}
 
 func (x *Exec) LaunchOffload(a At) {}
 func (x *Exec) WaitOffload(a At)   {}

@@ -1,0 +1,202 @@
+// Command charlm trains a small GPT-style character model with a pipeline
+// schedule that ppgen generated ahead of time, on Go source text sampled
+// from the Go installation's own source tree ($GOROOT/src: every machine
+// with Go has it; nothing is downloaded).
+//
+//	go run ./examples/charlm                        # zbv, 4 ranks in-process, ~2 minutes on 2 cores
+//	go run ./examples/charlm -check                 # 5 steps, compared with sequential training
+//	go run ./examples/charlm -transport tcp -check  # 4 OS processes on loopback, the same
+//	go run ./examples/charlm -svg loss.svg          # the loss curve
+//
+// The model: a token and position embedding, -blocks pre-norm transformer
+// blocks (causal multi-head self-attention and a GELU MLP, each in a
+// residual), an RMSNorm and an LM head whose weight is the embedding's
+// token table (-tie; a TiedHead: logits h·Tokenᵀ), trained on
+// cross-entropy with Adam. It is cut into the schedule's stages (zbv: 8
+// stages on 4 ranks, the embedding and the head both on rank 0): the
+// blocks as evenly as they go, the embedding on the first stage, the norm
+// and the head on the last. The last stage holds its own copy of the token
+// table; the two copies' gradients are summed before each optimizer step,
+// so they stay one parameter.
+//
+// Validation runs the schedule's forward-only program (ppgen gen
+// -forward-only, program/zbveval) over fixed windows of the validation
+// text and prints one line `validation loss X` before training, every
+// -eval-every steps and at the end. -check trains the same model
+// sequentially, the tied table as one parameter, on the same micro-batches,
+// and requires the losses (training and validation) and the parameters to
+// match within 1e-12 in float64. -breakdown prints where the last training
+// step's time went on each rank (pipe.Timeline: the stage calls, the
+// optimizer, the rest). With -transport tcp and no launcher's variables in
+// the environment the command launches four copies of itself (as
+// examples/mlp does, through runtime/launch) and each runs one rank; the
+// rank holding the last stage prints the losses. Both programs share the
+// ranks' one TCP world, whose handshake checked both fingerprints, and run
+// one after the other.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+type options struct {
+	schedule  string
+	transport string
+	steps     int
+	evalEvery int
+	logEvery  int
+	check     bool
+	tie       bool
+	dtype     string
+	lr        float64
+	seed      uint64
+	svg       string
+	trace     string
+	breakdown bool
+	goroot    string
+	timeout   time.Duration
+	sh        shape
+}
+
+func defaultOptions() options {
+	return options{schedule: "zbv", transport: "inproc", steps: 50, evalEvery: 10, logEvery: 10, tie: true,
+		dtype: "float64", lr: 0.003, seed: 1, sh: defaultShape}
+}
+
+func main() {
+	o := defaultOptions()
+	fs := flag.NewFlagSet("charlm", flag.ContinueOnError)
+	fs.StringVar(&o.schedule, "schedule", o.schedule, "generated schedule to run: "+strings.Join(scheduleNames(), ", "))
+	fs.StringVar(&o.transport, "transport", o.transport, "inproc (goroutines) or tcp (one OS process per rank)")
+	fs.IntVar(&o.steps, "steps", o.steps, fmt.Sprintf("training steps (with -check, %d unless given)", checkSteps))
+	fs.IntVar(&o.evalEvery, "eval-every", o.evalEvery, "evaluate the validation loss every N steps (and at the end)")
+	fs.IntVar(&o.logEvery, "log-every", o.logEvery, "print the training loss every N steps (and at the end)")
+	fs.BoolVar(&o.check, "check", false, "also train sequentially on the same micro-batches and require equal losses and parameters (float64: within 1e-12)")
+	fs.BoolVar(&o.tie, "tie", o.tie, "tie the LM head to the token embedding (one parameter on the first and the last stage)")
+	fs.StringVar(&o.dtype, "dtype", o.dtype, "float64 or float32")
+	fs.Float64Var(&o.lr, "lr", o.lr, "Adam learning rate")
+	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the initial weights and of the training windows")
+	fs.StringVar(&o.svg, "svg", "", "write the loss curve (training and validation loss against step) to this SVG file")
+	fs.StringVar(&o.trace, "trace", "", "in-process: write the last training step's measured timeline to this file as a Chrome trace")
+	fs.BoolVar(&o.breakdown, "breakdown", false, "print where the last training step's time went on each rank: stage calls, optimizer, the rest (runtime, transfers, waiting)")
+	fs.StringVar(&o.goroot, "goroot", "", "the Go installation whose src/ is the text (default: `go env GOROOT`)")
+	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
+	fs.IntVar(&o.sh.Dim, "dim", o.sh.Dim, "model width")
+	fs.IntVar(&o.sh.Blocks, "blocks", o.sh.Blocks, "transformer blocks (at least the schedule's stages)")
+	fs.IntVar(&o.sh.SeqLen, "seq", o.sh.SeqLen, "characters per sequence")
+	fs.IntVar(&o.sh.Batch, "batch", o.sh.Batch, "sequences per micro-batch")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if o.check && !flagSet(fs, "steps") {
+		o.steps = checkSteps
+	}
+	o.sh.Hidden = 4 * o.sh.Dim
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "charlm:", err)
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
+	switch {
+	case o.transport == "inproc":
+		err = runInProc(o, os.Stdout)
+	case o.transport == "tcp" && notLaunched():
+		err = launchLocal(o, logger)
+	case o.transport == "tcp":
+		err = runRank(o, os.Stdout, logger)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "charlm:", err)
+		os.Exit(1)
+	}
+}
+
+// checkSteps is -check's number of steps unless -steps is given: each
+// TCP rank trains the whole sequential reference too.
+const checkSteps = 5
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// validate checks the flags that need no data.
+func (o options) validate() error {
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	if _, err := o.dt(); err != nil {
+		return err
+	}
+	switch {
+	case o.transport != "inproc" && o.transport != "tcp":
+		return fmt.Errorf("-transport %q; want inproc or tcp", o.transport)
+	case o.trace != "" && o.transport != "inproc":
+		return fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process (use -breakdown)", o.transport)
+	case o.steps < 0 || o.steps > 1_000_000:
+		return fmt.Errorf("-steps %d; want 0..1000000", o.steps)
+	case o.evalEvery < 1:
+		return fmt.Errorf("-eval-every %d; want 1 or more", o.evalEvery)
+	case o.logEvery < 1:
+		return fmt.Errorf("-log-every %d; want 1 or more", o.logEvery)
+	case !(o.lr > 0) || o.lr > 10:
+		return fmt.Errorf("-lr %v; want a rate in (0, 10]", o.lr)
+	case o.timeout < 0:
+		return fmt.Errorf("-timeout %v is negative; want a duration such as 30s, or 0", o.timeout)
+	case o.tie && !sc.tieLocal():
+		// TODO(tie): with `ppgen gen -tie 0:S-1` the runtime sums the
+		// copies across ranks (stage.TiedGrads); then every schedule ties.
+		return fmt.Errorf("-tie with -schedule %s: its first and last stages are on different ranks (%d and %d), and summing their gradients across ranks needs a program generated with -tie; use -schedule zbv, or -tie=false", o.schedule, sc.train.Spec.RankOf[0], sc.train.Spec.RankOf[sc.train.Spec.Stages-1])
+	}
+	return o.sh.check(sc.train.Spec.Stages)
+}
+
+func (o options) dt() (tensor.Dtype, error) {
+	switch o.dtype {
+	case "float64":
+		return tensor.Float64, nil
+	case "float32":
+		return tensor.Float32, nil
+	}
+	return tensor.Dtype{}, fmt.Errorf("-dtype %q; want float64 or float32", o.dtype)
+}
+
+// tolerance is -check's bar on the largest absolute difference of a loss
+// or a parameter: docs/design.md §10's 1e-12 in float64; float32 rounds
+// the tied copies' sum and the reference's single accumulation apart, and
+// Adam's division carries it into the weights.
+func (o options) tolerance() float64 {
+	if o.dtype == "float32" {
+		return 1e-4
+	}
+	return 1e-12
+}
+
+// report prints -check's line and fails beyond the tolerance. A negative
+// lossDiff means this rank has no losses (they are on the last stage's).
+func report(out io.Writer, tol, lossDiff, paramDiff float64) error {
+	losses := fmt.Sprintf("loss %.3g", lossDiff)
+	if lossDiff < 0 {
+		losses = "losses on the last stage's rank"
+	}
+	fmt.Fprintf(out, "check: max abs difference vs sequential training: %s, parameters %.3g (tolerance %g)\n", losses, paramDiff, tol)
+	if lossDiff > tol || paramDiff > tol {
+		return errors.New("pipeline training differs from sequential training beyond the tolerance (above)")
+	}
+	return nil
+}

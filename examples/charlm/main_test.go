@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// small is a model and batch size that trains in a fraction of a second a
+// step (the default run's blocks, so that zbv's 8 stages are filled).
+func small() options {
+	o := defaultOptions()
+	o.sh = shape{Dim: 16, Heads: 2, Hidden: 64, Blocks: 8, SeqLen: 16, Batch: 1}
+	o.steps, o.evalEvery, o.logEvery = 3, 2, 1
+	return o
+}
+
+var validationLine = regexp.MustCompile(`(?m)^validation loss (\d+\.\d{4})$`)
+
+// validationLosses returns the figures of out's `validation loss X` lines.
+func validationLosses(t *testing.T, out string) []float64 {
+	t.Helper()
+	var ls []float64
+	for _, m := range validationLine.FindAllStringSubmatch(out, -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, v)
+	}
+	return ls
+}
+
+// TestCheckInProc: pipeline training equals sequential training (the tied
+// table one parameter there) in losses, validation losses and parameters,
+// for the tied zbv run, an untied one and 1f1b, in float64 and float32;
+// one validation line before training and after each evaluation.
+func TestCheckInProc(t *testing.T) {
+	for _, c := range []struct {
+		schedule, dtype string
+		tie             bool
+	}{
+		{"zbv", "float64", true},
+		{"zbv", "float64", false},
+		{"zbv", "float32", true},
+		{"1f1b", "float64", false},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/tie=%v", c.schedule, c.dtype, c.tie), func(t *testing.T) {
+			o := small()
+			o.schedule, o.dtype, o.tie, o.check = c.schedule, c.dtype, c.tie, true
+			var out bytes.Buffer
+			if err := runInProc(o, &out); err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), "check: max abs difference") {
+				t.Fatalf("no check line:\n%s", out.String())
+			}
+			// Before training, after step 2 (-eval-every 2) and at the end (3).
+			if got := validationLosses(t, out.String()); len(got) != 3 {
+				t.Errorf("%d validation lines, want 3:\n%s", len(got), out.String())
+			}
+		})
+	}
+}
+
+// TestCheckCatchesDivergence: -check is not vacuous: a reference trained
+// with another learning rate, or untied, fails it.
+func TestCheckCatchesDivergence(t *testing.T) {
+	o := small()
+	r, err := trainInProc(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*options){
+		"lr":   func(o *options) { o.lr *= 1.5 },
+		"seed": func(o *options) { o.seed++ },
+	} {
+		o2 := o
+		mod(&o2)
+		var out bytes.Buffer
+		if err := check(o2, &out, r.sc, r.c, r.m, r.stages, r.h, nil); err == nil {
+			t.Errorf("%s: a different reference passed the check:\n%s", name, out.String())
+		}
+	}
+	if err := check(o, io.Discard, r.sc, r.c, r.m, r.stages, r.h, nil); err != nil {
+		t.Errorf("the same reference: %v", err)
+	}
+}
+
+// TestTiedCopiesStayOne: after training, the last stage's copy of the
+// token table has the first stage's bits, and its gradient is zero (both
+// were stepped with the one summed gradient).
+func TestTiedCopiesStayOne(t *testing.T) {
+	o := small()
+	r, err := trainInProc(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := r.m.emb.Token, r.stages[len(r.stages)-1].tied[0]
+	if a == b {
+		t.Fatal("the last stage holds the embedding's own table, not a copy")
+	}
+	x, y := floats(a.Value), floats(b.Value)
+	for i := range x {
+		if x[i] != y[i] {
+			t.Fatalf("entry %d: embedding %v, head copy %v", i, x[i], y[i])
+		}
+	}
+	// And the tie matters: an untied run ends elsewhere.
+	o.tie = false
+	u, err := trainInProc(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxAbsDiff(u.m.emb.Token.Value, a.Value) == 0 {
+		t.Error("tied and untied training gave the same token table")
+	}
+}
+
+// TestValidationLossFalls: a short run's validation loss starts near
+// ln(vocab) and ends below the cross-entropy of the validation text under
+// the training text's character frequencies (add-one smoothed), computed
+// here from the counts: the best model that ignores context, so the model
+// has learned from context.
+func TestValidationLossFalls(t *testing.T) {
+	o := small()
+	o.sh = shape{Dim: 32, Heads: 4, Hidden: 128, Blocks: 8, SeqLen: 64, Batch: 2}
+	o.steps, o.evalEvery, o.lr = 30, 30, 0.01
+	var out bytes.Buffer
+	if err := runInProc(o, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	c, err := loadCorpus("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n [256]float64
+	for _, b := range c.train {
+		n[b]++
+	}
+	bound := 0.0
+	for _, b := range c.valid {
+		bound -= math.Log((n[b] + 1) / float64(len(c.train)+vocab))
+	}
+	bound /= float64(len(c.valid))
+	ls := validationLosses(t, out.String())
+	if len(ls) != 2 {
+		t.Fatalf("%d validation lines, want 2:\n%s", len(ls), out.String())
+	}
+	t.Logf("validation loss %.4f -> %.4f; context-free bound %.4f", ls[0], ls[1], bound)
+	if math.Abs(ls[0]-math.Log(vocab)) > 0.5 || ls[1] >= bound {
+		t.Errorf("validation loss %.4f -> %.4f; want it to start near ln %d = %.4f and end below %.4f, the context-free cross-entropy\n%s", ls[0], ls[1], vocab, math.Log(vocab), bound, out.String())
+	}
+}
+
+// TestDataDeterministic: two loads sample the same text, the batches of a
+// step depend only on the seed and the step, the validation windows on
+// neither, and the token map is the documented one.
+func TestDataDeterministic(t *testing.T) {
+	for b, want := range map[byte]int{' ': 0, 'A': 33, '~': 94, '\n': 95, '\t': 96, 0: 97, '\r': 97, 0xc3: 97} {
+		if got := token(b); got != want {
+			t.Errorf("token(%q) = %d, want %d", b, got, want)
+		}
+	}
+	c1, err := loadCorpus("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := loadCorpus("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c1.train, c2.train) || !bytes.Equal(c1.valid, c2.valid) || len(c1.valid) == 0 || len(c1.train) < 10*len(c1.valid)/2 {
+		t.Fatalf("two samplings differ or are degenerate: %d/%d and %d/%d bytes", len(c1.train), len(c1.valid), len(c2.train), len(c2.valid))
+	}
+	for _, v := range c1.train {
+		if int(v) >= vocab {
+			t.Fatalf("token %d outside the vocabulary of %d", v, vocab)
+		}
+	}
+	o := small()
+	dt, _ := o.dt()
+	batch := func(seed uint64, step int, eval bool) []float64 {
+		b := newBatches(dt, o.sh, 8)
+		if eval {
+			b.setEvalRun(c1, step)
+		} else {
+			b.setTrainStep(c1, seed, step)
+		}
+		var v []float64
+		for m := range 8 {
+			v = append(v, floats(b.inputs[m])...)
+			v = append(v, floats(b.target[m])...)
+		}
+		return v
+	}
+	same := func(a, b []float64) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+	if !same(batch(1, 3, false), batch(1, 3, false)) {
+		t.Error("step 3's batches differ between two draws")
+	}
+	if same(batch(1, 3, false), batch(1, 4, false)) || same(batch(1, 3, false), batch(2, 3, false)) {
+		t.Error("the batches do not change with the step or the seed")
+	}
+	if !same(batch(1, 0, true), batch(2, 0, true)) || same(batch(1, 0, true), batch(1, 1, true)) {
+		t.Error("validation windows depend on the seed, or runs 0 and 1 are the same")
+	}
+	// A target is its input shifted by one character.
+	b := newBatches(dt, o.sh, 1)
+	b.setTrainStep(c1, 1, 0)
+	x, y := floats(b.inputs[0]), floats(b.target[0])
+	for j := 1; j < o.sh.SeqLen; j++ {
+		if y[j-1] != x[j] {
+			t.Fatalf("target %d is %v, the next input %v", j-1, y[j-1], x[j])
+		}
+	}
+}
+
+// TestNoGoSource: a root without src/ is a clear error.
+func TestNoGoSource(t *testing.T) {
+	_, err := loadCorpus(t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "no Go source tree") {
+		t.Errorf("got %v, want an error saying there is no Go source tree", err)
+	}
+}
+
+// TestFlagErrors: flag values the run cannot take are errors naming them.
+func TestFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		mod  func(*options)
+		want string
+	}{
+		{func(o *options) { o.schedule = "1f1b" }, "-tie=false"},
+		{func(o *options) { o.schedule = "gpipe" }, "not compiled in"},
+		{func(o *options) { o.dtype = "int8" }, "-dtype"},
+		{func(o *options) { o.sh.Blocks = 4 }, "-blocks 8"},
+		{func(o *options) { o.sh.Dim = 30 }, "heads"},
+		{func(o *options) { o.transport = "mpi" }, "-transport"},
+		{func(o *options) { o.evalEvery = 0 }, "-eval-every"},
+	} {
+		o := defaultOptions()
+		c.mod(&o)
+		err := o.validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error with %q", err, c.want)
+		}
+	}
+}
+
+// TestSVG: the loss curve is well-formed XML, an <svg> with a polyline per
+// curve holding a point per step and per evaluation, and axis labels.
+func TestSVG(t *testing.T) {
+	h := &history{train: []float64{4.6, 4.1, 3.5, 3.2}, valid: []point{{0, 4.7}, {2, 3.6}, {4, 3.1}}}
+	var b bytes.Buffer
+	if err := writeSVG(&b, h); err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(&b)
+	var root string
+	var polylines []int
+	texts := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+		switch e := tok.(type) {
+		case xml.StartElement:
+			if root == "" {
+				root = e.Name.Local
+				if e.Name.Space != "http://www.w3.org/2000/svg" {
+					t.Errorf("root namespace %q", e.Name.Space)
+				}
+			}
+			if e.Name.Local == "polyline" {
+				for _, a := range e.Attr {
+					if a.Name.Local == "points" {
+						polylines = append(polylines, len(strings.Fields(a.Value)))
+					}
+				}
+			}
+		case xml.CharData:
+			texts += string(e) + "|"
+		}
+	}
+	if root != "svg" || fmt.Sprint(polylines) != "[4 3]" {
+		t.Errorf("root <%s>, polylines of %v points; want <svg> and [4 3]", root, polylines)
+	}
+	for _, want := range []string{"training step", "loss (nats per character)", "training loss", "validation loss"} {
+		if !strings.Contains(texts, want) {
+			t.Errorf("no text %q in %s", want, texts)
+		}
+	}
+	if err := writeSVG(io.Discard, &history{}); err == nil {
+		t.Error("an empty history drew a curve")
+	}
+}
+
+// buildExample builds this command once per test binary run.
+var buildExample = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "charlm-test")
+	if err != nil {
+		return "", err
+	}
+	exampleDir = dir // TestMain removes it
+	bin := filepath.Join(dir, "charlm")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// TestTCPCheck: 4 OS processes on loopback (the command's own launcher)
+// train exactly as sequential training; the rank holding the last stage
+// prints the validation lines and writes the SVG.
+func TestTCPCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the example and starts OS processes")
+	}
+	bin, err := buildExample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := filepath.Join(t.TempDir(), "loss.svg")
+	cmd := exec.Command(bin, "-transport", "tcp", "-check", "-steps", "2", "-eval-every", "1", "-dim", "16", "-seq", "16", "-batch", "1", "-svg", svg)
+	cmd.Env = withoutRankEnv(os.Environ())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := strings.Count(string(out), "check: max abs difference"); got != 4 {
+		t.Fatalf("%d ranks reported a check, want 4:\n%s", got, out)
+	}
+	if got := len(regexp.MustCompile(`(?m)^\[rank 0\] validation loss \d+\.\d{4}$`).FindAll(out, -1)); got != 3 {
+		t.Errorf("%d validation lines from rank 0, want 3:\n%s", got, out)
+	}
+	if _, err := os.Stat(svg); err != nil {
+		t.Errorf("no SVG: %v", err)
+	}
+}
+
+func withoutRankEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		k := strings.SplitN(kv, "=", 2)[0]
+		switch k {
+		case "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "PPGEN_TOKEN":
+			continue
+		}
+		if strings.HasPrefix(k, "OMPI_COMM_WORLD_") || strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "SLURM_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

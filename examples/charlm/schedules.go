@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ppgen/ppgen/examples/charlm/program/onef1b"
+	"github.com/ppgen/ppgen/examples/charlm/program/onef1beval"
+	"github.com/ppgen/ppgen/examples/charlm/program/zbv"
+	"github.com/ppgen/ppgen/examples/charlm/program/zbveval"
+	"github.com/ppgen/ppgen/runtime/pipe"
+)
+
+// program is one generated program: its Spec and its rank functions.
+type program struct {
+	Spec    pipe.Spec
+	Ranks   []func(*pipe.Exec) error
+	Program [][]pipe.Op // the steps as data (-table), which name -trace's calls; nil without
+}
+
+// schedule is a training program and the forward-only program of the same
+// family and placement that evaluates the validation loss.
+type schedule struct {
+	train, eval program
+}
+
+// catalog holds the programs generated under program/ (go generate).
+var catalog = map[string]schedule{
+	"zbv":  {program{zbv.Spec, zbv.Ranks[:], zbv.Program}, program{zbveval.Spec, zbveval.Ranks[:], nil}},
+	"1f1b": {program{onef1b.Spec, onef1b.Ranks[:], onef1b.Program}, program{onef1beval.Spec, onef1beval.Ranks[:], nil}},
+}
+
+// tieLocal reports whether one rank holds both the first and the last
+// stage, where the example sums the tied copies itself (sumTied).
+func (s schedule) tieLocal() bool {
+	sp := s.train.Spec
+	return sp.RankOf[0] == sp.RankOf[sp.Stages-1]
+}
+
+// lastRank is the rank holding the last stage: it computes the losses.
+func (s schedule) lastRank() int { return s.train.Spec.RankOf[s.train.Spec.Stages-1] }
+
+func scheduleNames() []string {
+	names := make([]string, 0, len(catalog))
+	for n := range catalog {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func lookup(name string) (schedule, error) {
+	s, ok := catalog[name]
+	if !ok {
+		return schedule{}, fmt.Errorf("-schedule %q is not compiled in; choose one of %s", name, strings.Join(scheduleNames(), ", "))
+	}
+	t, e := s.train.Spec, s.eval.Spec
+	if !e.ForwardOnly || t.Ranks != e.Ranks || t.Stages != e.Stages || t.Micro != e.Micro || fmt.Sprint(t.RankOf) != fmt.Sprint(e.RankOf) {
+		return schedule{}, fmt.Errorf("-schedule %s: the validation program (%v stages on %v) does not place the stages as the training program (%v on %v)", name, e.Stages, e.RankOf, t.Stages, t.RankOf)
+	}
+	return s, nil
+}

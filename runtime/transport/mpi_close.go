@@ -1,0 +1,179 @@
+//go:build mpi
+
+package transport
+
+// The MPI transport's lifecycle after NewMPI: the progress goroutine that
+// drives buffered sends, Close and Abort.
+
+/*
+#include <stdlib.h>
+#include "mpi_shim.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/ppgen/ppgen/runtime/internal/nap"
+)
+
+// progress runs until Close: it drives MPI's progress for buffered sends
+// (so they complete while the rank computes), frees their buffers, and
+// watches for abort news from any peer.
+func (t *mpiT) progress() {
+	defer close(t.stopped)
+	newsDone := false
+	for {
+		select {
+		case <-t.stop:
+			return
+		default:
+		}
+		if !newsDone {
+			done, _, src, err := t.test(t.newsReq, "MPI_Test (abort news)")
+			switch {
+			case err != nil:
+				newsDone = true
+				t.fail(fmt.Errorf("transport: rank %d: %w", t.rank, err))
+			case done:
+				newsDone = true
+				news := decodeMPINews(t.news.bytes(), src, t.world)
+				t.fail(news)
+			}
+		}
+		t.mu.Lock()
+		busy := len(t.pending) > 0
+		kept := t.pending[:0]
+		var serr error
+		for _, op := range t.pending {
+			done, err := t.testSend(op)
+			switch {
+			case err != nil:
+				serr = sendError(t.rank, op.ch, op.peer, err)
+				mpiLeaked = append(mpiLeaked, op)
+			case !done:
+				kept = append(kept, op)
+			}
+		}
+		clear(t.pending[len(kept):])
+		t.pending = kept
+		t.mu.Unlock()
+		if serr != nil {
+			t.fail(serr)
+		}
+		if busy {
+			nap.Sleep(50 * time.Microsecond)
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// Close waits (bounded by Timeout) until every buffered send completed and
+// every rank reached Close (a barrier), then finalizes MPI. A receive from
+// a rank that closed waits until the progress timeout: MPI has no goodbye
+// per peer. After a failure it returns the failure without finalizing (the
+// job is ending; MPI_Finalize could wait on a rank that is gone).
+// Idempotent.
+func (t *mpiT) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	if t.isFailed() {
+		return t.err
+	}
+	err := t.poll(func() (bool, error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return len(t.pending) == 0, nil
+	})
+	if err != nil {
+		return t.closeFailed(err, "its sends to be received")
+	}
+	req := newRequest()
+	defer C.free(unsafe.Pointer(req)) // MPI keeps the handle's value, never its address
+	if code := C.ppg_ibarrier(req); code != C.MPI_SUCCESS {
+		return t.closeFailed(mpiError("MPI_Ibarrier", code), "")
+	}
+	err = t.poll(func() (bool, error) {
+		done, _, _, err := t.test(req, "MPI_Test (barrier)")
+		return done, err
+	})
+	if err != nil {
+		return t.closeFailed(err, "every rank to reach Close")
+	}
+	close(t.stop)
+	<-t.stopped
+	t.freeGroups() // mpi_coll.go: the collectives' communicators
+	if code := C.ppg_cancel(t.newsReq); code != C.MPI_SUCCESS {
+		t.cfg.Logger.Warn("transport: MPI: cancelling the abort-news receive failed", "rank", t.rank, "err", mpiErrString(code))
+	}
+	t.news.free()
+	C.free(unsafe.Pointer(t.newsReq))
+	t.fail(ErrClosed)
+	if err := mpiFinalize(); err != nil {
+		return fmt.Errorf("transport: rank %d: close: %w", t.rank, err)
+	}
+	return nil
+}
+
+func (t *mpiT) closeFailed(err error, waiting string) error {
+	if errors.Is(err, errNoProgress) {
+		var peers []string
+		t.mu.Lock()
+		for _, op := range t.pending {
+			peers = append(peers, fmt.Sprintf("%s %v to rank %d", op.ch, op.tag, op.peer))
+		}
+		t.mu.Unlock()
+		msg := fmt.Sprintf("no progress for %v (%s) waiting for %s", t.cfg.Timeout, t.setting, waiting)
+		if len(peers) > 0 {
+			msg += "; unreceived: " + strings.Join(peers, ", ")
+		}
+		err = fmt.Errorf("%w: %s", ErrTimeout, msg)
+	}
+	err = fmt.Errorf("transport: rank %d: close: %w", t.rank, err)
+	t.fail(err)
+	return err
+}
+
+// Abort logs the cause (slog, Error), tells every peer (their pending and
+// future operations fail with "rank N aborted: cause", so that each logs
+// its own failed step), waits AbortLinger, then calls MPI_Abort, which ends
+// every process of the job: it does not return. After Close it does
+// nothing.
+func (t *mpiT) Abort(cause error) {
+	if t.closed.Load() || !t.aborting.CompareAndSwap(false, true) {
+		return
+	}
+	if cause == nil {
+		cause = ErrAborted
+	}
+	t.cfg.Logger.Error("transport: MPI: aborting the job", "rank", t.rank, "cause", cause)
+	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
+	news := abortNews(t.rank, cause)
+	for p := range t.world {
+		if p == t.rank {
+			continue
+		}
+		op := newOp(p, 0, true)
+		op.hdr, op.hdone = newCbuf(mpiNewsLen), true
+		encodeMPINews(op.hdr.bytes(), news)
+		if code := C.ppg_isend(op.hdr.p, C.int(mpiNewsLen), C.int(p), C.int(mpiAbortTag), 0, op.preq); code != C.MPI_SUCCESS {
+			t.leak(op)
+			continue
+		}
+		t.mu.Lock()
+		t.pending = append(t.pending, op)
+		t.mu.Unlock()
+	}
+	time.Sleep(t.cfg.AbortLinger)
+	C.ppg_abort(1)
+	// MPI_Abort should not return; if it does, the process must not go on
+	// as if the job were alive.
+	os.Exit(1)
+}

@@ -1,0 +1,102 @@
+//go:build mpi
+
+// mpi_shim.c: the MPI transport's C side (mpi.go, mpi_coll.go): thin
+// wrappers of MPI calls on the transport's communicator, declared in
+// mpi_shim.h.
+
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+
+#include "mpi_shim.h"
+
+// ppg_comm is the transport's own communicator: a duplicate of
+// MPI_COMM_WORLD whose errors are returned, not fatal, so that a failed
+// call becomes a Go error naming the rank and the operation.
+static MPI_Comm ppg_comm;
+
+int ppg_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
+
+// ppg_parent_comm gives mpi_coll.go's C code the transport's communicator,
+// the parent of the collectives' group communicators.
+MPI_Comm ppg_parent_comm(void) { return ppg_comm; }
+
+int ppg_init(int *provided, int *rank, int *size, int *already) {
+	int flag = 0, err;
+	MPI_Initialized(&flag);
+	*already = flag;
+	if (flag) {
+		err = MPI_Query_thread(provided);
+	} else {
+		err = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided);
+	}
+	if (err != MPI_SUCCESS || *provided < MPI_THREAD_MULTIPLE) {
+		return err;
+	}
+	if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &ppg_comm)) != MPI_SUCCESS) {
+		return err;
+	}
+	MPI_Comm_set_errhandler(ppg_comm, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(ppg_comm, rank);
+	MPI_Comm_size(ppg_comm, size);
+	return MPI_SUCCESS;
+}
+
+int ppg_isend(void *buf, int n, int peer, int tag, int sync, MPI_Request *req) {
+	if (sync) {
+		return MPI_Issend(buf, n, MPI_BYTE, peer, tag, ppg_comm, req);
+	}
+	return MPI_Isend(buf, n, MPI_BYTE, peer, tag, ppg_comm, req);
+}
+
+int ppg_irecv(void *buf, int n, int peer, int tag, MPI_Request *req) {
+	return MPI_Irecv(buf, n, MPI_BYTE, peer < 0 ? MPI_ANY_SOURCE : peer, tag, ppg_comm, req);
+}
+
+// ppg_test tests req; when it is complete, *done is 1 and *count and
+// *source are the received byte count and source rank (receives only).
+int ppg_test(MPI_Request *req, int *done, int *count, int *source) {
+	MPI_Status st;
+	int err = MPI_Test(req, done, &st);
+	if (err != MPI_SUCCESS || !*done) {
+		return err;
+	}
+	*source = st.MPI_SOURCE;
+	return MPI_Get_count(&st, MPI_BYTE, count);
+}
+
+int ppg_cancel(MPI_Request *req) {
+	int err = MPI_Cancel(req);
+	if (err != MPI_SUCCESS) {
+		return err;
+	}
+	return MPI_Wait(req, MPI_STATUS_IGNORE);
+}
+
+int ppg_ibarrier(MPI_Request *req) { return MPI_Ibarrier(ppg_comm, req); }
+
+int ppg_iallgather(void *send, int n, void *recv, MPI_Request *req) {
+	return MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, ppg_comm, req);
+}
+
+int ppg_abort(int code) { return MPI_Abort(ppg_comm, code); }
+
+int ppg_finalize(int already) {
+	MPI_Comm_free(&ppg_comm);
+	if (already) {
+		return MPI_SUCCESS;
+	}
+	return MPI_Finalize();
+}
+
+void ppg_error_string(int code, char *buf, int *len) {
+	if (MPI_Error_string(code, buf, len) != MPI_SUCCESS) {
+		*len = 0;
+	}
+}
+
+int ppg_max_error_string(void) { return MPI_MAX_ERROR_STRING; }
+
+// ppg_new_request returns a request handle in C memory, so that Go objects
+// holding Go pointers never reach a cgo call.
+MPI_Request *ppg_new_request(void) { return malloc(sizeof(MPI_Request)); }

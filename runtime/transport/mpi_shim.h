@@ -1,0 +1,23 @@
+// mpi_shim.h: the C functions of mpi_shim.c, called from the MPI
+// transport's Go files (build tag mpi).
+#ifndef PPGEN_MPI_SHIM_H
+#define PPGEN_MPI_SHIM_H
+
+#include <mpi.h>
+
+int ppg_thread_multiple(void);
+MPI_Comm ppg_parent_comm(void);
+int ppg_init(int *provided, int *rank, int *size, int *already);
+int ppg_isend(void *buf, int n, int peer, int tag, int sync, MPI_Request *req);
+int ppg_irecv(void *buf, int n, int peer, int tag, MPI_Request *req);
+int ppg_test(MPI_Request *req, int *done, int *count, int *source);
+int ppg_cancel(MPI_Request *req);
+int ppg_ibarrier(MPI_Request *req);
+int ppg_iallgather(void *send, int n, void *recv, MPI_Request *req);
+int ppg_abort(int code);
+int ppg_finalize(int already);
+void ppg_error_string(int code, char *buf, int *len);
+int ppg_max_error_string(void);
+MPI_Request *ppg_new_request(void);
+
+#endif
