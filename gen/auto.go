@@ -11,6 +11,7 @@ import (
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -387,6 +388,13 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		var firstErr error
 		for _, t := range f.tries {
 			switch {
+			case t.err != nil && t.partitioned:
+				// The even split of the same order is listed already.
+				why := t.err.Error()
+				if nf := (*partition.NoFitError)(nil); errors.As(t.err, &nf) {
+					why = fmt.Sprintf("no split fits the memory limit: the least found is %.4g", nf.Least)
+				}
+				out = append(out, Candidate{Config: t.cfg, Skipped: why, Partitioned: true})
 			case t.err != nil:
 				if firstErr == nil || t.cfg.Virtual == def {
 					firstErr = t.err
