@@ -11,22 +11,22 @@
 //
 // Commands:
 //
-//	list     schedule families and their constraints
-//	show     print the lowered program (or -compute-only order) as text or CSV
-//	verify   prove a schedule safe; exit 1 with the diagnosis when it is not
-//	sim      simulate with a cost model: makespan, bubbles, busy time, peak memory
+//	list      schedule families and their constraints
+//	show      print the lowered program (or -compute-only order) as text or CSV
+//	verify    prove a schedule safe; exit 1 with the diagnosis when it is not
+//	sim       simulate with a cost model: makespan, bubbles, busy time, peak memory
 //	partition split a -model's layers into a schedule's stages for the least makespan
-//	gen      verify, then write the Go source of a schedule
-//	diff     diff generated files with what ppgen generates now (exit 1 when they differ)
-//	check    fail when generated files are stale, edited or unsafe (writes nothing)
-//	vet      analyze generated files: send/receive matching, constants, fingerprint
-//	trace    simulate and write a Chrome trace (Perfetto, chrome://tracing)
-//	import   read a schedule from PyTorch's CSV, verify it, optionally emit Go
-//	export   write a schedule in PyTorch's CSV form
-//	launch   start N local processes of a command as the ranks of one job
-//	template write a SLURM script or Kubernetes Job for a trainer
-//	report   write an HTML page about a schedule: verification, simulation, timeline, program
-//	version  print the module version, VCS revision and Go version (also ppgen -version)
+//	gen       verify, then write the Go source of a schedule
+//	diff      diff generated files with what ppgen generates now (exit 1 when they differ)
+//	check     fail when generated files are stale, edited or unsafe (writes nothing)
+//	vet       analyze generated files: send/receive matching, constants, fingerprint
+//	trace     simulate and write a Chrome trace (Perfetto, chrome://tracing)
+//	import    read a schedule from PyTorch's CSV, verify it, optionally emit Go
+//	export    write a schedule in PyTorch's CSV form
+//	launch    start N local processes of a command as the ranks of one job
+//	template  write a SLURM script or Kubernetes Job for a trainer
+//	report    write an HTML page about a schedule: verification, simulation, timeline, program
+//	version   print the module version, VCS revision and Go version (also ppgen -version)
 //
 // ppgen NAME -h (or ppgen help NAME) prints a command's usage line, what it
 // does and its flags, on stdout.
@@ -317,6 +317,6 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: ppgen <command> [flags]   (ppgen <command> -h or ppgen help <command> for its flags)")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 }
