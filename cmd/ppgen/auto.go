@@ -68,10 +68,11 @@ func writeAutoTable(w io.Writer, res gen.Result) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "  %-*s  %2s  %8s  %6s  %7s  %s\n", nameW, "CANDIDATE", "V", "MAKESPAN", "BUBBLE", "ACT MEM", "NOTE")
+	marked := false // an even and a partitioned candidate may run the same split
 	for _, c := range res.Auto {
 		mark := " "
-		if chosen(res, c) {
-			mark = "*"
+		if chosen(res, c) && !marked {
+			mark, marked = "*", true
 		}
 		if c.Makespan == 0 && c.ActMem == 0 {
 			fmt.Fprintf(&b, "%s %-*s  %2d  %8s  %6s  %7s  %s\n", mark, nameW, name(c), c.Config.Virtual, "-", "-", "-", c.Skipped)
