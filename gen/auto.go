@@ -21,7 +21,8 @@ import (
 // accepts), simulates each under Options.Auto.Cost, and returns the one with
 // the smallest makespan whose activation memory is within
 // Options.Auto.MemLimit; ties go to the smaller memory, then to the earlier
-// family name and V. Being the minimum over every candidate, it is never
+// family name and V (and, with AutoOptions.Split, the even split before the
+// partitioned one). Being the minimum over every candidate, it is never
 // worse than the best fixed schedule among them (docs/design.md §4).
 const Auto = "auto"
 
