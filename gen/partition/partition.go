@@ -131,6 +131,11 @@ func Memory(m model.Model, part model.Partition, p ir.Program, r sim.Result) ([]
 // Evaluate simulates p with its stages split by part under opt.Cost and
 // measures its memory.
 func Evaluate(m model.Model, part model.Partition, p ir.Program, opt Options) (Eval, error) {
+	return evaluate(m, part, p, opt, true)
+}
+
+// evaluate is Evaluate, measuring the memory only when mem is set.
+func evaluate(m model.Model, part model.Partition, p ir.Program, opt Options, mem bool) (Eval, error) {
 	costOf := opt.Cost
 	if costOf == nil {
 		costOf = func(part model.Partition) (sim.Cost, error) { return CopyCost(m, part, Copies(p)) }
@@ -143,11 +148,14 @@ func Evaluate(m model.Model, part model.Partition, p ir.Program, opt Options) (E
 	if err != nil {
 		return Eval{}, err
 	}
-	mem, err := Memory(m, part, p, r)
+	if !mem {
+		return Eval{Makespan: r.Makespan}, nil
+	}
+	perRank, err := Memory(m, part, p, r)
 	if err != nil {
 		return Eval{}, err
 	}
-	return Eval{Makespan: r.Makespan, Mem: slices.Max(mem), MemPerRank: mem}, nil
+	return Eval{Makespan: r.Makespan, Mem: slices.Max(perRank), MemPerRank: perRank}, nil
 }
 
 // Balanced splits the layers of m into n contiguous stages so that the
@@ -250,7 +258,7 @@ func Search(m model.Model, p ir.Program, opt Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Even: even, EvenEval: ev.Eval}
+	res := Result{Even: even}
 	bal, err := Balanced(m, n)
 	if err != nil {
 		return Result{}, err
@@ -290,6 +298,16 @@ func Search(m model.Model, p ir.Program, opt Options) (Result, error) {
 		}
 	}
 	res.Split, res.Eval, res.Evals = model.Partition{Bounds: best.bounds}, best.Eval, s.evals
+	res.EvenEval = ev.Eval
+	if opt.MemLimit == 0 {
+		// The memory of the two splits returned.
+		if res.Eval, err = Evaluate(m, res.Split, p, opt); err != nil {
+			return Result{}, err
+		}
+		if res.EvenEval, err = Evaluate(m, even, p, opt); err != nil {
+			return Result{}, err
+		}
+	}
 	return res, nil
 }
 
@@ -337,7 +355,9 @@ func (s *search) eval(bounds []int) (*point, error) {
 	}
 	s.evals++
 	part := model.Partition{Bounds: slices.Clone(bounds)}
-	ev, err := Evaluate(s.m, part, s.p, s.opt)
+	// Without a limit the memory decides nothing: Search measures it for
+	// the splits it returns only.
+	ev, err := evaluate(s.m, part, s.p, s.opt, s.opt.MemLimit > 0)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -175,11 +176,11 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 	}
 	out := make([]float64, P)
 	for r, ms := range marks {
-		sort.Slice(ms, func(i, j int) bool {
-			if ms[i].t != ms[j].t {
-				return ms[i].t < ms[j].t
+		slices.SortFunc(ms, func(a, b mark) int {
+			if c := cmp.Compare(a.t, b.t); c != 0 {
+				return c
 			}
-			return ms[i].delta < ms[j].delta
+			return cmp.Compare(a.delta, b.delta)
 		})
 		cur, peak := 0.0, 0.0
 		for _, m := range ms {
