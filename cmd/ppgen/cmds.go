@@ -162,7 +162,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 		title := ""
 		if req.Model != "" {
-			title = fmt.Sprintf("P=%d M=%d cost from -model %s, its layers split evenly into each schedule's stages", req.Ranks, req.Micro, req.Model)
+			split := "split evenly into each schedule's stages"
+			if req.Partition == gencmd.PartitionAuto {
+				split = "split for each schedule's order (-partition auto)"
+			}
+			title = fmt.Sprintf("P=%d M=%d cost from -model %s, its layers %s", req.Ranks, req.Micro, req.Model, split)
 		} else {
 			cost, _ := gencmd.CompareCost(req.Cost, 1)
 			title = fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost)

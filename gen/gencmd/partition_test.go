@@ -109,3 +109,25 @@ func TestPartitionLayersReport(t *testing.T) {
 		t.Errorf("makespan %g, even %g, bound %g", rep.Makespan, rep.EvenMakespan, rep.LowerBound)
 	}
 }
+
+// TestComparePartition: sim -compare -partition auto runs each family with
+// its own partition, never slower than the even split.
+func TestComparePartition(t *testing.T) {
+	entries := []CompareEntry{{Name: "1f1b"}, {Name: "zbv"}}
+	even, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel}).Compare(entries, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, Partition: PartitionAuto}).Compare(entries, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range entries {
+		if part[i].Makespan > even[i].Makespan*(1+1e-9) {
+			t.Errorf("%s: partition %g slower than even %g", entries[i].Name, part[i].Makespan, even[i].Makespan)
+		}
+	}
+	if !(part[0].Makespan < even[0].Makespan) {
+		t.Errorf("1f1b on the LLM-like model: partition %g, even %g; want faster", part[0].Makespan, even[0].Makespan)
+	}
+}
