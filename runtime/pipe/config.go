@@ -67,20 +67,24 @@ type Exec struct {
 	// The steps read it once: nonzero means "not the fast path".
 	state  atomic.Uint32
 	slots  []slotState
-	stages []Stage // by stage index; nil where not on this rank
-	// raw is stages as the Config gave them (stages may be wrapped for a
-	// Timeline): the optional interfaces (Swapper, Sharded, CopyGrads) are
-	// looked up here.
-	raw    []Stage
-	micro  int // spec.Micro
-	last   int
-	copies int             // spec.Copies, 0 or 1 for one pipeline
-	tied   []bool          // per stage: its TIE_GRAD ran this iteration (tie.go)
-	per    int             // stages per copy (Stages/copies)
+	stages []Stage         // by stage index; nil where not on this rank
 	ends   []uint8         // per stage: routeStart|routeEnd bits
+	micro  int             // spec.Micro
 	losses []atomic.Uint64 // math.Float64bits of each micro's loss
 	loss   Loss
 	data   DataSource
+	last   int
+	copies int // spec.Copies, 0 or 1 for one pipeline
+	per    int // stages per copy (Stages/copies)
+	// The fields above are the steps'; kept first, most at offsets below
+	// 128 (x86's one-byte displacements), the steps' code stays short.
+	// Another field goes below them.
+
+	// raw is stages as the Config gave them (stages may be wrapped for a
+	// Timeline): the optional interfaces (Swapper, Sharded, CopyGrads) are
+	// looked up here.
+	raw  []Stage
+	tied []bool // per stage: its TIE_GRAD ran this iteration (tie.go)
 
 	rank    int
 	spec    Spec
