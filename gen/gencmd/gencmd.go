@@ -86,7 +86,8 @@ type Request struct {
 	Mem  float64
 	Cost string
 	// Model is -model: a model description (gen/model) whose layers give
-	// the per-stage costs of a command that simulates (StageCost).
+	// the per-stage costs of a command that simulates (StageCost), and of
+	// -schedule auto's candidates in any command.
 	Model string
 	FSDP  int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 	// FSDPPrefetch is -fsdp-prefetch: how many compute steps ahead of its
@@ -200,6 +201,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split evenly by count into the stages, give the per-stage costs; -cost may add the other keys")
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`)")
+		fs.StringVar(&r.Model, "model", "", "-schedule auto: a model description (JSON, docs/model.md; `ppgen tune` fits one to a measured trace) whose layers, split evenly by count into each candidate's stages, give the per-stage costs it chooses by")
 	}
 }
 
@@ -252,8 +254,8 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost)) {
-		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only (ppgen sim -cost simulates any schedule)")
+	if r.Schedule != gen.Auto && (r.Mem != 0 || ((r.Cost != "" || r.Model != "") && !r.simCost)) {
+		return opt, usagef("-mem, -cost and -model choose among schedules: they apply to -schedule auto only (ppgen sim -cost or -model simulates any schedule)")
 	}
 	if r.Model != "" {
 		// Every candidate (auto, -compare) runs the model's layers, split
