@@ -25,6 +25,7 @@
 //	launch   start N local processes of a command as the ranks of one job
 //	template write a SLURM script or Kubernetes Job for a trainer
 //	report   write an HTML page about a schedule: verification, simulation, timeline, program
+//	tune     fit a model description (-model FILE) to a measured timeline
 //	version  print the module version, VCS revision and Go version (also ppgen -version)
 //
 // ppgen NAME -h (or ppgen help NAME) prints a command's usage line, what it
@@ -224,6 +225,7 @@ func commands() []command {
 		{"launch", "start N local processes of a command as the ranks of one job", runLaunch},
 		{"template", "write a SLURM script or Kubernetes Job that runs a trainer on N ranks", runTemplate},
 		{"report", "write an HTML page: the schedule, its verification, simulation, timeline and program", runReport},
+		{"tune", "fit a model description (-model) to a measured timeline (pipe.Timeline's trace)", runTune},
 		{"version", "print ppgen's module version, VCS revision and Go version", runVersion},
 	}
 }
