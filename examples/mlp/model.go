@@ -22,8 +22,12 @@ const (
 )
 
 // buildStages builds the model deterministically from seed and cuts it into
-// numStages stages of blocks/numStages blocks each.
-func buildStages(numStages int, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
+// numStages stages of blocks/numStages blocks each. With wide > 0 the first
+// and the last block (an embedding and a head, in a language model's terms)
+// are wide: Linear to wide·hidden, Tanh, Linear back to hidden, Tanh, some
+// 2·wide times a plain block's work (-wide: a deliberately uneven model for
+// the measured-cost loop, BENCHMARKS.md "Measured costs").
+func buildStages(numStages int, dt tensor.Dtype, seed uint64, wide int) ([]*nn.Sequential, error) {
 	if blocks%numStages != 0 {
 		return nil, fmt.Errorf("the model has %d blocks; %d stages do not divide it (use 1, 2, 4 or 8 stages)", blocks, numStages)
 	}
@@ -36,6 +40,14 @@ func buildStages(numStages int, dt tensor.Dtype, seed uint64) ([]*nn.Sequential,
 			in := hidden
 			if b == 0 {
 				in = inWidth
+			}
+			if wide > 0 && (b == 0 || b == blocks-1) {
+				up, err := nn.NewLinear(in, hidden*wide, dt, rng)
+				if err != nil {
+					return nil, err
+				}
+				layers = append(layers, up, nn.Tanh{})
+				in = hidden * wide
 			}
 			lin, err := nn.NewLinear(in, hidden, dt, rng)
 			if err != nil {
@@ -178,10 +190,10 @@ func routeLast(sp pipe.Spec, m int) int {
 // buildPipelineStages returns the stages of sp's program: the model's
 // stages, and for two model copies a second, identical set (built from the
 // same seed) as stages S/2..S-1, so both copies start from the same weights.
-func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
+func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64, wide int) ([]*nn.Sequential, error) {
 	var out []*nn.Sequential
 	for range max(sp.Copies, 1) {
-		copyStages, err := buildStages(stagesPerCopy(sp), dt, seed)
+		copyStages, err := buildStages(stagesPerCopy(sp), dt, seed, wide)
 		if err != nil {
 			return nil, err
 		}

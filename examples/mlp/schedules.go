@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ppgen/ppgen/examples/mlp/tuned"
 	"github.com/ppgen/ppgen/generated/dualpipe"
 	"github.com/ppgen/ppgen/generated/dualpipev"
 	"github.com/ppgen/ppgen/generated/fsdpswap"
@@ -56,6 +57,10 @@ var catalog = map[string]schedule{
 	// Batched transfers (-batch): each run of adjacent transfers is one
 	// x.BatchBegin() .. x.BatchEnd() group, issued through transport.Batch.
 	"zbv-batch": {zbvbatch.Spec, zbvbatch.Ranks[:], zbvbatch.Program},
+	// -schedule auto under the costs `ppgen tune` fitted to a measured
+	// run of the uneven model (-wide 32; tuned/tuned.go): the faster
+	// choice for it (BENCHMARKS.md "Measured costs").
+	"tuned": {tuned.Spec, tuned.Ranks[:], tuned.Program},
 }
 
 func scheduleNames() []string {
