@@ -173,6 +173,16 @@
 // a table per rank (stages, steps, busy, idle, peak activations, slots, and
 // peak unsharded stages with -fsdp), the SVG timeline and the lowered program.
 //
+// tune:   ppgen tune -trace FILE.json [-o MODEL.json] [-stages N] fits a
+// model description (docs/model.md) to a measured timeline, the Chrome trace
+// pipe.Timeline writes (examples/mlp -trace): one layer per stage (stage0,
+// stage1, ...) whose F, I and W are the medians of the stage's calls of each
+// kind, in ms; act and params 1, no comm or bw (the timeline records stage
+// calls, not transfers). It writes the model (stdout without -o) and a table
+// of the fitted costs (stdout with -o FILE, else stderr); -stages N refuses a
+// trace of another stage count. -schedule auto -model MODEL.json then chooses
+// by the measured costs (gen takes -model for auto too).
+//
 // Exit status: 0 success; 1 the schedule is unsafe (it deadlocks, a step
 // runs before what it needs, transfers do not match, ...: any command that
 // verifies, check included) or differs (diff); 2 bad input (flags, a

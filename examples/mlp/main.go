@@ -381,7 +381,8 @@ func runInProc(o options, out io.Writer) error {
 		}
 	}
 	if o.timing {
-		fmt.Fprintf(out, "iteration: median %v over steps 1-%d\n", medianTime(times[min(1, len(times)-1):]), len(times)-1)
+		med := medianTime(times[min(1, len(times)-1):])
+		fmt.Fprintf(out, "iteration: median %.3f ms over steps 1-%d\n", float64(med.Nanoseconds())/1e6, len(times)-1)
 	}
 	if o.timeline != nil {
 		if err := writeTrace(o.trace, o.timeline, sp.Schedule, sc.Program); err != nil {

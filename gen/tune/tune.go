@@ -35,8 +35,8 @@ import (
 
 // Limits of a trace.
 const (
-	MaxBytes  = 256 << 20 // the file
-	MaxEvents = 1 << 22   // its events, metadata included
+	MaxBytes  = 128 << 20 // the file (a stage call is some 150 bytes)
+	MaxEvents = 1 << 20   // its events, metadata included
 	// MaxDur is the longest call, in µs (about 11.6 days): a longer one is
 	// not a stage call of a training step.
 	MaxDur = 1e12
