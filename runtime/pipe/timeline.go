@@ -147,8 +147,8 @@ func (s *timedStage) BackwardWeight(saved any, dy *tensor.Dense) error {
 // names the simulated one ("3F17"; a full backward B shows as its I and W
 // halves, "3I17" and "3W17"); with nil, by kind and count ("3F#5"). The
 // transfers are events of category comm on thread 1, named by their step
-// ("3SEND_F17"), with args stage, micro, peer, kind ("send" or "recv")
-// and bytes. The file is written by internal/chrometrace (its one-line
+// ("3SEND_F17"), with args stage, micro, peer, kind ("send" or "recv"),
+// op (the step's kind, "SEND_F") and bytes. The file is written by internal/chrometrace (its one-line
 // form), the writer of the simulated trace too.
 func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 	events := t.Events()
@@ -205,7 +205,7 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		ev := chrometrace.Event{
 			Name: fmt.Sprintf("%d%s%d", e.Stage, e.Kind, e.Micro), Cat: "comm", Ph: chrometrace.Complete, Pid: e.Rank, Tid: 1,
 			Ts:   chrometrace.Float(float64(e.Start.UnixNano()) / 1e3),
-			Args: map[string]any{"stage": e.Stage, "micro": e.Micro, "peer": e.Peer, "kind": dir, "bytes": e.Bytes},
+			Args: map[string]any{"stage": e.Stage, "micro": e.Micro, "peer": e.Peer, "kind": dir, "op": e.Kind.String(), "bytes": e.Bytes},
 		}
 		if d := float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3; d != 0 {
 			ev.Dur = chrometrace.Float(d)
