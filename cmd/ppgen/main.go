@@ -177,8 +177,10 @@
 // model description (docs/model.md) to a measured timeline, the Chrome trace
 // pipe.Timeline writes (examples/mlp -trace): one layer per stage (stage0,
 // stage1, ...) whose F, I and W are the medians of the stage's calls of each
-// kind, in ms; act and params 1, no comm or bw (the timeline records stage
-// calls, not transfers). It writes the model (stdout without -o) and a table
+// kind, in ms; comm and bw fitted to the recorded sends (comm + size/bw,
+// size in KiB, by least squares over the median send of each size; one size:
+// the median send and no bw), act the median activation send in KiB, params
+// 1. It writes the model (stdout without -o) and a table
 // of the fitted costs (stdout with -o FILE, else stderr); -stages N refuses a
 // trace of another stage count. -schedule auto -model MODEL.json then chooses
 // by the measured costs (gen takes -model for auto too).

@@ -54,13 +54,21 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 		from = " of " + strconv.Quote(fit.Schedule)
 	}
 	fmt.Fprintf(&b, "fitted %d stages from %d calls%s (the median call of each kind, ms)\n", len(fit.Stages), fit.Calls, from)
-	fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %s\n", "LAYER", "RANK", "F", "I", "W", "CALLS F/I/W")
+	fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %8s  %s\n", "LAYER", "RANK", "F", "I", "W", "ACT KiB", "CALLS F/I/W")
 	for s, st := range fit.Stages {
 		rank := strconv.Itoa(st.Rank)
 		if st.Rank < 0 {
 			rank = "many"
 		}
-		fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10.4g  %10.4g  %d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, st.I, st.W, st.Calls[0], st.Calls[1], st.Calls[2])
+		fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10.4g  %10.4g  %8.4g  %d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, st.I, st.W, st.Act, st.Calls[0], st.Calls[1], st.Calls[2])
+	}
+	switch {
+	case fit.Sends == 0:
+		b.WriteString("no sends in the trace: no comm or bw\n")
+	case fit.BW == 0:
+		fmt.Fprintf(&b, "comm %.4g ms: the median of %d sends (one size, or times that do not grow with it: no bw)\n", fit.Comm, fit.Sends)
+	default:
+		fmt.Fprintf(&b, "comm %.4g ms + size / bw %.4g KiB per ms: fitted to %d sends\n", fit.Comm, fit.BW, fit.Sends)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -9,10 +9,16 @@
 // in milliseconds, the unit `ppgen trace` draws one cost unit as, so that
 // the simulated trace of the fitted model lines up with the measured one.
 // A full backward (a B step) runs as its I and W halves, and the timeline
-// records both. The timeline records the stage calls only, not the
-// transfers: the fitted model has no comm and bw (in-process, a transfer
-// hands a pointer over); act and params are 1, as the timeline measures
-// time, not sizes.
+// records both.
+//
+// Transfers (comm events, which the timeline records for the transfers
+// outside batches) give comm and bw: each send's time (the transport's Send
+// call; a receive's includes waiting for its peer) is fitted as comm +
+// size/bw by least squares over the median send of each size, sizes in
+// KiB; one size alone (or times that do not grow with size) gives comm,
+// the median send, and no bw (infinite). A stage's act is the median size
+// of its activation sends (SEND_F) in KiB, 1 where it sends none (the
+// last, or one whose successor is on its rank); params are 1, as the timeline measures time, not parameters.
 //
 // The input is untrusted: at most MaxBytes and MaxEvents events, every
 // number range-checked before it is used, stages and ranks within
@@ -54,6 +60,7 @@ type Stage struct {
 	Rank    int     // the rank its calls ran on (-1: several)
 	F, I, W float64 // the median call of each kind, ms
 	Calls   [3]int  // the calls of each kind (F, I, W) the medians are of
+	Act     float64 // the median activation send, KiB (1: none sent)
 }
 
 // Fit is the model fitted to a trace.
@@ -61,7 +68,14 @@ type Fit struct {
 	Schedule string  // the trace's otherData.schedule ("" when absent)
 	Stages   []Stage // stage s is layer "stage<s>"
 	Calls    int     // the stage calls read
+	Sends    int     // the sends comm and bw are fitted to
+	Comm     float64 // a send's fixed time, ms
+	BW       float64 // KiB per ms (0: infinite)
 }
+
+// maxTransfer is the largest transfer, in bytes (1 TiB: in KiB within
+// sim.MaxCost).
+const maxTransfer = 1 << 40
 
 // kinds are the call kinds, in Stage.Calls order.
 const kinds = "FIW"
@@ -86,8 +100,19 @@ type call struct {
 
 func fit(f chrometrace.File, opt Options) (Fit, error) {
 	var calls []call
+	var sends []send
 	stages := 0
 	for i, e := range f.Events {
+		if e.Ph == chrometrace.Complete && e.Cat == "comm" {
+			s, ok, err := sendOf(e)
+			if err != nil {
+				return Fit{}, fmt.Errorf("tune: event %d (%q): %w", i, clip(e.Name), err)
+			}
+			if ok {
+				sends = append(sends, s)
+			}
+			continue
+		}
 		if e.Ph != chrometrace.Complete || e.Cat != "compute" {
 			continue // names, sort order, and any other category
 		}
@@ -132,6 +157,20 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			*dst = median(durs[s][k]) / 1e3
 		}
 	}
+	acts := make([][]float64, stages)
+	for _, s := range sends {
+		if s.act && s.stage < stages {
+			acts[s.stage] = append(acts[s.stage], s.kib)
+		}
+	}
+	for s := range out.Stages {
+		out.Stages[s].Act = 1
+		if len(acts[s]) > 0 {
+			out.Stages[s].Act = median(acts[s])
+		}
+	}
+	out.Sends = len(sends)
+	out.Comm, out.BW = fitComm(sends)
 	if m, ok := f.OtherData.(map[string]any); ok {
 		if name, ok := m["schedule"].(string); ok && len(name) <= 256 {
 			out.Schedule = name
@@ -175,6 +214,82 @@ func stageCall(e chrometrace.Event) (call, error) {
 	return call{stage: stage, rank: e.Pid, kind: k, dur: dur}, nil
 }
 
+// send is one activation or gradient send of the trace.
+type send struct {
+	stage int
+	act   bool    // SEND_F: the stage's output activation
+	kib   float64 // its size
+	ms    float64 // its time
+}
+
+// sendOf reads a comm event: a send of an activation or gradient (ok),
+// or another transfer (a receive, a label or input send), skipped. Its
+// stage, size and duration are checked.
+func sendOf(e chrometrace.Event) (send, bool, error) {
+	args, ok := e.Args.(map[string]any)
+	if !ok {
+		return send{}, false, errors.New(`no args object; a transfer has args {"stage": S, "kind": "send"|"recv", "op": ..., "bytes": N}`)
+	}
+	op, _ := args["op"].(string)
+	if args["kind"] != "send" || (op != "SEND_F" && op != "SEND_B") {
+		return send{}, false, nil
+	}
+	stage, err := index(args["stage"], "args.stage")
+	if err != nil {
+		return send{}, false, err
+	}
+	b, ok := args["bytes"].(float64)
+	if !ok || b != math.Trunc(b) || b < 0 || b > maxTransfer {
+		return send{}, false, fmt.Errorf("args.bytes = %v; want an integer from 0 to %d", clip(fmt.Sprint(args["bytes"])), int64(maxTransfer))
+	}
+	dur := 0.0
+	if e.Dur != nil {
+		dur = *e.Dur
+	}
+	if !(dur >= 0 && dur <= MaxDur) {
+		return send{}, false, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
+	}
+	return send{stage: stage, act: op == "SEND_F", kib: b / 1024, ms: dur / 1e3}, true, nil
+}
+
+// fitComm fits time = comm + size/bw to the sends: a least-squares line
+// through the median send of each size (so that the many sends of one
+// size do not outvote the others, and their outliers do not count). With
+// fewer than two sizes, or a line that does not rise, bw is 0 (infinite)
+// and comm the median send; a line that crosses 0 above size 0 gives
+// comm 0. bw is kept within [sim.MinBW, sim.MaxCost] (0 otherwise).
+func fitComm(sends []send) (comm, bw float64) {
+	if len(sends) == 0 {
+		return 0, 0
+	}
+	bySize := map[float64][]float64{}
+	all := make([]float64, len(sends))
+	for i, s := range sends {
+		bySize[s.kib] = append(bySize[s.kib], s.ms)
+		all[i] = s.ms
+	}
+	flat := min(median(all), sim.MaxCost)
+	if len(bySize) < 2 {
+		return flat, 0
+	}
+	var n, sx, sy, sxx, sxy float64
+	for x, ys := range bySize {
+		y := median(ys)
+		n++
+		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	den := n*sxx - sx*sx
+	if !(den > 0) {
+		return flat, 0
+	}
+	slope := (n*sxy - sx*sy) / den
+	if !(slope > 0) || 1/slope < sim.MinBW || 1/slope > sim.MaxCost {
+		return flat, 0
+	}
+	icept := (sy - slope*sx) / n
+	return min(max(icept, 0), sim.MaxCost), 1 / slope
+}
+
 // index reads a stage number: an integer in [0, ir.MaxIndex].
 func index(v any, what string) (int, error) {
 	x, ok := v.(float64)
@@ -208,13 +323,20 @@ func (f Fit) JSON() []byte {
 	var b bytes.Buffer
 	b.WriteString("{\"layers\": [\n")
 	for s, st := range f.Stages {
-		fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s, \"act\": 1, \"params\": 1}", s, num(st.F), num(st.I), num(st.W))
+		fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.I), num(st.W), num(st.Act))
 		if s < len(f.Stages)-1 {
 			b.WriteByte(',')
 		}
 		b.WriteByte('\n')
 	}
-	b.WriteString("]}\n")
+	b.WriteString("]")
+	if f.Comm > 0 {
+		fmt.Fprintf(&b, ",\n \"comm\": %s", num(f.Comm))
+	}
+	if f.BW > 0 {
+		fmt.Fprintf(&b, ", \"bw\": %s", num(f.BW))
+	}
+	b.WriteString("}\n")
 	return b.Bytes()
 }
 

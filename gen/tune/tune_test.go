@@ -157,3 +157,74 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// withSends adds comm events to a trace made by trace: each is
+// {stage, op, bytes, dur µs}.
+func withSends(tr string, sends ...[4]any) string {
+	var evs []string
+	for i, s := range sends {
+		kind := "send"
+		if strings.HasPrefix(s[1].(string), "RECV") {
+			kind = "recv"
+		}
+		evs = append(evs, fmt.Sprintf(`{"name":"x","cat":"comm","ph":"X","pid":0,"tid":1,"ts":%d,"dur":%v,"args":{"stage":%d,"op":%q,"kind":%q,"bytes":%d,"micro":0,"peer":1}}`,
+			1000+i, s[3], s[0], s[1], kind, s[2]))
+	}
+	if len(evs) == 0 {
+		return tr
+	}
+	return strings.Replace(tr, `{"traceEvents":[`, `{"traceEvents":[`+strings.Join(evs, ",")+",", 1)
+}
+
+// TestFitComm: comm and bw are the line through the median send of each
+// size (worked by hand), act the median SEND_F of a stage in KiB, and the
+// receives and other transfers do not count.
+func TestFitComm(t *testing.T) {
+	two := trace([][3][]float64{{{1}, {1}, {1}}, {{1}, {1}, {1}}})
+	cases := []struct {
+		name     string
+		sends    [][4]any
+		comm, bw float64
+		act0     float64
+	}{
+		// 1 KiB: 2, 2, 90 ms (median 2); 3 KiB: 4 ms: the line 1 + x/1.
+		{"two sizes", [][4]any{{0, "SEND_F", 1024, 2000}, {1, "SEND_B", 1024, 2000}, {0, "SEND_F", 1024, 90000}, {1, "SEND_B", 3072, 4000}, {0, "RECV_B", 1 << 20, 1e6}}, 1, 1, 1},
+		// One size: the median send, bw infinite.
+		{"one size", [][4]any{{0, "SEND_F", 2048, 3}, {0, "SEND_F", 2048, 5}, {1, "SEND_B", 2048, 4}}, 0.004, 0, 2},
+		// Larger sends faster: no bandwidth term, the median of all.
+		{"falling", [][4]any{{0, "SEND_F", 1024, 8}, {1, "SEND_B", 4096, 2}, {0, "SEND_F", 1024, 6}}, 0.006, 0, 1},
+		// The line crosses 0 at a positive size: comm 0. (1, 1) and (3, 5): 2x - 1.
+		{"negative intercept", [][4]any{{0, "SEND_F", 1024, 1000}, {1, "SEND_B", 3072, 5000}}, 0, 0.5, 1},
+		{"none", nil, 0, 0, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Read(strings.NewReader(withSends(two, tc.sends...)), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(f.Comm, tc.comm) || !near(f.BW, tc.bw) || !near(f.Stages[0].Act, tc.act0) || f.Stages[1].Act != 1 {
+				t.Errorf("comm %g bw %g act %g %g; want comm %g bw %g act %g 1", f.Comm, f.BW, f.Stages[0].Act, f.Stages[1].Act, tc.comm, tc.bw, tc.act0)
+			}
+			m, err := model.Read(bytes.NewReader(f.JSON()))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, f.JSON())
+			}
+			if !near(m.Comm, tc.comm) || !near(m.BW, tc.bw) {
+				t.Errorf("model comm %g bw %g\n%s", m.Comm, m.BW, f.JSON())
+			}
+		})
+	}
+	for _, bad := range []struct {
+		send [4]any
+		want string
+	}{
+		{[4]any{0, "SEND_F", -1, 1}, "args.bytes = -1"},
+		{[4]any{0, "SEND_F", 1, -5}, "dur = -5"},
+		{[4]any{-1, "SEND_F", 1, 1}, "args.stage = -1"},
+	} {
+		if _, err := Read(strings.NewReader(withSends(two, bad.send)), Options{}); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: err %v, want %q", bad.send, err, bad.want)
+		}
+	}
+}
