@@ -194,7 +194,7 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 		return nil, err
 	}
 	pp, d := m.Coords(w)
-	model, err := buildPipelineStages(sp, dt, o.seed, o.wide)
+	model, err := buildPipelineStages(sp, dt, o.seed, o.widen())
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func dpReference(o options, sp pipe.Spec, m mesh.Mesh) ([]*nn.Sequential, [][]fl
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed, o.wide)
+	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed, o.widen())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -68,6 +68,7 @@ type options struct {
 	trace     string         // -trace: write the last step's measured timeline here (in-process)
 	timeline  *pipe.Timeline // set by runInProc when trace is
 	wide      int            // -wide: the first and last blocks this many times wider (model.go)
+	wideWait  time.Duration  // -wide-wait: each call of those blocks also waits this long
 	timing    bool           // -timing: print the median iteration time (in-process)
 	dp        int            // -dp: data-parallel replicas (dp.go)
 	coll      string         // -collectives: member-order, native or sendrecv (dp.go)
@@ -89,6 +90,7 @@ func main() {
 	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last step's measured timeline (each stage call's start and end) to this file as a Chrome trace, to compare with `ppgen trace` of the schedule")
 	fs.IntVar(&o.wide, "wide", 0, "make the first and the last block wide (an inner layer of N times the hidden width: some 2N times a block's work), a deliberately uneven model; 0: all blocks alike")
+	fs.DurationVar(&o.wideWait, "wide-wait", 0, "each call (F, I, W) of the first and the last block also waits this long, as a host waits for its accelerator: an uneven model whose ranks overlap on any number of cores")
 	fs.BoolVar(&o.timing, "timing", false, "in-process: print the median time of an iteration (steps after the first)")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas of the pipeline: world = ranks × N (FSDP for schedules with FSDP steps, else gradients all-reduced at OPT_STEP; see dp.go)")
@@ -98,6 +100,10 @@ func main() {
 	}
 	if o.timeout < 0 {
 		fmt.Fprintf(os.Stderr, "mlp: -timeout %v is negative; want a duration such as 30s, or 0 for PPGEN_TIMEOUT or the default %v\n", o.timeout, transport.DefaultTimeout)
+		os.Exit(2)
+	}
+	if o.wideWait < 0 || o.wideWait > time.Second {
+		fmt.Fprintf(os.Stderr, "mlp: -wide-wait %v; want 0 up to 1s\n", o.wideWait)
 		os.Exit(2)
 	}
 	if o.wide < 0 || o.wide > 1024 {
@@ -330,7 +336,7 @@ func runInProc(o options, out io.Writer) error {
 		return err
 	}
 	sp := sc.Spec
-	model, err := buildPipelineStages(sp, dt, o.seed, o.wide)
+	model, err := buildPipelineStages(sp, dt, o.seed, o.widen())
 	if err != nil {
 		return err
 	}
@@ -421,7 +427,7 @@ func medianTime(ts []time.Duration) time.Duration {
 // sequentialReference trains the model of sp (one copy's stages) without a
 // pipeline; the losses are per step and micro-batch.
 func sequentialReference(o options, sp pipe.Spec, dt tensor.Dtype) ([]*nn.Sequential, [][]float64, error) {
-	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed, o.wide)
+	ref, err := buildStages(stagesPerCopy(sp), dt, o.seed, o.widen())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -532,7 +538,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger, dial func(options, p
 	}
 	defer tr.Close()
 	rank := tr.Rank()
-	model, err := buildPipelineStages(sp, dt, o.seed, o.wide)
+	model, err := buildPipelineStages(sp, dt, o.seed, o.widen())
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"gorgonia.org/tensor"
 
@@ -21,13 +22,25 @@ const (
 	microRows = 8 // rows per micro-batch
 )
 
+// widen makes the first and the last block (an embedding and a head, in a
+// language model's terms) costlier than the others: a deliberately uneven
+// model for the measured-cost loop (BENCHMARKS.md "Measured costs").
+type widen struct {
+	// n > 0 makes the two blocks wide (-wide): Linear to n·hidden, Tanh,
+	// Linear back to hidden, Tanh, some 2n times a plain block's work.
+	n int
+	// wait makes each of their calls (F, I, W) also wait this long
+	// (-wide-wait), as a host waits for its accelerator: unlike the
+	// arithmetic, waits of different ranks overlap on any number of cores.
+	wait time.Duration
+}
+
+func (o options) widen() widen { return widen{o.wide, o.wideWait} }
+
 // buildStages builds the model deterministically from seed and cuts it into
-// numStages stages of blocks/numStages blocks each. With wide > 0 the first
-// and the last block (an embedding and a head, in a language model's terms)
-// are wide: Linear to wide·hidden, Tanh, Linear back to hidden, Tanh, some
-// 2·wide times a plain block's work (-wide: a deliberately uneven model for
-// the measured-cost loop, BENCHMARKS.md "Measured costs").
-func buildStages(numStages int, dt tensor.Dtype, seed uint64, wide int) ([]*nn.Sequential, error) {
+// numStages stages of blocks/numStages blocks each, the first and last
+// block widened by w.
+func buildStages(numStages int, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Sequential, error) {
 	if blocks%numStages != 0 {
 		return nil, fmt.Errorf("the model has %d blocks; %d stages do not divide it (use 1, 2, 4 or 8 stages)", blocks, numStages)
 	}
@@ -41,13 +54,16 @@ func buildStages(numStages int, dt tensor.Dtype, seed uint64, wide int) ([]*nn.S
 			if b == 0 {
 				in = inWidth
 			}
-			if wide > 0 && (b == 0 || b == blocks-1) {
-				up, err := nn.NewLinear(in, hidden*wide, dt, rng)
+			if end := b == 0 || b == blocks-1; end && w.wait > 0 {
+				layers = append(layers, wait{w.wait})
+			}
+			if w.n > 0 && (b == 0 || b == blocks-1) {
+				up, err := nn.NewLinear(in, hidden*w.n, dt, rng)
 				if err != nil {
 					return nil, err
 				}
 				layers = append(layers, up, nn.Tanh{})
-				in = hidden * wide
+				in = hidden * w.n
 			}
 			lin, err := nn.NewLinear(in, hidden, dt, rng)
 			if err != nil {
@@ -66,6 +82,27 @@ func buildStages(numStages int, dt tensor.Dtype, seed uint64, wide int) ([]*nn.S
 	}
 	return stages, nil
 }
+
+// wait is a layer that passes its input (and gradient) through and waits d
+// in each call: a device's time, for -wide-wait.
+type wait struct{ d time.Duration }
+
+func (w wait) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	time.Sleep(w.d)
+	return x, nil, nil
+}
+
+func (w wait) BackwardInput(_ any, dy *tensor.Dense) (*tensor.Dense, error) {
+	time.Sleep(w.d)
+	return dy, nil
+}
+
+func (w wait) BackwardWeight(any, *tensor.Dense) error {
+	time.Sleep(w.d)
+	return nil
+}
+
+func (wait) Params() []*nn.Param { return nil }
 
 // batches is the synthetic data set: micro-batch m of training step `step`
 // has inputs drawn from a seeded generator and targets from a fixed smooth
@@ -190,10 +227,10 @@ func routeLast(sp pipe.Spec, m int) int {
 // buildPipelineStages returns the stages of sp's program: the model's
 // stages, and for two model copies a second, identical set (built from the
 // same seed) as stages S/2..S-1, so both copies start from the same weights.
-func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64, wide int) ([]*nn.Sequential, error) {
+func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Sequential, error) {
 	var out []*nn.Sequential
 	for range max(sp.Copies, 1) {
-		copyStages, err := buildStages(stagesPerCopy(sp), dt, seed, wide)
+		copyStages, err := buildStages(stagesPerCopy(sp), dt, seed, w)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gorgonia.org/tensor"
 
@@ -16,14 +17,14 @@ import (
 	"github.com/ppgen/ppgen/gen/tune"
 )
 
-// TestWideMatchesSequential: the uneven model (-wide) trains as sequential
-// training does, with the even-cost choice and with the tuned schedule
-// (two model copies: the reference is one copy).
+// TestWideMatchesSequential: the uneven model (-wide, -wide-wait) trains as
+// sequential training does, with the even-cost choice and with the tuned
+// schedule (two model copies: the reference is one copy).
 func TestWideMatchesSequential(t *testing.T) {
 	for _, name := range []string{"dualpipev", "tuned", "1f1b"} {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
-			o := options{schedule: name, transport: "inproc", steps: 2, check: true, dtype: "float64", lr: 0.1, seed: 3, wide: 4}
+			o := options{schedule: name, transport: "inproc", steps: 2, check: true, dtype: "float64", lr: 0.1, seed: 3, wide: 4, wideWait: 50 * time.Microsecond}
 			if err := runInProc(o, &out); err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
@@ -35,7 +36,7 @@ func TestWideMatchesSequential(t *testing.T) {
 // and last blocks only) and 0 leaves it as it was.
 func TestWideIsWider(t *testing.T) {
 	count := func(wide int) []int {
-		st, err := buildStages(4, tensor.Float64, 1, wide)
+		st, err := buildStages(4, tensor.Float64, 1, widen{n: wide})
 		if err != nil {
 			t.Fatal(err)
 		}
