@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The measured-cost loop on examples/mlp's uneven model (-wide N: the first
 # and last blocks some 2N times a plain block's work; -wide-wait D: each of
-# their calls also waits D, as for an accelerator), BENCHMARKS.md "Measured
+# their F and I calls also waits D, as for an accelerator), BENCHMARKS.md "Measured
 # costs":
 #   1. run dualpipev, auto's choice at even costs, with -trace;
 #   2. ppgen tune fits a model (one layer per stage) to the measured timeline;

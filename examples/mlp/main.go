@@ -90,7 +90,7 @@ func main() {
 	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last step's measured timeline (each stage call's start and end) to this file as a Chrome trace, to compare with `ppgen trace` of the schedule")
 	fs.IntVar(&o.wide, "wide", 0, "make the first and the last block wide (an inner layer of N times the hidden width: some 2N times a block's work), a deliberately uneven model; 0: all blocks alike")
-	fs.DurationVar(&o.wideWait, "wide-wait", 0, "each call (F, I, W) of the first and the last block also waits this long, as a host waits for its accelerator: an uneven model whose ranks overlap on any number of cores")
+	fs.DurationVar(&o.wideWait, "wide-wait", 0, "each forward and input-gradient call (F, I) of the first and the last block also waits this long, as a host waits for its accelerator: an uneven model whose ranks overlap on any number of cores")
 	fs.BoolVar(&o.timing, "timing", false, "in-process: print the median time of an iteration (steps after the first)")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas of the pipeline: world = ranks × N (FSDP for schedules with FSDP steps, else gradients all-reduced at OPT_STEP; see dp.go)")

@@ -29,9 +29,10 @@ type widen struct {
 	// n > 0 makes the two blocks wide (-wide): Linear to n·hidden, Tanh,
 	// Linear back to hidden, Tanh, some 2n times a plain block's work.
 	n int
-	// wait makes each of their calls (F, I, W) also wait this long
-	// (-wide-wait), as a host waits for its accelerator: unlike the
-	// arithmetic, waits of different ranks overlap on any number of cores.
+	// wait makes each of their forward and input-gradient calls (F, I) also
+	// wait this long (-wide-wait), as a host waits for its accelerator:
+	// unlike the arithmetic, waits of different ranks overlap on any number
+	// of cores. (nn.Sequential skips a layer without parameters in W.)
 	wait time.Duration
 }
 
@@ -84,7 +85,8 @@ func buildStages(numStages int, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Se
 }
 
 // wait is a layer that passes its input (and gradient) through and waits d
-// in each call: a device's time, for -wide-wait.
+// in each call: a device's time, for -wide-wait. It has no parameters, so
+// nn.Sequential does not call its BackwardWeight.
 type wait struct{ d time.Duration }
 
 func (w wait) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
