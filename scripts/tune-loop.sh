@@ -28,6 +28,8 @@ nice -n 19 go build -o "$tmp/ppgen" ./cmd/ppgen
 "$tmp/mlp" -schedule dualpipev "${model[@]}" -steps 3 -trace "$tmp/run.json" >/dev/null
 "$tmp/ppgen" tune -trace "$tmp/run.json" -o "$tmp/model.json" -stages 8
 "$tmp/ppgen" gen -schedule auto -model "$tmp/model.json" -ranks 4 -micro 8 -table -package tuned -o "$tmp/tuned_gen.go"
+chosen=$(sed -n 's/^\tSchedule: *"\(.*\)",$/\1/p' "$tmp/tuned_gen.go")
+"$tmp/ppgen" sim -compare "dualpipev,$chosen" -ranks 4 -micro 8 -model "$tmp/model.json" | sed -n '2,4p'
 # The header's second line records the invocation (the model's path): skip it.
 if cmp -s <(tail -n +3 "$tmp/tuned_gen.go") <(tail -n +3 examples/mlp/tuned/tuned_gen.go); then
 	echo "regenerated: the committed -schedule tuned (examples/mlp/tuned/tuned_gen.go)"
