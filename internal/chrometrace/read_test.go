@@ -74,3 +74,30 @@ func TestReadRefuses(t *testing.T) {
 		t.Errorf("got %+v, %v; want one event", f, err)
 	}
 }
+
+// FuzzRead: no input panics or reads past the limits, and what Read
+// accepts writes back (WriteCompact) into a file it reads again with as
+// many events.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(`{"traceEvents":[{"name":"0F0","cat":"compute","ph":"X","pid":0,"tid":0,"ts":1,"dur":2,"args":{"stage":0,"kind":"F"}}],"displayTimeUnit":"ms","otherData":{"schedule":"1f1b"}}`))
+	f.Add([]byte("{\"displayTimeUnit\":\"ms\",\n\"otherData\":null,\n\"traceEvents\":[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"rank 0\"}}\n]}\n"))
+	f.Add([]byte(`{"x":[1,2],"traceEvents":[]}`))
+	lim := Limits{Bytes: 1 << 16, Events: 64}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := Read(bytes.NewReader(in), lim)
+		if err != nil {
+			return
+		}
+		if len(got.Events) > lim.Events {
+			t.Fatalf("%d events over the limit %d", len(got.Events), lim.Events)
+		}
+		var b bytes.Buffer
+		if err := got.WriteCompact(&b); err != nil {
+			return // a value JSON cannot hold back (none expected, but not Read's concern)
+		}
+		again, err := Read(&b, Limits{Bytes: int64(b.Len()), Events: lim.Events})
+		if err != nil || len(again.Events) != len(got.Events) {
+			t.Fatalf("written back, read as %d events, %v; want %d\n%s", len(again.Events), err, len(got.Events), b.String())
+		}
+	})
+}
