@@ -18,7 +18,8 @@
 // KiB; one size alone (or times that do not grow with size) gives comm,
 // the median send, and no bw (infinite). A stage's act is the median size
 // of its activation sends (SEND_F) in KiB, 1 where it sends none (the
-// last, or one whose successor is on its rank); params are 1, as the timeline measures time, not parameters.
+// last, or one whose successor is on its rank); params are 1, as the
+// timeline measures time, not parameters.
 //
 // The input is untrusted: at most MaxBytes and MaxEvents events, every
 // number range-checked before it is used, stages and ranks within
