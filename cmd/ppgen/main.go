@@ -39,6 +39,9 @@
 //	                   rank's share of the model; 0: none)
 //	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
 //	                   cost model they simulate, used by auto too)
+//	-model FILE        auto: a model description (docs/model.md; ppgen tune
+//	                   fits one) whose layers give each candidate's stage
+//	                   costs (sim, trace, report: the costs they simulate)
 //	-fsdp N            add UNSHARD/RESHARD/REDUCE_GRAD, at most N stages
 //	                   unsharded per rank at once
 //	-fsdp-prefetch K   with -fsdp: issue each UNSHARD up to K compute steps
