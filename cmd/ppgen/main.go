@@ -176,7 +176,7 @@
 // a table per rank (stages, steps, busy, idle, peak activations, slots, and
 // peak unsharded stages with -fsdp), the SVG timeline and the lowered program.
 //
-// tune:   ppgen tune -trace FILE.json [-o MODEL.json] [-stages N] fits a
+// tune:   ppgen tune -trace FILE.json [-o MODEL.json] [-stages N] [-copies C] fits a
 // model description (docs/model.md) to a measured timeline, the Chrome trace
 // pipe.Timeline writes (examples/mlp -trace): one layer per stage (stage0,
 // stage1, ...) whose F, I and W are the medians of the stage's calls of each
@@ -185,7 +185,8 @@
 // the median send and no bw), act the median activation send in KiB, params
 // 1. It writes the model (stdout without -o) and a table
 // of the fitted costs (stdout with -o FILE, else stderr); -stages N refuses a
-// trace of another stage count. -schedule auto -model MODEL.json then chooses
+// trace of another stage count; -copies 2 fits a trace of dualpipe (two model
+// copies: stage s runs the layers of stage s mod S/2). -schedule auto -model MODEL.json then chooses
 // by the measured costs (gen takes -model for auto too).
 //
 // Exit status: 0 success; 1 the schedule is unsafe (it deadlocks, a step

@@ -18,6 +18,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	trace := fs.String("trace", "", "the measured timeline: a Chrome trace written by pipe.Timeline (the -trace of examples/mlp)")
 	out := fs.String("o", "-", "the model description to write (- for stdout)")
 	stages := fs.Int("stages", 0, "the number of stages the trace must have (0: any)")
+	copies := fs.Int("copies", 0, "the number of model copies the trace's stages form (dualpipe: 2): stage s then runs the layers of stage s mod S/copies (0 or 1: one copy)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -32,7 +33,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		return usagef("reading -trace: %v", err)
 	}
 	defer f.Close()
-	fit, err := tune.Read(f, tune.Options{Stages: *stages})
+	fit, err := tune.Read(f, tune.Options{Stages: *stages, Copies: *copies})
 	if err != nil {
 		return usagef("-trace %s: %v", *trace, err)
 	}
@@ -53,7 +54,7 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 	if fit.Schedule != "" {
 		from = " of " + strconv.Quote(fit.Schedule)
 	}
-	fmt.Fprintf(&b, "fitted %d stages from %d calls%s (the median call of each kind, ms)\n", len(fit.Stages), fit.Calls, from)
+	fmt.Fprintf(&b, "fitted %d layers, one per stage, from %d calls%s (the median call of each kind, ms)\n", len(fit.Stages), fit.Calls, from)
 	fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %8s  %s\n", "LAYER", "RANK", "F", "I", "W", "ACT KiB", "CALLS F/I/W")
 	for s, st := range fit.Stages {
 		rank := strconv.Itoa(st.Rank)

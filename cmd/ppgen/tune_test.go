@@ -18,7 +18,7 @@ func TestTune(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if !strings.HasPrefix(stdout, `fitted 8 stages from 192 calls of "dualpipev"`) || strings.Count(stdout, "\nstage") != 8 {
+	if !strings.HasPrefix(stdout, `fitted 8 layers, one per stage, from 192 calls of "dualpipev"`) || strings.Count(stdout, "\nstage") != 8 {
 		t.Errorf("table:\n%s", stdout)
 	}
 	if stderr != "ppgen: wrote "+out+"\n" {
@@ -29,7 +29,7 @@ func TestTune(t *testing.T) {
 	}
 	// With -o - the model goes to stdout and the table to stderr.
 	code, stdout, stderr = cliRun(t, "tune", "-trace", trace)
-	if code != 0 || !strings.HasPrefix(stdout, `{"layers": [`) || !strings.HasPrefix(stderr, "fitted 8 stages") {
+	if code != 0 || !strings.HasPrefix(stdout, `{"layers": [`) || !strings.HasPrefix(stderr, "fitted 8 layers") {
 		t.Errorf("-o -: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 
@@ -45,6 +45,7 @@ func TestTune(t *testing.T) {
 		{[]string{"tune", "-trace", filepath.Join(dir, "none.json"), "-o", out + "2"}, "reading -trace"},
 		{[]string{"tune", "-trace", bad, "-o", out + "2"}, "no stage calls"},
 		{[]string{"tune", "-trace", trace, "-stages", "4", "-o", out + "2"}, "calls of 8 stages but -stages is 4"},
+		{[]string{"tune", "-trace", trace, "-copies", "3", "-o", out + "2"}, "8 stages do not form 3 model copies"},
 		{[]string{"tune", "-trace", trace, "-o", filepath.Join(dir, "no", "model.json")}, "does not exist"},
 	} {
 		code, _, stderr := cliRun(t, tc.args...)

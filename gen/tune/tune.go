@@ -54,6 +54,10 @@ type Options struct {
 	// Stages, when not 0, is the number of stages the trace must have
 	// (-stages): a trace of another schedule or model is refused.
 	Stages int
+	// Copies, when above 1, is the number of model copies the trace's S
+	// stages form (-copies; dualpipe's 2): stage s runs the layers of
+	// stage s mod S/Copies, whose calls are fitted together.
+	Copies int
 }
 
 // Stage is one stage's fitted costs.
@@ -85,6 +89,9 @@ const kinds = "FIW"
 func Read(r io.Reader, opt Options) (Fit, error) {
 	if opt.Stages < 0 || opt.Stages > ir.MaxIndex+1 {
 		return Fit{}, fmt.Errorf("tune: -stages %d; want 0 (any) or 1 to %d", opt.Stages, ir.MaxIndex+1)
+	}
+	if opt.Copies < 0 || opt.Copies > ir.MaxIndex+1 {
+		return Fit{}, fmt.Errorf("tune: -copies %d; want 0 or 1 (one model copy), or the copies the stages form (dualpipe: 2)", opt.Copies)
 	}
 	f, err := chrometrace.Read(r, chrometrace.Limits{Bytes: MaxBytes, Events: MaxEvents})
 	if err != nil {
@@ -129,6 +136,18 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	}
 	if opt.Stages != 0 && stages != opt.Stages {
 		return Fit{}, fmt.Errorf("tune: the trace has calls of %d stages but -stages is %d; trace a run of the schedule the model is for", stages, opt.Stages)
+	}
+	if copies := max(opt.Copies, 1); copies > 1 {
+		if stages%copies != 0 {
+			return Fit{}, fmt.Errorf("tune: the trace's %d stages do not form %d model copies", stages, copies)
+		}
+		stages /= copies // stage s runs the layers of stage s mod stages
+		for i := range calls {
+			calls[i].stage %= stages
+		}
+		for i := range sends {
+			sends[i].stage %= stages
+		}
 	}
 	durs := make([][3][]float64, stages)
 	out := Fit{Stages: make([]Stage, stages), Calls: len(calls)}

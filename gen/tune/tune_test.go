@@ -228,3 +228,33 @@ func TestFitComm(t *testing.T) {
 		}
 	}
 }
+
+// TestFitCopies: with Copies 2 the calls of stage s and s+S/2 are one
+// layer's (dualpipe's second copy runs the same layers): medians over both,
+// worked by hand; a stage count the copies do not divide is refused.
+func TestFitCopies(t *testing.T) {
+	in := trace([][3][]float64{
+		{{1000, 2000}, {100}, {10}}, // copy A, layer 0 (rank 0)
+		{{5000}, {500}, {50}},       // copy A, layer 1 (rank 1)
+		{{7000}, {700}, {70}},       // copy B, layer 0 (rank 0)
+		{{3000}, {300}, {30}},       // copy B, layer 1 (rank 1)
+	})
+	f, err := Read(strings.NewReader(in), Options{Stages: 4, Copies: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Stages) != 2 {
+		t.Fatalf("%d layers, want 2", len(f.Stages))
+	}
+	// Layer 0: F of 1, 2, 7 ms (median 2); I 0.1, 0.7 (0.4); W 0.01, 0.07 (0.04).
+	if g := f.Stages[0]; !near(g.F, 2) || !near(g.I, 0.4) || !near(g.W, 0.04) || g.Calls != [3]int{3, 2, 2} || g.Rank != 0 {
+		t.Errorf("layer 0: %+v", g)
+	}
+	// Layer 1: F of 5 and 3 ms (4).
+	if g := f.Stages[1]; !near(g.F, 4) || g.Rank != 1 {
+		t.Errorf("layer 1: %+v", g)
+	}
+	if _, err := Read(strings.NewReader(in), Options{Copies: 3}); err == nil || !strings.Contains(err.Error(), "4 stages do not form 3 model copies") {
+		t.Errorf("copies 3: %v", err)
+	}
+}
