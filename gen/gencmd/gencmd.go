@@ -87,7 +87,8 @@ type Request struct {
 	Mem  float64
 	Cost string
 	// Model is -model: a model description (gen/model) whose layers give
-	// the per-stage costs of a command that simulates (StageCost).
+	// the per-stage costs of a command that simulates (StageCost), and of
+	// -schedule auto's candidates in any command.
 	Model string
 	FSDP  int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 	// FSDPPrefetch is -fsdp-prefetch: how many compute steps ahead of its
@@ -206,6 +207,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split evenly by count into the stages, give the per-stage costs; -cost may add the other keys")
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
+		fs.StringVar(&r.Model, "model", "", "-schedule auto: a model description (JSON, docs/model.md; `ppgen tune` fits one to a measured trace) whose layers, split evenly by count into each candidate's stages, give the per-stage costs it chooses by")
 	}
 }
 
@@ -269,8 +271,8 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	}
 	opt.Passes.Ties = r.Ties
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule))) {
-		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only, and -cost to the families whose order it shapes (%s; ppgen sim -cost simulates any schedule)", strings.Join(costFamilies(), ", "))
+	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule)) || (r.Model != "" && !r.simCost)) {
+		return opt, usagef("-mem, -cost and -model choose among schedules: they apply to -schedule auto only, and -cost also to the families whose order it shapes (%s; ppgen sim -cost or -model simulates any schedule)", strings.Join(costFamilies(), ", "))
 	}
 	if r.Model != "" {
 		// Every candidate (auto, -compare) runs the model's layers, split

@@ -51,10 +51,12 @@ type Config struct {
 	// Logger receives failures (Error) and lifecycle (Debug). Default: discard.
 	Logger *slog.Logger
 	// Timeline, if set, records when each stage call (Forward,
-	// BackwardInput, BackwardWeight) starts and ends: the measured
-	// timeline, which Timeline.WriteTrace writes as a Chrome trace. The
-	// stages are wrapped for it; the step methods are unchanged, so it
-	// costs nothing when nil. Ranks of one process may share one.
+	// BackwardInput, BackwardWeight) starts and ends, and each transfer
+	// outside a batch: the measured timeline, which Timeline.WriteTrace
+	// writes as a Chrome trace. The stages are wrapped for it; the step
+	// methods are unchanged, so it costs nothing when nil (the comm
+	// stream checks it once per transfer). Ranks of one process may share
+	// one.
 	Timeline *Timeline
 }
 
@@ -91,6 +93,7 @@ type Exec struct {
 	tr      transport.Transport
 	optHook func() error
 	log     *slog.Logger
+	tl      *Timeline // Config.Timeline: also records the comm stream's transfers
 
 	// prevPeer[s] and nextPeer[s]: the rank of stage s-1 and s+1 when a
 	// transfer with it is valid (there is a transport and the stage is on
@@ -214,7 +217,7 @@ func New(cfg Config) (*Exec, error) {
 	}
 	x := &Exec{
 		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, raw: raw, micro: sp.Micro,
-		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
+		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log, tl: cfg.Timeline,
 		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro), tied: make([]bool, sp.Stages),
