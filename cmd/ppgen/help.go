@@ -64,6 +64,8 @@ var helps = map[string]help{
 		"Writes a SLURM batch script (srun, one task per rank, MASTER_ADDR from the node list), a SLURM batch script for a trainer on the MPI transport (slurm-mpi: srun --mpi=pmix, one MPI rank per task) or a Kubernetes indexed Job with a headless Service (RANK from the completion index) that runs CMD as the ranks of one job; to stdout unless -o."},
 	"report": {" (-schedule NAME -ranks P -micro M | -in FILE) [-cost MODEL] -o FILE.html",
 		"Writes one self-contained HTML page about the schedule (inline style and SVG, no scripts, the same bytes on a rerun): its lowering passes, the verification summary, the simulated makespan and bubbles under -cost, a table per rank, the SVG timeline and the lowered program."},
+	"tune": {" -trace FILE.json [-o MODEL.json] [-stages N] [-copies C]",
+		"Fits a model description (docs/model.md) to a measured timeline, the Chrome trace runtime/pipe.Timeline writes (the -trace of examples/mlp): one layer per stage, named stage0, stage1, ..., whose F, I and W are the medians of that stage's calls of each kind, in milliseconds; comm and bw fitted to the recorded sends (comm + KiB/bw, by least squares over the median send of each size; one size: the median send, no bw), act the median activation send in KiB, params 1. Writes the model (stdout without -o) and prints a table of the fitted costs; -schedule auto -model FILE then chooses by them. A trace of a schedule with two model copies (dualpipe) needs -copies 2."},
 	"version": {"",
 		"Prints ppgen's module path and version ((devel) for a build from a checkout), the VCS revision and whether the tree was modified when the build recorded them, and the Go version it was built with. ppgen -version prints the same."},
 }

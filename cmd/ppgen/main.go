@@ -26,6 +26,7 @@
 //	launch    start N local processes of a command as the ranks of one job
 //	template  write a SLURM script or Kubernetes Job for a trainer
 //	report    write an HTML page about a schedule: verification, simulation, timeline, program
+//	tune      fit a model description (-model FILE) to a measured timeline
 //	version   print the module version, VCS revision and Go version (also ppgen -version)
 //
 // ppgen NAME -h (or ppgen help NAME) prints a command's usage line, what it
@@ -39,12 +40,13 @@
 //	                   rank's share of the model; 0: none)
 //	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
 //	                   cost model they simulate, used by auto too)
-//	-model FILE        (sim, trace, report, partition, gen) a model description
-//	                   (docs/model.md) whose layers give the per-stage costs;
-//	                   -mem is then each rank's peak activations plus params
+//	-model FILE        a model description (docs/model.md; ppgen tune fits
+//	                   one) whose layers give the per-stage costs: auto's
+//	                   candidates' in any command, what sim, trace, report
+//	                   and partition simulate, and gen's Spec.Layers; -mem is
+//	                   then each rank's peak activations plus params
 //	-partition P       with -model: even (default) or auto (gen/partition's
-//	                   split for the schedule's order; auto tries both); gen
-//	                   records the split in Spec.Layers
+//	                   split for the schedule's order; auto tries both)
 //	-fsdp N            add UNSHARD/RESHARD/REDUCE_GRAD, at most N stages
 //	                   unsharded per rank at once
 //	-fsdp-prefetch K   with -fsdp: issue each UNSHARD up to K compute steps
@@ -181,6 +183,19 @@
 // a table per rank (stages, steps, busy, idle, peak activations, slots, and
 // peak unsharded stages with -fsdp), the SVG timeline and the lowered program.
 //
+// tune:   ppgen tune -trace FILE.json [-o MODEL.json] [-stages N] [-copies C] fits a
+// model description (docs/model.md) to a measured timeline, the Chrome trace
+// pipe.Timeline writes (examples/mlp -trace): one layer per stage (stage0,
+// stage1, ...) whose F, I and W are the medians of the stage's calls of each
+// kind, in ms; comm and bw fitted to the recorded sends (comm + size/bw,
+// size in KiB, by least squares over the median send of each size; one size:
+// the median send and no bw), act the median activation send in KiB, params
+// 1. It writes the model (stdout without -o) and a table
+// of the fitted costs (stdout with -o FILE, else stderr); -stages N refuses a
+// trace of another stage count; -copies 2 fits a trace of dualpipe (two model
+// copies: stage s runs the layers of stage s mod S/2). -schedule auto -model MODEL.json then chooses
+// by the measured costs (gen takes -model for auto too).
+//
 // Exit status: 0 success; 1 the schedule is unsafe (it deadlocks, a step
 // runs before what it needs, transfers do not match, ...: any command that
 // verifies, check included) or differs (diff); 2 bad input (flags, a
@@ -234,6 +249,7 @@ func commands() []command {
 		{"launch", "start N local processes of a command as the ranks of one job", runLaunch},
 		{"template", "write a SLURM script or Kubernetes Job that runs a trainer on N ranks", runTemplate},
 		{"report", "write an HTML page: the schedule, its verification, simulation, timeline and program", runReport},
+		{"tune", "fit a model description (-model) to a measured timeline (pipe.Timeline's trace)", runTune},
 		{"version", "print ppgen's module version, VCS revision and Go version", runVersion},
 	}
 }

@@ -16,8 +16,10 @@
 // stages on 4 ranks, the embedding and the head both on rank 0): the
 // blocks as evenly as they go, the embedding on the first stage, the norm
 // and the head on the last. The last stage holds its own copy of the token
-// table; the two copies' gradients are summed before each optimizer step,
-// so they stay one parameter.
+// table; the training programs are generated with -tie 0:S-1, so the
+// runtime's TIE_GRAD step sums the two copies' gradients before each
+// optimizer step (on rank 0 for zbv, across ranks 0 and 3 for 1f1b) and
+// they stay one parameter.
 //
 // Validation runs the schedule's forward-only program (ppgen gen
 // -forward-only, program/zbveval) over fixed windows of the validation
@@ -158,10 +160,6 @@ func (o options) validate() error {
 		return fmt.Errorf("-lr %v; want a rate in (0, 10]", o.lr)
 	case o.timeout < 0:
 		return fmt.Errorf("-timeout %v is negative; want a duration such as 30s, or 0", o.timeout)
-	case o.tie && !sc.tieLocal():
-		// TODO(tie): with `ppgen gen -tie 0:S-1` the runtime sums the
-		// copies across ranks (stage.TiedGrads); then every schedule ties.
-		return fmt.Errorf("-tie with -schedule %s: its first and last stages are on different ranks (%d and %d), and summing their gradients across ranks needs a program generated with -tie; use -schedule zbv, or -tie=false", o.schedule, sc.train.Spec.RankOf[0], sc.train.Spec.RankOf[sc.train.Spec.Stages-1])
 	}
 	return o.sh.check(sc.train.Spec.Stages)
 }

@@ -43,7 +43,8 @@ func validationLosses(t *testing.T, out string) []float64 {
 
 // TestCheckInProc: pipeline training equals sequential training (the tied
 // table one parameter there) in losses, validation losses and parameters,
-// for the tied zbv run, an untied one and 1f1b, in float64 and float32;
+// for the tied zbv run (the tie on rank 0), an untied one and 1f1b tied
+// (across ranks) and untied, in float64 and float32;
 // one validation line before training and after each evaluation.
 func TestCheckInProc(t *testing.T) {
 	for _, c := range []struct {
@@ -54,6 +55,7 @@ func TestCheckInProc(t *testing.T) {
 		{"zbv", "float64", false},
 		{"zbv", "float32", true},
 		{"1f1b", "float64", false},
+		{"1f1b", "float64", true}, // the tie across ranks 0 and 3
 	} {
 		t.Run(fmt.Sprintf("%s/%s/tie=%v", c.schedule, c.dtype, c.tie), func(t *testing.T) {
 			o := small()
@@ -239,7 +241,6 @@ func TestFlagErrors(t *testing.T) {
 		mod  func(*options)
 		want string
 	}{
-		{func(o *options) { o.schedule = "1f1b" }, "-tie=false"},
 		{func(o *options) { o.schedule = "gpipe" }, "not compiled in"},
 		{func(o *options) { o.dtype = "int8" }, "-dtype"},
 		{func(o *options) { o.sh.Blocks = 4 }, "-blocks 8"},

@@ -141,10 +141,11 @@ type stage struct {
 }
 
 // TiedGrads returns the gradients of the tied copies this stage holds:
-// runtime/pipe's Tied interface, through which a program generated with
-// `ppgen gen -tie 0:S-1` sums the first and the last stage's gradients
-// before OPT_STEP. Until the generator has -tie, sumTied does it on the one
-// rank that holds both stages (zbv's rank 0).
+// runtime/pipe's Tied interface, through which the training programs
+// (generated with `ppgen gen -tie 0:S-1`) sum the first and the last
+// stage's gradients at TIE_GRAD, before OPT_STEP: locally on zbv's rank 0,
+// which holds both, across ranks 0 and 3 on 1f1b. Untied (-tie=false),
+// both stages return none and the exchange sums nothing.
 func (s *stage) TiedGrads() []*tensor.Dense {
 	gs := make([]*tensor.Dense, len(s.tied))
 	for i, p := range s.tied {
@@ -201,35 +202,4 @@ func pipeParams(stages []*stage) []*nn.Param {
 		ps = append(ps, s.Params()...)
 	}
 	return ps
-}
-
-// sumTied makes the tied copies of first and last one parameter before an
-// optimizer step: both gradients become first's + last's (same bits in
-// both). TODO(tie): a program generated with `ppgen gen -tie` has the
-// runtime do this at the exchange before OPT_STEP, on any two ranks;
-// until then the example ties only when one rank holds both stages.
-func sumTied(first, last *stage) error {
-	a, b := first.TiedGrads(), last.TiedGrads()
-	if len(a) != len(b) {
-		return fmt.Errorf("tied copies: first stage has %d, last %d", len(a), len(b))
-	}
-	for i := range a {
-		switch x := a[i].Data().(type) {
-		case []float64:
-			addInto(x, b[i].Data().([]float64))
-		case []float32:
-			addInto(x, b[i].Data().([]float32))
-		default:
-			return fmt.Errorf("tied gradient of dtype %v", a[i].Dtype())
-		}
-	}
-	return nil
-}
-
-// addInto sets a[i] = a[i] + b[i] and b[i] = a[i].
-func addInto[T float32 | float64](a, b []T) {
-	for i := range a {
-		a[i] += b[i]
-		b[i] = a[i]
-	}
 }

@@ -31,13 +31,6 @@ var catalog = map[string]schedule{
 	"1f1b": {program{onef1b.Spec, onef1b.Ranks[:], onef1b.Program}, program{onef1beval.Spec, onef1beval.Ranks[:], nil}},
 }
 
-// tieLocal reports whether one rank holds both the first and the last
-// stage, where the example sums the tied copies itself (sumTied).
-func (s schedule) tieLocal() bool {
-	sp := s.train.Spec
-	return sp.RankOf[0] == sp.RankOf[sp.Stages-1]
-}
-
 // lastRank is the rank holding the last stage: it computes the losses.
 func (s schedule) lastRank() int { return s.train.Spec.RankOf[s.train.Spec.Stages-1] }
 

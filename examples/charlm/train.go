@@ -39,10 +39,6 @@ func newRankState(o options, sc schedule, r int, stages []*stage, data, edata *b
 	}
 	ps := pipeParams(mine)
 	opt := nn.NewAdam(o.lr)
-	first, last := stages[0], stages[sp.Stages-1]
-	// TODO(tie): once the program is generated with -tie 0:S-1, the runtime
-	// sums the copies (stage.TiedGrads) and sumHere must go.
-	sumHere := o.tie && sp.RankOf[0] == r && sp.RankOf[sp.Stages-1] == r
 	rs := &rankState{rank: r, trainFn: sc.train.Ranks[r], evalFn: sc.eval.Ranks[r]}
 	loss := nn.SoftmaxCrossEntropy{Scale: 1 / float64(sp.Micro)}
 	var src, esrc pipe.DataSource
@@ -55,11 +51,6 @@ func newRankState(o options, sc schedule, r int, stages []*stage, data, edata *b
 		OptStep: func() error {
 			t0 := time.Now()
 			defer func() { rs.optTime = time.Since(t0) }()
-			if sumHere {
-				if err := sumTied(first, last); err != nil {
-					return err
-				}
-			}
 			if err := opt.Step(ps); err != nil {
 				return err
 			}

@@ -196,7 +196,7 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 		return nil, err
 	}
 	pp, d := m.Coords(w)
-	model, err := buildPipelineStages(sp, dt, o.seed)
+	model, err := buildPipelineStages(sp, dt, o.seed, o.widen())
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func dpReference(o options, sp pipe.Spec, m mesh.Mesh) ([]*nn.Sequential, [][]fl
 	if err != nil {
 		return nil, nil, err
 	}
-	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared)
+	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared, o.widen())
 	if err != nil {
 		return nil, nil, err
 	}

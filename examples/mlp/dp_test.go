@@ -53,7 +53,7 @@ func TestDPReferenceIsSequential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := buildStages(stagesPerCopy(sc.Spec), tensor.Float64, o.seed)
+	plain, err := buildStages(stagesPerCopy(sc.Spec), tensor.Float64, o.seed, o.widen())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +69,9 @@ type options struct {
 	swapTier  string
 	trace     string         // -trace: write the last step's measured timeline here (in-process)
 	timeline  *pipe.Timeline // set by runInProc when trace is
+	wide      int            // -wide: the first and last blocks this many times wider (model.go)
+	wideWait  time.Duration  // -wide-wait: each call of those blocks also waits this long
+	timing    bool           // -timing: print the median iteration time (in-process)
 	dp        int            // -dp: data-parallel replicas (dp.go)
 	coll      string         // -collectives: member-order, native or sendrecv (dp.go)
 }
@@ -87,6 +91,9 @@ func main() {
 	fs.DurationVar(&o.delay, "step-delay", 0, "sleep this long between steps (for failure-injection tests)")
 	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last step's measured timeline (each stage call's start and end) to this file as a Chrome trace, to compare with `ppgen trace` of the schedule")
+	fs.IntVar(&o.wide, "wide", 0, "make the first and the last block wide (an inner layer of N times the hidden width: some 2N times a block's work), a deliberately uneven model; 0: all blocks alike")
+	fs.DurationVar(&o.wideWait, "wide-wait", 0, "each forward and input-gradient call (F, I) of the first and the last block also waits this long, as a host waits for its accelerator: an uneven model whose ranks overlap on any number of cores")
+	fs.BoolVar(&o.timing, "timing", false, "in-process: print the median time of an iteration (steps after the first)")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas of the pipeline: world = ranks × N (FSDP for schedules with FSDP steps, else gradients all-reduced at OPT_STEP; see dp.go)")
 	fs.StringVar(&o.coll, "collectives", "member-order", "with -dp: member-order (the transport's own data movement where it has collectives, MPI's or NCCL's, with the sums in member order: bit-identical to sequential training), native (the transport's own collectives, sums included: faster, float32 within 1e-4 beyond two replicas) or sendrecv (runtime/collective's algorithms over Send and Recv)")
@@ -95,6 +102,14 @@ func main() {
 	}
 	if o.timeout < 0 {
 		fmt.Fprintf(os.Stderr, "mlp: -timeout %v is negative; want a duration such as 30s, or 0 for PPGEN_TIMEOUT or the default %v\n", o.timeout, transport.DefaultTimeout)
+		os.Exit(2)
+	}
+	if o.wideWait < 0 || o.wideWait > time.Second {
+		fmt.Fprintf(os.Stderr, "mlp: -wide-wait %v; want 0 up to 1s\n", o.wideWait)
+		os.Exit(2)
+	}
+	if o.wide < 0 || o.wide > 1024 {
+		fmt.Fprintf(os.Stderr, "mlp: -wide %d; want 0 (all blocks alike) up to 1024\n", o.wide)
 		os.Exit(2)
 	}
 	if o.mpiSync && o.transport != "mpi" {
@@ -332,7 +347,7 @@ func runInProc(o options, out io.Writer) error {
 		return err
 	}
 	sp := sc.Spec
-	model, err := buildPipelineStages(sp, dt, o.seed)
+	model, err := buildPipelineStages(sp, dt, o.seed, o.widen())
 	if err != nil {
 		return err
 	}
@@ -354,6 +369,7 @@ func runInProc(o options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s, in-process\n", o.schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype)
 	var losses []float64
+	var times []time.Duration
 	for step := range o.steps {
 		data.setStep(step)
 		for _, x := range xs {
@@ -362,9 +378,11 @@ func runInProc(o options, out io.Writer) error {
 		if o.timeline != nil {
 			o.timeline.Reset() // keep the last step's
 		}
+		start := time.Now()
 		if err := pipe.RunAll(xs, fns); err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
+		times = append(times, time.Since(start))
 		// Each micro-batch's loss is on the rank holding the last stage of
 		// its route (of its model copy, for dualpipe).
 		l := 0.0
@@ -378,6 +396,10 @@ func runInProc(o options, out io.Writer) error {
 		if st.tier != nil {
 			fmt.Fprintln(out, st.swapReport(r))
 		}
+	}
+	if o.timing {
+		med := medianTime(times[min(1, len(times)-1):])
+		fmt.Fprintf(out, "iteration: median %.3f ms over steps 1-%d\n", float64(med.Nanoseconds())/1e6, len(times)-1)
 	}
 	if o.timeline != nil {
 		if err := writeTrace(o.trace, o.timeline, sp.Schedule, sc.Program); err != nil {
@@ -403,10 +425,20 @@ func runInProc(o options, out io.Writer) error {
 	return report(out, o, lossDiff, paramDiff)
 }
 
+// medianTime is the median of ts (the upper one of an even count; 0 for none).
+func medianTime(ts []time.Duration) time.Duration {
+	if len(ts) == 0 {
+		return 0
+	}
+	s := slices.Clone(ts)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 // sequentialReference trains the model of sp (one copy's stages) without a
 // pipeline; the losses are per step and micro-batch.
 func sequentialReference(o options, sp pipe.Spec, dt tensor.Dtype) ([]*nn.Sequential, [][]float64, error) {
-	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared)
+	ref, err := buildTiedStages(stagesPerCopy(sp), dt, o.seed, sp.Ties, tieShared, o.widen())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -517,7 +549,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger, dial func(options, p
 	}
 	defer tr.Close()
 	rank := tr.Rank()
-	model, err := buildPipelineStages(sp, dt, o.seed)
+	model, err := buildPipelineStages(sp, dt, o.seed, o.widen())
 	if err != nil {
 		return err
 	}

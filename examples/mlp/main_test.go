@@ -342,16 +342,22 @@ func TestTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		TraceEvents []struct{ Name, Ph string }
+		TraceEvents []struct{ Name, Ph, Cat string }
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	n, comm := 0, 0
 	for _, e := range doc.TraceEvents {
-		if e.Ph == "X" {
+		switch {
+		case e.Ph == "X" && e.Cat == "compute":
 			n++
+		case e.Ph == "X" && e.Cat == "comm":
+			comm++
 		}
+	}
+	if comm == 0 {
+		t.Errorf("no transfers recorded")
 	}
 	sp := catalog["1f1b-fsdp-swap"].Spec
 	if want := 3 * sp.Stages * sp.Micro; n != want { // F, I, W per chunk, one step
@@ -375,7 +381,7 @@ func TestTiedReferenceIsSequential(t *testing.T) {
 		t.Fatal("1f1b-tie has no ties")
 	}
 	train := func(mode tieMode) []*nn.Param {
-		stages, err := buildTiedStages(stagesPerCopy(sp), tensor.Float64, 7, sp.Ties, mode)
+		stages, err := buildTiedStages(stagesPerCopy(sp), tensor.Float64, 7, sp.Ties, mode, widen{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"gorgonia.org/tensor"
 
@@ -21,10 +22,27 @@ const (
 	microRows = 8 // rows per micro-batch
 )
 
+// widen makes the first and the last block (an embedding and a head, in a
+// language model's terms) costlier than the others: a deliberately uneven
+// model for the measured-cost loop (BENCHMARKS.md "Measured costs").
+type widen struct {
+	// n > 0 makes the two blocks wide (-wide): Linear to n·hidden, Tanh,
+	// Linear back to hidden, Tanh, some 2n times a plain block's work.
+	n int
+	// wait makes each of their forward and input-gradient calls (F, I) also
+	// wait this long (-wide-wait), as a host waits for its accelerator:
+	// unlike the arithmetic, waits of different ranks overlap on any number
+	// of cores. (nn.Sequential skips a layer without parameters in W.)
+	wait time.Duration
+}
+
+func (o options) widen() widen { return widen{o.wide, o.wideWait} }
+
 // buildStages builds the model deterministically from seed and cuts it into
-// numStages stages of blocks/numStages blocks each.
-func buildStages(numStages int, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
-	return buildTiedStages(numStages, dt, seed, nil, tieCopies)
+// numStages stages of blocks/numStages blocks each, the first and last
+// block widened by w.
+func buildStages(numStages int, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Sequential, error) {
+	return buildTiedStages(numStages, dt, seed, nil, tieCopies, w)
 }
 
 // tieMode is how buildTiedStages builds the two uses of a tied layer.
@@ -52,7 +70,7 @@ const (
 // mode says how the two stages of a tie hold it (tieMode). The tied layers
 // are drawn from their own generator, so the other layers are those of the
 // untied model.
-func buildTiedStages(numStages int, dt tensor.Dtype, seed uint64, ties []pipe.Tie, mode tieMode) ([]*nn.Sequential, error) {
+func buildTiedStages(numStages int, dt tensor.Dtype, seed uint64, ties []pipe.Tie, mode tieMode, w widen) ([]*nn.Sequential, error) {
 	if blocks%numStages != 0 {
 		return nil, fmt.Errorf("the model has %d blocks; %d stages do not divide it (use 1, 2, 4 or 8 stages)", blocks, numStages)
 	}
@@ -87,6 +105,17 @@ func buildTiedStages(numStages int, dt tensor.Dtype, seed uint64, ties []pipe.Ti
 			if b == 0 {
 				in = inWidth
 			}
+			if end := b == 0 || b == blocks-1; end && w.wait > 0 {
+				layers = append(layers, wait{w.wait})
+			}
+			if w.n > 0 && (b == 0 || b == blocks-1) {
+				up, err := nn.NewLinear(in, hidden*w.n, dt, rng)
+				if err != nil {
+					return nil, err
+				}
+				layers = append(layers, up, nn.Tanh{})
+				in = hidden * w.n
+			}
 			lin, err := nn.NewLinear(in, hidden, dt, rng)
 			if err != nil {
 				return nil, err
@@ -115,8 +144,13 @@ func tiedLayer(sp pipe.Spec, s int, seq *nn.Sequential) *nn.Linear {
 	for _, t := range sp.Ties {
 		tied = tied || t.A == s || t.B == s
 	}
-	i := 2 * blocks / stagesPerCopy(sp) // after the stage's blocks (Linear, Tanh each)
-	if !tied || i >= len(seq.Layers) {
+	// The tied Linear and its Tanh end the stage, before the last stage's
+	// output layer (counted from the end: -wide adds layers to the blocks).
+	i := len(seq.Layers) - 2
+	if s == stagesPerCopy(sp)-1 {
+		i--
+	}
+	if !tied || i < 0 {
 		return nil
 	}
 	lin, _ := seq.Layers[i].(*nn.Linear)
@@ -164,6 +198,28 @@ func sumTied(ps []*nn.Param) {
 		}
 	}
 }
+
+// wait is a layer that passes its input (and gradient) through and waits d
+// in each call: a device's time, for -wide-wait. It has no parameters, so
+// nn.Sequential does not call its BackwardWeight.
+type wait struct{ d time.Duration }
+
+func (w wait) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	time.Sleep(w.d)
+	return x, nil, nil
+}
+
+func (w wait) BackwardInput(_ any, dy *tensor.Dense) (*tensor.Dense, error) {
+	time.Sleep(w.d)
+	return dy, nil
+}
+
+func (w wait) BackwardWeight(any, *tensor.Dense) error {
+	time.Sleep(w.d)
+	return nil
+}
+
+func (wait) Params() []*nn.Param { return nil }
 
 // batches is the synthetic data set: micro-batch m of training step `step`
 // has inputs drawn from a seeded generator and targets from a fixed smooth
@@ -290,10 +346,10 @@ func routeLast(sp pipe.Spec, m int) int {
 // buildPipelineStages returns the stages of sp's program: the model's
 // stages, and for two model copies a second, identical set (built from the
 // same seed) as stages S/2..S-1, so both copies start from the same weights.
-func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64) ([]*nn.Sequential, error) {
+func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Sequential, error) {
 	var out []*nn.Sequential
 	for range max(sp.Copies, 1) {
-		copyStages, err := buildTiedStages(stagesPerCopy(sp), dt, seed, sp.Ties, tieCopies)
+		copyStages, err := buildTiedStages(stagesPerCopy(sp), dt, seed, sp.Ties, tieCopies, w)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ppgen/ppgen/examples/mlp/tuned"
 	"github.com/ppgen/ppgen/generated/dualpipe"
 	"github.com/ppgen/ppgen/generated/dualpipev"
 	"github.com/ppgen/ppgen/generated/fsdpswap"
@@ -64,6 +65,10 @@ var catalog = map[string]schedule{
 	// ends there).
 	"1f1b-tie": {onef1btie.Spec, onef1btie.Ranks[:], onef1btie.Program},
 	"zbv-tie":  {zbvtie.Spec, zbvtie.Ranks[:], zbvtie.Program},
+	// -schedule auto under the costs `ppgen tune` fitted to a measured
+	// run of the uneven model (-wide 32; tuned/tuned.go): the faster
+	// choice for it (BENCHMARKS.md "Measured costs").
+	"tuned": {tuned.Spec, tuned.Ranks[:], tuned.Program},
 }
 
 func scheduleNames() []string {

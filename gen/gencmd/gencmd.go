@@ -87,7 +87,8 @@ type Request struct {
 	Mem  float64
 	Cost string
 	// Model is -model: a model description (gen/model) whose layers give
-	// the per-stage costs of a command that simulates (StageCost).
+	// the per-stage costs of a command that simulates (StageCost), and of
+	// -schedule auto's candidates in any command.
 	Model string
 	// Partition is -partition: how a -model's layers split into a fixed
 	// family's stages, even (by count, the default) or auto
@@ -211,10 +212,8 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
 	}
-	if which.Cost != "" || which.Output {
-		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split into the stages (-partition), give the per-stage costs; -cost may add the other keys; gen records the split in Spec.Layers")
-		fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
-	}
+	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
+	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
 }
 
 // Config turns the flags into an ir.Config, checking what the flags alone
@@ -277,8 +276,8 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	}
 	opt.Passes.Ties = r.Ties
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule))) {
-		return opt, usagef("-mem and -cost choose among schedules: they apply to -schedule auto only, -mem also to -partition auto, and -cost to the families whose order it shapes (%s; ppgen sim -cost simulates any schedule)", strings.Join(costFamilies(), ", "))
+	if r.Schedule != gen.Auto && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule)) || (r.Model != "" && !r.simCost && r.Command != "gen")) {
+		return opt, usagef("-mem, -cost and -model choose among schedules: they apply to -schedule auto only, -mem also to -partition auto, -model also to gen (its Spec.Layers), and -cost also to the families whose order it shapes (%s; ppgen sim -cost or -model simulates any schedule)", strings.Join(costFamilies(), ", "))
 	}
 	if err := r.checkPartition(); err != nil {
 		return opt, err

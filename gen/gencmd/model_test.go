@@ -1,6 +1,8 @@
 package gencmd
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,5 +66,47 @@ func TestModelStageCost(t *testing.T) {
 	// Two model copies (dualpipe) each hold the whole model.
 	if c, err := r.StageCost(4, 2); err != nil || !slices.Equal(c.F, []float64{3, 7, 3, 7}) {
 		t.Errorf("4 stages in 2 copies: F %v, %v; want [3 7 3 7]", c.F, err)
+	}
+}
+
+// TestGenModel: a command that does not simulate (gen, show, verify) takes
+// -model for -schedule auto, whose candidates it then costs (opt.Auto.StageCost):
+// with the first and last of 8 layers 30 times the rest, auto leaves
+// dualpipev (its choice at even costs, both heavy layers on rank 0). With a
+// fixed family -model is refused, as -cost is.
+func TestGenModel(t *testing.T) {
+	dir := t.TempDir()
+	var layers []string
+	for l := range 8 {
+		c := 1.0
+		if l == 0 || l == 7 {
+			c = 30
+		}
+		layers = append(layers, fmt.Sprintf(`{"F": %g, "I": %g, "W": %g, "act": 1, "params": 1}`, c, c, c))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "m.json"), []byte(`{"layers": [`+strings.Join(layers, ",")+`]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	choose := func(args ...string) (string, error) {
+		r := new(Request)
+		fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+		r.Bind(fs, Flags{Output: true})
+		if err := fs.Parse(args); err != nil {
+			return "", err
+		}
+		r.Env = Env{Dir: dir}
+		res, err := r.Lower()
+		return res.Config.Schedule, err
+	}
+	even, err := choose("-schedule", "auto", "-ranks", "4", "-micro", "8")
+	if err != nil || even != "dualpipev" {
+		t.Fatalf("auto at even costs: %s, %v; want dualpipev (the premise of this test)", even, err)
+	}
+	got, err := choose("-schedule", "auto", "-ranks", "4", "-micro", "8", "-model", "m.json")
+	if err != nil || got == "dualpipev" {
+		t.Errorf("auto with -model: %s, %v; want another family than dualpipev", got, err)
+	}
+	if _, err := choose("-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", "m.json"); err == nil || !strings.Contains(err.Error(), "-schedule auto only") {
+		t.Errorf("1f1b with -model: %v; want the refusal", err)
 	}
 }

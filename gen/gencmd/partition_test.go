@@ -72,9 +72,9 @@ func TestPartitionFlagErrors(t *testing.T) {
 		want string
 	}{
 		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Partition: "auto"}, "give -model FILE"},
-		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Model: llmModel, Partition: "best"}, "want even"},
-		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Model: llmModel, Mem: 10}, "-partition auto"},
-		{Request{Schedule: "1f1b", Ranks: 4, Micro: 8, Model: llmModel, Partition: "auto", Mem: 5}, "raise -mem to at least"},
+		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Model: llmModel, simCost: true, Partition: "best"}, "want even"},
+		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Model: llmModel, simCost: true, Mem: 10}, "-partition auto"},
+		{Request{Schedule: "1f1b", Ranks: 4, Micro: 8, Model: llmModel, simCost: true, Partition: "auto", Mem: 5}, "raise -mem to at least"},
 	} {
 		_, err := tc.r.Lower()
 		var ue *UsageError
@@ -87,7 +87,7 @@ func TestPartitionFlagErrors(t *testing.T) {
 // TestPartitionLayersReport: ppgen partition's library call on the
 // LLM-like model beats the even split, and its stages cover the layers.
 func TestPartitionLayersReport(t *testing.T) {
-	r := &Request{Schedule: "zbv", Ranks: 4, Model: llmModel}
+	r := &Request{Schedule: "zbv", Ranks: 4, Model: llmModel, simCost: true}
 	rep, err := r.PartitionLayers()
 	if err != nil {
 		t.Fatal(err)
@@ -114,11 +114,11 @@ func TestPartitionLayersReport(t *testing.T) {
 // its own partition, never slower than the even split.
 func TestComparePartition(t *testing.T) {
 	entries := []CompareEntry{{Name: "1f1b"}, {Name: "zbv"}}
-	even, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel}).Compare(entries, nil)
+	even, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, simCost: true}).Compare(entries, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	part, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, Partition: PartitionAuto}).Compare(entries, nil)
+	part, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, simCost: true, Partition: PartitionAuto}).Compare(entries, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

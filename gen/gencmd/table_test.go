@@ -40,7 +40,7 @@ func evalCandidate(t *testing.T, r *Request, sp *gen.SplitModel, c gen.Candidate
 }
 
 func runRow(t *testing.T, path string, P, M int, limit float64) tableRow {
-	r := &Request{Schedule: gen.Auto, Ranks: P, Micro: M, Model: path, Partition: PartitionAuto, Mem: limit}
+	r := &Request{Schedule: gen.Auto, Ranks: P, Micro: M, Model: path, Partition: PartitionAuto, Mem: limit, simCost: true} // as sim binds it
 	res, err := r.Lower()
 	if err != nil && strings.Contains(err.Error(), "no schedule fits") {
 		t.Logf("%s P=%d M=%d mem %g: %v", path, P, M, limit, err)

@@ -7,6 +7,8 @@
 // An [Event] is one trace event; pointer fields are written only when set,
 // so a zero time can be written ("ts":0) or left out. [File.Write] writes
 // one event per line; [File.WriteCompact] writes the whole file on one line.
+// [Read] reads either back, within [Limits] (gen/tune fits a model to a
+// measured trace with it).
 package chrometrace
 
 import (

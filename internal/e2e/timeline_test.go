@@ -44,6 +44,21 @@ func TestTimeline(t *testing.T) {
 	if got, want := len(tl.Events()), 3*S*M; got != want { // B = I + W calls
 		t.Errorf("%d calls recorded, want %d", got, want)
 	}
+	// Every transfer of the program (none is batched) is recorded once,
+	// with its tensor's bytes.
+	xfers := 0
+	for _, ops := range p.ops {
+		for _, op := range ops {
+			if op.Kind.IsSend() || op.Kind.IsRecv() {
+				xfers++
+			}
+		}
+	}
+	if got := tl.Transfers(); len(got) != xfers || xfers == 0 {
+		t.Errorf("%d transfers recorded, want the program's %d", len(got), xfers)
+	} else if got[0].Bytes <= 0 || got[0].End.Before(got[0].Start) {
+		t.Errorf("transfer %+v: no bytes or a negative time", got[0])
+	}
 	var b bytes.Buffer
 	if err := tl.WriteTrace(&b, "1f1b", p.ops); err != nil {
 		t.Fatal(err)

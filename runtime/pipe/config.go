@@ -51,10 +51,12 @@ type Config struct {
 	// Logger receives failures (Error) and lifecycle (Debug). Default: discard.
 	Logger *slog.Logger
 	// Timeline, if set, records when each stage call (Forward,
-	// BackwardInput, BackwardWeight) starts and ends: the measured
-	// timeline, which Timeline.WriteTrace writes as a Chrome trace. The
-	// stages are wrapped for it; the step methods are unchanged, so it
-	// costs nothing when nil. Ranks of one process may share one.
+	// BackwardInput, BackwardWeight) starts and ends, and each transfer
+	// outside a batch: the measured timeline, which Timeline.WriteTrace
+	// writes as a Chrome trace. The stages are wrapped for it; the step
+	// methods are unchanged, so it costs nothing when nil (the comm
+	// stream checks it once per transfer). Ranks of one process may share
+	// one.
 	Timeline *Timeline
 }
 
@@ -67,26 +69,31 @@ type Exec struct {
 	// The steps read it once: nonzero means "not the fast path".
 	state  atomic.Uint32
 	slots  []slotState
-	stages []Stage // by stage index; nil where not on this rank
-	// raw is stages as the Config gave them (stages may be wrapped for a
-	// Timeline): the optional interfaces (Swapper, Sharded, CopyGrads) are
-	// looked up here.
-	raw    []Stage
-	micro  int // spec.Micro
-	last   int
-	copies int             // spec.Copies, 0 or 1 for one pipeline
-	tied   []bool          // per stage: its TIE_GRAD ran this iteration (tie.go)
-	per    int             // stages per copy (Stages/copies)
+	stages []Stage         // by stage index; nil where not on this rank
 	ends   []uint8         // per stage: routeStart|routeEnd bits
+	micro  int             // spec.Micro
 	losses []atomic.Uint64 // math.Float64bits of each micro's loss
 	loss   Loss
 	data   DataSource
+	last   int
+	copies int // spec.Copies, 0 or 1 for one pipeline
+	per    int // stages per copy (Stages/copies)
+	// The fields above are the steps'; kept first, most at offsets below
+	// 128 (x86's one-byte displacements), the steps' code stays short.
+	// Another field goes below them.
+
+	// raw is stages as the Config gave them (stages may be wrapped for a
+	// Timeline): the optional interfaces (Swapper, Sharded, CopyGrads) are
+	// looked up here.
+	raw  []Stage
+	tied []bool // per stage: its TIE_GRAD ran this iteration (tie.go)
 
 	rank    int
 	spec    Spec
 	tr      transport.Transport
 	optHook func() error
 	log     *slog.Logger
+	tl      *Timeline // Config.Timeline: also records the comm stream's transfers
 
 	// prevPeer[s] and nextPeer[s]: the rank of stage s-1 and s+1 when a
 	// transfer with it is valid (there is a transport and the stage is on
@@ -210,7 +217,7 @@ func New(cfg Config) (*Exec, error) {
 	}
 	x := &Exec{
 		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, raw: raw, micro: sp.Micro,
-		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log,
+		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log, tl: cfg.Timeline,
 		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro), tied: make([]bool, sp.Stages),

@@ -13,14 +13,28 @@ import (
 	"github.com/ppgen/ppgen/internal/chrometrace"
 )
 
-// Timeline records when the stage calls of one or more ranks start and end
-// (Config.Timeline): the measured counterpart of the simulated timeline that
+// Timeline records when the stage calls of one or more ranks start and end,
+// and their transfers (Config.Timeline): the measured counterpart of the simulated timeline that
 // `ppgen trace` writes. It is safe for concurrent use; the ranks of one
 // process may share one.
 type Timeline struct {
-	mu     sync.Mutex
-	events []TimelineEvent
-	epoch  atomic.Uint64 // bumped by Reset: the wrappers restart their counts
+	mu        sync.Mutex
+	events    []TimelineEvent
+	transfers []TimelineTransfer
+	epoch     atomic.Uint64 // bumped by Reset: the wrappers restart their counts
+}
+
+// TimelineTransfer is one transfer a rank's comm stream ran outside a batch
+// (a batch's transfers are one transport call: they are not recorded): a
+// send from the transport's Send call until it returned, a receive from
+// its Recv call until the tensor arrived, which includes waiting for the
+// peer's send. Bytes is the tensor's data.
+type TimelineTransfer struct {
+	Rank, Peer   int
+	Kind         OpKind // SEND_F, RECV_B, ...
+	Stage, Micro int    // the step's
+	Bytes        int
+	Start, End   time.Time
 }
 
 // TimelineEvent is one stage call. Seq counts the calls of that kind on
@@ -38,6 +52,7 @@ type TimelineEvent struct {
 func (t *Timeline) Reset() {
 	t.mu.Lock()
 	t.events = t.events[:0]
+	t.transfers = t.transfers[:0]
 	t.mu.Unlock()
 	t.epoch.Add(1) // the counters live in the stage wrappers
 }
@@ -47,6 +62,21 @@ func (t *Timeline) Events() []TimelineEvent {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]TimelineEvent(nil), t.events...)
+}
+
+// Transfers returns a copy of the recorded transfers in the order they
+// ended.
+func (t *Timeline) Transfers() []TimelineTransfer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]TimelineTransfer(nil), t.transfers...)
+}
+
+func (t *Timeline) addTransfer(rank int, op *commOp, bytes int, start time.Time) {
+	e := TimelineTransfer{Rank: rank, Peer: int(op.peer), Kind: op.x.kind, Stage: int(op.stage), Micro: int(op.micro), Bytes: bytes, Start: start, End: time.Now()}
+	t.mu.Lock()
+	t.transfers = append(t.transfers, e)
+	t.mu.Unlock()
 }
 
 func (t *Timeline) add(e TimelineEvent) {
@@ -116,8 +146,10 @@ func (s *timedStage) BackwardWeight(saved any, dy *tensor.Dense) error {
 // table, one []Op per rank), each call is named by its step as `ppgen trace`
 // names the simulated one ("3F17"; a full backward B shows as its I and W
 // halves, "3I17" and "3W17"); with nil, by kind and count ("3F#5"). The
-// file is written by internal/chrometrace (its one-line form), the writer
-// of the simulated trace too.
+// transfers are events of category comm on thread 1, named by their step
+// ("3SEND_F17"), with args stage, micro, peer, kind ("send" or "recv"),
+// op (the step's kind, "SEND_F") and bytes. The file is written by internal/chrometrace (its one-line
+// form), the writer of the simulated trace too.
 func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 	events := t.Events()
 	sort.SliceStable(events, func(i, j int) bool {
@@ -146,6 +178,34 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 			Name: label, Cat: "compute", Ph: chrometrace.Complete, Pid: e.Rank, Tid: 0,
 			Ts:   chrometrace.Float(float64(e.Start.UnixNano()) / 1e3),
 			Args: args,
+		}
+		if d := float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3; d != 0 {
+			ev.Dur = chrometrace.Float(d)
+		}
+		out = append(out, ev)
+	}
+	transfers := t.Transfers()
+	sort.SliceStable(transfers, func(i, j int) bool {
+		if transfers[i].Rank != transfers[j].Rank {
+			return transfers[i].Rank < transfers[j].Rank
+		}
+		return transfers[i].Start.Before(transfers[j].Start)
+	})
+	for _, e := range transfers {
+		if !seen[e.Rank] {
+			seen[e.Rank] = true
+			pn := chrometrace.ProcessName(e.Rank, fmt.Sprintf("rank %d", e.Rank))
+			pn.Ts = chrometrace.Float(0)
+			out = append(out, pn)
+		}
+		dir := "send"
+		if e.Kind.IsRecv() {
+			dir = "recv"
+		}
+		ev := chrometrace.Event{
+			Name: fmt.Sprintf("%d%s%d", e.Stage, e.Kind, e.Micro), Cat: "comm", Ph: chrometrace.Complete, Pid: e.Rank, Tid: 1,
+			Ts:   chrometrace.Float(float64(e.Start.UnixNano()) / 1e3),
+			Args: map[string]any{"stage": e.Stage, "micro": e.Micro, "peer": e.Peer, "kind": dir, "op": e.Kind.String(), "bytes": e.Bytes},
 		}
 		if d := float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3; d != 0 {
 			ev.Dur = chrometrace.Float(d)

@@ -3,6 +3,7 @@ package pipe
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"gorgonia.org/tensor"
 
@@ -314,16 +315,37 @@ func (x *Exec) commLoop() {
 }
 
 func (x *Exec) runComm(op *commOp) {
-	t := op.x
-	if !t.recv {
-		if !x.failedNow() {
-			if err := x.tr.Send(int(op.peer), t.ch, transport.Tag{Stage: op.stage, Micro: op.micro}, op.t); err != nil {
-				x.stepFail(t.kind, int(op.stage), int(op.micro), int(op.peer), err)
-			}
+	if x.tl != nil {
+		start := time.Now()
+		if n := x.transferNow(op); n >= 0 {
+			x.tl.addTransfer(x.rank, op, n, start)
 		}
 		return
 	}
+	x.transferNow(op)
+}
+
+// transferNow runs one transfer and returns the bytes of the tensor it
+// moved, read before the peer or the receiving step may own it (-1 when
+// it failed).
+func (x *Exec) transferNow(op *commOp) int {
+	t := op.x
+	if !t.recv {
+		if x.failedNow() {
+			return -1
+		}
+		n := 0
+		if x.tl != nil {
+			n = payload(op.t)
+		}
+		if err := x.tr.Send(int(op.peer), t.ch, transport.Tag{Stage: op.stage, Micro: op.micro}, op.t); err != nil {
+			x.stepFail(t.kind, int(op.stage), int(op.micro), int(op.peer), err)
+			return -1
+		}
+		return n
+	}
 	var got *tensor.Dense
+	n := -1
 	if !x.failedNow() {
 		tag, v, err := x.tr.Recv(int(op.peer), t.ch)
 		if err == nil {
@@ -332,10 +354,22 @@ func (x *Exec) runComm(op *commOp) {
 		if err != nil {
 			x.stepFail(t.kind, int(op.stage), int(op.micro), int(op.peer), err)
 		} else {
-			got = v
+			got, n = v, 0
+			if x.tl != nil {
+				n = payload(v)
+			}
 		}
 	}
 	x.deliver(op, got)
+	return n
+}
+
+// payload is the size of t's data in bytes (0 for none).
+func payload(t *tensor.Dense) int {
+	if t == nil {
+		return 0
+	}
+	return t.DataSize() * int(t.Dtype().Size())
 }
 
 // checkTag checks the tag of what the receive op got: the sending step's

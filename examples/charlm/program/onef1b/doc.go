@@ -4,4 +4,4 @@
 // `go generate ./...`.
 package onef1b
 
-//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -table -o schedule_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -table -tie 0:3 -o schedule_gen.go

@@ -6,4 +6,4 @@
 // calls). Regenerate with `go generate ./...`.
 package zbv
 
-//go:generate go tool ppgen gen -schedule zbv -ranks 4 -micro 8 -table -o schedule_gen.go
+//go:generate go tool ppgen gen -schedule zbv -ranks 4 -micro 8 -table -tie 0:7 -o schedule_gen.go

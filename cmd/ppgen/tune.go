@@ -1,0 +1,76 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen/tune"
+)
+
+// runTune fits a model description to a measured timeline (gen/tune) and
+// writes it; the table of fitted costs goes where the model does not.
+func runTune(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
+	trace := fs.String("trace", "", "the measured timeline: a Chrome trace written by pipe.Timeline (the -trace of examples/mlp)")
+	out := fs.String("o", "-", "the model description to write (- for stdout)")
+	stages := fs.Int("stages", 0, "the number of stages the trace must have (0: any)")
+	copies := fs.Int("copies", 0, "the number of model copies the trace's stages form (dualpipe: 2): stage s then runs the layers of stage s mod S/copies (0 or 1: one copy)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *trace == "" {
+		return usagef("missing -trace FILE (the measured timeline of a training step)")
+	}
+	if err := checkOut(*out); err != nil {
+		return err
+	}
+	f, err := os.Open(*trace)
+	if err != nil {
+		return usagef("reading -trace: %v", err)
+	}
+	defer f.Close()
+	fit, err := tune.Read(f, tune.Options{Stages: *stages, Copies: *copies})
+	if err != nil {
+		return usagef("-trace %s: %v", *trace, err)
+	}
+	table := stdout
+	if *out == "-" {
+		table = stderr
+	}
+	if err := writeOutput(*out, fit.JSON(), stdout, stderr, ""); err != nil {
+		return err
+	}
+	return writeTuneTable(table, fit)
+}
+
+// writeTuneTable prints one row per stage: its rank and fitted costs.
+func writeTuneTable(w io.Writer, fit tune.Fit) error {
+	var b strings.Builder
+	from := ""
+	if fit.Schedule != "" {
+		from = " of " + strconv.Quote(fit.Schedule)
+	}
+	fmt.Fprintf(&b, "fitted %d layers, one per stage, from %d calls%s (the median call of each kind, ms)\n", len(fit.Stages), fit.Calls, from)
+	fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %8s  %s\n", "LAYER", "RANK", "F", "I", "W", "ACT KiB", "CALLS F/I/W")
+	for s, st := range fit.Stages {
+		rank := strconv.Itoa(st.Rank)
+		if st.Rank < 0 {
+			rank = "many"
+		}
+		fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10.4g  %10.4g  %8.4g  %d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, st.I, st.W, st.Act, st.Calls[0], st.Calls[1], st.Calls[2])
+	}
+	switch {
+	case fit.Sends == 0:
+		b.WriteString("no sends in the trace: no comm or bw\n")
+	case fit.BW == 0:
+		fmt.Fprintf(&b, "comm %.4g ms: the median of %d sends (one size, or times that do not grow with it: no bw)\n", fit.Comm, fit.Sends)
+	default:
+		fmt.Fprintf(&b, "comm %.4g ms + size / bw %.4g KiB per ms: fitted to %d sends\n", fit.Comm, fit.BW, fit.Sends)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,367 @@
+// Package tune fits a model description (gen/model, docs/model.md) to a
+// measured timeline: the Chrome trace runtime/pipe.Timeline writes (the
+// -trace of examples/mlp), one complete event per stage call with the
+// call's stage and kind (F, I or W) in its args. `ppgen tune` runs it.
+//
+// The fit is one layer per stage, named stage0, stage1, ...: a stage's F,
+// I and W are the medians of its calls' durations of that kind (robust to
+// the odd call a busy machine or the first touch of a buffer slows down),
+// in milliseconds, the unit `ppgen trace` draws one cost unit as, so that
+// the simulated trace of the fitted model lines up with the measured one.
+// A full backward (a B step) runs as its I and W halves, and the timeline
+// records both.
+//
+// Transfers (comm events, which the timeline records for the transfers
+// outside batches) give comm and bw: each send's time (the transport's Send
+// call; a receive's includes waiting for its peer) is fitted as comm +
+// size/bw by least squares over the median send of each size, sizes in
+// KiB; one size alone (or times that do not grow with size) gives comm,
+// the median send, and no bw (infinite). A stage's act is the median size
+// of its activation sends (SEND_F) in KiB, 1 where it sends none (the
+// last, or one whose successor is on its rank); params are 1, as the
+// timeline measures time, not parameters.
+//
+// The input is untrusted: at most MaxBytes and MaxEvents events, every
+// number range-checked before it is used, stages and ranks within
+// gen/ir's limits.
+package tune
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/internal/chrometrace"
+)
+
+// Limits of a trace.
+const (
+	MaxBytes  = 128 << 20 // the file (a stage call is some 150 bytes)
+	MaxEvents = 1 << 20   // its events, metadata included
+	// MaxDur is the longest call, in µs (about 11.6 days): a longer one is
+	// not a stage call of a training step.
+	MaxDur = 1e12
+)
+
+// Options are the checks a caller adds.
+type Options struct {
+	// Stages, when not 0, is the number of stages the trace must have
+	// (-stages): a trace of another schedule or model is refused.
+	Stages int
+	// Copies, when above 1, is the number of model copies the trace's S
+	// stages form (-copies; dualpipe's 2): stage s runs the layers of
+	// stage s mod S/Copies, whose calls are fitted together.
+	Copies int
+}
+
+// Stage is one stage's fitted costs.
+type Stage struct {
+	Rank    int     // the rank its calls ran on (-1: several)
+	F, I, W float64 // the median call of each kind, ms
+	Calls   [3]int  // the calls of each kind (F, I, W) the medians are of
+	Act     float64 // the median activation send, KiB (1: none sent)
+}
+
+// Fit is the model fitted to a trace.
+type Fit struct {
+	Schedule string  // the trace's otherData.schedule ("" when absent)
+	Stages   []Stage // stage s is layer "stage<s>"
+	Calls    int     // the stage calls read
+	Sends    int     // the sends comm and bw are fitted to
+	Comm     float64 // a send's fixed time, ms
+	BW       float64 // KiB per ms (0: infinite)
+}
+
+// maxTransfer is the largest transfer, in bytes (1 TiB: in KiB within
+// sim.MaxCost).
+const maxTransfer = 1 << 40
+
+// kinds are the call kinds, in Stage.Calls order.
+const kinds = "FIW"
+
+// Read reads a trace and fits a model to it.
+func Read(r io.Reader, opt Options) (Fit, error) {
+	if opt.Stages < 0 || opt.Stages > ir.MaxIndex+1 {
+		return Fit{}, fmt.Errorf("tune: -stages %d; want 0 (any) or 1 to %d", opt.Stages, ir.MaxIndex+1)
+	}
+	if opt.Copies < 0 || opt.Copies > ir.MaxIndex+1 {
+		return Fit{}, fmt.Errorf("tune: -copies %d; want 0 or 1 (one model copy), or the copies the stages form (dualpipe: 2)", opt.Copies)
+	}
+	f, err := chrometrace.Read(r, chrometrace.Limits{Bytes: MaxBytes, Events: MaxEvents})
+	if err != nil {
+		return Fit{}, fmt.Errorf("tune: %w", err)
+	}
+	return fit(f, opt)
+}
+
+// call is one stage call of the trace.
+type call struct {
+	stage, rank, kind int
+	dur               float64 // µs
+}
+
+func fit(f chrometrace.File, opt Options) (Fit, error) {
+	var calls []call
+	var sends []send
+	stages := 0
+	for i, e := range f.Events {
+		if e.Ph == chrometrace.Complete && e.Cat == "comm" {
+			s, ok, err := sendOf(e)
+			if err != nil {
+				return Fit{}, fmt.Errorf("tune: event %d (%q): %w", i, clip(e.Name), err)
+			}
+			if ok {
+				sends = append(sends, s)
+			}
+			continue
+		}
+		if e.Ph != chrometrace.Complete || e.Cat != "compute" {
+			continue // names, sort order, and any other category
+		}
+		c, err := stageCall(e)
+		if err != nil {
+			return Fit{}, fmt.Errorf("tune: event %d (%q): %w", i, clip(e.Name), err)
+		}
+		calls = append(calls, c)
+		stages = max(stages, c.stage+1)
+	}
+	if len(calls) == 0 {
+		return Fit{}, errors.New(`tune: the trace holds no stage calls; want the measured timeline of a training step (pipe.Timeline.WriteTrace, the -trace of examples/mlp): complete events of category "compute" with args stage and kind`)
+	}
+	if opt.Stages != 0 && stages != opt.Stages {
+		return Fit{}, fmt.Errorf("tune: the trace has calls of %d stages but -stages is %d; trace a run of the schedule the model is for", stages, opt.Stages)
+	}
+	if copies := max(opt.Copies, 1); copies > 1 {
+		if stages%copies != 0 {
+			return Fit{}, fmt.Errorf("tune: the trace's %d stages do not form %d model copies", stages, copies)
+		}
+		stages /= copies // stage s runs the layers of stage s mod stages
+		for i := range calls {
+			calls[i].stage %= stages
+		}
+		for i := range sends {
+			sends[i].stage %= stages
+		}
+	}
+	durs := make([][3][]float64, stages)
+	out := Fit{Stages: make([]Stage, stages), Calls: len(calls)}
+	for s := range out.Stages {
+		out.Stages[s].Rank = -2 // none yet
+	}
+	for _, c := range calls {
+		d := &durs[c.stage][c.kind]
+		*d = append(*d, c.dur)
+		st := &out.Stages[c.stage]
+		switch st.Rank {
+		case -2:
+			st.Rank = c.rank
+		case c.rank, -1:
+		default:
+			st.Rank = -1
+		}
+	}
+	for s := range out.Stages {
+		st := &out.Stages[s]
+		for k, dst := range []*float64{&st.F, &st.I, &st.W} {
+			n := len(durs[s][k])
+			if n == 0 {
+				return Fit{}, fmt.Errorf("tune: stage %d has no %c calls (of %d stages); a model needs every stage's F, I and W: trace a training step (not a forward-only run) of the whole pipeline", s, kinds[k], stages)
+			}
+			st.Calls[k] = n
+			*dst = median(durs[s][k]) / 1e3
+		}
+	}
+	acts := make([][]float64, stages)
+	for _, s := range sends {
+		if s.act && s.stage < stages {
+			acts[s.stage] = append(acts[s.stage], s.kib)
+		}
+	}
+	for s := range out.Stages {
+		out.Stages[s].Act = 1
+		if len(acts[s]) > 0 {
+			out.Stages[s].Act = median(acts[s])
+		}
+	}
+	out.Sends = len(sends)
+	out.Comm, out.BW = fitComm(sends)
+	if m, ok := f.OtherData.(map[string]any); ok {
+		if name, ok := m["schedule"].(string); ok && len(name) <= 256 {
+			out.Schedule = name
+		}
+	}
+	return out, nil
+}
+
+// stageCall reads one compute event: its stage and kind (args), rank (pid)
+// and duration, each checked.
+func stageCall(e chrometrace.Event) (call, error) {
+	args, ok := e.Args.(map[string]any)
+	if !ok {
+		return call{}, errors.New(`no args object; a stage call has args {"stage": S, "kind": "F"|"I"|"W"}`)
+	}
+	stage, err := index(args["stage"], "args.stage")
+	if err != nil {
+		return call{}, err
+	}
+	kind, _ := args["kind"].(string)
+	k := -1
+	if len(kind) == 1 {
+		k = bytes.IndexByte([]byte(kinds), kind[0])
+	}
+	if k < 0 {
+		return call{}, fmt.Errorf("args.kind %q; want F, I or W", clip(fmt.Sprint(args["kind"])))
+	}
+	if e.Pid < 0 || e.Pid > ir.MaxIndex {
+		return call{}, fmt.Errorf("pid (the rank) %d; want 0 to %d", e.Pid, ir.MaxIndex)
+	}
+	if e.Ts == nil || math.IsNaN(*e.Ts) || math.IsInf(*e.Ts, 0) {
+		return call{}, errors.New("no finite ts")
+	}
+	dur := 0.0 // the writer leaves out a zero duration
+	if e.Dur != nil {
+		dur = *e.Dur
+	}
+	if !(dur >= 0 && dur <= MaxDur) { // NaN fails both
+		return call{}, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
+	}
+	return call{stage: stage, rank: e.Pid, kind: k, dur: dur}, nil
+}
+
+// send is one activation or gradient send of the trace.
+type send struct {
+	stage int
+	act   bool    // SEND_F: the stage's output activation
+	kib   float64 // its size
+	ms    float64 // its time
+}
+
+// sendOf reads a comm event: a send of an activation or gradient (ok),
+// or another transfer (a receive, a label or input send), skipped. Its
+// stage, size and duration are checked.
+func sendOf(e chrometrace.Event) (send, bool, error) {
+	args, ok := e.Args.(map[string]any)
+	if !ok {
+		return send{}, false, errors.New(`no args object; a transfer has args {"stage": S, "kind": "send"|"recv", "op": ..., "bytes": N}`)
+	}
+	op, _ := args["op"].(string)
+	if args["kind"] != "send" || (op != "SEND_F" && op != "SEND_B") {
+		return send{}, false, nil
+	}
+	stage, err := index(args["stage"], "args.stage")
+	if err != nil {
+		return send{}, false, err
+	}
+	b, ok := args["bytes"].(float64)
+	if !ok || b != math.Trunc(b) || b < 0 || b > maxTransfer {
+		return send{}, false, fmt.Errorf("args.bytes = %v; want an integer from 0 to %d", clip(fmt.Sprint(args["bytes"])), int64(maxTransfer))
+	}
+	dur := 0.0
+	if e.Dur != nil {
+		dur = *e.Dur
+	}
+	if !(dur >= 0 && dur <= MaxDur) {
+		return send{}, false, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
+	}
+	return send{stage: stage, act: op == "SEND_F", kib: b / 1024, ms: dur / 1e3}, true, nil
+}
+
+// fitComm fits time = comm + size/bw to the sends: a least-squares line
+// through the median send of each size (so that the many sends of one
+// size do not outvote the others, and their outliers do not count). With
+// fewer than two sizes, or a line that does not rise, bw is 0 (infinite)
+// and comm the median send; a line that crosses 0 above size 0 gives
+// comm 0. bw is kept within [sim.MinBW, sim.MaxCost] (0 otherwise).
+func fitComm(sends []send) (comm, bw float64) {
+	if len(sends) == 0 {
+		return 0, 0
+	}
+	bySize := map[float64][]float64{}
+	all := make([]float64, len(sends))
+	for i, s := range sends {
+		bySize[s.kib] = append(bySize[s.kib], s.ms)
+		all[i] = s.ms
+	}
+	flat := min(median(all), sim.MaxCost)
+	if len(bySize) < 2 {
+		return flat, 0
+	}
+	var n, sx, sy, sxx, sxy float64
+	for x, ys := range bySize {
+		y := median(ys)
+		n++
+		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	den := n*sxx - sx*sx
+	if !(den > 0) {
+		return flat, 0
+	}
+	slope := (n*sxy - sx*sy) / den
+	if !(slope > 0) || 1/slope < sim.MinBW || 1/slope > sim.MaxCost {
+		return flat, 0
+	}
+	icept := (sy - slope*sx) / n
+	return min(max(icept, 0), sim.MaxCost), 1 / slope
+}
+
+// index reads a stage number: an integer in [0, ir.MaxIndex].
+func index(v any, what string) (int, error) {
+	x, ok := v.(float64)
+	if !ok || x != math.Trunc(x) || x < 0 || x > ir.MaxIndex {
+		return 0, fmt.Errorf("%s = %v; want an integer from 0 to %d", what, clip(fmt.Sprint(v)), ir.MaxIndex)
+	}
+	return int(x), nil
+}
+
+// median is the median of xs (the mean of the middle two of an even
+// count); xs is sorted in place.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// JSON is the fitted model as a model description (docs/model.md), one
+// layer per stage on a line of its own; gen/model reads it back.
+func (f Fit) JSON() []byte {
+	var b bytes.Buffer
+	b.WriteString("{\"layers\": [\n")
+	for s, st := range f.Stages {
+		fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.I), num(st.W), num(st.Act))
+		if s < len(f.Stages)-1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("]")
+	if f.Comm > 0 {
+		fmt.Fprintf(&b, ",\n \"comm\": %s", num(f.Comm))
+	}
+	if f.BW > 0 {
+		fmt.Fprintf(&b, ", \"bw\": %s", num(f.BW))
+	}
+	b.WriteString("}\n")
+	return b.Bytes()
+}
+
+// num writes a cost (ms) to 4 significant digits (a median is no more
+// precise than that on a shared machine), at most sim.MaxCost: MaxDur µs.
+func num(v float64) string {
+	return strconv.FormatFloat(min(v, sim.MaxCost), 'g', 4, 64)
+}

@@ -1,0 +1,260 @@
+package tune
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/model"
+)
+
+// trace builds a trace of complete compute events: calls[s][k] holds the
+// durations (µs) of stage s's calls of kind "FIW"[k], all on rank s%2.
+func trace(calls [][3][]float64) string {
+	var evs []string
+	evs = append(evs, `{"name":"process_name","ph":"M","pid":0,"tid":0,"ts":0,"args":{"name":"rank 0"}}`)
+	ts := 1e15
+	for s, byKind := range calls {
+		for k, durs := range byKind {
+			for i, d := range durs {
+				evs = append(evs, fmt.Sprintf(`{"name":"%d%c%d","cat":"compute","ph":"X","pid":%d,"tid":0,"ts":%g,"dur":%g,"args":{"kind":"%c","seq":%d,"stage":%d}}`,
+					s, kinds[k], i, s%2, ts, d, kinds[k], i, s))
+				ts += d + 1
+			}
+		}
+	}
+	return `{"traceEvents":[` + strings.Join(evs, ",") + `],"displayTimeUnit":"ms","otherData":{"schedule":"test","source":"measured (pipe.Timeline)"}}`
+}
+
+// TestFit: each stage's F, I and W are the medians of its calls, in ms,
+// worked out by hand: odd counts take the middle call, even ones the mean
+// of the middle two; an outlier does not move them.
+func TestFit(t *testing.T) {
+	in := trace([][3][]float64{
+		{{1000, 3000, 2000}, {500}, {250, 750}},
+		{{100, 100, 90000, 100}, {40, 60, 50}, {10, 30}},
+	})
+	f, err := Read(strings.NewReader(in), Options{Stages: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Stage{
+		{Rank: 0, F: 2, I: 0.5, W: 0.5, Calls: [3]int{3, 1, 2}},
+		{Rank: 1, F: 0.1, I: 0.05, W: 0.02, Calls: [3]int{4, 3, 2}},
+	}
+	if f.Schedule != "test" || f.Calls != 15 || len(f.Stages) != 2 {
+		t.Fatalf("got %+v", f)
+	}
+	for s, w := range want {
+		g := f.Stages[s]
+		if g.Rank != w.Rank || g.Calls != w.Calls || !near(g.F, w.F) || !near(g.I, w.I) || !near(g.W, w.W) {
+			t.Errorf("stage %d: got %+v, want %+v", s, g, w)
+		}
+	}
+	// The model file reads back as a model of one layer per stage.
+	m, err := model.Read(bytes.NewReader(f.JSON()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, f.JSON())
+	}
+	if len(m.Layers) != 2 || m.Layers[0].Name != "stage0" || m.Layers[1].Name != "stage1" ||
+		m.Layers[0].F != 2 || m.Layers[1].I != 0.05 || m.Layers[1].W != 0.02 || m.Layers[0].Act != 1 || m.Layers[0].Params != 1 {
+		t.Errorf("model read back as %+v\n%s", m, f.JSON())
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(b)) }
+
+// TestFitRefuses: traces tune cannot fit are errors that say why and what
+// to trace instead.
+func TestFitRefuses(t *testing.T) {
+	full := [3][]float64{{1}, {1}, {1}}
+	cases := []struct {
+		name string
+		in   string
+		opt  Options
+		want string
+	}{
+		{"empty", `{"traceEvents":[]}`, Options{}, "no stage calls"},
+		{"metadata only", `{"traceEvents":[{"name":"process_name","ph":"M","pid":0,"args":{"name":"rank 0"}}]}`, Options{}, "no stage calls"},
+		{"missing kind", trace([][3][]float64{full, {{1}, {1}, nil}}), Options{}, "stage 1 has no W calls"},
+		{"missing stage", trace([][3][]float64{full, {nil, nil, nil}, full}), Options{}, "stage 1 has no F calls"},
+		{"stage count", trace([][3][]float64{full, full}), Options{Stages: 4}, "calls of 2 stages but -stages is 4"},
+		{"bad -stages", trace([][3][]float64{full}), Options{Stages: -1}, "-stages -1"},
+		{"negative dur", trace([][3][]float64{{{-1}, {1}, {1}}}), Options{}, "dur = -1"},
+		{"huge dur", trace([][3][]float64{{{2e12}, {1}, {1}}}), Options{}, "dur = 2e+12"},
+		{"fractional stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":1.5,"kind":"F"}}]}`, Options{}, "args.stage = 1.5"},
+		{"huge stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":1e300,"kind":"F"}}]}`, Options{}, "args.stage = 1e+300"},
+		{"no stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"kind":"F"}}]}`, Options{}, "args.stage = <nil>"},
+		{"bad kind", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":0,"kind":"B"}}]}`, Options{}, `args.kind "B"`},
+		{"no args", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1}]}`, Options{}, "no args object"},
+		{"bad pid", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":-3,"ts":1,"args":{"stage":0,"kind":"F"}}]}`, Options{}, "pid (the rank) -3"},
+		{"no ts", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"args":{"stage":0,"kind":"F"}}]}`, Options{}, "no finite ts"},
+		{"not json", `rank 0: 0F0`, Options{}, "tune: chrometrace"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Read(strings.NewReader(tc.in), tc.opt)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v; want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRealTrace reads the committed trace of examples/mlp (`mlp -schedule
+// dualpipev -wide 32 -trace`): 8 stages of 8 micro-batches, each stage on
+// the rank dualpipev's v placement puts it (stage s and 7-s on rank
+// min(s, 7-s)), the wide first and last blocks at least 10 times a plain
+// block's forward (they do some 50 times its arithmetic).
+func TestRealTrace(t *testing.T) {
+	b, err := os.ReadFile("testdata/dualpipev-wide.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Read(bytes.NewReader(b), Options{Stages: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Schedule != "dualpipev" || f.Calls != 8*8*3 {
+		t.Errorf("schedule %q, %d calls; want dualpipev, 192", f.Schedule, f.Calls)
+	}
+	plain := 0.0
+	for s := 1; s < 7; s++ {
+		plain = math.Max(plain, f.Stages[s].F)
+	}
+	for s, st := range f.Stages {
+		if st.Rank != min(s, 7-s) || st.Calls != [3]int{8, 8, 8} {
+			t.Errorf("stage %d: rank %d, calls %v; want rank %d, 8 of each kind", s, st.Rank, st.Calls, min(s, 7-s))
+		}
+		if wide := s == 0 || s == 7; wide && st.F < 10*plain {
+			t.Errorf("stage %d: F = %g ms, not 10 times a plain stage's %g", s, st.F, plain)
+		}
+	}
+}
+
+// FuzzRead: no input panics, and a fit that succeeds writes a model that
+// gen/model reads back with as many layers as stages.
+func FuzzRead(f *testing.F) {
+	if b, err := os.ReadFile("testdata/dualpipev-wide.json"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(trace([][3][]float64{{{1, 2}, {3}, {0}}, {{5}, {6}, {7}}})))
+	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":1e12,"args":{"stage":0,"kind":"F"}}]}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		fit, err := Read(bytes.NewReader(in), Options{})
+		if err != nil {
+			return
+		}
+		m, err := model.Read(bytes.NewReader(fit.JSON()))
+		if err != nil {
+			t.Fatalf("the fitted model does not read back: %v\n%s", err, fit.JSON())
+		}
+		if len(m.Layers) != len(fit.Stages) {
+			t.Fatalf("%d layers for %d stages", len(m.Layers), len(fit.Stages))
+		}
+	})
+}
+
+// withSends adds comm events to a trace made by trace: each is
+// {stage, op, bytes, dur µs}.
+func withSends(tr string, sends ...[4]any) string {
+	var evs []string
+	for i, s := range sends {
+		kind := "send"
+		if strings.HasPrefix(s[1].(string), "RECV") {
+			kind = "recv"
+		}
+		evs = append(evs, fmt.Sprintf(`{"name":"x","cat":"comm","ph":"X","pid":0,"tid":1,"ts":%d,"dur":%v,"args":{"stage":%d,"op":%q,"kind":%q,"bytes":%d,"micro":0,"peer":1}}`,
+			1000+i, s[3], s[0], s[1], kind, s[2]))
+	}
+	if len(evs) == 0 {
+		return tr
+	}
+	return strings.Replace(tr, `{"traceEvents":[`, `{"traceEvents":[`+strings.Join(evs, ",")+",", 1)
+}
+
+// TestFitComm: comm and bw are the line through the median send of each
+// size (worked by hand), act the median SEND_F of a stage in KiB, and the
+// receives and other transfers do not count.
+func TestFitComm(t *testing.T) {
+	two := trace([][3][]float64{{{1}, {1}, {1}}, {{1}, {1}, {1}}})
+	cases := []struct {
+		name     string
+		sends    [][4]any
+		comm, bw float64
+		act0     float64
+	}{
+		// 1 KiB: 2, 2, 90 ms (median 2); 3 KiB: 4 ms: the line 1 + x/1.
+		{"two sizes", [][4]any{{0, "SEND_F", 1024, 2000}, {1, "SEND_B", 1024, 2000}, {0, "SEND_F", 1024, 90000}, {1, "SEND_B", 3072, 4000}, {0, "RECV_B", 1 << 20, 1e6}}, 1, 1, 1},
+		// One size: the median send, bw infinite.
+		{"one size", [][4]any{{0, "SEND_F", 2048, 3}, {0, "SEND_F", 2048, 5}, {1, "SEND_B", 2048, 4}}, 0.004, 0, 2},
+		// Larger sends faster: no bandwidth term, the median of all.
+		{"falling", [][4]any{{0, "SEND_F", 1024, 8}, {1, "SEND_B", 4096, 2}, {0, "SEND_F", 1024, 6}}, 0.006, 0, 1},
+		// The line crosses 0 at a positive size: comm 0. (1, 1) and (3, 5): 2x - 1.
+		{"negative intercept", [][4]any{{0, "SEND_F", 1024, 1000}, {1, "SEND_B", 3072, 5000}}, 0, 0.5, 1},
+		{"none", nil, 0, 0, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Read(strings.NewReader(withSends(two, tc.sends...)), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(f.Comm, tc.comm) || !near(f.BW, tc.bw) || !near(f.Stages[0].Act, tc.act0) || f.Stages[1].Act != 1 {
+				t.Errorf("comm %g bw %g act %g %g; want comm %g bw %g act %g 1", f.Comm, f.BW, f.Stages[0].Act, f.Stages[1].Act, tc.comm, tc.bw, tc.act0)
+			}
+			m, err := model.Read(bytes.NewReader(f.JSON()))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, f.JSON())
+			}
+			if !near(m.Comm, tc.comm) || !near(m.BW, tc.bw) {
+				t.Errorf("model comm %g bw %g\n%s", m.Comm, m.BW, f.JSON())
+			}
+		})
+	}
+	for _, bad := range []struct {
+		send [4]any
+		want string
+	}{
+		{[4]any{0, "SEND_F", -1, 1}, "args.bytes = -1"},
+		{[4]any{0, "SEND_F", 1, -5}, "dur = -5"},
+		{[4]any{-1, "SEND_F", 1, 1}, "args.stage = -1"},
+	} {
+		if _, err := Read(strings.NewReader(withSends(two, bad.send)), Options{}); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: err %v, want %q", bad.send, err, bad.want)
+		}
+	}
+}
+
+// TestFitCopies: with Copies 2 the calls of stage s and s+S/2 are one
+// layer's (dualpipe's second copy runs the same layers): medians over both,
+// worked by hand; a stage count the copies do not divide is refused.
+func TestFitCopies(t *testing.T) {
+	in := trace([][3][]float64{
+		{{1000, 2000}, {100}, {10}}, // copy A, layer 0 (rank 0)
+		{{5000}, {500}, {50}},       // copy A, layer 1 (rank 1)
+		{{7000}, {700}, {70}},       // copy B, layer 0 (rank 0)
+		{{3000}, {300}, {30}},       // copy B, layer 1 (rank 1)
+	})
+	f, err := Read(strings.NewReader(in), Options{Stages: 4, Copies: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Stages) != 2 {
+		t.Fatalf("%d layers, want 2", len(f.Stages))
+	}
+	// Layer 0: F of 1, 2, 7 ms (median 2); I 0.1, 0.7 (0.4); W 0.01, 0.07 (0.04).
+	if g := f.Stages[0]; !near(g.F, 2) || !near(g.I, 0.4) || !near(g.W, 0.04) || g.Calls != [3]int{3, 2, 2} || g.Rank != 0 {
+		t.Errorf("layer 0: %+v", g)
+	}
+	// Layer 1: F of 5 and 3 ms (4).
+	if g := f.Stages[1]; !near(g.F, 4) || g.Rank != 1 {
+		t.Errorf("layer 1: %+v", g)
+	}
+	if _, err := Read(strings.NewReader(in), Options{Copies: 3}); err == nil || !strings.Contains(err.Error(), "4 stages do not form 3 model copies") {
+		t.Errorf("copies 3: %v", err)
+	}
+}
