@@ -10,6 +10,8 @@ import (
 
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -19,7 +21,8 @@ import (
 // accepts), simulates each under Options.Auto.Cost, and returns the one with
 // the smallest makespan whose activation memory is within
 // Options.Auto.MemLimit; ties go to the smaller memory, then to the earlier
-// family name and V. Being the minimum over every candidate, it is never
+// family name and V (and, with AutoOptions.Split, the even split before the
+// partitioned one). Being the minimum over every candidate, it is never
 // worse than the best fixed schedule among them (docs/design.md §4).
 const Auto = "auto"
 
@@ -50,6 +53,12 @@ type AutoOptions struct {
 	// A candidate it refuses (more stages than layers) is skipped with
 	// its error.
 	StageCost func(stages, copies int) (sim.Cost, error)
+	// Split, when set, is the model description StageCost splits, as the
+	// candidates see it (SplitModel): memory in the model's units, which
+	// MemLimit then bounds, and with Split.Partition every family also
+	// with its layers split for its order (gen/partition). It takes
+	// precedence over StageCost.
+	Split *SplitModel
 }
 
 // Candidate is one schedule Auto tried.
@@ -63,6 +72,11 @@ type Candidate struct {
 	// could); a family that rejects the config at every V appears once,
 	// with its reason at its default V.
 	Skipped string
+	// Layers, with AutoOptions.Split, is the candidate's split of the
+	// model's layers (Result.Layers); Partitioned is set when it is
+	// gen/partition's for the candidate's order, not the even one.
+	Layers      []int
+	Partitioned bool
 }
 
 // ShareCost returns c with the compute costs of one stage scaled to 1/v of
@@ -220,6 +234,10 @@ type autoTry struct {
 	evaluated                    bool
 	cand                         Candidate
 	index                        int // in family and V order
+	// With AutoOptions.Split: the layers' split (the even one, or with
+	// partitioned the one gen/partition finds for the built order).
+	partitioned bool
+	layers      model.Partition
 }
 
 // NotLowered is the note of a candidate the auto scheduler did not lower:
@@ -248,6 +266,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	}
 	var fams []family
 	var tries []*autoTry // the ones that built
+	index := 0
 	names := schedules.Names()
 	for i, name := range names {
 		fam, _ := schedules.Lookup(name)
@@ -259,18 +278,25 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			for _, v := range vs {
 				one := cfg
 				one.Schedule, one.Virtual = fam.Name, v
-				t := &autoTry{cfg: one, index: len(fams)*len(vs) + len(f.tries)}
+				t := &autoTry{cfg: one, index: index}
+				index++
 				t.cfg, t.built, t.err = buildLowerable(one)
 				f.tries = append(f.tries, t)
 				if t.err == nil {
 					tries = append(tries, t)
+				}
+				if sp := opt.Auto.Split; sp != nil && sp.Partition && t.err == nil {
+					pt := &autoTry{cfg: t.cfg, built: t.built, index: index, partitioned: true}
+					index++
+					f.tries = append(f.tries, pt)
+					tries = append(tries, pt)
 				}
 			}
 		}
 		fams = append(fams, f)
 	}
 	rewrites := opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly
-	if !rewrites {
+	if !rewrites || opt.Auto.Split != nil {
 		// The bounds, on all cores: each try writes only its own fields.
 		steps := 0
 		for _, t := range tries {
@@ -280,6 +306,12 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		par.ForRanks(len(tries), steps, func(i int) {
 			t := tries[i]
 			vEff := max(t.cfg.Virtual/max(t.built.Copies, 1), 1)
+			if sp := opt.Auto.Split; sp != nil {
+				if err := t.splitBound(sp, opt.Auto.MemLimit); err != nil {
+					t.err = err // this candidate cannot run the model
+				}
+				return
+			}
 			var share sim.Cost
 			var err error
 			if opt.Auto.StageCost != nil {
@@ -314,7 +346,14 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		if !rewrites && t.bound > best+eps*max(1, best) {
 			break // this bound and every later one: over the best
 		}
-		res, r, mem, err := Evaluate(t.cfg, opt, c)
+		var res Result
+		var r sim.Result
+		var mem float64
+		if sp := opt.Auto.Split; sp != nil {
+			res, r, mem, err = EvaluateSplit(t.cfg, opt, sp, t.layers)
+		} else {
+			res, r, mem, err = Evaluate(t.cfg, opt, c)
+		}
 		if se := (*SimulationError)(nil); errors.As(err, &se) {
 			return nil, Result{}, false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
 		}
@@ -323,7 +362,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			t.err = err // its own failure (a StageCostError too): it is skipped
 			continue
 		}
-		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem}
+		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem, Layers: res.Layers, Partitioned: t.partitioned}
 		if opt.Auto.MemLimit > 0 && mem > opt.Auto.MemLimit {
 			t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.Auto.MemLimit)
 			continue
@@ -350,6 +389,13 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		var firstErr error
 		for _, t := range f.tries {
 			switch {
+			case t.err != nil && t.partitioned:
+				// The even split of the same order is listed already.
+				why := t.err.Error()
+				if nf := (*partition.NoFitError)(nil); errors.As(t.err, &nf) {
+					why = fmt.Sprintf("no split fits the memory limit: the least found is %.4g", nf.Least)
+				}
+				out = append(out, Candidate{Config: t.cfg, Skipped: why, Partitioned: true})
 			case t.err != nil:
 				if firstErr == nil || t.cfg.Virtual == def {
 					firstErr = t.err
@@ -357,7 +403,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			case t.evaluated:
 				out = append(out, t.cand)
 			default:
-				out = append(out, Candidate{Config: t.cfg, Makespan: t.bound, Bubble: t.boundBubble, ActMem: t.boundMem, Skipped: NotLowered})
+				out = append(out, Candidate{Config: t.cfg, Makespan: t.bound, Bubble: t.boundBubble, ActMem: t.boundMem, Skipped: NotLowered, Layers: t.layers.Bounds, Partitioned: t.partitioned})
 			}
 		}
 		if len(out) == n && firstErr != nil {
@@ -365,6 +411,31 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		}
 	}
 	return out, chosen, bestTry != nil, nil
+}
+
+// splitBound sets t's split of the model's layers (the even one, or the
+// one gen/partition finds for t's order within the limit) and the bound
+// from simulating t's order with it.
+func (t *autoTry) splitBound(sp *SplitModel, limit float64) error {
+	if t.partitioned {
+		pr, err := sp.search(t.built, limit)
+		if err != nil {
+			return err
+		}
+		t.layers = pr.Split
+	} else {
+		part, err := sp.even(t.built)
+		if err != nil {
+			return err
+		}
+		t.layers = part
+	}
+	r, mem, err := sp.run(t.built, t.layers)
+	if err != nil {
+		return err
+	}
+	t.bound, t.boundMem, t.boundBubble = r.Makespan, mem, r.Bubble
+	return nil
 }
 
 // autoLess orders eligible candidates: smaller makespan, then smaller

@@ -32,6 +32,10 @@ type Result struct {
 	// Implicit is the number of DATA_LOAD and OPT_STEP steps LowerProgram
 	// added to a lowered program that left them implicit (PyTorch's form).
 	Implicit int
+	// Layers, for a program run on a model description's layers, is their
+	// split into one model copy's stages: stage s holds layers Layers[s]
+	// to Layers[s+1]-1 (model.Partition's Bounds); nil otherwise.
+	Layers []int
 }
 
 // Options configures Lower.

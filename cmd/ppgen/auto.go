@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,7 +19,7 @@ func simCost(res gen.Result, req *gencmd.Request) (sim.Cost, error) {
 	if res.Auto != nil && req.Model == "" {
 		return gencmd.CompareCost(req.Cost, res.StagesPerShare())
 	}
-	return req.StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
+	return req.ResultCost(res)
 }
 
 // autoName names the auto scheduler's choice: "auto: zbv V=2".
@@ -26,10 +27,16 @@ func autoName(res gen.Result) string {
 	return fmt.Sprintf("auto: %s V=%d", res.Config.Schedule, res.Config.Virtual)
 }
 
+// chosen reports whether c is the candidate auto chose.
+func chosen(res gen.Result, c gen.Candidate) bool {
+	return c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" &&
+		slices.Equal(c.Layers, res.Layers)
+}
+
 // autoChoice says what the auto scheduler chose and why, in one line.
 func autoChoice(res gen.Result) string {
 	for _, c := range res.Auto {
-		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" {
+		if chosen(res, c) {
 			return fmt.Sprintf("%s: makespan %.4g, activation memory %.4g, the best of %d candidates", autoName(res), c.Makespan, c.ActMem, len(res.Auto))
 		}
 	}
@@ -43,20 +50,47 @@ func writeAutoTable(w io.Writer, res gen.Result) error {
 	for _, c := range res.Auto {
 		nameW = max(nameW, len(c.Config.Schedule))
 	}
+	split := false // a SPLIT column: candidates run a model's layers
+	for _, c := range res.Auto {
+		split = split || c.Layers != nil
+	}
+	name := func(c gen.Candidate) string {
+		switch {
+		case !split:
+			return c.Config.Schedule
+		case c.Partitioned:
+			return c.Config.Schedule + " (partition)"
+		}
+		return c.Config.Schedule + " (even)"
+	}
+	for _, c := range res.Auto {
+		nameW = max(nameW, len(name(c)))
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "  %-*s  %2s  %8s  %6s  %7s  %s\n", nameW, "CANDIDATE", "V", "MAKESPAN", "BUBBLE", "ACT MEM", "NOTE")
+	marked := false // an even and a partitioned candidate may run the same split
 	for _, c := range res.Auto {
 		mark := " "
-		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" {
-			mark = "*"
+		if chosen(res, c) && !marked {
+			mark, marked = "*", true
 		}
 		if c.Makespan == 0 && c.ActMem == 0 {
-			fmt.Fprintf(&b, "%s %-*s  %2d  %8s  %6s  %7s  %s\n", mark, nameW, c.Config.Schedule, c.Config.Virtual, "-", "-", "-", c.Skipped)
+			fmt.Fprintf(&b, "%s %-*s  %2d  %8s  %6s  %7s  %s\n", mark, nameW, name(c), c.Config.Virtual, "-", "-", "-", c.Skipped)
 			continue
 		}
-		fmt.Fprintf(&b, "%s %-*s  %2d  %8s  %5.1f%%  %7s  %s\n", mark, nameW, c.Config.Schedule, c.Config.Virtual,
+		fmt.Fprintf(&b, "%s %-*s  %2d  %8s  %5.1f%%  %7s  %s\n", mark, nameW, name(c), c.Config.Virtual,
 			strconv.FormatFloat(c.Makespan, 'g', 6, 64), 100*c.Bubble, strconv.FormatFloat(c.ActMem, 'g', 4, 64), c.Skipped)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// boundLine states the lower bound of the simulated result and the gap of
+// its makespan to it.
+func boundLine(r sim.Result) string {
+	gap := 0.0
+	if r.LowerBound > 0 {
+		gap = 100 * (r.Makespan/r.LowerBound - 1)
+	}
+	return fmt.Sprintf("lower bound %.4g (no order of these stages is faster; docs/model.md): the makespan is %.1f%% over it", r.LowerBound, gap)
 }

@@ -162,7 +162,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 		title := ""
 		if req.Model != "" {
-			title = fmt.Sprintf("P=%d M=%d cost from -model %s, its layers split evenly into each schedule's stages", req.Ranks, req.Micro, req.Model)
+			split := "split evenly into each schedule's stages"
+			if req.Partition == gencmd.PartitionAuto {
+				split = "split for each schedule's order (-partition auto)"
+			}
+			title = fmt.Sprintf("P=%d M=%d cost from -model %s, its layers %s", req.Ranks, req.Micro, req.Model, split)
 		} else {
 			cost, _ := gencmd.CompareCost(req.Cost, 1)
 			title = fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost)
@@ -184,6 +188,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	pr.Done()
+	if r.LowerBound, err = req.LowerBound(res, cost); err != nil {
+		return err
+	}
 	if *asJSON {
 		b, err := r.JSON() // ends in a newline
 		if err != nil {
@@ -196,6 +203,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if err := writeAutoTable(stdout, res); err != nil {
 			return err
 		}
+		fmt.Fprintln(stdout, boundLine(r))
 	}
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)

@@ -11,22 +11,23 @@
 //
 // Commands:
 //
-//	list     schedule families and their constraints
-//	show     print the lowered program (or -compute-only order) as text or CSV
-//	verify   prove a schedule safe; exit 1 with the diagnosis when it is not
-//	sim      simulate with a cost model: makespan, bubbles, busy time, peak memory
-//	gen      verify, then write the Go source of a schedule
-//	diff     diff generated files with what ppgen generates now (exit 1 when they differ)
-//	check    fail when generated files are stale, edited or unsafe (writes nothing)
-//	vet      analyze generated files: send/receive matching, constants, fingerprint
-//	trace    simulate and write a Chrome trace (Perfetto, chrome://tracing)
-//	import   read a schedule from PyTorch's CSV, verify it, optionally emit Go
-//	export   write a schedule in PyTorch's CSV form
-//	launch   start N local processes of a command as the ranks of one job
-//	template write a SLURM script or Kubernetes Job for a trainer
-//	report   write an HTML page about a schedule: verification, simulation, timeline, program
-//	tune     fit a model description (-model FILE) to a measured timeline
-//	version  print the module version, VCS revision and Go version (also ppgen -version)
+//	list      schedule families and their constraints
+//	show      print the lowered program (or -compute-only order) as text or CSV
+//	verify    prove a schedule safe; exit 1 with the diagnosis when it is not
+//	sim       simulate with a cost model: makespan, bubbles, busy time, peak memory
+//	partition split a -model's layers into a schedule's stages for the least makespan
+//	gen       verify, then write the Go source of a schedule
+//	diff      diff generated files with what ppgen generates now (exit 1 when they differ)
+//	check     fail when generated files are stale, edited or unsafe (writes nothing)
+//	vet       analyze generated files: send/receive matching, constants, fingerprint
+//	trace     simulate and write a Chrome trace (Perfetto, chrome://tracing)
+//	import    read a schedule from PyTorch's CSV, verify it, optionally emit Go
+//	export    write a schedule in PyTorch's CSV form
+//	launch    start N local processes of a command as the ranks of one job
+//	template  write a SLURM script or Kubernetes Job for a trainer
+//	report    write an HTML page about a schedule: verification, simulation, timeline, program
+//	tune      fit a model description (-model FILE) to a measured timeline
+//	version   print the module version, VCS revision and Go version (also ppgen -version)
 //
 // ppgen NAME -h (or ppgen help NAME) prints a command's usage line, what it
 // does and its flags, on stdout.
@@ -39,9 +40,13 @@
 //	                   rank's share of the model; 0: none)
 //	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
 //	                   cost model they simulate, used by auto too)
-//	-model FILE        auto: a model description (docs/model.md; ppgen tune
-//	                   fits one) whose layers give each candidate's stage
-//	                   costs (sim, trace, report: the costs they simulate)
+//	-model FILE        a model description (docs/model.md; ppgen tune fits
+//	                   one) whose layers give the per-stage costs: auto's
+//	                   candidates' in any command, what sim, trace, report
+//	                   and partition simulate, and gen's Spec.Layers; -mem is
+//	                   then each rank's peak activations plus params
+//	-partition P       with -model: even (default) or auto (gen/partition's
+//	                   split for the schedule's order; auto tries both)
 //	-fsdp N            add UNSHARD/RESHARD/REDUCE_GRAD, at most N stages
 //	                   unsharded per rank at once
 //	-fsdp-prefetch K   with -fsdp: issue each UNSHARD up to K compute steps
@@ -233,6 +238,7 @@ func commands() []command {
 		{"show", "print the lowered program as text or CSV", runShow},
 		{"verify", "prove a schedule safe (exit 1 with the diagnosis when not)", runVerify},
 		{"sim", "simulate a schedule with a cost model", runSim},
+		{"partition", "split a model's layers into a schedule's stages for the least makespan", runPartition},
 		{"gen", "verify, then write the Go source of a schedule", runGen},
 		{"diff", "diff generated files with what ppgen generates now (exit 1 when they differ)", runDiff},
 		{"check", "fail when generated files are stale, edited or unsafe (writes nothing)", runCheck},
@@ -327,6 +333,6 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: ppgen <command> [flags]   (ppgen <command> -h or ppgen help <command> for its flags)")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 }

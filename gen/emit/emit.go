@@ -59,6 +59,9 @@ type Options struct {
 	// Table also emits `var Program = [][]pipe.Op{pipe.DecodeOps(...), ...}`, the steps as data
 	// for pipe.Interpret.
 	Table bool
+	// Layers, when set, is Spec.Layers: each stage's range of the model
+	// description's layers (first, end).
+	Layers [][2]int
 }
 
 // op is one step resolved to its runtime call.
@@ -88,6 +91,9 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 	}
 	if opt.HelperSize == 0 {
 		opt.HelperSize = DefaultHelperSize
+	}
+	if opt.Layers != nil && len(opt.Layers) != p.Stages() {
+		return nil, fmt.Errorf("emit: %d layer ranges for %d stages", len(opt.Layers), p.Stages())
 	}
 	ops, slots, err := resolve(p, opt.Slots)
 	if err != nil {
@@ -123,6 +129,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		ownedField(Owned(p)),
 		labelsField(ShipsLabels(p)),
 		forwardOnlyField(p.ForwardOnly()),
+		layersField(opt.Layers),
 		tiesField(p.Ties),
 	)
 	f.Line()
@@ -199,6 +206,19 @@ func forwardOnlyField(f bool) jen.Code {
 		return jen.Null()
 	}
 	return field("ForwardOnly", jen.True())
+}
+
+// layersField is the Spec's Layers field of a program generated for a
+// model description, and nothing otherwise.
+func layersField(layers [][2]int) jen.Code {
+	if layers == nil {
+		return jen.Null()
+	}
+	items := make([]jen.Code, len(layers))
+	for i, l := range layers {
+		items[i] = jen.Values(jen.Lit(l[0]), jen.Lit(l[1]))
+	}
+	return field("Layers", jen.Index().Index(jen.Lit(2)).Int().Values(items...))
 }
 
 // tiesField is the Spec's Ties field of a program with tied stages

@@ -140,7 +140,8 @@ type Compared struct {
 // The cost model describes one rank's share of the model, so a family with V
 // stages per rank runs each stage at 1/V of its F, B, I and W (see
 // CompareCost): every schedule then does the same work and makespans
-// compare.
+// compare. With -model, each splits the model's layers into its stages,
+// evenly, or with -partition auto by gen/partition for its order.
 func (r *Request) Compare(entries []CompareEntry, progress func(name string, done int)) ([]Compared, error) {
 	cost, err := CompareCost(r.Cost, 1)
 	if err != nil {
@@ -175,6 +176,19 @@ func (r *Request) Compare(entries []CompareEntry, progress func(name string, don
 			return nil, err
 		}
 		res, sr, mem, err := gen.Evaluate(cfg, opt, cost)
+		if err == nil && r.Partition == PartitionAuto {
+			// The family's own partition of the model's layers (-partition
+			// auto), simulated as Evaluate does.
+			err = one.splitResult(&res)
+			var c sim.Cost
+			if err == nil {
+				c, err = one.ResultCost(res)
+			}
+			if err == nil {
+				sr, err = sim.Run(res.Program, c)
+				mem = float64(sr.Peak()) / float64(res.StagesPerShare())
+			}
+		}
 		if err != nil {
 			if errors.As(err, new(*schedules.ConstraintError)) || errors.As(err, new(*gen.ScheduleError)) {
 				return nil, err // it names the schedule

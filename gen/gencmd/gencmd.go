@@ -90,7 +90,12 @@ type Request struct {
 	// the per-stage costs of a command that simulates (StageCost), and of
 	// -schedule auto's candidates in any command.
 	Model string
-	FSDP  int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
+	// Partition is -partition: how a -model's layers split into a fixed
+	// family's stages, even (by count, the default) or auto
+	// (gen/partition's split for the family's order, within -mem); with
+	// -schedule auto, auto also tries every family with its own.
+	Partition string
+	FSDP      int // -fsdp: stages unsharded at once per rank (0: no FSDP steps)
 	// FSDPPrefetch is -fsdp-prefetch: how many compute steps ahead of its
 	// use each UNSHARD is issued (0: right before it; needs -fsdp).
 	FSDPPrefetch int
@@ -200,15 +205,15 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
 	fs.Var(&r.Ties, "tie", "stages A:B share a parameter (an embedding on the first stage tied to the LM head on the last: 0:S-1); TIE_GRAD sums their gradients before OPT_STEP (repeat -tie, or list 0:3,1:2; a stage takes part in one tie; no effect with -forward-only)")
-	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none)")
+	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none); with -model, each rank's peak activations plus parameters in the model's units (auto and -partition auto)")
 	if which.Cost != "" {
 		r.simCost = true
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)
-		fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw) whose layers, split evenly by count into the stages, give the per-stage costs; -cost may add the other keys")
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
-		fs.StringVar(&r.Model, "model", "", "-schedule auto: a model description (JSON, docs/model.md; `ppgen tune` fits one to a measured trace) whose layers, split evenly by count into each candidate's stages, give the per-stage costs it chooses by")
 	}
+	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
+	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
 }
 
 // Config turns the flags into an ir.Config, checking what the flags alone
@@ -271,13 +276,26 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	}
 	opt.Passes.Ties = r.Ties
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && (r.Mem != 0 || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule)) || (r.Model != "" && !r.simCost)) {
-		return opt, usagef("-mem, -cost and -model choose among schedules: they apply to -schedule auto only, and -cost also to the families whose order it shapes (%s; ppgen sim -cost or -model simulates any schedule)", strings.Join(costFamilies(), ", "))
+	if r.Schedule != gen.Auto && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule)) || (r.Model != "" && !r.simCost && r.Command != "gen")) {
+		return opt, usagef("-mem, -cost and -model choose among schedules: they apply to -schedule auto only, -mem also to -partition auto, -model also to gen (its Spec.Layers), and -cost also to the families whose order it shapes (%s; ppgen sim -cost or -model simulates any schedule)", strings.Join(costFamilies(), ", "))
+	}
+	if err := r.checkPartition(); err != nil {
+		return opt, err
 	}
 	if r.Model != "" {
 		// Every candidate (auto, -compare) runs the model's layers, split
 		// into its own stages.
 		opt.Auto.StageCost = r.StageCost
+		if r.Schedule == gen.Auto {
+			sp, err := r.SplitModel()
+			if err != nil {
+				return opt, err
+			}
+			opt.Auto.Split = sp
+		}
+	}
+	if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
+		return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", r.Mem, float64(sim.MaxCost))
 	}
 	if r.Schedule == gen.Auto {
 		if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
@@ -327,13 +345,17 @@ func (r *Request) Lower() (gen.Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", r.In, err)
 		}
-		return res, nil
+		return res, r.splitResult(&res)
 	}
 	cfg, err := r.Config()
 	if err != nil {
 		return gen.Result{}, err
 	}
-	return gen.Lower(cfg, opt)
+	res, err := gen.Lower(cfg, opt)
+	if err != nil {
+		return res, err
+	}
+	return res, r.splitResult(&res)
 }
 
 // ScheduleName names the schedule for titles: the family, or the base name
@@ -636,8 +658,25 @@ func (r *Request) Generate() ([]byte, gen.Result, error) {
 		HelperSize: r.Helper,
 		Table:      r.Table,
 		NoFuse:     !r.Fuse,
+		Layers:     StageLayers(res),
 	})
 	return src, res, err
+}
+
+// StageLayers is res.Layers as Spec.Layers: each stage's range of the
+// model's layers (first, end), the split repeated for every model copy;
+// nil without a model.
+func StageLayers(res gen.Result) [][2]int {
+	if res.Layers == nil {
+		return nil
+	}
+	var out [][2]int
+	for range max(res.Program.Copies, 1) {
+		for s := 1; s < len(res.Layers); s++ {
+			out = append(out, [2]int{res.Layers[s-1], res.Layers[s]})
+		}
+	}
+	return out
 }
 
 // Import reads the file of an import request (relative to Env.Dir; "-" is

@@ -2,11 +2,12 @@ package gencmd
 
 import (
 	"os"
-	"slices"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -14,6 +15,12 @@ import (
 // modelKeys are the cost keys a -model file gives; -cost may not give them
 // too.
 var modelKeys = map[string]bool{"f": true, "b": true, "i": true, "w": true, "act": true}
+
+// The values of -partition.
+const (
+	PartitionEven = "even" // the layers split evenly by count (the default)
+	PartitionAuto = "auto" // gen/partition's split for the schedule's order
+)
 
 // StageCost is the cost model a command simulates a program of the given
 // number of stages by: -cost (ParseCost), or with -model the model's
@@ -41,20 +48,21 @@ func (r *Request) StageCost(stages, copies int) (sim.Cost, error) {
 	if err != nil {
 		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
 	}
-	c, err := m.Cost(p)
+	return r.SplitCost(m, p, copies)
+}
+
+// SplitCost is the cost model of a program of copies model copies whose
+// every copy splits m's layers by part (partition.CopyCost), with the
+// other keys of -cost. Its errors are *UsageError.
+func (r *Request) SplitCost(m model.Model, part model.Partition, copies int) (sim.Cost, error) {
+	c, err := partition.CopyCost(m, part, copies)
 	if err != nil {
 		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
-	}
-	if copies > 1 {
-		for _, l := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.Act} {
-			if *l != nil {
-				*l = slices.Repeat(*l, copies)
-			}
-		}
 	}
 	if r.Cost == "" {
 		return c, nil
 	}
+	stages := part.Stages() * max(copies, 1)
 	given := map[string]bool{}
 	for _, field := range strings.Split(r.Cost, ",") {
 		key, _, _ := strings.Cut(field, "=")
@@ -82,6 +90,87 @@ func (r *Request) StageCost(stages, copies int) (sim.Cost, error) {
 	return c, nil
 }
 
+// SplitModel is the -model file as the auto scheduler sees it
+// (gen.SplitModel): its costs with -cost's other keys, and with
+// -partition auto every family also with gen/partition's split.
+func (r *Request) SplitModel() (*gen.SplitModel, error) {
+	if err := r.checkPartition(); err != nil {
+		return nil, err
+	}
+	m, err := r.ReadModel()
+	if err != nil {
+		return nil, err
+	}
+	return &gen.SplitModel{
+		Model:     m,
+		Cost:      func(part model.Partition, copies int) (sim.Cost, error) { return r.SplitCost(m, part, copies) },
+		Partition: r.Partition == PartitionAuto,
+	}, nil
+}
+
+func (r *Request) checkPartition() error {
+	switch r.Partition {
+	case "", PartitionEven, PartitionAuto:
+	default:
+		return usagef("-partition %q; want even (the layers split evenly by count) or auto (the split that minimises the schedule's simulated makespan within -mem)", r.Partition)
+	}
+	if r.Partition != "" && r.Model == "" {
+		return usagef("-partition %s splits the layers of a -model file; give -model FILE", r.Partition)
+	}
+	return nil
+}
+
+// ResultCost is the cost model to simulate a lowered result by: with
+// -model, the model's layers split as res records (res.Layers: the split
+// auto or -partition chose, or the even one), else StageCost.
+func (r *Request) ResultCost(res gen.Result) (sim.Cost, error) {
+	copies := max(res.Program.Copies, 1)
+	if r.Model == "" || res.Layers == nil {
+		return r.StageCost(res.Program.Stages(), copies)
+	}
+	m, err := r.ReadModel()
+	if err != nil {
+		return sim.Cost{}, err
+	}
+	return r.SplitCost(m, model.Partition{Bounds: res.Layers}, copies)
+}
+
+// splitResult records in res the split of the model's layers it runs
+// (res.Layers): with -partition auto the one gen/partition finds for its
+// compute order within -mem, else the even one. Auto's choice already
+// carries its own.
+func (r *Request) splitResult(res *gen.Result) error {
+	if r.Model == "" || res.Layers != nil {
+		return nil
+	}
+	sp, err := r.SplitModel()
+	if err != nil {
+		return err
+	}
+	copies := max(res.Program.Copies, 1)
+	if res.Program.Stages()%copies != 0 {
+		return usagef("-model %s: %d stages do not form %d model copies", r.Model, res.Program.Stages(), copies)
+	}
+	n := res.Program.Stages() / copies
+	if !sp.Partition {
+		part, err := model.Even(len(sp.Model.Layers), n)
+		if err != nil {
+			return usagef("-model %s: %v", r.Model, err)
+		}
+		res.Layers = part.Bounds
+		return nil
+	}
+	pr, err := partition.Search(sp.Model, res.Compute, partition.Options{
+		Cost:     func(part model.Partition) (sim.Cost, error) { return r.SplitCost(sp.Model, part, copies) },
+		MemLimit: r.Mem,
+	})
+	if err != nil {
+		return usagef("-model %s -partition auto: %v", r.Model, err)
+	}
+	res.Layers = pr.Split.Bounds
+	return nil
+}
+
 // ReadModel reads the -model file (relative to Env.Dir; "-" for stdin).
 func (r *Request) ReadModel() (model.Model, error) {
 	f := os.Stdin
@@ -97,6 +186,46 @@ func (r *Request) ReadModel() (model.Model, error) {
 		return model.Model{}, usagef("-model %s: %v", r.Model, err)
 	}
 	return m, nil
+}
+
+// LowerBound is sim.LowerBound of the lowered result under cost, with
+// the memory cap -mem puts on -schedule auto and -partition auto as live
+// chunks per stage: with -model, the chunks of stage s a rank's limit holds
+// beside its stages' params (each chunk holding the act of the stage's
+// layers); without, -mem times the stages of a rank's share.
+func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
+	var opt sim.BoundOptions
+	if r.Mem > 0 && (r.Schedule == gen.Auto || r.Partition == PartitionAuto) {
+		S := res.Program.Stages()
+		opt.MaxLive = make([]int, S)
+		if r.Model != "" && res.Layers != nil {
+			m, err := r.ReadModel()
+			if err != nil {
+				return 0, err
+			}
+			copies := max(res.Program.Copies, 1)
+			act, params, err := partition.StageMemory(m, model.Partition{Bounds: res.Layers}, copies)
+			if err != nil || len(act) != S {
+				return 0, usagef("-model %s: the split %v does not fit %d stages of %d copies", r.Model, res.Layers, S, copies)
+			}
+			rankParams := make([]float64, res.Program.Placement.Ranks())
+			for s, rk := range res.Program.Placement.RankOf {
+				rankParams[rk] += params[s]
+			}
+			for s := range S {
+				if act[s] > 0 {
+					k := (r.Mem - rankParams[res.Program.Placement.RankOf[s]]) / act[s]
+					opt.MaxLive[s] = max(1, int(min(k, float64(ir.MaxChunks))))
+				}
+			}
+		} else {
+			k := int(min(r.Mem*float64(res.StagesPerShare()), float64(ir.MaxChunks)))
+			for s := range S {
+				opt.MaxLive[s] = max(1, k)
+			}
+		}
+	}
+	return sim.LowerBound(res.Program, cost, opt)
 }
 
 // orderCost is the cost model a family whose order depends on it

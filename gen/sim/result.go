@@ -1,8 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -52,39 +53,66 @@ func (s *simulator) result() Result {
 
 // peaks fills PeakActivations by sweeping chunk lifetimes.
 func (s *simulator) peaks(res *Result) {
+	for r, v := range livePeaks(s.ev, len(res.PeakActivations), s.stages, nil) {
+		res.PeakActivations[r] = int(math.Round(v))
+	}
+}
+
+// PeakMemory returns, for each rank, the peak over the iteration of the
+// sum of act[s] over its live chunks, s the chunk's stage (live as
+// PeakActivations counts them; a stage past the end of act weighs 0):
+// the activation memory of each rank when a chunk of stage s holds act[s].
+func (r Result) PeakMemory(act []float64) []float64 {
+	if act == nil {
+		act = []float64{}
+	}
+	return livePeaks(r.Events, len(r.Offsets), len(act), act)
+}
+
+// livePeaks sweeps the chunk lifetimes of the events of a simulation of P
+// ranks and S stages: the peak per rank of the live chunks' weights
+// (weight[s] per chunk of stage s; nil: 1 each).
+func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 	type life struct {
 		rank      int
+		stage     int
 		start     float64
 		fEnd      float64    // end of the chunk's F
 		end       [3]float64 // ends of the chunk's W, B and I (NaN when absent)
 		offEnd    float64    // end of the offload transfer, or NaN
 		loadStart float64    // start of the load transfer, or NaN
 	}
+	compute := func(ev *Event) bool {
+		return ev.Lane == LaneCompute && (ev.Step.Kind.IsCompute() || ev.Step.Kind.IsOverlap())
+	}
 	nan := math.NaN()
 	maxMicro := 0
-	for _, ev := range s.ev {
+	for i := range evs {
+		ev := &evs[i]
 		maxMicro = max(maxMicro, ev.Step.Micro)
 		for _, sub := range ev.Step.Sub {
 			maxMicro = max(maxMicro, sub.Micro)
 		}
 	}
-	at := newChunkTable(s.stages, maxMicro, len(s.ev)) // (stage, micro) -> index in lives
+	at := newChunkTable(S, maxMicro, len(evs)) // (stage, micro) -> index in lives
 	var lives []life
 	// Forwards first: a chunk belongs to the rank running its F.
-	for e, ev := range s.ev {
-		if s.cls[e] != clCompute {
+	for i := range evs {
+		ev := &evs[i]
+		if !compute(ev) {
 			continue
 		}
 		for _, cs := range ev.Step.Computes() {
 			if cs.Kind == ir.Forward && at.setFirst(cs.Stage, cs.Micro, len(lives)) {
-				lives = append(lives, life{rank: ev.Rank, start: ev.Start, fEnd: ev.End, end: [3]float64{nan, nan, nan}, offEnd: nan, loadStart: nan})
+				lives = append(lives, life{rank: ev.Rank, stage: cs.Stage, start: ev.Start, fEnd: ev.End, end: [3]float64{nan, nan, nan}, offEnd: nan, loadStart: nan})
 			}
 		}
 	}
 	backward := false // a forward-only program's chunks end at their F
-	for e, ev := range s.ev {
-		switch s.cls[e] {
-		case clCompute:
+	for i := range evs {
+		ev := &evs[i]
+		switch {
+		case compute(ev):
 			for _, cs := range ev.Step.Computes() {
 				j := 2 // I
 				switch cs.Kind {
@@ -103,7 +131,7 @@ func (s *simulator) peaks(res *Result) {
 					}
 				}
 			}
-		case clLaunch:
+		case ev.Lane == LaneSwap:
 			li := at.get(ev.Step.Stage, ev.Step.Micro)
 			if li < 0 || lives[li].rank != ev.Rank {
 				continue
@@ -117,10 +145,20 @@ func (s *simulator) peaks(res *Result) {
 	}
 	type mark struct {
 		t     float64
-		delta int
+		delta float64
 	}
-	marks := make([][]mark, len(res.PeakActivations))
+	marks := make([][]mark, P)
 	for _, l := range lives {
+		if l.rank < 0 || l.rank >= P {
+			continue
+		}
+		w := 1.0
+		if weight != nil {
+			w = 0
+			if l.stage >= 0 && l.stage < len(weight) {
+				w = weight[l.stage]
+			}
+		}
 		end := math.Inf(1) // never freed
 		for _, v := range l.end {
 			if !math.IsNaN(v) {
@@ -131,23 +169,25 @@ func (s *simulator) peaks(res *Result) {
 		if !backward {
 			end = l.fEnd
 		}
-		marks[l.rank] = append(marks[l.rank], mark{l.start, +1}, mark{end, -1})
+		marks[l.rank] = append(marks[l.rank], mark{l.start, +w}, mark{end, -w})
 		if !math.IsNaN(l.offEnd) && !math.IsNaN(l.loadStart) && l.start <= l.offEnd && l.offEnd <= l.loadStart && l.loadStart <= end {
-			marks[l.rank] = append(marks[l.rank], mark{l.offEnd, -1}, mark{l.loadStart, +1})
+			marks[l.rank] = append(marks[l.rank], mark{l.offEnd, -w}, mark{l.loadStart, +w})
 		}
 	}
+	out := make([]float64, P)
 	for r, ms := range marks {
-		sort.Slice(ms, func(i, j int) bool {
-			if ms[i].t != ms[j].t {
-				return ms[i].t < ms[j].t
+		slices.SortFunc(ms, func(a, b mark) int {
+			if c := cmp.Compare(a.t, b.t); c != 0 {
+				return c
 			}
-			return ms[i].delta < ms[j].delta
+			return cmp.Compare(a.delta, b.delta)
 		})
-		cur, peak := 0, 0
+		cur, peak := 0.0, 0.0
 		for _, m := range ms {
 			cur += m.delta
 			peak = max(peak, cur)
 		}
-		res.PeakActivations[r] = peak
+		out[r] = peak
 	}
+	return out
 }

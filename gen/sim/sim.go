@@ -86,6 +86,10 @@ type Result struct {
 	// then rank 1's, and so on; Events[Offsets[r]+i] is step i of rank r.
 	Events  []Event
 	Offsets []int
+	// LowerBound is a lower bound on the makespan of any order of the
+	// program's compute steps (LowerBound, the function): Run leaves it 0,
+	// a caller that reports it sets it.
+	LowerBound float64
 }
 
 // Summary is the JSON-friendly digest of a Result.
@@ -95,12 +99,14 @@ type Summary struct {
 	BubbleSpan      float64   `json:"bubble_span"`
 	PeakActivations []int     `json:"peak_activations"`
 	Busy            []float64 `json:"busy"`
+	LowerBound      float64   `json:"lower_bound"`
 }
 
 // Summary returns the digest of the result.
 func (r Result) Summary() Summary {
 	s := Summary{Makespan: r.Makespan, Bubble: r.Bubble, BubbleSpan: r.BubbleSpan,
-		PeakActivations: append([]int{}, r.PeakActivations...), Busy: append([]float64{}, r.Busy...)}
+		PeakActivations: append([]int{}, r.PeakActivations...), Busy: append([]float64{}, r.Busy...),
+		LowerBound: r.LowerBound}
 	return s
 }
 

@@ -494,6 +494,7 @@ func TestDeterministicAndPeers(t *testing.T) {
 
 func TestSummaryJSON(t *testing.T) {
 	r := mustRun(t, gpipe(2, 2), DefaultCost())
+	r.LowerBound = 9 // what a caller sets (LowerBound: 1 + 6 + 2)
 	b, err := r.JSON()
 	if err != nil {
 		t.Fatal(err)
@@ -509,7 +510,8 @@ func TestSummaryJSON(t *testing.T) {
   "busy": [
     6,
     6
-  ]
+  ],
+  "lower_bound": 9
 }
 `
 	if string(b) != want {

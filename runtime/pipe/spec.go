@@ -42,6 +42,12 @@ type Spec struct {
 	// gradient only until the slot's next chunk; the program has no
 	// OPT_STEP.
 	ForwardOnly bool
+	// Layers, for a program generated for a model description (`ppgen gen
+	// -model FILE`, docs/model.md), is the split of its layers into the
+	// stages: stage s builds layers Layers[s][0] to Layers[s][1]-1 of the
+	// file (with two model copies, stage s and s+Stages/2 the same ones).
+	// Nil otherwise.
+	Layers [][2]int
 	// Ties are the stages that share a parameter (`ppgen gen -tie A:B`):
 	// each holds a copy, implements Tied, and TIE_GRAD sums the copies'
 	// gradients before OPT_STEP (TieGrad).
@@ -86,6 +92,13 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("Copies = %d, want 0, 1 or 2 (dualpipe's two model copies)", s.Copies)
 	case s.Copies == 2 && (s.Stages%2 != 0 || s.Micro%2 != 0):
 		return fmt.Errorf("Copies = 2 needs an even number of stages and of micro-batches, not %d and %d", s.Stages, s.Micro)
+	case s.Layers != nil && len(s.Layers) != s.Stages:
+		return fmt.Errorf("len(Layers) = %d, want Stages = %d", len(s.Layers), s.Stages)
+	}
+	for st, l := range s.Layers {
+		if l[0] < 0 || l[1] <= l[0] {
+			return fmt.Errorf("Layers[%d] = %v: want a non-empty range first..end-1", st, l)
+		}
 	}
 	return checkTies(s)
 }

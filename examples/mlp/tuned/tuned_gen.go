@@ -22,6 +22,7 @@ var Spec = pipe.Spec{
 	RankOf:      []int{0, 1, 2, 3, 3, 2, 1, 0},
 	Fingerprint: Fingerprint,
 	Copies:      2,
+	Layers:      [][2]int{{0, 2}, {2, 4}, {4, 6}, {6, 8}, {0, 2}, {2, 4}, {4, 6}, {6, 8}},
 }
 
 // Ranks holds the program of each rank: Ranks[r] runs rank r's steps and returns the

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestPartitionCommand: ppgen partition prints the stages and the makespan
+// against the even split; a memory limit no split fits exits 2 naming the
+// least it found; -partition auto changes what sim simulates.
+func TestPartitionCommand(t *testing.T) {
+	const llm = "../../examples/models/llm.json"
+	code, stdout, stderr := cliRun(t, "partition", "-model", llm, "-ranks", "2")
+	if code != 0 || !strings.Contains(stdout, "1f1b P=2 V=1 M=4: 34 layers") || !strings.Contains(stdout, "embed..") || !strings.Contains(stdout, "..head") || !strings.Contains(stdout, "% faster") {
+		t.Errorf("exit %d, stdout:\n%s\nstderr %s", code, stdout, stderr)
+	}
+	code, _, stderr = cliRun(t, "partition", "-model", llm, "-ranks", "4", "-mem", "5")
+	if code != 2 || !strings.Contains(stderr, "raise -mem to at least") {
+		t.Errorf("-mem 5: exit %d, stderr %s", code, stderr)
+	}
+	_, even, _ := cliRun(t, "sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", llm, "-json")
+	_, part, _ := cliRun(t, "sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", llm, "-partition", "auto", "-json")
+	var e, p struct {
+		Makespan   float64 `json:"makespan"`
+		LowerBound float64 `json:"lower_bound"`
+	}
+	if err := json.Unmarshal([]byte(even), &e); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(part), &p); err != nil {
+		t.Fatal(err)
+	}
+	if !(p.Makespan < e.Makespan) || p.LowerBound <= 0 || p.LowerBound > p.Makespan || e.LowerBound > e.Makespan {
+		t.Errorf("sim -json even:\n%s\npartition auto:\n%s", even, part)
+	}
+}

@@ -1,0 +1,133 @@
+package gencmd
+
+import (
+	"bytes"
+	"errors"
+	"go/format"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const llmModel = "../../examples/models/llm.json"
+
+// TestGenRecordsLayers: gen -model -partition auto records the split in
+// Spec.Layers, gofmt-clean, and the header's invocation regenerates the
+// file byte for byte (what ppgen check does).
+func TestGenRecordsLayers(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile(llmModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "llm.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// 34 layers, 4 stages: even is 9, 9, 8, 8 layers.
+		{[]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", "llm.json"}, "Layers:      [][2]int{{0, 9}, {9, 18}, {18, 26}, {26, 34}},"},
+		// The head's stage takes fewer blocks.
+		{[]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", "llm.json", "-partition", "auto"}, "Layers:      [][2]int{{0, 10}, {10, 19}, {19, 28}, {28, 34}},"},
+		// Two model copies: the split repeated.
+		{[]string{"-schedule", "dualpipe", "-ranks", "2", "-micro", "4", "-model", "llm.json"}, "Layers:      [][2]int{{0, 17}, {17, 34}, {0, 17}, {17, 34}},"},
+	} {
+		r, err := Parse(append(tc.args, "-o", "s_gen.go", "-package", "s"), Env{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, _, err := r.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(src), tc.want) {
+			t.Errorf("%v: the Spec lacks %q:\n%s", tc.args, tc.want, src[:min(len(src), 1200)])
+		}
+		if f, err := format.Source(src); err != nil || !bytes.Equal(f, src) {
+			t.Errorf("%v: not gofmt-clean (%v)", tc.args, err)
+		}
+		path := filepath.Join(dir, "s_gen.go")
+		again, err := FromHeader(path, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src2, _, err := again.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(src, src2) {
+			t.Errorf("%v: regenerating from the header differs", tc.args)
+		}
+	}
+}
+
+// TestPartitionFlagErrors: -partition needs -model and one of its values;
+// -mem with a fixed family needs -partition auto.
+func TestPartitionFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		r    Request
+		want string
+	}{
+		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Partition: "auto"}, "give -model FILE"},
+		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Model: llmModel, simCost: true, Partition: "best"}, "want even"},
+		{Request{Schedule: "1f1b", Ranks: 2, Micro: 4, Model: llmModel, simCost: true, Mem: 10}, "-partition auto"},
+		{Request{Schedule: "1f1b", Ranks: 4, Micro: 8, Model: llmModel, simCost: true, Partition: "auto", Mem: 5}, "raise -mem to at least"},
+	} {
+		_, err := tc.r.Lower()
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want a usage error with %q", tc.r, err, tc.want)
+		}
+	}
+}
+
+// TestPartitionLayersReport: ppgen partition's library call on the
+// LLM-like model beats the even split, and its stages cover the layers.
+func TestPartitionLayersReport(t *testing.T) {
+	r := &Request{Schedule: "zbv", Ranks: 4, Model: llmModel, simCost: true}
+	rep, err := r.PartitionLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Micro != 8 || len(rep.Stages) != 8 {
+		t.Errorf("micro %d, %d stages; want 8 (2P) and 8", rep.Micro, len(rep.Stages))
+	}
+	next := 0
+	for _, s := range rep.Stages {
+		if s.First != next || s.End <= s.First {
+			t.Errorf("stage %d covers %d..%d after %d", s.Stage, s.First, s.End, next)
+		}
+		next = s.End
+	}
+	if next != rep.LayerCount {
+		t.Errorf("stages end at %d of %d layers", next, rep.LayerCount)
+	}
+	if !(rep.Makespan < rep.EvenMakespan) || rep.LowerBound > rep.Makespan {
+		t.Errorf("makespan %g, even %g, bound %g", rep.Makespan, rep.EvenMakespan, rep.LowerBound)
+	}
+}
+
+// TestComparePartition: sim -compare -partition auto runs each family with
+// its own partition, never slower than the even split.
+func TestComparePartition(t *testing.T) {
+	entries := []CompareEntry{{Name: "1f1b"}, {Name: "zbv"}}
+	even, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, simCost: true}).Compare(entries, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, simCost: true, Partition: PartitionAuto}).Compare(entries, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range entries {
+		if part[i].Makespan > even[i].Makespan*(1+1e-9) {
+			t.Errorf("%s: partition %g slower than even %g", entries[i].Name, part[i].Makespan, even[i].Makespan)
+		}
+	}
+	if !(part[0].Makespan < even[0].Makespan) {
+		t.Errorf("1f1b on the LLM-like model: partition %g, even %g; want faster", part[0].Makespan, even[0].Makespan)
+	}
+}

@@ -1,0 +1,172 @@
+package gencmd
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+var table = flag.Bool("table", false, "print BENCHMARKS.md's table of auto against the fixed families (even and partitioned splits) on the three example models at P = 4, 8, 16")
+
+// tableRow is one row of the table: the best fixed family with the even
+// split and with gen/partition's split, each lowered and simulated, auto's
+// choice, and the lower bound of auto's stages.
+type tableRow struct {
+	even, part, auto gen.Candidate
+	bound            float64
+}
+
+// fixed is the makespan of a family lowered and simulated with its
+// candidate's split, and its memory.
+func evalCandidate(t *testing.T, r *Request, sp *gen.SplitModel, c gen.Candidate) (float64, float64) {
+	one := *r
+	one.Schedule, one.Virtual, one.Partition, one.Mem = c.Config.Schedule, c.Config.Virtual, PartitionEven, 0
+	opt, err := one.LowerOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sr, mem, err := gen.EvaluateSplit(c.Config, opt, sp, model.Partition{Bounds: c.Layers})
+	if err != nil {
+		t.Fatalf("%s V=%d: %v", c.Config.Schedule, c.Config.Virtual, err)
+	}
+	return sr.Makespan, mem
+}
+
+func runRow(t *testing.T, path string, P, M int, limit float64) tableRow {
+	r := &Request{Schedule: gen.Auto, Ranks: P, Micro: M, Model: path, Partition: PartitionAuto, Mem: limit, simCost: true} // as sim binds it
+	res, err := r.Lower()
+	if err != nil && strings.Contains(err.Error(), "no schedule fits") {
+		t.Logf("%s P=%d M=%d mem %g: %v", path, P, M, limit, err)
+		return tableRow{auto: gen.Candidate{Makespan: math.Inf(1)}, even: gen.Candidate{Makespan: math.Inf(1)}, part: gen.Candidate{Makespan: math.Inf(1)}}
+	}
+	if err != nil {
+		t.Fatalf("%s P=%d M=%d mem %g: %v", path, P, M, limit, err)
+	}
+	cost, err := r.ResultCost(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := sim.Run(res.Program, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := tableRow{auto: gen.Candidate{Config: res.Config, Makespan: sr.Makespan, Layers: res.Layers}}
+	// Partitioned when its split is not the even one (a partitioned
+	// candidate that found the even split runs the same program).
+	m, err := r.ReadModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	even, err := model.Even(len(m.Layers), len(res.Layers)-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row.auto.Partitioned = fmt.Sprint(even.Bounds) != fmt.Sprint(res.Layers)
+	if row.bound, err = r.LowerBound(res, cost); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := r.SplitModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	row.even.Makespan, row.part.Makespan = math.Inf(1), math.Inf(1)
+	for _, c := range res.Auto {
+		if c.Layers == nil || (c.Skipped != "" && c.Skipped != gen.NotLowered) {
+			continue
+		}
+		ms, mem := evalCandidate(t, r, sp, c)
+		if c.Skipped == gen.NotLowered && c.Makespan > ms*(1+1e-9) {
+			t.Errorf("%s P=%d M=%d: %s V=%d (partitioned %v): the bound auto pruned by, %g, is over the lowered makespan %g", path, P, M, c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan, ms)
+		}
+		if c.Skipped == "" && (!nearly(c.Makespan, ms) || !nearly(c.ActMem, mem)) {
+			t.Errorf("%s P=%d M=%d: %s V=%d (partitioned %v): reported %g, mem %g; lowered %g, mem %g", path, P, M, c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan, c.ActMem, ms, mem)
+		}
+		if mem > limit*(1+1e-9) {
+			continue
+		}
+		c.Makespan, c.ActMem = ms, mem
+		best := &row.even
+		if c.Partitioned {
+			best = &row.part
+		}
+		if ms < best.Makespan {
+			*best = c
+		}
+	}
+	for _, c := range []gen.Candidate{row.even, row.part} {
+		if row.auto.Makespan > c.Makespan*(1+1e-9) {
+			t.Errorf("%s P=%d M=%d mem %g: auto %s V=%d %g is slower than %s V=%d (partitioned %v) %g",
+				path, P, M, limit, row.auto.Config.Schedule, row.auto.Config.Virtual, row.auto.Makespan, c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan)
+		}
+	}
+	if row.bound > row.auto.Makespan*(1+1e-9) {
+		t.Errorf("%s P=%d M=%d: lower bound %g over auto's makespan %g", path, P, M, row.bound, row.auto.Makespan)
+	}
+	return row
+}
+
+// TestAutoWithPartition: auto with -partition auto is never worse than any
+// family with the even split or with its partition (each lowered and
+// simulated, memory within the limit), and its lower bound is below it.
+// With -table, the whole of BENCHMARKS.md's table.
+func TestAutoWithPartition(t *testing.T) {
+	models := []struct{ name, file string }{
+		{"uniform", "uniform.json"}, {"uniform, W = 0.6·I", "uniform_w06.json"}, {"LLM-like", "llm.json"},
+	}
+	ranks := []int{4, 8, 16}
+	if !*table {
+		models, ranks = models[2:], ranks[:1]
+	}
+	var out strings.Builder
+	out.WriteString("| model | P | M | mem limit | best family, even split | best family, ppgen's partition | auto | lower bound | auto's gap |\n")
+	out.WriteString("|---|---:|---:|---:|---|---|---|---:|---:|\n")
+	for _, md := range models {
+		path := filepath.Join("..", "..", "examples", "models", md.file)
+		m, err := (&Request{Model: path}).ReadModel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		act := 0.0
+		for _, l := range m.Layers {
+			act += l.Act
+		}
+		for _, P := range ranks {
+			for _, M := range []int{2 * P, 4 * P} {
+				for _, k := range []float64{float64(P), float64(P) / 2} {
+					limit := k * act / float64(P) // k micro-batches of a rank's share
+					row := runRow(t, path, P, M, limit)
+					name := func(c gen.Candidate) string {
+						if math.IsInf(c.Makespan, 1) {
+							return "none fits"
+						}
+						return fmt.Sprintf("%s V=%d: %.4g", c.Config.Schedule, c.Config.Virtual, c.Makespan)
+					}
+					split := "even"
+					if row.auto.Partitioned {
+						split = "partition"
+					}
+					if math.IsInf(row.auto.Makespan, 1) {
+						fmt.Fprintf(&out, "| %s | %d | %d | %g (%g mb) | none fits | none fits | none fits | | |\n", md.name, P, M, limit, k)
+						continue
+					}
+					fmt.Fprintf(&out, "| %s | %d | %d | %g (%g mb) | %s | %s | %s V=%d %s: **%.4g** | %.4g | %.1f %% |\n",
+						md.name, P, M, limit, k, name(row.even), name(row.part), row.auto.Config.Schedule, row.auto.Config.Virtual, split, row.auto.Makespan,
+						row.bound, 100*(row.auto.Makespan/row.bound-1))
+				}
+			}
+		}
+	}
+	t.Log("\n" + out.String())
+	if *table {
+		fmt.Print(out.String())
+	}
+}
+
+func nearly(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }

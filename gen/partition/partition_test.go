@@ -1,0 +1,222 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/schedules"
+)
+
+func build(t *testing.T, name string, P, V, M int) ir.Program {
+	t.Helper()
+	cfg, fam, err := schedules.Normalize(ir.Config{Schedule: name, Ranks: P, Virtual: V, Micro: M})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fam.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// llm is the LLM-like model of BENCHMARKS.md: an embedding, n blocks, a
+// head and loss of 3× a block and 4× its activation.
+func llm(n int) model.Model {
+	m := model.Model{Layers: []model.Layer{{Name: "embed", F: 0.3, I: 0, W: 0.3, Act: 1}}}
+	for i := range n {
+		m.Layers = append(m.Layers, model.Layer{Name: fmt.Sprintf("block%d", i), F: 1, I: 1, W: 1, Act: 1, Params: 1})
+	}
+	return model.Model{Layers: append(m.Layers, model.Layer{Name: "head", F: 3, I: 3, W: 3, Act: 4, Params: 2})}
+}
+
+// allSplits lists every split of L layers into n stages.
+func allSplits(L, n int) [][]int {
+	var out [][]int
+	var rec func(b []int)
+	rec = func(b []int) {
+		if len(b) == n {
+			out = append(out, append(slices.Clone(b), L))
+			return
+		}
+		for x := b[len(b)-1] + 1; x <= L-(n-len(b)); x++ {
+			rec(append(b, x))
+		}
+	}
+	rec([]int{0})
+	return out
+}
+
+func TestBalancedByHand(t *testing.T) {
+	mk := func(ws ...float64) model.Model {
+		var m model.Model
+		for _, w := range ws {
+			m.Layers = append(m.Layers, model.Layer{F: w})
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		m    model.Model
+		n    int
+		want []int
+	}{
+		{mk(1, 1, 1, 1), 2, []int{0, 2, 4}},
+		{mk(3, 1, 1, 1), 2, []int{0, 1, 4}},
+		{mk(1, 1, 1, 3), 2, []int{0, 3, 4}},
+		{mk(1, 1, 1, 1, 1, 1), 3, []int{0, 2, 4, 6}},
+		// The bottleneck is 5 (5 alone); the stages after it must still get
+		// a layer each.
+		{mk(1, 5, 1, 1), 4, []int{0, 1, 2, 3, 4}},
+		{mk(2, 2, 2, 6), 2, []int{0, 3, 4}},
+	} {
+		got, err := Balanced(tc.m, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Bounds, tc.want) {
+			t.Errorf("Balanced(%v, %d) = %v, want %v", tc.m.Layers, tc.n, got.Bounds, tc.want)
+		}
+	}
+}
+
+// TestSearchNeverWorseThanEven on random models and families, and no worse
+// than the best split by brute force by more than the local search's reach
+// on small ones.
+func TestSearchNeverWorseThanEven(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 7))
+	fams := []struct {
+		name    string
+		P, V, M int
+	}{{"1f1b", 2, 0, 4}, {"gpipe", 3, 0, 3}, {"zb-h1", 2, 0, 4}, {"interleaved", 2, 2, 4}, {"zbv", 2, 0, 4}, {"dualpipe", 2, 0, 4}}
+	for trial := range 6 {
+		L := 6 + trial%3
+		var m model.Model
+		for i := range L {
+			m.Layers = append(m.Layers, model.Layer{Name: fmt.Sprint("l", i), F: 0.2 + 2*rng.Float64(), I: 0.2 + 2*rng.Float64(), W: 2 * rng.Float64(), Act: rng.Float64(), Params: rng.Float64()})
+		}
+		for _, f := range fams {
+			p := build(t, f.name, f.P, f.V, f.M)
+			n := p.Stages() / Copies(p)
+			if n > L {
+				continue
+			}
+			brute := 0.0
+			for i, b := range allSplits(L, n) {
+				ev, err := Evaluate(m, model.Partition{Bounds: b}, p, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 || ev.Makespan < brute {
+					brute = ev.Makespan
+				}
+			}
+			// Small enough for the exact search, and the local search
+			// (a budget under the number of splits).
+			for _, opt := range []Options{{}, {MaxEvals: 20}} {
+				res, err := Search(m, p, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Eval.Makespan > res.EvenEval.Makespan*(1+1e-9) {
+					t.Errorf("%s: search %g worse than even %g", f.name, res.Eval.Makespan, res.EvenEval.Makespan)
+				}
+				if res.Eval.Makespan < brute*(1-1e-9) {
+					t.Fatalf("%s: search %g below the brute-force optimum %g", f.name, res.Eval.Makespan, brute)
+				}
+				if opt.MaxEvals == 0 && !near(res.Eval.Makespan, brute) {
+					t.Errorf("trial %d %s: exact search %g, brute force %g", trial, f.name, res.Eval.Makespan, brute)
+				}
+				if opt.MaxEvals > 0 && res.Evals > opt.MaxEvals {
+					t.Errorf("%d simulations over the budget %d", res.Evals, opt.MaxEvals)
+				}
+			}
+		}
+	}
+}
+
+// TestSearchLLM: on the LLM-like model the search moves blocks off the
+// head's stage, and beats the even split.
+func TestSearchLLM(t *testing.T) {
+	m := llm(8)
+	p := build(t, "1f1b", 4, 0, 8)
+	res, err := Search(m, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := res.Split.Bounds[len(res.Split.Bounds)-2]
+	evenLast := res.Even.Bounds[len(res.Even.Bounds)-2]
+	if len(m.Layers)-last >= len(m.Layers)-evenLast {
+		t.Errorf("the head's stage holds %d layers, even %d: %s", len(m.Layers)-last, len(m.Layers)-evenLast, Names(m, res.Split))
+	}
+	if !(res.Eval.Makespan < res.EvenEval.Makespan) {
+		t.Errorf("makespan %g, even %g", res.Eval.Makespan, res.EvenEval.Makespan)
+	}
+}
+
+// TestSearchMemory: under a limit the chosen split fits; below the least
+// memory of every split (brute force) the search refuses, naming a limit
+// that then fits.
+func TestSearchMemory(t *testing.T) {
+	m := llm(4)
+	p := build(t, "1f1b", 2, 0, 4)
+	L, n := len(m.Layers), p.Stages()
+	least := -1.0
+	for _, b := range allSplits(L, n) {
+		ev, err := Evaluate(m, model.Partition{Bounds: b}, p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if least < 0 || ev.Mem < least {
+			least = ev.Mem
+		}
+	}
+	free, err := Search(m, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(free.Eval.Mem > least) {
+		t.Skipf("the fastest split already has the least memory %g", least)
+	}
+	limit := (least + free.Eval.Mem) / 2
+	res, err := Search(m, p, Options{MemLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Eval.Mem > limit {
+		t.Errorf("memory %g over the limit %g", res.Eval.Mem, limit)
+	}
+	_, err = Search(m, p, Options{MemLimit: least * 0.99})
+	var nf *NoFitError
+	if !errors.As(err, &nf) {
+		t.Fatalf("limit below every split's memory: err %v, want a *NoFitError", err)
+	}
+	if nf.Least < least*(1-1e-9) {
+		t.Errorf("least %g below the brute-force least %g", nf.Least, least)
+	}
+	if _, err := Search(m, p, Options{MemLimit: nf.Least}); err != nil {
+		t.Errorf("the limit the error names does not fit: %v", err)
+	}
+}
+
+// TestMemoryByHand: 1F1B on 2 ranks, 4 micro-batches: rank 0 holds 2 chunks
+// of stage 0 at its peak, rank 1 one of stage 1.
+func TestMemoryByHand(t *testing.T) {
+	m := model.Model{Layers: []model.Layer{
+		{F: 1, I: 1, W: 1, Act: 1, Params: 5},
+		{F: 1, I: 1, W: 1, Act: 2, Params: 1},
+		{F: 1, I: 1, W: 1, Act: 4, Params: 1},
+	}}
+	p := build(t, "1f1b", 2, 0, 4)
+	ev, err := Evaluate(m, model.Partition{Bounds: []int{0, 1, 3}}, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []float64{2*1 + 5, 1*(2+4) + 2}; !slices.Equal(ev.MemPerRank, want) {
+		t.Errorf("memory per rank %v, want %v", ev.MemPerRank, want)
+	}
+}

@@ -1,0 +1,90 @@
+package gen
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// SplitModel is a model description (gen/model, `-model`) as the auto
+// scheduler sees it: each candidate splits its layers into the candidate's
+// stages, evenly by count, and with Partition also by gen/partition's
+// Search for the candidate's own order; its memory is counted in the
+// model's units (partition.Memory: the activations of its live chunks plus
+// the params of its stages, per rank), which AutoOptions.MemLimit then
+// bounds.
+type SplitModel struct {
+	Model model.Model
+	// Cost is the cost model of a program of copies model copies whose
+	// every copy splits the layers by part (nil: partition.CopyCost).
+	Cost func(part model.Partition, copies int) (sim.Cost, error)
+	// Partition also tries every family with the split Search finds for
+	// its order (`-partition auto`).
+	Partition bool
+}
+
+func (sp *SplitModel) cost(part model.Partition, copies int) (sim.Cost, error) {
+	if sp.Cost != nil {
+		return sp.Cost(part, copies)
+	}
+	return partition.CopyCost(sp.Model, part, copies)
+}
+
+// even is the even split of the layers into p's stages.
+func (sp *SplitModel) even(p ir.Program) (model.Partition, error) {
+	copies := partition.Copies(p)
+	if p.Stages()%copies != 0 {
+		return model.Partition{}, fmt.Errorf("%d stages do not form %d model copies", p.Stages(), copies)
+	}
+	return model.Even(len(sp.Model.Layers), p.Stages()/copies)
+}
+
+// search is partition.Search for p's order under the limit (model units).
+func (sp *SplitModel) search(p ir.Program, limit float64) (partition.Result, error) {
+	copies := partition.Copies(p)
+	return partition.Search(sp.Model, p, partition.Options{
+		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.cost(part, copies) },
+		MemLimit: limit,
+	})
+}
+
+// run simulates p with its layers split by part and returns the
+// simulation and the busiest rank's memory.
+func (sp *SplitModel) run(p ir.Program, part model.Partition) (sim.Result, float64, error) {
+	c, err := sp.cost(part, partition.Copies(p))
+	if err != nil {
+		return sim.Result{}, 0, &StageCostError{Err: err}
+	}
+	r, err := sim.Run(p, c)
+	if err != nil {
+		return r, 0, err
+	}
+	mem, err := partition.Memory(sp.Model, part, p, r)
+	if err != nil {
+		return r, 0, err
+	}
+	return r, slices.Max(mem), nil
+}
+
+// EvaluateSplit is Evaluate for a model description: it lowers cfg and
+// simulates the result with the model's layers split by part (one copy's
+// stages), and returns the busiest rank's memory in the model's units.
+func EvaluateSplit(cfg ir.Config, opt Options, sp *SplitModel, part model.Partition) (Result, sim.Result, float64, error) {
+	res, err := Lower(cfg, opt)
+	if err != nil {
+		return res, sim.Result{}, 0, err
+	}
+	r, mem, err := sp.run(res.Program, part)
+	if err != nil {
+		if _, ok := err.(*StageCostError); ok {
+			return res, r, 0, err
+		}
+		return res, r, 0, &SimulationError{Config: res.Config, Err: err}
+	}
+	res.Layers = part.Bounds
+	return res, r, mem, nil
+}
