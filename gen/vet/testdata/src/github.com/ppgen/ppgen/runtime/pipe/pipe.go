@@ -19,6 +19,7 @@ type Spec struct {
 	ShipLabels  bool
 	ForwardOnly bool
 	Ties        []Tie
+	Layers      [][2]int
 }
 
 type Tie struct{ A, B int }
