@@ -132,13 +132,13 @@ func Unpack(c *tensor.Dense) ([]*tensor.Dense, error) {
 	}
 	w := b.Keep.Float64s()[:b.Dims[0]]
 	r := multiReader{w: w}
-	if v, err := r.int("magic", 0, math.MaxInt32); err != nil || v != multiMagic {
+	if v, err := r.int(field{"magic", -1, -1}, 0, math.MaxInt32); err != nil || v != multiMagic {
 		return nil, &MultiError{"magic", fmt.Errorf("%w: the first word is %v", ErrNotCarrier, first(w))}
 	}
-	if _, err := r.int("version", multiVersion, multiVersion); err != nil {
+	if _, err := r.int(field{"version", -1, -1}, multiVersion, multiVersion); err != nil {
 		return nil, err
 	}
-	n, err := r.int("count", 0, MaxParts)
+	n, err := r.int(field{"count", -1, -1}, 0, MaxParts)
 	if err != nil {
 		return nil, err
 	}
@@ -148,26 +148,25 @@ func Unpack(c *tensor.Dense) ([]*tensor.Dense, error) {
 	dims := make([][]int, n)
 	elems := make([]int, n)
 	for i := range n {
-		f := fmt.Sprintf("part %d", i)
-		if kinds[i], err = r.int(f+" kind", 0, 2); err != nil {
+		if kinds[i], err = r.int(field{"kind", i, -1}, 0, 2); err != nil {
 			return nil, err
 		}
-		rank, err := r.int(f+" rank", 0, MaxPartDims)
+		rank, err := r.int(field{"rank", i, -1}, 0, MaxPartDims)
 		if err != nil {
 			return nil, err
 		}
 		if kinds[i] == partNone && rank != 0 {
-			return nil, &MultiError{f + " rank", fmt.Errorf("%d for a part without a value; want 0", rank)}
+			return nil, &MultiError{field{"rank", i, -1}.String(), fmt.Errorf("%d for a part without a value; want 0", rank)}
 		}
 		dims[i] = make([]int, rank)
 		for j := range rank {
-			if dims[i][j], err = r.int(fmt.Sprintf("%s dim %d", f, j), 0, maxPartElems); err != nil {
+			if dims[i][j], err = r.int(field{"dim", i, j}, 0, maxPartElems); err != nil {
 				return nil, err
 			}
 		}
 		if kinds[i] != partNone {
 			if elems[i], err = partElems(dims[i]); err != nil {
-				return nil, &MultiError{f + " shape", err}
+				return nil, &MultiError{field{"shape", i, -1}.String(), err}
 			}
 		}
 	}
@@ -206,14 +205,31 @@ type multiReader struct {
 	k int
 }
 
-// int reads the next word as an integer in [lo, hi], or fails naming field.
-func (r *multiReader) int(field string, lo, hi int) (int, error) {
+// field names a header field: what, of part part (-1: the carrier's),
+// dim dim (-1: none). It is formatted only for an error.
+type field struct {
+	what      string
+	part, dim int
+}
+
+func (f field) String() string {
+	switch {
+	case f.part < 0:
+		return f.what
+	case f.dim < 0:
+		return fmt.Sprintf("part %d %s", f.part, f.what)
+	}
+	return fmt.Sprintf("part %d dim %d", f.part, f.dim)
+}
+
+// int reads the next word as an integer in [lo, hi], or fails naming f.
+func (r *multiReader) int(f field, lo, hi int) (int, error) {
 	if r.k >= len(r.w) {
-		return 0, &MultiError{field, fmt.Errorf("the carrier ends at word %d", r.k)}
+		return 0, &MultiError{f.String(), fmt.Errorf("the carrier ends at word %d", r.k)}
 	}
 	v := r.w[r.k]
 	if !(v >= float64(lo) && v <= float64(hi)) || v != math.Trunc(v) {
-		return 0, &MultiError{field, fmt.Errorf("word %d is %v; want an integer in [%d, %d]", r.k, v, lo, hi)}
+		return 0, &MultiError{f.String(), fmt.Errorf("word %d is %v; want an integer in [%d, %d]", r.k, v, lo, hi)}
 	}
 	r.k++
 	return int(v), nil

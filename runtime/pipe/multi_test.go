@@ -369,7 +369,8 @@ func FuzzUnpack(f *testing.F) {
 }
 
 // BenchmarkMultiCodec packs and unpacks a transformer boundary: a 64x512
-// float32 hidden state and a 64-element float32 mask.
+// float32 hidden state and a 64-element float32 mask; copy is the floor,
+// allocating and copying the same bytes as two plain slices.
 func BenchmarkMultiCodec(b *testing.B) {
 	set := []*tensor.Dense{f32(seq32(64*512), 64, 512), f32(seq32(64), 64)}
 	c, err := pipe.Pack(set)
@@ -384,6 +385,15 @@ func BenchmarkMultiCodec(b *testing.B) {
 			if _, err := pipe.Pack(set); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+	b.Run("copy", func(b *testing.B) {
+		b.SetBytes(bytes)
+		b.ReportAllocs()
+		for b.Loop() {
+			h, m := make([]float32, 64*512), make([]float32, 64)
+			copy(h, set[0].Float32s())
+			copy(m, set[1].Float32s())
 		}
 	})
 	b.Run("unpack", func(b *testing.B) {
