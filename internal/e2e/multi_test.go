@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,85 +267,75 @@ func (c countingTransport) Recycle(t *tensor.Dense) {
 	}
 }
 
-// multiCrossings is the number of messages one iteration must send: one
-// per micro-batch per boundary between stages on different ranks, in each
-// direction (forwards only for a forward-only program).
-func multiCrossings(sp pipe.Spec) int64 {
-	n := 0
-	for s := range sp.Stages - 1 {
-		if sp.RankOf[s] != sp.RankOf[s+1] {
-			n++
-		}
-	}
-	dirs := 2
-	if sp.ForwardOnly {
-		dirs = 1
-	}
-	return int64(n * sp.Micro * dirs)
+// multiRun is one world (or one rank of it, over MPI) training the masked
+// blocks with p: blocks are every stage's, the ranks' execs build theirs.
+type multiRun struct {
+	p      prog
+	blocks []*maskedBlock
+	it     int
+	sends  atomic.Int64 // activation and gradient messages sent
+	bad    atomic.Value // the first of them that was not a carrier
 }
 
-// checkMulti trains (or evaluates) p on the masked blocks over trs and
-// compares the losses and every parameter with multiSequential.
-func checkMulti(t *testing.T, p prog, trs []transport.Transport, mode string) {
+func newMultiRun(p prog) *multiRun { return &multiRun{p: p, blocks: newMaskedBlocks(p.spec.Stages)} }
+
+// iters is how many iterations a check runs: one evaluation for a
+// forward-only program.
+func (g *multiRun) iters() int {
+	if g.p.spec.ForwardOnly {
+		return 1
+	}
+	return 3
+}
+
+// exec builds rank r's Exec over tr, counting its sends.
+func (g *multiRun) exec(t *testing.T, r int, tr transport.Transport) *pipe.Exec {
 	t.Helper()
-	sp := p.spec
-	iters := 3
-	if sp.ForwardOnly {
-		iters = 1
+	sp := g.p.spec
+	mine := map[int]pipe.Stage{}
+	var ps []*nn.Param
+	for s, rr := range sp.RankOf {
+		if rr == r {
+			mine[s] = pipe.Multi(g.blocks[s])
+			ps = append(ps, g.blocks[s].seq.Params()...)
+		}
 	}
-	blocks := newMaskedBlocks(sp.Stages)
-	var sends atomic.Int64
-	var bad atomic.Value
-	it := 0
-	xs := make([]*pipe.Exec, sp.Ranks)
-	for r := range sp.Ranks {
-		mine := map[int]pipe.Stage{}
-		var ps []*nn.Param
-		for s, rr := range sp.RankOf {
-			if rr == r {
-				mine[s] = pipe.Multi(blocks[s])
-				ps = append(ps, blocks[s].seq.Params()...)
+	opt := &nn.SGD{LR: 0.1}
+	cfg := pipe.Config{Rank: r, Spec: sp, Stages: mine, Data: multiSource{&g.it}, Loss: pipe.MultiLossOf(maskedMSE{sp.Micro}),
+		Transport: countingTransport{tr, &g.sends, &g.bad}}
+	if !sp.ForwardOnly {
+		cfg.OptStep = func() error {
+			if err := opt.Step(ps); err != nil {
+				return err
 			}
+			nn.ZeroGrad(ps)
+			return nil
 		}
-		opt := &nn.SGD{LR: 0.1}
-		cfg := pipe.Config{Rank: r, Spec: sp, Stages: mine, Data: multiSource{&it}, Loss: pipe.MultiLossOf(maskedMSE{sp.Micro}),
-			Transport: countingTransport{trs[r], &sends, &bad}}
-		if !sp.ForwardOnly {
-			cfg.OptStep = func() error {
-				if err := opt.Step(ps); err != nil {
-					return err
-				}
-				nn.ZeroGrad(ps)
-				return nil
-			}
-		}
-		x, err := pipe.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xs[r] = x
-		t.Cleanup(func() { x.Close(); trs[r].Close() })
 	}
-	fns := rankFns(p, mode)
-	last := sp.RankOf[sp.Stages-1]
-	var got [][]float64
-	for it = range iters {
-		if err := pipe.RunAll(xs, fns); err != nil {
-			t.Fatalf("iteration %d: %v", it, err)
-		}
-		got = append(got, xs[last].Losses())
+	x, err := pipe.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if e, _ := bad.Load().(error); e != nil {
+	return x
+}
+
+// check compares the run with multiSequential: the losses (got, nil on a
+// rank without the last stage), the parameters of the stages on the ranks
+// in ranks, and the messages those ranks sent.
+func (g *multiRun) check(t *testing.T, got [][]float64, ranks ...int) {
+	t.Helper()
+	sp := g.p.spec
+	if e, _ := g.bad.Load().(error); e != nil {
 		t.Fatalf("a transfer was not one carrier of the set: %v", e)
 	}
-	if want := multiCrossings(sp) * int64(iters); sends.Load() != want {
-		t.Errorf("%d activation and gradient messages, want %d: one per transfer", sends.Load(), want)
+	if want := multiCrossings(sp, ranks) * int64(g.iters()); g.sends.Load() != want {
+		t.Errorf("ranks %v sent %d activation and gradient messages, want %d: one per transfer", ranks, g.sends.Load(), want)
 	}
 	ref := newMaskedBlocks(sp.Stages)
-	want := multiSequential(t, ref, sp.Micro, iters, sp.ForwardOnly)
+	want := multiSequential(t, ref, sp.Micro, g.iters(), sp.ForwardOnly)
 	const tol = 1e-12
 	worst, exact := 0.0, true
-	for i := range want {
+	for i := range got {
 		for m := range want[i] {
 			worst = max(worst, relErr(got[i][m], want[i][m]))
 			exact = exact && got[i][m] == want[i][m]
@@ -353,8 +344,11 @@ func checkMulti(t *testing.T, p prog, trs []transport.Transport, mode string) {
 	if worst > tol {
 		t.Errorf("losses differ from the sequential run by %.3g relative (tolerance %g):\n got %v\nwant %v", worst, tol, got, want)
 	}
-	for s := range blocks {
-		a, b := blocks[s].seq.Params(), ref[s].seq.Params()
+	for s, r := range sp.RankOf {
+		if !slices.Contains(ranks, r) {
+			continue
+		}
+		a, b := g.blocks[s].seq.Params(), ref[s].seq.Params()
 		for i := range a {
 			x, y := a[i].Value.Float64s(), b[i].Value.Float64s()
 			if e := normErr(x, y); e > tol {
@@ -366,8 +360,54 @@ func checkMulti(t *testing.T, p prog, trs []transport.Transport, mode string) {
 		}
 	}
 	if !exact {
-		t.Logf("%s: within %g of the sequential run, not bit-identical", p.name, tol)
+		t.Logf("%s: within %g of the sequential run, not bit-identical", g.p.name, tol)
 	}
+}
+
+// multiCrossings is the number of messages the ranks in ranks must send in
+// one iteration: one per micro-batch per boundary between stages on
+// different ranks, forwards from the lower stage's rank and backwards from
+// the upper's (forwards only for a forward-only program).
+func multiCrossings(sp pipe.Spec, ranks []int) int64 {
+	n := 0
+	for s := range sp.Stages - 1 {
+		a, b := sp.RankOf[s], sp.RankOf[s+1]
+		if a == b {
+			continue
+		}
+		if slices.Contains(ranks, a) {
+			n++
+		}
+		if slices.Contains(ranks, b) && !sp.ForwardOnly {
+			n++
+		}
+	}
+	return int64(n * sp.Micro)
+}
+
+// checkMulti trains (or evaluates) p on the masked blocks over trs, all
+// ranks in this process, and compares it with multiSequential.
+func checkMulti(t *testing.T, p prog, trs []transport.Transport, mode string) {
+	t.Helper()
+	sp := p.spec
+	g := newMultiRun(p)
+	xs := make([]*pipe.Exec, sp.Ranks)
+	all := make([]int, sp.Ranks)
+	for r := range sp.Ranks {
+		x := g.exec(t, r, trs[r])
+		xs[r], all[r] = x, r
+		t.Cleanup(func() { x.Close(); trs[r].Close() })
+	}
+	fns := rankFns(p, mode)
+	last := sp.RankOf[sp.Stages-1]
+	var got [][]float64
+	for g.it = range g.iters() {
+		if err := pipe.RunAll(xs, fns); err != nil {
+			t.Fatalf("iteration %d: %v", g.it, err)
+		}
+		got = append(got, xs[last].Losses())
+	}
+	g.check(t, got, all...)
 }
 
 // multiCases are the programs the in-process test runs: generated code
@@ -430,20 +470,10 @@ func TestMultiTensorSwapReachesStage(t *testing.T) {
 	}
 	sp := p.spec
 	trs := inprocWorld(sp.Ranks, 20*time.Second)
-	blocks := newMaskedBlocks(sp.Stages)
+	g := newMultiRun(p)
 	xs := make([]*pipe.Exec, sp.Ranks)
-	it := 0
 	for r := range sp.Ranks {
-		mine := map[int]pipe.Stage{}
-		for s, rr := range sp.RankOf {
-			if rr == r {
-				mine[s] = pipe.Multi(blocks[s])
-			}
-		}
-		x, err := pipe.New(pipe.Config{Rank: r, Spec: sp, Stages: mine, Data: multiSource{&it}, Loss: pipe.MultiLossOf(maskedMSE{sp.Micro}), Transport: trs[r]})
-		if err != nil {
-			t.Fatal(err)
-		}
+		x := g.exec(t, r, trs[r])
 		xs[r] = x
 		defer func() { x.Close(); trs[r].Close() }()
 	}
@@ -451,7 +481,7 @@ func TestMultiTensorSwapReachesStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := 0
-	for _, b := range blocks {
+	for _, b := range g.blocks {
 		got += int(b.offloads.Load())
 	}
 	if got != want {
