@@ -100,10 +100,7 @@ func sameSet(t *testing.T, got, want []*tensor.Dense) {
 func TestPackUnpack(t *testing.T) {
 	nan32 := math.Float32frombits(0x7fa00001) // a signalling NaN payload
 	nan64 := math.Float64frombits(0x7ff4000000000001)
-	maxRank := make([]int, pipe.MaxPartDims)
-	for i := range maxRank {
-		maxRank[i] = 1
-	}
+	maxRank := ones(pipe.MaxPartDims)
 	many := make([]*tensor.Dense, pipe.MaxParts)
 	for i := range many {
 		many[i] = f64([]float64{float64(i)})
@@ -229,6 +226,15 @@ func TestPackUnpackRandom(t *testing.T) {
 	}
 }
 
+// ones is n dims of 1.
+func ones(n int) []int {
+	d := make([]int, n)
+	for i := range d {
+		d[i] = 1
+	}
+	return d
+}
+
 func TestPackErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -237,6 +243,7 @@ func TestPackErrors(t *testing.T) {
 	}{
 		{"too many parts", make([]*tensor.Dense, pipe.MaxParts+1), "at most 256"},
 		{"int dtype", []*tensor.Dense{tensor.New(tensor.WithShape(2), tensor.WithBacking([]int{1, 2}))}, "tensor 0 has dtype int"},
+		{"too many dims", []*tensor.Dense{nil, f64([]float64{1}, ones(pipe.MaxPartDims+1)...)}, "tensor 1: tensor has 17 dimensions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := pipe.Pack(tc.set); err == nil || !strings.Contains(err.Error(), tc.want) {
