@@ -17,7 +17,9 @@ import (
 // index held in floats) gets nil: the stage returns nil in dxs for it, and
 // finds nil in dys for such an output. The first stage may return nil dxs.
 // The tensors it receives are its own (Unpack's copies), and those it
-// returns are copied into the carrier, so it may keep or reuse either.
+// returns are copied into the carrier, so it may keep or reuse either; but
+// BackwardWeight gets the very dys BackwardInput got (the adapter unpacks
+// a chunk's gradient once), so BackwardInput must not modify them.
 type MultiStage interface {
 	Forward(xs []*tensor.Dense) (ys []*tensor.Dense, saved any, err error)
 	BackwardInput(saved any, dys []*tensor.Dense) (dxs []*tensor.Dense, err error)
@@ -202,7 +204,9 @@ func (p multiSwap) Offload(saved any) (any, error) {
 		return nil, err
 	}
 	out := *s
-	out.inner, out.swapped = h, true
+	// The unpacked gradient set (between I and W) stays out of the
+	// working set too: W unpacks it again after Load.
+	out.inner, out.swapped, out.dy, out.dys = h, true, nil, nil
 	return &out, nil
 }
 
