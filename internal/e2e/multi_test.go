@@ -428,6 +428,7 @@ func multiCases(t *testing.T) []struct {
 		{progByName(t, "zbv"), "straight"},
 		{progByName(t, "interleaved"), "interp"},
 		{lower(ir.Config{Schedule: "1f1b", Ranks: 2, Micro: 4}, passes.Options{Swap: 2}), "interp"},
+		{lower(ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, passes.Options{Swap: 2}), "interp"},
 		{lower(ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, passes.Options{ShipLabels: true}), "interp"},
 		{lower(ir.Config{Schedule: "dualpipev", Ranks: 4, Micro: 8}, passes.Options{}), "interp"},
 		{lower(ir.Config{Schedule: "1f1b", Ranks: 4, Micro: 8}, passes.Options{ForwardOnly: true}), "interp"},

@@ -288,6 +288,16 @@ func TestMultiPassesThrough(t *testing.T) {
 			if _, err := st.BackwardInput(back, dy); err != nil {
 				t.Fatal(err)
 			}
+			// Out again between I and W: W gets the gradient set anew.
+			if h, err = sw.Offload(back); err != nil {
+				t.Fatal(err)
+			}
+			if back, err = sw.Load(h); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.BackwardWeight(back, dy); err != nil {
+				t.Fatal(err)
+			}
 			var s *swapping
 			switch m := tc.m.(type) {
 			case *swapping:
@@ -297,8 +307,16 @@ func TestMultiPassesThrough(t *testing.T) {
 			case *everything:
 				s = &m.swapping
 			}
-			if s.offloaded != 1 || s.loaded != 1 {
-				t.Errorf("the stage's Offload ran %d times, Load %d; want once each", s.offloaded, s.loaded)
+			if s.offloaded != 2 || s.loaded != 2 {
+				t.Errorf("the stage's Offload ran %d times, Load %d; want twice each", s.offloaded, s.loaded)
+			}
+			if g := s.gotDys; len(g) != 2 || g[0][0] == g[1][0] || g[1][1] != nil {
+				t.Fatalf("the backwards got gradient sets %v; want two, unpacked apart (the first was swapped out with the chunk)", g)
+			} else {
+				sameSet(t, g[1], g[0])
+			}
+			if want := 1 + 2.0; s.gw != want {
+				t.Errorf("weight gradient after the swap %v, want %v", s.gw, want)
 			}
 		})
 	}
