@@ -36,7 +36,8 @@
 // config.go (Config, New, lifecycle, errors), slots.go (slots and argument
 // checks), compute.go, transfer.go (one implementation behind every send
 // and receive), fused.go, overlap.go, swap.go, fsdp.go, labels.go, mpipe.go,
-// copies.go, and interpret.go.
+// copies.go, interpret.go, and multi.go and multistage.go (sets of tensors,
+// below).
 //
 // # Slots
 //
@@ -62,6 +63,19 @@
 // are matched FIFO per (peer, channel) by the transport, and each message's
 // tag (sender stage and micro) is checked. [Exec.Sync] waits for every
 // posted comm op; [Run] calls it.
+//
+// # Several tensors per boundary
+//
+// A slot holds one tensor per input, output and gradient; a stage that
+// takes and returns a set (hidden states with a mask, positions) is a
+// [MultiStage] that [Multi] adapts: the set crosses each boundary as one
+// carrier tensor ([Pack], [Unpack]), so one message per transfer on every
+// transport, with shapes that may change per micro-batch, and the
+// generated code and the steps are those of single tensors. A part without
+// a gradient gets nil. [MultiLossOf] adapts the loss and [MultiBatches]
+// packs the inputs. Unpack checks a carrier from a peer before it sizes
+// anything (a *[MultiError] names the bad field). docs/internals.md,
+// "Several tensors per boundary", has the layout and the rules.
 //
 // # Failure
 //
