@@ -43,9 +43,10 @@ func (x *Exec) syncCopies() error {
 }
 
 // exchangeGrads sends stage s's gradients to peer (which holds its twin t)
-// and adds t's, received from peer, to them.
+// and adds t's, received from peer, to them; lists that differ fail both
+// ranks, naming both stages (swapListed).
 func (x *Exec) exchangeGrads(s, t, peer int, mine []*tensor.Dense) error {
-	theirs, err := x.swapGrads(s, t, peer, mine)
+	theirs, err := x.swapListed(s, t, peer, mine, "model-copy gradients", "a stage and its twin in the other model copy return the same list from Grads")
 	if err != nil {
 		return err
 	}

@@ -198,3 +198,57 @@ func TestCopiesOffRouteReceive(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// extraGrads is a twinAffine whose Grads list has one more tensor than its
+// twin's: a model whose two copies disagree.
+type extraGrads struct{ *twinAffine }
+
+func (s extraGrads) Grads() []*tensor.Dense {
+	return append(s.twinAffine.Grads(), tensor.New(tensor.WithShape(3), tensor.WithBacking(make([]float64, 3))))
+}
+
+// TestCopiesGradListsDiffer: when a stage's Grads list differs from its
+// twin's (here on the other rank), both ranks fail at OPT_STEP naming both
+// stages and both lists, instead of one waiting for a tensor the other
+// never sends (which only the progress timeout would end).
+func TestCopiesGradListsDiffer(t *testing.T) {
+	sp, ops := copiesProgram()
+	trs := inprocWorld(2, time.Minute) // far above the test's run time: a hang would time the test out
+	model := newStages(2)
+	held := []map[int]pipe.Stage{{}, {}}
+	for s, r := range sp.RankOf {
+		m := *model[s%2]
+		var st pipe.Stage = &twinAffine{affine: &m}
+		if s == 2 { // rank 1's copy-B first stage, twin of rank 0's stage 0
+			st = extraGrads{&twinAffine{affine: &m}}
+		}
+		held[r][s] = st
+	}
+	var xs []*pipe.Exec
+	for r := range 2 {
+		x, err := pipe.New(pipe.Config{Rank: r, Spec: sp, Stages: held[r], Loss: mse{}, Data: &data{}, Transport: trs[r], OptStep: func() error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		xs = append(xs, x)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- pipe.RunAll(xs, []func(*pipe.Exec) error{
+			func(x *pipe.Exec) error { return pipe.Interpret(x, ops[0]) },
+			func(x *pipe.Exec) error { return pipe.Interpret(x, ops[1]) },
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the ranks hung on the mismatched lists")
+	}
+	for r, x := range xs {
+		err := x.Err()
+		if err == nil || !strings.Contains(err.Error(), "stage 0's model-copy gradients are 1 (float64 [2]) and stage 2's 2 (float64 [2], float64 [3])") {
+			t.Errorf("rank %d: %v; want both stages' lists named", r, err)
+		}
+	}
+}

@@ -158,11 +158,18 @@ func (x *Exec) TieGrad(stage int) {
 }
 
 // exchangeTied sends stage's tied gradients mine to peer, which holds the
-// other stage of the tie, and returns the other's. The two ranks first
-// swap a description of their lists (count, dtypes, shapes: tieMeta), so
-// that lists that differ fail both ranks at once, naming both stages,
-// instead of leaving one waiting for a tensor the other never sends.
+// other stage of the tie, and returns the other's (swapListed).
 func (x *Exec) exchangeTied(stage, other, peer int, mine []*tensor.Dense) ([]*tensor.Dense, error) {
+	return x.swapListed(stage, other, peer, mine, "tied gradients", "both copies of a tie return the same list from TiedGrads")
+}
+
+// swapListed is swapGrads for lists that must agree (a tie's two copies,
+// dualpipe's two model copies of a stage): the two ranks first swap a
+// description of their lists (count, dtypes, shapes: tieMeta), so that
+// lists that differ fail both ranks at once, naming both stages (what the
+// lists are, and the fix), instead of leaving one waiting for a tensor the
+// other never sends.
+func (x *Exec) swapListed(stage, other, peer int, mine []*tensor.Dense, what, fix string) ([]*tensor.Dense, error) {
 	meta, err := x.swapGrads(stage, other, peer, []*tensor.Dense{tieMeta(mine)})
 	if err != nil {
 		return nil, err
@@ -174,7 +181,7 @@ func (x *Exec) exchangeTied(stage, other, peer int, mine []*tensor.Dense) ([]*te
 		if a > b {
 			a, b, da, db = b, a, db, da
 		}
-		return nil, fmt.Errorf("stage %d's tied gradients are %s and stage %d's %s; both copies of a tie return the same list from TiedGrads", a, da, b, db)
+		return nil, fmt.Errorf("stage %d's %s are %s and stage %d's %s; %s", a, what, da, b, db, fix)
 	}
 	return x.swapGrads(stage, other, peer, mine)
 }
