@@ -1,0 +1,103 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// naiveGemm is the textbook triple loop in float64, the reference for gemm.
+func naiveGemm[T float](ta, tb bool, m, n, k int, alpha float64, a []T, lda int, b []T, ldb int, beta float64, c []T, ldc int) []float64 {
+	out := make([]float64, m*n)
+	for i := range m {
+		for j := range n {
+			var s float64
+			for l := range k {
+				var av, bv T
+				if ta {
+					av = a[l*lda+i]
+				} else {
+					av = a[i*lda+l]
+				}
+				if tb {
+					bv = b[j*ldb+l]
+				} else {
+					bv = b[l*ldb+j]
+				}
+				s += float64(av) * float64(bv)
+			}
+			cv := 0.0
+			if beta != 0 {
+				cv = beta * float64(c[i*ldc+j])
+			}
+			out[i*n+j] = cv + alpha*s
+		}
+	}
+	return out
+}
+
+// TestGemmAgainstNaive checks gemm (the blocked kernel where the CPU has
+// AVX2 and FMA, gonum's GEMM elsewhere) against the triple loop for every
+// transpose case, sizes around the micro-panel and tile edges, padded
+// leading dimensions and alpha/beta special cases, and that beta = 0
+// overwrites a NaN in c, as BLAS does.
+func TestGemmAgainstNaive(t *testing.T) {
+	sizes := [][3]int{{1, 1, 1}, {5, 7, 3}, {6, 8, 1}, {7, 17, 9}, {73, 129, 257}, {64, 64, 64}, {130, 300, 40}, {3, 5, 0}}
+	scalars := [][2]float64{{1, 0}, {1, 1}, {0.5, -2}, {-1, 0.25}}
+	for _, sz := range sizes {
+		for _, ab := range scalars {
+			for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+				name := fmt.Sprintf("%dx%dx%d/a%v,b%v/%v%v", sz[0], sz[1], sz[2], ab[0], ab[1], tr[0], tr[1])
+				t.Run("f64/"+name, func(t *testing.T) { checkGemm[float64](t, tr[0], tr[1], sz, ab, 1e-12) })
+				t.Run("f32/"+name, func(t *testing.T) { checkGemm[float32](t, tr[0], tr[1], sz, ab, 2e-5) })
+			}
+		}
+	}
+}
+
+func checkGemm[T float](t *testing.T, ta, tb bool, sz [3]int, ab [2]float64, tol float64) {
+	m, n, k := sz[0], sz[1], sz[2]
+	rng := NewRand(uint64(m*1000003 + n*1009 + k))
+	// Leading dimensions 3 wider than the operands, to catch a kernel that
+	// assumes contiguous rows.
+	ar, ac := m, k
+	if ta {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if tb {
+		br, bc = n, k
+	}
+	lda, ldb, ldc := ac+3, bc+3, n+3
+	a, b, c := make([]T, max(ar*lda, 1)), make([]T, max(br*ldb, 1)), make([]T, m*ldc)
+	for i := range a {
+		a[i] = T(2*rng.Float64() - 1)
+	}
+	for i := range b {
+		b[i] = T(2*rng.Float64() - 1)
+	}
+	for i := range c {
+		c[i] = T(2*rng.Float64() - 1)
+	}
+	if ab[1] == 0 {
+		c[0] = T(math.NaN())
+	}
+	want := naiveGemm(ta, tb, m, n, k, ab[0], a, lda, b, ldb, ab[1], c, ldc)
+	pad := c[n] // a padding element of row 0, beyond column n
+	gemm(ta, tb, m, n, k, T(ab[0]), a, lda, b, ldb, T(ab[1]), c, ldc)
+	for i := range m {
+		for j := range n {
+			got, w := float64(c[i*ldc+j]), want[i*n+j]
+			if !(math.Abs(got-w) <= tol*(1+math.Sqrt(float64(k)))) {
+				t.Fatalf("c[%d,%d] = %v, want %v", i, j, got, w)
+			}
+		}
+	}
+	if c[n] != pad {
+		t.Fatalf("padding of c changed: %v, was %v", c[n], pad)
+	}
+}
+
+// TestHasFMA pins the dispatch on this test's CPU: where the blocked
+// kernel runs, TestGemmAgainstNaive tests it; where it does not, gonum's.
+func TestHasFMA(t *testing.T) { t.Logf("blocked AVX2/FMA kernel: %v", hasFMA) }
