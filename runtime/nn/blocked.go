@@ -7,10 +7,11 @@ import (
 )
 
 // The blocked GEMM that gemm runs on where the CPU has AVX2 and FMA
-// (hasFMA): C is cut into fixed tiles of blockM×blockN, each computed whole
-// by one goroutine; a tile walks k in panels of blockK, packs its rows of
-// op(A) and its columns of op(B) for the panel into contiguous micro-panels
-// (microM rows, or nr(T) columns, per k step, padded with zeros) and runs
+// (hasFMA): C is cut into fixed tiles of up to tileRows×blockN, each
+// computed whole by one goroutine; a tile walks k in panels of blockK,
+// packs its columns of op(B) for the panel into contiguous micro-panels of
+// nr(T) columns per k step once, then, for each blockM rows, those rows of
+// op(A) into micro-panels of microM rows (both padded with zeros), and runs
 // the assembly micro-kernel on every pair (gemm_amd64.s: a microM×nr(T)
 // block of FMA chains in k order). Every element of C is thus
 // beta·c + alpha·(panel 1's sum) + alpha·(panel 2's sum) + ..., each sum an
@@ -18,8 +19,11 @@ import (
 const (
 	microM = 6
 	blockM = 12 * microM // 72
-	blockN = 128
-	blockK = 256
+	// tileRows is the height of a tile: the packed B panel serves this
+	// many rows.
+	tileRows = 4 * blockM
+	blockN   = 128
+	blockK   = 256
 )
 
 // nr is the micro-kernel's width in columns: one pair of 256-bit registers.
@@ -73,7 +77,7 @@ func blockedGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b [
 		}
 		return
 	}
-	tm, tn := (m+blockM-1)/blockM, (n+blockN-1)/blockN
+	tm, tn := (m+tileRows-1)/tileRows, (n+blockN-1)/blockN
 	tiles := tm * tn
 	w := &gemmWork[T]{ta: ta, tb: tb, m: m, n: n, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc, tn: tn}
 	workers := min(runtime.GOMAXPROCS(0), tiles)
@@ -106,42 +110,53 @@ func (w *gemmWork[T]) run(tiles int) {
 	defer putPack(buf)
 	ap, bp, tile := (*buf)[:blockM*kb], (*buf)[blockM*kb:blockM*kb+kb*blockN], (*buf)[blockM*kb+kb*blockN:]
 	for t := int(w.next.Add(1) - 1); t < tiles; t = int(w.next.Add(1) - 1) {
-		i0, j0 := (t/w.tn)*blockM, (t%w.tn)*blockN
-		w.tile(i0, j0, min(blockM, w.m-i0), min(blockN, w.n-j0), ap, bp, tile)
+		i0, j0 := (t/w.tn)*tileRows, (t%w.tn)*blockN
+		w.tile(i0, j0, min(tileRows, w.m-i0), min(blockN, w.n-j0), ap, bp, tile)
 	}
 }
 
-// tile computes c[i0:i0+mb, j0:j0+nb].
-func (w *gemmWork[T]) tile(i0, j0, mb, nb int, ap, bp, tile []T) {
+// tile computes c[i0:i0+mt, j0:j0+nb].
+func (w *gemmWork[T]) tile(i0, j0, mt, nb int, ap, bp, tile []T) {
 	r := nr[T]()
-	mp, np := (mb+microM-1)/microM, (nb+r-1)/r
+	np := (nb + r - 1) / r
 	for p0 := 0; p0 < w.k; p0 += blockK {
 		kb := min(blockK, w.k-p0)
-		w.packA(ap, i0, mb, p0, kb)
 		w.packB(bp, j0, nb, p0, kb)
-		for jp := range np {
-			bpan := bp[jp*kb*r : (jp+1)*kb*r]
-			cols := min(r, nb-jp*r)
-			for ip := range mp {
-				microKernel(kb, ap[ip*kb*microM:(ip+1)*kb*microM], bpan, tile)
-				rows := min(microM, mb-ip*microM)
-				for ri := range rows {
-					row := w.c[(i0+ip*microM+ri)*w.ldc+j0+jp*r:]
-					row = row[:cols]
-					tr := tile[ri*r : ri*r+cols]
-					switch {
-					case p0 > 0 || w.beta == 1:
-						for j, v := range tr {
-							row[j] += w.alpha * v
-						}
-					case w.beta == 0:
-						for j, v := range tr {
-							row[j] = w.alpha * v
-						}
-					default:
-						for j, v := range tr {
-							row[j] = w.beta*row[j] + w.alpha*v
-						}
+		for ib := i0; ib < i0+mt; ib += blockM {
+			mb := min(blockM, i0+mt-ib)
+			w.packA(ap, ib, mb, p0, kb)
+			w.block(ap, bp, tile, ib, j0, mb, nb, np, p0, kb)
+		}
+	}
+}
+
+// block runs the micro-kernel over the packed rows ib..ib+mb-1 and columns
+// j0..j0+nb-1 (np micro-panels) of k panel p0 and adds the results to c.
+func (w *gemmWork[T]) block(ap, bp, tile []T, ib, j0, mb, nb, np, p0, kb int) {
+	r := nr[T]()
+	mp := (mb + microM - 1) / microM
+	for jp := range np {
+		bpan := bp[jp*kb*r : (jp+1)*kb*r]
+		cols := min(r, nb-jp*r)
+		for ip := range mp {
+			microKernel(kb, ap[ip*kb*microM:(ip+1)*kb*microM], bpan, tile)
+			rows := min(microM, mb-ip*microM)
+			for ri := range rows {
+				row := w.c[(ib+ip*microM+ri)*w.ldc+j0+jp*r:]
+				row = row[:cols]
+				tr := tile[ri*r : ri*r+cols]
+				switch {
+				case p0 > 0 || w.beta == 1:
+					for j, v := range tr {
+						row[j] += w.alpha * v
+					}
+				case w.beta == 0:
+					for j, v := range tr {
+						row[j] = w.alpha * v
+					}
+				default:
+					for j, v := range tr {
+						row[j] = w.beta*row[j] + w.alpha*v
 					}
 				}
 			}
@@ -193,7 +208,10 @@ func (w *gemmWork[T]) packB(bp []T, j0, nb, p0, kb int) {
 					dst[cc] = w.b[(jb+cc)*w.ldb+p0+l]
 				}
 			} else {
-				copy(dst[:cols], w.b[(p0+l)*w.ldb+jb:(p0+l)*w.ldb+jb+cols])
+				src := w.b[(p0+l)*w.ldb+jb : (p0+l)*w.ldb+jb+cols]
+				for cc, v := range src {
+					dst[cc] = v
+				}
 			}
 			clear(dst[cols:])
 		}
