@@ -36,8 +36,8 @@ func naiveGemm[T float](ta, tb bool, m, n, k int, alpha float64, a []T, lda int,
 	return out
 }
 
-// TestGemmAgainstNaive checks gemm (the blocked kernel where the CPU has
-// AVX2 and FMA, gonum's GEMM elsewhere) against the triple loop for every
+// TestGemmAgainstNaive checks both of gemm's kernels (the blocked one,
+// where the CPU has AVX2 and FMA, and gonum's) against the triple loop for every
 // transpose case, sizes around the micro-panel and tile edges, padded
 // leading dimensions and alpha/beta special cases, and that beta = 0
 // overwrites a NaN in c, as BLAS does.
@@ -48,14 +48,30 @@ func TestGemmAgainstNaive(t *testing.T) {
 		for _, ab := range scalars {
 			for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
 				name := fmt.Sprintf("%dx%dx%d/a%v,b%v/%v%v", sz[0], sz[1], sz[2], ab[0], ab[1], tr[0], tr[1])
-				t.Run("f64/"+name, func(t *testing.T) { checkGemm[float64](t, tr[0], tr[1], sz, ab, 1e-12) })
-				t.Run("f32/"+name, func(t *testing.T) { checkGemm[float32](t, tr[0], tr[1], sz, ab, 2e-5) })
+				for kn, kernel := range map[string]func(ta, tb bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int){
+					"gonum": gonumGemm[float64], "blocked": blockedIfFMA[float64]} {
+					t.Run(kn+"/f64/"+name, func(t *testing.T) { checkGemm(t, kernel, tr[0], tr[1], sz, ab, 1e-12) })
+				}
+				for kn, kernel := range map[string]func(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int){
+					"gonum": gonumGemm[float32], "blocked": blockedIfFMA[float32]} {
+					t.Run(kn+"/f32/"+name, func(t *testing.T) { checkGemm(t, kernel, tr[0], tr[1], sz, ab, 2e-5) })
+				}
 			}
 		}
 	}
 }
 
-func checkGemm[T float](t *testing.T, ta, tb bool, sz [3]int, ab [2]float64, tol float64) {
+// blockedIfFMA is blockedGemm where the micro-kernel runs (m, n > 0, as
+// gemm calls it), gemm elsewhere.
+func blockedIfFMA[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if !hasFMA {
+		gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	blockedGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func checkGemm[T float](t *testing.T, kernel func(ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int), ta, tb bool, sz [3]int, ab [2]float64, tol float64) {
 	m, n, k := sz[0], sz[1], sz[2]
 	rng := NewRand(uint64(m*1000003 + n*1009 + k))
 	// Leading dimensions 3 wider than the operands, to catch a kernel that
@@ -84,7 +100,7 @@ func checkGemm[T float](t *testing.T, ta, tb bool, sz [3]int, ab [2]float64, tol
 	}
 	want := naiveGemm(ta, tb, m, n, k, ab[0], a, lda, b, ldb, ab[1], c, ldc)
 	pad := c[n] // a padding element of row 0, beyond column n
-	gemm(ta, tb, m, n, k, T(ab[0]), a, lda, b, ldb, T(ab[1]), c, ldc)
+	kernel(ta, tb, m, n, k, T(ab[0]), a, lda, b, ldb, T(ab[1]), c, ldc)
 	for i := range m {
 		for j := range n {
 			got, w := float64(c[i*ldc+j]), want[i*n+j]

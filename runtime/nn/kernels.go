@@ -35,6 +35,11 @@ func gemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 		blockedGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	gonumGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// gonumGemm is gemm on gonum's Dgemm and Sgemm.
+func gonumGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	transA, transB := blas.NoTrans, blas.NoTrans
 	if ta {
 		transA = blas.Trans
