@@ -3,6 +3,10 @@ package nn
 import (
 	"fmt"
 	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -114,6 +118,33 @@ func checkGemm[T float](t *testing.T, kernel func(ta, tb bool, m, n, k int, alph
 	}
 }
 
-// TestHasFMA pins the dispatch on this test's CPU: where the blocked
-// kernel runs, TestGemmAgainstNaive tests it; where it does not, gonum's.
-func TestHasFMA(t *testing.T) { t.Logf("blocked AVX2/FMA kernel: %v", hasFMA) }
+// TestHasFMA checks the CPUID detection against the flags Linux lists in
+// /proc/cpuinfo (avx2 and fma; the kernel lists avx only where the OS
+// saves the YMM state), where there is one to read.
+func TestHasFMA(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		if hasFMA {
+			t.Fatalf("hasFMA on %s", runtime.GOARCH)
+		}
+		return
+	}
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skipf("no /proc/cpuinfo: %v", err)
+	}
+	var flags []string
+	for line := range strings.Lines(string(info)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			flags = strings.Fields(v)
+			break
+		}
+	}
+	if flags == nil {
+		t.Skip("/proc/cpuinfo lists no flags")
+	}
+	want := slices.Contains(flags, "avx2") && slices.Contains(flags, "fma") && slices.Contains(flags, "avx")
+	if hasFMA != want {
+		t.Fatalf("hasFMA = %v, /proc/cpuinfo flags avx, avx2, fma say %v", hasFMA, want)
+	}
+	t.Logf("blocked AVX2/FMA kernel: %v", hasFMA)
+}
