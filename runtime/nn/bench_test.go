@@ -58,16 +58,22 @@ func TestParallelDeterministic(t *testing.T) {
 	}
 }
 
+// BenchmarkLinear times a Linear's forward and backward (input and weight
+// gradients) at batch×in×out, the first the shape of BenchmarkGEMM, and
+// reports GFLOP/s counting the three products (6·batch·in·out):
+//
+//	go test -run '^$' -bench 'GEMM|Linear|Attention' -count 6 ./runtime/nn/
 func BenchmarkLinear(b *testing.B) {
 	for _, dt := range dtypes {
-		for _, n := range []int{256, 1024} {
-			b.Run(fmt.Sprintf("%v/%dx%dx%d", dt, n, n, n), func(b *testing.B) {
+		for _, sz := range [][3]int{{64, 512, 512}, {256, 256, 256}} {
+			rows, in, out := sz[0], sz[1], sz[2]
+			b.Run(fmt.Sprintf("%v/%dx%dx%d", dt, rows, in, out), func(b *testing.B) {
 				rng := NewRand(1)
-				l, err := NewLinear(n, n, dt, rng)
+				l, err := NewLinear(in, out, dt, rng)
 				if err != nil {
 					b.Fatal(err)
 				}
-				x, dy := randMatrix(dt, n, n, rng), randMatrix(dt, n, n, rng)
+				x, dy := randMatrix(dt, rows, in, rng), randMatrix(dt, rows, out, rng)
 				b.ReportAllocs()
 				b.ResetTimer()
 				for b.Loop() {
@@ -79,7 +85,7 @@ func BenchmarkLinear(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64(b.N)*6*float64(n*n*n)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(float64(b.N)*6*float64(rows*in*out)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
 	}

@@ -11,11 +11,14 @@
 // contiguous input is used in place. A view or a lazily transposed tensor is
 // copied once. Masked and column-major tensors are rejected. Bad shapes,
 // dtypes and saved contexts give errors that name the offending shapes. They
-// never panic: shapes are checked before any kernel runs. A Linear's matrix
-// products run on gonum's GEMM (gonum.org/v1/gonum/blas/gonum), whose split
-// of the work into fixed 64×64 blocks depends on the matrix sizes only, so
-// results are deterministic and do not depend on GOMAXPROCS; the
-// elementwise kernels are plain loops over the backing slices.
+// never panic: shapes are checked before any kernel runs. The matrix products
+// (Linear's, attention's) run on a blocked GEMM with an AVX2/FMA assembly
+// micro-kernel where the CPU has both (amd64), and on gonum's GEMM
+// (gonum.org/v1/gonum/blas/gonum) elsewhere. Both split the work into
+// fixed tiles that depend on the matrix sizes only, so results are
+// deterministic and do not depend on GOMAXPROCS (they do differ between a
+// CPU with FMA and one without); the elementwise kernels are plain loops
+// over the backing slices.
 //
 // # Transformer layers
 //

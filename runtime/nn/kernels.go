@@ -13,12 +13,17 @@ func axpy[T float](a T, x, y []T) {
 	}
 }
 
-// The three products of a Linear run on gonum's GEMM (blas/gonum, pure Go
-// with assembly inner loops), through gemm below. Its results depend only on
-// the matrix sizes, never on GOMAXPROCS: it splits C into fixed 64×64
-// blocks, each computed by one goroutine summing its k blocks in order
-// (TestParallelDeterministic checks it), so a pipeline stage and the
+// Every matrix product (a Linear's three, attention's per-head ones) goes
+// through gemm below. Where the CPU has AVX2 and FMA (hasFMA, amd64) it runs
+// on the package's own blocked kernel (blocked.go, gemm_amd64.s); elsewhere
+// on gonum's GEMM (blas/gonum, pure Go with SSE inner loops). Either way its
+// results depend only on the matrix sizes, never on GOMAXPROCS: both split C
+// into fixed tiles, each computed by one goroutine summing k in a fixed
+// order (TestParallelDeterministic checks it), so a pipeline stage and the
 // sequential reference, given micro-batches of the same shape, round alike.
+// The two kernels round differently (FMA chains against gonum's separate
+// multiply and add): results are reproducible on one machine, not across
+// CPUs with and without FMA.
 
 // gemm sets c = alpha·op(a)·op(b) + beta·c, row-major, for c [m,n] and
 // op(a) [m,k], op(b) [k,n] (op: transpose when ta or tb).
@@ -26,6 +31,15 @@ func gemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 	if m == 0 || n == 0 {
 		return
 	}
+	if hasFMA {
+		blockedGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	gonumGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// gonumGemm is gemm on gonum's Dgemm and Sgemm.
+func gonumGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	transA, transB := blas.NoTrans, blas.NoTrans
 	if ta {
 		transA = blas.Trans
