@@ -113,7 +113,7 @@ import (
 )
 
 // MaxElems bounds the elements of one collective's tensor (padded).
-const MaxElems = 1 << 40
+const MaxElems = min(1<<40, math.MaxInt)
 
 // Comm runs collectives on one group transport. Its methods must be called
 // in the same order on every member, from one goroutine at a time (or

@@ -40,7 +40,7 @@ const MaxPartDims = transport.MaxDims
 
 // maxPartElems bounds a part's element count, and the product of its
 // nonzero dims (1<<40: 8 TiB of float64s).
-const maxPartElems = 1 << 40
+const maxPartElems = min(1<<40, math.MaxInt)
 
 const (
 	multiMagic   = 0x70706d73 // "ppms"
