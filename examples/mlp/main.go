@@ -68,14 +68,15 @@ type options struct {
 	delay     time.Duration
 	timeout   time.Duration // -timeout: the transport's progress timeout; 0 keeps PPGEN_TIMEOUT or the default
 	swapTier  string
-	trace     string         // -trace: write the last step's measured timeline here (in-process)
-	timeline  *pipe.Timeline // set by runInProc when trace is
-	wide      int            // -wide: the first and last blocks this many times wider (model.go)
-	wideWait  time.Duration  // -wide-wait: each call of those blocks also waits this long
-	timing    bool           // -timing: print the median iteration time (in-process)
-	dp        int            // -dp: data-parallel replicas (dp.go)
-	coll      string         // -collectives: member-order, native or sendrecv (dp.go)
-	backend   string         // -backend: nn (runtime/nn on gorgonia tensors) or gonum (gonum.go)
+	trace     string            // -trace: write the last step's measured timeline here (in-process)
+	timeline  *pipe.Timeline    // set by runInProc when trace is
+	wide      int               // -wide: the first and last blocks this many times wider (model.go)
+	wideWait  time.Duration     // -wide-wait: each call of those blocks also waits this long
+	timing    bool              // -timing: print the median iteration time (in-process)
+	dp        int               // -dp: data-parallel replicas (dp.go)
+	coll      string            // -collectives: member-order, native or sendrecv (dp.go)
+	backend   string            // -backend: nn (runtime/nn on gorgonia tensors) or gonum (gonum.go)
+	trained   *[]*nn.Sequential // tests: runInProc leaves the trained model here (-backend gonum: its weights stored back)
 }
 
 func main() {
@@ -460,11 +461,14 @@ func runInProc(o options, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "wrote %s: the last step's measured timeline\n", o.trace)
 	}
-	if !o.check {
-		return nil
-	}
 	for _, st := range ranks {
 		store(st.gonum) // -backend gonum: the trained weights, for the comparison
+	}
+	if o.trained != nil {
+		*o.trained = model
+	}
+	if !o.check {
+		return nil
 	}
 	ref, refLosses, err := sequentialReference(o, sp, dt)
 	if err != nil {
