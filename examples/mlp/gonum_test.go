@@ -132,3 +132,55 @@ func TestGonumTCP(t *testing.T) {
 		}
 	}
 }
+
+// TestGonumPipelineIsSequential: the pipeline over the value adapters
+// trains the gonum model to the very bits that training the gonum stages
+// one after the other, without a pipeline, gives (their methods called
+// directly, on mat.Dense): the adapters and the runtime add no rounding.
+func TestGonumPipelineIsSequential(t *testing.T) {
+	const steps, lr, seed = 3, 0.1, 5
+	o := options{schedule: "zbv", transport: "inproc", steps: steps, dtype: "float64", lr: lr, seed: seed, backend: "gonum"}
+	var trained []*nn.Sequential
+	o.trained = &trained
+	if err := runInProc(o, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	sp := catalog["zbv"].Spec
+	ref, err := buildStages(1, tensor.Float64, seed, widen{}) // one stage: the whole model
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := mirror(ref[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := newBatches(tensor.Float64, seed, sp.Micro)
+	loss := gMSE{scale: 1 / float64(sp.Micro)}
+	src := gBatches{data}
+	for step := range steps {
+		data.setStep(step)
+		for m := range sp.Micro {
+			x, _ := src.Input(m)
+			y, saved, err := g.Forward(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tgt, _ := src.Target(m)
+			_, dy, err := loss.Loss(y, tgt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.BackwardInput(saved, dy); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.BackwardWeight(saved, dy); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gSGD([]*gStage{g}, lr)
+	}
+	store([]*gStage{g})
+	if d, err := maxRelDiff(params(trained), params(ref)); err != nil || d != 0 {
+		t.Errorf("the zbv pipeline trains the gonum model %g from sequential gonum training (err %v); want the same bits", d, err)
+	}
+}

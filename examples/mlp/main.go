@@ -188,8 +188,9 @@ func (o options) tolerance() float64 {
 		// inside), so against nn's sequential reference the parameters
 		// differ by rounding, up to 5.1e-12 relative on the smallest ones
 		// (seeds 1-5 and 7, 1f1b, zbv, dualpipe, 1f1b-tie; losses 3.4e-16).
-		// The pipeline itself adds none: every schedule trains the gonum
-		// model to the same bits (TestGonumSchedulesAgree).
+		// The pipeline itself adds none: it trains the gonum model to the
+		// bits of sequential gonum training (TestGonumPipelineIsSequential),
+		// whatever the schedule (TestGonumSchedulesAgree).
 		return 1e-10
 	}
 	if o.dtype == "float32" {

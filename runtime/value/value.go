@@ -121,16 +121,19 @@ func Size(dt Dtype, shape []int) (int, error) {
 	if len(shape) > MaxDims {
 		return 0, fmt.Errorf("%w: shape %v has %d dimensions; at most %d are supported", ErrLayout, shape, len(shape), MaxDims)
 	}
-	n := uint64(es)
+	// n is the payload; span the product of the dimensions other than
+	// zero, bounded too, so that an empty value cannot carry dimensions
+	// whose strides overflow.
+	n, span := uint64(es), uint64(es)
 	for _, d := range shape {
 		if d < 0 {
 			return 0, fmt.Errorf("%w: shape %v has a negative dimension", ErrLayout, shape)
 		}
-		hi, lo := bits.Mul64(n, uint64(d))
+		hi, lo := bits.Mul64(span, uint64(max(d, 1)))
 		if hi != 0 || lo > MaxBytes {
-			return 0, fmt.Errorf("%w: shape %v of %v is over %d bytes", ErrLayout, shape, dt, uint64(MaxBytes))
+			return 0, fmt.Errorf("%w: shape %v of %v is over %d bytes (or, with a zero dimension, its others would be)", ErrLayout, shape, dt, uint64(MaxBytes))
 		}
-		n = lo
+		span, n = lo, n*uint64(d) // n <= span
 	}
 	if n > math.MaxInt {
 		return 0, fmt.Errorf("%w: shape %v of %v is over this platform's int", ErrLayout, shape, dt)

@@ -44,6 +44,8 @@ func TestSize(t *testing.T) {
 		{value.Float64, []int{1<<37 + 1}, 0, "over"},
 		{value.Float64, []int{1 << 62, 1 << 62, 4}, 0, "over"}, // the product overflows 64 bits
 		{value.Float64, []int{math.MaxInt, 2}, 0, "over"},
+		{value.Float64, []int{0, 1 << 62, 1 << 62}, 0, "over"}, // empty, but its other dimensions overflow
+		{value.Float64, []int{0, 1 << 36}, 0, ""},
 		{value.Float64, []int{3, -1}, 0, "negative"},
 		{value.Float64, make([]int, 17), 0, "17 dimensions"},
 		{0, []int{1}, 0, "dtype"},
