@@ -7,6 +7,7 @@
 //	go run ./examples/mlp -schedule zbv -check   # compare with sequential training
 //	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
 //	go run ./examples/mlp -schedule 1f1b-tie -check  # stages 0 and 3 share a layer (-tie 0:3)
+//	go run ./examples/mlp -backend gonum -check      # the model on gonum's mat.Dense (gonum.go)
 //	go run -tags nccl ./examples/mlp -transport nccl -check  # 4 processes, one GPU each (NCCL)
 //	go run -tags nccl ./examples/mlp -transport nccl -dp 2 -schedule 1f1b-fsdp-swap -check  # 8 processes and GPUs, NCCL's collectives
 //
@@ -177,6 +178,14 @@ func (o options) checkBackend() error {
 		return nil
 	}
 	return fmt.Errorf("-backend %q; want nn or gonum", o.backend)
+}
+
+// onBackend is " on gonum" for -backend gonum, else empty.
+func (o options) onBackend() string {
+	if o.backend == "gonum" {
+		return " on gonum"
+	}
+	return ""
 }
 
 // tolerance is the correctness bar of docs/design.md §10.
@@ -422,7 +431,7 @@ func runInProc(o options, out io.Writer) error {
 		defer ranks[r].close()
 		defer trs[r].Close()
 	}
-	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s, in-process\n", o.schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype)
+	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s%s, in-process\n", o.schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype, o.onBackend())
 	var losses []float64
 	var times []time.Duration
 	for step := range o.steps {
