@@ -21,6 +21,8 @@ import (
 // runtime/nn model (the same layers, the weights copied at the start), so
 // -check compares it with the same sequential reference; store copies the
 // trained weights back into the nn model for that comparison.
+// The gonum stages are not Swappers, so a schedule's swap steps do nothing
+// for them (the swap report counts no offloads); -dp needs -backend nn.
 //
 // gonum's mat.Mul and runtime/nn's Linear sum in different orders (nn's
 // forward starts its sums from the bias, gonum's adds the bias to the

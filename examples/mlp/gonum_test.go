@@ -16,10 +16,10 @@ import (
 // TestGonumBackendMatchesSequential: the model on gonum's mat.Dense,
 // through the value adapters, trains as runtime/nn's sequential reference
 // does, within the gonum backend's tolerance, in-process: one pipeline,
-// zero-bubble V, a tie (TIE_GRAD through pipe.ValueTied) and two model
-// copies (pipe.ValueCopyGrads).
+// zero-bubble V, a tie (TIE_GRAD through pipe.ValueTied), two model
+// copies (pipe.ValueCopyGrads) and overlap steps (two adapters at once).
 func TestGonumBackendMatchesSequential(t *testing.T) {
-	for _, name := range []string{"1f1b", "zbv", "1f1b-tie", "dualpipe"} {
+	for _, name := range []string{"1f1b", "zbv", "1f1b-tie", "dualpipe", "interleaved-overlap"} {
 		for _, interpret := range []bool{false, true} {
 			if interpret && catalog[name].Program == nil {
 				continue
