@@ -7,6 +7,7 @@
 //	go run ./examples/mlp -schedule zbv -check   # compare with sequential training
 //	go run ./examples/mlp -transport tcp -check  # 4 OS processes on loopback
 //	go run ./examples/mlp -schedule 1f1b-tie -check  # stages 0 and 3 share a layer (-tie 0:3)
+//	go run ./examples/mlp -backend gonum -check      # the model on gonum's mat.Dense (gonum.go)
 //	go run -tags nccl ./examples/mlp -transport nccl -check  # 4 processes, one GPU each (NCCL)
 //	go run -tags nccl ./examples/mlp -transport nccl -dp 2 -schedule 1f1b-fsdp-swap -check  # 8 processes and GPUs, NCCL's collectives
 //
@@ -52,6 +53,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/swap"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/value/gonumvalue"
 )
 
 type options struct {
@@ -67,13 +69,15 @@ type options struct {
 	delay     time.Duration
 	timeout   time.Duration // -timeout: the transport's progress timeout; 0 keeps PPGEN_TIMEOUT or the default
 	swapTier  string
-	trace     string         // -trace: write the last step's measured timeline here (in-process)
-	timeline  *pipe.Timeline // set by runInProc when trace is
-	wide      int            // -wide: the first and last blocks this many times wider (model.go)
-	wideWait  time.Duration  // -wide-wait: each call of those blocks also waits this long
-	timing    bool           // -timing: print the median iteration time (in-process)
-	dp        int            // -dp: data-parallel replicas (dp.go)
-	coll      string         // -collectives: member-order, native or sendrecv (dp.go)
+	trace     string            // -trace: write the last step's measured timeline here (in-process)
+	timeline  *pipe.Timeline    // set by runInProc when trace is
+	wide      int               // -wide: the first and last blocks this many times wider (model.go)
+	wideWait  time.Duration     // -wide-wait: each call of those blocks also waits this long
+	timing    bool              // -timing: print the median iteration time (in-process)
+	dp        int               // -dp: data-parallel replicas (dp.go)
+	coll      string            // -collectives: member-order, native or sendrecv (dp.go)
+	backend   string            // -backend: nn (runtime/nn on gorgonia tensors) or gonum (gonum.go)
+	trained   *[]*nn.Sequential // tests: runInProc leaves the trained model here (-backend gonum: its weights stored back)
 }
 
 func main() {
@@ -96,6 +100,7 @@ func main() {
 	fs.BoolVar(&o.timing, "timing", false, "in-process: print the median time of an iteration (steps after the first)")
 	fs.StringVar(&o.swapTier, "swap-tier", "host", "where schedules with swap steps offload activations: host (host buffers), file (files under the temporary directory) or none (the steps do nothing)")
 	fs.IntVar(&o.dp, "dp", 1, "data-parallel replicas of the pipeline: world = ranks × N (FSDP for schedules with FSDP steps, else gradients all-reduced at OPT_STEP; see dp.go)")
+	fs.StringVar(&o.backend, "backend", "nn", "the array library the model runs on: nn (runtime/nn's layers on gorgonia tensors) or gonum (the same model on gonum's mat.Dense, through the runtime's value adapters: float64, no -dp)")
 	fs.StringVar(&o.coll, "collectives", "member-order", "with -dp: member-order (the transport's own data movement where it has collectives, MPI's or NCCL's, with the sums in member order: bit-identical to sequential training), native (the transport's own collectives, sums included: faster, float32 within 1e-4 beyond two replicas) or sendrecv (runtime/collective's algorithms over Send and Recv)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -114,6 +119,10 @@ func main() {
 	}
 	if o.mpiSync && o.transport != "mpi" {
 		fmt.Fprintf(os.Stderr, "mlp: -mpi-sync needs -transport mpi (not %s)\n", o.transport)
+		os.Exit(2)
+	}
+	if err := o.checkBackend(); err != nil {
+		fmt.Fprintf(os.Stderr, "mlp: %v\n", err)
 		os.Exit(2)
 	}
 	if o.transport == "mpi" && !transport.MPIBuilt {
@@ -154,8 +163,45 @@ func (o options) dt() (tensor.Dtype, error) {
 	return tensor.Dtype{}, fmt.Errorf("-dtype %q; want float64 or float32", o.dtype)
 }
 
+// checkBackend checks -backend and what it allows.
+func (o options) checkBackend() error {
+	switch o.backend {
+	case "nn", "":
+		return nil
+	case "gonum":
+		if o.dtype != "float64" {
+			return fmt.Errorf("-backend gonum trains in float64 (gonum's mat.Dense), not -dtype %s", o.dtype)
+		}
+		if o.dp != 1 && o.dp != 0 {
+			return fmt.Errorf("-backend gonum runs one pipeline; -dp %d needs -backend nn", o.dp)
+		}
+		return nil
+	}
+	return fmt.Errorf("-backend %q; want nn or gonum", o.backend)
+}
+
+// onBackend is " on gonum" for -backend gonum, else empty.
+func (o options) onBackend() string {
+	if o.backend == "gonum" {
+		return " on gonum"
+	}
+	return ""
+}
+
 // tolerance is the correctness bar of docs/design.md §10.
 func (o options) tolerance() float64 {
+	if o.backend == "gonum" {
+		// The gonum model's layers round apart from runtime/nn's (mat.Mul
+		// then the bias, Add after the weight-gradient product: other
+		// summation orders than nn's GEMM with the bias and gradient
+		// inside), so against nn's sequential reference the parameters
+		// differ by rounding, up to 5.1e-12 relative on the smallest ones
+		// (seeds 1-5 and 7, 1f1b, zbv, dualpipe, 1f1b-tie; losses 3.4e-16).
+		// The pipeline itself adds none: it trains the gonum model to the
+		// bits of sequential gonum training (TestGonumPipelineIsSequential),
+		// whatever the schedule (TestGonumSchedulesAgree).
+		return 1e-10
+	}
 	if o.dtype == "float32" {
 		if sc, err := lookup(o.schedule); err == nil && sc.Spec.Copies > 1 {
 			// Two model copies sum their gradients as (copy A's) + (copy
@@ -174,6 +220,7 @@ func (o options) tolerance() float64 {
 type rankState struct {
 	x      *pipe.Exec
 	stages []*nn.Sequential // the stages this rank holds, in stage order
+	gonum  []*gStage        // with -backend gonum, their mirrors on mat.Dense, which train
 	run    func(*pipe.Exec) error
 	tier   *swap.Tier // where its stages offload activations; nil without swap steps
 }
@@ -245,6 +292,14 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 				}
 				held[s] = ts
 			}
+			if o.backend == "gonum" {
+				gs, g, err := gonumStage(sp, s, model[s])
+				if err != nil {
+					return nil, err
+				}
+				held[s] = gs
+				st.gonum = append(st.gonum, g)
+			}
 			st.stages = append(st.stages, model[s])
 		}
 	}
@@ -261,18 +316,27 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 	if readsData(sp, r) {
 		src = data // the other ranks get none: the runtime must not need it
 	}
+	var loss pipe.Loss = nn.MSE{Scale: 1 / float64(sp.Micro)}
+	optStep := func() error {
+		if err := opt.Step(ps); err != nil {
+			return err
+		}
+		nn.ZeroGrad(ps)
+		return nil
+	}
+	if o.backend == "gonum" {
+		loss = pipe.FromValuesLoss(gMSE{scale: 1 / float64(sp.Micro)}, gonumvalue.Maker{})
+		if src != nil {
+			src = pipe.FromValuesData(gBatches{data})
+		}
+		optStep = func() error { gSGD(st.gonum, o.lr); return nil }
+	}
 	x, err := pipe.New(pipe.Config{
 		Rank: r, Spec: sp, Stages: held, Transport: tr,
-		Loss:     nn.MSE{Scale: 1 / float64(sp.Micro)},
+		Loss:     loss,
 		Data:     src,
 		Timeline: o.timeline,
-		OptStep: func() error {
-			if err := opt.Step(ps); err != nil {
-				return err
-			}
-			nn.ZeroGrad(ps)
-			return nil
-		},
+		OptStep:  optStep,
 	})
 	if err != nil {
 		if st.tier != nil {
@@ -367,7 +431,7 @@ func runInProc(o options, out io.Writer) error {
 		defer ranks[r].close()
 		defer trs[r].Close()
 	}
-	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s, in-process\n", o.schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype)
+	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s%s, in-process\n", o.schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype, o.onBackend())
 	var losses []float64
 	var times []time.Duration
 	for step := range o.steps {
@@ -406,6 +470,12 @@ func runInProc(o options, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "wrote %s: the last step's measured timeline\n", o.trace)
+	}
+	for _, st := range ranks {
+		store(st.gonum) // -backend gonum: the trained weights, for the comparison
+	}
+	if o.trained != nil {
+		*o.trained = model
 	}
 	if !o.check {
 		return nil
@@ -599,6 +669,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger, dial func(options, p
 	if !o.check {
 		return nil
 	}
+	store(rs.gonum) // -backend gonum: the trained weights, for the comparison
 	ref, refLosses, err := sequentialReference(o, sp, dt)
 	if err != nil {
 		return err

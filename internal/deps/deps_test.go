@@ -63,11 +63,13 @@ func runtimeMayImport(pkg, path string, test bool) bool {
 
 // runtimeExtra is, per runtime/ package, the third-party import prefix it
 // may use besides gorgonia: runtime/nn, the reference layers, gonum's BLAS
-// for its matrix products; the NCCL transport purego, which loads NCCL and
-// the CUDA runtime without cgo.
+// for its matrix products; runtime/value/gonumvalue, the value adapter of
+// gonum's matrices, gonum's mat; the NCCL transport purego, which loads
+// NCCL and the CUDA runtime without cgo.
 var runtimeExtra = map[string]string{
-	module + "/runtime/nn":             "gonum.org/v1/gonum/blas",
-	module + "/runtime/transport/nccl": "github.com/ebitengine/purego",
+	module + "/runtime/nn":               "gonum.org/v1/gonum/blas",
+	module + "/runtime/value/gonumvalue": "gonum.org/v1/gonum/mat",
+	module + "/runtime/transport/nccl":   "github.com/ebitengine/purego",
 }
 
 // violations returns every breach of the rule in nodes, sorted. The graph
@@ -141,7 +143,7 @@ func violations(nodes []node) []string {
 		if l == "runtime" {
 			for _, p := range n.Imports {
 				if !runtimeMayImport(n.Path, p, n.Test) {
-					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and the shared abi/ and internal/chrometrace (and runtimeExtra's one module for runtime/nn and runtime/transport/nccl)", name, p))
+					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and the shared abi/ and internal/chrometrace (and runtimeExtra's one module for runtime/nn, runtime/value/gonumvalue and runtime/transport/nccl)", name, p))
 				}
 			}
 		}

@@ -36,8 +36,8 @@
 // config.go (Config, New, lifecycle, errors), slots.go (slots and argument
 // checks), compute.go, transfer.go (one implementation behind every send
 // and receive), fused.go, overlap.go, swap.go, fsdp.go, labels.go, mpipe.go,
-// copies.go, interpret.go, and multi.go and multistage.go (sets of tensors,
-// below).
+// copies.go, interpret.go, multi.go and multistage.go (sets of tensors,
+// below), and values.go (stages on other array libraries, below).
 //
 // # Slots
 //
@@ -76,6 +76,21 @@
 // packs the inputs. Unpack checks a carrier from a peer before it sizes
 // anything (a *[MultiError] names the bad field). docs/internals.md,
 // "Several tensors per boundary", has the layout and the rules.
+//
+// # Other array libraries
+//
+// The slots, the transports and the steps hold gorgonia tensors. A model
+// on another Go array library is a [ValueStage], on package value's Values
+// (a dtype, a shape, the native-order bytes), and [FromValues] adapts it to
+// a Stage at the boundary: the input and gradient tensors become values of
+// the library's value.Maker (views of their memory where it can view
+// them), the stage's values become tensors (over their bytes where they
+// are aligned). [FromValuesLoss] and [FromValuesData] adapt the loss and
+// the data; Swapper, Sharded and, as [ValueCopyGrads] and [ValueTied], the
+// gradient interfaces pass through. This is an adapter layer, not a second
+// runtime: the Stage, Loss, DataSource and transport interfaces are
+// unchanged. runtime/value/gonumvalue is gonum's; docs/internals.md,
+// "Values", has the contract.
 //
 // # Failure
 //
