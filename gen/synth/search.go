@@ -10,7 +10,7 @@ import (
 )
 
 // Rules returns the rules Search tries for P ranks and M micro-batches:
-// every Forward choice, W as fill and eager, and in-flight bounds of
+// every Forward choice, W as fill and eager, with and without Headroom, and in-flight bounds of
 // about P/4, P/2, 3P/4, P, 3P/2, 2P micro-batches and none (those below M
 // only, each once), in that order.
 func Rules(P, M int) []Rule {
@@ -25,7 +25,9 @@ func Rules(P, M int) []Rule {
 	for _, k := range ks {
 		for _, f := range []Forward{Oldest, Deepest, Shallowest} {
 			for _, eager := range []bool{false, true} {
-				out = append(out, Rule{InFlight: k, Forward: f, EagerW: eager})
+				for _, room := range []bool{false, true} {
+					out = append(out, Rule{InFlight: k, Forward: f, EagerW: eager, Headroom: room})
+				}
 			}
 		}
 	}

@@ -75,6 +75,11 @@ type Rule struct {
 	// EagerW runs a pending W before any F (1F1B-like memory); otherwise W's
 	// fill the time a rank would wait and make room under the cap.
 	EagerW bool
+	// Headroom admits a micro-batch to a rank (the F of the rank's first
+	// stage) only while the cap also leaves room for one chunk of the
+	// rank's largest later stage when none of them is live, so that the
+	// oldest micro-batch the rank holds can take its next forward there.
+	Headroom bool
 }
 
 func (r Rule) String() string {
@@ -82,7 +87,7 @@ func (r Rule) String() string {
 	if r.EagerW {
 		w = "eager"
 	}
-	return fmt.Sprintf("in-flight %d, forward %d, W %s", r.InFlight, r.Forward, w)
+	return fmt.Sprintf("in-flight %d, forward %d, W %s, headroom %v", r.InFlight, r.Forward, w, r.Headroom)
 }
 
 // ErrStuck is the failure of a rule that leaves every rank waiting.
@@ -185,8 +190,21 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 	}
 	inFlight := 0
 	left := 3 * S * M
+	room := make([]float64, P) // the largest chunk of each rank's later stages
+	later := make([]int, P)    // live chunks of them
+	for s, r := range pl.RankOf {
+		if s != stagesOf[r][0] {
+			room[r] = max(room[r], p.act(s))
+		}
+	}
 	capOK := func(r, s int) bool {
-		return p.Cap <= 0 || mem[r]+p.act(s) <= p.Cap*(1+1e-9)
+		switch {
+		case p.Cap <= 0:
+			return true
+		case rule.Headroom && s == stagesOf[r][0] && later[r] == 0:
+			return mem[r]+p.act(s)+room[r] <= p.Cap*(1+1e-9)
+		}
+		return mem[r]+p.act(s) <= p.Cap*(1+1e-9)
 	}
 	// readyF and readyI return when the next F or I of stage s may start
 	// (math.Inf(1): not yet known; unset: nothing left).
@@ -242,6 +260,9 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 						endF[k] = t + d
 						nf[st.Stage]++
 						mem[r] += p.act(st.Stage)
+						if st.Stage != stagesOf[r][0] {
+							later[r]++
+						}
 						if st.Stage == 0 {
 							inFlight++
 						}
@@ -257,6 +278,9 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 						d = at(c.W, st.Stage)
 						pendW[r] = pendW[r][1:]
 						mem[r] -= p.act(st.Stage)
+						if st.Stage != stagesOf[r][0] {
+							later[r]--
+						}
 					}
 					free[r] = t + d
 					out.Ranks[r] = append(out.Ranks[r], st)
