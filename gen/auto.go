@@ -22,8 +22,11 @@ import (
 // the smallest makespan whose activation memory is within
 // Options.Auto.MemLimit; ties go to the smaller memory, then to the earlier
 // family name and V (and, with AutoOptions.Split, the even split before the
-// partitioned one). Being the minimum over every candidate, it is never
-// worse than the best fixed schedule among them (docs/design.md §4).
+// partitioned one). With AutoOptions.Split (a model description) it also
+// synthesizes orders for the model's stages and the memory limit
+// (gen/synth, synthTries), listed after the families and losing ties to
+// them. Being the minimum over every candidate, it is never worse than the
+// best fixed schedule among them (docs/design.md §4).
 const Auto = "auto"
 
 // MaxAutoVirtual is the largest V the auto scheduler tries.

@@ -106,12 +106,16 @@ func synthTries(cfg ir.Config, sp *SplitModel, limit float64, fams []*autoTry, i
 			rs = append(rs, start{from.built, from.layers})
 		}
 		for _, st := range rs {
-			eval := func(q ir.Program) (float64, bool) {
+			eval := func(q ir.Program) (synth.Score, bool) {
 				r, mem, err := sp.run(q, st.part)
-				return r.Makespan, err == nil && (limit <= 0 || mem <= limit*(1+1e-9))
+				if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
+					return synth.Score{}, false
+				}
+				return synth.Score{Makespan: r.Makespan, Finish: rankFinish(r)}, true
 			}
-			q, ms, _ := synth.Repair(st.prog, eval, RepairBudget)
-			if best == nil || ms < best.ms*(1-1e-9) {
+			budget := max(1, min(RepairBudget, repairWork/max(st.prog.NumSteps(), 1)))
+			q, sc, _ := synth.Repair(st.prog, eval, budget)
+			if best == nil || sc.Makespan < best.ms*(1-1e-9) {
 				r, mem, err := sp.run(q, st.part)
 				if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
 					continue
@@ -134,8 +138,27 @@ func synthTries(cfg ir.Config, sp *SplitModel, limit float64, fams []*autoTry, i
 }
 
 // RepairBudget is the number of simulations one local search
-// (synth.Repair) of a synthesized candidate spends at most.
-const RepairBudget = 200
+// (synth.Repair) of a synthesized candidate spends at most, and
+// repairWork the simulated steps (simulations times the order's steps).
+const (
+	RepairBudget = 600
+	repairWork   = 1_500_000
+)
+
+// rankFinish is the sum over ranks of the end of each rank's last event.
+func rankFinish(r sim.Result) float64 {
+	s := 0.0
+	for i := range r.Offsets {
+		end := len(r.Events)
+		if i+1 < len(r.Offsets) {
+			end = r.Offsets[i+1]
+		}
+		if end > r.Offsets[i] {
+			s += r.Events[end-1].End
+		}
+	}
+	return s
+}
 
 type synthFound struct {
 	prog            ir.Program

@@ -2,15 +2,28 @@ package synth
 
 import "github.com/ppgen/ppgen/gen/ir"
 
+// Score is what Repair minimises: the makespan, then (to move across the
+// plateaus where one swap does not change it) the sum of the ranks'
+// finishing times.
+type Score struct{ Makespan, Finish float64 }
+
+func (a Score) less(b Score) bool {
+	const eps = 1e-9
+	if d := a.Makespan - b.Makespan; d < -eps*max(1, b.Makespan) || d > eps*max(1, b.Makespan) {
+		return d < 0
+	}
+	return a.Finish < b.Finish-eps*max(1, b.Finish)
+}
+
 // Repair is the local search: it swaps adjacent compute steps of a rank
 // (never two steps of one chunk, nor two of the same kind on one stage,
 // whose order the dependency model fixes), keeping a swap when eval says
-// the order is valid and faster (its memory within the cap, no deadlock),
-// pass after pass over the ranks and positions in order, until a pass
-// improves nothing or budget evaluations are spent. It returns the best
-// order, its cost and the evaluations used; deterministic for a
-// deterministic eval.
-func Repair(p ir.Program, eval func(ir.Program) (float64, bool), budget int) (ir.Program, float64, int) {
+// the order is valid (its memory within the cap, no deadlock) and its
+// Score smaller, pass after pass over the ranks and positions in order,
+// until a pass improves nothing or budget evaluations are spent. It
+// returns the best order, its score and the evaluations used;
+// deterministic for a deterministic eval.
+func Repair(p ir.Program, eval func(ir.Program) (Score, bool), budget int) (ir.Program, Score, int) {
 	best, ok := eval(p)
 	used := 1
 	if !ok {
@@ -27,10 +40,10 @@ func Repair(p ir.Program, eval func(ir.Program) (float64, bool), budget int) (ir
 					continue
 				}
 				steps[i], steps[i+1] = b, a
-				ms, ok := eval(p)
+				sc, ok := eval(p)
 				used++
-				if ok && ms < best*(1-1e-9) {
-					best, improved = ms, true
+				if ok && sc.less(best) {
+					best, improved = sc, true
 					continue
 				}
 				steps[i], steps[i+1] = a, b

@@ -10,7 +10,7 @@ import (
 )
 
 // Rules returns the rules Search tries for P ranks and M micro-batches:
-// every Forward choice, W as fill and eager, with and without Headroom, and in-flight bounds of
+// every Forward choice, W as fill and eager, with and without Headroom, unpaced and paced at the busiest rank's period (Pace 1), and in-flight bounds of
 // about P/4, P/2, 3P/4, P, 3P/2, 2P micro-batches and none (those below M
 // only, each once), in that order.
 func Rules(P, M int) []Rule {
@@ -26,7 +26,9 @@ func Rules(P, M int) []Rule {
 		for _, f := range []Forward{Oldest, Deepest, Shallowest} {
 			for _, eager := range []bool{false, true} {
 				for _, room := range []bool{false, true} {
-					out = append(out, Rule{InFlight: k, Forward: f, EagerW: eager, Headroom: room})
+					for _, pace := range []float64{0, 1} {
+						out = append(out, Rule{InFlight: k, Forward: f, EagerW: eager, Headroom: room, Pace: pace})
+					}
 				}
 			}
 		}

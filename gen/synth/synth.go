@@ -80,6 +80,11 @@ type Rule struct {
 	// rank's largest later stage when none of them is live, so that the
 	// oldest micro-batch the rank holds can take its next forward there.
 	Headroom bool
+	// Pace, when positive, spaces the micro-batches' entry: F(0, m) starts
+	// no earlier than m · Pace · T, with T the busiest rank's work per
+	// micro-batch (the steady state's period), so that chunks do not wait
+	// in queues holding memory.
+	Pace float64
 }
 
 func (r Rule) String() string {
@@ -87,7 +92,7 @@ func (r Rule) String() string {
 	if r.EagerW {
 		w = "eager"
 	}
-	return fmt.Sprintf("in-flight %d, forward %d, W %s, headroom %v", r.InFlight, r.Forward, w, r.Headroom)
+	return fmt.Sprintf("in-flight %d, forward %d, W %s, headroom %v, pace %g", r.InFlight, r.Forward, w, r.Headroom, r.Pace)
 }
 
 // ErrStuck is the failure of a rule that leaves every rank waiting.
@@ -190,6 +195,14 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 	}
 	inFlight := 0
 	left := 3 * S * M
+	work := make([]float64, P) // each rank's work per micro-batch
+	for s, r := range pl.RankOf {
+		work[r] += at(c.F, s) + at(c.I, s) + at(c.W, s)
+	}
+	period := 0.0
+	for _, w := range work {
+		period = max(period, w*rule.Pace)
+	}
 	room := make([]float64, P) // the largest chunk of each rank's later stages
 	later := make([]int, P)    // live chunks of them
 	for s, r := range pl.RankOf {
@@ -214,7 +227,7 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 			return unset
 		}
 		if s == 0 {
-			return 0
+			return float64(m) * period
 		}
 		e := endF[(s-1)*M+m]
 		if e == unset {

@@ -39,7 +39,7 @@ func TestUnitCostsOneStage(t *testing.T) {
 // them.
 func TestRandomCosts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for trial := range 60 {
+	for trial := range 40 {
 		P := 1 + rng.IntN(4)
 		M := 1 + rng.IntN(8)
 		var pl ir.Placement
