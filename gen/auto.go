@@ -348,7 +348,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
 	var synthesized []*autoTry
 	if sp := opt.Auto.Split; sp != nil && !rewrites {
-		if synthesized, err = synthTries(cfg, sp, opt.Auto.MemLimit, tries, index); err != nil {
+		if synthesized, err = synthTries(cfg, opt, sp, opt.Auto.MemLimit, tries, index); err != nil {
 			return nil, Result{}, false, err
 		}
 		tries = append(tries, synthesized...)

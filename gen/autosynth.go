@@ -42,7 +42,7 @@ var synthPlacements = []struct {
 // and memory), as the families' tries do; its index follows theirs, so a
 // family wins a tie. Synthesis failures (every rule stuck) leave the
 // placement out.
-func synthTries(cfg ir.Config, sp *SplitModel, limit float64, fams []*autoTry, index int) ([]*autoTry, error) {
+func synthTries(cfg ir.Config, opt Options, sp *SplitModel, limit float64, fams []*autoTry, index int) ([]*autoTry, error) {
 	L := len(sp.Model.Layers)
 	var out []*autoTry
 	for _, pk := range synthPlacements {
@@ -105,22 +105,40 @@ func synthTries(cfg ir.Config, sp *SplitModel, limit float64, fams []*autoTry, i
 		if from != nil && from.layers.Bounds != nil {
 			rs = append(rs, start{from.built, from.layers})
 		}
-		for _, st := range rs {
-			eval := func(q ir.Program) (synth.Score, bool) {
-				r, mem, err := sp.run(q, st.part)
-				if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
-					return synth.Score{}, false
-				}
-				return synth.Score{Makespan: r.Makespan, Finish: rankFinish(r)}, true
+		// Judged by the lowered program's simulation, what auto compares
+		// (an order that is shorter as a compute order alone may be
+		// longer once its transfers are placed).
+		lowered := func(q ir.Program, part model.Partition) (synth.Score, bool) {
+			low, _, err := passes.Lower(q, opt.Passes)
+			if err != nil {
+				return synth.Score{}, false
 			}
-			budget := max(1, min(RepairBudget, repairWork/max(st.prog.NumSteps(), 1)))
+			r, mem, err := sp.run(low, part)
+			if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
+				return synth.Score{}, false
+			}
+			return synth.Score{Makespan: r.Makespan, Finish: rankFinish(r)}, true
+		}
+		bestLow := synth.Score{}
+		if best != nil {
+			var ok bool
+			if bestLow, ok = lowered(best.prog, best.part); !ok {
+				best = nil
+			}
+		}
+		for _, st := range rs {
+			eval := func(q ir.Program) (synth.Score, bool) { return lowered(q, st.part) }
+			budget := max(1, min(RepairBudget, repairWork/max(4*st.prog.NumSteps(), 1)))
 			q, sc, _ := synth.Repair(st.prog, eval, budget)
-			if best == nil || sc.Makespan < best.ms*(1-1e-9) {
+			if _, ok := eval(q); !ok {
+				continue
+			}
+			if best == nil || sc.Makespan < bestLow.Makespan*(1-1e-9) {
 				r, mem, err := sp.run(q, st.part)
 				if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
 					continue
 				}
-				best = &synthFound{prog: q, part: st.part, ms: r.Makespan, mem: mem, bubble: r.Bubble}
+				best, bestLow = &synthFound{prog: q, part: st.part, ms: r.Makespan, mem: mem, bubble: r.Bubble}, sc
 			}
 		}
 		if best == nil {
