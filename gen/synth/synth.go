@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -118,6 +119,19 @@ func (p *Problem) check() (sim.Cost, error) {
 	}
 	if p.Fixed != nil && len(p.Fixed) != P {
 		return sim.Cost{}, fmt.Errorf("synth: %d fixed memories for %d ranks", len(p.Fixed), P)
+	}
+	for i, x := range append(slices.Clone(p.Act), p.Fixed...) {
+		if !(x >= 0) || math.IsInf(x, 0) {
+			return sim.Cost{}, fmt.Errorf("synth: memory size %g (entry %d of act, then fixed); want a finite size ≥ 0", x, i)
+		}
+	}
+	for r := range P {
+		if len(p.Placement.StagesOf(r)) == 0 {
+			return sim.Cost{}, fmt.Errorf("synth: rank %d holds no stage; the placement must give every rank one", r)
+		}
+	}
+	if p.Placement.RankOf == nil || len(p.Placement.RankOf) != S {
+		return sim.Cost{}, fmt.Errorf("synth: placement without stages")
 	}
 	if !(p.Cap >= 0) || math.IsInf(p.Cap, 0) {
 		return sim.Cost{}, fmt.Errorf("synth: memory cap %g; want 0 (none) or a finite cap", p.Cap)

@@ -147,3 +147,64 @@ func TestCapTooSmall(t *testing.T) {
 		t.Fatal("no error for a cap below rank 1's one chunk")
 	}
 }
+
+// TestBadProblems: malformed problems are refused with an error, never a
+// panic.
+func TestBadProblems(t *testing.T) {
+	table, err := ir.Table(3, []int{0, 1, 1})
+	if err == nil {
+		table.NumRanks = 4 // rank 3 holds no stage
+	}
+	for _, p := range []Problem{
+		{Placement: ir.Loop(2, 1), Micro: 0, Cost: sim.DefaultCost()},
+		{Placement: table, Micro: 2, Cost: sim.DefaultCost()},
+		{Placement: ir.Loop(2, 1), Micro: 2, Cost: sim.DefaultCost(), Act: []float64{1, -1}},
+		{Placement: ir.Loop(2, 1), Micro: 2, Cost: sim.DefaultCost(), Act: []float64{1}},
+		{Placement: ir.Loop(2, 1), Micro: 2, Cost: sim.DefaultCost(), Cap: -1},
+	} {
+		if _, err := Schedule(p, Rule{}); err == nil {
+			t.Errorf("%+v: no error", p)
+		}
+	}
+}
+
+// TestRepair: the local search from the order of a poor rule (one
+// micro-batch in flight, each W right after its I) at unit costs keeps a
+// valid order, never a slower one, and finds a faster one (on rank 0,
+// F(0, m+1) before W(0, m) lets the next micro-batch start a unit
+// earlier).
+func TestRepair(t *testing.T) {
+	const P, M = 3, 4
+	c0, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(0)
+	p, err := Schedule(Problem{Placement: ir.Loop(P, 1), Micro: M, Cost: c0}, Rule{InFlight: 1, EagerW: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sim.DefaultCost()
+	eval := func(q ir.Program) (Score, bool) {
+		r, err := sim.Run(q, c)
+		if err != nil {
+			return Score{}, false
+		}
+		fin := 0.0
+		for i := range r.Offsets {
+			end := len(r.Events)
+			if i+1 < len(r.Offsets) {
+				end = r.Offsets[i+1]
+			}
+			fin += r.Events[end-1].End
+		}
+		return Score{Makespan: r.Makespan, Finish: fin}, true
+	}
+	start, _ := eval(p)
+	q, sc, used := Repair(p, eval, 500)
+	if _, err := verify.Check(q, verify.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := eval(q); got != sc {
+		t.Errorf("Repair says %v, the order simulates to %v", sc, got)
+	}
+	if !(sc.Makespan < start.Makespan) || used > 500 {
+		t.Errorf("makespan %g from %g in %d evaluations; want an improvement within 500", sc.Makespan, start.Makespan, used)
+	}
+}
