@@ -22,8 +22,11 @@ import (
 // the smallest makespan whose activation memory is within
 // Options.Auto.MemLimit; ties go to the smaller memory, then to the earlier
 // family name and V (and, with AutoOptions.Split, the even split before the
-// partitioned one). Being the minimum over every candidate, it is never
-// worse than the best fixed schedule among them (docs/design.md §4).
+// partitioned one). With AutoOptions.Split (a model description) it also
+// synthesizes orders for the model's stages and the memory limit
+// (gen/synth, synthTries), listed after the families and losing ties to
+// them. Being the minimum over every candidate, it is never worse than the
+// best fixed schedule among them (docs/design.md §4).
 const Auto = "auto"
 
 // MaxAutoVirtual is the largest V the auto scheduler tries.
@@ -77,6 +80,10 @@ type Candidate struct {
 	// gen/partition's for the candidate's order, not the even one.
 	Layers      []int
 	Partitioned bool
+	// Synthesized is set for an order gen/synth built for the model's
+	// costs and the memory limit (Config.Schedule starts with
+	// SynthPrefix) rather than a family's.
+	Synthesized bool
 }
 
 // ShareCost returns c with the compute costs of one stage scaled to 1/v of
@@ -238,6 +245,8 @@ type autoTry struct {
 	// partitioned the one gen/partition finds for the built order).
 	partitioned bool
 	layers      model.Partition
+	// synth: the order is gen/synth's (synthTries), built holds it.
+	synth bool
 }
 
 // NotLowered is the note of a candidate the auto scheduler did not lower:
@@ -337,6 +346,13 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		}
 	}
 	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
+	var synthesized []*autoTry
+	if sp := opt.Auto.Split; sp != nil && !rewrites {
+		if synthesized, err = synthTries(cfg, opt, sp, opt.Auto.MemLimit, tries, index); err != nil {
+			return nil, Result{}, false, err
+		}
+		tries = append(tries, synthesized...)
+	}
 	order := slices.Clone(tries)
 	slices.SortStableFunc(order, func(a, b *autoTry) int { return cmp.Compare(a.bound, b.bound) })
 	var bestTry *autoTry // the chosen one so far, its result in chosen
@@ -349,7 +365,9 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		var res Result
 		var r sim.Result
 		var mem float64
-		if sp := opt.Auto.Split; sp != nil {
+		if sp := opt.Auto.Split; sp != nil && t.synth {
+			res, r, mem, err = evaluateSynth(t, opt, sp)
+		} else if sp != nil {
 			res, r, mem, err = EvaluateSplit(t.cfg, opt, sp, t.layers)
 		} else {
 			res, r, mem, err = Evaluate(t.cfg, opt, c)
@@ -362,7 +380,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			t.err = err // its own failure (a StageCostError too): it is skipped
 			continue
 		}
-		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem, Layers: res.Layers, Partitioned: t.partitioned}
+		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem, Layers: res.Layers, Partitioned: t.partitioned, Synthesized: t.synth}
 		if opt.Auto.MemLimit > 0 && mem > opt.Auto.MemLimit {
 			t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.Auto.MemLimit)
 			continue
@@ -408,6 +426,16 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		}
 		if len(out) == n && firstErr != nil {
 			rejected(firstErr)
+		}
+	}
+	for _, t := range synthesized {
+		switch {
+		case t.err != nil:
+			out = append(out, Candidate{Config: t.cfg, Skipped: t.err.Error(), Partitioned: t.partitioned, Synthesized: true})
+		case t.evaluated:
+			out = append(out, t.cand)
+		default:
+			out = append(out, Candidate{Config: t.cfg, Makespan: t.bound, Bubble: t.boundBubble, ActMem: t.boundMem, Skipped: NotLowered, Layers: t.layers.Bounds, Partitioned: t.partitioned, Synthesized: true})
 		}
 	}
 	return out, chosen, bestTry != nil, nil

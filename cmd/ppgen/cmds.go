@@ -34,7 +34,7 @@ func runList(args []string, stdout, _ io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, v, f.Constraints, f.Summary)
 	}
 	fmt.Fprintf(tw, "%s\t1-%d\t%s\t%s\n", gen.Auto, gen.MaxAutoVirtual, "any the families above take; -mem LIMIT, -cost MODEL",
-		"the fastest family and V under the cost model whose activation memory fits -mem (simulated)")
+		"the fastest family and V under the cost model whose activation memory fits -mem (simulated); with -model also orders synthesized for its stages")
 	return tw.Flush()
 }
 

@@ -94,12 +94,18 @@ func lowered(t testing.TB, cfg ir.Config, opt gen.Options) prog {
 	if err != nil {
 		t.Fatalf("%+v: %v", cfg, err)
 	}
+	return progOf(t, fmt.Sprintf("%s-P%d-V%d-M%d", cfg.Schedule, cfg.Ranks, cfg.Virtual, cfg.Micro), cfg, opt, src, res)
+}
+
+// progOf reads a lowered result's emitted source (with its table) back as
+// a prog.
+func progOf(t testing.TB, name string, cfg ir.Config, opt gen.Options, src []byte, res gen.Result) prog {
+	t.Helper()
 	ops, err := emittedOps(src)
 	if err != nil {
-		t.Fatalf("%+v: reading the emitted table: %v", cfg, err)
+		t.Fatalf("%s: reading the emitted table: %v", name, err)
 	}
 	p := res.Program
-	name := fmt.Sprintf("%s-P%d-V%d-M%d", cfg.Schedule, cfg.Ranks, cfg.Virtual, cfg.Micro)
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
 		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
 		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly()}

@@ -1,0 +1,232 @@
+package gen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/synth"
+)
+
+// SynthPrefix starts the Schedule name of a candidate the auto scheduler
+// synthesized (gen/synth) rather than took from a family: "synth(loop)"
+// (V = 1, 2 or 4) and "synth(v)". Such a Config does not rebuild with
+// Build: its order is the candidate's own (Result.Compute).
+const SynthPrefix = "synth("
+
+// IsSynthesized reports whether a schedule name is a synthesized
+// candidate's.
+func IsSynthesized(schedule string) bool { return strings.HasPrefix(schedule, SynthPrefix) }
+
+// synthPlacements are the placements the auto scheduler synthesizes on:
+// loop with V = 1, 2, 4, and v.
+var synthPlacements = []struct {
+	name    string
+	virtual int
+	v       bool
+}{{"synth(loop)", 1, false}, {"synth(loop)", 2, false}, {"synth(v)", 2, true}, {"synth(loop)", 4, false}}
+
+// synthTries returns the candidates gen/synth builds for a model
+// description (AutoOptions.Split) on every placement of synthPlacements
+// whose stages the model's layers can fill: for each, the list scheduler's
+// best order (synth.Search over synth.Rules) for the even split and for
+// the split of the family candidate with the smallest bound on the same
+// placement (the best family's start), then, with -partition auto, the
+// best order again for gen/partition's split of the best order found. Each
+// try carries its order, split and bound (the order's simulated makespan
+// and memory), as the families' tries do; its index follows theirs, so a
+// family wins a tie. Synthesis failures (every rule stuck) leave the
+// placement out.
+func synthTries(cfg ir.Config, opt Options, sp *SplitModel, limit float64, fams []*autoTry, index int) ([]*autoTry, error) {
+	L := len(sp.Model.Layers)
+	var out []*autoTry
+	for _, pk := range synthPlacements {
+		pl := ir.Loop(cfg.Ranks, pk.virtual)
+		if pk.v {
+			pl = ir.VShape(cfg.Ranks)
+		}
+		if pl.Stages() > L || (cfg.Virtual != 0 && cfg.Virtual != pk.virtual) {
+			continue
+		}
+		even, err := model.Even(L, pl.Stages())
+		if err != nil {
+			return nil, err
+		}
+		starts := []model.Partition{even}
+		var from *autoTry // the family try with the least bound on pl
+		for _, t := range fams {
+			if t.err != nil || t.built.Copies > 1 || !slices.Equal(t.built.Placement.RankOf, pl.RankOf) || (limit > 0 && t.boundMem > limit*(1+1e-9)) {
+				continue
+			}
+			if from == nil || t.bound < from.bound {
+				from = t
+			}
+		}
+		if from != nil && from.layers.Bounds != nil && !slices.Equal(from.layers.Bounds, even.Bounds) {
+			starts = append(starts, from.layers)
+		}
+		var best *synthFound
+		for _, part := range starts {
+			f, err := synthesize(cfg, sp, pl, part, limit)
+			if err != nil {
+				return nil, err
+			}
+			if f != nil && (best == nil || f.ms < best.ms) {
+				best = f
+			}
+		}
+		if best != nil && sp.Partition {
+			// The split for the order found, then the order for that split.
+			if pr, err := sp.search(best.prog, limit); err == nil && !slices.Equal(pr.Split.Bounds, best.part.Bounds) {
+				f, err := synthesize(cfg, sp, pl, pr.Split, limit)
+				if err != nil {
+					return nil, err
+				}
+				if f != nil && f.ms < best.ms {
+					best = f
+				}
+			}
+		}
+		// The local search, from the best synthesized order and from the
+		// best family's on pl (with its split).
+		type start struct {
+			prog ir.Program
+			part model.Partition
+		}
+		var rs []start
+		if best != nil {
+			rs = append(rs, start{best.prog, best.part})
+		}
+		if from != nil && from.layers.Bounds != nil {
+			rs = append(rs, start{from.built, from.layers})
+		}
+		// Judged by the lowered program's simulation, what auto compares
+		// (an order that is shorter as a compute order alone may be
+		// longer once its transfers are placed).
+		lowered := func(q ir.Program, part model.Partition) (synth.Score, bool) {
+			low, _, err := passes.Lower(q, opt.Passes)
+			if err != nil {
+				return synth.Score{}, false
+			}
+			r, mem, err := sp.run(low, part)
+			if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
+				return synth.Score{}, false
+			}
+			return synth.Score{Makespan: r.Makespan, Finish: rankFinish(r)}, true
+		}
+		bestLow := synth.Score{}
+		if best != nil {
+			var ok bool
+			if bestLow, ok = lowered(best.prog, best.part); !ok {
+				best = nil
+			}
+		}
+		for _, st := range rs {
+			eval := func(q ir.Program) (synth.Score, bool) { return lowered(q, st.part) }
+			budget := max(1, min(RepairBudget, repairWork/max(4*st.prog.NumSteps(), 1)))
+			q, sc, _ := synth.Repair(st.prog, eval, budget)
+			if _, ok := eval(q); !ok {
+				continue
+			}
+			if best == nil || sc.Makespan < bestLow.Makespan*(1-1e-9) {
+				r, mem, err := sp.run(q, st.part)
+				if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
+					continue
+				}
+				best, bestLow = &synthFound{prog: q, part: st.part, ms: r.Makespan, mem: mem, bubble: r.Bubble}, sc
+			}
+		}
+		if best == nil {
+			continue
+		}
+		one := cfg
+		one.Schedule, one.Virtual = pk.name, pk.virtual
+		one.Placement = &pl
+		out = append(out, &autoTry{cfg: one, built: best.prog, index: index, synth: true,
+			partitioned: !slices.Equal(best.part.Bounds, even.Bounds), layers: best.part,
+			bound: best.ms, boundMem: best.mem, boundBubble: best.bubble})
+		index++
+	}
+	return out, nil
+}
+
+// RepairBudget is the number of simulations one local search
+// (synth.Repair) of a synthesized candidate spends at most, and
+// repairWork the simulated steps (simulations times the order's steps).
+const (
+	RepairBudget = 600
+	repairWork   = 1_500_000
+)
+
+// rankFinish is the sum over ranks of the end of each rank's last event.
+func rankFinish(r sim.Result) float64 {
+	s := 0.0
+	for i := range r.Offsets {
+		end := len(r.Events)
+		if i+1 < len(r.Offsets) {
+			end = r.Offsets[i+1]
+		}
+		if end > r.Offsets[i] {
+			s += r.Events[end-1].End
+		}
+	}
+	return s
+}
+
+type synthFound struct {
+	prog            ir.Program
+	part            model.Partition
+	ms, mem, bubble float64
+}
+
+// synthesize is synth.Search on pl with the model's layers split by part,
+// the cap the limit (model units), the params of each rank's stages held
+// throughout. nil when every rule is stuck.
+func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64) (*synthFound, error) {
+	c, err := sp.cost(part, 1)
+	if err != nil {
+		return nil, err
+	}
+	act, params, err := partition.StageMemory(sp.Model, part, 1)
+	if err != nil {
+		return nil, err
+	}
+	fixed := make([]float64, pl.Ranks())
+	for s, r := range pl.RankOf {
+		fixed[r] += params[s]
+	}
+	pr := synth.Problem{Placement: pl, Micro: cfg.Micro, Cost: c, Act: act, Fixed: fixed, Cap: limit}
+	f, err := synth.Search(pr, synth.Rules(cfg.Ranks, cfg.Micro))
+	if err != nil {
+		return nil, nil // stuck, or the cap is below one chunk: no candidate here
+	}
+	r, mem, err := sp.run(f.Program, part)
+	if err != nil {
+		return nil, fmt.Errorf("schedule auto: synthesized order on %s: %w", pl, err)
+	}
+	return &synthFound{prog: f.Program, part: part, ms: r.Makespan, mem: mem, bubble: r.Bubble}, nil
+}
+
+// evaluateSynth lowers and verifies a synthesized try's order and
+// simulates it with its split, as EvaluateSplit does a family's.
+func evaluateSynth(t *autoTry, opt Options, sp *SplitModel) (Result, sim.Result, float64, error) {
+	if err := passes.CheckOptions(t.built, opt.Passes); err != nil {
+		return Result{Config: t.cfg}, sim.Result{}, 0, &ScheduleError{t.cfg.Schedule, fmt.Errorf("schedule %s: %w", t.cfg.Schedule, err)}
+	}
+	res, err := lowerCompute(t.built, opt)
+	res.Config = t.cfg
+	if err != nil {
+		return res, sim.Result{}, 0, err
+	}
+	r, mem, err := sp.run(res.Program, t.layers)
+	if err != nil {
+		return res, r, 0, &SimulationError{Config: res.Config, Err: err}
+	}
+	res.Layers = t.layers.Bounds
+	return res, r, mem, nil
+}

@@ -1,0 +1,210 @@
+package synth
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/verify"
+)
+
+// TestUnitCostsOneStage: on one stage per rank at F = I = W = 1 with no
+// cap, the rules find ZB-H1's makespan 3M+P-1 (M ≥ P), which no order on
+// that placement beats: every rank works 3M units and the last one cannot
+// start before P-1.
+func TestUnitCostsOneStage(t *testing.T) {
+	for _, tc := range []struct{ P, M int }{{2, 4}, {4, 8}, {4, 16}, {8, 16}} {
+		c, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(0)
+		p := Problem{Placement: ir.Loop(tc.P, 1), Micro: tc.M, Cost: c}
+		f, err := Search(p, Rules(tc.P, tc.M))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := float64(3*tc.M + tc.P - 1); f.Makespan != want {
+			t.Errorf("P=%d M=%d: makespan %g (rule %v), want %g", tc.P, tc.M, f.Makespan, f.Rule, want)
+		}
+		if _, err := verify.Check(f.Program, verify.Options{}); err != nil {
+			t.Errorf("P=%d M=%d: %v", tc.P, tc.M, err)
+		}
+	}
+}
+
+// TestRandomCosts is the property test: on random small problems (loop V
+// = 1, 2 and v; random per-stage F, I, W and activation sizes; a random
+// cap at least one chunk), every order a rule builds verifies, runs every
+// F, I and W once, keeps every rank's memory within the cap, and its
+// simulated makespan is at least sim.LowerBound; Search's is the least of
+// them.
+func TestRandomCosts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 40 {
+		P := 1 + rng.IntN(4)
+		M := 1 + rng.IntN(8)
+		var pl ir.Placement
+		switch rng.IntN(3) {
+		case 0:
+			pl = ir.Loop(P, 1)
+		case 1:
+			pl = ir.Loop(P, 2)
+		default:
+			pl = ir.VShape(P)
+		}
+		S := pl.Stages()
+		c := sim.Cost{Comm: float64(rng.IntN(3)) / 4}
+		act := make([]float64, S)
+		for s := range S {
+			c.F = append(c.F, float64(1+rng.IntN(8))/4)
+			c.I = append(c.I, float64(rng.IntN(8))/4)
+			c.W = append(c.W, float64(rng.IntN(8))/4)
+			act[s] = float64(1 + rng.IntN(4))
+		}
+		for s := range S {
+			c.B = append(c.B, c.I[s]+c.W[s])
+		}
+		c, err := c.Resolve(S)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed := make([]float64, P)
+		need := 0.0
+		for r := range P {
+			fixed[r] = float64(rng.IntN(3))
+			for _, s := range pl.StagesOf(r) {
+				need = max(need, fixed[r]+act[s])
+			}
+		}
+		capacity := 0.0
+		if rng.IntN(4) > 0 {
+			capacity = need + float64(rng.IntN(12))
+		}
+		p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: capacity}
+		rules := Rules(P, M)
+		best := -1.0
+		for _, rule := range rules {
+			prog, err := Schedule(p, rule)
+			if errors.Is(err, ErrStuck) {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("trial %d: %v", trial, err)
+			}
+			if n := prog.NumSteps(); n != 3*S*M {
+				t.Fatalf("trial %d %v: %d steps, want %d", trial, rule, n, 3*S*M)
+			}
+			if _, err := verify.Check(prog, verify.Options{}); err != nil {
+				t.Fatalf("trial %d %v: %v\n%v", trial, rule, err, prog.Ranks)
+			}
+			r, err := sim.Run(prog, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem := r.PeakMemory(act)
+			for rk := range P {
+				if capacity > 0 && mem[rk]+fixed[rk] > capacity+1e-9 {
+					t.Errorf("trial %d %v: rank %d holds %g, over the cap %g", trial, rule, rk, mem[rk]+fixed[rk], capacity)
+				}
+			}
+			var maxLive []int // the cap as chunk counts of each stage alone
+			if capacity > 0 {
+				maxLive = make([]int, S)
+				for s := range S {
+					maxLive[s] = int((capacity - fixed[pl.RankOf[s]]) / act[s])
+				}
+			}
+			lb, err := sim.LowerBound(prog, c, sim.BoundOptions{MaxLive: maxLive})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Makespan < lb*(1-1e-9) {
+				t.Errorf("trial %d %v: makespan %g under the lower bound %g", trial, rule, r.Makespan, lb)
+			}
+			if best < 0 || r.Makespan < best {
+				best = r.Makespan
+			}
+		}
+		f, err := Search(p, rules)
+		if best < 0 {
+			if !errors.Is(err, ErrStuck) {
+				t.Errorf("trial %d: every rule stuck, Search: %v", trial, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		if f.Makespan != best {
+			t.Errorf("trial %d: Search %g, the best rule %g", trial, f.Makespan, best)
+		}
+	}
+}
+
+// TestCapTooSmall: a cap below one chunk is refused with the rank named.
+func TestCapTooSmall(t *testing.T) {
+	p := Problem{Placement: ir.Loop(2, 1), Micro: 2, Cost: sim.DefaultCost(), Act: []float64{2, 3}, Cap: 2.5}
+	if _, err := Schedule(p, Rule{}); err == nil {
+		t.Fatal("no error for a cap below rank 1's one chunk")
+	}
+}
+
+// TestBadProblems: malformed problems are refused with an error, never a
+// panic.
+func TestBadProblems(t *testing.T) {
+	table, err := ir.Table(3, []int{0, 1, 1})
+	if err == nil {
+		table.NumRanks = 4 // rank 3 holds no stage
+	}
+	for _, p := range []Problem{
+		{Placement: ir.Loop(2, 1), Micro: 0, Cost: sim.DefaultCost()},
+		{Placement: table, Micro: 2, Cost: sim.DefaultCost()},
+		{Placement: ir.Loop(2, 1), Micro: 2, Cost: sim.DefaultCost(), Act: []float64{1, -1}},
+		{Placement: ir.Loop(2, 1), Micro: 2, Cost: sim.DefaultCost(), Act: []float64{1}},
+		{Placement: ir.Loop(2, 1), Micro: 2, Cost: sim.DefaultCost(), Cap: -1},
+	} {
+		if _, err := Schedule(p, Rule{}); err == nil {
+			t.Errorf("%+v: no error", p)
+		}
+	}
+}
+
+// TestRepair: the local search from the order of a poor rule (one
+// micro-batch in flight, each W right after its I) at unit costs keeps a
+// valid order, never a slower one, and finds a faster one (on rank 0,
+// F(0, m+1) before W(0, m) lets the next micro-batch start a unit
+// earlier).
+func TestRepair(t *testing.T) {
+	const P, M = 3, 4
+	c0, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(0)
+	p, err := Schedule(Problem{Placement: ir.Loop(P, 1), Micro: M, Cost: c0}, Rule{InFlight: 1, EagerW: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sim.DefaultCost()
+	eval := func(q ir.Program) (Score, bool) {
+		r, err := sim.Run(q, c)
+		if err != nil {
+			return Score{}, false
+		}
+		fin := 0.0
+		for i := range r.Offsets {
+			end := len(r.Events)
+			if i+1 < len(r.Offsets) {
+				end = r.Offsets[i+1]
+			}
+			fin += r.Events[end-1].End
+		}
+		return Score{Makespan: r.Makespan, Finish: fin}, true
+	}
+	start, _ := eval(p)
+	q, sc, used := Repair(p, eval, 500)
+	if _, err := verify.Check(q, verify.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := eval(q); got != sc {
+		t.Errorf("Repair says %v, the order simulates to %v", sc, got)
+	}
+	if !(sc.Makespan < start.Makespan) || used > 500 {
+		t.Errorf("makespan %g from %g in %d evaluations; want an improvement within 500", sc.Makespan, start.Makespan, used)
+	}
+}

@@ -1,0 +1,70 @@
+package e2e_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/synth"
+)
+
+// TestSynthesizedTrainsAsSequential: orders gen/synth builds for an
+// LLM-like shape (a cheap embedding on the first stage, a head and loss
+// three times a block with four times its activation on the last) on P =
+// 4, M = 8 under a memory cap, on the loop (V = 1, 2) and v placements,
+// lower and verify (gen.LowerProgram) and train through the runtime
+// equal to a sequential run, over every rule that does not get stuck.
+func TestSynthesizedTrainsAsSequential(t *testing.T) {
+	const P, M = 4, 8
+	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P)} {
+		S := pl.Stages()
+		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
+		for s := range S {
+			F[s], I[s], W[s], act[s] = 1, 1, 1, 1
+		}
+		F[0], I[0], W[0] = 0.3, 0.1, 0.3
+		F[S-1], I[S-1], W[S-1], act[S-1] = 3, 3, 3, 4
+		c, err := sim.Cost{F: F, I: I, W: W, B: sumOf(I, W)}.Resolve(S)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr := synth.Problem{Placement: pl, Micro: M, Cost: c, Act: act, Cap: 7}
+		ran := 0
+		for i, rule := range synth.Rules(P, M) {
+			if i%5 != 0 { // a spread of the rules keeps the test short
+				continue
+			}
+			order, err := synth.Schedule(pr, rule)
+			if err != nil {
+				continue // stuck under the cap: not a candidate
+			}
+			res, err := gen.LowerProgram(order, gen.Options{})
+			if err != nil {
+				t.Fatalf("%s %v: %v", pl, rule, err)
+			}
+			res.Config = ir.Config{Schedule: "synth", Ranks: P, Virtual: S / P, Micro: M}
+			src, err := gen.Emit(res, emit.Options{Package: "p", Table: true, Schedule: "synth"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := progOf(t, "synth-"+pl.String(), res.Config, gen.Options{}, src, res)
+			g := newRig(t, p, inprocWorld(p.spec.Ranks, 20*time.Second), false)
+			checkAgainstSequential(t, g, g.train(t, 2, rankFns(p, "interp")), false)
+			ran++
+		}
+		if ran == 0 {
+			t.Errorf("%s: every rule stuck under the cap", pl)
+		}
+	}
+}
+
+func sumOf(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] + b[i]
+	}
+	return out
+}
