@@ -1,6 +1,10 @@
 package transport
 
-import "gorgonia.org/tensor"
+import (
+	"fmt"
+
+	"gorgonia.org/tensor"
+)
 
 // Collectives is implemented by a transport whose engine runs collectives
 // natively (the MPI transport, build tag mpi; the NCCL transport,
@@ -49,4 +53,25 @@ type Group interface {
 	// (both Size()·k elements): the data movement of a reduce-scatter
 	// without its sums, so that the caller can sum in an order of its own.
 	AllToAll(in, out *tensor.Dense) error
+}
+
+// GroupMember checks the world ranks of a NewGroup call (distinct, each in
+// [0, world), this rank among them) and returns this rank's member index.
+// engine names the transport in the errors ("MPI", "NCCL").
+func GroupMember(engine string, rank, world int, ranks []int) (int, error) {
+	self := -1
+	seen := make(map[int]bool, len(ranks))
+	for i, r := range ranks {
+		if r < 0 || r >= world || seen[r] {
+			return -1, fmt.Errorf("transport: rank %d: %s group %v: rank %d is outside [0, %d) or repeated; want distinct world ranks", rank, engine, ranks, r, world)
+		}
+		seen[r] = true
+		if r == rank {
+			self = i
+		}
+	}
+	if self < 0 {
+		return -1, fmt.Errorf("transport: rank %d: %s group %v does not hold this rank; only members build a group", rank, engine, ranks)
+	}
+	return self, nil
 }

@@ -106,19 +106,9 @@ func (t *mpiT) NewGroup(ranks []int) (Group, error) {
 	if err := t.usable(); err != nil {
 		return nil, fmt.Errorf("transport: rank %d: MPI group %v: %w", t.rank, ranks, err)
 	}
-	self := -1
-	seen := map[int]bool{}
-	for i, r := range ranks {
-		if r < 0 || r >= t.world || seen[r] {
-			return nil, fmt.Errorf("transport: rank %d: MPI group %v: rank %d is outside [0, %d) or repeated; want distinct world ranks", t.rank, ranks, r, t.world)
-		}
-		seen[r] = true
-		if r == t.rank {
-			self = i
-		}
-	}
-	if self < 0 {
-		return nil, fmt.Errorf("transport: rank %d: MPI group %v does not hold this rank; only members build a group", t.rank, ranks)
+	self, err := GroupMember("MPI", t.rank, t.world, ranks)
+	if err != nil {
+		return nil, err
 	}
 	t.groupMu.Lock()
 	defer t.groupMu.Unlock()

@@ -54,19 +54,9 @@ type group struct {
 // over the control connection, then every member calls ncclCommInitRank,
 // bounded by the progress timeout. A failure fails the transport.
 func (t *Transport) NewGroup(ranks []int) (transport.Group, error) {
-	self := -1
-	seen := map[int]bool{}
-	for i, r := range ranks {
-		if r < 0 || r >= t.world || seen[r] {
-			return nil, fmt.Errorf("transport: rank %d: NCCL group %v: rank %d is outside [0, %d) or repeated; want distinct world ranks", t.rank, ranks, r, t.world)
-		}
-		seen[r] = true
-		if r == t.rank {
-			self = i
-		}
-	}
-	if self < 0 {
-		return nil, fmt.Errorf("transport: rank %d: NCCL group %v does not hold this rank; only members build a group", t.rank, ranks)
+	self, err := transport.GroupMember("NCCL", t.rank, t.world, ranks)
+	if err != nil {
+		return nil, err
 	}
 	if t.closed.Load() {
 		return nil, fmt.Errorf("transport: rank %d: NCCL group %v: %w", t.rank, ranks, transport.ErrClosed)
