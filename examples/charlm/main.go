@@ -49,6 +49,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -114,8 +115,8 @@ func main() {
 	switch {
 	case o.transport == "inproc":
 		err = runInProc(o, os.Stdout)
-	case o.transport == "tcp" && notLaunched():
-		err = launchLocal(o, logger)
+	case o.transport == "tcp" && !launch.Launched():
+		err = launchSelf(o, logger)
 	case o.transport == "tcp":
 		err = runRank(o, os.Stdout, logger)
 	}

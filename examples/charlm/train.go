@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -388,28 +385,6 @@ func check(o options, out io.Writer, sc schedule, c *corpus, m *model, stages []
 	return report(out, o.tolerance(), lossDiff, paramDiff)
 }
 
-// notLaunched reports whether no launcher started this process: -transport
-// tcp then launches the ranks itself.
-func notLaunched() bool {
-	_, err := launch.FromEnv()
-	return errors.Is(err, launch.ErrNotLaunched)
-}
-
-// launchLocal starts one process per rank of this same command.
-func launchLocal(o options, logger *slog.Logger) error {
-	sc, err := lookup(o.schedule)
-	if err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return launch.Local(ctx, sc.train.Spec.Ranks, append([]string{exe}, os.Args[1:]...), launch.LocalOptions{Logger: logger})
-}
-
 // shared is one of the two programs' view of a TCP transport that checked
 // both programs' fingerprints with its peers (joined by "+"): Exec sees the
 // fingerprint of its own program. The programs run one after the other.
@@ -489,4 +464,13 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 		return nil
 	}
 	return check(o, out, sc, c, m, stages, h, sp.StagesOf(rank))
+}
+
+// launchSelf starts one process per rank of this same command (launch.Self).
+func launchSelf(o options, logger *slog.Logger) error {
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	return launch.Self(sc.train.Spec.Ranks, launch.LocalOptions{Logger: logger})
 }

@@ -30,8 +30,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
-	"os/signal"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -61,14 +59,8 @@ func runDP(o options, out io.Writer, logger *slog.Logger) error {
 	switch {
 	case o.transport == "inproc":
 		return runInProcDP(o, sc, m, out)
-	case (o.transport == "tcp" || o.transport == "nccl") && os.Getenv("RANK") == "":
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return launch.Local(ctx, m.World(), append([]string{exe}, os.Args[1:]...), launch.LocalOptions{Logger: logger})
+	case (o.transport == "tcp" || o.transport == "nccl") && !launch.Launched():
+		return launch.Self(m.World(), launch.LocalOptions{Logger: logger})
 	case o.transport == "tcp" || o.transport == "nccl":
 		return runRankDP(o, sc, m, out, logger)
 	case o.transport == "mpi":

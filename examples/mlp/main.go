@@ -40,7 +40,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -138,8 +137,8 @@ func main() {
 		err = runInProc(o, os.Stdout)
 	case o.trace != "" && o.transport != "inproc":
 		err = fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process", o.transport)
-	case (o.transport == "tcp" || o.transport == "nccl") && notLaunched():
-		err = launchLocal(o, logger)
+	case (o.transport == "tcp" || o.transport == "nccl") && !launch.Launched():
+		err = launchSelf(o, logger)
 	case o.transport == "tcp" || o.transport == "nccl":
 		err = runRank(o, os.Stdout, logger, dialTCP)
 	case o.transport == "mpi":
@@ -535,29 +534,6 @@ func reportTol(out io.Writer, tol, lossDiff, paramDiff float64) error {
 	return nil
 }
 
-// notLaunched reports whether no launcher started this process (no RANK,
-// OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID): -transport tcp then
-// launches the ranks itself.
-func notLaunched() bool {
-	_, err := launch.FromEnv()
-	return errors.Is(err, launch.ErrNotLaunched)
-}
-
-// launchLocal starts one process per rank of this same command.
-func launchLocal(o options, logger *slog.Logger) error {
-	sc, err := lookup(o.schedule)
-	if err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return launch.Local(ctx, sc.Spec.Ranks, append([]string{exe}, os.Args[1:]...), launch.LocalOptions{Logger: logger})
-}
-
 // dialTCP connects the rank the environment names (RANK, WORLD_SIZE, ...)
 // to its peers over TCP, or with -transport nccl over NCCL, whose control
 // connection is that TCP world.
@@ -692,4 +668,13 @@ func runRank(o options, out io.Writer, logger *slog.Logger, dial func(options, p
 		}
 	}
 	return report(out, o, lossDiff, paramDiff)
+}
+
+// launchSelf starts one process per rank of this same command (launch.Self).
+func launchSelf(o options, logger *slog.Logger) error {
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	return launch.Self(sc.Spec.Ranks, launch.LocalOptions{Logger: logger})
 }

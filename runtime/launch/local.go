@@ -515,3 +515,24 @@ func (p *prefixWriter) flush() {
 		p.buf = nil
 	}
 }
+
+// Self is Local for the common case of an example or trainer that, started
+// by hand, launches itself: n processes of this same executable with this
+// process's arguments, an interrupt (Ctrl-C) stopping them all.
+func Self(n int, opts LocalOptions) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("launch: finding this executable to start %d ranks of it: %w", n, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return Local(ctx, n, append([]string{exe}, os.Args[1:]...), opts)
+}
+
+// Launched reports whether a launcher (ppgen launch, torchrun, mpirun,
+// srun) started this process: whether FromEnv finds its variables. A
+// process that was not launched may launch itself (Self).
+func Launched() bool {
+	_, err := FromEnv()
+	return !errors.Is(err, ErrNotLaunched)
+}
