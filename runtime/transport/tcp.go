@@ -280,11 +280,25 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 			t.fail(pe)
 			return pe
 		}
+		// A peer that aborted sent its abort frame before closing: it can
+		// be in the socket behind the reset that failed this write. The
+		// reader reads it and fails the transport with the peer's reason
+		// (or exits on the reset); give it a moment, so that the error
+		// names the cause rather than the broken pipe.
+		select {
+		case <-c.done:
+		case <-t.failed:
+		case <-time.After(abortNewsWait):
+		}
 		t.fail(c.ioError(err, "send"))
 		return sendError(t.rank, ch, peer, t.err)
 	}
 	return nil
 }
+
+// abortNewsWait bounds how long a failed write waits for the peer's abort
+// frame, which may be behind it in the socket (Send).
+const abortNewsWait = 250 * time.Millisecond
 
 // Recv waits for the next message from peer on ch.
 func (t *TCP) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
