@@ -189,10 +189,10 @@ func (r *Request) ReadModel() (model.Model, error) {
 }
 
 // LowerBound is sim.LowerBound of the lowered result under cost, with
-// the memory cap -mem puts on -schedule auto and -partition auto as live
-// chunks per stage: with -model, the chunks of stage s a rank's limit holds
-// beside its stages' params (each chunk holding the act of the stage's
-// layers); without, -mem times the stages of a rank's share.
+// the memory cap -mem puts on -schedule auto and -partition auto, both as
+// live chunks per stage and per rank: with -model, each rank's limit less
+// its stages' params, each chunk holding the act of its stage's layers;
+// without, -mem times the stages of a rank's share, in chunks.
 func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
 	var opt sim.BoundOptions
 	if r.Mem > 0 && (r.Schedule == gen.Auto || r.Partition == PartitionAuto) {
@@ -212,6 +212,10 @@ func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
 			for s, rk := range res.Program.Placement.RankOf {
 				rankParams[rk] += params[s]
 			}
+			opt.Act, opt.Cap = act, make([]float64, len(rankParams))
+			for rk, p := range rankParams {
+				opt.Cap[rk] = max(r.Mem-p, 0)
+			}
 			for s := range S {
 				if act[s] > 0 {
 					k := (r.Mem - rankParams[res.Program.Placement.RankOf[s]]) / act[s]
@@ -220,8 +224,13 @@ func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
 			}
 		} else {
 			k := int(min(r.Mem*float64(res.StagesPerShare()), float64(ir.MaxChunks)))
+			opt.Act, opt.Cap = make([]float64, S), make([]float64, res.Program.Placement.Ranks())
 			for s := range S {
 				opt.MaxLive[s] = max(1, k)
+				opt.Act[s] = 1
+			}
+			for rk := range opt.Cap {
+				opt.Cap[rk] = float64(max(1, k))
 			}
 		}
 	}

@@ -16,6 +16,12 @@ type BoundOptions struct {
 	// to the end of its last backward step). Nil, 0 or a missing entry:
 	// no cap on that stage.
 	MaxLive []int
+	// Act and Cap are the memory cap per rank in activation units: Act[s]
+	// is what one live chunk of stage s holds, Cap[r] the most rank r may
+	// hold at once (its limit less its stages' params). Cap nil, or
+	// Cap[r] <= 0: no cap on rank r; with a cap, a stage of r without a
+	// positive Act leaves r without the term.
+	Act, Cap []float64
 }
 
 // LowerBound returns a lower bound on the makespan of any program that
@@ -34,6 +40,14 @@ type BoundOptions struct {
 //     forward chain before any F of r may start, tail(r) the least chain of
 //     backwards (and the first stage's W) that must follow r's last B or I,
 //     and wwork(r) the cost of r's W steps (which may run after it);
+//   - with BoundOptions.Cap, for every capped rank r whose chunks do not
+//     all fit its cap at once: head'(r) + work(r) + max(0, tail(r) −
+//     wwork(r), tail'(r)), where head'(r) is the earliest start of any
+//     backward of r less the most forward work whose chunks fit the cap
+//     (until a backward runs no chunk is freed), and tail'(r) the least
+//     chain from one of r's forwards to the end less that forward and the
+//     most backward work of the chunks that fit the cap (after r's last
+//     forward only the live chunks' backwards are left to run on r);
 //   - with BoundOptions.MaxLive, for every capped stage s: the earliest
 //     start of its F plus ceil(n/K) times the shortest life of one of its
 //     chunks (from its F through the rest of the route and back to its own
@@ -92,7 +106,8 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 		}
 	}
 	backward := false
-	back := make([]float64, S) // the backward on the chain of stage s
+	back := make([]float64, S)      // the backward on the chain of stage s
+	chunkBack := make([]float64, S) // the most backward work one chunk of s needs
 	wTail := make([]float64, S)
 	for s, k := range kinds {
 		switch {
@@ -105,6 +120,12 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 		}
 		if k.i && k.w && !k.b {
 			wTail[s] = of(c.W, s)
+		}
+		if k.b {
+			chunkBack[s] = of(c.B, s)
+		}
+		if k.i || k.w {
+			chunkBack[s] = max(chunkBack[s], of(c.I, s)+of(c.W, s))
 		}
 		backward = backward || k.any
 	}
@@ -124,8 +145,10 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 	// One pass per route (one per model copy): the chains of its
 	// micro-batches are equal.
 	seen := map[[2]int]bool{}
-	pre := make([]float64, S)  // earliest start of F(s) on the route
-	post := make([]float64, S) // least chain after B/I(s) ends
+	pre := make([]float64, S)    // earliest start of F(s) on the route
+	post := make([]float64, S)   // least chain after B/I(s) ends
+	esBack := make([]float64, S) // earliest start of a backward of s
+	from := make([]float64, S)   // least chain from F(s)'s start to the end
 	for m := 0; m < max(p.Micro, 1); m++ {
 		first, last := p.Route(m)
 		if seen[[2]int{first, last}] || first < 0 || last >= S || first > last {
@@ -146,6 +169,16 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 			chain += back[last] + post[last]
 		}
 		bound = max(bound, chain)
+		if backward {
+			e := fwd
+			for s := last; s >= first; s-- {
+				esBack[s] = e
+				from[s] = chain - pre[s]
+				if s > first {
+					e += back[s] + hop(s, s-1, s-1)
+				}
+			}
+		}
 		for s := first; s <= last; s++ {
 			r := rank[s]
 			head[r] = min(head[r], pre[s])
@@ -177,11 +210,48 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 		if math.IsInf(head[r], 1) {
 			continue // a rank without stages
 		}
-		t := 0.0
+		h, t := head[r], 0.0
 		if backward && !math.IsInf(tail[r], 1) {
 			t = max(0, tail[r]-wwork[r])
 		}
-		bound = max(bound, head[r]+work[r]+t)
+		if backward && !swaps && r < len(opt.Cap) && opt.Cap[r] > 0 {
+			if mh, mt, ok := capTerms(p.Placement, r, opt, c, chunkBack, runs, esBack, from); ok {
+				h, t = max(h, mh), max(t, mt)
+			}
+		}
+		bound = max(bound, h+work[r]+t)
 	}
 	return bound, nil
+}
+
+// capTerms returns head'(r) and tail'(r) of LowerBound's rank term under
+// the cap opt.Cap[r] (docs/model.md, "Lower bound", term 4); ok is false
+// when the cap holds all of r's chunks at once or a stage of r has no
+// positive activation.
+func capTerms(pl ir.Placement, r int, opt BoundOptions, c Cost, chunkBack []float64, runs []int, esBack, from []float64) (head, tail float64, ok bool) {
+	capR := opt.Cap[r]
+	demand := 0.0
+	ratioF, ratioB := 0.0, 0.0 // most forward (backward) work per unit of activation
+	first := math.Inf(1)       // earliest start of any backward of r
+	leastTail := math.Inf(1)
+	any := false
+	for s, rk := range pl.RankOf {
+		if rk != r || runs[s] == 0 {
+			continue
+		}
+		if s >= len(opt.Act) || !(opt.Act[s] > 0) {
+			return 0, 0, false
+		}
+		any = true
+		a := opt.Act[s]
+		demand += float64(runs[s]) * a
+		f := of(c.F, s)
+		ratioF, ratioB = max(ratioF, f/a), max(ratioB, chunkBack[s]/a)
+		first = min(first, esBack[s])
+		leastTail = min(leastTail, from[s]-f)
+	}
+	if !any || demand <= capR*(1+1e-12) {
+		return 0, 0, false
+	}
+	return max(0, first-capR*ratioF), max(0, leastTail-capR*ratioB), true
 }

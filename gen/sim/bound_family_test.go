@@ -53,7 +53,14 @@ func TestLowerBoundBelowEveryFamily(t *testing.T) {
 				for s := range live {
 					live[s] = r.PeakActivations[p.Placement.RankOf[s]]
 				}
-				for _, opt := range []sim.BoundOptions{{}, {MaxLive: live}} {
+				// The rank cap in activation units: random sizes per
+				// stage, each rank capped at the order's own weighted peak.
+				act := make([]float64, S)
+				for s := range act {
+					act[s] = 0.2 + 2*rng.Float64()
+				}
+				peak := r.PeakMemory(act)
+				for _, opt := range []sim.BoundOptions{{}, {MaxLive: live}, {Act: act, Cap: peak}, {MaxLive: live, Act: act, Cap: peak}} {
 					lb, err := sim.LowerBound(p, c, opt)
 					if err != nil {
 						t.Fatal(err)
@@ -71,5 +78,43 @@ func TestLowerBoundBelowEveryFamily(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Errorf("only %d programs checked", checked)
+	}
+}
+
+// TestLowerBoundRankCapTight: V-Min at P = 4, M = 16, F = I = W = 1 holds
+// four chunks per rank, and under that cap no order is faster. Rank 3
+// (stages 3 and 4) can start no backward before 11 (the forward chain
+// through 8 stages, then I of stages 7, 6, 5), and until then runs at most
+// the 4 forwards whose chunks fit: 7 idle. After its last forward (of stage
+// 4, whose chain to the end is F4..F7, I7..I0, W0 = 13) it runs that F and
+// at most the 4 live chunks' I and W: 13 − 1 − 8 = 4 idle. 7 + 96 + 4 =
+// 107, V-Min's makespan; the bound without the rank cap is 99.
+func TestLowerBoundRankCapTight(t *testing.T) {
+	p, err := schedules.Build(ir.Config{Schedule: "v-min", Ranks: 4, Virtual: 2, Micro: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sim.Cost{F: []float64{1}, B: []float64{2}, I: []float64{1}, W: []float64{1}}
+	r, err := sim.Run(p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := []float64{1, 1, 1, 1, 1, 1, 1, 1}
+	capped := r.PeakMemory(act)
+	for i, v := range capped {
+		if v != 4 {
+			t.Fatalf("rank %d holds %g chunks at its peak, want 4", i, v)
+		}
+	}
+	plain, err := sim.LowerBound(p, c, sim.BoundOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := sim.LowerBound(p, c, sim.BoundOptions{Act: act, Cap: capped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain != 99 || lb != 107 || r.Makespan != 107 {
+		t.Errorf("bound %g without the cap (want 99), %g with it (want 107); makespan %g (want 107)", plain, lb, r.Makespan)
 	}
 }
