@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -40,14 +42,14 @@ type BoundOptions struct {
 //     forward chain before any F of r may start, tail(r) the least chain of
 //     backwards (and the first stage's W) that must follow r's last B or I,
 //     and wwork(r) the cost of r's W steps (which may run after it);
-//   - with BoundOptions.Cap, for every capped rank r whose chunks do not
-//     all fit its cap at once: head'(r) + work(r) + max(0, tail(r) −
-//     wwork(r), tail'(r)), where head'(r) is the earliest start of any
-//     backward of r less the most forward work whose chunks fit the cap
-//     (until a backward runs no chunk is freed), and tail'(r) the least
-//     chain from one of r's forwards to the end less that forward and the
-//     most backward work of the chunks that fit the cap (after r's last
-//     forward only the live chunks' backwards are left to run on r);
+//   - with BoundOptions.Cap, for every capped rank r: head_C(r) + work(r) +
+//     max(0, tail(r) − wwork(r), tail_F(r), tail_B(r)) with head_C ≥ head:
+//     before any backward of r can start no chunk is freed, so r runs only
+//     forwards whose chunks fit the cap; after the last backward of one of
+//     r's stages (one model copy) only W's of it and backwards of r's other
+//     stages, of chunks live then; and, when r's chunks do not all fit at
+//     once, after r's last forward only that forward and the live chunks'
+//     backwards (docs/model.md, "Lower bound", term 4);
 //   - with BoundOptions.MaxLive, for every capped stage s: the earliest
 //     start of its F plus ceil(n/K) times the shortest life of one of its
 //     chunks (from its F through the rest of the route and back to its own
@@ -108,6 +110,7 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 	backward := false
 	back := make([]float64, S)      // the backward on the chain of stage s
 	chunkBack := make([]float64, S) // the most backward work one chunk of s needs
+	wLeft := make([]float64, S)     // its W, left after its I
 	wTail := make([]float64, S)
 	for s, k := range kinds {
 		switch {
@@ -123,6 +126,9 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 		}
 		if k.b {
 			chunkBack[s] = of(c.B, s)
+		}
+		if k.w {
+			wLeft[s] = of(c.W, s)
 		}
 		if k.i || k.w {
 			chunkBack[s] = max(chunkBack[s], of(c.I, s)+of(c.W, s))
@@ -147,6 +153,8 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 	seen := map[[2]int]bool{}
 	pre := make([]float64, S)    // earliest start of F(s) on the route
 	post := make([]float64, S)   // least chain after B/I(s) ends
+	preS := make([]float64, S)   // pre, kept per stage across routes
+	postS := make([]float64, S)  // post, likewise
 	esBack := make([]float64, S) // earliest start of a backward of s
 	from := make([]float64, S)   // least chain from F(s)'s start to the end
 	for m := 0; m < max(p.Micro, 1); m++ {
@@ -174,6 +182,8 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 			for s := last; s >= first; s-- {
 				esBack[s] = e
 				from[s] = chain - pre[s]
+				preS[s] = pre[s]
+				postS[s] = post[s]
 				if s > first {
 					e += back[s] + hop(s, s-1, s-1)
 				}
@@ -215,7 +225,7 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 			t = max(0, tail[r]-wwork[r])
 		}
 		if backward && !swaps && r < len(opt.Cap) && opt.Cap[r] > 0 {
-			if mh, mt, ok := capTerms(p.Placement, r, opt, c, chunkBack, runs, esBack, from); ok {
+			if mh, mt, ok := capTerms(p.Placement, r, opt, c, chunkBack, wLeft, runs, len(seen) == 1, preS, postS, esBack, from); ok {
 				h, t = max(h, mh), max(t, mt)
 			}
 		}
@@ -224,17 +234,16 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 	return bound, nil
 }
 
-// capTerms returns head'(r) and tail'(r) of LowerBound's rank term under
-// the cap opt.Cap[r] (docs/model.md, "Lower bound", term 4); ok is false
-// when the cap holds all of r's chunks at once or a stage of r has no
-// positive activation.
-func capTerms(pl ir.Placement, r int, opt BoundOptions, c Cost, chunkBack []float64, runs []int, esBack, from []float64) (head, tail float64, ok bool) {
+// capTerms returns head_C(r) and max(tail_F(r), tail_B(r)) of
+// LowerBound's rank term under the cap opt.Cap[r] (docs/model.md, "Lower
+// bound", term 4); ok is false when r has no stage that runs or a stage of
+// r has no positive activation.
+func capTerms(pl ir.Placement, r int, opt BoundOptions, c Cost, chunkBack, wLeft []float64, runs []int, oneRoute bool, pre, post, esBack, from []float64) (head, tail float64, ok bool) {
 	capR := opt.Cap[r]
 	demand := 0.0
-	ratioF, ratioB := 0.0, 0.0 // most forward (backward) work per unit of activation
-	first := math.Inf(1)       // earliest start of any backward of r
+	first := math.Inf(1) // earliest start of any backward of r
 	leastTail := math.Inf(1)
-	any := false
+	var stages []int
 	for s, rk := range pl.RankOf {
 		if rk != r || runs[s] == 0 {
 			continue
@@ -242,16 +251,69 @@ func capTerms(pl ir.Placement, r int, opt BoundOptions, c Cost, chunkBack []floa
 		if s >= len(opt.Act) || !(opt.Act[s] > 0) {
 			return 0, 0, false
 		}
-		any = true
-		a := opt.Act[s]
-		demand += float64(runs[s]) * a
-		f := of(c.F, s)
-		ratioF, ratioB = max(ratioF, f/a), max(ratioB, chunkBack[s]/a)
+		stages = append(stages, s)
+		demand += float64(runs[s]) * opt.Act[s]
 		first = min(first, esBack[s])
-		leastTail = min(leastTail, from[s]-f)
+		leastTail = min(leastTail, from[s]-of(c.F, s))
 	}
-	if !any || demand <= capR*(1+1e-12) {
+	if len(stages) == 0 {
 		return 0, 0, false
 	}
-	return max(0, first-capR*ratioF), max(0, leastTail-capR*ratioB), true
+	// After the last backward (B or I) of stage s on r, when every
+	// micro-batch runs through all of r's stages: no forward of r is left
+	// (its micro-batch's backward of s would come later), only the W's of
+	// s and the backwards of r's other stages, of chunks live then.
+	if oneRoute {
+		for _, s := range stages {
+			items := make([]knapItem, 0, len(stages))
+			for _, o := range stages {
+				b := chunkBack[o]
+				if o == s {
+					b = wLeft[s]
+				}
+				items = append(items, knapItem{work: float64(runs[o]) * b, perAct: b / opt.Act[o]})
+			}
+			tail = max(tail, post[s]-knapsack(items, capR))
+		}
+	}
+	// Before first: the forwards of each stage s, at most its n(s) F's
+	// and no earlier than its chain lets them start, whose chunks fit.
+	fwd := make([]knapItem, 0, len(stages))
+	bwd := make([]knapItem, 0, len(stages))
+	for _, s := range stages {
+		f, a, n := of(c.F, s), opt.Act[s], float64(runs[s])
+		fwd = append(fwd, knapItem{work: min(n*f, max(0, first-pre[s])), perAct: f / a})
+		bwd = append(bwd, knapItem{work: n * chunkBack[s], perAct: chunkBack[s] / a})
+	}
+	head = max(0, first-knapsack(fwd, capR))
+	if demand > capR*(1+1e-12) {
+		// Not every chunk fits at once, so some chunk is freed before r's
+		// last forward: the idle time after it is disjoint from head_C's.
+		tail = max(tail, leastTail-knapsack(bwd, capR))
+	}
+	return head, max(0, tail), true
+}
+
+// knapItem is the work of one stage's steps that a cap may admit: at most
+// work, perAct of it per unit of activation held.
+type knapItem struct{ work, perAct float64 }
+
+// knapsack is the most work the items admit within capacity units of
+// activation, fractionally (an upper bound on any choice of whole chunks):
+// the items with the most work per unit first.
+func knapsack(items []knapItem, capacity float64) float64 {
+	slices.SortStableFunc(items, func(a, b knapItem) int { return cmp.Compare(b.perAct, a.perAct) })
+	total := 0.0
+	for _, it := range items {
+		if capacity <= 0 {
+			break
+		}
+		if it.work <= 0 || it.perAct <= 0 {
+			continue
+		}
+		w := min(it.work, capacity*it.perAct)
+		total += w
+		capacity -= w / it.perAct
+	}
+	return total
 }
