@@ -129,7 +129,11 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, limit float64, fams 
 		for _, st := range rs {
 			eval := func(q ir.Program) (synth.Score, bool) { return lowered(q, st.part) }
 			budget := max(1, min(RepairBudget, repairWork/max(4*st.prog.NumSteps(), 1)))
-			q, sc, _ := synth.Repair(st.prog, eval, budget)
+			q := st.prog
+			if c, err := sp.cost(st.part, 1); err == nil {
+				q, _, _ = synth.Fill(q, c, eval, budget)
+			}
+			q, sc, _ := synth.Repair(q, eval, budget)
 			if _, ok := eval(q); !ok {
 				continue
 			}

@@ -3,6 +3,7 @@ package synth
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -106,14 +107,17 @@ func TestRandomCosts(t *testing.T) {
 					t.Errorf("trial %d %v: rank %d holds %g, over the cap %g", trial, rule, rk, mem[rk]+fixed[rk], capacity)
 				}
 			}
-			var maxLive []int // the cap as chunk counts of each stage alone
+			var bo sim.BoundOptions // the cap as chunk counts of each stage alone, and per rank
 			if capacity > 0 {
-				maxLive = make([]int, S)
+				bo.MaxLive, bo.Act, bo.Cap = make([]int, S), act, make([]float64, P)
 				for s := range S {
-					maxLive[s] = int((capacity - fixed[pl.RankOf[s]]) / act[s])
+					bo.MaxLive[s] = int((capacity - fixed[pl.RankOf[s]]) / act[s])
+				}
+				for rk := range P {
+					bo.Cap[rk] = capacity - fixed[rk]
 				}
 			}
-			lb, err := sim.LowerBound(prog, c, sim.BoundOptions{MaxLive: maxLive})
+			lb, err := sim.LowerBound(prog, c, bo)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,5 +210,45 @@ func TestRepair(t *testing.T) {
 	}
 	if !(sc.Makespan < start.Makespan) || used > 500 {
 		t.Errorf("makespan %g from %g in %d evaluations; want an improvement within 500", sc.Makespan, start.Makespan, used)
+	}
+}
+
+// TestFill: P = 2, M = 2, F = I = W = 1, each rank running micro-batch 0's
+// F, I, W and then micro-batch 1's: 10. Rank 0's largest gap is before
+// I(0, 0) (it waits 1..3 for rank 1's I); no later W may move there (W(0, 0)
+// would pass its own I, W(0, 1) the earlier W of its stage), F(0, 1) may:
+// rank 1 then runs micro-batch 1's F at 4 instead of 6, and the order takes
+// 8. Nothing else moves: the gaps left have no step behind them that may
+// run earlier.
+func TestFill(t *testing.T) {
+	pl := ir.Loop(2, 1)
+	p := ir.NewProgram(pl, 2)
+	for r := range 2 {
+		for m := range 2 {
+			p.Ranks[r] = append(p.Ranks[r], ir.Compute(ir.Forward, r, m), ir.Compute(ir.BackwardInput, r, m), ir.Compute(ir.BackwardWeight, r, m))
+		}
+	}
+	c, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(2)
+	eval := func(q ir.Program) (Score, bool) {
+		r, err := sim.Run(q, c)
+		if err != nil {
+			return Score{}, false
+		}
+		return Score{Makespan: r.Makespan}, true
+	}
+	if sc, _ := eval(p); sc.Makespan != 10 {
+		t.Fatalf("start: %g, want 10", sc.Makespan)
+	}
+	q, sc, used := Fill(p, c, eval, 100)
+	if _, err := verify.Check(q, verify.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []ir.Step{ir.Compute(ir.Forward, 0, 0), ir.Compute(ir.Forward, 0, 1), ir.Compute(ir.BackwardInput, 0, 0),
+		ir.Compute(ir.BackwardWeight, 0, 0), ir.Compute(ir.BackwardInput, 0, 1), ir.Compute(ir.BackwardWeight, 0, 1)}
+	if sc.Makespan != 8 || !slices.EqualFunc(q.Ranks[0], want, ir.Step.Equal) || !slices.EqualFunc(q.Ranks[1], p.Ranks[1], ir.Step.Equal) {
+		t.Errorf("makespan %g after %d evaluations, rank 0 %v, rank 1 %v; want 8, %v and rank 1 unchanged", sc.Makespan, used, q.Ranks[0], q.Ranks[1], want)
+	}
+	if got, _ := eval(p); got.Makespan != 10 {
+		t.Errorf("Fill changed its argument: %g", got.Makespan)
 	}
 }
