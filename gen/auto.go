@@ -139,8 +139,17 @@ func EvalShare(res Result, c sim.Cost) (sim.Result, float64, error) {
 //
 // With opt.Auto.StageCost the candidate is simulated by the cost it gives
 // for its stage count instead (a model split into its stages); its refusal
-// is returned as a *StageCostError.
+// is returned as a *StageCostError. Either way the candidate's transfers
+// are laid out for that cost (Options.CommCost).
 func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float64, error) {
+	// The transfers laid out for the cost the candidate is judged by.
+	if sc := opt.Auto.StageCost; sc != nil {
+		opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sc(p.Stages(), max(p.Copies, 1)) }
+	} else {
+		opt.CommCost = func(p ir.Program) (sim.Cost, error) {
+			return ShareCost(c, max(p.Stages()/max(len(p.Ranks), 1)/max(p.Copies, 1), 1))
+		}
+	}
 	res, err := Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err

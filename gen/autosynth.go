@@ -109,7 +109,13 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, limit float64, fams 
 		// (an order that is shorter as a compute order alone may be
 		// longer once its transfers are placed).
 		lowered := func(q ir.Program, part model.Partition) (synth.Score, bool) {
-			low, _, err := passes.Lower(q, opt.Passes)
+			// The local search compares orders laid out for the cost
+			// alone (one lowering per step); the candidate found is
+			// lowered both ways at the end (evaluateSynth).
+			o := opt
+			o.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(part, 1) }
+			po, _, _ := costLayout(q, o)
+			low, _, err := passes.Lower(q, po)
 			if err != nil {
 				return synth.Score{}, false
 			}
@@ -222,6 +228,7 @@ func evaluateSynth(t *autoTry, opt Options, sp *SplitModel) (Result, sim.Result,
 	if err := passes.CheckOptions(t.built, opt.Passes); err != nil {
 		return Result{Config: t.cfg}, sim.Result{}, 0, &ScheduleError{t.cfg.Schedule, fmt.Errorf("schedule %s: %w", t.cfg.Schedule, err)}
 	}
+	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(t.layers, 1) }
 	res, err := lowerCompute(t.built, opt)
 	res.Config = t.cfg
 	if err != nil {

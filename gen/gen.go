@@ -11,11 +11,13 @@ package gen
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/schedules"
+	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/verify"
 )
 
@@ -44,6 +46,70 @@ type Options struct {
 	Verify verify.Options
 	// Auto is what the Auto schedule optimizes (unused otherwise).
 	Auto AutoOptions
+	// CommCost, when set and Passes.Comm.Cost is nil, is the cost model
+	// the lowered program is simulated or run under: the timed comm order
+	// also lays a compute order's transfers out by its compute costs, and
+	// the faster of that and the default layout is kept (lowerPasses).
+	// nil, or an error: the passes' default (sim.DefaultCost's F = 1,
+	// B = 2, W = 1).
+	CommCost func(compute ir.Program) (sim.Cost, error)
+}
+
+// lowerPasses is passes.Lower of compute. With opt.CommCost (and the
+// timed comm order, no cost of its own in opt.Passes) it lowers compute
+// twice, with the transfers laid out by the passes' default cost and by
+// the compute and host-step costs of opt.CommCost's model (without the
+// transfers' latency: Comm, Act, BW), simulates both under the model and
+// returns the faster (the default layout on a tie). Without latency the
+// second keeps the compute order's timeline exactly; with it neither
+// layout always wins (P = 8, M = 32, data = 0.25, comm = 0.02: mpipe
+// 115.69 by the default, 116.83 by its own cost), so lowering under a
+// cost is never slower than lowering without one.
+func lowerPasses(compute ir.Program, opt Options) (ir.Program, passes.LowerInfo, error) {
+	plain, info, err := passes.Lower(compute, opt.Passes)
+	if err != nil {
+		return plain, info, err
+	}
+	o, full, ok := costLayout(compute, opt)
+	if !ok {
+		return plain, info, nil
+	}
+	timed, tinfo, err := passes.Lower(compute, o)
+	if err != nil {
+		return plain, info, nil
+	}
+	a, errA := sim.Run(plain, full)
+	b, errB := sim.Run(timed, full)
+	if errB == nil && (errA != nil || b.Makespan < a.Makespan*(1-1e-12)) {
+		return timed, tinfo, nil
+	}
+	return plain, info, nil
+}
+
+// costLayout returns opt's passes with the timed comm order laid out by
+// the compute and host-step costs of opt.CommCost's model for compute, and
+// that model (resolved); ok is false when there is nothing to lay out
+// differently: no CommCost, a cost of the passes' own, another comm
+// order, a model that fails, or one proportional to the default costs.
+func costLayout(compute ir.Program, opt Options) (passes.Options, sim.Cost, bool) {
+	if opt.CommCost == nil || opt.Passes.Comm.Cost != nil || opt.Passes.Comm.Order != passes.Timed {
+		return opt.Passes, sim.Cost{}, false
+	}
+	full, err := opt.CommCost(compute)
+	if err == nil {
+		full, err = full.Resolve(compute.Stages())
+	}
+	if err != nil {
+		return opt.Passes, sim.Cost{}, false
+	}
+	layout := full
+	layout.Comm, layout.Act, layout.BW = 0, nil, 0
+	if def, err := sim.DefaultCost().Resolve(compute.Stages()); err != nil || proportional(layout, def) {
+		return opt.Passes, sim.Cost{}, false // the same layout (auto's default cost, scaled per stage)
+	}
+	o := opt.Passes
+	o.Comm.Cost = &layout
+	return o, full, true
 }
 
 // Build normalizes cfg and returns the family's compute-only program.
@@ -207,9 +273,33 @@ func (e *InternalError) Error() string {
 
 func (e *InternalError) Unwrap() error { return e.Err }
 
+// proportional reports whether a's step costs are b's times one factor
+// k > 0 (the timed order's layout then is the same): F, B, I, W per stage,
+// the host steps' costs and the overlap fraction. Both are resolved for
+// the same stages.
+func proportional(a, b sim.Cost) bool {
+	if len(a.F) == 0 || len(b.F) == 0 || !(b.F[0] > 0) || a.Overlap != b.Overlap {
+		return false
+	}
+	k := a.F[0] / b.F[0]
+	same := func(x, y float64) bool { return math.Abs(x-k*y) <= 1e-12*max(1, math.Abs(x)) }
+	for _, xs := range [][2][]float64{{a.F, b.F}, {a.B, b.B}, {a.I, b.I}, {a.W, b.W}} {
+		if len(xs[0]) != len(xs[1]) {
+			return false
+		}
+		for i := range xs[0] {
+			if !same(xs[0][i], xs[1][i]) {
+				return false
+			}
+		}
+	}
+	return k > 0 && same(a.DataLoad, b.DataLoad) && same(a.Unshard, b.Unshard) && same(a.Reduce, b.Reduce) &&
+		same(a.Opt, b.Opt) && same(a.Swap, b.Swap)
+}
+
 func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 	res := Result{Compute: compute}
-	lowered, info, err := passes.Lower(compute, opt.Passes)
+	lowered, info, err := lowerPasses(compute, opt)
 	if err != nil {
 		// A compute order that cannot run reports better as itself than
 		// as a failed lowering.

@@ -74,6 +74,7 @@ func (sp *SplitModel) run(p ir.Program, part model.Partition) (sim.Result, float
 // simulates the result with the model's layers split by part (one copy's
 // stages), and returns the busiest rank's memory in the model's units.
 func EvaluateSplit(cfg ir.Config, opt Options, sp *SplitModel, part model.Partition) (Result, sim.Result, float64, error) {
+	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(part, partition.Copies(p)) }
 	res, err := Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err

@@ -294,6 +294,12 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 			opt.Auto.Split = sp
 		}
 	}
+	if r.Cost != "" || r.Model != "" {
+		// The transfers laid out for the cost the program is simulated
+		// by (the model's even split; Lower lays a -partition auto
+		// split out again).
+		opt.CommCost = func(p ir.Program) (sim.Cost, error) { return r.StageCost(p.Stages(), max(p.Copies, 1)) }
+	}
 	if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
 		return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", r.Mem, float64(sim.MaxCost))
 	}
@@ -355,7 +361,19 @@ func (r *Request) Lower() (gen.Result, error) {
 	if err != nil {
 		return res, err
 	}
-	return res, r.splitResult(&res)
+	if err := r.splitResult(&res); err != nil || r.Partition != PartitionAuto || cfg.Schedule == gen.Auto {
+		return res, err
+	}
+	// -partition auto on a family: lay the transfers out again for the
+	// split found.
+	layers := res.Layers
+	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return r.ResultCost(gen.Result{Program: p, Layers: layers}) }
+	again, err := gen.Lower(cfg, opt)
+	if err != nil {
+		return res, err
+	}
+	again.Layers = layers
+	return again, nil
 }
 
 // ScheduleName names the schedule for titles: the family, or the base name

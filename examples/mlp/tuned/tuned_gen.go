@@ -10,7 +10,7 @@ const _ = pipe.SupportPackageIsVersion1
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
-const Fingerprint = "sha256:d9b0c737d619222d6255dbf6ffad9cce074cd79742b8f1ebc897694547daecf2"
+const Fingerprint = "sha256:72f72c09f45c85a55cfea6853c8d08b844a3b295285bd068fc51b965c711e944"
 
 // Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.
 var Spec = pipe.Spec{
@@ -37,40 +37,41 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-40 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)  // 0DATA_LOAD0 slot 0
-	x.F(0x0000_0000_0000_ffff)     // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)  // 0DATA_LOAD1 slot 1
-	x.SendF(0x0000_0000_0001_0000) // 0SEND_F0 peer 1, slot 0
-	x.F(0x0000_0001_0001_ffff)     // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)  // 0DATA_LOAD2 slot 2
-	x.SendF(0x0000_0001_0001_0001) // 0SEND_F1 peer 1, slot 1
-	x.F(0x0000_0002_0002_ffff)     // 0F2 slot 2
-	x.Load(0x0007_0004_0003_ffff)  // 7DATA_LOAD4 slot 3
-	x.RecvF(0x0007_0004_0001_0003) // 7RECV_F4 peer 1, slot 3
-	x.SendF(0x0000_0002_0001_0002) // 0SEND_F2 peer 1, slot 2
-	x.F(0x0007_0004_0003_ffff)     // 7F4 slot 3
-	x.I(0x0007_0004_0003_ffff)     // 7I4 slot 3
-	x.RecvF(0x0007_0005_0001_0004) // 7RECV_F5 peer 1, slot 4
-	x.SendB(0x0007_0004_0001_0003) // 7SEND_B4 peer 1, slot 3
-	x.W(0x0007_0004_0003_ffff)     // 7W4 slot 3
-	x.Load(0x0007_0005_0004_ffff)  // 7DATA_LOAD5 slot 4
-	x.F(0x0007_0005_0004_ffff)     // 7F5 slot 4
-	x.Load(0x0000_0003_0003_ffff)  // 0DATA_LOAD3 slot 3
+	x.Load(0x0000_0000_0000_ffff)     // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
+	x.Load(0x0000_0001_0001_ffff)     // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
+	x.Load(0x0000_0002_0002_ffff)     // 0DATA_LOAD2 slot 2
+	x.RecvF(0x0007_0004_0001_0003)    // 7RECV_F4 peer 1, slot 3
+	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
+	x.F(0x0000_0002_0002_ffff)        // 0F2 slot 2
+	x.Load(0x0007_0004_0003_ffff)     // 7DATA_LOAD4 slot 3
+	x.RecvF(0x0007_0005_0001_0004)    // 7RECV_F5 peer 1, slot 4
+	x.SendF(0x0000_0002_0001_0002)    // 0SEND_F2 peer 1, slot 2
+	x.F(0x0007_0004_0003_ffff)        // 7F4 slot 3
+	x.IAndSend(0x0007_0004_0003_ffff) // 7I4 slot 3; 7SEND_B4 peer 1, slot 3
+	x.RecvF(0x0007_0006_0001_0005)    // 7RECV_F6 peer 1, slot 5
+	x.W(0x0007_0004_0003_ffff)        // 7W4 slot 3
+	x.Load(0x0007_0005_0004_ffff)     // 7DATA_LOAD5 slot 4
+	x.F(0x0007_0005_0004_ffff)        // 7F5 slot 4
+	x.Load(0x0000_0003_0003_ffff)     // 0DATA_LOAD3 slot 3
 	x.OverlapFB(0, 3, 3, -1, pipe.OpBackward, 7, 5, 4, -1)
 	x.Load(0x0007_0006_0005_ffff)  // 7DATA_LOAD6 slot 5
+	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
 	x.SendF(0x0000_0003_0001_0003) // 0SEND_F3 peer 1, slot 3
 	x.SendB(0x0007_0005_0001_0004) // 7SEND_B5 peer 1, slot 4
-	x.RecvF(0x0007_0006_0001_0005) // 7RECV_F6 peer 1, slot 5
-	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
+	x.RecvF(0x0007_0007_0001_0004) // 7RECV_F7 peer 1, slot 4
 	x.OverlapFB(7, 6, 5, -1, pipe.OpBackward, 0, 0, 0, -1)
 	x.B(0x0007_0006_0005_ffff)     // 7B6 slot 5
-	x.Load(0x0007_0007_0000_ffff)  // 7DATA_LOAD7 slot 0
-	x.RecvF(0x0007_0007_0001_0000) // 7RECV_F7 peer 1, slot 0
-	x.SendB(0x0007_0006_0001_0005) // 7SEND_B6 peer 1, slot 5
+	x.Load(0x0007_0007_0004_ffff)  // 7DATA_LOAD7 slot 4
 	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
-	x.OverlapFB(7, 7, 0, -1, pipe.OpBackward, 0, 1, 1, -1)
-	x.BAndSend(0x0007_0007_0000_ffff) // 7B7 slot 0; 7SEND_B7 peer 1, slot 0
-	x.RecvAndI(0x0000_0002_0002_ffff) // 0RECV_B2 peer 1, slot 2; 0I2 slot 2
+	x.SendB(0x0007_0006_0001_0005) // 7SEND_B6 peer 1, slot 5
+	x.OverlapFB(7, 7, 4, -1, pipe.OpBackward, 0, 1, 1, -1)
+	x.B(0x0007_0007_0004_ffff)        // 7B7 slot 4
+	x.RecvB(0x0000_0002_0001_0002)    // 0RECV_B2 peer 1, slot 2
+	x.SendB(0x0007_0007_0001_0004)    // 7SEND_B7 peer 1, slot 4
+	x.I(0x0000_0002_0002_ffff)        // 0I2 slot 2
 	x.W(0x0000_0002_0002_ffff)        // 0W2 slot 2
 	x.RecvAndI(0x0000_0003_0003_ffff) // 0RECV_B3 peer 1, slot 3; 0I3 slot 3
 	x.W(0x0000_0003_0003_ffff)        // 0W3 slot 3
@@ -88,43 +89,40 @@ func rank1Part0(x *pipe.Exec) {
 	x.RecvAndF(0x0001_0000_0000_ffff) // 1RECV_F0 peer 0, slot 0; 1F0 slot 0
 	x.RecvF(0x0006_0004_0002_0001)    // 6RECV_F4 peer 2, slot 1
 	x.SendF(0x0001_0000_0002_0000)    // 1SEND_F0 peer 2, slot 0
-	x.F(0x0006_0004_0001_ffff)        // 6F4 slot 1
-	x.RecvF(0x0001_0001_0000_0002)    // 1RECV_F1 peer 0, slot 2
-	x.SendF(0x0006_0004_0000_0001)    // 6SEND_F4 peer 0, slot 1
-	x.F(0x0001_0001_0002_ffff)        // 1F1 slot 2
-	x.RecvF(0x0001_0002_0000_0003)    // 1RECV_F2 peer 0, slot 3
-	x.RecvF(0x0006_0005_0002_0004)    // 6RECV_F5 peer 2, slot 4
+	x.FAndSend(0x0006_0004_0001_ffff) // 6F4 slot 1; 6SEND_F4 peer 0, slot 1
+	x.RecvAndF(0x0001_0001_0002_ffff) // 1RECV_F1 peer 0, slot 2; 1F1 slot 2
+	x.RecvF(0x0006_0005_0002_0003)    // 6RECV_F5 peer 2, slot 3
 	x.SendF(0x0001_0001_0002_0002)    // 1SEND_F1 peer 2, slot 2
-	x.FAndSend(0x0006_0005_0004_ffff) // 6F5 slot 4; 6SEND_F5 peer 0, slot 4
-	x.F(0x0001_0002_0003_ffff)        // 1F2 slot 3
-	x.RecvB(0x0006_0004_0000_0001)    // 6RECV_B4 peer 0, slot 1
+	x.FAndSend(0x0006_0005_0003_ffff) // 6F5 slot 3; 6SEND_F5 peer 0, slot 3
+	x.RecvAndF(0x0001_0002_0004_ffff) // 1RECV_F2 peer 0, slot 4; 1F2 slot 4
 	x.RecvF(0x0006_0006_0002_0005)    // 6RECV_F6 peer 2, slot 5
-	x.SendF(0x0001_0002_0002_0003)    // 1SEND_F2 peer 2, slot 3
-	x.BAndSend(0x0006_0004_0001_ffff) // 6B4 slot 1; 6SEND_B4 peer 2, slot 1
+	x.SendF(0x0001_0002_0002_0004)    // 1SEND_F2 peer 2, slot 4
+	x.RecvAndB(0x0006_0004_0001_ffff) // 6RECV_B4 peer 0, slot 1; 6B4 slot 1
+	x.SendB(0x0006_0004_0002_0001)    // 6SEND_B4 peer 2, slot 1
 	x.RecvB(0x0001_0000_0002_0000)    // 1RECV_B0 peer 2, slot 0
-	x.RecvF(0x0001_0003_0000_0001)    // 1RECV_F3 peer 0, slot 1
 	x.OverlapFB(6, 6, 5, -1, pipe.OpBackward, 1, 0, 0, -1)
-	x.RecvB(0x0006_0005_0000_0004) // 6RECV_B5 peer 0, slot 4
 	x.SendF(0x0006_0006_0000_0005) // 6SEND_F6 peer 0, slot 5
 	x.SendB(0x0001_0000_0000_0000) // 1SEND_B0 peer 0, slot 0
-	x.OverlapFB(1, 3, 1, -1, pipe.OpBackward, 6, 5, 4, -1)
-	x.RecvF(0x0006_0007_0002_0000) // 6RECV_F7 peer 2, slot 0
-	x.SendF(0x0001_0003_0002_0001) // 1SEND_F3 peer 2, slot 1
-	x.SendB(0x0006_0005_0002_0004) // 6SEND_B5 peer 2, slot 4
+	x.RecvF(0x0001_0003_0000_0000) // 1RECV_F3 peer 0, slot 0
+	x.RecvB(0x0006_0005_0000_0003) // 6RECV_B5 peer 0, slot 3
+	x.OverlapFB(1, 3, 0, -1, pipe.OpBackward, 6, 5, 3, -1)
+	x.RecvF(0x0006_0007_0002_0001) // 6RECV_F7 peer 2, slot 1
+	x.SendF(0x0001_0003_0002_0000) // 1SEND_F3 peer 2, slot 0
+	x.SendB(0x0006_0005_0002_0003) // 6SEND_B5 peer 2, slot 3
 	x.RecvB(0x0001_0001_0002_0002) // 1RECV_B1 peer 2, slot 2
-	x.OverlapFB(6, 7, 0, -1, pipe.OpBackward, 1, 1, 2, -1)
-	x.SendF(0x0006_0007_0000_0000)    // 6SEND_F7 peer 0, slot 0
-	x.RecvB(0x0006_0006_0000_0005)    // 6RECV_B6 peer 0, slot 5
+	x.OverlapFB(6, 7, 1, -1, pipe.OpBackward, 1, 1, 2, -1)
+	x.SendF(0x0006_0007_0000_0001)    // 6SEND_F7 peer 0, slot 1
 	x.SendB(0x0001_0001_0000_0002)    // 1SEND_B1 peer 0, slot 2
-	x.BAndSend(0x0006_0006_0005_ffff) // 6B6 slot 5; 6SEND_B6 peer 2, slot 5
-	x.RecvAndB(0x0001_0002_0003_ffff) // 1RECV_B2 peer 2, slot 3; 1B2 slot 3
-	x.RecvB(0x0006_0007_0000_0000)    // 6RECV_B7 peer 0, slot 0
-	x.SendB(0x0001_0002_0000_0003)    // 1SEND_B2 peer 0, slot 3
-	x.IAndSend(0x0006_0007_0000_ffff) // 6I7 slot 0; 6SEND_B7 peer 2, slot 0
-	x.RecvAndI(0x0001_0003_0001_ffff) // 1RECV_B3 peer 2, slot 1; 1I3 slot 1
-	x.SendB(0x0001_0003_0000_0001)    // 1SEND_B3 peer 0, slot 1
-	x.W(0x0006_0007_0000_ffff)        // 6W7 slot 0
-	x.W(0x0001_0003_0001_ffff)        // 1W3 slot 1
+	x.RecvAndB(0x0006_0006_0005_ffff) // 6RECV_B6 peer 0, slot 5; 6B6 slot 5
+	x.SendB(0x0006_0006_0002_0005)    // 6SEND_B6 peer 2, slot 5
+	x.RecvAndB(0x0001_0002_0004_ffff) // 1RECV_B2 peer 2, slot 4; 1B2 slot 4
+	x.SendB(0x0001_0002_0000_0004)    // 1SEND_B2 peer 0, slot 4
+	x.RecvAndI(0x0006_0007_0001_ffff) // 6RECV_B7 peer 0, slot 1; 6I7 slot 1
+	x.SendB(0x0006_0007_0002_0001)    // 6SEND_B7 peer 2, slot 1
+	x.RecvAndI(0x0001_0003_0000_ffff) // 1RECV_B3 peer 2, slot 0; 1I3 slot 0
+	x.SendB(0x0001_0003_0000_0000)    // 1SEND_B3 peer 0, slot 0
+	x.W(0x0006_0007_0001_ffff)        // 6W7 slot 1
+	x.W(0x0001_0003_0000_ffff)        // 1W3 slot 0
 	x.OptStep()
 }
 
@@ -137,44 +135,42 @@ func Rank2(x *pipe.Exec) error {
 // rank2Part0 runs steps 0-47 of rank 2.
 func rank2Part0(x *pipe.Exec) {
 	x.RecvAndF(0x0005_0004_0000_ffff) // 5RECV_F4 peer 3, slot 0; 5F4 slot 0
-	x.RecvF(0x0005_0005_0003_0001)    // 5RECV_F5 peer 3, slot 1
 	x.SendF(0x0005_0004_0001_0000)    // 5SEND_F4 peer 1, slot 0
-	x.RecvAndF(0x0002_0000_0002_ffff) // 2RECV_F0 peer 1, slot 2; 2F0 slot 2
-	x.RecvF(0x0005_0006_0003_0003)    // 5RECV_F6 peer 3, slot 3
-	x.SendF(0x0002_0000_0003_0002)    // 2SEND_F0 peer 3, slot 2
-	x.FAndSend(0x0005_0005_0001_ffff) // 5F5 slot 1; 5SEND_F5 peer 1, slot 1
-	x.RecvAndF(0x0002_0001_0004_ffff) // 2RECV_F1 peer 1, slot 4; 2F1 slot 4
-	x.SendF(0x0002_0001_0003_0004)    // 2SEND_F1 peer 3, slot 4
-	x.F(0x0005_0006_0003_ffff)        // 5F6 slot 3
-	x.RecvB(0x0002_0000_0003_0002)    // 2RECV_B0 peer 3, slot 2
-	x.SendF(0x0005_0006_0001_0003)    // 5SEND_F6 peer 1, slot 3
-	x.B(0x0002_0000_0002_ffff)        // 2B0 slot 2
+	x.RecvAndF(0x0002_0000_0001_ffff) // 2RECV_F0 peer 1, slot 1; 2F0 slot 1
+	x.SendF(0x0002_0000_0003_0001)    // 2SEND_F0 peer 3, slot 1
+	x.RecvAndF(0x0005_0005_0002_ffff) // 5RECV_F5 peer 3, slot 2; 5F5 slot 2
+	x.SendF(0x0005_0005_0001_0002)    // 5SEND_F5 peer 1, slot 2
+	x.RecvAndF(0x0002_0001_0003_ffff) // 2RECV_F1 peer 1, slot 3; 2F1 slot 3
+	x.SendF(0x0002_0001_0003_0003)    // 2SEND_F1 peer 3, slot 3
+	x.RecvAndF(0x0005_0006_0004_ffff) // 5RECV_F6 peer 3, slot 4; 5F6 slot 4
+	x.SendF(0x0005_0006_0001_0004)    // 5SEND_F6 peer 1, slot 4
 	x.RecvF(0x0002_0002_0001_0005)    // 2RECV_F2 peer 1, slot 5
+	x.RecvAndB(0x0002_0000_0001_ffff) // 2RECV_B0 peer 3, slot 1; 2B0 slot 1
 	x.RecvB(0x0005_0004_0001_0000)    // 5RECV_B4 peer 1, slot 0
-	x.SendB(0x0002_0000_0001_0002)    // 2SEND_B0 peer 1, slot 2
-	x.RecvF(0x0005_0007_0003_0002)    // 5RECV_F7 peer 3, slot 2
+	x.SendB(0x0002_0000_0001_0001)    // 2SEND_B0 peer 1, slot 1
 	x.OverlapFB(2, 2, 5, -1, pipe.OpBackward, 5, 4, 0, -1)
-	x.RecvB(0x0002_0001_0003_0004) // 2RECV_B1 peer 3, slot 4
 	x.SendF(0x0002_0002_0003_0005) // 2SEND_F2 peer 3, slot 5
 	x.SendB(0x0005_0004_0003_0000) // 5SEND_B4 peer 3, slot 0
-	x.OverlapFB(5, 7, 2, -1, pipe.OpBackward, 2, 1, 4, -1)
-	x.SendF(0x0005_0007_0001_0002) // 5SEND_F7 peer 1, slot 2
-	x.RecvF(0x0002_0003_0001_0000) // 2RECV_F3 peer 1, slot 0
-	x.RecvB(0x0005_0005_0001_0001) // 5RECV_B5 peer 1, slot 1
-	x.SendB(0x0002_0001_0001_0004) // 2SEND_B1 peer 1, slot 4
-	x.OverlapFB(2, 3, 0, -1, pipe.OpBackward, 5, 5, 1, -1)
-	x.SendF(0x0002_0003_0003_0000)    // 2SEND_F3 peer 3, slot 0
-	x.SendB(0x0005_0005_0003_0001)    // 5SEND_B5 peer 3, slot 1
+	x.RecvF(0x0005_0007_0003_0000) // 5RECV_F7 peer 3, slot 0
+	x.RecvB(0x0002_0001_0003_0003) // 2RECV_B1 peer 3, slot 3
+	x.OverlapFB(5, 7, 0, -1, pipe.OpBackward, 2, 1, 3, -1)
+	x.SendF(0x0005_0007_0001_0000) // 5SEND_F7 peer 1, slot 0
+	x.RecvF(0x0002_0003_0001_0001) // 2RECV_F3 peer 1, slot 1
+	x.RecvB(0x0005_0005_0001_0002) // 5RECV_B5 peer 1, slot 2
+	x.SendB(0x0002_0001_0001_0003) // 2SEND_B1 peer 1, slot 3
+	x.OverlapFB(2, 3, 1, -1, pipe.OpBackward, 5, 5, 2, -1)
+	x.SendF(0x0002_0003_0003_0001)    // 2SEND_F3 peer 3, slot 1
+	x.SendB(0x0005_0005_0003_0002)    // 5SEND_B5 peer 3, slot 2
 	x.RecvAndB(0x0002_0002_0005_ffff) // 2RECV_B2 peer 3, slot 5; 2B2 slot 5
-	x.RecvB(0x0005_0006_0001_0003)    // 5RECV_B6 peer 1, slot 3
+	x.RecvB(0x0005_0006_0001_0004)    // 5RECV_B6 peer 1, slot 4
 	x.SendB(0x0002_0002_0001_0005)    // 2SEND_B2 peer 1, slot 5
-	x.BAndSend(0x0005_0006_0003_ffff) // 5B6 slot 3; 5SEND_B6 peer 3, slot 3
-	x.RecvAndI(0x0002_0003_0000_ffff) // 2RECV_B3 peer 3, slot 0; 2I3 slot 0
-	x.RecvB(0x0005_0007_0001_0002)    // 5RECV_B7 peer 1, slot 2
-	x.SendB(0x0002_0003_0001_0000)    // 2SEND_B3 peer 1, slot 0
-	x.IAndSend(0x0005_0007_0002_ffff) // 5I7 slot 2; 5SEND_B7 peer 3, slot 2
-	x.W(0x0002_0003_0000_ffff)        // 2W3 slot 0
-	x.W(0x0005_0007_0002_ffff)        // 5W7 slot 2
+	x.BAndSend(0x0005_0006_0004_ffff) // 5B6 slot 4; 5SEND_B6 peer 3, slot 4
+	x.RecvAndI(0x0002_0003_0001_ffff) // 2RECV_B3 peer 3, slot 1; 2I3 slot 1
+	x.RecvB(0x0005_0007_0001_0000)    // 5RECV_B7 peer 1, slot 0
+	x.SendB(0x0002_0003_0001_0001)    // 2SEND_B3 peer 1, slot 1
+	x.IAndSend(0x0005_0007_0000_ffff) // 5I7 slot 0; 5SEND_B7 peer 3, slot 0
+	x.W(0x0002_0003_0001_ffff)        // 2W3 slot 1
+	x.W(0x0005_0007_0000_ffff)        // 5W7 slot 0
 	x.OptStep()
 }
 
@@ -192,34 +188,34 @@ func rank3Part0(x *pipe.Exec) {
 	x.SendF(0x0004_0004_0002_0000)    // 4SEND_F4 peer 2, slot 0
 	x.F(0x0004_0005_0001_ffff)        // 4F5 slot 1
 	x.Load(0x0004_0006_0002_ffff)     // 4DATA_LOAD6 slot 2
+	x.RecvF(0x0003_0000_0002_0003)    // 3RECV_F0 peer 2, slot 3
 	x.SendF(0x0004_0005_0002_0001)    // 4SEND_F5 peer 2, slot 1
 	x.F(0x0004_0006_0002_ffff)        // 4F6 slot 2
 	x.Load(0x0003_0000_0003_ffff)     // 3DATA_LOAD0 slot 3
-	x.SendF(0x0004_0006_0002_0002)    // 4SEND_F6 peer 2, slot 2
-	x.RecvAndF(0x0003_0000_0003_ffff) // 3RECV_F0 peer 2, slot 3; 3F0 slot 3
-	x.I(0x0003_0000_0003_ffff)        // 3I0 slot 3
 	x.RecvF(0x0003_0001_0002_0004)    // 3RECV_F1 peer 2, slot 4
-	x.SendB(0x0003_0000_0002_0003)    // 3SEND_B0 peer 2, slot 3
+	x.SendF(0x0004_0006_0002_0002)    // 4SEND_F6 peer 2, slot 2
+	x.F(0x0003_0000_0003_ffff)        // 3F0 slot 3
+	x.IAndSend(0x0003_0000_0003_ffff) // 3I0 slot 3; 3SEND_B0 peer 2, slot 3
+	x.RecvF(0x0003_0002_0002_0005)    // 3RECV_F2 peer 2, slot 5
 	x.W(0x0003_0000_0003_ffff)        // 3W0 slot 3
 	x.Load(0x0003_0001_0004_ffff)     // 3DATA_LOAD1 slot 4
 	x.F(0x0003_0001_0004_ffff)        // 3F1 slot 4
 	x.Load(0x0004_0007_0003_ffff)     // 4DATA_LOAD7 slot 3
 	x.OverlapFB(4, 7, 3, -1, pipe.OpBackward, 3, 1, 4, -1)
 	x.Load(0x0003_0002_0005_ffff)  // 3DATA_LOAD2 slot 5
+	x.RecvB(0x0004_0004_0002_0000) // 4RECV_B4 peer 2, slot 0
 	x.SendF(0x0004_0007_0002_0003) // 4SEND_F7 peer 2, slot 3
 	x.SendB(0x0003_0001_0002_0004) // 3SEND_B1 peer 2, slot 4
-	x.RecvF(0x0003_0002_0002_0005) // 3RECV_F2 peer 2, slot 5
-	x.RecvB(0x0004_0004_0002_0000) // 4RECV_B4 peer 2, slot 0
+	x.RecvF(0x0003_0003_0002_0004) // 3RECV_F3 peer 2, slot 4
 	x.OverlapFB(3, 2, 5, -1, pipe.OpBackward, 4, 4, 0, -1)
 	x.B(0x0003_0002_0005_ffff)     // 3B2 slot 5
-	x.Load(0x0003_0003_0000_ffff)  // 3DATA_LOAD3 slot 0
-	x.RecvF(0x0003_0003_0002_0000) // 3RECV_F3 peer 2, slot 0
+	x.Load(0x0003_0003_0004_ffff)  // 3DATA_LOAD3 slot 4
 	x.RecvB(0x0004_0005_0002_0001) // 4RECV_B5 peer 2, slot 1
 	x.SendB(0x0003_0002_0002_0005) // 3SEND_B2 peer 2, slot 5
-	x.OverlapFB(3, 3, 0, -1, pipe.OpBackward, 4, 5, 1, -1)
-	x.B(0x0003_0003_0000_ffff)        // 3B3 slot 0
+	x.OverlapFB(3, 3, 4, -1, pipe.OpBackward, 4, 5, 1, -1)
+	x.B(0x0003_0003_0004_ffff)        // 3B3 slot 4
 	x.RecvB(0x0004_0006_0002_0002)    // 4RECV_B6 peer 2, slot 2
-	x.SendB(0x0003_0003_0002_0000)    // 3SEND_B3 peer 2, slot 0
+	x.SendB(0x0003_0003_0002_0004)    // 3SEND_B3 peer 2, slot 4
 	x.I(0x0004_0006_0002_ffff)        // 4I6 slot 2
 	x.W(0x0004_0006_0002_ffff)        // 4W6 slot 2
 	x.RecvAndI(0x0004_0007_0003_ffff) // 4RECV_B7 peer 2, slot 3; 4I7 slot 3
@@ -229,22 +225,23 @@ func rank3Part0(x *pipe.Exec) {
 
 // Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.
 var Program = [][]pipe.Op{
-	pipe.DecodeOps("LFLsFLsFLrsFIrSWLFLXFBLsSrRXFBBLrSRXFBBSRIWRIWO", []pipe.At{ // rank 0
+	pipe.DecodeOps("LFLsFLrsFLrsFISrWLFLXFBLRsSrXFBBLRSXFBBRSIWRIWO", []pipe.At{ // rank 0
 		0x0000_0000_0000_ffff, // 0DATA_LOAD0 slot 0
 		0x0000_0000_0000_ffff, // 0F0 slot 0
 		0x0000_0001_0001_ffff, // 0DATA_LOAD1 slot 1
 		0x0000_0000_0001_0000, // 0SEND_F0 peer 1, slot 0
 		0x0000_0001_0001_ffff, // 0F1 slot 1
 		0x0000_0002_0002_ffff, // 0DATA_LOAD2 slot 2
+		0x0007_0004_0001_0003, // 7RECV_F4 peer 1, slot 3
 		0x0000_0001_0001_0001, // 0SEND_F1 peer 1, slot 1
 		0x0000_0002_0002_ffff, // 0F2 slot 2
 		0x0007_0004_0003_ffff, // 7DATA_LOAD4 slot 3
-		0x0007_0004_0001_0003, // 7RECV_F4 peer 1, slot 3
+		0x0007_0005_0001_0004, // 7RECV_F5 peer 1, slot 4
 		0x0000_0002_0001_0002, // 0SEND_F2 peer 1, slot 2
 		0x0007_0004_0003_ffff, // 7F4 slot 3
 		0x0007_0004_0003_ffff, // 7I4 slot 3
-		0x0007_0005_0001_0004, // 7RECV_F5 peer 1, slot 4
 		0x0007_0004_0001_0003, // 7SEND_B4 peer 1, slot 3
+		0x0007_0006_0001_0005, // 7RECV_F6 peer 1, slot 5
 		0x0007_0004_0003_ffff, // 7W4 slot 3
 		0x0007_0005_0004_ffff, // 7DATA_LOAD5 slot 4
 		0x0007_0005_0004_ffff, // 7F5 slot 4
@@ -253,24 +250,23 @@ var Program = [][]pipe.Op{
 		0x0000_0003_0003_ffff, // 0F3 slot 3
 		0x0007_0005_0004_ffff, // 7B5 slot 4
 		0x0007_0006_0005_ffff, // 7DATA_LOAD6 slot 5
+		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
 		0x0000_0003_0001_0003, // 0SEND_F3 peer 1, slot 3
 		0x0007_0005_0001_0004, // 7SEND_B5 peer 1, slot 4
-		0x0007_0006_0001_0005, // 7RECV_F6 peer 1, slot 5
-		0x0000_0000_0001_0000, // 0RECV_B0 peer 1, slot 0
+		0x0007_0007_0001_0004, // 7RECV_F7 peer 1, slot 4
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0007_0006_0005_ffff, // 7F6 slot 5
 		0x0000_0000_0000_ffff, // 0B0 slot 0
 		0x0007_0006_0005_ffff, // 7B6 slot 5
-		0x0007_0007_0000_ffff, // 7DATA_LOAD7 slot 0
-		0x0007_0007_0001_0000, // 7RECV_F7 peer 1, slot 0
-		0x0007_0006_0001_0005, // 7SEND_B6 peer 1, slot 5
+		0x0007_0007_0004_ffff, // 7DATA_LOAD7 slot 4
 		0x0000_0001_0001_0001, // 0RECV_B1 peer 1, slot 1
+		0x0007_0006_0001_0005, // 7SEND_B6 peer 1, slot 5
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
-		0x0007_0007_0000_ffff, // 7F7 slot 0
+		0x0007_0007_0004_ffff, // 7F7 slot 4
 		0x0000_0001_0001_ffff, // 0B1 slot 1
-		0x0007_0007_0000_ffff, // 7B7 slot 0
-		0x0007_0007_0001_0000, // 7SEND_B7 peer 1, slot 0
+		0x0007_0007_0004_ffff, // 7B7 slot 4
 		0x0000_0002_0001_0002, // 0RECV_B2 peer 1, slot 2
+		0x0007_0007_0001_0004, // 7SEND_B7 peer 1, slot 4
 		0x0000_0002_0002_ffff, // 0I2 slot 2
 		0x0000_0002_0002_ffff, // 0W2 slot 2
 		0x0000_0003_0001_0003, // 0RECV_B3 peer 1, slot 3
@@ -278,134 +274,135 @@ var Program = [][]pipe.Op{
 		0x0000_0003_0003_ffff, // 0W3 slot 3
 		0xffff_ffff_ffff_ffff, // OPT_STEP
 	}),
-	pipe.DecodeOps("rFrsFrsFrrsFsFRrsBSRrXFBRsSXFBrsSRXFBsRSBSRBRSISRISWWO", []pipe.At{ // rank 1
+	pipe.DecodeOps("rFrsFsrFrsFsrFrsRBSRXFBsSrRXFBrsSRXFBsSRBSRBSRISRISWWO", []pipe.At{ // rank 1
 		0x0001_0000_0000_0000, // 1RECV_F0 peer 0, slot 0
 		0x0001_0000_0000_ffff, // 1F0 slot 0
 		0x0006_0004_0002_0001, // 6RECV_F4 peer 2, slot 1
 		0x0001_0000_0002_0000, // 1SEND_F0 peer 2, slot 0
 		0x0006_0004_0001_ffff, // 6F4 slot 1
-		0x0001_0001_0000_0002, // 1RECV_F1 peer 0, slot 2
 		0x0006_0004_0000_0001, // 6SEND_F4 peer 0, slot 1
+		0x0001_0001_0000_0002, // 1RECV_F1 peer 0, slot 2
 		0x0001_0001_0002_ffff, // 1F1 slot 2
-		0x0001_0002_0000_0003, // 1RECV_F2 peer 0, slot 3
-		0x0006_0005_0002_0004, // 6RECV_F5 peer 2, slot 4
+		0x0006_0005_0002_0003, // 6RECV_F5 peer 2, slot 3
 		0x0001_0001_0002_0002, // 1SEND_F1 peer 2, slot 2
-		0x0006_0005_0004_ffff, // 6F5 slot 4
-		0x0006_0005_0000_0004, // 6SEND_F5 peer 0, slot 4
-		0x0001_0002_0003_ffff, // 1F2 slot 3
-		0x0006_0004_0000_0001, // 6RECV_B4 peer 0, slot 1
+		0x0006_0005_0003_ffff, // 6F5 slot 3
+		0x0006_0005_0000_0003, // 6SEND_F5 peer 0, slot 3
+		0x0001_0002_0000_0004, // 1RECV_F2 peer 0, slot 4
+		0x0001_0002_0004_ffff, // 1F2 slot 4
 		0x0006_0006_0002_0005, // 6RECV_F6 peer 2, slot 5
-		0x0001_0002_0002_0003, // 1SEND_F2 peer 2, slot 3
+		0x0001_0002_0002_0004, // 1SEND_F2 peer 2, slot 4
+		0x0006_0004_0000_0001, // 6RECV_B4 peer 0, slot 1
 		0x0006_0004_0001_ffff, // 6B4 slot 1
 		0x0006_0004_0002_0001, // 6SEND_B4 peer 2, slot 1
 		0x0001_0000_0002_0000, // 1RECV_B0 peer 2, slot 0
-		0x0001_0003_0000_0001, // 1RECV_F3 peer 0, slot 1
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0006_0006_0005_ffff, // 6F6 slot 5
 		0x0001_0000_0000_ffff, // 1B0 slot 0
-		0x0006_0005_0000_0004, // 6RECV_B5 peer 0, slot 4
 		0x0006_0006_0000_0005, // 6SEND_F6 peer 0, slot 5
 		0x0001_0000_0000_0000, // 1SEND_B0 peer 0, slot 0
+		0x0001_0003_0000_0000, // 1RECV_F3 peer 0, slot 0
+		0x0006_0005_0000_0003, // 6RECV_B5 peer 0, slot 3
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
-		0x0001_0003_0001_ffff, // 1F3 slot 1
-		0x0006_0005_0004_ffff, // 6B5 slot 4
-		0x0006_0007_0002_0000, // 6RECV_F7 peer 2, slot 0
-		0x0001_0003_0002_0001, // 1SEND_F3 peer 2, slot 1
-		0x0006_0005_0002_0004, // 6SEND_B5 peer 2, slot 4
+		0x0001_0003_0000_ffff, // 1F3 slot 0
+		0x0006_0005_0003_ffff, // 6B5 slot 3
+		0x0006_0007_0002_0001, // 6RECV_F7 peer 2, slot 1
+		0x0001_0003_0002_0000, // 1SEND_F3 peer 2, slot 0
+		0x0006_0005_0002_0003, // 6SEND_B5 peer 2, slot 3
 		0x0001_0001_0002_0002, // 1RECV_B1 peer 2, slot 2
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
-		0x0006_0007_0000_ffff, // 6F7 slot 0
+		0x0006_0007_0001_ffff, // 6F7 slot 1
 		0x0001_0001_0002_ffff, // 1B1 slot 2
-		0x0006_0007_0000_0000, // 6SEND_F7 peer 0, slot 0
-		0x0006_0006_0000_0005, // 6RECV_B6 peer 0, slot 5
+		0x0006_0007_0000_0001, // 6SEND_F7 peer 0, slot 1
 		0x0001_0001_0000_0002, // 1SEND_B1 peer 0, slot 2
+		0x0006_0006_0000_0005, // 6RECV_B6 peer 0, slot 5
 		0x0006_0006_0005_ffff, // 6B6 slot 5
 		0x0006_0006_0002_0005, // 6SEND_B6 peer 2, slot 5
-		0x0001_0002_0002_0003, // 1RECV_B2 peer 2, slot 3
-		0x0001_0002_0003_ffff, // 1B2 slot 3
-		0x0006_0007_0000_0000, // 6RECV_B7 peer 0, slot 0
-		0x0001_0002_0000_0003, // 1SEND_B2 peer 0, slot 3
-		0x0006_0007_0000_ffff, // 6I7 slot 0
-		0x0006_0007_0002_0000, // 6SEND_B7 peer 2, slot 0
-		0x0001_0003_0002_0001, // 1RECV_B3 peer 2, slot 1
-		0x0001_0003_0001_ffff, // 1I3 slot 1
-		0x0001_0003_0000_0001, // 1SEND_B3 peer 0, slot 1
-		0x0006_0007_0000_ffff, // 6W7 slot 0
-		0x0001_0003_0001_ffff, // 1W3 slot 1
+		0x0001_0002_0002_0004, // 1RECV_B2 peer 2, slot 4
+		0x0001_0002_0004_ffff, // 1B2 slot 4
+		0x0001_0002_0000_0004, // 1SEND_B2 peer 0, slot 4
+		0x0006_0007_0000_0001, // 6RECV_B7 peer 0, slot 1
+		0x0006_0007_0001_ffff, // 6I7 slot 1
+		0x0006_0007_0002_0001, // 6SEND_B7 peer 2, slot 1
+		0x0001_0003_0002_0000, // 1RECV_B3 peer 2, slot 0
+		0x0001_0003_0000_ffff, // 1I3 slot 0
+		0x0001_0003_0000_0000, // 1SEND_B3 peer 0, slot 0
+		0x0006_0007_0001_ffff, // 6W7 slot 1
+		0x0001_0003_0000_ffff, // 1W3 slot 0
 		0xffff_ffff_ffff_ffff, // OPT_STEP
 	}),
-	pipe.DecodeOps("rFrsrFrsFsrFsFRsBrRSrXFBRsSXFBsrRSXFBsSRBRSBSRIRSISWWO", []pipe.At{ // rank 2
+	pipe.DecodeOps("rFsrFsrFsrFsrFsrRBRSXFBsSrRXFBsrRSXFBsSRBRSBSRIRSISWWO", []pipe.At{ // rank 2
 		0x0005_0004_0003_0000, // 5RECV_F4 peer 3, slot 0
 		0x0005_0004_0000_ffff, // 5F4 slot 0
-		0x0005_0005_0003_0001, // 5RECV_F5 peer 3, slot 1
 		0x0005_0004_0001_0000, // 5SEND_F4 peer 1, slot 0
-		0x0002_0000_0001_0002, // 2RECV_F0 peer 1, slot 2
-		0x0002_0000_0002_ffff, // 2F0 slot 2
-		0x0005_0006_0003_0003, // 5RECV_F6 peer 3, slot 3
-		0x0002_0000_0003_0002, // 2SEND_F0 peer 3, slot 2
-		0x0005_0005_0001_ffff, // 5F5 slot 1
-		0x0005_0005_0001_0001, // 5SEND_F5 peer 1, slot 1
-		0x0002_0001_0001_0004, // 2RECV_F1 peer 1, slot 4
-		0x0002_0001_0004_ffff, // 2F1 slot 4
-		0x0002_0001_0003_0004, // 2SEND_F1 peer 3, slot 4
-		0x0005_0006_0003_ffff, // 5F6 slot 3
-		0x0002_0000_0003_0002, // 2RECV_B0 peer 3, slot 2
-		0x0005_0006_0001_0003, // 5SEND_F6 peer 1, slot 3
-		0x0002_0000_0002_ffff, // 2B0 slot 2
+		0x0002_0000_0001_0001, // 2RECV_F0 peer 1, slot 1
+		0x0002_0000_0001_ffff, // 2F0 slot 1
+		0x0002_0000_0003_0001, // 2SEND_F0 peer 3, slot 1
+		0x0005_0005_0003_0002, // 5RECV_F5 peer 3, slot 2
+		0x0005_0005_0002_ffff, // 5F5 slot 2
+		0x0005_0005_0001_0002, // 5SEND_F5 peer 1, slot 2
+		0x0002_0001_0001_0003, // 2RECV_F1 peer 1, slot 3
+		0x0002_0001_0003_ffff, // 2F1 slot 3
+		0x0002_0001_0003_0003, // 2SEND_F1 peer 3, slot 3
+		0x0005_0006_0003_0004, // 5RECV_F6 peer 3, slot 4
+		0x0005_0006_0004_ffff, // 5F6 slot 4
+		0x0005_0006_0001_0004, // 5SEND_F6 peer 1, slot 4
 		0x0002_0002_0001_0005, // 2RECV_F2 peer 1, slot 5
+		0x0002_0000_0003_0001, // 2RECV_B0 peer 3, slot 1
+		0x0002_0000_0001_ffff, // 2B0 slot 1
 		0x0005_0004_0001_0000, // 5RECV_B4 peer 1, slot 0
-		0x0002_0000_0001_0002, // 2SEND_B0 peer 1, slot 2
-		0x0005_0007_0003_0002, // 5RECV_F7 peer 3, slot 2
+		0x0002_0000_0001_0001, // 2SEND_B0 peer 1, slot 1
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0002_0002_0005_ffff, // 2F2 slot 5
 		0x0005_0004_0000_ffff, // 5B4 slot 0
-		0x0002_0001_0003_0004, // 2RECV_B1 peer 3, slot 4
 		0x0002_0002_0003_0005, // 2SEND_F2 peer 3, slot 5
 		0x0005_0004_0003_0000, // 5SEND_B4 peer 3, slot 0
+		0x0005_0007_0003_0000, // 5RECV_F7 peer 3, slot 0
+		0x0002_0001_0003_0003, // 2RECV_B1 peer 3, slot 3
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
-		0x0005_0007_0002_ffff, // 5F7 slot 2
-		0x0002_0001_0004_ffff, // 2B1 slot 4
-		0x0005_0007_0001_0002, // 5SEND_F7 peer 1, slot 2
-		0x0002_0003_0001_0000, // 2RECV_F3 peer 1, slot 0
-		0x0005_0005_0001_0001, // 5RECV_B5 peer 1, slot 1
-		0x0002_0001_0001_0004, // 2SEND_B1 peer 1, slot 4
+		0x0005_0007_0000_ffff, // 5F7 slot 0
+		0x0002_0001_0003_ffff, // 2B1 slot 3
+		0x0005_0007_0001_0000, // 5SEND_F7 peer 1, slot 0
+		0x0002_0003_0001_0001, // 2RECV_F3 peer 1, slot 1
+		0x0005_0005_0001_0002, // 5RECV_B5 peer 1, slot 2
+		0x0002_0001_0001_0003, // 2SEND_B1 peer 1, slot 3
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
-		0x0002_0003_0000_ffff, // 2F3 slot 0
-		0x0005_0005_0001_ffff, // 5B5 slot 1
-		0x0002_0003_0003_0000, // 2SEND_F3 peer 3, slot 0
-		0x0005_0005_0003_0001, // 5SEND_B5 peer 3, slot 1
+		0x0002_0003_0001_ffff, // 2F3 slot 1
+		0x0005_0005_0002_ffff, // 5B5 slot 2
+		0x0002_0003_0003_0001, // 2SEND_F3 peer 3, slot 1
+		0x0005_0005_0003_0002, // 5SEND_B5 peer 3, slot 2
 		0x0002_0002_0003_0005, // 2RECV_B2 peer 3, slot 5
 		0x0002_0002_0005_ffff, // 2B2 slot 5
-		0x0005_0006_0001_0003, // 5RECV_B6 peer 1, slot 3
+		0x0005_0006_0001_0004, // 5RECV_B6 peer 1, slot 4
 		0x0002_0002_0001_0005, // 2SEND_B2 peer 1, slot 5
-		0x0005_0006_0003_ffff, // 5B6 slot 3
-		0x0005_0006_0003_0003, // 5SEND_B6 peer 3, slot 3
-		0x0002_0003_0003_0000, // 2RECV_B3 peer 3, slot 0
-		0x0002_0003_0000_ffff, // 2I3 slot 0
-		0x0005_0007_0001_0002, // 5RECV_B7 peer 1, slot 2
-		0x0002_0003_0001_0000, // 2SEND_B3 peer 1, slot 0
-		0x0005_0007_0002_ffff, // 5I7 slot 2
-		0x0005_0007_0003_0002, // 5SEND_B7 peer 3, slot 2
-		0x0002_0003_0000_ffff, // 2W3 slot 0
-		0x0005_0007_0002_ffff, // 5W7 slot 2
+		0x0005_0006_0004_ffff, // 5B6 slot 4
+		0x0005_0006_0003_0004, // 5SEND_B6 peer 3, slot 4
+		0x0002_0003_0003_0001, // 2RECV_B3 peer 3, slot 1
+		0x0002_0003_0001_ffff, // 2I3 slot 1
+		0x0005_0007_0001_0000, // 5RECV_B7 peer 1, slot 0
+		0x0002_0003_0001_0001, // 2SEND_B3 peer 1, slot 1
+		0x0005_0007_0000_ffff, // 5I7 slot 0
+		0x0005_0007_0003_0000, // 5SEND_B7 peer 3, slot 0
+		0x0002_0003_0001_ffff, // 2W3 slot 1
+		0x0005_0007_0000_ffff, // 5W7 slot 0
 		0xffff_ffff_ffff_ffff, // OPT_STEP
 	}),
-	pipe.DecodeOps("LFLsFLsFLsrFIrSWLFLXFBLsSrRXFBBLrRSXFBBRSIWRIWO", []pipe.At{ // rank 3
+	pipe.DecodeOps("LFLsFLrsFLrsFISrWLFLXFBLRsSrXFBBLRSXFBBRSIWRIWO", []pipe.At{ // rank 3
 		0x0004_0004_0000_ffff, // 4DATA_LOAD4 slot 0
 		0x0004_0004_0000_ffff, // 4F4 slot 0
 		0x0004_0005_0001_ffff, // 4DATA_LOAD5 slot 1
 		0x0004_0004_0002_0000, // 4SEND_F4 peer 2, slot 0
 		0x0004_0005_0001_ffff, // 4F5 slot 1
 		0x0004_0006_0002_ffff, // 4DATA_LOAD6 slot 2
+		0x0003_0000_0002_0003, // 3RECV_F0 peer 2, slot 3
 		0x0004_0005_0002_0001, // 4SEND_F5 peer 2, slot 1
 		0x0004_0006_0002_ffff, // 4F6 slot 2
 		0x0003_0000_0003_ffff, // 3DATA_LOAD0 slot 3
+		0x0003_0001_0002_0004, // 3RECV_F1 peer 2, slot 4
 		0x0004_0006_0002_0002, // 4SEND_F6 peer 2, slot 2
-		0x0003_0000_0002_0003, // 3RECV_F0 peer 2, slot 3
 		0x0003_0000_0003_ffff, // 3F0 slot 3
 		0x0003_0000_0003_ffff, // 3I0 slot 3
-		0x0003_0001_0002_0004, // 3RECV_F1 peer 2, slot 4
 		0x0003_0000_0002_0003, // 3SEND_B0 peer 2, slot 3
+		0x0003_0002_0002_0005, // 3RECV_F2 peer 2, slot 5
 		0x0003_0000_0003_ffff, // 3W0 slot 3
 		0x0003_0001_0004_ffff, // 3DATA_LOAD1 slot 4
 		0x0003_0001_0004_ffff, // 3F1 slot 4
@@ -414,24 +411,23 @@ var Program = [][]pipe.Op{
 		0x0004_0007_0003_ffff, // 4F7 slot 3
 		0x0003_0001_0004_ffff, // 3B1 slot 4
 		0x0003_0002_0005_ffff, // 3DATA_LOAD2 slot 5
+		0x0004_0004_0002_0000, // 4RECV_B4 peer 2, slot 0
 		0x0004_0007_0002_0003, // 4SEND_F7 peer 2, slot 3
 		0x0003_0001_0002_0004, // 3SEND_B1 peer 2, slot 4
-		0x0003_0002_0002_0005, // 3RECV_F2 peer 2, slot 5
-		0x0004_0004_0002_0000, // 4RECV_B4 peer 2, slot 0
+		0x0003_0003_0002_0004, // 3RECV_F3 peer 2, slot 4
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
 		0x0003_0002_0005_ffff, // 3F2 slot 5
 		0x0004_0004_0000_ffff, // 4B4 slot 0
 		0x0003_0002_0005_ffff, // 3B2 slot 5
-		0x0003_0003_0000_ffff, // 3DATA_LOAD3 slot 0
-		0x0003_0003_0002_0000, // 3RECV_F3 peer 2, slot 0
+		0x0003_0003_0004_ffff, // 3DATA_LOAD3 slot 4
 		0x0004_0005_0002_0001, // 4RECV_B5 peer 2, slot 1
 		0x0003_0002_0002_0005, // 3SEND_B2 peer 2, slot 5
 		0xffff_ffff_ffff_ffff, // OVERLAP_F_B
-		0x0003_0003_0000_ffff, // 3F3 slot 0
+		0x0003_0003_0004_ffff, // 3F3 slot 4
 		0x0004_0005_0001_ffff, // 4B5 slot 1
-		0x0003_0003_0000_ffff, // 3B3 slot 0
+		0x0003_0003_0004_ffff, // 3B3 slot 4
 		0x0004_0006_0002_0002, // 4RECV_B6 peer 2, slot 2
-		0x0003_0003_0002_0000, // 3SEND_B3 peer 2, slot 0
+		0x0003_0003_0002_0004, // 3SEND_B3 peer 2, slot 4
 		0x0004_0006_0002_ffff, // 4I6 slot 2
 		0x0004_0006_0002_ffff, // 4W6 slot 2
 		0x0004_0007_0002_0003, // 4RECV_B7 peer 2, slot 3
