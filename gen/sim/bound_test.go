@@ -76,3 +76,39 @@ func TestPeakMemoryWeights(t *testing.T) {
 		}
 	}
 }
+
+// TestCapTermsTailAfterLastBackward: tail_B on the first rank of a V at
+// P = 2 (stages 0 and 3; stages 1 and 2 on the other rank), stage 0 an
+// embedding (F = 0.1, I = 0, W = 0.1, act 1), stages 1 and 2 blocks (F = 1,
+// I = 5, W = 1), stage 3 a head (F = I = W = 3, act 4), M = 4, the cap 8
+// (two head chunks). After the last I of stage 3 the chain I2, I1, I0, W0
+// = 10.1 runs, and the rank may run only W's of the head's live chunks
+// (at most 2 · 3 = 6 within the cap, the most work per unit) or the
+// embedding's backwards: tail_B = 4.1. After its last forward (of the
+// head, the least chain) I3 and that chain follow, 13.1, against the head
+// chunks' I + W (2 · 6 = 12): tail_F = 1.1. Before its first backward (I3
+// at 5.1) it runs at most the head's forwards from 2.1 (3 of work, one
+// chunk) and embedding forwards in the rest of the cap (4 · 0.1):
+// head_C = 5.1 − 3.4 = 1.7.
+func TestCapTermsTailAfterLastBackward(t *testing.T) {
+	pl := ir.VShape(2)
+	c, err := Cost{F: []float64{0.1, 1, 1, 3}, I: []float64{0, 5, 5, 3}, W: []float64{0.1, 1, 1, 3}}.Resolve(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunkBack := []float64{0.1, 6, 6, 6}
+	wLeft := []float64{0.1, 1, 1, 3}
+	runs := []int{4, 4, 4, 4}
+	pre := []float64{0, 0.1, 1.1, 2.1}
+	post := []float64{0.1, 0.1, 5.1, 10.1}    // after I(s): I(s-1) ... I0, then W0
+	esBack := []float64{18.1, 13.1, 8.1, 5.1} // F0..F3 = 5.1, then I3, I2, I1
+	from := []float64{18.2, 18.1, 17.1, 16.1} // chain from F(s) to W0's end
+	opt := BoundOptions{Act: []float64{1, 1, 1, 4}, Cap: []float64{8, 0}}
+	head, tail, ok := capTerms(pl, 0, opt, c, chunkBack, wLeft, runs, true, pre, post, esBack, from)
+	if !ok || !near(head, 1.7) || !near(tail, 4.1) {
+		t.Errorf("head %g, tail %g, ok %v; want 1.7, 4.1 (tail_B; tail_F is 1.1), true", head, tail, ok)
+	}
+	if _, tail, _ := capTerms(pl, 0, opt, c, chunkBack, wLeft, runs, false, pre, post, esBack, from); !near(tail, 1.1) {
+		t.Errorf("without one route (no tail_B): tail %g, want tail_F = 1.1", tail)
+	}
+}
