@@ -18,12 +18,15 @@ const fillWindow = 24
 // then the first later F, then the first later I of that rank (within
 // fillWindow steps) that may legally run there: every step it jumps over
 // could swap with it (Repair's rule: never two steps of one chunk, nor two
-// of one kind on one stage). A move is kept when eval says the order is
-// valid and its Score smaller; after a kept move the order is simulated
-// again. It stops when no gap's moves improve or budget evaluations are
-// spent, and returns the best order, its score and the evaluations used;
-// deterministic for a deterministic eval. p must hold compute steps only
-// (an order before lowering).
+// of one kind on one stage). When none of those helps, it tries moving the
+// step the rank waits for (its producer on another rank: the previous
+// stage's F, the next stage's I) earlier on that rank, one position at a
+// time. A move is kept when eval says the order is valid and its Score
+// smaller; after a kept move the order is simulated again. It stops when
+// no gap's moves improve or budget evaluations are spent, and returns the
+// best order, its score and the evaluations used; deterministic for a
+// deterministic eval. p must hold compute steps only (an order before
+// lowering).
 func Fill(p ir.Program, c sim.Cost, eval func(ir.Program) (Score, bool), budget int) (ir.Program, Score, int) {
 	best, ok := eval(p)
 	used := 1
@@ -62,12 +65,65 @@ func Fill(p ir.Program, c sim.Cost, eval func(ir.Program) (Score, bool), budget 
 			if improved {
 				break
 			}
+			// Else the step that made the rank wait: its producer on
+			// another rank, moved earlier there one step at a time.
+			q, j := producer(p, p.Ranks[g.rank][g.index])
+			if q < 0 || q == g.rank {
+				continue
+			}
+			ps := p.Ranks[q]
+			for k := j - 1; k >= 0 && k >= j-fillWindow && used < budget; k-- {
+				if !swappable(ps[k], ps[j]) {
+					break
+				}
+				moveStep(ps, j, k)
+				sc, ok := eval(p)
+				used++
+				if ok && sc.less(best) {
+					best, improved = sc, true
+					break
+				}
+				moveStep(ps, k, j)
+			}
+			if improved {
+				break
+			}
 		}
 		if !improved {
 			break
 		}
 	}
 	return p, best, used
+}
+
+// producer returns the rank and index of the step whose output st waits
+// for when it comes from another stage: the previous stage's F for an F,
+// the next stage's I or B for an I or B (the same stage's F on the last
+// stage); -1 when there is none (a first-stage F, a W).
+func producer(p ir.Program, st ir.Step) (rank, index int) {
+	S := p.Placement.Stages()
+	var want ir.Step
+	switch st.Kind {
+	case ir.Forward:
+		if st.Stage == 0 {
+			return -1, -1
+		}
+		want = ir.Compute(ir.Forward, st.Stage-1, st.Micro)
+	case ir.BackwardInput, ir.Backward:
+		if st.Stage+1 >= S {
+			return -1, -1
+		}
+		want = ir.Compute(st.Kind, st.Stage+1, st.Micro)
+	default:
+		return -1, -1
+	}
+	q := p.Placement.RankOf[want.Stage]
+	for j, x := range p.Ranks[q] {
+		if x.Kind == want.Kind && x.Stage == want.Stage && x.Micro == want.Micro {
+			return q, j
+		}
+	}
+	return -1, -1
 }
 
 type gap struct {

@@ -252,3 +252,34 @@ func TestFill(t *testing.T) {
 		t.Errorf("Fill changed its argument: %g", got.Makespan)
 	}
 }
+
+// TestFillPullsTheProducer: P = 2, M = 2, F = I = W = 1; rank 0 runs both
+// F's first, rank 1 runs W(1, 0) between F(1, 1) and I(1, 1): 8. Rank 0
+// waits 5..6 for I(1, 1) before its I(0, 1), and no later step of rank 0
+// may run there; its producer I(1, 1) may move before W(1, 0) on rank 1,
+// and the order takes 7, the lower bound (rank 1 starts at 1 and works 6).
+func TestFillPullsTheProducer(t *testing.T) {
+	p := ir.NewProgram(ir.Loop(2, 1), 2)
+	F, I, W := ir.Forward, ir.BackwardInput, ir.BackwardWeight
+	p.Ranks[0] = []ir.Step{ir.Compute(F, 0, 0), ir.Compute(F, 0, 1), ir.Compute(I, 0, 0), ir.Compute(W, 0, 0), ir.Compute(I, 0, 1), ir.Compute(W, 0, 1)}
+	p.Ranks[1] = []ir.Step{ir.Compute(F, 1, 0), ir.Compute(I, 1, 0), ir.Compute(F, 1, 1), ir.Compute(W, 1, 0), ir.Compute(I, 1, 1), ir.Compute(W, 1, 1)}
+	c, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(2)
+	eval := func(q ir.Program) (Score, bool) {
+		r, err := sim.Run(q, c)
+		if err != nil {
+			return Score{}, false
+		}
+		return Score{Makespan: r.Makespan}, true
+	}
+	if sc, _ := eval(p); sc.Makespan != 8 {
+		t.Fatalf("start: %g, want 8", sc.Makespan)
+	}
+	q, sc, _ := Fill(p, c, eval, 100)
+	if _, err := verify.Check(q, verify.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []ir.Step{ir.Compute(F, 1, 0), ir.Compute(I, 1, 0), ir.Compute(F, 1, 1), ir.Compute(I, 1, 1), ir.Compute(W, 1, 0), ir.Compute(W, 1, 1)}
+	if sc.Makespan != 7 || !slices.EqualFunc(q.Ranks[1], want, ir.Step.Equal) {
+		t.Errorf("makespan %g, rank 1 %v; want 7, %v", sc.Makespan, q.Ranks[1], want)
+	}
+}
