@@ -8,11 +8,12 @@ import (
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
-// TestCommCostKeepsTheComputeTimeline: under uneven per-stage costs and no
-// transfer latency, a program lowered with Options.CommCost runs in its
-// compute order's makespan (the timed order laid out for those costs), and
-// with latency it is never slower than the default layout. Without
-// CommCost some of these programs lose time to their transfers.
+// TestCommCostKeepsTheComputeTimeline: under uneven per-stage costs (some
+// with a first stage of I = 0, an embedding) and no transfer latency, a
+// program lowered with Options.CommCost runs in its compute order's
+// makespan (the timed order laid out for those costs), and with latency it
+// is never slower than the default layout. Without CommCost some of these
+// programs lose time to their transfers.
 func TestCommCostKeepsTheComputeTimeline(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 14))
 	lost := 0
@@ -31,6 +32,9 @@ func TestCommCostKeepsTheComputeTimeline(t *testing.T) {
 			}
 			if trial%2 == 1 {
 				c.Comm = 0.3 * rng.Float64()
+			}
+			if trial%3 == 2 { // an embedding: no input gradient
+				c.I[0], c.B[0] = 0, c.W[0]
 			}
 			opt := Options{CommCost: func(ir.Program) (sim.Cost, error) { return c, nil }}
 			with, err := lowerCompute(compute, opt)
