@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -105,24 +104,6 @@ func costLayout(compute ir.Program, opt Options) (passes.Options, sim.Cost, bool
 	}
 	layout := full
 	layout.Comm, layout.Act, layout.BW = 0, nil, 0
-	layout.F, layout.B, layout.I, layout.W = slices.Clone(full.F), slices.Clone(full.B), slices.Clone(full.I), slices.Clone(full.W)
-	// The timed order needs every compute step to take time (a layer
-	// without an input gradient, an embedding's I = 0, has none): such a
-	// step gets a millionth of the largest cost, which moves nothing in
-	// the timeline that matters.
-	largest := 0.0
-	for _, xs := range [][]float64{layout.F, layout.B, layout.I, layout.W} {
-		for _, x := range xs {
-			largest = max(largest, x)
-		}
-	}
-	for _, xs := range [][]float64{layout.F, layout.B, layout.I, layout.W} {
-		for i, x := range xs {
-			if x <= 0 && largest > 0 {
-				xs[i] = largest * 1e-6
-			}
-		}
-	}
 	if def, err := sim.DefaultCost().Resolve(compute.Stages()); err != nil || proportional(layout, def) {
 		return opt.Passes, sim.Cost{}, false // the same layout (auto's default cost, scaled per stage)
 	}

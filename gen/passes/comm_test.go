@@ -358,21 +358,38 @@ func TestInsertCommTimed(t *testing.T) {
 	}
 }
 
-// TestInsertCommTimedFallsBack: with a compute cost of 0 the timed order's
-// argument does not hold, and InsertComm uses the late order instead.
+// TestInsertCommTimedFallsBack: without any positive compute cost the
+// timed order's argument does not hold, and InsertComm uses the late order
+// instead; a cost of 0 beside positive ones (a stage without an input
+// gradient) is timed at a millionth of the largest, as if given so.
 func TestInsertCommTimedFallsBack(t *testing.T) {
 	in := oneF1B(3, 4)
-	zero := sim.DefaultCost()
-	zero.F = []float64{0}
-	got, err := InsertComm(in, CommOptions{Cost: &zero})
-	if err != nil {
-		t.Fatal(err)
-	}
 	late, err := InsertComm(in, CommOptions{Order: Late})
 	if err != nil {
 		t.Fatal(err)
 	}
+	zero := sim.DefaultCost()
+	zero.F, zero.B, zero.I, zero.W = []float64{0}, []float64{0}, []float64{0}, []float64{0}
+	got, err := InsertComm(in, CommOptions{Cost: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if ir.FormatText(got) != ir.FormatText(late) {
-		t.Errorf("zero-cost timed order did not fall back to late:\n%s", ir.FormatText(got))
+		t.Errorf("all-zero timed order did not fall back to late:\n%s", ir.FormatText(got))
+	}
+	someZero := sim.DefaultCost()
+	someZero.F = []float64{0}
+	tiny := sim.DefaultCost()
+	tiny.F = []float64{2e-6} // a millionth of B = 2
+	a, err := InsertComm(in, CommOptions{Cost: &someZero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := InsertComm(in, CommOptions{Cost: &tiny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ir.FormatText(a) != ir.FormatText(b) || ir.FormatText(a) == ir.FormatText(late) {
+		t.Errorf("F = 0 gave\n%s\nwant the order of F = 2e-6\n%s\n(not the late one)", ir.FormatText(a), ir.FormatText(b))
 	}
 }

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"math"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -24,15 +25,24 @@ import (
 // ended before the transfer's time (so its own receives have smaller keys),
 // induction over the keys shows every transfer completes: the program is
 // deadlock-free under the strict model and, with Comm = 0, runs in the ideal
-// timeline's makespan. ok is false when the argument does not apply (a
-// compute cost ≤ 0, an infeasible order, a missing producer); the caller then
-// uses the late placement, which also gives the precise error.
+// timeline's makespan. A compute step of cost 0 (a layer without an input
+// gradient, an embedding's I) is timed at a millionth of the largest
+// compute cost, which the argument needs and the timeline hardly notices.
+// ok is false when the argument does not apply (no positive compute cost,
+// an infeasible order, a missing producer); the caller then uses the late
+// placement, which also gives the precise error.
 func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	rankOf := p.Placement.RankOf
 	P, S, M := len(p.Ranks), len(rankOf), p.Micro
 	nHost := 0
 	for _, steps := range p.Ranks {
 		nHost += len(steps)
+	}
+	c, ok := positiveCompute(c)
+	if !ok {
+		return ir.Program{}, false
+	}
+	for _, steps := range p.Ranks {
 		for i := range steps {
 			if st := &steps[i]; st.Kind.IsCompute() && c.StepCost(*st) <= 0 {
 				return ir.Program{}, false
@@ -260,6 +270,32 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 // cross-stage input (deps.Neighbour) exists (F(s,m) after F(s-1,m), B/I(s,m) after
 // B/I(s+1,m), plus c.Comm when the producer runs on another rank). It returns every step's end time, or
 // false when some rank can never proceed.
+// positiveCompute returns c with every F, B, I and W of at most 0 raised
+// to a millionth of the largest of them (false when none is positive).
+func positiveCompute(c sim.Cost) (sim.Cost, bool) {
+	lists := []*[]float64{&c.F, &c.B, &c.I, &c.W}
+	largest := 0.0
+	for _, xs := range lists {
+		for _, x := range *xs {
+			largest = max(largest, x)
+		}
+	}
+	if !(largest > 0) {
+		return c, false
+	}
+	for _, xs := range lists {
+		if slices.ContainsFunc(*xs, func(x float64) bool { return x <= 0 }) {
+			*xs = slices.Clone(*xs)
+			for i, x := range *xs {
+				if x <= 0 {
+					(*xs)[i] = largest * 1e-6
+				}
+			}
+		}
+	}
+	return c, true
+}
+
 func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 	rankOf := p.Placement.RankOf
 	P, S, M := len(p.Ranks), len(rankOf), p.Micro
