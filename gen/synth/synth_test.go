@@ -228,14 +228,7 @@ func TestFill(t *testing.T) {
 			p.Ranks[r] = append(p.Ranks[r], ir.Compute(ir.Forward, r, m), ir.Compute(ir.BackwardInput, r, m), ir.Compute(ir.BackwardWeight, r, m))
 		}
 	}
-	c, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(2)
-	eval := func(q ir.Program) (Score, bool) {
-		r, err := sim.Run(q, c)
-		if err != nil {
-			return Score{}, false
-		}
-		return Score{Makespan: r.Makespan}, true
-	}
+	c, eval := unitMakespan()
 	if sc, _ := eval(p); sc.Makespan != 10 {
 		t.Fatalf("start: %g, want 10", sc.Makespan)
 	}
@@ -263,14 +256,7 @@ func TestFillPullsTheProducer(t *testing.T) {
 	F, I, W := ir.Forward, ir.BackwardInput, ir.BackwardWeight
 	p.Ranks[0] = []ir.Step{ir.Compute(F, 0, 0), ir.Compute(F, 0, 1), ir.Compute(I, 0, 0), ir.Compute(W, 0, 0), ir.Compute(I, 0, 1), ir.Compute(W, 0, 1)}
 	p.Ranks[1] = []ir.Step{ir.Compute(F, 1, 0), ir.Compute(I, 1, 0), ir.Compute(F, 1, 1), ir.Compute(W, 1, 0), ir.Compute(I, 1, 1), ir.Compute(W, 1, 1)}
-	c, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(2)
-	eval := func(q ir.Program) (Score, bool) {
-		r, err := sim.Run(q, c)
-		if err != nil {
-			return Score{}, false
-		}
-		return Score{Makespan: r.Makespan}, true
-	}
+	c, eval := unitMakespan()
 	if sc, _ := eval(p); sc.Makespan != 8 {
 		t.Fatalf("start: %g, want 8", sc.Makespan)
 	}
@@ -281,5 +267,18 @@ func TestFillPullsTheProducer(t *testing.T) {
 	want := []ir.Step{ir.Compute(F, 1, 0), ir.Compute(I, 1, 0), ir.Compute(F, 1, 1), ir.Compute(I, 1, 1), ir.Compute(W, 1, 0), ir.Compute(W, 1, 1)}
 	if sc.Makespan != 7 || !slices.EqualFunc(q.Ranks[1], want, ir.Step.Equal) {
 		t.Errorf("makespan %g, rank 1 %v; want 7, %v", sc.Makespan, q.Ranks[1], want)
+	}
+}
+
+// unitMakespan is the cost F = I = W = 1 on two stages and an eval that
+// scores an order by its simulated makespan under it.
+func unitMakespan() (sim.Cost, func(ir.Program) (Score, bool)) {
+	c, _ := sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}}.Resolve(2)
+	return c, func(q ir.Program) (Score, bool) {
+		r, err := sim.Run(q, c)
+		if err != nil {
+			return Score{}, false
+		}
+		return Score{Makespan: r.Makespan}, true
 	}
 }
