@@ -173,6 +173,16 @@ func TestPlacements(t *testing.T) {
 	if l.Virtual() != 2 || v.Virtual() != 2 {
 		t.Errorf("Virtual: loop %d v %d", l.Virtual(), v.Virtual())
 	}
+	z := Zigzag(3, 4)
+	if got, want := z.String(), "0,1,2,2,1,0,0,1,2,2,1,0"; got != want {
+		t.Errorf("Zigzag(3, 4) = %s, want %s", got, want)
+	}
+	if got, want := z.StagesOf(0), []int{0, 5, 6, 11}; !equalInts(got, want) || z.Virtual() != 4 {
+		t.Errorf("Zigzag(3, 4).StagesOf(0) = %v (virtual %d), want %v (4)", got, z.Virtual(), want)
+	}
+	if Zigzag(4, 2).String() != "v" || Zigzag(4, 1).String() != "loop" {
+		t.Errorf("Zigzag(4, 2) = %s, Zigzag(4, 1) = %s; want v and loop", Zigzag(4, 2), Zigzag(4, 1))
+	}
 	if _, err := Table(2, []int{0, 0}); err == nil || !strings.Contains(err.Error(), "rank 1 holds no stage") {
 		t.Errorf("Table error = %v", err)
 	}

@@ -36,6 +36,29 @@ func VShape(ranks int) Placement {
 	return p
 }
 
+// Zigzag places the ranks·virtual stages in legs of ranks stages that run
+// down the ranks and back up in turn: stage s of leg s/ranks on rank
+// s mod ranks on an even leg, ranks-1-(s mod ranks) on an odd one, so that
+// every turn (the last rank, then rank 0) holds two adjacent stages and
+// needs no transfer. Virtual 2 is VShape; 4 is the W shape. Its Name is
+// "table" (String writes the table) for virtual > 2.
+func Zigzag(ranks, virtual int) Placement {
+	if virtual == 2 {
+		return VShape(ranks)
+	}
+	p := Placement{Name: "table", NumRanks: ranks, RankOf: make([]int, ranks*virtual)}
+	for s := range p.RankOf {
+		p.RankOf[s] = s % ranks
+		if (s/ranks)%2 == 1 {
+			p.RankOf[s] = ranks - 1 - s%ranks
+		}
+	}
+	if virtual == 1 {
+		p.Name = "loop"
+	}
+	return p
+}
+
 // Table builds an explicit placement from a stage -> rank table. Every rank in
 // 0..ranks-1 must hold at least one stage.
 func Table(ranks int, rankOf []int) (Placement, error) {

@@ -33,7 +33,7 @@ func TestUnitCostsOneStage(t *testing.T) {
 }
 
 // TestRandomCosts is the property test: on random small problems (loop V
-// = 1, 2 and v; random per-stage F, I, W and activation sizes; a random
+// = 1, 2, v and zigzag V = 4; random per-stage F, I, W and activation sizes; a random
 // cap at least one chunk), every order a rule builds verifies, runs every
 // F, I and W once, keeps every rank's memory within the cap, and its
 // simulated makespan is at least sim.LowerBound; Search's is the least of
@@ -44,13 +44,15 @@ func TestRandomCosts(t *testing.T) {
 		P := 1 + rng.IntN(4)
 		M := 1 + rng.IntN(8)
 		var pl ir.Placement
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
 		case 0:
 			pl = ir.Loop(P, 1)
 		case 1:
 			pl = ir.Loop(P, 2)
-		default:
+		case 2:
 			pl = ir.VShape(P)
+		default:
+			pl = ir.Zigzag(P, 4)
 		}
 		S := pl.Stages()
 		c := sim.Cost{Comm: float64(rng.IntN(3)) / 4}

@@ -14,12 +14,13 @@ import (
 // TestSynthesizedTrainsAsSequential: orders gen/synth builds for an
 // LLM-like shape (a cheap embedding on the first stage, a head and loss
 // three times a block with four times its activation on the last) on P =
-// 4, M = 8 under a memory cap, on the loop (V = 1, 2) and v placements,
-// lower and verify (gen.LowerProgram) and train through the runtime
-// equal to a sequential run, over every rule that does not get stuck.
+// 4, M = 8 under a memory cap, on the loop (V = 1, 2), v and zigzag (V =
+// 4) placements, lower and verify (gen.LowerProgram) and train through
+// the runtime equal to a sequential run, over every rule that does not get
+// stuck.
 func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	const P, M = 4, 8
-	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P)} {
+	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4)} {
 		S := pl.Stages()
 		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
 		for s := range S {
