@@ -45,9 +45,15 @@ type AutoOptions struct {
 	// (V, or V/2 for two model copies), i.e. in units of one micro-batch of
 	// a rank's share of the model. 0 means no bound.
 	MemLimit float64
-	// Progress, when set, is called before each family is tried: its
-	// name and how many families came before it, of how many.
-	Progress func(family string, done, families int)
+	// Progress, when set, is called before each step of the search, with
+	// what the step does, how many steps came before it and how many there
+	// are: building each family ("building zbv"), then splitting the
+	// model and simulating every candidate's compute order ("simulating
+	// 26 candidates"), then, with a model, synthesizing on each placement
+	// ("synthesizing synth(v) V=2"), then lowering the candidates in
+	// increasing bound ("lowering and simulating"). The calls come in that
+	// order, done counting up from 0.
+	Progress func(step string, done, total int)
 	// StageCost, when set, gives the cost model of a candidate with the
 	// given number of stages forming copies model copies (ir.Program.Copies,
 	// 1 for one pipeline) instead of Cost scaled to one rank's share
@@ -286,11 +292,21 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	var tries []*autoTry // the ones that built
 	index := 0
 	names := schedules.Names()
-	for i, name := range names {
-		fam, _ := schedules.Lookup(name)
+	rewrites := opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly
+	var synthOn []synthPlacement
+	if sp := opt.Auto.Split; sp != nil && !rewrites {
+		synthOn = synthPlacementsFor(cfg, len(sp.Model.Layers))
+	}
+	done, total := 0, len(names)+2+len(synthOn)
+	progress := func(format string, args ...any) {
 		if opt.Auto.Progress != nil {
-			opt.Auto.Progress(name, i, len(names))
+			opt.Auto.Progress(fmt.Sprintf(format, args...), done, total)
 		}
+		done++
+	}
+	for _, name := range names {
+		fam, _ := schedules.Lookup(name)
+		progress("building %s", name)
 		f := family{fam: fam}
 		if fam.ComputeOnly == "" {
 			for _, v := range vs {
@@ -313,7 +329,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		}
 		fams = append(fams, f)
 	}
-	rewrites := opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly
+	progress("simulating %d candidates", len(tries))
 	if !rewrites || opt.Auto.Split != nil {
 		// The bounds, on all cores: each try writes only its own fields.
 		steps := 0
@@ -357,11 +373,12 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
 	var synthesized []*autoTry
 	if sp := opt.Auto.Split; sp != nil && !rewrites {
-		if synthesized, err = synthTries(cfg, opt, sp, opt.Auto.MemLimit, tries, index); err != nil {
+		if synthesized, err = synthTries(cfg, opt, sp, synthOn, opt.Auto.MemLimit, tries, index, progress); err != nil {
 			return nil, Result{}, false, err
 		}
 		tries = append(tries, synthesized...)
 	}
+	progress("lowering and simulating")
 	order := slices.Clone(tries)
 	slices.SortStableFunc(order, func(a, b *autoTry) int { return cmp.Compare(a.bound, b.bound) })
 	var bestTry *autoTry // the chosen one so far, its result in chosen

@@ -2,11 +2,13 @@ package gen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -125,20 +127,53 @@ func TestAutoDeterministic(t *testing.T) {
 	}
 }
 
-// TestAutoProgress: the callback sees every family once, in order.
+// TestAutoProgress: the callback sees every family built once, in
+// order, then the bounds, then (with a model) every placement synthesized
+// on, then the lowering, done counting up to total.
 func TestAutoProgress(t *testing.T) {
-	var seen []string
-	_, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, Options{Auto: AutoOptions{Progress: func(family string, done, families int) {
-		if done != len(seen) || families != len(schedules.Names()) {
-			t.Errorf("progress %s %d/%d after %d calls", family, done, families, len(seen))
-		}
-		seen = append(seen, family)
-	}}})
-	if err != nil {
-		t.Fatal(err)
+	uniform := model.Model{}
+	for range 8 {
+		uniform.Layers = append(uniform.Layers, model.Layer{F: 1, I: 1, W: 1, Act: 1})
 	}
-	if strings.Join(seen, ",") != strings.Join(schedules.Names(), ",") {
-		t.Errorf("progress saw %v", seen)
+	for _, tc := range []struct {
+		name  string
+		split *SplitModel
+		synth []string
+	}{
+		{"no model", nil, nil},
+		// P = 2 with 8 layers: every placement but zigzag V = 8 (16 stages).
+		{"model", &SplitModel{Model: uniform}, []string{"synth(loop) V=1", "synth(loop) V=2", "synth(v) V=2", "synth(loop) V=4", "synth(zigzag) V=4"}},
+	} {
+		var seen []string
+		_, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, Options{Auto: AutoOptions{Split: tc.split, Progress: func(step string, done, total int) {
+			if done != len(seen) {
+				t.Errorf("%s: progress %q done %d after %d calls", tc.name, step, done, len(seen))
+			}
+			if want := len(schedules.Names()) + 2 + len(tc.synth); total != want {
+				t.Errorf("%s: progress %q total %d, want %d", tc.name, step, total, want)
+			}
+			seen = append(seen, step)
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, n := range schedules.Names() {
+			want = append(want, "building "+n)
+		}
+		if len(seen) > len(want) {
+			want = append(want, seen[len(want)]) // "simulating N candidates": N checked below
+		}
+		for _, n := range tc.synth {
+			want = append(want, "synthesizing "+n)
+		}
+		want = append(want, "lowering and simulating")
+		if !slices.Equal(seen, want) {
+			t.Errorf("%s: progress saw\n%q\nwant\n%q", tc.name, seen, want)
+		}
+		if n := len(schedules.Names()); len(seen) <= n || !strings.HasPrefix(seen[n], "simulating ") || !strings.HasSuffix(seen[n], " candidates") {
+			t.Errorf("%s: step %d is %q, want simulating N candidates", tc.name, n, seen[min(n, len(seen)-1)])
+		}
 	}
 }
 

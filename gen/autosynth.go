@@ -28,34 +28,51 @@ func IsSynthesized(schedule string) bool { return strings.HasPrefix(schedule, Sy
 // legs down and up the ranks; under a tight memory cap its smaller chunks
 // pack the cap closer than v's: the W = 0.6·I model at P = 4, M = 8 within
 // two micro-batches, 215.8 at V = 8 against v-min's 234.4).
-var synthPlacements = []struct {
+var synthPlacements = []synthPlacement{{"synth(loop)", 1, false}, {"synth(loop)", 2, false}, {"synth(v)", 2, true}, {"synth(loop)", 4, false}, {"synth(zigzag)", 4, true}, {"synth(zigzag)", 8, true}}
+
+type synthPlacement struct {
 	name    string
 	virtual int
 	zigzag  bool
-}{{"synth(loop)", 1, false}, {"synth(loop)", 2, false}, {"synth(v)", 2, true}, {"synth(loop)", 4, false}, {"synth(zigzag)", 4, true}, {"synth(zigzag)", 8, true}}
+}
+
+// placement returns the placement on P ranks.
+func (pk synthPlacement) placement(P int) ir.Placement {
+	if pk.zigzag {
+		return ir.Zigzag(P, pk.virtual)
+	}
+	return ir.Loop(P, pk.virtual)
+}
+
+// synthPlacementsFor returns the synthPlacements whose stages a model
+// of L layers fills and whose V is cfg's (when cfg gives one).
+func synthPlacementsFor(cfg ir.Config, L int) []synthPlacement {
+	var out []synthPlacement
+	for _, pk := range synthPlacements {
+		if cfg.Ranks*pk.virtual <= L && (cfg.Virtual == 0 || cfg.Virtual == pk.virtual) {
+			out = append(out, pk)
+		}
+	}
+	return out
+}
 
 // synthTries returns the candidates gen/synth builds for a model
-// description (AutoOptions.Split) on every placement of synthPlacements
-// whose stages the model's layers can fill: for each, the list scheduler's
-// best order (synth.Search over synth.Rules) for the even split and for
-// the split of the family candidate with the smallest bound on the same
-// placement (the best family's start), then, with -partition auto, the
-// best order again for gen/partition's split of the best order found. Each
-// try carries its order, split and bound (the order's simulated makespan
-// and memory), as the families' tries do; its index follows theirs, so a
-// family wins a tie. Synthesis failures (every rule stuck) leave the
-// placement out.
-func synthTries(cfg ir.Config, opt Options, sp *SplitModel, limit float64, fams []*autoTry, index int) ([]*autoTry, error) {
+// description (AutoOptions.Split) on each placement of on
+// (synthPlacementsFor), calling progress before each: for each, the list
+// scheduler's best order (synth.Search over synth.Rules) for the even
+// split and for the split of the family candidate with the smallest bound
+// on the same placement (the best family's start), then, with -partition
+// auto, the best order again for gen/partition's split of the best order
+// found. Each try carries its order, split and bound (the order's
+// simulated makespan and memory), as the families' tries do; its index
+// follows theirs, so a family wins a tie. Synthesis failures (every rule
+// stuck) leave the placement out.
+func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement, limit float64, fams []*autoTry, index int, progress func(format string, args ...any)) ([]*autoTry, error) {
 	L := len(sp.Model.Layers)
 	var out []*autoTry
-	for _, pk := range synthPlacements {
-		pl := ir.Loop(cfg.Ranks, pk.virtual)
-		if pk.zigzag {
-			pl = ir.Zigzag(cfg.Ranks, pk.virtual)
-		}
-		if pl.Stages() > L || (cfg.Virtual != 0 && cfg.Virtual != pk.virtual) {
-			continue
-		}
+	for _, pk := range on {
+		progress("synthesizing %s V=%d", pk.name, pk.virtual)
+		pl := pk.placement(cfg.Ranks)
 		even, err := model.Even(L, pl.Stages())
 		if err != nil {
 			return nil, err

@@ -49,11 +49,11 @@ func checkOut(out string) error {
 	return nil
 }
 
-// showAuto makes pr (nil: none) show which family -schedule auto is trying.
+// showAuto makes pr (nil: none) show the step -schedule auto is on.
 func showAuto(req *gencmd.Request, pr *progress) {
 	if req.Schedule == gen.Auto && pr != nil {
-		req.AutoProgress = func(family string, done, families int) {
-			pr.Phase("auto: lowering and simulating %s (%d of %d families)", family, done+1, families)
+		req.AutoProgress = func(step string, done, total int) {
+			pr.Phase("auto: %s (step %d of %d)", step, done+1, total)
 		}
 	}
 }

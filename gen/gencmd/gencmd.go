@@ -137,7 +137,7 @@ type Request struct {
 	Env        Env
 	// AutoProgress, not a flag, is passed to -schedule auto as
 	// gen.AutoOptions.Progress.
-	AutoProgress func(family string, done, families int)
+	AutoProgress func(step string, done, total int)
 
 	simCost bool // -cost is also the command's simulation cost (Flags.Cost)
 }
