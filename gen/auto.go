@@ -50,7 +50,8 @@ type AutoOptions struct {
 	// are: building each family ("building zbv"), then splitting the
 	// model and simulating every candidate's compute order ("simulating
 	// 26 candidates"), then, with a model, synthesizing on each placement
-	// ("synthesizing synth(v) V=2"), then lowering the candidates in
+	// ("synthesizing synth(v) V=2") and improving the orders found ("improving 9
+	// orders (local search)"), then lowering the candidates in
 	// increasing bound ("lowering and simulating"). The calls come in that
 	// order, done counting up from 0.
 	Progress func(step string, done, total int)
@@ -298,6 +299,9 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		synthOn = synthPlacementsFor(cfg, len(sp.Model.Layers))
 	}
 	done, total := 0, len(names)+2+len(synthOn)
+	if len(synthOn) > 0 {
+		total++ // the local searches
+	}
 	progress := func(format string, args ...any) {
 		if opt.Auto.Progress != nil {
 			opt.Auto.Progress(fmt.Sprintf(format, args...), done, total)

@@ -149,7 +149,11 @@ func TestAutoProgress(t *testing.T) {
 			if done != len(seen) {
 				t.Errorf("%s: progress %q done %d after %d calls", tc.name, step, done, len(seen))
 			}
-			if want := len(schedules.Names()) + 2 + len(tc.synth); total != want {
+			want := len(schedules.Names()) + 2 + len(tc.synth)
+			if tc.synth != nil {
+				want++
+			}
+			if total != want {
 				t.Errorf("%s: progress %q total %d, want %d", tc.name, step, total, want)
 			}
 			seen = append(seen, step)
@@ -167,12 +171,18 @@ func TestAutoProgress(t *testing.T) {
 		for _, n := range tc.synth {
 			want = append(want, "synthesizing "+n)
 		}
+		if tc.synth != nil && len(seen) > len(want) {
+			want = append(want, seen[len(want)]) // "improving N orders": N checked below
+		}
 		want = append(want, "lowering and simulating")
 		if !slices.Equal(seen, want) {
 			t.Errorf("%s: progress saw\n%q\nwant\n%q", tc.name, seen, want)
 		}
 		if n := len(schedules.Names()); len(seen) <= n || !strings.HasPrefix(seen[n], "simulating ") || !strings.HasSuffix(seen[n], " candidates") {
 			t.Errorf("%s: step %d is %q, want simulating N candidates", tc.name, n, seen[min(n, len(seen)-1)])
+		}
+		if n := len(schedules.Names()) + 1 + len(tc.synth); tc.synth != nil && (len(seen) <= n || !strings.HasPrefix(seen[n], "improving ") || !strings.HasSuffix(seen[n], " orders (local search)")) {
+			t.Errorf("%s: step %d is %q, want improving N orders (local search)", tc.name, n, seen[min(n, len(seen)-1)])
 		}
 	}
 }

@@ -2,9 +2,11 @@ package gen
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
@@ -70,6 +72,27 @@ func synthPlacementsFor(cfg ir.Config, L int) []synthPlacement {
 func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement, limit float64, fams []*autoTry, index int, progress func(format string, args ...any)) ([]*autoTry, error) {
 	L := len(sp.Model.Layers)
 	var out []*autoTry
+	// Judged by the lowered program's simulation, what auto compares (an
+	// order that is shorter as a compute order alone may be longer once
+	// its transfers are placed).
+	lowered := func(q ir.Program, part model.Partition) (synth.Score, bool) {
+		// The local search compares orders laid out for the cost alone
+		// (one lowering per step); the candidate found is lowered both
+		// ways at the end (evaluateSynth).
+		o := opt
+		o.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(part, 1) }
+		po, _, _ := costLayout(q, o)
+		low, _, err := passes.Lower(q, po)
+		if err != nil {
+			return synth.Score{}, false
+		}
+		r, mem, err := sp.run(low, part)
+		if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
+			return synth.Score{}, false
+		}
+		return synth.Score{Makespan: r.Makespan, Finish: rankFinish(r)}, true
+	}
+	var plans []*plan
 	for _, pk := range on {
 		progress("synthesizing %s V=%d", pk.name, pk.virtual)
 		pl := pk.placement(cfg.Ranks)
@@ -113,76 +136,98 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 			}
 		}
 		// The local search, from the best synthesized order and from the
-		// best family's on pl (with its split).
-		type start struct {
-			prog ir.Program
-			part model.Partition
-		}
-		var rs []start
+		// best family's on pl (with its split), runs below for every
+		// placement at once.
+		pn := &plan{pk: pk, pl: pl, even: even, best: best}
 		if best != nil {
-			rs = append(rs, start{best.prog, best.part})
+			pn.starts = append(pn.starts, start{best.prog, best.part})
 		}
 		if from != nil && from.layers.Bounds != nil {
-			rs = append(rs, start{from.built, from.layers})
+			pn.starts = append(pn.starts, start{from.built, from.layers})
 		}
-		// Judged by the lowered program's simulation, what auto compares
-		// (an order that is shorter as a compute order alone may be
-		// longer once its transfers are placed).
-		lowered := func(q ir.Program, part model.Partition) (synth.Score, bool) {
-			// The local search compares orders laid out for the cost
-			// alone (one lowering per step); the candidate found is
-			// lowered both ways at the end (evaluateSynth).
-			o := opt
-			o.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(part, 1) }
-			po, _, _ := costLayout(q, o)
-			low, _, err := passes.Lower(q, po)
-			if err != nil {
-				return synth.Score{}, false
-			}
-			r, mem, err := sp.run(low, part)
-			if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
-				return synth.Score{}, false
-			}
-			return synth.Score{Makespan: r.Makespan, Finish: rankFinish(r)}, true
-		}
-		bestLow := synth.Score{}
 		if best != nil {
 			var ok bool
-			if bestLow, ok = lowered(best.prog, best.part); !ok {
-				best = nil
+			if pn.bestLow, ok = lowered(best.prog, best.part); !ok {
+				pn.best = nil
 			}
 		}
-		for _, st := range rs {
-			eval := func(q ir.Program) (synth.Score, bool) { return lowered(q, st.part) }
-			budget := max(1, min(RepairBudget, repairWork/max(4*st.prog.NumSteps(), 1)))
-			q := st.prog
-			if c, err := sp.cost(st.part, 1); err == nil {
-				q, _, _ = synth.Fill(q, c, eval, budget)
-			}
-			q, sc, _ := synth.Repair(q, eval, budget)
-			if _, ok := eval(q); !ok {
+		plans = append(plans, pn)
+	}
+	// The local searches, on all cores: each writes only its own result,
+	// and each starts from its own order (not from another's result), so
+	// the outcome is that of running them one after another.
+	type job struct {
+		pn *plan
+		st start
+		q  ir.Program
+		sc synth.Score
+		ok bool
+	}
+	var jobs []*job
+	for _, pn := range plans {
+		for _, st := range pn.starts {
+			jobs = append(jobs, &job{pn: pn, st: st})
+		}
+	}
+	if len(on) > 0 {
+		progress("improving %d orders (local search)", len(jobs))
+	}
+	par.ForRanksW(min(runtime.GOMAXPROCS(0), len(jobs)), len(jobs), func(_, i int) {
+		j := jobs[i]
+		eval := func(q ir.Program) (synth.Score, bool) { return lowered(q, j.st.part) }
+		budget := max(1, min(RepairBudget, repairWork/max(4*j.st.prog.NumSteps(), 1)))
+		q := j.st.prog
+		if c, err := sp.cost(j.st.part, 1); err == nil {
+			q, _, _ = synth.Fill(q, c, eval, budget)
+		}
+		j.q, j.sc, _ = synth.Repair(q, eval, budget)
+		_, j.ok = eval(j.q)
+	})
+	for _, pn := range plans {
+		best, bestLow := pn.best, pn.bestLow
+		for _, j := range jobs {
+			if j.pn != pn || !j.ok {
 				continue
 			}
-			if best == nil || sc.Makespan < bestLow.Makespan*(1-1e-9) {
-				r, mem, err := sp.run(q, st.part)
+			if best == nil || j.sc.Makespan < bestLow.Makespan*(1-1e-9) {
+				r, mem, err := sp.run(j.q, j.st.part)
 				if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
 					continue
 				}
-				best, bestLow = &synthFound{prog: q, part: st.part, ms: r.Makespan, mem: mem, bubble: r.Bubble}, sc
+				best, bestLow = &synthFound{prog: j.q, part: j.st.part, ms: r.Makespan, mem: mem, bubble: r.Bubble}, j.sc
 			}
 		}
 		if best == nil {
 			continue
 		}
 		one := cfg
-		one.Schedule, one.Virtual = pk.name, pk.virtual
+		one.Schedule, one.Virtual = pn.pk.name, pn.pk.virtual
+		pl := pn.pl
 		one.Placement = &pl
 		out = append(out, &autoTry{cfg: one, built: best.prog, index: index, synth: true,
-			partitioned: !slices.Equal(best.part.Bounds, even.Bounds), layers: best.part,
+			partitioned: !slices.Equal(best.part.Bounds, pn.even.Bounds), layers: best.part,
 			bound: best.ms, boundMem: best.mem, boundBubble: best.bubble})
 		index++
 	}
 	return out, nil
+}
+
+// A start is an order the local search starts from, with its split.
+type start struct {
+	prog ir.Program
+	part model.Partition
+}
+
+// A plan is one placement's synthesis before its local search: the best
+// synthesized order (nil: none) and its lowered score, and the orders the
+// local search starts from.
+type plan struct {
+	pk      synthPlacement
+	pl      ir.Placement
+	even    model.Partition
+	best    *synthFound
+	bestLow synth.Score
+	starts  []start
 }
 
 // RepairBudget is the number of simulations one local search
