@@ -17,8 +17,9 @@ import (
 
 // SynthPrefix starts the Schedule name of a candidate the auto scheduler
 // synthesized (gen/synth) rather than took from a family: "synth(loop)"
-// (V = 1, 2 or 4), "synth(v)" and "synth(zigzag)" (V = 4 or 8, ir.Zigzag). Such a Config does not rebuild with
-// Build: its order is the candidate's own (Result.Compute).
+// (V = 1, 2 or 4), "synth(v)" and "synth(zigzag)" (V = 4 or 8,
+// ir.Zigzag). Such a Config does not rebuild with Build: its order is the
+// candidate's own (Result.Compute).
 const SynthPrefix = "synth("
 
 // IsSynthesized reports whether a schedule name is a synthesized
@@ -30,8 +31,17 @@ func IsSynthesized(schedule string) bool { return strings.HasPrefix(schedule, Sy
 // legs down and up the ranks; under a tight memory cap its smaller chunks
 // pack the cap closer than v's: the W = 0.6·I model at P = 4, M = 8 within
 // two micro-batches, 215.8 at V = 8 against v-min's 234.4).
-var synthPlacements = []synthPlacement{{"synth(loop)", 1, false}, {"synth(loop)", 2, false}, {"synth(v)", 2, true}, {"synth(loop)", 4, false}, {"synth(zigzag)", 4, true}, {"synth(zigzag)", 8, true}}
+var synthPlacements = []synthPlacement{
+	{"synth(loop)", 1, false},
+	{"synth(loop)", 2, false},
+	{"synth(v)", 2, true}, // ir.Zigzag(P, 2) is the v shape
+	{"synth(loop)", 4, false},
+	{"synth(zigzag)", 4, true},
+	{"synth(zigzag)", 8, true},
+}
 
+// A synthPlacement is a placement auto synthesizes on: the candidate's
+// name, its V, and whether it is ir.Zigzag (else ir.Loop).
 type synthPlacement struct {
 	name    string
 	virtual int
