@@ -45,6 +45,13 @@ type AutoOptions struct {
 	// (V, or V/2 for two model copies), i.e. in units of one micro-batch of
 	// a rank's share of the model. 0 means no bound.
 	MemLimit float64
+	// Budget, when positive, is the number of simulations each local
+	// search of a synthesized order (synth.Fill, then synth.Repair) spends
+	// at most, up to MaxBudget; 0 keeps the default, RepairBudget, fewer
+	// on large programs (repairWork simulated steps). A larger budget may
+	// find a faster order and takes up to that many times longer; the
+	// choice stays deterministic for a given budget.
+	Budget int
 	// Progress, when set, is called before each step of the search, with
 	// what the step does, how many steps came before it and how many there
 	// are: building each family ("building zbv"), then splitting the

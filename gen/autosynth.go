@@ -186,6 +186,9 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		j := jobs[i]
 		eval := func(q ir.Program) (synth.Score, bool) { return lowered(q, j.st.part) }
 		budget := max(1, min(RepairBudget, repairWork/max(4*j.st.prog.NumSteps(), 1)))
+		if opt.Auto.Budget > 0 {
+			budget = min(opt.Auto.Budget, MaxBudget)
+		}
 		q := j.st.prog
 		if c, err := sp.cost(j.st.part, 1); err == nil {
 			q, _, _ = synth.Fill(q, c, eval, budget)
@@ -240,12 +243,15 @@ type plan struct {
 	starts  []start
 }
 
-// RepairBudget is the number of simulations one local search
-// (synth.Repair) of a synthesized candidate spends at most, and
-// repairWork the simulated steps (simulations times the order's steps).
+// RepairBudget is the number of simulations one local search (synth.Fill,
+// then synth.Repair, each) of a synthesized candidate spends at most by
+// default, and repairWork the simulated steps (simulations times the
+// order's steps) it spends at most; MaxBudget is the largest
+// AutoOptions.Budget (`-budget`), which replaces both.
 const (
 	RepairBudget = 600
 	repairWork   = 1_500_000
+	MaxBudget    = 100_000
 )
 
 // rankFinish is the sum over ranks of the end of each rank's last event.

@@ -86,6 +86,10 @@ type Request struct {
 	// schedule by it, and auto chooses by it too.
 	Mem  float64
 	Cost string
+	// Budget is -budget: the simulations each local search of auto's
+	// synthesized orders spends at most (gen.AutoOptions.Budget; 0: the
+	// default). It applies to -schedule auto with -model.
+	Budget int
 	// Model is -model: a model description (gen/model) whose layers give
 	// the per-stage costs of a command that simulates (StageCost), and of
 	// -schedule auto's candidates in any command.
@@ -212,6 +216,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
 	}
+	fs.IntVar(&r.Budget, "budget", 0, fmt.Sprintf("-schedule auto with -model: the most simulations each local search of a synthesized order spends (0: the default, %d, fewer on large programs; at most %d); a larger budget may find a faster order and takes up to that many times longer", gen.RepairBudget, gen.MaxBudget))
 	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
 	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
 }
@@ -303,10 +308,14 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
 		return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", r.Mem, float64(sim.MaxCost))
 	}
+	switch {
+	case r.Budget < 0 || r.Budget > gen.MaxBudget:
+		return opt, usagef("-budget = %d; want 0 (the default, %d simulations per local search) or 1 to %d", r.Budget, gen.RepairBudget, gen.MaxBudget)
+	case r.Budget != 0 && (r.Schedule != gen.Auto || r.Model == ""):
+		return opt, usagef("-budget %d bounds the local search of the orders -schedule auto synthesizes for a -model; give both (or drop -budget)", r.Budget)
+	}
+	opt.Auto.Budget = r.Budget
 	if r.Schedule == gen.Auto {
-		if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
-			return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", r.Mem, float64(sim.MaxCost))
-		}
 		opt.Auto.MemLimit = r.Mem
 		opt.Auto.Progress = r.AutoProgress
 		if r.Cost != "" {

@@ -23,6 +23,7 @@ func TestInvocationRoundTrip(t *testing.T) {
 		{"-in", "my schedule.csv", "-package", "p"},
 		{"-in", `odd"name\.txt`},
 		{"-schedule", "interleaved", "-ranks", "2", "-micro", "3", "-placement", "", "-comm-order", "eager", "-o", "out.go"},
+		{"-schedule", "auto", "-ranks", "4", "-micro", "8", "-model", "m.json", "-budget", "50"},
 	}
 	for _, args := range tests {
 		r, err := Parse(args, Env{})
@@ -67,6 +68,37 @@ func TestSplitArgs(t *testing.T) {
 		got, err := SplitArgs(tt.in)
 		if (err != nil) != tt.err || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("SplitArgs(%q) = %q, %v; want %q (error %v)", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+// TestBudget: -budget reaches auto's options, and is refused out of
+// range or where it does nothing (no -schedule auto, no -model).
+func TestBudget(t *testing.T) {
+	model := filepath.Join("..", "..", "examples", "models", "uniform.json")
+	for _, tt := range []struct {
+		args []string
+		want string // the error, or "" for none
+	}{
+		{[]string{"-schedule", "auto", "-model", model, "-budget", "50"}, ""},
+		{[]string{"-schedule", "auto", "-model", model}, ""},
+		{[]string{"-schedule", "auto", "-model", model, "-budget", "-1"}, "-budget = -1; want 0 (the default, 600 simulations per local search) or 1 to 100000"},
+		{[]string{"-schedule", "auto", "-model", model, "-budget", "100001"}, "-budget = 100001"},
+		{[]string{"-schedule", "auto", "-budget", "50"}, "-budget 50 bounds the local search of the orders -schedule auto synthesizes for a -model"},
+		{[]string{"-schedule", "zbv", "-model", model, "-budget", "50"}, "-budget 50 bounds"},
+	} {
+		r, err := Parse(append(tt.args, "-ranks", "4", "-micro", "8"), Env{})
+		if err != nil {
+			t.Fatalf("%q: %v", tt.args, err)
+		}
+		opt, err := r.LowerOptions()
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%q: %v", tt.args, err)
+		case tt.want == "" && opt.Auto.Budget != r.Budget:
+			t.Errorf("%q: AutoOptions.Budget = %d, want %d", tt.args, opt.Auto.Budget, r.Budget)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%q: error %v, want %q", tt.args, err, tt.want)
 		}
 	}
 }
