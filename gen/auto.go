@@ -57,10 +57,10 @@ type AutoOptions struct {
 	// are: building each family ("building zbv"), then splitting the
 	// model and simulating every candidate's compute order ("simulating
 	// 26 candidates"), then, with a model, synthesizing on each placement
-	// ("synthesizing synth(v) V=2") and improving the orders found ("improving 9
-	// orders (local search)"), then lowering the candidates in
-	// increasing bound ("lowering and simulating"). The calls come in that
-	// order, done counting up from 0.
+	// ("synthesizing synth(v) V=2") and improving the orders found
+	// ("improving 9 orders (local search)"), then lowering the candidates
+	// in increasing bound ("lowering and simulating"). The calls come in
+	// that order, done counting up from 0.
 	Progress func(step string, done, total int)
 	// StageCost, when set, gives the cost model of a candidate with the
 	// given number of stages forming copies model copies (ir.Program.Copies,
