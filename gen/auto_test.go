@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -125,6 +126,35 @@ func TestAutoDeterministic(t *testing.T) {
 	if a.Config != b.Config || emit.Fingerprint(a.Program) != emit.Fingerprint(b.Program) {
 		t.Errorf("two runs chose %+v and %+v", a.Config, b.Config)
 	}
+}
+
+// TestAutoDeterministicWithModel: with a model (synthesis, whose local
+// searches run on all cores) auto chooses the same program on one core as
+// on all of them, and again on a second run.
+func TestAutoDeterministicWithModel(t *testing.T) {
+	m := model.Model{Layers: []model.Layer{{F: 0.3, I: 0.1, W: 0.3, Act: 1}}}
+	for range 8 {
+		m.Layers = append(m.Layers, model.Layer{F: 1, I: 1, W: 0.6, Act: 1})
+	}
+	m.Layers = append(m.Layers, model.Layer{F: 3, I: 3, W: 3, Act: 4})
+	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	opt := Options{Auto: AutoOptions{Split: &SplitModel{Model: m, Partition: true}, MemLimit: 6}}
+	run := func(procs int) Result {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		r, err := Lower(cfg, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	serial := run(1)
+	for _, procs := range []int{4, 4} {
+		r := run(procs)
+		if r.Config.Schedule != serial.Config.Schedule || r.Config.Virtual != serial.Config.Virtual || emit.Fingerprint(r.Program) != emit.Fingerprint(serial.Program) {
+			t.Errorf("GOMAXPROCS %d chose %s V=%d, one core %s V=%d (or another order)", procs, r.Config.Schedule, r.Config.Virtual, serial.Config.Schedule, serial.Config.Virtual)
+		}
+	}
+	t.Logf("chose %s V=%d", serial.Config.Schedule, serial.Config.Virtual)
 }
 
 // TestAutoProgress: the callback sees every family built once, in
