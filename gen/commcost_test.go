@@ -1,10 +1,16 @@
 package gen
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -74,4 +80,89 @@ func run(t *testing.T, p ir.Program, c sim.Cost) float64 {
 		t.Fatal(err)
 	}
 	return r.Makespan
+}
+
+// TestLatencyLayout: with transfer latency (the LLM-like example model,
+// comm = 0.2 and 1) a program lowered with Options.CommCost runs in the
+// least makespan of its three layouts (the default cost's, the model's
+// compute costs', the whole model's), and the third, latency-aware one is
+// the fastest on some of them (V-shape orders above all). `go test ./gen
+// -run TestLatencyLayout -v` prints each case (BENCHMARKS.md, "Transfer
+// layouts with latency").
+func TestLatencyLayout(t *testing.T) {
+	m := readExampleModel(t, "llm.json")
+	type fam struct {
+		name    string
+		virtual int
+	}
+	fams := []fam{{"1f1b", 1}, {"zb-h2", 1}, {"interleaved-zb", 2}, {"zbv", 2}, {"v-half", 2}, {"v-min", 2}, {"dualpipev", 2}}
+	wins, cases := 0, 0
+	for _, comm := range []float64{0.2, 1} {
+		m.Comm = comm
+		sp := &SplitModel{Model: m}
+		for _, P := range []int{4, 8} {
+			for _, f := range fams {
+				cfg, compute, err := Build(ir.Config{Schedule: f.name, Ranks: P, Micro: 4 * P, Virtual: f.virtual})
+				if err != nil {
+					t.Fatal(err)
+				}
+				part, err := sp.even(compute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				full, err := sp.cost(part, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if full, err = full.Resolve(compute.Stages()); err != nil {
+					t.Fatal(err)
+				}
+				noLat := full
+				noLat.Comm, noLat.Act, noLat.BW = 0, nil, 0
+				var ms [3]float64
+				for i, lc := range []*sim.Cost{nil, &noLat, &full} {
+					q, _, err := passes.Lower(compute, passes.Options{Comm: passes.CommOptions{Cost: lc}})
+					if err != nil {
+						t.Fatalf("%s: layout %d: %v", cfg.Schedule, i, err)
+					}
+					ms[i] = run(t, q, full)
+				}
+				res, err := lowerCompute(compute, Options{CommCost: func(ir.Program) (sim.Cost, error) { return full, nil }})
+				if err != nil {
+					t.Fatalf("%s: %v", cfg.Schedule, err)
+				}
+				got := run(t, res.Program, full)
+				least := min(ms[0], ms[1], ms[2])
+				if math.Abs(got-least) > 1e-9*least {
+					t.Errorf("comm %g %s V=%d P=%d: lowered %g; the layouts give %v", comm, f.name, f.virtual, P, got, ms)
+				}
+				cases++
+				mark := ""
+				if ms[2] < min(ms[0], ms[1])*(1-1e-9) {
+					wins++
+					mark = fmt.Sprintf("  %.1f %% faster", 100*(1-ms[2]/min(ms[0], ms[1])))
+				}
+				t.Logf("comm %-3g %-14s V=%d P=%d M=%2d: default %7.1f  compute costs %7.1f  with latency %7.1f%s", comm, f.name, f.virtual, P, 4*P, ms[0], ms[1], ms[2], mark)
+			}
+		}
+	}
+	t.Logf("the latency-aware layout is the fastest in %d of %d cases", wins, cases)
+	if wins == 0 {
+		t.Errorf("the latency-aware layout is never the fastest: the third lowering buys nothing")
+	}
+}
+
+// readExampleModel reads a model description of examples/models.
+func readExampleModel(t *testing.T, name string) model.Model {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "examples", "models", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := model.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -48,8 +48,9 @@ type Options struct {
 	Auto AutoOptions
 	// CommCost, when set and Passes.Comm.Cost is nil, is the cost model
 	// the lowered program is simulated or run under: the timed comm order
-	// also lays a compute order's transfers out by its compute costs, and
-	// the faster of that and the default layout is kept (lowerPasses).
+	// also lays a compute order's transfers out by its compute costs and,
+	// when transfers take time, by the whole model, and the fastest of
+	// those and the default layout is kept (lowerPasses).
 	// nil, or an error: the passes' default (sim.DefaultCost's F = 1,
 	// B = 2, W = 1).
 	CommCost func(compute ir.Program) (sim.Cost, error)
@@ -57,33 +58,94 @@ type Options struct {
 
 // lowerPasses is passes.Lower of compute. With opt.CommCost (and the
 // timed comm order, no cost of its own in opt.Passes) it lowers compute
-// twice, with the transfers laid out by the passes' default cost and by
-// the compute and host-step costs of opt.CommCost's model (without the
-// transfers' latency: Comm, Act, BW), simulates both under the model and
-// returns the faster (the default layout on a tie). Without latency the
-// second keeps the compute order's timeline exactly; with it neither
-// layout always wins (P = 8, M = 32, data = 0.25, comm = 0.02: mpipe
-// 115.69 by the default, 116.83 by its own cost), so lowering under a
-// cost is never slower than lowering without one.
+// up to three times, with the transfers laid out by the passes' default
+// cost, by the compute and host-step costs of opt.CommCost's model
+// (without the transfers' latency: Comm, Act, BW), and by the whole model
+// (latency included, when it has any), simulates each under the model and
+// returns the fastest (the earlier on a tie). Without latency the second
+// keeps the compute order's timeline exactly; with it no layout always
+// wins (P = 8, M = 32, data = 0.25, comm = 0.02: mpipe 115.69 by the
+// default, 116.83 by its own cost; the LLM-like model with comm = 1: zbv
+// 713.8 by the first two, 658.3 by the third, zb-h2 606.7 by the default,
+// 620.3 by the third: TestLatencyLayout), so lowering under a cost is never
+// slower than lowering without one.
 func lowerPasses(compute ir.Program, opt Options) (ir.Program, passes.LowerInfo, error) {
-	plain, info, err := passes.Lower(compute, opt.Passes)
+	best, info, err := passes.Lower(compute, opt.Passes)
 	if err != nil {
-		return plain, info, err
+		return best, info, err
 	}
+	layouts, full := costLayouts(compute, opt)
+	if len(layouts) == 0 {
+		return best, info, nil
+	}
+	r, err := sim.Run(best, full)
+	ok := err == nil
+	for _, o := range layouts {
+		q, qinfo, err := passes.Lower(compute, o)
+		if err != nil {
+			continue
+		}
+		qr, err := sim.Run(q, full)
+		if err == nil && (!ok || qr.Makespan < r.Makespan*(1-1e-12)) {
+			best, info, r, ok = q, qinfo, qr, true
+		}
+	}
+	return best, info, nil
+}
+
+// costLayouts returns the pass options lowerPasses tries beside opt's own,
+// and opt.CommCost's model for compute (resolved): the timed comm order
+// laid out by the model's compute and host-step costs unless they are
+// proportional to the default costs (the same layout), then by the whole
+// model when its transfers take time. None when there is nothing to lay
+// out differently: no CommCost, a cost of the passes' own, another comm
+// order, or a model that fails.
+func costLayouts(compute ir.Program, opt Options) ([]passes.Options, sim.Cost) {
 	o, full, ok := costLayout(compute, opt)
-	if !ok {
-		return plain, info, nil
+	var out []passes.Options
+	if ok {
+		out = append(out, o)
 	}
-	timed, tinfo, err := passes.Lower(compute, o)
-	if err != nil {
-		return plain, info, nil
+	if lat, ok := latencyLayout(compute, opt); ok {
+		out = append(out, lat)
+		full = *lat.Comm.Cost
 	}
-	a, errA := sim.Run(plain, full)
-	b, errB := sim.Run(timed, full)
-	if errB == nil && (errA != nil || b.Makespan < a.Makespan*(1-1e-12)) {
-		return timed, tinfo, nil
+	return out, full
+}
+
+// latencyLayout returns opt's passes with the timed comm order laid out
+// by all of opt.CommCost's model for compute, transfers' latency included;
+// ok is false without CommCost (or with a cost of the passes' own, another
+// comm order, a model that fails) and when the model's transfers take no
+// time (costLayout's layout is then the same).
+func latencyLayout(compute ir.Program, opt Options) (passes.Options, bool) {
+	if opt.CommCost == nil || opt.Passes.Comm.Cost != nil || opt.Passes.Comm.Order != passes.Timed {
+		return opt.Passes, false
 	}
-	return plain, info, nil
+	full, err := opt.CommCost(compute)
+	if err == nil {
+		full, err = full.Resolve(compute.Stages())
+	}
+	if err != nil || !transfersTakeTime(full) {
+		return opt.Passes, false
+	}
+	o := opt.Passes
+	o.Comm.Cost = &full
+	return o, true
+}
+
+// transfersTakeTime reports whether a resolved cost model gives a
+// transfer between ranks a positive duration.
+func transfersTakeTime(c sim.Cost) bool {
+	if c.Comm > 0 {
+		return true
+	}
+	for s := range c.Act {
+		if c.ActTime(s) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // costLayout returns opt's passes with the timed comm order laid out by
