@@ -16,8 +16,9 @@ type CommOrder uint8
 const (
 	// Timed (the default) orders transfers by the ideal timeline of the
 	// cost model and posts each receive when its data is due: as late as
-	// possible without delaying it (see insertCommTimed). It falls back to
-	// Late when the cost model has a compute cost ≤ 0.
+	// possible without delaying it (see insertCommTimed: a compute step of
+	// cost ≤ 0 is timed at a millionth of the largest). It falls back to
+	// Late when no compute cost is positive or the order is infeasible.
 	Timed CommOrder = iota
 	// Late posts each receive right before its consumer and hoists it only
 	// as far as rendezvous safety requires (see insertCommLate). Safe, but
