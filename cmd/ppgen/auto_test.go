@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 // TestAutoCommands: -schedule auto through sim (the candidate table, the
@@ -56,5 +60,60 @@ func TestAutoCommands(t *testing.T) {
 	if code := run([]string{"gen", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "0.5", "-o", "-"}, &stdout, &stderr); code == 0 ||
 		!strings.Contains(stderr.String(), "no schedule fits the activation memory limit 0.5") {
 		t.Errorf("-mem 0.5: exit %d: %s", code, stderr.String())
+	}
+}
+
+// TestBoundLineNamesABindingCap: the lower-bound line of auto's table gets
+// its second line, that the bound does not count the cap's steady-state
+// cost, only when -mem binds (the choice uses all of it) and the gap is
+// over 1 %; end to end on the W = 0.6·I model within two micro-batches
+// (10.4 % over the bound), where the cap is the reason.
+func TestBoundLineNamesABindingCap(t *testing.T) {
+	const hint = "-mem binds"
+	for _, tc := range []struct {
+		makespan, bound float64
+		binds, want     bool
+	}{
+		{215.8, 195.4, true, true},
+		{215.8, 195.4, false, false},
+		{97.75, 97.75, true, false}, // the bound met: nothing to explain
+		{100.5, 100, true, false},   // 0.5 %: within the threshold
+		{50, 0, true, false},        // no bound
+	} {
+		line := boundLine(sim.Result{Makespan: tc.makespan, LowerBound: tc.bound}, tc.binds)
+		if got := strings.Contains(line, hint); got != tc.want {
+			t.Errorf("makespan %g, bound %g, binds %v: hint %v, want %v:\n%s", tc.makespan, tc.bound, tc.binds, got, tc.want, line)
+		}
+	}
+	res := gen.Result{Config: ir.Config{Schedule: "zbv", Virtual: 2}, Auto: []gen.Candidate{
+		{Config: ir.Config{Schedule: "1f1b", Virtual: 1}, ActMem: 16},
+		{Config: ir.Config{Schedule: "zbv", Virtual: 2}, ActMem: 12},
+	}}
+	for _, tc := range []struct {
+		limit float64
+		want  bool
+	}{{0, false}, {16, false}, {12, true}, {11.5, true}} {
+		if got := memBinds(res, tc.limit); got != tc.want {
+			t.Errorf("memBinds(limit %g) = %v, want %v (the choice holds 12)", tc.limit, got, tc.want)
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+	model := filepath.Join("..", "..", "examples", "models", "uniform_w06.json")
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"sim", "-schedule", "auto", "-model", model, "-ranks", "4", "-micro", "8", "-mem", "16"}, true},
+		{[]string{"sim", "-schedule", "auto", "-ranks", "8", "-micro", "32", "-cost", "overlap=1", "-mem", "8"}, false}, // binds, 0.0 %
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		if code := run(tc.args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, stderr.String())
+		}
+		if got := strings.Contains(stdout.String(), "\n  "+hint); got != tc.want {
+			t.Errorf("%v: hint %v, want %v:\n%s", tc.args, got, tc.want, stdout.String())
+		}
 	}
 }
