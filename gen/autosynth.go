@@ -93,9 +93,9 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		// candidate found is lowered every way at the end (evaluateSynth).
 		o := opt
 		o.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(part, 1) }
-		po, _, _ := costLayout(q, o)
-		if lat, ok := latencyLayout(q, o); ok {
-			po = lat
+		po := opt.Passes
+		if ls, _ := costLayouts(q, o); len(ls) > 0 {
+			po = ls[len(ls)-1] // the latency-aware layout when there is one
 		}
 		low, _, err := passes.Lower(q, po)
 		if err != nil {

@@ -94,44 +94,38 @@ func lowerPasses(compute ir.Program, opt Options) (ir.Program, passes.LowerInfo,
 }
 
 // costLayouts returns the pass options lowerPasses tries beside opt's own,
-// and opt.CommCost's model for compute (resolved): the timed comm order
-// laid out by the model's compute and host-step costs unless they are
-// proportional to the default costs (the same layout), then by the whole
-// model when its transfers take time. None when there is nothing to lay
-// out differently: no CommCost, a cost of the passes' own, another comm
-// order, or a model that fails.
+// in order, and opt.CommCost's model for compute (resolved): the timed comm
+// order laid out by the model's compute and host-step costs (without the
+// transfers' latency) unless they are proportional to the default costs
+// (the same layout as opt's own), then by the whole model when its
+// transfers take time. None when there is nothing to lay out differently:
+// no CommCost, a cost of the passes' own, another comm order, or a model
+// that fails.
 func costLayouts(compute ir.Program, opt Options) ([]passes.Options, sim.Cost) {
-	o, full, ok := costLayout(compute, opt)
-	var out []passes.Options
-	if ok {
-		out = append(out, o)
-	}
-	if lat, ok := latencyLayout(compute, opt); ok {
-		out = append(out, lat)
-		full = *lat.Comm.Cost
-	}
-	return out, full
-}
-
-// latencyLayout returns opt's passes with the timed comm order laid out
-// by all of opt.CommCost's model for compute, transfers' latency included;
-// ok is false without CommCost (or with a cost of the passes' own, another
-// comm order, a model that fails) and when the model's transfers take no
-// time (costLayout's layout is then the same).
-func latencyLayout(compute ir.Program, opt Options) (passes.Options, bool) {
 	if opt.CommCost == nil || opt.Passes.Comm.Cost != nil || opt.Passes.Comm.Order != passes.Timed {
-		return opt.Passes, false
+		return nil, sim.Cost{}
 	}
 	full, err := opt.CommCost(compute)
 	if err == nil {
 		full, err = full.Resolve(compute.Stages())
 	}
-	if err != nil || !transfersTakeTime(full) {
-		return opt.Passes, false
+	if err != nil {
+		return nil, sim.Cost{}
 	}
-	o := opt.Passes
-	o.Comm.Cost = &full
-	return o, true
+	var out []passes.Options
+	noLatency := full
+	noLatency.Comm, noLatency.Act, noLatency.BW = 0, nil, 0
+	if def, err := sim.DefaultCost().Resolve(compute.Stages()); err == nil && !proportional(noLatency, def) {
+		o := opt.Passes
+		o.Comm.Cost = &noLatency
+		out = append(out, o)
+	}
+	if transfersTakeTime(full) {
+		o := opt.Passes
+		o.Comm.Cost = &full
+		out = append(out, o)
+	}
+	return out, full
 }
 
 // transfersTakeTime reports whether a resolved cost model gives a
@@ -146,32 +140,6 @@ func transfersTakeTime(c sim.Cost) bool {
 		}
 	}
 	return false
-}
-
-// costLayout returns opt's passes with the timed comm order laid out by
-// the compute and host-step costs of opt.CommCost's model for compute, and
-// that model (resolved); ok is false when there is nothing to lay out
-// differently: no CommCost, a cost of the passes' own, another comm
-// order, a model that fails, or one proportional to the default costs.
-func costLayout(compute ir.Program, opt Options) (passes.Options, sim.Cost, bool) {
-	if opt.CommCost == nil || opt.Passes.Comm.Cost != nil || opt.Passes.Comm.Order != passes.Timed {
-		return opt.Passes, sim.Cost{}, false
-	}
-	full, err := opt.CommCost(compute)
-	if err == nil {
-		full, err = full.Resolve(compute.Stages())
-	}
-	if err != nil {
-		return opt.Passes, sim.Cost{}, false
-	}
-	layout := full
-	layout.Comm, layout.Act, layout.BW = 0, nil, 0
-	if def, err := sim.DefaultCost().Resolve(compute.Stages()); err != nil || proportional(layout, def) {
-		return opt.Passes, sim.Cost{}, false // the same layout (auto's default cost, scaled per stage)
-	}
-	o := opt.Passes
-	o.Comm.Cost = &layout
-	return o, full, true
 }
 
 // Build normalizes cfg and returns the family's compute-only program.
