@@ -245,7 +245,7 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 		return Result{Config: cfg}, err
 	}
 	if !found {
-		return Result{Config: cfg, Auto: cands}, autoNone(cands, opt.Auto.MemLimit)
+		return Result{Config: cfg, Auto: cands}, autoNone(cands, opt.Auto.MemLimit, opt.Auto.Split != nil && !opt.Auto.Split.Partition)
 	}
 	res.Auto = cands
 	return res, nil
@@ -513,8 +513,10 @@ func autoLess(a, b Candidate) bool {
 	return a.ActMem < b.ActMem
 }
 
-// autoNone explains why no candidate was eligible.
-func autoNone(cands []Candidate, limit float64) error {
+// autoNone explains why no candidate was eligible; evenOnly (a model
+// split evenly only) adds that -partition auto tries splits that may hold
+// less.
+func autoNone(cands []Candidate, limit float64, evenOnly bool) error {
 	var fit []Candidate
 	for _, c := range cands {
 		if c.Makespan > 0 || c.ActMem > 0 {
@@ -529,6 +531,10 @@ func autoNone(cands []Candidate, limit float64) error {
 		return fmt.Errorf("schedule auto: no family can run this config:\n  %s", strings.Join(why, "\n  "))
 	}
 	least := slices.MinFunc(fit, func(a, b Candidate) int { return cmp.Compare(a.ActMem, b.ActMem) })
-	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest is %.4g (%s, V=%d); raise the limit, or lower -micro for GPipe-like schedules",
-		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual)
+	more := ""
+	if evenOnly {
+		more = ", or add -partition auto (splits of the model's layers that may hold less)"
+	}
+	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest is %.4g (%s, V=%d); raise the limit, or lower -micro for GPipe-like schedules%s",
+		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, more)
 }

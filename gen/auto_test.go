@@ -362,3 +362,28 @@ func TestAutoStageCost(t *testing.T) {
 		t.Errorf("auto chose %s V=%d, makespan %g; the best candidate's is %g", res.Config.Schedule, res.Config.Virtual, got.Makespan, best)
 	}
 }
+
+// TestAutoNoneNamesPartition: when nothing fits the limit with a model
+// split evenly only, the error also names -partition auto; with
+// -partition auto given, or without a model, it does not.
+func TestAutoNoneNamesPartition(t *testing.T) {
+	m := readExampleModel(t, "llm.json")
+	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	for _, tc := range []struct {
+		split *SplitModel
+		want  bool
+	}{
+		{&SplitModel{Model: m}, true},
+		{&SplitModel{Model: m, Partition: true}, false},
+		{nil, false},
+	} {
+		limit := 1.0 // below one micro-batch of any rank's share, in either unit
+		_, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: limit, Split: tc.split}})
+		if err == nil || !strings.Contains(err.Error(), "no schedule fits the activation memory limit 1") {
+			t.Fatalf("split %v: err = %v", tc.split != nil, err)
+		}
+		if got := strings.Contains(err.Error(), "-partition auto"); got != tc.want {
+			t.Errorf("model %v, partition %v: names -partition auto %v, want %v: %v", tc.split != nil, tc.split != nil && tc.split.Partition, got, tc.want, err)
+		}
+	}
+}
