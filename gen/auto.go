@@ -245,7 +245,7 @@ func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
 		return Result{Config: cfg}, err
 	}
 	if !found {
-		return Result{Config: cfg, Auto: cands}, autoNone(cands, opt.Auto.MemLimit, opt.Auto.Split != nil && !opt.Auto.Split.Partition)
+		return Result{Config: cfg, Auto: cands}, autoNone(cfg, cands, opt.Auto.MemLimit, opt.Auto.Split)
 	}
 	res.Auto = cands
 	return res, nil
@@ -513,10 +513,10 @@ func autoLess(a, b Candidate) bool {
 	return a.ActMem < b.ActMem
 }
 
-// autoNone explains why no candidate was eligible; evenOnly (a model
-// split evenly only) adds that -partition auto tries splits that may hold
-// less.
-func autoNone(cands []Candidate, limit float64, evenOnly bool) error {
+// autoNone explains why no candidate was eligible. With a model split
+// evenly only (sp without Partition) it also gives the least limit any
+// synthesized order could meet (oneMicroFloor) and names -partition auto.
+func autoNone(cfg ir.Config, cands []Candidate, limit float64, sp *SplitModel) error {
 	var fit []Candidate
 	for _, c := range cands {
 		if c.Makespan > 0 || c.ActMem > 0 {
@@ -531,10 +531,44 @@ func autoNone(cands []Candidate, limit float64, evenOnly bool) error {
 		return fmt.Errorf("schedule auto: no family can run this config:\n  %s", strings.Join(why, "\n  "))
 	}
 	least := slices.MinFunc(fit, func(a, b Candidate) int { return cmp.Compare(a.ActMem, b.ActMem) })
-	more := ""
-	if evenOnly {
-		more = ", or add -partition auto (splits of the model's layers that may hold less)"
+	floor, hint := "", ""
+	if sp != nil && !sp.Partition {
+		if f, pk, ok := oneMicroFloor(cfg, sp); ok && f < least.ActMem {
+			floor = fmt.Sprintf(", and an order synthesized for the model needs at least %.4g (%s V=%d: each rank holds one micro-batch's activations of its stages at once)", f, pk.name, pk.virtual)
+		}
+		hint = ", or add -partition auto (splits of the model's layers that may hold less)"
 	}
-	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest is %.4g (%s, V=%d); raise the limit, or lower -micro for GPipe-like schedules%s",
-		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, more)
+	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest family's is %.4g (%s, V=%d)%s; raise the limit, or lower -micro for GPipe-like schedules%s",
+		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, floor, hint)
+}
+
+// oneMicroFloor returns the least memory limit under which an order on one
+// of auto's synthesized placements (synthPlacementsFor) can run with the
+// model's layers split evenly, and that placement: when a micro-batch's
+// last stage starts its backward every stage of its route holds that
+// micro-batch's chunk, so each rank holds at least one micro-batch's
+// activations of its stages, plus their params. ok is false when no
+// placement fits the model.
+func oneMicroFloor(cfg ir.Config, sp *SplitModel) (float64, synthPlacement, bool) {
+	best, found := math.Inf(1), false
+	var at synthPlacement
+	for _, pk := range synthPlacementsFor(cfg, len(sp.Model.Layers)) {
+		pl := pk.placement(cfg.Ranks)
+		even, err := model.Even(len(sp.Model.Layers), pl.Stages())
+		if err != nil {
+			continue
+		}
+		act, params, err := partition.StageMemory(sp.Model, even, 1)
+		if err != nil {
+			continue
+		}
+		rank := make([]float64, pl.Ranks())
+		for s, r := range pl.RankOf {
+			rank[r] += act[s] + params[s]
+		}
+		if m := slices.Max(rank); m < best {
+			best, at, found = m, pk, true
+		}
+	}
+	return best, at, found
 }

@@ -385,5 +385,21 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 		if got := strings.Contains(err.Error(), "-partition auto"); got != tc.want {
 			t.Errorf("model %v, partition %v: names -partition auto %v, want %v: %v", tc.split != nil, tc.split != nil && tc.split.Partition, got, tc.want, err)
 		}
+		if got := strings.Contains(err.Error(), "needs at least"); got != tc.want {
+			t.Errorf("model %v, partition %v: gives the synthesized orders' floor %v, want %v: %v", tc.split != nil, tc.split != nil && tc.split.Partition, got, tc.want, err)
+		}
+	}
+	// The floor: just under it nothing fits, at twice it auto finds an order
+	// of its own below the smallest family's memory.
+	floor, pk, ok := oneMicroFloor(cfg, &SplitModel{Model: m})
+	if !ok {
+		t.Fatal("no floor")
+	}
+	if _, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: floor * 0.999, Split: &SplitModel{Model: m}}}); err == nil {
+		t.Errorf("limit %g, under the floor %g (%s V=%d): an order fits", floor*0.999, floor, pk.name, pk.virtual)
+	}
+	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: 2 * floor, Split: &SplitModel{Model: m}}})
+	if err != nil || !IsSynthesized(res.Config.Schedule) {
+		t.Errorf("limit %g, twice the floor: %s, %v; want a synthesized order", 2*floor, res.Config.Schedule, err)
 	}
 }
