@@ -105,7 +105,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		if err != nil || (limit > 0 && mem > limit*(1+1e-9)) {
 			return synth.Score{}, false
 		}
-		return synth.Score{Makespan: r.Makespan, Finish: rankFinish(r)}, true
+		return synth.Score{Makespan: r.Makespan, Finish: synth.RankFinish(r)}, true
 	}
 	var plans []*plan
 	for _, pk := range on {
@@ -259,21 +259,6 @@ const (
 	MaxBudget    = 100_000
 )
 
-// rankFinish is the sum over ranks of the end of each rank's last event.
-func rankFinish(r sim.Result) float64 {
-	s := 0.0
-	for i := range r.Offsets {
-		end := len(r.Events)
-		if i+1 < len(r.Offsets) {
-			end = r.Offsets[i+1]
-		}
-		if end > r.Offsets[i] {
-			s += r.Events[end-1].End
-		}
-	}
-	return s
-}
-
 type synthFound struct {
 	prog            ir.Program
 	part            model.Partition
@@ -282,7 +267,8 @@ type synthFound struct {
 
 // synthesize is synth.Search on pl with the model's layers split by part,
 // the cap the limit (model units), the params of each rank's stages held
-// throughout. nil when every rule is stuck.
+// throughout, and under a limit also synth.Periodic: the order with the
+// least simulated makespan of the two. nil when neither finds one.
 func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64) (*synthFound, error) {
 	c, err := sp.cost(part, 1)
 	if err != nil {
@@ -297,16 +283,31 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 		fixed[r] += params[s]
 	}
 	pr := synth.Problem{Placement: pl, Micro: cfg.Micro, Cost: c, Act: act, Fixed: fixed, Cap: limit}
-	f, err := synth.Search(pr, synth.Rules(cfg.Ranks, cfg.Micro))
-	if err != nil {
-		return nil, nil // stuck, or the cap is below one chunk: no candidate here
+	var orders []ir.Program
+	if f, err := synth.Search(pr, synth.Rules(cfg.Ranks, cfg.Micro)); err == nil {
+		orders = append(orders, f.Program)
 	}
-	r, mem, err := sp.run(f.Program, part)
-	if err != nil {
-		return nil, fmt.Errorf("schedule auto: synthesized order on %s: %w", pl, err)
+	if limit > 0 { // the steady state packs a tight cap; without one the list scheduler's ramps win
+		if q, ok, err := synth.Periodic(pr, periodicTrials); err == nil && ok {
+			orders = append(orders, q)
+		}
 	}
-	return &synthFound{prog: f.Program, part: part, ms: r.Makespan, mem: mem, bubble: r.Bubble}, nil
+	var best *synthFound
+	for _, q := range orders {
+		r, mem, err := sp.run(q, part)
+		if err != nil {
+			return nil, fmt.Errorf("schedule auto: synthesized order on %s: %w", pl, err)
+		}
+		if best == nil || r.Makespan < best.ms*(1-1e-9) {
+			best = &synthFound{prog: q, part: part, ms: r.Makespan, mem: mem, bubble: r.Bubble}
+		}
+	}
+	return best, nil // nil: every rule stuck, or the cap below one chunk
 }
+
+// periodicTrials is the trials synth.Periodic makes at each period and
+// skip probability.
+const periodicTrials = 200
 
 // evaluateSynth lowers and verifies a synthesized try's order and
 // simulates it with its split, as EvaluateSplit does a family's.

@@ -1,11 +1,30 @@
 package synth
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+)
 
 // Score is what Repair minimises: the makespan, then (to move across the
 // plateaus where one swap does not change it) the sum of the ranks'
 // finishing times.
 type Score struct{ Makespan, Finish float64 }
+
+// RankFinish is a simulation's Score.Finish: the sum over ranks of the end
+// of each rank's last event.
+func RankFinish(r sim.Result) float64 {
+	s := 0.0
+	for i := range r.Offsets {
+		end := len(r.Events)
+		if i+1 < len(r.Offsets) {
+			end = r.Offsets[i+1]
+		}
+		if end > r.Offsets[i] {
+			s += r.Events[end-1].End
+		}
+	}
+	return s
+}
 
 func (a Score) less(b Score) bool {
 	const eps = 1e-9

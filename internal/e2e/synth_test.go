@@ -16,10 +16,11 @@ import (
 // three times a block with four times its activation on the last) on P =
 // 4, M = 8 under a memory cap, on the loop (V = 1, 2), v and zigzag (V = 4,
 // 8) placements, lower and verify (gen.LowerProgram) and train through
-// the runtime equal to a sequential run, over every rule that does not get
-// stuck.
+// the runtime equal to a sequential run, over a spread of the rules that
+// do not get stuck and synth.Periodic's order (found on some placement).
 func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	const P, M = 4, 8
+	periodic := 0 // placements with a synth.Periodic order
 	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4), ir.Zigzag(P, 8)} {
 		S := pl.Stages()
 		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
@@ -37,6 +38,8 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 		// head's 4).
 		pr := synth.Problem{Placement: pl, Micro: M, Cost: c, Act: act, Cap: max(7, 2*float64(S/P))}
 		ran := 0
+		var orders []ir.Program
+		var names []string
 		for i, rule := range synth.Rules(P, M) {
 			if i%5 != 0 { // a spread of the rules keeps the test short
 				continue
@@ -45,9 +48,18 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 			if err != nil {
 				continue // stuck under the cap: not a candidate
 			}
+			orders, names = append(orders, order), append(names, rule.String())
+		}
+		if order, ok, err := synth.Periodic(pr, 50); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			orders, names = append(orders, order), append(names, "periodic")
+			periodic++
+		}
+		for i, order := range orders {
 			res, err := gen.LowerProgram(order, gen.Options{})
 			if err != nil {
-				t.Fatalf("%s %v: %v", pl, rule, err)
+				t.Fatalf("%s %s: %v", pl, names[i], err)
 			}
 			res.Config = ir.Config{Schedule: "synth", Ranks: P, Virtual: S / P, Micro: M}
 			src, err := gen.Emit(res, emit.Options{Package: "p", Table: true, Schedule: "synth"})
@@ -62,6 +74,9 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 		if ran == 0 {
 			t.Errorf("%s: every rule stuck under the cap", pl)
 		}
+	}
+	if periodic == 0 {
+		t.Errorf("synth.Periodic found no order on any placement")
 	}
 }
 
