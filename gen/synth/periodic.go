@@ -17,7 +17,7 @@ import (
 // each rank's steps of all micro-batches by those times. Under a tight
 // memory cap this steady state packs chunk lives closer than the list
 // scheduler's rules do (the W = 0.6·I model at P = 4 on the zigzag with
-// V = 8, M = 16, within two micro-batches: 397.2 against 415.8); with a
+// V = 8, M = 16, within two micro-batches: auto 404.2 against 415.8); with a
 // loose one the list scheduler's ramps win and Periodic's orders lose the
 // comparison the caller makes.
 //
@@ -30,9 +30,10 @@ import (
 // period or when a rank's memory on the circle, its fixed memory plus the
 // activations of the chunks live (from an F's start to its W's end, each
 // life counted once per period it spans), exceeds the cap. Times are in
-// ticks of a quarter of the smallest positive step cost (at least 1/4096
-// of the busiest rank's work per micro-batch), durations rounded up, so
-// the circle's timing is conservative and its order feasible: in it every
+// ticks that divide every step cost where a tick of the smallest positive
+// cost over 1 .. 16 does, else of a quarter of it (at least 1/4096 of the
+// busiest rank's work per micro-batch), durations rounded up, so the
+// circle's timing is conservative and its order feasible: in it every
 // step starts after its inputs are ready.
 //
 // Periods are tried from the busiest rank's work per micro-batch upwards
@@ -63,7 +64,7 @@ func Periodic(p Problem, trials int) (ir.Program, bool, error) {
 	if !(busiest > 0) || math.IsInf(small, 1) {
 		return ir.Program{}, false, nil
 	}
-	tick := max(small/4, busiest/4096)
+	tick := max(periodicTick(c, S, small), busiest/4096)
 	ticks := func(x float64) int { return max(1, int(math.Ceil(x/tick-1e-9))) }
 	f, in, w, hop := make([]int, S), make([]int, S), make([]int, S), make([]int, S)
 	for s := range S {
@@ -155,6 +156,26 @@ func (ci *circle) unroll(pl ir.Placement, M int) ir.Program {
 		}
 	}
 	return q
+}
+
+// periodicTick returns the largest small/k (k = 1 .. 16) that every
+// positive step cost of c is a whole multiple of, so that the circle
+// times the steps exactly, or small/4 when there is none.
+func periodicTick(c sim.Cost, S int, small float64) float64 {
+	for k := 1; k <= 16; k++ {
+		tick, whole := small/float64(k), true
+		for s := range S {
+			for _, x := range []float64{at(c.F, s), at(c.I, s), at(c.W, s)} {
+				if n := x / tick; x > 0 && math.Abs(n-math.Round(n)) > 1e-6*max(1, n) {
+					whole = false
+				}
+			}
+		}
+		if whole {
+			return tick
+		}
+	}
+	return small / 4
 }
 
 // tryCircle is one trial of Periodic at period T.

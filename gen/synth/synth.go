@@ -24,7 +24,9 @@
 // within it however it is lowered and timed. A rule that leaves every rank
 // waiting (memory full of chunks whose backwards need another chunk's F)
 // fails with ErrStuck. Search tries a fixed list of rules (Rules) and
-// keeps the best by the simulated makespan of the order; Repair is a local
+// keeps the best by the simulated makespan of the order; Periodic builds
+// orders in which every micro-batch repeats one timing a period later
+// (modulo scheduling), which packs a tight cap closer; Repair is a local
 // search (adjacent swaps on a rank, within a count budget) from any order,
 // a family's included, under a caller's evaluation. Everything is
 // deterministic: no maps are iterated and nothing depends on wall time.
