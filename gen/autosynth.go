@@ -284,11 +284,12 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 	}
 	pr := synth.Problem{Placement: pl, Micro: cfg.Micro, Cost: c, Act: act, Fixed: fixed, Cap: limit}
 	var orders []ir.Program
+	beat := 0.0
 	if f, err := synth.Search(pr, synth.Rules(cfg.Ranks, cfg.Micro)); err == nil {
-		orders = append(orders, f.Program)
+		orders, beat = append(orders, f.Program), f.Makespan
 	}
 	if limit > 0 { // the steady state packs a tight cap; without one the list scheduler's ramps win
-		if q, ok, err := synth.Periodic(pr, periodicTrials); err == nil && ok {
+		if q, ok, err := synth.Periodic(pr, periodicTrials, beat); err == nil && ok {
 			orders = append(orders, q)
 		}
 	}

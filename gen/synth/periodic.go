@@ -42,7 +42,10 @@ import (
 // have given an order; of those orders the one with the least simulated
 // makespan (sim.Run under the cost, then the sum of the ranks' ends) is
 // returned. ok is false when no period up to twice the work gives one.
-func Periodic(p Problem, trials int) (ir.Program, bool, error) {
+// A positive beat stops the search at the first period whose M − 1
+// repeats alone take at least beat: the caller's best makespan so far,
+// which such an order would hardly undercut.
+func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 	c, err := p.check()
 	if err != nil {
 		return ir.Program{}, false, err
@@ -89,11 +92,19 @@ func Periodic(p Problem, trials int) (ir.Program, bool, error) {
 	found := 0
 	step := max(1, lo/100)
 	for T := lo; T <= 2*lo && found < 4; T += step {
+		if beat > 0 && float64((M-1)*T)*tick >= beat {
+			break
+		}
 		var period *circle
-		for _, skip := range []float64{0.05, 0.15, 0.3} {
-			for range trials {
-				if ci, ok := tryCircle(p, pl, T, f, in, w, hop, skip, rng); ok && (period == nil || ci.length < period.length) {
+		buf := newScratch(P, T)
+	trials:
+		for i, skip := range []float64{0.05, 0.15, 0.3} {
+			for j := range trials {
+				if ci, ok := tryCircle(p, pl, T, f, in, w, hop, skip, rng, buf); ok && (period == nil || ci.length < period.length) {
 					period = ci
+				}
+				if i == 0 && j+1 == max(1, trials/4) && period == nil {
+					break trials // a period this tight rarely fits: on to the next
 				}
 			}
 		}
@@ -178,12 +189,27 @@ func periodicTick(c sim.Cost, S int, small float64) float64 {
 	return small / 4
 }
 
+// scratch is tryCircle's memory, kept across the trials of one period:
+// each rank's busy ticks and memory on the circle.
+type scratch struct {
+	busy [][]bool
+	mem  [][]float64
+}
+
+func newScratch(P, T int) *scratch {
+	sc := &scratch{busy: make([][]bool, P), mem: make([][]float64, P)}
+	for r := range P {
+		sc.busy[r], sc.mem[r] = make([]bool, T), make([]float64, T)
+	}
+	return sc
+}
+
 // tryCircle is one trial of Periodic at period T.
-func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip float64, rng *rand.Rand) (*circle, bool) {
-	S, P := pl.Stages(), pl.Ranks()
-	busy := make([][]bool, P)
+func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip float64, rng *rand.Rand, sc *scratch) (*circle, bool) {
+	S := pl.Stages()
+	busy := sc.busy
 	for r := range busy {
-		busy[r] = make([]bool, T)
+		clear(busy[r])
 	}
 	free := func(r, t, d int) bool {
 		for x := range d {
@@ -252,9 +278,8 @@ func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip floa
 		ci.length = max(ci.length, t+w[s])
 	}
 	if p.Cap > 0 {
-		mem := make([][]float64, P)
+		mem := sc.mem
 		for r := range mem {
-			mem[r] = make([]float64, T)
 			for x := range mem[r] {
 				mem[r][x] = p.fixed(r)
 			}

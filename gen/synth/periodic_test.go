@@ -53,7 +53,7 @@ func TestPeriodicRandom(t *testing.T) {
 		}
 		capacity := need + float64(rng.IntN(12))
 		p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: capacity}
-		prog, ok, err := Periodic(p, 30)
+		prog, ok, err := Periodic(p, 30, 0)
 		if err != nil {
 			t.Fatalf("trial %d: %v", trial, err)
 		}
@@ -92,7 +92,7 @@ func TestPeriodicRandom(t *testing.T) {
 		if r.Makespan < lb*(1-1e-9) {
 			t.Errorf("trial %d: makespan %g under the lower bound %g", trial, r.Makespan, lb)
 		}
-		again, _, _ := Periodic(p, 30)
+		again, _, _ := Periodic(p, 30, 0)
 		if !reflect.DeepEqual(again.Ranks, prog.Ranks) {
 			t.Errorf("trial %d: a second call gives another order", trial)
 		}
@@ -108,7 +108,7 @@ func TestPeriodicRandom(t *testing.T) {
 func TestPeriodicPacksATightCap(t *testing.T) {
 	pl := ir.Zigzag(4, 8)
 	p := Problem{Placement: pl, Micro: 16, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{0.6}, B: []float64{1.6}}, Cap: 16}
-	prog, ok, err := Periodic(p, 200)
+	prog, ok, err := Periodic(p, 200, 0)
 	if err != nil || !ok {
 		t.Fatalf("Periodic: %v, %v", ok, err)
 	}

@@ -50,7 +50,7 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 			}
 			orders, names = append(orders, order), append(names, rule.String())
 		}
-		if order, ok, err := synth.Periodic(pr, 50); err != nil {
+		if order, ok, err := synth.Periodic(pr, 50, 0); err != nil {
 			t.Fatal(err)
 		} else if ok {
 			orders, names = append(orders, order), append(names, "periodic")
