@@ -17,7 +17,7 @@ import (
 // each rank's steps of all micro-batches by those times. Under a tight
 // memory cap this steady state packs chunk lives closer than the list
 // scheduler's rules do (the W = 0.6·I model at P = 4 on the zigzag with
-// V = 8, M = 16, within two micro-batches: auto 404.2 against 415.8); with a
+// V = 8, M = 16, within two micro-batches: auto 400.2 against 415.8); with a
 // loose one the list scheduler's ramps win and Periodic's orders lose the
 // comparison the caller makes.
 //
