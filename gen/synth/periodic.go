@@ -41,7 +41,8 @@ import (
 // (rand/v2 PCG with a fixed seed: deterministic), until four periods
 // have given an order; of those orders the one with the least simulated
 // makespan (sim.Run under the cost, then the sum of the ranks' ends) is
-// returned. ok is false when no period up to twice the work gives one.
+// returned; the trials look at PeriodicWork ticks at most. ok is false
+// when no period up to twice the work gives one within that.
 // A positive beat stops the search at the first period whose M − 1
 // repeats alone take at least beat: the caller's best makespan so far,
 // which such an order would hardly undercut.
@@ -89,9 +90,9 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 	rng := rand.New(rand.NewPCG(0x9e3779b97f4a7c15, uint64(S)<<32|uint64(M)))
 	var best ir.Program
 	var bestScore Score
-	found := 0
+	found, spent := 0, 0
 	step := max(1, lo/100)
-	for T := lo; T <= 2*lo && found < 4; T += step {
+	for T := lo; T <= 2*lo && found < 4 && spent <= PeriodicWork; T += step {
 		if beat > 0 && float64((M-1)*T)*tick >= beat {
 			break
 		}
@@ -106,7 +107,14 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 				if i == 0 && j+1 == max(1, trials/4) && period == nil {
 					break trials // a period this tight rarely fits: on to the next
 				}
+				if spent+buf.work > PeriodicWork {
+					break trials
+				}
 			}
+		}
+		spent += buf.work
+		if spent > PeriodicWork && period == nil {
+			break
 		}
 		if period == nil {
 			continue
@@ -194,6 +202,7 @@ func periodicTick(c sim.Cost, S int, small float64) float64 {
 type scratch struct {
 	busy [][]bool
 	mem  [][]float64
+	work int // ticks looked at, the trial's cost
 }
 
 func newScratch(P, T int) *scratch {
@@ -203,6 +212,10 @@ func newScratch(P, T int) *scratch {
 	}
 	return sc
 }
+
+// PeriodicWork bounds the ticks Periodic's trials look at in all (about a
+// second of CPU); once spent it returns the best order found so far.
+const PeriodicWork = 200_000_000
 
 // tryCircle is one trial of Periodic at period T.
 func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip float64, rng *rand.Rand, sc *scratch) (*circle, bool) {
@@ -214,9 +227,11 @@ func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip floa
 	free := func(r, t, d int) bool {
 		for x := range d {
 			if busy[r][(t+x)%T] {
+				sc.work += x + 1
 				return false
 			}
 		}
+		sc.work += d
 		return true
 	}
 	place := func(r, e, d int) int {
@@ -278,20 +293,39 @@ func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip floa
 		ci.length = max(ci.length, t+w[s])
 	}
 	if p.Cap > 0 {
-		mem := sc.mem
-		for r := range mem {
-			for x := range mem[r] {
-				mem[r][x] = p.fixed(r)
-			}
+		// Each rank's memory on the circle: a chunk live for L ticks
+		// holds its act through L / T whole turns, and once more over
+		// the L mod T ticks from its start (a difference array, so the
+		// check costs S + P·T, not the lives' length).
+		diff := sc.mem
+		base := make([]float64, len(diff))
+		for r := range diff {
+			clear(diff[r])
+			base[r] = p.fixed(r)
 		}
 		for s := range S {
 			a, r := p.act(s), pl.RankOf[s]
-			for x := ci.start[0][s]; x < ci.start[2][s]+w[s]; x++ {
-				mem[r][x%T] += a
+			from, life := ci.start[0][s], ci.start[2][s]+w[s]-ci.start[0][s]
+			base[r] += float64(life/T) * a
+			if rem := life % T; rem > 0 {
+				x, y := from%T, from%T+rem
+				diff[r][x] += a
+				if y < T {
+					diff[r][y] -= a
+				} else {
+					diff[r][0] += a
+					diff[r][y-T] -= a
+				}
 			}
 		}
-		for r := range mem {
-			if slices.Max(mem[r]) > p.Cap*(1+1e-9) {
+		sc.work += S + len(diff)*T
+		for r := range diff {
+			cur, peak := 0.0, 0.0
+			for _, d := range diff[r] {
+				cur += d
+				peak = max(peak, cur)
+			}
+			if base[r]+peak > p.Cap*(1+1e-9) {
 				return nil, false
 			}
 		}
