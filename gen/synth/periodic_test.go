@@ -18,33 +18,10 @@ func TestPeriodicRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	found := 0
 	for trial := range 40 {
-		P := 1 + rng.IntN(4)
-		M := 1 + rng.IntN(8)
-		var pl ir.Placement
-		switch rng.IntN(4) {
-		case 0:
-			pl = ir.Loop(P, 1)
-		case 1:
-			pl = ir.Loop(P, 2)
-		case 2:
-			pl = ir.VShape(P)
-		default:
-			pl = ir.Zigzag(P, 4)
-		}
-		S := pl.Stages()
-		c := sim.Cost{Comm: float64(rng.IntN(3)) / 4}
-		act := make([]float64, S)
-		for s := range S {
-			c.F = append(c.F, float64(1+rng.IntN(8))/4)
-			c.I = append(c.I, float64(rng.IntN(8))/4)
-			c.W = append(c.W, float64(rng.IntN(8))/4)
-			c.B = append(c.B, c.I[s]+c.W[s])
-			act[s] = float64(1 + rng.IntN(4))
-		}
-		fixed := make([]float64, P)
+		pl, M, c, act, fixed := randomInstance(rng)
+		S, P := pl.Stages(), pl.Ranks()
 		need := 0.0
 		for r := range P {
-			fixed[r] = float64(rng.IntN(3))
 			one := fixed[r] // one micro-batch's chunks of r: the least any order holds
 			for _, s := range pl.StagesOf(r) {
 				one += act[s]

@@ -41,39 +41,14 @@ func TestUnitCostsOneStage(t *testing.T) {
 func TestRandomCosts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 40 {
-		P := 1 + rng.IntN(4)
-		M := 1 + rng.IntN(8)
-		var pl ir.Placement
-		switch rng.IntN(4) {
-		case 0:
-			pl = ir.Loop(P, 1)
-		case 1:
-			pl = ir.Loop(P, 2)
-		case 2:
-			pl = ir.VShape(P)
-		default:
-			pl = ir.Zigzag(P, 4)
-		}
-		S := pl.Stages()
-		c := sim.Cost{Comm: float64(rng.IntN(3)) / 4}
-		act := make([]float64, S)
-		for s := range S {
-			c.F = append(c.F, float64(1+rng.IntN(8))/4)
-			c.I = append(c.I, float64(rng.IntN(8))/4)
-			c.W = append(c.W, float64(rng.IntN(8))/4)
-			act[s] = float64(1 + rng.IntN(4))
-		}
-		for s := range S {
-			c.B = append(c.B, c.I[s]+c.W[s])
-		}
+		pl, M, c, act, fixed := randomInstance(rng)
+		S, P := pl.Stages(), pl.Ranks()
 		c, err := c.Resolve(S)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fixed := make([]float64, P)
 		need := 0.0
 		for r := range P {
-			fixed[r] = float64(rng.IntN(3))
 			for _, s := range pl.StagesOf(r) {
 				need = max(need, fixed[r]+act[s])
 			}
@@ -144,6 +119,40 @@ func TestRandomCosts(t *testing.T) {
 			t.Errorf("trial %d: Search %g, the best rule %g", trial, f.Makespan, best)
 		}
 	}
+}
+
+// randomInstance draws a problem's parts: a placement (loop with V = 1
+// or 2, v, or zigzag with V = 4) on 1 to 4 ranks, 1 to 8 micro-batches,
+// per-stage F > 0, I and W ≥ 0 (B = I + W) in quarters, a latency, each
+// stage's activation size and each rank's fixed memory.
+func randomInstance(rng *rand.Rand) (pl ir.Placement, M int, c sim.Cost, act, fixed []float64) {
+	P := 1 + rng.IntN(4)
+	M = 1 + rng.IntN(8)
+	switch rng.IntN(4) {
+	case 0:
+		pl = ir.Loop(P, 1)
+	case 1:
+		pl = ir.Loop(P, 2)
+	case 2:
+		pl = ir.VShape(P)
+	default:
+		pl = ir.Zigzag(P, 4)
+	}
+	S := pl.Stages()
+	c = sim.Cost{Comm: float64(rng.IntN(3)) / 4}
+	act = make([]float64, S)
+	for s := range S {
+		c.F = append(c.F, float64(1+rng.IntN(8))/4)
+		c.I = append(c.I, float64(rng.IntN(8))/4)
+		c.W = append(c.W, float64(rng.IntN(8))/4)
+		c.B = append(c.B, c.I[s]+c.W[s])
+		act[s] = float64(1 + rng.IntN(4))
+	}
+	fixed = make([]float64, P)
+	for r := range P {
+		fixed[r] = float64(rng.IntN(3))
+	}
+	return pl, M, c, act, fixed
 }
 
 // TestCapTooSmall: a cap below one chunk is refused with the rank named.
