@@ -42,7 +42,8 @@ import (
 // have given an order; of those orders the one with the least simulated
 // makespan (sim.Run under the cost, then the sum of the ranks' ends) is
 // returned; the trials look at PeriodicWork ticks at most. ok is false
-// when no period up to twice the work gives one within that.
+// when no period up to twice the work gives one within that, or when the
+// ranks times twice the work in ticks exceed maxCircleCells.
 // A positive beat stops the search at the first period whose M − 1
 // repeats alone take at least beat: the caller's best makespan so far,
 // which such an order would hardly undercut.
@@ -86,6 +87,9 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 			n += f[s] + in[s] + w[s]
 		}
 		lo = max(lo, n)
+	}
+	if P*2*lo > maxCircleCells {
+		return ir.Program{}, false, nil // the circles' buffers would be too large
 	}
 	rng := rand.New(rand.NewPCG(0x9e3779b97f4a7c15, uint64(S)<<32|uint64(M)))
 	var best ir.Program
@@ -202,11 +206,15 @@ func periodicTick(c sim.Cost, S int, small float64) float64 {
 type scratch struct {
 	busy [][]bool
 	mem  [][]float64
-	work int // ticks looked at, the trial's cost
+	base []float64 // each rank's memory held through every tick
+	work int       // ticks looked at, the trial's cost
 }
 
+// maxCircleCells bounds P·T, the size of a period's buffers (scratch).
+const maxCircleCells = 1 << 24
+
 func newScratch(P, T int) *scratch {
-	sc := &scratch{busy: make([][]bool, P), mem: make([][]float64, P)}
+	sc := &scratch{busy: make([][]bool, P), mem: make([][]float64, P), base: make([]float64, P)}
 	for r := range P {
 		sc.busy[r], sc.mem[r] = make([]bool, T), make([]float64, T)
 	}
@@ -297,8 +305,7 @@ func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip floa
 		// holds its act through L / T whole turns, and once more over
 		// the L mod T ticks from its start (a difference array, so the
 		// check costs S + P·T, not the lives' length).
-		diff := sc.mem
-		base := make([]float64, len(diff))
+		diff, base := sc.mem, sc.base
 		for r := range diff {
 			clear(diff[r])
 			base[r] = p.fixed(r)
