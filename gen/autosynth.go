@@ -293,6 +293,14 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 			orders = append(orders, q)
 		}
 	}
+	if 3*pl.Stages()*cfg.Micro <= exactSteps && beat > 0 {
+		// Small enough to search every order for one faster than the
+		// list scheduler's (an hour's CPU would not do for the table's
+		// rows; a second does for P = 2, M = 8).
+		if o, ok, err := synth.Exact(pr, exactNodes, beat); err == nil && ok && o.Program.Ranks != nil {
+			orders = append(orders, o.Program)
+		}
+	}
 	var best *synthFound
 	for _, q := range orders {
 		r, mem, err := sp.run(q, part)
@@ -305,6 +313,14 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 	}
 	return best, nil // nil: every rule stuck, or the cap below one chunk
 }
+
+// exactSteps and exactNodes bound synth.Exact in synthesize: the most
+// compute steps of a problem it is tried on, and the search nodes it
+// spends (about a second of CPU).
+const (
+	exactSteps = 256
+	exactNodes = 2_000_000
+)
 
 // periodicTrials is the trials synth.Periodic makes at each period and
 // skip probability.

@@ -88,11 +88,16 @@ func writeAutoTable(w io.Writer, res gen.Result) error {
 // boundLine states the lower bound of the simulated result and the gap of
 // its makespan to it; when the memory limit binds (capBinds) and the gap
 // is over 1 %, also that the bound does not count what the cap costs in
-// the steady state, so the gap need not be the order's to close.
+// the steady state, so the gap need not be the order's to close. A bound
+// an exhaustive search proved (r.LowerBoundExact) is the optimum, and the
+// line says so instead.
 func boundLine(r sim.Result, capBinds bool) string {
 	gap := 0.0
 	if r.LowerBound > 0 {
 		gap = 100 * (r.Makespan/r.LowerBound - 1)
+	}
+	if r.LowerBoundExact {
+		return fmt.Sprintf("lower bound %.4g (the least makespan of any order of these stages' compute steps, by exhaustive search; docs/model.md): the makespan is %.1f%% over it", r.LowerBound, gap)
 	}
 	line := fmt.Sprintf("lower bound %.4g (no order of these stages is faster; docs/model.md): the makespan is %.1f%% over it", r.LowerBound, gap)
 	if capBinds && gap > 1 {

@@ -73,14 +73,19 @@ func TestBoundLineNamesABindingCap(t *testing.T) {
 	for _, tc := range []struct {
 		makespan, bound float64
 		binds, want     bool
+		exact           bool
 	}{
-		{215.8, 195.4, true, true},
-		{215.8, 195.4, false, false},
-		{97.75, 97.75, true, false}, // the bound met: nothing to explain
-		{100.5, 100, true, false},   // 0.5 %: within the threshold
-		{50, 0, true, false},        // no bound
+		{215.8, 195.4, true, true, false},
+		{215.8, 195.4, false, false, false},
+		{97.75, 97.75, true, false, false}, // the bound met: nothing to explain
+		{100.5, 100, true, false, false},   // 0.5 %: within the threshold
+		{50, 0, true, false, false},        // no bound
+		{54, 51, true, false, true},        // proved by exhaustive search: the optimum
 	} {
-		line := boundLine(sim.Result{Makespan: tc.makespan, LowerBound: tc.bound}, tc.binds)
+		line := boundLine(sim.Result{Makespan: tc.makespan, LowerBound: tc.bound, LowerBoundExact: tc.exact}, tc.binds)
+		if tc.exact != strings.Contains(line, "exhaustive search") {
+			t.Errorf("makespan %g, bound %g, exact %v: %s", tc.makespan, tc.bound, tc.exact, line)
+		}
 		if got := strings.Contains(line, hint); got != tc.want {
 			t.Errorf("makespan %g, bound %g, binds %v: hint %v, want %v:\n%s", tc.makespan, tc.bound, tc.binds, got, tc.want, line)
 		}

@@ -188,7 +188,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	pr.Done()
-	if r.LowerBound, err = req.LowerBound(res, cost); err != nil {
+	if r.LowerBound, r.LowerBoundExact, err = req.LowerBound(res, cost, r.Makespan); err != nil {
 		return err
 	}
 	if *asJSON {

@@ -1,7 +1,9 @@
 package gencmd
 
 import (
+	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
@@ -10,6 +12,7 @@ import (
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/synth"
 )
 
 // modelKeys are the cost keys a -model file gives; -cost may not give them
@@ -192,8 +195,12 @@ func (r *Request) ReadModel() (model.Model, error) {
 // the memory cap -mem puts on -schedule auto and -partition auto, both as
 // live chunks per stage and per rank: with -model, each rank's limit less
 // its stages' params, each chunk holding the act of its stage's layers;
-// without, -mem times the stages of a rank's share, in chunks.
-func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
+// without, -mem times the stages of a rank's share, in chunks. Under
+// that cap, on a small program (exactBound), it raises that bound to what gen/synth's
+// exhaustive search proves, exact true: the least makespan of any
+// order of the stages' compute steps within the cap, or makespan, the
+// result's own, when no order is faster.
+func (r *Request) LowerBound(res gen.Result, cost sim.Cost, makespan float64) (bound float64, exact bool, err error) {
 	var opt sim.BoundOptions
 	if r.Mem > 0 && (r.Schedule == gen.Auto || r.Partition == PartitionAuto) {
 		S := res.Program.Stages()
@@ -201,12 +208,12 @@ func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
 		if r.Model != "" && res.Layers != nil {
 			m, err := r.ReadModel()
 			if err != nil {
-				return 0, err
+				return 0, false, err
 			}
 			copies := max(res.Program.Copies, 1)
 			act, params, err := partition.StageMemory(m, model.Partition{Bounds: res.Layers}, copies)
 			if err != nil || len(act) != S {
-				return 0, usagef("-model %s: the split %v does not fit %d stages of %d copies", r.Model, res.Layers, S, copies)
+				return 0, false, usagef("-model %s: the split %v does not fit %d stages of %d copies", r.Model, res.Layers, S, copies)
 			}
 			rankParams := make([]float64, res.Program.Placement.Ranks())
 			for s, rk := range res.Program.Placement.RankOf {
@@ -234,8 +241,78 @@ func (r *Request) LowerBound(res gen.Result, cost sim.Cost) (float64, error) {
 			}
 		}
 	}
-	return sim.LowerBound(res.Program, cost, opt)
+	lb, err := sim.LowerBound(res.Program, cost, opt)
+	if err != nil {
+		return 0, false, err
+	}
+	if opt.Cap == nil {
+		return lb, false, nil // without a cap the bound's terms are seldom loose
+	}
+	if opt, ok := exactBound(res.Program, cost, opt, makespan); ok {
+		return max(lb, opt), true, nil
+	}
+	return lb, false, nil
 }
+
+// ExactNodes is the search nodes exactBound spends at most (about a
+// second of CPU).
+const ExactNodes = 2_000_000
+
+// exactBound runs synth.Exact on the compute steps of p (one model copy,
+// every backward split or B = I + W, no swaps) with the cap of opt per
+// rank, below makespan. ok: the search finished, and the optimum, or
+// makespan when no order beats it, is a lower bound of any order.
+func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan float64) (float64, bool) {
+	S, M := p.Stages(), p.Micro
+	if p.Copies > 1 || 3*S*M > exactMaxSteps || !(makespan > 0) {
+		return 0, false
+	}
+	c, err := cost.Resolve(S)
+	if err != nil {
+		return 0, false
+	}
+	at := func(l []float64, s int) float64 { return l[min(s, len(l)-1)] }
+	for s := range S {
+		if b := at(c.B, s); math.Abs(b-at(c.I, s)-at(c.W, s)) > 1e-9*max(1, b) {
+			return 0, false // an unsplit B is not an I then a W here
+		}
+	}
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			switch st.Kind {
+			case ir.OverlapFB, ir.OverlapBF, ir.SwapLaunchOffload, ir.SwapWaitOffload, ir.SwapLaunchLoad, ir.SwapWaitLoad:
+				return 0, false // overlap and swap steps: another model
+			}
+		}
+	}
+	pr := synth.Problem{Placement: p.Placement, Micro: M, Cost: c}
+	if opt.Cap != nil {
+		// The cap per rank in activation units, no fixed part: opt.Cap is
+		// already the limit less the rank's params.
+		pr.Act, pr.Cap = opt.Act, 0
+		capacity := slices.Min(opt.Cap)
+		if slices.Max(opt.Cap) != capacity {
+			pr.Fixed = make([]float64, len(opt.Cap))
+			capacity = slices.Max(opt.Cap)
+			for r, x := range opt.Cap {
+				pr.Fixed[r] = capacity - x
+			}
+		}
+		pr.Cap = capacity
+	}
+	o, ok, err := synth.Exact(pr, ExactNodes, makespan)
+	if err != nil || !ok || !o.Proved {
+		return 0, false
+	}
+	if o.Program.Ranks != nil {
+		return o.Makespan, true
+	}
+	return makespan, true
+}
+
+// exactMaxSteps is the most compute steps (3 · stages · micro-batches)
+// exactBound searches.
+const exactMaxSteps = 256
 
 // orderCost is the cost model a family whose order depends on it
 // (schedules.Family.UsesCost) is built for, on ranks × v stages: the

@@ -71,7 +71,7 @@ func runRow(t *testing.T, path string, P, M int, limit float64) tableRow {
 		t.Fatal(err)
 	}
 	row.auto.Partitioned = fmt.Sprint(even.Bounds) != fmt.Sprint(res.Layers)
-	if row.bound, err = r.LowerBound(res, cost); err != nil {
+	if row.bound, _, err = r.LowerBound(res, cost, sr.Makespan); err != nil {
 		t.Fatal(err)
 	}
 	sp, err := r.SplitModel()

@@ -88,8 +88,11 @@ type Result struct {
 	Offsets []int
 	// LowerBound is a lower bound on the makespan of any order of the
 	// program's compute steps (LowerBound, the function): Run leaves it 0,
-	// a caller that reports it sets it.
-	LowerBound float64
+	// a caller that reports it sets it. LowerBoundExact says an
+	// exhaustive search (gen/synth's Exact) proved it: no order of the
+	// program's compute steps is faster, and the best one found takes it.
+	LowerBound      float64
+	LowerBoundExact bool
 }
 
 // Summary is the JSON-friendly digest of a Result.
@@ -100,13 +103,14 @@ type Summary struct {
 	PeakActivations []int     `json:"peak_activations"`
 	Busy            []float64 `json:"busy"`
 	LowerBound      float64   `json:"lower_bound"`
+	LowerBoundExact bool      `json:"lower_bound_exact,omitempty"`
 }
 
 // Summary returns the digest of the result.
 func (r Result) Summary() Summary {
 	s := Summary{Makespan: r.Makespan, Bubble: r.Bubble, BubbleSpan: r.BubbleSpan,
 		PeakActivations: append([]int{}, r.PeakActivations...), Busy: append([]float64{}, r.Busy...),
-		LowerBound: r.LowerBound}
+		LowerBound: r.LowerBound, LowerBoundExact: r.LowerBoundExact}
 	return s
 }
 

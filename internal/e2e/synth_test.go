@@ -17,10 +17,12 @@ import (
 // 4, M = 8 under a memory cap, on the loop (V = 1, 2), v and zigzag (V = 4,
 // 8) placements, lower and verify (gen.LowerProgram) and train through
 // the runtime equal to a sequential run, over a spread of the rules that
-// do not get stuck and synth.Periodic's order (found on some placement).
+// do not get stuck, synth.Periodic's order (found on some placement) and
+// synth.Exact's best within a small budget (on the smaller placements).
 func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	const P, M = 4, 8
 	periodic := 0 // placements with a synth.Periodic order
+	exact := 0    // with a synth.Exact one
 	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4), ir.Zigzag(P, 8)} {
 		S := pl.Stages()
 		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
@@ -56,6 +58,14 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 			orders, names = append(orders, order), append(names, "periodic")
 			periodic++
 		}
+		if 3*S*M <= 192 { // synth.Exact's best order within a small budget
+			if o, ok, err := synth.Exact(pr, 100_000, 0); err != nil {
+				t.Fatal(err)
+			} else if ok && o.Program.Ranks != nil {
+				orders, names = append(orders, o.Program), append(names, "exact")
+				exact++
+			}
+		}
 		for i, order := range orders {
 			res, err := gen.LowerProgram(order, gen.Options{})
 			if err != nil {
@@ -77,6 +87,9 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	}
 	if periodic == 0 {
 		t.Errorf("synth.Periodic found no order on any placement")
+	}
+	if exact == 0 {
+		t.Errorf("synth.Exact found no order on any placement")
 	}
 }
 
