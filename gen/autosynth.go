@@ -316,10 +316,11 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 
 // exactSteps and exactNodes bound synth.Exact in synthesize: the most
 // compute steps of a problem it is tried on, and the search nodes it
-// spends (about a second of CPU).
+// spends (under a tenth of a second of CPU; synthesize runs for
+// each placement and split).
 const (
-	exactSteps = 256
-	exactNodes = 2_000_000
+	exactSteps = 128
+	exactNodes = 200_000
 )
 
 // periodicTrials is the trials synth.Periodic makes at each period and

@@ -254,7 +254,7 @@ func (r *Request) LowerBound(res gen.Result, cost sim.Cost, makespan float64) (b
 	return lb, false, nil
 }
 
-// ExactNodes is the search nodes exactBound spends at most (about a
+// ExactNodes is the search nodes exactBound spends at most (under a
 // second of CPU).
 const ExactNodes = 2_000_000
 
@@ -312,7 +312,7 @@ func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan floa
 
 // exactMaxSteps is the most compute steps (3 · stages · micro-batches)
 // exactBound searches.
-const exactMaxSteps = 256
+const exactMaxSteps = 128
 
 // orderCost is the cost model a family whose order depends on it
 // (schedules.Family.UsesCost) is built for, on ranks × v stages: the
