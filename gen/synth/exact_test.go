@@ -264,3 +264,19 @@ func TestExactBudget(t *testing.T) {
 		t.Errorf("%d steps: ok %v err %v; want refused", 3*32*64, ok, err)
 	}
 }
+
+// BenchmarkExact: the search that proves TestExactBeatsTheRules's
+// optimum (two ranks, v, M = 8, three chunks per rank), from the rules'
+// best as its upper bound.
+func BenchmarkExact(b *testing.B) {
+	p := Problem{Placement: ir.VShape(2), Micro: 8, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}, B: []float64{2}}, Cap: 3}
+	nodes := 0
+	for b.Loop() {
+		o, _, err := Exact(p, 2_000_000, 54)
+		if err != nil || !o.Proved {
+			b.Fatal(err)
+		}
+		nodes = o.Nodes
+	}
+	b.ReportMetric(float64(nodes), "nodes/op")
+}

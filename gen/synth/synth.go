@@ -26,7 +26,9 @@
 // fails with ErrStuck. Search tries a fixed list of rules (Rules) and
 // keeps the best by the simulated makespan of the order; Periodic builds
 // orders in which every micro-batch repeats one timing a period later
-// (modulo scheduling), which packs a tight cap closer; Repair is a local
+// (modulo scheduling), which packs a tight cap closer; Exact searches
+// every order of a small problem (branch and bound) and, when it
+// finishes, proves its result optimal; Repair is a local
 // search (adjacent swaps on a rank, within a count budget) from any order,
 // a family's included, under a caller's evaluation. Everything is
 // deterministic: no maps are iterated and nothing depends on wall time.
