@@ -112,12 +112,7 @@ func newExact(p Problem, c sim.Cost) *exact {
 		e.dur[k], e.hopIn[k], e.tail[k] = make([]float64, S), make([]float64, S), make([]float64, S)
 		e.next[k], e.end[k] = make([]int, S), make([]float64, S*M)
 	}
-	hop := func(a, b, actStage int) float64 {
-		if pl.RankOf[a] == pl.RankOf[b] {
-			return 0
-		}
-		return c.Comm + c.ActTime(actStage)
-	}
+	hop := func(a, b, actStage int) float64 { return hopTime(pl, c, a, b, actStage) }
 	for s := range S {
 		e.dur[0][s], e.dur[1][s], e.dur[2][s] = at(c.F, s), at(c.I, s), at(c.W, s)
 		e.act[s] = p.act(s)

@@ -74,8 +74,8 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 	f, in, w, hop := make([]int, S), make([]int, S), make([]int, S), make([]int, S)
 	for s := range S {
 		f[s], in[s], w[s] = ticks(at(c.F, s)), ticks(at(c.I, s)), ticks(at(c.W, s))
-		if s+1 < S && pl.RankOf[s] != pl.RankOf[s+1] {
-			if h := c.Comm + c.ActTime(s); h > 0 {
+		if s+1 < S {
+			if h := hopTime(pl, c, s, s+1, s); h > 0 {
 				hop[s] = ticks(h) // between stage s and s+1, either way
 			}
 		}

@@ -170,6 +170,16 @@ func (p *Problem) fixed(r int) float64 {
 	return p.Fixed[r]
 }
 
+// hopTime is the latency of an input from stage from to stage to that
+// carries stage actStage's activation (or its gradient): 0 on one rank,
+// else Cost.Comm plus the transfer time, as gen/sim times it.
+func hopTime(pl ir.Placement, c sim.Cost, from, to, actStage int) float64 {
+	if pl.RankOf[from] == pl.RankOf[to] {
+		return 0
+	}
+	return c.Comm + c.ActTime(actStage)
+}
+
 func at(l []float64, s int) float64 {
 	if len(l) == 1 {
 		return l[0]
@@ -187,12 +197,7 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 	}
 	pl, M := p.Placement, p.Micro
 	S, P := pl.Stages(), pl.Ranks()
-	hop := func(from, to, actStage int) float64 {
-		if pl.RankOf[from] == pl.RankOf[to] {
-			return 0
-		}
-		return c.Comm + c.ActTime(actStage)
-	}
+	hop := func(from, to, actStage int) float64 { return hopTime(pl, c, from, to, actStage) }
 	endF := make([]float64, S*M)
 	endI := make([]float64, S*M)
 	for i := range endF {
