@@ -296,7 +296,7 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 	if 3*pl.Stages()*cfg.Micro <= exactSteps && beat > 0 {
 		// Small enough to search every order for one faster than the
 		// list scheduler's (an hour's CPU would not do for the table's
-		// rows; a second does for P = 2, M = 8).
+		// rows; a tenth of a second does for P = 2, M = 8).
 		if o, ok, err := synth.Exact(pr, exactNodes, beat); err == nil && ok && o.Program.Ranks != nil {
 			orders = append(orders, o.Program)
 		}

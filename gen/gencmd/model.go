@@ -254,9 +254,9 @@ func (r *Request) LowerBound(res gen.Result, cost sim.Cost, makespan float64) (b
 	return lb, false, nil
 }
 
-// ExactNodes is the search nodes exactBound spends at most (under a
+// exactNodes is the search nodes exactBound spends at most (under a
 // second of CPU).
-const ExactNodes = 2_000_000
+const exactNodes = 2_000_000
 
 // exactBound runs synth.Exact on the compute steps of p (one model copy,
 // every backward split or B = I + W, no swaps) with the cap of opt per
@@ -300,7 +300,7 @@ func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan floa
 		}
 		pr.Cap = capacity
 	}
-	o, ok, err := synth.Exact(pr, ExactNodes, makespan)
+	o, ok, err := synth.Exact(pr, exactNodes, makespan)
 	if err != nil || !ok || !o.Proved {
 		return 0, false
 	}
