@@ -271,9 +271,9 @@ func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan floa
 	if err != nil {
 		return 0, false
 	}
-	at := func(l []float64, s int) float64 { return l[min(s, len(l)-1)] }
 	for s := range S {
-		if b := at(c.B, s); math.Abs(b-at(c.I, s)-at(c.W, s)) > 1e-9*max(1, b) {
+		b, i, w := c.StepCost(ir.Compute(ir.Backward, s, 0)), c.StepCost(ir.Compute(ir.BackwardInput, s, 0)), c.StepCost(ir.Compute(ir.BackwardWeight, s, 0))
+		if math.Abs(b-i-w) > 1e-9*max(1, b) {
 			return 0, false // an unsplit B is not an I then a W here
 		}
 	}
@@ -287,18 +287,12 @@ func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan floa
 	}
 	pr := synth.Problem{Placement: p.Placement, Micro: M, Cost: c}
 	if opt.Cap != nil {
-		// The cap per rank in activation units, no fixed part: opt.Cap is
-		// already the limit less the rank's params.
-		pr.Act, pr.Cap = opt.Act, 0
-		capacity := slices.Min(opt.Cap)
-		if slices.Max(opt.Cap) != capacity {
-			pr.Fixed = make([]float64, len(opt.Cap))
-			capacity = slices.Max(opt.Cap)
-			for r, x := range opt.Cap {
-				pr.Fixed[r] = capacity - x
-			}
+		// opt.Cap is each rank's limit less its params: one cap for all
+		// ranks, less a fixed part on the ranks with less room.
+		pr.Act, pr.Cap, pr.Fixed = opt.Act, slices.Max(opt.Cap), make([]float64, len(opt.Cap))
+		for r, x := range opt.Cap {
+			pr.Fixed[r] = pr.Cap - x
 		}
-		pr.Cap = capacity
 	}
 	o, ok, err := synth.Exact(pr, exactNodes, makespan)
 	if err != nil || !ok || !o.Proved {
