@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -13,13 +14,13 @@ import (
 // Periodic builds compute orders by modulo scheduling: it times one
 // micro-batch's F, I and W steps on a circle of period T per rank (each
 // rank runs one step at a time, so the steps' intervals modulo T may not
-// overlap), every later micro-batch m the same steps m·T later, and orders
-// each rank's steps of all micro-batches by those times. Under a tight
-// memory cap this steady state packs chunk lives closer than the list
-// scheduler's rules do (the W = 0.6·I model at P = 4 on the zigzag with
-// V = 8, M = 16, within two micro-batches: auto 400.2 against 415.8); with a
-// loose one the list scheduler's ramps win and Periodic's orders lose the
-// comparison the caller makes.
+// overlap), every later micro-batch m the same steps m·T later, and turns
+// that timing into orders two ways. Under a tight memory cap this steady
+// state packs chunk lives closer than the list scheduler's rules do (the
+// W = 0.6·I model at P = 4 on the zigzag with V = 8, M = 16, within two
+// micro-batches: 392.2 against the rules' 415.8); with a loose one the
+// rules' ramps win and Periodic's orders lose the comparison the caller
+// makes.
 //
 // One micro-batch's steps are placed in chain order (the forwards through
 // the route, then the input-gradient backwards back, then each W), each at
@@ -30,23 +31,41 @@ import (
 // period or when a rank's memory on the circle, its fixed memory plus the
 // activations of the chunks live (from an F's start to its W's end, each
 // life counted once per period it spans), exceeds the cap. Times are in
-// ticks that divide every step cost where a tick of the smallest positive
-// cost over 1 .. 16 does, else of a quarter of it (at least 1/4096 of the
-// busiest rank's work per micro-batch), durations rounded up, so the
-// circle's timing is conservative and its order feasible: in it every
-// step starts after its inputs are ready.
+// ticks (periodicTick: a common divisor of the step costs where the
+// circle holds it, else 1/4096 of the busiest rank's work per
+// micro-batch), durations rounded up, so the circle's timing is
+// conservative and its order feasible: in it every step starts after its
+// inputs are ready.
+//
+// The circles come in two kinds: with the W's on the circle, as above,
+// and with only the F's and I's on it (each W timed at its I's end,
+// unchecked, the memory left to the orders' cap). A circle with its W's
+// gives its unrolled order: every rank's steps of all micro-batches by
+// their times (unroll). Every circle also gives priority orders: the list
+// scheduler of PriorityOrder, each step's priority its time on the
+// circle (a W's later by a bias of 0, 1/2 or 1 period, or after every F
+// and I), micro-batch m entering no earlier than (m − slack)·T for slack
+// in periodicSlacks. Those orders start micro-batches earlier than the
+// steady state while the cap has room and fill the time a circle leaves
+// idle (uniform F = I = W = 1 on 32 one-layer stages looped on P = 8,
+// M = 32, within four micro-batches: 422 against the unrolled order's
+// 437; W = 0.6·I on the v of P = 16, M = 64, within eight: 402.8 against
+// 425.8).
 //
 // Periods are tried from the busiest rank's work per micro-batch upwards
-// in steps of 1 %, trials trials at each of three skip probabilities
-// (rand/v2 PCG with a fixed seed: deterministic), until four periods
-// have given an order; of those orders the one with the least simulated
-// makespan (sim.Run under the cost, then the sum of the ranks' ends) is
-// returned; the trials look at PeriodicWork ticks at most. ok is false
-// when no period up to twice the work gives one within that, or when the
-// ranks times twice the work in ticks exceed maxCircleCells.
-// A positive beat stops the search at the first period whose M − 1
-// repeats alone take at least beat: the caller's best makespan so far,
-// which such an order would hardly undercut.
+// in steps of 1 % (after a kind's k-th circle, 2k % further on, for
+// circles with other lives), trials trials at each of three skip
+// probabilities (rand/v2 PCG with a fixed seed: deterministic), until
+// four periods of each kind have given a circle; of all their orders the
+// one with the least simulated makespan (sim.Run under the cost, then the
+// sum of the ranks' ends, then the first) is returned. The trials look at
+// PeriodicWork ticks and the orders' list scheduling at
+// PeriodicOrderWork steps at most. ok is false when no period up to
+// twice the work gives one within that, or when the ranks times twice the
+// work in ticks exceed maxCircleCells. A positive beat stops each kind's
+// search at the first period whose repeats after the earliest entry the
+// slacks allow alone take at least beat: the caller's best makespan so
+// far, which such an order would hardly undercut.
 func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 	c, err := p.check()
 	if err != nil {
@@ -69,7 +88,7 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 	if !(busiest > 0) || math.IsInf(small, 1) {
 		return ir.Program{}, false, nil
 	}
-	tick := max(periodicTick(c, S, small), busiest/4096)
+	tick := periodicTick(c, S, small, busiest)
 	ticks := func(x float64) int { return max(1, int(math.Ceil(x/tick-1e-9))) }
 	f, in, w, hop := make([]int, S), make([]int, S), make([]int, S), make([]int, S)
 	for s := range S {
@@ -92,49 +111,124 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 		return ir.Program{}, false, nil // the circles' buffers would be too large
 	}
 	rng := rand.New(rand.NewPCG(0x9e3779b97f4a7c15, uint64(S)<<32|uint64(M)))
-	var best ir.Program
-	var bestScore Score
-	found, spent := 0, 0
-	step := max(1, lo/100)
-	for T := lo; T <= 2*lo && found < 4 && spent <= PeriodicWork; T += step {
-		if beat > 0 && float64((M-1)*T)*tick >= beat {
-			break
-		}
-		var period *circle
-		buf := newScratch(P, T)
-	trials:
-		for i, skip := range []float64{0.05, 0.15, 0.3} {
-			for j := range trials {
-				if ci, ok := tryCircle(p, pl, T, f, in, w, hop, skip, rng, buf); ok && (period == nil || ci.length < period.length) {
-					period = ci
-				}
-				if i == 0 && j+1 == max(1, trials/4) && period == nil {
-					break trials // a period this tight rarely fits: on to the next
-				}
-				if spent+buf.work > PeriodicWork {
-					break trials
+	spent := 0
+	var circles []*circle
+	for _, withW := range []bool{true, false} {
+		found := 0
+		step := max(1, lo/100)
+		for T := lo; T <= 2*lo && found < 4 && spent <= PeriodicWork; T += step {
+			if beat > 0 && (float64(M-1)-slices.Max(periodicSlacks))*float64(T)*tick >= beat {
+				break
+			}
+			var period *circle
+			buf := newScratch(P, T)
+		trials:
+			for i, skip := range []float64{0.05, 0.15, 0.3} {
+				for j := range trials {
+					if ci, ok := tryCircle(p, pl, T, f, in, w, hop, withW, skip, rng, buf); ok && (period == nil || ci.length < period.length) {
+						period = ci
+					}
+					if i == 0 && j+1 == max(1, trials/4) && period == nil {
+						break trials // a period this tight rarely fits: on to the next
+					}
+					if spent+buf.work > PeriodicWork {
+						break trials
+					}
 				}
 			}
-		}
-		spent += buf.work
-		if spent > PeriodicWork && period == nil {
-			break
-		}
-		if period == nil {
-			continue
-		}
-		found++
-		q := period.unroll(pl, M)
-		r, err := sim.Run(q, c)
-		if err != nil {
-			continue // not expected: the circle's timing runs the order
-		}
-		sc := Score{Makespan: r.Makespan, Finish: RankFinish(r)}
-		if best.Ranks == nil || sc.less(bestScore) {
-			best, bestScore = q, sc
+			spent += buf.work
+			if spent > PeriodicWork && period == nil {
+				break
+			}
+			if period != nil {
+				found++
+				circles = append(circles, period)
+				T += T * 2 * found / 100 // then periods further apart: other lives
+			}
 		}
 	}
-	return best, best.Ranks != nil, nil
+	// Every circle's orders, built and simulated on all cores (each
+	// writes only its own result), then the best in a fixed order.
+	type order struct {
+		ci    *circle
+		bias  float64 // a W's priority after its time, in periods; <0: unroll
+		slack float64
+		prog  ir.Program
+		sc    Score
+		ok    bool
+	}
+	var orders []*order
+	for _, ci := range circles {
+		if ci.withW {
+			orders = append(orders, &order{ci: ci, bias: -1})
+		}
+	}
+	for _, slack := range periodicSlacks {
+		for _, bias := range []float64{1, 0.5, float64(M + 1), 0} {
+			for _, ci := range circles {
+				orders = append(orders, &order{ci: ci, bias: bias, slack: slack})
+			}
+		}
+	}
+	if n := PeriodicOrderWork / max(1, 3*S*M); len(orders) > n {
+		orders = orders[:n] // the budget: the slacks that win most often first
+	}
+	par.ForRanks(len(orders), len(orders)*3*S*M, func(i int) {
+		o := orders[i]
+		if o.bias < 0 {
+			o.prog = o.ci.unroll(pl, M)
+		} else {
+			ci, bias, slack := o.ci, o.bias, o.slack
+			q, err := PriorityOrder(p, func(k ir.Kind, s, m int) float64 {
+				x := float64(ci.start[kindIndex(k)][s] + m*ci.T)
+				if k == ir.BackwardWeight {
+					x += bias * float64(ci.T)
+				}
+				return x
+			}, func(m int) float64 { return max(0, (float64(m)-slack)*float64(ci.T)*tick) })
+			if err != nil {
+				return // stuck: the entries let the cap fill
+			}
+			o.prog = q
+		}
+		r, err := sim.Run(o.prog, c)
+		if err != nil {
+			return // not expected: both build orders that run
+		}
+		o.sc, o.ok = Score{Makespan: r.Makespan, Finish: RankFinish(r)}, true
+	})
+	var best *order
+	for _, o := range orders {
+		if o.ok && (best == nil || o.sc.less(best.sc)) {
+			best = o
+		}
+	}
+	if best == nil {
+		return ir.Program{}, false, nil
+	}
+	return best.prog, true, nil
+}
+
+// periodicSlacks are how many periods before its time on the circle a
+// micro-batch may enter in Periodic's priority orders, those that most
+// often give the best order first (on the "Uneven models" rows of
+// BENCHMARKS.md); the largest is last.
+var periodicSlacks = []float64{1, 1.5, 2, 0.75, 0.5, 2.5, 3, 0.25, 0, 4}
+
+// PeriodicOrderWork bounds the steps of the orders Periodic builds from
+// its circles, all together (about a second of CPU); past it the later
+// slacks' orders are left out.
+const PeriodicOrderWork = 4_000_000
+
+// kindIndex is a compute kind's index in circle.start.
+func kindIndex(k ir.Kind) int {
+	switch k {
+	case ir.BackwardInput:
+		return 1
+	case ir.BackwardWeight:
+		return 2
+	}
+	return 0
 }
 
 // A circle is one micro-batch's steps timed on the period: start[k] for
@@ -143,6 +237,7 @@ type circle struct {
 	T      int
 	start  [3][]int // F, I, W by stage
 	length int      // from the first F's start to the last step's end
+	withW  bool     // the W's hold their own times on the circle
 }
 
 var circleKinds = [3]ir.Kind{ir.Forward, ir.BackwardInput, ir.BackwardWeight}
@@ -181,24 +276,66 @@ func (ci *circle) unroll(pl ir.Placement, M int) ir.Program {
 	return q
 }
 
-// periodicTick returns the largest small/k (k = 1 .. 16) that every
-// positive step cost of c is a whole multiple of, so that the circle
-// times the steps exactly, or small/4 when there is none.
-func periodicTick(c sim.Cost, S int, small float64) float64 {
-	for k := 1; k <= 16; k++ {
-		tick, whole := small/float64(k), true
-		for s := range S {
-			for _, x := range []float64{at(c.F, s), at(c.I, s), at(c.W, s)} {
-				if n := x / tick; x > 0 && math.Abs(n-math.Round(n)) > 1e-6*max(1, n) {
-					whole = false
-				}
+// periodicTick returns the tick Periodic times in: the largest that every
+// positive step cost of c is a whole multiple of, so that the circle times
+// the steps exactly, as long as the busiest rank's work per micro-batch is
+// at most maxPeriodTicks of it. That tick is the greatest common divisor
+// of the costs counted in units of 10^-d, for the least d ≤ 6 that makes
+// them all whole (3.3, 4 and 5: 0.1), else the largest small/k
+// (k = 1 .. 16) that divides them; failing both, busiest/maxPeriodTicks,
+// the durations then rounded up, a tick at most each.
+func periodicTick(c sim.Cost, S int, small, busiest float64) float64 {
+	costs := make([]float64, 0, 3*S)
+	for s := range S {
+		for _, x := range []float64{at(c.F, s), at(c.I, s), at(c.W, s)} {
+			if x > 0 {
+				costs = append(costs, x)
 			}
 		}
-		if whole {
+	}
+	fine := busiest / maxPeriodTicks
+	whole := func(tick float64) bool {
+		for _, x := range costs {
+			if n := x / tick; math.Round(n) < 1 || math.Abs(n-math.Round(n)) > 1e-6*n {
+				return false
+			}
+		}
+		return true
+	}
+	for d, unit := 0, 1.0; d <= 6; d, unit = d+1, unit/10 {
+		g := int64(0)
+		for _, x := range costs {
+			n := x / unit
+			if n > 1<<40 || math.Round(n) < 1 || math.Abs(n-math.Round(n)) > 1e-6*n {
+				g = 0
+				break
+			}
+			g = gcd(g, int64(math.Round(n)))
+		}
+		if g > 0 {
+			if tick := float64(g) * unit; tick >= fine && whole(tick) {
+				return tick
+			}
+			break // the costs' divisor is finer than the circle holds
+		}
+	}
+	for k := 1; k <= 16; k++ {
+		if tick := small / float64(k); tick >= fine && whole(tick) {
 			return tick
 		}
 	}
-	return small / 4
+	return fine
+}
+
+// maxPeriodTicks bounds the ticks of the busiest rank's work per
+// micro-batch in Periodic's circles.
+const maxPeriodTicks = 4096
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // scratch is tryCircle's memory, kept across the trials of one period:
@@ -226,7 +363,7 @@ func newScratch(P, T int) *scratch {
 const PeriodicWork = 200_000_000
 
 // tryCircle is one trial of Periodic at period T.
-func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip float64, rng *rand.Rand, sc *scratch) (*circle, bool) {
+func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, withW bool, skip float64, rng *rand.Rand, sc *scratch) (*circle, bool) {
 	S := pl.Stages()
 	busy := sc.busy
 	for r := range busy {
@@ -263,7 +400,7 @@ func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip floa
 		}
 		return first
 	}
-	ci := &circle{T: T}
+	ci := &circle{T: T, withW: withW}
 	for k := range ci.start {
 		ci.start[k] = make([]int, S)
 	}
@@ -293,14 +430,16 @@ func tryCircle(p Problem, pl ir.Placement, T int, f, in, w, hop []int, skip floa
 		ci.start[1][s], e = t, t+in[s]
 	}
 	for s := range S {
-		t := place(pl.RankOf[s], ci.start[1][s]+in[s], w[s])
-		if t < 0 {
-			return nil, false
+		t := ci.start[1][s] + in[s]
+		if withW {
+			if t = place(pl.RankOf[s], t, w[s]); t < 0 {
+				return nil, false
+			}
 		}
 		ci.start[2][s] = t
 		ci.length = max(ci.length, t+w[s])
 	}
-	if p.Cap > 0 {
+	if p.Cap > 0 && withW {
 		// Each rank's memory on the circle: a chunk live for L ticks
 		// holds its act through L / T whole turns, and once more over
 		// the L mod T ticks from its start (a difference array, so the

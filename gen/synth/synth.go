@@ -24,9 +24,12 @@
 // within it however it is lowered and timed. A rule that leaves every rank
 // waiting (memory full of chunks whose backwards need another chunk's F)
 // fails with ErrStuck. Search tries a fixed list of rules (Rules) and
-// keeps the best by the simulated makespan of the order; Periodic builds
-// orders in which every micro-batch repeats one timing a period later
-// (modulo scheduling), which packs a tight cap closer; Exact searches
+// keeps the best by the simulated makespan of the order; PriorityOrder is
+// the same list scheduler (one engine, listsched.go) driven by a priority
+// per step instead of a rule; Periodic times one micro-batch on a circle
+// that every micro-batch repeats a period later (modulo scheduling),
+// which packs a tight cap closer, and builds orders from it, unrolled and
+// by PriorityOrder with the circle's times as priorities; Exact searches
 // every order of a small problem (branch and bound) and, when it
 // finishes, proves its result optimal; Repair is a local
 // search (adjacent swaps on a rank, within a count budget) from any order,
@@ -195,31 +198,8 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 	if err != nil {
 		return ir.Program{}, err
 	}
-	pl, M := p.Placement, p.Micro
-	S, P := pl.Stages(), pl.Ranks()
-	hop := func(from, to, actStage int) float64 { return hopTime(pl, c, from, to, actStage) }
-	endF := make([]float64, S*M)
-	endI := make([]float64, S*M)
-	for i := range endF {
-		endF[i], endI[i] = unset, unset
-	}
-	nf, ni := make([]int, S), make([]int, S)
-	stagesOf := make([][]int, P)
-	for s, r := range pl.RankOf {
-		stagesOf[r] = append(stagesOf[r], s)
-	}
-	mem := make([]float64, P)
-	for r := range P {
-		mem[r] = p.fixed(r)
-	}
-	pendW := make([][]ir.Step, P) // W's whose I ran, oldest first
-	free := make([]float64, P)    // when each rank's last step ends
-	out := ir.NewProgram(pl, M)
-	for r := range P {
-		out.Ranks[r] = make([]ir.Step, 0, 3*M*len(stagesOf[r]))
-	}
-	inFlight := 0
-	left := 3 * S * M
+	pl := p.Placement
+	P := pl.Ranks()
 	work := make([]float64, P) // each rank's work per micro-batch
 	for s, r := range pl.RankOf {
 		work[r] += at(c.F, s) + at(c.I, s) + at(c.W, s)
@@ -228,128 +208,49 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 	for _, w := range work {
 		period = max(period, w*rule.Pace)
 	}
+	l := newLister(&p, c, func(m int) float64 { return float64(m) * period })
 	room := make([]float64, P) // the largest chunk of each rank's later stages
 	later := make([]int, P)    // live chunks of them
 	for s, r := range pl.RankOf {
-		if s != stagesOf[r][0] {
+		if s != l.stagesOf[r][0] {
 			room[r] = max(room[r], p.act(s))
 		}
 	}
 	capOK := func(r, s int) bool {
-		switch {
-		case p.Cap <= 0:
-			return true
-		case rule.Headroom && s == stagesOf[r][0] && later[r] == 0:
-			return mem[r]+p.act(s)+room[r] <= p.Cap*(1+1e-9)
+		if rule.Headroom && s == l.stagesOf[r][0] && later[r] == 0 {
+			return l.fits(r, s, room[r])
 		}
-		return mem[r]+p.act(s) <= p.Cap*(1+1e-9)
+		return l.fits(r, s, 0)
 	}
-	// readyF and readyI return when the next F or I of stage s may start
-	// (math.Inf(1): not yet known; unset: nothing left).
-	readyF := func(s int) float64 {
-		m := nf[s]
-		if m >= M {
-			return unset
+	pendW := make([][]ir.Step, P) // W's whose I ran, oldest first
+	inFlight := 0
+	return l.run(func(r int, t float64) (ir.Step, bool) {
+		first := l.stagesOf[r][0]
+		st, ok := pick(rule, r, t, l.stagesOf[r], l.readyF, l.readyI, capOK, l.nf, l.ni, pendW[r], inFlight)
+		if !ok {
+			return st, false
 		}
-		if s == 0 {
-			return float64(m) * period
-		}
-		e := endF[(s-1)*M+m]
-		if e == unset {
-			return math.Inf(1)
-		}
-		return e + hop(s-1, s, s-1)
-	}
-	readyI := func(s int) float64 {
-		m := ni[s]
-		if m >= nf[s] {
-			if m >= M {
-				return unset
+		switch st.Kind {
+		case ir.Forward:
+			if st.Stage != first {
+				later[r]++
 			}
-			return math.Inf(1)
-		}
-		e := endF[s*M+m]
-		if s < S-1 {
-			g := endI[(s+1)*M+m]
-			if g == unset {
-				return math.Inf(1)
+			if st.Stage == 0 {
+				inFlight++
 			}
-			e = max(e, g+hop(s+1, s, s))
-		}
-		return e
-	}
-	const eps = 1e-12
-	t := 0.0
-	for left > 0 {
-		for progressed := true; progressed; {
-			progressed = false
-			for r := range P {
-				for free[r] <= t+eps {
-					st, ok := pick(rule, r, t, stagesOf[r], readyF, readyI, capOK, nf, ni, pendW[r], inFlight)
-					if !ok {
-						break
-					}
-					progressed = true
-					var d float64
-					k := st.Stage*M + st.Micro
-					switch st.Kind {
-					case ir.Forward:
-						d = at(c.F, st.Stage)
-						endF[k] = t + d
-						nf[st.Stage]++
-						mem[r] += p.act(st.Stage)
-						if st.Stage != stagesOf[r][0] {
-							later[r]++
-						}
-						if st.Stage == 0 {
-							inFlight++
-						}
-					case ir.BackwardInput:
-						d = at(c.I, st.Stage)
-						endI[k] = t + d
-						ni[st.Stage]++
-						pendW[r] = append(pendW[r], ir.Compute(ir.BackwardWeight, st.Stage, st.Micro))
-						if st.Stage == 0 {
-							inFlight--
-						}
-					case ir.BackwardWeight:
-						d = at(c.W, st.Stage)
-						pendW[r] = pendW[r][1:]
-						mem[r] -= p.act(st.Stage)
-						if st.Stage != stagesOf[r][0] {
-							later[r]--
-						}
-					}
-					free[r] = t + d
-					out.Ranks[r] = append(out.Ranks[r], st)
-					left--
-				}
+		case ir.BackwardInput:
+			pendW[r] = append(pendW[r], ir.Compute(ir.BackwardWeight, st.Stage, st.Micro))
+			if st.Stage == 0 {
+				inFlight--
+			}
+		case ir.BackwardWeight:
+			pendW[r] = pendW[r][1:]
+			if st.Stage != first {
+				later[r]--
 			}
 		}
-		next := math.Inf(1)
-		for r := range P {
-			if free[r] > t+eps {
-				next = min(next, free[r])
-				continue
-			}
-			// Idle: woken by the earliest known arrival of an input.
-			for _, s := range stagesOf[r] {
-				for _, x := range []float64{readyF(s), readyI(s)} {
-					if x > t+eps && !math.IsInf(x, 1) {
-						next = min(next, x)
-					}
-				}
-			}
-		}
-		if left == 0 {
-			break
-		}
-		if math.IsInf(next, 1) {
-			return ir.Program{}, ErrStuck
-		}
-		t = next
-	}
-	return out, nil
+		return st, true
+	})
 }
 
 // pick chooses the step rank r starts at t, if any.

@@ -17,12 +17,15 @@ import (
 // 4, M = 8 under a memory cap, on the loop (V = 1, 2), v and zigzag (V = 4,
 // 8) placements, lower and verify (gen.LowerProgram) and train through
 // the runtime equal to a sequential run, over a spread of the rules that
-// do not get stuck, synth.Periodic's order (found on some placement) and
-// synth.Exact's best within a small budget (on the smaller placements).
+// do not get stuck, a synth.PriorityOrder order (micro-batches in chain
+// order, one after another, as far as the cap lets them start),
+// synth.Periodic's order (found on some placement) and synth.Exact's best
+// within a small budget (on the smaller placements).
 func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	const P, M = 4, 8
 	periodic := 0 // placements with a synth.Periodic order
 	exact := 0    // with a synth.Exact one
+	prio := 0     // with a synth.PriorityOrder one
 	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4), ir.Zigzag(P, 8)} {
 		S := pl.Stages()
 		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
@@ -51,6 +54,16 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 				continue // stuck under the cap: not a candidate
 			}
 			orders, names = append(orders, order), append(names, rule.String())
+		}
+		// The priority list scheduler, each micro-batch's steps in chain
+		// order one micro-batch after another (a W after its chunk's I).
+		chain := func(k ir.Kind, s, m int) float64 {
+			at := map[ir.Kind]int{ir.Forward: s, ir.BackwardInput: 2*S - 1 - s, ir.BackwardWeight: 2*S + s}[k]
+			return float64(m*S + at)
+		}
+		if order, err := synth.PriorityOrder(pr, chain, func(int) float64 { return 0 }); err == nil {
+			orders, names = append(orders, order), append(names, "priority")
+			prio++
 		}
 		if order, ok, err := synth.Periodic(pr, 50, 0); err != nil {
 			t.Fatal(err)
@@ -90,6 +103,9 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	}
 	if exact == 0 {
 		t.Errorf("synth.Exact found no order on any placement")
+	}
+	if prio == 0 {
+		t.Errorf("synth.PriorityOrder stuck on every placement")
 	}
 }
 

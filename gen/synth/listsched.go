@@ -1,0 +1,176 @@
+package synth
+
+import (
+	"math"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// lister is the list schedulers' engine, shared by Schedule and
+// PriorityOrder: it runs the ranks in simulated time under the cost (a
+// step starts when its rank is free and its inputs have arrived, as gen/sim
+// times a compute-only order) and, whenever a rank is free, asks pick for
+// the step it starts. It keeps what both need: each stage's F's, I's and
+// W's started so far (each kind in micro-batch order), the end of every F
+// and I, each rank's memory (its fixed memory plus the activations of its
+// chunks live from their F's start to their W's start: a rank runs one
+// step at a time, so that is the live set at its next step) and when it is
+// free.
+type lister struct {
+	p          *Problem
+	c          sim.Cost
+	pl         ir.Placement
+	M          int
+	endF, endI []float64 // by stage·M + micro-batch; unset until started
+	nf, ni, nw []int     // by stage: F's, I's and W's started
+	stagesOf   [][]int
+	mem, free  []float64 // by rank
+	enter      func(m int) float64
+	out        ir.Program
+}
+
+func newLister(p *Problem, c sim.Cost, enter func(m int) float64) *lister {
+	pl, M := p.Placement, p.Micro
+	S, P := pl.Stages(), pl.Ranks()
+	l := &lister{p: p, c: c, pl: pl, M: M,
+		endF: make([]float64, S*M), endI: make([]float64, S*M),
+		nf: make([]int, S), ni: make([]int, S), nw: make([]int, S),
+		stagesOf: make([][]int, P), mem: make([]float64, P), free: make([]float64, P),
+		enter: enter, out: ir.NewProgram(pl, M)}
+	for i := range l.endF {
+		l.endF[i], l.endI[i] = unset, unset
+	}
+	for s, r := range pl.RankOf {
+		l.stagesOf[r] = append(l.stagesOf[r], s)
+	}
+	for r := range P {
+		l.mem[r] = p.fixed(r)
+		l.out.Ranks[r] = make([]ir.Step, 0, 3*M*len(l.stagesOf[r]))
+	}
+	return l
+}
+
+// readyF, readyI and readyW return when the next F, I or W of stage s
+// may start (math.Inf(1): not yet known; unset: none left).
+func (l *lister) readyF(s int) float64 {
+	m := l.nf[s]
+	if m >= l.M {
+		return unset
+	}
+	if s == 0 {
+		return l.enter(m)
+	}
+	e := l.endF[(s-1)*l.M+m]
+	if e == unset {
+		return math.Inf(1)
+	}
+	return e + hopTime(l.pl, l.c, s-1, s, s-1)
+}
+
+func (l *lister) readyI(s int) float64 {
+	m := l.ni[s]
+	if m >= l.nf[s] {
+		if m >= l.M {
+			return unset
+		}
+		return math.Inf(1)
+	}
+	e := l.endF[s*l.M+m]
+	if s < l.pl.Stages()-1 {
+		g := l.endI[(s+1)*l.M+m]
+		if g == unset {
+			return math.Inf(1)
+		}
+		e = max(e, g+hopTime(l.pl, l.c, s+1, s, s))
+	}
+	return e
+}
+
+func (l *lister) readyW(s int) float64 {
+	m := l.nw[s]
+	if m >= l.ni[s] {
+		if m >= l.M {
+			return unset
+		}
+		return math.Inf(1)
+	}
+	return l.endI[s*l.M+m]
+}
+
+// fits reports whether a chunk of stage s keeps rank r within the cap.
+func (l *lister) fits(r, s int, extra float64) bool {
+	return l.p.Cap <= 0 || l.mem[r]+l.p.act(s)+extra <= l.p.Cap*(1+1e-9)
+}
+
+// run schedules every step: pick(r, t) names the step rank r, free at t,
+// starts (the next of its kind on its stage), or false to leave it
+// waiting. ErrStuck when every rank waits with steps left.
+func (l *lister) run(pick func(r int, t float64) (ir.Step, bool)) (ir.Program, error) {
+	const eps = 1e-12
+	P := l.pl.Ranks()
+	left := 3 * l.pl.Stages() * l.M
+	t := 0.0
+	for left > 0 {
+		for progressed := true; progressed; {
+			progressed = false
+			for r := range P {
+				for l.free[r] <= t+eps {
+					st, ok := pick(r, t)
+					if !ok {
+						break
+					}
+					progressed = true
+					l.start(r, st, t)
+					left--
+				}
+			}
+		}
+		if left == 0 {
+			break
+		}
+		next := math.Inf(1)
+		for r := range P {
+			if l.free[r] > t+eps {
+				next = min(next, l.free[r])
+				continue
+			}
+			// Idle: woken by the earliest known arrival of an input.
+			for _, s := range l.stagesOf[r] {
+				for _, x := range []float64{l.readyF(s), l.readyI(s)} {
+					if x > t+eps && !math.IsInf(x, 1) {
+						next = min(next, x)
+					}
+				}
+			}
+		}
+		if math.IsInf(next, 1) {
+			return ir.Program{}, ErrStuck
+		}
+		t = next
+	}
+	return l.out, nil
+}
+
+// start runs st on rank r from t.
+func (l *lister) start(r int, st ir.Step, t float64) {
+	s, k := st.Stage, st.Stage*l.M+st.Micro
+	var d float64
+	switch st.Kind {
+	case ir.Forward:
+		d = at(l.c.F, s)
+		l.endF[k] = t + d
+		l.nf[s]++
+		l.mem[r] += l.p.act(s)
+	case ir.BackwardInput:
+		d = at(l.c.I, s)
+		l.endI[k] = t + d
+		l.ni[s]++
+	case ir.BackwardWeight:
+		d = at(l.c.W, s)
+		l.nw[s]++
+		l.mem[r] -= l.p.act(s)
+	}
+	l.free[r] = t + d
+	l.out.Ranks[r] = append(l.out.Ranks[r], st)
+}

@@ -1,0 +1,46 @@
+package synth
+
+import (
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// PriorityOrder is the list scheduler driven by a priority per step
+// instead of a Rule: each rank, whenever it is free, starts the ready step
+// with the least prio(kind, stage, micro-batch), where an I is ready when
+// its F ran and the next stage's I arrived, a W when its I ended, and an F
+// when its input arrived (micro-batch m's first F no earlier than
+// enter(m)) and its chunk keeps the rank within the cap. Equal priorities
+// go to the rank's earlier stage, and on one stage to the I, then the W,
+// then the F. Each stage runs each kind in micro-batch order, and the
+// cap holds as in Schedule. ErrStuck when every rank waits.
+func PriorityOrder(p Problem, prio func(k ir.Kind, s, m int) float64, enter func(m int) float64) (ir.Program, error) {
+	c, err := p.check()
+	if err != nil {
+		return ir.Program{}, err
+	}
+	l := newLister(&p, c, enter)
+	return l.run(func(r int, t float64) (ir.Step, bool) {
+		const eps = 1e-12
+		ready := func(x float64) bool { return x != unset && x <= t+eps }
+		var best ir.Step
+		var bp float64
+		found := false
+		try := func(k ir.Kind, s, m int) {
+			if q := prio(k, s, m); !found || q < bp {
+				best, bp, found = ir.Compute(k, s, m), q, true
+			}
+		}
+		for _, s := range l.stagesOf[r] {
+			if ready(l.readyI(s)) {
+				try(ir.BackwardInput, s, l.ni[s])
+			}
+			if ready(l.readyW(s)) {
+				try(ir.BackwardWeight, s, l.nw[s])
+			}
+			if ready(l.readyF(s)) && l.fits(r, s, 0) {
+				try(ir.Forward, s, l.nf[s])
+			}
+		}
+		return best, found
+	})
+}
