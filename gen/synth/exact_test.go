@@ -160,15 +160,7 @@ func TestExactRandom(t *testing.T) {
 		if 3*S*M > 48 {
 			continue
 		}
-		need := 0.0
-		for r := range P {
-			one := fixed[r]
-			for _, s := range pl.StagesOf(r) {
-				one += act[s]
-			}
-			need = max(need, one)
-		}
-		p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: need + float64(rng.IntN(4))}
+		p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: oneMicroBatch(pl, act, fixed) + float64(rng.IntN(4))}
 		rc, err := c.Resolve(S)
 		if err != nil {
 			t.Fatal(err)
