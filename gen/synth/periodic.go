@@ -43,9 +43,9 @@ import (
 // gives its unrolled order: every rank's steps of all micro-batches by
 // their times (unroll). Every circle also gives priority orders: the list
 // scheduler of PriorityOrder, each step's priority its time on the
-// circle (a W's later by a bias of 0, 1/2 or 1 period, or after every F
-// and I), micro-batch m entering no earlier than (m − slack)·T for slack
-// in periodicSlacks. Those orders start micro-batches earlier than the
+// circle (a W's later by M + 1, 1 or 1/2 periods: a W as late as the
+// cap lets it be, or near its I), micro-batch m entering no earlier than
+// (m − slack)·T for slack in periodicSlacks. Those orders start micro-batches earlier than the
 // steady state while the cap has room and fill the time a circle leaves
 // idle (uniform F = I = W = 1 on 32 one-layer stages looped on P = 8,
 // M = 32, within four micro-batches: 422 against the unrolled order's
@@ -164,7 +164,7 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 		}
 	}
 	for _, slack := range periodicSlacks {
-		for _, bias := range []float64{1, 0.5, float64(M + 1), 0} {
+		for _, bias := range []float64{float64(M + 1), 1, 0.5} {
 			for _, ci := range circles {
 				orders = append(orders, &order{ci: ci, bias: bias, slack: slack})
 			}
@@ -211,9 +211,9 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 
 // periodicSlacks are how many periods before its time on the circle a
 // micro-batch may enter in Periodic's priority orders, those that most
-// often give the best order first (on the "Uneven models" rows of
-// BENCHMARKS.md); the largest is last.
-var periodicSlacks = []float64{1, 1.5, 2, 0.75, 0.5, 2.5, 3, 0.25, 0, 4}
+// often gave the best order first (on the "Uneven models" rows of
+// BENCHMARKS.md), as the W biases are.
+var periodicSlacks = []float64{4, 1, 3, 2, 6, 2.5, 1.5, 0, 0.75, 0.5, 8, 12}
 
 // PeriodicOrderWork bounds the steps of the orders Periodic builds from
 // its circles, all together (about a second of CPU); past it the later
