@@ -71,7 +71,26 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 	if err != nil {
 		return ir.Program{}, false, err
 	}
-	pl, M := p.Placement, p.Micro
+	tm, ok := newTiming(&p, c)
+	if !ok {
+		return ir.Program{}, false, nil
+	}
+	q, ok := bestOrder(&p, c, tm.tick, tm.circles(&p, trials, beat))
+	return q, ok, nil
+}
+
+// A timing is a problem's steps and hops in ticks, and lo, the busiest
+// rank's work per micro-batch in ticks (the least period).
+type timing struct {
+	tick          float64
+	f, in, w, hop []int
+	lo            int
+}
+
+// newTiming times p's stages in ticks (periodicTick); false when no step
+// costs anything or the circles would not fit maxCircleCells.
+func newTiming(p *Problem, c sim.Cost) (*timing, bool) {
+	pl := p.Placement
 	S, P := pl.Stages(), pl.Ranks()
 	work := make([]float64, P)
 	small := math.Inf(1)
@@ -86,30 +105,35 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 	}
 	busiest := slices.Max(work)
 	if !(busiest > 0) || math.IsInf(small, 1) {
-		return ir.Program{}, false, nil
+		return nil, false
 	}
-	tick := periodicTick(c, S, small, busiest)
-	ticks := func(x float64) int { return max(1, int(math.Ceil(x/tick-1e-9))) }
-	f, in, w, hop := make([]int, S), make([]int, S), make([]int, S), make([]int, S)
+	tm := &timing{tick: periodicTick(c, S, small, busiest), f: make([]int, S), in: make([]int, S), w: make([]int, S), hop: make([]int, S)}
+	ticks := func(x float64) int { return max(1, int(math.Ceil(x/tm.tick-1e-9))) }
 	for s := range S {
-		f[s], in[s], w[s] = ticks(at(c.F, s)), ticks(at(c.I, s)), ticks(at(c.W, s))
+		tm.f[s], tm.in[s], tm.w[s] = ticks(at(c.F, s)), ticks(at(c.I, s)), ticks(at(c.W, s))
 		if s+1 < S {
 			if h := hopTime(pl, c, s, s+1, s); h > 0 {
-				hop[s] = ticks(h) // between stage s and s+1, either way
+				tm.hop[s] = ticks(h) // between stage s and s+1, either way
 			}
 		}
 	}
-	lo := 0
 	for r := range P {
 		n := 0
 		for _, s := range pl.StagesOf(r) {
-			n += f[s] + in[s] + w[s]
+			n += tm.f[s] + tm.in[s] + tm.w[s]
 		}
-		lo = max(lo, n)
+		tm.lo = max(tm.lo, n)
 	}
-	if P*2*lo > maxCircleCells {
-		return ir.Program{}, false, nil // the circles' buffers would be too large
+	if P*2*tm.lo > maxCircleCells {
+		return nil, false // the circles' buffers would be too large
 	}
+	return tm, true
+}
+
+// circles returns the circles Periodic's trials find, with W's first.
+func (tm *timing) circles(p *Problem, trials int, beat float64) []*circle {
+	pl, M := p.Placement, p.Micro
+	S, P, lo := pl.Stages(), pl.Ranks(), tm.lo
 	rng := rand.New(rand.NewPCG(0x9e3779b97f4a7c15, uint64(S)<<32|uint64(M)))
 	spent := 0
 	var circles []*circle
@@ -117,7 +141,7 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 		found := 0
 		step := max(1, lo/100)
 		for T := lo; T <= 2*lo && found < 4 && spent <= PeriodicWork; T += step {
-			if beat > 0 && (float64(M-1)-slices.Max(periodicSlacks))*float64(T)*tick >= beat {
+			if beat > 0 && (float64(M-1)-slices.Max(periodicSlacks))*float64(T)*tm.tick >= beat {
 				break
 			}
 			var period *circle
@@ -125,7 +149,7 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 		trials:
 			for i, skip := range []float64{0.05, 0.15, 0.3} {
 				for j := range trials {
-					if ci, ok := tryCircle(p, pl, T, f, in, w, hop, withW, skip, rng, buf); ok && (period == nil || ci.length < period.length) {
+					if ci, ok := tryCircle(*p, pl, T, tm.f, tm.in, tm.w, tm.hop, withW, skip, rng, buf); ok && (period == nil || ci.length < period.length) {
 						period = ci
 					}
 					if i == 0 && j+1 == max(1, trials/4) && period == nil {
@@ -147,8 +171,17 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 			}
 		}
 	}
-	// Every circle's orders, built and simulated on all cores (each
-	// writes only its own result), then the best in a fixed order.
+	return circles
+}
+
+// bestOrder builds every circle's orders (unrolled, for a circle with its
+// W's, and PriorityOrder's over the grid of entry slacks and W biases,
+// within PeriodicOrderWork steps), simulates them on all cores (each
+// writes only its own result) and returns the best, the first among
+// equals; false when none runs.
+func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Program, bool) {
+	pl, M := p.Placement, p.Micro
+	steps := 3 * pl.Stages() * M
 	type order struct {
 		ci    *circle
 		bias  float64 // a W's priority after its time, in periods; <0: unroll
@@ -170,16 +203,16 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 			}
 		}
 	}
-	if n := PeriodicOrderWork / max(1, 3*S*M); len(orders) > n {
+	if n := PeriodicOrderWork / max(1, steps); len(orders) > n {
 		orders = orders[:n] // the budget: the slacks that win most often first
 	}
-	par.ForRanks(len(orders), len(orders)*3*S*M, func(i int) {
+	par.ForRanks(len(orders), len(orders)*steps, func(i int) {
 		o := orders[i]
 		if o.bias < 0 {
 			o.prog = o.ci.unroll(pl, M)
 		} else {
 			ci, bias, slack := o.ci, o.bias, o.slack
-			q, err := PriorityOrder(p, func(k ir.Kind, s, m int) float64 {
+			q, err := PriorityOrder(*p, func(k ir.Kind, s, m int) float64 {
 				x := float64(ci.start[kindIndex(k)][s] + m*ci.T)
 				if k == ir.BackwardWeight {
 					x += bias * float64(ci.T)
@@ -204,9 +237,9 @@ func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
 		}
 	}
 	if best == nil {
-		return ir.Program{}, false, nil
+		return ir.Program{}, false
 	}
-	return best.prog, true, nil
+	return best.prog, true
 }
 
 // periodicSlacks are how many periods before its time on the circle a
