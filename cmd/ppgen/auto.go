@@ -101,7 +101,7 @@ func boundLine(r sim.Result, capBinds bool) string {
 	}
 	line := fmt.Sprintf("lower bound %.4g (no order of these stages is faster; docs/model.md): the makespan is %.1f%% over it", r.LowerBound, gap)
 	if capBinds && gap > 1 {
-		line += "\n  -mem binds: the bound counts the cap at the pipeline's start and end and for each stage alone, not how it slows the rank's stages together in the steady state, so part of the gap may be the cap's (docs/model.md, \"What the bound leaves out\")"
+		line += "\n  -mem binds: the bound counts the cap at the pipeline's start and end, for each stage alone and in the waits it forces between micro-batches, not how waiting for busy ranks stretches the chunks' lives in the steady state, so part of the gap may be the cap's (docs/model.md, \"What the bound leaves out\")"
 	}
 	return line
 }

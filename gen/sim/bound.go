@@ -50,6 +50,12 @@ type BoundOptions struct {
 //     stages, of chunks live then; and, when r's chunks do not all fit at
 //     once, after r's last forward only that forward and the live chunks'
 //     backwards (docs/model.md, "Lower bound", term 4);
+//   - with BoundOptions.Cap on every rank, one route that every micro-batch
+//     runs whole, and B or else I and W on each stage: the longest chain
+//     through the micro-batches' dependencies and the precedences the cap
+//     forces (capChains: a micro-batch's F of stage s waits for the last
+//     backward of an earlier micro-batch's chunk that cannot stay live
+//     beside its own chunks up to s);
 //   - with BoundOptions.MaxLive, for every capped stage s: the earliest
 //     start of its F plus ceil(n/K) times the shortest life of one of its
 //     chunks (from its F through the rest of the route and back to its own
@@ -74,13 +80,14 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 	work := make([]float64, P)
 	wwork := make([]float64, P)
 	runs := make([]int, S) // forwards per stage
-	swaps := false
+	swaps, overlaps := false, false
 	for r, steps := range p.Ranks {
 		for i := range steps {
 			st := &steps[i]
 			if st.Kind == ir.SwapLaunchOffload || st.Kind == ir.SwapLaunchLoad {
 				swaps = true
 			}
+			overlaps = overlaps || st.Kind.IsOverlap()
 			subs := st.Computes()
 			if len(subs) == 0 {
 				continue
@@ -230,6 +237,21 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 			}
 		}
 		bound = max(bound, h+work[r]+t)
+	}
+	if backward && !swaps && !overlaps && len(seen) == 1 && len(opt.Cap) > 0 {
+		// The chains the cap forces (term 6), where every stage runs
+		// every micro-batch with B, or with I and W.
+		split := make([]bool, S)
+		plain := true
+		for s, k := range kinds {
+			split[s] = k.i && k.w && !k.b
+			plain = plain && runs[s] == p.Micro && (split[s] || (k.b && !k.i && !k.w))
+		}
+		if plain {
+			if x, ok := capChains(p, c, opt, split, hop); ok {
+				bound = max(bound, x)
+			}
+		}
 	}
 	return bound, nil
 }

@@ -29,6 +29,13 @@ func TestLowerBoundTight(t *testing.T) {
 		// Two ranks, stage 0 may hold one chunk: each chunk of stage 0
 		// lives F0+F1+B1+B0 = 6, four in turn: 24; the work bound is 12.
 		{"capped P=2 M=4", gpipeCapped(2, 4), DefaultCost(), BoundOptions{MaxLive: []int{1, 0}}, 24},
+		// Two ranks, split backwards, F = I = W = 1, one chunk per rank:
+		// micro-batch m's F0 cannot start before m − 1's W0 has ended (its
+		// chunk and m − 1's do not fit together), and that chain F0, F1,
+		// I1, I0, W0 takes 5: 5M, the one-at-a-time order's makespan
+		// (each rank's work is 3M).
+		{"one chunk per rank P=2 M=4", oneAtATime(2, 4), Cost{F: []float64{1}, B: []float64{2}, I: []float64{1}, W: []float64{1}},
+			BoundOptions{Act: []float64{1, 1}, Cap: []float64{1, 1}}, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := LowerBound(tc.p, tc.c, tc.opt)
@@ -111,4 +118,19 @@ func TestCapTermsTailAfterLastBackward(t *testing.T) {
 	if _, tail, _ := capTerms(pl, 0, opt, c, chunkBack, wLeft, runs, false, pre, post, esBack, from); !near(tail, 1.1) {
 		t.Errorf("without one route (no tail_B): tail %g, want tail_F = 1.1", tail)
 	}
+}
+
+// oneAtATime is a loop program on P ranks (one stage each) that runs one
+// micro-batch at a time through F, I and W.
+func oneAtATime(P, M int) ir.Program {
+	q := ir.NewProgram(ir.Loop(P, 1), M)
+	for m := range M {
+		for s := range P {
+			q.Ranks[s] = append(q.Ranks[s], ir.Compute(ir.Forward, s, m))
+		}
+		for s := P - 1; s >= 0; s-- {
+			q.Ranks[s] = append(q.Ranks[s], ir.Compute(ir.BackwardInput, s, m), ir.Compute(ir.BackwardWeight, s, m))
+		}
+	}
+	return q
 }

@@ -311,3 +311,57 @@ func BenchmarkExact(b *testing.B) {
 	}
 	b.ReportMetric(float64(nodes), "nodes/op")
 }
+
+// TestLowerBoundUnderTheOptimum: on random problems under tight caps (one
+// micro-batch's chunks per rank, or up to two units more), small enough
+// for Exact to prove its optimum, sim.LowerBound with the cap never
+// exceeds the optimum (term 6 of docs/model.md's "Lower bound", the chains
+// the cap forces, included). It logs how close the bound comes.
+func TestLowerBoundUnderTheOptimum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	proved, ratio := 0, 0.0
+	for range 400 {
+		pl, M, c, act, fixed := randomInstance(rng)
+		if M < 3 || 3*pl.Stages()*M > 60 {
+			continue
+		}
+		capacity := oneMicroBatch(pl, act, fixed) + float64(rng.IntN(3))
+		p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: capacity}
+		f, err := Search(p, Rules(pl.Ranks(), M))
+		if err != nil {
+			continue
+		}
+		o, ok, err := Exact(p, 3_000_000, f.Makespan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok || !o.Proved {
+			continue
+		}
+		opt := f.Makespan
+		if o.Program.Ranks != nil {
+			opt = o.Makespan
+		}
+		rc, err := c.Resolve(pl.Stages())
+		if err != nil {
+			t.Fatal(err)
+		}
+		bo := sim.BoundOptions{Act: act, Cap: make([]float64, pl.Ranks())}
+		for r := range bo.Cap {
+			bo.Cap[r] = capacity - fixed[r]
+		}
+		lb, err := sim.LowerBound(f.Program, rc, bo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lb > opt*(1+1e-9) {
+			t.Errorf("%v, M = %d, cap %g: bound %g over the proved optimum %g", pl, M, capacity, lb, opt)
+		}
+		proved++
+		ratio += lb / opt
+	}
+	t.Logf("%d proved optima; the bound is %.3f of the optimum on average", proved, ratio/float64(proved))
+	if proved < 60 {
+		t.Errorf("only %d problems proved", proved)
+	}
+}

@@ -252,7 +252,7 @@ func TestPeriodicOptimalUnderATightCap(t *testing.T) {
 		if err != nil || !ok || !o.Proved {
 			t.Fatalf("M = %d: Exact: %v, %v, proved %v", M, ok, err, o.Proved)
 		}
-		lb, err := sim.LowerBound(prog, c, sim.BoundOptions{Cap: []float64{2, 2}})
+		lb, err := sim.LowerBound(prog, c, sim.BoundOptions{Act: []float64{1, 1, 1, 1}, Cap: []float64{2, 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
