@@ -60,11 +60,12 @@ func capChains(p ir.Program, c Cost, opt BoundOptions, split []bool, hop func(fr
 			return 0, false // one micro-batch does not fit: not this term's to say
 		}
 		for _, o := range pl.StagesOf(r) {
-			if o <= s {
-				k := int(math.Floor(max(0, room)/opt.Act[o] + 1e-9))
-				if k+1 <= M-1 {
-					edges[s] = append(edges[s], edge{o, k + 1})
-				}
+			// k of o's earlier chunks fit beside m's; the (k+1)-th back
+			// must be gone (none when k reaches M − 1, or the sizes are
+			// not finite).
+			if q := max(0, room) / opt.Act[o]; o <= s && q < float64(M-1) {
+				k := int(math.Floor(q + 1e-9))
+				edges[s] = append(edges[s], edge{o, k + 1})
 			}
 		}
 	}
