@@ -70,11 +70,8 @@ func (l *lister) readyF(s int) float64 {
 
 func (l *lister) readyI(s int) float64 {
 	m := l.ni[s]
-	if m >= l.nf[s] {
-		if m >= l.M {
-			return unset
-		}
-		return math.Inf(1)
+	if x, wait := l.waiting(m, l.nf[s]); wait {
+		return x
 	}
 	e := l.endF[s*l.M+m]
 	if s < l.pl.Stages()-1 {
@@ -89,13 +86,24 @@ func (l *lister) readyI(s int) float64 {
 
 func (l *lister) readyW(s int) float64 {
 	m := l.nw[s]
-	if m >= l.ni[s] {
-		if m >= l.M {
-			return unset
-		}
-		return math.Inf(1)
+	if x, wait := l.waiting(m, l.ni[s]); wait {
+		return x
 	}
 	return l.endI[s*l.M+m]
+}
+
+// waiting reports whether a stage's next step m of a kind, whose input
+// steps on the stage have started before only for micro-batches below
+// started, cannot be timed yet: unset when none is left, math.Inf(1)
+// when its input has not started.
+func (l *lister) waiting(m, started int) (float64, bool) {
+	switch {
+	case m >= l.M:
+		return unset, true
+	case m >= started:
+		return math.Inf(1), true
+	}
+	return 0, false
 }
 
 // fits reports whether a chunk of stage s keeps rank r within the cap.
