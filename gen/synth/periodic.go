@@ -45,9 +45,9 @@ import (
 // scheduler of PriorityOrder, each step's priority its time on the
 // circle (a W's later by M + 1, 1 or 1/2 periods: a W as late as the
 // cap lets it be, or near its I), micro-batch m entering no earlier than
-// (m − slack)·T for slack in periodicSlacks. Those orders start micro-batches earlier than the
-// steady state while the cap has room and fill the time a circle leaves
-// idle (uniform F = I = W = 1 on 32 one-layer stages looped on P = 8,
+// (m − slack)·T for slack in periodicSlacks. Those orders start
+// micro-batches earlier than the steady state while the cap has room and
+// fill the time a circle leaves idle (uniform F = I = W = 1 on 32 one-layer stages looped on P = 8,
 // M = 32, within four micro-batches: 422 against the unrolled order's
 // 437; W = 0.6·I on the v of P = 16, M = 64, within eight: 402.8 against
 // 425.8).
