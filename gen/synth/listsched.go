@@ -21,28 +21,38 @@ type lister struct {
 	p          *Problem
 	c          sim.Cost
 	pl         ir.Placement
-	M          int
+	S, M       int
+	hopF, hopB []float64 // by stage: the latency of its F's input, of its backward's
 	endF, endI []float64 // by stage·M + micro-batch; unset until started
 	nf, ni, nw []int     // by stage: F's, I's and W's started
 	stagesOf   [][]int
 	mem, free  []float64 // by rank
 	enter      func(m int) float64
 	out        ir.Program
+	t          float64 // the current time
+	left       int     // steps not started
 }
 
 func newLister(p *Problem, c sim.Cost, enter func(m int) float64) *lister {
 	pl, M := p.Placement, p.Micro
 	S, P := pl.Stages(), pl.Ranks()
-	l := &lister{p: p, c: c, pl: pl, M: M,
+	l := &lister{p: p, c: c, pl: pl, S: S, M: M,
+		hopF: make([]float64, S), hopB: make([]float64, S),
 		endF: make([]float64, S*M), endI: make([]float64, S*M),
 		nf: make([]int, S), ni: make([]int, S), nw: make([]int, S),
 		stagesOf: make([][]int, P), mem: make([]float64, P), free: make([]float64, P),
-		enter: enter, out: ir.NewProgram(pl, M)}
+		enter: enter, out: ir.NewProgram(pl, M), left: 3 * S * M}
 	for i := range l.endF {
 		l.endF[i], l.endI[i] = unset, unset
 	}
 	for s, r := range pl.RankOf {
 		l.stagesOf[r] = append(l.stagesOf[r], s)
+		if s > 0 {
+			l.hopF[s] = hopTime(pl, c, s-1, s, s-1)
+		}
+		if s < S-1 {
+			l.hopB[s] = hopTime(pl, c, s+1, s, s)
+		}
 	}
 	for r := range P {
 		l.mem[r] = p.fixed(r)
@@ -65,7 +75,7 @@ func (l *lister) readyF(s int) float64 {
 	if e == unset {
 		return math.Inf(1)
 	}
-	return e + hopTime(l.pl, l.c, s-1, s, s-1)
+	return e + l.hopF[s]
 }
 
 func (l *lister) readyI(s int) float64 {
@@ -74,12 +84,12 @@ func (l *lister) readyI(s int) float64 {
 		return x
 	}
 	e := l.endF[s*l.M+m]
-	if s < l.pl.Stages()-1 {
+	if s < l.S-1 {
 		g := l.endI[(s+1)*l.M+m]
 		if g == unset {
 			return math.Inf(1)
 		}
-		e = max(e, g+hopTime(l.pl, l.c, s+1, s, s))
+		e = max(e, g+l.hopB[s])
 	}
 	return e
 }
@@ -111,57 +121,51 @@ func (l *lister) fits(r, s int, extra float64) bool {
 	return l.p.Cap <= 0 || l.mem[r]+l.p.act(s)+extra <= l.p.Cap*(1+1e-9)
 }
 
-// run schedules every step: pick(r, t) names the step rank r, free at t,
-// starts (the next of its kind on its stage), or false to leave it
-// waiting. ErrStuck when every rank waits with steps left.
-func (l *lister) run(pick func(r int, t float64) (ir.Step, bool)) (ir.Program, error) {
-	const eps = 1e-12
-	P := l.pl.Ranks()
-	left := 3 * l.pl.Stages() * l.M
-	t := 0.0
-	for left > 0 {
-		for progressed := true; progressed; {
-			progressed = false
-			for r := range P {
-				for l.free[r] <= t+eps {
-					st, ok := pick(r, t)
-					if !ok {
-						break
-					}
-					progressed = true
-					l.start(r, st, t)
-					left--
-				}
-			}
-		}
-		if left == 0 {
-			break
-		}
-		next := math.Inf(1)
-		for r := range P {
-			if l.free[r] > t+eps {
-				next = min(next, l.free[r])
-				continue
-			}
-			// Idle: woken by the earliest known arrival of an input.
-			for _, s := range l.stagesOf[r] {
-				for _, x := range []float64{l.readyF(s), l.readyI(s)} {
-					if x > t+eps && !math.IsInf(x, 1) {
-						next = min(next, x)
-					}
-				}
-			}
-		}
-		if math.IsInf(next, 1) {
-			return ir.Program{}, ErrStuck
-		}
-		t = next
+// free reports whether rank r is free at the current time: the callers'
+// loop (Schedule, PriorityOrder) asks its rule for a step while it is,
+// then calls advance, until done; a direct call there, not a callback,
+// keeps the rules' search as fast as a scheduler of its own.
+func (l *lister) isFree(r int) bool { return l.free[r] <= l.t+listEps }
+
+// done reports whether every step has started.
+func (l *lister) done() bool { return l.left == 0 }
+
+// advance moves the time to the next end of a step or arrival of an
+// input at an idle rank; ErrStuck when there is none with steps left.
+func (l *lister) advance() error {
+	if l.left == 0 {
+		return nil
 	}
-	return l.out, nil
+	t := l.t
+	next := math.Inf(1)
+	for r := range l.free {
+		if l.free[r] > t+listEps {
+			next = min(next, l.free[r])
+			continue
+		}
+		// Idle: woken by the earliest known arrival of an input.
+		for _, s := range l.stagesOf[r] {
+			for _, x := range []float64{l.readyF(s), l.readyI(s)} {
+				if x > t+listEps && !math.IsInf(x, 1) {
+					next = min(next, x)
+				}
+			}
+		}
+	}
+	if math.IsInf(next, 1) {
+		return ErrStuck
+	}
+	l.t = next
+	return nil
 }
 
-// start runs st on rank r from t.
-func (l *lister) start(r int, st ir.Step, t float64) {
+// listEps is the list schedulers' tolerance on times.
+const listEps = 1e-12
+
+// start runs st on rank r from the current time.
+func (l *lister) start(r int, st ir.Step) {
+	t := l.t
+	l.left--
 	s, k := st.Stage, st.Stage*l.M+st.Micro
 	var d float64
 	switch st.Kind {

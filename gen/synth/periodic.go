@@ -174,11 +174,14 @@ func (tm *timing) circles(p *Problem, trials int, beat float64) []*circle {
 	return circles
 }
 
-// bestOrder builds every circle's orders (unrolled, for a circle with its
-// W's, and PriorityOrder's over the grid of entry slacks and W biases,
-// within PeriodicOrderWork steps), simulates them on all cores (each
-// writes only its own result) and returns the best, the first among
-// equals; false when none runs.
+// bestOrder builds every circle's orders, simulates them on all cores
+// (each writes only its own result) and returns the best, the first among
+// equals; false when none runs. A circle's orders are its unrolled one,
+// for a circle with its W's, and PriorityOrder's over the grid of entry
+// slacks and W biases. When the whole grid of every circle would take
+// more than PeriodicOrderWork steps, each circle gets the grid's first
+// order (and its unrolled one), and only the circle with the best of those
+// the rest of the grid, within that budget.
 func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Program, bool) {
 	pl, M := p.Placement, p.Micro
 	steps := 3 * pl.Stages() * M
@@ -190,56 +193,82 @@ func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Prog
 		sc    Score
 		ok    bool
 	}
+	biases := []float64{float64(M + 1), 1, 0.5}
+	run := func(orders []*order) {
+		par.ForRanks(len(orders), len(orders)*steps, func(i int) {
+			o := orders[i]
+			if o.bias < 0 {
+				o.prog = o.ci.unroll(pl, M)
+			} else {
+				ci, bias, slack := o.ci, o.bias, o.slack
+				q, err := PriorityOrder(*p, func(k ir.Kind, s, m int) float64 {
+					x := float64(ci.start[kindIndex(k)][s] + m*ci.T)
+					if k == ir.BackwardWeight {
+						x += bias * float64(ci.T)
+					}
+					return x
+				}, func(m int) float64 { return max(0, (float64(m)-slack)*float64(ci.T)*tick) })
+				if err != nil {
+					return // stuck: the entries let the cap fill
+				}
+				o.prog = q
+			}
+			r, err := sim.Run(o.prog, c)
+			if err != nil {
+				return // not expected: both build orders that run
+			}
+			o.sc, o.ok = Score{Makespan: r.Makespan, Finish: RankFinish(r)}, true
+		})
+	}
+	best := func(orders []*order) *order {
+		var b *order
+		for _, o := range orders {
+			if o.ok && (b == nil || o.sc.less(b.sc)) {
+				b = o
+			}
+		}
+		return b
+	}
 	var orders []*order
 	for _, ci := range circles {
 		if ci.withW {
 			orders = append(orders, &order{ci: ci, bias: -1})
 		}
 	}
-	for _, slack := range periodicSlacks {
-		for _, bias := range []float64{float64(M + 1), 1, 0.5} {
-			for _, ci := range circles {
-				orders = append(orders, &order{ci: ci, bias: bias, slack: slack})
-			}
-		}
-	}
-	if n := PeriodicOrderWork / max(1, steps); len(orders) > n {
-		orders = orders[:n] // the budget: the slacks that win most often first
-	}
-	par.ForRanks(len(orders), len(orders)*steps, func(i int) {
-		o := orders[i]
-		if o.bias < 0 {
-			o.prog = o.ci.unroll(pl, M)
-		} else {
-			ci, bias, slack := o.ci, o.bias, o.slack
-			q, err := PriorityOrder(*p, func(k ir.Kind, s, m int) float64 {
-				x := float64(ci.start[kindIndex(k)][s] + m*ci.T)
-				if k == ir.BackwardWeight {
-					x += bias * float64(ci.T)
+	if (len(orders)+len(circles)*len(biases)*len(periodicSlacks))*steps <= PeriodicOrderWork {
+		for _, slack := range periodicSlacks {
+			for _, bias := range biases {
+				for _, ci := range circles {
+					orders = append(orders, &order{ci: ci, bias: bias, slack: slack})
 				}
-				return x
-			}, func(m int) float64 { return max(0, (float64(m)-slack)*float64(ci.T)*tick) })
-			if err != nil {
-				return // stuck: the entries let the cap fill
 			}
-			o.prog = q
 		}
-		r, err := sim.Run(o.prog, c)
-		if err != nil {
-			return // not expected: both build orders that run
+		run(orders)
+	} else {
+		for _, ci := range circles {
+			orders = append(orders, &order{ci: ci, bias: biases[0], slack: periodicSlacks[0]})
 		}
-		o.sc, o.ok = Score{Makespan: r.Makespan, Finish: RankFinish(r)}, true
-	})
-	var best *order
-	for _, o := range orders {
-		if o.ok && (best == nil || o.sc.less(best.sc)) {
-			best = o
+		run(orders)
+		var rest []*order
+		if b := best(orders); b != nil {
+			for _, slack := range periodicSlacks {
+				for _, bias := range biases {
+					if bias != biases[0] || slack != periodicSlacks[0] {
+						rest = append(rest, &order{ci: b.ci, bias: bias, slack: slack})
+					}
+				}
+			}
 		}
+		if n := max(0, PeriodicOrderWork/steps-len(orders)); len(rest) > n {
+			rest = rest[:n]
+		}
+		run(rest)
+		orders = append(orders, rest...)
 	}
-	if best == nil {
-		return ir.Program{}, false
+	if b := best(orders); b != nil {
+		return b.prog, true
 	}
-	return best.prog, true
+	return ir.Program{}, false
 }
 
 // periodicSlacks are how many periods before its time on the circle a
@@ -249,9 +278,9 @@ func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Prog
 var periodicSlacks = []float64{4, 1, 3, 2, 6, 2.5, 1.5, 0, 0.75, 0.5, 8, 12}
 
 // PeriodicOrderWork bounds the steps of the orders Periodic builds from
-// its circles, all together (about a second of CPU); past it the later
-// slacks' orders are left out.
-const PeriodicOrderWork = 4_000_000
+// its circles, all together (about a second of CPU): past it, only the
+// most promising circle gets the whole grid (bestOrder).
+const PeriodicOrderWork = 2_000_000
 
 // kindIndex is a compute kind's index in circle.start.
 func kindIndex(k ir.Kind) int {

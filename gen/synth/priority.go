@@ -19,28 +19,48 @@ func PriorityOrder(p Problem, prio func(k ir.Kind, s, m int) float64, enter func
 		return ir.Program{}, err
 	}
 	l := newLister(&p, c, enter)
-	return l.run(func(r int, t float64) (ir.Step, bool) {
-		const eps = 1e-12
-		ready := func(x float64) bool { return x != unset && x <= t+eps }
-		var best ir.Step
-		var bp float64
-		found := false
-		try := func(k ir.Kind, s, m int) {
-			if q := prio(k, s, m); !found || q < bp {
-				best, bp, found = ir.Compute(k, s, m), q, true
+	for !l.done() {
+		for progressed := true; progressed; {
+			progressed = false
+			for r := range l.free {
+				for l.isFree(r) {
+					st, ok := priorityPick(l, r, prio)
+					if !ok {
+						break
+					}
+					progressed = true
+					l.start(r, st)
+				}
 			}
 		}
-		for _, s := range l.stagesOf[r] {
-			if ready(l.readyI(s)) {
-				try(ir.BackwardInput, s, l.ni[s])
-			}
-			if ready(l.readyW(s)) {
-				try(ir.BackwardWeight, s, l.nw[s])
-			}
-			if ready(l.readyF(s)) && l.fits(r, s, 0) {
-				try(ir.Forward, s, l.nf[s])
-			}
+		if err := l.advance(); err != nil {
+			return ir.Program{}, err
 		}
-		return best, found
-	})
+	}
+	return l.out, nil
+}
+
+// priorityPick is the ready step of rank r with the least priority.
+func priorityPick(l *lister, r int, prio func(k ir.Kind, s, m int) float64) (ir.Step, bool) {
+	ready := func(x float64) bool { return x != unset && x <= l.t+listEps }
+	var best ir.Step
+	var bp float64
+	found := false
+	try := func(k ir.Kind, s, m int) {
+		if q := prio(k, s, m); !found || q < bp {
+			best, bp, found = ir.Compute(k, s, m), q, true
+		}
+	}
+	for _, s := range l.stagesOf[r] {
+		if ready(l.readyI(s)) {
+			try(ir.BackwardInput, s, l.ni[s])
+		}
+		if ready(l.readyW(s)) {
+			try(ir.BackwardWeight, s, l.nw[s])
+		}
+		if ready(l.readyF(s)) && l.fits(r, s, 0) {
+			try(ir.Forward, s, l.nf[s])
+		}
+	}
+	return best, found
 }

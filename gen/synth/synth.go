@@ -208,59 +208,80 @@ func Schedule(p Problem, rule Rule) (ir.Program, error) {
 	for _, w := range work {
 		period = max(period, w*rule.Pace)
 	}
-	l := newLister(&p, c, func(m int) float64 { return float64(m) * period })
-	room := make([]float64, P) // the largest chunk of each rank's later stages
-	later := make([]int, P)    // live chunks of them
+	rs := &ruleState{rule: rule, l: newLister(&p, c, func(m int) float64 { return float64(m) * period }),
+		room: make([]float64, P), later: make([]int, P), pendW: make([][]ir.Step, P)}
 	for s, r := range pl.RankOf {
-		if s != l.stagesOf[r][0] {
-			room[r] = max(room[r], p.act(s))
+		if s != rs.l.stagesOf[r][0] {
+			rs.room[r] = max(rs.room[r], p.act(s))
 		}
 	}
-	capOK := func(r, s int) bool {
-		if rule.Headroom && s == l.stagesOf[r][0] && later[r] == 0 {
-			return l.fits(r, s, room[r])
+	l := rs.l
+	for !l.done() {
+		for progressed := true; progressed; {
+			progressed = false
+			for r := range P {
+				for l.isFree(r) {
+					st, ok := rs.pick(r, l.t)
+					if !ok {
+						break
+					}
+					progressed = true
+					rs.commit(r, st)
+					l.start(r, st)
+				}
+			}
 		}
-		return l.fits(r, s, 0)
+		if err := l.advance(); err != nil {
+			return ir.Program{}, err
+		}
 	}
-	pendW := make([][]ir.Step, P) // W's whose I ran, oldest first
-	inFlight := 0
-	return l.run(func(r int, t float64) (ir.Step, bool) {
-		first := l.stagesOf[r][0]
-		st, ok := pick(rule, r, t, l.stagesOf[r], l.readyF, l.readyI, capOK, l.nf, l.ni, pendW[r], inFlight)
-		if !ok {
-			return st, false
+	return l.out, nil
+}
+
+// ruleState is Schedule's state beside the engine's.
+type ruleState struct {
+	rule     Rule
+	l        *lister
+	room     []float64   // the largest chunk of each rank's later stages
+	later    []int       // live chunks of them
+	pendW    [][]ir.Step // W's whose I ran, oldest first
+	inFlight int         // micro-batches past the first F, not yet past the first I
+}
+
+// commit keeps the rule's state for st, which rank r starts.
+func (rs *ruleState) commit(r int, st ir.Step) {
+	first := rs.l.stagesOf[r][0]
+	switch st.Kind {
+	case ir.Forward:
+		if st.Stage != first {
+			rs.later[r]++
 		}
-		switch st.Kind {
-		case ir.Forward:
-			if st.Stage != first {
-				later[r]++
-			}
-			if st.Stage == 0 {
-				inFlight++
-			}
-		case ir.BackwardInput:
-			pendW[r] = append(pendW[r], ir.Compute(ir.BackwardWeight, st.Stage, st.Micro))
-			if st.Stage == 0 {
-				inFlight--
-			}
-		case ir.BackwardWeight:
-			pendW[r] = pendW[r][1:]
-			if st.Stage != first {
-				later[r]--
-			}
+		if st.Stage == 0 {
+			rs.inFlight++
 		}
-		return st, true
-	})
+	case ir.BackwardInput:
+		rs.pendW[r] = append(rs.pendW[r], ir.Compute(ir.BackwardWeight, st.Stage, st.Micro))
+		if st.Stage == 0 {
+			rs.inFlight--
+		}
+	case ir.BackwardWeight:
+		rs.pendW[r] = rs.pendW[r][1:]
+		if st.Stage != first {
+			rs.later[r]--
+		}
+	}
 }
 
 // pick chooses the step rank r starts at t, if any.
-func pick(rule Rule, r int, t float64, stages []int, readyF, readyI func(int) float64, capOK func(r, s int) bool, nf, ni []int, pendW []ir.Step, inFlight int) (ir.Step, bool) {
-	const eps = 1e-12
+func (rs *ruleState) pick(r int, t float64) (ir.Step, bool) {
+	const eps = listEps
+	l, rule, pendW := rs.l, &rs.rule, rs.pendW[r]
+	stages, nf, ni := l.stagesOf[r], l.nf, l.ni
 	ready := func(x float64) bool { return x != unset && x <= t+eps }
 	// I: the oldest micro-batch, then the later stage.
 	bi := -1
 	for _, s := range stages {
-		if ready(readyI(s)) && (bi < 0 || ni[s] < ni[bi] || (ni[s] == ni[bi] && s > bi)) {
+		if ready(l.readyI(s)) && (bi < 0 || ni[s] < ni[bi] || (ni[s] == ni[bi] && s > bi)) {
 			bi = s
 		}
 	}
@@ -281,10 +302,10 @@ func pick(rule Rule, r int, t float64, stages []int, readyF, readyI func(int) fl
 		return nf[s] < nf[b] || (nf[s] == nf[b] && s > b)
 	}
 	for _, s := range stages {
-		if !ready(readyF(s)) || !capOK(r, s) {
+		if !ready(l.readyF(s)) || !rs.capOK(r, s) {
 			continue
 		}
-		if s == 0 && rule.InFlight > 0 && inFlight >= rule.InFlight {
+		if s == 0 && rule.InFlight > 0 && rs.inFlight >= rule.InFlight {
 			continue
 		}
 		if bf < 0 || better(s, bf) {
@@ -298,4 +319,14 @@ func pick(rule Rule, r int, t float64, stages []int, readyF, readyI func(int) fl
 		return pendW[0], true
 	}
 	return ir.Step{}, false
+}
+
+// capOK reports whether a chunk of stage s may start on rank r: within
+// the cap, and with Rule.Headroom, on the rank's first stage while none of
+// its later stages' chunks is live, with room left for one of them.
+func (rs *ruleState) capOK(r, s int) bool {
+	if rs.rule.Headroom && s == rs.l.stagesOf[r][0] && rs.later[r] == 0 {
+		return rs.l.fits(r, s, rs.room[r])
+	}
+	return rs.l.fits(r, s, 0)
 }
