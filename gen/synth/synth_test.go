@@ -293,3 +293,24 @@ func unitMakespan() (sim.Cost, func(ir.Program) (Score, bool)) {
 		return Score{Makespan: r.Makespan}, true
 	}
 }
+
+// BenchmarkSchedule: the list scheduler under eight rules on 16 ranks,
+// the zigzag with V = 4 (64 stages of F = 4, I = 4, W = 2.4, act 4),
+// M = 64, within 64 per rank: a placement's share of auto's rules search
+// on a 256-layer model (BENCHMARKS.md).
+func BenchmarkSchedule(b *testing.B) {
+	pl := ir.Zigzag(16, 4)
+	act := make([]float64, pl.Stages())
+	for i := range act {
+		act[i] = 4
+	}
+	p := Problem{Placement: pl, Micro: 64, Cost: sim.Cost{F: []float64{4}, I: []float64{4}, W: []float64{2.4}, B: []float64{6.4}}, Cap: 64, Act: act}
+	rules := Rules(16, 64)[:8]
+	for b.Loop() {
+		for _, r := range rules {
+			if _, err := Schedule(p, r); err != nil && !errors.Is(err, ErrStuck) {
+				b.Fatal(err)
+			}
+		}
+	}
+}
