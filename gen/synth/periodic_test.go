@@ -48,15 +48,7 @@ func TestPeriodicRandom(t *testing.T) {
 func TestPeriodicPacksATightCap(t *testing.T) {
 	pl := ir.Zigzag(4, 8)
 	p := Problem{Placement: pl, Micro: 16, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{0.6}, B: []float64{1.6}}, Cap: 16}
-	prog, ok, err := Periodic(p, 200, 0)
-	if err != nil || !ok {
-		t.Fatalf("Periodic: %v, %v", ok, err)
-	}
-	c, _ := p.Cost.Resolve(pl.Stages())
-	r, err := sim.Run(prog, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := periodicRun(t, p)
 	f, err := Search(p, Rules(4, 16))
 	if err != nil {
 		t.Fatal(err)
@@ -77,16 +69,8 @@ func TestPeriodicPacksATightCap(t *testing.T) {
 func TestPeriodicRampsUp(t *testing.T) {
 	pl := ir.Loop(8, 4)
 	p := Problem{Placement: pl, Micro: 32, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{1}, B: []float64{2}}, Cap: 16}
-	prog, ok, err := Periodic(p, 200, 0)
-	if err != nil || !ok {
-		t.Fatalf("Periodic: %v, %v", ok, err)
-	}
+	prog, r := periodicRun(t, p)
 	if _, err := verify.Check(prog, verify.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := p.Cost.Resolve(pl.Stages())
-	r, err := sim.Run(prog, c)
-	if err != nil {
 		t.Fatal(err)
 	}
 	for rk, m := range r.PeakMemory(nil) {
@@ -239,15 +223,8 @@ func checkCapped(t *testing.T, trial int, p Problem, prog ir.Program) {
 func TestPeriodicOptimalUnderATightCap(t *testing.T) {
 	for _, M := range []int{4, 5, 6} {
 		p := Problem{Placement: ir.VShape(2), Micro: M, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{0.6}, B: []float64{1.6}}, Cap: 2}
-		prog, ok, err := Periodic(p, 200, 0)
-		if err != nil || !ok {
-			t.Fatalf("M = %d: Periodic: %v, %v", M, ok, err)
-		}
+		prog, r := periodicRun(t, p)
 		c, _ := p.Cost.Resolve(4)
-		r, err := sim.Run(prog, c)
-		if err != nil {
-			t.Fatal(err)
-		}
 		o, ok, err := Exact(p, 20_000_000, r.Makespan*(1-1e-9))
 		if err != nil || !ok || !o.Proved {
 			t.Fatalf("M = %d: Exact: %v, %v, proved %v", M, ok, err, o.Proved)
@@ -261,4 +238,23 @@ func TestPeriodicOptimalUnderATightCap(t *testing.T) {
 			t.Errorf("M = %d: Exact found %g, faster than Periodic's %g", M, o.Makespan, r.Makespan)
 		}
 	}
+}
+
+// periodicRun is Periodic's order for p (200 trials, no beat) and its
+// simulation; it fails the test when there is none.
+func periodicRun(t *testing.T, p Problem) (ir.Program, sim.Result) {
+	t.Helper()
+	prog, ok, err := Periodic(p, 200, 0)
+	if err != nil || !ok {
+		t.Fatalf("Periodic: %v, %v", ok, err)
+	}
+	c, err := p.Cost.Resolve(p.Placement.Stages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(prog, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog, r
 }
