@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -402,4 +404,52 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 	if err != nil || !IsSynthesized(res.Config.Schedule) {
 		t.Errorf("limit %g, twice the floor: %s, %v; want a synthesized order", 2*floor, res.Config.Schedule, err)
 	}
+}
+
+// TestAutoSynthesizesOnAPlacedSplit: the LLM-like model at P = 4, M = 8
+// within two micro-batches of a rank's share (18.5). No family's split,
+// even or its own partition, lets an order beat the best family there
+// (v-min with its partition); partition.Placed's split, which balances the
+// ranks' work and then their chunks' activation-time, does: auto's choice
+// is synthesized on a split that is neither the even one nor any
+// family's, and faster than every family within the limit.
+func TestAutoSynthesizesOnAPlacedSplit(t *testing.T) {
+	m := readExampleModel(t, "llm.json")
+	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: 18.5, Split: &SplitModel{Model: m, Partition: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsSynthesized(res.Config.Schedule) {
+		t.Fatalf("auto chose %s V=%d; want a synthesized order", res.Config.Schedule, res.Config.Virtual)
+	}
+	sp := &SplitModel{Model: m}
+	r, _, err := sp.run(res.Program, model.Partition{Bounds: res.Layers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := res.Program.Placement
+	placed, err := partition.Placed(m, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	even, _ := model.Even(len(m.Layers), pl.Stages())
+	if slices.Equal(res.Layers, even.Bounds) {
+		t.Errorf("auto's split %v is the even one", res.Layers)
+	}
+	if !slices.Equal(res.Layers, placed.Bounds) {
+		t.Logf("auto's split %v, Placed's %v (the -partition auto step moved it)", res.Layers, placed.Bounds)
+	}
+	for _, c := range res.Auto {
+		if c.Synthesized || c.Skipped != "" && c.Skipped != NotLowered || math.IsInf(c.Makespan, 1) {
+			continue
+		}
+		if c.Layers != nil && slices.Equal(c.Layers, res.Layers) {
+			t.Errorf("auto's split %v is %s V=%d's", res.Layers, c.Config.Schedule, c.Config.Virtual)
+		}
+		if c.Makespan <= r.Makespan {
+			t.Errorf("%s V=%d (partitioned %v) %g, not above auto's %g", c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan, r.Makespan)
+		}
+	}
+	t.Logf("auto: %s V=%d %g on %v", res.Config.Schedule, res.Config.Virtual, r.Makespan, res.Layers)
 }

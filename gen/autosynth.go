@@ -72,8 +72,11 @@ func synthPlacementsFor(cfg ir.Config, L int) []synthPlacement {
 // description (AutoOptions.Split) on each placement of on
 // (synthPlacementsFor), calling progress before each: for each, the list
 // scheduler's best order (synth.Search over synth.Rules) for the even
-// split and for the split of the family candidate with the smallest bound
-// on the same placement (the best family's start), then, with -partition
+// split, for the split of the family candidate with the smallest bound
+// on the same placement (the best family's start) and, with -partition
+// auto under a limit, for partition.Placed's split (the LLM-like model at P = 4, M = 8 within two
+// micro-batches: 268.3 on the zigzag with V = 8, where the even and the
+// families' splits gave 283.6 at best), then, with -partition
 // auto, the best order again for gen/partition's split of the best order
 // found. Each try carries its order, split and bound (the order's
 // simulated makespan and memory), as the families' tries do; its index
@@ -127,6 +130,13 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		}
 		if from != nil && from.layers.Bounds != nil && !slices.Equal(from.layers.Bounds, even.Bounds) {
 			starts = append(starts, from.layers)
+		}
+		if limit > 0 && sp.Partition {
+			// Under a cap, also the split that balances the ranks and
+			// then their chunks' activation-time (partition.Placed).
+			if pp, err := partition.Placed(sp.Model, pl); err == nil && !slices.ContainsFunc(starts, func(q model.Partition) bool { return slices.Equal(q.Bounds, pp.Bounds) }) {
+				starts = append(starts, pp)
+			}
 		}
 		var best *synthFound
 		for _, part := range starts {

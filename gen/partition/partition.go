@@ -20,6 +20,10 @@
 // holds the act of every layer of the stage, from the start of its forward
 // to the end of its last backward, as gen/sim counts live chunks) plus the
 // params of the stages it holds.
+//
+// Placed is the split for an order not built yet (auto's synthesized
+// candidates): it weighs the ranks' work and their chunks' activation-time
+// by sums alone.
 package partition
 
 import (

@@ -220,3 +220,76 @@ func TestMemoryByHand(t *testing.T) {
 		t.Errorf("memory per rank %v, want %v", ev.MemPerRank, want)
 	}
 }
+
+// TestPlaced: on equal layers every rank gets its even share of the work
+// (the split may still differ from the even one, giving the chunks that
+// live longest fewer layers); on the LLM-like model zigzagged over P = 8
+// (V = 4: stages 0 and 31 both on rank 0) the busiest rank can do no
+// better than rank 0 holding the embedding and the head alone in its end
+// stages plus one block in each of its two middle ones,
+// 0.3 + 0.3 + 9 + 2·3 = 15.6 (the other seven ranks' 28 stages take the
+// 30 blocks left, 15 at most each), and Placed reaches it. Every split it
+// returns is valid, and the same on every call.
+func TestPlaced(t *testing.T) {
+	rankWork := func(m model.Model, pl ir.Placement, b []int) float64 {
+		work := make([]float64, pl.Ranks())
+		for s := range pl.Stages() {
+			for _, l := range m.Layers[b[s]:b[s+1]] {
+				work[pl.RankOf[s]] += l.F + l.I + l.W
+			}
+		}
+		return slices.Max(work)
+	}
+	uniform := model.Model{}
+	for range 32 {
+		uniform.Layers = append(uniform.Layers, model.Layer{F: 1, I: 1, W: 0.5, Act: 1})
+	}
+	for _, pl := range []ir.Placement{ir.Loop(4, 1), ir.Loop(4, 2), ir.VShape(4), ir.Zigzag(4, 8), ir.Loop(8, 4)} {
+		got, err := Placed(uniform, pl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, want := rankWork(uniform, pl, got.Bounds), 2.5*32/float64(pl.Ranks()); w != want {
+			t.Errorf("uniform on %s: %v, busiest rank %g, want %g", pl, got.Bounds, w, want)
+		}
+	}
+	m := llm(32)
+	pl := ir.Zigzag(8, 4)
+	got, err := Placed(m, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := got.Bounds
+	if b[1] != 1 || b[len(b)-2] != len(m.Layers)-1 {
+		t.Errorf("LLM-like on %s: %v; want the embedding and the head each alone", pl, b)
+	}
+	if w := rankWork(m, pl, b); w > 15.6+1e-9 {
+		t.Errorf("LLM-like on %s: %v, busiest rank %g, want 15.6", pl, b, w)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		var m model.Model
+		for range 1 + rng.IntN(40) {
+			m.Layers = append(m.Layers, model.Layer{F: rng.Float64() * 3, I: rng.Float64() * 3, W: rng.Float64(), Act: rng.Float64() * 4})
+		}
+		P := 1 + rng.IntN(4)
+		pl := ir.Loop(P, 1+rng.IntN(3))
+		if rng.IntN(2) == 0 {
+			pl = ir.Zigzag(P, 2*(1+rng.IntN(2)))
+		}
+		got, err := Placed(m, pl)
+		if pl.Stages() > len(m.Layers) {
+			if err == nil {
+				t.Errorf("%d layers on %s: %v, want an error", len(m.Layers), pl, got.Bounds)
+			}
+			continue
+		}
+		if err != nil || len(got.Bounds) != pl.Stages()+1 {
+			t.Fatalf("%d layers on %s: %v, %v", len(m.Layers), pl, got.Bounds, err)
+		}
+		again, _ := Placed(m, pl)
+		if !slices.Equal(got.Bounds, again.Bounds) {
+			t.Errorf("not deterministic: %v then %v", got.Bounds, again.Bounds)
+		}
+	}
+}

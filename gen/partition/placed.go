@@ -1,0 +1,112 @@
+package partition
+
+import (
+	"fmt"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
+)
+
+// Placed splits the layers of m into the stages of pl (one pipeline, every
+// micro-batch through every stage in order) for an order yet to be built,
+// judged by three sums alone, no simulation, in this order:
+//
+//  1. the busiest rank's work per micro-batch (F + I + W of its stages'
+//     layers): the makespan's steady-state term;
+//  2. the largest rank's activation-time per micro-batch: over its stages,
+//     a stage's act times its chunk's shortest life, the F's and I's of
+//     every layer from the stage's first to the model's last and the
+//     stage's W's (the chain a chunk stays live through, transfers
+//     free). By Little's law a rank holds that over the period on
+//     average, so under a memory cap the split with less of it leaves
+//     more room for waiting (the LLM-like model's head and loss, 4× a
+//     block's activations, end up alone in the last stage; on a loop the
+//     first stages, whose chunks live longest, get fewer layers);
+//  3. the sum of the stages' squared work.
+//
+// It starts from the even split and moves one layer's worth of count
+// from any stage to any other (the boundaries between them shift by one)
+// while a move improves, first improvement in stage order: deterministic.
+// Search's starts (the even and Balanced splits) weigh stages alone;
+// auto synthesizes orders from this split too under a memory limit
+// (gen/autosynth.go).
+func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
+	L, S, P := len(m.Layers), pl.Stages(), pl.Ranks()
+	even, err := model.Even(L, S)
+	if err != nil {
+		return model.Partition{}, err
+	}
+	if len(pl.RankOf) != S || P < 1 {
+		return model.Partition{}, fmt.Errorf("partition: placement %s has no ranks", pl)
+	}
+	// Prefix sums: work, act and W up to each layer, F + I from each
+	// layer to the end.
+	work, act, wgt, chain := make([]float64, L+1), make([]float64, L+1), make([]float64, L+1), make([]float64, L+1)
+	for i, l := range m.Layers {
+		work[i+1] = work[i] + l.F + l.I + l.W
+		act[i+1] = act[i] + l.Act
+		wgt[i+1] = wgt[i] + l.W
+	}
+	for i := L - 1; i >= 0; i-- {
+		chain[i] = chain[i+1] + m.Layers[i].F + m.Layers[i].I
+	}
+	cnt := make([]int, S)
+	for s := range S {
+		cnt[s] = even.Bounds[s+1] - even.Bounds[s]
+	}
+	rw, rt := make([]float64, P), make([]float64, P)
+	score := func() [3]float64 {
+		clear(rw)
+		clear(rt)
+		sq, at := 0.0, 0
+		for s, n := range cnt {
+			r, end := pl.RankOf[s], at+n
+			x := work[end] - work[at]
+			rw[r] += x
+			rt[r] += (act[end] - act[at]) * (chain[at] + wgt[end] - wgt[at])
+			sq += x * x
+			at = end
+		}
+		var sc [3]float64
+		for r := range P {
+			sc[0], sc[1] = max(sc[0], rw[r]), max(sc[1], rt[r])
+		}
+		sc[2] = sq
+		return sc
+	}
+	less := func(a, b [3]float64) bool {
+		for k := range a {
+			if eps := 1e-9 * max(1, b[k]); a[k] < b[k]-eps {
+				return true
+			} else if a[k] > b[k]+eps {
+				return false
+			}
+		}
+		return false
+	}
+	best := score()
+	for improved := true; improved; {
+		improved = false
+		for i := range S {
+			for j := range S {
+				if i == j || cnt[i] <= 1 {
+					continue
+				}
+				cnt[i]--
+				cnt[j]++
+				if sc := score(); less(sc, best) {
+					best, improved = sc, true
+					continue
+				}
+				cnt[i]++
+				cnt[j]--
+			}
+		}
+	}
+	b := make([]int, S+1)
+	for s, n := range cnt {
+		b[s+1] = b[s] + n
+	}
+	p := model.Partition{Bounds: b}
+	return p, p.Check(L)
+}
