@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
@@ -291,5 +292,20 @@ func TestPlaced(t *testing.T) {
 		if !slices.Equal(got.Bounds, again.Bounds) {
 			t.Errorf("not deterministic: %v then %v", got.Bounds, again.Bounds)
 		}
+	}
+}
+
+// TestPlacedLarge: on thousands of stages Placed stops within its work
+// bound and still returns a valid split.
+func TestPlacedLarge(t *testing.T) {
+	m := llm(8190) // two layers a stage
+	pl := ir.Zigzag(512, 8)
+	start := time.Now()
+	got, err := Placed(m, pl)
+	if err != nil || len(got.Bounds) != pl.Stages()+1 {
+		t.Fatalf("%v, %v", len(got.Bounds), err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
 	}
 }
