@@ -97,19 +97,22 @@ func TestBoundLineNamesABindingCap(t *testing.T) {
 	for _, tc := range []struct {
 		limit float64
 		want  bool
-	}{{0, false}, {16, false}, {12, true}, {11.5, true}} {
-		if got := memBinds(res, tc.limit); got != tc.want {
-			t.Errorf("memBinds(limit %g) = %v, want %v (the choice holds 12)", tc.limit, got, tc.want)
+	}{{0, false}, {16, false}, {12.5, false}, {12.4, true}, {12, true}, {11.5, true}} {
+		if got := memBinds(res, tc.limit, 0.5); got != tc.want {
+			t.Errorf("memBinds(limit %g) = %v, want %v (the choice holds 12, a chunk 0.5)", tc.limit, got, tc.want)
 		}
 	}
 
 	var stdout, stderr bytes.Buffer
 	model := filepath.Join("..", "..", "examples", "models", "uniform_w06.json")
+	llm := filepath.Join("..", "..", "examples", "models", "llm.json")
 	for _, tc := range []struct {
 		args []string
 		want bool
 	}{
 		{[]string{"sim", "-schedule", "auto", "-model", model, "-ranks", "4", "-micro", "8", "-mem", "16"}, true},
+		// The choice holds 18 of 18.5, its chunks 1 or more: no other fits.
+		{[]string{"sim", "-schedule", "auto", "-model", llm, "-partition", "auto", "-ranks", "4", "-micro", "8", "-mem", "18.5"}, true},
 		{[]string{"sim", "-schedule", "auto", "-ranks", "8", "-micro", "32", "-cost", "overlap=1", "-mem", "8"}, false}, // binds, 0.0 %
 	} {
 		stdout.Reset()

@@ -203,7 +203,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if err := writeAutoTable(stdout, res); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, boundLine(r, memBinds(res, req.Mem)))
+		fmt.Fprintln(stdout, boundLine(r, memBinds(res, req.Mem, req.SmallestChunk(res))))
 	}
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)

@@ -346,3 +346,29 @@ func costFamilies() []string {
 	}
 	return names
 }
+
+// SmallestChunk is the least activation memory one live chunk of res
+// holds, in -mem's units: with a model, the smallest positive act of its
+// stages (their layers' acts summed); else 1/V, a chunk of one of V stages
+// per rank in micro-batches of a rank's share. 0 when the model cannot be
+// read or does not fit res's split.
+func (r *Request) SmallestChunk(res gen.Result) float64 {
+	if r.Model == "" || res.Layers == nil {
+		return 1 / float64(max(res.Config.Virtual, 1))
+	}
+	m, err := r.ReadModel()
+	if err != nil {
+		return 0
+	}
+	act, _, err := partition.StageMemory(m, model.Partition{Bounds: res.Layers}, max(res.Program.Copies, 1))
+	if err != nil {
+		return 0
+	}
+	least := 0.0
+	for _, a := range act {
+		if a > 0 && (least == 0 || a < least) {
+			least = a
+		}
+	}
+	return least
+}
