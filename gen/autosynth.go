@@ -75,7 +75,7 @@ func synthPlacementsFor(cfg ir.Config, L int) []synthPlacement {
 // split, for the split of the family candidate with the smallest bound
 // on the same placement (the best family's start) and, with -partition
 // auto under a limit, for partition.Placed's split (the LLM-like model at
-// P = 4, M = 8 within two micro-batches: 268.3 on the zigzag with V = 8,
+// P = 4, M = 8 within two micro-batches: 269.3 on the zigzag with V = 8,
 // where the even and the families' splits gave 283.6 at best), then, with
 // -partition auto, the best order again for gen/partition's split of the best order
 // found. Each try carries its order, split and bound (the order's

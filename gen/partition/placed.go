@@ -20,16 +20,22 @@ import (
 //     free). By Little's law a rank holds that over the period on
 //     average, so under a memory cap the split with less of it leaves
 //     more room for waiting (the LLM-like model's head and loss, 4× a
-//     block's activations, end up alone in the last stage; on a loop the
-//     first stages, whose chunks live longest, get fewer layers);
+//     block's activations, end up alone in the last stage, and the ranks'
+//     first stages, whose chunks live longest, get fewer layers than
+//     their late ones);
 //  3. the sum of the stages' squared work.
 //
 // It starts from the even split and moves one layer's worth of count
 // from any stage to any other (the boundaries between them shift by one)
-// while a move improves, first improvement in stage order, scoring at most
+// while a move improves, first improvement, the stages given up from the
+// first and taken up from the last: of moves that tie on the sums the
+// latest stage gets the layer, its chunk living shortest (against the
+// earliest first, the LLM-like model at P = 8, M = 32 within 18.5: 533.6
+// against 560.3 on the orders auto synthesizes for each). It scores at most
 // placedWork stages in all (a sweep scores S² splits of S stages each, so
 // on thousands of stages it stops early with the best split so far):
 // deterministic.
+//
 // Search's starts (the even and Balanced splits) weigh stages alone;
 // auto synthesizes orders from this split too under a memory limit
 // (gen/autosynth.go).
@@ -92,7 +98,7 @@ func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 	for improved := true; improved && spent <= placedWork; {
 		improved = false
 		for i := range S {
-			for j := range S {
+			for j := S - 1; j >= 0; j-- { // the latest stage first
 				if i == j || cnt[i] <= 1 || spent > placedWork {
 					continue
 				}
