@@ -109,9 +109,9 @@ func boundLine(r sim.Result, capBinds bool) string {
 // memBinds reports whether the chosen candidate of an auto result leaves
 // less of the memory limit (in the model's or the chunks' units; 0: none)
 // than chunk, the smallest chunk one of its stages holds
-// (gencmd.Request.SmallestChunk):
-// no further chunk fits, even where the limit is not a whole number of
-// chunks (the LLM-like model's 18.5 against chunks of 1).
+// (gencmd.Request.SmallestChunk): no further chunk fits, even where the
+// limit is not a whole number of chunks (the LLM-like model's 18.5 against
+// chunks of 1).
 func memBinds(res gen.Result, limit, chunk float64) bool {
 	if limit <= 0 {
 		return false

@@ -45,7 +45,7 @@ func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 	if err != nil {
 		return model.Partition{}, err
 	}
-	if len(pl.RankOf) != S || P < 1 {
+	if P < 1 {
 		return model.Partition{}, fmt.Errorf("partition: placement %s has no ranks", pl)
 	}
 	// Prefix sums: work, act and W up to each layer, F + I from each
