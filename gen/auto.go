@@ -48,9 +48,12 @@ type AutoOptions struct {
 	// Budget, when positive, is the number of simulations each local
 	// search of a synthesized order (synth.Fill, then synth.Repair) spends
 	// at most, up to MaxBudget; 0 keeps the default, RepairBudget, fewer
-	// on large programs (repairWork simulated steps). A larger budget may
-	// find a faster order and takes up to that many times longer; the
-	// choice stays deterministic for a given budget.
+	// on large programs (repairWork simulated steps). With Split.Partition
+	// and MemLimit, a positive budget also climbs the split of the best
+	// placement's synthesized order, one synthesis per SplitClimbCost of
+	// it (climbSplit). A larger budget may find a faster order and takes
+	// up to that many times longer; the choice stays deterministic for a
+	// given budget.
 	Budget int
 	// Progress, when set, is called before each step of the search, with
 	// what the step does, how many steps came before it and how many there
@@ -308,6 +311,9 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	done, total := 0, len(names)+2+len(synthOn)
 	if len(synthOn) > 0 {
 		total++ // the local searches
+		if splitClimbs(opt.Auto.Budget, opt.Auto.MemLimit, opt.Auto.Split) > 0 {
+			total++ // the split's climb
+		}
 	}
 	progress := func(format string, args ...any) {
 		if opt.Auto.Progress != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/verify"
 )
 
 // TestAutoNeverWorseThanFixed: for several configs and cost models, the
@@ -167,22 +168,31 @@ func TestAutoProgress(t *testing.T) {
 	for range 8 {
 		uniform.Layers = append(uniform.Layers, model.Layer{F: 1, I: 1, W: 1, Act: 1})
 	}
+	placements := []string{"synth(loop) V=1", "synth(loop) V=2", "synth(v) V=2", "synth(loop) V=4", "synth(zigzag) V=4"}
 	for _, tc := range []struct {
-		name  string
-		split *SplitModel
-		synth []string
+		name   string
+		split  *SplitModel
+		synth  []string
+		mem    float64
+		budget int
+		climb  bool
 	}{
-		{"no model", nil, nil},
+		{"no model", nil, nil, 0, 0, false},
 		// P = 2 with 8 layers: every placement but zigzag V = 8 (16 stages).
-		{"model", &SplitModel{Model: uniform}, []string{"synth(loop) V=1", "synth(loop) V=2", "synth(v) V=2", "synth(loop) V=4", "synth(zigzag) V=4"}},
+		{"model", &SplitModel{Model: uniform}, placements, 0, 0, false},
+		// With -partition auto, -mem and -budget: the split's climb too.
+		{"climb", &SplitModel{Model: uniform, Partition: true}, placements, 8, 100, true},
 	} {
 		var seen []string
-		_, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, Options{Auto: AutoOptions{Split: tc.split, Progress: func(step string, done, total int) {
+		_, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, Options{Auto: AutoOptions{Split: tc.split, MemLimit: tc.mem, Budget: tc.budget, Progress: func(step string, done, total int) {
 			if done != len(seen) {
 				t.Errorf("%s: progress %q done %d after %d calls", tc.name, step, done, len(seen))
 			}
 			want := len(schedules.Names()) + 2 + len(tc.synth)
 			if tc.synth != nil {
+				want++
+			}
+			if tc.climb {
 				want++
 			}
 			if total != want {
@@ -203,6 +213,12 @@ func TestAutoProgress(t *testing.T) {
 		for _, n := range tc.synth {
 			want = append(want, "synthesizing "+n)
 		}
+		if tc.climb && len(seen) > len(want) {
+			if step := seen[len(want)]; !strings.HasPrefix(step, "climbing the split of ") {
+				t.Errorf("%s: step %d is %q, want climbing the split of ...", tc.name, len(want), step)
+			}
+			want = append(want, seen[len(want)])
+		}
 		if tc.synth != nil && len(seen) > len(want) {
 			want = append(want, seen[len(want)]) // "improving N orders": N checked below
 		}
@@ -213,7 +229,11 @@ func TestAutoProgress(t *testing.T) {
 		if n := len(schedules.Names()); len(seen) <= n || !strings.HasPrefix(seen[n], "simulating ") || !strings.HasSuffix(seen[n], " candidates") {
 			t.Errorf("%s: step %d is %q, want simulating N candidates", tc.name, n, seen[min(n, len(seen)-1)])
 		}
-		if n := len(schedules.Names()) + 1 + len(tc.synth); tc.synth != nil && (len(seen) <= n || !strings.HasPrefix(seen[n], "improving ") || !strings.HasSuffix(seen[n], " orders (local search)")) {
+		n := len(schedules.Names()) + 1 + len(tc.synth)
+		if tc.climb {
+			n++
+		}
+		if tc.synth != nil && (len(seen) <= n || !strings.HasPrefix(seen[n], "improving ") || !strings.HasSuffix(seen[n], " orders (local search)")) {
 			t.Errorf("%s: step %d is %q, want improving N orders (local search)", tc.name, n, seen[min(n, len(seen)-1)])
 		}
 	}
@@ -452,4 +472,42 @@ func TestAutoSynthesizesOnAPlacedSplit(t *testing.T) {
 		}
 	}
 	t.Logf("auto: %s V=%d %g on %v", res.Config.Schedule, res.Config.Virtual, r.Makespan, res.Layers)
+}
+
+// TestClimbSplit: on the LLM-like model at P = 4, M = 8 within 18.5, on the
+// zigzag with V = 8, climbing partition.Placed's split with 40 syntheses
+// finds an order faster than synthesize's for that split (which is where
+// it starts, so it is never slower); the order verifies, keeps the limit,
+// and the climb is deterministic.
+func TestClimbSplit(t *testing.T) {
+	m := readExampleModel(t, "llm.json")
+	cfg := ir.Config{Ranks: 4, Micro: 8}
+	pl := ir.Zigzag(4, 8)
+	sp := &SplitModel{Model: m, Partition: true}
+	part, err := partition.Placed(m, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := synthesize(cfg, sp, pl, part, 18.5)
+	if err != nil || start == nil {
+		t.Fatalf("%v, %v", start, err)
+	}
+	f, err := climbSplit(cfg, sp, pl, part, 18.5, 40)
+	if err != nil || f == nil {
+		t.Fatalf("%v, %v", f, err)
+	}
+	if f.ms >= start.ms {
+		t.Errorf("climbed %g on %v, not below the start's %g on %v", f.ms, f.part.Bounds, start.ms, part.Bounds)
+	}
+	if _, err := verify.Check(f.prog, verify.Options{}); err != nil {
+		t.Error(err)
+	}
+	if _, mem, err := sp.run(f.prog, f.part); err != nil || mem > 18.5*(1+1e-9) {
+		t.Errorf("memory %g, %v; want at most 18.5", mem, err)
+	}
+	again, err := climbSplit(cfg, sp, pl, part, 18.5, 40)
+	if err != nil || again == nil || again.ms != f.ms || !slices.Equal(again.part.Bounds, f.part.Bounds) {
+		t.Errorf("not deterministic: %v then %v", f.part.Bounds, again)
+	}
+	t.Logf("%g on %v → %g on %v", start.ms, part.Bounds, f.ms, f.part.Bounds)
 }

@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -178,6 +179,30 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		}
 		plans = append(plans, pn)
 	}
+	if n := splitClimbs(opt.Auto.Budget, limit, sp); n > 0 && len(on) > 0 {
+		// The split of the placement whose synthesized order is fastest,
+		// climbed (climbSplit), the local search then starting from it.
+		var top *plan
+		for _, pn := range plans {
+			if pn.best != nil && (top == nil || pn.bestLow.Makespan < top.bestLow.Makespan) {
+				top = pn
+			}
+		}
+		if top != nil {
+			progress("climbing the split of %s V=%d (%d syntheses at most)", top.pk.name, top.pk.virtual, n)
+			f, err := climbSplit(cfg, sp, top.pl, top.best.part, limit, n)
+			if err != nil {
+				return nil, err
+			}
+			if f != nil && f.ms < top.best.ms*(1-1e-9) {
+				if low, ok := lowered(f.prog, f.part); ok && low.Makespan < top.bestLow.Makespan*(1-1e-9) {
+					top.best, top.bestLow, top.starts[0] = f, low, start{f.prog, f.part}
+				}
+			}
+		} else {
+			progress("climbing no split (nothing synthesized)")
+		}
+	}
 	// The local searches, on all cores: each writes only its own result,
 	// and each starts from its own order (not from another's result), so
 	// the outcome is that of running them one after another.
@@ -280,6 +305,12 @@ type synthFound struct {
 // throughout, and under a limit also synth.Periodic: the order with the
 // least simulated makespan of the two. nil when neither finds one.
 func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64) (*synthFound, error) {
+	return synthesizeWith(cfg, sp, pl, part, limit, periodicTrials, true)
+}
+
+// synthesizeWith is synthesize with trials of synth.Periodic at each
+// period, and synth.Exact on small problems only when exact is set.
+func synthesizeWith(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64, trials int, exact bool) (*synthFound, error) {
 	c, err := sp.cost(part, 1)
 	if err != nil {
 		return nil, err
@@ -299,11 +330,11 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 		orders, beat = append(orders, f.Program), f.Makespan
 	}
 	if limit > 0 { // the steady state packs a tight cap; without one the list scheduler's ramps win
-		if q, ok, err := synth.Periodic(pr, periodicTrials, beat); err == nil && ok {
+		if q, ok, err := synth.Periodic(pr, trials, beat); err == nil && ok {
 			orders = append(orders, q)
 		}
 	}
-	if 3*pl.Stages()*cfg.Micro <= exactSteps && beat > 0 {
+	if exact && 3*pl.Stages()*cfg.Micro <= exactSteps && beat > 0 {
 		// Small enough to search every order for one faster than the
 		// list scheduler's (an hour's CPU would not do for the table's
 		// rows; a tenth of a second does for P = 2, M = 8).
@@ -356,3 +387,89 @@ func evaluateSynth(t *autoTry, opt Options, sp *SplitModel) (Result, sim.Result,
 	res.Layers = t.layers.Bounds
 	return res, r, mem, nil
 }
+
+// splitClimbs is how many syntheses climbSplit spends: with -partition
+// auto under a memory limit and an explicit budget (AutoOptions.Budget),
+// one per SplitClimbCost simulations of it, at most maxSplitClimbs; else
+// none, so that auto's default time is unchanged.
+func splitClimbs(budget int, limit float64, sp *SplitModel) int {
+	if budget <= 0 || !(limit > 0) || sp == nil || !sp.Partition {
+		return 0
+	}
+	return min(budget/SplitClimbCost, maxSplitClimbs)
+}
+
+// SplitClimbCost and maxSplitClimbs set splitClimbs: -budget 2000 gives
+// 40 syntheses (the LLM-like model at P = 4, M = 16 within 18.5: 501.3 →
+// 485.3 after 36, on the zigzag with V = 8).
+const (
+	SplitClimbCost = 50
+	maxSplitClimbs = 2000
+)
+
+// climbSplit is a local search over the split of pl's stages for a
+// synthesized order: from part, it moves one layer's worth of count from
+// a stage to another (the boundaries between them shift by one; stages
+// given up from the first, taken up from the last, as partition.Placed
+// does), synthesizes an order for the new split (the list rules and
+// synth.Periodic with climbTrials trials, no exhaustive search) and keeps
+// the move when that order is faster, first improvement, until no move
+// improves or n syntheses are spent. It returns the order synthesize
+// builds for the best split found (nil when none runs); deterministic.
+func climbSplit(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64, n int) (*synthFound, error) {
+	S := pl.Stages()
+	if len(part.Bounds) != S+1 {
+		return nil, fmt.Errorf("schedule auto: a split of %d stages for a placement of %d", len(part.Bounds)-1, S)
+	}
+	cnt := make([]int, S)
+	for s := range S {
+		cnt[s] = part.Bounds[s+1] - part.Bounds[s]
+	}
+	split := func() model.Partition {
+		b := make([]int, S+1)
+		for s, c := range cnt {
+			b[s+1] = b[s] + c
+		}
+		return model.Partition{Bounds: b}
+	}
+	quick := func() (float64, error) {
+		f, err := synthesizeWith(cfg, sp, pl, split(), limit, climbTrials, false)
+		if err != nil || f == nil {
+			return math.Inf(1), err
+		}
+		return f.ms, nil
+	}
+	best, err := quick()
+	if err != nil {
+		return nil, err
+	}
+	used := 1
+	for improved := true; improved && used < n; {
+		improved = false
+		for i := range S {
+			for j := S - 1; j >= 0 && used < n; j-- {
+				if i == j || cnt[i] <= 1 {
+					continue
+				}
+				cnt[i]--
+				cnt[j]++
+				ms, err := quick()
+				used++
+				if err != nil {
+					return nil, err
+				}
+				if ms < best*(1-1e-9) {
+					best, improved = ms, true
+					continue
+				}
+				cnt[i]++
+				cnt[j]--
+			}
+		}
+	}
+	return synthesize(cfg, sp, pl, split(), limit)
+}
+
+// climbTrials is the trials of synth.Periodic at each period in
+// climbSplit's syntheses (a tenth of synthesize's).
+const climbTrials = 20
