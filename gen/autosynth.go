@@ -408,32 +408,20 @@ const (
 )
 
 // climbSplit is a local search over the split of pl's stages for a
-// synthesized order: from part, it moves one layer's worth of count from
-// a stage to another (the boundaries between them shift by one; stages
-// given up from the first, taken up from the last, as partition.Placed
-// does), synthesizes an order for the new split (the list rules and
-// synth.Periodic with climbTrials trials, no exhaustive search) and keeps
-// the move when that order is faster, first improvement, until no move
-// improves or n syntheses are spent. It returns the order synthesize
+// synthesized order: from part it tries partition.Climb's moves (a
+// layer's worth of count from one stage to another), judging each by an
+// order synthesized for the new split (the list rules and synth.Periodic
+// with climbTrials trials, no exhaustive search) and keeping the move
+// when that order is faster, first improvement, until no move improves or
+// n syntheses are spent. It returns the order synthesize
 // builds for the best split found (nil when none runs); deterministic.
 func climbSplit(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64, n int) (*synthFound, error) {
-	S := pl.Stages()
-	if len(part.Bounds) != S+1 {
-		return nil, fmt.Errorf("schedule auto: a split of %d stages for a placement of %d", len(part.Bounds)-1, S)
+	if len(part.Bounds) != pl.Stages()+1 {
+		return nil, fmt.Errorf("schedule auto: a split of %d stages for a placement of %d", len(part.Bounds)-1, pl.Stages())
 	}
-	cnt := make([]int, S)
-	for s := range S {
-		cnt[s] = part.Bounds[s+1] - part.Bounds[s]
-	}
-	split := func() model.Partition {
-		b := make([]int, S+1)
-		for s, c := range cnt {
-			b[s+1] = b[s] + c
-		}
-		return model.Partition{Bounds: b}
-	}
+	cnt := partition.Counts(part)
 	quick := func() (float64, error) {
-		f, err := synthesizeWith(cfg, sp, pl, split(), limit, climbTrials, false)
+		f, err := synthesizeWith(cfg, sp, pl, partition.FromCounts(cnt), limit, climbTrials, false)
 		if err != nil || f == nil {
 			return math.Inf(1), err
 		}
@@ -443,31 +431,17 @@ func climbSplit(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 	if err != nil {
 		return nil, err
 	}
-	used := 1
-	for improved := true; improved && used < n; {
-		improved = false
-		for i := range S {
-			for j := S - 1; j >= 0 && used < n; j-- {
-				if i == j || cnt[i] <= 1 {
-					continue
-				}
-				cnt[i]--
-				cnt[j]++
-				ms, err := quick()
-				used++
-				if err != nil {
-					return nil, err
-				}
-				if ms < best*(1-1e-9) {
-					best, improved = ms, true
-					continue
-				}
-				cnt[i]++
-				cnt[j]--
-			}
+	if err := partition.Climb(cnt, n-1, func() (bool, error) {
+		ms, err := quick()
+		if err != nil || !(ms < best*(1-1e-9)) {
+			return false, err
 		}
+		best = ms
+		return true, nil
+	}); err != nil {
+		return nil, err
 	}
-	return synthesize(cfg, sp, pl, split(), limit)
+	return synthesize(cfg, sp, pl, partition.FromCounts(cnt), limit)
 }
 
 // climbTrials is the trials of synth.Periodic at each period in

@@ -309,3 +309,39 @@ func TestPlacedLarge(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// TestClimb: the moves and their order. With keep accepting any move that
+// grows the last stage, a layer leaves the first stage for the last first,
+// and the climb ends with every other stage down to one layer; tries
+// bounds the moves tried; Counts and FromCounts are inverse.
+func TestClimb(t *testing.T) {
+	for _, tc := range []struct {
+		cnt   []int
+		tries int
+		want  []int
+	}{
+		{[]int{2, 2}, 1, []int{1, 3}},
+		{[]int{3, 2, 2}, 1, []int{2, 2, 3}},
+		{[]int{3, 2, 2}, 100, []int{1, 1, 5}},
+		{[]int{3, 2, 2}, 0, []int{3, 2, 2}},
+		{[]int{1, 1}, 100, []int{1, 1}},
+	} {
+		cnt := slices.Clone(tc.cnt)
+		last := cnt[len(cnt)-1]
+		if err := Climb(cnt, tc.tries, func() (bool, error) {
+			if cnt[len(cnt)-1] > last {
+				last = cnt[len(cnt)-1]
+				return true, nil
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cnt, tc.want) {
+			t.Errorf("Climb(%v, %d) = %v, want %v", tc.cnt, tc.tries, cnt, tc.want)
+		}
+		if got := Counts(FromCounts(cnt)); !slices.Equal(got, cnt) {
+			t.Errorf("Counts(FromCounts(%v)) = %v", cnt, got)
+		}
+	}
+}

@@ -25,16 +25,13 @@ import (
 //     their late ones);
 //  3. the sum of the stages' squared work.
 //
-// It starts from the even split and moves one layer's worth of count
-// from any stage to any other (the boundaries between them shift by one)
-// while a move improves, first improvement, the stages given up from the
-// first and taken up from the last: of moves that tie on the sums the
-// latest stage gets the layer, its chunk living shortest (against the
-// earliest first, the LLM-like model at P = 8, M = 32 within 18.5: 533.6
-// against 560.3 on the orders auto synthesizes for each). It scores at most
-// placedWork stages in all (a sweep scores S² splits of S stages each, so
-// on thousands of stages it stops early with the best split so far):
-// deterministic.
+// It starts from the even split and climbs (Climb) while a move improves
+// those sums: of moves that tie on them the latest stage gets the layer,
+// its chunk living shortest (against the earliest first, the LLM-like
+// model at P = 8, M = 32 within 18.5: 533.6 against 560.3 on the orders
+// auto synthesizes for each). It scores at most placedWork stages in all
+// (a sweep scores S² splits of S stages each, so on thousands of stages
+// it stops early with the best split so far): deterministic.
 //
 // Search's starts (the even and Balanced splits) weigh stages alone;
 // auto synthesizes orders from this split too under a memory limit
@@ -59,10 +56,7 @@ func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 	for i := L - 1; i >= 0; i-- {
 		chain[i] = chain[i+1] + m.Layers[i].F + m.Layers[i].I
 	}
-	cnt := make([]int, S)
-	for s := range S {
-		cnt[s] = even.Bounds[s+1] - even.Bounds[s]
-	}
+	cnt := Counts(even)
 	rw, rt := make([]float64, P), make([]float64, P)
 	score := func() [3]float64 {
 		clear(rw)
@@ -94,19 +88,46 @@ func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 		return false
 	}
 	best := score()
-	spent := 0
-	for improved := true; improved && spent <= placedWork; {
+	if err := Climb(cnt, placedWork/S, func() (bool, error) {
+		sc := score()
+		if less(sc, best) {
+			best = sc
+			return true, nil
+		}
+		return false, nil
+	}); err != nil {
+		return model.Partition{}, err
+	}
+	p := FromCounts(cnt)
+	return p, p.Check(L)
+}
+
+// Climb is the local search over a split's layer counts (cnt[s] layers in
+// stage s, changed in place) that Placed and auto's split climb share: it
+// moves one layer's worth of count from a stage to another (the boundaries
+// between them shift by one; every stage keeps a layer), stages given up
+// from the first and taken up from the last, and keeps a move when keep
+// says it improves (else undoes it), first improvement, until a whole
+// sweep keeps none or tries moves have been tried. Of moves that tie in
+// keep's eyes the latest stage gets the layer, whose chunk lives shortest.
+func Climb(cnt []int, tries int, keep func() (bool, error)) error {
+	S := len(cnt)
+	for improved := true; improved && tries > 0; {
 		improved = false
 		for i := range S {
-			for j := S - 1; j >= 0; j-- { // the latest stage first
-				if i == j || cnt[i] <= 1 || spent > placedWork {
+			for j := S - 1; j >= 0 && tries > 0; j-- {
+				if i == j || cnt[i] <= 1 {
 					continue
 				}
-				spent += S
+				tries--
 				cnt[i]--
 				cnt[j]++
-				if sc := score(); less(sc, best) {
-					best, improved = sc, true
+				ok, err := keep()
+				if err != nil {
+					return err
+				}
+				if ok {
+					improved = true
 					continue
 				}
 				cnt[i]++
@@ -114,12 +135,25 @@ func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 			}
 		}
 	}
-	b := make([]int, S+1)
+	return nil
+}
+
+// Counts returns the layers of each stage of a split.
+func Counts(p model.Partition) []int {
+	cnt := make([]int, max(0, len(p.Bounds)-1))
+	for s := range cnt {
+		cnt[s] = p.Bounds[s+1] - p.Bounds[s]
+	}
+	return cnt
+}
+
+// FromCounts is the split whose stage s holds cnt[s] layers, in order.
+func FromCounts(cnt []int) model.Partition {
+	b := make([]int, len(cnt)+1)
 	for s, n := range cnt {
 		b[s+1] = b[s] + n
 	}
-	p := model.Partition{Bounds: b}
-	return p, p.Check(L)
+	return model.Partition{Bounds: b}
 }
 
 // placedWork bounds the stage sums Placed computes (under a tenth of a
