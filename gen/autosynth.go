@@ -78,8 +78,8 @@ func synthPlacementsFor(cfg ir.Config, L int) []synthPlacement {
 // auto under a limit, for partition.Placed's split (the LLM-like model at
 // P = 4, M = 8 within two micro-batches: 269.3 on the zigzag with V = 8,
 // where the even and the families' splits gave 283.6 at best), then, with
-// -partition auto, the best order again for gen/partition's split of the best order
-// found. Each try carries its order, split and bound (the order's
+// -partition auto, the best order again for gen/partition's split of the
+// best order found. Each try carries its order, split and bound (the order's
 // simulated makespan and memory), as the families' tries do; its index
 // follows theirs, so a family wins a tie. Synthesis failures (every rule
 // stuck) leave the placement out.
@@ -413,15 +413,15 @@ const (
 // order synthesized for the new split (the list rules and synth.Periodic
 // with climbTrials trials, no exhaustive search) and keeping the move
 // when that order is faster, first improvement, until no move improves or
-// n syntheses are spent. It returns the order synthesize
-// builds for the best split found (nil when none runs); deterministic.
+// n syntheses are spent. It returns the order synthesize builds for the
+// best split found (nil when none runs); deterministic.
 func climbSplit(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64, n int) (*synthFound, error) {
 	if len(part.Bounds) != pl.Stages()+1 {
 		return nil, fmt.Errorf("schedule auto: a split of %d stages for a placement of %d", len(part.Bounds)-1, pl.Stages())
 	}
-	cnt := partition.Counts(part)
+	cnt := part.Counts()
 	quick := func() (float64, error) {
-		f, err := synthesizeWith(cfg, sp, pl, partition.FromCounts(cnt), limit, climbTrials, false)
+		f, err := synthesizeWith(cfg, sp, pl, model.FromCounts(cnt), limit, climbTrials, false)
 		if err != nil || f == nil {
 			return math.Inf(1), err
 		}
@@ -441,7 +441,7 @@ func climbSplit(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 	}); err != nil {
 		return nil, err
 	}
-	return synthesize(cfg, sp, pl, partition.FromCounts(cnt), limit)
+	return synthesize(cfg, sp, pl, model.FromCounts(cnt), limit)
 }
 
 // climbTrials is the trials of synth.Periodic at each period in

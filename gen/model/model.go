@@ -270,15 +270,33 @@ func Even(n, stages int) (Partition, error) {
 	if stages < 1 || stages > n {
 		return Partition{}, fmt.Errorf("model: %d layers cannot fill %d stages: every stage holds at least one layer; use fewer ranks or virtual stages, or describe the model in more layers", n, stages)
 	}
-	b := make([]int, stages+1)
+	cnt := make([]int, stages)
 	q, r := n/stages, n%stages
 	for s := range stages {
-		b[s+1] = b[s] + q
+		cnt[s] = q
 		if s < r {
-			b[s+1]++
+			cnt[s]++
 		}
 	}
-	return Partition{Bounds: b}, nil
+	return FromCounts(cnt), nil
+}
+
+// Counts returns the number of layers of each stage.
+func (p Partition) Counts() []int {
+	cnt := make([]int, max(0, p.Stages()))
+	for s := range cnt {
+		cnt[s] = p.Bounds[s+1] - p.Bounds[s]
+	}
+	return cnt
+}
+
+// FromCounts is the split whose stage s holds cnt[s] layers, in order.
+func FromCounts(cnt []int) Partition {
+	b := make([]int, len(cnt)+1)
+	for s, n := range cnt {
+		b[s+1] = b[s] + n
+	}
+	return Partition{Bounds: b}
 }
 
 // Check verifies that p partitions n layers into contiguous, non-empty

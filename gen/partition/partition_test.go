@@ -313,7 +313,7 @@ func TestPlacedLarge(t *testing.T) {
 // TestClimb: the moves and their order. With keep accepting any move that
 // grows the last stage, a layer leaves the first stage for the last first,
 // and the climb ends with every other stage down to one layer; tries
-// bounds the moves tried; Counts and FromCounts are inverse.
+// bounds the moves tried; model.FromCounts and Counts are inverse.
 func TestClimb(t *testing.T) {
 	for _, tc := range []struct {
 		cnt   []int
@@ -340,8 +340,8 @@ func TestClimb(t *testing.T) {
 		if !slices.Equal(cnt, tc.want) {
 			t.Errorf("Climb(%v, %d) = %v, want %v", tc.cnt, tc.tries, cnt, tc.want)
 		}
-		if got := Counts(FromCounts(cnt)); !slices.Equal(got, cnt) {
-			t.Errorf("Counts(FromCounts(%v)) = %v", cnt, got)
+		if got := model.FromCounts(cnt).Counts(); !slices.Equal(got, cnt) {
+			t.Errorf("FromCounts(%v).Counts() = %v", cnt, got)
 		}
 	}
 }

@@ -56,7 +56,7 @@ func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 	for i := L - 1; i >= 0; i-- {
 		chain[i] = chain[i+1] + m.Layers[i].F + m.Layers[i].I
 	}
-	cnt := Counts(even)
+	cnt := even.Counts()
 	rw, rt := make([]float64, P), make([]float64, P)
 	score := func() [3]float64 {
 		clear(rw)
@@ -98,7 +98,7 @@ func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 	}); err != nil {
 		return model.Partition{}, err
 	}
-	p := FromCounts(cnt)
+	p := model.FromCounts(cnt)
 	return p, p.Check(L)
 }
 
@@ -136,24 +136,6 @@ func Climb(cnt []int, tries int, keep func() (bool, error)) error {
 		}
 	}
 	return nil
-}
-
-// Counts returns the layers of each stage of a split.
-func Counts(p model.Partition) []int {
-	cnt := make([]int, max(0, len(p.Bounds)-1))
-	for s := range cnt {
-		cnt[s] = p.Bounds[s+1] - p.Bounds[s]
-	}
-	return cnt
-}
-
-// FromCounts is the split whose stage s holds cnt[s] layers, in order.
-func FromCounts(cnt []int) model.Partition {
-	b := make([]int, len(cnt)+1)
-	for s, n := range cnt {
-		b[s+1] = b[s] + n
-	}
-	return model.Partition{Bounds: b}
 }
 
 // placedWork bounds the stage sums Placed computes (under a tenth of a
