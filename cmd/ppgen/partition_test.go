@@ -7,13 +7,18 @@ import (
 )
 
 // TestPartitionCommand: ppgen partition prints the stages and the makespan
-// against the even split; a memory limit no split fits exits 2 naming the
-// least it found; -partition auto changes what sim simulates.
+// against the even split; -virtual V > 1 without -schedule splits for
+// interleaved (1f1b takes only V = 1); a memory limit no split fits exits 2
+// naming the least it found; -partition auto changes what sim simulates.
 func TestPartitionCommand(t *testing.T) {
 	const llm = "../../examples/models/llm.json"
 	code, stdout, stderr := cliRun(t, "partition", "-model", llm, "-ranks", "2")
 	if code != 0 || !strings.Contains(stdout, "1f1b P=2 V=1 M=4: 34 layers") || !strings.Contains(stdout, "embed..") || !strings.Contains(stdout, "..head") || !strings.Contains(stdout, "% faster") {
 		t.Errorf("exit %d, stdout:\n%s\nstderr %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = cliRun(t, "partition", "-model", llm, "-ranks", "4", "-virtual", "2")
+	if code != 0 || !strings.Contains(stdout, "interleaved P=4 V=2 M=8: 34 layers of") || !strings.Contains(stdout, "% faster") {
+		t.Errorf("-virtual 2: exit %d, stdout:\n%s\nstderr %s", code, stdout, stderr)
 	}
 	code, _, stderr = cliRun(t, "partition", "-model", llm, "-ranks", "4", "-mem", "5")
 	if code != 2 || !strings.Contains(stderr, "raise -mem to at least") {

@@ -33,11 +33,16 @@ type PartitionReport struct {
 }
 
 // DefaultPartitionSchedule is the family `ppgen partition` splits for
-// without -schedule.
-const DefaultPartitionSchedule = "1f1b"
+// without -schedule, and DefaultPartitionScheduleV the one with -virtual
+// V > 1 (1f1b takes only V = 1).
+const (
+	DefaultPartitionSchedule  = "1f1b"
+	DefaultPartitionScheduleV = "interleaved"
+)
 
 // PartitionLayers lowers the schedule of the flags (-schedule, default
-// DefaultPartitionSchedule; -micro, default 2·ranks) and splits the -model
+// DefaultPartitionSchedule, or DefaultPartitionScheduleV with -virtual
+// V > 1; -micro, default 2·ranks) and splits the -model
 // file's layers into its stages by gen/partition's Search for its compute
 // order within -mem (the model's units), and simulates the lowered program
 // with that split and with the even one.
@@ -48,6 +53,9 @@ func (r *Request) PartitionLayers() (PartitionReport, error) {
 	one := *r
 	if one.Schedule == "" {
 		one.Schedule = DefaultPartitionSchedule
+		if one.Virtual > 1 {
+			one.Schedule = DefaultPartitionScheduleV
+		}
 	}
 	if one.Schedule == gen.Auto {
 		return PartitionReport{}, usagef("-schedule auto: partition splits for one family's order; name it (ppgen sim -schedule auto -model FILE -partition auto tries every family with its split)")
