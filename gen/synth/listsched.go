@@ -2,6 +2,7 @@ package synth
 
 import (
 	"math"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -31,6 +32,7 @@ type lister struct {
 	out        ir.Program
 	t          float64 // the current time
 	left       int     // steps not started
+	dry        bool    // out is not kept (Pilot's rollouts)
 }
 
 func newLister(p *Problem, c sim.Cost, enter func(m int) float64) *lister {
@@ -136,27 +138,34 @@ func (l *lister) advance() error {
 	if l.left == 0 {
 		return nil
 	}
-	t := l.t
-	next := math.Inf(1)
-	for r := range l.free {
-		if l.free[r] > t+listEps {
-			next = min(next, l.free[r])
-			continue
-		}
-		// Idle: woken by the earliest known arrival of an input.
-		for _, s := range l.stagesOf[r] {
-			for _, x := range []float64{l.readyF(s), l.readyI(s)} {
-				if x > t+listEps && !math.IsInf(x, 1) {
-					next = min(next, x)
-				}
-			}
-		}
-	}
+	next := l.nextEvent()
 	if math.IsInf(next, 1) {
 		return ErrStuck
 	}
 	l.t = next
 	return nil
+}
+
+// nextEvent is the first time after now at which a busy rank ends its
+// step or an input arrives at an idle rank (where advance moves the
+// time): +Inf when nothing is pending.
+func (l *lister) nextEvent() float64 {
+	next := math.Inf(1)
+	for q := range l.free {
+		if l.free[q] > l.t+listEps {
+			next = min(next, l.free[q])
+			continue
+		}
+		// Idle: woken by the earliest known arrival of an input.
+		for _, s := range l.stagesOf[q] {
+			for _, x := range []float64{l.readyF(s), l.readyI(s)} {
+				if x > l.t+listEps && !math.IsInf(x, 1) {
+					next = min(next, x)
+				}
+			}
+		}
+	}
+	return next
 }
 
 // listEps is the list schedulers' tolerance on times.
@@ -184,5 +193,18 @@ func (l *lister) start(r int, st ir.Step) {
 		l.mem[r] -= l.p.act(s)
 	}
 	l.free[r] = t + d
-	l.out.Ranks[r] = append(l.out.Ranks[r], st)
+	if !l.dry {
+		l.out.Ranks[r] = append(l.out.Ranks[r], st)
+	}
+}
+
+// rollout returns a copy of l that keeps no order (dry), for Pilot to
+// finish in simulated time; l is unchanged.
+func (l *lister) rollout() *lister {
+	n := *l
+	n.endF, n.endI = slices.Clone(l.endF), slices.Clone(l.endI)
+	n.nf, n.ni, n.nw = slices.Clone(l.nf), slices.Clone(l.ni), slices.Clone(l.nw)
+	n.mem, n.free = slices.Clone(l.mem), slices.Clone(l.free)
+	n.out, n.dry = ir.Program{}, true
+	return &n
 }

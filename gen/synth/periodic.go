@@ -67,16 +67,24 @@ import (
 // slacks allow alone take at least beat: the caller's best makespan so
 // far, which such an order would hardly undercut.
 func Periodic(p Problem, trials int, beat float64) (ir.Program, bool, error) {
+	q, _, ok, err := PeriodicRecipe(p, trials, beat)
+	return q, ok, err
+}
+
+// PeriodicRecipe is Periodic that also returns the Recipe of its order
+// when PriorityOrder built it (nil for an unrolled circle's order), for
+// Pilot to improve.
+func PeriodicRecipe(p Problem, trials int, beat float64) (ir.Program, *Recipe, bool, error) {
 	c, err := p.check()
 	if err != nil {
-		return ir.Program{}, false, err
+		return ir.Program{}, nil, false, err
 	}
 	tm, ok := newTiming(&p, c)
 	if !ok {
-		return ir.Program{}, false, nil
+		return ir.Program{}, nil, false, nil
 	}
-	q, ok := bestOrder(&p, c, tm.tick, tm.circles(&p, trials, beat))
-	return q, ok, nil
+	q, rc, ok := bestOrder(&p, c, tm.tick, tm.circles(&p, trials, beat))
+	return q, rc, ok, nil
 }
 
 // A timing is a problem's steps and hops in ticks, and lo, the busiest
@@ -182,7 +190,7 @@ func (tm *timing) circles(p *Problem, trials int, beat float64) []*circle {
 // more than PeriodicOrderWork steps, each circle gets the grid's first
 // order (and its unrolled one), and only the circle with the best of those
 // the rest of the grid, within that budget.
-func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Program, bool) {
+func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Program, *Recipe, bool) {
 	pl, M := p.Placement, p.Micro
 	steps := 3 * pl.Stages() * M
 	type order struct {
@@ -190,6 +198,7 @@ func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Prog
 		bias  float64 // a W's priority after its time, in periods; <0: unroll
 		slack float64
 		prog  ir.Program
+		rc    *Recipe
 		sc    Score
 		ok    bool
 	}
@@ -201,17 +210,18 @@ func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Prog
 				o.prog = o.ci.unroll(pl, M)
 			} else {
 				ci, bias, slack := o.ci, o.bias, o.slack
-				q, err := PriorityOrder(*p, func(k ir.Kind, s, m int) float64 {
+				rc := &Recipe{Prio: func(k ir.Kind, s, m int) float64 {
 					x := float64(ci.start[kindIndex(k)][s] + m*ci.T)
 					if k == ir.BackwardWeight {
 						x += bias * float64(ci.T)
 					}
 					return x
-				}, func(m int) float64 { return max(0, (float64(m)-slack)*float64(ci.T)*tick) })
+				}, Enter: func(m int) float64 { return max(0, (float64(m)-slack)*float64(ci.T)*tick) }}
+				q, err := PriorityOrder(*p, rc.Prio, rc.Enter)
 				if err != nil {
 					return // stuck: the entries let the cap fill
 				}
-				o.prog = q
+				o.prog, o.rc = q, rc
 			}
 			r, err := sim.Run(o.prog, c)
 			if err != nil {
@@ -266,9 +276,9 @@ func bestOrder(p *Problem, c sim.Cost, tick float64, circles []*circle) (ir.Prog
 		orders = append(orders, rest...)
 	}
 	if b := best(orders); b != nil {
-		return b.prog, true
+		return b.prog, b.rc, true
 	}
-	return ir.Program{}, false
+	return ir.Program{}, nil, false
 }
 
 // periodicSlacks are how many periods before its time on the circle a

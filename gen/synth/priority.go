@@ -19,6 +19,14 @@ func PriorityOrder(p Problem, prio func(k ir.Kind, s, m int) float64, enter func
 		return ir.Program{}, err
 	}
 	l := newLister(&p, c, enter)
+	if err := l.finish(prio); err != nil {
+		return ir.Program{}, err
+	}
+	return l.out, nil
+}
+
+// finish runs l to its end by prio, as PriorityOrder does.
+func (l *lister) finish(prio func(k ir.Kind, s, m int) float64) error {
 	for !l.done() {
 		for progressed := true; progressed; {
 			progressed = false
@@ -34,10 +42,10 @@ func PriorityOrder(p Problem, prio func(k ir.Kind, s, m int) float64, enter func
 			}
 		}
 		if err := l.advance(); err != nil {
-			return ir.Program{}, err
+			return err
 		}
 	}
-	return l.out, nil
+	return nil
 }
 
 // priorityPick is the ready step of rank r with the least priority.
