@@ -29,7 +29,9 @@
 // per step instead of a rule; Periodic times one micro-batch on a circle
 // that every micro-batch repeats a period later (modulo scheduling),
 // which packs a tight cap closer, and builds orders from it, unrolled and
-// by PriorityOrder with the circle's times as priorities; Exact searches
+// by PriorityOrder with the circle's times as priorities; Pilot improves
+// such a priority order by rollouts (at each choice a rank has, the
+// option whose completion by the priorities ends first); Exact searches
 // every order of a small problem (branch and bound) and, when it
 // finishes, proves its result optimal; Repair is a local
 // search (adjacent swaps on a rank, within a count budget) from any order,
