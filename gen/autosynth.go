@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"runtime"
@@ -179,6 +180,9 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		}
 		plans = append(plans, pn)
 	}
+	if err := pilotPlans(plans, sp, lowered, progress); err != nil {
+		return nil, err
+	}
 	if n := splitClimbs(opt.Auto.Budget, limit, sp); n > 0 && len(on) > 0 {
 		// The split of the placement whose synthesized order is fastest,
 		// climbed (climbSplit), the local search then starting from it.
@@ -265,6 +269,64 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 	return out, nil
 }
 
+// pilotPlans runs synth.Pilot, on all cores, from the recipes of the
+// pilotTop placements whose synthesized orders are fastest among those
+// that PriorityOrder built (Periodic's priority orders), each with
+// pilotWork steps of rollouts, and keeps each order it makes that is
+// faster lowered. The local search then starts from it. Each pilot writes
+// only its own result: deterministic.
+func pilotPlans(plans []*plan, sp *SplitModel, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) error {
+	var top []*plan
+	for _, pn := range plans {
+		if pn.best != nil && pn.best.recipe != nil {
+			top = append(top, pn)
+		}
+	}
+	slices.SortStableFunc(top, func(a, b *plan) int { return cmp.Compare(a.bestLow.Makespan, b.bestLow.Makespan) })
+	top = top[:min(pilotTop, len(top))]
+	if len(top) == 0 {
+		return nil
+	}
+	progress("rolling out %d orders (pilot)", len(top))
+	found := make([]*synthFound, len(top))
+	scores := make([]synth.Score, len(top))
+	errs := make([]error, len(top))
+	par.ForRanksW(min(runtime.GOMAXPROCS(0), len(top)), len(top), func(_, i int) {
+		b := top[i].best
+		q, err := synth.Pilot(b.problem, *b.recipe, pilotWork)
+		if err != nil {
+			return // stuck: not expected from a recipe whose order ran
+		}
+		sc, ok := lowered(q, b.part)
+		if !ok || !(sc.Makespan < top[i].bestLow.Makespan*(1-1e-9)) {
+			return
+		}
+		r, mem, err := sp.run(q, b.part)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		found[i] = &synthFound{prog: q, part: b.part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: b.problem}
+		scores[i] = sc
+	})
+	for i, pn := range top {
+		if errs[i] != nil {
+			return fmt.Errorf("schedule auto: pilot order on %s: %w", pn.pl, errs[i])
+		}
+		if found[i] != nil {
+			pn.best, pn.bestLow, pn.starts[0] = found[i], scores[i], start{found[i].prog, found[i].part}
+		}
+	}
+	return nil
+}
+
+// pilotTop and pilotWork bound pilotPlans: the placements it improves and
+// the steps one pilot's rollouts start (about a second of CPU at 3·10⁶).
+const (
+	pilotTop  = 2
+	pilotWork = 3_000_000
+)
+
 // A start is an order the local search starts from, with its split.
 type start struct {
 	prog ir.Program
@@ -298,6 +360,10 @@ type synthFound struct {
 	prog            ir.Program
 	part            model.Partition
 	ms, mem, bubble float64
+	// problem is what prog was synthesized for and recipe, when
+	// PriorityOrder built prog, how (for synth.Pilot).
+	problem synth.Problem
+	recipe  *synth.Recipe
 }
 
 // synthesize is synth.Search on pl with the model's layers split by part,
@@ -325,13 +391,14 @@ func synthesizeWith(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.P
 	}
 	pr := synth.Problem{Placement: pl, Micro: cfg.Micro, Cost: c, Act: act, Fixed: fixed, Cap: limit}
 	var orders []ir.Program
+	var recipes []*synth.Recipe // by order: how PriorityOrder built it, if it did
 	beat := 0.0
 	if f, err := synth.Search(pr, synth.Rules(cfg.Ranks, cfg.Micro)); err == nil {
-		orders, beat = append(orders, f.Program), f.Makespan
+		orders, recipes, beat = append(orders, f.Program), append(recipes, nil), f.Makespan
 	}
 	if limit > 0 { // the steady state packs a tight cap; without one the list scheduler's ramps win
-		if q, ok, err := synth.Periodic(pr, trials, beat); err == nil && ok {
-			orders = append(orders, q)
+		if q, rc, ok, err := synth.PeriodicRecipe(pr, trials, beat); err == nil && ok {
+			orders, recipes = append(orders, q), append(recipes, rc)
 		}
 	}
 	if exact && 3*pl.Stages()*cfg.Micro <= exactSteps && beat > 0 {
@@ -339,17 +406,17 @@ func synthesizeWith(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.P
 		// list scheduler's (an hour's CPU would not do for the table's
 		// rows; a tenth of a second does for P = 2, M = 8).
 		if o, ok, err := synth.Exact(pr, exactNodes, beat); err == nil && ok && o.Program.Ranks != nil {
-			orders = append(orders, o.Program)
+			orders, recipes = append(orders, o.Program), append(recipes, nil)
 		}
 	}
 	var best *synthFound
-	for _, q := range orders {
+	for i, q := range orders {
 		r, mem, err := sp.run(q, part)
 		if err != nil {
 			return nil, fmt.Errorf("schedule auto: synthesized order on %s: %w", pl, err)
 		}
 		if best == nil || r.Makespan < best.ms*(1-1e-9) {
-			best = &synthFound{prog: q, part: part, ms: r.Makespan, mem: mem, bubble: r.Bubble}
+			best = &synthFound{prog: q, part: part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: pr, recipe: recipes[i]}
 		}
 	}
 	return best, nil // nil: every rule stuck, or the cap below one chunk
