@@ -126,7 +126,9 @@ func runRow(t *testing.T, path string, P, M int, limit float64) tableRow {
 
 // TestAutoWithPartition: auto with -partition auto is never worse than any
 // family with the even split or with its partition (each lowered and
-// simulated, memory within the limit), and its lower bound is below it.
+// simulated, memory within the limit), its lower bound is below it, and on
+// the LLM-like model it is at least minSpeedup times as fast as the best
+// family with the even split.
 // With -table, the whole of BENCHMARKS.md's table.
 func TestAutoWithPartition(t *testing.T) {
 	models := []struct{ name, file string }{
@@ -154,6 +156,9 @@ func TestAutoWithPartition(t *testing.T) {
 				for _, k := range []float64{float64(P), float64(P) / 2} {
 					limit := k * act / float64(P) // k micro-batches of a rank's share
 					row := runRow(t, path, P, M, limit)
+					if md.file == "llm.json" {
+						checkFasterThanEven(t, row, P, M, limit)
+					}
 					name := func(c gen.Candidate) string {
 						if math.IsInf(c.Makespan, 1) {
 							return "none fits"
@@ -178,6 +183,26 @@ func TestAutoWithPartition(t *testing.T) {
 	t.Log("\n" + out.String())
 	if *table {
 		fmt.Print(out.String())
+	}
+}
+
+// minSpeedup is the issue's "at least 15 % faster than the best evenly
+// split family" on the LLM-like rows: the even split's makespan over
+// auto's (a speed ratio; auto's time is at most 1/1.15 = 87 % of it).
+const minSpeedup = 1.15
+
+// checkFasterThanEven fails when auto is less than minSpeedup times as fast
+// as the best family with the even split within the limit (a row where no
+// family fits with the even split has nothing to beat).
+func checkFasterThanEven(t *testing.T, row tableRow, P, M int, limit float64) {
+	t.Helper()
+	if math.IsInf(row.even.Makespan, 1) || math.IsInf(row.auto.Makespan, 1) {
+		return
+	}
+	if sp := row.even.Makespan / row.auto.Makespan; sp < minSpeedup {
+		t.Errorf("LLM-like P=%d M=%d mem %g: auto %s V=%d %g is %.3f× as fast as %s V=%d (even split) %g, want at least %g×",
+			P, M, limit, row.auto.Config.Schedule, row.auto.Config.Virtual, row.auto.Makespan, sp,
+			row.even.Config.Schedule, row.even.Config.Virtual, row.even.Makespan, minSpeedup)
 	}
 }
 
