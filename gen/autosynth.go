@@ -180,9 +180,6 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		}
 		plans = append(plans, pn)
 	}
-	if err := pilotPlans(plans, sp, lowered, progress); err != nil {
-		return nil, err
-	}
 	if n := splitClimbs(opt.Auto.Budget, limit, sp); n > 0 && len(on) > 0 {
 		// The split of the placement whose synthesized order is fastest,
 		// climbed (climbSplit), the local search then starting from it.
@@ -206,6 +203,9 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		} else {
 			progress("climbing no split (nothing synthesized)")
 		}
+	}
+	if err := pilotPlans(plans, sp, lowered, progress); err != nil {
+		return nil, err
 	}
 	// The local searches, on all cores: each writes only its own result,
 	// and each starts from its own order (not from another's result), so
