@@ -18,14 +18,15 @@ import (
 // 8) placements, lower and verify (gen.LowerProgram) and train through
 // the runtime equal to a sequential run, over a spread of the rules that
 // do not get stuck, a synth.PriorityOrder order (micro-batches in chain
-// order, one after another, as far as the cap lets them start),
-// synth.Periodic's order (found on some placement) and synth.Exact's best
+// order, one after another, as far as the cap lets them start), that
+// recipe rolled out by synth.Pilot, synth.Periodic's order (found on some placement) and synth.Exact's best
 // within a small budget (on the smaller placements).
 func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	const P, M = 4, 8
 	periodic := 0 // placements with a synth.Periodic order
 	exact := 0    // with a synth.Exact one
 	prio := 0     // with a synth.PriorityOrder one
+	pilot := 0    // with a synth.Pilot one
 	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4), ir.Zigzag(P, 8)} {
 		S := pl.Stages()
 		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
@@ -64,6 +65,12 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 		if order, err := synth.PriorityOrder(pr, chain, func(int) float64 { return 0 }); err == nil {
 			orders, names = append(orders, order), append(names, "priority")
 			prio++
+		}
+		// The same recipe rolled out (synth.Pilot: idling and other
+		// choices where they finish earlier).
+		if order, err := synth.Pilot(pr, synth.Recipe{Prio: chain, Enter: func(int) float64 { return 0 }}, 1_000_000); err == nil {
+			orders, names = append(orders, order), append(names, "pilot")
+			pilot++
 		}
 		if order, ok, err := synth.Periodic(pr, 50, 0); err != nil {
 			t.Fatal(err)
@@ -106,6 +113,9 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	}
 	if prio == 0 {
 		t.Errorf("synth.PriorityOrder stuck on every placement")
+	}
+	if pilot == 0 {
+		t.Errorf("synth.Pilot stuck on every placement")
 	}
 }
 
