@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"cmp"
 	"math"
 	"slices"
 
@@ -101,28 +102,10 @@ const PilotChoices = 4
 // readySteps returns rank r's ready steps, as priorityPick sees them, by
 // priority (ties in priorityPick's order, so the first is its pick).
 func readySteps(l *lister, r int, prio func(k ir.Kind, s, m int) float64) []ir.Step {
-	ready := func(x float64) bool { return x != unset && x <= l.t+listEps }
 	var out []ir.Step
-	for _, s := range l.stagesOf[r] {
-		if ready(l.readyI(s)) {
-			out = append(out, ir.Compute(ir.BackwardInput, s, l.ni[s]))
-		}
-		if ready(l.readyW(s)) {
-			out = append(out, ir.Compute(ir.BackwardWeight, s, l.nw[s]))
-		}
-		if ready(l.readyF(s)) && l.fits(r, s, 0) {
-			out = append(out, ir.Compute(ir.Forward, s, l.nf[s]))
-		}
-	}
+	l.eachReady(r, func(k ir.Kind, s, m int) { out = append(out, ir.Compute(k, s, m)) })
 	slices.SortStableFunc(out, func(a, b ir.Step) int {
-		pa, pb := prio(a.Kind, a.Stage, a.Micro), prio(b.Kind, b.Stage, b.Micro)
-		switch {
-		case pa < pb:
-			return -1
-		case pa > pb:
-			return 1
-		}
-		return 0
+		return cmp.Compare(prio(a.Kind, a.Stage, a.Micro), prio(b.Kind, b.Stage, b.Micro))
 	})
 	return out
 }

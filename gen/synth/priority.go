@@ -50,25 +50,33 @@ func (l *lister) finish(prio func(k ir.Kind, s, m int) float64) error {
 
 // priorityPick is the ready step of rank r with the least priority.
 func priorityPick(l *lister, r int, prio func(k ir.Kind, s, m int) float64) (ir.Step, bool) {
-	ready := func(x float64) bool { return x != unset && x <= l.t+listEps }
 	var best ir.Step
 	var bp float64
 	found := false
-	try := func(k ir.Kind, s, m int) {
+	l.eachReady(r, func(k ir.Kind, s, m int) {
 		if q := prio(k, s, m); !found || q < bp {
 			best, bp, found = ir.Compute(k, s, m), q, true
 		}
-	}
+	})
+	return best, found
+}
+
+// eachReady calls f with each step rank r may start now: on each of its
+// stages in turn, the next I when its F ran and the next stage's I
+// arrived, the next W when its I ended, and the next F when its input
+// arrived (and its micro-batch may enter) and its chunk keeps the rank
+// within the cap.
+func (l *lister) eachReady(r int, f func(k ir.Kind, s, m int)) {
+	ready := func(x float64) bool { return x != unset && x <= l.t+listEps }
 	for _, s := range l.stagesOf[r] {
 		if ready(l.readyI(s)) {
-			try(ir.BackwardInput, s, l.ni[s])
+			f(ir.BackwardInput, s, l.ni[s])
 		}
 		if ready(l.readyW(s)) {
-			try(ir.BackwardWeight, s, l.nw[s])
+			f(ir.BackwardWeight, s, l.nw[s])
 		}
 		if ready(l.readyF(s)) && l.fits(r, s, 0) {
-			try(ir.Forward, s, l.nf[s])
+			f(ir.Forward, s, l.nf[s])
 		}
 	}
-	return best, found
 }
