@@ -124,22 +124,8 @@ func TestPriorityOrderRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 17))
 	built := 0
 	for trial := range 60 {
-		pl, M, c, act, fixed := randomInstance(rng)
-		S := pl.Stages()
-		capacity := oneMicroBatch(pl, act, fixed) + float64(rng.IntN(8))
-		p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: capacity}
-		var off [3][]float64
-		for k := range off {
-			off[k] = make([]float64, S)
-			for s := range S {
-				off[k][s] = rng.Float64() * float64(3*S)
-			}
-		}
-		period, gap := float64(1+rng.IntN(3*S)), rng.Float64()*2
-		kinds := map[ir.Kind]int{ir.Forward: 0, ir.BackwardInput: 1, ir.BackwardWeight: 2}
-		prio := func(k ir.Kind, s, m int) float64 { return off[kinds[k]][s] + float64(m)*period }
-		enter := func(m int) float64 { return float64(m) * gap }
-		prog, err := PriorityOrder(p, prio, enter)
+		p, rc := randomRecipe(rng)
+		prog, err := PriorityOrder(p, rc.Prio, rc.Enter)
 		if errors.Is(err, ErrStuck) {
 			continue
 		}
@@ -148,13 +134,36 @@ func TestPriorityOrderRandom(t *testing.T) {
 		}
 		built++
 		checkCapped(t, trial, p, prog)
-		again, _ := PriorityOrder(p, prio, enter)
+		again, _ := PriorityOrder(p, rc.Prio, rc.Enter)
 		if !reflect.DeepEqual(again.Ranks, prog.Ranks) {
 			t.Errorf("trial %d: a second call gives another order", trial)
 		}
 	}
 	if built < 30 {
 		t.Errorf("PriorityOrder built an order in %d of 60 trials", built)
+	}
+}
+
+// randomRecipe draws a random problem (randomInstance) under a random cap
+// of at least one micro-batch's chunks, and a random recipe for it: each
+// kind and stage a random offset, each micro-batch a random period later,
+// entering a random gap after the one before.
+func randomRecipe(rng *rand.Rand) (Problem, Recipe) {
+	pl, M, c, act, fixed := randomInstance(rng)
+	S := pl.Stages()
+	capacity := oneMicroBatch(pl, act, fixed) + float64(rng.IntN(8))
+	p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: capacity}
+	var off [3][]float64
+	for k := range off {
+		off[k] = make([]float64, S)
+		for s := range S {
+			off[k][s] = rng.Float64() * float64(3*S)
+		}
+	}
+	period, gap := float64(1+rng.IntN(3*S)), rng.Float64()*2
+	return p, Recipe{
+		Prio:  func(k ir.Kind, s, m int) float64 { return off[kindIndex(k)][s] + float64(m)*period },
+		Enter: func(m int) float64 { return float64(m) * gap },
 	}
 }
 

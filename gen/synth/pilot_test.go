@@ -36,22 +36,7 @@ func TestPilotRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 8))
 	built, better, rescued := 0, 0, 0
 	for trial := range 60 {
-		pl, M, c, act, fixed := randomInstance(rng)
-		S := pl.Stages()
-		capacity := oneMicroBatch(pl, act, fixed) + float64(rng.IntN(8))
-		p := Problem{Placement: pl, Micro: M, Cost: c, Act: act, Fixed: fixed, Cap: capacity}
-		var off [3][]float64
-		for k := range off {
-			off[k] = make([]float64, S)
-			for s := range S {
-				off[k][s] = rng.Float64() * float64(3*S)
-			}
-		}
-		period, gap := float64(1+rng.IntN(3*S)), rng.Float64()*2
-		rc := Recipe{
-			Prio:  func(k ir.Kind, s, m int) float64 { return off[kindIndex(k)][s] + float64(m)*period },
-			Enter: func(m int) float64 { return float64(m) * gap },
-		}
+		p, rc := randomRecipe(rng)
 		base, err := PriorityOrder(p, rc.Prio, rc.Enter)
 		prog, ms, perr := pilot(p, rc, 1<<30)
 		if errors.Is(err, ErrStuck) {
