@@ -33,6 +33,10 @@ type lister struct {
 	t          float64 // the current time
 	left       int     // steps not started
 	dry        bool    // out is not kept (Pilot's rollouts)
+	// picked, when set, is told of each step finish starts and the ready
+	// steps it was chosen from (Anneal's contests); ready is their buffer.
+	picked func(st ir.Step, ready []ir.Step)
+	ready  []ir.Step
 }
 
 func newLister(p *Problem, c sim.Cost, enter func(m int) float64) *lister {

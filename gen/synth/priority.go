@@ -32,9 +32,13 @@ func (l *lister) finish(prio func(k ir.Kind, s, m int) float64) error {
 			progressed = false
 			for r := range l.free {
 				for l.isFree(r) {
+					l.ready = l.ready[:0]
 					st, ok := priorityPick(l, r, prio)
 					if !ok {
 						break
+					}
+					if l.picked != nil {
+						l.picked(st, l.ready)
 					}
 					progressed = true
 					l.start(r, st)
@@ -48,12 +52,16 @@ func (l *lister) finish(prio func(k ir.Kind, s, m int) float64) error {
 	return nil
 }
 
-// priorityPick is the ready step of rank r with the least priority.
+// priorityPick is the ready step of rank r with the least priority; with
+// l.picked set it also appends every ready step to l.ready.
 func priorityPick(l *lister, r int, prio func(k ir.Kind, s, m int) float64) (ir.Step, bool) {
 	var best ir.Step
 	var bp float64
 	found := false
 	l.eachReady(r, func(k ir.Kind, s, m int) {
+		if l.picked != nil {
+			l.ready = append(l.ready, ir.Compute(k, s, m))
+		}
 		if q := prio(k, s, m); !found || q < bp {
 			best, bp, found = ir.Compute(k, s, m), q, true
 		}

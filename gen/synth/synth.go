@@ -31,7 +31,9 @@
 // which packs a tight cap closer, and builds orders from it, unrolled and
 // by PriorityOrder with the circle's times as priorities; Pilot improves
 // such a priority order by rollouts (at each choice a rank has, the
-// option whose completion by the priorities ends first); Exact searches
+// option whose completion by the priorities ends first); Anneal improves
+// the priorities themselves (simulated annealing, each move rebuilt by
+// the same list scheduler, so every move yields a feasible order); Exact searches
 // every order of a small problem (branch and bound) and, when it
 // finishes, proves its result optimal; Repair is a local
 // search (adjacent swaps on a rank, within a count budget) from any order,
@@ -65,6 +67,23 @@ type Problem struct {
 	Act   []float64
 	Fixed []float64
 	Cap   float64
+}
+
+// BoundOptions is p's cap as sim.LowerBound takes it: each stage's act
+// and each rank's cap less its fixed memory (none without a cap).
+func (p Problem) BoundOptions() sim.BoundOptions {
+	if !(p.Cap > 0) {
+		return sim.BoundOptions{}
+	}
+	S, P := p.Placement.Stages(), p.Placement.Ranks()
+	opt := sim.BoundOptions{Act: make([]float64, S), Cap: make([]float64, P)}
+	for s := range S {
+		opt.Act[s] = p.act(s)
+	}
+	for r := range P {
+		opt.Cap[r] = max(p.Cap-p.fixed(r), 0)
+	}
+	return opt
 }
 
 // Forward is which ready forward a rank starts first.
