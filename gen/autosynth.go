@@ -273,8 +273,11 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 // pilotTop placements whose synthesized orders are fastest among those
 // that PriorityOrder built (Periodic's priority orders), each with
 // pilotWork steps of rollouts, and keeps each order it makes that is
-// faster lowered. The local search then starts from it. Each pilot writes
-// only its own result: deterministic.
+// faster lowered. A placement whose lower bound under the cap is more
+// than annealRoom below the fastest of those orders also has its recipe
+// annealed first (synth.Anneal, annealWork steps), and both recipes are
+// rolled out: the faster order stays. The local search then starts from
+// it. Each placement writes only its own result: deterministic.
 func pilotPlans(plans []*plan, sp *SplitModel, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) error {
 	var top []*plan
 	for _, pn := range plans {
@@ -291,23 +294,32 @@ func pilotPlans(plans []*plan, sp *SplitModel, lowered func(ir.Program, model.Pa
 	found := make([]*synthFound, len(top))
 	scores := make([]synth.Score, len(top))
 	errs := make([]error, len(top))
+	fastest := top[0].bestLow.Makespan
 	par.ForRanksW(min(runtime.GOMAXPROCS(0), len(top)), len(top), func(_, i int) {
 		b := top[i].best
-		q, err := synth.Pilot(b.problem, *b.recipe, pilotWork)
-		if err != nil {
-			return // stuck: not expected from a recipe whose order ran
+		recipes := []synth.Recipe{*b.recipe}
+		if lb, err := sim.LowerBound(b.prog, b.problem.Cost, b.problem.BoundOptions()); err == nil && lb*(1+annealRoom) < fastest {
+			if ra, _, err := synth.Anneal(b.problem, *b.recipe, annealWork); err == nil {
+				recipes = append(recipes, ra)
+			}
 		}
-		sc, ok := lowered(q, b.part)
-		if !ok || !(sc.Makespan < top[i].bestLow.Makespan*(1-1e-9)) {
-			return
+		for _, rc := range recipes {
+			q, err := synth.Pilot(b.problem, rc, pilotWork)
+			if err != nil {
+				continue // stuck: not expected from a recipe whose order ran
+			}
+			sc, ok := lowered(q, b.part)
+			if !ok || !(sc.Makespan < top[i].bestLow.Makespan*(1-1e-9)) || found[i] != nil && !(sc.Makespan < scores[i].Makespan*(1-1e-9)) {
+				continue
+			}
+			r, mem, err := sp.run(q, b.part)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			found[i] = &synthFound{prog: q, part: b.part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: b.problem}
+			scores[i] = sc
 		}
-		r, mem, err := sp.run(q, b.part)
-		if err != nil {
-			errs[i] = err
-			return
-		}
-		found[i] = &synthFound{prog: q, part: b.part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: b.problem}
-		scores[i] = sc
 	})
 	for i, pn := range top {
 		if errs[i] != nil {
@@ -325,6 +337,15 @@ func pilotPlans(plans []*plan, sp *SplitModel, lowered func(ir.Program, model.Pa
 const (
 	pilotTop  = 2
 	pilotWork = 3_000_000
+)
+
+// annealWork and annealRoom bound the annealing before the rollouts:
+// the list scheduler's steps it spends on one recipe (about 13 s of one
+// core at P = 4, M = 16 on 32 stages), and how far above the lower bound
+// of its cap (sim.LowerBound) an order must be for it to run at all.
+const (
+	annealWork = 40_000_000
+	annealRoom = 0.01
 )
 
 // A start is an order the local search starts from, with its split.
