@@ -19,7 +19,7 @@ import (
 // the runtime equal to a sequential run, over a spread of the rules that
 // do not get stuck, a synth.PriorityOrder order (micro-batches in chain
 // order, one after another, as far as the cap lets them start), that
-// recipe rolled out by synth.Pilot, synth.Periodic's order (found on some placement) and synth.Exact's best
+// recipe rolled out by synth.Pilot and annealed by synth.Anneal, synth.Periodic's order (found on some placement) and synth.Exact's best
 // within a small budget (on the smaller placements).
 func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	const P, M = 4, 8
@@ -27,6 +27,7 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	exact := 0    // with a synth.Exact one
 	prio := 0     // with a synth.PriorityOrder one
 	pilot := 0    // with a synth.Pilot one
+	annealed := 0 // with a synth.Anneal one
 	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4), ir.Zigzag(P, 8)} {
 		S := pl.Stages()
 		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
@@ -72,6 +73,14 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 			orders, names = append(orders, order), append(names, "pilot")
 			pilot++
 		}
+		// The same recipe annealed (synth.Anneal: priorities moved where
+		// the list scheduler's order ends earlier).
+		if rc, _, err := synth.Anneal(pr, synth.Recipe{Prio: chain, Enter: func(int) float64 { return 0 }}, 2_000_000); err == nil {
+			if order, err := synth.PriorityOrder(pr, rc.Prio, rc.Enter); err == nil {
+				orders, names = append(orders, order), append(names, "anneal")
+				annealed++
+			}
+		}
 		if order, ok, err := synth.Periodic(pr, 50, 0); err != nil {
 			t.Fatal(err)
 		} else if ok {
@@ -116,6 +125,9 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	}
 	if pilot == 0 {
 		t.Errorf("synth.Pilot stuck on every placement")
+	}
+	if annealed == 0 {
+		t.Errorf("synth.Anneal stuck on every placement")
 	}
 }
 
