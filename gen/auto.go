@@ -51,9 +51,10 @@ type AutoOptions struct {
 	// on large programs (repairWork simulated steps). With Split.Partition
 	// and MemLimit, a positive budget also climbs the split of the best
 	// placement's synthesized order, one synthesis per SplitClimbCost of
-	// it (climbSplit). A larger budget may find a faster order and takes
-	// up to that many times longer; the choice stays deterministic for a
-	// given budget.
+	// it (climbSplit), and the annealing of the recipes (synth.Anneal)
+	// gets budget/RepairBudget times its default steps (annealBudget). A
+	// larger budget may find a faster order and takes up to that many
+	// times longer; the choice stays deterministic for a given budget.
 	Budget int
 	// Progress, when set, is called before each step of the search, with
 	// what the step does, how many steps came before it and how many there

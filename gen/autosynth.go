@@ -204,7 +204,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 			progress("climbing no split (nothing synthesized)")
 		}
 	}
-	if err := pilotPlans(plans, sp, lowered, progress); err != nil {
+	if err := pilotPlans(plans, sp, annealBudget(opt.Auto.Budget), lowered, progress); err != nil {
 		return nil, err
 	}
 	// The local searches, on all cores: each writes only its own result,
@@ -275,10 +275,10 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 // pilotWork steps of rollouts, and keeps each order it makes that is
 // faster lowered. A placement whose lower bound under the cap is more
 // than annealRoom below the fastest of those orders also has its recipe
-// annealed first (synth.Anneal, annealWork steps), and both recipes are
+// annealed first (synth.Anneal, annealing steps), and both recipes are
 // rolled out: the faster order stays. The local search then starts from
 // it. Each placement writes only its own result: deterministic.
-func pilotPlans(plans []*plan, sp *SplitModel, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) error {
+func pilotPlans(plans []*plan, sp *SplitModel, annealing int, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) error {
 	var top []*plan
 	for _, pn := range plans {
 		if pn.best != nil && pn.best.recipe != nil {
@@ -299,7 +299,7 @@ func pilotPlans(plans []*plan, sp *SplitModel, lowered func(ir.Program, model.Pa
 		b := top[i].best
 		recipes := []synth.Recipe{*b.recipe}
 		if lb, err := sim.LowerBound(b.prog, b.problem.Cost, b.problem.BoundOptions()); err == nil && lb*(1+annealRoom) < fastest {
-			if ra, _, err := synth.Anneal(b.problem, *b.recipe, annealWork); err == nil {
+			if ra, _, err := synth.Anneal(b.problem, *b.recipe, annealing); err == nil {
 				recipes = append(recipes, ra)
 			}
 		}
@@ -340,13 +340,26 @@ const (
 )
 
 // annealWork and annealRoom bound the annealing before the rollouts:
-// the list scheduler's steps it spends on one recipe (about 13 s of one
-// core at P = 4, M = 16 on 32 stages), and how far above the lower bound
-// of its cap (sim.LowerBound) an order must be for it to run at all.
+// the list scheduler's steps it spends on one recipe by default (10–17 s
+// of one core at P = 4, M = 16 on 32 stages), and how far the lower
+// bound of a placement's cap (sim.LowerBound) must lie below the fastest
+// order for it to run at all; maxAnnealWork is the most an explicit
+// budget gives it.
 const (
-	annealWork = 40_000_000
-	annealRoom = 0.01
+	annealWork    = 40_000_000
+	maxAnnealWork = 1_000_000_000
+	annealRoom    = 0.01
 )
+
+// annealBudget is the annealing's steps for AutoOptions.Budget: the
+// default, annealWork, for 0, else annealWork scaled by the budget's
+// ratio to RepairBudget, up to maxAnnealWork.
+func annealBudget(budget int) int {
+	if budget <= 0 {
+		return annealWork
+	}
+	return int(min(int64(annealWork)*int64(budget)/RepairBudget, maxAnnealWork))
+}
 
 // A start is an order the local search starts from, with its split.
 type start struct {
