@@ -290,15 +290,27 @@ func pilotPlans(plans []*plan, sp *SplitModel, annealing int, lowered func(ir.Pr
 	if len(top) == 0 {
 		return nil
 	}
-	progress("rolling out %d orders (pilot)", len(top))
+	// Which to anneal: those whose bound leaves room below the fastest.
+	anneal, n := make([]bool, len(top)), 0
+	for i, pn := range top {
+		b := pn.best
+		if lb, err := sim.LowerBound(b.prog, b.problem.Cost, b.problem.BoundOptions()); err == nil && lb*(1+annealRoom) < top[0].bestLow.Makespan {
+			anneal[i] = true
+			n++
+		}
+	}
+	if n > 0 {
+		progress("annealing %d and rolling out %d orders (anneal, pilot)", n, len(top))
+	} else {
+		progress("rolling out %d orders (pilot)", len(top))
+	}
 	found := make([]*synthFound, len(top))
 	scores := make([]synth.Score, len(top))
 	errs := make([]error, len(top))
-	fastest := top[0].bestLow.Makespan
 	par.ForRanksW(min(runtime.GOMAXPROCS(0), len(top)), len(top), func(_, i int) {
 		b := top[i].best
 		recipes := []synth.Recipe{*b.recipe}
-		if lb, err := sim.LowerBound(b.prog, b.problem.Cost, b.problem.BoundOptions()); err == nil && lb*(1+annealRoom) < fastest {
+		if anneal[i] {
 			if ra, _, err := synth.Anneal(b.problem, *b.recipe, annealing); err == nil {
 				recipes = append(recipes, ra)
 			}
