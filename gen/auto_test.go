@@ -132,8 +132,9 @@ func TestAutoDeterministic(t *testing.T) {
 }
 
 // TestAutoDeterministicWithModel: with a model (synthesis, whose local
-// searches run on all cores) auto chooses the same program on one core as
-// on all of them, and again on a second run.
+// searches, rollouts and annealing run on all cores) auto chooses the
+// same program on one core as on all of them, and again on a second run;
+// the second case anneals (its progress says so).
 func TestAutoDeterministicWithModel(t *testing.T) {
 	m := model.Model{Layers: []model.Layer{{F: 0.3, I: 0.1, W: 0.3, Act: 1}}}
 	for range 8 {
@@ -141,23 +142,34 @@ func TestAutoDeterministicWithModel(t *testing.T) {
 	}
 	m.Layers = append(m.Layers, model.Layer{F: 3, I: 3, W: 3, Act: 4})
 	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
-	opt := Options{Auto: AutoOptions{Split: &SplitModel{Model: m, Partition: true}, MemLimit: 6}}
-	run := func(procs int) Result {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-		r, err := Lower(cfg, opt)
-		if err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		mem    float64
+		budget int
+		anneal bool
+	}{{6, 0, false}, {5, 30, true}} {
+		annealed := false
+		opt := Options{Auto: AutoOptions{Split: &SplitModel{Model: m, Partition: true}, MemLimit: tc.mem, Budget: tc.budget,
+			Progress: func(step string, _, _ int) { annealed = annealed || strings.HasPrefix(step, "annealing") }}}
+		run := func(procs int) Result {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			r, err := Lower(cfg, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
 		}
-		return r
-	}
-	serial := run(1)
-	for _, procs := range []int{4, 4} {
-		r := run(procs)
-		if r.Config.Schedule != serial.Config.Schedule || r.Config.Virtual != serial.Config.Virtual || emit.Fingerprint(r.Program) != emit.Fingerprint(serial.Program) {
-			t.Errorf("GOMAXPROCS %d chose %s V=%d, one core %s V=%d (or another order)", procs, r.Config.Schedule, r.Config.Virtual, serial.Config.Schedule, serial.Config.Virtual)
+		serial := run(1)
+		for _, procs := range []int{4, 4} {
+			r := run(procs)
+			if r.Config.Schedule != serial.Config.Schedule || r.Config.Virtual != serial.Config.Virtual || emit.Fingerprint(r.Program) != emit.Fingerprint(serial.Program) {
+				t.Errorf("mem %g: GOMAXPROCS %d chose %s V=%d, one core %s V=%d (or another order)", tc.mem, procs, r.Config.Schedule, r.Config.Virtual, serial.Config.Schedule, serial.Config.Virtual)
+			}
 		}
+		if annealed != tc.anneal {
+			t.Errorf("mem %g, budget %d: annealed %v, want %v", tc.mem, tc.budget, annealed, tc.anneal)
+		}
+		t.Logf("mem %g: chose %s V=%d", tc.mem, serial.Config.Schedule, serial.Config.Virtual)
 	}
-	t.Logf("chose %s V=%d", serial.Config.Schedule, serial.Config.Virtual)
 }
 
 // TestAutoProgress: the callback sees every family built once, in
