@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -75,12 +74,8 @@ func TestAnnealPacksATightCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two seconds of CPU")
 	}
-	p := Problem{Placement: ir.Zigzag(4, 8), Micro: 16, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{0.6}, B: []float64{1.6}}, Fixed: make([]float64, 4), Cap: 16}
-	base, rc, ok, err := PeriodicRecipe(p, 200, 0)
-	if err != nil || !ok || rc == nil {
-		t.Fatalf("PeriodicRecipe: %v, %v, recipe %v", ok, err, rc != nil)
-	}
-	ra, _, err := Anneal(p, *rc, 5_000_000)
+	p, base, rc := tightCapRecipe(t)
+	ra, _, err := Anneal(p, rc, 5_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +83,5 @@ func TestAnnealPacksATightCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCapped(t, 0, p, prog)
-	c, _ := p.Cost.Resolve(p.Placement.Stages())
-	rb, _ := sim.Run(base, c)
-	ra2, err := sim.Run(prog, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Periodic %g, annealed %g", rb.Makespan, ra2.Makespan)
-	if !(ra2.Makespan < rb.Makespan*(1-1e-9)) {
-		t.Errorf("annealed %g, not faster than Periodic's %g", ra2.Makespan, rb.Makespan)
-	}
+	checkFaster(t, p, base, prog, "annealed")
 }

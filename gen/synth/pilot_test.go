@@ -82,15 +82,30 @@ func TestPilotPacksATightCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a second of CPU")
 	}
+	p, base, rc := tightCapRecipe(t)
+	prog, err := Pilot(p, rc, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFaster(t, p, base, prog, "Pilot")
+}
+
+// tightCapRecipe is the problem of TestPilotPacksATightCap, Periodic's
+// best order for it and that order's recipe.
+func tightCapRecipe(t *testing.T) (Problem, ir.Program, Recipe) {
+	t.Helper()
 	p := Problem{Placement: ir.Zigzag(4, 8), Micro: 16, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{0.6}, B: []float64{1.6}}, Fixed: make([]float64, 4), Cap: 16}
 	base, rc, ok, err := PeriodicRecipe(p, 200, 0)
 	if err != nil || !ok || rc == nil {
 		t.Fatalf("PeriodicRecipe: %v, %v, recipe %v", ok, err, rc != nil)
 	}
-	prog, err := Pilot(p, *rc, 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return p, base, *rc
+}
+
+// checkFaster checks that prog, made by name for p, keeps the cap and is
+// faster than base, Periodic's order.
+func checkFaster(t *testing.T, p Problem, base, prog ir.Program, name string) {
+	t.Helper()
 	checkCapped(t, 0, p, prog)
 	c, _ := p.Cost.Resolve(p.Placement.Stages())
 	rb, _ := sim.Run(base, c)
@@ -98,8 +113,8 @@ func TestPilotPacksATightCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Periodic %g, Pilot %g", rb.Makespan, rp.Makespan)
+	t.Logf("Periodic %g, %s %g", rb.Makespan, name, rp.Makespan)
 	if !(rp.Makespan < rb.Makespan*(1-1e-9)) {
-		t.Errorf("Pilot %g, not faster than Periodic's %g", rp.Makespan, rb.Makespan)
+		t.Errorf("%s %g, not faster than Periodic's %g", name, rp.Makespan, rb.Makespan)
 	}
 }
