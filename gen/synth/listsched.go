@@ -210,5 +210,6 @@ func (l *lister) rollout() *lister {
 	n.nf, n.ni, n.nw = slices.Clone(l.nf), slices.Clone(l.ni), slices.Clone(l.nw)
 	n.mem, n.free = slices.Clone(l.mem), slices.Clone(l.free)
 	n.out, n.dry = ir.Program{}, true
+	n.picked, n.ready = nil, nil // no hooks, no shared buffer
 	return &n
 }
