@@ -76,7 +76,7 @@ func badLaunches() []badLaunch {
 		envCase("SLURM_JOB_NODELIST=gpu[01-02", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu[01-02", "SLURM_JOB_ID": "1"}, "unbalanced '['"),
 		envCase("PPGEN_TIMEOUT=0s", rank("PPGEN_TIMEOUT", "0s"), "PPGEN_TIMEOUT=0s: out of range, want more than 0 and at most 24h0m0s"),
 		envCase("PPGEN_TIMEOUT=30 (no unit)", rank("PPGEN_TIMEOUT", "30"), `PPGEN_TIMEOUT="30": not a duration`),
-		envCase("PPGEN_ALLOW_NO_TOKEN=yes", rank("PPGEN_ALLOW_NO_TOKEN", "yes"), `PPGEN_ALLOW_NO_TOKEN="yes": want 1 (run without a token) or 0`),
+		envCase("PPGEN_ALLOW_NO_TOKEN=yes", rank("PPGEN_ALLOW_NO_TOKEN", "yes"), `PPGEN_ALLOW_NO_TOKEN="yes": want 1 or true (run without a token), or 0 or false`),
 		envCase("PPGEN_TOKEN of 1 MiB", rank("PPGEN_TOKEN", strings.Repeat("k", 1<<20)), "PPGEN_TOKEN is 1048576 bytes long; want at most 1024"),
 		localCase("Local with 0 ranks", 0, LocalOptions{}, "launch: 0 ranks; want 1..1024 on one machine"),
 		localCase("Local with 100000 ranks", 100000, LocalOptions{}, "launch: 100000 ranks; want 1..1024 on one machine"),

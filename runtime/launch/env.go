@@ -215,7 +215,7 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 			e.AllowNoToken = true
 		case "0", "false":
 		default:
-			return e, fmt.Errorf("launch: %s=%q: want 1 (run without a token) or 0", AllowNoTokenVar, v)
+			return e, fmt.Errorf("launch: %s=%q: want 1 or true (run without a token), or 0 or false", AllowNoTokenVar, v)
 		}
 	}
 	if e.Timeout, err = timeoutFrom(get); err != nil {

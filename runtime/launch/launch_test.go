@@ -52,7 +52,7 @@ func TestFromLookup(t *testing.T) {
 			Env{World: 1, MasterAddr: "127.0.0.1", AllowNoToken: true, Source: "torchrun"}, ""},
 		{"allow no token false", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_ALLOW_NO_TOKEN": "false"},
 			Env{World: 1, MasterAddr: "127.0.0.1", Source: "torchrun"}, ""},
-		{"allow no token yes", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_ALLOW_NO_TOKEN": "yes"}, Env{}, `PPGEN_ALLOW_NO_TOKEN="yes": want 1 (run without a token) or 0`},
+		{"allow no token yes", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_ALLOW_NO_TOKEN": "yes"}, Env{}, `PPGEN_ALLOW_NO_TOKEN="yes": want 1 or true (run without a token), or 0 or false`},
 		{"timeout", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TIMEOUT": "90s"},
 			Env{World: 1, MasterAddr: "127.0.0.1", Timeout: 90 * time.Second, Source: "torchrun"}, ""},
 		{"timeout not a duration", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "PPGEN_TIMEOUT": "30"}, Env{}, `PPGEN_TIMEOUT="30": not a duration`},
