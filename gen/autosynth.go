@@ -19,9 +19,10 @@ import (
 
 // SynthPrefix starts the Schedule name of a candidate the auto scheduler
 // synthesized (gen/synth) rather than took from a family: "synth(loop)"
-// (V = 1, 2 or 4), "synth(v)" and "synth(zigzag)" (V = 4 or 8,
-// ir.Zigzag). Such a Config does not rebuild with Build: its order is the
-// candidate's own (Result.Compute).
+// (V = 1, 2 or 4), "synth(v)", "synth(zigzag)" (V = 4 or 8, ir.Zigzag)
+// and "synth(balanced)" (one of those with stages moved between ranks:
+// balancePlan). Such a Config does not rebuild with Build: its order is
+// the candidate's own (Result.Compute), on its own placement.
 const SynthPrefix = "synth("
 
 // IsSynthesized reports whether a schedule name is a synthesized
@@ -80,7 +81,8 @@ func synthPlacementsFor(cfg ir.Config, L int) []synthPlacement {
 // P = 4, M = 8 within two micro-batches: 269.3 on the zigzag with V = 8,
 // where the even and the families' splits gave 283.6 at best), then, with
 // -partition auto, the best order again for gen/partition's split of the
-// best order found. Each try carries its order, split and bound (the order's
+// best order found; with -partition auto, a placement balancePlan derives
+// from the fastest joins them (synth(balanced)). Each try carries its order, split and bound (the order's
 // simulated makespan and memory), as the families' tries do; its index
 // follows theirs, so a family wins a tie. Synthesis failures (every rule
 // stuck) leave the placement out.
@@ -180,16 +182,22 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		}
 		plans = append(plans, pn)
 	}
+	if sp.Partition && len(on) > 0 {
+		// A placement whose ranks' work is more even, from the fastest.
+		if top := fastestPlan(plans); top != nil {
+			bp, err := balancePlan(cfg, sp, top, limit, lowered, progress)
+			if err != nil {
+				return nil, err
+			}
+			if bp != nil {
+				plans = append(plans, bp)
+			}
+		}
+	}
 	if n := splitClimbs(opt.Auto.Budget, limit, sp); n > 0 && len(on) > 0 {
 		// The split of the placement whose synthesized order is fastest,
 		// climbed (climbSplit), the local search then starting from it.
-		var top *plan
-		for _, pn := range plans {
-			if pn.best != nil && (top == nil || pn.bestLow.Makespan < top.bestLow.Makespan) {
-				top = pn
-			}
-		}
-		if top != nil {
+		if top := fastestPlan(plans); top != nil {
 			progress("climbing the split of %s V=%d (%d syntheses at most)", top.pk.name, top.pk.virtual, n)
 			f, err := climbSplit(cfg, sp, top.pl, top.best.part, limit, n)
 			if err != nil {
@@ -267,6 +275,18 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		index++
 	}
 	return out, nil
+}
+
+// fastestPlan is the plan whose synthesized order is fastest lowered
+// (the first on a tie), nil when none has one.
+func fastestPlan(plans []*plan) *plan {
+	var top *plan
+	for _, pn := range plans {
+		if pn.best != nil && (top == nil || pn.bestLow.Makespan < top.bestLow.Makespan) {
+			top = pn
+		}
+	}
+	return top
 }
 
 // pilotPlans runs synth.Pilot, on all cores, from the recipes of the

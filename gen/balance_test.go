@@ -1,0 +1,90 @@
+package gen
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/synth"
+	"github.com/ppgen/ppgen/gen/verify"
+)
+
+// TestBalancePlan: on the LLM-like model at P = 4, M = 8 within 18.5, the
+// zigzag with V = 8 leaves rank 0 the most work whatever the split (the
+// embedding's stage, the head's and six blocks). balancePlan moves a
+// stage off it: the busiest rank of the new placement has less work, its
+// order is faster, verifies and keeps the limit, every rank keeps a
+// stage, and the search is deterministic. On the uniform model no move
+// lowers the busiest rank, and it returns nil.
+func TestBalancePlan(t *testing.T) {
+	const limit = 18.5
+	cfg := ir.Config{Ranks: 4, Micro: 8}
+	top := func(t *testing.T, sp *SplitModel, pl ir.Placement) *plan {
+		t.Helper()
+		part, err := partition.Placed(sp.Model, pl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := synthesize(cfg, sp, pl, part, limit)
+		if err != nil || f == nil {
+			t.Fatalf("%v, %v", f, err)
+		}
+		return &plan{pk: synthPlacement{"synth(zigzag)", 8, true}, pl: pl, best: f, bestLow: synth.Score{Makespan: f.ms}}
+	}
+	run := func(sp *SplitModel) func(ir.Program, model.Partition) (synth.Score, bool) {
+		return func(q ir.Program, part model.Partition) (synth.Score, bool) {
+			r, mem, err := sp.run(q, part)
+			if err != nil || mem > limit*(1+1e-9) {
+				return synth.Score{}, false
+			}
+			return synth.Score{Makespan: r.Makespan, Finish: synth.RankFinish(r)}, true
+		}
+	}
+	quiet := func(string, ...any) {}
+
+	sp := &SplitModel{Model: readExampleModel(t, "llm.json"), Partition: true}
+	from := top(t, sp, ir.Zigzag(4, 8))
+	bp, err := balancePlan(cfg, sp, from, limit, run(sp), quiet)
+	if err != nil || bp == nil {
+		t.Fatalf("balancePlan: %v, %v", bp, err)
+	}
+	busiest := func(pl ir.Placement, part model.Partition) float64 {
+		l, err := rankLoads(sp, pl, part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Max(l)
+	}
+	if b, a := busiest(from.pl, from.best.part), busiest(bp.pl, bp.best.part); !(a < b) {
+		t.Errorf("busiest rank %g after, %g before", a, b)
+	}
+	if !(bp.bestLow.Makespan < from.bestLow.Makespan) {
+		t.Errorf("balanced %g, not below %g", bp.bestLow.Makespan, from.bestLow.Makespan)
+	}
+	if bp.pk.name != BalancedName || !slices.Equal(bp.best.prog.Placement.RankOf, bp.pl.RankOf) {
+		t.Errorf("plan %s on %v, its order on %v", bp.pk.name, bp.pl, bp.best.prog.Placement)
+	}
+	if _, err := ir.Table(4, bp.pl.RankOf); err != nil {
+		t.Error(err)
+	}
+	if _, err := verify.Check(bp.best.prog, verify.Options{}); err != nil {
+		t.Error(err)
+	}
+	if _, mem, err := sp.run(bp.best.prog, bp.best.part); err != nil || mem > limit*(1+1e-9) {
+		t.Errorf("memory %g, %v; want at most %g", mem, err, limit)
+	}
+	again, err := balancePlan(cfg, sp, from, limit, run(sp), quiet)
+	if err != nil || again == nil || !slices.Equal(again.pl.RankOf, bp.pl.RankOf) || again.bestLow.Makespan != bp.bestLow.Makespan {
+		t.Errorf("not deterministic: %v then %v", bp.pl, again)
+	}
+	t.Logf("%g on %v → %g on %v", from.bestLow.Makespan, from.pl, bp.bestLow.Makespan, bp.pl)
+
+	uni := &SplitModel{Model: readExampleModel(t, "uniform.json"), Partition: true}
+	var moved bool
+	bu, err := balancePlan(cfg, uni, top(t, uni, ir.Zigzag(4, 8)), limit, run(uni), func(string, ...any) { moved = true })
+	if err != nil || bu != nil || moved {
+		t.Errorf("uniform model: %v, %v (moves tried: %v); want no move", bu, err, moved)
+	}
+}
