@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+	"unicode/utf8"
 )
 
 //go:embed *.tmpl
@@ -50,7 +51,7 @@ type Data struct {
 	Job     string   // job name: lower-case letters, digits and '-'
 	Ranks   int      // pipeline ranks = processes
 	Port    int      // MASTER_PORT
-	Image   string   // container image (k8s)
+	Image   string   // container image (k8s): an OCI reference (checkImage)
 	GPUs    int      // GPUs per rank (0: none requested)
 	MPI     string   // slurm-mpi: srun's --mpi plugin ("" = DefaultMPI)
 	Command []string // the trainer command and its arguments
@@ -64,6 +65,24 @@ var jobName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // mpiPlugin is an srun --mpi plugin name, e.g. pmix, pmix_v4, pmi2.
 var mpiPlugin = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
+// checkImage checks a container image reference (empty: none given): the
+// characters of an OCI reference (registry.example/team/trainer:1,
+// trainer@sha256:...), which need no quoting in YAML or a shell, starting
+// with a letter or digit. The k8s template also writes it quoted, so a
+// reference is never read as more YAML than one string.
+func checkImage(image string) error {
+	alnum := func(r rune) bool { return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' }
+	for i, r := range image {
+		switch {
+		case !alnum(r) && !strings.ContainsRune("._-/:@+", r):
+			return fmt.Errorf("image %q holds %q; want a container image reference such as registry.example/trainer:1 or trainer@sha256:HEX (letters, digits and . _ - / : @ + only)", image, r)
+		case i == 0 && !alnum(r):
+			return fmt.Errorf("image %q starts with %q; want a container image reference that starts with a letter or digit, such as registry.example/trainer:1", image, r)
+		}
+	}
+	return nil
+}
 
 // Render renders the named template (one of Kinds).
 func Render(kind string, d Data) ([]byte, error) {
@@ -89,6 +108,19 @@ func Render(kind string, d Data) ([]byte, error) {
 		return nil, fmt.Errorf("no trainer command given")
 	case kind == "k8s" && d.Image == "":
 		return nil, fmt.Errorf("the k8s template needs a container image (-image)")
+	}
+	if err := checkImage(d.Image); err != nil {
+		return nil, err
+	}
+	if kind == "k8s" {
+		// The Job holds the command as YAML double-quoted strings, whose
+		// escapes are Unicode code points: a word that is not UTF-8 would
+		// reach the pod changed (and the API server rejects it).
+		for _, w := range d.Command {
+			if !utf8.ValidString(w) {
+				return nil, fmt.Errorf("trainer argument %q is not valid UTF-8, which a Kubernetes Job cannot hold; pass it in UTF-8 (or use -kind slurm)", w)
+			}
+		}
 	}
 	t, err := template.New(file).Funcs(template.FuncMap{
 		"shell": shellQuote,

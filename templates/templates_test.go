@@ -55,6 +55,22 @@ func TestRenderErrors(t *testing.T) {
 		{"slurm", func(d *Data) { d.Command = nil }, "no trainer command"},
 		{"k8s", func(d *Data) { d.Image = "" }, "needs a container image"},
 		{"slurm-mpi", func(d *Data) { d.MPI = "pmix; rm -rf /" }, `MPI plugin "pmix; rm -rf /": want an srun --mpi name`},
+		// An image is one YAML string: no newline that starts a key, no
+		// " #" that starts a comment, no quote, nothing outside an OCI
+		// reference's characters.
+		{"k8s", func(d *Data) { d.Image = "img:1\n  securityContext: {privileged: true}" }, `image "img:1\n  securityContext: {privileged: true}" holds '\n'; want a container image reference`},
+		{"k8s", func(d *Data) { d.Image = "img #x" }, `image "img #x" holds ' '`},
+		{"k8s", func(d *Data) { d.Image = "img#x" }, `image "img#x" holds '#'`},
+		{"k8s", func(d *Data) { d.Image = `img"x` }, `image "img\"x" holds '"'`},
+		{"k8s", func(d *Data) { d.Image = "img'x" }, `image "img'x" holds '\''`},
+		{"k8s", func(d *Data) { d.Image = "img\tx" }, `holds '\t'`},
+		{"k8s", func(d *Data) { d.Image = "img:1\x00" }, `holds '\x00'`},
+		{"k8s", func(d *Data) { d.Image = "img,x" }, `holds ','`},
+		{"k8s", func(d *Data) { d.Image = "imgé" }, `holds 'é'`},
+		{"k8s", func(d *Data) { d.Image = "-img" }, `image "-img" starts with '-'`},
+		{"k8s", func(d *Data) { d.Image = "@img" }, `image "@img" starts with '@'`},
+		{"slurm", func(d *Data) { d.Image = "a b" }, `image "a b" holds ' '`},
+		{"k8s", func(d *Data) { d.Command = []string{"t", "\xff"} }, `trainer argument "\xff" is not valid UTF-8`},
 	}
 	for _, tc := range tests {
 		d := ok
@@ -62,6 +78,27 @@ func TestRenderErrors(t *testing.T) {
 		_, err := Render(tc.kind, d)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %+v: error %v, want %q", tc.kind, d, err, tc.want)
+		}
+	}
+}
+
+// TestK8sImage: an image reference of any allowed shape reaches the Job
+// as one double-quoted YAML string.
+func TestK8sImage(t *testing.T) {
+	for _, image := range []string{
+		"img",
+		"registry.example:5000/team/trainer_x-y.z:v1.2",
+		"trainer@sha256:0123456789abcdef",
+		"Registry.example/trainer:1.0+build.7",
+	} {
+		d := Data{Job: "j", Ranks: 2, Port: 29500, Image: image, Command: []string{"t"}}
+		got, err := Render("k8s", d)
+		if err != nil {
+			t.Errorf("image %q: %v", image, err)
+			continue
+		}
+		if want := "\n          image: \"" + image + "\"\n"; !strings.Contains(string(got), want) {
+			t.Errorf("image %q: the Job lacks %q:\n%s", image, want, got)
 		}
 	}
 }

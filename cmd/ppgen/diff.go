@@ -16,12 +16,18 @@ import (
 	"github.com/ppgen/ppgen/gen/vet"
 )
 
-// parseUnits parses the flags and arguments of diff and check and loads
+// parseUnits parses the flags and arguments of check and loads
 // the units they name, relative to the working directory it returns.
 func parseUnits(fs *flag.FlagSet, args []string) ([]gencmd.Unit, string, error) {
 	if err := parseArgs(fs, args); err != nil {
 		return nil, "", err
 	}
+	return loadUnits(fs)
+}
+
+// loadUnits loads the units that the arguments of fs name, relative to
+// the working directory it returns.
+func loadUnits(fs *flag.FlagSet) ([]gencmd.Unit, string, error) {
 	cwd, _ := os.Getwd()
 	units, err := gencmd.LoadUnits(fs.Args(), cwd)
 	return units, cwd, err
@@ -40,7 +46,13 @@ func regenerationError(r gencmd.Regenerated, cwd string) error {
 func runDiff(args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("diff", flag.ContinueOnError)
 	context := fs.Int("U", 3, "lines of context in the unified diff")
-	units, cwd, err := parseUnits(fs, args)
+	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if *context < 0 {
+		return usagef("-U %d: want 0 or more lines of context (3 by default)", *context)
+	}
+	units, cwd, err := loadUnits(fs)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -87,6 +88,16 @@ func TestDiffCheckFile(t *testing.T) {
 		{"diff not generated", string(src), []string{"diff", notGenerated}, 2, nil, []string{"plain.go is not a ppgen-generated file"}, true},
 		{"check no args", string(src), []string{"check"}, 2, nil, []string{"name packages (./...) or generated .go files"}, true},
 		{"diff bad flag", string(src), []string{"diff", "-nope", path}, 2, nil, []string{"flag provided but not defined: -nope"}, true},
+		// A flag after the file is not read as a file or package pattern.
+		{"check flag after file", string(src), []string{"check", path, "-v"}, 2, nil, []string{`ppgen check: flag -v after the argument "` + path + `": flags go before arguments; see ` + "`ppgen check -h`"}, true},
+		{"diff flag after file", strings.Join(edited, "\n"), []string{"diff", path, "-U", "5"}, 2, nil, []string{`ppgen diff: flag -U after the argument "` + path + `": flags go before arguments`}, true},
+		{"diff negative -U", strings.Join(edited, "\n"), []string{"diff", "-U", "-1", path}, 2, nil, []string{"ppgen diff: -U -1: want 0 or more lines of context"}, true},
+		// More context than the file has lines is the whole file, in one
+		// hunk, and does not overflow.
+		{"diff huge -U", strings.Join(edited, "\n"), []string{"diff", "-U", strconv.Itoa(math.MaxInt), path}, 1,
+			[]string{fmt.Sprintf("\n@@ -1,%d +1,%d @@\n", len(lines)-1, len(lines)-1)}, nil, false},
+		{"diff -U 0", strings.Join(edited, "\n"), []string{"diff", "-U", "0", path}, 1,
+			[]string{fmt.Sprintf("\n@@ -%d +%d @@\n-\tx.SendF(0x0000_0002_0001_0001)\n+", edit+1, edit+1)}, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -321,6 +321,21 @@ func TestImportExportErrors(t *testing.T) {
 	}
 }
 
+// TestImportExportUsage: the usage lines show -from and -to as required,
+// as they are (TestImportExportErrors: "missing -from", "missing -to").
+func TestImportExportUsage(t *testing.T) {
+	for _, tc := range []struct{ cmd, want string }{
+		{"import", "usage: ppgen import -from torch-csv|torch-csv-legacy FILE "},
+		{"export", "usage: ppgen export -to torch-csv|torch-csv-legacy (-schedule "},
+	} {
+		code, stdout, stderr := cliRun(t, tc.cmd, "-h")
+		usage, _, _ := strings.Cut(stdout, "\n")
+		if code != 0 || !strings.HasPrefix(usage, tc.want) || strings.Contains(usage, "[-from") || strings.Contains(usage, "[-to") {
+			t.Errorf("ppgen %s -h: exit %d, usage line %q (stderr %q); want it to start %q", tc.cmd, code, usage, stderr, tc.want)
+		}
+	}
+}
+
 // TestImportToStdout: with -o - the Go source is all of stdout and the
 // report goes to stderr.
 func TestImportToStdout(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,6 +14,17 @@ import (
 func runPartition(args []string, stdout, _ io.Writer) error {
 	req, fs := newRequest("partition", gencmd.Flags{Cost: "the keys -model does not give (comm, bw, data, opt, ...; see `ppgen sim -h`)"})
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// The -partition of the shared schedule flags chooses the split that
+	// sim, trace and report simulate; partition searches it regardless.
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "partition" {
+			err = usagef("-partition %q: ppgen partition always searches the split (and prints the even split beside it); drop -partition, which chooses the split sim, trace and report run", f.Value.String())
+		}
+	})
+	if err != nil {
 		return err
 	}
 	rep, err := req.PartitionLayers()

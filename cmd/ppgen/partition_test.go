@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -38,5 +39,19 @@ func TestPartitionCommand(t *testing.T) {
 	}
 	if !(p.Makespan < e.Makespan) || p.LowerBound <= 0 || p.LowerBound > p.Makespan || e.LowerBound > e.Makespan {
 		t.Errorf("sim -json even:\n%s\npartition auto:\n%s", even, part)
+	}
+}
+
+// TestPartitionRejectsPartitionFlag: partition always searches the split,
+// so its -partition (a shared schedule flag, for sim, trace and report) is
+// refused whatever its value rather than ignored.
+func TestPartitionRejectsPartitionFlag(t *testing.T) {
+	const llm = "../../examples/models/llm.json"
+	for _, value := range []string{"bogus", "even", "auto", ""} {
+		code, stdout, stderr := cliRun(t, "partition", "-model", llm, "-ranks", "2", "-partition", value)
+		want := fmt.Sprintf("ppgen partition: -partition %q: ppgen partition always searches the split", value)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("-partition %q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", value, code, stdout, stderr, want)
+		}
 	}
 }

@@ -147,6 +147,7 @@ func TestSimErrors(t *testing.T) {
 		{[]string{"-compare", "1f1b,zbv", "-schedule", "zbv", "-ranks", "4", "-micro", "8"}, "drop -schedule"},
 		{[]string{"-compare", "1f1b,zbv", "-virtual", "2", "-ranks", "4", "-micro", "8"}, "NAME:V"},
 		{[]string{"-compare", "1f1b,nope", "-ranks", "4", "-micro", "8"}, `unknown schedule "nope"`},
+		{[]string{"-compare", "auto,1f1b", "-ranks", "4", "-micro", "8"}, `-compare: "auto": auto cannot be one of the compared schedules; use -schedule auto`},
 		{[]string{"-compare", "1f1b,zbv:x", "-ranks", "4", "-micro", "8"}, "NAME:V"},
 		{[]string{"-compare", ",", "-ranks", "4", "-micro", "8"}, "list of schedules"},
 		{[]string{"-compare", "1f1b,zbv:3", "-ranks", "4", "-micro", "8"}, "virtual = 3"},

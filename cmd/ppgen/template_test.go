@@ -22,6 +22,18 @@ func TestTemplateCommand(t *testing.T) {
 	if code := run([]string{"template", "-kind", "k8s", "-ranks", "2", "--", "t"}, &out, &errs); code != 2 || !strings.Contains(errs.String(), "container image") {
 		t.Errorf("k8s without image: exit %d, %s", code, errs.String())
 	}
+	// An -image that YAML would read as more than one string is refused,
+	// naming it.
+	for _, tc := range []struct{ image, want string }{
+		{"img:1\n  securityContext: {privileged: true}", `ppgen template: image "img:1\n  securityContext: {privileged: true}" holds '\n'`},
+		{"img #x", `ppgen template: image "img #x" holds ' '`},
+	} {
+		out.Reset()
+		errs.Reset()
+		if code := run([]string{"template", "-kind", "k8s", "-ranks", "2", "-image", tc.image, "--", "t"}, &out, &errs); code != 2 || !strings.Contains(errs.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("-image %q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.image, code, out.String(), errs.String(), tc.want)
+		}
+	}
 }
 
 // TestTemplateSlurmMPI: -kind slurm-mpi starts the ranks as one MPI job

@@ -13,6 +13,9 @@ import (
 // equal), with ctx lines of context, labelled oldName and newName.
 func unifiedDiff(a, b []byte, oldName, newName, newNote string, ctx int) string {
 	x, y := splitLines(a), splitLines(b)
+	// More context than lines adds nothing, and keeps 2·ctx and i1+ctx
+	// below from overflowing.
+	ctx = min(max(ctx, 0), len(x)+len(y))
 	ops := diffLines(x, y)
 	var out strings.Builder
 	fmt.Fprintf(&out, "--- %s\n+++ %s\t%s\n", oldName, newName, newNote)

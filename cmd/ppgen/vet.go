@@ -74,6 +74,16 @@ func parseArgs(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() == 0 {
 		return usagef("name packages (./...) or generated .go files; see `ppgen %s -h`", fs.Name())
 	}
+	// The flags end at the first argument; a flag after it would be read
+	// as a package pattern ("malformed import path"). After an explicit
+	// "--", every word is an argument.
+	if n := len(args) - fs.NArg(); n == 0 || args[n-1] != "--" {
+		for _, a := range fs.Args()[1:] {
+			if len(a) > 1 && a[0] == '-' {
+				return usagef("flag %s after the argument %q: flags go before arguments; see `ppgen %s -h`", a, fs.Arg(0), fs.Name())
+			}
+		}
+	}
 	return nil
 }
 

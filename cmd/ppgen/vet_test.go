@@ -30,6 +30,7 @@ func TestVetCommand(t *testing.T) {
 		{[]string{"vet", "../../gen/vet/testdata/src/github.com/ppgen/ppgen/runtime/pipe/pipe.go"}, 2, []string{"is not a ppgen-generated file"}},
 		{[]string{"vet"}, 2, []string{"name packages (./...) or generated .go files"}},
 		{[]string{"vet", "./no/such/dir"}, 2, []string{"ppgen vet:"}},
+		{[]string{"vet", broken, "-v"}, 2, []string{`ppgen vet: flag -v after the argument "` + broken + `": flags go before arguments; see ` + "`ppgen vet -h`"}},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := dcRun(tt.args...)

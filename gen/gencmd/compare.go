@@ -108,8 +108,12 @@ func ParseCompare(list string) ([]CompareEntry, error) {
 			}
 			e = CompareEntry{Name: name, Virtual: n}
 		}
+		if e.Name == gen.Auto {
+			// auto picks one family; schedules.Lookup's list names it.
+			return nil, usagef("-compare: %q: auto cannot be one of the compared schedules; use -schedule auto (without -compare), which compares every family and picks one, or list families: %s", f, strings.Join(schedules.Names(), ","))
+		}
 		if _, err := schedules.Lookup(e.Name); err != nil {
-			return nil, usagef("-compare: %v", err)
+			return nil, usagef("-compare: unknown schedule %q; want families from %s (see `ppgen list`)", e.Name, strings.Join(schedules.Names(), ", "))
 		}
 		out = append(out, e)
 	}

@@ -36,9 +36,14 @@ func TestCompare(t *testing.T) {
 		{"1f1b,zbv:x", "NAME:V"},
 		{",", "list of schedules"},
 		{"nope", "unknown schedule"},
+		{"1f1b,nope", `-compare: unknown schedule "nope"; want families from 1f1b, `},
+		// auto picks one family: it is not one to compare, and no list
+		// the error prints offers it.
+		{"auto,1f1b", `-compare: "auto": auto cannot be one of the compared schedules; use -schedule auto`},
+		{"1f1b,auto:2", `-compare: "auto:2": auto cannot be one of the compared schedules`},
 	} {
-		if _, err := ParseCompare(tc.list); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v; want %q", tc.list, err, tc.want)
+		if _, err := ParseCompare(tc.list); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), ", auto") {
+			t.Errorf("%q: %v; want %q, and no list that offers auto", tc.list, err, tc.want)
 		}
 	}
 }
