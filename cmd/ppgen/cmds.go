@@ -104,7 +104,7 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 }
 
 func runSim(args []string, stdout, stderr io.Writer) error {
-	req, fs := newRequest("sim", gencmd.Flags{In: true, Cost: "cost model: comma-separated KEY=VALUE, keys F, B (the full backward), I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw, param, dp (param=SIZE with bw and dp=N charge each FSDP all-gather and reduce-scatter a ring over N ranks); per-stage lists F=1:1:1:1.4; keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; values finite in [0, 1e9], overlap in [0, 1]"})
+	req, fs := newRequest("sim", gencmd.Flags{In: true, Cost: "cost model: comma-separated KEY=VALUE, keys F, B (the full backward), I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw, param, dp (param=SIZE with bw and dp=N charge each FSDP all-gather and reduce-scatter a ring over N ranks); per-stage lists F=1:1:1:1.4; keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0, and B=I+W (of B, I, W one not given is derived from the other two; all three given must agree); values finite in [0, 1e9], overlap in [0, 1]"})
 	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy); an array with -compare")
 	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
 	width := fs.Int("width", 120, "grid width in columns")
@@ -116,6 +116,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	}
 	if *svgOut == "-" {
 		return usagef("-svg needs a file name")
+	}
+	if err := checkOutputs(req.Inputs(), namedFile{Name: "-svg", Path: *svgOut}); err != nil {
+		return err
 	}
 	if err := checkSVGWidth(*svgWidth); err != nil {
 		return err
@@ -265,6 +268,13 @@ func floats(xs []float64) string {
 func runGen(args []string, stdout, stderr io.Writer) error {
 	req, err := parseGen(args, gencmd.EnvFromOS())
 	if err != nil {
+		return err
+	}
+	out := namedFile{Name: "-o", Path: req.Path()}
+	if req.Out == "" {
+		out.Name = "the default output"
+	}
+	if err := checkOutputs(req.Inputs(), out); err != nil {
 		return err
 	}
 	if fi, err := os.Stat(req.Path()); err == nil && fi.IsDir() {

@@ -8,10 +8,56 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 // Every command that writes a file (-o of gen, import, export, trace,
-// report and template; sim -svg) writes it with writeFileAtomic.
+// report, template and tune; sim -svg) writes it with writeFileAtomic, after
+// checkOutputs has refused any output that is one of its inputs, before any
+// work.
+
+// A namedFile is a file a command reads or writes and what names it in
+// messages: a flag ("-o", "-in") or an argument ("the CSV file").
+type namedFile = gencmd.Input
+
+// checkOutputs refuses (a usage error, before anything is written) an output
+// that is the same file as an input: writing it would replace what the
+// command reads (ppgen gen -in g.txt -o g.txt). Standard input and output
+// ("-", "") are never the same file; an output that exists and is not a
+// regular file (/dev/stdout, a pipe) is written in place and replaces
+// nothing.
+func checkOutputs(inputs []namedFile, outputs ...namedFile) error {
+	for _, out := range outputs {
+		if out.Path == "" || out.Path == "-" {
+			continue
+		}
+		if fi, err := os.Stat(out.Path); err == nil && !fi.Mode().IsRegular() {
+			continue
+		}
+		for _, in := range inputs {
+			if in.Path == "" || in.Path == "-" || !sameFile(out.Path, in.Path) {
+				continue
+			}
+			return usagef("%s %s is the same file as %s %s: writing it would replace the input; write the output to another file", out.Name, out.Path, in.Name, in.Path)
+		}
+	}
+	return nil
+}
+
+// sameFile reports whether paths a and b name one file: os.SameFile when
+// both exist (a link, a hard link, another spelling), else their cleaned
+// absolute paths are equal.
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(fa, fb)
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
+}
 
 // writeOutput writes b to stdout when path is "-", else to the file path
 // (writeFileAtomic), and then says so on stderr: "ppgen: wrote PATH" and

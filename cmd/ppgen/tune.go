@@ -28,6 +28,9 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if err := checkOut(*out); err != nil {
 		return err
 	}
+	if err := checkOutputs([]namedFile{{Name: "-trace", Path: *trace}}, namedFile{Name: "-o", Path: *out}); err != nil {
+		return err
+	}
 	f, err := os.Open(*trace)
 	if err != nil {
 		return usagef("reading -trace: %v", err)

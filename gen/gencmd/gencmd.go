@@ -16,10 +16,10 @@
 //	// ppgen gen -micro 8 -ranks 4 -schedule 1f1b -table
 //
 // The recorded invocation lists the flags that were set, in flag-name order,
-// without -o (an import records its file, relative to the output's
-// directory, after the flags); with the file's own package clause (standing
-// in for $GOPACKAGE) it regenerates the file byte for byte (see
-// FromHeader).
+// without -o, and names the files it reads (-in, -model; an import's file,
+// after the flags) relative to the output's directory; with the file's own
+// package clause (standing in for $GOPACKAGE) it regenerates the file byte
+// for byte (see FromHeader).
 package gencmd
 
 import (
@@ -214,7 +214,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 		r.simCost = true
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)
 	} else {
-		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
+		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0, and B=I+W; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
 	}
 	fs.IntVar(&r.Budget, "budget", 0, fmt.Sprintf("-schedule auto with -model: the most simulations each local search of a synthesized order spends (0: the default, %d, fewer on large programs; at most %d); with -partition auto and -mem, also one synthesis per %d of it climbing the split of the best placement; the annealing of synthesized priorities gets budget/%d times its default steps; a larger budget may find a faster order and takes up to that many times longer", gen.RepairBudget, gen.MaxBudget, gen.SplitClimbCost, gen.RepairBudget))
 	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
@@ -442,6 +442,12 @@ func ReadProgram(path string) (ir.Program, error) {
 // itself); a value that is empty or holds spaces or quotes is Go-quoted, so
 // SplitArgs reads the line back into the same arguments.
 func Invocation(cmd string, fs *flag.FlagSet) string {
+	return invocation(cmd, fs, func(_, value string) string { return value })
+}
+
+// invocation is Invocation with each set flag's value passed through value
+// (its flag name, its value) first.
+func invocation(cmd string, fs *flag.FlagSet, value func(name, v string) string) string {
 	parts := []string{"ppgen", cmd}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -460,7 +466,7 @@ func Invocation(cmd string, fs *flag.FlagSet) string {
 			}
 			return
 		}
-		parts = append(parts, "-"+fl.Name, quoteArg(fl.Value.String()))
+		parts = append(parts, "-"+fl.Name, quoteArg(value(fl.Name, fl.Value.String())))
 	})
 	return strings.Join(parts, " ")
 }
@@ -546,7 +552,10 @@ func ImportFlags(r *Request) *flag.FlagSet {
 }
 
 // Parse parses the arguments of `ppgen gen` (what follows "gen") in env.
-// "-h" gives an error wrapping flag.ErrHelp; other errors are *UsageError.
+// The invocation it records names -in and -model relative to the directory
+// of -o, so that the header of the output regenerates it wherever it is
+// read from. "-h" gives an error wrapping flag.ErrHelp; other errors are
+// *UsageError.
 func Parse(args []string, env Env) (*Request, error) {
 	r := &Request{Command: "gen", Env: env}
 	fs := GenFlags(r)
@@ -560,8 +569,78 @@ func Parse(args []string, env Env) (*Request, error) {
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected argument %q (flags go before arguments; see `ppgen gen -h`)", fs.Arg(0))
 	}
-	r.Invocation = Invocation("gen", fs)
+	r.Invocation = r.record("gen", fs)
 	return r, nil
+}
+
+// inputFlags are the flags of a request that name a file it reads (Name
+// without the dash): the header of a generated file records them as seen
+// from the file (record), and a command that writes files refuses to
+// replace them (Inputs).
+func (r *Request) inputFlags() []Input {
+	return []Input{{"in", r.In}, {"model", r.Model}}
+}
+
+// An Input is a file a request reads and what names it: a flag ("-in",
+// "-model") or, for an import, "the CSV file".
+type Input struct {
+	Name string
+	Path string
+}
+
+// Inputs returns the files the request reads (-in, -model, an import's
+// file), their paths joined to Env.Dir; standard input ("-") and unset
+// flags are left out.
+func (r *Request) Inputs() []Input {
+	var out []Input
+	add := func(name, path string) {
+		if path != "" && path != "-" {
+			out = append(out, Input{name, resolve(r.Env.Dir, path)})
+		}
+	}
+	for _, f := range r.inputFlags() {
+		add("-"+f.Name, f.Path)
+	}
+	if r.Command == "import" {
+		add("the CSV file", r.File)
+	}
+	return out
+}
+
+// record renders the invocation a generated file records (Invocation),
+// with the paths of inputFlags seen from the output's directory
+// (fromOutput).
+func (r *Request) record(cmd string, fs *flag.FlagSet) string {
+	return invocation(cmd, fs, func(name, v string) string {
+		for _, f := range r.inputFlags() {
+			if name == f.Name {
+				return r.fromOutput(v)
+			}
+		}
+		return v
+	})
+}
+
+// fromOutput returns path, a file named relative to Env.Dir, as the header
+// of the output records it: relative to the output's directory, where go
+// generate, check and diff run the recorded command line (FromHeader). An
+// absolute path, standard input ("-") and a path of a request without an
+// output file (-o not set, which writes into Env.Dir, or -o -) stay as
+// given.
+func (r *Request) fromOutput(path string) string {
+	if r.Out == "" || r.Out == "-" || path == "" || path == "-" || filepath.IsAbs(path) {
+		return path
+	}
+	a, err1 := filepath.Abs(resolve(r.Env.Dir, path))
+	b, err2 := filepath.Abs(filepath.Dir(resolve(r.Env.Dir, r.Out)))
+	if err1 != nil || err2 != nil {
+		return path
+	}
+	rel, err := filepath.Rel(b, a)
+	if err != nil {
+		return a // another volume: only the absolute path names it from there
+	}
+	return filepath.ToSlash(rel)
 }
 
 // ParseImport parses the arguments of `ppgen import` in env: flags before
@@ -593,16 +672,7 @@ func ParseImport(args []string, env Env) (*Request, error) {
 		return nil, err
 	}
 	r.File = files[0]
-	file := r.File
-	if out := r.Out; out != "" && out != "-" && file != "-" {
-		// The file as seen from the output's directory.
-		a, err1 := filepath.Abs(resolve(env.Dir, file))
-		b, err2 := filepath.Abs(filepath.Dir(resolve(env.Dir, out)))
-		if rel, err := filepath.Rel(b, a); err1 == nil && err2 == nil && err == nil {
-			file = filepath.ToSlash(rel)
-		}
-	}
-	r.Invocation = Invocation("import", fs) + " " + quoteArg(file)
+	r.Invocation = r.record("import", fs) + " " + quoteArg(r.fromOutput(r.File))
 	return r, nil
 }
 

@@ -305,3 +305,77 @@ func TestImportFromHeader(t *testing.T) {
 		t.Errorf("import from stdin: %v; want the refusal", err)
 	}
 }
+
+// TestRecordedPaths: the invocation a generated file records names the
+// files it reads (-in, -model, an import's file) relative to the output's
+// directory, where check and diff run it (FromHeader); absolute paths,
+// standard input and requests without an output file keep them as given.
+func TestRecordedPaths(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "w")
+	abs := filepath.Join(root, "elsewhere", "g.txt")
+	tests := []struct {
+		name     string
+		isImport bool
+		args     []string
+		want     string // the invocation after "ppgen gen " or "ppgen import "
+	}{
+		{"in into a subdirectory", false, []string{"-in", "good.txt", "-o", "sub/x_gen.go"}, "-in ../good.txt"},
+		{"model into a subdirectory", false, []string{"-schedule", "1f1b", "-model", "m.json", "-o", "sub/x_gen.go"}, "-model ../m.json -schedule 1f1b"},
+		{"in and model, deeper", false, []string{"-in", "data/g.txt", "-model", "data/m.json", "-o", "sub/deep/x_gen.go"}, "-in ../../data/g.txt -model ../../data/m.json"},
+		{"input below the output", false, []string{"-in", "sub/g.txt", "-o", "sub/x_gen.go"}, "-in g.txt"},
+		{"output in a sibling", false, []string{"-in", "good.txt", "-o", "../out/x_gen.go"}, "-in ../w/good.txt"},
+		{"quoted", false, []string{"-in", "my schedule.txt", "-o", "sub/x_gen.go"}, `-in "../my schedule.txt"`},
+		{"absolute stays", false, []string{"-in", abs, "-o", "sub/x_gen.go"}, "-in " + abs},
+		{"stdin stays", false, []string{"-in", "-", "-o", "sub/x_gen.go"}, "-in -"},
+		{"no -o: as given", false, []string{"-in", "./good.txt", "-model", "m.json"}, "-in ./good.txt -model m.json"},
+		{"stdout: as given", false, []string{"-in", "good.txt", "-o", "-"}, "-in good.txt"},
+		{"import", true, []string{"-from", "torch-csv", "data/two.csv", "-o", "sub/two_gen.go"}, "-from torch-csv ../data/two.csv"},
+		{"import absolute", true, []string{"-from", "torch-csv", abs, "-o", "sub/two_gen.go"}, "-from torch-csv " + abs},
+		{"import without -o", true, []string{"-from", "torch-csv", "data/two.csv"}, "-from torch-csv data/two.csv"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			parse, cmd := Parse, "gen"
+			if tc.isImport {
+				parse, cmd = ParseImport, "import"
+			}
+			r, err := parse(tc.args, Env{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "ppgen " + cmd + " " + tc.want; r.Invocation != want {
+				t.Errorf("%q: invocation %q, want %q", tc.args, r.Invocation, want)
+			}
+		})
+	}
+}
+
+// TestInputs: the files a request reads, joined to its directory; standard
+// input is none.
+func TestInputs(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []Input
+	}{
+		{[]string{"-schedule", "1f1b"}, nil},
+		{[]string{"-in", "g.txt", "-model", "/m.json"}, []Input{{"-in", filepath.Join("d", "g.txt")}, {"-model", "/m.json"}}},
+		{[]string{"-in", "-", "-model", "m.json"}, []Input{{"-model", filepath.Join("d", "m.json")}}},
+	}
+	for _, tc := range tests {
+		r, err := Parse(tc.args, Env{Dir: "d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Inputs(); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%q: Inputs %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	r, err := ParseImport([]string{"-from", "torch-csv", "x.csv", "-o", "x_gen.go"}, Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.Inputs(), []Input{{"the CSV file", "x.csv"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("import: Inputs %v, want %v", got, want)
+	}
+}
