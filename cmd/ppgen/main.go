@@ -78,9 +78,11 @@
 //
 // show:   -compute-only  print only F, B, I, W steps; -format text|csv
 //
-// sim:    -cost F=1,B=2,W=1,comm=0 (B is the full backward, I = B - W unless
-// I= is given; per-stage lists like F=1:1:1:1.4; other keys data, overlap,
-// unshard, reduce, opt, swap; act=SIZE[:SIZE...],bw=RATE make each
+// sim:    -cost F=1,B=2,W=1,comm=0 (B is the full backward, B = I + W: of B,
+// I and W a key not given is derived from the other two, with defaults B=2,
+// W=1, and all three given must agree; per-stage lists like F=1:1:1:1.4;
+// other keys data, overlap, unshard, reduce, opt, swap;
+// act=SIZE[:SIZE...],bw=RATE make each
 // activation or gradient transfer take comm + size/bw; param=SIZE[:SIZE...]
 // and dp=N (with bw) add to each UNSHARD and REDUCE_GRAD the ring cost of
 // its all-gather or reduce-scatter over N ranks, (N-1)·comm + (N-1)/N ·

@@ -222,6 +222,40 @@ func TestMemoryByHand(t *testing.T) {
 	}
 }
 
+// TestMemoryZeroCosts: steps of zero length still hold their chunks, so
+// the memory is TestMemoryByHand's whatever costs nothing, and a limit
+// below it fits no split.
+func TestMemoryZeroCosts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		f, i, w float64
+	}{
+		{"all zero", 0, 0, 0},
+		{"free forward", 0, 1, 1},
+		{"free backward", 1, 0, 0},
+		{"free W", 1, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := model.Model{Layers: []model.Layer{
+				{F: tc.f, I: tc.i, W: tc.w, Act: 1, Params: 5},
+				{F: tc.f, I: tc.i, W: tc.w, Act: 2, Params: 1},
+				{F: tc.f, I: tc.i, W: tc.w, Act: 4, Params: 1},
+			}}
+			p := build(t, "1f1b", 2, 0, 4)
+			ev, err := Evaluate(m, model.Partition{Bounds: []int{0, 1, 3}}, p, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []float64{2*1 + 5, 1*(2+4) + 2}; !slices.Equal(ev.MemPerRank, want) {
+				t.Errorf("memory per rank %v, want %v", ev.MemPerRank, want)
+			}
+			if _, err := Search(m, p, Options{MemLimit: 1}); err == nil {
+				t.Errorf("a split fits the limit 1; want none (every split holds more than 1 on some rank)")
+			}
+		})
+	}
+}
+
 // TestPlaced: on equal layers every rank gets its even share of the work
 // (the split may still differ from the even one, giving the chunks that
 // live longest fewer layers); on the LLM-like model zigzagged over P = 8

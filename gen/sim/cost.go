@@ -20,10 +20,13 @@ import (
 //
 // The backward costs, per stage. B is the full backward (input and weight
 // gradients, one B step); I is the input-gradient half and W the
-// weight-gradient half of a split backward (I and W steps). Each key not
-// given keeps its default, F=1, B=2, W=1, and I=B−W (so I=1): giving B alone
-// (B=3) keeps W=1 and makes I=2; giving I keeps it as given. An I derived
-// below 0 (W > B) is an error that asks for W or I.
+// weight-gradient half of a split backward (I and W steps), so B = I + W.
+// Each key not given keeps its default, F=1, B=2, W=1, and I=B−W (so I=1):
+// giving B alone (B=3) keeps W=1 and makes I=2; B and I give W = B − I; I
+// without B gives B = I + W (I=3 keeps W=1 and makes B=4). An I or W
+// derived below 0 is an error that asks for a smaller part or the other
+// one, and B, I and W all given with B ≠ I + W (beyond a relative 1e-9) an
+// error that asks for B = I + W, as a -model layer's are.
 //
 // Every value must be finite and within [0, MaxCost]; bw is 0 (infinite
 // bandwidth) or within [MinBW, MaxCost].
@@ -106,8 +109,9 @@ var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt",
 // either one value or a colon-separated list with one value per stage
 // ("F=1:1:1:1.4"), as does param; the scalar keys are comm, data
 // (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw and dp. Keys are case-insensitive. Keys not
-// given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0 (see
-// Cost). Values must be finite numbers in [0, MaxCost] (overlap in [0, 1];
+// given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0, and
+// B = I + W always holds (a key of the three not given is derived from the
+// other two; see Cost). Values must be finite numbers in [0, MaxCost] (overlap in [0, 1];
 // bw 0 or at least MinBW). stages ≤ 0 means the number of stages is not
 // known yet: lists of any length are kept and Run checks them against the
 // program; a list has at most ir.MaxIndex+1 values.
@@ -336,7 +340,9 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 		} else {
 			r.F[s] = at(c.F, s)
 		}
-		// Each key not given keeps its default: B=2, W=1, I=B−W.
+		// B = I + W always: a key not given is derived from the other two
+		// (I = B − W, W = B − I, B = I + W), defaults B=2, W=1 filling in
+		// the rest; all three given must agree.
 		b, w := 2.0, 1.0
 		if c.B != nil {
 			b = at(c.B, s)
@@ -344,15 +350,30 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 		if c.W != nil {
 			w = at(c.W, s)
 		}
-		i := b - w
-		if c.I != nil {
-			i = at(c.I, s)
-		} else if i < 0 {
-			wv := fmt.Sprintf("W=%v", w)
-			if c.W == nil {
-				wv = fmt.Sprintf("W (default %v)", w)
+		var i float64
+		switch {
+		case c.I == nil:
+			i = b - w
+			if i < 0 {
+				wv := fmt.Sprintf("W=%v", w)
+				if c.W == nil {
+					wv = fmt.Sprintf("W (default %v)", w)
+				}
+				return Cost{}, fmt.Errorf("stage %d: I = B − W = %v − %v < 0: %s exceeds B=%v; give W ≤ B, or give I", s, b, w, wv, b)
 			}
-			return Cost{}, fmt.Errorf("stage %d: I = B − W = %v − %v < 0: %s exceeds B=%v; give W ≤ B, or give I", s, b, w, wv, b)
+		case c.B == nil:
+			i = at(c.I, s)
+			b = i + w
+		case c.W == nil:
+			i = at(c.I, s)
+			if w = b - i; w < 0 {
+				return Cost{}, fmt.Errorf("stage %d: W = B − I = %v − %v < 0: I=%v exceeds B=%v; give I ≤ B, or give W", s, b, i, i, b)
+			}
+		default:
+			i = at(c.I, s)
+			if math.Abs(i+w-b) > 1e-9*max(1, b) {
+				return Cost{}, fmt.Errorf("stage %d: B=%v but I + W = %v + %v = %v (B is the full backward, I then W); give B=%v, or leave one of B, I, W out to have it derived from the other two", s, b, i, w, i+w, i+w)
+			}
 		}
 		r.B[s], r.I[s], r.W[s] = b, i, w
 	}

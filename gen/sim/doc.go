@@ -11,7 +11,9 @@
 // OPT_STEP), of an FSDP all-gather (UNSHARD) and of a swap transfer.
 // ParseCost reads the command-line form "F=1,B=2,W=1,comm=0" with per-stage
 // lists "F=1:1:1:1.4". Keys not given keep their defaults, F=1, B=2, W=1,
-// I=B−W, everything else 0 (see Cost); values are finite, at most MaxCost.
+// I=B−W, everything else 0, and B = I + W always (of B, I and W a key not
+// given is derived from the other two; see Cost); values are finite, at
+// most MaxCost.
 //
 // # Timing rules
 //

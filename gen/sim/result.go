@@ -72,20 +72,29 @@ func (r Result) PeakMemory(act []float64) []float64 {
 // livePeaks sweeps the chunk lifetimes of the events of a simulation of P
 // ranks and S stages: the peak per rank of the live chunks' weights
 // (weight[s] per chunk of stage s; nil: 1 each).
+//
+// Lifetimes are half-open in time, and at one instant t the marks go in the
+// order the rank ran them: first the ends of events of positive length
+// that end at t (they end before anything at t begins), then every other
+// mark at t in program order (event index; an event's start before its
+// end). So a chunk whose backward ends when another's F starts does not
+// overlap it, while zero-length steps still count: a chunk is live at
+// least from its F's start to its last backward's end in program order,
+// and all-zero costs give the live counts of the program order itself.
 func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 	type life struct {
 		rank      int
 		stage     int
-		start     float64
-		fEnd      float64    // end of the chunk's F
-		end       [3]float64 // ends of the chunk's W, B and I (NaN when absent)
-		offEnd    float64    // end of the offload transfer, or NaN
-		loadStart float64    // start of the load transfer, or NaN
+		start     instant
+		fEnd      instant    // end of the chunk's F
+		end       [3]instant // ends of the chunk's W, B and I (t NaN when absent)
+		offEnd    instant    // end of the offload transfer, or t NaN
+		loadStart instant    // start of the load transfer, or t NaN
 	}
 	compute := func(ev *Event) bool {
 		return ev.Lane == LaneCompute && (ev.Step.Kind.IsCompute() || ev.Step.Kind.IsOverlap())
 	}
-	nan := math.NaN()
+	none := instant{t: math.NaN()}
 	maxMicro := 0
 	for i := range evs {
 		ev := &evs[i]
@@ -104,7 +113,8 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		}
 		for _, cs := range ev.Step.Computes() {
 			if cs.Kind == ir.Forward && at.setFirst(cs.Stage, cs.Micro, len(lives)) {
-				lives = append(lives, life{rank: ev.Rank, stage: cs.Stage, start: ev.Start, fEnd: ev.End, end: [3]float64{nan, nan, nan}, offEnd: nan, loadStart: nan})
+				lives = append(lives, life{rank: ev.Rank, stage: cs.Stage, start: startOf(evs, i), fEnd: endOf(evs, i),
+					end: [3]instant{none, none, none}, offEnd: none, loadStart: none})
 			}
 		}
 	}
@@ -126,8 +136,8 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 				backward = true
 				if li := at.get(cs.Stage, cs.Micro); li >= 0 {
 					l := &lives[li]
-					if math.IsNaN(l.end[j]) || ev.End > l.end[j] {
-						l.end[j] = ev.End
+					if e := endOf(evs, i); math.IsNaN(l.end[j].t) || l.end[j].before(e) {
+						l.end[j] = e
 					}
 				}
 			}
@@ -137,14 +147,14 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 				continue
 			}
 			if ev.Step.Kind == ir.SwapLaunchOffload {
-				lives[li].offEnd = ev.End
+				lives[li].offEnd = endOf(evs, i)
 			} else {
-				lives[li].loadStart = ev.Start
+				lives[li].loadStart = startOf(evs, i)
 			}
 		}
 	}
 	type mark struct {
-		t     float64
+		at    instant
 		delta float64
 	}
 	marks := make([][]mark, P)
@@ -159,9 +169,9 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 				w = weight[l.stage]
 			}
 		}
-		end := math.Inf(1) // never freed
+		end := instant{t: math.Inf(1)} // never freed
 		for _, v := range l.end {
-			if !math.IsNaN(v) {
+			if !math.IsNaN(v.t) {
 				end = v
 				break
 			}
@@ -169,15 +179,22 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		if !backward {
 			end = l.fEnd
 		}
+		if end.before(l.start) {
+			// a backward that ends before its F starts (a malformed
+			// order): the chunk is still live for an instant
+			end = l.start
+			end.phase = 1
+		}
 		marks[l.rank] = append(marks[l.rank], mark{l.start, +w}, mark{end, -w})
-		if !math.IsNaN(l.offEnd) && !math.IsNaN(l.loadStart) && l.start <= l.offEnd && l.offEnd <= l.loadStart && l.loadStart <= end {
+		if !math.IsNaN(l.offEnd.t) && !math.IsNaN(l.loadStart.t) &&
+			l.start.before(l.offEnd) && !l.loadStart.before(l.offEnd) && l.loadStart.before(end) {
 			marks[l.rank] = append(marks[l.rank], mark{l.offEnd, -w}, mark{l.loadStart, +w})
 		}
 	}
 	out := make([]float64, P)
 	for r, ms := range marks {
 		slices.SortFunc(ms, func(a, b mark) int {
-			if c := cmp.Compare(a.t, b.t); c != 0 {
+			if c := a.at.compare(b.at); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.delta, b.delta)
@@ -191,3 +208,43 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 	}
 	return out
 }
+
+// instant is a point of the sweep in livePeaks: a time t, and where it
+// falls among the marks at t: the end of an event of positive length
+// (settled, 0) goes before all else at t, then the rest (1) by event index
+// ord (program order on one rank), an event's start (phase 0) before its
+// end (phase 1).
+type instant struct {
+	t       float64
+	settled int
+	ord     int
+	phase   int
+}
+
+// startOf is the instant event i starts.
+func startOf(evs []Event, i int) instant {
+	return instant{t: evs[i].Start, settled: 1, ord: i}
+}
+
+// endOf is the instant event i ends.
+func endOf(evs []Event, i int) instant {
+	if evs[i].End > evs[i].Start {
+		return instant{t: evs[i].End, ord: i, phase: 1}
+	}
+	return instant{t: evs[i].End, settled: 1, ord: i, phase: 1}
+}
+
+func (a instant) compare(b instant) int {
+	if c := cmp.Compare(a.t, b.t); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.settled, b.settled); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.ord, b.ord); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.phase, b.phase)
+}
+
+func (a instant) before(b instant) bool { return a.compare(b) < 0 }

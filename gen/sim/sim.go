@@ -79,7 +79,11 @@ type Result struct {
 	// else its B, else its I), excluding the time it is swapped out (from the
 	// end of its SWAP_LAUNCH_OFFLOAD transfer to the start of its
 	// SWAP_LAUNCH_LOAD transfer). Intervals are half-open: a chunk whose
-	// backward ends when another's F starts does not overlap it. In a
+	// backward ends when another's F starts does not overlap it. Steps of
+	// zero length still count: at one instant the rank's steps go in
+	// program order, so a chunk is live at least from its F to its last
+	// backward in program order, and with every cost 0 the counts are
+	// those of the program order (as gen/verify counts them). In a
 	// forward-only program (no backward at all) a chunk is live during its F.
 	PeakActivations []int
 	// Events holds one event per step: rank 0's steps in program order,

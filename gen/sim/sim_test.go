@@ -171,6 +171,13 @@ func TestHandTimed(t *testing.T) {
 			want:     []want{{0, "0I0", 1, 3}, {0, "0W0", 3, 4}},
 		},
 		{
+			name:     "only I given: B = I + W, so B and I then W cost the same",
+			prog:     "rank 0: 0F0 0B0 0F1 0I1 0W1\n",
+			cost:     "I=5",
+			makespan: 14,
+			want:     []want{{0, "0B0", 1, 7}, {0, "0F1", 7, 8}, {0, "0I1", 8, 13}, {0, "0W1", 13, 14}},
+		},
+		{
 			// Rank 1's host posts RECV_F0 and goes on to its DATA_LOAD at once.
 			name:     "per-stage costs and data loads",
 			prog:     "rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1DATA_LOAD0 1F0 1B0 1SEND_B0\n",
@@ -527,5 +534,64 @@ func TestManyRanks(t *testing.T) {
 		if want := float64(3 * (M + P - 1)); !near(r.Makespan, want) {
 			t.Errorf("makespan %g, want %g", r.Makespan, want)
 		}
+	}
+}
+
+// TestPeakActivationsZeroLength: steps of zero length still hold their
+// chunks; at one instant the rank's steps go in program order, so all-zero
+// costs count the live chunks of the program order itself (as gen/verify
+// does), and a zero-length step next to positive ones keeps the half-open
+// rule for the positive ones.
+func TestPeakActivationsZeroLength(t *testing.T) {
+	parse := func(text string) ir.Program {
+		p, err := ir.ParseText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		p    ir.Program
+		cost string
+		want []int
+	}{
+		{"gpipe P=2 M=8 zero", naiveComm(gpipe(2, 8)), "F=0,B=0,W=0", []int{8, 8}},
+		{"gpipe P=4 M=8 zero compute-only", gpipe(4, 8), "F=0,B=0,W=0", []int{8, 8, 8, 8}},
+		{"1f1b P=4 M=8 zero", onef1bComm(4, 8), "F=0,B=0,W=0", []int{4, 3, 2, 1}},
+		{"1f1b split P=4 M=8 zero", onef1b(4, 8, true), "F=0,B=0,I=0,W=0", []int{4, 3, 2, 1}},
+		{"1f1b P=4 M=8 F=1 B=0", onef1bComm(4, 8), "F=1,B=0,W=0", []int{4, 3, 2, 1}},
+		{"1f1b split P=4 M=8 F=0 I=1 W=0", onef1b(4, 8, true), "F=0,B=1,I=1,W=0", []int{4, 3, 2, 1}},
+		{"gpipe P=2 M=8 F=0 B=1", naiveComm(gpipe(2, 8)), "F=0,B=1,W=0", []int{8, 8}},
+		{"gpipe P=2 M=8 stage 0 free", naiveComm(gpipe(2, 8)), "F=0:1,B=0:2,W=0:1", []int{8, 8}},
+		{"1f1b P=4 M=8 stages 1, 3 free", onef1bComm(4, 8), "F=1:0:1:0,B=2:0:2:0,W=1:0:1:0,comm=0.5", []int{4, 3, 2, 1}},
+		{"B before next F zero", parse("rank 0: 0F0 0B0 0F1 0B1\n"), "F=0,B=0,W=0", []int{1}},
+		{"B before next F, F positive", parse("rank 0: 0F0 0B0 0F1 0B1\n"), "F=1,B=0,W=0", []int{1}},
+		{"B before next F, B positive", parse("rank 0: 0F0 0B0 0F1 0B1\n"), "F=0,B=1,W=0", []int{1}},
+		{"two F before their B zero", parse("rank 0: 0F0 0F1 0B0 0B1\n"), "F=0,B=0,W=0", []int{2}},
+		{"chunk held to its W zero", parse("rank 0: 0F0 0I0 0F1 0W0 0I1 0W1\n"), "F=0,B=0,I=0,W=0", []int{2}},
+		{"swapped out zero", parse("rank 0: 0F0 0SWAP_LAUNCH_OFFLOAD0 0SWAP_WAIT_OFFLOAD0 0F1 0F2 0B2 0SWAP_LAUNCH_LOAD0 0B1 0SWAP_WAIT_LOAD0 0B0\n"), "F=0,B=0,W=0,swap=0", []int{2}},
+		{"forward-only zero", parse("rank 0: 0F0 0F1 0F2\n"), "F=0", []int{1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseCost(tc.cost, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := mustRun(t, tc.p, c)
+			if !reflect.DeepEqual(r.PeakActivations, tc.want) {
+				t.Errorf("peak activations %v, want %v", r.PeakActivations, tc.want)
+			}
+			act := make([]float64, tc.p.Stages())
+			for s := range act {
+				act[s] = 2
+			}
+			for i, v := range r.PeakMemory(act) {
+				if v != float64(2*tc.want[i]) {
+					t.Errorf("rank %d: PeakMemory with act 2 = %g, want %d", i, v, 2*tc.want[i])
+				}
+			}
+		})
 	}
 }
