@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -96,12 +97,17 @@ func decode(data []byte) (modelJSON, error) {
 	if err := delim('{'); err != nil {
 		return m, err
 	}
+	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return m, err
 		}
-		switch key, _ := tok.(string); key {
+		key, _ := tok.(string)
+		if seen[key] {
+			return m, fmt.Errorf("key %q given twice; give each key once", key)
+		}
+		switch seen[key] = true; key {
 		case "layers":
 			if err := delim('['); err != nil {
 				return m, err
@@ -114,6 +120,9 @@ func decode(data []byte) (modelJSON, error) {
 				var raw json.RawMessage
 				if err := dec.Decode(&raw); err != nil {
 					return m, fmt.Errorf("layer %d: %w", len(m.Layers), err)
+				}
+				if k, ok := repeatedKey(raw); ok {
+					return m, fmt.Errorf("layer %d: key %q given twice (keys match whatever their case); give each key once", len(m.Layers), clip(k))
 				}
 				one := json.NewDecoder(bytes.NewReader(raw))
 				one.DisallowUnknownFields()
@@ -147,6 +156,38 @@ func decode(data []byte) (modelJSON, error) {
 	}
 	return m, nil
 }
+
+// repeatedKey returns a key that a layer's JSON object gives twice,
+// compared as encoding/json matches them to the fields (whatever their
+// case): it would keep the last and drop the first without a word. It
+// looks no further than the layer's fields: past them some key is unknown,
+// which the layer's decoder refuses.
+func repeatedKey(raw []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false // not an object: the decoder says why
+	}
+	seen := map[string]bool{}
+	for dec.More() && len(seen) <= layerKeys {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := tok.(string)
+		if seen[strings.ToLower(k)] {
+			return k, true
+		}
+		seen[strings.ToLower(k)] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// layerKeys is the number of keys a layer may give (layerJSON's fields).
+const layerKeys = 7
 
 // Read reads a model description: at most MaxBytes, at most MaxLayers
 // layers, every value finite in [0, sim.MaxCost] (bw 0 or at least

@@ -92,6 +92,10 @@ func TestReadErrors(t *testing.T) {
 		{`{"layers": [{"F": 1, "B": 1, "act": 1, "params": 1}], "bw": -1}`, "bw = -1"},
 		{`{"layers": [{"F": 1e300, "B": 1, "act": 1, "params": 1}]}`, "F = 1e+300"},
 		{`{"layers": [{"F": 1, "B": 1, "act": 1, "params": 1}]} {}`, "text after"},
+		{`{"layers": [{"F": 1, "B": 1, "act": 1, "params": 1}], "comm": 1, "comm": 2}`, `key "comm" given twice`},
+		{`{"layers": [{"F": 1, "B": 1, "act": 1, "params": 1}], "layers": [{"F": 2, "B": 1, "act": 1, "params": 1}]}`, `key "layers" given twice`},
+		{`{"layers": [{"F": 1, "B": 1, "act": 1, "params": 1, "F": 2}]}`, `layer 0: key "F" given twice`},
+		{`{"layers": [{"F": 1, "B": 1, "act": 1, "params": 1}, {"F": 1, "B": 1, "act": 1, "params": 1, "Act": 2}]}`, `layer 1: key "Act" given twice (keys match whatever their case)`},
 		{`{"layers": [{"name": "` + strings.Repeat("n", MaxName+1) + `", "F": 1, "B": 1, "act": 1, "params": 1}]}`, "name of 257 bytes"},
 	} {
 		_, err := Read(strings.NewReader(tc.in))
@@ -118,6 +122,7 @@ func FuzzRead(f *testing.F) {
 	f.Add(llm)
 	f.Add(`{"layers": [{"F": 1, "B": 2, "act": 1, "params": 1}]}`)
 	f.Add(`{"layers": [{"F": 0, "I": 0, "W": 0, "act": 0, "params": 0}], "bw": 1e-9}`)
+	f.Add(`{"layers": [{"F": 1, "f": 2, "B": 2, "act": 1, "params": 1}], "comm": 1, "comm": 2}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		m, err := Read(strings.NewReader(in))
 		if err != nil {
