@@ -198,7 +198,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.Split, "split", false, "split every backward B into I (input grad) and W (weight grad)")
 	fs.BoolVar(&r.Overlap, "overlap", false, "pair one micro-batch's backward with the next one's forward")
 	fs.BoolVar(&r.DxDwInOverlap, "dxdw-in-overlap", false, "inside an overlap, run the backward as I then W")
-	fs.StringVar(&r.CommOrder, "comm-order", "timed", "how transfers are ordered: timed (by the cost model's ideal timeline), late (receives hoisted only as rendezvous demands) or eager (PyTorch's placement)")
+	fs.StringVar(&r.CommOrder, "comm-order", defaultCommOrder, "how transfers are ordered: timed (by the cost model's ideal timeline), late (receives hoisted only as rendezvous demands) or eager (PyTorch's placement)")
 	if which.In {
 		fs.StringVar(&r.In, "in", "", "read the schedule from a CSV (PyTorch form) or text file instead of -schedule")
 	}
@@ -356,6 +356,9 @@ func (r *Request) Lower() (gen.Result, error) {
 		if err != nil {
 			return gen.Result{}, err
 		}
+		if err := r.inFlags(p); err != nil {
+			return gen.Result{}, err
+		}
 		res, err := gen.LowerProgram(p, opt)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", r.In, err)
@@ -383,6 +386,48 @@ func (r *Request) Lower() (gen.Result, error) {
 	}
 	again.Layers = layers
 	return again, nil
+}
+
+// defaultCommOrder is -comm-order's default.
+const defaultCommOrder = "timed"
+
+// inFlags refuses the flags that an -in file's program leaves nothing to
+// do: -ranks, -micro, -virtual and -placement (the file gives them), and,
+// when the file is already lowered (it has transfers), the options of the
+// passes that rewrite a compute order. Taken silently they would be
+// recorded in a generated header that does not do what it says.
+func (r *Request) inFlags(p ir.Program) error {
+	var set []string
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{{"-ranks", r.Ranks != 0}, {"-micro", r.Micro != 0}, {"-virtual", r.Virtual != 0}, {"-placement", r.Placement != ""}} {
+		if f.on {
+			set = append(set, f.name)
+		}
+	}
+	if len(set) > 0 {
+		return usagef("%s: -in %s gives the ranks, stages and micro-batches itself; drop %s", strings.Join(set, ", "), r.In, strings.Join(set, ", "))
+	}
+	if !p.HasComm() {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{
+		{"-forward-only", r.ForwardOnly}, {"-overlap", r.Overlap}, {"-dxdw-in-overlap", r.DxDwInOverlap},
+		{"-split", r.Split}, {"-fsdp", r.FSDP != 0}, {"-fsdp-prefetch", r.FSDPPrefetch != 0},
+		{"-swap", r.Swap != 0}, {"-ship-labels", r.ShipLabels}, {"-comm-order", r.CommOrder != "" && r.CommOrder != defaultCommOrder},
+	} {
+		if f.on {
+			set = append(set, f.name)
+		}
+	}
+	if len(set) > 0 {
+		return usagef("%s: -in %s is already lowered (it has transfers), so it has no compute order for them to rewrite; give its compute order instead (ppgen show -compute-only, or export -compute-only) or drop them", strings.Join(set, ", "), r.In)
+	}
+	return nil
 }
 
 // ScheduleName names the schedule for titles: the family, or the base name
