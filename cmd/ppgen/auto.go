@@ -43,6 +43,15 @@ func autoChoice(res gen.Result) string {
 	return autoName(res)
 }
 
+// noteAuto says on stderr what the auto scheduler chose, for a command
+// whose output (Go source, a program, a CSV file, a trace) does not: gen,
+// show, export and trace. Nothing for a schedule auto did not choose.
+func noteAuto(stderr io.Writer, res gen.Result) {
+	if res.Auto != nil {
+		fmt.Fprintf(stderr, "ppgen: %s (`ppgen sim` with the same flags lists the candidates)\n", autoChoice(res))
+	}
+}
+
 // writeAutoTable prints the candidates the auto scheduler tried, the chosen
 // one marked with *.
 func writeAutoTable(w io.Writer, res gen.Result) error {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -124,4 +126,87 @@ func TestBoundLineNamesABindingCap(t *testing.T) {
 			t.Errorf("%v: hint %v, want %v:\n%s", tc.args, got, tc.want, stdout.String())
 		}
 	}
+}
+
+// TestAutoChoiceReported: every command that takes -schedule auto says what
+// it chose, the same family and V as sim's table: verify in its ok line,
+// sim -json in schedule and virtual, trace in otherData.schedule (the
+// command keeping -schedule auto), and gen, show and export on stderr. A
+// schedule given by name is reported as given, with its V resolved.
+func TestAutoChoiceReported(t *testing.T) {
+	flags := []string{"-schedule", "auto", "-ranks", "2", "-micro", "4"}
+	with := func(args ...string) []string { return append(args, flags...) }
+	out := cliMust(t, with("sim")...)
+	m := regexp.MustCompile(`(?m)^auto: (\S+) V=(\d+): `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("sim -schedule auto names no choice:\n%s", out)
+	}
+	family, v := m[1], m[2]
+	choice := "auto: " + family + " V=" + v + ": "
+
+	if got := cliMust(t, with("verify")...); !strings.HasPrefix(got, "ok (auto chose "+family+" V="+v+"): 2 ranks, ") {
+		t.Errorf("verify -schedule auto: %q; want it to start with ok (auto chose %s V=%s)", got, family, v)
+	}
+
+	var trace traceFile
+	if err := json.Unmarshal([]byte(cliMust(t, with("trace")...)), &trace); err != nil {
+		t.Fatal(err)
+	}
+	if got, cmd := trace.OtherData["schedule"], trace.OtherData["command"]; got != family || !strings.Contains(cmd.(string), "-schedule auto") {
+		t.Errorf("trace otherData: schedule %v, command %v; want %s and the command line with -schedule auto", got, cmd, family)
+	}
+
+	for _, args := range [][]string{
+		with("show"),
+		with("show", "-compute-only"),
+		with("export", "-to", "torch-csv"),
+		with("gen", "-package", "p", "-o", "-"),
+		with("trace"),
+	} {
+		code, _, stderr := cliRun(t, args...)
+		if code != 0 || !strings.Contains(stderr, "ppgen: "+choice) {
+			t.Errorf("%v: exit %d, stderr %q; want the line ppgen: %s...", args, code, stderr, choice)
+		}
+	}
+	if code, _, stderr := cliRun(t, "show", "-schedule", "zbv", "-ranks", "2", "-micro", "4"); code != 0 || stderr != "" {
+		t.Errorf("show -schedule zbv: exit %d, stderr %q; want nothing on stderr", code, stderr)
+	}
+
+	in := filepath.Join(t.TempDir(), "interleaved.txt")
+	if err := os.WriteFile(in, []byte(cliMust(t, "show", "-schedule", "interleaved", "-ranks", "2", "-micro", "4")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		want    string
+		virtual int
+	}{
+		{"auto", with("sim", "-json"), family, atoi(t, v)},
+		{"family", []string{"sim", "-json", "-schedule", "1f1b", "-ranks", "2", "-micro", "4"}, "1f1b", 1},
+		{"default V", []string{"sim", "-json", "-schedule", "interleaved", "-ranks", "2", "-micro", "4"}, "interleaved", 2},
+		{"-in", []string{"sim", "-json", "-in", in}, "interleaved.txt", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got struct {
+				Schedule *string  `json:"schedule"`
+				Virtual  *int     `json:"virtual"`
+				Makespan *float64 `json:"makespan"`
+			}
+			if err := json.Unmarshal([]byte(cliMust(t, tc.args...)), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Schedule == nil || *got.Schedule != tc.want || got.Virtual == nil || *got.Virtual != tc.virtual || got.Makespan == nil {
+				t.Errorf("%v: schedule %v, virtual %v, makespan %v; want %q, %d and a makespan", tc.args, deref(got.Schedule), deref(got.Virtual), deref(got.Makespan), tc.want, tc.virtual)
+			}
+		})
+	}
+}
+
+// deref is *p, or nil when p is.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

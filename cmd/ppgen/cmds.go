@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,7 +39,7 @@ func runList(args []string, stdout, _ io.Writer) error {
 	return tw.Flush()
 }
 
-func runShow(args []string, stdout, _ io.Writer) error {
+func runShow(args []string, stdout, stderr io.Writer) error {
 	req, fs := newRequest("show", gencmd.Flags{In: true})
 	computeOnly := fs.Bool("compute-only", false, "print only the compute steps (F, B, I, W, overlaps)")
 	format := fs.String("format", "text", "output form: text or csv (PyTorch's pipelining CSV)")
@@ -72,6 +73,7 @@ func runShow(args []string, stdout, _ io.Writer) error {
 	} else {
 		_, err = io.WriteString(stdout, ir.FormatText(p))
 	}
+	noteAuto(stderr, res)
 	return err
 }
 
@@ -93,19 +95,23 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 		b := passes.CountBatches(res.Program)
 		transfers += fmt.Sprintf(", %d of them in %d batches", b.Batched, b.Batches)
 	}
+	ok := "ok"
+	if res.Auto != nil {
+		ok = fmt.Sprintf("ok (auto chose %s V=%d)", res.Config.Schedule, res.Config.Virtual)
+	}
 	kind := ""
 	if res.Report.ForwardOnly {
 		kind = "forward-only, "
 	}
-	fmt.Fprintf(stdout, "ok: %s%d ranks, %d stages, %d micro-batches, %d steps (%s); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
-		kind, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, transfers,
+	fmt.Fprintf(stdout, "%s: %s%d ranks, %d stages, %d micro-batches, %d steps (%s); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
+		ok, kind, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, transfers,
 		res.Report.PeakActivations, res.Info.Slots, res.Info.RecvDistance, fsdp)
 	return nil
 }
 
 func runSim(args []string, stdout, stderr io.Writer) error {
 	req, fs := newRequest("sim", gencmd.Flags{In: true, Cost: "cost model: comma-separated KEY=VALUE, keys F, B (the full backward), I, W, comm, data, overlap, unshard, reduce, opt, swap, act, bw, param, dp (param=SIZE with bw and dp=N charge each FSDP all-gather and reduce-scatter a ring over N ranks); per-stage lists F=1:1:1:1.4; keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0, and B=I+W (of B, I, W one not given is derived from the other two; all three given must agree); values finite in [0, 1e9], overlap in [0, 1]"})
-	asJSON := fs.Bool("json", false, "print one JSON object (makespan, bubble, bubble_span, peak_activations, busy); an array with -compare")
+	asJSON := fs.Bool("json", false, "print one JSON object (schedule, virtual, makespan, bubble, bubble_span, peak_activations, busy, lower_bound); an array with -compare")
 	grid := fs.Bool("grid", false, "also print a text timeline, one row per rank")
 	width := fs.Int("width", 120, "grid width in columns")
 	svgOut := fs.String("svg", "", "write an SVG timeline to this file (stacked timelines with -compare)")
@@ -195,12 +201,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		b, err := r.JSON() // ends in a newline
-		if err != nil {
-			return err
-		}
-		_, err = stdout.Write(b)
-		return err
+		return writeSimJSON(stdout, req, res, r)
 	}
 	if res.Auto != nil {
 		if err := writeAutoTable(stdout, res); err != nil {
@@ -216,6 +217,44 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, sim.Grid(r, res.Program, *width))
 	}
 	return nil
+}
+
+// simJSON is the object sim -json prints: the schedule simulated and its V
+// (as in a -compare row), then sim.Summary's fields.
+type simJSON struct {
+	Schedule string `json:"schedule"`
+	Virtual  int    `json:"virtual"`
+	sim.Summary
+}
+
+// writeSimJSON prints r as sim -json's object, indented, in a line of its
+// own.
+func writeSimJSON(w io.Writer, req *gencmd.Request, res gen.Result, r sim.Result) error {
+	name, v := simulated(req, res)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(simJSON{Schedule: name, Virtual: v, Summary: r.Summary()}); err != nil {
+		return fmt.Errorf("encoding the JSON summary: %w", err)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// simulated names the schedule res runs and its virtual stages per rank:
+// for -schedule auto the family and V it chose, for -in the file's name
+// and its stages per rank, else the family and V of the flags (V resolved
+// to the family's default).
+func simulated(req *gencmd.Request, res gen.Result) (string, int) {
+	if res.Config.Schedule != "" && res.Config.Virtual > 0 {
+		return res.Config.Schedule, res.Config.Virtual
+	}
+	v := 0
+	if ranks := res.Program.Placement.Ranks(); ranks > 0 {
+		v = res.Program.Stages() / ranks
+	}
+	return req.ScheduleName(), v
 }
 
 // The widths of sim's drawings: a grid is at most maxGridWidth columns wide
@@ -290,6 +329,7 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 	path := req.Path()
 	if path == "-" {
 		_, err = stdout.Write(src)
+		noteAuto(stderr, res)
 		return err
 	}
 	verb := "wrote"
@@ -302,9 +342,7 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "ppgen: %s %s (%d ranks, %d steps)\n", verb, path, res.Program.Placement.Ranks(), res.Program.NumSteps())
-	if res.Auto != nil {
-		fmt.Fprintf(stderr, "ppgen: %s (`ppgen sim` with the same flags lists the candidates)\n", autoChoice(res))
-	}
+	noteAuto(stderr, res)
 	return nil
 }
 

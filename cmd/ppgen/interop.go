@@ -104,7 +104,11 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err := torch.Write(&b, p, d, torch.WriteOptions{ReduceGrad: !*computeOnly && !*noReduce && d != torch.Legacy}); err != nil {
 		return err
 	}
-	return writeOutput(*out, b.Bytes(), stdout, stderr, fmt.Sprintf(" (%d ranks)", res.Program.Placement.Ranks()))
+	if err := writeOutput(*out, b.Bytes(), stdout, stderr, fmt.Sprintf(" (%d ranks)", res.Program.Placement.Ranks())); err != nil {
+		return err
+	}
+	noteAuto(stderr, res)
+	return nil
 }
 
 // placementName names a placement for messages.

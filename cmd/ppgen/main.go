@@ -86,7 +86,9 @@
 // activation or gradient transfer take comm + size/bw; param=SIZE[:SIZE...]
 // and dp=N (with bw) add to each UNSHARD and REDUCE_GRAD the ring cost of
 // its all-gather or reduce-scatter over N ranks, (N-1)·comm + (N-1)/N ·
-// size/bw), -json, -grid,
+// size/bw), -json (one object: schedule and virtual, for auto the family
+// and V it chose, then makespan, bubble, bubble_span, peak_activations,
+// busy, lower_bound), -grid,
 // -svg FILE (an SVG timeline: one lane per rank, boxes coloured by kind with
 // their micro-batch, idle time, a legend and a title with P, V, M, bubbles and
 // peak activations; -svg-width PIXELS), -compare LIST (one table of makespan,
@@ -101,8 +103,9 @@
 // a process per rank with threads compute, comm and swap (and fsdp, the
 // all-gathers of UNSHARD, when the program has them), a complete event
 // per step with its simulated times (one cost unit = 1 ms), a flow arrow
-// from each send to its receive. It loads in ui.perfetto.dev and
-// chrome://tracing.
+// from each send to its receive; otherData holds the summary, the cost, the
+// command line and the schedule (for auto, the family it chose). It loads in
+// ui.perfetto.dev and chrome://tracing.
 //
 // import: ppgen import -from torch-csv FILE [-o out.go -package P -name N
 // -table -helper N -max-activations N -drop-fsdp] reads a schedule in the CSV
@@ -203,7 +206,9 @@
 // verifies, check included) or differs (diff); 2 bad input (flags, a
 // malformed or incomplete schedule file, a schedule over the size limits or
 // one a pass refuses to lower) or any other error, with a one-line reason on
-// stderr and nothing written.
+// stderr and nothing written. Output that cannot be written (stdout or
+// stderr on a full disk, a closed pipe) is such an error too, whatever the
+// command: exit 2 naming the stream ("writing stdout: ...").
 //
 // Output files (-o, sim -svg) are written atomically (a temporary file in the
 // same directory, then a rename) and only into a directory that exists:
@@ -218,11 +223,13 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/verify"
@@ -261,18 +268,40 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run executes one ppgen invocation and returns its exit status.
+// run executes one ppgen invocation and returns its exit status. Every
+// command writes through checkedWriters: output it could not write (a full
+// disk, a closed pipe) fails the invocation with exit 2 and a line naming
+// the stream and the error, whether or not the command checked the write.
 func run(args []string, stdout, stderr io.Writer) int {
+	out := &checkedWriter{name: "stdout", w: stdout}
+	errOut := &checkedWriter{name: "stderr", w: stderr}
+	name, code := dispatch(args, out, errOut)
+	if code == 2 {
+		return code // the command's own error is already on stderr
+	}
+	if err := cmp.Or(out.Err(), errOut.Err()); err != nil {
+		// An exit 1 (unsafe, or diff's differences) whose output was lost
+		// becomes an error too.
+		fmt.Fprintf(errOut, "%s: %v\n", name, err)
+		return 2
+	}
+	return code
+}
+
+// dispatch runs the command of args and returns its name for messages
+// ("ppgen sim"; "ppgen" for no command) and its exit status, having written
+// its error, if any, to stderr.
+func dispatch(args []string, stdout, stderr io.Writer) (string, int) {
 	if len(args) == 2 && args[0] == "help" {
 		args = []string{args[1], "-h"} // ppgen help NAME: the command's -h
 	}
 	switch {
 	case len(args) == 0:
 		usage(stderr)
-		return 2
+		return "ppgen", 2
 	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
 		usage(stdout)
-		return 0
+		return "ppgen", 0
 	case args[0] == "-version" || args[0] == "--version":
 		args[0] = "version"
 	}
@@ -280,21 +309,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
+		name := "ppgen " + c.name
 		err := c.run(args[1:], stdout, stderr)
 		var help helpRequest
 		if errors.As(err, &help) {
 			printHelp(stdout, c.name, help.fs)
-			return 0
+			return name, 0
 		}
 		code := exitCode(err)
 		if code != 0 {
-			fmt.Fprintf(stderr, "ppgen %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		}
-		return code
+		return name, code
 	}
 	fmt.Fprintf(stderr, "ppgen: unknown command %q; run `ppgen help` for the list\n", args[0])
-	return 2
+	return "ppgen", 2
 }
+
+// A checkedWriter is stdout or stderr as a command sees it: it passes
+// writes to w and remembers the first that fails (a short write counts),
+// after which it writes nothing more and returns that error again. run
+// checks Err when the command is done. Safe for concurrent use (launch
+// copies the ranks' output from goroutines; a progress bar redraws from
+// its own).
+type checkedWriter struct {
+	name string // "stdout" or "stderr", for the error
+	w    io.Writer
+
+	mu  sync.Mutex
+	err error
+}
+
+func (c *checkedWriter) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		c.err = fmt.Errorf("writing %s: %w", c.name, err)
+		return n, c.err
+	}
+	return n, nil
+}
+
+// Err returns the first write error, or nil.
+func (c *checkedWriter) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Unwrap returns the writer c writes to (isTerminal looks through it).
+func (c *checkedWriter) Unwrap() io.Writer { return c.w }
 
 // exitCode maps a command's error to the exit status, by the error's
 // type: 0 for none (or -h); 1 for an unsafe program (unsafeProgram) or

@@ -47,6 +47,9 @@ const (
 // the null device (golang.org/x/term is not in the module graph; this is its
 // portable approximation), unless TERM is "dumb".
 func isTerminal(w io.Writer) bool {
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		w = u.Unwrap() // run's checkedWriter
+	}
 	f, ok := w.(*os.File)
 	if !ok || f == nil {
 		return false

@@ -32,13 +32,18 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pr.Phase("rendering")
-	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: req.ScheduleName(), Command: gencmd.Invocation("trace", fs), Cost: &cost})
+	name, _ := simulated(req, res) // for -schedule auto, the family it chose
+	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: name, Command: gencmd.Invocation("trace", fs), Cost: &cost})
 	if err != nil {
 		return err
 	}
 	pr.Done()
-	return writeOutput(*out, b, stdout, stderr, fmt.Sprintf(" (%d ranks, %d steps, makespan %s; open it in ui.perfetto.dev or chrome://tracing)",
-		res.Program.Placement.Ranks(), res.Program.NumSteps(), strconv.FormatFloat(r.Makespan, 'g', 6, 64)))
+	if err := writeOutput(*out, b, stdout, stderr, fmt.Sprintf(" (%d ranks, %d steps, makespan %s; open it in ui.perfetto.dev or chrome://tracing)",
+		res.Program.Placement.Ranks(), res.Program.NumSteps(), strconv.FormatFloat(r.Makespan, 'g', 6, 64))); err != nil {
+		return err
+	}
+	noteAuto(stderr, res)
+	return nil
 }
 
 // writeSVG writes an SVG file atomically and says so on stderr.
