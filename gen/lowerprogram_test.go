@@ -11,18 +11,19 @@ import (
 
 // TestLowerProgramUserErrors: a program that is the user's mistake fails
 // with verify's own error (its step numbers), never as an InternalError
-// (a "please report" bug), and Malformed tells incomplete programs from
-// unsafe ones; a PyTorch-form program gets its implicit steps.
+// (a "please report" bug), and Malformed tells malformed programs from
+// unsafe ones (incomplete ones included); a PyTorch-form program gets its
+// implicit steps.
 func TestLowerProgramUserErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, text string
 		malformed  bool
 		want       string
 	}{
-		{"compute-only, a backward missing", "rank 0: 0F0 0F1 0B1\n", true, "stage 0 micro 0 has no backward"},
-		{"lowered, a backward missing", "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B1 1SEND_B1\n", true, "has no backward"},
+		{"compute-only, a backward missing", "rank 0: 0F0 0F1 0B1\n", false, "micro-batch 0's backward of stage 0 (0B0, or 0I0 then 0W0) is missing"},
+		{"lowered, a backward missing", "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B1 1SEND_B1\n", false, "backward of stage 0 (0B0, or 0I0 then 0W0) is missing"},
 		{"forward-only with OPT_STEP", "rank 0: 0F0 0SEND_F0 OPT_STEP\nrank 1: 1RECV_F0 1F0 OPT_STEP\n", true, "in a forward-only program (no backward anywhere): there are no gradients to step"},
-		{"I without W", "rank 0: 0F0 0I0\n", true, "an I needs its W"},
+		{"I without W", "rank 0: 0F0 0I0\n", false, "an I needs its W"},
 		{"OPT_STEP on one rank", "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 OPT_STEP\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n", false, "OPT_STEP runs on every rank or on none"},
 		{"OPT_STEP before the last compute", "rank 0: 0F0 OPT_STEP 0B0\n", false, "OPT_STEP must follow every compute step"},
 		{"crossed transfers", "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n", false, "deadlock"},

@@ -82,6 +82,9 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := checkMaxActivations(req.MaxActivations); err != nil {
+		return err
+	}
 	res, err := req.Lower()
 	if err != nil {
 		return err // exitCode: 1 when the program is unsafe, else 2
@@ -122,6 +125,15 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	}
 	if *svgOut == "-" {
 		return usagef("-svg needs a file name")
+	}
+	set := setFlags(fs)
+	switch {
+	case set["width"] && !*grid:
+		return usagef("-width %d applies to the -grid timeline only; add -grid, or drop -width (-svg-width sizes the SVG)", *width)
+	case *grid && *asJSON:
+		return usagef("-grid does not apply with -json: the JSON object has no text timeline; drop -grid, or -json for the table and grid")
+	case set["svg-width"] && *svgOut == "":
+		return usagef("-svg-width %d applies to the -svg timeline only; add -svg FILE, or drop -svg-width", *svgWidth)
 	}
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-svg", Path: *svgOut}); err != nil {
 		return err

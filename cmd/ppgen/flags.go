@@ -16,6 +16,23 @@ func usagef(format string, args ...any) error {
 	return &gencmd.UsageError{Msg: fmt.Sprintf(format, args...)}
 }
 
+// setFlags returns the names of the flags of fs the user set (fs.Visit),
+// for refusing a flag that does not apply rather than ignoring it.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// checkMaxActivations checks -max-activations: 0 (no limit) or a positive
+// limit.
+func checkMaxActivations(n int) error {
+	if n < 0 {
+		return usagef("-max-activations %d; want 0 (no limit) or a positive number of live activations (chunks) per rank", n)
+	}
+	return nil
+}
+
 // unsafeError marks a program that is not safe (verify) or output that differs (diff): exit 1.
 type unsafeError struct{ err error }
 

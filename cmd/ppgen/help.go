@@ -94,6 +94,11 @@ func printHelp(w io.Writer, name string, fs *flag.FlagSet) {
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value})
+		if g, ok := f.Value.(flag.Getter); ok && typ == "value" {
+			if _, isInt := g.Get().(int); isInt {
+				typ = "int" // an int flag of its own type (gencmd's -ranks, -micro)
+			}
+		}
 		line := "  -" + f.Name
 		if typ != "" {
 			line += " " + typ

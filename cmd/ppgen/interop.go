@@ -27,6 +27,17 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkMaxActivations(req.MaxActivations); err != nil {
+		return err
+	}
+	if req.Out == "" {
+		set := importSetFlags(args)
+		for _, name := range []string{"package", "name", "table", "helper"} {
+			if set[name] {
+				return usagef("-%s shapes the Go source, which import writes only with -o; add -o FILE.go (or -o - for stdout), or drop -%s", name, name)
+			}
+		}
+	}
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: req.Out}); err != nil {
 		return err
 	}
@@ -67,6 +78,26 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "ppgen: wrote %s (%d ranks, %d steps)\n", req.Out, res.Program.Placement.Ranks(), res.Program.NumSteps())
 	}
 	return err
+}
+
+// importSetFlags returns the flags set in args, import's arguments (flags
+// before and after the file), which gencmd.ParseImport has accepted.
+func importSetFlags(args []string) map[string]bool {
+	fs := gencmd.ImportFlags(new(gencmd.Request))
+	fs.SetOutput(io.Discard)
+	set := map[string]bool{}
+	for {
+		if fs.Parse(args) != nil {
+			return set
+		}
+		for k := range setFlags(fs) {
+			set[k] = true
+		}
+		if args = fs.Args(); len(args) == 0 {
+			return set
+		}
+		args = args[1:]
+	}
 }
 
 // runExport writes a schedule in PyTorch's CSV form.

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"syscall"
 
 	"github.com/ppgen/ppgen/runtime/launch"
 )
@@ -36,8 +40,31 @@ func runLaunch(args []string, stdout, stderr io.Writer) error {
 		return usagef("no command; usage: ppgen launch -n 4 -- ./trainer -flag ...")
 	}
 	// Local forwards SIGINT and SIGTERM to the ranks itself.
-	return launch.Local(context.Background(), *n, cmd, launch.LocalOptions{
+	err := launch.Local(context.Background(), *n, cmd, launch.LocalOptions{
 		Stdout: stdout, Stderr: stderr, Port: *port, Grace: *grace,
 		Logger: slog.Default(),
 	})
+	if err != nil {
+		return &launchError{err: err, ranks: *n}
+	}
+	return nil
 }
+
+// launchError is an error of launch.Local as `ppgen launch` reports it:
+// without the package's "launch: " prefix (run already names the command,
+// "ppgen launch: "), and, when a rank could not be started for want of
+// file descriptors, with a hint naming the limit and the ranks asked for.
+type launchError struct {
+	err   error
+	ranks int // -n
+}
+
+func (e *launchError) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), "launch: ")
+	if errors.Is(e.err, syscall.EMFILE) || errors.Is(e.err, syscall.ENFILE) {
+		msg += fmt.Sprintf("; -n %d ranks need more open files than the limit allows (the launcher holds pipes for each rank's output): raise it with ulimit -n (e.g. ulimit -n %d), or start fewer ranks", e.ranks, max(1024, 16*e.ranks))
+	}
+	return msg
+}
+
+func (e *launchError) Unwrap() error { return e.err }

@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/ppgen/ppgen/runtime/launch"
 )
 
 func TestLaunch(t *testing.T) {
@@ -25,7 +31,7 @@ func TestLaunch(t *testing.T) {
 	out.Reset()
 	errs.Reset()
 	code = run([]string{"launch", "-n", "3", "-grace", "1s", "--", "sh", "-c", `if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30`}, &out, &errs)
-	if code != 2 || !strings.Contains(errs.String(), "ppgen launch: launch: rank 1 failed: exit status 3 (ranks 0, 2 killed after rank 1 failed)") {
+	if code != 2 || !strings.Contains(errs.String(), "ppgen launch: rank 1 failed: exit status 3 (ranks 0, 2 killed after rank 1 failed)") || strings.Contains(errs.String(), "launch: launch:") {
 		t.Errorf("a failing rank: exit %d, stderr:\n%s", code, errs.String())
 	}
 
@@ -64,6 +70,35 @@ func TestLaunchUsage(t *testing.T) {
 		var out, errs bytes.Buffer
 		if code := run(tc.args, &out, &errs); code != 2 || !strings.Contains(errs.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errs.String(), tc.want)
+		}
+	}
+}
+
+// TestLaunchErrorMessage: the launcher's errors lose the package's
+// "launch: " prefix (run names the command already), and a start that
+// runs out of file descriptors says which limit to raise for how many
+// ranks.
+func TestLaunchErrorMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		want    string
+		notWant string
+	}{
+		{"rank failed", &launch.RankError{Rank: 1, Err: errors.New("exit status 3")}, "rank 1 failed: exit status 3", "launch:"},
+		{"too many open files",
+			&launch.RankError{Rank: 25, Err: fmt.Errorf("start %q: %w", "true", &os.PathError{Op: "fork/exec", Path: "/usr/bin/true", Err: syscall.EMFILE})},
+			`rank 25 failed: start "true": fork/exec /usr/bin/true: too many open files; -n 400 ranks need more open files than the limit allows (the launcher holds pipes for each rank's output): raise it with ulimit -n (e.g. ulimit -n 6400), or start fewer ranks`, "launch:"},
+		{"pipe", &launch.RankError{Rank: 3, Err: fmt.Errorf("start: %w", os.NewSyscallError("pipe2", syscall.EMFILE))}, "rank 3 failed: start: pipe2: too many open files; -n 400 ranks need more open files", ""},
+		{"other", errors.New("launch: empty command"), "empty command", "ulimit"},
+	} {
+		e := &launchError{err: tc.err, ranks: 400}
+		got := e.Error()
+		if code := exitCode(e); code != 2 || !strings.HasPrefix(got, tc.want) || (tc.notWant != "" && strings.Contains(got, tc.notWant)) {
+			t.Errorf("%s: exit %d, message %q; want %q", tc.name, code, got, tc.want)
+		}
+		if !errors.Is(&launchError{err: tc.err}, tc.err) {
+			t.Errorf("%s: launchError does not unwrap to the launcher's error", tc.name)
 		}
 	}
 }

@@ -387,10 +387,10 @@ func exitCode(err error) int {
 // complete program: a deadlock, a step before what it needs, unmatched or
 // mismatched transfers, a step run twice, too many live activations,
 // inconsistent slots, FSDP or swap steps out of order or missing, OPT_STEP on
-// some ranks only. A program that is not a whole iteration (verify.Error's
-// Malformed: a step outside the program, a chunk without its forward or
-// backward) is bad input, and a failure of what ppgen itself built is a
-// gen.InternalError: neither is unsafe.
+// some ranks only, a chunk without its forward or backward. A malformed
+// program (verify.Error's Malformed: a step outside the program) is bad
+// input, and a failure of what ppgen itself built is a gen.InternalError:
+// neither is unsafe.
 func unsafeProgram(err error) bool {
 	if errors.As(err, new(*gen.InternalError)) {
 		return false

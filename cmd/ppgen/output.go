@@ -80,7 +80,10 @@ func writeOutput(path string, b []byte, stdout, stderr io.Writer, detail string)
 // error that names it, so that a typo in -o does not scatter files. An
 // unchanged file is left untouched (its modification time too). A path that
 // exists and is not a regular file (/dev/stdout, a named pipe) is written
-// directly: it cannot be read back or replaced.
+// directly: it cannot be read back or replaced. A symlink is written
+// through to its target (the temporary file and rename are in the
+// target's directory), and a file that exists keeps its permission bits
+// (a new one gets 0644, less the umask).
 func writeFileAtomic(path string, data []byte) error {
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
 		if fi.IsDir() {
@@ -102,11 +105,22 @@ func writeFileAtomic(path string, data []byte) error {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
-	dir := filepath.Dir(path)
+	// A symlink is written through: the new file replaces its target,
+	// which keeps its name and the link stays a link. An existing file
+	// keeps its permission bits.
+	dest, err := linkTarget(path)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	perm := os.FileMode(0o644)
+	if fi, err := os.Stat(dest); err == nil && fi.Mode().IsRegular() {
+		perm = fi.Mode().Perm()
+	}
+	dir := filepath.Dir(dest)
 	if err := outputDir(dir); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(dest)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -116,15 +130,42 @@ func writeFileAtomic(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
+		err = os.Chmod(tmp.Name(), perm)
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), path)
+		err = os.Rename(tmp.Name(), dest)
 	}
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// maxLinks is the most symlinks linkTarget follows (Linux's MAXSYMLINKS).
+const maxLinks = 40
+
+// linkTarget returns the file path names after following symlinks: path
+// itself when it is not a link or does not exist, the target of a link
+// (which need not exist yet: writing creates it, as a shell's > does).
+func linkTarget(path string) (string, error) {
+	for range maxLinks {
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			return path, nil
+		}
+		if resolved, err := filepath.EvalSymlinks(path); err == nil {
+			return resolved, nil
+		}
+		link, err := os.Readlink(path) // a dangling link: follow it a step
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(link) {
+			link = filepath.Join(filepath.Dir(path), link)
+		}
+		path = link
+	}
+	return "", fmt.Errorf("more than %d levels of symlinks; name the file itself", maxLinks)
 }
 
 // outputDir checks that dir, the directory of an output file, exists and is

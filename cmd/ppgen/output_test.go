@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,4 +162,74 @@ func dirListing(t *testing.T, dir string) string {
 		b.WriteString(e.Name() + ": " + string(data) + "\n")
 	}
 	return b.String()
+}
+
+// TestWriteFileAtomicLinksAndMode: -o naming a symlink writes its target
+// (the link stays a link; a dangling one creates its target), and an
+// existing file keeps its permission bits.
+func TestWriteFileAtomicLinksAndMode(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "real")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(sub, "sched_gen.go")
+	if err := os.WriteFile(target, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.go")
+	if err := os.Symlink(filepath.Join("real", "sched_gen.go"), link); err != nil {
+		t.Fatal(err)
+	}
+	chain := filepath.Join(dir, "chain.go")
+	if err := os.Symlink("link.go", chain); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(dir, "dangling.go")
+	if err := os.Symlink(filepath.Join("real", "new.go"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct{ path, file string }{{link, target}, {chain, target}, {dangling, filepath.Join(sub, "new.go")}} {
+		data := []byte(fmt.Sprintf("new %d", i))
+		if err := writeFileAtomic(tc.path, data); err != nil {
+			t.Fatalf("writeFileAtomic(%s): %v", tc.path, err)
+		}
+		if fi, err := os.Lstat(tc.path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s is no longer a symlink (%v, %v)", tc.path, fi.Mode(), err)
+		}
+		if got, err := os.ReadFile(tc.file); err != nil || string(got) != string(data) {
+			t.Errorf("target %s = %q, %v; want %q", tc.file, got, err, data)
+		}
+	}
+	if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("target mode %v, %v; want 0600 kept", fi.Mode(), err)
+	}
+	// A plain file keeps its mode too.
+	plain := filepath.Join(dir, "plain.go")
+	if err := os.WriteFile(plain, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileAtomic(plain, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(plain); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("plain mode %v, %v; want 0640 kept", fi.Mode(), err)
+	}
+	// No temporary files are left anywhere.
+	for _, d := range []string{dir, sub} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if strings.Contains(e.Name(), ".tmp") {
+				t.Errorf("left %s in %s", e.Name(), d)
+			}
+		}
+	}
+	// A symlink loop is refused with a reason.
+	loop := filepath.Join(dir, "loop.go")
+	if err := os.Symlink("loop.go", loop); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileAtomic(loop, []byte("x")); err == nil || !strings.Contains(err.Error(), "levels of symlinks") {
+		t.Errorf("loop: %v, want a refusal", err)
+	}
 }

@@ -68,7 +68,9 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 	}
 	switch {
 	case fit.Sends == 0:
-		b.WriteString("no sends in the trace: no comm or bw\n")
+		b.WriteString("no sends in the trace (comm events of SEND_F or SEND_B): no comm or bw\n")
+	case fit.Unsized == fit.Sends:
+		fmt.Fprintf(&b, "comm %.4g ms: the median of %d sends; they carry no sizes (args.bytes), so no bw can be fitted (a simulated trace of ppgen trace has none; the measured timeline of runtime/pipe, pipe.Timeline.WriteTrace or the -trace of examples/mlp, has them)\n", fit.Comm, fit.Sends)
 	case fit.BW == 0:
 		fmt.Fprintf(&b, "comm %.4g ms: the median of %d sends (one size, or times that do not grow with it: no bw)\n", fit.Comm, fit.Sends)
 	default:

@@ -57,3 +57,18 @@ func TestTune(t *testing.T) {
 		t.Errorf("a failed tune wrote %s", out+"2")
 	}
 }
+
+// TestTuneSimTrace: a trace of ppgen trace holds sends without sizes: tune
+// fits comm to their durations and says why there is no bw.
+func TestTuneSimTrace(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "t.json")
+	cliMust(t, "trace", "-schedule", "zb-h1", "-ranks", "2", "-micro", "4", "-cost", "comm=0.25", "-o", tr)
+	code, stdout, stderr := cliRun(t, "tune", "-trace", tr, "-o", filepath.Join(dir, "m.json"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stdout, "no sends") || !strings.Contains(stdout, "comm 0.25 ms: the median of 8 sends; they carry no sizes") {
+		t.Errorf("table:\n%s", stdout)
+	}
+}

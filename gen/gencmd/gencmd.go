@@ -144,7 +144,40 @@ type Request struct {
 	AutoProgress func(step string, done, total int)
 
 	simCost bool // -cost is also the command's simulation cost (Flags.Cost)
+	// ranksGiven and microGiven: -ranks and -micro were on the command
+	// line, so that a 0 there is told from a flag left out (Config).
+	ranksGiven, microGiven bool
 }
+
+// givenInt is an int flag that records whether it was set: -ranks and
+// -micro, whose 0 is never valid, so that Config can say "missing -ranks"
+// for a flag left out and "ranks = 0" for one given as 0. Get returns the
+// int, so help prints it as an int flag.
+type givenInt struct {
+	p     *int
+	given *bool
+}
+
+func (g *givenInt) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return errors.New("value out of range")
+		}
+		return errors.New("parse error")
+	}
+	*g.p, *g.given = int(n), true
+	return nil
+}
+
+func (g *givenInt) String() string {
+	if g == nil || g.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*g.p)
+}
+
+func (g *givenInt) Get() any { return *g.p }
 
 // Flags says which flags Bind defines.
 type Flags struct {
@@ -190,9 +223,9 @@ func (r *Request) Bind(fs *flag.FlagSet, which Flags) {
 
 func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.StringVar(&r.Schedule, "schedule", "", "schedule family (see `ppgen list`)")
-	fs.IntVar(&r.Ranks, "ranks", 0, "number of pipeline ranks P")
+	fs.Var(&givenInt{&r.Ranks, &r.ranksGiven}, "ranks", "number of pipeline ranks P")
 	fs.IntVar(&r.Virtual, "virtual", 0, "virtual stages per rank V (0: the family's default)")
-	fs.IntVar(&r.Micro, "micro", 0, "number of micro-batches M")
+	fs.Var(&givenInt{&r.Micro, &r.microGiven}, "micro", "number of micro-batches M")
 	fs.StringVar(&r.Placement, "placement", "", "stage placement: loop, v, or a stage->rank table such as 1,0,3,2 (default: the family's; gpipe and 1f1b take any table of one stage per rank, the other families only their own)")
 	fs.BoolVar(&r.LessMemory, "less-memory", false, "interleaved: smaller warm-up, fewer live activations")
 	fs.BoolVar(&r.Split, "split", false, "split every backward B into I (input grad) and W (weight grad)")
@@ -229,6 +262,12 @@ func (r *Request) Config() (ir.Config, error) {
 	if r.Schedule == "" {
 		return ir.Config{}, usagef("missing -schedule (one of the names `ppgen list` prints)")
 	}
+	switch {
+	case r.Ranks == 0 && !r.ranksGiven:
+		return ir.Config{}, usagef("-ranks is required: give -ranks P, the number of pipeline ranks (processes), e.g. -schedule %s -ranks 4 -micro 8", r.Schedule)
+	case r.Micro == 0 && !r.microGiven:
+		return ir.Config{}, usagef("-micro is required: give -micro M, the number of micro-batches per training step, e.g. -schedule %s -ranks %d -micro %d", r.Schedule, r.Ranks, 2*max(r.Ranks, 1))
+	}
 	cfg := ir.Config{
 		Schedule: r.Schedule, Ranks: r.Ranks, Virtual: r.Virtual, Micro: r.Micro,
 		Options: ir.Options{LessMemory: r.LessMemory},
@@ -240,6 +279,13 @@ func (r *Request) Config() (ir.Config, error) {
 		}
 		pl, err := ir.ParsePlacement(r.Placement, r.Ranks, max(v, 1))
 		if err != nil {
+			// A table one entry short leaves a rank without a stage:
+			// say that it is short, not that the rank is empty. (A
+			// well-formed table of another length reaches the family,
+			// which says what it takes.)
+			if lerr := checkTableLen(r.Placement, r.Ranks, max(v, 1)); lerr != nil {
+				return ir.Config{}, lerr
+			}
 			return ir.Config{}, &UsageError{err.Error()}
 		}
 		cfg.Placement = &pl
@@ -252,6 +298,33 @@ func (r *Request) Config() (ir.Config, error) {
 		cfg.Cost = c
 	}
 	return cfg, nil
+}
+
+// checkTableLen checks that a -placement table (not loop or v) that
+// ir.ParsePlacement refused lists one rank for each of the ranks × virtual
+// stages: a table one entry short would otherwise be reported as a rank
+// that holds no stage.
+func checkTableLen(text string, ranks, virtual int) error {
+	if text == "loop" || text == "v" || ranks < 1 || virtual < 1 || ranks > (ir.MaxIndex+1)/virtual {
+		return nil // not a table, or sizes ParsePlacement and the family refuse
+	}
+	stages := ranks * virtual
+	n := strings.Count(text, ",") + 1
+	if n == stages {
+		return nil
+	}
+	example := make([]string, stages)
+	for s := range example {
+		example[s] = strconv.Itoa(s % ranks)
+	}
+	eg := strings.Join(example, ",")
+	if stages > 16 {
+		eg = strings.Join(example[:16], ",") + ",..."
+	}
+	if len(text) > 60 {
+		text = strings.ToValidUTF8(text[:57], "") + "..."
+	}
+	return usagef("-placement %q: %d entries for %d stages (P·V = %d × %d); give one rank per stage, such as %s (stage s on rank s mod P)", text, n, stages, ranks, virtual, eg)
 }
 
 // LowerOptions turns the flags into lowering options. Its errors are
@@ -447,9 +520,9 @@ func resolve(dir, path string) string {
 	return filepath.Join(dir, path)
 }
 
-// ReadProgram reads a schedule file ("-" for stdin): CSV (PyTorch form) when
-// it has a .csv suffix, or when its first MiB holds a comma and no "rank ",
-// the text form otherwise. The file is parsed as it is read, within gen/ir's
+// ReadProgram reads a schedule file ("-" for stdin) in the CSV (PyTorch)
+// form or the text form, told apart by content, then by a .csv suffix
+// (ir.IsCSV on its first MiB). The file is parsed as it is read, within gen/ir's
 // limits (ir.ReadText), so a file of any size is refused early. Its errors
 // are *UsageError.
 func ReadProgram(path string) (ir.Program, error) {
@@ -471,7 +544,7 @@ func ReadProgram(path string) (ir.Program, error) {
 		return ir.Program{}, usagef("reading -in: %v", err)
 	}
 	var p ir.Program
-	if strings.HasSuffix(path, ".csv") || (!bytes.Contains(head, []byte("rank ")) && bytes.IndexByte(head, ',') >= 0) {
+	if ir.IsCSV(path, head) {
 		p, err = ir.ParseCSV(br)
 	} else {
 		p, err = ir.ReadText(br)

@@ -379,3 +379,41 @@ func TestInputs(t *testing.T) {
 		t.Errorf("import: Inputs %v, want %v", got, want)
 	}
 }
+
+// TestConfigMissingAndShort: a -ranks or -micro left out is said to be
+// missing, not reported as a value 0 the user never gave (a 0 given is the
+// family's "ranks = 0"), and a -placement table too short to give every
+// rank a stage is reported by its length, not as a rank without a stage.
+func TestConfigMissingAndShort(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-schedule", "1f1b", "-micro", "4"}, "-ranks is required: give -ranks P"},
+		{[]string{"-schedule", "1f1b", "-ranks", "4"}, "-micro is required: give -micro M"},
+		{[]string{"-schedule", "1f1b"}, "-ranks is required"},
+		{[]string{"-schedule", "1f1b", "-ranks", "0", "-micro", "4"}, "ranks = 0 is not supported"},
+		{[]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "0"}, "micro = 0 is not supported"},
+		{[]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-placement", "1,0,3"}, `-placement "1,0,3": 3 entries for 4 stages (P·V = 4 × 1); give one rank per stage, such as 0,1,2,3`},
+		{[]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-placement", "1,0,x"}, "3 entries for 4 stages"},
+		{[]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-placement", "1,0,1"}, "one stage on each of the 2 ranks"},
+		{[]string{"-schedule", "interleaved", "-ranks", "2", "-micro", "4", "-placement", "0,0"}, "2 entries for 4 stages (P·V = 2 × 2); give one rank per stage, such as 0,1,0,1"},
+		{[]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-placement", "1,0,3,3"}, "rank 2 holds no stage"},
+	} {
+		r, err := Parse(tc.args, Env{})
+		if err == nil {
+			_, err = r.Lower()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want %q", tc.args, err, tc.want)
+		}
+	}
+	// A table of the right length is taken.
+	r, err := Parse([]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-placement", "3,2,1,0"}, Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Lower(); err != nil {
+		t.Errorf("a table of 4 stages: %v", err)
+	}
+}

@@ -33,8 +33,10 @@ func TestTieFlag(t *testing.T) {
 	for _, tc := range []struct{ value, words string }{
 		{"3:3", "tied to itself"},
 		{"0", "two stages A:B"},
-		{"a:b", "integers"},
-		{"-1:2", "numbered 0..S-1"},
+		{"a:b", `stage "a" is not an integer`},
+		{"-1:2", "stage -1 is out of range; stages are numbered 0..S-1"},
+		{"0:99999999999999999999", "stage 99999999999999999999 is out of range; stages are numbered 0..S-1 (S at most 65535), so name two in 0..65534"},
+		{"70000:1", "stage 70000 is out of range"},
 		{"0:3,", "two stages A:B"},
 	} {
 		_, err := Parse([]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", tc.value}, Env{})

@@ -30,6 +30,10 @@ var textSeeds = []string{
 	"rank 1: 0F0\n",
 	"rank 0: (0F0\n",
 	"\x00\xff\xfe garbage",
+	"\ufeffrank 0: 0F0 0B0\n",       // a UTF-8 byte order mark first
+	"\ufeff\ufeffrank 0: 0F0 0B0\n", // only one is dropped
+	"rank 0:\t0F0\t0B0\r\n",         // tabs between steps
+	"\ufeff",
 }
 
 var csvSeeds = []string{
@@ -43,6 +47,9 @@ var csvSeeds = []string{
 	"0F0,0B0\n" + strings.Repeat(",", 1000) + "\n",
 	"\"0F0\n0B0\"\n",
 	"0F0,\"0B0\n",
+	"\ufeff0F0,0B0\n",   // a UTF-8 byte order mark first
+	"rank 0: 0F0 0B0\n", // the text form, refused with a hint
+	"\ufeff\"0F0\",0B0\n",
 }
 
 func FuzzParseText(f *testing.F) {

@@ -124,20 +124,70 @@ func (lr *lineReader) next() ([]byte, error) {
 		case err == bufio.ErrBufferFull:
 			continue
 		case err == io.EOF && len(lr.buf) > 0:
-			lr.line++
-			return lr.buf, nil
+			return lr.firstLine(lr.buf), nil
 		case err != nil && err != io.EOF:
 			return nil, fmt.Errorf("reading the schedule: %w", err)
 		case err != nil:
 			return nil, err
 		}
-		lr.line++
 		b := lr.buf[:len(lr.buf)-1]
 		if len(b) > 0 && b[len(b)-1] == '\r' {
 			b = b[:len(b)-1]
 		}
-		return b, nil
+		return lr.firstLine(b), nil
 	}
+}
+
+// firstLine counts the line read and drops the UTF-8 byte order mark some
+// editors write at the start of a file (first line only, once).
+func (lr *lineReader) firstLine(b []byte) []byte {
+	lr.line++
+	if lr.line == 1 {
+		b = bytes.TrimPrefix(b, []byte(bom))
+	}
+	return b
+}
+
+// bom is the UTF-8 byte order mark.
+const bom = "\ufeff"
+
+// IsCSV reports whether a schedule file named name (may be "" or "-"),
+// whose first bytes are head, is in the CSV form rather than the text form
+// FormatText writes. It goes by content first: a file whose first line
+// that is neither blank nor a '#' comment starts "rank N:" is the text
+// form whatever its name; one whose first such line holds a comma is CSV.
+// Otherwise a name ending in ".csv" says CSV. A leading UTF-8 byte order
+// mark is skipped. head may be cut anywhere (a peek of the file).
+func IsCSV(name string, head []byte) bool {
+	head = bytes.TrimPrefix(head, []byte(bom))
+	for len(head) > 0 {
+		line, rest, _ := bytes.Cut(head, []byte("\n"))
+		head = rest
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		if hasRankPrefix(string(line)) {
+			return false
+		}
+		if bytes.IndexByte(line, ',') >= 0 {
+			return true
+		}
+		break
+	}
+	return strings.HasSuffix(strings.ToLower(name), ".csv")
+}
+
+// hasRankPrefix reports whether line starts "rank N:", as a line of the
+// text form does.
+func hasRankPrefix(line string) bool {
+	rest, ok := strings.CutPrefix(line, "rank ")
+	if !ok {
+		return false
+	}
+	rest = strings.TrimLeft(rest, " \t")
+	digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+	return digits > 0 && strings.HasPrefix(strings.TrimLeft(rest[digits:], " \t"), ":")
 }
 
 // FormatCSV writes the program in the CSV form torch.distributed.pipelining
@@ -207,6 +257,9 @@ func ReadCSV(r io.Reader, opt CSVOptions) (Program, error) {
 			}
 			st, err := parseCell(text, n, c, &steps)
 			if err != nil {
+				if pe, ok := err.(*ParseError); ok && c == 1 && hasRankPrefix(text) {
+					pe.Reason += `; the file looks like ppgen's text form ("rank N: step step ..."), not CSV: pass it to -in, which reads either form, or convert it with ppgen export -to torch-csv -in FILE`
+				}
 				return err
 			}
 			row = append(row, st)

@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -35,13 +36,22 @@ func ParseTies(s string) ([]Tie, error) {
 		if !ok {
 			return nil, fmt.Errorf("tie %q: want two stages A:B (e.g. 0:3, the first stage tied to the last of 4)", part)
 		}
-		a, errA := strconv.Atoi(strings.TrimSpace(as))
-		b, errB := strconv.Atoi(strings.TrimSpace(bs))
+		as, bs = strings.TrimSpace(as), strings.TrimSpace(bs)
+		a, errA := strconv.Atoi(as)
+		b, errB := strconv.Atoi(bs)
+		for _, x := range []struct {
+			text string
+			n    int
+			err  error
+		}{{as, a, errA}, {bs, b, errB}} {
+			switch {
+			case x.err != nil && !errors.Is(x.err, strconv.ErrRange):
+				return nil, fmt.Errorf("tie %q: stage %q is not an integer; name two stages A:B, as in 0:3", part, x.text)
+			case x.err != nil || x.n < 0 || x.n > MaxIndex:
+				return nil, fmt.Errorf("tie %q: stage %s is out of range; stages are numbered 0..S-1 (S at most %d), so name two in 0..%d", part, x.text, MaxIndex+1, MaxIndex)
+			}
+		}
 		switch {
-		case errA != nil || errB != nil:
-			return nil, fmt.Errorf("tie %q: stages must be integers, as in 0:3", part)
-		case a < 0 || b < 0 || a > MaxIndex || b > MaxIndex:
-			return nil, fmt.Errorf("tie %q: stages are numbered 0..S-1; name two of them", part)
 		case a == b:
 			return nil, fmt.Errorf("tie %q: a stage is tied to itself; a tie names two different stages, e.g. 0:3 (the first of 4 stages and the last)", part)
 		}

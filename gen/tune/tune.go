@@ -16,7 +16,10 @@
 // call; a receive's includes waiting for its peer) is fitted as comm +
 // size/bw by least squares over the median send of each size, sizes in
 // KiB; one size alone (or times that do not grow with size) gives comm,
-// the median send, and no bw (infinite). A stage's act is the median size
+// the median send, and no bw (infinite). Sends without a size (no
+// args.bytes: the simulated trace `ppgen trace` writes, whose comm events
+// have args.kind SEND_F or SEND_B) give comm alone, the median send, when
+// the trace has no sized sends: no bw can be fitted to them. A stage's act is the median size
 // of its activation sends (SEND_F) in KiB, 1 where it sends none (the
 // last, or one whose successor is on its rank); params are 1, as the
 // timeline measures time, not parameters.
@@ -74,6 +77,7 @@ type Fit struct {
 	Stages   []Stage // stage s is layer "stage<s>"
 	Calls    int     // the stage calls read
 	Sends    int     // the sends comm and bw are fitted to
+	Unsized  int     // of Sends, those without a size: all of them means comm alone, no bw
 	Comm     float64 // a send's fixed time, ms
 	BW       float64 // KiB per ms (0: infinite)
 }
@@ -179,7 +183,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	}
 	acts := make([][]float64, stages)
 	for _, s := range sends {
-		if s.act && s.stage < stages {
+		if s.act && s.sized && s.stage < stages {
 			acts[s.stage] = append(acts[s.stage], s.kib)
 		}
 	}
@@ -190,6 +194,11 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 		}
 	}
 	out.Sends = len(sends)
+	for _, s := range sends {
+		if !s.sized {
+			out.Unsized++
+		}
+	}
 	out.Comm, out.BW = fitComm(sends)
 	if m, ok := f.OtherData.(map[string]any); ok {
 		if name, ok := m["schedule"].(string); ok && len(name) <= 256 {
@@ -239,28 +248,36 @@ type send struct {
 	stage int
 	act   bool    // SEND_F: the stage's output activation
 	kib   float64 // its size
+	sized bool    // the trace gave its size (args.bytes)
 	ms    float64 // its time
 }
 
 // sendOf reads a comm event: a send of an activation or gradient (ok),
 // or another transfer (a receive, a label or input send), skipped. Its
-// stage, size and duration are checked.
+// stage, size and duration are checked. A send is runtime/pipe's
+// (args.kind "send", args.op SEND_F or SEND_B) or ppgen trace's (args.kind
+// SEND_F or SEND_B, no op); one without args.bytes has no size.
 func sendOf(e chrometrace.Event) (send, bool, error) {
 	args, ok := e.Args.(map[string]any)
 	if !ok {
 		return send{}, false, errors.New(`no args object; a transfer has args {"stage": S, "kind": "send"|"recv", "op": ..., "bytes": N}`)
 	}
-	op, _ := args["op"].(string)
-	if args["kind"] != "send" || (op != "SEND_F" && op != "SEND_B") {
+	op, hasOp := args["op"].(string)
+	kind, _ := args["kind"].(string)
+	if !hasOp {
+		op, kind = kind, "send" // ppgen trace's form
+	}
+	if kind != "send" || (op != "SEND_F" && op != "SEND_B") {
 		return send{}, false, nil
 	}
 	stage, err := index(args["stage"], "args.stage")
 	if err != nil {
 		return send{}, false, err
 	}
-	b, ok := args["bytes"].(float64)
-	if !ok || b != math.Trunc(b) || b < 0 || b > maxTransfer {
-		return send{}, false, fmt.Errorf("args.bytes = %v; want an integer from 0 to %d", clip(fmt.Sprint(args["bytes"])), int64(maxTransfer))
+	raw, sized := args["bytes"]
+	b, ok := raw.(float64)
+	if sized && (!ok || b != math.Trunc(b) || b < 0 || b > maxTransfer) {
+		return send{}, false, fmt.Errorf("args.bytes = %v; want an integer from 0 to %d", clip(fmt.Sprint(raw)), int64(maxTransfer))
 	}
 	dur := 0.0
 	if e.Dur != nil {
@@ -269,7 +286,7 @@ func sendOf(e chrometrace.Event) (send, bool, error) {
 	if !(dur >= 0 && dur <= MaxDur) {
 		return send{}, false, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
 	}
-	return send{stage: stage, act: op == "SEND_F", kib: b / 1024, ms: dur / 1e3}, true, nil
+	return send{stage: stage, act: op == "SEND_F", kib: b / 1024, ms: dur / 1e3, sized: sized}, true, nil
 }
 
 // fitComm fits time = comm + size/bw to the sends: a least-squares line
@@ -277,10 +294,15 @@ func sendOf(e chrometrace.Event) (send, bool, error) {
 // size do not outvote the others, and their outliers do not count). With
 // fewer than two sizes, or a line that does not rise, bw is 0 (infinite)
 // and comm the median send; a line that crosses 0 above size 0 gives
-// comm 0. bw is kept within [sim.MinBW, sim.MaxCost] (0 otherwise).
+// comm 0. bw is kept within [sim.MinBW, sim.MaxCost] (0 otherwise). The
+// line is fitted to the sends with a size; when none has one, comm is the
+// median send and bw 0.
 func fitComm(sends []send) (comm, bw float64) {
 	if len(sends) == 0 {
 		return 0, 0
+	}
+	if sized := slices.DeleteFunc(slices.Clone(sends), func(s send) bool { return !s.sized }); len(sized) > 0 {
+		sends = sized
 	}
 	bySize := map[float64][]float64{}
 	all := make([]float64, len(sends))

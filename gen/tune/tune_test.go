@@ -143,6 +143,8 @@ func FuzzRead(f *testing.F) {
 	}
 	f.Add([]byte(trace([][3][]float64{{{1, 2}, {3}, {0}}, {{5}, {6}, {7}}})))
 	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":1e12,"args":{"stage":0,"kind":"F"}}]}`))
+	// ppgen trace's sends: no op, no bytes.
+	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"comm","ph":"X","pid":0,"ts":1,"dur":250,"args":{"stage":0,"kind":"SEND_F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"I"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"W"}}]}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		fit, err := Read(bytes.NewReader(in), Options{})
 		if err != nil {
@@ -256,5 +258,43 @@ func TestFitCopies(t *testing.T) {
 	}
 	if _, err := Read(strings.NewReader(in), Options{Copies: 3}); err == nil || !strings.Contains(err.Error(), "4 stages do not form 3 model copies") {
 		t.Errorf("copies 3: %v", err)
+	}
+}
+
+// TestFitUnsized: sends without a size (ppgen trace's comm events, args.kind
+// SEND_F or SEND_B and no bytes; or runtime/pipe's with bytes left out)
+// are sends: comm is their median, with no bw and no act; with sized sends
+// in the trace, the line is fitted to the sized ones alone.
+func TestFitUnsized(t *testing.T) {
+	two := trace([][3][]float64{{{1}, {1}, {1}}, {{1}, {1}, {1}}})
+	sim := func(stage int, kind string, dur float64) string {
+		return fmt.Sprintf(`{"name":"x","cat":"comm","ph":"X","pid":0,"tid":1,"ts":1,"dur":%v,"args":{"stage":%d,"micro":0,"kind":%q,"index":3,"peer":1,"slot":0}}`, dur, stage, kind)
+	}
+	add := func(tr string, evs ...string) string {
+		return strings.Replace(tr, `{"traceEvents":[`, `{"traceEvents":[`+strings.Join(evs, ",")+",", 1)
+	}
+	for _, tc := range []struct {
+		name           string
+		in             string
+		sends, unsized int
+		comm, bw, act0 float64
+	}{
+		{"ppgen trace", add(two, sim(0, "SEND_F", 250), sim(1, "SEND_B", 250), sim(0, "SEND_F", 900), sim(1, "RECV_F", 5000)), 3, 3, 0.25, 0, 1},
+		{"runtime without bytes", add(two, `{"name":"x","cat":"comm","ph":"X","pid":0,"ts":1,"dur":500,"args":{"stage":0,"kind":"send","op":"SEND_F"}}`), 1, 1, 0.5, 0, 1},
+		// The sized sends give the line (1 + x/1, as in TestFitComm); the unsized one is left out.
+		{"mixed", add(withSends(two, [4]any{0, "SEND_F", 1024, 2000}, [4]any{1, "SEND_B", 3072, 4000}), sim(0, "SEND_F", 1e6)), 3, 1, 1, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Read(strings.NewReader(tc.in), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Sends != tc.sends || f.Unsized != tc.unsized || !near(f.Comm, tc.comm) || !near(f.BW, tc.bw) || !near(f.Stages[0].Act, tc.act0) {
+				t.Errorf("sends %d unsized %d comm %g bw %g act %g; want %d %d %g %g %g", f.Sends, f.Unsized, f.Comm, f.BW, f.Stages[0].Act, tc.sends, tc.unsized, tc.comm, tc.bw, tc.act0)
+			}
+		})
+	}
+	if _, err := Read(strings.NewReader(add(two, `{"name":"x","cat":"comm","ph":"X","pid":0,"ts":1,"dur":5,"args":{"stage":0,"kind":"SEND_F","bytes":"many"}}`)), Options{}); err == nil || !strings.Contains(err.Error(), "args.bytes = many") {
+		t.Errorf("bytes \"many\": err %v, want args.bytes refused", err)
 	}
 }

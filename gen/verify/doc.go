@@ -43,7 +43,7 @@
 //
 // Errors are *Error (rank, step index, step, Code, reason) or *DeadlockError
 // (the ring of ranks and the step each is blocked on). Error.Malformed tells
-// a program that is not a whole iteration (a malformed step, a chunk without
-// its forward or backward: the CLI's bad input) from one that is complete
-// but unsafe.
+// a program with a malformed step (a stage, micro-batch or rank outside it:
+// the CLI's bad input) from a well-formed one that is unsafe, a chunk
+// without its forward or backward included.
 package verify

@@ -43,18 +43,15 @@ type Error struct {
 	Reason string
 }
 
-// Malformed reports whether e says the program is not a whole training
-// iteration at all, rather than one that runs unsafely: a malformed step
+// Malformed reports whether e says the program is not one ppgen can reason
+// about at all, rather than one that runs unsafely: a malformed step
 // (Structure: a stage, micro-batch or rank outside the program, an overlap
-// of the wrong shape, a wrong peer) or a chunk on a micro-batch's route
-// without its forward or backward (Missing F, B or W). Other errors,
-// deadlocks included, are about a program that is complete but unsafe.
+// of the wrong shape, a wrong peer). Other errors, deadlocks and a chunk
+// on a micro-batch's route without its forward or backward (Missing F, B
+// or W: a training step that would leave gradients uncomputed) included,
+// are about a well-formed program that is unsafe to run.
 func (e *Error) Malformed() bool {
-	if e.Code == Structure {
-		return true
-	}
-	k := e.Step.Kind
-	return e.Code == Missing && (k == ir.Forward || k == ir.Backward || k == ir.BackwardInput || k == ir.BackwardWeight)
+	return e.Code == Structure
 }
 
 func (e *Error) Error() string {

@@ -305,7 +305,7 @@ func (c *checker) complete() error {
 			case c.at[aF][ch] < 0:
 				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.Forward, s, m), Code: Missing, Reason: fmt.Sprintf("never runs; every (stage, micro) needs one forward on rank %d", r)}
 			case c.at[aBwd][ch] < 0 && !c.forwardOnly:
-				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.Backward, s, m), Code: Missing, Reason: fmt.Sprintf("stage %d micro %d has no backward; every (stage, micro) needs B, or I then W, on rank %d", s, m, r)}
+				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.Backward, s, m), Code: Missing, Reason: fmt.Sprintf("never runs: micro-batch %d's backward of stage %d (%s, or %s then %s) is missing, though its forward %s runs at step %d; every (stage, micro) needs B, or I then W, on rank %d", m, s, ir.Compute(ir.Backward, s, m), ir.Compute(ir.BackwardInput, s, m), ir.Compute(ir.BackwardWeight, s, m), ir.Compute(ir.Forward, s, m), c.at[aF][ch], r)}
 			case c.bwdIsI[ch] && c.at[aW][ch] < 0:
 				return &Error{Rank: r, Index: -1, Step: ir.Compute(ir.BackwardWeight, s, m), Code: Missing, Reason: fmt.Sprintf("never runs, but %s ran at step %d; an I needs its W", ir.Compute(ir.BackwardInput, s, m), c.at[aBwd][ch])}
 			}

@@ -129,7 +129,7 @@ func TestCheckRejects(t *testing.T) {
 			bad:   "rank 0: 0F0 0F1 0B0",
 			fixed: "rank 0: 0F0 0F1 0B0 0B1",
 			rank:  0, index: -1, step: "0B1", code: verify.Missing,
-			reason: "stage 0 micro 1 has no backward",
+			reason: "never runs: micro-batch 1's backward of stage 0 (0B1, or 0I1 then 0W1) is missing, though its forward 0F1 runs at step 1",
 		},
 		{
 			name:  "I without W",
