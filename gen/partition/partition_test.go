@@ -205,31 +205,15 @@ func TestSearchMemory(t *testing.T) {
 }
 
 // TestMemoryByHand: 1F1B on 2 ranks, 4 micro-batches: rank 0 holds 2 chunks
-// of stage 0 at its peak, rank 1 one of stage 1.
+// of stage 0 at its peak, rank 1 one of stage 1, whatever the steps cost:
+// steps of zero length still hold their chunks. A limit below it fits no
+// split.
 func TestMemoryByHand(t *testing.T) {
-	m := model.Model{Layers: []model.Layer{
-		{F: 1, I: 1, W: 1, Act: 1, Params: 5},
-		{F: 1, I: 1, W: 1, Act: 2, Params: 1},
-		{F: 1, I: 1, W: 1, Act: 4, Params: 1},
-	}}
-	p := build(t, "1f1b", 2, 0, 4)
-	ev, err := Evaluate(m, model.Partition{Bounds: []int{0, 1, 3}}, p, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []float64{2*1 + 5, 1*(2+4) + 2}; !slices.Equal(ev.MemPerRank, want) {
-		t.Errorf("memory per rank %v, want %v", ev.MemPerRank, want)
-	}
-}
-
-// TestMemoryZeroCosts: steps of zero length still hold their chunks, so
-// the memory is TestMemoryByHand's whatever costs nothing, and a limit
-// below it fits no split.
-func TestMemoryZeroCosts(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		f, i, w float64
 	}{
+		{"unit costs", 1, 1, 1},
 		{"all zero", 0, 0, 0},
 		{"free forward", 0, 1, 1},
 		{"free backward", 1, 0, 0},
