@@ -104,7 +104,7 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		}
 	}
 	at := newChunkTable(S, maxMicro, len(evs)) // (stage, micro) -> index in lives
-	var lives []life
+	lives := make([]life, 0, S*(maxMicro+1))
 	// Forwards first: a chunk belongs to the rank running its F.
 	for i := range evs {
 		ev := &evs[i]
@@ -158,6 +158,15 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		delta float64
 	}
 	marks := make([][]mark, P)
+	perRank := make([]int, P)
+	for _, l := range lives {
+		if l.rank >= 0 && l.rank < P {
+			perRank[l.rank]++
+		}
+	}
+	for r := range marks {
+		marks[r] = make([]mark, 0, 2*perRank[r])
+	}
 	for _, l := range lives {
 		if l.rank < 0 || l.rank >= P {
 			continue
@@ -183,7 +192,7 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 			// a backward that ends before its F starts (a malformed
 			// order): the chunk is still live for an instant
 			end = l.start
-			end.phase = 1
+			end.key |= 1
 		}
 		marks[l.rank] = append(marks[l.rank], mark{l.start, +w}, mark{end, -w})
 		if !math.IsNaN(l.offEnd.t) && !math.IsNaN(l.loadStart.t) &&
@@ -210,41 +219,37 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 }
 
 // instant is a point of the sweep in livePeaks: a time t, and where it
-// falls among the marks at t: the end of an event of positive length
-// (settled, 0) goes before all else at t, then the rest (1) by event index
-// ord (program order on one rank), an event's start (phase 0) before its
-// end (phase 1).
+// falls among the marks at t, packed in key for a cheap sort: the end of
+// an event of positive length (unsettled: the top bit clear) goes before
+// all else at t, then the rest by event index (program order on one rank;
+// bits 1 up), an event's start (bit 0 clear) before its end.
 type instant struct {
-	t       float64
-	settled int
-	ord     int
-	phase   int
+	t   float64
+	key int64
 }
+
+// settledBit marks an instant that is not the end of an event of positive
+// length.
+const settledBit = 1 << 62
 
 // startOf is the instant event i starts.
 func startOf(evs []Event, i int) instant {
-	return instant{t: evs[i].Start, settled: 1, ord: i}
+	return instant{t: evs[i].Start, key: settledBit | int64(i)<<1}
 }
 
 // endOf is the instant event i ends.
 func endOf(evs []Event, i int) instant {
 	if evs[i].End > evs[i].Start {
-		return instant{t: evs[i].End, ord: i, phase: 1}
+		return instant{t: evs[i].End, key: int64(i)<<1 | 1}
 	}
-	return instant{t: evs[i].End, settled: 1, ord: i, phase: 1}
+	return instant{t: evs[i].End, key: settledBit | int64(i)<<1 | 1}
 }
 
 func (a instant) compare(b instant) int {
 	if c := cmp.Compare(a.t, b.t); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.settled, b.settled); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.ord, b.ord); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.phase, b.phase)
+	return cmp.Compare(a.key, b.key)
 }
 
 func (a instant) before(b instant) bool { return a.compare(b) < 0 }
