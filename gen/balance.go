@@ -35,7 +35,7 @@ func balancePlan(cfg ir.Config, sp *SplitModel, top *plan, limit float64, lowere
 	for range balanceMoves {
 		part, err := partition.Placed(sp.Model, pl)
 		if err != nil {
-			return found, nil
+			return found, nil // no split of this placement to weigh: no move from it
 		}
 		loads, err := rankLoads(sp, pl, part)
 		if err != nil {
