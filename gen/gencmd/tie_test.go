@@ -38,11 +38,15 @@ func TestTieFlag(t *testing.T) {
 		{"0:99999999999999999999", "stage 99999999999999999999 is out of range; stages are numbered 0..S-1 (S at most 65535), so name two in 0..65534"},
 		{"70000:1", "stage 70000 is out of range"},
 		{"0:3,", "two stages A:B"},
+		{"0:1,a", `tie "a": want two stages A:B`}, // several ties: the bad one is named
 	} {
 		_, err := Parse([]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "4", "-tie", tc.value}, Env{})
 		var ue *UsageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.words) || !strings.Contains(err.Error(), "-tie") {
 			t.Errorf("-tie %s: %v; want a usage error of -tie saying %q", tc.value, err, tc.words)
+		}
+		if err != nil && strings.Count(err.Error(), `"`+tc.value+`"`) != 1 {
+			t.Errorf("-tie %s: %v; want the value named once", tc.value, err)
 		}
 	}
 	// auto chooses the stage count: a tie cannot name its stages.

@@ -26,15 +26,24 @@ func (t Tie) Other(s int) int { return t.A + t.B - s }
 
 // ParseTies reads the value of -tie: one tie "A:B", or several separated by
 // commas ("0:7,1:6"). Each tie is normalized (A < B); a tie of a stage with
-// itself, a negative or malformed stage is an error that names the value
-// and the fix. The stages' range is checked against a program by CheckTies.
+// itself, a negative or malformed stage is an error that says the fix, and
+// names the tie when the value holds several (the flag package names the
+// value itself). The stages' range is checked against a program by
+// CheckTies.
 func ParseTies(s string) ([]Tie, error) {
 	var out []Tie
-	for _, part := range strings.Split(s, ",") {
+	parts := strings.Split(s, ",")
+	for _, part := range parts {
 		part = strings.TrimSpace(part)
+		errorf := func(format string, args ...any) error {
+			if len(parts) > 1 {
+				return fmt.Errorf("tie %q: "+format, append([]any{part}, args...)...)
+			}
+			return fmt.Errorf(format, args...)
+		}
 		as, bs, ok := strings.Cut(part, ":")
 		if !ok {
-			return nil, fmt.Errorf("tie %q: want two stages A:B (e.g. 0:3, the first stage tied to the last of 4)", part)
+			return nil, errorf("want two stages A:B (e.g. 0:3, the first stage tied to the last of 4)")
 		}
 		as, bs = strings.TrimSpace(as), strings.TrimSpace(bs)
 		a, errA := strconv.Atoi(as)
@@ -46,14 +55,14 @@ func ParseTies(s string) ([]Tie, error) {
 		}{{as, a, errA}, {bs, b, errB}} {
 			switch {
 			case x.err != nil && !errors.Is(x.err, strconv.ErrRange):
-				return nil, fmt.Errorf("tie %q: stage %q is not an integer; name two stages A:B, as in 0:3", part, x.text)
+				return nil, errorf("stage %q is not an integer; name two stages A:B, as in 0:3", x.text)
 			case x.err != nil || x.n < 0 || x.n > MaxIndex:
-				return nil, fmt.Errorf("tie %q: stage %s is out of range; stages are numbered 0..S-1 (S at most %d), so name two in 0..%d", part, x.text, MaxIndex+1, MaxIndex)
+				return nil, errorf("stage %s is out of range; stages are numbered 0..S-1 (S at most %d), so name two in 0..%d", x.text, MaxIndex+1, MaxIndex)
 			}
 		}
 		switch {
 		case a == b:
-			return nil, fmt.Errorf("tie %q: a stage is tied to itself; a tie names two different stages, e.g. 0:3 (the first of 4 stages and the last)", part)
+			return nil, errorf("a stage is tied to itself; a tie names two different stages, e.g. 0:3 (the first of 4 stages and the last)")
 		}
 		out = append(out, Tie{min(a, b), max(a, b)})
 	}
