@@ -18,7 +18,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	trace := fs.String("trace", "", "the measured timeline: a Chrome trace written by pipe.Timeline (the -trace of examples/mlp)")
 	out := fs.String("o", "-", "the model description to write (- for stdout)")
 	stages := fs.Int("stages", 0, "the number of stages the trace must have (0: any)")
-	copies := fs.Int("copies", 0, "the number of model copies the trace's stages form (dualpipe: 2): stage s then runs the layers of stage s mod S/copies (0 or 1: one copy)")
+	copies := fs.Int("copies", 0, "the number of model copies the trace's stages form (dualpipe: 2): stage s then runs the layers of stage s mod S/copies (0: read from the trace's micro-batches, one copy when it names none; a value they contradict is refused)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,14 +57,40 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 	if fit.Schedule != "" {
 		from = " of " + strconv.Quote(fit.Schedule)
 	}
-	fmt.Fprintf(&b, "fitted %d layers, one per stage, from %d calls%s (the median call of each kind, ms)\n", len(fit.Stages), fit.Calls, from)
-	fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %8s  %s\n", "LAYER", "RANK", "F", "I", "W", "ACT KiB", "CALLS F/I/W")
+	per := "one per stage"
+	if fit.Copies > 1 {
+		per = fmt.Sprintf("one per stage of each of %d model copies (stage s and s + %d fitted together)", fit.Copies, len(fit.Stages))
+	}
+	fmt.Fprintf(&b, "fitted %d layers, %s, from %d calls%s (the median call of each kind, ms)\n", len(fit.Stages), per, fit.Calls, from)
+	full := false
+	for _, st := range fit.Stages {
+		full = full || st.BCalls > 0 && st.Calls[1] == 0
+	}
+	if full {
+		fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %10s  %8s  %s\n", "LAYER", "RANK", "F", "I", "W", "B", "ACT KiB", "CALLS F/I/W/B")
+	} else {
+		fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %8s  %s\n", "LAYER", "RANK", "F", "I", "W", "ACT KiB", "CALLS F/I/W")
+	}
 	for s, st := range fit.Stages {
 		rank := strconv.Itoa(st.Rank)
 		if st.Rank < 0 {
 			rank = "many"
 		}
-		fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10.4g  %10.4g  %8.4g  %d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, st.I, st.W, st.Act, st.Calls[0], st.Calls[1], st.Calls[2])
+		if !full {
+			fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10.4g  %10.4g  %8.4g  %d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, st.I, st.W, st.Act, st.Calls[0], st.Calls[1], st.Calls[2])
+			continue
+		}
+		i, w, bb := fmt.Sprintf("%.4g", st.I), fmt.Sprintf("%.4g", st.W), "-"
+		if st.Calls[1] == 0 {
+			i, w, bb = "-", "-", fmt.Sprintf("%.4g", st.B)
+		}
+		fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10s  %10s  %10s  %8.4g  %d/%d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, i, w, bb, st.Act, st.Calls[0], st.Calls[1], st.Calls[2], st.BCalls)
+	}
+	if fit.Overlapped > 0 {
+		fmt.Fprintf(&b, "skipped %d overlap steps (a forward and a backward in one event: their times are not told apart)\n", fit.Overlapped)
+	}
+	if full {
+		b.WriteString("B: the full backward, fitted where a stage has no I and W calls (a schedule without split backwards); the model splits it evenly into I and W\n")
 	}
 	switch {
 	case fit.Sends == 0:

@@ -45,7 +45,7 @@ func TestTune(t *testing.T) {
 		{[]string{"tune", "-trace", filepath.Join(dir, "none.json"), "-o", out + "2"}, "reading -trace"},
 		{[]string{"tune", "-trace", bad, "-o", out + "2"}, "no stage calls"},
 		{[]string{"tune", "-trace", trace, "-stages", "4", "-o", out + "2"}, "calls of 8 stages but -stages is 4"},
-		{[]string{"tune", "-trace", trace, "-copies", "3", "-o", out + "2"}, "8 stages do not form 3 model copies"},
+		{[]string{"tune", "-trace", trace, "-copies", "3", "-o", out + "2"}, "-copies 3, but the trace's micro-batches, over its 8 stages, run stages of both halves: one model copy"},
 		{[]string{"tune", "-trace", trace, "-o", filepath.Join(dir, "no", "model.json")}, "does not exist"},
 	} {
 		code, _, stderr := cliRun(t, tc.args...)
@@ -70,5 +70,36 @@ func TestTuneSimTrace(t *testing.T) {
 	}
 	if strings.Contains(stdout, "no sends") || !strings.Contains(stdout, "comm 0.25 ms: the median of 8 sends; they carry no sizes") {
 		t.Errorf("table:\n%s", stdout)
+	}
+}
+
+// TestTuneRoundTrip: the simulated traces of a schedule without split
+// backwards (1f1b: B calls) and of one with two model copies and overlap
+// steps (dualpipe) fit back the costs they were simulated under: the
+// fitted model simulates the schedule to the same makespan. dualpipe's
+// copies are read from the micro-batches; -copies 1 is refused.
+func TestTuneRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		schedule, cost, table string
+	}{
+		{"1f1b", "F=2,B=3", "8/0/0/8"},
+		{"dualpipe", "F=2,I=1.5,W=0.5", "skipped 12 overlap steps"},
+	} {
+		tr, m := filepath.Join(dir, tc.schedule+".json"), filepath.Join(dir, tc.schedule+"-model.json")
+		cliMust(t, "trace", "-schedule", tc.schedule, "-ranks", "4", "-micro", "8", "-cost", tc.cost, "-o", tr)
+		code, stdout, stderr := cliRun(t, "tune", "-trace", tr, "-o", m)
+		if code != 0 || !strings.Contains(stdout, tc.table) {
+			t.Fatalf("%s: exit %d, table:\n%s%s", tc.schedule, code, stdout, stderr)
+		}
+		_, want, _ := cliRun(t, "sim", "-schedule", tc.schedule, "-ranks", "4", "-micro", "8", "-cost", tc.cost, "-json")
+		_, got, _ := cliRun(t, "sim", "-schedule", tc.schedule, "-ranks", "4", "-micro", "8", "-model", m, "-json")
+		if ms := func(s string) string { _, after, _ := strings.Cut(s, `"makespan":`); v, _, _ := strings.Cut(after, ","); return v }; ms(got) == "" || ms(got) != ms(want) {
+			t.Errorf("%s: the fitted model simulates to %s; the costs it was traced under to %s", tc.schedule, got, want)
+		}
+	}
+	code, _, stderr := cliRun(t, "tune", "-trace", filepath.Join(dir, "dualpipe.json"), "-copies", "1", "-o", filepath.Join(dir, "x.json"))
+	if code != 2 || !strings.Contains(stderr, "-copies 1, but the trace's micro-batches, over its 8 stages, each run one half of them: 2 model copies") {
+		t.Errorf("-copies 1 on dualpipe: exit %d, %s", code, stderr)
 	}
 }

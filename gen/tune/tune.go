@@ -9,7 +9,20 @@
 // in milliseconds, the unit `ppgen trace` draws one cost unit as, so that
 // the simulated trace of the fitted model lines up with the measured one.
 // A full backward (a B step) runs as its I and W halves, and the timeline
-// records both.
+// records both; a simulated trace of a schedule without split backwards
+// (`ppgen trace -schedule 1f1b`) has B calls instead, and a stage with B
+// calls and no I or W is fitted its B (written as the layer's "B", which
+// gen/model splits evenly into I and W; trace a split schedule to fit the
+// halves).
+//
+// An overlap step of a simulated trace (OVERLAP_F_B: one micro-batch's
+// forward beside another's backward, dualpipe's) is one event for both,
+// whose halves' times cannot be told apart: it is skipped and counted.
+//
+// The model copies the stages form (dualpipe's two, -copies) are read
+// from the calls' micro-batches (args.micro) when every call names one:
+// two copies when the stages split into halves and each micro-batch runs
+// in one half only, else one. Options.Copies, when given, must agree.
 //
 // Transfers (comm events, which the timeline records for the transfers
 // outside batches) give comm and bw: each send's time (the transport's Send
@@ -57,25 +70,36 @@ type Options struct {
 	// Stages, when not 0, is the number of stages the trace must have
 	// (-stages): a trace of another schedule or model is refused.
 	Stages int
-	// Copies, when above 1, is the number of model copies the trace's S
-	// stages form (-copies; dualpipe's 2): stage s runs the layers of
-	// stage s mod S/Copies, whose calls are fitted together.
+	// Copies is the number of model copies the trace's S stages form
+	// (-copies; dualpipe's 2): stage s runs the layers of stage s mod
+	// S/Copies, whose calls are fitted together. 0 reads it from the
+	// trace's micro-batches (one copy when they are not given); a value
+	// the micro-batches contradict is refused.
 	Copies int
 }
 
 // Stage is one stage's fitted costs.
 type Stage struct {
 	Rank    int     // the rank its calls ran on (-1: several)
-	F, I, W float64 // the median call of each kind, ms
+	F, I, W float64 // the median call of each kind, ms (I and W 0 when B is fitted)
 	Calls   [3]int  // the calls of each kind (F, I, W) the medians are of
-	Act     float64 // the median activation send, KiB (1: none sent)
+	// B is the median full backward, ms, fitted when the stage has B
+	// calls and no I or W (0 otherwise); BCalls counts its B calls.
+	B      float64
+	BCalls int
+	Act    float64 // the median activation send, KiB (1: none sent)
 }
 
 // Fit is the model fitted to a trace.
 type Fit struct {
 	Schedule string  // the trace's otherData.schedule ("" when absent)
 	Stages   []Stage // stage s is layer "stage<s>"
+	Copies   int     // the model copies the trace's stages formed (1 or more)
 	Calls    int     // the stage calls read
+	// Overlapped counts the skipped overlap steps (OVERLAP_F_B, OVERLAP_B_F
+	// of a simulated dualpipe trace): one event for a forward and a
+	// backward together, whose times cannot be told apart.
+	Overlapped int
 	Sends    int     // the sends comm and bw are fitted to
 	Unsized  int     // of Sends, those without a size: all of them means comm alone, no bw
 	Comm     float64 // a send's fixed time, ms
@@ -86,8 +110,12 @@ type Fit struct {
 // sim.MaxCost).
 const maxTransfer = 1 << 40
 
-// kinds are the call kinds, in Stage.Calls order.
-const kinds = "FIW"
+// kinds are the call kinds, in Stage.Calls order, then B (the full
+// backward of a schedule without split backwards).
+const kinds = "FIWB"
+
+// kindB is B's index in kinds.
+const kindB = 3
 
 // Read reads a trace and fits a model to it.
 func Read(r io.Reader, opt Options) (Fit, error) {
@@ -107,12 +135,14 @@ func Read(r io.Reader, opt Options) (Fit, error) {
 // call is one stage call of the trace.
 type call struct {
 	stage, rank, kind int
+	micro             int     // -1: not given
 	dur               float64 // µs
 }
 
 func fit(f chrometrace.File, opt Options) (Fit, error) {
 	var calls []call
 	var sends []send
+	var out Fit
 	stages := 0
 	for i, e := range f.Events {
 		if e.Ph == chrometrace.Complete && e.Cat == "comm" {
@@ -128,6 +158,10 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 		if e.Ph != chrometrace.Complete || e.Cat != "compute" {
 			continue // names, sort order, and any other category
 		}
+		if overlapped(e) {
+			out.Overlapped++
+			continue
+		}
 		c, err := stageCall(e)
 		if err != nil {
 			return Fit{}, fmt.Errorf("tune: event %d (%q): %w", i, clip(e.Name), err)
@@ -141,7 +175,20 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	if opt.Stages != 0 && stages != opt.Stages {
 		return Fit{}, fmt.Errorf("tune: the trace has calls of %d stages but -stages is %d; trace a run of the schedule the model is for", stages, opt.Stages)
 	}
-	if copies := max(opt.Copies, 1); copies > 1 {
+	copies := max(opt.Copies, 1)
+	if seen, known := copiesOf(calls, stages); known {
+		switch {
+		case opt.Copies == 0:
+			copies = seen
+		case opt.Copies != seen:
+			how := "run stages of both halves: one model copy"
+			if seen > 1 {
+				how = fmt.Sprintf("each run one half of them: %d model copies", seen)
+			}
+			return Fit{}, fmt.Errorf("tune: -copies %d, but the trace's micro-batches, over its %d stages, %s; leave -copies out (tune reads it from the micro-batches) or trace the schedule the model is for", opt.Copies, stages, how)
+		}
+	}
+	if copies > 1 {
 		if stages%copies != 0 {
 			return Fit{}, fmt.Errorf("tune: the trace's %d stages do not form %d model copies", stages, copies)
 		}
@@ -153,8 +200,8 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			sends[i].stage %= stages
 		}
 	}
-	durs := make([][3][]float64, stages)
-	out := Fit{Stages: make([]Stage, stages), Calls: len(calls)}
+	durs := make([][4][]float64, stages)
+	out.Stages, out.Calls, out.Copies = make([]Stage, stages), len(calls), copies
 	for s := range out.Stages {
 		out.Stages[s].Rank = -2 // none yet
 	}
@@ -172,10 +219,22 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	}
 	for s := range out.Stages {
 		st := &out.Stages[s]
+		st.BCalls = len(durs[s][kindB])
+		full := st.BCalls > 0 && len(durs[s][1]) == 0 && len(durs[s][2]) == 0
+		if full {
+			st.B = median(durs[s][kindB]) / 1e3
+		}
 		for k, dst := range []*float64{&st.F, &st.I, &st.W} {
 			n := len(durs[s][k])
+			if n == 0 && full && k > 0 {
+				continue // the B fitted above
+			}
 			if n == 0 {
-				return Fit{}, fmt.Errorf("tune: stage %d has no %c calls (of %d stages); a model needs every stage's F, I and W: trace a training step (not a forward-only run) of the whole pipeline", s, kinds[k], stages)
+				why := "trace a training step (not a forward-only run) of the whole pipeline"
+				if out.Overlapped > 0 {
+					why = fmt.Sprintf("%d overlap steps were skipped (a forward and a backward in one event, their times not told apart): trace a schedule that does not overlap them", out.Overlapped)
+				}
+				return Fit{}, fmt.Errorf("tune: stage %d has no %c calls (of %d stages); a model needs every stage's F, and I and W or B: %s", s, kinds[k], stages, why)
 			}
 			st.Calls[k] = n
 			*dst = median(durs[s][k]) / 1e3
@@ -208,6 +267,14 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	return out, nil
 }
 
+// overlapped reports whether e is an overlap step of a simulated trace
+// (args.kind OVERLAP_F_B or OVERLAP_B_F).
+func overlapped(e chrometrace.Event) bool {
+	args, _ := e.Args.(map[string]any)
+	k, _ := args["kind"].(string)
+	return k == "OVERLAP_F_B" || k == "OVERLAP_B_F"
+}
+
 // stageCall reads one compute event: its stage and kind (args), rank (pid)
 // and duration, each checked.
 func stageCall(e chrometrace.Event) (call, error) {
@@ -225,7 +292,13 @@ func stageCall(e chrometrace.Event) (call, error) {
 		k = bytes.IndexByte([]byte(kinds), kind[0])
 	}
 	if k < 0 {
-		return call{}, fmt.Errorf("args.kind %q; want F, I or W", clip(fmt.Sprint(args["kind"])))
+		return call{}, fmt.Errorf("args.kind %q; want F, I, W or B", clip(fmt.Sprint(args["kind"])))
+	}
+	micro := -1
+	if v, ok := args["micro"]; ok {
+		if micro, err = index(v, "args.micro"); err != nil {
+			return call{}, err
+		}
 	}
 	if e.Pid < 0 || e.Pid > ir.MaxIndex {
 		return call{}, fmt.Errorf("pid (the rank) %d; want 0 to %d", e.Pid, ir.MaxIndex)
@@ -240,7 +313,41 @@ func stageCall(e chrometrace.Event) (call, error) {
 	if !(dur >= 0 && dur <= MaxDur) { // NaN fails both
 		return call{}, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
 	}
-	return call{stage: stage, rank: e.Pid, kind: k, dur: dur}, nil
+	return call{stage: stage, rank: e.Pid, kind: k, micro: micro, dur: dur}, nil
+}
+
+// copiesOf reads the model copies the calls' S stages form from their
+// micro-batches: 2 when S is even, every micro-batch runs stages of one
+// half only and both halves run some, else 1; known is false when a call
+// names no micro-batch.
+func copiesOf(calls []call, stages int) (copies int, known bool) {
+	const several = 2
+	half := make(map[int]int) // micro-batch → the half of the stages it runs (several: both)
+	used := [2]bool{}
+	for _, c := range calls {
+		if c.micro < 0 {
+			return 0, false
+		}
+		h := 0
+		if 2*c.stage >= stages {
+			h = 1
+		}
+		used[h] = true
+		if was, seen := half[c.micro]; !seen {
+			half[c.micro] = h
+		} else if was != h {
+			half[c.micro] = several
+		}
+	}
+	if stages%2 != 0 || !used[0] || !used[1] {
+		return 1, true
+	}
+	for _, h := range half {
+		if h == several {
+			return 1, true
+		}
+	}
+	return 2, true
 }
 
 // send is one activation or gradient send of the trace.
@@ -365,7 +472,11 @@ func (f Fit) JSON() []byte {
 	var b bytes.Buffer
 	b.WriteString("{\"layers\": [\n")
 	for s, st := range f.Stages {
-		fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.I), num(st.W), num(st.Act))
+		if st.B > 0 || st.Calls[1] == 0 {
+			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"B\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.B), num(st.Act))
+		} else {
+			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.I), num(st.W), num(st.Act))
+		}
 		if s < len(f.Stages)-1 {
 			b.WriteByte(',')
 		}

@@ -88,7 +88,8 @@ func TestFitRefuses(t *testing.T) {
 		{"fractional stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":1.5,"kind":"F"}}]}`, Options{}, "args.stage = 1.5"},
 		{"huge stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":1e300,"kind":"F"}}]}`, Options{}, "args.stage = 1e+300"},
 		{"no stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"kind":"F"}}]}`, Options{}, "args.stage = <nil>"},
-		{"bad kind", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":0,"kind":"B"}}]}`, Options{}, `args.kind "B"`},
+		{"bad kind", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":0,"kind":"X"}}]}`, Options{}, `args.kind "X"; want F, I, W or B`},
+		{"bad micro", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":0,"kind":"F","micro":-2}}]}`, Options{}, `args.micro = -2`},
 		{"no args", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1}]}`, Options{}, "no args object"},
 		{"bad pid", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":-3,"ts":1,"args":{"stage":0,"kind":"F"}}]}`, Options{}, "pid (the rank) -3"},
 		{"no ts", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"args":{"stage":0,"kind":"F"}}]}`, Options{}, "no finite ts"},
@@ -145,6 +146,8 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":1e12,"args":{"stage":0,"kind":"F"}}]}`))
 	// ppgen trace's sends: no op, no bytes.
 	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"comm","ph":"X","pid":0,"ts":1,"dur":250,"args":{"stage":0,"kind":"SEND_F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"I"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"W"}}]}`))
+	// Full backwards, micro-batches of two copies, an overlap step.
+	f.Add([]byte(microTrace([4]any{0, 0, "F", 1}, [4]any{0, 0, "B", 2}, [4]any{1, 1, "F", 1}, [4]any{1, 1, "B", 2}, [4]any{1, 1, "OVERLAP_F_B", 3})))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		fit, err := Read(bytes.NewReader(in), Options{})
 		if err != nil {
@@ -296,5 +299,85 @@ func TestFitUnsized(t *testing.T) {
 	}
 	if _, err := Read(strings.NewReader(add(two, `{"name":"x","cat":"comm","ph":"X","pid":0,"ts":1,"dur":5,"args":{"stage":0,"kind":"SEND_F","bytes":"many"}}`)), Options{}); err == nil || !strings.Contains(err.Error(), "args.bytes = many") {
 		t.Errorf("bytes \"many\": err %v, want args.bytes refused", err)
+	}
+}
+
+// microTrace builds a trace whose calls name their micro-batch: calls
+// holds (stage, micro, kind, µs) rows, each on rank stage%2.
+func microTrace(calls ...[4]any) string {
+	var evs []string
+	for i, c := range calls {
+		evs = append(evs, fmt.Sprintf(`{"name":"c","cat":"compute","ph":"X","pid":%d,"tid":0,"ts":%d,"dur":%v,"args":{"stage":%d,"micro":%d,"kind":%q}}`, c[0].(int)%2, i, c[3], c[0], c[1], c[2]))
+	}
+	return `{"traceEvents":[` + strings.Join(evs, ",") + `],"otherData":{"schedule":"1f1b"}}`
+}
+
+// TestFitFullBackward: a trace of a schedule without split backwards
+// (ppgen trace -schedule 1f1b) has B calls: each stage is fitted its F and
+// B (medians by hand), written as the layer's "B", which gen/model splits
+// evenly; a stage with I and W keeps them.
+func TestFitFullBackward(t *testing.T) {
+	in := microTrace(
+		[4]any{0, 0, "F", 1000}, [4]any{0, 1, "F", 3000}, [4]any{0, 0, "B", 2000}, [4]any{0, 1, "B", 6000},
+		[4]any{1, 0, "F", 500}, [4]any{1, 0, "I", 700}, [4]any{1, 0, "W", 300},
+		[4]any{0, 1, "OVERLAP_F_B", 90000}, // one event for two calls: skipped
+	)
+	f, err := Read(strings.NewReader(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Overlapped != 1 || f.Calls != 7 {
+		t.Errorf("%d calls, %d overlap steps skipped; want 7 and 1", f.Calls, f.Overlapped)
+	}
+	if g := f.Stages[0]; !near(g.F, 2) || !near(g.B, 4) || g.I != 0 || g.W != 0 || g.BCalls != 2 || g.Calls != [3]int{2, 0, 0} {
+		t.Errorf("stage 0: %+v; want F 2, B 4 from 2 B calls", g)
+	}
+	if g := f.Stages[1]; !near(g.F, 0.5) || !near(g.I, 0.7) || !near(g.W, 0.3) || g.B != 0 {
+		t.Errorf("stage 1: %+v; want F 0.5, I 0.7, W 0.3", g)
+	}
+	m, err := model.Read(bytes.NewReader(f.JSON()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, f.JSON())
+	}
+	if l := m.Layers[0]; !near(l.I, 2) || !near(l.W, 2) {
+		t.Errorf("layer 0 reads back as I %g, W %g; want B = 4 split evenly\n%s", l.I, l.W, f.JSON())
+	}
+	if l := m.Layers[1]; !near(l.I, 0.7) || !near(l.W, 0.3) {
+		t.Errorf("layer 1 reads back as I %g, W %g; want 0.7, 0.3", l.I, l.W)
+	}
+	// A stage with I calls but neither W nor B is still refused.
+	bad := microTrace([4]any{0, 0, "F", 1}, [4]any{0, 0, "I", 1})
+	if _, err := Read(strings.NewReader(bad), Options{}); err == nil || !strings.Contains(err.Error(), "stage 0 has no W calls") {
+		t.Errorf("I without W: %v", err)
+	}
+}
+
+// TestCopiesFromMicroBatches: the copies are read from the micro-batches
+// (dualpipe's: micro-batches 0, 1 on stages 0, 1 and 2, 3 on stages 2, 3);
+// a -copies the micro-batches contradict is refused, either way.
+func TestCopiesFromMicroBatches(t *testing.T) {
+	var rows [][4]any
+	for s := range 4 {
+		for _, m := range [][]int{{0, 1}, {0, 1}, {2, 3}, {2, 3}}[s] {
+			for _, k := range []string{"F", "I", "W"} {
+				rows = append(rows, [4]any{s, m, k, 1000 * (s%2 + 1)})
+			}
+		}
+	}
+	two := microTrace(rows...)
+	f, err := Read(strings.NewReader(two), Options{})
+	if err != nil || f.Copies != 2 || len(f.Stages) != 2 || !near(f.Stages[1].F, 2) {
+		t.Fatalf("two copies: %+v, %v; want 2 layers from 2 copies", f, err)
+	}
+	if _, err := Read(strings.NewReader(two), Options{Copies: 1}); err == nil || !strings.Contains(err.Error(), "-copies 1, but the trace's micro-batches, over its 4 stages, each run one half of them: 2 model copies") {
+		t.Errorf("-copies 1 on two copies: %v", err)
+	}
+	// One copy: micro-batch 0 runs all four stages.
+	one := microTrace(append(rows, [4]any{3, 0, "F", 1000})...)
+	if f, err := Read(strings.NewReader(one), Options{}); err != nil || f.Copies != 1 || len(f.Stages) != 4 {
+		t.Errorf("one copy: %+v, %v; want 4 layers", f, err)
+	}
+	if _, err := Read(strings.NewReader(one), Options{Copies: 2}); err == nil || !strings.Contains(err.Error(), "-copies 2, but the trace's micro-batches, over its 4 stages, run stages of both halves: one model copy") {
+		t.Errorf("-copies 2 on one copy: %v", err)
 	}
 }
