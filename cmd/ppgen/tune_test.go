@@ -94,7 +94,12 @@ func TestTuneRoundTrip(t *testing.T) {
 		}
 		_, want, _ := cliRun(t, "sim", "-schedule", tc.schedule, "-ranks", "4", "-micro", "8", "-cost", tc.cost, "-json")
 		_, got, _ := cliRun(t, "sim", "-schedule", tc.schedule, "-ranks", "4", "-micro", "8", "-model", m, "-json")
-		if ms := func(s string) string { _, after, _ := strings.Cut(s, `"makespan":`); v, _, _ := strings.Cut(after, ","); return v }; ms(got) == "" || ms(got) != ms(want) {
+		ms := func(s string) string {
+			_, after, _ := strings.Cut(s, `"makespan":`)
+			v, _, _ := strings.Cut(after, ",")
+			return v
+		}
+		if ms(got) == "" || ms(got) != ms(want) {
 			t.Errorf("%s: the fitted model simulates to %s; the costs it was traced under to %s", tc.schedule, got, want)
 		}
 	}

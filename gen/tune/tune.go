@@ -100,10 +100,10 @@ type Fit struct {
 	// of a simulated dualpipe trace): one event for a forward and a
 	// backward together, whose times cannot be told apart.
 	Overlapped int
-	Sends    int     // the sends comm and bw are fitted to
-	Unsized  int     // of Sends, those without a size: all of them means comm alone, no bw
-	Comm     float64 // a send's fixed time, ms
-	BW       float64 // KiB per ms (0: infinite)
+	Sends      int     // the sends comm and bw are fitted to
+	Unsized    int     // of Sends, those without a size: all of them means comm alone, no bw
+	Comm       float64 // a send's fixed time, ms
+	BW         float64 // KiB per ms (0: infinite)
 }
 
 // maxTransfer is the largest transfer, in bytes (1 TiB: in KiB within
