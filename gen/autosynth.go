@@ -212,7 +212,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 			progress("climbing no split (nothing synthesized)")
 		}
 	}
-	if err := pilotPlans(plans, sp, annealBudget(opt.Auto.Budget), lowered, progress); err != nil {
+	if err := pilotPlans(plans, sp, annealBudget(opt.Auto.Budget), reinsertBudget(opt.Auto.Budget), lowered, progress); err != nil {
 		return nil, err
 	}
 	// The local searches, on all cores: each writes only its own result,
@@ -296,9 +296,11 @@ func fastestPlan(plans []*plan) *plan {
 // faster lowered. A placement whose lower bound under the cap is more
 // than annealRoom below the fastest of those orders also has its recipe
 // annealed first (synth.Anneal, annealing steps), and both recipes are
-// rolled out: the faster order stays. The local search then starts from
-// it. Each placement writes only its own result: deterministic.
-func pilotPlans(plans []*plan, sp *SplitModel, annealing int, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) error {
+// rolled out: the faster order stays; its steps are then moved one at a
+// time (synth.Reinsert, reinserting steps timed), and that order stays
+// when it is faster lowered. The local search then starts from it. Each
+// placement writes only its own result: deterministic.
+func pilotPlans(plans []*plan, sp *SplitModel, annealing, reinserting int, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) error {
 	var top []*plan
 	for _, pn := range plans {
 		if pn.best != nil && pn.best.recipe != nil {
@@ -320,7 +322,7 @@ func pilotPlans(plans []*plan, sp *SplitModel, annealing int, lowered func(ir.Pr
 		}
 	}
 	if n > 0 {
-		progress("annealing %d and rolling out %d orders (anneal, pilot)", n, len(top))
+		progress("annealing %d, rolling out %d and reinserting %d orders (anneal, pilot, reinsert)", n, len(top), n)
 	} else {
 		progress("rolling out %d orders (pilot)", len(top))
 	}
@@ -344,6 +346,27 @@ func pilotPlans(plans []*plan, sp *SplitModel, annealing int, lowered func(ir.Pr
 			if !ok || !(sc.Makespan < top[i].bestLow.Makespan*(1-1e-9)) || found[i] != nil && !(sc.Makespan < scores[i].Makespan*(1-1e-9)) {
 				continue
 			}
+			r, mem, err := sp.run(q, b.part)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			found[i] = &synthFound{prog: q, part: b.part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: b.problem}
+			scores[i] = sc
+		}
+		if !anneal[i] {
+			return
+		}
+		// Then the best order so far, step by step (synth.Reinsert).
+		from, cur := b.prog, top[i].bestLow
+		if found[i] != nil {
+			from, cur = found[i].prog, scores[i]
+		}
+		q, _, err := synth.Reinsert(b.problem, from, reinserting)
+		if err != nil {
+			return // not expected: from ran
+		}
+		if sc, ok := lowered(q, b.part); ok && sc.Makespan < cur.Makespan*(1-1e-9) {
 			r, mem, err := sp.run(q, b.part)
 			if err != nil {
 				errs[i] = err
@@ -391,6 +414,23 @@ func annealBudget(budget int) int {
 		return annealWork
 	}
 	return int(min(int64(annealWork)*int64(budget)/RepairBudget, maxAnnealWork))
+}
+
+// reinsertWork bounds the reinsertion after the rollouts of a placement
+// that anneals, in the steps synth.Reinsert times (11–14 s of one core);
+// maxReinsertWork is the most an explicit budget gives it.
+const (
+	reinsertWork    int64 = 1_000_000_000
+	maxReinsertWork int64 = 25_000_000_000
+)
+
+// reinsertBudget is reinsertWork for AutoOptions.Budget, scaled as
+// annealBudget scales the annealing.
+func reinsertBudget(budget int) int {
+	if budget <= 0 {
+		return int(reinsertWork)
+	}
+	return int(min(reinsertWork*int64(budget)/RepairBudget, maxReinsertWork, math.MaxInt))
 }
 
 // A start is an order the local search starts from, with its split.
