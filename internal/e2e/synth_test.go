@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 // the runtime equal to a sequential run, over a spread of the rules that
 // do not get stuck, a synth.PriorityOrder order (micro-batches in chain
 // order, one after another, as far as the cap lets them start), that
-// recipe rolled out by synth.Pilot and annealed by synth.Anneal, synth.Periodic's order (found on some placement) and synth.Exact's best
+// recipe rolled out by synth.Pilot and annealed by synth.Anneal, that
+// order reinserted by synth.Reinsert, synth.Periodic's order (found on some placement) and synth.Exact's best
 // within a small budget (on the smaller placements).
 func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	const P, M = 4, 8
@@ -28,11 +30,12 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	prio := 0     // with a synth.PriorityOrder one
 	pilot := 0    // with a synth.Pilot one
 	annealed := 0 // with a synth.Anneal one
+	moved := 0    // with a synth.Reinsert one that moved a step
 	// A zigzag with one stage moved, as auto's balanced placements are
 	// (gen/balance.go): rank 2 holds nine stages, rank 0 seven.
-	moved := ir.Zigzag(P, 8)
-	moved.RankOf[15] = 2
-	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4), ir.Zigzag(P, 8), moved} {
+	balanced := ir.Zigzag(P, 8)
+	balanced.RankOf[15] = 2
+	for _, pl := range []ir.Placement{ir.Loop(P, 1), ir.Loop(P, 2), ir.VShape(P), ir.Zigzag(P, 4), ir.Zigzag(P, 8), balanced} {
 		S := pl.Stages()
 		F, I, W, act := make([]float64, S), make([]float64, S), make([]float64, S), make([]float64, S)
 		for s := range S {
@@ -70,6 +73,14 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 		if order, err := synth.PriorityOrder(pr, chain, func(int) float64 { return 0 }); err == nil {
 			orders, names = append(orders, order), append(names, "priority")
 			prio++
+			// That order with steps moved on their ranks (synth.Reinsert:
+			// a rank may idle with a step ready).
+			if q, _, err := synth.Reinsert(pr, order, 5_000_000); err != nil {
+				t.Fatalf("%s reinsert: %v", pl, err)
+			} else if !reflect.DeepEqual(q.Ranks, order.Ranks) {
+				orders, names = append(orders, q), append(names, "reinsert")
+				moved++
+			}
 		}
 		// The same recipe rolled out (synth.Pilot: idling and other
 		// choices where they finish earlier).
@@ -132,6 +143,9 @@ func TestSynthesizedTrainsAsSequential(t *testing.T) {
 	}
 	if annealed == 0 {
 		t.Errorf("synth.Anneal stuck on every placement")
+	}
+	if moved == 0 {
+		t.Errorf("synth.Reinsert moved no step on any placement")
 	}
 }
 
