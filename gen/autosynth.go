@@ -337,43 +337,45 @@ func pilotPlans(plans []*plan, sp *SplitModel, annealing, reinserting int, lower
 				recipes = append(recipes, ra)
 			}
 		}
+		// keep records q when it is faster lowered than the best so far;
+		// false on an error, which ends the placement's search.
+		keep := func(q ir.Program) bool {
+			cur := top[i].bestLow
+			if found[i] != nil {
+				cur = scores[i]
+			}
+			sc, ok := lowered(q, b.part)
+			if !ok || !(sc.Makespan < cur.Makespan*(1-1e-9)) {
+				return true
+			}
+			r, mem, err := sp.run(q, b.part)
+			if err != nil {
+				errs[i] = err
+				return false
+			}
+			found[i] = &synthFound{prog: q, part: b.part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: b.problem}
+			scores[i] = sc
+			return true
+		}
 		for _, rc := range recipes {
 			q, err := synth.Pilot(b.problem, rc, pilotWork)
 			if err != nil {
 				continue // stuck: not expected from a recipe whose order ran
 			}
-			sc, ok := lowered(q, b.part)
-			if !ok || !(sc.Makespan < top[i].bestLow.Makespan*(1-1e-9)) || found[i] != nil && !(sc.Makespan < scores[i].Makespan*(1-1e-9)) {
-				continue
-			}
-			r, mem, err := sp.run(q, b.part)
-			if err != nil {
-				errs[i] = err
+			if !keep(q) {
 				return
 			}
-			found[i] = &synthFound{prog: q, part: b.part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: b.problem}
-			scores[i] = sc
 		}
 		if !anneal[i] {
 			return
 		}
 		// Then the best order so far, step by step (synth.Reinsert).
-		from, cur := b.prog, top[i].bestLow
+		from := b.prog
 		if found[i] != nil {
-			from, cur = found[i].prog, scores[i]
+			from = found[i].prog
 		}
-		q, _, err := synth.Reinsert(b.problem, from, reinserting)
-		if err != nil {
-			return // not expected: from ran
-		}
-		if sc, ok := lowered(q, b.part); ok && sc.Makespan < cur.Makespan*(1-1e-9) {
-			r, mem, err := sp.run(q, b.part)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			found[i] = &synthFound{prog: q, part: b.part, ms: r.Makespan, mem: mem, bubble: r.Bubble, problem: b.problem}
-			scores[i] = sc
+		if q, _, err := synth.Reinsert(b.problem, from, reinserting); err == nil { // an error is not expected: from ran
+			keep(q)
 		}
 	})
 	for i, pn := range top {
