@@ -92,7 +92,7 @@ func TestPilotPacksATightCap(t *testing.T) {
 
 // tightCapRecipe is the problem of TestPilotPacksATightCap, Periodic's
 // best order for it and that order's recipe.
-func tightCapRecipe(t *testing.T) (Problem, ir.Program, Recipe) {
+func tightCapRecipe(t testing.TB) (Problem, ir.Program, Recipe) {
 	t.Helper()
 	p := Problem{Placement: ir.Zigzag(4, 8), Micro: 16, Cost: sim.Cost{F: []float64{1}, I: []float64{1}, W: []float64{0.6}, B: []float64{1.6}}, Fixed: make([]float64, 4), Cap: 16}
 	base, rc, ok, err := PeriodicRecipe(p, 200, 0)
