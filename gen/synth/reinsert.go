@@ -143,9 +143,9 @@ type orderTimer struct {
 	trialF, trialI []float64
 	stampF, stampI []uint32
 	stamp          uint32
-	free           []float64 // by rank: when it is free
-	next           []int     // by rank: its next step to time
-	last           int       // the last stage
+	free           []float64   // by rank: when it is free
+	next           []int       // by rank: its next step to time
+	last           int         // the last stage
 	start, end     [][]float64 // the kept order's timing, by rank and place
 	tstart, tend   [][]float64 // a trial's, from from[rank] on
 	from           []int
