@@ -33,7 +33,10 @@
 // such a priority order by rollouts (at each choice a rank has, the
 // option whose completion by the priorities ends first); Anneal improves
 // the priorities themselves (simulated annealing, each move rebuilt by
-// the same list scheduler, so every move yields a feasible order); Exact searches
+// the same list scheduler, so every move yields a feasible order); Reinsert
+// improves an order itself, moving one step at a time on its rank where
+// that is no slower (so a rank may idle with a step ready, which no list
+// scheduler does); Exact searches
 // every order of a small problem (branch and bound) and, when it
 // finishes, proves its result optimal; Repair is a local
 // search (adjacent swaps on a rank, within a count budget) from any order,
