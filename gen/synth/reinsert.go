@@ -136,20 +136,21 @@ type orderTimer struct {
 	rankOf     []int
 	f, in, w   []float64 // by stage
 	hopF, hopB []float64 // by stage: the latency of its F's input, of its I's
-	// By stage·M + micro-batch: the kept order's ends and places of the
-	// F's and I's, a trial's ends and the trial that wrote them.
-	keptF, keptI   []float64
-	placeF, placeI []int32
-	trialF, trialI []float64
-	stampF, stampI []uint32
-	stamp          uint32
-	free           []float64   // by rank: when it is free
-	next           []int       // by rank: its next step to time
-	last           int         // the last stage
-	start, end     [][]float64 // the kept order's timing, by rank and place
-	tstart, tend   [][]float64 // a trial's, from from[rank] on
-	from           []int
-	timed          int // steps timed, all trials together
+	// By step (endIndex: the F's, then the I's, each by stage·M +
+	// micro-batch): the kept order's ends and places, a trial's ends and
+	// the trial that wrote them.
+	kept, trial  []float64
+	place        []int32
+	stamps       []uint32
+	stamp        uint32
+	n            int         // S·M: where the I's start
+	free         []float64   // by rank: when it is free
+	next         []int       // by rank: its next step to time
+	last         int         // the last stage
+	start, end   [][]float64 // the kept order's timing, by rank and place
+	tstart, tend [][]float64 // a trial's, from from[rank] on
+	from         []int
+	timed        int // steps timed, all trials together
 }
 
 // newOrderTimer checks that q holds p's F, I and W steps, each once on its
@@ -176,8 +177,7 @@ func newOrderTimer(p *Problem, c sim.Cost, q ir.Program) (*orderTimer, error) {
 	n := S * M
 	e := &orderTimer{M: M, rankOf: pl.RankOf, f: make([]float64, S), in: make([]float64, S), w: make([]float64, S),
 		hopF: make([]float64, S), hopB: make([]float64, S),
-		keptF: make([]float64, n), keptI: make([]float64, n), placeF: make([]int32, n), placeI: make([]int32, n),
-		trialF: make([]float64, n), trialI: make([]float64, n), stampF: make([]uint32, n), stampI: make([]uint32, n),
+		kept: make([]float64, 2*n), trial: make([]float64, 2*n), place: make([]int32, 2*n), stamps: make([]uint32, 2*n), n: n,
 		free: make([]float64, P), next: make([]int, P), last: S - 1, from: make([]int, P),
 		start: make([][]float64, P), end: make([][]float64, P), tstart: make([][]float64, P), tend: make([][]float64, P)}
 	for s := range S {
@@ -234,34 +234,31 @@ func (e *orderTimer) keep(ranks [][]ir.Step) {
 		copy(e.start[q][f:], e.tstart[q][f:])
 		copy(e.end[q][f:], e.tend[q][f:])
 		for i, st := range ranks[q][f:] {
-			switch k := st.Stage*e.M + st.Micro; st.Kind {
-			case ir.Forward:
-				e.keptF[k], e.placeF[k] = e.trialF[k], int32(f+i)
-			case ir.BackwardInput:
-				e.keptI[k], e.placeI[k] = e.trialI[k], int32(f+i)
+			if st.Kind != ir.BackwardWeight {
+				j := e.endIndex(st.Kind, st.Stage*e.M+st.Micro)
+				e.kept[j], e.place[j] = e.trial[j], int32(f+i)
 			}
 		}
 	}
 }
 
-// endOfF and endOfI are the end of F or I k of stage s in the trial under
-// way, -1 when not yet timed.
-func (e *orderTimer) endOfF(k, s int) float64 {
-	switch {
-	case e.stampF[k] == e.stamp:
-		return e.trialF[k]
-	case int(e.placeF[k]) < e.from[e.rankOf[s]]:
-		return e.keptF[k]
+// endIndex is the index of F or I k (stage·M + micro-batch) in the
+// timer's per-step arrays.
+func (e *orderTimer) endIndex(kind ir.Kind, k int) int {
+	if kind == ir.BackwardInput {
+		return e.n + k
 	}
-	return -1
+	return k
 }
 
-func (e *orderTimer) endOfI(k, s int) float64 {
+// endOf is the end of step j (endIndex) of stage s in the trial under
+// way, -1 when not yet timed.
+func (e *orderTimer) endOf(j, s int) float64 {
 	switch {
-	case e.stampI[k] == e.stamp:
-		return e.trialI[k]
-	case int(e.placeI[k]) < e.from[e.rankOf[s]]:
-		return e.keptI[k]
+	case e.stamps[j] == e.stamp:
+		return e.trial[j]
+	case int(e.place[j]) < e.from[e.rankOf[s]]:
+		return e.kept[j]
 	}
 	return -1
 }
@@ -270,8 +267,7 @@ func (e *orderTimer) endOfI(k, s int) float64 {
 // before timed as kept, writing the trial's timing.
 func (e *orderTimer) resume(ranks [][]ir.Step, limit float64) (Score, bool) {
 	if e.stamp++; e.stamp == 0 { // wrapped: no end may look stamped by this trial
-		clear(e.stampF)
-		clear(e.stampI)
+		clear(e.stamps)
 		e.stamp = 1
 	}
 	left := 0
@@ -294,15 +290,15 @@ func (e *orderTimer) resume(ranks [][]ir.Step, limit float64) (Score, bool) {
 				switch st.Kind {
 				case ir.Forward:
 					if s > 0 {
-						if ready = e.endOfF(k-e.M, s-1); ready >= 0 {
+						if ready = e.endOf(k-e.M, s-1); ready >= 0 {
 							ready += e.hopF[s]
 						}
 					}
 					d = e.f[s]
 				case ir.BackwardInput:
-					ready = e.endOfF(k, s)
+					ready = e.endOf(k, s)
 					if ready >= 0 && s < e.last {
-						if g := e.endOfI(k+e.M, s+1); g < 0 {
+						if g := e.endOf(e.n+k+e.M, s+1); g < 0 {
 							ready = -1
 						} else {
 							ready = max(ready, g+e.hopB[s])
@@ -310,7 +306,7 @@ func (e *orderTimer) resume(ranks [][]ir.Step, limit float64) (Score, bool) {
 					}
 					d = e.in[s]
 				default:
-					ready, d = e.endOfI(k, s), e.w[s]
+					ready, d = e.endOf(e.n+k, s), e.w[s]
 				}
 				if ready < 0 {
 					break // its input has not run yet
@@ -322,11 +318,9 @@ func (e *orderTimer) resume(ranks [][]ir.Step, limit float64) (Score, bool) {
 				}
 				e.tstart[r][e.next[r]], e.tend[r][e.next[r]] = begin, end
 				e.free[r] = end
-				switch st.Kind {
-				case ir.Forward:
-					e.trialF[k], e.stampF[k] = end, e.stamp
-				case ir.BackwardInput:
-					e.trialI[k], e.stampI[k] = end, e.stamp
+				if st.Kind != ir.BackwardWeight {
+					j := e.endIndex(st.Kind, k)
+					e.trial[j], e.stamps[j] = end, e.stamp
 				}
 				e.next[r]++
 				left--
