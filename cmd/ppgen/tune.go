@@ -64,7 +64,7 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 	fmt.Fprintf(&b, "fitted %d layers, %s, from %d calls%s (the median call of each kind, ms)\n", len(fit.Stages), per, fit.Calls, from)
 	full := false
 	for _, st := range fit.Stages {
-		full = full || st.BCalls > 0 && st.Calls[1] == 0
+		full = full || st.Full()
 	}
 	if full {
 		fmt.Fprintf(&b, "%-6s  %4s  %10s  %10s  %10s  %10s  %8s  %s\n", "LAYER", "RANK", "F", "I", "W", "B", "ACT KiB", "CALLS F/I/W/B")
@@ -81,7 +81,7 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 			continue
 		}
 		i, w, bb := fmt.Sprintf("%.4g", st.I), fmt.Sprintf("%.4g", st.W), "-"
-		if st.Calls[1] == 0 {
+		if st.Full() {
 			i, w, bb = "-", "-", fmt.Sprintf("%.4g", st.B)
 		}
 		fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10s  %10s  %10s  %8.4g  %d/%d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, i, w, bb, st.Act, st.Calls[0], st.Calls[1], st.Calls[2], st.BCalls)

@@ -90,6 +90,10 @@ type Stage struct {
 	Act    float64 // the median activation send, KiB (1: none sent)
 }
 
+// Full reports whether the stage was fitted its full backward B (it had
+// B calls and no I or W calls) rather than I and W.
+func (st Stage) Full() bool { return st.BCalls > 0 && st.Calls[1] == 0 && st.Calls[2] == 0 }
+
 // Fit is the model fitted to a trace.
 type Fit struct {
 	Schedule string  // the trace's otherData.schedule ("" when absent)
@@ -220,13 +224,15 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	for s := range out.Stages {
 		st := &out.Stages[s]
 		st.BCalls = len(durs[s][kindB])
-		full := st.BCalls > 0 && len(durs[s][1]) == 0 && len(durs[s][2]) == 0
-		if full {
+		for k := range st.Calls {
+			st.Calls[k] = len(durs[s][k])
+		}
+		if st.Full() {
 			st.B = median(durs[s][kindB]) / 1e3
 		}
 		for k, dst := range []*float64{&st.F, &st.I, &st.W} {
-			n := len(durs[s][k])
-			if n == 0 && full && k > 0 {
+			n := st.Calls[k]
+			if n == 0 && st.Full() && k > 0 {
 				continue // the B fitted above
 			}
 			if n == 0 {
@@ -236,7 +242,6 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 				}
 				return Fit{}, fmt.Errorf("tune: stage %d has no %c calls (of %d stages); a model needs every stage's F, and I and W or B: %s", s, kinds[k], stages, why)
 			}
-			st.Calls[k] = n
 			*dst = median(durs[s][k]) / 1e3
 		}
 	}
@@ -472,7 +477,7 @@ func (f Fit) JSON() []byte {
 	var b bytes.Buffer
 	b.WriteString("{\"layers\": [\n")
 	for s, st := range f.Stages {
-		if st.B > 0 || st.Calls[1] == 0 {
+		if st.Full() {
 			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"B\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.B), num(st.Act))
 		} else {
 			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.I), num(st.W), num(st.Act))
