@@ -144,6 +144,33 @@ func TestPriorityOrderRandom(t *testing.T) {
 	}
 }
 
+// gains tallies an improver's results on random problems (TestAnnealRandom,
+// TestReinsertRandom): the orders built, those whose first order lies
+// above its lower bound (room), and those the improver made faster.
+type gains struct{ built, room, better int }
+
+// add counts one problem: base is its first order, first that order's
+// makespan and got the improved one's.
+func (g *gains) add(p Problem, base ir.Program, first, got float64) {
+	g.built++
+	if got < first*(1-1e-9) {
+		g.better++
+	}
+	if lb, err := sim.LowerBound(base, p.Cost, p.BoundOptions()); err == nil && first > lb*(1+1e-9) {
+		g.room++
+	}
+}
+
+// check fails unless at least 20 orders were built, 4 had room, and a
+// third of those got faster.
+func (g gains) check(t *testing.T, name string) {
+	t.Helper()
+	t.Logf("%s: %d orders, %d above the lower bound, %d faster", name, g.built, g.room, g.better)
+	if g.built < 20 || g.room < 4 || 3*g.better < g.room {
+		t.Errorf("%s built %d orders, %d above the lower bound, %d of them faster; want at least 20, 4 and a third", name, g.built, g.room, g.better)
+	}
+}
+
 // randomRecipe draws a random problem (randomInstance) under a random cap
 // of at least one micro-batch's chunks, and a random recipe for it: each
 // kind and stage a random offset, each micro-batch a random period later,
