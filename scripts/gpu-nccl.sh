@@ -39,7 +39,8 @@ if [ "${1:-}" = --stub ]; then
 	"${CC:-cc}" -shared -fPIC -O1 -o "$tmp/libncclstub.so" \
 		runtime/transport/nccl/testdata/ncclstub/cudart.c runtime/transport/nccl/testdata/ncclstub/nccl.c -lpthread
 	export PPGEN_CUDART_LIB="$tmp/libncclstub.so" PPGEN_NCCL_LIB="$tmp/libncclstub.so"
-	gpus=8 # the test double lets ranks share its one "device"
+	export NCCLSTUB_DEVICES=8 # the test double reports 8 "devices", one per rank
+	gpus=8
 else
 	if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L; then
 		echo "gpu-nccl: no GPU (nvidia-smi lists none): run this on a machine with an NVIDIA GPU, its driver, the CUDA runtime and NCCL" >&2

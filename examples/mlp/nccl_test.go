@@ -36,7 +36,7 @@ func ncclExample(t *testing.T) (string, []string) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -tags nccl: %v\n%s", err, out)
 	}
-	return bin, append(withoutRankEnv(os.Environ()), "PPGEN_NCCL_LIB="+stub, "PPGEN_CUDART_LIB="+stub)
+	return bin, append(withoutRankEnv(os.Environ()), "PPGEN_NCCL_LIB="+stub, "PPGEN_CUDART_LIB="+stub, "NCCLSTUB_DEVICES=8")
 }
 
 // TestNCCLMatchesSequential: -transport nccl over the NCCL transport's test

@@ -88,7 +88,7 @@ const (
 // Default names, tried in order when no path is given.
 var (
 	ncclNames   = []string{"libnccl.so.2", "libnccl.so"}
-	cudartNames = []string{"libcudart.so", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so.11"}
+	cudartNames = []string{"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so.11"}
 )
 
 const (

@@ -129,6 +129,12 @@ func (t *Transport) setup(ctx context.Context) error {
 		return fmt.Errorf("%w: device %d requested, this host has %d (0 to %d)", ErrNoDevice, dev, n, n-1)
 	}
 	t.device = dev
+	if t.cfg.Device == AutoDevice && t.cfg.LocalRank >= int(n) {
+		// NCCL refuses two ranks of a communicator on one GPU, as
+		// "invalid usage" at ncclCommInitRank: say why before it does.
+		return fmt.Errorf("%w: local rank %d would share device %d with local rank %d: this host has %d GPUs and NCCL refuses two ranks of a communicator on one GPU; start at most %d ranks on this host (one GPU each)",
+			ErrNoDevice, t.cfg.LocalRank, dev, t.cfg.LocalRank%int(n), n, n)
+	}
 	if err := t.onDevice(func() error { return l.cudaErr("cudaStreamCreate", l.cudaStreamCreate(&t.wc.stream)) }); err != nil {
 		return fmt.Errorf("device %d: %w", dev, err)
 	}

@@ -475,6 +475,20 @@ func TestWorldNoDevice(t *testing.T) {
 	}
 }
 
+// TestWorldSharedDevice: more local ranks than GPUs would put two ranks on
+// one device, which NCCL refuses as "invalid usage" (seen on an H200 with
+// NCCL 2.28): the rank that would share says so and how many ranks this
+// host can run, and the other fails naming it.
+func TestWorldSharedDevice(t *testing.T) {
+	outs := world(t, 2, "shared-device", "NCCLSTUB_DEVICES=1")
+	want := "local rank 1 would share device 0 with local rank 0: this host has 1 GPUs and NCCL refuses two ranks of a communicator on one GPU; start at most 1 ranks on this host"
+	for r, out := range outs {
+		if res := result(out); !strings.Contains(res, want) {
+			t.Errorf("rank %d: %s\nwant %q\n%s", r, res, want, out)
+		}
+	}
+}
+
 // TestWorldBufferedBound: messages received ahead of the one awaited are
 // bounded (MaxBufferedBytes); past it the rank fails and its peer hears.
 func TestWorldBufferedBound(t *testing.T) {
@@ -533,7 +547,7 @@ func child(sc string) error {
 	if sc == "timeout" || sc == "coll-timeout" || sc == "coll-join-timeout" {
 		cfg.TCP.Timeout = time.Second
 	}
-	if strings.HasPrefix(sc, "gpu-") {
+	if strings.HasPrefix(sc, "gpu-") || sc == "shared-device" {
 		cfg.Device, cfg.LocalRank = AutoDevice, rank // one GPU per rank
 	}
 	if sc == "buffered" {
