@@ -54,7 +54,7 @@ func runtimeMayImport(pkg, path string, test bool) bool {
 	switch {
 	case std(path), strings.HasPrefix(path, "gorgonia.org/"), layer(path) == "runtime", shared[path]:
 		return true
-	case test && path == module+"/internal/doctable":
+	case test && (path == module+"/internal/doctable" || path == module+"/internal/long"):
 		return true
 	}
 	extra, ok := runtimeExtra[strings.TrimSuffix(pkg, "_test")]
