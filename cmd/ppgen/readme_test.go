@@ -1,25 +1,31 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// The README's console blocks are checked: TestREADME runs each command of
-// every ```console block with a ppgen built from this checkout, in the
-// repository root, and compares stdout and stderr together with the text
-// under it. A block whose output cannot be compared (ports, timings, a
+// The console blocks of README.md and the docs are checked: TestREADME runs
+// each command of every ```console block with a ppgen built from this
+// checkout, in the repository root, and compares stdout and stderr together
+// with the text under it. A block whose output cannot be compared (ports, timings, a
 // state the block does not set up) carries a comment on the line before it:
 //
 //	<!-- not checked: the reason -->
 //
 // `go test ./cmd/ppgen -run TestREADME -update` rewrites the output of the
-// checked blocks in README.md.
+// checked blocks in every file; -run 'TestREADME/docs/schedules.md' picks
+// one file.
 
 // consoleCmd is one "$ command" line of a console block and the output
 // printed under it.
@@ -105,28 +111,61 @@ func readmeCommand(cmd string) (string, error) {
 	return "", fmt.Errorf("%q is not a ppgen command: make it one, or mark the block <!-- not checked: why -->", cmd)
 }
 
+// docFiles returns the Markdown files whose console blocks TestREADME
+// checks, relative to root: README.md, every other top-level .md file but
+// BENCHMARKS.md (its figures are measurements, not outputs a rerun
+// reproduces), and docs/*.md.
+func docFiles(root string) ([]string, error) {
+	var files []string
+	for _, glob := range []string{"*.md", "docs/*.md"} {
+		m, err := filepath.Glob(filepath.Join(root, glob))
+		if err != nil {
+			return nil, err
+		}
+		for _, path := range m {
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return nil, err
+			}
+			if rel != "BENCHMARKS.md" {
+				files = append(files, filepath.ToSlash(rel))
+			}
+		}
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// TestREADME runs the console blocks of every Markdown file docFiles
+// lists, one subtest per file (go test ./cmd/ppgen -run
+// 'TestREADME/docs/schedules.md' checks one).
 func TestREADME(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds ppgen and runs the README's commands")
+		t.Skip("builds ppgen and runs the docs' commands")
 	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(root, "README.md")
-	src, err := os.ReadFile(path)
+	files, err := docFiles(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(string(src), "\n")
-	blocks, err := parseConsoleBlocks(lines)
-	if err != nil {
-		t.Fatalf("README.md: %v", err)
+	if !slices.Contains(files, "README.md") || !slices.Contains(files, "docs/cli.md") {
+		t.Fatalf("docFiles = %v: README.md or docs/cli.md is missing", files)
 	}
 	bin := t.TempDir()
-	for name, pkg := range map[string]string{"ppgen": ".", "mlp": "../../examples/mlp"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	var built sync.Once
+	build := func(t *testing.T) {
+		built.Do(func() {
+			for name, pkg := range map[string]string{"ppgen": ".", "mlp": "../../examples/mlp"} {
+				if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
+					t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+				}
+			}
+		})
+		if _, err := os.Stat(filepath.Join(bin, "mlp")); err != nil {
+			t.Fatalf("ppgen and examples/mlp were not built: %v", err)
 		}
 	}
 	var env []string
@@ -137,7 +176,32 @@ func TestREADME(t *testing.T) {
 		}
 	}
 	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	checked := map[string]int{} // file -> commands run; absent: filtered out by -run
+	for _, file := range files {
+		t.Run(file, func(t *testing.T) {
+			checked[file] = checkConsoleBlocks(t, root, file, env, build)
+		})
+	}
+	if n, ran := checked["README.md"]; ran && n == 0 {
+		t.Error("README.md: no command was checked")
+	}
+}
 
+// checkConsoleBlocks runs the commands of file's checked console blocks in
+// root and compares their output with the file's, or with -update rewrites
+// the file's outputs. It returns how many commands it ran; build builds
+// the binaries the first time a file has a command to run.
+func checkConsoleBlocks(t *testing.T, root, file string, env []string, build func(*testing.T)) int {
+	path := filepath.Join(root, filepath.FromSlash(file))
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	blocks, err := parseConsoleBlocks(lines)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
 	checked, update := 0, cliUpdate()
 	replace := map[int][]string{} // block index -> new body
 	for bi, b := range blocks {
@@ -145,34 +209,46 @@ func TestREADME(t *testing.T) {
 			continue
 		}
 		if len(b.cmds) == 0 {
-			t.Errorf("README.md:%d: an empty console block", b.line)
+			t.Errorf("%s:%d: an empty console block", file, b.line)
 			continue
 		}
 		var body []string
 		for _, c := range b.cmds {
 			shell, err := readmeCommand(c.cmd)
 			if err != nil {
-				t.Errorf("README.md:%d: %v", c.line, err)
+				t.Errorf("%s:%d: %v", file, c.line, err)
 				continue
 			}
+			build(t)
 			// The files the command names: one it writes (sim -svg
 			// docs/...) must come out the same, or the committed file is
-			// stale; without -update it is put back as it was.
+			// stale; without -update it is put back as it was. One it
+			// creates (trace -o zbv.json) is removed after it.
 			before := map[string][]byte{}
+			var absent []string
 			for _, arg := range strings.Fields(c.cmd) {
 				if b, err := os.ReadFile(filepath.Join(root, arg)); err == nil {
 					before[arg] = b
+				} else if errors.Is(err, fs.ErrNotExist) && filepath.IsLocal(arg) {
+					absent = append(absent, arg)
 				}
 			}
 			cmd := exec.Command("bash", "-c", shell)
 			cmd.Dir, cmd.Env = root, env
-			out, _ := cmd.CombinedOutput() // the exit status is part of the text where the README shows it
+			out, _ := cmd.CombinedOutput() // the exit status is part of the text where the doc shows it
+			for _, arg := range absent {
+				if info, err := os.Lstat(filepath.Join(root, arg)); err == nil && info.Mode().IsRegular() {
+					if err := os.Remove(filepath.Join(root, arg)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			for arg, b := range before {
 				if now, err := os.ReadFile(filepath.Join(root, arg)); err != nil || string(now) != string(b) {
 					if update {
 						continue
 					}
-					t.Errorf("README.md:%d: `%s` changed %s: the committed file is stale (-update keeps the new one)", c.line, c.cmd, arg)
+					t.Errorf("%s:%d: `%s` changed %s: the committed file is stale (-update keeps the new one)", file, c.line, c.cmd, arg)
 					if err := os.WriteFile(filepath.Join(root, arg), b, 0o644); err != nil {
 						t.Fatal(err)
 					}
@@ -185,7 +261,7 @@ func TestREADME(t *testing.T) {
 			}
 			checked++
 			if got != c.want && !update {
-				t.Errorf("README.md:%d: `%s` prints\n%s\nbut the README shows\n%s\n(go test ./cmd/ppgen -run TestREADME -update rewrites it)", c.line, c.cmd, got, c.want)
+				t.Errorf("%s:%d: `%s` prints\n%s\nbut %s shows\n%s\n(go test ./cmd/ppgen -run 'TestREADME/%s' -update rewrites it)", file, c.line, c.cmd, got, file, c.want, file)
 			}
 			body = append(body, "$ "+c.cmd)
 			if got != "" {
@@ -197,10 +273,7 @@ func TestREADME(t *testing.T) {
 		}
 		replace[bi] = body
 	}
-	if checked == 0 {
-		t.Fatal("no README command was checked")
-	}
-	if update {
+	if update && len(replace) > 0 {
 		var out []string
 		next := 0
 		for bi, b := range blocks {
@@ -217,6 +290,7 @@ func TestREADME(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return checked
 }
 
 func TestParseConsoleBlocks(t *testing.T) {
