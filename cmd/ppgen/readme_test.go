@@ -24,7 +24,7 @@ import (
 //	<!-- not checked: the reason -->
 //
 // `go test ./cmd/ppgen -run TestREADME -update` rewrites the output of the
-// checked blocks in every file; -run 'TestREADME/docs/schedules.md' picks
+// checked blocks in every file; -run 'TestREADME$/docs/schedules.md' picks
 // one file.
 
 // consoleCmd is one "$ command" line of a console block and the output
@@ -138,7 +138,7 @@ func docFiles(root string) ([]string, error) {
 
 // TestREADME runs the console blocks of every Markdown file docFiles
 // lists, one subtest per file (go test ./cmd/ppgen -run
-// 'TestREADME/docs/schedules.md' checks one).
+// 'TestREADME$/docs/schedules.md' checks one).
 func TestREADME(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds ppgen and runs the docs' commands")
@@ -261,7 +261,7 @@ func checkConsoleBlocks(t *testing.T, root, file string, env []string, build fun
 			}
 			checked++
 			if got != c.want && !update {
-				t.Errorf("%s:%d: `%s` prints\n%s\nbut %s shows\n%s\n(go test ./cmd/ppgen -run 'TestREADME/%s' -update rewrites it)", file, c.line, c.cmd, got, file, c.want, file)
+				t.Errorf("%s:%d: `%s` prints\n%s\nbut %s shows\n%s\n(go test ./cmd/ppgen -run 'TestREADME$/%s' -update rewrites it)", file, c.line, c.cmd, got, file, c.want, file)
 			}
 			body = append(body, "$ "+c.cmd)
 			if got != "" {

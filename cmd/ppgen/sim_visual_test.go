@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// The schedules of the README's comparison: every family that lowers.
+// The schedules of docs/visual.md's comparison: every family that lowers.
 const compareAll = "gpipe,1f1b,interleaved,looped-bfs,zb-h1,zb-h2,interleaved-zb,zbv,v-half,v-min,dualpipev"
 
 func wellFormedXML(t *testing.T, b []byte) {

@@ -4,11 +4,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestUserModule sets up a trainer repo as the README tells a user to: a
+// userModuleSteps are the go commands docs/getting-started.md (and the
+// README's tour) tell a user to run in a trainer module, with this
+// repository checked out at ../ppgen; TestUserModule runs them and
+// TestDocsShowUserModuleSteps checks the docs say them.
+var userModuleSteps = [][]string{
+	{"mod", "edit", "-require=github.com/ppgen/ppgen@v0.0.0", "-replace=github.com/ppgen/ppgen=../ppgen"},
+	{"mod", "edit", "-tool=github.com/ppgen/ppgen/cmd/ppgen"},
+}
+
+// TestUserModule sets up a trainer repo as docs/getting-started.md tells a user to: a
 // separate module that requires ppgen (a replace directive points at this
 // checkout: ppgen is not published), declares
 // `tool github.com/ppgen/ppgen/cmd/ppgen`, and has a
@@ -36,12 +46,17 @@ func TestUserModule(t *testing.T) {
 		}
 		return string(out)
 	}
-	// The README's steps ("Using ppgen in a trainer repo"), with this
-	// checkout for ../ppgen.
+	// The steps of docs/getting-started.md ("Add ppgen to your module"),
+	// with this checkout for ../ppgen.
 	goCmd("mod", "init", "example.com/trainer")
-	goCmd("mod", "edit", "-require=github.com/ppgen/ppgen@v0.0.0", "-replace=github.com/ppgen/ppgen="+root)
-	goCmd("mod", "edit", "-tool=github.com/ppgen/ppgen/cmd/ppgen")
-	// The README's last step is go mod tidy, which needs the network for
+	for _, step := range userModuleSteps {
+		args := slices.Clone(step)
+		for i, a := range args {
+			args[i] = strings.ReplaceAll(a, "=../ppgen", "="+root)
+		}
+		goCmd(args...)
+	}
+	// The guide's last step is go mod tidy, which needs the network for
 	// modules the build cache lacks; offline, the trainer requires what
 	// tidy would record: ppgen's own requirements, with ppgen's go.sum.
 	ours, err := os.ReadFile(filepath.Join(root, "go.mod"))
