@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -176,11 +177,30 @@ func TestREADME(t *testing.T) {
 		}
 	}
 	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	entries := func() map[string]bool { // the files of root and docs/
+		names := map[string]bool{}
+		for _, dir := range []string{".", "docs"} {
+			des, err := os.ReadDir(filepath.Join(root, dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, de := range des {
+				names[path.Join(dir, de.Name())] = true
+			}
+		}
+		return names
+	}
+	before := entries()
 	checked := map[string]int{} // file -> commands run; absent: filtered out by -run
 	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
 			checked[file] = checkConsoleBlocks(t, root, file, env, build)
 		})
+	}
+	for name := range entries() {
+		if !before[name] {
+			t.Errorf("the docs' commands left %s behind: name the file it writes in the command, so that the test removes it", name)
+		}
 	}
 	if n, ran := checked["README.md"]; ran && n == 0 {
 		t.Error("README.md: no command was checked")
