@@ -8,8 +8,8 @@ import (
 
 // TestLight: the command links no tensor library (gorgonia) and nothing of
 // runtime/ but the launcher (runtime/launch, for `ppgen launch`): every
-// user's first `go generate` builds this binary. BENCHMARKS.md §10 has the
-// size and cold-build figures this keeps.
+// user's first `go generate` builds this binary. BENCHMARKS.md, "The ppgen
+// binary", has the size and cold-build figures this keeps.
 func TestLight(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")

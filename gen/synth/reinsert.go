@@ -30,7 +30,7 @@ import (
 // waiting behind it), which a tight cap needs: W = 0.6·I on the zigzag with
 // V = 8, P = 4, M = 16, within two micro-batches, 380.6 → 373.8 from the
 // rolled-out annealed order, and on P = 8, M = 32, V = 4 within four,
-// 392.6 → 386.2, at 10⁹ (BENCHMARKS.md, "Reinsertion").
+// 392.6 → 386.2, at 10⁹ (docs/benchmarks-log.md, "Reinsertion").
 //
 // work bounds the steps timed, all moves together (a move costs at least
 // one, and its cap check an eighth of one per step of the rank): about

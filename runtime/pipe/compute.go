@@ -298,7 +298,7 @@ func (x *Exec) B(a At) {
 	if x.state.Load() == 0 && keyable(stage, micro) && uint(slot) < uint(len(x.slots)) {
 		if p := &x.slots[slot]; p.key == keyOf(stage, micro) && p.flags&(fwdDone|inDone|swappedOut) == fwdDone {
 			// readyGrad's cases, written out: measured 2–3 % faster per
-			// step than its inlined call (BENCHMARKS.md §2).
+			// step than its inlined call (docs/benchmarks-log.md §2).
 			switch {
 			case src != atNone:
 				if uint(src) < uint(len(x.slots)) {
