@@ -6,7 +6,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -14,13 +13,6 @@ import (
 
 // readmeMaxBytes bounds README.md: a front page, the rest in docs/.
 const readmeMaxBytes = 15_000
-
-// pendingDocs are docs/ files that the docs link to but another branch
-// adds. A link to one is not an error while it is missing; once it exists
-// it must come off this list.
-var pendingDocs = map[string]string{
-	"docs/benchmarks-log.md": "BENCHMARKS.md's history, moved out of it",
-}
 
 // TestREADMEFrontPage: README.md stays a front page (at most
 // readmeMaxBytes) whose table of contents links every doc, and the docs
@@ -49,12 +41,6 @@ func TestREADMEFrontPage(t *testing.T) {
 	var want []string // every doc, relative to root
 	for _, d := range docs {
 		want = append(want, "docs/"+filepath.Base(d))
-	}
-	for p, why := range pendingDocs {
-		if slices.Contains(want, p) {
-			t.Errorf("%s exists now: take it off pendingDocs (%s)", p, why)
-		}
-		want = append(want, p)
 	}
 	if len(want) < 10 {
 		t.Fatalf("only %d docs under docs/: %v", len(want), want)
@@ -135,9 +121,6 @@ func TestDocLinks(t *testing.T) {
 			}
 			if !filepath.IsLocal(filepath.FromSlash(target)) {
 				t.Errorf("%s:%d: link %q leaves the repository", file, l.line, l.target)
-				continue
-			}
-			if _, pending := pendingDocs[target]; pending {
 				continue
 			}
 			if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(target))); err != nil {
