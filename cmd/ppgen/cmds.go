@@ -26,17 +26,31 @@ func runList(args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tV\tCONSTRAINTS\tSUMMARY")
+	fmt.Fprintln(tw, "NAME\tV\tALIASES\tCONSTRAINTS\tSUMMARY")
 	for _, f := range schedules.All() {
 		v := f.DefaultVirtual
 		if v == 0 {
 			v = 1
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, v, f.Constraints, f.Summary)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, v, aliases(f), f.Constraints, f.Summary)
 	}
-	fmt.Fprintf(tw, "%s\t1-%d\t%s\t%s\n", gen.Auto, gen.MaxAutoVirtual, "any the families above take; -mem LIMIT, -cost MODEL",
+	fmt.Fprintf(tw, "%s\t1-%d\t-\t%s\t%s\n", gen.Auto, gen.MaxAutoVirtual, "any the families above take; -mem LIMIT, -cost MODEL",
 		"the fastest family and V under the cost model whose activation memory fits -mem (simulated); with -model also orders synthesized for its stages")
 	return tw.Flush()
+}
+
+// aliases lists f's aliases as `ppgen list` shows them: each as torchtitan
+// names it and as PyTorch's class ("Interleaved1F1B ScheduleInterleaved1F1B"),
+// or "-".
+func aliases(f schedules.Family) string {
+	var out []string
+	for _, a := range f.Aliases {
+		out = append(out, a, "Schedule"+a)
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, " ")
 }
 
 func runShow(args []string, stdout, stderr io.Writer) error {
@@ -119,7 +133,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	width := fs.Int("width", 120, "grid width in columns")
 	svgOut := fs.String("svg", "", "write an SVG timeline to this file (stacked timelines with -compare)")
 	svgWidth := fs.Int("svg-width", 1200, "SVG width in pixels")
-	compare := fs.String("compare", "", "compare schedules: a comma-separated list of families, each NAME or NAME:V, at the same -ranks, -micro and -cost")
+	compare := fs.String("compare", "", "compare schedules: a comma-separated list of families, each NAME or NAME:V, at the same -ranks, -micro and -cost; a NAME may be PyTorch's or torchtitan's (ZBVZeroBubble, ScheduleInterleaved1F1B; see -schedule)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -35,7 +35,11 @@
 // Schedule flags, the same for every command that takes a schedule:
 //
 //	-schedule NAME     family (see `ppgen list`), or auto: the fastest family and
-//	                   V under -cost whose activation memory fits -mem
+//	                   V under -cost whose activation memory fits -mem;
+//	                   PyTorch's and torchtitan's names (GPipe, 1F1B,
+//	                   Interleaved1F1B, LoopedBFS, InterleavedZeroBubble,
+//	                   ZBVZeroBubble, DualPipeV; any case, with or without
+//	                   the Schedule prefix) name the same families
 //	-mem X             auto: activation memory limit (micro-batches of a
 //	                   rank's share of the model; 0: none)
 //	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
