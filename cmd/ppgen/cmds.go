@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/gencmd"
@@ -25,32 +24,74 @@ func runList(args []string, stdout, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tV\tALIASES\tCONSTRAINTS\tSUMMARY")
+	return writeList(stdout, outputWidth(stdout))
+}
+
+// listRow is one schedule of `ppgen list`: its name, its V, and its
+// paragraphs (summary, constraints, aliases).
+type listRow struct {
+	name, v string
+	paras   []string
+}
+
+// writeList writes `ppgen list`'s table: NAME and V columns, then each
+// schedule's summary, constraints and aliases as paragraphs of the last
+// column, wrapped so that no line is longer than width columns (a word
+// longer than the column overflows it).
+func writeList(w io.Writer, width int) error {
+	var rows []listRow
 	for _, f := range schedules.All() {
 		v := f.DefaultVirtual
 		if v == 0 {
 			v = 1
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, v, aliases(f), f.Constraints, f.Summary)
+		r := listRow{name: f.Name, v: fmt.Sprint(v), paras: []string{f.Summary, "constraints: " + f.Constraints}}
+		if a := aliases(f); a != "" {
+			r.paras = append(r.paras, "aliases: "+a)
+		}
+		rows = append(rows, r)
 	}
-	fmt.Fprintf(tw, "%s\t1-%d\t-\t%s\t%s\n", gen.Auto, gen.MaxAutoVirtual, "any the families above take; -mem LIMIT, -cost MODEL",
-		"the fastest family and V under the cost model whose activation memory fits -mem (simulated); with -model also orders synthesized for its stages")
-	return tw.Flush()
+	rows = append(rows, listRow{name: gen.Auto, v: fmt.Sprintf("1-%d", gen.MaxAutoVirtual), paras: []string{
+		"the fastest family and V under the cost model whose activation memory fits -mem (simulated); with -model also orders synthesized for its stages",
+		"constraints: any the families above take; -mem LIMIT, -cost MODEL"}})
+	nameW, vW := len("NAME"), len("V")
+	for _, r := range rows {
+		nameW, vW = max(nameW, len(r.name)), max(vW, len(r.v))
+	}
+	indent := nameW + 2 + vW + 2
+	const more = 2 // a paragraph's further lines are indented by this much
+	textW := max(width-indent-more, 1)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-*s  %-*s  %s\n", nameW, "NAME", vW, "V", "SUMMARY, CONSTRAINTS, ALIASES")
+	for _, r := range rows {
+		first := true
+		for _, p := range r.paras {
+			for i, line := range strings.Split(wrap(p, textW), "\n") {
+				switch {
+				case first:
+					fmt.Fprintf(&b, "%-*s  %-*s  %s\n", nameW, r.name, vW, r.v, line)
+					first = false
+				case i == 0:
+					fmt.Fprintf(&b, "%*s%s\n", indent, "", line)
+				default:
+					fmt.Fprintf(&b, "%*s%s\n", indent+more, "", line)
+				}
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // aliases lists f's aliases as `ppgen list` shows them: each as torchtitan
-// names it and as PyTorch's class ("Interleaved1F1B ScheduleInterleaved1F1B"),
-// or "-".
+// names it and as PyTorch's class ("Interleaved1F1B, ScheduleInterleaved1F1B"),
+// or "" when it has none.
 func aliases(f schedules.Family) string {
 	var out []string
 	for _, a := range f.Aliases {
 		out = append(out, a, "Schedule"+a)
 	}
-	if len(out) == 0 {
-		return "-"
-	}
-	return strings.Join(out, " ")
+	return strings.Join(out, ", ")
 }
 
 func runShow(args []string, stdout, stderr io.Writer) error {

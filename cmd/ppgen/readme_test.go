@@ -131,8 +131,9 @@ func TestREADME(t *testing.T) {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		// Nothing of go generate's or the caller's may change the output.
-		if k, _, _ := strings.Cut(kv, "="); k != "GOFILE" && k != "GOPACKAGE" && k != "PATH" && !strings.HasPrefix(k, "PPGEN_") {
+		// Nothing of go generate's or the caller's may change the output
+		// (COLUMNS: ppgen list's width).
+		if k, _, _ := strings.Cut(kv, "="); k != "GOFILE" && k != "GOPACKAGE" && k != "PATH" && k != "COLUMNS" && !strings.HasPrefix(k, "PPGEN_") {
 			env = append(env, kv)
 		}
 	}
