@@ -193,6 +193,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-svg", Path: *svgOut}); err != nil {
 		return err
 	}
+	if err := checkFormat(namedFile{Name: "-svg", Path: *svgOut}, formatSVG); err != nil {
+		return err
+	}
 	if err := checkSVGWidth(*svgWidth); err != nil {
 		return err
 	}
@@ -381,6 +384,9 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		out.Name = "the default output"
 	}
 	if err := checkOutputs(req.Inputs(), out); err != nil {
+		return err
+	}
+	if err := checkFormat(namedFile{Name: "-o", Path: req.Out}, formatGo); err != nil {
 		return err
 	}
 	if fi, err := os.Stat(req.Path()); err == nil && fi.IsDir() {
