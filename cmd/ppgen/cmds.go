@@ -105,7 +105,9 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 		return usagef("-format %q; want text or csv", *format)
 	}
 	var p ir.Program
-	res, err := req.Lower()
+	pr := newProgress(stderr, "ppgen show", 0)
+	res, err := lower(req, pr)
+	pr.Done()
 	switch {
 	case err == nil && *computeOnly:
 		p = res.Compute
@@ -132,7 +134,7 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func runVerify(args []string, stdout, _ io.Writer) error {
+func runVerify(args []string, stdout, stderr io.Writer) error {
 	req, fs := newRequest("verify", gencmd.Flags{In: true, MaxActivations: true})
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -140,7 +142,9 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 	if err := checkMaxActivations(req.MaxActivations); err != nil {
 		return err
 	}
-	res, err := req.Lower()
+	pr := newProgress(stderr, "ppgen verify", 0)
+	res, err := lower(req, pr)
+	pr.Done()
 	if err != nil {
 		return err // exitCode: 1 when the program is unsafe, else 2
 	}

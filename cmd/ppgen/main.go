@@ -133,8 +133,12 @@
 // each stage's last backward (format "compute_comms"). -to torch-csv-legacy
 // writes PyTorch 2.4 to 2.6 names.
 //
-// Long runs of sim, trace, import and export draw a progress bar on stderr
-// when it is a terminal.
+// Long runs (lowering a large schedule, -schedule auto's search and
+// syntheses, partition, sim -compare, trace, report, import, export) report
+// their progress on stderr: a progress bar when it is a terminal, else
+// (a CI log, go generate) a log/slog line every 5 seconds saying what is
+// done and left, nothing when the work ends sooner. PPGEN_PROGRESS sets that
+// period (a duration of at least 1s, e.g. 30s) or turns the lines off (off).
 //
 // gen:    -o FILE (default $GOFILE with _gen.go, or stdout with -o -),
 // -package NAME (default $GOPACKAGE, else the output directory's name),

@@ -137,7 +137,8 @@ func TestREADME(t *testing.T) {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		progressEnv+"=off") // a slow machine must not add progress lines
 
 	checked, update := 0, cliUpdate()
 	replace := map[int][]string{} // block index -> new body
