@@ -178,7 +178,9 @@
 // MASTER_ADDR=127.0.0.1, MASTER_PORT and PPGEN_TOKEN set (the launcher's
 // PPGEN_TOKEN, or a new random one per job), prefixes their output with
 // "[rank N] ", and when one fails kills the rest after the grace period (at
-// most 10m) and exits 2 naming the rank that failed first. SIGINT and
+// most 10m) and exits 2 naming the rank that caused the failure: one killed
+// by a signal (its peers' errors follow from its death), else the one that
+// failed first. SIGINT and
 // SIGTERM are forwarded to the ranks; on Linux a killed launcher takes its
 // ranks with it.
 //
