@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/gencmd"
@@ -25,18 +24,74 @@ func runList(args []string, stdout, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tV\tCONSTRAINTS\tSUMMARY")
+	return writeList(stdout, outputWidth(stdout))
+}
+
+// listRow is one schedule of `ppgen list`: its name, its V, and its
+// paragraphs (summary, constraints, aliases).
+type listRow struct {
+	name, v string
+	paras   []string
+}
+
+// writeList writes `ppgen list`'s table: NAME and V columns, then each
+// schedule's summary, constraints and aliases as paragraphs of the last
+// column, wrapped so that no line is longer than width columns (a word
+// longer than the column overflows it).
+func writeList(w io.Writer, width int) error {
+	var rows []listRow
 	for _, f := range schedules.All() {
 		v := f.DefaultVirtual
 		if v == 0 {
 			v = 1
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", f.Name, v, f.Constraints, f.Summary)
+		r := listRow{name: f.Name, v: fmt.Sprint(v), paras: []string{f.Summary, "constraints: " + f.Constraints}}
+		if a := aliases(f); a != "" {
+			r.paras = append(r.paras, "aliases: "+a)
+		}
+		rows = append(rows, r)
 	}
-	fmt.Fprintf(tw, "%s\t1-%d\t%s\t%s\n", gen.Auto, gen.MaxAutoVirtual, "any the families above take; -mem LIMIT, -cost MODEL",
-		"the fastest family and V under the cost model whose activation memory fits -mem (simulated); with -model also orders synthesized for its stages")
-	return tw.Flush()
+	rows = append(rows, listRow{name: gen.Auto, v: fmt.Sprintf("1-%d", gen.MaxAutoVirtual), paras: []string{
+		"the fastest family and V under the cost model whose activation memory fits -mem (simulated); with -model also orders synthesized for its stages",
+		"constraints: any the families above take; -mem LIMIT, -cost MODEL"}})
+	nameW, vW := len("NAME"), len("V")
+	for _, r := range rows {
+		nameW, vW = max(nameW, len(r.name)), max(vW, len(r.v))
+	}
+	indent := nameW + 2 + vW + 2
+	const more = 2 // a paragraph's further lines are indented by this much
+	textW := max(width-indent-more, 1)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-*s  %-*s  %s\n", nameW, "NAME", vW, "V", "SUMMARY, CONSTRAINTS, ALIASES")
+	for _, r := range rows {
+		first := true
+		for _, p := range r.paras {
+			for i, line := range strings.Split(wrap(p, textW), "\n") {
+				switch {
+				case first:
+					fmt.Fprintf(&b, "%-*s  %-*s  %s\n", nameW, r.name, vW, r.v, line)
+					first = false
+				case i == 0:
+					fmt.Fprintf(&b, "%*s%s\n", indent, "", line)
+				default:
+					fmt.Fprintf(&b, "%*s%s\n", indent+more, "", line)
+				}
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// aliases lists f's aliases as `ppgen list` shows them: each as torchtitan
+// names it and as PyTorch's class ("Interleaved1F1B, ScheduleInterleaved1F1B"),
+// or "" when it has none.
+func aliases(f schedules.Family) string {
+	var out []string
+	for _, a := range f.Aliases {
+		out = append(out, a, "Schedule"+a)
+	}
+	return strings.Join(out, ", ")
 }
 
 func runShow(args []string, stdout, stderr io.Writer) error {
@@ -50,7 +105,9 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 		return usagef("-format %q; want text or csv", *format)
 	}
 	var p ir.Program
-	res, err := req.Lower()
+	pr := newProgress(stderr, "ppgen show", 0)
+	res, err := lower(req, pr)
+	pr.Done()
 	switch {
 	case err == nil && *computeOnly:
 		p = res.Compute
@@ -77,7 +134,7 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func runVerify(args []string, stdout, _ io.Writer) error {
+func runVerify(args []string, stdout, stderr io.Writer) error {
 	req, fs := newRequest("verify", gencmd.Flags{In: true, MaxActivations: true})
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -85,7 +142,9 @@ func runVerify(args []string, stdout, _ io.Writer) error {
 	if err := checkMaxActivations(req.MaxActivations); err != nil {
 		return err
 	}
-	res, err := req.Lower()
+	pr := newProgress(stderr, "ppgen verify", 0)
+	res, err := lower(req, pr)
+	pr.Done()
 	if err != nil {
 		return err // exitCode: 1 when the program is unsafe, else 2
 	}
@@ -119,7 +178,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	width := fs.Int("width", 120, "grid width in columns")
 	svgOut := fs.String("svg", "", "write an SVG timeline to this file (stacked timelines with -compare)")
 	svgWidth := fs.Int("svg-width", 1200, "SVG width in pixels")
-	compare := fs.String("compare", "", "compare schedules: a comma-separated list of families, each NAME or NAME:V, at the same -ranks, -micro and -cost")
+	compare := fs.String("compare", "", "compare schedules: a comma-separated list of families, each NAME or NAME:V, at the same -ranks, -micro and -cost; a NAME may be PyTorch's or torchtitan's (ZBVZeroBubble, ScheduleInterleaved1F1B; see -schedule)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -136,6 +195,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		return usagef("-svg-width %d applies to the -svg timeline only; add -svg FILE, or drop -svg-width", *svgWidth)
 	}
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-svg", Path: *svgOut}); err != nil {
+		return err
+	}
+	if err := checkFormat(namedFile{Name: "-svg", Path: *svgOut}, formatSVG); err != nil {
 		return err
 	}
 	if err := checkSVGWidth(*svgWidth); err != nil {
@@ -326,6 +388,9 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		out.Name = "the default output"
 	}
 	if err := checkOutputs(req.Inputs(), out); err != nil {
+		return err
+	}
+	if err := checkFormat(namedFile{Name: "-o", Path: req.Out}, formatGo); err != nil {
 		return err
 	}
 	if fi, err := os.Stat(req.Path()); err == nil && fi.IsDir() {

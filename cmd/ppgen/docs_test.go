@@ -64,8 +64,18 @@ func TestREADMEFrontPage(t *testing.T) {
 }
 
 // TestDocsShowUserModuleSteps: README.md and docs/getting-started.md show
-// the go commands that TestUserModule runs to set up a trainer module.
+// the go commands that TestUserModule runs to set up a trainer module, and
+// they and docs/ci.md show the go vet line it checks.
 func TestDocsShowUserModuleSteps(t *testing.T) {
+	for _, file := range []string{"../../README.md", "../../docs/getting-started.md", "../../docs/ci.md"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(src), vetLine) {
+			t.Errorf("%s does not show the go vet line that TestUserModule checks: %s", strings.TrimPrefix(file, "../../"), vetLine)
+		}
+	}
 	for _, file := range []string{"../../README.md", "../../docs/getting-started.md"} {
 		src, err := os.ReadFile(file)
 		if err != nil {

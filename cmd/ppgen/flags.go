@@ -66,11 +66,13 @@ func checkOut(out string) error {
 	return nil
 }
 
-// showAuto makes pr (nil: none) show the step -schedule auto is on.
+// showAuto makes pr (nil: none) show the step -schedule auto is on, and
+// how many of its steps are done.
 func showAuto(req *gencmd.Request, pr *progress) {
 	if req.Schedule == gen.Auto && pr != nil {
 		req.AutoProgress = func(step string, done, total int) {
-			pr.Phase("auto: %s (step %d of %d)", step, done+1, total)
+			pr.Count(done, total)
+			pr.Phase("auto: %s", step)
 		}
 	}
 }

@@ -95,8 +95,11 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value})
 		if g, ok := f.Value.(flag.Getter); ok && typ == "value" {
-			if _, isInt := g.Get().(int); isInt {
+			switch g.Get().(type) {
+			case int:
 				typ = "int" // an int flag of its own type (gencmd's -ranks, -micro)
+			case string:
+				typ = "string" // gencmd's -schedule
 			}
 		}
 		line := "  -" + f.Name

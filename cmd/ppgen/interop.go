@@ -41,6 +41,9 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: req.Out}); err != nil {
 		return err
 	}
+	if err := checkFormat(namedFile{Name: "-o", Path: req.Out}, formatGo); err != nil {
+		return err
+	}
 	pr := newProgress(stderr, "ppgen import", 0)
 	defer pr.Done()
 	pr.Phase("reading and verifying %s", req.File)
@@ -118,6 +121,9 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: *out}); err != nil {
+		return err
+	}
+	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatCSV); err != nil {
 		return err
 	}
 	pr := newProgress(stderr, "ppgen export", 0)

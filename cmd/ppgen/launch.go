@@ -16,7 +16,8 @@ import (
 // runLaunch starts N local processes of a command as the ranks of one job,
 // with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and PPGEN_TOKEN set (the
 // launcher's PPGEN_TOKEN, or a new random one per job), prefixes their
-// output with "[rank N] ", and fails naming the first rank that fails. The
+// output with "[rank N] ", and fails naming the rank whose failure caused
+// the others' (launch.RankError). The
 // ranks die with the launcher: SIGINT and SIGTERM are forwarded to them,
 // and on Linux a killed launcher takes them with it (launch.Local).
 func runLaunch(args []string, stdout, stderr io.Writer) error {

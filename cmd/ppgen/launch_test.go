@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,6 +100,35 @@ func TestLaunchErrorMessage(t *testing.T) {
 		}
 		if !errors.Is(&launchError{err: tc.err}, tc.err) {
 			t.Errorf("%s: launchError does not unwrap to the launcher's error", tc.name)
+		}
+	}
+}
+
+// TestLaunchBlamesTheKilledRank: ppgen launch's summary and error name the
+// rank a SIGKILL ended (rank 2), not a rank whose error exit, because its
+// peer was dying, came first.
+func TestLaunchBlamesTheKilledRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGKILL")
+	}
+	t.Setenv("PPGEN_TEST_DIR", t.TempDir())
+	// Rank 2 says it is dying, and 0.3 s later kills itself; the others
+	// exit 1 when they hear it.
+	script := `d="$PPGEN_TEST_DIR/dying"
+if [ "$RANK" = 2 ]; then : > "$d"; sleep 0.3; kill -KILL $$; fi
+while [ ! -e "$d" ]; do sleep 0.01; done
+echo "rank $RANK: my peer died" >&2; exit 1`
+	var out, errs bytes.Buffer
+	code := run([]string{"launch", "-n", "4", "-grace", "5s", "--", "sh", "-c", script}, &out, &errs)
+	for _, want := range []string{
+		"ppgen launch: rank 2 failed: signal: killed (killed by a signal, the first cause; ranks 0, 1, 3 failed too, most likely because it died)",
+		"[launch] summary: rank 2 was killed by a signal (at +",
+	} {
+		if code != 2 || !strings.Contains(errs.String(), want) {
+			t.Errorf("exit %d, stderr lacks %q:\n%s", code, want, errs.String())
 		}
 	}
 }

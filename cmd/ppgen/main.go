@@ -35,7 +35,11 @@
 // Schedule flags, the same for every command that takes a schedule:
 //
 //	-schedule NAME     family (see `ppgen list`), or auto: the fastest family and
-//	                   V under -cost whose activation memory fits -mem
+//	                   V under -cost whose activation memory fits -mem;
+//	                   PyTorch's and torchtitan's names (GPipe, 1F1B,
+//	                   Interleaved1F1B, LoopedBFS, InterleavedZeroBubble,
+//	                   ZBVZeroBubble, DualPipeV; any case, with or without
+//	                   the Schedule prefix) name the same families
 //	-mem X             auto: activation memory limit (micro-batches of a
 //	                   rank's share of the model; 0: none)
 //	-cost MODEL        auto: the cost model it chooses by (sim and trace: the
@@ -129,8 +133,12 @@
 // each stage's last backward (format "compute_comms"). -to torch-csv-legacy
 // writes PyTorch 2.4 to 2.6 names.
 //
-// Long runs of sim, trace, import and export draw a progress bar on stderr
-// when it is a terminal.
+// Long runs (lowering a large schedule, -schedule auto's search and
+// syntheses, partition, sim -compare, trace, report, import, export) report
+// their progress on stderr: a progress bar when it is a terminal, else
+// (a CI log, go generate) a log/slog line every 5 seconds saying what is
+// done and left, nothing when the work ends sooner. PPGEN_PROGRESS sets that
+// period (a duration of at least 1s, e.g. 30s) or turns the lines off (off).
 //
 // gen:    -o FILE (default $GOFILE with _gen.go, or stdout with -o -),
 // -package NAME (default $GOPACKAGE, else the output directory's name),
@@ -170,7 +178,9 @@
 // MASTER_ADDR=127.0.0.1, MASTER_PORT and PPGEN_TOKEN set (the launcher's
 // PPGEN_TOKEN, or a new random one per job), prefixes their output with
 // "[rank N] ", and when one fails kills the rest after the grace period (at
-// most 10m) and exits 2 naming the rank that failed first. SIGINT and
+// most 10m) and exits 2 naming the rank that caused the failure: one killed
+// by a signal (its peers' errors follow from its death), else the one that
+// failed first. SIGINT and
 // SIGTERM are forwarded to the ranks; on Linux a killed launcher takes its
 // ranks with it.
 //

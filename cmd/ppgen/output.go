@@ -8,13 +8,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
 // Every command that writes a file (-o of gen, import, export, trace,
 // report, template and tune; sim -svg) writes it with writeFileAtomic, after
-// checkOutputs has refused any output that is one of its inputs, before any
+// checkOutputs has refused any output that is one of its inputs and
+// checkFormat one whose extension contradicts what is written, before any
 // work.
 
 // A namedFile is a file a command reads or writes and what names it in
@@ -43,6 +45,51 @@ func checkOutputs(inputs []namedFile, outputs ...namedFile) error {
 		}
 	}
 	return nil
+}
+
+// An outputFormat is what a command writes to a file, and the extensions a
+// file of it may have (the first is the one to suggest).
+type outputFormat struct {
+	name string   // "an SVG image"
+	exts []string // ".svg"
+}
+
+var (
+	formatSVG         = outputFormat{"an SVG image", []string{".svg"}}
+	formatChromeTrace = outputFormat{"a Chrome trace (JSON)", []string{".json"}}
+	formatCSV         = outputFormat{"PyTorch's CSV", []string{".csv"}}
+	formatHTML        = outputFormat{"an HTML page", []string{".html", ".htm"}}
+	formatGo          = outputFormat{"Go source", []string{".go"}}
+	formatModel       = outputFormat{"a model description (JSON)", []string{".json"}}
+	formatYAML        = outputFormat{"a Kubernetes Job (YAML)", []string{".yaml", ".yml"}}
+	formatSlurm       = outputFormat{"a SLURM batch script", []string{".sh", ".sbatch", ".slurm"}}
+)
+
+// checkFormat refuses (a usage error, before any work) an output whose
+// extension contradicts what the command writes to it: sim -svg out.png
+// would write SVG under a PNG's name. A name without an extension, one of
+// the format's extensions (in any case), standard output ("-", "") and an
+// output that exists and is not a regular file (/dev/stdout) are accepted.
+func checkFormat(out namedFile, f outputFormat) error {
+	if out.Path == "" || out.Path == "-" {
+		return nil
+	}
+	if fi, err := os.Stat(out.Path); err == nil && !fi.Mode().IsRegular() {
+		return nil
+	}
+	base := filepath.Base(out.Path)
+	ext := filepath.Ext(base)
+	if ext == "" || ext == base { // no extension, or a dot file (".trace")
+		return nil
+	}
+	for _, e := range f.exts {
+		if strings.EqualFold(ext, e) {
+			return nil
+		}
+	}
+	want := strings.Join(f.exts, " or ")
+	return usagef("%s %s: ppgen writes %s there, whose extension is %s, not %s; name the file %s (or give it no extension)",
+		out.Name, out.Path, f.name, want, ext, strings.TrimSuffix(out.Path, ext)+f.exts[0])
 }
 
 // sameFile reports whether paths a and b name one file: os.SameFile when

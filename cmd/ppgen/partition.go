@@ -11,7 +11,7 @@ import (
 
 // runPartition is `ppgen partition`: flags, gencmd's PartitionLayers, the
 // table.
-func runPartition(args []string, stdout, _ io.Writer) error {
+func runPartition(args []string, stdout, stderr io.Writer) error {
 	req, fs := newRequest("partition", gencmd.Flags{Cost: "the keys -model does not give (comm, bw, data, opt, ...; see `ppgen sim -h`)"})
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -27,7 +27,10 @@ func runPartition(args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
+	pr := newProgress(stderr, "ppgen partition", 0)
+	pr.Phase("splitting the layers of %s", req.Model)
 	rep, err := req.PartitionLayers()
+	pr.Done()
 	if err != nil {
 		return err
 	}

@@ -3,21 +3,29 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"time"
 )
 
-// progress draws a one-line progress bar on stderr while a long command
-// runs (lowering a large schedule, simulating several, rendering a trace):
+// progress reports a long command's progress on stderr (lowering a large
+// schedule, -schedule auto's search and its syntheses, a partition,
+// simulating several schedules, rendering a trace).
+//
+// On a terminal it draws a one-line progress bar, once the work has taken
+// longer than progressDelay, erased when the work is done:
 //
 //	ppgen sim  [#########...........]  2/5  lowering zbv  1.4s
 //
-// It draws only when its writer is a terminal, and only once the work has
-// taken longer than progressDelay, so quick commands, pipes, files and
-// tests see nothing at all. A nil *progress is valid and does nothing,
-// which is what newProgress returns in those cases.
+// Elsewhere (a CI log, a file, go generate) it logs a line through log/slog
+// every progressEvery (PPGEN_PROGRESS), with what is done and left:
+//
+//	time=... level=INFO msg="ppgen sim: working" done=2 left=3 phase="lowering zbv" elapsed=10s
+//
+// so work that ends sooner writes nothing. A nil *progress is valid and does
+// nothing: newProgress returns one when PPGEN_PROGRESS is off.
 type progress struct {
 	w     io.Writer
 	label string
@@ -25,6 +33,9 @@ type progress struct {
 	start time.Time
 	delay time.Duration
 	now   func() time.Time
+	// log, when set, makes this a log progress: a line on each tick, no
+	// bar.
+	log *slog.Logger
 
 	mu    sync.Mutex
 	done  int
@@ -68,13 +79,89 @@ func isTerminal(w io.Writer) bool {
 	return true
 }
 
-// newProgress starts a progress bar for total units of work labelled label
-// ("ppgen sim"), or returns nil when w is not a terminal.
+// progressEnv sets the period of the progress lines written where stderr is
+// not a terminal: a duration of at least minProgressEvery ("30s"), or off.
+const progressEnv = "PPGEN_PROGRESS"
+
+const (
+	progressEvery    = 5 * time.Second // default period of the progress lines
+	minProgressEvery = time.Second
+)
+
+// progressPeriod reads PPGEN_PROGRESS: the period of the progress lines,
+// or 0 when it is off. A value that is neither is warned about, once per
+// command, and the default applies.
+func progressPeriod() time.Duration {
+	v := strings.TrimSpace(os.Getenv(progressEnv))
+	switch v {
+	case "":
+		return progressEvery
+	case "off", "0":
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < minProgressEvery {
+		slog.Warn(fmt.Sprintf("%s=%.40q is not a duration of at least %v, nor off; progress lines every %v", progressEnv, v, minProgressEvery, progressEvery))
+		return progressEvery
+	}
+	return d
+}
+
+// newProgress starts reporting the progress of total units of work
+// labelled label ("ppgen sim") on w: a bar when w is a terminal, else a log
+// line every PPGEN_PROGRESS (nil when that is off).
 func newProgress(w io.Writer, label string, total int) *progress {
-	if !isTerminal(w) {
+	if isTerminal(w) {
+		return startProgress(w, label, total, progressDelay, time.Now)
+	}
+	every := progressPeriod()
+	if every == 0 {
 		return nil
 	}
-	return startProgress(w, label, total, progressDelay, time.Now)
+	t := time.NewTicker(every)
+	log := slog.New(slog.NewTextHandler(w, nil))
+	return startProgressLog(log, label, total, t.C, t.Stop, time.Now)
+}
+
+// startProgressLog starts a log progress: a line to log for each tick of
+// ticks until Done, which then calls stopTicks (nil: none). Tests drive it
+// with a channel of their own and a fake clock.
+func startProgressLog(log *slog.Logger, label string, total int, ticks <-chan time.Time, stopTicks func(), now func() time.Time) *progress {
+	p := &progress{label: label, total: total, start: now(), now: now, log: log, stop: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if stopTicks != nil {
+			defer stopTicks()
+		}
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-ticks:
+				p.mu.Lock()
+				p.logLine()
+				p.mu.Unlock()
+			}
+		}
+	}()
+	return p
+}
+
+// logLine logs where the work stands. p.mu is held.
+func (p *progress) logLine() {
+	if p.ended {
+		return
+	}
+	args := []any{}
+	if p.total > 0 {
+		args = append(args, "done", p.done, "left", p.total-p.done)
+	}
+	if p.phase != "" {
+		args = append(args, "phase", p.phase)
+	}
+	args = append(args, "elapsed", p.now().Sub(p.start).Round(time.Second).String())
+	p.log.Info(p.label+": working", args...)
 }
 
 // startProgress starts a bar on w unconditionally (tests use it with a
@@ -111,6 +198,18 @@ func (p *progress) Phase(format string, args ...any) {
 	p.draw()
 }
 
+// Count sets the units of work done and in all (-schedule auto's steps).
+func (p *progress) Count(done, total int) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done, p.total = max(done, 0), max(total, 0)
+	p.done = min(p.done, p.total)
+	p.draw()
+}
+
 // Step marks one unit of work done.
 func (p *progress) Step() {
 	if p == nil {
@@ -124,8 +223,8 @@ func (p *progress) Step() {
 	p.draw()
 }
 
-// Done stops the bar and erases its line, leaving the terminal as it was.
-// It is safe to call more than once.
+// Done stops the progress: a bar's line is erased, leaving the terminal as
+// it was; a log progress logs no more. It is safe to call more than once.
 func (p *progress) Done() {
 	if p == nil {
 		return
@@ -147,8 +246,12 @@ func (p *progress) Done() {
 	}
 }
 
-// draw writes the current line when the delay has passed. p.mu is held.
+// draw writes the current bar when the delay has passed (a log progress
+// writes on its ticks only). p.mu is held.
 func (p *progress) draw() {
+	if p.log != nil {
+		return
+	}
 	elapsed := p.now().Sub(p.start)
 	if p.ended || elapsed < p.delay {
 		return

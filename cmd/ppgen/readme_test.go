@@ -171,12 +171,14 @@ func TestREADME(t *testing.T) {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		// Nothing of go generate's or the caller's may change the output.
-		if k, _, _ := strings.Cut(kv, "="); k != "GOFILE" && k != "GOPACKAGE" && k != "PATH" && !strings.HasPrefix(k, "PPGEN_") {
+		// Nothing of go generate's or the caller's may change the output
+		// (COLUMNS: ppgen list's width).
+		if k, _, _ := strings.Cut(kv, "="); k != "GOFILE" && k != "GOPACKAGE" && k != "PATH" && k != "COLUMNS" && !strings.HasPrefix(k, "PPGEN_") {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		progressEnv+"=off") // a slow machine must not add progress lines
 	entries := func() map[string]bool { // the files of root and docs/
 		names := map[string]bool{}
 		for _, dir := range []string{".", "docs"} {

@@ -32,6 +32,9 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: *out}); err != nil {
 		return err
 	}
+	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatHTML); err != nil {
+		return err
+	}
 	pr := newProgress(stderr, "ppgen report", 0)
 	defer pr.Done()
 	res, cost, r, name, err := lowerAndSimulate(req, pr)

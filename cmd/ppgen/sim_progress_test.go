@@ -11,12 +11,22 @@ import (
 )
 
 // TestProgressHiddenWhenNotTerminal: a buffer, a regular file and the null
-// device are not terminals, so long commands write nothing to stderr but
-// their one-line results.
+// device are not terminals, so long commands draw no bar there (a log
+// progress instead, TestProgressLog; none with PPGEN_PROGRESS=off).
 func TestProgressHiddenWhenNotTerminal(t *testing.T) {
 	var buf bytes.Buffer
+	t.Setenv(progressEnv, "")
+	p := newProgress(&buf, "x", 3)
+	if p == nil || p.log == nil {
+		t.Error("no log progress on a bytes.Buffer")
+	}
+	p.Done()
+	t.Setenv(progressEnv, "off")
 	if p := newProgress(&buf, "x", 3); p != nil {
-		t.Error("a progress bar on a bytes.Buffer")
+		t.Errorf("a progress on a bytes.Buffer with %s=off", progressEnv)
+	}
+	if buf.Len() != 0 {
+		t.Errorf("wrote %q", buf.String())
 	}
 	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
@@ -33,9 +43,10 @@ func TestProgressHiddenWhenNotTerminal(t *testing.T) {
 		null.Close()
 	}
 	// Nil bars do nothing, and do not panic.
-	var p *progress
+	p = nil
 	p.Phase("x %d", 1)
 	p.Step()
+	p.Count(1, 2)
 	p.Done()
 
 	// A long simulation and a comparison write only their reports.

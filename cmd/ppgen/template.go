@@ -32,6 +32,15 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 	if err := templateFlagsApply(fs, *kind); err != nil {
 		return err
 	}
+	if slices.Contains(templates.Kinds, *kind) { // else Render says what kinds there are
+		format := formatSlurm
+		if *kind == "k8s" {
+			format = formatYAML
+		}
+		if err := checkFormat(namedFile{Name: "-o", Path: *out}, format); err != nil {
+			return err
+		}
+	}
 	b, err := templates.Render(*kind, templates.Data{Job: *job, Ranks: *ranks, Port: *port, Image: *image, GPUs: *gpus, MPI: *mpi, Command: fs.Args()})
 	if err != nil {
 		return &gencmd.UsageError{Msg: err.Error()}

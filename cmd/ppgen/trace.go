@@ -25,6 +25,9 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: *out}); err != nil {
 		return err
 	}
+	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatChromeTrace); err != nil {
+		return err
+	}
 	pr := newProgress(stderr, "ppgen trace", 0)
 	defer pr.Done()
 	res, cost, r, _, err := lowerAndSimulate(req, pr)

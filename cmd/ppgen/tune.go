@@ -31,6 +31,9 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutputs([]namedFile{{Name: "-trace", Path: *trace}}, namedFile{Name: "-o", Path: *out}); err != nil {
 		return err
 	}
+	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatModel); err != nil {
+		return err
+	}
 	f, err := os.Open(*trace)
 	if err != nil {
 		return usagef("reading -trace: %v", err)

@@ -37,15 +37,16 @@ func TestTune(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"traceEvents":[]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	out2 := filepath.Join(dir, "model2.json")
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"tune", "-o", out + "2"}, "missing -trace"},
-		{[]string{"tune", "-trace", filepath.Join(dir, "none.json"), "-o", out + "2"}, "reading -trace"},
-		{[]string{"tune", "-trace", bad, "-o", out + "2"}, "no stage calls"},
-		{[]string{"tune", "-trace", trace, "-stages", "4", "-o", out + "2"}, "calls of 8 stages but -stages is 4"},
-		{[]string{"tune", "-trace", trace, "-copies", "3", "-o", out + "2"}, "-copies 3, but the trace's micro-batches, over its 8 stages, run stages of both halves: one model copy"},
+		{[]string{"tune", "-o", out2}, "missing -trace"},
+		{[]string{"tune", "-trace", filepath.Join(dir, "none.json"), "-o", out2}, "reading -trace"},
+		{[]string{"tune", "-trace", bad, "-o", out2}, "no stage calls"},
+		{[]string{"tune", "-trace", trace, "-stages", "4", "-o", out2}, "calls of 8 stages but -stages is 4"},
+		{[]string{"tune", "-trace", trace, "-copies", "3", "-o", out2}, "-copies 3, but the trace's micro-batches, over its 8 stages, run stages of both halves: one model copy"},
 		{[]string{"tune", "-trace", trace, "-o", filepath.Join(dir, "no", "model.json")}, "does not exist"},
 	} {
 		code, _, stderr := cliRun(t, tc.args...)
@@ -53,8 +54,8 @@ func TestTune(t *testing.T) {
 			t.Errorf("ppgen %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, stderr, tc.want)
 		}
 	}
-	if _, err := os.Stat(out + "2"); err == nil {
-		t.Errorf("a failed tune wrote %s", out+"2")
+	if _, err := os.Stat(out2); err == nil {
+		t.Errorf("a failed tune wrote %s", out2)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // TestDocsShowUserModuleSteps checks the docs say them.
 var userModuleSteps = [][]string{
 	{"mod", "edit", "-require=github.com/ppgen/ppgen@v0.0.0", "-replace=github.com/ppgen/ppgen=../ppgen"},
-	{"mod", "edit", "-tool=github.com/ppgen/ppgen/cmd/ppgen"},
+	{"mod", "edit", "-tool=github.com/ppgen/ppgen/cmd/ppgen", "-tool=github.com/ppgen/ppgen/cmd/ppgenvet"},
 }
 
 // TestUserModule sets up a trainer repo as docs/getting-started.md tells a user to: a
@@ -97,7 +97,40 @@ func TestUserModule(t *testing.T) {
 	if !strings.Contains(out, "trained one step on 2 ranks: loss ") {
 		t.Fatalf("trainer output:\n%s", out)
 	}
+
+	// The README's go vet line fails loudly, naming the fix, when
+	// ppgenvet is not a tool of the module (a bare -vettool= would run
+	// plain go vet and pass)...
+	goCmd("mod", "edit", "-droptool=github.com/ppgen/ppgen/cmd/ppgenvet")
+	vet := func() (string, error) {
+		cmd := exec.Command("sh", "-c", vetLine)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := vet(); err == nil || !strings.Contains(out, "ppgenvet is not a tool of this module: go get -tool github.com/ppgen/ppgen/cmd/ppgenvet") {
+		t.Errorf("%s without the ppgenvet tool: %v, want a failure naming the fix:\n%s", vetLine, err, out)
+	}
+	// ... and, with it declared as the README's setup does, runs the
+	// analyzer: clean code passes, an edited generated file fails.
+	goCmd("mod", "edit", "-tool=github.com/ppgen/ppgen/cmd/ppgenvet")
+	if out, err := vet(); err != nil {
+		t.Fatalf("%s: %v\n%s", vetLine, err, out)
+	}
+	edited := strings.Replace(string(gen), "x.F(0x", "x.B(0x", 1)
+	if edited == string(gen) {
+		t.Fatal("main_gen.go has no x.F( call to edit")
+	}
+	write(t, filepath.Join(dir, "main_gen.go"), edited)
+	if out, err := vet(); err == nil || !strings.Contains(out, "main_gen.go:") {
+		t.Errorf("%s passed an edited main_gen.go: %v\n%s", vetLine, err, out)
+	}
 }
+
+// vetLine is the README's go vet line for a trainer repo: it runs the
+// ppgenvet tool, and fails with the fix when the module does not declare it
+// (where `go vet -vettool=$(go tool -n ppgenvet)` ran plain go vet).
+const vetLine = `vettool=$(go tool -n ppgenvet); go vet -vettool="${vettool:?ppgenvet is not a tool of this module: go get -tool github.com/ppgen/ppgen/cmd/ppgenvet}" ./...`
 
 func write(t *testing.T, path, data string) {
 	t.Helper()

@@ -4,6 +4,15 @@
 //	go build -o ppgenvet github.com/ppgen/ppgen/cmd/ppgenvet
 //	go vet -vettool=$PWD/ppgenvet ./...
 //
+// or, in a module that declares it a tool (go get -tool
+// github.com/ppgen/ppgen/cmd/ppgenvet):
+//
+//	vettool=$(go tool -n ppgenvet); go vet -vettool="${vettool:?ppgenvet is not a tool of this module: go get -tool github.com/ppgen/ppgen/cmd/ppgenvet}" ./...
+//
+// which fails with that message where the tool is not declared (a bare
+// -vettool="$(go tool -n ppgenvet)" is then empty, and go vet runs its own
+// analyzers and passes).
+//
 // It reports, in files ppgen generated, sends without a matching receive in
 // FIFO order, non-constant step arguments, rank functions that no longer
 // hash to their Fingerprint (at the edited line), a Ranks table that misses

@@ -419,6 +419,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 		return fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
 	}
 	cfg := transport.ConfigFromEnv(env, sp.Fingerprint+"+"+sc.eval.Spec.Fingerprint)
+	cfg.Schedule = sp.Describe() // named when ranks refuse each other
 	cfg.Logger = logger
 	if o.timeout > 0 {
 		cfg.Timeout = o.timeout

@@ -503,6 +503,7 @@ func runRankDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.
 		return fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks and -dp %d makes %d", env.World, o.schedule, sp.Ranks, m.DP, m.World())
 	}
 	cfg := transport.ConfigFromEnv(env, sp.Fingerprint)
+	cfg.Schedule = sp.Describe() // named when ranks refuse each other
 	cfg.Logger = logger
 	if o.timeout > 0 {
 		cfg.Timeout = o.timeout

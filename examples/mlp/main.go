@@ -546,6 +546,7 @@ func dialTCP(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport,
 		return nil, fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
 	}
 	cfg := transport.ConfigFromEnv(env, sp.Fingerprint)
+	cfg.Schedule = sp.Describe() // named when ranks refuse each other
 	cfg.Logger = logger
 	if o.timeout > 0 {
 		cfg.Timeout = o.timeout

@@ -269,7 +269,11 @@ func TestMismatchedPeersRefused(t *testing.T) {
 		only  int // -1: every rank exits; else only this one does
 		want  string
 	}{
-		{"fingerprint", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, -1, "fingerprint"},
+		// The refusal names both schedules and what to do.
+		{"fingerprint", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, -1,
+			"runs schedule gpipe (P=4, V=1, M=8), fingerprint sha256:"},
+		{"fingerprint advice", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, -1,
+			"build every rank from the same generated code (go generate ./... and rebuild, then start that one binary on every rank), or pass the same -schedule to every rank"},
 		{"token", [][]string{same, same, same, same}, []string{"t", "t", "other", "t"}, 2, "failed authentication: its shared token differs"},
 	}
 	for _, tc := range tests {

@@ -119,6 +119,7 @@ func workerMain(out io.Writer) error {
 		return fmt.Errorf("WORLD_SIZE=%d but %s has %d ranks", env.World, sc.name, sc.spec.Ranks)
 	}
 	cfg := transport.ConfigFromEnv(env, sc.spec.Fingerprint)
+	cfg.Schedule = sc.spec.Describe()
 	cfg.Timeout, cfg.RendezvousTimeout = 30*time.Second, 20*time.Second
 	tr, err := transport.DialTCP(context.Background(), cfg)
 	if err != nil {

@@ -92,7 +92,8 @@ type CompareEntry struct {
 }
 
 // ParseCompare parses the -compare list "1f1b,interleaved:4,zbv": family
-// names, each optionally with ":V".
+// names or their aliases (schedules.Canonical; each entry holds the family's
+// name), each optionally with ":V".
 func ParseCompare(list string) ([]CompareEntry, error) {
 	var out []CompareEntry
 	for _, f := range strings.Split(list, ",") {
@@ -112,9 +113,11 @@ func ParseCompare(list string) ([]CompareEntry, error) {
 			// auto picks one family; schedules.Lookup's list names it.
 			return nil, usagef("-compare: %q: auto cannot be one of the compared schedules; use -schedule auto (without -compare), which compares every family and picks one, or list families: %s", f, strings.Join(schedules.Names(), ","))
 		}
-		if _, err := schedules.Lookup(e.Name); err != nil {
-			return nil, usagef("-compare: unknown schedule %q; want families from %s (see `ppgen list`)", e.Name, strings.Join(schedules.Names(), ", "))
+		canonical, ok := schedules.Canonical(e.Name)
+		if !ok {
+			return nil, usagef("-compare: unknown schedule %q; want families from %s, or PyTorch's names for them (see `ppgen list`)", e.Name, strings.Join(schedules.Names(), ", "))
 		}
+		e.Name = canonical
 		out = append(out, e)
 	}
 	if len(out) == 0 {

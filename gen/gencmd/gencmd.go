@@ -222,7 +222,7 @@ func (r *Request) Bind(fs *flag.FlagSet, which Flags) {
 }
 
 func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
-	fs.StringVar(&r.Schedule, "schedule", "", "schedule family (see `ppgen list`)")
+	fs.Var(scheduleName{&r.Schedule}, "schedule", "schedule family, or auto (see `ppgen list`); "+AliasHelp)
 	fs.Var(&givenInt{&r.Ranks, &r.ranksGiven}, "ranks", "number of pipeline ranks P")
 	fs.IntVar(&r.Virtual, "virtual", 0, "virtual stages per rank V (0: the family's default)")
 	fs.Var(&givenInt{&r.Micro, &r.microGiven}, "micro", "number of micro-batches M")
@@ -252,6 +252,45 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.IntVar(&r.Budget, "budget", 0, fmt.Sprintf("-schedule auto with -model: the most simulations each local search of a synthesized order spends (0: the default, %d, fewer on large programs; at most %d); with -partition auto and -mem, also one synthesis per %d of it climbing the split of the best placement; the annealing of synthesized priorities and the reinsertion of their orders get budget/%d times their default steps; a larger budget may find a faster order and takes up to that many times longer", gen.RepairBudget, gen.MaxBudget, gen.SplitClimbCost, gen.RepairBudget))
 	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
 	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
+}
+
+// AliasHelp says, for flag help, that PyTorch's and torchtitan's schedule
+// names are accepted.
+var AliasHelp = "PyTorch's and torchtitan's names " + strings.Join(aliasNames(), ", ") +
+	" (any case, with or without PyTorch's Schedule prefix) name the same families"
+
+// aliasNames lists every family's aliases, in the families' order.
+func aliasNames() []string {
+	var names []string
+	for _, f := range schedules.All() {
+		names = append(names, f.Aliases...)
+	}
+	return names
+}
+
+// scheduleName is -schedule's flag.Value: a family's name or an alias of it
+// (schedules.Canonical) is stored as the family's name, so that what is
+// generated, recorded and reported names the family as `ppgen list` does;
+// anything else (auto, a name no family has) is stored as given, for Config
+// and the family lookup to accept or refuse.
+type scheduleName struct{ p *string }
+
+func (s scheduleName) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return *s.p
+}
+
+// Get makes scheduleName a flag.Getter of a string (help shows its type).
+func (s scheduleName) Get() any { return s.String() }
+
+func (s scheduleName) Set(v string) error {
+	if c, ok := schedules.Canonical(v); ok {
+		v = c
+	}
+	*s.p = v
+	return nil
 }
 
 // Config turns the flags into an ir.Config, checking what the flags alone

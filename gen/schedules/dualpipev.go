@@ -9,6 +9,7 @@ import (
 func init() {
 	Register(Family{
 		Name:           "dualpipev",
+		Aliases:        []string{"DualPipeV"}, // PyTorch: ScheduleDualPipeV
 		Summary:        "DualPipeV (\"cut-in-half\" DualPipe): one model copy on the v placement, F&B overlapped (OVERLAP_F_B) in the steady phase",
 		Constraints:    "virtual = 2 on the v placement; any ranks ≥ 1; micro ≥ 2·ranks",
 		DefaultVirtual: 2,

@@ -5,6 +5,7 @@ import "github.com/ppgen/ppgen/gen/ir"
 func init() {
 	Register(Family{
 		Name:           "gpipe",
+		Aliases:        []string{"GPipe"}, // PyTorch: ScheduleGPipe
 		Summary:        "GPipe: every rank runs all forwards, then all backwards (fill-drain)",
 		Constraints:    "virtual = 1; any ranks ≥ 1 and micro ≥ 1",
 		DefaultVirtual: 1,

@@ -5,6 +5,7 @@ import "github.com/ppgen/ppgen/gen/ir"
 func init() {
 	Register(Family{
 		Name:           "interleaved",
+		Aliases:        []string{"Interleaved1F1B"}, // PyTorch: ScheduleInterleaved1F1B
 		Summary:        "interleaved 1F1B (Megatron-style, depth-first over V stages per rank); option less-memory",
 		Constraints:    "any ranks ≥ 1, virtual ≥ 1 and micro ≥ 1 (micro < ranks and micro not a multiple of ranks included)",
 		DefaultVirtual: 2,

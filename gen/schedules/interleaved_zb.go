@@ -15,6 +15,7 @@ const interleavedZBName = "interleaved-zb"
 func init() {
 	Register(Family{
 		Name:           interleavedZBName,
+		Aliases:        []string{"InterleavedZeroBubble"}, // PyTorch: ScheduleInterleavedZeroBubble
 		Summary:        "interleaved 1F1B with B split into I and W: the fastest of PyTorch's ZB1P order and others under the cost model (-cost), at PyTorch's memory where as fast; option less-memory (never above it)",
 		Constraints:    "as interleaved: any ranks ≥ 1, virtual ≥ 1 and micro ≥ 1",
 		DefaultVirtual: 2,

@@ -5,6 +5,7 @@ import "github.com/ppgen/ppgen/gen/ir"
 func init() {
 	Register(Family{
 		Name:           "looped-bfs",
+		Aliases:        []string{"LoopedBFS"}, // PyTorch: ScheduleLoopedBFS
 		Summary:        "Looped BFS: breadth-first over local stages, all micro-batches per stage (GPipe per chunk)",
 		Constraints:    "any ranks ≥ 1, virtual ≥ 1 and micro ≥ 1",
 		DefaultVirtual: 2,

@@ -5,6 +5,7 @@ import "github.com/ppgen/ppgen/gen/ir"
 func init() {
 	Register(Family{
 		Name:           "1f1b",
+		Aliases:        []string{"1F1B"}, // PyTorch: Schedule1F1B
 		Summary:        "1F1B: warm-up forwards, then one forward and one backward alternating, then the remaining backwards",
 		Constraints:    "virtual = 1; any ranks ≥ 1 and micro ≥ 1 (micro < ranks included)",
 		DefaultVirtual: 1,

@@ -16,6 +16,12 @@ import (
 type Family struct {
 	// Name is the registry key used on the command line ("1f1b", "zbv", ...).
 	Name string
+	// Aliases are other names of the family that Lookup accepts: PyTorch's
+	// and torchtitan's ("Interleaved1F1B" for PyTorch's
+	// ScheduleInterleaved1F1B). They match without regard to case and with
+	// or without PyTorch's "Schedule" prefix; what is recorded (Spec.Schedule,
+	// reports) is always Name.
+	Aliases []string
 	// Summary is one line for `ppgen list`.
 	Summary string
 	// Constraints states, in words, which P, V and M the family accepts.
@@ -40,13 +46,25 @@ type Family struct {
 	Build func(cfg ir.Config) (ir.Program, error)
 }
 
-var registry = map[string]Family{}
+var (
+	registry = map[string]Family{}
+	// byKey maps the matching key (aliasKey) of every family name and
+	// alias to the family's name.
+	byKey = map[string]string{}
+)
 
-// Register adds a family; it panics on a duplicate name (a programming error
-// caught by any test run, never user input).
+// Register adds a family; it panics on a duplicate name or alias (a
+// programming error caught by any test run, never user input).
 func Register(f Family) {
 	if _, dup := registry[f.Name]; dup {
 		panic("schedules: duplicate family " + f.Name)
+	}
+	for _, n := range append([]string{f.Name}, f.Aliases...) {
+		k := aliasKey(n)
+		if other, dup := byKey[k]; dup && other != f.Name {
+			panic("schedules: " + n + " names both " + other + " and " + f.Name)
+		}
+		byKey[k] = f.Name
 	}
 	build := f.Build
 	f.Build = func(cfg ir.Config) (ir.Program, error) {
@@ -59,12 +77,41 @@ func Register(f Family) {
 	registry[f.Name] = f
 }
 
-// Lookup returns the family with that name, or an error listing the known ones.
+// pytorchPrefix starts the names of PyTorch's schedule classes
+// (ScheduleGPipe); torchtitan's configuration names them without it.
+const pytorchPrefix = "schedule"
+
+// aliasKey is what names match by: lower case, without PyTorch's
+// "Schedule" prefix.
+func aliasKey(name string) string {
+	k := strings.ToLower(name)
+	if rest, ok := strings.CutPrefix(k, pytorchPrefix); ok && rest != "" {
+		k = rest
+	}
+	return k
+}
+
+// Canonical returns the family name that name denotes: a family's name as
+// it is, or one of its names in another case, with PyTorch's "Schedule"
+// prefix, or an alias (ScheduleInterleaved1F1B, Interleaved1F1B and
+// interleaved1f1b are all "interleaved"). ok is false when name denotes no
+// family; "auto", which is gen's, is not one.
+func Canonical(name string) (canonical string, ok bool) {
+	if _, ok := registry[name]; ok {
+		return name, true
+	}
+	canonical, ok = byKey[aliasKey(name)]
+	return canonical, ok
+}
+
+// Lookup returns the family that name denotes (Canonical: its name or an
+// alias), or an error listing the known ones.
 func Lookup(name string) (Family, error) {
-	f, ok := registry[name]
+	canonical, ok := Canonical(name)
+	f := registry[canonical]
 	if !ok {
 		// "auto" is gen's: it picks one of these by simulation.
-		return Family{}, fmt.Errorf("unknown schedule %q; known schedules: %s, auto (see `ppgen list`)", name, strings.Join(Names(), ", "))
+		return Family{}, fmt.Errorf("unknown schedule %q; known schedules: %s, auto, and PyTorch's and torchtitan's names for them (see `ppgen list`)", name, strings.Join(Names(), ", "))
 	}
 	return f, nil
 }
@@ -88,13 +135,15 @@ func All() []Family {
 	return out
 }
 
-// Normalize fills defaults (V from the family) and checks the values every
-// family needs: P ≥ 1, V ≥ 1, M ≥ 1.
+// Normalize fills defaults (V from the family), replaces an alias in
+// cfg.Schedule by the family's name, and checks the values every family
+// needs: P ≥ 1, V ≥ 1, M ≥ 1.
 func Normalize(cfg ir.Config) (ir.Config, Family, error) {
 	f, err := Lookup(cfg.Schedule)
 	if err != nil {
 		return cfg, f, err
 	}
+	cfg.Schedule = f.Name
 	cfg, err = normalize(f, cfg)
 	return cfg, f, err
 }

@@ -5,6 +5,7 @@ import "github.com/ppgen/ppgen/gen/ir"
 func init() {
 	Register(Family{
 		Name:           "zbv",
+		Aliases:        []string{"ZBVZeroBubble"}, // PyTorch: ScheduleZBVZeroBubble
 		Summary:        "zero bubble ZB-V: two stages per rank in a V, I/W split; 1F1B's memory, bubble ≈ (P-1)/(6M+P-1) at F = I = W",
 		Constraints:    "virtual = 2 on the v placement; any ranks ≥ 1 and micro ≥ 1 (the full warm-up needs micro ≥ 2·ranks-1)",
 		DefaultVirtual: 2,

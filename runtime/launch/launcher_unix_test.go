@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,5 +213,82 @@ func TestRanksSurviveThreadExits(t *testing.T) {
 	churn.Wait()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
+	}
+}
+
+func init() { ExtraHelpers["killed"] = killedHelper }
+
+// killedHelper: rank LAUNCH_VICTIM announces its death (a file in
+// LAUNCH_DIR), waits 300 ms and kills itself with SIGKILL; the other ranks
+// exit 1 as soon as they see the announcement, as ranks whose peer died do
+// (their transport fails), and so before the victim's death is noticed.
+func killedHelper(env Env) int {
+	dying := filepath.Join(os.Getenv("LAUNCH_DIR"), "dying")
+	if victim, _ := strconv.Atoi(os.Getenv("LAUNCH_VICTIM")); env.Rank == victim {
+		if err := os.WriteFile(dying, nil, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 5
+		}
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Minute)
+		return 6
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(dying); err == nil {
+			fmt.Printf("rank %d: my peer died\n", env.Rank)
+			return 1
+		}
+	}
+	return 7
+}
+
+// TestLocalBlamesTheKilledRank: when a rank is killed by a signal (not the
+// launcher's), it is the cause, named in the error and the summary, even
+// though the other ranks' error exits, its consequences, were observed
+// before its death.
+func TestLocalBlamesTheKilledRank(t *testing.T) {
+	for _, victim := range []int{2, 0} {
+		var out, errOut syncBuffer
+		start := time.Now()
+		err := Local(context.Background(), 4, helperCmd(), LocalOptions{
+			Stdout: &out, Stderr: &errOut, Grace: 5 * time.Second,
+			Env: []string{"LAUNCH_HELPER=killed", "LAUNCH_DIR=" + t.TempDir(), "LAUNCH_VICTIM=" + strconv.Itoa(victim)},
+		})
+		var re *RankError
+		if !errors.As(err, &re) {
+			t.Fatalf("victim %d: err = %v\n%s", victim, err, errOut.String())
+		}
+		var others []int
+		for r := range 4 {
+			if r != victim {
+				others = append(others, r)
+			}
+		}
+		if re.Rank != victim || !re.Signaled || !slices.Equal(re.Later, others) || len(re.Killed) != 0 {
+			t.Errorf("victim %d: blamed rank %d (signaled %v), later %v, killed %v; want rank %d signaled, later %v\n%s",
+				victim, re.Rank, re.Signaled, re.Later, re.Killed, victim, others, errOut.String())
+		}
+		want := fmt.Sprintf("launch: rank %d failed: signal: killed (killed by a signal, the first cause; ranks %s failed too, most likely because it died)",
+			victim, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(others)), ", "), "[]"))
+		if err.Error() != want {
+			t.Errorf("err = %q\nwant  %q", err, want)
+		}
+		for _, w := range []string{
+			fmt.Sprintf("[launch] summary: rank %d was killed by a signal (at +", victim),
+			fmt.Sprintf("[launch] rank %d failed at +", others[0]),
+		} {
+			if !strings.Contains(errOut.String(), w) {
+				t.Errorf("stderr lacks %q:\n%s", w, errOut.String())
+			}
+		}
+		// The consequences were observed first: the order the rule is for.
+		s := errOut.String()
+		if i, j := strings.Index(s, fmt.Sprintf("rank %d failed at", others[0])), strings.Index(s, fmt.Sprintf("rank %d failed at", victim)); i < 0 || j < i {
+			t.Errorf("the victim's death was not observed after its peers' exits:\n%s", s)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("victim %d: took %v", victim, took)
+		}
 	}
 }

@@ -54,23 +54,34 @@ type LocalOptions struct {
 	Logger *slog.Logger
 }
 
-// RankError reports the rank whose failure ended a Local run: the rank
-// that failed first in time (a non-zero exit, a death by a signal it was
-// not sent by the launcher, or a failed start), not merely the first to be
-// noticed. Later lists the ranks that failed on their own after it (most
-// often because their transports saw Rank fail), Killed those the
-// launcher killed when the grace period ran out.
+// RankError reports the rank whose failure ended a Local run, by cause: a
+// rank killed by a signal the launcher did not send (SIGKILL from a user or
+// the OOM killer, a crash) when there is one, the first of them in time;
+// else the rank that failed first in time (a non-zero exit or a failed
+// start), not merely the first to be noticed. A killed rank's peers exit
+// with errors of their own when they see it die, and the launcher may
+// notice those exits before its death: they are its consequences. Later
+// lists the other ranks that failed on their own (most often because their
+// transports saw Rank fail), Killed those the launcher killed when the
+// grace period ran out.
 type RankError struct {
-	Rank   int
-	Err    error // e.g. *exec.ExitError ("exit status 3"), or a start failure
-	Later  []int
-	Killed []int
+	Rank int
+	Err  error // e.g. *exec.ExitError ("exit status 3", "signal: killed"), or a start failure
+	// Signaled says that a signal the launcher did not send killed Rank.
+	Signaled bool
+	Later    []int
+	Killed   []int
 }
 
 func (e *RankError) Error() string {
 	s := fmt.Sprintf("launch: rank %d failed: %v", e.Rank, e.Err)
 	var more []string
-	if len(e.Later) > 0 {
+	switch {
+	case e.Signaled && len(e.Later) > 0:
+		more = append(more, fmt.Sprintf("killed by a signal, the first cause; %s failed too, most likely because it died", ranksList(e.Later)))
+	case e.Signaled:
+		more = append(more, "killed by a signal")
+	case len(e.Later) > 0:
 		more = append(more, fmt.Sprintf("%s failed after it", ranksList(e.Later)))
 	}
 	if len(e.Killed) > 0 {
@@ -121,8 +132,9 @@ func NewToken() (string, error) {
 // MASTER_PORT and PPGEN_TOKEN set. Every line a rank prints is prefixed with
 // "[rank N] ". Each rank's exit is reported on Stderr. When a rank fails, the
 // others get opts.Grace to exit on their own, then are killed (with their
-// process groups), and Local returns a *RankError naming the rank that
-// failed first in time. When ctx is canceled, the ranks are interrupted
+// process groups), and Local returns a *RankError naming the rank whose
+// failure caused the others': the first one a signal killed, else the first
+// to fail in time. When ctx is canceled, the ranks are interrupted
 // (SIGINT), killed after the grace period, and Local returns ctx's error.
 //
 // The ranks die with the launcher. While Local runs it catches SIGINT and
@@ -340,8 +352,11 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			default:
 				report("rank %d failed at +%v: %v", e.rank, at, e.err)
 				failedAt[e.rank] = e.at
-				if first == nil || e.at.Before(firstAt) {
-					first, firstAt = &RankError{Rank: e.rank, Err: e.err}, e.at
+				// A death by a signal is the cause before any error
+				// exit; among equals, the first in time.
+				signaled := diedOfSignal(e.err)
+				if first == nil || (signaled && !first.Signaled) || (signaled == first.Signaled && e.at.Before(firstAt)) {
+					first, firstAt = &RankError{Rank: e.rank, Err: e.err, Signaled: signaled}, e.at
 				}
 				if running > 0 && deadline == nil {
 					report("waiting up to %v for the other ranks to exit, then killing them", opts.Grace)
@@ -378,7 +393,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 	drain()
 	if first != nil {
 		for r, at := range failedAt {
-			if r != first.Rank && !at.Before(firstAt) {
+			if r != first.Rank && (first.Signaled || !at.Before(firstAt)) {
 				first.Later = append(first.Later, r)
 			}
 		}
@@ -389,7 +404,15 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		}
 		slices.Sort(first.Later)
 		slices.Sort(first.Killed)
-		report("summary: rank %d failed first (at +%v: %v)", first.Rank, firstAt.Sub(t0).Round(time.Millisecond), first.Err)
+		if first.Signaled {
+			also := ""
+			if len(first.Later) > 0 {
+				also = fmt.Sprintf("; %s failed too, most likely because it died", ranksList(first.Later))
+			}
+			report("summary: rank %d was killed by a signal (at +%v: %v), the first cause%s", first.Rank, firstAt.Sub(t0).Round(time.Millisecond), first.Err, also)
+		} else {
+			report("summary: rank %d failed first (at +%v: %v)", first.Rank, firstAt.Sub(t0).Round(time.Millisecond), first.Err)
+		}
 		return first
 	}
 	return result

@@ -12,6 +12,10 @@ var forwardedSignals = []os.Signal{os.Interrupt}
 
 func setProcessGroup(c *exec.Cmd) {}
 
+// diedOfSignal is false where processes do not die of signals: the ranks'
+// failures are ordered by time alone.
+func diedOfSignal(error) bool { return false }
+
 // signalGroup kills the rank, or sends it sig where the OS supports it.
 func signalGroup(c *exec.Cmd, sig os.Signal) {
 	if c == nil || c.Process == nil {

@@ -3,6 +3,7 @@
 package launch
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"syscall"
@@ -17,6 +18,17 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 func setProcessGroup(c *exec.Cmd) {
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	setParentDeath(c.SysProcAttr)
+}
+
+// diedOfSignal reports whether err is the exit of a process a signal
+// killed.
+func diedOfSignal(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // signalGroup sends sig to the rank's process group, or to the rank alone

@@ -2,6 +2,9 @@ package pipe
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"gorgonia.org/tensor"
 )
@@ -52,6 +55,41 @@ type Spec struct {
 	// each holds a copy, implements Tied, and TIE_GRAD sums the copies'
 	// gradients before OPT_STEP (TieGrad).
 	Ties []Tie
+}
+
+// Describe says which schedule the Spec is, for people: its family, ranks
+// P, stages per rank V (or stages S when they do not divide evenly) and
+// micro-batches M, e.g. "zbv (P=4, V=2, M=8)", "forward-only" when it is.
+// It is printable text of at most transport.MaxScheduleLen bytes (a long or
+// odd Schedule name is cut and its control characters replaced), so it can
+// be a TCPConfig's Schedule: ranks that refuse each other at the
+// rendezvous then name the schedule each runs.
+func (s Spec) Describe() string {
+	name := strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s.Schedule, "?"))
+	if name == "" {
+		name = "unnamed"
+	}
+	const maxName = 64
+	if len(name) > maxName {
+		cut := maxName
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut] + ".."
+	}
+	shape := fmt.Sprintf("P=%d, S=%d, M=%d", s.Ranks, s.Stages, s.Micro)
+	if s.Ranks > 0 && s.Stages%s.Ranks == 0 {
+		shape = fmt.Sprintf("P=%d, V=%d, M=%d", s.Ranks, s.Stages/s.Ranks, s.Micro)
+	}
+	if s.ForwardOnly {
+		shape += ", forward-only"
+	}
+	return name + " (" + shape + ")"
 }
 
 // Validate checks the Spec's internal consistency.

@@ -31,7 +31,7 @@ func overflowHeader() []byte { return rawHeader(frameData, uint8(Act), dtFloat64
 // named as such, not as junk.
 func TestDecodeChallengeOtherVersion(t *testing.T) {
 	_, err := decodeChallenge([]byte(`{"proto":"ppgen-tcp/1","purpose":"rendezvous","rank":1,"world":2,"fingerprint":"x","nonce":"AAAA"}`))
-	if !errors.Is(err, errNotPpgen) || !strings.Contains(err.Error(), `it speaks protocol "ppgen-tcp/1", this rank speaks "ppgen-tcp/2"`) {
+	if !errors.Is(err, errNotPpgen) || !strings.Contains(err.Error(), `it speaks protocol "ppgen-tcp/1", this rank speaks "ppgen-tcp/3"`) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -154,7 +154,8 @@ func FuzzHandshake(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("GET / HTTP/1.0\r\n\r\n"))
-	f.Add([]byte(`{"proto":"ppgen-tcp/2","nonce":"AAAAAAAAAAAAAAAAAAAAAA=="} {}`))
+	f.Add([]byte(`{"proto":"ppgen-tcp/3","nonce":"AAAAAAAAAAAAAAAAAAAAAA=="} {}`))
+	f.Add([]byte(`{"proto":"ppgen-tcp/3","purpose":"peer","rank":0,"world":2,"fingerprint":"f","schedule":"zbv (P=2, V=2, M=4)"}`))
 	roundTrip := func(t *testing.T, what string, v any, decode func([]byte) (any, error)) {
 		enc, err := json.Marshal(v)
 		if err != nil {
@@ -179,7 +180,8 @@ func FuzzHandshake(f *testing.F) {
 			roundTrip(t, "proof", p, func(b []byte) (any, error) { return decodeProof(b) })
 		}
 		if h, err := decodeHello(b); err == nil {
-			if h.Rank < 0 || h.Rank >= h.World || h.World > maxWorld || len(h.Fingerprint) > maxFieldLen {
+			if h.Rank < 0 || h.Rank >= h.World || h.World > maxWorld || len(h.Fingerprint) > maxFieldLen ||
+				len(h.Schedule) > MaxScheduleLen || !printable(h.Schedule) || !printable(h.Fingerprint) {
 				t.Fatalf("hello out of range accepted: %+v", h)
 			}
 			roundTrip(t, "hello", h, func(b []byte) (any, error) { return decodeHello(b) })
@@ -191,4 +193,44 @@ func FuzzHandshake(f *testing.F) {
 			roundTrip(t, "verdict", v, func(b []byte) (any, error) { return decodeVerdict(b) })
 		}
 	})
+}
+
+// TestDecodeHelloSchedule: the schedule a peer's hello describes is
+// printed in this rank's messages, so it is bounded and printable text;
+// so is the fingerprint. A rank's own TCPConfig is held to the same rules.
+func TestDecodeHelloSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		name, schedule, fingerprint string
+		want                        string // "" accepted, else in the error
+	}{
+		{"described", "zbv (P=4, V=2, M=8)", "sha256:ab", ""},
+		{"none", "", "sha256:ab", ""},
+		{"at the bound", strings.Repeat("é", MaxScheduleLen/2), "sha256:ab", ""},
+		{"too long", strings.Repeat("x", MaxScheduleLen+1), "sha256:ab", "schedule description of 201 bytes, at most 200"},
+		{"terminal escape", "zbv\x1b[2J", "sha256:ab", "is not printable text"},
+		{"newline", "zbv\nrank 0: all good", "sha256:ab", "is not printable text"},
+		{"fingerprint escape", "zbv", "sha256:\x1b]0;x\x07", "fingerprint"},
+	} {
+		b, err := json.Marshal(hello{Proto: protoName, Purpose: purposePeer, Rank: 1, World: 2, Fingerprint: tc.fingerprint, Schedule: tc.schedule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := decodeHello(b)
+		switch {
+		case tc.want == "" && (err != nil || h.Schedule != tc.schedule):
+			t.Errorf("%s: %q, %v; want it accepted", tc.name, h.Schedule, err)
+		case tc.want != "" && (err == nil || !errors.Is(err, errNotPpgen) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v; want an error with %q", tc.name, err, tc.want)
+		}
+		cfg := TCPConfig{World: 1, Schedule: tc.schedule, Fingerprint: tc.fingerprint}
+		if err := cfg.fill(); (err == nil) != (tc.want == "") {
+			t.Errorf("%s: TCPConfig.fill: %v", tc.name, err)
+		}
+	}
+	// JSON carries no invalid UTF-8 (the decoder replaces it); a
+	// configuration could.
+	cfg := TCPConfig{World: 1, Schedule: "zbv\xff"}
+	if err := cfg.fill(); err == nil || !strings.Contains(err.Error(), "printable text") {
+		t.Errorf("TCPConfig.fill with invalid UTF-8: %v", err)
+	}
 }

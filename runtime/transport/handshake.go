@@ -14,6 +14,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The handshake.
@@ -33,16 +35,20 @@ import (
 //	6 L -> D  verdict{} (peer connections; on the rendezvous connection it
 //	          comes when every rank has joined and carries the address table)
 //
-// hello is {proto, purpose, rank, world, fingerprint, addr}. Each side checks
-// the other's hello (world size, rank, schedule fingerprint), so both report
-// a mismatch in their own words. Before step 4 the listener trusts nothing: a
+// hello is {proto, purpose, rank, world, fingerprint, schedule, addr}. Each
+// side checks the other's hello (world size, rank, schedule fingerprint), so
+// both report a mismatch in their own words, naming the schedule each side
+// runs (schedule: TCPConfig.Schedule, a short printable description) and
+// what to do. A hello goes only to a peer that proved the token: the
+// dialer sends its own after checking the listener's MAC, the listener
+// after checking the dialer's. Before step 4 the listener trusts nothing: a
 // connection that stays silent past HandshakeTimeout, sends something that is
 // not this protocol, or fails authentication is logged with its remote
 // address and dropped, and the rendezvous goes on; after it, the peer holds
 // the token, so an objection (another fingerprint, world size, a rank
 // claimed twice) is a real mismatch that fails the rendezvous.
 
-const protoName = "ppgen-tcp/2"
+const protoName = "ppgen-tcp/3" // 3: the hello's schedule
 
 const (
 	purposeRendezvous = "rendezvous"
@@ -62,6 +68,10 @@ const (
 	maxReasonLen = 64 << 10
 )
 
+// MaxScheduleLen bounds TCPConfig.Schedule and the schedule a peer's hello
+// describes, in bytes.
+const MaxScheduleLen = 200
+
 type challenge struct {
 	Proto string `json:"proto"`
 	Nonce []byte `json:"nonce"`
@@ -79,6 +89,7 @@ type hello struct {
 	Rank        int    `json:"rank"`
 	World       int    `json:"world"`
 	Fingerprint string `json:"fingerprint"`
+	Schedule    string `json:"schedule,omitempty"` // TCPConfig.Schedule: for messages only
 	Addr        string `json:"addr,omitempty"`
 }
 
@@ -178,10 +189,31 @@ func decodeHello(b []byte) (hello, error) {
 		return h, fmt.Errorf("%w: rank %d outside [0, %d)", errNotPpgen, h.Rank, h.World)
 	case len(h.Fingerprint) > maxFieldLen:
 		return h, fmt.Errorf("%w: fingerprint of %d bytes, at most %d", errNotPpgen, len(h.Fingerprint), maxFieldLen)
+	case !printable(h.Fingerprint):
+		return h, fmt.Errorf("%w: fingerprint %.80q is not printable text", errNotPpgen, h.Fingerprint)
+	case len(h.Schedule) > MaxScheduleLen:
+		return h, fmt.Errorf("%w: schedule description of %d bytes, at most %d", errNotPpgen, len(h.Schedule), MaxScheduleLen)
+	case !printable(h.Schedule):
+		return h, fmt.Errorf("%w: schedule description %.80q is not printable text", errNotPpgen, h.Schedule)
 	case h.Addr != "" && !validAddr(h.Addr):
 		return h, fmt.Errorf("%w: listen address %.80q is not host:port", errNotPpgen, h.Addr)
 	}
 	return h, nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters:
+// text a peer sends that this rank puts in its messages (a terminal must not
+// take it for commands).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeVerdict decodes and validates a verdict.
@@ -260,7 +292,7 @@ func newNonce() []byte {
 }
 
 func (t *TCP) hello(purpose, addr string) hello {
-	return hello{Proto: protoName, Purpose: purpose, Rank: t.rank, World: t.world, Fingerprint: t.cfg.Fingerprint, Addr: addr}
+	return hello{Proto: protoName, Purpose: purpose, Rank: t.rank, World: t.world, Fingerprint: t.cfg.Fingerprint, Schedule: t.cfg.Schedule, Addr: addr}
 }
 
 func (t *TCP) mac(role string, nonceD, nonceL []byte) []byte {
@@ -278,18 +310,61 @@ func showFP(fp string) string {
 	return fp
 }
 
+// shortFP is a fingerprint cut for a message that also describes the
+// schedule: "sha256:" and 12 hex digits.
+func shortFP(fp string) string {
+	const keep = len("sha256:") + 12
+	if len(fp) > keep+2 {
+		return fp[:keep] + ".."
+	}
+	return showFP(fp)
+}
+
+// runs says what a rank runs, for a mismatch message: its schedule's
+// description and fingerprint, or the fingerprint alone when it describes
+// none.
+func runs(schedule, fp string) string {
+	if schedule == "" {
+		return "schedule fingerprint " + showFP(fp)
+	}
+	return fmt.Sprintf("schedule %s, fingerprint %s", schedule, shortFP(fp))
+}
+
+// The advice of the mismatch messages.
+const (
+	sameScheduleHelp = "every rank must run the same generated schedule: build every rank from the same generated code " +
+		"(go generate ./... and rebuild, then start that one binary on every rank), or pass the same -schedule to every rank"
+	sameWorldHelp = "every rank must be started with the same WORLD_SIZE, the schedule's ranks " +
+		"(times the data-parallel replicas): start the job with one launcher command (ppgen launch -n N, torchrun, srun), " +
+		"and every rank from the same binary and flags"
+)
+
 // check returns why this rank refuses an authenticated peer's hello, or "".
-// from is the peer's remote address.
+// from is the peer's remote address. A mismatch names what each side runs
+// (the schedules' descriptions when the ranks have them) and what to do.
 func (t *TCP) check(h hello, want int, from net.Addr) string {
 	switch {
 	case want >= 0 && h.Rank != want:
 		return fmt.Sprintf("expected rank %d at %s, but rank %d answered", want, from, h.Rank)
 	case h.World != t.world:
-		return fmt.Sprintf("rank %d at %s runs with world size %d, this rank (%d) with %d", h.Rank, from, h.World, t.rank, t.world)
+		msg := fmt.Sprintf("rank %d at %s runs with world size %d, this rank (%d) with %d", h.Rank, from, h.World, t.rank, t.world)
+		if h.Schedule != "" || t.cfg.Schedule != "" {
+			msg += fmt.Sprintf(" (rank %d runs %s; this rank runs %s)", h.Rank, runs(h.Schedule, h.Fingerprint), runs(t.cfg.Schedule, t.cfg.Fingerprint))
+		}
+		return msg + ": " + sameWorldHelp
 	case h.Rank == t.rank:
 		return fmt.Sprintf("a peer at %s claims rank %d, which is this rank", from, h.Rank)
 	case h.Fingerprint != t.cfg.Fingerprint:
-		return fmt.Sprintf("rank %d at %s runs schedule fingerprint %s, this rank (%d) runs %s", h.Rank, from, showFP(h.Fingerprint), t.rank, showFP(t.cfg.Fingerprint))
+		if h.Schedule == "" && t.cfg.Schedule == "" {
+			return fmt.Sprintf("rank %d at %s runs schedule fingerprint %s, this rank (%d) runs %s: %s",
+				h.Rank, from, showFP(h.Fingerprint), t.rank, showFP(t.cfg.Fingerprint), sameScheduleHelp)
+		}
+		msg := fmt.Sprintf("rank %d at %s runs %s; this rank (%d) runs %s: ", h.Rank, from, runs(h.Schedule, h.Fingerprint), t.rank, runs(t.cfg.Schedule, t.cfg.Fingerprint))
+		if h.Schedule == t.cfg.Schedule {
+			return msg + "the same schedule generated differently (other ppgen flags, or another ppgen version): " +
+				"generate it once (go generate ./...) and rebuild every rank from that code, so that every rank runs the same program"
+		}
+		return msg + sameScheduleHelp
 	}
 	return ""
 }

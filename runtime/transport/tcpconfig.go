@@ -32,6 +32,12 @@ type TCPConfig struct {
 	// Fingerprint identifies the schedule (generated code's Fingerprint).
 	// Ranks with different fingerprints refuse each other.
 	Fingerprint string
+	// Schedule describes the schedule for people, e.g. pipe.Spec's Describe
+	// ("zbv (P=4, V=2, M=8)"): a rank that refuses another (another
+	// fingerprint, another world size) names the schedule each runs. It is
+	// sent only to ranks that proved the token, and never compared: the
+	// fingerprint decides. At most MaxScheduleLen bytes of printable text.
+	Schedule string
 	// AllowNoToken lets a World > 1 job start with an empty Token (no
 	// authentication: anyone who reaches the port can join). It is the
 	// explicit opt-out, PPGEN_ALLOW_NO_TOKEN=1 in the environment; without
@@ -112,6 +118,12 @@ func (c *TCPConfig) fill() error {
 	}
 	if c.World > 1 && c.MasterAddr == "" && !(c.Rank == 0 && c.Listener != nil) {
 		return errors.New("MasterAddr is empty")
+	}
+	if len(c.Schedule) > MaxScheduleLen || !printable(c.Schedule) {
+		return fmt.Errorf("Schedule %.80q: want at most %d bytes of printable text (pipe.Spec's Describe)", c.Schedule, MaxScheduleLen)
+	}
+	if len(c.Fingerprint) > maxFieldLen || !printable(c.Fingerprint) {
+		return fmt.Errorf("Fingerprint %.80q: want at most %d bytes of printable text (the generated code's Fingerprint)", c.Fingerprint, maxFieldLen)
 	}
 	if c.World > 1 && c.Token == "" && !c.AllowNoToken {
 		return errors.New("no shared token, so any process that reaches the ports could join the job: " + noTokenHelp)

@@ -255,8 +255,29 @@ func TestTCPHandshakeRefusals(t *testing.T) {
 			if r == 2 {
 				c.Fingerprint = "sha256:xyz"
 			}
-		}, []string{"rank 2 runs schedule fingerprint sha256:xyz, this rank (0) runs sha256:abc",
-			"rank 0 runs schedule fingerprint sha256:abc, this rank (2) runs sha256:xyz"}},
+		}, []string{"rank 2 runs schedule fingerprint sha256:xyz, this rank (0) runs sha256:abc: " + sameScheduleHelp,
+			"rank 0 runs schedule fingerprint sha256:abc, this rank (2) runs sha256:xyz: " + sameScheduleHelp}},
+		// With the schedules described (TCPConfig.Schedule), the
+		// message names the schedule each side runs, and what to do.
+		{"schedule", func(r int, c *TCPConfig) {
+			c.Schedule = "1f1b (P=3, V=1, M=6)"
+			if r == 2 {
+				c.Schedule, c.Fingerprint = "zbv (P=3, V=2, M=6)", "sha256:0123456789abcdef0123"
+			}
+		}, []string{"rank 2 runs schedule zbv (P=3, V=2, M=6), fingerprint sha256:0123456789ab..; this rank (0) runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:abc: " +
+			"every rank must run the same generated schedule: build every rank from the same generated code (go generate ./... and rebuild, then start that one binary on every rank), or pass the same -schedule to every rank",
+			"rank 0 runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:abc; this rank (2) runs schedule zbv (P=3, V=2, M=6), fingerprint sha256:0123456789ab..: " +
+				"every rank must run the same generated schedule: build every rank from the same generated code (go generate ./... and rebuild, then start that one binary on every rank), or pass the same -schedule to every rank"}},
+		// The same schedule, another program: other flags or another
+		// ppgen generated it.
+		{"same schedule, other program", func(r int, c *TCPConfig) {
+			c.Schedule = "1f1b (P=3, V=1, M=6)"
+			if r == 2 {
+				c.Fingerprint = "sha256:xyz"
+			}
+		}, []string{"rank 2 runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:xyz; this rank (0) runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:abc: " +
+			"the same schedule generated differently (other ppgen flags, or another ppgen version): generate it once (go generate ./...) and rebuild every rank from that code",
+			"rank 0 runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:abc; this rank (2) runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:xyz: the same schedule generated differently"}},
 		// A rank with another token is refused as an outsider would be:
 		// it fails at once ("rank 0 failed authentication"), the others
 		// wait for it until the rendezvous times out and say why.
@@ -271,7 +292,15 @@ func TestTCPHandshakeRefusals(t *testing.T) {
 			if r == 2 {
 				c.World = 4
 			}
-		}, []string{"rank 2 runs with world size 4, this rank (0) with 3", "rank 0 runs with world size 3, this rank (2) with 4"}},
+		}, []string{"rank 2 runs with world size 4, this rank (0) with 3: " + sameWorldHelp, "rank 0 runs with world size 3, this rank (2) with 4: " + sameWorldHelp}},
+		{"world, schedules named", func(r int, c *TCPConfig) {
+			c.Schedule = "1f1b (P=3, V=1, M=6)"
+			if r == 2 {
+				c.World, c.Schedule = 4, "1f1b (P=4, V=1, M=6)"
+			}
+		}, []string{"rank 2 runs with world size 4, this rank (0) with 3 (rank 2 runs schedule 1f1b (P=4, V=1, M=6), fingerprint sha256:abc; this rank runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:abc): " +
+			"every rank must be started with the same WORLD_SIZE, the schedule's ranks (times the data-parallel replicas): start the job with one launcher command (ppgen launch -n N, torchrun, srun), and every rank from the same binary and flags",
+			"rank 0 runs with world size 3, this rank (2) with 4 (rank 0 runs schedule 1f1b (P=3, V=1, M=6), fingerprint sha256:abc; this rank runs schedule 1f1b (P=4, V=1, M=6), fingerprint sha256:abc): every rank must be started with the same WORLD_SIZE"}},
 		{"duplicate rank", func(r int, c *TCPConfig) {
 			c.AbortLinger = time.Second // rank 2 never comes: rank 0 lingers for it
 			if r == 2 {

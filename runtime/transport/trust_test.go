@@ -406,7 +406,7 @@ func TestBadPeers(t *testing.T) {
 		}},
 		{"wrong token (forged proof) during the rendezvous", 5 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
 			var logs logBuf
-			addr, r0 := rank0(t, 2, func(c *TCPConfig) { c.Logger = logs.logger() })
+			addr, r0 := rank0(t, 2, func(c *TCPConfig) { c.Logger, c.Schedule = logs.logger(), "1f1b (P=2, V=1, M=4)" })
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
@@ -421,7 +421,7 @@ func TestBadPeers(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			for _, secret := range []string{"sha256:abc", `"world"`, `"rank"`, `"addrs"`} {
+			for _, secret := range []string{"sha256:abc", "1f1b (P=2", `"schedule"`, `"world"`, `"rank"`, `"addrs"`} {
 				if bytes.Contains(before, []byte(secret)) || bytes.Contains(after, []byte(secret)) {
 					t.Errorf("rank 0 revealed %s to an unauthenticated peer: %q %q", secret, before, after)
 				}
