@@ -33,7 +33,7 @@ Exit status, for every command:
 
 Output files (` + "`-o`, `-svg`" + `) are replaced atomically: a temporary file in the same directory, then a rename.
 ppgen writes only into a directory that exists; it creates no directories.
-An output whose extension contradicts what is written there (`-svg out.png`) is refused; a name without an extension is accepted.
+An output whose extension contradicts what is written there (` + "`-svg out.png`" + `) is refused; a name without an extension is accepted.
 Output that cannot be written (a full disk, a closed pipe) exits 2 naming the stream.
 `
 
