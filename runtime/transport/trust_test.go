@@ -722,14 +722,27 @@ func TestOutsiderDuringRendezvous(t *testing.T) {
 		})
 	}
 	defer func() { close(stop); owg.Wait() }()
-	for attempts.Load() < 20 {
-		time.Sleep(5 * time.Millisecond)
+	// atLeast waits until the outsiders have made n connections, at most
+	// 30 s: counted, not timed, so that a loaded machine still interleaves
+	// them with the ranks.
+	atLeast := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for attempts.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("the outsiders made %d connections in 30 s, want %d", attempts.Load(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
+	atLeast(20)
 	workers := make([]<-chan dialed, world)
 	workers[0] = r0
 	for r := 1; r < world; r++ {
+		if r > 1 {
+			atLeast(attempts.Load() + 3) // the outsider gets in between the ranks
+		}
 		workers[r] = worker(t, addr, r, world, func(c *TCPConfig) { c.HandshakeTimeout = time.Second })
-		time.Sleep(20 * time.Millisecond) // the outsider gets in between the ranks
 	}
 	trs := make([]*TCP, world)
 	for r := range workers {
