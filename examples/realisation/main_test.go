@@ -104,7 +104,8 @@ func reportRealisation(b *testing.B, iterMS float64, res result) {
 // The bound is a verdict on wall-clock speed, so it holds only under
 // PPGEN_LONG=1; by default each case runs one timed iteration and the test
 // asserts that every measurement is there (a positive, finite iteration
-// time and simulated makespan), on a machine however loaded. Skipped in
+// time and simulated makespan) and that the iteration is no faster than the
+// simulated makespan, which holds on a machine however loaded. Skipped in
 // -short mode.
 func TestRealisationWithinBound(t *testing.T) {
 	if testing.Short() {
@@ -139,6 +140,12 @@ func TestRealisationWithinBound(t *testing.T) {
 					if !(v.x > 0) || math.IsInf(v.x, 0) {
 						t.Errorf("%s = %g ms, want a positive, finite time", v.name, v.x)
 					}
+				}
+				// Every stage call waits at least its cost, so no iteration
+				// can beat the simulated makespan (1 % for the clocks),
+				// however loaded the machine.
+				if med < 0.99*res.simMS {
+					t.Errorf("median %.2f ms under the simulated makespan %.2f ms: a stage did not wait its cost, or the simulation overstates", med, res.simMS)
 				}
 				if long.Enabled() && eff > bound {
 					t.Errorf("ratio-eff = %.3f (median %.2f ms / simulated %.2f ms), want ≤ %.2f", eff, med, res.effSimMS, bound)
