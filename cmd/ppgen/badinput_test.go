@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ppgen/ppgen/internal/doctable"
+	"github.com/ppgen/ppgen/internal/long"
 )
 
 // Bounds every bad input must stay within (docs/trust.md).
@@ -233,7 +234,10 @@ func TestBadInputs(t *testing.T) {
 				}
 			}
 		}
-		if elapsed > badInputTime {
+		if cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(); cpu > badInputTime {
+			t.Errorf("%s: took %v of CPU, want < %v", tc.name, cpu, badInputTime)
+		}
+		if long.Enabled() && elapsed > badInputTime {
 			t.Errorf("%s: took %v, want < %v", tc.name, elapsed, badInputTime)
 		}
 		if maxrss > badInputMemKiB {

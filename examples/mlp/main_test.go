@@ -69,13 +69,23 @@ func TestCheckCatchesDivergence(t *testing.T) {
 	}
 }
 
-// buildExample builds this command once per test binary run.
-var buildExample = sync.OnceValues(func() (string, error) {
+// exampleTempDir makes, once per test binary run, the directory the
+// builds of this command go into.
+var exampleTempDir = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "mlp-test")
 	if err != nil {
 		return "", err
 	}
 	exampleDir = dir // TestMain removes it
+	return dir, nil
+})
+
+// buildExample builds this command once per test binary run.
+var buildExample = sync.OnceValues(func() (string, error) {
+	dir, err := exampleTempDir()
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "mlp")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {

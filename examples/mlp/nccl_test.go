@@ -1,43 +1,66 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
 // ncclExample builds the NCCL transport's test double
 // (runtime/transport/nccl/testdata/ncclstub, with the system C compiler)
-// and the example with -tags nccl; it returns the example and the
-// environment that points the example at the double.
+// and the example with -tags nccl, once per test binary run; it returns the
+// example and the environment that points the example at the double.
 func ncclExample(t *testing.T) (string, []string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the example and starts OS processes")
 	}
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "cc"
+	if _, err := exec.LookPath(ncclCC()); err != nil {
+		t.Skipf("no C compiler (%s) to build the NCCL test double: %v", ncclCC(), err)
 	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("no C compiler (%s) to build the NCCL test double: %v", cc, err)
+	b, err := buildNCCLExample()
+	if err != nil {
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	return b.bin, append(withoutRankEnv(os.Environ()), "PPGEN_NCCL_LIB="+b.stub, "PPGEN_CUDART_LIB="+b.stub, "NCCLSTUB_DEVICES=8")
+}
+
+// ncclCC is the C compiler that builds the test double: $CC, else cc.
+func ncclCC() string {
+	if cc := os.Getenv("CC"); cc != "" {
+		return cc
+	}
+	return "cc"
+}
+
+// ncclBuild is what buildNCCLExample built: the example with -tags nccl and
+// the test double's shared library.
+type ncclBuild struct{ bin, stub string }
+
+// buildNCCLExample builds the test double and the example with -tags nccl
+// once per test binary run, into exampleTempDir.
+var buildNCCLExample = sync.OnceValues(func() (ncclBuild, error) {
+	dir, err := exampleTempDir()
+	if err != nil {
+		return ncclBuild{}, err
+	}
 	stub := filepath.Join(dir, "libncclstub.so")
 	src := filepath.Join("..", "..", "runtime", "transport", "nccl", "testdata", "ncclstub")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", stub, filepath.Join(src, "cudart.c"), filepath.Join(src, "nccl.c"), "-lpthread").CombinedOutput(); err != nil {
-		t.Fatalf("building the test double: %v\n%s", err, out)
+	if out, err := exec.Command(ncclCC(), "-shared", "-fPIC", "-O1", "-o", stub, filepath.Join(src, "cudart.c"), filepath.Join(src, "nccl.c"), "-lpthread").CombinedOutput(); err != nil {
+		return ncclBuild{}, fmt.Errorf("building the test double: %v\n%s", err, out)
 	}
-	bin := filepath.Join(dir, "mlp")
+	bin := filepath.Join(dir, "mlp-nccl")
 	build := exec.Command("go", "build", "-tags", "nccl", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0") // purego needs no cgo
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags nccl: %v\n%s", err, out)
+		return ncclBuild{}, fmt.Errorf("go build -tags nccl: %v\n%s", err, out)
 	}
-	return bin, append(withoutRankEnv(os.Environ()), "PPGEN_NCCL_LIB="+stub, "PPGEN_CUDART_LIB="+stub, "NCCLSTUB_DEVICES=8")
-}
+	return ncclBuild{bin: bin, stub: stub}, nil
+})
 
 // TestNCCLMatchesSequential: -transport nccl over the NCCL transport's test
 // double: 4 OS processes train exactly as sequential training.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -97,13 +96,7 @@ func TestOverlapSchedulesMatchSequential(t *testing.T) {
 // TestOverlapSchedulesOverTCP: the overlap entries run as 4 OS processes
 // on loopback (the command's own launcher) and every rank's -check passes.
 func TestOverlapSchedulesOverTCP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the example and starts OS processes")
-	}
-	bin := filepath.Join(t.TempDir(), "mlp")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := exampleBinary(t)
 	for _, tc := range overlapSchedules {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, "-transport", "tcp", "-check", "-schedule", tc.name, "-steps", "3")

@@ -94,7 +94,7 @@ func badLaunches() []badLaunch {
 			return "error", fmt.Sprint(err), ""
 		}, "launch: rank 1 failed: exit status 3 (ranks 0, 2 killed after rank 1 failed)"},
 		{"rank 2 fails first, rank 1 later, rank 0 exits 0 before both", func(t *testing.T) (string, string, string) {
-			_, _, err, _ := runHelper(t, context.Background(), 3, "order", 5*time.Second)
+			_, _, err, _ := runHelper(t, context.Background(), 3, "order", 15*time.Second)
 			return "error", fmt.Sprint(err), ""
 		}, "launch: rank 2 failed: exit status 3 (rank 1 failed after it)"},
 	}
@@ -103,7 +103,7 @@ func badLaunches() []badLaunch {
 			c, pids, out := startLauncher(t, 3, "pid", time.Second)
 			c.Process.Kill()
 			c.Wait()
-			took, left := waitGone(pids, 3*time.Second)
+			took, left := waitGone(pids, 10*time.Second)
 			if len(left) > 0 {
 				return "ranks left", fmt.Sprintf("ranks %v still run %v after their launcher was killed:\n%s", left, took, out()), rss(c.ProcessState)
 			}
@@ -116,17 +116,15 @@ func badLaunches() []badLaunch {
 				c, _, out := startLauncher(t, 2, "term", 10*time.Second)
 				c.Process.Signal(syscall.SIGTERM)
 				c.Wait()
-				time.Sleep(50 * time.Millisecond)
 				return fmt.Sprintf("exit %d", c.ProcessState.ExitCode()), lastLine(out(), "launch: "), rss(c.ProcessState)
 			}, "launch: received terminated; forwarded it to the ranks"},
 			badLaunch{"launcher sent SIGTERM, ranks ignore it", func(t *testing.T) (string, string, string) {
 				c, pids, out := startLauncher(t, 2, "ignore-term", 300*time.Millisecond)
 				c.Process.Signal(syscall.SIGTERM)
 				c.Wait()
-				if _, left := waitGone(pids, time.Second); len(left) > 0 {
+				if _, left := waitGone(pids, 10*time.Second); len(left) > 0 {
 					return "ranks left", fmt.Sprintf("ranks %v still run", left), rss(c.ProcessState)
 				}
-				time.Sleep(50 * time.Millisecond)
 				return fmt.Sprintf("exit %d", c.ProcessState.ExitCode()), lastLine(out(), "[launch] rank 0 "), rss(c.ProcessState)
 			}, "[launch] rank 0 stopped by the launcher (signal: killed)"},
 		)

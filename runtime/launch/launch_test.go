@@ -267,7 +267,9 @@ func helper(mode string) int {
 		return 0
 	case "order":
 		// Rank 0 exits 0 at once; rank 2 fails at +0.1 s but leaves a
-		// grandchild holding its output for 1.5 s; rank 1 fails at +0.4 s.
+		// grandchild holding its output for 3 s; rank 1 fails at +2 s (the
+		// gap leaves a loaded machine room to start rank 2 and its
+		// grandchild late).
 		switch env.Rank {
 		case 0:
 			return 0
@@ -282,14 +284,14 @@ func helper(mode string) int {
 			time.Sleep(100 * time.Millisecond)
 			return 3
 		default:
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(2 * time.Second)
 			return 4
 		}
 	case "nap": // exit 0 after a second
 		time.Sleep(time.Second)
 		return 0
 	case "linger":
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(3 * time.Second)
 		return 0
 	default:
 		// Modes that need the transport live in the external test package
@@ -411,11 +413,11 @@ func TestLocalTCPRing(t *testing.T) {
 }
 
 // TestLocalNamesTheFirstFailure: rank 0 exits 0 first, rank 2 fails at
-// +0.1 s (its output held open by a grandchild for 1.5 s), rank 1 fails at
-// +0.4 s; the error names rank 2, the first to fail, and rank 1 as failing
+// +0.1 s (its output held open by a grandchild for 3 s), rank 1 fails at
+// +2 s; the error names rank 2, the first to fail, and rank 1 as failing
 // after it.
 func TestLocalNamesTheFirstFailure(t *testing.T) {
-	_, errOut, err, _ := runHelper(t, context.Background(), 3, "order", 5*time.Second)
+	_, errOut, err, _ := runHelper(t, context.Background(), 3, "order", 15*time.Second)
 	var re *RankError
 	if !errors.As(err, &re) {
 		t.Fatalf("err = %v\n%s", err, errOut)

@@ -3,10 +3,13 @@ package nap
 import (
 	"testing"
 	"time"
+
+	"github.com/ppgen/ppgen/internal/long"
 )
 
-// TestSleepIsShort: a 100 µs nap ends well before the millisecond that
-// time.Sleep takes for it on Linux, and never early.
+// TestSleepIsShort: a 100 µs nap never ends early, and (a verdict on the
+// machine's timers and load, so under PPGEN_LONG=1 only) it ends well
+// before the millisecond that time.Sleep takes for it on Linux.
 func TestSleepIsShort(t *testing.T) {
 	const d = 100 * time.Microsecond
 	var best time.Duration = time.Hour
@@ -20,7 +23,7 @@ func TestSleepIsShort(t *testing.T) {
 		best = min(best, got)
 	}
 	// The best of 20 (a busy machine delays some): within the timer slack.
-	if best > 700*time.Microsecond {
+	if long.Enabled() && best > 700*time.Microsecond {
 		t.Errorf("Sleep(%v): best of 20 took %v, want well under 1 ms", d, best)
 	}
 	Sleep(0)
