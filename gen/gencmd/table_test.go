@@ -208,7 +208,9 @@ func TestAutoWithPartition(t *testing.T) {
 		P, M, k := tc.P, tc.M, tc.k
 		limit := k * act / float64(P) // k micro-batches of a rank's share
 		var row tableRow
+		ran := false
 		t.Run(fmt.Sprintf("%s/P=%d/M=%d/mem=%g", tc.file, P, M, limit), func(t *testing.T) {
+			ran = true
 			row = runRow(t, path, P, M, limit, tc.budget)
 			if targets && tc.file == "llm.json" {
 				checkFasterThanEven(t, row, P, M, limit)
@@ -217,6 +219,9 @@ func TestAutoWithPartition(t *testing.T) {
 				checkNearBound(t, row, fmt.Sprintf("%s P=%d M=%d mem %g", tc.name, P, M, limit))
 			}
 		})
+		if !ran {
+			continue // not selected by -run
+		}
 		name := func(c gen.Candidate) string {
 			if math.IsInf(c.Makespan, 1) {
 				return "none fits"
