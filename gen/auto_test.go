@@ -15,6 +15,7 @@ import (
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/verify"
+	"github.com/ppgen/ppgen/internal/long"
 )
 
 // TestAutoNeverWorseThanFixed: for several configs and cost models, the
@@ -134,19 +135,26 @@ func TestAutoDeterministic(t *testing.T) {
 // TestAutoDeterministicWithModel: with a model (synthesis, whose local
 // searches, rollouts and annealing run on all cores) auto chooses the
 // same program on one core as on all of them, and again on a second run;
-// the second case anneals (its progress says so).
+// the first case runs auto's default search and does not anneal, the
+// second anneals (its progress says so). At M = 6 with budget 1 for the
+// second case by default (its annealing, rollouts and reinsertion brief);
+// in the long suite at M = 8 with budget 30.
 func TestAutoDeterministicWithModel(t *testing.T) {
 	m := model.Model{Layers: []model.Layer{{F: 0.3, I: 0.1, W: 0.3, Act: 1}}}
 	for range 8 {
 		m.Layers = append(m.Layers, model.Layer{F: 1, I: 1, W: 0.6, Act: 1})
 	}
 	m.Layers = append(m.Layers, model.Layer{F: 3, I: 3, W: 3, Act: 4})
-	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 6}
+	annealBudget := 1
+	if long.Enabled() {
+		cfg.Micro, annealBudget = 8, 30
+	}
 	for _, tc := range []struct {
 		mem    float64
 		budget int
 		anneal bool
-	}{{6, 0, false}, {5, 30, true}} {
+	}{{6, 0, false}, {5, annealBudget, true}} {
 		annealed := false
 		opt := Options{Auto: AutoOptions{Split: &SplitModel{Model: m, Partition: true}, MemLimit: tc.mem, Budget: tc.budget,
 			Progress: func(step string, _, _ int) { annealed = annealed || strings.HasPrefix(step, "annealing") }}}
@@ -162,11 +170,11 @@ func TestAutoDeterministicWithModel(t *testing.T) {
 		for _, procs := range []int{4, 4} {
 			r := run(procs)
 			if r.Config.Schedule != serial.Config.Schedule || r.Config.Virtual != serial.Config.Virtual || emit.Fingerprint(r.Program) != emit.Fingerprint(serial.Program) {
-				t.Errorf("mem %g: GOMAXPROCS %d chose %s V=%d, one core %s V=%d (or another order)", tc.mem, procs, r.Config.Schedule, r.Config.Virtual, serial.Config.Schedule, serial.Config.Virtual)
+				t.Errorf("M=%d mem %g: GOMAXPROCS %d chose %s V=%d, one core %s V=%d (or another order)", cfg.Micro, tc.mem, procs, r.Config.Schedule, r.Config.Virtual, serial.Config.Schedule, serial.Config.Virtual)
 			}
 		}
 		if annealed != tc.anneal {
-			t.Errorf("mem %g, budget %d: annealed %v, want %v", tc.mem, tc.budget, annealed, tc.anneal)
+			t.Errorf("M=%d mem %g, budget %d: annealed %v, want %v", cfg.Micro, tc.mem, tc.budget, annealed, tc.anneal)
 		}
 		t.Logf("mem %g: chose %s V=%d", tc.mem, serial.Config.Schedule, serial.Config.Virtual)
 	}
@@ -255,10 +263,15 @@ func TestAutoProgress(t *testing.T) {
 // candidates whose compute order is not already slower than the best
 // lowered one, chooses what lowering and simulating every candidate would,
 // reports the same figures for the candidates it lowered, and reports for
-// the others a bound that the lowered program does not beat.
+// the others a bound that the lowered program does not beat. At P = 2
+// and 4 by default, and 8 too in the long suite.
 func TestAutoPruningChoosesAsFull(t *testing.T) {
+	ranks := []int{2, 4}
+	if long.Enabled() {
+		ranks = append(ranks, 8)
+	}
 	pruned := 0
-	for _, P := range []int{2, 4, 8} {
+	for _, P := range ranks {
 		for _, M := range []int{P, 2 * P, 4 * P} {
 			for _, costSpec := range []string{"", "overlap=1", "comm=0.3", "comm=1,W=0.5", "F=1,B=3,W=0.5,comm=0.2"} {
 				for _, mem := range []float64{0, float64(P)} {
@@ -326,6 +339,17 @@ func TestAutoPruningChoosesAsFull(t *testing.T) {
 	if pruned == 0 {
 		t.Error("no candidate was pruned: the test shows nothing")
 	}
+	t.Logf("P in %v: %d candidates pruned", ranks, pruned)
+}
+
+// totalAct is the activation memory of one micro-batch of the whole model
+// (a rank's share at P ranks is totalAct/P).
+func totalAct(m model.Model) float64 {
+	act := 0.0
+	for _, l := range m.Layers {
+		act += l.Act
+	}
+	return act
 }
 
 func mustResolve(t *testing.T, c sim.Cost) sim.Cost {
@@ -399,7 +423,9 @@ func TestAutoStageCost(t *testing.T) {
 
 // TestAutoNoneNamesPartition: when nothing fits the limit with a model
 // split evenly only, the error also names -partition auto; with
-// -partition auto given, or without a model, it does not.
+// -partition auto given, or without a model, it does not. Above the
+// floor auto runs with budget 1: whether it finds an order does not
+// depend on the budget, only how long it searches.
 func TestAutoNoneNamesPartition(t *testing.T) {
 	m := readExampleModel(t, "llm.json")
 	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
@@ -432,26 +458,34 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 	if _, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: floor * 0.999, Split: &SplitModel{Model: m}}}); err == nil {
 		t.Errorf("limit %g, under the floor %g (%s V=%d): an order fits", floor*0.999, floor, pk.name, pk.virtual)
 	}
-	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: 2 * floor, Split: &SplitModel{Model: m}}})
+	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: 2 * floor, Budget: 1, Split: &SplitModel{Model: m}}})
 	if err != nil || !IsSynthesized(res.Config.Schedule) {
 		t.Errorf("limit %g, twice the floor: %s, %v; want a synthesized order", 2*floor, res.Config.Schedule, err)
 	}
 }
 
-// TestAutoSynthesizesOnAPlacedSplit: the LLM-like model at P = 4, M = 8
-// within two micro-batches of a rank's share (18.5). No family's split,
-// even or its own partition, lets an order beat the best family there
-// (v-min with its partition); partition.Placed's split, which balances the
-// ranks' work and then their chunks' activation-time, does: auto's choice
-// is synthesized on a split that is neither the even one nor any
-// family's, and faster than every family within the limit.
+// TestAutoSynthesizesOnAPlacedSplit: the LLM-like model within two
+// micro-batches of a rank's share. No family's split, even or its own
+// partition, lets an order beat the best family there (at P = 4, M = 8,
+// 18.5: v-min with its partition); partition.Placed's split, which
+// balances the ranks' work and then their chunks' activation-time, does:
+// auto's choice is synthesized on a split that is neither the even one
+// nor any family's, and faster than every family within the limit.
+// By default at P = 3, M = 6 with budget 1 (without Placed's split auto
+// chooses an order on the even split there); in the long suite at P = 4,
+// M = 8 with auto's default search.
 func TestAutoSynthesizesOnAPlacedSplit(t *testing.T) {
 	m := readExampleModel(t, "llm.json")
-	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
-	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: 18.5, Split: &SplitModel{Model: m, Partition: true}}})
+	cfg, budget := ir.Config{Schedule: Auto, Ranks: 3, Micro: 6}, 1
+	if long.Enabled() {
+		cfg, budget = ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}, 0
+	}
+	limit := 2 * totalAct(m) / float64(cfg.Ranks)
+	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: limit, Budget: budget, Split: &SplitModel{Model: m, Partition: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("P=%d M=%d within %g", cfg.Ranks, cfg.Micro, limit)
 	if !IsSynthesized(res.Config.Schedule) {
 		t.Fatalf("auto chose %s V=%d; want a synthesized order", res.Config.Schedule, res.Config.Virtual)
 	}
@@ -486,14 +520,18 @@ func TestAutoSynthesizesOnAPlacedSplit(t *testing.T) {
 	t.Logf("auto: %s V=%d %g on %v", res.Config.Schedule, res.Config.Virtual, r.Makespan, res.Layers)
 }
 
-// TestClimbSplit: on the LLM-like model at P = 4, M = 8 within 18.5, on the
-// zigzag with V = 8, climbing partition.Placed's split with 40 syntheses
-// finds an order faster than synthesize's for that split (which is where
-// it starts, so it is never slower); the order verifies, keeps the limit,
-// and the climb is deterministic.
+// TestClimbSplit: on the LLM-like model at P = 4 within 18.5, on the
+// zigzag with V = 8, climbing partition.Placed's split finds an order
+// faster than synthesize's for that split (which is where it starts, so
+// it is never slower); the order verifies, keeps the limit, and the climb
+// is deterministic. At M = 4 with 10 syntheses by default, at M = 8 with
+// 40 in the long suite.
 func TestClimbSplit(t *testing.T) {
 	m := readExampleModel(t, "llm.json")
-	cfg := ir.Config{Ranks: 4, Micro: 8}
+	cfg, n := ir.Config{Ranks: 4, Micro: 4}, 10
+	if long.Enabled() {
+		cfg.Micro, n = 8, 40
+	}
 	pl := ir.Zigzag(4, 8)
 	sp := &SplitModel{Model: m, Partition: true}
 	part, err := partition.Placed(m, pl)
@@ -504,12 +542,12 @@ func TestClimbSplit(t *testing.T) {
 	if err != nil || start == nil {
 		t.Fatalf("%v, %v", start, err)
 	}
-	f, err := climbSplit(cfg, sp, pl, part, 18.5, 40)
+	f, err := climbSplit(cfg, sp, pl, part, 18.5, n)
 	if err != nil || f == nil {
 		t.Fatalf("%v, %v", f, err)
 	}
 	if f.ms >= start.ms {
-		t.Errorf("climbed %g on %v, not below the start's %g on %v", f.ms, f.part.Bounds, start.ms, part.Bounds)
+		t.Errorf("M=%d, %d syntheses: climbed %g on %v, not below the start's %g on %v", cfg.Micro, n, f.ms, f.part.Bounds, start.ms, part.Bounds)
 	}
 	if _, err := verify.Check(f.prog, verify.Options{}); err != nil {
 		t.Error(err)
@@ -517,7 +555,7 @@ func TestClimbSplit(t *testing.T) {
 	if _, mem, err := sp.run(f.prog, f.part); err != nil || mem > 18.5*(1+1e-9) {
 		t.Errorf("memory %g, %v; want at most 18.5", mem, err)
 	}
-	again, err := climbSplit(cfg, sp, pl, part, 18.5, 40)
+	again, err := climbSplit(cfg, sp, pl, part, 18.5, n)
 	if err != nil || again == nil || again.ms != f.ms || !slices.Equal(again.part.Bounds, f.part.Bounds) {
 		t.Errorf("not deterministic: %v then %v", f.part.Bounds, again)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/schedules"
+	"github.com/ppgen/ppgen/internal/long"
 )
 
 func build(t *testing.T, name string, P, V, M int) ir.Program {
@@ -313,8 +314,9 @@ func TestPlaced(t *testing.T) {
 	}
 }
 
-// TestPlacedLarge: on thousands of stages Placed stops within its work
-// bound and still returns a valid split.
+// TestPlacedLarge: on thousands of stages Placed still returns a valid
+// split, and (long suite only, a wall-clock verdict) stops within its work
+// bound: in under 5 seconds.
 func TestPlacedLarge(t *testing.T) {
 	m := llm(8190) // two layers a stage
 	pl := ir.Zigzag(512, 8)
@@ -323,7 +325,7 @@ func TestPlacedLarge(t *testing.T) {
 	if err != nil || len(got.Bounds) != pl.Stages()+1 {
 		t.Fatalf("%v, %v", len(got.Bounds), err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); long.Enabled() && d > 5*time.Second {
 		t.Errorf("took %v", d)
 	}
 }
