@@ -5,19 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-)
 
-// pytorchAliases are PyTorch's and torchtitan's schedule names and the
-// ppgen family each names.
-var pytorchAliases = []struct{ alias, family string }{
-	{"GPipe", "gpipe"},
-	{"1F1B", "1f1b"},
-	{"Interleaved1F1B", "interleaved"},
-	{"LoopedBFS", "looped-bfs"},
-	{"InterleavedZeroBubble", "interleaved-zb"},
-	{"ZBVZeroBubble", "zbv"},
-	{"DualPipeV", "dualpipev"},
-}
+	"github.com/ppgen/ppgen/gen/schedules"
+)
 
 // TestScheduleAliases: every command's -schedule takes PyTorch's and
 // torchtitan's names, in any case and with PyTorch's Schedule prefix, and
@@ -34,7 +24,19 @@ func TestScheduleAliases(t *testing.T) {
 		return out.String()
 	}
 	list := runOK("list")
-	for _, tc := range pytorchAliases {
+	// The registry's aliases (gen/schedules' TestAliases checks each names
+	// the right family); every one must reach the CLI.
+	type alias struct{ alias, family string }
+	var aliases []alias
+	for _, f := range schedules.All() {
+		for _, a := range f.Aliases {
+			aliases = append(aliases, alias{a, f.Name})
+		}
+	}
+	if len(aliases) < 7 {
+		t.Fatalf("the registry has %d aliases, want PyTorch's seven at least: %v", len(aliases), aliases)
+	}
+	for _, tc := range aliases {
 		want := runOK("gen", "-schedule", tc.family, "-ranks", "2", "-micro", "4", "-o", "-")
 		if !strings.Contains(want, "Schedule:    \""+tc.family+"\",") {
 			t.Fatalf("gen -schedule %s: no Spec.Schedule %q", tc.family, tc.family)

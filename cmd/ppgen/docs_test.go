@@ -92,14 +92,7 @@ func TestDocsShowUserModuleSteps(t *testing.T) {
 // TestDocLinks: every relative link of README.md and the docs names a file
 // of the repository, and a #fragment names a heading of its Markdown file.
 func TestDocLinks(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := docFiles(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, files := repoDocFiles(t)
 	anchors := map[string]map[string]bool{} // Markdown file -> its headings' anchors
 	anchorsOf := func(file string) (map[string]bool, error) {
 		if a, ok := anchors[file]; ok {

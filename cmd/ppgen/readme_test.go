@@ -112,6 +112,21 @@ func readmeCommand(cmd string) (string, error) {
 	return "", fmt.Errorf("%q is not a ppgen command: make it one, or mark the block <!-- not checked: why -->", cmd)
 }
 
+// repoDocFiles returns the repository's root (two levels up) and its
+// docFiles, failing t when either cannot be had.
+func repoDocFiles(t *testing.T) (root string, files []string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err = docFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, files
+}
+
 // docFiles returns the Markdown files whose console blocks TestREADME
 // checks, relative to root: README.md, every other top-level .md file but
 // BENCHMARKS.md (its figures are measurements, not outputs a rerun
@@ -144,14 +159,7 @@ func TestREADME(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds ppgen and runs the docs' commands")
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := docFiles(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, files := repoDocFiles(t)
 	if !slices.Contains(files, "README.md") || !slices.Contains(files, "docs/cli.md") {
 		t.Fatalf("docFiles = %v: README.md or docs/cli.md is missing", files)
 	}
