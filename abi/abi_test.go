@@ -178,15 +178,15 @@ func TestAtRoundTrip(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if a != tc.want || FormatAt(a) != tc.text {
-			t.Errorf("PackAt(%d, %d, %d, %d) = %s, want %s", tc.stage, tc.micro, tc.c, tc.d, FormatAt(a), tc.text)
+		if a != tc.want || formatAt(a) != tc.text {
+			t.Errorf("PackAt(%d, %d, %d, %d) = %s, want %s", tc.stage, tc.micro, tc.c, tc.d, formatAt(a), tc.text)
 		}
 		if s, m, c, d := a.Unpack(); s != tc.stage || m != tc.micro || c != tc.c || d != tc.d {
-			t.Errorf("%s.Unpack() = %d, %d, %d, %d", FormatAt(a), s, m, c, d)
+			t.Errorf("%s.Unpack() = %d, %d, %d, %d", formatAt(a), s, m, c, d)
 		}
 		raw := func(v int) int { return v & 0xffff }
 		if s, m, c, d := a.Fields(); s != raw(tc.stage) || m != raw(tc.micro) || c != raw(tc.c) || d != raw(tc.d) {
-			t.Errorf("%s.Fields() = %d, %d, %d, %d", FormatAt(a), s, m, c, d)
+			t.Errorf("%s.Fields() = %d, %d, %d, %d", formatAt(a), s, m, c, d)
 		}
 	}
 	if MaxIndex != 65534 || MaxCount != 65535 || FieldNone != 0xffff {
@@ -213,11 +213,11 @@ func TestPack(t *testing.T) {
 	} {
 		a, ok := tc.k.Pack(stage, micro, peer, slot, src)
 		if !ok || a != tc.want {
-			t.Errorf("%v.Pack = %s, %v; want %s", tc.k, FormatAt(a), ok, FormatAt(tc.want))
+			t.Errorf("%v.Pack = %s, %v; want %s", tc.k, formatAt(a), ok, formatAt(tc.want))
 		}
 		s, m, p, sl, sr := a.Operands(tc.k)
 		if got, want := [5]int{s, m, p, sl, sr}, [5]int{tc.stage, tc.micro, tc.peer, tc.slot, tc.src}; got != want {
-			t.Errorf("%s.Operands(%v) = %v, want %v", FormatAt(a), tc.k, got, want)
+			t.Errorf("%s.Operands(%v) = %v, want %v", formatAt(a), tc.k, got, want)
 		}
 	}
 	if _, ok := Forward.Pack(0, MaxCount, -1, 0, -1); ok {
@@ -264,8 +264,11 @@ func TestAppendAt(t *testing.T) {
 		if got := string(AppendAt([]byte("x="), c.a)); got != "x="+c.want {
 			t.Errorf("AppendAt(%#x) = %q, want %q", uint64(c.a), got, "x="+c.want)
 		}
-		if got := FormatAt(c.a); got != c.want {
-			t.Errorf("FormatAt(%#x) = %q, want %q", uint64(c.a), got, c.want)
+		if got := formatAt(c.a); got != c.want {
+			t.Errorf("formatAt(%#x) = %q, want %q", uint64(c.a), got, c.want)
 		}
 	}
 }
+
+// formatAt is the constant AppendAt writes for a, as a string.
+func formatAt(a At) string { return string(AppendAt(nil, a)) }

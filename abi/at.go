@@ -49,7 +49,7 @@ func (s Shape) Packed() bool { return s == ArgsLocal || s == ArgsComm || s == Ar
 //	the transfers    (peer, slot)
 //
 // Each field holds 0 to MaxIndex, or FieldNone for -1, so a constant reads
-// in hex groups (FormatAt): 0x0003_0011_0002_ffff is stage 3, micro-batch
+// in hex groups (AppendAt): 0x0003_0011_0002_ffff is stage 3, micro-batch
 // 17, slot 2, no source slot. In a -table program (pipe.DecodeOps) every op
 // has an At: OPT_STEP and an overlap's header have every field -1, the FSDP
 // steps (stage, -1, -1, -1).
@@ -98,11 +98,8 @@ func field(v uint64) int {
 	return int(v) - int((v+1)>>FieldBits)<<FieldBits
 }
 
-// FormatAt returns the Go constant generated code writes for a: hex groups
-// of 16 bits, e.g. "0x0003_0011_0002_ffff".
-func FormatAt(a At) string { return string(AppendAt(nil, a)) }
-
-// AppendAt appends FormatAt(a) to dst.
+// AppendAt appends the Go constant generated code writes for a to dst: hex
+// groups of 16 bits, e.g. "0x0003_0011_0002_ffff".
 func AppendAt(dst []byte, a At) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '0', 'x')

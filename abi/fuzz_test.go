@@ -47,17 +47,17 @@ func FuzzAt(f *testing.F) {
 		s, m, c, d := a.Unpack()
 		for _, x := range []int{s, m, c, d} {
 			if x < -1 || x > MaxIndex {
-				t.Fatalf("%s.Unpack() = %d, %d, %d, %d: a field outside [-1, %d]", FormatAt(a), s, m, c, d, MaxIndex)
+				t.Fatalf("%s.Unpack() = %d, %d, %d, %d: a field outside [-1, %d]", formatAt(a), s, m, c, d, MaxIndex)
 			}
 		}
 		b, ok := PackAt(s, m, c, d)
 		if !ok || b != a {
-			t.Fatalf("PackAt(%s.Unpack()) = %s, %v", FormatAt(a), FormatAt(b), ok)
+			t.Fatalf("PackAt(%s.Unpack()) = %s, %v", formatAt(a), formatAt(b), ok)
 		}
 		rs, rm, rc, rd := a.Fields()
 		raw := func(x int) int { return x & FieldNone }
 		if rs != raw(s) || rm != raw(m) || rc != raw(c) || rd != raw(d) {
-			t.Fatalf("%s.Fields() = %d, %d, %d, %d; Unpack %d, %d, %d, %d", FormatAt(a), rs, rm, rc, rd, s, m, c, d)
+			t.Fatalf("%s.Fields() = %d, %d, %d, %d; Unpack %d, %d, %d, %d", formatAt(a), rs, rm, rc, rd, s, m, c, d)
 		}
 		for _, k := range Kinds() {
 			stage, micro, peer, slot, src := a.Operands(k)
@@ -65,7 +65,7 @@ func FuzzAt(f *testing.F) {
 			// Pack writes -1 in a local step's low field.
 			drops := k.Shape() != ArgsComm && k.Shape() != ArgsCompute && d != -1
 			if !ok || (b != a) != drops {
-				t.Fatalf("%v: Pack(%s.Operands) = %s, %v", k, FormatAt(a), FormatAt(b), ok)
+				t.Fatalf("%v: Pack(%s.Operands) = %s, %v", k, formatAt(a), formatAt(b), ok)
 			}
 		}
 	})

@@ -2,11 +2,6 @@ package pipe
 
 import "github.com/ppgen/ppgen/abi"
 
-// OpKindOfCode returns the kind whose Code is c, or OpInvalid: the inverse
-// of OpKind.Code, the letters of a DecodeOps kinds string ("F", "s" for
-// SEND_F, ...; the boundary package abi holds them).
-func OpKindOfCode(c byte) OpKind { return abi.KindOfCode(c) }
-
 // DecodeOps returns one rank's program as data from the compact form
 // generated code writes with -table (a []Op literal with six keyed fields
 // per step costs the Go compiler five times as much): kinds holds each op's

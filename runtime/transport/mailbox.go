@@ -61,13 +61,6 @@ func (b *mailbox) close(err error) {
 	b.wake()
 }
 
-// pending reports how many messages wait in the mailbox.
-func (b *mailbox) pending() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.q) - b.head
-}
-
 // lastTag returns the tag of the last message received from this mailbox.
 func (b *mailbox) lastTag() (Tag, bool) {
 	b.mu.Lock()

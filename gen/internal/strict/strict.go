@@ -274,9 +274,6 @@ func (s *Sim) Run() bool {
 	return s.left == 0
 }
 
-// Finished reports whether everything completed.
-func (s *Sim) Finished() bool { return s.left == 0 }
-
 func (s *Sim) eventDone(e Event) bool {
 	if e.Rank == OpEvent {
 		if s.batchLeft != nil {
