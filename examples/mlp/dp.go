@@ -105,7 +105,7 @@ func runMPIDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.L
 	if o.timeout > 0 {
 		timeout = o.timeout
 	}
-	world, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Logger: logger})
+	world, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
 	if err != nil {
 		return err
 	}

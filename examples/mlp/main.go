@@ -566,7 +566,7 @@ func dialMPI(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport,
 	if o.timeout > 0 {
 		timeout = o.timeout
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Logger: logger})
+	tr, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func mpiMain(out io.Writer, sched string, iters int, sync bool) error {
 	if iters < 1 {
 		return fmt.Errorf("-iters %d; want at least 1", iters)
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: 30 * time.Second, Fingerprint: sc.spec.Fingerprint})
+	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: 30 * time.Second, Fingerprint: sc.spec.Fingerprint, Schedule: sc.spec.Describe()})
 	if err != nil {
 		return err
 	}

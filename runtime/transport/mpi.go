@@ -248,16 +248,18 @@ func (t *mpiT) World() int { return t.world }
 func (t *mpiT) Fingerprint() string { return t.cfg.Fingerprint }
 
 // checkFingerprint allgathers a fixed-size record (a SHA-256 of the
-// fingerprint and its first bytes, for the message) and compares.
+// fingerprint, its first bytes and the schedule's description, for the
+// message) and compares.
 func (t *mpiT) checkFingerprint() error {
 	const prefix = 64
-	const rec = sha256.Size + prefix
+	const rec = sha256.Size + prefix + MaxScheduleLen
 	send, recv := newCbuf(rec), newCbuf(rec*t.world)
 	sum := sha256.Sum256([]byte(t.cfg.Fingerprint))
 	b := send.bytes()
 	clear(b)
 	copy(b, sum[:])
-	copy(b[sha256.Size:], t.cfg.Fingerprint)
+	copy(b[sha256.Size:sha256.Size+prefix], t.cfg.Fingerprint)
+	copy(b[sha256.Size+prefix:], t.cfg.Schedule)
 	req := newRequest()
 	if code := C.ppg_iallgather(send.p, C.int(rec), recv.p, req); code != C.MPI_SUCCESS {
 		return fmt.Errorf("transport: rank %d: %w", t.rank, mpiError("MPI_Iallgather (schedule fingerprint)", code))
@@ -296,11 +298,18 @@ func (t *mpiT) checkFingerprint() error {
 	for _, k := range keys {
 		rs := groups[k]
 		r0 := rs[0]
-		fp := strings.TrimRight(string(all[r0*rec+sha256.Size:(r0+1)*rec]), "\x00")
-		parts = append(parts, fmt.Sprintf("%s %q", rankList(rs), fp))
+		rb := all[r0*rec : (r0+1)*rec]
+		fp := strings.TrimRight(string(rb[sha256.Size:sha256.Size+prefix]), "\x00")
+		part := fmt.Sprintf("%s %q", rankList(rs), fp)
+		// A peer's bytes are printed only when they are what a valid
+		// Schedule is (fill checked ours).
+		if sched := strings.TrimRight(string(rb[sha256.Size+prefix:]), "\x00"); sched != "" && printable(sched) {
+			part += " (schedule " + sched + ")"
+		}
+		parts = append(parts, part)
 	}
-	return fmt.Errorf("transport: rank %d: %w: the ranks run different schedules (fingerprints differ): %s; build every rank from the same generated code",
-		t.rank, ErrHandshake, strings.Join(parts, ", "))
+	return fmt.Errorf("transport: rank %d: %w: the ranks run different schedules (fingerprints differ): %s; %s",
+		t.rank, ErrHandshake, strings.Join(parts, ", "), sameScheduleHelp)
 }
 
 // rankList is "rank 3" or "ranks 0, 1, 2".

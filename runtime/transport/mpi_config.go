@@ -33,6 +33,11 @@ type MPIConfig struct {
 	// across all ranks (an allgather) and refuses to start, on every rank,
 	// naming the ranks that differ.
 	Fingerprint string
+	// Schedule describes the schedule for people, e.g. pipe.Spec's
+	// Describe ("zbv (P=4, V=2, M=8)"): the refusal names what each group of
+	// ranks runs. Only messages use it; the fingerprint decides. At most
+	// MaxScheduleLen bytes of printable text.
+	Schedule string
 	// MaxMessageBytes caps one message's payload in both directions.
 	// Default DefaultMaxFrameBytes (1 GiB); at most MaxMPIMessageBytes (an
 	// MPI count is a C int).
@@ -57,6 +62,9 @@ func (c *MPIConfig) fill() error {
 	orDefault(&c.MaxMessageBytes, DefaultMaxFrameBytes)
 	if c.MaxMessageBytes > MaxMPIMessageBytes {
 		return fmt.Errorf("MaxMessageBytes %d over %d (MPI counts bytes in a C int)", c.MaxMessageBytes, int64(MaxMPIMessageBytes))
+	}
+	if len(c.Schedule) > MaxScheduleLen || !printable(c.Schedule) {
+		return fmt.Errorf("Schedule %.80q: want at most %d bytes of printable text (pipe.Spec's Describe)", c.Schedule, MaxScheduleLen)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -140,3 +140,23 @@ func FuzzDecodeMPIHeader(f *testing.F) {
 		}
 	})
 }
+
+// TestMPIConfigSchedule: MPIConfig.Schedule, which the fingerprint refusal
+// prints, is bounded and printable, as TCPConfig.Schedule is.
+func TestMPIConfigSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		name, schedule, err string
+	}{
+		{"empty", "", ""},
+		{"a description", "zbv (P=4, V=2, M=8)", ""},
+		{"at the bound", strings.Repeat("x", MaxScheduleLen), ""},
+		{"too long", strings.Repeat("x", MaxScheduleLen+1), "want at most 200 bytes of printable text"},
+		{"a control byte", "zbv\x1b[2J", "want at most 200 bytes of printable text"},
+	} {
+		c := MPIConfig{Schedule: tc.schedule}
+		err := c.fill()
+		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: fill() = %v, want an error containing %q", tc.name, err, tc.err)
+		}
+	}
+}

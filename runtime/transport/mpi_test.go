@@ -98,7 +98,7 @@ func TestMPI(t *testing.T) {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		for r := range 3 {
-			want := fmt.Sprintf(`rank %d: refused: transport: rank %d: handshake refused: the ranks run different schedules (fingerprints differ): ranks 0, 1 have "sched-a", rank 2 has "sched-b"`, r, r)
+			want := fmt.Sprintf(`rank %d: refused: transport: rank %d: handshake refused: the ranks run different schedules (fingerprints differ): ranks 0, 1 have "sched-a" (schedule 1f1b (P=3, V=1, M=4)), rank 2 has "sched-b" (schedule zbv (P=3, V=2, M=4)); every rank must run the same generated schedule: build every rank from the same generated code (go generate ./... and rebuild`, r, r)
 			if !strings.Contains(out, want) {
 				t.Errorf("no %q in the output:\n%s", want, out)
 			}
@@ -359,11 +359,11 @@ func childExchange(t *testing.T, syncSends bool) {
 
 // childFingerprint: rank 2 runs another schedule; every rank is refused.
 func childFingerprint(t *testing.T) {
-	fp := "sched-a"
+	fp, sched := "sched-a", "1f1b (P=3, V=1, M=4)"
 	if launcherRank() == "2" {
-		fp = "sched-b"
+		fp, sched = "sched-b", "zbv (P=3, V=2, M=4)"
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Fingerprint: fp, Timeout: 30 * time.Second})
+	tr, err := transport.NewMPI(transport.MPIConfig{Fingerprint: fp, Schedule: sched, Timeout: 30 * time.Second})
 	if err == nil {
 		tr.Close()
 		t.Fatal("ranks with different fingerprints started")
