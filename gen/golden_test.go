@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
@@ -52,7 +53,7 @@ func readGoldenCase(dir string) (goldenCase, error) {
 		case !ok:
 			return c, fmt.Errorf("%s/config.txt:%d: want key: value", dir, n)
 		case key == "args":
-			if c.args, err = gencmd.SplitArgs(val); err != nil {
+			if c.args, err = emit.SplitArgs(val); err != nil {
 				return c, fmt.Errorf("%s/config.txt:%d: %v", dir, n, err)
 			}
 		case key == "package":

@@ -328,7 +328,9 @@ func dcApply(a, diff string) (string, error) {
 func TestGenFlagsShared(t *testing.T) {
 	_, fs := newRequest("show", gencmd.Flags{In: true})
 	var buf bytes.Buffer
-	gencmd.PrintDefaults(&buf)
+	genFlagSet := gencmd.GenFlags(new(gencmd.Request))
+	genFlagSet.SetOutput(&buf)
+	genFlagSet.PrintDefaults()
 	genFlags := buf.String()
 	fs.VisitAll(func(f *flag.Flag) {
 		one := flag.NewFlagSet("x", flag.ContinueOnError)

@@ -44,7 +44,7 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	p := res.Program
 	rep := templates.Report{
 		Title:       fmt.Sprintf("%s, P=%d, M=%d", name, p.Placement.Ranks(), p.Micro),
-		Command:     gencmd.Invocation("report", fs),
+		Command:     emit.Invocation("report", fs, nil),
 		Schedule:    name,
 		Ranks:       p.Placement.Ranks(),
 		Stages:      p.Stages(),

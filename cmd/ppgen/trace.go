@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -36,7 +37,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	pr.Phase("rendering")
 	name, _ := simulated(req, res) // for -schedule auto, the family it chose
-	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: name, Command: gencmd.Invocation("trace", fs), Cost: &cost})
+	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: name, Command: emit.Invocation("trace", fs, nil), Cost: &cost})
 	if err != nil {
 		return err
 	}

@@ -10,11 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
-// TestInvocationRoundTrip: what Invocation records, SplitArgs and Parse read
+// TestInvocationRoundTrip: what Parse records (emit.Invocation), emit.SplitArgs and Parse read
 // back to the same request, odd values included.
 func TestInvocationRoundTrip(t *testing.T) {
 	tests := [][]string{
@@ -30,7 +31,7 @@ func TestInvocationRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", args, err)
 		}
-		words, err := SplitArgs(r.Invocation)
+		words, err := emit.SplitArgs(r.Invocation)
 		if err != nil {
 			t.Fatalf("%s: %v", r.Invocation, err)
 		}
@@ -47,27 +48,6 @@ func TestInvocationRoundTrip(t *testing.T) {
 		r.Out, again.Out = "", "" // -o is not recorded
 		if !reflect.DeepEqual(r, again) {
 			t.Errorf("%q: %+v read back as %+v", args, r, again)
-		}
-	}
-}
-
-func TestSplitArgs(t *testing.T) {
-	tests := []struct {
-		in   string
-		want []string
-		err  bool
-	}{
-		{"a  b\tc", []string{"a", "b", "c"}, false},
-		{` -in "x y" -o z`, []string{"-in", "x y", "-o", "z"}, false},
-		{`"a\"b"`, []string{`a"b`}, false},
-		{`""`, []string{""}, false},
-		{`"open`, nil, true},
-		{"", nil, false},
-	}
-	for _, tt := range tests {
-		got, err := SplitArgs(tt.in)
-		if (err != nil) != tt.err || !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("SplitArgs(%q) = %q, %v; want %q (error %v)", tt.in, got, err, tt.want, tt.err)
 		}
 	}
 }
@@ -182,9 +162,9 @@ func TestFromHeader(t *testing.T) {
 		src, want string
 	}{
 		{"package p\n", "not a ppgen-generated file"},
-		{Header + "\n\npackage p\n", "records no invocation"},
-		{Header + "\n// ppgen trace -schedule 1f1b\n\npackage p\n", `records "ppgen trace -schedule 1f1b", not a ` + "`ppgen gen`"},
-		{Header + "\n// ppgen gen -bogus\n\npackage p\n", "flag provided but not defined: -bogus"},
+		{emit.Header + "\n\npackage p\n", "records no invocation"},
+		{emit.Header + "\n// ppgen trace -schedule 1f1b\n\npackage p\n", `records "ppgen trace -schedule 1f1b", not a ` + "`ppgen gen`"},
+		{emit.Header + "\n// ppgen gen -bogus\n\npackage p\n", "flag provided but not defined: -bogus"},
 	} {
 		_, err := FromHeader("f.go", []byte(tt.src))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -300,7 +280,7 @@ func TestImportFromHeader(t *testing.T) {
 	if got, _, err := again.Generate(); err != nil || string(got) == string(src) {
 		t.Errorf("after an edit of the CSV: regeneration %v, same bytes %v; want other bytes", err, string(got) == string(src))
 	}
-	stdin := []byte(Header + "\n// ppgen import -from torch-csv -\n\npackage two\n")
+	stdin := []byte(emit.Header + "\n// ppgen import -from torch-csv -\n\npackage two\n")
 	if _, err := FromHeader(out, stdin); err == nil || !strings.Contains(err.Error(), "import the file again") {
 		t.Errorf("import from stdin: %v; want the refusal", err)
 	}

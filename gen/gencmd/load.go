@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/packages"
+
+	"github.com/ppgen/ppgen/gen/emit"
 )
 
 // This file finds what diff, check and vet look at: the packages of a
@@ -51,8 +53,8 @@ func LoadPackages(args []string) ([]Package, error) {
 			if err != nil {
 				return nil, usagef("%v", err)
 			}
-			if _, ok := Recorded(src); !ok {
-				return nil, usagef("%s is not a ppgen-generated file (its first line is not %q)", f, Header)
+			if _, ok := emit.Recorded(src); !ok {
+				return nil, usagef("%s is not a ppgen-generated file (its first line is not %q)", f, emit.Header)
 			}
 			t.Generated = append(t.Generated, f)
 		}
@@ -136,9 +138,9 @@ func IsGenerated(path string) bool {
 		return false
 	}
 	defer f.Close()
-	buf := make([]byte, len(Header)+1)
+	buf := make([]byte, len(emit.Header)+1)
 	n, _ := io.ReadFull(f, buf)
-	_, ok := Recorded(buf[:n])
+	_, ok := emit.Recorded(buf[:n])
 	return ok
 }
 
@@ -226,7 +228,7 @@ func Directives(file, pkgName string) ([]Directive, error) {
 		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '\t') {
 			continue
 		}
-		words, err := SplitArgs(rest)
+		words, err := emit.SplitArgs(rest)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %v", file, i+1, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen/emit"
 )
 
 func writeFile(t *testing.T, path, data string) {
@@ -29,7 +31,7 @@ func TestPPGenGenArgs(t *testing.T) {
 		{"go tool ppgen", ""},
 	}
 	for _, tt := range tests {
-		words, err := SplitArgs(tt.line)
+		words, err := emit.SplitArgs(tt.line)
 		if err != nil {
 			t.Fatal(err)
 		}

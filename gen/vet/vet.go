@@ -38,7 +38,7 @@ import (
 
 	"golang.org/x/tools/go/analysis"
 
-	"github.com/ppgen/ppgen/gen/gencmd"
+	"github.com/ppgen/ppgen/gen/emit"
 )
 
 // Analyzer checks generated ppgen files; see the package documentation.
@@ -58,7 +58,7 @@ func IsGenerated(f *ast.File) bool {
 	if len(f.Comments) == 0 || f.Comments[0].Pos() > f.Package {
 		return false
 	}
-	return f.Comments[0].List[0].Text == gencmd.Header
+	return f.Comments[0].List[0].Text == emit.Header
 }
 
 func run(pass *analysis.Pass) (any, error) {
