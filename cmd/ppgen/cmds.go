@@ -17,6 +17,7 @@ import (
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/synth"
 )
 
 func runList(args []string, stdout, _ io.Writer) error {
@@ -271,7 +272,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	pr.Done()
-	if r.LowerBound, r.LowerBoundExact, err = req.LowerBound(res, cost, r.Makespan); err != nil {
+	capped, err := req.MemoryCap(res)
+	if err != nil {
+		return err
+	}
+	if r.LowerBound, r.LowerBoundExact, err = synth.LowerBound(res.Program, cost, capped, r.Makespan); err != nil {
 		return err
 	}
 	if *asJSON {

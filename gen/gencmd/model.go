@@ -1,9 +1,7 @@
 package gencmd
 
 import (
-	"math"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
@@ -191,122 +189,33 @@ func (r *Request) ReadModel() (model.Model, error) {
 	return m, nil
 }
 
-// LowerBound is sim.LowerBound of the lowered result under cost, with
-// the memory cap -mem puts on -schedule auto and -partition auto, both as
-// live chunks per stage and per rank: with -model, each rank's limit less
-// its stages' params, each chunk holding the act of its stage's layers;
-// without, -mem times the stages of a rank's share, in chunks. Under
-// that cap, on a small program (exactBound), it raises that bound to what gen/synth's
-// exhaustive search proves, exact true: the least makespan of any
-// order of the stages' compute steps within the cap, or makespan, the
-// result's own, when no order is faster.
-func (r *Request) LowerBound(res gen.Result, cost sim.Cost, makespan float64) (bound float64, exact bool, err error) {
-	var opt sim.BoundOptions
-	if r.Mem > 0 && (r.Schedule == gen.Auto || r.Partition == PartitionAuto) {
-		S := res.Program.Stages()
-		opt.MaxLive = make([]int, S)
-		if r.Model != "" && res.Layers != nil {
-			m, err := r.ReadModel()
-			if err != nil {
-				return 0, false, err
-			}
-			copies := max(res.Program.Copies, 1)
-			act, params, err := partition.StageMemory(m, model.Partition{Bounds: res.Layers}, copies)
-			if err != nil || len(act) != S {
-				return 0, false, usagef("-model %s: the split %v does not fit %d stages of %d copies", r.Model, res.Layers, S, copies)
-			}
-			rankParams := make([]float64, res.Program.Placement.Ranks())
-			for s, rk := range res.Program.Placement.RankOf {
-				rankParams[rk] += params[s]
-			}
-			opt.Act, opt.Cap = act, make([]float64, len(rankParams))
-			for rk, p := range rankParams {
-				opt.Cap[rk] = max(r.Mem-p, 0)
-			}
-			for s := range S {
-				if act[s] > 0 {
-					k := (r.Mem - rankParams[res.Program.Placement.RankOf[s]]) / act[s]
-					opt.MaxLive[s] = max(1, int(min(k, float64(ir.MaxChunks))))
-				}
-			}
-		} else {
-			k := int(min(r.Mem*float64(res.StagesPerShare()), float64(ir.MaxChunks)))
-			opt.Act, opt.Cap = make([]float64, S), make([]float64, res.Program.Placement.Ranks())
-			for s := range S {
-				opt.MaxLive[s] = max(1, k)
-				opt.Act[s] = 1
-			}
-			for rk := range opt.Cap {
-				opt.Cap[rk] = float64(max(1, k))
-			}
-		}
+// MemoryCap is the memory cap -mem puts on -schedule auto and -partition
+// auto, for the lower bound of the lowered result (synth.MemoryCap, for
+// synth.LowerBound): with -model, each rank's limit less its stages'
+// params, each chunk holding the act of its stage's layers; without, -mem
+// times the stages of a rank's share, in chunks. No cap (the zero options)
+// without -mem, or for a fixed family's split evenly.
+func (r *Request) MemoryCap(res gen.Result) (sim.BoundOptions, error) {
+	if !(r.Mem > 0 && (r.Schedule == gen.Auto || r.Partition == PartitionAuto)) {
+		return sim.BoundOptions{}, nil
 	}
-	lb, err := sim.LowerBound(res.Program, cost, opt)
+	if r.Model == "" || res.Layers == nil {
+		return synth.MemoryCap(res.Program.Placement, r.Mem*float64(res.StagesPerShare()), nil, nil)
+	}
+	m, err := r.ReadModel()
 	if err != nil {
-		return 0, false, err
+		return sim.BoundOptions{}, err
 	}
-	if opt.Cap == nil {
-		return lb, false, nil // without a cap the bound's terms are seldom loose
+	copies := max(res.Program.Copies, 1)
+	act, params, err := partition.StageMemory(m, model.Partition{Bounds: res.Layers}, copies)
+	if err == nil {
+		var opt sim.BoundOptions
+		if opt, err = synth.MemoryCap(res.Program.Placement, r.Mem, act, params); err == nil {
+			return opt, nil
+		}
 	}
-	if opt, ok := exactBound(res.Program, cost, opt, makespan); ok {
-		return max(lb, opt), true, nil
-	}
-	return lb, false, nil
+	return sim.BoundOptions{}, usagef("-model %s: the split %v does not fit %d stages of %d copies", r.Model, res.Layers, res.Program.Stages(), copies)
 }
-
-// exactNodes is the search nodes exactBound spends at most (under a
-// second of CPU).
-const exactNodes = 2_000_000
-
-// exactBound runs synth.Exact on the compute steps of p (one model copy,
-// every backward split or B = I + W, no swaps) with the cap of opt per
-// rank, below makespan. ok: the search finished, and the optimum, or
-// makespan when no order beats it, is a lower bound of any order.
-func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan float64) (float64, bool) {
-	S, M := p.Stages(), p.Micro
-	if p.Copies > 1 || 3*S*M > exactMaxSteps || !(makespan > 0) {
-		return 0, false
-	}
-	c, err := cost.Resolve(S)
-	if err != nil {
-		return 0, false
-	}
-	for s := range S {
-		b, i, w := c.StepCost(ir.Compute(ir.Backward, s, 0)), c.StepCost(ir.Compute(ir.BackwardInput, s, 0)), c.StepCost(ir.Compute(ir.BackwardWeight, s, 0))
-		if math.Abs(b-i-w) > 1e-9*max(1, b) {
-			return 0, false // an unsplit B is not an I then a W here
-		}
-	}
-	for _, steps := range p.Ranks {
-		for _, st := range steps {
-			switch st.Kind {
-			case ir.OverlapFB, ir.OverlapBF, ir.SwapLaunchOffload, ir.SwapWaitOffload, ir.SwapLaunchLoad, ir.SwapWaitLoad:
-				return 0, false // overlap and swap steps: another model
-			}
-		}
-	}
-	pr := synth.Problem{Placement: p.Placement, Micro: M, Cost: c}
-	if opt.Cap != nil {
-		// opt.Cap is each rank's limit less its params: one cap for all
-		// ranks, less a fixed part on the ranks with less room.
-		pr.Act, pr.Cap, pr.Fixed = opt.Act, slices.Max(opt.Cap), make([]float64, len(opt.Cap))
-		for r, x := range opt.Cap {
-			pr.Fixed[r] = pr.Cap - x
-		}
-	}
-	o, ok, err := synth.Exact(pr, exactNodes, makespan)
-	if err != nil || !ok || !o.Proved {
-		return 0, false
-	}
-	if o.Program.Ranks != nil {
-		return o.Makespan, true
-	}
-	return makespan, true
-}
-
-// exactMaxSteps is the most compute steps (3 · stages · micro-batches)
-// exactBound searches.
-const exactMaxSteps = 128
 
 // orderCost is the cost model a family whose order depends on it
 // (schedules.Family.UsesCost) is built for, on ranks × v stages: the

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
-	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -109,49 +108,5 @@ func TestGenModel(t *testing.T) {
 	}
 	if _, err := choose("-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", "m.json"); err == nil || !strings.Contains(err.Error(), "-schedule auto only") {
 		t.Errorf("1f1b with -model: %v; want the refusal", err)
-	}
-}
-
-// TestExactBound: the exhaustive search's bound is taken on a small
-// program of one copy with B = I + W and no overlap or swap steps, and
-// refused otherwise. 1F1B on 2 ranks, M = 4 within 2 chunks per rank
-// takes 15; the search, over split orders (a B is an I then its W), proves
-// 13: rank 1 waits 1 for its first input, then has 12 of work, and an
-// order with the W's split off runs it without a gap.
-func TestExactBound(t *testing.T) {
-	lower := func(cfg ir.Config, opt gen.Options) ir.Program {
-		t.Helper()
-		res, err := gen.Lower(cfg, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Program
-	}
-	unit := sim.Cost{F: []float64{1}, B: []float64{2}, I: []float64{1}, W: []float64{1}}
-	capped := sim.BoundOptions{Act: []float64{1, 1}, Cap: []float64{2, 2}}
-	onef1b := lower(ir.Config{Schedule: "1f1b", Ranks: 2, Micro: 4}, gen.Options{})
-	ms, err := sim.Run(onef1b, unit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ms.Makespan != 15 {
-		t.Fatalf("1f1b takes %g, want 15", ms.Makespan)
-	}
-	for _, tc := range []struct {
-		name string
-		p    ir.Program
-		c    sim.Cost
-		ok   bool
-	}{
-		{"1f1b", onef1b, unit, true},
-		{"B over I + W", onef1b, sim.Cost{F: []float64{1}, B: []float64{3}, I: []float64{1}, W: []float64{1}}, false},
-		{"overlap", lower(ir.Config{Schedule: "1f1b", Ranks: 2, Micro: 4}, gen.Options{Passes: passes.Options{Overlap: true}}), unit, false},
-		{"two copies", lower(ir.Config{Schedule: "dualpipe", Ranks: 2, Micro: 4}, gen.Options{}), unit, false},
-		{"too large", lower(ir.Config{Schedule: "1f1b", Ranks: 2, Micro: 64}, gen.Options{}), unit, false},
-	} {
-		got, ok := exactBound(tc.p, tc.c, capped, ms.Makespan)
-		if ok != tc.ok || (ok && got != 13) {
-			t.Errorf("%s: %g, %v; want ok %v at 13", tc.name, got, ok, tc.ok)
-		}
 	}
 }

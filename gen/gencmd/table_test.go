@@ -13,6 +13,7 @@ import (
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/synth"
 	"github.com/ppgen/ppgen/internal/long"
 )
 
@@ -78,7 +79,11 @@ func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tabl
 		t.Fatal(err)
 	}
 	row.auto.Partitioned = fmt.Sprint(even.Bounds) != fmt.Sprint(res.Layers)
-	if row.bound, _, err = r.LowerBound(res, cost, sr.Makespan); err != nil {
+	capped, err := r.MemoryCap(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.bound, _, err = synth.LowerBound(res.Program, cost, capped, sr.Makespan); err != nil {
 		t.Fatal(err)
 	}
 	sp, err := r.SplitModel()
