@@ -9,7 +9,7 @@ import (
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
-// runPartition is `ppgen partition`: flags, gencmd's PartitionLayers, the
+// runPartition is `ppgen partition`: flags, gencmd's PartitionLayers (gen/partition's Compare), the
 // table.
 func runPartition(args []string, stdout, stderr io.Writer) error {
 	req, fs := newRequest("partition", gencmd.Flags{Cost: "the keys -model does not give (comm, bw, data, opt, ...; see `ppgen sim -h`)"})
