@@ -25,15 +25,27 @@ func Overlap(p ir.Program) (ir.Program, error) {
 	if err := checkSteps(p, "overlap", false); err != nil {
 		return ir.Program{}, err
 	}
+	return mergePairs(p, func(steps []ir.Step, i int) (ir.Step, bool) {
+		if !steps[i].Kind.IsBackward() || i+1 >= len(steps) || steps[i+1].Kind != ir.Forward {
+			return ir.Step{}, false
+		}
+		return ir.Overlap(ir.OverlapBF, steps[i], steps[i+1]), true
+	}), nil
+}
+
+// mergePairs returns p with every step that pair merges with the step after
+// it (pair(steps, i) returning the merged step and true) replaced by the
+// merged step, the one after it dropped, on every rank. A rank without such
+// a pair keeps p's slice; the others are new: the input is not modified.
+func mergePairs(p ir.Program, pair func(steps []ir.Step, i int) (ir.Step, bool)) ir.Program {
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
 	for r, steps := range p.Ranks {
 		var out []ir.Step
 		for i := 0; i < len(steps); i++ {
-			st := steps[i]
-			pair := st.Kind.IsBackward() && i+1 < len(steps) && steps[i+1].Kind == ir.Forward
-			if !pair {
+			merged, ok := pair(steps, i)
+			if !ok {
 				if out != nil {
-					out = append(out, st)
+					out = append(out, steps[i])
 				}
 				continue
 			}
@@ -41,15 +53,15 @@ func Overlap(p ir.Program) (ir.Program, error) {
 				out = make([]ir.Step, i, len(steps))
 				copy(out, steps[:i])
 			}
-			out = append(out, ir.Overlap(ir.OverlapBF, st, steps[i+1]))
-			i++
+			out = append(out, merged)
+			i++ // the second of the pair is in merged
 		}
 		if out == nil {
 			out = steps
 		}
 		q.Ranks[r] = out
 	}
-	return q, nil
+	return q
 }
 
 // DxDwInOverlap splits the full backward inside every overlap step of p into

@@ -103,37 +103,20 @@ func Merge(p ir.Program) (ir.Program, error) {
 	if err := checkSteps(p, "merge", false); err != nil {
 		return ir.Program{}, err
 	}
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
-	for r, steps := range p.Ranks {
-		var out []ir.Step
-		for i := 0; i < len(steps); i++ {
-			st := steps[i]
-			k := mergeableI(steps, i)
-			if k < 0 {
-				if out != nil {
-					out = append(out, st)
-				}
-				continue
-			}
-			if out == nil {
-				out = make([]ir.Step, i, len(steps))
-				copy(out, steps[:i])
-			}
-			if st.Kind.IsOverlap() {
-				st.Sub = append([]ir.Step(nil), st.Sub...)
-				st.Sub[k].Kind = ir.Backward
-			} else {
-				st.Kind = ir.Backward
-			}
-			out = append(out, st)
-			i++ // drop the W
+	return mergePairs(p, func(steps []ir.Step, i int) (ir.Step, bool) {
+		k := mergeableI(steps, i)
+		if k < 0 {
+			return ir.Step{}, false
 		}
-		if out == nil {
-			out = steps
+		st := steps[i]
+		if st.Kind.IsOverlap() {
+			st.Sub = append([]ir.Step(nil), st.Sub...)
+			st.Sub[k].Kind = ir.Backward
+		} else {
+			st.Kind = ir.Backward
 		}
-		q.Ranks[r] = out
-	}
-	return q, nil
+		return st, true // the W is dropped
+	}), nil
 }
 
 // mergeableI returns, when steps[i] is an I (or an overlap holding an I) that

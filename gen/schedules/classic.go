@@ -49,6 +49,42 @@ func reversedRanks(p int) string {
 // classicStage is the stage rank r holds in a program of one stage per rank.
 func classicStage(p ir.Program, r int) int { return p.Placement.StagesOf(r)[0] }
 
+// oneStagePerRank builds the order of a family that holds one stage per
+// rank (gpipe, 1f1b), after checking the placement, V = 1 and no
+// less-memory: the rank of stage s runs warmup(s) forwards, then
+// alternates a backward and the next forward, then runs the backwards
+// left, each in micro-batch order. GPipe's warm-up is every forward (M),
+// 1F1B's min(M, P-s).
+func oneStagePerRank(name string, cfg ir.Config, warmup func(s int) int) (ir.Program, error) {
+	p, err := classicProgram(name, cfg, true)
+	if err != nil {
+		return ir.Program{}, err
+	}
+	if err := classicOneStage(name, cfg); err != nil {
+		return ir.Program{}, err
+	}
+	if err := classicNoLessMemory(name, cfg); err != nil {
+		return ir.Program{}, err
+	}
+	m := cfg.Micro
+	for r := range p.Ranks {
+		s := classicStage(p, r)
+		w := min(m, warmup(s))
+		steps := make([]ir.Step, 0, 2*m)
+		for i := 0; i < w; i++ {
+			steps = append(steps, classicFwd(s, i))
+		}
+		for i := 0; i < m-w; i++ {
+			steps = append(steps, classicBwd(s, i), classicFwd(s, w+i))
+		}
+		for i := m - w; i < m; i++ {
+			steps = append(steps, classicBwd(s, i))
+		}
+		p.Ranks[r] = steps
+	}
+	return p, nil
+}
+
 // classicOneStage rejects V > 1 for the families that hold one stage per rank.
 func classicOneStage(name string, cfg ir.Config) error {
 	if cfg.Virtual != 1 {

@@ -18,28 +18,5 @@ func init() {
 // ..., B(r, M-1), both in ascending micro-batch order. Every rank keeps all M
 // micro-batches' activations live at the turn.
 func buildGPipe(cfg ir.Config) (ir.Program, error) {
-	const name = "gpipe"
-	p, err := classicProgram(name, cfg, true)
-	if err != nil {
-		return ir.Program{}, err
-	}
-	if err := classicOneStage(name, cfg); err != nil {
-		return ir.Program{}, err
-	}
-	if err := classicNoLessMemory(name, cfg); err != nil {
-		return ir.Program{}, err
-	}
-	m := cfg.Micro
-	for r := range p.Ranks {
-		s := classicStage(p, r)
-		steps := make([]ir.Step, 0, 2*m)
-		for i := 0; i < m; i++ {
-			steps = append(steps, classicFwd(s, i))
-		}
-		for i := 0; i < m; i++ {
-			steps = append(steps, classicBwd(s, i))
-		}
-		p.Ranks[r] = steps
-	}
-	return p, nil
+	return oneStagePerRank("gpipe", cfg, func(int) int { return cfg.Micro })
 }

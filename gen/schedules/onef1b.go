@@ -26,32 +26,5 @@ func init() {
 // early ranks run every forward in the warm-up and the steady state is empty,
 // which is still feasible (no rank waits on a step that waits on it).
 func build1F1B(cfg ir.Config) (ir.Program, error) {
-	const name = "1f1b"
-	p, err := classicProgram(name, cfg, true)
-	if err != nil {
-		return ir.Program{}, err
-	}
-	if err := classicOneStage(name, cfg); err != nil {
-		return ir.Program{}, err
-	}
-	if err := classicNoLessMemory(name, cfg); err != nil {
-		return ir.Program{}, err
-	}
-	m := cfg.Micro
-	for r := range p.Ranks {
-		s := classicStage(p, r)
-		w := min(m, cfg.Ranks-s)
-		steps := make([]ir.Step, 0, 2*m)
-		for i := 0; i < w; i++ {
-			steps = append(steps, classicFwd(s, i))
-		}
-		for i := 0; i < m-w; i++ {
-			steps = append(steps, classicBwd(s, i), classicFwd(s, w+i))
-		}
-		for i := m - w; i < m; i++ {
-			steps = append(steps, classicBwd(s, i))
-		}
-		p.Ranks[r] = steps
-	}
-	return p, nil
+	return oneStagePerRank("1f1b", cfg, func(s int) int { return min(cfg.Micro, cfg.Ranks-s) })
 }

@@ -9,6 +9,7 @@ package testprog
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -29,8 +30,8 @@ type genOpts struct {
 func greedy(pl ir.Placement, M int, o genOpts) ir.Program {
 	P, S := pl.Ranks(), pl.Stages()
 	p := ir.NewProgram(pl, M)
-	fT := filled(S*M, -1)
-	bT := filled(S*M, -1)
+	fT := slices.Repeat([]int32{-1}, S*M)
+	bT := slices.Repeat([]int32{-1}, S*M)
 	nextF := make([]int, S)
 	nextB := make([]int, S)
 	live := make([]int, P)
@@ -48,8 +49,18 @@ func greedy(pl ir.Placement, M int, o genOpts) ir.Program {
 		total = 3 * S * M
 	}
 	done, relax := 0, false
+	var acted bool
+	// runW runs rank r's oldest deferred W, which frees its chunk.
+	runW := func(r int) {
+		w := pendingW[r][0]
+		pendingW[r] = pendingW[r][1:]
+		p.Ranks[r] = append(p.Ranks[r], w)
+		live[r]--
+		done++
+		acted = true
+	}
 	for t := int32(0); done < total; t++ {
-		acted := false
+		acted = false
 		for r := range P {
 			lim := 1 << 30
 			if o.limit != nil && !relax {
@@ -112,12 +123,7 @@ func greedy(pl ir.Placement, M int, o genOpts) ir.Program {
 			}
 			switch {
 			case o.rng != nil && bs < 0 && fs < 0:
-				w := pendingW[r][0]
-				pendingW[r] = pendingW[r][1:]
-				p.Ranks[r] = append(p.Ranks[r], w)
-				live[r]--
-				done++
-				acted = true
+				runW(r)
 				continue
 			case o.rng != nil && bs >= 0:
 			case o.rng != nil:
@@ -131,12 +137,7 @@ func greedy(pl ir.Placement, M int, o genOpts) ir.Program {
 			case fs >= 0 && live[r] < lim:
 				bs = -1
 			case len(pendingW[r]) > 0:
-				w := pendingW[r][0]
-				pendingW[r] = pendingW[r][1:]
-				p.Ranks[r] = append(p.Ranks[r], w)
-				live[r]--
-				done++
-				acted = true
+				runW(r)
 				continue
 			default:
 				continue
@@ -305,12 +306,4 @@ func FuseRandom(rng *rand.Rand, p ir.Program) ir.Program {
 		}
 	}
 	return q
-}
-
-func filled(n int, v int32) []int32 {
-	s := make([]int32, n)
-	for i := range s {
-		s[i] = v
-	}
-	return s
 }
