@@ -195,10 +195,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	case set["svg-width"] && *svgOut == "":
 		return usagef("-svg-width %d applies to the -svg timeline only; add -svg FILE, or drop -svg-width", *svgWidth)
 	}
-	if err := checkOutputs(req.Inputs(), namedFile{Name: "-svg", Path: *svgOut}); err != nil {
-		return err
-	}
-	if err := checkFormat(namedFile{Name: "-svg", Path: *svgOut}, formatSVG); err != nil {
+	if err := checkOutput(req.Inputs(), namedFile{Name: "-svg", Path: *svgOut}, formatSVG); err != nil {
 		return err
 	}
 	if err := checkSVGWidth(*svgWidth); err != nil {

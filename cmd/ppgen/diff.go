@@ -112,21 +112,11 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 			problems++
 		}
 		// Vet what is on disk: it says why an edit is unsafe.
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, r.Path, r.Have, parser.ParseComments)
+		n, err := vetFiles(stderr, cwd, []string{r.Path}, [][]byte{r.Have})
 		if err != nil {
-			fmt.Fprintf(stderr, "%v\n", err)
-			problems++
-		} else if vet.IsGenerated(f) {
-			diags, err := vet.Run(fset, []*ast.File{f})
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			for _, d := range diags {
-				fmt.Fprintln(stderr, vet.Format(fset, d, cwd))
-			}
-			problems += len(diags)
+			return fmt.Errorf("%s: %w", name, err)
 		}
+		problems += n
 		if problems > 0 {
 			bad++
 		} else if *verbose {
@@ -150,4 +140,36 @@ func firstDifferentLine(a, b []byte) int {
 		}
 	}
 	return line
+}
+
+// vetFiles applies gen/vet's analyzer to generated files: those at paths,
+// parsed as one package (src, when not nil, holds their contents as already
+// read), each diagnostic written to w with its path relative to cwd. It
+// returns the number of problems: the diagnostics, and each file that does
+// not parse (said on w; the others are vetted without it). err is the
+// analyzer's failure.
+func vetFiles(w io.Writer, cwd string, paths []string, src [][]byte) (problems int, err error) {
+	fset := token.NewFileSet()
+	var parsed []*ast.File
+	for i, path := range paths {
+		var content any // nil: the parser reads the file
+		if src != nil {
+			content = src[i]
+		}
+		f, err := parser.ParseFile(fset, path, content, parser.ParseComments)
+		if err != nil {
+			fmt.Fprintln(w, err)
+			problems++
+			continue
+		}
+		parsed = append(parsed, f)
+	}
+	diags, err := vet.Run(fset, parsed)
+	if err != nil {
+		return problems, err
+	}
+	for _, d := range diags {
+		fmt.Fprintln(w, vet.Format(fset, d, cwd))
+	}
+	return problems + len(diags), nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
@@ -48,6 +49,13 @@ func newRequest(name string, which gencmd.Flags) (*gencmd.Request, *flag.FlagSet
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	req.Bind(fs, which)
 	return req, fs
+}
+
+// commandLine is the command line of fs as a file this command writes
+// records it (a trace's and a report's Command): the flags that were set,
+// after "ppgen" and the command's name (emit.Invocation).
+func commandLine(fs *flag.FlagSet) string {
+	return emit.Invocation(fs.Name(), fs, nil)
 }
 
 // lower builds and lowers the schedule of req, or its -in file; pr (nil:

@@ -38,10 +38,7 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: req.Out}); err != nil {
-		return err
-	}
-	if err := checkFormat(namedFile{Name: "-o", Path: req.Out}, formatGo); err != nil {
+	if err := checkOutput(req.Inputs(), namedFile{Name: "-o", Path: req.Out}, formatGo); err != nil {
 		return err
 	}
 	pr := newProgress(stderr, "ppgen import", 0)
@@ -120,10 +117,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err := checkOut(*out); err != nil {
 		return err
 	}
-	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: *out}); err != nil {
-		return err
-	}
-	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatCSV); err != nil {
+	if err := checkOutput(req.Inputs(), namedFile{Name: "-o", Path: *out}, formatCSV); err != nil {
 		return err
 	}
 	pr := newProgress(stderr, "ppgen export", 0)

@@ -16,8 +16,8 @@ import (
 // Every command that writes a file (-o of gen, import, export, trace,
 // report, template and tune; sim -svg) writes it with writeFileAtomic, after
 // checkOutputs has refused any output that is one of its inputs and
-// checkFormat one whose extension contradicts what is written, before any
-// work.
+// checkFormat one whose extension contradicts what is written (checkOutput:
+// both, for one output), before any work.
 
 // A namedFile is a file a command reads or writes and what names it in
 // messages: a flag ("-o", "-in") or an argument ("the CSV file").
@@ -45,6 +45,15 @@ func checkOutputs(inputs []namedFile, outputs ...namedFile) error {
 		}
 	}
 	return nil
+}
+
+// checkOutput is checkOutputs and checkFormat of a command's one output:
+// out, of format f, may not be one of inputs.
+func checkOutput(inputs []namedFile, out namedFile, f outputFormat) error {
+	if err := checkOutputs(inputs, out); err != nil {
+		return err
+	}
+	return checkFormat(out, f)
 }
 
 // An outputFormat is what a command writes to a file, and the extensions a

@@ -29,10 +29,7 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if err := checkSVGWidth(*svgWidth); err != nil {
 		return err
 	}
-	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: *out}); err != nil {
-		return err
-	}
-	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatHTML); err != nil {
+	if err := checkOutput(req.Inputs(), namedFile{Name: "-o", Path: *out}, formatHTML); err != nil {
 		return err
 	}
 	pr := newProgress(stderr, "ppgen report", 0)
@@ -44,7 +41,7 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	p := res.Program
 	rep := templates.Report{
 		Title:       fmt.Sprintf("%s, P=%d, M=%d", name, p.Placement.Ranks(), p.Micro),
-		Command:     emit.Invocation("report", fs, nil),
+		Command:     commandLine(fs),
 		Schedule:    name,
 		Ranks:       p.Placement.Ranks(),
 		Stages:      p.Stages(),

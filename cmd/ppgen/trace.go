@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -23,10 +22,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if err := checkOut(*out); err != nil {
 		return err
 	}
-	if err := checkOutputs(req.Inputs(), namedFile{Name: "-o", Path: *out}); err != nil {
-		return err
-	}
-	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatChromeTrace); err != nil {
+	if err := checkOutput(req.Inputs(), namedFile{Name: "-o", Path: *out}, formatChromeTrace); err != nil {
 		return err
 	}
 	pr := newProgress(stderr, "ppgen trace", 0)
@@ -37,7 +33,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	pr.Phase("rendering")
 	name, _ := simulated(req, res) // for -schedule auto, the family it chose
-	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: name, Command: emit.Invocation("trace", fs, nil), Cost: &cost})
+	b, err := sim.Trace(r, res.Program, sim.TraceMeta{Schedule: name, Command: commandLine(fs), Cost: &cost})
 	if err != nil {
 		return err
 	}

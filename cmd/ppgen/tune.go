@@ -28,10 +28,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	if err := checkOut(*out); err != nil {
 		return err
 	}
-	if err := checkOutputs([]namedFile{{Name: "-trace", Path: *trace}}, namedFile{Name: "-o", Path: *out}); err != nil {
-		return err
-	}
-	if err := checkFormat(namedFile{Name: "-o", Path: *out}, formatModel); err != nil {
+	if err := checkOutput([]namedFile{{Name: "-trace", Path: *trace}}, namedFile{Name: "-o", Path: *out}, formatModel); err != nil {
 		return err
 	}
 	f, err := os.Open(*trace)

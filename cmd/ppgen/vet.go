@@ -3,15 +3,11 @@ package main
 import (
 	"flag"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/ppgen/ppgen/gen/gencmd"
-	"github.com/ppgen/ppgen/gen/vet"
 )
 
 // runVet applies the gen/vet analyzer to the generated files of the
@@ -29,21 +25,9 @@ func runVet(args []string, stdout, stderr io.Writer) error {
 	cwd, _ := os.Getwd()
 	files, problems := 0, 0
 	for _, t := range targets {
-		fset := token.NewFileSet()
-		var parsed []*ast.File
-		for _, path := range t.Generated {
-			f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
-			if err != nil {
-				return fmt.Errorf("parsing %s: %w", rel(cwd, path), err)
-			}
-			parsed = append(parsed, f)
-		}
-		diags, err := vet.Run(fset, parsed)
+		n, err := vetFiles(stderr, cwd, t.Generated, nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.Name, err)
-		}
-		for _, d := range diags {
-			fmt.Fprintln(stderr, vet.Format(fset, d, cwd))
 		}
 		if *verbose {
 			for _, path := range t.Generated {
@@ -51,7 +35,7 @@ func runVet(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		files += len(t.Generated)
-		problems += len(diags)
+		problems += n
 	}
 	if problems > 0 {
 		return unsafeError{fmt.Errorf("%d problem(s) in %d generated file(s)", problems, files)}
