@@ -9,6 +9,10 @@
 // The file's header (guard, Fingerprint, Spec, Ranks) is built with
 // github.com/dave/jennifer, which also gofmts it; the rank functions are
 // written as text already in gofmt's form.
+//
+// The file's first line is Header, the invocation that made it under it
+// (Invocation, SplitArgs); Recorded reads them back, for the tools that
+// regenerate or check the file (gen/gencmd, gen/vet, ppgen check).
 package emit
 
 import (
