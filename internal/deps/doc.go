@@ -5,7 +5,7 @@
 //   - No gen/ package imports a runtime/ package, and no runtime/ package
 //     imports a gen/ package, directly or through other packages of the
 //     module, tests included. Tests that need both sides live in
-//     internal/e2e, which belongs to neither.
+//     e2e/, which belongs to neither.
 //   - A runtime/ package imports only the standard library, gorgonia.org/...,
 //     other runtime/ packages and the packages both sides share: abi/ (the
 //     boundary package) and internal/chrometrace (the trace writer), which

@@ -20,7 +20,7 @@ import (
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/generated/zbvbatch"
-	"github.com/ppgen/ppgen/internal/e2e/onerank"
+	"github.com/ppgen/ppgen/e2e/onerank"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
