@@ -503,7 +503,8 @@ func TestDeterministicAndPeers(t *testing.T) {
 func TestSummaryJSON(t *testing.T) {
 	r := mustRun(t, gpipe(2, 2), DefaultCost())
 	r.LowerBound = 9 // what a caller sets (LowerBound: 1 + 6 + 2)
-	b, err := json.MarshalIndent(r.Summary(), "", "  ") // as ppgen sim -json writes it
+	// Indented as ppgen sim -json writes it.
+	b, err := json.MarshalIndent(r.Summary(), "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
