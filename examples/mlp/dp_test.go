@@ -109,7 +109,7 @@ func TestDPMemory(t *testing.T) {
 				peak := 0
 				if c.shard {
 					want = int64((elems[r.pp]+1)/2) * es
-					peak = 1 // one stage per rank; the verifier's FSDP peak of the schedule (internal/e2e checks it)
+					peak = 1 // one stage per rank; the verifier's FSDP peak of the schedule (e2e/ checks it)
 				}
 				st := r.stats()
 				if st.ParamBytes != want || st.GradBytes != want || st.OptimBytes != 0 || st.PeakGathered != peak {

@@ -428,8 +428,7 @@ func (o *op) stmt() stmt {
 	case abi.ArgsStage:
 		return stmt{code: []byte("x." + o.method + "(" + strconv.Itoa(o.stage) + ")")}
 	}
-	c, d := o.kind.AtFields(o.peer, o.slot, o.src)
-	at, _ := abi.PackAt(o.stage, o.micro, c, d)
+	at, _ := o.kind.Pack(o.stage, o.micro, o.peer, o.slot, o.src)
 	return stmt{method: o.method, at: at, a: o}
 }
 
@@ -470,8 +469,7 @@ func writeTable(dst []byte, ops [][]op) []byte {
 		var items []byte
 		add := func(o op, comment []byte) {
 			kinds = append(kinds, o.kind.Code())
-			c, d := o.kind.AtFields(o.peer, o.slot, o.src)
-			a, _ := abi.PackAt(o.stage, o.micro, c, d)
+			a, _ := o.kind.Pack(o.stage, o.micro, o.peer, o.slot, o.src)
 			items = append(abi.AppendAt(append(items, "\t\t"...), a), ", // "...)
 			items = append(append(items, comment...), '\n')
 		}

@@ -46,13 +46,6 @@ func Kinds() []Kind { return abi.Kinds() }
 func ParseKind(s string) (Kind, bool) { return abi.ParseKind(s) }
 
 // Channel names the FIFO a transfer travels on: sends and receives match in
-// order per (source rank, destination rank, channel). It is abi.Channel.
+// order per (source rank, destination rank, channel). It is abi.Channel
+// (whose constants name the channels).
 type Channel = abi.Channel
-
-// The channels of point-to-point transfers.
-const (
-	NoChannel   = abi.NoChannel
-	ActChannel  = abi.ActChannel  // activations: SEND_F / RECV_F
-	GradChannel = abi.GradChannel // gradients: SEND_B / RECV_B
-	DataChannel = abi.DataChannel // labels and masks; owned inputs (mpipe)
-)

@@ -50,9 +50,6 @@ type Layer struct {
 	Params float64
 }
 
-// B is the layer's full backward, I + W.
-func (l Layer) B() float64 { return l.I + l.W }
-
 // Model is a read model description.
 type Model struct {
 	Layers []Layer
@@ -354,21 +351,6 @@ func (p Partition) Check(n int) error {
 	return nil
 }
 
-// StageParams returns each stage's parameter size under p: the sum of its
-// layers' params (for sim.Cost.Param, with a DP group size).
-func (m Model) StageParams(p Partition) ([]float64, error) {
-	if err := p.Check(len(m.Layers)); err != nil {
-		return nil, err
-	}
-	out := make([]float64, p.Stages())
-	for s := range out {
-		for _, l := range m.Layers[p.Bounds[s]:p.Bounds[s+1]] {
-			out[s] += l.Params
-		}
-	}
-	return out, nil
-}
-
 // Cost returns the per-stage cost model of m split by p, with m's comm and
 // bw: F, I, W and B (I + W) summed over each stage's layers, act the size
 // of its last layer's output. The other keys
@@ -393,7 +375,7 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 	}
 	c.Comm, c.BW = m.Comm, m.BW
 	// The parameters cost time only in FSDP's collectives, over a DP group
-	// the model does not know: StageParams gives them, with sim.Cost.DP.
+	// the model does not know: they are left out.
 	c.Param = nil
 	if m.BW == 0 {
 		c.Act = nil // sizes take no time at infinite bandwidth (sim refuses them then)

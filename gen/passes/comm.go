@@ -152,7 +152,7 @@ func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
 }
 
 // needsSend returns the send that follows compute step c on rank r, if any:
-// the one that carries its output to its consumer (deps.Consumer) on
+// the one that carries its output to its consumer (deps.ConsumerRank) on
 // another rank.
 func needsSend(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
 	if q, ok := deps.ConsumerRank(p, c); ok && q != r {

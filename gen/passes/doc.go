@@ -8,7 +8,7 @@
 //
 //	Overlap        pair each backward that a forward follows into (B;F)OVERLAP_B_F
 //	DxDwInOverlap  the backward inside an overlap as I, its W right after the composite
-//	Split, Merge   B -> I then W, and back
+//	Split          B -> I then W
 //	FillW          W steps float later into bubbles (peak live chunks kept)
 //	InsertData     DATA_LOAD before the F of stage 0 (inputs) and of the last stage (labels)
 //	InsertComm     SEND right after each producer, RECV as late as the strict model allows

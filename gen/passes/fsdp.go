@@ -8,7 +8,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// FSDPOptions configures FSDPWith.
+// FSDPOptions configures FSDP.
 type FSDPOptions struct {
 	// Window is the most stages a rank holds unsharded at once (at least 1).
 	Window int
@@ -29,25 +29,19 @@ type FSDPOptions struct {
 // parameters) before the first compute step on s that finds it sharded,
 // RESHARD s (free them) after its last compute step, REDUCE_GRAD s
 // (reduce-scatter its gradients) right after its last backward that
-// produces weight gradients (B or W), and at most window stages unsharded at
-// once: when a step needs a stage and window are already unsharded, the one
-// whose next use is farthest away is resharded first (the stage the rank
-// needs last; ties go to the lower stage). An overlap needs both its stages
-// at once, so it needs window ≥ 2 when they differ. window < 1 is an error;
-// transfers, data loads and other steps are kept in place. The input's step
-// lists are not modified. FSDP(p, window) is FSDPWith(p,
-// FSDPOptions{Window: window}): no prefetch.
-func FSDP(p ir.Program, window int) (ir.Program, error) {
-	return FSDPWith(p, FSDPOptions{Window: window})
-}
-
-// FSDPWith is FSDP with a look-ahead window (FSDPOptions.Prefetch): it
-// places UNSHARD, RESHARD and REDUCE_GRAD as FSDP does, then moves each
-// UNSHARD up by as many compute steps as opt.Prefetch asks and the window
-// allows (see FSDPOptions). RESHARD and REDUCE_GRAD stay where FSDP puts
-// them, so the stages resharded are the same; with Prefetch 0 the output is
-// FSDP's. opt.Prefetch < 0 is an error.
-func FSDPWith(p ir.Program, opt FSDPOptions) (ir.Program, error) {
+// produces weight gradients (B or W), and at most opt.Window stages
+// unsharded at once: when a step needs a stage and Window are already
+// unsharded, the one whose next use is farthest away is resharded first
+// (the stage the rank needs last; ties go to the lower stage). An overlap
+// needs both its stages at once, so it needs Window ≥ 2 when they differ.
+// Transfers, data loads and other steps are kept in place.
+//
+// With opt.Prefetch > 0 it then moves each UNSHARD up by as many compute
+// steps as Prefetch asks and the window allows (see FSDPOptions); RESHARD
+// and REDUCE_GRAD stay where they are, so the stages resharded are the
+// same. Window < 1 and Prefetch < 0 are errors. The input's step lists are
+// not modified.
+func FSDP(p ir.Program, opt FSDPOptions) (ir.Program, error) {
 	if opt.Window < 1 {
 		return ir.Program{}, fmt.Errorf("fsdp: window %d; want at least 1 stage unsharded at a time", opt.Window)
 	}

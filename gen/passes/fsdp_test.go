@@ -98,7 +98,7 @@ func TestFSDPInvariants(t *testing.T) {
 			t.Fatalf("%s: %v", tc.Name, err)
 		}
 		for _, window := range []int{1, 2, 3} {
-			out, err := FSDP(lowered, window)
+			out, err := FSDP(lowered, FSDPOptions{Window: window})
 			if err != nil {
 				if window == 1 && strings.Contains(err.Error(), "raise the window") {
 					continue // an overlap of two stages
@@ -108,12 +108,12 @@ func TestFSDPInvariants(t *testing.T) {
 			checkFSDP(t, tc.Name, lowered, out, window)
 		}
 	}
-	if _, err := FSDP(ir.Program{}, 0); err == nil || !strings.Contains(err.Error(), "window 0") {
+	if _, err := FSDP(ir.Program{}, FSDPOptions{Window: 0}); err == nil || !strings.Contains(err.Error(), "window 0") {
 		t.Errorf("window 0: %v", err)
 	}
 }
 
-// TestFSDPPrefetchPlacement: where FSDPWith puts each UNSHARD on rank 0 of
+// TestFSDPPrefetchPlacement: where FSDP puts each UNSHARD on rank 0 of
 // small programs, for windows and prefetch distances side by side.
 func TestFSDPPrefetchPlacement(t *testing.T) {
 	// Stages 0, 2 and 4 on rank 0 (P=2, V=3): with window 2, FSDP reshards
@@ -156,7 +156,7 @@ func TestFSDPPrefetchPlacement(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		out, err := FSDPWith(p, FSDPOptions{Window: tt.window, Prefetch: tt.prefetch})
+		out, err := FSDP(p, FSDPOptions{Window: tt.window, Prefetch: tt.prefetch})
 		if err != nil {
 			t.Errorf("%s: %v", tt.name, err)
 			continue
@@ -167,13 +167,13 @@ func TestFSDPPrefetchPlacement(t *testing.T) {
 		}
 		checkFSDP(t, tt.name, p, out, tt.window)
 	}
-	if _, err := FSDPWith(ir.Program{}, FSDPOptions{Window: 1, Prefetch: -1}); err == nil || !strings.Contains(err.Error(), "prefetch -1") {
+	if _, err := FSDP(ir.Program{}, FSDPOptions{Window: 1, Prefetch: -1}); err == nil || !strings.Contains(err.Error(), "prefetch -1") {
 		t.Errorf("prefetch -1: %v", err)
 	}
 }
 
 // TestFSDPPrefetchInvariants: on the programs of TestFSDPInvariants, for
-// windows 1 to 3 and prefetch 0 to 3, FSDPWith keeps FSDP's promises
+// windows 1 to 3 and prefetch 0 to 3, FSDP with prefetch keeps its promises
 // (checkFSDP), prefetch 0 is FSDP's output, and a larger prefetch moves
 // only UNSHARDs: each ahead of its use by at most prefetch compute steps,
 // and by fewer only where it could not move further: at the start of the
@@ -204,13 +204,13 @@ func TestFSDPPrefetchInvariants(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for window := 1; window <= 3; window++ {
-			base, err := FSDP(lowered, window)
+			base, err := FSDP(lowered, FSDPOptions{Window: window})
 			if err != nil {
 				continue // an overlap of two stages at window 1
 			}
 			for k := 0; k <= 3; k++ {
 				tag := fmt.Sprintf("%s window %d prefetch %d", name, window, k)
-				out, err := FSDPWith(lowered, FSDPOptions{Window: window, Prefetch: k})
+				out, err := FSDP(lowered, FSDPOptions{Window: window, Prefetch: k})
 				if err != nil {
 					t.Fatalf("%s: %v", tag, err)
 				}

@@ -139,7 +139,7 @@ func Pipeline(opt Options) []Pass {
 	}
 	if opt.FSDP > 0 {
 		ps = append(ps, Pass{Name: "fsdp", Run: func(p ir.Program) (ir.Program, error) {
-			return FSDPWith(p, FSDPOptions{Window: opt.FSDP, Prefetch: opt.FSDPPrefetch})
+			return FSDP(p, FSDPOptions{Window: opt.FSDP, Prefetch: opt.FSDPPrefetch})
 		}})
 	}
 	if opt.Swap > 0 {

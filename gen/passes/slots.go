@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"fmt"
 	"math/bits"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
@@ -239,21 +238,4 @@ func (x *SlotIndex) Src(st ir.Step) int {
 		return -1
 	}
 	return x.Slot(nb, st.Micro)
-}
-
-// Src returns the `src` argument of compute step index on rank (sub-step sub
-// of an overlap; sub is ignored otherwise), as SlotIndex.Src. It indexes the
-// whole program on each call; build an IndexSlots once to ask many times.
-func Src(p ir.Program, rank, index, sub int) (int, error) {
-	if rank < 0 || rank >= len(p.Ranks) || index < 0 || index >= len(p.Ranks[rank]) {
-		return -1, fmt.Errorf("src: no step %d on rank %d", index, rank)
-	}
-	st := p.Ranks[rank][index]
-	if st.Kind.IsOverlap() {
-		if sub < 0 || sub >= len(st.Sub) {
-			return -1, fmt.Errorf("src: rank %d step %d (%s) has no sub-step %d", rank, index, st, sub)
-		}
-		st = st.Sub[sub]
-	}
-	return IndexSlots(p).Src(st), nil
 }

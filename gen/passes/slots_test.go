@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -148,8 +149,8 @@ func TestSrc(t *testing.T) {
 				if got := x.Src(c); got != want {
 					t.Errorf("rank %d step %d %s: Src = %d, want %d", r, i, c, got, want)
 				}
-				if got, err := Src(q, r, i, k); err != nil || got != want {
-					t.Errorf("rank %d step %d %s: Src(p, ...) = %d, %v; want %d", r, i, c, got, err, want)
+				if got, err := src(q, r, i, k); err != nil || got != want {
+					t.Errorf("rank %d step %d %s: src(p, ...) = %d, %v; want %d", r, i, c, got, err, want)
 				}
 			}
 		}
@@ -157,8 +158,8 @@ func TestSrc(t *testing.T) {
 	if want := x.Slot(1, 0); want < 0 {
 		t.Fatal("chunk (1,0) has no slot")
 	}
-	if _, err := Src(q, 0, 999, 0); err == nil {
-		t.Error("Src out of range: no error")
+	if _, err := src(q, 0, 999, 0); err == nil {
+		t.Error("src out of range: no error")
 	}
 }
 
@@ -172,4 +173,21 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// src returns the `src` argument of compute step index on rank (sub-step sub
+// of an overlap; sub is ignored otherwise), as SlotIndex.Src. It indexes the
+// whole program on each call; build an IndexSlots once to ask many times.
+func src(p ir.Program, rank, index, sub int) (int, error) {
+	if rank < 0 || rank >= len(p.Ranks) || index < 0 || index >= len(p.Ranks[rank]) {
+		return -1, fmt.Errorf("src: no step %d on rank %d", index, rank)
+	}
+	st := p.Ranks[rank][index]
+	if st.Kind.IsOverlap() {
+		if sub < 0 || sub >= len(st.Sub) {
+			return -1, fmt.Errorf("src: rank %d step %d (%s) has no sub-step %d", rank, index, st, sub)
+		}
+		st = st.Sub[sub]
+	}
+	return IndexSlots(p).Src(st), nil
 }

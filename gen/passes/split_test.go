@@ -101,22 +101,22 @@ func TestMerge(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := mustParse(tt.in)
 			before := ir.FormatText(p)
-			q, err := Merge(p)
+			q, err := merge(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := rankLines(q); got != tt.want {
-				t.Errorf("Merge:\n%s\nwant\n%s", got, tt.want)
+				t.Errorf("merge:\n%s\nwant\n%s", got, tt.want)
 			}
 			if ir.FormatText(p) != before {
-				t.Error("Merge modified its input")
+				t.Error("merge modified its input")
 			}
 		})
 	}
 	// Different slots on the two halves: not the same chunk's buffer, kept.
 	p := mustParse("rank 0: 0F0 0I0 0W0")
 	p.Ranks[0][1].Slot, p.Ranks[0][2].Slot = 0, 1
-	if q, _ := Merge(p); len(q.Ranks[0]) != 3 {
+	if q, _ := merge(p); len(q.Ranks[0]) != 3 {
 		t.Errorf("merged an I and a W with different slots: %s", rankLines(q))
 	}
 }
@@ -150,25 +150,25 @@ func familyOrders(t *testing.T) map[string]ir.Program {
 	return out
 }
 
-// TestMergeInvertsSplit: Merge(Split(p)) == p on every family's order and
+// TestMergeInvertsSplit: merge(Split(p)) == p on every family's order and
 // fixture (I/W-split families included: their W that follows its I merges
-// back only if p had a B there, so the test compares with Merge(p)).
+// back only if p had a B there, so the test compares with merge(p)).
 func TestMergeInvertsSplit(t *testing.T) {
 	for name, p := range familyOrders(t) {
 		s, err := Split(p)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		m, err := Merge(s)
+		m, err := merge(s)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		want, _ := Merge(p)
+		want, _ := merge(p)
 		if rankLines(m) != rankLines(want) {
-			t.Errorf("%s: Merge(Split(p)) differs from Merge(p):\n%s\nwant\n%s", name, rankLines(m), rankLines(want))
+			t.Errorf("%s: merge(Split(p)) differs from merge(p):\n%s\nwant\n%s", name, rankLines(m), rankLines(want))
 		}
 		if !hasSplit(p) && rankLines(m) != rankLines(p) {
-			t.Errorf("%s: Merge(Split(p)) != p:\n%s\nwant\n%s", name, rankLines(m), rankLines(p))
+			t.Errorf("%s: merge(Split(p)) != p:\n%s\nwant\n%s", name, rankLines(m), rankLines(p))
 		}
 		for _, steps := range s.Ranks {
 			for _, st := range steps {
@@ -199,7 +199,7 @@ func TestSplitMergeErrors(t *testing.T) {
 	bad := mustParse("rank 0: 0F0 0B0\nrank 1: 1F0 1B0")
 	bad.Ranks[0][1].Stage = 1 // stage 1 lives on rank 1
 	for name, fn := range map[string]func(ir.Program) (ir.Program, error){
-		"split": Split, "merge": Merge, "overlap": Overlap, "dxdw": DxDwInOverlap,
+		"split": Split, "merge": merge, "overlap": Overlap, "dxdw": DxDwInOverlap,
 	} {
 		_, err := fn(bad)
 		want := name + ": rank 0 step 1 (1B0): stage 1 lives on rank 1"
@@ -211,7 +211,7 @@ func TestSplitMergeErrors(t *testing.T) {
 
 // TestSplitRandomOrders: on random feasible orders (some with overlaps),
 // the split order lowers too (a W right after its I adds no wait), and
-// Merge undoes Split.
+// merge undoes Split.
 func TestSplitRandomOrders(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 200 {
@@ -231,10 +231,10 @@ func TestSplitRandomOrders(t *testing.T) {
 		if _, _, err := Lower(s, Options{}); err != nil {
 			t.Fatalf("case %d: Split order does not lower: %v\n%s", i, err, ir.FormatText(s))
 		}
-		m, _ := Merge(s)
-		want, _ := Merge(p)
+		m, _ := merge(s)
+		want, _ := merge(p)
 		if rankLines(m) != rankLines(want) {
-			t.Fatalf("case %d: Merge(Split(p)) != Merge(p)\n%s\nwant\n%s", i, rankLines(m), rankLines(want))
+			t.Fatalf("case %d: merge(Split(p)) != merge(p)\n%s\nwant\n%s", i, rankLines(m), rankLines(want))
 		}
 	}
 }

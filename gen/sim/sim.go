@@ -118,11 +118,6 @@ func (r Result) Summary() Summary {
 	return s
 }
 
-// JSON returns the Summary as indented JSON, followed by a newline.
-func (r Result) JSON() ([]byte, error) {
-	return marshalIndent(r.Summary())
-}
-
 // Peak returns the largest PeakActivations over all ranks.
 func (r Result) Peak() int {
 	m := 0

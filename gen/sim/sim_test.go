@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -502,10 +503,12 @@ func TestDeterministicAndPeers(t *testing.T) {
 func TestSummaryJSON(t *testing.T) {
 	r := mustRun(t, gpipe(2, 2), DefaultCost())
 	r.LowerBound = 9 // what a caller sets (LowerBound: 1 + 6 + 2)
-	b, err := r.JSON()
+	// Indented as ppgen sim -json writes it.
+	b, err := json.MarshalIndent(r.Summary(), "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
+	b = append(b, '\n')
 	want := `{
   "makespan": 9,
   "bubble": 0.33333333333333337,

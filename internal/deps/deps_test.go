@@ -20,11 +20,12 @@ type node struct {
 	Imports []string
 }
 
-// layer returns "gen" or "runtime" for a package of those trees (an
-// external test counts as its package), "" otherwise.
+// layer returns "gen", "runtime", "internal" or "e2e" for a package of
+// those trees (an external test counts as its package), "" otherwise
+// (abi/, cmd/, generated/, examples/, templates/).
 func layer(path string) string {
 	path = strings.TrimSuffix(path, "_test")
-	for _, l := range []string{"gen", "runtime"} {
+	for _, l := range []string{"gen", "runtime", "internal", "e2e"} {
 		if p := module + "/" + l; path == p || strings.HasPrefix(path, p+"/") {
 			return l
 		}
@@ -122,15 +123,16 @@ func violations(nodes []node) []string {
 			}
 		}
 		l := layer(n.Path)
-		if l == "" {
-			continue
-		}
 		name := strings.TrimPrefix(n.Path, module+"/")
 		if n.Test {
 			name += " (test)"
 		}
-		other := map[string]string{"gen": "runtime", "runtime": "gen"}[l]
-		if c := chain(n, other); c != nil {
+		// reach reports a chain from n to a package of layer want.
+		reach := func(want, rule string) {
+			c := chain(n, want)
+			if c == nil {
+				return
+			}
 			for i := range c {
 				c[i] = strings.TrimPrefix(c[i], module+"/")
 			}
@@ -138,7 +140,19 @@ func violations(nodes []node) []string {
 			if len(c) > 1 {
 				how = " through " + strings.Join(c[:len(c)-1], " -> ")
 			}
-			out = append(out, fmt.Sprintf("%s imports %s%s: gen/ and runtime/ must not import each other; a test that needs both belongs in internal/e2e", name, c[len(c)-1], how))
+			out = append(out, fmt.Sprintf("%s imports %s%s: %s", name, c[len(c)-1], how, rule))
+		}
+		switch l {
+		case "gen", "runtime":
+			other := map[string]string{"gen": "runtime", "runtime": "gen"}[l]
+			reach(other, "gen/ and runtime/ must not import each other; a test that needs both belongs in e2e/")
+		case "internal":
+			for _, other := range []string{"gen", "runtime"} {
+				reach(other, "no package under internal/ imports gen/ or runtime/, tests included (runtime/ imports internal/ packages, so that arrow would run back up); a test that needs them belongs in e2e/")
+			}
+		}
+		if l != "e2e" {
+			reach("e2e", "only e2e/ imports e2e/ (the harness and its generated programs); it may import anything")
 		}
 		if l == "runtime" {
 			for _, p := range n.Imports {
@@ -211,7 +225,10 @@ func TestViolations(t *testing.T) {
 		{Path: m("runtime/pipe"), Test: true, Imports: []string{m("internal/doctable"), "testing"}},
 		{Path: m("runtime/nn"), Imports: []string{"gonum.org/v1/gonum/blas/gonum", "gorgonia.org/tensor"}},
 		{Path: m("generated/gpipe"), Imports: []string{m("runtime/pipe")}},
-		{Path: m("internal/e2e"), Test: true, Imports: []string{m("gen/emit"), m("runtime/pipe"), m("generated/gpipe")}},
+		{Path: m("internal/doctable"), Imports: []string{"fmt", "os"}},
+		{Path: m("e2e/onerank"), Imports: []string{m("runtime/pipe")}},
+		{Path: m("e2e"), Test: true, Imports: []string{m("gen/emit"), m("runtime/pipe"), m("generated/gpipe"), m("e2e/onerank"), m("internal/doctable"), m("internal/chrometrace")}},
+		{Path: m("cmd/ppgen"), Imports: []string{m("gen/emit"), m("internal/chrometrace")}},
 	}
 	cases := []struct {
 		name  string
@@ -236,6 +253,18 @@ func TestViolations(t *testing.T) {
 			"abi imports golang.org/x/tools/go/analysis: a package both gen/ and runtime/ import uses only the standard library"},
 		{"runtime/pipe imports gonum (only runtime/nn may)", node{Path: m("runtime/pipe"), Imports: []string{"gonum.org/v1/gonum/blas/gonum"}},
 			"runtime/pipe imports gonum.org/v1/gonum/blas/gonum: runtime/ imports only"},
+		{"internal imports runtime", node{Path: m("internal/chrometrace"), Imports: []string{m("runtime/pipe")}},
+			"internal/chrometrace imports runtime/pipe: no package under internal/ imports gen/ or runtime/"},
+		{"internal test imports gen", node{Path: m("internal/doctable_test"), Test: true, Imports: []string{m("gen/ir")}},
+			"internal/doctable_test (test) imports gen/ir: no package under internal/ imports gen/ or runtime/"},
+		{"internal reaches runtime through generated code", node{Path: m("internal/long"), Imports: []string{m("generated/gpipe")}},
+			"internal/long imports runtime/pipe through generated/gpipe: no package under internal/"},
+		{"internal reaches runtime through e2e", node{Path: m("internal/long"), Test: true, Imports: []string{m("e2e/onerank")}},
+			"internal/long (test) imports runtime/pipe through e2e/onerank: no package under internal/"},
+		{"gen test imports e2e", node{Path: m("gen/sim_test"), Test: true, Imports: []string{m("e2e/onerank")}},
+			"gen/sim_test (test) imports e2e/onerank: only e2e/ imports e2e/"},
+		{"cmd imports e2e", node{Path: m("cmd/ppgen"), Test: true, Imports: []string{m("e2e/onerank")}},
+			"cmd/ppgen (test) imports e2e/onerank: only e2e/ imports e2e/"},
 		{"runtime test imports generated code", node{Path: m("runtime/pipe_test"), Test: true, Imports: []string{m("generated/gpipe")}},
 			"runtime/pipe_test (test) imports github.com/ppgen/ppgen/generated/gpipe: runtime/ imports only"},
 	}

@@ -157,27 +157,18 @@ func Neighbour(p *ir.Program, cs *ir.Step) (in Input, ok bool) {
 	return Input{}, false
 }
 
-// Consumer is the inverse of Neighbour: the step of another stage whose
+// ConsumerRank returns the rank that runs the step of another stage whose
 // cross-stage input compute step cs produces (F(s+1, m) for F(s, m) when
 // s < last; for B(s, m) or I(s, m) when s > first, the backward of
-// (s-1, m), as Kind Backward: its B or I), and the rank that runs it.
-func Consumer(p *ir.Program, cs ir.Step) (consumer ir.Step, rank int, ok bool) {
-	k, s, rank, ok := consumerOf(p, cs.Kind, cs.Stage, cs.Micro)
-	if ok {
-		consumer = ir.Compute(k, s, cs.Micro)
-	}
-	return consumer, rank, ok
-}
-
-// ConsumerRank is Consumer's rank and ok alone, for a caller that needs
-// only where the consumer runs (it inlines and builds no step).
+// (s-1, m)), the inverse of Neighbour; ok is false when there is none. It
+// inlines and builds no step.
 func ConsumerRank(p *ir.Program, cs ir.Step) (rank int, ok bool) {
 	_, _, rank, ok = consumerOf(p, cs.Kind, cs.Stage, cs.Micro)
 	return rank, ok
 }
 
-// consumerOf is the body of Consumer and ConsumerRank, its results in the
-// registers of a call.
+// consumerOf is the body of ConsumerRank (and of the tests' Consumer),
+// its results in the registers of a call.
 func consumerOf(p *ir.Program, kind ir.Kind, s, m int) (k ir.Kind, stage, rank int, ok bool) {
 	switch kind {
 	case ir.Forward:

@@ -137,57 +137,13 @@ func (b *Builder) Op() int32 {
 	return id
 }
 
-// Pair matches two ops: they complete together.
-func (b *Builder) Pair(a, c int32) {
-	b.m.OpPartner[a] = c
-	b.m.OpPartner[c] = a
-}
-
-// Batch makes ops first..end-1, consecutive ops of the current rank's
-// stream appended since the last host step, one batch (see the package
-// documentation). It reports false, changing nothing, when they are not.
-func (b *Builder) Batch(first, end int32) bool {
-	m := &b.m
-	if first < m.OpOff[len(m.OpOff)-1] || end > int32(len(m.OpRank)) || end-first < 1 {
-		return false
-	}
-	for op := first; op < end; op++ {
-		if m.OpGap[op] != m.OpGap[first] || (int(op) < len(m.BatchEnd) && m.BatchEnd[op] != op+1) {
-			return false
-		}
-	}
-	if end-first == 1 {
-		return true
-	}
-	for int32(len(m.BatchFirst)) < end {
-		n := int32(len(m.BatchFirst))
-		m.BatchFirst = append(m.BatchFirst, n)
-		m.BatchEnd = append(m.BatchEnd, n+1)
-	}
-	for op := first; op < end; op++ {
-		m.BatchFirst[op], m.BatchEnd[op] = first, end
-	}
-	return true
-}
-
 // Model finishes the last rank and returns the model. The builder must not be used afterwards.
 func (b *Builder) Model() *Model {
 	if b.started {
 		b.finishRank()
 		b.started = false
 	}
-	if m := &b.m; m.BatchFirst != nil {
-		for n := int32(len(m.BatchFirst)); n < int32(len(m.OpRank)); n++ {
-			m.BatchFirst = append(m.BatchFirst, n)
-			m.BatchEnd = append(m.BatchEnd, n+1)
-		}
-	}
 	return &b.m
-}
-
-// InBatch reports whether op belongs to a batch of more than one op.
-func (m *Model) InBatch(op int32) bool {
-	return m.BatchFirst != nil && m.BatchEnd[op]-m.BatchFirst[op] > 1
 }
 
 // Sim runs a Model.
@@ -441,12 +397,6 @@ func (s *Sim) Head(r int) (op int32, posted bool) {
 
 // Partner returns the op matched with op, or -1.
 func (s *Sim) Partner(op int32) int32 { return s.m.OpPartner[op] }
-
-// Host returns the number of host steps rank r has run.
-func (s *Sim) Host(r int) int { return int(s.host[r]) }
-
-// Done reports whether op has completed.
-func (s *Sim) Done(op int32) bool { return s.done[op] }
 
 // Gap returns op's gap: the number of its rank's host steps before it
 // (changed by Hoist).

@@ -35,12 +35,13 @@ func build(ranks ...[]step) (*Model, map[string]int32) {
 	}
 	type pair struct{ a, b string }
 	var pairs []pair
+	var batches [][2]int32 // first, end of each batch of more than one op
 	for _, steps := range ranks {
 		b.StartRank()
 		first, cur := int32(-1), 0
 		closeBatch := func(end int32) {
-			if cur > 0 && !b.Batch(first, end) {
-				panic("not a batch")
+			if cur > 0 && end-first > 1 {
+				batches = append(batches, [2]int32{first, end})
 			}
 			cur = 0
 		}
@@ -69,12 +70,26 @@ func build(ranks ...[]step) (*Model, map[string]int32) {
 		}
 		closeBatch(int32(len(b.m.OpRank)))
 	}
+	// Partners and batches are filled in as comm insertion and the
+	// verifier fill them.
+	m := b.Model()
 	for _, p := range pairs {
 		if q, ok := ids[p.b]; ok && p.b != "" {
-			b.Pair(ids[p.a], q)
+			m.OpPartner[ids[p.a]], m.OpPartner[q] = q, ids[p.a]
 		}
 	}
-	return b.Model(), ids
+	if len(batches) > 0 {
+		m.BatchFirst, m.BatchEnd = make([]int32, m.NumOps()), make([]int32, m.NumOps())
+		for op := range int32(m.NumOps()) {
+			m.BatchFirst[op], m.BatchEnd[op] = op, op+1
+		}
+		for _, bt := range batches {
+			for op := bt[0]; op < bt[1]; op++ {
+				m.BatchFirst[op], m.BatchEnd[op] = bt[0], bt[1]
+			}
+		}
+	}
+	return m, ids
 }
 
 func TestRun(t *testing.T) {
@@ -225,11 +240,12 @@ func TestBatchWait(t *testing.T) {
 	if s.Run() {
 		t.Fatal("a batch with an unmatched op completed")
 	}
-	if !s.Done(ids["r01"]) || s.Host(1) != 0 {
-		t.Errorf("r01 done %v, rank 1's host at %d; want r01 done and the host blocked at 0", s.Done(ids["r01"]), s.Host(1))
+	if !s.done[ids["r01"]] || s.host[1] != 0 {
+		t.Errorf("r01 done %v, rank 1's host at %d; want r01 done and the host blocked at 0", s.done[ids["r01"]], s.host[1])
 	}
-	if !m.InBatch(ids["r01"]) || m.InBatch(ids["s01"]) {
-		t.Errorf("InBatch(r01) = %v, InBatch(s01) = %v", m.InBatch(ids["r01"]), m.InBatch(ids["s01"]))
+	inBatch := func(op int32) bool { return m.BatchEnd[op]-m.BatchFirst[op] > 1 }
+	if !inBatch(ids["r01"]) || inBatch(ids["s01"]) {
+		t.Errorf("r01 in a batch: %v, s01: %v; want true, false", inBatch(ids["r01"]), inBatch(ids["s01"]))
 	}
 	if s.Hoist(ids["s01"]) {
 		t.Error("Hoist in a model with batches succeeded")
@@ -259,8 +275,8 @@ func TestHoist(t *testing.T) {
 	if !s.Hoist(ids["r01"]) {
 		t.Fatal("Hoist(r01) failed")
 	}
-	if s.Gap(ids["r01"]) != 1 || !s.Done(ids["r01"]) || !s.Done(ids["s01"]) {
-		t.Errorf("after hoist: gap %d done %v/%v", s.Gap(ids["r01"]), s.Done(ids["r01"]), s.Done(ids["s01"]))
+	if s.Gap(ids["r01"]) != 1 || !s.done[ids["r01"]] || !s.done[ids["s01"]] {
+		t.Errorf("after hoist: gap %d done %v/%v", s.Gap(ids["r01"]), s.done[ids["r01"]], s.done[ids["s01"]])
 	}
 	if !s.Run() {
 		t.Fatal("still stuck after the hoist")

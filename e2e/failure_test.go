@@ -12,7 +12,7 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/ppgen/ppgen/internal/e2e/onerank"
+	"github.com/ppgen/ppgen/e2e/onerank"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
 )

@@ -6,8 +6,8 @@
 // sequential reference, failures across ranks, timelines, overlaps, swap,
 // and the step-overhead benchmark.
 //
-//	go test ./internal/e2e/
-//	go test -run '^$' -bench StepOverhead -count 6 -cpu 1 ./internal/e2e/
+//	go test ./e2e/
+//	go test -run '^$' -bench StepOverhead -count 6 -cpu 1 ./e2e/
 //
 // The package has no code of its own beyond the generated program in
 // onerank/.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ppgen/ppgen/e2e/onerank"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -20,7 +21,6 @@ import (
 	"github.com/ppgen/ppgen/generated/zbh1"
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/generated/zbvbatch"
-	"github.com/ppgen/ppgen/internal/e2e/onerank"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
