@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ppgen/ppgen/runtime/collective"
@@ -123,13 +124,16 @@ func (w *World) NewComm(group transport.Transport, ch transport.Channel) (*colle
 	return collective.New(group, ch, w.coll...)
 }
 
-// Close closes every endpoint and returns their errors, joined. On the
+// Close closes every endpoint, concurrently (a TCP endpoint's Close waits
+// for its peers' goodbyes), and returns their errors, joined. On the
 // engines that need it ("mpi"), Close waits for every rank.
 func (w *World) Close() error {
-	var errs []error
-	for _, ep := range w.Endpoints {
-		errs = append(errs, ep.Close())
+	errs := make([]error, len(w.Endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range w.Endpoints {
+		wg.Go(func() { errs[i] = ep.Close() })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
