@@ -11,6 +11,9 @@
 //     boundary package) and internal/chrometrace (the trace writer), which
 //     import only the standard library. Its tests may also import
 //     internal/doctable.
+//   - runtime/world, which opens every transport by name, is the top of the
+//     runtime: trainers (examples/, a user's main) and tests import it, no
+//     other runtime/ package does.
 //
 // The package has no code of its own.
 package deps
