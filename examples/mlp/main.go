@@ -27,7 +27,9 @@
 // each takes its rank and the world size from MPI; -mpi-sync makes every
 // send synchronous (MPI_Issend), the rendezvous semantics the schedules are
 // verified under. A binary built without -tags mpi refuses -transport mpi
-// (exit status 2).
+// (exit status 2), and one without -tags nccl -transport nccl.
+//
+// Every transport is opened by name with runtime/world (openWorld).
 package main
 
 import (
