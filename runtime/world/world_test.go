@@ -161,22 +161,18 @@ func TestLoopback(t *testing.T) {
 	ring(t, w.Endpoints)
 }
 
-// TestTCPFromEnv: two ranks each open their one endpoint of a TCP world
-// from a launcher's environment, as two processes would.
-func TestTCPFromEnv(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close() // a port that was free; a race with another process only fails the test
+// openFromEnv opens rank r's endpoint of a TCP world of two ranks from a
+// launcher's environment (rendezvous on 127.0.0.1:port), as each of two
+// processes would, with the fingerprint and schedule of fps[r].
+func openFromEnv(port int, fps [2]string) ([]transport.Transport, []error) {
 	eps := make([]transport.Transport, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
 		env := &launch.Env{Rank: r, World: 2, MasterAddr: "127.0.0.1", MasterPort: port, Token: "secret", Timeout: 10 * time.Second, Source: "torchrun"}
+		o := world.Options{Size: 2, Env: env, Fingerprint: fps[r], Schedule: "schedule " + fps[r], RendezvousTimeout: 10 * time.Second}
 		wg.Go(func() {
-			w, err := world.Open(context.Background(), "tcp", world.Options{Size: 2, Env: env, Fingerprint: "fp", RendezvousTimeout: 10 * time.Second})
+			w, err := world.Open(context.Background(), "tcp", o)
 			if err != nil {
 				errs[r] = err
 				return
@@ -188,6 +184,24 @@ func TestTCPFromEnv(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	return eps, errs
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free (a race with
+// another process only fails the test).
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestTCPFromEnv: two ranks each open their one endpoint of a TCP world
+// from a launcher's environment, as two processes would.
+func TestTCPFromEnv(t *testing.T) {
+	eps, errs := openFromEnv(freePort(t), [2]string{"fp", "fp"})
 	for _, ep := range eps {
 		if ep != nil {
 			defer ep.Close()
@@ -197,4 +211,19 @@ func TestTCPFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	ring(t, eps)
+}
+
+// TestTCPRefusesOtherSchedule: ranks of different schedules refuse each
+// other, and the refusal names what each runs (Options.Schedule).
+func TestTCPRefusesOtherSchedule(t *testing.T) {
+	eps, errs := openFromEnv(freePort(t), [2]string{"fp-a", "fp-b"})
+	for _, ep := range eps {
+		if ep != nil {
+			ep.Close()
+		}
+	}
+	err := errors.Join(errs...)
+	if err == nil || !strings.Contains(err.Error(), "schedule fp-a") || !strings.Contains(err.Error(), "schedule fp-b") {
+		t.Fatalf("ranks of two schedules: %v; want a refusal naming both", err)
+	}
 }
