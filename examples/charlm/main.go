@@ -49,8 +49,8 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/world"
 )
 
 type options struct {
@@ -115,7 +115,7 @@ func main() {
 	switch {
 	case o.transport == "inproc":
 		err = runInProc(o, os.Stdout)
-	case o.transport == "tcp" && !launch.Launched():
+	case world.SelfLaunch(o.transport):
 		err = launchSelf(o, logger)
 	case o.transport == "tcp":
 		err = runRank(o, os.Stdout, logger)

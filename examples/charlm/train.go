@@ -13,6 +13,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/world"
 )
 
 // rankState is one rank's share of the job: its training and validation
@@ -71,9 +72,9 @@ func (rs *rankState) close() {
 	rs.eval.Close()
 }
 
-// world is the ranks this process runs: all of them in-process, one over
+// job is the ranks this process runs: all of them in-process, one over
 // TCP. last is the one holding the last stage (nil when it is elsewhere).
-type world struct {
+type job struct {
 	sc    schedule
 	ranks []*rankState
 	last  *rankState
@@ -82,7 +83,7 @@ type world struct {
 
 // run runs one iteration of the training or the validation program on
 // every rank of w.
-func (w *world) run(eval bool) error {
+func (w *job) run(eval bool) error {
 	xs := make([]*pipe.Exec, len(w.ranks))
 	fns := make([]func(*pipe.Exec) error, len(w.ranks))
 	for i, rs := range w.ranks {
@@ -99,7 +100,7 @@ func (w *world) run(eval bool) error {
 
 // loss is the last run's loss (the sum of the micro-batches', each scaled
 // by 1/M: the mean over the run's tokens), when the last stage is here.
-func (w *world) loss(eval bool) (float64, bool) {
+func (w *job) loss(eval bool) (float64, bool) {
 	if w.last == nil {
 		return 0, false
 	}
@@ -138,7 +139,7 @@ func (o options) evalAfter(step int) bool { return (step+1)%o.evalEvery == 0 || 
 
 // train runs o.steps training steps on w, evaluating as o says, printing
 // the losses when the last stage is here.
-func train(o options, w *world, c *corpus, data, edata *batches, out io.Writer) (*history, error) {
+func train(o options, w *job, c *corpus, data, edata *batches, out io.Writer) (*history, error) {
 	h := &history{}
 	validate := func(step int) error {
 		total, here := 0.0, false
@@ -189,7 +190,7 @@ func train(o options, w *world, c *corpus, data, edata *batches, out io.Writer) 
 // wall time went: the stage calls the Timeline recorded (F, I, W), the
 // optimizer hook (tied sum and Adam), and the rest: the runtime's steps,
 // transfers and waiting for peers.
-func printBreakdown(out io.Writer, w *world, step int, wall time.Duration) {
+func printBreakdown(out io.Writer, w *job, step int, wall time.Duration) {
 	by := make([][3]time.Duration, w.sc.train.Spec.Ranks) // rank, kind
 	for _, e := range w.tl.Events() {
 		k := map[byte]int{'F': 0, 'I': 1, 'W': 2}[e.Kind]
@@ -300,30 +301,36 @@ func trainInProc(o options, out io.Writer) (*inproc, error) {
 // newInProc builds the in-process world of o: every rank, over two
 // in-process transports (the training and the validation program's).
 // done closes them.
-func newInProc(o options) (r *inproc, w *world, data, edata *batches, done func(), err error) {
+func newInProc(o options) (r *inproc, w *job, data, edata *batches, done func(), err error) {
 	sc, dt, c, m, stages, err := setup(o)
 	if err != nil {
 		return nil, nil, nil, nil, nil, err
 	}
 	sp := sc.train.Spec
 	data, edata = newBatches(dt, o.sh, sp.Micro), newBatches(dt, o.sh, sp.Micro)
-	w = &world{sc: sc}
+	w = &job{sc: sc}
 	if o.breakdown || o.trace != "" {
 		w.tl = &pipe.Timeline{}
 	}
-	trs := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
-	ets := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
+	opts := world.Options{Size: sp.Ranks, Timeout: o.timeout}
+	trs, err := world.Open(context.Background(), "inproc", opts)
+	if err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	ets, err := world.Open(context.Background(), "inproc", opts)
+	if err != nil {
+		trs.Close()
+		return nil, nil, nil, nil, nil, err
+	}
 	done = func() {
 		for _, rs := range w.ranks {
 			rs.close()
 		}
-		for r := range trs {
-			trs[r].Close()
-			ets[r].Close()
-		}
+		trs.Close()
+		ets.Close()
 	}
 	for r := range sp.Ranks {
-		rs, err := newRankState(o, sc, r, stages, data, edata, trs[r], ets[r], w.tl)
+		rs, err := newRankState(o, sc, r, stages, data, edata, trs.Endpoints[r], ets.Endpoints[r], w.tl)
 		if err != nil {
 			done()
 			return nil, nil, nil, nil, nil, err
@@ -404,34 +411,27 @@ func (s shared) Recycle(t *tensor.Dense) {
 }
 
 // runRank runs the rank the environment names (RANK, WORLD_SIZE, ...)
-// over TCP.
+// over -transport's world (TCP).
 func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	sc, dt, c, m, stages, err := setup(o)
 	if err != nil {
 		return err
 	}
 	sp := sc.train.Spec
-	env, err := launch.FromEnv()
+	wd, err := world.Open(context.Background(), o.transport, world.Options{
+		Size: sp.Ranks, SizeNote: fmt.Sprintf("schedule %s has %d ranks", o.schedule, sp.Ranks),
+		Fingerprint: sp.Fingerprint + "+" + sc.eval.Spec.Fingerprint, // both programs' (shared)
+		Schedule:    sp.Describe(),                                   // named when ranks refuse each other
+		Timeout:     o.timeout, Logger: logger,
+	})
 	if err != nil {
 		return err
 	}
-	if env.World != sp.Ranks {
-		return fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
-	}
-	cfg := transport.ConfigFromEnv(env, sp.Fingerprint+"+"+sc.eval.Spec.Fingerprint)
-	cfg.Schedule = sp.Describe() // named when ranks refuse each other
-	cfg.Logger = logger
-	if o.timeout > 0 {
-		cfg.Timeout = o.timeout
-	}
-	tr, err := transport.DialTCP(context.Background(), cfg)
-	if err != nil {
-		return err
-	}
-	defer tr.Close()
+	defer wd.Close()
+	tr := wd.Endpoint()
 	rank := tr.Rank()
 	data, edata := newBatches(dt, o.sh, sp.Micro), newBatches(dt, o.sh, sp.Micro)
-	w := &world{sc: sc}
+	w := &job{sc: sc}
 	if o.breakdown {
 		w.tl = &pipe.Timeline{}
 	}

@@ -25,7 +25,6 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,6 +40,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/swap"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/world"
 )
 
 // runDP runs -dp N (N > 1) on o.transport.
@@ -59,69 +59,10 @@ func runDP(o options, out io.Writer, logger *slog.Logger) error {
 	switch {
 	case o.transport == "inproc":
 		return runInProcDP(o, sc, m, out)
-	case (o.transport == "tcp" || o.transport == "nccl") && !launch.Launched():
+	case world.SelfLaunch(o.transport):
 		return launch.Self(m.World(), launch.LocalOptions{Logger: logger})
-	case o.transport == "tcp" || o.transport == "nccl":
-		return runRankDP(o, sc, m, out, logger)
-	case o.transport == "mpi":
-		return runMPIDP(o, sc, m, out, logger)
 	}
-	// Another engine plugs in by building its world transport here and
-	// calling runDPRank with it: the mesh views use only Send and Recv
-	// (and batches), the collectives the engine's own where the world
-	// transport has them (transport.Collectives), else Send and Recv.
-	return fmt.Errorf("-dp %d runs on -transport inproc, tcp, mpi or nccl, not %q", o.dp, o.transport)
-}
-
-// collOptions are the runtime/collective options -collectives selects.
-func (o options) collOptions() ([]collective.Option, error) {
-	switch o.coll {
-	case "native":
-		return nil, nil
-	case "", "member-order":
-		return []collective.Option{collective.MemberOrder()}, nil
-	case "sendrecv":
-		return []collective.Option{collective.SendRecv()}, nil
-	}
-	return nil, fmt.Errorf("-collectives %q; want native (the transport's own where it has them, MPI's and NCCL's), member-order (their data movement, member-order sums) or sendrecv (runtime/collective's over Send and Recv)", o.coll)
-}
-
-// runMPIDP runs the world rank MPI gives this process (mpirun -np
-// ranks × N): the world transport is the MPI transport over all of them,
-// the pipeline and DP groups its mesh views, and the DP groups'
-// collectives MPI's own (-collectives native, on a communicator per DP
-// group), MPI's data movement with member-order sums (-collectives
-// member-order) or runtime/collective's over the MPI transport's Send and
-// Recv (-collectives sendrecv).
-func runMPIDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger) error {
-	sp := sc.Spec
-	if _, err := o.collOptions(); err != nil {
-		return err
-	}
-	timeout, err := launch.TimeoutFromEnv()
-	if err != nil {
-		return err
-	}
-	if o.timeout > 0 {
-		timeout = o.timeout
-	}
-	world, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
-	if err != nil {
-		return err
-	}
-	if world.World() != m.World() {
-		// Every rank sees the same world size: all close alike.
-		world.Close()
-		return fmt.Errorf("MPI started %d processes but schedule %s has %d ranks and -dp %d makes %d: run mpirun -np %d", world.World(), o.schedule, sp.Ranks, m.DP, m.World(), m.World())
-	}
-	// A failed step has aborted the world already (runtime/pipe aborts its
-	// transport, here the world under the pipeline view); after a failed
-	// -check every rank reaches Close's barrier.
-	if err := runDPRank(o, sc, m, world, out); err != nil {
-		world.Close()
-		return err
-	}
-	return world.Close()
+	return runRankDP(o, sc, m, out, logger)
 }
 
 // hasFSDP reports whether the schedule holds FSDP steps (read from its
@@ -174,16 +115,16 @@ func (r *dpRank) close() {
 	}
 }
 
-// newDPRank builds world rank w of mesh m over its endpoint of the world
-// transport, reading the global batch data.
-func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, data *batches) (*dpRank, error) {
+// newDPRank builds the world rank of mesh m over its endpoint ep of world
+// wd, reading the global batch data.
+func newDPRank(o options, sc schedule, m mesh.Mesh, wd *world.World, ep transport.Transport, data *batches) (*dpRank, error) {
 	sp := sc.Spec
 	dt, err := o.dt()
 	if err != nil {
 		return nil, err
 	}
-	w := world.Rank()
-	pipeT, dpT, err := m.Groups(world)
+	w := ep.Rank()
+	pipeT, dpT, err := m.Groups(ep)
 	if err != nil {
 		return nil, err
 	}
@@ -192,11 +133,7 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 	if err != nil {
 		return nil, err
 	}
-	copts, err := o.collOptions()
-	if err != nil {
-		return nil, err
-	}
-	comm, err := collective.New(dpT, transport.Act, copts...)
+	comm, err := wd.NewComm(dpT, transport.Act) // -collectives' mode
 	if err != nil {
 		return nil, err
 	}
@@ -428,17 +365,20 @@ func inProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) ([]*dpRank, er
 		return nil, err
 	}
 	data := newBatches(dt, o.seed, sp.Micro*m.DP)
-	world := transport.NewInProc(m.World(), transport.InProcTimeout(o.timeout))
+	wd, err := openWorld("inproc", o, sp, m.World(), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer wd.Close()
 	ranks := make([]*dpRank, m.World())
 	xs := make([]*pipe.Exec, m.World())
 	fns := make([]func(*pipe.Exec) error, m.World())
 	for w := range ranks {
-		if ranks[w], err = newDPRank(o, sc, m, world[w], data); err != nil {
+		if ranks[w], err = newDPRank(o, sc, m, wd, wd.Endpoints[w], data); err != nil {
 			return nil, err
 		}
 		xs[w], fns[w] = ranks[w].x, ranks[w].run
 		defer ranks[w].close()
-		defer world[w].Close()
 	}
 	fmt.Fprint(out, dpHeader(o, sc, m, "in-process"))
 	var losses [][]float64 // per step, per global micro-batch
@@ -490,47 +430,39 @@ func inProcDP(o options, sc schedule, m mesh.Mesh, out io.Writer) ([]*dpRank, er
 	return ranks, report(out, o, lossDiff, pd)
 }
 
-// runRankDP runs the one world rank the environment names, over TCP, or
-// with -transport nccl over NCCL (whose control connection is that TCP
-// world; the DP groups' collectives are then NCCL's, nccl.go).
+// runRankDP runs this process's world rank of the mesh over -transport's
+// world: TCP or NCCL (the rank the environment names; over NCCL the DP
+// groups' collectives are NCCL's), or MPI (mpirun -np ranks × N; the DP
+// groups' collectives MPI's). -collectives picks between the engine's own
+// sums (native), its data movement with member-order sums (member-order)
+// and runtime/collective's algorithms over Send and Recv (sendrecv).
 func runRankDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger) error {
-	env, err := launch.FromEnv()
-	if err != nil {
-		return err
-	}
 	sp := sc.Spec
-	if env.World != m.World() {
-		return fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks and -dp %d makes %d", env.World, o.schedule, sp.Ranks, m.DP, m.World())
-	}
-	cfg := transport.ConfigFromEnv(env, sp.Fingerprint)
-	cfg.Schedule = sp.Describe() // named when ranks refuse each other
-	cfg.Logger = logger
-	if o.timeout > 0 {
-		cfg.Timeout = o.timeout
-	}
-	var world transport.Transport
-	if o.transport == "nccl" {
-		world, err = dialNCCL(env, cfg) // nccl.go (-tags nccl), else an error saying how to build it
-	} else {
-		world, err = transport.DialTCP(context.Background(), cfg)
-	}
+	note := fmt.Sprintf("schedule %s has %d ranks and -dp %d makes %d", o.schedule, sp.Ranks, m.DP, m.World())
+	wd, err := openWorld(o.transport, o, sp, m.World(), note, logger)
 	if err != nil {
 		return err
 	}
-	defer world.Close()
-	return runDPRank(o, sc, m, world, out)
+	// A failed step has aborted the world already (runtime/pipe aborts its
+	// transport, here the world under the pipeline view); after a failed
+	// -check every rank still reaches Close (MPI's waits for every rank).
+	if err := runDPRank(o, sc, m, wd, out); err != nil {
+		wd.Close()
+		return err
+	}
+	return wd.Close()
 }
 
-// runDPRank trains world's rank of the mesh: the part of a -dp run that
-// does not depend on the transport (an MPI or NCCL world plugs in here).
-func runDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, out io.Writer) error {
+// runDPRank trains this process's rank of world wd on the mesh: the part
+// of a -dp run that does not depend on the transport.
+func runDPRank(o options, sc schedule, m mesh.Mesh, wd *world.World, out io.Writer) error {
 	sp := sc.Spec
 	dt, err := o.dt()
 	if err != nil {
 		return err
 	}
 	data := newBatches(dt, o.seed, sp.Micro*m.DP)
-	r, err := newDPRank(o, sc, m, world, data)
+	r, err := newDPRank(o, sc, m, wd, wd.Endpoint(), data)
 	if err != nil {
 		return err
 	}

@@ -128,8 +128,8 @@ func TestDPFlags(t *testing.T) {
 	}{
 		{options{schedule: "1f1b", transport: "inproc", dp: 0, dtype: "float64"}, "-dp 0: mesh: 4 pipeline ranks × 0 replicas; want both at least 1"},
 		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", trace: "x.json"}, "-trace is not recorded with -dp 2"},
-		{options{schedule: "1f1b", transport: "carrier-pigeon", dp: 2, dtype: "float64"}, `-dp 2 runs on -transport inproc, tcp, mpi or nccl, not "carrier-pigeon"`},
-		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", coll: "telepathy"}, `-collectives "telepathy"; want native`},
+		{options{schedule: "1f1b", transport: "carrier-pigeon", dp: 2, dtype: "float64"}, `unknown transport "carrier-pigeon": want inproc, tcp, mpi or nccl`},
+		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", coll: "telepathy"}, `collectives "telepathy": want member-order`},
 		{options{schedule: "nope", transport: "inproc", dp: 2}, `-schedule "nope" is not compiled in`},
 	} {
 		err := runDP(c.o, &bytes.Buffer{}, slog.New(slog.DiscardHandler))

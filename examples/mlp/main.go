@@ -27,7 +27,9 @@
 // each takes its rank and the world size from MPI; -mpi-sync makes every
 // send synchronous (MPI_Issend), the rendezvous semantics the schedules are
 // verified under. A binary built without -tags mpi refuses -transport mpi
-// (exit status 2).
+// (exit status 2), and one without -tags nccl -transport nccl.
+//
+// Every transport is opened by name with runtime/world (openWorld).
 package main
 
 import (
@@ -53,6 +55,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/swap"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/value/gonumvalue"
+	"github.com/ppgen/ppgen/runtime/world"
 )
 
 type options struct {
@@ -124,8 +127,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mlp: %v\n", err)
 		os.Exit(2)
 	}
-	if o.transport == "mpi" && !transport.MPIBuilt {
-		fmt.Fprintf(os.Stderr, "mlp: -transport mpi: %v\n", transport.ErrNoMPI)
+	if err := world.Check(o.transport); err != nil {
+		// An unknown name, or an engine this binary was built without.
+		fmt.Fprintf(os.Stderr, "mlp: -transport %s: %v\n", o.transport, err)
 		os.Exit(2)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -137,14 +141,10 @@ func main() {
 		err = runInProc(o, os.Stdout)
 	case o.trace != "" && o.transport != "inproc":
 		err = fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process", o.transport)
-	case (o.transport == "tcp" || o.transport == "nccl") && !launch.Launched():
+	case world.SelfLaunch(o.transport):
 		err = launchSelf(o, logger)
-	case o.transport == "tcp" || o.transport == "nccl":
-		err = runRank(o, os.Stdout, logger, dialTCP)
-	case o.transport == "mpi":
-		err = runRank(o, os.Stdout, logger, dialMPI)
 	default:
-		err = fmt.Errorf("-transport %q; want inproc, tcp, mpi or nccl", o.transport)
+		err = runRank(o, os.Stdout, logger)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mlp:", err)
@@ -418,7 +418,12 @@ func runInProc(o options, out io.Writer) error {
 	if o.trace != "" {
 		o.timeline = &pipe.Timeline{}
 	}
-	trs := transport.NewInProc(sp.Ranks, transport.InProcTimeout(o.timeout))
+	w, err := openWorld("inproc", o, sp, sp.Ranks, "", nil)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	trs := w.Endpoints
 	ranks := make([]*rankState, sp.Ranks)
 	xs := make([]*pipe.Exec, sp.Ranks)
 	fns := make([]func(*pipe.Exec) error, sp.Ranks)
@@ -428,7 +433,6 @@ func runInProc(o options, out io.Writer) error {
 		}
 		xs[r], fns[r] = ranks[r].x, ranks[r].run
 		defer ranks[r].close()
-		defer trs[r].Close()
 	}
 	fmt.Fprintf(out, "schedule %s: %d ranks, %d stages, %d micro-batches of %d rows, %s%s, in-process\n", o.schedule, sp.Ranks, sp.Stages, sp.Micro, microRows, o.dtype, o.onBackend())
 	var losses []float64
@@ -534,53 +538,26 @@ func reportTol(out io.Writer, tol, lossDiff, paramDiff float64) error {
 	return nil
 }
 
-// dialTCP connects the rank the environment names (RANK, WORLD_SIZE, ...)
-// to its peers over TCP, or with -transport nccl over NCCL, whose control
-// connection is that TCP world.
-func dialTCP(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport, error) {
-	env, err := launch.FromEnv()
-	if err != nil {
-		return nil, err
+// openWorld opens the world of transport name (-transport, or "inproc" for
+// the in-process runs) for a job of size ranks (sp's, times -dp's
+// replicas; note says so in a refusal, default "schedule S has N ranks"):
+// over "inproc" every rank, else this process's one, from the launcher's
+// environment (tcp, nccl) or MPI's.
+func openWorld(name string, o options, sp pipe.Spec, size int, note string, logger *slog.Logger) (*world.World, error) {
+	if note == "" {
+		note = fmt.Sprintf("schedule %s has %d ranks", o.schedule, sp.Ranks)
 	}
-	if env.World != sp.Ranks {
-		return nil, fmt.Errorf("WORLD_SIZE=%d but schedule %s has %d ranks", env.World, o.schedule, sp.Ranks)
-	}
-	cfg := transport.ConfigFromEnv(env, sp.Fingerprint)
-	cfg.Schedule = sp.Describe() // named when ranks refuse each other
-	cfg.Logger = logger
-	if o.timeout > 0 {
-		cfg.Timeout = o.timeout
-	}
-	if o.transport == "nccl" {
-		return dialNCCL(env, cfg) // nccl.go (-tags nccl), else an error saying how to build it
-	}
-	return transport.DialTCP(context.Background(), cfg)
+	return world.Open(context.Background(), name, world.Options{
+		Size: size, SizeNote: note,
+		Fingerprint: sp.Fingerprint, Schedule: sp.Describe(),
+		Timeout: o.timeout, Sync: o.mpiSync, Collectives: o.coll, Logger: logger,
+	})
 }
 
-// dialMPI starts the MPI transport: the rank and world size are MPI's.
-func dialMPI(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport, error) {
-	timeout, err := launch.TimeoutFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	if o.timeout > 0 {
-		timeout = o.timeout
-	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	if tr.World() != sp.Ranks {
-		// Every rank sees the same world size: all close alike.
-		tr.Close()
-		return nil, fmt.Errorf("MPI started %d processes but schedule %s has %d ranks: run mpirun -np %d", tr.World(), o.schedule, sp.Ranks, sp.Ranks)
-	}
-	return tr, nil
-}
-
-// runRank runs one rank of a multi-process job over the transport dial
-// connects (dialTCP, dialMPI).
-func runRank(o options, out io.Writer, logger *slog.Logger, dial func(options, pipe.Spec, *slog.Logger) (transport.Transport, error)) error {
+// runRank runs this process's rank of a multi-process job over
+// -transport's world (tcp, nccl: the rank the environment names; mpi:
+// MPI's).
+func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	sc, err := lookup(o.schedule)
 	if err != nil {
 		return err
@@ -589,12 +566,22 @@ func runRank(o options, out io.Writer, logger *slog.Logger, dial func(options, p
 	if err != nil {
 		return err
 	}
-	sp := sc.Spec
-	tr, err := dial(o, sp, logger)
+	w, err := openWorld(o.transport, o, sc.Spec, sc.Spec.Ranks, "", logger)
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
+	// A failed step has aborted the world already; after a failed -check
+	// every rank still reaches Close (MPI's waits for every rank).
+	if err := trainRank(o, sc, dt, w.Endpoint(), out); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// trainRank trains tr's rank of the pipeline.
+func trainRank(o options, sc schedule, dt tensor.Dtype, tr transport.Transport, out io.Writer) error {
+	sp := sc.Spec
 	rank := tr.Rank()
 	model, err := buildPipelineStages(sp, dt, o.seed, o.widen())
 	if err != nil {

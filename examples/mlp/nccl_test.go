@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -110,13 +111,20 @@ func TestNCCLDPMatchesSequential(t *testing.T) {
 	}
 }
 
-// TestNCCLNeedsTag: without -tags nccl, -transport nccl says how to build it.
+// TestNCCLNeedsTag: without -tags nccl, -transport nccl says how to build
+// it and exits 2, before it launches any rank.
 func TestNCCLNeedsTag(t *testing.T) {
 	bin := exampleBinary(t)
-	cmd := exec.Command(bin, "-transport", "nccl", "-steps", "1")
-	cmd.Env = withoutRankEnv(os.Environ())
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "built without the NCCL transport; build it with go build -tags nccl ./examples/mlp") {
-		t.Errorf("err %v, output:\n%s", err, out)
+	for _, args := range [][]string{{"-transport", "nccl", "-steps", "1"}, {"-transport", "nccl", "-dp", "2"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = withoutRankEnv(os.Environ())
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Fatalf("%v: %v, want exit status 2\n%s", args, err, out)
+		}
+		if want := "mlp: -transport nccl: ppgen built without NCCL: rebuild with -tags nccl (no cgo: NCCL and the CUDA runtime are loaded at run time)\n"; string(out) != want {
+			t.Errorf("%v: output %q, want %q", args, out, want)
+		}
 	}
 }

@@ -45,11 +45,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -63,6 +61,7 @@ import (
 	"github.com/ppgen/ppgen/generated/onef1b"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/world"
 )
 
 // The per-chunk costs, in the simulator's units (1 unit = 1 ms here).
@@ -363,11 +362,12 @@ func batches(m int) pipe.MicroBatches {
 	return b
 }
 
-// world is one schedule's ranks over one transport, all in this process.
-type world struct {
+// job is one schedule's ranks over one transport, all in this process.
+type job struct {
 	sc    schedule
-	prog  ir.Program // the lowered program, to simulate
-	simMS float64    // its makespan at the nominal costs
+	prog  ir.Program   // the lowered program, to simulate
+	simMS float64      // its makespan at the nominal costs
+	wd    *world.World // the transport; nil for a tcp-procs rank's job
 	trs   []transport.Transport
 	xs    []*pipe.Exec
 	st    *stats
@@ -377,7 +377,7 @@ type world struct {
 	commMS float64
 }
 
-func newWorld(sc schedule, kind string) (*world, error) {
+func newJob(sc schedule, kind string) (*job, error) {
 	prog, err := lowered(sc)
 	if err != nil {
 		return nil, err
@@ -386,18 +386,18 @@ func newWorld(sc schedule, kind string) (*world, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &world{sc: sc, prog: prog, simMS: simMS, st: new(stats)}
+	w := &job{sc: sc, prog: prog, simMS: simMS, st: new(stats)}
 	n := sc.spec.Ranks
-	switch kind {
-	case "inproc":
-		w.trs = transport.NewInProc(n, transport.InProcTimeout(30*time.Second))
-	case "tcp":
-		if w.trs, err = tcpWorld(n, sc.spec.Fingerprint); err != nil {
-			return nil, err
-		}
-	default:
+	if kind != "inproc" && kind != "tcp" {
 		return nil, fmt.Errorf("transport %q; want inproc or tcp", kind)
 	}
+	// Every rank in this process: over TCP on loopback.
+	w.wd, err = world.Open(context.Background(), kind, world.Options{Size: n, Loopback: kind == "tcp",
+		Fingerprint: sc.spec.Fingerprint, Schedule: sc.spec.Describe(), Timeout: 30 * time.Second, RendezvousTimeout: 20 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	w.trs = w.wd.Endpoints
 	if w.commMS, err = pingPong(w.trs, 200); err != nil {
 		w.close()
 		return nil, fmt.Errorf("measuring the transfer latency: %w", err)
@@ -456,43 +456,8 @@ func pingPong(trs []transport.Transport, n int) (float64, error) {
 	return rtt.median() / 2, nil
 }
 
-// tcpWorld connects n TCP ranks (goroutines of this process) on 127.0.0.1.
-func tcpWorld(n int, fp string) ([]transport.Transport, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	trs := make([]transport.Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		cfg := transport.TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: "realisation", Fingerprint: fp,
-			Timeout: 30 * time.Second, RendezvousTimeout: 20 * time.Second}
-		if r == 0 {
-			cfg.Listener = ln
-		}
-		wg.Go(func() {
-			t, err := transport.DialTCP(context.Background(), cfg)
-			if err == nil {
-				trs[r] = t
-			}
-			errs[r] = err
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, t := range trs {
-			if t != nil {
-				t.Abort(err)
-			}
-		}
-		return nil, err
-	}
-	return trs, nil
-}
-
 // iterate runs one training iteration on every rank and returns its wall time.
-func (w *world) iterate() (time.Duration, error) {
+func (w *job) iterate() (time.Duration, error) {
 	start := time.Now()
 	err := pipe.RunAll(w.xs, w.sc.ranks)
 	d := time.Since(start)
@@ -516,14 +481,14 @@ type result struct {
 }
 
 // warmUp runs one untimed iteration and clears the statistics.
-func (w *world) warmUp() error {
+func (w *job) warmUp() error {
 	_, err := w.iterate()
 	w.st.reset()
 	return err
 }
 
 // finish completes r from the statistics gathered since warmUp.
-func (w *world) finish(r result) (result, error) {
+func (w *job) finish(r result) (result, error) {
 	r.simMS = w.simMS
 	r.overMean, r.overMax = w.st.overMeanMicros(), w.st.overMaxMicros()
 	r.commMS = w.commMS
@@ -539,7 +504,7 @@ func measureCase(sc schedule, t string, iters int) (result, error) {
 	if t == "tcp-procs" {
 		return measureProcs(sc, iters)
 	}
-	w, err := newWorld(sc, t)
+	w, err := newJob(sc, t)
 	if err != nil {
 		return result{}, err
 	}
@@ -548,7 +513,7 @@ func measureCase(sc schedule, t string, iters int) (result, error) {
 }
 
 // measure runs one warm-up iteration, then iters timed ones.
-func (w *world) measure(iters int) (result, error) {
+func (w *job) measure(iters int) (result, error) {
 	if err := w.warmUp(); err != nil {
 		return result{}, err
 	}
@@ -563,15 +528,13 @@ func (w *world) measure(iters int) (result, error) {
 	return w.finish(r)
 }
 
-func (w *world) close() {
+func (w *job) close() {
 	for _, x := range w.xs {
 		x.Close()
 	}
-	var wg sync.WaitGroup
-	for _, t := range w.trs {
-		wg.Go(func() { t.Close() })
+	if w.wd != nil {
+		w.wd.Close()
 	}
-	wg.Wait()
 }
 
 // msList is a list of iteration times in ms.

@@ -52,7 +52,7 @@ func BenchmarkRealisation(b *testing.B) {
 					reportRealisation(b, res.ms.mean(), res)
 					return
 				}
-				w, err := newWorld(sc, tr)
+				w, err := newJob(sc, tr)
 				if err != nil {
 					b.Fatal(err)
 				}

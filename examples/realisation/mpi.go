@@ -14,6 +14,7 @@ package main
 // rendezvous engine.
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -21,7 +22,7 @@ import (
 
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/generated/zbvbatch"
-	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/world"
 )
 
 // mpiCatalog is catalog() and the schedules only the mpi case measures.
@@ -34,8 +35,8 @@ func mpiCatalog() []schedule {
 
 // mpiMain measures one schedule over MPI; rank 0 writes the row to out.
 func mpiMain(out io.Writer, sched string, iters int, sync bool) error {
-	if !transport.MPIBuilt {
-		return fmt.Errorf("-transport mpi: %w", transport.ErrNoMPI)
+	if err := world.Check("mpi"); err != nil {
+		return fmt.Errorf("-transport mpi: %w", err)
 	}
 	var sc schedule
 	names := ""
@@ -51,14 +52,16 @@ func mpiMain(out io.Writer, sched string, iters int, sync bool) error {
 	if iters < 1 {
 		return fmt.Errorf("-iters %d; want at least 1", iters)
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: 30 * time.Second, Fingerprint: sc.spec.Fingerprint, Schedule: sc.spec.Describe()})
+	wd, err := world.Open(context.Background(), "mpi", world.Options{
+		Size: sc.spec.Ranks, SizeNote: fmt.Sprintf("%s has %d ranks", sc.name, sc.spec.Ranks),
+		Fingerprint: sc.spec.Fingerprint, Schedule: sc.spec.Describe(),
+		Sync: sync, Timeout: 30 * time.Second,
+	})
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
-	if tr.World() != sc.spec.Ranks {
-		return fmt.Errorf("mpirun started %d processes but %s has %d ranks: run mpirun -np %d", tr.World(), sc.name, sc.spec.Ranks, sc.spec.Ranks)
-	}
+	defer wd.Close()
+	tr := wd.Endpoint()
 	res, err := measureRank(sc, iters, tr)
 	if err != nil || tr.Rank() != 0 {
 		return err

@@ -32,6 +32,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/world"
 )
 
 // The environment of a worker process (besides the launcher's RANK,
@@ -95,10 +96,6 @@ func measureProcs(sc schedule, iters int) (result, error) {
 // workerMain runs this process's rank of a tcp-procs measurement and, on
 // rank 0, prints the result line.
 func workerMain(out io.Writer) error {
-	env, err := launch.FromEnv()
-	if err != nil {
-		return err
-	}
 	var sc schedule
 	for _, c := range catalog() {
 		if c.name == os.Getenv(scheduleVar) {
@@ -115,17 +112,16 @@ func workerMain(out io.Writer) error {
 	if spinMargin, err = time.ParseDuration(os.Getenv(spinVar)); err != nil {
 		return fmt.Errorf("%s: %w", spinVar, err)
 	}
-	if env.World != sc.spec.Ranks {
-		return fmt.Errorf("WORLD_SIZE=%d but %s has %d ranks", env.World, sc.name, sc.spec.Ranks)
-	}
-	cfg := transport.ConfigFromEnv(env, sc.spec.Fingerprint)
-	cfg.Schedule = sc.spec.Describe()
-	cfg.Timeout, cfg.RendezvousTimeout = 30*time.Second, 20*time.Second
-	tr, err := transport.DialTCP(context.Background(), cfg)
+	wd, err := world.Open(context.Background(), "tcp", world.Options{
+		Size: sc.spec.Ranks, SizeNote: fmt.Sprintf("%s has %d ranks", sc.name, sc.spec.Ranks),
+		Fingerprint: sc.spec.Fingerprint, Schedule: sc.spec.Describe(),
+		Timeout: 30 * time.Second, RendezvousTimeout: 20 * time.Second,
+	})
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
+	defer wd.Close()
+	tr := wd.Endpoint()
 	res, err := measureRank(sc, iters, tr)
 	if err != nil || tr.Rank() != 0 {
 		return err
@@ -228,7 +224,7 @@ func measureRank(sc schedule, iters int, tr transport.Transport) (result, error)
 	if err != nil {
 		return result{}, err
 	}
-	w := &world{sc: sc, prog: prog, st: st, commMS: commMS}
+	w := &job{sc: sc, prog: prog, st: st, commMS: commMS}
 	if w.simMS, err = makespan(prog, costSpec); err != nil {
 		return result{}, err
 	}

@@ -73,6 +73,15 @@ var runtimeExtra = map[string]string{
 	module + "/runtime/transport/nccl":   "github.com/ebitengine/purego",
 }
 
+// top are the runtime/ packages at the top of the runtime, which code
+// outside runtime/ imports (trainers: examples/, a user's main) but no other
+// runtime/ package does: runtime/world opens every transport (inproc, TCP,
+// MPI, NCCL) by name, so a runtime package that imported it would link
+// every engine. Tests may import it.
+var top = map[string]bool{
+	module + "/runtime/world": true,
+}
+
 // violations returns every breach of the rule in nodes, sorted. The graph
 // a package reaches is followed through the module's non-test packages.
 func violations(nodes []node) []string {
@@ -156,6 +165,9 @@ func violations(nodes []node) []string {
 		}
 		if l == "runtime" {
 			for _, p := range n.Imports {
+				if top[p] && !n.Test && strings.TrimSuffix(n.Path, "_test") != p {
+					out = append(out, fmt.Sprintf("%s imports %s: runtime/world opens the transports and sits above the rest of runtime/; only trainers (examples/, a user's main) and tests import it", name, strings.TrimPrefix(p, module+"/")))
+				}
 				if !runtimeMayImport(n.Path, p, n.Test) {
 					out = append(out, fmt.Sprintf("%s imports %s: runtime/ imports only the standard library, gorgonia.org/..., runtime/... and the shared abi/ and internal/chrometrace (and runtimeExtra's one module for runtime/nn, runtime/value/gonumvalue and runtime/transport/nccl)", name, p))
 				}
@@ -229,6 +241,10 @@ func TestViolations(t *testing.T) {
 		{Path: m("e2e/onerank"), Imports: []string{m("runtime/pipe")}},
 		{Path: m("e2e"), Test: true, Imports: []string{m("gen/emit"), m("runtime/pipe"), m("generated/gpipe"), m("e2e/onerank"), m("internal/doctable"), m("internal/chrometrace")}},
 		{Path: m("cmd/ppgen"), Imports: []string{m("gen/emit"), m("internal/chrometrace")}},
+		{Path: m("runtime/world"), Imports: []string{m("runtime/transport"), m("runtime/launch"), m("runtime/collective")}},
+		{Path: m("runtime/world_test"), Test: true, Imports: []string{m("runtime/world"), "testing"}},
+		{Path: m("runtime/mesh"), Test: true, Imports: []string{m("runtime/world"), "testing"}},
+		{Path: m("examples/mlp"), Imports: []string{m("runtime/world"), m("runtime/pipe"), m("runtime/launch")}},
 	}
 	cases := []struct {
 		name  string
@@ -265,6 +281,10 @@ func TestViolations(t *testing.T) {
 			"gen/sim_test (test) imports e2e/onerank: only e2e/ imports e2e/"},
 		{"cmd imports e2e", node{Path: m("cmd/ppgen"), Test: true, Imports: []string{m("e2e/onerank")}},
 			"cmd/ppgen (test) imports e2e/onerank: only e2e/ imports e2e/"},
+		{"a runtime package imports runtime/world", node{Path: m("runtime/pipe"), Imports: []string{m("runtime/world")}},
+			"runtime/pipe imports runtime/world: runtime/world opens the transports and sits above the rest of runtime/"},
+		{"runtime/world imports gen", node{Path: m("runtime/world"), Imports: []string{m("runtime/transport"), m("gen/ir")}},
+			"runtime/world imports gen/ir: gen/ and runtime/ must not import each other"},
 		{"runtime test imports generated code", node{Path: m("runtime/pipe_test"), Test: true, Imports: []string{m("generated/gpipe")}},
 			"runtime/pipe_test (test) imports github.com/ppgen/ppgen/generated/gpipe: runtime/ imports only"},
 	}

@@ -16,6 +16,9 @@
 //     internal/ packages, so such an import would run back up.
 //   - e2e/ (the end-to-end harness and its generated program e2e/onerank)
 //     may import anything, and only e2e/ imports it.
+//   - runtime/world, which opens every transport by name, is the top of the
+//     runtime: trainers (examples/, a user's main) and tests import it, no
+//     other runtime/ package does.
 //
 // The package has no code of its own.
 package deps

@@ -1,0 +1,115 @@
+//go:build mpi
+
+package world_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/world"
+)
+
+// helperVar, set to a world size, makes this test binary one rank of an
+// "mpi" world of that size (mpiRank) instead of running the tests, so
+// that the tests can start it under mpirun.
+const helperVar = "PPGEN_WORLD_MPI_SIZE"
+
+func init() {
+	if v := os.Getenv(helperVar); v != "" {
+		size, _ := strconv.Atoi(v)
+		if err := mpiRank(size); err != nil {
+			fmt.Println("rank error:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// mpiRank opens an "mpi" world of size ranks with synchronous sends, passes
+// a tensor around the ring and closes it.
+func mpiRank(size int) error {
+	w, err := world.Open(context.Background(), "mpi", world.Options{Size: size, Sync: true, Fingerprint: "fp", Schedule: "world test", Timeout: 20 * time.Second})
+	if err != nil {
+		return err
+	}
+	ep := w.Endpoint()
+	r, n := ep.Rank(), w.Size
+	x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{float64(r)}))
+	if r == 0 { // synchronous sends: rank 0 sends first, the others receive first
+		err = ep.Send(1%n, transport.Act, transport.Tag{}, x)
+	}
+	if err == nil {
+		_, got, rerr := ep.Recv((r+n-1)%n, transport.Act)
+		if err = rerr; err == nil && got.Float64s()[0] != float64((r+n-1)%n) {
+			err = fmt.Errorf("rank %d received %v", r, got.Float64s())
+		}
+	}
+	if err == nil && r != 0 {
+		err = ep.Send((r+1)%n, transport.Act, transport.Tag{}, x)
+	}
+	if err != nil {
+		w.Abort(err)
+		return err
+	}
+	fmt.Printf("rank %d of %d ok\n", r, n)
+	return w.Close()
+}
+
+// mpirun runs this test binary as np ranks of an "mpi" world of size.
+func mpirun(t *testing.T, np, size int) (string, error) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	path, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skipf("mpirun not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin); CI does")
+	}
+	argv := []string{path}
+	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
+		argv = append(argv, "--oversubscribe")
+		if os.Geteuid() == 0 {
+			argv = append(argv, "--allow-run-as-root")
+		}
+	}
+	argv = append(argv, "-np", strconv.Itoa(np), os.Args[0])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), helperVar+"="+strconv.Itoa(size))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestMPIWorld: under mpirun -np 3, every rank opens its endpoint of an
+// "mpi" world and passes a message around the ring.
+func TestMPIWorld(t *testing.T) {
+	out, err := mpirun(t, 3, 3)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := strings.Count(out, " of 3 ok\n"); got != 3 {
+		t.Fatalf("%d ranks passed the ring, want 3:\n%s", got, out)
+	}
+}
+
+// TestMPIWorldWrongSize: a world that needs 3 ranks under mpirun -np 2 is
+// refused, naming the -np to use.
+func TestMPIWorldWrongSize(t *testing.T) {
+	out, err := mpirun(t, 2, 3)
+	if err == nil {
+		t.Fatalf("exited 0:\n%s", out)
+	}
+	if !strings.Contains(out, "MPI started 2 processes but the job needs 3 ranks: run mpirun -np 3") {
+		t.Fatalf("no rank named the -np to use:\n%s", out)
+	}
+}
