@@ -23,9 +23,10 @@ type method struct {
 
 // methods (by pipe.Exec method name) and opKinds (by the pipe.OpKind
 // constant of an overlap's backward kind argument, and for naming -table
-// entries) come from gen/emit's call table, the arguments and the letters of
-// -table kinds strings from abi, so reading generated code back always
-// matches what the emitter writes. removed maps the unpacked methods
+// entries) come from abi's kind table (Kind.Method, "Op" and Kind.GoName),
+// as do the arguments and the letters of -table kinds strings, and the
+// fused calls from gen/emit's Fusions, so reading generated code back
+// always matches what the emitter writes. removed maps the unpacked methods
 // runtime/pipe no longer has (x.DataLoad(stage, micro, slot), ...) to the
 // packed method of the same step kind.
 var (
@@ -58,11 +59,11 @@ var unpacked = map[ir.Kind]string{
 }
 
 func init() {
-	for _, c := range emit.Calls() {
-		methods[c.Method] = method{kind: c.Kind, args: c.Kind.Shape(), packed: c.Kind.Shape().Packed()}
-		opKinds[c.Op] = c.Kind
-		if old, ok := unpacked[c.Kind]; ok {
-			removed[old] = c.Method
+	for _, k := range abi.Kinds() {
+		methods[k.Method()] = method{kind: k, args: k.Shape(), packed: k.Shape().Packed()}
+		opKinds["Op"+k.GoName()] = k
+		if old, ok := unpacked[k]; ok {
+			removed[old] = k.Method()
 		}
 	}
 	for _, f := range emit.Fusions() {

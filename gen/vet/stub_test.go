@@ -149,7 +149,7 @@ func TestVetAcceptsRuntimeAPI(t *testing.T) {
 	}
 	for name := range rt.methods {
 		if _, ok := methods[name]; !ok && !slices.Contains(nonStep, name) {
-			t.Errorf("runtime/pipe's Exec.%s is neither a step vet reads (gen/emit's Calls or Fusions) nor in nonStep", name)
+			t.Errorf("runtime/pipe's Exec.%s is neither a step vet reads (abi's Kind.Method or gen/emit's Fusions) nor in nonStep", name)
 		}
 	}
 	for old, use := range removed {
@@ -174,10 +174,10 @@ func TestStubMatchesRuntime(t *testing.T) {
 	rt := readAPI(t, filepath.Join("..", "..", "runtime", "pipe"))
 	stub := readAPI(t, filepath.Join("testdata", "src", "github.com", "ppgen", "ppgen", "runtime", "pipe"))
 	want := []string{"Err"}
-	for _, c := range emit.Calls() {
-		want = append(want, c.Method)
-		if !stub.consts[c.Op] {
-			t.Errorf("the stub lacks pipe.%s (gen/emit names it for %v)", c.Op, c.Kind)
+	for _, k := range abi.Kinds() {
+		want = append(want, k.Method())
+		if op := "Op" + k.GoName(); !stub.consts[op] {
+			t.Errorf("the stub lacks pipe.%s (abi names it for %v)", op, k)
 		}
 	}
 	for _, f := range emit.Fusions() {

@@ -48,7 +48,7 @@ func (x *Exec) ownerLoad(stage, micro, slot int) bool {
 // sendOwned runs the checks of SendInput (MPIPE_FWD_SEND) and posts the
 // send of the owner's loaded input.
 func (x *Exec) sendOwned(stage, micro, peer, slot int) {
-	const k = OpSendInput
+	const k = OpMpipeSend
 	switch {
 	case slot != -1:
 		x.stepFailf(k, stage, micro, peer, "slot %d: an owner's send of another rank's input has no slot (0xffff)", slot)
@@ -72,7 +72,7 @@ func (x *Exec) sendOwned(stage, micro, peer, slot int) {
 // checkOwner checks the peer of RecvInput (MPIPE_FWD_RECV): stage is the
 // first, micro owned by peer, another rank.
 func (x *Exec) checkOwner(stage, micro, peer int) bool {
-	const k = OpRecvInput
+	const k = OpMpipeRecv
 	switch o := x.owner(micro); {
 	case !x.routeFirst(stage):
 		x.stepFailf(k, stage, micro, peer, "stage %d does not begin the micro-batches' route: only the first stage takes an owner's input", stage)

@@ -29,10 +29,10 @@ type OpKind uint8
 const (
 	OpInvalid OpKind = iota
 	OpDataLoad
-	OpRecvAct
-	OpSendAct
-	OpRecvGrad
-	OpSendGrad
+	OpRecvF
+	OpSendF
+	OpRecvB
+	OpSendB
 	OpForward
 	OpBackward
 	OpBackwardInput
@@ -47,10 +47,10 @@ const (
 	OpSwapWaitOffload
 	OpSwapLaunchLoad
 	OpSwapWaitLoad
-	OpRecvInput
-	OpSendInput
-	OpRecvData
-	OpSendData
+	OpMpipeRecv
+	OpMpipeSend
+	OpDataRecv
+	OpDataSend
 	OpBatchBegin
 	OpBatchEnd
 	OpTieGrad
