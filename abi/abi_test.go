@@ -278,8 +278,7 @@ func formatAt(a At) string { return string(AppendAt(nil, a)) }
 
 // TestGoNames: each row's Go name is the identifier of its constant in
 // kinds.go (read from the source, as stringer reads it), and every kind has
-// a method of its own, the Go name or the text name but for the nine that
-// predate the rule.
+// a method of its own, its Go name or its text name.
 func TestGoNames(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), "kinds.go", nil, 0)
 	if err != nil {
@@ -298,8 +297,6 @@ func TestGoNames(t *testing.T) {
 	if len(idents) != int(numKinds)+1 { // numKinds ends the block
 		t.Fatalf("found %d constants in the Kind block, want %d", len(idents), numKinds+1)
 	}
-	older := map[Kind]bool{DataLoad: true, DataSend: true, DataRecv: true, SwapLaunchOffload: true, SwapWaitOffload: true,
-		SwapLaunchLoad: true, SwapWaitLoad: true, MpipeSend: true, MpipeRecv: true}
 	methods := map[string]Kind{}
 	for k := Invalid; k < numKinds; k++ {
 		if got := k.GoName(); got != idents[k] {
@@ -316,8 +313,8 @@ func TestGoNames(t *testing.T) {
 			t.Errorf("%v: method %q (also %v's)", k, m, o)
 		}
 		methods[m] = k
-		if (m == k.GoName() || m == k.String()) == older[k] {
-			t.Errorf("%v: method %q, Go name %s, listed as older %v", k, m, k.GoName(), older[k])
+		if m != k.GoName() && m != k.String() {
+			t.Errorf("%v: method %q is neither its Go name %s nor its text name", k, m, k.GoName())
 		}
 	}
 	if Kind(200).GoName() != "" || Kind(200).Method() != "" {

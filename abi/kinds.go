@@ -48,9 +48,9 @@ const (
 // runtime/pipe. The pipe.Exec method generated code calls for it is named
 // here too: gen/emit writes it, gen/vet reads it back and runtime/pipe's
 // interpreter table is generated from it. The method is the Go name, or the
-// text name for the compute steps (x.F, x.B, x.I, x.W); nine kinds keep an
-// older method name (x.Load, x.LaunchOffload, x.RecvLabels, x.RecvInput,
-// ...), since renaming a method generated code calls takes a new Version.
+// text name for the compute steps (x.F, x.B, x.I, x.W), so a kind has no
+// third spelling; a method's name is in generated code, so renaming one
+// takes a new Version.
 type row struct {
 	name    string   // schedule text form
 	goName  string   // Go identifier of the constant (TestGoNames checks it)
@@ -89,21 +89,21 @@ var kinds = [numKinds]row{
 	RecvF:             {"RECV_F", "RecvF", "RecvF", 'r', ArgsComm, ActChannel, recv, []string{"FWD_RECV"}},
 	SendB:             {"SEND_B", "SendB", "SendB", 'S', ArgsComm, GradChannel, send, []string{"BWD_SEND"}},
 	RecvB:             {"RECV_B", "RecvB", "RecvB", 'R', ArgsComm, GradChannel, recv, []string{"BWD_RECV"}},
-	DataLoad:          {"DATA_LOAD", "DataLoad", "Load", 'L', ArgsLocal, NoChannel, 0, nil},
-	DataSend:          {"DATA_SEND", "DataSend", "SendLabels", 't', ArgsComm, DataChannel, send, nil},
-	DataRecv:          {"DATA_RECV", "DataRecv", "RecvLabels", 'T', ArgsComm, DataChannel, recv, nil},
+	DataLoad:          {"DATA_LOAD", "DataLoad", "DataLoad", 'L', ArgsLocal, NoChannel, 0, nil},
+	DataSend:          {"DATA_SEND", "DataSend", "DataSend", 't', ArgsComm, DataChannel, send, nil},
+	DataRecv:          {"DATA_RECV", "DataRecv", "DataRecv", 'T', ArgsComm, DataChannel, recv, nil},
 	Unshard:           {"UNSHARD", "Unshard", "Unshard", 'U', ArgsStage, NoChannel, fsdp, nil},
 	Reshard:           {"RESHARD", "Reshard", "Reshard", 'u', ArgsStage, NoChannel, fsdp, nil},
 	ReduceGrad:        {"REDUCE_GRAD", "ReduceGrad", "ReduceGrad", 'G', ArgsStage, NoChannel, fsdp, nil},
-	SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", "SwapLaunchOffload", "LaunchOffload", 'J', ArgsLocal, NoChannel, swap, nil},
-	SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", "SwapWaitOffload", "WaitOffload", 'j', ArgsLocal, NoChannel, swap, nil},
-	SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", "SwapLaunchLoad", "LaunchLoad", 'K', ArgsLocal, NoChannel, swap, nil},
-	SwapWaitLoad:      {"SWAP_WAIT_LOAD", "SwapWaitLoad", "WaitLoad", 'k', ArgsLocal, NoChannel, swap, nil},
+	SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", "SwapLaunchOffload", "SwapLaunchOffload", 'J', ArgsLocal, NoChannel, swap, nil},
+	SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", "SwapWaitOffload", "SwapWaitOffload", 'j', ArgsLocal, NoChannel, swap, nil},
+	SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", "SwapLaunchLoad", "SwapLaunchLoad", 'K', ArgsLocal, NoChannel, swap, nil},
+	SwapWaitLoad:      {"SWAP_WAIT_LOAD", "SwapWaitLoad", "SwapWaitLoad", 'k', ArgsLocal, NoChannel, swap, nil},
 	OverlapFB:         {"OVERLAP_F_B", "OverlapFB", "OverlapFB", 'X', ArgsOverlap, NoChannel, compute, nil},
 	OverlapBF:         {"OVERLAP_B_F", "OverlapBF", "OverlapBF", 'Y', ArgsOverlap, NoChannel, compute, nil},
 	OptStep:           {"OPT_STEP", "OptStep", "OptStep", 'O', ArgsNone, NoChannel, 0, nil},
-	MpipeSend:         {"MPIPE_FWD_SEND", "MpipeSend", "SendInput", 'm', ArgsComm, DataChannel, send, nil},
-	MpipeRecv:         {"MPIPE_FWD_RECV", "MpipeRecv", "RecvInput", 'M', ArgsComm, DataChannel, recv, nil},
+	MpipeSend:         {"MPIPE_FWD_SEND", "MpipeSend", "MpipeSend", 'm', ArgsComm, DataChannel, send, nil},
+	MpipeRecv:         {"MPIPE_FWD_RECV", "MpipeRecv", "MpipeRecv", 'M', ArgsComm, DataChannel, recv, nil},
 	BatchBegin:        {"BATCH_BEGIN", "BatchBegin", "BatchBegin", 'Q', ArgsNone, NoChannel, 0, nil},
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, 0, nil},

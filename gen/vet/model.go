@@ -35,34 +35,37 @@ var (
 	removed = map[string]string{}
 )
 
-// unpacked is the spelling of each packed step kind's method before
-// runtime/pipe dropped the unpacked twins (SupportPackageIsVersion1 still):
-// hand-edited or stale code may call them, and vet names the packed method.
-var unpacked = map[ir.Kind]string{
-	ir.DataLoad:          "DataLoad",
-	ir.RecvF:             "RecvAct",
-	ir.SendF:             "SendAct",
-	ir.RecvB:             "RecvGrad",
-	ir.SendB:             "SendGrad",
-	ir.Forward:           "Forward",
-	ir.Backward:          "Backward",
-	ir.BackwardInput:     "BackwardInput",
-	ir.BackwardWeight:    "BackwardWeight",
-	ir.SwapLaunchOffload: "SwapLaunchOffload",
-	ir.SwapWaitOffload:   "SwapWaitOffload",
-	ir.SwapLaunchLoad:    "SwapLaunchLoad",
-	ir.SwapWaitLoad:      "SwapWaitLoad",
-	ir.DataRecv:          "RecvData",
-	ir.DataSend:          "SendData",
-	ir.MpipeRecv:         "MpipeRecv",
-	ir.MpipeSend:         "MpipeSend",
+// older are the names a step kind's method had in earlier runtime APIs,
+// which hand-edited or stale code may call; vet names the method that
+// replaced them. Within Version 1 runtime/pipe dropped the unpacked twins
+// of the packed steps (x.RecvAct(stage, micro, peer, slot), ...); Version 2
+// named the methods after their kinds (x.Load became x.DataLoad, ...), so
+// that a kind has no third spelling (abi.Kind.Method).
+var older = map[ir.Kind][]string{
+	ir.DataLoad:          {"Load"},
+	ir.RecvF:             {"RecvAct"},
+	ir.SendF:             {"SendAct"},
+	ir.RecvB:             {"RecvGrad"},
+	ir.SendB:             {"SendGrad"},
+	ir.Forward:           {"Forward"},
+	ir.Backward:          {"Backward"},
+	ir.BackwardInput:     {"BackwardInput"},
+	ir.BackwardWeight:    {"BackwardWeight"},
+	ir.SwapLaunchOffload: {"LaunchOffload"},
+	ir.SwapWaitOffload:   {"WaitOffload"},
+	ir.SwapLaunchLoad:    {"LaunchLoad"},
+	ir.SwapWaitLoad:      {"WaitLoad"},
+	ir.DataRecv:          {"RecvData", "RecvLabels"},
+	ir.DataSend:          {"SendData", "SendLabels"},
+	ir.MpipeRecv:         {"RecvInput"},
+	ir.MpipeSend:         {"SendInput"},
 }
 
 func init() {
 	for _, k := range abi.Kinds() {
 		methods[k.Method()] = method{kind: k, args: k.Shape(), packed: k.Shape().Packed()}
 		opKinds["Op"+k.GoName()] = k
-		if old, ok := unpacked[k]; ok {
+		for _, old := range older[k] {
 			removed[old] = k.Method()
 		}
 	}

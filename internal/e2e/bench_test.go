@@ -79,7 +79,7 @@ type floorExec struct {
 }
 
 //go:noinline
-func (x *floorExec) Load(a pipe.At) {
+func (x *floorExec) DataLoad(a pipe.At) {
 	stage, micro, _, _ := a.Unpack()
 	if stage == 0 {
 		x.t, x.err = x.data.Input(micro)

@@ -23,11 +23,11 @@ import (
 // small wrapper into each multiplies the compiler's work. Their fast paths
 // are small enough that the compiler would otherwise inline some.
 
-// Load loads the input (stage 0, or the first stage of micro's model copy)
+// DataLoad loads the input (stage 0, or the first stage of micro's model copy)
 // and/or the labels (the last stage of micro's route) of micro into slot.
 //
 //go:noinline
-func (x *Exec) Load(a At) {
+func (x *Exec) DataLoad(a At) {
 	stage, micro, slot, _ := a.Fields()
 	st := x.state.Load()
 	// stage begins or ends a route, so keyable; it is on this rank iff its

@@ -18,21 +18,21 @@ const (
 	OpRecvF             = abi.RecvF             // RECV_F: RecvF(At of Stage, Micro, Peer, Slot)
 	OpSendB             = abi.SendB             // SEND_B: SendB(At of Stage, Micro, Peer, Slot)
 	OpRecvB             = abi.RecvB             // RECV_B: RecvB(At of Stage, Micro, Peer, Slot)
-	OpDataLoad          = abi.DataLoad          // DATA_LOAD: Load(At of Stage, Micro, Slot)
-	OpDataSend          = abi.DataSend          // DATA_SEND: SendLabels(At of Stage, Micro, Peer, Slot)
-	OpDataRecv          = abi.DataRecv          // DATA_RECV: RecvLabels(At of Stage, Micro, Peer, Slot)
+	OpDataLoad          = abi.DataLoad          // DATA_LOAD: DataLoad(At of Stage, Micro, Slot)
+	OpDataSend          = abi.DataSend          // DATA_SEND: DataSend(At of Stage, Micro, Peer, Slot)
+	OpDataRecv          = abi.DataRecv          // DATA_RECV: DataRecv(At of Stage, Micro, Peer, Slot)
 	OpUnshard           = abi.Unshard           // UNSHARD: Unshard(Stage)
 	OpReshard           = abi.Reshard           // RESHARD: Reshard(Stage)
 	OpReduceGrad        = abi.ReduceGrad        // REDUCE_GRAD: ReduceGrad(Stage)
-	OpSwapLaunchOffload = abi.SwapLaunchOffload // SWAP_LAUNCH_OFFLOAD: LaunchOffload(At of Stage, Micro, Slot)
-	OpSwapWaitOffload   = abi.SwapWaitOffload   // SWAP_WAIT_OFFLOAD: WaitOffload(At of Stage, Micro, Slot)
-	OpSwapLaunchLoad    = abi.SwapLaunchLoad    // SWAP_LAUNCH_LOAD: LaunchLoad(At of Stage, Micro, Slot)
-	OpSwapWaitLoad      = abi.SwapWaitLoad      // SWAP_WAIT_LOAD: WaitLoad(At of Stage, Micro, Slot)
+	OpSwapLaunchOffload = abi.SwapLaunchOffload // SWAP_LAUNCH_OFFLOAD: SwapLaunchOffload(At of Stage, Micro, Slot)
+	OpSwapWaitOffload   = abi.SwapWaitOffload   // SWAP_WAIT_OFFLOAD: SwapWaitOffload(At of Stage, Micro, Slot)
+	OpSwapLaunchLoad    = abi.SwapLaunchLoad    // SWAP_LAUNCH_LOAD: SwapLaunchLoad(At of Stage, Micro, Slot)
+	OpSwapWaitLoad      = abi.SwapWaitLoad      // SWAP_WAIT_LOAD: SwapWaitLoad(At of Stage, Micro, Slot)
 	OpOverlapFB         = abi.OverlapFB         // OVERLAP_F_B: OverlapFB of the two ops that follow this header (other fields -1)
 	OpOverlapBF         = abi.OverlapBF         // OVERLAP_B_F: OverlapBF of the two ops that follow this header (other fields -1)
 	OpOptStep           = abi.OptStep           // OPT_STEP: OptStep(), no fields
-	OpMpipeSend         = abi.MpipeSend         // MPIPE_FWD_SEND: SendInput(At of Stage, Micro, Peer, Slot)
-	OpMpipeRecv         = abi.MpipeRecv         // MPIPE_FWD_RECV: RecvInput(At of Stage, Micro, Peer, Slot)
+	OpMpipeSend         = abi.MpipeSend         // MPIPE_FWD_SEND: MpipeSend(At of Stage, Micro, Peer, Slot)
+	OpMpipeRecv         = abi.MpipeRecv         // MPIPE_FWD_RECV: MpipeRecv(At of Stage, Micro, Peer, Slot)
 	OpBatchBegin        = abi.BatchBegin        // BATCH_BEGIN: BatchBegin(), no fields
 	OpBatchEnd          = abi.BatchEnd          // BATCH_END: BatchEnd(), no fields
 	OpTieGrad           = abi.TieGrad           // TIE_GRAD: TieGrad(Stage)
@@ -49,15 +49,15 @@ var packedSteps = [256]func(*Exec, At){
 	OpRecvF:             (*Exec).RecvF,
 	OpSendB:             (*Exec).SendB,
 	OpRecvB:             (*Exec).RecvB,
-	OpDataLoad:          (*Exec).Load,
-	OpDataSend:          (*Exec).SendLabels,
-	OpDataRecv:          (*Exec).RecvLabels,
-	OpSwapLaunchOffload: (*Exec).LaunchOffload,
-	OpSwapWaitOffload:   (*Exec).WaitOffload,
-	OpSwapLaunchLoad:    (*Exec).LaunchLoad,
-	OpSwapWaitLoad:      (*Exec).WaitLoad,
-	OpMpipeSend:         (*Exec).SendInput,
-	OpMpipeRecv:         (*Exec).RecvInput,
+	OpDataLoad:          (*Exec).DataLoad,
+	OpDataSend:          (*Exec).DataSend,
+	OpDataRecv:          (*Exec).DataRecv,
+	OpSwapLaunchOffload: (*Exec).SwapLaunchOffload,
+	OpSwapWaitOffload:   (*Exec).SwapWaitOffload,
+	OpSwapLaunchLoad:    (*Exec).SwapLaunchLoad,
+	OpSwapWaitLoad:      (*Exec).SwapWaitLoad,
+	OpMpipeSend:         (*Exec).MpipeSend,
+	OpMpipeRecv:         (*Exec).MpipeRecv,
 }
 
 // stageSteps holds, per kind value, the method of the kinds whose steps name a stage only (abi.ArgsStage);

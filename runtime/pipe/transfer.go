@@ -120,31 +120,31 @@ func (x *Exec) RecvB(a At) { x.transfer(&recvGrad, a) }
 //go:noinline
 func (x *Exec) SendB(a At) { x.transfer(&sendGrad, a) }
 
-// RecvLabels posts the receive of the labels of (stage, micro) from peer, the
+// DataRecv posts the receive of the labels of (stage, micro) from peer, the
 // rank of stage-1, into slot (DATA_RECV).
 //
 //go:noinline
-func (x *Exec) RecvLabels(a At) { x.transfer(&recvData, a) }
+func (x *Exec) DataRecv(a At) { x.transfer(&recvData, a) }
 
-// SendLabels posts the send of the labels of (stage, micro) in slot to peer,
+// DataSend posts the send of the labels of (stage, micro) in slot to peer,
 // the rank of stage+1 (DATA_SEND).
 //
 //go:noinline
-func (x *Exec) SendLabels(a At) { x.transfer(&sendData, a) }
+func (x *Exec) DataSend(a At) { x.transfer(&sendData, a) }
 
-// RecvInput runs MPIPE_FWD_RECV(stage, micro) on the first stage's rank: it
+// MpipeRecv runs MPIPE_FWD_RECV(stage, micro) on the first stage's rank: it
 // posts the receive of micro's input from its owner (peer) into slot. The
 // F of the chunk waits for it. The At is (stage, micro, peer, slot).
 //
 //go:noinline
-func (x *Exec) RecvInput(a At) { x.transfer(&recvInput, a) }
+func (x *Exec) MpipeRecv(a At) { x.transfer(&recvInput, a) }
 
-// SendInput runs MPIPE_FWD_SEND(stage, micro) on micro's owner: it posts
+// MpipeSend runs MPIPE_FWD_SEND(stage, micro) on micro's owner: it posts
 // the send of the input its DATA_LOAD took to peer, the rank of stage (the
 // first stage), on the data channel. The At is (stage, micro, peer, -1).
 //
 //go:noinline
-func (x *Exec) SendInput(a At) { x.transfer(&sendInput, a) }
+func (x *Exec) MpipeSend(a At) { x.transfer(&sendInput, a) }
 
 // transfer runs the transfer t with arguments a: the fast path when every
 // check passes at once (the neighbour transfers), else transferSlow.
