@@ -48,7 +48,6 @@ func TestKinds(t *testing.T) {
 		BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, "A", 0},
 		BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, "A", 0},
 		TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, "s", 0},
-		ZeroGrad:          {"ZERO_GRAD", 'Z', ArgsStage, NoChannel, "s", 0},
 	}
 	if len(Kinds()) != len(cases) {
 		t.Errorf("Kinds() has %d kinds; the test pins %d", len(Kinds()), len(cases))

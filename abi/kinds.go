@@ -39,7 +39,6 @@ const (
 	BatchBegin             // BATCH_BEGIN: the transfers up to BATCH_END are one batch (coalesced)
 	BatchEnd               // BATCH_END: closes the batch BATCH_BEGIN opened; the runtime issues it as one group
 	TieGrad                // TIE_GRAD: sum a tied parameter's gradients with the other stage of its tie (-tie A:B)
-	ZeroGrad               // ZERO_GRAD: zero a stage's gradients before its first backward (scratch)
 	numKinds
 )
 
@@ -108,7 +107,6 @@ var kinds = [numKinds]row{
 	BatchBegin:        {"BATCH_BEGIN", "BatchBegin", "BatchBegin", 'Q', ArgsNone, NoChannel, 0, nil},
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, 0, nil},
-	ZeroGrad:          {"ZERO_GRAD", "ZeroGrad", "ZeroGrad", 'Z', ArgsStage, NoChannel, 0, nil},
 }
 
 // facts is the part of a row the predicates read, packed in four bytes.

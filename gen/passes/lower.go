@@ -62,8 +62,6 @@ type Options struct {
 	// Ties are the tied stage pairs (-tie A:B): the Tie pass places each
 	// tie's gradient exchange (TIE_GRAD) before OPT_STEP.
 	Ties []ir.Tie
-	// ZeroGrad adds the ZERO_GRAD steps (scratch).
-	ZeroGrad bool
 }
 
 // LowerInfo reports what lowering produced.
@@ -152,9 +150,6 @@ func Pipeline(opt Options) []Pass {
 	}
 	if len(opt.Ties) > 0 {
 		ps = append(ps, Pass{Name: "tie", Run: func(p ir.Program) (ir.Program, error) { return Tie(p, opt.Ties) }})
-	}
-	if opt.ZeroGrad {
-		ps = append(ps, Pass{Name: "zerograd", Run: ZeroGrad})
 	}
 	if !opt.NoOptStep && !opt.ForwardOnly {
 		// In place: it runs after "comm", whose output nobody else holds.

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -460,8 +459,6 @@ func (c *Cost) StepCost(st ir.Step) float64 {
 		return c.Reduce + c.CollTime(st.Stage)
 	case ir.OptStep:
 		return c.Opt
-	case abi.ZeroGrad:
-		return c.Opt / 10
 	}
 	return c.computeCost(st)
 }

@@ -166,9 +166,6 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if err := c.ties(); err != nil {
 		return c.rep, err
 	}
-	if err := c.zeroGrads(); err != nil {
-		return c.rep, err
-	}
 	if c.lowered {
 		if err := c.match(); err != nil {
 			return c.rep, err

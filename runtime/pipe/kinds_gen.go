@@ -36,7 +36,6 @@ const (
 	OpBatchBegin        = abi.BatchBegin        // BATCH_BEGIN: BatchBegin(), no fields
 	OpBatchEnd          = abi.BatchEnd          // BATCH_END: BatchEnd(), no fields
 	OpTieGrad           = abi.TieGrad           // TIE_GRAD: TieGrad(Stage)
-	OpZeroGrad          = abi.ZeroGrad          // ZERO_GRAD: ZeroGrad(Stage)
 )
 
 // packedSteps holds, per kind value, the packed method (one At) of the kinds whose abi.Shape is Packed;
@@ -68,7 +67,6 @@ var stageSteps = [256]func(*Exec, int){
 	OpReshard:    (*Exec).Reshard,
 	OpReduceGrad: (*Exec).ReduceGrad,
 	OpTieGrad:    (*Exec).TieGrad,
-	OpZeroGrad:   (*Exec).ZeroGrad,
 }
 
 // bareSteps holds, per kind value, the method of the kinds whose steps have no operands (abi.ArgsNone);

@@ -54,7 +54,6 @@ const (
 	OpBatchBegin
 	OpBatchEnd
 	OpTieGrad
-	OpZeroGrad
 )
 
 type Op struct {
@@ -90,7 +89,6 @@ func (x *Exec) Unshard(stage int)    {}
 func (x *Exec) Reshard(stage int)    {}
 func (x *Exec) ReduceGrad(stage int) {}
 func (x *Exec) TieGrad(stage int)    {}
-func (x *Exec) ZeroGrad(stage int)   {}
 
 func (x *Exec) SwapLaunchOffload(a At) {}
 func (x *Exec) SwapWaitOffload(a At)   {}
