@@ -48,9 +48,9 @@ func rank0Part0(x *pipe.Exec) {
 
 // rank0Part1 runs steps 6-11 of rank 0.
 func rank0Part1(x *pipe.Exec) {
-	x.SendF(0x0000_0001_0001_0001) // 0SEND_F1 peer 1, slot 1
-	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
-	x.B(0x0000_0000_0000_ffff) // want "edited generated code: rank 0 step 8 is x\\.B\\(0x0000_0000_0000_ffff\\) \\([^()]*\\) where .* generates x\\.BatchEnd\\(\\)" "unsafe program: rank 0 step 8 \\(0B0\\): B inside the batch that step 5 opened; a batch holds only transfers"
+	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
+	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
+	x.B(0x0000_0000_0000_ffff)        // want "edited generated code: rank 0 step 8 is x\\.B\\(0x0000_0000_0000_ffff\\) \\([^()]*\\) where .* generates x\\.BatchEnd\\(\\)" "unsafe program: rank 0 step 8 \\(0B0\\): B inside the batch that step 5 opened; a batch holds only transfers"
 	x.DataLoad(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
 	x.F(0x0000_0002_0000_ffff)        // 0F2 slot 0
 }

@@ -85,10 +85,10 @@ func rank1Part0(x *pipe.Exec) {
 func rank1Part1(x *pipe.Exec) {
 	x.RecvF(0x0001_0002_0000_0000) // want "edited generated code: rank 1 step 6 is x\\.RecvF\\(0x0001_0002_0000_0000\\) \\([^()]*\\)"
 	x.SendB(0x0001_0000_0000_0000)
-	x.F(0x0001_0001_0001_ffff)        // 1F1 slot 1
-	x.B(0x0001_0001_0001_ffff)        // 1B1 slot 1
+	x.F(0x0001_0001_0001_ffff) // 1F1 slot 1
+	x.B(0x0001_0001_0001_ffff) // 1B1 slot 1
 	x.DataLoad(0x0001_0002_0000_ffff)
-	x.SendB(0x0001_0001_0000_0001)    // 1SEND_B1 peer 0, slot 1
+	x.SendB(0x0001_0001_0000_0001) // 1SEND_B1 peer 0, slot 1
 }
 
 // rank1Part2 runs steps 12-15 of rank 1.

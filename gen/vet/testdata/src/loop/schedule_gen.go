@@ -74,7 +74,7 @@ func Rank1(x *pipe.Exec) error {
 // rank1Part0 runs steps 0-5 of rank 1.
 func rank1Part0(x *pipe.Exec) {
 	for i := 0; i < 1; i++ { // want "rank 1: rank1Part0 holds a loop; generated rank functions are straight-line runtime calls"
-	x.DataLoad(0x0001_0000_0000_ffff)
+		x.DataLoad(0x0001_0000_0000_ffff)
 	}
 	x.RecvF(0x0001_0000_0000_0000)    // 1RECV_F0 peer 0, slot 0
 	x.F(0x0001_0000_0000_ffff)        // 1F0 slot 0

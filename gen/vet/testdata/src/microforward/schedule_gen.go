@@ -84,7 +84,7 @@ func rank1Part0(x *pipe.Exec) {
 // rank1Part1 runs steps 6-11 of rank 1.
 func rank1Part1(x *pipe.Exec) {
 	x.SendB(0x0001_0000_0000_0000)    // 1SEND_B0 peer 0, slot 0
-	x.F(0x0001_0002_0001_ffff) // want "edited generated code: rank 1 step 7 is x\\.F\\(0x0001_0002_0001_ffff\\) \\([^()]*\\) where .* generates x\\.F\\(0x0001_0001_0001_ffff\\) \\([^()]*\\)"
+	x.F(0x0001_0002_0001_ffff)        // want "edited generated code: rank 1 step 7 is x\\.F\\(0x0001_0002_0001_ffff\\) \\([^()]*\\) where .* generates x\\.F\\(0x0001_0001_0001_ffff\\) \\([^()]*\\)"
 	x.B(0x0001_0001_0001_ffff)        // 1B1 slot 1
 	x.DataLoad(0x0001_0002_0000_ffff) // 1DATA_LOAD2 slot 0
 	x.RecvF(0x0001_0002_0000_0000)    // 1RECV_F2 peer 0, slot 0

@@ -51,7 +51,7 @@ func rank0Part1(x *pipe.Exec) {
 	x.B(0x0000_0000_0000_ffff)        // 0B0 slot 0
 	x.DataLoad(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
 	x.F(0x0000_0002_0000_ffff)        // 0F2 slot 0
-	x.SendF(0x0000_0001_0001_0000) // want "x\\.SendF\\(0x0000_0001_0001_0000\\) \\([^()]*\\) is the 3rd act send from rank 0 to rank 1, but the 3rd act receive on rank 1 is x\\.RecvF\\(0x0001_0002_0000_0000\\) \\([^()]*\\), not stage 1 micro 1" "edited generated code: rank 0 step 10 is x\\.SendF\\(0x0000_0001_0001_0000\\) \\([^()]*\\) where .* generates x\\.SendF\\(0x0000_0002_0001_0000\\) \\([^()]*\\)"
+	x.SendF(0x0000_0001_0001_0000)    // want "x\\.SendF\\(0x0000_0001_0001_0000\\) \\([^()]*\\) is the 3rd act send from rank 0 to rank 1, but the 3rd act receive on rank 1 is x\\.RecvF\\(0x0001_0002_0000_0000\\) \\([^()]*\\), not stage 1 micro 1" "edited generated code: rank 0 step 10 is x\\.SendF\\(0x0000_0001_0001_0000\\) \\([^()]*\\) where .* generates x\\.SendF\\(0x0000_0002_0001_0000\\) \\([^()]*\\)"
 	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
 }
 

@@ -46,12 +46,12 @@ func rank0Part0(x *pipe.Exec) {
 
 // rank0Part1 runs steps 6-11 of rank 0.
 func rank0Part1(x *pipe.Exec) {
-	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
-	x.B(0x0000_0000_0000_ffff)        // 0B0 slot 0
+	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
+	x.B(0x0000_0000_0000_ffff)     // 0B0 slot 0
 	x.DataLoad(0x0000_0002_0001_ffff)
-	x.F(0x0000_0002_0000_ffff)        // 0F2 slot 0 // want "unsafe program: rank 0 step 9 \\(0F2\\): 0F2 uses slot 0, but its chunk \\(stage 0, micro 2\\) has slot 1 since step 8"
-	x.SendF(0x0000_0002_0001_0000)    // 0SEND_F2 peer 1, slot 0
-	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
+	x.F(0x0000_0002_0000_ffff)     // 0F2 slot 0 // want "unsafe program: rank 0 step 9 \\(0F2\\): 0F2 uses slot 0, but its chunk \\(stage 0, micro 2\\) has slot 1 since step 8"
+	x.SendF(0x0000_0002_0001_0000) // 0SEND_F2 peer 1, slot 0
+	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
 }
 
 // rank0Part2 runs steps 12-15 of rank 0.

@@ -41,7 +41,7 @@ func rank0Part0(x *pipe.Exec) {
 	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
 	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
 	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
-	x.F(pipe.At(micro)) // want "rank 0 step 4: the argument of x.F\\(pipe.At\\(micro\\)\\) is pipe.At\\(micro\\), not a pipe.At constant"
+	x.F(pipe.At(micro))               // want "rank 0 step 4: the argument of x.F\\(pipe.At\\(micro\\)\\) is pipe.At\\(micro\\), not a pipe.At constant"
 	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
 }
 

@@ -48,7 +48,7 @@ func rank0Part0(x *pipe.Exec) {
 // rank0Part1 runs steps 6-11 of rank 0.
 func rank0Part1(x *pipe.Exec) {
 	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
-	x.B(0x0000_0000_0000_0001) // want "rank 0 step 7: x\\.B\\(0x0000_0000_0000_0001\\) \\([^()]*\\): src 1, but its input comes from its own slot"
+	x.B(0x0000_0000_0000_0001)        // want "rank 0 step 7: x\\.B\\(0x0000_0000_0000_0001\\) \\([^()]*\\): src 1, but its input comes from its own slot"
 	x.DataLoad(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
 	x.F(0x0000_0002_0000_ffff)        // 0F2 slot 0
 	x.SendF(0x0000_0002_0001_0000)    // 0SEND_F2 peer 1, slot 0

@@ -40,7 +40,7 @@ func rank0Part0(x *pipe.Exec) {
 	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
 	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
 	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
-	x.SendF(0x0000_0001_0001_0001) // want "rank 0 step 3: x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) is the 1st act send from rank 0 to rank 1, but the 1st act receive on rank 1 is x\\.RecvF\\(0x0001_0000_0000_0000\\) \\([^()]*\\), not stage 1 micro 1" "edited generated code: rank 0 step 3 is x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) where .* generates x\\.SendF\\(0x0000_0000_0001_0000\\) \\([^()]*\\)"
+	x.SendF(0x0000_0001_0001_0001)    // want "rank 0 step 3: x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) is the 1st act send from rank 0 to rank 1, but the 1st act receive on rank 1 is x\\.RecvF\\(0x0001_0000_0000_0000\\) \\([^()]*\\), not stage 1 micro 1" "edited generated code: rank 0 step 3 is x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) where .* generates x\\.SendF\\(0x0000_0000_0001_0000\\) \\([^()]*\\)"
 	x.F(0x0000_0001_0001_ffff)
 	x.SendF(0x0000_0000_0001_0000)
 }
