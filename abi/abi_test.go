@@ -1,6 +1,9 @@
 package abi
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"slices"
 	"strconv"
 	"strings"
@@ -272,3 +275,49 @@ func TestAppendAt(t *testing.T) {
 
 // formatAt is the constant AppendAt writes for a, as a string.
 func formatAt(a At) string { return string(AppendAt(nil, a)) }
+
+// TestGoNames: each row's Go name is the identifier of its constant in
+// kinds.go (read from the source, as stringer reads it), and every kind has
+// a method of its own, its Go name or its text name.
+func TestGoNames(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "kinds.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idents []string
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST || len(g.Specs) == 0 || g.Specs[0].(*ast.ValueSpec).Names[0].Name != "Invalid" {
+			continue
+		}
+		for _, s := range g.Specs {
+			idents = append(idents, s.(*ast.ValueSpec).Names[0].Name)
+		}
+	}
+	if len(idents) != int(numKinds)+1 { // numKinds ends the block
+		t.Fatalf("found %d constants in the Kind block, want %d", len(idents), numKinds+1)
+	}
+	methods := map[string]Kind{}
+	for k := Invalid; k < numKinds; k++ {
+		if got := k.GoName(); got != idents[k] {
+			t.Errorf("kind %d: GoName %q, constant %s", uint8(k), got, idents[k])
+		}
+		if k == Invalid {
+			if k.Method() != "" {
+				t.Errorf("Invalid has method %q", k.Method())
+			}
+			continue
+		}
+		m := k.Method()
+		if o, dup := methods[m]; dup || m == "" {
+			t.Errorf("%v: method %q (also %v's)", k, m, o)
+		}
+		methods[m] = k
+		if m != k.GoName() && m != k.String() {
+			t.Errorf("%v: method %q is neither its Go name %s nor its text name", k, m, k.GoName())
+		}
+	}
+	if Kind(200).GoName() != "" || Kind(200).Method() != "" {
+		t.Errorf("Kind(200): GoName %q, Method %q", Kind(200).GoName(), Kind(200).Method())
+	}
+}

@@ -42,9 +42,19 @@ const (
 	numKinds
 )
 
-// row is everything the two sides agree on about one kind.
+// row is everything the two sides agree on about one kind. A kind has a
+// text name (PyTorch's where PyTorch has the kind) and a Go name, the
+// identifier of its constant here, in gen/ir and, with "Op" in front, in
+// runtime/pipe. The pipe.Exec method generated code calls for it is named
+// here too: gen/emit writes it, gen/vet reads it back and runtime/pipe's
+// interpreter table is generated from it. The method is the Go name, or the
+// text name for the compute steps (x.F, x.B, x.I, x.W), so a kind has no
+// third spelling; a method's name is in generated code, so renaming one
+// takes a new Version.
 type row struct {
 	name    string   // schedule text form
+	goName  string   // Go identifier of the constant (TestGoNames checks it)
+	method  string   // the pipe.Exec method generated code calls for a step of the kind
 	code    byte     // letter in a pipe.DecodeOps kinds string; 0 for Invalid
 	shape   Shape    // the operands a step of the kind carries
 	channel Channel  // the FIFO a transfer travels on; NoChannel for local steps
@@ -70,33 +80,33 @@ const (
 // committed generated tables; changing one changes generated code and needs
 // a new Version.
 var kinds = [numKinds]row{
-	Invalid:           {name: "INVALID"},
-	Forward:           {"F", 'F', ArgsCompute, NoChannel, compute, []string{"FWD", "FORWARD"}},
-	Backward:          {"B", 'B', ArgsCompute, NoChannel, compute | backward, []string{"BWD", "FULL_BACKWARD"}},
-	BackwardInput:     {"I", 'I', ArgsCompute, NoChannel, compute | backward, []string{"BWD_INPUT", "BACKWARD_INPUT"}},
-	BackwardWeight:    {"W", 'W', ArgsLocal, NoChannel, compute, []string{"BWD_WEIGHT", "BACKWARD_WEIGHT"}},
-	SendF:             {"SEND_F", 's', ArgsComm, ActChannel, send, []string{"FWD_SEND"}},
-	RecvF:             {"RECV_F", 'r', ArgsComm, ActChannel, recv, []string{"FWD_RECV"}},
-	SendB:             {"SEND_B", 'S', ArgsComm, GradChannel, send, []string{"BWD_SEND"}},
-	RecvB:             {"RECV_B", 'R', ArgsComm, GradChannel, recv, []string{"BWD_RECV"}},
-	DataLoad:          {"DATA_LOAD", 'L', ArgsLocal, NoChannel, 0, nil},
-	DataSend:          {"DATA_SEND", 't', ArgsComm, DataChannel, send, nil},
-	DataRecv:          {"DATA_RECV", 'T', ArgsComm, DataChannel, recv, nil},
-	Unshard:           {"UNSHARD", 'U', ArgsStage, NoChannel, fsdp, nil},
-	Reshard:           {"RESHARD", 'u', ArgsStage, NoChannel, fsdp, nil},
-	ReduceGrad:        {"REDUCE_GRAD", 'G', ArgsStage, NoChannel, fsdp, nil},
-	SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", 'J', ArgsLocal, NoChannel, swap, nil},
-	SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", 'j', ArgsLocal, NoChannel, swap, nil},
-	SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", 'K', ArgsLocal, NoChannel, swap, nil},
-	SwapWaitLoad:      {"SWAP_WAIT_LOAD", 'k', ArgsLocal, NoChannel, swap, nil},
-	OverlapFB:         {"OVERLAP_F_B", 'X', ArgsOverlap, NoChannel, compute, nil},
-	OverlapBF:         {"OVERLAP_B_F", 'Y', ArgsOverlap, NoChannel, compute, nil},
-	OptStep:           {"OPT_STEP", 'O', ArgsNone, NoChannel, 0, nil},
-	MpipeSend:         {"MPIPE_FWD_SEND", 'm', ArgsComm, DataChannel, send, nil},
-	MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, recv, nil},
-	BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, 0, nil},
-	BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, 0, nil},
-	TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, 0, nil},
+	Invalid:           {name: "INVALID", goName: "Invalid"},
+	Forward:           {"F", "Forward", "F", 'F', ArgsCompute, NoChannel, compute, []string{"FWD", "FORWARD"}},
+	Backward:          {"B", "Backward", "B", 'B', ArgsCompute, NoChannel, compute | backward, []string{"BWD", "FULL_BACKWARD"}},
+	BackwardInput:     {"I", "BackwardInput", "I", 'I', ArgsCompute, NoChannel, compute | backward, []string{"BWD_INPUT", "BACKWARD_INPUT"}},
+	BackwardWeight:    {"W", "BackwardWeight", "W", 'W', ArgsLocal, NoChannel, compute, []string{"BWD_WEIGHT", "BACKWARD_WEIGHT"}},
+	SendF:             {"SEND_F", "SendF", "SendF", 's', ArgsComm, ActChannel, send, []string{"FWD_SEND"}},
+	RecvF:             {"RECV_F", "RecvF", "RecvF", 'r', ArgsComm, ActChannel, recv, []string{"FWD_RECV"}},
+	SendB:             {"SEND_B", "SendB", "SendB", 'S', ArgsComm, GradChannel, send, []string{"BWD_SEND"}},
+	RecvB:             {"RECV_B", "RecvB", "RecvB", 'R', ArgsComm, GradChannel, recv, []string{"BWD_RECV"}},
+	DataLoad:          {"DATA_LOAD", "DataLoad", "DataLoad", 'L', ArgsLocal, NoChannel, 0, nil},
+	DataSend:          {"DATA_SEND", "DataSend", "DataSend", 't', ArgsComm, DataChannel, send, nil},
+	DataRecv:          {"DATA_RECV", "DataRecv", "DataRecv", 'T', ArgsComm, DataChannel, recv, nil},
+	Unshard:           {"UNSHARD", "Unshard", "Unshard", 'U', ArgsStage, NoChannel, fsdp, nil},
+	Reshard:           {"RESHARD", "Reshard", "Reshard", 'u', ArgsStage, NoChannel, fsdp, nil},
+	ReduceGrad:        {"REDUCE_GRAD", "ReduceGrad", "ReduceGrad", 'G', ArgsStage, NoChannel, fsdp, nil},
+	SwapLaunchOffload: {"SWAP_LAUNCH_OFFLOAD", "SwapLaunchOffload", "SwapLaunchOffload", 'J', ArgsLocal, NoChannel, swap, nil},
+	SwapWaitOffload:   {"SWAP_WAIT_OFFLOAD", "SwapWaitOffload", "SwapWaitOffload", 'j', ArgsLocal, NoChannel, swap, nil},
+	SwapLaunchLoad:    {"SWAP_LAUNCH_LOAD", "SwapLaunchLoad", "SwapLaunchLoad", 'K', ArgsLocal, NoChannel, swap, nil},
+	SwapWaitLoad:      {"SWAP_WAIT_LOAD", "SwapWaitLoad", "SwapWaitLoad", 'k', ArgsLocal, NoChannel, swap, nil},
+	OverlapFB:         {"OVERLAP_F_B", "OverlapFB", "OverlapFB", 'X', ArgsOverlap, NoChannel, compute, nil},
+	OverlapBF:         {"OVERLAP_B_F", "OverlapBF", "OverlapBF", 'Y', ArgsOverlap, NoChannel, compute, nil},
+	OptStep:           {"OPT_STEP", "OptStep", "OptStep", 'O', ArgsNone, NoChannel, 0, nil},
+	MpipeSend:         {"MPIPE_FWD_SEND", "MpipeSend", "MpipeSend", 'm', ArgsComm, DataChannel, send, nil},
+	MpipeRecv:         {"MPIPE_FWD_RECV", "MpipeRecv", "MpipeRecv", 'M', ArgsComm, DataChannel, recv, nil},
+	BatchBegin:        {"BATCH_BEGIN", "BatchBegin", "BatchBegin", 'Q', ArgsNone, NoChannel, 0, nil},
+	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
+	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, 0, nil},
 }
 
 // facts is the part of a row the predicates read, packed in four bytes.
@@ -175,6 +185,28 @@ func (k Kind) String() string {
 func ParseKind(s string) (Kind, bool) {
 	k, ok := byName[s]
 	return k, ok
+}
+
+// GoName returns the Go identifier of the kind's constant ("DataRecv"):
+// abi's, gen/ir's alias and, after "Op", runtime/pipe's OpKind constant
+// ("OpDataRecv"). It is "" for kinds out of range.
+func (k Kind) GoName() string {
+	if k < numKinds {
+		return kinds[k].goName
+	}
+	return ""
+}
+
+// Method returns the name of the pipe.Exec method generated code calls for
+// a step of kind k ("F", "RecvLabels", "OptStep", ...), "" for Invalid and
+// kinds out of range. Its arguments follow the kind's Shape: one pipe.At
+// when the shape is Packed, the stage for ArgsStage, none for ArgsNone, the
+// two sub-steps' operands for ArgsOverlap.
+func (k Kind) Method() string {
+	if k < numKinds {
+		return kinds[k].method
+	}
+	return ""
 }
 
 // Aliases returns the other spellings ParseKind accepts for k.

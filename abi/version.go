@@ -6,8 +6,8 @@ package abi
 // (runtime/pipe's package doc, "Versioning"). An incompatible change of
 // that API, or of anything in this package that generated code encodes
 // (the table letters, the At layout), increments Version.
-const Version = 1
+const Version = 2
 
 // VersionGuard is the name of the runtime/pipe constant generated code
 // references: "SupportPackageIsVersion" followed by Version.
-const VersionGuard = "SupportPackageIsVersion1"
+const VersionGuard = "SupportPackageIsVersion2"

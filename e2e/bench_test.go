@@ -79,7 +79,7 @@ type floorExec struct {
 }
 
 //go:noinline
-func (x *floorExec) Load(a pipe.At) {
+func (x *floorExec) DataLoad(a pipe.At) {
 	stage, micro, _, _ := a.Unpack()
 	if stage == 0 {
 		x.t, x.err = x.data.Input(micro)
@@ -198,17 +198,17 @@ func interpretKeyed(x *pipe.Exec, ops []pipe.Op) error {
 				break
 			}
 			call(op, lookup(k, op.Slot), -1)
-		case pipe.OpRecvAct, pipe.OpRecvInput:
+		case pipe.OpRecvF, pipe.OpMpipeRecv:
 			s := lookup(k, op.Slot)
 			fwdHandles[k] = s
 			call(op, s, -1)
-		case pipe.OpRecvGrad:
+		case pipe.OpRecvB:
 			s := lookup(k, op.Slot)
 			bwdHandles[k] = s
 			call(op, s, -1)
-		case pipe.OpSendInput:
+		case pipe.OpMpipeSend:
 			call(op, op.Slot, -1)
-		case pipe.OpSendAct, pipe.OpSendGrad, pipe.OpRecvData, pipe.OpSendData, pipe.OpBackwardWeight:
+		case pipe.OpSendF, pipe.OpSendB, pipe.OpDataRecv, pipe.OpDataSend, pipe.OpBackwardWeight:
 			call(op, lookup(k, op.Slot), -1)
 		case pipe.OpForward:
 			from := src(k, op.Src, -1)

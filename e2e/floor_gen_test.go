@@ -13,663 +13,663 @@ func floorRank0(x *floorExec) {
 }
 
 func floorRank0Part0(x *floorExec) {
-	x.Load(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
-	x.F(0x0000_0000_0000_ffff)    // 0F0 slot 0
-	x.F(0x0001_0000_0001_0000)    // 1F0 slot 1, src slot 0
-	x.F(0x0002_0000_0002_0001)    // 2F0 slot 2, src slot 1
-	x.Load(0x0003_0000_0003_ffff) // 3DATA_LOAD0 slot 3
-	x.F(0x0003_0000_0003_0002)    // 3F0 slot 3, src slot 2
-	x.B(0x0003_0000_0003_ffff)    // 3B0 slot 3
-	x.Load(0x0000_0001_0004_ffff) // 0DATA_LOAD1 slot 4
-	x.F(0x0000_0001_0004_ffff)    // 0F1 slot 4
-	x.B(0x0002_0000_0002_0003)    // 2B0 slot 2, src slot 3
-	x.F(0x0001_0001_0003_0004)    // 1F1 slot 3, src slot 4
-	x.B(0x0001_0000_0001_0002)    // 1B0 slot 1, src slot 2
-	x.F(0x0002_0001_0002_0003)    // 2F1 slot 2, src slot 3
-	x.B(0x0000_0000_0000_0001)    // 0B0 slot 0, src slot 1
-	x.Load(0x0003_0001_0000_ffff) // 3DATA_LOAD1 slot 0
-	x.F(0x0003_0001_0000_0002)    // 3F1 slot 0, src slot 2
-	x.B(0x0003_0001_0000_ffff)    // 3B1 slot 0
-	x.Load(0x0000_0002_0001_ffff) // 0DATA_LOAD2 slot 1
-	x.F(0x0000_0002_0001_ffff)    // 0F2 slot 1
-	x.B(0x0002_0001_0002_0000)    // 2B1 slot 2, src slot 0
-	x.F(0x0001_0002_0000_0001)    // 1F2 slot 0, src slot 1
-	x.B(0x0001_0001_0003_0002)    // 1B1 slot 3, src slot 2
-	x.F(0x0002_0002_0002_0000)    // 2F2 slot 2, src slot 0
-	x.B(0x0000_0001_0004_0003)    // 0B1 slot 4, src slot 3
-	x.Load(0x0003_0002_0003_ffff) // 3DATA_LOAD2 slot 3
-	x.F(0x0003_0002_0003_0002)    // 3F2 slot 3, src slot 2
-	x.B(0x0003_0002_0003_ffff)    // 3B2 slot 3
-	x.Load(0x0000_0003_0004_ffff) // 0DATA_LOAD3 slot 4
-	x.F(0x0000_0003_0004_ffff)    // 0F3 slot 4
-	x.B(0x0002_0002_0002_0003)    // 2B2 slot 2, src slot 3
-	x.F(0x0001_0003_0003_0004)    // 1F3 slot 3, src slot 4
-	x.B(0x0001_0002_0000_0002)    // 1B2 slot 0, src slot 2
-	x.F(0x0002_0003_0002_0003)    // 2F3 slot 2, src slot 3
-	x.B(0x0000_0002_0001_0000)    // 0B2 slot 1, src slot 0
-	x.Load(0x0003_0003_0000_ffff) // 3DATA_LOAD3 slot 0
-	x.F(0x0003_0003_0000_0002)    // 3F3 slot 0, src slot 2
-	x.B(0x0003_0003_0000_ffff)    // 3B3 slot 0
-	x.Load(0x0000_0004_0001_ffff) // 0DATA_LOAD4 slot 1
-	x.F(0x0000_0004_0001_ffff)    // 0F4 slot 1
-	x.B(0x0002_0003_0002_0000)    // 2B3 slot 2, src slot 0
-	x.F(0x0001_0004_0000_0001)    // 1F4 slot 0, src slot 1
-	x.B(0x0001_0003_0003_0002)    // 1B3 slot 3, src slot 2
-	x.F(0x0002_0004_0002_0000)    // 2F4 slot 2, src slot 0
-	x.B(0x0000_0003_0004_0003)    // 0B3 slot 4, src slot 3
-	x.Load(0x0003_0004_0003_ffff) // 3DATA_LOAD4 slot 3
-	x.F(0x0003_0004_0003_0002)    // 3F4 slot 3, src slot 2
-	x.B(0x0003_0004_0003_ffff)    // 3B4 slot 3
-	x.Load(0x0000_0005_0004_ffff) // 0DATA_LOAD5 slot 4
-	x.F(0x0000_0005_0004_ffff)    // 0F5 slot 4
-	x.B(0x0002_0004_0002_0003)    // 2B4 slot 2, src slot 3
-	x.F(0x0001_0005_0003_0004)    // 1F5 slot 3, src slot 4
-	x.B(0x0001_0004_0000_0002)    // 1B4 slot 0, src slot 2
-	x.F(0x0002_0005_0002_0003)    // 2F5 slot 2, src slot 3
-	x.B(0x0000_0004_0001_0000)    // 0B4 slot 1, src slot 0
-	x.Load(0x0003_0005_0000_ffff) // 3DATA_LOAD5 slot 0
-	x.F(0x0003_0005_0000_0002)    // 3F5 slot 0, src slot 2
-	x.B(0x0003_0005_0000_ffff)    // 3B5 slot 0
-	x.Load(0x0000_0006_0001_ffff) // 0DATA_LOAD6 slot 1
-	x.F(0x0000_0006_0001_ffff)    // 0F6 slot 1
-	x.B(0x0002_0005_0002_0000)    // 2B5 slot 2, src slot 0
-	x.F(0x0001_0006_0000_0001)    // 1F6 slot 0, src slot 1
-	x.B(0x0001_0005_0003_0002)    // 1B5 slot 3, src slot 2
-	x.F(0x0002_0006_0002_0000)    // 2F6 slot 2, src slot 0
-	x.B(0x0000_0005_0004_0003)    // 0B5 slot 4, src slot 3
-	x.Load(0x0003_0006_0003_ffff) // 3DATA_LOAD6 slot 3
-	x.F(0x0003_0006_0003_0002)    // 3F6 slot 3, src slot 2
-	x.B(0x0003_0006_0003_ffff)    // 3B6 slot 3
-	x.Load(0x0000_0007_0004_ffff) // 0DATA_LOAD7 slot 4
-	x.F(0x0000_0007_0004_ffff)    // 0F7 slot 4
-	x.B(0x0002_0006_0002_0003)    // 2B6 slot 2, src slot 3
-	x.F(0x0001_0007_0003_0004)    // 1F7 slot 3, src slot 4
-	x.B(0x0001_0006_0000_0002)    // 1B6 slot 0, src slot 2
-	x.F(0x0002_0007_0002_0003)    // 2F7 slot 2, src slot 3
-	x.B(0x0000_0006_0001_0000)    // 0B6 slot 1, src slot 0
-	x.Load(0x0003_0007_0000_ffff) // 3DATA_LOAD7 slot 0
-	x.F(0x0003_0007_0000_0002)    // 3F7 slot 0, src slot 2
-	x.B(0x0003_0007_0000_ffff)    // 3B7 slot 0
-	x.Load(0x0000_0008_0001_ffff) // 0DATA_LOAD8 slot 1
-	x.F(0x0000_0008_0001_ffff)    // 0F8 slot 1
-	x.B(0x0002_0007_0002_0000)    // 2B7 slot 2, src slot 0
-	x.F(0x0001_0008_0000_0001)    // 1F8 slot 0, src slot 1
-	x.B(0x0001_0007_0003_0002)    // 1B7 slot 3, src slot 2
-	x.F(0x0002_0008_0002_0000)    // 2F8 slot 2, src slot 0
-	x.B(0x0000_0007_0004_0003)    // 0B7 slot 4, src slot 3
-	x.Load(0x0003_0008_0003_ffff) // 3DATA_LOAD8 slot 3
-	x.F(0x0003_0008_0003_0002)    // 3F8 slot 3, src slot 2
-	x.B(0x0003_0008_0003_ffff)    // 3B8 slot 3
-	x.Load(0x0000_0009_0004_ffff) // 0DATA_LOAD9 slot 4
-	x.F(0x0000_0009_0004_ffff)    // 0F9 slot 4
-	x.B(0x0002_0008_0002_0003)    // 2B8 slot 2, src slot 3
-	x.F(0x0001_0009_0003_0004)    // 1F9 slot 3, src slot 4
-	x.B(0x0001_0008_0000_0002)    // 1B8 slot 0, src slot 2
-	x.F(0x0002_0009_0002_0003)    // 2F9 slot 2, src slot 3
-	x.B(0x0000_0008_0001_0000)    // 0B8 slot 1, src slot 0
-	x.Load(0x0003_0009_0000_ffff) // 3DATA_LOAD9 slot 0
-	x.F(0x0003_0009_0000_0002)    // 3F9 slot 0, src slot 2
-	x.B(0x0003_0009_0000_ffff)    // 3B9 slot 0
-	x.Load(0x0000_000a_0001_ffff) // 0DATA_LOAD10 slot 1
-	x.F(0x0000_000a_0001_ffff)    // 0F10 slot 1
-	x.B(0x0002_0009_0002_0000)    // 2B9 slot 2, src slot 0
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
+	x.F(0x0001_0000_0001_0000)        // 1F0 slot 1, src slot 0
+	x.F(0x0002_0000_0002_0001)        // 2F0 slot 2, src slot 1
+	x.DataLoad(0x0003_0000_0003_ffff) // 3DATA_LOAD0 slot 3
+	x.F(0x0003_0000_0003_0002)        // 3F0 slot 3, src slot 2
+	x.B(0x0003_0000_0003_ffff)        // 3B0 slot 3
+	x.DataLoad(0x0000_0001_0004_ffff) // 0DATA_LOAD1 slot 4
+	x.F(0x0000_0001_0004_ffff)        // 0F1 slot 4
+	x.B(0x0002_0000_0002_0003)        // 2B0 slot 2, src slot 3
+	x.F(0x0001_0001_0003_0004)        // 1F1 slot 3, src slot 4
+	x.B(0x0001_0000_0001_0002)        // 1B0 slot 1, src slot 2
+	x.F(0x0002_0001_0002_0003)        // 2F1 slot 2, src slot 3
+	x.B(0x0000_0000_0000_0001)        // 0B0 slot 0, src slot 1
+	x.DataLoad(0x0003_0001_0000_ffff) // 3DATA_LOAD1 slot 0
+	x.F(0x0003_0001_0000_0002)        // 3F1 slot 0, src slot 2
+	x.B(0x0003_0001_0000_ffff)        // 3B1 slot 0
+	x.DataLoad(0x0000_0002_0001_ffff) // 0DATA_LOAD2 slot 1
+	x.F(0x0000_0002_0001_ffff)        // 0F2 slot 1
+	x.B(0x0002_0001_0002_0000)        // 2B1 slot 2, src slot 0
+	x.F(0x0001_0002_0000_0001)        // 1F2 slot 0, src slot 1
+	x.B(0x0001_0001_0003_0002)        // 1B1 slot 3, src slot 2
+	x.F(0x0002_0002_0002_0000)        // 2F2 slot 2, src slot 0
+	x.B(0x0000_0001_0004_0003)        // 0B1 slot 4, src slot 3
+	x.DataLoad(0x0003_0002_0003_ffff) // 3DATA_LOAD2 slot 3
+	x.F(0x0003_0002_0003_0002)        // 3F2 slot 3, src slot 2
+	x.B(0x0003_0002_0003_ffff)        // 3B2 slot 3
+	x.DataLoad(0x0000_0003_0004_ffff) // 0DATA_LOAD3 slot 4
+	x.F(0x0000_0003_0004_ffff)        // 0F3 slot 4
+	x.B(0x0002_0002_0002_0003)        // 2B2 slot 2, src slot 3
+	x.F(0x0001_0003_0003_0004)        // 1F3 slot 3, src slot 4
+	x.B(0x0001_0002_0000_0002)        // 1B2 slot 0, src slot 2
+	x.F(0x0002_0003_0002_0003)        // 2F3 slot 2, src slot 3
+	x.B(0x0000_0002_0001_0000)        // 0B2 slot 1, src slot 0
+	x.DataLoad(0x0003_0003_0000_ffff) // 3DATA_LOAD3 slot 0
+	x.F(0x0003_0003_0000_0002)        // 3F3 slot 0, src slot 2
+	x.B(0x0003_0003_0000_ffff)        // 3B3 slot 0
+	x.DataLoad(0x0000_0004_0001_ffff) // 0DATA_LOAD4 slot 1
+	x.F(0x0000_0004_0001_ffff)        // 0F4 slot 1
+	x.B(0x0002_0003_0002_0000)        // 2B3 slot 2, src slot 0
+	x.F(0x0001_0004_0000_0001)        // 1F4 slot 0, src slot 1
+	x.B(0x0001_0003_0003_0002)        // 1B3 slot 3, src slot 2
+	x.F(0x0002_0004_0002_0000)        // 2F4 slot 2, src slot 0
+	x.B(0x0000_0003_0004_0003)        // 0B3 slot 4, src slot 3
+	x.DataLoad(0x0003_0004_0003_ffff) // 3DATA_LOAD4 slot 3
+	x.F(0x0003_0004_0003_0002)        // 3F4 slot 3, src slot 2
+	x.B(0x0003_0004_0003_ffff)        // 3B4 slot 3
+	x.DataLoad(0x0000_0005_0004_ffff) // 0DATA_LOAD5 slot 4
+	x.F(0x0000_0005_0004_ffff)        // 0F5 slot 4
+	x.B(0x0002_0004_0002_0003)        // 2B4 slot 2, src slot 3
+	x.F(0x0001_0005_0003_0004)        // 1F5 slot 3, src slot 4
+	x.B(0x0001_0004_0000_0002)        // 1B4 slot 0, src slot 2
+	x.F(0x0002_0005_0002_0003)        // 2F5 slot 2, src slot 3
+	x.B(0x0000_0004_0001_0000)        // 0B4 slot 1, src slot 0
+	x.DataLoad(0x0003_0005_0000_ffff) // 3DATA_LOAD5 slot 0
+	x.F(0x0003_0005_0000_0002)        // 3F5 slot 0, src slot 2
+	x.B(0x0003_0005_0000_ffff)        // 3B5 slot 0
+	x.DataLoad(0x0000_0006_0001_ffff) // 0DATA_LOAD6 slot 1
+	x.F(0x0000_0006_0001_ffff)        // 0F6 slot 1
+	x.B(0x0002_0005_0002_0000)        // 2B5 slot 2, src slot 0
+	x.F(0x0001_0006_0000_0001)        // 1F6 slot 0, src slot 1
+	x.B(0x0001_0005_0003_0002)        // 1B5 slot 3, src slot 2
+	x.F(0x0002_0006_0002_0000)        // 2F6 slot 2, src slot 0
+	x.B(0x0000_0005_0004_0003)        // 0B5 slot 4, src slot 3
+	x.DataLoad(0x0003_0006_0003_ffff) // 3DATA_LOAD6 slot 3
+	x.F(0x0003_0006_0003_0002)        // 3F6 slot 3, src slot 2
+	x.B(0x0003_0006_0003_ffff)        // 3B6 slot 3
+	x.DataLoad(0x0000_0007_0004_ffff) // 0DATA_LOAD7 slot 4
+	x.F(0x0000_0007_0004_ffff)        // 0F7 slot 4
+	x.B(0x0002_0006_0002_0003)        // 2B6 slot 2, src slot 3
+	x.F(0x0001_0007_0003_0004)        // 1F7 slot 3, src slot 4
+	x.B(0x0001_0006_0000_0002)        // 1B6 slot 0, src slot 2
+	x.F(0x0002_0007_0002_0003)        // 2F7 slot 2, src slot 3
+	x.B(0x0000_0006_0001_0000)        // 0B6 slot 1, src slot 0
+	x.DataLoad(0x0003_0007_0000_ffff) // 3DATA_LOAD7 slot 0
+	x.F(0x0003_0007_0000_0002)        // 3F7 slot 0, src slot 2
+	x.B(0x0003_0007_0000_ffff)        // 3B7 slot 0
+	x.DataLoad(0x0000_0008_0001_ffff) // 0DATA_LOAD8 slot 1
+	x.F(0x0000_0008_0001_ffff)        // 0F8 slot 1
+	x.B(0x0002_0007_0002_0000)        // 2B7 slot 2, src slot 0
+	x.F(0x0001_0008_0000_0001)        // 1F8 slot 0, src slot 1
+	x.B(0x0001_0007_0003_0002)        // 1B7 slot 3, src slot 2
+	x.F(0x0002_0008_0002_0000)        // 2F8 slot 2, src slot 0
+	x.B(0x0000_0007_0004_0003)        // 0B7 slot 4, src slot 3
+	x.DataLoad(0x0003_0008_0003_ffff) // 3DATA_LOAD8 slot 3
+	x.F(0x0003_0008_0003_0002)        // 3F8 slot 3, src slot 2
+	x.B(0x0003_0008_0003_ffff)        // 3B8 slot 3
+	x.DataLoad(0x0000_0009_0004_ffff) // 0DATA_LOAD9 slot 4
+	x.F(0x0000_0009_0004_ffff)        // 0F9 slot 4
+	x.B(0x0002_0008_0002_0003)        // 2B8 slot 2, src slot 3
+	x.F(0x0001_0009_0003_0004)        // 1F9 slot 3, src slot 4
+	x.B(0x0001_0008_0000_0002)        // 1B8 slot 0, src slot 2
+	x.F(0x0002_0009_0002_0003)        // 2F9 slot 2, src slot 3
+	x.B(0x0000_0008_0001_0000)        // 0B8 slot 1, src slot 0
+	x.DataLoad(0x0003_0009_0000_ffff) // 3DATA_LOAD9 slot 0
+	x.F(0x0003_0009_0000_0002)        // 3F9 slot 0, src slot 2
+	x.B(0x0003_0009_0000_ffff)        // 3B9 slot 0
+	x.DataLoad(0x0000_000a_0001_ffff) // 0DATA_LOAD10 slot 1
+	x.F(0x0000_000a_0001_ffff)        // 0F10 slot 1
+	x.B(0x0002_0009_0002_0000)        // 2B9 slot 2, src slot 0
 }
 
 func floorRank0Part1(x *floorExec) {
-	x.F(0x0001_000a_0000_0001)    // 1F10 slot 0, src slot 1
-	x.B(0x0001_0009_0003_0002)    // 1B9 slot 3, src slot 2
-	x.F(0x0002_000a_0002_0000)    // 2F10 slot 2, src slot 0
-	x.B(0x0000_0009_0004_0003)    // 0B9 slot 4, src slot 3
-	x.Load(0x0003_000a_0003_ffff) // 3DATA_LOAD10 slot 3
-	x.F(0x0003_000a_0003_0002)    // 3F10 slot 3, src slot 2
-	x.B(0x0003_000a_0003_ffff)    // 3B10 slot 3
-	x.Load(0x0000_000b_0004_ffff) // 0DATA_LOAD11 slot 4
-	x.F(0x0000_000b_0004_ffff)    // 0F11 slot 4
-	x.B(0x0002_000a_0002_0003)    // 2B10 slot 2, src slot 3
-	x.F(0x0001_000b_0003_0004)    // 1F11 slot 3, src slot 4
-	x.B(0x0001_000a_0000_0002)    // 1B10 slot 0, src slot 2
-	x.F(0x0002_000b_0002_0003)    // 2F11 slot 2, src slot 3
-	x.B(0x0000_000a_0001_0000)    // 0B10 slot 1, src slot 0
-	x.Load(0x0003_000b_0000_ffff) // 3DATA_LOAD11 slot 0
-	x.F(0x0003_000b_0000_0002)    // 3F11 slot 0, src slot 2
-	x.B(0x0003_000b_0000_ffff)    // 3B11 slot 0
-	x.Load(0x0000_000c_0001_ffff) // 0DATA_LOAD12 slot 1
-	x.F(0x0000_000c_0001_ffff)    // 0F12 slot 1
-	x.B(0x0002_000b_0002_0000)    // 2B11 slot 2, src slot 0
-	x.F(0x0001_000c_0000_0001)    // 1F12 slot 0, src slot 1
-	x.B(0x0001_000b_0003_0002)    // 1B11 slot 3, src slot 2
-	x.F(0x0002_000c_0002_0000)    // 2F12 slot 2, src slot 0
-	x.B(0x0000_000b_0004_0003)    // 0B11 slot 4, src slot 3
-	x.Load(0x0003_000c_0003_ffff) // 3DATA_LOAD12 slot 3
-	x.F(0x0003_000c_0003_0002)    // 3F12 slot 3, src slot 2
-	x.B(0x0003_000c_0003_ffff)    // 3B12 slot 3
-	x.Load(0x0000_000d_0004_ffff) // 0DATA_LOAD13 slot 4
-	x.F(0x0000_000d_0004_ffff)    // 0F13 slot 4
-	x.B(0x0002_000c_0002_0003)    // 2B12 slot 2, src slot 3
-	x.F(0x0001_000d_0003_0004)    // 1F13 slot 3, src slot 4
-	x.B(0x0001_000c_0000_0002)    // 1B12 slot 0, src slot 2
-	x.F(0x0002_000d_0002_0003)    // 2F13 slot 2, src slot 3
-	x.B(0x0000_000c_0001_0000)    // 0B12 slot 1, src slot 0
-	x.Load(0x0003_000d_0000_ffff) // 3DATA_LOAD13 slot 0
-	x.F(0x0003_000d_0000_0002)    // 3F13 slot 0, src slot 2
-	x.B(0x0003_000d_0000_ffff)    // 3B13 slot 0
-	x.Load(0x0000_000e_0001_ffff) // 0DATA_LOAD14 slot 1
-	x.F(0x0000_000e_0001_ffff)    // 0F14 slot 1
-	x.B(0x0002_000d_0002_0000)    // 2B13 slot 2, src slot 0
-	x.F(0x0001_000e_0000_0001)    // 1F14 slot 0, src slot 1
-	x.B(0x0001_000d_0003_0002)    // 1B13 slot 3, src slot 2
-	x.F(0x0002_000e_0002_0000)    // 2F14 slot 2, src slot 0
-	x.B(0x0000_000d_0004_0003)    // 0B13 slot 4, src slot 3
-	x.Load(0x0003_000e_0003_ffff) // 3DATA_LOAD14 slot 3
-	x.F(0x0003_000e_0003_0002)    // 3F14 slot 3, src slot 2
-	x.B(0x0003_000e_0003_ffff)    // 3B14 slot 3
-	x.Load(0x0000_000f_0004_ffff) // 0DATA_LOAD15 slot 4
-	x.F(0x0000_000f_0004_ffff)    // 0F15 slot 4
-	x.B(0x0002_000e_0002_0003)    // 2B14 slot 2, src slot 3
-	x.F(0x0001_000f_0003_0004)    // 1F15 slot 3, src slot 4
-	x.B(0x0001_000e_0000_0002)    // 1B14 slot 0, src slot 2
-	x.F(0x0002_000f_0002_0003)    // 2F15 slot 2, src slot 3
-	x.B(0x0000_000e_0001_0000)    // 0B14 slot 1, src slot 0
-	x.Load(0x0003_000f_0000_ffff) // 3DATA_LOAD15 slot 0
-	x.F(0x0003_000f_0000_0002)    // 3F15 slot 0, src slot 2
-	x.B(0x0003_000f_0000_ffff)    // 3B15 slot 0
-	x.Load(0x0000_0010_0001_ffff) // 0DATA_LOAD16 slot 1
-	x.F(0x0000_0010_0001_ffff)    // 0F16 slot 1
-	x.B(0x0002_000f_0002_0000)    // 2B15 slot 2, src slot 0
-	x.F(0x0001_0010_0000_0001)    // 1F16 slot 0, src slot 1
-	x.B(0x0001_000f_0003_0002)    // 1B15 slot 3, src slot 2
-	x.F(0x0002_0010_0002_0000)    // 2F16 slot 2, src slot 0
-	x.B(0x0000_000f_0004_0003)    // 0B15 slot 4, src slot 3
-	x.Load(0x0003_0010_0003_ffff) // 3DATA_LOAD16 slot 3
-	x.F(0x0003_0010_0003_0002)    // 3F16 slot 3, src slot 2
-	x.B(0x0003_0010_0003_ffff)    // 3B16 slot 3
-	x.Load(0x0000_0011_0004_ffff) // 0DATA_LOAD17 slot 4
-	x.F(0x0000_0011_0004_ffff)    // 0F17 slot 4
-	x.B(0x0002_0010_0002_0003)    // 2B16 slot 2, src slot 3
-	x.F(0x0001_0011_0003_0004)    // 1F17 slot 3, src slot 4
-	x.B(0x0001_0010_0000_0002)    // 1B16 slot 0, src slot 2
-	x.F(0x0002_0011_0002_0003)    // 2F17 slot 2, src slot 3
-	x.B(0x0000_0010_0001_0000)    // 0B16 slot 1, src slot 0
-	x.Load(0x0003_0011_0000_ffff) // 3DATA_LOAD17 slot 0
-	x.F(0x0003_0011_0000_0002)    // 3F17 slot 0, src slot 2
-	x.B(0x0003_0011_0000_ffff)    // 3B17 slot 0
-	x.Load(0x0000_0012_0001_ffff) // 0DATA_LOAD18 slot 1
-	x.F(0x0000_0012_0001_ffff)    // 0F18 slot 1
-	x.B(0x0002_0011_0002_0000)    // 2B17 slot 2, src slot 0
-	x.F(0x0001_0012_0000_0001)    // 1F18 slot 0, src slot 1
-	x.B(0x0001_0011_0003_0002)    // 1B17 slot 3, src slot 2
-	x.F(0x0002_0012_0002_0000)    // 2F18 slot 2, src slot 0
-	x.B(0x0000_0011_0004_0003)    // 0B17 slot 4, src slot 3
-	x.Load(0x0003_0012_0003_ffff) // 3DATA_LOAD18 slot 3
-	x.F(0x0003_0012_0003_0002)    // 3F18 slot 3, src slot 2
-	x.B(0x0003_0012_0003_ffff)    // 3B18 slot 3
-	x.Load(0x0000_0013_0004_ffff) // 0DATA_LOAD19 slot 4
-	x.F(0x0000_0013_0004_ffff)    // 0F19 slot 4
-	x.B(0x0002_0012_0002_0003)    // 2B18 slot 2, src slot 3
-	x.F(0x0001_0013_0003_0004)    // 1F19 slot 3, src slot 4
-	x.B(0x0001_0012_0000_0002)    // 1B18 slot 0, src slot 2
-	x.F(0x0002_0013_0002_0003)    // 2F19 slot 2, src slot 3
-	x.B(0x0000_0012_0001_0000)    // 0B18 slot 1, src slot 0
-	x.Load(0x0003_0013_0000_ffff) // 3DATA_LOAD19 slot 0
-	x.F(0x0003_0013_0000_0002)    // 3F19 slot 0, src slot 2
-	x.B(0x0003_0013_0000_ffff)    // 3B19 slot 0
-	x.Load(0x0000_0014_0001_ffff) // 0DATA_LOAD20 slot 1
-	x.F(0x0000_0014_0001_ffff)    // 0F20 slot 1
-	x.B(0x0002_0013_0002_0000)    // 2B19 slot 2, src slot 0
+	x.F(0x0001_000a_0000_0001)        // 1F10 slot 0, src slot 1
+	x.B(0x0001_0009_0003_0002)        // 1B9 slot 3, src slot 2
+	x.F(0x0002_000a_0002_0000)        // 2F10 slot 2, src slot 0
+	x.B(0x0000_0009_0004_0003)        // 0B9 slot 4, src slot 3
+	x.DataLoad(0x0003_000a_0003_ffff) // 3DATA_LOAD10 slot 3
+	x.F(0x0003_000a_0003_0002)        // 3F10 slot 3, src slot 2
+	x.B(0x0003_000a_0003_ffff)        // 3B10 slot 3
+	x.DataLoad(0x0000_000b_0004_ffff) // 0DATA_LOAD11 slot 4
+	x.F(0x0000_000b_0004_ffff)        // 0F11 slot 4
+	x.B(0x0002_000a_0002_0003)        // 2B10 slot 2, src slot 3
+	x.F(0x0001_000b_0003_0004)        // 1F11 slot 3, src slot 4
+	x.B(0x0001_000a_0000_0002)        // 1B10 slot 0, src slot 2
+	x.F(0x0002_000b_0002_0003)        // 2F11 slot 2, src slot 3
+	x.B(0x0000_000a_0001_0000)        // 0B10 slot 1, src slot 0
+	x.DataLoad(0x0003_000b_0000_ffff) // 3DATA_LOAD11 slot 0
+	x.F(0x0003_000b_0000_0002)        // 3F11 slot 0, src slot 2
+	x.B(0x0003_000b_0000_ffff)        // 3B11 slot 0
+	x.DataLoad(0x0000_000c_0001_ffff) // 0DATA_LOAD12 slot 1
+	x.F(0x0000_000c_0001_ffff)        // 0F12 slot 1
+	x.B(0x0002_000b_0002_0000)        // 2B11 slot 2, src slot 0
+	x.F(0x0001_000c_0000_0001)        // 1F12 slot 0, src slot 1
+	x.B(0x0001_000b_0003_0002)        // 1B11 slot 3, src slot 2
+	x.F(0x0002_000c_0002_0000)        // 2F12 slot 2, src slot 0
+	x.B(0x0000_000b_0004_0003)        // 0B11 slot 4, src slot 3
+	x.DataLoad(0x0003_000c_0003_ffff) // 3DATA_LOAD12 slot 3
+	x.F(0x0003_000c_0003_0002)        // 3F12 slot 3, src slot 2
+	x.B(0x0003_000c_0003_ffff)        // 3B12 slot 3
+	x.DataLoad(0x0000_000d_0004_ffff) // 0DATA_LOAD13 slot 4
+	x.F(0x0000_000d_0004_ffff)        // 0F13 slot 4
+	x.B(0x0002_000c_0002_0003)        // 2B12 slot 2, src slot 3
+	x.F(0x0001_000d_0003_0004)        // 1F13 slot 3, src slot 4
+	x.B(0x0001_000c_0000_0002)        // 1B12 slot 0, src slot 2
+	x.F(0x0002_000d_0002_0003)        // 2F13 slot 2, src slot 3
+	x.B(0x0000_000c_0001_0000)        // 0B12 slot 1, src slot 0
+	x.DataLoad(0x0003_000d_0000_ffff) // 3DATA_LOAD13 slot 0
+	x.F(0x0003_000d_0000_0002)        // 3F13 slot 0, src slot 2
+	x.B(0x0003_000d_0000_ffff)        // 3B13 slot 0
+	x.DataLoad(0x0000_000e_0001_ffff) // 0DATA_LOAD14 slot 1
+	x.F(0x0000_000e_0001_ffff)        // 0F14 slot 1
+	x.B(0x0002_000d_0002_0000)        // 2B13 slot 2, src slot 0
+	x.F(0x0001_000e_0000_0001)        // 1F14 slot 0, src slot 1
+	x.B(0x0001_000d_0003_0002)        // 1B13 slot 3, src slot 2
+	x.F(0x0002_000e_0002_0000)        // 2F14 slot 2, src slot 0
+	x.B(0x0000_000d_0004_0003)        // 0B13 slot 4, src slot 3
+	x.DataLoad(0x0003_000e_0003_ffff) // 3DATA_LOAD14 slot 3
+	x.F(0x0003_000e_0003_0002)        // 3F14 slot 3, src slot 2
+	x.B(0x0003_000e_0003_ffff)        // 3B14 slot 3
+	x.DataLoad(0x0000_000f_0004_ffff) // 0DATA_LOAD15 slot 4
+	x.F(0x0000_000f_0004_ffff)        // 0F15 slot 4
+	x.B(0x0002_000e_0002_0003)        // 2B14 slot 2, src slot 3
+	x.F(0x0001_000f_0003_0004)        // 1F15 slot 3, src slot 4
+	x.B(0x0001_000e_0000_0002)        // 1B14 slot 0, src slot 2
+	x.F(0x0002_000f_0002_0003)        // 2F15 slot 2, src slot 3
+	x.B(0x0000_000e_0001_0000)        // 0B14 slot 1, src slot 0
+	x.DataLoad(0x0003_000f_0000_ffff) // 3DATA_LOAD15 slot 0
+	x.F(0x0003_000f_0000_0002)        // 3F15 slot 0, src slot 2
+	x.B(0x0003_000f_0000_ffff)        // 3B15 slot 0
+	x.DataLoad(0x0000_0010_0001_ffff) // 0DATA_LOAD16 slot 1
+	x.F(0x0000_0010_0001_ffff)        // 0F16 slot 1
+	x.B(0x0002_000f_0002_0000)        // 2B15 slot 2, src slot 0
+	x.F(0x0001_0010_0000_0001)        // 1F16 slot 0, src slot 1
+	x.B(0x0001_000f_0003_0002)        // 1B15 slot 3, src slot 2
+	x.F(0x0002_0010_0002_0000)        // 2F16 slot 2, src slot 0
+	x.B(0x0000_000f_0004_0003)        // 0B15 slot 4, src slot 3
+	x.DataLoad(0x0003_0010_0003_ffff) // 3DATA_LOAD16 slot 3
+	x.F(0x0003_0010_0003_0002)        // 3F16 slot 3, src slot 2
+	x.B(0x0003_0010_0003_ffff)        // 3B16 slot 3
+	x.DataLoad(0x0000_0011_0004_ffff) // 0DATA_LOAD17 slot 4
+	x.F(0x0000_0011_0004_ffff)        // 0F17 slot 4
+	x.B(0x0002_0010_0002_0003)        // 2B16 slot 2, src slot 3
+	x.F(0x0001_0011_0003_0004)        // 1F17 slot 3, src slot 4
+	x.B(0x0001_0010_0000_0002)        // 1B16 slot 0, src slot 2
+	x.F(0x0002_0011_0002_0003)        // 2F17 slot 2, src slot 3
+	x.B(0x0000_0010_0001_0000)        // 0B16 slot 1, src slot 0
+	x.DataLoad(0x0003_0011_0000_ffff) // 3DATA_LOAD17 slot 0
+	x.F(0x0003_0011_0000_0002)        // 3F17 slot 0, src slot 2
+	x.B(0x0003_0011_0000_ffff)        // 3B17 slot 0
+	x.DataLoad(0x0000_0012_0001_ffff) // 0DATA_LOAD18 slot 1
+	x.F(0x0000_0012_0001_ffff)        // 0F18 slot 1
+	x.B(0x0002_0011_0002_0000)        // 2B17 slot 2, src slot 0
+	x.F(0x0001_0012_0000_0001)        // 1F18 slot 0, src slot 1
+	x.B(0x0001_0011_0003_0002)        // 1B17 slot 3, src slot 2
+	x.F(0x0002_0012_0002_0000)        // 2F18 slot 2, src slot 0
+	x.B(0x0000_0011_0004_0003)        // 0B17 slot 4, src slot 3
+	x.DataLoad(0x0003_0012_0003_ffff) // 3DATA_LOAD18 slot 3
+	x.F(0x0003_0012_0003_0002)        // 3F18 slot 3, src slot 2
+	x.B(0x0003_0012_0003_ffff)        // 3B18 slot 3
+	x.DataLoad(0x0000_0013_0004_ffff) // 0DATA_LOAD19 slot 4
+	x.F(0x0000_0013_0004_ffff)        // 0F19 slot 4
+	x.B(0x0002_0012_0002_0003)        // 2B18 slot 2, src slot 3
+	x.F(0x0001_0013_0003_0004)        // 1F19 slot 3, src slot 4
+	x.B(0x0001_0012_0000_0002)        // 1B18 slot 0, src slot 2
+	x.F(0x0002_0013_0002_0003)        // 2F19 slot 2, src slot 3
+	x.B(0x0000_0012_0001_0000)        // 0B18 slot 1, src slot 0
+	x.DataLoad(0x0003_0013_0000_ffff) // 3DATA_LOAD19 slot 0
+	x.F(0x0003_0013_0000_0002)        // 3F19 slot 0, src slot 2
+	x.B(0x0003_0013_0000_ffff)        // 3B19 slot 0
+	x.DataLoad(0x0000_0014_0001_ffff) // 0DATA_LOAD20 slot 1
+	x.F(0x0000_0014_0001_ffff)        // 0F20 slot 1
+	x.B(0x0002_0013_0002_0000)        // 2B19 slot 2, src slot 0
 }
 
 func floorRank0Part2(x *floorExec) {
-	x.F(0x0001_0014_0000_0001)    // 1F20 slot 0, src slot 1
-	x.B(0x0001_0013_0003_0002)    // 1B19 slot 3, src slot 2
-	x.F(0x0002_0014_0002_0000)    // 2F20 slot 2, src slot 0
-	x.B(0x0000_0013_0004_0003)    // 0B19 slot 4, src slot 3
-	x.Load(0x0003_0014_0003_ffff) // 3DATA_LOAD20 slot 3
-	x.F(0x0003_0014_0003_0002)    // 3F20 slot 3, src slot 2
-	x.B(0x0003_0014_0003_ffff)    // 3B20 slot 3
-	x.Load(0x0000_0015_0004_ffff) // 0DATA_LOAD21 slot 4
-	x.F(0x0000_0015_0004_ffff)    // 0F21 slot 4
-	x.B(0x0002_0014_0002_0003)    // 2B20 slot 2, src slot 3
-	x.F(0x0001_0015_0003_0004)    // 1F21 slot 3, src slot 4
-	x.B(0x0001_0014_0000_0002)    // 1B20 slot 0, src slot 2
-	x.F(0x0002_0015_0002_0003)    // 2F21 slot 2, src slot 3
-	x.B(0x0000_0014_0001_0000)    // 0B20 slot 1, src slot 0
-	x.Load(0x0003_0015_0000_ffff) // 3DATA_LOAD21 slot 0
-	x.F(0x0003_0015_0000_0002)    // 3F21 slot 0, src slot 2
-	x.B(0x0003_0015_0000_ffff)    // 3B21 slot 0
-	x.Load(0x0000_0016_0001_ffff) // 0DATA_LOAD22 slot 1
-	x.F(0x0000_0016_0001_ffff)    // 0F22 slot 1
-	x.B(0x0002_0015_0002_0000)    // 2B21 slot 2, src slot 0
-	x.F(0x0001_0016_0000_0001)    // 1F22 slot 0, src slot 1
-	x.B(0x0001_0015_0003_0002)    // 1B21 slot 3, src slot 2
-	x.F(0x0002_0016_0002_0000)    // 2F22 slot 2, src slot 0
-	x.B(0x0000_0015_0004_0003)    // 0B21 slot 4, src slot 3
-	x.Load(0x0003_0016_0003_ffff) // 3DATA_LOAD22 slot 3
-	x.F(0x0003_0016_0003_0002)    // 3F22 slot 3, src slot 2
-	x.B(0x0003_0016_0003_ffff)    // 3B22 slot 3
-	x.Load(0x0000_0017_0004_ffff) // 0DATA_LOAD23 slot 4
-	x.F(0x0000_0017_0004_ffff)    // 0F23 slot 4
-	x.B(0x0002_0016_0002_0003)    // 2B22 slot 2, src slot 3
-	x.F(0x0001_0017_0003_0004)    // 1F23 slot 3, src slot 4
-	x.B(0x0001_0016_0000_0002)    // 1B22 slot 0, src slot 2
-	x.F(0x0002_0017_0002_0003)    // 2F23 slot 2, src slot 3
-	x.B(0x0000_0016_0001_0000)    // 0B22 slot 1, src slot 0
-	x.Load(0x0003_0017_0000_ffff) // 3DATA_LOAD23 slot 0
-	x.F(0x0003_0017_0000_0002)    // 3F23 slot 0, src slot 2
-	x.B(0x0003_0017_0000_ffff)    // 3B23 slot 0
-	x.Load(0x0000_0018_0001_ffff) // 0DATA_LOAD24 slot 1
-	x.F(0x0000_0018_0001_ffff)    // 0F24 slot 1
-	x.B(0x0002_0017_0002_0000)    // 2B23 slot 2, src slot 0
-	x.F(0x0001_0018_0000_0001)    // 1F24 slot 0, src slot 1
-	x.B(0x0001_0017_0003_0002)    // 1B23 slot 3, src slot 2
-	x.F(0x0002_0018_0002_0000)    // 2F24 slot 2, src slot 0
-	x.B(0x0000_0017_0004_0003)    // 0B23 slot 4, src slot 3
-	x.Load(0x0003_0018_0003_ffff) // 3DATA_LOAD24 slot 3
-	x.F(0x0003_0018_0003_0002)    // 3F24 slot 3, src slot 2
-	x.B(0x0003_0018_0003_ffff)    // 3B24 slot 3
-	x.Load(0x0000_0019_0004_ffff) // 0DATA_LOAD25 slot 4
-	x.F(0x0000_0019_0004_ffff)    // 0F25 slot 4
-	x.B(0x0002_0018_0002_0003)    // 2B24 slot 2, src slot 3
-	x.F(0x0001_0019_0003_0004)    // 1F25 slot 3, src slot 4
-	x.B(0x0001_0018_0000_0002)    // 1B24 slot 0, src slot 2
-	x.F(0x0002_0019_0002_0003)    // 2F25 slot 2, src slot 3
-	x.B(0x0000_0018_0001_0000)    // 0B24 slot 1, src slot 0
-	x.Load(0x0003_0019_0000_ffff) // 3DATA_LOAD25 slot 0
-	x.F(0x0003_0019_0000_0002)    // 3F25 slot 0, src slot 2
-	x.B(0x0003_0019_0000_ffff)    // 3B25 slot 0
-	x.Load(0x0000_001a_0001_ffff) // 0DATA_LOAD26 slot 1
-	x.F(0x0000_001a_0001_ffff)    // 0F26 slot 1
-	x.B(0x0002_0019_0002_0000)    // 2B25 slot 2, src slot 0
-	x.F(0x0001_001a_0000_0001)    // 1F26 slot 0, src slot 1
-	x.B(0x0001_0019_0003_0002)    // 1B25 slot 3, src slot 2
-	x.F(0x0002_001a_0002_0000)    // 2F26 slot 2, src slot 0
-	x.B(0x0000_0019_0004_0003)    // 0B25 slot 4, src slot 3
-	x.Load(0x0003_001a_0003_ffff) // 3DATA_LOAD26 slot 3
-	x.F(0x0003_001a_0003_0002)    // 3F26 slot 3, src slot 2
-	x.B(0x0003_001a_0003_ffff)    // 3B26 slot 3
-	x.Load(0x0000_001b_0004_ffff) // 0DATA_LOAD27 slot 4
-	x.F(0x0000_001b_0004_ffff)    // 0F27 slot 4
-	x.B(0x0002_001a_0002_0003)    // 2B26 slot 2, src slot 3
-	x.F(0x0001_001b_0003_0004)    // 1F27 slot 3, src slot 4
-	x.B(0x0001_001a_0000_0002)    // 1B26 slot 0, src slot 2
-	x.F(0x0002_001b_0002_0003)    // 2F27 slot 2, src slot 3
-	x.B(0x0000_001a_0001_0000)    // 0B26 slot 1, src slot 0
-	x.Load(0x0003_001b_0000_ffff) // 3DATA_LOAD27 slot 0
-	x.F(0x0003_001b_0000_0002)    // 3F27 slot 0, src slot 2
-	x.B(0x0003_001b_0000_ffff)    // 3B27 slot 0
-	x.Load(0x0000_001c_0001_ffff) // 0DATA_LOAD28 slot 1
-	x.F(0x0000_001c_0001_ffff)    // 0F28 slot 1
-	x.B(0x0002_001b_0002_0000)    // 2B27 slot 2, src slot 0
-	x.F(0x0001_001c_0000_0001)    // 1F28 slot 0, src slot 1
-	x.B(0x0001_001b_0003_0002)    // 1B27 slot 3, src slot 2
-	x.F(0x0002_001c_0002_0000)    // 2F28 slot 2, src slot 0
-	x.B(0x0000_001b_0004_0003)    // 0B27 slot 4, src slot 3
-	x.Load(0x0003_001c_0003_ffff) // 3DATA_LOAD28 slot 3
-	x.F(0x0003_001c_0003_0002)    // 3F28 slot 3, src slot 2
-	x.B(0x0003_001c_0003_ffff)    // 3B28 slot 3
-	x.Load(0x0000_001d_0004_ffff) // 0DATA_LOAD29 slot 4
-	x.F(0x0000_001d_0004_ffff)    // 0F29 slot 4
-	x.B(0x0002_001c_0002_0003)    // 2B28 slot 2, src slot 3
-	x.F(0x0001_001d_0003_0004)    // 1F29 slot 3, src slot 4
-	x.B(0x0001_001c_0000_0002)    // 1B28 slot 0, src slot 2
-	x.F(0x0002_001d_0002_0003)    // 2F29 slot 2, src slot 3
-	x.B(0x0000_001c_0001_0000)    // 0B28 slot 1, src slot 0
-	x.Load(0x0003_001d_0000_ffff) // 3DATA_LOAD29 slot 0
-	x.F(0x0003_001d_0000_0002)    // 3F29 slot 0, src slot 2
-	x.B(0x0003_001d_0000_ffff)    // 3B29 slot 0
-	x.Load(0x0000_001e_0001_ffff) // 0DATA_LOAD30 slot 1
-	x.F(0x0000_001e_0001_ffff)    // 0F30 slot 1
-	x.B(0x0002_001d_0002_0000)    // 2B29 slot 2, src slot 0
+	x.F(0x0001_0014_0000_0001)        // 1F20 slot 0, src slot 1
+	x.B(0x0001_0013_0003_0002)        // 1B19 slot 3, src slot 2
+	x.F(0x0002_0014_0002_0000)        // 2F20 slot 2, src slot 0
+	x.B(0x0000_0013_0004_0003)        // 0B19 slot 4, src slot 3
+	x.DataLoad(0x0003_0014_0003_ffff) // 3DATA_LOAD20 slot 3
+	x.F(0x0003_0014_0003_0002)        // 3F20 slot 3, src slot 2
+	x.B(0x0003_0014_0003_ffff)        // 3B20 slot 3
+	x.DataLoad(0x0000_0015_0004_ffff) // 0DATA_LOAD21 slot 4
+	x.F(0x0000_0015_0004_ffff)        // 0F21 slot 4
+	x.B(0x0002_0014_0002_0003)        // 2B20 slot 2, src slot 3
+	x.F(0x0001_0015_0003_0004)        // 1F21 slot 3, src slot 4
+	x.B(0x0001_0014_0000_0002)        // 1B20 slot 0, src slot 2
+	x.F(0x0002_0015_0002_0003)        // 2F21 slot 2, src slot 3
+	x.B(0x0000_0014_0001_0000)        // 0B20 slot 1, src slot 0
+	x.DataLoad(0x0003_0015_0000_ffff) // 3DATA_LOAD21 slot 0
+	x.F(0x0003_0015_0000_0002)        // 3F21 slot 0, src slot 2
+	x.B(0x0003_0015_0000_ffff)        // 3B21 slot 0
+	x.DataLoad(0x0000_0016_0001_ffff) // 0DATA_LOAD22 slot 1
+	x.F(0x0000_0016_0001_ffff)        // 0F22 slot 1
+	x.B(0x0002_0015_0002_0000)        // 2B21 slot 2, src slot 0
+	x.F(0x0001_0016_0000_0001)        // 1F22 slot 0, src slot 1
+	x.B(0x0001_0015_0003_0002)        // 1B21 slot 3, src slot 2
+	x.F(0x0002_0016_0002_0000)        // 2F22 slot 2, src slot 0
+	x.B(0x0000_0015_0004_0003)        // 0B21 slot 4, src slot 3
+	x.DataLoad(0x0003_0016_0003_ffff) // 3DATA_LOAD22 slot 3
+	x.F(0x0003_0016_0003_0002)        // 3F22 slot 3, src slot 2
+	x.B(0x0003_0016_0003_ffff)        // 3B22 slot 3
+	x.DataLoad(0x0000_0017_0004_ffff) // 0DATA_LOAD23 slot 4
+	x.F(0x0000_0017_0004_ffff)        // 0F23 slot 4
+	x.B(0x0002_0016_0002_0003)        // 2B22 slot 2, src slot 3
+	x.F(0x0001_0017_0003_0004)        // 1F23 slot 3, src slot 4
+	x.B(0x0001_0016_0000_0002)        // 1B22 slot 0, src slot 2
+	x.F(0x0002_0017_0002_0003)        // 2F23 slot 2, src slot 3
+	x.B(0x0000_0016_0001_0000)        // 0B22 slot 1, src slot 0
+	x.DataLoad(0x0003_0017_0000_ffff) // 3DATA_LOAD23 slot 0
+	x.F(0x0003_0017_0000_0002)        // 3F23 slot 0, src slot 2
+	x.B(0x0003_0017_0000_ffff)        // 3B23 slot 0
+	x.DataLoad(0x0000_0018_0001_ffff) // 0DATA_LOAD24 slot 1
+	x.F(0x0000_0018_0001_ffff)        // 0F24 slot 1
+	x.B(0x0002_0017_0002_0000)        // 2B23 slot 2, src slot 0
+	x.F(0x0001_0018_0000_0001)        // 1F24 slot 0, src slot 1
+	x.B(0x0001_0017_0003_0002)        // 1B23 slot 3, src slot 2
+	x.F(0x0002_0018_0002_0000)        // 2F24 slot 2, src slot 0
+	x.B(0x0000_0017_0004_0003)        // 0B23 slot 4, src slot 3
+	x.DataLoad(0x0003_0018_0003_ffff) // 3DATA_LOAD24 slot 3
+	x.F(0x0003_0018_0003_0002)        // 3F24 slot 3, src slot 2
+	x.B(0x0003_0018_0003_ffff)        // 3B24 slot 3
+	x.DataLoad(0x0000_0019_0004_ffff) // 0DATA_LOAD25 slot 4
+	x.F(0x0000_0019_0004_ffff)        // 0F25 slot 4
+	x.B(0x0002_0018_0002_0003)        // 2B24 slot 2, src slot 3
+	x.F(0x0001_0019_0003_0004)        // 1F25 slot 3, src slot 4
+	x.B(0x0001_0018_0000_0002)        // 1B24 slot 0, src slot 2
+	x.F(0x0002_0019_0002_0003)        // 2F25 slot 2, src slot 3
+	x.B(0x0000_0018_0001_0000)        // 0B24 slot 1, src slot 0
+	x.DataLoad(0x0003_0019_0000_ffff) // 3DATA_LOAD25 slot 0
+	x.F(0x0003_0019_0000_0002)        // 3F25 slot 0, src slot 2
+	x.B(0x0003_0019_0000_ffff)        // 3B25 slot 0
+	x.DataLoad(0x0000_001a_0001_ffff) // 0DATA_LOAD26 slot 1
+	x.F(0x0000_001a_0001_ffff)        // 0F26 slot 1
+	x.B(0x0002_0019_0002_0000)        // 2B25 slot 2, src slot 0
+	x.F(0x0001_001a_0000_0001)        // 1F26 slot 0, src slot 1
+	x.B(0x0001_0019_0003_0002)        // 1B25 slot 3, src slot 2
+	x.F(0x0002_001a_0002_0000)        // 2F26 slot 2, src slot 0
+	x.B(0x0000_0019_0004_0003)        // 0B25 slot 4, src slot 3
+	x.DataLoad(0x0003_001a_0003_ffff) // 3DATA_LOAD26 slot 3
+	x.F(0x0003_001a_0003_0002)        // 3F26 slot 3, src slot 2
+	x.B(0x0003_001a_0003_ffff)        // 3B26 slot 3
+	x.DataLoad(0x0000_001b_0004_ffff) // 0DATA_LOAD27 slot 4
+	x.F(0x0000_001b_0004_ffff)        // 0F27 slot 4
+	x.B(0x0002_001a_0002_0003)        // 2B26 slot 2, src slot 3
+	x.F(0x0001_001b_0003_0004)        // 1F27 slot 3, src slot 4
+	x.B(0x0001_001a_0000_0002)        // 1B26 slot 0, src slot 2
+	x.F(0x0002_001b_0002_0003)        // 2F27 slot 2, src slot 3
+	x.B(0x0000_001a_0001_0000)        // 0B26 slot 1, src slot 0
+	x.DataLoad(0x0003_001b_0000_ffff) // 3DATA_LOAD27 slot 0
+	x.F(0x0003_001b_0000_0002)        // 3F27 slot 0, src slot 2
+	x.B(0x0003_001b_0000_ffff)        // 3B27 slot 0
+	x.DataLoad(0x0000_001c_0001_ffff) // 0DATA_LOAD28 slot 1
+	x.F(0x0000_001c_0001_ffff)        // 0F28 slot 1
+	x.B(0x0002_001b_0002_0000)        // 2B27 slot 2, src slot 0
+	x.F(0x0001_001c_0000_0001)        // 1F28 slot 0, src slot 1
+	x.B(0x0001_001b_0003_0002)        // 1B27 slot 3, src slot 2
+	x.F(0x0002_001c_0002_0000)        // 2F28 slot 2, src slot 0
+	x.B(0x0000_001b_0004_0003)        // 0B27 slot 4, src slot 3
+	x.DataLoad(0x0003_001c_0003_ffff) // 3DATA_LOAD28 slot 3
+	x.F(0x0003_001c_0003_0002)        // 3F28 slot 3, src slot 2
+	x.B(0x0003_001c_0003_ffff)        // 3B28 slot 3
+	x.DataLoad(0x0000_001d_0004_ffff) // 0DATA_LOAD29 slot 4
+	x.F(0x0000_001d_0004_ffff)        // 0F29 slot 4
+	x.B(0x0002_001c_0002_0003)        // 2B28 slot 2, src slot 3
+	x.F(0x0001_001d_0003_0004)        // 1F29 slot 3, src slot 4
+	x.B(0x0001_001c_0000_0002)        // 1B28 slot 0, src slot 2
+	x.F(0x0002_001d_0002_0003)        // 2F29 slot 2, src slot 3
+	x.B(0x0000_001c_0001_0000)        // 0B28 slot 1, src slot 0
+	x.DataLoad(0x0003_001d_0000_ffff) // 3DATA_LOAD29 slot 0
+	x.F(0x0003_001d_0000_0002)        // 3F29 slot 0, src slot 2
+	x.B(0x0003_001d_0000_ffff)        // 3B29 slot 0
+	x.DataLoad(0x0000_001e_0001_ffff) // 0DATA_LOAD30 slot 1
+	x.F(0x0000_001e_0001_ffff)        // 0F30 slot 1
+	x.B(0x0002_001d_0002_0000)        // 2B29 slot 2, src slot 0
 }
 
 func floorRank0Part3(x *floorExec) {
-	x.F(0x0001_001e_0000_0001)    // 1F30 slot 0, src slot 1
-	x.B(0x0001_001d_0003_0002)    // 1B29 slot 3, src slot 2
-	x.F(0x0002_001e_0002_0000)    // 2F30 slot 2, src slot 0
-	x.B(0x0000_001d_0004_0003)    // 0B29 slot 4, src slot 3
-	x.Load(0x0003_001e_0003_ffff) // 3DATA_LOAD30 slot 3
-	x.F(0x0003_001e_0003_0002)    // 3F30 slot 3, src slot 2
-	x.B(0x0003_001e_0003_ffff)    // 3B30 slot 3
-	x.Load(0x0000_001f_0004_ffff) // 0DATA_LOAD31 slot 4
-	x.F(0x0000_001f_0004_ffff)    // 0F31 slot 4
-	x.B(0x0002_001e_0002_0003)    // 2B30 slot 2, src slot 3
-	x.F(0x0001_001f_0003_0004)    // 1F31 slot 3, src slot 4
-	x.B(0x0001_001e_0000_0002)    // 1B30 slot 0, src slot 2
-	x.F(0x0002_001f_0002_0003)    // 2F31 slot 2, src slot 3
-	x.B(0x0000_001e_0001_0000)    // 0B30 slot 1, src slot 0
-	x.Load(0x0003_001f_0000_ffff) // 3DATA_LOAD31 slot 0
-	x.F(0x0003_001f_0000_0002)    // 3F31 slot 0, src slot 2
-	x.B(0x0003_001f_0000_ffff)    // 3B31 slot 0
-	x.Load(0x0000_0020_0001_ffff) // 0DATA_LOAD32 slot 1
-	x.F(0x0000_0020_0001_ffff)    // 0F32 slot 1
-	x.B(0x0002_001f_0002_0000)    // 2B31 slot 2, src slot 0
-	x.F(0x0001_0020_0000_0001)    // 1F32 slot 0, src slot 1
-	x.B(0x0001_001f_0003_0002)    // 1B31 slot 3, src slot 2
-	x.F(0x0002_0020_0002_0000)    // 2F32 slot 2, src slot 0
-	x.B(0x0000_001f_0004_0003)    // 0B31 slot 4, src slot 3
-	x.Load(0x0003_0020_0003_ffff) // 3DATA_LOAD32 slot 3
-	x.F(0x0003_0020_0003_0002)    // 3F32 slot 3, src slot 2
-	x.B(0x0003_0020_0003_ffff)    // 3B32 slot 3
-	x.Load(0x0000_0021_0004_ffff) // 0DATA_LOAD33 slot 4
-	x.F(0x0000_0021_0004_ffff)    // 0F33 slot 4
-	x.B(0x0002_0020_0002_0003)    // 2B32 slot 2, src slot 3
-	x.F(0x0001_0021_0003_0004)    // 1F33 slot 3, src slot 4
-	x.B(0x0001_0020_0000_0002)    // 1B32 slot 0, src slot 2
-	x.F(0x0002_0021_0002_0003)    // 2F33 slot 2, src slot 3
-	x.B(0x0000_0020_0001_0000)    // 0B32 slot 1, src slot 0
-	x.Load(0x0003_0021_0000_ffff) // 3DATA_LOAD33 slot 0
-	x.F(0x0003_0021_0000_0002)    // 3F33 slot 0, src slot 2
-	x.B(0x0003_0021_0000_ffff)    // 3B33 slot 0
-	x.Load(0x0000_0022_0001_ffff) // 0DATA_LOAD34 slot 1
-	x.F(0x0000_0022_0001_ffff)    // 0F34 slot 1
-	x.B(0x0002_0021_0002_0000)    // 2B33 slot 2, src slot 0
-	x.F(0x0001_0022_0000_0001)    // 1F34 slot 0, src slot 1
-	x.B(0x0001_0021_0003_0002)    // 1B33 slot 3, src slot 2
-	x.F(0x0002_0022_0002_0000)    // 2F34 slot 2, src slot 0
-	x.B(0x0000_0021_0004_0003)    // 0B33 slot 4, src slot 3
-	x.Load(0x0003_0022_0003_ffff) // 3DATA_LOAD34 slot 3
-	x.F(0x0003_0022_0003_0002)    // 3F34 slot 3, src slot 2
-	x.B(0x0003_0022_0003_ffff)    // 3B34 slot 3
-	x.Load(0x0000_0023_0004_ffff) // 0DATA_LOAD35 slot 4
-	x.F(0x0000_0023_0004_ffff)    // 0F35 slot 4
-	x.B(0x0002_0022_0002_0003)    // 2B34 slot 2, src slot 3
-	x.F(0x0001_0023_0003_0004)    // 1F35 slot 3, src slot 4
-	x.B(0x0001_0022_0000_0002)    // 1B34 slot 0, src slot 2
-	x.F(0x0002_0023_0002_0003)    // 2F35 slot 2, src slot 3
-	x.B(0x0000_0022_0001_0000)    // 0B34 slot 1, src slot 0
-	x.Load(0x0003_0023_0000_ffff) // 3DATA_LOAD35 slot 0
-	x.F(0x0003_0023_0000_0002)    // 3F35 slot 0, src slot 2
-	x.B(0x0003_0023_0000_ffff)    // 3B35 slot 0
-	x.Load(0x0000_0024_0001_ffff) // 0DATA_LOAD36 slot 1
-	x.F(0x0000_0024_0001_ffff)    // 0F36 slot 1
-	x.B(0x0002_0023_0002_0000)    // 2B35 slot 2, src slot 0
-	x.F(0x0001_0024_0000_0001)    // 1F36 slot 0, src slot 1
-	x.B(0x0001_0023_0003_0002)    // 1B35 slot 3, src slot 2
-	x.F(0x0002_0024_0002_0000)    // 2F36 slot 2, src slot 0
-	x.B(0x0000_0023_0004_0003)    // 0B35 slot 4, src slot 3
-	x.Load(0x0003_0024_0003_ffff) // 3DATA_LOAD36 slot 3
-	x.F(0x0003_0024_0003_0002)    // 3F36 slot 3, src slot 2
-	x.B(0x0003_0024_0003_ffff)    // 3B36 slot 3
-	x.Load(0x0000_0025_0004_ffff) // 0DATA_LOAD37 slot 4
-	x.F(0x0000_0025_0004_ffff)    // 0F37 slot 4
-	x.B(0x0002_0024_0002_0003)    // 2B36 slot 2, src slot 3
-	x.F(0x0001_0025_0003_0004)    // 1F37 slot 3, src slot 4
-	x.B(0x0001_0024_0000_0002)    // 1B36 slot 0, src slot 2
-	x.F(0x0002_0025_0002_0003)    // 2F37 slot 2, src slot 3
-	x.B(0x0000_0024_0001_0000)    // 0B36 slot 1, src slot 0
-	x.Load(0x0003_0025_0000_ffff) // 3DATA_LOAD37 slot 0
-	x.F(0x0003_0025_0000_0002)    // 3F37 slot 0, src slot 2
-	x.B(0x0003_0025_0000_ffff)    // 3B37 slot 0
-	x.Load(0x0000_0026_0001_ffff) // 0DATA_LOAD38 slot 1
-	x.F(0x0000_0026_0001_ffff)    // 0F38 slot 1
-	x.B(0x0002_0025_0002_0000)    // 2B37 slot 2, src slot 0
-	x.F(0x0001_0026_0000_0001)    // 1F38 slot 0, src slot 1
-	x.B(0x0001_0025_0003_0002)    // 1B37 slot 3, src slot 2
-	x.F(0x0002_0026_0002_0000)    // 2F38 slot 2, src slot 0
-	x.B(0x0000_0025_0004_0003)    // 0B37 slot 4, src slot 3
-	x.Load(0x0003_0026_0003_ffff) // 3DATA_LOAD38 slot 3
-	x.F(0x0003_0026_0003_0002)    // 3F38 slot 3, src slot 2
-	x.B(0x0003_0026_0003_ffff)    // 3B38 slot 3
-	x.Load(0x0000_0027_0004_ffff) // 0DATA_LOAD39 slot 4
-	x.F(0x0000_0027_0004_ffff)    // 0F39 slot 4
-	x.B(0x0002_0026_0002_0003)    // 2B38 slot 2, src slot 3
-	x.F(0x0001_0027_0003_0004)    // 1F39 slot 3, src slot 4
-	x.B(0x0001_0026_0000_0002)    // 1B38 slot 0, src slot 2
-	x.F(0x0002_0027_0002_0003)    // 2F39 slot 2, src slot 3
-	x.B(0x0000_0026_0001_0000)    // 0B38 slot 1, src slot 0
-	x.Load(0x0003_0027_0000_ffff) // 3DATA_LOAD39 slot 0
-	x.F(0x0003_0027_0000_0002)    // 3F39 slot 0, src slot 2
-	x.B(0x0003_0027_0000_ffff)    // 3B39 slot 0
-	x.Load(0x0000_0028_0001_ffff) // 0DATA_LOAD40 slot 1
-	x.F(0x0000_0028_0001_ffff)    // 0F40 slot 1
-	x.B(0x0002_0027_0002_0000)    // 2B39 slot 2, src slot 0
+	x.F(0x0001_001e_0000_0001)        // 1F30 slot 0, src slot 1
+	x.B(0x0001_001d_0003_0002)        // 1B29 slot 3, src slot 2
+	x.F(0x0002_001e_0002_0000)        // 2F30 slot 2, src slot 0
+	x.B(0x0000_001d_0004_0003)        // 0B29 slot 4, src slot 3
+	x.DataLoad(0x0003_001e_0003_ffff) // 3DATA_LOAD30 slot 3
+	x.F(0x0003_001e_0003_0002)        // 3F30 slot 3, src slot 2
+	x.B(0x0003_001e_0003_ffff)        // 3B30 slot 3
+	x.DataLoad(0x0000_001f_0004_ffff) // 0DATA_LOAD31 slot 4
+	x.F(0x0000_001f_0004_ffff)        // 0F31 slot 4
+	x.B(0x0002_001e_0002_0003)        // 2B30 slot 2, src slot 3
+	x.F(0x0001_001f_0003_0004)        // 1F31 slot 3, src slot 4
+	x.B(0x0001_001e_0000_0002)        // 1B30 slot 0, src slot 2
+	x.F(0x0002_001f_0002_0003)        // 2F31 slot 2, src slot 3
+	x.B(0x0000_001e_0001_0000)        // 0B30 slot 1, src slot 0
+	x.DataLoad(0x0003_001f_0000_ffff) // 3DATA_LOAD31 slot 0
+	x.F(0x0003_001f_0000_0002)        // 3F31 slot 0, src slot 2
+	x.B(0x0003_001f_0000_ffff)        // 3B31 slot 0
+	x.DataLoad(0x0000_0020_0001_ffff) // 0DATA_LOAD32 slot 1
+	x.F(0x0000_0020_0001_ffff)        // 0F32 slot 1
+	x.B(0x0002_001f_0002_0000)        // 2B31 slot 2, src slot 0
+	x.F(0x0001_0020_0000_0001)        // 1F32 slot 0, src slot 1
+	x.B(0x0001_001f_0003_0002)        // 1B31 slot 3, src slot 2
+	x.F(0x0002_0020_0002_0000)        // 2F32 slot 2, src slot 0
+	x.B(0x0000_001f_0004_0003)        // 0B31 slot 4, src slot 3
+	x.DataLoad(0x0003_0020_0003_ffff) // 3DATA_LOAD32 slot 3
+	x.F(0x0003_0020_0003_0002)        // 3F32 slot 3, src slot 2
+	x.B(0x0003_0020_0003_ffff)        // 3B32 slot 3
+	x.DataLoad(0x0000_0021_0004_ffff) // 0DATA_LOAD33 slot 4
+	x.F(0x0000_0021_0004_ffff)        // 0F33 slot 4
+	x.B(0x0002_0020_0002_0003)        // 2B32 slot 2, src slot 3
+	x.F(0x0001_0021_0003_0004)        // 1F33 slot 3, src slot 4
+	x.B(0x0001_0020_0000_0002)        // 1B32 slot 0, src slot 2
+	x.F(0x0002_0021_0002_0003)        // 2F33 slot 2, src slot 3
+	x.B(0x0000_0020_0001_0000)        // 0B32 slot 1, src slot 0
+	x.DataLoad(0x0003_0021_0000_ffff) // 3DATA_LOAD33 slot 0
+	x.F(0x0003_0021_0000_0002)        // 3F33 slot 0, src slot 2
+	x.B(0x0003_0021_0000_ffff)        // 3B33 slot 0
+	x.DataLoad(0x0000_0022_0001_ffff) // 0DATA_LOAD34 slot 1
+	x.F(0x0000_0022_0001_ffff)        // 0F34 slot 1
+	x.B(0x0002_0021_0002_0000)        // 2B33 slot 2, src slot 0
+	x.F(0x0001_0022_0000_0001)        // 1F34 slot 0, src slot 1
+	x.B(0x0001_0021_0003_0002)        // 1B33 slot 3, src slot 2
+	x.F(0x0002_0022_0002_0000)        // 2F34 slot 2, src slot 0
+	x.B(0x0000_0021_0004_0003)        // 0B33 slot 4, src slot 3
+	x.DataLoad(0x0003_0022_0003_ffff) // 3DATA_LOAD34 slot 3
+	x.F(0x0003_0022_0003_0002)        // 3F34 slot 3, src slot 2
+	x.B(0x0003_0022_0003_ffff)        // 3B34 slot 3
+	x.DataLoad(0x0000_0023_0004_ffff) // 0DATA_LOAD35 slot 4
+	x.F(0x0000_0023_0004_ffff)        // 0F35 slot 4
+	x.B(0x0002_0022_0002_0003)        // 2B34 slot 2, src slot 3
+	x.F(0x0001_0023_0003_0004)        // 1F35 slot 3, src slot 4
+	x.B(0x0001_0022_0000_0002)        // 1B34 slot 0, src slot 2
+	x.F(0x0002_0023_0002_0003)        // 2F35 slot 2, src slot 3
+	x.B(0x0000_0022_0001_0000)        // 0B34 slot 1, src slot 0
+	x.DataLoad(0x0003_0023_0000_ffff) // 3DATA_LOAD35 slot 0
+	x.F(0x0003_0023_0000_0002)        // 3F35 slot 0, src slot 2
+	x.B(0x0003_0023_0000_ffff)        // 3B35 slot 0
+	x.DataLoad(0x0000_0024_0001_ffff) // 0DATA_LOAD36 slot 1
+	x.F(0x0000_0024_0001_ffff)        // 0F36 slot 1
+	x.B(0x0002_0023_0002_0000)        // 2B35 slot 2, src slot 0
+	x.F(0x0001_0024_0000_0001)        // 1F36 slot 0, src slot 1
+	x.B(0x0001_0023_0003_0002)        // 1B35 slot 3, src slot 2
+	x.F(0x0002_0024_0002_0000)        // 2F36 slot 2, src slot 0
+	x.B(0x0000_0023_0004_0003)        // 0B35 slot 4, src slot 3
+	x.DataLoad(0x0003_0024_0003_ffff) // 3DATA_LOAD36 slot 3
+	x.F(0x0003_0024_0003_0002)        // 3F36 slot 3, src slot 2
+	x.B(0x0003_0024_0003_ffff)        // 3B36 slot 3
+	x.DataLoad(0x0000_0025_0004_ffff) // 0DATA_LOAD37 slot 4
+	x.F(0x0000_0025_0004_ffff)        // 0F37 slot 4
+	x.B(0x0002_0024_0002_0003)        // 2B36 slot 2, src slot 3
+	x.F(0x0001_0025_0003_0004)        // 1F37 slot 3, src slot 4
+	x.B(0x0001_0024_0000_0002)        // 1B36 slot 0, src slot 2
+	x.F(0x0002_0025_0002_0003)        // 2F37 slot 2, src slot 3
+	x.B(0x0000_0024_0001_0000)        // 0B36 slot 1, src slot 0
+	x.DataLoad(0x0003_0025_0000_ffff) // 3DATA_LOAD37 slot 0
+	x.F(0x0003_0025_0000_0002)        // 3F37 slot 0, src slot 2
+	x.B(0x0003_0025_0000_ffff)        // 3B37 slot 0
+	x.DataLoad(0x0000_0026_0001_ffff) // 0DATA_LOAD38 slot 1
+	x.F(0x0000_0026_0001_ffff)        // 0F38 slot 1
+	x.B(0x0002_0025_0002_0000)        // 2B37 slot 2, src slot 0
+	x.F(0x0001_0026_0000_0001)        // 1F38 slot 0, src slot 1
+	x.B(0x0001_0025_0003_0002)        // 1B37 slot 3, src slot 2
+	x.F(0x0002_0026_0002_0000)        // 2F38 slot 2, src slot 0
+	x.B(0x0000_0025_0004_0003)        // 0B37 slot 4, src slot 3
+	x.DataLoad(0x0003_0026_0003_ffff) // 3DATA_LOAD38 slot 3
+	x.F(0x0003_0026_0003_0002)        // 3F38 slot 3, src slot 2
+	x.B(0x0003_0026_0003_ffff)        // 3B38 slot 3
+	x.DataLoad(0x0000_0027_0004_ffff) // 0DATA_LOAD39 slot 4
+	x.F(0x0000_0027_0004_ffff)        // 0F39 slot 4
+	x.B(0x0002_0026_0002_0003)        // 2B38 slot 2, src slot 3
+	x.F(0x0001_0027_0003_0004)        // 1F39 slot 3, src slot 4
+	x.B(0x0001_0026_0000_0002)        // 1B38 slot 0, src slot 2
+	x.F(0x0002_0027_0002_0003)        // 2F39 slot 2, src slot 3
+	x.B(0x0000_0026_0001_0000)        // 0B38 slot 1, src slot 0
+	x.DataLoad(0x0003_0027_0000_ffff) // 3DATA_LOAD39 slot 0
+	x.F(0x0003_0027_0000_0002)        // 3F39 slot 0, src slot 2
+	x.B(0x0003_0027_0000_ffff)        // 3B39 slot 0
+	x.DataLoad(0x0000_0028_0001_ffff) // 0DATA_LOAD40 slot 1
+	x.F(0x0000_0028_0001_ffff)        // 0F40 slot 1
+	x.B(0x0002_0027_0002_0000)        // 2B39 slot 2, src slot 0
 }
 
 func floorRank0Part4(x *floorExec) {
-	x.F(0x0001_0028_0000_0001)    // 1F40 slot 0, src slot 1
-	x.B(0x0001_0027_0003_0002)    // 1B39 slot 3, src slot 2
-	x.F(0x0002_0028_0002_0000)    // 2F40 slot 2, src slot 0
-	x.B(0x0000_0027_0004_0003)    // 0B39 slot 4, src slot 3
-	x.Load(0x0003_0028_0003_ffff) // 3DATA_LOAD40 slot 3
-	x.F(0x0003_0028_0003_0002)    // 3F40 slot 3, src slot 2
-	x.B(0x0003_0028_0003_ffff)    // 3B40 slot 3
-	x.Load(0x0000_0029_0004_ffff) // 0DATA_LOAD41 slot 4
-	x.F(0x0000_0029_0004_ffff)    // 0F41 slot 4
-	x.B(0x0002_0028_0002_0003)    // 2B40 slot 2, src slot 3
-	x.F(0x0001_0029_0003_0004)    // 1F41 slot 3, src slot 4
-	x.B(0x0001_0028_0000_0002)    // 1B40 slot 0, src slot 2
-	x.F(0x0002_0029_0002_0003)    // 2F41 slot 2, src slot 3
-	x.B(0x0000_0028_0001_0000)    // 0B40 slot 1, src slot 0
-	x.Load(0x0003_0029_0000_ffff) // 3DATA_LOAD41 slot 0
-	x.F(0x0003_0029_0000_0002)    // 3F41 slot 0, src slot 2
-	x.B(0x0003_0029_0000_ffff)    // 3B41 slot 0
-	x.Load(0x0000_002a_0001_ffff) // 0DATA_LOAD42 slot 1
-	x.F(0x0000_002a_0001_ffff)    // 0F42 slot 1
-	x.B(0x0002_0029_0002_0000)    // 2B41 slot 2, src slot 0
-	x.F(0x0001_002a_0000_0001)    // 1F42 slot 0, src slot 1
-	x.B(0x0001_0029_0003_0002)    // 1B41 slot 3, src slot 2
-	x.F(0x0002_002a_0002_0000)    // 2F42 slot 2, src slot 0
-	x.B(0x0000_0029_0004_0003)    // 0B41 slot 4, src slot 3
-	x.Load(0x0003_002a_0003_ffff) // 3DATA_LOAD42 slot 3
-	x.F(0x0003_002a_0003_0002)    // 3F42 slot 3, src slot 2
-	x.B(0x0003_002a_0003_ffff)    // 3B42 slot 3
-	x.Load(0x0000_002b_0004_ffff) // 0DATA_LOAD43 slot 4
-	x.F(0x0000_002b_0004_ffff)    // 0F43 slot 4
-	x.B(0x0002_002a_0002_0003)    // 2B42 slot 2, src slot 3
-	x.F(0x0001_002b_0003_0004)    // 1F43 slot 3, src slot 4
-	x.B(0x0001_002a_0000_0002)    // 1B42 slot 0, src slot 2
-	x.F(0x0002_002b_0002_0003)    // 2F43 slot 2, src slot 3
-	x.B(0x0000_002a_0001_0000)    // 0B42 slot 1, src slot 0
-	x.Load(0x0003_002b_0000_ffff) // 3DATA_LOAD43 slot 0
-	x.F(0x0003_002b_0000_0002)    // 3F43 slot 0, src slot 2
-	x.B(0x0003_002b_0000_ffff)    // 3B43 slot 0
-	x.Load(0x0000_002c_0001_ffff) // 0DATA_LOAD44 slot 1
-	x.F(0x0000_002c_0001_ffff)    // 0F44 slot 1
-	x.B(0x0002_002b_0002_0000)    // 2B43 slot 2, src slot 0
-	x.F(0x0001_002c_0000_0001)    // 1F44 slot 0, src slot 1
-	x.B(0x0001_002b_0003_0002)    // 1B43 slot 3, src slot 2
-	x.F(0x0002_002c_0002_0000)    // 2F44 slot 2, src slot 0
-	x.B(0x0000_002b_0004_0003)    // 0B43 slot 4, src slot 3
-	x.Load(0x0003_002c_0003_ffff) // 3DATA_LOAD44 slot 3
-	x.F(0x0003_002c_0003_0002)    // 3F44 slot 3, src slot 2
-	x.B(0x0003_002c_0003_ffff)    // 3B44 slot 3
-	x.Load(0x0000_002d_0004_ffff) // 0DATA_LOAD45 slot 4
-	x.F(0x0000_002d_0004_ffff)    // 0F45 slot 4
-	x.B(0x0002_002c_0002_0003)    // 2B44 slot 2, src slot 3
-	x.F(0x0001_002d_0003_0004)    // 1F45 slot 3, src slot 4
-	x.B(0x0001_002c_0000_0002)    // 1B44 slot 0, src slot 2
-	x.F(0x0002_002d_0002_0003)    // 2F45 slot 2, src slot 3
-	x.B(0x0000_002c_0001_0000)    // 0B44 slot 1, src slot 0
-	x.Load(0x0003_002d_0000_ffff) // 3DATA_LOAD45 slot 0
-	x.F(0x0003_002d_0000_0002)    // 3F45 slot 0, src slot 2
-	x.B(0x0003_002d_0000_ffff)    // 3B45 slot 0
-	x.Load(0x0000_002e_0001_ffff) // 0DATA_LOAD46 slot 1
-	x.F(0x0000_002e_0001_ffff)    // 0F46 slot 1
-	x.B(0x0002_002d_0002_0000)    // 2B45 slot 2, src slot 0
-	x.F(0x0001_002e_0000_0001)    // 1F46 slot 0, src slot 1
-	x.B(0x0001_002d_0003_0002)    // 1B45 slot 3, src slot 2
-	x.F(0x0002_002e_0002_0000)    // 2F46 slot 2, src slot 0
-	x.B(0x0000_002d_0004_0003)    // 0B45 slot 4, src slot 3
-	x.Load(0x0003_002e_0003_ffff) // 3DATA_LOAD46 slot 3
-	x.F(0x0003_002e_0003_0002)    // 3F46 slot 3, src slot 2
-	x.B(0x0003_002e_0003_ffff)    // 3B46 slot 3
-	x.Load(0x0000_002f_0004_ffff) // 0DATA_LOAD47 slot 4
-	x.F(0x0000_002f_0004_ffff)    // 0F47 slot 4
-	x.B(0x0002_002e_0002_0003)    // 2B46 slot 2, src slot 3
-	x.F(0x0001_002f_0003_0004)    // 1F47 slot 3, src slot 4
-	x.B(0x0001_002e_0000_0002)    // 1B46 slot 0, src slot 2
-	x.F(0x0002_002f_0002_0003)    // 2F47 slot 2, src slot 3
-	x.B(0x0000_002e_0001_0000)    // 0B46 slot 1, src slot 0
-	x.Load(0x0003_002f_0000_ffff) // 3DATA_LOAD47 slot 0
-	x.F(0x0003_002f_0000_0002)    // 3F47 slot 0, src slot 2
-	x.B(0x0003_002f_0000_ffff)    // 3B47 slot 0
-	x.Load(0x0000_0030_0001_ffff) // 0DATA_LOAD48 slot 1
-	x.F(0x0000_0030_0001_ffff)    // 0F48 slot 1
-	x.B(0x0002_002f_0002_0000)    // 2B47 slot 2, src slot 0
-	x.F(0x0001_0030_0000_0001)    // 1F48 slot 0, src slot 1
-	x.B(0x0001_002f_0003_0002)    // 1B47 slot 3, src slot 2
-	x.F(0x0002_0030_0002_0000)    // 2F48 slot 2, src slot 0
-	x.B(0x0000_002f_0004_0003)    // 0B47 slot 4, src slot 3
-	x.Load(0x0003_0030_0003_ffff) // 3DATA_LOAD48 slot 3
-	x.F(0x0003_0030_0003_0002)    // 3F48 slot 3, src slot 2
-	x.B(0x0003_0030_0003_ffff)    // 3B48 slot 3
-	x.Load(0x0000_0031_0004_ffff) // 0DATA_LOAD49 slot 4
-	x.F(0x0000_0031_0004_ffff)    // 0F49 slot 4
-	x.B(0x0002_0030_0002_0003)    // 2B48 slot 2, src slot 3
-	x.F(0x0001_0031_0003_0004)    // 1F49 slot 3, src slot 4
-	x.B(0x0001_0030_0000_0002)    // 1B48 slot 0, src slot 2
-	x.F(0x0002_0031_0002_0003)    // 2F49 slot 2, src slot 3
-	x.B(0x0000_0030_0001_0000)    // 0B48 slot 1, src slot 0
-	x.Load(0x0003_0031_0000_ffff) // 3DATA_LOAD49 slot 0
-	x.F(0x0003_0031_0000_0002)    // 3F49 slot 0, src slot 2
-	x.B(0x0003_0031_0000_ffff)    // 3B49 slot 0
-	x.Load(0x0000_0032_0001_ffff) // 0DATA_LOAD50 slot 1
-	x.F(0x0000_0032_0001_ffff)    // 0F50 slot 1
-	x.B(0x0002_0031_0002_0000)    // 2B49 slot 2, src slot 0
+	x.F(0x0001_0028_0000_0001)        // 1F40 slot 0, src slot 1
+	x.B(0x0001_0027_0003_0002)        // 1B39 slot 3, src slot 2
+	x.F(0x0002_0028_0002_0000)        // 2F40 slot 2, src slot 0
+	x.B(0x0000_0027_0004_0003)        // 0B39 slot 4, src slot 3
+	x.DataLoad(0x0003_0028_0003_ffff) // 3DATA_LOAD40 slot 3
+	x.F(0x0003_0028_0003_0002)        // 3F40 slot 3, src slot 2
+	x.B(0x0003_0028_0003_ffff)        // 3B40 slot 3
+	x.DataLoad(0x0000_0029_0004_ffff) // 0DATA_LOAD41 slot 4
+	x.F(0x0000_0029_0004_ffff)        // 0F41 slot 4
+	x.B(0x0002_0028_0002_0003)        // 2B40 slot 2, src slot 3
+	x.F(0x0001_0029_0003_0004)        // 1F41 slot 3, src slot 4
+	x.B(0x0001_0028_0000_0002)        // 1B40 slot 0, src slot 2
+	x.F(0x0002_0029_0002_0003)        // 2F41 slot 2, src slot 3
+	x.B(0x0000_0028_0001_0000)        // 0B40 slot 1, src slot 0
+	x.DataLoad(0x0003_0029_0000_ffff) // 3DATA_LOAD41 slot 0
+	x.F(0x0003_0029_0000_0002)        // 3F41 slot 0, src slot 2
+	x.B(0x0003_0029_0000_ffff)        // 3B41 slot 0
+	x.DataLoad(0x0000_002a_0001_ffff) // 0DATA_LOAD42 slot 1
+	x.F(0x0000_002a_0001_ffff)        // 0F42 slot 1
+	x.B(0x0002_0029_0002_0000)        // 2B41 slot 2, src slot 0
+	x.F(0x0001_002a_0000_0001)        // 1F42 slot 0, src slot 1
+	x.B(0x0001_0029_0003_0002)        // 1B41 slot 3, src slot 2
+	x.F(0x0002_002a_0002_0000)        // 2F42 slot 2, src slot 0
+	x.B(0x0000_0029_0004_0003)        // 0B41 slot 4, src slot 3
+	x.DataLoad(0x0003_002a_0003_ffff) // 3DATA_LOAD42 slot 3
+	x.F(0x0003_002a_0003_0002)        // 3F42 slot 3, src slot 2
+	x.B(0x0003_002a_0003_ffff)        // 3B42 slot 3
+	x.DataLoad(0x0000_002b_0004_ffff) // 0DATA_LOAD43 slot 4
+	x.F(0x0000_002b_0004_ffff)        // 0F43 slot 4
+	x.B(0x0002_002a_0002_0003)        // 2B42 slot 2, src slot 3
+	x.F(0x0001_002b_0003_0004)        // 1F43 slot 3, src slot 4
+	x.B(0x0001_002a_0000_0002)        // 1B42 slot 0, src slot 2
+	x.F(0x0002_002b_0002_0003)        // 2F43 slot 2, src slot 3
+	x.B(0x0000_002a_0001_0000)        // 0B42 slot 1, src slot 0
+	x.DataLoad(0x0003_002b_0000_ffff) // 3DATA_LOAD43 slot 0
+	x.F(0x0003_002b_0000_0002)        // 3F43 slot 0, src slot 2
+	x.B(0x0003_002b_0000_ffff)        // 3B43 slot 0
+	x.DataLoad(0x0000_002c_0001_ffff) // 0DATA_LOAD44 slot 1
+	x.F(0x0000_002c_0001_ffff)        // 0F44 slot 1
+	x.B(0x0002_002b_0002_0000)        // 2B43 slot 2, src slot 0
+	x.F(0x0001_002c_0000_0001)        // 1F44 slot 0, src slot 1
+	x.B(0x0001_002b_0003_0002)        // 1B43 slot 3, src slot 2
+	x.F(0x0002_002c_0002_0000)        // 2F44 slot 2, src slot 0
+	x.B(0x0000_002b_0004_0003)        // 0B43 slot 4, src slot 3
+	x.DataLoad(0x0003_002c_0003_ffff) // 3DATA_LOAD44 slot 3
+	x.F(0x0003_002c_0003_0002)        // 3F44 slot 3, src slot 2
+	x.B(0x0003_002c_0003_ffff)        // 3B44 slot 3
+	x.DataLoad(0x0000_002d_0004_ffff) // 0DATA_LOAD45 slot 4
+	x.F(0x0000_002d_0004_ffff)        // 0F45 slot 4
+	x.B(0x0002_002c_0002_0003)        // 2B44 slot 2, src slot 3
+	x.F(0x0001_002d_0003_0004)        // 1F45 slot 3, src slot 4
+	x.B(0x0001_002c_0000_0002)        // 1B44 slot 0, src slot 2
+	x.F(0x0002_002d_0002_0003)        // 2F45 slot 2, src slot 3
+	x.B(0x0000_002c_0001_0000)        // 0B44 slot 1, src slot 0
+	x.DataLoad(0x0003_002d_0000_ffff) // 3DATA_LOAD45 slot 0
+	x.F(0x0003_002d_0000_0002)        // 3F45 slot 0, src slot 2
+	x.B(0x0003_002d_0000_ffff)        // 3B45 slot 0
+	x.DataLoad(0x0000_002e_0001_ffff) // 0DATA_LOAD46 slot 1
+	x.F(0x0000_002e_0001_ffff)        // 0F46 slot 1
+	x.B(0x0002_002d_0002_0000)        // 2B45 slot 2, src slot 0
+	x.F(0x0001_002e_0000_0001)        // 1F46 slot 0, src slot 1
+	x.B(0x0001_002d_0003_0002)        // 1B45 slot 3, src slot 2
+	x.F(0x0002_002e_0002_0000)        // 2F46 slot 2, src slot 0
+	x.B(0x0000_002d_0004_0003)        // 0B45 slot 4, src slot 3
+	x.DataLoad(0x0003_002e_0003_ffff) // 3DATA_LOAD46 slot 3
+	x.F(0x0003_002e_0003_0002)        // 3F46 slot 3, src slot 2
+	x.B(0x0003_002e_0003_ffff)        // 3B46 slot 3
+	x.DataLoad(0x0000_002f_0004_ffff) // 0DATA_LOAD47 slot 4
+	x.F(0x0000_002f_0004_ffff)        // 0F47 slot 4
+	x.B(0x0002_002e_0002_0003)        // 2B46 slot 2, src slot 3
+	x.F(0x0001_002f_0003_0004)        // 1F47 slot 3, src slot 4
+	x.B(0x0001_002e_0000_0002)        // 1B46 slot 0, src slot 2
+	x.F(0x0002_002f_0002_0003)        // 2F47 slot 2, src slot 3
+	x.B(0x0000_002e_0001_0000)        // 0B46 slot 1, src slot 0
+	x.DataLoad(0x0003_002f_0000_ffff) // 3DATA_LOAD47 slot 0
+	x.F(0x0003_002f_0000_0002)        // 3F47 slot 0, src slot 2
+	x.B(0x0003_002f_0000_ffff)        // 3B47 slot 0
+	x.DataLoad(0x0000_0030_0001_ffff) // 0DATA_LOAD48 slot 1
+	x.F(0x0000_0030_0001_ffff)        // 0F48 slot 1
+	x.B(0x0002_002f_0002_0000)        // 2B47 slot 2, src slot 0
+	x.F(0x0001_0030_0000_0001)        // 1F48 slot 0, src slot 1
+	x.B(0x0001_002f_0003_0002)        // 1B47 slot 3, src slot 2
+	x.F(0x0002_0030_0002_0000)        // 2F48 slot 2, src slot 0
+	x.B(0x0000_002f_0004_0003)        // 0B47 slot 4, src slot 3
+	x.DataLoad(0x0003_0030_0003_ffff) // 3DATA_LOAD48 slot 3
+	x.F(0x0003_0030_0003_0002)        // 3F48 slot 3, src slot 2
+	x.B(0x0003_0030_0003_ffff)        // 3B48 slot 3
+	x.DataLoad(0x0000_0031_0004_ffff) // 0DATA_LOAD49 slot 4
+	x.F(0x0000_0031_0004_ffff)        // 0F49 slot 4
+	x.B(0x0002_0030_0002_0003)        // 2B48 slot 2, src slot 3
+	x.F(0x0001_0031_0003_0004)        // 1F49 slot 3, src slot 4
+	x.B(0x0001_0030_0000_0002)        // 1B48 slot 0, src slot 2
+	x.F(0x0002_0031_0002_0003)        // 2F49 slot 2, src slot 3
+	x.B(0x0000_0030_0001_0000)        // 0B48 slot 1, src slot 0
+	x.DataLoad(0x0003_0031_0000_ffff) // 3DATA_LOAD49 slot 0
+	x.F(0x0003_0031_0000_0002)        // 3F49 slot 0, src slot 2
+	x.B(0x0003_0031_0000_ffff)        // 3B49 slot 0
+	x.DataLoad(0x0000_0032_0001_ffff) // 0DATA_LOAD50 slot 1
+	x.F(0x0000_0032_0001_ffff)        // 0F50 slot 1
+	x.B(0x0002_0031_0002_0000)        // 2B49 slot 2, src slot 0
 }
 
 func floorRank0Part5(x *floorExec) {
-	x.F(0x0001_0032_0000_0001)    // 1F50 slot 0, src slot 1
-	x.B(0x0001_0031_0003_0002)    // 1B49 slot 3, src slot 2
-	x.F(0x0002_0032_0002_0000)    // 2F50 slot 2, src slot 0
-	x.B(0x0000_0031_0004_0003)    // 0B49 slot 4, src slot 3
-	x.Load(0x0003_0032_0003_ffff) // 3DATA_LOAD50 slot 3
-	x.F(0x0003_0032_0003_0002)    // 3F50 slot 3, src slot 2
-	x.B(0x0003_0032_0003_ffff)    // 3B50 slot 3
-	x.Load(0x0000_0033_0004_ffff) // 0DATA_LOAD51 slot 4
-	x.F(0x0000_0033_0004_ffff)    // 0F51 slot 4
-	x.B(0x0002_0032_0002_0003)    // 2B50 slot 2, src slot 3
-	x.F(0x0001_0033_0003_0004)    // 1F51 slot 3, src slot 4
-	x.B(0x0001_0032_0000_0002)    // 1B50 slot 0, src slot 2
-	x.F(0x0002_0033_0002_0003)    // 2F51 slot 2, src slot 3
-	x.B(0x0000_0032_0001_0000)    // 0B50 slot 1, src slot 0
-	x.Load(0x0003_0033_0000_ffff) // 3DATA_LOAD51 slot 0
-	x.F(0x0003_0033_0000_0002)    // 3F51 slot 0, src slot 2
-	x.B(0x0003_0033_0000_ffff)    // 3B51 slot 0
-	x.Load(0x0000_0034_0001_ffff) // 0DATA_LOAD52 slot 1
-	x.F(0x0000_0034_0001_ffff)    // 0F52 slot 1
-	x.B(0x0002_0033_0002_0000)    // 2B51 slot 2, src slot 0
-	x.F(0x0001_0034_0000_0001)    // 1F52 slot 0, src slot 1
-	x.B(0x0001_0033_0003_0002)    // 1B51 slot 3, src slot 2
-	x.F(0x0002_0034_0002_0000)    // 2F52 slot 2, src slot 0
-	x.B(0x0000_0033_0004_0003)    // 0B51 slot 4, src slot 3
-	x.Load(0x0003_0034_0003_ffff) // 3DATA_LOAD52 slot 3
-	x.F(0x0003_0034_0003_0002)    // 3F52 slot 3, src slot 2
-	x.B(0x0003_0034_0003_ffff)    // 3B52 slot 3
-	x.Load(0x0000_0035_0004_ffff) // 0DATA_LOAD53 slot 4
-	x.F(0x0000_0035_0004_ffff)    // 0F53 slot 4
-	x.B(0x0002_0034_0002_0003)    // 2B52 slot 2, src slot 3
-	x.F(0x0001_0035_0003_0004)    // 1F53 slot 3, src slot 4
-	x.B(0x0001_0034_0000_0002)    // 1B52 slot 0, src slot 2
-	x.F(0x0002_0035_0002_0003)    // 2F53 slot 2, src slot 3
-	x.B(0x0000_0034_0001_0000)    // 0B52 slot 1, src slot 0
-	x.Load(0x0003_0035_0000_ffff) // 3DATA_LOAD53 slot 0
-	x.F(0x0003_0035_0000_0002)    // 3F53 slot 0, src slot 2
-	x.B(0x0003_0035_0000_ffff)    // 3B53 slot 0
-	x.Load(0x0000_0036_0001_ffff) // 0DATA_LOAD54 slot 1
-	x.F(0x0000_0036_0001_ffff)    // 0F54 slot 1
-	x.B(0x0002_0035_0002_0000)    // 2B53 slot 2, src slot 0
-	x.F(0x0001_0036_0000_0001)    // 1F54 slot 0, src slot 1
-	x.B(0x0001_0035_0003_0002)    // 1B53 slot 3, src slot 2
-	x.F(0x0002_0036_0002_0000)    // 2F54 slot 2, src slot 0
-	x.B(0x0000_0035_0004_0003)    // 0B53 slot 4, src slot 3
-	x.Load(0x0003_0036_0003_ffff) // 3DATA_LOAD54 slot 3
-	x.F(0x0003_0036_0003_0002)    // 3F54 slot 3, src slot 2
-	x.B(0x0003_0036_0003_ffff)    // 3B54 slot 3
-	x.Load(0x0000_0037_0004_ffff) // 0DATA_LOAD55 slot 4
-	x.F(0x0000_0037_0004_ffff)    // 0F55 slot 4
-	x.B(0x0002_0036_0002_0003)    // 2B54 slot 2, src slot 3
-	x.F(0x0001_0037_0003_0004)    // 1F55 slot 3, src slot 4
-	x.B(0x0001_0036_0000_0002)    // 1B54 slot 0, src slot 2
-	x.F(0x0002_0037_0002_0003)    // 2F55 slot 2, src slot 3
-	x.B(0x0000_0036_0001_0000)    // 0B54 slot 1, src slot 0
-	x.Load(0x0003_0037_0000_ffff) // 3DATA_LOAD55 slot 0
-	x.F(0x0003_0037_0000_0002)    // 3F55 slot 0, src slot 2
-	x.B(0x0003_0037_0000_ffff)    // 3B55 slot 0
-	x.Load(0x0000_0038_0001_ffff) // 0DATA_LOAD56 slot 1
-	x.F(0x0000_0038_0001_ffff)    // 0F56 slot 1
-	x.B(0x0002_0037_0002_0000)    // 2B55 slot 2, src slot 0
-	x.F(0x0001_0038_0000_0001)    // 1F56 slot 0, src slot 1
-	x.B(0x0001_0037_0003_0002)    // 1B55 slot 3, src slot 2
-	x.F(0x0002_0038_0002_0000)    // 2F56 slot 2, src slot 0
-	x.B(0x0000_0037_0004_0003)    // 0B55 slot 4, src slot 3
-	x.Load(0x0003_0038_0003_ffff) // 3DATA_LOAD56 slot 3
-	x.F(0x0003_0038_0003_0002)    // 3F56 slot 3, src slot 2
-	x.B(0x0003_0038_0003_ffff)    // 3B56 slot 3
-	x.Load(0x0000_0039_0004_ffff) // 0DATA_LOAD57 slot 4
-	x.F(0x0000_0039_0004_ffff)    // 0F57 slot 4
-	x.B(0x0002_0038_0002_0003)    // 2B56 slot 2, src slot 3
-	x.F(0x0001_0039_0003_0004)    // 1F57 slot 3, src slot 4
-	x.B(0x0001_0038_0000_0002)    // 1B56 slot 0, src slot 2
-	x.F(0x0002_0039_0002_0003)    // 2F57 slot 2, src slot 3
-	x.B(0x0000_0038_0001_0000)    // 0B56 slot 1, src slot 0
-	x.Load(0x0003_0039_0000_ffff) // 3DATA_LOAD57 slot 0
-	x.F(0x0003_0039_0000_0002)    // 3F57 slot 0, src slot 2
-	x.B(0x0003_0039_0000_ffff)    // 3B57 slot 0
-	x.Load(0x0000_003a_0001_ffff) // 0DATA_LOAD58 slot 1
-	x.F(0x0000_003a_0001_ffff)    // 0F58 slot 1
-	x.B(0x0002_0039_0002_0000)    // 2B57 slot 2, src slot 0
-	x.F(0x0001_003a_0000_0001)    // 1F58 slot 0, src slot 1
-	x.B(0x0001_0039_0003_0002)    // 1B57 slot 3, src slot 2
-	x.F(0x0002_003a_0002_0000)    // 2F58 slot 2, src slot 0
-	x.B(0x0000_0039_0004_0003)    // 0B57 slot 4, src slot 3
-	x.Load(0x0003_003a_0003_ffff) // 3DATA_LOAD58 slot 3
-	x.F(0x0003_003a_0003_0002)    // 3F58 slot 3, src slot 2
-	x.B(0x0003_003a_0003_ffff)    // 3B58 slot 3
-	x.Load(0x0000_003b_0004_ffff) // 0DATA_LOAD59 slot 4
-	x.F(0x0000_003b_0004_ffff)    // 0F59 slot 4
-	x.B(0x0002_003a_0002_0003)    // 2B58 slot 2, src slot 3
-	x.F(0x0001_003b_0003_0004)    // 1F59 slot 3, src slot 4
-	x.B(0x0001_003a_0000_0002)    // 1B58 slot 0, src slot 2
-	x.F(0x0002_003b_0002_0003)    // 2F59 slot 2, src slot 3
-	x.B(0x0000_003a_0001_0000)    // 0B58 slot 1, src slot 0
-	x.Load(0x0003_003b_0000_ffff) // 3DATA_LOAD59 slot 0
-	x.F(0x0003_003b_0000_0002)    // 3F59 slot 0, src slot 2
-	x.B(0x0003_003b_0000_ffff)    // 3B59 slot 0
-	x.Load(0x0000_003c_0001_ffff) // 0DATA_LOAD60 slot 1
-	x.F(0x0000_003c_0001_ffff)    // 0F60 slot 1
-	x.B(0x0002_003b_0002_0000)    // 2B59 slot 2, src slot 0
+	x.F(0x0001_0032_0000_0001)        // 1F50 slot 0, src slot 1
+	x.B(0x0001_0031_0003_0002)        // 1B49 slot 3, src slot 2
+	x.F(0x0002_0032_0002_0000)        // 2F50 slot 2, src slot 0
+	x.B(0x0000_0031_0004_0003)        // 0B49 slot 4, src slot 3
+	x.DataLoad(0x0003_0032_0003_ffff) // 3DATA_LOAD50 slot 3
+	x.F(0x0003_0032_0003_0002)        // 3F50 slot 3, src slot 2
+	x.B(0x0003_0032_0003_ffff)        // 3B50 slot 3
+	x.DataLoad(0x0000_0033_0004_ffff) // 0DATA_LOAD51 slot 4
+	x.F(0x0000_0033_0004_ffff)        // 0F51 slot 4
+	x.B(0x0002_0032_0002_0003)        // 2B50 slot 2, src slot 3
+	x.F(0x0001_0033_0003_0004)        // 1F51 slot 3, src slot 4
+	x.B(0x0001_0032_0000_0002)        // 1B50 slot 0, src slot 2
+	x.F(0x0002_0033_0002_0003)        // 2F51 slot 2, src slot 3
+	x.B(0x0000_0032_0001_0000)        // 0B50 slot 1, src slot 0
+	x.DataLoad(0x0003_0033_0000_ffff) // 3DATA_LOAD51 slot 0
+	x.F(0x0003_0033_0000_0002)        // 3F51 slot 0, src slot 2
+	x.B(0x0003_0033_0000_ffff)        // 3B51 slot 0
+	x.DataLoad(0x0000_0034_0001_ffff) // 0DATA_LOAD52 slot 1
+	x.F(0x0000_0034_0001_ffff)        // 0F52 slot 1
+	x.B(0x0002_0033_0002_0000)        // 2B51 slot 2, src slot 0
+	x.F(0x0001_0034_0000_0001)        // 1F52 slot 0, src slot 1
+	x.B(0x0001_0033_0003_0002)        // 1B51 slot 3, src slot 2
+	x.F(0x0002_0034_0002_0000)        // 2F52 slot 2, src slot 0
+	x.B(0x0000_0033_0004_0003)        // 0B51 slot 4, src slot 3
+	x.DataLoad(0x0003_0034_0003_ffff) // 3DATA_LOAD52 slot 3
+	x.F(0x0003_0034_0003_0002)        // 3F52 slot 3, src slot 2
+	x.B(0x0003_0034_0003_ffff)        // 3B52 slot 3
+	x.DataLoad(0x0000_0035_0004_ffff) // 0DATA_LOAD53 slot 4
+	x.F(0x0000_0035_0004_ffff)        // 0F53 slot 4
+	x.B(0x0002_0034_0002_0003)        // 2B52 slot 2, src slot 3
+	x.F(0x0001_0035_0003_0004)        // 1F53 slot 3, src slot 4
+	x.B(0x0001_0034_0000_0002)        // 1B52 slot 0, src slot 2
+	x.F(0x0002_0035_0002_0003)        // 2F53 slot 2, src slot 3
+	x.B(0x0000_0034_0001_0000)        // 0B52 slot 1, src slot 0
+	x.DataLoad(0x0003_0035_0000_ffff) // 3DATA_LOAD53 slot 0
+	x.F(0x0003_0035_0000_0002)        // 3F53 slot 0, src slot 2
+	x.B(0x0003_0035_0000_ffff)        // 3B53 slot 0
+	x.DataLoad(0x0000_0036_0001_ffff) // 0DATA_LOAD54 slot 1
+	x.F(0x0000_0036_0001_ffff)        // 0F54 slot 1
+	x.B(0x0002_0035_0002_0000)        // 2B53 slot 2, src slot 0
+	x.F(0x0001_0036_0000_0001)        // 1F54 slot 0, src slot 1
+	x.B(0x0001_0035_0003_0002)        // 1B53 slot 3, src slot 2
+	x.F(0x0002_0036_0002_0000)        // 2F54 slot 2, src slot 0
+	x.B(0x0000_0035_0004_0003)        // 0B53 slot 4, src slot 3
+	x.DataLoad(0x0003_0036_0003_ffff) // 3DATA_LOAD54 slot 3
+	x.F(0x0003_0036_0003_0002)        // 3F54 slot 3, src slot 2
+	x.B(0x0003_0036_0003_ffff)        // 3B54 slot 3
+	x.DataLoad(0x0000_0037_0004_ffff) // 0DATA_LOAD55 slot 4
+	x.F(0x0000_0037_0004_ffff)        // 0F55 slot 4
+	x.B(0x0002_0036_0002_0003)        // 2B54 slot 2, src slot 3
+	x.F(0x0001_0037_0003_0004)        // 1F55 slot 3, src slot 4
+	x.B(0x0001_0036_0000_0002)        // 1B54 slot 0, src slot 2
+	x.F(0x0002_0037_0002_0003)        // 2F55 slot 2, src slot 3
+	x.B(0x0000_0036_0001_0000)        // 0B54 slot 1, src slot 0
+	x.DataLoad(0x0003_0037_0000_ffff) // 3DATA_LOAD55 slot 0
+	x.F(0x0003_0037_0000_0002)        // 3F55 slot 0, src slot 2
+	x.B(0x0003_0037_0000_ffff)        // 3B55 slot 0
+	x.DataLoad(0x0000_0038_0001_ffff) // 0DATA_LOAD56 slot 1
+	x.F(0x0000_0038_0001_ffff)        // 0F56 slot 1
+	x.B(0x0002_0037_0002_0000)        // 2B55 slot 2, src slot 0
+	x.F(0x0001_0038_0000_0001)        // 1F56 slot 0, src slot 1
+	x.B(0x0001_0037_0003_0002)        // 1B55 slot 3, src slot 2
+	x.F(0x0002_0038_0002_0000)        // 2F56 slot 2, src slot 0
+	x.B(0x0000_0037_0004_0003)        // 0B55 slot 4, src slot 3
+	x.DataLoad(0x0003_0038_0003_ffff) // 3DATA_LOAD56 slot 3
+	x.F(0x0003_0038_0003_0002)        // 3F56 slot 3, src slot 2
+	x.B(0x0003_0038_0003_ffff)        // 3B56 slot 3
+	x.DataLoad(0x0000_0039_0004_ffff) // 0DATA_LOAD57 slot 4
+	x.F(0x0000_0039_0004_ffff)        // 0F57 slot 4
+	x.B(0x0002_0038_0002_0003)        // 2B56 slot 2, src slot 3
+	x.F(0x0001_0039_0003_0004)        // 1F57 slot 3, src slot 4
+	x.B(0x0001_0038_0000_0002)        // 1B56 slot 0, src slot 2
+	x.F(0x0002_0039_0002_0003)        // 2F57 slot 2, src slot 3
+	x.B(0x0000_0038_0001_0000)        // 0B56 slot 1, src slot 0
+	x.DataLoad(0x0003_0039_0000_ffff) // 3DATA_LOAD57 slot 0
+	x.F(0x0003_0039_0000_0002)        // 3F57 slot 0, src slot 2
+	x.B(0x0003_0039_0000_ffff)        // 3B57 slot 0
+	x.DataLoad(0x0000_003a_0001_ffff) // 0DATA_LOAD58 slot 1
+	x.F(0x0000_003a_0001_ffff)        // 0F58 slot 1
+	x.B(0x0002_0039_0002_0000)        // 2B57 slot 2, src slot 0
+	x.F(0x0001_003a_0000_0001)        // 1F58 slot 0, src slot 1
+	x.B(0x0001_0039_0003_0002)        // 1B57 slot 3, src slot 2
+	x.F(0x0002_003a_0002_0000)        // 2F58 slot 2, src slot 0
+	x.B(0x0000_0039_0004_0003)        // 0B57 slot 4, src slot 3
+	x.DataLoad(0x0003_003a_0003_ffff) // 3DATA_LOAD58 slot 3
+	x.F(0x0003_003a_0003_0002)        // 3F58 slot 3, src slot 2
+	x.B(0x0003_003a_0003_ffff)        // 3B58 slot 3
+	x.DataLoad(0x0000_003b_0004_ffff) // 0DATA_LOAD59 slot 4
+	x.F(0x0000_003b_0004_ffff)        // 0F59 slot 4
+	x.B(0x0002_003a_0002_0003)        // 2B58 slot 2, src slot 3
+	x.F(0x0001_003b_0003_0004)        // 1F59 slot 3, src slot 4
+	x.B(0x0001_003a_0000_0002)        // 1B58 slot 0, src slot 2
+	x.F(0x0002_003b_0002_0003)        // 2F59 slot 2, src slot 3
+	x.B(0x0000_003a_0001_0000)        // 0B58 slot 1, src slot 0
+	x.DataLoad(0x0003_003b_0000_ffff) // 3DATA_LOAD59 slot 0
+	x.F(0x0003_003b_0000_0002)        // 3F59 slot 0, src slot 2
+	x.B(0x0003_003b_0000_ffff)        // 3B59 slot 0
+	x.DataLoad(0x0000_003c_0001_ffff) // 0DATA_LOAD60 slot 1
+	x.F(0x0000_003c_0001_ffff)        // 0F60 slot 1
+	x.B(0x0002_003b_0002_0000)        // 2B59 slot 2, src slot 0
 }
 
 func floorRank0Part6(x *floorExec) {
-	x.F(0x0001_003c_0000_0001)    // 1F60 slot 0, src slot 1
-	x.B(0x0001_003b_0003_0002)    // 1B59 slot 3, src slot 2
-	x.F(0x0002_003c_0002_0000)    // 2F60 slot 2, src slot 0
-	x.B(0x0000_003b_0004_0003)    // 0B59 slot 4, src slot 3
-	x.Load(0x0003_003c_0003_ffff) // 3DATA_LOAD60 slot 3
-	x.F(0x0003_003c_0003_0002)    // 3F60 slot 3, src slot 2
-	x.B(0x0003_003c_0003_ffff)    // 3B60 slot 3
-	x.Load(0x0000_003d_0004_ffff) // 0DATA_LOAD61 slot 4
-	x.F(0x0000_003d_0004_ffff)    // 0F61 slot 4
-	x.B(0x0002_003c_0002_0003)    // 2B60 slot 2, src slot 3
-	x.F(0x0001_003d_0003_0004)    // 1F61 slot 3, src slot 4
-	x.B(0x0001_003c_0000_0002)    // 1B60 slot 0, src slot 2
-	x.F(0x0002_003d_0002_0003)    // 2F61 slot 2, src slot 3
-	x.B(0x0000_003c_0001_0000)    // 0B60 slot 1, src slot 0
-	x.Load(0x0003_003d_0000_ffff) // 3DATA_LOAD61 slot 0
-	x.F(0x0003_003d_0000_0002)    // 3F61 slot 0, src slot 2
-	x.B(0x0003_003d_0000_ffff)    // 3B61 slot 0
-	x.Load(0x0000_003e_0001_ffff) // 0DATA_LOAD62 slot 1
-	x.F(0x0000_003e_0001_ffff)    // 0F62 slot 1
-	x.B(0x0002_003d_0002_0000)    // 2B61 slot 2, src slot 0
-	x.F(0x0001_003e_0000_0001)    // 1F62 slot 0, src slot 1
-	x.B(0x0001_003d_0003_0002)    // 1B61 slot 3, src slot 2
-	x.F(0x0002_003e_0002_0000)    // 2F62 slot 2, src slot 0
-	x.B(0x0000_003d_0004_0003)    // 0B61 slot 4, src slot 3
-	x.Load(0x0003_003e_0003_ffff) // 3DATA_LOAD62 slot 3
-	x.F(0x0003_003e_0003_0002)    // 3F62 slot 3, src slot 2
-	x.B(0x0003_003e_0003_ffff)    // 3B62 slot 3
-	x.Load(0x0000_003f_0004_ffff) // 0DATA_LOAD63 slot 4
-	x.F(0x0000_003f_0004_ffff)    // 0F63 slot 4
-	x.B(0x0002_003e_0002_0003)    // 2B62 slot 2, src slot 3
-	x.F(0x0001_003f_0003_0004)    // 1F63 slot 3, src slot 4
-	x.B(0x0001_003e_0000_0002)    // 1B62 slot 0, src slot 2
-	x.F(0x0002_003f_0002_0003)    // 2F63 slot 2, src slot 3
-	x.B(0x0000_003e_0001_0000)    // 0B62 slot 1, src slot 0
-	x.Load(0x0003_003f_0000_ffff) // 3DATA_LOAD63 slot 0
-	x.F(0x0003_003f_0000_0002)    // 3F63 slot 0, src slot 2
-	x.B(0x0003_003f_0000_ffff)    // 3B63 slot 0
-	x.B(0x0002_003f_0002_0000)    // 2B63 slot 2, src slot 0
-	x.B(0x0001_003f_0003_0002)    // 1B63 slot 3, src slot 2
-	x.B(0x0000_003f_0004_0003)    // 0B63 slot 4, src slot 3
+	x.F(0x0001_003c_0000_0001)        // 1F60 slot 0, src slot 1
+	x.B(0x0001_003b_0003_0002)        // 1B59 slot 3, src slot 2
+	x.F(0x0002_003c_0002_0000)        // 2F60 slot 2, src slot 0
+	x.B(0x0000_003b_0004_0003)        // 0B59 slot 4, src slot 3
+	x.DataLoad(0x0003_003c_0003_ffff) // 3DATA_LOAD60 slot 3
+	x.F(0x0003_003c_0003_0002)        // 3F60 slot 3, src slot 2
+	x.B(0x0003_003c_0003_ffff)        // 3B60 slot 3
+	x.DataLoad(0x0000_003d_0004_ffff) // 0DATA_LOAD61 slot 4
+	x.F(0x0000_003d_0004_ffff)        // 0F61 slot 4
+	x.B(0x0002_003c_0002_0003)        // 2B60 slot 2, src slot 3
+	x.F(0x0001_003d_0003_0004)        // 1F61 slot 3, src slot 4
+	x.B(0x0001_003c_0000_0002)        // 1B60 slot 0, src slot 2
+	x.F(0x0002_003d_0002_0003)        // 2F61 slot 2, src slot 3
+	x.B(0x0000_003c_0001_0000)        // 0B60 slot 1, src slot 0
+	x.DataLoad(0x0003_003d_0000_ffff) // 3DATA_LOAD61 slot 0
+	x.F(0x0003_003d_0000_0002)        // 3F61 slot 0, src slot 2
+	x.B(0x0003_003d_0000_ffff)        // 3B61 slot 0
+	x.DataLoad(0x0000_003e_0001_ffff) // 0DATA_LOAD62 slot 1
+	x.F(0x0000_003e_0001_ffff)        // 0F62 slot 1
+	x.B(0x0002_003d_0002_0000)        // 2B61 slot 2, src slot 0
+	x.F(0x0001_003e_0000_0001)        // 1F62 slot 0, src slot 1
+	x.B(0x0001_003d_0003_0002)        // 1B61 slot 3, src slot 2
+	x.F(0x0002_003e_0002_0000)        // 2F62 slot 2, src slot 0
+	x.B(0x0000_003d_0004_0003)        // 0B61 slot 4, src slot 3
+	x.DataLoad(0x0003_003e_0003_ffff) // 3DATA_LOAD62 slot 3
+	x.F(0x0003_003e_0003_0002)        // 3F62 slot 3, src slot 2
+	x.B(0x0003_003e_0003_ffff)        // 3B62 slot 3
+	x.DataLoad(0x0000_003f_0004_ffff) // 0DATA_LOAD63 slot 4
+	x.F(0x0000_003f_0004_ffff)        // 0F63 slot 4
+	x.B(0x0002_003e_0002_0003)        // 2B62 slot 2, src slot 3
+	x.F(0x0001_003f_0003_0004)        // 1F63 slot 3, src slot 4
+	x.B(0x0001_003e_0000_0002)        // 1B62 slot 0, src slot 2
+	x.F(0x0002_003f_0002_0003)        // 2F63 slot 2, src slot 3
+	x.B(0x0000_003e_0001_0000)        // 0B62 slot 1, src slot 0
+	x.DataLoad(0x0003_003f_0000_ffff) // 3DATA_LOAD63 slot 0
+	x.F(0x0003_003f_0000_0002)        // 3F63 slot 0, src slot 2
+	x.B(0x0003_003f_0000_ffff)        // 3B63 slot 0
+	x.B(0x0002_003f_0002_0000)        // 2B63 slot 2, src slot 0
+	x.B(0x0001_003f_0003_0002)        // 1B63 slot 3, src slot 2
+	x.B(0x0000_003f_0004_0003)        // 0B63 slot 4, src slot 3
 	x.OptStep()
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -86,7 +87,7 @@ func BenchmarkGoBuildGenerated(b *testing.B) {
 	}
 	// The fixed cost of `go build` (go command start, package loading, a
 	// compile of a package that only imports runtime/pipe) for comparison.
-	baseline := []byte("package buildbench\n\nimport pipe \"" + emit.PipePath + "\"\n\nconst _ = pipe.SupportPackageIsVersion1\n")
+	baseline := []byte("package buildbench\n\nimport pipe \"" + emit.PipePath + "\"\n\nconst _ = pipe." + abi.VersionGuard + "\n")
 	b.Run("baseline/guard-only", func(b *testing.B) { benchGoBuild(b, gobin, baseline, 0) })
 	lowered := map[string]Result{} // by config, shared by a case's helper sizes
 	for _, c := range cases {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
@@ -221,7 +222,7 @@ func TestGoldensCompile(t *testing.T) {
 
 // TestGuardBreaksBuild proves the compile-time guard: generated code builds
 // against runtime/pipe as it is, and fails to build, with an error at the
-// guard line, against a runtime/pipe without SupportPackageIsVersion1 (an
+// guard line, against a runtime/pipe without the guard constant (abi.VersionGuard: an
 // API that dropped the version the code was generated for) and when the
 // code asks for a version the runtime does not have yet. The variants are
 // `go build -overlay` layers; nothing is written into the tree.
@@ -235,7 +236,8 @@ func TestGuardBreaksBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const guard = "const _ = pipe.SupportPackageIsVersion1"
+	guard := "const _ = pipe." + abi.VersionGuard
+	next := fmt.Sprintf("SupportPackageIsVersion%d", abi.Version+1)
 	guardLine := 1 + bytes.Count(src[:bytes.Index(src, []byte(guard))], []byte("\n"))
 
 	// Find the runtime/pipe file that declares the version constant.
@@ -247,7 +249,7 @@ func TestGuardBreaksBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const decl = "const SupportPackageIsVersion1 = true"
+	decl := "const " + abi.VersionGuard + " = true"
 	var declFile string
 	var declSrc []byte
 	for _, e := range entries {
@@ -275,13 +277,13 @@ func TestGuardBreaksBuild(t *testing.T) {
 		wantErr string // "" means the build must succeed
 	}{
 		{"matching runtime", map[string][]byte{genPath: src}, ""},
-		{"runtime dropped version 1", map[string][]byte{
+		{"runtime dropped the version", map[string][]byte{
 			genPath:  src,
-			declFile: bytes.Replace(declSrc, []byte(decl), []byte("// (version 1 dropped)"), 1),
-		}, fmt.Sprintf(":%d:16: undefined: pipe.SupportPackageIsVersion1", guardLine)},
+			declFile: bytes.Replace(declSrc, []byte(decl), []byte("// (this version dropped)"), 1),
+		}, fmt.Sprintf(":%d:16: undefined: pipe.%s", guardLine, abi.VersionGuard)},
 		{"code newer than the runtime", map[string][]byte{
-			genPath: bytes.Replace(src, []byte(guard), []byte("const _ = pipe.SupportPackageIsVersion2"), 1),
-		}, fmt.Sprintf(":%d:16: undefined: pipe.SupportPackageIsVersion2", guardLine)},
+			genPath: bytes.Replace(src, []byte(guard), []byte("const _ = pipe."+next), 1),
+		}, fmt.Sprintf(":%d:16: undefined: pipe.%s", guardLine, next)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,7 +6,7 @@ package main
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -35,28 +35,28 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-40 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)     // 0DATA_LOAD0 slot 0
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
 	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)     // 0DATA_LOAD1 slot 1
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
 	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
 	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)     // 0DATA_LOAD2 slot 2
+	x.DataLoad(0x0000_0002_0002_ffff) // 0DATA_LOAD2 slot 2
 	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
 	x.F(0x0000_0002_0002_ffff)        // 0F2 slot 2
-	x.Load(0x0000_0003_0003_ffff)     // 0DATA_LOAD3 slot 3
+	x.DataLoad(0x0000_0003_0003_ffff) // 0DATA_LOAD3 slot 3
 	x.SendF(0x0000_0002_0001_0002)    // 0SEND_F2 peer 1, slot 2
 	x.FAndSend(0x0000_0003_0003_ffff) // 0F3 slot 3; 0SEND_F3 peer 1, slot 3
 	x.RecvAndB(0x0000_0000_0000_ffff) // 0RECV_B0 peer 1, slot 0; 0B0 slot 0
-	x.Load(0x0000_0004_0000_ffff)     // 0DATA_LOAD4 slot 0
+	x.DataLoad(0x0000_0004_0000_ffff) // 0DATA_LOAD4 slot 0
 	x.FAndSend(0x0000_0004_0000_ffff) // 0F4 slot 0; 0SEND_F4 peer 1, slot 0
 	x.RecvAndB(0x0000_0001_0001_ffff) // 0RECV_B1 peer 1, slot 1; 0B1 slot 1
-	x.Load(0x0000_0005_0001_ffff)     // 0DATA_LOAD5 slot 1
+	x.DataLoad(0x0000_0005_0001_ffff) // 0DATA_LOAD5 slot 1
 	x.FAndSend(0x0000_0005_0001_ffff) // 0F5 slot 1; 0SEND_F5 peer 1, slot 1
 	x.RecvAndB(0x0000_0002_0002_ffff) // 0RECV_B2 peer 1, slot 2; 0B2 slot 2
-	x.Load(0x0000_0006_0002_ffff)     // 0DATA_LOAD6 slot 2
+	x.DataLoad(0x0000_0006_0002_ffff) // 0DATA_LOAD6 slot 2
 	x.FAndSend(0x0000_0006_0002_ffff) // 0F6 slot 2; 0SEND_F6 peer 1, slot 2
 	x.RecvAndB(0x0000_0003_0003_ffff) // 0RECV_B3 peer 1, slot 3; 0B3 slot 3
-	x.Load(0x0000_0007_0003_ffff)     // 0DATA_LOAD7 slot 3
+	x.DataLoad(0x0000_0007_0003_ffff) // 0DATA_LOAD7 slot 3
 	x.FAndSend(0x0000_0007_0003_ffff) // 0F7 slot 3; 0SEND_F7 peer 1, slot 3
 	x.RecvAndB(0x0000_0004_0000_ffff) // 0RECV_B4 peer 1, slot 0; 0B4 slot 0
 	x.RecvAndB(0x0000_0005_0001_ffff) // 0RECV_B5 peer 1, slot 1; 0B5 slot 1
@@ -159,40 +159,40 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-40 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.Load(0x0003_0000_0000_ffff)     // 3DATA_LOAD0 slot 0
+	x.DataLoad(0x0003_0000_0000_ffff) // 3DATA_LOAD0 slot 0
 	x.RecvAndF(0x0003_0000_0000_ffff) // 3RECV_F0 peer 2, slot 0; 3F0 slot 0
 	x.RecvF(0x0003_0001_0002_0001)    // 3RECV_F1 peer 2, slot 1
 	x.B(0x0003_0000_0000_ffff)        // 3B0 slot 0
-	x.Load(0x0003_0001_0001_ffff)     // 3DATA_LOAD1 slot 1
+	x.DataLoad(0x0003_0001_0001_ffff) // 3DATA_LOAD1 slot 1
 	x.SendB(0x0003_0000_0002_0000)    // 3SEND_B0 peer 2, slot 0
 	x.F(0x0003_0001_0001_ffff)        // 3F1 slot 1
 	x.B(0x0003_0001_0001_ffff)        // 3B1 slot 1
-	x.Load(0x0003_0002_0000_ffff)     // 3DATA_LOAD2 slot 0
+	x.DataLoad(0x0003_0002_0000_ffff) // 3DATA_LOAD2 slot 0
 	x.RecvF(0x0003_0002_0002_0000)    // 3RECV_F2 peer 2, slot 0
 	x.SendB(0x0003_0001_0002_0001)    // 3SEND_B1 peer 2, slot 1
 	x.F(0x0003_0002_0000_ffff)        // 3F2 slot 0
 	x.B(0x0003_0002_0000_ffff)        // 3B2 slot 0
-	x.Load(0x0003_0003_0001_ffff)     // 3DATA_LOAD3 slot 1
+	x.DataLoad(0x0003_0003_0001_ffff) // 3DATA_LOAD3 slot 1
 	x.RecvF(0x0003_0003_0002_0001)    // 3RECV_F3 peer 2, slot 1
 	x.SendB(0x0003_0002_0002_0000)    // 3SEND_B2 peer 2, slot 0
 	x.F(0x0003_0003_0001_ffff)        // 3F3 slot 1
 	x.B(0x0003_0003_0001_ffff)        // 3B3 slot 1
-	x.Load(0x0003_0004_0000_ffff)     // 3DATA_LOAD4 slot 0
+	x.DataLoad(0x0003_0004_0000_ffff) // 3DATA_LOAD4 slot 0
 	x.RecvF(0x0003_0004_0002_0000)    // 3RECV_F4 peer 2, slot 0
 	x.SendB(0x0003_0003_0002_0001)    // 3SEND_B3 peer 2, slot 1
 	x.F(0x0003_0004_0000_ffff)        // 3F4 slot 0
 	x.B(0x0003_0004_0000_ffff)        // 3B4 slot 0
-	x.Load(0x0003_0005_0001_ffff)     // 3DATA_LOAD5 slot 1
+	x.DataLoad(0x0003_0005_0001_ffff) // 3DATA_LOAD5 slot 1
 	x.RecvF(0x0003_0005_0002_0001)    // 3RECV_F5 peer 2, slot 1
 	x.SendB(0x0003_0004_0002_0000)    // 3SEND_B4 peer 2, slot 0
 	x.F(0x0003_0005_0001_ffff)        // 3F5 slot 1
 	x.B(0x0003_0005_0001_ffff)        // 3B5 slot 1
-	x.Load(0x0003_0006_0000_ffff)     // 3DATA_LOAD6 slot 0
+	x.DataLoad(0x0003_0006_0000_ffff) // 3DATA_LOAD6 slot 0
 	x.RecvF(0x0003_0006_0002_0000)    // 3RECV_F6 peer 2, slot 0
 	x.SendB(0x0003_0005_0002_0001)    // 3SEND_B5 peer 2, slot 1
 	x.F(0x0003_0006_0000_ffff)        // 3F6 slot 0
 	x.B(0x0003_0006_0000_ffff)        // 3B6 slot 0
-	x.Load(0x0003_0007_0001_ffff)     // 3DATA_LOAD7 slot 1
+	x.DataLoad(0x0003_0007_0001_ffff) // 3DATA_LOAD7 slot 1
 	x.RecvF(0x0003_0007_0002_0001)    // 3RECV_F7 peer 2, slot 1
 	x.SendB(0x0003_0006_0002_0000)    // 3SEND_B6 peer 2, slot 0
 	x.F(0x0003_0007_0001_ffff)        // 3F7 slot 1

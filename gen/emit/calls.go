@@ -8,73 +8,6 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// Call is how one step kind is emitted: the pipe.Exec method of the
-// generated call and the pipe.OpKind constant of its -table entry. Steps
-// whose abi.Shape is Packed (all but OPT_STEP, the overlaps and the FSDP
-// steps) call a method that takes the arguments packed into one pipe.At
-// constant (abi.At: stage, micro and the two fields of the kind's abi.Shape,
-// 16 bits each, 0xffff for -1); the others pass their operands as ints.
-// Method is the only spelling of the step runtime/pipe exports: it has no
-// unpacked twins. The kind's shape and table letter are the boundary
-// package's (Kind.Shape, Kind.Code).
-type Call struct {
-	Kind   ir.Kind
-	Method string
-	Op     string
-}
-
-// Calls returns the step kind -> runtime call table in kind order, for tools
-// that read generated code back (gen/vet).
-func Calls() []Call {
-	out := make([]Call, 0, len(calls))
-	for _, k := range ir.Kinds() {
-		if c, ok := calls[k]; ok {
-			out = append(out, Call{Kind: k, Method: c.method, Op: c.op})
-		}
-	}
-	return out
-}
-
-// call says how one step kind is emitted: the pipe.Exec method of the
-// generated call and the pipe.OpKind constant of its table entry.
-type call struct {
-	method string
-	op     string
-}
-
-// calls is the step kind -> runtime call table (docs/internals.md, "The
-// runtime API generated code calls"). A kind missing here has no runtime call
-// yet and Emit rejects it; supporting a new kind is one entry (and its row
-// in abi, "Adding a step kind").
-var calls = map[ir.Kind]call{
-	ir.DataLoad:          {"Load", "OpDataLoad"},
-	ir.RecvF:             {"RecvF", "OpRecvAct"},
-	ir.SendF:             {"SendF", "OpSendAct"},
-	ir.RecvB:             {"RecvB", "OpRecvGrad"},
-	ir.SendB:             {"SendB", "OpSendGrad"},
-	ir.Forward:           {"F", "OpForward"},
-	ir.Backward:          {"B", "OpBackward"},
-	ir.BackwardInput:     {"I", "OpBackwardInput"},
-	ir.BackwardWeight:    {"W", "OpBackwardWeight"},
-	ir.OptStep:           {"OptStep", "OpOptStep"},
-	ir.OverlapFB:         {"OverlapFB", "OpOverlapFB"},
-	ir.OverlapBF:         {"OverlapBF", "OpOverlapBF"},
-	ir.Unshard:           {"Unshard", "OpUnshard"},
-	ir.Reshard:           {"Reshard", "OpReshard"},
-	ir.ReduceGrad:        {"ReduceGrad", "OpReduceGrad"},
-	ir.SwapLaunchOffload: {"LaunchOffload", "OpSwapLaunchOffload"},
-	ir.SwapWaitOffload:   {"WaitOffload", "OpSwapWaitOffload"},
-	ir.SwapLaunchLoad:    {"LaunchLoad", "OpSwapLaunchLoad"},
-	ir.SwapWaitLoad:      {"WaitLoad", "OpSwapWaitLoad"},
-	ir.DataRecv:          {"RecvLabels", "OpRecvData"},
-	ir.DataSend:          {"SendLabels", "OpSendData"},
-	ir.MpipeRecv:         {"RecvInput", "OpRecvInput"},
-	ir.MpipeSend:         {"SendInput", "OpSendInput"},
-	ir.BatchBegin:        {"BatchBegin", "OpBatchBegin"},
-	ir.BatchEnd:          {"BatchEnd", "OpBatchEnd"},
-	ir.TieGrad:           {"TieGrad", "OpTieGrad"},
-}
-
 // Fusion is a pair of adjacent steps of one chunk (same stage, micro-batch
 // and slot) that is emitted as one call of Method, whose pipe.At is the
 // compute step's (stage, micro, slot, src), or (stage, micro, slot, -1) for
@@ -133,7 +66,7 @@ func fuse(a, b op) (Fusion, bool) {
 // resolveOverlap checks the overlap st of rank r against the runtime API and
 // returns its call, sub-steps included (their src is filled later). leaf
 // checks one sub-step's fields as for any compute step.
-func resolveOverlap(st ir.Step, c call, leaf func(sub ir.Step) (op, error)) (op, error) {
+func resolveOverlap(st ir.Step, leaf func(sub ir.Step) (op, error)) (op, error) {
 	if len(st.Sub) != 2 {
 		return op{}, fmt.Errorf("an overlap holds exactly two sub-steps, this one %d", len(st.Sub))
 	}
@@ -149,7 +82,7 @@ func resolveOverlap(st ir.Step, c call, leaf func(sub ir.Step) (op, error)) (op,
 		}
 		return op{}, fmt.Errorf("the runtime runs %s as %s, not (%s;%s)", st.Kind, want, st.Sub[0].Kind, st.Sub[1].Kind)
 	}
-	o := op{call: c, kind: st.Kind, stage: ir.None, micro: ir.None, peer: ir.None, slot: ir.None, src: ir.None, sub: make([]op, 2)}
+	o := op{method: st.Kind.Method(), kind: st.Kind, stage: ir.None, micro: ir.None, peer: ir.None, slot: ir.None, src: ir.None, sub: make([]op, 2)}
 	for k, s := range st.Sub {
 		so, err := leaf(s)
 		if err != nil {
@@ -170,8 +103,8 @@ func (o op) overlapCall() []byte {
 		if i > 0 {
 			code = append(code, ", "...)
 		}
-		if s.op != "OpForward" {
-			code = append(append(append(code, "pipe."...), s.op...), ", "...)
+		if s.kind != ir.Forward {
+			code = append(append(append(code, "pipe.Op"...), s.kind.GoName()...), ", "...)
 		}
 		src := s.src
 		if s.kind.Shape() != abi.ArgsCompute {

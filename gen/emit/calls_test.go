@@ -1,31 +1,46 @@
 package emit
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// TestCallsCoverKinds: every step kind has a runtime call with a method and
-// an op constant, and no two kinds share a method.
-func TestCallsCoverKinds(t *testing.T) {
-	have := map[abi.Kind]Call{}
-	byMethod := map[string]abi.Kind{}
-	for _, c := range Calls() {
-		have[c.Kind] = c
-		if k, dup := byMethod[c.Method]; dup {
-			t.Errorf("%v and %v both call x.%s", k, c.Kind, c.Method)
-		}
-		byMethod[c.Method] = c.Kind
-	}
+// TestEmitsEveryKind: Emit writes each step kind's call as abi's row names
+// it, x.<Kind.Method>(...), and no fused call takes a kind's method name.
+func TestEmitsEveryKind(t *testing.T) {
 	for _, k := range abi.Kinds() {
-		c, ok := have[k]
-		if !ok {
-			t.Errorf("%v has no entry in calls: Emit would refuse it", k)
+		if k.IsOverlap() {
+			f := op{method: k.Method(), kind: k, sub: []op{{kind: ir.Forward}, {kind: ir.BackwardInput}}}
+			if got := string(f.overlapCall()); !strings.HasPrefix(got, "x."+k.Method()+"(") || !strings.Contains(got, "pipe.OpBackwardInput, ") {
+				t.Errorf("%v: overlap call %s", k, got)
+			}
 			continue
 		}
-		if c.Method == "" || c.Op == "" {
-			t.Errorf("%v: method %q, op constant %q", k, c.Method, c.Op)
+		o := op{method: k.Method(), kind: k, stage: 0, micro: 0, peer: ir.None, slot: 0, src: ir.None}
+		st := o.stmt()
+		got := string(st.code)
+		if st.code == nil {
+			got = "x." + st.method + "(at)"
+		}
+		if !strings.HasPrefix(got, "x."+k.Method()+"(") {
+			t.Errorf("%v: emitted %s, want a call of x.%s", k, got, k.Method())
 		}
 	}
+	for _, f := range fusions {
+		if k, ok := kindOfMethod(f.Method); ok {
+			t.Errorf("fused call x.%s has the name of %v's method", f.Method, k)
+		}
+	}
+}
+
+func kindOfMethod(name string) (abi.Kind, bool) {
+	for _, k := range abi.Kinds() {
+		if k.Method() == name {
+			return k, true
+		}
+	}
+	return abi.Invalid, false
 }

@@ -70,7 +70,7 @@ type Options struct {
 
 // op is one step resolved to its runtime call.
 type op struct {
-	call
+	method                        string // the pipe.Exec method: the kind's (abi.Kind.Method) or a fused pair's
 	kind                          ir.Kind
 	stage, micro, peer, slot, src int
 	sub                           []op // an overlap's sub-steps, in order
@@ -539,11 +539,10 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 		ops[r] = make([]op, len(steps))
 		// leaf resolves one step that is not an overlap (or an overlap's sub-step).
 		leaf := func(st ir.Step) (op, error) {
-			c, ok := calls[st.Kind]
-			if !ok || st.Kind.IsOverlap() {
-				return op{}, fmt.Errorf("the runtime has no call for %s yet", st.Kind)
+			if st.Kind.Method() == "" || st.Kind.IsOverlap() {
+				return op{}, fmt.Errorf("the runtime has no call for %s", st.Kind)
 			}
-			o := op{call: c, kind: st.Kind, stage: st.Stage, micro: st.Micro, peer: st.Peer, slot: st.Slot}
+			o := op{method: st.Kind.Method(), kind: st.Kind, stage: st.Stage, micro: st.Micro, peer: st.Peer, slot: st.Slot}
 			if st.Kind.Shape() == abi.ArgsNone {
 				// OPT_STEP: no operands; record none in the table either.
 				o.stage, o.micro, o.peer, o.slot = ir.None, ir.None, ir.None, ir.None
@@ -599,8 +598,8 @@ func resolve(p ir.Program, slots []int) ([][]op, []int, error) {
 		for i, st := range steps {
 			var o op
 			var err error
-			if c, ok := calls[st.Kind]; ok && st.Kind.IsOverlap() {
-				o, err = resolveOverlap(st, c, leaf)
+			if st.Kind.IsOverlap() && st.Kind.Valid() {
+				o, err = resolveOverlap(st, leaf)
 			} else {
 				o, err = leaf(st)
 			}

@@ -159,8 +159,8 @@ func TestFusion(t *testing.T) {
 	}
 	// A receive does not fuse with a compute that reads another slot, and
 	// steps of different chunks never fuse.
-	a := op{call: calls[ir.RecvF], kind: ir.RecvF, stage: 1, micro: 0, slot: 2, src: ir.None}
-	b := op{call: calls[ir.Forward], kind: ir.Forward, stage: 1, micro: 0, slot: 2, src: ir.None}
+	a := op{method: ir.RecvF.Method(), kind: ir.RecvF, stage: 1, micro: 0, slot: 2, src: ir.None}
+	b := op{method: ir.Forward.Method(), kind: ir.Forward, stage: 1, micro: 0, slot: 2, src: ir.None}
 	if _, ok := fuse(a, b); !ok {
 		t.Error("RECV_F + F of one chunk and slot does not fuse")
 	}
@@ -231,7 +231,7 @@ func TestErrors(t *testing.T) {
 		{"unsupported kind", func(p *ir.Program, o *Options) {
 			// Every kind has a runtime call now; one outside the kinds has none.
 			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Compute(ir.Kind(200), 1, 0))
-		}, "emit: rank 1 step 7 (1Kind(200)0): the runtime has no call for Kind(200) yet"},
+		}, "emit: rank 1 step 7 (1Kind(200)0): the runtime has no call for Kind(200)"},
 		{"data transfer without slot", func(p *ir.Program, o *Options) {
 			p.Ranks[1] = append(p.Ranks[1][:7:7], ir.Comm(ir.DataSend, 1, 0, 0))
 		}, "emit: rank 1 step 7 (1DATA_SEND0): no slot assigned (slot -1)"},

@@ -8,7 +8,10 @@ import "github.com/ppgen/ppgen/abi"
 // Channel, HasMicro, ...) are abi's.
 type Kind = abi.Kind
 
-// The step kinds (abi's; see there for each one's text form and shape).
+// The step kinds that gen/ calls often, abi's under the same names (see
+// abi for each one's text form, shape and runtime method; TestKindAliasesAreAbis
+// checks the names): a shorthand, not a spelling of their own. A new kind
+// needs no line here; code names it abi.X.
 const (
 	Invalid           = abi.Invalid
 	Forward           = abi.Forward           // F

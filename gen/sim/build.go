@@ -176,14 +176,9 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				if k.IsBatch() {
 					s.ev[e].Lane = LaneComm // a bracket of the comm stream, free
 				}
-				switch k {
-				case ir.DataLoad:
-					s.dur[e] = rc.DataLoad
-				case ir.ReduceGrad:
-					s.dur[e] = rc.StepCost(st) // Reduce and the reduce-scatter's ring cost
-				case ir.OptStep:
-					s.dur[e] = rc.Opt
-				}
+				// DATA_LOAD, REDUCE_GRAD (with the reduce-scatter's ring
+				// cost), OPT_STEP; 0 for a kind StepCost does not price.
+				s.dur[e] = rc.StepCost(st)
 			}
 			if k.IsOverlap() {
 				for _, cs := range st.Sub {

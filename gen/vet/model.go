@@ -23,9 +23,10 @@ type method struct {
 
 // methods (by pipe.Exec method name) and opKinds (by the pipe.OpKind
 // constant of an overlap's backward kind argument, and for naming -table
-// entries) come from gen/emit's call table, the arguments and the letters of
-// -table kinds strings from abi, so reading generated code back always
-// matches what the emitter writes. removed maps the unpacked methods
+// entries) come from abi's kind table (Kind.Method, "Op" and Kind.GoName),
+// as do the arguments and the letters of -table kinds strings, and the
+// fused calls from gen/emit's Fusions, so reading generated code back
+// always matches what the emitter writes. removed maps the unpacked methods
 // runtime/pipe no longer has (x.DataLoad(stage, micro, slot), ...) to the
 // packed method of the same step kind.
 var (
@@ -34,35 +35,38 @@ var (
 	removed = map[string]string{}
 )
 
-// unpacked is the spelling of each packed step kind's method before
-// runtime/pipe dropped the unpacked twins (SupportPackageIsVersion1 still):
-// hand-edited or stale code may call them, and vet names the packed method.
-var unpacked = map[ir.Kind]string{
-	ir.DataLoad:          "DataLoad",
-	ir.RecvF:             "RecvAct",
-	ir.SendF:             "SendAct",
-	ir.RecvB:             "RecvGrad",
-	ir.SendB:             "SendGrad",
-	ir.Forward:           "Forward",
-	ir.Backward:          "Backward",
-	ir.BackwardInput:     "BackwardInput",
-	ir.BackwardWeight:    "BackwardWeight",
-	ir.SwapLaunchOffload: "SwapLaunchOffload",
-	ir.SwapWaitOffload:   "SwapWaitOffload",
-	ir.SwapLaunchLoad:    "SwapLaunchLoad",
-	ir.SwapWaitLoad:      "SwapWaitLoad",
-	ir.DataRecv:          "RecvData",
-	ir.DataSend:          "SendData",
-	ir.MpipeRecv:         "MpipeRecv",
-	ir.MpipeSend:         "MpipeSend",
+// older are the names a step kind's method had in earlier runtime APIs,
+// which hand-edited or stale code may call; vet names the method that
+// replaced them. Within Version 1 runtime/pipe dropped the unpacked twins
+// of the packed steps (x.RecvAct(stage, micro, peer, slot), ...); Version 2
+// named the methods after their kinds (x.Load became x.DataLoad, ...), so
+// that a kind has no third spelling (abi.Kind.Method).
+var older = map[ir.Kind][]string{
+	ir.DataLoad:          {"Load"},
+	ir.RecvF:             {"RecvAct"},
+	ir.SendF:             {"SendAct"},
+	ir.RecvB:             {"RecvGrad"},
+	ir.SendB:             {"SendGrad"},
+	ir.Forward:           {"Forward"},
+	ir.Backward:          {"Backward"},
+	ir.BackwardInput:     {"BackwardInput"},
+	ir.BackwardWeight:    {"BackwardWeight"},
+	ir.SwapLaunchOffload: {"LaunchOffload"},
+	ir.SwapWaitOffload:   {"WaitOffload"},
+	ir.SwapLaunchLoad:    {"LaunchLoad"},
+	ir.SwapWaitLoad:      {"WaitLoad"},
+	ir.DataRecv:          {"RecvData", "RecvLabels"},
+	ir.DataSend:          {"SendData", "SendLabels"},
+	ir.MpipeRecv:         {"RecvInput"},
+	ir.MpipeSend:         {"SendInput"},
 }
 
 func init() {
-	for _, c := range emit.Calls() {
-		methods[c.Method] = method{kind: c.Kind, args: c.Kind.Shape(), packed: c.Kind.Shape().Packed()}
-		opKinds[c.Op] = c.Kind
-		if old, ok := unpacked[c.Kind]; ok {
-			removed[old] = c.Method
+	for _, k := range abi.Kinds() {
+		methods[k.Method()] = method{kind: k, args: k.Shape(), packed: k.Shape().Packed()}
+		opKinds["Op"+k.GoName()] = k
+		for _, old := range older[k] {
+			removed[old] = k.Method()
 		}
 	}
 	for _, f := range emit.Fusions() {

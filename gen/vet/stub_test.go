@@ -149,7 +149,7 @@ func TestVetAcceptsRuntimeAPI(t *testing.T) {
 	}
 	for name := range rt.methods {
 		if _, ok := methods[name]; !ok && !slices.Contains(nonStep, name) {
-			t.Errorf("runtime/pipe's Exec.%s is neither a step vet reads (gen/emit's Calls or Fusions) nor in nonStep", name)
+			t.Errorf("runtime/pipe's Exec.%s is neither a step vet reads (abi's Kind.Method or gen/emit's Fusions) nor in nonStep", name)
 		}
 	}
 	for old, use := range removed {
@@ -160,8 +160,12 @@ func TestVetAcceptsRuntimeAPI(t *testing.T) {
 			t.Errorf("vet tells x.%s callers to call x.%s, which vet does not read", old, use)
 		}
 	}
-	if len(removed) != len(unpacked) {
-		t.Errorf("%d unpacked names but %d map to a packed method: %v", len(unpacked), len(removed), removed)
+	n := 0
+	for _, names := range older {
+		n += len(names)
+	}
+	if len(removed) != n {
+		t.Errorf("%d older names but %d map to a method: %v", n, len(removed), removed)
 	}
 }
 
@@ -174,10 +178,10 @@ func TestStubMatchesRuntime(t *testing.T) {
 	rt := readAPI(t, filepath.Join("..", "..", "runtime", "pipe"))
 	stub := readAPI(t, filepath.Join("testdata", "src", "github.com", "ppgen", "ppgen", "runtime", "pipe"))
 	want := []string{"Err"}
-	for _, c := range emit.Calls() {
-		want = append(want, c.Method)
-		if !stub.consts[c.Op] {
-			t.Errorf("the stub lacks pipe.%s (gen/emit names it for %v)", c.Op, c.Kind)
+	for _, k := range abi.Kinds() {
+		want = append(want, k.Method())
+		if op := "Op" + k.GoName(); !stub.consts[op] {
+			t.Errorf("the stub lacks pipe.%s (abi names it for %v)", op, k)
 		}
 	}
 	for _, f := range emit.Fusions() {
@@ -223,12 +227,12 @@ func TestStubMatchesRuntime(t *testing.T) {
 }
 
 // TestRemovedMethods: a call of a step method runtime/pipe no longer has
-// (the unpacked twins of the packed steps) is an error that names it and the
+// (the unpacked twins of the packed steps, Version 1's names) is an error that names it and the
 // packed method that replaced it; a non-constant argument of a method that
 // takes ints is an error too.
 func TestRemovedMethods(t *testing.T) {
 	cases := []struct{ call, want string }{
-		{"x.DataLoad(0, 0, 0)", "calls DataLoad, which runtime/pipe no longer has; generated code calls x.Load(pipe.At)"},
+		{"x.Load(0x0000_0000_0000_ffff)", "calls Load, which runtime/pipe no longer has; generated code calls x.DataLoad(pipe.At)"},
 		{"x.RecvAct(0, 0, 1, 0)", "calls RecvAct, which runtime/pipe no longer has; generated code calls x.RecvF(pipe.At)"},
 		{"x.SendAct(0, 0, 1, 0)", "x.SendF(pipe.At)"},
 		{"x.RecvGrad(0, 0, 1, 0)", "x.RecvB(pipe.At)"},
@@ -237,19 +241,21 @@ func TestRemovedMethods(t *testing.T) {
 		{"x.Backward(0, 0, 0, -1)", "x.B(pipe.At)"},
 		{"x.BackwardInput(0, 0, 0, -1)", "x.I(pipe.At)"},
 		{"x.BackwardWeight(0, 0, 0)", "x.W(pipe.At)"},
-		{"x.SwapLaunchOffload(0, 0, 0)", "x.LaunchOffload(pipe.At)"},
-		{"x.SwapWaitOffload(0, 0, 0)", "x.WaitOffload(pipe.At)"},
-		{"x.SwapLaunchLoad(0, 0, 0)", "x.LaunchLoad(pipe.At)"},
-		{"x.SwapWaitLoad(0, 0, 0)", "x.WaitLoad(pipe.At)"},
-		{"x.RecvData(0, 0, 1, 0)", "x.RecvLabels(pipe.At)"},
-		{"x.SendData(0, 0, 1, 0)", "x.SendLabels(pipe.At)"},
-		{"x.MpipeRecv(0, 0, 1, 0)", "x.RecvInput(pipe.At)"},
-		{"x.MpipeSend(0, 0, 1, 0)", "calls MpipeSend, which runtime/pipe no longer has; generated code calls x.SendInput(pipe.At)"},
+		{"x.LaunchOffload(0x0000_0000_0000_ffff)", "x.SwapLaunchOffload(pipe.At)"},
+		{"x.WaitOffload(0x0000_0000_0000_ffff)", "x.SwapWaitOffload(pipe.At)"},
+		{"x.LaunchLoad(0x0000_0000_0000_ffff)", "x.SwapLaunchLoad(pipe.At)"},
+		{"x.WaitLoad(0x0000_0000_0000_ffff)", "x.SwapWaitLoad(pipe.At)"},
+		{"x.RecvData(0, 0, 1, 0)", "x.DataRecv(pipe.At)"},
+		{"x.RecvLabels(0x0000_0000_0001_0000)", "x.DataRecv(pipe.At)"},
+		{"x.SendData(0, 0, 1, 0)", "x.DataSend(pipe.At)"},
+		{"x.SendLabels(0x0000_0000_0001_0000)", "x.DataSend(pipe.At)"},
+		{"x.RecvInput(0x0000_0000_0001_0000)", "x.MpipeRecv(pipe.At)"},
+		{"x.SendInput(0x0000_0000_0001_0000)", "calls SendInput, which runtime/pipe no longer has; generated code calls x.MpipeSend(pipe.At)"},
 		{"x.Sync()", "x.Sync() is not a runtime step call ppgen generates"},
 		{"x.Unshard(stage)", "argument stage of x.Unshard(stage) is stage, not a constant"},
 	}
-	if n := len(cases) - 2; n != len(unpacked) {
-		t.Errorf("%d removed methods tested, vet knows %d", n, len(unpacked))
+	if n := len(cases) - 2; n != len(removed) {
+		t.Errorf("%d removed methods tested, vet knows %d", n, len(removed))
 	}
 	dir := t.TempDir()
 	path, ok := generate(t, dir, "-schedule", "1f1b", "-ranks", "2", "-micro", "3", "-fuse=false")
@@ -260,7 +266,7 @@ func TestRemovedMethods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := "\tx.Load(0x0000_0000_0000_ffff)"
+	first := "\tx.DataLoad(0x0000_0000_0000_ffff)"
 	line := strings.Count(string(orig[:strings.Index(string(orig), first)]), "\n") + 1
 	for _, c := range cases {
 		t.Run(c.call, func(t *testing.T) {

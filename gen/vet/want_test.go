@@ -3,6 +3,7 @@ package vet
 import (
 	"flag"
 	"fmt"
+	"go/format"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
@@ -177,12 +179,12 @@ var brokenCases = []brokenCase{
 		// The header records no invocation, and a slot was edited: the edit
 		// is reported at the Fingerprint constant.
 		e.replace("// ppgen gen -fuse=false -helper 6 -micro 3 -ranks 2 -schedule 1f1b\n", "")
-		e.replaceCalls([]string{packed("Load", 0, 2, 0, -1)}, []string{packed("Load", 0, 2, 1, -1)})
+		e.replaceCalls([]string{packed("DataLoad", 0, 2, 0, -1)}, []string{packed("DataLoad", 0, 2, 1, -1)})
 		e.wantAfter(packed("F", 0, 2, 0, -1), `unsafe program: rank 0 step 9 \(0F2\): 0F2 uses slot 0, but its chunk \(stage 0, micro 2\) has slot 1 since step 8`)
 		e.wantAfter("const Fingerprint = ", `edited generated code: the rank functions hash to sha256:[0-9a-f]{64}, not to this Fingerprint \(the edited line is unknown: .*the header records no invocation to regenerate from\)`)
 	}},
 	{"loop", false, func(e *editor) {
-		e.replaceCalls([]string{packed("Load", 1, 0, 0, -1)}, []string{"\tfor i := 0; i < 1; i++ {", packed("Load", 1, 0, 0, -1), "\t}"})
+		e.replaceCalls([]string{packed("DataLoad", 1, 0, 0, -1)}, []string{"\tfor i := 0; i < 1; i++ {", packed("DataLoad", 1, 0, 0, -1), "\t}"})
 		e.wantAfter("\tfor i := 0; i < 1; i++ {", `rank 1: rank1Part0 holds a loop; generated rank functions are straight-line runtime calls`)
 	}},
 	{"src", false, func(e *editor) {
@@ -193,7 +195,7 @@ var brokenCases = []brokenCase{
 		// Rank 1 posts the receive of micro 2 before it sends micro 0's
 		// gradient: each channel keeps its FIFO order, but rank 0 sends
 		// micro 2 only after it got that gradient.
-		e.replaceCalls([]string{packed("Load", 1, 2, 0, -1), packed("RecvF", 1, 2, 0, 0)}, []string{packed("Load", 1, 2, 0, -1)})
+		e.replaceCalls([]string{packed("DataLoad", 1, 2, 0, -1), packed("RecvF", 1, 2, 0, 0)}, []string{packed("DataLoad", 1, 2, 0, -1)})
 		e.replaceCalls([]string{packed("SendB", 1, 0, 0, 0)}, []string{packed("RecvF", 1, 2, 0, 0), packed("SendB", 1, 0, 0, 0)})
 		e.wantAfter(packed("RecvF", 1, 2, 0, 0), `edited generated code: rank 1 step 6 is `+q(packed("RecvF", 1, 2, 0, 0)))
 		e.wantAfter(packed("RecvB", 0, 0, 1, 0), `unsafe program: deadlock: rank 0 at step 6 0RECV_B0 waits for rank 1; rank 1 at step 6 1RECV_F2 waits for rank 0`)
@@ -207,7 +209,7 @@ var brokenCases = []brokenCase{
 			`unsafe program: rank 0 step 8 \(0B0\): B inside the batch that step 5 opened; a batch holds only transfers`)
 	}},
 	{"noguard", false, func(e *editor) {
-		e.replace("// This guard breaks the build when runtime/pipe no longer supports this generated code.\nconst _ = pipe.SupportPackageIsVersion1\n\n", "")
+		e.replace("// This guard breaks the build when runtime/pipe no longer supports this generated code.\nconst _ = pipe."+abi.VersionGuard+"\n\n", "")
 		e.wantAfter("package noguard", `the runtime API guard .const _ = pipe.SupportPackageIsVersionN. is missing`)
 	}},
 	{"tablerow", true, func(e *editor) {
@@ -250,6 +252,9 @@ func TestBrokenFilesFresh(t *testing.T) {
 		}
 		e := &editor{t: t, s: string(src)}
 		c.edit(e)
+		if formatted, err := format.Source([]byte(e.s)); err == nil {
+			e.s = string(formatted) // gofmt-clean, as generated files are
+		}
 		path := filepath.Join("testdata", "src", c.name, "schedule_gen.go")
 		if *update {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

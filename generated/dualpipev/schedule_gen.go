@@ -6,7 +6,7 @@ package dualpipev
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -35,73 +35,73 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-82 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)  // 0DATA_LOAD0 slot 0
-	x.F(0x0000_0000_0000_ffff)     // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)  // 0DATA_LOAD1 slot 1
-	x.SendF(0x0000_0000_0001_0000) // 0SEND_F0 peer 1, slot 0
-	x.F(0x0000_0001_0001_ffff)     // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)  // 0DATA_LOAD2 slot 2
-	x.SendF(0x0000_0001_0001_0001) // 0SEND_F1 peer 1, slot 1
-	x.F(0x0000_0002_0002_ffff)     // 0F2 slot 2
-	x.Load(0x0000_0003_0003_ffff)  // 0DATA_LOAD3 slot 3
-	x.SendF(0x0000_0002_0001_0002) // 0SEND_F2 peer 1, slot 2
-	x.F(0x0000_0003_0003_ffff)     // 0F3 slot 3
-	x.Load(0x0000_0004_0004_ffff)  // 0DATA_LOAD4 slot 4
-	x.SendF(0x0000_0003_0001_0003) // 0SEND_F3 peer 1, slot 3
-	x.F(0x0000_0004_0004_ffff)     // 0F4 slot 4
-	x.Load(0x0000_0005_0005_ffff)  // 0DATA_LOAD5 slot 5
-	x.SendF(0x0000_0004_0001_0004) // 0SEND_F4 peer 1, slot 4
-	x.F(0x0000_0005_0005_ffff)     // 0F5 slot 5
-	x.Load(0x0000_0006_0006_ffff)  // 0DATA_LOAD6 slot 6
-	x.SendF(0x0000_0005_0001_0005) // 0SEND_F5 peer 1, slot 5
-	x.F(0x0000_0006_0006_ffff)     // 0F6 slot 6
-	x.Load(0x0007_0000_0007_ffff)  // 7DATA_LOAD0 slot 7
-	x.RecvF(0x0007_0000_0001_0007) // 7RECV_F0 peer 1, slot 7
-	x.SendF(0x0000_0006_0001_0006) // 0SEND_F6 peer 1, slot 6
-	x.F(0x0007_0000_0007_ffff)     // 7F0 slot 7
-	x.I(0x0007_0000_0007_ffff)     // 7I0 slot 7
-	x.RecvF(0x0007_0001_0001_0008) // 7RECV_F1 peer 1, slot 8
-	x.SendB(0x0007_0000_0001_0007) // 7SEND_B0 peer 1, slot 7
-	x.W(0x0007_0000_0007_ffff)     // 7W0 slot 7
-	x.Load(0x0007_0001_0008_ffff)  // 7DATA_LOAD1 slot 8
-	x.F(0x0007_0001_0008_ffff)     // 7F1 slot 8
-	x.I(0x0007_0001_0008_ffff)     // 7I1 slot 8
-	x.RecvF(0x0007_0002_0001_0007) // 7RECV_F2 peer 1, slot 7
-	x.SendB(0x0007_0001_0001_0008) // 7SEND_B1 peer 1, slot 8
-	x.W(0x0007_0001_0008_ffff)     // 7W1 slot 8
-	x.Load(0x0007_0002_0007_ffff)  // 7DATA_LOAD2 slot 7
-	x.F(0x0007_0002_0007_ffff)     // 7F2 slot 7
-	x.I(0x0007_0002_0007_ffff)     // 7I2 slot 7
-	x.RecvF(0x0007_0003_0001_0008) // 7RECV_F3 peer 1, slot 8
-	x.SendB(0x0007_0002_0001_0007) // 7SEND_B2 peer 1, slot 7
-	x.W(0x0007_0002_0007_ffff)     // 7W2 slot 7
-	x.Load(0x0007_0003_0008_ffff)  // 7DATA_LOAD3 slot 8
-	x.F(0x0007_0003_0008_ffff)     // 7F3 slot 8
-	x.Load(0x0000_0007_0007_ffff)  // 0DATA_LOAD7 slot 7
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
+	x.DataLoad(0x0000_0002_0002_ffff) // 0DATA_LOAD2 slot 2
+	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
+	x.F(0x0000_0002_0002_ffff)        // 0F2 slot 2
+	x.DataLoad(0x0000_0003_0003_ffff) // 0DATA_LOAD3 slot 3
+	x.SendF(0x0000_0002_0001_0002)    // 0SEND_F2 peer 1, slot 2
+	x.F(0x0000_0003_0003_ffff)        // 0F3 slot 3
+	x.DataLoad(0x0000_0004_0004_ffff) // 0DATA_LOAD4 slot 4
+	x.SendF(0x0000_0003_0001_0003)    // 0SEND_F3 peer 1, slot 3
+	x.F(0x0000_0004_0004_ffff)        // 0F4 slot 4
+	x.DataLoad(0x0000_0005_0005_ffff) // 0DATA_LOAD5 slot 5
+	x.SendF(0x0000_0004_0001_0004)    // 0SEND_F4 peer 1, slot 4
+	x.F(0x0000_0005_0005_ffff)        // 0F5 slot 5
+	x.DataLoad(0x0000_0006_0006_ffff) // 0DATA_LOAD6 slot 6
+	x.SendF(0x0000_0005_0001_0005)    // 0SEND_F5 peer 1, slot 5
+	x.F(0x0000_0006_0006_ffff)        // 0F6 slot 6
+	x.DataLoad(0x0007_0000_0007_ffff) // 7DATA_LOAD0 slot 7
+	x.RecvF(0x0007_0000_0001_0007)    // 7RECV_F0 peer 1, slot 7
+	x.SendF(0x0000_0006_0001_0006)    // 0SEND_F6 peer 1, slot 6
+	x.F(0x0007_0000_0007_ffff)        // 7F0 slot 7
+	x.I(0x0007_0000_0007_ffff)        // 7I0 slot 7
+	x.RecvF(0x0007_0001_0001_0008)    // 7RECV_F1 peer 1, slot 8
+	x.SendB(0x0007_0000_0001_0007)    // 7SEND_B0 peer 1, slot 7
+	x.W(0x0007_0000_0007_ffff)        // 7W0 slot 7
+	x.DataLoad(0x0007_0001_0008_ffff) // 7DATA_LOAD1 slot 8
+	x.F(0x0007_0001_0008_ffff)        // 7F1 slot 8
+	x.I(0x0007_0001_0008_ffff)        // 7I1 slot 8
+	x.RecvF(0x0007_0002_0001_0007)    // 7RECV_F2 peer 1, slot 7
+	x.SendB(0x0007_0001_0001_0008)    // 7SEND_B1 peer 1, slot 8
+	x.W(0x0007_0001_0008_ffff)        // 7W1 slot 8
+	x.DataLoad(0x0007_0002_0007_ffff) // 7DATA_LOAD2 slot 7
+	x.F(0x0007_0002_0007_ffff)        // 7F2 slot 7
+	x.I(0x0007_0002_0007_ffff)        // 7I2 slot 7
+	x.RecvF(0x0007_0003_0001_0008)    // 7RECV_F3 peer 1, slot 8
+	x.SendB(0x0007_0002_0001_0007)    // 7SEND_B2 peer 1, slot 7
+	x.W(0x0007_0002_0007_ffff)        // 7W2 slot 7
+	x.DataLoad(0x0007_0003_0008_ffff) // 7DATA_LOAD3 slot 8
+	x.F(0x0007_0003_0008_ffff)        // 7F3 slot 8
+	x.DataLoad(0x0000_0007_0007_ffff) // 0DATA_LOAD7 slot 7
 	x.OverlapFB(0, 7, 7, -1, pipe.OpBackward, 7, 3, 8, -1)
-	x.Load(0x0007_0004_0009_ffff)  // 7DATA_LOAD4 slot 9
-	x.SendF(0x0000_0007_0001_0007) // 0SEND_F7 peer 1, slot 7
-	x.SendB(0x0007_0003_0001_0008) // 7SEND_B3 peer 1, slot 8
-	x.RecvF(0x0007_0004_0001_0009) // 7RECV_F4 peer 1, slot 9
-	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
+	x.DataLoad(0x0007_0004_0009_ffff) // 7DATA_LOAD4 slot 9
+	x.SendF(0x0000_0007_0001_0007)    // 0SEND_F7 peer 1, slot 7
+	x.SendB(0x0007_0003_0001_0008)    // 7SEND_B3 peer 1, slot 8
+	x.RecvF(0x0007_0004_0001_0009)    // 7RECV_F4 peer 1, slot 9
+	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
 	x.OverlapFB(7, 4, 9, -1, pipe.OpBackward, 0, 0, 0, -1)
-	x.B(0x0007_0004_0009_ffff)     // 7B4 slot 9
-	x.Load(0x0007_0005_0000_ffff)  // 7DATA_LOAD5 slot 0
-	x.RecvF(0x0007_0005_0001_0000) // 7RECV_F5 peer 1, slot 0
-	x.SendB(0x0007_0004_0001_0009) // 7SEND_B4 peer 1, slot 9
-	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
+	x.B(0x0007_0004_0009_ffff)        // 7B4 slot 9
+	x.DataLoad(0x0007_0005_0000_ffff) // 7DATA_LOAD5 slot 0
+	x.RecvF(0x0007_0005_0001_0000)    // 7RECV_F5 peer 1, slot 0
+	x.SendB(0x0007_0004_0001_0009)    // 7SEND_B4 peer 1, slot 9
+	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
 	x.OverlapFB(7, 5, 0, -1, pipe.OpBackward, 0, 1, 1, -1)
-	x.B(0x0007_0005_0000_ffff)     // 7B5 slot 0
-	x.Load(0x0007_0006_0001_ffff)  // 7DATA_LOAD6 slot 1
-	x.RecvF(0x0007_0006_0001_0001) // 7RECV_F6 peer 1, slot 1
-	x.SendB(0x0007_0005_0001_0000) // 7SEND_B5 peer 1, slot 0
-	x.RecvB(0x0000_0002_0001_0002) // 0RECV_B2 peer 1, slot 2
+	x.B(0x0007_0005_0000_ffff)        // 7B5 slot 0
+	x.DataLoad(0x0007_0006_0001_ffff) // 7DATA_LOAD6 slot 1
+	x.RecvF(0x0007_0006_0001_0001)    // 7RECV_F6 peer 1, slot 1
+	x.SendB(0x0007_0005_0001_0000)    // 7SEND_B5 peer 1, slot 0
+	x.RecvB(0x0000_0002_0001_0002)    // 0RECV_B2 peer 1, slot 2
 	x.OverlapFB(7, 6, 1, -1, pipe.OpBackward, 0, 2, 2, -1)
-	x.B(0x0007_0006_0001_ffff)     // 7B6 slot 1
-	x.Load(0x0007_0007_0000_ffff)  // 7DATA_LOAD7 slot 0
-	x.RecvF(0x0007_0007_0001_0000) // 7RECV_F7 peer 1, slot 0
-	x.SendB(0x0007_0006_0001_0001) // 7SEND_B6 peer 1, slot 1
-	x.RecvB(0x0000_0003_0001_0003) // 0RECV_B3 peer 1, slot 3
+	x.B(0x0007_0006_0001_ffff)        // 7B6 slot 1
+	x.DataLoad(0x0007_0007_0000_ffff) // 7DATA_LOAD7 slot 0
+	x.RecvF(0x0007_0007_0001_0000)    // 7RECV_F7 peer 1, slot 0
+	x.SendB(0x0007_0006_0001_0001)    // 7SEND_B6 peer 1, slot 1
+	x.RecvB(0x0000_0003_0001_0003)    // 0RECV_B3 peer 1, slot 3
 	x.OverlapFB(7, 7, 0, -1, pipe.OpBackward, 0, 3, 3, -1)
 	x.BAndSend(0x0007_0007_0000_ffff) // 7B7 slot 0; 7SEND_B7 peer 1, slot 0
 	x.RecvAndI(0x0000_0004_0004_ffff) // 0RECV_B4 peer 1, slot 4; 0I4 slot 4

@@ -6,7 +6,7 @@ package fsdpswap
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -35,79 +35,79 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-75 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
 	x.Unshard(0)
-	x.F(0x0000_0000_0000_ffff)             // 0F0 slot 0
-	x.LaunchOffload(0x0000_0000_0000_ffff) // 0SWAP_LAUNCH_OFFLOAD0 slot 0
-	x.Load(0x0000_0001_0001_ffff)          // 0DATA_LOAD1 slot 1
-	x.SendF(0x0000_0000_0001_0000)         // 0SEND_F0 peer 1, slot 0
-	x.F(0x0000_0001_0001_ffff)             // 0F1 slot 1
-	x.WaitOffload(0x0000_0000_0000_ffff)   // 0SWAP_WAIT_OFFLOAD0 slot 0
-	x.LaunchOffload(0x0000_0001_0001_ffff) // 0SWAP_LAUNCH_OFFLOAD1 slot 1
-	x.Load(0x0000_0002_0002_ffff)          // 0DATA_LOAD2 slot 2
-	x.SendF(0x0000_0001_0001_0001)         // 0SEND_F1 peer 1, slot 1
-	x.F(0x0000_0002_0002_ffff)             // 0F2 slot 2
-	x.WaitOffload(0x0000_0001_0001_ffff)   // 0SWAP_WAIT_OFFLOAD1 slot 1
-	x.LaunchOffload(0x0000_0002_0002_ffff) // 0SWAP_LAUNCH_OFFLOAD2 slot 2
-	x.Load(0x0000_0003_0003_ffff)          // 0DATA_LOAD3 slot 3
-	x.SendF(0x0000_0002_0001_0002)         // 0SEND_F2 peer 1, slot 2
-	x.LaunchLoad(0x0000_0000_0000_ffff)    // 0SWAP_LAUNCH_LOAD0 slot 0
-	x.F(0x0000_0003_0003_ffff)             // 0F3 slot 3
-	x.WaitOffload(0x0000_0002_0002_ffff)   // 0SWAP_WAIT_OFFLOAD2 slot 2
-	x.LaunchOffload(0x0000_0003_0003_ffff) // 0SWAP_LAUNCH_OFFLOAD3 slot 3
-	x.SendF(0x0000_0003_0001_0003)         // 0SEND_F3 peer 1, slot 3
-	x.RecvB(0x0000_0000_0001_0000)         // 0RECV_B0 peer 1, slot 0
-	x.WaitLoad(0x0000_0000_0000_ffff)      // 0SWAP_WAIT_LOAD0 slot 0
-	x.B(0x0000_0000_0000_ffff)             // 0B0 slot 0
-	x.WaitOffload(0x0000_0003_0003_ffff)   // 0SWAP_WAIT_OFFLOAD3 slot 3
-	x.Load(0x0000_0004_0000_ffff)          // 0DATA_LOAD4 slot 0
-	x.LaunchLoad(0x0000_0001_0001_ffff)    // 0SWAP_LAUNCH_LOAD1 slot 1
-	x.F(0x0000_0004_0000_ffff)             // 0F4 slot 0
-	x.LaunchOffload(0x0000_0004_0000_ffff) // 0SWAP_LAUNCH_OFFLOAD4 slot 0
-	x.SendF(0x0000_0004_0001_0000)         // 0SEND_F4 peer 1, slot 0
-	x.RecvB(0x0000_0001_0001_0001)         // 0RECV_B1 peer 1, slot 1
-	x.WaitLoad(0x0000_0001_0001_ffff)      // 0SWAP_WAIT_LOAD1 slot 1
-	x.B(0x0000_0001_0001_ffff)             // 0B1 slot 1
-	x.WaitOffload(0x0000_0004_0000_ffff)   // 0SWAP_WAIT_OFFLOAD4 slot 0
-	x.Load(0x0000_0005_0001_ffff)          // 0DATA_LOAD5 slot 1
-	x.LaunchLoad(0x0000_0002_0002_ffff)    // 0SWAP_LAUNCH_LOAD2 slot 2
-	x.F(0x0000_0005_0001_ffff)             // 0F5 slot 1
-	x.LaunchOffload(0x0000_0005_0001_ffff) // 0SWAP_LAUNCH_OFFLOAD5 slot 1
-	x.SendF(0x0000_0005_0001_0001)         // 0SEND_F5 peer 1, slot 1
-	x.RecvB(0x0000_0002_0001_0002)         // 0RECV_B2 peer 1, slot 2
-	x.WaitLoad(0x0000_0002_0002_ffff)      // 0SWAP_WAIT_LOAD2 slot 2
-	x.B(0x0000_0002_0002_ffff)             // 0B2 slot 2
-	x.WaitOffload(0x0000_0005_0001_ffff)   // 0SWAP_WAIT_OFFLOAD5 slot 1
-	x.Load(0x0000_0006_0002_ffff)          // 0DATA_LOAD6 slot 2
-	x.LaunchLoad(0x0000_0003_0003_ffff)    // 0SWAP_LAUNCH_LOAD3 slot 3
-	x.F(0x0000_0006_0002_ffff)             // 0F6 slot 2
-	x.LaunchOffload(0x0000_0006_0002_ffff) // 0SWAP_LAUNCH_OFFLOAD6 slot 2
-	x.SendF(0x0000_0006_0001_0002)         // 0SEND_F6 peer 1, slot 2
-	x.RecvB(0x0000_0003_0001_0003)         // 0RECV_B3 peer 1, slot 3
-	x.WaitLoad(0x0000_0003_0003_ffff)      // 0SWAP_WAIT_LOAD3 slot 3
-	x.B(0x0000_0003_0003_ffff)             // 0B3 slot 3
-	x.WaitOffload(0x0000_0006_0002_ffff)   // 0SWAP_WAIT_OFFLOAD6 slot 2
-	x.Load(0x0000_0007_0003_ffff)          // 0DATA_LOAD7 slot 3
-	x.LaunchLoad(0x0000_0004_0000_ffff)    // 0SWAP_LAUNCH_LOAD4 slot 0
-	x.F(0x0000_0007_0003_ffff)             // 0F7 slot 3
-	x.LaunchOffload(0x0000_0007_0003_ffff) // 0SWAP_LAUNCH_OFFLOAD7 slot 3
-	x.SendF(0x0000_0007_0001_0003)         // 0SEND_F7 peer 1, slot 3
-	x.RecvB(0x0000_0004_0001_0000)         // 0RECV_B4 peer 1, slot 0
-	x.WaitLoad(0x0000_0004_0000_ffff)      // 0SWAP_WAIT_LOAD4 slot 0
-	x.LaunchLoad(0x0000_0005_0001_ffff)    // 0SWAP_LAUNCH_LOAD5 slot 1
-	x.B(0x0000_0004_0000_ffff)             // 0B4 slot 0
-	x.WaitOffload(0x0000_0007_0003_ffff)   // 0SWAP_WAIT_OFFLOAD7 slot 3
-	x.RecvB(0x0000_0005_0001_0001)         // 0RECV_B5 peer 1, slot 1
-	x.WaitLoad(0x0000_0005_0001_ffff)      // 0SWAP_WAIT_LOAD5 slot 1
-	x.LaunchLoad(0x0000_0006_0002_ffff)    // 0SWAP_LAUNCH_LOAD6 slot 2
-	x.B(0x0000_0005_0001_ffff)             // 0B5 slot 1
-	x.RecvB(0x0000_0006_0001_0002)         // 0RECV_B6 peer 1, slot 2
-	x.WaitLoad(0x0000_0006_0002_ffff)      // 0SWAP_WAIT_LOAD6 slot 2
-	x.LaunchLoad(0x0000_0007_0003_ffff)    // 0SWAP_LAUNCH_LOAD7 slot 3
-	x.B(0x0000_0006_0002_ffff)             // 0B6 slot 2
-	x.RecvB(0x0000_0007_0001_0003)         // 0RECV_B7 peer 1, slot 3
-	x.WaitLoad(0x0000_0007_0003_ffff)      // 0SWAP_WAIT_LOAD7 slot 3
-	x.B(0x0000_0007_0003_ffff)             // 0B7 slot 3
+	x.F(0x0000_0000_0000_ffff)                 // 0F0 slot 0
+	x.SwapLaunchOffload(0x0000_0000_0000_ffff) // 0SWAP_LAUNCH_OFFLOAD0 slot 0
+	x.DataLoad(0x0000_0001_0001_ffff)          // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0000_0001_0000)             // 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)                 // 0F1 slot 1
+	x.SwapWaitOffload(0x0000_0000_0000_ffff)   // 0SWAP_WAIT_OFFLOAD0 slot 0
+	x.SwapLaunchOffload(0x0000_0001_0001_ffff) // 0SWAP_LAUNCH_OFFLOAD1 slot 1
+	x.DataLoad(0x0000_0002_0002_ffff)          // 0DATA_LOAD2 slot 2
+	x.SendF(0x0000_0001_0001_0001)             // 0SEND_F1 peer 1, slot 1
+	x.F(0x0000_0002_0002_ffff)                 // 0F2 slot 2
+	x.SwapWaitOffload(0x0000_0001_0001_ffff)   // 0SWAP_WAIT_OFFLOAD1 slot 1
+	x.SwapLaunchOffload(0x0000_0002_0002_ffff) // 0SWAP_LAUNCH_OFFLOAD2 slot 2
+	x.DataLoad(0x0000_0003_0003_ffff)          // 0DATA_LOAD3 slot 3
+	x.SendF(0x0000_0002_0001_0002)             // 0SEND_F2 peer 1, slot 2
+	x.SwapLaunchLoad(0x0000_0000_0000_ffff)    // 0SWAP_LAUNCH_LOAD0 slot 0
+	x.F(0x0000_0003_0003_ffff)                 // 0F3 slot 3
+	x.SwapWaitOffload(0x0000_0002_0002_ffff)   // 0SWAP_WAIT_OFFLOAD2 slot 2
+	x.SwapLaunchOffload(0x0000_0003_0003_ffff) // 0SWAP_LAUNCH_OFFLOAD3 slot 3
+	x.SendF(0x0000_0003_0001_0003)             // 0SEND_F3 peer 1, slot 3
+	x.RecvB(0x0000_0000_0001_0000)             // 0RECV_B0 peer 1, slot 0
+	x.SwapWaitLoad(0x0000_0000_0000_ffff)      // 0SWAP_WAIT_LOAD0 slot 0
+	x.B(0x0000_0000_0000_ffff)                 // 0B0 slot 0
+	x.SwapWaitOffload(0x0000_0003_0003_ffff)   // 0SWAP_WAIT_OFFLOAD3 slot 3
+	x.DataLoad(0x0000_0004_0000_ffff)          // 0DATA_LOAD4 slot 0
+	x.SwapLaunchLoad(0x0000_0001_0001_ffff)    // 0SWAP_LAUNCH_LOAD1 slot 1
+	x.F(0x0000_0004_0000_ffff)                 // 0F4 slot 0
+	x.SwapLaunchOffload(0x0000_0004_0000_ffff) // 0SWAP_LAUNCH_OFFLOAD4 slot 0
+	x.SendF(0x0000_0004_0001_0000)             // 0SEND_F4 peer 1, slot 0
+	x.RecvB(0x0000_0001_0001_0001)             // 0RECV_B1 peer 1, slot 1
+	x.SwapWaitLoad(0x0000_0001_0001_ffff)      // 0SWAP_WAIT_LOAD1 slot 1
+	x.B(0x0000_0001_0001_ffff)                 // 0B1 slot 1
+	x.SwapWaitOffload(0x0000_0004_0000_ffff)   // 0SWAP_WAIT_OFFLOAD4 slot 0
+	x.DataLoad(0x0000_0005_0001_ffff)          // 0DATA_LOAD5 slot 1
+	x.SwapLaunchLoad(0x0000_0002_0002_ffff)    // 0SWAP_LAUNCH_LOAD2 slot 2
+	x.F(0x0000_0005_0001_ffff)                 // 0F5 slot 1
+	x.SwapLaunchOffload(0x0000_0005_0001_ffff) // 0SWAP_LAUNCH_OFFLOAD5 slot 1
+	x.SendF(0x0000_0005_0001_0001)             // 0SEND_F5 peer 1, slot 1
+	x.RecvB(0x0000_0002_0001_0002)             // 0RECV_B2 peer 1, slot 2
+	x.SwapWaitLoad(0x0000_0002_0002_ffff)      // 0SWAP_WAIT_LOAD2 slot 2
+	x.B(0x0000_0002_0002_ffff)                 // 0B2 slot 2
+	x.SwapWaitOffload(0x0000_0005_0001_ffff)   // 0SWAP_WAIT_OFFLOAD5 slot 1
+	x.DataLoad(0x0000_0006_0002_ffff)          // 0DATA_LOAD6 slot 2
+	x.SwapLaunchLoad(0x0000_0003_0003_ffff)    // 0SWAP_LAUNCH_LOAD3 slot 3
+	x.F(0x0000_0006_0002_ffff)                 // 0F6 slot 2
+	x.SwapLaunchOffload(0x0000_0006_0002_ffff) // 0SWAP_LAUNCH_OFFLOAD6 slot 2
+	x.SendF(0x0000_0006_0001_0002)             // 0SEND_F6 peer 1, slot 2
+	x.RecvB(0x0000_0003_0001_0003)             // 0RECV_B3 peer 1, slot 3
+	x.SwapWaitLoad(0x0000_0003_0003_ffff)      // 0SWAP_WAIT_LOAD3 slot 3
+	x.B(0x0000_0003_0003_ffff)                 // 0B3 slot 3
+	x.SwapWaitOffload(0x0000_0006_0002_ffff)   // 0SWAP_WAIT_OFFLOAD6 slot 2
+	x.DataLoad(0x0000_0007_0003_ffff)          // 0DATA_LOAD7 slot 3
+	x.SwapLaunchLoad(0x0000_0004_0000_ffff)    // 0SWAP_LAUNCH_LOAD4 slot 0
+	x.F(0x0000_0007_0003_ffff)                 // 0F7 slot 3
+	x.SwapLaunchOffload(0x0000_0007_0003_ffff) // 0SWAP_LAUNCH_OFFLOAD7 slot 3
+	x.SendF(0x0000_0007_0001_0003)             // 0SEND_F7 peer 1, slot 3
+	x.RecvB(0x0000_0004_0001_0000)             // 0RECV_B4 peer 1, slot 0
+	x.SwapWaitLoad(0x0000_0004_0000_ffff)      // 0SWAP_WAIT_LOAD4 slot 0
+	x.SwapLaunchLoad(0x0000_0005_0001_ffff)    // 0SWAP_LAUNCH_LOAD5 slot 1
+	x.B(0x0000_0004_0000_ffff)                 // 0B4 slot 0
+	x.SwapWaitOffload(0x0000_0007_0003_ffff)   // 0SWAP_WAIT_OFFLOAD7 slot 3
+	x.RecvB(0x0000_0005_0001_0001)             // 0RECV_B5 peer 1, slot 1
+	x.SwapWaitLoad(0x0000_0005_0001_ffff)      // 0SWAP_WAIT_LOAD5 slot 1
+	x.SwapLaunchLoad(0x0000_0006_0002_ffff)    // 0SWAP_LAUNCH_LOAD6 slot 2
+	x.B(0x0000_0005_0001_ffff)                 // 0B5 slot 1
+	x.RecvB(0x0000_0006_0001_0002)             // 0RECV_B6 peer 1, slot 2
+	x.SwapWaitLoad(0x0000_0006_0002_ffff)      // 0SWAP_WAIT_LOAD6 slot 2
+	x.SwapLaunchLoad(0x0000_0007_0003_ffff)    // 0SWAP_LAUNCH_LOAD7 slot 3
+	x.B(0x0000_0006_0002_ffff)                 // 0B6 slot 2
+	x.RecvB(0x0000_0007_0001_0003)             // 0RECV_B7 peer 1, slot 3
+	x.SwapWaitLoad(0x0000_0007_0003_ffff)      // 0SWAP_WAIT_LOAD7 slot 3
+	x.B(0x0000_0007_0003_ffff)                 // 0B7 slot 3
 	x.ReduceGrad(0)
 	x.Reshard(0)
 	x.OptStep()
@@ -123,82 +123,82 @@ func Rank1(x *pipe.Exec) error {
 func rank1Part0(x *pipe.Exec) {
 	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
 	x.Unshard(1)
-	x.F(0x0001_0000_0000_ffff)             // 1F0 slot 0
-	x.LaunchOffload(0x0001_0000_0000_ffff) // 1SWAP_LAUNCH_OFFLOAD0 slot 0
-	x.SendF(0x0001_0000_0002_0000)         // 1SEND_F0 peer 2, slot 0
-	x.RecvAndF(0x0001_0001_0001_ffff)      // 1RECV_F1 peer 0, slot 1; 1F1 slot 1
-	x.WaitOffload(0x0001_0000_0000_ffff)   // 1SWAP_WAIT_OFFLOAD0 slot 0
-	x.LaunchOffload(0x0001_0001_0001_ffff) // 1SWAP_LAUNCH_OFFLOAD1 slot 1
-	x.SendF(0x0001_0001_0002_0001)         // 1SEND_F1 peer 2, slot 1
-	x.RecvF(0x0001_0002_0000_0002)         // 1RECV_F2 peer 0, slot 2
-	x.LaunchLoad(0x0001_0000_0000_ffff)    // 1SWAP_LAUNCH_LOAD0 slot 0
-	x.F(0x0001_0002_0002_ffff)             // 1F2 slot 2
-	x.WaitOffload(0x0001_0001_0001_ffff)   // 1SWAP_WAIT_OFFLOAD1 slot 1
-	x.LaunchOffload(0x0001_0002_0002_ffff) // 1SWAP_LAUNCH_OFFLOAD2 slot 2
-	x.SendF(0x0001_0002_0002_0002)         // 1SEND_F2 peer 2, slot 2
-	x.RecvF(0x0001_0003_0000_0003)         // 1RECV_F3 peer 0, slot 3
-	x.RecvB(0x0001_0000_0002_0000)         // 1RECV_B0 peer 2, slot 0
-	x.WaitLoad(0x0001_0000_0000_ffff)      // 1SWAP_WAIT_LOAD0 slot 0
-	x.B(0x0001_0000_0000_ffff)             // 1B0 slot 0
-	x.WaitOffload(0x0001_0002_0002_ffff)   // 1SWAP_WAIT_OFFLOAD2 slot 2
-	x.SendB(0x0001_0000_0000_0000)         // 1SEND_B0 peer 0, slot 0
-	x.LaunchLoad(0x0001_0001_0001_ffff)    // 1SWAP_LAUNCH_LOAD1 slot 1
-	x.F(0x0001_0003_0003_ffff)             // 1F3 slot 3
-	x.LaunchOffload(0x0001_0003_0003_ffff) // 1SWAP_LAUNCH_OFFLOAD3 slot 3
-	x.SendF(0x0001_0003_0002_0003)         // 1SEND_F3 peer 2, slot 3
-	x.RecvB(0x0001_0001_0002_0001)         // 1RECV_B1 peer 2, slot 1
-	x.WaitLoad(0x0001_0001_0001_ffff)      // 1SWAP_WAIT_LOAD1 slot 1
-	x.B(0x0001_0001_0001_ffff)             // 1B1 slot 1
-	x.WaitOffload(0x0001_0003_0003_ffff)   // 1SWAP_WAIT_OFFLOAD3 slot 3
-	x.RecvF(0x0001_0004_0000_0000)         // 1RECV_F4 peer 0, slot 0
-	x.SendB(0x0001_0001_0000_0001)         // 1SEND_B1 peer 0, slot 1
-	x.LaunchLoad(0x0001_0002_0002_ffff)    // 1SWAP_LAUNCH_LOAD2 slot 2
-	x.F(0x0001_0004_0000_ffff)             // 1F4 slot 0
-	x.LaunchOffload(0x0001_0004_0000_ffff) // 1SWAP_LAUNCH_OFFLOAD4 slot 0
-	x.SendF(0x0001_0004_0002_0000)         // 1SEND_F4 peer 2, slot 0
-	x.RecvB(0x0001_0002_0002_0002)         // 1RECV_B2 peer 2, slot 2
-	x.WaitLoad(0x0001_0002_0002_ffff)      // 1SWAP_WAIT_LOAD2 slot 2
-	x.B(0x0001_0002_0002_ffff)             // 1B2 slot 2
-	x.WaitOffload(0x0001_0004_0000_ffff)   // 1SWAP_WAIT_OFFLOAD4 slot 0
-	x.RecvF(0x0001_0005_0000_0001)         // 1RECV_F5 peer 0, slot 1
-	x.SendB(0x0001_0002_0000_0002)         // 1SEND_B2 peer 0, slot 2
-	x.LaunchLoad(0x0001_0003_0003_ffff)    // 1SWAP_LAUNCH_LOAD3 slot 3
-	x.F(0x0001_0005_0001_ffff)             // 1F5 slot 1
-	x.LaunchOffload(0x0001_0005_0001_ffff) // 1SWAP_LAUNCH_OFFLOAD5 slot 1
-	x.SendF(0x0001_0005_0002_0001)         // 1SEND_F5 peer 2, slot 1
-	x.RecvB(0x0001_0003_0002_0003)         // 1RECV_B3 peer 2, slot 3
-	x.WaitLoad(0x0001_0003_0003_ffff)      // 1SWAP_WAIT_LOAD3 slot 3
-	x.B(0x0001_0003_0003_ffff)             // 1B3 slot 3
-	x.WaitOffload(0x0001_0005_0001_ffff)   // 1SWAP_WAIT_OFFLOAD5 slot 1
-	x.RecvF(0x0001_0006_0000_0002)         // 1RECV_F6 peer 0, slot 2
-	x.SendB(0x0001_0003_0000_0003)         // 1SEND_B3 peer 0, slot 3
-	x.LaunchLoad(0x0001_0004_0000_ffff)    // 1SWAP_LAUNCH_LOAD4 slot 0
-	x.F(0x0001_0006_0002_ffff)             // 1F6 slot 2
-	x.LaunchOffload(0x0001_0006_0002_ffff) // 1SWAP_LAUNCH_OFFLOAD6 slot 2
-	x.SendF(0x0001_0006_0002_0002)         // 1SEND_F6 peer 2, slot 2
-	x.RecvB(0x0001_0004_0002_0000)         // 1RECV_B4 peer 2, slot 0
-	x.WaitLoad(0x0001_0004_0000_ffff)      // 1SWAP_WAIT_LOAD4 slot 0
-	x.B(0x0001_0004_0000_ffff)             // 1B4 slot 0
-	x.WaitOffload(0x0001_0006_0002_ffff)   // 1SWAP_WAIT_OFFLOAD6 slot 2
-	x.RecvF(0x0001_0007_0000_0003)         // 1RECV_F7 peer 0, slot 3
-	x.SendB(0x0001_0004_0000_0000)         // 1SEND_B4 peer 0, slot 0
-	x.LaunchLoad(0x0001_0005_0001_ffff)    // 1SWAP_LAUNCH_LOAD5 slot 1
-	x.F(0x0001_0007_0003_ffff)             // 1F7 slot 3
-	x.LaunchOffload(0x0001_0007_0003_ffff) // 1SWAP_LAUNCH_OFFLOAD7 slot 3
-	x.SendF(0x0001_0007_0002_0003)         // 1SEND_F7 peer 2, slot 3
-	x.RecvB(0x0001_0005_0002_0001)         // 1RECV_B5 peer 2, slot 1
-	x.WaitLoad(0x0001_0005_0001_ffff)      // 1SWAP_WAIT_LOAD5 slot 1
-	x.LaunchLoad(0x0001_0006_0002_ffff)    // 1SWAP_LAUNCH_LOAD6 slot 2
-	x.B(0x0001_0005_0001_ffff)             // 1B5 slot 1
-	x.WaitOffload(0x0001_0007_0003_ffff)   // 1SWAP_WAIT_OFFLOAD7 slot 3
-	x.SendB(0x0001_0005_0000_0001)         // 1SEND_B5 peer 0, slot 1
-	x.RecvB(0x0001_0006_0002_0002)         // 1RECV_B6 peer 2, slot 2
-	x.WaitLoad(0x0001_0006_0002_ffff)      // 1SWAP_WAIT_LOAD6 slot 2
-	x.LaunchLoad(0x0001_0007_0003_ffff)    // 1SWAP_LAUNCH_LOAD7 slot 3
-	x.BAndSend(0x0001_0006_0002_ffff)      // 1B6 slot 2; 1SEND_B6 peer 0, slot 2
-	x.RecvB(0x0001_0007_0002_0003)         // 1RECV_B7 peer 2, slot 3
-	x.WaitLoad(0x0001_0007_0003_ffff)      // 1SWAP_WAIT_LOAD7 slot 3
-	x.B(0x0001_0007_0003_ffff)             // 1B7 slot 3
+	x.F(0x0001_0000_0000_ffff)                 // 1F0 slot 0
+	x.SwapLaunchOffload(0x0001_0000_0000_ffff) // 1SWAP_LAUNCH_OFFLOAD0 slot 0
+	x.SendF(0x0001_0000_0002_0000)             // 1SEND_F0 peer 2, slot 0
+	x.RecvAndF(0x0001_0001_0001_ffff)          // 1RECV_F1 peer 0, slot 1; 1F1 slot 1
+	x.SwapWaitOffload(0x0001_0000_0000_ffff)   // 1SWAP_WAIT_OFFLOAD0 slot 0
+	x.SwapLaunchOffload(0x0001_0001_0001_ffff) // 1SWAP_LAUNCH_OFFLOAD1 slot 1
+	x.SendF(0x0001_0001_0002_0001)             // 1SEND_F1 peer 2, slot 1
+	x.RecvF(0x0001_0002_0000_0002)             // 1RECV_F2 peer 0, slot 2
+	x.SwapLaunchLoad(0x0001_0000_0000_ffff)    // 1SWAP_LAUNCH_LOAD0 slot 0
+	x.F(0x0001_0002_0002_ffff)                 // 1F2 slot 2
+	x.SwapWaitOffload(0x0001_0001_0001_ffff)   // 1SWAP_WAIT_OFFLOAD1 slot 1
+	x.SwapLaunchOffload(0x0001_0002_0002_ffff) // 1SWAP_LAUNCH_OFFLOAD2 slot 2
+	x.SendF(0x0001_0002_0002_0002)             // 1SEND_F2 peer 2, slot 2
+	x.RecvF(0x0001_0003_0000_0003)             // 1RECV_F3 peer 0, slot 3
+	x.RecvB(0x0001_0000_0002_0000)             // 1RECV_B0 peer 2, slot 0
+	x.SwapWaitLoad(0x0001_0000_0000_ffff)      // 1SWAP_WAIT_LOAD0 slot 0
+	x.B(0x0001_0000_0000_ffff)                 // 1B0 slot 0
+	x.SwapWaitOffload(0x0001_0002_0002_ffff)   // 1SWAP_WAIT_OFFLOAD2 slot 2
+	x.SendB(0x0001_0000_0000_0000)             // 1SEND_B0 peer 0, slot 0
+	x.SwapLaunchLoad(0x0001_0001_0001_ffff)    // 1SWAP_LAUNCH_LOAD1 slot 1
+	x.F(0x0001_0003_0003_ffff)                 // 1F3 slot 3
+	x.SwapLaunchOffload(0x0001_0003_0003_ffff) // 1SWAP_LAUNCH_OFFLOAD3 slot 3
+	x.SendF(0x0001_0003_0002_0003)             // 1SEND_F3 peer 2, slot 3
+	x.RecvB(0x0001_0001_0002_0001)             // 1RECV_B1 peer 2, slot 1
+	x.SwapWaitLoad(0x0001_0001_0001_ffff)      // 1SWAP_WAIT_LOAD1 slot 1
+	x.B(0x0001_0001_0001_ffff)                 // 1B1 slot 1
+	x.SwapWaitOffload(0x0001_0003_0003_ffff)   // 1SWAP_WAIT_OFFLOAD3 slot 3
+	x.RecvF(0x0001_0004_0000_0000)             // 1RECV_F4 peer 0, slot 0
+	x.SendB(0x0001_0001_0000_0001)             // 1SEND_B1 peer 0, slot 1
+	x.SwapLaunchLoad(0x0001_0002_0002_ffff)    // 1SWAP_LAUNCH_LOAD2 slot 2
+	x.F(0x0001_0004_0000_ffff)                 // 1F4 slot 0
+	x.SwapLaunchOffload(0x0001_0004_0000_ffff) // 1SWAP_LAUNCH_OFFLOAD4 slot 0
+	x.SendF(0x0001_0004_0002_0000)             // 1SEND_F4 peer 2, slot 0
+	x.RecvB(0x0001_0002_0002_0002)             // 1RECV_B2 peer 2, slot 2
+	x.SwapWaitLoad(0x0001_0002_0002_ffff)      // 1SWAP_WAIT_LOAD2 slot 2
+	x.B(0x0001_0002_0002_ffff)                 // 1B2 slot 2
+	x.SwapWaitOffload(0x0001_0004_0000_ffff)   // 1SWAP_WAIT_OFFLOAD4 slot 0
+	x.RecvF(0x0001_0005_0000_0001)             // 1RECV_F5 peer 0, slot 1
+	x.SendB(0x0001_0002_0000_0002)             // 1SEND_B2 peer 0, slot 2
+	x.SwapLaunchLoad(0x0001_0003_0003_ffff)    // 1SWAP_LAUNCH_LOAD3 slot 3
+	x.F(0x0001_0005_0001_ffff)                 // 1F5 slot 1
+	x.SwapLaunchOffload(0x0001_0005_0001_ffff) // 1SWAP_LAUNCH_OFFLOAD5 slot 1
+	x.SendF(0x0001_0005_0002_0001)             // 1SEND_F5 peer 2, slot 1
+	x.RecvB(0x0001_0003_0002_0003)             // 1RECV_B3 peer 2, slot 3
+	x.SwapWaitLoad(0x0001_0003_0003_ffff)      // 1SWAP_WAIT_LOAD3 slot 3
+	x.B(0x0001_0003_0003_ffff)                 // 1B3 slot 3
+	x.SwapWaitOffload(0x0001_0005_0001_ffff)   // 1SWAP_WAIT_OFFLOAD5 slot 1
+	x.RecvF(0x0001_0006_0000_0002)             // 1RECV_F6 peer 0, slot 2
+	x.SendB(0x0001_0003_0000_0003)             // 1SEND_B3 peer 0, slot 3
+	x.SwapLaunchLoad(0x0001_0004_0000_ffff)    // 1SWAP_LAUNCH_LOAD4 slot 0
+	x.F(0x0001_0006_0002_ffff)                 // 1F6 slot 2
+	x.SwapLaunchOffload(0x0001_0006_0002_ffff) // 1SWAP_LAUNCH_OFFLOAD6 slot 2
+	x.SendF(0x0001_0006_0002_0002)             // 1SEND_F6 peer 2, slot 2
+	x.RecvB(0x0001_0004_0002_0000)             // 1RECV_B4 peer 2, slot 0
+	x.SwapWaitLoad(0x0001_0004_0000_ffff)      // 1SWAP_WAIT_LOAD4 slot 0
+	x.B(0x0001_0004_0000_ffff)                 // 1B4 slot 0
+	x.SwapWaitOffload(0x0001_0006_0002_ffff)   // 1SWAP_WAIT_OFFLOAD6 slot 2
+	x.RecvF(0x0001_0007_0000_0003)             // 1RECV_F7 peer 0, slot 3
+	x.SendB(0x0001_0004_0000_0000)             // 1SEND_B4 peer 0, slot 0
+	x.SwapLaunchLoad(0x0001_0005_0001_ffff)    // 1SWAP_LAUNCH_LOAD5 slot 1
+	x.F(0x0001_0007_0003_ffff)                 // 1F7 slot 3
+	x.SwapLaunchOffload(0x0001_0007_0003_ffff) // 1SWAP_LAUNCH_OFFLOAD7 slot 3
+	x.SendF(0x0001_0007_0002_0003)             // 1SEND_F7 peer 2, slot 3
+	x.RecvB(0x0001_0005_0002_0001)             // 1RECV_B5 peer 2, slot 1
+	x.SwapWaitLoad(0x0001_0005_0001_ffff)      // 1SWAP_WAIT_LOAD5 slot 1
+	x.SwapLaunchLoad(0x0001_0006_0002_ffff)    // 1SWAP_LAUNCH_LOAD6 slot 2
+	x.B(0x0001_0005_0001_ffff)                 // 1B5 slot 1
+	x.SwapWaitOffload(0x0001_0007_0003_ffff)   // 1SWAP_WAIT_OFFLOAD7 slot 3
+	x.SendB(0x0001_0005_0000_0001)             // 1SEND_B5 peer 0, slot 1
+	x.RecvB(0x0001_0006_0002_0002)             // 1RECV_B6 peer 2, slot 2
+	x.SwapWaitLoad(0x0001_0006_0002_ffff)      // 1SWAP_WAIT_LOAD6 slot 2
+	x.SwapLaunchLoad(0x0001_0007_0003_ffff)    // 1SWAP_LAUNCH_LOAD7 slot 3
+	x.BAndSend(0x0001_0006_0002_ffff)          // 1B6 slot 2; 1SEND_B6 peer 0, slot 2
+	x.RecvB(0x0001_0007_0002_0003)             // 1RECV_B7 peer 2, slot 3
+	x.SwapWaitLoad(0x0001_0007_0003_ffff)      // 1SWAP_WAIT_LOAD7 slot 3
+	x.B(0x0001_0007_0003_ffff)                 // 1B7 slot 3
 	x.ReduceGrad(1)
 	x.Reshard(1)
 	x.SendB(0x0001_0007_0000_0003) // 1SEND_B7 peer 0, slot 3
@@ -215,70 +215,70 @@ func Rank2(x *pipe.Exec) error {
 func rank2Part0(x *pipe.Exec) {
 	x.RecvF(0x0002_0000_0001_0000) // 2RECV_F0 peer 1, slot 0
 	x.Unshard(2)
-	x.FAndSend(0x0002_0000_0000_ffff)      // 2F0 slot 0; 2SEND_F0 peer 3, slot 0
-	x.RecvAndF(0x0002_0001_0001_ffff)      // 2RECV_F1 peer 1, slot 1; 2F1 slot 1
-	x.LaunchOffload(0x0002_0001_0001_ffff) // 2SWAP_LAUNCH_OFFLOAD1 slot 1
-	x.SendF(0x0002_0001_0003_0001)         // 2SEND_F1 peer 3, slot 1
-	x.RecvF(0x0002_0002_0001_0002)         // 2RECV_F2 peer 1, slot 2
-	x.RecvAndB(0x0002_0000_0000_ffff)      // 2RECV_B0 peer 3, slot 0; 2B0 slot 0
-	x.WaitOffload(0x0002_0001_0001_ffff)   // 2SWAP_WAIT_OFFLOAD1 slot 1
-	x.SendB(0x0002_0000_0001_0000)         // 2SEND_B0 peer 1, slot 0
-	x.LaunchLoad(0x0002_0001_0001_ffff)    // 2SWAP_LAUNCH_LOAD1 slot 1
-	x.F(0x0002_0002_0002_ffff)             // 2F2 slot 2
-	x.LaunchOffload(0x0002_0002_0002_ffff) // 2SWAP_LAUNCH_OFFLOAD2 slot 2
-	x.SendF(0x0002_0002_0003_0002)         // 2SEND_F2 peer 3, slot 2
-	x.RecvB(0x0002_0001_0003_0001)         // 2RECV_B1 peer 3, slot 1
-	x.WaitLoad(0x0002_0001_0001_ffff)      // 2SWAP_WAIT_LOAD1 slot 1
-	x.B(0x0002_0001_0001_ffff)             // 2B1 slot 1
-	x.WaitOffload(0x0002_0002_0002_ffff)   // 2SWAP_WAIT_OFFLOAD2 slot 2
-	x.RecvF(0x0002_0003_0001_0000)         // 2RECV_F3 peer 1, slot 0
-	x.SendB(0x0002_0001_0001_0001)         // 2SEND_B1 peer 1, slot 1
-	x.LaunchLoad(0x0002_0002_0002_ffff)    // 2SWAP_LAUNCH_LOAD2 slot 2
-	x.F(0x0002_0003_0000_ffff)             // 2F3 slot 0
-	x.LaunchOffload(0x0002_0003_0000_ffff) // 2SWAP_LAUNCH_OFFLOAD3 slot 0
-	x.SendF(0x0002_0003_0003_0000)         // 2SEND_F3 peer 3, slot 0
-	x.RecvB(0x0002_0002_0003_0002)         // 2RECV_B2 peer 3, slot 2
-	x.WaitLoad(0x0002_0002_0002_ffff)      // 2SWAP_WAIT_LOAD2 slot 2
-	x.B(0x0002_0002_0002_ffff)             // 2B2 slot 2
-	x.WaitOffload(0x0002_0003_0000_ffff)   // 2SWAP_WAIT_OFFLOAD3 slot 0
-	x.RecvF(0x0002_0004_0001_0001)         // 2RECV_F4 peer 1, slot 1
-	x.SendB(0x0002_0002_0001_0002)         // 2SEND_B2 peer 1, slot 2
-	x.LaunchLoad(0x0002_0003_0000_ffff)    // 2SWAP_LAUNCH_LOAD3 slot 0
-	x.F(0x0002_0004_0001_ffff)             // 2F4 slot 1
-	x.LaunchOffload(0x0002_0004_0001_ffff) // 2SWAP_LAUNCH_OFFLOAD4 slot 1
-	x.SendF(0x0002_0004_0003_0001)         // 2SEND_F4 peer 3, slot 1
-	x.RecvB(0x0002_0003_0003_0000)         // 2RECV_B3 peer 3, slot 0
-	x.WaitLoad(0x0002_0003_0000_ffff)      // 2SWAP_WAIT_LOAD3 slot 0
-	x.B(0x0002_0003_0000_ffff)             // 2B3 slot 0
-	x.WaitOffload(0x0002_0004_0001_ffff)   // 2SWAP_WAIT_OFFLOAD4 slot 1
-	x.RecvF(0x0002_0005_0001_0002)         // 2RECV_F5 peer 1, slot 2
-	x.SendB(0x0002_0003_0001_0000)         // 2SEND_B3 peer 1, slot 0
-	x.LaunchLoad(0x0002_0004_0001_ffff)    // 2SWAP_LAUNCH_LOAD4 slot 1
-	x.F(0x0002_0005_0002_ffff)             // 2F5 slot 2
-	x.LaunchOffload(0x0002_0005_0002_ffff) // 2SWAP_LAUNCH_OFFLOAD5 slot 2
-	x.SendF(0x0002_0005_0003_0002)         // 2SEND_F5 peer 3, slot 2
-	x.RecvB(0x0002_0004_0003_0001)         // 2RECV_B4 peer 3, slot 1
-	x.WaitLoad(0x0002_0004_0001_ffff)      // 2SWAP_WAIT_LOAD4 slot 1
-	x.B(0x0002_0004_0001_ffff)             // 2B4 slot 1
-	x.WaitOffload(0x0002_0005_0002_ffff)   // 2SWAP_WAIT_OFFLOAD5 slot 2
-	x.RecvF(0x0002_0006_0001_0000)         // 2RECV_F6 peer 1, slot 0
-	x.SendB(0x0002_0004_0001_0001)         // 2SEND_B4 peer 1, slot 1
-	x.LaunchLoad(0x0002_0005_0002_ffff)    // 2SWAP_LAUNCH_LOAD5 slot 2
-	x.F(0x0002_0006_0000_ffff)             // 2F6 slot 0
-	x.LaunchOffload(0x0002_0006_0000_ffff) // 2SWAP_LAUNCH_OFFLOAD6 slot 0
-	x.SendF(0x0002_0006_0003_0000)         // 2SEND_F6 peer 3, slot 0
-	x.RecvB(0x0002_0005_0003_0002)         // 2RECV_B5 peer 3, slot 2
-	x.WaitLoad(0x0002_0005_0002_ffff)      // 2SWAP_WAIT_LOAD5 slot 2
-	x.B(0x0002_0005_0002_ffff)             // 2B5 slot 2
-	x.WaitOffload(0x0002_0006_0000_ffff)   // 2SWAP_WAIT_OFFLOAD6 slot 0
-	x.RecvF(0x0002_0007_0001_0001)         // 2RECV_F7 peer 1, slot 1
-	x.SendB(0x0002_0005_0001_0002)         // 2SEND_B5 peer 1, slot 2
-	x.LaunchLoad(0x0002_0006_0000_ffff)    // 2SWAP_LAUNCH_LOAD6 slot 0
-	x.FAndSend(0x0002_0007_0001_ffff)      // 2F7 slot 1; 2SEND_F7 peer 3, slot 1
-	x.RecvB(0x0002_0006_0003_0000)         // 2RECV_B6 peer 3, slot 0
-	x.WaitLoad(0x0002_0006_0000_ffff)      // 2SWAP_WAIT_LOAD6 slot 0
-	x.BAndSend(0x0002_0006_0000_ffff)      // 2B6 slot 0; 2SEND_B6 peer 1, slot 0
-	x.RecvAndB(0x0002_0007_0001_ffff)      // 2RECV_B7 peer 3, slot 1; 2B7 slot 1
+	x.FAndSend(0x0002_0000_0000_ffff)          // 2F0 slot 0; 2SEND_F0 peer 3, slot 0
+	x.RecvAndF(0x0002_0001_0001_ffff)          // 2RECV_F1 peer 1, slot 1; 2F1 slot 1
+	x.SwapLaunchOffload(0x0002_0001_0001_ffff) // 2SWAP_LAUNCH_OFFLOAD1 slot 1
+	x.SendF(0x0002_0001_0003_0001)             // 2SEND_F1 peer 3, slot 1
+	x.RecvF(0x0002_0002_0001_0002)             // 2RECV_F2 peer 1, slot 2
+	x.RecvAndB(0x0002_0000_0000_ffff)          // 2RECV_B0 peer 3, slot 0; 2B0 slot 0
+	x.SwapWaitOffload(0x0002_0001_0001_ffff)   // 2SWAP_WAIT_OFFLOAD1 slot 1
+	x.SendB(0x0002_0000_0001_0000)             // 2SEND_B0 peer 1, slot 0
+	x.SwapLaunchLoad(0x0002_0001_0001_ffff)    // 2SWAP_LAUNCH_LOAD1 slot 1
+	x.F(0x0002_0002_0002_ffff)                 // 2F2 slot 2
+	x.SwapLaunchOffload(0x0002_0002_0002_ffff) // 2SWAP_LAUNCH_OFFLOAD2 slot 2
+	x.SendF(0x0002_0002_0003_0002)             // 2SEND_F2 peer 3, slot 2
+	x.RecvB(0x0002_0001_0003_0001)             // 2RECV_B1 peer 3, slot 1
+	x.SwapWaitLoad(0x0002_0001_0001_ffff)      // 2SWAP_WAIT_LOAD1 slot 1
+	x.B(0x0002_0001_0001_ffff)                 // 2B1 slot 1
+	x.SwapWaitOffload(0x0002_0002_0002_ffff)   // 2SWAP_WAIT_OFFLOAD2 slot 2
+	x.RecvF(0x0002_0003_0001_0000)             // 2RECV_F3 peer 1, slot 0
+	x.SendB(0x0002_0001_0001_0001)             // 2SEND_B1 peer 1, slot 1
+	x.SwapLaunchLoad(0x0002_0002_0002_ffff)    // 2SWAP_LAUNCH_LOAD2 slot 2
+	x.F(0x0002_0003_0000_ffff)                 // 2F3 slot 0
+	x.SwapLaunchOffload(0x0002_0003_0000_ffff) // 2SWAP_LAUNCH_OFFLOAD3 slot 0
+	x.SendF(0x0002_0003_0003_0000)             // 2SEND_F3 peer 3, slot 0
+	x.RecvB(0x0002_0002_0003_0002)             // 2RECV_B2 peer 3, slot 2
+	x.SwapWaitLoad(0x0002_0002_0002_ffff)      // 2SWAP_WAIT_LOAD2 slot 2
+	x.B(0x0002_0002_0002_ffff)                 // 2B2 slot 2
+	x.SwapWaitOffload(0x0002_0003_0000_ffff)   // 2SWAP_WAIT_OFFLOAD3 slot 0
+	x.RecvF(0x0002_0004_0001_0001)             // 2RECV_F4 peer 1, slot 1
+	x.SendB(0x0002_0002_0001_0002)             // 2SEND_B2 peer 1, slot 2
+	x.SwapLaunchLoad(0x0002_0003_0000_ffff)    // 2SWAP_LAUNCH_LOAD3 slot 0
+	x.F(0x0002_0004_0001_ffff)                 // 2F4 slot 1
+	x.SwapLaunchOffload(0x0002_0004_0001_ffff) // 2SWAP_LAUNCH_OFFLOAD4 slot 1
+	x.SendF(0x0002_0004_0003_0001)             // 2SEND_F4 peer 3, slot 1
+	x.RecvB(0x0002_0003_0003_0000)             // 2RECV_B3 peer 3, slot 0
+	x.SwapWaitLoad(0x0002_0003_0000_ffff)      // 2SWAP_WAIT_LOAD3 slot 0
+	x.B(0x0002_0003_0000_ffff)                 // 2B3 slot 0
+	x.SwapWaitOffload(0x0002_0004_0001_ffff)   // 2SWAP_WAIT_OFFLOAD4 slot 1
+	x.RecvF(0x0002_0005_0001_0002)             // 2RECV_F5 peer 1, slot 2
+	x.SendB(0x0002_0003_0001_0000)             // 2SEND_B3 peer 1, slot 0
+	x.SwapLaunchLoad(0x0002_0004_0001_ffff)    // 2SWAP_LAUNCH_LOAD4 slot 1
+	x.F(0x0002_0005_0002_ffff)                 // 2F5 slot 2
+	x.SwapLaunchOffload(0x0002_0005_0002_ffff) // 2SWAP_LAUNCH_OFFLOAD5 slot 2
+	x.SendF(0x0002_0005_0003_0002)             // 2SEND_F5 peer 3, slot 2
+	x.RecvB(0x0002_0004_0003_0001)             // 2RECV_B4 peer 3, slot 1
+	x.SwapWaitLoad(0x0002_0004_0001_ffff)      // 2SWAP_WAIT_LOAD4 slot 1
+	x.B(0x0002_0004_0001_ffff)                 // 2B4 slot 1
+	x.SwapWaitOffload(0x0002_0005_0002_ffff)   // 2SWAP_WAIT_OFFLOAD5 slot 2
+	x.RecvF(0x0002_0006_0001_0000)             // 2RECV_F6 peer 1, slot 0
+	x.SendB(0x0002_0004_0001_0001)             // 2SEND_B4 peer 1, slot 1
+	x.SwapLaunchLoad(0x0002_0005_0002_ffff)    // 2SWAP_LAUNCH_LOAD5 slot 2
+	x.F(0x0002_0006_0000_ffff)                 // 2F6 slot 0
+	x.SwapLaunchOffload(0x0002_0006_0000_ffff) // 2SWAP_LAUNCH_OFFLOAD6 slot 0
+	x.SendF(0x0002_0006_0003_0000)             // 2SEND_F6 peer 3, slot 0
+	x.RecvB(0x0002_0005_0003_0002)             // 2RECV_B5 peer 3, slot 2
+	x.SwapWaitLoad(0x0002_0005_0002_ffff)      // 2SWAP_WAIT_LOAD5 slot 2
+	x.B(0x0002_0005_0002_ffff)                 // 2B5 slot 2
+	x.SwapWaitOffload(0x0002_0006_0000_ffff)   // 2SWAP_WAIT_OFFLOAD6 slot 0
+	x.RecvF(0x0002_0007_0001_0001)             // 2RECV_F7 peer 1, slot 1
+	x.SendB(0x0002_0005_0001_0002)             // 2SEND_B5 peer 1, slot 2
+	x.SwapLaunchLoad(0x0002_0006_0000_ffff)    // 2SWAP_LAUNCH_LOAD6 slot 0
+	x.FAndSend(0x0002_0007_0001_ffff)          // 2F7 slot 1; 2SEND_F7 peer 3, slot 1
+	x.RecvB(0x0002_0006_0003_0000)             // 2RECV_B6 peer 3, slot 0
+	x.SwapWaitLoad(0x0002_0006_0000_ffff)      // 2SWAP_WAIT_LOAD6 slot 0
+	x.BAndSend(0x0002_0006_0000_ffff)          // 2B6 slot 0; 2SEND_B6 peer 1, slot 0
+	x.RecvAndB(0x0002_0007_0001_ffff)          // 2RECV_B7 peer 3, slot 1; 2B7 slot 1
 	x.ReduceGrad(2)
 	x.Reshard(2)
 	x.SendB(0x0002_0007_0001_0001) // 2SEND_B7 peer 1, slot 1
@@ -293,46 +293,46 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-43 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.Load(0x0003_0000_0000_ffff)  // 3DATA_LOAD0 slot 0
-	x.RecvF(0x0003_0000_0002_0000) // 3RECV_F0 peer 2, slot 0
+	x.DataLoad(0x0003_0000_0000_ffff) // 3DATA_LOAD0 slot 0
+	x.RecvF(0x0003_0000_0002_0000)    // 3RECV_F0 peer 2, slot 0
 	x.Unshard(3)
-	x.F(0x0003_0000_0000_ffff)     // 3F0 slot 0
-	x.RecvF(0x0003_0001_0002_0001) // 3RECV_F1 peer 2, slot 1
-	x.B(0x0003_0000_0000_ffff)     // 3B0 slot 0
-	x.Load(0x0003_0001_0001_ffff)  // 3DATA_LOAD1 slot 1
-	x.SendB(0x0003_0000_0002_0000) // 3SEND_B0 peer 2, slot 0
-	x.F(0x0003_0001_0001_ffff)     // 3F1 slot 1
-	x.B(0x0003_0001_0001_ffff)     // 3B1 slot 1
-	x.Load(0x0003_0002_0000_ffff)  // 3DATA_LOAD2 slot 0
-	x.RecvF(0x0003_0002_0002_0000) // 3RECV_F2 peer 2, slot 0
-	x.SendB(0x0003_0001_0002_0001) // 3SEND_B1 peer 2, slot 1
-	x.F(0x0003_0002_0000_ffff)     // 3F2 slot 0
-	x.B(0x0003_0002_0000_ffff)     // 3B2 slot 0
-	x.Load(0x0003_0003_0001_ffff)  // 3DATA_LOAD3 slot 1
-	x.RecvF(0x0003_0003_0002_0001) // 3RECV_F3 peer 2, slot 1
-	x.SendB(0x0003_0002_0002_0000) // 3SEND_B2 peer 2, slot 0
-	x.F(0x0003_0003_0001_ffff)     // 3F3 slot 1
-	x.B(0x0003_0003_0001_ffff)     // 3B3 slot 1
-	x.Load(0x0003_0004_0000_ffff)  // 3DATA_LOAD4 slot 0
-	x.RecvF(0x0003_0004_0002_0000) // 3RECV_F4 peer 2, slot 0
-	x.SendB(0x0003_0003_0002_0001) // 3SEND_B3 peer 2, slot 1
-	x.F(0x0003_0004_0000_ffff)     // 3F4 slot 0
-	x.B(0x0003_0004_0000_ffff)     // 3B4 slot 0
-	x.Load(0x0003_0005_0001_ffff)  // 3DATA_LOAD5 slot 1
-	x.RecvF(0x0003_0005_0002_0001) // 3RECV_F5 peer 2, slot 1
-	x.SendB(0x0003_0004_0002_0000) // 3SEND_B4 peer 2, slot 0
-	x.F(0x0003_0005_0001_ffff)     // 3F5 slot 1
-	x.B(0x0003_0005_0001_ffff)     // 3B5 slot 1
-	x.Load(0x0003_0006_0000_ffff)  // 3DATA_LOAD6 slot 0
-	x.RecvF(0x0003_0006_0002_0000) // 3RECV_F6 peer 2, slot 0
-	x.SendB(0x0003_0005_0002_0001) // 3SEND_B5 peer 2, slot 1
-	x.F(0x0003_0006_0000_ffff)     // 3F6 slot 0
-	x.B(0x0003_0006_0000_ffff)     // 3B6 slot 0
-	x.Load(0x0003_0007_0001_ffff)  // 3DATA_LOAD7 slot 1
-	x.RecvF(0x0003_0007_0002_0001) // 3RECV_F7 peer 2, slot 1
-	x.SendB(0x0003_0006_0002_0000) // 3SEND_B6 peer 2, slot 0
-	x.F(0x0003_0007_0001_ffff)     // 3F7 slot 1
-	x.B(0x0003_0007_0001_ffff)     // 3B7 slot 1
+	x.F(0x0003_0000_0000_ffff)        // 3F0 slot 0
+	x.RecvF(0x0003_0001_0002_0001)    // 3RECV_F1 peer 2, slot 1
+	x.B(0x0003_0000_0000_ffff)        // 3B0 slot 0
+	x.DataLoad(0x0003_0001_0001_ffff) // 3DATA_LOAD1 slot 1
+	x.SendB(0x0003_0000_0002_0000)    // 3SEND_B0 peer 2, slot 0
+	x.F(0x0003_0001_0001_ffff)        // 3F1 slot 1
+	x.B(0x0003_0001_0001_ffff)        // 3B1 slot 1
+	x.DataLoad(0x0003_0002_0000_ffff) // 3DATA_LOAD2 slot 0
+	x.RecvF(0x0003_0002_0002_0000)    // 3RECV_F2 peer 2, slot 0
+	x.SendB(0x0003_0001_0002_0001)    // 3SEND_B1 peer 2, slot 1
+	x.F(0x0003_0002_0000_ffff)        // 3F2 slot 0
+	x.B(0x0003_0002_0000_ffff)        // 3B2 slot 0
+	x.DataLoad(0x0003_0003_0001_ffff) // 3DATA_LOAD3 slot 1
+	x.RecvF(0x0003_0003_0002_0001)    // 3RECV_F3 peer 2, slot 1
+	x.SendB(0x0003_0002_0002_0000)    // 3SEND_B2 peer 2, slot 0
+	x.F(0x0003_0003_0001_ffff)        // 3F3 slot 1
+	x.B(0x0003_0003_0001_ffff)        // 3B3 slot 1
+	x.DataLoad(0x0003_0004_0000_ffff) // 3DATA_LOAD4 slot 0
+	x.RecvF(0x0003_0004_0002_0000)    // 3RECV_F4 peer 2, slot 0
+	x.SendB(0x0003_0003_0002_0001)    // 3SEND_B3 peer 2, slot 1
+	x.F(0x0003_0004_0000_ffff)        // 3F4 slot 0
+	x.B(0x0003_0004_0000_ffff)        // 3B4 slot 0
+	x.DataLoad(0x0003_0005_0001_ffff) // 3DATA_LOAD5 slot 1
+	x.RecvF(0x0003_0005_0002_0001)    // 3RECV_F5 peer 2, slot 1
+	x.SendB(0x0003_0004_0002_0000)    // 3SEND_B4 peer 2, slot 0
+	x.F(0x0003_0005_0001_ffff)        // 3F5 slot 1
+	x.B(0x0003_0005_0001_ffff)        // 3B5 slot 1
+	x.DataLoad(0x0003_0006_0000_ffff) // 3DATA_LOAD6 slot 0
+	x.RecvF(0x0003_0006_0002_0000)    // 3RECV_F6 peer 2, slot 0
+	x.SendB(0x0003_0005_0002_0001)    // 3SEND_B5 peer 2, slot 1
+	x.F(0x0003_0006_0000_ffff)        // 3F6 slot 0
+	x.B(0x0003_0006_0000_ffff)        // 3B6 slot 0
+	x.DataLoad(0x0003_0007_0001_ffff) // 3DATA_LOAD7 slot 1
+	x.RecvF(0x0003_0007_0002_0001)    // 3RECV_F7 peer 2, slot 1
+	x.SendB(0x0003_0006_0002_0000)    // 3SEND_B6 peer 2, slot 0
+	x.F(0x0003_0007_0001_ffff)        // 3F7 slot 1
+	x.B(0x0003_0007_0001_ffff)        // 3B7 slot 1
 	x.ReduceGrad(3)
 	x.Reshard(3)
 	x.SendB(0x0003_0007_0002_0001) // 3SEND_B7 peer 2, slot 1

@@ -6,7 +6,7 @@ package mpipe
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -36,10 +36,10 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-88 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.RecvInput(0x0000_0001_0001_0000) // 0MPIPE_FWD_RECV1 peer 1, slot 0
-	x.RecvInput(0x0000_0002_0002_0001) // 0MPIPE_FWD_RECV2 peer 2, slot 1
-	x.RecvInput(0x0000_0003_0003_0002) // 0MPIPE_FWD_RECV3 peer 3, slot 2
-	x.Load(0x0000_0000_0003_ffff)      // 0DATA_LOAD0 slot 3
+	x.MpipeRecv(0x0000_0001_0001_0000) // 0MPIPE_FWD_RECV1 peer 1, slot 0
+	x.MpipeRecv(0x0000_0002_0002_0001) // 0MPIPE_FWD_RECV2 peer 2, slot 1
+	x.MpipeRecv(0x0000_0003_0003_0002) // 0MPIPE_FWD_RECV3 peer 3, slot 2
+	x.DataLoad(0x0000_0000_0003_ffff)  // 0DATA_LOAD0 slot 3
 	x.FAndSend(0x0000_0000_0003_ffff)  // 0F0 slot 3; 0SEND_F0 peer 1, slot 3
 	x.FAndSend(0x0000_0001_0000_ffff)  // 0F1 slot 0; 0SEND_F1 peer 1, slot 0
 	x.FAndSend(0x0000_0002_0001_ffff)  // 0F2 slot 1; 0SEND_F2 peer 1, slot 1
@@ -56,17 +56,17 @@ func rank0Part0(x *pipe.Exec) {
 	x.RecvF(0x0004_0003_0003_0007)     // 4RECV_F3 peer 3, slot 7
 	x.SendF(0x0004_0002_0001_0006)     // 4SEND_F2 peer 1, slot 6
 	x.F(0x0004_0003_0007_ffff)         // 4F3 slot 7
-	x.Load(0x0000_0004_0008_ffff)      // 0DATA_LOAD4 slot 8
+	x.DataLoad(0x0000_0004_0008_ffff)  // 0DATA_LOAD4 slot 8
 	x.SendF(0x0004_0003_0001_0007)     // 4SEND_F3 peer 1, slot 7
 	x.F(0x0000_0004_0008_ffff)         // 0F4 slot 8
-	x.Load(0x0000_0005_0009_ffff)      // 0DATA_LOAD5 slot 9
+	x.DataLoad(0x0000_0005_0009_ffff)  // 0DATA_LOAD5 slot 9
 	x.SendF(0x0000_0004_0001_0008)     // 0SEND_F4 peer 1, slot 8
 	x.F(0x0000_0005_0009_ffff)         // 0F5 slot 9
-	x.Load(0x0000_0006_000a_ffff)      // 0DATA_LOAD6 slot 10
+	x.DataLoad(0x0000_0006_000a_ffff)  // 0DATA_LOAD6 slot 10
 	x.SendF(0x0000_0005_0001_0009)     // 0SEND_F5 peer 1, slot 9
 	x.FAndSend(0x0000_0006_000a_ffff)  // 0F6 slot 10; 0SEND_F6 peer 1, slot 10
 	x.RecvAndB(0x0004_0000_0004_ffff)  // 4RECV_B0 peer 1, slot 4; 4B0 slot 4
-	x.Load(0x0000_0007_000b_ffff)      // 0DATA_LOAD7 slot 11
+	x.DataLoad(0x0000_0007_000b_ffff)  // 0DATA_LOAD7 slot 11
 	x.SendB(0x0004_0000_0003_0004)     // 4SEND_B0 peer 3, slot 4
 	x.FAndSend(0x0000_0007_000b_ffff)  // 0F7 slot 11; 0SEND_F7 peer 1, slot 11
 	x.RecvAndB(0x0004_0001_0005_ffff)  // 4RECV_B1 peer 1, slot 5; 4B1 slot 5
@@ -116,8 +116,8 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-98 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.Load(0x0000_0001_ffff_ffff)      // 0DATA_LOAD1 (owned micro-batch)
-	x.SendInput(0x0000_0001_0000_ffff) // 0MPIPE_FWD_SEND1 peer 0
+	x.DataLoad(0x0000_0001_ffff_ffff)  // 0DATA_LOAD1 (owned micro-batch)
+	x.MpipeSend(0x0000_0001_0000_ffff) // 0MPIPE_FWD_SEND1 peer 0
 	x.RecvAndF(0x0001_0000_0000_ffff)  // 1RECV_F0 peer 0, slot 0; 1F0 slot 0
 	x.SendF(0x0001_0000_0002_0000)     // 1SEND_F0 peer 2, slot 0
 	x.RecvAndF(0x0001_0001_0001_ffff)  // 1RECV_F1 peer 0, slot 1; 1F1 slot 1
@@ -193,8 +193,8 @@ func Rank2(x *pipe.Exec) error {
 
 // rank2Part0 runs steps 0-98 of rank 2.
 func rank2Part0(x *pipe.Exec) {
-	x.Load(0x0000_0002_ffff_ffff)      // 0DATA_LOAD2 (owned micro-batch)
-	x.SendInput(0x0000_0002_0000_ffff) // 0MPIPE_FWD_SEND2 peer 0
+	x.DataLoad(0x0000_0002_ffff_ffff)  // 0DATA_LOAD2 (owned micro-batch)
+	x.MpipeSend(0x0000_0002_0000_ffff) // 0MPIPE_FWD_SEND2 peer 0
 	x.RecvAndF(0x0002_0000_0000_ffff)  // 2RECV_F0 peer 1, slot 0; 2F0 slot 0
 	x.SendF(0x0002_0000_0003_0000)     // 2SEND_F0 peer 3, slot 0
 	x.RecvAndF(0x0002_0001_0001_ffff)  // 2RECV_F1 peer 1, slot 1; 2F1 slot 1
@@ -270,8 +270,8 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-90 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.Load(0x0000_0003_ffff_ffff)      // 0DATA_LOAD3 (owned micro-batch)
-	x.SendInput(0x0000_0003_0000_ffff) // 0MPIPE_FWD_SEND3 peer 0
+	x.DataLoad(0x0000_0003_ffff_ffff)  // 0DATA_LOAD3 (owned micro-batch)
+	x.MpipeSend(0x0000_0003_0000_ffff) // 0MPIPE_FWD_SEND3 peer 0
 	x.RecvAndF(0x0003_0000_0000_ffff)  // 3RECV_F0 peer 2, slot 0; 3F0 slot 0
 	x.SendF(0x0003_0000_0000_0000)     // 3SEND_F0 peer 0, slot 0
 	x.RecvAndF(0x0003_0001_0001_ffff)  // 3RECV_F1 peer 2, slot 1; 3F1 slot 1
@@ -279,22 +279,22 @@ func rank3Part0(x *pipe.Exec) {
 	x.RecvAndF(0x0003_0002_0002_ffff)  // 3RECV_F2 peer 2, slot 2; 3F2 slot 2
 	x.SendF(0x0003_0002_0000_0002)     // 3SEND_F2 peer 0, slot 2
 	x.RecvAndF(0x0003_0003_0003_ffff)  // 3RECV_F3 peer 2, slot 3; 3F3 slot 3
-	x.Load(0x0007_0000_0004_ffff)      // 7DATA_LOAD0 slot 4
+	x.DataLoad(0x0007_0000_0004_ffff)  // 7DATA_LOAD0 slot 4
 	x.SendF(0x0003_0003_0000_0003)     // 3SEND_F3 peer 0, slot 3
 	x.RecvAndF(0x0007_0000_0004_ffff)  // 7RECV_F0 peer 2, slot 4; 7F0 slot 4
 	x.RecvF(0x0007_0001_0002_0005)     // 7RECV_F1 peer 2, slot 5
 	x.RecvF(0x0007_0002_0002_0006)     // 7RECV_F2 peer 2, slot 6
 	x.B(0x0007_0000_0004_ffff)         // 7B0 slot 4
-	x.Load(0x0007_0001_0005_ffff)      // 7DATA_LOAD1 slot 5
+	x.DataLoad(0x0007_0001_0005_ffff)  // 7DATA_LOAD1 slot 5
 	x.SendB(0x0007_0000_0002_0004)     // 7SEND_B0 peer 2, slot 4
 	x.F(0x0007_0001_0005_ffff)         // 7F1 slot 5
 	x.B(0x0007_0001_0005_ffff)         // 7B1 slot 5
-	x.Load(0x0007_0002_0006_ffff)      // 7DATA_LOAD2 slot 6
+	x.DataLoad(0x0007_0002_0006_ffff)  // 7DATA_LOAD2 slot 6
 	x.RecvF(0x0007_0003_0002_0004)     // 7RECV_F3 peer 2, slot 4
 	x.SendB(0x0007_0001_0002_0005)     // 7SEND_B1 peer 2, slot 5
 	x.F(0x0007_0002_0006_ffff)         // 7F2 slot 6
 	x.B(0x0007_0002_0006_ffff)         // 7B2 slot 6
-	x.Load(0x0007_0003_0004_ffff)      // 7DATA_LOAD3 slot 4
+	x.DataLoad(0x0007_0003_0004_ffff)  // 7DATA_LOAD3 slot 4
 	x.RecvF(0x0003_0004_0002_0005)     // 3RECV_F4 peer 2, slot 5
 	x.RecvB(0x0003_0000_0000_0000)     // 3RECV_B0 peer 0, slot 0
 	x.SendB(0x0007_0002_0002_0006)     // 7SEND_B2 peer 2, slot 6
@@ -319,22 +319,22 @@ func rank3Part0(x *pipe.Exec) {
 	x.SendB(0x0003_0002_0002_0002)     // 3SEND_B2 peer 2, slot 2
 	x.FAndSend(0x0003_0007_0000_ffff)  // 3F7 slot 0; 3SEND_F7 peer 0, slot 0
 	x.B(0x0003_0003_0003_ffff)         // 3B3 slot 3
-	x.Load(0x0007_0004_0001_ffff)      // 7DATA_LOAD4 slot 1
+	x.DataLoad(0x0007_0004_0001_ffff)  // 7DATA_LOAD4 slot 1
 	x.RecvF(0x0007_0005_0002_0002)     // 7RECV_F5 peer 2, slot 2
 	x.SendB(0x0003_0003_0002_0003)     // 3SEND_B3 peer 2, slot 3
 	x.F(0x0007_0004_0001_ffff)         // 7F4 slot 1
 	x.B(0x0007_0004_0001_ffff)         // 7B4 slot 1
-	x.Load(0x0007_0005_0002_ffff)      // 7DATA_LOAD5 slot 2
+	x.DataLoad(0x0007_0005_0002_ffff)  // 7DATA_LOAD5 slot 2
 	x.RecvF(0x0007_0006_0002_0003)     // 7RECV_F6 peer 2, slot 3
 	x.SendB(0x0007_0004_0002_0001)     // 7SEND_B4 peer 2, slot 1
 	x.F(0x0007_0005_0002_ffff)         // 7F5 slot 2
 	x.B(0x0007_0005_0002_ffff)         // 7B5 slot 2
-	x.Load(0x0007_0006_0003_ffff)      // 7DATA_LOAD6 slot 3
+	x.DataLoad(0x0007_0006_0003_ffff)  // 7DATA_LOAD6 slot 3
 	x.RecvF(0x0007_0007_0002_0001)     // 7RECV_F7 peer 2, slot 1
 	x.SendB(0x0007_0005_0002_0002)     // 7SEND_B5 peer 2, slot 2
 	x.F(0x0007_0006_0003_ffff)         // 7F6 slot 3
 	x.B(0x0007_0006_0003_ffff)         // 7B6 slot 3
-	x.Load(0x0007_0007_0001_ffff)      // 7DATA_LOAD7 slot 1
+	x.DataLoad(0x0007_0007_0001_ffff)  // 7DATA_LOAD7 slot 1
 	x.RecvB(0x0003_0004_0000_0005)     // 3RECV_B4 peer 0, slot 5
 	x.SendB(0x0007_0006_0002_0003)     // 7SEND_B6 peer 2, slot 3
 	x.F(0x0007_0007_0001_ffff)         // 7F7 slot 1

@@ -6,7 +6,7 @@ package shiplabels
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -36,32 +36,32 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-48 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)           // 0DATA_LOAD0 slot 0
+	x.DataLoad(0x0000_0000_0000_ffff)       // 0DATA_LOAD0 slot 0
 	x.F(0x0000_0000_0000_ffff)              // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)           // 0DATA_LOAD1 slot 1
+	x.DataLoad(0x0000_0001_0001_ffff)       // 0DATA_LOAD1 slot 1
 	x.LabelsAndSendF(0x0000_0000_0000_ffff) // 0DATA_SEND0 peer 1, slot 0; 0SEND_F0 peer 1, slot 0
 	x.F(0x0000_0001_0001_ffff)              // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)           // 0DATA_LOAD2 slot 2
+	x.DataLoad(0x0000_0002_0002_ffff)       // 0DATA_LOAD2 slot 2
 	x.LabelsAndSendF(0x0000_0001_0001_ffff) // 0DATA_SEND1 peer 1, slot 1; 0SEND_F1 peer 1, slot 1
 	x.F(0x0000_0002_0002_ffff)              // 0F2 slot 2
-	x.Load(0x0000_0003_0003_ffff)           // 0DATA_LOAD3 slot 3
+	x.DataLoad(0x0000_0003_0003_ffff)       // 0DATA_LOAD3 slot 3
 	x.LabelsAndSendF(0x0000_0002_0002_ffff) // 0DATA_SEND2 peer 1, slot 2; 0SEND_F2 peer 1, slot 2
 	x.F(0x0000_0003_0003_ffff)              // 0F3 slot 3
 	x.LabelsAndSendF(0x0000_0003_0003_ffff) // 0DATA_SEND3 peer 1, slot 3; 0SEND_F3 peer 1, slot 3
 	x.RecvAndB(0x0000_0000_0000_ffff)       // 0RECV_B0 peer 1, slot 0; 0B0 slot 0
-	x.Load(0x0000_0004_0000_ffff)           // 0DATA_LOAD4 slot 0
+	x.DataLoad(0x0000_0004_0000_ffff)       // 0DATA_LOAD4 slot 0
 	x.F(0x0000_0004_0000_ffff)              // 0F4 slot 0
 	x.LabelsAndSendF(0x0000_0004_0000_ffff) // 0DATA_SEND4 peer 1, slot 0; 0SEND_F4 peer 1, slot 0
 	x.RecvAndB(0x0000_0001_0001_ffff)       // 0RECV_B1 peer 1, slot 1; 0B1 slot 1
-	x.Load(0x0000_0005_0001_ffff)           // 0DATA_LOAD5 slot 1
+	x.DataLoad(0x0000_0005_0001_ffff)       // 0DATA_LOAD5 slot 1
 	x.F(0x0000_0005_0001_ffff)              // 0F5 slot 1
 	x.LabelsAndSendF(0x0000_0005_0001_ffff) // 0DATA_SEND5 peer 1, slot 1; 0SEND_F5 peer 1, slot 1
 	x.RecvAndB(0x0000_0002_0002_ffff)       // 0RECV_B2 peer 1, slot 2; 0B2 slot 2
-	x.Load(0x0000_0006_0002_ffff)           // 0DATA_LOAD6 slot 2
+	x.DataLoad(0x0000_0006_0002_ffff)       // 0DATA_LOAD6 slot 2
 	x.F(0x0000_0006_0002_ffff)              // 0F6 slot 2
 	x.LabelsAndSendF(0x0000_0006_0002_ffff) // 0DATA_SEND6 peer 1, slot 2; 0SEND_F6 peer 1, slot 2
 	x.RecvAndB(0x0000_0003_0003_ffff)       // 0RECV_B3 peer 1, slot 3; 0B3 slot 3
-	x.Load(0x0000_0007_0003_ffff)           // 0DATA_LOAD7 slot 3
+	x.DataLoad(0x0000_0007_0003_ffff)       // 0DATA_LOAD7 slot 3
 	x.F(0x0000_0007_0003_ffff)              // 0F7 slot 3
 	x.LabelsAndSendF(0x0000_0007_0003_ffff) // 0DATA_SEND7 peer 1, slot 3; 0SEND_F7 peer 1, slot 3
 	x.RecvAndB(0x0000_0004_0000_ffff)       // 0RECV_B4 peer 1, slot 0; 0B4 slot 0

@@ -6,7 +6,7 @@ package zbh1
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -35,38 +35,38 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-48 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)     // 0DATA_LOAD0 slot 0
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
 	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)     // 0DATA_LOAD1 slot 1
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
 	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
 	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)     // 0DATA_LOAD2 slot 2
+	x.DataLoad(0x0000_0002_0002_ffff) // 0DATA_LOAD2 slot 2
 	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
 	x.F(0x0000_0002_0002_ffff)        // 0F2 slot 2
-	x.Load(0x0000_0003_0003_ffff)     // 0DATA_LOAD3 slot 3
+	x.DataLoad(0x0000_0003_0003_ffff) // 0DATA_LOAD3 slot 3
 	x.SendF(0x0000_0002_0001_0002)    // 0SEND_F2 peer 1, slot 2
 	x.FAndSend(0x0000_0003_0003_ffff) // 0F3 slot 3; 0SEND_F3 peer 1, slot 3
 	x.RecvAndI(0x0000_0000_0000_ffff) // 0RECV_B0 peer 1, slot 0; 0I0 slot 0
 	x.W(0x0000_0000_0000_ffff)        // 0W0 slot 0
-	x.Load(0x0000_0004_0000_ffff)     // 0DATA_LOAD4 slot 0
+	x.DataLoad(0x0000_0004_0000_ffff) // 0DATA_LOAD4 slot 0
 	x.F(0x0000_0004_0000_ffff)        // 0F4 slot 0
 	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
 	x.SendF(0x0000_0004_0001_0000)    // 0SEND_F4 peer 1, slot 0
 	x.I(0x0000_0001_0001_ffff)        // 0I1 slot 1
 	x.W(0x0000_0001_0001_ffff)        // 0W1 slot 1
-	x.Load(0x0000_0005_0001_ffff)     // 0DATA_LOAD5 slot 1
+	x.DataLoad(0x0000_0005_0001_ffff) // 0DATA_LOAD5 slot 1
 	x.F(0x0000_0005_0001_ffff)        // 0F5 slot 1
 	x.RecvB(0x0000_0002_0001_0002)    // 0RECV_B2 peer 1, slot 2
 	x.SendF(0x0000_0005_0001_0001)    // 0SEND_F5 peer 1, slot 1
 	x.I(0x0000_0002_0002_ffff)        // 0I2 slot 2
 	x.W(0x0000_0002_0002_ffff)        // 0W2 slot 2
-	x.Load(0x0000_0006_0002_ffff)     // 0DATA_LOAD6 slot 2
+	x.DataLoad(0x0000_0006_0002_ffff) // 0DATA_LOAD6 slot 2
 	x.F(0x0000_0006_0002_ffff)        // 0F6 slot 2
 	x.RecvB(0x0000_0003_0001_0003)    // 0RECV_B3 peer 1, slot 3
 	x.SendF(0x0000_0006_0001_0002)    // 0SEND_F6 peer 1, slot 2
 	x.I(0x0000_0003_0003_ffff)        // 0I3 slot 3
 	x.W(0x0000_0003_0003_ffff)        // 0W3 slot 3
-	x.Load(0x0000_0007_0003_ffff)     // 0DATA_LOAD7 slot 3
+	x.DataLoad(0x0000_0007_0003_ffff) // 0DATA_LOAD7 slot 3
 	x.F(0x0000_0007_0003_ffff)        // 0F7 slot 3
 	x.RecvB(0x0000_0004_0001_0000)    // 0RECV_B4 peer 1, slot 0
 	x.SendF(0x0000_0007_0001_0003)    // 0SEND_F7 peer 1, slot 3
@@ -191,38 +191,38 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-48 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.Load(0x0003_0000_0000_ffff)     // 3DATA_LOAD0 slot 0
+	x.DataLoad(0x0003_0000_0000_ffff) // 3DATA_LOAD0 slot 0
 	x.RecvAndF(0x0003_0000_0000_ffff) // 3RECV_F0 peer 2, slot 0; 3F0 slot 0
 	x.RecvF(0x0003_0001_0002_0001)    // 3RECV_F1 peer 2, slot 1
 	x.I(0x0003_0000_0000_ffff)        // 3I0 slot 0
-	x.Load(0x0003_0001_0001_ffff)     // 3DATA_LOAD1 slot 1
+	x.DataLoad(0x0003_0001_0001_ffff) // 3DATA_LOAD1 slot 1
 	x.SendB(0x0003_0000_0002_0000)    // 3SEND_B0 peer 2, slot 0
 	x.F(0x0003_0001_0001_ffff)        // 3F1 slot 1
 	x.I(0x0003_0001_0001_ffff)        // 3I1 slot 1
-	x.Load(0x0003_0002_0002_ffff)     // 3DATA_LOAD2 slot 2
+	x.DataLoad(0x0003_0002_0002_ffff) // 3DATA_LOAD2 slot 2
 	x.RecvF(0x0003_0002_0002_0002)    // 3RECV_F2 peer 2, slot 2
 	x.SendB(0x0003_0001_0002_0001)    // 3SEND_B1 peer 2, slot 1
 	x.F(0x0003_0002_0002_ffff)        // 3F2 slot 2
 	x.I(0x0003_0002_0002_ffff)        // 3I2 slot 2
-	x.Load(0x0003_0003_0003_ffff)     // 3DATA_LOAD3 slot 3
+	x.DataLoad(0x0003_0003_0003_ffff) // 3DATA_LOAD3 slot 3
 	x.RecvF(0x0003_0003_0002_0003)    // 3RECV_F3 peer 2, slot 3
 	x.SendB(0x0003_0002_0002_0002)    // 3SEND_B2 peer 2, slot 2
 	x.F(0x0003_0003_0003_ffff)        // 3F3 slot 3
 	x.IAndSend(0x0003_0003_0003_ffff) // 3I3 slot 3; 3SEND_B3 peer 2, slot 3
 	x.W(0x0003_0000_0000_ffff)        // 3W0 slot 0
-	x.Load(0x0003_0004_0000_ffff)     // 3DATA_LOAD4 slot 0
+	x.DataLoad(0x0003_0004_0000_ffff) // 3DATA_LOAD4 slot 0
 	x.RecvAndF(0x0003_0004_0000_ffff) // 3RECV_F4 peer 2, slot 0; 3F4 slot 0
 	x.IAndSend(0x0003_0004_0000_ffff) // 3I4 slot 0; 3SEND_B4 peer 2, slot 0
 	x.W(0x0003_0001_0001_ffff)        // 3W1 slot 1
-	x.Load(0x0003_0005_0001_ffff)     // 3DATA_LOAD5 slot 1
+	x.DataLoad(0x0003_0005_0001_ffff) // 3DATA_LOAD5 slot 1
 	x.RecvAndF(0x0003_0005_0001_ffff) // 3RECV_F5 peer 2, slot 1; 3F5 slot 1
 	x.IAndSend(0x0003_0005_0001_ffff) // 3I5 slot 1; 3SEND_B5 peer 2, slot 1
 	x.W(0x0003_0002_0002_ffff)        // 3W2 slot 2
-	x.Load(0x0003_0006_0002_ffff)     // 3DATA_LOAD6 slot 2
+	x.DataLoad(0x0003_0006_0002_ffff) // 3DATA_LOAD6 slot 2
 	x.RecvAndF(0x0003_0006_0002_ffff) // 3RECV_F6 peer 2, slot 2; 3F6 slot 2
 	x.IAndSend(0x0003_0006_0002_ffff) // 3I6 slot 2; 3SEND_B6 peer 2, slot 2
 	x.W(0x0003_0003_0003_ffff)        // 3W3 slot 3
-	x.Load(0x0003_0007_0003_ffff)     // 3DATA_LOAD7 slot 3
+	x.DataLoad(0x0003_0007_0003_ffff) // 3DATA_LOAD7 slot 3
 	x.RecvAndF(0x0003_0007_0003_ffff) // 3RECV_F7 peer 2, slot 3; 3F7 slot 3
 	x.IAndSend(0x0003_0007_0003_ffff) // 3I7 slot 3; 3SEND_B7 peer 2, slot 3
 	x.W(0x0003_0004_0000_ffff)        // 3W4 slot 0

@@ -23,11 +23,11 @@ import (
 // small wrapper into each multiplies the compiler's work. Their fast paths
 // are small enough that the compiler would otherwise inline some.
 
-// Load loads the input (stage 0, or the first stage of micro's model copy)
+// DataLoad loads the input (stage 0, or the first stage of micro's model copy)
 // and/or the labels (the last stage of micro's route) of micro into slot.
 //
 //go:noinline
-func (x *Exec) Load(a At) {
+func (x *Exec) DataLoad(a At) {
 	stage, micro, slot, _ := a.Fields()
 	st := x.state.Load()
 	// stage begins or ends a route, so keyable; it is on this rank iff its
@@ -215,7 +215,7 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 	case x.routeFirst(stage):
 		if !s.holds(stage, micro) || (s.x == nil && s.flags&actPending == 0 && s.ract == nil) {
 			if x.owner(micro) >= 0 && x.owner(micro) != x.rank {
-				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s from its owner, rank %d, into it was not posted", slot, stepName(OpRecvInput, stage, micro), x.owner(micro))
+				x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s from its owner, rank %d, into it was not posted", slot, stepName(OpMpipeRecv, stage, micro), x.owner(micro))
 				return nil, nil
 			}
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
@@ -226,7 +226,7 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 		}
 	default:
 		if !s.holds(stage, micro) || (s.flags&actPending == 0 && s.ract == nil) {
-			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s into it was not posted", slot, stepName(OpRecvAct, stage, micro))
+			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s into it was not posted", slot, stepName(OpRecvF, stage, micro))
 			return nil, nil
 		}
 		if !x.await(s, actPending) {
@@ -246,7 +246,7 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 		}
 		if s.target == nil {
 			if x.spec.ShipLabels && !x.routeFirst(stage) {
-				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it was not posted", slot, stepName(OpRecvData, stage, micro))
+				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it was not posted", slot, stepName(OpDataRecv, stage, micro))
 			} else {
 				x.stepFailf(OpForward, stage, micro, -1, "no labels in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
 			}
@@ -475,7 +475,7 @@ func (x *Exec) backwardSlow(k OpKind, stage, micro, slot, src int) (*slotState, 
 		dy = s.dy
 	default:
 		if s.flags&gradPending == 0 && s.rgrad == nil {
-			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: %s into it was not posted", slot, stepName(OpRecvGrad, stage, micro))
+			x.stepFailf(k, stage, micro, -1, "no output gradient in slot %d: %s into it was not posted", slot, stepName(OpRecvB, stage, micro))
 			return nil, nil
 		}
 		if !x.await(s, gradPending) {

@@ -107,7 +107,7 @@ type Exec struct {
 	err error
 
 	// ownIn is the input an owner loaded for micro ownMicro (mpipe),
-	// until SendInput ships it.
+	// until MpipeSend ships it.
 	ownIn    *tensor.Dense
 	ownMicro int
 

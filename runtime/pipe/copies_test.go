@@ -45,29 +45,29 @@ func copiesProgram() (pipe.Spec, [][]pipe.Op) {
 	var r0, r1 []pipe.Op
 	// Rank 0: stage 0 (copy A's first) and stage 3 (copy B's last).
 	for m := range 2 {
-		r0 = append(r0, op(pipe.OpDataLoad, 0, m, -1, m), op(pipe.OpForward, 0, m, -1, m), op(pipe.OpSendAct, 0, m, 1, m))
+		r0 = append(r0, op(pipe.OpDataLoad, 0, m, -1, m), op(pipe.OpForward, 0, m, -1, m), op(pipe.OpSendF, 0, m, 1, m))
 	}
 	for m := 2; m < 4; m++ {
-		r0 = append(r0, op(pipe.OpDataLoad, 3, m, -1, m), op(pipe.OpRecvAct, 3, m, 1, m), op(pipe.OpForward, 3, m, -1, m))
+		r0 = append(r0, op(pipe.OpDataLoad, 3, m, -1, m), op(pipe.OpRecvF, 3, m, 1, m), op(pipe.OpForward, 3, m, -1, m))
 	}
 	for m := 2; m < 4; m++ {
-		r0 = append(r0, op(pipe.OpBackward, 3, m, -1, m), op(pipe.OpSendGrad, 3, m, 1, m))
+		r0 = append(r0, op(pipe.OpBackward, 3, m, -1, m), op(pipe.OpSendB, 3, m, 1, m))
 	}
 	for m := range 2 {
-		r0 = append(r0, op(pipe.OpRecvGrad, 0, m, 1, m), op(pipe.OpBackward, 0, m, -1, m))
+		r0 = append(r0, op(pipe.OpRecvB, 0, m, 1, m), op(pipe.OpBackward, 0, m, -1, m))
 	}
 	// Rank 1: stage 1 (copy A's last) and stage 2 (copy B's first).
 	for m := range 2 {
-		r1 = append(r1, op(pipe.OpDataLoad, 1, m, -1, m), op(pipe.OpRecvAct, 1, m, 0, m), op(pipe.OpForward, 1, m, -1, m))
+		r1 = append(r1, op(pipe.OpDataLoad, 1, m, -1, m), op(pipe.OpRecvF, 1, m, 0, m), op(pipe.OpForward, 1, m, -1, m))
 	}
 	for m := 2; m < 4; m++ {
-		r1 = append(r1, op(pipe.OpDataLoad, 2, m, -1, m), op(pipe.OpForward, 2, m, -1, m), op(pipe.OpSendAct, 2, m, 0, m))
+		r1 = append(r1, op(pipe.OpDataLoad, 2, m, -1, m), op(pipe.OpForward, 2, m, -1, m), op(pipe.OpSendF, 2, m, 0, m))
 	}
 	for m := range 2 {
-		r1 = append(r1, op(pipe.OpBackward, 1, m, -1, m), op(pipe.OpSendGrad, 1, m, 0, m))
+		r1 = append(r1, op(pipe.OpBackward, 1, m, -1, m), op(pipe.OpSendB, 1, m, 0, m))
 	}
 	for m := 2; m < 4; m++ {
-		r1 = append(r1, op(pipe.OpRecvGrad, 2, m, 0, m), op(pipe.OpBackward, 2, m, -1, m))
+		r1 = append(r1, op(pipe.OpRecvB, 2, m, 0, m), op(pipe.OpBackward, 2, m, -1, m))
 	}
 	opt := pipe.Op{Kind: pipe.OpOptStep, Stage: -1, Micro: -1, Peer: -1, Slot: -1, Src: -1}
 	return sp, [][]pipe.Op{append(r0, opt), append(r1, opt)}

@@ -20,9 +20,9 @@ func TestDecodeOps(t *testing.T) {
 	})
 	want := []Op{
 		{OpDataLoad, 0, 3, -1, 3, -1},
-		{OpRecvAct, 1, 0, 0, 4, -1},
+		{OpRecvF, 1, 0, 0, 4, -1},
 		{OpForward, 3, 17, -1, 2, 1},
-		{OpSendAct, 0, 3, 1, 3, -1},
+		{OpSendF, 0, 3, 1, 3, -1},
 		{OpOptStep, -1, -1, -1, -1, -1},
 		{OpOverlapFB, -1, -1, -1, -1, -1},
 		{OpInvalid, 0, 0, -1, 0, 0},

@@ -13,9 +13,11 @@
 //
 // Every step is a method with constant arguments and no results. The steps
 // of one chunk take one [At], the step's four arguments packed into one word
-// (it compiles about twice as fast as four): Load (DATA_LOAD), RecvF, SendF,
-// RecvB, SendB, F, B, I, W, the swap steps, the labels (RecvLabels,
-// SendLabels) and mpipe's owned inputs (RecvInput, SendInput); the fused
+// (it compiles about twice as fast as four): DataLoad, RecvF, SendF, RecvB,
+// SendB, F, B, I, W, the swap steps (SwapLaunchOffload, ...), the labels
+// (DataRecv, DataSend) and mpipe's owned inputs (MpipeRecv, MpipeSend),
+// each named after its kind, or by its text name for F, B, I and W
+// (abi.Kind.Method); the fused
 // pairs (FAndSend, RecvAndF, ...) run two of them in one call. OptStep, the
 // FSDP steps (Unshard, Reshard, ReduceGrad, by stage) and the overlap steps
 // OverlapFB and OverlapBF take their arguments as ints. [OpKind] and [At] are
@@ -103,12 +105,12 @@
 //
 // Generated code contains
 //
-//	const _ = pipe.SupportPackageIsVersion1
+//	const _ = pipe.SupportPackageIsVersion2
 //
 // which breaks its build when this package no longer supports the API it was
 // generated against. When the API changes incompatibly, this package adds
-// SupportPackageIsVersion2 (and the emitter starts referring to it) and, once
-// the old API is dropped, removes SupportPackageIsVersion1, so stale
+// SupportPackageIsVersion3 (and the emitter starts referring to it) and, once
+// the old API is dropped, removes SupportPackageIsVersion2, so stale
 // generated code fails to compile with an undefined-name error that points at
 // the guard instead of failing at run time.
 //
@@ -120,6 +122,10 @@
 // messages.
 package pipe
 
-// SupportPackageIsVersion1 is referenced by generated code to assert that it
+// SupportPackageIsVersion2 is referenced by generated code to assert that it
 // is compatible with this version of the runtime API. See "Versioning" above.
-const SupportPackageIsVersion1 = true
+// Version 2 named the step methods after their kinds (x.DataLoad,
+// x.DataSend, x.DataRecv, x.SwapLaunchOffload, ..., x.MpipeSend,
+// x.MpipeRecv; Version 1 had x.Load, x.SendLabels, x.LaunchOffload,
+// x.SendInput, ...), so SupportPackageIsVersion1 is gone.
+const SupportPackageIsVersion2 = true

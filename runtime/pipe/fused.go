@@ -44,18 +44,18 @@ func (x *Exec) RecvAndI(a At) { x.RecvB(x.transferAt(a, +1)); x.I(a) }
 //go:noinline
 func (x *Exec) IAndSend(a At) { x.I(a); x.SendB(x.transferAt(a, -1)) }
 
-// LabelsAndSendF posts SendLabels then SendF of the chunk to the next
+// LabelsAndSendF posts DataSend then SendF of the chunk to the next
 // stage's rank ("sDATA_SEND m; sSEND_F m", with -ship-labels). a is (stage,
 // micro, slot, -1), as for a compute step.
 //
 //go:noinline
-func (x *Exec) LabelsAndSendF(a At) { t := x.transferAt(a, +1); x.SendLabels(t); x.SendF(t) }
+func (x *Exec) LabelsAndSendF(a At) { t := x.transferAt(a, +1); x.DataSend(t); x.SendF(t) }
 
-// LabelsAndRecvF posts RecvLabels then RecvF of the chunk from the previous
+// LabelsAndRecvF posts DataRecv then RecvF of the chunk from the previous
 // stage's rank ("sDATA_RECV m; sRECV_F m"). a as for LabelsAndSendF.
 //
 //go:noinline
-func (x *Exec) LabelsAndRecvF(a At) { t := x.transferAt(a, -1); x.RecvLabels(t); x.RecvF(t) }
+func (x *Exec) LabelsAndRecvF(a At) { t := x.transferAt(a, -1); x.DataRecv(t); x.RecvF(t) }
 
 // transferAt is the At of the transfer of a's chunk with stage+dir: (stage,
 // micro, peer, slot), peer the rank Spec.RankOf places that stage on, or -1

@@ -17,9 +17,12 @@ func Interpret(x *Exec, ops []Op) error {
 			break
 		}
 		op := &ops[i]
-		// The packed methods, as generated code calls them; an op whose
-		// fields have no At is reported by unpackable. abi says which
-		// operands a kind packs (AtFields) and whether it has an At at all.
+		// The methods generated code calls, from the tables kinds_gen.go
+		// builds from abi's rows (one load and an indirect call per step,
+		// where a switch over two dozen kinds costs a chain of compares or
+		// a jump table and then the call); an op whose fields have no At is
+		// reported by unpackable. abi says which operands a kind packs
+		// (AtFields) and whether it has an At at all.
 		sh := op.Kind.Shape()
 		c, d := op.Slot, int32(-1) // AtFields, on the op's int32 fields
 		switch sh {
@@ -37,58 +40,26 @@ func Interpret(x *Exec, ops []Op) error {
 			f(x, a)
 			continue
 		}
-		switch op.Kind {
-		case OpOptStep:
-			x.OptStep()
-		case OpUnshard:
-			x.Unshard(int(op.Stage))
-		case OpReshard:
-			x.Reshard(int(op.Stage))
-		case OpReduceGrad:
-			x.ReduceGrad(int(op.Stage))
-		case OpBatchBegin:
-			x.BatchBegin()
-		case OpBatchEnd:
-			x.BatchEnd()
-		case OpTieGrad:
-			x.TieGrad(int(op.Stage))
-		case OpOverlapFB, OpOverlapBF:
+		if f := stageSteps[op.Kind]; f != nil {
+			f(x, int(op.Stage))
+			continue
+		}
+		if f := bareSteps[op.Kind]; f != nil {
+			f(x)
+			continue
+		}
+		if sh == abi.ArgsOverlap && op.Kind.Valid() {
 			a, b, ok := overlapSubOps(x, ops, i)
 			if !ok {
 				return x.Err()
 			}
 			x.runOverlapOps(op.Kind, *a, *b)
 			i += 2
-		default:
+		} else {
 			x.fail(&StepError{Rank: x.rank, Step: fmt.Sprintf("op #%d", i), Peer: -1, Err: fmt.Errorf("unknown op kind %d", uint8(op.Kind))})
 		}
 	}
 	return x.Err()
-}
-
-// packedSteps holds, per kind value, the packed method (one At) generated
-// code calls for the kind's steps, nil for the kinds Interpret calls
-// otherwise: one load and an indirect call per step, where a switch over
-// two dozen kinds costs a chain of compares or a jump table and then the
-// call.
-var packedSteps = [256]func(*Exec, At){
-	OpDataLoad:          (*Exec).Load,
-	OpRecvAct:           (*Exec).RecvF,
-	OpSendAct:           (*Exec).SendF,
-	OpRecvGrad:          (*Exec).RecvB,
-	OpSendGrad:          (*Exec).SendB,
-	OpForward:           (*Exec).F,
-	OpBackward:          (*Exec).B,
-	OpBackwardInput:     (*Exec).I,
-	OpBackwardWeight:    (*Exec).W,
-	OpSwapLaunchOffload: (*Exec).LaunchOffload,
-	OpSwapWaitOffload:   (*Exec).WaitOffload,
-	OpSwapLaunchLoad:    (*Exec).LaunchLoad,
-	OpSwapWaitLoad:      (*Exec).WaitLoad,
-	OpRecvInput:         (*Exec).RecvInput,
-	OpSendInput:         (*Exec).SendInput,
-	OpRecvData:          (*Exec).RecvLabels,
-	OpSendData:          (*Exec).SendLabels,
 }
 
 // unpackable reports a step (an Op, or an overlap's sub-step) with an
@@ -101,9 +72,9 @@ func (x *Exec) unpackable(k OpKind, stage, micro, c, d int) {
 	slot, peer, src := c, -1, d
 	comm, other := true, stage+1 // other: the neighbour stage of a transfer
 	switch k {
-	case OpRecvAct, OpSendGrad:
+	case OpRecvF, OpSendB:
 		slot, peer, src, other = d, c, -1, stage-1
-	case OpSendAct, OpRecvGrad:
+	case OpSendF, OpRecvB:
 		slot, peer, src = d, c, -1
 	default:
 		comm = false

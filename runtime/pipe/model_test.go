@@ -42,14 +42,14 @@ var (
 	bwd       = func(stage, micro, slot, src int) pipe.Op { return local(pipe.OpBackward, stage, micro, slot, src) }
 	bwdInput  = func(stage, micro, slot, src int) pipe.Op { return local(pipe.OpBackwardInput, stage, micro, slot, src) }
 	bwdWeight = func(stage, micro, slot int) pipe.Op { return local(pipe.OpBackwardWeight, stage, micro, slot, -1) }
-	recvAct   = commOf(pipe.OpRecvAct)
-	sendAct   = commOf(pipe.OpSendAct)
-	recvGrad  = commOf(pipe.OpRecvGrad)
-	sendGrad  = commOf(pipe.OpSendGrad)
-	recvData  = commOf(pipe.OpRecvData)
-	sendData  = commOf(pipe.OpSendData)
-	mpipeRecv = commOf(pipe.OpRecvInput)
-	mpipeSend = commOf(pipe.OpSendInput)
+	recvAct   = commOf(pipe.OpRecvF)
+	sendAct   = commOf(pipe.OpSendF)
+	recvGrad  = commOf(pipe.OpRecvB)
+	sendGrad  = commOf(pipe.OpSendB)
+	recvData  = commOf(pipe.OpDataRecv)
+	sendData  = commOf(pipe.OpDataSend)
+	mpipeRecv = commOf(pipe.OpMpipeRecv)
+	mpipeSend = commOf(pipe.OpMpipeSend)
 )
 
 // commOf returns the constructor of transfers of kind k: (stage, micro, peer, slot).

@@ -5,10 +5,10 @@ import "gorgonia.org/tensor"
 // mpipe's owned-micro data loading (Spec.Owned > 0): micro m < Owned is owned
 // by rank m mod Ranks. An owner that does not hold the first stage runs
 //
-//	x.Load(At(0, m, none, none))  // DATA_LOAD: DataSource.Input(m), held by the Exec
-//	x.SendInput(At(0, m, peer, none)) // MPIPE_FWD_SEND: ship it to stage 0's rank
+//	x.DataLoad(At(0, m, none, none)) // DATA_LOAD: DataSource.Input(m), held by the Exec
+//	x.MpipeSend(At(0, m, peer, none)) // MPIPE_FWD_SEND: ship it to stage 0's rank
 //
-// and the first stage's rank posts x.RecvInput(At(0, m, owner, slot))
+// and the first stage's rank posts x.MpipeRecv(At(0, m, owner, slot))
 // (MPIPE_FWD_RECV) into the chunk's slot; F(0, m) waits for it and takes it
 // as its input, as it would a loaded one. Owner steps are rare (at most one
 // per rank and iteration), so they take the checked path only (transfer.go).
@@ -22,7 +22,7 @@ func (x *Exec) owner(m int) int {
 }
 
 // ownerLoad runs DATA_LOAD(stage, micro) of an owned micro on its owner,
-// which does not hold stage: the input waits in the Exec for SendInput.
+// which does not hold stage: the input waits in the Exec for MpipeSend.
 // It reports false when the step is not an owner load (the caller reports).
 func (x *Exec) ownerLoad(stage, micro, slot int) bool {
 	if slot != -1 || uint(stage) >= uint(len(x.stages)) || x.stages[stage] != nil || !x.routeFirst(stage) || x.owner(micro) != x.rank {
@@ -45,10 +45,10 @@ func (x *Exec) ownerLoad(stage, micro, slot int) bool {
 	return true
 }
 
-// sendOwned runs the checks of SendInput (MPIPE_FWD_SEND) and posts the
+// sendOwned runs the checks of MpipeSend (MPIPE_FWD_SEND) and posts the
 // send of the owner's loaded input.
 func (x *Exec) sendOwned(stage, micro, peer, slot int) {
-	const k = OpSendInput
+	const k = OpMpipeSend
 	switch {
 	case slot != -1:
 		x.stepFailf(k, stage, micro, peer, "slot %d: an owner's send of another rank's input has no slot (0xffff)", slot)
@@ -69,10 +69,10 @@ func (x *Exec) sendOwned(stage, micro, peer, slot int) {
 	}
 }
 
-// checkOwner checks the peer of RecvInput (MPIPE_FWD_RECV): stage is the
+// checkOwner checks the peer of MpipeRecv (MPIPE_FWD_RECV): stage is the
 // first, micro owned by peer, another rank.
 func (x *Exec) checkOwner(stage, micro, peer int) bool {
-	const k = OpRecvInput
+	const k = OpMpipeRecv
 	switch o := x.owner(micro); {
 	case !x.routeFirst(stage):
 		x.stepFailf(k, stage, micro, peer, "stage %d does not begin the micro-batches' route: only the first stage takes an owner's input", stage)

@@ -14,50 +14,11 @@ import (
 // its table letters (Code).
 type OpKind = abi.Kind
 
-// The step kinds, one per Exec method, under the runtime's names; each
-// comment names the method and the Op fields it reads. The zero value is
-// invalid.
-const (
-	OpInvalid        = abi.Invalid
-	OpDataLoad       = abi.DataLoad       // Load: Stage, Micro, Slot
-	OpRecvAct        = abi.RecvF          // RecvF: Stage, Micro, Peer, Slot
-	OpSendAct        = abi.SendF          // SendF: Stage, Micro, Peer, Slot
-	OpRecvGrad       = abi.RecvB          // RecvB: Stage, Micro, Peer, Slot
-	OpSendGrad       = abi.SendB          // SendB: Stage, Micro, Peer, Slot
-	OpForward        = abi.Forward        // F: Stage, Micro, Slot, Src
-	OpBackward       = abi.Backward       // B: Stage, Micro, Slot, Src
-	OpBackwardInput  = abi.BackwardInput  // I: Stage, Micro, Slot, Src
-	OpBackwardWeight = abi.BackwardWeight // W: Stage, Micro, Slot
-	OpOptStep        = abi.OptStep        // OptStep: no fields
-	// An overlap is three consecutive ops: this header (other fields -1)
-	// and its two sub-steps in order, F then B, I or W for OpOverlapFB, the
-	// reverse for OpOverlapBF; see Exec.OverlapFB and Exec.OverlapBF.
-	OpOverlapFB  = abi.OverlapFB  // OverlapFB(F sub-step, backward sub-step)
-	OpOverlapBF  = abi.OverlapBF  // OverlapBF(backward sub-step, F sub-step)
-	OpUnshard    = abi.Unshard    // Unshard: Stage
-	OpReshard    = abi.Reshard    // Reshard: Stage
-	OpReduceGrad = abi.ReduceGrad // ReduceGrad: Stage
-	// The swap steps of a chunk (Stage, Micro, Slot): LaunchOffload,
-	// WaitOffload, LaunchLoad, WaitLoad.
-	OpSwapLaunchOffload = abi.SwapLaunchOffload
-	OpSwapWaitOffload   = abi.SwapWaitOffload
-	OpSwapLaunchLoad    = abi.SwapLaunchLoad
-	OpSwapWaitLoad      = abi.SwapWaitLoad
-	// mpipe's owned-micro loading: RecvInput (Stage, Micro, Peer, Slot) on
-	// the first stage's rank, SendInput (Stage, Micro, Peer) on the owner.
-	OpRecvInput = abi.MpipeRecv
-	OpSendInput = abi.MpipeSend
-	// Labels along the pipe (Spec.ShipLabels): RecvLabels and SendLabels
-	// (Stage, Micro, Peer, Slot), ahead of the chunk's activation transfer.
-	OpRecvData = abi.DataRecv
-	OpSendData = abi.DataSend
-	// A batch of transfers: BatchBegin, the transfers, BatchEnd (no
-	// fields); the transfers between are issued as one group.
-	OpBatchBegin = abi.BatchBegin
-	OpBatchEnd   = abi.BatchEnd
-	// TieGrad (Stage): sum a tie's gradients (Spec.Ties, Tied).
-	OpTieGrad = abi.TieGrad
-)
+// The OpKind constants (OpForward, OpSendF, ..., "Op" and the kind's Go
+// name) and the interpreter's tables of Exec methods are generated from
+// abi's kind table, each kind's row naming its method (kinds_gen.go).
+//
+//go:generate go run ./internal/gendispatch -o kinds_gen.go
 
 // Op is one step as data. Unused fields are -1 (Peer of local steps, Src of
 // steps without a local source) or 0.

@@ -187,18 +187,18 @@ func decodeSteps(b []byte) []pathStep {
 
 // op is the step as an Op, for the kinds Interpret runs.
 func (s pathStep) op() (Op, bool) {
-	kinds := map[int]OpKind{sLoad: OpDataLoad, sRecvF: OpRecvAct, sSendF: OpSendAct, sRecvB: OpRecvGrad, sSendB: OpSendGrad,
+	kinds := map[int]OpKind{sLoad: OpDataLoad, sRecvF: OpRecvF, sSendF: OpSendF, sRecvB: OpRecvB, sSendB: OpSendB,
 		sF: OpForward, sB: OpBackward, sI: OpBackwardInput, sW: OpBackwardWeight, sOpt: OpOptStep,
 		sUnshard: OpUnshard, sReshard: OpReshard, sReduceGrad: OpReduceGrad,
 		sOffload: OpSwapLaunchOffload, sWaitOffload: OpSwapWaitOffload, sLoadBack: OpSwapLaunchLoad, sWaitLoad: OpSwapWaitLoad,
-		sRecvInput: OpRecvInput, sSendInput: OpSendInput, sRecvData: OpRecvData, sSendData: OpSendData}
+		sRecvInput: OpMpipeRecv, sSendInput: OpMpipeSend, sRecvData: OpDataRecv, sSendData: OpDataSend}
 	k, ok := kinds[s.kind]
 	if !ok {
 		return Op{}, false
 	}
 	o := Op{Kind: k, Stage: int32(s.stage), Micro: int32(s.micro), Peer: -1, Slot: int32(s.c), Src: int32(s.d)}
 	switch k {
-	case OpRecvAct, OpSendAct, OpRecvGrad, OpSendGrad, OpRecvInput, OpSendInput, OpRecvData, OpSendData:
+	case OpRecvF, OpSendF, OpRecvB, OpSendB, OpMpipeRecv, OpMpipeSend, OpDataRecv, OpDataSend:
 		o.Peer, o.Slot, o.Src = int32(s.c), int32(s.d), -1
 	case OpDataLoad, OpBackwardWeight, OpSwapLaunchOffload, OpSwapWaitOffload, OpSwapLaunchLoad, OpSwapWaitLoad:
 		o.Src = -1

@@ -29,11 +29,11 @@ type Spec struct {
 	// Owned is the number of micro-batches loaded by their owner rank
 	// (mpipe): micro m < Owned is owned by rank m mod Ranks, which loads its
 	// input (DataSource.Input) and ships it to the first stage's rank with
-	// SendInput, where RecvInput receives it. 0 for every other schedule.
+	// MpipeSend, where MpipeRecv receives it. 0 for every other schedule.
 	Owned int
 	// ShipLabels is set when the labels travel along the pipe: the first
 	// stage's DATA_LOAD loads them with the input (DataSource.Target), and
-	// RecvLabels/SendLabels (DATA_RECV/DATA_SEND) carry them to the next
+	// DataRecv/DataSend (DATA_RECV/DATA_SEND) carry them to the next
 	// stage's rank ahead of each activation, so that only the first stage's
 	// rank reads data. A micro-batch whose route starts and ends on one rank
 	// still loads its labels at the last stage.

@@ -26,27 +26,27 @@ type SwapWaiter interface {
 	WaitOffload(handle any) error
 }
 
-// LaunchOffload runs SWAP_LAUNCH_OFFLOAD of the chunk a names (stage, micro,
-// slot, -1): Swapper.Offload of its saved context.
+// SwapLaunchOffload runs SWAP_LAUNCH_OFFLOAD of the chunk a names (stage,
+// micro, slot, -1): Swapper.Offload of its saved context.
 //
 //go:noinline
-func (x *Exec) LaunchOffload(a At) { x.swapStep(OpSwapLaunchOffload, a) }
+func (x *Exec) SwapLaunchOffload(a At) { x.swapStep(OpSwapLaunchOffload, a) }
 
-// WaitOffload runs SWAP_WAIT_OFFLOAD: it checks that the chunk is out and,
+// SwapWaitOffload runs SWAP_WAIT_OFFLOAD: it checks that the chunk is out and,
 // for a SwapWaiter stage, waits for its offload to end.
 //
 //go:noinline
-func (x *Exec) WaitOffload(a At) { x.swapStep(OpSwapWaitOffload, a) }
+func (x *Exec) SwapWaitOffload(a At) { x.swapStep(OpSwapWaitOffload, a) }
 
-// LaunchLoad runs SWAP_LAUNCH_LOAD: Swapper.Load of the chunk's handle.
+// SwapLaunchLoad runs SWAP_LAUNCH_LOAD: Swapper.Load of the chunk's handle.
 //
 //go:noinline
-func (x *Exec) LaunchLoad(a At) { x.swapStep(OpSwapLaunchLoad, a) }
+func (x *Exec) SwapLaunchLoad(a At) { x.swapStep(OpSwapLaunchLoad, a) }
 
-// WaitLoad runs SWAP_WAIT_LOAD: it checks that the chunk is back.
+// SwapWaitLoad runs SWAP_WAIT_LOAD: it checks that the chunk is back.
 //
 //go:noinline
-func (x *Exec) WaitLoad(a At) { x.swapStep(OpSwapWaitLoad, a) }
+func (x *Exec) SwapWaitLoad(a At) { x.swapStep(OpSwapWaitLoad, a) }
 
 // swapStep runs one swap step. Swap steps are rare (four per swapped
 // chunk), so they take the checked path only.

@@ -83,21 +83,21 @@ type xfer struct {
 }
 
 var (
-	recvAct = xfer{kind: OpRecvAct, ch: transport.Act, recv: true, dir: -1, claim: true,
+	recvAct = xfer{kind: OpRecvF, ch: transport.Act, recv: true, dir: -1, claim: true,
 		pend: actPending, used: actPending | fwdDone, message: "input of the chunk already received or used"}
-	sendAct = xfer{kind: OpSendAct, ch: transport.Act, dir: +1,
+	sendAct = xfer{kind: OpSendF, ch: transport.Act, dir: +1,
 		send: output, message: "no output in slot %d: %[2]dF%[3]d has not run"}
-	recvGrad = xfer{kind: OpRecvGrad, ch: transport.Grad, recv: true, dir: +1,
+	recvGrad = xfer{kind: OpRecvB, ch: transport.Grad, recv: true, dir: +1,
 		pend: gradPending, used: gradPending | inDone, message: "output gradient of the chunk already received or used"}
-	sendGrad = xfer{kind: OpSendGrad, ch: transport.Grad, dir: -1,
+	sendGrad = xfer{kind: OpSendB, ch: transport.Grad, dir: -1,
 		send: inputGrad, message: "no input gradient in slot %d: %[2]dB%[3]d or %[2]dI%[3]d has not run"}
-	recvData = xfer{kind: OpRecvData, ch: transport.Data, recv: true, dir: -1, claim: true,
+	recvData = xfer{kind: OpDataRecv, ch: transport.Data, recv: true, dir: -1, claim: true,
 		pend: dataPending, used: dataPending | fwdDone, has: labels, message: "the chunk's labels are already received, loaded or used"}
-	sendData = xfer{kind: OpSendData, ch: transport.Data, dir: +1, send: labels, wait: dataPending,
+	sendData = xfer{kind: OpDataSend, ch: transport.Data, dir: +1, send: labels, wait: dataPending,
 		message: "no labels in slot %d: %[2]dDATA_LOAD%[3]d (with Spec.ShipLabels, on the first stage) or %[2]dDATA_RECV%[3]d must come first"}
-	recvInput = xfer{kind: OpRecvInput, ch: transport.Data, recv: true, rule: fromOwner, claim: true,
+	recvInput = xfer{kind: OpMpipeRecv, ch: transport.Data, recv: true, rule: fromOwner, claim: true,
 		pend: actPending, used: actPending | fwdDone, has: input, message: "input of the chunk already loaded, received or used"}
-	sendInput = xfer{kind: OpSendInput, ch: transport.Data, rule: toFirstStage}
+	sendInput = xfer{kind: OpMpipeSend, ch: transport.Data, rule: toFirstStage}
 )
 
 // RecvF posts the receive of x of (stage, micro) from peer into slot.
@@ -120,31 +120,31 @@ func (x *Exec) RecvB(a At) { x.transfer(&recvGrad, a) }
 //go:noinline
 func (x *Exec) SendB(a At) { x.transfer(&sendGrad, a) }
 
-// RecvLabels posts the receive of the labels of (stage, micro) from peer, the
+// DataRecv posts the receive of the labels of (stage, micro) from peer, the
 // rank of stage-1, into slot (DATA_RECV).
 //
 //go:noinline
-func (x *Exec) RecvLabels(a At) { x.transfer(&recvData, a) }
+func (x *Exec) DataRecv(a At) { x.transfer(&recvData, a) }
 
-// SendLabels posts the send of the labels of (stage, micro) in slot to peer,
+// DataSend posts the send of the labels of (stage, micro) in slot to peer,
 // the rank of stage+1 (DATA_SEND).
 //
 //go:noinline
-func (x *Exec) SendLabels(a At) { x.transfer(&sendData, a) }
+func (x *Exec) DataSend(a At) { x.transfer(&sendData, a) }
 
-// RecvInput runs MPIPE_FWD_RECV(stage, micro) on the first stage's rank: it
+// MpipeRecv runs MPIPE_FWD_RECV(stage, micro) on the first stage's rank: it
 // posts the receive of micro's input from its owner (peer) into slot. The
 // F of the chunk waits for it. The At is (stage, micro, peer, slot).
 //
 //go:noinline
-func (x *Exec) RecvInput(a At) { x.transfer(&recvInput, a) }
+func (x *Exec) MpipeRecv(a At) { x.transfer(&recvInput, a) }
 
-// SendInput runs MPIPE_FWD_SEND(stage, micro) on micro's owner: it posts
+// MpipeSend runs MPIPE_FWD_SEND(stage, micro) on micro's owner: it posts
 // the send of the input its DATA_LOAD took to peer, the rank of stage (the
 // first stage), on the data channel. The At is (stage, micro, peer, -1).
 //
 //go:noinline
-func (x *Exec) SendInput(a At) { x.transfer(&sendInput, a) }
+func (x *Exec) MpipeSend(a At) { x.transfer(&sendInput, a) }
 
 // transfer runs the transfer t with arguments a: the fast path when every
 // check passes at once (the neighbour transfers), else transferSlow.

@@ -6,7 +6,7 @@ package tuned
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -37,36 +37,36 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-40 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)     // 0DATA_LOAD0 slot 0
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
 	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)     // 0DATA_LOAD1 slot 1
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
 	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
 	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
-	x.Load(0x0000_0002_0002_ffff)     // 0DATA_LOAD2 slot 2
+	x.DataLoad(0x0000_0002_0002_ffff) // 0DATA_LOAD2 slot 2
 	x.RecvF(0x0007_0004_0001_0003)    // 7RECV_F4 peer 1, slot 3
 	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
 	x.F(0x0000_0002_0002_ffff)        // 0F2 slot 2
-	x.Load(0x0007_0004_0003_ffff)     // 7DATA_LOAD4 slot 3
+	x.DataLoad(0x0007_0004_0003_ffff) // 7DATA_LOAD4 slot 3
 	x.RecvF(0x0007_0005_0001_0004)    // 7RECV_F5 peer 1, slot 4
 	x.SendF(0x0000_0002_0001_0002)    // 0SEND_F2 peer 1, slot 2
 	x.F(0x0007_0004_0003_ffff)        // 7F4 slot 3
 	x.IAndSend(0x0007_0004_0003_ffff) // 7I4 slot 3; 7SEND_B4 peer 1, slot 3
 	x.RecvF(0x0007_0006_0001_0005)    // 7RECV_F6 peer 1, slot 5
 	x.W(0x0007_0004_0003_ffff)        // 7W4 slot 3
-	x.Load(0x0007_0005_0004_ffff)     // 7DATA_LOAD5 slot 4
+	x.DataLoad(0x0007_0005_0004_ffff) // 7DATA_LOAD5 slot 4
 	x.F(0x0007_0005_0004_ffff)        // 7F5 slot 4
-	x.Load(0x0000_0003_0003_ffff)     // 0DATA_LOAD3 slot 3
+	x.DataLoad(0x0000_0003_0003_ffff) // 0DATA_LOAD3 slot 3
 	x.OverlapFB(0, 3, 3, -1, pipe.OpBackward, 7, 5, 4, -1)
-	x.Load(0x0007_0006_0005_ffff)  // 7DATA_LOAD6 slot 5
-	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
-	x.SendF(0x0000_0003_0001_0003) // 0SEND_F3 peer 1, slot 3
-	x.SendB(0x0007_0005_0001_0004) // 7SEND_B5 peer 1, slot 4
-	x.RecvF(0x0007_0007_0001_0004) // 7RECV_F7 peer 1, slot 4
+	x.DataLoad(0x0007_0006_0005_ffff) // 7DATA_LOAD6 slot 5
+	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
+	x.SendF(0x0000_0003_0001_0003)    // 0SEND_F3 peer 1, slot 3
+	x.SendB(0x0007_0005_0001_0004)    // 7SEND_B5 peer 1, slot 4
+	x.RecvF(0x0007_0007_0001_0004)    // 7RECV_F7 peer 1, slot 4
 	x.OverlapFB(7, 6, 5, -1, pipe.OpBackward, 0, 0, 0, -1)
-	x.B(0x0007_0006_0005_ffff)     // 7B6 slot 5
-	x.Load(0x0007_0007_0004_ffff)  // 7DATA_LOAD7 slot 4
-	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
-	x.SendB(0x0007_0006_0001_0005) // 7SEND_B6 peer 1, slot 5
+	x.B(0x0007_0006_0005_ffff)        // 7B6 slot 5
+	x.DataLoad(0x0007_0007_0004_ffff) // 7DATA_LOAD7 slot 4
+	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
+	x.SendB(0x0007_0006_0001_0005)    // 7SEND_B6 peer 1, slot 5
 	x.OverlapFB(7, 7, 4, -1, pipe.OpBackward, 0, 1, 1, -1)
 	x.B(0x0007_0007_0004_ffff)        // 7B7 slot 4
 	x.RecvB(0x0000_0002_0001_0002)    // 0RECV_B2 peer 1, slot 2
@@ -182,36 +182,36 @@ func Rank3(x *pipe.Exec) error {
 
 // rank3Part0 runs steps 0-40 of rank 3.
 func rank3Part0(x *pipe.Exec) {
-	x.Load(0x0004_0004_0000_ffff)     // 4DATA_LOAD4 slot 0
+	x.DataLoad(0x0004_0004_0000_ffff) // 4DATA_LOAD4 slot 0
 	x.F(0x0004_0004_0000_ffff)        // 4F4 slot 0
-	x.Load(0x0004_0005_0001_ffff)     // 4DATA_LOAD5 slot 1
+	x.DataLoad(0x0004_0005_0001_ffff) // 4DATA_LOAD5 slot 1
 	x.SendF(0x0004_0004_0002_0000)    // 4SEND_F4 peer 2, slot 0
 	x.F(0x0004_0005_0001_ffff)        // 4F5 slot 1
-	x.Load(0x0004_0006_0002_ffff)     // 4DATA_LOAD6 slot 2
+	x.DataLoad(0x0004_0006_0002_ffff) // 4DATA_LOAD6 slot 2
 	x.RecvF(0x0003_0000_0002_0003)    // 3RECV_F0 peer 2, slot 3
 	x.SendF(0x0004_0005_0002_0001)    // 4SEND_F5 peer 2, slot 1
 	x.F(0x0004_0006_0002_ffff)        // 4F6 slot 2
-	x.Load(0x0003_0000_0003_ffff)     // 3DATA_LOAD0 slot 3
+	x.DataLoad(0x0003_0000_0003_ffff) // 3DATA_LOAD0 slot 3
 	x.RecvF(0x0003_0001_0002_0004)    // 3RECV_F1 peer 2, slot 4
 	x.SendF(0x0004_0006_0002_0002)    // 4SEND_F6 peer 2, slot 2
 	x.F(0x0003_0000_0003_ffff)        // 3F0 slot 3
 	x.IAndSend(0x0003_0000_0003_ffff) // 3I0 slot 3; 3SEND_B0 peer 2, slot 3
 	x.RecvF(0x0003_0002_0002_0005)    // 3RECV_F2 peer 2, slot 5
 	x.W(0x0003_0000_0003_ffff)        // 3W0 slot 3
-	x.Load(0x0003_0001_0004_ffff)     // 3DATA_LOAD1 slot 4
+	x.DataLoad(0x0003_0001_0004_ffff) // 3DATA_LOAD1 slot 4
 	x.F(0x0003_0001_0004_ffff)        // 3F1 slot 4
-	x.Load(0x0004_0007_0003_ffff)     // 4DATA_LOAD7 slot 3
+	x.DataLoad(0x0004_0007_0003_ffff) // 4DATA_LOAD7 slot 3
 	x.OverlapFB(4, 7, 3, -1, pipe.OpBackward, 3, 1, 4, -1)
-	x.Load(0x0003_0002_0005_ffff)  // 3DATA_LOAD2 slot 5
-	x.RecvB(0x0004_0004_0002_0000) // 4RECV_B4 peer 2, slot 0
-	x.SendF(0x0004_0007_0002_0003) // 4SEND_F7 peer 2, slot 3
-	x.SendB(0x0003_0001_0002_0004) // 3SEND_B1 peer 2, slot 4
-	x.RecvF(0x0003_0003_0002_0004) // 3RECV_F3 peer 2, slot 4
+	x.DataLoad(0x0003_0002_0005_ffff) // 3DATA_LOAD2 slot 5
+	x.RecvB(0x0004_0004_0002_0000)    // 4RECV_B4 peer 2, slot 0
+	x.SendF(0x0004_0007_0002_0003)    // 4SEND_F7 peer 2, slot 3
+	x.SendB(0x0003_0001_0002_0004)    // 3SEND_B1 peer 2, slot 4
+	x.RecvF(0x0003_0003_0002_0004)    // 3RECV_F3 peer 2, slot 4
 	x.OverlapFB(3, 2, 5, -1, pipe.OpBackward, 4, 4, 0, -1)
-	x.B(0x0003_0002_0005_ffff)     // 3B2 slot 5
-	x.Load(0x0003_0003_0004_ffff)  // 3DATA_LOAD3 slot 4
-	x.RecvB(0x0004_0005_0002_0001) // 4RECV_B5 peer 2, slot 1
-	x.SendB(0x0003_0002_0002_0005) // 3SEND_B2 peer 2, slot 5
+	x.B(0x0003_0002_0005_ffff)        // 3B2 slot 5
+	x.DataLoad(0x0003_0003_0004_ffff) // 3DATA_LOAD3 slot 4
+	x.RecvB(0x0004_0005_0002_0001)    // 4RECV_B5 peer 2, slot 1
+	x.SendB(0x0003_0002_0002_0005)    // 3SEND_B2 peer 2, slot 5
 	x.OverlapFB(3, 3, 4, -1, pipe.OpBackward, 4, 5, 1, -1)
 	x.B(0x0003_0003_0004_ffff)        // 3B3 slot 4
 	x.RecvB(0x0004_0006_0002_0002)    // 4RECV_B6 peer 2, slot 2

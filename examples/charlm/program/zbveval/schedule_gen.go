@@ -6,7 +6,7 @@ package zbveval
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -36,47 +36,47 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-47 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)     // 0DATA_LOAD0 slot 0
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
 	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)     // 0DATA_LOAD1 slot 1
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
 	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
 	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
-	x.Load(0x0000_0002_0000_ffff)     // 0DATA_LOAD2 slot 0
+	x.DataLoad(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
 	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
 	x.F(0x0000_0002_0000_ffff)        // 0F2 slot 0
-	x.Load(0x0000_0003_0001_ffff)     // 0DATA_LOAD3 slot 1
+	x.DataLoad(0x0000_0003_0001_ffff) // 0DATA_LOAD3 slot 1
 	x.SendF(0x0000_0002_0001_0000)    // 0SEND_F2 peer 1, slot 0
 	x.F(0x0000_0003_0001_ffff)        // 0F3 slot 1
-	x.Load(0x0000_0004_0000_ffff)     // 0DATA_LOAD4 slot 0
+	x.DataLoad(0x0000_0004_0000_ffff) // 0DATA_LOAD4 slot 0
 	x.SendF(0x0000_0003_0001_0001)    // 0SEND_F3 peer 1, slot 1
 	x.F(0x0000_0004_0000_ffff)        // 0F4 slot 0
-	x.Load(0x0000_0005_0001_ffff)     // 0DATA_LOAD5 slot 1
+	x.DataLoad(0x0000_0005_0001_ffff) // 0DATA_LOAD5 slot 1
 	x.SendF(0x0000_0004_0001_0000)    // 0SEND_F4 peer 1, slot 0
 	x.F(0x0000_0005_0001_ffff)        // 0F5 slot 1
-	x.Load(0x0000_0006_0000_ffff)     // 0DATA_LOAD6 slot 0
+	x.DataLoad(0x0000_0006_0000_ffff) // 0DATA_LOAD6 slot 0
 	x.SendF(0x0000_0005_0001_0001)    // 0SEND_F5 peer 1, slot 1
 	x.F(0x0000_0006_0000_ffff)        // 0F6 slot 0
-	x.Load(0x0007_0000_0001_ffff)     // 7DATA_LOAD0 slot 1
+	x.DataLoad(0x0007_0000_0001_ffff) // 7DATA_LOAD0 slot 1
 	x.RecvF(0x0007_0000_0001_0001)    // 7RECV_F0 peer 1, slot 1
 	x.SendF(0x0000_0006_0001_0000)    // 0SEND_F6 peer 1, slot 0
 	x.F(0x0007_0000_0001_ffff)        // 7F0 slot 1
-	x.Load(0x0007_0001_0000_ffff)     // 7DATA_LOAD1 slot 0
+	x.DataLoad(0x0007_0001_0000_ffff) // 7DATA_LOAD1 slot 0
 	x.RecvAndF(0x0007_0001_0000_ffff) // 7RECV_F1 peer 1, slot 0; 7F1 slot 0
-	x.Load(0x0007_0002_0000_ffff)     // 7DATA_LOAD2 slot 0
+	x.DataLoad(0x0007_0002_0000_ffff) // 7DATA_LOAD2 slot 0
 	x.RecvAndF(0x0007_0002_0000_ffff) // 7RECV_F2 peer 1, slot 0; 7F2 slot 0
-	x.Load(0x0007_0003_0000_ffff)     // 7DATA_LOAD3 slot 0
+	x.DataLoad(0x0007_0003_0000_ffff) // 7DATA_LOAD3 slot 0
 	x.RecvAndF(0x0007_0003_0000_ffff) // 7RECV_F3 peer 1, slot 0; 7F3 slot 0
-	x.Load(0x0000_0007_0000_ffff)     // 0DATA_LOAD7 slot 0
+	x.DataLoad(0x0000_0007_0000_ffff) // 0DATA_LOAD7 slot 0
 	x.F(0x0000_0007_0000_ffff)        // 0F7 slot 0
-	x.Load(0x0007_0004_0001_ffff)     // 7DATA_LOAD4 slot 1
+	x.DataLoad(0x0007_0004_0001_ffff) // 7DATA_LOAD4 slot 1
 	x.RecvF(0x0007_0004_0001_0001)    // 7RECV_F4 peer 1, slot 1
 	x.SendF(0x0000_0007_0001_0000)    // 0SEND_F7 peer 1, slot 0
 	x.F(0x0007_0004_0001_ffff)        // 7F4 slot 1
-	x.Load(0x0007_0005_0000_ffff)     // 7DATA_LOAD5 slot 0
+	x.DataLoad(0x0007_0005_0000_ffff) // 7DATA_LOAD5 slot 0
 	x.RecvAndF(0x0007_0005_0000_ffff) // 7RECV_F5 peer 1, slot 0; 7F5 slot 0
-	x.Load(0x0007_0006_0000_ffff)     // 7DATA_LOAD6 slot 0
+	x.DataLoad(0x0007_0006_0000_ffff) // 7DATA_LOAD6 slot 0
 	x.RecvAndF(0x0007_0006_0000_ffff) // 7RECV_F6 peer 1, slot 0; 7F6 slot 0
-	x.Load(0x0007_0007_0000_ffff)     // 7DATA_LOAD7 slot 0
+	x.DataLoad(0x0007_0007_0000_ffff) // 7DATA_LOAD7 slot 0
 	x.RecvAndF(0x0007_0007_0000_ffff) // 7RECV_F7 peer 1, slot 0; 7F7 slot 0
 }
 

@@ -6,7 +6,7 @@ package batchend
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -38,21 +38,21 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-5 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)  // 0DATA_LOAD0 slot 0
-	x.F(0x0000_0000_0000_ffff)     // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)  // 0DATA_LOAD1 slot 1
-	x.SendF(0x0000_0000_0001_0000) // 0SEND_F0 peer 1, slot 0
-	x.F(0x0000_0001_0001_ffff)     // 0F1 slot 1
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
+	x.F(0x0000_0001_0001_ffff)        // 0F1 slot 1
 	x.BatchBegin()
 }
 
 // rank0Part1 runs steps 6-11 of rank 0.
 func rank0Part1(x *pipe.Exec) {
-	x.SendF(0x0000_0001_0001_0001) // 0SEND_F1 peer 1, slot 1
-	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
-	x.B(0x0000_0000_0000_ffff) // want "edited generated code: rank 0 step 8 is x\\.B\\(0x0000_0000_0000_ffff\\) \\([^()]*\\) where .* generates x\\.BatchEnd\\(\\)" "unsafe program: rank 0 step 8 \\(0B0\\): B inside the batch that step 5 opened; a batch holds only transfers"
-	x.Load(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
-	x.F(0x0000_0002_0000_ffff)    // 0F2 slot 0
+	x.SendF(0x0000_0001_0001_0001)    // 0SEND_F1 peer 1, slot 1
+	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
+	x.B(0x0000_0000_0000_ffff)        // want "edited generated code: rank 0 step 8 is x\\.B\\(0x0000_0000_0000_ffff\\) \\([^()]*\\) where .* generates x\\.BatchEnd\\(\\)" "unsafe program: rank 0 step 8 \\(0B0\\): B inside the batch that step 5 opened; a batch holds only transfers"
+	x.DataLoad(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
+	x.F(0x0000_0002_0000_ffff)        // 0F2 slot 0
 }
 
 // rank0Part2 runs steps 12-17 of rank 0.
@@ -82,11 +82,11 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-5 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.Load(0x0001_0000_0000_ffff)  // 1DATA_LOAD0 slot 0
-	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
-	x.F(0x0001_0000_0000_ffff)     // 1F0 slot 0
-	x.B(0x0001_0000_0000_ffff)     // 1B0 slot 0
-	x.Load(0x0001_0001_0001_ffff)  // 1DATA_LOAD1 slot 1
+	x.DataLoad(0x0001_0000_0000_ffff) // 1DATA_LOAD0 slot 0
+	x.RecvF(0x0001_0000_0000_0000)    // 1RECV_F0 peer 0, slot 0
+	x.F(0x0001_0000_0000_ffff)        // 1F0 slot 0
+	x.B(0x0001_0000_0000_ffff)        // 1B0 slot 0
+	x.DataLoad(0x0001_0001_0001_ffff) // 1DATA_LOAD1 slot 1
 	x.BatchBegin()
 }
 
@@ -95,9 +95,9 @@ func rank1Part1(x *pipe.Exec) {
 	x.RecvF(0x0001_0001_0000_0001) // 1RECV_F1 peer 0, slot 1
 	x.SendB(0x0001_0000_0000_0000) // 1SEND_B0 peer 0, slot 0
 	x.BatchEnd()
-	x.F(0x0001_0001_0001_ffff)    // 1F1 slot 1
-	x.B(0x0001_0001_0001_ffff)    // 1B1 slot 1
-	x.Load(0x0001_0002_0000_ffff) // 1DATA_LOAD2 slot 0
+	x.F(0x0001_0001_0001_ffff)        // 1F1 slot 1
+	x.B(0x0001_0001_0001_ffff)        // 1B1 slot 1
+	x.DataLoad(0x0001_0002_0000_ffff) // 1DATA_LOAD2 slot 0
 }
 
 // rank1Part2 runs steps 12-17 of rank 1.

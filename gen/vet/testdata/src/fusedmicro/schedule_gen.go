@@ -6,7 +6,7 @@ package fusedmicro
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -36,9 +36,9 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-7 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)     // 0DATA_LOAD0 slot 0
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
 	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)     // 0DATA_LOAD1 slot 1
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
 	x.SendF(0x0000_0000_0001_0000)    // 0SEND_F0 peer 1, slot 0
 	x.FAndSend(0x0000_0002_0001_ffff) // want "rank 0 step 5: x.FAndSend\\(0x0000_0002_0001_ffff\\) \\(0SEND_F2 peer 1, slot 1\\) is the 2nd act send from rank 0 to rank 1, but the 2nd act receive on rank 1 is x\\.RecvF\\(0x0001_0001_0000_0001\\) \\([^()]*\\)" "edited generated code: rank 0 step 4 is x\\.FAndSend\\(0x0000_0002_0001_ffff\\) \\([^()]*\\) where .ppgen gen -helper 6 -micro 3 -ranks 2 -schedule 1f1b. generates x\\.FAndSend\\(0x0000_0001_0001_ffff\\) \\([^()]*\\)"
 	x.RecvAndB(0x0000_0000_0000_ffff) // 0RECV_B0 peer 1, slot 0; 0B0 slot 0
@@ -46,7 +46,7 @@ func rank0Part0(x *pipe.Exec) {
 
 // rank0Part1 runs steps 8-15 of rank 0.
 func rank0Part1(x *pipe.Exec) {
-	x.Load(0x0000_0002_0000_ffff)     // 0DATA_LOAD2 slot 0
+	x.DataLoad(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
 	x.FAndSend(0x0000_0002_0000_ffff) // 0F2 slot 0; 0SEND_F2 peer 1, slot 0
 	x.RecvAndB(0x0000_0001_0001_ffff) // 0RECV_B1 peer 1, slot 1; 0B1 slot 1
 	x.RecvAndB(0x0000_0002_0000_ffff) // 0RECV_B2 peer 1, slot 0; 0B2 slot 0
@@ -63,22 +63,22 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-6 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.Load(0x0001_0000_0000_ffff)     // 1DATA_LOAD0 slot 0
+	x.DataLoad(0x0001_0000_0000_ffff) // 1DATA_LOAD0 slot 0
 	x.RecvAndF(0x0001_0000_0000_ffff) // 1RECV_F0 peer 0, slot 0; 1F0 slot 0
 	x.B(0x0001_0000_0000_ffff)        // 1B0 slot 0
-	x.Load(0x0001_0001_0001_ffff)     // 1DATA_LOAD1 slot 1
+	x.DataLoad(0x0001_0001_0001_ffff) // 1DATA_LOAD1 slot 1
 	x.RecvF(0x0001_0001_0000_0001)    // 1RECV_F1 peer 0, slot 1
 	x.SendB(0x0001_0000_0000_0000)    // 1SEND_B0 peer 0, slot 0
 }
 
 // rank1Part1 runs steps 7-12 of rank 1.
 func rank1Part1(x *pipe.Exec) {
-	x.F(0x0001_0001_0001_ffff)     // 1F1 slot 1
-	x.B(0x0001_0001_0001_ffff)     // 1B1 slot 1
-	x.Load(0x0001_0002_0000_ffff)  // 1DATA_LOAD2 slot 0
-	x.RecvF(0x0001_0002_0000_0000) // 1RECV_F2 peer 0, slot 0
-	x.SendB(0x0001_0001_0000_0001) // 1SEND_B1 peer 0, slot 1
-	x.F(0x0001_0002_0000_ffff)     // 1F2 slot 0
+	x.F(0x0001_0001_0001_ffff)        // 1F1 slot 1
+	x.B(0x0001_0001_0001_ffff)        // 1B1 slot 1
+	x.DataLoad(0x0001_0002_0000_ffff) // 1DATA_LOAD2 slot 0
+	x.RecvF(0x0001_0002_0000_0000)    // 1RECV_F2 peer 0, slot 0
+	x.SendB(0x0001_0001_0000_0001)    // 1SEND_B1 peer 0, slot 1
+	x.F(0x0001_0002_0000_ffff)        // 1F2 slot 0
 }
 
 // rank1Part2 runs steps 13-15 of rank 1.

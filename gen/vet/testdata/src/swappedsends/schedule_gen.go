@@ -6,7 +6,7 @@ package swappedsends
 import pipe "github.com/ppgen/ppgen/runtime/pipe"
 
 // This guard breaks the build when runtime/pipe no longer supports this generated code.
-const _ = pipe.SupportPackageIsVersion1
+const _ = pipe.SupportPackageIsVersion2
 
 // Fingerprint is the hash of the lowered program's canonical text (steps with peers and
 // slots); every rank checks it at the rendezvous.
@@ -37,22 +37,22 @@ func Rank0(x *pipe.Exec) error {
 
 // rank0Part0 runs steps 0-5 of rank 0.
 func rank0Part0(x *pipe.Exec) {
-	x.Load(0x0000_0000_0000_ffff)  // 0DATA_LOAD0 slot 0
-	x.F(0x0000_0000_0000_ffff)     // 0F0 slot 0
-	x.Load(0x0000_0001_0001_ffff)  // 0DATA_LOAD1 slot 1
-	x.SendF(0x0000_0001_0001_0001) // want "rank 0 step 3: x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) is the 1st act send from rank 0 to rank 1, but the 1st act receive on rank 1 is x\\.RecvF\\(0x0001_0000_0000_0000\\) \\([^()]*\\), not stage 1 micro 1" "edited generated code: rank 0 step 3 is x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) where .* generates x\\.SendF\\(0x0000_0000_0001_0000\\) \\([^()]*\\)"
+	x.DataLoad(0x0000_0000_0000_ffff) // 0DATA_LOAD0 slot 0
+	x.F(0x0000_0000_0000_ffff)        // 0F0 slot 0
+	x.DataLoad(0x0000_0001_0001_ffff) // 0DATA_LOAD1 slot 1
+	x.SendF(0x0000_0001_0001_0001)    // want "rank 0 step 3: x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) is the 1st act send from rank 0 to rank 1, but the 1st act receive on rank 1 is x\\.RecvF\\(0x0001_0000_0000_0000\\) \\([^()]*\\), not stage 1 micro 1" "edited generated code: rank 0 step 3 is x\\.SendF\\(0x0000_0001_0001_0001\\) \\([^()]*\\) where .* generates x\\.SendF\\(0x0000_0000_0001_0000\\) \\([^()]*\\)"
 	x.F(0x0000_0001_0001_ffff)
 	x.SendF(0x0000_0000_0001_0000)
 }
 
 // rank0Part1 runs steps 6-11 of rank 0.
 func rank0Part1(x *pipe.Exec) {
-	x.RecvB(0x0000_0000_0001_0000) // 0RECV_B0 peer 1, slot 0
-	x.B(0x0000_0000_0000_ffff)     // 0B0 slot 0
-	x.Load(0x0000_0002_0000_ffff)  // 0DATA_LOAD2 slot 0
-	x.F(0x0000_0002_0000_ffff)     // 0F2 slot 0
-	x.SendF(0x0000_0002_0001_0000) // 0SEND_F2 peer 1, slot 0
-	x.RecvB(0x0000_0001_0001_0001) // 0RECV_B1 peer 1, slot 1
+	x.RecvB(0x0000_0000_0001_0000)    // 0RECV_B0 peer 1, slot 0
+	x.B(0x0000_0000_0000_ffff)        // 0B0 slot 0
+	x.DataLoad(0x0000_0002_0000_ffff) // 0DATA_LOAD2 slot 0
+	x.F(0x0000_0002_0000_ffff)        // 0F2 slot 0
+	x.SendF(0x0000_0002_0001_0000)    // 0SEND_F2 peer 1, slot 0
+	x.RecvB(0x0000_0001_0001_0001)    // 0RECV_B1 peer 1, slot 1
 }
 
 // rank0Part2 runs steps 12-15 of rank 0.
@@ -73,22 +73,22 @@ func Rank1(x *pipe.Exec) error {
 
 // rank1Part0 runs steps 0-5 of rank 1.
 func rank1Part0(x *pipe.Exec) {
-	x.Load(0x0001_0000_0000_ffff)  // 1DATA_LOAD0 slot 0
-	x.RecvF(0x0001_0000_0000_0000) // 1RECV_F0 peer 0, slot 0
-	x.F(0x0001_0000_0000_ffff)     // 1F0 slot 0
-	x.B(0x0001_0000_0000_ffff)     // 1B0 slot 0
-	x.Load(0x0001_0001_0001_ffff)  // 1DATA_LOAD1 slot 1
-	x.RecvF(0x0001_0001_0000_0001) // 1RECV_F1 peer 0, slot 1
+	x.DataLoad(0x0001_0000_0000_ffff) // 1DATA_LOAD0 slot 0
+	x.RecvF(0x0001_0000_0000_0000)    // 1RECV_F0 peer 0, slot 0
+	x.F(0x0001_0000_0000_ffff)        // 1F0 slot 0
+	x.B(0x0001_0000_0000_ffff)        // 1B0 slot 0
+	x.DataLoad(0x0001_0001_0001_ffff) // 1DATA_LOAD1 slot 1
+	x.RecvF(0x0001_0001_0000_0001)    // 1RECV_F1 peer 0, slot 1
 }
 
 // rank1Part1 runs steps 6-11 of rank 1.
 func rank1Part1(x *pipe.Exec) {
-	x.SendB(0x0001_0000_0000_0000) // 1SEND_B0 peer 0, slot 0
-	x.F(0x0001_0001_0001_ffff)     // 1F1 slot 1
-	x.B(0x0001_0001_0001_ffff)     // 1B1 slot 1
-	x.Load(0x0001_0002_0000_ffff)  // 1DATA_LOAD2 slot 0
-	x.RecvF(0x0001_0002_0000_0000) // 1RECV_F2 peer 0, slot 0
-	x.SendB(0x0001_0001_0000_0001) // 1SEND_B1 peer 0, slot 1
+	x.SendB(0x0001_0000_0000_0000)    // 1SEND_B0 peer 0, slot 0
+	x.F(0x0001_0001_0001_ffff)        // 1F1 slot 1
+	x.B(0x0001_0001_0001_ffff)        // 1B1 slot 1
+	x.DataLoad(0x0001_0002_0000_ffff) // 1DATA_LOAD2 slot 0
+	x.RecvF(0x0001_0002_0000_0000)    // 1RECV_F2 peer 0, slot 0
+	x.SendB(0x0001_0001_0000_0001)    // 1SEND_B1 peer 0, slot 1
 }
 
 // rank1Part2 runs steps 12-15 of rank 1.

@@ -4,7 +4,7 @@
 // matter: TestStubMatchesRuntime checks them against runtime/pipe's sources.
 package pipe
 
-const SupportPackageIsVersion1 = true
+const SupportPackageIsVersion2 = true
 
 type Spec struct {
 	Schedule    string
@@ -29,10 +29,10 @@ type OpKind uint8
 const (
 	OpInvalid OpKind = iota
 	OpDataLoad
-	OpRecvAct
-	OpSendAct
-	OpRecvGrad
-	OpSendGrad
+	OpRecvF
+	OpSendF
+	OpRecvB
+	OpSendB
 	OpForward
 	OpBackward
 	OpBackwardInput
@@ -47,10 +47,10 @@ const (
 	OpSwapWaitOffload
 	OpSwapLaunchLoad
 	OpSwapWaitLoad
-	OpRecvInput
-	OpSendInput
-	OpRecvData
-	OpSendData
+	OpMpipeRecv
+	OpMpipeSend
+	OpDataRecv
+	OpDataSend
 	OpBatchBegin
 	OpBatchEnd
 	OpTieGrad
@@ -69,16 +69,16 @@ type Exec struct{}
 
 func (x *Exec) Err() error { return nil }
 
-func (x *Exec) Load(a At)  {}
-func (x *Exec) RecvF(a At) {}
-func (x *Exec) SendF(a At) {}
-func (x *Exec) RecvB(a At) {}
-func (x *Exec) SendB(a At) {}
-func (x *Exec) F(a At)     {}
-func (x *Exec) B(a At)     {}
-func (x *Exec) I(a At)     {}
-func (x *Exec) W(a At)     {}
-func (x *Exec) OptStep()   {}
+func (x *Exec) DataLoad(a At) {}
+func (x *Exec) RecvF(a At)    {}
+func (x *Exec) SendF(a At)    {}
+func (x *Exec) RecvB(a At)    {}
+func (x *Exec) SendB(a At)    {}
+func (x *Exec) F(a At)        {}
+func (x *Exec) B(a At)        {}
+func (x *Exec) I(a At)        {}
+func (x *Exec) W(a At)        {}
+func (x *Exec) OptStep()      {}
 
 func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, bMicro, bSlot, bSrc int) {
 }
@@ -90,15 +90,15 @@ func (x *Exec) Reshard(stage int)    {}
 func (x *Exec) ReduceGrad(stage int) {}
 func (x *Exec) TieGrad(stage int)    {}
 
-func (x *Exec) LaunchOffload(a At) {}
-func (x *Exec) WaitOffload(a At)   {}
-func (x *Exec) LaunchLoad(a At)    {}
-func (x *Exec) WaitLoad(a At)      {}
+func (x *Exec) SwapLaunchOffload(a At) {}
+func (x *Exec) SwapWaitOffload(a At)   {}
+func (x *Exec) SwapLaunchLoad(a At)    {}
+func (x *Exec) SwapWaitLoad(a At)      {}
 
-func (x *Exec) RecvLabels(a At) {}
-func (x *Exec) SendLabels(a At) {}
-func (x *Exec) RecvInput(a At)  {}
-func (x *Exec) SendInput(a At)  {}
+func (x *Exec) DataRecv(a At)  {}
+func (x *Exec) DataSend(a At)  {}
+func (x *Exec) MpipeRecv(a At) {}
+func (x *Exec) MpipeSend(a At) {}
 
 func (x *Exec) BatchBegin() {}
 func (x *Exec) BatchEnd()   {}
