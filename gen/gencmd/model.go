@@ -4,20 +4,17 @@ import (
 	"math"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/synth"
 )
-
-// modelKeys are the cost keys a -model file gives; -cost may not give them
-// too.
-var modelKeys = map[string]bool{"f": true, "b": true, "i": true, "w": true, "act": true}
 
 // The values of -partition.
 const (
@@ -25,90 +22,38 @@ const (
 	PartitionAuto = "auto" // gen/partition's split for the schedule's order
 )
 
-// StageCost is the cost model a command simulates a program of the given
-// number of stages by: -cost (ParseCost), or with -model the model's
-// layers split evenly by count into the stages (model.Even: what a trainer
-// does without a partitioner) with its comm and bw, and the other keys of
-// -cost (data, opt, overlap, ...; comm and bw override the model's). Its
-// errors are *UsageError.
-//
-// copies is the number of model copies the stages form (dualpipe's 2, else
-// 1): each copy holds the whole model, so the layers split into
-// stages/copies stages, repeated per copy.
-func (r *Request) StageCost(stages, copies int) (sim.Cost, error) {
-	if r.Model == "" {
-		return ParseCost(r.Cost, stages)
+// Pricing is the command line's price list: -cost and -model
+// (pricing.Pricing, which says how they combine), built once per -cost and
+// -model and kept for every question later calls ask of it. Reading the
+// -model file is its only error.
+func (r *Request) Pricing() (*pricing.Pricing, error) {
+	if r.pricing != nil && r.pricedCost == r.Cost && r.pricedModel == r.Model {
+		return r.pricing, nil
 	}
-	m, err := r.ReadModel()
-	if err != nil {
-		return sim.Cost{}, err
-	}
-	copies = max(copies, 1)
-	if stages%copies != 0 {
-		return sim.Cost{}, usagef("-model %s: %d stages do not form %d model copies", r.Model, stages, copies)
-	}
-	p, err := model.Even(len(m.Layers), stages/copies)
-	if err != nil {
-		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
-	}
-	return r.SplitCost(m, p, copies)
-}
-
-// SplitCost is the cost model of a program of copies model copies whose
-// every copy splits m's layers by part (partition.CopyCost), with the
-// other keys of -cost. Its errors are *UsageError.
-func (r *Request) SplitCost(m model.Model, part model.Partition, copies int) (sim.Cost, error) {
-	c, err := partition.CopyCost(m, part, copies)
-	if err != nil {
-		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
-	}
-	if r.Cost == "" {
-		return c, nil
-	}
-	stages := part.Stages() * max(copies, 1)
-	given := map[string]bool{}
-	for _, field := range strings.Split(r.Cost, ",") {
-		key, _, _ := strings.Cut(field, "=")
-		key = strings.ToLower(strings.TrimSpace(key))
-		if modelKeys[key] {
-			return sim.Cost{}, usagef("-cost %s: %s is given per layer by -model %s; -cost may add the other keys (comm, bw, data, opt, overlap, unshard, reduce, swap, dp)", r.Cost, strings.TrimSpace(strings.SplitN(field, "=", 2)[0]), r.Model)
+	var m *model.Model
+	if r.Model != "" {
+		read, err := r.ReadModel()
+		if err != nil {
+			return nil, err
 		}
-		given[key] = true
+		m = &read
 	}
-	extra, err := sim.ParseCost(r.Cost, stages)
-	if err != nil {
-		return sim.Cost{}, &UsageError{Msg: err.Error()}
-	}
-	c.DataLoad, c.Overlap, c.Unshard, c.Reduce, c.Opt, c.Swap, c.DP = extra.DataLoad, extra.Overlap, extra.Unshard, extra.Reduce, extra.Opt, extra.Swap, extra.DP
-	c.Param = extra.Param
-	if given["comm"] {
-		c.Comm = extra.Comm
-	}
-	if given["bw"] {
-		c.BW = extra.BW
-	}
-	if c, err = c.Resolve(stages); err != nil {
-		return sim.Cost{}, usagef("-model %s with -cost %s: %v", r.Model, r.Cost, err)
-	}
-	return c, nil
+	r.pricing, r.pricedCost, r.pricedModel = pricing.New(r.Cost, m, r.Model), r.Cost, r.Model
+	return r.pricing, nil
 }
 
 // SplitModel is the -model file as the auto scheduler sees it
-// (gen.SplitModel): its costs with -cost's other keys, and with
-// -partition auto every family also with gen/partition's split.
-func (r *Request) SplitModel() (*gen.SplitModel, error) {
+// (auto.SplitModel): priced by Pricing, and with -partition auto every
+// family also with gen/partition's split.
+func (r *Request) SplitModel() (*auto.SplitModel, error) {
 	if err := r.checkPartition(); err != nil {
 		return nil, err
 	}
-	m, err := r.ReadModel()
+	p, err := r.Pricing()
 	if err != nil {
 		return nil, err
 	}
-	return &gen.SplitModel{
-		Model:     m,
-		Cost:      func(part model.Partition, copies int) (sim.Cost, error) { return r.SplitCost(m, part, copies) },
-		Partition: r.Partition == PartitionAuto,
-	}, nil
+	return auto.NewSplitModel(p, r.Partition == PartitionAuto)
 }
 
 func (r *Request) checkPartition() error {
@@ -121,21 +66,6 @@ func (r *Request) checkPartition() error {
 		return usagef("-partition %s splits the layers of a -model file; give -model FILE", r.Partition)
 	}
 	return nil
-}
-
-// ResultCost is the cost model to simulate a lowered result by: with
-// -model, the model's layers split as res records (res.Layers: the split
-// auto or -partition chose, or the even one), else StageCost.
-func (r *Request) ResultCost(res gen.Result) (sim.Cost, error) {
-	copies := max(res.Program.Copies, 1)
-	if r.Model == "" || res.Layers == nil {
-		return r.StageCost(res.Program.Stages(), copies)
-	}
-	m, err := r.ReadModel()
-	if err != nil {
-		return sim.Cost{}, err
-	}
-	return r.SplitCost(m, model.Partition{Bounds: res.Layers}, copies)
 }
 
 // splitResult records in res the split of the model's layers it runs
@@ -164,7 +94,7 @@ func (r *Request) splitResult(res *gen.Result) error {
 		return nil
 	}
 	pr, err := partition.Search(sp.Model, res.Compute, partition.Options{
-		Cost:     func(part model.Partition) (sim.Cost, error) { return r.SplitCost(sp.Model, part, copies) },
+		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
 		MemLimit: r.Mem,
 	})
 	if err != nil {
@@ -202,7 +132,7 @@ func (r *Request) ReadModel() (model.Model, error) {
 // result's own, when no order is faster.
 func (r *Request) LowerBound(res gen.Result, cost sim.Cost, makespan float64) (bound float64, exact bool, err error) {
 	var opt sim.BoundOptions
-	if r.Mem > 0 && (r.Schedule == gen.Auto || r.Partition == PartitionAuto) {
+	if r.Mem > 0 && (r.Schedule == auto.Name || r.Partition == PartitionAuto) {
 		S := res.Program.Stages()
 		opt.MaxLive = make([]int, S)
 		if r.Model != "" && res.Layers != nil {
@@ -307,34 +237,6 @@ func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan floa
 // exactMaxSteps is the most compute steps (3 · stages · micro-batches)
 // exactBound searches.
 const exactMaxSteps = 128
-
-// orderCost is the cost model a family whose order depends on it
-// (schedules.Family.UsesCost) is built for, on ranks × v stages: the
-// StageCost of those stages (what sim, trace and report simulate it by;
-// -cost is each stage's cost), resolved, its F, I, W and comm. Values the
-// family rejects (ranks or v out of range) give nil: its own check says
-// why.
-func (r *Request) orderCost(ranks, v int) (*ir.Costs, error) {
-	if ranks < 1 || v < 1 || ranks > ir.MaxIndex+1 || v > (ir.MaxIndex+1)/ranks {
-		return nil, nil
-	}
-	stages := ranks * v
-	c, err := r.StageCost(stages, 1)
-	if err != nil {
-		return nil, err
-	}
-	if c, err = c.Resolve(stages); err != nil {
-		return nil, usagef("-cost: %v", err)
-	}
-	return &ir.Costs{F: c.F, I: c.I, W: c.W, Comm: c.Comm}, nil
-}
-
-// usesCost says whether the family named so builds its order for the cost
-// model (schedules.Family.UsesCost).
-func usesCost(name string) bool {
-	fam, err := schedules.Lookup(name)
-	return err == nil && fam.UsesCost
-}
 
 // costFamilies lists the families whose order the cost model shapes.
 func costFamilies() []string {

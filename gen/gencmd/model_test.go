@@ -27,7 +27,7 @@ func TestModelStageCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Request{Model: "m.json", Env: Env{Dir: dir}}
-	c, err := r.StageCost(2, 1)
+	c, err := stageCost(r, 2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,19 +53,19 @@ func TestModelStageCost(t *testing.T) {
 		{Request{Model: "m.json", Cost: "comm=-1", Env: Env{Dir: dir}}, "comm"},
 		{Request{Model: "missing.json", Env: Env{Dir: dir}}, "reading -model"},
 	} {
-		if _, err := tc.req.StageCost(2, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := stageCost(&tc.req, 2, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v, want %q", tc.req, err, tc.want)
 		}
 	}
-	if _, err := r.StageCost(5, 1); err == nil || !strings.Contains(err.Error(), "4 layers cannot fill 5 stages") {
+	if _, err := stageCost(r, 5, 1); err == nil || !strings.Contains(err.Error(), "4 layers cannot fill 5 stages") {
 		t.Errorf("5 stages of 4 layers: %v", err)
 	}
 	with := &Request{Model: "m.json", Cost: "comm=0.5,opt=2", Env: Env{Dir: dir}}
-	if c, err := with.StageCost(2, 1); err != nil || c.Comm != 0.5 || c.Opt != 2 || c.F[1] != 7 {
+	if c, err := stageCost(with, 2, 1); err != nil || c.Comm != 0.5 || c.Opt != 2 || c.F[1] != 7 {
 		t.Errorf("-cost comm=0.5,opt=2 with -model: %+v, %v", c, err)
 	}
 	// Two model copies (dualpipe) each hold the whole model.
-	if c, err := r.StageCost(4, 2); err != nil || !slices.Equal(c.F, []float64{3, 7, 3, 7}) {
+	if c, err := stageCost(r, 4, 2); err != nil || !slices.Equal(c.F, []float64{3, 7, 3, 7}) {
 		t.Errorf("4 stages in 2 copies: F %v, %v; want [3 7 3 7]", c.F, err)
 	}
 }
@@ -154,4 +154,14 @@ func TestExactBound(t *testing.T) {
 			t.Errorf("%s: %g, %v; want ok %v at 13", tc.name, got, ok, tc.ok)
 		}
 	}
+}
+
+// stageCost is the cost model r's Pricing simulates a program of the given
+// stages and copies by.
+func stageCost(r *Request, stages, copies int) (sim.Cost, error) {
+	p, err := r.Pricing()
+	if err != nil {
+		return sim.Cost{}, err
+	}
+	return p.Stages(stages, copies)
 }

@@ -2,8 +2,10 @@ package gencmd
 
 import (
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -57,7 +59,7 @@ func (r *Request) PartitionLayers() (PartitionReport, error) {
 			one.Schedule = DefaultPartitionScheduleV
 		}
 	}
-	if one.Schedule == gen.Auto {
+	if one.Schedule == auto.Name {
 		return PartitionReport{}, usagef("-schedule auto: partition splits for one family's order; name it (ppgen sim -schedule auto -model FILE -partition auto tries every family with its split)")
 	}
 	if one.Micro == 0 && one.Ranks > 0 {
@@ -72,9 +74,13 @@ func (r *Request) PartitionLayers() (PartitionReport, error) {
 	if err != nil {
 		return PartitionReport{}, err
 	}
+	price, err := one.Pricing()
+	if err != nil {
+		return PartitionReport{}, err
+	}
 	copies := max(res.Program.Copies, 1)
 	pr, err := partition.Search(m, res.Compute, partition.Options{
-		Cost:     func(part model.Partition) (sim.Cost, error) { return one.SplitCost(m, part, copies) },
+		Cost:     func(part model.Partition) (sim.Cost, error) { return price.Split(part, copies) },
 		MemLimit: r.Mem,
 	})
 	if err != nil {
@@ -85,13 +91,16 @@ func (r *Request) PartitionLayers() (PartitionReport, error) {
 		LayerCount: len(m.Layers), Copies: copies, Evals: pr.Evals,
 		Bounds: pr.Split.Bounds, EvenBounds: pr.Even.Bounds,
 	}
-	sp := &gen.SplitModel{Model: m, Cost: func(part model.Partition, copies int) (sim.Cost, error) { return one.SplitCost(m, part, copies) }}
+	sp, err := auto.NewSplitModel(price, false)
+	if err != nil {
+		return PartitionReport{}, err
+	}
 	for i, part := range []model.Partition{pr.Split, pr.Even} {
-		res, sr, mem, err := gen.EvaluateSplit(res.Config, mustOptions(one), sp, part)
+		res, sr, mem, err := auto.EvaluateSplit(res.Config, mustOptions(one), sp, part)
 		if err != nil {
 			return PartitionReport{}, err
 		}
-		c, err := one.SplitCost(m, part, copies)
+		c, err := price.Split(part, copies)
 		if err != nil {
 			return PartitionReport{}, err
 		}
@@ -105,7 +114,7 @@ func (r *Request) PartitionLayers() (PartitionReport, error) {
 			rep.EvenMakespan, rep.EvenMem, rep.EvenBound = sr.Makespan, mem, lb
 		}
 	}
-	c, err := partition.CopyCost(m, pr.Split, 1)
+	c, err := pricing.OfModel(m).Split(pr.Split, 1)
 	if err != nil {
 		return PartitionReport{}, err
 	}
@@ -134,5 +143,5 @@ func at(l []float64, s int) float64 {
 // mustOptions is r's lowering options, which Lower already accepted.
 func mustOptions(r Request) gen.Options {
 	opt, _ := r.LowerOptions()
-	return opt
+	return opt.Options
 }

@@ -143,9 +143,15 @@ func Normalize(cfg ir.Config) (ir.Config, Family, error) {
 	if err != nil {
 		return cfg, f, err
 	}
-	cfg.Schedule = f.Name
-	cfg, err = normalize(f, cfg)
+	cfg, err = f.Normalize(cfg)
 	return cfg, f, err
+}
+
+// Normalize is Normalize for a family already looked up (Lookup): it
+// sets cfg.Schedule to the family's name, fills V and checks P, V, M.
+func (f Family) Normalize(cfg ir.Config) (ir.Config, error) {
+	cfg.Schedule = f.Name
+	return normalize(f, cfg)
 }
 
 // normalize is Normalize for family f: the only check of P, V, M ≥ 1.
