@@ -148,20 +148,7 @@ func Build(cfg ir.Config) (ir.Config, ir.Program, error) {
 	if err != nil {
 		return cfg, ir.Program{}, err
 	}
-	return BuildFamily(fam, cfg)
-}
-
-// BuildFamily is Build for a family already looked up (a caller that
-// resolved cfg.Schedule once, e.g. from a flag): cfg.Schedule becomes the
-// family's name.
-func BuildFamily(fam schedules.Family, cfg ir.Config) (ir.Config, ir.Program, error) {
-	cfg.Schedule = fam.Name
-	cfg, err := fam.Normalize(cfg)
-	if err != nil {
-		return cfg, ir.Program{}, err
-	}
-	p, err := fam.Build(cfg) // the family checks cfg.Placement
-	return cfg, p, err
+	return fam.BuildConfig(cfg)
 }
 
 // Lower builds the schedule, lowers it and verifies the result.
@@ -178,7 +165,7 @@ func LowerFamily(fam schedules.Family, cfg ir.Config, opt Options) (Result, erro
 	if fam.ComputeOnly != "" {
 		return Result{}, &ScheduleError{fam.Name, fmt.Errorf("schedule %s cannot be lowered yet: %s", fam.Name, fam.ComputeOnly)}
 	}
-	cfg, compute, err := BuildFamily(fam, cfg)
+	cfg, compute, err := fam.BuildConfig(cfg)
 	if err != nil {
 		return Result{}, err
 	}

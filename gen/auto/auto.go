@@ -156,9 +156,7 @@ func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (gen.Result, sim.Result, f
 	if sc := opt.StageCost; sc != nil {
 		opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sc(p.Stages(), max(p.Copies, 1)) }
 	} else {
-		opt.CommCost = func(p ir.Program) (sim.Cost, error) {
-			return pricing.PerShare(c, max(p.Stages()/max(len(p.Ranks), 1)/max(p.Copies, 1), 1))
-		}
+		opt.CommCost = pricing.ShareComm(c)
 	}
 	res, err := gen.Lower(cfg, opt.Options)
 	if err != nil {
@@ -284,13 +282,13 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	var fams []family
 	var tries []*autoTry // the ones that built
 	index := 0
-	names := schedules.Names()
+	all := schedules.All()
 	rewrites := opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly
 	var synthOn []synthPlacement
 	if sp := opt.Split; sp != nil && !rewrites {
 		synthOn = synthPlacementsFor(cfg, len(sp.Model.Layers))
 	}
-	done, total := 0, len(names)+2+len(synthOn)
+	done, total := 0, len(all)+2+len(synthOn)
 	if len(synthOn) > 0 {
 		total++ // the local searches
 		if splitClimbs(opt.Budget, opt.MemLimit, opt.Split) > 0 {
@@ -303,9 +301,8 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		}
 		done++
 	}
-	for _, name := range names {
-		fam, _ := schedules.Lookup(name)
-		progress("building %s", name)
+	for _, fam := range all {
+		progress("building %s", fam.Name)
 		f := family{fam: fam}
 		if fam.ComputeOnly == "" {
 			for _, v := range vs {
@@ -313,7 +310,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 				one.Schedule, one.Virtual = fam.Name, v
 				t := &autoTry{cfg: one, index: index}
 				index++
-				t.cfg, t.built, t.err = gen.Build(one)
+				t.cfg, t.built, t.err = fam.BuildConfig(one)
 				f.tries = append(f.tries, t)
 				if t.err == nil {
 					tries = append(tries, t)

@@ -100,7 +100,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		// comm = 1 at P = 8, M = 16 within 18.5: 450.6 → 439.6); the
 		// candidate found is lowered every way at the end (evaluateSynth).
 		o := opt.Options
-		o.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.Pricing.Split(part, 1) }
+		o.CommCost = sp.Pricing.CommSplit(part.Bounds)
 		po := opt.Passes
 		if ls, _ := gen.CostLayouts(q, o); len(ls) > 0 {
 			po = ls[len(ls)-1] // the latency-aware layout when there is one
@@ -547,7 +547,7 @@ const periodicTrials = 200
 // evaluateSynth lowers and verifies a synthesized try's order and
 // simulates it with its split, as EvaluateSplit does a family's.
 func evaluateSynth(t *autoTry, opt gen.Options, sp *SplitModel) (gen.Result, sim.Result, float64, error) {
-	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.Pricing.Split(t.layers, 1) }
+	opt.CommCost = sp.Pricing.CommSplit(t.layers.Bounds)
 	res, err := gen.LowerOrder(t.cfg, t.built, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err

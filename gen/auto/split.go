@@ -80,7 +80,7 @@ func (sp *SplitModel) run(p ir.Program, part model.Partition) (sim.Result, float
 // simulates the result with the model's layers split by part (one copy's
 // stages), and returns the busiest rank's memory in the model's units.
 func EvaluateSplit(cfg ir.Config, opt gen.Options, sp *SplitModel, part model.Partition) (gen.Result, sim.Result, float64, error) {
-	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.Pricing.Split(part, partition.Copies(p)) }
+	opt.CommCost = sp.Pricing.CommSplit(part.Bounds)
 	res, err := gen.Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err

@@ -18,7 +18,9 @@ func (r *Request) Compare(entries []auto.CompareEntry, progress func(name string
 	opt := auto.CompareOptions{Pricing: p, Progress: progress,
 		Setup: func(e auto.CompareEntry) (ir.Config, auto.Options, error) {
 			one := *r
-			one.Schedule, one.Virtual = e.Family.Name, e.Virtual
+			fam := e.Family // resolved by auto.ParseCompare
+			one.Schedule, one.Virtual = fam.Name, e.Virtual
+			one.family, one.familyOf = &fam, fam.Name
 			cfg, err := one.Config()
 			if err != nil {
 				return cfg, auto.Options{}, err

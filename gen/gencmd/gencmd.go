@@ -92,7 +92,7 @@ type Request struct {
 	// default). It applies to -schedule auto with -model.
 	Budget int
 	// Model is -model: a model description (gen/model) whose layers give
-	// the per-stage costs of a command that simulates (StageCost), and of
+	// the per-stage costs of a command that simulates (Pricing), and of
 	// -schedule auto's candidates in any command.
 	Model string
 	// Partition is -partition: how a -model's layers split into a fixed
@@ -143,6 +143,11 @@ type Request struct {
 	// AutoProgress, not a flag, is passed to -schedule auto as
 	// auto.Options.Progress.
 	AutoProgress func(step string, done, total int)
+
+	// family is the family -schedule names, resolved once
+	// (resolveFamily) for the name familyOf.
+	family   *schedules.Family
+	familyOf string
 
 	// pricing is the price list of -cost pricedCost and -model
 	// pricedModel (Pricing).
@@ -275,11 +280,12 @@ func aliasNames() []string {
 }
 
 // scheduleName is -schedule's flag.Value: a family's name or an alias of it
-// is resolved to the family (schedules.Lookup), the one lookup of the
-// family from the flag to the emitted call, and stored as the family's
-// name, so that what is generated, recorded and reported names the family
-// as `ppgen list` does; anything else (auto, a name no family has) is
-// stored as given, for Config and Lower to accept or refuse.
+// is resolved to the family (schedules.Resolve, the one lookup of the
+// family from the flag to the emitted call), which the Request keeps, and
+// stored as the family's name, so that what is generated, recorded and
+// reported names the family as `ppgen list` does; anything else (auto, a
+// name no family has) is stored as given, for Config and Lower to accept
+// or refuse.
 type scheduleName struct{ r *Request }
 
 func (s scheduleName) String() string {
@@ -296,17 +302,25 @@ func (s scheduleName) Set(v string) error {
 	s.r.Schedule = v
 	if fam, ok := s.r.resolveFamily(); ok {
 		s.r.Schedule = fam.Name
+		s.r.familyOf = fam.Name
 	}
 	return nil
 }
 
-// resolveFamily is the family -schedule names (ok false: none, e.g. auto):
-// gencmd's one lookup of it (schedules.Lookup, aliases included). Config,
+// resolveFamily is the family -schedule names (ok false: none, e.g.
+// auto), resolved once: by the flag as it is read, or on first use for a
+// Request built as a value (or whose Schedule changed since). Config,
 // LowerOptions and Lower ask it, and Lower hands the family to
 // gen.LowerFamily, so that nothing below looks the name up again.
 func (r *Request) resolveFamily() (schedules.Family, bool) {
-	fam, err := schedules.Lookup(r.Schedule)
-	return fam, err == nil
+	if r.family == nil || r.familyOf != r.Schedule {
+		fam, err := schedules.Resolve(r.Schedule)
+		if err != nil {
+			return schedules.Family{}, false
+		}
+		r.family, r.familyOf = fam, r.Schedule
+	}
+	return *r.family, true
 }
 
 // Config turns the flags into an ir.Config, checking what the flags alone
@@ -529,7 +543,7 @@ func (r *Request) Lower() (auto.Result, error) {
 		return auto.Result{Result: res}, err
 	}
 	layers := res.Layers
-	opt.CommCost = func(prog ir.Program) (sim.Cost, error) { return p.Program(prog, layers, 0) }
+	opt.CommCost = p.CommSplit(layers)
 	again, err := lower(opt.Options)
 	if err != nil {
 		return auto.Result{Result: res}, err

@@ -107,6 +107,14 @@ func (p *Pricing) Comm(prog ir.Program) (sim.Cost, error) {
 	return p.Stages(prog.Stages(), max(prog.Copies, 1))
 }
 
+// CommSplit is Comm for programs whose every model copy splits the
+// layers by layers (one copy's stage bounds; nil: the even split): the
+// cost their transfers are laid out by when the split is known before
+// lowering (a candidate's split, -partition auto's).
+func (p *Pricing) CommSplit(layers []int) func(ir.Program) (sim.Cost, error) {
+	return func(prog ir.Program) (sim.Cost, error) { return p.Program(prog, layers, 0) }
+}
+
 // Program is the cost model a lowered program is simulated by: with
 // -model and a split of its layers (one copy's stage bounds, as
 // gen.Result.Layers records), the model split so (Split); without -model,
@@ -239,6 +247,15 @@ func (p *Pricing) ShareOrder(v int) (*ir.Costs, error) {
 		return nil, err
 	}
 	return &ir.Costs{F: share.F, I: share.I, W: share.W, Comm: share.Comm}, nil
+}
+
+// ShareComm is Comm for programs compared by c, the resolved cost of one
+// rank's share of the model: each program's stages at PerShare of c for
+// its stages per rank and model copy.
+func ShareComm(c sim.Cost) func(ir.Program) (sim.Cost, error) {
+	return func(p ir.Program) (sim.Cost, error) {
+		return PerShare(c, max(p.Stages()/max(len(p.Ranks), 1)/max(p.Copies, 1), 1))
+	}
 }
 
 // PerShare returns c with the compute costs of one stage scaled to 1/v of
