@@ -20,7 +20,7 @@ func (r *Request) Compare(entries []auto.CompareEntry, progress func(name string
 			one := *r
 			fam := e.Family // resolved by auto.ParseCompare
 			one.Schedule, one.Virtual = fam.Name, e.Virtual
-			one.family, one.familyOf = &fam, fam.Name
+			one.family = &fam
 			cfg, err := one.Config()
 			if err != nil {
 				return cfg, auto.Options{}, err

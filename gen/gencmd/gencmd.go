@@ -145,9 +145,8 @@ type Request struct {
 	AutoProgress func(step string, done, total int)
 
 	// family is the family -schedule names, resolved once
-	// (resolveFamily) for the name familyOf.
-	family   *schedules.Family
-	familyOf string
+	// (resolveFamily): the registry's own, whose Name is Schedule.
+	family *schedules.Family
 
 	// pricing is the price list of -cost pricedCost and -model
 	// pricedModel (Pricing).
@@ -302,7 +301,6 @@ func (s scheduleName) Set(v string) error {
 	s.r.Schedule = v
 	if fam, ok := s.r.resolveFamily(); ok {
 		s.r.Schedule = fam.Name
-		s.r.familyOf = fam.Name
 	}
 	return nil
 }
@@ -313,12 +311,12 @@ func (s scheduleName) Set(v string) error {
 // LowerOptions and Lower ask it, and Lower hands the family to
 // gen.LowerFamily, so that nothing below looks the name up again.
 func (r *Request) resolveFamily() (schedules.Family, bool) {
-	if r.family == nil || r.familyOf != r.Schedule {
+	if r.family == nil || r.family.Name != r.Schedule {
 		fam, err := schedules.Resolve(r.Schedule)
 		if err != nil {
 			return schedules.Family{}, false
 		}
-		r.family, r.familyOf = fam, r.Schedule
+		r.family = fam
 	}
 	return *r.family, true
 }
