@@ -3,7 +3,7 @@
 // result and emits Go source. Every function here is pure: it returns bytes
 // and values and writes no file (cmd/ppgen does the writing).
 //
-//	Lower(cfg)          build -> passes -> verify
+//	Lower(cfg)          build -> passes -> verify (LowerFamily: for a family already looked up)
 //	LowerOrder(cfg, p)  passes -> verify of a compute order already built for cfg
 //	LowerProgram(p)     the same from an imported program (compute-only or lowered)
 //	Generate(cfg, opt)  Lower, then emit

@@ -32,7 +32,7 @@ import (
 // family that can run the config (each V from 1 to MaxVirtual it
 // accepts), simulates each under Options.Cost, and returns the one with
 // the smallest makespan whose activation memory is within
-// Options.Auto.MemLimit; ties go to the smaller memory, then to the earlier
+// Options.MemLimit; ties go to the smaller memory, then to the earlier
 // family name and V (and, with Options.Split, the even split before the
 // partitioned one). With Options.Split (a model description) it also
 // synthesizes orders for the model's stages and the memory limit
@@ -102,7 +102,7 @@ type Result struct {
 	Candidates []Candidate
 }
 
-// Candidate is one schedule Auto tried.
+// Candidate is one schedule the search tried.
 type Candidate struct {
 	Config   ir.Config // normalized: Schedule and Virtual set
 	Makespan float64
@@ -140,7 +140,7 @@ func EvalShare(res gen.Result, c sim.Cost) (sim.Result, float64, error) {
 	return r, float64(r.Peak()) / float64(vEff), nil
 }
 
-// Evaluate is the evaluation of one candidate, what Auto does for each
+// Evaluate is the evaluation of one candidate, what Lower does for each
 // family and V and `ppgen sim -compare` for each schedule of its list: it
 // lowers cfg and simulates the result under c, the resolved cost of one
 // rank's share of the model (EvalShare). It returns the lowered result, the

@@ -258,10 +258,11 @@ func (r *Request) SmallestChunk(res gen.Result) float64 {
 	if r.Model == "" || res.Layers == nil {
 		return 1 / float64(max(res.Config.Virtual, 1))
 	}
-	m, err := r.ReadModel()
+	p, err := r.Pricing()
 	if err != nil {
 		return 0
 	}
+	m, _ := p.Model()
 	act, _, err := partition.StageMemory(m, model.Partition{Bounds: res.Layers}, max(res.Program.Copies, 1))
 	if err != nil {
 		return 0

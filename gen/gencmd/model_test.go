@@ -71,7 +71,7 @@ func TestModelStageCost(t *testing.T) {
 }
 
 // TestGenModel: a command that does not simulate (gen, show, verify) takes
-// -model for -schedule auto, whose candidates it then costs (opt.Auto.StageCost):
+// -model for -schedule auto, whose candidates it then costs (opt.StageCost):
 // with the first and last of 8 layers 30 times the rest, auto leaves
 // dualpipev (its choice at even costs, both heavy layers on rank 0). With a
 // fixed family -model is refused, as -cost is.
