@@ -148,10 +148,10 @@ type Request struct {
 	// (resolveFamily): the registry's own, whose Name is Schedule.
 	family *schedules.Family
 
-	// pricing is the price list of -cost pricedCost and -model
-	// pricedModel (Pricing).
-	pricing                 *pricing.Pricing
-	pricedCost, pricedModel string
+	// pricing is the price list (Pricing) of the -cost, -model and
+	// Env.Dir in pricedFor.
+	pricing   *pricing.Pricing
+	pricedFor [3]string
 
 	simCost bool // -cost is also the command's simulation cost (Flags.Cost)
 	// ranksGiven and microGiven: -ranks and -micro were on the command

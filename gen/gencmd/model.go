@@ -27,7 +27,8 @@ const (
 // -model and kept for every question later calls ask of it. Reading the
 // -model file is its only error.
 func (r *Request) Pricing() (*pricing.Pricing, error) {
-	if r.pricing != nil && r.pricedCost == r.Cost && r.pricedModel == r.Model {
+	key := [3]string{r.Cost, r.Model, r.Env.Dir}
+	if r.pricing != nil && r.pricedFor == key {
 		return r.pricing, nil
 	}
 	var m *model.Model
@@ -38,7 +39,7 @@ func (r *Request) Pricing() (*pricing.Pricing, error) {
 		}
 		m = &read
 	}
-	r.pricing, r.pricedCost, r.pricedModel = pricing.New(r.Cost, m, r.Model), r.Cost, r.Model
+	r.pricing, r.pricedFor = pricing.New(r.Cost, m, r.Model), key
 	return r.pricing, nil
 }
 
