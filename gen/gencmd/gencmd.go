@@ -550,15 +550,6 @@ func (r *Request) Lower() (auto.Result, error) {
 	return auto.Result{Result: again}, nil
 }
 
-// usageOf is err as a *UsageError when it is bad -cost or -model input
-// (*pricing.Error).
-func usageOf(err error) error {
-	if pe := (*pricing.Error)(nil); errors.As(err, &pe) {
-		return &UsageError{Msg: err.Error()}
-	}
-	return err
-}
-
 // defaultCommOrder is -comm-order's default.
 const defaultCommOrder = "timed"
 

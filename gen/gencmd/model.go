@@ -1,6 +1,7 @@
 package gencmd
 
 import (
+	"errors"
 	"math"
 	"os"
 	"slices"
@@ -41,6 +42,15 @@ func (r *Request) Pricing() (*pricing.Pricing, error) {
 	}
 	r.pricing, r.pricedFor = pricing.New(r.Cost, m, r.Model), key
 	return r.pricing, nil
+}
+
+// usageOf is err as a *UsageError when it is bad -cost or -model input
+// (*pricing.Error).
+func usageOf(err error) error {
+	if pe := (*pricing.Error)(nil); errors.As(err, &pe) {
+		return &UsageError{Msg: err.Error()}
+	}
+	return err
 }
 
 // SplitModel is the -model file as the auto scheduler sees it
