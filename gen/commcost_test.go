@@ -10,7 +10,9 @@ import (
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -99,18 +101,17 @@ func TestLatencyLayout(t *testing.T) {
 	wins, cases := 0, 0
 	for _, comm := range []float64{0.2, 1} {
 		m.Comm = comm
-		sp := &SplitModel{Model: m}
 		for _, P := range []int{4, 8} {
 			for _, f := range fams {
 				cfg, compute, err := Build(ir.Config{Schedule: f.name, Ranks: P, Micro: 4 * P, Virtual: f.virtual})
 				if err != nil {
 					t.Fatal(err)
 				}
-				part, err := sp.even(compute)
+				part, err := model.Even(len(m.Layers), compute.Stages()/partition.Copies(compute))
 				if err != nil {
 					t.Fatal(err)
 				}
-				full, err := sp.cost(part, 1)
+				full, err := pricing.OfModel(m).Split(part, 1)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -3,9 +3,14 @@
 // result and emits Go source. Every function here is pure: it returns bytes
 // and values and writes no file (cmd/ppgen does the writing).
 //
-//	Lower(cfg)          build -> passes -> verify (cfg.Schedule "auto": the best family by simulation)
+//	Lower(cfg)          build -> passes -> verify (LowerFamily: for a family already looked up)
+//	LowerOrder(cfg, p)  passes -> verify of a compute order already built for cfg
 //	LowerProgram(p)     the same from an imported program (compute-only or lowered)
 //	Generate(cfg, opt)  Lower, then emit
+//
+// The auto scheduler (the best family by simulation, synthesized orders)
+// is gen/auto's: it calls Lower and LowerOrder for each candidate; this
+// package knows nothing of it.
 package gen
 
 import (
@@ -28,9 +33,6 @@ type Result struct {
 	Program ir.Program // the lowered program
 	Info    passes.LowerInfo
 	Report  verify.Report
-	// Auto lists the candidates the auto scheduler tried, when cfg named
-	// Auto; Config is then the chosen one's.
-	Auto []Candidate
 	// Implicit is the number of DATA_LOAD and OPT_STEP steps LowerProgram
 	// added to a lowered program that left them implicit (PyTorch's form).
 	Implicit int
@@ -44,8 +46,6 @@ type Result struct {
 type Options struct {
 	Passes passes.Options
 	Verify verify.Options
-	// Auto is what the Auto schedule optimizes (unused otherwise).
-	Auto AutoOptions
 	// CommCost, when set and Passes.Comm.Cost is nil, is the cost model
 	// the lowered program is simulated or run under: the timed comm order
 	// also lays a compute order's transfers out by its compute costs and,
@@ -74,7 +74,7 @@ func lowerPasses(compute ir.Program, opt Options) (ir.Program, passes.LowerInfo,
 	if err != nil {
 		return best, info, err
 	}
-	layouts, full := costLayouts(compute, opt)
+	layouts, full := CostLayouts(compute, opt)
 	if len(layouts) == 0 {
 		return best, info, nil
 	}
@@ -93,7 +93,7 @@ func lowerPasses(compute ir.Program, opt Options) (ir.Program, passes.LowerInfo,
 	return best, info, nil
 }
 
-// costLayouts returns the pass options lowerPasses tries beside opt's own,
+// CostLayouts returns the pass options lowerPasses tries beside opt's own,
 // in order, and opt.CommCost's model for compute (resolved): the timed comm
 // order laid out by the model's compute and host-step costs (without the
 // transfers' latency) unless they are proportional to the default costs
@@ -101,7 +101,7 @@ func lowerPasses(compute ir.Program, opt Options) (ir.Program, passes.LowerInfo,
 // transfers take time. None when there is nothing to lay out differently:
 // no CommCost, a cost of the passes' own, another comm order, or a model
 // that fails.
-func costLayouts(compute ir.Program, opt Options) ([]passes.Options, sim.Cost) {
+func CostLayouts(compute ir.Program, opt Options) ([]passes.Options, sim.Cost) {
 	if opt.CommCost == nil || opt.Passes.Comm.Cost != nil || opt.Passes.Comm.Order != passes.Timed {
 		return nil, sim.Cost{}
 	}
@@ -144,37 +144,44 @@ func transfersTakeTime(c sim.Cost) bool {
 
 // Build normalizes cfg and returns the family's compute-only program.
 func Build(cfg ir.Config) (ir.Config, ir.Program, error) {
-	cfg, fam, err := schedules.Normalize(cfg)
+	fam, err := schedules.Lookup(cfg.Schedule)
 	if err != nil {
 		return cfg, ir.Program{}, err
 	}
-	p, err := fam.Build(cfg) // the family checks cfg.Placement
-	return cfg, p, err
-}
-
-// buildLowerable is Build for families whose order the passes can lower.
-func buildLowerable(cfg ir.Config) (ir.Config, ir.Program, error) {
-	if fam, err := schedules.Lookup(cfg.Schedule); err == nil && fam.ComputeOnly != "" {
-		return cfg, ir.Program{}, &ScheduleError{fam.Name, fmt.Errorf("schedule %s cannot be lowered yet: %s", fam.Name, fam.ComputeOnly)}
-	}
-	return Build(cfg)
+	return fam.BuildConfig(cfg)
 }
 
 // Lower builds the schedule, lowers it and verifies the result.
 func Lower(cfg ir.Config, opt Options) (Result, error) {
-	if cfg.Schedule == Auto {
-		return lowerAuto(cfg, opt)
-	}
-	cfg, compute, err := buildLowerable(cfg)
+	fam, err := schedules.Lookup(cfg.Schedule)
 	if err != nil {
 		return Result{}, err
 	}
-	if fam, err := schedules.Lookup(cfg.Schedule); err == nil && fam.OwnedData {
+	return LowerFamily(fam, cfg, opt)
+}
+
+// LowerFamily is Lower for a family already looked up.
+func LowerFamily(fam schedules.Family, cfg ir.Config, opt Options) (Result, error) {
+	if fam.ComputeOnly != "" {
+		return Result{}, &ScheduleError{fam.Name, fmt.Errorf("schedule %s cannot be lowered yet: %s", fam.Name, fam.ComputeOnly)}
+	}
+	cfg, compute, err := fam.BuildConfig(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	if fam.OwnedData {
 		if opt.Passes.ShipLabels {
 			return Result{Config: cfg}, &ScheduleError{cfg.Schedule, fmt.Errorf("schedule %s: its owners load only inputs, and shipped labels start on the first stage's rank with the input; use -ship-labels with another schedule, or load the labels on the last stage's rank", cfg.Schedule)}
 		}
 		opt.Passes.OwnedData = true
 	}
+	return LowerOrder(cfg, compute, opt)
+}
+
+// LowerOrder lowers and verifies compute, an order built for cfg (by its
+// family, or synthesized for it: gen/auto), after checking that the
+// pass options apply to it; the result's Config is cfg.
+func LowerOrder(cfg ir.Config, compute ir.Program, opt Options) (Result, error) {
 	if err := passes.CheckOptions(compute, opt.Passes); err != nil {
 		return Result{Config: cfg}, &ScheduleError{cfg.Schedule, fmt.Errorf("schedule %s: %w", cfg.Schedule, err)}
 	}
@@ -182,6 +189,24 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 	res.Config = cfg
 	return res, err
 }
+
+// StagesPerShare is the number of stages that make one rank's share of the
+// model in res: V, or V/2 when the stages form two model copies (dualpipe),
+// each holding a full share. A micro-batch walks S/Copies stages.
+func (res Result) StagesPerShare() int {
+	return max(res.Config.Virtual/max(res.Program.Copies, 1), 1)
+}
+
+// ScheduleError is an error of Lower whose text names the schedule family it
+// concerns ("schedule zbv: ..."), so that a caller listing several schedules
+// need not name it again.
+type ScheduleError struct {
+	Schedule string
+	Err      error
+}
+
+func (e *ScheduleError) Error() string { return e.Err.Error() }
+func (e *ScheduleError) Unwrap() error { return e.Err }
 
 // LowerProgram lowers and verifies an imported program. A compute-only
 // program (no transfers) is verified as it is, then lowered like a built

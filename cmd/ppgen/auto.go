@@ -7,37 +7,26 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ppgen/ppgen/gen"
-	"github.com/ppgen/ppgen/gen/gencmd"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
-// simCost is the cost model to simulate res by: -cost per stage, or, for a
-// schedule the auto scheduler chose, the cost of one rank's share of the
-// model split over the stages of a share, as it chose by.
-func simCost(res gen.Result, req *gencmd.Request) (sim.Cost, error) {
-	if res.Auto != nil && req.Model == "" {
-		return gencmd.CompareCost(req.Cost, res.StagesPerShare())
-	}
-	return req.ResultCost(res)
-}
-
 // autoName names the auto scheduler's choice: "auto: zbv V=2".
-func autoName(res gen.Result) string {
+func autoName(res auto.Result) string {
 	return fmt.Sprintf("auto: %s V=%d", res.Config.Schedule, res.Config.Virtual)
 }
 
 // chosen reports whether c is the candidate auto chose.
-func chosen(res gen.Result, c gen.Candidate) bool {
+func chosen(res auto.Result, c auto.Candidate) bool {
 	return c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" &&
 		slices.Equal(c.Layers, res.Layers)
 }
 
 // autoChoice says what the auto scheduler chose and why, in one line.
-func autoChoice(res gen.Result) string {
-	for _, c := range res.Auto {
+func autoChoice(res auto.Result) string {
+	for _, c := range res.Candidates {
 		if chosen(res, c) {
-			return fmt.Sprintf("%s: makespan %.4g, activation memory %.4g, the best of %d candidates", autoName(res), c.Makespan, c.ActMem, len(res.Auto))
+			return fmt.Sprintf("%s: makespan %.4g, activation memory %.4g, the best of %d candidates", autoName(res), c.Makespan, c.ActMem, len(res.Candidates))
 		}
 	}
 	return autoName(res)
@@ -46,24 +35,24 @@ func autoChoice(res gen.Result) string {
 // noteAuto says on stderr what the auto scheduler chose, for a command
 // whose output (Go source, a program, a CSV file, a trace) does not: gen,
 // show, export and trace. Nothing for a schedule auto did not choose.
-func noteAuto(stderr io.Writer, res gen.Result) {
-	if res.Auto != nil {
+func noteAuto(stderr io.Writer, res auto.Result) {
+	if res.Candidates != nil {
 		fmt.Fprintf(stderr, "ppgen: %s (`ppgen sim` with the same flags lists the candidates)\n", autoChoice(res))
 	}
 }
 
 // writeAutoTable prints the candidates the auto scheduler tried, the chosen
 // one marked with *.
-func writeAutoTable(w io.Writer, res gen.Result) error {
+func writeAutoTable(w io.Writer, res auto.Result) error {
 	nameW := len("CANDIDATE")
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		nameW = max(nameW, len(c.Config.Schedule))
 	}
 	split := false // a SPLIT column: candidates run a model's layers
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		split = split || c.Layers != nil
 	}
-	name := func(c gen.Candidate) string {
+	name := func(c auto.Candidate) string {
 		switch {
 		case !split:
 			return c.Config.Schedule
@@ -72,13 +61,13 @@ func writeAutoTable(w io.Writer, res gen.Result) error {
 		}
 		return c.Config.Schedule + " (even)"
 	}
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		nameW = max(nameW, len(name(c)))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "  %-*s  %2s  %8s  %6s  %7s  %s\n", nameW, "CANDIDATE", "V", "MAKESPAN", "BUBBLE", "ACT MEM", "NOTE")
 	marked := false // an even and a partitioned candidate may run the same split
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		mark := " "
 		if chosen(res, c) && !marked {
 			mark, marked = "*", true
@@ -121,11 +110,11 @@ func boundLine(r sim.Result, capBinds bool) string {
 // (gencmd.Request.SmallestChunk): no further chunk fits, even where the
 // limit is not a whole number of chunks (the LLM-like model's 18.5 against
 // chunks of 1).
-func memBinds(res gen.Result, limit, chunk float64) bool {
+func memBinds(res auto.Result, limit, chunk float64) bool {
 	if limit <= 0 {
 		return false
 	}
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		if chosen(res, c) {
 			return c.ActMem+chunk > limit*(1+1e-9)
 		}

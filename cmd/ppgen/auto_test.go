@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/internal/long"
@@ -98,7 +99,7 @@ func TestBoundLineNamesABindingCap(t *testing.T) {
 			t.Errorf("makespan %g, bound %g, binds %v: hint %v, want %v:\n%s", tc.makespan, tc.bound, tc.binds, got, tc.want, line)
 		}
 	}
-	res := gen.Result{Config: ir.Config{Schedule: "zbv", Virtual: 2}, Auto: []gen.Candidate{
+	res := auto.Result{Result: gen.Result{Config: ir.Config{Schedule: "zbv", Virtual: 2}}, Candidates: []auto.Candidate{
 		{Config: ir.Config{Schedule: "1f1b", Virtual: 1}, ActMem: 16},
 		{Config: ir.Config{Schedule: "zbv", Virtual: 2}, ActMem: 12},
 	}}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -52,7 +53,7 @@ func writeList(w io.Writer, width int) error {
 		}
 		rows = append(rows, r)
 	}
-	rows = append(rows, listRow{name: gen.Auto, v: fmt.Sprintf("1-%d", gen.MaxAutoVirtual), paras: []string{
+	rows = append(rows, listRow{name: auto.Name, v: fmt.Sprintf("1-%d", auto.MaxVirtual), paras: []string{
 		"the fastest family and V under the cost model whose activation memory fits -mem (simulated); with -model also orders synthesized for its stages",
 		"constraints: any the families above take; -mem LIMIT, -cost MODEL"}})
 	nameW, vW := len("NAME"), len("V")
@@ -159,7 +160,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 		transfers += fmt.Sprintf(", %d of them in %d batches", b.Batched, b.Batches)
 	}
 	ok := "ok"
-	if res.Auto != nil {
+	if res.Candidates != nil {
 		ok = fmt.Sprintf("ok (auto chose %s V=%d)", res.Config.Schedule, res.Config.Virtual)
 	}
 	kind := ""
@@ -208,11 +209,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		if req.Schedule != "" || req.In != "" || req.Virtual != 0 || req.Placement != "" || *grid {
 			return usagef("-compare takes the schedules from its list: drop -schedule, -in, -virtual, -placement and -grid (write NAME:V in the list for a V)")
 		}
-		entries, err := gencmd.ParseCompare(*compare)
+		entries, err := auto.ParseCompare(*compare)
 		if err != nil {
 			return err
 		}
-		if err := gencmd.CheckCompareSize(entries, req.Ranks, req.Micro); err != nil {
+		if err := auto.CheckCompareSize(entries, req.Ranks, req.Micro); err != nil {
 			return err
 		}
 		pr := newProgress(stderr, "ppgen sim", len(entries))
@@ -249,7 +250,10 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 			}
 			title = fmt.Sprintf("P=%d M=%d cost from -model %s, its layers %s", req.Ranks, req.Micro, req.Model, split)
 		} else {
-			cost, _ := gencmd.CompareCost(req.Cost, 1)
+			cost := sim.Cost{}
+			if price, err := req.Pricing(); err == nil {
+				cost, _ = price.Share(1)
+			}
 			title = fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost)
 		}
 		return writeCompareTable(stdout, rows, title)
@@ -269,7 +273,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	pr.Done()
-	capped, err := req.MemoryCap(res)
+	capped, err := req.MemoryCap(res.Result)
 	if err != nil {
 		return err
 	}
@@ -279,11 +283,11 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeSimJSON(stdout, req, res, r)
 	}
-	if res.Auto != nil {
+	if res.Candidates != nil {
 		if err := writeAutoTable(stdout, res); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, boundLine(r, memBinds(res, req.Mem, req.SmallestChunk(res))))
+		fmt.Fprintln(stdout, boundLine(r, memBinds(res, req.Mem, req.SmallestChunk(res.Result))))
 	}
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)
@@ -305,7 +309,7 @@ type simJSON struct {
 
 // writeSimJSON prints r as sim -json's object, indented, in a line of its
 // own.
-func writeSimJSON(w io.Writer, req *gencmd.Request, res gen.Result, r sim.Result) error {
+func writeSimJSON(w io.Writer, req *gencmd.Request, res auto.Result, r sim.Result) error {
 	name, v := simulated(req, res)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -322,7 +326,7 @@ func writeSimJSON(w io.Writer, req *gencmd.Request, res gen.Result, r sim.Result
 // for -schedule auto the family and V it chose, for -in the file's name
 // and its stages per rank, else the family and V of the flags (V resolved
 // to the family's default).
-func simulated(req *gencmd.Request, res gen.Result) (string, int) {
+func simulated(req *gencmd.Request, res auto.Result) (string, int) {
 	if res.Config.Schedule != "" && res.Config.Virtual > 0 {
 		return res.Config.Schedule, res.Config.Virtual
 	}
@@ -351,12 +355,20 @@ func checkSVGWidth(w int) error {
 // lowerAndSimulate lowers the schedule of the flags, simulates it under the
 // -cost (which auto also chooses by) and names it for titles: what sim and
 // report share.
-func lowerAndSimulate(req *gencmd.Request, pr *progress) (gen.Result, sim.Cost, sim.Result, string, error) {
+func lowerAndSimulate(req *gencmd.Request, pr *progress) (auto.Result, sim.Cost, sim.Result, string, error) {
 	res, err := lower(req, pr)
 	if err != nil {
 		return res, sim.Cost{}, sim.Result{}, "", err
 	}
-	cost, err := simCost(res, req)
+	price, err := req.Pricing()
+	if err != nil {
+		return res, sim.Cost{}, sim.Result{}, "", err
+	}
+	share := 0
+	if res.Candidates != nil {
+		share = res.StagesPerShare() // auto chose by one rank's share
+	}
+	cost, err := price.Program(res.Program, res.Layers, share)
 	if err != nil {
 		return res, cost, sim.Result{}, "", err
 	}
@@ -366,7 +378,7 @@ func lowerAndSimulate(req *gencmd.Request, pr *progress) (gen.Result, sim.Cost, 
 		return res, cost, r, "", err
 	}
 	name := req.ScheduleName()
-	if res.Auto != nil {
+	if res.Candidates != nil {
 		name = autoName(res)
 	}
 	return res, cost, r, name, nil

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
@@ -60,7 +60,7 @@ func commandLine(fs *flag.FlagSet) string {
 
 // lower builds and lowers the schedule of req, or its -in file; pr (nil:
 // none) shows which family -schedule auto is trying.
-func lower(req *gencmd.Request, pr *progress) (gen.Result, error) {
+func lower(req *gencmd.Request, pr *progress) (auto.Result, error) {
 	pr.Phase("lowering")
 	showAuto(req, pr)
 	return req.Lower()
@@ -77,7 +77,7 @@ func checkOut(out string) error {
 // showAuto makes pr (nil: none) show the step -schedule auto is on, and
 // how many of its steps are done.
 func showAuto(req *gencmd.Request, pr *progress) {
-	if req.Schedule == gen.Auto && pr != nil {
+	if req.Schedule == auto.Name && pr != nil {
 		req.AutoProgress = func(step string, done, total int) {
 			pr.Count(done, total)
 			pr.Phase("auto: %s", step)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/gencmd"
 )
 
@@ -114,7 +114,7 @@ func TestProgressLog(t *testing.T) {
 	}
 	p.Done()
 	p = startProgressLog(testLogger(lines), "ppgen gen", 0, ticks, nil, clock)
-	req := &gencmd.Request{Schedule: gen.Auto}
+	req := &gencmd.Request{Schedule: auto.Name}
 	showAuto(req, p)
 	req.AutoProgress("building zbv", 3, 20)
 	ticks <- now

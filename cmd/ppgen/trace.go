@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -59,7 +60,7 @@ func writeSVG(path string, b []byte, stderr io.Writer) error {
 // makespan, both bubbles, the peak number of live chunks (largest over
 // ranks), the activation memory that makes (peak chunks / V) and the peak
 // chunks per rank.
-func writeCompareTable(w io.Writer, rows []gencmd.Compared, header string) error {
+func writeCompareTable(w io.Writer, rows []auto.Compared, header string) error {
 	nameW := len("SCHEDULE")
 	for _, r := range rows {
 		nameW = max(nameW, len(r.Schedule))
@@ -79,7 +80,7 @@ func writeCompareTable(w io.Writer, rows []gencmd.Compared, header string) error
 }
 
 // writeCompareJSON prints the comparison as one indented JSON array.
-func writeCompareJSON(w io.Writer, rows []gencmd.Compared) error {
+func writeCompareJSON(w io.Writer, rows []auto.Compared) error {
 	b, err := json.MarshalIndent(rows, "", "  ")
 	if err != nil {
 		return err
@@ -89,7 +90,7 @@ func writeCompareJSON(w io.Writer, rows []gencmd.Compared) error {
 }
 
 // comparePanels turns the rows into stacked SVG timelines.
-func comparePanels(rows []gencmd.Compared, width int) []sim.SVGPanel {
+func comparePanels(rows []auto.Compared, width int) []sim.SVGPanel {
 	panels := make([]sim.SVGPanel, len(rows))
 	for i, r := range rows {
 		panels[i] = sim.SVGPanel{Result: r.Result, Program: r.Program, Meta: sim.SVGMeta{Schedule: r.Schedule, Width: width}}

@@ -21,7 +21,7 @@ import (
 // committed zbv-batch also runs over TCP, TestTCPMatchesSequential).
 func TestBatchedFamiliesMatchSequential(t *testing.T) {
 	for _, f := range schedules.All() {
-		if f.Name == gen.Auto || f.ComputeOnly != "" {
+		if f.ComputeOnly != "" {
 			continue
 		}
 		res, err := gen.Lower(ir.Config{Schedule: f.Name, Ranks: 4, Micro: 8}, gen.Options{Passes: passes.Options{Batch: true}})

@@ -11,7 +11,7 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/tune"
@@ -84,7 +84,7 @@ func TestTuneLoop(t *testing.T) {
 	if err := os.WriteFile(modelPath, fit.JSON(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	req := &gencmd.Request{Schedule: gen.Auto, Ranks: 4, Micro: 8, Model: modelPath}
+	req := &gencmd.Request{Schedule: auto.Name, Ranks: 4, Micro: 8, Model: modelPath}
 	res, err := req.Lower()
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,11 @@ func TestTuneLoop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := (&gencmd.Request{Model: modelPath}).StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
+		price, err := (&gencmd.Request{Model: modelPath}).Pricing()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := price.Stages(res.Program.Stages(), max(res.Program.Copies, 1))
 		if err != nil {
 			t.Fatal(err)
 		}

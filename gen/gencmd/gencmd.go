@@ -4,8 +4,7 @@
 // (Generate: `ppgen gen`, or `ppgen import` of a PyTorch CSV); what diff,
 // check and vet look at (LoadPackages, LoadUnits, Unit.Regenerate: the
 // packages of a command line through golang.org/x/tools/go/packages); and
-// `ppgen sim -compare` (Request.Compare, which evaluates each schedule as
-// -schedule auto evaluates a candidate: gen.Evaluate).
+// `ppgen sim -compare` (Request.Compare, a call of gen/auto's Compare).
 //
 // The CLI (cmd/ppgen), the analyzer (gen/vet) and the vettool
 // (cmd/ppgenvet) share it, so a command line means the same thing wherever
@@ -30,8 +29,10 @@ import (
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -74,11 +75,11 @@ type Request struct {
 	Mem  float64
 	Cost string
 	// Budget is -budget: the simulations each local search of auto's
-	// synthesized orders spends at most (gen.AutoOptions.Budget; 0: the
+	// synthesized orders spends at most (auto.Options.Budget; 0: the
 	// default). It applies to -schedule auto with -model.
 	Budget int
 	// Model is -model: a model description (gen/model) whose layers give
-	// the per-stage costs of a command that simulates (StageCost), and of
+	// the per-stage costs of a command that simulates (Pricing), and of
 	// -schedule auto's candidates in any command.
 	Model string
 	// Partition is -partition: how a -model's layers split into a fixed
@@ -127,8 +128,17 @@ type Request struct {
 	Invocation string
 	Env        Env
 	// AutoProgress, not a flag, is passed to -schedule auto as
-	// gen.AutoOptions.Progress.
+	// auto.Options.Progress.
 	AutoProgress func(step string, done, total int)
+
+	// family is the family -schedule names, resolved once
+	// (resolveFamily): the registry's own, whose Name is Schedule.
+	family *schedules.Family
+
+	// pricing is the price list (Pricing) of the -cost, -model and
+	// Env.Dir in pricedFor.
+	pricing   *pricing.Pricing
+	pricedFor [3]string
 
 	simCost bool // -cost is also the command's simulation cost (Flags.Cost)
 	// ranksGiven and microGiven: -ranks and -micro were on the command
@@ -209,7 +219,7 @@ func (r *Request) Bind(fs *flag.FlagSet, which Flags) {
 }
 
 func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
-	fs.Var(scheduleName{&r.Schedule}, "schedule", "schedule family, or auto (see `ppgen list`); "+AliasHelp)
+	fs.Var(scheduleName{r}, "schedule", "schedule family, or auto (see `ppgen list`); "+AliasHelp)
 	fs.Var(&givenInt{&r.Ranks, &r.ranksGiven}, "ranks", "number of pipeline ranks P")
 	fs.IntVar(&r.Virtual, "virtual", 0, "virtual stages per rank V (0: the family's default)")
 	fs.Var(&givenInt{&r.Micro, &r.microGiven}, "micro", "number of micro-batches M")
@@ -236,7 +246,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	} else {
 		fs.StringVar(&r.Cost, "cost", "", "-schedule auto: the cost model of one rank's share of the model it chooses by, e.g. F=1,B=2,W=1,comm=0 (keys not given keep their defaults F=1, B=2, W=1, I=B-W, the rest 0, and B=I+W; see `ppgen sim -h`); interleaved-zb: the cost of each stage, which its order is built for")
 	}
-	fs.IntVar(&r.Budget, "budget", 0, fmt.Sprintf("-schedule auto with -model: the most simulations each local search of a synthesized order spends (0: the default, %d, fewer on large programs; at most %d); with -partition auto and -mem, also one synthesis per %d of it climbing the split of the best placement; the annealing of synthesized priorities and the reinsertion of their orders get budget/%d times their default steps; a larger budget may find a faster order and takes up to that many times longer", gen.RepairBudget, gen.MaxBudget, gen.SplitClimbCost, gen.RepairBudget))
+	fs.IntVar(&r.Budget, "budget", 0, fmt.Sprintf("-schedule auto with -model: the most simulations each local search of a synthesized order spends (0: the default, %d, fewer on large programs; at most %d); with -partition auto and -mem, also one synthesis per %d of it climbing the split of the best placement; the annealing of synthesized priorities and the reinsertion of their orders get budget/%d times their default steps; a larger budget may find a faster order and takes up to that many times longer", auto.RepairBudget, auto.MaxBudget, auto.SplitClimbCost, auto.RepairBudget))
 	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
 	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
 }
@@ -256,28 +266,46 @@ func aliasNames() []string {
 }
 
 // scheduleName is -schedule's flag.Value: a family's name or an alias of it
-// (schedules.Canonical) is stored as the family's name, so that what is
-// generated, recorded and reported names the family as `ppgen list` does;
-// anything else (auto, a name no family has) is stored as given, for Config
-// and the family lookup to accept or refuse.
-type scheduleName struct{ p *string }
+// is resolved to the family (schedules.Resolve, the one lookup of the
+// family from the flag to the emitted call), which the Request keeps, and
+// stored as the family's name, so that what is generated, recorded and
+// reported names the family as `ppgen list` does; anything else (auto, a
+// name no family has) is stored as given, for Config and Lower to accept
+// or refuse.
+type scheduleName struct{ r *Request }
 
 func (s scheduleName) String() string {
-	if s.p == nil {
+	if s.r == nil {
 		return ""
 	}
-	return *s.p
+	return s.r.Schedule
 }
 
 // Get makes scheduleName a flag.Getter of a string (help shows its type).
 func (s scheduleName) Get() any { return s.String() }
 
 func (s scheduleName) Set(v string) error {
-	if c, ok := schedules.Canonical(v); ok {
-		v = c
+	s.r.Schedule = v
+	if fam, ok := s.r.resolveFamily(); ok {
+		s.r.Schedule = fam.Name
 	}
-	*s.p = v
 	return nil
+}
+
+// resolveFamily is the family -schedule names (ok false: none, e.g.
+// auto), resolved once: by the flag as it is read, or on first use for a
+// Request built as a value (or whose Schedule changed since). Config,
+// LowerOptions and Lower ask it, and Lower hands the family to
+// gen.LowerFamily, so that nothing below looks the name up again.
+func (r *Request) resolveFamily() (schedules.Family, bool) {
+	if r.family == nil || r.family.Name != r.Schedule {
+		fam, err := schedules.Resolve(r.Schedule)
+		if err != nil {
+			return schedules.Family{}, false
+		}
+		r.family = fam
+	}
+	return *r.family, true
 }
 
 // Config turns the flags into an ir.Config, checking what the flags alone
@@ -300,7 +328,7 @@ func (r *Request) Config() (ir.Config, error) {
 	}
 	if r.Placement != "" {
 		v := r.Virtual
-		if fam, err := schedules.Lookup(r.Schedule); err == nil && v == 0 {
+		if fam, ok := r.resolveFamily(); ok && v == 0 {
 			v = fam.DefaultVirtual // "loop" means the family's V stages per rank
 		}
 		pl, err := ir.ParsePlacement(r.Placement, r.Ranks, max(v, 1))
@@ -316,12 +344,14 @@ func (r *Request) Config() (ir.Config, error) {
 		}
 		cfg.Placement = &pl
 	}
-	if fam, err := schedules.Lookup(r.Schedule); err == nil && fam.UsesCost && (r.Cost != "" || r.Model != "") {
-		c, err := r.orderCost(cfg.Ranks, cmp.Or(cfg.Virtual, fam.DefaultVirtual))
+	if fam, ok := r.resolveFamily(); ok && fam.UsesCost && (r.Cost != "" || r.Model != "") {
+		p, err := r.Pricing()
 		if err != nil {
 			return ir.Config{}, err
 		}
-		cfg.Cost = c
+		if cfg.Cost, err = p.Order(cfg.Ranks, cmp.Or(cfg.Virtual, fam.DefaultVirtual)); err != nil {
+			return ir.Config{}, usageOf(err)
+		}
 	}
 	return cfg, nil
 }
@@ -353,10 +383,10 @@ func checkTableLen(text string, ranks, virtual int) error {
 	return usagef("-placement %q: %d entries for %d stages (P·V = %d × %d); give one rank per stage, such as %s (stage s on rank s mod P)", text, n, stages, ranks, virtual, eg)
 }
 
-// LowerOptions turns the flags into lowering options. Its errors are
-// *UsageError.
-func (r *Request) LowerOptions() (gen.Options, error) {
-	var opt gen.Options
+// LowerOptions turns the flags into lowering options (and, for -schedule
+// auto, the search's). Its errors are *UsageError.
+func (r *Request) LowerOptions() (auto.Options, error) {
+	var opt auto.Options
 	if r.FSDP < 0 {
 		return opt, usagef("-fsdp = %d; want 0 (no FSDP steps) or the number of stages a rank may hold unsharded at once", r.FSDP)
 	}
@@ -375,54 +405,55 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	opt.Passes.ShipLabels = r.ShipLabels
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
-	if len(r.Ties) > 0 && r.Schedule == gen.Auto {
+	if len(r.Ties) > 0 && r.Schedule == auto.Name {
 		return opt, usagef("-tie %s names stages, and -schedule auto chooses how many there are (V per rank); pick the schedule first (ppgen sim -schedule auto prints its choice), then tie its stages", r.Ties.String())
 	}
 	opt.Passes.Ties = r.Ties
 	opt.Verify.MaxActivations = r.MaxActivations
-	if r.Schedule != gen.Auto && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !usesCost(r.Schedule)) || (r.Model != "" && !r.simCost && r.Command != "gen")) {
+	fam, _ := r.resolveFamily()
+	if r.Schedule != auto.Name && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !fam.UsesCost) || (r.Model != "" && !r.simCost && r.Command != "gen")) {
 		return opt, usagef("-mem, -cost and -model choose among schedules: they apply to -schedule auto only, -mem also to -partition auto, -model also to gen (its Spec.Layers), and -cost also to the families whose order it shapes (%s; ppgen sim -cost or -model simulates any schedule)", strings.Join(costFamilies(), ", "))
 	}
 	if err := r.checkPartition(); err != nil {
 		return opt, err
 	}
+	p, err := r.Pricing()
+	if err != nil {
+		return opt, err
+	}
 	if r.Model != "" {
 		// Every candidate (auto, -compare) runs the model's layers, split
 		// into its own stages.
-		opt.Auto.StageCost = r.StageCost
-		if r.Schedule == gen.Auto {
+		opt.StageCost = p.Stages
+		if r.Schedule == auto.Name {
 			sp, err := r.SplitModel()
 			if err != nil {
 				return opt, err
 			}
-			opt.Auto.Split = sp
+			opt.Split = sp
 		}
 	}
 	if r.Cost != "" || r.Model != "" {
 		// The transfers laid out for the cost the program is simulated
 		// by (the model's even split; Lower lays a -partition auto
 		// split out again).
-		opt.CommCost = func(p ir.Program) (sim.Cost, error) { return r.StageCost(p.Stages(), max(p.Copies, 1)) }
+		opt.CommCost = p.Comm
 	}
 	if !(r.Mem >= 0 && r.Mem <= sim.MaxCost) { // NaN fails both
 		return opt, usagef("-mem = %g; want 0 (no limit) or a finite limit up to %g", r.Mem, float64(sim.MaxCost))
 	}
 	switch {
-	case r.Budget < 0 || r.Budget > gen.MaxBudget:
-		return opt, usagef("-budget = %d; want 0 (the default, %d simulations per local search) or 1 to %d", r.Budget, gen.RepairBudget, gen.MaxBudget)
-	case r.Budget != 0 && (r.Schedule != gen.Auto || r.Model == ""):
+	case r.Budget < 0 || r.Budget > auto.MaxBudget:
+		return opt, usagef("-budget = %d; want 0 (the default, %d simulations per local search) or 1 to %d", r.Budget, auto.RepairBudget, auto.MaxBudget)
+	case r.Budget != 0 && (r.Schedule != auto.Name || r.Model == ""):
 		return opt, usagef("-budget %d bounds the local search of the orders -schedule auto synthesizes for a -model; give both (or drop -budget)", r.Budget)
 	}
-	opt.Auto.Budget = r.Budget
-	if r.Schedule == gen.Auto {
-		opt.Auto.MemLimit = r.Mem
-		opt.Auto.Progress = r.AutoProgress
-		if r.Cost != "" {
-			c, err := sim.ParseCost(r.Cost, 0)
-			if err != nil {
-				return opt, usagef("-cost: %v", err)
-			}
-			opt.Auto.Cost = c
+	opt.Budget = r.Budget
+	if r.Schedule == auto.Name {
+		opt.MemLimit = r.Mem
+		opt.Progress = r.AutoProgress
+		if opt.Cost, err = p.AutoCost(); err != nil {
+			return opt, usageOf(err)
 		}
 	}
 	// The options that rewrite a compute order are passes: they apply to
@@ -439,52 +470,71 @@ func (r *Request) LowerOptions() (gen.Options, error) {
 	return opt, nil
 }
 
-// Lower builds and lowers the schedule the flags name, or reads the -in file
-// (relative to Env.Dir) and lowers that, with the lowering options of the
-// flags.
-func (r *Request) Lower() (gen.Result, error) {
+// Lower builds and lowers the schedule the flags name (with -schedule
+// auto, the search's choice: auto.Lower), or reads the -in file (relative
+// to Env.Dir) and lowers that, with the lowering options of the flags.
+func (r *Request) Lower() (auto.Result, error) {
 	opt, err := r.LowerOptions()
 	if err != nil {
-		return gen.Result{}, err
+		return auto.Result{}, err
 	}
 	if r.In != "" {
 		if r.Schedule != "" {
-			return gen.Result{}, usagef("give either -in or -schedule, not both")
+			return auto.Result{}, usagef("give either -in or -schedule, not both")
 		}
 		p, err := ReadProgram(resolve(r.Env.Dir, r.In))
 		if err != nil {
-			return gen.Result{}, err
+			return auto.Result{}, err
 		}
 		if err := r.inFlags(p); err != nil {
-			return gen.Result{}, err
+			return auto.Result{}, err
 		}
-		res, err := gen.LowerProgram(p, opt)
+		res, err := gen.LowerProgram(p, opt.Options)
 		if err != nil {
-			return res, fmt.Errorf("%s: %w", r.In, err)
+			return auto.Result{Result: res}, fmt.Errorf("%s: %w", r.In, err)
 		}
-		return res, r.splitResult(&res)
+		err = r.splitResult(&res)
+		return auto.Result{Result: res}, err
 	}
 	cfg, err := r.Config()
 	if err != nil {
-		return gen.Result{}, err
+		return auto.Result{}, err
 	}
-	res, err := gen.Lower(cfg, opt)
+	if r.Schedule == auto.Name {
+		res, err := auto.Lower(cfg, opt)
+		if err != nil {
+			return res, err
+		}
+		err = r.splitResult(&res.Result)
+		return res, err
+	}
+	lower := func(opt gen.Options) (gen.Result, error) {
+		if fam, ok := r.resolveFamily(); ok {
+			return gen.LowerFamily(fam, cfg, opt)
+		}
+		return gen.Lower(cfg, opt) // its error names the schedules there are
+	}
+	res, err := lower(opt.Options)
 	if err != nil {
-		return res, err
+		return auto.Result{Result: res}, err
 	}
-	if err := r.splitResult(&res); err != nil || r.Partition != PartitionAuto || cfg.Schedule == gen.Auto {
-		return res, err
+	if err := r.splitResult(&res); err != nil || r.Partition != PartitionAuto {
+		return auto.Result{Result: res}, err
 	}
 	// -partition auto on a family: lay the transfers out again for the
 	// split found.
-	layers := res.Layers
-	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return r.ResultCost(gen.Result{Program: p, Layers: layers}) }
-	again, err := gen.Lower(cfg, opt)
+	p, err := r.Pricing()
 	if err != nil {
-		return res, err
+		return auto.Result{Result: res}, err
+	}
+	layers := res.Layers
+	opt.CommCost = p.CommSplit(layers)
+	again, err := lower(opt.Options)
+	if err != nil {
+		return auto.Result{Result: res}, err
 	}
 	again.Layers = layers
-	return again, nil
+	return auto.Result{Result: again}, nil
 }
 
 // defaultCommOrder is -comm-order's default.

@@ -75,8 +75,8 @@ func TestBudget(t *testing.T) {
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%q: %v", tt.args, err)
-		case tt.want == "" && opt.Auto.Budget != r.Budget:
-			t.Errorf("%q: AutoOptions.Budget = %d, want %d", tt.args, opt.Auto.Budget, r.Budget)
+		case tt.want == "" && opt.Budget != r.Budget:
+			t.Errorf("%q: auto.Options.Budget = %d, want %d", tt.args, opt.Budget, r.Budget)
 		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 			t.Errorf("%q: error %v, want %q", tt.args, err, tt.want)
 		}

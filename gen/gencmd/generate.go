@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/torch"
@@ -93,14 +94,14 @@ func (r *Request) PackageName() (string, error) {
 
 // Generate lowers (or imports), verifies and emits the request's schedule
 // in memory. It writes nothing.
-func (r *Request) Generate() ([]byte, gen.Result, error) {
+func (r *Request) Generate() ([]byte, auto.Result, error) {
 	if r.Command == "import" {
 		im, src, err := r.Import()
-		return src, im.Result, err
+		return src, auto.Result{Result: im.Result}, err
 	}
 	name, err := r.PackageName()
 	if err != nil {
-		return nil, gen.Result{}, err
+		return nil, auto.Result{}, err
 	}
 	res, err := r.Lower()
 	if err != nil {
@@ -110,17 +111,17 @@ func (r *Request) Generate() ([]byte, gen.Result, error) {
 	switch {
 	case schedule == "":
 		schedule = "imported"
-	case res.Auto != nil:
+	case res.Candidates != nil:
 		schedule = res.Config.Schedule // what auto chose
 	}
-	src, err := gen.Emit(res, emit.Options{
+	src, err := gen.Emit(res.Result, emit.Options{
 		Package:    name,
 		Invocation: r.Invocation,
 		Schedule:   schedule,
 		HelperSize: r.Helper,
 		Table:      r.Table,
 		NoFuse:     !r.Fuse,
-		Layers:     StageLayers(res),
+		Layers:     StageLayers(res.Result),
 	})
 	return src, res, err
 }
@@ -162,7 +163,7 @@ func (r *Request) Import() (torch.Imported, []byte, error) {
 	if err != nil {
 		return torch.Imported{}, nil, err
 	}
-	im, err := torch.Import(r.File, in, torch.ImportOptions{Dialect: d, Lower: opt, DropFSDP: r.DropFSDP})
+	im, err := torch.Import(r.File, in, torch.ImportOptions{Dialect: d, Lower: opt.Options, DropFSDP: r.DropFSDP})
 	if err != nil || r.Out == "" {
 		return im, nil, err
 	}

@@ -1,21 +1,18 @@
 package gencmd
 
 import (
+	"errors"
 	"os"
-	"strings"
 
 	"github.com/ppgen/ppgen/gen"
-	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/synth"
 )
-
-// modelKeys are the cost keys a -model file gives; -cost may not give them
-// too.
-var modelKeys = map[string]bool{"f": true, "b": true, "i": true, "w": true, "act": true}
 
 // The values of -partition.
 const (
@@ -23,90 +20,48 @@ const (
 	PartitionAuto = "auto" // gen/partition's split for the schedule's order
 )
 
-// StageCost is the cost model a command simulates a program of the given
-// number of stages by: -cost (ParseCost), or with -model the model's
-// layers split evenly by count into the stages (model.Even: what a trainer
-// does without a partitioner) with its comm and bw, and the other keys of
-// -cost (data, opt, overlap, ...; comm and bw override the model's). Its
-// errors are *UsageError.
-//
-// copies is the number of model copies the stages form (dualpipe's 2, else
-// 1): each copy holds the whole model, so the layers split into
-// stages/copies stages, repeated per copy.
-func (r *Request) StageCost(stages, copies int) (sim.Cost, error) {
-	if r.Model == "" {
-		return ParseCost(r.Cost, stages)
+// Pricing is the command line's price list: -cost and -model
+// (pricing.Pricing, which says how they combine), built once per -cost and
+// -model and kept for every question later calls ask of it. Reading the
+// -model file is its only error.
+func (r *Request) Pricing() (*pricing.Pricing, error) {
+	key := [3]string{r.Cost, r.Model, r.Env.Dir}
+	if r.pricing != nil && r.pricedFor == key {
+		return r.pricing, nil
 	}
-	m, err := r.ReadModel()
-	if err != nil {
-		return sim.Cost{}, err
+	var m *model.Model
+	if r.Model != "" {
+		read, err := r.ReadModel()
+		if err != nil {
+			return nil, err
+		}
+		m = &read
 	}
-	copies = max(copies, 1)
-	if stages%copies != 0 {
-		return sim.Cost{}, usagef("-model %s: %d stages do not form %d model copies", r.Model, stages, copies)
-	}
-	p, err := model.Even(len(m.Layers), stages/copies)
-	if err != nil {
-		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
-	}
-	return r.SplitCost(m, p, copies)
+	r.pricing, r.pricedFor = pricing.New(r.Cost, m, r.Model), key
+	return r.pricing, nil
 }
 
-// SplitCost is the cost model of a program of copies model copies whose
-// every copy splits m's layers by part (partition.CopyCost), with the
-// other keys of -cost. Its errors are *UsageError.
-func (r *Request) SplitCost(m model.Model, part model.Partition, copies int) (sim.Cost, error) {
-	c, err := partition.CopyCost(m, part, copies)
-	if err != nil {
-		return sim.Cost{}, usagef("-model %s: %v", r.Model, err)
+// usageOf is err as a *UsageError when it is bad -cost or -model input
+// (*pricing.Error).
+func usageOf(err error) error {
+	if pe := (*pricing.Error)(nil); errors.As(err, &pe) {
+		return &UsageError{Msg: err.Error()}
 	}
-	if r.Cost == "" {
-		return c, nil
-	}
-	stages := part.Stages() * max(copies, 1)
-	given := map[string]bool{}
-	for _, field := range strings.Split(r.Cost, ",") {
-		key, _, _ := strings.Cut(field, "=")
-		key = strings.ToLower(strings.TrimSpace(key))
-		if modelKeys[key] {
-			return sim.Cost{}, usagef("-cost %s: %s is given per layer by -model %s; -cost may add the other keys (comm, bw, data, opt, overlap, unshard, reduce, swap, dp)", r.Cost, strings.TrimSpace(strings.SplitN(field, "=", 2)[0]), r.Model)
-		}
-		given[key] = true
-	}
-	extra, err := sim.ParseCost(r.Cost, stages)
-	if err != nil {
-		return sim.Cost{}, &UsageError{Msg: err.Error()}
-	}
-	c.DataLoad, c.Overlap, c.Unshard, c.Reduce, c.Opt, c.Swap, c.DP = extra.DataLoad, extra.Overlap, extra.Unshard, extra.Reduce, extra.Opt, extra.Swap, extra.DP
-	c.Param = extra.Param
-	if given["comm"] {
-		c.Comm = extra.Comm
-	}
-	if given["bw"] {
-		c.BW = extra.BW
-	}
-	if c, err = c.Resolve(stages); err != nil {
-		return sim.Cost{}, usagef("-model %s with -cost %s: %v", r.Model, r.Cost, err)
-	}
-	return c, nil
+	return err
 }
 
 // SplitModel is the -model file as the auto scheduler sees it
-// (gen.SplitModel): its costs with -cost's other keys, and with
-// -partition auto every family also with gen/partition's split.
-func (r *Request) SplitModel() (*gen.SplitModel, error) {
+// (auto.SplitModel): priced by Pricing, and with -partition auto every
+// family also with gen/partition's split.
+func (r *Request) SplitModel() (*auto.SplitModel, error) {
 	if err := r.checkPartition(); err != nil {
 		return nil, err
 	}
-	m, err := r.ReadModel()
+	p, err := r.Pricing()
 	if err != nil {
 		return nil, err
 	}
-	return &gen.SplitModel{
-		Model:     m,
-		Cost:      func(part model.Partition, copies int) (sim.Cost, error) { return r.SplitCost(m, part, copies) },
-		Partition: r.Partition == PartitionAuto,
-	}, nil
+	return auto.NewSplitModel(p, r.Partition == PartitionAuto)
 }
 
 func (r *Request) checkPartition() error {
@@ -119,21 +74,6 @@ func (r *Request) checkPartition() error {
 		return usagef("-partition %s splits the layers of a -model file; give -model FILE", r.Partition)
 	}
 	return nil
-}
-
-// ResultCost is the cost model to simulate a lowered result by: with
-// -model, the model's layers split as res records (res.Layers: the split
-// auto or -partition chose, or the even one), else StageCost.
-func (r *Request) ResultCost(res gen.Result) (sim.Cost, error) {
-	copies := max(res.Program.Copies, 1)
-	if r.Model == "" || res.Layers == nil {
-		return r.StageCost(res.Program.Stages(), copies)
-	}
-	m, err := r.ReadModel()
-	if err != nil {
-		return sim.Cost{}, err
-	}
-	return r.SplitCost(m, model.Partition{Bounds: res.Layers}, copies)
 }
 
 // splitResult records in res the split of the model's layers it runs
@@ -162,7 +102,7 @@ func (r *Request) splitResult(res *gen.Result) error {
 		return nil
 	}
 	pr, err := partition.Search(sp.Model, res.Compute, partition.Options{
-		Cost:     func(part model.Partition) (sim.Cost, error) { return r.SplitCost(sp.Model, part, copies) },
+		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
 		MemLimit: r.Mem,
 	})
 	if err != nil {
@@ -196,7 +136,7 @@ func (r *Request) ReadModel() (model.Model, error) {
 // times the stages of a rank's share, in chunks. No cap (the zero options)
 // without -mem, or for a fixed family's split evenly.
 func (r *Request) MemoryCap(res gen.Result) (sim.BoundOptions, error) {
-	if !(r.Mem > 0 && (r.Schedule == gen.Auto || r.Partition == PartitionAuto)) {
+	if !(r.Mem > 0 && (r.Schedule == auto.Name || r.Partition == PartitionAuto)) {
 		return sim.BoundOptions{}, nil
 	}
 	if r.Model == "" || res.Layers == nil {
@@ -217,33 +157,6 @@ func (r *Request) MemoryCap(res gen.Result) (sim.BoundOptions, error) {
 	return sim.BoundOptions{}, usagef("-model %s: the split %v does not fit %d stages of %d copies", r.Model, res.Layers, res.Program.Stages(), copies)
 }
 
-// orderCost is the cost model a family whose order depends on it
-// (schedules.Family.UsesCost) is built for, on ranks × v stages: the
-// StageCost of those stages (what sim, trace and report simulate it by;
-// -cost is each stage's cost), resolved, its F, I, W and comm. Values the
-// family rejects (ranks or v out of range) give nil: its own check says
-// why.
-func (r *Request) orderCost(ranks, v int) (*ir.Costs, error) {
-	if ranks < 1 || v < 1 || ranks > ir.MaxIndex+1 || v > (ir.MaxIndex+1)/ranks {
-		return nil, nil
-	}
-	stages := ranks * v
-	c, err := r.StageCost(stages, 1)
-	if err != nil {
-		return nil, err
-	}
-	if c, err = c.Resolve(stages); err != nil {
-		return nil, usagef("-cost: %v", err)
-	}
-	return &ir.Costs{F: c.F, I: c.I, W: c.W, Comm: c.Comm}, nil
-}
-
-// usesCost says whether the family named so builds its order for the cost
-// model (schedules.Family.UsesCost).
-func usesCost(name string) bool {
-	fam, err := schedules.Lookup(name)
-	return err == nil && fam.UsesCost
-}
 
 // costFamilies lists the families whose order the cost model shapes.
 func costFamilies() []string {
@@ -265,10 +178,11 @@ func (r *Request) SmallestChunk(res gen.Result) float64 {
 	if r.Model == "" || res.Layers == nil {
 		return 1 / float64(max(res.Config.Virtual, 1))
 	}
-	m, err := r.ReadModel()
+	p, err := r.Pricing()
 	if err != nil {
 		return 0
 	}
+	m, _ := p.Model()
 	act, _, err := partition.StageMemory(m, model.Partition{Bounds: res.Layers}, max(res.Program.Copies, 1))
 	if err != nil {
 		return 0

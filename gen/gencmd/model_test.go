@@ -26,7 +26,7 @@ func TestModelStageCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Request{Model: "m.json", Env: Env{Dir: dir}}
-	c, err := r.StageCost(2, 1)
+	c, err := stageCost(r, 2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,25 +52,25 @@ func TestModelStageCost(t *testing.T) {
 		{Request{Model: "m.json", Cost: "comm=-1", Env: Env{Dir: dir}}, "comm"},
 		{Request{Model: "missing.json", Env: Env{Dir: dir}}, "reading -model"},
 	} {
-		if _, err := tc.req.StageCost(2, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := stageCost(&tc.req, 2, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v, want %q", tc.req, err, tc.want)
 		}
 	}
-	if _, err := r.StageCost(5, 1); err == nil || !strings.Contains(err.Error(), "4 layers cannot fill 5 stages") {
+	if _, err := stageCost(r, 5, 1); err == nil || !strings.Contains(err.Error(), "4 layers cannot fill 5 stages") {
 		t.Errorf("5 stages of 4 layers: %v", err)
 	}
 	with := &Request{Model: "m.json", Cost: "comm=0.5,opt=2", Env: Env{Dir: dir}}
-	if c, err := with.StageCost(2, 1); err != nil || c.Comm != 0.5 || c.Opt != 2 || c.F[1] != 7 {
+	if c, err := stageCost(with, 2, 1); err != nil || c.Comm != 0.5 || c.Opt != 2 || c.F[1] != 7 {
 		t.Errorf("-cost comm=0.5,opt=2 with -model: %+v, %v", c, err)
 	}
 	// Two model copies (dualpipe) each hold the whole model.
-	if c, err := r.StageCost(4, 2); err != nil || !slices.Equal(c.F, []float64{3, 7, 3, 7}) {
+	if c, err := stageCost(r, 4, 2); err != nil || !slices.Equal(c.F, []float64{3, 7, 3, 7}) {
 		t.Errorf("4 stages in 2 copies: F %v, %v; want [3 7 3 7]", c.F, err)
 	}
 }
 
 // TestGenModel: a command that does not simulate (gen, show, verify) takes
-// -model for -schedule auto, whose candidates it then costs (opt.Auto.StageCost):
+// -model for -schedule auto, whose candidates it then costs (opt.StageCost):
 // with the first and last of 8 layers 30 times the rest, auto leaves
 // dualpipev (its choice at even costs, both heavy layers on rank 0). With a
 // fixed family -model is refused, as -cost is.
@@ -109,4 +109,14 @@ func TestGenModel(t *testing.T) {
 	if _, err := choose("-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", "m.json"); err == nil || !strings.Contains(err.Error(), "-schedule auto only") {
 		t.Errorf("1f1b with -model: %v; want the refusal", err)
 	}
+}
+
+// stageCost is the cost model r's Pricing simulates a program of the given
+// stages and copies by.
+func stageCost(r *Request, stages, copies int) (sim.Cost, error) {
+	p, err := r.Pricing()
+	if err != nil {
+		return sim.Cost{}, err
+	}
+	return p.Stages(stages, copies)
 }

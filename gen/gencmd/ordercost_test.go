@@ -2,6 +2,7 @@ package gencmd
 
 import (
 	"flag"
+	"github.com/ppgen/ppgen/gen/auto"
 	"io"
 	"reflect"
 	"strings"
@@ -75,7 +76,11 @@ func TestGenCostOnlyWhereItShapesTheOrder(t *testing.T) {
 // TestInterleavedZBAgainstPyTorch in gen/schedules).
 func TestCompareBuildsForTheShare(t *testing.T) {
 	r := simRequest(t, "-ranks", "8", "-micro", "16", "-cost", "F=1,I=0.5,W=1.5")
-	rows, err := r.Compare([]CompareEntry{{Name: "interleaved-zb"}}, nil)
+	entries, err := auto.ParseCompare("interleaved-zb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := r.Compare(entries, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package gencmd
 import (
 	"errors"
 
-	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
@@ -35,7 +35,7 @@ func (r *Request) PartitionLayers() (partition.Report, error) {
 			one.Schedule = DefaultPartitionScheduleV
 		}
 	}
-	if one.Schedule == gen.Auto {
+	if one.Schedule == auto.Name {
 		return partition.Report{}, usagef("-schedule auto: partition splits for one family's order; name it (ppgen sim -schedule auto -model FILE -partition auto tries every family with its split)")
 	}
 	if one.Micro == 0 && one.Ranks > 0 {
@@ -50,18 +50,25 @@ func (r *Request) PartitionLayers() (partition.Report, error) {
 	if err != nil {
 		return partition.Report{}, err
 	}
+	price, err := one.Pricing()
+	if err != nil {
+		return partition.Report{}, err
+	}
 	opt, err := one.LowerOptions()
 	if err != nil {
 		return partition.Report{}, err
 	}
 	copies := partition.Copies(res.Compute)
-	cost := func(part model.Partition) (sim.Cost, error) { return one.SplitCost(m, part, copies) }
-	sp := &gen.SplitModel{Model: m, Cost: func(part model.Partition, copies int) (sim.Cost, error) { return one.SplitCost(m, part, copies) }}
+	cost := func(part model.Partition) (sim.Cost, error) { return price.Split(part, copies) }
+	sp, err := auto.NewSplitModel(price, false)
+	if err != nil {
+		return partition.Report{}, err
+	}
 	rep, err := partition.Compare(m, partition.Schedule{
 		Config:  res.Config,
 		Compute: res.Compute,
 		Lower: func(part model.Partition) (ir.Program, float64, float64, error) {
-			res, sr, mem, err := gen.EvaluateSplit(res.Config, opt, sp, part)
+			res, sr, mem, err := auto.EvaluateSplit(res.Config, opt.Options, sp, part)
 			return res.Program, sr.Makespan, mem, err
 		},
 	}, partition.Options{Cost: cost, MemLimit: r.Mem})

@@ -3,6 +3,7 @@ package gencmd
 import (
 	"bytes"
 	"errors"
+	"github.com/ppgen/ppgen/gen/auto"
 	"go/format"
 	"os"
 	"path/filepath"
@@ -113,7 +114,10 @@ func TestPartitionLayersReport(t *testing.T) {
 // TestComparePartition: sim -compare -partition auto runs each family with
 // its own partition, never slower than the even split.
 func TestComparePartition(t *testing.T) {
-	entries := []CompareEntry{{Name: "1f1b"}, {Name: "zbv"}}
+	entries, err := auto.ParseCompare("1f1b,zbv")
+	if err != nil {
+		t.Fatal(err)
+	}
 	even, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, simCost: true}).Compare(entries, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +128,7 @@ func TestComparePartition(t *testing.T) {
 	}
 	for i := range entries {
 		if part[i].Makespan > even[i].Makespan*(1+1e-9) {
-			t.Errorf("%s: partition %g slower than even %g", entries[i].Name, part[i].Makespan, even[i].Makespan)
+			t.Errorf("%s: partition %g slower than even %g", entries[i].Family.Name, part[i].Makespan, even[i].Makespan)
 		}
 	}
 	if !(part[0].Makespan < even[0].Makespan) {

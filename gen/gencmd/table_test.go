@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -23,20 +23,20 @@ var table = flag.Bool("table", false, "print BENCHMARKS.md's table of auto again
 // split and with gen/partition's split, each lowered and simulated, auto's
 // choice, and the lower bound of auto's stages.
 type tableRow struct {
-	even, part, auto gen.Candidate
+	even, part, auto auto.Candidate
 	bound            float64
 }
 
 // evalCandidate is the makespan of a family lowered and simulated with its
 // candidate's split, and its memory.
-func evalCandidate(t *testing.T, r *Request, sp *gen.SplitModel, c gen.Candidate) (float64, float64) {
+func evalCandidate(t *testing.T, r *Request, sp *auto.SplitModel, c auto.Candidate) (float64, float64) {
 	one := *r
 	one.Schedule, one.Virtual, one.Partition, one.Mem, one.Budget = c.Config.Schedule, c.Config.Virtual, PartitionEven, 0, 0
 	opt, err := one.LowerOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sr, mem, err := gen.EvaluateSplit(c.Config, opt, sp, model.Partition{Bounds: c.Layers})
+	_, sr, mem, err := auto.EvaluateSplit(c.Config, opt.Options, sp, model.Partition{Bounds: c.Layers})
 	if err != nil {
 		t.Fatalf("%s V=%d: %v", c.Config.Schedule, c.Config.Virtual, err)
 	}
@@ -50,16 +50,20 @@ func evalCandidate(t *testing.T, r *Request, sp *gen.SplitModel, c gen.Candidate
 // no slower than any family within the limit, and the lower bound of its
 // stages at most its makespan.
 func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tableRow {
-	r := &Request{Schedule: gen.Auto, Ranks: P, Micro: M, Model: path, Partition: PartitionAuto, Mem: limit, Budget: budget, simCost: true} // as sim binds it
+	r := &Request{Schedule: auto.Name, Ranks: P, Micro: M, Model: path, Partition: PartitionAuto, Mem: limit, Budget: budget, simCost: true} // as sim binds it
 	res, err := r.Lower()
 	if err != nil && strings.Contains(err.Error(), "no schedule fits") {
 		t.Logf("%s P=%d M=%d mem %g: %v", path, P, M, limit, err)
-		return tableRow{auto: gen.Candidate{Makespan: math.Inf(1)}, even: gen.Candidate{Makespan: math.Inf(1)}, part: gen.Candidate{Makespan: math.Inf(1)}}
+		return tableRow{auto: auto.Candidate{Makespan: math.Inf(1)}, even: auto.Candidate{Makespan: math.Inf(1)}, part: auto.Candidate{Makespan: math.Inf(1)}}
 	}
 	if err != nil {
 		t.Fatalf("%s P=%d M=%d mem %g: %v", path, P, M, limit, err)
 	}
-	cost, err := r.ResultCost(res)
+	price, err := r.Pricing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cost, err := price.Program(res.Program, res.Layers, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +71,7 @@ func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tabl
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := tableRow{auto: gen.Candidate{Config: res.Config, Makespan: sr.Makespan, Layers: res.Layers}}
+	row := tableRow{auto: auto.Candidate{Config: res.Config, Makespan: sr.Makespan, Layers: res.Layers}}
 	// Partitioned when its split is not the even one (a partitioned
 	// candidate that found the even split runs the same program).
 	m, err := r.ReadModel()
@@ -79,7 +83,7 @@ func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tabl
 		t.Fatal(err)
 	}
 	row.auto.Partitioned = fmt.Sprint(even.Bounds) != fmt.Sprint(res.Layers)
-	capped, err := r.MemoryCap(res)
+	capped, err := r.MemoryCap(res.Result)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,14 +103,14 @@ func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tabl
 	if mem := slices.Max(perRank); mem > limit*(1+1e-9) {
 		t.Errorf("%s P=%d M=%d: auto's %s V=%d holds %g, over the limit %g", path, P, M, res.Config.Schedule, res.Config.Virtual, mem, limit)
 	}
-	row.auto.Synthesized = gen.IsSynthesized(res.Config.Schedule)
+	row.auto.Synthesized = auto.IsSynthesized(res.Config.Schedule)
 	row.even.Makespan, row.part.Makespan = math.Inf(1), math.Inf(1)
-	for _, c := range res.Auto {
-		if c.Layers == nil || (c.Skipped != "" && c.Skipped != gen.NotLowered) || c.Synthesized {
+	for _, c := range res.Candidates {
+		if c.Layers == nil || (c.Skipped != "" && c.Skipped != auto.NotLowered) || c.Synthesized {
 			continue // a synthesized order has no family to rebuild it by its config
 		}
 		ms, mem := evalCandidate(t, r, sp, c)
-		if c.Skipped == gen.NotLowered && c.Makespan > ms*(1+1e-9) {
+		if c.Skipped == auto.NotLowered && c.Makespan > ms*(1+1e-9) {
 			t.Errorf("%s P=%d M=%d: %s V=%d (partitioned %v): the bound auto pruned by, %g, is over the lowered makespan %g", path, P, M, c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan, ms)
 		}
 		if c.Skipped == "" && (!nearly(c.Makespan, ms) || !nearly(c.ActMem, mem)) {
@@ -124,7 +128,7 @@ func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tabl
 			*best = c
 		}
 	}
-	for _, c := range []gen.Candidate{row.even, row.part} {
+	for _, c := range []auto.Candidate{row.even, row.part} {
 		if row.auto.Makespan > c.Makespan*(1+1e-9) {
 			t.Errorf("%s P=%d M=%d mem %g: auto %s V=%d %g is slower than %s V=%d (partitioned %v) %g",
 				path, P, M, limit, row.auto.Config.Schedule, row.auto.Config.Virtual, row.auto.Makespan, c.Config.Schedule, c.Config.Virtual, c.Partitioned, c.Makespan)
@@ -227,7 +231,7 @@ func TestAutoWithPartition(t *testing.T) {
 		if !ran {
 			continue // not selected by -run
 		}
-		name := func(c gen.Candidate) string {
+		name := func(c auto.Candidate) string {
 			if math.IsInf(c.Makespan, 1) {
 				return "none fits"
 			}

@@ -35,13 +35,14 @@ import (
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
 // Options are what Search optimises under.
 type Options struct {
 	// Cost turns a split of one model copy's layers into the cost model of
-	// all the program's stages; nil: CopyCost.
+	// all the program's stages; nil: the model's own (pricing.OfModel).
 	Cost func(model.Partition) (sim.Cost, error)
 	// MemLimit bounds every rank's peak memory (Memory), in the model's
 	// units; 0: no limit.
@@ -76,22 +77,6 @@ type Result struct {
 // Copies is the number of model copies p's stages form (1 for one
 // pipeline; dualpipe's 2, each holding the whole model).
 func Copies(p ir.Program) int { return max(p.Copies, 1) }
-
-// CopyCost is the cost model of a program of copies model copies whose
-// every copy splits m's layers by part: m.Cost(part) with its per-stage
-// lists repeated per copy.
-func CopyCost(m model.Model, part model.Partition, copies int) (sim.Cost, error) {
-	c, err := m.Cost(part)
-	if err != nil || copies <= 1 {
-		return c, err
-	}
-	for _, l := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.Act} {
-		if *l != nil {
-			*l = slices.Repeat(*l, copies)
-		}
-	}
-	return c, nil
-}
 
 // StageMemory returns, for every stage of a program of copies copies split
 // by part, the activation a live chunk holds (the sum of its layers' act)
@@ -142,7 +127,7 @@ func Evaluate(m model.Model, part model.Partition, p ir.Program, opt Options) (E
 func evaluate(m model.Model, part model.Partition, p ir.Program, opt Options, mem bool) (Eval, error) {
 	costOf := opt.Cost
 	if costOf == nil {
-		costOf = func(part model.Partition) (sim.Cost, error) { return CopyCost(m, part, Copies(p)) }
+		costOf = func(part model.Partition) (sim.Cost, error) { return pricing.OfModel(m).Split(part, Copies(p)) }
 	}
 	c, err := costOf(part)
 	if err != nil {

@@ -35,7 +35,7 @@ import (
 //
 // Search's starts (the even and Balanced splits) weigh stages alone;
 // auto synthesizes orders from this split too under a memory limit
-// (gen/autosynth.go).
+// (gen/auto/autosynth.go).
 func Placed(m model.Model, pl ir.Placement) (model.Partition, error) {
 	L, S, P := len(m.Layers), pl.Stages(), pl.Ranks()
 	even, err := model.Even(L, S)

@@ -3,6 +3,7 @@ package partition
 import (
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -54,7 +55,7 @@ func Compare(m model.Model, s Schedule, opt Options) (Report, error) {
 	}
 	costOf := opt.Cost
 	if costOf == nil {
-		costOf = func(part model.Partition) (sim.Cost, error) { return CopyCost(m, part, copies) }
+		costOf = func(part model.Partition) (sim.Cost, error) { return pricing.OfModel(m).Split(part, copies) }
 	}
 	rep := Report{
 		Schedule: s.Config.Schedule, Ranks: s.Config.Ranks, Virtual: s.Config.Virtual, Micro: s.Config.Micro,
@@ -80,7 +81,7 @@ func Compare(m model.Model, s Schedule, opt Options) (Report, error) {
 			rep.EvenMakespan, rep.EvenMem, rep.EvenBound = makespan, mem, lb
 		}
 	}
-	c, err := CopyCost(m, pr.Split, 1)
+	c, err := pricing.OfModel(m).Split(pr.Split, 1)
 	if err != nil {
 		return Report{}, err
 	}

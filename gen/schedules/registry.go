@@ -44,10 +44,13 @@ type Family struct {
 	// limits first, in that one place, and the family's code may assume
 	// them.
 	Build func(cfg ir.Config) (ir.Program, error)
+	// own is the family's own Build, before Register wraps it
+	// (BuildConfig normalizes once and calls it).
+	own func(cfg ir.Config) (ir.Program, error)
 }
 
 var (
-	registry = map[string]Family{}
+	registry = map[string]*Family{}
 	// byKey maps the matching key (aliasKey) of every family name and
 	// alias to the family's name.
 	byKey = map[string]string{}
@@ -67,6 +70,7 @@ func Register(f Family) {
 		byKey[k] = f.Name
 	}
 	build := f.Build
+	f.own = build
 	f.Build = func(cfg ir.Config) (ir.Program, error) {
 		cfg, err := normalize(f, cfg)
 		if err != nil {
@@ -74,7 +78,7 @@ func Register(f Family) {
 		}
 		return build(cfg)
 	}
-	registry[f.Name] = f
+	registry[f.Name] = &f
 }
 
 // pytorchPrefix starts the names of PyTorch's schedule classes
@@ -107,13 +111,23 @@ func Canonical(name string) (canonical string, ok bool) {
 // Lookup returns the family that name denotes (Canonical: its name or an
 // alias), or an error listing the known ones.
 func Lookup(name string) (Family, error) {
-	canonical, ok := Canonical(name)
-	f := registry[canonical]
-	if !ok {
-		// "auto" is gen's: it picks one of these by simulation.
-		return Family{}, fmt.Errorf("unknown schedule %q; known schedules: %s, auto, and PyTorch's and torchtitan's names for them (see `ppgen list`)", name, strings.Join(Names(), ", "))
+	f, err := Resolve(name)
+	if err != nil {
+		return Family{}, err
 	}
-	return f, nil
+	return *f, nil
+}
+
+// Resolve is Lookup for a caller that keeps the family it resolved (a
+// command line's -schedule): the registered family itself, the same
+// pointer at every call for one family. It must not be modified.
+func Resolve(name string) (*Family, error) {
+	canonical, ok := Canonical(name)
+	if !ok {
+		// "auto" is gen/auto's: it picks one of these by simulation.
+		return nil, fmt.Errorf("unknown schedule %q; known schedules: %s, auto, and PyTorch's and torchtitan's names for them (see `ppgen list`)", name, strings.Join(Names(), ", "))
+	}
+	return registry[canonical], nil
 }
 
 // Names returns the registered family names in sorted order.
@@ -130,7 +144,7 @@ func Names() []string {
 func All() []Family {
 	out := make([]Family, 0, len(registry))
 	for _, n := range Names() {
-		out = append(out, registry[n])
+		out = append(out, *registry[n])
 	}
 	return out
 }
@@ -143,9 +157,31 @@ func Normalize(cfg ir.Config) (ir.Config, Family, error) {
 	if err != nil {
 		return cfg, f, err
 	}
-	cfg.Schedule = f.Name
-	cfg, err = normalize(f, cfg)
+	cfg, err = f.Normalize(cfg)
 	return cfg, f, err
+}
+
+// Normalize is Normalize for a family already looked up (Lookup): it
+// sets cfg.Schedule to the family's name, fills V and checks P, V, M.
+func (f Family) Normalize(cfg ir.Config) (ir.Config, error) {
+	cfg.Schedule = f.Name
+	return normalize(f, cfg)
+}
+
+// BuildConfig is Build for a family already looked up, normalizing cfg
+// once (Normalize) and returning it with the order: cfg.Schedule becomes
+// the family's name.
+func (f Family) BuildConfig(cfg ir.Config) (ir.Config, ir.Program, error) {
+	cfg, err := f.Normalize(cfg)
+	if err != nil {
+		return cfg, ir.Program{}, err
+	}
+	build := f.own
+	if build == nil { // a Family value not from Register: its Build as given
+		build = f.Build
+	}
+	p, err := build(cfg) // the family checks cfg.Placement
+	return cfg, p, err
 }
 
 // normalize is Normalize for family f: the only check of P, V, M ≥ 1.

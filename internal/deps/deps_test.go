@@ -91,9 +91,9 @@ func violations(nodes []node) []string {
 			byPath[n.Path] = n
 		}
 	}
-	// chain returns the module packages from n's imports to the first
-	// package of layer want, or nil.
-	chain := func(n node, want string) []string {
+	// reach returns the module packages from n's imports to the first
+	// package that is, or nil.
+	reach := func(n node, is func(string) bool) []string {
 		prev := map[string]string{}
 		var queue []string
 		for _, p := range n.Imports {
@@ -105,7 +105,7 @@ func violations(nodes []node) []string {
 		for len(queue) > 0 {
 			p := queue[0]
 			queue = queue[1:]
-			if layer(p) == want {
+			if is(p) {
 				var out []string
 				for q := p; q != ""; q = prev[q] {
 					out = append(out, q)
@@ -122,8 +122,24 @@ func violations(nodes []node) []string {
 		}
 		return nil
 	}
+	// chain is reach for the first package of layer want.
+	chain := func(n node, want string) []string {
+		return reach(n, func(p string) bool { return layer(p) == want })
+	}
 	var out []string
 	for _, n := range nodes {
+		if n.Path == module+"/gen" && !n.Test {
+			// gen's root package, the compiler's front door, knows
+			// nothing of the search (gen/auto imports gen, not the
+			// other way).
+			if c := reach(n, func(p string) bool { return p == module+"/gen/auto" || strings.HasPrefix(p, module+"/gen/auto/") }); c != nil {
+				name := "gen"
+				for i := range c {
+					c[i] = strings.TrimPrefix(c[i], module+"/")
+				}
+				out = append(out, fmt.Sprintf("%s imports %s: gen's root package imports none of the search (gen/auto imports gen)", name, strings.Join(c, " -> ")))
+			}
+		}
 		if shared[n.Path] && !n.Test {
 			for _, p := range n.Imports {
 				if !std(p) {
@@ -245,6 +261,9 @@ func TestViolations(t *testing.T) {
 		{Path: m("runtime/world_test"), Test: true, Imports: []string{m("runtime/world"), "testing"}},
 		{Path: m("runtime/mesh"), Test: true, Imports: []string{m("runtime/world"), "testing"}},
 		{Path: m("examples/mlp"), Imports: []string{m("runtime/world"), m("runtime/pipe"), m("runtime/launch")}},
+		{Path: m("gen"), Imports: []string{m("gen/emit")}},
+		{Path: m("gen/auto"), Imports: []string{m("gen"), m("gen/ir")}},
+		{Path: m("gen/gencmd"), Imports: []string{m("gen/auto"), m("gen")}},
 	}
 	cases := []struct {
 		name  string
@@ -285,6 +304,10 @@ func TestViolations(t *testing.T) {
 			"runtime/pipe imports runtime/world: runtime/world opens the transports and sits above the rest of runtime/"},
 		{"runtime/world imports gen", node{Path: m("runtime/world"), Imports: []string{m("runtime/transport"), m("gen/ir")}},
 			"runtime/world imports gen/ir: gen/ and runtime/ must not import each other"},
+		{"gen imports the search", node{Path: m("gen"), Imports: []string{m("gen/auto")}},
+			"gen imports gen/auto: gen's root package imports none of the search"},
+		{"gen reaches the search", node{Path: m("gen"), Imports: []string{m("gen/gencmd")}},
+			"gen imports gen/gencmd -> gen/auto: gen's root package imports none of the search"},
 		{"runtime test imports generated code", node{Path: m("runtime/pipe_test"), Test: true, Imports: []string{m("generated/gpipe")}},
 			"runtime/pipe_test (test) imports github.com/ppgen/ppgen/generated/gpipe: runtime/ imports only"},
 	}

@@ -1,4 +1,4 @@
-package gen
+package auto
 
 import (
 	"slices"
@@ -55,7 +55,7 @@ func TestBalancePlan(t *testing.T) {
 	}
 	quiet := func(string, ...any) {}
 
-	sp := &SplitModel{Model: llm, Partition: true}
+	sp := splitModel(llm, true)
 	from := top(t, sp, ir.Zigzag(4, V))
 	bp, err := balancePlan(cfg, sp, from, limit, run(sp), quiet)
 	if err != nil || bp == nil {
@@ -92,7 +92,7 @@ func TestBalancePlan(t *testing.T) {
 	}
 	t.Logf("M=%d within %g: %g on %v → %g on %v", cfg.Micro, limit, from.bestLow.Makespan, from.pl, bp.bestLow.Makespan, bp.pl)
 
-	uni := &SplitModel{Model: readExampleModel(t, "uniform.json"), Partition: true}
+	uni := splitModel(readExampleModel(t, "uniform.json"), true)
 	var moved bool
 	bu, err := balancePlan(cfg, uni, top(t, uni, ir.Zigzag(4, V)), limit, run(uni), func(string, ...any) { moved = true })
 	if err != nil || bu != nil || moved {

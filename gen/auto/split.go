@@ -1,12 +1,15 @@
-package gen
+package auto
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -15,23 +18,26 @@ import (
 // stages, evenly by count, and with Partition also by gen/partition's
 // Search for the candidate's own order; its memory is counted in the
 // model's units (partition.Memory: the activations of its live chunks plus
-// the params of its stages, per rank), which AutoOptions.MemLimit then
+// the params of its stages, per rank), which Options.MemLimit then
 // bounds.
 type SplitModel struct {
-	Model model.Model
-	// Cost is the cost model of a program of copies model copies whose
-	// every copy splits the layers by part (nil: partition.CopyCost).
-	Cost func(part model.Partition, copies int) (sim.Cost, error)
+	Model model.Model // Pricing's model
+	// Pricing prices a program of copies model copies whose every copy
+	// splits the layers by a partition (pricing.Pricing.Split).
+	Pricing *pricing.Pricing
 	// Partition also tries every family with the split Search finds for
 	// its order (`-partition auto`).
 	Partition bool
 }
 
-func (sp *SplitModel) cost(part model.Partition, copies int) (sim.Cost, error) {
-	if sp.Cost != nil {
-		return sp.Cost(part, copies)
+// NewSplitModel is the SplitModel of p's model description (p must have
+// one), with partition for -partition auto.
+func NewSplitModel(p *pricing.Pricing, partition bool) (*SplitModel, error) {
+	m, ok := p.Model()
+	if !ok {
+		return nil, errors.New("schedule auto: a split model needs a model description")
 	}
-	return partition.CopyCost(sp.Model, part, copies)
+	return &SplitModel{Model: m, Pricing: p, Partition: partition}, nil
 }
 
 // even is the even split of the layers into p's stages.
@@ -47,7 +53,7 @@ func (sp *SplitModel) even(p ir.Program) (model.Partition, error) {
 func (sp *SplitModel) search(p ir.Program, limit float64) (partition.Result, error) {
 	copies := partition.Copies(p)
 	return partition.Search(sp.Model, p, partition.Options{
-		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.cost(part, copies) },
+		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
 		MemLimit: limit,
 	})
 }
@@ -55,7 +61,7 @@ func (sp *SplitModel) search(p ir.Program, limit float64) (partition.Result, err
 // run simulates p with its layers split by part and returns the
 // simulation and the busiest rank's memory.
 func (sp *SplitModel) run(p ir.Program, part model.Partition) (sim.Result, float64, error) {
-	c, err := sp.cost(part, partition.Copies(p))
+	c, err := sp.Pricing.Split(part, partition.Copies(p))
 	if err != nil {
 		return sim.Result{}, 0, &StageCostError{Err: err}
 	}
@@ -73,9 +79,9 @@ func (sp *SplitModel) run(p ir.Program, part model.Partition) (sim.Result, float
 // EvaluateSplit is Evaluate for a model description: it lowers cfg and
 // simulates the result with the model's layers split by part (one copy's
 // stages), and returns the busiest rank's memory in the model's units.
-func EvaluateSplit(cfg ir.Config, opt Options, sp *SplitModel, part model.Partition) (Result, sim.Result, float64, error) {
-	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(part, partition.Copies(p)) }
-	res, err := Lower(cfg, opt)
+func EvaluateSplit(cfg ir.Config, opt gen.Options, sp *SplitModel, part model.Partition) (gen.Result, sim.Result, float64, error) {
+	opt.CommCost = sp.Pricing.CommSplit(part.Bounds)
+	res, err := gen.Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err
 	}

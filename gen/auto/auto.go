@@ -1,4 +1,14 @@
-package gen
+// Package auto is ppgen's schedule search, `-schedule auto`: it lowers
+// every family that can run a config (each V from 1 to MaxVirtual it
+// accepts) through gen, simulates each under a cost model, and returns
+// the fastest within a memory limit; with a model description it also
+// splits the model's layers for each candidate (gen/partition) and
+// synthesizes orders of its own (gen/synth). `ppgen sim -compare`'s loop
+// (Compare) evaluates a list of schedules the same way.
+//
+// It imports gen, never the other way: gen's Lower lowers one family, and
+// a caller that reads "auto" (gen/gencmd) calls Lower here instead.
+package auto
 
 import (
 	"cmp"
@@ -8,35 +18,38 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
-// Auto is the schedule name that asks Lower to choose: it lowers every
-// family that can run the config (each V from 1 to MaxAutoVirtual it
-// accepts), simulates each under Options.Auto.Cost, and returns the one with
+// Name is the schedule name that asks for the search (Lower): it lowers every
+// family that can run the config (each V from 1 to MaxVirtual it
+// accepts), simulates each under Options.Cost, and returns the one with
 // the smallest makespan whose activation memory is within
-// Options.Auto.MemLimit; ties go to the smaller memory, then to the earlier
-// family name and V (and, with AutoOptions.Split, the even split before the
-// partitioned one). With AutoOptions.Split (a model description) it also
+// Options.MemLimit; ties go to the smaller memory, then to the earlier
+// family name and V (and, with Options.Split, the even split before the
+// partitioned one). With Options.Split (a model description) it also
 // synthesizes orders for the model's stages and the memory limit
 // (gen/synth, synthTries), listed after the families and losing ties to
 // them. Being the minimum over every candidate, it is never worse than the
 // best fixed schedule among them (docs/design.md §4).
-const Auto = "auto"
+const Name = "auto"
 
-// MaxAutoVirtual is the largest V the auto scheduler tries.
-const MaxAutoVirtual = 4
+// MaxVirtual is the largest V the auto scheduler tries.
+const MaxVirtual = 4
 
-// AutoOptions say what Auto optimizes.
-type AutoOptions struct {
+// Options are gen's lowering options and what the search optimizes.
+type Options struct {
+	gen.Options
 	// Cost is the cost model of one rank's share of the model: a
 	// candidate with V stages per rank runs each stage at 1/V of its F, B,
-	// I and W (ShareCost), so every candidate does the same work. Per-stage
+	// I and W (pricing.PerShare), so every candidate does the same work. Per-stage
 	// lists are refused (the candidates have different stage counts). The
 	// zero Cost is sim.DefaultCost().
 	Cost sim.Cost
@@ -69,7 +82,7 @@ type AutoOptions struct {
 	// StageCost, when set, gives the cost model of a candidate with the
 	// given number of stages forming copies model copies (ir.Program.Copies,
 	// 1 for one pipeline) instead of Cost scaled to one rank's share
-	// (ShareCost): a model description split into each copy's stages
+	// (pricing.PerShare): a model description split into each copy's stages
 	// (gen/model, `-model`), so that every candidate runs the same layers.
 	// A candidate it refuses (more stages than layers) is skipped with
 	// its error.
@@ -82,18 +95,25 @@ type AutoOptions struct {
 	Split *SplitModel
 }
 
-// Candidate is one schedule Auto tried.
+// Result is the lowered result of the chosen candidate and every
+// candidate the search tried.
+type Result struct {
+	gen.Result // the chosen one's; Config is its config
+	Candidates []Candidate
+}
+
+// Candidate is one schedule the search tried.
 type Candidate struct {
 	Config   ir.Config // normalized: Schedule and Virtual set
 	Makespan float64
 	Bubble   float64
-	// ActMem is the activation memory as AutoOptions.MemLimit counts it.
+	// ActMem is the activation memory as Options.MemLimit counts it.
 	ActMem float64
 	// Skipped says why the candidate could not be chosen ("" when it
 	// could); a family that rejects the config at every V appears once,
 	// with its reason at its default V.
 	Skipped string
-	// Layers, with AutoOptions.Split, is the candidate's split of the
+	// Layers, with Options.Split, is the candidate's split of the
 	// model's layers (Result.Layers); Partitioned is set when it is
 	// gen/partition's for the candidate's order, not the even one.
 	Layers      []int
@@ -104,40 +124,12 @@ type Candidate struct {
 	Synthesized bool
 }
 
-// ShareCost returns c with the compute costs of one stage scaled to 1/v of
-// the given ones (transfers, data, FSDP, optimizer and swap costs are kept),
-// for comparing schedules with different numbers of stages per rank. c must
-// be resolved and have one value per key.
-func ShareCost(c sim.Cost, v int) (sim.Cost, error) {
-	if len(c.Act) > 1 {
-		return c, errors.New("a cost model for comparing schedules takes one activation size (act), not a per-stage list: a stage's output is the same size whatever V cuts the model into")
-	}
-	for _, xs := range []*[]float64{&c.F, &c.B, &c.I, &c.W} {
-		if len(*xs) > 1 {
-			return c, errors.New("a cost model for comparing schedules takes one value per key (the cost of one rank's share of the model), not per-stage lists")
-		}
-		out := make([]float64, len(*xs))
-		for i, x := range *xs {
-			out[i] = x / float64(max(v, 1))
-		}
-		*xs = out
-	}
-	return c, nil
-}
-
-// StagesPerShare is the number of stages that make one rank's share of the
-// model in res: V, or V/2 when the stages form two model copies (dualpipe),
-// each holding a full share. A micro-batch walks S/Copies stages.
-func (res Result) StagesPerShare() int {
-	return max(res.Config.Virtual/max(res.Program.Copies, 1), 1)
-}
-
 // EvalShare simulates the lowered result res under c, the cost of one
-// rank's share of the model (ShareCost), and returns the simulation and the
-// activation memory in share units (see AutoOptions.MemLimit).
-func EvalShare(res Result, c sim.Cost) (sim.Result, float64, error) {
+// rank's share of the model (pricing.PerShare), and returns the simulation and the
+// activation memory in share units (see Options.MemLimit).
+func EvalShare(res gen.Result, c sim.Cost) (sim.Result, float64, error) {
 	vEff := res.StagesPerShare()
-	share, err := ShareCost(c, vEff)
+	share, err := pricing.PerShare(c, vEff)
 	if err != nil {
 		return sim.Result{}, 0, err
 	}
@@ -148,32 +140,30 @@ func EvalShare(res Result, c sim.Cost) (sim.Result, float64, error) {
 	return r, float64(r.Peak()) / float64(vEff), nil
 }
 
-// Evaluate is the evaluation of one candidate, what Auto does for each
+// Evaluate is the evaluation of one candidate, what Lower does for each
 // family and V and `ppgen sim -compare` for each schedule of its list: it
 // lowers cfg and simulates the result under c, the resolved cost of one
 // rank's share of the model (EvalShare). It returns the lowered result, the
 // simulation and the activation memory in share units. A config that does
 // not lower returns Lower's error; a failed simulation a *SimulationError.
 //
-// With opt.Auto.StageCost the candidate is simulated by the cost it gives
+// With opt.StageCost the candidate is simulated by the cost it gives
 // for its stage count instead (a model split into its stages); its refusal
 // is returned as a *StageCostError. Either way the candidate's transfers
 // are laid out for that cost (Options.CommCost).
-func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float64, error) {
+func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (gen.Result, sim.Result, float64, error) {
 	// The transfers laid out for the cost the candidate is judged by.
-	if sc := opt.Auto.StageCost; sc != nil {
+	if sc := opt.StageCost; sc != nil {
 		opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sc(p.Stages(), max(p.Copies, 1)) }
 	} else {
-		opt.CommCost = func(p ir.Program) (sim.Cost, error) {
-			return ShareCost(c, max(p.Stages()/max(len(p.Ranks), 1)/max(p.Copies, 1), 1))
-		}
+		opt.CommCost = pricing.ShareComm(c)
 	}
-	res, err := Lower(cfg, opt)
+	res, err := gen.Lower(cfg, opt.Options)
 	if err != nil {
 		return res, sim.Result{}, 0, err
 	}
-	if opt.Auto.StageCost != nil {
-		sc, err := opt.Auto.StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
+	if opt.StageCost != nil {
+		sc, err := opt.StageCost(res.Program.Stages(), max(res.Program.Copies, 1))
 		if err != nil {
 			return res, sim.Result{}, 0, &StageCostError{Err: err}
 		}
@@ -190,7 +180,7 @@ func Evaluate(cfg ir.Config, opt Options, c sim.Cost) (Result, sim.Result, float
 	return res, r, mem, nil
 }
 
-// StageCostError is AutoOptions.StageCost's refusal of a candidate's stage
+// StageCostError is Options.StageCost's refusal of a candidate's stage
 // count.
 type StageCostError struct{ Err error }
 
@@ -206,53 +196,42 @@ type SimulationError struct {
 func (e *SimulationError) Error() string { return e.Err.Error() }
 func (e *SimulationError) Unwrap() error { return e.Err }
 
-// ScheduleError is an error of Lower whose text names the schedule family it
-// concerns ("schedule zbv: ..."), so that a caller listing several schedules
-// need not name it again.
-type ScheduleError struct {
-	Schedule string
-	Err      error
-}
-
-func (e *ScheduleError) Error() string { return e.Err.Error() }
-func (e *ScheduleError) Unwrap() error { return e.Err }
-
-// lowerAuto is Lower for the Auto schedule. cfg.Virtual, when set, restricts
-// the candidates to that V.
-func lowerAuto(cfg ir.Config, opt Options) (Result, error) {
+// Lower is the search for cfg (cfg.Schedule is Name): the chosen
+// candidate lowered, and every candidate tried. cfg.Virtual, when set,
+// restricts the candidates to that V.
+func Lower(cfg ir.Config, opt Options) (Result, error) {
 	if cfg.Placement != nil {
-		return Result{Config: cfg}, fmt.Errorf("schedule auto: -placement %s: auto tries each family with its own placement", cfg.Placement)
+		return Result{Result: gen.Result{Config: cfg}}, fmt.Errorf("schedule auto: -placement %s: auto tries each family with its own placement", cfg.Placement)
 	}
-	c := opt.Auto.Cost
+	c := opt.Cost
 	if c.F == nil && c.B == nil && c.I == nil && c.W == nil {
 		c = sim.DefaultCost()
 	}
 	c, err := c.Resolve(0)
 	if err == nil {
-		_, err = ShareCost(c, 1) // per-stage lists cannot compare schedules
+		_, err = pricing.PerShare(c, 1) // per-stage lists cannot compare schedules
 	}
 	if err != nil {
-		return Result{Config: cfg}, fmt.Errorf("schedule auto: cost model: %w", err)
+		return Result{Result: gen.Result{Config: cfg}}, fmt.Errorf("schedule auto: cost model: %w", err)
 	}
-	if !(opt.Auto.MemLimit >= 0) { // NaN too
-		return Result{Config: cfg}, fmt.Errorf("schedule auto: memory limit %g; want 0 (none) or more", opt.Auto.MemLimit)
+	if !(opt.MemLimit >= 0) { // NaN too
+		return Result{Result: gen.Result{Config: cfg}}, fmt.Errorf("schedule auto: memory limit %g; want 0 (none) or more", opt.MemLimit)
 	}
 	vs := []int{cfg.Virtual}
 	if cfg.Virtual == 0 {
 		vs = nil
-		for v := 1; v <= MaxAutoVirtual; v++ {
+		for v := 1; v <= MaxVirtual; v++ {
 			vs = append(vs, v)
 		}
 	}
 	cands, res, found, err := autoCandidates(cfg, vs, opt, c)
 	if err != nil {
-		return Result{Config: cfg}, err
+		return Result{Result: gen.Result{Config: cfg}}, err
 	}
 	if !found {
-		return Result{Config: cfg, Auto: cands}, autoNone(cfg, cands, opt.Auto.MemLimit, opt.Auto.Split)
+		return Result{Result: gen.Result{Config: cfg}, Candidates: cands}, autoNone(cfg, cands, opt.MemLimit, opt.Split)
 	}
-	res.Auto = cands
-	return res, nil
+	return Result{Result: res, Candidates: cands}, nil
 }
 
 // autoTry is one (family, V) the auto scheduler considers.
@@ -268,7 +247,7 @@ type autoTry struct {
 	evaluated                    bool
 	cand                         Candidate
 	index                        int // in family and V order
-	// With AutoOptions.Split: the layers' split (the even one, or with
+	// With Options.Split: the layers' split (the even one, or with
 	// partitioned the one gen/partition finds for the built order).
 	partitioned bool
 	layers      model.Partition
@@ -295,7 +274,7 @@ const NotLowered = "not lowered: its compute order alone is slower"
 // chooses exactly as evaluating all of them would (TestAutoPruningChoosesAsFull):
 // the smallest by autoLess, the first in that order among equals. It returns
 // the chosen candidate's lowered result, found false when none is eligible.
-func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []Candidate, chosen Result, found bool, err error) {
+func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []Candidate, chosen gen.Result, found bool, err error) {
 	type family struct {
 		fam   schedules.Family
 		tries []*autoTry
@@ -303,28 +282,27 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	var fams []family
 	var tries []*autoTry // the ones that built
 	index := 0
-	names := schedules.Names()
+	all := schedules.All()
 	rewrites := opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly
 	var synthOn []synthPlacement
-	if sp := opt.Auto.Split; sp != nil && !rewrites {
+	if sp := opt.Split; sp != nil && !rewrites {
 		synthOn = synthPlacementsFor(cfg, len(sp.Model.Layers))
 	}
-	done, total := 0, len(names)+2+len(synthOn)
+	done, total := 0, len(all)+2+len(synthOn)
 	if len(synthOn) > 0 {
 		total++ // the local searches
-		if splitClimbs(opt.Auto.Budget, opt.Auto.MemLimit, opt.Auto.Split) > 0 {
+		if splitClimbs(opt.Budget, opt.MemLimit, opt.Split) > 0 {
 			total++ // the split's climb
 		}
 	}
 	progress := func(format string, args ...any) {
-		if opt.Auto.Progress != nil {
-			opt.Auto.Progress(fmt.Sprintf(format, args...), done, total)
+		if opt.Progress != nil {
+			opt.Progress(fmt.Sprintf(format, args...), done, total)
 		}
 		done++
 	}
-	for _, name := range names {
-		fam, _ := schedules.Lookup(name)
-		progress("building %s", name)
+	for _, fam := range all {
+		progress("building %s", fam.Name)
 		f := family{fam: fam}
 		if fam.ComputeOnly == "" {
 			for _, v := range vs {
@@ -332,12 +310,12 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 				one.Schedule, one.Virtual = fam.Name, v
 				t := &autoTry{cfg: one, index: index}
 				index++
-				t.cfg, t.built, t.err = buildLowerable(one)
+				t.cfg, t.built, t.err = fam.BuildConfig(one)
 				f.tries = append(f.tries, t)
 				if t.err == nil {
 					tries = append(tries, t)
 				}
-				if sp := opt.Auto.Split; sp != nil && sp.Partition && t.err == nil {
+				if sp := opt.Split; sp != nil && sp.Partition && t.err == nil {
 					pt := &autoTry{cfg: t.cfg, built: t.built, index: index, partitioned: true}
 					index++
 					f.tries = append(f.tries, pt)
@@ -348,7 +326,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		fams = append(fams, f)
 	}
 	progress("simulating %d candidates", len(tries))
-	if !rewrites || opt.Auto.Split != nil {
+	if !rewrites || opt.Split != nil {
 		// The bounds, on all cores: each try writes only its own fields.
 		steps := 0
 		for _, t := range tries {
@@ -358,21 +336,21 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		par.ForRanks(len(tries), steps, func(i int) {
 			t := tries[i]
 			vEff := max(t.cfg.Virtual/max(t.built.Copies, 1), 1)
-			if sp := opt.Auto.Split; sp != nil {
-				if err := t.splitBound(sp, opt.Auto.MemLimit); err != nil {
+			if sp := opt.Split; sp != nil {
+				if err := t.splitBound(sp, opt.MemLimit); err != nil {
 					t.err = err // this candidate cannot run the model
 				}
 				return
 			}
 			var share sim.Cost
 			var err error
-			if opt.Auto.StageCost != nil {
-				if share, err = opt.Auto.StageCost(t.built.Stages(), max(t.built.Copies, 1)); err != nil {
+			if opt.StageCost != nil {
+				if share, err = opt.StageCost(t.built.Stages(), max(t.built.Copies, 1)); err != nil {
 					t.err = err // this candidate cannot run the model
 					return
 				}
 			} else {
-				share, err = ShareCost(c, vEff)
+				share, err = pricing.PerShare(c, vEff)
 			}
 			var r sim.Result
 			if err == nil {
@@ -385,14 +363,14 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			t.bound, t.boundMem, t.boundBubble = r.Makespan, float64(r.Peak())/float64(vEff), r.Bubble
 		})
 		if err := errors.Join(errs...); err != nil {
-			return nil, Result{}, false, err
+			return nil, gen.Result{}, false, err
 		}
 	}
 	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
 	var synthesized []*autoTry
-	if sp := opt.Auto.Split; sp != nil && !rewrites {
-		if synthesized, err = synthTries(cfg, opt, sp, synthOn, opt.Auto.MemLimit, tries, index, progress); err != nil {
-			return nil, Result{}, false, err
+	if sp := opt.Split; sp != nil && !rewrites {
+		if synthesized, err = synthTries(cfg, opt, sp, synthOn, opt.MemLimit, tries, index, progress); err != nil {
+			return nil, gen.Result{}, false, err
 		}
 		tries = append(tries, synthesized...)
 	}
@@ -406,18 +384,18 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		if !rewrites && t.bound > best+eps*max(1, best) {
 			break // this bound and every later one: over the best
 		}
-		var res Result
+		var res gen.Result
 		var r sim.Result
 		var mem float64
-		if sp := opt.Auto.Split; sp != nil && t.synth {
-			res, r, mem, err = evaluateSynth(t, opt, sp)
+		if sp := opt.Split; sp != nil && t.synth {
+			res, r, mem, err = evaluateSynth(t, opt.Options, sp)
 		} else if sp != nil {
-			res, r, mem, err = EvaluateSplit(t.cfg, opt, sp, t.layers)
+			res, r, mem, err = EvaluateSplit(t.cfg, opt.Options, sp, t.layers)
 		} else {
 			res, r, mem, err = Evaluate(t.cfg, opt, c)
 		}
 		if se := (*SimulationError)(nil); errors.As(err, &se) {
-			return nil, Result{}, false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
+			return nil, gen.Result{}, false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
 		}
 		t.evaluated = true
 		if err != nil {
@@ -425,8 +403,8 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			continue
 		}
 		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem, Layers: res.Layers, Partitioned: t.partitioned, Synthesized: t.synth}
-		if opt.Auto.MemLimit > 0 && mem > opt.Auto.MemLimit {
-			t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.Auto.MemLimit)
+		if opt.MemLimit > 0 && mem > opt.MemLimit {
+			t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.MemLimit)
 			continue
 		}
 		if bestTry == nil || autoLess(t.cand, bestTry.cand) || (!autoLess(bestTry.cand, t.cand) && t.index < bestTry.index) {

@@ -1,17 +1,21 @@
-package gen
+package auto
 
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/verify"
@@ -32,19 +36,19 @@ func TestAutoNeverWorseThanFixed(t *testing.T) {
 				t.Fatal(err)
 			}
 			auto := cfg
-			auto.Schedule = Auto
-			res, err := Lower(auto, Options{Auto: AutoOptions{Cost: c}})
+			auto.Schedule = Name
+			res, err := Lower(auto, Options{Cost: c})
 			if err != nil {
 				t.Fatalf("P=%d M=%d %s: %v", cfg.Ranks, cfg.Micro, spec, err)
 			}
-			got, _, err := EvalShare(res, c)
+			got, _, err := EvalShare(res.Result, c)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, name := range schedules.Names() {
 				fixed := cfg
 				fixed.Schedule = name
-				fr, err := Lower(fixed, Options{})
+				fr, err := gen.Lower(fixed, gen.Options{})
 				if err != nil {
 					continue // not a candidate at this config
 				}
@@ -57,8 +61,8 @@ func TestAutoNeverWorseThanFixed(t *testing.T) {
 						cfg.Ranks, cfg.Micro, spec, res.Config.Schedule, res.Config.Virtual, got.Makespan, name, fr.Config.Virtual, want.Makespan)
 				}
 			}
-			if res.Config.Schedule == Auto || len(res.Auto) == 0 {
-				t.Errorf("P=%d M=%d: result config %+v, %d candidates", cfg.Ranks, cfg.Micro, res.Config, len(res.Auto))
+			if res.Config.Schedule == Name || len(res.Candidates) == 0 {
+				t.Errorf("P=%d M=%d: result config %+v, %d candidates", cfg.Ranks, cfg.Micro, res.Config, len(res.Candidates))
 			}
 		}
 	}
@@ -68,19 +72,19 @@ func TestAutoNeverWorseThanFixed(t *testing.T) {
 // is the fastest of the rest, and a limit nothing meets is an error naming
 // the smallest memory found.
 func TestAutoMemoryLimit(t *testing.T) {
-	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	cfg := ir.Config{Schedule: Name, Ranks: 4, Micro: 8}
 	free, err := Lower(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var least = -1.0
-	for _, c := range free.Auto {
+	for _, c := range free.Candidates {
 		if c.Skipped == "" && (least < 0 || c.ActMem < least) {
 			least = c.ActMem
 		}
 	}
 	var chosen Candidate
-	for _, c := range free.Auto {
+	for _, c := range free.Candidates {
 		if c.Config.Schedule == free.Config.Schedule && c.Config.Virtual == free.Config.Virtual {
 			chosen = c
 		}
@@ -89,12 +93,12 @@ func TestAutoMemoryLimit(t *testing.T) {
 		t.Skipf("the unconstrained choice (%s, memory %g) already has the least memory", chosen.Config.Schedule, chosen.ActMem)
 	}
 	limit := least
-	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: limit}})
+	res, err := Lower(cfg, Options{MemLimit: limit})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var best Candidate
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual {
 			best = c
 		}
@@ -102,7 +106,7 @@ func TestAutoMemoryLimit(t *testing.T) {
 	if best.ActMem > limit {
 		t.Errorf("limit %g: chose %s V=%d with memory %g", limit, best.Config.Schedule, best.Config.Virtual, best.ActMem)
 	}
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		if c.Skipped == "" && c.ActMem <= limit && c.Makespan < best.Makespan*(1-1e-9) {
 			t.Errorf("limit %g: chose makespan %g but %s V=%d fits with %g", limit, best.Makespan, c.Config.Schedule, c.Config.Virtual, c.Makespan)
 		}
@@ -110,7 +114,7 @@ func TestAutoMemoryLimit(t *testing.T) {
 			t.Errorf("%s V=%d: memory %g over the limit but not skipped", c.Config.Schedule, c.Config.Virtual, c.ActMem)
 		}
 	}
-	_, err = Lower(cfg, Options{Auto: AutoOptions{MemLimit: least / 2}})
+	_, err = Lower(cfg, Options{MemLimit: least / 2})
 	if err == nil || !strings.Contains(err.Error(), "no schedule fits the activation memory limit") {
 		t.Errorf("limit %g: err = %v", least/2, err)
 	}
@@ -118,7 +122,7 @@ func TestAutoMemoryLimit(t *testing.T) {
 
 // TestAutoDeterministic: the same config gives the same program.
 func TestAutoDeterministic(t *testing.T) {
-	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	cfg := ir.Config{Schedule: Name, Ranks: 4, Micro: 8}
 	a, err := Lower(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +149,7 @@ func TestAutoDeterministicWithModel(t *testing.T) {
 		m.Layers = append(m.Layers, model.Layer{F: 1, I: 1, W: 0.6, Act: 1})
 	}
 	m.Layers = append(m.Layers, model.Layer{F: 3, I: 3, W: 3, Act: 4})
-	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 6}
+	cfg := ir.Config{Schedule: Name, Ranks: 4, Micro: 6}
 	annealBudget := 1
 	if long.Enabled() {
 		cfg.Micro, annealBudget = 8, 30
@@ -156,8 +160,8 @@ func TestAutoDeterministicWithModel(t *testing.T) {
 		anneal bool
 	}{{6, 0, false}, {5, annealBudget, true}} {
 		annealed := false
-		opt := Options{Auto: AutoOptions{Split: &SplitModel{Model: m, Partition: true}, MemLimit: tc.mem, Budget: tc.budget,
-			Progress: func(step string, _, _ int) { annealed = annealed || strings.HasPrefix(step, "annealing") }}}
+		opt := Options{Split: splitModel(m, true), MemLimit: tc.mem, Budget: tc.budget,
+			Progress: func(step string, _, _ int) { annealed = annealed || strings.HasPrefix(step, "annealing") }}
 		run := func(procs int) Result {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 			r, err := Lower(cfg, opt)
@@ -199,12 +203,12 @@ func TestAutoProgress(t *testing.T) {
 	}{
 		{"no model", nil, nil, 0, 0, false},
 		// P = 2 with 8 layers: every placement but zigzag V = 8 (16 stages).
-		{"model", &SplitModel{Model: uniform}, placements, 0, 0, false},
+		{"model", splitModel(uniform, false), placements, 0, 0, false},
 		// With -partition auto, -mem and -budget: the split's climb too.
-		{"climb", &SplitModel{Model: uniform, Partition: true}, placements, 8, 100, true},
+		{"climb", splitModel(uniform, true), placements, 8, 100, true},
 	} {
 		var seen []string
-		_, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, Options{Auto: AutoOptions{Split: tc.split, MemLimit: tc.mem, Budget: tc.budget, Progress: func(step string, done, total int) {
+		_, err := Lower(ir.Config{Schedule: Name, Ranks: 2, Micro: 4}, Options{Split: tc.split, MemLimit: tc.mem, Budget: tc.budget, Progress: func(step string, done, total int) {
 			if done != len(seen) {
 				t.Errorf("%s: progress %q done %d after %d calls", tc.name, step, done, len(seen))
 			}
@@ -219,7 +223,7 @@ func TestAutoProgress(t *testing.T) {
 				t.Errorf("%s: progress %q total %d, want %d", tc.name, step, total, want)
 			}
 			seen = append(seen, step)
-		}}})
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,15 +279,15 @@ func TestAutoPruningChoosesAsFull(t *testing.T) {
 		for _, M := range []int{P, 2 * P, 4 * P} {
 			for _, costSpec := range []string{"", "overlap=1", "comm=0.3", "comm=1,W=0.5", "F=1,B=3,W=0.5,comm=0.2"} {
 				for _, mem := range []float64{0, float64(P)} {
-					cfg := ir.Config{Schedule: Auto, Ranks: P, Micro: M}
-					opt := Options{Auto: AutoOptions{MemLimit: mem}}
+					cfg := ir.Config{Schedule: Name, Ranks: P, Micro: M}
+					opt := Options{MemLimit: mem}
 					c := sim.DefaultCost()
 					if costSpec != "" {
 						var err error
 						if c, err = sim.ParseCost(costSpec, 0); err != nil {
 							t.Fatal(err)
 						}
-						opt.Auto.Cost = c
+						opt.Cost = c
 					}
 					name := fmt.Sprintf("P=%d M=%d cost %q mem %g", P, M, costSpec, mem)
 					res, err := Lower(cfg, opt)
@@ -294,7 +298,7 @@ func TestAutoPruningChoosesAsFull(t *testing.T) {
 					}
 					var all []full
 					bestFull := -1
-					for _, cand := range res.Auto {
+					for _, cand := range res.Candidates {
 						if cand.Skipped != "" && cand.Skipped != NotLowered && cand.Makespan == 0 {
 							continue // rejected by its family
 						}
@@ -361,7 +365,7 @@ func mustResolve(t *testing.T, c sim.Cost) sim.Cost {
 	return c
 }
 
-// TestAutoStageCost: with AutoOptions.StageCost every candidate is
+// TestAutoStageCost: with Options.StageCost every candidate is
 // simulated by the cost of its own stages (a model split into them);
 // candidates it refuses are skipped, and the choice is the best of a full
 // evaluation under the same costs.
@@ -387,13 +391,13 @@ func TestAutoStageCost(t *testing.T) {
 		}
 		return c.Resolve(stages)
 	}
-	opt := Options{Auto: AutoOptions{StageCost: stageCost}}
-	res, err := Lower(ir.Config{Schedule: Auto, Ranks: 2, Micro: 4}, opt)
+	opt := Options{StageCost: stageCost}
+	res, err := Lower(ir.Config{Schedule: Name, Ranks: 2, Micro: 4}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	best := -1.0
-	for _, cand := range res.Auto {
+	for _, cand := range res.Candidates {
 		if cand.Config.Virtual > 2 && cand.Skipped == "" {
 			t.Errorf("%s V=%d: %d stages of 4 layers, but not skipped", cand.Config.Schedule, cand.Config.Virtual, 2*cand.Config.Virtual)
 		}
@@ -428,17 +432,17 @@ func TestAutoStageCost(t *testing.T) {
 // depend on the budget, only how long it searches.
 func TestAutoNoneNamesPartition(t *testing.T) {
 	m := readExampleModel(t, "llm.json")
-	cfg := ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}
+	cfg := ir.Config{Schedule: Name, Ranks: 4, Micro: 8}
 	for _, tc := range []struct {
 		split *SplitModel
 		want  bool
 	}{
-		{&SplitModel{Model: m}, true},
-		{&SplitModel{Model: m, Partition: true}, false},
+		{splitModel(m, false), true},
+		{splitModel(m, true), false},
 		{nil, false},
 	} {
 		limit := 1.0 // below one micro-batch of any rank's share, in either unit
-		_, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: limit, Split: tc.split}})
+		_, err := Lower(cfg, Options{MemLimit: limit, Split: tc.split})
 		if err == nil || !strings.Contains(err.Error(), "no schedule fits the activation memory limit 1") {
 			t.Fatalf("split %v: err = %v", tc.split != nil, err)
 		}
@@ -451,14 +455,14 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 	}
 	// The floor: just under it nothing fits, at twice it auto finds an order
 	// of its own below the smallest family's memory.
-	floor, pk, ok := oneMicroFloor(cfg, &SplitModel{Model: m})
+	floor, pk, ok := oneMicroFloor(cfg, splitModel(m, false))
 	if !ok {
 		t.Fatal("no floor")
 	}
-	if _, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: floor * 0.999, Split: &SplitModel{Model: m}}}); err == nil {
+	if _, err := Lower(cfg, Options{MemLimit: floor * 0.999, Split: splitModel(m, false)}); err == nil {
 		t.Errorf("limit %g, under the floor %g (%s V=%d): an order fits", floor*0.999, floor, pk.name, pk.virtual)
 	}
-	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: 2 * floor, Budget: 1, Split: &SplitModel{Model: m}}})
+	res, err := Lower(cfg, Options{MemLimit: 2 * floor, Budget: 1, Split: splitModel(m, false)})
 	if err != nil || !IsSynthesized(res.Config.Schedule) {
 		t.Errorf("limit %g, twice the floor: %s, %v; want a synthesized order", 2*floor, res.Config.Schedule, err)
 	}
@@ -476,12 +480,12 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 // M = 8 with auto's default search.
 func TestAutoSynthesizesOnAPlacedSplit(t *testing.T) {
 	m := readExampleModel(t, "llm.json")
-	cfg, budget := ir.Config{Schedule: Auto, Ranks: 3, Micro: 6}, 1
+	cfg, budget := ir.Config{Schedule: Name, Ranks: 3, Micro: 6}, 1
 	if long.Enabled() {
-		cfg, budget = ir.Config{Schedule: Auto, Ranks: 4, Micro: 8}, 0
+		cfg, budget = ir.Config{Schedule: Name, Ranks: 4, Micro: 8}, 0
 	}
 	limit := 2 * totalAct(m) / float64(cfg.Ranks)
-	res, err := Lower(cfg, Options{Auto: AutoOptions{MemLimit: limit, Budget: budget, Split: &SplitModel{Model: m, Partition: true}}})
+	res, err := Lower(cfg, Options{MemLimit: limit, Budget: budget, Split: splitModel(m, true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +493,7 @@ func TestAutoSynthesizesOnAPlacedSplit(t *testing.T) {
 	if !IsSynthesized(res.Config.Schedule) {
 		t.Fatalf("auto chose %s V=%d; want a synthesized order", res.Config.Schedule, res.Config.Virtual)
 	}
-	sp := &SplitModel{Model: m}
+	sp := splitModel(m, false)
 	r, _, err := sp.run(res.Program, model.Partition{Bounds: res.Layers})
 	if err != nil {
 		t.Fatal(err)
@@ -506,7 +510,7 @@ func TestAutoSynthesizesOnAPlacedSplit(t *testing.T) {
 	if !slices.Equal(res.Layers, placed.Bounds) {
 		t.Logf("auto's split %v, Placed's %v (the -partition auto step moved it)", res.Layers, placed.Bounds)
 	}
-	for _, c := range res.Auto {
+	for _, c := range res.Candidates {
 		if c.Synthesized || c.Skipped != "" && c.Skipped != NotLowered || math.IsInf(c.Makespan, 1) {
 			continue
 		}
@@ -533,7 +537,7 @@ func TestClimbSplit(t *testing.T) {
 		cfg.Micro, n = 8, 40
 	}
 	pl := ir.Zigzag(4, 8)
-	sp := &SplitModel{Model: m, Partition: true}
+	sp := splitModel(m, true)
 	part, err := partition.Placed(m, pl)
 	if err != nil {
 		t.Fatal(err)
@@ -560,4 +564,24 @@ func TestClimbSplit(t *testing.T) {
 		t.Errorf("not deterministic: %v then %v", f.part.Bounds, again)
 	}
 	t.Logf("%g on %v → %g on %v", start.ms, part.Bounds, f.ms, f.part.Bounds)
+}
+
+// readExampleModel reads a model description of examples/models.
+func readExampleModel(t *testing.T, name string) model.Model {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "examples", "models", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := model.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// splitModel is the SplitModel of m priced by its own layers.
+func splitModel(m model.Model, partition bool) *SplitModel {
+	return &SplitModel{Model: m, Pricing: pricing.OfModel(m), Partition: partition}
 }

@@ -1,4 +1,4 @@
-package gen
+package auto
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
@@ -72,7 +73,7 @@ func synthPlacementsFor(cfg ir.Config, L int) []synthPlacement {
 }
 
 // synthTries returns the candidates gen/synth builds for a model
-// description (AutoOptions.Split) on each placement of on
+// description (Options.Split) on each placement of on
 // (synthPlacementsFor), calling progress before each: for each, the list
 // scheduler's best order (synth.Search over synth.Rules) for the even
 // split, for the split of the family candidate with the smallest bound
@@ -98,10 +99,10 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		// which finds faster orders then, e.g. the LLM-like model with
 		// comm = 1 at P = 8, M = 16 within 18.5: 450.6 → 439.6); the
 		// candidate found is lowered every way at the end (evaluateSynth).
-		o := opt
-		o.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(part, 1) }
+		o := opt.Options
+		o.CommCost = sp.Pricing.CommSplit(part.Bounds)
 		po := opt.Passes
-		if ls, _ := costLayouts(q, o); len(ls) > 0 {
+		if ls, _ := gen.CostLayouts(q, o); len(ls) > 0 {
 			po = ls[len(ls)-1] // the latency-aware layout when there is one
 		}
 		low, _, err := passes.Lower(q, po)
@@ -194,7 +195,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 			}
 		}
 	}
-	if n := splitClimbs(opt.Auto.Budget, limit, sp); n > 0 && len(on) > 0 {
+	if n := splitClimbs(opt.Budget, limit, sp); n > 0 && len(on) > 0 {
 		// The split of the placement whose synthesized order is fastest,
 		// climbed (climbSplit), the local search then starting from it.
 		if top := fastestPlan(plans); top != nil {
@@ -212,7 +213,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 			progress("climbing no split (nothing synthesized)")
 		}
 	}
-	if err := pilotPlans(plans, sp, annealBudget(opt.Auto.Budget), reinsertBudget(opt.Auto.Budget), lowered, progress); err != nil {
+	if err := pilotPlans(plans, sp, annealBudget(opt.Budget), reinsertBudget(opt.Budget), lowered, progress); err != nil {
 		return nil, err
 	}
 	// The local searches, on all cores: each writes only its own result,
@@ -238,11 +239,11 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		j := jobs[i]
 		eval := func(q ir.Program) (synth.Score, bool) { return lowered(q, j.st.part) }
 		budget := max(1, min(RepairBudget, repairWork/max(4*j.st.prog.NumSteps(), 1)))
-		if opt.Auto.Budget > 0 {
-			budget = min(opt.Auto.Budget, MaxBudget)
+		if opt.Budget > 0 {
+			budget = min(opt.Budget, MaxBudget)
 		}
 		q := j.st.prog
-		if c, err := sp.cost(j.st.part, 1); err == nil {
+		if c, err := sp.Pricing.Split(j.st.part, 1); err == nil {
 			q, _, _ = synth.Fill(q, c, eval, budget)
 		}
 		j.q, j.sc, _ = synth.Repair(q, eval, budget)
@@ -408,7 +409,7 @@ const (
 	annealRoom    = 0.01
 )
 
-// annealBudget is the annealing's steps for AutoOptions.Budget: the
+// annealBudget is the annealing's steps for Options.Budget: the
 // default, annealWork, for 0, else annealWork scaled by the budget's
 // ratio to RepairBudget, up to maxAnnealWork.
 func annealBudget(budget int) int {
@@ -426,7 +427,7 @@ const (
 	maxReinsertWork int64 = 25_000_000_000
 )
 
-// reinsertBudget is reinsertWork for AutoOptions.Budget, scaled as
+// reinsertBudget is reinsertWork for Options.Budget, scaled as
 // annealBudget scales the annealing.
 func reinsertBudget(budget int) int {
 	if budget <= 0 {
@@ -457,7 +458,7 @@ type plan struct {
 // then synth.Repair, each) of a synthesized candidate spends at most by
 // default, and repairWork the simulated steps (simulations times the
 // order's steps) it spends at most; MaxBudget is the largest
-// AutoOptions.Budget (`-budget`), which replaces both.
+// Options.Budget (`-budget`), which replaces both.
 const (
 	RepairBudget = 600
 	repairWork   = 1_500_000
@@ -485,7 +486,7 @@ func synthesize(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Parti
 // synthesizeWith is synthesize with trials of synth.Periodic at each
 // period, and synth.Exact on small problems only when exact is set.
 func synthesizeWith(cfg ir.Config, sp *SplitModel, pl ir.Placement, part model.Partition, limit float64, trials int, exact bool) (*synthFound, error) {
-	c, err := sp.cost(part, 1)
+	c, err := sp.Pricing.Split(part, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -545,13 +546,9 @@ const periodicTrials = 200
 
 // evaluateSynth lowers and verifies a synthesized try's order and
 // simulates it with its split, as EvaluateSplit does a family's.
-func evaluateSynth(t *autoTry, opt Options, sp *SplitModel) (Result, sim.Result, float64, error) {
-	if err := passes.CheckOptions(t.built, opt.Passes); err != nil {
-		return Result{Config: t.cfg}, sim.Result{}, 0, &ScheduleError{t.cfg.Schedule, fmt.Errorf("schedule %s: %w", t.cfg.Schedule, err)}
-	}
-	opt.CommCost = func(p ir.Program) (sim.Cost, error) { return sp.cost(t.layers, 1) }
-	res, err := lowerCompute(t.built, opt)
-	res.Config = t.cfg
+func evaluateSynth(t *autoTry, opt gen.Options, sp *SplitModel) (gen.Result, sim.Result, float64, error) {
+	opt.CommCost = sp.Pricing.CommSplit(t.layers.Bounds)
+	res, err := gen.LowerOrder(t.cfg, t.built, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err
 	}
@@ -564,7 +561,7 @@ func evaluateSynth(t *autoTry, opt Options, sp *SplitModel) (Result, sim.Result,
 }
 
 // splitClimbs is how many syntheses climbSplit spends: with -partition
-// auto under a memory limit and an explicit budget (AutoOptions.Budget),
+// auto under a memory limit and an explicit budget (Options.Budget),
 // one per SplitClimbCost simulations of it, at most maxSplitClimbs; else
 // none, so that auto's default time is unchanged.
 func splitClimbs(budget int, limit float64, sp *SplitModel) int {

@@ -1,8 +1,11 @@
-package gencmd
+package auto
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/pricing"
 )
 
 // TestCompare: the families of a -compare list are lowered and simulated
@@ -14,9 +17,14 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Request{Ranks: 4, Micro: 8}
 	var seen []string
-	rows, err := r.Compare(entries, func(name string, done int) { seen = append(seen, name) })
+	rows, err := Compare(entries, CompareOptions{
+		Setup: func(e CompareEntry) (ir.Config, Options, error) {
+			return ir.Config{Schedule: e.Family.Name, Ranks: 4, Virtual: e.Virtual, Micro: 8}, Options{}, nil
+		},
+		Pricing:  pricing.New("", nil, ""),
+		Progress: func(name string, done int) { seen = append(seen, name) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

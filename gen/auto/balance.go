@@ -1,4 +1,4 @@
-package gen
+package auto
 
 import (
 	"fmt"
@@ -125,7 +125,7 @@ const balanceMoves = 4
 // rankLoads is each rank's work for one micro-batch (its stages' F, I and
 // W, or B) under the split part.
 func rankLoads(sp *SplitModel, pl ir.Placement, part model.Partition) ([]float64, error) {
-	c, err := sp.cost(part, 1)
+	c, err := sp.Pricing.Split(part, 1)
 	if err != nil {
 		return nil, err
 	}
