@@ -34,6 +34,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/mesh"
@@ -41,6 +42,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/swap"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
 )
 
 // runDP runs -dp N (N > 1) on o.transport.
@@ -105,7 +107,7 @@ func runMPIDP(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.L
 	if o.timeout > 0 {
 		timeout = o.timeout
 	}
-	world, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
+	world, err := mpi.New(mpi.Config{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -196,7 +198,7 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, world transport.Transport, d
 	if err != nil {
 		return nil, err
 	}
-	comm, err := collective.New(dpT, transport.Act, copts...)
+	comm, err := collective.New(dpT, abi.ActChannel, copts...)
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/swap"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
 	"github.com/ppgen/ppgen/runtime/value/gonumvalue"
 )
 
@@ -124,8 +125,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mlp: %v\n", err)
 		os.Exit(2)
 	}
-	if o.transport == "mpi" && !transport.MPIBuilt {
-		fmt.Fprintf(os.Stderr, "mlp: -transport mpi: %v\n", transport.ErrNoMPI)
+	if o.transport == "mpi" && !mpi.Built {
+		fmt.Fprintf(os.Stderr, "mlp: -transport mpi: %v\n", mpi.ErrNotBuilt)
 		os.Exit(2)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -566,7 +567,7 @@ func dialMPI(o options, sp pipe.Spec, logger *slog.Logger) (transport.Transport,
 	if o.timeout > 0 {
 		timeout = o.timeout
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
+	tr, err := mpi.New(mpi.Config{Sync: o.mpiSync, Timeout: timeout, Fingerprint: sp.Fingerprint, Schedule: sp.Describe(), Logger: logger})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/ppgen/ppgen/generated/zbv"
 	"github.com/ppgen/ppgen/generated/zbvbatch"
-	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
 )
 
 // mpiCatalog is catalog() and the schedules only the mpi case measures.
@@ -34,8 +34,8 @@ func mpiCatalog() []schedule {
 
 // mpiMain measures one schedule over MPI; rank 0 writes the row to out.
 func mpiMain(out io.Writer, sched string, iters int, sync bool) error {
-	if !transport.MPIBuilt {
-		return fmt.Errorf("-transport mpi: %w", transport.ErrNoMPI)
+	if !mpi.Built {
+		return fmt.Errorf("-transport mpi: %w", mpi.ErrNotBuilt)
 	}
 	var sc schedule
 	names := ""
@@ -51,7 +51,7 @@ func mpiMain(out io.Writer, sched string, iters int, sync bool) error {
 	if iters < 1 {
 		return fmt.Errorf("-iters %d; want at least 1", iters)
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: 30 * time.Second, Fingerprint: sc.spec.Fingerprint, Schedule: sc.spec.Describe()})
+	tr, err := mpi.New(mpi.Config{Sync: sync, Timeout: 30 * time.Second, Fingerprint: sc.spec.Fingerprint, Schedule: sc.spec.Describe()})
 	if err != nil {
 		return err
 	}

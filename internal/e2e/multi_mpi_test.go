@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ppgen/ppgen/runtime/pipe"
-	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
 )
 
 // multiMPIChild is set in the environment of the ranks TestMPIMultiTensor
@@ -57,7 +57,7 @@ func TestMPIMultiTensor(t *testing.T) {
 func multiMPIRank(t *testing.T, name string, sync bool) {
 	p := progByName(t, name)
 	sp := p.spec
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: 60 * time.Second, Fingerprint: sp.Fingerprint})
+	tr, err := mpi.New(mpi.Config{Sync: sync, Timeout: 60 * time.Second, Fingerprint: sp.Fingerprint})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,8 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -120,7 +122,7 @@ const MaxElems = min(1<<40, math.MaxInt)
 // through [Async], which queues them in order).
 type Comm struct {
 	t   transport.Transport
-	ch  transport.Channel
+	ch  abi.Channel
 	seq uint32
 
 	// The engine's collectives, when the transport has them (see the
@@ -157,16 +159,16 @@ type parented interface {
 // New returns a Comm on t: collectives among t's World() members. ch is the
 // channel the collectives use (any channel no other traffic of t uses
 // between the same members; a runtime/mesh DP group view shares no pair of
-// ranks with its pipeline, so transport.Act is fine there). When t, or the
+// ranks with its pipeline, so abi.ActChannel is fine there). When t, or the
 // world transport t is a view of, has native collectives
 // ([transport.Collectives], MPI), the Comm runs them, unless opts holds
 // [SendRecv].
-func New(t transport.Transport, ch transport.Channel, opts ...Option) (*Comm, error) {
+func New(t transport.Transport, ch abi.Channel, opts ...Option) (*Comm, error) {
 	if t == nil {
 		return nil, errors.New("collective: nil transport")
 	}
-	if ch >= transport.NumChannels {
-		return nil, fmt.Errorf("collective: channel %d; want one of the transport's %d channels", uint8(ch), transport.NumChannels)
+	if !wire.ValidChannel(ch) {
+		return nil, fmt.Errorf("collective: channel %d; want act, grad or data", uint8(ch))
 	}
 	c := &Comm{t: t, ch: ch}
 	if v, ok := t.(parented); ok {
@@ -283,36 +285,17 @@ type flat interface{ ~float32 | ~float64 }
 
 // elems returns x's backing elements (the first n of them) and its dtype.
 func elems(op string, x *tensor.Dense) (f32 []float32, f64 []float64, n int, err error) {
-	if x == nil {
-		return nil, nil, 0, fmt.Errorf("collective: %s: nil tensor", op)
+	p, err := wire.Plain(x)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("collective: %s: %w", op, err)
 	}
-	if x.IsMaterializable() || x.RequiresIterator() || x.IsMasked() {
-		return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v is a view, transposed or masked; want a plain tensor", op, x.Shape())
+	if p.N > MaxElems {
+		return nil, nil, 0, fmt.Errorf("collective: %s: tensor of %d elements; at most %d", op, p.N, int64(MaxElems))
 	}
-	n = x.Shape().TotalSize()
-	if len(x.Shape()) == 0 {
-		n = 1
+	if p.Dtype == wire.Float32 {
+		return x.Float32s()[:p.N], nil, p.N, nil
 	}
-	if n < 0 || n > MaxElems {
-		return nil, nil, 0, fmt.Errorf("collective: %s: tensor of %d elements; at most %d", op, n, int64(MaxElems))
-	}
-	switch x.Dtype() {
-	case tensor.Float32:
-		f32 = x.Float32s()
-		if len(f32) < n {
-			return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v has %d elements", op, x.Shape(), len(f32))
-		}
-		f32 = f32[:n]
-	case tensor.Float64:
-		f64 = x.Float64s()
-		if len(f64) < n {
-			return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v has %d elements", op, x.Shape(), len(f64))
-		}
-		f64 = f64[:n]
-	default:
-		return nil, nil, 0, fmt.Errorf("collective: %s: dtype %v; want float32 or float64", op, x.Dtype())
-	}
-	return f32, f64, n, nil
+	return nil, x.Float64s()[:p.N], p.N, nil
 }
 
 // ChunkLen is k = ⌈length/n⌉, the elements of each member's chunk (shard) of

@@ -22,9 +22,11 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
 )
 
 // The MPI tests re-run this test binary under mpirun (MPI starts once per
@@ -45,7 +47,7 @@ var mpiWorld struct {
 func world(tb testing.TB) transport.Transport {
 	tb.Helper()
 	mpiWorld.once.Do(func() {
-		mpiWorld.t, mpiWorld.err = transport.NewMPI(transport.MPIConfig{Timeout: time.Minute, Fingerprint: "collective-mpi-test", Logger: slog.New(slog.DiscardHandler)})
+		mpiWorld.t, mpiWorld.err = mpi.New(mpi.Config{Timeout: time.Minute, Fingerprint: "collective-mpi-test", Logger: slog.New(slog.DiscardHandler)})
 	})
 	if mpiWorld.err != nil {
 		tb.Fatal(mpiWorld.err)
@@ -160,11 +162,11 @@ func TestMPICollectiveAbort(t *testing.T) {
 
 // childAbort: rank 3 aborts; the others are in a native all-reduce.
 func childAbort(t *testing.T) {
-	w, err := transport.NewMPI(transport.MPIConfig{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	w, err := mpi.New(mpi.Config{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := collective.New(w, transport.Act)
+	c, err := collective.New(w, abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,15 +193,15 @@ func TestMPICollectivesChild(t *testing.T) {
 	}
 	w := world(t)
 	n, r := w.World(), w.Rank()
-	native, err := collective.New(w, transport.Act)
+	native, err := collective.New(w, abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sendrecv, err := collective.New(w, transport.Act, collective.SendRecv())
+	sendrecv, err := collective.New(w, abi.ActChannel, collective.SendRecv())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ordered, err := collective.New(w, transport.Act, collective.MemberOrder())
+	ordered, err := collective.New(w, abi.ActChannel, collective.MemberOrder())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +341,7 @@ func TestMPICollectivesChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := collective.New(dpT, transport.Act)
+	dc, err := collective.New(dpT, abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +401,7 @@ func BenchmarkAllReduce16MiBMPI(b *testing.B) {
 	for _, name := range []string{"native", "member-order", "sendrecv"} {
 		b.Run(name, func(b *testing.B) {
 			opts := map[string][]collective.Option{"member-order": {collective.MemberOrder()}, "sendrecv": {collective.SendRecv()}}[name]
-			c, err := collective.New(w, transport.Act, opts...)
+			c, err := collective.New(w, abi.ActChannel, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,6 +1,6 @@
 //go:build mpi
 
-package transport_test
+package mpi_test
 
 import (
 	"fmt"
@@ -14,7 +14,9 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
 )
 
 // pingPongBytes and pingPongRounds size BenchmarkMPIThroughput: 4 MiB
@@ -79,7 +81,7 @@ func BenchmarkMPIThroughput(b *testing.B) {
 
 // childPingPong is rank 0 or 1 of the ping-pong.
 func childPingPong(t *testing.T, sync bool) {
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: time.Minute, Fingerprint: "ping-pong"})
+	tr, err := mpi.New(mpi.Config{Sync: sync, Timeout: time.Minute, Fingerprint: "ping-pong"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,19 +89,19 @@ func childPingPong(t *testing.T, sync bool) {
 	x := tensor.New(tensor.WithShape(pingPongBytes/4), tensor.WithBacking(make([]float32, pingPongBytes/4)))
 	round := func() {
 		if r == 0 {
-			if err := tr.Send(1, transport.Act, transport.Tag{}, x); err != nil {
+			if err := tr.Send(1, abi.ActChannel, transport.Tag{}, x); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := tr.Recv(1, transport.Grad); err != nil {
+			if _, _, err := tr.Recv(1, abi.GradChannel); err != nil {
 				t.Fatal(err)
 			}
 			return
 		}
-		_, y, err := tr.Recv(0, transport.Act)
+		_, y, err := tr.Recv(0, abi.ActChannel)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tr.Send(0, transport.Grad, transport.Tag{}, y); err != nil {
+		if err := tr.Send(0, abi.GradChannel, transport.Tag{}, y); err != nil {
 			t.Fatal(err)
 		}
 	}
