@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +26,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/transport/mpi"
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // The MPI tests re-run this test binary under mpirun (MPI starts once per
@@ -66,29 +66,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// mpirunArgs is the mpirun command line for np copies of args (OpenMPI
-// wants --oversubscribe for more ranks than cores, --allow-run-as-root as
-// root); PPGEN_MPIRUN names another launcher.
-func mpirunArgs(t testing.TB, np int, args ...string) []string {
-	t.Helper()
-	name := "mpirun"
-	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
-		name = v
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
-	}
-	cmd := []string{path}
-	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
-		cmd = append(cmd, "--oversubscribe")
-		if os.Geteuid() == 0 {
-			cmd = append(cmd, "--allow-run-as-root")
-		}
-	}
-	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
-}
-
 var (
 	sumLine  = regexp.MustCompile(`(?m)^rank (\d+) native sha256 ([0-9a-f]{64}) all-reduce ([0-9a-f]{64})$`)
 	diffLine = regexp.MustCompile(`(?m)^rank (\d+) native max error float64 (\S+) float32 (\S+)$`)
@@ -108,7 +85,7 @@ func TestMPICollectives(t *testing.T) {
 	var sums, reduced [2]map[string]string
 	for job := range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		argv := mpirunArgs(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+		argv := mpitest.Args(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), childVar+"=1")
 		out, err := cmd.CombinedOutput()
@@ -145,7 +122,7 @@ func TestMPICollectiveAbort(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	argv := mpirunArgs(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+	argv := mpitest.Args(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), childVar+"=abort")
 	out, err := cmd.CombinedOutput()

@@ -29,7 +29,9 @@
 // rank keeps are bounded (RecvQueueBytes for TCP). A caller that never
 // recycles gets a fresh tensor per receive, as before.
 //
-// Two implementations exist:
+// This package has two implementations; runtime/transport/mpi (MPI, build
+// tag mpi) and runtime/transport/nccl (NCCL) have the others, sharing the
+// wire's dtype codes, shape validation and errors (runtime/internal/wire):
 //
 //   - [NewInProc]: goroutines and unbounded queues, for tests and
 //     single-process runs. A send copies the tensor, so the receiver owns its

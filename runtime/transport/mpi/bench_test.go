@@ -17,6 +17,7 @@ import (
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/transport/mpi"
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // pingPongBytes and pingPongRounds size BenchmarkMPIThroughput: 4 MiB
@@ -33,13 +34,13 @@ const (
 // both ways over the wall time of the rounds, on rank 0). Run it with
 // -benchtime 1x: each run is one mpirun job. The raw sub-benchmarks are
 // the baseline: the same ping-pong in C with blocking MPI_Send/MPI_Recv on
-// a reused buffer (testdata/mpi_pingpong.c, compiled here with mpicc), run
+// a reused buffer (testdata/pingpong.c, compiled here with mpicc), run
 // beside the others because a shared machine's figures drift.
 func BenchmarkMPIThroughput(b *testing.B) {
 	raw := ""
 	if mpicc, err := exec.LookPath("mpicc"); err == nil {
 		raw = filepath.Join(b.TempDir(), "pingpong")
-		if out, err := exec.Command(mpicc, "-O2", "-o", raw, filepath.Join("testdata", "mpi_pingpong.c")).CombinedOutput(); err != nil {
+		if out, err := exec.Command(mpicc, "-O2", "-o", raw, filepath.Join("testdata", "pingpong.c")).CombinedOutput(); err != nil {
 			b.Fatalf("mpicc: %v\n%s", err, out)
 		}
 	}
@@ -56,7 +57,7 @@ func BenchmarkMPIThroughput(b *testing.B) {
 					}
 					args = append(link.mca, raw, strconv.Itoa(pingPongBytes), strconv.Itoa(pingPongRounds))
 				}
-				argv := mpirunArgs(b, 2, args...)
+				argv := mpitest.Args(b, 2, args...)
 				sync := mode == "sync"
 				var best float64
 				for range b.N {

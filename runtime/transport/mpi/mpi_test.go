@@ -24,6 +24,7 @@ import (
 	"github.com/ppgen/ppgen/runtime/pipe/pipetest"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/transport/mpi"
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // The MPI tests re-run this test binary under mpirun, one job per
@@ -35,38 +36,13 @@ import (
 
 const scenarioVar = "PPGEN_MPI_TEST"
 
-// mpirunArgs returns the mpirun command line that starts np copies of
-// args: OpenMPI refuses to run as root and more ranks than cores unless
-// told (--allow-run-as-root, --oversubscribe); other MPIs get neither.
-// PPGEN_MPIRUN names another launcher (mpiexec.mpich for a -tags
-// mpi,mpich build beside OpenMPI's mpirun).
-func mpirunArgs(t testing.TB, np int, args ...string) []string {
-	t.Helper()
-	name := "mpirun"
-	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
-		name = v
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
-	}
-	cmd := []string{path}
-	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
-		cmd = append(cmd, "--oversubscribe")
-		if os.Geteuid() == 0 {
-			cmd = append(cmd, "--allow-run-as-root")
-		}
-	}
-	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
-}
-
 // runJob runs scenario on np ranks under mpirun and returns the job's
 // output (all ranks, stdout and stderr) and error.
 func runJob(t *testing.T, np int, scenario string, env ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := mpirunArgs(t, np, os.Args[0], "-test.run=^TestMPIChild$", "-test.v")
+	args := mpitest.Args(t, np, os.Args[0], "-test.run=^TestMPIChild$", "-test.v")
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append(append(os.Environ(), scenarioVar+"="+scenario), env...)
 	out, err := cmd.CombinedOutput()
