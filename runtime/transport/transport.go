@@ -152,17 +152,36 @@ type Fingerprinter interface {
 }
 
 // Sentinel causes, for errors.Is. Errors returned by transports wrap one of
-// them, usually inside a *PeerError.
-var (
-	ErrClosed        = wire.ErrClosed
-	ErrPeerClosed    = wire.ErrPeerClosed
-	ErrAborted       = wire.ErrAborted
-	ErrTimeout       = wire.ErrTimeout
-	ErrFrameTooLarge = wire.ErrFrameTooLarge
-	ErrHandshake     = wire.ErrHandshake
-	ErrProtocol      = wire.ErrProtocol
-	ErrPanicked      = wire.ErrPanicked
-)
+// them, usually inside a *PeerError. They are runtime/internal/wire's, which
+// the transports outside this package (MPI, NCCL) and the shape validation
+// wrap too.
+
+// ErrClosed: this rank's transport was closed.
+var ErrClosed = wire.ErrClosed
+
+// ErrPeerClosed: the peer said goodbye (Close) and this rank wanted more.
+var ErrPeerClosed = wire.ErrPeerClosed
+
+// ErrAborted: a rank aborted (Abort); the *PeerError names it and why.
+var ErrAborted = wire.ErrAborted
+
+// ErrTimeout: a wait made no progress for the transport's timeout, or a
+// peer missed its heartbeats.
+var ErrTimeout = wire.ErrTimeout
+
+// ErrFrameTooLarge: a message over the receiving rank's cap.
+var ErrFrameTooLarge = wire.ErrFrameTooLarge
+
+// ErrHandshake: the ranks disagree (token, world size, ranks, schedule).
+var ErrHandshake = wire.ErrHandshake
+
+// ErrProtocol: a peer broke the protocol (a malformed header, a corrupt
+// frame, a failed call of the engine).
+var ErrProtocol = wire.ErrProtocol
+
+// ErrPanicked: a transport goroutine panicked; the rank failed instead of
+// crashing.
+var ErrPanicked = wire.ErrPanicked
 
 // ProgressError is a send or receive that waited the transport's timeout
 // without progress: the peer sent nothing on the channel (receive), or did
