@@ -10,6 +10,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -152,7 +153,7 @@ func TestFSDPPeakIsVerified(t *testing.T) {
 					t.Fatal(err)
 				}
 				pp, d := m.Coords(w)
-				comm, err := collective.New(dpT, transport.Act)
+				comm, err := collective.New(dpT, abi.ActChannel)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -245,7 +246,7 @@ func TestFSDPFailureNamesRank(t *testing.T) {
 	for w := range xs {
 		pipeT, dpT, _ := m.Groups(world[w])
 		pp, d := m.Coords(w)
-		comm, _ := collective.New(dpT, transport.Act)
+		comm, _ := collective.New(dpT, abi.ActChannel)
 		g, _ := nn.NewFSDPGroup(comm)
 		model := e2eStages(t, sp.Stages)
 		held := map[int]pipe.Stage{}

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ppgen/ppgen/runtime/pipe"
-	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // multiMPIChild is set in the environment of the ranks TestMPIMultiTensor
@@ -38,7 +38,7 @@ func TestMPIMultiTensor(t *testing.T) {
 				n := progByName(t, name).spec.Ranks
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				argv := e2eMPIRun(t, n, os.Args[0], "-test.run", "^TestMPIMultiTensor$", "-test.v")
+				argv := mpitest.Args(t, n, os.Args[0], "-test.run", "^TestMPIMultiTensor$", "-test.v")
 				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 				cmd.Env = append(os.Environ(), multiMPIChild+"="+name, "PPGEN_E2E_MPI_SYNC="+map[bool]string{false: "0", true: "1"}[sync])
 				out, err := cmd.CombinedOutput()
@@ -57,7 +57,7 @@ func TestMPIMultiTensor(t *testing.T) {
 func multiMPIRank(t *testing.T, name string, sync bool) {
 	p := progByName(t, name)
 	sp := p.spec
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: 60 * time.Second, Fingerprint: sp.Fingerprint})
+	tr, err := mpi.New(mpi.Config{Sync: sync, Timeout: 60 * time.Second, Fingerprint: sp.Fingerprint})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,27 +83,4 @@ func multiMPIRank(t *testing.T, name string, sync bool) {
 	if !t.Failed() {
 		fmt.Printf("multi-tensor MPI rank ok: rank %d of %s\n", r, name)
 	}
-}
-
-// e2eMPIRun is the mpirun command line that starts np copies of args
-// (OpenMPI wants --oversubscribe for more ranks than cores, and
-// --allow-run-as-root as root); PPGEN_MPIRUN names another launcher.
-func e2eMPIRun(t *testing.T, np int, args ...string) []string {
-	t.Helper()
-	name := "mpirun"
-	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
-		name = v
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin); CI does", name)
-	}
-	cmd := []string{path}
-	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
-		cmd = append(cmd, "--oversubscribe")
-		if os.Geteuid() == 0 {
-			cmd = append(cmd, "--allow-run-as-root")
-		}
-	}
-	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
 }

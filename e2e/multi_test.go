@@ -11,6 +11,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -250,8 +251,8 @@ type countingTransport struct {
 	bad   *atomic.Value // the first send that was not a carrier
 }
 
-func (c countingTransport) Send(peer int, ch transport.Channel, tag transport.Tag, t *tensor.Dense) error {
-	if ch == transport.Act || ch == transport.Grad {
+func (c countingTransport) Send(peer int, ch abi.Channel, tag transport.Tag, t *tensor.Dense) error {
+	if ch == abi.ActChannel || ch == abi.GradChannel {
 		c.sends.Add(1)
 		if set, err := pipe.Unpack(t); err != nil || len(set) != 2 {
 			c.bad.CompareAndSwap(nil, fmt.Errorf("send %s to rank %d: %d parts, %v", ch, peer, len(set), err))

@@ -33,6 +33,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/mesh"
@@ -133,7 +134,7 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, wd *world.World, ep transpor
 	if err != nil {
 		return nil, err
 	}
-	comm, err := wd.NewComm(dpT, transport.Act) // -collectives' mode
+	comm, err := wd.NewComm(dpT, abi.ActChannel) // -collectives' mode
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,11 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // asMain is the first argument that makes this test binary run the
@@ -23,31 +24,6 @@ func init() {
 		main()
 		os.Exit(0)
 	}
-}
-
-// mpirunArgs returns the mpirun command line that starts np copies of
-// args: OpenMPI refuses to run as root and more ranks than cores unless
-// told (--allow-run-as-root, --oversubscribe); other MPIs get neither.
-// PPGEN_MPIRUN names another launcher (mpiexec.mpich for a -tags
-// mpi,mpich build beside OpenMPI's mpirun).
-func mpirunArgs(t testing.TB, np int, args ...string) []string {
-	t.Helper()
-	name := "mpirun"
-	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
-		name = v
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
-	}
-	cmd := []string{path}
-	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
-		cmd = append(cmd, "--oversubscribe")
-		if os.Geteuid() == 0 {
-			cmd = append(cmd, "--allow-run-as-root")
-		}
-	}
-	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
 }
 
 // TestMPIMatchesSequential: under mpirun, with the schedule's own rank
@@ -67,7 +43,7 @@ func TestMPIMatchesSequential(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				argv := mpirunArgs(t, n, args...)
+				argv := mpitest.Args(t, n, args...)
 				cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 				cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TIMEOUT=60s")
 				out, err := cmd.CombinedOutput()
@@ -90,7 +66,7 @@ func TestTCPUnderMPIRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an mpirun job")
 	}
-	argv := mpirunArgs(t, 4, os.Args[0], asMain, "-transport", "tcp", "-check", "-steps", "2")
+	argv := mpitest.Args(t, 4, os.Args[0], asMain, "-transport", "tcp", "-check", "-steps", "2")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -140,7 +116,7 @@ func TestMPIDPMatchesSequential(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			argv := mpirunArgs(t, 8, args...)
+			argv := mpitest.Args(t, 8, args...)
 			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 			cmd.Env = append(withoutRankEnv(os.Environ()), "PPGEN_TIMEOUT=60s")
 			out, err := cmd.CombinedOutput()
@@ -165,7 +141,7 @@ func TestMPIDPWrongWorld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an mpirun job")
 	}
-	argv := mpirunArgs(t, 4, os.Args[0], asMain, "-transport", "mpi", "-dp", "2", "-schedule", "1f1b")
+	argv := mpitest.Args(t, 4, os.Args[0], asMain, "-transport", "mpi", "-dp", "2", "-schedule", "1f1b")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

@@ -54,6 +54,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -428,9 +429,9 @@ func pingPong(trs []transport.Transport, n int) (float64, error) {
 	echo := make(chan error, 1)
 	go func() {
 		for range n {
-			tag, got, err := trs[1].Recv(0, transport.Act)
+			tag, got, err := trs[1].Recv(0, abi.ActChannel)
 			if err == nil {
-				err = trs[1].Send(0, transport.Grad, tag, got)
+				err = trs[1].Send(0, abi.GradChannel, tag, got)
 			}
 			if err != nil {
 				echo <- err
@@ -442,10 +443,10 @@ func pingPong(trs []transport.Transport, n int) (float64, error) {
 	rtt := make(msList, 0, n)
 	for k := range n {
 		start := time.Now()
-		if err := trs[0].Send(1, transport.Act, transport.Tag{Micro: int32(k)}, t); err != nil {
+		if err := trs[0].Send(1, abi.ActChannel, transport.Tag{Micro: int32(k)}, t); err != nil {
 			return 0, err
 		}
-		if _, _, err := trs[0].Recv(1, transport.Grad); err != nil {
+		if _, _, err := trs[0].Recv(1, abi.GradChannel); err != nil {
 			return 0, err
 		}
 		rtt = append(rtt, float64(time.Since(start))/1e6)

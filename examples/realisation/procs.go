@@ -29,6 +29,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
@@ -162,12 +163,12 @@ func measureRank(sc schedule, iters int, tr transport.Transport) (result, error)
 		if r == 0 {
 			start = time.Now().Add(startMargin)
 			for p := 1; p < n; p++ {
-				if err := tr.Send(p, transport.Data, tag, timeTensor(start)); err != nil {
+				if err := tr.Send(p, abi.DataChannel, tag, timeTensor(start)); err != nil {
 					return result{}, err
 				}
 			}
 		} else {
-			_, t, err := tr.Recv(0, transport.Data)
+			_, t, err := tr.Recv(0, abi.DataChannel)
 			if err != nil {
 				return result{}, err
 			}
@@ -182,12 +183,12 @@ func measureRank(sc schedule, iters int, tr transport.Transport) (result, error)
 		}
 		end := time.Now()
 		if r != 0 {
-			if err := tr.Send(0, transport.Data, tag, timeTensor(end)); err != nil {
+			if err := tr.Send(0, abi.DataChannel, tag, timeTensor(end)); err != nil {
 				return result{}, err
 			}
 		} else {
 			for p := 1; p < n; p++ {
-				_, t, err := tr.Recv(p, transport.Data)
+				_, t, err := tr.Recv(p, abi.DataChannel)
 				if err != nil {
 					return result{}, err
 				}
@@ -209,10 +210,10 @@ func measureRank(sc schedule, iters int, tr transport.Transport) (result, error)
 	}
 	// Every rank's stage statistics go to rank 0, which adds them up.
 	if r != 0 {
-		return result{}, tr.Send(0, transport.Data, transport.Tag{Stage: -2}, st.tensor())
+		return result{}, tr.Send(0, abi.DataChannel, transport.Tag{Stage: -2}, st.tensor())
 	}
 	for p := 1; p < n; p++ {
-		_, t, err := tr.Recv(p, transport.Data)
+		_, t, err := tr.Recv(p, abi.DataChannel)
 		if err != nil {
 			return result{}, err
 		}
@@ -250,10 +251,10 @@ func pingPongRanks(tr transport.Transport, r, n int) (float64, error) {
 		rtt := make(msList, 0, n)
 		for k := range n {
 			start := time.Now()
-			if err := tr.Send(1, transport.Act, transport.Tag{Micro: int32(k)}, t); err != nil {
+			if err := tr.Send(1, abi.ActChannel, transport.Tag{Micro: int32(k)}, t); err != nil {
 				return 0, err
 			}
-			if _, _, err := tr.Recv(1, transport.Grad); err != nil {
+			if _, _, err := tr.Recv(1, abi.GradChannel); err != nil {
 				return 0, err
 			}
 			rtt = append(rtt, float64(time.Since(start))/1e6)
@@ -261,9 +262,9 @@ func pingPongRanks(tr transport.Transport, r, n int) (float64, error) {
 		return rtt.median() / 2, nil
 	case 1:
 		for range n {
-			tag, got, err := tr.Recv(0, transport.Act)
+			tag, got, err := tr.Recv(0, abi.ActChannel)
 			if err == nil {
-				err = tr.Send(0, transport.Grad, tag, got)
+				err = tr.Send(0, abi.GradChannel, tag, got)
 			}
 			if err != nil {
 				return 0, err

@@ -12,6 +12,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -43,7 +44,7 @@ func benchComm(b *testing.B, trs []transport.Transport, elems int) {
 	comms := make([]*collective.Comm, n)
 	bufs := make([]*tensor.Dense, n)
 	for r := range n {
-		comms[r], _ = collective.New(trs[r], transport.Act)
+		comms[r], _ = collective.New(trs[r], abi.ActChannel)
 		v := make([]float32, elems)
 		for i := range v {
 			v[i] = float32(r)

@@ -109,6 +109,8 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -120,7 +122,7 @@ const MaxElems = min(1<<40, math.MaxInt)
 // through [Async], which queues them in order).
 type Comm struct {
 	t   transport.Transport
-	ch  transport.Channel
+	ch  abi.Channel
 	seq uint32
 
 	// The engine's collectives, when the transport has them (see the
@@ -157,16 +159,16 @@ type parented interface {
 // New returns a Comm on t: collectives among t's World() members. ch is the
 // channel the collectives use (any channel no other traffic of t uses
 // between the same members; a runtime/mesh DP group view shares no pair of
-// ranks with its pipeline, so transport.Act is fine there). When t, or the
+// ranks with its pipeline, so abi.ActChannel is fine there). When t, or the
 // world transport t is a view of, has native collectives
 // ([transport.Collectives], MPI), the Comm runs them, unless opts holds
 // [SendRecv].
-func New(t transport.Transport, ch transport.Channel, opts ...Option) (*Comm, error) {
+func New(t transport.Transport, ch abi.Channel, opts ...Option) (*Comm, error) {
 	if t == nil {
 		return nil, errors.New("collective: nil transport")
 	}
-	if ch >= transport.NumChannels {
-		return nil, fmt.Errorf("collective: channel %d; want one of the transport's %d channels", uint8(ch), transport.NumChannels)
+	if !wire.ValidChannel(ch) {
+		return nil, fmt.Errorf("collective: channel %d; want act, grad or data", uint8(ch))
 	}
 	c := &Comm{t: t, ch: ch}
 	if v, ok := t.(parented); ok {
@@ -283,36 +285,17 @@ type flat interface{ ~float32 | ~float64 }
 
 // elems returns x's backing elements (the first n of them) and its dtype.
 func elems(op string, x *tensor.Dense) (f32 []float32, f64 []float64, n int, err error) {
-	if x == nil {
-		return nil, nil, 0, fmt.Errorf("collective: %s: nil tensor", op)
+	p, err := wire.Plain(x)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("collective: %s: %w", op, err)
 	}
-	if x.IsMaterializable() || x.RequiresIterator() || x.IsMasked() {
-		return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v is a view, transposed or masked; want a plain tensor", op, x.Shape())
+	if p.N > MaxElems {
+		return nil, nil, 0, fmt.Errorf("collective: %s: tensor of %d elements; at most %d", op, p.N, int64(MaxElems))
 	}
-	n = x.Shape().TotalSize()
-	if len(x.Shape()) == 0 {
-		n = 1
+	if p.Dtype == wire.Float32 {
+		return x.Float32s()[:p.N], nil, p.N, nil
 	}
-	if n < 0 || n > MaxElems {
-		return nil, nil, 0, fmt.Errorf("collective: %s: tensor of %d elements; at most %d", op, n, int64(MaxElems))
-	}
-	switch x.Dtype() {
-	case tensor.Float32:
-		f32 = x.Float32s()
-		if len(f32) < n {
-			return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v has %d elements", op, x.Shape(), len(f32))
-		}
-		f32 = f32[:n]
-	case tensor.Float64:
-		f64 = x.Float64s()
-		if len(f64) < n {
-			return nil, nil, 0, fmt.Errorf("collective: %s: tensor %v has %d elements", op, x.Shape(), len(f64))
-		}
-		f64 = f64[:n]
-	default:
-		return nil, nil, 0, fmt.Errorf("collective: %s: dtype %v; want float32 or float64", op, x.Dtype())
-	}
-	return f32, f64, n, nil
+	return nil, x.Float64s()[:p.N], p.N, nil
 }
 
 // ChunkLen is k = ⌈length/n⌉, the elements of each member's chunk (shard) of
@@ -325,142 +308,6 @@ func ChunkLen(length, n int) int {
 	return max((length+n-1)/n, 1)
 }
 
-// exchange sends out to member next and receives from member prev, at once (a batch on
-// a transport.Batcher, else the send on its own goroutine: so a transport
-// with rendezvous sends completes it too), checking the received tag and
-// length. It returns the member an error is blamed on.
-func exchange[T flat](c *Comm, op, step, next, prev int, out []T, want int) ([]T, int, error) {
-	tag := c.tag(op, step)
-	var gotTag transport.Tag
-	var got *tensor.Dense
-	if b, ok := c.t.(transport.Batcher); ok {
-		ops := []transport.BatchOp{
-			{Peer: next, Ch: c.ch, Send: true, Tag: tag, T: wrap(out)},
-			{Peer: prev, Ch: c.ch},
-		}
-		if err := b.Batch(ops); err != nil {
-			return nil, prev, err
-		}
-		gotTag, got = ops[1].Tag, ops[1].T
-	} else {
-		sent := make(chan error, 1)
-		go func() {
-			defer func() {
-				if p := recover(); p != nil {
-					sent <- fmt.Errorf("send to member %d %w: %v", next, transport.ErrPanicked, p)
-				}
-			}()
-			sent <- c.t.Send(next, c.ch, tag, wrap(out))
-		}()
-		var rerr error
-		gotTag, got, rerr = c.t.Recv(prev, c.ch)
-		if serr := <-sent; serr != nil {
-			return nil, next, serr
-		}
-		if rerr != nil {
-			return nil, prev, rerr
-		}
-	}
-	if gotTag != tag {
-		return nil, prev, fmt.Errorf("received %s, want %s: the members disagree on the sequence of collectives (%w)", describe(gotTag), describe(tag), transport.ErrProtocol)
-	}
-	in, ok := data[T](got)
-	if !ok || len(in) != want {
-		return nil, prev, fmt.Errorf("received %v %v, want %d elements of this collective's dtype (%w)", dtypeOf(got), shapeOf(got), want, transport.ErrProtocol)
-	}
-	return in, prev, nil
-}
-
-func describe(t transport.Tag) string {
-	return fmt.Sprintf("%s #%d step %d", opNames[int(t.Micro>>24)], t.Stage, t.Micro&0xffffff)
-}
-
-func dtypeOf(t *tensor.Dense) any {
-	if t == nil {
-		return "nil"
-	}
-	return t.Dtype()
-}
-
-func shapeOf(t *tensor.Dense) any {
-	if t == nil {
-		return "[]"
-	}
-	return t.Shape()
-}
-
-// wrap makes a 1-D tensor over s (no copy; the transports do not keep it).
-func wrap[T flat](s []T) *tensor.Dense {
-	return tensor.New(tensor.WithShape(len(s)), tensor.WithBacking(s))
-}
-
-func data[T flat](t *tensor.Dense) ([]T, bool) {
-	if t == nil {
-		return nil, false
-	}
-	var v any
-	switch t.Dtype() {
-	case tensor.Float32:
-		v = t.Float32s()
-	case tensor.Float64:
-		v = t.Float64s()
-	}
-	s, ok := v.([]T)
-	return s, ok
-}
-
-// reduceScatter runs the pairwise reduce-scatter on buf (n·k elements,
-// chunk c at [c·k, (c+1)·k)): afterwards chunk Rank() of buf holds the sum
-// over the members, in member order. The other chunks are left as they were.
-func reduceScatter[T flat](c *Comm, op int, buf []T, k int) error {
-	n, r := c.Size(), c.Rank()
-	parts := make([][]T, n) // parts[m]: member m's chunk r
-	own := buf[r*k : (r+1)*k]
-	parts[r] = own
-	for s := 1; s < n; s++ {
-		to, from := (r+s)%n, mod(r-s, n)
-		in, peer, err := exchange(c, op, s-1, to, from, buf[to*k:(to+1)*k], k)
-		if err != nil {
-			return c.fail(opNames[op], s-1, peer, err)
-		}
-		parts[from] = in
-	}
-	for i := range own {
-		v := parts[0][i]
-		for m := 1; m < n; m++ {
-			v += parts[m][i]
-		}
-		own[i] = v
-	}
-	return nil
-}
-
-// allGather runs the ring all-gather on buf: chunk Rank() is this member's,
-// the others are filled in. step0 numbers the steps after those of a
-// reduce-scatter of the same collective.
-func allGather[T flat](c *Comm, op, step0 int, buf []T, k int) error {
-	n, r := c.Size(), c.Rank()
-	for s := range n - 1 {
-		send := mod(r-s, n)
-		recv := mod(r-s-1, n)
-		in, peer, err := exchange(c, op, step0+s, (r+1)%n, mod(r-1, n), buf[send*k:(send+1)*k], k)
-		if err != nil {
-			return c.fail(opNames[op], step0+s, peer, err)
-		}
-		copy(buf[recv*k:(recv+1)*k], in)
-	}
-	return nil
-}
-
-func mod(a, n int) int { return ((a % n) + n) % n }
-
-// padded returns x copied into a zero-padded buffer of n·k elements.
-func padded[T flat](x []T, n, k int) []T {
-	buf := make([]T, n*k)
-	copy(buf, x)
-	return buf
-}
-
 func (c *Comm) begin(op string) error {
 	if c == nil || c.t == nil {
 		return fmt.Errorf("collective: %s: nil Comm (build it with New)", op)
@@ -469,345 +316,38 @@ func (c *Comm) begin(op string) error {
 	return nil
 }
 
-// size checks that n·k elements fit.
+// start begins collective op on x: it counts the collective and returns
+// x's elements (elems).
+func (c *Comm) start(op string, x *tensor.Dense) (f32 []float32, f64 []float64, n int, err error) {
+	if err := c.begin(op); err != nil {
+		return nil, nil, 0, err
+	}
+	return elems(op, x)
+}
+
+// startInto is start for a buffer the caller owns, of n·k elements over
+// the n members (the ...Into collectives): it returns k and the engine's
+// group (nil: the Send/Recv algorithms run).
+func (c *Comm) startInto(op string, buf *tensor.Dense) (f32 []float32, f64 []float64, k int, g transport.Group, err error) {
+	f32, f64, L, err := c.start(op, buf)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	n := c.Size()
+	if L == 0 || L%n != 0 {
+		return nil, nil, 0, nil, fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members; pad it to n·ChunkLen", op, L, n)
+	}
+	g, err = c.native(op)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	return f32, f64, L / n, g, nil
+}
+
+// sizeOK checks that n·k elements fit.
 func sizeOK(op string, n, k int) error {
 	if k > MaxElems/n {
 		return fmt.Errorf("collective: %s: %d members × %d elements is over %d", op, n, k, int64(MaxElems))
-	}
-	return nil
-}
-
-// AllReduce replaces x, on every member, with the element-wise sum of the
-// members' x (same dtype and element count everywhere), summed in the
-// member order (see the package doc).
-func (c *Comm) AllReduce(x *tensor.Dense) error {
-	const op = "all-reduce"
-	if err := c.begin(op); err != nil {
-		return err
-	}
-	f32, f64, L, err := elems(op, x)
-	if err != nil {
-		return err
-	}
-	n := c.Size()
-	if n == 1 {
-		return nil
-	}
-	k := ChunkLen(L, n)
-	if err := sizeOK(op, n, k); err != nil {
-		return err
-	}
-	if g, err := c.native(op); err != nil || g != nil {
-		if err != nil {
-			return err
-		}
-		if x.Dtype() == tensor.Float32 {
-			return nativeAllReduce(c, g, f32, n, k)
-		}
-		return nativeAllReduce(c, g, f64, n, k)
-	}
-	if x.Dtype() == tensor.Float32 {
-		return allReduce(c, f32, n, k)
-	}
-	return allReduce(c, f64, n, k)
-}
-
-func allReduce[T flat](c *Comm, x []T, n, k int) error {
-	buf := x
-	if len(x) != n*k {
-		buf = padded(x, n, k)
-	}
-	if err := reduceScatter(c, opAllReduce, buf, k); err != nil {
-		return err
-	}
-	if err := allGather(c, opAllReduce, n-1, buf, k); err != nil {
-		return err
-	}
-	copy(x, buf)
-	return nil
-}
-
-// ReduceScatter returns this member's chunk of the element-wise sum of the
-// members' x: a 1-D tensor of ChunkLen(len, n) elements, chunk Rank() of the
-// sum of x flattened and zero-padded to n·ChunkLen elements. x is not
-// changed.
-func (c *Comm) ReduceScatter(x *tensor.Dense) (*tensor.Dense, error) {
-	const op = "reduce-scatter"
-	if err := c.begin(op); err != nil {
-		return nil, err
-	}
-	f32, f64, L, err := elems(op, x)
-	if err != nil {
-		return nil, err
-	}
-	n := c.Size()
-	k := ChunkLen(L, n)
-	if err := sizeOK(op, n, k); err != nil {
-		return nil, err
-	}
-	g, err := c.native(op)
-	if err != nil {
-		return nil, err
-	}
-	if x.Dtype() == tensor.Float32 {
-		return reduceScatterOut(c, g, f32, n, k)
-	}
-	return reduceScatterOut(c, g, f64, n, k)
-}
-
-func reduceScatterOut[T flat](c *Comm, g transport.Group, x []T, n, k int) (*tensor.Dense, error) {
-	buf := padded(x, n, k)
-	if g != nil {
-		out, err := nativeReduceScatter(c, g, "reduce-scatter", buf, k)
-		if err != nil {
-			return nil, err
-		}
-		return wrap(out), nil
-	}
-	if err := reduceScatter(c, opReduceScatter, buf, k); err != nil {
-		return nil, err
-	}
-	r := c.Rank()
-	return wrap(buf[r*k : (r+1)*k : (r+1)*k]), nil
-}
-
-// ReduceScatterInto is ReduceScatter into a buffer the caller owns: buf has
-// n·k elements (k = ChunkLen of the tensor, padding zeroed), is reduced in
-// place: chunk Rank() of it holds the result, the other chunks are left as
-// they were. It spares the copy of a padded tensor.
-func (c *Comm) ReduceScatterInto(buf *tensor.Dense) error {
-	const op = "reduce-scatter"
-	if err := c.begin(op); err != nil {
-		return err
-	}
-	f32, f64, L, err := elems(op, buf)
-	if err != nil {
-		return err
-	}
-	n := c.Size()
-	if L == 0 || L%n != 0 {
-		return fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members; pad it to n·ChunkLen", op, L, n)
-	}
-	g, err := c.native(op)
-	if err != nil {
-		return err
-	}
-	if buf.Dtype() == tensor.Float32 {
-		if g != nil {
-			return reduceScatterNative(c, g, f32, L/n)
-		}
-		return reduceScatter(c, opReduceScatter, f32, L/n)
-	}
-	if g != nil {
-		return reduceScatterNative(c, g, f64, L/n)
-	}
-	return reduceScatter(c, opReduceScatter, f64, L/n)
-}
-
-// reduceScatterNative is reduceScatter on the engine: its result goes to
-// a chunk of its own (MPI's input and output may not overlap), copied into
-// chunk Rank().
-func reduceScatterNative[T flat](c *Comm, g transport.Group, buf []T, k int) error {
-	out, err := nativeReduceScatter(c, g, "reduce-scatter", buf, k)
-	if err != nil {
-		return err
-	}
-	r := c.Rank()
-	copy(buf[r*k:(r+1)*k], out)
-	return nil
-}
-
-// nativeReduceScatter returns this member's chunk (k elements) of the sum
-// of buf (n·k) over the members, on the engine: its own reduce-scatter, or
-// with MemberOrder its all-to-all and the member-order sum.
-func nativeReduceScatter[T flat](c *Comm, g transport.Group, op string, buf []T, k int) ([]T, error) {
-	out := make([]T, k)
-	if !c.ordered {
-		if err := g.ReduceScatterSum(wrap(buf), wrap(out)); err != nil {
-			return nil, c.nativeErr(op, err)
-		}
-		return out, nil
-	}
-	n := c.Size()
-	recv := make([]T, n*k) // chunk m: member m's copy of this member's chunk
-	if err := g.AllToAll(wrap(buf), wrap(recv)); err != nil {
-		return nil, c.nativeErr(op, err)
-	}
-	copy(out, recv[:k])
-	for m := 1; m < n; m++ {
-		part := recv[m*k : (m+1)*k]
-		for i := range out {
-			out[i] += part[i]
-		}
-	}
-	return out, nil
-}
-
-// nativeAllReduce is AllReduce on the engine: its own all-reduce in place,
-// or with MemberOrder nativeReduceScatter then its all-gather.
-func nativeAllReduce[T flat](c *Comm, g transport.Group, x []T, n, k int) error {
-	const op = "all-reduce"
-	if !c.ordered {
-		return c.nativeErr(op, g.AllReduceSum(wrap(x)))
-	}
-	buf := x
-	if len(x) != n*k {
-		buf = padded(x, n, k)
-	}
-	out, err := nativeReduceScatter(c, g, op, buf, k)
-	if err != nil {
-		return err
-	}
-	r := c.Rank()
-	copy(buf[r*k:(r+1)*k], out)
-	if err := g.AllGather(wrap(buf)); err != nil {
-		return c.nativeErr(op, err)
-	}
-	copy(x, buf)
-	return nil
-}
-
-// AllGather returns the members' shards concatenated in member order: a
-// 1-D tensor of n·k elements, k the elements of shard (equal on every
-// member).
-func (c *Comm) AllGather(shard *tensor.Dense) (*tensor.Dense, error) {
-	const op = "all-gather"
-	if err := c.begin(op); err != nil {
-		return nil, err
-	}
-	f32, f64, k, err := elems(op, shard)
-	if err != nil {
-		return nil, err
-	}
-	if k == 0 {
-		return nil, fmt.Errorf("collective: %s: empty shard %v; want at least one element", op, shard.Shape())
-	}
-	n := c.Size()
-	if err := sizeOK(op, n, k); err != nil {
-		return nil, err
-	}
-	g, err := c.native(op)
-	if err != nil {
-		return nil, err
-	}
-	if shard.Dtype() == tensor.Float32 {
-		return allGatherOut(c, g, f32, n, k)
-	}
-	return allGatherOut(c, g, f64, n, k)
-}
-
-func allGatherOut[T flat](c *Comm, g transport.Group, x []T, n, k int) (*tensor.Dense, error) {
-	buf := make([]T, n*k)
-	copy(buf[c.Rank()*k:], x)
-	if g != nil {
-		if err := g.AllGather(wrap(buf)); err != nil {
-			return nil, c.nativeErr("all-gather", err)
-		}
-		return wrap(buf), nil
-	}
-	if err := allGather(c, opAllGather, 0, buf, k); err != nil {
-		return nil, err
-	}
-	return wrap(buf), nil
-}
-
-// AllGatherInto is AllGather into a buffer the caller owns: buf has n·k
-// elements, chunk Rank() holding this member's shard; the other chunks are
-// filled in.
-func (c *Comm) AllGatherInto(buf *tensor.Dense) error {
-	const op = "all-gather"
-	if err := c.begin(op); err != nil {
-		return err
-	}
-	f32, f64, L, err := elems(op, buf)
-	if err != nil {
-		return err
-	}
-	n := c.Size()
-	if L == 0 || L%n != 0 {
-		return fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members", op, L, n)
-	}
-	g, err := c.native(op)
-	if err != nil {
-		return err
-	}
-	if g != nil {
-		if buf.Dtype() == tensor.Float32 {
-			return c.nativeErr(op, g.AllGather(wrap(f32)))
-		}
-		return c.nativeErr(op, g.AllGather(wrap(f64)))
-	}
-	if buf.Dtype() == tensor.Float32 {
-		return allGather(c, opAllGather, 0, f32, L/n)
-	}
-	return allGather(c, opAllGather, 0, f64, L/n)
-}
-
-// Broadcast copies root's x into every member's x (same dtype and element
-// count everywhere).
-func (c *Comm) Broadcast(x *tensor.Dense, root int) error {
-	const op = "broadcast"
-	if err := c.begin(op); err != nil {
-		return err
-	}
-	n := c.Size()
-	if root < 0 || root >= n {
-		return fmt.Errorf("collective: %s: root %d outside [0, %d)", op, root, n)
-	}
-	f32, f64, L, err := elems(op, x)
-	if err != nil {
-		return err
-	}
-	if n == 1 {
-		return nil
-	}
-	if g, err := c.native(op); err != nil || g != nil {
-		if err != nil {
-			return err
-		}
-		if x.Dtype() == tensor.Float32 {
-			return c.nativeErr(op, g.Broadcast(wrap(f32), root))
-		}
-		return c.nativeErr(op, g.Broadcast(wrap(f64), root))
-	}
-	if x.Dtype() == tensor.Float32 {
-		return broadcast(c, f32, L, root)
-	}
-	return broadcast(c, f64, L, root)
-}
-
-// broadcast: member i = (r-root) mod n of the chain receives each chunk from
-// its predecessor (unless it is the root) and forwards it to its successor
-// (unless it is the last).
-func broadcast[T flat](c *Comm, x []T, L, root int) error {
-	n, r := c.Size(), c.Rank()
-	pos := mod(r-root, n)
-	k := ChunkLen(L, n)
-	next, prev := (r+1)%n, (r-1+n)%n
-	for j := range n {
-		lo, hi := min(j*k, L), min((j+1)*k, L)
-		if lo == hi {
-			break // the chunks past L are empty on every member
-		}
-		if pos > 0 {
-			tag, got, err := c.t.Recv(prev, c.ch)
-			if err != nil {
-				return c.fail("broadcast", j, prev, err)
-			}
-			if want := c.tag(opBroadcast, j); tag != want {
-				return c.fail("broadcast", j, prev, fmt.Errorf("received %s, want %s: the members disagree on the sequence of collectives (%w)", describe(tag), describe(want), transport.ErrProtocol))
-			}
-			in, ok := data[T](got)
-			if !ok || len(in) != hi-lo {
-				return c.fail("broadcast", j, prev, fmt.Errorf("received %v %v, want %d elements (%w)", dtypeOf(got), shapeOf(got), hi-lo, transport.ErrProtocol))
-			}
-			copy(x[lo:hi], in)
-		}
-		if pos < n-1 {
-			if err := c.t.Send(next, c.ch, c.tag(opBroadcast, j), wrap(x[lo:hi])); err != nil {
-				return c.fail("broadcast", j, next, err)
-			}
-		}
 	}
 	return nil
 }

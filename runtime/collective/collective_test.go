@@ -15,6 +15,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -95,7 +96,7 @@ func run(trs []transport.Transport, f func(c *collective.Comm) error) []error {
 	errs := make([]error, len(trs))
 	var wg sync.WaitGroup
 	for r, tr := range trs {
-		c, err := collective.New(tr, transport.Act)
+		c, err := collective.New(tr, abi.ActChannel)
 		if err != nil {
 			errs[r] = err
 			continue
@@ -256,7 +257,7 @@ func TestFailedMemberNamed(t *testing.T) {
 		})
 		t.Run(name+"/timeout", func(t *testing.T) {
 			trs := mk(2, 300*time.Millisecond)
-			c, err := collective.New(trs[0], transport.Act)
+			c, err := collective.New(trs[0], abi.ActChannel)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +292,7 @@ func TestMismatchedSequence(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	c, err := collective.New(transport.NewInProc(2)[0], transport.Act)
+	c, err := collective.New(transport.NewInProc(2)[0], abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: %v; want %q", tc.name, tc.err, tc.want)
 		}
 	}
-	if _, err := collective.New(nil, transport.Act); err == nil {
+	if _, err := collective.New(nil, abi.ActChannel); err == nil {
 		t.Error("New(nil) succeeded")
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,9 +21,12 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // The MPI tests re-run this test binary under mpirun (MPI starts once per
@@ -45,7 +47,7 @@ var mpiWorld struct {
 func world(tb testing.TB) transport.Transport {
 	tb.Helper()
 	mpiWorld.once.Do(func() {
-		mpiWorld.t, mpiWorld.err = transport.NewMPI(transport.MPIConfig{Timeout: time.Minute, Fingerprint: "collective-mpi-test", Logger: slog.New(slog.DiscardHandler)})
+		mpiWorld.t, mpiWorld.err = mpi.New(mpi.Config{Timeout: time.Minute, Fingerprint: "collective-mpi-test", Logger: slog.New(slog.DiscardHandler)})
 	})
 	if mpiWorld.err != nil {
 		tb.Fatal(mpiWorld.err)
@@ -62,29 +64,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// mpirunArgs is the mpirun command line for np copies of args (OpenMPI
-// wants --oversubscribe for more ranks than cores, --allow-run-as-root as
-// root); PPGEN_MPIRUN names another launcher.
-func mpirunArgs(t testing.TB, np int, args ...string) []string {
-	t.Helper()
-	name := "mpirun"
-	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
-		name = v
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
-	}
-	cmd := []string{path}
-	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
-		cmd = append(cmd, "--oversubscribe")
-		if os.Geteuid() == 0 {
-			cmd = append(cmd, "--allow-run-as-root")
-		}
-	}
-	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
 }
 
 var (
@@ -106,7 +85,7 @@ func TestMPICollectives(t *testing.T) {
 	var sums, reduced [2]map[string]string
 	for job := range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		argv := mpirunArgs(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+		argv := mpitest.Args(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), childVar+"=1")
 		out, err := cmd.CombinedOutput()
@@ -143,7 +122,7 @@ func TestMPICollectiveAbort(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	argv := mpirunArgs(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+	argv := mpitest.Args(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), childVar+"=abort")
 	out, err := cmd.CombinedOutput()
@@ -160,11 +139,11 @@ func TestMPICollectiveAbort(t *testing.T) {
 
 // childAbort: rank 3 aborts; the others are in a native all-reduce.
 func childAbort(t *testing.T) {
-	w, err := transport.NewMPI(transport.MPIConfig{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	w, err := mpi.New(mpi.Config{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := collective.New(w, transport.Act)
+	c, err := collective.New(w, abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,15 +170,15 @@ func TestMPICollectivesChild(t *testing.T) {
 	}
 	w := world(t)
 	n, r := w.World(), w.Rank()
-	native, err := collective.New(w, transport.Act)
+	native, err := collective.New(w, abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sendrecv, err := collective.New(w, transport.Act, collective.SendRecv())
+	sendrecv, err := collective.New(w, abi.ActChannel, collective.SendRecv())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ordered, err := collective.New(w, transport.Act, collective.MemberOrder())
+	ordered, err := collective.New(w, abi.ActChannel, collective.MemberOrder())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +318,7 @@ func TestMPICollectivesChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := collective.New(dpT, transport.Act)
+	dc, err := collective.New(dpT, abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +378,7 @@ func BenchmarkAllReduce16MiBMPI(b *testing.B) {
 	for _, name := range []string{"native", "member-order", "sendrecv"} {
 		b.Run(name, func(b *testing.B) {
 			opts := map[string][]collective.Option{"member-order": {collective.MemberOrder()}, "sendrecv": {collective.SendRecv()}}[name]
-			c, err := collective.New(w, transport.Act, opts...)
+			c, err := collective.New(w, abi.ActChannel, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/transport"
@@ -221,7 +222,7 @@ func TestNativeCollectives(t *testing.T) {
 			errs := make([]error, n)
 			var wg sync.WaitGroup
 			for r := range n {
-				comm, err := collective.New(trs[r], transport.Act, c.opts...)
+				comm, err := collective.New(trs[r], abi.ActChannel, c.opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -309,7 +310,7 @@ func TestNativeError(t *testing.T) {
 	world := fakeWorld(2)
 	cause := errors.New("engine: rank 1 aborted")
 	world[0].(*fakeEngine).fail = cause
-	c, err := collective.New(world[0], transport.Act)
+	c, err := collective.New(world[0], abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -30,11 +31,11 @@ func ring(env launch.Env) int {
 	defer tr.Close()
 	next, prev := (env.Rank+1)%env.World, (env.Rank+env.World-1)%env.World
 	x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{float64(env.Rank)}))
-	if err := tr.Send(next, transport.Act, transport.Tag{}, x); err != nil {
+	if err := tr.Send(next, abi.ActChannel, transport.Tag{}, x); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 5
 	}
-	_, got, err := tr.Recv(prev, transport.Act)
+	_, got, err := tr.Recv(prev, abi.ActChannel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 6

@@ -60,6 +60,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -242,7 +243,7 @@ func (v *View) peer(op string, peer int) (int, error) {
 	return v.ranks[peer], nil
 }
 
-func (v *View) Send(peer int, ch transport.Channel, tag transport.Tag, t *tensor.Dense) error {
+func (v *View) Send(peer int, ch abi.Channel, tag transport.Tag, t *tensor.Dense) error {
 	w, err := v.peer("send to", peer)
 	if err != nil {
 		return err
@@ -250,7 +251,7 @@ func (v *View) Send(peer int, ch transport.Channel, tag transport.Tag, t *tensor
 	return v.world.Send(w, ch, tag, t)
 }
 
-func (v *View) Recv(peer int, ch transport.Channel) (transport.Tag, *tensor.Dense, error) {
+func (v *View) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, error) {
 	w, err := v.peer("recv from", peer)
 	if err != nil {
 		return transport.Tag{}, nil, err

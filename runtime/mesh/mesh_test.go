@@ -9,6 +9,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -71,7 +72,7 @@ func TestGroupsDoNotMix(t *testing.T) {
 			for _, g := range []transport.Transport{gs[r].pipe, gs[r].dp} {
 				for p := range g.World() {
 					if p != g.Rank() {
-						if err := g.Send(p, transport.Act, transport.Tag{Stage: int32(r)}, tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{float64(r)}))); err != nil {
+						if err := g.Send(p, abi.ActChannel, transport.Tag{Stage: int32(r)}, tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{float64(r)}))); err != nil {
 							errs[r] = err
 							return
 						}
@@ -87,7 +88,7 @@ func TestGroupsDoNotMix(t *testing.T) {
 					if p == g.Rank() {
 						continue
 					}
-					tag, _, err := g.Recv(p, transport.Act)
+					tag, _, err := g.Recv(p, abi.ActChannel)
 					if err != nil {
 						errs[r] = err
 						return
@@ -106,13 +107,13 @@ func TestGroupsDoNotMix(t *testing.T) {
 	}
 	// Aborting a view aborts the world.
 	gs[0].dp.Abort(errors.New("boom"))
-	if _, _, err := gs[5].pipe.Recv(0, transport.Grad); err == nil || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
+	if _, _, err := gs[5].pipe.Recv(0, abi.GradChannel); err == nil || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
 		t.Errorf("after rank 0's abort: %v", err)
 	}
 	if _, _, err := m.Groups(transport.NewInProc(5)[0]); err == nil {
 		t.Error("Groups accepted a world of 5 ranks for a 3×2 mesh")
 	}
-	if err := gs[1].pipe.Send(7, transport.Act, transport.Tag{}, nil); err == nil || !strings.Contains(err.Error(), "peer 7 outside [0, 3)") {
+	if err := gs[1].pipe.Send(7, abi.ActChannel, transport.Tag{}, nil); err == nil || !strings.Contains(err.Error(), "peer 7 outside [0, 3)") {
 		t.Errorf("send to member 7: %v", err)
 	}
 }
@@ -148,9 +149,9 @@ func TestViewBatches(t *testing.T) {
 	x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{7}))
 	errs := make(chan error, 2)
 	go func() {
-		errs <- p3.(transport.Batcher).Batch([]transport.BatchOp{{Peer: 0, Ch: transport.Act, Send: true, Tag: transport.Tag{Stage: 3}, T: x}})
+		errs <- p3.(transport.Batcher).Batch([]transport.BatchOp{{Peer: 0, Ch: abi.ActChannel, Send: true, Tag: transport.Tag{Stage: 3}, T: x}})
 	}()
-	ops := []transport.BatchOp{{Peer: 1, Ch: transport.Act}}
+	ops := []transport.BatchOp{{Peer: 1, Ch: abi.ActChannel}}
 	if err := p1.(transport.Batcher).Batch(ops); err != nil {
 		t.Fatal(err)
 	}

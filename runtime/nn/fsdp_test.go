@@ -11,6 +11,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -143,7 +144,7 @@ func TestFSDPEqualsSequential(t *testing.T) {
 						for r := range n {
 							wg.Go(func() {
 								errs[r] = func() error {
-									comm, err := collective.New(trs[r], transport.Act)
+									comm, err := collective.New(trs[r], abi.ActChannel)
 									if err != nil {
 										return err
 									}
@@ -279,7 +280,7 @@ func TestFSDPUnshardIsAsync(t *testing.T) {
 	trs := transport.NewInProc(2, transport.InProcTimeout(20*time.Second))
 	var fs [2]*FSDP
 	for r := range fs {
-		comm, _ := collective.New(trs[r], transport.Act)
+		comm, _ := collective.New(trs[r], abi.ActChannel)
 		g, _ := NewFSDPGroup(comm)
 		var err error
 		if fs[r], err = g.Wrap(dpModel(t, tensor.Float64)[0], "stage 0"); err != nil {
@@ -321,7 +322,7 @@ func TestFSDPUnshardIsAsync(t *testing.T) {
 // all-gather at the next compute, naming it.
 func TestFSDPFailedMember(t *testing.T) {
 	trs := transport.NewInProc(2, transport.InProcTimeout(20*time.Second))
-	comm, _ := collective.New(trs[0], transport.Act)
+	comm, _ := collective.New(trs[0], abi.ActChannel)
 	g, _ := NewFSDPGroup(comm)
 	f, err := g.Wrap(dpModel(t, tensor.Float64)[1], "stage 1")
 	if err != nil {

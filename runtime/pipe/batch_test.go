@@ -11,6 +11,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -55,7 +56,7 @@ func rendezvousWorld(n int, timeout time.Duration) []transport.Transport {
 
 func (t *rendezvous) Rank() int  { return t.rank }
 func (t *rendezvous) World() int { return t.world }
-func (t *rendezvous) Send(peer int, ch transport.Channel, tag transport.Tag, v *tensor.Dense) error {
+func (t *rendezvous) Send(peer int, ch abi.Channel, tag transport.Tag, v *tensor.Dense) error {
 	select {
 	case t.links[[3]int{t.rank, peer, int(ch)}] <- msg{tag, v}:
 		return nil
@@ -65,7 +66,7 @@ func (t *rendezvous) Send(peer int, ch transport.Channel, tag transport.Tag, v *
 		return fmt.Errorf("send to rank %d on %s: %w", peer, ch, transport.ErrTimeout)
 	}
 }
-func (t *rendezvous) Recv(peer int, ch transport.Channel) (transport.Tag, *tensor.Dense, error) {
+func (t *rendezvous) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, error) {
 	select {
 	case m := <-t.links[[3]int{peer, t.rank, int(ch)}]:
 		return m.tag, m.t, nil

@@ -5,6 +5,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -67,7 +68,7 @@ func (x *Exec) swapGrads(s, t, peer int, mine []*tensor.Dense) ([]*tensor.Dense,
 			// A copy: the transport may hand the tensor itself to an
 			// in-process peer, and it is about to be added to.
 			c := g.Clone().(*tensor.Dense)
-			if err := x.tr.Send(peer, transport.Grad, transport.Tag{Stage: int32(s), Micro: int32(-1 - i)}, c); err != nil {
+			if err := x.tr.Send(peer, abi.GradChannel, transport.Tag{Stage: int32(s), Micro: int32(-1 - i)}, c); err != nil {
 				return fmt.Errorf("sending stage %d's gradient %d to rank %d: %w", s, i, peer, err)
 			}
 		}
@@ -76,7 +77,7 @@ func (x *Exec) swapGrads(s, t, peer int, mine []*tensor.Dense) ([]*tensor.Dense,
 	theirs := make([]*tensor.Dense, len(mine))
 	recv := func() error {
 		for i := range theirs {
-			tag, g, err := x.tr.Recv(peer, transport.Grad)
+			tag, g, err := x.tr.Recv(peer, abi.GradChannel)
 			if err != nil {
 				return fmt.Errorf("receiving stage %d's gradient %d from rank %d: %w", t, i, peer, err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -191,7 +192,7 @@ func TestStepMisuse(t *testing.T) {
 			}
 			// The peers learn about it.
 			peer := (tc.rank + 1) % 3
-			if _, _, perr := trs[peer].Recv(tc.rank, transport.Act); !errors.Is(perr, transport.ErrAborted) {
+			if _, _, perr := trs[peer].Recv(tc.rank, abi.ActChannel); !errors.Is(perr, transport.ErrAborted) {
 				t.Fatalf("peer %d after the failure: %v", peer, perr)
 			}
 		})

@@ -33,15 +33,7 @@ func (x *Exec) Reshard(stage int) { x.fsdpStep(OpReshard, stage, Sharded.Reshard
 func (x *Exec) ReduceGrad(stage int) { x.fsdpStep(OpReduceGrad, stage, Sharded.ReduceGrad) }
 
 func (x *Exec) fsdpStep(k OpKind, stage int, f func(Sharded) error) {
-	if x.failedNow() {
-		return
-	}
-	switch {
-	case stage < 0 || stage >= len(x.stages):
-		x.stepFail(k, stage, -1, -1, fmt.Errorf("stage %d outside [0, %d)", stage, len(x.stages)))
-		return
-	case x.stages[stage] == nil:
-		x.stepFail(k, stage, -1, -1, fmt.Errorf("stage %d is on rank %d, not on this rank", stage, x.spec.RankOf[stage]))
+	if x.failedNow() || !x.ownStage(k, stage) {
 		return
 	}
 	if sh, ok := x.raw[stage].(Sharded); ok {
@@ -49,4 +41,18 @@ func (x *Exec) fsdpStep(k OpKind, stage int, f func(Sharded) error) {
 			x.stepFail(k, stage, -1, -1, err)
 		}
 	}
+}
+
+// ownStage reports whether stage is one of this rank's, failing step k of
+// stage when it is not (out of range, or on another rank).
+func (x *Exec) ownStage(k OpKind, stage int) bool {
+	switch {
+	case stage < 0 || stage >= len(x.stages):
+		x.stepFail(k, stage, -1, -1, fmt.Errorf("stage %d outside [0, %d)", stage, len(x.stages)))
+		return false
+	case x.stages[stage] == nil:
+		x.stepFail(k, stage, -1, -1, fmt.Errorf("stage %d is on rank %d, not on this rank", stage, x.spec.RankOf[stage]))
+		return false
+	}
+	return true
 }

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
-
-	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // The set codec: several tensors in one carrier tensor, so that a stage
@@ -36,7 +35,7 @@ import (
 const MaxParts = 256
 
 // MaxPartDims is the most dimensions a part may have: the transports'.
-const MaxPartDims = transport.MaxDims
+const MaxPartDims = wire.MaxDims
 
 // maxPartElems bounds a part's element count, and the product of its
 // nonzero dims (1<<40: 8 TiB of float64s).
@@ -46,8 +45,8 @@ const (
 	multiMagic   = 0x70706d73 // "ppms"
 	multiVersion = 1
 	partNone     = 0
-	partFloat32  = transport.DtypeFloat32
-	partFloat64  = transport.DtypeFloat64
+	partFloat32  = wire.Float32
+	partFloat64  = wire.Float64
 )
 
 // Pack puts the ordered set ts into one carrier tensor. Each part is a
@@ -59,7 +58,7 @@ func Pack(ts []*tensor.Dense) (*tensor.Dense, error) {
 	if len(ts) > MaxParts {
 		return nil, fmt.Errorf("pipe: pack: %d tensors, at most %d (MaxParts)", len(ts), MaxParts)
 	}
-	parts := make([]transport.Bytes, len(ts))
+	parts := make([]wire.Payload, len(ts))
 	words := 3 // magic, version, count
 	for i, t := range ts {
 		words += 2
@@ -69,7 +68,7 @@ func Pack(ts []*tensor.Dense) (*tensor.Dense, error) {
 		if t.Dtype() != tensor.Float32 && t.Dtype() != tensor.Float64 {
 			return nil, fmt.Errorf("pipe: pack: tensor %d has dtype %v; want float32 or float64", i, t.Dtype())
 		}
-		b, err := transport.BytesOf(t)
+		b, err := wire.PayloadOf(t)
 		if err != nil {
 			return nil, fmt.Errorf("pipe: pack: tensor %d: %w", i, err)
 		}
@@ -79,7 +78,7 @@ func Pack(ts []*tensor.Dense) (*tensor.Dense, error) {
 		parts[i] = b
 		words += len(b.Dims) + (len(b.Raw)+7)/8
 	}
-	c, raw := transport.Alloc(transport.DtypeFloat64, []int{words})
+	c, raw := wire.Alloc(wire.Float64, []int{words})
 	w := c.Float64s()
 	w[0], w[1], w[2] = multiMagic, multiVersion, float64(len(ts))
 	k := 3
@@ -126,7 +125,7 @@ func Unpack(c *tensor.Dense) ([]*tensor.Dense, error) {
 	if c.Dtype() != tensor.Float64 || c.Dims() != 1 {
 		return nil, &MultiError{"carrier", fmt.Errorf("%w: a %v tensor of shape %v; a carrier is 1-D float64", ErrNotCarrier, c.Dtype(), c.Shape())}
 	}
-	b, err := transport.BytesOf(c)
+	b, err := wire.PayloadOf(c)
 	if err != nil {
 		return nil, &MultiError{"carrier", err}
 	}
@@ -191,7 +190,7 @@ func Unpack(c *tensor.Dense) ([]*tensor.Dense, error) {
 		if kinds[i] == partNone {
 			continue
 		}
-		t, raw := transport.Alloc(uint8(kinds[i]), dims[i])
+		t, raw := wire.Alloc(uint8(kinds[i]), dims[i])
 		copy(raw, b.Raw[off:off+len(raw)])
 		off += (len(raw) + 7) / 8 * 8
 		out[i] = t

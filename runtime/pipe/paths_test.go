@@ -10,6 +10,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -490,12 +491,12 @@ func (tr *fakeTransport) expect(st pathStep) {
 func (tr *fakeTransport) Rank() int  { return tr.rank }
 func (tr *fakeTransport) World() int { return tr.world }
 
-func (tr *fakeTransport) Send(peer int, ch transport.Channel, tag transport.Tag, t *tensor.Dense) error {
+func (tr *fakeTransport) Send(peer int, ch abi.Channel, tag transport.Tag, t *tensor.Dense) error {
 	logAppend(tr.log, fmt.Sprintf("send(%d,%v,%v,%s)", peer, ch, tag, val(t)))
 	return nil
 }
 
-func (tr *fakeTransport) Recv(peer int, ch transport.Channel) (transport.Tag, *tensor.Dense, error) {
+func (tr *fakeTransport) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, error) {
 	logAppend(tr.log, fmt.Sprintf("recv(%d,%v)", peer, ch))
 	if tr.fail {
 		return transport.Tag{}, nil, errors.New("the peer is gone")

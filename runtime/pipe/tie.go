@@ -79,18 +79,11 @@ func requireTied(sp Spec, r int, stages []Stage) error {
 //
 //go:noinline
 func (x *Exec) TieGrad(stage int) {
-	if x.failedNow() {
+	k := OpTieGrad
+	if x.failedNow() || !x.ownStage(k, stage) {
 		return
 	}
-	k := OpTieGrad
-	switch {
-	case stage < 0 || stage >= len(x.stages):
-		x.stepFail(k, stage, -1, -1, fmt.Errorf("stage %d outside [0, %d)", stage, len(x.stages)))
-		return
-	case x.stages[stage] == nil:
-		x.stepFail(k, stage, -1, -1, fmt.Errorf("stage %d is on rank %d, not on this rank", stage, x.spec.RankOf[stage]))
-		return
-	case x.batch != nil:
+	if x.batch != nil {
 		x.stepFail(k, stage, -1, -1, fmt.Errorf("inside BATCH_BEGIN .. BATCH_END, which holds only transfers (BATCH_END first)"))
 		return
 	}

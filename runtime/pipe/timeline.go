@@ -161,13 +161,16 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 	micros := microsOf(programs)
 	out := make([]chrometrace.Event, 0, len(events)+8)
 	seen := map[int]bool{}
-	for _, e := range events {
-		if !seen[e.Rank] {
-			seen[e.Rank] = true
-			pn := chrometrace.ProcessName(e.Rank, fmt.Sprintf("rank %d", e.Rank))
+	nameRank := func(rank int) { // the process name, before the rank's first event
+		if !seen[rank] {
+			seen[rank] = true
+			pn := chrometrace.ProcessName(rank, fmt.Sprintf("rank %d", rank))
 			pn.Ts = chrometrace.Float(0)
 			out = append(out, pn)
 		}
+	}
+	for _, e := range events {
+		nameRank(e.Rank)
 		label := fmt.Sprintf("%d%c#%d", e.Stage, e.Kind, e.Seq)
 		args := map[string]any{"stage": e.Stage, "kind": string(e.Kind), "seq": e.Seq}
 		if m, ok := micros[microKey{e.Rank, e.Stage, e.Kind, e.Seq}]; ok {
@@ -192,12 +195,7 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		return transfers[i].Start.Before(transfers[j].Start)
 	})
 	for _, e := range transfers {
-		if !seen[e.Rank] {
-			seen[e.Rank] = true
-			pn := chrometrace.ProcessName(e.Rank, fmt.Sprintf("rank %d", e.Rank))
-			pn.Ts = chrometrace.Float(0)
-			out = append(out, pn)
-		}
+		nameRank(e.Rank)
 		dir := "send"
 		if e.Kind.IsRecv() {
 			dir = "recv"

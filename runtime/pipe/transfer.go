@@ -7,6 +7,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -62,7 +63,7 @@ func (s *slotState) tensorOf(w which) *tensor.Dense {
 // xfer describes one kind of transfer.
 type xfer struct {
 	kind  OpKind
-	ch    transport.Channel
+	ch    abi.Channel
 	recv  bool
 	rule  peerRule
 	dir   int  // the other stage is stage+dir (neighbour); the received tag's stage is stage+dir
@@ -83,21 +84,21 @@ type xfer struct {
 }
 
 var (
-	recvAct = xfer{kind: OpRecvF, ch: transport.Act, recv: true, dir: -1, claim: true,
+	recvAct = xfer{kind: OpRecvF, ch: abi.ActChannel, recv: true, dir: -1, claim: true,
 		pend: actPending, used: actPending | fwdDone, message: "input of the chunk already received or used"}
-	sendAct = xfer{kind: OpSendF, ch: transport.Act, dir: +1,
+	sendAct = xfer{kind: OpSendF, ch: abi.ActChannel, dir: +1,
 		send: output, message: "no output in slot %d: %[2]dF%[3]d has not run"}
-	recvGrad = xfer{kind: OpRecvB, ch: transport.Grad, recv: true, dir: +1,
+	recvGrad = xfer{kind: OpRecvB, ch: abi.GradChannel, recv: true, dir: +1,
 		pend: gradPending, used: gradPending | inDone, message: "output gradient of the chunk already received or used"}
-	sendGrad = xfer{kind: OpSendB, ch: transport.Grad, dir: -1,
+	sendGrad = xfer{kind: OpSendB, ch: abi.GradChannel, dir: -1,
 		send: inputGrad, message: "no input gradient in slot %d: %[2]dB%[3]d or %[2]dI%[3]d has not run"}
-	recvData = xfer{kind: OpDataRecv, ch: transport.Data, recv: true, dir: -1, claim: true,
+	recvData = xfer{kind: OpDataRecv, ch: abi.DataChannel, recv: true, dir: -1, claim: true,
 		pend: dataPending, used: dataPending | fwdDone, has: labels, message: "the chunk's labels are already received, loaded or used"}
-	sendData = xfer{kind: OpDataSend, ch: transport.Data, dir: +1, send: labels, wait: dataPending,
+	sendData = xfer{kind: OpDataSend, ch: abi.DataChannel, dir: +1, send: labels, wait: dataPending,
 		message: "no labels in slot %d: %[2]dDATA_LOAD%[3]d (with Spec.ShipLabels, on the first stage) or %[2]dDATA_RECV%[3]d must come first"}
-	recvInput = xfer{kind: OpMpipeRecv, ch: transport.Data, recv: true, rule: fromOwner, claim: true,
+	recvInput = xfer{kind: OpMpipeRecv, ch: abi.DataChannel, recv: true, rule: fromOwner, claim: true,
 		pend: actPending, used: actPending | fwdDone, has: input, message: "input of the chunk already loaded, received or used"}
-	sendInput = xfer{kind: OpMpipeSend, ch: transport.Data, rule: toFirstStage}
+	sendInput = xfer{kind: OpMpipeSend, ch: abi.DataChannel, rule: toFirstStage}
 )
 
 // RecvF posts the receive of x of (stage, micro) from peer into slot.

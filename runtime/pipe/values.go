@@ -6,7 +6,7 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/value"
 )
 
@@ -167,7 +167,7 @@ type valueSaved struct {
 
 // in returns t as a value of the Maker's library.
 func (a *valueStage) in(t *tensor.Dense) (value.Value, error) {
-	b, err := transport.BytesOf(t)
+	b, err := wire.PayloadOf(t)
 	if err != nil {
 		return nil, err
 	}

@@ -2,11 +2,11 @@ package swap
 
 import (
 	"fmt"
-	"unsafe"
 
 	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/runtime/internal/dense"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 )
 
 // meta describes one distinct tensor of an offload: what Load needs to
@@ -97,18 +97,11 @@ func dataBytes(t *tensor.Dense, n int) []byte {
 	}
 	switch d := t.Data().(type) {
 	case []float32:
-		return asBytes(d[:n])
+		return wire.AsBytes(d[:n])
 	case []float64:
-		return asBytes(d[:n])
+		return wire.AsBytes(d[:n])
 	}
 	return nil
-}
-
-// asBytes views a float slice as its bytes (native byte order: the data
-// never leaves this process's machine).
-func asBytes[T float32 | float64](s []T) []byte {
-	var z T
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
 }
 
 // alloc returns a new backing slice for m and a byte view of it. Allocating
@@ -116,10 +109,10 @@ func asBytes[T float32 | float64](s []T) []byte {
 func alloc(m meta) (backing any, view []byte) {
 	if m.dt == tensor.Float32 {
 		s := make([]float32, m.n)
-		return s, asBytes(s)
+		return s, wire.AsBytes(s)
 	}
 	s := make([]float64, m.n)
-	return s, asBytes(s)
+	return s, wire.AsBytes(s)
 }
 
 // build returns the tensor of m over backing (from alloc).

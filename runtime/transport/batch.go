@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/abi"
 	"gorgonia.org/tensor"
 )
 
@@ -10,7 +11,7 @@ import (
 // Ch, or (Send false) a receive from Peer on Ch, which sets Tag and T.
 type BatchOp struct {
 	Peer int
-	Ch   Channel
+	Ch   abi.Channel
 	Send bool
 	Tag  Tag           // send: the tag sent; receive: set to the tag received
 	T    *tensor.Dense // send: the tensor sent; receive: set to the tensor received

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/ppgen/ppgen/abi"
 )
 
 // TestBatchFallback: on a transport without its own Batcher, Batch sends
@@ -17,10 +19,10 @@ func TestBatchFallback(t *testing.T) {
 		go func() {
 			other := 1 - r
 			ops := []BatchOp{
-				{Peer: other, Ch: Act},
-				{Peer: other, Ch: Act, Send: true, Tag: Tag{Stage: int32(r), Micro: 0}, T: f64([]int{2}, float64(r), 1)},
-				{Peer: other, Ch: Act, Send: true, Tag: Tag{Stage: int32(r), Micro: 1}, T: f64([]int{2}, float64(r), 2)},
-				{Peer: other, Ch: Act},
+				{Peer: other, Ch: abi.ActChannel},
+				{Peer: other, Ch: abi.ActChannel, Send: true, Tag: Tag{Stage: int32(r), Micro: 0}, T: f64([]int{2}, float64(r), 1)},
+				{Peer: other, Ch: abi.ActChannel, Send: true, Tag: Tag{Stage: int32(r), Micro: 1}, T: f64([]int{2}, float64(r), 2)},
+				{Peer: other, Ch: abi.ActChannel},
 			}
 			if err := Batch(trs[r], ops); err != nil {
 				errs <- err
@@ -51,7 +53,7 @@ func TestBatchFallback(t *testing.T) {
 // TestBatchNamesFailingOp: a receive that cannot complete names its op.
 func TestBatchNamesFailingOp(t *testing.T) {
 	trs := NewInProc(2, InProcTimeout(50*time.Millisecond))
-	err := Batch(trs[0], []BatchOp{{Peer: 1, Ch: Grad}})
+	err := Batch(trs[0], []BatchOp{{Peer: 1, Ch: abi.GradChannel}})
 	if err == nil || !errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want a timeout", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
 
@@ -27,7 +29,7 @@ func BenchmarkTCPThroughput(b *testing.B) {
 		b.ResetTimer()
 		go func() {
 			for range b.N {
-				if _, _, err := trs[1].Recv(0, Act); err != nil {
+				if _, _, err := trs[1].Recv(0, abi.ActChannel); err != nil {
 					done <- err
 					return
 				}
@@ -35,7 +37,7 @@ func BenchmarkTCPThroughput(b *testing.B) {
 			done <- nil
 		}()
 		for range b.N {
-			if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+			if err := trs[0].Send(1, abi.ActChannel, Tag{}, x); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -76,7 +78,7 @@ func BenchmarkTCPThroughput(b *testing.B) {
 		done := make(chan error, 1)
 		go func() {
 			for range b.N {
-				_, raw := alloc(dtFloat32, []int{benchBytes / 4})
+				_, raw := wire.Alloc(wire.Float32, []int{benchBytes / 4})
 				if _, err := io.ReadFull(rc, raw); err != nil {
 					done <- err
 					return
@@ -204,12 +206,12 @@ func benchPpgenTCP(b *testing.B, recycle bool) {
 	// recycling the pool holds the arrays of the steady state (receives
 	// allocate until as many are free as the reader ever has ahead of Recv).
 	for range 8 {
-		if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+		if err := trs[0].Send(1, abi.ActChannel, Tag{}, x); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for range 8 {
-		_, y, err := trs[1].Recv(0, Act)
+		_, y, err := trs[1].Recv(0, abi.ActChannel)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -222,7 +224,7 @@ func benchPpgenTCP(b *testing.B, recycle bool) {
 	b.ResetTimer()
 	go func() {
 		for range b.N {
-			_, y, err := trs[1].Recv(0, Act)
+			_, y, err := trs[1].Recv(0, abi.ActChannel)
 			if err != nil {
 				done <- err
 				return
@@ -234,7 +236,7 @@ func benchPpgenTCP(b *testing.B, recycle bool) {
 		done <- nil
 	}()
 	for range b.N {
-		if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+		if err := trs[0].Send(1, abi.ActChannel, Tag{}, x); err != nil {
 			b.Fatal(err)
 		}
 	}

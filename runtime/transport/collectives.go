@@ -7,8 +7,8 @@ import (
 )
 
 // Collectives is implemented by a transport whose engine runs collectives
-// natively (the MPI transport, build tag mpi; the NCCL transport,
-// runtime/transport/nccl): runtime/collective uses it,
+// natively (the MPI transport, runtime/transport/mpi, build tag mpi; the
+// NCCL transport, runtime/transport/nccl): runtime/collective uses it,
 // when the transport of a group (or the world transport under a
 // runtime/mesh view) provides it, instead of its own algorithms over Send
 // and Recv.

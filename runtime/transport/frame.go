@@ -3,7 +3,9 @@ package transport
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
+
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 )
 
 // A frame on a peer connection is a 24-byte fixed header, for data frames
@@ -28,7 +30,8 @@ type frameLimits struct {
 // frameHeader is a decoded and validated frame header.
 type frameHeader struct {
 	kind, dt uint8
-	ch       Channel // data frames; the sentinel code of abort frames
+	code     uint8       // byte 1: the channel's wire code (data), the sentinel code (abort)
+	ch       abi.Channel // data frames: the channel of code
 	tag      Tag
 	dims     []int  // data frames
 	n        uint64 // payload bytes
@@ -42,7 +45,7 @@ func headerBytes(nd int) int { return frameHdrLen + 8*nd }
 // least frameHdrLen bytes) of a data frame, or 0 when none should be read
 // (other kinds, or a count over maxDims that decodeHeader will refuse).
 func dimsOf(b []byte) int {
-	if b[0] != frameData || int(b[3]) > maxDims {
+	if b[0] != frameData || int(b[3]) > wire.MaxDims {
 		return 0
 	}
 	return int(b[3])
@@ -62,7 +65,7 @@ func decodeHeader(b []byte, lim frameLimits) (frameHeader, error) {
 	if m := binary.LittleEndian.Uint32(b[12:]); m != frameMagic {
 		return h, fmt.Errorf("%w: sent a corrupt frame (bad magic %#08x)", ErrProtocol, m)
 	}
-	h.kind, h.ch, h.dt = b[0], Channel(b[1]), b[2]
+	h.kind, h.code, h.dt = b[0], b[1], b[2]
 	nd := int(b[3])
 	h.tag = Tag{Stage: int32(binary.LittleEndian.Uint32(b[4:])), Micro: int32(binary.LittleEndian.Uint32(b[8:]))}
 	h.n = binary.LittleEndian.Uint64(b[16:])
@@ -86,47 +89,30 @@ func decodeHeader(b []byte, lim frameLimits) (frameHeader, error) {
 	default:
 		return h, fmt.Errorf("%w: sent a frame of unknown kind %d", ErrProtocol, h.kind)
 	}
-	es := elemSize(h.dt)
-	if h.ch >= NumChannels || es == 0 || nd > maxDims {
-		return h, fmt.Errorf("%w: sent a malformed frame (channel %d, dtype %d, %d dims; at most %d)", ErrProtocol, uint8(h.ch), h.dt, nd, maxDims)
+	ch, ok := wire.ChannelOf(h.code)
+	if !ok || nd > wire.MaxDims {
+		return h, fmt.Errorf("%w: sent a malformed frame (channel %d, %d dims; at most %d)", ErrProtocol, h.code, nd, wire.MaxDims)
 	}
+	h.ch = ch
 	if len(b) != headerBytes(nd) {
 		return h, fmt.Errorf("%w: sent a truncated frame header (%d bytes for %d dims, want %d)", ErrProtocol, len(b), nd, headerBytes(nd))
 	}
-	// The payload is es × ∏dims bytes. A zero dimension makes it empty, but
-	// the other dimensions still size strides, so the product of the
-	// non-zero ones is bounded by maxFrame too. Every product is checked
-	// for overflow, and stays under 2^62 (so the sum below cannot wrap).
-	maxFrame := uint64(max(lim.maxFrame, 0))
-	h.dims = make([]int, nd)
-	nonzero, zero := uint64(es), false
-	for i := range nd {
-		d := binary.LittleEndian.Uint64(b[frameHdrLen+8*i:])
-		if d == 0 {
-			zero = true
-			continue
-		}
-		hi, lo := bits.Mul64(nonzero, d)
-		if hi != 0 || lo > 1<<62 {
-			return h, fmt.Errorf("%w: sent a frame whose shape overflows (dimension %d is %d; the elements would take over 2^62 bytes), over this rank's cap of %d bytes (MaxFrameBytes)",
-				ErrFrameTooLarge, i, d, lim.maxFrame)
-		}
-		nonzero = lo
-		h.dims[i] = int(d)
+	var buf [wire.MaxDims]uint64
+	dims := buf[:nd]
+	for i := range dims {
+		dims[i] = binary.LittleEndian.Uint64(b[frameHdrLen+8*i:])
 	}
-	if zero && nonzero > maxFrame {
-		return h, fmt.Errorf("%w: sent an empty frame whose other dimensions %v span over this rank's cap of %d bytes (MaxFrameBytes)", ErrFrameTooLarge, h.dims, lim.maxFrame)
+	var payload int64
+	var err error
+	if h.dims, payload, err = wire.Shape(h.dt, dims, lim.maxFrame, "MaxFrameBytes"); err != nil {
+		return h, err
 	}
-	payload := nonzero
-	if zero {
-		payload = 0
-	}
-	size := uint64(headerBytes(nd)) + payload
-	if size > maxFrame {
+	size := uint64(headerBytes(nd)) + uint64(payload)
+	if size > uint64(max(lim.maxFrame, 0)) {
 		return h, fmt.Errorf("%w: sent a frame of %d bytes, over this rank's cap of %d bytes (MaxFrameBytes)", ErrFrameTooLarge, size, lim.maxFrame)
 	}
-	if payload != h.n {
-		return h, fmt.Errorf("%w: sent a malformed frame (payload of %d bytes for dims %v of %d-byte elements, want %d)", ErrProtocol, h.n, h.dims, es, payload)
+	if uint64(payload) != h.n {
+		return h, fmt.Errorf("%w: sent a malformed frame (payload of %d bytes for dims %v of %d-byte elements, want %d)", ErrProtocol, h.n, h.dims, wire.ElemSize(h.dt), payload)
 	}
 	h.size = int64(size)
 	return h, nil

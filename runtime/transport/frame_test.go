@@ -9,6 +9,9 @@ import (
 	"math/big"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 )
 
 // rawHeader builds a frame header as a peer could send it, valid or not.
@@ -25,7 +28,9 @@ func rawHeader(kind, ch, dt uint8, n uint64, dims ...uint64) []byte {
 // float64 elements are 2^65 bytes, which wraps to a payload of 0 bytes, so
 // the old check (count × size == length, under the cap) passed and the
 // reader tried to allocate 2^62 elements.
-func overflowHeader() []byte { return rawHeader(frameData, uint8(Act), dtFloat64, 0, 1<<40, 1<<22) }
+func overflowHeader() []byte {
+	return rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, 0, 1<<40, 1<<22)
+}
 
 // TestDecodeChallengeOtherVersion: a rank of another protocol version is
 // named as such, not as junk.
@@ -38,8 +43,8 @@ func TestDecodeChallengeOtherVersion(t *testing.T) {
 
 func TestDecodeHeader(t *testing.T) {
 	lim := frameLimits{maxFrame: 1 << 20}
-	tooMany := rawHeader(frameData, uint8(Act), dtFloat32, 4)
-	tooMany[3] = maxDims + 1
+	tooMany := rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4)
+	tooMany[3] = wire.MaxDims + 1
 	badMagic := rawHeader(frameHeartbeat, 0, 0, 0)
 	badMagic[12] ^= 0xff
 	cases := []struct {
@@ -49,21 +54,21 @@ func TestDecodeHeader(t *testing.T) {
 		msg  string // substring of the error
 		size int64  // valid: the whole frame's bytes
 	}{
-		{"float32 2x3", rawHeader(frameData, uint8(Grad), dtFloat32, 24, 2, 3), nil, "", 24 + 16 + 24},
-		{"scalar float64", rawHeader(frameData, uint8(Data), dtFloat64, 8), nil, "", 24 + 8},
-		{"empty 0x4", rawHeader(frameData, uint8(Act), dtFloat32, 0, 0, 4), nil, "", 24 + 16},
+		{"float32 2x3", rawHeader(frameData, wire.ChannelCode(abi.GradChannel), wire.Float32, 24, 2, 3), nil, "", 24 + 16 + 24},
+		{"scalar float64", rawHeader(frameData, wire.ChannelCode(abi.DataChannel), wire.Float64, 8), nil, "", 24 + 8},
+		{"empty 0x4", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 0, 0, 4), nil, "", 24 + 16},
 		{"heartbeat", rawHeader(frameHeartbeat, 0, 0, 0), nil, "", 24},
 		{"abort with reason", rawHeader(frameAbort, 0, 0, 100), nil, "", 124},
 		{"count x size overflows 64 bits", overflowHeader(), ErrFrameTooLarge, "shape overflows", 0},
-		{"dimension 2^64-1", rawHeader(frameData, uint8(Act), dtFloat32, 4, math.MaxUint64), ErrFrameTooLarge, "shape overflows", 0},
-		{"negative dimension as int64", rawHeader(frameData, uint8(Act), dtFloat64, 8, uint64(1<<63)), ErrFrameTooLarge, "shape overflows", 0},
-		{"empty frame with huge other dims", rawHeader(frameData, uint8(Act), dtFloat32, 0, 0, 1<<30, 1<<30), ErrFrameTooLarge, "span over", 0},
-		{"over the cap", rawHeader(frameData, uint8(Act), dtFloat32, 4<<20, 1<<20), ErrFrameTooLarge, "over this rank's cap of 1048576 bytes", 0},
-		{"payload length disagrees with dims", rawHeader(frameData, uint8(Act), dtFloat32, 12, 2), ErrProtocol, "payload of 12 bytes for dims [2]", 0},
+		{"dimension 2^64-1", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4, math.MaxUint64), ErrFrameTooLarge, "shape overflows", 0},
+		{"negative dimension as int64", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, 8, uint64(1<<63)), ErrFrameTooLarge, "shape overflows", 0},
+		{"empty frame with huge other dims", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 0, 0, 1<<30, 1<<30), ErrFrameTooLarge, "span over", 0},
+		{"over the cap", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4<<20, 1<<20), ErrFrameTooLarge, "over this rank's cap of 1048576 bytes", 0},
+		{"payload length disagrees with dims", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 12, 2), ErrProtocol, "payload of 12 bytes for dims [2]", 0},
 		{"too many dims", tooMany[:frameHdrLen], ErrProtocol, "17 dims", 0},
-		{"dims missing", rawHeader(frameData, uint8(Act), dtFloat32, 8, 2)[:frameHdrLen], ErrProtocol, "truncated", 0},
-		{"unknown dtype", rawHeader(frameData, uint8(Act), 9, 8, 2), ErrProtocol, "dtype 9", 0},
-		{"unknown channel", rawHeader(frameData, 7, dtFloat32, 8, 2), ErrProtocol, "channel 7", 0},
+		{"dims missing", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 8, 2)[:frameHdrLen], ErrProtocol, "truncated", 0},
+		{"unknown dtype", rawHeader(frameData, wire.ChannelCode(abi.ActChannel), 9, 8, 2), ErrProtocol, "dtype 9", 0},
+		{"unknown channel", rawHeader(frameData, 7, wire.Float32, 8, 2), ErrProtocol, "channel 7", 0},
 		{"unknown kind", rawHeader(99, 0, 0, 0), ErrProtocol, "unknown kind 99", 0},
 		{"bad magic", badMagic, ErrProtocol, "bad magic", 0},
 		{"heartbeat with payload", rawHeader(frameHeartbeat, 0, 0, 1), ErrProtocol, "malformed control frame", 0},
@@ -94,8 +99,8 @@ func TestDecodeHeader(t *testing.T) {
 // of exactly element size × ∏dims bytes.
 func FuzzDecodeHeader(f *testing.F) {
 	f.Add(overflowHeader())
-	f.Add(rawHeader(frameData, uint8(Grad), dtFloat32, 24, 2, 3))
-	f.Add(rawHeader(frameData, uint8(Act), dtFloat64, 0, 0, 1<<40))
+	f.Add(rawHeader(frameData, wire.ChannelCode(abi.GradChannel), wire.Float32, 24, 2, 3))
+	f.Add(rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, 0, 0, 1<<40))
 	f.Add(rawHeader(frameAbort, 2, 0, 17))
 	f.Add(rawHeader(frameHeartbeat, 0, 0, 0))
 	const maxFrame = 1 << 20
@@ -113,7 +118,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		if h.kind != frameData {
 			return
 		}
-		want, nonzero := big.NewInt(int64(elemSize(h.dt))), big.NewInt(int64(elemSize(h.dt)))
+		want, nonzero := big.NewInt(int64(wire.ElemSize(h.dt))), big.NewInt(int64(wire.ElemSize(h.dt)))
 		for _, d := range h.dims {
 			if d < 0 {
 				t.Fatalf("negative dimension in %v", h.dims)
@@ -129,7 +134,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		if int64(headerBytes(len(h.dims)))+int64(h.n) != h.size {
 			t.Fatalf("size %d for %d dims and %d bytes", h.size, len(h.dims), h.n)
 		}
-		_, raw := alloc(h.dt, h.dims) // must not panic, and be the payload's size
+		_, raw := wire.Alloc(h.dt, h.dims) // must not panic, and be the payload's size
 		if uint64(len(raw)) != h.n {
 			t.Fatalf("allocated %d bytes for a %d-byte payload", len(raw), h.n)
 		}
@@ -181,7 +186,7 @@ func FuzzHandshake(f *testing.F) {
 		}
 		if h, err := decodeHello(b); err == nil {
 			if h.Rank < 0 || h.Rank >= h.World || h.World > maxWorld || len(h.Fingerprint) > maxFieldLen ||
-				len(h.Schedule) > MaxScheduleLen || !printable(h.Schedule) || !printable(h.Fingerprint) {
+				len(h.Schedule) > MaxScheduleLen || !wire.Printable(h.Schedule) || !wire.Printable(h.Fingerprint) {
 				t.Fatalf("hello out of range accepted: %+v", h)
 			}
 			roundTrip(t, "hello", h, func(b []byte) (any, error) { return decodeHello(b) })

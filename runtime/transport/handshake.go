@@ -14,8 +14,8 @@ import (
 	"os"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 )
 
 // The handshake.
@@ -189,31 +189,16 @@ func decodeHello(b []byte) (hello, error) {
 		return h, fmt.Errorf("%w: rank %d outside [0, %d)", errNotPpgen, h.Rank, h.World)
 	case len(h.Fingerprint) > maxFieldLen:
 		return h, fmt.Errorf("%w: fingerprint of %d bytes, at most %d", errNotPpgen, len(h.Fingerprint), maxFieldLen)
-	case !printable(h.Fingerprint):
+	case !wire.Printable(h.Fingerprint):
 		return h, fmt.Errorf("%w: fingerprint %.80q is not printable text", errNotPpgen, h.Fingerprint)
 	case len(h.Schedule) > MaxScheduleLen:
 		return h, fmt.Errorf("%w: schedule description of %d bytes, at most %d", errNotPpgen, len(h.Schedule), MaxScheduleLen)
-	case !printable(h.Schedule):
+	case !wire.Printable(h.Schedule):
 		return h, fmt.Errorf("%w: schedule description %.80q is not printable text", errNotPpgen, h.Schedule)
 	case h.Addr != "" && !validAddr(h.Addr):
 		return h, fmt.Errorf("%w: listen address %.80q is not host:port", errNotPpgen, h.Addr)
 	}
 	return h, nil
-}
-
-// printable reports whether s is valid UTF-8 without control characters:
-// text a peer sends that this rank puts in its messages (a terminal must not
-// take it for commands).
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // decodeVerdict decodes and validates a verdict.
@@ -332,8 +317,6 @@ func runs(schedule, fp string) string {
 
 // The advice of the mismatch messages.
 const (
-	sameScheduleHelp = "every rank must run the same generated schedule: build every rank from the same generated code " +
-		"(go generate ./... and rebuild, then start that one binary on every rank), or pass the same -schedule to every rank"
 	sameWorldHelp = "every rank must be started with the same WORLD_SIZE, the schedule's ranks " +
 		"(times the data-parallel replicas): start the job with one launcher command (ppgen launch -n N, torchrun, srun), " +
 		"and every rank from the same binary and flags"
@@ -357,14 +340,14 @@ func (t *TCP) check(h hello, want int, from net.Addr) string {
 	case h.Fingerprint != t.cfg.Fingerprint:
 		if h.Schedule == "" && t.cfg.Schedule == "" {
 			return fmt.Sprintf("rank %d at %s runs schedule fingerprint %s, this rank (%d) runs %s: %s",
-				h.Rank, from, showFP(h.Fingerprint), t.rank, showFP(t.cfg.Fingerprint), sameScheduleHelp)
+				h.Rank, from, showFP(h.Fingerprint), t.rank, showFP(t.cfg.Fingerprint), wire.SameScheduleHelp)
 		}
 		msg := fmt.Sprintf("rank %d at %s runs %s; this rank (%d) runs %s: ", h.Rank, from, runs(h.Schedule, h.Fingerprint), t.rank, runs(t.cfg.Schedule, t.cfg.Fingerprint))
 		if h.Schedule == t.cfg.Schedule {
 			return msg + "the same schedule generated differently (other ppgen flags, or another ppgen version): " +
 				"generate it once (go generate ./...) and rebuild every rank from that code, so that every rank runs the same program"
 		}
-		return msg + sameScheduleHelp
+		return msg + wire.SameScheduleHelp
 	}
 	return ""
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
 
@@ -39,7 +41,7 @@ func NewInProc(world int, opts ...InProcOption) []Transport {
 	}
 	eps := make([]*inproc, world)
 	for r := range eps {
-		ep := &inproc{rank: r, world: world, timeout: o.timeout, failed: make(chan struct{}), box: make([][NumChannels]*mailbox, world),
+		ep := &inproc{rank: r, world: world, timeout: o.timeout, failed: make(chan struct{}), box: make([][wire.ChannelSlots]*mailbox, world),
 			pool: newRecvPool(inprocPoolBytes)}
 		for p := range ep.box {
 			if p == r {
@@ -64,8 +66,8 @@ type inproc struct {
 	rank, world int
 	timeout     time.Duration
 	peers       []*inproc
-	box         [][NumChannels]*mailbox // box[src][ch]: messages from src
-	pool        *recvPool               // backings of received copies, fed by Recycle
+	box         [][wire.ChannelSlots]*mailbox // box[src][ch]: messages from src
+	pool        *recvPool                     // backings of received copies, fed by Recycle
 
 	closed   atomic.Bool
 	failOnce sync.Once
@@ -85,45 +87,45 @@ func (t *inproc) fail(err error) {
 
 func (t *inproc) failErr() error { return t.err }
 
-func (t *inproc) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
-	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+func (t *inproc) Send(peer int, ch abi.Channel, tag Tag, x *tensor.Dense) error {
+	if err := CheckPeer(t.rank, t.world, peer, ch); err != nil {
 		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
 	}
 	select {
 	case <-t.failed:
-		return sendError(t.rank, ch, peer, t.err)
+		return SendError(t.rank, ch, peer, t.err)
 	default:
 	}
 	if t.closed.Load() {
-		return sendError(t.rank, ch, peer, ErrClosed)
+		return SendError(t.rank, ch, peer, ErrClosed)
 	}
 	p := t.peers[peer]
 	if p.closed.Load() {
-		return sendError(t.rank, ch, peer, peerClosed(peer))
+		return SendError(t.rank, ch, peer, PeerClosed(peer))
 	}
 	c, err := p.pool.clone(x)
 	if err != nil {
-		return sendError(t.rank, ch, peer, err)
+		return SendError(t.rank, ch, peer, err)
 	}
 	p.box[t.rank][ch].push(message{tag: tag, t: c})
 	return nil
 }
 
-func (t *inproc) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
-	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+func (t *inproc) Recv(peer int, ch abi.Channel) (Tag, *tensor.Dense, error) {
+	if err := CheckPeer(t.rank, t.world, peer, ch); err != nil {
 		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
 	}
 	b := t.box[peer][ch]
 	m, err := b.pop(t.timeout, t.failed, t.failErr)
-	if err == errNoProgress {
+	if err == wire.ErrNoProgress {
 		var last *Tag
 		if tag, ok := b.lastTag(); ok {
 			last = &tag
 		}
-		return Tag{}, nil, newProgressError(t.rank, "recv", peer, ch, t.timeout, "InProcTimeout", last, "")
+		return Tag{}, nil, NewProgressError(t.rank, "recv", peer, ch, t.timeout, "InProcTimeout", last, "")
 	}
 	if err != nil {
-		return Tag{}, nil, recvError(t.rank, ch, peer, err)
+		return Tag{}, nil, RecvError(t.rank, ch, peer, err)
 	}
 	return m.tag, m.t, nil
 }
@@ -138,7 +140,7 @@ func (t *inproc) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	gone := peerClosed(t.rank)
+	gone := PeerClosed(t.rank)
 	for p, ep := range t.peers {
 		if p == t.rank {
 			continue
@@ -161,7 +163,7 @@ func (t *inproc) Abort(cause error) {
 		cause = ErrAborted
 	}
 	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
-	news := abortNews(t.rank, cause)
+	news := AbortNews(t.rank, cause)
 	for p, ep := range t.peers {
 		if p != t.rank {
 			ep.fail(news)

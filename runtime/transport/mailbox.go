@@ -1,10 +1,10 @@
 package transport
 
 import (
-	"errors"
 	"sync"
 	"time"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
 
@@ -68,12 +68,9 @@ func (b *mailbox) lastTag() (Tag, bool) {
 	return b.last, b.popped
 }
 
-// errNoProgress is pop's timeout; callers turn it into a *ProgressError.
-var errNoProgress = errors.New("no progress")
-
 // pop waits up to timeout for the next message. failed is closed when the
 // whole transport fails; failErr then gives the reason. On timeout it
-// returns errNoProgress.
+// returns wire.ErrNoProgress.
 func (b *mailbox) pop(timeout time.Duration, failed <-chan struct{}, failErr func() error) (message, error) {
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
@@ -126,7 +123,7 @@ func (b *mailbox) pop(timeout time.Duration, failed <-chan struct{}, failErr fun
 			return message{}, failErr()
 		case <-b.timer.C:
 			armed = false
-			return message{}, errNoProgress
+			return message{}, wire.ErrNoProgress
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
 
@@ -86,8 +87,8 @@ func (p *recvPool) get(dt uint8, dims []int) (*tensor.Dense, []byte) {
 	for _, d := range dims {
 		n *= d
 	}
-	if len(dims) == 0 || n*elemSize(dt) < minPooled {
-		return alloc(dt, dims)
+	if len(dims) == 0 || n*wire.ElemSize(dt) < minPooled {
+		return wire.Alloc(dt, dims)
 	}
 	key := poolKey{dt, n}
 	var b backing
@@ -100,7 +101,7 @@ func (p *recvPool) get(dt uint8, dims []int) (*tensor.Dense, []byte) {
 			l[len(l)-1] = backing{}
 			p.free[key] = l[:len(l)-1]
 		}
-		p.bytes -= int64(n * elemSize(dt))
+		p.bytes -= int64(n * wire.ElemSize(dt))
 		p.reused++
 	} else {
 		p.fresh++
@@ -109,7 +110,7 @@ func (p *recvPool) get(dt uint8, dims []int) (*tensor.Dense, []byte) {
 	var t *tensor.Dense
 	var raw []byte
 	var data uintptr
-	if dt == dtFloat32 {
+	if dt == wire.Float32 {
 		t, raw, data = lend(b.f32, dims, n)
 	} else {
 		t, raw, data = lend(b.f64, dims, n)
@@ -134,7 +135,7 @@ func lend[E float32 | float64](s []E, dims []int, n int) (*tensor.Dense, []byte,
 		s = make([]E, n)
 	}
 	t := tensor.New(tensor.WithShape(dims...), tensor.WithBacking(s))
-	return t, rawBytes(s, n), uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+	return t, wire.AsBytes(s[:n]), uintptr(unsafe.Pointer(unsafe.SliceData(s)))
 }
 
 // put takes back t if the pool lent it and it still holds the array it was
@@ -157,10 +158,10 @@ func (p *recvPool) put(t *tensor.Dense) {
 	var data uintptr
 	var n int
 	switch {
-	case e.key.dt == dtFloat32 && t.Dtype() == tensor.Float32:
+	case e.key.dt == wire.Float32 && t.Dtype() == tensor.Float32:
 		b.f32 = t.Float32s()
 		data, n = uintptr(unsafe.Pointer(unsafe.SliceData(b.f32))), len(b.f32)
-	case e.key.dt == dtFloat64 && t.Dtype() == tensor.Float64:
+	case e.key.dt == wire.Float64 && t.Dtype() == tensor.Float64:
 		b.f64 = t.Float64s()
 		data, n = uintptr(unsafe.Pointer(unsafe.SliceData(b.f64))), len(b.f64)
 	default:
@@ -169,7 +170,7 @@ func (p *recvPool) put(t *tensor.Dense) {
 	if data != e.data || n != e.key.n {
 		return
 	}
-	size := int64(n * elemSize(e.key.dt))
+	size := int64(n * wire.ElemSize(e.key.dt))
 	p.mu.Lock()
 	if p.bytes+size <= p.limit {
 		p.free[e.key] = append(p.free[e.key], b)
@@ -181,12 +182,12 @@ func (p *recvPool) put(t *tensor.Dense) {
 // clone copies x into a contiguous tensor of the same dtype and shape
 // taken from the pool.
 func (p *recvPool) clone(x *tensor.Dense) (*tensor.Dense, error) {
-	v, err := viewOf(x)
+	v, err := wire.PayloadOf(x)
 	if err != nil {
 		return nil, err
 	}
-	c, raw := p.get(v.dt, v.dims)
-	copy(raw, v.raw)
+	c, raw := p.get(v.Dtype, v.Dims)
+	copy(raw, v.Raw)
 	return c, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
 
@@ -60,13 +62,13 @@ func TestRecycleNeverAliases(t *testing.T) {
 			rec := trs[1].(Recycler)
 			send := func(v float32) {
 				t.Helper()
-				if err := trs[0].Send(1, Act, Tag{Micro: int32(v)}, filled32(poolElems, v)); err != nil {
+				if err := trs[0].Send(1, abi.ActChannel, Tag{Micro: int32(v)}, filled32(poolElems, v)); err != nil {
 					t.Fatal(err)
 				}
 			}
 			recv := func(v float32) *tensor.Dense {
 				t.Helper()
-				_, x, err := trs[1].Recv(0, Act)
+				_, x, err := trs[1].Recv(0, abi.ActChannel)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -119,7 +121,7 @@ func TestRecycleStream(t *testing.T) {
 			errc := make(chan error, 1)
 			go func() {
 				for i := range n {
-					if err := trs[0].Send(1, Grad, Tag{Micro: int32(i)}, filled32(poolElems, float32(i))); err != nil {
+					if err := trs[0].Send(1, abi.GradChannel, Tag{Micro: int32(i)}, filled32(poolElems, float32(i))); err != nil {
 						errc <- err
 						return
 					}
@@ -129,7 +131,7 @@ func TestRecycleStream(t *testing.T) {
 			rec := trs[1].(Recycler)
 			var held []*tensor.Dense
 			for i := range n {
-				_, x, err := trs[1].Recv(0, Grad)
+				_, x, err := trs[1].Recv(0, abi.GradChannel)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -157,7 +159,7 @@ func TestRecvPoolBounds(t *testing.T) {
 	p := newRecvPool(3 * size)
 	var ts []*tensor.Dense
 	for range 5 {
-		x, _ := p.get(dtFloat32, []int{elems})
+		x, _ := p.get(wire.Float32, []int{elems})
 		ts = append(ts, x)
 	}
 	for _, x := range ts {
@@ -167,17 +169,17 @@ func TestRecvPoolBounds(t *testing.T) {
 		t.Errorf("after 5 fresh gets and 5 puts with room for 3: fresh %d, free %d bytes; want 5, %d", fresh, free, 3*size)
 	}
 	// Another shape of the same element count reuses; another dtype does not.
-	if x, _ := p.get(dtFloat32, []int{elems / 2, 2}); !slicesEqualShape(x.Shape(), []int{elems / 2, 2}) {
+	if x, _ := p.get(wire.Float32, []int{elems / 2, 2}); !slicesEqualShape(x.Shape(), []int{elems / 2, 2}) {
 		t.Errorf("reused tensor has shape %v", x.Shape())
 	}
-	p.get(dtFloat64, []int{elems})
+	p.get(wire.Float64, []int{elems})
 	if reused, fresh, free := p.stats(); reused != 1 || fresh != 6 || free != 2*size {
 		t.Errorf("reused %d, fresh %d, free %d; want 1, 6, %d", reused, fresh, free, 2*size)
 	}
 	// Small and empty tensors are not pooled; a scalar keeps its shape.
-	small, _ := p.get(dtFloat32, []int{16})
-	empty, _ := p.get(dtFloat64, []int{0, 3})
-	scalar, _ := p.get(dtFloat64, nil)
+	small, _ := p.get(wire.Float32, []int{16})
+	empty, _ := p.get(wire.Float64, []int{0, 3})
+	scalar, _ := p.get(wire.Float64, nil)
 	if len(scalar.Shape()) != 0 || len(empty.Float64s()) != 0 {
 		t.Errorf("scalar shape %v, empty tensor with %d elements", scalar.Shape(), len(empty.Float64s()))
 	}
@@ -190,7 +192,7 @@ func TestRecvPoolBounds(t *testing.T) {
 	// The table of lent tensors stays bounded when nothing comes back.
 	q := newRecvPool(size)
 	for range maxLent + 50 {
-		q.get(dtFloat32, []int{elems})
+		q.get(wire.Float32, []int{elems})
 	}
 	if len(q.lent) > maxLent {
 		t.Errorf("lent table has %d entries, bound %d", len(q.lent), maxLent)
@@ -232,7 +234,7 @@ func TestTCPRecycleAllocs(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() {
 			for range n {
-				if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+				if err := trs[0].Send(1, abi.ActChannel, Tag{}, x); err != nil {
 					errc <- err
 					return
 				}
@@ -240,7 +242,7 @@ func TestTCPRecycleAllocs(t *testing.T) {
 			errc <- nil
 		}()
 		for range n {
-			_, y, err := trs[1].Recv(0, Act)
+			_, y, err := trs[1].Recv(0, abi.ActChannel)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -305,16 +307,16 @@ func FuzzRecvPool(f *testing.F) {
 			op, arg := ops[i]%4, int(ops[i+1])
 			switch op {
 			case 0: // get
-				dt := uint8(dtFloat32)
+				dt := uint8(wire.Float32)
 				if arg&4 != 0 {
-					dt = dtFloat64
+					dt = wire.Float64
 				}
 				n := unit * (1 + arg%4)
-				if dt == dtFloat64 {
+				if dt == wire.Float64 {
 					n /= 2
 				}
 				x, raw := p.get(dt, []int{n})
-				if len(raw) != n*elemSize(dt) {
+				if len(raw) != n*wire.ElemSize(dt) {
 					t.Fatalf("get(%d, %d): %d raw bytes", dt, n, len(raw))
 				}
 				mark++
@@ -368,8 +370,8 @@ func FuzzRecvPool(f *testing.F) {
 func memOf(x *tensor.Dense) (uintptr, []byte) {
 	if x.Dtype() == tensor.Float64 {
 		s := x.Float64s()
-		return uintptr(unsafe.Pointer(unsafe.SliceData(s))), rawBytes(s, len(s))
+		return uintptr(unsafe.Pointer(unsafe.SliceData(s))), wire.AsBytes(s)
 	}
 	s := x.Float32s()
-	return uintptr(unsafe.Pointer(unsafe.SliceData(s))), rawBytes(s, len(s))
+	return uintptr(unsafe.Pointer(unsafe.SliceData(s))), wire.AsBytes(s)
 }

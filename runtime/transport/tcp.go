@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
 
@@ -69,13 +71,13 @@ type tcpConn struct {
 
 	wmu     sync.Mutex
 	byeSent bool // under wmu
-	hdr     [frameHdrLen + 8*maxDims]byte
+	hdr     [frameHdrLen + 8*wire.MaxDims]byte
 	arr     [2][]byte
 	bufs    net.Buffers
 
 	lastWrite atomic.Int64 // unix nanoseconds
 	byeRecv   atomic.Bool
-	box       [NumChannels]*mailbox
+	box       [wire.ChannelSlots]*mailbox
 	done      chan struct{} // closed when the reader exits
 
 	// The receive queue bound (RecvQueueBytes): queued counts the bytes of
@@ -231,36 +233,36 @@ func (t *TCP) start() {
 
 // Send writes one frame (header, dims, payload) to peer with a single
 // vectored write. It returns once the frame is in the socket.
-func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
-	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+func (t *TCP) Send(peer int, ch abi.Channel, tag Tag, x *tensor.Dense) error {
+	if err := CheckPeer(t.rank, t.world, peer, ch); err != nil {
 		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
 	}
 	if t.isFailed() {
-		return sendError(t.rank, ch, peer, t.err)
+		return SendError(t.rank, ch, peer, t.err)
 	}
 	c := t.conns[peer]
 	if c.byeRecv.Load() {
-		return sendError(t.rank, ch, peer, peerClosed(peer))
+		return SendError(t.rank, ch, peer, PeerClosed(peer))
 	}
-	v, err := viewOf(x)
+	v, err := wire.PayloadOf(x)
 	if err != nil {
-		return sendError(t.rank, ch, peer, err)
+		return SendError(t.rank, ch, peer, err)
 	}
-	hlen := frameHdrLen + 8*len(v.dims)
-	if size := int64(hlen) + int64(len(v.raw)); size > t.cfg.MaxFrameBytes {
+	hlen := frameHdrLen + 8*len(v.Dims)
+	if size := int64(hlen) + int64(len(v.Raw)); size > t.cfg.MaxFrameBytes {
 		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w: tensor of shape %v is a %d-byte frame, over the cap of %d bytes (MaxFrameBytes)",
-			t.rank, ch, peer, ErrFrameTooLarge, v.dims, size, t.cfg.MaxFrameBytes)
+			t.rank, ch, peer, ErrFrameTooLarge, v.Dims, size, t.cfg.MaxFrameBytes)
 	}
-	payload := toWire(v.raw, elemSize(v.dt))
+	payload := toWire(v.Raw, wire.ElemSize(v.Dtype))
 
 	c.wmu.Lock()
 	if c.byeSent {
 		c.wmu.Unlock()
-		return sendError(t.rank, ch, peer, ErrClosed)
+		return SendError(t.rank, ch, peer, ErrClosed)
 	}
 	h := c.hdr[:hlen]
-	putHeader(h, frameData, uint8(ch), v.dt, tag, uint64(len(payload)))
-	for i, d := range v.dims {
+	putHeader(h, frameData, wire.ChannelCode(ch), v.Dtype, tag, uint64(len(payload)))
+	for i, d := range v.Dims {
 		binary.LittleEndian.PutUint64(h[frameHdrLen+8*i:], uint64(d))
 	}
 	c.arr[0], c.arr[1] = h, payload
@@ -270,12 +272,12 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 	c.arr[1] = nil
 	c.lastWrite.Store(time.Now().UnixNano())
 	c.wmu.Unlock()
-	runtime.KeepAlive(v.keep)
+	runtime.KeepAlive(v.Keep)
 	if err != nil {
 		// A partial frame may be on the wire: the connection is unusable.
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			pe := newProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, "PPGEN_TIMEOUT", nil,
+			pe := NewProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, "PPGEN_TIMEOUT", nil,
 				"its receive queue or the socket is full (a stuck rank, or more in flight than its RecvQueueBytes)")
 			t.fail(pe)
 			return pe
@@ -291,7 +293,7 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 		case <-time.After(abortNewsWait):
 		}
 		t.fail(c.ioError(err, "send"))
-		return sendError(t.rank, ch, peer, t.err)
+		return SendError(t.rank, ch, peer, t.err)
 	}
 	return nil
 }
@@ -301,14 +303,14 @@ func (t *TCP) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 const abortNewsWait = 250 * time.Millisecond
 
 // Recv waits for the next message from peer on ch.
-func (t *TCP) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
-	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+func (t *TCP) Recv(peer int, ch abi.Channel) (Tag, *tensor.Dense, error) {
+	if err := CheckPeer(t.rank, t.world, peer, ch); err != nil {
 		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
 	}
 	c := t.conns[peer]
 	b := c.box[ch]
 	m, err := b.pop(t.cfg.Timeout, t.failed, t.failErr)
-	if err == errNoProgress {
+	if err == wire.ErrNoProgress {
 		var last *Tag
 		if tag, ok := b.lastTag(); ok {
 			last = &tag
@@ -318,10 +320,10 @@ func (t *TCP) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 			note = fmt.Sprintf("this rank's receive queue from rank %d is full (%d bytes not yet received on other channels, RecvQueueBytes %d), so it is not reading that connection",
 				peer, c.queued.Load(), t.cfg.RecvQueueBytes)
 		}
-		return Tag{}, nil, newProgressError(t.rank, "recv", peer, ch, t.cfg.Timeout, "PPGEN_TIMEOUT", last, note)
+		return Tag{}, nil, NewProgressError(t.rank, "recv", peer, ch, t.cfg.Timeout, "PPGEN_TIMEOUT", last, note)
 	}
 	if err != nil {
-		return Tag{}, nil, recvError(t.rank, ch, peer, err)
+		return Tag{}, nil, RecvError(t.rank, ch, peer, err)
 	}
 	return m.tag, m.t, nil
 }
@@ -371,7 +373,7 @@ func (c *tcpConn) readLoop() {
 	t := c.t
 	br := bufio.NewReaderSize(&deadlineReader{c: c.c, timeout: t.cfg.HeartbeatTimeout}, 64<<10)
 	lim := frameLimits{maxFrame: t.cfg.MaxFrameBytes}
-	var buf [frameHdrLen + 8*maxDims]byte
+	var buf [frameHdrLen + 8*wire.MaxDims]byte
 	for {
 		if _, err := io.ReadFull(br, buf[:frameHdrLen]); err != nil {
 			c.readFailed(err)
@@ -397,7 +399,7 @@ func (c *tcpConn) readLoop() {
 			continue
 		case frameGoodbye:
 			c.byeRecv.Store(true)
-			gone := peerClosed(c.peer)
+			gone := PeerClosed(c.peer)
 			for _, b := range c.box {
 				b.close(gone)
 			}
@@ -427,7 +429,7 @@ func (c *tcpConn) readLoop() {
 			}
 			origin, via := int(h.tag.Stage), int(h.tag.Micro)
 			if origin >= 0 && origin < t.world && origin != c.peer && via >= 0 && via < t.world {
-				news.Peer, news.Relayed, news.Via, news.Err = origin, true, via, sentinelOf(uint8(h.ch))
+				news.Peer, news.Relayed, news.Via, news.Err = origin, true, via, wire.SentinelOf(h.code)
 			}
 			t.fail(news)
 			return
@@ -451,7 +453,7 @@ func (c *tcpConn) readLoop() {
 			c.readFailed(err)
 			return
 		}
-		fromWire(raw, elemSize(h.dt))
+		fromWire(raw, wire.ElemSize(h.dt))
 		if q := c.queued.Add(h.size); q > c.peakQueued.Load() {
 			c.peakQueued.Store(q) // only the reader raises it
 		}
@@ -574,7 +576,7 @@ func (t *TCP) Abort(cause error) {
 		cause = ErrAborted
 	}
 	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
-	news := abortNews(t.rank, cause)
+	news := AbortNews(t.rank, cause)
 	msg := news.Reason
 	if len(msg) > maxAbortMsgLen {
 		msg = msg[:maxAbortMsgLen]
@@ -601,7 +603,7 @@ func (t *TCP) Abort(cause error) {
 			if !c.byeSent {
 				c.byeSent = true
 				h := make([]byte, frameHdrLen, frameHdrLen+len(msg))
-				putHeader(h, frameAbort, sentinelCode(news.Err), 0, tag, uint64(len(msg)))
+				putHeader(h, frameAbort, wire.SentinelCode(news.Err), 0, tag, uint64(len(msg)))
 				h = append(h, msg...)
 				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
 				_, _ = c.c.Write(h)

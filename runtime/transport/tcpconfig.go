@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 )
 
 // TCPConfig configures [DialTCP]. Zero durations and sizes take the defaults.
@@ -119,29 +121,29 @@ func (c *TCPConfig) fill() error {
 	if c.World > 1 && c.MasterAddr == "" && !(c.Rank == 0 && c.Listener != nil) {
 		return errors.New("MasterAddr is empty")
 	}
-	if len(c.Schedule) > MaxScheduleLen || !printable(c.Schedule) {
+	if len(c.Schedule) > MaxScheduleLen || !wire.Printable(c.Schedule) {
 		return fmt.Errorf("Schedule %.80q: want at most %d bytes of printable text (pipe.Spec's Describe)", c.Schedule, MaxScheduleLen)
 	}
-	if len(c.Fingerprint) > maxFieldLen || !printable(c.Fingerprint) {
+	if len(c.Fingerprint) > maxFieldLen || !wire.Printable(c.Fingerprint) {
 		return fmt.Errorf("Fingerprint %.80q: want at most %d bytes of printable text (the generated code's Fingerprint)", c.Fingerprint, maxFieldLen)
 	}
 	if c.World > 1 && c.Token == "" && !c.AllowNoToken {
 		return errors.New("no shared token, so any process that reaches the ports could join the job: " + noTokenHelp)
 	}
-	orDefault(&c.Timeout, DefaultTimeout)
-	orDefault(&c.HandshakeTimeout, DefaultHandshakeTimeout)
-	orDefault(&c.AbortLinger, defaultAbortLinger)
-	orDefault(&c.RendezvousTimeout, DefaultRendezvousTimeout)
-	orDefault(&c.HeartbeatInterval, DefaultHeartbeatInterval)
-	orDefault(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	wire.OrDefault(&c.Timeout, DefaultTimeout)
+	wire.OrDefault(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	wire.OrDefault(&c.AbortLinger, defaultAbortLinger)
+	wire.OrDefault(&c.RendezvousTimeout, DefaultRendezvousTimeout)
+	wire.OrDefault(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	wire.OrDefault(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
 	if c.HeartbeatTimeout < 2*c.HeartbeatInterval {
 		return fmt.Errorf("HeartbeatTimeout %v must be at least twice HeartbeatInterval %v", c.HeartbeatTimeout, c.HeartbeatInterval)
 	}
-	orDefault(&c.MaxFrameBytes, DefaultMaxFrameBytes)
-	if c.MaxFrameBytes < frameHdrLen+8*maxDims || c.MaxFrameBytes > maxFrameCap {
-		return fmt.Errorf("MaxFrameBytes %d outside [%d, %d]", c.MaxFrameBytes, frameHdrLen+8*maxDims, int64(maxFrameCap))
+	wire.OrDefault(&c.MaxFrameBytes, DefaultMaxFrameBytes)
+	if c.MaxFrameBytes < frameHdrLen+8*wire.MaxDims || c.MaxFrameBytes > maxFrameCap {
+		return fmt.Errorf("MaxFrameBytes %d outside [%d, %d]", c.MaxFrameBytes, frameHdrLen+8*wire.MaxDims, int64(maxFrameCap))
 	}
-	orDefault(&c.RecvQueueBytes, DefaultRecvQueueBytes)
+	wire.OrDefault(&c.RecvQueueBytes, DefaultRecvQueueBytes)
 	if c.RecvQueueBytes > maxFrameCap {
 		return fmt.Errorf("RecvQueueBytes %d over %d", c.RecvQueueBytes, int64(maxFrameCap))
 	}
@@ -149,11 +151,4 @@ func (c *TCPConfig) fill() error {
 		c.Logger = slog.Default()
 	}
 	return nil
-}
-
-// orDefault sets *v to def when it is zero or negative (unset).
-func orDefault[T ~int | ~int64](v *T, def T) {
-	if *v <= 0 {
-		*v = def
-	}
 }

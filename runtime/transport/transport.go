@@ -2,7 +2,7 @@
 //
 // A [Transport] is one rank's endpoint. It sends and receives *tensor.Dense
 // values (float32 or float64, any shape, scalars included) to and from a peer
-// rank on a [Channel] (act, grad, data). Messages are matched FIFO per
+// rank on a channel ([abi.Channel]: act, grad, data). Messages are matched FIFO per
 // (source rank, destination rank, channel): the k-th Recv from peer p on
 // channel c returns the k-th message p sent to this rank on c, whatever was
 // sent on other channels or by other peers in between. Sends are buffered:
@@ -29,7 +29,9 @@
 // rank keeps are bounded (RecvQueueBytes for TCP). A caller that never
 // recycles gets a fresh tensor per receive, as before.
 //
-// Two implementations exist:
+// This package has two implementations; runtime/transport/mpi (MPI, build
+// tag mpi) and runtime/transport/nccl (NCCL) have the others, sharing the
+// wire's dtype codes, shape validation and errors (runtime/internal/wire):
 //
 //   - [NewInProc]: goroutines and unbounded queues, for tests and
 //     single-process runs. A send copies the tensor, so the receiver owns its
@@ -90,31 +92,11 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unsafe"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
-
-// Channel separates independent message streams between two ranks.
-type Channel uint8
-
-// The channels. Act carries activations (forward), Grad carries gradients
-// (backward), Data carries labels and other per-micro-batch data.
-const (
-	Act Channel = iota
-	Grad
-	Data
-	NumChannels // number of channels; not a channel
-)
-
-var channelNames = [NumChannels]string{"act", "grad", "data"}
-
-func (c Channel) String() string {
-	if c < NumChannels {
-		return channelNames[c]
-	}
-	return fmt.Sprintf("channel(%d)", uint8(c))
-}
 
 // Tag identifies a message: the stage and micro-batch of the step that sent it.
 // Transports carry it unchanged; they do not interpret it.
@@ -136,12 +118,12 @@ type Transport interface {
 	// World is the number of ranks.
 	World() int
 	// Send hands t, tagged tag, to the transport for delivery to peer on ch.
-	Send(peer int, ch Channel, tag Tag, t *tensor.Dense) error
+	Send(peer int, ch abi.Channel, tag Tag, t *tensor.Dense) error
 	// Recv waits (bounded by the transport's timeout) for the next message
 	// from peer on ch. The returned tensor is owned by the caller: no other
 	// live tensor shares its memory (it may reuse the memory of a tensor
 	// the caller handed back with [Recycler.Recycle]).
-	Recv(peer int, ch Channel) (Tag, *tensor.Dense, error)
+	Recv(peer int, ch abi.Channel) (Tag, *tensor.Dense, error)
 	// Close says goodbye to every peer: messages already sent stay
 	// receivable, later receives from this rank fail. Idempotent.
 	Close() error
@@ -170,17 +152,36 @@ type Fingerprinter interface {
 }
 
 // Sentinel causes, for errors.Is. Errors returned by transports wrap one of
-// them, usually inside a *PeerError.
-var (
-	ErrClosed        = errors.New("transport closed")
-	ErrPeerClosed    = errors.New("peer closed the connection")
-	ErrAborted       = errors.New("aborted")
-	ErrTimeout       = errors.New("timed out")
-	ErrFrameTooLarge = errors.New("frame too large")
-	ErrHandshake     = errors.New("handshake refused")
-	ErrProtocol      = errors.New("protocol error")
-	ErrPanicked      = errors.New("panicked")
-)
+// them, usually inside a *PeerError. They are runtime/internal/wire's, which
+// the transports outside this package (MPI, NCCL) and the shape validation
+// wrap too.
+
+// ErrClosed: this rank's transport was closed.
+var ErrClosed = wire.ErrClosed
+
+// ErrPeerClosed: the peer said goodbye (Close) and this rank wanted more.
+var ErrPeerClosed = wire.ErrPeerClosed
+
+// ErrAborted: a rank aborted (Abort); the *PeerError names it and why.
+var ErrAborted = wire.ErrAborted
+
+// ErrTimeout: a wait made no progress for the transport's timeout, or a
+// peer missed its heartbeats.
+var ErrTimeout = wire.ErrTimeout
+
+// ErrFrameTooLarge: a message over the receiving rank's cap.
+var ErrFrameTooLarge = wire.ErrFrameTooLarge
+
+// ErrHandshake: the ranks disagree (token, world size, ranks, schedule).
+var ErrHandshake = wire.ErrHandshake
+
+// ErrProtocol: a peer broke the protocol (a malformed header, a corrupt
+// frame, a failed call of the engine).
+var ErrProtocol = wire.ErrProtocol
+
+// ErrPanicked: a transport goroutine panicked; the rank failed instead of
+// crashing.
+var ErrPanicked = wire.ErrPanicked
 
 // ProgressError is a send or receive that waited the transport's timeout
 // without progress: the peer sent nothing on the channel (receive), or did
@@ -193,7 +194,7 @@ type ProgressError struct {
 	Rank    int
 	Op      string // "recv" or "send"
 	Peer    int
-	Ch      Channel
+	Ch      abi.Channel
 	Waited  time.Duration
 	Setting string // what sets the timeout: "PPGEN_TIMEOUT" (TCPConfig.Timeout), "InProcTimeout"
 	Last    *Tag   // recv: the last message received from Peer on Ch, nil if none
@@ -230,7 +231,10 @@ func (e *ProgressError) Error() string {
 // Unwrap returns the *PeerError blaming the peer.
 func (e *ProgressError) Unwrap() error { return e.Err }
 
-func newProgressError(rank int, op string, peer int, ch Channel, waited time.Duration, setting string, last *Tag, note string) *ProgressError {
+// NewProgressError is the *ProgressError of rank's op ("send" or "recv")
+// with peer on ch, which waited waited without progress (setting names
+// what sets the timeout), for every transport (NCCL's and MPI's too).
+func NewProgressError(rank int, op string, peer int, ch abi.Channel, waited time.Duration, setting string, last *Tag, note string) *ProgressError {
 	e := &ProgressError{Rank: rank, Op: op, Peer: peer, Ch: ch, Waited: waited, Setting: setting, Last: last, Note: note}
 	reason := fmt.Sprintf("sent nothing on %s for %v (no progress, %s)", ch, waited, setting)
 	if op == "send" {
@@ -267,10 +271,10 @@ func (e *PeerError) Error() string {
 // Unwrap returns the sentinel cause.
 func (e *PeerError) Unwrap() error { return e.Err }
 
-// abortNews is what rank self tells its peers when it aborts because of
+// AbortNews is what rank self tells its peers when it aborts because of
 // cause: the failure it relays (if cause is another rank's PeerError), or its
 // own.
-func abortNews(self int, cause error) *PeerError {
+func AbortNews(self int, cause error) *PeerError {
 	var pe *PeerError
 	if errors.As(cause, &pe) && pe.Peer != self {
 		news := *pe
@@ -282,191 +286,38 @@ func abortNews(self int, cause error) *PeerError {
 	return &PeerError{Peer: self, Reason: "aborted: " + cause.Error(), Err: ErrAborted}
 }
 
-// Sentinel codes of abort frames.
-var sentinelCodes = []error{ErrAborted, ErrPeerClosed, ErrTimeout, ErrProtocol, ErrFrameTooLarge}
-
-func sentinelCode(err error) uint8 {
-	for i, s := range sentinelCodes {
-		if err == s {
-			return uint8(i)
-		}
-	}
-	return 0
-}
-
-func sentinelOf(code uint8) error {
-	if int(code) < len(sentinelCodes) {
-		return sentinelCodes[code]
-	}
-	return ErrAborted
-}
-
 // Defaults shared by the transports.
 const (
 	DefaultTimeout = 5 * time.Minute
 )
 
-// dtype codes on the wire (Bytes.Dtype, every transport's headers).
-const (
-	dtFloat32 = 1
-	dtFloat64 = 2
-
-	DtypeFloat32 = dtFloat32
-	DtypeFloat64 = dtFloat64
-)
-
-// maxDims bounds the rank (number of dimensions) of a tensor on the wire.
-const maxDims = 16
-
-// MaxDims is maxDims for the transports outside this package.
-const MaxDims = maxDims
-
-// view describes a tensor's payload for sending: dtype code, dims, and the raw
-// bytes (in native order) of a contiguous backing array. keep holds the
-// tensor alive while raw is in use.
-type view struct {
-	dt   uint8
-	dims []int
-	raw  []byte
-	keep *tensor.Dense
-}
-
-// viewOf returns the payload of t, materializing views and transposes first.
-func viewOf(t *tensor.Dense) (view, error) {
-	if t == nil {
-		return view{}, errors.New("nil tensor")
-	}
-	if t.IsMaterializable() || t.RequiresIterator() {
-		m, ok := t.Materialize().(*tensor.Dense)
-		if !ok {
-			return view{}, fmt.Errorf("cannot materialize tensor of shape %v", t.Shape())
-		}
-		t = m
-	}
-	dims := []int(t.Shape())
-	if len(dims) > maxDims {
-		return view{}, fmt.Errorf("tensor has %d dimensions, at most %d are supported", len(dims), maxDims)
-	}
-	n := 1
-	for _, d := range dims {
-		if d < 0 {
-			return view{}, fmt.Errorf("negative dimension in shape %v", t.Shape())
-		}
-		n *= d
-	}
-	var dt uint8
-	var raw []byte
-	have := 0
-	switch t.Dtype() {
-	case tensor.Float32:
-		e := t.Float32s()
-		dt, raw, have = dtFloat32, rawBytes(e, n), len(e)
-	case tensor.Float64:
-		e := t.Float64s()
-		dt, raw, have = dtFloat64, rawBytes(e, n), len(e)
-	default:
-		return view{}, fmt.Errorf("unsupported dtype %v (float32 and float64 are)", t.Dtype())
-	}
-	if raw == nil && n > 0 {
-		return view{}, fmt.Errorf("tensor of shape %v has only %d elements", t.Shape(), have)
-	}
-	return view{dt, dims, raw, t}, nil
-}
-
-// Bytes is a tensor's payload as the transports send it: its dtype code (1
-// float32, 2 float64), its shape, and the raw native-order bytes of its
-// contiguous backing array; Keep holds the tensor alive while Raw is in
-// use. It is for transports outside this package (runtime/transport/nccl).
-type Bytes struct {
-	Dtype uint8
-	Dims  []int
-	Raw   []byte
-	Keep  *tensor.Dense
-}
-
-// BytesOf returns t's payload, materializing views and transposes first
-// (the one reading of a tensor's bytes every transport uses).
-func BytesOf(t *tensor.Dense) (Bytes, error) {
-	v, err := viewOf(t)
-	return Bytes{Dtype: v.dt, Dims: v.dims, Raw: v.raw, Keep: v.keep}, err
-}
-
-// rawBytes returns the first n elements of s as raw native-order bytes, or
-// nil when s is shorter.
-func rawBytes[E float32 | float64](s []E, n int) []byte {
-	if len(s) < n {
-		return nil
-	}
-	s = s[:n]
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), int(unsafe.Sizeof(E(0)))*n)
-}
-
-func elemSize(dt uint8) int {
-	switch dt {
-	case dtFloat32:
-		return 4
-	case dtFloat64:
-		return 8
-	}
-	return 0
-}
-
-// Alloc is alloc for the transports outside this package: a new tensor of
-// dtype code dt (DtypeFloat32 or DtypeFloat64) and shape dims, whose
-// product the caller has bounded, and its backing bytes for a receive.
-func Alloc(dt uint8, dims []int) (*tensor.Dense, []byte) { return alloc(dt, dims) }
-
-// alloc returns a new tensor of dtype dt and shape dims together with its
-// backing array as raw native-order bytes, to be filled by the caller.
-func alloc(dt uint8, dims []int) (*tensor.Dense, []byte) {
-	n := 1
-	for _, d := range dims {
-		n *= d
-	}
-	if dt == dtFloat32 {
-		return allocOf(tensor.Float32, (*tensor.Dense).Float32s, dims, n)
-	}
-	return allocOf(tensor.Float64, (*tensor.Dense).Float64s, dims, n)
-}
-
-// allocOf is alloc for the element type E (of tensor dtype d, whose
-// backing elems returns), n elements.
-func allocOf[E float32 | float64](d tensor.Dtype, elems func(*tensor.Dense) []E, dims []int, n int) (*tensor.Dense, []byte) {
-	var t *tensor.Dense
-	if len(dims) == 0 {
-		t = tensor.New(tensor.Of(d), tensor.WithShape())
-	} else {
-		t = tensor.New(tensor.WithShape(dims...), tensor.WithBacking(make([]E, n)))
-	}
-	s := elems(t)
-	return t, rawBytes(s, len(s))
-}
-
-func checkPeer(rank, world, peer int, ch Channel) error {
+// CheckPeer checks the peer and channel of rank's operation in a world of
+// world ranks.
+func CheckPeer(rank, world, peer int, ch abi.Channel) error {
 	if peer < 0 || peer >= world {
 		return fmt.Errorf("peer rank %d out of range [0, %d)", peer, world)
 	}
 	if peer == rank {
 		return fmt.Errorf("peer rank %d is this rank", peer)
 	}
-	if ch >= NumChannels {
+	if !wire.ValidChannel(ch) {
 		return fmt.Errorf("unknown channel %d", uint8(ch))
 	}
 	return nil
 }
 
-// sendError is the error of rank's send on ch to peer: "transport: rank 0:
+// SendError is the error of rank's send on ch to peer: "transport: rank 0:
 // send act to rank 1: ...".
-func sendError(rank int, ch Channel, peer int, err error) error {
+func SendError(rank int, ch abi.Channel, peer int, err error) error {
 	return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", rank, ch, peer, err)
 }
 
-// recvError is the error of rank's receive on ch from peer.
-func recvError(rank int, ch Channel, peer int, err error) error {
+// RecvError is the error of rank's receive on ch from peer.
+func RecvError(rank int, ch abi.Channel, peer int, err error) error {
 	return fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", rank, ch, peer, err)
 }
 
-// peerClosed is the error of a peer that closed its end in an orderly way.
-func peerClosed(peer int) *PeerError {
+// PeerClosed is the error of a peer that closed its end in an orderly way.
+func PeerClosed(peer int) *PeerError {
 	return &PeerError{Peer: peer, Reason: "closed the connection", Err: ErrPeerClosed}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
 )
 
@@ -33,9 +35,9 @@ func sameTensor(a, b *tensor.Dense) error {
 	if !a.Shape().Eq(b.Shape()) || len(a.Shape()) != len(b.Shape()) {
 		return fmt.Errorf("shape %v != %v", a.Shape(), b.Shape())
 	}
-	va, _ := viewOf(a)
-	vb, _ := viewOf(b)
-	if string(va.raw) != string(vb.raw) {
+	va, _ := wire.PayloadOf(a)
+	vb, _ := wire.PayloadOf(b)
+	if string(va.Raw) != string(vb.Raw) {
 		return fmt.Errorf("data %v != %v", a.Data(), b.Data())
 	}
 	return nil
@@ -69,7 +71,7 @@ func exerciseWorld(t *testing.T, trs []Transport) {
 					continue
 				}
 				for i, x := range tensors {
-					for ch := range NumChannels {
+					for ch := abi.ActChannel; ch <= abi.DataChannel; ch++ {
 						tag := Tag{Stage: int32(r), Micro: int32(100*int(ch) + i)}
 						if err := trs[r].Send(p, ch, tag, x); err != nil {
 							errs <- err
@@ -85,7 +87,7 @@ func exerciseWorld(t *testing.T, trs []Transport) {
 					continue
 				}
 				// Receive channels in reverse order: FIFO holds per channel only.
-				for ch := NumChannels - 1; ch < NumChannels; ch-- {
+				for ch := abi.DataChannel; ch >= abi.ActChannel; ch-- {
 					for i, want := range tensors {
 						tag, got, err := trs[r].Recv(p, ch)
 						if err != nil {
@@ -119,11 +121,11 @@ func TestInProcRoundTrip(t *testing.T) {
 func TestInProcSendCopies(t *testing.T) {
 	trs := NewInProc(2)
 	x := f64([]int{2}, 1, 2)
-	if err := trs[0].Send(1, Act, Tag{}, x); err != nil {
+	if err := trs[0].Send(1, abi.ActChannel, Tag{}, x); err != nil {
 		t.Fatal(err)
 	}
 	x.Float64s()[0] = 99
-	_, got, err := trs[1].Recv(0, Act)
+	_, got, err := trs[1].Recv(0, abi.ActChannel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,27 +137,27 @@ func TestInProcSendCopies(t *testing.T) {
 func TestInProcCloseAbortTimeout(t *testing.T) {
 	trs := NewInProc(3, InProcTimeout(200*time.Millisecond))
 	x := f64([]int{1}, 1)
-	if err := trs[1].Send(0, Grad, Tag{}, x); err != nil {
+	if err := trs[1].Send(0, abi.GradChannel, Tag{}, x); err != nil {
 		t.Fatal(err)
 	}
 	trs[1].Close()
-	if _, _, err := trs[0].Recv(1, Grad); err != nil {
+	if _, _, err := trs[0].Recv(1, abi.GradChannel); err != nil {
 		t.Fatalf("message sent before Close lost: %v", err)
 	}
-	_, _, err := trs[0].Recv(1, Grad)
+	_, _, err := trs[0].Recv(1, abi.GradChannel)
 	var pe *PeerError
 	if !errors.As(err, &pe) || pe.Peer != 1 || !strings.Contains(err.Error(), "rank 1 closed the connection") {
 		t.Fatalf("recv after peer close: %v", err)
 	}
 	// Timeout names the silent peer.
 	start := time.Now()
-	_, _, err = trs[0].Recv(2, Act)
+	_, _, err = trs[0].Recv(2, abi.ActChannel)
 	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 2") || time.Since(start) > 10*time.Second {
 		t.Fatalf("timeout: %v after %v", err, time.Since(start))
 	}
 	// Abort wakes a pending receive on a peer.
 	done := make(chan error)
-	go func() { _, _, err := trs[0].Recv(2, Act); done <- err }()
+	go func() { _, _, err := trs[0].Recv(2, abi.ActChannel); done <- err }()
 	time.Sleep(20 * time.Millisecond)
 	trs[2].Abort(errors.New("stage 5 exploded"))
 	err = <-done
@@ -255,8 +257,8 @@ func TestTCPHandshakeRefusals(t *testing.T) {
 			if r == 2 {
 				c.Fingerprint = "sha256:xyz"
 			}
-		}, []string{"rank 2 runs schedule fingerprint sha256:xyz, this rank (0) runs sha256:abc: " + sameScheduleHelp,
-			"rank 0 runs schedule fingerprint sha256:abc, this rank (2) runs sha256:xyz: " + sameScheduleHelp}},
+		}, []string{"rank 2 runs schedule fingerprint sha256:xyz, this rank (0) runs sha256:abc: " + wire.SameScheduleHelp,
+			"rank 0 runs schedule fingerprint sha256:abc, this rank (2) runs sha256:xyz: " + wire.SameScheduleHelp}},
 		// With the schedules described (TCPConfig.Schedule), the
 		// message names the schedule each side runs, and what to do.
 		{"schedule", func(r int, c *TCPConfig) {
@@ -411,22 +413,22 @@ func TestTCPFrameCap(t *testing.T) {
 	})
 	big := f32([]int{512}, make([]float32, 512)...) // 2 KiB + header
 	// Sender side: rank 1's own cap refuses before writing; the transport survives.
-	err := trs[1].Send(0, Act, Tag{}, big)
+	err := trs[1].Send(0, abi.ActChannel, Tag{}, big)
 	if !errors.Is(err, ErrFrameTooLarge) || !strings.Contains(err.Error(), "over the cap of 1024 bytes") {
 		t.Fatalf("send over cap: %v", err)
 	}
-	if err := trs[1].Send(0, Act, Tag{}, f32([]int{2}, 1, 2)); err != nil {
+	if err := trs[1].Send(0, abi.ActChannel, Tag{}, f32([]int{2}, 1, 2)); err != nil {
 		t.Fatalf("small send after refused big one: %v", err)
 	}
-	if _, _, err := trs[0].Recv(1, Act); err != nil {
+	if _, _, err := trs[0].Recv(1, abi.ActChannel); err != nil {
 		t.Fatal(err)
 	}
 	// Receiver side: rank 0 (cap 1 MiB) sends 2 KiB to rank 1 (cap 1 KiB).
-	if err := trs[0].Send(1, Act, Tag{}, big); err != nil {
+	if err := trs[0].Send(1, abi.ActChannel, Tag{}, big); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = trs[1].Recv(0, Act)
-	if !errors.Is(err, ErrFrameTooLarge) || !strings.Contains(err.Error(), "rank 0 sent a frame of 2080 bytes, over this rank's cap of 1024 bytes") {
+	_, _, err = trs[1].Recv(0, abi.ActChannel)
+	if !errors.Is(err, ErrFrameTooLarge) || !strings.Contains(err.Error(), "rank 0 sent a tensor of shape [512], 2048 bytes, over this rank's cap of 1024 bytes") {
 		t.Fatalf("recv over cap: %v", err)
 	}
 }
@@ -434,22 +436,22 @@ func TestTCPFrameCap(t *testing.T) {
 func TestTCPGracefulClose(t *testing.T) {
 	trs := mustWorld(t, 2, nil)
 	for i := range 3 {
-		if err := trs[1].Send(0, Act, Tag{Micro: int32(i)}, f64([]int{1}, float64(i))); err != nil {
+		if err := trs[1].Send(0, abi.ActChannel, Tag{Micro: int32(i)}, f64([]int{1}, float64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	go trs[1].Close()
 	for i := range 3 {
-		tag, x, err := trs[0].Recv(1, Act)
+		tag, x, err := trs[0].Recv(1, abi.ActChannel)
 		if err != nil || tag.Micro != int32(i) || x.Float64s()[0] != float64(i) {
 			t.Fatalf("message %d: %v %v %v", i, tag, x, err)
 		}
 	}
-	_, _, err := trs[0].Recv(1, Act)
+	_, _, err := trs[0].Recv(1, abi.ActChannel)
 	if !errors.Is(err, ErrPeerClosed) || !strings.Contains(err.Error(), "rank 1 closed the connection") {
 		t.Fatalf("recv after close: %v", err)
 	}
-	if err := trs[0].Send(1, Act, Tag{}, f64([]int{1}, 1)); !errors.Is(err, ErrPeerClosed) {
+	if err := trs[0].Send(1, abi.ActChannel, Tag{}, f64([]int{1}, 1)); !errors.Is(err, ErrPeerClosed) {
 		t.Fatalf("send after peer close: %v", err)
 	}
 	trs[0].Close()
@@ -468,7 +470,7 @@ func expectPeerFailure(t *testing.T, trs []*TCP, dead int, limit time.Duration, 
 		}
 		wg.Go(func() {
 			started <- struct{}{}
-			_, _, errs[r] = tr.Recv(dead, Act)
+			_, _, errs[r] = tr.Recv(dead, abi.ActChannel)
 		})
 	}
 	for range len(trs) - 1 {
@@ -490,7 +492,7 @@ func expectPeerFailure(t *testing.T, trs []*TCP, dead int, limit time.Duration, 
 			t.Errorf("rank %d: %v, want a PeerError naming rank %d (%q)", r, err, dead, wantSub)
 		}
 		// Later operations fail too.
-		if err := trs[r].Send((r+1)%len(trs), Grad, Tag{}, f64([]int{1}, 1)); err == nil && (r+1)%len(trs) != dead {
+		if err := trs[r].Send((r+1)%len(trs), abi.GradChannel, Tag{}, f64([]int{1}, 1)); err == nil && (r+1)%len(trs) != dead {
 			t.Errorf("rank %d: send after failure succeeded", r)
 		}
 	}
@@ -552,7 +554,7 @@ func TestAbortRelaysOrigin(t *testing.T) {
 			}
 			cause := fmt.Errorf("recv grad from rank 2: %w", &PeerError{Peer: 2, Reason: "closed the connection (EOF)", Err: ErrPeerClosed})
 			trs[1].Abort(cause)
-			_, _, err := trs[0].Recv(1, Act)
+			_, _, err := trs[0].Recv(1, abi.ActChannel)
 			var pe *PeerError
 			if !errors.As(err, &pe) || pe.Peer != 2 || !pe.Relayed || pe.Via != 1 || !errors.Is(err, ErrPeerClosed) ||
 				!strings.Contains(err.Error(), "rank 2 closed the connection (EOF) (reported by rank 1)") {
@@ -560,7 +562,7 @@ func TestAbortRelaysOrigin(t *testing.T) {
 			}
 			// Relaying again keeps the first observer.
 			trs[0].Abort(err)
-			_, _, err = trs[2].Recv(0, Act)
+			_, _, err = trs[2].Recv(0, abi.ActChannel)
 			if !errors.As(err, &pe) || pe.Peer != 2 || pe.Via != 1 {
 				t.Fatalf("second relay: %v", err)
 			}
@@ -575,7 +577,7 @@ func TestTCPCloseIsPromptAndLossless(t *testing.T) {
 	trs := mustWorld(t, 3, nil)
 	big := f32([]int{2 << 20}, make([]float32, 2<<20)...) // 8 MiB
 	big.Float32s()[len(big.Float32s())-1] = 7
-	if err := trs[2].Send(0, Grad, Tag{Micro: 9}, big); err != nil {
+	if err := trs[2].Send(0, abi.GradChannel, Tag{Micro: 9}, big); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -584,7 +586,7 @@ func TestTCPCloseIsPromptAndLossless(t *testing.T) {
 	if d := time.Since(start); d >= lingerTimeout {
 		t.Errorf("two sequential Closes took %v: one waited the linger timeout (%v)", d, lingerTimeout)
 	}
-	tag, got, err := trs[0].Recv(2, Grad)
+	tag, got, err := trs[0].Recv(2, abi.GradChannel)
 	if err != nil || tag.Micro != 9 || got.Float32s()[len(got.Float32s())-1] != 7 {
 		t.Fatalf("message sent before Close: %v %v", tag, err)
 	}

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/internal/doctable"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite the peers table of docs/trust.md with the measured rows")
@@ -96,7 +98,7 @@ func TestTransportPanicBecomesError(t *testing.T) {
 			errs := make([]error, 2)
 			var wg sync.WaitGroup
 			for r := range trs {
-				wg.Go(func() { _, _, errs[r] = trs[r].Recv(1-r, Act) })
+				wg.Go(func() { _, _, errs[r] = trs[r].Recv(1-r, abi.ActChannel) })
 			}
 			wg.Wait()
 			if d := time.Since(start); d > detectLimit {
@@ -134,7 +136,7 @@ func TestTCPRecvQueueBound(t *testing.T) {
 	var err error
 	start := time.Now()
 	for ; err == nil && sent < 1000; sent++ {
-		err = trs[1].Send(0, Data, Tag{Micro: int32(sent)}, x)
+		err = trs[1].Send(0, abi.DataChannel, Tag{Micro: int32(sent)}, x)
 	}
 	var pe *ProgressError
 	if !errors.As(err, &pe) || pe.Op != "send" || pe.Peer != 0 || !errors.Is(err, ErrTimeout) {
@@ -147,7 +149,7 @@ func TestTCPRecvQueueBound(t *testing.T) {
 		t.Error("the receiver's reader is not paused")
 	}
 	for i := range 3 {
-		tag, _, err := trs[0].Recv(1, Data)
+		tag, _, err := trs[0].Recv(1, abi.DataChannel)
 		if err != nil || tag.Micro != int32(i) {
 			t.Fatalf("draining message %d: %v %v", i, tag, err)
 		}
@@ -162,18 +164,18 @@ func TestTCPQueueBoundAllowsInFlight(t *testing.T) {
 	x := f32([]int{16 << 10}, make([]float32, 16<<10)...) // 64 KiB + header
 	const n = 12                                          // 12 frames: ~770 KiB in flight, under the bound
 	for i := range n {
-		if err := trs[1].Send(0, Act, Tag{Micro: int32(i)}, x); err != nil {
+		if err := trs[1].Send(0, abi.ActChannel, Tag{Micro: int32(i)}, x); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := trs[1].Send(0, Grad, Tag{Micro: 99}, x); err != nil {
+	if err := trs[1].Send(0, abi.GradChannel, Tag{Micro: 99}, x); err != nil {
 		t.Fatal(err)
 	}
-	if tag, _, err := trs[0].Recv(1, Grad); err != nil || tag.Micro != 99 {
+	if tag, _, err := trs[0].Recv(1, abi.GradChannel); err != nil || tag.Micro != 99 {
 		t.Fatalf("grad behind %d act frames: %v %v", n, tag, err)
 	}
 	for i := range n {
-		if _, _, err := trs[0].Recv(1, Act); err != nil {
+		if _, _, err := trs[0].Recv(1, abi.ActChannel); err != nil {
 			t.Fatal(i, err)
 		}
 	}
@@ -184,14 +186,14 @@ func TestTCPQueueBoundAllowsInFlight(t *testing.T) {
 // and the last message received there.
 func TestTCPProgressTimeout(t *testing.T) {
 	trs := mustWorld(t, 2, func(r int, c *TCPConfig) { c.Timeout = 300 * time.Millisecond })
-	if err := trs[1].Send(0, Act, Tag{Stage: 4, Micro: 7}, f64([]int{1}, 1)); err != nil {
+	if err := trs[1].Send(0, abi.ActChannel, Tag{Stage: 4, Micro: 7}, f64([]int{1}, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := trs[0].Recv(1, Act); err != nil {
+	if _, _, err := trs[0].Recv(1, abi.ActChannel); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, _, err := trs[0].Recv(1, Act)
+	_, _, err := trs[0].Recv(1, abi.ActChannel)
 	want := "transport: rank 0: recv act from rank 1: no progress for 300ms (PPGEN_TIMEOUT): nothing arrived on act after (stage 4, micro 7)"
 	var pe *PeerError
 	if err == nil || err.Error() != want || !errors.As(err, &pe) || pe.Peer != 1 || !errors.Is(err, ErrTimeout) {
@@ -316,10 +318,10 @@ func rendezvousOK(t *testing.T, a, b <-chan dialed) {
 	if da.err != nil || db.err != nil {
 		t.Fatalf("the rendezvous failed: %v; %v", da.err, db.err)
 	}
-	if err := db.tr.Send(0, Act, Tag{Micro: 5}, f64([]int{1}, 5)); err != nil {
+	if err := db.tr.Send(0, abi.ActChannel, Tag{Micro: 5}, f64([]int{1}, 5)); err != nil {
 		t.Fatal(err)
 	}
-	if tag, _, err := da.tr.Recv(1, Act); err != nil || tag.Micro != 5 {
+	if tag, _, err := da.tr.Recv(1, abi.ActChannel); err != nil || tag.Micro != 5 {
 		t.Fatalf("after the rendezvous: %v %v", tag, err)
 	}
 	da.tr.Close()
@@ -367,12 +369,12 @@ func injected(t *testing.T, raw []byte, wantErr error, wantMsg string) (string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = trs[0].Recv(1, Act)
+	_, _, err = trs[0].Recv(1, abi.ActChannel)
 	if !errors.Is(err, wantErr) || !strings.Contains(err.Error(), wantMsg) {
 		t.Errorf("err = %v, want %v containing %q", err, wantErr, wantMsg)
 	}
 	// The rank failed cleanly: every later operation fails too.
-	if err := trs[0].Send(1, Act, Tag{}, f64([]int{1}, 1)); err == nil {
+	if err := trs[0].Send(1, abi.ActChannel, Tag{}, f64([]int{1}, 1)); err == nil {
 		t.Error("send after the failure succeeded")
 	}
 	return "error", fmt.Sprint(err)
@@ -564,19 +566,19 @@ func TestBadPeers(t *testing.T) {
 			return "refused (listeners closed)", strings.Join(msgs, "; ")
 		}},
 		{"overflowing header (2^40 x 2^22 float64: 2^65 bytes wrap to 0)", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
-			return injected(t, overflowHeader(), ErrFrameTooLarge, "rank 1 sent a frame whose shape overflows")
+			return injected(t, overflowHeader(), ErrFrameTooLarge, "rank 1 sent a tensor whose shape overflows")
 		}},
 		{"oversized frame (4 MiB, cap 1 MiB)", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
-			return injected(t, rawHeader(frameData, uint8(Act), dtFloat32, 4<<20, 1<<20), ErrFrameTooLarge, "over this rank's cap of 1048576 bytes")
+			return injected(t, rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4<<20, 1<<20), ErrFrameTooLarge, "over this rank's cap of 1048576 bytes")
 		}},
 		{"negative dimension (-1)", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
-			return injected(t, rawHeader(frameData, uint8(Act), dtFloat64, 8, ^uint64(0)), ErrFrameTooLarge, "shape overflows")
+			return injected(t, rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, 8, ^uint64(0)), ErrFrameTooLarge, "shape overflows")
 		}},
 		{"empty tensor with huge dims (0 x 2^30 x 2^30)", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
-			return injected(t, rawHeader(frameData, uint8(Act), dtFloat32, 0, 0, 1<<30, 1<<30), ErrFrameTooLarge, "span over")
+			return injected(t, rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 0, 0, 1<<30, 1<<30), ErrFrameTooLarge, "span over")
 		}},
 		{"255 dimensions", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
-			h := rawHeader(frameData, uint8(Act), dtFloat32, 4)
+			h := rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4)
 			h[3] = 255
 			return injected(t, h, ErrProtocol, "255 dims")
 		}},
@@ -590,10 +592,10 @@ func TestBadPeers(t *testing.T) {
 			trs, c := established(t, nil)
 			trs[1].hbPaused.Store(true)
 			trs[1].conns[0].wmu.Lock()
-			_, _ = c.Write(append(rawHeader(frameData, uint8(Act), dtFloat32, 4000, 1000), make([]byte, 100)...))
+			_, _ = c.Write(append(rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4000, 1000), make([]byte, 100)...))
 			trs[1].conns[0].wmu.Unlock()
 			trs[1].Kill()
-			_, _, err := trs[0].Recv(1, Act)
+			_, _, err := trs[0].Recv(1, abi.ActChannel)
 			if !errors.Is(err, ErrPeerClosed) || !strings.Contains(err.Error(), "rank 1 closed the connection") {
 				t.Errorf("err = %v", err)
 			}
@@ -609,7 +611,7 @@ func TestBadPeers(t *testing.T) {
 			var err error
 			n := 0
 			for ; err == nil && n < 4096; n++ { // 4 GiB if nothing stopped it
-				err = trs[1].Send(0, Data, Tag{Micro: int32(n)}, x)
+				err = trs[1].Send(0, abi.DataChannel, Tag{Micro: int32(n)}, x)
 			}
 			var pe *ProgressError
 			if !errors.As(err, &pe) || pe.Op != "send" {
@@ -623,9 +625,9 @@ func TestBadPeers(t *testing.T) {
 		}},
 		{"stuck peer that heartbeats (Timeout 300ms)", 3 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
 			trs, _ := established(t, func(r int, c *TCPConfig) { c.Timeout = 300 * time.Millisecond })
-			_, _, err := trs[0].Recv(1, Grad)
+			_, _, err := trs[0].Recv(1, abi.GradChannel)
 			var pe *ProgressError
-			if !errors.As(err, &pe) || pe.Peer != 1 || pe.Ch != Grad {
+			if !errors.As(err, &pe) || pe.Peer != 1 || pe.Ch != abi.GradChannel {
 				t.Errorf("err = %v", err)
 			}
 			return "error after 300ms", fmt.Sprint(err)
@@ -640,7 +642,7 @@ func TestBadPeers(t *testing.T) {
 			trs := mustWorld(t, 2, nil)
 			var err error
 			for r := range trs {
-				if _, _, e := trs[r].Recv(1-r, Act); e != nil && errors.Is(e, ErrPanicked) {
+				if _, _, e := trs[r].Recv(1-r, abi.ActChannel); e != nil && errors.Is(e, ErrPanicked) {
 					err = e
 					break
 				}
@@ -766,20 +768,20 @@ func TestOutsiderDuringRendezvous(t *testing.T) {
 		wg.Go(func() {
 			next, prev := (r+1)%world, (r+world-1)%world
 			mine := f64([]int{2, 3}, float64(r), 1, 2, 3, 4, 5)
-			if err := tr.Send(next, Act, Tag{Stage: int32(r)}, mine); err != nil {
+			if err := tr.Send(next, abi.ActChannel, Tag{Stage: int32(r)}, mine); err != nil {
 				t.Error(err)
 				return
 			}
-			tag, got, err := tr.Recv(prev, Act)
+			tag, got, err := tr.Recv(prev, abi.ActChannel)
 			if err != nil || tag.Stage != int32(prev) {
 				t.Errorf("rank %d: %v %v", r, tag, err)
 				return
 			}
-			if err := tr.Send(prev, Grad, tag, got); err != nil {
+			if err := tr.Send(prev, abi.GradChannel, tag, got); err != nil {
 				t.Error(err)
 				return
 			}
-			_, back, err := tr.Recv(next, Grad)
+			_, back, err := tr.Recv(next, abi.GradChannel)
 			if err != nil {
 				t.Error(err)
 				return

@@ -2,25 +2,23 @@ package value
 
 import (
 	"fmt"
-	"unsafe"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"gorgonia.org/tensor"
-
-	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // Tensor is the default adapter: a gorgonia *tensor.Dense as a Value. Its
-// bytes are the tensor's backing array (transport.BytesOf's reading, which
+// bytes are the tensor's backing array (runtime/internal/wire's PayloadOf, which
 // materializes a view or a transpose first: then they are a copy's).
 type Tensor struct {
-	b transport.Bytes
+	b wire.Payload
 }
 
 // FromDense returns t as a Value: without a copy when t is contiguous, a
 // materialized copy when it is a view or a transpose. t must be float32 or
 // float64 with at most MaxDims dimensions.
 func FromDense(t *tensor.Dense) (*Tensor, error) {
-	b, err := transport.BytesOf(t)
+	b, err := wire.PayloadOf(t)
 	if err != nil {
 		return nil, fmt.Errorf("value.FromDense: %w", err)
 	}
@@ -47,7 +45,7 @@ func (v *Tensor) Bytes() []byte { return v.b.Raw }
 // else, after checking v's layout (Parts), a tensor over v's bytes without
 // a copy when they are aligned for the element type (writes into the tensor
 // then change v, where v's Bytes alias its storage), or a new tensor
-// (transport.Alloc) with the bytes copied in.
+// (wire.Alloc) with the bytes copied in.
 func ToDense(v Value) (*tensor.Dense, error) {
 	if t, ok := v.(*Tensor); ok && t != nil && t.b.Keep != nil {
 		return t.b.Keep, nil
@@ -59,7 +57,7 @@ func ToDense(v Value) (*tensor.Dense, error) {
 	if t := viewDense(dt, shape, b); t != nil {
 		return t, nil
 	}
-	t, buf := transport.Alloc(uint8(dt), shape)
+	t, buf := wire.Alloc(uint8(dt), shape)
 	copy(buf, b)
 	return t, nil
 }
@@ -90,21 +88,24 @@ func AliasDense(v Value) (*tensor.Dense, error) {
 // nil when b is empty, misaligned, or shape has no dimensions (a scalar
 // tensor holds its element itself).
 func viewDense(dt Dtype, shape []int, b []byte) *tensor.Dense {
-	if len(b) == 0 || len(shape) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(dt.Size()) != 0 {
+	if len(shape) == 0 {
 		return nil
 	}
 	dims := append([]int(nil), shape...)
-	p := unsafe.Pointer(unsafe.SliceData(b))
 	switch dt {
 	case Float32:
-		return tensor.New(tensor.WithShape(dims...), tensor.WithBacking(unsafe.Slice((*float32)(p), len(b)/4)))
+		if s, ok := wire.Elems[float32](b); ok {
+			return tensor.New(tensor.WithShape(dims...), tensor.WithBacking(s))
+		}
 	case Float64:
-		return tensor.New(tensor.WithShape(dims...), tensor.WithBacking(unsafe.Slice((*float64)(p), len(b)/8)))
+		if s, ok := wire.Elems[float64](b); ok {
+			return tensor.New(tensor.WithShape(dims...), tensor.WithBacking(s))
+		}
 	}
 	return nil
 }
 
-// Tensors is the Maker of *Tensor values (transport.Alloc); it views
+// Tensors is the Maker of *Tensor values (wire.Alloc); it views
 // aligned bytes without a copy.
 type Tensors struct{}
 
@@ -113,7 +114,7 @@ func (Tensors) Make(dt Dtype, shape []int) (Value, []byte, error) {
 	if _, err := Size(dt, shape); err != nil {
 		return nil, nil, err
 	}
-	t, buf := transport.Alloc(uint8(dt), append([]int(nil), shape...))
+	t, buf := wire.Alloc(uint8(dt), append([]int(nil), shape...))
 	v, err := FromDense(t)
 	return v, buf, err
 }

@@ -11,7 +11,7 @@
 // at the stage boundary, without a copy where the bytes allow it. This
 // package's default adapter is that one: [FromDense] makes a *tensor.Dense
 // a Value and [ToDense] a Value a *tensor.Dense, reusing the transports'
-// reading of a tensor's payload (transport.BytesOf, transport.Alloc).
+// reading of a tensor's bytes (runtime/internal/wire's PayloadOf and Alloc).
 // docs/internals.md, "Values", has the contract.
 package value
 
@@ -23,7 +23,7 @@ import (
 )
 
 // Dtype is an element type. Its codes are the transports' wire codes
-// (transport.DtypeFloat32, transport.DtypeFloat64).
+// (runtime/internal/wire's Float32 and Float64).
 type Dtype uint8
 
 // The element types the runtime carries.

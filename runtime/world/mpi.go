@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
 )
 
 // The MPI engine (-tags mpi): the one place world calls the MPI transport.
@@ -18,7 +19,7 @@ func (o Options) openMPI() (transport.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: o.Sync, Timeout: timeout,
+	tr, err := mpi.New(mpi.Config{Sync: o.Sync, Timeout: timeout,
 		Fingerprint: o.Fingerprint, Schedule: o.Schedule, Logger: o.logger()})
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/world"
 )
@@ -45,16 +46,16 @@ func mpiRank(size int) error {
 	r, n := ep.Rank(), w.Size
 	x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{float64(r)}))
 	if r == 0 { // synchronous sends: rank 0 sends first, the others receive first
-		err = ep.Send(1%n, transport.Act, transport.Tag{}, x)
+		err = ep.Send(1%n, abi.ActChannel, transport.Tag{}, x)
 	}
 	if err == nil {
-		_, got, rerr := ep.Recv((r+n-1)%n, transport.Act)
+		_, got, rerr := ep.Recv((r+n-1)%n, abi.ActChannel)
 		if err = rerr; err == nil && got.Float64s()[0] != float64((r+n-1)%n) {
 			err = fmt.Errorf("rank %d received %v", r, got.Float64s())
 		}
 	}
 	if err == nil && r != 0 {
-		err = ep.Send((r+1)%n, transport.Act, transport.Tag{}, x)
+		err = ep.Send((r+1)%n, abi.ActChannel, transport.Tag{}, x)
 	}
 	if err != nil {
 		w.Abort(err)

@@ -42,6 +42,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/transport"
@@ -120,7 +121,7 @@ func (w *World) Endpoint() transport.Transport { return w.Endpoints[0] }
 
 // NewComm returns a collective.Comm on group (an endpoint of w, or a
 // runtime/mesh view of one) with the collectives mode of Options.Collectives.
-func (w *World) NewComm(group transport.Transport, ch transport.Channel) (*collective.Comm, error) {
+func (w *World) NewComm(group transport.Transport, ch abi.Channel) (*collective.Comm, error) {
 	return collective.New(group, ch, w.coll...)
 }
 

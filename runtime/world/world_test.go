@@ -12,6 +12,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/world"
@@ -86,11 +87,11 @@ func ring(t *testing.T, eps []transport.Transport) {
 	for r, ep := range eps {
 		wg.Go(func() {
 			x := tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{float64(r), 1}))
-			if err := ep.Send((r+1)%n, transport.Act, transport.Tag{Stage: int32(r)}, x); err != nil {
+			if err := ep.Send((r+1)%n, abi.ActChannel, transport.Tag{Stage: int32(r)}, x); err != nil {
 				errs[r] = err
 				return
 			}
-			tag, got, err := ep.Recv((r+n-1)%n, transport.Act)
+			tag, got, err := ep.Recv((r+n-1)%n, abi.ActChannel)
 			if err != nil {
 				errs[r] = err
 				return
@@ -124,7 +125,7 @@ func TestInProc(t *testing.T) {
 	errs := make([]error, 3)
 	for r, ep := range w.Endpoints {
 		wg.Go(func() {
-			c, err := w.NewComm(ep, transport.Data)
+			c, err := w.NewComm(ep, abi.DataChannel)
 			if err != nil {
 				errs[r] = err
 				return

@@ -14,6 +14,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -272,27 +273,13 @@ type collBuf struct {
 
 // bufOf reads x: a plain float32 or float64 tensor, within MaxMessageBytes.
 func (g *group) bufOf(x *tensor.Dense, what string) (collBuf, error) {
-	if x == nil {
-		return collBuf{}, fmt.Errorf("%s: nil tensor", what)
+	p, err := wire.Plain(x)
+	if err != nil {
+		return collBuf{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if x.IsMaterializable() || x.RequiresIterator() || x.IsMasked() {
-		return collBuf{}, fmt.Errorf("%s: tensor %v is a view, transposed or masked; want a plain tensor", what, x.Shape())
-	}
-	n := x.Shape().TotalSize()
-	if len(x.Shape()) == 0 {
-		n = 1
-	}
-	var b collBuf
-	switch x.Dtype() {
-	case tensor.Float32:
-		b = collBuf{raw: bytesOf(x.Float32s(), n), n: n, dt: ncclFloat32, es: 4}
-	case tensor.Float64:
-		b = collBuf{raw: bytesOf(x.Float64s(), n), n: n, dt: ncclFloat64, es: 8}
-	default:
-		return collBuf{}, fmt.Errorf("%s: dtype %v; want float32 or float64", what, x.Dtype())
-	}
-	if b.raw == nil || n < 0 {
-		return collBuf{}, fmt.Errorf("%s: tensor %v has fewer elements than its shape", what, x.Shape())
+	b := collBuf{raw: p.Raw, n: p.N, dt: ncclFloat32, es: 4}
+	if p.Dtype == wire.Float64 {
+		b.dt, b.es = ncclFloat64, 8
 	}
 	if max := g.t.cfg.MaxMessageBytes; int64(len(b.raw)) > max {
 		return collBuf{}, fmt.Errorf("%s: tensor of shape %v is %d bytes, over %d (MaxMessageBytes): raise Config.MaxMessageBytes or split it", what, x.Shape(), len(b.raw), max)

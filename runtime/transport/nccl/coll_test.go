@@ -16,6 +16,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/transport"
@@ -275,7 +276,7 @@ func collScenario(tr *Transport, sc string, rank, n int) error {
 			}
 			v := mesh.NewView(tr, "sub", sub, self)
 			for _, opts := range [][]collective.Option{nil, {collective.MemberOrder()}} {
-				c, err := collective.New(v, transport.Act, opts...)
+				c, err := collective.New(v, abi.ActChannel, opts...)
 				if err != nil {
 					return err
 				}
@@ -288,7 +289,7 @@ func collScenario(tr *Transport, sc string, rank, n int) error {
 		// then its Send/Recv algorithms over the same transport, after
 		// the collectives (point-to-point and collectives coexist).
 		for _, opts := range [][]collective.Option{nil, {collective.MemberOrder()}} {
-			c, err := collective.New(tr, transport.Act, opts...)
+			c, err := collective.New(tr, abi.ActChannel, opts...)
 			if err != nil {
 				return err
 			}
@@ -296,7 +297,7 @@ func collScenario(tr *Transport, sc string, rank, n int) error {
 				return err
 			}
 		}
-		c, err := collective.New(tr, transport.Act, collective.SendRecv())
+		c, err := collective.New(tr, abi.ActChannel, collective.SendRecv())
 		if err != nil {
 			return err
 		}
@@ -307,7 +308,7 @@ func collScenario(tr *Transport, sc string, rank, n int) error {
 		want, _ := refSum(tensor.Float64, all, 3, 100)
 		return near("Send/Recv AllReduce", tensor.Float64, f64s(x), want, nil, false)
 	case "coll-abort":
-		c, err := collective.New(tr, transport.Act)
+		c, err := collective.New(tr, abi.ActChannel)
 		if err != nil {
 			return err
 		}
@@ -483,10 +484,10 @@ func TestSelfCollectives(t *testing.T) {
 	if err := g.AllReduceSum(x); err != nil {
 		t.Errorf("after refused arguments: %v", err)
 	}
-	if err := tr.Send(0, transport.Act, transport.Tag{}, samples[0].make(0, 0)); err != nil {
+	if err := tr.Send(0, abi.ActChannel, transport.Tag{}, samples[0].make(0, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tr.Recv(0, transport.Act); err != nil {
+	if _, _, err := tr.Recv(0, abi.ActChannel); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Close(); err != nil {

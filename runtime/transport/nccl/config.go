@@ -91,6 +91,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -208,14 +210,14 @@ func (e *CallError) Error() string {
 // Data channel is watched for the control connection's failure (nothing is
 // sent there).
 const (
-	headerCh = transport.Act
-	setupCh  = transport.Grad
-	watchCh  = transport.Data
+	headerCh = abi.ActChannel
+	setupCh  = abi.GradChannel
+	watchCh  = abi.DataChannel
 )
 
 // header announces a message: its channel, tag, dtype and shape.
 type header struct {
-	ch    transport.Channel
+	ch    abi.Channel
 	tag   transport.Tag
 	dt    uint8
 	dims  []int
@@ -224,18 +226,18 @@ type header struct {
 
 // dtype codes in headers.
 const (
-	dtFloat32 = transport.DtypeFloat32
-	dtFloat64 = transport.DtypeFloat64
-	maxDims   = transport.MaxDims
+	dtFloat32 = wire.Float32
+	dtFloat64 = wire.Float64
+	maxDims   = wire.MaxDims
 	hdrMagic  = 0x5047 // first element of every header: 'P' 'G', version 1 of the layout
 )
 
 // encodeHeader lays h out as the float64 values sent over the control
-// connection: magic, channel, dtype, then the dims (every value an integer
-// below 2^53, so exact).
+// connection: magic, the channel's wire code, dtype, then the dims (every
+// value an integer below 2^53, so exact).
 func encodeHeader(h header) []float64 {
 	v := make([]float64, 3+len(h.dims))
-	v[0], v[1], v[2] = hdrMagic, float64(h.ch), float64(h.dt)
+	v[0], v[1], v[2] = hdrMagic, float64(wire.ChannelCode(h.ch)), float64(h.dt)
 	for i, d := range h.dims {
 		v[3+i] = float64(d)
 	}
@@ -243,9 +245,9 @@ func encodeHeader(h header) []float64 {
 }
 
 // decodeHeader validates and decodes a header received with tag: every
-// value an integer in range, the payload size (element size × ∏dims,
-// overflow-checked) at most maxBytes. It never panics and allocates at most
-// the dims.
+// value an integer in range, the shape validated as every transport's is
+// (wire.Shape: element size × ∏dims, overflow-checked, at most maxBytes).
+// It never panics and allocates at most the dims.
 func decodeHeader(tag transport.Tag, v []float64, maxBytes int64) (header, error) {
 	if len(v) < 3 || len(v) > 3+maxDims {
 		return header{}, fmt.Errorf("header of %d values, want 3 to %d", len(v), 3+maxDims)
@@ -254,37 +256,28 @@ func decodeHeader(tag transport.Tag, v []float64, maxBytes int64) (header, error
 		return header{}, fmt.Errorf("header magic %v, want %d (a peer of another version?)", v[0], hdrMagic)
 	}
 	h := header{tag: tag}
-	switch {
-	case v[1] == 0 || v[1] == 1 || v[1] == 2:
-		h.ch = transport.Channel(v[1])
-	default:
+	ch, ok := abi.NoChannel, false
+	if v[1] >= 0 && v[1] < wire.Channels && v[1] == math.Trunc(v[1]) {
+		ch, ok = wire.ChannelOf(uint8(v[1]))
+	}
+	if !ok {
 		return header{}, fmt.Errorf("header channel %v, want 0 (act), 1 (grad) or 2 (data)", v[1])
 	}
-	var es int64
-	switch v[2] {
-	case dtFloat32:
-		h.dt, es = dtFloat32, 4
-	case dtFloat64:
-		h.dt, es = dtFloat64, 8
-	default:
+	h.ch = ch
+	if v[2] != dtFloat32 && v[2] != dtFloat64 {
 		return header{}, fmt.Errorf("header dtype %v, want %d (float32) or %d (float64)", v[2], dtFloat32, dtFloat64)
 	}
-	h.dims = make([]int, len(v)-3)
-	n := es
+	h.dt = uint8(v[2])
+	var dims [maxDims]uint64
 	for i, f := range v[3:] {
 		if f < 0 || f > float64(maxBytes) || f != math.Trunc(f) {
 			return header{}, fmt.Errorf("header dimension %d is %v, want an integer in [0, %d]", i, f, maxBytes)
 		}
-		d := int64(f)
-		h.dims[i] = int(d)
-		if n != 0 && d > maxBytes/n {
-			return header{}, fmt.Errorf("header shape %v is over %d bytes (MaxMessageBytes)", v[3:], maxBytes)
-		}
-		n *= d
+		dims[i] = uint64(f)
 	}
-	if n > maxBytes {
-		return header{}, fmt.Errorf("header shape %v is %d bytes, over %d (MaxMessageBytes)", h.dims, n, maxBytes)
+	var err error
+	if h.dims, h.bytes, err = wire.Shape(h.dt, dims[:len(v)-3], maxBytes, "MaxMessageBytes"); err != nil {
+		return header{}, err
 	}
-	h.bytes = n
 	return h, nil
 }

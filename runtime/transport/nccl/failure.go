@@ -231,15 +231,3 @@ func (t *Transport) errOr(def error) error {
 	}
 	return def
 }
-
-// progressError is a wait of rank that made no progress for waited, as the
-// transport package's transports report it.
-func progressError(rank int, op string, peer int, ch transport.Channel, waited time.Duration, last *transport.Tag, note string) *transport.ProgressError {
-	e := &transport.ProgressError{Rank: rank, Op: op, Peer: peer, Ch: ch, Waited: waited, Setting: "PPGEN_TIMEOUT", Last: last, Note: note}
-	reason := fmt.Sprintf("sent nothing on %s for %v (no progress, %s)", ch, waited, e.Setting)
-	if op == "send" {
-		reason = fmt.Sprintf("did not read %s for %v (no progress, %s)", ch, waited, e.Setting)
-	}
-	e.Err = &transport.PeerError{Peer: peer, Reason: reason, Err: transport.ErrTimeout}
-	return e
-}

@@ -11,6 +11,8 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -34,7 +36,7 @@ func TestGPUSelf(t *testing.T) {
 	}()
 	t.Logf("device %d, CUDA runtime %s, NCCL %s", tr.Device(), tr.lib.cudartPath, tr.lib.ncclPath)
 	for i, s := range samples {
-		ch := transport.Channel(i % int(transport.NumChannels))
+		ch := abi.ActChannel + abi.Channel(i%wire.Channels)
 		if err := tr.Send(0, ch, transport.Tag{Stage: 1, Micro: int32(i)}, s.make(0, i)); err != nil {
 			t.Fatalf("sample %d: %v", i, err)
 		}
@@ -50,10 +52,10 @@ func TestGPUSelf(t *testing.T) {
 		}
 	}
 	ops := []transport.BatchOp{
-		{Peer: 0, Ch: transport.Act, Send: true, Tag: transport.Tag{Micro: 1}, T: samples[0].make(0, 1)},
-		{Peer: 0, Ch: transport.Grad, Send: true, Tag: transport.Tag{Micro: 2}, T: samples[7].make(0, 2)},
-		{Peer: 0, Ch: transport.Grad},
-		{Peer: 0, Ch: transport.Act},
+		{Peer: 0, Ch: abi.ActChannel, Send: true, Tag: transport.Tag{Micro: 1}, T: samples[0].make(0, 1)},
+		{Peer: 0, Ch: abi.GradChannel, Send: true, Tag: transport.Tag{Micro: 2}, T: samples[7].make(0, 2)},
+		{Peer: 0, Ch: abi.GradChannel},
+		{Peer: 0, Ch: abi.ActChannel},
 	}
 	if err := tr.Batch(ops); err != nil {
 		t.Fatal(err)
@@ -68,10 +70,10 @@ func TestGPUSelf(t *testing.T) {
 	const rounds = 5
 	start := time.Now()
 	for range rounds {
-		if err := tr.Send(0, transport.Act, transport.Tag{}, big); err != nil {
+		if err := tr.Send(0, abi.ActChannel, transport.Tag{}, big); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := tr.Recv(0, transport.Act); err != nil {
+		if _, _, err := tr.Recv(0, abi.ActChannel); err != nil {
 			t.Fatal(err)
 		}
 	}

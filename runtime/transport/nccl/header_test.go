@@ -28,7 +28,7 @@ func TestDecodeHeader(t *testing.T) {
 		{"negative", []float64{hdrMagic, 0, dtFloat32, -1}, 0, "header dimension 0 is -1"},
 		{"fraction", []float64{hdrMagic, 0, dtFloat32, 1.5}, 0, "header dimension 0 is 1.5"},
 		{"nan", []float64{hdrMagic, 0, dtFloat32, math.NaN()}, 0, "header dimension 0 is NaN"},
-		{"too large", []float64{hdrMagic, 0, dtFloat64, 1 << 20, 1 << 20}, 0, "over 1073741824 bytes"},
+		{"too large", []float64{hdrMagic, 0, dtFloat64, 1 << 20, 1 << 20}, 0, "over this rank's cap of 1073741824 bytes"},
 		{"too many dims", append([]float64{hdrMagic, 0, dtFloat32}, make([]float64, 17)...), 0, "header of 20 values"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -38,11 +39,11 @@ type Transport struct {
 	// mu serializes the point-to-point operations: the world's device
 	// buffer, the NCCL issue order and the receive state below.
 	mu       sync.Mutex
-	boxes    [][transport.NumChannels][]message // messages received ahead, per (peer, channel)
-	buffered int64                              // their payload bytes
-	last     [][transport.NumChannels]*transport.Tag
-	selfq    []header                     // headers of sends to this rank not yet received
-	selfWant [transport.NumChannels][]int // ops of the batch waiting for a message from self, per channel
+	boxes    [][wire.ChannelSlots][]message // messages received ahead, per (peer, channel)
+	buffered int64                          // their payload bytes
+	last     [][wire.ChannelSlots]*transport.Tag
+	selfq    []header                 // headers of sends to this rank not yet received
+	selfWant [wire.ChannelSlots][]int // ops of the batch waiting for a message from self, per channel
 
 	failOnce sync.Once
 	failed   chan struct{}
@@ -85,8 +86,8 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 		wc: newDcomm(""), failed: make(chan struct{}), stop: make(chan struct{}),
 		device: -1,
 	}
-	t.boxes = make([][transport.NumChannels][]message, t.world)
-	t.last = make([][transport.NumChannels]*transport.Tag, t.world)
+	t.boxes = make([][wire.ChannelSlots][]message, t.world)
+	t.last = make([][wire.ChannelSlots]*transport.Tag, t.world)
 	t.peerGone = make([]atomic.Bool, t.world)
 	if err := t.setup(ctx); err != nil {
 		err = fmt.Errorf("transport: rank %d: NCCL: %w", t.rank, err)

@@ -10,23 +10,25 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // opError is the error of an operation on this rank: "transport: rank R:
 // send act to rank P: ...".
-func (t *Transport) opError(send bool, ch transport.Channel, peer int, err error) error {
+func (t *Transport) opError(send bool, ch abi.Channel, peer int, err error) error {
 	if send {
-		return fmt.Errorf("transport: rank %d: send %s to rank %d: %w", t.rank, ch, peer, err)
+		return transport.SendError(t.rank, ch, peer, err)
 	}
-	return fmt.Errorf("transport: rank %d: recv %s from rank %d: %w", t.rank, ch, peer, err)
+	return transport.RecvError(t.rank, ch, peer, err)
 }
 
-func (t *Transport) checkOp(peer int, ch transport.Channel) error {
+func (t *Transport) checkOp(peer int, ch abi.Channel) error {
 	if peer < 0 || peer >= t.world {
 		return fmt.Errorf("peer rank %d out of range [0, %d)", peer, t.world)
 	}
-	if ch >= transport.NumChannels {
+	if !wire.ValidChannel(ch) {
 		return fmt.Errorf("unknown channel %d", uint8(ch))
 	}
 	return nil
@@ -34,14 +36,14 @@ func (t *Transport) checkOp(peer int, ch transport.Channel) error {
 
 // Send hands x, tagged tag, to peer on ch and waits until peer took it
 // (NCCL's rendezvous). A send to this rank is delivered at once.
-func (t *Transport) Send(peer int, ch transport.Channel, tag transport.Tag, x *tensor.Dense) error {
+func (t *Transport) Send(peer int, ch abi.Channel, tag transport.Tag, x *tensor.Dense) error {
 	ops := []transport.BatchOp{{Peer: peer, Ch: ch, Send: true, Tag: tag, T: x}}
 	return t.batch(ops, true)
 }
 
 // Recv waits (bounded by the progress timeout) for the next message from
 // peer on ch. The returned tensor is freshly allocated.
-func (t *Transport) Recv(peer int, ch transport.Channel) (transport.Tag, *tensor.Dense, error) {
+func (t *Transport) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, error) {
 	ops := []transport.BatchOp{{Peer: peer, Ch: ch}}
 	if err := t.batch(ops, true); err != nil {
 		return transport.Tag{}, nil, err
@@ -90,7 +92,7 @@ func (t *Transport) batch(ops []transport.BatchOp, single bool) error {
 	// Check everything before the first header leaves: sends' payloads,
 	// and that every receive from this rank has a message.
 	var items []item
-	var self [transport.NumChannels]int
+	var self [wire.ChannelSlots]int
 	for ch := range self {
 		self[ch] = len(t.boxes[t.rank][ch])
 	}
@@ -100,14 +102,14 @@ func (t *Transport) batch(ops []transport.BatchOp, single bool) error {
 			continue
 		}
 		if op.Peer != t.rank && t.peerGone[op.Peer].Load() {
-			return opErr(i, &transport.PeerError{Peer: op.Peer, Reason: "closed the connection", Err: transport.ErrPeerClosed})
+			return opErr(i, transport.PeerClosed(op.Peer))
 		}
 		p, err := payloadOf(op.T, t.cfg.MaxMessageBytes)
 		if err != nil {
 			return opErr(i, err)
 		}
-		h := header{ch: op.Ch, tag: op.Tag, dt: p.dt, dims: p.dims, bytes: int64(len(p.raw))}
-		items = append(items, item{send: true, peer: op.Peer, h: h, raw: p.raw, keep: p.keep, op: i})
+		h := header{ch: op.Ch, tag: op.Tag, dt: p.Dtype, dims: p.Dims, bytes: int64(len(p.Raw))}
+		items = append(items, item{send: true, peer: op.Peer, h: h, raw: p.Raw, keep: p.Keep, op: i})
 		if op.Peer == t.rank {
 			self[op.Ch]++
 		}
@@ -203,7 +205,7 @@ func (t *Transport) batch(ops []transport.BatchOp, single bool) error {
 // recvItem allocates the host tensor of a receive of h from peer for op (or
 // -1: for the box).
 func (t *Transport) recvItem(h header, peer, op int, ops []transport.BatchOp) item {
-	x, raw := newTensor(h)
+	x, raw := wire.Alloc(h.dt, h.dims) // h was validated (decodeHeader)
 	if op >= 0 {
 		ops[op].Tag, ops[op].T = h.tag, x
 	}
@@ -226,7 +228,7 @@ func (t *Transport) drainSelf(items []item, ops []transport.BatchOp) []item {
 	return items
 }
 
-func (t *Transport) popBox(peer int, ch transport.Channel) (message, bool) {
+func (t *Transport) popBox(peer int, ch abi.Channel) (message, bool) {
 	b := t.boxes[peer][ch]
 	if len(b) == 0 {
 		return message{}, false
@@ -239,19 +241,19 @@ func (t *Transport) popBox(peer int, ch transport.Channel) (message, bool) {
 }
 
 // nextHeader waits for peer's next header over the control connection.
-func (t *Transport) nextHeader(peer int, ch transport.Channel) (header, error) {
+func (t *Transport) nextHeader(peer int, ch abi.Channel) (header, error) {
 	tag, v, err := t.ctl.Recv(peer, headerCh)
 	if err != nil {
 		var pe *transport.ProgressError
 		if errors.As(err, &pe) {
-			return header{}, progressError(t.rank, "recv", peer, ch, pe.Waited, t.last[peer][ch],
+			return header{}, transport.NewProgressError(t.rank, "recv", peer, ch, pe.Waited, "PPGEN_TIMEOUT", t.last[peer][ch],
 				"no message announced over the control connection")
 		}
 		if !t.ctlFailed(peer, err) || t.isFailed() {
 			return header{}, t.err
 		}
 		t.peerGone[peer].Store(true)
-		return header{}, &transport.PeerError{Peer: peer, Reason: "closed the connection", Err: transport.ErrPeerClosed}
+		return header{}, transport.PeerClosed(peer)
 	}
 	f, ok := v.Data().([]float64)
 	if !ok {
@@ -421,5 +423,5 @@ func (t *Transport) progressError(items []item, note string) *transport.Progress
 	if t.peerGone[it.peer].Load() {
 		note += fmt.Sprintf("; rank %d closed its control connection", it.peer)
 	}
-	return progressError(t.rank, op, it.peer, it.h.ch, t.cfg.TCP.Timeout, t.last[it.peer][it.h.ch], note)
+	return transport.NewProgressError(t.rank, op, it.peer, it.h.ch, t.cfg.TCP.Timeout, "PPGEN_TIMEOUT", t.last[it.peer][it.h.ch], note)
 }

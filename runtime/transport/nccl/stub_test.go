@@ -20,6 +20,8 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
@@ -192,7 +194,7 @@ func (s sample) check(x *tensor.Dense, from, i int) error {
 func TestSelfRoundTrip(t *testing.T) {
 	tr := dialSelf(t, Config{})
 	for i, s := range samples {
-		ch := transport.Channel(i % int(transport.NumChannels))
+		ch := abi.ActChannel + abi.Channel(i%wire.Channels)
 		tag := transport.Tag{Stage: int32(i), Micro: int32(-i)}
 		if err := tr.Send(0, ch, tag, s.make(0, i)); err != nil {
 			t.Fatalf("sample %d: %v", i, err)
@@ -213,16 +215,16 @@ func TestSelfRoundTrip(t *testing.T) {
 // TestSelfFIFO: FIFO per channel, whatever the order of the channels.
 func TestSelfFIFO(t *testing.T) {
 	tr := dialSelf(t, Config{})
-	sends := []transport.Channel{transport.Act, transport.Grad, transport.Act, transport.Data, transport.Grad}
+	sends := []abi.Channel{abi.ActChannel, abi.GradChannel, abi.ActChannel, abi.DataChannel, abi.GradChannel}
 	for i, ch := range sends {
 		if err := tr.Send(0, ch, transport.Tag{Stage: int32(ch), Micro: int32(i)}, samples[i].make(0, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, want := range []struct {
-		ch transport.Channel
+		ch abi.Channel
 		i  int
-	}{{transport.Grad, 1}, {transport.Data, 3}, {transport.Act, 0}, {transport.Grad, 4}, {transport.Act, 2}} {
+	}{{abi.GradChannel, 1}, {abi.DataChannel, 3}, {abi.ActChannel, 0}, {abi.GradChannel, 4}, {abi.ActChannel, 2}} {
 		tag, x, err := tr.Recv(0, want.ch)
 		if err != nil {
 			t.Fatal(err)
@@ -234,7 +236,7 @@ func TestSelfFIFO(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, _, err := tr.Recv(0, transport.Act); err == nil || !strings.Contains(err.Error(), "nothing was sent to this rank on act") {
+	if _, _, err := tr.Recv(0, abi.ActChannel); err == nil || !strings.Contains(err.Error(), "nothing was sent to this rank on act") {
 		t.Errorf("recv with nothing sent: %v, want \"nothing was sent to this rank on act\"", err)
 	}
 }
@@ -245,10 +247,10 @@ func TestSelfBatch(t *testing.T) {
 	t.Setenv("NCCLSTUB_LOG", log)
 	tr := dialSelf(t, Config{})
 	ops := []transport.BatchOp{
-		{Peer: 0, Ch: transport.Act, Send: true, Tag: transport.Tag{Stage: 1, Micro: 2}, T: samples[0].make(0, 0)},
-		{Peer: 0, Ch: transport.Grad, Send: true, Tag: transport.Tag{Stage: 3, Micro: 4}, T: samples[6].make(0, 6)},
-		{Peer: 0, Ch: transport.Grad},
-		{Peer: 0, Ch: transport.Act},
+		{Peer: 0, Ch: abi.ActChannel, Send: true, Tag: transport.Tag{Stage: 1, Micro: 2}, T: samples[0].make(0, 0)},
+		{Peer: 0, Ch: abi.GradChannel, Send: true, Tag: transport.Tag{Stage: 3, Micro: 4}, T: samples[6].make(0, 6)},
+		{Peer: 0, Ch: abi.GradChannel},
+		{Peer: 0, Ch: abi.ActChannel},
 	}
 	if err := tr.Batch(ops); err != nil {
 		t.Fatal(err)
@@ -272,7 +274,7 @@ func TestSelfBatch(t *testing.T) {
 	}
 	// A receive from self in a batch with no send first is refused before
 	// anything is issued.
-	err = tr.Batch([]transport.BatchOp{{Peer: 0, Ch: transport.Data}})
+	err = tr.Batch([]transport.BatchOp{{Peer: 0, Ch: abi.DataChannel}})
 	if err == nil || !strings.Contains(err.Error(), "batch op 0 (recv data from rank 0)") {
 		t.Errorf("unmatched self receive: %v", err)
 	}
@@ -319,14 +321,14 @@ func TestSelfAsyncError(t *testing.T) {
 	t.Setenv("NCCLSTUB_FAIL_RANK", "0")
 	t.Setenv("NCCLSTUB_FAIL_GROUP", "1")
 	tr := dialSelf(t, Config{TCP: transport.TCPConfig{Timeout: time.Minute}})
-	if err := tr.Send(0, transport.Act, transport.Tag{}, samples[0].make(0, 0)); err != nil {
+	if err := tr.Send(0, abi.ActChannel, transport.Tag{}, samples[0].make(0, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tr.Recv(0, transport.Act); err != nil {
+	if _, _, err := tr.Recv(0, abi.ActChannel); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err := tr.Send(0, transport.Act, transport.Tag{}, samples[0].make(0, 0))
+	err := tr.Send(0, abi.ActChannel, transport.Tag{}, samples[0].make(0, 0))
 	if err == nil {
 		t.Fatal("send on a failed communicator succeeded")
 	}
@@ -338,7 +340,7 @@ func TestSelfAsyncError(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the failure took %v to surface (watch interval %v)", d, DefaultWatchInterval)
 	}
-	if err := tr.Send(0, transport.Act, transport.Tag{}, samples[0].make(0, 0)); err == nil {
+	if err := tr.Send(0, abi.ActChannel, transport.Tag{}, samples[0].make(0, 0)); err == nil {
 		t.Error("a send after the failure succeeded")
 	}
 }
@@ -582,7 +584,7 @@ func child(sc string) error {
 		// act and data, then the labels of rank 0 arrive on data while
 		// rank 1 waits on act (received ahead and kept).
 		for i, s := range samples {
-			ch := []transport.Channel{transport.Act, transport.Data}[i%2]
+			ch := []abi.Channel{abi.ActChannel, abi.DataChannel}[i%2]
 			if rank > 0 {
 				tag, x, err := tr.Recv(prev, ch)
 				if err != nil {
@@ -602,22 +604,22 @@ func child(sc string) error {
 			}
 		}
 		if rank == 0 {
-			if err := tr.Send(1, transport.Data, transport.Tag{Stage: 0, Micro: 100}, samples[1].make(0, 100)); err != nil {
+			if err := tr.Send(1, abi.DataChannel, transport.Tag{Stage: 0, Micro: 100}, samples[1].make(0, 100)); err != nil {
 				return err
 			}
-			if err := tr.Send(1, transport.Act, transport.Tag{Stage: 0, Micro: 101}, samples[0].make(0, 101)); err != nil {
+			if err := tr.Send(1, abi.ActChannel, transport.Tag{Stage: 0, Micro: 101}, samples[0].make(0, 101)); err != nil {
 				return err
 			}
 		}
 		if rank == 1 {
-			tag, x, err := tr.Recv(0, transport.Act)
+			tag, x, err := tr.Recv(0, abi.ActChannel)
 			if err != nil || tag.Micro != 101 {
 				return fmt.Errorf("act after data: %v %v", tag, err)
 			}
 			if err := samples[0].check(x, 0, 101); err != nil {
 				return err
 			}
-			tag, x, err = tr.Recv(0, transport.Data)
+			tag, x, err = tr.Recv(0, abi.DataChannel)
 			if err != nil || tag.Micro != 100 {
 				return fmt.Errorf("data kept: %v %v", tag, err)
 			}
@@ -629,7 +631,7 @@ func child(sc string) error {
 		for i := range 3 {
 			s := samples[(i*3)%len(samples)]
 			if rank < n-1 {
-				_, x, err := tr.Recv(next, transport.Grad)
+				_, x, err := tr.Recv(next, abi.GradChannel)
 				if err != nil {
 					return err
 				}
@@ -638,7 +640,7 @@ func child(sc string) error {
 				}
 			}
 			if rank > 0 {
-				if err := tr.Send(prev, transport.Grad, transport.Tag{Stage: int32(rank), Micro: int32(i)}, s.make(rank, i)); err != nil {
+				if err := tr.Send(prev, abi.GradChannel, transport.Tag{Stage: int32(rank), Micro: int32(i)}, s.make(rank, i)); err != nil {
 					return err
 				}
 			}
@@ -656,57 +658,57 @@ func child(sc string) error {
 			tr.Abort(cause)
 			return cause
 		}
-		_, _, err := tr.Recv(prev, transport.Act)
+		_, _, err := tr.Recv(prev, abi.ActChannel)
 		if rank == 0 && err == nil {
-			_, _, err = tr.Recv(2, transport.Act)
+			_, _, err = tr.Recv(2, abi.ActChannel)
 		}
 		if err == nil {
-			_, _, err = tr.Recv(2, transport.Grad)
+			_, _, err = tr.Recv(2, abi.GradChannel)
 		}
 		return err
 	case "buffered":
 		if rank == 1 {
-			_, _, err := tr.Recv(0, transport.Act)
+			_, _, err := tr.Recv(0, abi.ActChannel)
 			return err
 		}
 		for i := range 5 { // 24 bytes each on data, before the act rank 1 waits for
-			if err := tr.Send(1, transport.Data, transport.Tag{Micro: int32(i)}, samples[0].make(0, i)); err != nil {
+			if err := tr.Send(1, abi.DataChannel, transport.Tag{Micro: int32(i)}, samples[0].make(0, i)); err != nil {
 				return err
 			}
 		}
-		if err := tr.Send(1, transport.Act, transport.Tag{}, samples[0].make(0, 9)); err != nil {
+		if err := tr.Send(1, abi.ActChannel, transport.Tag{}, samples[0].make(0, 9)); err != nil {
 			return err
 		}
-		_, _, err := tr.Recv(1, transport.Grad)
+		_, _, err := tr.Recv(1, abi.GradChannel)
 		return err
 	case "goodbye":
 		x := samples[1].make(rank, 0)
 		switch rank {
 		case 1:
-			if _, _, err := tr.Recv(0, transport.Act); err != nil {
+			if _, _, err := tr.Recv(0, abi.ActChannel); err != nil {
 				return err
 			}
 			return tr.Close()
 		case 2:
-			if _, _, err := tr.Recv(0, transport.Act); err != nil {
+			if _, _, err := tr.Recv(0, abi.ActChannel); err != nil {
 				return err
 			}
-			return tr.Send(0, transport.Grad, transport.Tag{}, x)
+			return tr.Send(0, abi.GradChannel, transport.Tag{}, x)
 		}
-		if err := tr.Send(1, transport.Act, transport.Tag{}, x); err != nil {
+		if err := tr.Send(1, abi.ActChannel, transport.Tag{}, x); err != nil {
 			return err
 		}
 		time.Sleep(500 * time.Millisecond) // rank 1 closes
-		if _, _, err := tr.Recv(1, transport.Grad); err == nil || !strings.Contains(err.Error(), "recv grad from rank 1: rank 1 closed the connection") {
+		if _, _, err := tr.Recv(1, abi.GradChannel); err == nil || !strings.Contains(err.Error(), "recv grad from rank 1: rank 1 closed the connection") {
 			return fmt.Errorf("recv from a closed rank: %v", err)
 		}
-		if err := tr.Send(1, transport.Act, transport.Tag{}, x); err == nil || !strings.Contains(err.Error(), "send act to rank 1: rank 1 closed the connection") {
+		if err := tr.Send(1, abi.ActChannel, transport.Tag{}, x); err == nil || !strings.Contains(err.Error(), "send act to rank 1: rank 1 closed the connection") {
 			return fmt.Errorf("send to a closed rank: %v", err)
 		}
-		if err := tr.Send(2, transport.Act, transport.Tag{}, x); err != nil {
+		if err := tr.Send(2, abi.ActChannel, transport.Tag{}, x); err != nil {
 			return err
 		}
-		_, y, err := tr.Recv(2, transport.Grad)
+		_, y, err := tr.Recv(2, abi.GradChannel)
 		if err != nil {
 			return err
 		}
@@ -716,7 +718,7 @@ func child(sc string) error {
 			time.Sleep(5 * time.Second) // never receives
 			return nil
 		}
-		err := tr.Send(1, transport.Act, transport.Tag{}, samples[6].make(0, 6)) // more than the socket buffers hold
+		err := tr.Send(1, abi.ActChannel, transport.Tag{}, samples[6].make(0, 6)) // more than the socket buffers hold
 		var pe *transport.ProgressError
 		if err != nil && !errors.As(err, &pe) {
 			return fmt.Errorf("not a *ProgressError: %w", err)
@@ -738,10 +740,10 @@ func ring(tr *Transport, rank, n, rounds int, ss []sample) error {
 		for i, s := range ss {
 			k := round*100 + i
 			ops := []transport.BatchOp{
-				{Peer: next, Ch: transport.Act, Send: true, Tag: transport.Tag{Stage: int32(rank), Micro: int32(k)}, T: s.make(rank, k)},
-				{Peer: prev, Ch: transport.Grad, Send: true, Tag: transport.Tag{Stage: int32(rank), Micro: int32(k)}, T: s.make(rank, k)},
-				{Peer: prev, Ch: transport.Act},
-				{Peer: next, Ch: transport.Grad},
+				{Peer: next, Ch: abi.ActChannel, Send: true, Tag: transport.Tag{Stage: int32(rank), Micro: int32(k)}, T: s.make(rank, k)},
+				{Peer: prev, Ch: abi.GradChannel, Send: true, Tag: transport.Tag{Stage: int32(rank), Micro: int32(k)}, T: s.make(rank, k)},
+				{Peer: prev, Ch: abi.ActChannel},
+				{Peer: next, Ch: abi.GradChannel},
 			}
 			if err := tr.Batch(ops); err != nil {
 				return err
@@ -773,7 +775,7 @@ func TestPanicBecomesError(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the panic did not fail the transport")
 	}
-	err := tr.Send(0, transport.Act, transport.Tag{}, samples[0].make(0, 0))
+	err := tr.Send(0, abi.ActChannel, transport.Tag{}, samples[0].make(0, 0))
 	if !errors.Is(err, transport.ErrPanicked) || !strings.Contains(err.Error(), "NCCL transport watchdog panicked: injected") {
 		t.Errorf("send after the panic: %v", err)
 	}

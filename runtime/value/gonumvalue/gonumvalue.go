@@ -13,10 +13,10 @@ package gonumvalue
 
 import (
 	"fmt"
-	"unsafe"
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/value"
 )
 
@@ -57,17 +57,13 @@ func (v Matrix) Bytes() []byte {
 	raw := v.M.RawMatrix()
 	n := raw.Rows * raw.Cols
 	if v.Aliased() {
-		return floatBytes(raw.Data[:n])
+		return wire.AsBytes(raw.Data[:n])
 	}
 	out := make([]float64, 0, n)
 	for r := range raw.Rows {
 		out = append(out, raw.Data[r*raw.Stride:r*raw.Stride+raw.Cols]...)
 	}
-	return floatBytes(out)
-}
-
-func floatBytes(s []float64) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
+	return wire.AsBytes(out)
 }
 
 // Dense returns v as a *mat.Dense: the matrix itself for a Matrix, else
@@ -116,16 +112,19 @@ func (Maker) Make(dt value.Dtype, shape []int) (value.Value, []byte, error) {
 		return nil, nil, err
 	}
 	m := mat.NewDense(r, c, nil)
-	return Matrix{m}, floatBytes(m.RawMatrix().Data), nil
+	return Matrix{m}, wire.AsBytes(m.RawMatrix().Data), nil
 }
 
 // View returns a matrix whose storage is buf, or false where buf is not
 // 8-byte aligned or the layout has no mat.Dense.
 func (Maker) View(dt value.Dtype, shape []int, buf []byte) (value.Value, bool) {
 	r, c, err := layout(dt, shape)
-	if err != nil || len(buf) != 8*r*c || uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%8 != 0 {
+	if err != nil || len(buf) != 8*r*c {
 		return nil, false
 	}
-	data := unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(buf))), r*c)
+	data, ok := wire.Elems[float64](buf)
+	if !ok {
+		return nil, false
+	}
 	return Matrix{mat.NewDense(r, c, data)}, true
 }

@@ -1,11 +1,11 @@
 //go:build mpi
 
-package transport
+package mpi
 
 /*
 #include <stdlib.h>
 #include <string.h>
-#include "mpi_shim.h"
+#include "shim.h"
 */
 import "C"
 
@@ -24,19 +24,22 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/internal/nap"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/transport"
 )
 
-// MPIBuilt reports whether this build has the MPI transport (the mpi build
-// tag). Without it, [NewMPI] returns [ErrNoMPI].
-const MPIBuilt = true
+// Built reports whether this build has the MPI transport (the mpi build
+// tag). Without it, [New] returns [ErrNotBuilt].
+const Built = true
 
 // mpiProc is the process's MPI state: MPI can be initialized and finalized
 // once per process, from one thread (the "main thread" of the MPI
 // standard), which a goroutine locked to its OS thread plays.
 var mpiProc struct {
 	sync.Mutex
-	started   bool // NewMPI was called (MPI cannot be started twice)
+	started   bool // New was called (MPI cannot be started twice)
 	finalize  chan chan error
 	already   bool // MPI was initialized by someone else: do not finalize it
 	rank, wld int
@@ -109,7 +112,7 @@ func mpiErrString(code C.int) string {
 
 // mpiError is the error of a failed MPI call.
 func mpiError(call string, code C.int) error {
-	return fmt.Errorf("%w: %s: %s", ErrProtocol, call, mpiErrString(code))
+	return fmt.Errorf("%w: %s: %s", transport.ErrProtocol, call, mpiErrString(code))
 }
 
 // cbuf is a C-allocated buffer of n bytes (at least 1 allocated), which MPI
@@ -130,9 +133,9 @@ func (b cbuf) free()         { C.free(b.p) }
 // (kept pinned for ever), because MPI may still write to it.
 type mpiOp struct {
 	peer   int
-	ch     Channel
+	ch     abi.Channel
 	send   bool
-	tag    Tag // send: the tag sent; receive: the tag received
+	tag    transport.Tag // send: the tag sent; receive: the tag received
 	hdr    cbuf
 	hreq   *C.MPI_Request // C memory (newRequest), freed by release
 	preq   *C.MPI_Request
@@ -151,7 +154,7 @@ type mpiOp struct {
 func newRequest() *C.MPI_Request { return C.ppg_new_request() }
 
 // newOp returns an op with its two request handles allocated.
-func newOp(peer int, ch Channel, send bool) *mpiOp {
+func newOp(peer int, ch abi.Channel, send bool) *mpiOp {
 	return &mpiOp{peer: peer, ch: ch, send: send, hreq: newRequest(), preq: newRequest()}
 }
 
@@ -181,9 +184,9 @@ func (op *mpiOp) release() {
 // runtime.Pinner that the GC finds unreachable while pinning panics.
 var mpiLeaked []*mpiOp
 
-// mpiT is one rank's endpoint over MPI (NewMPI).
+// mpiT is one rank's endpoint over MPI (New).
 type mpiT struct {
-	cfg         MPIConfig
+	cfg         Config
 	rank, world int
 	setting     string
 
@@ -195,18 +198,18 @@ type mpiT struct {
 
 	mu      sync.Mutex
 	pending []*mpiOp // buffered sends in flight (and abort news)
-	last    [][NumChannels]*Tag
+	last    [][wire.ChannelSlots]*transport.Tag
 
 	news    cbuf
 	newsReq *C.MPI_Request // C memory
 
-	groupMu sync.Mutex  // serializes NewGroup (mpi_coll.go)
+	groupMu sync.Mutex  // serializes NewGroup (coll.go)
 	groups  []*mpiGroup // the collectives' communicators, freed by Close
 
 	stop, stopped chan struct{}
 }
 
-// NewMPI starts the MPI transport: it initializes MPI with
+// New starts the MPI transport: it initializes MPI with
 // MPI_THREAD_MULTIPLE (refused when the library cannot provide it), takes
 // the rank and world size from MPI_COMM_WORLD, and compares the schedule
 // fingerprint across all ranks, refusing to start (on every rank) when
@@ -216,18 +219,18 @@ type mpiT struct {
 // The transport is FIFO per (peer, channel) by MPI tag; see
 // docs/internals.md, "The MPI transport", for the message format, the
 // pinning of buffers, the synchronous mode and the abort.
-func NewMPI(cfg MPIConfig) (Transport, error) {
+func New(cfg Config) (transport.Transport, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, fmt.Errorf("transport: MPI: %w", err)
 	}
 	if err := mpiInit(); err != nil {
 		return nil, fmt.Errorf("transport: MPI: %w", err)
 	}
-	t := &mpiT{cfg: cfg, rank: mpiProc.rank, world: mpiProc.wld, setting: "PPGEN_TIMEOUT (MPIConfig.Timeout)",
+	t := &mpiT{cfg: cfg, rank: mpiProc.rank, world: mpiProc.wld, setting: "PPGEN_TIMEOUT (mpi.Config.Timeout)",
 		failed: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
-	t.last = make([][NumChannels]*Tag, t.world)
+	t.last = make([][wire.ChannelSlots]*transport.Tag, t.world)
 	if err := t.checkFingerprint(); err != nil {
-		if !errors.Is(err, ErrTimeout) {
+		if !errors.Is(err, transport.ErrTimeout) {
 			mpiFinalize() // every rank saw the same allgather and fails alike
 		}
 		return nil, err
@@ -252,7 +255,7 @@ func (t *mpiT) Fingerprint() string { return t.cfg.Fingerprint }
 // message) and compares.
 func (t *mpiT) checkFingerprint() error {
 	const prefix = 64
-	const rec = sha256.Size + prefix + MaxScheduleLen
+	const rec = sha256.Size + prefix + transport.MaxScheduleLen
 	send, recv := newCbuf(rec), newCbuf(rec*t.world)
 	sum := sha256.Sum256([]byte(t.cfg.Fingerprint))
 	b := send.bytes()
@@ -268,10 +271,10 @@ func (t *mpiT) checkFingerprint() error {
 		done, _, _, err := t.test(req, "MPI_Iallgather (schedule fingerprint)")
 		return done, err
 	})
-	if errors.Is(err, errNoProgress) {
+	if errors.Is(err, wire.ErrNoProgress) {
 		// Leak the buffers: the collective may still complete into them.
 		return fmt.Errorf("transport: rank %d: %w: not every rank reached the start (the fingerprint allgather) within %v (%s); are all ranks started, with the MPI transport?",
-			t.rank, ErrTimeout, t.cfg.Timeout, t.setting)
+			t.rank, transport.ErrTimeout, t.cfg.Timeout, t.setting)
 	}
 	defer send.free()
 	defer recv.free()
@@ -303,13 +306,13 @@ func (t *mpiT) checkFingerprint() error {
 		part := fmt.Sprintf("%s %q", rankList(rs), fp)
 		// A peer's bytes are printed only when they are what a valid
 		// Schedule is (fill checked ours).
-		if sched := strings.TrimRight(string(rb[sha256.Size+prefix:]), "\x00"); sched != "" && printable(sched) {
+		if sched := strings.TrimRight(string(rb[sha256.Size+prefix:]), "\x00"); sched != "" && wire.Printable(sched) {
 			part += " (schedule " + sched + ")"
 		}
 		parts = append(parts, part)
 	}
 	return fmt.Errorf("transport: rank %d: %w: the ranks run different schedules (fingerprints differ): %s; %s",
-		t.rank, ErrHandshake, strings.Join(parts, ", "), sameScheduleHelp)
+		t.rank, transport.ErrHandshake, strings.Join(parts, ", "), wire.SameScheduleHelp)
 }
 
 // rankList is "rank 3" or "ranks 0, 1, 2".
@@ -380,7 +383,7 @@ func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error 
 			return t.err
 		}
 		if time.Now().After(deadline) {
-			return errNoProgress
+			return wire.ErrNoProgress
 		}
 		if i < spinRounds {
 			runtime.Gosched()
@@ -392,7 +395,7 @@ func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error 
 }
 
 // lastTag returns the last tag received from peer on ch, nil if none.
-func (t *mpiT) lastTag(peer int, ch Channel) *Tag {
+func (t *mpiT) lastTag(peer int, ch abi.Channel) *transport.Tag {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.last[peer][ch]
@@ -411,7 +414,7 @@ func (t *mpiT) usable() error {
 		return t.err
 	}
 	if t.closed.Load() {
-		return ErrClosed
+		return transport.ErrClosed
 	}
 	return nil
 }
@@ -419,27 +422,27 @@ func (t *mpiT) usable() error {
 // startSend posts the header and payload of x, tagged tag, to peer on ch:
 // a synchronous send (Sync) pins the tensor's backing array, a buffered one
 // copies it into C memory.
-func (t *mpiT) startSend(peer int, ch Channel, tag Tag, x *tensor.Dense) (*mpiOp, error) {
-	v, err := viewOf(x)
+func (t *mpiT) startSend(peer int, ch abi.Channel, tag transport.Tag, x *tensor.Dense) (*mpiOp, error) {
+	v, err := wire.PayloadOf(x)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(v.raw)) > t.cfg.MaxMessageBytes {
-		return nil, fmt.Errorf("%w: %d-byte tensor of shape %v over the %d-byte cap (MPIConfig.MaxMessageBytes)", ErrFrameTooLarge, len(v.raw), v.dims, t.cfg.MaxMessageBytes)
+	if int64(len(v.Raw)) > t.cfg.MaxMessageBytes {
+		return nil, fmt.Errorf("%w: %d-byte tensor of shape %v over the %d-byte cap (mpi.Config.MaxMessageBytes)", transport.ErrFrameTooLarge, len(v.Raw), v.Dims, t.cfg.MaxMessageBytes)
 	}
 	op := newOp(peer, ch, true)
 	op.tag, op.hdr, op.state = tag, newCbuf(mpiHeaderLen), 1
 	encodeMPIHeader(op.hdr.bytes(), tag, v)
 	var buf unsafe.Pointer
 	switch {
-	case len(v.raw) == 0:
+	case len(v.Raw) == 0:
 	case t.cfg.Sync:
-		op.pin.Pin(&v.raw[0])
+		op.pin.Pin(&v.Raw[0])
 		op.pinned = true
-		buf = unsafe.Pointer(&v.raw[0])
+		buf = unsafe.Pointer(&v.Raw[0])
 	default:
-		op.pay = newCbuf(len(v.raw))
-		copy(op.pay.bytes(), v.raw)
+		op.pay = newCbuf(len(v.Raw))
+		copy(op.pay.bytes(), v.Raw)
 		buf = op.pay.p
 	}
 	sync := C.int(0)
@@ -450,11 +453,11 @@ func (t *mpiT) startSend(peer int, ch Channel, tag Tag, x *tensor.Dense) (*mpiOp
 		op.release()
 		return nil, mpiError("MPI_Isend (header)", code)
 	}
-	if code := C.ppg_isend(buf, C.int(len(v.raw)), C.int(peer), C.int(mpiTag(ch, 1)), sync, op.preq); code != C.MPI_SUCCESS {
+	if code := C.ppg_isend(buf, C.int(len(v.Raw)), C.int(peer), C.int(mpiTag(ch, 1)), sync, op.preq); code != C.MPI_SUCCESS {
 		t.leak(op) // the header is in flight
 		return nil, mpiError("MPI_Isend (payload)", code)
 	}
-	runtime.KeepAlive(v.keep)
+	runtime.KeepAlive(v.Keep)
 	return op, nil
 }
 
@@ -480,7 +483,7 @@ func (t *mpiT) testSend(op *mpiOp) (bool, error) {
 }
 
 // startRecv posts the receive of a header from peer on ch.
-func (t *mpiT) startRecv(peer int, ch Channel) (*mpiOp, error) {
+func (t *mpiT) startRecv(peer int, ch abi.Channel) (*mpiOp, error) {
 	op := newOp(peer, ch, false)
 	op.hdr = newCbuf(mpiHeaderLen)
 	if code := C.ppg_irecv(op.hdr.p, C.int(mpiHeaderLen), C.int(peer), C.int(mpiTag(ch, 0)), op.hreq); code != C.MPI_SUCCESS {
@@ -505,7 +508,7 @@ func (t *mpiT) testRecv(op *mpiOp, post bool) (bool, error) {
 			return false, err
 		}
 		if op.h, err = decodeMPIHeader(op.hdr.bytes()[:min(n, mpiHeaderLen)], t.cfg.MaxMessageBytes); err == nil && n != mpiHeaderLen {
-			err = fmt.Errorf("%w: sent a header of %d bytes, want %d", ErrProtocol, n, mpiHeaderLen)
+			err = fmt.Errorf("%w: sent a header of %d bytes, want %d", transport.ErrProtocol, n, mpiHeaderLen)
 		}
 		if err != nil {
 			return false, err
@@ -514,7 +517,7 @@ func (t *mpiT) testRecv(op *mpiOp, post bool) (bool, error) {
 		op.hdr.p = nil
 		op.tag = op.h.tag
 		var raw []byte
-		op.t, raw = alloc(op.h.dt, op.h.dims)
+		op.t, raw = wire.Alloc(op.h.dt, op.h.dims)
 		var buf unsafe.Pointer
 		if len(raw) > 0 {
 			op.pin.Pin(&raw[0])
@@ -533,7 +536,7 @@ func (t *mpiT) testRecv(op *mpiOp, post bool) (bool, error) {
 		}
 		op.release()
 		if int64(n) != op.h.n {
-			return false, fmt.Errorf("%w: sent a payload of %d bytes after a header of shape %v (%d bytes)", ErrProtocol, n, op.h.dims, op.h.n)
+			return false, fmt.Errorf("%w: sent a payload of %d bytes after a header of shape %v (%d bytes)", transport.ErrProtocol, n, op.h.dims, op.h.n)
 		}
 		op.state = 2
 		t.mu.Lock()
@@ -544,17 +547,17 @@ func (t *mpiT) testRecv(op *mpiOp, post bool) (bool, error) {
 	return op.state == 2, nil
 }
 
-func (t *mpiT) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
-	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
+func (t *mpiT) Send(peer int, ch abi.Channel, tag transport.Tag, x *tensor.Dense) error {
+	if err := transport.CheckPeer(t.rank, t.world, peer, ch); err != nil {
 		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
 	}
 	if err := t.usable(); err != nil {
-		return sendError(t.rank, ch, peer, err)
+		return transport.SendError(t.rank, ch, peer, err)
 	}
 	op, err := t.startSend(peer, ch, tag, x)
 	if err != nil {
-		t.fail(sendError(t.rank, ch, peer, err))
-		return sendError(t.rank, ch, peer, err)
+		t.fail(transport.SendError(t.rank, ch, peer, err))
+		return transport.SendError(t.rank, ch, peer, err)
 	}
 	if !t.cfg.Sync {
 		t.mu.Lock()
@@ -567,25 +570,25 @@ func (t *mpiT) Send(peer int, ch Channel, tag Tag, x *tensor.Dense) error {
 		return nil
 	}
 	t.leak(op)
-	if errors.Is(err, errNoProgress) {
-		note := fmt.Sprintf("synchronous send (MPIConfig.Sync) of %v: rank %d has not started the matching receive", tag, peer)
+	if errors.Is(err, wire.ErrNoProgress) {
+		note := fmt.Sprintf("synchronous send (mpi.Config.Sync) of %v: rank %d has not started the matching receive", tag, peer)
 		if op.hdone {
-			note = fmt.Sprintf("synchronous send (MPIConfig.Sync) of %v: rank %d took the header, the payload did not complete", tag, peer)
+			note = fmt.Sprintf("synchronous send (mpi.Config.Sync) of %v: rank %d took the header, the payload did not complete", tag, peer)
 		}
-		pe := newProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, t.setting, nil, note)
+		pe := transport.NewProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, t.setting, nil, note)
 		t.fail(pe)
 		return pe
 	}
-	t.fail(sendError(t.rank, ch, peer, err))
-	return sendError(t.rank, ch, peer, err)
+	t.fail(transport.SendError(t.rank, ch, peer, err))
+	return transport.SendError(t.rank, ch, peer, err)
 }
 
-func (t *mpiT) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
-	if err := checkPeer(t.rank, t.world, peer, ch); err != nil {
-		return Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
+func (t *mpiT) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, error) {
+	if err := transport.CheckPeer(t.rank, t.world, peer, ch); err != nil {
+		return transport.Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
 	}
 	if err := t.usable(); err != nil {
-		return Tag{}, nil, recvError(t.rank, ch, peer, err)
+		return transport.Tag{}, nil, transport.RecvError(t.rank, ch, peer, err)
 	}
 	op, err := t.startRecv(peer, ch)
 	if err == nil {
@@ -597,24 +600,24 @@ func (t *mpiT) Recv(peer int, ch Channel) (Tag, *tensor.Dense, error) {
 	if op != nil {
 		t.leak(op)
 	}
-	if errors.Is(err, errNoProgress) {
+	if errors.Is(err, wire.ErrNoProgress) {
 		note := ""
 		if op.state == 1 {
 			note = fmt.Sprintf("the header of %v arrived, its payload did not", op.tag)
 		}
-		pe := newProgressError(t.rank, "recv", peer, ch, t.cfg.Timeout, t.setting, t.lastTag(peer, ch), note)
+		pe := transport.NewProgressError(t.rank, "recv", peer, ch, t.cfg.Timeout, t.setting, t.lastTag(peer, ch), note)
 		t.fail(pe)
-		return Tag{}, nil, pe
+		return transport.Tag{}, nil, pe
 	}
-	t.fail(recvError(t.rank, ch, peer, err))
-	return Tag{}, nil, recvError(t.rank, ch, peer, err)
+	t.fail(transport.RecvError(t.rank, ch, peer, err))
+	return transport.Tag{}, nil, transport.RecvError(t.rank, ch, peer, err)
 }
 
 // Batch starts every op (sends first, then the receives' headers), then
 // polls them all until every one completed, bounded by Timeout without any
 // completing. A buffered send (not Sync) is handed over like Send's: the
 // batch waits for its receives and synchronous sends.
-func (t *mpiT) Batch(ops []BatchOp) error {
+func (t *mpiT) Batch(ops []transport.BatchOp) error {
 	if err := t.usable(); err != nil {
 		return fmt.Errorf("transport: rank %d: batch: %w", t.rank, err)
 	}
@@ -631,7 +634,7 @@ func (t *mpiT) Batch(ops []BatchOp) error {
 	}
 	for i := range ops {
 		op := &ops[i]
-		if err := checkPeer(t.rank, t.world, op.Peer, op.Ch); err != nil {
+		if err := transport.CheckPeer(t.rank, t.world, op.Peer, op.Ch); err != nil {
 			return fmt.Errorf("transport: rank %d: batch op %d (%s): %w", t.rank, i, op, err)
 		}
 	}
@@ -639,7 +642,7 @@ func (t *mpiT) Batch(ops []BatchOp) error {
 		if op := &ops[i]; op.Send {
 			m, err := t.startSend(op.Peer, op.Ch, op.Tag, op.T)
 			if err != nil {
-				return fail(i, sendError(t.rank, op.Ch, op.Peer, err))
+				return fail(i, transport.SendError(t.rank, op.Ch, op.Peer, err))
 			}
 			if !t.cfg.Sync {
 				t.mu.Lock()
@@ -654,14 +657,14 @@ func (t *mpiT) Batch(ops []BatchOp) error {
 		if op := &ops[i]; !op.Send {
 			m, err := t.startRecv(op.Peer, op.Ch)
 			if err != nil {
-				return fail(i, recvError(t.rank, op.Ch, op.Peer, err))
+				return fail(i, transport.RecvError(t.rank, op.Ch, op.Peer, err))
 			}
 			mops[i] = m
 		}
 	}
 	type key struct {
 		peer int
-		ch   Channel
+		ch   abi.Channel
 	}
 	var failedAt int // the op that failed, or the first one still waiting
 	err := t.pollProgress(func(deadline *time.Time) (bool, error) {
@@ -712,17 +715,17 @@ func (t *mpiT) Batch(ops []BatchOp) error {
 		}
 		return nil
 	}
-	if errors.Is(err, errNoProgress) {
+	if errors.Is(err, wire.ErrNoProgress) {
 		op := &ops[failedAt]
 		kind, note := "recv", fmt.Sprintf("batch op %d of %d (%s), the first not complete", failedAt, len(ops), op)
-		var last *Tag
+		var last *transport.Tag
 		if op.Send {
 			kind = "send"
-			note += fmt.Sprintf(": synchronous send (MPIConfig.Sync): rank %d has not started the matching receive", op.Peer)
+			note += fmt.Sprintf(": synchronous send (mpi.Config.Sync): rank %d has not started the matching receive", op.Peer)
 		} else {
 			last = t.lastTag(op.Peer, op.Ch)
 		}
-		pe := newProgressError(t.rank, kind, op.Peer, op.Ch, t.cfg.Timeout, t.setting, last, note)
+		pe := transport.NewProgressError(t.rank, kind, op.Peer, op.Ch, t.cfg.Timeout, t.setting, last, note)
 		fail(failedAt, pe)
 		return pe
 	}

@@ -1,6 +1,6 @@
 //go:build mpi
 
-package transport_test
+package mpi_test
 
 import (
 	"fmt"
@@ -14,7 +14,10 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // pingPongBytes and pingPongRounds size BenchmarkMPIThroughput: 4 MiB
@@ -31,13 +34,13 @@ const (
 // both ways over the wall time of the rounds, on rank 0). Run it with
 // -benchtime 1x: each run is one mpirun job. The raw sub-benchmarks are
 // the baseline: the same ping-pong in C with blocking MPI_Send/MPI_Recv on
-// a reused buffer (testdata/mpi_pingpong.c, compiled here with mpicc), run
+// a reused buffer (testdata/pingpong.c, compiled here with mpicc), run
 // beside the others because a shared machine's figures drift.
 func BenchmarkMPIThroughput(b *testing.B) {
 	raw := ""
 	if mpicc, err := exec.LookPath("mpicc"); err == nil {
 		raw = filepath.Join(b.TempDir(), "pingpong")
-		if out, err := exec.Command(mpicc, "-O2", "-o", raw, filepath.Join("testdata", "mpi_pingpong.c")).CombinedOutput(); err != nil {
+		if out, err := exec.Command(mpicc, "-O2", "-o", raw, filepath.Join("testdata", "pingpong.c")).CombinedOutput(); err != nil {
 			b.Fatalf("mpicc: %v\n%s", err, out)
 		}
 	}
@@ -54,7 +57,7 @@ func BenchmarkMPIThroughput(b *testing.B) {
 					}
 					args = append(link.mca, raw, strconv.Itoa(pingPongBytes), strconv.Itoa(pingPongRounds))
 				}
-				argv := mpirunArgs(b, 2, args...)
+				argv := mpitest.Args(b, 2, args...)
 				sync := mode == "sync"
 				var best float64
 				for range b.N {
@@ -79,7 +82,7 @@ func BenchmarkMPIThroughput(b *testing.B) {
 
 // childPingPong is rank 0 or 1 of the ping-pong.
 func childPingPong(t *testing.T, sync bool) {
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: time.Minute, Fingerprint: "ping-pong"})
+	tr, err := mpi.New(mpi.Config{Sync: sync, Timeout: time.Minute, Fingerprint: "ping-pong"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,19 +90,19 @@ func childPingPong(t *testing.T, sync bool) {
 	x := tensor.New(tensor.WithShape(pingPongBytes/4), tensor.WithBacking(make([]float32, pingPongBytes/4)))
 	round := func() {
 		if r == 0 {
-			if err := tr.Send(1, transport.Act, transport.Tag{}, x); err != nil {
+			if err := tr.Send(1, abi.ActChannel, transport.Tag{}, x); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := tr.Recv(1, transport.Grad); err != nil {
+			if _, _, err := tr.Recv(1, abi.GradChannel); err != nil {
 				t.Fatal(err)
 			}
 			return
 		}
-		_, y, err := tr.Recv(0, transport.Act)
+		_, y, err := tr.Recv(0, abi.ActChannel)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tr.Send(0, transport.Grad, transport.Tag{}, y); err != nil {
+		if err := tr.Send(0, abi.GradChannel, transport.Tag{}, y); err != nil {
 			t.Fatal(err)
 		}
 	}

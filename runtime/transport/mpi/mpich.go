@@ -1,6 +1,6 @@
 //go:build mpi && mpich
 
-package transport
+package mpi
 
 // The MPICH build (-tags mpi,mpich): headers and library from pkg-config's
 // mpich (Debian and Ubuntu: libmpich-dev).

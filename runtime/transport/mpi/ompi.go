@@ -1,6 +1,6 @@
 //go:build mpi && !mpich
 
-package transport
+package mpi
 
 // The OpenMPI build (-tags mpi): headers and library from pkg-config's
 // ompi-c (Debian and Ubuntu: libopenmpi-dev). With another layout, set

@@ -1,4 +1,4 @@
-package transport_test
+package mpi_test
 
 import (
 	"log/slog"
@@ -90,7 +90,7 @@ func sendFirstTrain(r int, x *pipe.Exec, data *pipetest.Data) ([][]float64, erro
 // TestSendFirstBuffered: the send-first program completes over the buffered
 // transports (in-process and TCP) and trains like sequential training. Its
 // MPI counterpart (mpi_test.go, -tags mpi) shows it deadlocking under
-// MPIConfig.Sync.
+// Config.Sync.
 func TestSendFirstBuffered(t *testing.T) {
 	ref := pipetest.Sequential(pipetest.NewStages(2), 2, sendFirstIters, false)
 	worlds := map[string]func() []transport.Transport{

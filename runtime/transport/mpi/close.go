@@ -1,13 +1,13 @@
 //go:build mpi
 
-package transport
+package mpi
 
-// The MPI transport's lifecycle after NewMPI: the progress goroutine that
+// The MPI transport's lifecycle after New: the progress goroutine that
 // drives buffered sends, Close and Abort.
 
 /*
 #include <stdlib.h>
-#include "mpi_shim.h"
+#include "shim.h"
 */
 import "C"
 
@@ -20,6 +20,8 @@ import (
 	"unsafe"
 
 	"github.com/ppgen/ppgen/runtime/internal/nap"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // progress runs until Close: it drives MPI's progress for buffered sends
@@ -54,7 +56,7 @@ func (t *mpiT) progress() {
 			done, err := t.testSend(op)
 			switch {
 			case err != nil:
-				serr = sendError(t.rank, op.ch, op.peer, err)
+				serr = transport.SendError(t.rank, op.ch, op.peer, err)
 				mpiLeaked = append(mpiLeaked, op)
 			case !done:
 				kept = append(kept, op)
@@ -109,13 +111,13 @@ func (t *mpiT) Close() error {
 	}
 	close(t.stop)
 	<-t.stopped
-	t.freeGroups() // mpi_coll.go: the collectives' communicators
+	t.freeGroups() // coll.go: the collectives' communicators
 	if code := C.ppg_cancel(t.newsReq); code != C.MPI_SUCCESS {
 		t.cfg.Logger.Warn("transport: MPI: cancelling the abort-news receive failed", "rank", t.rank, "err", mpiErrString(code))
 	}
 	t.news.free()
 	C.free(unsafe.Pointer(t.newsReq))
-	t.fail(ErrClosed)
+	t.fail(transport.ErrClosed)
 	if err := mpiFinalize(); err != nil {
 		return fmt.Errorf("transport: rank %d: close: %w", t.rank, err)
 	}
@@ -123,7 +125,7 @@ func (t *mpiT) Close() error {
 }
 
 func (t *mpiT) closeFailed(err error, waiting string) error {
-	if errors.Is(err, errNoProgress) {
+	if errors.Is(err, wire.ErrNoProgress) {
 		var peers []string
 		t.mu.Lock()
 		for _, op := range t.pending {
@@ -134,7 +136,7 @@ func (t *mpiT) closeFailed(err error, waiting string) error {
 		if len(peers) > 0 {
 			msg += "; unreceived: " + strings.Join(peers, ", ")
 		}
-		err = fmt.Errorf("%w: %s", ErrTimeout, msg)
+		err = fmt.Errorf("%w: %s", transport.ErrTimeout, msg)
 	}
 	err = fmt.Errorf("transport: rank %d: close: %w", t.rank, err)
 	t.fail(err)
@@ -151,11 +153,11 @@ func (t *mpiT) Abort(cause error) {
 		return
 	}
 	if cause == nil {
-		cause = ErrAborted
+		cause = transport.ErrAborted
 	}
 	t.cfg.Logger.Error("transport: MPI: aborting the job", "rank", t.rank, "cause", cause)
-	t.fail(fmt.Errorf("%w: %w", ErrAborted, cause))
-	news := abortNews(t.rank, cause)
+	t.fail(fmt.Errorf("%w: %w", transport.ErrAborted, cause))
+	news := transport.AbortNews(t.rank, cause)
 	for p := range t.world {
 		if p == t.rank {
 			continue

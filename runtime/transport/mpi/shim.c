@@ -1,14 +1,14 @@
 //go:build mpi
 
-// mpi_shim.c: the MPI transport's C side (mpi.go, mpi_coll.go): thin
+// shim.c: the MPI transport's C side (mpi.go, coll.go): thin
 // wrappers of MPI calls on the transport's communicator, declared in
-// mpi_shim.h.
+// shim.h.
 
 #include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
 
-#include "mpi_shim.h"
+#include "shim.h"
 
 // ppg_comm is the transport's own communicator: a duplicate of
 // MPI_COMM_WORLD whose errors are returned, not fatal, so that a failed
@@ -17,7 +17,7 @@ static MPI_Comm ppg_comm;
 
 int ppg_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
 
-// ppg_parent_comm gives mpi_coll.go's C code the transport's communicator,
+// ppg_parent_comm gives coll.go's C code the transport's communicator,
 // the parent of the collectives' group communicators.
 MPI_Comm ppg_parent_comm(void) { return ppg_comm; }
 

@@ -1,6 +1,6 @@
 //go:build mpi
 
-package transport_test
+package mpi_test
 
 import (
 	"context"
@@ -19,8 +19,12 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/pipe/pipetest"
 	"github.com/ppgen/ppgen/runtime/transport"
+	"github.com/ppgen/ppgen/runtime/transport/mpi"
+	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
 // The MPI tests re-run this test binary under mpirun, one job per
@@ -32,38 +36,13 @@ import (
 
 const scenarioVar = "PPGEN_MPI_TEST"
 
-// mpirunArgs returns the mpirun command line that starts np copies of
-// args: OpenMPI refuses to run as root and more ranks than cores unless
-// told (--allow-run-as-root, --oversubscribe); other MPIs get neither.
-// PPGEN_MPIRUN names another launcher (mpiexec.mpich for a -tags
-// mpi,mpich build beside OpenMPI's mpirun).
-func mpirunArgs(t testing.TB, np int, args ...string) []string {
-	t.Helper()
-	name := "mpirun"
-	if v := os.Getenv("PPGEN_MPIRUN"); v != "" {
-		name = v
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not found: install an MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) to run the MPI tests; CI does", name)
-	}
-	cmd := []string{path}
-	if v, _ := exec.Command(path, "--version").CombinedOutput(); strings.Contains(string(v), "Open MPI") {
-		cmd = append(cmd, "--oversubscribe")
-		if os.Geteuid() == 0 {
-			cmd = append(cmd, "--allow-run-as-root")
-		}
-	}
-	return append(append(cmd, "-np", strconv.Itoa(np)), args...)
-}
-
 // runJob runs scenario on np ranks under mpirun and returns the job's
 // output (all ranks, stdout and stderr) and error.
 func runJob(t *testing.T, np int, scenario string, env ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := mpirunArgs(t, np, os.Args[0], "-test.run=^TestMPIChild$", "-test.v")
+	args := mpitest.Args(t, np, os.Args[0], "-test.run=^TestMPIChild$", "-test.v")
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append(append(os.Environ(), scenarioVar+"="+scenario), env...)
 	out, err := cmd.CombinedOutput()
@@ -111,11 +90,11 @@ func TestMPI(t *testing.T) {
 		}
 		for _, want := range []string{
 			// Rank 0's synchronous send times out and names rank 0, the peer, the channel.
-			"rank 0: send failed: transport: rank 0: send act to rank 1: no progress for 1s (PPGEN_TIMEOUT (MPIConfig.Timeout)): rank 1 did not read act; synchronous send (MPIConfig.Sync) of (stage 0, micro 7): rank 1 has not started the matching receive",
+			"rank 0: send failed: transport: rank 0: send act to rank 1: no progress for 1s (PPGEN_TIMEOUT (mpi.Config.Timeout)): rank 1 did not read act; synchronous send (mpi.Config.Sync) of (stage 0, micro 7): rank 1 has not started the matching receive",
 			"transport: MPI: aborting the job",
 			// Rank 1, waiting on another channel, learns why: rank 0's
 			// timeout blames rank 1, which did not read (as over TCP).
-			"rank 1: recv failed: transport: rank 1: recv grad from rank 0: rank 1 did not read act for 1s (no progress, PPGEN_TIMEOUT (MPIConfig.Timeout)) (reported by rank 0)",
+			"rank 1: recv failed: transport: rank 1: recv grad from rank 0: rank 1 did not read act for 1s (no progress, PPGEN_TIMEOUT (mpi.Config.Timeout)) (reported by rank 0)",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("no %q in the output:\n%s", want, out)
@@ -126,7 +105,7 @@ func TestMPI(t *testing.T) {
 
 // TestMPISendFirst is the demonstration that the rendezvous model is real:
 // the send-first program (mpi_demo_test.go) trains like sequential
-// training over buffered MPI and deadlocks under MPIConfig.Sync, where the
+// training over buffered MPI and deadlocks under Config.Sync, where the
 // progress timeout names the blocked ranks and steps.
 func TestMPISendFirst(t *testing.T) {
 	t.Run("buffered", func(t *testing.T) {
@@ -151,7 +130,7 @@ func TestMPISendFirst(t *testing.T) {
 		for _, want := range []string{
 			`pipe: rank 0:? step 0SEND_F1 (to rank 1|\(peer rank 1\))`,
 			`pipe: rank 1:? step 1SEND_B0 (to rank 0|\(peer rank 0\))`,
-			`no progress for 2s \(PPGEN_TIMEOUT \(MPIConfig.Timeout\)\): rank [01] did not read (act|grad); synchronous send \(MPIConfig.Sync\) of \(stage [01], micro [01]\): rank [01] has not started the matching receive`,
+			`no progress for 2s \(PPGEN_TIMEOUT \(mpi.Config.Timeout\)\): rank [01] did not read (act|grad); synchronous send \(mpi.Config.Sync\) of \(stage [01], micro [01]\): rank [01] has not started the matching receive`,
 		} {
 			if !regexp.MustCompile(want).MatchString(out) {
 				t.Errorf("no match for %q in the output:\n%s", want, out)
@@ -194,7 +173,7 @@ func launcherRank() string {
 
 // msg is the k-th message from rank src to rank dst on ch: its shape, dtype
 // and contents depend on all four.
-func msg(src, dst int, ch transport.Channel, k int) (transport.Tag, *tensor.Dense) {
+func msg(src, dst int, ch abi.Channel, k int) (transport.Tag, *tensor.Dense) {
 	tag := transport.Tag{Stage: int32(src), Micro: int32(k)}
 	val := func(i int) float64 { return float64(src*1000+dst*100+int(ch)*10+k) + float64(i)/4 }
 	switch k % 4 {
@@ -247,7 +226,7 @@ const exchangeK = 8 // messages per (peer, channel)
 // channel) (one goroutine each), checking order, tags and contents; then
 // a ring batch; then a Go panic still recovers after MPI started.
 func childExchange(t *testing.T, syncSends bool) {
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: syncSends, Timeout: 30 * time.Second, Fingerprint: "exchange"})
+	tr, err := mpi.New(mpi.Config{Sync: syncSends, Timeout: 30 * time.Second, Fingerprint: "exchange"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,14 +238,14 @@ func childExchange(t *testing.T, syncSends bool) {
 		t.Fatalf("Fingerprint() = %q", fp)
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 4*w*int(transport.NumChannels))
+	errs := make(chan error, 4*w*wire.Channels)
 	for p := range w {
 		if p == r {
 			continue
 		}
 		wg.Go(func() {
 			for k := range exchangeK {
-				for ch := range transport.NumChannels {
+				for ch := abi.ActChannel; ch <= abi.DataChannel; ch++ {
 					tag, x := msg(r, p, ch, k)
 					if err := tr.Send(p, ch, tag, x); err != nil {
 						errs <- err
@@ -275,7 +254,7 @@ func childExchange(t *testing.T, syncSends bool) {
 				}
 			}
 		})
-		for ch := range transport.NumChannels {
+		for ch := abi.ActChannel; ch <= abi.DataChannel; ch++ {
 			wg.Go(func() {
 				for k := range exchangeK {
 					tag, got, err := tr.Recv(p, ch)
@@ -302,22 +281,22 @@ func childExchange(t *testing.T, syncSends bool) {
 	// under Sync it completes only because every op starts before any waits.
 	b, ok := tr.(transport.Batcher)
 	if !ok {
-		t.Fatal("the MPI transport is not a Batcher")
+		t.Fatal("the MPI transport is not a transport.Batcher")
 	}
 	next, prev := (r+1)%w, (r+w-1)%w
-	t0, x0 := msg(r, next, transport.Act, 3)
-	t1, x1 := msg(r, prev, transport.Grad, 1)
-	t2, x2 := msg(r, next, transport.Data, 5)
-	t3, x3 := msg(r, next, transport.Data, 7)
+	t0, x0 := msg(r, next, abi.ActChannel, 3)
+	t1, x1 := msg(r, prev, abi.GradChannel, 1)
+	t2, x2 := msg(r, next, abi.DataChannel, 5)
+	t3, x3 := msg(r, next, abi.DataChannel, 7)
 	ops := []transport.BatchOp{
-		{Peer: next, Ch: transport.Act, Send: true, Tag: t0, T: x0},
-		{Peer: prev, Ch: transport.Act},
-		{Peer: prev, Ch: transport.Grad, Send: true, Tag: t1, T: x1},
-		{Peer: next, Ch: transport.Grad},
-		{Peer: prev, Ch: transport.Data},
-		{Peer: prev, Ch: transport.Data},
-		{Peer: next, Ch: transport.Data, Send: true, Tag: t2, T: x2},
-		{Peer: next, Ch: transport.Data, Send: true, Tag: t3, T: x3},
+		{Peer: next, Ch: abi.ActChannel, Send: true, Tag: t0, T: x0},
+		{Peer: prev, Ch: abi.ActChannel},
+		{Peer: prev, Ch: abi.GradChannel, Send: true, Tag: t1, T: x1},
+		{Peer: next, Ch: abi.GradChannel},
+		{Peer: prev, Ch: abi.DataChannel},
+		{Peer: prev, Ch: abi.DataChannel},
+		{Peer: next, Ch: abi.DataChannel, Send: true, Tag: t2, T: x2},
+		{Peer: next, Ch: abi.DataChannel, Send: true, Tag: t3, T: x3},
 	}
 	if err := b.Batch(ops); err != nil {
 		t.Fatal(err)
@@ -325,9 +304,9 @@ func childExchange(t *testing.T, syncSends bool) {
 	for i, want := range []struct {
 		op       int
 		src, dst int
-		ch       transport.Channel
+		ch       abi.Channel
 		k        int
-	}{{1, prev, r, transport.Act, 3}, {3, next, r, transport.Grad, 1}, {4, prev, r, transport.Data, 5}, {5, prev, r, transport.Data, 7}} {
+	}{{1, prev, r, abi.ActChannel, 3}, {3, next, r, abi.GradChannel, 1}, {4, prev, r, abi.DataChannel, 5}, {5, prev, r, abi.DataChannel, 7}} {
 		tag, x := msg(want.src, want.dst, want.ch, want.k)
 		if got := ops[want.op]; got.Tag != tag || !same(got.T, x) {
 			t.Fatalf("batch receive %d (op %d): tag %v, want %v (or the contents differ)", i, want.op, got.Tag, tag)
@@ -351,8 +330,8 @@ func childExchange(t *testing.T, syncSends bool) {
 	if err := tr.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := tr.Send(next, transport.Act, t0, x0); !errors.Is(err, transport.ErrClosed) {
-		t.Fatalf("Send after Close: %v, want ErrClosed", err)
+	if err := tr.Send(next, abi.ActChannel, t0, x0); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Send after Close: %v, want transport.ErrClosed", err)
 	}
 	fmt.Printf("rank %d: exchange ok\n", r)
 }
@@ -363,7 +342,7 @@ func childFingerprint(t *testing.T) {
 	if launcherRank() == "2" {
 		fp, sched = "sched-b", "zbv (P=3, V=2, M=4)"
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Fingerprint: fp, Schedule: sched, Timeout: 30 * time.Second})
+	tr, err := mpi.New(mpi.Config{Fingerprint: fp, Schedule: sched, Timeout: 30 * time.Second})
 	if err == nil {
 		tr.Close()
 		t.Fatal("ranks with different fingerprints started")
@@ -379,22 +358,22 @@ func childAbort(t *testing.T) {
 	if launcherRank() == "0" {
 		timeout = time.Second
 	}
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: true, Timeout: timeout, Fingerprint: "abort", AbortLinger: time.Second})
+	tr, err := mpi.New(mpi.Config{Sync: true, Timeout: timeout, Fingerprint: "abort", AbortLinger: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tr.Rank() == 0 {
-		_, x := msg(0, 1, transport.Act, 3)
-		err := tr.Send(1, transport.Act, transport.Tag{Stage: 0, Micro: 7}, x)
+		_, x := msg(0, 1, abi.ActChannel, 3)
+		err := tr.Send(1, abi.ActChannel, transport.Tag{Stage: 0, Micro: 7}, x)
 		var pe *transport.ProgressError
 		if !errors.As(err, &pe) || pe.Rank != 0 || pe.Peer != 1 {
-			t.Fatalf("send: %v, want a *ProgressError of rank 0 naming rank 1", err)
+			t.Fatalf("send: %v, want a *transport.ProgressError of rank 0 naming rank 1", err)
 		}
 		fmt.Printf("rank 0: send failed: %v\n", err)
 		tr.Abort(err)
 		t.Fatal("Abort returned")
 	}
-	_, _, err = tr.Recv(0, transport.Grad)
+	_, _, err = tr.Recv(0, abi.GradChannel)
 	fmt.Printf("rank 1: recv failed: %v\n", err)
 	os.Stdout.Sync()
 	tr.Abort(err)
@@ -403,7 +382,7 @@ func childAbort(t *testing.T) {
 
 // childSendFirst runs the send-first program (mpi_demo_test.go) on one rank.
 func childSendFirst(t *testing.T, sync bool) {
-	tr, err := transport.NewMPI(transport.MPIConfig{Sync: sync, Timeout: 2 * time.Second, Fingerprint: "test:1f1b-send-first"})
+	tr, err := mpi.New(mpi.Config{Sync: sync, Timeout: 2 * time.Second, Fingerprint: "test:1f1b-send-first"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// mpi_shim.h: the C functions of mpi_shim.c, called from the MPI
+// shim.h: the C functions of shim.c, called from the MPI
 // transport's Go files (build tag mpi).
 #ifndef PPGEN_MPI_SHIM_H
 #define PPGEN_MPI_SHIM_H

@@ -1,21 +1,31 @@
-package transport
+// Package mpi is the MPI transport: a transport.Transport, Batcher,
+// Fingerprinter and Collectives over MPI's point-to-point calls and its own
+// collectives, through cgo (build tag mpi; OpenMPI through pkg-config's
+// ompi-c, or MPICH with -tags mpi,mpich). Without the tag, [New] returns
+// [ErrNotBuilt], which says how to rebuild. docs/internals.md, "The MPI
+// transport", has the message format, the pinning of buffers, the
+// synchronous mode and the abort.
+package mpi
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"time"
+
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/transport"
 )
 
-// ErrNoMPI is returned by [NewMPI] in a build without the mpi tag.
-var ErrNoMPI = errors.New("ppgen built without MPI: rebuild with -tags mpi (needs libopenmpi-dev or an MPICH)")
+// ErrNotBuilt is returned by [New] in a build without the mpi tag.
+var ErrNotBuilt = errors.New("ppgen built without MPI: rebuild with -tags mpi (needs libopenmpi-dev or an MPICH)")
 
-// MPIConfig configures [NewMPI]. Zero values take the defaults. The rank
+// Config configures [New]. Zero values take the defaults. The rank
 // and world size come from MPI (MPI_COMM_WORLD), not from the
 // configuration.
-type MPIConfig struct {
+type Config struct {
 	// Sync makes every send synchronous (MPI_Issend): Send returns only
 	// once the peer's matching receive has started, which is the strict
 	// rendezvous semantics ppgen's verifier proves schedules safe under. A
@@ -29,7 +39,7 @@ type MPIConfig struct {
 	// channel and the last message received there. PPGEN_TIMEOUT sets it
 	// (runtime/launch). Default DefaultTimeout.
 	Timeout time.Duration
-	// Fingerprint identifies the schedule. NewMPI compares a hash of it
+	// Fingerprint identifies the schedule. New compares a hash of it
 	// across all ranks (an allgather) and refuses to start, on every rank,
 	// naming the ranks that differ.
 	Fingerprint string
@@ -39,7 +49,7 @@ type MPIConfig struct {
 	// MaxScheduleLen bytes of printable text.
 	Schedule string
 	// MaxMessageBytes caps one message's payload in both directions.
-	// Default DefaultMaxFrameBytes (1 GiB); at most MaxMPIMessageBytes (an
+	// Default DefaultMaxFrameBytes (1 GiB); at most MaxMessageBytes (an
 	// MPI count is a C int).
 	MaxMessageBytes int64
 	// AbortLinger is how long Abort waits, after telling every peer why
@@ -50,21 +60,21 @@ type MPIConfig struct {
 	Logger *slog.Logger
 }
 
-// MaxMPIMessageBytes bounds MPIConfig.MaxMessageBytes: MPI counts bytes in
+// MaxMessageBytes bounds Config.MaxMessageBytes: MPI counts bytes in
 // a C int.
-const MaxMPIMessageBytes = 1<<31 - 1
+const MaxMessageBytes = 1<<31 - 1
 
 const defaultMPIAbortLinger = 300 * time.Millisecond
 
-func (c *MPIConfig) fill() error {
-	orDefault(&c.Timeout, DefaultTimeout)
-	orDefault(&c.AbortLinger, defaultMPIAbortLinger)
-	orDefault(&c.MaxMessageBytes, DefaultMaxFrameBytes)
-	if c.MaxMessageBytes > MaxMPIMessageBytes {
-		return fmt.Errorf("MaxMessageBytes %d over %d (MPI counts bytes in a C int)", c.MaxMessageBytes, int64(MaxMPIMessageBytes))
+func (c *Config) fill() error {
+	wire.OrDefault(&c.Timeout, transport.DefaultTimeout)
+	wire.OrDefault(&c.AbortLinger, defaultMPIAbortLinger)
+	wire.OrDefault(&c.MaxMessageBytes, transport.DefaultMaxFrameBytes)
+	if c.MaxMessageBytes > MaxMessageBytes {
+		return fmt.Errorf("MaxMessageBytes %d over %d (MPI counts bytes in a C int)", c.MaxMessageBytes, int64(MaxMessageBytes))
 	}
-	if len(c.Schedule) > MaxScheduleLen || !printable(c.Schedule) {
-		return fmt.Errorf("Schedule %.80q: want at most %d bytes of printable text (pipe.Spec's Describe)", c.Schedule, MaxScheduleLen)
+	if len(c.Schedule) > transport.MaxScheduleLen || !wire.Printable(c.Schedule) {
+		return fmt.Errorf("Schedule %.80q: want at most %d bytes of printable text (pipe.Spec's Describe)", c.Schedule, transport.MaxScheduleLen)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -89,27 +99,28 @@ func (c *MPIConfig) fill() error {
 //	0   magic     uint32 mpiMagic
 //	4   version   uint8  (1)
 //	5   dtype     uint8
-//	6   dims      uint8  number of dimensions, at most maxDims
+//	6   dims      uint8  number of dimensions, at most wire.MaxDims
 //	7   zero      uint8
 //	8   tag.Stage int32
 //	12  tag.Micro int32
-//	16  dims      maxDims × uint64, unused ones zero
+//	16  dims      wire.MaxDims × uint64, unused ones zero
 const (
 	mpiMagic     = 0x4d475050 // "PPGM"
 	mpiVersion   = 1
-	mpiHeaderLen = 16 + 8*maxDims
+	mpiHeaderLen = 16 + 8*wire.MaxDims
 	// mpiAbortTag carries abort news (mpiNewsLen bytes); the channel tags
 	// stay below it.
-	mpiAbortTag = 2 * int(NumChannels)
+	mpiAbortTag = 2 * wire.Channels
 	mpiNewsLen  = 1024
 )
 
-// mpiTag is the MPI tag of a channel's header (part 0) or payload (part 1).
-func mpiTag(ch Channel, part int) int { return 2*int(ch) + part }
+// mpiTag is the MPI tag of a channel's header (part 0) or payload (part 1),
+// the channel by its wire code (0 act, 1 grad, 2 data).
+func mpiTag(ch abi.Channel, part int) int { return 2*int(wire.ChannelCode(ch)) + part }
 
 // mpiHeader is a decoded, validated header.
 type mpiHeader struct {
-	tag  Tag
+	tag  transport.Tag
 	dt   uint8
 	dims []int
 	n    int64 // payload bytes
@@ -117,13 +128,13 @@ type mpiHeader struct {
 
 // encodeMPIHeader writes the header of a tensor v tagged tag into b
 // (mpiHeaderLen bytes).
-func encodeMPIHeader(b []byte, tag Tag, v view) {
+func encodeMPIHeader(b []byte, tag transport.Tag, v wire.Payload) {
 	clear(b[:mpiHeaderLen])
 	binary.LittleEndian.PutUint32(b[0:], mpiMagic)
-	b[4], b[5], b[6] = mpiVersion, v.dt, uint8(len(v.dims))
+	b[4], b[5], b[6] = mpiVersion, v.Dtype, uint8(len(v.Dims))
 	binary.LittleEndian.PutUint32(b[8:], uint32(tag.Stage))
 	binary.LittleEndian.PutUint32(b[12:], uint32(tag.Micro))
-	for i, d := range v.dims {
+	for i, d := range v.Dims {
 		binary.LittleEndian.PutUint64(b[16+8*i:], uint64(d))
 	}
 }
@@ -136,55 +147,36 @@ func encodeMPIHeader(b []byte, tag Tag, v view) {
 func decodeMPIHeader(b []byte, maxBytes int64) (mpiHeader, error) {
 	var h mpiHeader
 	if len(b) != mpiHeaderLen {
-		return h, fmt.Errorf("%w: sent a header of %d bytes, want %d", ErrProtocol, len(b), mpiHeaderLen)
+		return h, fmt.Errorf("%w: sent a header of %d bytes, want %d", transport.ErrProtocol, len(b), mpiHeaderLen)
 	}
 	if m := binary.LittleEndian.Uint32(b); m != mpiMagic {
-		return h, fmt.Errorf("%w: sent a corrupt header (bad magic %#08x)", ErrProtocol, m)
+		return h, fmt.Errorf("%w: sent a corrupt header (bad magic %#08x)", transport.ErrProtocol, m)
 	}
 	if b[4] != mpiVersion {
-		return h, fmt.Errorf("%w: sent a header of version %d, this build speaks %d (run the same ppgen build on every rank)", ErrProtocol, b[4], mpiVersion)
+		return h, fmt.Errorf("%w: sent a header of version %d, this build speaks %d (run the same ppgen build on every rank)", transport.ErrProtocol, b[4], mpiVersion)
 	}
 	h.dt = b[5]
-	es := elemSize(h.dt)
-	if es == 0 {
-		return h, fmt.Errorf("%w: sent unknown dtype code %d", ErrProtocol, h.dt)
-	}
 	nd := int(b[6])
-	if nd > maxDims || b[7] != 0 {
-		return h, fmt.Errorf("%w: sent a header with %d dimensions (at most %d) or a nonzero pad byte %d", ErrProtocol, nd, maxDims, b[7])
+	if nd > wire.MaxDims || b[7] != 0 {
+		return h, fmt.Errorf("%w: sent a header with %d dimensions (at most %d) or a nonzero pad byte %d", transport.ErrProtocol, nd, wire.MaxDims, b[7])
 	}
-	h.tag = Tag{Stage: int32(binary.LittleEndian.Uint32(b[8:])), Micro: int32(binary.LittleEndian.Uint32(b[12:]))}
-	h.dims = make([]int, nd)
-	n := uint64(es)
-	for i := range maxDims {
-		d := binary.LittleEndian.Uint64(b[16+8*i:])
-		if i >= nd {
-			if d != 0 {
-				return h, fmt.Errorf("%w: sent a header with a nonzero unused dimension %d", ErrProtocol, i)
-			}
-			continue
+	h.tag = transport.Tag{Stage: int32(binary.LittleEndian.Uint32(b[8:])), Micro: int32(binary.LittleEndian.Uint32(b[12:]))}
+	var dims [wire.MaxDims]uint64
+	for i := range dims {
+		dims[i] = binary.LittleEndian.Uint64(b[16+8*i:])
+		if i >= nd && dims[i] != 0 {
+			return h, fmt.Errorf("%w: sent a header with a nonzero unused dimension %d", transport.ErrProtocol, i)
 		}
-		if d > uint64(maxBytes) {
-			return h, fmt.Errorf("%w: sent dimension %d of %d elements, over the %d-byte message cap (MPIConfig.MaxMessageBytes)", ErrFrameTooLarge, i, d, maxBytes)
-		}
-		hi, lo := bits.Mul64(n, d)
-		if hi != 0 || lo > uint64(maxBytes) {
-			return h, fmt.Errorf("%w: sent a tensor of shape %v... over the %d-byte message cap (MPIConfig.MaxMessageBytes)", ErrFrameTooLarge, h.dims[:i], maxBytes)
-		}
-		n = lo
-		h.dims[i] = int(d)
 	}
-	if n > uint64(maxBytes) { // a scalar's one element: the loop checked none
-		return h, fmt.Errorf("%w: sent a tensor of shape %v, %d bytes, over the %d-byte message cap (MPIConfig.MaxMessageBytes)", ErrFrameTooLarge, h.dims, n, maxBytes)
-	}
-	h.n = int64(n)
-	return h, nil
+	var err error
+	h.dims, h.n, err = wire.Shape(h.dt, dims[:nd], maxBytes, "mpi.Config.MaxMessageBytes")
+	return h, err
 }
 
 // encodeMPINews writes an abort's news into b (mpiNewsLen bytes): the rank
 // at fault, the observing rank (-1: the same), the sentinel code and the
 // reason, truncated to fit.
-func encodeMPINews(b []byte, news *PeerError) {
+func encodeMPINews(b []byte, news *transport.PeerError) {
 	clear(b[:mpiNewsLen])
 	via := int32(-1)
 	if news.Relayed {
@@ -192,7 +184,7 @@ func encodeMPINews(b []byte, news *PeerError) {
 	}
 	binary.LittleEndian.PutUint32(b[0:], uint32(int32(news.Peer)))
 	binary.LittleEndian.PutUint32(b[4:], uint32(via))
-	b[8] = sentinelCode(news.Err)
+	b[8] = wire.SentinelCode(news.Err)
 	r := news.Reason
 	if len(r) > mpiNewsLen-12 {
 		r = r[:mpiNewsLen-12]
@@ -203,17 +195,17 @@ func encodeMPINews(b []byte, news *PeerError) {
 
 // decodeMPINews reads news that rank src sent (world ranks), refusing
 // out-of-range ranks and lengths.
-func decodeMPINews(b []byte, src, world int) *PeerError {
+func decodeMPINews(b []byte, src, world int) *transport.PeerError {
 	if len(b) != mpiNewsLen {
-		return &PeerError{Peer: src, Reason: fmt.Sprintf("sent malformed abort news (%d bytes)", len(b)), Err: ErrProtocol}
+		return &transport.PeerError{Peer: src, Reason: fmt.Sprintf("sent malformed abort news (%d bytes)", len(b)), Err: transport.ErrProtocol}
 	}
 	peer := int(int32(binary.LittleEndian.Uint32(b[0:])))
 	via := int(int32(binary.LittleEndian.Uint32(b[4:])))
 	n := int(binary.LittleEndian.Uint16(b[10:]))
 	if peer < 0 || peer >= world || via < -1 || via >= world || n > mpiNewsLen-12 {
-		return &PeerError{Peer: src, Reason: "sent malformed abort news", Err: ErrProtocol}
+		return &transport.PeerError{Peer: src, Reason: "sent malformed abort news", Err: transport.ErrProtocol}
 	}
-	e := &PeerError{Peer: peer, Reason: string(b[12 : 12+n]), Err: sentinelOf(b[8])}
+	e := &transport.PeerError{Peer: peer, Reason: string(b[12 : 12+n]), Err: wire.SentinelOf(b[8])}
 	if peer != src {
 		e.Relayed, e.Via = true, src
 	}

@@ -1,12 +1,12 @@
 //go:build mpi
 
-package transport
+package mpi
 
 /*
 #include <stdlib.h>
 #include <mpi.h>
 
-#include "mpi_shim.h"
+#include "shim.h"
 
 static MPI_Datatype ppg_dtype(int f64) { return f64 ? MPI_DOUBLE : MPI_FLOAT; }
 
@@ -74,6 +74,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/transport"
 	"gorgonia.org/tensor"
 )
 
@@ -99,14 +101,14 @@ type mpiGroup struct {
 	rank  int         // this member
 }
 
-var _ Collectives = (*mpiT)(nil)
+var _ transport.Collectives = (*mpiT)(nil)
 
 // NewGroup creates the MPI communicator of ranks (see [Collectives]).
-func (t *mpiT) NewGroup(ranks []int) (Group, error) {
+func (t *mpiT) NewGroup(ranks []int) (transport.Group, error) {
 	if err := t.usable(); err != nil {
 		return nil, fmt.Errorf("transport: rank %d: MPI group %v: %w", t.rank, ranks, err)
 	}
-	self, err := GroupMember("MPI", t.rank, t.world, ranks)
+	self, err := transport.GroupMember("MPI", t.rank, t.world, ranks)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +147,7 @@ func (t *mpiT) NewGroup(ranks []int) (Group, error) {
 		return nil, t.err
 	case <-timer.C:
 		err := fmt.Errorf("transport: rank %d: MPI group %v: %w: not every member joined the group's communicator (MPI_Comm_create_group) within %v (%s); do all members build it, in the same order?",
-			t.rank, ranks, ErrTimeout, t.cfg.Timeout, t.setting)
+			t.rank, ranks, transport.ErrTimeout, t.cfg.Timeout, t.setting)
 		t.fail(err)
 		return nil, err
 	}
@@ -175,42 +177,20 @@ type collBuf struct {
 }
 
 func collBufOf(x *tensor.Dense, what string) (collBuf, error) {
-	if x == nil {
-		return collBuf{}, fmt.Errorf("%s: nil tensor", what)
+	p, err := wire.Plain(x)
+	if err != nil {
+		return collBuf{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if x.IsMaterializable() || x.RequiresIterator() || x.IsMasked() {
-		return collBuf{}, fmt.Errorf("%s: tensor %v is a view, transposed or masked; want a plain tensor", what, x.Shape())
+	if p.N > math.MaxInt32 {
+		return collBuf{}, fmt.Errorf("%s: tensor of %d elements; MPI counts are C ints, at most %d (split it, or use runtime/collective's Send/Recv algorithms)", what, p.N, math.MaxInt32)
 	}
-	n := x.Shape().TotalSize()
-	if len(x.Shape()) == 0 {
-		n = 1
+	b := collBuf{n: p.N}
+	if p.N > 0 {
+		b.p = unsafe.Pointer(&p.Raw[0])
 	}
-	if n < 0 || n > math.MaxInt32 {
-		return collBuf{}, fmt.Errorf("%s: tensor of %d elements; MPI counts are C ints, at most %d (split it, or use runtime/collective's Send/Recv algorithms)", what, n, math.MaxInt32)
-	}
-	var b collBuf
-	switch x.Dtype() {
-	case tensor.Float32:
-		e := x.Float32s()
-		if len(e) < n {
-			return collBuf{}, fmt.Errorf("%s: tensor %v has %d elements", what, x.Shape(), len(e))
-		}
-		if n > 0 {
-			b.p = unsafe.Pointer(&e[0])
-		}
-	case tensor.Float64:
-		e := x.Float64s()
-		if len(e) < n {
-			return collBuf{}, fmt.Errorf("%s: tensor %v has %d elements", what, x.Shape(), len(e))
-		}
-		if n > 0 {
-			b.p = unsafe.Pointer(&e[0])
-		}
+	if p.Dtype == wire.Float64 {
 		b.f64 = 1
-	default:
-		return collBuf{}, fmt.Errorf("%s: dtype %v; want float32 or float64", what, x.Dtype())
 	}
-	b.n = n
 	return b, nil
 }
 
@@ -225,7 +205,7 @@ func (g *mpiGroup) run(call string, start func(req *C.MPI_Request) C.int, bufs .
 		return g.err(call, err)
 	}
 	if g.comm == nil {
-		return g.err(call, ErrClosed)
+		return g.err(call, transport.ErrClosed)
 	}
 	op := &mpiOp{peer: -1, hreq: newRequest()}
 	for _, b := range bufs {
@@ -252,9 +232,9 @@ func (g *mpiGroup) run(call string, start func(req *C.MPI_Request) C.int, bufs .
 		return nil
 	}
 	t.leak(op)
-	if errors.Is(err, errNoProgress) {
+	if errors.Is(err, wire.ErrNoProgress) {
 		err = g.err(call, fmt.Errorf("%w: no progress for %v (%s): a member of world ranks %v has not started this collective, or has failed; members must run the same collectives in the same order",
-			ErrTimeout, t.cfg.Timeout, t.setting, g.ranks))
+			transport.ErrTimeout, t.cfg.Timeout, t.setting, g.ranks))
 		t.fail(err)
 		return err
 	}

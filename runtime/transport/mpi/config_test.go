@@ -1,4 +1,4 @@
-package transport
+package mpi
 
 import (
 	"encoding/binary"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/transport"
 	"gorgonia.org/tensor"
 )
 
@@ -19,7 +21,7 @@ func mpiHeaderOf(dt uint8, dims ...uint64) []byte {
 	binary.LittleEndian.PutUint32(b[8:], 1)
 	binary.LittleEndian.PutUint32(b[12:], 2)
 	for i, d := range dims {
-		if i < maxDims {
+		if i < wire.MaxDims {
 			binary.LittleEndian.PutUint64(b[16+8*i:], d)
 		}
 	}
@@ -36,21 +38,21 @@ func TestDecodeMPIHeader(t *testing.T) {
 		err  string // or an error containing this
 		is   error
 	}{
-		{"scalar", mpiHeaderOf(dtFloat64), 8, "", nil},
-		{"float32 matrix", mpiHeaderOf(dtFloat32, 2, 3), 24, "", nil},
-		{"empty", mpiHeaderOf(dtFloat64, 0, 4), 0, "", nil},
-		{"empty with a dim over the cap", mpiHeaderOf(dtFloat64, 0, 1<<40), 0, "dimension 1 of 1099511627776 elements", ErrFrameTooLarge},
-		{"at the cap", mpiHeaderOf(dtFloat32, 1<<18), cap, "", nil},
-		{"over the cap", mpiHeaderOf(dtFloat32, 1<<18+1), 0, "over the 1048576-byte message cap", ErrFrameTooLarge},
-		{"product overflows", mpiHeaderOf(dtFloat64, 1<<40, 1<<22), 0, "message cap", ErrFrameTooLarge},
-		{"huge dim", mpiHeaderOf(dtFloat64, 1<<63), 0, "dimension 0 of 9223372036854775808 elements", ErrFrameTooLarge},
-		{"short", mpiHeaderOf(dtFloat64)[:20], 0, "header of 20 bytes, want 144", ErrProtocol},
-		{"bad magic", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[0] ^= 1 }), 0, "bad magic", ErrProtocol},
-		{"other version", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[4] = 9 }), 0, "version 9, this build speaks 1", ErrProtocol},
-		{"bad dtype", mpiHeaderOf(7, 1), 0, "unknown dtype code 7", ErrProtocol},
-		{"too many dims", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[6] = maxDims + 1 }), 0, "17 dimensions (at most 16)", ErrProtocol},
-		{"pad byte", mod(mpiHeaderOf(dtFloat64), func(b []byte) { b[7] = 1 }), 0, "nonzero pad byte 1", ErrProtocol},
-		{"stray dim", mod(mpiHeaderOf(dtFloat64, 2), func(b []byte) { b[16+8] = 1 }), 0, "nonzero unused dimension 1", ErrProtocol},
+		{"scalar", mpiHeaderOf(wire.Float64), 8, "", nil},
+		{"float32 matrix", mpiHeaderOf(wire.Float32, 2, 3), 24, "", nil},
+		{"empty", mpiHeaderOf(wire.Float64, 0, 4), 0, "", nil},
+		{"empty with a dim over the cap", mpiHeaderOf(wire.Float64, 0, 1<<40), 0, "dimensions [0 1099511627776] span over", transport.ErrFrameTooLarge},
+		{"at the cap", mpiHeaderOf(wire.Float32, 1<<18), cap, "", nil},
+		{"over the cap", mpiHeaderOf(wire.Float32, 1<<18+1), 0, "over this rank's cap of 1048576 bytes (mpi.Config.MaxMessageBytes)", transport.ErrFrameTooLarge},
+		{"product overflows", mpiHeaderOf(wire.Float64, 1<<40, 1<<22), 0, "shape overflows", transport.ErrFrameTooLarge},
+		{"huge dim", mpiHeaderOf(wire.Float64, 1<<63), 0, "dimension 0 is 9223372036854775808", transport.ErrFrameTooLarge},
+		{"short", mpiHeaderOf(wire.Float64)[:20], 0, "header of 20 bytes, want 144", transport.ErrProtocol},
+		{"bad magic", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[0] ^= 1 }), 0, "bad magic", transport.ErrProtocol},
+		{"other version", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[4] = 9 }), 0, "version 9, this build speaks 1", transport.ErrProtocol},
+		{"bad dtype", mpiHeaderOf(7, 1), 0, "unknown dtype 7", transport.ErrProtocol},
+		{"too many dims", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[6] = wire.MaxDims + 1 }), 0, "17 dimensions (at most 16)", transport.ErrProtocol},
+		{"pad byte", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[7] = 1 }), 0, "nonzero pad byte 1", transport.ErrProtocol},
+		{"stray dim", mod(mpiHeaderOf(wire.Float64, 2), func(b []byte) { b[16+8] = 1 }), 0, "nonzero unused dimension 1", transport.ErrProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := decodeMPIHeader(tc.b, cap)
@@ -60,7 +62,7 @@ func TestDecodeMPIHeader(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || h.n != tc.n || h.tag != (Tag{1, 2}) {
+			if err != nil || h.n != tc.n || h.tag != (transport.Tag{Stage: 1, Micro: 2}) {
 				t.Fatalf("header %+v, err %v; want %d payload bytes, tag (1, 2)", h, err, tc.n)
 			}
 		})
@@ -75,18 +77,18 @@ func TestMPIHeaderRoundTrip(t *testing.T) {
 		tensor.New(tensor.WithShape(3, 1, 2), tensor.WithBacking(make([]float64, 6))),
 		tensor.New(tensor.WithShape(0), tensor.WithBacking([]float32{})),
 	} {
-		v, err := viewOf(x)
+		v, err := wire.PayloadOf(x)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := make([]byte, mpiHeaderLen)
-		encodeMPIHeader(b, Tag{-1, 5}, v)
+		encodeMPIHeader(b, transport.Tag{Stage: -1, Micro: 5}, v)
 		h, err := decodeMPIHeader(b, 1<<20)
-		if err != nil || h.dt != v.dt || h.n != int64(len(v.raw)) || h.tag != (Tag{-1, 5}) || len(h.dims) != len(v.dims) {
+		if err != nil || h.dt != v.Dtype || h.n != int64(len(v.Raw)) || h.tag != (transport.Tag{Stage: -1, Micro: 5}) || len(h.dims) != len(v.Dims) {
 			t.Fatalf("%v: header %+v, err %v", x.Shape(), h, err)
 		}
-		for i := range v.dims {
-			if h.dims[i] != v.dims[i] {
+		for i := range v.Dims {
+			if h.dims[i] != v.Dims[i] {
 				t.Fatalf("%v: dims %v", x.Shape(), h.dims)
 			}
 		}
@@ -98,21 +100,21 @@ func TestMPIHeaderRoundTrip(t *testing.T) {
 // and lengths are refused.
 func TestMPINewsRoundTrip(t *testing.T) {
 	b := make([]byte, mpiNewsLen)
-	encodeMPINews(b, &PeerError{Peer: 2, Reason: "aborted: boom", Err: ErrAborted})
-	if e := decodeMPINews(b, 2, 4); e.Peer != 2 || e.Relayed || e.Error() != "rank 2 aborted: boom" || !errors.Is(e, ErrAborted) {
+	encodeMPINews(b, &transport.PeerError{Peer: 2, Reason: "aborted: boom", Err: transport.ErrAborted})
+	if e := decodeMPINews(b, 2, 4); e.Peer != 2 || e.Relayed || e.Error() != "rank 2 aborted: boom" || !errors.Is(e, transport.ErrAborted) {
 		t.Fatalf("own news: %v (%+v)", e, e)
 	}
-	encodeMPINews(b, &PeerError{Peer: 1, Reason: "did not read act", Err: ErrTimeout, Relayed: true, Via: 0})
-	if e := decodeMPINews(b, 0, 4); e.Error() != "rank 1 did not read act (reported by rank 0)" || !errors.Is(e, ErrTimeout) {
+	encodeMPINews(b, &transport.PeerError{Peer: 1, Reason: "did not read act", Err: transport.ErrTimeout, Relayed: true, Via: 0})
+	if e := decodeMPINews(b, 0, 4); e.Error() != "rank 1 did not read act (reported by rank 0)" || !errors.Is(e, transport.ErrTimeout) {
 		t.Fatalf("relayed news: %v", e)
 	}
 	long := strings.Repeat("x", 2*mpiNewsLen)
-	encodeMPINews(b, &PeerError{Peer: 0, Reason: long, Err: ErrAborted})
+	encodeMPINews(b, &transport.PeerError{Peer: 0, Reason: long, Err: transport.ErrAborted})
 	if e := decodeMPINews(b, 0, 1); len(e.Reason) != mpiNewsLen-12 {
 		t.Fatalf("a long reason is kept at %d bytes, want %d", len(e.Reason), mpiNewsLen-12)
 	}
 	binary.LittleEndian.PutUint32(b, 9)
-	if e := decodeMPINews(b, 3, 4); e.Peer != 3 || !errors.Is(e, ErrProtocol) {
+	if e := decodeMPINews(b, 3, 4); e.Peer != 3 || !errors.Is(e, transport.ErrProtocol) {
 		t.Fatalf("news naming rank 9 of 4: %v", e)
 	}
 }
@@ -120,28 +122,28 @@ func TestMPINewsRoundTrip(t *testing.T) {
 // FuzzDecodeMPIHeader: no header crashes the decoder or passes with a
 // payload size other than element size × ∏dims within the cap.
 func FuzzDecodeMPIHeader(f *testing.F) {
-	f.Add(mpiHeaderOf(dtFloat64, 2, 3), int64(1<<20))
-	f.Add(mpiHeaderOf(dtFloat64, 1<<40, 1<<22), int64(1<<30))
-	f.Add(mpiHeaderOf(dtFloat32), int64(4))
+	f.Add(mpiHeaderOf(wire.Float64, 2, 3), int64(1<<20))
+	f.Add(mpiHeaderOf(wire.Float64, 1<<40, 1<<22), int64(1<<30))
+	f.Add(mpiHeaderOf(wire.Float32), int64(4))
 	f.Fuzz(func(t *testing.T, b []byte, cap int64) {
-		if cap < 0 || cap > MaxMPIMessageBytes {
+		if cap < 0 || cap > MaxMessageBytes {
 			return
 		}
 		h, err := decodeMPIHeader(b, cap)
 		if err != nil {
 			return
 		}
-		n := big.NewInt(int64(elemSize(h.dt)))
+		n := big.NewInt(int64(wire.ElemSize(h.dt)))
 		for _, d := range h.dims {
 			n.Mul(n, big.NewInt(int64(d)))
 		}
-		if !n.IsInt64() || n.Int64() != h.n || h.n > cap || len(h.dims) > maxDims {
+		if !n.IsInt64() || n.Int64() != h.n || h.n > cap || len(h.dims) > wire.MaxDims {
 			t.Fatalf("accepted %d payload bytes for dtype %d dims %v (cap %d)", h.n, h.dt, h.dims, cap)
 		}
 	})
 }
 
-// TestMPIConfigSchedule: MPIConfig.Schedule, which the fingerprint refusal
+// TestMPIConfigSchedule: Config.Schedule, which the fingerprint refusal
 // prints, is bounded and printable, as TCPConfig.Schedule is.
 func TestMPIConfigSchedule(t *testing.T) {
 	for _, tc := range []struct {
@@ -149,11 +151,11 @@ func TestMPIConfigSchedule(t *testing.T) {
 	}{
 		{"empty", "", ""},
 		{"a description", "zbv (P=4, V=2, M=8)", ""},
-		{"at the bound", strings.Repeat("x", MaxScheduleLen), ""},
-		{"too long", strings.Repeat("x", MaxScheduleLen+1), "want at most 200 bytes of printable text"},
+		{"at the bound", strings.Repeat("x", transport.MaxScheduleLen), ""},
+		{"too long", strings.Repeat("x", transport.MaxScheduleLen+1), "want at most 200 bytes of printable text"},
 		{"a control byte", "zbv\x1b[2J", "want at most 200 bytes of printable text"},
 	} {
-		c := MPIConfig{Schedule: tc.schedule}
+		c := Config{Schedule: tc.schedule}
 		err := c.fill()
 		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: fill() = %v, want an error containing %q", tc.name, err, tc.err)
