@@ -19,6 +19,7 @@ var textSeeds = []string{
 	"0F0 0I0 0W0\n",
 	"rank 0: 0DATA_LOAD0 0F0 0B0 OPT_STEP\n",
 	"rank 0: 0F0 1F0 (1B0;0F1)OVERLAP_B_F 1F1 1B1 0B0 0B1\n",
+	"0B0 OVERLAP_B_F\n", // a bare overlap once parsed and printed as "()OVERLAP_B_F" (issue 35)
 	"# comment\n\nrank 0: 0UNSHARD 0F0 0B0 0REDUCE_GRAD 0RESHARD\n",
 	"rank 0: 0F4294967296 0B0\n",       // micro 2^32: once out of memory
 	"rank 0: 0F100000000\n",            // micro 10^8: once 47 s and 16 GB

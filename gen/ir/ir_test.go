@@ -72,6 +72,8 @@ func TestParseStepErrors(t *testing.T) {
 		{"(0F1)OVERLAP_F_B", "exactly two sub-steps"},
 		{"(0F1;1SEND_F1)OVERLAP_F_B", "must be F, B, I or W"},
 		{"(0F1;1B1", "unclosed"},
+		{"OVERLAP_B_F", "needs its two sub-steps in parentheses"},
+		{"0OVERLAP_F_B1", "needs its two sub-steps in parentheses"},
 		{"(0F1;1B1)F", "OVERLAP_F_B or OVERLAP_B_F"},
 	}
 	for _, tc := range tests {

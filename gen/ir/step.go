@@ -156,6 +156,12 @@ func ParseStep(text string) (Step, error) {
 	if !ok {
 		return Step{}, &ParseError{Text: text, Reason: "unknown step kind " + strconv.Quote(t[i:j]) + " (want {stage}{KIND}{micro}, KIND one of " + kindList() + ")"}
 	}
+	if k.IsOverlap() {
+		// Only the parenthesised form above carries an overlap's two
+		// sub-steps; a bare one would print as "()OVERLAP_B_F", which no
+		// parser reads back.
+		return Step{}, &ParseError{Text: text, Reason: k.String() + " needs its two sub-steps in parentheses before it, as (0F1;0B0)" + k.String()}
+	}
 	st := Compute(k, None, None)
 	var err error
 	if i > 0 {
