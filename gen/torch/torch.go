@@ -130,8 +130,18 @@ func Write(w io.Writer, p ir.Program, d Dialect, o WriteOptions) error {
 	if p.Copies > 1 {
 		return fmt.Errorf("torch-csv cannot express %d model copies (PyTorch walks every micro-batch through all stages, and dualpipe's copies need a gradient all-reduce between ranks r and P-1-r); ppgen verify and ppgen sim work", p.Copies)
 	}
+	if p.ForwardOnly() {
+		return errors.New("torch-csv cannot express a forward-only program: PyTorch's _validate_schedule wants a backward for every forward each stage runs; export the training schedule (without -forward-only)")
+	}
 	// BATCH_BEGIN/BATCH_END (-batch) go too: PyTorch's runtime posts each
-	// transfer asynchronously and waits for a receive at its consumer.
+	// transfer asynchronously and waits for a receive at its consumer. A
+	// program that is safe only with its batches is refused: the CSV would
+	// not say what made it safe.
+	if q, n := DropKinds(p, ir.BatchBegin, ir.BatchEnd); n > 0 {
+		if _, err := verify.Check(q, verify.Options{}); err != nil {
+			return fmt.Errorf("torch-csv cannot express this program's %d batch steps (BATCH_BEGIN/BATCH_END, -batch), and without them it is not safe: %v; reorder its transfers so that it verifies without -batch, then export", n, err)
+		}
+	}
 	p, _ = DropKinds(p, ir.DataLoad, ir.DataSend, ir.DataRecv, ir.OptStep, ir.BatchBegin, ir.BatchEnd)
 	if o.ReduceGrad {
 		p = addReduceGrad(p)

@@ -64,6 +64,11 @@ func TestWrite(t *testing.T) {
 		{"legacy names", "rank 0: 0F0 0I0 0W0\n", Legacy, WriteOptions{}, "0F0,0B0,0W0\n", false},
 		{"legacy has no REDUCE_GRAD", "rank 0: 0F0 0B0 0REDUCE_GRAD\n", Legacy, WriteOptions{}, "PyTorch 2.4 to 2.6 have no REDUCE_GRAD", true},
 		{"no OVERLAP_B_F", "rank 0: 0F0 0F1 (0B0;0F1)OVERLAP_B_F 0B1\n", Current, WriteOptions{}, "OVERLAP_B_F", true},
+		{"no forward-only program (PyTorch's _validate_schedule wants the backwards)", "rank 0: 0F0 0SEND_F0\nrank 1: 1RECV_F0 1F0\n", Current, WriteOptions{}, "forward-only", true},
+		{"batches that only make it safe are refused", "rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0DATA_LOAD1 0F1 BATCH_BEGIN 0SEND_F1 0RECV_B0 BATCH_END 0B0 0RECV_B1 0B1 OPT_STEP\n" +
+			"rank 1: 1RECV_F0 1DATA_LOAD0 1F0 1B0 BATCH_BEGIN 1SEND_B0 1RECV_F1 BATCH_END 1DATA_LOAD1 1F1 1B1 1SEND_B1 OPT_STEP\n", Current, WriteOptions{}, "without them it is not safe: deadlock", true},
+		{"batches it does not need go", "rank 0: 0DATA_LOAD0 BATCH_BEGIN 0F0 BATCH_END 0SEND_F0 0RECV_B0 0B0 OPT_STEP\nrank 1: 1RECV_F0 1DATA_LOAD0 1F0 1B0 1SEND_B0 OPT_STEP\n", Current, WriteOptions{},
+			"0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", false},
 	} {
 		var b bytes.Buffer
 		err := Write(&b, text(t, tc.program), tc.d, tc.o)
