@@ -76,7 +76,9 @@
 //	-dxdw-in-overlap   run the paired backward as I then W
 //	-comm-order O      timed (default: by the cost model's ideal timeline),
 //	                   late (receives hoisted only as rendezvous demands) or
-//	                   eager (PyTorch's placement)
+//	                   eager (each receive as early as its producer allows,
+//	                   modelled on PyTorch's _add_send_recv; equal to
+//	                   PyTorch's own lowering for GPipe only)
 //	-in FILE           (verify, sim, show, gen) read a schedule from a CSV in
 //	                   PyTorch's form, or from ppgen's text form, instead
 //

@@ -228,7 +228,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.Split, "split", false, "split every backward B into I (input grad) and W (weight grad)")
 	fs.BoolVar(&r.Overlap, "overlap", false, "pair one micro-batch's backward with the next one's forward")
 	fs.BoolVar(&r.DxDwInOverlap, "dxdw-in-overlap", false, "inside an overlap, run the backward as I then W")
-	fs.StringVar(&r.CommOrder, "comm-order", defaultCommOrder, "how transfers are ordered: timed (by the cost model's ideal timeline), late (receives hoisted only as rendezvous demands) or eager (PyTorch's placement)")
+	fs.StringVar(&r.CommOrder, "comm-order", defaultCommOrder, "how transfers are ordered: timed (by the cost model's ideal timeline), late (receives hoisted only as rendezvous demands) or eager (each receive as early as its producer allows, modelled on PyTorch's _add_send_recv; equal to PyTorch's own lowering for GPipe only)")
 	if which.In {
 		fs.StringVar(&r.In, "in", "", "read the schedule from a CSV (PyTorch form) or text file instead of -schedule")
 	}

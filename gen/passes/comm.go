@@ -24,9 +24,10 @@ const (
 	// as far as rendezvous safety requires (see insertCommLate). Safe, but
 	// the comm-stream order it finds can stall V-shaped schedules.
 	Late
-	// Eager places receives the way PyTorch's _add_send_recv does (see
-	// insertCommEager): every receive as early as the producer's progress
-	// allows. It exists to compare against.
+	// Eager places every receive as early as the producer's progress
+	// allows, modelled on PyTorch's _add_send_recv (see insertCommEager).
+	// It equals PyTorch's own lowering for GPipe only (12 of 92 configs
+	// compared, all GPipe). It exists to compare against.
 	Eager
 )
 

@@ -5,9 +5,11 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// insertCommEager reproduces the receive placement of PyTorch's
+// insertCommEager places receives after the rule of PyTorch's
 // torch.distributed.pipelining (_add_send_recv in schedules.py), for
-// comparison only.
+// comparison only. Its output equals PyTorch's own lowering for GPipe only
+// (a comparison over 92 configs found 12 equal, all GPipe): the rule below
+// is PyTorch's idea, not a copy of its output.
 //
 // PyTorch walks the compute-only schedule in lock-step rounds, visiting the
 // ranks in ascending order each round. A rank whose next action is ready
