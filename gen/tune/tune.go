@@ -275,7 +275,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 // overlapped reports whether e is an overlap step of a simulated trace
 // (args.kind OVERLAP_F_B or OVERLAP_B_F).
 func overlapped(e chrometrace.Event) bool {
-	args, _ := e.Args.(map[string]any)
+	args, _ := e.ArgMap()
 	k, _ := args["kind"].(string)
 	return k == "OVERLAP_F_B" || k == "OVERLAP_B_F"
 }
@@ -283,7 +283,7 @@ func overlapped(e chrometrace.Event) bool {
 // stageCall reads one compute event: its stage and kind (args), rank (pid)
 // and duration, each checked.
 func stageCall(e chrometrace.Event) (call, error) {
-	args, ok := e.Args.(map[string]any)
+	args, ok := e.ArgMap()
 	if !ok {
 		return call{}, errors.New(`no args object; a stage call has args {"stage": S, "kind": "F"|"I"|"W"}`)
 	}
@@ -370,7 +370,7 @@ type send struct {
 // (args.kind "send", args.op SEND_F or SEND_B) or ppgen trace's (args.kind
 // SEND_F or SEND_B, no op); one without args.bytes has no size.
 func sendOf(e chrometrace.Event) (send, bool, error) {
-	args, ok := e.Args.(map[string]any)
+	args, ok := e.ArgMap()
 	if !ok {
 		return send{}, false, errors.New(`no args object; a transfer has args {"stage": S, "kind": "send"|"recv", "op": ..., "bytes": N}`)
 	}

@@ -38,7 +38,28 @@ type Event struct {
 	Dur  *float64 `json:"dur,omitempty"` // µs
 	ID   *int     `json:"id,omitempty"`  // flow id
 	BP   string   `json:"bp,omitempty"`
-	Args any      `json:"args,omitempty"`
+	// Args is what a writer puts there (a map, a struct); an event Read
+	// returns holds the args' JSON text (json.RawMessage), decoded on
+	// demand by ArgMap, so a trace of a million events keeps its bytes,
+	// not a million maps.
+	Args any `json:"args,omitempty"`
+}
+
+// ArgMap returns e's args as a JSON object decodes into an any: e.Args
+// itself when it is a map[string]any, the decoding of its text when Read
+// left the JSON (json.RawMessage). ok is false when there are none, or
+// when they are not a JSON object.
+func (e Event) ArgMap() (m map[string]any, ok bool) {
+	switch a := e.Args.(type) {
+	case map[string]any:
+		return a, true
+	case json.RawMessage:
+		if err := json.Unmarshal(a, &m); err != nil || m == nil {
+			return nil, false
+		}
+		return m, true
+	}
+	return nil, false
 }
 
 type nameArgs struct {

@@ -2,6 +2,7 @@ package chrometrace
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -30,7 +31,7 @@ func TestReadRoundTrip(t *testing.T) {
 			t.Fatalf("compact %v: got %+v", compact, got)
 		}
 		e := got.Events[1]
-		args, _ := e.Args.(map[string]any)
+		args, _ := e.ArgMap()
 		if e.Name != "0F0" || e.Cat != "compute" || e.Ph != Complete || e.Pid != 1 || e.Tid != 2 ||
 			e.Ts == nil || *e.Ts != 3.5 || e.Dur == nil || *e.Dur != 1.25 || args["kind"] != "F" || args["stage"] != 0.0 {
 			t.Errorf("compact %v: event 1 = %+v", compact, e)
@@ -59,9 +60,17 @@ func TestReadRefuses(t *testing.T) {
 		{"bad event", `{"traceEvents":[{"pid":"zero"}]}`, "event 0"},
 		{"trailing", `{"traceEvents":[]} {}`, "text after"},
 		{"unclosed", `{"traceEvents":[{"ph":"M"}`, "EOF"},
+		{"event too big", `{"traceEvents":[{"ph":"X","args":{"a":"` + strings.Repeat("x", MaxEventBytes) + `"}}]}`, "event 0 is 65562 bytes, over the limit of 65536"},
+		{"event too deep", `{"traceEvents":[{"ph":"X","args":{"a":` + strings.Repeat("[", 63) + strings.Repeat("]", 63) + `}}]}`, "event 0 opens 65 JSON objects and arrays, over the limit of 64"},
+		{"otherData too big", `{"traceEvents":[],"otherData":"` + strings.Repeat("x", MaxOtherBytes) + `"}`, "otherData is 1048578 bytes, over the limit of 1048576"},
 	}
+	big := Limits{Bytes: 4 << 20, Events: 2}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			lim := lim
+			if len(tc.in) > 1000 {
+				lim = big
+			}
 			_, err := Read(strings.NewReader(tc.in), lim)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v; want one containing %q", err, tc.want)
@@ -100,4 +109,32 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("written back, read as %d events, %v; want %d\n%s", len(again.Events), err, len(got.Events), b.String())
 		}
 	})
+}
+
+// TestReadKeepsBytesNotValues: the events Read keeps cost about their
+// JSON's bytes, however their args nest (within MaxEventValues): an 8 MiB
+// trace of events whose args hold 40 arrays each (each one an allocation
+// when decoded into an any) keeps under 6× the file, where decoding the
+// args took over 20× (a 128 MiB one took 2.6 GB).
+func TestReadKeepsBytesNotValues(t *testing.T) {
+	ev := `{"name":"0F0","cat":"compute","ph":"X","args":{"a":[` + strings.Repeat("[],", 39) + `[]]}},`
+	n := (8 << 20) / len(ev)
+	in := `{"traceEvents":[` + strings.Repeat(ev, n-1) + strings.TrimSuffix(ev, ",") + `]}`
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f, err := Read(strings.NewReader(in), Limits{Bytes: int64(len(in)), Events: n})
+	if err != nil || len(f.Events) != n {
+		t.Fatalf("read %d events, %v; want %d", len(f.Events), err, n)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	kept := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if kept > 6*int64(len(in)) {
+		t.Errorf("%d events of %d bytes keep %d MB: over 6× the %d MB read", n, len(ev), kept>>20, len(in)>>20)
+	}
+	if m, ok := f.Events[n-1].ArgMap(); !ok || len(m["a"].([]any)) != 40 {
+		t.Errorf("the last event's args: %v, %v", m, ok)
+	}
+	runtime.KeepAlive(f)
 }
