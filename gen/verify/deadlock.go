@@ -8,7 +8,8 @@ import (
 // deadlock runs the strict model once (gen/internal/strict): the model the
 // walk built for a lowered program, or for a compute-only one a model in
 // which each compute step waits for its producer on another rank; either
-// with the waits of the TIE_GRAD exchanges (tieModel).
+// with the waits of the TIE_GRAD exchanges (tieModel) and of the model
+// copies' gradient exchange at OPT_STEP (copiesModel).
 func (c *checker) deadlock() error {
 	m := c.model
 	if c.lowered {
@@ -16,7 +17,7 @@ func (c *checker) deadlock() error {
 	} else {
 		m = c.computeModel()
 	}
-	m = c.tieModel(m)
+	m = c.copiesModel(c.tieModel(m))
 	sim := strict.NewSim(m)
 	if sim.Run() {
 		return nil
