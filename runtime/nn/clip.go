@@ -10,41 +10,8 @@ import (
 	"github.com/ppgen/ppgen/runtime/collective"
 )
 
-// Gradient clipping by the global L2 norm, as torch.nn.utils.clip_grad_norm_
-// over the whole model: the norm is the square root of the sum of the
-// squares of every gradient element of every parameter of the model, each
-// parameter counted once, however many ranks hold a copy of it. Each rank
-// computes its share (GradSquares of the parameters it counts), one
-// all-reduce of that scalar over the whole world (every pipeline rank of
-// every replica) gives the total, and every rank scales the gradients of
-// all the parameters it steps on by min(1, maxNorm/(norm+1e-6)).
-//
-// Which rank counts a parameter (NormShare): at OPT_STEP, where clipping
-// runs (after the data-parallel reduction, the TIE_GRAD sums and the sum of
-// the model copies), every copy of a parameter holds the same gradient, so
-// exactly one copy is counted:
-//
-//   - Data parallelism without FSDP: after the all-reduce every replica
-//     holds the same full gradients, so only replica 0 counts them (each
-//     parameter once per pipeline position, not once per replica); the
-//     other replicas contribute 0 to the all-reduce and scale alike.
-//   - FSDP: each member of a DP group holds its own shard of the reduced
-//     gradients (FSDPGroup.Params), so every replica counts its shard; the
-//     padding of the last shard is zero and adds nothing.
-//   - Ties (Spec.Ties, a TiedStage on each of two stages): the copy on the
-//     tie's first stage (the embedding's) counts; the later stage's copy
-//     (the head's) is skipped.
-//   - Model copies (Spec.Copies = 2, dualpipe): the copies' gradients have
-//     been summed into both, so the parameters of copy 0 (stages
-//     0..Stages/2-1) count and those of copy 1 are skipped.
-//
-// The sum is in float64 whatever the dtype; the ranks' shares are summed
-// by collective's AllReduce, in member order (or the engine's, with native
-// collectives), so the norm equals a sequential sum over the model up to
-// that reassociation (about 1e-16 relative in float64).
-
 // NormShare says which of a rank's parameters it counts in the global
-// gradient norm (the rule above).
+// gradient norm (the package doc's rule, "Gradient clipping").
 type NormShare struct {
 	// Replica is the rank's data-parallel replica (runtime/mesh's dp
 	// coordinate); 0 without data parallelism.

@@ -144,4 +144,3 @@ func sgdStep[T float](p, g, v []T, lr, mu T, first bool) {
 		p[i] -= lr * v[i]
 	}
 }
-

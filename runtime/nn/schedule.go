@@ -96,10 +96,14 @@ func (w LinearWarmup) Check() error {
 }
 
 // Check checks the rates and the step counts.
-func (c CosineDecay) Check() error { return checkDecay("CosineDecay", c.Peak, c.Min, c.Warmup, c.Total) }
+func (c CosineDecay) Check() error {
+	return checkDecay("CosineDecay", c.Peak, c.Min, c.Warmup, c.Total)
+}
 
 // Check checks the rates and the step counts.
-func (l LinearDecay) Check() error { return checkDecay("LinearDecay", l.Peak, l.Min, l.Warmup, l.Total) }
+func (l LinearDecay) Check() error {
+	return checkDecay("LinearDecay", l.Peak, l.Min, l.Warmup, l.Total)
+}
 
 func checkDecay(name string, peak, lo float64, warmup, total int) error {
 	if warmup < 0 || total < warmup {
