@@ -119,7 +119,7 @@
 //     padding of the last shard is zero and adds nothing.
 //   - Ties (Spec.Ties, a TiedStage on each of two stages): the copy on the
 //     tie's first stage (the embedding's) counts; the later stage's copy
-//     (the head's) is skipped.
+//     (the head's, its TiedStage.TiedParams) is skipped.
 //   - Model copies (Spec.Copies = 2, dualpipe): the copies' gradients have
 //     been summed into both, so the parameters of copy 0 (stages
 //     0..Stages/2-1) count and those of copy 1 are skipped.
