@@ -16,6 +16,7 @@ import (
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/generated/onef1btie"
 	"github.com/ppgen/ppgen/generated/zbvtie"
+	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
 	"github.com/ppgen/ppgen/runtime/transport"
@@ -117,13 +118,15 @@ func uniqueParams(stages []*nn.Sequential) []*nn.Param {
 }
 
 // tieSequential trains the reference (shared layers) for iters iterations
-// and returns the losses.
-func tieSequential(t testing.TB, stages []*nn.Sequential, dt tensor.Dtype, micro, iters int) [][]float64 {
+// and returns the losses; with maxNorm > 0 it clips the gradients by their
+// norm first (nn.ClipGradNorm on one process) and returns the norms too.
+func tieSequential(t testing.TB, stages []*nn.Sequential, dt tensor.Dtype, micro, iters int, maxNorm float64) ([][]float64, []float64) {
 	t.Helper()
 	loss := nn.MSE{Scale: 1 / float64(micro)}
 	opt := &nn.SGD{LR: 0.1}
 	ps := uniqueParams(stages)
 	var out [][]float64
+	var norms []float64
 	for it := range iters {
 		d := tieData(dt, micro, it)
 		ls := make([]float64, micro)
@@ -147,13 +150,20 @@ func tieSequential(t testing.TB, stages []*nn.Sequential, dt tensor.Dtype, micro
 				}
 			}
 		}
+		if maxNorm > 0 {
+			norm, err := nn.ClipGradNorm(nil, ps, ps, maxNorm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			norms = append(norms, norm)
+		}
 		if err := opt.Step(ps); err != nil {
 			t.Fatal(err)
 		}
 		nn.ZeroGrad(ps)
 		out = append(out, ls)
 	}
-	return out
+	return out, norms
 }
 
 // tieData source of the pipeline: the current iteration's micro-batches.
@@ -172,8 +182,11 @@ func (s tieSource) Target(m int) (*tensor.Dense, error) {
 }
 
 // trainTied runs p (lowered with ties) on the tied model over trs and
-// returns the losses and the stages.
-func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype, iters int, mode string) ([][]float64, []*nn.Sequential) {
+// returns the losses and the stages. With maxNorm > 0 every rank clips by
+// the global norm at OPT_STEP (a Comm over all ranks on the Grad channel;
+// a tie counted on its stage A, nn.NormShare.Skip holding stage B's copy)
+// and norms[r] holds rank r's norm of every iteration.
+func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype, iters int, mode string, maxNorm float64) (losses [][]float64, stages []*nn.Sequential, norms [][]float64) {
 	t.Helper()
 	sp := p.spec
 	var ties []ir.Tie
@@ -181,6 +194,7 @@ func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype,
 		ties = append(ties, ir.Tie{A: x.A, B: x.B})
 	}
 	stages, held := tieModel(t, sp.Stages, ties, dt, false)
+	norms = make([][]float64, sp.Ranks)
 	it := 0
 	src := tieSource{dt, sp.Micro, &it}
 	xs := make([]*pipe.Exec, sp.Ranks)
@@ -195,9 +209,27 @@ func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype,
 		}
 		ps := uniqueParams(own)
 		opt := &nn.SGD{LR: 0.1}
+		var share nn.NormShare
+		for _, tie := range ties {
+			if sp.RankOf[tie.B] == r {
+				bp := stages[tie.B].Params()
+				share.Skip = append(share.Skip, bp[len(bp)-2:]...) // the tied layer's weight and bias
+			}
+		}
+		all, err := collective.New(trs[r], transport.Grad)
+		if err != nil {
+			t.Fatal(err)
+		}
 		x, err := pipe.New(pipe.Config{Rank: r, Spec: sp, Stages: mine, Transport: trs[r], Data: src,
 			Loss: nn.MSE{Scale: 1 / float64(sp.Micro)},
 			OptStep: func() error {
+				if maxNorm > 0 {
+					norm, err := nn.ClipGradNorm(all, share.Counted(ps), ps, maxNorm)
+					if err != nil {
+						return err
+					}
+					norms[r] = append(norms[r], norm)
+				}
 				if err := opt.Step(ps); err != nil {
 					return err
 				}
@@ -212,14 +244,13 @@ func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype,
 	}
 	fns := rankFns(p, mode)
 	last := sp.RankOf[sp.Stages-1]
-	var losses [][]float64
 	for it = range iters {
 		if err := pipe.RunAll(xs, fns); err != nil {
 			t.Fatalf("iteration %d: %v", it, err)
 		}
 		losses = append(losses, xs[last].Losses())
 	}
-	return losses, stages
+	return losses, stages, norms
 }
 
 // tieCases are the programs with ties the tests lower: a tie across ranks
@@ -276,6 +307,27 @@ func TestTiedOverTCP(t *testing.T) {
 
 func checkTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype, mode string) {
 	t.Helper()
+	checkTiedClip(t, p, trs, dt, mode, 0)
+}
+
+// TestTiedClipMatchesSequential: clipping by the global norm across the
+// pipeline's ranks, a tie counted once (across ranks, within one rank, two
+// ties), gives every rank the sequential model's norm and trains as
+// sequential training with clipping does.
+func TestTiedClipMatchesSequential(t *testing.T) {
+	for _, c := range []int{0, 1, 5} {
+		p := tieProg(t, c)
+		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+			t.Run(fmt.Sprintf("%s/%v", p.name, dt), func(t *testing.T) {
+				checkTiedClip(t, p, inprocWorld(p.spec.Ranks, 20*time.Second), dt, "interp", 0.05)
+			})
+		}
+	}
+}
+
+// checkTiedClip is checkTied, clipping by maxNorm when it is positive.
+func checkTiedClip(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype, mode string, maxNorm float64) {
+	t.Helper()
 	const iters = 3
 	tol := 1e-12
 	if dt == tensor.Float32 {
@@ -288,9 +340,21 @@ func checkTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype,
 	if len(ties) == 0 {
 		t.Fatal("the lowered program has no ties")
 	}
-	got, stages := trainTied(t, p, trs, dt, iters, mode)
+	got, stages, norms := trainTied(t, p, trs, dt, iters, mode, maxNorm)
 	ref, _ := tieModel(t, p.spec.Stages, ties, dt, true)
-	want := tieSequential(t, ref, dt, p.spec.Micro, iters)
+	want, wantNorms := tieSequential(t, ref, dt, p.spec.Micro, iters, maxNorm)
+	if maxNorm > 0 {
+		if slices.Max(wantNorms) <= maxNorm {
+			t.Errorf("norms %v never above %v: the clipping was not tested", wantNorms, maxNorm)
+		}
+		for r := range norms {
+			for it := range wantNorms {
+				if relErr(norms[r][it], wantNorms[it]) > tol {
+					t.Errorf("rank %d iteration %d: global norm %.17g, sequential %.17g", r, it, norms[r][it], wantNorms[it])
+				}
+			}
+		}
+	}
 	worst := 0.0
 	for it := range want {
 		for m := range want[it] {

@@ -1,112 +1,41 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
 	"io"
 	"math"
-	"strings"
+
+	"github.com/ppgen/ppgen/runtime/metrics"
 )
 
-// writeSVG draws the loss curve of h: the training loss of every step (a
-// line) and the validation losses (a line with a dot at each evaluation)
-// against the step, with labelled axes, ticks and a legend. It is plain
-// SVG 1.1, written by hand.
+// writeSVG draws the loss curve of h (metrics.WriteSVG over h's records):
+// the training loss of every step and the validation losses against the
+// step.
 func writeSVG(w io.Writer, h *history) error {
-	const (
-		width, height          = 720, 420
-		left, right, top, down = 70, 20, 30, 60 // margins
-	)
-	pw, ph := float64(width-left-right), float64(height-top-down)
-	steps := max(len(h.train), 1)
-	for _, p := range h.valid {
-		steps = max(steps, p.step)
-	}
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, l := range h.train {
-		lo, hi = math.Min(lo, l), math.Max(hi, l)
-	}
-	for _, p := range h.valid {
-		lo, hi = math.Min(lo, p.loss), math.Max(hi, p.loss)
-	}
-	if math.IsInf(lo, 0) || math.IsNaN(lo) || math.IsNaN(hi) || math.IsInf(hi, 0) {
-		return fmt.Errorf("no finite losses to draw")
-	}
-	lo, hi = math.Floor(lo*2)/2, math.Ceil(hi*2)/2 // to half nats
-	if hi <= lo {
-		hi = lo + 0.5
-	}
-	x := func(step float64) float64 { return float64(left) + pw*step/float64(steps) }
-	y := func(loss float64) float64 { return float64(top) + ph*(hi-loss)/(hi-lo) }
+	return metrics.WriteSVG(w, h.records(), metrics.SVGOptions{Title: "charlm loss curve", YLabel: "loss (nats per character)"})
+}
 
-	b := bufio.NewWriter(w)
-	fmt.Fprintf(b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
-	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
-	fmt.Fprintf(b, `<title>charlm loss curve</title>`+"\n")
-	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	// Axes and their ticks.
-	fmt.Fprintf(b, `<g stroke="black" fill="none"><path d="M%d %d V%d H%d"/></g>`+"\n", left, top, height-down, width-right)
-	fmt.Fprintf(b, `<g stroke="#ddd">`)
-	for _, t := range ticks(lo, hi, 0.5) {
-		fmt.Fprintf(b, `<path d="M%d %.1f H%d"/>`, left, y(t), width-right)
+// records returns h as metrics records: step i's training loss in record
+// i (from 1), a validation loss after k steps in record k (record 0 holds
+// the initial model's alone). The fields h does not hold are NaN (null).
+func (h *history) records() []metrics.Record {
+	n := len(h.train)
+	for _, p := range h.valid {
+		n = max(n, p.step)
 	}
-	fmt.Fprintln(b, `</g>`)
-	fmt.Fprintf(b, `<g text-anchor="end">`)
-	for _, t := range ticks(lo, hi, 0.5) {
-		fmt.Fprintf(b, `<text x="%d" y="%.1f">%.1f</text>`, left-6, y(t)+4, t)
+	nan := math.NaN()
+	recs := make([]metrics.Record, n+1)
+	for i := range recs {
+		recs[i] = metrics.Record{Step: int64(i), Loss: nan, EvalLoss: nan, LR: nan, GradNorm: nan, TokensPerSec: nan, StepSeconds: nan, Bubble: nan}
 	}
-	fmt.Fprintln(b, `</g>`)
-	fmt.Fprintf(b, `<g text-anchor="middle">`)
-	for _, t := range ticks(0, float64(steps), stepTick(steps)) {
-		fmt.Fprintf(b, `<text x="%.1f" y="%d">%d</text>`, x(t), height-down+18, int(t))
-	}
-	fmt.Fprintln(b, `</g>`)
-	fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">training step</text>`+"\n", float64(left)+pw/2, height-down+40)
-	fmt.Fprintf(b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">loss (nats per character)</text>`+"\n", float64(top)+ph/2)
-	// The curves against the number of updates before the loss was taken:
-	// step i+1's training loss (its batch, before its update) at i, a
-	// validation loss after k steps at k.
-	var tr, va []string
 	for i, l := range h.train {
-		tr = append(tr, fmt.Sprintf("%.1f,%.1f", x(float64(i)), y(l)))
+		recs[i+1].Loss = l
 	}
 	for _, p := range h.valid {
-		va = append(va, fmt.Sprintf("%.1f,%.1f", x(float64(p.step)), y(p.loss)))
+		recs[p.step].EvalLoss = p.loss
 	}
-	if len(tr) > 0 {
-		fmt.Fprintf(b, `<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="%s"/>`+"\n", strings.Join(tr, " "))
+	// Record 0 only when it holds the initial model's validation loss.
+	if math.IsNaN(recs[0].EvalLoss) {
+		recs = recs[1:]
 	}
-	if len(va) > 0 {
-		fmt.Fprintf(b, `<polyline fill="none" stroke="#d62728" stroke-width="2" points="%s"/>`+"\n", strings.Join(va, " "))
-		fmt.Fprintf(b, `<g fill="#d62728">`)
-		for _, p := range h.valid {
-			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3"/>`, x(float64(p.step)), y(p.loss))
-		}
-		fmt.Fprintln(b, `</g>`)
-	}
-	// Legend.
-	lx := width - right - 170
-	fmt.Fprintf(b, `<g><path d="M%d %d h24" stroke="#1f77b4" stroke-width="1.5"/><text x="%d" y="%d">training loss</text>`, lx, top+10, lx+30, top+14)
-	fmt.Fprintf(b, `<path d="M%d %d h24" stroke="#d62728" stroke-width="2"/><circle cx="%d" cy="%d" r="3" fill="#d62728"/><text x="%d" y="%d">validation loss</text></g>`+"\n", lx, top+28, lx+12, top+28, lx+30, top+32)
-	fmt.Fprintln(b, `</svg>`)
-	return b.Flush()
-}
-
-// ticks returns the multiples of step in [lo, hi].
-func ticks(lo, hi, step float64) []float64 {
-	var out []float64
-	for t := math.Ceil(lo/step) * step; t <= hi+1e-9 && len(out) < 100; t += step {
-		out = append(out, t)
-	}
-	return out
-}
-
-// stepTick is a round tick spacing giving at most ~10 ticks over steps.
-func stepTick(steps int) float64 {
-	for _, s := range []int{1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 100000} {
-		if steps/s <= 10 {
-			return float64(s)
-		}
-	}
-	return float64(steps)
+	return recs
 }

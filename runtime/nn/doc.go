@@ -94,6 +94,42 @@
 // both report MemStats (resident parameter, gradient and optimizer bytes,
 // peak of gathered stages).
 //
+// # Gradient clipping
+//
+// ClipGradNorm clips by the global L2 norm, as torch.nn.utils.clip_grad_norm_
+// over the whole model: the norm is the square root of the sum of the
+// squares of every gradient element of every parameter of the model, each
+// parameter counted once, however many ranks hold a copy of it. Each rank
+// computes its share (GradSquares of the parameters it counts), one
+// all-reduce of that scalar over the whole world (every pipeline rank of
+// every replica) gives the total, and every rank scales the gradients of
+// all the parameters it steps on by min(1, maxNorm/(norm+1e-6)). It runs in
+// the OPT_STEP hook (the before argument of DataParallel.OptStep and
+// FSDPGroup.OptStep), after the data-parallel reduction; runtime/pipe has
+// by then run TIE_GRAD and summed the model copies, so every copy of a
+// parameter holds the same gradient and exactly one copy is counted
+// (NormShare):
+//
+//   - Data parallelism without FSDP: after the all-reduce every replica
+//     holds the same full gradients, so only replica 0 counts them (each
+//     parameter once per pipeline position, not once per replica); the
+//     other replicas add 0 to the all-reduce and scale alike.
+//   - FSDP: each member of a DP group holds its own shard of the reduced
+//     gradients (FSDPGroup.Params), so every replica counts its shard; the
+//     padding of the last shard is zero and adds nothing.
+//   - Ties (Spec.Ties, a TiedStage on each of two stages): the copy on the
+//     tie's first stage (the embedding's) counts; the later stage's copy
+//     (the head's, its TiedStage.TiedParams) is skipped.
+//   - Model copies (Spec.Copies = 2, dualpipe): the copies' gradients have
+//     been summed into both, so the parameters of copy 0 (stages
+//     0..Stages/2-1) count and those of copy 1 are skipped.
+//
+// The squares are summed in float64 whatever the dtype, and the ranks'
+// shares by runtime/collective's AllReduce (member order, or the engine's
+// with native collectives), so the norm equals a sequential sum over the
+// model up to that reassociation (a few ulps in float64). A non-finite norm
+// scales nothing and returns an error wrapping ErrNonFiniteNorm.
+//
 // # Loss scale
 //
 // MSE and SoftmaxCrossEntropy return
@@ -114,10 +150,15 @@
 // # Parameters and optimizers
 //
 // Params returns stable *Param pointers (Name, Value, Grad). SGD (with
-// momentum, PyTorch convention) and Adam (PyTorch convention, with bias
-// correction) keep their per-parameter state keyed by those pointers. Step
-// checks every parameter before it changes any of them. It does not zero the
-// gradients. Initialization is deterministic: NewLinear draws Xavier-uniform
+// momentum, PyTorch convention), Adam (PyTorch convention, with bias
+// correction) and AdamW (torch.optim.AdamW: decoupled weight decay before
+// Adam's update, PyTorch's defaults from NewAdamW) keep their per-parameter
+// state keyed by those pointers. Step checks every parameter before it
+// changes any of them. It does not zero the gradients. State exports that
+// state for a checkpoint as an OptimState keyed by parameter name (unique
+// names: PrefixNames by layer), SetState restores it, and SetLR takes a
+// learning-rate Schedule's value (ConstantLR, LinearWarmup, CosineDecay,
+// LinearDecay: pure functions of the step, so a checkpoint stores the step). Initialization is deterministic: NewLinear draws Xavier-uniform
 // weights in float64 from the *rand.Rand it is given and sets the bias to
 // zero. NewRand gives a seeded PCG source. So float32 and float64 models
 // built from the same seed hold the same values up to rounding.

@@ -79,11 +79,17 @@ func (d *DataParallel) AllReduceGrads() error {
 }
 
 // OptStep returns runtime/pipe's OptStep hook: all-reduce the gradients,
-// step opt, zero the gradients.
-func (d *DataParallel) OptStep(opt Optimizer) func() error {
+// run before (in order: gradient clipping, ClipGradNorm, goes there), step
+// opt, zero the gradients.
+func (d *DataParallel) OptStep(opt Optimizer, before ...func() error) func() error {
 	return func() error {
 		if err := d.AllReduceGrads(); err != nil {
 			return err
+		}
+		for _, f := range before {
+			if err := f(); err != nil {
+				return err
+			}
 		}
 		if err := opt.Step(d.params); err != nil {
 			return err
@@ -93,6 +99,9 @@ func (d *DataParallel) OptStep(opt Optimizer) func() error {
 		return nil
 	}
 }
+
+// Params returns the parameters, as given to NewDataParallel.
+func (d *DataParallel) Params() []*Param { return append([]*Param(nil), d.params...) }
 
 // Stats returns the measured memory: the whole parameters, gradients and
 // optimizer state (nothing is gathered).

@@ -396,8 +396,10 @@ func (g *FSDPGroup) Params() []*Param {
 
 // OptStep returns runtime/pipe's OptStep hook: it reduces the gradients of
 // any stage that no REDUCE_GRAD reduced this iteration (a schedule without
-// REDUCE_GRAD steps), steps opt on the shards and zeroes their gradients.
-func (g *FSDPGroup) OptStep(opt Optimizer) func() error {
+// REDUCE_GRAD steps), runs before (in order: gradient clipping,
+// ClipGradNorm on the shards, goes there), steps opt on the shards and
+// zeroes their gradients.
+func (g *FSDPGroup) OptStep(opt Optimizer, before ...func() error) func() error {
 	return func() error {
 		if err := g.async.Wait(); err != nil {
 			return fmt.Errorf("nn: FSDP OPT_STEP: a collective failed: %w", err)
@@ -407,6 +409,11 @@ func (g *FSDPGroup) OptStep(opt Optimizer) func() error {
 				if err := f.ReduceGrad(); err != nil {
 					return err
 				}
+			}
+		}
+		for _, f := range before {
+			if err := f(); err != nil {
+				return err
 			}
 		}
 		ps := g.Params()
@@ -448,24 +455,10 @@ func (f *FSDP) Gather() ([]*tensor.Dense, error) {
 }
 
 // optimBytes is the bytes of opt's state for ps (SGD's velocities, Adam's
-// moments); 0 for other optimizers.
+// and AdamW's moments); 0 for other optimizers.
 func optimBytes(opt Optimizer, ps []*Param) int64 {
-	var n int64
-	size := func(t *tensor.Dense) int64 {
-		if t == nil {
-			return 0
-		}
-		return int64(t.Shape().TotalSize()) * int64(t.Dtype().Size())
+	if o, ok := opt.(interface{ stateBytes([]*Param) int64 }); ok {
+		return o.stateBytes(ps)
 	}
-	for _, p := range ps {
-		switch o := opt.(type) {
-		case *SGD:
-			n += size(o.vel[p])
-		case *Adam:
-			if st := o.state[p]; st != nil {
-				n += size(st.m) + size(st.v)
-			}
-		}
-	}
-	return n
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,19 +104,29 @@ func relErr(a, b float64) float64 {
 // and replicated (DataParallel), each member on its block of the global
 // batch's micro-batches, and compares every member's parameters with
 // training on the whole batch: float64 within 1e-12, float32 within 1e-5.
+// With "adamw-clip" every step clips by the global norm (the OptStep's
+// before hook, over a Comm of all members counting per NormShare: FSDP
+// members their shards, DP replica 0 alone), equal to the sequential norm
+// of the whole batch's gradients, and steps AdamW.
 func TestFSDPEqualsSequential(t *testing.T) {
+	const maxNorm = 0.05
 	const steps, perMember = 3, 2
 	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
-		for _, optName := range []string{"sgd", "adam"} {
+		for _, optName := range []string{"sgd", "adam", "adamw-clip"} {
 			for _, n := range []int{1, 2, 3} {
 				for _, mode := range []string{"fsdp", "dp"} {
 					t.Run(fmt.Sprintf("%v/%s/n%d/%s", dt, optName, n, mode), func(t *testing.T) {
 						newOpt := func() Optimizer {
-							if optName == "adam" {
+							switch optName {
+							case "adam":
 								return NewAdam(0.01)
+							case "adamw-clip":
+								return &AdamW{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}
 							}
 							return &SGD{LR: 0.1, Momentum: 0.9}
 						}
+						clipping := optName == "adamw-clip"
+						var refNorms []float64
 						micro := perMember * n
 						ref := dpModel(t, dt)
 						refOpt := newOpt()
@@ -129,6 +140,13 @@ func TestFSDPEqualsSequential(t *testing.T) {
 								t.Fatal(err)
 							}
 							ps := append(ref[0].Params(), ref[1].Params()...)
+							if clipping {
+								norm, err := ClipGradNorm(nil, ps, ps, maxNorm)
+								if err != nil {
+									t.Fatal(err)
+								}
+								refNorms = append(refNorms, norm)
+							}
 							if err := refOpt.Step(ps); err != nil {
 								t.Fatal(err)
 							}
@@ -138,6 +156,7 @@ func TestFSDPEqualsSequential(t *testing.T) {
 
 						trs := transport.NewInProc(n, transport.InProcTimeout(20*time.Second))
 						got := make([][][]float64, n)
+						norms := make([][]float64, n)
 						stats := make([]MemStats, n)
 						errs := make([]error, n)
 						var wg sync.WaitGroup
@@ -147,6 +166,20 @@ func TestFSDPEqualsSequential(t *testing.T) {
 									comm, err := collective.New(trs[r], abi.ActChannel)
 									if err != nil {
 										return err
+									}
+									all, err := collective.New(trs[r], transport.Grad) // the clipping's, over every member
+									if err != nil {
+										return err
+									}
+									var before []func() error
+									clip := func(ps []*Param, share NormShare) {
+										if clipping {
+											before = append(before, func() error {
+												norm, err := ClipGradNorm(all, share.Counted(ps), ps, maxNorm)
+												norms[r] = append(norms[r], norm)
+												return err
+											})
+										}
 									}
 									model := dpModel(t, dt)
 									opt := newOpt()
@@ -159,7 +192,8 @@ func TestFSDPEqualsSequential(t *testing.T) {
 										if err != nil {
 											return err
 										}
-										step := dpar.OptStep(opt)
+										clip(dpar.Params(), NormShare{Replica: r})
+										step := dpar.OptStep(opt, before...)
 										for s := range steps {
 											if err := trainMicro([]backwarder{model[0], model[1]}, newDPData(dt, micro, s), mine, 1/float64(micro)); err != nil {
 												return err
@@ -184,7 +218,8 @@ func TestFSDPEqualsSequential(t *testing.T) {
 										}
 										fs = append(fs, f)
 									}
-									step := g.OptStep(opt)
+									clip(g.Params(), NormShare{Replica: r, Sharded: true})
+									step := g.OptStep(opt, before...)
 									for s := range steps {
 										for _, f := range fs {
 											if err := f.Unshard(); err != nil {
@@ -230,11 +265,28 @@ func TestFSDPEqualsSequential(t *testing.T) {
 						if dt == tensor.Float32 {
 							tol = 1e-5
 						}
+						if clipping && slices.Max(refNorms) <= maxNorm {
+							t.Errorf("norms %v never above %v: the clipping was not tested", refNorms, maxNorm)
+						}
 						for r := range n {
+							if clipping {
+								for s := range refNorms {
+									if relErr(norms[r][s], refNorms[s]) > tol {
+										t.Errorf("member %d step %d: global norm %.17g, sequential %.17g", r, s, norms[r][s], refNorms[s])
+									}
+								}
+							}
 							worst := 0.0
 							for s := range want {
 								for i := range want[s] {
-									worst = math.Max(worst, relErr(got[r][s][i], want[s][i]))
+									e := relErr(got[r][s][i], want[s][i])
+									if clipping {
+										// Adam moves every parameter by about LR a step,
+										// so a bias near 0 (2.4e-5 after steps of ±0.01)
+										// is compared on that scale.
+										e = math.Abs(got[r][s][i]-want[s][i]) / math.Max(math.Abs(want[s][i]), 0.01)
+									}
+									worst = math.Max(worst, e)
 								}
 							}
 							if worst > tol {
@@ -257,7 +309,7 @@ func TestFSDPEqualsSequential(t *testing.T) {
 							wantP = shard
 						}
 						optSlots := int64(1)
-						if optName == "adam" {
+						if optName != "sgd" {
 							optSlots = 2
 						}
 						m := stats[0]
