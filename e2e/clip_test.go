@@ -8,13 +8,13 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/generated/dualpipe"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
-	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 // copyModel is a model of n stages of tieWidth (a Linear and a Tanh each),
@@ -76,7 +76,7 @@ func TestCopiesClipMatchesSequential(t *testing.T) {
 						}
 					}
 				}
-				all, err := collective.New(trs[r], transport.Grad)
+				all, err := collective.New(trs[r], abi.GradChannel)
 				if err != nil {
 					t.Fatal(err)
 				}

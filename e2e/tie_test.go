@@ -11,6 +11,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -216,7 +217,7 @@ func trainTied(t *testing.T, p prog, trs []transport.Transport, dt tensor.Dtype,
 				share.Skip = append(share.Skip, bp[len(bp)-2:]...) // the tied layer's weight and bias
 			}
 		}
-		all, err := collective.New(trs[r], transport.Grad)
+		all, err := collective.New(trs[r], abi.GradChannel)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,9 +12,9 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/mesh"
-	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/world"
 )
 
@@ -97,7 +97,7 @@ func TestClipGradNormMesh(t *testing.T) {
 					for r := range m.World() {
 						wg.Go(func() {
 							pp, dp := m.Coords(r)
-							comm, err := w.NewComm(w.Endpoints[r], transport.Grad)
+							comm, err := w.NewComm(w.Endpoints[r], abi.GradChannel)
 							if err != nil {
 								errs[r] = err
 								return

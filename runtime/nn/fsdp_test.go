@@ -167,7 +167,7 @@ func TestFSDPEqualsSequential(t *testing.T) {
 									if err != nil {
 										return err
 									}
-									all, err := collective.New(trs[r], transport.Grad) // the clipping's, over every member
+									all, err := collective.New(trs[r], abi.GradChannel) // the clipping's, over every member
 									if err != nil {
 										return err
 									}
