@@ -207,6 +207,20 @@ func Encode(w io.Writer, s *Shard) (n int64, crc uint32, err error) {
 type Filter struct {
 	Layer func(layer int) bool
 	Flat  func(name string) bool
+	// Into, when set, gives the memory a kept parameter's value (state
+	// "") or optimizer tensor (state its name) is read into: a Tensor of
+	// the saved dtype and element count, or the zero Tensor to allocate
+	// one. The Param then holds it (with the saved shape). Restoring into
+	// a model's own tensors this way saves an allocation and a copy.
+	Into func(layer int, name, state string) Tensor
+}
+
+// into is f.Into, or nothing.
+func (f Filter) into(layer int, name, state string) Tensor {
+	if f.Into == nil {
+		return Tensor{}
+	}
+	return f.Into(layer, name, state)
 }
 
 // decoder reads a shard of a known size, counting what is left.
@@ -223,14 +237,56 @@ func (d *decoder) read(p []byte) error {
 	if int64(len(p)) > d.left {
 		return corrupt("a field of %d bytes runs past the end (%d bytes left)", len(p), d.left)
 	}
-	if _, err := io.ReadFull(d.r, p); err != nil {
+	if len(p) >= 2*crcChunk {
+		return d.readLarge(p)
+	}
+	if err := readFull(d.r, p); err != nil {
+		return err
+	}
+	d.crc = crc32.Update(d.crc, castagnoli, p)
+	d.left -= int64(len(p))
+	return nil
+}
+
+// crcChunk is the piece of a large read whose checksum a goroutine
+// computes while the next piece is read.
+const crcChunk = 1 << 22
+
+// readLarge is read for a large p: it checksums each piece in a goroutine
+// while it reads the next, so that a load takes about the longer of the
+// two rather than their sum.
+func (d *decoder) readLarge(p []byte) error {
+	pieces := make(chan []byte, 2)
+	sum := make(chan uint32)
+	go func(crc uint32) {
+		for b := range pieces {
+			crc = crc32.Update(crc, castagnoli, b)
+		}
+		sum <- crc
+	}(d.crc)
+	var err error
+	for off := 0; off < len(p) && err == nil; off += crcChunk {
+		b := p[off:min(off+crcChunk, len(p))]
+		if err = readFull(d.r, b); err == nil {
+			pieces <- b
+		}
+	}
+	close(pieces)
+	d.crc = <-sum
+	if err != nil {
+		return err
+	}
+	d.left -= int64(len(p))
+	return nil
+}
+
+func readFull(r io.Reader, p []byte) error {
+	if _, err := io.ReadFull(r, p); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return corrupt("truncated")
 		}
 		return err
 	}
-	d.crc = crc32.Update(d.crc, castagnoli, p)
-	d.left -= int64(len(p))
 	return nil
 }
 
@@ -313,9 +369,10 @@ func (d *decoder) shape() ([]int, int64, error) {
 	return s, n, nil
 }
 
-// tensor reads a tensor; with keep false it checksums its elements into
-// scratch and returns only its shape.
-func (d *decoder) tensor(keep bool) (Tensor, error) {
+// tensor reads a tensor, into dst's memory when dst holds elements; with
+// keep false it checksums its elements into scratch and returns only its
+// shape.
+func (d *decoder) tensor(keep bool, dst Tensor) (Tensor, error) {
 	dt, err := d.u8()
 	if err != nil {
 		return Tensor{}, err
@@ -334,6 +391,16 @@ func (d *decoder) tensor(keep bool) (Tensor, error) {
 	t := Tensor{Shape: shape}
 	if !keep {
 		return t, d.skip(n * size)
+	}
+	if dst.Len() > 0 || dst.F32 != nil || dst.F64 != nil {
+		if dst.DType() != DType(dt) || int64(dst.Len()) != n {
+			return Tensor{}, fmt.Errorf("saved as %v %v, the destination is %v of %d elements", DType(dt), shape, dst.DType(), dst.Len())
+		}
+		t.F32, t.F64 = dst.F32, dst.F64
+		if t.F64 != nil {
+			return t, readElems(d, t.F64)
+		}
+		return t, readElems(d, t.F32)
 	}
 	if DType(dt) == Float64 {
 		t.F64 = make([]float64, n)
@@ -376,7 +443,7 @@ func (d *decoder) skip(n int64) error {
 	return nil
 }
 
-func (d *decoder) state(keep bool) ([]NamedTensor, map[string]float64, error) {
+func (d *decoder) state(keep bool, into func(state string) Tensor) ([]NamedTensor, map[string]float64, error) {
 	n, err := d.count("optimizer tensors", 2+1+1)
 	if err != nil {
 		return nil, nil, err
@@ -387,7 +454,11 @@ func (d *decoder) state(keep bool) ([]NamedTensor, map[string]float64, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		t, err := d.tensor(keep)
+		var dst Tensor
+		if keep && into != nil {
+			dst = into(name)
+		}
+		t, err := d.tensor(keep, dst)
 		if err != nil {
 			return nil, nil, fmt.Errorf("optimizer tensor %q: %w", short(name), err)
 		}
@@ -496,11 +567,15 @@ func (d *decoder) param(s *Shard, f Filter) error {
 		return err
 	}
 	keep := f.Layer == nil || f.Layer(layer)
-	v, err := d.tensor(keep)
+	var dst Tensor
+	if keep {
+		dst = f.into(layer, name, "")
+	}
+	v, err := d.tensor(keep, dst)
 	if err != nil {
 		return fmt.Errorf("layer %d parameter %q: %w", layer, short(name), err)
 	}
-	state, scalars, err := d.state(keep)
+	state, scalars, err := d.state(keep, func(st string) Tensor { return f.into(layer, name, st) })
 	if err != nil {
 		return fmt.Errorf("layer %d parameter %q: %w", layer, short(name), err)
 	}
@@ -547,10 +622,10 @@ func (d *decoder) flat(s *Shard, f Filter) error {
 		fl.Members = append(fl.Members, Member{Layer: l, Name: mn, Shape: sh})
 	}
 	keep := f.Flat == nil || f.Flat(name)
-	if fl.Value, err = d.tensor(keep); err != nil {
+	if fl.Value, err = d.tensor(keep, Tensor{}); err != nil {
 		return fmt.Errorf("flat %q: %w", short(name), err)
 	}
-	if fl.State, fl.Scalars, err = d.state(keep); err != nil {
+	if fl.State, fl.Scalars, err = d.state(keep, nil); err != nil {
 		return fmt.Errorf("flat %q: %w", short(name), err)
 	}
 	if keep {

@@ -102,6 +102,13 @@ func (c *Checkpoint) Verify(rank int) error {
 // result is sorted by layer, each layer's parameters in the order saved.
 // A layer no shard holds is an error.
 func (c *Checkpoint) Layers(want []int, replica int) ([]Param, error) {
+	return c.LayersInto(want, replica, nil)
+}
+
+// LayersInto is Layers reading into the memory into gives (Filter.Into):
+// a resuming rank's own parameter and optimizer tensors. Parameters
+// gathered from FSDP chunks are copied into it.
+func (c *Checkpoint) LayersInto(want []int, replica int, into func(layer int, name, state string) Tensor) ([]Param, error) {
 	want = compactSorted(want)
 	m := c.Manifest
 	dp := max(m.Layout.DP, 1)
@@ -143,7 +150,7 @@ func (c *Checkpoint) Layers(want []int, replica int) ([]Param, error) {
 		for _, l := range plan[r] {
 			set[l] = true
 		}
-		s, err := c.ReadShard(r, Filter{Layer: func(l int) bool { return set[l] }, Flat: func(string) bool { return false }})
+		s, err := c.ReadShard(r, Filter{Layer: func(l int) bool { return set[l] }, Flat: func(string) bool { return false }, Into: into})
 		if err != nil {
 			return nil, err
 		}
@@ -161,9 +168,15 @@ func (c *Checkpoint) Layers(want []int, replica int) ([]Param, error) {
 			return nil, err
 		}
 		for _, p := range params {
-			if uncovered[p.Layer] {
-				out = append(out, p)
+			if !uncovered[p.Layer] {
+				continue
 			}
+			if into != nil {
+				if err := copyInto(&p, into); err != nil {
+					return nil, fmt.Errorf("checkpoint %s: FSDP group %q: %w", c.Dir, name, err)
+				}
+			}
+			out = append(out, p)
 		}
 		for _, p := range params {
 			delete(uncovered, p.Layer)
@@ -230,4 +243,31 @@ func (c *Checkpoint) gather(name string, of int) ([]Param, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", c.Dir, err)
 	}
 	return ps, nil
+}
+
+// copyInto moves p's tensors into the memory into gives, where it gives
+// some.
+func copyInto(p *Param, into func(layer int, name, state string) Tensor) error {
+	move := func(t *Tensor, state string) error {
+		dst := into(p.Layer, p.Name, state)
+		if dst.F32 == nil && dst.F64 == nil {
+			return nil
+		}
+		if dst.DType() != t.DType() || dst.Len() != t.Len() {
+			return fmt.Errorf("layer %d parameter %q %q: saved as %v %v, the destination is %v of %d elements", p.Layer, p.Name, state, t.DType(), t.Shape, dst.DType(), dst.Len())
+		}
+		copy(dst.F32, t.F32)
+		copy(dst.F64, t.F64)
+		t.F32, t.F64 = dst.F32, dst.F64
+		return nil
+	}
+	if err := move(&p.Value, ""); err != nil {
+		return err
+	}
+	for i := range p.State {
+		if err := move(&p.State[i].Tensor, p.State[i].Name); err != nil {
+			return err
+		}
+	}
+	return nil
 }

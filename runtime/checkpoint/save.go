@@ -106,14 +106,15 @@ func ShardFile(gen, rank int) string { return fmt.Sprintf("shard-%05d.g%d.bin", 
 func partFile(gen, rank int) string { return fmt.Sprintf("shard-%05d.g%d.json", rank, gen) }
 
 // WriteShard writes s as rank's shard of save gen in dir (temporary file,
-// fsync, rename), then its ShardInfo beside it the same way, for Commit.
+// fsync, rename), then its ShardInfo beside it, for Commit, and syncs the
+// directory.
 // Save calls it; a tool that writes every rank's shard itself (ppgen
 // checkpoint convert) calls it for each, then Commit.
 func WriteShard(dir string, gen, rank int, s *Shard) error {
 	name := ShardFile(gen, rank)
 	var n int64
 	var crc uint32
-	err := writeAtomic(dir, name, func(f *os.File) (err error) {
+	err := writeAtomic(dir, name, true, func(f *os.File) (err error) {
 		n, crc, err = Encode(bufio.NewWriterSize(f, 1<<20), s)
 		return err
 	})
@@ -141,7 +142,9 @@ func WriteShard(dir string, gen, rank int, s *Shard) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
 	}
-	if err := writeAtomic(dir, partFile(gen, rank), func(f *os.File) error { _, err := f.Write(b); return err }); err != nil {
+	// The record only carries the shard's ShardInfo to Commit, which puts
+	// it in the manifest: it needs no fsync.
+	if err := writeAtomic(dir, partFile(gen, rank), false, func(f *os.File) error { _, err := f.Write(b); return err }); err != nil {
 		return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
 	}
 	return syncDir(dir)
@@ -172,7 +175,7 @@ func Commit(dir string, m Manifest) error {
 		return fmt.Errorf("checkpoint: commit: %w", err)
 	}
 	b = append(b, '\n')
-	if err := writeAtomic(dir, ManifestFile, func(f *os.File) error { _, err := f.Write(b); return err }); err != nil {
+	if err := writeAtomic(dir, ManifestFile, true, func(f *os.File) error { _, err := f.Write(b); return err }); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := syncDir(dir); err != nil {
@@ -205,15 +208,15 @@ func removeStale(dir string, m *Manifest) error {
 }
 
 // writeAtomic writes dir/name through write on a temporary file of dir,
-// synced and closed, then renamed to name.
-func writeAtomic(dir, name string, write func(*os.File) error) error {
+// synced (with sync) and closed, then renamed to name.
+func writeAtomic(dir, name string, sync bool, write func(*os.File) error) error {
 	f, err := os.CreateTemp(dir, name+".tmp-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
 	err = write(f)
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
