@@ -29,4 +29,9 @@
 // replicas are identical copies (any one serves), and FSDP chunks are
 // gathered from every member of their group and split back into
 // parameters; SplitFlat re-splits parameters for another FSDP degree.
+//
+// The package uses only the standard library (the ppgen command links it
+// for `ppgen checkpoint inspect` and `convert`); runtime/checkpoint/
+// nncheckpoint converts runtime/nn's parameters and makes Save's barrier
+// of a collective.Comm.
 package checkpoint

@@ -1,4 +1,10 @@
-package checkpoint
+// Package nncheckpoint joins runtime/checkpoint to runtime/nn and the
+// collectives: a layer's nn.Params as checkpoint Params and back, gorgonia
+// tensors as checkpoint Tensors, and a Save barrier over a
+// collective.Comm. runtime/checkpoint itself uses only the standard
+// library, so that the ppgen command can read checkpoints without a
+// tensor library.
+package nncheckpoint
 
 import (
 	"errors"
@@ -8,6 +14,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/checkpoint"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/nn"
 )
@@ -21,8 +28,8 @@ func NNName(i int, name string) string { return strconv.Itoa(i) + "." + name }
 // layer's Params, in order) as Params named NNName(i, p.Name), sharing
 // their memory: encode them before the next optimizer step. Optimizer
 // state is the caller's to add (Param.State, Param.Scalars).
-func FromNN(layer int, params []*nn.Param) ([]Param, error) {
-	out := make([]Param, 0, len(params))
+func FromNN(layer int, params []*nn.Param) ([]checkpoint.Param, error) {
+	out := make([]checkpoint.Param, 0, len(params))
 	for i, p := range params {
 		if p == nil || p.Value == nil {
 			return nil, fmt.Errorf("checkpoint: layer %d parameter %d: nil", layer, i)
@@ -31,7 +38,7 @@ func FromNN(layer int, params []*nn.Param) ([]Param, error) {
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: layer %d parameter %d (%q): %w", layer, i, p.Name, err)
 		}
-		out = append(out, Param{Layer: layer, Name: NNName(i, p.Name), Value: t})
+		out = append(out, checkpoint.Param{Layer: layer, Name: NNName(i, p.Name), Value: t})
 	}
 	return out, nil
 }
@@ -39,8 +46,8 @@ func FromNN(layer int, params []*nn.Param) ([]Param, error) {
 // ToNN copies the values of layer's parameters in got (as FromNN names
 // them; got may hold other layers too) into params, checking that each is
 // there with the same shape and dtype.
-func ToNN(layer int, params []*nn.Param, got []Param) error {
-	byName := map[string]*Param{}
+func ToNN(layer int, params []*nn.Param, got []checkpoint.Param) error {
+	byName := map[string]*checkpoint.Param{}
 	for i := range got {
 		if got[i].Layer == layer {
 			byName[got[i].Name] = &got[i]
@@ -59,24 +66,24 @@ func ToNN(layer int, params []*nn.Param, got []Param) error {
 	return nil
 }
 
-// FromDense returns t's elements as a Tensor sharing its memory.
-func FromDense(t *tensor.Dense) (Tensor, error) {
+// FromDense returns t's elements as a checkpoint.Tensor sharing its memory.
+func FromDense(t *tensor.Dense) (checkpoint.Tensor, error) {
 	if t.IsScalar() || t.IsMaterializable() || t.IsMasked() {
-		return Tensor{}, fmt.Errorf("a scalar, view or masked tensor; want a plain one")
+		return checkpoint.Tensor{}, fmt.Errorf("a scalar, view or masked tensor; want a plain one")
 	}
 	shape := slices.Clone([]int(t.Shape()))
 	switch d := t.Data().(type) {
 	case []float32:
-		return Tensor{Shape: shape, F32: d}, nil
+		return checkpoint.Tensor{Shape: shape, F32: d}, nil
 	case []float64:
-		return Tensor{Shape: shape, F64: d}, nil
+		return checkpoint.Tensor{Shape: shape, F64: d}, nil
 	}
-	return Tensor{}, fmt.Errorf("dtype %v, want float32 or float64", t.Dtype())
+	return checkpoint.Tensor{}, fmt.Errorf("dtype %v, want float32 or float64", t.Dtype())
 }
 
 // CopyInto copies src's elements into dst, which must have its shape and
 // dtype.
-func CopyInto(dst *tensor.Dense, src Tensor) error {
+func CopyInto(dst *tensor.Dense, src checkpoint.Tensor) error {
 	d, err := FromDense(dst)
 	if err != nil {
 		return err
