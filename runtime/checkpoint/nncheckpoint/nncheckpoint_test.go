@@ -4,12 +4,15 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/runtime/checkpoint"
+	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/transport"
 )
 
 func TestNNRoundTrip(t *testing.T) {
@@ -62,5 +65,59 @@ func TestNNRoundTrip(t *testing.T) {
 				t.Fatalf("ToNN of a layer not read: %v", err)
 			}
 		})
+	}
+}
+
+// TestSaveOverComm saves a 2 × 2 layout from four goroutines, each a rank
+// of an in-process world whose barrier is CommBarrier, twice; every layer
+// comes back.
+func TestSaveOverComm(t *testing.T) {
+	const world = 4
+	l := checkpoint.Layout{Schedule: "1f1b", Ranks: 2, DP: 2, Stages: 2, RankOf: []int{0, 1}, Layers: [][2]int{{0, 1}, {1, 2}}}
+	dir := t.TempDir()
+	trs := transport.NewInProc(world)
+	for step := int64(1); step <= 2; step++ {
+		errs := make([]error, world)
+		var wg sync.WaitGroup
+		for r := range world {
+			comm, err := collective.New(trs[r], transport.Act)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				pp := r / l.DP
+				lin, err := nn.NewLinear(2, 2, tensor.Float64, rand.New(rand.NewPCG(uint64(pp), uint64(step))))
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				ps, err := FromNN(pp, lin.Params())
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				errs[r] = checkpoint.Save(dir, &checkpoint.Shard{Params: ps}, checkpoint.SaveOptions{Rank: r, Step: step, Layout: l, Barrier: CommBarrier(comm)})
+			})
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("step %d rank %d: %v", step, r, err)
+			}
+		}
+		c, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Manifest.Step != step || c.Manifest.Generation != int(step) {
+			t.Fatalf("manifest step %d generation %d, want %d", c.Manifest.Step, c.Manifest.Generation, step)
+		}
+		got, err := c.Layers([]int{0, 1}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 4 {
+			t.Fatalf("%d parameters, want 4", len(got))
+		}
 	}
 }
