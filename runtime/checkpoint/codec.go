@@ -61,8 +61,12 @@ func (e *encoder) write(p []byte) {
 	if e.err != nil {
 		return
 	}
-	e.crc = crc32.Update(e.crc, castagnoli, p)
-	_, e.err = e.w.Write(p)
+	if len(p) >= 2*crcChunk {
+		e.crc, e.err = crcOverlapped(e.crc, p, func(b []byte) error { _, err := e.w.Write(b); return err })
+	} else {
+		e.crc = crc32.Update(e.crc, castagnoli, p)
+		_, e.err = e.w.Write(p)
+	}
 	e.n += int64(len(p))
 }
 
@@ -248,34 +252,14 @@ func (d *decoder) read(p []byte) error {
 	return nil
 }
 
-// crcChunk is the piece of a large read whose checksum a goroutine
-// computes while the next piece is read.
-const crcChunk = 1 << 22
-
-// readLarge is read for a large p: it checksums each piece in a goroutine
-// while it reads the next, so that a load takes about the longer of the
-// two rather than their sum.
+// readLarge is read for a large p, checksummed while it is read
+// (crcOverlapped).
 func (d *decoder) readLarge(p []byte) error {
-	pieces := make(chan []byte, 2)
-	sum := make(chan uint32)
-	go func(crc uint32) {
-		for b := range pieces {
-			crc = crc32.Update(crc, castagnoli, b)
-		}
-		sum <- crc
-	}(d.crc)
-	var err error
-	for off := 0; off < len(p) && err == nil; off += crcChunk {
-		b := p[off:min(off+crcChunk, len(p))]
-		if err = readFull(d.r, b); err == nil {
-			pieces <- b
-		}
-	}
-	close(pieces)
-	d.crc = <-sum
+	crc, err := crcOverlapped(d.crc, p, func(b []byte) error { return readFull(d.r, b) })
 	if err != nil {
 		return err
 	}
+	d.crc = crc
 	d.left -= int64(len(p))
 	return nil
 }
