@@ -229,6 +229,14 @@ func TestSaveOpenLayers(t *testing.T) {
 	}
 }
 
+func TestSaveRefusesAnotherRanksLayers(t *testing.T) {
+	l := plainLayout([]int{0, 2, 4}, 1, false)
+	err := Save(t.TempDir(), &Shard{Params: ofLayers(model(4, 1), 2, 3)}, SaveOptions{Rank: 0, Layout: l, Barrier: func() error { return nil }})
+	if err == nil || !strings.Contains(err.Error(), "holds layer 2") {
+		t.Fatalf("Save of layer 2 on rank 0: %v", err)
+	}
+}
+
 // TestSaveKilledBeforeManifest: a save that wrote its shards but not its
 // manifest leaves the previous checkpoint whole.
 func TestSaveKilledBeforeManifest(t *testing.T) {

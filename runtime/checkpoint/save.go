@@ -44,6 +44,9 @@ func Save(dir string, s *Shard, o SaveOptions) error {
 	if o.Rank < 0 || o.Rank >= world {
 		return fmt.Errorf("checkpoint: save to %s: rank %d outside the layout's %d ranks", dir, o.Rank, world)
 	}
+	if err := holds(s, o.Layout, o.Rank); err != nil {
+		return fmt.Errorf("checkpoint: save to %s: rank %d: %w", dir, o.Rank, err)
+	}
 	barrier := o.Barrier
 	if barrier == nil {
 		if world > 1 {
@@ -256,4 +259,22 @@ func compactSorted[T int | string](s []T) []T {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// holds checks that s holds only layers of rank's pipeline rank under l,
+// when l says which (Layers and RankOf).
+func holds(s *Shard, l Layout, rank int) error {
+	if l.Layers == nil || l.RankOf == nil {
+		return nil
+	}
+	mine := map[int]bool{}
+	for _, layer := range l.LayersOf(rank / max(l.DP, 1)) {
+		mine[layer] = true
+	}
+	for _, layer := range s.Layers() {
+		if !mine[layer] {
+			return fmt.Errorf("the shard holds layer %d, which the layout places on another pipeline rank (this one holds %v)", layer, l.LayersOf(rank/max(l.DP, 1)))
+		}
+	}
+	return nil
 }
