@@ -27,6 +27,7 @@
 //	template  write a SLURM script or Kubernetes Job for a trainer
 //	report    write an HTML page about a schedule: verification, simulation, timeline, program
 //	tune      fit a model description (-model FILE) to a measured timeline
+//	checkpoint inspect a checkpoint (verify its shards) or convert it to another layout
 //	version   print the module version, VCS revision and Go version (also ppgen -version)
 //
 // ppgen NAME -h (or ppgen help NAME) prints a command's usage line, what it
@@ -271,6 +272,7 @@ func commands() []command {
 		{"template", "write a SLURM script or Kubernetes Job that runs a trainer on N ranks", runTemplate},
 		{"report", "write an HTML page: the schedule, its verification, simulation, timeline and program", runReport},
 		{"tune", "fit a model description (-model) to a measured timeline (pipe.Timeline's trace)", runTune},
+		{"checkpoint", "inspect a checkpoint (verify its shards) or convert it to another layout", runCheckpoint},
 		{"version", "print ppgen's module version, VCS revision and Go version", runVersion},
 	}
 }
@@ -417,7 +419,11 @@ func unsafeProgram(err error) bool {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: ppgen <command> [flags]   (ppgen <command> -h or ppgen help <command> for its flags)")
 	fmt.Fprintln(w)
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 }

@@ -1,0 +1,96 @@
+package checkpoint
+
+import (
+	"hash/crc32"
+	"runtime"
+	"sync"
+)
+
+// crcChunk is the piece of a large read or write whose CRC-32C a worker
+// goroutine computes while the next piece is read or written.
+const crcChunk = 1 << 22
+
+// crcOverlapped runs do on p's pieces in order, while worker goroutines
+// checksum the pieces done, and returns crc extended by p: a load or save
+// takes about as long as its reads or writes, not their sum with the
+// checksum. Pieces are checksummed apart and joined with crc32Combine.
+func crcOverlapped(crc uint32, p []byte, do func([]byte) error) (uint32, error) {
+	piece := func(i int) []byte { return p[i*crcChunk : min((i+1)*crcChunk, len(p))] }
+	n := (len(p) + crcChunk - 1) / crcChunk
+	sums := make([]uint32, n)
+	jobs := make(chan int, n)
+	var wg sync.WaitGroup
+	for range max(1, min(runtime.GOMAXPROCS(0)-1, 8)) {
+		wg.Go(func() {
+			for i := range jobs {
+				sums[i] = crc32.Checksum(piece(i), castagnoli)
+			}
+		})
+	}
+	var err error
+	for i := 0; i < n && err == nil; i++ {
+		if err = do(piece(i)); err == nil {
+			jobs <- i
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err != nil {
+		return crc, err
+	}
+	for i := range n {
+		crc = crc32Combine(crc, sums[i], int64(len(piece(i))))
+	}
+	return crc, nil
+}
+
+// crc32Combine returns the CRC-32C of A followed by B from crc1, A's, and
+// crc2, B's of len2 bytes (zlib's crc32_combine: crc1 advanced over len2
+// zero bytes by squaring the operator of one zero bit, then xor crc2).
+func crc32Combine(crc1, crc2 uint32, len2 int64) uint32 {
+	if len2 <= 0 {
+		return crc1
+	}
+	var even, odd [32]uint32
+	odd[0] = crc32.Castagnoli // the reflected polynomial: one zero bit
+	row := uint32(1)
+	for n := 1; n < 32; n++ {
+		odd[n] = row
+		row <<= 1
+	}
+	gf2Square(&even, &odd) // two zero bits
+	gf2Square(&odd, &even) // four
+	for {
+		gf2Square(&even, &odd)
+		if len2&1 != 0 {
+			crc1 = gf2Times(&even, crc1)
+		}
+		if len2 >>= 1; len2 == 0 {
+			break
+		}
+		gf2Square(&odd, &even)
+		if len2&1 != 0 {
+			crc1 = gf2Times(&odd, crc1)
+		}
+		if len2 >>= 1; len2 == 0 {
+			break
+		}
+	}
+	return crc1 ^ crc2
+}
+
+func gf2Times(mat *[32]uint32, vec uint32) uint32 {
+	var sum uint32
+	for i := 0; vec != 0; i, vec = i+1, vec>>1 {
+		if vec&1 != 0 {
+			sum ^= mat[i]
+		}
+	}
+	return sum
+}
+
+func gf2Square(square, mat *[32]uint32) {
+	for n := range 32 {
+		square[n] = gf2Times(mat, mat[n])
+	}
+}
