@@ -109,6 +109,9 @@ func progOf(t testing.TB, name string, cfg ir.Config, opt gen.Options, src []byt
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
 		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
 		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly()}
+	if p.Copies > 1 {
+		spec.Copies = p.Copies // as the emitted Spec (emit.copiesField)
+	}
 	for _, t := range p.Ties {
 		spec.Ties = append(spec.Ties, pipe.Tie{A: t.A, B: t.B})
 	}
