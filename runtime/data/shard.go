@@ -170,15 +170,7 @@ func (s *Shard) ReadAt(dst []uint32, off int64) error {
 			return fmt.Errorf("data: shard %s: reading %d tokens at offset %d: %w", s.path, n, off+int64(done), err)
 		}
 		out := dst[done : done+n]
-		if s.h.width == Uint16 {
-			for i := range out {
-				out[i] = uint32(binary.LittleEndian.Uint16(b[2*i:]))
-			}
-		} else {
-			for i := range out {
-				out[i] = binary.LittleEndian.Uint32(b[4*i:])
-			}
-		}
+		decode(out, b, s.h.width)
 		if s.h.vocab != 0 {
 			for i, t := range out {
 				if t >= s.h.vocab {
@@ -189,4 +181,25 @@ func (s *Shard) ReadAt(dst []uint32, off int64) error {
 		done += n
 	}
 	return nil
+}
+
+// decode sets out to the len(out) tokens of width w in b.
+func decode(out []uint32, b []byte, w Width) {
+	if w == Uint16 {
+		b = b[:2*len(out)]
+		i := 0
+		for ; i+4 <= len(out); i += 4 { // four tokens a load
+			v := binary.LittleEndian.Uint64(b[2*i : 2*i+8])
+			o := out[i : i+4 : i+4]
+			o[0], o[1], o[2], o[3] = uint32(v&0xffff), uint32(v>>16&0xffff), uint32(v>>32&0xffff), uint32(v>>48)
+		}
+		for ; i < len(out); i++ {
+			out[i] = uint32(b[2*i]) | uint32(b[2*i+1])<<8
+		}
+		return
+	}
+	b = b[:4*len(out)]
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(b[4*i : 4*i+4])
+	}
 }
