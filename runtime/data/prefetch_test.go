@@ -8,12 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"gorgonia.org/tensor"
-
-	"github.com/ppgen/ppgen/runtime/pipe"
 )
-
-var _ pipe.DataSource = (*Source)(nil)
 
 // noLeak fails t when goroutines started during f are still running a
 // second after it.
@@ -109,43 +104,4 @@ func TestPrefetchError(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestSource: a Step's windows become input and target columns shifted by
-// one token, in either dtype; bad steps and micro-batches are refused.
-func TestSource(t *testing.T) {
-	st := &Step{Step: 4, Tokens: [][]uint32{{1, 2, 3, 4, 5, 6}, {7, 8, 9, 10, 11, 12}}}
-	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
-		src, err := NewSource(dt, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := src.Set(st); err != nil {
-			t.Fatal(err)
-		}
-		x, err := src.Input(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		y, _ := src.Target(1)
-		if fmt.Sprint(x.Shape(), x.Data(), y.Data()) != "(4, 1) [7 8 10 11] [8 9 11 12]" || x.Dtype() != dt {
-			t.Errorf("%v: input %v %v, target %v", dt, x.Shape(), x.Data(), y.Data())
-		}
-		if _, err := src.Input(2); err == nil {
-			t.Error("micro-batch 2 accepted")
-		}
-		if _, err := src.Target(-1); err == nil {
-			t.Error("micro-batch -1 accepted")
-		}
-	}
-	src, _ := NewSource(tensor.Float64, 2)
-	if err := src.Set(&Step{Tokens: [][]uint32{{1, 2, 3, 4}}}); err == nil || !strings.Contains(err.Error(), "not whole windows of 3") {
-		t.Errorf("ragged step: %v", err)
-	}
-	if _, err := NewSource(tensor.Int, 2); err == nil {
-		t.Error("int dtype accepted")
-	}
-	if _, err := NewSource(tensor.Float64, 0); err == nil {
-		t.Error("sequence length 0 accepted")
-	}
 }
