@@ -40,7 +40,9 @@ func plainRead(b *testing.B, path string, off, n int64) {
 // each iteration (gb/s-plain, gb/s-shard, shard/plain). sequential reads
 // the whole shard in windows of 1M tokens (ReadAt, decoded to uint32);
 // sampled reads the Sampler's windows of 1025 tokens (a step of 8·8
-// windows per replica, random offsets) through Sampler.Read.
+// windows per replica, random offsets) through Sampler.Read, and reports
+// as gb/s-pread plain os.File.ReadAt calls of the same windows' bytes
+// (no decoding), the cost of random access alone.
 func BenchmarkRead(b *testing.B) {
 	const tokens = 32 << 20
 	s := benchShard(b, tokens)
@@ -77,9 +79,23 @@ func BenchmarkRead(b *testing.B) {
 		const steps = 64
 		bytes := int64(steps * 8 * 8 * 1025 * 2)
 		b.SetBytes(bytes)
-		var plain, shard time.Duration
+		f, err := os.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		raw := make([]byte, 1025*2)
+		var plain, shard, pread time.Duration
 		step := int64(0)
 		for b.Loop() {
+			b.StopTimer()
+			var ws []Window // the same windows, for the raw preads
+			for k := range int64(steps) {
+				for m := range 8 {
+					ws, _ = sm.Windows(ws, step+k, m, 0)
+				}
+			}
+			b.StartTimer()
 			t0 := time.Now()
 			plainRead(b, path, HeaderSize, bytes)
 			t1 := time.Now()
@@ -89,8 +105,15 @@ func BenchmarkRead(b *testing.B) {
 				}
 				step++
 			}
-			plain, shard = plain+t1.Sub(t0), shard+time.Since(t1)
+			t2 := time.Now()
+			for _, w := range ws {
+				if _, err := f.ReadAt(raw, HeaderSize+2*w.Offset); err != nil {
+					b.Fatal(err)
+				}
+			}
+			plain, shard, pread = plain+t1.Sub(t0), shard+t2.Sub(t1), pread+time.Since(t2)
 		}
 		report(b, plain, shard, bytes)
+		b.ReportMetric(float64(b.N)*float64(bytes)/pread.Seconds()/1e9, "gb/s-pread")
 	})
 }

@@ -20,12 +20,14 @@ func (s *Sampler) Read(step int64, replica int) (*Step, error) {
 	c := s.cfg
 	L := c.SeqLen + 1
 	st := &Step{Step: step, Windows: make([][]Window, c.Micro), Tokens: make([][]uint32, c.Micro)}
+	all, wins := make([]uint32, c.Micro*c.Batch*L), make([]Window, 0, c.Micro*c.Batch) // one allocation each per step
 	for m := range c.Micro {
-		ws, err := s.Windows(make([]Window, 0, c.Batch), step, m, replica)
+		ws, err := s.Windows(wins[len(wins):len(wins):len(wins)+c.Batch], step, m, replica)
 		if err != nil {
 			return nil, err
 		}
-		toks := make([]uint32, c.Batch*L)
+		wins = wins[:len(wins)+c.Batch]
+		toks := all[m*c.Batch*L : (m+1)*c.Batch*L : (m+1)*c.Batch*L]
 		for b, w := range ws {
 			if err := s.shards[w.Shard].ReadAt(toks[b*L:(b+1)*L], w.Offset); err != nil {
 				return nil, fmt.Errorf("data: step %d, micro-batch %d, replica %d: %w", step, m, replica, err)
