@@ -10,7 +10,8 @@ import (
 // over one step's tokens: micro-batch m's input is its Batch windows'
 // first SeqLen tokens and its target their last SeqLen, each a
 // [Batch·SeqLen, 1] column of token ids (float64 or float32), the form
-// runtime/nn's SoftmaxCrossEntropy and embedding read. Set it to each
+// runtime/nn's SoftmaxCrossEntropy and embedding read (float32 holds ids
+// below 2^24 exactly; Set refuses larger ones). Set it to each
 // step's [Step] before the step runs (the pipeline reads its DATA_LOAD
 // inputs from it during the step).
 type Source struct {
@@ -38,6 +39,13 @@ func (s *Source) Set(st *Step) error {
 	for m, toks := range st.Tokens {
 		if len(toks)%L != 0 || len(toks) == 0 {
 			return fmt.Errorf("data: step %d, micro-batch %d holds %d tokens, not whole windows of %d", st.Step, m, len(toks), L)
+		}
+		if s.dt == tensor.Float32 {
+			for i, t := range toks {
+				if t >= 1<<24 {
+					return fmt.Errorf("data: step %d, micro-batch %d: token %d at %d is not exact in float32 (ids below 2^24 are)", st.Step, m, t, i)
+				}
+			}
 		}
 		rows := len(toks) / L * s.seqLen
 		x, y := make([]float64, 0, rows), make([]float64, 0, rows)

@@ -104,6 +104,10 @@ func TestSource(t *testing.T) {
 	if err := src.Set(&Step{Tokens: [][]uint32{{1, 2, 3, 4}}}); err == nil || !strings.Contains(err.Error(), "not whole windows of 3") {
 		t.Errorf("ragged step: %v", err)
 	}
+	src32, _ := NewSource(tensor.Float32, 1)
+	if err := src32.Set(&Step{Tokens: [][]uint32{{1, 1 << 24}}}); err == nil || !strings.Contains(err.Error(), "token 16777216 at 1 is not exact in float32") {
+		t.Errorf("float32 and a token of 2^24: %v", err)
+	}
 	if _, err := NewSource(tensor.Int, 2); err == nil {
 		t.Error("int dtype accepted")
 	}
