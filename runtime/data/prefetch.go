@@ -6,38 +6,6 @@ import (
 	"sync"
 )
 
-// Step is one replica's tokens for one step: Tokens[m] holds micro-batch
-// m's Batch windows of SeqLen+1 tokens back to back, Windows[m] where they
-// were read.
-type Step struct {
-	Step    int64
-	Windows [][]Window
-	Tokens  [][]uint32
-}
-
-// Read reads replica replica's windows of step step.
-func (s *Sampler) Read(step int64, replica int) (*Step, error) {
-	c := s.cfg
-	L := c.SeqLen + 1
-	st := &Step{Step: step, Windows: make([][]Window, c.Micro), Tokens: make([][]uint32, c.Micro)}
-	all, wins := make([]uint32, c.Micro*c.Batch*L), make([]Window, 0, c.Micro*c.Batch) // one allocation each per step
-	for m := range c.Micro {
-		ws, err := s.Windows(wins[len(wins):len(wins):len(wins)+c.Batch], step, m, replica)
-		if err != nil {
-			return nil, err
-		}
-		wins = wins[:len(wins)+c.Batch]
-		toks := all[m*c.Batch*L : (m+1)*c.Batch*L : (m+1)*c.Batch*L]
-		for b, w := range ws {
-			if err := s.shards[w.Shard].ReadAt(toks[b*L:(b+1)*L], w.Offset); err != nil {
-				return nil, fmt.Errorf("data: step %d, micro-batch %d, replica %d: %w", step, m, replica, err)
-			}
-		}
-		st.Windows[m], st.Tokens[m] = ws, toks
-	}
-	return st, nil
-}
-
 // stepBytes is the memory one Step's tokens take.
 func (s *Sampler) stepBytes() int64 {
 	return int64(s.cfg.Micro) * int64(s.cfg.Batch) * int64(s.cfg.SeqLen+1) * 4
