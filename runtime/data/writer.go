@@ -13,7 +13,8 @@ import (
 // fsyncs the file, renames it over path and fsyncs the directory. Until
 // Close returns nil, path holds whatever it held before (nothing, or the
 // previous shard); a crash leaves at most a temporary file named
-// path.tmp-*, which [Writer.Abort] (or the next run's cleanup) removes.
+// path.tmp-*, which no reader opens and which can be deleted
+// ([Writer.Abort] deletes it when the writer is still running).
 type Writer struct {
 	path string
 	f    *os.File
