@@ -7,6 +7,7 @@
 //	go run ./examples/charlm -check                 # 5 steps, compared with sequential training
 //	go run ./examples/charlm -transport tcp -check  # 4 OS processes on loopback, the same
 //	go run ./examples/charlm -svg loss.svg          # the loss curve
+//	go run ./examples/charlm prepare -out DIR       # write the text as token shards (runtime/data)
 //
 // The model: a token and position embedding, -blocks pre-norm transformer
 // blocks (causal multi-head self-attention and a GELU MLP, each in a
@@ -78,6 +79,13 @@ func defaultOptions() options {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "prepare" {
+		if err := prepare(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "charlm prepare:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o := defaultOptions()
 	fs := flag.NewFlagSet("charlm", flag.ContinueOnError)
 	fs.StringVar(&o.schedule, "schedule", o.schedule, "generated schedule to run: "+strings.Join(scheduleNames(), ", "))
