@@ -7,7 +7,7 @@ type Shape uint8
 
 // The shapes of steps.
 const (
-	ArgsNone    Shape = iota // (): OPT_STEP
+	ArgsNone    Shape = iota // (): OPT_STEP, ALL_REDUCE, the batch brackets
 	ArgsLocal                // (stage, micro, slot): DATA_LOAD, W, the swap steps; At (slot, -1)
 	ArgsComm                 // (stage, micro, peer, slot): the transfers; At (peer, slot)
 	ArgsCompute              // (stage, micro, slot, src): F, B, I; At (slot, src), src the local source slot or -1
