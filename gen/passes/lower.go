@@ -62,6 +62,10 @@ type Options struct {
 	// Ties are the tied stage pairs (-tie A:B): the Tie pass places each
 	// tie's gradient exchange (TIE_GRAD) before OPT_STEP.
 	Ties []ir.Tie
+	// ClipNorm places one ALL_REDUCE on every rank before OPT_STEP (the
+	// Clip pass, after "opt"): the reduction of the global gradient norm
+	// that clipping needs (-clip).
+	ClipNorm bool
 }
 
 // LowerInfo reports what lowering produced.
@@ -154,6 +158,9 @@ func Pipeline(opt Options) []Pass {
 	if !opt.NoOptStep && !opt.ForwardOnly {
 		// In place: it runs after "comm", whose output nobody else holds.
 		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return insertOptStep(p, true), nil }})
+	}
+	if opt.ClipNorm {
+		ps = append(ps, Pass{Name: "clip", Run: func(p ir.Program) (ir.Program, error) { return Clip(p), nil }})
 	}
 	ps = append(ps, Pass{Name: "slots", Run: func(p ir.Program) (ir.Program, error) {
 		// In place: it runs after "comm", whose output nobody else holds.

@@ -122,22 +122,9 @@ func (c *checker) tieModel(m *strict.Model) *strict.Model {
 	if len(c.tieSteps) == 0 {
 		return m
 	}
-	// Per step: its host index on its rank and the global id of the last
-	// comm op of its rank before it (-1 when none).
-	type pos struct{ host, lastOp int32 }
-	where := make([]pos, len(c.tieSteps))
+	where := make([]hostPos, len(c.tieSteps))
 	for n, f := range c.tieSteps {
-		ops := int32(0)
-		for i := range f.index {
-			if c.p.Ranks[f.rank][i].Kind.IsComm() {
-				ops++
-			}
-		}
-		last := int32(-1)
-		if ops > 0 {
-			last = m.OpOff[f.rank] + ops - 1
-		}
-		where[n] = pos{int32(f.index) - ops, last}
+		where[n] = c.hostPositions(m, f.rank, []int{f.index})[0]
 	}
 	extra := make(map[int32][]strict.Event, len(c.tieSteps))
 	for n, f := range c.tieSteps {
@@ -158,17 +145,5 @@ func (c *checker) tieModel(m *strict.Model) *strict.Model {
 		}
 		extra[h] = ws
 	}
-	n := 0
-	for _, ws := range extra {
-		n += len(ws)
-	}
-	out := *m
-	out.WaitOff = make([]int32, len(m.WaitOff))
-	out.Waits = make([]strict.Event, 0, len(m.Waits)+n)
-	for h := range len(m.WaitOff) - 1 {
-		out.Waits = append(out.Waits, m.Waits[m.WaitOff[h]:m.WaitOff[h+1]]...)
-		out.Waits = append(out.Waits, extra[int32(h)]...)
-		out.WaitOff[h+1] = int32(len(out.Waits))
-	}
-	return &out
+	return withWaits(m, extra)
 }

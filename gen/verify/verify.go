@@ -113,6 +113,10 @@ type checker struct {
 	// the strict model (tie.go)
 	hasTie   bool
 	tieSteps []tieStep
+	// hasColl: the program holds ALL_REDUCE steps; collSteps are their
+	// indices per rank, for the strict model (collective.go)
+	hasColl   bool
+	collSteps [][]int
 	// slots: per chunk its slot and live interval; chunk starts in walk order
 	slotted bool
 	slotOf  []int32
@@ -164,6 +168,9 @@ func Check(p ir.Program, opt Options) (Report, error) {
 		return c.rep, err
 	}
 	if err := c.ties(); err != nil {
+		return c.rep, err
+	}
+	if err := c.collectives(); err != nil {
 		return c.rep, err
 	}
 	if c.lowered {

@@ -100,6 +100,8 @@ func (c *checker) walk() error {
 				ex |= extraOf(k)
 			case k == ir.TieGrad:
 				ex |= hasTieStep
+			case k.IsCollective():
+				ex |= hasCollStep
 			}
 		}
 		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
@@ -110,6 +112,7 @@ func (c *checker) walk() error {
 		ex |= e
 	}
 	c.hasTie = ex&hasTieStep != 0
+	c.hasColl = ex&hasCollStep != 0
 	if ex&hasSwapStep != 0 {
 		c.swapState = make([]uint8, c.S*c.M)
 	}
@@ -238,6 +241,12 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		c.hostIdx[rw.host] = int32(i)
 		rw.host++
 		nHost++
+		if st.Kind.IsCollective() {
+			// A host step of no stage: its waits are the rendezvous of
+			// every rank (collectiveModel).
+			rw.waitEnd[nHost-1] = int32(len(rw.waits))
+			continue
+		}
 		if !st.Kind.IsOverlap() {
 			if err := c.leaf(rw, i, st, st); err != nil {
 				return err
