@@ -48,10 +48,10 @@ func (c *checker) collectives() error {
 	for r, n := range count {
 		switch {
 		case n < want:
-			return c.fail(r, -1, collStep(), Missing, "runs %d time(s) on this rank, %d times on rank %d; every rank posts the same collectives in the same order, else the ranks that reach ALL_REDUCE %d wait forever", n, want, wantRank, n)
+			return c.fail(r, -1, collStep(), Missing, "this rank posts %d ALL_REDUCE, rank %d posts %d; every rank posts the same collectives in the same order, else the ranks that reach ALL_REDUCE %d wait forever", n, wantRank, want, n)
 		case n > want:
 			i := c.collSteps[r][want]
-			return c.fail(r, i, p.Ranks[r][i], Duplicate, "ALL_REDUCE %d of this rank, but rank %d posts %d; every rank posts the same collectives in the same order, else this one waits forever", want, wantRank, want)
+			return c.fail(r, i, p.Ranks[r][i], Duplicate, "an extra collective: this rank posts %d ALL_REDUCE, rank %d posts %d; every rank posts the same collectives in the same order, else this one waits forever", n, wantRank, want)
 		}
 	}
 	var withOpt []int
