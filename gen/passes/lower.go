@@ -96,7 +96,8 @@ type Pass struct {
 // comes first so that -split -overlap pairs full backwards and then splits
 // them, which also splits the backward inside each overlap, as
 // -dxdw-in-overlap does), data transfers along the pipe after it, FSDP
-// (UNSHARD/RESHARD/REDUCE_GRAD), swap, coalescing and ties before "slots", which
+// (UNSHARD/RESHARD/REDUCE_GRAD), swap, coalescing, ties, OPT_STEP and the
+// collectives of -clip before "slots", which
 // stays last because it assigns buffers to every step the others add
 // (docs/design.md §5 gives the order). Each new pass is one Pass entry guarded by
 // its option.

@@ -16,24 +16,23 @@ import (
 // when two are equally common: a step missing on one rank is the likelier
 // slip). Whether the ranks can reach their collectives at all, given their
 // transfers and exchanges, is the strict model's question
-// (collectiveModel). It records the steps for that model.
+// (collectiveModel), with the steps the walk recorded.
 func (c *checker) collectives() error {
-	if !c.hasColl {
+	p := &c.p
+	has := false
+	for _, idx := range c.collSteps {
+		has = has || len(idx) > 0
+	}
+	if !has {
+		c.collSteps = nil
 		return nil
 	}
-	p := &c.p
-	c.collSteps = make([][]int, c.P)
 	before := make([]int, c.P) // per rank: how many come before OPT_STEP (-1: no OPT_STEP)
-	for r, steps := range p.Ranks {
+	for r, idx := range c.collSteps {
 		before[r] = -1
-		for i := range steps {
-			if steps[i].Kind.IsCollective() {
-				c.collSteps[r] = append(c.collSteps[r], i)
-			}
-		}
 		if o := c.optAt[r]; o >= 0 {
 			before[r] = 0
-			for _, i := range c.collSteps[r] {
+			for _, i := range idx {
 				if i < int(o) {
 					before[r]++
 				}

@@ -110,7 +110,6 @@ const (
 	hasReduceStep                   // REDUCE_GRAD
 	hasSwapStep                     // a SWAP_* step
 	hasTieStep                      // TIE_GRAD (tie.go)
-	hasCollStep                     // ALL_REDUCE (collective.go)
 )
 
 // extraOf is the bit of an FSDP or swap kind (abi's IsFSDP, IsSwap), 0 for

@@ -113,9 +113,8 @@ type checker struct {
 	// the strict model (tie.go)
 	hasTie   bool
 	tieSteps []tieStep
-	// hasColl: the program holds ALL_REDUCE steps; collSteps are their
-	// indices per rank, for the strict model (collective.go)
-	hasColl   bool
+	// collSteps are, per rank, the indices of its ALL_REDUCE steps
+	// (filled by the walk; collective.go)
 	collSteps [][]int
 	// slots: per chunk its slot and live interval; chunk starts in walk order
 	slotted bool

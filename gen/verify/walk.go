@@ -100,8 +100,6 @@ func (c *checker) walk() error {
 				ex |= extraOf(k)
 			case k == ir.TieGrad:
 				ex |= hasTieStep
-			case k.IsCollective():
-				ex |= hasCollStep
 			}
 		}
 		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
@@ -112,7 +110,7 @@ func (c *checker) walk() error {
 		ex |= e
 	}
 	c.hasTie = ex&hasTieStep != 0
-	c.hasColl = ex&hasCollStep != 0
+	c.collSteps = make([][]int, c.P)
 	if ex&hasSwapStep != 0 {
 		c.swapState = make([]uint8, c.S*c.M)
 	}
@@ -244,6 +242,7 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		if st.Kind.IsCollective() {
 			// A host step of no stage: its waits are the rendezvous of
 			// every rank (collectiveModel).
+			c.collSteps[r] = append(c.collSteps[r], i)
 			rw.waitEnd[nHost-1] = int32(len(rw.waits))
 			continue
 		}
