@@ -157,7 +157,6 @@ func (r *Request) MemoryCap(res gen.Result) (sim.BoundOptions, error) {
 	return sim.BoundOptions{}, usagef("-model %s: the split %v does not fit %d stages of %d copies", r.Model, res.Layers, res.Program.Stages(), copies)
 }
 
-
 // costFamilies lists the families whose order the cost model shapes.
 func costFamilies() []string {
 	var names []string
