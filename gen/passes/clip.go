@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/ppgen/ppgen/abi"
@@ -11,9 +12,12 @@ import (
 // (`-clip`, Options.ClipNorm): one ALL_REDUCE on every rank, right before
 // its OPT_STEP, or at the end of a rank without one. It runs after "tie"
 // and "opt", so the step follows every backward, W, REDUCE_GRAD and
-// TIE_GRAD of its rank: the gradients it measures are final. At the step
-// the runtime calls the trainer's reduction (pipe.Config.AllReduce), which
-// sums the ranks' squared gradients through runtime/collective.
+// TIE_GRAD of its rank: the gradients it measures are final. It also
+// follows every transfer of its rank: where a transfer comes after OPT_STEP
+// (the timed comm order can leave a last send there when the compute order
+// holds OPT_STEP), OPT_STEP moves after it, behind the ALL_REDUCE. At the
+// step the runtime calls the trainer's reduction (pipe.Config.AllReduce),
+// which sums the ranks' squared gradients through runtime/collective.
 //
 // Why it cannot deadlock: every rank has exactly one, after all of its
 // transfers and exchanges, so each rank's host reaches it with its comm
@@ -21,8 +25,9 @@ import (
 // of all ranks (gen/verify's model of it) then completes.
 //
 // A forward-only program has no gradients: Clip leaves it as it is. A
-// program that holds ALL_REDUCE steps already (an -in file) keeps them;
-// verify checks that every rank posts the same sequence.
+// program that holds ALL_REDUCE steps already (an -in file with its
+// transfers) keeps them; verify checks that every rank posts the same
+// sequence.
 func Clip(p ir.Program) ir.Program {
 	if p.ForwardOnly() {
 		return p
@@ -38,11 +43,45 @@ func Clip(p ir.Program) ir.Program {
 	q.Ranks = make([][]ir.Step, len(p.Ranks))
 	reduce := ir.Step{Kind: abi.AllReduce, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
 	for r, steps := range p.Ranks {
-		at := len(steps)
-		if i := slices.IndexFunc(steps, func(st ir.Step) bool { return st.Kind == ir.OptStep }); i >= 0 {
-			at = i
+		last := -1 // the rank's last transfer, batch bracket, compute step or TIE_GRAD
+		for i, st := range steps {
+			if k := st.Kind; k.IsComm() || k.IsBatch() || k.IsCompute() || k == ir.TieGrad {
+				last = i
+			}
 		}
-		q.Ranks[r] = slices.Concat(steps[:at], []ir.Step{reduce}, steps[at:])
+		opt := slices.IndexFunc(steps, func(st ir.Step) bool { return st.Kind == ir.OptStep })
+		switch {
+		case opt < 0:
+			q.Ranks[r] = append(slices.Clone(steps), reduce)
+		case opt > last:
+			q.Ranks[r] = slices.Concat(steps[:opt], []ir.Step{reduce}, steps[opt:])
+		default:
+			q.Ranks[r] = slices.Concat(steps[:opt], steps[opt+1:last+1], []ir.Step{reduce, steps[opt]}, steps[last+1:])
+		}
 	}
 	return q
+}
+
+// DropCollectives returns p without its ALL_REDUCE steps when clip is set
+// (a compute order read with -in may hold them; with -clip lowering places
+// them anew). Without clip a compute order that holds one is refused: it
+// cannot say where a collective goes among the transfers lowering adds.
+// p is not modified.
+func DropCollectives(p ir.Program, clip bool) (ir.Program, error) {
+	for r, steps := range p.Ranks {
+		i := slices.IndexFunc(steps, func(st ir.Step) bool { return st.Kind.IsCollective() })
+		if i < 0 {
+			continue
+		}
+		if !clip {
+			return p, &Error{Pass: "clip", Rank: r, Index: i, Step: steps[i], Reason: fmt.Sprintf("%s in a compute order: where a collective goes among the transfers lowering adds is lowering's choice; give -clip (one before OPT_STEP on every rank), or a program with its transfers", steps[i].Kind)}
+		}
+		q := p
+		q.Ranks = make([][]ir.Step, len(p.Ranks))
+		for r, steps := range p.Ranks {
+			q.Ranks[r] = slices.DeleteFunc(slices.Clone(steps), func(st ir.Step) bool { return st.Kind.IsCollective() })
+		}
+		return q, nil
+	}
+	return p, nil
 }

@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -73,5 +74,51 @@ func TestClipPlacement(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClipAfterTrailingSend: when the compute order holds OPT_STEP, the
+// timed comm order can leave a rank's last send after it; Clip then moves
+// OPT_STEP behind the send, after the ALL_REDUCE, so the reduction waits
+// for no transfer another rank needs.
+func TestClipAfterTrailingSend(t *testing.T) {
+	p, err := ir.ParseText("rank 0: 0F0 0F1 0B0 0B1 OPT_STEP\nrank 1: 1F0 1B0 1F1 1B1 OPT_STEP\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _, err := Lower(p, Options{ClipNorm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, steps := range q.Ranks {
+		n := len(steps)
+		if !steps[n-2].Kind.IsCollective() || steps[n-1].Kind != ir.OptStep {
+			t.Errorf("rank %d ends with %s %s; want ALL_REDUCE OPT_STEP:\n%s", r, steps[n-2], steps[n-1], ir.FormatText(q))
+		}
+	}
+}
+
+// TestDropCollectives: with -clip a compute order's ALL_REDUCE steps are
+// dropped (the pass places them); without it they are refused, naming the
+// step and the fix.
+func TestDropCollectives(t *testing.T) {
+	p, err := ir.ParseText("rank 0: 0F0 0B0 ALL_REDUCE OPT_STEP\nrank 1: 1F0 1B0 ALL_REDUCE OPT_STEP\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := DropCollectives(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, steps := range q.Ranks {
+		if len(steps) != 3 || len(p.Ranks[r]) != 4 {
+			t.Errorf("rank %d: %v after dropping, %v before; want the ALL_REDUCE gone and the input kept", r, steps, p.Ranks[r])
+		}
+	}
+	if _, err := DropCollectives(p, false); err == nil || !strings.Contains(err.Error(), "rank 0 step 2 (ALL_REDUCE)") || !strings.Contains(err.Error(), "give -clip") {
+		t.Errorf("without -clip: %v; want the step named and -clip suggested", err)
+	}
+	if q, err := DropCollectives(oneF1B(2, 2), false); err != nil || len(q.Ranks[0]) != len(oneF1B(2, 2).Ranks[0]) {
+		t.Errorf("a program without collectives: %v, %v", q, err)
 	}
 }
