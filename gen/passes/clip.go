@@ -12,10 +12,8 @@ import (
 // (`-clip`, Options.ClipNorm): one ALL_REDUCE on every rank, right before
 // its OPT_STEP, or at the end of a rank without one. It runs after "tie"
 // and "opt", so the step follows every backward, W, REDUCE_GRAD and
-// TIE_GRAD of its rank: the gradients it measures are final. It also
-// follows every transfer of its rank: where a transfer comes after OPT_STEP
-// (the timed comm order can leave a last send there when the compute order
-// holds OPT_STEP), OPT_STEP moves after it, behind the ALL_REDUCE. At the
+// TIE_GRAD of its rank: the gradients it measures are final, and every
+// transfer (beforeOptStep). At the
 // step the runtime calls the trainer's reduction (pipe.Config.AllReduce),
 // which sums the ranks' squared gradients through runtime/collective.
 //
@@ -43,21 +41,7 @@ func Clip(p ir.Program) ir.Program {
 	q.Ranks = make([][]ir.Step, len(p.Ranks))
 	reduce := ir.Step{Kind: abi.AllReduce, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
 	for r, steps := range p.Ranks {
-		last := -1 // the rank's last transfer, batch bracket, compute step or TIE_GRAD
-		for i, st := range steps {
-			if k := st.Kind; k.IsComm() || k.IsBatch() || k.IsCompute() || k == ir.TieGrad {
-				last = i
-			}
-		}
-		opt := slices.IndexFunc(steps, func(st ir.Step) bool { return st.Kind == ir.OptStep })
-		switch {
-		case opt < 0:
-			q.Ranks[r] = append(slices.Clone(steps), reduce)
-		case opt > last:
-			q.Ranks[r] = slices.Concat(steps[:opt], []ir.Step{reduce}, steps[opt:])
-		default:
-			q.Ranks[r] = slices.Concat(steps[:opt], steps[opt+1:last+1], []ir.Step{reduce, steps[opt]}, steps[last+1:])
-		}
+		q.Ranks[r] = beforeOptStep(steps, reduce)
 	}
 	return q
 }

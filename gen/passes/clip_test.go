@@ -77,23 +77,30 @@ func TestClipPlacement(t *testing.T) {
 	}
 }
 
-// TestClipAfterTrailingSend: when the compute order holds OPT_STEP, the
-// timed comm order can leave a rank's last send after it; Clip then moves
-// OPT_STEP behind the send, after the ALL_REDUCE, so the reduction waits
-// for no transfer another rank needs.
-func TestClipAfterTrailingSend(t *testing.T) {
+// TestAfterTrailingSend: when the compute order holds OPT_STEP, the timed
+// comm order can leave a rank's last send after it; Clip and Tie then move
+// OPT_STEP behind the send, after their steps, so no rendezvous waits for a
+// transfer another rank needs first (beforeOptStep).
+func TestAfterTrailingSend(t *testing.T) {
 	p, err := ir.ParseText("rank 0: 0F0 0F1 0B0 0B1 OPT_STEP\nrank 1: 1F0 1B0 1F1 1B1 OPT_STEP\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, _, err := Lower(p, Options{ClipNorm: true})
+	q, _, err := Lower(p, Options{Comm: CommOptions{Order: Timed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := q.Ranks[1][len(q.Ranks[1])-1].Kind; !k.IsSend() {
+		t.Fatalf("rank 1 ends with %s; the test wants the timed order to leave a send after OPT_STEP:\n%s", k, ir.FormatText(q))
+	}
+	q, _, err = Lower(p, Options{ClipNorm: true, Ties: []ir.Tie{{A: 0, B: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for r, steps := range q.Ranks {
 		n := len(steps)
-		if !steps[n-2].Kind.IsCollective() || steps[n-1].Kind != ir.OptStep {
-			t.Errorf("rank %d ends with %s %s; want ALL_REDUCE OPT_STEP:\n%s", r, steps[n-2], steps[n-1], ir.FormatText(q))
+		if steps[n-3].Kind != ir.TieGrad || !steps[n-2].Kind.IsCollective() || steps[n-1].Kind != ir.OptStep {
+			t.Errorf("rank %d ends with %v; want TIE_GRAD ALL_REDUCE OPT_STEP:\n%s", r, steps[n-3:], ir.FormatText(q))
 		}
 	}
 }
