@@ -228,3 +228,13 @@ func checkClipped(t *testing.T, p prog, ties []ir.Tie, trs []transport.Transport
 		t.Errorf("parameters differ from sequential training with clipping by %.3g relative", worst)
 	}
 }
+
+// TestAllReduceOverTCP runs the first -clip case over TCP: the reduction
+// goes through runtime/collective on the ranks' TCP endpoints.
+func TestAllReduceOverTCP(t *testing.T) {
+	tc := clipCases[0]
+	opt := gen.Options{Passes: tc.opt}
+	opt.Passes.ClipNorm, opt.Passes.Ties = true, tc.ties
+	p := lowered(t, tc.cfg, opt)
+	checkClipped(t, p, tc.ties, tcpWorld(t, p.spec.Ranks, p.spec.Fingerprint, nil))
+}
