@@ -7,7 +7,7 @@ type Shape uint8
 
 // The shapes of steps.
 const (
-	ArgsNone    Shape = iota // (): OPT_STEP
+	ArgsNone    Shape = iota // (): OPT_STEP, ALL_REDUCE, the batch brackets
 	ArgsLocal                // (stage, micro, slot): DATA_LOAD, W, the swap steps; At (slot, -1)
 	ArgsComm                 // (stage, micro, peer, slot): the transfers; At (peer, slot)
 	ArgsCompute              // (stage, micro, slot, src): F, B, I; At (slot, src), src the local source slot or -1
@@ -51,8 +51,8 @@ func (s Shape) Packed() bool { return s == ArgsLocal || s == ArgsComm || s == Ar
 // Each field holds 0 to MaxIndex, or FieldNone for -1, so a constant reads
 // in hex groups (AppendAt): 0x0003_0011_0002_ffff is stage 3, micro-batch
 // 17, slot 2, no source slot. In a -table program (pipe.DecodeOps) every op
-// has an At: OPT_STEP and an overlap's header have every field -1, the FSDP
-// steps (stage, -1, -1, -1).
+// has an At: OPT_STEP, ALL_REDUCE, the batch brackets and an overlap's
+// header have every field -1, the FSDP steps (stage, -1, -1, -1).
 type At uint64
 
 // The limits the At layout sets.

@@ -39,6 +39,7 @@ const (
 	BatchBegin             // BATCH_BEGIN: the transfers up to BATCH_END are one batch (coalesced)
 	BatchEnd               // BATCH_END: closes the batch BATCH_BEGIN opened; the runtime issues it as one group
 	TieGrad                // TIE_GRAD: sum a tied parameter's gradients with the other stage of its tie (-tie A:B)
+	AllReduce              // ALL_REDUCE: a reduction across every rank, which all post in the same order (-clip: the global gradient norm)
 	numKinds
 )
 
@@ -107,6 +108,7 @@ var kinds = [numKinds]row{
 	BatchBegin:        {"BATCH_BEGIN", "BatchBegin", "BatchBegin", 'Q', ArgsNone, NoChannel, 0, nil},
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, 0, nil},
+	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, 0, nil},
 }
 
 // facts is the part of a row the predicates read, packed in four bytes.
@@ -253,6 +255,11 @@ func (k Kind) IsBatch() bool { return k == BatchBegin || k == BatchEnd }
 // parameter's gradients between the two stages of a tie (-tie A:B).
 func (k Kind) IsTie() bool { return k == TieGrad }
 
+// IsCollective reports whether the kind is ALL_REDUCE, a reduction every
+// rank of the world takes part in: each rank's n-th ALL_REDUCE of an
+// iteration meets every other rank's n-th.
+func (k Kind) IsCollective() bool { return k == AllReduce }
+
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }
 
@@ -267,12 +274,12 @@ func (k Kind) IsSend() bool { return fact[k].class&send != 0 }
 func (k Kind) IsRecv() bool { return fact[k].class&recv != 0 }
 
 // HasStage reports whether steps of this kind name a stage: all but
-// OPT_STEP and the overlaps (whose sub-steps do). Invalid and kinds out of
+// OPT_STEP, ALL_REDUCE and the overlaps (whose sub-steps do). Invalid and kinds out of
 // range count as naming one, so that their text shows what was given.
 func (k Kind) HasStage() bool { return fact[k].class&stage != 0 }
 
 // HasMicro reports whether steps of this kind name a micro-batch: all but
-// OPT_STEP, the overlaps, the FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) and
+// OPT_STEP, ALL_REDUCE, the overlaps, the FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) and
 // TIE_GRAD.
 // Invalid and kinds out of range count as naming one.
 func (k Kind) HasMicro() bool { return fact[k].class&micro != 0 }

@@ -227,6 +227,13 @@ func LowerProgram(p ir.Program, opt Options) (Result, error) {
 		if q := passes.DropTies(p); len(opt.Passes.Ties) > 0 {
 			p = q
 		}
+		// So do collectives: -clip places them anew; without it a compute
+		// order cannot say where they go among the transfers.
+		q, err := passes.DropCollectives(p, opt.Passes.ClipNorm)
+		if err != nil {
+			return Result{Compute: p}, fmt.Errorf("compute order: %w", err)
+		}
+		p = q
 		if _, err := verify.Check(p, verify.Options{}); err != nil {
 			return Result{Compute: p}, fmt.Errorf("compute order: %w", err)
 		}

@@ -26,6 +26,8 @@ func TestLowerProgramUserErrors(t *testing.T) {
 		{"I without W", "rank 0: 0F0 0I0\n", false, "an I needs its W"},
 		{"OPT_STEP on one rank", "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 OPT_STEP\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n", false, "OPT_STEP runs on every rank or on none"},
 		{"OPT_STEP before the last compute", "rank 0: 0F0 OPT_STEP 0B0\n", false, "OPT_STEP must follow every compute step"},
+		{"a compute order's ALL_REDUCE without -clip", "rank 0: 0F0 0B0 ALL_REDUCE OPT_STEP\nrank 1: 1F0 1B0 ALL_REDUCE OPT_STEP\n", false, "give -clip"},
+		{"lowered, an ALL_REDUCE missing on rank 1", "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 ALL_REDUCE OPT_STEP\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP\n", false, "this rank posts 0 ALL_REDUCE, rank 0 posts 1"},
 		{"crossed transfers", "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n", false, "deadlock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -107,6 +107,10 @@ type Request struct {
 	// copy each of a shared parameter, whose gradients TIE_GRAD sums before
 	// OPT_STEP (passes.Tie). Normalized (A < B) as the flag is read.
 	Ties TieFlag
+	// Clip is -clip: one ALL_REDUCE on every rank before OPT_STEP, the
+	// reduction of the global gradient norm that clipping needs
+	// (passes.Clip).
+	Clip bool
 	// MaxActivations is -max-activations (verify, import): verify's limit
 	// on live chunks per rank (0: none).
 	MaxActivations int
@@ -239,6 +243,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
 	fs.Var(&r.Ties, "tie", "stages A:B share a parameter (an embedding on the first stage tied to the LM head on the last: 0:S-1); TIE_GRAD sums their gradients before OPT_STEP (repeat -tie, or list 0:3,1:2; a stage takes part in one tie; no effect with -forward-only)")
+	fs.BoolVar(&r.Clip, "clip", false, "place one ALL_REDUCE on every rank before OPT_STEP: the reduction of the global gradient norm that clipping needs (the trainer's pipe.Config.AllReduce does it; no effect with -forward-only)")
 	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none); with -model, each rank's peak activations plus parameters in the model's units (auto and -partition auto)")
 	if which.Cost != "" {
 		r.simCost = true
@@ -409,6 +414,7 @@ func (r *Request) LowerOptions() (auto.Options, error) {
 		return opt, usagef("-tie %s names stages, and -schedule auto chooses how many there are (V per rank); pick the schedule first (ppgen sim -schedule auto prints its choice), then tie its stages", r.Ties.String())
 	}
 	opt.Passes.Ties = r.Ties
+	opt.Passes.ClipNorm = r.Clip
 	opt.Verify.MaxActivations = r.MaxActivations
 	fam, _ := r.resolveFamily()
 	if r.Schedule != auto.Name && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !fam.UsesCost) || (r.Model != "" && !r.simCost && r.Command != "gen")) {

@@ -200,11 +200,15 @@ func parseIndex(text, what, digits string) (int, error) {
 	return v, nil
 }
 
+// kindList names the kinds a step of the form {stage}{KIND}{micro} may
+// have: all but the overlaps, which are written (sub;sub)OVERLAP_F_B.
 func kindList() string {
 	kinds := Kinds()
 	names := make([]string, 0, len(kinds))
 	for _, k := range kinds {
-		names = append(names, k.String())
+		if !k.IsOverlap() {
+			names = append(names, k.String())
+		}
 	}
 	return strings.Join(names, ", ")
 }

@@ -62,6 +62,10 @@ type Options struct {
 	// Ties are the tied stage pairs (-tie A:B): the Tie pass places each
 	// tie's gradient exchange (TIE_GRAD) before OPT_STEP.
 	Ties []ir.Tie
+	// ClipNorm places one ALL_REDUCE on every rank before OPT_STEP (the
+	// Clip pass, after "opt"): the reduction of the global gradient norm
+	// that clipping needs (-clip).
+	ClipNorm bool
 }
 
 // LowerInfo reports what lowering produced.
@@ -92,7 +96,8 @@ type Pass struct {
 // comes first so that -split -overlap pairs full backwards and then splits
 // them, which also splits the backward inside each overlap, as
 // -dxdw-in-overlap does), data transfers along the pipe after it, FSDP
-// (UNSHARD/RESHARD/REDUCE_GRAD), swap, coalescing and ties before "slots", which
+// (UNSHARD/RESHARD/REDUCE_GRAD), swap, coalescing, ties, OPT_STEP and the
+// collectives of -clip before "slots", which
 // stays last because it assigns buffers to every step the others add
 // (docs/design.md §5 gives the order). Each new pass is one Pass entry guarded by
 // its option.
@@ -154,6 +159,9 @@ func Pipeline(opt Options) []Pass {
 	if !opt.NoOptStep && !opt.ForwardOnly {
 		// In place: it runs after "comm", whose output nobody else holds.
 		ps = append(ps, Pass{Name: "opt", Run: func(p ir.Program) (ir.Program, error) { return insertOptStep(p, true), nil }})
+	}
+	if opt.ClipNorm {
+		ps = append(ps, Pass{Name: "clip", Run: func(p ir.Program) (ir.Program, error) { return Clip(p), nil }})
 	}
 	ps = append(ps, Pass{Name: "slots", Run: func(p ir.Program) (ir.Program, error) {
 		// In place: it runs after "comm", whose output nobody else holds.

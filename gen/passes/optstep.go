@@ -1,6 +1,10 @@
 package passes
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"slices"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // InsertOptStep appends OPT_STEP (the optimizer update of the rank's
 // stages) to every rank's program, after its last step: the iteration is then
@@ -28,4 +32,29 @@ func insertOptStep(p ir.Program, inPlace bool) ir.Program {
 		}
 	}
 	return q
+}
+
+// beforeOptStep returns a copy of steps with extra at the end of the
+// iteration: after the rank's last transfer, batch bracket, compute step
+// and TIE_GRAD, and before its OPT_STEP (at the end without one). Where a
+// transfer comes after OPT_STEP (the timed comm order can leave a last send
+// there when the compute order holds OPT_STEP), OPT_STEP moves behind it and
+// extra: the steps placed here (TIE_GRAD, ALL_REDUCE) wait for every rank's
+// stream to drain, so a send after them that another rank needs first
+// would deadlock.
+func beforeOptStep(steps []ir.Step, extra ...ir.Step) []ir.Step {
+	last := -1
+	for i, st := range steps {
+		if k := st.Kind; k.IsComm() || k.IsBatch() || k.IsCompute() || k == ir.TieGrad {
+			last = i
+		}
+	}
+	opt := slices.IndexFunc(steps, func(st ir.Step) bool { return st.Kind == ir.OptStep })
+	switch {
+	case opt < 0:
+		return slices.Concat(steps, extra)
+	case opt > last:
+		return slices.Concat(steps[:opt], extra, steps[opt:])
+	}
+	return slices.Concat(steps[:opt], steps[opt+1:last+1], extra, steps[opt:opt+1], steps[last+1:])
 }

@@ -12,8 +12,8 @@ import (
 // TIE_GRAD step on the rank of A naming A and one on the rank of B naming B,
 // or one step naming A when both stages live on one rank (the sum is then
 // local). Each goes at the end of its rank's program, before OPT_STEP when
-// the program has one: after every backward of the rank, so after the last
-// weight gradient of its stage.
+// the program has one (beforeOptStep): after every backward and transfer of
+// the rank, so after the last weight gradient of its stage.
 //
 // Why it cannot deadlock (docs/design.md §6): everything before the TIE_GRAD
 // steps is the program without them, which completes; the TIE_GRAD steps
@@ -74,15 +74,7 @@ func Tie(p ir.Program, ties []ir.Tie) (ir.Program, error) {
 		if len(extra) == 0 {
 			continue
 		}
-		steps := p.Ranks[r]
-		at := len(steps)
-		for i := range steps {
-			if steps[i].Kind == ir.OptStep {
-				at = i
-				break
-			}
-		}
-		q.Ranks[r] = slices.Concat(steps[:at], extra, steps[at:])
+		q.Ranks[r] = beforeOptStep(p.Ranks[r], extra...)
 	}
 	return q, nil
 }

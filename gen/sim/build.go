@@ -169,8 +169,8 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				} else {
 					s.deps[e] = []dep{{ev: -1, why: fmt.Sprintf("waits for a %d%s%d that no earlier step of rank %d starts", st.Stage, lk, st.Micro, r)}}
 				}
-			case k == ir.TieGrad:
-				s.cls[e] = clTie
+			case k == ir.TieGrad || k.IsCollective():
+				s.cls[e] = clMeet
 			default:
 				s.cls[e] = clLocal
 				if k.IsBatch() {
@@ -193,6 +193,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 		return nil, err
 	}
 	s.tieDeps()
+	s.collectiveDeps()
 
 	// Dependencies of compute steps, and who watches whom: rank q watches
 	// rank r when a step of q depends on one of r or they are comm peers.
@@ -215,12 +216,16 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				addWatch(s.ev[s.match[e]].Rank, r)
 				continue
 			}
-			if s.cls[e] == clTie {
+			if s.cls[e] == clMeet {
 				for _, d := range s.deps[e] {
 					addWatch(s.ev[d.ev].Rank, r)
 				}
-				if s.tiePeer != nil && s.tiePeer[e] >= 0 {
-					addWatch(s.ev[s.tiePeer[e]].Rank, r)
+				if s.peers != nil {
+					for _, pe := range s.peers[e] {
+						if pe >= 0 {
+							addWatch(s.ev[pe].Rank, r)
+						}
+					}
 				}
 				continue
 			}

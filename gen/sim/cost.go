@@ -76,6 +76,13 @@ type Cost struct {
 	// times) sees the all-gathers grow with the parameters and the group.
 	Param []float64
 	DP    float64
+
+	// AllReduce is the time an ALL_REDUCE (a reduction of every rank, -clip)
+	// takes beyond Comm, the latency it always costs: the reduction itself
+	// (a few numbers for a gradient norm, so 0 by default). Every rank
+	// starts it together, once all have reached it with their transfers
+	// done (AllReduceTime).
+	AllReduce float64
 }
 
 // MaxCost bounds every value of a cost model: far beyond any real ratio
@@ -99,16 +106,16 @@ func DefaultCost() Cost {
 
 // costKeys lists the keys ParseCost accepts, in the order String writes them
 // (act and bw only when bw > 0, so that the common form stays short).
-var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp"}
+var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp", "allreduce"}
 
 // scalarKeys are the keys of costKeys that take one value.
-var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp"}
+var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp", "allreduce"}
 
 // ParseCost parses the command-line form of a cost model: comma-separated
 // key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I, W and act take
 // either one value or a colon-separated list with one value per stage
 // ("F=1:1:1:1.4"), as does param; the scalar keys are comm, data
-// (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw and dp. Keys are case-insensitive. Keys not
+// (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw, dp and allreduce (ALL_REDUCE beyond comm). Keys are case-insensitive. Keys not
 // given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0, and
 // B = I + W always holds (a key of the three not given is derived from the
 // other two; see Cost). Values must be finite numbers in [0, MaxCost] (overlap in [0, 1];
@@ -253,6 +260,8 @@ func (c *Cost) scalarField(k string) *float64 {
 		return &c.BW
 	case "dp":
 		return &c.DP
+	case "allreduce":
+		return &c.AllReduce
 	}
 	return &c.Swap
 }
@@ -390,8 +399,8 @@ func (c Cost) String() string {
 	var b strings.Builder
 	for i, k := range costKeys {
 		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 ||
-			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 {
-			continue // infinite bandwidth: sizes do not matter; or no sizes; or no DP group
+			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 {
+			continue // infinite bandwidth: sizes do not matter; or no sizes; or no DP group; or the default
 		}
 		if i > 0 {
 			b.WriteByte(',')
@@ -511,6 +520,9 @@ func (c *Cost) TieTime(a, b int) float64 {
 	}
 	return c.Comm + p/c.BW
 }
+
+// AllReduceTime is the time of an ALL_REDUCE step: Comm plus AllReduce.
+func (c *Cost) AllReduceTime() float64 { return c.Comm + c.AllReduce }
 
 // ActTime is the time stage s's output activation (or the gradient with
 // respect to it) takes over the link: Act[s]/BW, 0 with infinite bandwidth

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -153,6 +154,8 @@ func gridLabel(st ir.Step) string {
 		return "O"
 	case ir.TieGrad:
 		return "T"
+	case abi.AllReduce:
+		return "A"
 	case ir.SwapWaitOffload, ir.SwapWaitLoad:
 		return "S" + micro(st)
 	}

@@ -61,8 +61,8 @@ func (s *simulator) advanceHost(r int) bool {
 			ev.Start, ev.End = rs.h, rs.h+s.dur[e]
 			rs.h = ev.End
 			s.done[e] = true
-		case clTie:
-			t, ok := s.tieStart(e, rs.h)
+		case clMeet:
+			t, ok := s.meetStart(e, rs.h)
 			if !ok {
 				return progressed
 			}

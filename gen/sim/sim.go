@@ -137,7 +137,7 @@ const (
 	clLaunch               // swap launch: posted, runs on the swap stream
 	clGather               // UNSHARD: posted, runs on the FSDP stream
 	clWait                 // swap wait: blocks the host until its launch ends
-	clTie                  // TIE_GRAD: blocks the host; across ranks a rendezvous (tie.go)
+	clMeet                 // TIE_GRAD, ALL_REDUCE: blocks the host; across ranks a rendezvous (tie.go, collective.go)
 )
 
 // dep is a step that must end (plus lat) before a step may start.
@@ -176,12 +176,13 @@ type simulator struct {
 	// transfer event in one, the events first..end-1 of its batch; nil
 	// when the program has none.
 	bFirst, bEnd []int
-	// tiePeer[e] is, for a TIE_GRAD event of a cross-rank tie, the peer's
-	// TIE_GRAD event (-1 otherwise); nil when the program has none.
-	tiePeer []int
-	watch   [][]int
-	queue   []int
-	queued  []bool
+	// peers[e] are, for a rendezvous event (the TIE_GRAD of a cross-rank
+	// tie, an ALL_REDUCE), the other members' events, -1 for a member
+	// that never posts it; nil when the program has none.
+	peers  [][]int
+	watch  [][]int
+	queue  []int
+	queued []bool
 }
 
 // Run simulates the program under the strict execution model of

@@ -128,10 +128,15 @@ func (s *simulator) hostWaits(e int) string {
 			waits = append(waits, fmt.Sprintf("waits for %s (rank %d step %d), %s", w.Step, w.Rank, w.Index, state))
 		}
 	}
-	if s.cls[e] == clTie && s.tiePeer != nil && s.tiePeer[e] >= 0 {
-		pe := s.tiePeer[e]
-		if qs := &s.ranks[s.ev[pe].Rank]; !s.done[pe] && qs.host < pe-qs.off {
-			waits = append(waits, fmt.Sprintf("waits for rank %d to reach its %s (step %d), blocked at step %d", s.ev[pe].Rank, s.ev[pe].Step, s.ev[pe].Index, qs.host))
+	if s.cls[e] == clMeet && s.peers != nil {
+		for _, pe := range s.peers[e] {
+			if pe < 0 {
+				waits = append(waits, fmt.Sprintf("waits for a rank that never posts its %s", s.ev[e].Step))
+				continue
+			}
+			if qs := &s.ranks[s.ev[pe].Rank]; !s.done[pe] && qs.host < pe-qs.off {
+				waits = append(waits, fmt.Sprintf("waits for rank %d to reach its %s (step %d), blocked at step %d", s.ev[pe].Rank, s.ev[pe].Step, s.ev[pe].Index, qs.host))
+			}
 		}
 	}
 	if len(waits) == 0 {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -67,7 +68,7 @@ func categoryOf(k ir.Kind) category {
 		return catW
 	case ir.DataLoad, ir.DataSend, ir.DataRecv, ir.MpipeSend, ir.MpipeRecv:
 		return catData
-	case ir.SendF, ir.RecvF, ir.SendB, ir.RecvB, ir.TieGrad:
+	case ir.SendF, ir.RecvF, ir.SendB, ir.RecvB, ir.TieGrad, abi.AllReduce:
 		return catComm
 	case ir.SwapLaunchOffload, ir.SwapLaunchLoad, ir.SwapWaitOffload, ir.SwapWaitLoad:
 		return catSwap

@@ -168,7 +168,7 @@ func traceCat(k ir.Kind) string {
 		return "compute"
 	case k == ir.DataSend || k == ir.DataRecv || k == ir.DataLoad || k == ir.MpipeSend || k == ir.MpipeRecv:
 		return "data"
-	case k.IsComm() || k == ir.TieGrad:
+	case k.IsComm() || k == ir.TieGrad || k.IsCollective():
 		return "comm"
 	case k == ir.Unshard || k == ir.Reshard || k == ir.ReduceGrad:
 		return "fsdp"

@@ -28,26 +28,36 @@ func (c *checker) copiesModel(m *strict.Model) *strict.Model {
 			}
 		}
 	}
-	at := make([]meetPos, c.P)
+	at := make([]hostPos, c.P)
 	for r := range c.P {
-		at[r] = meetPos{host: -1, lastOp: -1}
+		at[r] = hostPos{host: -1, lastOp: -1}
 		if o := c.optAt[r]; o >= 0 {
-			at[r] = c.meetPos(m, r, int(o))
+			at[r] = c.hostPositions(m, r, []int{int(o)})[0]
 		}
 	}
 	extra := map[int32][]strict.Event{}
 	for r, peers := range twins {
-		if at[r].host < 0 {
+		me := at[r]
+		if me.host < 0 {
 			continue // no OPT_STEP here: verify's order checks say so
 		}
-		h := m.HostOff[r] + at[r].host
-		ws := at[r].ownWaits()
+		var ws []strict.Event
+		if me.lastOp >= 0 {
+			ws = append(ws, strict.OpDone(me.lastOp))
+		}
 		for q := range c.P { // in rank order: the model's waits are deterministic
-			if peers[q] && at[q].host >= 0 {
-				ws = append(ws, at[q].peerWaits(q)...)
+			them := at[q]
+			if !peers[q] || them.host < 0 {
+				continue
+			}
+			if them.host > 0 {
+				ws = append(ws, strict.HostDone(q, int(them.host-1)))
+			}
+			if them.lastOp >= 0 {
+				ws = append(ws, strict.OpDone(them.lastOp))
 			}
 		}
-		extra[h] = ws
+		extra[m.HostOff[r]+me.host] = ws
 	}
 	return withWaits(m, extra)
 }

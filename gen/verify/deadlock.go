@@ -8,8 +8,9 @@ import (
 // deadlock runs the strict model once (gen/internal/strict): the model the
 // walk built for a lowered program, or for a compute-only one a model in
 // which each compute step waits for its producer on another rank; either
-// with the waits of the TIE_GRAD exchanges (tieModel) and of the model
-// copies' gradient exchange at OPT_STEP (copiesModel).
+// with the waits of the TIE_GRAD exchanges (tieModel), of the collectives
+// (collectiveModel) and of the model copies' exchange at OPT_STEP
+// (copiesModel).
 func (c *checker) deadlock() error {
 	m := c.model
 	if c.lowered {
@@ -17,7 +18,7 @@ func (c *checker) deadlock() error {
 	} else {
 		m = c.computeModel()
 	}
-	m = c.copiesModel(c.tieModel(m))
+	m = c.copiesModel(c.collectiveModel(c.tieModel(m)))
 	sim := strict.NewSim(m)
 	if sim.Run() {
 		return nil
@@ -68,4 +69,49 @@ func (c *checker) computeModel() *strict.Model {
 		}
 	}
 	return b.Model()
+}
+
+// hostPos is where a host step sits in the strict model: its host index on
+// its rank and the global id of the last comm op of its rank before it (-1
+// when none).
+type hostPos struct{ host, lastOp int32 }
+
+// hostPositions returns the hostPos of the host steps idx (increasing
+// indices) of rank r.
+func (c *checker) hostPositions(m *strict.Model, r int, idx []int) []hostPos {
+	out := make([]hostPos, len(idx))
+	steps := c.p.Ranks[r]
+	ops, i := int32(0), 0
+	for n, at := range idx {
+		for ; i < at; i++ {
+			if steps[i].Kind.IsComm() {
+				ops++
+			}
+		}
+		last := int32(-1)
+		if ops > 0 {
+			last = m.OpOff[r] + ops - 1
+		}
+		out[n] = hostPos{int32(at) - ops, last}
+	}
+	return out
+}
+
+// withWaits returns a copy of m in which each host step h of extra (a
+// global host id) also waits for extra[h] (the rendezvous steps: TIE_GRAD,
+// ALL_REDUCE). m is not modified.
+func withWaits(m *strict.Model, extra map[int32][]strict.Event) *strict.Model {
+	n := 0
+	for _, ws := range extra {
+		n += len(ws)
+	}
+	out := *m
+	out.WaitOff = make([]int32, len(m.WaitOff))
+	out.Waits = make([]strict.Event, 0, len(m.Waits)+n)
+	for h := range len(m.WaitOff) - 1 {
+		out.Waits = append(out.Waits, m.Waits[m.WaitOff[h]:m.WaitOff[h+1]]...)
+		out.Waits = append(out.Waits, extra[int32(h)]...)
+		out.WaitOff[h+1] = int32(len(out.Waits))
+	}
+	return &out
 }

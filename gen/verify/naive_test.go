@@ -24,7 +24,11 @@ import (
 // runs once and before the rank's OPT_STEP; one of a tie within a rank
 // names the tie's first stage and passes at once; one across ranks passes
 // when this rank's transfers are all done and the peer's host is at its
-// TIE_GRAD with its transfers done (the exchange), and then both pass.
+// TIE_GRAD with its transfers done (the exchange), and then both pass. An
+// ALL_REDUCE is the n-th of its rank; it passes when this rank's transfers
+// are all done and every other rank has passed its n-th or is at it with
+// its transfers done; every rank with an OPT_STEP has passed as many before
+// it.
 func runNaive(p ir.Program) string {
 	P, S := len(p.Ranks), p.Stages()
 	rankOf := p.Placement.RankOf
@@ -275,8 +279,26 @@ func runNaive(p ir.Program) string {
 			facts[key("tiedone", other, 0)]++ // the peer passes its TIE_GRAD next
 			return ""
 		}
+		if st.Kind.IsCollective() && !opened[r] {
+			n := facts[key("coll", r, 0)]
+			if len(posted[r]) > 0 {
+				return wait
+			}
+			for q := range P {
+				if q == r || facts[key("coll", q, 0)] > n {
+					continue
+				}
+				at := pc[q] < len(p.Ranks[q]) && p.Ranks[q][pc[q]].Kind.IsCollective() && facts[key("coll", q, 0)] == n
+				if !at || len(posted[q]) > 0 {
+					return wait
+				}
+			}
+			facts[key("coll", r, 0)]++
+			return ""
+		}
 		if st.Kind == ir.OptStep {
 			facts[key("opt", r, 0)]++
+			facts[key("collopt", r, 0)] = facts[key("coll", r, 0)]
 		}
 		switch {
 		case st.Kind == ir.BatchBegin:
@@ -494,6 +516,17 @@ func runNaive(p ir.Program) string {
 			if facts[key("F", s, m)] != 1 || facts[key("BWD", s, m)] != 1 || facts[key("I", s, m)] != facts[key("W", s, m)] {
 				return fmt.Sprintf("breaks: chunk (%d,%d) incomplete", s, m)
 			}
+		}
+	}
+	first := -1
+	for r := range P {
+		if facts[key("opt", r, 0)] == 0 {
+			continue
+		}
+		if first < 0 {
+			first = r
+		} else if facts[key("collopt", r, 0)] != facts[key("collopt", first, 0)] {
+			return fmt.Sprintf("breaks: rank %d passes %d ALL_REDUCE before OPT_STEP, rank %d %d", first, facts[key("collopt", first, 0)], r, facts[key("collopt", r, 0)])
 		}
 	}
 	for _, t := range p.Ties {

@@ -122,81 +122,28 @@ func (c *checker) tieModel(m *strict.Model) *strict.Model {
 	if len(c.tieSteps) == 0 {
 		return m
 	}
-	where := make([]meetPos, len(c.tieSteps))
+	where := make([]hostPos, len(c.tieSteps))
 	for n, f := range c.tieSteps {
-		where[n] = c.meetPos(m, f.rank, f.index)
+		where[n] = c.hostPositions(m, f.rank, []int{f.index})[0]
 	}
 	extra := make(map[int32][]strict.Event, len(c.tieSteps))
 	for n, f := range c.tieSteps {
 		if f.peer < 0 {
 			continue
 		}
-		extra[m.HostOff[f.rank]+where[n].host] = append(where[n].ownWaits(), where[f.peer].peerWaits(c.tieSteps[f.peer].rank)...)
+		me, peer := where[n], where[f.peer]
+		h := m.HostOff[f.rank] + me.host
+		var ws []strict.Event
+		if peer.host > 0 {
+			ws = append(ws, strict.HostDone(c.tieSteps[f.peer].rank, int(peer.host-1)))
+		}
+		if me.lastOp >= 0 {
+			ws = append(ws, strict.OpDone(me.lastOp))
+		}
+		if peer.lastOp >= 0 {
+			ws = append(ws, strict.OpDone(peer.lastOp))
+		}
+		extra[h] = ws
 	}
 	return withWaits(m, extra)
-}
-
-// meetPos is where a step that meets another rank's (TIE_GRAD, OPT_STEP
-// with model copies) stands in the strict model: its host index on its
-// rank and the global id of the last comm op of its rank before it (-1
-// when none).
-type meetPos struct{ host, lastOp int32 }
-
-// meetPos returns the position of step index of rank r in m.
-func (c *checker) meetPos(m *strict.Model, r, index int) meetPos {
-	ops := int32(0)
-	for i := range index {
-		if c.p.Ranks[r][i].Kind.IsComm() {
-			ops++
-		}
-	}
-	last := int32(-1)
-	if ops > 0 {
-		last = m.OpOff[r] + ops - 1
-	}
-	return meetPos{int32(index) - ops, last}
-}
-
-// ownWaits is what a meeting step waits for on its own rank: the last op
-// of its comm stream before it (the runtime drains the stream first).
-func (p meetPos) ownWaits() []strict.Event {
-	if p.lastOp >= 0 {
-		return []strict.Event{strict.OpDone(p.lastOp)}
-	}
-	return nil
-}
-
-// peerWaits is what a meeting step waits for of the peer step p on rank
-// r: r's host past the steps before p, and r's comm stream drained up to
-// p.
-func (p meetPos) peerWaits(r int) []strict.Event {
-	var ws []strict.Event
-	if p.host > 0 {
-		ws = append(ws, strict.HostDone(r, int(p.host-1)))
-	}
-	if p.lastOp >= 0 {
-		ws = append(ws, strict.OpDone(p.lastOp))
-	}
-	return ws
-}
-
-// withWaits returns m with extra's events added to the waits of the host
-// steps they are keyed by (global host index).
-func withWaits(m *strict.Model, extra map[int32][]strict.Event) *strict.Model {
-	if len(extra) == 0 {
-		return m
-	}
-	n := 0
-	for _, ws := range extra {
-		n += len(ws)
-	}
-	out := *m
-	out.WaitOff = make([]int32, len(m.WaitOff))
-	out.Waits = make([]strict.Event, 0, len(m.Waits)+n)
-	for h := range len(m.WaitOff) - 1 {
-		out.Waits = append(out.Waits, m.Waits[m.WaitOff[h]:m.WaitOff[h+1]]...)
-		out.Waits = append(out.Waits, extra[int32(h)]...)
-		out.WaitOff[h+1] = int32(len(out.Waits))
-	}
-	return &out
 }

@@ -113,6 +113,9 @@ type checker struct {
 	// the strict model (tie.go)
 	hasTie   bool
 	tieSteps []tieStep
+	// collSteps are, per rank, the indices of its ALL_REDUCE steps
+	// (filled by the walk; collective.go)
+	collSteps [][]int
 	// slots: per chunk its slot and live interval; chunk starts in walk order
 	slotted bool
 	slotOf  []int32
@@ -164,6 +167,9 @@ func Check(p ir.Program, opt Options) (Report, error) {
 		return c.rep, err
 	}
 	if err := c.ties(); err != nil {
+		return c.rep, err
+	}
+	if err := c.collectives(); err != nil {
 		return c.rep, err
 	}
 	if c.lowered {

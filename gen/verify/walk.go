@@ -110,6 +110,7 @@ func (c *checker) walk() error {
 		ex |= e
 	}
 	c.hasTie = ex&hasTieStep != 0
+	c.collSteps = make([][]int, c.P)
 	if ex&hasSwapStep != 0 {
 		c.swapState = make([]uint8, c.S*c.M)
 	}
@@ -238,6 +239,13 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		c.hostIdx[rw.host] = int32(i)
 		rw.host++
 		nHost++
+		if st.Kind.IsCollective() {
+			// A host step of no stage: its waits are the rendezvous of
+			// every rank (collectiveModel).
+			c.collSteps[r] = append(c.collSteps[r], i)
+			rw.waitEnd[nHost-1] = int32(len(rw.waits))
+			continue
+		}
 		if !st.Kind.IsOverlap() {
 			if err := c.leaf(rw, i, st, st); err != nil {
 				return err

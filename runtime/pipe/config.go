@@ -37,6 +37,12 @@ type Config struct {
 	// OptStep, if set, runs at the OPT_STEP step (the optimizer update of this
 	// rank's stages).
 	OptStep func() error
+	// AllReduce runs at each ALL_REDUCE step (allreduce.go), with n the
+	// step's number in this iteration (0 for the first): a reduction every
+	// rank takes part in, which the trainer does through runtime/collective
+	// on its world (a -clip program's global gradient norm). Required when
+	// the program holds ALL_REDUCE steps.
+	AllReduce func(n int) error
 	// SerialOverlap runs the two halves of every overlap step (OverlapFB,
 	// OverlapBF) one after the other, in sub-step order, even when they are
 	// on different stage objects. Set it when this rank's stages share state
@@ -87,6 +93,10 @@ type Exec struct {
 	// looked up here.
 	raw  []Stage
 	tied []bool // per stage: its TIE_GRAD ran this iteration (tie.go)
+	// reduceHook is Config.AllReduce; reduced counts this iteration's
+	// ALL_REDUCE steps (allreduce.go).
+	reduceHook func(n int) error
+	reduced    int
 
 	rank    int
 	spec    Spec
@@ -217,7 +227,7 @@ func New(cfg Config) (*Exec, error) {
 	}
 	x := &Exec{
 		rank: r, spec: sp, last: last, copies: copies, per: per, stages: stages, raw: raw, micro: sp.Micro,
-		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, log: log, tl: cfg.Timeline,
+		loss: cfg.Loss, data: cfg.Data, tr: cfg.Transport, optHook: cfg.OptStep, reduceHook: cfg.AllReduce, log: log, tl: cfg.Timeline,
 		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro), tied: make([]bool, sp.Stages),
@@ -352,6 +362,7 @@ func (x *Exec) Reset() {
 	x.batch = nil
 	x.inflight.Wait()
 	x.nBatch = 0
+	x.reduced = 0
 	clear(x.tied)
 	for i := range x.slots {
 		s := &x.slots[i]

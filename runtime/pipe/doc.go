@@ -18,9 +18,10 @@
 // (DataRecv, DataSend) and mpipe's owned inputs (MpipeRecv, MpipeSend),
 // each named after its kind, or by its text name for F, B, I and W
 // (abi.Kind.Method); the fused
-// pairs (FAndSend, RecvAndF, ...) run two of them in one call. OptStep, the
-// FSDP steps (Unshard, Reshard, ReduceGrad, by stage) and the overlap steps
-// OverlapFB and OverlapBF take their arguments as ints. [OpKind] and [At] are
+// pairs (FAndSend, RecvAndF, ...) run two of them in one call. OptStep and
+// AllReduce (which call Config's hooks) take none; the FSDP steps (Unshard,
+// Reshard, ReduceGrad, by stage), TieGrad and the overlap steps OverlapFB
+// and OverlapBF take their arguments as ints. [OpKind] and [At] are
 // the boundary package abi's Kind and At, which gen/ uses too, so the
 // compiler and the runtime share one list of kinds, one letter per kind in
 // -table programs ([DecodeOps]) and one At layout. The overlap steps run
@@ -38,7 +39,7 @@
 // config.go (Config, New, lifecycle, errors), slots.go (slots and argument
 // checks), compute.go, transfer.go (one implementation behind every send
 // and receive), fused.go, overlap.go, swap.go, fsdp.go, labels.go, mpipe.go,
-// copies.go, interpret.go, multi.go and multistage.go (sets of tensors,
+// copies.go, tie.go, allreduce.go, batch.go, interpret.go, multi.go and multistage.go (sets of tensors,
 // below), and values.go (stages on other array libraries, below).
 //
 // # Slots

@@ -36,6 +36,7 @@ const (
 	OpBatchBegin        = abi.BatchBegin        // BATCH_BEGIN: BatchBegin(), no fields
 	OpBatchEnd          = abi.BatchEnd          // BATCH_END: BatchEnd(), no fields
 	OpTieGrad           = abi.TieGrad           // TIE_GRAD: TieGrad(Stage)
+	OpAllReduce         = abi.AllReduce         // ALL_REDUCE: AllReduce(), no fields
 )
 
 // packedSteps holds, per kind value, the packed method (one At) of the kinds whose abi.Shape is Packed;
@@ -75,4 +76,5 @@ var bareSteps = [256]func(*Exec){
 	OpOptStep:    (*Exec).OptStep,
 	OpBatchBegin: (*Exec).BatchBegin,
 	OpBatchEnd:   (*Exec).BatchEnd,
+	OpAllReduce:  (*Exec).AllReduce,
 }

@@ -54,6 +54,7 @@ const (
 	OpBatchBegin
 	OpBatchEnd
 	OpTieGrad
+	OpAllReduce
 )
 
 type Op struct {
@@ -79,6 +80,7 @@ func (x *Exec) B(a At)        {}
 func (x *Exec) I(a At)        {}
 func (x *Exec) W(a At)        {}
 func (x *Exec) OptStep()      {}
+func (x *Exec) AllReduce()    {}
 
 func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, bMicro, bSlot, bSrc int) {
 }
