@@ -131,6 +131,8 @@ func readCase(path string) (testCase, error) {
 			tc.opt.Schedule = val
 		case key == "invocation":
 			tc.opt.Invocation = val
+		case key == "prefix":
+			tc.opt.Prefix = val
 		case key == "helper":
 			tc.opt.HelperSize, err = strconv.Atoi(val)
 		case key == "table":

@@ -2,9 +2,11 @@
 // place) into Go source that runs it on runtime/pipe: one exported RankN
 // function per rank made of straight-line calls with constant arguments,
 // split into helpers of a bounded size so `go build` stays fast, plus a Ranks
-// table, a Spec and a Fingerprint. The file shape and the call of each step
-// kind are fixed by docs/internals.md. Emit is pure and deterministic: the
-// same program and options give the same bytes.
+// table, a Spec and a Fingerprint; Options.Prefix starts each of these
+// names, so that several programs (train and eval) share one package. The
+// file shape and the call of each step kind are fixed by docs/internals.md.
+// Emit is pure and deterministic: the same program and options give the
+// same bytes.
 //
 // The file's header (guard, Fingerprint, Spec, Ranks) is built with
 // github.com/dave/jennifer, which also gofmts it; the rank functions are
@@ -23,6 +25,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dave/jennifer/jen"
 
@@ -66,6 +70,46 @@ type Options struct {
 	// Layers, when set, is Spec.Layers: each stage's range of the model
 	// description's layers (first, end).
 	Layers [][2]int
+	// Prefix, when set, starts every identifier the file declares, so that
+	// several programs (a train and an eval program) share one package:
+	// PrefixFingerprint, PrefixSpec, PrefixRanks, PrefixRank0..,
+	// PrefixProgram, and the helpers prefixRank0Part0.. (the prefix's
+	// first letter lower-cased). It must be an exported Go identifier
+	// (CheckPrefix); empty leaves the names as they are.
+	Prefix string
+}
+
+// CheckPrefix checks an Options.Prefix: empty, or an exported Go
+// identifier (Eval), so that the prefixed Spec and Ranks are exported and
+// the helpers stay unexported.
+func CheckPrefix(prefix string) error {
+	if prefix == "" || (token.IsIdentifier(prefix) && token.IsExported(prefix)) {
+		return nil
+	}
+	fix := "such as Eval"
+	if token.IsIdentifier(prefix) {
+		r, size := utf8.DecodeRuneInString(prefix)
+		if up := string(unicode.ToUpper(r)) + prefix[size:]; token.IsExported(up) {
+			fix = "such as " + up
+		}
+	}
+	return fmt.Errorf("name prefix %q does not start an exported Go identifier (its names would be %sSpec, %sRanks, ...); give an upper-case identifier %s", prefix, prefix, prefix, fix)
+}
+
+// names are the identifiers a generated file declares, with its prefix.
+type names struct{ prefix string }
+
+func (n names) of(name string) string { return n.prefix + name }
+
+// rank is the name of rank r's function, PrefixRankN.
+func (n names) rank(r int) string { return n.prefix + "Rank" + strconv.Itoa(r) }
+
+// helper is the start of the names of rank r's helpers, prefixRankNPart
+// (unexported: the prefix's first letter lower-cased).
+func (n names) helper(r int) string {
+	s := n.prefix + "Rank" + strconv.Itoa(r) + "Part"
+	c, size := utf8.DecodeRuneInString(s)
+	return string(unicode.ToLower(c)) + s[size:]
 }
 
 // op is one step resolved to its runtime call.
@@ -90,6 +134,10 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 	if !token.IsIdentifier(opt.Package) || opt.Package == "_" {
 		return nil, fmt.Errorf("emit: package name %q is not a Go identifier", opt.Package)
 	}
+	if err := CheckPrefix(opt.Prefix); err != nil {
+		return nil, fmt.Errorf("emit: %w", err)
+	}
+	n := names{opt.Prefix}
 	if opt.HelperSize < 0 {
 		return nil, fmt.Errorf("emit: helper size %d is negative; want 0 (default %d) or more", opt.HelperSize, DefaultHelperSize)
 	}
@@ -111,19 +159,19 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 	f.Comment("This guard breaks the build when runtime/pipe no longer supports this generated code.")
 	f.Const().Id("_").Op("=").Qual(PipePath, abi.VersionGuard)
 	f.Line()
-	f.Comment("Fingerprint is the hash of the lowered program's canonical text (steps with peers and")
+	f.Comment(n.of("Fingerprint") + " is the hash of the lowered program's canonical text (steps with peers and")
 	f.Comment("slots); every rank checks it at the rendezvous.")
-	f.Const().Id("Fingerprint").Op("=").Lit(Fingerprint(p))
+	f.Const().Id(n.of("Fingerprint")).Op("=").Lit(Fingerprint(p))
 	f.Line()
-	f.Comment("Spec describes the program: ranks, stages, micro-batches, slots per rank and placement.")
-	f.Var().Id("Spec").Op("=").Qual(PipePath, "Spec").Custom(multiline,
+	f.Comment(n.of("Spec") + " describes the program: ranks, stages, micro-batches, slots per rank and placement.")
+	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline,
 		field("Schedule", jen.Lit(opt.Schedule)),
 		field("Ranks", jen.Lit(p.Placement.NumRanks)),
 		field("Stages", jen.Lit(p.Stages())),
 		field("Micro", jen.Lit(p.Micro)),
 		field("Slots", intSlice(slots)),
 		field("RankOf", intSlice(p.Placement.RankOf)),
-		field("Fingerprint", jen.Id("Fingerprint")),
+		field("Fingerprint", jen.Id(n.of("Fingerprint"))),
 		copiesField(p.Copies),
 		ownedField(Owned(p)),
 		labelsField(ShipsLabels(p)),
@@ -132,14 +180,15 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		tiesField(p.Ties),
 	)
 	f.Line()
-	f.Comment("Ranks holds the program of each rank: Ranks[r] runs rank r's steps and returns the")
+	ranks := n.of("Ranks")
+	f.Comment(ranks + " holds the program of each rank: " + ranks + "[r] runs rank r's steps and returns the")
 	f.Comment("first error.")
-	names := make([]jen.Code, len(ops))
+	funcs := make([]jen.Code, len(ops))
 	for r := range ops {
-		names[r] = jen.Id(rankFunc(r))
+		funcs[r] = jen.Id(n.rank(r))
 	}
-	f.Var().Id("Ranks").Op("=").Index(jen.Op("...")).Func().Params(jen.Op("*").Qual(PipePath, "Exec")).Error().
-		Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: len(ops) > 8}, names...)
+	f.Var().Id(ranks).Op("=").Index(jen.Op("...")).Func().Params(jen.Op("*").Qual(PipePath, "Exec")).Error().
+		Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: len(ops) > 8}, funcs...)
 
 	// The header above is small: jennifer renders it and gofmts it. The
 	// rank functions, nearly all of the file, are written as text in the
@@ -153,12 +202,12 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 	out = append(out, bytes.TrimRight(head.Bytes(), "\n")...)
 	out = append(out, '\n')
 	for r, rank := range ops {
-		out = writeRank(out, p.Placement, r, rank, opt.HelperSize, opt.NoFuse)
+		out = writeRank(out, n, p.Placement, r, rank, opt.HelperSize, opt.NoFuse)
 	}
 	if opt.Table {
 		// The table's items are aligned by gofmt itself: a -table file is
 		// formatted whole (it is opt-in, and its table costs a parse anyway).
-		out = writeTable(out, ops)
+		out = writeTable(out, n.of("Program"), ops)
 		formatted, err := format.Source(out)
 		if err != nil {
 			return nil, fmt.Errorf("emit: formatting the generated file: %w", err)
@@ -264,8 +313,6 @@ func Owned(p ir.Program) int {
 // (jen.Dict sorts its keys).
 func field(name string, value jen.Code) jen.Code { return jen.Id(name).Op(":").Add(value) }
 
-func rankFunc(r int) string { return "Rank" + strconv.Itoa(r) }
-
 func intSlice(v []int) *jen.Statement {
 	items := make([]jen.Code, len(v))
 	for i, x := range v {
@@ -274,8 +321,8 @@ func intSlice(v []int) *jen.Statement {
 	return jen.Index().Int().Values(items...)
 }
 
-// writeRank appends RankN and its helpers rankNPartK to dst.
-func writeRank(dst []byte, pl ir.Placement, r int, rank []op, size int, noFuse bool) []byte {
+// writeRank appends RankN and its helpers rankNPartK (with n's prefix) to dst.
+func writeRank(dst []byte, n names, pl ir.Placement, r int, rank []op, size int, noFuse bool) []byte {
 	stages := pl.StagesOf(r)
 	list := make([]string, len(stages))
 	for i, s := range stages {
@@ -288,8 +335,8 @@ func writeRank(dst []byte, pl ir.Placement, r int, rank []op, size int, noFuse b
 	case 1:
 		held = "stage " + list[0]
 	}
-	name := rankFunc(r)
-	helper := "rank" + strconv.Itoa(r) + "Part"
+	name := n.rank(r)
+	helper := n.helper(r)
 
 	// The calls: one per step, or one per fused pair.
 	type unit struct{ first, n int } // steps first..first+n-1
@@ -458,12 +505,12 @@ func appendDescribe(dst []byte, st ir.Step, src int) []byte {
 }
 
 // writeTable appends `var Program = [][]pipe.Op{pipe.DecodeOps(kinds,
-// []pipe.At{...}), ...}`: per rank, the ops' kind letters as one string and
+// []pipe.At{...}), ...}` (name is Program with the file's prefix): per rank, the ops' kind letters as one string and
 // their fields packed one pipe.At per line with the step as a comment. Six
 // keyed fields per op cost the Go compiler about five times as much. Emit
 // gofmts the result.
-func writeTable(dst []byte, ops [][]op) []byte {
-	dst = append(dst, "\n// Program holds the same steps as data, Program[r] for rank r, for pipe.Interpret.\nvar Program = [][]pipe.Op{\n"...)
+func writeTable(dst []byte, name string, ops [][]op) []byte {
+	dst = fmt.Appendf(dst, "\n// %s holds the same steps as data, %s[r] for rank r, for pipe.Interpret.\nvar %s = [][]pipe.Op{\n", name, name, name)
 	for r, rank := range ops {
 		var kinds []byte
 		var items []byte

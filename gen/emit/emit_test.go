@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*/want.go.golden from the current output")
 
 // goldenCases are the directories under testdata holding input.txt and want.go.golden.
-var goldenCases = []string{"gpipe2", "1f1b4", "helpers", "table", "overlap", "overlapbf"}
+var goldenCases = []string{"gpipe2", "1f1b4", "helpers", "table", "overlap", "overlapbf", "prefixed"}
 
 func loadCase(t testing.TB, name string) testCase {
 	t.Helper()
@@ -362,7 +363,9 @@ func TestFingerprintSensitivity(t *testing.T) {
 
 // TestGoldensCompile vets and builds every golden against runtime/pipe in a
 // throw-away package under testdata (ignored by ./... patterns), so a change
-// of the runtime API that breaks generated code fails here.
+// of the runtime API that breaks generated code fails here. Goldens of one
+// package name (table, and prefixed under -name Eval) build as one package:
+// two programs side by side, each with its own version guard.
 func TestGoldensCompile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped in -short mode: runs the go command")
@@ -387,14 +390,16 @@ func TestGoldensCompile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pkgDir := filepath.Join(dir, name)
-		if err := os.Mkdir(pkgDir, 0o755); err != nil {
+		pkgDir := filepath.Join(dir, tc.opt.Package)
+		if err := os.MkdirAll(pkgDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(pkgDir, tc.opt.Package+"_gen.go"), src, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(pkgDir, name+"_gen.go"), src, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		pkgs = append(pkgs, "./"+filepath.ToSlash(pkgDir))
+		if pkg := "./" + filepath.ToSlash(pkgDir); !slices.Contains(pkgs, pkg) {
+			pkgs = append(pkgs, pkg)
+		}
 	}
 	for _, verb := range []string{"build", "vet"} {
 		cmd := exec.Command(gobin, append([]string{verb}, pkgs...)...)
@@ -521,5 +526,30 @@ func TestFingerprintTies(t *testing.T) {
 	b.Ties = []ir.Tie{{A: 0, B: 2}, {A: 1, B: 3}}
 	if Fingerprint(a) == Fingerprint(b) || Fingerprint(a) == Fingerprint(p) {
 		t.Errorf("fingerprints: %s, %s and untied %s; want three different", Fingerprint(a), Fingerprint(b), Fingerprint(p))
+	}
+}
+
+// TestPrefixRefused checks that Emit refuses a name prefix that does not
+// start an exported Go identifier, naming the value and an accepted one.
+func TestPrefixRefused(t *testing.T) {
+	tc := loadCase(t, "gpipe2")
+	for _, c := range []struct{ prefix, want string }{
+		{"eval", `name prefix "eval" does not start an exported Go identifier`},
+		{"eval", "such as Eval"},
+		{"2nd", `"2nd"`},
+		{"Ev al", `"Ev al"`},
+		{"_X", "such as Eval"},
+	} {
+		opt := tc.opt
+		opt.Prefix = c.prefix
+		_, err := Emit(tc.prog, opt)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Prefix %q: error %v; want one containing %q", c.prefix, err, c.want)
+		}
+	}
+	for _, ok := range []string{"", "Eval", "Train2", "Ö"} {
+		if err := CheckPrefix(ok); err != nil {
+			t.Errorf("CheckPrefix(%q) = %v; want nil", ok, err)
+		}
 	}
 }
