@@ -93,7 +93,7 @@ func CheckPrefix(prefix string) error {
 			fix = "such as " + up
 		}
 	}
-	return fmt.Errorf("name prefix %q does not start an exported Go identifier (its names would be %sSpec, %sRanks, ...); give an upper-case identifier %s", prefix, prefix, prefix, fix)
+	return fmt.Errorf("%q does not start an exported Go identifier (its names would be %sSpec, %sRanks, ...); give an upper-case identifier %s", prefix, prefix, prefix, fix)
 }
 
 // names are the identifiers a generated file declares, with its prefix.
@@ -135,7 +135,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		return nil, fmt.Errorf("emit: package name %q is not a Go identifier", opt.Package)
 	}
 	if err := CheckPrefix(opt.Prefix); err != nil {
-		return nil, fmt.Errorf("emit: %w", err)
+		return nil, fmt.Errorf("emit: name prefix %w", err)
 	}
 	n := names{opt.Prefix}
 	if opt.HelperSize < 0 {

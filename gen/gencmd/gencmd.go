@@ -121,6 +121,10 @@ type Request struct {
 	Table   bool   // -table
 	Helper  int    // -helper
 	Fuse    bool   // -fuse (gen)
+	// Prefix is gen's -name: the prefix of every identifier the file
+	// declares (emit.Options.Prefix), so that several programs (train
+	// and eval) share one package.
+	Prefix string
 
 	// What `ppgen import` reads.
 	From     string // -from: torch-csv or torch-csv-legacy
@@ -219,6 +223,7 @@ func (r *Request) Bind(fs *flag.FlagSet, which Flags) {
 		fs.BoolVar(&r.Table, "table", false, "also emit the program as data (pipe.Op table) for the interpreter")
 		fs.IntVar(&r.Helper, "helper", 0, "calls per helper function (0: the emitter's default)")
 		fs.BoolVar(&r.Fuse, "fuse", true, "emit adjacent steps of one chunk (F and its send, a receive and its consumer, ...) as one call; -fuse=false: one call per step")
+		fs.StringVar(&r.Prefix, "name", "", "prefix of every name the file declares (-name Eval: EvalFingerprint, EvalSpec, EvalRanks, EvalRank0, ..., EvalProgram), so that several programs, such as a train and an eval program, share one package; an exported Go identifier (default: none)")
 	}
 }
 

@@ -25,6 +25,7 @@ func TestInvocationRoundTrip(t *testing.T) {
 		{"-in", `odd"name\.txt`},
 		{"-schedule", "interleaved", "-ranks", "2", "-micro", "3", "-placement", "", "-comm-order", "eager", "-o", "out.go"},
 		{"-schedule", "auto", "-ranks", "4", "-micro", "8", "-model", "m.json", "-budget", "50"},
+		{"-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-forward-only", "-name", "Eval"},
 	}
 	for _, args := range tests {
 		r, err := Parse(args, Env{})
@@ -156,6 +157,26 @@ func TestFromHeader(t *testing.T) {
 	out, _, err := again.Generate()
 	if err != nil || string(out) != string(src) {
 		t.Errorf("regeneration differs (%v)", err)
+	}
+
+	// A prefixed program (-name Eval) regenerates with its prefix.
+	r, err = Parse([]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "3", "-forward-only", "-name", "Eval"}, Env{Package: "sched"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _, err = r.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), "\n// ppgen gen -forward-only -micro 3 -name Eval -ranks 2 -schedule 1f1b\n") || !strings.Contains(string(src), "\nvar EvalRanks = ") {
+		t.Errorf("-name Eval: the header or the names lack the prefix:\n%s", src[:min(len(src), 600)])
+	}
+	again, err = FromHeader(path, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := again.Generate(); err != nil || string(out) != string(src) {
+		t.Errorf("-name Eval: regeneration differs (%v)", err)
 	}
 
 	for _, tt := range []struct {
@@ -395,5 +416,25 @@ func TestConfigMissingAndShort(t *testing.T) {
 	}
 	if _, err := r.Lower(); err != nil {
 		t.Errorf("a table of 4 stages: %v", err)
+	}
+}
+
+// TestNamePrefixRefused: gen's -name takes an exported Go identifier; any
+// other value is a usage error naming it and the fix.
+func TestNamePrefixRefused(t *testing.T) {
+	for _, tt := range []struct{ name, want string }{
+		{"eval", `-name "eval" does not start an exported Go identifier (its names would be evalSpec, evalRanks, ...); give an upper-case identifier such as Eval`},
+		{"Ev-al", `-name "Ev-al" does not start an exported Go identifier`},
+		{"9", `-name "9"`},
+	} {
+		r, err := Parse([]string{"-schedule", "1f1b", "-ranks", "2", "-micro", "2", "-package", "p", "-name", tt.name}, Env{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = r.Generate()
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("-name %q: %v; want a usage error with %q", tt.name, err, tt.want)
+		}
 	}
 }

@@ -103,6 +103,9 @@ func (r *Request) Generate() ([]byte, auto.Result, error) {
 	if err != nil {
 		return nil, auto.Result{}, err
 	}
+	if err := emit.CheckPrefix(r.Prefix); err != nil {
+		return nil, auto.Result{}, usagef("-name %s", err)
+	}
 	res, err := r.Lower()
 	if err != nil {
 		return nil, res, err
@@ -122,6 +125,7 @@ func (r *Request) Generate() ([]byte, auto.Result, error) {
 		Table:      r.Table,
 		NoFuse:     !r.Fuse,
 		Layers:     StageLayers(res.Result),
+		Prefix:     r.Prefix,
 	})
 	return src, res, err
 }
