@@ -57,12 +57,12 @@ func checkFile(pass *analysis.Pass, f *ast.File) {
 	}
 	if m.spec == nil {
 		if m.specDecl == nil {
-			c.badf(f.Name, "generated file declares no Spec")
+			c.badf(f.Name, "generated file declares no %sSpec", m.prefix)
 		}
 		return
 	}
 	if m.fp == nil {
-		c.badf(f.Name, "generated file declares no Fingerprint constant")
+		c.badf(f.Name, "generated file declares no %sFingerprint constant", m.prefix)
 	}
 	c.checkRankTable()
 	m.readSteps()
@@ -108,7 +108,7 @@ func checkFile(pass *analysis.Pass, f *ast.File) {
 func (c *checker) checkRankTable() {
 	m := c.m
 	if m.ranks == nil {
-		c.badf(m.file.Name, "generated file declares no Ranks table")
+		c.badf(m.file.Name, "generated file declares no %sRanks table", m.prefix)
 		return
 	}
 	P := m.spec.ranks
@@ -117,13 +117,13 @@ func (c *checker) checkRankTable() {
 		id, ok := e.(*ast.Ident)
 		r := -1
 		if ok {
-			if n, cut := cutPrefixInt(id.Name, "Rank"); cut {
+			if n, cut := cutPrefixInt(id.Name, m.prefix+"Rank"); cut {
 				r = n
 			}
 		}
 		switch {
 		case r < 0:
-			c.badf(e, "rank table entry %d is %s; want Rank%d", i, exprString(e), i)
+			c.badf(e, "rank table entry %d is %s; want %s", i, exprString(e), m.rankName(i))
 			continue
 		case r >= P:
 			c.badf(e, "rank table entry %d is %s, but Spec.Ranks is %d", i, id.Name, P)
@@ -137,7 +137,7 @@ func (c *checker) checkRankTable() {
 		}
 		seen[r] = i
 		if r != i {
-			c.badf(e, "rank table entry %d is %s: Ranks[r] must run rank r", i, id.Name)
+			c.badf(e, "rank table entry %d is %s: %sRanks[r] must run rank r", i, id.Name, m.prefix)
 		}
 	}
 	for r := range P {
@@ -411,7 +411,7 @@ func (c *checker) firstDifference(re *model, inv string) (ast.Node, string) {
 		}
 		switch {
 		case len(ours) < len(theirs):
-			var at ast.Node = m.funcs["Rank"+strconv.Itoa(r)].Name
+			var at ast.Node = m.funcs[m.rankName(r)].Name
 			if len(ours) > 0 {
 				at = ours[len(ours)-1].call
 			}
@@ -472,7 +472,7 @@ func (c *checker) checkVerify(p ir.Program) {
 			return c.m.steps[r][i].call
 		}
 		if r >= 0 && r < len(c.m.steps) {
-			if fn := c.m.funcs["Rank"+strconv.Itoa(r)]; fn != nil {
+			if fn := c.m.funcs[c.m.rankName(r)]; fn != nil {
 				return fn.Name
 			}
 		}

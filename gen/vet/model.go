@@ -9,6 +9,7 @@ import (
 
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -116,6 +117,7 @@ type spec struct {
 // model is what a generated file declares.
 type model struct {
 	file     *ast.File
+	prefix   string                   // the prefix of its names (gen's -name; prefixOf)
 	pipe     string                   // the import name of runtime/pipe
 	guard    bool                     // const _ = pipe.SupportPackageIsVersionN
 	fp       *ast.BasicLit            // the Fingerprint constant's value
@@ -143,7 +145,7 @@ func (m *model) report(n ast.Node, format string, args ...any) {
 // readModel collects the declarations of a generated file. It records
 // problems for what is malformed and reads as much as it can.
 func readModel(f *ast.File) *model {
-	m := &model{file: f, funcs: map[string]*ast.FuncDecl{}}
+	m := &model{file: f, prefix: prefixOf(f), funcs: map[string]*ast.FuncDecl{}}
 	for _, imp := range f.Imports {
 		if path, _ := strconv.Unquote(imp.Path.Value); path == emit.PipePath {
 			m.pipe = "pipe"
@@ -171,6 +173,46 @@ func readModel(f *ast.File) *model {
 	return m
 }
 
+// prefixOf is the prefix of the names of the program f declares (gen's
+// -name): the one the `ppgen gen` invocation its header records gives, or,
+// when the header records none that parses (an import, a hand-made file), the
+// prefix of its one constant named PrefixFingerprint. Each file of a package
+// holding several programs is read with its own.
+func prefixOf(f *ast.File) string {
+	if len(f.Comments) > 0 && f.Comments[0].Pos() < f.Package {
+		var header strings.Builder
+		for _, c := range f.Comments[0].List {
+			header.WriteString(c.Text + "\n")
+		}
+		if inv, ok := emit.Recorded([]byte(header.String())); ok {
+			if words, err := emit.SplitArgs(inv); err == nil && len(words) >= 2 && words[0] == "ppgen" && words[1] == "gen" {
+				if r, err := gencmd.Parse(words[2:], gencmd.Env{}); err == nil && emit.CheckPrefix(r.Prefix) == nil {
+					return r.Prefix
+				}
+			}
+		}
+	}
+	var found []string
+	for _, d := range f.Decls {
+		if d, ok := d.(*ast.GenDecl); ok && d.Tok == token.CONST {
+			for _, s := range d.Specs {
+				for _, n := range s.(*ast.ValueSpec).Names {
+					if p, ok := strings.CutSuffix(n.Name, "Fingerprint"); ok && emit.CheckPrefix(p) == nil {
+						found = append(found, p)
+					}
+				}
+			}
+		}
+	}
+	if len(found) == 1 {
+		return found[0]
+	}
+	return ""
+}
+
+// rankName is the name of rank r's function, PrefixRankN.
+func (m *model) rankName(r int) string { return m.prefix + "Rank" + strconv.Itoa(r) }
+
 func (m *model) readValue(tok token.Token, vs *ast.ValueSpec) {
 	name, val := vs.Names[0].Name, vs.Values[0]
 	switch {
@@ -178,28 +220,28 @@ func (m *model) readValue(tok token.Token, vs *ast.ValueSpec) {
 		if sel, ok := val.(*ast.SelectorExpr); ok && isIdent(sel.X, m.pipe) && strings.HasPrefix(sel.Sel.Name, "SupportPackageIsVersion") {
 			m.guard = true
 		}
-	case tok == token.CONST && name == "Fingerprint":
+	case tok == token.CONST && name == m.prefix+"Fingerprint":
 		if lit, ok := val.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 			m.fp = lit
 			m.fpValue, _ = strconv.Unquote(lit.Value)
 		} else {
-			m.report(val, "the Fingerprint constant is not a string literal")
+			m.report(val, "the %sFingerprint constant is not a string literal", m.prefix)
 		}
-	case tok == token.VAR && name == "Spec":
+	case tok == token.VAR && name == m.prefix+"Spec":
 		m.specDecl = vs
 		lit, ok := val.(*ast.CompositeLit)
 		if !ok {
-			m.report(val, "Spec is not a pipe.Spec composite literal")
+			m.report(val, "%sSpec is not a pipe.Spec composite literal", m.prefix)
 			return
 		}
 		m.spec = m.readSpec(lit)
-	case tok == token.VAR && name == "Ranks":
+	case tok == token.VAR && name == m.prefix+"Ranks":
 		if lit, ok := val.(*ast.CompositeLit); ok {
 			m.ranks = lit
 		} else {
-			m.report(val, "Ranks is not the table of rank functions")
+			m.report(val, "%sRanks is not the table of rank functions", m.prefix)
 		}
-	case tok == token.VAR && name == "Program":
+	case tok == token.VAR && name == m.prefix+"Program":
 		if lit, ok := val.(*ast.CompositeLit); ok {
 			m.table = lit
 		}
@@ -283,10 +325,10 @@ func (m *model) readSpec(lit *ast.CompositeLit) *spec {
 			good = false
 		}
 	}
-	if e, has := sp.fields["Fingerprint"]; has && isIdent(e, "Fingerprint") {
+	if e, has := sp.fields["Fingerprint"]; has && isIdent(e, m.prefix+"Fingerprint") {
 		sp.fpRef = true
 	} else {
-		m.report(lit, "Spec.Fingerprint is not the Fingerprint constant")
+		m.report(lit, "Spec.Fingerprint is not the %sFingerprint constant", m.prefix)
 	}
 	if !good {
 		return nil
@@ -324,7 +366,7 @@ func (sp *spec) placement() ir.Placement {
 func (m *model) readSteps() {
 	m.steps = make([][]*step, m.spec.ranks)
 	for r := range m.spec.ranks {
-		name := "Rank" + strconv.Itoa(r)
+		name := m.rankName(r)
 		fn, ok := m.funcs[name]
 		if !ok {
 			m.report(m.file.Name, "no function %s: Spec.Ranks is %d, so every rank 0..%d needs one", name, m.spec.ranks, m.spec.ranks-1)

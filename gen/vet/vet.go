@@ -23,6 +23,12 @@
 //   - when all of that holds, the rebuilt program passes gen/verify (matching,
 //     deadlock freedom under rendezvous, slot lifetimes).
 //
+// Each generated file holds one program and is checked on its own, so a
+// package may hold several (a train and an eval program): a file generated
+// with -name Eval declares EvalFingerprint, EvalSpec, EvalRanks,
+// EvalRank0.., and vet reads its names with the prefix the header's recorded
+// invocation gives (or, without one, its one PrefixFingerprint constant).
+//
 // Analyzer needs no type information, so Run can apply it to parsed files
 // without type-checking them (ppgen vet, cmd/ppgenvet).
 package vet
