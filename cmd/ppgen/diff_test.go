@@ -365,3 +365,33 @@ func TestGenOutputTargets(t *testing.T) {
 		t.Errorf("-o /file.go: exit %d: %s", code, stderr.String())
 	}
 }
+
+// TestDiffCheckPrefixed covers diff and check of a package holding two
+// programs, the second generated with -name Eval: each file regenerates
+// from its own header, the prefix included.
+func TestDiffCheckPrefixed(t *testing.T) {
+	dir := t.TempDir()
+	train := filepath.Join(dir, "schedule_gen.go")
+	eval := filepath.Join(dir, "eval_gen.go")
+	dcGenerate(t, train, "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-table")
+	src := dcGenerate(t, eval, "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-forward-only", "-name", "Eval")
+	if code, stdout, stderr := dcRun("check", train, eval); code != 0 || !strings.Contains(stdout, "ppgen check: 2 generated files up to date") {
+		t.Fatalf("check of two programs: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := dcRun("diff", train, eval); code != 0 || stdout != "" {
+		t.Fatalf("diff of two programs: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The eval program renamed by hand (its prefix dropped) is stale: its
+	// header regenerates the prefixed names.
+	edited := strings.ReplaceAll(string(src), "EvalSpec", "Spec")
+	dcWrite(t, eval, edited)
+	code, _, stderr := dcRun("check", train, eval)
+	if code != 1 || !strings.Contains(stderr, "eval_gen.go:") || !strings.Contains(stderr, "stale or edited: differs from what `ppgen gen -forward-only -micro 4 -name Eval -ranks 2 -schedule 1f1b`") ||
+		strings.Contains(stderr, "schedule_gen.go") {
+		t.Errorf("check of an edited prefixed file: exit %d\n%s", code, stderr)
+	}
+	code, stdout, _ := dcRun("diff", eval)
+	if code != 1 || !strings.Contains(stdout, "\n-var Spec = pipe.Spec{\n") || !strings.Contains(stdout, "\n+var EvalSpec = pipe.Spec{\n") {
+		t.Errorf("diff of an edited prefixed file: exit %d\n%s", code, stdout)
+	}
+}
