@@ -32,7 +32,11 @@ type Config struct {
 	// brings its labels from another rank), and mpipe's owners (Spec.Owned).
 	Data DataSource
 	// Transport is required when Spec.Ranks > 1; its Rank and World must
-	// match. The Exec does not close it, but aborts it when the rank fails.
+	// match, and the fingerprint it checked with its peers (a
+	// transport.Fingerprinter's) must be Spec.Fingerprint or a combination
+	// holding it (Fingerprints): one world's transport serves the Execs of
+	// every program it was opened for. The Exec does not close it, but
+	// aborts it when the rank fails.
 	Transport transport.Transport
 	// OptStep, if set, runs at the OPT_STEP step (the optimizer update of this
 	// rank's stages).
@@ -201,8 +205,8 @@ func New(cfg Config) (*Exec, error) {
 		if cfg.Transport.Rank() != r || cfg.Transport.World() != sp.Ranks {
 			return nil, fmt.Errorf("pipe: rank %d of %d: transport is rank %d of %d", r, sp.Ranks, cfg.Transport.Rank(), cfg.Transport.World())
 		}
-		if fp, ok := cfg.Transport.(transport.Fingerprinter); ok && fp.Fingerprint() != sp.Fingerprint {
-			return nil, fmt.Errorf("pipe: rank %d: transport checked schedule fingerprint %q with its peers, Spec has %q", r, fp.Fingerprint(), sp.Fingerprint)
+		if fp, ok := cfg.Transport.(transport.Fingerprinter); ok && !fingerprintCovers(fp.Fingerprint(), sp.Fingerprint) {
+			return nil, fmt.Errorf("pipe: rank %d: transport checked schedule fingerprint %q with its peers, Spec has %q (a world running several programs checks pipe.Fingerprints of all of them)", r, fp.Fingerprint(), sp.Fingerprint)
 		}
 	} else if sp.Ranks > 1 {
 		return nil, fmt.Errorf("pipe: rank %d: Config.Transport is nil but Spec has %d ranks", r, sp.Ranks)

@@ -40,7 +40,18 @@
 // checks), compute.go, transfer.go (one implementation behind every send
 // and receive), fused.go, overlap.go, swap.go, fsdp.go, labels.go, mpipe.go,
 // copies.go, tie.go, allreduce.go, batch.go, interpret.go, multi.go and multistage.go (sets of tensors,
-// below), and values.go (stages on other array libraries, below).
+// below), values.go (stages on other array libraries, below) and
+// fingerprints.go.
+//
+// # Several programs in one world
+//
+// A trainer may run several generated programs over one world, such as a
+// train program and the forward-only eval program generated beside it with
+// `ppgen gen -name Eval` (EvalSpec, EvalRanks). It opens the world with
+// [Fingerprints] of all of them as the fingerprint its ranks check at the
+// one rendezvous, and hands the same transport to an Exec of each program:
+// [New] accepts a transport whose checked fingerprint is Spec.Fingerprint or
+// a combination holding it.
 //
 // # Slots
 //
