@@ -23,9 +23,10 @@
 // they stay one parameter.
 //
 // Validation runs the schedule's forward-only program (ppgen gen
-// -forward-only, program/zbveval) over fixed windows of the validation
-// text and prints one line `validation loss X` before training, every
-// -eval-every steps and at the end. -check trains the same model
+// -forward-only -name Eval: program/zbv's EvalSpec and EvalRanks, beside
+// the training program in one package, in the same world) over fixed
+// windows of the validation text and prints one line `validation loss X`
+// before training, every -eval-every steps and at the end. -check trains the same model
 // sequentially, the tied table as one parameter, on the same micro-batches,
 // and requires the losses (training and validation) and the parameters to
 // match within 1e-12 in float64. -breakdown prints where the last training

@@ -6,9 +6,7 @@ import (
 	"strings"
 
 	"github.com/ppgen/ppgen/examples/charlm/program/onef1b"
-	"github.com/ppgen/ppgen/examples/charlm/program/onef1beval"
 	"github.com/ppgen/ppgen/examples/charlm/program/zbv"
-	"github.com/ppgen/ppgen/examples/charlm/program/zbveval"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
@@ -25,10 +23,20 @@ type schedule struct {
 	train, eval program
 }
 
-// catalog holds the programs generated under program/ (go generate).
+// catalog holds the programs generated under program/ (go generate): one
+// package per schedule, its validation program generated beside the
+// training program with -name Eval.
 var catalog = map[string]schedule{
-	"zbv":  {program{zbv.Spec, zbv.Ranks[:], zbv.Program}, program{zbveval.Spec, zbveval.Ranks[:], nil}},
-	"1f1b": {program{onef1b.Spec, onef1b.Ranks[:], onef1b.Program}, program{onef1beval.Spec, onef1beval.Ranks[:], nil}},
+	"zbv":  {program{zbv.Spec, zbv.Ranks[:], zbv.Program}, program{zbv.EvalSpec, zbv.EvalRanks[:], nil}},
+	"1f1b": {program{onef1b.Spec, onef1b.Ranks[:], onef1b.Program}, program{onef1b.EvalSpec, onef1b.EvalRanks[:], nil}},
+}
+
+// fingerprint is what the world's ranks check at their one rendezvous:
+// both programs' fingerprints (pipe.Fingerprints), so that every rank runs
+// the same training and validation programs, and one transport serves the
+// Execs of both.
+func (s schedule) fingerprint() string {
+	return pipe.Fingerprints(s.train.Spec.Fingerprint, s.eval.Spec.Fingerprint)
 }
 
 // lastRank is the rank holding the last stage: it computes the losses.

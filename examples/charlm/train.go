@@ -25,9 +25,10 @@ type rankState struct {
 	optTime         time.Duration // the last OPT_STEP hook's
 }
 
-// newRankState builds rank r's executors: the training program over
-// trainTr, the forward-only program over evalTr, both on r's stages.
-func newRankState(o options, sc schedule, r int, stages []*stage, data, edata *batches, trainTr, evalTr transport.Transport, tl *pipe.Timeline) (*rankState, error) {
+// newRankState builds rank r's executors over r's stages and the one
+// transport of its world: the training program and the forward-only
+// program, which run one after the other.
+func newRankState(o options, sc schedule, r int, stages []*stage, data, edata *batches, tr transport.Transport, tl *pipe.Timeline) (*rankState, error) {
 	sp := sc.train.Spec
 	held := map[int]pipe.Stage{}
 	var mine []*stage
@@ -45,7 +46,7 @@ func newRankState(o options, sc schedule, r int, stages []*stage, data, edata *b
 	}
 	var err error
 	rs.train, err = pipe.New(pipe.Config{
-		Rank: r, Spec: sp, Stages: held, Transport: trainTr, Loss: loss, Data: src, Timeline: tl,
+		Rank: r, Spec: sp, Stages: held, Transport: tr, Loss: loss, Data: src, Timeline: tl,
 		OptStep: func() error {
 			t0 := time.Now()
 			defer func() { rs.optTime = time.Since(t0) }()
@@ -59,7 +60,7 @@ func newRankState(o options, sc schedule, r int, stages []*stage, data, edata *b
 	if err != nil {
 		return nil, err
 	}
-	rs.eval, err = pipe.New(pipe.Config{Rank: r, Spec: sc.eval.Spec, Stages: held, Transport: evalTr, Loss: loss, Data: esrc})
+	rs.eval, err = pipe.New(pipe.Config{Rank: r, Spec: sc.eval.Spec, Stages: held, Transport: tr, Loss: loss, Data: esrc})
 	if err != nil {
 		rs.train.Close()
 		return nil, err
@@ -312,14 +313,8 @@ func newInProc(o options) (r *inproc, w *job, data, edata *batches, done func(),
 	if o.breakdown || o.trace != "" {
 		w.tl = &pipe.Timeline{}
 	}
-	opts := world.Options{Size: sp.Ranks, Timeout: o.timeout}
-	trs, err := world.Open(context.Background(), "inproc", opts)
+	trs, err := world.Open(context.Background(), "inproc", world.Options{Size: sp.Ranks, Fingerprint: sc.fingerprint(), Timeout: o.timeout})
 	if err != nil {
-		return nil, nil, nil, nil, nil, err
-	}
-	ets, err := world.Open(context.Background(), "inproc", opts)
-	if err != nil {
-		trs.Close()
 		return nil, nil, nil, nil, nil, err
 	}
 	done = func() {
@@ -327,10 +322,9 @@ func newInProc(o options) (r *inproc, w *job, data, edata *batches, done func(),
 			rs.close()
 		}
 		trs.Close()
-		ets.Close()
 	}
 	for r := range sp.Ranks {
-		rs, err := newRankState(o, sc, r, stages, data, edata, trs.Endpoints[r], ets.Endpoints[r], w.tl)
+		rs, err := newRankState(o, sc, r, stages, data, edata, trs.Endpoints[r], w.tl)
 		if err != nil {
 			done()
 			return nil, nil, nil, nil, nil, err
@@ -392,24 +386,6 @@ func check(o options, out io.Writer, sc schedule, c *corpus, m *model, stages []
 	return report(out, o.tolerance(), lossDiff, paramDiff)
 }
 
-// shared is one of the two programs' view of a TCP transport that checked
-// both programs' fingerprints with its peers (joined by "+"): Exec sees the
-// fingerprint of its own program. The programs run one after the other.
-type shared struct {
-	transport.Transport
-	fingerprint string
-}
-
-func (s shared) Fingerprint() string { return s.fingerprint }
-
-// Recycle hands a received tensor back to the transport, when it can
-// reuse it.
-func (s shared) Recycle(t *tensor.Dense) {
-	if r, ok := s.Transport.(transport.Recycler); ok {
-		r.Recycle(t)
-	}
-}
-
 // runRank runs the rank the environment names (RANK, WORLD_SIZE, ...)
 // over -transport's world (TCP).
 func runRank(o options, out io.Writer, logger *slog.Logger) error {
@@ -420,8 +396,8 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	sp := sc.train.Spec
 	wd, err := world.Open(context.Background(), o.transport, world.Options{
 		Size: sp.Ranks, SizeNote: fmt.Sprintf("schedule %s has %d ranks", o.schedule, sp.Ranks),
-		Fingerprint: sp.Fingerprint + "+" + sc.eval.Spec.Fingerprint, // both programs' (shared)
-		Schedule:    sp.Describe(),                                   // named when ranks refuse each other
+		Fingerprint: sc.fingerprint(), // both programs'
+		Schedule:    sp.Describe(),    // named when ranks refuse each other
 		Timeout:     o.timeout, Logger: logger,
 	})
 	if err != nil {
@@ -435,7 +411,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 	if o.breakdown {
 		w.tl = &pipe.Timeline{}
 	}
-	rs, err := newRankState(o, sc, rank, stages, data, edata, shared{tr, sp.Fingerprint}, shared{tr, sc.eval.Spec.Fingerprint}, w.tl)
+	rs, err := newRankState(o, sc, rank, stages, data, edata, tr, w.tl)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,12 @@ func TestCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	files = append(files, "../../examples/mlp/schedules_gen.go")
+	// Packages of two programs each, the second under -name Eval.
+	charlm, err := filepath.Glob("../../examples/charlm/program/*/*_gen.go")
+	if err != nil || len(charlm) < 4 {
+		t.Fatalf("examples/charlm/program: %v, %v", charlm, err)
+	}
+	files = append(files, charlm...)
 	if len(files) < 2 {
 		t.Fatalf("found only %v", files)
 	}
