@@ -200,6 +200,48 @@ func TestMPICollectiveMismatch(t *testing.T) {
 	}
 }
 
+// TestMPIGroupTruncate: below runtime/collective's header check, an MPI
+// group all-reduce of 7 elements where the others sum 8 is MPI's
+// MPI_ERR_TRUNCATE on the short rank: returned (MPI_ERRORS_RETURN, also on
+// MPI_COMM_WORLD, where Open MPI reports it) as an *mpi.Error with a hint,
+// not MPI_ERRORS_ARE_FATAL's end of the job.
+func TestMPIGroupTruncate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := mpitest.Args(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), childVar+"=truncate")
+	out, _ := cmd.CombinedOutput()
+	want := "rank 3: mpi.Error class MPI_ERR_TRUNCATE: transport: rank 3: MPI_Iallreduce (member 3 of world ranks [0 1 2 3]): protocol error: MPI_Test (MPI_Iallreduce): MPI_ERR_TRUNCATE: message truncated"
+	if !strings.Contains(string(out), want) || strings.Contains(string(out), "MPI_ERRORS_ARE_FATAL") {
+		t.Fatalf("want %q and no MPI_ERRORS_ARE_FATAL in the output:\n%s", want, out)
+	}
+}
+
+// childTruncate: rank 3 all-reduces 7 elements on an MPI group, the others 8.
+func childTruncate(t *testing.T) {
+	w := world(t)
+	g, err := w.(transport.Collectives).NewGroup([]int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 8
+	if w.Rank() == 3 {
+		n = 7
+	}
+	err = g.AllReduceSum(vec64(make([]float64, n)))
+	var me *mpi.Error
+	if errors.As(err, &me) && strings.Contains(me.Hint, "disagree") {
+		fmt.Printf("rank %d: mpi.Error class MPI_ERR_TRUNCATE: %v\n", w.Rank(), err)
+	} else {
+		fmt.Printf("rank %d: %v\n", w.Rank(), err)
+	}
+	os.Stdout.Sync()
+}
+
 // childMismatch: rank 3 all-reduces 7 elements where the others do 8, then
 // float32 where the others do float64, then (on a fresh Comm) runs
 // member-order where the others run native; each rank prints the field
@@ -248,6 +290,9 @@ func TestMPICollectivesChild(t *testing.T) {
 		return
 	case "mismatch":
 		childMismatch(t)
+		return
+	case "truncate":
+		childTruncate(t)
 		return
 	}
 	w := world(t)
