@@ -551,7 +551,23 @@ func openWorld(name string, o options, sp pipe.Spec, size int, note string, logg
 		Size: size, SizeNote: note,
 		Fingerprint: sp.Fingerprint, Schedule: sp.Describe(),
 		Timeout: o.timeout, Sync: o.mpiSync, Collectives: o.coll, Logger: logger,
+		Config: o.runConfig(),
 	})
+}
+
+// runConfig is the flags every rank of a job must share, compared at
+// Open (world.Options.Config): a rank on another -seed or -dp fails the
+// job at once, naming the flag and the ranks. -timeout, -trace and
+// -timing may differ.
+func (o options) runConfig() map[string]string {
+	return map[string]string{
+		"-schedule": o.schedule, "-transport": o.transport, "-mpi-sync": fmt.Sprint(o.mpiSync),
+		"-steps": fmt.Sprint(o.steps), "-check": fmt.Sprint(o.check), "-dtype": o.dtype,
+		"-lr": fmt.Sprint(o.lr), "-seed": fmt.Sprint(o.seed), "-interpret": fmt.Sprint(o.interpret),
+		"-step-delay": o.delay.String(), "-swap-tier": o.swapTier, "-wide": fmt.Sprint(o.wide),
+		"-wide-wait": o.wideWait.String(), "-dp": fmt.Sprint(o.dp), "-collectives": o.coll,
+		"-backend": o.backend,
+	}
 }
 
 // runRank runs this process's rank of a multi-process job over
