@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -75,6 +76,20 @@ func rankList(rs []int) string {
 		s[i] = strconv.Itoa(r)
 	}
 	return strings.Join(s, ", ")
+}
+
+// FlagConfig is a trainer's flags as an Options.Config: every flag of fs
+// (set or at its default) keyed "-name", its value as the flag prints it,
+// except the flags named in mayDiffer (those that may differ between ranks:
+// timeouts, output files, local paths).
+func FlagConfig(fs *flag.FlagSet, mayDiffer ...string) map[string]string {
+	c := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !slices.Contains(mayDiffer, f.Name) {
+			c["-"+f.Name] = f.Value.String()
+		}
+	})
+	return c
 }
 
 // runConfig is Options.Config with the world's own settings: the world

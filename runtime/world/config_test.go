@@ -3,6 +3,8 @@ package world_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -120,4 +122,20 @@ func TestConfigOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
+}
+
+// TestFlagConfig: every flag, set or default, keyed "-name", but those
+// that may differ.
+func TestFlagConfig(t *testing.T) {
+	fs := flag.NewFlagSet("trainer", flag.ContinueOnError)
+	fs.Uint64("seed", 1, "")
+	fs.Int("dp", 1, "")
+	fs.Duration("timeout", 0, "")
+	if err := fs.Parse([]string{"-dp", "2", "-timeout", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	got := world.FlagConfig(fs, "timeout")
+	if want := map[string]string{"-seed": "1", "-dp": "2"}; !maps.Equal(got, want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
 }
