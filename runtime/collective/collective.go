@@ -111,7 +111,7 @@
 // silently wrong (an 8- and a 7-element all-reduce over 4 members have the
 // same chunks) or, natively, end in the engine. On a small all-reduce (16
 // float32, 4 members, one 2-core machine shared with other work) it costs
-// 0.1 ms: loopback TCP 0.42 ms against 0.31 ms; MPI native 0.08–0.11 ms
+// 0.03–0.2 ms: loopback TCP 0.42 ms against 0.31 ms; MPI native 0.08–0.11 ms
 // against 0.046 ms, MPI send/recv 0.33–0.42 ms against 0.21 ms; on 16 MiB
 // nothing measurable.
 // A native collective's wait is the engine's request, polled under the same
