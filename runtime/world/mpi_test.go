@@ -128,13 +128,15 @@ func TestMPIWorldWrongSize(t *testing.T) {
 }
 
 // TestMPIWorldConfigMismatch: under mpirun -np 3, rank 1 on another -seed
-// (Options.Config) fails every rank at Open, naming the flag and the rank.
+// (Options.Config) fails the ranks at Open, naming the flag and the rank.
 func TestMPIWorldConfigMismatch(t *testing.T) {
 	out, err := mpirun(t, 3, 3, configVar+"=1")
 	if err == nil {
 		t.Fatalf("exited 0:\n%s", out)
 	}
-	if got := strings.Count(out, "the ranks run different configurations: rank 1 runs -seed 2, rank 0 -seed 1"); got != 3 {
-		t.Fatalf("%d ranks named the difference, want 3:\n%s", got, out)
+	// mpirun ends the job when the first rank exits 1: the others may not
+	// print theirs.
+	if got := strings.Count(out, "the ranks run different configurations: rank 1 runs -seed 2, rank 0 -seed 1"); got < 1 || strings.Contains(out, " of 3 ok") {
+		t.Fatalf("%d ranks named the difference, want at least 1 and none passing the ring:\n%s", got, out)
 	}
 }
