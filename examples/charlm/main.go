@@ -72,6 +72,7 @@ type options struct {
 	goroot    string
 	timeout   time.Duration
 	sh        shape
+	config    map[string]string // the flags every rank must share (world.Options.Config)
 }
 
 func defaultOptions() options {
@@ -111,6 +112,10 @@ func main() {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
+	// Every rank of a job must run these flags' values (compared at
+	// world.Open); the progress timeout, the local outputs and the local
+	// path of the text may differ.
+	o.config = world.FlagConfig(fs, "timeout", "svg", "trace", "breakdown", "goroot")
 	if o.check && !flagSet(fs, "steps") {
 		o.steps = checkSteps
 	}

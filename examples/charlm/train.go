@@ -399,6 +399,7 @@ func runRank(o options, out io.Writer, logger *slog.Logger) error {
 		Fingerprint: sc.fingerprint(), // both programs'
 		Schedule:    sp.Describe(),    // named when ranks refuse each other
 		Timeout:     o.timeout, Logger: logger,
+		Config: o.config, // a rank on another -seed fails every rank, naming it
 	})
 	if err != nil {
 		return err

@@ -80,6 +80,7 @@ type options struct {
 	coll      string            // -collectives: member-order, native or sendrecv (dp.go)
 	backend   string            // -backend: nn (runtime/nn on gorgonia tensors) or gonum (gonum.go)
 	trained   *[]*nn.Sequential // tests: runInProc leaves the trained model here (-backend gonum: its weights stored back)
+	config    map[string]string // the flags every rank must share (world.Options.Config)
 }
 
 func main() {
@@ -107,6 +108,9 @@ func main() {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
+	// Every rank of a job must run these flags' values (compared at
+	// world.Open); the progress timeout and the local outputs may differ.
+	o.config = world.FlagConfig(fs, "timeout", "trace", "timing")
 	if o.timeout < 0 {
 		fmt.Fprintf(os.Stderr, "mlp: -timeout %v is negative; want a duration such as 30s, or 0 for PPGEN_TIMEOUT or the default %v\n", o.timeout, transport.DefaultTimeout)
 		os.Exit(2)
@@ -551,6 +555,7 @@ func openWorld(name string, o options, sp pipe.Spec, size int, note string, logg
 		Size: size, SizeNote: note,
 		Fingerprint: sp.Fingerprint, Schedule: sp.Describe(),
 		Timeout: o.timeout, Sync: o.mpiSync, Collectives: o.coll, Logger: logger,
+		Config: o.config,
 	})
 }
 

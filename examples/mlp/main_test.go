@@ -265,7 +265,8 @@ func TestKilledRankIsNamed(t *testing.T) {
 
 // TestMismatchedPeersRefused: a rank running another schedule (different
 // fingerprint) or holding another token is refused at the handshake with a
-// message that says what differs, and no rank trains. A rank with another
+// message that says what differs, and no rank trains; a rank on another
+// -seed or -dp fails every rank at Open, naming the flag. A rank with another
 // token cannot be told from an outsider, so the others drop its connection
 // and keep waiting for the real rank (until the rendezvous timeout, or until
 // a launcher stops them); the rank itself fails at once saying why.
@@ -285,6 +286,13 @@ func TestMismatchedPeersRefused(t *testing.T) {
 		{"fingerprint advice", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, -1,
 			"build every rank from the same generated code (go generate ./... and rebuild, then start that one binary on every rank), or pass the same -schedule to every rank"},
 		{"token", [][]string{same, same, same, same}, []string{"t", "t", "other", "t"}, 2, "failed authentication: its shared token differs"},
+		// The run configuration is compared at Open (world.Options.Config):
+		// a rank on another -seed trained apart, one on another -dp (another
+		// world size) left the others waiting for the rendezvous timeout.
+		{"seed", [][]string{same, same, {"-schedule", "1f1b", "-steps", "1", "-seed", "2"}, same}, []string{"t", "t", "t", "t"}, -1,
+			"the ranks run different configurations: rank 2 runs -seed 2, rank 0 -seed 1"},
+		{"dp", [][]string{same, same, same, {"-schedule", "1f1b", "-steps", "1", "-dp", "2"}}, []string{"t", "t", "t", "t"}, -1,
+			"the ranks run different configurations: rank 3 runs -dp 2, rank 0 -dp 1; they differ in size too"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,6 +39,21 @@ func BenchmarkAllReduce16MiB(b *testing.B) {
 	})
 }
 
+// BenchmarkAllReduceSmall all-reduces 16 float32 over 4 members on the
+// in-process and TCP transports: latency-bound, where the header exchange
+// before every collective (its n-1 small steps) costs most.
+//
+//	nice -n 19 go test -run '^$' -bench AllReduceSmall -count 5 ./runtime/collective/
+func BenchmarkAllReduceSmall(b *testing.B) {
+	const n, elems = 4, 16
+	b.Run("inproc", func(b *testing.B) {
+		benchComm(b, transport.NewInProc(n), elems)
+	})
+	b.Run("tcp", func(b *testing.B) {
+		benchComm(b, tcpWorld(b, n, time.Minute), elems)
+	})
+}
+
 func benchComm(b *testing.B, trs []transport.Transport, elems int) {
 	n := len(trs)
 	comms := make([]*collective.Comm, n)

@@ -93,13 +93,30 @@
 // member, the step and the member it was exchanging with, and wraps the
 // transport's error (so errors.As finds the transport's
 // *transport.PeerError, which names the failed rank). Messages carry a tag
-// with the collective's sequence number and step, so members that disagree
-// on the sequence of collectives fail with an error instead of mixing data.
+// with the collective's sequence number and step.
+//
+// Before any data moves, the members agree on the collective: each sends
+// a header of what it runs — operation, mode (send/recv, native or
+// member-order), dtype, element count (AllGather's: the shard's), root
+// (Broadcast) and sequence number — in a ring all-gather over Send and
+// Recv (n-1 steps of a 48-byte message; in every mode for a Comm's first
+// collective, so that members in different modes meet there; a native
+// Comm's later headers go through the engine's all-gather), and compares
+// every member's with its own.
+// A difference fails the collective on every member with an [*Error]
+// naming the first member that differs, wrapping a [*MismatchError] that
+// names the field and both values ("all-reduce #12: member 3 sends 7
+// elements, this member 8"; errors.Is [ErrMismatch] and
+// transport.ErrProtocol), where the data would otherwise be combined
+// silently wrong (an 8- and a 7-element all-reduce over 4 members have the
+// same chunks) or, natively, end in the engine. On a small all-reduce (16
+// float32, 4 members, one 2-core machine shared with other work) it costs
+// 0.03–0.2 ms: loopback TCP 0.42 ms against 0.31 ms; MPI native 0.08–0.11 ms
+// against 0.046 ms, MPI send/recv 0.33–0.42 ms against 0.21 ms; on 16 MiB
+// nothing measurable.
 // A native collective's wait is the engine's request, polled under the same
 // progress timeout; a rank that aborts fails it on every other member with
-// the aborted rank named (Step and Peer are then -1). Native collectives
-// carry no tags: members that disagree on the sequence get the engine's
-// error (a size mismatch) or the timeout.
+// the aborted rank named (Step and Peer are then -1).
 package collective
 
 import (
@@ -271,13 +288,20 @@ const (
 	opAllGather
 	opReduceScatter
 	opBroadcast
+	opHeader // the header exchange before each collective (check.go)
 )
 
-var opNames = map[int]string{opAllReduce: "all-reduce", opAllGather: "all-gather", opReduceScatter: "reduce-scatter", opBroadcast: "broadcast"}
+var opNames = map[int]string{opAllReduce: "all-reduce", opAllGather: "all-gather", opReduceScatter: "reduce-scatter", opBroadcast: "broadcast", opHeader: "header"}
 
-// tag of step s of the current collective (sequence number c.seq).
+// tag of step s of the current collective (sequence number c.seq). The
+// header exchange's tags carry no sequence number (stage 0), so that
+// members at different sequence numbers meet in it and compare them.
 func (c *Comm) tag(op, s int) transport.Tag {
-	return transport.Tag{Stage: int32(c.seq & math.MaxInt32), Micro: int32(op<<24 | s&0xffffff)}
+	stage := int32(c.seq & math.MaxInt32)
+	if op == opHeader {
+		stage = 0
+	}
+	return transport.Tag{Stage: stage, Micro: int32(op<<24 | s&0xffffff)}
 }
 
 // flat is a tensor's elements, float32 or float64.
@@ -336,6 +360,13 @@ func (c *Comm) startInto(op string, buf *tensor.Dense) (f32 []float32, f64 []flo
 	n := c.Size()
 	if L == 0 || L%n != 0 {
 		return nil, nil, 0, nil, fmt.Errorf("collective: %s: buffer of %d elements is not a positive multiple of the %d members; pad it to n·ChunkLen", op, L, n)
+	}
+	count := L // reduce-scatter: the tensor's elements
+	if op == "all-gather" {
+		count = L / n // the shard's, as AllGather's
+	}
+	if err := c.agree(op, buf.Dtype(), count, -1); err != nil {
+		return nil, nil, 0, nil, err
 	}
 	g, err = c.native(op)
 	if err != nil {

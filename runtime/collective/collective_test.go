@@ -274,23 +274,6 @@ func TestFailedMemberNamed(t *testing.T) {
 	}
 }
 
-// TestMismatchedSequence: members that call different collectives fail
-// instead of mixing data.
-func TestMismatchedSequence(t *testing.T) {
-	trs := transport.NewInProc(2, transport.InProcTimeout(2*time.Second))
-	errs := run(trs, func(c *collective.Comm) error {
-		x := vec64(make([]float64, 4))
-		if c.Rank() == 0 {
-			return c.AllReduce(x)
-		}
-		_, err := c.AllGather(vec64(make([]float64, 2)))
-		return err
-	})
-	if !errors.Is(errs[0], transport.ErrProtocol) && !errors.Is(errs[1], transport.ErrProtocol) {
-		t.Fatalf("%v; want a protocol error", errs)
-	}
-}
-
 func TestBadInput(t *testing.T) {
 	c, err := collective.New(transport.NewInProc(2)[0], abi.ActChannel)
 	if err != nil {

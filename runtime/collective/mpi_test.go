@@ -130,14 +130,20 @@ func TestMPICollectiveAbort(t *testing.T) {
 		t.Fatalf("the job of an aborting rank succeeded:\n%s", out)
 	}
 	for r := range 3 {
-		want := fmt.Sprintf("rank %d: all-reduce failed: collective: all-reduce (member %d of 4): rank 3 aborted: test: rank 3 gives up", r, r)
-		if !strings.Contains(string(out), want) {
-			t.Errorf("no %q in the output:\n%s", want, out)
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(fmt.Sprintf(`rank %d: native all-reduce failed: rank 3 aborted: test: rank 3 gives up`, r)),
+			regexp.MustCompile(fmt.Sprintf(`rank %d: all-reduce failed: collective: all-reduce \(member %d of 4\).*: rank 3 aborted: test: rank 3 gives up`, r, r)),
+		} {
+			if !want.Match(out) {
+				t.Errorf("no %q in the output:\n%s", want, out)
+			}
 		}
 	}
 }
 
-// childAbort: rank 3 aborts; the others are in a native all-reduce.
+// childAbort: rank 3 aborts; the others are in a native all-reduce (of a
+// group of their own: a Comm's waits first in the header exchange), then
+// run a Comm's all-reduce on the failed transport.
 func childAbort(t *testing.T) {
 	w, err := mpi.New(mpi.Config{Timeout: time.Minute, Fingerprint: "collective-abort", AbortLinger: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -147,25 +153,146 @@ func childAbort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g, err := w.(transport.Collectives).NewGroup([]int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if w.Rank() == 3 {
 		time.Sleep(200 * time.Millisecond) // the others are waiting in the all-reduce
 		w.Abort(errors.New("test: rank 3 gives up"))
 		t.Fatal("Abort returned")
 	}
+	err = g.AllReduceSum(vec64(make([]float64, 1000)))
+	fmt.Printf("rank %d: native all-reduce failed: %v\n", w.Rank(), err)
 	err = c.AllReduce(vec64(make([]float64, 1000)))
 	fmt.Printf("rank %d: all-reduce failed: %v\n", w.Rank(), err)
 	os.Stdout.Sync()
 	select {} // rank 3's MPI_Abort ends the job
 }
 
+// TestMPICollectiveMismatch: under mpirun, members that disagree on a
+// native collective's element count, dtype or mode fail with a
+// MismatchError on every rank before the engine is called (MPI would
+// otherwise truncate, or sum the wrong bytes).
+func TestMPICollectiveMismatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := mpitest.Args(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), childVar+"=mismatch")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	for r := range 4 {
+		for _, want := range []string{
+			fmt.Sprintf("rank %d: count: all-reduce #1: member ", r),
+			fmt.Sprintf("rank %d: dtype: all-reduce #2: member ", r),
+			fmt.Sprintf("rank %d: mode: all-reduce #1: member ", r),
+		} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("no %q in the output:\n%s", want, out)
+			}
+		}
+	}
+}
+
+// TestMPIGroupTruncate: below runtime/collective's header check, an MPI
+// group all-reduce of 7 elements where the others sum 8 is MPI's
+// MPI_ERR_TRUNCATE on the short rank: returned (MPI_ERRORS_RETURN, also on
+// MPI_COMM_WORLD, where Open MPI reports it) as an *mpi.Error with a hint,
+// not MPI_ERRORS_ARE_FATAL's end of the job.
+func TestMPIGroupTruncate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an mpirun job")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := mpitest.Args(t, 4, os.Args[0], "-test.run=^TestMPICollectivesChild$", "-test.v")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), childVar+"=truncate")
+	out, _ := cmd.CombinedOutput()
+	want := "rank 3: mpi.Error class MPI_ERR_TRUNCATE: transport: rank 3: MPI_Iallreduce (member 3 of world ranks [0 1 2 3]): protocol error: MPI_Test (MPI_Iallreduce): MPI_ERR_TRUNCATE: message truncated"
+	if !strings.Contains(string(out), want) || strings.Contains(string(out), "MPI_ERRORS_ARE_FATAL") {
+		t.Fatalf("want %q and no MPI_ERRORS_ARE_FATAL in the output:\n%s", want, out)
+	}
+}
+
+// childTruncate: rank 3 all-reduces 7 elements on an MPI group, the others 8.
+func childTruncate(t *testing.T) {
+	w := world(t)
+	g, err := w.(transport.Collectives).NewGroup([]int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 8
+	if w.Rank() == 3 {
+		n = 7
+	}
+	err = g.AllReduceSum(vec64(make([]float64, n)))
+	var me *mpi.Error
+	if errors.As(err, &me) && strings.Contains(me.Hint, "disagree") {
+		fmt.Printf("rank %d: mpi.Error class MPI_ERR_TRUNCATE: %v\n", w.Rank(), err)
+	} else {
+		fmt.Printf("rank %d: %v\n", w.Rank(), err)
+	}
+	os.Stdout.Sync()
+}
+
+// childMismatch: rank 3 all-reduces 7 elements where the others do 8, then
+// float32 where the others do float64, then (on a fresh Comm) runs
+// member-order where the others run native; each rank prints the field
+// and message of its MismatchError.
+func childMismatch(t *testing.T) {
+	w := world(t)
+	r := w.Rank()
+	c, err := collective.New(w, abi.ActChannel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := r == 3
+	report := func(err error) {
+		var me *collective.MismatchError
+		if !errors.As(err, &me) {
+			t.Fatalf("rank %d: %v; want a MismatchError", r, err)
+		}
+		fmt.Printf("rank %d: %s: %v\n", r, me.Field, me)
+	}
+	report(c.AllReduce(vec64(make([]float64, map[bool]int{true: 7, false: 8}[odd]))))
+	x := vec64(make([]float64, 8))
+	if odd {
+		x = tensor.New(tensor.WithShape(8), tensor.WithBacking(make([]float32, 8)))
+	}
+	report(c.AllReduce(x))
+	var opts []collective.Option
+	if odd {
+		opts = append(opts, collective.MemberOrder())
+	}
+	c2, err := collective.New(w, abi.GradChannel, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(c2.AllReduce(vec64(make([]float64, 8))))
+	os.Stdout.Sync()
+}
+
 // TestMPICollectivesChild is one rank of TestMPICollectives's jobs (and
-// of TestMPICollectiveAbort's).
+// of TestMPICollectiveAbort's and TestMPICollectiveMismatch's).
 func TestMPICollectivesChild(t *testing.T) {
 	switch os.Getenv(childVar) {
 	case "":
 		t.Skip("runs under mpirun, started by TestMPICollectives")
 	case "abort":
 		childAbort(t)
+		return
+	case "mismatch":
+		childMismatch(t)
+		return
+	case "truncate":
+		childTruncate(t)
 		return
 	}
 	w := world(t)

@@ -309,12 +309,12 @@ func nativeChecks(c *collective.Comm, x, want, padWant, rootX []float64, k int) 
 func TestNativeError(t *testing.T) {
 	world := fakeWorld(2)
 	cause := errors.New("engine: rank 1 aborted")
-	world[0].(*fakeEngine).fail = cause
-	c, err := collective.New(world[0], abi.ActChannel)
-	if err != nil {
-		t.Fatal(err)
+	for _, tr := range world {
+		tr.(*fakeEngine).fail = cause
 	}
-	err = c.AllReduce(vec64([]float64{1, 2, 3}))
+	// Both members run it: the header exchange before it meets them.
+	errs := run(world, func(c *collective.Comm) error { return c.AllReduce(vec64([]float64{1, 2, 3})) })
+	err := errs[0]
 	var ce *collective.Error
 	if !errors.As(err, &ce) || ce.Op != "all-reduce" || ce.Rank != 0 || !errors.Is(err, cause) {
 		t.Fatalf("%v; want a collective.Error of all-reduce, member 0, wrapping %q", err, cause)

@@ -28,6 +28,9 @@ func (c *Comm) AllReduce(x *tensor.Dense) error {
 	if err := sizeOK(op, n, k); err != nil {
 		return err
 	}
+	if err := c.agree(op, x.Dtype(), L, -1); err != nil {
+		return err
+	}
 	if g, err := c.native(op); err != nil || g != nil {
 		if err != nil {
 			return err
@@ -68,6 +71,9 @@ func (c *Comm) ReduceScatter(x *tensor.Dense) (*tensor.Dense, error) {
 	n := c.Size()
 	k := ChunkLen(L, n)
 	if err := sizeOK(op, n, k); err != nil {
+		return nil, err
+	}
+	if err := c.agree(op, x.Dtype(), L, -1); err != nil {
 		return nil, err
 	}
 	g, err := c.native(op)
@@ -191,6 +197,9 @@ func (c *Comm) AllGather(shard *tensor.Dense) (*tensor.Dense, error) {
 	if err := sizeOK(op, n, k); err != nil {
 		return nil, err
 	}
+	if err := c.agree(op, shard.Dtype(), k, -1); err != nil {
+		return nil, err
+	}
 	g, err := c.native(op)
 	if err != nil {
 		return nil, err
@@ -254,6 +263,9 @@ func (c *Comm) Broadcast(x *tensor.Dense, root int) error {
 	}
 	if n == 1 {
 		return nil
+	}
+	if err := c.agree(op, x.Dtype(), L, root); err != nil {
+		return err
 	}
 	if g, err := c.native(op); err != nil || g != nil {
 		if err != nil {

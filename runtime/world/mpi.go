@@ -3,8 +3,6 @@
 package world
 
 import (
-	"fmt"
-
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/transport/mpi"
 )
@@ -24,10 +22,11 @@ func (o Options) openMPI() (transport.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Size > 0 && tr.World() != o.Size {
-		// Every rank sees the same world size: all close alike.
+	if o.Config == nil && o.Size > 0 && tr.World() != o.Size {
+		// Every rank sees the same world size: all close alike. (With
+		// Config, Open refuses it after comparing the configurations.)
 		tr.Close()
-		return nil, o.sizeError(fmt.Sprintf("MPI started %d processes", tr.World()), fmt.Sprintf("run mpirun -np %d", o.Size))
+		return nil, o.mpiSizeError(tr.World())
 	}
 	return tr, nil
 }

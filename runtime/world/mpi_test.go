@@ -24,6 +24,10 @@ import (
 // that the tests can start it under mpirun.
 const helperVar = "PPGEN_WORLD_MPI_SIZE"
 
+// configVar makes the ranks of mpiRank open with Options.Config, rank 1 on
+// another -seed.
+const configVar = "PPGEN_WORLD_MPI_CONFIG"
+
 func init() {
 	if v := os.Getenv(helperVar); v != "" {
 		size, _ := strconv.Atoi(v)
@@ -38,7 +42,15 @@ func init() {
 // mpiRank opens an "mpi" world of size ranks with synchronous sends, passes
 // a tensor around the ring and closes it.
 func mpiRank(size int) error {
-	w, err := world.Open(context.Background(), "mpi", world.Options{Size: size, Sync: true, Fingerprint: "fp", Schedule: "world test", Timeout: 20 * time.Second})
+	o := world.Options{Size: size, Sync: true, Fingerprint: "fp", Schedule: "world test", Timeout: 20 * time.Second}
+	if os.Getenv(configVar) != "" { // rank 1 runs -seed 2, the others -seed 1
+		seed := "1"
+		if os.Getenv("OMPI_COMM_WORLD_RANK") == "1" || os.Getenv("PMI_RANK") == "1" {
+			seed = "2"
+		}
+		o.Config = map[string]string{"-seed": seed}
+	}
+	w, err := world.Open(context.Background(), "mpi", o)
 	if err != nil {
 		return err
 	}
@@ -66,7 +78,7 @@ func mpiRank(size int) error {
 }
 
 // mpirun runs this test binary as np ranks of an "mpi" world of size.
-func mpirun(t *testing.T, np, size int) (string, error) {
+func mpirun(t *testing.T, np, size int, env ...string) (string, error) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts an mpirun job")
@@ -86,7 +98,7 @@ func mpirun(t *testing.T, np, size int) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), helperVar+"="+strconv.Itoa(size))
+	cmd.Env = append(append(os.Environ(), helperVar+"="+strconv.Itoa(size)), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -112,5 +124,19 @@ func TestMPIWorldWrongSize(t *testing.T) {
 	}
 	if !strings.Contains(out, "MPI started 2 processes but the job needs 3 ranks: run mpirun -np 3") {
 		t.Fatalf("no rank named the -np to use:\n%s", out)
+	}
+}
+
+// TestMPIWorldConfigMismatch: under mpirun -np 3, rank 1 on another -seed
+// (Options.Config) fails the ranks at Open, naming the flag and the rank.
+func TestMPIWorldConfigMismatch(t *testing.T) {
+	out, err := mpirun(t, 3, 3, configVar+"=1")
+	if err == nil {
+		t.Fatalf("exited 0:\n%s", out)
+	}
+	// mpirun ends the job when the first rank exits 1: the others may not
+	// print theirs.
+	if got := strings.Count(out, "the ranks run different configurations: rank 1 runs -seed 2, rank 0 -seed 1"); got < 1 || strings.Contains(out, " of 3 ok") {
+		t.Fatalf("%d ranks named the difference, want at least 1 and none passing the ring:\n%s", got, out)
 	}
 }

@@ -48,18 +48,29 @@ func (o Options) dial(ctx context.Context, name string) (transport.Transport, er
 	if err != nil {
 		return nil, err
 	}
-	if o.Size > 0 && env.World != o.Size {
-		v := sizeVars[env.Source]
-		if v == "" {
-			v = "the world size"
+	if o.Config == nil { // else Open refuses it after comparing the configurations
+		if err := o.tcpSizeError(env); err != nil {
+			return nil, err
 		}
-		return nil, o.sizeError(fmt.Sprintf("%s=%d", v, env.World), fmt.Sprintf("start %d ranks", o.Size))
 	}
 	cfg := o.tcpConfig(env)
 	if name == "nccl" {
 		return dialNCCL(ctx, env, cfg) // nccl.go (-tags nccl), else nonccl.go's error
 	}
 	return dialTCP(ctx, cfg)
+}
+
+// tcpSizeError is the refusal of a launcher's world of another size than
+// the job's, or nil.
+func (o Options) tcpSizeError(env launch.Env) error {
+	if o.Size == 0 || env.World == o.Size {
+		return nil
+	}
+	v := sizeVars[env.Source]
+	if v == "" {
+		v = "the world size"
+	}
+	return o.sizeError(fmt.Sprintf("%s=%d", v, env.World), fmt.Sprintf("start %d ranks", o.Size))
 }
 
 // dialTCP is transport.DialTCP as a transport.Transport: nil on error.

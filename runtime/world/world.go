@@ -20,7 +20,9 @@
 // schedule's fingerprint (ranks of another schedule refuse each other) and
 // its description (named in that refusal), the progress timeout, the world
 // size the job needs (checked against the launcher's, with the fix in the
-// error), synchronous sends (MPI) and the collectives mode.
+// error), synchronous sends (MPI), the collectives mode and the run
+// configuration every rank must share (Options.Config: compared at Open
+// over the opened world, a difference named by a *[ConfigError]; config.go).
 //
 // MPI and NCCL are optional engines behind build tags, so that the default
 // build needs no cgo and links no GPU loader: in a build without the tag,
@@ -91,6 +93,18 @@ type Options struct {
 	// "member-order" (the default, ""), "native" or "sendrecv"; see
 	// [CollectiveModes].
 	Collectives string
+
+	// Config is the run configuration every rank must share, as settings
+	// (a trainer's flags: "-seed": "1", "-dp": "2", …). When it is not nil,
+	// Open all-gathers a hash of it, with the world's own settings "size"
+	// (Size) and "collectives", over the world it opened ("tcp", "mpi",
+	// "nccl"), and fails on every rank at once with a *[ConfigError]
+	// naming the first differing setting and the ranks ("rank 5 runs
+	// -seed 2, rank 0 -seed 1") instead of a job whose ranks train apart
+	// or wait. A launcher's world of another size than Size is then
+	// refused after that comparison, so that the others are not left
+	// waiting. At most MaxConfigBytes encoded.
+	Config map[string]string
 
 	// Loopback opens every rank of a "tcp" world of Size ranks in this
 	// process, on 127.0.0.1 with a fresh token: for tests and
@@ -279,7 +293,41 @@ func Open(ctx context.Context, name string, o Options) (*World, error) {
 		w.Endpoints = []transport.Transport{ep}
 	}
 	w.Size = w.Endpoints[0].World()
+	if err := o.agree(name, w); err != nil {
+		w.Close()
+		return nil, err
+	}
 	return w, nil
+}
+
+// agree compares the run configuration (Options.Config) across a world of
+// one rank per process, then refuses a world of another size than the
+// job's (whose refusal waits for the comparison when Config is set).
+func (o Options) agree(name string, w *World) error {
+	if name == "inproc" || o.Loopback {
+		return nil // every rank in this process, of these Options
+	}
+	if c := o.runConfig(); c != nil {
+		if err := agreeConfig(w.Endpoint(), c); err != nil {
+			return err
+		}
+	}
+	if o.Size == 0 || w.Size == o.Size {
+		return nil
+	}
+	if name == "mpi" {
+		return o.mpiSizeError(w.Size)
+	}
+	env, err := o.env()
+	if err != nil {
+		return err
+	}
+	return o.tcpSizeError(env)
+}
+
+// mpiSizeError is the refusal of an MPI world of n processes.
+func (o Options) mpiSizeError(n int) error {
+	return o.sizeError(fmt.Sprintf("MPI started %d processes", n), fmt.Sprintf("run mpirun -np %d", o.Size))
 }
 
 // check refuses options that do not fit the transport name.
@@ -297,6 +345,11 @@ func (o Options) check(name string) error {
 		return fmt.Errorf("Loopback runs a TCP world in this process: open \"tcp\", not %q, or drop Loopback", name)
 	case (name == "inproc" || o.Loopback) && o.Size < 1:
 		return fmt.Errorf("transport %q runs every rank in this process: set the world size (Options.Size) to the ranks the job needs, not %d", name, o.Size)
+	}
+	if c := o.runConfig(); c != nil {
+		if n := len(encodeConfig(c)); n > MaxConfigBytes {
+			return fmt.Errorf("run configuration (Options.Config) of %d bytes: at most %d", n, MaxConfigBytes)
+		}
 	}
 	return nil
 }

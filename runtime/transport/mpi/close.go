@@ -37,14 +37,14 @@ func (t *mpiT) progress() {
 		default:
 		}
 		if !newsDone {
-			done, _, src, err := t.test(t.newsReq, "MPI_Test (abort news)")
+			done, count, src, err := t.test(t.newsReq, "MPI_Test (abort news)")
 			switch {
 			case err != nil:
 				newsDone = true
 				t.fail(fmt.Errorf("transport: rank %d: %w", t.rank, err))
 			case done:
 				newsDone = true
-				news := decodeMPINews(t.news.bytes(), src, t.world)
+				news := decodeMPINews(t.news.bytes()[:min(max(count, 0), t.news.n)], src, t.world)
 				t.fail(news)
 			}
 		}
@@ -164,8 +164,8 @@ func (t *mpiT) Abort(cause error) {
 		}
 		op := newOp(p, 0, true)
 		op.hdr, op.hdone = newCbuf(mpiNewsLen), true
-		encodeMPINews(op.hdr.bytes(), news)
-		if code := C.ppg_isend(op.hdr.p, C.int(mpiNewsLen), C.int(p), C.int(mpiAbortTag), 0, op.preq); code != C.MPI_SUCCESS {
+		n := encodeMPINews(op.hdr.bytes(), news)
+		if code := C.ppg_isend(op.hdr.p, C.int(n), C.int(p), C.int(mpiAbortTag), 0, op.preq); code != C.MPI_SUCCESS {
 			t.leak(op)
 			continue
 		}

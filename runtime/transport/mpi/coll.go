@@ -32,7 +32,12 @@ static int ppg_group_comm(int *ranks, int n, int tag, MPI_Comm **out) {
 		free(c);
 		return err;
 	}
-	MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+	err = MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+	if (err != MPI_SUCCESS) {
+		MPI_Comm_free(c);
+		free(c);
+		return err;
+	}
 	*out = c;
 	return MPI_SUCCESS;
 }

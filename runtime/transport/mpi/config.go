@@ -22,6 +22,34 @@ import (
 // ErrNotBuilt is returned by [New] in a build without the mpi tag.
 var ErrNotBuilt = errors.New("ppgen built without MPI: rebuild with -tags mpi (needs libopenmpi-dev or an MPICH)")
 
+// Error is a failed MPI call: the transport's communicators return MPI's
+// errors (MPI_ERRORS_RETURN, on MPI_COMM_WORLD and MPI_COMM_SELF too)
+// instead of ending the job, and each becomes an Error naming the call,
+// MPI's error code and class and its message. It wraps
+// transport.ErrProtocol. Class MPI_ERR_TRUNCATE (a message or collective
+// larger than its receiving side) gets a hint: the members disagree on a
+// size.
+type Error struct {
+	Call    string // "MPI_Isend (payload)", "MPI_Test (MPI_Iallreduce)", …
+	Code    int    // MPI's error code
+	Class   int    // its class (MPI_Error_class)
+	Message string // MPI_Error_string
+	Hint    string // what the class usually means here; may be empty
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%v: %s: %s (MPI error %d, class %d)", transport.ErrProtocol, e.Call, e.Message, e.Code, e.Class)
+	if e.Hint != "" {
+		s += ": " + e.Hint
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return transport.ErrProtocol }
+
+// truncateHint is Error.Hint of class MPI_ERR_TRUNCATE.
+const truncateHint = "the ranks disagree on a message's or collective's size (members must run the same collectives, with the same element counts and dtypes, in the same order)"
+
 // Config configures [New]. Zero values take the defaults. The rank
 // and world size come from MPI (MPI_COMM_WORLD), not from the
 // configuration.
@@ -175,8 +203,9 @@ func decodeMPIHeader(b []byte, maxBytes int64) (mpiHeader, error) {
 
 // encodeMPINews writes an abort's news into b (mpiNewsLen bytes): the rank
 // at fault, the observing rank (-1: the same), the sentinel code and the
-// reason, truncated to fit.
-func encodeMPINews(b []byte, news *transport.PeerError) {
+// reason, truncated to fit. It returns the bytes used (12 and the reason's),
+// which is what is sent.
+func encodeMPINews(b []byte, news *transport.PeerError) int {
 	clear(b[:mpiNewsLen])
 	via := int32(-1)
 	if news.Relayed {
@@ -191,19 +220,23 @@ func encodeMPINews(b []byte, news *transport.PeerError) {
 	}
 	binary.LittleEndian.PutUint16(b[10:], uint16(len(r)))
 	copy(b[12:], r)
+	return 12 + len(r)
 }
 
-// decodeMPINews reads news that rank src sent (world ranks), refusing
-// out-of-range ranks and lengths.
+// decodeMPINews reads news that rank src sent (world ranks): b is what
+// was received (its length MPI's count, not the receive buffer's), so a
+// reason is read only within it. It refuses out-of-range ranks and lengths
+// (a reason longer than what arrived: a 12-byte notice that claims 200
+// bytes of reason).
 func decodeMPINews(b []byte, src, world int) *transport.PeerError {
-	if len(b) != mpiNewsLen {
-		return &transport.PeerError{Peer: src, Reason: fmt.Sprintf("sent malformed abort news (%d bytes)", len(b)), Err: transport.ErrProtocol}
+	if len(b) < 12 || len(b) > mpiNewsLen {
+		return &transport.PeerError{Peer: src, Reason: fmt.Sprintf("sent malformed abort news (%d bytes; want 12 to %d)", len(b), mpiNewsLen), Err: transport.ErrProtocol}
 	}
 	peer := int(int32(binary.LittleEndian.Uint32(b[0:])))
 	via := int(int32(binary.LittleEndian.Uint32(b[4:])))
 	n := int(binary.LittleEndian.Uint16(b[10:]))
-	if peer < 0 || peer >= world || via < -1 || via >= world || n > mpiNewsLen-12 {
-		return &transport.PeerError{Peer: src, Reason: "sent malformed abort news", Err: transport.ErrProtocol}
+	if peer < 0 || peer >= world || via < -1 || via >= world || n > len(b)-12 {
+		return &transport.PeerError{Peer: src, Reason: fmt.Sprintf("sent malformed abort news (rank %d, via %d, a reason of %d bytes in %d)", peer, via, n, len(b)-12), Err: transport.ErrProtocol}
 	}
 	e := &transport.PeerError{Peer: peer, Reason: string(b[12 : 12+n]), Err: wire.SentinelOf(b[8])}
 	if peer != src {

@@ -117,6 +117,26 @@ func TestMPINewsRoundTrip(t *testing.T) {
 	if e := decodeMPINews(b, 3, 4); e.Peer != 3 || !errors.Is(e, transport.ErrProtocol) {
 		t.Fatalf("news naming rank 9 of 4: %v", e)
 	}
+	// What was received, not the receive buffer: a 12-byte notice that
+	// claims a 200-byte reason is refused, not printed from the buffer.
+	n := encodeMPINews(b, &transport.PeerError{Peer: 1, Reason: "boom", Err: transport.ErrAborted})
+	if n != 16 {
+		t.Fatalf("news of a 4-byte reason is %d bytes, want 16", n)
+	}
+	if e := decodeMPINews(b[:n], 1, 4); e.Error() != "rank 1 boom" || !errors.Is(e, transport.ErrAborted) {
+		t.Fatalf("news of its own length: %v", e)
+	}
+	copy(b[12:], strings.Repeat("secret", 40))
+	binary.LittleEndian.PutUint16(b[10:], 200)
+	e := decodeMPINews(b[:12], 1, 4)
+	if !errors.Is(e, transport.ErrProtocol) || strings.Contains(e.Error(), "secret") || len(e.Error()) > 120 {
+		t.Fatalf("a 12-byte notice claiming 200 bytes: %v", e)
+	}
+	for _, short := range []int{0, 11} {
+		if e := decodeMPINews(b[:short], 1, 4); !errors.Is(e, transport.ErrProtocol) {
+			t.Fatalf("%d bytes of news: %v", short, e)
+		}
+	}
 }
 
 // FuzzDecodeMPIHeader: no header crashes the decoder or passes with a

@@ -100,19 +100,29 @@ func mpiFinalize() error {
 	return <-done
 }
 
-func mpiErrString(code C.int) string {
+// mpiErrText is MPI's message of an error code (MPI_Error_string), only
+// to the length MPI reports.
+func mpiErrText(code C.int) string {
 	buf := make([]byte, int(C.ppg_max_error_string())+1)
 	var n C.int
 	C.ppg_error_string(code, (*C.char)(unsafe.Pointer(&buf[0])), &n)
 	if n <= 0 || int(n) > len(buf) {
-		return fmt.Sprintf("MPI error %d", int(code))
+		return "unknown MPI error"
 	}
-	return fmt.Sprintf("%s (MPI error %d)", buf[:n], int(code))
+	return string(buf[:n])
 }
 
-// mpiError is the error of a failed MPI call.
+func mpiErrString(code C.int) string {
+	return fmt.Sprintf("%s (MPI error %d)", mpiErrText(code), int(code))
+}
+
+// mpiError is the error of a failed MPI call: an *Error.
 func mpiError(call string, code C.int) error {
-	return fmt.Errorf("%w: %s: %s", transport.ErrProtocol, call, mpiErrString(code))
+	e := &Error{Call: call, Code: int(code), Class: int(C.ppg_error_class(code)), Message: mpiErrText(code)}
+	if e.Class == int(C.ppg_err_truncate()) {
+		e.Hint = truncateHint
+	}
+	return e
 }
 
 // cbuf is a C-allocated buffer of n bytes (at least 1 allocated), which MPI

@@ -33,10 +33,19 @@ int ppg_init(int *provided, int *rank, int *size, int *already) {
 	if (err != MPI_SUCCESS || *provided < MPI_THREAD_MULTIPLE) {
 		return err;
 	}
+	// Errors MPI reports outside the transport's communicator (Open MPI
+	// reports a failed non-blocking collective's MPI_Test on
+	// MPI_COMM_WORLD) are returned too, not fatal.
+	if ((err = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+	    (err = MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN)) != MPI_SUCCESS) {
+		return err;
+	}
 	if ((err = MPI_Comm_dup(MPI_COMM_WORLD, &ppg_comm)) != MPI_SUCCESS) {
 		return err;
 	}
-	MPI_Comm_set_errhandler(ppg_comm, MPI_ERRORS_RETURN);
+	if ((err = MPI_Comm_set_errhandler(ppg_comm, MPI_ERRORS_RETURN)) != MPI_SUCCESS) {
+		return err;
+	}
 	MPI_Comm_rank(ppg_comm, rank);
 	MPI_Comm_size(ppg_comm, size);
 	return MPI_SUCCESS;
@@ -96,6 +105,16 @@ void ppg_error_string(int code, char *buf, int *len) {
 }
 
 int ppg_max_error_string(void) { return MPI_MAX_ERROR_STRING; }
+
+int ppg_error_class(int code) {
+	int class;
+	if (MPI_Error_class(code, &class) != MPI_SUCCESS) {
+		return code;
+	}
+	return class;
+}
+
+int ppg_err_truncate(void) { return MPI_ERR_TRUNCATE; }
 
 // ppg_new_request returns a request handle in C memory, so that Go objects
 // holding Go pointers never reach a cgo call.

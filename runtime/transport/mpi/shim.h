@@ -18,6 +18,8 @@ int ppg_abort(int code);
 int ppg_finalize(int already);
 void ppg_error_string(int code, char *buf, int *len);
 int ppg_max_error_string(void);
+int ppg_error_class(int code);
+int ppg_err_truncate(void);
 MPI_Request *ppg_new_request(void);
 
 #endif
