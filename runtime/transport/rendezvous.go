@@ -371,9 +371,11 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	defer ln.Close()
 	hook("peer listener " + ln.Addr().String())
 
-	if _, err := t.shakeDialer(mc, t.hello(purposeRendezvous, ln.Addr().String()), 0); err != nil {
+	_, keys, err := t.shakeDialer(mc, t.hello(purposeRendezvous, ln.Addr().String()), 0)
+	if err != nil {
 		return conns, err
 	}
+	t.sessions.Store(mc, keys)
 	r.extend(mc)
 	table, err := readVerdict(mc)
 	if err != nil {
@@ -428,10 +430,12 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 				return
 			}
 			r.track(c, t.handshakeDeadline(r))
-			if _, err := t.shakeDialer(c, t.hello(purposePeer, ""), j); err != nil {
+			_, keys, err := t.shakeDialer(c, t.hello(purposePeer, ""), j)
+			if err != nil {
 				send(result{j, c, err})
 				return
 			}
+			t.sessions.Store(c, keys)
 			v, err := readVerdict(c)
 			if err != nil {
 				send(result{j, c, fmt.Errorf("rank %d at %s dropped the handshake: %w", j, c.RemoteAddr(), err)})
@@ -531,6 +535,7 @@ func (t *TCP) acceptLoop(r *rdv, ln net.Listener, loop string, final bool, purpo
 			}
 			if out.err == nil {
 				r.extend(c)
+				t.sessions.Store(c, out.keys)
 			}
 			deliver(c, out)
 		}()

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -73,6 +74,47 @@ func TestTCPRequiresToken(t *testing.T) {
 	exerciseWorld(t, asTransports(trs))
 	if got := strings.Count(logs.String(), "no shared token (AllowNoToken, PPGEN_ALLOW_NO_TOKEN=1)"); got != 2 {
 		t.Errorf("%d no-token warnings, want one per rank:\n%s", got, logs.String())
+	}
+}
+
+// TestTCPRefusesWeakToken: a token below 128 bits is refused before
+// anything listens, with advice.
+func TestTCPRefusesWeakToken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = DialTCP(context.Background(), TCPConfig{Rank: 0, World: 2, Listener: ln, Token: "summer2024"})
+	if err == nil || !strings.Contains(err.Error(), "transport: rank 0: the shared token (PPGEN_TOKEN) is too weak: 10 base64 characters hold about 60 bits") ||
+		!strings.Contains(err.Error(), "openssl rand -hex 16") {
+		t.Fatalf("err = %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Error("the refused rank's listener is still open")
+	}
+}
+
+// TestTCPPlainFrames: the opt-out of frame authentication works when every
+// rank sets it, with a warning per rank; a rank that differs is refused.
+func TestTCPPlainFrames(t *testing.T) {
+	var logs logBuf
+	trs := mustWorld(t, 2, func(r int, c *TCPConfig) { c.PlainFrames, c.Logger = true, logs.logger() })
+	if trs[0].conns[1].seal != nil || trs[1].conns[0].open != nil {
+		t.Error("PlainFrames, but the frames are sealed")
+	}
+	exerciseWorld(t, asTransports(trs))
+	if got := strings.Count(logs.String(), "frames are not authenticated (PlainFrames, PPGEN_PLAIN_FRAMES=1)"); got != 2 {
+		t.Errorf("%d warnings, want one per rank:\n%s", got, logs.String())
+	}
+	addr, r0 := rank0(t, 2, nil)
+	bad := wait(t, worker(t, addr, 1, 2, func(c *TCPConfig) { c.PlainFrames = true }), "rank 1 with plain frames")
+	want := "this rank (1) sends frames without authentication (PPGEN_PLAIN_FRAMES=1): set PPGEN_PLAIN_FRAMES the same on every rank"
+	if bad.err == nil || !strings.Contains(bad.err.Error(), "sends authenticated frames, "+want) {
+		t.Errorf("rank 1: %v, want %q", bad.err, want)
+	}
+	if d := wait(t, r0, "rank 0"); d.err == nil {
+		t.Error("rank 0 accepted a rank with plain frames")
 	}
 }
 
@@ -260,7 +302,7 @@ func rank0(t *testing.T, world int, mod func(c *TCPConfig)) (string, <-chan dial
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := TCPConfig{Rank: 0, World: world, Listener: ln, Token: "secret", Fingerprint: "sha256:abc",
+	cfg := TCPConfig{Rank: 0, World: world, Listener: ln, Token: testToken, Fingerprint: "sha256:abc",
 		RendezvousTimeout: 10 * time.Second, Timeout: 10 * time.Second, Logger: quiet}
 	if mod != nil {
 		mod(&cfg)
@@ -291,7 +333,7 @@ func dialRank(t *testing.T, cfg TCPConfig) <-chan dialed {
 
 // worker starts rank r of world, joining master.
 func worker(t *testing.T, master string, r, world int, mod func(c *TCPConfig)) <-chan dialed {
-	cfg := TCPConfig{Rank: r, World: world, MasterAddr: master, Token: "secret", Fingerprint: "sha256:abc",
+	cfg := TCPConfig{Rank: r, World: world, MasterAddr: master, Token: testToken, Fingerprint: "sha256:abc",
 		RendezvousTimeout: 10 * time.Second, Timeout: 10 * time.Second, Logger: quiet}
 	if mod != nil {
 		mod(&cfg)
@@ -358,13 +400,36 @@ func established(t *testing.T, mod func(r int, c *TCPConfig)) ([]*TCP, net.Conn)
 	return trs, trs[1].conns[0].c
 }
 
-// injected sends raw bytes from rank 1 (as a compromised or buggy peer) and
-// returns rank 0's error on its next receive.
+// sealed returns raw as rank 1's connection c would send it, sealed with
+// its frame key and next frame number, when raw begins with a frame header
+// (a frame of an insider, who holds the key: only decoding can refuse it);
+// other bytes unchanged. The caller holds c.wmu.
+func sealed(c *tcpConn, raw []byte) []byte {
+	if len(raw) < frameHdrLen || binary.LittleEndian.Uint32(raw[12:]) != frameMagic || c.seal == nil {
+		return raw
+	}
+	n := headerBytes(dimsOf(raw))
+	if len(raw) < n {
+		return raw
+	}
+	out := append(append([]byte{}, raw[:n]...), c.seal.sealHead(raw[:n])...)
+	p := raw[n:]
+	for i := range int(payloadChunks(int64(len(p)))) {
+		chunk := p[min(i*frameChunk, len(p)):min((i+1)*frameChunk, len(p))]
+		out = append(append(out, chunk...), c.seal.sealChunk(i, chunk)...)
+	}
+	c.seal.seq++
+	return out
+}
+
+// injected sends raw bytes from rank 1 (as a compromised or buggy peer that
+// holds the frame key: see sealed) and returns rank 0's error on its next
+// receive.
 func injected(t *testing.T, raw []byte, wantErr error, wantMsg string) (string, string) {
 	trs, c := established(t, nil)
 	trs[1].hbPaused.Store(true) // no heartbeat may interleave with the bytes
 	trs[1].conns[0].wmu.Lock()
-	_, err := c.Write(raw)
+	_, err := c.Write(sealed(trs[1].conns[0], raw))
 	trs[1].conns[0].wmu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -423,10 +488,17 @@ func TestBadPeers(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			for _, secret := range []string{"sha256:abc", "1f1b (P=2", `"schedule"`, `"world"`, `"rank"`, `"addrs"`} {
+			// No offline oracle: before the proof rank 0 sends its nonce only,
+			// after a wrong one a refusal only, nothing that depends on the token.
+			for _, secret := range []string{"sha256:abc", "1f1b (P=2", `"schedule"`, `"world"`, `"rank"`, `"addrs"`, `"mac"`} {
 				if bytes.Contains(before, []byte(secret)) || bytes.Contains(after, []byte(secret)) {
 					t.Errorf("rank 0 revealed %s to an unauthenticated peer: %q %q", secret, before, after)
 				}
+			}
+			if ch, err := decodeChallenge(before); err != nil || len(before) != len(fmt.Sprintf(`{"proto":%q,"nonce":"%s"}`, protoName, strings.Repeat("A", 24))) {
+				t.Errorf("rank 0's challenge %q (%v): want its protocol and nonce only", before, err)
+			} else if len(ch.Nonce) != nonceLen {
+				t.Errorf("nonce of %d bytes", len(ch.Nonce))
 			}
 			rendezvousOK(t, r0, worker(t, addr, 1, 2, nil))
 			return "dropped; rendezvous completed; nothing revealed", refusal(t, &logs, c)
@@ -434,8 +506,8 @@ func TestBadPeers(t *testing.T) {
 		{"a rank with another token", 5 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
 			var logs logBuf
 			addr, r0 := rank0(t, 2, func(c *TCPConfig) { c.Logger = logs.logger() })
-			bad := wait(t, worker(t, addr, 1, 2, func(c *TCPConfig) { c.Token = "other" }), "rank 1 with another token")
-			if bad.err == nil || !strings.Contains(bad.err.Error(), "rank 0 at "+addr+" failed authentication: its shared token differs") {
+			bad := wait(t, worker(t, addr, 1, 2, func(c *TCPConfig) { c.Token = "deadbeefdeadbeefdeadbeefdeadbeef" }), "rank 1 with another token")
+			if bad.err == nil || !strings.Contains(bad.err.Error(), "rank 0 at "+addr+" refused this rank: failed authentication: the shared token differs") {
 				t.Errorf("rank 1: %v", bad.err)
 			}
 			rendezvousOK(t, r0, worker(t, addr, 1, 2, nil))
@@ -448,8 +520,8 @@ func TestBadPeers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			o := outsider("secret", "sha256:evil", 1, 2)
-			_, herr := o.shakeDialer(c, o.hello(purposeRendezvous, "127.0.0.1:9"), 0)
+			o := outsider(testToken, "sha256:evil", 1, 2)
+			_, _, herr := o.shakeDialer(c, o.hello(purposeRendezvous, "127.0.0.1:9"), 0)
 			d := wait(t, r0, "rank 0")
 			want := fmt.Sprintf("rank 1 at %s runs schedule fingerprint sha256:evil, this rank (0) runs sha256:abc", c.LocalAddr())
 			if d.err == nil || !strings.Contains(d.err.Error(), want) || herr == nil {
@@ -465,7 +537,7 @@ func TestBadPeers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			o := outsider("secret", "sha256:abc", 1, 2)
+			o := outsider(testToken, "sha256:abc", 1, 2)
 			h := o.hello(purposeRendezvous, "not an address")
 			h.Rank = 7
 			if _, err := forge(c, func(nD, nL []byte) []byte { return o.mac("D", nD, nL) }, h); err != nil {
@@ -588,11 +660,68 @@ func TestBadPeers(t *testing.T) {
 		{"garbage on an established connection", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
 			return injected(t, []byte("GET / HTTP/1.0\r\nHost: example\r\n\r\n"), ErrProtocol, "bad magic")
 		}},
+		{"abort frame injected by a third party (issue 35: was accepted, every rank exited)", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
+			// A well-formed abort frame, as a same-host attacker with a raw
+			// socket could write into the connection, without the frame key.
+			trs, c := established(t, nil)
+			trs[1].hbPaused.Store(true)
+			msg := "injected: exit now"
+			raw := rawHeader(frameAbort, 0, 0, uint64(len(msg)))
+			head := make([]byte, frameHeadAuthLen) // the number due, a guessed tag
+			binary.LittleEndian.PutUint64(head, trs[1].conns[0].seal.seq)
+			raw = append(append(append(raw, head...), msg...), make([]byte, frameTagLen)...)
+			trs[1].conns[0].wmu.Lock()
+			_, _ = c.Write(raw)
+			trs[1].conns[0].wmu.Unlock()
+			_, _, err := trs[0].Recv(1, abi.ActChannel)
+			if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "rank 1 sent a frame whose header fails authentication") || strings.Contains(err.Error(), msg) {
+				t.Errorf("err = %v", err)
+			}
+			return "error (the injected text is not shown)", fmt.Sprint(err)
+		}},
+		{"gradient frame injected by a third party (stage 9 micro 77)", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
+			trs, c := established(t, nil)
+			trs[1].hbPaused.Store(true)
+			raw := rawHeader(frameData, wire.ChannelCode(abi.GradChannel), wire.Float64, 8, 1)
+			binary.LittleEndian.PutUint32(raw[4:], 9)
+			binary.LittleEndian.PutUint32(raw[8:], 77)
+			head := make([]byte, frameHeadAuthLen) // the number due, a guessed tag
+			binary.LittleEndian.PutUint64(head, trs[1].conns[0].seal.seq)
+			raw = append(append(append(raw, head...), make([]byte, 8)...), make([]byte, frameTagLen)...)
+			trs[1].conns[0].wmu.Lock()
+			_, _ = c.Write(raw)
+			trs[1].conns[0].wmu.Unlock()
+			tag, _, err := trs[0].Recv(1, abi.GradChannel)
+			if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "rank 1 sent a frame whose header fails authentication") {
+				t.Errorf("tag %v, err = %v", tag, err)
+			}
+			return "error", fmt.Sprint(err)
+		}},
+		{"replayed frame (a sealed activation sent twice)", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
+			trs, c := established(t, nil)
+			trs[1].hbPaused.Store(true)
+			tc := trs[1].conns[0]
+			tc.wmu.Lock()
+			frame := sealed(tc, append(rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, 8, 1), make([]byte, 8)...))
+			_, _ = c.Write(frame)
+			tc.wmu.Unlock()
+			if _, _, err := trs[0].Recv(1, abi.ActChannel); err != nil {
+				t.Fatalf("the original frame: %v", err)
+			}
+			tc.wmu.Lock()
+			_, _ = c.Write(frame) // the replay
+			tc.wmu.Unlock()
+			_, _, err := trs[0].Recv(1, abi.ActChannel)
+			if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "rank 1 sent frame number 0 where number 1 was due (a replayed or reordered frame)") {
+				t.Errorf("err = %v", err)
+			}
+			return "first accepted, replay refused", fmt.Sprint(err)
+		}},
 		{"peer disconnects mid-frame", 2 * time.Second, 64 << 20, func(t *testing.T) (string, string) {
 			trs, c := established(t, nil)
 			trs[1].hbPaused.Store(true)
 			trs[1].conns[0].wmu.Lock()
-			_, _ = c.Write(append(rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4000, 1000), make([]byte, 100)...))
+			_, _ = c.Write(sealed(trs[1].conns[0], append(rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float32, 4000, 1000), make([]byte, 100)...)))
 			trs[1].conns[0].wmu.Unlock()
 			trs[1].Kill()
 			_, _, err := trs[0].Recv(1, abi.ActChannel)
@@ -709,7 +838,7 @@ func TestOutsiderDuringRendezvous(t *testing.T) {
 					_, _ = c.Write([]byte("\x00\x00\x00\x10garbage garbage!"))
 				case 1: // the real protocol, a guessed token
 					o := outsider(fmt.Sprintf("guess%d", i), "sha256:abc", 1+i%(world-1), world)
-					_, _ = o.shakeDialer(c, o.hello(purposeRendezvous, "127.0.0.1:9"), 0)
+					_, _, _ = o.shakeDialer(c, o.hello(purposeRendezvous, "127.0.0.1:9"), 0)
 				case 2: // a forged proof
 					o := outsider("guess", "sha256:abc", 1+i%(world-1), world)
 					_, _ = forge(c, func(nD, nL []byte) []byte { return o.mac("D", nD, nL) }, o.hello(purposeRendezvous, "127.0.0.1:9"))
@@ -798,3 +927,7 @@ func TestOutsiderDuringRendezvous(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d outsider connections during the rendezvous, all refused", during)
 }
+
+// testToken is the shared token of the tests' worlds (32 hex digits: 128
+// bits, as launch.CheckToken asks).
+const testToken = "5ec7e75ec7e75ec7e75ec7e75ec7e75e"
