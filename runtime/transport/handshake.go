@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/ppgen/ppgen/runtime/internal/wire"
@@ -117,6 +118,10 @@ type verdict struct {
 }
 
 var errNotPpgen = errors.New("not a ppgen handshake")
+
+// errBusy: the listener closed the connection before its challenge (it
+// had maxPendingHandshakes handshakes under way, or is not a ppgen rank).
+var errBusy = errors.New("closed before its challenge (busy with other handshakes?)")
 
 // decodeJSON decodes exactly one JSON value of b into v, refusing unknown
 // fields and trailing data.
@@ -410,13 +415,21 @@ func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, *frameKeys, er
 		}
 		return fmt.Errorf("%s at %s dropped the handshake (not a ppgen rank of this job?): %w", who, from, err)
 	}
+	// A listener that closes the connection before its challenge may have
+	// had maxPendingHandshakes handshakes under way: errBusy, worth a retry.
+	busy := func(err error) error {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+			return fmt.Errorf("%w: %w", errBusy, dropped(err))
+		}
+		return dropped(err)
+	}
 	nD := newNonce()
 	if err := writeMsg(c, challenge{Proto: protoName, Nonce: nD}); err != nil {
-		return hello{}, nil, dropped(err)
+		return hello{}, nil, busy(err)
 	}
 	ch, err := readChallenge(c)
 	if err != nil {
-		return hello{}, nil, dropped(err)
+		return hello{}, nil, busy(err)
 	}
 	if err := writeMsg(c, proof{MAC: t.mac("D", nD, ch.Nonce)}); err != nil {
 		return hello{}, nil, dropped(err)

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,78 +43,6 @@ func (l *logBuf) String() string {
 
 func (l *logBuf) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-func TestTCPRequiresToken(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = DialTCP(context.Background(), TCPConfig{Rank: 0, World: 2, Listener: ln})
-	for _, want := range []string{"transport: rank 0: no shared token", "set PPGEN_TOKEN to the same random secret on every rank, e.g. PPGEN_TOKEN=$(openssl rand -hex 16)",
-		"ppgen launch and ppgen template generate one", "PPGEN_ALLOW_NO_TOKEN=1 opts out"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("world 2 without a token: err = %v, want it to contain %q", err, want)
-		}
-	}
-	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
-		c.Close()
-		t.Error("the refused rank's listener is still open")
-	}
-	// A single rank needs no token.
-	tr, err := DialTCP(context.Background(), TCPConfig{Rank: 0, World: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.Close()
-	// The explicit opt-out works, with a warning through cfg.Logger.
-	var logs logBuf
-	trs := mustWorld(t, 2, func(r int, c *TCPConfig) { c.Token, c.AllowNoToken, c.Logger = "", true, logs.logger() })
-	exerciseWorld(t, asTransports(trs))
-	if got := strings.Count(logs.String(), "no shared token (AllowNoToken, PPGEN_ALLOW_NO_TOKEN=1)"); got != 2 {
-		t.Errorf("%d no-token warnings, want one per rank:\n%s", got, logs.String())
-	}
-}
-
-// TestTCPRefusesWeakToken: a token below 128 bits is refused before
-// anything listens, with advice.
-func TestTCPRefusesWeakToken(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = DialTCP(context.Background(), TCPConfig{Rank: 0, World: 2, Listener: ln, Token: "summer2024"})
-	if err == nil || !strings.Contains(err.Error(), "transport: rank 0: the shared token (PPGEN_TOKEN) is too weak: 10 base64 characters hold about 60 bits") ||
-		!strings.Contains(err.Error(), "openssl rand -hex 16") {
-		t.Fatalf("err = %v", err)
-	}
-	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
-		c.Close()
-		t.Error("the refused rank's listener is still open")
-	}
-}
-
-// TestTCPPlainFrames: the opt-out of frame authentication works when every
-// rank sets it, with a warning per rank; a rank that differs is refused.
-func TestTCPPlainFrames(t *testing.T) {
-	var logs logBuf
-	trs := mustWorld(t, 2, func(r int, c *TCPConfig) { c.PlainFrames, c.Logger = true, logs.logger() })
-	if trs[0].conns[1].seal != nil || trs[1].conns[0].open != nil {
-		t.Error("PlainFrames, but the frames are sealed")
-	}
-	exerciseWorld(t, asTransports(trs))
-	if got := strings.Count(logs.String(), "frames are not authenticated (PlainFrames, PPGEN_PLAIN_FRAMES=1)"); got != 2 {
-		t.Errorf("%d warnings, want one per rank:\n%s", got, logs.String())
-	}
-	addr, r0 := rank0(t, 2, nil)
-	bad := wait(t, worker(t, addr, 1, 2, func(c *TCPConfig) { c.PlainFrames = true }), "rank 1 with plain frames")
-	want := "this rank (1) sends frames without authentication (PPGEN_PLAIN_FRAMES=1): set PPGEN_PLAIN_FRAMES the same on every rank"
-	if bad.err == nil || !strings.Contains(bad.err.Error(), "sends authenticated frames, "+want) {
-		t.Errorf("rank 1: %v, want %q", bad.err, want)
-	}
-	if d := wait(t, r0, "rank 0"); d.err == nil {
-		t.Error("rank 0 accepted a rank with plain frames")
-	}
 }
 
 // setHook installs a test hook until the end of the test.
@@ -398,28 +325,6 @@ func established(t *testing.T, mod func(r int, c *TCPConfig)) ([]*TCP, net.Conn)
 		}
 	})
 	return trs, trs[1].conns[0].c
-}
-
-// sealed returns raw as rank 1's connection c would send it, sealed with
-// its frame key and next frame number, when raw begins with a frame header
-// (a frame of an insider, who holds the key: only decoding can refuse it);
-// other bytes unchanged. The caller holds c.wmu.
-func sealed(c *tcpConn, raw []byte) []byte {
-	if len(raw) < frameHdrLen || binary.LittleEndian.Uint32(raw[12:]) != frameMagic || c.seal == nil {
-		return raw
-	}
-	n := headerBytes(dimsOf(raw))
-	if len(raw) < n {
-		return raw
-	}
-	out := append(append([]byte{}, raw[:n]...), c.seal.sealHead(raw[:n])...)
-	p := raw[n:]
-	for i := range int(payloadChunks(int64(len(p)))) {
-		chunk := p[min(i*frameChunk, len(p)):min((i+1)*frameChunk, len(p))]
-		out = append(append(out, chunk...), c.seal.sealChunk(i, chunk)...)
-	}
-	c.seal.seq++
-	return out
 }
 
 // injected sends raw bytes from rank 1 (as a compromised or buggy peer that
@@ -806,126 +711,6 @@ func TestBadPeers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// TestOutsiderDuringRendezvous: a 4-rank job completes, moving tensors
-// around a ring and back, while an outsider keeps connecting to rank 0's
-// port with junk, wrong tokens and silence throughout its rendezvous.
-func TestOutsiderDuringRendezvous(t *testing.T) {
-	const world = 4
-	var logs logBuf
-	addr, r0 := rank0(t, world, func(c *TCPConfig) { c.Logger = logs.logger(); c.HandshakeTimeout = time.Second })
-	stop := make(chan struct{})
-	var attempts atomic.Int64
-	var owg sync.WaitGroup
-	for w := range 2 {
-		owg.Go(func() {
-			for i := w; ; i += 2 {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c, err := net.DialTimeout("tcp", addr, time.Second)
-				if err != nil {
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				attempts.Add(1)
-				_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-				switch i % 5 {
-				case 0: // junk
-					_, _ = c.Write([]byte("\x00\x00\x00\x10garbage garbage!"))
-				case 1: // the real protocol, a guessed token
-					o := outsider(fmt.Sprintf("guess%d", i), "sha256:abc", 1+i%(world-1), world)
-					_, _, _ = o.shakeDialer(c, o.hello(purposeRendezvous, "127.0.0.1:9"), 0)
-				case 2: // a forged proof
-					o := outsider("guess", "sha256:abc", 1+i%(world-1), world)
-					_, _ = forge(c, func(nD, nL []byte) []byte { return o.mac("D", nD, nL) }, o.hello(purposeRendezvous, "127.0.0.1:9"))
-				case 3: // silence, then hang up
-					time.Sleep(30 * time.Millisecond)
-				case 4: // a huge length prefix
-					_, _ = c.Write([]byte{0x7f, 0xff, 0xff, 0xff})
-				}
-				_, _ = io.Copy(io.Discard, c)
-				c.Close()
-			}
-		})
-	}
-	defer func() { close(stop); owg.Wait() }()
-	// atLeast waits until the outsiders have made n connections, at most
-	// 30 s: counted, not timed, so that a loaded machine still interleaves
-	// them with the ranks.
-	atLeast := func(n int64) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for attempts.Load() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("the outsiders made %d connections in 30 s, want %d", attempts.Load(), n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	atLeast(20)
-	workers := make([]<-chan dialed, world)
-	workers[0] = r0
-	for r := 1; r < world; r++ {
-		if r > 1 {
-			atLeast(attempts.Load() + 3) // the outsider gets in between the ranks
-		}
-		workers[r] = worker(t, addr, r, world, func(c *TCPConfig) { c.HandshakeTimeout = time.Second })
-	}
-	trs := make([]*TCP, world)
-	for r := range workers {
-		d := wait(t, workers[r], fmt.Sprintf("rank %d", r))
-		if d.err != nil {
-			t.Fatalf("rank %d: %v", r, d.err)
-		}
-		trs[r] = d.tr
-	}
-	during := attempts.Load()
-	if during < 25 {
-		t.Errorf("only %d outsider connections during the rendezvous", during)
-	}
-	if n := strings.Count(logs.String(), "refused a connection"); n < 20 {
-		t.Errorf("rank 0 logged %d refused connections, want at least 20", n)
-	}
-	// A ring and back: rank r sends to r+1 on act, which sends it back on
-	// grad; every rank checks the bytes it gets back.
-	var wg sync.WaitGroup
-	for r, tr := range trs {
-		wg.Go(func() {
-			next, prev := (r+1)%world, (r+world-1)%world
-			mine := f64([]int{2, 3}, float64(r), 1, 2, 3, 4, 5)
-			if err := tr.Send(next, abi.ActChannel, Tag{Stage: int32(r)}, mine); err != nil {
-				t.Error(err)
-				return
-			}
-			tag, got, err := tr.Recv(prev, abi.ActChannel)
-			if err != nil || tag.Stage != int32(prev) {
-				t.Errorf("rank %d: %v %v", r, tag, err)
-				return
-			}
-			if err := tr.Send(prev, abi.GradChannel, tag, got); err != nil {
-				t.Error(err)
-				return
-			}
-			_, back, err := tr.Recv(next, abi.GradChannel)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if err := sameTensor(back, mine); err != nil {
-				t.Errorf("rank %d: round trip: %v", r, err)
-			}
-		})
-	}
-	wg.Wait()
-	for _, tr := range trs {
-		wg.Go(func() { tr.Close() })
-	}
-	wg.Wait()
-	t.Logf("%d outsider connections during the rendezvous, all refused", during)
 }
 
 // testToken is the shared token of the tests' worlds (32 hex digits: 128
