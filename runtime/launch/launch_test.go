@@ -493,3 +493,25 @@ func TestCheckToken(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainFramesVar: PPGEN_PLAIN_FRAMES is the opt-out of frame
+// authentication, 1/true or 0/false.
+func TestPlainFramesVar(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+		err  string
+	}{{"1", true, ""}, {"TRUE", true, ""}, {"0", false, ""}, {"", false, ""}, {"yes", false, `launch: PPGEN_PLAIN_FRAMES="yes": want 1 or true`}} {
+		env := map[string]string{"RANK": "0", "WORLD_SIZE": "1", PlainFramesVar: c.v}
+		e, err := FromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s=%q: err = %v, want %q", PlainFramesVar, c.v, err, c.err)
+			}
+			continue
+		}
+		if err != nil || e.PlainFrames != c.want {
+			t.Errorf("%s=%q: PlainFrames %v, err %v; want %v", PlainFramesVar, c.v, e.PlainFrames, err, c.want)
+		}
+	}
+}
