@@ -1,10 +1,14 @@
 package transport
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -263,4 +267,116 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 		t.Errorf("%d log lines about accept errors, want 1 to 8 naming EMFILE:\n%s", lines, logs.String())
 	}
 	t.Logf("10 EMFILE errors: joined after %v", time.Since(start))
+}
+
+// fdFloodVar marks the child process of TestDescriptorLimitFlood.
+const fdFloodVar = "PPGEN_TEST_FDFLOOD_CHILD"
+
+// TestDescriptorLimitFlood: rank 0 runs in a child process whose
+// descriptor limit is 48; this process opens 1,100 connections to it, far
+// beyond the limit, and starts rank 1 behind them. Rank 0's accept loop
+// runs out of descriptors (EMFILE), backs off and keeps serving; once the
+// flood hangs up, rank 1 joins and the job completes (issue 35: 1,100
+// connections over a limit of 1,024 ended the accept loop, and the real
+// ranks failed after 10 s).
+func TestDescriptorLimitFlood(t *testing.T) {
+	if os.Getenv(fdFloodVar) == "1" {
+		fdFloodRank0()
+		return
+	}
+	if testing.Short() {
+		t.Skip("spawns a process and 1,100 connections")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDescriptorLimitFlood$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fdFloodVar+"=1")
+	var stderr logBuf
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	out := bufio.NewScanner(stdout)
+	var addr string
+	for out.Scan() {
+		if a, ok := strings.CutPrefix(out.Text(), "ADDR "); ok {
+			addr = a
+			break
+		}
+	}
+	if addr == "" {
+		t.Fatalf("the child printed no address; stderr:\n%s", stderr.String())
+	}
+	const flood = 1100
+	conns := make([]net.Conn, 0, flood)
+	for range flood {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			break // the backlog is full: as good as a flood
+		}
+		conns = append(conns, c)
+	}
+	start := time.Now()
+	r1 := worker(t, addr, 1, 2, func(c *TCPConfig) { c.RendezvousTimeout = 30 * time.Second })
+	time.Sleep(2 * time.Second)
+	for _, c := range conns {
+		c.Close()
+	}
+	d := wait(t, r1, "rank 1")
+	if d.err != nil {
+		t.Fatalf("rank 1 after %d flood connections: %v\nrank 0's log:\n%s", len(conns), d.err, stderr.String())
+	}
+	if err := d.tr.Send(0, abi.ActChannel, Tag{Micro: 7}, f64([]int{1}, 7)); err != nil {
+		t.Fatal(err)
+	}
+	var rest strings.Builder
+	for out.Scan() {
+		rest.WriteString(out.Text() + "\n")
+	}
+	d.tr.Close()
+	if err := cmd.Wait(); err != nil || !strings.Contains(rest.String(), "OK micro 7") {
+		t.Fatalf("rank 0: %v, printed %q; log:\n%s", err, rest.String(), stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "too many open files") {
+		t.Errorf("rank 0 never ran out of descriptors; log:\n%s", stderr.String())
+	}
+	lines, _ := loggedRefusals(stderr.String())
+	t.Logf("%d flood connections: rank 1 joined after %v; rank 0 logged %d lines (%d bytes)", len(conns), time.Since(start).Round(time.Millisecond), lines, len(stderr.String()))
+}
+
+// fdFloodRank0 is the child of TestDescriptorLimitFlood: rank 0 of a
+// two-rank world under a descriptor limit of 48.
+func fdFloodRank0() {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail(err)
+	}
+	lim := syscall.Rlimit{Cur: 48, Max: 48}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err == nil && old.Max < lim.Max {
+		lim = old
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fail(err)
+	}
+	fmt.Println("ADDR " + ln.Addr().String())
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tr, err := DialTCP(context.Background(), TCPConfig{Rank: 0, World: 2, Listener: ln, Token: testToken, Fingerprint: "sha256:abc",
+		RendezvousTimeout: 30 * time.Second, HandshakeTimeout: time.Second, Logger: log})
+	if err != nil {
+		fail(err)
+	}
+	tag, _, err := tr.Recv(1, abi.ActChannel)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("OK micro %d\n", tag.Micro)
+	tr.Close()
 }

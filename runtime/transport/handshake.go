@@ -119,8 +119,9 @@ type verdict struct {
 
 var errNotPpgen = errors.New("not a ppgen handshake")
 
-// errBusy: the listener closed the connection before its challenge (it
-// had maxPendingHandshakes handshakes under way, or is not a ppgen rank).
+// errBusy: the listener closed the connection before its challenge, or
+// sent none in time (it had maxPendingHandshakes handshakes under way, ran
+// out of file descriptors, or is not a ppgen rank).
 var errBusy = errors.New("closed before its challenge (busy with other handshakes?)")
 
 // decodeJSON decodes exactly one JSON value of b into v, refusing unknown
@@ -416,9 +417,11 @@ func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, *frameKeys, er
 		return fmt.Errorf("%s at %s dropped the handshake (not a ppgen rank of this job?): %w", who, from, err)
 	}
 	// A listener that closes the connection before its challenge may have
-	// had maxPendingHandshakes handshakes under way: errBusy, worth a retry.
+	// had maxPendingHandshakes handshakes under way, and one that says
+	// nothing may not have accepted it yet (out of file descriptors): errBusy,
+	// worth a retry.
 	busy := func(err error) error {
-		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded) {
 			return fmt.Errorf("%w: %w", errBusy, dropped(err))
 		}
 		return dropped(err)
