@@ -82,31 +82,25 @@ func (t *TCP) acceptLoop(r *rdv, ln net.Listener, loop string, final bool, purpo
 	}
 }
 
-// refused logs a connection dropped before it proved the token, at most
-// one line per refusalLogEvery: a line carries how many refusals since the
-// previous one were not logged (suppressed).
+// refused logs a connection dropped before it proved the token, under
+// the rate limit (logLine).
 func (t *TCP) refused(r *rdv, c net.Conn, err error) {
 	r.mu.Lock()
 	r.refusals++
 	r.lastRefusal = fmt.Sprintf("from %s: %v", c.RemoteAddr(), err)
-	now := time.Now()
-	if now.Sub(r.lastLogged) < refusalLogEvery {
-		r.unlogged++
-		r.mu.Unlock()
-		return
-	}
-	suppressed := r.unlogged
-	r.lastLogged, r.unlogged = now, 0
 	r.mu.Unlock()
-	args := []any{"rank", t.rank, "from", c.RemoteAddr().String(), "reason", err.Error()}
-	if suppressed > 0 {
-		args = append(args, "suppressed", suppressed)
-	}
-	t.log.Warn("transport: refused a connection", args...)
+	t.logLine(r, "transport: refused a connection", "rank", t.rank, "from", c.RemoteAddr().String(), "reason", err.Error())
 }
 
-// acceptFailed logs an Accept error, under the refusals' rate limit.
+// acceptFailed logs an Accept error, under the rate limit (logLine).
 func (t *TCP) acceptFailed(r *rdv, err error, backoff time.Duration) {
+	t.logLine(r, "transport: accepting a connection failed (out of file descriptors?); still serving", "rank", t.rank, "err", err.Error(), "retry_in", backoff)
+}
+
+// logLine logs a warning of the connection phase, at most one per
+// refusalLogEvery: a line carries how many were held back since the
+// previous one (suppressed=N); flushRefusals logs the rest at the end.
+func (t *TCP) logLine(r *rdv, msg string, args ...any) {
 	r.mu.Lock()
 	now := time.Now()
 	if now.Sub(r.lastLogged) < refusalLogEvery {
@@ -117,21 +111,20 @@ func (t *TCP) acceptFailed(r *rdv, err error, backoff time.Duration) {
 	suppressed := r.unlogged
 	r.lastLogged, r.unlogged = now, 0
 	r.mu.Unlock()
-	args := []any{"rank", t.rank, "err", err.Error(), "retry_in", backoff}
 	if suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
 	}
-	t.log.Warn("transport: accepting a connection failed (out of file descriptors?); still serving", args...)
+	t.log.Warn(msg, args...)
 }
 
-// flushRefusals logs the refusals the rate limit held back, when the
-// connection phase ends.
+// flushRefusals logs how many lines the rate limit held back since the
+// last one, when the connection phase ends.
 func (t *TCP) flushRefusals(r *rdv) {
 	r.mu.Lock()
 	n := r.unlogged
 	r.unlogged = 0
 	r.mu.Unlock()
 	if n > 0 {
-		t.log.Warn("transport: refused connections not logged (at most one line per second)", "rank", t.rank, "suppressed", n)
+		t.log.Warn("transport: refusals and accept errors not logged (at most one line per second)", "rank", t.rank, "suppressed", n)
 	}
 }

@@ -152,7 +152,7 @@ func loggedRefusals(out string) (lines, refusals int) {
 		case strings.Contains(line, "refused a connection"):
 			lines++
 			refusals++
-		case strings.Contains(line, "refused connections not logged"), strings.Contains(line, "accepting a connection failed"):
+		case strings.Contains(line, "refusals and accept errors not logged"), strings.Contains(line, "accepting a connection failed"):
 			lines++
 		default:
 			continue

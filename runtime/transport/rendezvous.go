@@ -38,7 +38,7 @@ type rdv struct {
 	refusals    int
 	lastRefusal string
 	lastLogged  time.Time
-	unlogged    int // refusals since lastLogged, not logged
+	unlogged    int // lines held back since lastLogged (logLine)
 }
 
 var expired = time.Unix(1, 0)
