@@ -171,7 +171,7 @@ func TestDPKilledRankIsNamed(t *testing.T) {
 	flags := []string{"-schedule", "1f1b-fsdp-swap", "-dp", "2", "-steps", "100000", "-step-delay", "5ms"}
 	args, tokens := make([][]string, 8), make([]string, 8)
 	for r := range args {
-		args[r], tokens[r] = flags, "tok"
+		args[r], tokens[r] = flags, mlpToken
 	}
 	procs := startRanks(t, bin, args, tokens)
 	deadline := time.Now().Add(30 * time.Second)

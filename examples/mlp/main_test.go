@@ -181,6 +181,10 @@ func freePort(t *testing.T) string {
 	return port
 }
 
+// mlpToken is the ranks' PPGEN_TOKEN (32 hex digits: the 128 bits the
+// transport asks at least).
+const mlpToken = "5ec7e75ec7e75ec7e75ec7e75ec7e75e"
+
 // startRanks starts world ranks of bin; args[r] are rank r's flags and
 // token[r] its PPGEN_TOKEN.
 func startRanks(t *testing.T, bin string, args [][]string, token []string) []*rankProc {
@@ -234,7 +238,7 @@ func waitAll(t *testing.T, procs []*rankProc, skip int, limit time.Duration) map
 func TestKilledRankIsNamed(t *testing.T) {
 	bin := exampleBinary(t)
 	flags := []string{"-schedule", "1f1b", "-steps", "100000", "-step-delay", "5ms"}
-	procs := startRanks(t, bin, [][]string{flags, flags, flags, flags}, []string{"tok", "tok", "tok", "tok"})
+	procs := startRanks(t, bin, [][]string{flags, flags, flags, flags}, []string{mlpToken, mlpToken, mlpToken, mlpToken})
 	// Wait until training runs (the last rank prints losses).
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(procs[3].stdout.String(), "step 3 loss") {
@@ -281,17 +285,17 @@ func TestMismatchedPeersRefused(t *testing.T) {
 		want  string
 	}{
 		// The refusal names both schedules and what to do.
-		{"fingerprint", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, -1,
+		{"fingerprint", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{mlpToken, mlpToken, mlpToken, mlpToken}, -1,
 			"runs schedule gpipe (P=4, V=1, M=8), fingerprint sha256:"},
-		{"fingerprint advice", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{"t", "t", "t", "t"}, -1,
+		{"fingerprint advice", [][]string{same, same, {"-schedule", "gpipe", "-steps", "1"}, same}, []string{mlpToken, mlpToken, mlpToken, mlpToken}, -1,
 			"build every rank from the same generated code (go generate ./... and rebuild, then start that one binary on every rank), or pass the same -schedule to every rank"},
-		{"token", [][]string{same, same, same, same}, []string{"t", "t", "other", "t"}, 2, "failed authentication: its shared token differs"},
+		{"token", [][]string{same, same, same, same}, []string{mlpToken, mlpToken, "deadbeefdeadbeefdeadbeefdeadbeef", mlpToken}, 2, "refused this rank: failed authentication: the shared token differs"},
 		// The run configuration is compared at Open (world.Options.Config):
 		// a rank on another -seed trained apart, one on another -dp (another
 		// world size) left the others waiting for the rendezvous timeout.
-		{"seed", [][]string{same, same, {"-schedule", "1f1b", "-steps", "1", "-seed", "2"}, same}, []string{"t", "t", "t", "t"}, -1,
+		{"seed", [][]string{same, same, {"-schedule", "1f1b", "-steps", "1", "-seed", "2"}, same}, []string{mlpToken, mlpToken, mlpToken, mlpToken}, -1,
 			"the ranks run different configurations: rank 2 runs -seed 2, rank 0 -seed 1"},
-		{"dp", [][]string{same, same, same, {"-schedule", "1f1b", "-steps", "1", "-dp", "2"}}, []string{"t", "t", "t", "t"}, -1,
+		{"dp", [][]string{same, same, same, {"-schedule", "1f1b", "-steps", "1", "-dp", "2"}}, []string{mlpToken, mlpToken, mlpToken, mlpToken}, -1,
 			"the ranks run different configurations: rank 3 runs -dp 2, rank 0 -dp 1; they differ in size too"},
 	}
 	for _, tc := range tests {

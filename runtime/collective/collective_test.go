@@ -31,7 +31,7 @@ func tcpWorld(t testing.TB, n int, timeout time.Duration) []transport.Transport 
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		cfg := transport.TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: "collective-test",
+		cfg := transport.TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: "5ec7e75ec7e75ec7e75ec7e75ec7e75e",
 			RendezvousTimeout: 20 * time.Second, Timeout: timeout, Logger: slog.New(slog.DiscardHandler)}
 		if r == 0 {
 			cfg.Listener = ln

@@ -13,7 +13,8 @@
 // (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS); its port is MASTER_PORT,
 // else one derived from SLURM_JOB_ID or OpenMPI's job number. The shared token for the TCP
 // handshake comes from PPGEN_TOKEN; PPGEN_ALLOW_NO_TOKEN=1 is the explicit
-// opt-out of authentication, and PPGEN_TIMEOUT (a Go duration such as 90s)
+// opt-out of authentication, PPGEN_PLAIN_FRAMES=1 that of frame
+// authentication (for trusted networks), and PPGEN_TIMEOUT (a Go duration such as 90s)
 // bounds every send and receive wait of the transport
 // (transport.ConfigFromEnv makes an Env the transport's configuration; launch
 // itself does not import the transport, so the ppgen command links no tensor
@@ -52,6 +53,10 @@ type Env struct {
 	// a job of more than one rank run without a token (the transport refuses
 	// an empty Token otherwise and logs a warning when it is allowed).
 	AllowNoToken bool
+	// PlainFrames is PPGEN_PLAIN_FRAMES=1: the explicit opt-out of frame
+	// authentication for trusted networks (TCPConfig.PlainFrames; logged as
+	// a warning).
+	PlainFrames bool
 	// Timeout is PPGEN_TIMEOUT: the transport's bound on every send and
 	// receive wait (TCPConfig.Timeout in runtime/transport, whose
 	// ConfigFromEnv turns an Env into that configuration); 0 keeps the transport's
@@ -81,6 +86,7 @@ var ErrNotLaunched = errors.New("not started by a launcher")
 const (
 	TokenVar        = "PPGEN_TOKEN"          // the shared token
 	AllowNoTokenVar = "PPGEN_ALLOW_NO_TOKEN" // 1: run without a token
+	PlainFramesVar  = "PPGEN_PLAIN_FRAMES"   // 1: frames without MACs (trusted networks)
 	TimeoutVar      = "PPGEN_TIMEOUT"        // the transport's Timeout
 )
 
@@ -216,6 +222,15 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		case "0", "false":
 		default:
 			return e, fmt.Errorf("launch: %s=%q: want 1 or true (run without a token), or 0 or false", AllowNoTokenVar, v)
+		}
+	}
+	if v, ok := get(PlainFramesVar); ok {
+		switch strings.ToLower(v) {
+		case "1", "true":
+			e.PlainFrames = true
+		case "0", "false":
+		default:
+			return e, fmt.Errorf("launch: %s=%q: want 1 or true (frames without authentication, for trusted networks), or 0 or false", PlainFramesVar, v)
 		}
 	}
 	if e.Timeout, err = timeoutFrom(get); err != nil {

@@ -452,3 +452,66 @@ func TestTimeoutFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckToken: tokens below 128 bits of entropy (length times the bits
+// of one symbol of their alphabet) are refused with advice, without the
+// token; the launcher's own tokens pass.
+func TestCheckToken(t *testing.T) {
+	made, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		token string
+		ok    bool
+	}{
+		{made, true},
+		{"0123456789abcdef0123456789abcdef", true},        // 32 hex digits: 128 bits (openssl rand -hex 16, ppgen template's od -tx1)
+		{"0123456789abcdef0123456789abcde", false},        // 31: 124 bits
+		{"0123456789ABCDEF0123456789abcdef", true},        // hex in either case
+		{"q83vEjRWeJASNFZ4kBI0Vg", true},                  // 22 base64 characters: 132 bits (openssl rand -base64 16 without padding)
+		{"q83vEjRWeJASNFZ4kBI0V", false},                  // 21: 126 bits
+		{"12345678901234567890123456789012345678", false}, // 38 decimal digits: 126 bits
+		{"summer2024", false},                             // the token recovered offline in issue 35
+		{"correct horse battery staple", true},            // 28 printable ASCII characters: 184 bits
+		{"secret", false},
+	}
+	for _, c := range cases {
+		err := CheckToken(c.token)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckToken(%q) = %v, want ok=%v", c.token, err, c.ok)
+		}
+		if err != nil {
+			for _, want := range []string{"PPGEN_TOKEN", "too weak", "fewer than 128", "openssl rand -hex 16", "head -c16 /dev/urandom | xxd -p"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("CheckToken(%q) = %v, want it to contain %q", c.token, err, want)
+				}
+			}
+			if strings.Contains(err.Error(), c.token) {
+				t.Errorf("CheckToken(%q) shows the token: %v", c.token, err)
+			}
+		}
+	}
+}
+
+// TestPlainFramesVar: PPGEN_PLAIN_FRAMES is the opt-out of frame
+// authentication, 1/true or 0/false.
+func TestPlainFramesVar(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+		err  string
+	}{{"1", true, ""}, {"TRUE", true, ""}, {"0", false, ""}, {"", false, ""}, {"yes", false, `launch: PPGEN_PLAIN_FRAMES="yes": want 1 or true`}} {
+		env := map[string]string{"RANK": "0", "WORLD_SIZE": "1", PlainFramesVar: c.v}
+		e, err := FromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s=%q: err = %v, want %q", PlainFramesVar, c.v, err, c.err)
+			}
+			continue
+		}
+		if err != nil || e.PlainFrames != c.want {
+			t.Errorf("%s=%q: PlainFrames %v, err %v; want %v", PlainFramesVar, c.v, e.PlainFrames, err, c.want)
+		}
+	}
+}

@@ -3,8 +3,6 @@ package launch
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -115,16 +113,6 @@ func ranksList(rs []int) string {
 		parts[i] = strconv.Itoa(r)
 	}
 	return word + " " + strings.Join(parts, ", ")
-}
-
-// NewToken returns a new random token: 16 bytes of crypto/rand as 32 hex
-// digits.
-func NewToken() (string, error) {
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("launch: make a random token: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // Local runs n processes of cmd on this machine as ranks 0..n-1 of one job,

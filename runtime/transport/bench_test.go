@@ -148,7 +148,9 @@ func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 //     the receiver handing each tensor back with Recycle once read (as
 //     runtime/pipe does at the end of a chunk's backward);
 //   - ppgen-tcp-norecycle: the same without Recycle (a fresh tensor per
-//     receive, the transport before issue 12).
+//     receive, the transport before issue 12);
+//   - ppgen-tcp-plain: ppgen-tcp without frame authentication
+//     (PlainFrames), the transport before issue 35.
 //
 // Run with
 //
@@ -156,8 +158,9 @@ func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 func BenchmarkThroughput4MiB(b *testing.B) {
 	b.Run("raw-reused", func(b *testing.B) { benchRaw(b, false) })
 	b.Run("raw-alloc", func(b *testing.B) { benchRaw(b, true) })
-	b.Run("ppgen-tcp", func(b *testing.B) { benchPpgenTCP(b, true) })
-	b.Run("ppgen-tcp-norecycle", func(b *testing.B) { benchPpgenTCP(b, false) })
+	b.Run("ppgen-tcp", func(b *testing.B) { benchPpgenTCP(b, true, false) })
+	b.Run("ppgen-tcp-norecycle", func(b *testing.B) { benchPpgenTCP(b, false, false) })
+	b.Run("ppgen-tcp-plain", func(b *testing.B) { benchPpgenTCP(b, true, true) })
 }
 
 // benchRaw moves b.N 4 MiB messages over a plain loopback connection, into
@@ -193,9 +196,9 @@ func benchRaw(b *testing.B, fresh bool) {
 
 // benchPpgenTCP moves b.N 4 MiB float32 tensors from rank 0 to rank 1 of a
 // TCP world, the receiver taking each with Recv and, with recycle, handing
-// it back.
-func benchPpgenTCP(b *testing.B, recycle bool) {
-	trs := mustWorld(b, 2, nil)
+// it back; with plain, frames are not authenticated.
+func benchPpgenTCP(b *testing.B, recycle, plain bool) {
+	trs := mustWorld(b, 2, func(r int, c *TCPConfig) { c.PlainFrames = plain; c.Logger = quiet })
 	b.Cleanup(func() {
 		for _, tr := range trs {
 			tr.Kill()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"strings"
@@ -35,9 +36,15 @@ func overflowHeader() []byte {
 // TestDecodeChallengeOtherVersion: a rank of another protocol version is
 // named as such, not as junk.
 func TestDecodeChallengeOtherVersion(t *testing.T) {
-	_, err := decodeChallenge([]byte(`{"proto":"ppgen-tcp/1","purpose":"rendezvous","rank":1,"world":2,"fingerprint":"x","nonce":"AAAA"}`))
-	if !errors.Is(err, errNotPpgen) || !strings.Contains(err.Error(), `it speaks protocol "ppgen-tcp/1", this rank speaks "ppgen-tcp/3"`) {
-		t.Fatalf("err = %v", err)
+	for _, msg := range []string{
+		`{"proto":"ppgen-tcp/1","purpose":"rendezvous","rank":1,"world":2,"fingerprint":"x","nonce":"AAAA"}`,
+		`{"proto":"ppgen-tcp/3","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","mac":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}`, // rank 0 of the version before
+	} {
+		_, err := decodeChallenge([]byte(msg))
+		want := fmt.Sprintf(`it speaks protocol %q, this rank speaks "ppgen-tcp/4"`, msg[10:21])
+		if !errors.Is(err, errNotPpgen) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v, want %q", err, want)
+		}
 	}
 }
 
@@ -146,11 +153,11 @@ func FuzzDecodeHeader(f *testing.F) {
 func FuzzHandshake(f *testing.F) {
 	seeds := []any{
 		challenge{Proto: protoName, Nonce: bytes.Repeat([]byte{7}, nonceLen)},
-		challenge{Proto: protoName, Nonce: bytes.Repeat([]byte{7}, nonceLen), MAC: bytes.Repeat([]byte{1}, macLen)},
 		proof{MAC: bytes.Repeat([]byte{1}, macLen)},
 		proof{Err: "failed authentication"},
 		hello{Proto: protoName, Purpose: purposeRendezvous, Rank: 3, World: 4, Fingerprint: "sha256:abc", Addr: "10.0.0.7:4711"},
 		hello{Proto: protoName, Purpose: purposePeer, Rank: -1, World: 1 << 40},
+		hello{Proto: protoName, Purpose: purposePeer, Rank: 1, World: 2, PlainFrames: true},
 		verdict{Addrs: []string{"", "[::1]:5000", "host:1"}},
 		verdict{Err: "rendezvous aborted by rank 0: ..."},
 	}
@@ -160,6 +167,7 @@ func FuzzHandshake(f *testing.F) {
 	}
 	f.Add([]byte("GET / HTTP/1.0\r\n\r\n"))
 	f.Add([]byte(`{"proto":"ppgen-tcp/3","nonce":"AAAAAAAAAAAAAAAAAAAAAA=="} {}`))
+	f.Add([]byte(`{"proto":"ppgen-tcp/4","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","mac":"AAAA"}`))
 	f.Add([]byte(`{"proto":"ppgen-tcp/3","purpose":"peer","rank":0,"world":2,"fingerprint":"f","schedule":"zbv (P=2, V=2, M=4)"}`))
 	roundTrip := func(t *testing.T, what string, v any, decode func([]byte) (any, error)) {
 		enc, err := json.Marshal(v)

@@ -13,9 +13,11 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/launch"
 )
 
 // The handshake.
@@ -23,32 +25,47 @@ import (
 // Every connection of the connection phase, between a dialer D and a
 // listener L, starts with a challenge-response that proves both know the
 // shared token; only then does either side say anything about the job.
+// The dialer proves first, and the listener sends nothing that depends on
+// the token before it has checked that proof, so a connection to a
+// listener learns nothing to test guesses of the token against offline.
 // Each message is a 4-byte big-endian length and JSON:
 //
 //	1 D -> L  challenge{proto, nonceD}
-//	2 L -> D  challenge{proto, nonceL, HMAC(token, proto|"L"|nonceD|nonceL)}
-//	3 D -> L  proof{HMAC(token, proto|"D"|nonceD|nonceL)}, hello_D
-//	          (or proof{err} and hang up, when L's MAC is wrong)
-//	4 L -> D  verdict{err: authentication failed} and hang up, or
-//	          verdict{}, hello_L, verdict{objection to hello_D}
-//	5 D -> L  verdict{objection to hello_L}
-//	6 L -> D  verdict{} (peer connections; on the rendezvous connection it
+//	2 L -> D  challenge{proto, nonceL}
+//	3 D -> L  proof{HMAC(token, proto|"D"|nonceD|nonceL)}
+//	4 L -> D  proof{err: authentication failed} and hang up, or
+//	          proof{HMAC(token, proto|"L"|nonceD|nonceL)}
+//	5 D -> L  hello_D (or nothing and hang up, when L's MAC is wrong)
+//	6 L -> D  hello_L, verdict{objection to hello_D}
+//	7 D -> L  verdict{objection to hello_L}
+//	8 L -> D  verdict{} (peer connections; on the rendezvous connection it
 //	          comes when every rank has joined and carries the address table)
 //
-// hello is {proto, purpose, rank, world, fingerprint, schedule, addr}. Each
-// side checks the other's hello (world size, rank, schedule fingerprint), so
-// both report a mismatch in their own words, naming the schedule each side
-// runs (schedule: TCPConfig.Schedule, a short printable description) and
-// what to do. A hello goes only to a peer that proved the token: the
-// dialer sends its own after checking the listener's MAC, the listener
-// after checking the dialer's. Before step 4 the listener trusts nothing: a
-// connection that stays silent past HandshakeTimeout, sends something that is
-// not this protocol, or fails authentication is logged with its remote
-// address and dropped, and the rendezvous goes on; after it, the peer holds
-// the token, so an objection (another fingerprint, world size, a rank
-// claimed twice) is a real mismatch that fails the rendezvous.
+// The MACs bind the protocol version, the role of the side that computes it
+// ("D" or "L": a proof cannot be reflected to its sender) and both nonces.
+// After step 4 both sides derive the connection's frame keys from the token
+// and both nonces (frameauth.go), one per direction.
+//
+// hello is {proto, purpose, rank, world, fingerprint, schedule, addr,
+// plain_frames}. Each side checks the other's hello (world size, rank,
+// schedule fingerprint, frame authentication), so both report a mismatch in
+// their own words, naming the schedule each side runs (schedule:
+// TCPConfig.Schedule, a short printable description) and what to do. A hello
+// goes only to a peer that proved the token: the dialer sends its own after
+// checking the listener's MAC, the listener after checking the dialer's.
+// Before step 5 the listener trusts nothing: a connection that stays silent
+// past HandshakeTimeout, sends something that is not this protocol, or fails
+// authentication is logged with its remote address and dropped, and the
+// rendezvous goes on; after it, the peer holds the token, so an objection
+// (another fingerprint, world size, a rank claimed twice) is a real mismatch
+// that fails the rendezvous.
+//
+// What remains: a process that impersonates a listener (binds rank 0's
+// address before it does) receives a dialer's MAC over nonces of its
+// choosing, which it could test guesses against offline; that is why tokens
+// of less than 128 bits are refused (launch.CheckToken).
 
-const protoName = "ppgen-tcp/3" // 3: the hello's schedule
+const protoName = "ppgen-tcp/4" // 3: the hello's schedule; 4: the dialer proves first, authenticated frames
 
 const (
 	purposeRendezvous = "rendezvous"
@@ -75,7 +92,6 @@ const MaxScheduleLen = 200
 type challenge struct {
 	Proto string `json:"proto"`
 	Nonce []byte `json:"nonce"`
-	MAC   []byte `json:"mac,omitempty"`
 }
 
 type proof struct {
@@ -91,6 +107,9 @@ type hello struct {
 	Fingerprint string `json:"fingerprint"`
 	Schedule    string `json:"schedule,omitempty"` // TCPConfig.Schedule: for messages only
 	Addr        string `json:"addr,omitempty"`
+	// PlainFrames: this rank sends and expects frames without MACs
+	// (TCPConfig.PlainFrames); both sides must agree.
+	PlainFrames bool `json:"plain_frames,omitempty"`
 }
 
 type verdict struct {
@@ -99,6 +118,11 @@ type verdict struct {
 }
 
 var errNotPpgen = errors.New("not a ppgen handshake")
+
+// errBusy: the listener closed the connection before its challenge, or
+// sent none in time (it had maxPendingHandshakes handshakes under way, ran
+// out of file descriptors, or is not a ppgen rank).
+var errBusy = errors.New("closed before its challenge (busy with other handshakes?)")
 
 // decodeJSON decodes exactly one JSON value of b into v, refusing unknown
 // fields and trailing data.
@@ -117,7 +141,8 @@ func decodeJSON(b []byte, v any) error {
 	return nil
 }
 
-// decodeChallenge decodes and validates steps 1 and 2.
+// decodeChallenge decodes and validates steps 1 and 2 (a MAC there, as in
+// ppgen-tcp/3, is refused as an unknown field).
 func decodeChallenge(b []byte) (challenge, error) {
 	var c challenge
 	if err := decodeJSON(b, &c); err != nil {
@@ -135,13 +160,11 @@ func decodeChallenge(b []byte) (challenge, error) {
 		return c, fmt.Errorf("%w: protocol %.64q, want %q", errNotPpgen, c.Proto, protoName)
 	case len(c.Nonce) != nonceLen:
 		return c, fmt.Errorf("%w: nonce of %d bytes, want %d", errNotPpgen, len(c.Nonce), nonceLen)
-	case len(c.MAC) != 0 && len(c.MAC) != macLen:
-		return c, fmt.Errorf("%w: MAC of %d bytes, want %d", errNotPpgen, len(c.MAC), macLen)
 	}
 	return c, nil
 }
 
-// decodeProof decodes and validates step 3's proof.
+// decodeProof decodes and validates the proofs of steps 3 and 4.
 func decodeProof(b []byte) (proof, error) {
 	var p proof
 	if err := decodeJSON(b, &p); err != nil {
@@ -277,9 +300,12 @@ func newNonce() []byte {
 }
 
 func (t *TCP) hello(purpose, addr string) hello {
-	return hello{Proto: protoName, Purpose: purpose, Rank: t.rank, World: t.world, Fingerprint: t.cfg.Fingerprint, Schedule: t.cfg.Schedule, Addr: addr}
+	return hello{Proto: protoName, Purpose: purpose, Rank: t.rank, World: t.world, Fingerprint: t.cfg.Fingerprint, Schedule: t.cfg.Schedule, Addr: addr,
+		PlainFrames: t.cfg.PlainFrames}
 }
 
+// mac is the proof of role ("D": the dialer, "L": the listener) over both
+// nonces.
 func (t *TCP) mac(role string, nonceD, nonceL []byte) []byte {
 	m := hmac.New(sha256.New, []byte(t.cfg.Token))
 	m.Write([]byte(protoName + "|" + role + "|"))
@@ -337,6 +363,9 @@ func (t *TCP) check(h hello, want int, from net.Addr) string {
 		return msg + ": " + sameWorldHelp
 	case h.Rank == t.rank:
 		return fmt.Sprintf("a peer at %s claims rank %d, which is this rank", from, h.Rank)
+	case h.PlainFrames != t.cfg.PlainFrames:
+		return fmt.Sprintf("rank %d at %s %s, this rank (%d) %s: set %s the same on every rank",
+			h.Rank, from, framesSaying(h.PlainFrames), t.rank, framesSaying(t.cfg.PlainFrames), launch.PlainFramesVar)
 	case h.Fingerprint != t.cfg.Fingerprint:
 		if h.Schedule == "" && t.cfg.Schedule == "" {
 			return fmt.Sprintf("rank %d at %s runs schedule fingerprint %s, this rank (%d) runs %s: %s",
@@ -350,6 +379,14 @@ func (t *TCP) check(h hello, want int, from net.Addr) string {
 		return msg + wire.SameScheduleHelp
 	}
 	return ""
+}
+
+// framesSaying says what a rank with PlainFrames plain sends.
+func framesSaying(plain bool) string {
+	if plain {
+		return "sends frames without authentication (" + launch.PlainFramesVar + "=1)"
+	}
+	return "sends authenticated frames"
 }
 
 func authFailure(who string, from net.Addr) string {
@@ -366,10 +403,10 @@ func (t *TCP) handshakeDeadline(r *rdv) time.Time {
 	return d
 }
 
-// shakeDialer runs the dialer's side up to step 5 and returns the
-// listener's hello. want is the rank expected there. The caller reads the
-// final verdict (step 6).
-func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, error) {
+// shakeDialer runs the dialer's side up to step 7 and returns the
+// listener's hello and the connection's frame keys. want is the rank
+// expected there. The caller reads the final verdict (step 8).
+func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, *frameKeys, error) {
 	who := fmt.Sprintf("rank %d", want)
 	from := c.RemoteAddr()
 	dropped := func(err error) error {
@@ -379,53 +416,64 @@ func (t *TCP) shakeDialer(c net.Conn, me hello, want int) (hello, error) {
 		}
 		return fmt.Errorf("%s at %s dropped the handshake (not a ppgen rank of this job?): %w", who, from, err)
 	}
+	// A listener that closes the connection before its challenge may have
+	// had maxPendingHandshakes handshakes under way, and one that says
+	// nothing may not have accepted it yet (out of file descriptors): errBusy,
+	// worth a retry.
+	busy := func(err error) error {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w: %w", errBusy, dropped(err))
+		}
+		return dropped(err)
+	}
 	nD := newNonce()
 	if err := writeMsg(c, challenge{Proto: protoName, Nonce: nD}); err != nil {
-		return hello{}, dropped(err)
+		return hello{}, nil, busy(err)
 	}
 	ch, err := readChallenge(c)
 	if err != nil {
-		return hello{}, dropped(err)
-	}
-	if !hmac.Equal(ch.MAC, t.mac("L", nD, ch.Nonce)) {
-		_ = writeMsg(c, proof{Err: "failed authentication"})
-		return hello{}, fmt.Errorf("%w: %s", ErrHandshake, authFailure(who, from))
+		return hello{}, nil, busy(err)
 	}
 	if err := writeMsg(c, proof{MAC: t.mac("D", nD, ch.Nonce)}); err != nil {
-		return hello{}, dropped(err)
+		return hello{}, nil, dropped(err)
 	}
-	if err := writeMsg(c, me); err != nil {
-		return hello{}, dropped(err)
-	}
-	auth, err := readVerdict(c)
+	theirProof, err := readProof(c)
 	if err != nil {
-		return hello{}, dropped(err)
+		return hello{}, nil, dropped(err)
 	}
-	if auth.Err != "" {
-		return hello{}, fmt.Errorf("%w: %s at %s refused this rank: %s", ErrHandshake, who, from, auth.Err)
+	if theirProof.Err != "" {
+		return hello{}, nil, fmt.Errorf("%w: %s at %s refused this rank: %s", ErrHandshake, who, from, theirProof.Err)
+	}
+	if !hmac.Equal(theirProof.MAC, t.mac("L", nD, ch.Nonce)) {
+		return hello{}, nil, fmt.Errorf("%w: %s", ErrHandshake, authFailure(who, from))
+	}
+	keys := t.frameKeys(nD, ch.Nonce, true)
+	if err := writeMsg(c, me); err != nil {
+		return hello{}, nil, dropped(err)
 	}
 	h, err := readHello(c)
 	if err != nil {
-		return h, dropped(err)
+		return h, nil, dropped(err)
 	}
 	theirs, err := readVerdict(c)
 	if err != nil {
-		return h, dropped(err)
+		return h, nil, dropped(err)
 	}
 	objection := t.check(h, want, from)
 	_ = writeMsg(c, verdict{Err: objection})
 	if objection != "" {
-		return h, fmt.Errorf("%w: %s", ErrHandshake, objection)
+		return h, nil, fmt.Errorf("%w: %s", ErrHandshake, objection)
 	}
 	if theirs.Err != "" {
-		return h, fmt.Errorf("%w: rank %d at %s refused this rank: %s", ErrHandshake, h.Rank, from, theirs.Err)
+		return h, nil, fmt.Errorf("%w: rank %d at %s refused this rank: %s", ErrHandshake, h.Rank, from, theirs.Err)
 	}
-	return h, nil
+	return h, keys, nil
 }
 
 // shakeOutcome is the listener's result of one handshake.
 type shakeOutcome struct {
-	h hello
+	h    hello
+	keys *frameKeys // on success
 	// err is nil on success. With refused, the connection never proved the
 	// token (or sent no valid hello after proving it): it is dropped and the
 	// rendezvous goes on. Without, the peer is an authenticated rank whose
@@ -435,7 +483,7 @@ type shakeOutcome struct {
 }
 
 // shakeListener runs the listener's side. accept adds caller-specific
-// objections. With final, the accepting verdict (step 6) is sent too.
+// objections. With final, the accepting verdict (step 8) is sent too.
 func (t *TCP) shakeListener(c net.Conn, final bool, purpose string, accept func(hello) string) shakeOutcome {
 	from := c.RemoteAddr()
 	refuse := func(format string, args ...any) shakeOutcome {
@@ -451,7 +499,7 @@ func (t *TCP) shakeListener(c net.Conn, final bool, purpose string, accept func(
 		return refuse("no valid challenge: %w", err)
 	}
 	nL := newNonce()
-	if err := writeMsg(c, challenge{Proto: protoName, Nonce: nL, MAC: t.mac("L", ch.Nonce, nL)}); err != nil {
+	if err := writeMsg(c, challenge{Proto: protoName, Nonce: nL}); err != nil {
 		return refuse("dropped the handshake: %w", err)
 	}
 	p, err := readProof(c)
@@ -459,16 +507,20 @@ func (t *TCP) shakeListener(c net.Conn, final bool, purpose string, accept func(
 		return refuse("no valid proof of the token: %w", err)
 	}
 	if p.Err != "" {
-		return refuse("%w: it refused this rank's proof (it holds another token): %.200s", ErrHandshake, p.Err)
+		return refuse("%w: it sent a refusal instead of a proof: %.200s", ErrHandshake, p.Err)
 	}
 	if !hmac.Equal(p.MAC, t.mac("D", ch.Nonce, nL)) {
-		_ = writeMsg(c, verdict{Err: "failed authentication: the shared token differs (set the same PPGEN_TOKEN on every rank)"})
+		_ = writeMsg(c, proof{Err: "failed authentication: the shared token differs (set the same PPGEN_TOKEN on every rank)"})
 		return refuse("%w: failed authentication (wrong token)", ErrHandshake)
 	}
-	// Authenticated from here on.
+	// The dialer holds the token: only now does anything depend on it.
+	if err := writeMsg(c, proof{MAC: t.mac("L", ch.Nonce, nL)}); err != nil {
+		return refuse("dropped the handshake: %w", err)
+	}
+	keys := t.frameKeys(ch.Nonce, nL, false)
 	h, err := readHello(c)
 	if err != nil {
-		return refuse("authenticated, but sent no valid hello: %w", err)
+		return refuse("authenticated, but sent no valid hello (or refused this rank's proof): %w", err)
 	}
 	objection := t.check(h, -1, from)
 	if objection == "" && h.Purpose != purpose {
@@ -483,9 +535,6 @@ func (t *TCP) shakeListener(c net.Conn, final bool, purpose string, accept func(
 			return fail(fmt.Errorf("%w: %s", ErrHandshake, objection))
 		}
 		return fail(fmt.Errorf("rank %d at %s dropped the handshake: %w", h.Rank, from, err))
-	}
-	if err := writeMsg(c, verdict{}); err != nil {
-		return droppedErr(err)
 	}
 	if err := writeMsg(c, t.hello(purpose, "")); err != nil {
 		return droppedErr(err)
@@ -508,5 +557,5 @@ func (t *TCP) shakeListener(c net.Conn, final bool, purpose string, accept func(
 			return fail(fmt.Errorf("rank %d at %s dropped the handshake: %w", h.Rank, from, err))
 		}
 	}
-	return shakeOutcome{h: h}
+	return shakeOutcome{h: h, keys: keys}
 }

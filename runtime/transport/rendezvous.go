@@ -33,9 +33,12 @@ type rdv struct {
 	conns    map[net.Conn]struct{}
 	lns      []net.Listener
 
-	// Connections refused before they proved the token.
+	// Connections refused before they proved the token, and the refusal
+	// log's rate limit (refused).
 	refusals    int
 	lastRefusal string
+	lastLogged  time.Time
+	unlogged    int // lines held back since lastLogged (logLine)
 }
 
 var expired = time.Unix(1, 0)
@@ -117,15 +120,6 @@ func (r *rdv) closeOthers(keep []net.Conn) {
 	}
 }
 
-// refused logs a connection dropped before it proved the token.
-func (t *TCP) refused(r *rdv, c net.Conn, err error) {
-	r.mu.Lock()
-	r.refusals++
-	r.lastRefusal = fmt.Sprintf("from %s: %v", c.RemoteAddr(), err)
-	r.mu.Unlock()
-	t.log.Warn("transport: refused a connection", "rank", t.rank, "from", c.RemoteAddr().String(), "reason", err.Error())
-}
-
 // refusalNote summarizes the refused connections for a timeout error.
 func (r *rdv) refusalNote() string {
 	r.mu.Lock()
@@ -154,7 +148,7 @@ func missing(conns []net.Conn, self int) []int {
 
 func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error) {
 	r, stop := newRdv(ctx)
-	defer func() { r.closeOthers(conns) }() // runs last: after the linger below
+	defer func() { r.closeOthers(conns); t.flushRefusals(r) }() // runs last: after the linger below
 	defer func() {
 		if !stop() && err == nil {
 			err = fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())
@@ -343,7 +337,7 @@ func (t *TCP) rendezvousMaster(ctx context.Context) (conns []net.Conn, err error
 
 func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error) {
 	r, stop := newRdv(ctx)
-	defer func() { r.closeOthers(conns) }()
+	defer func() { r.closeOthers(conns); t.flushRefusals(r) }()
 	defer func() {
 		if !stop() && err == nil {
 			err = fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())
@@ -371,9 +365,12 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	defer ln.Close()
 	hook("peer listener " + ln.Addr().String())
 
-	if _, err := t.shakeDialer(mc, t.hello(purposeRendezvous, ln.Addr().String()), 0); err != nil {
+	mc, keys, err := t.shakeRetry(ctx, r, mc, t.cfg.MasterAddr, t.hello(purposeRendezvous, ln.Addr().String()), 0)
+	conns[0] = mc
+	if err != nil {
 		return conns, err
 	}
+	t.sessions.Store(mc, keys)
 	r.extend(mc)
 	table, err := readVerdict(mc)
 	if err != nil {
@@ -428,10 +425,12 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 				return
 			}
 			r.track(c, t.handshakeDeadline(r))
-			if _, err := t.shakeDialer(c, t.hello(purposePeer, ""), j); err != nil {
+			c, keys, err := t.shakeRetry(ctx, r, c, table.Addrs[j], t.hello(purposePeer, ""), j)
+			if err != nil {
 				send(result{j, c, err})
 				return
 			}
+			t.sessions.Store(c, keys)
 			v, err := readVerdict(c)
 			if err != nil {
 				send(result{j, c, fmt.Errorf("rank %d at %s dropped the handshake: %w", j, c.RemoteAddr(), err)})
@@ -502,38 +501,29 @@ func (t *TCP) rendezvousWorker(ctx context.Context) (conns []net.Conn, err error
 	return conns, nil
 }
 
-// acceptLoop accepts connections on ln until it is closed, each handshake
-// (final, purpose, check: see shakeListener, with the connection) in its own
-// goroutine under r's deadlines: a refused connection is told why and
-// dropped, one that passed gets the rendezvous deadline, and every outcome
-// but a refusal goes to deliver. A panic of the loop, named loop, goes to
-// fail; one of a handshake is its outcome's error.
-func (t *TCP) acceptLoop(r *rdv, ln net.Listener, loop string, final bool, purpose string, check func(net.Conn, hello) string, fail func(error), deliver func(net.Conn, shakeOutcome)) {
-	defer t.catch(loop, fail)
-	hook("accept")
+// shakeRetry runs the dialer's handshake on c, a connection to addr; while
+// the listener closes connections before its challenge (errBusy: it had
+// maxPendingHandshakes handshakes under way, some perhaps an outsider's),
+// it dials again with a backoff, until ctx ends. It returns the last
+// connection (nil when a dial failed).
+func (t *TCP) shakeRetry(ctx context.Context, r *rdv, c net.Conn, addr string, me hello, want int) (net.Conn, *frameKeys, error) {
+	backoff := 10 * time.Millisecond
 	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
+		_, keys, err := t.shakeDialer(c, me, want)
+		if !errors.Is(err, errBusy) || ctx.Err() != nil {
+			return c, keys, err
+		}
+		r.drop(c)
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+		if c, err = dialRetry(ctx, addr); err != nil {
+			return nil, nil, err
 		}
 		r.track(c, t.handshakeDeadline(r))
-		go func() {
-			var out shakeOutcome
-			func() {
-				defer t.catch(fmt.Sprintf("handshake with %s", c.RemoteAddr()), func(err error) { out = shakeOutcome{err: err} })
-				hook("handshake")
-				out = t.shakeListener(c, final, purpose, func(h hello) string { return check(c, h) })
-			}()
-			if out.refused {
-				t.refused(r, c, out.err)
-				r.drop(c)
-				return
-			}
-			if out.err == nil {
-				r.extend(c)
-			}
-			deliver(c, out)
-		}()
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/launch"
 	"gorgonia.org/tensor"
 )
 
@@ -31,6 +32,10 @@ type TCP struct {
 	log   *slog.Logger
 	conns []*tcpConn // conns[peer]; nil at this rank
 	pool  *recvPool  // receive buffers, fed by Recycle
+
+	// sessions maps the connection phase's authenticated connections to
+	// their frame keys (*frameKeys; nil with PlainFrames).
+	sessions sync.Map
 
 	closing     atomic.Bool   // Close, Abort or Kill began: connection errors are expected
 	closingCh   chan struct{} // closed when closing is first set
@@ -72,8 +77,10 @@ type tcpConn struct {
 	wmu     sync.Mutex
 	byeSent bool // under wmu
 	hdr     [frameHdrLen + 8*wire.MaxDims]byte
-	arr     [2][]byte
+	arr     [4][]byte // header, its seal, payload, its seal (writeFrame)
 	bufs    net.Buffers
+	seal    *frameSealer // under wmu; nil: plain frames
+	open    *frameOpener // the reader's; nil: plain frames
 
 	lastWrite atomic.Int64 // unix nanoseconds
 	byeRecv   atomic.Bool
@@ -265,11 +272,8 @@ func (t *TCP) Send(peer int, ch abi.Channel, tag Tag, x *tensor.Dense) error {
 	for i, d := range v.Dims {
 		binary.LittleEndian.PutUint64(h[frameHdrLen+8*i:], uint64(d))
 	}
-	c.arr[0], c.arr[1] = h, payload
-	c.bufs = c.arr[:]
 	_ = c.c.SetWriteDeadline(time.Now().Add(t.cfg.Timeout))
-	_, err = c.bufs.WriteTo(c.c)
-	c.arr[1] = nil
+	err = c.writeFrame(h, payload)
 	c.lastWrite.Store(time.Now().UnixNano())
 	c.wmu.Unlock()
 	runtime.KeepAlive(v.Keep)
@@ -384,15 +388,21 @@ func (c *tcpConn) readLoop() {
 			c.readFailed(err)
 			return
 		}
+		if c.open != nil {
+			if err := c.open.openHead(br, buf[:headerBytes(nd)]); err != nil {
+				c.readRefused(err)
+				return
+			}
+		}
 		h, err := decodeHeader(buf[:headerBytes(nd)], lim)
 		if err != nil {
-			cause := ErrProtocol
-			if errors.Is(err, ErrFrameTooLarge) {
-				cause = ErrFrameTooLarge
-			}
-			reason := strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrProtocol.Error()+": "), ErrFrameTooLarge.Error()+": ")
-			t.fail(&PeerError{Peer: c.peer, Reason: reason, Err: cause})
+			c.readRefused(err)
 			return
+		}
+		if h.kind != frameData && h.kind != frameAbort {
+			if err := c.readPayload(br, nil); err != nil {
+				return
+			}
 		}
 		switch h.kind {
 		case frameHeartbeat:
@@ -411,7 +421,7 @@ func (c *tcpConn) readLoop() {
 				var h [frameHdrLen]byte
 				putHeader(h[:], frameByeAck, 0, 0, Tag{}, 0)
 				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
-				_, _ = c.c.Write(h[:])
+				_ = c.writeFrame(h[:], nil)
 			}
 			c.wmu.Unlock()
 			t.log.Debug("peer said goodbye", "rank", t.rank, "peer", c.peer)
@@ -424,7 +434,17 @@ func (c *tcpConn) readLoop() {
 			// it (-1 if the sender itself failed); channel: sentinel code.
 			news := &PeerError{Peer: c.peer, Reason: "aborted (no reason given)", Err: ErrAborted}
 			msg := make([]byte, h.n) // h.n <= maxAbortMsgLen
-			if _, err := io.ReadFull(br, msg); err == nil && len(msg) > 0 {
+			var err error
+			if c.open == nil {
+				_, err = io.ReadFull(br, msg)
+			} else {
+				err = c.open.readPayload(br, msg)
+			}
+			if errors.Is(err, ErrProtocol) {
+				c.readRefused(err) // a forged abort is no news
+				return
+			}
+			if err == nil && len(msg) > 0 {
 				news.Reason = string(msg)
 			}
 			origin, via := int(h.tag.Stage), int(h.tag.Micro)
@@ -442,15 +462,14 @@ func (c *tcpConn) readLoop() {
 			return
 		}
 		if !keep {
-			if _, err := io.CopyN(io.Discard, br, int64(h.n)); err != nil {
+			if err := c.open.skipPayload(br, int64(h.n)); err != nil {
 				c.readFailed(err)
 				return
 			}
 			continue
 		}
 		x, raw := t.pool.get(h.dt, h.dims)
-		if _, err := io.ReadFull(br, raw); err != nil {
-			c.readFailed(err)
+		if err := c.readPayload(br, raw); err != nil {
 			return
 		}
 		fromWire(raw, wire.ElemSize(h.dt))
@@ -459,6 +478,37 @@ func (c *tcpConn) readLoop() {
 		}
 		c.box[h.ch].push(message{h.tag, x, h.size})
 	}
+}
+
+// readRefused fails the transport with err, a frame the peer sent that
+// this rank refuses (decodeHeader's or frame authentication's error).
+func (c *tcpConn) readRefused(err error) {
+	cause := ErrProtocol
+	if errors.Is(err, ErrFrameTooLarge) {
+		cause = ErrFrameTooLarge
+	}
+	if !errors.Is(err, cause) { // a socket error reading the seal
+		c.readFailed(err)
+		return
+	}
+	reason := strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrProtocol.Error()+": "), ErrFrameTooLarge.Error()+": ")
+	c.t.fail(&PeerError{Peer: c.peer, Reason: reason, Err: cause})
+}
+
+// readPayload reads the payload p of the frame being read (and, with
+// authenticated frames, checks its tags), failing the transport on an error;
+// the reader stops on an error.
+func (c *tcpConn) readPayload(r io.Reader, p []byte) error {
+	var err error
+	if c.open == nil {
+		_, err = io.ReadFull(r, p)
+	} else {
+		err = c.open.readPayload(r, p)
+	}
+	if err != nil {
+		c.readRefused(err)
+	}
+	return err
 }
 
 func (c *tcpConn) readFailed(err error) {
@@ -494,7 +544,7 @@ func (t *TCP) heartbeat() {
 			}
 			if !c.byeSent {
 				_ = c.c.SetWriteDeadline(now.Add(t.cfg.HeartbeatTimeout))
-				_, _ = c.c.Write(hb[:]) // failures surface in the reader
+				_ = c.writeFrame(hb[:], nil) // failures surface in the reader
 				c.lastWrite.Store(now.UnixNano())
 			}
 			c.wmu.Unlock()
@@ -526,7 +576,7 @@ func (t *TCP) Close() error {
 				var h [frameHdrLen]byte
 				putHeader(h[:], frameGoodbye, 0, 0, Tag{}, 0)
 				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
-				_, _ = c.c.Write(h[:])
+				_ = c.writeFrame(h[:], nil)
 				if tc, ok := c.c.(*net.TCPConn); ok {
 					_ = tc.CloseWrite()
 				}
@@ -602,11 +652,10 @@ func (t *TCP) Abort(cause error) {
 			}
 			if !c.byeSent {
 				c.byeSent = true
-				h := make([]byte, frameHdrLen, frameHdrLen+len(msg))
-				putHeader(h, frameAbort, wire.SentinelCode(news.Err), 0, tag, uint64(len(msg)))
-				h = append(h, msg...)
+				var h [frameHdrLen]byte
+				putHeader(h[:], frameAbort, wire.SentinelCode(news.Err), 0, tag, uint64(len(msg)))
 				_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
-				_, _ = c.c.Write(h)
+				_ = c.writeFrame(h[:], []byte(msg))
 			}
 			c.wmu.Unlock()
 			_ = c.c.Close()
@@ -681,6 +730,10 @@ func DialTCP(ctx context.Context, cfg TCPConfig) (*TCP, error) {
 		t.log.Warn("transport: no shared token (AllowNoToken, PPGEN_ALLOW_NO_TOKEN=1): connections are not authenticated, any process that reaches the ports can join the job",
 			"rank", cfg.Rank, "world", cfg.World)
 	}
+	if cfg.World > 1 && cfg.PlainFrames {
+		t.log.Warn("transport: frames are not authenticated (PlainFrames, "+launch.PlainFramesVar+"=1): whoever can write to the connections can inject or replay frames; use it only on a trusted network",
+			"rank", cfg.Rank, "world", cfg.World)
+	}
 	if cfg.World == 1 {
 		if cfg.Listener != nil {
 			cfg.Listener.Close()
@@ -711,9 +764,12 @@ func DialTCP(ctx context.Context, cfg TCPConfig) (*TCP, error) {
 	for p, c := range conns {
 		if c != nil {
 			_ = c.SetDeadline(time.Time{})
-			t.conns[p] = newTCPConn(t, p, c)
+			keys, _ := t.sessions.Load(c)
+			k, _ := keys.(*frameKeys)
+			t.conns[p] = newTCPConnKeys(t, p, c, k)
 		}
 	}
+	t.sessions.Clear()
 	t.start()
 	t.log.Debug("transport up", "rank", t.rank, "world", t.world)
 	return t, nil

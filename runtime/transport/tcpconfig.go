@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/launch"
 )
 
 // TCPConfig configures [DialTCP]. Zero durations and sizes take the defaults.
@@ -27,9 +28,12 @@ type TCPConfig struct {
 	ListenHost string
 
 	// Token is a secret shared by all ranks. The handshake proves knowledge
-	// of it (HMAC-SHA256 challenge-response) before anything else is said;
-	// it never crosses the wire. With World > 1 an empty Token is refused
-	// unless AllowNoToken is set.
+	// of it (HMAC-SHA256 challenge-response, the dialer first) before
+	// anything else is said, and every frame is authenticated with keys
+	// derived from it; it never crosses the wire. With World > 1 an empty
+	// Token is refused unless AllowNoToken is set, and so is a token of less
+	// than 128 bits of entropy as launch.CheckToken counts them (32 hex
+	// digits, 22 base64 characters: openssl rand -hex 16).
 	Token string
 	// Fingerprint identifies the schedule (generated code's Fingerprint).
 	// Ranks with different fingerprints refuse each other.
@@ -45,6 +49,12 @@ type TCPConfig struct {
 	// explicit opt-out, PPGEN_ALLOW_NO_TOKEN=1 in the environment; without
 	// it an empty Token is refused. DialTCP logs a warning when it is used.
 	AllowNoToken bool
+	// PlainFrames sends and expects frames without MACs or sequence
+	// numbers: the opt-out of frame authentication for trusted networks,
+	// PPGEN_PLAIN_FRAMES=1 in the environment. Every rank must agree (the
+	// handshake refuses a peer that differs); DialTCP logs a warning when it
+	// is set.
+	PlainFrames bool
 
 	// Timeout bounds every send (socket write) and every receive wait: an
 	// operation that makes no progress for this long fails with a
@@ -129,6 +139,11 @@ func (c *TCPConfig) fill() error {
 	}
 	if c.World > 1 && c.Token == "" && !c.AllowNoToken {
 		return errors.New("no shared token, so any process that reaches the ports could join the job: " + noTokenHelp)
+	}
+	if c.Token != "" {
+		if err := launch.CheckToken(c.Token); err != nil {
+			return err
+		}
 	}
 	wire.OrDefault(&c.Timeout, DefaultTimeout)
 	wire.OrDefault(&c.HandshakeTimeout, DefaultHandshakeTimeout)

@@ -47,10 +47,16 @@
 //
 //   - Authentication comes first. World > 1 needs a shared token
 //     ([TCPConfig.Token], PPGEN_TOKEN) unless AllowNoToken
-//     (PPGEN_ALLOW_NO_TOKEN=1) opts out, which is logged as a warning. Each
-//     connection begins with an HMAC-SHA256 challenge-response; no side says
-//     anything about the job (fingerprint, world size, ranks, addresses)
-//     before the other proved the token.
+//     (PPGEN_ALLOW_NO_TOKEN=1) opts out, which is logged as a warning; a
+//     token under 128 bits is refused (launch.CheckToken). Each connection
+//     begins with an HMAC-SHA256 challenge-response in which the dialer
+//     proves the token first, so a listener is no offline oracle; no side
+//     says anything about the job (fingerprint, world size, ranks,
+//     addresses) before the other proved the token.
+//   - Every frame is authenticated (GMAC tags with keys derived from the
+//     token and the handshake's nonces, and a sequence number): an injected,
+//     forged or replayed frame fails the rank naming the peer.
+//     PlainFrames (PPGEN_PLAIN_FRAMES=1) opts out, logged as a warning.
 //   - During the rendezvous, a connection that sends junk, fails
 //     authentication, sends a malformed hello or stays silent past
 //     HandshakeTimeout (default 10 s) is logged with its remote address and
@@ -58,7 +64,9 @@
 //     disagrees (fingerprint, world size, a rank claimed twice) is a real
 //     mismatch: the rendezvous fails naming the rank and its address. When
 //     the rendezvous ends, every listener and every unfinished connection is
-//     closed.
+//     closed. At most 64 handshakes run at once per listener, an accept
+//     loop out of file descriptors backs off and keeps serving, and
+//     refusals are logged at most once a second (with a count).
 //   - Every frame header is validated with overflow-checked arithmetic
 //     (decodeHeader) before anything is allocated: payload = element size ×
 //     ∏dims exactly, within MaxFrameBytes (default 1 GiB).

@@ -178,7 +178,7 @@ func world(t testing.TB, n int, mod func(r int, c *TCPConfig)) ([]*TCP, []error)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		cfg := TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: "secret", Fingerprint: "sha256:abc",
+		cfg := TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: testToken, Fingerprint: "sha256:abc",
 			RendezvousTimeout: 10 * time.Second, Timeout: 10 * time.Second, Logger: quiet}
 		if r == 0 {
 			cfg.Listener = ln
@@ -286,9 +286,9 @@ func TestTCPHandshakeRefusals(t *testing.T) {
 		{"token", func(r int, c *TCPConfig) {
 			c.RendezvousTimeout = 2 * time.Second
 			if r == 1 {
-				c.Token = "wrong"
+				c.Token = "deadbeefdeadbeefdeadbeefdeadbeef"
 			}
-		}, []string{"rank 0 failed authentication: its shared token differs from this rank's",
+		}, []string{"refused this rank: failed authentication: the shared token differs",
 			"ranks [1] did not join within 2s; 1 connection(s) were refused in the handshake, the last from 127.0.0.1"}},
 		{"world", func(r int, c *TCPConfig) {
 			if r == 2 {
@@ -340,7 +340,7 @@ func TestTCPRendezvousTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = DialTCP(context.Background(), TCPConfig{Rank: 0, World: 3, Listener: ln, Token: "t", RendezvousTimeout: 300 * time.Millisecond})
+	_, err = DialTCP(context.Background(), TCPConfig{Rank: 0, World: 3, Listener: ln, Token: testToken, RendezvousTimeout: 300 * time.Millisecond})
 	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "ranks [1 2] did not join") {
 		t.Fatalf("err = %v", err)
 	}
@@ -350,7 +350,7 @@ func TestTCPRendezvousTimeout(t *testing.T) {
 	// A worker whose master cannot be reached. Port 1 is privileged and
 	// unused on test machines; a port freed by this test could be taken by
 	// another test package running in parallel.
-	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: "127.0.0.1:1", Token: "t", RendezvousTimeout: 300 * time.Millisecond})
+	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: "127.0.0.1:1", Token: testToken, RendezvousTimeout: 300 * time.Millisecond})
 	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "cannot reach rank 0") {
 		t.Fatalf("unreachable master: err = %v", err)
 	}
@@ -361,7 +361,7 @@ func TestTCPRendezvousTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: silent.Addr().String(), Token: "t", RendezvousTimeout: 300 * time.Millisecond})
+	_, err = DialTCP(context.Background(), TCPConfig{Rank: 1, World: 2, MasterAddr: silent.Addr().String(), Token: testToken, RendezvousTimeout: 300 * time.Millisecond})
 	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "did not finish the handshake in time") {
 		t.Fatalf("silent master: err = %v", err)
 	}
@@ -385,7 +385,7 @@ func TestTCPIgnoresJunkConnection(t *testing.T) {
 	errs := make([]error, 2)
 	for r := range 2 {
 		wg.Go(func() {
-			cfg := TCPConfig{Rank: r, World: 2, MasterAddr: ln.Addr().String(), Token: "t", RendezvousTimeout: 5 * time.Second, Logger: quiet}
+			cfg := TCPConfig{Rank: r, World: 2, MasterAddr: ln.Addr().String(), Token: testToken, RendezvousTimeout: 5 * time.Second, Logger: quiet}
 			if r == 0 {
 				cfg.Listener = ln
 			}

@@ -48,7 +48,7 @@ func TestCheck(t *testing.T) {
 // TestOpenRefuses: options that do not fit are refused, before anything
 // starts, with what to change.
 func TestOpenRefuses(t *testing.T) {
-	env := &launch.Env{Rank: 0, World: 5, MasterAddr: "127.0.0.1", MasterPort: 1, Token: "t", Source: "torchrun"}
+	env := &launch.Env{Rank: 0, World: 5, MasterAddr: "127.0.0.1", MasterPort: 1, Token: "5ec7e75ec7e75ec7e75ec7e75ec7e75e", Source: "torchrun"}
 	for _, c := range []struct {
 		name string
 		o    world.Options
@@ -170,7 +170,7 @@ func openFromEnv(port int, fps [2]string) ([]transport.Transport, []error) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		env := &launch.Env{Rank: r, World: 2, MasterAddr: "127.0.0.1", MasterPort: port, Token: "secret", Timeout: 10 * time.Second, Source: "torchrun"}
+		env := &launch.Env{Rank: r, World: 2, MasterAddr: "127.0.0.1", MasterPort: port, Token: "5ec7e75ec7e75ec7e75ec7e75ec7e75e", Timeout: 10 * time.Second, Source: "torchrun"}
 		o := world.Options{Size: 2, Env: env, Fingerprint: fps[r], Schedule: "schedule " + fps[r], RendezvousTimeout: 10 * time.Second}
 		wg.Go(func() {
 			w, err := world.Open(context.Background(), "tcp", o)

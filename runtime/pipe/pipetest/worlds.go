@@ -29,7 +29,7 @@ func TCPWorld(t testing.TB, n int, fp string, mod func(r int, c *transport.TCPCo
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		cfg := transport.TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: "t0k3n", Fingerprint: fp,
+		cfg := transport.TCPConfig{Rank: r, World: n, MasterAddr: ln.Addr().String(), Token: "5ec7e75ec7e75ec7e75ec7e75ec7e75e", Fingerprint: fp,
 			Timeout: 20 * time.Second, RendezvousTimeout: 10 * time.Second}
 		if r == 0 {
 			cfg.Listener = ln

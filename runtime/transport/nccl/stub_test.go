@@ -547,7 +547,7 @@ func child(sc string) error {
 	// HeartbeatTimeout is widened from its 6 s: no scenario here tests a
 	// hung peer, and a machine loaded to several times its cores can leave
 	// a child without CPU for that long (TestWorld/4 failed so once).
-	cfg := Config{TCP: transport.TCPConfig{Rank: rank, World: n, MasterAddr: os.Getenv("NCCLTEST_ADDR"), Token: "nccl-test",
+	cfg := Config{TCP: transport.TCPConfig{Rank: rank, World: n, MasterAddr: os.Getenv("NCCLTEST_ADDR"), Token: "5ec7e75ec7e75ec7e75ec7e75ec7e75e",
 		Timeout: 30 * time.Second, HeartbeatTimeout: 30 * time.Second, Fingerprint: "test"}}
 	if sc == "timeout" || sc == "coll-timeout" || sc == "coll-join-timeout" {
 		cfg.TCP.Timeout = time.Second
