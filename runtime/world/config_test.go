@@ -25,7 +25,7 @@ func openConfigs(t *testing.T, cfgs []map[string]string, sizes []int) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		env := &launch.Env{Rank: r, World: n, MasterAddr: "127.0.0.1", MasterPort: port, Token: "secret-secret-secret", Timeout: 10 * time.Second, Source: "torchrun"}
+		env := &launch.Env{Rank: r, World: n, MasterAddr: "127.0.0.1", MasterPort: port, Token: "5ec7e75ec7e75ec7e75ec7e75ec7e75e", Timeout: 10 * time.Second, Source: "torchrun"}
 		o := world.Options{Size: sizes[r], Env: env, Fingerprint: "fp", RendezvousTimeout: 10 * time.Second, Config: cfgs[r]}
 		wg.Go(func() {
 			w, err := world.Open(context.Background(), "tcp", o)
