@@ -3,35 +3,19 @@ package checkpoint
 import (
 	"fmt"
 	"slices"
+
+	"github.com/ppgen/ppgen/runtime/dtype"
 )
 
-// DType is a tensor's element type in a shard.
-type DType uint8
+// DType is a tensor's element type in a shard: runtime/dtype's, whose
+// codes the shard records.
+type DType = dtype.Dtype
 
 // The element types a shard holds.
 const (
-	Float32 DType = 1
-	Float64 DType = 2
+	Float32 = dtype.Float32
+	Float64 = dtype.Float64
 )
-
-// String is "float32" or "float64".
-func (d DType) String() string {
-	switch d {
-	case Float32:
-		return "float32"
-	case Float64:
-		return "float64"
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
-}
-
-// Size is the bytes of one element.
-func (d DType) Size() int {
-	if d == Float32 {
-		return 4
-	}
-	return 8
-}
 
 // Limits of the shard format, checked by the encoder and the decoder.
 const (

@@ -20,38 +20,19 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/ppgen/ppgen/runtime/dtype"
 )
 
-// Dtype is an element type. Its codes are the transports' wire codes
-// (runtime/internal/wire's Float32 and Float64).
-type Dtype uint8
+// Dtype is an element type (runtime/dtype: the codes the transports and
+// checkpoints share).
+type Dtype = dtype.Dtype
 
 // The element types the runtime carries.
 const (
-	Float32 Dtype = 1
-	Float64 Dtype = 2
+	Float32 = dtype.Float32
+	Float64 = dtype.Float64
 )
-
-// Size returns the size of one element in bytes, 0 for an unknown dtype.
-func (d Dtype) Size() int {
-	switch d {
-	case Float32:
-		return 4
-	case Float64:
-		return 8
-	}
-	return 0
-}
-
-func (d Dtype) String() string {
-	switch d {
-	case Float32:
-		return "float32"
-	case Float64:
-		return "float64"
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
-}
 
 // Limits of a value's layout, checked before anything is allocated.
 const (

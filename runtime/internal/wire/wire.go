@@ -12,11 +12,14 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/ppgen/ppgen/runtime/dtype"
 	"gorgonia.org/tensor"
 )
 
 // Dtype codes on the wire (every transport's headers, runtime/value's
-// Dtype, runtime/pipe's multi-tensor codec).
+// Dtype, runtime/pipe's multi-tensor codec): runtime/dtype's codes, as
+// untyped constants for the byte fields of headers (TestDtypeCodes holds
+// them equal).
 const (
 	Float32 = 1
 	Float64 = 2
@@ -27,15 +30,7 @@ const MaxDims = 16
 
 // ElemSize is the bytes of one element of dtype code dt, 0 for an unknown
 // code.
-func ElemSize(dt uint8) int {
-	switch dt {
-	case Float32:
-		return 4
-	case Float64:
-		return 8
-	}
-	return 0
-}
+func ElemSize(dt uint8) int { return dtype.Dtype(dt).Size() }
 
 // Payload is a tensor's bytes as the transports send them: its dtype code,
 // shape and element count (1 for a scalar), and the raw native-order bytes

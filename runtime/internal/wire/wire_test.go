@@ -8,6 +8,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/dtype"
 )
 
 // TestChannelCodes: the wire codes are 0 act, 1 grad, 2 data (what
@@ -96,5 +97,17 @@ func TestBytes(t *testing.T) {
 	}
 	if _, ok := Elems[float64](make([]byte, 12)); ok {
 		t.Error("Elems accepted 12 bytes as float64s")
+	}
+}
+
+// TestDtypeCodes: the wire's dtype codes are runtime/dtype's.
+func TestDtypeCodes(t *testing.T) {
+	if Float32 != uint8(dtype.Float32) || Float64 != uint8(dtype.Float64) {
+		t.Fatalf("wire codes %d, %d; runtime/dtype's %d, %d", Float32, Float64, dtype.Float32, dtype.Float64)
+	}
+	for _, dt := range []uint8{0, Float32, Float64, 9} {
+		if ElemSize(dt) != dtype.Dtype(dt).Size() {
+			t.Errorf("ElemSize(%d) = %d", dt, ElemSize(dt))
+		}
 	}
 }
