@@ -30,6 +30,10 @@ func TestDecodeHeader(t *testing.T) {
 		{"nan", []float64{hdrMagic, 0, dtFloat32, math.NaN()}, 0, "header dimension 0 is NaN"},
 		{"too large", []float64{hdrMagic, 0, dtFloat64, 1 << 20, 1 << 20}, 0, "over this rank's cap of 1073741824 bytes"},
 		{"too many dims", append([]float64{hdrMagic, 0, dtFloat32}, make([]float64, 17)...), 0, "header of 20 values"},
+		// 0×(2^30)^15: empty, but its other dimensions would size strides of
+		// 2^450 bytes; the control connection once accepted it where TCP
+		// refused it (issue 35): both now ask runtime/internal/wire.Shape.
+		{"empty over the cap", append([]float64{hdrMagic, 0, dtFloat32, 0}, slices.Repeat([]float64{1 << 30}, 15)...), 0, "shape overflows"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, err := decodeHeader(tag, c.v, 1<<30)
