@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -175,7 +176,54 @@ func LowerFamily(fam schedules.Family, cfg ir.Config, opt Options) (Result, erro
 		}
 		opt.Passes.OwnedData = true
 	}
-	return LowerOrder(cfg, compute, opt)
+	res, err := LowerOrder(cfg, compute, opt)
+	if err != nil || fam.Reference == nil || opt.CommCost == nil {
+		return res, err
+	}
+	return lowerReference(fam, cfg, res, opt)
+}
+
+// lowerReference lowers fam's reference order for cfg (Family.Reference)
+// too and returns it in res's place when, simulated under opt.CommCost's
+// model, it runs faster than res (by more than rounding): a family that
+// judges its candidates compute-only is then never slower, lowered, than
+// its reference. An order equal to res's, or a cost or reference that
+// fails, leaves res.
+func lowerReference(fam schedules.Family, cfg ir.Config, res Result, opt Options) (Result, error) {
+	ref, err := fam.Reference(cfg)
+	if err != nil {
+		return res, fmt.Errorf("schedule %s: its reference order (a ppgen bug; please report it): %w", cfg.Schedule, err)
+	}
+	if sameOrder(ref, res.Compute) {
+		return res, nil
+	}
+	cost, err := opt.CommCost(res.Compute)
+	if err != nil {
+		return res, nil // no model to compare under: the family's own
+	}
+	alt, err := LowerOrder(cfg, ref, opt)
+	if err != nil {
+		return res, nil
+	}
+	mine, err1 := sim.Run(res.Program, cost)
+	theirs, err2 := sim.Run(alt.Program, cost)
+	if err1 != nil || err2 != nil || !(theirs.Makespan < mine.Makespan-1e-9*max(1, mine.Makespan)) {
+		return res, nil
+	}
+	return alt, nil
+}
+
+// sameOrder reports whether a and b hold the same steps on every rank.
+func sameOrder(a, b ir.Program) bool {
+	if len(a.Ranks) != len(b.Ranks) {
+		return false
+	}
+	for r := range a.Ranks {
+		if !slices.EqualFunc(a.Ranks[r], b.Ranks[r], ir.Step.Equal) {
+			return false
+		}
+	}
+	return true
 }
 
 // LowerOrder lowers and verifies compute, an order built for cfg (by its

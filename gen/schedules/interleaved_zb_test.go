@@ -3,6 +3,7 @@ package schedules
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/ppgen/ppgen/gen/ir"
@@ -322,5 +323,27 @@ func TestInterleavedZBCostErrors(t *testing.T) {
 			continue
 		}
 		t.Logf("cost %+v: %v", *c, err)
+	}
+}
+
+// TestInterleavedZBReference: the family's Reference (which gen.LowerFamily
+// lowers beside the family's own order) is PyTorch's order as written here
+// from its description, for M a multiple of its rounds.
+func TestInterleavedZBReference(t *testing.T) {
+	fam, err := Lookup("interleaved-zb")
+	if err != nil || fam.Reference == nil {
+		t.Fatalf("interleaved-zb: %v, Reference %v", err, fam.Reference != nil)
+	}
+	for _, c := range []struct{ p, v, m int }{{2, 1, 4}, {4, 2, 4}, {4, 2, 8}, {4, 3, 12}, {8, 2, 16}} {
+		got, err := fam.Reference(ir.Config{Schedule: "interleaved-zb", Ranks: c.p, Virtual: c.v, Micro: c.m})
+		if err != nil {
+			t.Fatalf("P=%d V=%d M=%d: %v", c.p, c.v, c.m, err)
+		}
+		want := izbtTorchOrder(c.p, c.v, c.m)
+		for r := range want.Ranks {
+			if !slices.EqualFunc(got.Ranks[r], want.Ranks[r], ir.Step.Equal) {
+				t.Fatalf("P=%d V=%d M=%d rank %d:\n got %v\nwant %v", c.p, c.v, c.m, r, got.Ranks[r], want.Ranks[r])
+			}
+		}
 	}
 }

@@ -44,6 +44,13 @@ type Family struct {
 	// limits first, in that one place, and the family's code may assume
 	// them.
 	Build func(cfg ir.Config) (ir.Program, error)
+	// Reference, when set, builds an order the family's own must never be
+	// slower than once both are lowered and simulated under the cost model
+	// (interleaved-zb: PyTorch's ScheduleInterleavedZeroBubble order). The
+	// family judges its candidates compute-only; gen.LowerFamily lowers
+	// this one too and keeps it where the lowered program runs faster. cfg
+	// is normalized, as BuildConfig returns it.
+	Reference func(cfg ir.Config) (ir.Program, error)
 	// own is the family's own Build, before Register wraps it
 	// (BuildConfig normalizes once and calls it).
 	own func(cfg ir.Config) (ir.Program, error)
