@@ -176,6 +176,14 @@ func (c *tcpConn) popped(size int64) {
 	}
 }
 
+// frameOverhead is what a queued frame costs in memory beyond its bytes on
+// the wire: the *tensor.Dense, its shape and strides, the mailbox entry and
+// the allocator's rounding (about 360 bytes measured for a one-float frame).
+// The receive queue charges it per frame, so RecvQueueBytes bounds memory,
+// not payload: a flood of tiny frames once kept 259 MiB of payload queued
+// and 2.9 GB resident (TestTCPRecvQueueCountsFrames).
+const frameOverhead = 512
+
 // admit waits until a frame of size bytes fits the receive queue
 // (RecvQueueBytes; always when the queue is empty). It returns keep=false
 // when the frame should be read and dropped (this rank is closing and
@@ -457,7 +465,8 @@ func (c *tcpConn) readLoop() {
 		// A data frame: wait for room in the receive queue, then take
 		// exactly what the validated header describes from the pool (a
 		// recycled array, or a new one).
-		keep, ok := c.admit(h.size)
+		charge := h.size + frameOverhead // what the queued frame costs in memory
+		keep, ok := c.admit(charge)
 		if !ok {
 			return
 		}
@@ -473,10 +482,10 @@ func (c *tcpConn) readLoop() {
 			return
 		}
 		fromWire(raw, wire.ElemSize(h.dt))
-		if q := c.queued.Add(h.size); q > c.peakQueued.Load() {
+		if q := c.queued.Add(charge); q > c.peakQueued.Load() {
 			c.peakQueued.Store(q) // only the reader raises it
 		}
-		c.box[h.ch].push(message{h.tag, x, h.size})
+		c.box[h.ch].push(message{h.tag, x, charge})
 	}
 }
 

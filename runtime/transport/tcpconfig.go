@@ -85,7 +85,9 @@ type TCPConfig struct {
 	// Default 1 GiB.
 	MaxFrameBytes int64
 	// RecvQueueBytes bounds, per peer, the bytes of frames received from it
-	// and not yet taken by Recv (all channels together). When the queue
+	// and not yet taken by Recv (all channels together), each frame counted
+	// with what it costs in memory beyond its bytes (frameOverhead, 512), so
+	// that many tiny frames are bounded as much as a few large ones. When the queue
 	// reaches it, this rank stops reading that peer's connection until Recv
 	// drains it, so TCP flow control blocks the sender (whose Send then fails
 	// after Timeout); memory stays bounded whatever a peer sends. A frame

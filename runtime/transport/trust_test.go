@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -716,3 +717,40 @@ func TestBadPeers(t *testing.T) {
 // testToken is the shared token of the tests' worlds (32 hex digits: 128
 // bits, as launch.CheckToken asks).
 const testToken = "5ec7e75ec7e75ec7e75ec7e75ec7e75e"
+
+// TestTCPRecvQueueCountsFrames: a flood of one-float frames that a rank
+// never receives is bounded by what the frames cost in memory, not by
+// their payload: the queue charges each frame's overhead, so the heap the
+// queued frames hold stays within twice RecvQueueBytes (issue 35: such a
+// flood kept 259 MiB of payload queued and 2.9 GB resident).
+func TestTCPRecvQueueCountsFrames(t *testing.T) {
+	const bound = 2 << 20
+	trs := mustWorld(t, 2, func(r int, c *TCPConfig) {
+		c.RecvQueueBytes = bound
+		if r == 1 {
+			c.Timeout = time.Second
+		}
+	})
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	x := f32([]int{1}, 1)
+	var err error
+	sent := 0
+	for ; err == nil && sent < 1<<20; sent++ {
+		err = trs[1].Send(0, abi.DataChannel, Tag{Micro: int32(sent % 1000)}, x)
+	}
+	var pe *ProgressError
+	if !errors.As(err, &pe) || pe.Op != "send" {
+		t.Fatalf("after %d sends: err = %v, want the sender's progress timeout", sent, err)
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 2*bound {
+		t.Errorf("%d queued frames hold %d KiB of heap, over twice the %d KiB bound", sent, grew>>10, bound>>10)
+	}
+	if peak := trs[0].conns[1].peakQueued.Load(); peak > bound {
+		t.Errorf("queue peaked at %d, over its bound %d", peak, bound)
+	}
+}
