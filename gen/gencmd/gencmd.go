@@ -24,6 +24,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -111,6 +112,10 @@ type Request struct {
 	// reduction of the global gradient norm that clipping needs
 	// (passes.Clip).
 	Clip bool
+	// Passes holds the values of the options the lowering passes declare
+	// (passes.Declared: -recompute, ...), by name: Bind defines a flag for
+	// each, and LowerOptions hands them to the passes (Options.Set).
+	Passes map[string]string
 	// MaxActivations is -max-activations (verify, import): verify's limit
 	// on live chunks per rank (0: none).
 	MaxActivations int
@@ -249,6 +254,9 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
 	fs.Var(&r.Ties, "tie", "stages A:B share a parameter (an embedding on the first stage tied to the LM head on the last: 0:S-1); TIE_GRAD sums their gradients before OPT_STEP (repeat -tie, or list 0:3,1:2; a stage takes part in one tie; no effect with -forward-only)")
 	fs.BoolVar(&r.Clip, "clip", false, "place one ALL_REDUCE on every rank before OPT_STEP: the reduction of the global gradient norm that clipping needs (the trainer's pipe.Config.AllReduce does it; no effect with -forward-only)")
+	for _, o := range passes.Declared() {
+		fs.Var(passFlag{r, o}, o.Name, o.Usage)
+	}
 	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none); with -model, each rank's peak activations plus parameters in the model's units (auto and -partition auto)")
 	if which.Cost != "" {
 		r.simCost = true
@@ -259,6 +267,37 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.IntVar(&r.Budget, "budget", 0, fmt.Sprintf("-schedule auto with -model: the most simulations each local search of a synthesized order spends (0: the default, %d, fewer on large programs; at most %d); with -partition auto and -mem, also one synthesis per %d of it climbing the split of the best placement; the annealing of synthesized priorities and the reinsertion of their orders get budget/%d times their default steps; a larger budget may find a faster order and takes up to that many times longer", auto.RepairBudget, auto.MaxBudget, auto.SplitClimbCost, auto.RepairBudget))
 	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
 	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
+}
+
+// passFlag is the flag of an option a pass declares (passes.Option): its
+// value is the Request's Passes[o.Name], checked by the option as it is
+// read.
+type passFlag struct {
+	r *Request
+	o *passes.Option
+}
+
+func (f passFlag) String() string {
+	if f.r == nil {
+		return ""
+	}
+	return f.r.Passes[f.o.Name]
+}
+
+// Get makes passFlag a flag.Getter of a string (help shows its type).
+func (f passFlag) Get() any { return f.String() }
+
+func (f passFlag) Set(v string) error {
+	if v != "" && f.o.Check != nil {
+		if err := f.o.Check(v); err != nil {
+			return err
+		}
+	}
+	if f.r.Passes == nil {
+		f.r.Passes = map[string]string{}
+	}
+	f.r.Passes[f.o.Name] = v
+	return nil
 }
 
 // AliasHelp says, for flag help, that PyTorch's and torchtitan's schedule
@@ -420,6 +459,7 @@ func (r *Request) LowerOptions() (auto.Options, error) {
 	}
 	opt.Passes.Ties = r.Ties
 	opt.Passes.ClipNorm = r.Clip
+	opt.Passes.Set = maps.Clone(r.Passes)
 	opt.Verify.MaxActivations = r.MaxActivations
 	fam, _ := r.resolveFamily()
 	if r.Schedule != auto.Name && ((r.Mem != 0 && r.Partition != PartitionAuto) || (r.Cost != "" && !r.simCost && !fam.UsesCost) || (r.Model != "" && !r.simCost && r.Command != "gen")) {

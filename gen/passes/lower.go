@@ -66,6 +66,10 @@ type Options struct {
 	// Clip pass, after "opt"): the reduction of the global gradient norm
 	// that clipping needs (-clip).
 	ClipNorm bool
+	// Set holds the values of the options the passes declare in their
+	// own files (Declared: -recompute, ...), by Option.Name; "" or absent
+	// is off. Pipeline runs the pass of each one set.
+	Set map[string]string
 }
 
 // LowerInfo reports what lowering produced.
@@ -99,8 +103,9 @@ type Pass struct {
 // (UNSHARD/RESHARD/REDUCE_GRAD), swap, coalescing, ties, OPT_STEP and the
 // collectives of -clip before "slots", which
 // stays last because it assigns buffers to every step the others add
-// (docs/design.md §5 gives the order). Each new pass is one Pass entry guarded by
-// its option.
+// (docs/design.md §5 gives the order). A new pass declares its Option in its
+// own file (option.go), which places it here by Option.Before; the passes
+// above are the older ones, each one Pass entry guarded by its option.
 func Pipeline(opt Options) []Pass {
 	var ps []Pass
 	if opt.ForwardOnly {
@@ -168,7 +173,7 @@ func Pipeline(opt Options) []Pass {
 		q, _, err := assignSlots(p, true)
 		return q, err
 	}})
-	return ps
+	return withDeclared(ps, opt)
 }
 
 // Lower turns a compute-only program into a runnable one by running
@@ -176,6 +181,9 @@ func Pipeline(opt Options) []Pass {
 // not modified. Errors carry the failing pass's name.
 func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
 	var info LowerInfo
+	if err := checkSet(opt.Set); err != nil {
+		return ir.Program{}, info, fmt.Errorf("lowering: %w", err)
+	}
 	for _, pass := range Pipeline(opt) {
 		q, err := pass.Run(p)
 		if err != nil {
