@@ -113,6 +113,14 @@ type checker struct {
 	// the strict model (tie.go)
 	hasTie   bool
 	tieSteps []tieStep
+	// holds[k]: the program holds a step of kind k, which has a rule
+	// (rule.go); ruleState is the rules' own state, by kind.
+	holds     [64]bool
+	ruleState map[ir.Kind]any
+	// dropAtF, when not nil: per chunk, its F keeps only the stage's input
+	// and a later step of its rank rebuilds the rest (a rule's prepare
+	// sets it), so the chunk is not live from its F to that step.
+	dropAtF []bool
 	// collSteps are, per rank, the indices of its ALL_REDUCE steps
 	// (filled by the walk; collective.go)
 	collSteps [][]int
@@ -164,6 +172,9 @@ func Check(p ir.Program, opt Options) (Report, error) {
 		return c.rep, err
 	}
 	if err := c.complete(); err != nil {
+		return c.rep, err
+	}
+	if err := c.ruleChecks(); err != nil {
 		return c.rep, err
 	}
 	if err := c.ties(); err != nil {

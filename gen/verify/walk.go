@@ -89,9 +89,11 @@ func (c *checker) walk() error {
 	// The same pass notes which ranks hold FSDP, swap and TIE_GRAD steps
 	// (rare kinds: abi's IsFSDP and IsSwap, one table load per step, tell).
 	extras := make([]uint8, c.P)
+	ruledKinds := make([]uint64, c.P) // bit k: a step of kind k, which has a rule
 	par.ForRanksW(w, c.P, func(_, r int) {
 		n := 0
 		var ex uint8
+		var rk uint64
 		for i := range p.Ranks[r] {
 			switch k := p.Ranks[r][i].Kind; {
 			case k.IsComm():
@@ -100,14 +102,24 @@ func (c *checker) walk() error {
 				ex |= extraOf(k)
 			case k == ir.TieGrad:
 				ex |= hasTieStep
+			case rules[k] != nil && int(k) < len(c.holds):
+				rk |= 1 << k
 			}
 		}
 		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
-		extras[r] = ex
+		extras[r], ruledKinds[r] = ex, rk
 	})
 	var ex uint8
-	for _, e := range extras {
+	for r, e := range extras {
 		ex |= e
+		for k := range c.holds {
+			c.holds[k] = c.holds[k] || ruledKinds[r]&(1<<k) != 0
+		}
+	}
+	for _, k := range ruled {
+		if rl := rules[k]; int(k) < len(c.holds) && c.holds[k] && rl.prepare != nil {
+			rl.prepare(c)
+		}
 	}
 	c.hasTie = ex&hasTieStep != 0
 	c.collSteps = make([][]int, c.P)
@@ -268,6 +280,15 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 					}
 				}
 			}
+			if rl := rules[st.Kind]; rl != nil && rl.step != nil {
+				d, err := rl.step(c, r, i, st)
+				if err != nil {
+					return err
+				}
+				if live += d; d > 0 {
+					live = c.peak(rw, i, st, nil, live)
+				}
+			}
 			c.pre(rw, i, st, st)
 			c.slot(rw, i, st, st)
 			if st.Kind.IsCompute() {
@@ -389,8 +410,10 @@ func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live i
 	}
 	for k := range subs {
 		// a chunk ends at its W, or at its B when it has no I; in a
-		// forward-only program at its F (it saves nothing)
-		if k := subs[k].Kind; k == ir.BackwardWeight || k == ir.Backward || (c.forwardOnly && k == ir.Forward) {
+		// forward-only program at its F (it saves nothing); until a later
+		// step rebuilds it, at the F that drops it (dropAtF)
+		sub := &subs[k]
+		if k := sub.Kind; k == ir.BackwardWeight || k == ir.Backward || (k == ir.Forward && (c.forwardOnly || (c.dropAtF != nil && c.dropAtF[sub.Stage*c.M+sub.Micro]))) {
 			live--
 		}
 	}

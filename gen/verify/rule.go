@@ -1,0 +1,62 @@
+package verify
+
+import "github.com/ppgen/ppgen/gen/ir"
+
+// rule is what the verifier knows of one step kind beyond the generic
+// checks (structure, order of the chunk steps, matching, deadlock freedom,
+// memory, slots), declared in the kind's own file (recompute.go's R) so
+// that a new kind's rule touches neither Check nor the walk. A kind the
+// generic checks cover needs none.
+//
+// Registration is the least machinery that keeps a rule in one file: the
+// rule's file calls declareRule from an init function; the table is
+// indexed by kind, so the order of the init functions does not matter
+// (rules run in kind order).
+type rule struct {
+	kind ir.Kind
+	// prepare runs once before the walk when the program holds a step of
+	// the kind (it may set c.dropAtF, say).
+	prepare func(c *checker)
+	// step runs at each step of the kind in its rank's walk, after the
+	// generic structure checks, and returns by how much the step changes
+	// the rank's live chunks (the walk checks the peak after a rise).
+	// Ranks are walked in parallel: it may write only the state of its
+	// rank's chunks.
+	step func(c *checker, r, i int, st *ir.Step) (live int, err error)
+	// check runs after the walk, with the completeness checks, when the
+	// program holds a step of the kind.
+	check func(c *checker) error
+}
+
+// rules holds the declared rules by kind; ruled lists their kinds in
+// order.
+var (
+	rules [256]*rule
+	ruled []ir.Kind
+)
+
+// declareRule adds rl to the table; rule files call it from an init
+// function.
+func declareRule(rl *rule) {
+	if rules[rl.kind] != nil {
+		panic("verify: a second rule for " + rl.kind.String())
+	}
+	rules[rl.kind] = rl
+	ruled = append(ruled, rl.kind)
+	// Keep kind order whatever the order of the init functions.
+	for i := len(ruled) - 1; i > 0 && ruled[i] < ruled[i-1]; i-- {
+		ruled[i], ruled[i-1] = ruled[i-1], ruled[i]
+	}
+}
+
+// ruleChecks runs the check of every rule whose kind the program holds.
+func (c *checker) ruleChecks() error {
+	for _, k := range ruled {
+		if rl := rules[k]; int(k) < len(c.holds) && c.holds[k] && rl.check != nil {
+			if err := rl.check(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
