@@ -49,6 +49,7 @@ func TestKinds(t *testing.T) {
 		BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, "A", 0},
 		TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, "s", 0},
 		AllReduce:         {"ALL_REDUCE", 'A', ArgsNone, NoChannel, "", 0},
+		Recompute:         {"RECOMPUTE", 'C', ArgsLocal, NoChannel, "sm", 1},
 	}
 	if len(Kinds()) != len(cases) {
 		t.Errorf("Kinds() has %d kinds; the test pins %d", len(Kinds()), len(cases))

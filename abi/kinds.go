@@ -40,6 +40,7 @@ const (
 	BatchEnd               // BATCH_END: closes the batch BATCH_BEGIN opened; the runtime issues it as one group
 	TieGrad                // TIE_GRAD: sum a tied parameter's gradients with the other stage of its tie (-tie A:B)
 	AllReduce              // ALL_REDUCE: a reduction across every rank, which all post in the same order (-clip: the global gradient norm)
+	Recompute              // RECOMPUTE: rebuild the saved activations of (stage, micro), which its F dropped, before its backward (-recompute)
 	numKinds
 )
 
@@ -109,6 +110,7 @@ var kinds = [numKinds]row{
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, 0, nil},
 	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, 0, nil},
+	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, 0, []string{"R"}},
 }
 
 // facts is the part of a row the predicates read, packed in four bytes.

@@ -178,6 +178,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		forwardOnlyField(p.ForwardOnly()),
 		layersField(opt.Layers),
 		tiesField(p.Ties),
+		recomputeField(Recomputes(p)),
 	)
 	f.Line()
 	ranks := n.of("Ranks")
@@ -280,6 +281,30 @@ func tiesField(ties []ir.Tie) jen.Code {
 		items[i] = jen.Values(jen.Id("A").Op(":").Lit(t.A), jen.Id("B").Op(":").Lit(t.B))
 	}
 	return field("Ties", jen.Index().Qual(PipePath, "Tie").Values(items...))
+}
+
+// recomputeField is the Spec's Recompute field of a program with
+// RECOMPUTE steps, and nothing otherwise.
+func recomputeField(stages []int) jen.Code {
+	if len(stages) == 0 {
+		return jen.Null()
+	}
+	return field("Recompute", intSlice(stages))
+}
+
+// Recomputes returns the Spec.Recompute of p: the stages its RECOMPUTE
+// steps rebuild, in increasing order (nil when it has none).
+func Recomputes(p ir.Program) []int {
+	var stages []int
+	for _, steps := range p.Ranks {
+		for _, st := range steps {
+			if st.Kind == abi.Recompute && !slices.Contains(stages, st.Stage) {
+				stages = append(stages, st.Stage)
+			}
+		}
+	}
+	slices.Sort(stages)
+	return stages
 }
 
 // ShipsLabels reports whether p carries labels along the pipe (it holds

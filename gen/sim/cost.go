@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -83,6 +84,12 @@ type Cost struct {
 	// starts it together, once all have reached it with their transfers
 	// done (AllReduceTime).
 	AllReduce float64
+
+	// R is the cost of a RECOMPUTE step of each stage (-recompute: it
+	// re-runs the stage's forward to rebuild the activations its F
+	// dropped), one value for every stage or one per stage; nil (the
+	// default) is the stage's F. Resolve keeps it nil when not given.
+	R []float64
 }
 
 // MaxCost bounds every value of a cost model: far beyond any real ratio
@@ -106,7 +113,7 @@ func DefaultCost() Cost {
 
 // costKeys lists the keys ParseCost accepts, in the order String writes them
 // (act and bw only when bw > 0, so that the common form stays short).
-var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp", "allreduce"}
+var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp", "allreduce", "R"}
 
 // scalarKeys are the keys of costKeys that take one value.
 var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp", "allreduce"}
@@ -114,7 +121,7 @@ var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt",
 // ParseCost parses the command-line form of a cost model: comma-separated
 // key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I, W and act take
 // either one value or a colon-separated list with one value per stage
-// ("F=1:1:1:1.4"), as does param; the scalar keys are comm, data
+// ("F=1:1:1:1.4"), as do param and R (RECOMPUTE; default F); the scalar keys are comm, data
 // (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw, dp and allreduce (ALL_REDUCE beyond comm). Keys are case-insensitive. Keys not
 // given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0, and
 // B = I + W always holds (a key of the three not given is derived from the
@@ -144,7 +151,7 @@ func ParseCost(spec string, stages int) (Cost, error) {
 		}
 		seen[canon] = true
 		switch canon {
-		case "F", "B", "I", "W", "act", "param":
+		case "F", "B", "I", "W", "act", "param", "R":
 			if n := strings.Count(val, ":") + 1; n > ir.MaxIndex+1 {
 				return Cost{}, fmt.Errorf("cost: %s has %d values; a program has at most %d stages", canon, n, ir.MaxIndex+1)
 			}
@@ -238,6 +245,8 @@ func (c *Cost) stageField(k string) *[]float64 {
 		return &c.B
 	case "I":
 		return &c.I
+	case "R":
+		return &c.R
 	}
 	return &c.W
 }
@@ -301,6 +310,16 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 		if l := *c.stageField(k); len(l) == 1 {
 			if err := checkValue(k, l[0]); err != nil {
 				return Cost{}, err
+			}
+		}
+	}
+	if l := c.R; l != nil {
+		if len(l) == 0 || (stages > 0 && len(l) != 1 && len(l) != stages) || (n > 1 && len(l) != 1 && len(l) != n) {
+			return Cost{}, fmt.Errorf("R has %d values; want 1 (every stage) or %d (one per stage, as F, B, I and W have)", len(l), max(stages, n))
+		}
+		for s, v := range l {
+			if err := checkValue("R", v); err != nil {
+				return Cost{}, fmt.Errorf("stage %d: %w", s, err)
 			}
 		}
 	}
@@ -399,7 +418,7 @@ func (c Cost) String() string {
 	var b strings.Builder
 	for i, k := range costKeys {
 		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 ||
-			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 {
+			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 || k == "R" && len(c.R) == 0 {
 			continue // infinite bandwidth: sizes do not matter; or no sizes; or no DP group; or the default
 		}
 		if i > 0 {
@@ -407,7 +426,7 @@ func (c Cost) String() string {
 		}
 		b.WriteString(k)
 		b.WriteByte('=')
-		if i < 4 || k == "act" || k == "param" {
+		if i < 4 || k == "act" || k == "param" || k == "R" {
 			l := *c.stageField(k)
 			if allEqual(l) {
 				l = l[:min(len(l), 1)]
@@ -450,7 +469,8 @@ func of(l []float64, stage int) float64 {
 // StepCost returns the duration the simulator gives a host or compute step
 // under the resolved cost c: F, B, I, W per stage; an overlap takes
 // max(a, b) + Overlap·min(a, b); DATA_LOAD, UNSHARD (on the FSDP stream),
-// REDUCE_GRAD and OPT_STEP their scalar costs; every other step 0
+// REDUCE_GRAD and OPT_STEP their scalar costs; RECOMPUTE its stage's R
+// (default F); every other step 0
 // (transfers take Comm on their stream, which StepCost does not cover).
 func (c *Cost) StepCost(st ir.Step) float64 {
 	switch st.Kind {
@@ -468,6 +488,11 @@ func (c *Cost) StepCost(st ir.Step) float64 {
 		return c.Reduce + c.CollTime(st.Stage)
 	case ir.OptStep:
 		return c.Opt
+	case abi.Recompute:
+		if c.R != nil {
+			return of(c.R, st.Stage)
+		}
+		return of(c.F, st.Stage)
 	}
 	return c.computeCost(st)
 }

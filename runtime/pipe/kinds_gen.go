@@ -37,6 +37,7 @@ const (
 	OpBatchEnd          = abi.BatchEnd          // BATCH_END: BatchEnd(), no fields
 	OpTieGrad           = abi.TieGrad           // TIE_GRAD: TieGrad(Stage)
 	OpAllReduce         = abi.AllReduce         // ALL_REDUCE: AllReduce(), no fields
+	OpRecompute         = abi.Recompute         // RECOMPUTE: Recompute(At of Stage, Micro, Slot)
 )
 
 // packedSteps holds, per kind value, the packed method (one At) of the kinds whose abi.Shape is Packed;
@@ -59,6 +60,7 @@ var packedSteps = [256]func(*Exec, At){
 	OpSwapWaitLoad:      (*Exec).SwapWaitLoad,
 	OpMpipeSend:         (*Exec).MpipeSend,
 	OpMpipeRecv:         (*Exec).MpipeRecv,
+	OpRecompute:         (*Exec).Recompute,
 }
 
 // stageSteps holds, per kind value, the method of the kinds whose steps name a stage only (abi.ArgsStage);

@@ -55,6 +55,11 @@ type Spec struct {
 	// each holds a copy, implements Tied, and TIE_GRAD sums the copies'
 	// gradients before OPT_STEP (TieGrad).
 	Ties []Tie
+	// Recompute lists the stages that recompute (`ppgen gen -recompute`),
+	// in increasing order: the F of each of their chunks keeps only the
+	// stage's input, and Exec.Recompute (RECOMPUTE) re-runs the forward on
+	// it before the chunk's backward, to rebuild what the stage saved.
+	Recompute []int
 }
 
 // Describe says which schedule the Spec is, for people: its family, ranks
@@ -132,6 +137,11 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("Copies = 2 needs an even number of stages and of micro-batches, not %d and %d", s.Stages, s.Micro)
 	case s.Layers != nil && len(s.Layers) != s.Stages:
 		return fmt.Errorf("len(Layers) = %d, want Stages = %d", len(s.Layers), s.Stages)
+	}
+	for i, st := range s.Recompute {
+		if st < 0 || st >= s.Stages || (i > 0 && st <= s.Recompute[i-1]) {
+			return fmt.Errorf("Recompute = %v: want stages of 0..%d in increasing order", s.Recompute, s.Stages-1)
+		}
 	}
 	for st, l := range s.Layers {
 		if l[0] < 0 || l[1] <= l[0] {

@@ -20,6 +20,7 @@ type Spec struct {
 	ForwardOnly bool
 	Ties        []Tie
 	Layers      [][2]int
+	Recompute   []int
 }
 
 type Tie struct{ A, B int }
@@ -55,6 +56,7 @@ const (
 	OpBatchEnd
 	OpTieGrad
 	OpAllReduce
+	OpRecompute
 )
 
 type Op struct {
@@ -70,17 +72,18 @@ type Exec struct{}
 
 func (x *Exec) Err() error { return nil }
 
-func (x *Exec) DataLoad(a At) {}
-func (x *Exec) RecvF(a At)    {}
-func (x *Exec) SendF(a At)    {}
-func (x *Exec) RecvB(a At)    {}
-func (x *Exec) SendB(a At)    {}
-func (x *Exec) F(a At)        {}
-func (x *Exec) B(a At)        {}
-func (x *Exec) I(a At)        {}
-func (x *Exec) W(a At)        {}
-func (x *Exec) OptStep()      {}
-func (x *Exec) AllReduce()    {}
+func (x *Exec) DataLoad(a At)  {}
+func (x *Exec) RecvF(a At)     {}
+func (x *Exec) SendF(a At)     {}
+func (x *Exec) RecvB(a At)     {}
+func (x *Exec) SendB(a At)     {}
+func (x *Exec) F(a At)         {}
+func (x *Exec) B(a At)         {}
+func (x *Exec) I(a At)         {}
+func (x *Exec) W(a At)         {}
+func (x *Exec) OptStep()       {}
+func (x *Exec) AllReduce()     {}
+func (x *Exec) Recompute(a At) {}
 
 func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, bMicro, bSlot, bSrc int) {
 }

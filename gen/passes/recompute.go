@@ -1,0 +1,133 @@
+package passes
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// recomputeOption is -recompute: which stages drop their saved activations
+// at F and rebuild them with a RECOMPUTE step before the backward.
+var recomputeOption = Option{
+	Name:   "recompute",
+	Usage:  "recompute policy per stage: none, full (every stage), or full:S,S,... (those stages): each F of such a stage keeps only the stage's input, and a RECOMPUTE step re-runs the forward right before the chunk's first backward (B or I), trading a forward's time for the chunk's activations between the two; no effect with -forward-only or on a program that holds them already",
+	Before: "slots",
+	Check:  func(v string) error { _, err := ParseRecompute(v); return err },
+	Run: func(p ir.Program, v string) (ir.Program, error) {
+		pol, err := ParseRecompute(v)
+		if err != nil {
+			return ir.Program{}, err
+		}
+		return Recompute(p, pol)
+	},
+}
+
+func init() { declare(&recomputeOption) }
+
+// RecomputePolicy says which stages recompute: none, every stage (All), or
+// the stages listed.
+type RecomputePolicy struct {
+	All    bool
+	Stages []int // sorted, without repeats; used when All is false
+}
+
+// On reports whether stage s recomputes under the policy.
+func (pol RecomputePolicy) On(s int) bool {
+	if pol.All {
+		return true
+	}
+	_, found := slices.BinarySearch(pol.Stages, s)
+	return found
+}
+
+// ParseRecompute parses -recompute's value: "none" (or ""), "full" (every
+// stage), or "full:0,2" (stages 0 and 2). Selective recompute (a part of
+// each stage's layers) is not implemented yet.
+func ParseRecompute(v string) (RecomputePolicy, error) {
+	switch policy, list, hasList := strings.Cut(v, ":"); {
+	case v == "" || v == "none":
+		return RecomputePolicy{}, nil
+	case policy == "full" && !hasList:
+		return RecomputePolicy{All: true}, nil
+	case policy == "full":
+		var pol RecomputePolicy
+		for f := range strings.SplitSeq(list, ",") {
+			s, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || s < 0 || s > ir.MaxIndex {
+				return RecomputePolicy{}, fmt.Errorf("stage %q in %q is not a stage number 0..%d; want e.g. full:0,2", f, v, ir.MaxIndex)
+			}
+			pol.Stages = append(pol.Stages, s)
+		}
+		slices.Sort(pol.Stages)
+		pol.Stages = slices.Compact(pol.Stages)
+		return pol, nil
+	case policy == "selective":
+		return RecomputePolicy{}, errors.New("selective recompute (a part of each stage's layers) is not implemented yet; want none, full or full:S,S,...")
+	}
+	return RecomputePolicy{}, fmt.Errorf("unknown recompute policy %q; want none, full (every stage) or full:S,S,... (those stages, e.g. full:0,2)", v)
+}
+
+// Recompute places, for every chunk (stage, micro) of a stage the policy
+// names that has a backward, one RECOMPUTE step on the stage's rank: at
+// the latest point, right before the step that runs the chunk's first
+// backward (B or I, or the overlap holding it), so that the chunk's
+// activations are rebuilt only when they are needed. The chunk's F then
+// keeps only the stage's input (the runtime drops what the stage saved;
+// gen/verify counts the chunk live from its RECOMPUTE, not its F).
+//
+// It runs after the transfers, FSDP, ties and OPT_STEP are in place and
+// before "slots", which gives each RECOMPUTE its chunk's slot. A
+// forward-only program, and a program that already holds RECOMPUTE steps
+// (an -in file), are left as they are; a program with swap steps is
+// refused (swapping and recomputing are two ways to free the same
+// activations), as is a stage outside the program. p is not modified.
+func Recompute(p ir.Program, pol RecomputePolicy) (ir.Program, error) {
+	if (!pol.All && len(pol.Stages) == 0) || p.ForwardOnly() {
+		return p, nil
+	}
+	S := p.Stages()
+	if n := len(pol.Stages); n > 0 && pol.Stages[n-1] >= S {
+		return ir.Program{}, fmt.Errorf("recompute: stage %d is outside the program's stages 0..%d", pol.Stages[n-1], S-1)
+	}
+	for r, steps := range p.Ranks {
+		for i := range steps {
+			switch k := steps[i].Kind; {
+			case k == abi.Recompute:
+				return p, nil
+			case k.IsSwap():
+				return ir.Program{}, fmt.Errorf("recompute: rank %d step %d is %s: -swap and -recompute both free a chunk's activations between its F and its backward; choose one", r, i, steps[i])
+			}
+		}
+	}
+	q := p
+	q.Ranks = make([][]ir.Step, len(p.Ranks))
+	M := p.Micro
+	seen := make([]bool, S*M) // the chunk's first backward was met
+	for r, steps := range p.Ranks {
+		out := make([]ir.Step, 0, len(steps)+len(steps)/4)
+		for i := range steps {
+			st := &steps[i]
+			subs := []ir.Step{*st}
+			if st.Kind.IsOverlap() {
+				subs = st.Sub
+			}
+			for _, sub := range subs {
+				if !sub.Kind.IsBackward() || !pol.On(sub.Stage) || sub.Stage < 0 || sub.Stage >= S || sub.Micro < 0 || sub.Micro >= M {
+					continue
+				}
+				if ch := sub.Stage*M + sub.Micro; !seen[ch] {
+					seen[ch] = true
+					out = append(out, ir.Step{Kind: abi.Recompute, Stage: sub.Stage, Micro: sub.Micro, Peer: ir.None, Slot: ir.None})
+				}
+			}
+			out = append(out, *st)
+		}
+		q.Ranks[r] = out
+	}
+	return q, nil
+}

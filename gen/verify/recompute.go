@@ -1,0 +1,84 @@
+package verify
+
+import (
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// The rule of RECOMPUTE (-recompute): a chunk (stage, micro) with a
+// RECOMPUTE step keeps only its stage's input from its F to that step,
+// which re-runs the forward to rebuild the activations its backward needs.
+// So the step comes once, on the stage's rank (the generic structure check),
+// after the chunk's F and before its first backward (B or I); a stage that
+// recomputes one chunk recomputes every chunk it runs a backward for (the
+// policy is per stage, and a chunk whose step is missing would reach its
+// backward without activations); and the memory model counts the chunk
+// live at its F, not after it, and again from its RECOMPUTE.
+func init() {
+	declareRule(&rule{kind: abi.Recompute, prepare: recomputePrepare, step: recomputeStep, check: recomputeCheck})
+}
+
+// recomputeCount is the rule's state: per chunk, its RECOMPUTE steps.
+type recomputeCount []uint8
+
+func recomputePrepare(c *checker) {
+	c.dropAtF = make([]bool, c.S*c.M)
+	for _, steps := range c.p.Ranks {
+		for i := range steps {
+			if st := &steps[i]; st.Kind == abi.Recompute && st.Stage >= 0 && st.Stage < c.S && st.Micro >= 0 && st.Micro < c.M {
+				c.dropAtF[st.Stage*c.M+st.Micro] = true
+			}
+		}
+	}
+	if c.ruleState == nil {
+		c.ruleState = map[ir.Kind]any{}
+	}
+	c.ruleState[abi.Recompute] = make(recomputeCount, c.S*c.M)
+}
+
+func recomputeStep(c *checker, r, i int, st *ir.Step) (int, error) {
+	s, m := st.Stage, st.Micro
+	ch := s*c.M + m
+	count := c.ruleState[abi.Recompute].(recomputeCount)
+	fwd := ir.Compute(ir.Forward, s, m)
+	switch {
+	case count[ch] > 0:
+		return 0, c.fail(r, i, *st, Duplicate, "a second %s of chunk (stage %d, micro %d); its F dropped the activations once, and one RECOMPUTE rebuilds them", *st, s, m)
+	case c.at[aF][ch] < 0:
+		return 0, c.fail(r, i, *st, Order, "%s comes before %s on rank %d: it re-runs the forward from the input the F keeps, so it must follow it", *st, fwd, r)
+	case c.at[aBwd][ch] >= 0:
+		b := c.p.Ranks[r][c.at[aBwd][ch]]
+		return 0, c.fail(r, i, *st, Order, "%s comes after the chunk's first backward (step %d, %s): the backward needs the activations RECOMPUTE rebuilds, so it must come before", *st, c.at[aBwd][ch], b)
+	}
+	count[ch]++
+	return 1, nil
+}
+
+// recomputeCheck checks that a stage recomputes every chunk it runs a
+// backward for, or none.
+func recomputeCheck(c *checker) error {
+	count := c.ruleState[abi.Recompute].(recomputeCount)
+	M := c.M
+	for s := range c.S {
+		with := -1
+		for m := range M {
+			if count[s*M+m] > 0 {
+				with = m
+				break
+			}
+		}
+		if with < 0 {
+			continue
+		}
+		for m := range M {
+			ch := s*M + m
+			if count[ch] > 0 || c.at[aBwd][ch] < 0 {
+				continue
+			}
+			r := c.rankOf[s]
+			b := int(c.at[aBwd][ch])
+			return c.fail(r, b, c.p.Ranks[r][b], Missing, "no RECOMPUTE of chunk (stage %d, micro %d) before its backward, but stage %d recomputes (micro %d has one), and a stage recomputes every chunk or none (-recompute is a policy per stage)", s, m, s, with)
+		}
+	}
+	return nil
+}

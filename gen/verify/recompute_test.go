@@ -1,0 +1,142 @@
+package verify_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/verify"
+)
+
+// lowerRecomputed lowers the compute order p with -recompute policy and
+// checks that the result verifies.
+func lowerRecomputed(t *testing.T, p ir.Program, policy string) ir.Program {
+	t.Helper()
+	q, _, err := passes.Lower(p, passes.Options{Set: map[string]string{"recompute": policy}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verify.Check(q, verify.Options{}); err != nil {
+		t.Fatalf("the lowered program with -recompute %s: %v\n%s", policy, err, ir.FormatText(q))
+	}
+	return q
+}
+
+func recomputeAt(steps []ir.Step, stage, micro int) int {
+	return indexOf(steps, ir.Step{Kind: abi.Recompute, Stage: stage, Micro: micro})
+}
+
+// TestRecomputeRules: issue 34's mutations of a -recompute program (R
+// missing, R after its backward, R on the wrong rank, memory over the cap)
+// and two more (R before its F, R twice), each with the error verify
+// reports.
+func TestRecomputeRules(t *testing.T) {
+	base := func(t *testing.T) ir.Program { return lowerRecomputed(t, oneF1B(4, 8), "full") }
+	cases := []struct {
+		name   string
+		mutate func(q *ir.Program)
+		cap    int
+		code   verify.Code
+		words  string
+	}{
+		{"missing", func(q *ir.Program) {
+			s := q.Ranks[1]
+			i := recomputeAt(s, 1, 5)
+			q.Ranks[1] = slices.Delete(s, i, i+1)
+		}, 0, verify.Missing, "no RECOMPUTE of chunk (stage 1, micro 5)"},
+		{"after its backward", func(q *ir.Program) {
+			s := q.Ranks[2]
+			q.Ranks[2] = moveStep(s, recomputeAt(s, 2, 3), indexOf(s, ir.Compute(ir.Backward, 2, 3)))
+		}, 0, verify.Order, "after the chunk's first backward"},
+		{"before its F", func(q *ir.Program) {
+			s := q.Ranks[0]
+			q.Ranks[0] = moveStep(s, recomputeAt(s, 0, 6), indexOf(s, ir.Compute(ir.Forward, 0, 6)))
+		}, 0, verify.Order, "comes before 0F6"},
+		{"twice", func(q *ir.Program) {
+			s := q.Ranks[3]
+			i := recomputeAt(s, 3, 2)
+			q.Ranks[3] = slices.Insert(s, i, s[i])
+		}, 0, verify.Duplicate, "a second"},
+		{"on the wrong rank", func(q *ir.Program) {
+			s := q.Ranks[1]
+			i := recomputeAt(s, 1, 4)
+			st := s[i]
+			q.Ranks[1] = slices.Delete(s, i, i+1)
+			q.Ranks[2] = slices.Insert(q.Ranks[2], recomputeAt(q.Ranks[2], 2, 4), st)
+		}, 0, verify.Structure, "stage 1 lives on rank 1"},
+		{"memory over the cap", func(q *ir.Program) {
+			// Rank 0 rebuilds micro 5 before micro 4's backward: two
+			// chunks live at once.
+			s := q.Ranks[0]
+			q.Ranks[0] = moveStep(s, recomputeAt(s, 0, 5), indexOf(s, ir.Compute(ir.Backward, 0, 4)))
+		}, 1, verify.Memory, "over the limit of 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			q := base(t)
+			opt := verify.Options{MaxActivations: tc.cap}
+			if _, err := verify.Check(q, opt); err != nil {
+				t.Fatalf("before the mutation: %v", err)
+			}
+			tc.mutate(&q)
+			_, err := verify.Check(q, opt)
+			var ve *verify.Error
+			switch {
+			case err == nil:
+				t.Fatalf("verify accepts it:\n%s", ir.FormatText(q))
+			case !errors.As(err, &ve) || ve.Code != tc.code:
+				t.Fatalf("got %v; want a %s error", err, tc.code)
+			case !strings.Contains(err.Error(), tc.words):
+				t.Fatalf("got %v; want it to say %q", err, tc.words)
+			}
+		})
+	}
+}
+
+// TestRecomputeMemory: with -recompute full each family's peak live
+// chunks per rank is at most what it is without, and lower on some rank
+// (the F drops its chunk, which is live again from its RECOMPUTE to its
+// backward, or to its W after a split one), the slots are the
+// same (a chunk keeps its input, in its slot, from its F to its backward),
+// and -recompute none lowers as no option does.
+func TestRecomputeMemory(t *testing.T) {
+	for name, base := range map[string]ir.Program{
+		"1f1b":        oneF1B(4, 8),
+		"zb":          zbLike(4, 8),
+		"interleaved": interleaved(4, 2, 8),
+		"v":           vshape(4, 8, true),
+	} {
+		t.Run(name, func(t *testing.T) {
+			plain, _, err := passes.Lower(base, passes.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp, err := verify.Check(plain, verify.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if none := lowerRecomputed(t, base, "none"); ir.FormatText(none) != ir.FormatText(plain) {
+				t.Errorf("-recompute none changed the program")
+			}
+			q := lowerRecomputed(t, base, "full")
+			rq, _ := verify.Check(q, verify.Options{})
+			lower := false
+			for r := range rp.PeakActivations {
+				if rq.PeakActivations[r] > rp.PeakActivations[r] {
+					t.Errorf("rank %d: peak %d with recompute, %d without", r, rq.PeakActivations[r], rp.PeakActivations[r])
+				}
+				lower = lower || rq.PeakActivations[r] < rp.PeakActivations[r]
+			}
+			if !lower {
+				t.Errorf("peaks %v with recompute, %v without; want a lower one", rq.PeakActivations, rp.PeakActivations)
+			}
+			if !slices.Equal(rq.Slots, rp.Slots) {
+				t.Errorf("slots %v with recompute, %v without", rq.Slots, rp.Slots)
+			}
+		})
+	}
+}
