@@ -1,0 +1,58 @@
+package e2e_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
+)
+
+// TestRecomputeMatchesSequential: programs lowered with -recompute full
+// (every F keeps only its stage's input, a RECOMPUTE re-runs the forward
+// before the chunk's backward) train in process, through Interpret, to
+// exactly the losses and parameters of a sequential run (float64), for
+// several families, and every chunk runs its stage's Forward twice. With
+// -recompute full:0 only stage 0 does.
+func TestRecomputeMatchesSequential(t *testing.T) {
+	const iters = 3
+	for _, tc := range []struct {
+		cfg    ir.Config
+		policy string
+	}{
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full"},
+		{ir.Config{Schedule: "gpipe", Ranks: 2, Micro: 4}, "full"},
+		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "full"},
+		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, "full"},
+		{ir.Config{Schedule: "dualpipev", Ranks: 2, Micro: 4}, "full"},
+		{ir.Config{Schedule: "interleaved-zb", Ranks: 2, Virtual: 2, Micro: 4}, "full"},
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full:0"},
+	} {
+		t.Run(fmt.Sprintf("%s-P%d-%s", tc.cfg.Schedule, tc.cfg.Ranks, tc.policy), func(t *testing.T) {
+			opt := gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": tc.policy}}}
+			p := lowered(t, tc.cfg, opt)
+			if len(p.spec.Recompute) == 0 {
+				t.Fatalf("Spec.Recompute is empty")
+			}
+			g := newRig(t, p, inprocWorld(p.spec.Ranks, 20*time.Second), false)
+			got := g.train(t, iters, rankFns(p, "interp"))
+			checkAgainstSequential(t, g, got, false)
+			on := map[int]bool{}
+			for _, s := range p.spec.Recompute {
+				on[s] = true
+			}
+			for s, st := range g.stages {
+				chunks := p.spec.Micro / max(p.spec.Copies, 1)
+				want := iters * chunks
+				if on[s] {
+					want *= 2
+				}
+				if st.FwdCalls != want {
+					t.Errorf("stage %d ran Forward %d times in %d iterations; want %d", s, st.FwdCalls, iters, want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,90 @@
+package passes
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+func TestParseRecompute(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want RecomputePolicy
+		err  string
+	}{
+		{"", RecomputePolicy{}, ""},
+		{"none", RecomputePolicy{}, ""},
+		{"full", RecomputePolicy{All: true}, ""},
+		{"full:2,0,2", RecomputePolicy{Stages: []int{0, 2}}, ""},
+		{"full:x", RecomputePolicy{}, "not a stage number"},
+		{"full:-1", RecomputePolicy{}, "not a stage number"},
+		{"selective", RecomputePolicy{}, "not implemented yet"},
+		{"some", RecomputePolicy{}, "unknown recompute policy"},
+	} {
+		got, err := ParseRecompute(tc.in)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: error %v; want one saying %q", tc.in, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.in, err)
+		case tc.err == "" && (got.All != tc.want.All || !slices.Equal(got.Stages, tc.want.Stages)):
+			t.Errorf("%q: got %+v; want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestRecomputePlacement: -recompute full places one RECOMPUTE per chunk,
+// right before the step of its first backward, with the chunk's slot; a
+// list of stages only those; a forward-only program gets none; a program
+// with swap steps and a stage outside the program are refused; and the
+// option is declared for gencmd.
+func TestRecomputePlacement(t *testing.T) {
+	p := mustParse("rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1F1 1B0 1B1\n")
+	for _, tc := range []struct {
+		policy string
+		count  int
+	}{{"full", 4}, {"full:1", 2}, {"none", 0}} {
+		q, _, err := Lower(p, Options{NoData: true, Set: map[string]string{"recompute": tc.policy}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, steps := range q.Ranks {
+			for i, st := range steps {
+				if st.Kind != abi.Recompute {
+					continue
+				}
+				n++
+				next := steps[i+1]
+				if next.Kind != ir.Backward || next.Stage != st.Stage || next.Micro != st.Micro || next.Slot != st.Slot || st.Slot < 0 {
+					t.Errorf("-recompute %s: %s is followed by %s; want its chunk's backward, in its slot", tc.policy, st, next)
+				}
+			}
+		}
+		if n != tc.count {
+			t.Errorf("-recompute %s: %d RECOMPUTE steps; want %d", tc.policy, n, tc.count)
+		}
+	}
+	fwd := mustParse("rank 0: 0F0 0F1\nrank 1: 1F0 1F1\n")
+	if q, err := Recompute(fwd, RecomputePolicy{All: true}); err != nil || ir.FormatText(q) != ir.FormatText(fwd) {
+		t.Errorf("forward-only: %v, %s", err, ir.FormatText(q))
+	}
+	if _, err := Recompute(p, RecomputePolicy{Stages: []int{2}}); err == nil || !strings.Contains(err.Error(), "stage 2 is outside") {
+		t.Errorf("stage 2 of 2: %v", err)
+	}
+	if _, err := Recompute(mustParse("rank 0: 0F0 0SWAP_LAUNCH_OFFLOAD0 0B0\n"), RecomputePolicy{All: true}); err == nil || !strings.Contains(err.Error(), "choose one") {
+		t.Errorf("with -swap: %v", err)
+	}
+	if _, _, err := Lower(p, Options{Set: map[string]string{"recompute": "sometimes"}}); err == nil || !strings.Contains(err.Error(), "-recompute sometimes") {
+		t.Errorf("a bad value: %v", err)
+	}
+	if _, _, err := Lower(p, Options{Set: map[string]string{"nosuch": "x"}}); err == nil || !strings.Contains(err.Error(), "unknown lowering option") {
+		t.Errorf("an unknown option: %v", err)
+	}
+	if o := declaredOption("recompute"); o == nil || o.Before != "slots" {
+		t.Errorf("recompute is not declared before slots: %+v", o)
+	}
+}

@@ -1,0 +1,40 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+)
+
+// TestRecomputeCost: a RECOMPUTE step costs its stage's R, F when R is not
+// given, and shows in the makespan: one rank, F=1 B=2, F0 R0 B0 takes 4
+// (R = F) or 5.5 (R=2.5); R round-trips through ParseCost and String.
+func TestRecomputeCost(t *testing.T) {
+	p, err := ir.ParseText("rank 0: 0F0 0RECOMPUTE0 0B0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec string
+		want float64
+	}{{"F=1,B=2", 4}, {"F=1,B=2,R=2.5", 5.5}} {
+		c, err := ParseCost(tc.spec, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(p, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Makespan != tc.want {
+			t.Errorf("%s: makespan %v; want %v", tc.spec, res.Makespan, tc.want)
+		}
+		back, err := ParseCost(c.String(), 1)
+		if err != nil || back.String() != c.String() {
+			t.Errorf("%s: String %q does not round-trip: %v", tc.spec, c.String(), err)
+		}
+	}
+	if _, err := ParseCost("R=1:2", 3); err == nil {
+		t.Errorf("R with 2 values for 3 stages: no error")
+	}
+}
