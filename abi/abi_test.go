@@ -18,7 +18,7 @@ func TestKinds(t *testing.T) {
 		code     byte
 		shape    Shape
 		ch       Channel
-		preds    string // C compute, K backward, O overlap, S send, R recv, Z FSDP, P swap, A batch, s stage, m micro
+		preds    string // C compute, K backward, O overlap, S send, R recv, Z FSDP, P swap, A batch, M rendezvous, s stage, m micro
 		aliasesN int
 	}
 	cases := map[Kind]want{
@@ -47,8 +47,8 @@ func TestKinds(t *testing.T) {
 		MpipeRecv:         {"MPIPE_FWD_RECV", 'M', ArgsComm, DataChannel, "Rsm", 0},
 		BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, "A", 0},
 		BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, "A", 0},
-		TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, "s", 0},
-		AllReduce:         {"ALL_REDUCE", 'A', ArgsNone, NoChannel, "", 0},
+		TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, "Ms", 0},
+		AllReduce:         {"ALL_REDUCE", 'A', ArgsNone, NoChannel, "M", 0},
 		Recompute:         {"RECOMPUTE", 'C', ArgsLocal, NoChannel, "sm", 1},
 	}
 	if len(Kinds()) != len(cases) {
@@ -64,7 +64,7 @@ func TestKinds(t *testing.T) {
 		for _, p := range []struct {
 			c  string
 			is bool
-		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"Z", k.IsFSDP()}, {"P", k.IsSwap()}, {"A", k.IsBatch()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
+		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"Z", k.IsFSDP()}, {"P", k.IsSwap()}, {"A", k.IsBatch()}, {"M", k.IsRendezvous()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
 			if p.is {
 				preds += p.c
 			}

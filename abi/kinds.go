@@ -60,22 +60,23 @@ type row struct {
 	code    byte     // letter in a pipe.DecodeOps kinds string; 0 for Invalid
 	shape   Shape    // the operands a step of the kind carries
 	channel Channel  // the FIFO a transfer travels on; NoChannel for local steps
-	class   class    // compute, backward, send, recv
+	class   class    // compute, backward, send, recv, FSDP, swap, rendezvous
 	aliases []string // other spellings the parser accepts
 }
 
 // class is a set of the flags a kind's predicates read.
-type class uint8
+type class uint16
 
 const (
-	compute  class = 1 << iota // runs model compute (IsCompute)
-	backward                   // produces a stage's input gradient (IsBackward)
-	send                       // the sending half of a transfer (IsSend)
-	recv                       // the receiving half of a transfer (IsRecv)
-	fsdp                       // an FSDP step of a stage's parameters (IsFSDP)
-	swap                       // a step of activation swapping (IsSwap)
-	stage                      // names a stage (HasStage), derived from the shape
-	micro                      // names a micro-batch (HasMicro), derived from the shape
+	compute    class = 1 << iota // runs model compute (IsCompute)
+	backward                     // produces a stage's input gradient (IsBackward)
+	send                         // the sending half of a transfer (IsSend)
+	recv                         // the receiving half of a transfer (IsRecv)
+	fsdp                         // an FSDP step of a stage's parameters (IsFSDP)
+	swap                         // a step of activation swapping (IsSwap)
+	stage                        // names a stage (HasStage), derived from the shape
+	micro                        // names a micro-batch (HasMicro), derived from the shape
+	rendezvous                   // waits for other ranks' steps of the kind, not for transfers (IsRendezvous)
 )
 
 // kinds is the kind table: one row per kind. The letters are those of the
@@ -108,12 +109,12 @@ var kinds = [numKinds]row{
 	MpipeRecv:         {"MPIPE_FWD_RECV", "MpipeRecv", "MpipeRecv", 'M', ArgsComm, DataChannel, recv, nil},
 	BatchBegin:        {"BATCH_BEGIN", "BatchBegin", "BatchBegin", 'Q', ArgsNone, NoChannel, 0, nil},
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
-	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, 0, nil},
-	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, 0, nil},
+	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, rendezvous, nil},
+	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, rendezvous, nil},
 	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, 0, []string{"R"}},
 }
 
-// facts is the part of a row the predicates read, packed in four bytes.
+// facts is the part of a row the predicates read, packed in six bytes.
 type facts struct {
 	code    byte
 	shape   Shape
@@ -261,6 +262,13 @@ func (k Kind) IsTie() bool { return k == TieGrad }
 // rank of the world takes part in: each rank's n-th ALL_REDUCE of an
 // iteration meets every other rank's n-th.
 func (k Kind) IsCollective() bool { return k == AllReduce }
+
+// IsRendezvous reports whether a step of the kind is a rendezvous: it
+// waits for steps of the same kind on other ranks (and for its rank's
+// transfers to drain) rather than for one transfer: TIE_GRAD, ALL_REDUCE.
+// gen/sim times it as one (a meet), and gen/verify's rule for the kind
+// adds its waits to the strict model.
+func (k Kind) IsRendezvous() bool { return fact[k].class&rendezvous != 0 }
 
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }

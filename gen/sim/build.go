@@ -169,8 +169,8 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				} else {
 					s.deps[e] = []dep{{ev: -1, why: fmt.Sprintf("waits for a %d%s%d that no earlier step of rank %d starts", st.Stage, lk, st.Micro, r)}}
 				}
-			case k == ir.TieGrad || k.IsCollective():
-				s.cls[e] = clMeet
+			case k.IsRendezvous():
+				s.cls[e] = clMeet // its dependencies: meetDeps
 			default:
 				s.cls[e] = clLocal
 				if k.IsBatch() {
@@ -192,8 +192,9 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 	if err := s.matchComm(); err != nil {
 		return nil, err
 	}
-	s.tieDeps()
-	s.collectiveDeps()
+	for _, fill := range meetDeps {
+		fill(s)
+	}
 
 	// Dependencies of compute steps, and who watches whom: rank q watches
 	// rank r when a step of q depends on one of r or they are comm peers.

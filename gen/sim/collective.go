@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/ppgen/ppgen/abi"
+
 // The collectives (ALL_REDUCE, `-clip`): the n-th ALL_REDUCE of every rank
 // is one rendezvous, as gen/verify models it. Each waits for the last
 // transfer of every rank before that rank's n-th (the runtime drains its
@@ -7,6 +9,8 @@ package sim
 // start at the same time, the latest of those, and take
 // Cost.AllReduceTime. A rank without an n-th leaves the others waiting
 // (run reports them stuck).
+
+func init() { declareMeet(abi.AllReduce, (*simulator).collectiveDeps) }
 
 // collectiveDeps fills the dependencies, peers and costs of the ALL_REDUCE
 // events (after matchComm).

@@ -11,6 +11,8 @@ import "github.com/ppgen/ppgen/gen/ir"
 // both start at the same time, the latest of those, and take TieTime. A
 // tie within one rank is a local sum of the same cost without the waits.
 
+func init() { declareMeet(ir.TieGrad, (*simulator).tieDeps) }
+
 // tieDeps fills the dependencies, peers and costs of the TIE_GRAD events
 // (after matchComm).
 func (s *simulator) tieDeps() {

@@ -17,6 +17,19 @@ import (
 // slip). Whether the ranks can reach their collectives at all, given their
 // transfers and exchanges, is the strict model's question
 // (collectiveModel), with the steps the walk recorded.
+func init() {
+	declareRule(&rule{kind: abi.AllReduce, noStage: true, step: collectiveStep, check: (*checker).collectives, model: (*checker).collectiveModel,
+		hint: "an ALL_REDUCE passes only when every rank is at its own with every transfer before it done: put it after the transfers the other ranks need, as -clip does"})
+}
+
+// collectiveStep records, in the walk, rank r's ALL_REDUCE at index i: a
+// host step of no stage, whose waits are the rendezvous of every rank
+// (collectiveModel).
+func collectiveStep(c *checker, r, i int, _ *ir.Step) (int, error) {
+	c.collSteps[r] = append(c.collSteps[r], i)
+	return 0, nil
+}
+
 func (c *checker) collectives() error {
 	p := &c.p
 	has := false

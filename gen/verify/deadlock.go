@@ -18,7 +18,7 @@ func (c *checker) deadlock() error {
 	} else {
 		m = c.computeModel()
 	}
-	m = c.copiesModel(c.collectiveModel(c.tieModel(m)))
+	m = c.copiesModel(c.ruleModels(m))
 	sim := strict.NewSim(m)
 	if sim.Run() {
 		return nil

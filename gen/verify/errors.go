@@ -103,16 +103,14 @@ func (e *DeadlockError) Error() string {
 			fmt.Fprintf(&b, " (%s)", w.On)
 		}
 	}
-	tie, coll := false, false
+	var kinds []ir.Kind
 	for _, w := range e.Cycle {
-		tie = tie || w.Step.Kind == ir.TieGrad || w.HostStep.Kind == ir.TieGrad
-		coll = coll || w.Step.Kind.IsCollective() || w.HostStep.Kind.IsCollective()
+		kinds = append(kinds, w.Step.Kind, w.HostStep.Kind)
 	}
+	hint := hintFor(kinds...)
 	switch {
-	case coll && !tie:
-		b.WriteString(" (an ALL_REDUCE passes only when every rank is at its own with every transfer before it done: put it after the transfers the other ranks need, as -clip does)")
-	case tie:
-		b.WriteString(" (a TIE_GRAD passes only when both ranks of its tie are at theirs with every transfer before them done: put each after its rank's transfers, in the same order of ties on every rank, as -tie does)")
+	case hint != "":
+		b.WriteString(" (" + hint + ")")
 	case e.Compute:
 		b.WriteString(" (the compute orders form a dependency cycle across ranks)")
 	default:

@@ -109,7 +109,6 @@ const (
 	hasShardStep  uint8 = 1 << iota // UNSHARD or RESHARD
 	hasReduceStep                   // REDUCE_GRAD
 	hasSwapStep                     // a SWAP_* step
-	hasTieStep                      // TIE_GRAD (tie.go)
 )
 
 // extraOf is the bit of an FSDP or swap kind (abi's IsFSDP, IsSwap), 0 for

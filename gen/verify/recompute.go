@@ -57,7 +57,10 @@ func recomputeStep(c *checker, r, i int, st *ir.Step) (int, error) {
 // recomputeCheck checks that a stage recomputes every chunk it runs a
 // backward for, or none.
 func recomputeCheck(c *checker) error {
-	count := c.ruleState[abi.Recompute].(recomputeCount)
+	count, ok := c.ruleState[abi.Recompute].(recomputeCount)
+	if !ok {
+		return nil // no RECOMPUTE step
+	}
 	M := c.M
 	for s := range c.S {
 		with := -1

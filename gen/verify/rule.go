@@ -1,6 +1,9 @@
 package verify
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/strict"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // rule is what the verifier knows of one step kind beyond the generic
 // checks (structure, order of the chunk steps, matching, deadlock freedom,
@@ -21,11 +24,24 @@ type rule struct {
 	// generic structure checks, and returns by how much the step changes
 	// the rank's live chunks (the walk checks the peak after a rise).
 	// Ranks are walked in parallel: it may write only the state of its
-	// rank's chunks.
+	// rank's chunks (or its rank's entry of a per-rank table).
 	step func(c *checker, r, i int, st *ir.Step) (live int, err error)
-	// check runs after the walk, with the completeness checks, when the
-	// program holds a step of the kind.
+	// noStage: a step of the kind is a host step of no stage, which the
+	// walk gives to step alone (no structure, order, slot or memory
+	// check); its waits, if any, come from model.
+	noStage bool
+	// check runs after the walk, with the completeness checks, in kind
+	// order; it is called for every program (a rule may check what the
+	// program declares, such as ir.Program.Ties, without a step).
 	check func(c *checker) error
+	// model adds the waits of the kind's steps to the strict model before
+	// the deadlock check (a rendezvous: TIE_GRAD, ALL_REDUCE); rules apply
+	// theirs in kind order, every program.
+	model func(c *checker, m *strict.Model) *strict.Model
+	// hint, when a deadlock's cycle passes through a step of the kind,
+	// says how to place such steps; the first kind's in kind order is
+	// given.
+	hint string
 }
 
 // rules holds the declared rules by kind; ruled lists their kinds in
@@ -49,14 +65,44 @@ func declareRule(rl *rule) {
 	}
 }
 
-// ruleChecks runs the check of every rule whose kind the program holds.
+// ruleChecks runs the check of every rule, in kind order.
 func (c *checker) ruleChecks() error {
 	for _, k := range ruled {
-		if rl := rules[k]; int(k) < len(c.holds) && c.holds[k] && rl.check != nil {
+		if rl := rules[k]; rl.check != nil {
 			if err := rl.check(c); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// ruleModels adds the waits of every rule's steps to m, in kind order.
+func (c *checker) ruleModels(m *strict.Model) *strict.Model {
+	for _, k := range ruled {
+		if rl := rules[k]; rl.model != nil {
+			m = rl.model(c, m)
+		}
+	}
+	return m
+}
+
+// hintFor is the hint of the first kind, in kind order, whose rule has
+// one and one of steps is of.
+func hintFor(steps ...ir.Kind) string {
+	for _, k := range ruled {
+		if rules[k].hint != "" && containsKind(steps, k) {
+			return rules[k].hint
+		}
+	}
+	return ""
+}
+
+func containsKind(ks []ir.Kind, k ir.Kind) bool {
+	for _, x := range ks {
+		if x == k {
+			return true
+		}
+	}
+	return false
 }

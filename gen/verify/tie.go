@@ -20,6 +20,11 @@ type tieStep struct {
 // sums on its rank and before OPT_STEP; and no other TIE_GRAD exists (a
 // forward-only program has none). It records the steps for the strict
 // model (tieModel), in which a cross-rank exchange is a rendezvous.
+func init() {
+	declareRule(&rule{kind: ir.TieGrad, prepare: func(c *checker) { c.hasTie = true }, check: (*checker).ties, model: (*checker).tieModel,
+		hint: "a TIE_GRAD passes only when both ranks of its tie are at theirs with every transfer before them done: put each after its rank's transfers, in the same order of ties on every rank, as -tie does"})
+}
+
 func (c *checker) ties() error {
 	p := &c.p
 	if !c.hasTie && len(p.Ties) == 0 {

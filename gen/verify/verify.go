@@ -174,13 +174,9 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if err := c.complete(); err != nil {
 		return c.rep, err
 	}
+	// The kinds' own rules (rule.go): TIE_GRAD's, ALL_REDUCE's,
+	// RECOMPUTE's, in kind order.
 	if err := c.ruleChecks(); err != nil {
-		return c.rep, err
-	}
-	if err := c.ties(); err != nil {
-		return c.rep, err
-	}
-	if err := c.collectives(); err != nil {
 		return c.rep, err
 	}
 	if c.lowered {

@@ -100,8 +100,6 @@ func (c *checker) walk() error {
 				n++
 			case k.IsFSDP() || k.IsSwap():
 				ex |= extraOf(k)
-			case k == ir.TieGrad:
-				ex |= hasTieStep
 			case rules[k] != nil && int(k) < len(c.holds):
 				rk |= 1 << k
 			}
@@ -121,7 +119,6 @@ func (c *checker) walk() error {
 			rl.prepare(c)
 		}
 	}
-	c.hasTie = ex&hasTieStep != 0
 	c.collSteps = make([][]int, c.P)
 	if ex&hasSwapStep != 0 {
 		c.swapState = make([]uint8, c.S*c.M)
@@ -251,10 +248,12 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		c.hostIdx[rw.host] = int32(i)
 		rw.host++
 		nHost++
-		if st.Kind.IsCollective() {
-			// A host step of no stage: its waits are the rendezvous of
-			// every rank (collectiveModel).
-			c.collSteps[r] = append(c.collSteps[r], i)
+		if rl := rules[st.Kind]; rl != nil && rl.noStage {
+			// A host step of no stage (ALL_REDUCE): its rule records it,
+			// and its waits come from the rule's model.
+			if _, err := rl.step(c, r, i, st); err != nil {
+				return err
+			}
 			rw.waitEnd[nHost-1] = int32(len(rw.waits))
 			continue
 		}
@@ -280,7 +279,7 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 					}
 				}
 			}
-			if rl := rules[st.Kind]; rl != nil && rl.step != nil {
+			if rl := rules[st.Kind]; rl != nil && rl.step != nil && !rl.noStage {
 				d, err := rl.step(c, r, i, st)
 				if err != nil {
 					return err
