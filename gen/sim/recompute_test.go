@@ -8,7 +8,8 @@ import (
 
 // TestRecomputeCost: a RECOMPUTE step costs its stage's R, F when R is not
 // given, and shows in the makespan: one rank, F=1 B=2, F0 R0 B0 takes 4
-// (R = F) or 5.5 (R=2.5); R round-trips through ParseCost and String.
+// (R = F) or 5.5 (R=2.5); R round-trips through ParseCost and String; the
+// peak activations and Busy know RECOMPUTE.
 func TestRecomputeCost(t *testing.T) {
 	p, err := ir.ParseText("rank 0: 0F0 0RECOMPUTE0 0B0\n")
 	if err != nil {
@@ -32,6 +33,28 @@ func TestRecomputeCost(t *testing.T) {
 		back, err := ParseCost(c.String(), 1)
 		if err != nil || back.String() != c.String() {
 			t.Errorf("%s: String %q does not round-trip: %v", tc.spec, c.String(), err)
+		}
+	}
+	// The peak counts a chunk from its F's start to its F's end and again
+	// from its RECOMPUTE, and Busy counts RECOMPUTE as compute.
+	for _, tc := range []struct {
+		text       string
+		peak       int
+		busy, span float64
+	}{
+		{"rank 0: 0F0 0F1 0B0 0B1\n", 2, 6, 6},
+		{"rank 0: 0F0 0F1 0RECOMPUTE0 0B0 0RECOMPUTE1 0B1\n", 1, 8, 8},
+	} {
+		p, err := ir.ParseText(tc.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(p, DefaultCost())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.PeakActivations[0] != tc.peak || res.Busy[0] != tc.busy || res.Makespan != tc.span {
+			t.Errorf("%s: peak %d, busy %v, makespan %v; want %d, %v, %v", tc.text, res.PeakActivations[0], res.Busy[0], res.Makespan, tc.peak, tc.busy, tc.span)
 		}
 	}
 	if _, err := ParseCost("R=1:2", 3); err == nil {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -22,8 +23,8 @@ func (s *simulator) result() Result {
 	seen := make([]bool, P)
 	for e, ev := range s.ev {
 		res.Makespan = max(res.Makespan, ev.End)
-		if s.cls[e] != clCompute {
-			continue
+		if s.cls[e] != clCompute && ev.Step.Kind != abi.Recompute {
+			continue // RECOMPUTE re-runs a forward: model compute too
 		}
 		r := ev.Rank
 		res.Busy[r] += ev.End - ev.Start
@@ -90,6 +91,7 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		end       [3]instant // ends of the chunk's W, B and I (t NaN when absent)
 		offEnd    instant    // end of the offload transfer, or t NaN
 		loadStart instant    // start of the load transfer, or t NaN
+		recStart  instant    // start of its RECOMPUTE, or t NaN
 	}
 	compute := func(ev *Event) bool {
 		return ev.Lane == LaneCompute && (ev.Step.Kind.IsCompute() || ev.Step.Kind.IsOverlap())
@@ -114,7 +116,7 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		for _, cs := range ev.Step.Computes() {
 			if cs.Kind == ir.Forward && at.setFirst(cs.Stage, cs.Micro, len(lives)) {
 				lives = append(lives, life{rank: ev.Rank, stage: cs.Stage, start: startOf(evs, i), fEnd: endOf(evs, i),
-					end: [3]instant{none, none, none}, offEnd: none, loadStart: none})
+					end: [3]instant{none, none, none}, offEnd: none, loadStart: none, recStart: none})
 			}
 		}
 	}
@@ -140,6 +142,10 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 						l.end[j] = e
 					}
 				}
+			}
+		case ev.Step.Kind == abi.Recompute:
+			if li := at.get(ev.Step.Stage, ev.Step.Micro); li >= 0 && lives[li].rank == ev.Rank {
+				lives[li].recStart = startOf(evs, i)
 			}
 		case ev.Lane == LaneSwap:
 			li := at.get(ev.Step.Stage, ev.Step.Micro)
@@ -198,6 +204,10 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		if !math.IsNaN(l.offEnd.t) && !math.IsNaN(l.loadStart.t) &&
 			l.start.before(l.offEnd) && !l.loadStart.before(l.offEnd) && l.loadStart.before(end) {
 			marks[l.rank] = append(marks[l.rank], mark{l.offEnd, -w}, mark{l.loadStart, +w})
+		}
+		if !math.IsNaN(l.recStart.t) && l.fEnd.before(l.recStart) && l.recStart.before(end) {
+			// its F dropped the activations; its RECOMPUTE rebuilds them
+			marks[l.rank] = append(marks[l.rank], mark{l.fEnd, -w}, mark{l.recStart, +w})
 		}
 	}
 	out := make([]float64, P)
