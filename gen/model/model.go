@@ -16,7 +16,9 @@
 // data for both); comm (a transfer's latency) and bw (the link's bandwidth,
 // in that unit per time unit) are optional. A stage's F, I and W are the
 // sums of its layers', its act the act of its last layer, its params the
-// sum of its layers'.
+// sum of its layers'. A layer may give R, the cost of recomputing it
+// (RECOMPUTE, -recompute: its forward again; default F), which a stage
+// sums as F.
 package model
 
 import (
@@ -48,6 +50,9 @@ type Layer struct {
 	I, W   float64
 	Act    float64
 	Params float64
+	// R is the cost of recomputing the layer (-recompute), nil when not
+	// given: its F.
+	R *float64
 }
 
 // Model is a read model description.
@@ -66,6 +71,7 @@ type layerJSON struct {
 	W      *float64 `json:"W"`
 	Act    *float64 `json:"act"`
 	Params *float64 `json:"params"`
+	R      *float64 `json:"R"`
 }
 
 type modelJSON struct {
@@ -269,6 +275,13 @@ func resolve(lj layerJSON) (Layer, error) {
 			}
 		}
 	}
+	if lj.R != nil {
+		if err := check("R", *lj.R); err != nil {
+			return Layer{}, err
+		}
+		r := *lj.R
+		l.R = &r
+	}
 	switch b, i, w := lj.B, lj.I, lj.W; {
 	case b != nil && i != nil && w != nil:
 		if math.Abs(*i+*w-*b) > 1e-9*math.Max(1, *b) {
@@ -353,7 +366,8 @@ func (p Partition) Check(n int) error {
 
 // Cost returns the per-stage cost model of m split by p, with m's comm and
 // bw: F, I, W and B (I + W) summed over each stage's layers, act the size
-// of its last layer's output. The other keys
+// of its last layer's output, and R (each layer's, or its F) summed when a
+// layer gives one. The other keys
 // (data, opt, ...) are sim.DefaultCost's (0). Without bw the sizes are
 // left out: at infinite bandwidth they take no time.
 func (m Model) Cost(p Partition) (sim.Cost, error) {
@@ -373,6 +387,17 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 		c.B[s] = c.I[s] + c.W[s]
 		c.Act[s] = m.Layers[p.Bounds[s+1]-1].Act
 	}
+	for _, l := range m.Layers {
+		if l.R != nil {
+			c.R = make([]float64, S)
+			for s := range S {
+				for _, l := range m.Layers[p.Bounds[s]:p.Bounds[s+1]] {
+					c.R[s] += orDefault(l.R, l.F)
+				}
+			}
+			break
+		}
+	}
 	c.Comm, c.BW = m.Comm, m.BW
 	// The parameters cost time only in FSDP's collectives, over a DP group
 	// the model does not know: they are left out.
@@ -381,4 +406,12 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 		c.Act = nil // sizes take no time at infinite bandwidth (sim refuses them then)
 	}
 	return c.Resolve(S)
+}
+
+// orDefault is *v, or def when v is nil.
+func orDefault(v *float64, def float64) float64 {
+	if v == nil {
+		return def
+	}
+	return *v
 }

@@ -70,7 +70,7 @@ func errorf(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(f
 
 // modelKeys are the cost keys a -model file gives; -cost may not give them
 // too.
-var modelKeys = map[string]bool{"f": true, "b": true, "i": true, "w": true, "act": true}
+var modelKeys = map[string]bool{"f": true, "b": true, "i": true, "w": true, "act": true, "r": true}
 
 // Stages is the cost model a program of the given number of stages is
 // simulated by: -cost, or with -model the model's layers split evenly by
@@ -147,7 +147,7 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 		return sim.Cost{}, errorf("-model %s: %v", p.modelName, err)
 	}
 	if copies > 1 {
-		for _, l := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.Act} {
+		for _, l := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.Act, &c.R} {
 			if *l != nil {
 				*l = slices.Repeat(*l, copies)
 			}
@@ -266,7 +266,10 @@ func PerShare(c sim.Cost, v int) (sim.Cost, error) {
 	if len(c.Act) > 1 {
 		return c, errors.New("a cost model for comparing schedules takes one activation size (act), not a per-stage list: a stage's output is the same size whatever V cuts the model into")
 	}
-	for _, xs := range []*[]float64{&c.F, &c.B, &c.I, &c.W} {
+	for _, xs := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.R} {
+		if xs == &c.R && c.R == nil {
+			continue // R not given: F's
+		}
 		if len(*xs) > 1 {
 			return c, errors.New("a cost model for comparing schedules takes one value per key (the cost of one rank's share of the model), not per-stage lists")
 		}
