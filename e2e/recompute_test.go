@@ -15,7 +15,8 @@ import (
 // before the chunk's backward) train in process, through Interpret, to
 // exactly the losses and parameters of a sequential run (float64), for
 // several families, and every chunk runs its stage's Forward twice. With
-// -recompute full:0 only stage 0 does.
+// -recompute full:0 only stage 0 does; @idle (RECOMPUTE moved earlier into
+// idle time) trains the same.
 func TestRecomputeMatchesSequential(t *testing.T) {
 	const iters = 3
 	for _, tc := range []struct {
@@ -29,6 +30,8 @@ func TestRecomputeMatchesSequential(t *testing.T) {
 		{ir.Config{Schedule: "dualpipev", Ranks: 2, Micro: 4}, "full"},
 		{ir.Config{Schedule: "interleaved-zb", Ranks: 2, Virtual: 2, Micro: 4}, "full"},
 		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full:0"},
+		{ir.Config{Schedule: "1f1b", Ranks: 4, Micro: 8}, "full:0@idle"},
+		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "full:0,1@idle"},
 	} {
 		t.Run(fmt.Sprintf("%s-P%d-%s", tc.cfg.Schedule, tc.cfg.Ranks, tc.policy), func(t *testing.T) {
 			opt := gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": tc.policy}}}

@@ -29,8 +29,9 @@ type Option struct {
 	Before string
 	// Check validates a value as the flag is read; nil accepts any.
 	Check func(value string) error
-	// Run is the pass, for a value that is set (not "").
-	Run func(p ir.Program, value string) (ir.Program, error)
+	// Run is the pass, for a value that is set (not ""), under the
+	// options of the whole lowering (its cost model: opt.Comm.Cost).
+	Run func(p ir.Program, value string, opt Options) (ir.Program, error)
 }
 
 // declared holds the options the pass files declare (declare).
@@ -94,7 +95,7 @@ func withDeclared(ps []Pass, opt Options) []Pass {
 			at = len(ps)
 		}
 		run := o.Run
-		ps = slices.Insert(ps, at, Pass{Name: o.Name, Run: func(p ir.Program) (ir.Program, error) { return run(p, v) }})
+		ps = slices.Insert(ps, at, Pass{Name: o.Name, Run: func(p ir.Program) (ir.Program, error) { return run(p, v, opt) }})
 	}
 	return ps
 }

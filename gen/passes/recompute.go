@@ -9,31 +9,38 @@ import (
 
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 // recomputeOption is -recompute: which stages drop their saved activations
 // at F and rebuild them with a RECOMPUTE step before the backward.
 var recomputeOption = Option{
 	Name:   "recompute",
-	Usage:  "recompute policy per stage: none, full (every stage), or full:S,S,... (those stages): each F of such a stage keeps only the stage's input, and a RECOMPUTE step re-runs the forward right before the chunk's first backward (B or I), trading a forward's time for the chunk's activations between the two; no effect with -forward-only or on a program that holds them already",
+	Usage:  "recompute policy per stage: none, full (every stage), or full:S,S,... (those stages): each F of such a stage keeps only the stage's input, and a RECOMPUTE step re-runs the forward right before the chunk's first backward (B or I), trading a forward's time (-cost or -model's R, default F) for the chunk's activations between the two; with @idle (full@idle, full:0,1@idle) each RECOMPUTE then moves earlier into its rank's idle time where that shortens the simulated iteration while no rank's simulated peak of live chunks exceeds the largest rank's; no effect with -forward-only or on a program that holds them already",
 	Before: "slots",
 	Check:  func(v string) error { _, err := ParseRecompute(v); return err },
-	Run: func(p ir.Program, v string) (ir.Program, error) {
+	Run: func(p ir.Program, v string, opt Options) (ir.Program, error) {
 		pol, err := ParseRecompute(v)
 		if err != nil {
 			return ir.Program{}, err
 		}
-		return Recompute(p, pol)
+		q, err := Recompute(p, pol)
+		if err != nil || !pol.Idle {
+			return q, err
+		}
+		return RecomputeIntoIdle(q, opt.Comm.cost(), 0), nil
 	},
 }
 
 func init() { declare(&recomputeOption) }
 
 // RecomputePolicy says which stages recompute: none, every stage (All), or
-// the stages listed.
+// the stages listed; and whether their RECOMPUTE steps move from the
+// latest point into idle time (Idle: RecomputeIntoIdle).
 type RecomputePolicy struct {
 	All    bool
 	Stages []int // sorted, without repeats; used when All is false
+	Idle   bool
 }
 
 // On reports whether stage s recomputes under the policy.
@@ -46,9 +53,15 @@ func (pol RecomputePolicy) On(s int) bool {
 }
 
 // ParseRecompute parses -recompute's value: "none" (or ""), "full" (every
-// stage), or "full:0,2" (stages 0 and 2). Selective recompute (a part of
-// each stage's layers) is not implemented yet.
+// stage), or "full:0,2" (stages 0 and 2), either of the last two with
+// "@idle" after it (Idle). Selective recompute (a part of each stage's
+// layers) is not implemented yet.
 func ParseRecompute(v string) (RecomputePolicy, error) {
+	if base, ok := strings.CutSuffix(v, "@idle"); ok && base != "" && base != "none" {
+		pol, err := ParseRecompute(base)
+		pol.Idle = err == nil
+		return pol, err
+	}
 	switch policy, list, hasList := strings.Cut(v, ":"); {
 	case v == "" || v == "none":
 		return RecomputePolicy{}, nil
@@ -69,7 +82,7 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 	case policy == "selective":
 		return RecomputePolicy{}, errors.New("selective recompute (a part of each stage's layers) is not implemented yet; want none, full or full:S,S,...")
 	}
-	return RecomputePolicy{}, fmt.Errorf("unknown recompute policy %q; want none, full (every stage) or full:S,S,... (those stages, e.g. full:0,2)", v)
+	return RecomputePolicy{}, fmt.Errorf("unknown recompute policy %q; want none, full (every stage) or full:S,S,... (those stages, e.g. full:0,2), then @idle to move each RECOMPUTE into idle time", v)
 }
 
 // Recompute places, for every chunk (stage, micro) of a stage the policy
@@ -130,4 +143,79 @@ func Recompute(p ir.Program, pol RecomputePolicy) (ir.Program, error) {
 		q.Ranks[r] = out
 	}
 	return q, nil
+}
+
+// RecomputeIntoIdle moves the RECOMPUTE steps of p earlier into their
+// rank's idle time (Mario's placement: a recomputation that fills a bubble
+// costs nothing). Rank by rank, each RECOMPUTE in turn tries every
+// position between its chunk's F and where it is, and moves to the one
+// where the simulated iteration (gen/sim under c) is shortest, when that is
+// shorter than where it is and no rank's simulated peak of live chunks
+// exceeds the largest peak of any rank before the moves (an earlier
+// RECOMPUTE holds its chunk longer; every rank is provisioned for the
+// largest, so memory up to it is free). It spends at most
+// budget simulations (0: a default that keeps the work near 2·10⁶ simulated
+// steps, between 16 and 2000); p's own step lists are not modified.
+func RecomputeIntoIdle(p ir.Program, c sim.Cost, budget int) ir.Program {
+	if budget <= 0 {
+		budget = min(max(2_000_000/max(p.NumSteps(), 1), 16), 2000)
+	}
+	res, err := sim.Run(p, c)
+	if err != nil {
+		return p
+	}
+	best, cap := res.Makespan, slices.Max(res.PeakActivations)
+	q := p
+	q.Ranks = slices.Clone(p.Ranks)
+	sims := 0
+	for r := range q.Ranks {
+		for i := 0; i < len(q.Ranks[r]); i++ {
+			st := q.Ranks[r][i]
+			if st.Kind != abi.Recompute {
+				continue
+			}
+			f := i - 1
+			for f >= 0 && !producesForward(q.Ranks[r][f], st.Stage, st.Micro) {
+				f--
+			}
+			steps, to := q.Ranks[r], i
+			for j := i - 1; j > f && sims < budget; j-- {
+				q.Ranks[r] = moveTo(steps, i, j)
+				sims++
+				res, err := sim.Run(q, c)
+				if err == nil && res.Makespan < best && !exceeds(res.PeakActivations, cap) {
+					best, to = res.Makespan, j
+				}
+			}
+			q.Ranks[r] = steps
+			if to != i {
+				q.Ranks[r] = moveTo(steps, i, to)
+			}
+		}
+	}
+	return q
+}
+
+// producesForward reports whether st is F(stage, micro) or an overlap
+// holding it.
+func producesForward(st ir.Step, stage, micro int) bool {
+	for _, cs := range st.Computes() {
+		if cs.Kind == ir.Forward && cs.Stage == stage && cs.Micro == micro {
+			return true
+		}
+	}
+	return false
+}
+
+// moveTo returns a copy of steps with the step at i moved to index j < i.
+func moveTo(steps []ir.Step, i, j int) []ir.Step {
+	out := make([]ir.Step, 0, len(steps))
+	out = append(out, steps[:j]...)
+	out = append(out, steps[i])
+	out = append(out, steps[j:i]...)
+	return append(out, steps[i+1:]...)
+}
+
+func exceeds(peaks []int, cap int) bool {
+	return slices.Max(peaks) > cap
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 func TestParseRecompute(t *testing.T) {
@@ -19,6 +20,10 @@ func TestParseRecompute(t *testing.T) {
 		{"none", RecomputePolicy{}, ""},
 		{"full", RecomputePolicy{All: true}, ""},
 		{"full:2,0,2", RecomputePolicy{Stages: []int{0, 2}}, ""},
+		{"full@idle", RecomputePolicy{All: true, Idle: true}, ""},
+		{"full:1@idle", RecomputePolicy{Stages: []int{1}, Idle: true}, ""},
+		{"none@idle", RecomputePolicy{}, "unknown recompute policy"},
+		{"@idle", RecomputePolicy{}, "unknown recompute policy"},
 		{"full:x", RecomputePolicy{}, "not a stage number"},
 		{"full:-1", RecomputePolicy{}, "not a stage number"},
 		{"selective", RecomputePolicy{}, "not implemented yet"},
@@ -30,7 +35,7 @@ func TestParseRecompute(t *testing.T) {
 			t.Errorf("%q: error %v; want one saying %q", tc.in, err, tc.err)
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
-		case tc.err == "" && (got.All != tc.want.All || !slices.Equal(got.Stages, tc.want.Stages)):
+		case tc.err == "" && (got.All != tc.want.All || got.Idle != tc.want.Idle || !slices.Equal(got.Stages, tc.want.Stages)):
 			t.Errorf("%q: got %+v; want %+v", tc.in, got, tc.want)
 		}
 	}
@@ -86,5 +91,61 @@ func TestRecomputePlacement(t *testing.T) {
 	}
 	if o := declaredOption("recompute"); o == nil || o.Before != "slots" {
 		t.Errorf("recompute is not declared before slots: %+v", o)
+	}
+}
+
+// TestRecomputeIntoIdle: @idle moves RECOMPUTE steps earlier only where
+// the simulated iteration gets shorter and the largest simulated peak of
+// live chunks stays; on 1f1b with stage 0 recomputing (P=4, M=8, unit
+// costs) it gets 37 -> 35, the largest peak 3, and every RECOMPUTE still
+// comes after its F.
+func TestRecomputeIntoIdle(t *testing.T) {
+	base := oneF1B(4, 8)
+	run := func(policy string) (ir.Program, sim.Result) {
+		t.Helper()
+		q, _, err := Lower(base, Options{Set: map[string]string{"recompute": policy}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := sim.Run(q, sim.DefaultCost())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q, res
+	}
+	_, late := run("full:0")
+	q, idle := run("full:0@idle")
+	if late.Makespan != 37 || idle.Makespan != 35 {
+		t.Errorf("makespan %v late, %v idle; want 37, 35", late.Makespan, idle.Makespan)
+	}
+	if slices.Max(idle.PeakActivations) != 3 {
+		t.Errorf("peaks %v idle; want 3 at most, as rank 1 without recompute", idle.PeakActivations)
+	}
+	if slices.Max(idle.PeakActivations) > slices.Max(late.PeakActivations) {
+		t.Errorf("peaks %v idle, %v late: the largest rose", idle.PeakActivations, late.PeakActivations)
+	}
+	moved := 0
+	for i, st := range q.Ranks[0] {
+		if st.Kind != abi.Recompute {
+			continue
+		}
+		f := slices.IndexFunc(q.Ranks[0], func(x ir.Step) bool { return producesForward(x, st.Stage, st.Micro) })
+		if f < 0 || f > i {
+			t.Errorf("%s at %d before its F (%d)", st, i, f)
+		}
+		if next := q.Ranks[0][i+1]; next.Kind != ir.Backward || next.Micro != st.Micro {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Errorf("no RECOMPUTE moved")
+	}
+	// Nothing to gain: the program comes back as it was.
+	p, _, err := Lower(base, Options{Set: map[string]string{"recompute": "full"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RecomputeIntoIdle(p, sim.DefaultCost(), 0); ir.FormatText(got) != ir.FormatText(p) {
+		t.Errorf("1f1b full: RecomputeIntoIdle moved steps without a gain")
 	}
 }

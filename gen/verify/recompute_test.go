@@ -122,6 +122,7 @@ func TestRecomputeMemory(t *testing.T) {
 			if none := lowerRecomputed(t, base, "none"); ir.FormatText(none) != ir.FormatText(plain) {
 				t.Errorf("-recompute none changed the program")
 			}
+			lowerRecomputed(t, base, "full:0@idle") // verifies
 			q := lowerRecomputed(t, base, "full")
 			rq, _ := verify.Check(q, verify.Options{})
 			lower := false
