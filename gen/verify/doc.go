@@ -24,6 +24,11 @@
 //     (stage, micro)" means the stages of the micro's route
 //     (ir.Program.Route), a step outside its route is a structure error, and
 //     "stage 0", "the last stage" and neighbours are those of the route;
+//     then the rules of the kinds that have one (rule.go, declared in each
+//     kind's file, run in kind order): TIE_GRAD's ties (tie.go), ALL_REDUCE's
+//     counts (collective.go), RECOMPUTE's (recompute.go: once per chunk of a
+//     recomputing stage, every chunk of it, after its F and before its first
+//     backward);
 //  4. matching (lowered programs): sends and receives pair FIFO per (source
 //     rank, destination rank, channel), every one has a partner, and
 //     partners agree (SEND_F(s,m) with RECV_F(s+1,m), SEND_B(s,m) with
@@ -31,12 +36,14 @@
 //  5. deadlock freedom under the strict model (gen/internal/strict; one
 //     simulation decides), each compute step waiting for the receives of
 //     what it consumes (gen/internal/deps, the model gen/sim and gen/passes
-//     read too), a batch running as a unit: its transfers complete in any
+//     read too), the rendezvous of TIE_GRAD and ALL_REDUCE added by their
+//     rules, a batch running as a unit: its transfers complete in any
 //     order, and what comes after it on the stream and what consumes one
 //     of its receives waits for all of them. A program without transfers is compute-only: then each
 //     compute step waits for its producer on another rank, and a
 //     cross-rank dependency cycle is a deadlock too;
-//  6. memory: peak live chunks per rank (from F to the last backward, W or B)
+//  6. memory: peak live chunks per rank (from F to the last backward, W or B;
+//     a chunk with a RECOMPUTE only at its F and from its RECOMPUTE on)
 //     within Options.MaxActivations, and, when slots are assigned, one slot
 //     per chunk and no two chunks of one slot live at once (the lifetime
 //     docs/internals.md "Buffer slots" defines).
