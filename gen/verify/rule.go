@@ -54,8 +54,8 @@ var (
 // declareRule adds rl to the table; rule files call it from an init
 // function.
 func declareRule(rl *rule) {
-	if rules[rl.kind] != nil {
-		panic("verify: a second rule for " + rl.kind.String())
+	if rules[rl.kind] != nil || int(rl.kind) >= len(checker{}.holds) {
+		panic("verify: a second rule for " + rl.kind.String() + ", or a kind past the checker's holds")
 	}
 	rules[rl.kind] = rl
 	ruled = append(ruled, rl.kind)
