@@ -12,7 +12,8 @@ import (
 
 // TestRecomputeMatchesSequential: programs lowered with -recompute full
 // (every F keeps only its stage's input, a RECOMPUTE re-runs the forward
-// before the chunk's backward) train in process, through Interpret, to
+// before the chunk's backward) train in process (two also over TCP on
+// loopback), through Interpret, to
 // exactly the losses and parameters of a sequential run (float64), for
 // several families, and every chunk runs its stage's Forward twice. With
 // -recompute full:0 only stage 0 does; @idle (RECOMPUTE moved earlier into
@@ -22,24 +23,35 @@ func TestRecomputeMatchesSequential(t *testing.T) {
 	for _, tc := range []struct {
 		cfg    ir.Config
 		policy string
+		tcp    bool // over TCP on loopback instead of in process
 	}{
-		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full"},
-		{ir.Config{Schedule: "gpipe", Ranks: 2, Micro: 4}, "full"},
-		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "full"},
-		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, "full"},
-		{ir.Config{Schedule: "dualpipev", Ranks: 2, Micro: 4}, "full"},
-		{ir.Config{Schedule: "interleaved-zb", Ranks: 2, Virtual: 2, Micro: 4}, "full"},
-		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full:0"},
-		{ir.Config{Schedule: "1f1b", Ranks: 4, Micro: 8}, "full:0@idle"},
-		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "full:0,1@idle"},
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full", false},
+		{ir.Config{Schedule: "gpipe", Ranks: 2, Micro: 4}, "full", false},
+		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "full", false},
+		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, "full", false},
+		{ir.Config{Schedule: "dualpipev", Ranks: 2, Micro: 4}, "full", false},
+		{ir.Config{Schedule: "interleaved-zb", Ranks: 2, Virtual: 2, Micro: 4}, "full", false},
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full:0", false},
+		{ir.Config{Schedule: "1f1b", Ranks: 4, Micro: 8}, "full:0@idle", false},
+		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "full:0,1@idle", false},
+		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, "full", true},
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full:0@idle", true},
 	} {
-		t.Run(fmt.Sprintf("%s-P%d-%s", tc.cfg.Schedule, tc.cfg.Ranks, tc.policy), func(t *testing.T) {
+		name := fmt.Sprintf("%s-P%d-%s", tc.cfg.Schedule, tc.cfg.Ranks, tc.policy)
+		if tc.tcp {
+			name += "-tcp"
+		}
+		t.Run(name, func(t *testing.T) {
 			opt := gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": tc.policy}}}
 			p := lowered(t, tc.cfg, opt)
 			if len(p.spec.Recompute) == 0 {
 				t.Fatalf("Spec.Recompute is empty")
 			}
-			g := newRig(t, p, inprocWorld(p.spec.Ranks, 20*time.Second), false)
+			trs := inprocWorld(p.spec.Ranks, 20*time.Second)
+			if tc.tcp {
+				trs = tcpWorld(t, p.spec.Ranks, p.spec.Fingerprint, nil)
+			}
+			g := newRig(t, p, trs, false)
 			got := g.train(t, iters, rankFns(p, "interp"))
 			checkAgainstSequential(t, g, got, false)
 			on := map[int]bool{}

@@ -9,6 +9,7 @@ import (
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/verify"
 )
 
@@ -139,5 +140,29 @@ func TestRecomputeMemory(t *testing.T) {
 				t.Errorf("slots %v with recompute, %v without", rq.Slots, rp.Slots)
 			}
 		})
+	}
+}
+
+// TestRecomputePeaksAgree: the verifier's peak live chunks per rank of a
+// -recompute program (counted in program order) equal gen/sim's (swept in
+// time at the default costs), for each family and policy.
+func TestRecomputePeaksAgree(t *testing.T) {
+	for name, base := range map[string]ir.Program{
+		"1f1b": oneF1B(4, 8), "zb": zbLike(4, 8), "interleaved": interleaved(4, 2, 8), "v": vshape(4, 8, true),
+	} {
+		for _, pol := range []string{"full", "full:0", "full:0@idle"} {
+			q := lowerRecomputed(t, base, pol)
+			rv, err := verify.Check(q, verify.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, err := sim.Run(q, sim.DefaultCost())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(rv.PeakActivations, rs.PeakActivations) {
+				t.Errorf("%s -recompute %s: verify's peaks %v, sim's %v", name, pol, rv.PeakActivations, rs.PeakActivations)
+			}
+		}
 	}
 }
