@@ -86,8 +86,9 @@ func (c *checker) walk() error {
 	w := par.Workers(c.P, nSteps)
 	opOff := make([]int32, c.P+1)
 	hostOff := make([]int32, c.P+1)
-	// The same pass notes which ranks hold FSDP, swap and TIE_GRAD steps
-	// (rare kinds: abi's IsFSDP and IsSwap, one table load per step, tell).
+	// The same pass notes which ranks hold FSDP and swap steps (rare kinds:
+	// abi's IsFSDP and IsSwap, one table load per step, tell) and steps of
+	// the kinds with a rule (rule.go), whose prepare then runs.
 	extras := make([]uint8, c.P)
 	ruledKinds := make([]uint64, c.P) // bit k: a step of kind k, which has a rule
 	par.ForRanksW(w, c.P, func(_, r int) {
