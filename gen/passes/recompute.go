@@ -179,7 +179,11 @@ func RecomputeIntoIdle(p ir.Program, c sim.Cost, budget int) ir.Program {
 				f--
 			}
 			steps, to := q.Ranks[r], i
+			ok := placeable(steps, f, i, st.Stage)
 			for j := i - 1; j > f && sims < budget; j-- {
+				if !ok[j-f-1] {
+					continue
+				}
 				q.Ranks[r] = moveTo(steps, i, j)
 				sims++
 				res, err := sim.Run(q, c)
@@ -194,6 +198,39 @@ func RecomputeIntoIdle(p ir.Program, c sim.Cost, budget int) ir.Program {
 		}
 	}
 	return q
+}
+
+// placeable reports, for each index j in f+1..i-1, whether a RECOMPUTE of
+// stage moved from i to right before steps[j] would be outside every batch
+// (BATCH_BEGIN .. BATCH_END holds only transfers) and, when the rank
+// UNSHARDs or RESHARDs the stage (FSDP), where the stage is unsharded (it
+// runs the stage's forward).
+func placeable(steps []ir.Step, f, i, stage int) []bool {
+	managed := false
+	for _, st := range steps {
+		if (st.Kind == ir.Unshard || st.Kind == ir.Reshard) && st.Stage == stage {
+			managed = true
+			break
+		}
+	}
+	ok := make([]bool, max(i-f-1, 0))
+	inBatch, unsharded := false, false
+	for j := 0; j < i; j++ {
+		if j > f {
+			ok[j-f-1] = !inBatch && (!managed || unsharded)
+		}
+		switch st := steps[j]; {
+		case st.Kind == ir.BatchBegin:
+			inBatch = true
+		case st.Kind == ir.BatchEnd:
+			inBatch = false
+		case st.Kind == ir.Unshard && st.Stage == stage:
+			unsharded = true
+		case st.Kind == ir.Reshard && st.Stage == stage:
+			unsharded = false
+		}
+	}
+	return ok
 }
 
 // producesForward reports whether st is F(stage, micro) or an overlap

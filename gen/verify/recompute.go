@@ -12,8 +12,9 @@ import (
 // after the chunk's F and before its first backward (B or I); a stage that
 // recomputes one chunk recomputes every chunk it runs a backward for (the
 // policy is per stage, and a chunk whose step is missing would reach its
-// backward without activations); and the memory model counts the chunk
-// live at its F, not after it, and again from its RECOMPUTE.
+// backward without activations); under FSDP it runs while its stage is
+// unsharded, as the forward it re-runs must; and the memory model counts
+// the chunk live at its F, not after it, and again from its RECOMPUTE.
 func init() {
 	declareRule(&rule{kind: abi.Recompute, prepare: recomputePrepare, step: recomputeStep, check: recomputeCheck})
 }
@@ -55,11 +56,18 @@ func recomputeStep(c *checker, r, i int, st *ir.Step) (int, error) {
 }
 
 // recomputeCheck checks that a stage recomputes every chunk it runs a
-// backward for, or none.
+// backward for, or none, and, in a program with FSDP steps, that each
+// RECOMPUTE runs while its stage is unsharded (it runs the stage's forward,
+// as a compute step does; the FSDP walk checks those).
 func recomputeCheck(c *checker) error {
 	count, ok := c.ruleState[abi.Recompute].(recomputeCount)
 	if !ok {
 		return nil // no RECOMPUTE step
+	}
+	if c.rep.PeakUnsharded != nil {
+		if err := recomputeUnsharded(c); err != nil {
+			return err
+		}
 	}
 	M := c.M
 	for s := range c.S {
@@ -81,6 +89,37 @@ func recomputeCheck(c *checker) error {
 			r := c.rankOf[s]
 			b := int(c.at[aBwd][ch])
 			return c.fail(r, b, c.p.Ranks[r][b], Missing, "no RECOMPUTE of chunk (stage %d, micro %d) before its backward, but stage %d recomputes (micro %d has one), and a stage recomputes every chunk or none (-recompute is a policy per stage)", s, m, s, with)
+		}
+	}
+	return nil
+}
+
+// recomputeUnsharded checks that every RECOMPUTE of a stage its rank
+// UNSHARDs or RESHARDs runs after an UNSHARD of it and before the next
+// RESHARD (the FSDP walk has checked that these alternate).
+func recomputeUnsharded(c *checker) error {
+	for r, steps := range c.p.Ranks {
+		managed := map[int]bool{}
+		for i := range steps {
+			if k := steps[i].Kind; k == ir.Unshard || k == ir.Reshard {
+				managed[steps[i].Stage] = true
+			}
+		}
+		if len(managed) == 0 {
+			continue
+		}
+		active := map[int]bool{}
+		for i, st := range steps {
+			switch st.Kind {
+			case ir.Unshard:
+				active[st.Stage] = true
+			case ir.Reshard:
+				active[st.Stage] = false
+			case abi.Recompute:
+				if managed[st.Stage] && !active[st.Stage] {
+					return c.fail(r, i, st, FSDP, "%s runs stage %d's forward while its parameters are sharded; place it after an UNSHARD of the stage and before its RESHARD", st, st.Stage)
+				}
+			}
 		}
 	}
 	return nil

@@ -166,3 +166,37 @@ func TestRecomputePeaksAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestRecomputeFSDP: with -fsdp (and -batch) every policy, @idle included,
+// lowers to a program that verifies: no RECOMPUTE inside a batch or while
+// its stage is sharded; one placed while its stage is sharded (a RESHARD
+// before it, an UNSHARD after it) is refused.
+func TestRecomputeFSDP(t *testing.T) {
+	for _, pol := range []string{"full", "full@idle", "full:0,1@idle"} {
+		for _, opt := range []passes.Options{{FSDP: 1, Batch: true}, {FSDP: 2, FSDPPrefetch: 2}} {
+			opt.Set = map[string]string{"recompute": pol}
+			q, _, err := passes.Lower(interleaved(4, 2, 8), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := verify.Check(q, verify.Options{}); err != nil {
+				t.Errorf("-recompute %s, %+v: %v", pol, opt, err)
+			}
+		}
+	}
+	q, _, err := passes.Lower(interleaved(4, 2, 8), passes.Options{FSDP: 1, Set: map[string]string{"recompute": "full"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := q.Ranks[0]
+	i := slices.IndexFunc(s, func(st ir.Step) bool { return st.Kind == abi.Recompute })
+	st := s[i]
+	fsdp := func(k ir.Kind) ir.Step { return ir.Step{Kind: k, Stage: st.Stage, Micro: ir.None, Peer: ir.None, Slot: ir.None} }
+	q.Ranks[0] = slices.Insert(slices.Clone(s), i+1, fsdp(ir.Unshard))
+	q.Ranks[0] = slices.Insert(q.Ranks[0], i, fsdp(ir.Reshard))
+	_, err = verify.Check(q, verify.Options{})
+	var ve *verify.Error
+	if !errors.As(err, &ve) || ve.Code != verify.FSDP || !strings.Contains(err.Error(), "while its parameters are sharded") {
+		t.Errorf("a RECOMPUTE between a RESHARD and an UNSHARD of its stage: got %v; want an FSDP error", err)
+	}
+}
