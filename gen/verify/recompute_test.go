@@ -191,7 +191,9 @@ func TestRecomputeFSDP(t *testing.T) {
 	s := q.Ranks[0]
 	i := slices.IndexFunc(s, func(st ir.Step) bool { return st.Kind == abi.Recompute })
 	st := s[i]
-	fsdp := func(k ir.Kind) ir.Step { return ir.Step{Kind: k, Stage: st.Stage, Micro: ir.None, Peer: ir.None, Slot: ir.None} }
+	fsdp := func(k ir.Kind) ir.Step {
+		return ir.Step{Kind: k, Stage: st.Stage, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+	}
 	q.Ranks[0] = slices.Insert(slices.Clone(s), i+1, fsdp(ir.Unshard))
 	q.Ranks[0] = slices.Insert(q.Ranks[0], i, fsdp(ir.Reshard))
 	_, err = verify.Check(q, verify.Options{})
