@@ -1,0 +1,120 @@
+package train_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/ppgen/ppgen/runtime/train"
+	"github.com/ppgen/ppgen/runtime/train/internal/testprog"
+	"github.com/ppgen/ppgen/runtime/world"
+)
+
+// crossTol bounds the difference of losses and parameters between a job
+// and the same job resumed under another schedule, P or DP, or run under
+// another layout: the gradients are the same sums in another order (the
+// micro-batches' losses, the replicas' all-reduce, the norm's shares), a
+// few ulps of float64 per step, carried by AdamW's division into the
+// weights over the steps.
+const crossTol = 1e-9
+
+const half = 3 // steps before the save; the jobs run 2·half
+
+// TestResumeBitIdentical trains 2N steps uninterrupted, and N steps, a
+// save, and N more resumed from it, in-process and over TCP (loopback):
+// the losses of the last N steps and every parameter and optimizer
+// tensor at the end are equal bit for bit.
+func TestResumeBitIdentical(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		world string
+		opts  world.Options
+	}{
+		{"inproc", "inproc", world.Options{}},
+		{"tcp", "tcp", world.Options{Loopback: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			job := func(steps int, ckpt, resume string) *train.Result {
+				c := config(onef1b, 1, steps)
+				c.World, c.WorldOptions = tc.world, tc.opts
+				c.Steps, c.CheckpointDir, c.Resume = 2*half, ckpt, resume
+				if steps < 2*half {
+					c.Steps = steps
+				}
+				return run(t, c)
+			}
+			full := filepath.Join(dir, "full")
+			whole := job(2*half, full, "")
+			first := filepath.Join(dir, "first")
+			job(half, first, "")
+			second := filepath.Join(dir, "second")
+			resumed := job(2*half, second, first)
+			if resumed.Start != half || len(resumed.Records) != half {
+				t.Fatalf("resumed job started at %d with %d records, want %d and %d", resumed.Start, len(resumed.Records), half, half)
+			}
+			same(t, "losses of the resumed steps", losses(resumed), losses(whole)[half:])
+			for i, r := range resumed.Records {
+				w := whole.Records[half+i]
+				if r.Step != w.Step || r.Tokens != w.Tokens || r.LR != w.LR || r.GradNorm != w.GradNorm {
+					t.Fatalf("resumed record %+v, uninterrupted %+v", r, w)
+				}
+			}
+			same(t, "parameters and optimizer state at the end", params(t, second), params(t, full))
+		})
+	}
+}
+
+// TestResumeOtherLayout saves a job of 1f1b at P=4 after N steps and
+// resumes it under zbv at P=2 and under 1f1b at P=4 with two data-parallel
+// replicas of half the micro-batches each: the losses and the final
+// parameters equal the uninterrupted P=4 job's within crossTol.
+func TestResumeOtherLayout(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	c := config(onef1b, 1, 2*half)
+	c.CheckpointDir = full
+	whole := run(t, c)
+	saved := filepath.Join(dir, "saved")
+	c = config(onef1b, 1, half)
+	c.CheckpointDir = saved
+	run(t, c)
+	for _, tc := range []struct {
+		p  train.Program
+		dp int
+	}{{zbv2, 1}, {halfProg, 2}} {
+		t.Run(describe(tc.p, tc.dp), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			c := config(tc.p, tc.dp, 2*half)
+			c.CheckpointDir, c.Resume = out, saved
+			resumed := run(t, c)
+			if d := maxDiff(t, "losses", losses(resumed), losses(whole)[half:]); d > crossTol {
+				t.Fatalf("losses differ from the uninterrupted job's by %g, over %g", d, crossTol)
+			}
+			if d := maxDiff(t, "parameters", params(t, out), params(t, full)); d > crossTol {
+				t.Fatalf("parameters differ from the uninterrupted job's by %g, over %g", d, crossTol)
+			}
+			t.Logf("resumed from 1f1b P=4: losses %v", losses(resumed))
+		})
+	}
+}
+
+// TestLayouts trains the same job under every layout the loop builds — one
+// rank, 1f1b at P=4, zbv at P=2 (two stages per rank), two replicas,
+// dualpipe's two model copies, a -clip program (its ALL_REDUCE reduces the
+// norm) — and requires the losses of the one-rank job within crossTol.
+func TestLayouts(t *testing.T) {
+	ref := losses(run(t, config(single, 1, 2*half)))
+	for _, tc := range []struct {
+		p  train.Program
+		dp int
+	}{{onef1b, 1}, {zbv2, 1}, {halfProg, 2}, {dual, 1}, {clip, 1}} {
+		t.Run(describe(tc.p, tc.dp), func(t *testing.T) {
+			got := losses(run(t, config(tc.p, tc.dp, 2*half)))
+			if d := maxDiff(t, "losses", got, ref); d > crossTol {
+				t.Fatalf("losses %v differ from the one-rank job's %v by %g", got, ref, d)
+			}
+		})
+	}
+}
+
+var single = train.Program{Spec: testprog.SingleSpec, Ranks: testprog.SingleRanks[:]}
