@@ -168,7 +168,7 @@ func (r *rank) restoreLayer(layer int, ps []*nn.Param, saved []checkpoint.Param)
 		return err
 	}
 	ost.Kind = kind.Kind
-	if err := r.opt.SetState(ps[:0], nn.OptimState{Kind: ost.Kind}); err != nil {
+	if err := r.opt.SetState(ps, ost); err != nil {
 		return fmt.Errorf("layer %d: %w", layer, err)
 	}
 	return nil

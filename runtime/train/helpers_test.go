@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"testing"
 
@@ -175,4 +176,17 @@ func same(t *testing.T, what string, a, b []float64) {
 
 func describe(p train.Program, dp int) string {
 	return fmt.Sprintf("%s DP=%d", p.Spec.Describe(), dp)
+}
+
+// flipByte flips one byte in the middle of the file at path.
+func flipByte(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

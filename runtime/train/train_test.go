@@ -1,0 +1,204 @@
+package train_test
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/runtime/checkpoint"
+	"github.com/ppgen/ppgen/runtime/metrics"
+	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/train"
+)
+
+// TestEvalAndMetrics evaluates with the forward-only program every two
+// steps and at the end, and writes the metrics: the JSON lines read back
+// as the records Run returns, with the validation loss on the steps that
+// evaluated, and a resumed job evaluates as the uninterrupted one.
+func TestEvalAndMetrics(t *testing.T) {
+	job := func(steps int, ckpt, resume string, out *bytes.Buffer) *train.Result {
+		c := config(onef1b, 1, steps)
+		c.Eval, c.EvalEvery, c.EvalRuns = &eval, 2, 2
+		c.EvalData = func(run, replica int) (pipe.DataSource, error) { return data(8)(-1-run, replica) }
+		c.CheckpointDir, c.Resume = ckpt, resume
+		if out != nil {
+			c.Metrics = out
+		}
+		var evals []int
+		c.Hooks.AfterEval = func(rank, step int, loss float64) error {
+			if rank == 0 {
+				evals = append(evals, step)
+			}
+			return nil
+		}
+		res := run(t, c)
+		want := []int{0, 2, 4, 5}
+		if resume != "" {
+			want = []int{4, 5}
+		}
+		if len(evals) != len(want) {
+			t.Fatalf("AfterEval after steps %v, want %v", evals, want)
+		}
+		for i := range want {
+			if evals[i] != want[i] {
+				t.Fatalf("AfterEval after steps %v, want %v", evals, want)
+			}
+		}
+		return res
+	}
+	var out bytes.Buffer
+	dir := t.TempDir()
+	whole := job(5, "", "", &out)
+	recs, err := metrics.ReadAll(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 6 || len(whole.Records) != 6 {
+		t.Fatalf("%d metrics lines and %d records, want 6 (step 0's evaluation and 5 steps)", len(recs), len(whole.Records))
+	}
+	for i, r := range recs {
+		w := whole.Records[i]
+		if r.Step != int64(i) || !eq(r.Loss, w.Loss) || !eq(r.EvalLoss, w.EvalLoss) || !eq(r.LR, w.LR) || r.Tokens != w.Tokens {
+			t.Fatalf("line %d: %+v, record %+v", i, r, w)
+		}
+		if evaluated := i%2 == 0 || i == 5; evaluated == math.IsNaN(r.EvalLoss) {
+			t.Fatalf("step %d: eval loss %v", i, r.EvalLoss)
+		}
+	}
+	if !(recs[5].EvalLoss < recs[0].EvalLoss) {
+		t.Fatalf("validation loss %v after training, %v before", recs[5].EvalLoss, recs[0].EvalLoss)
+	}
+	ck := filepath.Join(dir, "ck")
+	c := config(onef1b, 1, 3)
+	c.CheckpointDir = ck
+	run(t, c)
+	resumed := job(5, "", ck, nil)
+	for i, r := range resumed.Records {
+		w := whole.Records[4+i]
+		if r.Step != w.Step || !eq(r.Loss, w.Loss) || !eq(r.EvalLoss, w.EvalLoss) {
+			t.Fatalf("resumed record %+v, uninterrupted %+v", r, w)
+		}
+	}
+}
+
+// eq is bit equality, NaN equal to NaN.
+func eq(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+
+// tiedLayer builds the model of a -tie 0:3 program: layer 0's and layer
+// 7's weights are one parameter, a copy on each stage, starting from the
+// same values.
+func tiedLayer(i int) (nn.Layer, error) {
+	l, err := layer(i)
+	if err != nil || (i != 0 && i != layers-1) {
+		return l, err
+	}
+	seq := l.(*nn.Sequential)
+	lin := seq.Layers[0].(*nn.Linear)
+	if i == layers-1 {
+		first, err := layer(0)
+		if err != nil {
+			return nil, err
+		}
+		copy(lin.Weight.Value.Float64s(), first.(*nn.Sequential).Layers[0].(*nn.Linear).Weight.Value.Float64s())
+	}
+	return nn.Tie(seq, lin.Weight)
+}
+
+// TestTie trains a -tie 0:3 program: the two copies of the tied weight
+// (layer 0's and layer 7's) end equal bit for bit, and a resumed job
+// equals the uninterrupted one.
+func TestTie(t *testing.T) {
+	dir := t.TempDir()
+	job := func(steps int, ckpt, resume string) *train.Result {
+		c := config(tie, 1, 2*half)
+		c.Layer = tiedLayer
+		if steps < 2*half {
+			c.Steps = steps
+		}
+		c.CheckpointDir, c.Resume = ckpt, resume
+		return run(t, c)
+	}
+	full, first, second := filepath.Join(dir, "full"), filepath.Join(dir, "first"), filepath.Join(dir, "second")
+	whole := job(2*half, full, "")
+	job(half, first, "")
+	resumed := job(2*half, second, first)
+	same(t, "losses of the resumed steps", losses(resumed), losses(whole)[half:])
+	same(t, "parameters", params(t, second), params(t, full))
+	ck, err := checkpoint.Open(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := ck.Layers([]int{0, layers - 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w0, w7 []float64
+	for _, p := range ps {
+		if p.Name == "0.weight" && p.Layer == 0 {
+			w0 = p.Value.F64
+		}
+		if p.Name == "0.weight" && p.Layer == layers-1 {
+			w7 = p.Value.F64
+		}
+	}
+	same(t, "the tied copies", w7, w0)
+	untied := losses(run(t, config(onef1b, 1, 2*half)))
+	if d := maxDiff(t, "losses", untied, losses(whole)); d == 0 {
+		t.Fatal("the tied model trains as the untied one")
+	}
+}
+
+// TestRefusals checks the errors of configurations the loop does not run.
+func TestRefusals(t *testing.T) {
+	noLayers := onef1b
+	noLayers.Spec.Layers = nil
+	for _, tc := range []struct {
+		name string
+		edit func(*train.Config)
+		want string
+	}{
+		{"fsdp", func(c *train.Config) { c.FSDP = true }, "FSDP"},
+		{"no layers", func(c *train.Config) { c.Train = noLayers }, "no layer split"},
+		{"wrong layers", func(c *train.Config) { c.Layers = [][2]int{{0, 8}} }, "1 layer ranges for the 4 stages"},
+		{"forward-only train", func(c *train.Config) { c.Train = eval }, "forward-only"},
+		{"eval not forward-only", func(c *train.Config) { c.Eval = &onef1b; c.EvalData = c.Data }, "not forward-only"},
+		{"eval of another placement", func(c *train.Config) { c.Train = zbv2; c.Eval = &eval; c.EvalData = c.Data }, "same placement"},
+		{"no schedule", func(c *train.Config) { c.LR = nil }, "learning-rate schedule"},
+		{"negative clip", func(c *train.Config) { c.Clip = -1 }, "Clip -1"},
+		{"tie without TiedParams", func(c *train.Config) { c.Train = tie }, "declares tied parameters"},
+		{"dp of one rank", func(c *train.Config) { c.DP = -1 }, "DP -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config(onef1b, 1, 1)
+			tc.edit(&c)
+			_, err := train.Run(context.Background(), c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestResumeRefusesCorrupt resumes from a checkpoint whose shard has a
+// flipped byte: refused, naming the file.
+func TestResumeRefusesCorrupt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	c := config(onef1b, 1, 1)
+	c.CheckpointDir = dir
+	run(t, c)
+	m, err := checkpoint.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipByte(t, filepath.Join(dir, m.Shards[2].File))
+	c = config(onef1b, 1, 2)
+	c.Resume = dir
+	_, err = train.Run(context.Background(), c)
+	if err == nil || !strings.Contains(err.Error(), m.Shards[2].File) {
+		t.Fatalf("resume from a corrupt shard: %v, want an error naming %s", err, m.Shards[2].File)
+	}
+}
