@@ -108,7 +108,12 @@ type Config struct {
 	// Metrics, if set, receives one JSON line per step (runtime/metrics),
 	// written by world rank 0 only.
 	Metrics io.Writer
-	Hooks   Hooks
+	// Timeline, if set, records the stage calls and transfers of this
+	// process's ranks (pipe.Config.Timeline), reset before every step so
+	// that it holds the last one's; the records' bubble is then measured
+	// over this process's ranks (metrics.Bubble), else NaN.
+	Timeline *pipe.Timeline
+	Hooks    Hooks
 }
 
 // check validates c and returns it with its defaults.

@@ -40,6 +40,8 @@ type rank struct {
 	reads              bool    // the rank reads micro-batches
 	norm               float64 // this step's gradient norm
 	reduced            bool    // the program's ALL_REDUCE hook did this step's reduction
+	first              bool    // the process's first rank
+	local              []int   // the pipeline ranks of the process's ranks (Config.Timeline's)
 }
 
 // tiedLayer is a layer that declares tied parameters (nn.TiedStage).
@@ -127,7 +129,7 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 	r.train, err = pipe.New(pipe.Config{
 		Rank: r.pp, Spec: sp, Stages: r.stages, Transport: pipeT, Data: src,
 		Loss:      c.Loss(1 / float64(sp.Micro*m.DP)),
-		AllReduce: r.allReduce,
+		AllReduce: r.allReduce, Timeline: c.Timeline,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("train: rank %d: %w", r.world, err)
@@ -189,12 +191,9 @@ func (r *rank) build() error {
 			stageParams = append(stageParams, ps...)
 		}
 		seq := nn.NewSequential(layers...)
-		switch {
-		case tied[s] && len(tiedParams) == 0:
-			return fmt.Errorf("train: stage %d is tied (Spec.Ties) but none of its layers %v declares tied parameters (TiedParams, nn.Tie)", s, c.Layers[s])
-		case tied[s]:
-			r.stages[s] = &tiedStage{Sequential: seq, tied: tiedParams}
-		default:
+		if tied[s] {
+			r.stages[s] = &tiedStage{Sequential: seq, tied: tiedParams} // none declared: the exchange sums nothing
+		} else {
 			r.stages[s] = seq
 		}
 		r.params = append(r.params, stageParams...)

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/checkpoint/nncheckpoint"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/metrics"
 	"github.com/ppgen/ppgen/runtime/nn"
@@ -57,6 +59,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	defer wd.Close()
 	ranks := make([]*rank, len(wd.Endpoints))
+	var local []int // the pipeline ranks of this process's ranks
 	for i, ep := range wd.Endpoints {
 		if ranks[i], err = newRank(c, m, wd, ep); err != nil {
 			for _, r := range ranks[:i] {
@@ -65,7 +68,14 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			wd.Abort(err)
 			return nil, err
 		}
+		if !slices.Contains(local, ranks[i].pp) {
+			local = append(local, ranks[i].pp)
+		}
 	}
+	for _, r := range ranks {
+		r.local = local
+	}
+	ranks[0].first = true
 	results := make([]*Result, len(ranks))
 	errs := make([]error, len(ranks))
 	var wg sync.WaitGroup
@@ -180,6 +190,9 @@ func (r *rank) step(step int) (metrics.Record, error) {
 		}
 		r.data.cur = src
 	}
+	if err := r.resetTimeline(); err != nil {
+		return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
+	}
 	t0 := time.Now()
 	r.reduced = false
 	if err := pipe.Run(r.train, c.Train.Ranks[r.pp]); err != nil {
@@ -201,11 +214,36 @@ func (r *rank) step(step int) (metrics.Record, error) {
 		return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
 	}
 	wall := time.Since(t0)
+	bubble := math.NaN()
+	if c.Timeline != nil {
+		bubble = metrics.Bubble(wall, metrics.Busy(c.Timeline.Events(), r.local))
+	}
 	return metrics.Record{
 		Step: int64(step + 1), Loss: loss, LR: lr, GradNorm: r.norm,
 		TokensPerSec: float64(c.TokensPerStep) / wall.Seconds(), StepSeconds: wall.Seconds(),
-		Bubble: math.NaN(),
+		Bubble: bubble,
 	}, nil
+}
+
+// resetTimeline empties Config.Timeline before a step, when there is one:
+// every rank of the world has read the last step's events (a barrier),
+// the process's first rank resets it, and no rank starts the step before
+// (a second barrier).
+func (r *rank) resetTimeline() error {
+	if r.cfg.Timeline == nil {
+		return nil
+	}
+	barrier := func() error { return nil }
+	if r.wcomm != nil {
+		barrier = nncheckpoint.CommBarrier(r.wcomm)
+	}
+	if err := barrier(); err != nil {
+		return err
+	}
+	if r.first {
+		r.cfg.Timeline.Reset()
+	}
+	return barrier()
 }
 
 // allReduce is the program's ALL_REDUCE hook (a -clip program's, before

@@ -169,7 +169,6 @@ func TestRefusals(t *testing.T) {
 		{"eval of another placement", func(c *train.Config) { c.Train = zbv2; c.Eval = &eval; c.EvalData = c.Data }, "same placement"},
 		{"no schedule", func(c *train.Config) { c.LR = nil }, "learning-rate schedule"},
 		{"negative clip", func(c *train.Config) { c.Clip = -1 }, "Clip -1"},
-		{"tie without TiedParams", func(c *train.Config) { c.Train = tie }, "declares tied parameters"},
 		{"dp of one rank", func(c *train.Config) { c.DP = -1 }, "DP -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,5 +199,20 @@ func TestResumeRefusesCorrupt(t *testing.T) {
 	_, err = train.Run(context.Background(), c)
 	if err == nil || !strings.Contains(err.Error(), m.Shards[2].File) {
 		t.Fatalf("resume from a corrupt shard: %v, want an error naming %s", err, m.Shards[2].File)
+	}
+}
+
+// TestTimelineBubble measures the bubble of every step with a Timeline:
+// a fraction in (0, 1) (1f1b at P=4, M=8 idles in its warmup and cooldown).
+func TestTimelineBubble(t *testing.T) {
+	c := config(onef1b, 1, 3)
+	c.Timeline = &pipe.Timeline{}
+	for _, r := range run(t, c).Records {
+		if !(r.Bubble > 0 && r.Bubble < 1) {
+			t.Fatalf("step %d: bubble %v, want a fraction", r.Step, r.Bubble)
+		}
+	}
+	if len(c.Timeline.Events()) == 0 {
+		t.Fatal("the timeline recorded nothing")
 	}
 }
