@@ -15,7 +15,8 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/data"
+	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
 // The data: Go source text from the Go installation's own source tree
@@ -166,74 +167,78 @@ func unigramEntropy(t []byte) float64 {
 	return h
 }
 
-// batches is the DataSource of one program run: micro-batch m holds Batch
-// windows of SeqLen+1 tokens, its input the first SeqLen of each ([rows, 1]
-// token ids) and its target the next token at each position.
-type batches struct {
-	dt     tensor.Dtype
-	sh     shape
-	inputs []*tensor.Dense
-	target []*tensor.Dense
+// shards is the job's data: the token shards `charlm prepare` writes
+// (runtime/data), each step's windows drawn by a Sampler from (-seed,
+// step) over the training shard, validation run k's from (0, k) over the
+// validation shard: pure functions of the step, as runtime/train needs
+// for a resumed job to read what an uninterrupted one reads.
+type shards struct {
+	dt           tensor.Dtype
+	seqLen       int
+	train, valid *data.Sampler
+	files        []*data.Shard
 }
 
-func newBatches(dt tensor.Dtype, sh shape, micro int) *batches {
-	return &batches{dt: dt, sh: sh, inputs: make([]*tensor.Dense, micro), target: make([]*tensor.Dense, micro)}
-}
-
-// fill sets micro-batch m's windows to those starting at starts in text.
-func (b *batches) fill(m int, text []byte, starts []int) {
-	rows := len(starts) * b.sh.SeqLen
-	x, y := make([]float64, rows), make([]float64, rows)
-	for i, s := range starts {
-		for j := range b.sh.SeqLen {
-			x[i*b.sh.SeqLen+j] = float64(text[s+j])
-			y[i*b.sh.SeqLen+j] = float64(text[s+j+1])
+// openShards opens dir's shards (prepare's), for micro micro-batches a
+// step. An empty dir prepares them from the Go sources (-goroot) into a
+// temporary directory first, which close removes.
+func openShards(o options, dt tensor.Dtype, micro int) (*shards, error) {
+	dir := o.data
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "charlm-data")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp) // the shards stay open
+		if err := prepare([]string{"-out", tmp, "-goroot", o.goroot}, io.Discard); err != nil {
+			return nil, err
+		}
+		dir = tmp
+	}
+	sh := &shards{dt: dt, seqLen: o.sh.SeqLen}
+	for _, f := range []struct {
+		name string
+		seed uint64
+		to   **data.Sampler
+	}{{trainShard, o.seed, &sh.train}, {validShard, 0, &sh.valid}} {
+		s, err := data.Open(filepath.Join(dir, f.name))
+		if err != nil {
+			sh.close()
+			return nil, fmt.Errorf("-data: %w (charlm prepare -out DIR writes it)", err)
+		}
+		sh.files = append(sh.files, s)
+		cfg := data.Config{Seed: f.seed, SeqLen: o.sh.SeqLen, Batch: o.sh.Batch, Micro: micro, Replicas: 1}
+		if *f.to, err = data.NewSampler([]*data.Shard{s}, cfg); err != nil {
+			sh.close()
+			return nil, fmt.Errorf("-data %s: %w", f.name, err)
 		}
 	}
-	b.inputs[m], b.target[m] = column(b.dt, x), column(b.dt, y)
+	return sh, nil
 }
 
-// setTrainStep draws training step step's windows: uniform starts from a
-// generator seeded by (seed, step), the same on every rank and in the
-// sequential reference.
-func (b *batches) setTrainStep(c *corpus, seed uint64, step int) {
-	rng := nn.NewRand(seed*1_000_003 + uint64(step) + 1)
-	span := len(c.train) - b.sh.SeqLen - 1
-	for m := range b.inputs {
-		starts := make([]int, b.sh.Batch)
-		for i := range starts {
-			starts[i] = rng.IntN(span)
-		}
-		b.fill(m, c.train, starts)
-	}
-}
-
-// setEvalRun sets validation run run's windows: the validation text's
-// evalRuns·M·Batch windows spaced evenly from its start, whatever the
-// seed.
-func (b *batches) setEvalRun(c *corpus, run int) {
-	n := evalRuns * len(b.inputs) * b.sh.Batch
-	gap := (len(c.valid) - b.sh.SeqLen - 1) / n
-	for m := range b.inputs {
-		starts := make([]int, b.sh.Batch)
-		for i := range starts {
-			starts[i] = ((run*len(b.inputs)+m)*b.sh.Batch + i) * gap
-		}
-		b.fill(m, c.valid, starts)
+func (s *shards) close() {
+	for _, f := range s.files {
+		f.Close()
 	}
 }
 
-func (b *batches) Input(m int) (*tensor.Dense, error)  { return b.inputs[m], nil }
-func (b *batches) Target(m int) (*tensor.Dense, error) { return b.target[m], nil }
-
-// column returns v as a [len(v), 1] tensor of dtype dt.
-func column(dt tensor.Dtype, v []float64) *tensor.Dense {
-	if dt == tensor.Float32 {
-		w := make([]float32, len(v))
-		for i, x := range v {
-			w[i] = float32(x)
-		}
-		return tensor.New(tensor.WithShape(len(v), 1), tensor.WithBacking(w))
+// read returns the micro-batches of step step of sampler sm.
+func (s *shards) read(sm *data.Sampler, step int64, replica int) (pipe.DataSource, error) {
+	st, err := sm.Read(step, replica)
+	if err != nil {
+		return nil, err
 	}
-	return tensor.New(tensor.WithShape(len(v), 1), tensor.WithBacking(v))
+	src, err := data.NewSource(s.dt, s.seqLen)
+	if err != nil {
+		return nil, err
+	}
+	return src, src.Set(st)
+}
+
+func (s *shards) trainStep(step, replica int) (pipe.DataSource, error) {
+	return s.read(s.train, int64(step), replica)
+}
+
+func (s *shards) evalRun(run, replica int) (pipe.DataSource, error) {
+	return s.read(s.valid, int64(run), replica)
 }

@@ -45,12 +45,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/world"
 )
@@ -68,7 +70,16 @@ type options struct {
 	seed      uint64
 	svg       string
 	trace     string
-	breakdown bool
+	metrics   string // -metrics: a JSONL file, or - for stdout
+	data      string // -data: prepare's token shards; "" prepares them
+	ckpt      string
+	ckptEvery int
+	stopAfter int
+	resume    string
+	clip      float64
+	minLR     float64
+	warmup    int
+	wd        float64
 	goroot    string
 	timeout   time.Duration
 	sh        shape
@@ -77,7 +88,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{schedule: "zbv", transport: "inproc", steps: 50, evalEvery: 10, logEvery: 10, tie: true,
-		dtype: "float64", lr: 0.003, seed: 1, sh: defaultShape}
+		dtype: "float64", lr: 0.003, minLR: 0.0003, warmup: 5, wd: 0.01, clip: 1, seed: 1, sh: defaultShape}
 }
 
 func main() {
@@ -98,11 +109,20 @@ func main() {
 	fs.BoolVar(&o.check, "check", false, "also train sequentially on the same micro-batches and require equal losses and parameters (float64: within 1e-12)")
 	fs.BoolVar(&o.tie, "tie", o.tie, "tie the LM head to the token embedding (one parameter on the first and the last stage)")
 	fs.StringVar(&o.dtype, "dtype", o.dtype, "float64 or float32")
-	fs.Float64Var(&o.lr, "lr", o.lr, "Adam learning rate")
+	fs.Float64Var(&o.lr, "lr", o.lr, "AdamW's peak learning rate")
+	fs.Float64Var(&o.minLR, "min-lr", o.minLR, "the learning rate the cosine decay ends at, after -steps")
+	fs.IntVar(&o.warmup, "warmup", o.warmup, "linear warmup steps before the cosine decay")
+	fs.Float64Var(&o.wd, "wd", o.wd, "AdamW's decoupled weight decay")
+	fs.Float64Var(&o.clip, "clip", o.clip, "clip the gradients by their global L2 norm at this value (0: no clipping)")
+	fs.StringVar(&o.data, "data", "", "directory of the token shards `charlm prepare` writes (default: prepare them from -goroot into a temporary directory)")
+	fs.StringVar(&o.metrics, "metrics", "", "write one JSON line per step (docs/metrics.md) to this file, or - for stdout")
+	fs.StringVar(&o.ckpt, "ckpt", "", "save checkpoints to this directory (docs/checkpoints.md): every -ckpt-every steps and at the end")
+	fs.IntVar(&o.ckptEvery, "ckpt-every", 0, "with -ckpt: save every N steps (0: only at the end)")
+	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after N steps of the job, saving a checkpoint with -ckpt, as a preemption would (0: run all -steps)")
+	fs.StringVar(&o.resume, "resume", "", "resume from the checkpoint in this directory (parameters, optimizer state, step, data position); -steps is the whole job's")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the initial weights and of the training windows")
 	fs.StringVar(&o.svg, "svg", "", "write the loss curve (training and validation loss against step) to this SVG file")
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last training step's measured timeline to this file as a Chrome trace")
-	fs.BoolVar(&o.breakdown, "breakdown", false, "print where the last training step's time went on each rank: stage calls, optimizer, the rest (runtime, transfers, waiting)")
 	fs.StringVar(&o.goroot, "goroot", "", "the Go installation whose src/ is the text (default: `go env GOROOT`)")
 	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.IntVar(&o.sh.Dim, "dim", o.sh.Dim, "model width")
@@ -115,7 +135,7 @@ func main() {
 	// Every rank of a job must run these flags' values (compared at
 	// world.Open); the progress timeout, the local outputs and the local
 	// path of the text may differ.
-	o.config = world.FlagConfig(fs, "timeout", "svg", "trace", "breakdown", "goroot")
+	o.config = world.FlagConfig(fs, "timeout", "svg", "trace", "metrics", "goroot", "data", "ckpt", "resume")
 	if o.check && !flagSet(fs, "steps") {
 		o.steps = checkSteps
 	}
@@ -126,13 +146,10 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
-	switch {
-	case o.transport == "inproc":
-		err = runInProc(o, os.Stdout)
-	case world.SelfLaunch(o.transport):
+	if world.SelfLaunch(o.transport) {
 		err = launchSelf(o, logger)
-	case o.transport == "tcp":
-		err = runRank(o, os.Stdout, logger)
+	} else {
+		err = run(o, os.Stdout, logger)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "charlm:", err)
@@ -173,11 +190,35 @@ func (o options) validate() error {
 		return fmt.Errorf("-log-every %d; want 1 or more", o.logEvery)
 	case !(o.lr > 0) || o.lr > 10:
 		return fmt.Errorf("-lr %v; want a rate in (0, 10]", o.lr)
+	case !(o.minLR >= 0) || o.minLR > o.lr:
+		return fmt.Errorf("-min-lr %v; want a rate in [0, -lr %v]", o.minLR, o.lr)
+	case o.warmup < 0 || !(o.wd >= 0) || o.wd > 1 || !(o.clip >= 0) || math.IsInf(o.clip, 0):
+		return fmt.Errorf("-warmup %d, -wd %v, -clip %v; want a warmup of 0 steps or more, a weight decay in [0, 1] and a finite norm of 0 or more", o.warmup, o.wd, o.clip)
+	case o.stopAfter < 0:
+		return fmt.Errorf("-stop-after %d; want 0 or more steps", o.stopAfter)
+	case o.ckptEvery < 0 || (o.ckptEvery > 0 && o.ckpt == ""):
+		return fmt.Errorf("-ckpt-every %d; want 0 or more, with -ckpt", o.ckptEvery)
 	case o.timeout < 0:
 		return fmt.Errorf("-timeout %v is negative; want a duration such as 30s, or 0", o.timeout)
 	}
 	return o.sh.check(sc.train.Spec.Stages)
 }
+
+// optimizer is AdamW with -wd (PyTorch's other defaults); the schedule
+// sets its learning rate before every step.
+func (o options) optimizer() nn.Optimizer {
+	opt := nn.NewAdamW()
+	opt.WeightDecay = o.wd
+	return opt
+}
+
+// lrSchedule is the learning rate: -warmup steps of linear warmup to -lr,
+// then a cosine decay to -min-lr after -steps.
+func (o options) lrSchedule() nn.Schedule {
+	return nn.CosineDecay{Peak: o.lr, Min: o.minLR, Warmup: o.warmupSteps(), Total: o.steps}
+}
+
+func (o options) warmupSteps() int { return min(o.warmup, o.steps) }
 
 func (o options) dt() (tensor.Dtype, error) {
 	switch o.dtype {

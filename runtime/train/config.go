@@ -85,6 +85,11 @@ type Config struct {
 	// Steps is the number of optimizer steps of the whole job (a resumed
 	// job runs the ones left).
 	Steps int
+	// StopAfter, if positive, stops the job after this many steps (a
+	// checkpoint is saved there), as a preemption would: a later job with
+	// the same Steps resumes from it. The LR schedule and the evaluations
+	// are still those of Steps.
+	StopAfter int
 	// Optimizer returns a new optimizer (one per rank). Default
 	// nn.NewAdamW: PyTorch's AdamW defaults.
 	Optimizer func() nn.Optimizer
@@ -164,8 +169,8 @@ func (c Config) check() (Config, error) {
 		return c, errors.New("train: Config.Data is nil")
 	case c.LR == nil:
 		return c, errors.New("train: Config.LR (the learning-rate schedule) is nil; nn.ConstantLR{Value: lr} for a constant rate")
-	case c.Steps < 0:
-		return c, fmt.Errorf("train: Steps %d is negative", c.Steps)
+	case c.Steps < 0 || c.StopAfter < 0:
+		return c, fmt.Errorf("train: Steps %d, StopAfter %d; want 0 or more", c.Steps, c.StopAfter)
 	case c.Clip < 0 || math.IsNaN(c.Clip) || math.IsInf(c.Clip, 0):
 		return c, fmt.Errorf("train: Clip %v; want a positive finite norm, or 0 for none", c.Clip)
 	case c.EvalEvery < 0 || c.EvalRuns < 1 || c.CheckpointEvery < 0:
@@ -217,5 +222,14 @@ func (c Config) evalAfter(step int) bool {
 
 // saveAfter reports whether the job saves a checkpoint after step steps.
 func (c Config) saveAfter(step int) bool {
-	return c.CheckpointDir != "" && (step == c.Steps || (c.CheckpointEvery > 0 && step%c.CheckpointEvery == 0))
+	return c.CheckpointDir != "" && (step == c.last() || (c.CheckpointEvery > 0 && step%c.CheckpointEvery == 0))
+}
+
+// last is the number of steps after which the job stops: Steps, or
+// StopAfter when it is earlier.
+func (c Config) last() int {
+	if c.StopAfter > 0 {
+		return min(c.Steps, c.StopAfter)
+	}
+	return c.Steps
 }

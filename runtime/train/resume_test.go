@@ -37,9 +37,9 @@ func TestResumeBitIdentical(t *testing.T) {
 			job := func(steps int, ckpt, resume string) *train.Result {
 				c := config(onef1b, 1, steps)
 				c.World, c.WorldOptions = tc.world, tc.opts
-				c.Steps, c.CheckpointDir, c.Resume = 2*half, ckpt, resume
+				c.CheckpointDir, c.Resume = ckpt, resume
 				if steps < 2*half {
-					c.Steps = steps
+					c.StopAfter = steps // preempted, the job's schedule unchanged
 				}
 				return run(t, c)
 			}
@@ -75,8 +75,8 @@ func TestResumeOtherLayout(t *testing.T) {
 	c.CheckpointDir = full
 	whole := run(t, c)
 	saved := filepath.Join(dir, "saved")
-	c = config(onef1b, 1, half)
-	c.CheckpointDir = saved
+	c = config(onef1b, 1, 2*half)
+	c.CheckpointDir, c.StopAfter = saved, half
 	run(t, c)
 	for _, tc := range []struct {
 		p  train.Program

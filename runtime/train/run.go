@@ -28,6 +28,11 @@ type Result struct {
 	// Records holds the steps' records in order, an evaluation of the
 	// initial model first (Step 0) when there was one.
 	Records []metrics.Record
+	// Layers are the trained layers this process's ranks hold, by model
+	// layer index: each layer's parameters (one copy: replica 0's, or the
+	// first model copy's, where this process holds several), named as in
+	// a checkpoint.
+	Layers map[int][]*nn.Param
 }
 
 // Run runs the job c describes on this process's ranks of its world (all
@@ -92,7 +97,16 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err := firstError(errs); err != nil {
 		return nil, err
 	}
-	return results[0], nil
+	res := results[0]
+	res.Layers = map[int][]*nn.Param{}
+	for _, r := range ranks {
+		for _, l := range r.layers {
+			if _, ok := res.Layers[l.layer]; !ok {
+				res.Layers[l.layer] = l.params
+			}
+		}
+	}
+	return res, nil
 }
 
 // firstError returns the error of the rank that failed first, as far as
@@ -147,7 +161,7 @@ func (r *rank) loop() (*Result, error) {
 			return nil, err
 		}
 	}
-	for step := res.Start; step < c.Steps; step++ {
+	for step := res.Start; step < c.last(); step++ {
 		rec, err := r.step(step)
 		if err != nil {
 			return nil, err

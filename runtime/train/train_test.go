@@ -73,8 +73,8 @@ func TestEvalAndMetrics(t *testing.T) {
 		t.Fatalf("validation loss %v after training, %v before", recs[5].EvalLoss, recs[0].EvalLoss)
 	}
 	ck := filepath.Join(dir, "ck")
-	c := config(onef1b, 1, 3)
-	c.CheckpointDir = ck
+	c := config(onef1b, 1, 5)
+	c.CheckpointDir, c.StopAfter = ck, 3
 	run(t, c)
 	resumed := job(5, "", ck, nil)
 	for i, r := range resumed.Records {
@@ -117,7 +117,7 @@ func TestTie(t *testing.T) {
 		c := config(tie, 1, 2*half)
 		c.Layer = tiedLayer
 		if steps < 2*half {
-			c.Steps = steps
+			c.StopAfter = steps
 		}
 		c.CheckpointDir, c.Resume = ckpt, resume
 		return run(t, c)
