@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
+
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,16 +116,6 @@ func loadCorpus(root string) (*corpus, error) {
 	return c, nil
 }
 
-// fits checks that the corpus holds windows of sh for micro micro-batches:
-// a training window, and evalRuns·micro·Batch distinct validation windows.
-func (c *corpus) fits(sh shape, micro int) error {
-	n := evalRuns * micro * sh.Batch
-	if len(c.train) < sh.SeqLen+2 || len(c.valid)-sh.SeqLen-1 < n {
-		return fmt.Errorf("the sampled Go sources (%d training, %d validation bytes) are too short for %d validation windows of %d tokens; use a smaller -seq or -batch", len(c.train), len(c.valid), n, sh.SeqLen+1)
-	}
-	return nil
-}
-
 // readHead returns the first n bytes of the file at path (all of it when
 // shorter).
 func readHead(path string, n int) ([]byte, error) {
@@ -148,23 +138,6 @@ func tokens(text []byte) []byte {
 		out[i] = byte(token(b))
 	}
 	return out
-}
-
-// unigramEntropy is the entropy, in nats, of the token frequencies of t:
-// the loss of the best model that ignores context.
-func unigramEntropy(t []byte) float64 {
-	var n [vocab]float64
-	for _, v := range t {
-		n[v]++
-	}
-	h := 0.0
-	for _, c := range n {
-		if c > 0 {
-			p := c / float64(len(t))
-			h -= p * math.Log(p)
-		}
-	}
-	return h
 }
 
 // shards is the job's data: the token shards `charlm prepare` writes

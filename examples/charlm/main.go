@@ -1,42 +1,54 @@
 // Command charlm trains a small GPT-style character model with a pipeline
 // schedule that ppgen generated ahead of time, on Go source text sampled
 // from the Go installation's own source tree ($GOROOT/src: every machine
-// with Go has it; nothing is downloaded).
+// with Go has it; nothing is downloaded), through runtime/train.
 //
 //	go run ./examples/charlm                        # zbv, 4 ranks in-process, ~2 minutes on 2 cores
 //	go run ./examples/charlm -check                 # 5 steps, compared with sequential training
 //	go run ./examples/charlm -transport tcp -check  # 4 OS processes on loopback, the same
 //	go run ./examples/charlm -svg loss.svg          # the loss curve
 //	go run ./examples/charlm prepare -out DIR       # write the text as token shards (runtime/data)
+//	go run ./examples/charlm -data DIR -metrics m.jsonl -ckpt ck -ckpt-every 10
+//	go run ./examples/charlm -data DIR -resume ck   # continue from the checkpoint
 //
 // The model: a token and position embedding, -blocks pre-norm transformer
 // blocks (causal multi-head self-attention and a GELU MLP, each in a
 // residual), an RMSNorm and an LM head whose weight is the embedding's
-// token table (-tie; a TiedHead: logits h·Tokenᵀ), trained on
-// cross-entropy with Adam. It is cut into the schedule's stages (zbv: 8
-// stages on 4 ranks, the embedding and the head both on rank 0): the
-// blocks as evenly as they go, the embedding on the first stage, the norm
-// and the head on the last. The last stage holds its own copy of the token
-// table; the training programs are generated with -tie 0:S-1, so the
-// runtime's TIE_GRAD step sums the two copies' gradients before each
-// optimizer step (on rank 0 for zbv, across ranks 0 and 3 for 1f1b) and
-// they stay one parameter.
+// token table (-tie; a TiedHead: logits h·Tokenᵀ). runtime/train builds
+// each rank's stages from its layers (model.go: layer 0 the embedding,
+// 1..blocks the blocks, the last the norm and the head; split: the blocks
+// as evenly as they go), the head holding its own copy of the token table:
+// the training programs are generated with -tie 0:S-1, so the runtime's
+// TIE_GRAD step sums the two copies' gradients before each optimizer step
+// (on rank 0 for zbv, across ranks 0 and 3 for 1f1b) and they stay one
+// parameter.
+//
+// The data are token shards (runtime/data): `charlm prepare -out DIR`
+// writes them, -data DIR reads them; without -data they are prepared into
+// a temporary directory first. Each step's windows are drawn from (-seed,
+// step), so a resumed run reads what an uninterrupted one reads. The
+// optimizer is AdamW (-wd) at a learning rate warmed up over -warmup steps
+// to -lr and cosine-decayed to -min-lr at -steps, after clipping the
+// gradients by their global norm (-clip), all runtime/train's.
 //
 // Validation runs the schedule's forward-only program (ppgen gen
 // -forward-only -name Eval: program/zbv's EvalSpec and EvalRanks, beside
 // the training program in one package, in the same world) over fixed
-// windows of the validation text and prints one line `validation loss X`
-// before training, every -eval-every steps and at the end. -check trains the same model
-// sequentially, the tied table as one parameter, on the same micro-batches,
-// and requires the losses (training and validation) and the parameters to
-// match within 1e-12 in float64. -breakdown prints where the last training
-// step's time went on each rank (pipe.Timeline: the stage calls, the
-// optimizer, the rest). With -transport tcp and no launcher's variables in
-// the environment the command launches four copies of itself (as
-// examples/mlp does, through runtime/launch) and each runs one rank; the
-// rank holding the last stage prints the losses. Both programs share the
-// ranks' one TCP world, whose handshake checked both fingerprints, and run
-// one after the other.
+// windows of the validation shard and prints one line `validation loss X`
+// before training, every -eval-every steps and at the end. -metrics writes
+// one JSON line per step (docs/metrics.md); -ckpt saves checkpoints
+// (docs/checkpoints.md) every -ckpt-every steps and at the end, -resume
+// continues from one (under either schedule), -stop-after stops a job
+// early as a preemption would. -check trains the same model sequentially,
+// the tied table as one parameter, on the same micro-batches with the same
+// optimizer, and requires the losses (training and validation) and the
+// parameters of every layer this process holds to match within 1e-12 in
+// float64. -trace writes the last step's measured timeline (in-process).
+// With -transport tcp and no launcher's variables in the environment the
+// command launches four copies of itself (as examples/mlp does, through
+// runtime/launch) and each runs one rank; rank 0 prints the losses. Both
+// programs share the ranks' one TCP world, whose handshake checked both
+// fingerprints, and run one after the other.
 package main
 
 import (
@@ -181,7 +193,7 @@ func (o options) validate() error {
 	case o.transport != "inproc" && o.transport != "tcp":
 		return fmt.Errorf("-transport %q; want inproc or tcp", o.transport)
 	case o.trace != "" && o.transport != "inproc":
-		return fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process (use -breakdown)", o.transport)
+		return fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process", o.transport)
 	case o.steps < 0 || o.steps > 1_000_000:
 		return fmt.Errorf("-steps %d; want 0..1000000", o.steps)
 	case o.evalEvery < 1:

@@ -187,8 +187,6 @@ func floats(t *tensor.Dense) []float64 {
 	return t.Data().([]float64)
 }
 
-func lnVocab() float64 { return math.Log(vocab) }
-
 // writeFile writes what write produces to path: into a temporary file
 // beside it, renamed over path once complete, so a failed write leaves no
 // partial file.

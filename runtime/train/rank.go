@@ -190,7 +190,14 @@ func (r *rank) build() error {
 			layers = append(layers, l)
 			stageParams = append(stageParams, ps...)
 		}
+		names := make([]string, len(stageParams))
+		for j, p := range stageParams {
+			names[j] = p.Name
+		}
 		seq := nn.NewSequential(layers...)
+		for j, p := range stageParams {
+			p.Name = names[j] // NewSequential prefixed the position in the stage, which depends on the split
+		}
 		if tied[s] {
 			r.stages[s] = &tiedStage{Sequential: seq, tied: tiedParams} // none declared: the exchange sums nothing
 		} else {
