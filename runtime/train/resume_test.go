@@ -102,14 +102,17 @@ func TestResumeOtherLayout(t *testing.T) {
 // TestLayouts trains the same job under every layout the loop builds — one
 // rank, 1f1b at P=4, zbv at P=2 (two stages per rank), two replicas,
 // dualpipe's two model copies, a -clip program (its ALL_REDUCE reduces the
-// norm) — and requires the losses of the one-rank job within crossTol.
+// norm), mpipe's owned loading, shipped labels, and the program `-schedule
+// auto -model uneven.json -partition auto` chose (dualpipe, layers split
+// 3, 3, 1, 1: Spec.Layers) — and requires the losses of the one-rank job within crossTol.
 func TestLayouts(t *testing.T) {
 	ref := losses(run(t, config(single, 1, 2*half)))
 	for _, tc := range []struct {
-		p  train.Program
-		dp int
-	}{{onef1b, 1}, {zbv2, 1}, {halfProg, 2}, {dual, 1}, {clip, 1}} {
-		t.Run(describe(tc.p, tc.dp), func(t *testing.T) {
+		name string
+		p    train.Program
+		dp   int
+	}{{"1f1b", onef1b, 1}, {"zbv", zbv2, 1}, {"dp", halfProg, 2}, {"dualpipe", dual, 1}, {"clip", clip, 1}, {"mpipe", mpipe, 1}, {"ship-labels", ship, 1}, {"auto", auto, 1}} {
+		t.Run(tc.name+" "+describe(tc.p, tc.dp), func(t *testing.T) {
 			got := losses(run(t, config(tc.p, tc.dp, 2*half)))
 			if d := maxDiff(t, "losses", got, ref); d > crossTol {
 				t.Fatalf("losses %v differ from the one-rank job's %v by %g", got, ref, d)
@@ -118,4 +121,9 @@ func TestLayouts(t *testing.T) {
 	}
 }
 
-var single = train.Program{Spec: testprog.SingleSpec, Ranks: testprog.SingleRanks[:]}
+var (
+	single = train.Program{Spec: testprog.SingleSpec, Ranks: testprog.SingleRanks[:]}
+	mpipe  = train.Program{Spec: testprog.MpipeSpec, Ranks: testprog.MpipeRanks[:]}
+	ship   = train.Program{Spec: testprog.ShipSpec, Ranks: testprog.ShipRanks[:]}
+	auto   = train.Program{Spec: testprog.AutoSpec, Ranks: testprog.AutoRanks[:]}
+)

@@ -3,7 +3,9 @@
 // split), several per package (-name): a 1f1b program at P=4 and its
 // forward-only eval program, zbv at P=2, 1f1b at P=4 with half the
 // micro-batches (for two data-parallel replicas), dualpipe, a -clip
-// program and one with a tie. Regenerate with `go generate`.
+// program, one with a tie, one rank, mpipe, shipped labels, and what
+// `-schedule auto -partition auto` picks for uneven.json (an uneven split
+// of the same 8 layers). Regenerate with `go generate`.
 package testprog
 
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -name OneF1B -o onef1b_gen.go
@@ -14,3 +16,6 @@ package testprog
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -clip -name Clip -o clip_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -tie 0:3 -name Tie -o tie_gen.go
 //go:generate go tool ppgen gen -schedule gpipe -ranks 1 -micro 8 -model model.json -name Single -o single_gen.go
+//go:generate go tool ppgen gen -schedule mpipe -ranks 4 -micro 8 -virtual 2 -model model.json -name Mpipe -o mpipe_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -ship-labels -model model.json -name Ship -o ship_gen.go
+//go:generate go tool ppgen gen -schedule auto -ranks 4 -micro 8 -model uneven.json -partition auto -name Auto -o auto_gen.go
