@@ -13,8 +13,12 @@ import (
 )
 
 // StateKey is the key of the loop's state in a checkpoint manifest's
-// State (checkpoint.Manifest.State): a State as JSON.
-const StateKey = "train"
+// State (checkpoint.Manifest.State): a State as JSON. TrainerStateKey is
+// the trainer's own (Config.SaveState).
+const (
+	StateKey        = "train"
+	TrainerStateKey = "trainer"
+)
 
 // State is the loop's small state in a checkpoint's manifest: the steps
 // taken (which is also the LR schedule's state, nn.Schedule being a
@@ -77,13 +81,24 @@ func (r *rank) save(dir string, st state) error {
 	if err != nil {
 		return err
 	}
+	states := map[string]json.RawMessage{StateKey: js}
+	if f := r.cfg.SaveState; f != nil {
+		own, err := f()
+		if err != nil {
+			return fmt.Errorf("train: rank %d: SaveState: %w", r.world, err)
+		}
+		if !json.Valid(own) {
+			return fmt.Errorf("train: rank %d: SaveState returned invalid JSON (%.40q)", r.world, own)
+		}
+		states[TrainerStateKey] = own
+	}
 	var barrier func() error
 	if r.wcomm != nil {
 		barrier = nncheckpoint.CommBarrier(r.wcomm)
 	}
 	err = checkpoint.Save(dir, &checkpoint.Shard{Params: params}, checkpoint.SaveOptions{
 		Rank: r.world, Step: int64(st.Step), Layout: r.cfg.layout(), Barrier: barrier,
-		State: map[string]json.RawMessage{StateKey: js},
+		State: states,
 	})
 	if err != nil {
 		return fmt.Errorf("train: rank %d: %w", r.world, err)
@@ -109,6 +124,15 @@ func (r *rank) restore(dir string) (state, error) {
 	}
 	if st.Step < 0 || int64(st.Step) != ck.Manifest.Step || st.Tokens < 0 {
 		return state{}, fmt.Errorf("train: resume from %s: state step %d, tokens %d, manifest step %d", dir, st.Step, st.Tokens, ck.Manifest.Step)
+	}
+	if f := r.cfg.LoadState; f != nil {
+		own, ok := ck.Manifest.State[TrainerStateKey]
+		if !ok {
+			return state{}, fmt.Errorf("train: resume from %s: the manifest has no %q state for LoadState (the job that saved it had no SaveState)", dir, TrainerStateKey)
+		}
+		if err := f(own); err != nil {
+			return state{}, fmt.Errorf("train: rank %d: resume from %s: LoadState: %w", r.world, dir, err)
+		}
 	}
 	want := make([]int, len(r.layers))
 	for i, l := range r.layers {

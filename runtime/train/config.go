@@ -1,6 +1,7 @@
 package train
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -109,6 +110,12 @@ type Config struct {
 	// Resume, if set, is a checkpoint directory to start from: its
 	// parameters, optimizer state, step and data position.
 	Resume string
+	// SaveState, if set, returns the trainer's own state (an RNG's seed
+	// and position, a data loader's cursor) as JSON, stored in the
+	// checkpoint's manifest under TrainerStateKey (world rank 0's), and
+	// LoadState gets it back on every rank of a resumed job.
+	SaveState func() (json.RawMessage, error)
+	LoadState func(json.RawMessage) error
 
 	// Metrics, if set, receives one JSON line per step (runtime/metrics),
 	// written by world rank 0 only.

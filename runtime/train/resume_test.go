@@ -100,7 +100,8 @@ func TestResumeOtherLayout(t *testing.T) {
 }
 
 // TestLayouts trains the same job under every layout the loop builds — one
-// rank, 1f1b at P=4, zbv at P=2 (two stages per rank), two replicas,
+// rank, 1f1b at P=4, zbv at P=2 (two stages per rank), two replicas (in
+// process and over TCP),
 // dualpipe's two model copies, a -clip program (its ALL_REDUCE reduces the
 // norm), mpipe's owned loading, shipped labels, and the program `-schedule
 // auto -model uneven.json -partition auto` chose (dualpipe, layers split
@@ -111,9 +112,17 @@ func TestLayouts(t *testing.T) {
 		name string
 		p    train.Program
 		dp   int
-	}{{"1f1b", onef1b, 1}, {"zbv", zbv2, 1}, {"dp", halfProg, 2}, {"dualpipe", dual, 1}, {"clip", clip, 1}, {"mpipe", mpipe, 1}, {"ship-labels", ship, 1}, {"auto", auto, 1}} {
+		tcp  bool
+	}{
+		{"1f1b", onef1b, 1, false}, {"zbv", zbv2, 1, false}, {"dp", halfProg, 2, false}, {"dp over TCP", halfProg, 2, true},
+		{"dualpipe", dual, 1, false}, {"clip", clip, 1, false}, {"mpipe", mpipe, 1, false}, {"ship-labels", ship, 1, false}, {"auto", auto, 1, false},
+	} {
 		t.Run(tc.name+" "+describe(tc.p, tc.dp), func(t *testing.T) {
-			got := losses(run(t, config(tc.p, tc.dp, 2*half)))
+			c := config(tc.p, tc.dp, 2*half)
+			if tc.tcp {
+				c.World, c.WorldOptions = "tcp", world.Options{Loopback: true}
+			}
+			got := losses(run(t, c))
 			if d := maxDiff(t, "losses", got, ref); d > crossTol {
 				t.Fatalf("losses %v differ from the one-rank job's %v by %g", got, ref, d)
 			}

@@ -3,9 +3,11 @@ package train_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ppgen/ppgen/runtime/checkpoint"
@@ -214,5 +216,34 @@ func TestTimelineBubble(t *testing.T) {
 	}
 	if len(c.Timeline.Events()) == 0 {
 		t.Fatal("the timeline recorded nothing")
+	}
+}
+
+// TestTrainerState saves the trainer's own state in the checkpoint
+// (SaveState) and gets it back on every rank of the resumed job
+// (LoadState).
+func TestTrainerState(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	c := config(onef1b, 1, 4)
+	c.CheckpointDir, c.StopAfter = dir, 2
+	c.SaveState = func() (json.RawMessage, error) { return json.RawMessage(`{"rng":42}`), nil }
+	run(t, c)
+	c = config(onef1b, 1, 4)
+	c.Resume = dir
+	var mu sync.Mutex
+	got := map[string]int{}
+	c.LoadState = func(js json.RawMessage) error {
+		var b bytes.Buffer
+		if err := json.Compact(&b, js); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got[b.String()]++
+		return nil
+	}
+	run(t, c)
+	if len(got) != 1 || got[`{"rng":42}`] != onef1b.Spec.Ranks {
+		t.Fatalf("LoadState got %v, want {\"rng\":42} on each of %d ranks", got, onef1b.Spec.Ranks)
 	}
 }
