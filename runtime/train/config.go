@@ -21,10 +21,9 @@ type Program struct {
 	Ranks []func(*pipe.Exec) error
 }
 
-// Hooks are called on every rank of this process, in rank order within a
-// step (each rank's goroutine calls its own; they may run concurrently on
-// the ranks of one process). The values are the same on every rank. An
-// error stops the job.
+// Hooks are called by every rank of this process, each on its own
+// goroutine (so concurrently for the ranks of one process), with its world
+// rank. The values are the same on every rank. An error stops the job.
 type Hooks struct {
 	// AfterStep runs after each step's optimizer update (and its
 	// evaluation and checkpoint, if any), with the step's record.

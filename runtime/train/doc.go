@@ -36,8 +36,10 @@
 //   - saves checkpoints (runtime/checkpoint, keyed by layer: every rank's
 //     parameters and AdamW's moments by (layer, name), the step, the LR
 //     schedule's step, the data position and the tokens seen in the
-//     manifest) every CheckpointEvery steps and at the end, and resumes
-//     from one (Config.Resume) under the same or another schedule, P or DP.
+//     manifest, and the trainer's own state through SaveState) every
+//     CheckpointEvery steps and at the end (or at StopAfter, a preempted
+//     job's stop), and resumes from one (Config.Resume) under the same or
+//     another schedule, P, split or DP.
 //
 // # Determinism and resume
 //
@@ -55,11 +57,16 @@
 // so the losses agree within a few ulps of float64 per step, growing with
 // the steps (the tests bound it by 1e-9).
 //
-// # Layouts not covered
+// # Layouts
 //
-// FSDP (programs with UNSHARD, RESHARD and REDUCE_GRAD steps) and mpipe's
-// owned loading are refused by Run with an error that names them: their
-// stages are built by hand (examples/mlp's dp.go).
+// The loop builds the stages of every program the tests run: one rank,
+// 1f1b, zbv (several stages per rank), mpipe's owned loading, shipped
+// labels, ties, dualpipe's two model copies, -clip programs (their
+// ALL_REDUCE step reduces the norm), what `-schedule auto -partition auto`
+// picks, and DP replicas in process or over TCP. FSDP (sharded replicas,
+// Config.FSDP) is refused with an error that names it: its stages are
+// built by hand (examples/mlp's dp.go); a -fsdp program runs with whole
+// replicas, its FSDP steps doing nothing on stages that are not sharded.
 //
 // # Parameter names
 //
