@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"path/filepath"
 	"strings"
@@ -245,5 +246,34 @@ func TestTrainerState(t *testing.T) {
 	run(t, c)
 	if len(got) != 1 || got[`{"rng":42}`] != onef1b.Spec.Ranks {
 		t.Fatalf("LoadState got %v, want {\"rng\":42} on each of %d ranks", got, onef1b.Spec.Ranks)
+	}
+}
+
+// TestFailureStopsEveryRank: a data source that fails at step 2 on the
+// first stage's rank, or a hook that fails, ends the job on every rank
+// with an error that says so (no rank waits for the failed one).
+func TestFailureStopsEveryRank(t *testing.T) {
+	c := config(onef1b, 1, 4)
+	ok := c.Data
+	c.Data = func(step, replica int) (pipe.DataSource, error) {
+		if step == 2 {
+			return nil, errors.New("shard gone")
+		}
+		return ok(step, replica)
+	}
+	_, err := train.Run(context.Background(), c)
+	if err == nil || !strings.Contains(err.Error(), "data of step 2: shard gone") {
+		t.Fatalf("error %v, want one naming the data of step 2", err)
+	}
+	c = config(onef1b, 1, 4)
+	c.Hooks.AfterStep = func(rank int, r metrics.Record) error {
+		if rank == 3 && r.Step == 2 {
+			return errors.New("disk full")
+		}
+		return nil
+	}
+	_, err = train.Run(context.Background(), c)
+	if err == nil || !strings.Contains(err.Error(), "AfterStep hook after step 2: disk full") {
+		t.Fatalf("error %v, want the hook's", err)
 	}
 }
