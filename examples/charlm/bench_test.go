@@ -14,7 +14,7 @@ func BenchmarkStep(b *testing.B) {
 	o.evalEvery = 1 << 30
 	sc, _ := lookup(o.schedule)
 	b.Run("sequential", func(b *testing.B) {
-		sh, err := openShards(o, mustDtype(b, o), sc.train.Spec.Micro)
+		sh, err := openShards(o, mustDtype(b, o))
 		if err != nil {
 			b.Fatal(err)
 		}

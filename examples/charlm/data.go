@@ -141,21 +141,23 @@ func tokens(text []byte) []byte {
 }
 
 // shards is the job's data: the token shards `charlm prepare` writes
-// (runtime/data), each step's windows drawn by a Sampler from (-seed,
-// step) over the training shard, validation run k's from (0, k) over the
-// validation shard: pure functions of the step, as runtime/train needs
-// for a resumed job to read what an uninterrupted one reads.
+// (runtime/data). sample draws each step's windows from them with a
+// Sampler, training step k's from (-seed, k) over the training shard,
+// validation run k's from (0, k) over the validation shard: pure functions
+// of the step, as runtime/train needs for a resumed job to read what an
+// uninterrupted one reads.
 type shards struct {
 	dt           tensor.Dtype
+	seed         uint64
 	seqLen       int
-	train, valid *data.Sampler
-	files        []*data.Shard
+	batch        int
+	train, valid *data.Shard
 }
 
-// openShards opens dir's shards (prepare's), for micro micro-batches a
-// step. An empty dir prepares them from the Go sources (-goroot) into a
-// temporary directory first, which close removes.
-func openShards(o options, dt tensor.Dtype, micro int) (*shards, error) {
+// openShards opens dir's shards (prepare's). An empty dir prepares them
+// from the Go sources (-goroot) into a temporary directory first, removed
+// once they are open.
+func openShards(o options, dt tensor.Dtype) (*shards, error) {
 	dir := o.data
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "charlm-data")
@@ -168,35 +170,50 @@ func openShards(o options, dt tensor.Dtype, micro int) (*shards, error) {
 		}
 		dir = tmp
 	}
-	sh := &shards{dt: dt, seqLen: o.sh.SeqLen}
-	for _, f := range []struct {
-		name string
-		seed uint64
-		to   **data.Sampler
-	}{{trainShard, o.seed, &sh.train}, {validShard, 0, &sh.valid}} {
-		s, err := data.Open(filepath.Join(dir, f.name))
-		if err != nil {
-			sh.close()
-			return nil, fmt.Errorf("-data: %w (charlm prepare -out DIR writes it)", err)
-		}
-		sh.files = append(sh.files, s)
-		cfg := data.Config{Seed: f.seed, SeqLen: o.sh.SeqLen, Batch: o.sh.Batch, Micro: micro, Replicas: 1}
-		if *f.to, err = data.NewSampler([]*data.Shard{s}, cfg); err != nil {
-			sh.close()
-			return nil, fmt.Errorf("-data %s: %w", f.name, err)
-		}
+	sh := &shards{dt: dt, seed: o.seed, seqLen: o.sh.SeqLen, batch: o.sh.Batch}
+	var err error
+	if sh.train, err = data.Open(filepath.Join(dir, trainShard)); err != nil {
+		return nil, fmt.Errorf("-data: %w (charlm prepare -out DIR writes it)", err)
+	}
+	if sh.valid, err = data.Open(filepath.Join(dir, validShard)); err != nil {
+		sh.train.Close()
+		return nil, fmt.Errorf("-data: %w (charlm prepare -out DIR writes it)", err)
 	}
 	return sh, nil
 }
 
 func (s *shards) close() {
-	for _, f := range s.files {
-		f.Close()
-	}
+	s.train.Close()
+	s.valid.Close()
 }
 
-// read returns the micro-batches of step step of sampler sm.
-func (s *shards) read(sm *data.Sampler, step int64, replica int) (pipe.DataSource, error) {
+// sampled is the shards' windows for a job of replicas replicas of micro
+// micro-batches each. With the same global batch (replicas·micro), the
+// windows are the same, in the same global order (data.Sampler): the
+// sequential reference samples the job's global batch as one replica.
+type sampled struct {
+	*shards
+	train, valid *data.Sampler
+}
+
+func (s *shards) sample(micro, replicas int) (*sampled, error) {
+	sp := &sampled{shards: s}
+	for _, f := range []struct {
+		shard *data.Shard
+		seed  uint64
+		to    **data.Sampler
+	}{{s.train, s.seed, &sp.train}, {s.valid, 0, &sp.valid}} {
+		cfg := data.Config{Seed: f.seed, SeqLen: s.seqLen, Batch: s.batch, Micro: micro, Replicas: replicas}
+		var err error
+		if *f.to, err = data.NewSampler([]*data.Shard{f.shard}, cfg); err != nil {
+			return nil, fmt.Errorf("-data: %w", err)
+		}
+	}
+	return sp, nil
+}
+
+// read returns replica's micro-batches of step step of sampler sm.
+func (s *sampled) read(sm *data.Sampler, step int64, replica int) (pipe.DataSource, error) {
 	st, err := sm.Read(step, replica)
 	if err != nil {
 		return nil, err
@@ -208,10 +225,10 @@ func (s *shards) read(sm *data.Sampler, step int64, replica int) (pipe.DataSourc
 	return src, src.Set(st)
 }
 
-func (s *shards) trainStep(step, replica int) (pipe.DataSource, error) {
+func (s *sampled) trainStep(step, replica int) (pipe.DataSource, error) {
 	return s.read(s.train, int64(step), replica)
 }
 
-func (s *shards) evalRun(run, replica int) (pipe.DataSource, error) {
+func (s *sampled) evalRun(run, replica int) (pipe.DataSource, error) {
 	return s.read(s.valid, int64(run), replica)
 }

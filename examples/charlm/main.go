@@ -43,7 +43,10 @@
 // the tied table as one parameter, on the same micro-batches with the same
 // optimizer, and requires the losses (training and validation) and the
 // parameters of every layer this process holds to match within 1e-12 in
-// float64. -trace writes the last step's measured timeline (in-process).
+// float64. -dp N runs N data-parallel replicas of the pipeline (world =
+// ranks × N), each on its share of N times the micro-batches (the
+// sampler's global order: -check's reference trains on the whole global
+// batch). -trace writes the last step's measured timeline (in-process).
 // With -transport tcp and no launcher's variables in the environment the
 // command launches four copies of itself (as examples/mlp does, through
 // runtime/launch) and each runs one rank; rank 0 prints the losses. Both
@@ -87,6 +90,7 @@ type options struct {
 	ckpt      string
 	ckptEvery int
 	stopAfter int
+	dp        int // -dp: data-parallel replicas of the pipeline
 	resume    string
 	clip      float64
 	minLR     float64
@@ -100,7 +104,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{schedule: "zbv", transport: "inproc", steps: 50, evalEvery: 10, logEvery: 10, tie: true,
-		dtype: "float64", lr: 0.003, minLR: 0.0003, warmup: 5, wd: 0.01, clip: 1, seed: 1, sh: defaultShape}
+		dtype: "float64", lr: 0.003, minLR: 0.0003, warmup: 5, wd: 0.01, clip: 1, seed: 1, dp: 1, sh: defaultShape}
 }
 
 func main() {
@@ -130,6 +134,7 @@ func main() {
 	fs.StringVar(&o.metrics, "metrics", "", "write one JSON line per step (docs/metrics.md) to this file, or - for stdout")
 	fs.StringVar(&o.ckpt, "ckpt", "", "save checkpoints to this directory (docs/checkpoints.md): every -ckpt-every steps and at the end")
 	fs.IntVar(&o.ckptEvery, "ckpt-every", 0, "with -ckpt: save every N steps (0: only at the end)")
+	fs.IntVar(&o.dp, "dp", o.dp, "data-parallel replicas of the pipeline (world = ranks × N; each replica reads its share of N times the micro-batches)")
 	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after N steps of the job, saving a checkpoint with -ckpt, as a preemption would (0: run all -steps)")
 	fs.StringVar(&o.resume, "resume", "", "resume from the checkpoint in this directory (parameters, optimizer state, step, data position); -steps is the whole job's")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the initial weights and of the training windows")
@@ -206,6 +211,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-min-lr %v; want a rate in [0, -lr %v]", o.minLR, o.lr)
 	case o.warmup < 0 || !(o.wd >= 0) || o.wd > 1 || !(o.clip >= 0) || math.IsInf(o.clip, 0):
 		return fmt.Errorf("-warmup %d, -wd %v, -clip %v; want a warmup of 0 steps or more, a weight decay in [0, 1] and a finite norm of 0 or more", o.warmup, o.wd, o.clip)
+	case o.dp < 1 || o.dp > 64:
+		return fmt.Errorf("-dp %d; want 1..64 replicas", o.dp)
 	case o.stopAfter < 0:
 		return fmt.Errorf("-stop-after %d; want 0 or more steps", o.stopAfter)
 	case o.ckptEvery < 0 || (o.ckptEvery > 0 && o.ckpt == ""):

@@ -51,22 +51,25 @@ func validationLosses(t *testing.T, out string) []float64 {
 // TestCheckInProc: pipeline training equals sequential training (the tied
 // table one parameter there) in losses, validation losses and parameters,
 // for the tied zbv run (the tie on rank 0), an untied one and 1f1b tied
-// (across ranks) and untied, in float64 and float32;
+// (across ranks) and untied, in float64 and float32, and zbv with two
+// data-parallel replicas (the reference on their global batch);
 // one validation line before training and after each evaluation.
 func TestCheckInProc(t *testing.T) {
 	for _, c := range []struct {
 		schedule, dtype string
 		tie             bool
+		dp              int
 	}{
-		{"zbv", "float64", true},
-		{"zbv", "float64", false},
-		{"zbv", "float32", true},
-		{"1f1b", "float64", false},
-		{"1f1b", "float64", true}, // the tie across ranks 0 and 3
+		{"zbv", "float64", true, 1},
+		{"zbv", "float64", false, 1},
+		{"zbv", "float32", true, 1},
+		{"1f1b", "float64", false, 1},
+		{"1f1b", "float64", true, 1}, // the tie across ranks 0 and 3
+		{"zbv", "float64", true, 2},  // two replicas: 8 ranks
 	} {
-		t.Run(fmt.Sprintf("%s/%s/tie=%v", c.schedule, c.dtype, c.tie), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/tie=%v/dp=%d", c.schedule, c.dtype, c.tie, c.dp), func(t *testing.T) {
 			o := small()
-			o.schedule, o.dtype, o.tie, o.check = c.schedule, c.dtype, c.tie, true
+			o.schedule, o.dtype, o.tie, o.check, o.dp = c.schedule, c.dtype, c.tie, true, c.dp
 			var out bytes.Buffer
 			if err := run(o, &out, nil); err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
@@ -113,11 +116,15 @@ func trainSmall(t *testing.T, o options) (*train.Result, *shards) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := openShards(o, mustDtype(t, o), sc.train.Spec.Micro)
+	sh, err := openShards(o, mustDtype(t, o))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := train.Run(context.Background(), jobConfig(o, sc, sh, io.Discard, nil))
+	cfg, err := jobConfig(o, sc, sh, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := train.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,11 +228,15 @@ func TestDataDeterministic(t *testing.T) {
 	batch := func(seed uint64, step int, eval bool) []float64 {
 		o := o
 		o.seed = seed
-		sh, err := openShards(o, mustDtype(t, o), 8)
+		shs, err := openShards(o, mustDtype(t, o))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer sh.close()
+		defer shs.close()
+		sh, err := shs.sample(8, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 		read := sh.trainStep
 		if eval {
 			read = sh.evalRun

@@ -24,11 +24,16 @@ type reference struct {
 }
 
 // trainReference trains the model of o without a pipeline, on the same
-// micro-batches in micro-batch order, with the same optimizer, schedule
+// micro-batches (micro per replica, -dp replicas) in micro-batch order, with the same optimizer, schedule
 // and clipping, evaluating at the same steps: the run -check compares
 // with. A tied head reads the embedding's own token table, one parameter
 // with one AdamW state, whose gradient both layers add to.
-func trainReference(o options, sh *shards, micro int) (*reference, error) {
+func trainReference(o options, shs *shards, micro int) (*reference, error) {
+	micro *= o.dp // the global batch, as one replica
+	sh, err := shs.sample(micro, 1)
+	if err != nil {
+		return nil, err
+	}
 	dt, err := o.dt()
 	if err != nil {
 		return nil, err

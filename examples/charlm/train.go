@@ -30,12 +30,15 @@ func run(o options, out io.Writer, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	sh, err := openShards(o, dt, sp.Micro)
+	sh, err := openShards(o, dt)
 	if err != nil {
 		return err
 	}
 	defer sh.close()
-	cfg := jobConfig(o, sc, sh, out, logger)
+	cfg, err := jobConfig(o, sc, sh, out, logger)
+	if err != nil {
+		return err
+	}
 	if o.trace != "" {
 		cfg.Timeline = &pipe.Timeline{}
 	}
@@ -83,9 +86,13 @@ func run(o options, out io.Writer, logger *slog.Logger) error {
 // jobConfig is the runtime/train job of o: sc's programs, the model's
 // layers, the shards' data, AdamW, the cosine schedule, clipping,
 // checkpoints; world rank 0 prints the losses to out.
-func jobConfig(o options, sc schedule, sh *shards, out io.Writer, logger *slog.Logger) train.Config {
+func jobConfig(o options, sc schedule, shs *shards, out io.Writer, logger *slog.Logger) (train.Config, error) {
 	sp := sc.train.Spec
 	dt, _ := o.dt()
+	sh, err := shs.sample(sp.Micro, o.dp)
+	if err != nil {
+		return train.Config{}, err
+	}
 	print := func(rank int, format string, args ...any) {
 		if rank == 0 {
 			fmt.Fprintf(out, format, args...)
@@ -93,13 +100,13 @@ func jobConfig(o options, sc schedule, sh *shards, out io.Writer, logger *slog.L
 	}
 	return train.Config{
 		Train: train.Program{Spec: sp, Ranks: sc.train.Ranks}, Eval: &train.Program{Spec: sc.eval.Spec, Ranks: sc.eval.Ranks},
-		World: o.transport, WorldOptions: world.Options{Timeout: o.timeout, Logger: logger, Config: o.config},
+		World: o.transport, WorldOptions: world.Options{Timeout: o.timeout, Logger: logger, Config: o.config}, DP: o.dp,
 		Layers: split(o.sh.Blocks, sp.Stages),
 		Layer:  (&layers{sh: o.sh, dt: dt, seed: o.seed, tie: o.tie}).layer,
 		Loss:   func(scale float64) pipe.Loss { return nn.SoftmaxCrossEntropy{Scale: scale} },
 		Data:   sh.trainStep, EvalData: sh.evalRun, EvalRuns: evalRuns, EvalEvery: o.evalEvery,
 		Steps: o.steps, StopAfter: o.stopAfter, Optimizer: o.optimizer, LR: o.lrSchedule(), Clip: o.clip,
-		TokensPerStep: int64(sp.Micro * o.sh.Batch * o.sh.SeqLen),
+		TokensPerStep: int64(o.dp * sp.Micro * o.sh.Batch * o.sh.SeqLen),
 		CheckpointDir: o.ckpt, CheckpointEvery: o.ckptEvery, Resume: o.resume,
 		Hooks: train.Hooks{
 			AfterStep: func(rank int, r metrics.Record) error {
@@ -118,7 +125,7 @@ func jobConfig(o options, sc schedule, sh *shards, out io.Writer, logger *slog.L
 				return nil
 			},
 		},
-	}
+	}, nil
 }
 
 // header prints what is trained on what.
@@ -134,8 +141,12 @@ func header(out io.Writer, o options, sc schedule, where string) error {
 		n += p.Value.Shape().TotalSize()
 	}
 	head := map[bool]string{true: "tied head", false: "untied head"}[o.tie]
-	fmt.Fprintf(out, "charlm: %s, %d ranks, %d stages, %d micro-batches of %d×%d characters; %d blocks of width %d, %d parameters, %s, %s, %s\n",
-		sp.Schedule, sp.Ranks, sp.Stages, sp.Micro, o.sh.Batch, o.sh.SeqLen, o.sh.Blocks, o.sh.Dim, n, head, o.dtype, where)
+	replicas := ""
+	if o.dp > 1 {
+		replicas = fmt.Sprintf(" × %d replicas", o.dp)
+	}
+	fmt.Fprintf(out, "charlm: %s, %d ranks%s, %d stages, %d micro-batches of %d×%d characters; %d blocks of width %d, %d parameters, %s, %s, %s\n",
+		sp.Schedule, sp.Ranks, replicas, sp.Stages, sp.Micro, o.sh.Batch, o.sh.SeqLen, o.sh.Blocks, o.sh.Dim, n, head, o.dtype, where)
 	fmt.Fprintf(out, "optimizer: AdamW (weight decay %g), learning rate %g cosine-decayed to %g after %d warmup steps, clipping at norm %g\n",
 		o.wd, o.lr, o.minLR, o.warmupSteps(), o.clip)
 	return nil
@@ -147,5 +158,5 @@ func launchSelf(o options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return launch.Self(sc.train.Spec.Ranks, launch.LocalOptions{Logger: logger})
+	return launch.Self(sc.train.Spec.Ranks*o.dp, launch.LocalOptions{Logger: logger})
 }
