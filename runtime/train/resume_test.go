@@ -66,8 +66,9 @@ func TestResumeBitIdentical(t *testing.T) {
 
 // TestResumeOtherLayout saves a job of 1f1b at P=4 after N steps and
 // resumes it under zbv at P=2, under 1f1b at P=4 with two data-parallel
-// replicas of half the micro-batches each and on one rank (every layer in
-// one stage, at other positions): the losses and the final
+// replicas of half the micro-batches each, on one rank (every layer in
+// one stage, at other positions), under dualpipe (two model copies, both
+// restored from one layer), auto's uneven split and mpipe: the losses and the final
 // parameters equal the uninterrupted P=4 job's within crossTol.
 func TestResumeOtherLayout(t *testing.T) {
 	dir := t.TempDir()
@@ -82,7 +83,7 @@ func TestResumeOtherLayout(t *testing.T) {
 	for _, tc := range []struct {
 		p  train.Program
 		dp int
-	}{{zbv2, 1}, {halfProg, 2}, {single, 1}} {
+	}{{zbv2, 1}, {halfProg, 2}, {single, 1}, {dual, 1}, {auto, 1}, {mpipe, 1}} {
 		t.Run(describe(tc.p, tc.dp), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			c := config(tc.p, tc.dp, 2*half)
