@@ -70,24 +70,6 @@ type source struct{ cur pipe.DataSource }
 func (s *source) Input(m int) (*tensor.Dense, error)  { return s.cur.Input(m) }
 func (s *source) Target(m int) (*tensor.Dense, error) { return s.cur.Target(m) }
 
-// readsData reports whether pipeline rank r of sp reads micro-batches: it
-// holds the first stage of a route (inputs), the last one (labels, unless
-// they are shipped from a first stage on another rank), or owns
-// micro-batches (mpipe's Spec.Owned).
-func readsData(sp pipe.Spec, r int) bool {
-	per := sp.Stages / max(sp.Copies, 1)
-	for s, rr := range sp.RankOf {
-		if rr != r {
-			continue
-		}
-		first, last := s%per == 0, (s+1)%per == 0
-		if first || (last && (!sp.ShipLabels || sp.RankOf[s-per+1] == r)) {
-			return true
-		}
-	}
-	return r < sp.Owned
-}
-
 // newRank builds world rank ep.Rank()'s stages and executors over ep, an
 // endpoint of wd.
 func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*rank, error) {
@@ -119,7 +101,7 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 			return nil, fmt.Errorf("train: rank %d: %w", r.world, err)
 		}
 	}
-	r.reads = readsData(sp, r.pp)
+	r.reads = sp.ReadsData(r.pp)
 	r.data, r.edata = &source{}, &source{}
 	var src, esrc pipe.DataSource
 	if r.reads {
