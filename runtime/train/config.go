@@ -50,8 +50,12 @@ type Config struct {
 	// DP is the number of data-parallel replicas of the pipeline (default
 	// 1): world rank = pp·DP + dp (runtime/mesh).
 	DP int
-	// FSDP asks for sharded replicas: not covered by this loop (Run
-	// refuses it).
+	// FSDP shards every stage over its DP group (nn.FSDPGroup: each
+	// replica holds 1/DP of the stage's flattened parameters, gathered at
+	// the program's UNSHARD steps, its gradients reduce-scattered at
+	// REDUCE_GRAD): for a program generated with -fsdp N. The optimizer
+	// steps on the shards; checkpoints hold them as FSDP chunks
+	// (checkpoint.Flat), which any layout resumes from.
 	FSDP bool
 
 	// Layers is the split of the model's layers into the program's
@@ -159,8 +163,10 @@ func (c Config) check() (Config, error) {
 		c.Layers = append(append([][2]int(nil), c.Layers...), c.Layers...)
 	}
 	switch {
-	case c.FSDP:
-		return c, errors.New("train: FSDP (sharded replicas) is not covered by this loop; run a -fsdp program with whole replicas (FSDP false) or build its stages by hand (examples/mlp's dp.go)")
+	case c.FSDP && c.DP < 2:
+		return c, fmt.Errorf("train: FSDP shards the stages over the data-parallel replicas; DP %d, want 2 or more", c.DP)
+	case c.FSDP && (len(sp.Ties) > 0 || copies > 1):
+		return c, fmt.Errorf("train: FSDP with ties or two model copies (%s) is not covered by this loop: their gradients are summed across stages, which FSDP holds as shards", sp.Describe())
 	case c.DP < 1:
 		return c, fmt.Errorf("train: DP %d; want 1 or more replicas", c.DP)
 	case c.Layers == nil:

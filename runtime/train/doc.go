@@ -16,7 +16,8 @@
 //     layers again; a stage of a tie (Spec.Ties) declares its tied
 //     parameters through its layers' TiedParams (nn.Tie); with DP > 1 every
 //     replica builds the same stages and their gradients are all-reduced
-//     over the data-parallel group (nn.DataParallel);
+//     over the data-parallel group (nn.DataParallel), or, with FSDP, each
+//     stage is sharded over it (nn.FSDPGroup);
 //   - runs Config.Steps steps: the program over the step's micro-batches
 //     (Config.Data), then the optimizer on every parameter the rank holds,
 //     after the gradients were clipped by their global L2 norm
@@ -63,10 +64,11 @@
 // 1f1b, zbv (several stages per rank), mpipe's owned loading, shipped
 // labels, ties, dualpipe's two model copies, -clip programs (their
 // ALL_REDUCE step reduces the norm), what `-schedule auto -partition auto`
-// picks, and DP replicas in process or over TCP. FSDP (sharded replicas,
-// Config.FSDP) is refused with an error that names it: its stages are
-// built by hand (examples/mlp's dp.go); a -fsdp program runs with whole
-// replicas, its FSDP steps doing nothing on stages that are not sharded.
+// picks, DP replicas in process or over TCP, and FSDP (Config.FSDP, a
+// -fsdp program: each stage sharded over its DP group by nn.FSDPGroup, the
+// optimizer stepping on the shards, checkpoints holding FSDP chunks).
+// FSDP with ties or two model copies is refused with an error that says
+// so.
 //
 // # Parameter names
 //

@@ -6,6 +6,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/checkpoint"
 	"github.com/ppgen/ppgen/runtime/checkpoint/nncheckpoint"
 	"github.com/ppgen/ppgen/runtime/collective"
 	"github.com/ppgen/ppgen/runtime/mesh"
@@ -37,11 +38,15 @@ type rank struct {
 	wcomm              *collective.Comm // the whole world's; nil for one rank
 	train, eval        *pipe.Exec
 	data, edata        *source
-	reads              bool    // the rank reads micro-batches
-	norm               float64 // this step's gradient norm
-	reduced            bool    // the program's ALL_REDUCE hook did this step's reduction
-	first              bool    // the process's first rank
-	local              []int   // the pipeline ranks of the process's ranks (Config.Timeline's)
+	reads              bool          // the rank reads micro-batches
+	norm               float64       // this step's gradient norm
+	fsdp               *nn.FSDPGroup // Config.FSDP: the stages sharded over the DP group
+	shards             []fsdpStage
+	resumed            *state // the checkpoint's, when resumed
+	reduced            bool   // the program's ALL_REDUCE hook did this step's reduction
+	stageLayers        []stageLayer
+	first              bool  // the process's first rank
+	local              []int // the pipeline ranks of the process's ranks (Config.Timeline's)
 }
 
 // tiedLayer is a layer that declares tied parameters (nn.TiedStage).
@@ -92,7 +97,24 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 	if err := r.build(); err != nil {
 		return nil, err
 	}
-	if m.DP > 1 {
+	var saved []checkpoint.Param // the resumed checkpoint's parameters of the rank's layers
+	if c.Resume != "" {
+		st, got, err := r.restore(c.Resume)
+		if err != nil {
+			return nil, err
+		}
+		r.resumed, saved = &st, got
+	}
+	switch {
+	case c.FSDP:
+		comm, err := wd.NewComm(dpT, abi.ActChannel)
+		if err != nil {
+			return nil, fmt.Errorf("train: rank %d: the data-parallel group's collectives: %w", r.world, err)
+		}
+		if err := r.shard(comm, saved); err != nil {
+			return nil, err
+		}
+	case m.DP > 1:
 		comm, err := wd.NewComm(dpT, abi.ActChannel)
 		if err != nil {
 			return nil, fmt.Errorf("train: rank %d: the data-parallel group's collectives: %w", r.world, err)
@@ -148,6 +170,7 @@ func (r *rank) build() error {
 		var layers []nn.Layer
 		var tiedParams []*nn.Param
 		var stageParams []*nn.Param
+		var layerOf []int // the layer of each of stageParams
 		for i := c.Layers[s][0]; i < c.Layers[s][1]; i++ {
 			l, err := c.Layer(i)
 			if err != nil {
@@ -171,6 +194,9 @@ func (r *rank) build() error {
 			}
 			layers = append(layers, l)
 			stageParams = append(stageParams, ps...)
+			for range ps {
+				layerOf = append(layerOf, i)
+			}
 		}
 		names := make([]string, len(stageParams))
 		for j, p := range stageParams {
@@ -186,6 +212,7 @@ func (r *rank) build() error {
 			r.stages[s] = seq
 		}
 		r.params = append(r.params, stageParams...)
+		r.stageLayers = append(r.stageLayers, stageLayer{stage: s, seq: seq, layers: layerOf})
 		if later[s] {
 			skip = append(skip, tiedParams...)
 		}

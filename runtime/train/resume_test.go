@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ppgen/ppgen/runtime/checkpoint"
 	"github.com/ppgen/ppgen/runtime/train"
 	"github.com/ppgen/ppgen/runtime/train/internal/testprog"
 	"github.com/ppgen/ppgen/runtime/world"
@@ -68,7 +69,8 @@ func TestResumeBitIdentical(t *testing.T) {
 // resumes it under zbv at P=2, under 1f1b at P=4 with two data-parallel
 // replicas of half the micro-batches each, on one rank (every layer in
 // one stage, at other positions), under dualpipe (two model copies, both
-// restored from one layer), auto's uneven split and mpipe: the losses and the final
+// restored from one layer), auto's uneven split, mpipe and FSDP over two
+// replicas (the shards and their optimizer state cut from the layers): the losses and the final
 // parameters equal the uninterrupted P=4 job's within crossTol.
 func TestResumeOtherLayout(t *testing.T) {
 	dir := t.TempDir()
@@ -83,10 +85,11 @@ func TestResumeOtherLayout(t *testing.T) {
 	for _, tc := range []struct {
 		p  train.Program
 		dp int
-	}{{zbv2, 1}, {halfProg, 2}, {single, 1}, {dual, 1}, {auto, 1}, {mpipe, 1}} {
+	}{{zbv2, 1}, {halfProg, 2}, {single, 1}, {dual, 1}, {auto, 1}, {mpipe, 1}, {fsdp, 2}} {
 		t.Run(describe(tc.p, tc.dp), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			c := config(tc.p, tc.dp, 2*half)
+			c.FSDP = tc.p.Spec.Fingerprint == fsdp.Spec.Fingerprint
 			c.CheckpointDir, c.Resume = out, saved
 			resumed := run(t, c)
 			if d := maxDiff(t, "losses", losses(resumed), losses(whole)[half:]); d > crossTol {
@@ -117,9 +120,11 @@ func TestLayouts(t *testing.T) {
 	}{
 		{"1f1b", onef1b, 1, false}, {"zbv", zbv2, 1, false}, {"dp", halfProg, 2, false}, {"dp over TCP", halfProg, 2, true},
 		{"dualpipe", dual, 1, false}, {"clip", clip, 1, false}, {"mpipe", mpipe, 1, false}, {"ship-labels", ship, 1, false}, {"auto", auto, 1, false},
+		{"fsdp", fsdp, 2, false},
 	} {
 		t.Run(tc.name+" "+describe(tc.p, tc.dp), func(t *testing.T) {
 			c := config(tc.p, tc.dp, 2*half)
+			c.FSDP = tc.p.Spec.Fingerprint == fsdp.Spec.Fingerprint
 			if tc.tcp {
 				c.World, c.WorldOptions = "tcp", world.Options{Loopback: true}
 			}
@@ -136,4 +141,38 @@ var (
 	mpipe  = train.Program{Spec: testprog.MpipeSpec, Ranks: testprog.MpipeRanks[:]}
 	ship   = train.Program{Spec: testprog.ShipSpec, Ranks: testprog.ShipRanks[:]}
 	auto   = train.Program{Spec: testprog.AutoSpec, Ranks: testprog.AutoRanks[:]}
+	fsdp   = train.Program{Spec: testprog.FSDPSpec, Ranks: testprog.FSDPRanks[:]}
 )
+
+// TestFSDPResume: a job of FSDP over two replicas resumed by the same
+// layout equals the uninterrupted one bit for bit; its checkpoint (FSDP
+// chunks) resumed by 1f1b at P=4 without FSDP (the chunks gathered into
+// layers) within crossTol.
+func TestFSDPResume(t *testing.T) {
+	dir := t.TempDir()
+	job := func(p train.Program, dp int, fsdpOn bool, stop int, ckpt, resume string) *train.Result {
+		c := config(p, dp, 2*half)
+		c.FSDP, c.StopAfter, c.CheckpointDir, c.Resume = fsdpOn, stop, ckpt, resume
+		return run(t, c)
+	}
+	full, first, second, other := filepath.Join(dir, "full"), filepath.Join(dir, "first"), filepath.Join(dir, "second"), filepath.Join(dir, "other")
+	whole := job(fsdp, 2, true, 0, full, "")
+	job(fsdp, 2, true, half, first, "")
+	resumed := job(fsdp, 2, true, 0, second, first)
+	same(t, "losses of the resumed steps", losses(resumed), losses(whole)[half:])
+	same(t, "parameters and optimizer state at the end", params(t, second), params(t, full))
+	m, err := checkpoint.ReadManifest(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Layout.FSDP || len(m.Shards[0].Flats) == 0 {
+		t.Fatalf("the FSDP job's checkpoint: layout %v, shard 0 holds flats %v", m.Layout, m.Shards[0].Flats)
+	}
+	plain := job(onef1b, 1, false, 0, other, first)
+	if d := maxDiff(t, "losses", losses(plain), losses(whole)[half:]); d > crossTol {
+		t.Fatalf("resumed without FSDP, the losses differ by %g", d)
+	}
+	if d := maxDiff(t, "parameters", params(t, other), params(t, full)); d > crossTol {
+		t.Fatalf("resumed without FSDP, the parameters differ by %g", d)
+	}
+}

@@ -31,7 +31,8 @@ type Result struct {
 	// Layers are the trained layers this process's ranks hold, by model
 	// layer index: each layer's parameters (one copy: replica 0's, or the
 	// first model copy's, where this process holds several), named as in
-	// a checkpoint.
+	// a checkpoint. Empty with FSDP (the shards hold the values: save a
+	// checkpoint).
 	Layers map[int][]*nn.Param
 }
 
@@ -100,6 +101,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	res := results[0]
 	res.Layers = map[int][]*nn.Param{}
 	for _, r := range ranks {
+		if r.fsdp != nil {
+			break // sharded: the layers' parameters hold no values
+		}
 		for _, l := range r.layers {
 			if _, ok := res.Layers[l.layer]; !ok {
 				res.Layers[l.layer] = l.params
@@ -131,12 +135,8 @@ func (r *rank) loop() (*Result, error) {
 	c := r.cfg
 	res := &Result{}
 	var tokens int64
-	if c.Resume != "" {
-		st, err := r.restore(c.Resume)
-		if err != nil {
-			return nil, err
-		}
-		res.Start, tokens = st.Step, st.Tokens
+	if r.resumed != nil {
+		res.Start, tokens = r.resumed.Step, r.resumed.Tokens
 	}
 	var mw *metrics.Writer
 	if c.Metrics != nil && r.world == 0 {
@@ -212,17 +212,26 @@ func (r *rank) step(step int) (metrics.Record, error) {
 	if err := pipe.Run(r.train, c.Train.Ranks[r.pp]); err != nil {
 		return metrics.Record{}, fmt.Errorf("train: step %d: %w", step+1, err)
 	}
-	if !r.reduced {
-		if err := r.reduce(); err != nil {
-			return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
-		}
-	}
 	lr := c.LR.LR(step)
 	r.opt.SetLR(lr)
-	if err := r.opt.Step(r.params); err != nil {
-		return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
+	if r.fsdp != nil {
+		// The group's OptStep waits for its reduce-scatters, clips the
+		// shards' gradients by the global norm (reduce), steps the shards
+		// and zeroes their gradients.
+		if err := r.fsdp.OptStep(r.opt, r.reduce)(); err != nil {
+			return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
+		}
+	} else {
+		if !r.reduced {
+			if err := r.reduce(); err != nil {
+				return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
+			}
+		}
+		if err := r.opt.Step(r.params); err != nil {
+			return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
+		}
+		nn.ZeroGrad(r.params)
 	}
-	nn.ZeroGrad(r.params)
 	loss, err := r.gatherLoss(r.train)
 	if err != nil {
 		return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
@@ -265,6 +274,9 @@ func (r *rank) resetTimeline() error {
 func (r *rank) allReduce(n int) error {
 	if n != 0 {
 		return fmt.Errorf("train: the program holds %d reductions per step; the loop does one (the gradient norm)", n+1)
+	}
+	if r.fsdp != nil {
+		return errors.New("train: a program with ALL_REDUCE (-clip) and FSDP reduces the norm before the shards' reduce-scatters end; generate it without -clip (the loop clips at the shards' optimizer step)")
 	}
 	if max(r.cfg.Train.Spec.Copies, 1) > 1 {
 		return errors.New("train: a program with ALL_REDUCE (-clip) and two model copies reduces the norm before OPT_STEP sums the copies; generate it without -clip (the loop clips after the step's program)")

@@ -164,7 +164,8 @@ func TestRefusals(t *testing.T) {
 		edit func(*train.Config)
 		want string
 	}{
-		{"fsdp", func(c *train.Config) { c.FSDP = true }, "FSDP"},
+		{"fsdp of one replica", func(c *train.Config) { c.FSDP = true }, "FSDP shards the stages over the data-parallel replicas; DP 1"},
+		{"fsdp with a tie", func(c *train.Config) { c.Train, c.FSDP, c.DP = tie, true, 2 }, "FSDP with ties or two model copies"},
 		{"no layers", func(c *train.Config) { c.Train = noLayers }, "no layer split"},
 		{"wrong layers", func(c *train.Config) { c.Layers = [][2]int{{0, 8}} }, "1 layer ranges for the 4 stages"},
 		{"forward-only train", func(c *train.Config) { c.Train = eval }, "forward-only"},
