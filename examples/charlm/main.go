@@ -67,6 +67,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/world"
@@ -272,4 +273,37 @@ func report(out io.Writer, tol, lossDiff, paramDiff float64) error {
 		return errors.New("pipeline training differs from sequential training beyond the tolerance (above)")
 	}
 	return nil
+}
+
+// header prints what is trained on what.
+func header(out io.Writer, o options, sc schedule, where string) error {
+	sp := sc.train.Spec
+	dt, _ := o.dt()
+	m, err := newModel(o.sh, dt, o.seed, o.tie)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, p := range m.params() {
+		n += p.Value.Shape().TotalSize()
+	}
+	head := map[bool]string{true: "tied head", false: "untied head"}[o.tie]
+	replicas := ""
+	if o.dp > 1 {
+		replicas = fmt.Sprintf(" × %d replicas", o.dp)
+	}
+	fmt.Fprintf(out, "charlm: %s, %d ranks%s, %d stages, %d micro-batches of %d×%d characters; %d blocks of width %d, %d parameters, %s, %s, %s\n",
+		sp.Schedule, sp.Ranks, replicas, sp.Stages, sp.Micro, o.sh.Batch, o.sh.SeqLen, o.sh.Blocks, o.sh.Dim, n, head, o.dtype, where)
+	fmt.Fprintf(out, "optimizer: AdamW (weight decay %g), learning rate %g cosine-decayed to %g after %d warmup steps, clipping at norm %g\n",
+		o.wd, o.lr, o.minLR, o.warmupSteps(), o.clip)
+	return nil
+}
+
+// launchSelf starts one process per rank of this same command (launch.Self).
+func launchSelf(o options, logger *slog.Logger) error {
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	return launch.Self(sc.train.Spec.Ranks*o.dp, launch.LocalOptions{Logger: logger})
 }
