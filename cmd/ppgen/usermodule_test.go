@@ -29,57 +29,7 @@ func TestUserModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a separate module")
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	// No network: every module comes from the cache this checkout filled.
-	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
-	goCmd := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command("go", args...)
-		cmd.Dir, cmd.Env = dir, env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	// The steps of docs/getting-started.md ("Add ppgen to your module"),
-	// with this checkout for ../ppgen.
-	goCmd("mod", "init", "example.com/trainer")
-	for _, step := range userModuleSteps {
-		args := slices.Clone(step)
-		for i, a := range args {
-			args[i] = strings.ReplaceAll(a, "=../ppgen", "="+root)
-		}
-		goCmd(args...)
-	}
-	// The guide's last step is go mod tidy, which needs the network for
-	// modules the build cache lacks; offline, the trainer requires what
-	// tidy would record: ppgen's own requirements, with ppgen's go.sum.
-	ours, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := false
-	for _, line := range strings.Split(string(ours), "\n") {
-		switch {
-		case strings.HasPrefix(line, "require ("):
-			in = true
-		case in && strings.HasPrefix(line, ")"):
-			in = false
-		case in && strings.TrimSpace(line) != "":
-			f := strings.Fields(line)
-			goCmd("mod", "edit", "-require="+f[0]+"@"+f[1])
-		}
-	}
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(dir, "go.sum"), string(sum))
+	dir, goCmd, env := newUserModule(t)
 	src, err := os.ReadFile("testdata/usermodule/main.go.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +74,91 @@ func TestUserModule(t *testing.T) {
 	write(t, filepath.Join(dir, "main_gen.go"), edited)
 	if out, err := vet(); err == nil || !strings.Contains(out, "main_gen.go:") {
 		t.Errorf("%s passed an edited main_gen.go: %v\n%s", vetLine, err, out)
+	}
+}
+
+// newUserModule sets up a trainer module in a temporary directory as
+// docs/getting-started.md tells a user to (ppgen required through a
+// replace directive pointing at this checkout, its tools declared) and
+// returns it, a runner of go commands in it, and their environment.
+func newUserModule(t *testing.T) (dir string, goCmd func(args ...string) string, env []string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	// No network: every module comes from the cache this checkout filled.
+	env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	goCmd = func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("go", args...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	// The steps of docs/getting-started.md ("Add ppgen to your module"),
+	// with this checkout for ../ppgen.
+	goCmd("mod", "init", "example.com/trainer")
+	for _, step := range userModuleSteps {
+		args := slices.Clone(step)
+		for i, a := range args {
+			args[i] = strings.ReplaceAll(a, "=../ppgen", "="+root)
+		}
+		goCmd(args...)
+	}
+	// The guide's last step is go mod tidy, which needs the network for
+	// modules the build cache lacks; offline, the trainer requires what
+	// tidy would record: ppgen's own requirements, with ppgen's go.sum.
+	ours, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	for _, line := range strings.Split(string(ours), "\n") {
+		switch {
+		case strings.HasPrefix(line, "require ("):
+			in = true
+		case in && strings.HasPrefix(line, ")"):
+			in = false
+		case in && strings.TrimSpace(line) != "":
+			f := strings.Fields(line)
+			goCmd("mod", "edit", "-require="+f[0]+"@"+f[1])
+		}
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "go.sum"), string(sum))
+	return dir, goCmd, env
+}
+
+// TestUserModuleTrainer: a trainer in a separate module generates its
+// program with `-schedule auto -model model.json -partition auto` and
+// trains on runtime/train, which builds each rank's stages from the split
+// ppgen chose (Spec.Layers) in the one call, train.Run, with AdamW,
+// clipping and a cosine decay.
+func TestUserModuleTrainer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a separate module")
+	}
+	dir, goCmd, _ := newUserModule(t)
+	for _, f := range []string{"train.go", "model.json"} {
+		src, err := os.ReadFile(filepath.Join("testdata/usermodule", f+".txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, f), string(src))
+	}
+	goCmd("generate", "./...")
+	out := goCmd("run", ".")
+	t.Logf("trainer output:\n%s", out)
+	if !strings.Contains(out, "trained 10 steps of 8 layers on 4 ranks") || !strings.Contains(out, "loss fell") {
+		t.Fatalf("trainer output:\n%s", out)
 	}
 }
 

@@ -1,44 +1,34 @@
 package main
 
 import (
+	"io"
 	"testing"
 )
 
-// BenchmarkStep: one training step of the default model, trained as one
+// BenchmarkStep: b.N training steps of the default model, trained as one
 // Sequential on one goroutine (the compute alone) and through the zbv
-// program with 4 in-process ranks (compute, runtime and in-process
-// transfers). BENCHMARKS.md compares them with the -breakdown of a run.
+// program with 4 in-process ranks on runtime/train (compute, runtime and
+// in-process transfers); both include one evaluation before and after.
 func BenchmarkStep(b *testing.B) {
 	o := defaultOptions()
+	o.evalEvery = 1 << 30
+	sc, _ := lookup(o.schedule)
 	b.Run("sequential", func(b *testing.B) {
-		sc, _ := lookup(o.schedule)
-		st, err := newSequential(o, sc.train.Spec.Micro)
+		sh, err := openShards(o, mustDtype(b, o))
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := loadCorpus("")
-		if err != nil {
-			b.Fatal(err)
-		}
+		defer sh.close()
+		o.steps = b.N
 		b.ResetTimer()
-		for i := range b.N {
-			if _, err := st.step(c, o.seed, i); err != nil {
-				b.Fatal(err)
-			}
+		if _, err := trainReference(o, sh, sc.train.Spec.Micro); err != nil {
+			b.Fatal(err)
 		}
 	})
 	b.Run("pipeline", func(b *testing.B) {
-		r, w, data, _, done, err := newInProc(o)
-		if err != nil {
+		o.steps = b.N
+		if err := run(o, io.Discard, nil); err != nil {
 			b.Fatal(err)
-		}
-		defer done()
-		b.ResetTimer()
-		for i := range b.N {
-			data.setTrainStep(r.c, o.seed, i)
-			if err := w.run(false); err != nil {
-				b.Fatal(err)
-			}
 		}
 	})
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
+
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +15,8 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/data"
+	"github.com/ppgen/ppgen/runtime/pipe"
 )
 
 // The data: Go source text from the Go installation's own source tree
@@ -115,16 +116,6 @@ func loadCorpus(root string) (*corpus, error) {
 	return c, nil
 }
 
-// fits checks that the corpus holds windows of sh for micro micro-batches:
-// a training window, and evalRuns·micro·Batch distinct validation windows.
-func (c *corpus) fits(sh shape, micro int) error {
-	n := evalRuns * micro * sh.Batch
-	if len(c.train) < sh.SeqLen+2 || len(c.valid)-sh.SeqLen-1 < n {
-		return fmt.Errorf("the sampled Go sources (%d training, %d validation bytes) are too short for %d validation windows of %d tokens; use a smaller -seq or -batch", len(c.train), len(c.valid), n, sh.SeqLen+1)
-	}
-	return nil
-}
-
 // readHead returns the first n bytes of the file at path (all of it when
 // shorter).
 func readHead(path string, n int) ([]byte, error) {
@@ -149,91 +140,95 @@ func tokens(text []byte) []byte {
 	return out
 }
 
-// unigramEntropy is the entropy, in nats, of the token frequencies of t:
-// the loss of the best model that ignores context.
-func unigramEntropy(t []byte) float64 {
-	var n [vocab]float64
-	for _, v := range t {
-		n[v]++
+// shards is the job's data: the token shards `charlm prepare` writes
+// (runtime/data). sample draws each step's windows from them with a
+// Sampler, training step k's from (-seed, k) over the training shard,
+// validation run k's from (0, k) over the validation shard: pure functions
+// of the step, as runtime/train needs for a resumed job to read what an
+// uninterrupted one reads.
+type shards struct {
+	dt           tensor.Dtype
+	seed         uint64
+	seqLen       int
+	batch        int
+	train, valid *data.Shard
+}
+
+// openShards opens dir's shards (prepare's). An empty dir prepares them
+// from the Go sources (-goroot) into a temporary directory first, removed
+// once they are open.
+func openShards(o options, dt tensor.Dtype) (*shards, error) {
+	dir := o.data
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "charlm-data")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp) // the shards stay open
+		if err := prepare([]string{"-out", tmp, "-goroot", o.goroot}, io.Discard); err != nil {
+			return nil, err
+		}
+		dir = tmp
 	}
-	h := 0.0
-	for _, c := range n {
-		if c > 0 {
-			p := c / float64(len(t))
-			h -= p * math.Log(p)
+	sh := &shards{dt: dt, seed: o.seed, seqLen: o.sh.SeqLen, batch: o.sh.Batch}
+	var err error
+	if sh.train, err = data.Open(filepath.Join(dir, trainShard)); err != nil {
+		return nil, fmt.Errorf("-data: %w (charlm prepare -out DIR writes it)", err)
+	}
+	if sh.valid, err = data.Open(filepath.Join(dir, validShard)); err != nil {
+		sh.train.Close()
+		return nil, fmt.Errorf("-data: %w (charlm prepare -out DIR writes it)", err)
+	}
+	return sh, nil
+}
+
+func (s *shards) close() {
+	s.train.Close()
+	s.valid.Close()
+}
+
+// sampled is the shards' windows for a job of replicas replicas of micro
+// micro-batches each. With the same global batch (replicas·micro), the
+// windows are the same, in the same global order (data.Sampler): the
+// sequential reference samples the job's global batch as one replica.
+type sampled struct {
+	*shards
+	train, valid *data.Sampler
+}
+
+func (s *shards) sample(micro, replicas int) (*sampled, error) {
+	sp := &sampled{shards: s}
+	for _, f := range []struct {
+		shard *data.Shard
+		seed  uint64
+		to    **data.Sampler
+	}{{s.train, s.seed, &sp.train}, {s.valid, 0, &sp.valid}} {
+		cfg := data.Config{Seed: f.seed, SeqLen: s.seqLen, Batch: s.batch, Micro: micro, Replicas: replicas}
+		var err error
+		if *f.to, err = data.NewSampler([]*data.Shard{f.shard}, cfg); err != nil {
+			return nil, fmt.Errorf("-data: %w", err)
 		}
 	}
-	return h
+	return sp, nil
 }
 
-// batches is the DataSource of one program run: micro-batch m holds Batch
-// windows of SeqLen+1 tokens, its input the first SeqLen of each ([rows, 1]
-// token ids) and its target the next token at each position.
-type batches struct {
-	dt     tensor.Dtype
-	sh     shape
-	inputs []*tensor.Dense
-	target []*tensor.Dense
-}
-
-func newBatches(dt tensor.Dtype, sh shape, micro int) *batches {
-	return &batches{dt: dt, sh: sh, inputs: make([]*tensor.Dense, micro), target: make([]*tensor.Dense, micro)}
-}
-
-// fill sets micro-batch m's windows to those starting at starts in text.
-func (b *batches) fill(m int, text []byte, starts []int) {
-	rows := len(starts) * b.sh.SeqLen
-	x, y := make([]float64, rows), make([]float64, rows)
-	for i, s := range starts {
-		for j := range b.sh.SeqLen {
-			x[i*b.sh.SeqLen+j] = float64(text[s+j])
-			y[i*b.sh.SeqLen+j] = float64(text[s+j+1])
-		}
+// read returns replica's micro-batches of step step of sampler sm.
+func (s *sampled) read(sm *data.Sampler, step int64, replica int) (pipe.DataSource, error) {
+	st, err := sm.Read(step, replica)
+	if err != nil {
+		return nil, err
 	}
-	b.inputs[m], b.target[m] = column(b.dt, x), column(b.dt, y)
+	src, err := data.NewSource(s.dt, s.seqLen)
+	if err != nil {
+		return nil, err
+	}
+	return src, src.Set(st)
 }
 
-// setTrainStep draws training step step's windows: uniform starts from a
-// generator seeded by (seed, step), the same on every rank and in the
-// sequential reference.
-func (b *batches) setTrainStep(c *corpus, seed uint64, step int) {
-	rng := nn.NewRand(seed*1_000_003 + uint64(step) + 1)
-	span := len(c.train) - b.sh.SeqLen - 1
-	for m := range b.inputs {
-		starts := make([]int, b.sh.Batch)
-		for i := range starts {
-			starts[i] = rng.IntN(span)
-		}
-		b.fill(m, c.train, starts)
-	}
+func (s *sampled) trainStep(step, replica int) (pipe.DataSource, error) {
+	return s.read(s.train, int64(step), replica)
 }
 
-// setEvalRun sets validation run run's windows: the validation text's
-// evalRuns·M·Batch windows spaced evenly from its start, whatever the
-// seed.
-func (b *batches) setEvalRun(c *corpus, run int) {
-	n := evalRuns * len(b.inputs) * b.sh.Batch
-	gap := (len(c.valid) - b.sh.SeqLen - 1) / n
-	for m := range b.inputs {
-		starts := make([]int, b.sh.Batch)
-		for i := range starts {
-			starts[i] = ((run*len(b.inputs)+m)*b.sh.Batch + i) * gap
-		}
-		b.fill(m, c.valid, starts)
-	}
-}
-
-func (b *batches) Input(m int) (*tensor.Dense, error)  { return b.inputs[m], nil }
-func (b *batches) Target(m int) (*tensor.Dense, error) { return b.target[m], nil }
-
-// column returns v as a [len(v), 1] tensor of dtype dt.
-func column(dt tensor.Dtype, v []float64) *tensor.Dense {
-	if dt == tensor.Float32 {
-		w := make([]float32, len(v))
-		for i, x := range v {
-			w[i] = float32(x)
-		}
-		return tensor.New(tensor.WithShape(len(v), 1), tensor.WithBacking(w))
-	}
-	return tensor.New(tensor.WithShape(len(v), 1), tensor.WithBacking(v))
+func (s *sampled) evalRun(run, replica int) (pipe.DataSource, error) {
+	return s.read(s.valid, int64(run), replica)
 }

@@ -1,42 +1,57 @@
 // Command charlm trains a small GPT-style character model with a pipeline
 // schedule that ppgen generated ahead of time, on Go source text sampled
 // from the Go installation's own source tree ($GOROOT/src: every machine
-// with Go has it; nothing is downloaded).
+// with Go has it; nothing is downloaded), through runtime/train.
 //
 //	go run ./examples/charlm                        # zbv, 4 ranks in-process, ~2 minutes on 2 cores
 //	go run ./examples/charlm -check                 # 5 steps, compared with sequential training
 //	go run ./examples/charlm -transport tcp -check  # 4 OS processes on loopback, the same
 //	go run ./examples/charlm -svg loss.svg          # the loss curve
 //	go run ./examples/charlm prepare -out DIR       # write the text as token shards (runtime/data)
+//	go run ./examples/charlm -data DIR -metrics m.jsonl -ckpt ck -ckpt-every 10
+//	go run ./examples/charlm -data DIR -resume ck   # continue from the checkpoint
 //
 // The model: a token and position embedding, -blocks pre-norm transformer
 // blocks (causal multi-head self-attention and a GELU MLP, each in a
 // residual), an RMSNorm and an LM head whose weight is the embedding's
-// token table (-tie; a TiedHead: logits h·Tokenᵀ), trained on
-// cross-entropy with Adam. It is cut into the schedule's stages (zbv: 8
-// stages on 4 ranks, the embedding and the head both on rank 0): the
-// blocks as evenly as they go, the embedding on the first stage, the norm
-// and the head on the last. The last stage holds its own copy of the token
-// table; the training programs are generated with -tie 0:S-1, so the
-// runtime's TIE_GRAD step sums the two copies' gradients before each
-// optimizer step (on rank 0 for zbv, across ranks 0 and 3 for 1f1b) and
-// they stay one parameter.
+// token table (-tie; a TiedHead: logits h·Tokenᵀ). runtime/train builds
+// each rank's stages from its layers (model.go: layer 0 the embedding,
+// 1..blocks the blocks, the last the norm and the head; split: the blocks
+// as evenly as they go), the head holding its own copy of the token table:
+// the training programs are generated with -tie 0:S-1, so the runtime's
+// TIE_GRAD step sums the two copies' gradients before each optimizer step
+// (on rank 0 for zbv, across ranks 0 and 3 for 1f1b) and they stay one
+// parameter.
+//
+// The data are token shards (runtime/data): `charlm prepare -out DIR`
+// writes them, -data DIR reads them; without -data they are prepared into
+// a temporary directory first. Each step's windows are drawn from (-seed,
+// step), so a resumed run reads what an uninterrupted one reads. The
+// optimizer is AdamW (-wd) at a learning rate warmed up over -warmup steps
+// to -lr and cosine-decayed to -min-lr at -steps, after clipping the
+// gradients by their global norm (-clip), all runtime/train's.
 //
 // Validation runs the schedule's forward-only program (ppgen gen
 // -forward-only -name Eval: program/zbv's EvalSpec and EvalRanks, beside
 // the training program in one package, in the same world) over fixed
-// windows of the validation text and prints one line `validation loss X`
-// before training, every -eval-every steps and at the end. -check trains the same model
-// sequentially, the tied table as one parameter, on the same micro-batches,
-// and requires the losses (training and validation) and the parameters to
-// match within 1e-12 in float64. -breakdown prints where the last training
-// step's time went on each rank (pipe.Timeline: the stage calls, the
-// optimizer, the rest). With -transport tcp and no launcher's variables in
-// the environment the command launches four copies of itself (as
-// examples/mlp does, through runtime/launch) and each runs one rank; the
-// rank holding the last stage prints the losses. Both programs share the
-// ranks' one TCP world, whose handshake checked both fingerprints, and run
-// one after the other.
+// windows of the validation shard and prints one line `validation loss X`
+// before training, every -eval-every steps and at the end. -metrics writes
+// one JSON line per step (docs/metrics.md); -ckpt saves checkpoints
+// (docs/checkpoints.md) every -ckpt-every steps and at the end, -resume
+// continues from one (under either schedule), -stop-after stops a job
+// early as a preemption would. -check trains the same model sequentially,
+// the tied table as one parameter, on the same micro-batches with the same
+// optimizer, and requires the losses (training and validation) and the
+// parameters of every layer this process holds to match within 1e-12 in
+// float64. -dp N runs N data-parallel replicas of the pipeline (world =
+// ranks × N), each on its share of N times the micro-batches (the
+// sampler's global order: -check's reference trains on the whole global
+// batch). -trace writes the last step's measured timeline (in-process).
+// With -transport tcp and no launcher's variables in the environment the
+// command launches four copies of itself (as examples/mlp does, through
+// runtime/launch) and each runs one rank; rank 0 prints the losses. Both
+// programs share the ranks' one TCP world, whose handshake checked both
+// fingerprints, and run one after the other.
 package main
 
 import (
@@ -45,12 +60,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/launch"
+	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/transport"
 	"github.com/ppgen/ppgen/runtime/world"
 )
@@ -68,7 +86,17 @@ type options struct {
 	seed      uint64
 	svg       string
 	trace     string
-	breakdown bool
+	metrics   string // -metrics: a JSONL file, or - for stdout
+	data      string // -data: prepare's token shards; "" prepares them
+	ckpt      string
+	ckptEvery int
+	stopAfter int
+	dp        int // -dp: data-parallel replicas of the pipeline
+	resume    string
+	clip      float64
+	minLR     float64
+	warmup    int
+	wd        float64
 	goroot    string
 	timeout   time.Duration
 	sh        shape
@@ -77,7 +105,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{schedule: "zbv", transport: "inproc", steps: 50, evalEvery: 10, logEvery: 10, tie: true,
-		dtype: "float64", lr: 0.003, seed: 1, sh: defaultShape}
+		dtype: "float64", lr: 0.003, minLR: 0.0003, warmup: 5, wd: 0.01, clip: 1, seed: 1, dp: 1, sh: defaultShape}
 }
 
 func main() {
@@ -98,11 +126,21 @@ func main() {
 	fs.BoolVar(&o.check, "check", false, "also train sequentially on the same micro-batches and require equal losses and parameters (float64: within 1e-12)")
 	fs.BoolVar(&o.tie, "tie", o.tie, "tie the LM head to the token embedding (one parameter on the first and the last stage)")
 	fs.StringVar(&o.dtype, "dtype", o.dtype, "float64 or float32")
-	fs.Float64Var(&o.lr, "lr", o.lr, "Adam learning rate")
+	fs.Float64Var(&o.lr, "lr", o.lr, "AdamW's peak learning rate")
+	fs.Float64Var(&o.minLR, "min-lr", o.minLR, "the learning rate the cosine decay ends at, after -steps")
+	fs.IntVar(&o.warmup, "warmup", o.warmup, "linear warmup steps before the cosine decay")
+	fs.Float64Var(&o.wd, "wd", o.wd, "AdamW's decoupled weight decay")
+	fs.Float64Var(&o.clip, "clip", o.clip, "clip the gradients by their global L2 norm at this value (0: no clipping)")
+	fs.StringVar(&o.data, "data", "", "directory of the token shards `charlm prepare` writes (default: prepare them from -goroot into a temporary directory)")
+	fs.StringVar(&o.metrics, "metrics", "", "write one JSON line per step (docs/metrics.md) to this file, or - for stdout")
+	fs.StringVar(&o.ckpt, "ckpt", "", "save checkpoints to this directory (docs/checkpoints.md): every -ckpt-every steps and at the end")
+	fs.IntVar(&o.ckptEvery, "ckpt-every", 0, "with -ckpt: save every N steps (0: only at the end)")
+	fs.IntVar(&o.dp, "dp", o.dp, "data-parallel replicas of the pipeline (world = ranks × N; each replica reads its share of N times the micro-batches)")
+	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after N steps of the job, saving a checkpoint with -ckpt, as a preemption would (0: run all -steps)")
+	fs.StringVar(&o.resume, "resume", "", "resume from the checkpoint in this directory (parameters, optimizer state, step, data position); -steps is the whole job's")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the initial weights and of the training windows")
 	fs.StringVar(&o.svg, "svg", "", "write the loss curve (training and validation loss against step) to this SVG file")
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last training step's measured timeline to this file as a Chrome trace")
-	fs.BoolVar(&o.breakdown, "breakdown", false, "print where the last training step's time went on each rank: stage calls, optimizer, the rest (runtime, transfers, waiting)")
 	fs.StringVar(&o.goroot, "goroot", "", "the Go installation whose src/ is the text (default: `go env GOROOT`)")
 	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.IntVar(&o.sh.Dim, "dim", o.sh.Dim, "model width")
@@ -115,7 +153,7 @@ func main() {
 	// Every rank of a job must run these flags' values (compared at
 	// world.Open); the progress timeout, the local outputs and the local
 	// path of the text may differ.
-	o.config = world.FlagConfig(fs, "timeout", "svg", "trace", "breakdown", "goroot")
+	o.config = world.FlagConfig(fs, "timeout", "svg", "trace", "metrics", "goroot", "data", "ckpt", "resume")
 	if o.check && !flagSet(fs, "steps") {
 		o.steps = checkSteps
 	}
@@ -126,13 +164,10 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
-	switch {
-	case o.transport == "inproc":
-		err = runInProc(o, os.Stdout)
-	case world.SelfLaunch(o.transport):
+	if world.SelfLaunch(o.transport) {
 		err = launchSelf(o, logger)
-	case o.transport == "tcp":
-		err = runRank(o, os.Stdout, logger)
+	} else {
+		err = run(o, os.Stdout, logger)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "charlm:", err)
@@ -164,7 +199,7 @@ func (o options) validate() error {
 	case o.transport != "inproc" && o.transport != "tcp":
 		return fmt.Errorf("-transport %q; want inproc or tcp", o.transport)
 	case o.trace != "" && o.transport != "inproc":
-		return fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process (use -breakdown)", o.transport)
+		return fmt.Errorf("-trace records the in-process run; with -transport %s each rank is its own process", o.transport)
 	case o.steps < 0 || o.steps > 1_000_000:
 		return fmt.Errorf("-steps %d; want 0..1000000", o.steps)
 	case o.evalEvery < 1:
@@ -173,11 +208,37 @@ func (o options) validate() error {
 		return fmt.Errorf("-log-every %d; want 1 or more", o.logEvery)
 	case !(o.lr > 0) || o.lr > 10:
 		return fmt.Errorf("-lr %v; want a rate in (0, 10]", o.lr)
+	case !(o.minLR >= 0) || o.minLR > o.lr:
+		return fmt.Errorf("-min-lr %v; want a rate in [0, -lr %v]", o.minLR, o.lr)
+	case o.warmup < 0 || !(o.wd >= 0) || o.wd > 1 || !(o.clip >= 0) || math.IsInf(o.clip, 0):
+		return fmt.Errorf("-warmup %d, -wd %v, -clip %v; want a warmup of 0 steps or more, a weight decay in [0, 1] and a finite norm of 0 or more", o.warmup, o.wd, o.clip)
+	case o.dp < 1 || o.dp > 64:
+		return fmt.Errorf("-dp %d; want 1..64 replicas", o.dp)
+	case o.stopAfter < 0:
+		return fmt.Errorf("-stop-after %d; want 0 or more steps", o.stopAfter)
+	case o.ckptEvery < 0 || (o.ckptEvery > 0 && o.ckpt == ""):
+		return fmt.Errorf("-ckpt-every %d; want 0 or more, with -ckpt", o.ckptEvery)
 	case o.timeout < 0:
 		return fmt.Errorf("-timeout %v is negative; want a duration such as 30s, or 0", o.timeout)
 	}
 	return o.sh.check(sc.train.Spec.Stages)
 }
+
+// optimizer is AdamW with -wd (PyTorch's other defaults); the schedule
+// sets its learning rate before every step.
+func (o options) optimizer() nn.Optimizer {
+	opt := nn.NewAdamW()
+	opt.WeightDecay = o.wd
+	return opt
+}
+
+// lrSchedule is the learning rate: -warmup steps of linear warmup to -lr,
+// then a cosine decay to -min-lr after -steps.
+func (o options) lrSchedule() nn.Schedule {
+	return nn.CosineDecay{Peak: o.lr, Min: o.minLR, Warmup: o.warmupSteps(), Total: o.steps}
+}
+
+func (o options) warmupSteps() int { return min(o.warmup, o.steps) }
 
 func (o options) dt() (tensor.Dtype, error) {
 	switch o.dtype {
@@ -212,4 +273,37 @@ func report(out io.Writer, tol, lossDiff, paramDiff float64) error {
 		return errors.New("pipeline training differs from sequential training beyond the tolerance (above)")
 	}
 	return nil
+}
+
+// header prints what is trained on what.
+func header(out io.Writer, o options, sc schedule, where string) error {
+	sp := sc.train.Spec
+	dt, _ := o.dt()
+	m, err := newModel(o.sh, dt, o.seed, o.tie)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, p := range m.params() {
+		n += p.Value.Shape().TotalSize()
+	}
+	head := map[bool]string{true: "tied head", false: "untied head"}[o.tie]
+	replicas := ""
+	if o.dp > 1 {
+		replicas = fmt.Sprintf(" × %d replicas", o.dp)
+	}
+	fmt.Fprintf(out, "charlm: %s, %d ranks%s, %d stages, %d micro-batches of %d×%d characters; %d blocks of width %d, %d parameters, %s, %s, %s\n",
+		sp.Schedule, sp.Ranks, replicas, sp.Stages, sp.Micro, o.sh.Batch, o.sh.SeqLen, o.sh.Blocks, o.sh.Dim, n, head, o.dtype, where)
+	fmt.Fprintf(out, "optimizer: AdamW (weight decay %g), learning rate %g cosine-decayed to %g after %d warmup steps, clipping at norm %g\n",
+		o.wd, o.lr, o.minLR, o.warmupSteps(), o.clip)
+	return nil
+}
+
+// launchSelf starts one process per rank of this same command (launch.Self).
+func launchSelf(o options, logger *slog.Logger) error {
+	sc, err := lookup(o.schedule)
+	if err != nil {
+		return err
+	}
+	return launch.Self(sc.train.Spec.Ranks*o.dp, launch.LocalOptions{Logger: logger})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -15,7 +16,11 @@ import (
 	"sync"
 	"testing"
 
+	"gorgonia.org/tensor"
+
 	"github.com/ppgen/ppgen/internal/long"
+	"github.com/ppgen/ppgen/runtime/metrics"
+	"github.com/ppgen/ppgen/runtime/train"
 )
 
 // small is a model and batch size that trains in a fraction of a second a
@@ -46,24 +51,27 @@ func validationLosses(t *testing.T, out string) []float64 {
 // TestCheckInProc: pipeline training equals sequential training (the tied
 // table one parameter there) in losses, validation losses and parameters,
 // for the tied zbv run (the tie on rank 0), an untied one and 1f1b tied
-// (across ranks) and untied, in float64 and float32;
+// (across ranks) and untied, in float64 and float32, and zbv with two
+// data-parallel replicas (the reference on their global batch);
 // one validation line before training and after each evaluation.
 func TestCheckInProc(t *testing.T) {
 	for _, c := range []struct {
 		schedule, dtype string
 		tie             bool
+		dp              int
 	}{
-		{"zbv", "float64", true},
-		{"zbv", "float64", false},
-		{"zbv", "float32", true},
-		{"1f1b", "float64", false},
-		{"1f1b", "float64", true}, // the tie across ranks 0 and 3
+		{"zbv", "float64", true, 1},
+		{"zbv", "float64", false, 1},
+		{"zbv", "float32", true, 1},
+		{"1f1b", "float64", false, 1},
+		{"1f1b", "float64", true, 1}, // the tie across ranks 0 and 3
+		{"zbv", "float64", true, 2},  // two replicas: 8 ranks
 	} {
-		t.Run(fmt.Sprintf("%s/%s/tie=%v", c.schedule, c.dtype, c.tie), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/tie=%v/dp=%d", c.schedule, c.dtype, c.tie, c.dp), func(t *testing.T) {
 			o := small()
-			o.schedule, o.dtype, o.tie, o.check = c.schedule, c.dtype, c.tie, true
+			o.schedule, o.dtype, o.tie, o.check, o.dp = c.schedule, c.dtype, c.tie, true, c.dp
 			var out bytes.Buffer
-			if err := runInProc(o, &out); err != nil {
+			if err := run(o, &out, nil); err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
 			if !strings.Contains(out.String(), "check: max abs difference") {
@@ -78,55 +86,74 @@ func TestCheckInProc(t *testing.T) {
 }
 
 // TestCheckCatchesDivergence: -check is not vacuous: a reference trained
-// with another learning rate, or untied, fails it.
+// with another learning rate, another seed or without clipping fails it.
 func TestCheckCatchesDivergence(t *testing.T) {
 	o := small()
-	r, err := trainInProc(o, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o.clip = 0.05 // so that clipping acts
 	for name, mod := range map[string]func(*options){
 		"lr":   func(o *options) { o.lr *= 1.5 },
 		"seed": func(o *options) { o.seed++ },
+		"clip": func(o *options) { o.clip = 0 },
 	} {
+		res, sh := trainSmall(t, o)
 		o2 := o
 		mod(&o2)
 		var out bytes.Buffer
-		if err := check(o2, &out, r.sc, r.c, r.m, r.stages, r.h, nil); err == nil {
+		if err := check(o2, &out, sh, 8, res); err == nil {
 			t.Errorf("%s: a different reference passed the check:\n%s", name, out.String())
 		}
-	}
-	if err := check(o, io.Discard, r.sc, r.c, r.m, r.stages, r.h, nil); err != nil {
-		t.Errorf("the same reference: %v", err)
+		if err := check(o, io.Discard, sh, 8, res); err != nil {
+			t.Errorf("the same reference: %v", err)
+		}
+		sh.close()
 	}
 }
 
-// TestTiedCopiesStayOne: after training, the last stage's copy of the
-// token table has the first stage's bits, and its gradient is zero (both
-// were stepped with the one summed gradient).
-func TestTiedCopiesStayOne(t *testing.T) {
-	o := small()
-	r, err := trainInProc(o, io.Discard)
+// trainSmall trains o in-process and returns the result and the shards.
+func trainSmall(t *testing.T, o options) (*train.Result, *shards) {
+	t.Helper()
+	sc, err := lookup(o.schedule)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := r.m.emb.Token, r.stages[len(r.stages)-1].tied[0]
-	if a == b {
-		t.Fatal("the last stage holds the embedding's own table, not a copy")
+	sh, err := openShards(o, mustDtype(t, o))
+	if err != nil {
+		t.Fatal(err)
 	}
-	x, y := floats(a.Value), floats(b.Value)
+	cfg, err := jobConfig(o, sc, sh, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := train.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, sh
+}
+
+// TestTiedCopiesStayOne: after training, the head's copy of the token
+// table (layer Blocks+1's) has the embedding's bits, and an untied run
+// ends elsewhere.
+func TestTiedCopiesStayOne(t *testing.T) {
+	o := small()
+	res, sh := trainSmall(t, o)
+	defer sh.close()
+	tok := res.Layers[0][0]
+	head := res.Layers[o.sh.Blocks+1]
+	cp := head[len(head)-1]
+	if tok == cp {
+		t.Fatal("the head holds the embedding's own table, not a copy")
+	}
+	x, y := floats(tok.Value), floats(cp.Value)
 	for i := range x {
 		if x[i] != y[i] {
 			t.Fatalf("entry %d: embedding %v, head copy %v", i, x[i], y[i])
 		}
 	}
-	// And the tie matters: an untied run ends elsewhere.
 	o.tie = false
-	u, err := trainInProc(o, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if maxAbsDiff(u.m.emb.Token.Value, a.Value) == 0 {
+	u, sh2 := trainSmall(t, o)
+	defer sh2.close()
+	if maxAbsDiff(u.Layers[0][0].Value, tok.Value) == 0 {
 		t.Error("tied and untied training gave the same token table")
 	}
 }
@@ -146,7 +173,7 @@ func TestValidationLossFalls(t *testing.T) {
 	}
 	o.steps, o.evalEvery, o.lr = 30, 30, 0.01
 	var out bytes.Buffer
-	if err := runInProc(o, &out); err != nil {
+	if err := run(o, &out, nil); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	c, err := loadCorpus("")
@@ -198,18 +225,32 @@ func TestDataDeterministic(t *testing.T) {
 		}
 	}
 	o := small()
-	dt, _ := o.dt()
 	batch := func(seed uint64, step int, eval bool) []float64 {
-		b := newBatches(dt, o.sh, 8)
+		o := o
+		o.seed = seed
+		shs, err := openShards(o, mustDtype(t, o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer shs.close()
+		sh, err := shs.sample(8, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := sh.trainStep
 		if eval {
-			b.setEvalRun(c1, step)
-		} else {
-			b.setTrainStep(c1, seed, step)
+			read = sh.evalRun
+		}
+		src, err := read(step, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
 		var v []float64
 		for m := range 8 {
-			v = append(v, floats(b.inputs[m])...)
-			v = append(v, floats(b.target[m])...)
+			x, _ := src.Input(m)
+			y, _ := src.Target(m)
+			v = append(v, floats(x)...)
+			v = append(v, floats(y)...)
 		}
 		return v
 	}
@@ -224,9 +265,9 @@ func TestDataDeterministic(t *testing.T) {
 		t.Error("validation windows depend on the seed, or runs 0 and 1 are the same")
 	}
 	// A target is its input shifted by one character.
-	b := newBatches(dt, o.sh, 1)
-	b.setTrainStep(c1, 1, 0)
-	x, y := floats(b.inputs[0]), floats(b.target[0])
+	v := batch(1, 0, false)
+	n := o.sh.Batch * o.sh.SeqLen
+	x, y := v[:n], v[n:2*n]
 	for j := 1; j < o.sh.SeqLen; j++ {
 		if y[j-1] != x[j] {
 			t.Fatalf("target %d is %v, the next input %v", j-1, y[j-1], x[j])
@@ -267,9 +308,17 @@ func TestFlagErrors(t *testing.T) {
 // TestSVG: the loss curve is well-formed XML, an <svg> with a polyline per
 // curve holding a point per step and per evaluation, and axis labels.
 func TestSVG(t *testing.T) {
-	h := &history{train: []float64{4.6, 4.1, 3.5, 3.2}, valid: []point{{0, 4.7}, {2, 3.6}, {4, 3.1}}}
+	nan := math.NaN()
+	var recs []metrics.Record
+	for i, l := range []float64{nan, 4.6, 4.1, 3.5, 3.2} {
+		ev := map[int]float64{0: 4.7, 2: 3.6, 4: 3.1}[i]
+		if ev == 0 {
+			ev = nan
+		}
+		recs = append(recs, metrics.Record{Step: int64(i), Loss: l, EvalLoss: ev})
+	}
 	var b bytes.Buffer
-	if err := writeSVG(&b, h); err != nil {
+	if err := writeSVG(&b, recs); err != nil {
 		t.Fatal(err)
 	}
 	d := xml.NewDecoder(&b)
@@ -311,7 +360,7 @@ func TestSVG(t *testing.T) {
 			t.Errorf("no text %q in %s", want, texts)
 		}
 	}
-	if err := writeSVG(io.Discard, &history{}); err == nil {
+	if err := writeSVG(io.Discard, nil); err == nil {
 		t.Error("an empty history drew a curve")
 	}
 }
@@ -374,4 +423,68 @@ func withoutRankEnv(env []string) []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+func mustDtype(tb testing.TB, o options) tensor.Dtype {
+	tb.Helper()
+	dt, err := o.dt()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dt
+}
+
+// TestResume: 4 steps, or 2 steps (-stop-after 2), a checkpoint and 2
+// more resumed from it (-resume), print the same losses and write the same metrics for
+// steps 3 and 4 (float64: bit for bit); resumed under 1f1b, the same
+// printed losses.
+func TestResume(t *testing.T) {
+	dir := t.TempDir()
+	job := func(stop int, ckpt, resume, metricsFile string, schedule ...string) string {
+		o := small()
+		if schedule != nil {
+			o.schedule = schedule[0]
+		}
+		o.steps, o.stopAfter, o.evalEvery, o.logEvery, o.ckpt, o.resume, o.metrics = 4, stop, 2, 1, ckpt, resume, metricsFile
+		o.config = map[string]string{}
+		var out bytes.Buffer
+		if err := run(o, &out, nil); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		return out.String()
+	}
+	whole := job(0, "", "", filepath.Join(dir, "whole.jsonl"))
+	job(2, filepath.Join(dir, "ck"), "", "")
+	resumed := job(0, "", filepath.Join(dir, "ck"), filepath.Join(dir, "resumed.jsonl"))
+	tail := func(s, from string) string { return s[strings.Index(s, from):] }
+	if a, b := tail(whole, "step 3 loss"), tail(resumed, "step 3 loss"); a != b {
+		t.Fatalf("resumed run printed\n%s\nthe uninterrupted one\n%s", b, a)
+	}
+	// Resumed under 1f1b (4 stages, its tie across ranks 0 and 3): the
+	// same losses to the 4 decimals printed.
+	if a, b := tail(whole, "step 3 loss"), tail(job(0, "", filepath.Join(dir, "ck"), "", "1f1b"), "step 3 loss"); a != b {
+		t.Fatalf("resumed under 1f1b, the run printed\n%s\nthe uninterrupted zbv one\n%s", b, a)
+	}
+	read := func(name string) []metrics.Record {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		recs, err := metrics.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	w, r := read("whole.jsonl"), read("resumed.jsonl")
+	if len(w) != 5 || len(r) != 2 {
+		t.Fatalf("%d and %d metrics lines, want 5 (an evaluation and 4 steps) and 2", len(w), len(r))
+	}
+	for i, rec := range r {
+		want := w[3+i]
+		if rec.Step != want.Step || rec.Loss != want.Loss || rec.LR != want.LR || rec.GradNorm != want.GradNorm || rec.Tokens != want.Tokens || !(rec.EvalLoss == want.EvalLoss || math.IsNaN(rec.EvalLoss) && math.IsNaN(want.EvalLoss)) {
+			t.Fatalf("resumed step %+v, uninterrupted %+v", rec, want)
+		}
+	}
 }

@@ -132,74 +132,74 @@ func (m *model) params() []*nn.Param {
 	return ps
 }
 
-// stage is one pipeline stage: a Sequential of the model's layers, and the
-// tied table's copy it holds (the first stage's token table, the last
-// stage's head), if any.
-type stage struct {
-	*nn.Sequential
-	tied []*nn.Param
+// The model's layers, as runtime/train numbers them: layer 0 is the
+// embedding, layers 1 to Blocks the transformer blocks, layer Blocks+1 the
+// head (the RMSNorm and the LM head).
+
+// split returns the layers of each of n stages: the blocks as evenly as
+// they go, the embedding on the first stage and the head on the last.
+func split(blocks, n int) [][2]int {
+	out := make([][2]int, n)
+	for s := range out {
+		out[s] = [2]int{1 + s*blocks/n, 1 + (s+1)*blocks/n}
+	}
+	out[0][0], out[n-1][1] = 0, blocks+2
+	return out
 }
 
-// TiedGrads returns the gradients of the tied copies this stage holds:
-// runtime/pipe's Tied interface, through which the training programs
-// (generated with `ppgen gen -tie 0:S-1`) sum the first and the last
-// stage's gradients at TIE_GRAD, before OPT_STEP: locally on zbv's rank 0,
-// which holds both, across ranks 0 and 3 on 1f1b. Untied (-tie=false),
-// both stages return none and the exchange sums nothing.
-func (s *stage) TiedGrads() []*tensor.Dense {
-	gs := make([]*tensor.Dense, len(s.tied))
-	for i, p := range s.tied {
-		gs[i] = p.Grad
-	}
-	return gs
+// layers hands out the layers of the model newModel builds, for
+// runtime/train's layer factory: each layer once per model (a layer asked
+// for again gets a new model's). With a tied head, the embedding declares
+// its token table tied and the head holds its own copy of it (same values,
+// its own gradient), as it would on another rank: the training programs
+// (generated with -tie 0:S-1) sum the two copies' gradients at TIE_GRAD,
+// so they stay one parameter.
+type layers struct {
+	sh   shape
+	dt   tensor.Dtype
+	seed uint64
+	tie  bool
+	m    *model
+	used map[int]bool
 }
 
-// cut splits the model into n stages: the blocks as evenly as they go,
-// the embedding before the first stage's and the norm and head after the
-// last stage's. A tied head gets its own copy of the token table (same
-// values, its own gradient), as it would on another rank: the pipeline
-// keeps the two copies one parameter by summing their gradients.
-func (m *model) cut(n int) ([]*stage, error) {
-	if n < 2 || len(m.blocks) < n {
-		return nil, fmt.Errorf("%d blocks cannot fill %d stages; want 2 stages or more and -blocks %d or more", len(m.blocks), n, max(n, 2))
-	}
-	head := m.head
-	var headCopy *nn.Param
-	if m.tied {
-		tok := m.emb.Token
-		headCopy = &nn.Param{Name: "head." + tok.Name, Value: tok.Value.Clone().(*tensor.Dense), Grad: tensor.New(tensor.Of(tok.Grad.Dtype()), tensor.WithShape(tok.Grad.Shape()...))}
-		h, err := nn.NewTiedHead(headCopy)
+func (l *layers) layer(i int) (nn.Layer, error) {
+	if l.m == nil || l.used[i] {
+		m, err := newModel(l.sh, l.dt, l.seed, l.tie)
 		if err != nil {
 			return nil, err
 		}
-		head = h
+		l.m, l.used = m, map[int]bool{}
 	}
-	stages := make([]*stage, n)
-	for s := range stages {
-		var layers []nn.Layer
-		if s == 0 {
-			layers = append(layers, m.emb)
-		}
-		for b := s * len(m.blocks) / n; b < (s+1)*len(m.blocks)/n; b++ {
-			layers = append(layers, m.blocks[b])
-		}
-		if s == n-1 {
-			layers = append(layers, m.norm, head)
-		}
-		stages[s] = &stage{Sequential: nn.NewSequential(layers...)}
+	l.used[i] = true
+	m := l.m
+	switch {
+	case i < 0 || i > len(m.blocks)+1:
+		return nil, fmt.Errorf("no layer %d in a model of %d layers", i, len(m.blocks)+2)
+	case i == 0 && m.tied:
+		return nn.Tie(m.emb, m.emb.Token)
+	case i == 0:
+		return m.emb, nil
+	case i <= len(m.blocks):
+		return m.blocks[i-1], nil
+	case !m.tied:
+		return nn.NewSequential(m.norm, m.head), nil
 	}
-	if m.tied {
-		stages[0].tied = append(stages[0].tied, m.emb.Token)
-		stages[n-1].tied = append(stages[n-1].tied, headCopy)
+	tok := m.emb.Token
+	cp := &nn.Param{Name: "head." + tok.Name, Value: tok.Value.Clone().(*tensor.Dense), Grad: tensor.New(tensor.Of(tok.Grad.Dtype()), tensor.WithShape(tok.Grad.Shape()...))}
+	h, err := nn.NewTiedHead(cp)
+	if err != nil {
+		return nil, err
 	}
-	return stages, nil
+	return nn.Tie(nn.NewSequential(m.norm, h), cp)
 }
 
-// pipeParams returns the parameters of the given stages in order.
-func pipeParams(stages []*stage) []*nn.Param {
-	var ps []*nn.Param
-	for _, s := range stages {
-		ps = append(ps, s.Params()...)
+// seqLayers returns the model's layers as runtime/train numbers them,
+// the head's tied table the embedding's own (the sequential reference's).
+func (m *model) seqLayers() []nn.Layer {
+	out := []nn.Layer{m.emb}
+	for _, b := range m.blocks {
+		out = append(out, b)
 	}
-	return ps
+	return append(out, nn.NewSequential(m.norm, m.head))
 }

@@ -10,62 +10,30 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/metrics"
 	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/train"
 )
 
-// reference is the sequential reference run: the model, unsplit, and its
-// losses.
+// reference is the sequential reference run: the model, unsplit, and the
+// records of its steps and evaluations (Step, Loss, EvalLoss).
 type reference struct {
 	m    *model
-	hist history
+	recs []metrics.Record
 }
 
 // trainReference trains the model of o without a pipeline, on the same
-// micro-batches in micro-batch order, evaluating the validation loss at the
-// same steps: the run -check compares with. A tied head reads the
-// embedding's own token table, one parameter with one Adam state, whose
-// gradient both layers add to.
-func trainReference(o options, sc schedule, c *corpus) (*reference, error) {
-	st, err := newSequential(o, sc.train.Spec.Micro)
+// micro-batches (micro per replica, -dp replicas) in micro-batch order, with the same optimizer, schedule
+// and clipping, evaluating at the same steps: the run -check compares
+// with. A tied head reads the embedding's own token table, one parameter
+// with one AdamW state, whose gradient both layers add to.
+func trainReference(o options, shs *shards, micro int) (*reference, error) {
+	micro *= o.dp // the global batch, as one replica
+	sh, err := shs.sample(micro, 1)
 	if err != nil {
 		return nil, err
 	}
-	ref := &reference{m: st.m}
-	validate := func(step int) error {
-		l, err := st.validate(c)
-		ref.hist.valid = append(ref.hist.valid, point{step, l})
-		return err
-	}
-	if err := validate(0); err != nil {
-		return nil, err
-	}
-	for step := range o.steps {
-		l, err := st.step(c, o.seed, step)
-		if err != nil {
-			return nil, err
-		}
-		ref.hist.train = append(ref.hist.train, l)
-		if o.evalAfter(step) {
-			if err := validate(step + 1); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return ref, nil
-}
-
-// sequential trains the whole model as one Sequential.
-type sequential struct {
-	m     *model
-	seq   *nn.Sequential
-	micro int
-	loss  nn.SoftmaxCrossEntropy
-	data  *batches
-	ps    []*nn.Param
-	opt   nn.Optimizer
-}
-
-func newSequential(o options, micro int) (*sequential, error) {
 	dt, err := o.dt()
 	if err != nil {
 		return nil, err
@@ -74,81 +42,123 @@ func newSequential(o options, micro int) (*sequential, error) {
 	if err != nil {
 		return nil, err
 	}
-	layers := []nn.Layer{m.emb}
-	for _, b := range m.blocks {
-		layers = append(layers, b)
-	}
-	return &sequential{m: m, seq: nn.NewSequential(append(layers, m.norm, m.head)...), micro: micro,
-		loss: nn.SoftmaxCrossEntropy{Scale: 1 / float64(micro)}, data: newBatches(dt, o.sh, micro),
-		ps: m.params(), opt: nn.NewAdam(o.lr)}, nil
-}
-
-// step trains on training step step's micro-batches, one after the
-// other, then takes the optimizer step; it returns the loss.
-func (st *sequential) step(c *corpus, seed uint64, step int) (float64, error) {
-	st.data.setTrainStep(c, seed, step)
-	total := 0.0
-	for k := range st.micro {
-		y, saved, err := st.seq.Forward(st.data.inputs[k])
+	seq, ps := nn.NewSequential(m.seqLayers()...), m.params()
+	loss := nn.SoftmaxCrossEntropy{Scale: 1 / float64(micro)}
+	opt, lr := o.optimizer(), o.lrSchedule()
+	ref := &reference{m: m}
+	// pass runs the micro-batches of src through the model, backward too
+	// when train, and returns the sum of their losses.
+	pass := func(read func(int, int) (pipe.DataSource, error), k int, train bool) (float64, error) {
+		src, err := read(k, 0)
 		if err != nil {
 			return 0, err
 		}
-		l, dy, err := st.loss.Loss(y, st.data.target[k])
-		if err != nil {
-			return 0, err
-		}
-		if _, err := st.seq.Backward(saved, dy); err != nil {
-			return 0, err
-		}
-		total += l
-	}
-	if err := st.opt.Step(st.ps); err != nil {
-		return 0, err
-	}
-	nn.ZeroGrad(st.ps)
-	return total, nil
-}
-
-// validate returns the validation loss, over the windows the pipeline's
-// forward-only runs take.
-func (st *sequential) validate(c *corpus) (float64, error) {
-	total := 0.0
-	for run := range evalRuns {
-		st.data.setEvalRun(c, run)
-		for k := range st.micro {
-			y, _, err := st.seq.Forward(st.data.inputs[k])
+		total := 0.0
+		for mb := range micro {
+			x, err := src.Input(mb)
 			if err != nil {
 				return 0, err
 			}
-			l, _, err := st.loss.Loss(y, st.data.target[k])
+			t, err := src.Target(mb)
 			if err != nil {
 				return 0, err
+			}
+			y, saved, err := seq.Forward(x)
+			if err != nil {
+				return 0, err
+			}
+			l, dy, err := loss.Loss(y, t)
+			if err != nil {
+				return 0, err
+			}
+			if train {
+				if _, err := seq.Backward(saved, dy); err != nil {
+					return 0, err
+				}
 			}
 			total += l
 		}
+		return total, nil
 	}
-	return total / evalRuns, nil
-}
-
-// pairParams maps each parameter of the pipeline's model (m, cut into
-// stages) to the reference's: in order, and the head's copy of a tied
-// table to the reference's one table.
-func pairParams(m *model, stages []*stage, ref *model) map[*nn.Param]*nn.Param {
-	pairs := map[*nn.Param]*nn.Param{}
-	pp, rp := m.params(), ref.params()
-	for i := range min(len(pp), len(rp)) {
-		pairs[pp[i]] = rp[i]
+	validate := func(step int) error {
+		total := 0.0
+		for run := range evalRuns {
+			l, err := pass(sh.evalRun, run, false)
+			if err != nil {
+				return err
+			}
+			total += l
+		}
+		ref.recs = append(ref.recs, metrics.Record{Step: int64(step), Loss: math.NaN(), EvalLoss: total / evalRuns})
+		return nil
 	}
-	if m.tied {
-		for _, p := range stages[len(stages)-1].tied {
-			pairs[p] = ref.emb.Token
+	if o.evalEvery > 0 {
+		if err := validate(0); err != nil {
+			return nil, err
 		}
 	}
-	return pairs
+	for step := range o.steps {
+		l, err := pass(sh.trainStep, step, true)
+		if err != nil {
+			return nil, err
+		}
+		if o.clip > 0 {
+			if _, err := nn.ClipGradNorm(nil, ps, ps, o.clip); err != nil {
+				return nil, err
+			}
+		}
+		opt.SetLR(lr.LR(step))
+		if err := opt.Step(ps); err != nil {
+			return nil, err
+		}
+		nn.ZeroGrad(ps)
+		ref.recs = append(ref.recs, metrics.Record{Step: int64(step + 1), Loss: l, EvalLoss: math.NaN()})
+		if done := step + 1; done%o.evalEvery == 0 || done == o.steps {
+			if err := validate(done); err != nil {
+				return nil, err
+			}
+			ref.recs = append(ref.recs[:len(ref.recs)-2], metrics.Record{Step: int64(done), Loss: l, EvalLoss: ref.recs[len(ref.recs)-1].EvalLoss})
+		}
+	}
+	return ref, nil
 }
 
+// check trains the sequential reference and compares the records of the
+// pipelined run (res) and the layers this process holds with it.
+func check(o options, out io.Writer, sh *shards, micro int, res *train.Result) error {
+	ref, err := trainReference(o, sh, micro)
+	if err != nil {
+		return err
+	}
+	if len(res.Records) != len(ref.recs) {
+		return fmt.Errorf("check: %d records, the reference has %d", len(res.Records), len(ref.recs))
+	}
+	lossDiff := 0.0
+	for i, r := range res.Records {
+		w := ref.recs[i]
+		if r.Step != w.Step {
+			return fmt.Errorf("check: record %d is of step %d, the reference's of step %d", i, r.Step, w.Step)
+		}
+		lossDiff = max(lossDiff, absDiff(r.Loss, w.Loss), absDiff(r.EvalLoss, w.EvalLoss))
+	}
+	refLayers := ref.m.seqLayers()
+	paramDiff := 0.0
+	for layer, ps := range res.Layers {
+		want := refLayers[layer].Params()
+		if len(want) != len(ps) {
+			return fmt.Errorf("check: layer %d has %d parameters, the reference's %d", layer, len(ps), len(want))
+		}
+		for j, p := range ps {
+			paramDiff = max(paramDiff, maxAbsDiff(p.Value, want[j].Value))
+		}
+	}
+	return report(out, o.tolerance(), lossDiff, paramDiff)
+}
+
+// absDiff is |a - b|, 0 for two NaNs (a loss neither run has), +Inf for
+// one.
 func absDiff(a, b float64) float64 {
-	if a == b {
+	if a == b || (math.IsNaN(a) && math.IsNaN(b)) {
 		return 0
 	}
 	if math.IsNaN(a) || math.IsNaN(b) {
@@ -181,8 +191,6 @@ func floats(t *tensor.Dense) []float64 {
 	}
 	return t.Data().([]float64)
 }
-
-func lnVocab() float64 { return math.Log(vocab) }
 
 // writeFile writes what write produces to path: into a temporary file
 // beside it, renamed over path once complete, so a failed write leaves no

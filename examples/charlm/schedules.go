@@ -31,17 +31,6 @@ var catalog = map[string]schedule{
 	"1f1b": {program{onef1b.Spec, onef1b.Ranks[:], onef1b.Program}, program{onef1b.EvalSpec, onef1b.EvalRanks[:], nil}},
 }
 
-// fingerprint is what the world's ranks check at their one rendezvous:
-// both programs' fingerprints (pipe.Fingerprints), so that every rank runs
-// the same training and validation programs, and one transport serves the
-// Execs of both.
-func (s schedule) fingerprint() string {
-	return pipe.Fingerprints(s.train.Spec.Fingerprint, s.eval.Spec.Fingerprint)
-}
-
-// lastRank is the rank holding the last stage: it computes the losses.
-func (s schedule) lastRank() int { return s.train.Spec.RankOf[s.train.Spec.Stages-1] }
-
 func scheduleNames() []string {
 	names := make([]string, 0, len(catalog))
 	for n := range catalog {
@@ -51,14 +40,12 @@ func scheduleNames() []string {
 	return names
 }
 
+// lookup returns the schedule name names (runtime/train checks that its
+// two programs place the stages alike).
 func lookup(name string) (schedule, error) {
 	s, ok := catalog[name]
 	if !ok {
 		return schedule{}, fmt.Errorf("-schedule %q is not compiled in; choose one of %s", name, strings.Join(scheduleNames(), ", "))
-	}
-	t, e := s.train.Spec, s.eval.Spec
-	if !e.ForwardOnly || t.Ranks != e.Ranks || t.Stages != e.Stages || t.Micro != e.Micro || fmt.Sprint(t.RankOf) != fmt.Sprint(e.RankOf) {
-		return schedule{}, fmt.Errorf("-schedule %s: the validation program (%v stages on %v) does not place the stages as the training program (%v on %v)", name, e.Stages, e.RankOf, t.Stages, t.RankOf)
 	}
 	return s, nil
 }

@@ -194,7 +194,7 @@ func newDPRank(o options, sc schedule, m mesh.Mesh, wd *world.World, ep transpor
 		optStep = r.dpar.OptStep(opt)
 	}
 	var src pipe.DataSource
-	if readsData(sp, pp) {
+	if sp.ReadsData(pp) {
 		src = share{global: data, off: d * sp.Micro}
 	}
 	r.x, err = pipe.New(pipe.Config{

@@ -316,7 +316,7 @@ func newRank(o options, sc schedule, r int, model []*nn.Sequential, data *batche
 	ps := params(st.stages)
 	opt := &nn.SGD{LR: o.lr}
 	var src pipe.DataSource
-	if readsData(sp, r) {
+	if sp.ReadsData(r) {
 		src = data // the other ranks get none: the runtime must not need it
 	}
 	var loss pipe.Loss = nn.MSE{Scale: 1 / float64(sp.Micro)}
@@ -375,24 +375,6 @@ func writeTrace(path string, tl *pipe.Timeline, schedule string, program [][]pip
 		return fmt.Errorf("-trace: %w", err)
 	}
 	return nil
-}
-
-// readsData reports whether rank r of sp reads micro-batches: it holds the
-// first stage of a route (inputs), the last one (labels, unless they are
-// shipped from a first stage on another rank), or owns micro-batches
-// (mpipe's Spec.Owned).
-func readsData(sp pipe.Spec, r int) bool {
-	per := sp.Stages / max(sp.Copies, 1)
-	for s, rr := range sp.RankOf {
-		if rr != r {
-			continue
-		}
-		first, last := s%per == 0, (s+1)%per == 0
-		if first || (last && (!sp.ShipLabels || sp.RankOf[s-per+1] == r)) {
-			return true
-		}
-	}
-	return r < sp.Owned
 }
 
 func sum(xs []float64) float64 {

@@ -49,6 +49,12 @@ func TestCatalog(t *testing.T) {
 		t.Fatalf("examples/charlm/program: %v, %v", charlm, err)
 	}
 	files = append(files, charlm...)
+	// runtime/train's test programs, several per package (-name).
+	train, err := filepath.Glob("../../runtime/train/internal/testprog/*_gen.go")
+	if err != nil || len(train) < 10 {
+		t.Fatalf("runtime/train/internal/testprog: %v, %v", train, err)
+	}
+	files = append(files, train...)
 	if len(files) < 2 {
 		t.Fatalf("found only %v", files)
 	}

@@ -27,9 +27,10 @@ type Config struct {
 	Stages map[int]Stage
 	// Loss is required on the rank holding the last stage.
 	Loss Loss
-	// Data is required on the ranks that read micro-batches: those holding
-	// the first stage of a route, the last one (unless Spec.ShipLabels
-	// brings its labels from another rank), and mpipe's owners (Spec.Owned).
+	// Data is required on the ranks that read micro-batches
+	// (Spec.ReadsData): those holding the first stage of a route, the last
+	// one (unless Spec.ShipLabels brings its labels from another rank), and
+	// mpipe's owners (Spec.Owned).
 	Data DataSource
 	// Transport is required when Spec.Ranks > 1; its Rank and World must
 	// match, and the fingerprint it checked with its peers (a
@@ -182,13 +183,13 @@ func New(cfg Config) (*Exec, error) {
 		ofCopy = " of a model copy"
 	}
 	for _, s := range want {
-		isFirst, isLast := s%per == 0, (s+1)%per == 0
+		isLast := (s+1)%per == 0
 		if isLast && cfg.Loss == nil {
 			return nil, fmt.Errorf("pipe: rank %d holds the last stage (%d)%s but Config.Loss is nil", r, s, ofCopy)
 		}
 		// With shipped labels the last stage's rank reads no data, unless
 		// the route also starts there (nothing to ship).
-		if (isFirst || (isLast && (!sp.ShipLabels || sp.RankOf[s-per+1] == r))) && cfg.Data == nil {
+		if sp.loadsAt(s) && cfg.Data == nil {
 			return nil, fmt.Errorf("pipe: rank %d holds the first or the last stage (%d)%s but Config.Data is nil", r, s, ofCopy)
 		}
 		if _, ok := stages[s].(CopyGrads); copies > 1 && !ok {

@@ -172,6 +172,29 @@ func (s Spec) StagesOf(r int) []int {
 	return out
 }
 
+// ReadsData reports whether rank r reads micro-batches, so that its
+// Config.Data is required (and a trainer gives the others none): it holds
+// the first stage of a route (inputs) or the last one (labels, unless
+// ShipLabels brings them from a first stage on another rank), or it owns
+// micro-batches (mpipe's Owned).
+func (s Spec) ReadsData(r int) bool {
+	for st, rr := range s.RankOf {
+		if rr == r && s.loadsAt(st) {
+			return true
+		}
+	}
+	return r < s.Owned
+}
+
+// loadsAt reports whether stage st's DATA_LOAD reads data on its rank: it
+// is the first stage of a route, or the last one and the labels are not
+// shipped to it from another rank.
+func (s Spec) loadsAt(st int) bool {
+	per := s.Stages / max(s.Copies, 1)
+	first, last := st%per == 0, (st+1)%per == 0
+	return first || (last && (!s.ShipLabels || s.RankOf[st-per+1] == s.RankOf[st]))
+}
+
 // Stage is one model chunk (a virtual stage) on gorgonia tensors.
 //
 // Forward returns the output and a context that the backward steps of the
