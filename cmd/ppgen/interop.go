@@ -32,7 +32,7 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 	}
 	if req.Out == "" {
 		set := importSetFlags(args)
-		for _, name := range []string{"package", "name", "table", "helper"} {
+		for _, name := range []string{"package", "name", "schedule-name", "table", "helper"} {
 			if set[name] {
 				return usagef("-%s shapes the Go source, which import writes only with -o; add -o FILE.go (or -o - for stdout), or drop -%s", name, name)
 			}

@@ -211,7 +211,8 @@ func (r *Request) Bind(fs *flag.FlagSet, which Flags) {
 		fs.StringVar(&r.From, "from", "", "input format: torch-csv, or torch-csv-legacy (PyTorch 2.4 to 2.6: B = input grad when the chunk has a W, BW = full backward)")
 		fs.StringVar(&r.Out, "o", "", "also write the Go source to this file (- for stdout)")
 		fs.StringVar(&r.Package, "package", "", "package name of the Go source (default: $GOPACKAGE, else the output directory's name)")
-		fs.StringVar(&r.Name, "name", "", "schedule name in the generated Spec (default: the file's base name)")
+		fs.StringVar(&r.Name, "schedule-name", "", "schedule name in the generated Spec (default: the file's base name)")
+		fs.StringVar(&r.Prefix, "name", "", prefixUsage)
 		fs.BoolVar(&r.Table, "table", false, "also emit the program as data (pipe.Op table) for the interpreter")
 		fs.IntVar(&r.Helper, "helper", 0, "steps per helper function (0: the emitter's default)")
 		fs.BoolVar(&r.DropFSDP, "drop-fsdp", false, "drop the FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD) instead of running them through pipe.Sharded")
@@ -228,9 +229,12 @@ func (r *Request) Bind(fs *flag.FlagSet, which Flags) {
 		fs.BoolVar(&r.Table, "table", false, "also emit the program as data (pipe.Op table) for the interpreter")
 		fs.IntVar(&r.Helper, "helper", 0, "calls per helper function (0: the emitter's default)")
 		fs.BoolVar(&r.Fuse, "fuse", true, "emit adjacent steps of one chunk (F and its send, a receive and its consumer, ...) as one call; -fuse=false: one call per step")
-		fs.StringVar(&r.Prefix, "name", "", "prefix of every name the file declares (-name Eval: EvalFingerprint, EvalSpec, EvalRanks, EvalRank0, ..., EvalProgram), so that several programs, such as a train and an eval program, share one package; an exported Go identifier (default: none)")
+		fs.StringVar(&r.Prefix, "name", "", prefixUsage)
 	}
 }
+
+// prefixUsage is the usage of -name, gen's and import's alike.
+const prefixUsage = "prefix of every name the file declares (-name Eval: EvalFingerprint, EvalSpec, EvalRanks, EvalRank0, ..., EvalProgram), so that several programs, such as a train and an eval program, share one package; an exported Go identifier (default: none)"
 
 func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.Var(scheduleName{r}, "schedule", "schedule family, or auto (see `ppgen list`); "+AliasHelp)

@@ -103,8 +103,8 @@ func (r *Request) Generate() ([]byte, auto.Result, error) {
 	if err != nil {
 		return nil, auto.Result{}, err
 	}
-	if err := emit.CheckPrefix(r.Prefix); err != nil {
-		return nil, auto.Result{}, usagef("-name %s", err)
+	if err := r.checkPrefix(); err != nil {
+		return nil, auto.Result{}, err
 	}
 	res, err := r.Lower()
 	if err != nil {
@@ -167,6 +167,9 @@ func (r *Request) Import() (torch.Imported, []byte, error) {
 	if err != nil {
 		return torch.Imported{}, nil, err
 	}
+	if err := r.checkPrefix(); err != nil {
+		return torch.Imported{}, nil, err
+	}
 	im, err := torch.Import(r.File, in, torch.ImportOptions{Dialect: d, Lower: opt.Options, DropFSDP: r.DropFSDP})
 	if err != nil || r.Out == "" {
 		return im, nil, err
@@ -189,6 +192,21 @@ func (r *Request) Import() (torch.Imported, []byte, error) {
 		HelperSize: r.Helper,
 		Table:      r.Table,
 		NoFuse:     !r.Fuse,
+		Prefix:     r.Prefix,
 	})
 	return im, src, err
+}
+
+// checkPrefix refuses a -name that does not start an exported identifier;
+// under import, where -name once named the schedule, it points to
+// -schedule-name.
+func (r *Request) checkPrefix() error {
+	err := emit.CheckPrefix(r.Prefix)
+	switch {
+	case err == nil:
+		return nil
+	case r.Command == "import":
+		return usagef("-name %s; the schedule's name in the Spec is -schedule-name", err)
+	}
+	return usagef("-name %s", err)
 }
