@@ -114,8 +114,8 @@
 // command line and the schedule (for auto, the family it chose). It loads in
 // ui.perfetto.dev and chrome://tracing.
 //
-// import: ppgen import -from torch-csv FILE [-o out.go -package P -name N
-// -table -helper N -max-activations N -drop-fsdp] reads a schedule in the CSV
+// import: ppgen import -from torch-csv FILE [-o out.go -package P -name PREFIX
+// -schedule-name N -table -helper N -max-activations N -drop-fsdp] reads a schedule in the CSV
 // form that torch.distributed.pipelining dumps and loads (_dump_csv /
 // _load_csv; - for stdin), compute-only or with PyTorch's transfers, verifies
 // it (exit 1 with the diagnosis when unsafe, e.g. receives that deadlock under
