@@ -3,10 +3,10 @@ package nn
 // The AVX2/FMA micro-kernels of gemm_amd64.s.
 
 //go:noescape
-func kern6x8d(kc int, a, b, c *float64)
+func kern6x8d(kc int, a *float64, rs, ks int, b, c *float64, ldc int, alpha float64, acc int)
 
 //go:noescape
-func kern6x16s(kc int, a, b, c *float32)
+func kern6x16s(kc int, a *float32, rs, ks int, b, c *float32, ldc int, alpha float32, acc int)
 
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 
@@ -31,13 +31,22 @@ var hasFMA = func() bool {
 	return b7&(1<<5) != 0
 }()
 
-// microKernel runs the micro-kernel of T's width: tile = the kc-long sum of
-// the packed panels a (mr per step) and b (nr per step).
-func microKernel[T float](kc int, a, b, tile []T) {
+// microKernel runs the micro-kernel of T's width: for the sums
+// s[i][j] = Σ_l A[i][l]·b[l·nr+j], i < microM, j < nr, l < kc, each an FMA
+// chain in l order, with A[i][l] = a[i·rs + l·ks], it sets the microM×nr
+// block at c (rows ldc apart) to alpha·s, or where acc adds alpha·s to it
+// with one FMA. It checks that a, b and c hold what it reads and writes.
+func microKernel[T float](kc int, a []T, rs, ks int, b, c []T, ldc int, alpha T, acc bool) {
+	r := nr[T]()
+	_, _, _ = a[(microM-1)*rs+(kc-1)*ks], b[kc*r-1], c[(microM-1)*ldc+r-1]
+	ac := 0
+	if acc {
+		ac = 1
+	}
 	switch a := any(a).(type) {
 	case []float64:
-		kern6x8d(kc, &a[0], &any(b).([]float64)[0], &any(tile).([]float64)[0])
+		kern6x8d(kc, &a[0], rs, ks, &any(b).([]float64)[0], &any(c).([]float64)[0], ldc, float64(alpha), ac)
 	case []float32:
-		kern6x16s(kc, &a[0], &any(b).([]float32)[0], &any(tile).([]float32)[0])
+		kern6x16s(kc, &a[0], rs, ks, &any(b).([]float32)[0], &any(c).([]float32)[0], ldc, float32(alpha), ac)
 	}
 }
