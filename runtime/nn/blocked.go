@@ -4,7 +4,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
 // The blocked GEMM that gemm runs on where the CPU has AVX2 and FMA
@@ -215,9 +214,6 @@ func (w *gemmArgs[T]) packShortA(ap []T, p0, kb int) []T {
 	return pan
 }
 
-// line is a micro-panel's row: nr(T) elements, 64 bytes.
-type line [64]byte
-
 // packB packs columns j0..j0+nb-1 of op(B), rows p0..p0+kb-1, into
 // micro-panels of nr columns: bp[(jp·kb + l)·nr + c].
 func (w *gemmArgs[T]) packB(bp []T, j0, nb, p0, kb int) {
@@ -229,11 +225,9 @@ func (w *gemmArgs[T]) packB(bp []T, j0, nb, p0, kb int) {
 		jb := j0 + jp*r
 		switch {
 		case !w.tb && cols == r:
-			for l := range kb {
-				src := w.b[(p0+l)*w.ldb+jb : (p0+l)*w.ldb+jb+r]
-				dst := pan[l*r : l*r+r]
-				*(*line)(unsafe.Pointer(&dst[0])) = *(*line)(unsafe.Pointer(&src[0]))
-			}
+			packRows(pan, w.b[p0*w.ldb+jb:], kb, w.ldb)
+		case cols == r:
+			packColumns(pan, w.b[jb*w.ldb+p0:], kb, w.ldb)
 		case !w.tb:
 			for l := range kb {
 				dst := pan[l*r : l*r+r]

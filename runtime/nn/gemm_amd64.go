@@ -1,5 +1,7 @@
 package nn
 
+import "unsafe"
+
 // The AVX2/FMA micro-kernels of gemm_amd64.s.
 
 //go:noescape
@@ -48,5 +50,44 @@ func microKernel[T float](kc int, a []T, rs, ks int, b, c []T, ldc int, alpha T,
 		kern6x8d(kc, &a[0], rs, ks, &any(b).([]float64)[0], &any(c).([]float64)[0], ldc, float64(alpha), ac)
 	case []float32:
 		kern6x16s(kc, &a[0], rs, ks, &any(b).([]float32)[0], &any(c).([]float32)[0], ldc, float32(alpha), ac)
+	}
+}
+
+//go:noescape
+func packLines(dst, src *byte, n, stride int)
+
+//go:noescape
+func packT8d(dst, src *float64, n, ld int)
+
+//go:noescape
+func packT16s(dst, src *float32, n, ld int)
+
+// packRows copies kb rows of nr(T) elements, row l from src[l·ld:], to
+// dst[l·nr:] (a micro-panel of op(B) where B is not transposed).
+func packRows[T float](dst, src []T, kb, ld int) {
+	r := nr[T]()
+	_, _ = dst[kb*r-1], src[(kb-1)*ld+r-1]
+	packLines((*byte)(unsafe.Pointer(&dst[0])), (*byte)(unsafe.Pointer(&src[0])), kb, ld*int(unsafe.Sizeof(src[0])))
+}
+
+// packColumns sets dst[l·nr + c] = src[c·ld + l] for c < nr(T), l < kb (a
+// micro-panel of op(B) where B is transposed): 4 steps of l at a time in
+// assembly, the rest here.
+func packColumns[T float](dst, src []T, kb, ld int) {
+	r := nr[T]()
+	_, _ = dst[kb*r-1], src[(r-1)*ld+kb-1]
+	k4 := kb &^ 3
+	if k4 > 0 {
+		switch d := any(dst).(type) {
+		case []float64:
+			packT8d(&d[0], &any(src).([]float64)[0], k4, ld)
+		case []float32:
+			packT16s(&d[0], &any(src).([]float32)[0], k4, ld)
+		}
+	}
+	for c := range r {
+		for l := k4; l < kb; l++ {
+			dst[l*r+c] = src[c*ld+l]
+		}
 	}
 }

@@ -8,3 +8,22 @@ const hasFMA = false
 func microKernel[T float](kc int, a []T, rs, ks int, b, c []T, ldc int, alpha T, acc bool) {
 	panic("nn: no micro-kernel on this architecture")
 }
+
+// packRows copies kb rows of nr(T) elements, row l from src[l·ld:], to
+// dst[l·nr:].
+func packRows[T float](dst, src []T, kb, ld int) {
+	r := nr[T]()
+	for l := range kb {
+		copy(dst[l*r:l*r+r], src[l*ld:l*ld+r])
+	}
+}
+
+// packColumns sets dst[l·nr + c] = src[c·ld + l] for c < nr(T), l < kb.
+func packColumns[T float](dst, src []T, kb, ld int) {
+	r := nr[T]()
+	for c := range r {
+		for l := range kb {
+			dst[l*r+c] = src[c*ld+l]
+		}
+	}
+}
