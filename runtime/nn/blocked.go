@@ -48,18 +48,31 @@ type packBufs[T float] struct {
 	a, b, edge []T
 }
 
-var pack32, pack64 sync.Pool // *packBufs[float32], *packBufs[float64]
+// free32 and free64 keep the packing buffers of finished products for the
+// next (up to one per CPU each: 256 KiB for float32, 512 KiB for float64),
+// unlike a sync.Pool, which the garbage collector empties: a product
+// allocates nothing once as many have run at once as run at a time.
+var (
+	free32 = make(chan *packBufs[float32], runtime.NumCPU())
+	free64 = make(chan *packBufs[float64], runtime.NumCPU())
+)
+
+func freeList[T float]() chan *packBufs[T] {
+	var c any
+	var z T
+	if _, ok := any(z).(float32); ok {
+		c = free32
+	} else {
+		c = free64
+	}
+	return c.(chan *packBufs[T])
+}
 
 func getPack[T float]() *packBufs[T] {
-	var z T
-	var p any
-	if _, ok := any(z).(float32); ok {
-		p = pack32.Get()
-	} else {
-		p = pack64.Get()
-	}
-	if b, ok := p.(*packBufs[T]); ok {
+	select {
+	case b := <-freeList[T]():
 		return b
+	default:
 	}
 	r := nr[T]()
 	np := (tileN + r - 1) / r
@@ -67,10 +80,9 @@ func getPack[T float]() *packBufs[T] {
 }
 
 func putPack[T float](b *packBufs[T]) {
-	if _, ok := any(b).(*packBufs[float32]); ok {
-		pack32.Put(b)
-	} else {
-		pack64.Put(b)
+	select {
+	case freeList[T]() <- b:
+	default:
 	}
 }
 

@@ -53,6 +53,10 @@ func microKernel[T float](kc int, a []T, rs, ks int, b, c []T, ldc int, alpha T,
 	}
 }
 
+// fmaLoop runs n steps of 12 independent 256-bit float32 FMAs: the
+// benchmarks time it for the core's peak.
+func fmaLoop(n int)
+
 //go:noescape
 func packLines(dst, src *byte, n, stride int)
 

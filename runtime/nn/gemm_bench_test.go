@@ -2,7 +2,12 @@ package nn
 
 import (
 	"fmt"
+	"sync"
 	"testing"
+	"time"
+
+	"gonum.org/v1/gonum/blas"
+	blasgonum "gonum.org/v1/gonum/blas/gonum"
 
 	"github.com/ppgen/ppgen/runtime/nn/internal/openblas"
 )
@@ -16,10 +21,10 @@ type gemmShape struct {
 }
 
 // gemmShapes are the products the examples and issue 36 measure: the
-// issue's Linear at batch 64, examples/mlp's layers (8 rows, width 32),
-// charlm's (-dim 48, 4 heads, 64 tokens, 4 sequences: 256 rows; MLP width
-// 192) three products of a Linear, and attention's per-head products
-// (t=64, dh=12): q·kᵀ, P·v, Pᵀ·dO.
+// issue's Linear at batch 64, examples/mlp's layers (8 rows, width 32:
+// forward nn, input gradient nt, weight gradient tn), charlm's (-dim 48, 4
+// heads, 64 tokens, 4 sequences: 256 rows; MLP width 192) Linear products,
+// and attention's per-head products (t=64, dh=12): q·kᵀ, P·v, Pᵀ·dO.
 var gemmShapes = []gemmShape{
 	{"linear/64x512x512/nn", false, false, 64, 512, 512},
 	{"mlp/8x32x32/nn", false, false, 8, 32, 32},
@@ -34,20 +39,32 @@ var gemmShapes = []gemmShape{
 	{"head/64x12x64/tn", true, false, 64, 12, 64},
 }
 
-// BenchmarkGEMM times gemm on the shapes of gemmShapes, one thread, beside
-// OpenBLAS's cblas_sgemm/dgemm on the same operands where the benchmark is
-// built with -tags openblas (libopenblas-dev), and reports GFLOP/s. Run it
-// on one core, the two sides alternated by -count:
+// BenchmarkGEMM times gemm ("nn") on the shapes of gemmShapes beside
+// gonum's GEMM and, where the benchmark is built with -tags openblas
+// (libopenblas-dev installed), OpenBLAS's cblas_sgemm/dgemm on one thread,
+// on the same operands (c = op(a)·op(b)), and reports GFLOP/s and the
+// fraction of the core's FMA peak (BenchmarkGEMM/peak, timed once per
+// process). Run it on one core, the sides alternated by -count, and read
+// the ratio of the nn and openblas rows of each shape:
 //
-//	OPENBLAS_NUM_THREADS=1 go test -tags openblas -run '^$' -bench 'GEMM' -cpu 1 -count 6 ./runtime/nn/
+//	go test -tags openblas -run '^$' -bench GEMM -cpu 1 -count 6 ./runtime/nn/
 func BenchmarkGEMM(b *testing.B) {
 	openblas.SetThreads(1)
+	if hasFMA {
+		b.Run("peak", func(b *testing.B) {
+			for b.Loop() {
+				fmaLoop(1 << 16)
+			}
+			b.ReportMetric(float64(b.N)*(1<<16)*2*8*12/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	impls := []string{"nn", "gonum"}
+	if openblas.Available {
+		impls = append(impls, "openblas")
+	}
 	for _, sh := range gemmShapes {
 		for _, dt := range []string{"float32", "float64"} {
-			for _, impl := range []string{"nn", "openblas"} {
-				if impl == "openblas" && !openblas.Available {
-					continue
-				}
+			for _, impl := range impls {
 				b.Run(fmt.Sprintf("%s/%s/%s", sh.name, dt, impl), func(b *testing.B) {
 					if dt == "float32" {
 						benchShape[float32](b, sh, impl)
@@ -59,6 +76,22 @@ func BenchmarkGEMM(b *testing.B) {
 		}
 	}
 }
+
+// fmaPeak is the core's float32 FMA peak in GFLOP/s, the best of a few
+// timings of fmaLoop (float64's is half); 0 off amd64.
+var fmaPeak = sync.OnceValue(func() float64 {
+	if !hasFMA {
+		return 0
+	}
+	const steps = 1 << 20
+	best := time.Duration(1 << 62)
+	for range 20 {
+		start := time.Now()
+		fmaLoop(steps)
+		best = min(best, time.Since(start))
+	}
+	return steps * 2 * 8 * 12 / best.Seconds() / 1e9
+})
 
 func benchShape[T float](b *testing.B, sh gemmShape, impl string) {
 	lda, ldb := sh.k, sh.n
@@ -75,18 +108,49 @@ func benchShape[T float](b *testing.B, sh gemmShape, impl string) {
 	for i := range bm {
 		bm[i] = T(i%5) * 0.1
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if impl == "nn" {
-			gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
-			continue
-		}
+	peak := fmaPeak()
+	transA, transB := blas.NoTrans, blas.NoTrans
+	if sh.ta {
+		transA = blas.Trans
+	}
+	if sh.tb {
+		transB = blas.Trans
+	}
+	run := func() {
 		switch a := any(a).(type) {
 		case []float32:
-			openblas.Sgemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, any(bm).([]float32), ldb, 0, any(c).([]float32), sh.n)
+			bm, c := any(bm).([]float32), any(c).([]float32)
+			switch impl {
+			case "nn":
+				gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			case "gonum":
+				blasgonum.Implementation{}.Sgemm(transA, transB, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			default:
+				openblas.Sgemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			}
 		case []float64:
-			openblas.Dgemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, any(bm).([]float64), ldb, 0, any(c).([]float64), sh.n)
+			bm, c := any(bm).([]float64), any(c).([]float64)
+			switch impl {
+			case "nn":
+				gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			case "gonum":
+				blasgonum.Implementation{}.Dgemm(transA, transB, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			default:
+				openblas.Dgemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			}
 		}
 	}
-	b.ReportMetric(float64(b.N)*2*float64(sh.m*sh.n*sh.k)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	run() // the packing buffers, allocated once per process
+	b.ReportAllocs()
+	for b.Loop() {
+		run()
+	}
+	gflops := float64(b.N) * 2 * float64(sh.m*sh.n*sh.k) / b.Elapsed().Seconds() / 1e9
+	b.ReportMetric(gflops, "GFLOP/s")
+	if peak > 0 {
+		if _, ok := any(a).([]float64); ok {
+			peak /= 2
+		}
+		b.ReportMetric(gflops/peak, "of-peak")
+	}
 }
