@@ -26,9 +26,10 @@ const (
 	blockM = 12 * microM // rows of op(A) one B micro-panel meets in a row: 144 KiB of float64 at blockK
 	blockK = 256
 	// tileM×tileN is the most one goroutine computes: the packed B panel
-	// (blockK×tileN, 512 KiB of float64) serves tileM rows.
-	tileM = 4 * blockM
-	tileN = 256
+	// (blockK×tileN, 256 KiB of float64) serves tileM rows; op(A) is read
+	// in place, so narrow tiles cost little and give threads work to share.
+	tileM = 2 * blockM
+	tileN = 128
 )
 
 // nr is the micro-kernel's width in columns: one pair of 256-bit registers,
@@ -49,7 +50,7 @@ type packBufs[T float] struct {
 }
 
 // free32 and free64 keep the packing buffers of finished products for the
-// next (up to one per CPU each: 256 KiB for float32, 512 KiB for float64),
+// next (up to one per CPU each: 128 KiB for float32, 256 KiB for float64),
 // unlike a sync.Pool, which the garbage collector empties: a product
 // allocates nothing once as many have run at once as run at a time.
 var (
