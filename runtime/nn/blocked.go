@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // The blocked GEMM that gemm runs on where the CPU has AVX2 and FMA
@@ -42,9 +43,9 @@ func nr[T float]() int {
 	return 8
 }
 
-// packBufs are one goroutine's packing buffers: a for op(A) when it has
-// fewer than microM rows, b for tileN columns of op(B), edge for one
-// micro-kernel block.
+// packBufs are one goroutine's packing buffers: a for blockM rows of op(A)
+// where A is transposed (or op(A) when it has fewer than microM rows), b
+// for tileN columns of op(B), edge for one micro-kernel block.
 type packBufs[T float] struct {
 	a, b, edge []T
 }
@@ -77,7 +78,7 @@ func getPack[T float]() *packBufs[T] {
 	}
 	r := nr[T]()
 	np := (tileN + r - 1) / r
-	return &packBufs[T]{a: make([]T, microM*blockK), b: make([]T, np*r*blockK), edge: make([]T, microM*r)}
+	return &packBufs[T]{a: make([]T, blockM*blockK), b: make([]T, np*r*blockK), edge: make([]T, microM*r)}
 }
 
 func putPack[T float](b *packBufs[T]) {
@@ -160,6 +161,10 @@ func (w *gemmArgs[T]) tile(i0, j0, mt, nt int, buf *packBufs[T]) {
 		w.packB(buf.b, j0, nt, p0, kb)
 		for ib := i0; ib < i0+mt; ib += blockM {
 			mb := min(blockM, i0+mt-ib)
+			packed := w.packsA()
+			if packed {
+				w.packColumnsOfA(buf.a, ib, mb, p0, kb)
+			}
 			for jp := range np {
 				bpan := buf.b[jp*kb*r : (jp+1)*kb*r]
 				cols := min(r, nt-jp*r)
@@ -168,6 +173,9 @@ func (w *gemmArgs[T]) tile(i0, j0, mt, nt int, buf *packBufs[T]) {
 					at := i*w.ldc + j0 + jp*r
 					if rows == microM && cols == r {
 						ap, rs, ks := w.rowsOfA(i, p0)
+						if packed {
+							ap, rs, ks = buf.a[(i-ib)*kb:], 1, microM
+						}
 						microKernel(kb, ap, rs, ks, bpan, w.c[at:], w.ldc, w.alpha, acc)
 						continue
 					}
@@ -198,6 +206,28 @@ func (w *gemmArgs[T]) tile(i0, j0, mt, nt int, buf *packBufs[T]) {
 				}
 			}
 		}
+	}
+}
+
+// packsA reports whether the tiles pack op(A) rather than read it in place:
+// where A is transposed and its rows are 1 KiB or more apart. Read in
+// place, each k step of the micro-kernel then loads a line that far from
+// the last, beyond what the prefetchers follow, and at the power-of-two
+// widths of the examples' layers (512: 2 or 4 KiB) those lines share one or
+// two sets of the L1 cache: BenchmarkGEMM's attention/512x1536x256/tn ran
+// 2.3× slower (float64) in place.
+func (w *gemmArgs[T]) packsA() bool {
+	var z T
+	return w.ta && w.lda*int(unsafe.Sizeof(z)) >= 1024
+}
+
+// packColumnsOfA packs the full micro-panels of rows i0..i0+mb-1 of op(A),
+// columns p0..p0+kb-1, where A is transposed: ap[(ip·kb + l)·microM + r].
+func (w *gemmArgs[T]) packColumnsOfA(ap []T, i0, mb, p0, kb int) {
+	for ip := range mb / microM {
+		pan := ap[ip*kb*microM : (ip+1)*kb*microM]
+		i := i0 + ip*microM
+		packRowsOfA(pan, w.a[p0*w.lda+i:], kb, w.lda)
 	}
 }
 

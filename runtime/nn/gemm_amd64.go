@@ -61,6 +61,9 @@ func fmaLoop(n int)
 func packLines(dst, src *byte, n, stride int)
 
 //go:noescape
+func packA6(dst, src *byte, n, stride, width int)
+
+//go:noescape
 func packT8d(dst, src *float64, n, ld int)
 
 //go:noescape
@@ -94,4 +97,12 @@ func packColumns[T float](dst, src []T, kb, ld int) {
 			dst[l*r+c] = src[c*ld+l]
 		}
 	}
+}
+
+// packRowsOfA copies kb runs of microM elements, run l from src[l·ld:], to
+// dst[l·microM:] (a micro-panel of op(A) where A is transposed).
+func packRowsOfA[T float](dst, src []T, kb, ld int) {
+	_, _ = dst[kb*microM-1], src[(kb-1)*ld+microM-1]
+	size := int(unsafe.Sizeof(src[0]))
+	packA6((*byte)(unsafe.Pointer(&dst[0])), (*byte)(unsafe.Pointer(&src[0])), kb, ld*size, microM*size)
 }

@@ -617,6 +617,44 @@ t16Done:
 	VZEROUPPER
 	RET
 
+// func packA6(dst, src *byte, n, stride, width int)
+// Copies n runs of width bytes (24 or 48: microM elements), run l from
+// src + l·stride to dst + l·width (a micro-panel of op(A) where A is
+// transposed).
+TEXT ·packA6(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ stride+24(FP), R9
+	MOVQ width+32(FP), R10
+	TESTQ CX, CX
+	JLE  paDone
+	CMPQ R10, $48
+	JEQ  pa48
+pa24:
+	MOVUPS (SI), X0
+	MOVQ   16(SI), AX
+	MOVUPS X0, (DI)
+	MOVQ   AX, 16(DI)
+	ADDQ   R9, SI
+	ADDQ   $24, DI
+	DECQ   CX
+	JNZ    pa24
+	RET
+pa48:
+	MOVUPS (SI), X0
+	MOVUPS 16(SI), X1
+	MOVUPS 32(SI), X2
+	MOVUPS X0, (DI)
+	MOVUPS X1, 16(DI)
+	MOVUPS X2, 32(DI)
+	ADDQ   R9, SI
+	ADDQ   $48, DI
+	DECQ   CX
+	JNZ    pa48
+paDone:
+	RET
+
 // func fmaLoop(n int)
 // Runs n steps of 12 independent 256-bit float32 FMAs (2·8·12 flops a step):
 // the core's FMA peak, for the benchmarks' fraction of peak.

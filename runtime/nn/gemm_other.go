@@ -30,3 +30,11 @@ func packColumns[T float](dst, src []T, kb, ld int) {
 		}
 	}
 }
+
+// packRowsOfA copies kb runs of microM elements, run l from src[l·ld:], to
+// dst[l·microM:].
+func packRowsOfA[T float](dst, src []T, kb, ld int) {
+	for l := range kb {
+		copy(dst[l*microM:l*microM+microM], src[l*ld:l*ld+microM])
+	}
+}
