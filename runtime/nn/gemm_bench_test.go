@@ -24,8 +24,8 @@ type gemmShape struct {
 // issue's Linear at batch 64, examples/mlp's layers (8 rows, width 32:
 // forward nn, input gradient nt, weight gradient tn), charlm's (-dim 48, 4
 // heads, 64 tokens, 4 sequences: 256 rows; MLP width 192) Linear products,
-// BenchmarkAttention's weight gradient of its q/k/v projection (d=512,
-// 256 rows: xᵀ·dy), and attention's per-head products (t=64, dh=12): q·kᵀ,
+// BenchmarkAttention's q/k/v projection (d=512, 256 rows: forward x·w,
+// input gradient dy·wᵀ, weight gradient xᵀ·dy), and attention's per-head products (t=64, dh=12): q·kᵀ,
 // P·v, Pᵀ·dO.
 var gemmShapes = []gemmShape{
 	{"linear/64x512x512/nn", false, false, 64, 512, 512},
@@ -36,6 +36,8 @@ var gemmShapes = []gemmShape{
 	{"charlm/256x48x192/nn", false, false, 256, 48, 192},
 	{"charlm/256x192x48/nt", false, true, 256, 192, 48},
 	{"charlm/48x192x256/tn", true, false, 48, 192, 256},
+	{"attention/256x1536x512/nn", false, false, 256, 1536, 512},
+	{"attention/256x512x1536/nt", false, true, 256, 512, 1536},
 	{"attention/512x1536x256/tn", true, false, 512, 1536, 256},
 	{"head/64x64x12/nt", false, true, 64, 64, 12},
 	{"head/64x12x64/nn", false, false, 64, 12, 64},
