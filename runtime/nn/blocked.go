@@ -165,9 +165,11 @@ func (w *gemmArgs[T]) tile(i0, j0, mt, nt int, buf *packBufs[T]) {
 			if packed {
 				w.packColumnsOfA(buf.a, ib, mb, p0, kb)
 			}
-			for jp := range np {
-				bpan := buf.b[jp*kb*r : (jp+1)*kb*r]
+			for jp := 0; jp < np; jp++ {
 				cols := min(r, nt-jp*r)
+				// With AVX-512 (useWide) two full micro-panels at once.
+				wide := useWide && (jp+2)*r <= nt
+				bpan := buf.b[jp*kb*r : (jp+1)*kb*r]
 				for i := ib; i < ib+mb; i += microM {
 					rows := min(microM, ib+mb-i)
 					at := i*w.ldc + j0 + jp*r
@@ -176,35 +178,51 @@ func (w *gemmArgs[T]) tile(i0, j0, mt, nt int, buf *packBufs[T]) {
 						if packed {
 							ap, rs, ks = buf.a[(i-ib)*kb:], 1, microM
 						}
+						if wide {
+							microKernelWide(kb, ap, rs, ks, buf.b[jp*kb*r:(jp+2)*kb*r], w.c[at:], w.ldc, w.alpha, acc)
+							continue
+						}
 						microKernel(kb, ap, rs, ks, bpan, w.c[at:], w.ldc, w.alpha, acc)
 						continue
 					}
-					// A block that C's edge cuts: the microM rows ending
-					// with its last (or, in a matrix of fewer rows, its
-					// rows packed with zeros below) into buf.edge, then
-					// its rows and columns of that into c.
-					first := max(0, i+rows-microM)
-					var ap []T
-					rs, ks := 1, microM
-					if first+microM <= w.m {
-						ap, rs, ks = w.rowsOfA(first, p0)
-					} else {
-						ap = w.packShortA(buf.a, p0, kb)
-					}
-					microKernel(kb, ap, rs, ks, bpan, buf.edge, r, w.alpha, false)
-					for ri := range rows {
-						row := w.c[at+ri*w.ldc : at+ri*w.ldc+cols]
-						e := buf.edge[(i-first+ri)*r : (i-first+ri)*r+cols]
-						if acc {
-							for j, v := range e {
-								row[j] += v
-							}
-						} else {
-							copy(row, e)
-						}
+					w.edge(buf, bpan, at, i, rows, cols, p0, kb, acc)
+					if wide {
+						w.edge(buf, buf.b[(jp+1)*kb*r:(jp+2)*kb*r], at+r, i, rows, r, p0, kb, acc)
 					}
 				}
+				if wide {
+					jp++
+				}
 			}
+		}
+	}
+}
+
+// edge computes a block that C's edge cuts, rows i..i+rows-1 and cols
+// columns from c[at] (row i), for the packed micro-panel bpan: the microM
+// rows ending with its last (or, in a matrix of fewer rows, its rows packed
+// with zeros below) into buf.edge, then its rows and columns of that into
+// c.
+func (w *gemmArgs[T]) edge(buf *packBufs[T], bpan []T, at, i, rows, cols, p0, kb int, acc bool) {
+	r := nr[T]()
+	first := max(0, i+rows-microM)
+	var ap []T
+	rs, ks := 1, microM
+	if first+microM <= w.m {
+		ap, rs, ks = w.rowsOfA(first, p0)
+	} else {
+		ap = w.packShortA(buf.a, p0, kb)
+	}
+	microKernel(kb, ap, rs, ks, bpan, buf.edge, r, w.alpha, false)
+	for ri := range rows {
+		row := w.c[at+ri*w.ldc : at+ri*w.ldc+cols]
+		e := buf.edge[(i-first+ri)*r : (i-first+ri)*r+cols]
+		if acc {
+			for j, v := range e {
+				row[j] += v
+			}
+		} else {
+			copy(row, e)
 		}
 	}
 }

@@ -2,7 +2,8 @@ package nn
 
 import "unsafe"
 
-// The AVX2/FMA micro-kernels of gemm_amd64.s.
+// The AVX2/FMA micro-kernels of gemm_amd64.s, their AVX-512 pairs and the
+// packing routines.
 
 //go:noescape
 func kern6x8d(kc int, a *float64, rs, ks int, b, c *float64, ldc int, alpha float64, acc int)
@@ -32,6 +33,45 @@ var hasFMA = func() bool {
 	_, b7, _, _ := cpuid(7, 0)
 	return b7&(1<<5) != 0
 }()
+
+// hasAVX512 reports whether the CPU and the OS support AVX-512F (CPUID leaf
+// 7: AVX512F; XCR0: the opmask and ZMM state besides XMM and YMM).
+var hasAVX512 = func() bool {
+	if !hasFMA {
+		return false
+	}
+	if lo, _ := xgetbv(); lo&0xe6 != 0xe6 {
+		return false
+	}
+	_, b7, _, _ := cpuid(7, 0)
+	return b7&(1<<16) != 0
+}()
+
+// useWide is whether the tiles run microKernelWide: where the CPU has
+// AVX-512 and the package was built with -tags gemmavx512. The wide kernels
+// have not run on a machine with AVX-512 yet (the one they were written on
+// has none), so they stay off by default until TestWideKernel passes on one:
+//
+//	go test -tags gemmavx512 -run 'TestWideKernel|TestGemm' ./runtime/nn/
+var useWide = wideBuilt && hasAVX512
+
+// microKernelWide is microKernel on two adjacent micro-panels of b (2·kc·nr
+// elements) at once, a microM×2nr block of c, in AVX-512 registers: the
+// same FMA chains, so the same bits, as two calls of microKernel.
+func microKernelWide[T float](kc int, a []T, rs, ks int, b, c []T, ldc int, alpha T, acc bool) {
+	r := nr[T]()
+	_, _, _ = a[(microM-1)*rs+(kc-1)*ks], b[2*kc*r-1], c[(microM-1)*ldc+2*r-1]
+	ac := 0
+	if acc {
+		ac = 1
+	}
+	switch a := any(a).(type) {
+	case []float64:
+		kern6x16dw(kc, &a[0], rs, ks, &any(b).([]float64)[0], &any(c).([]float64)[0], ldc, float64(alpha), ac)
+	case []float32:
+		kern6x32sw(kc, &a[0], rs, ks, &any(b).([]float32)[0], &any(c).([]float32)[0], ldc, float32(alpha), ac)
+	}
+}
 
 // microKernel runs the micro-kernel of T's width: for the sums
 // s[i][j] = Σ_l A[i][l]·b[l·nr+j], i < microM, j < nr, l < kc, each an FMA
@@ -106,3 +146,9 @@ func packRowsOfA[T float](dst, src []T, kb, ld int) {
 	size := int(unsafe.Sizeof(src[0]))
 	packA6((*byte)(unsafe.Pointer(&dst[0])), (*byte)(unsafe.Pointer(&src[0])), kb, ld*size, microM*size)
 }
+
+//go:noescape
+func kern6x16dw(kc int, a *float64, rs, ks int, b, c *float64, ldc int, alpha float64, acc int)
+
+//go:noescape
+func kern6x32sw(kc int, a *float32, rs, ks int, b, c *float32, ldc int, alpha float32, acc int)

@@ -5,6 +5,13 @@ package nn
 // hasFMA is false off amd64: gemm runs on gonum's GEMM there.
 const hasFMA = false
 
+// useWide is false off amd64: no AVX-512 kernels.
+const useWide = false
+
+func microKernelWide[T float](kc int, a []T, rs, ks int, b, c []T, ldc int, alpha T, acc bool) {
+	panic("nn: no micro-kernel on this architecture")
+}
+
 // fmaLoop does nothing off amd64: the benchmarks report no peak there.
 func fmaLoop(n int) {}
 
