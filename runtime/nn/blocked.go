@@ -12,16 +12,17 @@ import (
 // whole by one goroutine. A tile walks k in panels of blockK; for each panel
 // it packs its columns of op(B) into contiguous micro-panels of nr(T)
 // columns per k step (zero-padded), then runs the assembly micro-kernel
-// (gemm_amd64.s) on every micro-panel and every microM rows of op(A), which
-// it reads where they are (strided: packing them costs about what it saves
-// at the examples' shapes), blockM rows at a time per micro-panel. The
-// kernel computes a microM×nr(T) block of FMA chains in k order and adds it
-// into C itself; a block that C's edge cuts goes through a scratch block
-// (the microM rows ending with its last, so A is still read in place).
-// Every element of C is thus beta·c, then + alpha·(panel 1's sum),
-// + alpha·(panel 2's sum), ..., each sum an FMA chain in k order: the same
-// arithmetic whatever the number of threads, since tiles, panels and blocks
-// depend only on the shape.
+// (gemm_amd64.s; with AVX-512, useWide, on two micro-panels at once) on
+// every micro-panel and every microM rows of op(A), blockM rows at a time
+// per micro-panel. The kernel reads op(A) where it is, strided (packing it
+// costs about what it saves at the examples' shapes), except where A is
+// transposed with rows far apart (packsA). It computes a microM×nr(T) block
+// of FMA chains in k order and adds it into C itself; a block that C's edge
+// cuts goes through a scratch block (the microM rows ending with its last,
+// so A is still read in place). Every element of C is thus beta·c, then
+// + alpha·(panel 1's sum), + alpha·(panel 2's sum), ..., each sum an FMA
+// chain in k order: the same arithmetic whatever the number of threads,
+// since tiles, panels and blocks depend only on the shape.
 const (
 	microM = 6
 	blockM = 12 * microM // rows of op(A) one B micro-panel meets in a row: 144 KiB of float64 at blockK
