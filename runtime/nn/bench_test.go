@@ -6,8 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"gonum.org/v1/gonum/blas"
-	blasgonum "gonum.org/v1/gonum/blas/gonum"
 	"gorgonia.org/tensor"
 )
 
@@ -117,44 +115,6 @@ func BenchmarkKernels(b *testing.B) {
 		b.Run("float32/"+k, func(b *testing.B) { benchKernel[float32](b, k) })
 		b.Run("float64/"+k, func(b *testing.B) { benchKernel[float64](b, k) })
 	}
-}
-
-// BenchmarkGEMM compares the product a 512×512 Linear computes at batch 64
-// (x [64,512] · w [512,512] + b, linearForward) with gonum's GEMM called
-// directly on the same operands (c = x·w + c). Read the ratio of the nn and
-// gonum rows of one run:
-//
-//	go test -run '^$' -bench GEMM -count 6 ./runtime/nn/
-func BenchmarkGEMM(b *testing.B) {
-	b.Run("float32/nn", func(b *testing.B) { benchGEMM[float32](b, true) })
-	b.Run("float32/gonum", func(b *testing.B) { benchGEMM[float32](b, false) })
-	b.Run("float64/nn", func(b *testing.B) { benchGEMM[float64](b, true) })
-	b.Run("float64/gonum", func(b *testing.B) { benchGEMM[float64](b, false) })
-}
-
-func benchGEMM[T float](b *testing.B, viaNN bool) {
-	const rows, in, out = 64, 512, 512
-	x, w, y, bias := make([]T, rows*in), make([]T, in*out), make([]T, rows*out), make([]T, out)
-	for i := range x {
-		x[i] = T(i%7) * 0.1
-	}
-	for i := range w {
-		w[i] = T(i%5) * 0.1
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if viaNN {
-			linearForward(x, w, bias, y, rows, in, out)
-			continue
-		}
-		switch x := any(x).(type) {
-		case []float64:
-			blasgonum.Implementation{}.Dgemm(blas.NoTrans, blas.NoTrans, rows, out, in, 1, x, in, any(w).([]float64), out, 1, any(y).([]float64), out)
-		case []float32:
-			blasgonum.Implementation{}.Sgemm(blas.NoTrans, blas.NoTrans, rows, out, in, 1, x, in, any(w).([]float32), out, 1, any(y).([]float32), out)
-		}
-	}
-	b.ReportMetric(float64(b.N)*2*rows*in*out/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 // BenchmarkAttention times causal self-attention (NewSelfAttention: the

@@ -46,7 +46,8 @@ func naiveGemm[T float](ta, tb bool, m, n, k int, alpha float64, a []T, lda int,
 // leading dimensions and alpha/beta special cases, and that beta = 0
 // overwrites a NaN in c, as BLAS does.
 func TestGemmAgainstNaive(t *testing.T) {
-	sizes := [][3]int{{1, 1, 1}, {5, 7, 3}, {6, 8, 1}, {7, 17, 9}, {73, 129, 257}, {64, 64, 64}, {130, 300, 40}, {3, 5, 0}}
+	sizes := [][3]int{{1, 1, 1}, {5, 7, 3}, {6, 8, 1}, {7, 17, 9}, {73, 129, 257}, {64, 64, 64}, {130, 300, 40}, {3, 5, 0},
+		{6, 16, 4}, {2, 8, 5}, {8, 32, 32}, {64, 12, 64}, {13, 20, 515}, {289, 257, 9}, {256, 24, 300}}
 	scalars := [][2]float64{{1, 0}, {1, 1}, {0.5, -2}, {-1, 0.25}}
 	for _, sz := range sizes {
 		for _, ab := range scalars {
