@@ -266,7 +266,7 @@ func TestLocalBlamesTheKilledRank(t *testing.T) {
 		var out, errOut syncBuffer
 		start := time.Now()
 		err := Local(context.Background(), 4, helperCmd(), LocalOptions{
-			Stdout: &out, Stderr: &errOut, Grace: 5 * time.Second,
+			Stdout: &out, Stderr: &errOut, Grace: time.Minute,
 			Env: []string{"LAUNCH_HELPER=killed", "LAUNCH_DIR=" + t.TempDir(), "LAUNCH_VICTIM=" + strconv.Itoa(victim)},
 		})
 		var re *RankError
@@ -304,5 +304,86 @@ func TestLocalBlamesTheKilledRank(t *testing.T) {
 		if took := time.Since(start); took > 3*time.Second {
 			t.Errorf("victim %d: took %v", victim, took)
 		}
+	}
+}
+
+func init() { ExtraHelpers["stopped"] = stoppedHelper }
+
+// stoppedHelper is killedHelper with SIGSTOP for SIGKILL: rank
+// LAUNCH_VICTIM announces it, waits 300 ms and stops itself, alive but
+// silent; the other ranks exit 1 on the announcement, as ranks whose
+// transports time out on a silent peer do.
+func stoppedHelper(env Env) int {
+	if victim, _ := strconv.Atoi(os.Getenv("LAUNCH_VICTIM")); env.Rank == victim {
+		if err := os.WriteFile(filepath.Join(os.Getenv("LAUNCH_DIR"), "dying"), nil, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 5
+		}
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(time.Minute)
+		return 6
+	}
+	return killedHelper(env)
+}
+
+// TestLocalBlamesByCause: the rank a signal killed or stopped is named, by
+// Local's error and its summary, although its peers' error exits were seen
+// first; also when the rank is a shell running the trainer (the shell
+// reports the trainer's SIGKILL as exit status 137, or hides it behind
+// `; true`, and a stopped trainer is a member of the rank's process
+// group). The ranks left stopped are killed at once, not after the grace
+// period (1 min here).
+func TestLocalBlamesByCause(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("stopped processes are found in Linux's /proc")
+	}
+	helper := strings.Join(helperCmd(), " ")
+	for _, tc := range []struct {
+		name    string
+		mode    string
+		cmd     []string
+		stopped bool
+		later   []int // `; true` hides the peers' failures: they exit 0
+		msg     string
+	}{
+		{"stopped", "stopped", helperCmd(), true, []int{0, 1, 3},
+			"launch: rank 2 failed: stopped by a signal (SIGSTOP or SIGTSTP), alive but silent (the first cause; ranks 0, 1, 3 failed too, most likely because it stopped answering; the launcher killed it)"},
+		{"stopped under sh", "stopped", []string{"sh", "-c", helper + "; true"}, true, nil,
+			"launch: rank 2 failed: stopped by a signal (SIGSTOP or SIGTSTP), alive but silent (the launcher killed it)"},
+		{"killed under sh", "killed", []string{"sh", "-c", helper + "; exit $?"}, false, []int{0, 1, 3},
+			"launch: rank 2 failed: exit status 137 (killed by a signal, the first cause; ranks 0, 1, 3 failed too, most likely because it died)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut syncBuffer
+			start := time.Now()
+			err := Local(context.Background(), 4, tc.cmd, LocalOptions{
+				Stdout: &out, Stderr: &errOut, Grace: time.Minute,
+				Env: []string{"LAUNCH_HELPER=" + tc.mode, "LAUNCH_DIR=" + t.TempDir(), "LAUNCH_VICTIM=2"},
+			})
+			took := time.Since(start)
+			var re *RankError
+			if !errors.As(err, &re) {
+				t.Fatalf("err = %v\n%s", err, errOut.String())
+			}
+			if re.Rank != 2 || !re.Signaled || re.Stopped != tc.stopped || !slices.Equal(re.Later, tc.later) || len(re.Killed) != 0 {
+				t.Errorf("blamed rank %d (signaled %v, stopped %v), later %v, killed %v; want rank 2 signaled, stopped %v, later %v\n%s",
+					re.Rank, re.Signaled, re.Stopped, re.Later, re.Killed, tc.stopped, tc.later, errOut.String())
+			}
+			if err.Error() != tc.msg {
+				t.Errorf("err = %q\nwant  %q", err, tc.msg)
+			}
+			summary := "[launch] summary: rank 2 was killed by a signal (at +"
+			if tc.stopped {
+				summary = "[launch] summary: rank 2 was stopped by a signal (found at +"
+			}
+			if !strings.Contains(errOut.String(), summary) {
+				t.Errorf("stderr lacks %q:\n%s", summary, errOut.String())
+			}
+			if took > 20*time.Second {
+				t.Errorf("took %v: the stopped rank waited for the grace period", took)
+			}
+			t.Logf("%v\n%s", took, errOut.String())
+		})
 	}
 }
