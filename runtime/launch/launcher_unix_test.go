@@ -142,6 +142,25 @@ func TestLauncherKilled(t *testing.T) {
 	t.Logf("ranks gone %v after the launcher's SIGKILL", took)
 }
 
+// TestLauncherKilledUnderShell: a launcher killed with SIGKILL takes with
+// it the trainers its ranks, shells, started (`ppgen launch -- sh -c
+// 'trainer ...; true'`): the parent-death signal ends the shells only, and
+// the trainers, watching the launcher's pipe (WatchLauncher), end their
+// process groups.
+func TestLauncherKilledUnderShell(t *testing.T) {
+	t.Setenv("LAUNCH_UNDER_SH", "1")
+	c, pids, out := startLauncher(t, 3, "watch-pid", time.Second)
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c.Wait()
+	took, left := waitGone(pids, 10*time.Second)
+	if len(left) > 0 {
+		t.Fatalf("trainers %v still run %v after their launcher was killed:\n%s", left, took, out())
+	}
+	t.Logf("trainers gone %v after the launcher's SIGKILL", took)
+}
+
 // TestLauncherForwardsSIGTERM: SIGTERM to the launcher reaches every rank;
 // the launcher exits after them with a SignalError, long before its grace
 // period (1 min, so that a loaded machine cannot reach it).

@@ -151,8 +151,11 @@ func ranksList(rs []int) string {
 // Go runtime may end threads; so Local starts every rank from one goroutine
 // locked to its OS thread, which stays until the last rank has exited.
 // The parent-death signal reaches the rank process only: what a rank
-// started itself (the binary of a `go run`, a shell's children) is left to
-// the rank, or to the launcher's SIGTERM forwarding.
+// started itself (the binary of a `go run`, a shell's children) watches
+// the launcher instead, through a pipe every rank inherits (LauncherVar),
+// when it calls WatchLauncher (runtime/world does for the ranks it opens):
+// it then ends its rank's process group. A program that calls neither is
+// left to the launcher's SIGTERM forwarding, which a SIGKILL prevents.
 func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 	if n < 1 || n > MaxLocal {
 		return fmt.Errorf("launch: %d ranks; want 1..%d on one machine", n, MaxLocal)
@@ -242,6 +245,13 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			f.Close()
 		}
 	}()
+	// The ranks watch the launcher through a pipe (WatchLauncher): what a
+	// rank started itself dies with the launcher too, however it ends.
+	watch, err := newWatchPipe()
+	if err != nil {
+		return fmt.Errorf("launch: a pipe for the ranks to watch the launcher: %w", err)
+	}
+	defer watch.close()
 	base := append(os.Environ(), opts.Env...)
 	t0 := time.Now()
 	for r := range n {
@@ -254,6 +264,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			TokenVar+"="+token)
 		prefix := []byte(fmt.Sprintf("[rank %d] ", r))
 		setProcessGroup(c)
+		watch.give(c)
 		// The ranks write to pipes of ours, read by goroutines of ours, so
 		// that Wait returns when the rank exits, not when whoever inherited
 		// its output closes it: the exit times order the failures.
@@ -293,6 +304,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			exits <- exit{r, err, time.Now()}
 		}()
 	}
+	watch.closeRead() // the ranks hold their own copies
 	report("started %d ranks of %q (MASTER_ADDR=127.0.0.1 MASTER_PORT=%d)", n, cmd[0], port)
 
 	var (
