@@ -90,6 +90,7 @@ func newFileMedium(parent string) (*fileMedium, error) {
 			return nil, fmt.Errorf("swap: file tier: cannot name the directory %s: %w", name, err)
 		}
 	}
+	register(f) // removed on a terminating signal too (signals.go)
 	removeStale(parent, f.dir)
 	return f, nil
 }
@@ -292,6 +293,7 @@ func (f *fileMedium) close() error {
 	if f.lock != nil {
 		f.lock.Close() // after the removal: nobody may take the directory for stale while it is there
 	}
+	unregister(f) // after the removal: a signal meanwhile removes it too
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", f.dir, err)
 	}
