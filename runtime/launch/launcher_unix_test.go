@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ppgen/ppgen/runtime/internal/swapdir"
 )
 
 // startLauncher runs the test binary as a launcher of n ranks in mode and
@@ -326,7 +328,63 @@ func TestLocalBlamesTheKilledRank(t *testing.T) {
 	}
 }
 
-func init() { ExtraHelpers["stopped"] = stoppedHelper }
+func init() {
+	ExtraHelpers["stopped"] = stoppedHelper
+	ExtraHelpers["swap-killed"] = swapKilledHelper
+}
+
+// swapKilledHelper: rank 1 makes a swap tier's directory under TMPDIR,
+// locked as runtime/swap's file tier does, and kills itself with SIGKILL
+// (which no cleanup survives); the other ranks exit 0.
+func swapKilledHelper(env Env) int {
+	if env.Rank != 1 {
+		return 0
+	}
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-feedbeef", swapdir.Prefix, os.Getpid()))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	if _, err := swapdir.Lock(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	time.Sleep(time.Minute)
+	return 6
+}
+
+// TestLocalRemovesKilledRanksSwapDirs: the swap directory of a rank killed
+// outright is gone when Local returns; a live tier's (this process's) is
+// kept.
+func TestLocalRemovesKilledRanksSwapDirs(t *testing.T) {
+	tmp := t.TempDir()
+	live := filepath.Join(tmp, swapdir.Prefix+"1-live")
+	if err := os.Mkdir(live, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := swapdir.Lock(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	var out, errOut syncBuffer
+	err = Local(context.Background(), 3, helperCmd(), LocalOptions{
+		Stdout: &out, Stderr: &errOut, Grace: time.Minute,
+		Env: []string{"LAUNCH_HELPER=swap-killed", "TMPDIR=" + tmp},
+	})
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || !re.Signaled {
+		t.Fatalf("err = %v, want rank 1 killed\n%s", err, errOut.String())
+	}
+	es, _ := os.ReadDir(tmp)
+	if len(es) != 1 || es[0].Name() != filepath.Base(live) {
+		t.Errorf("left under TMPDIR: %v, want only %s\n%s", es, filepath.Base(live), errOut.String())
+	}
+	if want := "[launch] removed the swap directory " + tmp + "/" + swapdir.Prefix; !strings.Contains(errOut.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+	}
+}
 
 // stoppedHelper is killedHelper with SIGSTOP for SIGKILL: rank
 // LAUNCH_VICTIM announces it, waits 300 ms and stops itself, alive but

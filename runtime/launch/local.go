@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ppgen/ppgen/runtime/internal/swapdir"
 )
 
 // Bounds of Local's inputs. MaxLocal bounds the ranks one machine runs:
@@ -456,6 +458,18 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		}
 	}
 	drain()
+	// A rank killed outright (SIGKILL) leaves its swap tier's directory:
+	// remove those whose owners are gone, under the ranks' TMPDIR (where
+	// examples/mlp's file tier writes).
+	if tmp := tempDir(base); tmp != "" {
+		switch gone := swapdir.RemoveStale(tmp, ""); len(gone) {
+		case 0:
+		case 1:
+			report("removed the swap directory %s, its process gone", gone[0])
+		default:
+			report("removed %d swap directories under %s, their processes gone", len(gone), tmp)
+		}
+	}
 	if first != nil {
 		for r, at := range failedAt {
 			if r != first.Rank && (first.Signaled || !at.Before(firstAt)) {
@@ -488,6 +502,20 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		return first
 	}
 	return result
+}
+
+// tempDir is the TMPDIR of environment env (the last setting wins, as
+// exec.Cmd does), else os.TempDir's default.
+func tempDir(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "TMPDIR="); ok && v != "" {
+			return v
+		}
+	}
+	if runtime.GOOS == "windows" {
+		return "" // TMP, TEMP, USERPROFILE: and no stale directories there (no flock)
+	}
+	return "/tmp"
 }
 
 // stopPoll is how often Local, once a rank has failed, looks for ranks a
