@@ -464,3 +464,29 @@ func TestLocalBlamesByCause(t *testing.T) {
 		})
 	}
 }
+
+// TestTCPStoppedRankBlamed: a TCP job of 4 ranks in which rank 2 stops
+// (SIGSTOP) after the rendezvous: every other rank's transport blames rank
+// 2 (its missed heartbeats, seen directly or relayed), whichever rank it
+// was waiting on, and the launcher's error and summary name rank 2,
+// stopped.
+func TestTCPStoppedRankBlamed(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("stopped processes are found in Linux's /proc")
+	}
+	start := time.Now()
+	out, errOut, err, _ := runHelper(t, context.Background(), 4, "stall", time.Minute)
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 2 || !re.Stopped || !slices.Equal(re.Later, []int{0, 1, 3}) {
+		t.Fatalf("err = %v, want rank 2 stopped, ranks 0, 1, 3 later\n%s\n%s", err, out, errOut)
+	}
+	for _, r := range []int{0, 1, 3} {
+		if want := fmt.Sprintf("[rank %d] blame rank 2: ", r); !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if want := "[launch] summary: rank 2 was stopped by a signal"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut)
+	}
+	t.Logf("%v\n%s%s", time.Since(start), out, errOut)
+}
