@@ -409,8 +409,9 @@ func stoppedHelper(env Env) int {
 // first; also when the rank is a shell running the trainer (the shell
 // reports the trainer's SIGKILL as exit status 137, or hides it behind
 // `; true`, and a stopped trainer is a member of the rank's process
-// group). The ranks left stopped are killed at once, not after the grace
-// period (1 min here).
+// group). In a failing job the ranks left stopped are killed at once, not
+// after the grace period (1 min here); when their peers exited 0 (`;
+// true`), when the grace period (1 s there) ends.
 func TestLocalBlamesByCause(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("stopped processes are found in Linux's /proc")
@@ -422,20 +423,21 @@ func TestLocalBlamesByCause(t *testing.T) {
 		cmd     []string
 		stopped bool
 		later   []int // `; true` hides the peers' failures: they exit 0
+		grace   time.Duration
 		msg     string
 	}{
-		{"stopped", "stopped", helperCmd(), true, []int{0, 1, 3},
+		{"stopped", "stopped", helperCmd(), true, []int{0, 1, 3}, time.Minute,
 			"launch: rank 2 failed: stopped by a signal (SIGSTOP or SIGTSTP), alive but silent (the first cause; ranks 0, 1, 3 failed too, most likely because it stopped answering; the launcher killed it)"},
-		{"stopped under sh", "stopped", []string{"sh", "-c", helper + "; true"}, true, nil,
+		{"stopped under sh", "stopped", []string{"sh", "-c", helper + "; true"}, true, nil, time.Second,
 			"launch: rank 2 failed: stopped by a signal (SIGSTOP or SIGTSTP), alive but silent (the launcher killed it)"},
-		{"killed under sh", "killed", []string{"sh", "-c", helper + "; exit $?"}, false, []int{0, 1, 3},
+		{"killed under sh", "killed", []string{"sh", "-c", helper + "; exit $?"}, false, []int{0, 1, 3}, time.Minute,
 			"launch: rank 2 failed: exit status 137 (killed by a signal, the first cause; ranks 0, 1, 3 failed too, most likely because it died)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut syncBuffer
 			start := time.Now()
 			err := Local(context.Background(), 4, tc.cmd, LocalOptions{
-				Stdout: &out, Stderr: &errOut, Grace: time.Minute,
+				Stdout: &out, Stderr: &errOut, Grace: tc.grace,
 				Env: []string{"LAUNCH_HELPER=" + tc.mode, "LAUNCH_DIR=" + t.TempDir(), "LAUNCH_VICTIM=2"},
 			})
 			took := time.Since(start)

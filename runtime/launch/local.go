@@ -62,8 +62,10 @@ type LocalOptions struct {
 // peers exit with errors of their own when they see it die, and the
 // launcher may notice those exits before its death: they are its
 // consequences. A stopped rank never exits: its peers fail on their
-// timeouts, and the launcher, looking at the ranks still running when one
-// fails, finds it stopped (Linux: state T in /proc; see stoppedMember).
+// timeouts, and the launcher, looking at the ranks still running once one
+// has exited, finds it stopped (Linux: state T in /proc; see
+// stoppedMember), then kills it when the grace period ends, or at once
+// when the job is failing and only stopped ranks are left.
 // Later lists the other ranks that failed on their own (most often because
 // their transports saw Rank fail), Killed those the launcher killed when the
 // grace period ran out.
@@ -315,7 +317,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		failedAt    = make(map[int]time.Time)
 		killedBy    = make(map[int]bool) // ranks the launcher killed
 		stopped     = make(map[int]bool) // ranks found stopped by a signal
-		lookAgain   <-chan time.Time     // after a failure: when to look for stopped ranks again
+		lookAgain   <-chan time.Time     // once a rank has exited: when to look for stopped ranks again
 		result      error                // a cancellation or a signal, when no rank failed before it
 		deadline    <-chan time.Time
 		stopping    bool // ranks interrupted or killed by the launcher
@@ -387,9 +389,23 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 				}
 				report("rank %d found stopped by a signal at +%v%s: alive but silent", r, now.Sub(t0).Round(time.Millisecond), who)
 				blame(&RankError{Rank: r, Err: errStopped, Signaled: true, Stopped: true}, now)
+				if deadline == nil && !stopping {
+					report("waiting up to %v for the ranks to go on (SIGCONT) or exit, then killing them", opts.Grace)
+					deadline = time.After(opts.Grace)
+				}
 			}
 		}
 		return all
+	}
+	// exitFailed reports whether a rank has failed by exiting (not merely
+	// stopped).
+	exitFailed := func() bool {
+		for r := range failedAt {
+			if !stopped[r] {
+				return true
+			}
+		}
+		return false
 	}
 	for running := n; running > 0; {
 		select {
@@ -424,7 +440,10 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			// its peers fail (or, under a shell that hides their
 			// failure, exit 0) and it never exits.
 			lookAgain = time.After(stopPoll)
-			if findStopped(time.Now()) {
+			// In a failing job, ranks left stopped can only be killed:
+			// at once. Else (their peers exited 0) they get the grace
+			// period to be continued.
+			if findStopped(time.Now()) && exitFailed() {
 				report("the ranks still running are stopped: killing them")
 				killAll()
 				lookAgain = nil
