@@ -257,6 +257,24 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 	}
 	defer watch.close()
 	base := append(os.Environ(), opts.Env...)
+	// removeStaleSwap removes the swap tiers' directories whose owners are
+	// gone under the ranks' TMPDIR (where examples/mlp's file tier writes):
+	// when the job ends, those of ranks killed outright (SIGKILL), and
+	// before it starts, those a killed launcher's ranks left.
+	removeStaleSwap := func() {
+		tmp := tempDir(base)
+		if tmp == "" {
+			return
+		}
+		switch gone := swapdir.RemoveStale(tmp, ""); len(gone) {
+		case 0:
+		case 1:
+			report("removed the swap directory %s, its process gone", gone[0])
+		default:
+			report("removed %d swap directories under %s, their processes gone", len(gone), tmp)
+		}
+	}
+	removeStaleSwap()
 	t0 := time.Now()
 	for r := range n {
 		c := exec.Command(cmd[0], cmd[1:]...)
@@ -477,18 +495,8 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		}
 	}
 	drain()
-	// A rank killed outright (SIGKILL) leaves its swap tier's directory:
-	// remove those whose owners are gone, under the ranks' TMPDIR (where
-	// examples/mlp's file tier writes).
-	if tmp := tempDir(base); tmp != "" {
-		switch gone := swapdir.RemoveStale(tmp, ""); len(gone) {
-		case 0:
-		case 1:
-			report("removed the swap directory %s, its process gone", gone[0])
-		default:
-			report("removed %d swap directories under %s, their processes gone", len(gone), tmp)
-		}
-	}
+	// A rank killed outright (SIGKILL) leaves its swap tier's directory.
+	removeStaleSwap()
 	if first != nil {
 		for r, at := range failedAt {
 			if r != first.Rank && (first.Signaled || !at.Before(firstAt)) {
