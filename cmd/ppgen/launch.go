@@ -17,9 +17,10 @@ import (
 // with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and PPGEN_TOKEN set (the
 // launcher's PPGEN_TOKEN, or a new random one per job), prefixes their
 // output with "[rank N] ", and fails naming the rank whose failure caused
-// the others' (launch.RankError). The
-// ranks die with the launcher: SIGINT and SIGTERM are forwarded to them,
-// and on Linux a killed launcher takes them with it (launch.Local).
+// the others' (launch.RankError: one killed or stopped by a signal first).
+// The ranks die with the launcher: SIGINT and SIGTERM are forwarded to
+// them, and a killed launcher takes them with it (Linux's parent-death
+// signal; what they started, through launch.WatchLauncher) (launch.Local).
 func runLaunch(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("launch", flag.ContinueOnError)
 	n := fs.Int("n", 0, "number of ranks (processes) to start, 1..1024")

@@ -341,3 +341,22 @@ func FirstHost(list string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// jobVars identify a job among the processes of a host: every rank of one
+// job has the same values (StoppedPeer).
+var jobVars = []string{ompiJobVar, "PMIX_NAMESPACE", "SLURM_JOB_ID", "SLURM_STEP_ID", "MASTER_ADDR", "MASTER_PORT", TokenVar}
+
+// jobKey is the values of jobVars through get, "" when none is set.
+func jobKey(get func(string) string) string {
+	var b strings.Builder
+	set := false
+	for _, k := range jobVars {
+		v := get(k)
+		set = set || v != ""
+		b.WriteString(k + "=" + v + "\x00")
+	}
+	if !set {
+		return ""
+	}
+	return b.String()
+}

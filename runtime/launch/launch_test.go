@@ -205,7 +205,11 @@ func launcherMain(mode string) int {
 	os.Unsetenv("LAUNCH_AS_LAUNCHER")
 	n, _ := strconv.Atoi(os.Getenv("LAUNCH_RANKS"))
 	grace, _ := time.ParseDuration(os.Getenv("LAUNCH_GRACE"))
-	err := Local(context.Background(), n, helperCmd(), LocalOptions{Env: []string{"LAUNCH_HELPER=" + mode}, Grace: grace})
+	cmd := helperCmd()
+	if os.Getenv("LAUNCH_UNDER_SH") != "" { // each rank a shell running the helper
+		cmd = []string{"sh", "-c", strings.Join(cmd, " ") + "; true"}
+	}
+	err := Local(context.Background(), n, cmd, LocalOptions{Env: []string{"LAUNCH_HELPER=" + mode}, Grace: grace})
 	var se *SignalError
 	switch {
 	case err == nil:
@@ -243,6 +247,14 @@ func helper(mode string) int {
 		time.Sleep(time.Minute) // must be killed
 		return 0
 	case "sleep":
+		time.Sleep(time.Minute)
+		return 0
+	case "watch-pid": // watch the launcher, print the pid, wait to be killed
+		if !WatchLauncher() {
+			fmt.Println("no launcher to watch")
+			return 5
+		}
+		fmt.Printf("pid %d\n", os.Getpid())
 		time.Sleep(time.Minute)
 		return 0
 	case "pid": // print the pid, then wait to be killed

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ppgen/ppgen/runtime/internal/swapdir"
 )
 
 // startLauncher runs the test binary as a launcher of n ranks in mode and
@@ -140,6 +142,25 @@ func TestLauncherKilled(t *testing.T) {
 		t.Fatalf("ranks %v still run %v after their launcher was killed:\n%s", left, took, out())
 	}
 	t.Logf("ranks gone %v after the launcher's SIGKILL", took)
+}
+
+// TestLauncherKilledUnderShell: a launcher killed with SIGKILL takes with
+// it the trainers its ranks, shells, started (`ppgen launch -- sh -c
+// 'trainer ...; true'`): the parent-death signal ends the shells only, and
+// the trainers, watching the launcher's pipe (WatchLauncher), end their
+// process groups.
+func TestLauncherKilledUnderShell(t *testing.T) {
+	t.Setenv("LAUNCH_UNDER_SH", "1")
+	c, pids, out := startLauncher(t, 3, "watch-pid", time.Second)
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c.Wait()
+	took, left := waitGone(pids, 10*time.Second)
+	if len(left) > 0 {
+		t.Fatalf("trainers %v still run %v after their launcher was killed:\n%s", left, took, out())
+	}
+	t.Logf("trainers gone %v after the launcher's SIGKILL", took)
 }
 
 // TestLauncherForwardsSIGTERM: SIGTERM to the launcher reaches every rank;
@@ -266,7 +287,7 @@ func TestLocalBlamesTheKilledRank(t *testing.T) {
 		var out, errOut syncBuffer
 		start := time.Now()
 		err := Local(context.Background(), 4, helperCmd(), LocalOptions{
-			Stdout: &out, Stderr: &errOut, Grace: 5 * time.Second,
+			Stdout: &out, Stderr: &errOut, Grace: time.Minute,
 			Env: []string{"LAUNCH_HELPER=killed", "LAUNCH_DIR=" + t.TempDir(), "LAUNCH_VICTIM=" + strconv.Itoa(victim)},
 		})
 		var re *RankError
@@ -305,4 +326,169 @@ func TestLocalBlamesTheKilledRank(t *testing.T) {
 			t.Errorf("victim %d: took %v", victim, took)
 		}
 	}
+}
+
+func init() {
+	ExtraHelpers["stopped"] = stoppedHelper
+	ExtraHelpers["swap-killed"] = swapKilledHelper
+}
+
+// swapKilledHelper: rank 1 makes a swap tier's directory under TMPDIR,
+// locked as runtime/swap's file tier does, and kills itself with SIGKILL
+// (which no cleanup survives); the other ranks exit 0.
+func swapKilledHelper(env Env) int {
+	if env.Rank != 1 {
+		return 0
+	}
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-feedbeef", swapdir.Prefix, os.Getpid()))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	if _, err := swapdir.Lock(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	time.Sleep(time.Minute)
+	return 6
+}
+
+// TestLocalRemovesKilledRanksSwapDirs: the swap directory of a rank killed
+// outright is gone when Local returns; a live tier's (this process's) is
+// kept.
+func TestLocalRemovesKilledRanksSwapDirs(t *testing.T) {
+	tmp := t.TempDir()
+	live := filepath.Join(tmp, swapdir.Prefix+"1-live")
+	if err := os.Mkdir(live, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := swapdir.Lock(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	var out, errOut syncBuffer
+	err = Local(context.Background(), 3, helperCmd(), LocalOptions{
+		Stdout: &out, Stderr: &errOut, Grace: time.Minute,
+		Env: []string{"LAUNCH_HELPER=swap-killed", "TMPDIR=" + tmp},
+	})
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || !re.Signaled {
+		t.Fatalf("err = %v, want rank 1 killed\n%s", err, errOut.String())
+	}
+	es, _ := os.ReadDir(tmp)
+	if len(es) != 1 || es[0].Name() != filepath.Base(live) {
+		t.Errorf("left under TMPDIR: %v, want only %s\n%s", es, filepath.Base(live), errOut.String())
+	}
+	if want := "[launch] removed the swap directory " + tmp + "/" + swapdir.Prefix; !strings.Contains(errOut.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+	}
+}
+
+// stoppedHelper is killedHelper with SIGSTOP for SIGKILL: rank
+// LAUNCH_VICTIM announces it, waits 300 ms and stops itself, alive but
+// silent; the other ranks exit 1 on the announcement, as ranks whose
+// transports time out on a silent peer do.
+func stoppedHelper(env Env) int {
+	if victim, _ := strconv.Atoi(os.Getenv("LAUNCH_VICTIM")); env.Rank == victim {
+		if err := os.WriteFile(filepath.Join(os.Getenv("LAUNCH_DIR"), "dying"), nil, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 5
+		}
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(time.Minute)
+		return 6
+	}
+	return killedHelper(env)
+}
+
+// TestLocalBlamesByCause: the rank a signal killed or stopped is named, by
+// Local's error and its summary, although its peers' error exits were seen
+// first; also when the rank is a shell running the trainer (the shell
+// reports the trainer's SIGKILL as exit status 137, or hides it behind
+// `; true`, and a stopped trainer is a member of the rank's process
+// group). In a failing job the ranks left stopped are killed at once, not
+// after the grace period (1 min here); when their peers exited 0 (`;
+// true`), when the grace period (1 s there) ends.
+func TestLocalBlamesByCause(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("stopped processes are found in Linux's /proc")
+	}
+	helper := strings.Join(helperCmd(), " ")
+	for _, tc := range []struct {
+		name    string
+		mode    string
+		cmd     []string
+		stopped bool
+		later   []int // `; true` hides the peers' failures: they exit 0
+		grace   time.Duration
+		msg     string
+	}{
+		{"stopped", "stopped", helperCmd(), true, []int{0, 1, 3}, time.Minute,
+			"launch: rank 2 failed: stopped by a signal (SIGSTOP or SIGTSTP), alive but silent (the first cause; ranks 0, 1, 3 failed too, most likely because it stopped answering; the launcher killed it)"},
+		{"stopped under sh", "stopped", []string{"sh", "-c", helper + "; true"}, true, nil, time.Second,
+			"launch: rank 2 failed: stopped by a signal (SIGSTOP or SIGTSTP), alive but silent (the launcher killed it)"},
+		{"killed under sh", "killed", []string{"sh", "-c", helper + "; exit $?"}, false, []int{0, 1, 3}, time.Minute,
+			"launch: rank 2 failed: exit status 137 (killed by a signal, the first cause; ranks 0, 1, 3 failed too, most likely because it died)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut syncBuffer
+			start := time.Now()
+			err := Local(context.Background(), 4, tc.cmd, LocalOptions{
+				Stdout: &out, Stderr: &errOut, Grace: tc.grace,
+				Env: []string{"LAUNCH_HELPER=" + tc.mode, "LAUNCH_DIR=" + t.TempDir(), "LAUNCH_VICTIM=2"},
+			})
+			took := time.Since(start)
+			var re *RankError
+			if !errors.As(err, &re) {
+				t.Fatalf("err = %v\n%s", err, errOut.String())
+			}
+			if re.Rank != 2 || !re.Signaled || re.Stopped != tc.stopped || !slices.Equal(re.Later, tc.later) || len(re.Killed) != 0 {
+				t.Errorf("blamed rank %d (signaled %v, stopped %v), later %v, killed %v; want rank 2 signaled, stopped %v, later %v\n%s",
+					re.Rank, re.Signaled, re.Stopped, re.Later, re.Killed, tc.stopped, tc.later, errOut.String())
+			}
+			if err.Error() != tc.msg {
+				t.Errorf("err = %q\nwant  %q", err, tc.msg)
+			}
+			summary := "[launch] summary: rank 2 was killed by a signal (at +"
+			if tc.stopped {
+				summary = "[launch] summary: rank 2 was stopped by a signal (found at +"
+			}
+			if !strings.Contains(errOut.String(), summary) {
+				t.Errorf("stderr lacks %q:\n%s", summary, errOut.String())
+			}
+			if took > 20*time.Second {
+				t.Errorf("took %v: the stopped rank waited for the grace period", took)
+			}
+			t.Logf("%v\n%s", took, errOut.String())
+		})
+	}
+}
+
+// TestTCPStoppedRankBlamed: a TCP job of 4 ranks in which rank 2 stops
+// (SIGSTOP) after the rendezvous: every other rank's transport blames rank
+// 2 (its missed heartbeats, seen directly or relayed), whichever rank it
+// was waiting on, and the launcher's error and summary name rank 2,
+// stopped.
+func TestTCPStoppedRankBlamed(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("stopped processes are found in Linux's /proc")
+	}
+	start := time.Now()
+	out, errOut, err, _ := runHelper(t, context.Background(), 4, "stall", time.Minute)
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 2 || !re.Stopped || !slices.Equal(re.Later, []int{0, 1, 3}) {
+		t.Fatalf("err = %v, want rank 2 stopped, ranks 0, 1, 3 later\n%s\n%s", err, out, errOut)
+	}
+	for _, r := range []int{0, 1, 3} {
+		if want := fmt.Sprintf("[rank %d] blame rank 2: ", r); !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if want := "[launch] summary: rank 2 was stopped by a signal"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut)
+	}
+	t.Logf("%v\n%s%s", time.Since(start), out, errOut)
 }

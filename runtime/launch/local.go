@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ppgen/ppgen/runtime/internal/swapdir"
 )
 
 // Bounds of Local's inputs. MaxLocal bounds the ranks one machine runs:
@@ -53,28 +55,43 @@ type LocalOptions struct {
 }
 
 // RankError reports the rank whose failure ended a Local run, by cause: a
-// rank killed by a signal the launcher did not send (SIGKILL from a user or
-// the OOM killer, a crash) when there is one, the first of them in time;
-// else the rank that failed first in time (a non-zero exit or a failed
-// start), not merely the first to be noticed. A killed rank's peers exit
-// with errors of their own when they see it die, and the launcher may
-// notice those exits before its death: they are its consequences. Later
-// lists the other ranks that failed on their own (most often because their
-// transports saw Rank fail), Killed those the launcher killed when the
+// rank killed or stopped by a signal the launcher did not send (SIGKILL from
+// a user or the OOM killer, a crash, SIGSTOP) when there is one, the first
+// of them in time; else the rank that failed first in time (a non-zero exit
+// or a failed start), not merely the first to be noticed. A killed rank's
+// peers exit with errors of their own when they see it die, and the
+// launcher may notice those exits before its death: they are its
+// consequences. A stopped rank never exits: its peers fail on their
+// timeouts, and the launcher, looking at the ranks still running once one
+// has exited, finds it stopped (Linux: state T in /proc; see
+// stoppedMember), then kills it when the grace period ends, or at once
+// when the job is failing and only stopped ranks are left.
+// Later lists the other ranks that failed on their own (most often because
+// their transports saw Rank fail), Killed those the launcher killed when the
 // grace period ran out.
 type RankError struct {
 	Rank int
-	Err  error // e.g. *exec.ExitError ("exit status 3", "signal: killed"), or a start failure
-	// Signaled says that a signal the launcher did not send killed Rank.
+	Err  error // e.g. *exec.ExitError ("exit status 3", "signal: killed"), a start failure, errStopped
+	// Signaled says that a signal the launcher did not send killed or
+	// stopped Rank.
 	Signaled bool
-	Later    []int
-	Killed   []int
+	// Stopped says that the signal stopped Rank (SIGSTOP, SIGTSTP) rather
+	// than killed it; the launcher killed it once its peers had failed.
+	Stopped bool
+	Later   []int
+	Killed  []int
 }
+
+// errStopped is the Err of a RankError whose rank a signal stopped.
+var errStopped = errors.New("stopped by a signal (SIGSTOP or SIGTSTP), alive but silent")
 
 func (e *RankError) Error() string {
 	s := fmt.Sprintf("launch: rank %d failed: %v", e.Rank, e.Err)
 	var more []string
 	switch {
+	case e.Stopped && len(e.Later) > 0:
+		more = append(more, fmt.Sprintf("the first cause; %s failed too, most likely because it stopped answering", ranksList(e.Later)))
+	case e.Stopped:
 	case e.Signaled && len(e.Later) > 0:
 		more = append(more, fmt.Sprintf("killed by a signal, the first cause; %s failed too, most likely because it died", ranksList(e.Later)))
 	case e.Signaled:
@@ -84,6 +101,9 @@ func (e *RankError) Error() string {
 	}
 	if len(e.Killed) > 0 {
 		more = append(more, fmt.Sprintf("%s killed after rank %d failed", ranksList(e.Killed), e.Rank))
+	}
+	if e.Stopped {
+		more = append(more, "the launcher killed it")
 	}
 	if len(more) > 0 {
 		s += " (" + strings.Join(more, "; ") + ")"
@@ -135,8 +155,11 @@ func ranksList(rs []int) string {
 // Go runtime may end threads; so Local starts every rank from one goroutine
 // locked to its OS thread, which stays until the last rank has exited.
 // The parent-death signal reaches the rank process only: what a rank
-// started itself (the binary of a `go run`, a shell's children) is left to
-// the rank, or to the launcher's SIGTERM forwarding.
+// started itself (the binary of a `go run`, a shell's children) watches
+// the launcher instead, through a pipe every rank inherits (LauncherVar),
+// when it calls WatchLauncher (runtime/world does for the ranks it opens):
+// it then ends its rank's process group. A program that calls neither is
+// left to the launcher's SIGTERM forwarding, which a SIGKILL prevents.
 func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 	if n < 1 || n > MaxLocal {
 		return fmt.Errorf("launch: %d ranks; want 1..%d on one machine", n, MaxLocal)
@@ -226,7 +249,32 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			f.Close()
 		}
 	}()
+	// The ranks watch the launcher through a pipe (WatchLauncher): what a
+	// rank started itself dies with the launcher too, however it ends.
+	watch, err := newWatchPipe()
+	if err != nil {
+		return fmt.Errorf("launch: a pipe for the ranks to watch the launcher: %w", err)
+	}
+	defer watch.close()
 	base := append(os.Environ(), opts.Env...)
+	// removeStaleSwap removes the swap tiers' directories whose owners are
+	// gone under the ranks' TMPDIR (where examples/mlp's file tier writes):
+	// when the job ends, those of ranks killed outright (SIGKILL), and
+	// before it starts, those a killed launcher's ranks left.
+	removeStaleSwap := func() {
+		tmp := tempDir(base)
+		if tmp == "" {
+			return
+		}
+		switch gone := swapdir.RemoveStale(tmp, ""); len(gone) {
+		case 0:
+		case 1:
+			report("removed the swap directory %s, its process gone", gone[0])
+		default:
+			report("removed %d swap directories under %s, their processes gone", len(gone), tmp)
+		}
+	}
+	removeStaleSwap()
 	t0 := time.Now()
 	for r := range n {
 		c := exec.Command(cmd[0], cmd[1:]...)
@@ -238,6 +286,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			TokenVar+"="+token)
 		prefix := []byte(fmt.Sprintf("[rank %d] ", r))
 		setProcessGroup(c)
+		watch.give(c)
 		// The ranks write to pipes of ours, read by goroutines of ours, so
 		// that Wait returns when the rank exits, not when whoever inherited
 		// its output closes it: the exit times order the failures.
@@ -277,6 +326,7 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			exits <- exit{r, err, time.Now()}
 		}()
 	}
+	watch.closeRead() // the ranks hold their own copies
 	report("started %d ranks of %q (MASTER_ADDR=127.0.0.1 MASTER_PORT=%d)", n, cmd[0], port)
 
 	var (
@@ -284,6 +334,8 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		firstAt     time.Time
 		failedAt    = make(map[int]time.Time)
 		killedBy    = make(map[int]bool) // ranks the launcher killed
+		stopped     = make(map[int]bool) // ranks found stopped by a signal
+		lookAgain   <-chan time.Time     // once a rank has exited: when to look for stopped ranks again
 		result      error                // a cancellation or a signal, when no rank failed before it
 		deadline    <-chan time.Time
 		stopping    bool // ranks interrupted or killed by the launcher
@@ -324,6 +376,55 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			deadline = time.After(opts.Grace)
 		}
 	}
+	// blame makes f the first failure if it comes before the one so far:
+	// a death or stop by a signal is the cause before any error exit;
+	// among equals, the first in time.
+	blame := func(f *RankError, at time.Time) {
+		if first == nil || (f.Signaled && !first.Signaled) || (f.Signaled == first.Signaled && at.Before(firstAt)) {
+			first, firstAt = f, at
+		}
+	}
+	// findStopped looks for ranks a signal stopped among those still
+	// running, once one has exited: they are alive and silent, and never
+	// exit to be blamed. It returns whether every running rank is stopped
+	// (then nothing is left to wait for).
+	findStopped := func(now time.Time) bool {
+		all := true
+		for r, c := range procs {
+			if !alive[r] || killedBy[r] {
+				continue
+			}
+			if !stopped[r] {
+				pid, ok := stoppedMember(c.Process.Pid)
+				if !ok {
+					all = false
+					continue
+				}
+				stopped[r], failedAt[r] = true, now
+				who := ""
+				if pid != c.Process.Pid {
+					who = fmt.Sprintf(" (process %d of its group)", pid)
+				}
+				report("rank %d found stopped by a signal at +%v%s: alive but silent", r, now.Sub(t0).Round(time.Millisecond), who)
+				blame(&RankError{Rank: r, Err: errStopped, Signaled: true, Stopped: true}, now)
+				if deadline == nil && !stopping {
+					report("waiting up to %v for the ranks to go on (SIGCONT) or exit, then killing them", opts.Grace)
+					deadline = time.After(opts.Grace)
+				}
+			}
+		}
+		return all
+	}
+	// exitFailed reports whether a rank has failed by exiting (not merely
+	// stopped).
+	exitFailed := func() bool {
+		for r := range failedAt {
+			if !stopped[r] {
+				return true
+			}
+		}
+		return false
+	}
 	for running := n; running > 0; {
 		select {
 		case e := <-exits:
@@ -331,6 +432,8 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			alive[e.rank] = false
 			at := e.at.Sub(t0).Round(time.Millisecond)
 			switch {
+			case stopped[e.rank] && killedBy[e.rank]:
+				report("rank %d, stopped, killed by the launcher (%v)", e.rank, e.err)
 			case e.err == nil:
 				report("rank %d exited with status 0", e.rank)
 			case killedBy[e.rank] && first != nil:
@@ -340,19 +443,32 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 			default:
 				report("rank %d failed at +%v: %v", e.rank, at, e.err)
 				failedAt[e.rank] = e.at
-				// A death by a signal is the cause before any error
-				// exit; among equals, the first in time.
-				signaled := diedOfSignal(e.err)
-				if first == nil || (signaled && !first.Signaled) || (signaled == first.Signaled && e.at.Before(firstAt)) {
-					first, firstAt = &RankError{Rank: e.rank, Err: e.err, Signaled: signaled}, e.at
-				}
+				blame(&RankError{Rank: e.rank, Err: e.err, Signaled: diedOfSignal(e.err)}, e.at)
 				if running > 0 && deadline == nil {
 					report("waiting up to %v for the other ranks to exit, then killing them", opts.Grace)
 					deadline = time.After(opts.Grace)
 				}
 			}
+			if running > 0 && !stopping && lookAgain == nil {
+				lookAgain = time.After(0)
+			}
+		case <-lookAgain:
+			// Once a rank has exited, those still running are looked at
+			// every stopPoll: a rank that stopped is alive but silent,
+			// its peers fail (or, under a shell that hides their
+			// failure, exit 0) and it never exits.
+			lookAgain = time.After(stopPoll)
+			// In a failing job, ranks left stopped can only be killed:
+			// at once. Else (their peers exited 0) they get the grace
+			// period to be continued.
+			if findStopped(time.Now()) && exitFailed() {
+				report("the ranks still running are stopped: killing them")
+				killAll()
+				lookAgain = nil
+			}
 		case <-deadline:
 			deadline = nil
+			findStopped(time.Now())
 			killAll()
 		case sig := <-sigs:
 			onSignal(sig)
@@ -379,6 +495,8 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		}
 	}
 	drain()
+	// A rank killed outright (SIGKILL) leaves its swap tier's directory.
+	removeStaleSwap()
 	if first != nil {
 		for r, at := range failedAt {
 			if r != first.Rank && (first.Signaled || !at.Before(firstAt)) {
@@ -392,19 +510,44 @@ func Local(ctx context.Context, n int, cmd []string, opts LocalOptions) error {
 		}
 		slices.Sort(first.Later)
 		slices.Sort(first.Killed)
-		if first.Signaled {
+		switch {
+		case first.Stopped:
+			also := ""
+			if len(first.Later) > 0 {
+				also = fmt.Sprintf("; %s failed too, most likely because it stopped answering", ranksList(first.Later))
+			}
+			report("summary: rank %d was stopped by a signal (found at +%v), the first cause%s", first.Rank, firstAt.Sub(t0).Round(time.Millisecond), also)
+		case first.Signaled:
 			also := ""
 			if len(first.Later) > 0 {
 				also = fmt.Sprintf("; %s failed too, most likely because it died", ranksList(first.Later))
 			}
 			report("summary: rank %d was killed by a signal (at +%v: %v), the first cause%s", first.Rank, firstAt.Sub(t0).Round(time.Millisecond), first.Err, also)
-		} else {
+		default:
 			report("summary: rank %d failed first (at +%v: %v)", first.Rank, firstAt.Sub(t0).Round(time.Millisecond), first.Err)
 		}
 		return first
 	}
 	return result
 }
+
+// tempDir is the TMPDIR of environment env (the last setting wins, as
+// exec.Cmd does), else os.TempDir's default.
+func tempDir(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "TMPDIR="); ok && v != "" {
+			return v
+		}
+	}
+	if runtime.GOOS == "windows" {
+		return "" // TMP, TEMP, USERPROFILE: and no stale directories there (no flock)
+	}
+	return "/tmp"
+}
+
+// stopPoll is how often Local, once a rank has failed, looks for ranks a
+// signal stopped among those still running.
+const stopPoll = 200 * time.Millisecond
 
 // outputDelay is how long Local reads the ranks' output after the last rank
 // exited (a grandchild may still hold it).

@@ -21,14 +21,27 @@ func setProcessGroup(c *exec.Cmd) {
 }
 
 // diedOfSignal reports whether err is the exit of a process a signal
-// killed.
+// killed, or of a shell reporting that a signal killed its command: exit
+// status 128+N, N a signal that kills without the process asking (SIGKILL,
+// a crash's SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT), as a rank started as
+// `sh -c 'trainer ...'` reports its trainer's death.
 func diedOfSignal(err error) bool {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		return false
 	}
 	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled()
+	if !ok {
+		return false
+	}
+	if ws.Signaled() {
+		return true
+	}
+	switch syscall.Signal(ws.ExitStatus() - 128) {
+	case syscall.SIGKILL, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGFPE, syscall.SIGABRT:
+		return true
+	}
+	return false
 }
 
 // signalGroup sends sig to the rank's process group, or to the rank alone

@@ -24,7 +24,10 @@
 // ppgen-swap-PID-RANDOM and the tier holds an exclusive flock(2) on a lock
 // file in it while it lives; NewFile removes the sibling directories whose
 // lock is free, those of processes that died without Close (on systems
-// without flock, such as Windows, nothing is removed). Both take float32 and float64 *tensor.Dense values
+// without flock, such as Windows, nothing is removed). While a file tier
+// lives, a terminating signal (SIGINT, SIGTERM, SIGHUP: a launcher's or
+// mpirun's end of a job, Ctrl-C) removes its directory before the process
+// dies of it (signals.go); only SIGKILL leaves one, for the next NewFile. Both take float32 and float64 *tensor.Dense values
 // (gorgonia.org/tensor) and give them back bit-identical: same dtype, same
 // shape, same bits (NaN payloads included). A tensor listed twice in one
 // offload, as runtime/nn contexts share one tensor between a layer's output

@@ -14,8 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"time"
+
+	"github.com/ppgen/ppgen/runtime/internal/swapdir"
 )
 
 // fileMedium writes each offload to its own file in a directory it creates
@@ -24,30 +24,16 @@ import (
 // chunk and a checksum of its bytes (see header.go), verified on load.
 //
 // The directory is named ppgen-swap-PID-RANDOM and holds a lock file on
-// which the medium keeps an exclusive flock(2) while it lives. The kernel
-// releases the lock when its process dies, however it dies, so a directory
-// whose lock can be taken is stale: newFileMedium removes the stale
-// ppgen-swap-* siblings of the directory it creates. The PID in the name is
-// only a hint for a reader; a reused PID cannot make a live directory look
-// stale, nor a stale one live. The directory gets its final name only once
-// its lock is held (it is created under a ".ppgen-swap-new-" name first), so
-// no other tier ever sees it unlocked.
+// which the medium keeps an exclusive flock(2) while it lives; a directory
+// whose lock can be taken is stale, and newFileMedium removes the stale
+// siblings of the one it creates (runtime/internal/swapdir: the names, the
+// lock, the rule).
 type fileMedium struct {
 	parent string   // the directory the user gave
 	dir    string   // ours, under parent
 	lock   *os.File // dir/lock, flocked while the medium lives (nil where flock is missing)
 	tier   [8]byte  // random: the files of another tier are told apart
 }
-
-// staleNewDir is the age from which a directory still under its first
-// name, with a free lock, is taken for stale.
-const staleNewDir = time.Minute
-
-const (
-	dirPrefix    = "ppgen-swap-"
-	newDirPrefix = ".ppgen-swap-new-"
-	lockName     = "lock"
-)
 
 // newFileMedium creates the medium's directory under parent and removes
 // the stale directories of dead tiers beside it.
@@ -62,7 +48,7 @@ func newFileMedium(parent string) (*fileMedium, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("swap: file tier: %s is not a directory", parent)
 	}
-	tmp, err := os.MkdirTemp(parent, newDirPrefix)
+	tmp, err := os.MkdirTemp(parent, swapdir.NewPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("swap: file tier: cannot create a directory under %s: %w", parent, err)
 	}
@@ -71,12 +57,12 @@ func newFileMedium(parent string) (*fileMedium, error) {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("swap: file tier: %w", err)
 	}
-	if f.lock, err = lockDir(tmp); err != nil {
+	if f.lock, err = swapdir.Lock(tmp); err != nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("swap: file tier: lock %s: %w", tmp, err)
 	}
 	for try := 0; ; try++ {
-		name := filepath.Join(parent, fmt.Sprintf("%s%d-%s", dirPrefix, os.Getpid(), hex.EncodeToString(f.tier[:4])))
+		name := filepath.Join(parent, fmt.Sprintf("%s%d-%s", swapdir.Prefix, os.Getpid(), hex.EncodeToString(f.tier[:4])))
 		if try > 0 {
 			name = fmt.Sprintf("%s-%d", name, try)
 		}
@@ -90,47 +76,11 @@ func newFileMedium(parent string) (*fileMedium, error) {
 			return nil, fmt.Errorf("swap: file tier: cannot name the directory %s: %w", name, err)
 		}
 	}
-	removeStale(parent, f.dir)
-	return f, nil
-}
-
-// removeStale removes the ppgen-swap-* directories under parent, other than
-// own, whose lock nobody holds: their tiers' processes are gone. Directories
-// without a lock file (made by another program, or by an older ppgen) are
-// left alone; failures are logged, not returned: they are not this tier's.
-func removeStale(parent, own string) {
-	es, err := os.ReadDir(parent)
-	if err != nil {
-		return
-	}
-	for _, e := range es {
-		name := e.Name()
-		if !e.IsDir() || !(strings.HasPrefix(name, dirPrefix) || strings.HasPrefix(name, newDirPrefix)) {
-			continue
-		}
-		dir := filepath.Join(parent, name)
-		if dir == own {
-			continue
-		}
-		if strings.HasPrefix(name, newDirPrefix) {
-			// Its tier may be between creating the lock file and locking
-			// it: only an old one is taken for stale.
-			if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < staleNewDir {
-				continue
-			}
-		}
-		stale, unlock := tryLockDir(dir)
-		if !stale {
-			continue
-		}
-		err := os.RemoveAll(dir)
-		unlock()
-		if err != nil {
-			slog.Warn("swap: cannot remove the stale directory of a dead process", "dir", dir, "err", err)
-			continue
-		}
+	register(f) // removed on a terminating signal too (signals.go)
+	for _, dir := range swapdir.RemoveStale(parent, f.dir) {
 		slog.Info("swap: removed the stale directory of a dead process", "dir", dir)
 	}
+	return f, nil
 }
 
 func (f *fileMedium) path(id uint64) string {
@@ -292,6 +242,7 @@ func (f *fileMedium) close() error {
 	if f.lock != nil {
 		f.lock.Close() // after the removal: nobody may take the directory for stale while it is there
 	}
+	unregister(f) // after the removal: a signal meanwhile removes it too
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", f.dir, err)
 	}

@@ -282,6 +282,13 @@ func TestHelperSwapProcess(t *testing.T) {
 // for it.
 func swapChild(t *testing.T, parent string) (string, func()) {
 	t.Helper()
+	dir, _, kill := swapChildCmd(t, parent)
+	return dir, kill
+}
+
+// swapChildCmd is swapChild that also returns the process.
+func swapChildCmd(t *testing.T, parent string) (string, *exec.Cmd, func()) {
+	t.Helper()
 	c := exec.Command(os.Args[0], "-test.run=^TestHelperSwapProcess$")
 	c.Env = append(os.Environ(), "SWAP_HELPER_DIR="+parent)
 	out, err := c.StdoutPipe()
@@ -302,12 +309,12 @@ func swapChild(t *testing.T, parent string) (string, func()) {
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if dir, ok := strings.CutPrefix(sc.Text(), "dir "); ok {
-			return dir, kill
+			return dir, c, kill
 		}
 		t.Fatalf("helper: %s", sc.Text())
 	}
 	t.Fatalf("helper printed no directory: %v", sc.Err())
-	return "", nil
+	return "", nil, nil
 }
 
 // TestStaleDirs: a tier removes the directory of a tier whose process was

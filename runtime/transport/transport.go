@@ -99,10 +99,12 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/runtime/internal/wire"
+	"github.com/ppgen/ppgen/runtime/launch"
 	"gorgonia.org/tensor"
 )
 
@@ -242,6 +244,12 @@ func (e *ProgressError) Unwrap() error { return e.Err }
 // NewProgressError is the *ProgressError of rank's op ("send" or "recv")
 // with peer on ch, which waited waited without progress (setting names
 // what sets the timeout), for every transport (NCCL's and MPI's too).
+//
+// The peer waited on is blamed unless a rank of this job on this host is
+// stopped by a signal (launch.StoppedPeer: SIGSTOP, alive but silent): the
+// peer may be waiting on that rank itself, and the first rank to time out
+// relays its blame to all (AbortNews). The stopped rank is blamed then, and
+// named in the note.
 func NewProgressError(rank int, op string, peer int, ch abi.Channel, waited time.Duration, setting string, last *Tag, note string) *ProgressError {
 	e := &ProgressError{Rank: rank, Op: op, Peer: peer, Ch: ch, Waited: waited, Setting: setting, Last: last, Note: note}
 	reason := fmt.Sprintf("sent nothing on %s for %v (no progress, %s)", ch, waited, setting)
@@ -249,6 +257,11 @@ func NewProgressError(rank int, op string, peer int, ch abi.Channel, waited time
 		reason = fmt.Sprintf("did not read %s for %v (no progress, %s)", ch, waited, setting)
 	}
 	e.Err = &PeerError{Peer: peer, Reason: reason, Err: ErrTimeout}
+	if r, pid, ok := launch.StoppedPeer(); ok && r != rank {
+		stopped := fmt.Sprintf("rank %d is stopped by a signal (process %d on this host, state T)", r, pid)
+		e.Note = strings.TrimPrefix(e.Note+"; "+stopped, "; ")
+		e.Err = &PeerError{Peer: r, Reason: fmt.Sprintf("is stopped by a signal (SIGSTOP or SIGTSTP: process %d, state T), alive but silent; found by rank %d after %v without progress", pid, rank, waited), Err: ErrTimeout}
+	}
 	return e
 }
 

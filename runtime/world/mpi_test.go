@@ -4,11 +4,13 @@ package world_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +30,10 @@ const helperVar = "PPGEN_WORLD_MPI_SIZE"
 // another -seed.
 const configVar = "PPGEN_WORLD_MPI_CONFIG"
 
+// stopVar makes rank 2 of mpiRank stop itself (SIGSTOP) after Open, and
+// the ranks time out after 2 s and print whom they blame.
+const stopVar = "PPGEN_WORLD_MPI_STOP"
+
 func init() {
 	if v := os.Getenv(helperVar); v != "" {
 		size, _ := strconv.Atoi(v)
@@ -43,6 +49,10 @@ func init() {
 // a tensor around the ring and closes it.
 func mpiRank(size int) error {
 	o := world.Options{Size: size, Sync: true, Fingerprint: "fp", Schedule: "world test", Timeout: 20 * time.Second}
+	stop := os.Getenv(stopVar) != ""
+	if stop {
+		o.Timeout = 2 * time.Second
+	}
 	if os.Getenv(configVar) != "" { // rank 1 runs -seed 2, the others -seed 1
 		seed := "1"
 		if os.Getenv("OMPI_COMM_WORLD_RANK") == "1" || os.Getenv("PMI_RANK") == "1" {
@@ -56,6 +66,9 @@ func mpiRank(size int) error {
 	}
 	ep := w.Endpoint()
 	r, n := ep.Rank(), w.Size
+	if stop && r == 2 {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
 	x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{float64(r)}))
 	if r == 0 { // synchronous sends: rank 0 sends first, the others receive first
 		err = ep.Send(1%n, abi.ActChannel, transport.Tag{}, x)
@@ -70,6 +83,10 @@ func mpiRank(size int) error {
 		err = ep.Send((r+1)%n, abi.ActChannel, transport.Tag{}, x)
 	}
 	if err != nil {
+		var pe *transport.PeerError
+		if errors.As(err, &pe) { // before Abort: MPI_Abort ends the job
+			fmt.Printf("rank %d blames rank %d\n", r, pe.Peer)
+		}
 		w.Abort(err)
 		return err
 	}
@@ -138,5 +155,30 @@ func TestMPIWorldConfigMismatch(t *testing.T) {
 	// print theirs.
 	if got := strings.Count(out, "the ranks run different configurations: rank 1 runs -seed 2, rank 0 -seed 1"); got < 1 || strings.Contains(out, " of 3 ok") {
 		t.Fatalf("%d ranks named the difference, want at least 1 and none passing the ring:\n%s", got, out)
+	}
+}
+
+// TestMPIStoppedRankBlamed: under mpirun -np 4, rank 2 stops (SIGSTOP)
+// after Open; rank 1's synchronous send to it and rank 3's receive from it
+// time out, and so does rank 0's receive from rank 3, alive and itself
+// waiting on rank 2. MPI has no heartbeats: every rank that reports blames
+// rank 2, found stopped on this host (launch.StoppedPeer), not the rank it
+// waited on (before, rank 0 blamed rank 3 and its abort spread that).
+func TestMPIStoppedRankBlamed(t *testing.T) {
+	out, err := mpirun(t, 4, 4, stopVar+"=1")
+	if err == nil {
+		t.Fatalf("exited 0:\n%s", out)
+	}
+	blamed := 0
+	for _, line := range strings.Split(out, "\n") {
+		if _, who, ok := strings.Cut(line, " blames rank "); ok {
+			if who != "2" {
+				t.Errorf("%q: want rank 2 blamed\n%s", line, out)
+			}
+			blamed++
+		}
+	}
+	if blamed == 0 || !strings.Contains(out, "rank 2 is stopped by a signal") {
+		t.Fatalf("no rank blamed the stopped rank 2:\n%s", out)
 	}
 }

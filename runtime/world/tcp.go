@@ -25,6 +25,9 @@ func (o Options) env() (launch.Env, error) {
 	if o.Env != nil {
 		return *o.Env, nil
 	}
+	// A rank of ppgen launch, perhaps started by a shell that the launcher
+	// started, ends with the launcher.
+	launch.WatchLauncher()
 	return launch.FromEnv()
 }
 

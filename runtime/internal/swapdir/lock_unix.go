@@ -1,6 +1,6 @@
 //go:build unix
 
-package swap
+package swapdir
 
 import (
 	"os"
@@ -8,10 +8,10 @@ import (
 	"syscall"
 )
 
-// lockDir creates dir's lock file and takes an exclusive flock on it, held
+// Lock creates dir's lock file and takes an exclusive flock on it, held
 // until the file is closed or the process dies.
-func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+func Lock(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -22,11 +22,11 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// tryLockDir reports whether dir is a tier directory whose lock nobody
+// tryLock reports whether dir is a tier directory whose lock nobody
 // holds (its owner is dead); then the caller holds the lock until it calls
 // unlock. A directory without a lock file is not taken for stale.
-func tryLockDir(dir string) (stale bool, unlock func()) {
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR, 0)
+func tryLock(dir string) (stale bool, unlock func()) {
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR, 0)
 	if err != nil {
 		return false, nil
 	}
