@@ -3,6 +3,7 @@ package passes
 import (
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -42,18 +43,25 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	if !ok {
 		return ir.Program{}, false
 	}
-	ends, ok := idealTimeline(p, c)
-	if !ok {
-		return ir.Program{}, false
+	// The ideal timeline and the chunk tables below read p alone: with
+	// more than one worker they run side by side.
+	var ends [][]float64
+	timeline := func() { ends, ok = idealTimeline(p, c) }
+	var wg sync.WaitGroup
+	if par.Workers(P, nHost) > 1 {
+		wg.Go(timeline)
+	} else {
+		timeline()
 	}
-	// Where each chunk's forward and input-gradient step run.
+	// Where each chunk's forward and input-gradient step run, and how many
+	// transfers each rank sends.
 	type at struct{ rank, index int32 }
 	atBlock := make([]at, 2*S*M)
 	for i := range atBlock {
 		atBlock[i] = at{-1, -1}
 	}
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
-	nT := 0
+	nSend := make([]int32, P)
 	for r, steps := range p.Ranks {
 		for j := range steps {
 			for _, cs := range steps[j].Computes() {
@@ -65,15 +73,26 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 					bAt[k] = at{int32(r), int32(j)}
 				}
 				if _, ok := needsSend(&p, r, cs); ok {
-					nT++
+					nSend[r]++
 				}
 			}
 		}
 	}
-	ts := make([]transfer, 0, nT)
-	nSend := make([]int32, P)
-	nRecv := make([]int32, P)
-	for r, steps := range p.Ranks {
+	wg.Wait()
+	if !ok {
+		return ir.Program{}, false
+	}
+	// The transfers, in producer order (rank by rank, step by step): each
+	// rank fills its own run of ts.
+	sendOff := make([]int32, P+1)
+	for r := range P {
+		sendOff[r+1] = sendOff[r] + nSend[r]
+	}
+	ts := make([]transfer, sendOff[P])
+	noConsumer := make([]bool, P)
+	par.ForRanks(P, nHost, func(r int) {
+		steps := p.Ranks[r]
+		x := ts[sendOff[r]:sendOff[r]:sendOff[r+1]]
 		for j := range steps {
 			for sub, cs := range steps[j].Computes() {
 				kind, ok := needsSend(&p, r, cs)
@@ -87,7 +106,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 					cons = bAt[(cs.Stage-1)*M+cs.Micro]
 				}
 				if cons.rank < 0 {
-					return ir.Program{}, false
+					noConsumer[r] = true
+					return
 				}
 				// The key of a transfer: (time, tie). Ties: activations
 				// before gradients, activations from later ranks first and
@@ -96,12 +116,17 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				// is then posted later); then producer step and sub-step.
 				// Any total order both ends agree on is safe.
 				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				ts = append(ts, transfer{t: ends[r][j], tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+				x = append(x, transfer{t: ends[r][j], tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
 					dst: cons.rank, consume: cons.index, kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
-				nSend[r]++
-				nRecv[cons.rank]++
 			}
 		}
+	})
+	if slices.Contains(noConsumer, true) {
+		return ir.Program{}, false
+	}
+	nRecv := make([]int32, P)
+	for i := range ts {
+		nRecv[ts[i].dst]++
 	}
 	// Each rank's transfers (both halves), in key order. ts is in producer
 	// order (rank by rank, step by step), so per rank the sends and the
