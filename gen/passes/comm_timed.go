@@ -185,16 +185,22 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		for _, run := range runs {
 			sortByKey(run, ts)
 		}
-		merged := mineBuf[lo:lo:hi]
-		for len(merged) < len(all) {
-			best := -1
-			for k, run := range runs {
-				if len(run) > 0 && (best < 0 || keyLess(ts, run[0], runs[best][0])) {
-					best = k
-				}
+		// Merge the runs one by one into what the earlier ones gave,
+		// writing by turns to mineBuf and to runsBuf's front, where the
+		// runs already merged lay (mergeByKey never writes past the element
+		// of the run it reads).
+		var merged []int32
+		if len(runs) > 0 {
+			merged = runs[0]
+		}
+		inMine := false
+		for _, run := range runs[min(1, len(runs)):] {
+			dst := runsBuf[lo:hi]
+			if !inMine {
+				dst = mineBuf[lo:hi]
 			}
-			merged = append(merged, runs[best][0])
-			runs[best] = runs[best][1:]
+			merged = mergeByKey(dst, merged, run, ts)
+			inMine = !inMine
 		}
 		// Place: a send right after the host steps that end by its time, a
 		// receive there too but no later than its consumer. Key times grow
@@ -422,6 +428,29 @@ type transfer struct {
 func keyLess(ts []transfer, a, b int32) bool {
 	x, y := &ts[a], &ts[b]
 	return x.t < y.t || (x.t == y.t && x.tie < y.tie)
+}
+
+// mergeByKey writes the key-ordered merge of the key-ordered transfer index
+// lists a and b to dst and returns it (len(a)+len(b) long). dst may be the
+// memory that holds the lists before b, up to b: the element written at
+// i+j never lies past b[j], which is read first.
+func mergeByKey(dst, a, b []int32, ts []transfer) []int32 {
+	dst = dst[:len(a)+len(b)]
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if keyLess(ts, b[j], a[i]) {
+			dst[i+j] = b[j]
+			j++
+		} else {
+			dst[i+j] = a[i]
+			i++
+		}
+	}
+	for ; i < len(a); i++ {
+		dst[i+j] = a[i]
+	}
+	copy(dst[i+j:], b[j:])
+	return dst
 }
 
 // sortByKey sorts the transfer indexes a by keyLess (runs are short and
