@@ -64,7 +64,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	nSend := make([]int32, P)
 	for r, steps := range p.Ranks {
 		for j := range steps {
-			for _, cs := range steps[j].Computes() {
+			subs := ir.ComputesAt(steps, j)
+			for x := range subs {
+				cs := &subs[x]
 				k := cs.Stage*M + cs.Micro
 				switch cs.Kind {
 				case ir.Forward:
@@ -94,7 +96,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		steps := p.Ranks[r]
 		x := ts[sendOff[r]:sendOff[r]:sendOff[r+1]]
 		for j := range steps {
-			for sub, cs := range steps[j].Computes() {
+			subs := ir.ComputesAt(steps, j)
+			for sub := range subs {
+				cs := &subs[sub]
 				kind, ok := needsSend(&p, r, cs)
 				if !ok {
 					continue
@@ -353,14 +357,16 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 		work = work[:len(work)-1]
 	advance:
 		for pos[r] < len(p.Ranks[r]) {
-			st := p.Ranks[r][pos[r]]
+			st := &p.Ranks[r][pos[r]]
+			subs := ir.ComputesAt(p.Ranks[r], pos[r])
 			start := free[r]
-			for _, cs := range st.Computes() {
+			for x := range subs {
+				cs := &subs[x]
 				// Its cross-stage input: the activation of F(s-1) or the
 				// gradient of B/I(s+1). The chunk's own F and I run earlier
 				// on this rank, and a compute-only program ships no labels
 				// or inputs.
-				in, ok := deps.Neighbour(&p, &cs)
+				in, ok := deps.Neighbour(&p, cs)
 				if !ok {
 					continue
 				}
@@ -382,11 +388,12 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 				}
 				start = max(start, t)
 			}
-			end := start + c.StepCost(st)
+			end := start + c.StepCost(*st)
 			ends[r][pos[r]] = end
 			free[r] = end
 			pos[r]++
-			for _, cs := range st.Computes() {
+			for x := range subs {
+				cs := &subs[x]
 				k := cs.Stage*M + cs.Micro
 				switch {
 				case cs.Kind == ir.Forward:
