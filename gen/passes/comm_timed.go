@@ -156,14 +156,17 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	mineBuf := make([]int32, 2*len(ts))
 	type placed struct {
-		t    float64 // the transfer's key time
-		at   int32   // host step index the op goes before
-		cons int32   // for a receive: index of its consuming host step
-		peer int32   // index of the other half in ops[peer rank]
-		x    int32   // the transfer
+		at   int32 // host step index the op goes before
+		cons int32 // for a receive: index of its consuming host step
+		peer int32 // index of the other half in ops[peer rank]
+		x    int32 // the transfer
 		recv bool
 	}
 	opsBuf := make([]placed, 2*len(ts))
+	// keyT[off[r]+k] is the key time of ops[r][k], apart from the ops
+	// themselves: the slide below reads the peers' times while their ranks
+	// write their own ops.
+	keyT := make([]float64, 2*len(ts))
 	ops := make([][]placed, P)
 	sendPos := make([]int32, len(ts))
 	recvPos := make([]int32, len(ts))
@@ -217,13 +220,14 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			for u < len(e) && e[u] <= x.t {
 				u++
 			}
+			keyT[int(lo)+k] = x.t
 			if x.src == int32(r) {
 				sendPos[i] = int32(k)
-				list[k] = placed{at: int32(u), t: x.t, x: i}
+				list[k] = placed{at: int32(u), x: i}
 				continue
 			}
 			recvPos[i] = int32(k)
-			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, t: x.t, x: i, recv: true}
+			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true}
 		}
 		ops[r] = list
 	})
@@ -248,10 +252,10 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			op.peer = sendPos[op.x]
 			limitAt, limitT := int32(len(e)), math.Inf(1)
 			if k+1 < len(list) {
-				limitAt, limitT = list[k+1].at, list[k+1].t
+				limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
 			}
-			if src := ops[ts[op.x].src]; int(op.peer)+1 < len(src) {
-				limitT = min(limitT, src[op.peer+1].t)
+			if src := ts[op.x].src; off[src]+op.peer+1 < off[src+1] {
+				limitT = min(limitT, keyT[off[src]+op.peer+1])
 			}
 			limitAt = min(limitAt, op.cons)
 			for op.at < limitAt && e[op.at] <= limitT {
