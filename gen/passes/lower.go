@@ -2,7 +2,9 @@ package passes
 
 import (
 	"fmt"
+	"sync"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -99,12 +101,7 @@ type Pass struct {
 // stays last because it assigns buffers to every step the others add
 // (docs/design.md §5 gives the order). Each new pass is one Pass entry guarded by
 // its option.
-func Pipeline(opt Options) []Pass { return pipeline(opt, nil) }
-
-// pipeline is Pipeline; the "slots" pass stores the slot counts it finds
-// in *slots when slots is not nil (Lower's LowerInfo.Slots, without a
-// second walk over the program).
-func pipeline(opt Options, slots *[]int) []Pass {
+func Pipeline(opt Options) []Pass {
 	var ps []Pass
 	if opt.ForwardOnly {
 		ps = append(ps, Pass{Name: "forward-only", Run: func(p ir.Program) (ir.Program, error) {
@@ -168,10 +165,7 @@ func pipeline(opt Options, slots *[]int) []Pass {
 	}
 	ps = append(ps, Pass{Name: "slots", Run: func(p ir.Program) (ir.Program, error) {
 		// In place: it runs after "comm", whose output nobody else holds.
-		q, counts, err := assignSlots(p, true)
-		if slots != nil {
-			*slots = counts
-		}
+		q, _, err := assignSlots(p, true)
 		return q, err
 	}})
 	return ps
@@ -182,7 +176,7 @@ func pipeline(opt Options, slots *[]int) []Pass {
 // not modified. Errors carry the failing pass's name.
 func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
 	var info LowerInfo
-	for _, pass := range pipeline(opt, &info.Slots) {
+	for _, pass := range Pipeline(opt) {
 		q, err := pass.Run(p)
 		if err != nil {
 			return ir.Program{}, info, fmt.Errorf("lowering (pass %s): %w", pass.Name, err)
@@ -190,11 +184,19 @@ func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
 		p = q
 		info.Passes = append(info.Passes, pass.Name)
 	}
-	if info.Slots == nil { // no slots pass ran
-		info.Slots = SlotCounts(p)
-	}
+	// The slot counts and the receive distances read p independently.
 	info.RecvDistances = make([]float64, len(p.Ranks))
-	if sum, n := recvDistance(p, info.RecvDistances); n > 0 {
+	var sum, n int
+	if par.Workers(len(p.Ranks), p.NumSteps()) > 1 {
+		var wg sync.WaitGroup
+		wg.Go(func() { info.Slots = SlotCounts(p) })
+		sum, n = recvDistance(p, info.RecvDistances)
+		wg.Wait()
+	} else {
+		info.Slots = SlotCounts(p)
+		sum, n = recvDistance(p, info.RecvDistances)
+	}
+	if n > 0 {
 		info.RecvDistance = float64(sum) / float64(n)
 	}
 	return p, info, nil

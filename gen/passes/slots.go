@@ -71,19 +71,16 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 			out = make([]ir.Step, len(steps))
 			copy(out, steps)
 		}
-		used := 0 // one more than the largest slot a step uses (SlotCounts)
 		for i := range out {
 			st := &out[i]
 			if st.Kind.IsOverlap() {
 				st.Sub = append([]ir.Step(nil), st.Sub...)
 				for k := range st.Sub {
 					x.give(&st.Sub[k], int32(i))
-					used = max(used, st.Sub[k].Slot+1)
 				}
 			} else {
 				x.give(st, int32(i))
 			}
-			used = max(used, st.Slot+1)
 			for ch := x.endHead[i]; ch >= 0; ch = x.next[ch] {
 				if s := x.slotOf[ch]; s >= 0 {
 					x.free[s/64] &^= 1 << (uint(s) % 64)
@@ -91,7 +88,7 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 			}
 		}
 		q.Ranks[r] = out
-		counts[r] = max(x.count, used)
+		counts[r] = x.count
 	})
 	return q, counts, nil
 }
