@@ -173,9 +173,15 @@ func makespan(t *testing.T, cfg ir.Config, cost string) float64 {
 // BenchmarkLower measures build + lowering + verification (what `ppgen
 // verify` and `ppgen gen` do before emitting), per configuration.
 func BenchmarkLower(b *testing.B) {
-	for _, c := range []struct{ P, V, M int }{{8, 2, 256}, {16, 2, 256}, {32, 2, 256}, {64, 2, 256}} {
-		cfg := ir.Config{Schedule: "interleaved", Ranks: c.P, Virtual: c.V, Micro: c.M}
-		b.Run(fmt.Sprintf("interleaved/P=%d/V=%d/M=%d", c.P, c.V, c.M), func(b *testing.B) {
+	for _, c := range []struct {
+		schedule string
+		P, V, M  int
+	}{
+		{"interleaved", 8, 2, 256}, {"interleaved", 16, 2, 256}, {"interleaved", 32, 2, 256}, {"interleaved", 64, 2, 256},
+		{"zbv", 64, 2, 256},
+	} {
+		cfg := ir.Config{Schedule: c.schedule, Ranks: c.P, Virtual: c.V, Micro: c.M}
+		b.Run(fmt.Sprintf("%s/P=%d/V=%d/M=%d", c.schedule, c.P, c.V, c.M), func(b *testing.B) {
 			var steps int
 			for b.Loop() {
 				res, err := Lower(cfg, Options{})

@@ -85,6 +85,18 @@ func (s Step) Computes() []Step {
 	return nil
 }
 
+// ComputesAt is steps[i].Computes() without copying the step: steps[i:i+1]
+// itself, its Sub, or nothing, for loops that read each compute step by
+// pointer (a Step is eight words). The result shares memory with steps.
+func ComputesAt(steps []Step, i int) []Step {
+	if k := steps[i].Kind; k.IsOverlap() {
+		return steps[i].Sub
+	} else if k.IsCompute() {
+		return steps[i : i+1 : i+1]
+	}
+	return nil
+}
+
 // String returns the step in schedule text form: {stage}{KIND}{micro}, e.g.
 // "0F1", "2SEND_F3", "1UNSHARD", "(0F7;7B3)OVERLAP_F_B", "OPT_STEP".
 func (s Step) String() string { return string(s.AppendText(nil)) }

@@ -155,8 +155,8 @@ func needsRecv(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
 // needsSend returns the send that follows compute step c on rank r, if any:
 // the one that carries its output to its consumer (deps.ConsumerRank) on
 // another rank.
-func needsSend(p *ir.Program, r int, c ir.Step) (ir.Kind, bool) {
-	if q, ok := deps.ConsumerRank(p, c); ok && q != r {
+func needsSend(p *ir.Program, r int, c *ir.Step) (ir.Kind, bool) {
+	if q, ok := deps.ConsumerRank(p, *c); ok && q != r {
 		if c.Kind == ir.Forward {
 			return ir.SendF, true
 		}
@@ -212,7 +212,7 @@ func insertCommLate(p ir.Program, data *dataLoads) (ir.Program, error) {
 				b.Wait(strict.OpDone(w))
 			}
 			for _, c := range st.Computes() {
-				if k, ok := needsSend(&p, r, c); ok {
+				if k, ok := needsSend(&p, r, &c); ok {
 					id := b.Op()
 					ops = append(ops, commOp{kind: k, stage: int32(c.Stage), micro: int32(c.Micro), peer: int32(rankOf[c.Stage+dir(k)]), host: int32(j)})
 					tab := sendF

@@ -84,7 +84,7 @@ func insertCommEager(p ir.Program) (ir.Program, error) {
 				case ir.Backward, ir.BackwardInput:
 					bDone[ch] = true
 				}
-				if k, ok := needsSend(&p, r, c); ok {
+				if k, ok := needsSend(&p, r, &c); ok {
 					if k == ir.SendF {
 						q := rankOf[c.Stage+1]
 						out[r] = append(out[r], ir.Comm(ir.SendF, c.Stage, c.Micro, q))

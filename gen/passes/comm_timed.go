@@ -3,6 +3,7 @@ package passes
 import (
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -42,21 +43,30 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	if !ok {
 		return ir.Program{}, false
 	}
-	ends, ok := idealTimeline(p, c)
-	if !ok {
-		return ir.Program{}, false
+	// The ideal timeline and the chunk tables below read p alone: with
+	// more than one worker they run side by side.
+	var ends [][]float64
+	timeline := func() { ends, ok = idealTimeline(p, c) }
+	var wg sync.WaitGroup
+	if par.Workers(P, nHost) > 1 {
+		wg.Go(timeline)
+	} else {
+		timeline()
 	}
-	// Where each chunk's forward and input-gradient step run.
+	// Where each chunk's forward and input-gradient step run, and how many
+	// transfers each rank sends.
 	type at struct{ rank, index int32 }
 	atBlock := make([]at, 2*S*M)
 	for i := range atBlock {
 		atBlock[i] = at{-1, -1}
 	}
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
-	nT := 0
+	nSend := make([]int32, P)
 	for r, steps := range p.Ranks {
 		for j := range steps {
-			for _, cs := range steps[j].Computes() {
+			subs := ir.ComputesAt(steps, j)
+			for x := range subs {
+				cs := &subs[x]
 				k := cs.Stage*M + cs.Micro
 				switch cs.Kind {
 				case ir.Forward:
@@ -65,17 +75,30 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 					bAt[k] = at{int32(r), int32(j)}
 				}
 				if _, ok := needsSend(&p, r, cs); ok {
-					nT++
+					nSend[r]++
 				}
 			}
 		}
 	}
-	ts := make([]transfer, 0, nT)
-	nSend := make([]int32, P)
-	nRecv := make([]int32, P)
-	for r, steps := range p.Ranks {
+	wg.Wait()
+	if !ok {
+		return ir.Program{}, false
+	}
+	// The transfers, in producer order (rank by rank, step by step): each
+	// rank fills its own run of ts.
+	sendOff := make([]int32, P+1)
+	for r := range P {
+		sendOff[r+1] = sendOff[r] + nSend[r]
+	}
+	ts := make([]transfer, sendOff[P])
+	noConsumer := make([]bool, P)
+	par.ForRanks(P, nHost, func(r int) {
+		steps := p.Ranks[r]
+		x := ts[sendOff[r]:sendOff[r]:sendOff[r+1]]
 		for j := range steps {
-			for sub, cs := range steps[j].Computes() {
+			subs := ir.ComputesAt(steps, j)
+			for sub := range subs {
+				cs := &subs[sub]
 				kind, ok := needsSend(&p, r, cs)
 				if !ok {
 					continue
@@ -87,7 +110,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 					cons = bAt[(cs.Stage-1)*M+cs.Micro]
 				}
 				if cons.rank < 0 {
-					return ir.Program{}, false
+					noConsumer[r] = true
+					return
 				}
 				// The key of a transfer: (time, tie). Ties: activations
 				// before gradients, activations from later ranks first and
@@ -96,12 +120,17 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				// is then posted later); then producer step and sub-step.
 				// Any total order both ends agree on is safe.
 				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				ts = append(ts, transfer{t: ends[r][j], tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+				x = append(x, transfer{t: ends[r][j], tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
 					dst: cons.rank, consume: cons.index, kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
-				nSend[r]++
-				nRecv[cons.rank]++
 			}
 		}
+	})
+	if slices.Contains(noConsumer, true) {
+		return ir.Program{}, false
+	}
+	nRecv := make([]int32, P)
+	for i := range ts {
+		nRecv[ts[i].dst]++
 	}
 	// Each rank's transfers (both halves), in key order. ts is in producer
 	// order (rank by rank, step by step), so per rank the sends and the
@@ -127,14 +156,17 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	mineBuf := make([]int32, 2*len(ts))
 	type placed struct {
-		t    float64 // the transfer's key time
-		at   int32   // host step index the op goes before
-		cons int32   // for a receive: index of its consuming host step
-		peer int32   // index of the other half in ops[peer rank]
-		x    int32   // the transfer
+		at   int32 // host step index the op goes before
+		cons int32 // for a receive: index of its consuming host step
+		peer int32 // index of the other half in ops[peer rank]
+		x    int32 // the transfer
 		recv bool
 	}
 	opsBuf := make([]placed, 2*len(ts))
+	// keyT[off[r]+k] is the key time of ops[r][k], apart from the ops
+	// themselves: the slide below reads the peers' times while their ranks
+	// write their own ops.
+	keyT := make([]float64, 2*len(ts))
 	ops := make([][]placed, P)
 	sendPos := make([]int32, len(ts))
 	recvPos := make([]int32, len(ts))
@@ -160,16 +192,22 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		for _, run := range runs {
 			sortByKey(run, ts)
 		}
-		merged := mineBuf[lo:lo:hi]
-		for len(merged) < len(all) {
-			best := -1
-			for k, run := range runs {
-				if len(run) > 0 && (best < 0 || keyLess(ts, run[0], runs[best][0])) {
-					best = k
-				}
+		// Merge the runs one by one into what the earlier ones gave,
+		// writing by turns to mineBuf and to runsBuf's front, where the
+		// runs already merged lay (mergeByKey never writes past the element
+		// of the run it reads).
+		var merged []int32
+		if len(runs) > 0 {
+			merged = runs[0]
+		}
+		inMine := false
+		for _, run := range runs[min(1, len(runs)):] {
+			dst := runsBuf[lo:hi]
+			if !inMine {
+				dst = mineBuf[lo:hi]
 			}
-			merged = append(merged, runs[best][0])
-			runs[best] = runs[best][1:]
+			merged = mergeByKey(dst, merged, run, ts)
+			inMine = !inMine
 		}
 		// Place: a send right after the host steps that end by its time, a
 		// receive there too but no later than its consumer. Key times grow
@@ -182,13 +220,14 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			for u < len(e) && e[u] <= x.t {
 				u++
 			}
+			keyT[int(lo)+k] = x.t
 			if x.src == int32(r) {
 				sendPos[i] = int32(k)
-				list[k] = placed{at: int32(u), t: x.t, x: i}
+				list[k] = placed{at: int32(u), x: i}
 				continue
 			}
 			recvPos[i] = int32(k)
-			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, t: x.t, x: i, recv: true}
+			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true}
 		}
 		ops[r] = list
 	})
@@ -213,10 +252,10 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			op.peer = sendPos[op.x]
 			limitAt, limitT := int32(len(e)), math.Inf(1)
 			if k+1 < len(list) {
-				limitAt, limitT = list[k+1].at, list[k+1].t
+				limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
 			}
-			if src := ops[ts[op.x].src]; int(op.peer)+1 < len(src) {
-				limitT = min(limitT, src[op.peer+1].t)
+			if src := ts[op.x].src; off[src]+op.peer+1 < off[src+1] {
+				limitT = min(limitT, keyT[off[src]+op.peer+1])
 			}
 			limitAt = min(limitAt, op.cons)
 			for op.at < limitAt && e[op.at] <= limitT {
@@ -322,14 +361,16 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 		work = work[:len(work)-1]
 	advance:
 		for pos[r] < len(p.Ranks[r]) {
-			st := p.Ranks[r][pos[r]]
+			st := &p.Ranks[r][pos[r]]
+			subs := ir.ComputesAt(p.Ranks[r], pos[r])
 			start := free[r]
-			for _, cs := range st.Computes() {
+			for x := range subs {
+				cs := &subs[x]
 				// Its cross-stage input: the activation of F(s-1) or the
 				// gradient of B/I(s+1). The chunk's own F and I run earlier
 				// on this rank, and a compute-only program ships no labels
 				// or inputs.
-				in, ok := deps.Neighbour(&p, &cs)
+				in, ok := deps.Neighbour(&p, cs)
 				if !ok {
 					continue
 				}
@@ -351,11 +392,12 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 				}
 				start = max(start, t)
 			}
-			end := start + c.StepCost(st)
+			end := start + c.StepCost(*st)
 			ends[r][pos[r]] = end
 			free[r] = end
 			pos[r]++
-			for _, cs := range st.Computes() {
+			for x := range subs {
+				cs := &subs[x]
 				k := cs.Stage*M + cs.Micro
 				switch {
 				case cs.Kind == ir.Forward:
@@ -397,6 +439,29 @@ type transfer struct {
 func keyLess(ts []transfer, a, b int32) bool {
 	x, y := &ts[a], &ts[b]
 	return x.t < y.t || (x.t == y.t && x.tie < y.tie)
+}
+
+// mergeByKey writes the key-ordered merge of the key-ordered transfer index
+// lists a and b to dst and returns it (len(a)+len(b) long). dst may be the
+// memory that holds the lists before b, up to b: the element written at
+// i+j never lies past b[j], which is read first.
+func mergeByKey(dst, a, b []int32, ts []transfer) []int32 {
+	dst = dst[:len(a)+len(b)]
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if keyLess(ts, b[j], a[i]) {
+			dst[i+j] = b[j]
+			j++
+		} else {
+			dst[i+j] = a[i]
+			i++
+		}
+	}
+	for ; i < len(a); i++ {
+		dst[i+j] = a[i]
+	}
+	copy(dst[i+j:], b[j:])
+	return dst
 }
 
 // sortByKey sorts the transfer indexes a by keyLess (runs are short and

@@ -1,6 +1,9 @@
 package passes
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/par"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // InsertData adds the data steps of a program: DATA_LOAD(0, m) (the input of
 // micro m) right before each F(0, m) on stage 0's rank, and DATA_LOAD(S-1, m)
@@ -129,8 +132,12 @@ func (d *dataLoads) load(dst []ir.Step, c *ir.Step) []ir.Step {
 func insertDataShared(p ir.Program) ir.Program {
 	d := newDataLoads(p)
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, len(p.Ranks))}
+	// Which ranks may get a load: read-only, in parallel. The few that
+	// may are rebuilt one by one (appendRank's scratch is shared).
+	may := make([]bool, len(p.Ranks))
+	par.ForRanks(len(p.Ranks), p.NumSteps(), func(r int) { may[r] = d.mayLoad(p.Ranks[r]) })
 	for r, steps := range p.Ranks {
-		if !d.mayLoad(steps) {
+		if !may[r] {
 			q.Ranks[r] = steps
 			continue
 		}

@@ -1,6 +1,9 @@
 package passes
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/par"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // RecvDistance returns the mean, over all receives (RECV_F, RECV_B,
 // DATA_RECV) of the program, of the number of compute steps between a
@@ -29,12 +32,15 @@ func RecvDistances(p ir.Program) []float64 {
 }
 
 // recvDistance returns the sum of distances and the number of receives
-// counted; when perRank is non-nil it also fills the per-rank means.
+// counted; when perRank is non-nil it also fills the per-rank means. A
+// receive counts on its stage's rank (where verify requires it, with its
+// consumer), so ranks touch disjoint chunks and go in parallel.
 func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 	S, M := p.Stages(), p.Micro
 	if S <= 0 || M <= 0 {
 		return 0, 0
 	}
+	rankOf := p.Placement.RankOf
 	// pending[kind][chunk]: compute count when the receive was posted, or -1.
 	var pending [3][]int32
 	for i := range pending {
@@ -51,8 +57,11 @@ func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 		}
 		return -1
 	}
-	inRange := func(s ir.Step) bool { return s.Stage >= 0 && s.Stage < S && s.Micro >= 0 && s.Micro < M }
-	for r, steps := range p.Ranks {
+	sums := make([]int, 2*len(p.Ranks)) // per rank: sum, count
+	par.ForRanks(len(p.Ranks), p.NumSteps(), func(r int) {
+		mine := func(s *ir.Step) bool {
+			return s.Stage >= 0 && s.Stage < S && s.Micro >= 0 && s.Micro < M && rankOf[s.Stage] == r
+		}
 		computes := int32(0)
 		rs, rn := 0, 0
 		take := func(i int, ch int) {
@@ -62,9 +71,11 @@ func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 				pending[i][ch] = -1
 			}
 		}
-		for _, st := range steps {
+		steps := p.Ranks[r]
+		for j := range steps {
+			st := &steps[j]
 			if k := slot(st.Kind); k >= 0 {
-				if inRange(st) {
+				if mine(st) {
 					pending[k][st.Stage*M+st.Micro] = computes
 				}
 				continue
@@ -72,8 +83,13 @@ func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 			if !st.Kind.IsCompute() {
 				continue
 			}
-			for _, c := range st.Computes() {
-				if !inRange(c) {
+			subs := st.Sub
+			if !st.Kind.IsOverlap() {
+				subs = steps[j : j+1]
+			}
+			for k := range subs {
+				c := &subs[k]
+				if !mine(c) {
 					continue
 				}
 				ch := c.Stage*M + c.Micro
@@ -87,11 +103,14 @@ func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 			}
 			computes++
 		}
-		sum += rs
-		n += rn
+		sums[2*r], sums[2*r+1] = rs, rn
 		if perRank != nil && rn > 0 {
 			perRank[r] = float64(rs) / float64(rn)
 		}
+	})
+	for r := range p.Ranks {
+		sum += sums[2*r]
+		n += sums[2*r+1]
 	}
 	return sum, n
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -97,7 +98,8 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 		}
 		return !k.HasStage() || !k.HasMicro() || p.Runs(st.Stage, st.Micro)
 	}
-	for r, steps := range p.Ranks {
+	rankErr := func(r int) error {
+		steps := p.Ranks[r]
 		for i := range steps {
 			st := &steps[i]
 			if !st.Kind.IsOverlap() {
@@ -118,6 +120,15 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 					return stepError(p, pass, computeOnly, r, i, *st, *sub)
 				}
 			}
+		}
+		return nil
+	}
+	// Ranks are checked in parallel; the first rank's error is reported.
+	errs := make([]error, P)
+	par.ForRanks(P, p.NumSteps(), func(r int) { errs[r] = rankErr(r) })
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package passes
 import (
 	"slices"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -18,19 +19,19 @@ func InsertOptStep(p ir.Program) ir.Program { return insertOptStep(p, false) }
 func insertOptStep(p ir.Program, inPlace bool) ir.Program {
 	q := p
 	q.Ranks = make([][]ir.Step, len(p.Ranks))
-	for r, steps := range p.Ranks {
-		has := false
-		for _, st := range steps {
-			has = has || st.Kind == ir.OptStep
-		}
+	par.ForRanks(len(p.Ranks), p.NumSteps(), func(r int) {
+		steps := p.Ranks[r]
 		q.Ranks[r] = steps
-		if !has {
-			if !inPlace {
-				steps = steps[:len(steps):len(steps)] // force a copy
+		for i := range steps {
+			if steps[i].Kind == ir.OptStep {
+				return
 			}
-			q.Ranks[r] = append(steps, ir.Step{Kind: ir.OptStep, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None})
 		}
-	}
+		if !inPlace {
+			steps = steps[:len(steps):len(steps)] // force a copy
+		}
+		q.Ranks[r] = append(steps, ir.Step{Kind: ir.OptStep, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None})
+	})
 	return q
 }
 

@@ -106,6 +106,7 @@ type slotter struct {
 	endHead []int32 // per step of the current rank
 	free    []uint64
 	count   int
+	_       [64]byte // each worker's slotter (assignSlots) on its own cache lines
 }
 
 // span extends the lifetimes st (at index i) touches: its own chunk's and,

@@ -1,7 +1,10 @@
 package verify
 
 import (
+	"slices"
+
 	"github.com/ppgen/ppgen/gen/internal/deps"
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -34,22 +37,36 @@ func (c *checker) match() error {
 	nKeys := nPairs * 3
 	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
 	ord := make([]int32, nOps)    // position within its queue
-	for op := range nOps {
-		k := c.opKey(op, nKeys)
-		ord[op] = cnt[k]
-		cnt[k]++
-	}
 	c.opPartner = make([]int32, nOps)
-	for op := range nOps {
-		var q int32 = -1
-		st := c.opStepPtr(int32(op))
-		if k, ds := deps.CounterpartOf(st.Kind); k.IsComm() {
-			q = c.at1(atOf(k), st.Stage+ds, st.Micro)
+	// A queue's ops all live on one rank (its source for the sends, its
+	// destination for the receives), so ranks number theirs in parallel,
+	// then check their counterparts' positions.
+	ops := c.model.OpOff
+	w := par.Workers(P, c.rep.Steps)
+	par.ForRanksW(w, P, func(_, r int) {
+		for op := int(ops[r]); op < int(ops[r+1]); op++ {
+			k := c.opKey(op, nKeys)
+			ord[op] = cnt[k]
+			cnt[k]++
 		}
-		if q < 0 || ord[q] != ord[op] {
-			return c.matchSlow(cnt, ord, nKeys)
+	})
+	fast := make([]bool, P)
+	par.ForRanksW(w, P, func(_, r int) {
+		for op := int(ops[r]); op < int(ops[r+1]); op++ {
+			var q int32 = -1
+			st := c.opStepPtr(int32(op))
+			if k, ds := deps.CounterpartOf(st.Kind); k.IsComm() {
+				q = c.at1(atOf(k), st.Stage+ds, st.Micro)
+			}
+			if q < 0 || ord[q] != ord[op] {
+				return
+			}
+			c.opPartner[op] = q
 		}
-		c.opPartner[op] = q
+		fast[r] = true
+	})
+	if slices.Contains(fast, false) {
+		return c.matchSlow(cnt, ord, nKeys)
 	}
 	return nil
 }

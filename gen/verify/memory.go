@@ -24,7 +24,7 @@ func (c *checker) slot(rw *rankWalk, i int, top, st *ir.Step) {
 		switch {
 		case c.slotOf[ch] < 0:
 			c.slotOf[ch] = int32(st.Slot)
-			c.rep.Slots[r] = max(c.rep.Slots[r], st.Slot+1)
+			rw.slots = max(rw.slots, st.Slot+1)
 		case int(c.slotOf[ch]) != st.Slot:
 			rw.slotErr.note(r, i, func() error {
 				return c.fail(r, i, *top, Slot, "%s uses slot %d, but its chunk (stage %d, micro %d) has slot %d since step %d; a chunk keeps one slot", *st, st.Slot, s, m, c.slotOf[ch], c.first[ch])

@@ -63,7 +63,7 @@ func (c *checker) leaf(rw *rankWalk, i int, top, st *ir.Step) error {
 		return c.fail(r, i, *top, Structure, "micro-batch %d runs only stages %d..%d (its model copy), not stage %d", m, first, last, s)
 	}
 	if k.IsCompute() {
-		c.lastCompute[r] = int32(i)
+		rw.lastCompute = int32(i)
 	}
 	if k.IsComm() {
 		want := ir.None

@@ -200,10 +200,14 @@ func (c *checker) fail(r, i int, st ir.Step, code Code, format string, args ...a
 	return &Error{Rank: r, Index: i, Step: st, Code: code, Reason: fmt.Sprintf(format, args...)}
 }
 
-// route is c.p.Route, without the arithmetic for one pipeline.
+// route is c.p.Route, without the arithmetic for one pipeline (it
+// inlines: the walk asks it up to three times a step).
 func (c *checker) route(m int) (first, last int) {
 	if c.single {
 		return 0, c.S - 1
 	}
-	return c.p.Route(m)
+	return c.copyRoute(m)
 }
+
+//go:noinline
+func (c *checker) copyRoute(m int) (first, last int) { return c.p.Route(m) }

@@ -26,6 +26,13 @@ type rankWalk struct {
 	starts  []int32
 	batch   batchWalk
 	err     error
+	// The rank's entries of c.lastCompute, c.rep.Slots and
+	// c.rep.PeakActivations, kept here during the walk and stored when it
+	// ends: ranks next to each other share cache lines of those arrays,
+	// and two workers writing them at every step would bounce the lines.
+	lastCompute int32
+	slots, peak int
+	_           [64]byte // the next rank's walk on other cache lines than these fields
 }
 
 // walk makes the one pass over every step (see Check).
@@ -206,7 +213,11 @@ func (c *checker) walk() error {
 func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 	r := rw.r
 	steps := c.p.Ranks[r]
-	c.lastCompute[r], c.optAt[r] = -1, -1
+	c.optAt[r] = -1
+	rw.lastCompute = -1
+	defer func() {
+		c.lastCompute[r], c.rep.Slots[r], c.rep.PeakActivations[r] = rw.lastCompute, rw.slots, rw.peak
+	}()
 	rw.waits = make([]strict.Event, 0, len(steps))
 	live := 0
 	nHost := int32(0)
@@ -326,7 +337,7 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 			c.waits(rw, &st.Sub[k])
 		}
 		rw.waitEnd[nHost-1] = int32(len(rw.waits))
-		c.lastCompute[r] = int32(i)
+		rw.lastCompute = int32(i)
 		live = c.peak(rw, i, st, st.Sub, live)
 	}
 	if err := c.batchEnd(rw); err != nil {
@@ -343,7 +354,7 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 			return err
 		}
 	}
-	if o := c.optAt[r]; o >= 0 && c.lastCompute[r] > o {
+	if o := c.optAt[r]; o >= 0 && rw.lastCompute > o {
 		r, o := r, int(o)
 		rw.order.note(r, o, func() error {
 			lc := c.lastCompute[r]
@@ -402,8 +413,8 @@ func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live i
 			live++
 		}
 	}
-	if live > c.rep.PeakActivations[r] {
-		c.rep.PeakActivations[r] = live
+	if live > rw.peak {
+		rw.peak = live
 		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations && rw.memErr == nil {
 			rw.memErr = c.fail(r, i, *top, Memory, "%d chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", live, c.opt.MaxActivations)
 		}
