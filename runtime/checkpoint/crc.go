@@ -13,6 +13,13 @@ import (
 // BENCHMARKS.md), so that the pieces of a 4 MiB tensor overlap too.
 const crcChunk = 256 << 10
 
+// ioBuffer is the buffer of a shard's reader and writer, for the small
+// fields: a tensor's elements pass it, read straight into the tensor or
+// written from it, but for the part the buffer already holds, which is
+// copied twice (so it is small: smaller than a piece, so that every piece
+// after a tensor's first goes past it).
+const ioBuffer = 64 << 10
+
 // chunkShift advances a CRC-32C over crcChunk zero bytes (gf2Times): the
 // operator crc32Combine builds, made once for the pieces of crcOverlapped.
 var chunkShift = sync.OnceValue(func() *[32]uint32 { return zerosOperator(crcChunk) })

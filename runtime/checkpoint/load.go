@@ -10,12 +10,6 @@ import (
 	"slices"
 )
 
-// readBuffer is the buffer of a shard's reader, for its small fields: a
-// tensor's elements are read past it, straight into the tensor, but for
-// the part the buffer already holds, which is copied twice (so it is
-// small).
-const readBuffer = 64 << 10
-
 // Checkpoint is a checkpoint directory opened for reading: its checked
 // manifest, every shard file present with its recorded size.
 type Checkpoint struct {
@@ -64,7 +58,7 @@ func (c *Checkpoint) ReadShard(rank int, f Filter) (*Shard, error) {
 	if st.Size() != info.Bytes {
 		return nil, fmt.Errorf("checkpoint: shard %s: %w: %d bytes, the manifest says %d (truncated or overwritten)", path, ErrCorrupt, st.Size(), info.Bytes)
 	}
-	s, crc, err := decode(bufio.NewReaderSize(file, readBuffer), info.Bytes, f)
+	s, crc, err := decode(bufio.NewReaderSize(file, ioBuffer), info.Bytes, f)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: shard %s: %w", path, err)
 	}
