@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -115,4 +116,73 @@ func plainRead(path string, buf []byte) error {
 	defer f.Close()
 	_, err = io.ReadFull(f, buf)
 	return err
+}
+
+// BenchmarkLoad is BenchmarkThroughput's load alone (Open+LayersInto
+// against a plain read of as many bytes, alternated in every iteration),
+// so that many iterations fit in a short run on a loaded machine: it
+// reports both GB/s, the ratio of the sums, and the median of the
+// iterations' ratios (steadier when other work comes and goes).
+func BenchmarkLoad(b *testing.B) {
+	const layers, elems = 16, 1 << 20
+	s := &Shard{}
+	dst := map[int]Tensor{}
+	for l := range layers {
+		v := make([]float32, elems)
+		for i := range v {
+			v[i] = float32(i%1000) * 0.001
+		}
+		s.Params = append(s.Params, Param{Layer: l, Name: "0.weight", Value: Tensor{Shape: []int{1024, 1024}, F32: v}})
+		dst[l] = Tensor{Shape: []int{1024, 1024}, F32: make([]float32, elems)}
+	}
+	dir := b.TempDir()
+	ckDir, plain := filepath.Join(dir, "ck"), filepath.Join(dir, "plain.bin")
+	if err := Save(ckDir, s, SaveOptions{Layout: Layout{Ranks: 1, DP: 1}}); err != nil {
+		b.Fatal(err)
+	}
+	c, err := Open(ckDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	size := c.Manifest.Shards[0].Bytes
+	data, err := os.ReadFile(filepath.Join(ckDir, c.Manifest.Shards[0].File))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := plainWrite(plain, data); err != nil {
+		b.Fatal(err)
+	}
+	readBuf := make([]byte, size)
+	all := make([]int, layers)
+	for i := range all {
+		all[i] = i
+	}
+	into := func(layer int, _, _ string) Tensor { return dst[layer] }
+	var tLoad, tRead time.Duration
+	var ratios []float64
+	b.SetBytes(size)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		c, err := Open(ckDir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.LayersInto(all, 0, into); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := plainRead(plain, readBuf); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		tLoad, tRead = tLoad+t1.Sub(t0), tRead+t2.Sub(t1)
+		ratios = append(ratios, t2.Sub(t1).Seconds()/t1.Sub(t0).Seconds())
+	}
+	slices.Sort(ratios)
+	gbs := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e9 }
+	b.ReportMetric(gbs(tLoad), "load-GB/s")
+	b.ReportMetric(gbs(tRead), "read-GB/s")
+	b.ReportMetric(tRead.Seconds()/tLoad.Seconds(), "load/read")
+	b.ReportMetric(ratios[len(ratios)/2], "median-load/read")
 }

@@ -160,7 +160,7 @@ func Encode(w io.Writer, s *Shard) (n int64, crc uint32, err error) {
 	}
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
-		bw = bufio.NewWriterSize(w, 1<<20)
+		bw = bufio.NewWriterSize(w, ioBuffer)
 	}
 	e := &encoder{w: bw}
 	e.write([]byte(Magic))

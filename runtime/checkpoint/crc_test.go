@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"testing"
@@ -42,5 +43,22 @@ func TestCRCOverlapped(t *testing.T) {
 	boom := errors.New("boom")
 	if _, err := crcOverlapped(0, p, func([]byte) error { return boom }); err != boom {
 		t.Fatalf("error %v, want boom", err)
+	}
+}
+
+// BenchmarkCRC measures CRC-32C over a 256 KiB piece summed again and
+// again (from the caches: crcChunk) and over 64 MiB (from memory).
+func BenchmarkCRC(b *testing.B) {
+	for _, n := range []int{crcChunk, 64 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i)
+			}
+			b.SetBytes(int64(n))
+			for range b.N {
+				crc32.Checksum(p, castagnoli)
+			}
+		})
 	}
 }

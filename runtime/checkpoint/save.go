@@ -118,7 +118,7 @@ func WriteShard(dir string, gen, rank int, s *Shard) error {
 	var n int64
 	var crc uint32
 	err := writeAtomic(dir, name, true, func(f *os.File) (err error) {
-		n, crc, err = Encode(bufio.NewWriterSize(f, 1<<20), s)
+		n, crc, err = Encode(bufio.NewWriterSize(f, ioBuffer), s)
 		return err
 	})
 	if err != nil {

@@ -139,7 +139,7 @@ func (r *rank) restore(dir string) (state, []checkpoint.Param, error) {
 	for i, l := range r.layers {
 		want[i] = l.layer
 	}
-	got, err := ck.Layers(want, r.replica)
+	got, err := ck.LayersInto(want, r.replica, r.into())
 	if err != nil {
 		return state{}, nil, fmt.Errorf("train: rank %d: resume: %w", r.world, err)
 	}
@@ -155,6 +155,34 @@ func (r *rank) restore(dir string) (state, []checkpoint.Param, error) {
 		}
 	}
 	return st, got, nil
+}
+
+// into gives checkpoint.LayersInto the memory of the rank's parameters
+// (each layer's first copy), so that their values are read straight into
+// the model; nil with FSDP, whose saved parameters are cut into shards
+// after the stages are sharded.
+func (r *rank) into() func(layer int, name, state string) checkpoint.Tensor {
+	if r.cfg.FSDP {
+		return nil
+	}
+	values := map[int]map[string]*nn.Param{}
+	for _, l := range r.layers {
+		values[l.layer] = map[string]*nn.Param{}
+		for _, p := range l.params {
+			values[l.layer][p.Name] = p
+		}
+	}
+	return func(layer int, name, state string) checkpoint.Tensor {
+		p := values[layer][name]
+		if state != "" || p == nil {
+			return checkpoint.Tensor{}
+		}
+		t, err := nncheckpoint.FromDense(p.Value)
+		if err != nil {
+			return checkpoint.Tensor{} // restoreLayer reports it
+		}
+		return t
+	}
 }
 
 // restoreLayer copies layer's saved values and optimizer state into ps.

@@ -82,7 +82,7 @@ func FromDense(t *tensor.Dense) (checkpoint.Tensor, error) {
 }
 
 // CopyInto copies src's elements into dst, which must have its shape and
-// dtype.
+// dtype; nothing when src is dst's memory.
 func CopyInto(dst *tensor.Dense, src checkpoint.Tensor) error {
 	d, err := FromDense(dst)
 	if err != nil {
@@ -90,6 +90,9 @@ func CopyInto(dst *tensor.Dense, src checkpoint.Tensor) error {
 	}
 	if d.DType() != src.DType() || !slices.Equal(d.Shape, src.Shape) || d.Len() != src.Len() {
 		return fmt.Errorf("saved %v %v, the model's %v %v", src.DType(), src.Shape, d.DType(), d.Shape)
+	}
+	if d.Len() > 0 && (d.F32 != nil && &d.F32[0] == &src.F32[0] || d.F64 != nil && &d.F64[0] == &src.F64[0]) {
+		return nil // src was read into dst (checkpoint.LayersInto)
 	}
 	copy(d.F32, src.F32)
 	copy(d.F64, src.F64)
