@@ -77,7 +77,7 @@ type tcpConn struct {
 	wmu     sync.Mutex
 	byeSent bool // under wmu
 	hdr     [frameHdrLen + 8*wire.MaxDims]byte
-	arr     [4][]byte // header, its seal, payload, its seal (writeFrame)
+	arr     [4][]byte // header, its seal, payload, its tags (writeFrame)
 	bufs    net.Buffers
 	seal    *frameSealer // under wmu; nil: plain frames
 	open    *frameOpener // the reader's; nil: plain frames
