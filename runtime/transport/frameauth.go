@@ -196,9 +196,9 @@ func (o *frameOpener) readPayload(r io.Reader, p []byte) error {
 	return nil
 }
 
-// readTagging reads the n chunks of frame seq's payload p from r while a
-// second goroutine computes their tags, a chunk behind; it returns once
-// both are done.
+// readTagging reads frame seq's payload p, of n chunks, from r while a
+// second goroutine computes the tag of each chunk read (reads as large as
+// the socket gives, as a plain frame's); it returns once both are done.
 func (o *frameOpener) readTagging(r io.Reader, p []byte, seq uint64, n int) error {
 	read := make(chan int, 16) // indices of the chunks read
 	done := make(chan struct{})
@@ -209,14 +209,23 @@ func (o *frameOpener) readTagging(r io.Reader, p []byte, seq uint64, n int) erro
 		}
 	}()
 	var err error
-	for i := range n {
-		if _, err = io.ReadFull(r, payloadChunk(p, i)); err != nil {
-			break
+	off, next := 0, 0
+	for off < len(p) && err == nil {
+		var m int
+		m, err = r.Read(p[off:])
+		off += m
+		for ; next < n && min((next+1)*frameChunk, len(p)) <= off; next++ {
+			read <- next
 		}
-		read <- i
 	}
 	close(read)
 	<-done
+	switch {
+	case off == len(p):
+		return nil // as io.ReadFull: an error with the last bytes is the next read's
+	case err == io.EOF:
+		return io.ErrUnexpectedEOF
+	}
 	return err
 }
 
