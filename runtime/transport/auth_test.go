@@ -184,3 +184,24 @@ func TestTCPChunkedFrames(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestTCPChunkedFrameCut: a peer that disconnects inside the second chunk
+// of a payload is named as closed, as one that disconnects inside a payload
+// of one chunk (TestBadPeers, "peer disconnects mid-frame").
+func TestTCPChunkedFrameCut(t *testing.T) {
+	trs, c := established(t, nil)
+	trs[1].hbPaused.Store(true) // no heartbeat may interleave with the bytes
+	sc := trs[1].conns[0]
+	const n = 600 << 10
+	sc.wmu.Lock()
+	frame := sealed(sc, append(rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, n, n/8), make([]byte, n)...))
+	_, err := c.Write(frame[:len(frame)-n+frameChunk+1000])
+	sc.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trs[1].Kill()
+	if _, _, err := trs[0].Recv(1, abi.ActChannel); !errors.Is(err, ErrPeerClosed) || !strings.Contains(err.Error(), "rank 1 closed the connection") {
+		t.Errorf("err = %v", err)
+	}
+}

@@ -39,10 +39,10 @@ import (
 // largest cost of a frame, so it runs beside the copy rather than before or
 // after it: the payload goes to the socket in one vectored write, as a plain
 // frame's does, while a second goroutine computes the chunks' tags (written
-// after it), and the reader reads chunk k+1 while a second goroutine checks
-// chunk k. The tags after the payload keep it contiguous on the wire, so it
-// is read straight into the receive tensor. Frames of one chunk are tagged
-// inline. BENCHMARKS.md has the cost. With an empty token (AllowNoToken) the
+// after it), and the reader reads on while a second goroutine computes the
+// tag of each chunk already read, comparing the tags once all have come. The
+// tags after the payload keep it contiguous on the wire, so it is read
+// straight into the receive tensor. Frames of one chunk are tagged inline. BENCHMARKS.md has the cost. With an empty token (AllowNoToken) the
 // keys depend on the nonces only: frames are then safe from a blind injector,
 // not from one who saw the handshake.
 const (
@@ -169,8 +169,7 @@ func (o *frameOpener) openHead(r io.Reader, h []byte) error {
 
 // readPayload reads the payload p of the frame whose header openHead
 // accepted, then its tags, and checks each chunk's. A payload of more than
-// one chunk is read chunk by chunk into p, a second goroutine computing the
-// tag of each chunk read while the next is read.
+// one chunk is tagged while it is read (readTagging).
 func (o *frameOpener) readPayload(r io.Reader, p []byte) error {
 	seq := o.seq
 	o.seq++
