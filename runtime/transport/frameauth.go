@@ -115,7 +115,8 @@ type frameSealer struct {
 	seq   uint64
 	nonce [12]byte
 	head  [frameHeadAuthLen]byte
-	tags  []byte // the current frame's payload tags
+	tags  []byte      // the current frame's payload tags
+	done  chan []byte // tags, from the goroutine that computed them (writeFrame)
 }
 
 // sealHead numbers the next frame, header h, and returns what follows h
@@ -142,7 +143,9 @@ type frameOpener struct {
 	seq       uint64 // the number of the next frame
 	nonce     [12]byte
 	buf       [frameHeadAuthLen]byte
-	want, got []byte // the current frame's payload tags: computed, received
+	want, got []byte        // the current frame's payload tags: computed, received
+	read      chan int      // to the tagging goroutine: chunks read, then -1 (readTagging)
+	done      chan struct{} // from it: every chunk tagged
 }
 
 // openHead reads what follows the header h of the next frame from r and
@@ -199,13 +202,11 @@ func (o *frameOpener) readPayload(r io.Reader, p []byte) error {
 // second goroutine computes the tag of each chunk read (reads as large as
 // the socket gives, as a plain frame's); it returns once both are done.
 func (o *frameOpener) readTagging(r io.Reader, p []byte, seq uint64, n int) error {
-	read := make(chan int, 16) // indices of the chunks read
-	done := make(chan struct{})
 	go func() {
-		defer close(done)
-		for i := range read {
+		for i := <-o.read; i >= 0; i = <-o.read {
 			o.tagChunk(seq, i, payloadChunk(p, i))
 		}
+		o.done <- struct{}{}
 	}()
 	var err error
 	off, next := 0, 0
@@ -214,11 +215,11 @@ func (o *frameOpener) readTagging(r io.Reader, p []byte, seq uint64, n int) erro
 		m, err = r.Read(p[off:])
 		off += m
 		for ; next < n && min((next+1)*frameChunk, len(p)) <= off; next++ {
-			read <- next
+			o.read <- next
 		}
 	}
-	close(read)
-	<-done
+	o.read <- -1
+	<-o.done
 	switch {
 	case off == len(p):
 		return nil // as io.ReadFull: an error with the last bytes is the next read's
@@ -266,11 +267,10 @@ func (c *tcpConn) writeFrame(h, p []byte) error {
 		_, err := c.bufs.WriteTo(c.c)
 		return err
 	}
-	sealed := make(chan []byte, 1)
-	go func() { sealed <- s.sealPayload(p) }()
+	go func() { s.done <- s.sealPayload(p) }()
 	c.bufs = c.arr[:3]
 	_, err := c.bufs.WriteTo(c.c)
-	tags := <-sealed // always: s is not to be shared past this call
+	tags := <-s.done // always: s is not to be shared past this call
 	if err != nil {
 		return err
 	}
@@ -283,8 +283,8 @@ func (c *tcpConn) writeFrame(h, p []byte) error {
 func newTCPConnKeys(t *TCP, peer int, c net.Conn, keys *frameKeys) *tcpConn {
 	tc := newTCPConn(t, peer, c)
 	if keys != nil {
-		tc.seal = &frameSealer{aead: keys.send}
-		tc.open = &frameOpener{aead: keys.recv}
+		tc.seal = &frameSealer{aead: keys.send, done: make(chan []byte, 1)}
+		tc.open = &frameOpener{aead: keys.recv, read: make(chan int, 16), done: make(chan struct{}, 1)}
 	}
 	return tc
 }
