@@ -3,10 +3,15 @@ package transport
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ppgen/ppgen/abi"
+	"github.com/ppgen/ppgen/runtime/internal/wire"
 )
 
 func TestTCPRequiresToken(t *testing.T) {
@@ -94,11 +99,109 @@ func sealed(c *tcpConn, raw []byte) []byte {
 		return raw
 	}
 	out := append(append([]byte{}, raw[:n]...), c.seal.sealHead(raw[:n])...)
-	p := raw[n:]
-	for i := range int(payloadChunks(int64(len(p)))) {
-		chunk := p[min(i*frameChunk, len(p)):min((i+1)*frameChunk, len(p))]
-		out = append(append(out, chunk...), c.seal.sealChunk(i, chunk)...)
-	}
+	out = append(append(out, raw[n:]...), c.seal.sealPayload(raw[n:])...)
 	c.seal.seq++
 	return out
+}
+
+// TestTCPPayloadForged: a frame whose header is authentic but whose payload
+// or payload tags were changed on the way (by one who cannot compute tags)
+// is refused before Recv hands it out, the error naming the chunk; frames
+// of one chunk (tagged inline) and of several (tagged beside the copy) alike.
+func TestTCPPayloadForged(t *testing.T) {
+	const big = 600 << 10 // three chunks: 256, 256 and 88 KiB
+	cases := []struct {
+		name    string
+		payload int // bytes of float64
+		flip    int // the byte changed, from the payload's start (past it: the tags)
+		want    string
+	}{
+		{"a byte of a one-chunk payload", 64, 3, "rank 1 sent frame number 0 whose payload fails authentication at bytes 0..64 (forged or corrupted)"},
+		{"the tag of a one-chunk payload", 64, 64 + 15, "at bytes 0..64 (forged"},
+		{"a byte of the first chunk", big, 100, "at bytes 0..262144 (forged"},
+		{"a byte of the last chunk", big, big - 1, "at bytes 524288..614400 (forged"},
+		{"a byte of the second chunk's tag", big, big + frameTagLen + 1, "at bytes 262144..524288 (forged"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			trs, c := established(t, nil)
+			trs[1].hbPaused.Store(true) // no heartbeat may interleave with the bytes
+			sc := trs[1].conns[0]
+			sc.wmu.Lock()
+			h := rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, uint64(tc.payload), uint64(tc.payload/8))
+			frame := sealed(sc, append(h, make([]byte, tc.payload)...))
+			frame[len(h)+frameHeadAuthLen+tc.flip] ^= 1
+			_, err := c.Write(frame)
+			sc.wmu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, x, err := trs[0].Recv(1, abi.ActChannel)
+			if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, err = %v, want ErrProtocol containing %q", x, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTCPChunkedFrames: payloads around the chunk size arrive intact in
+// both directions, concurrently (the tags of a payload over one chunk are
+// computed beside its copy, on both ends; run it with -race).
+func TestTCPChunkedFrames(t *testing.T) {
+	const c = frameChunk / 8 // float64 elements per chunk
+	sizes := []int{1, c - 1, c, c + 1, 2 * c, 3*c - 7, 4*c + 5}
+	trs := mustWorld(t, 2, nil)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			for i, n := range sizes {
+				vals := make([]float64, n)
+				for j := range vals {
+					vals[j] = float64(r*1000003 + i*7919 + j)
+				}
+				if err := trs[r].Send(1-r, abi.ActChannel, Tag{Micro: int32(i)}, f64([]int{n}, vals...)); err != nil {
+					t.Errorf("rank %d: send %d floats: %v", r, n, err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for i, n := range sizes {
+				tag, x, err := trs[r].Recv(1-r, abi.ActChannel)
+				if err != nil {
+					t.Errorf("rank %d: recv %d floats: %v", r, n, err)
+					return
+				}
+				vals := make([]float64, n)
+				for j := range vals {
+					vals[j] = float64((1-r)*1000003 + i*7919 + j)
+				}
+				if err := sameTensor(x, f64([]int{n}, vals...)); tag.Micro != int32(i) || err != nil {
+					t.Errorf("rank %d: message %d (%d floats): tag %v, %v", r, i, n, tag, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestTCPChunkedFrameCut: a peer that disconnects inside the second chunk
+// of a payload is named as closed, as one that disconnects inside a payload
+// of one chunk (TestBadPeers, "peer disconnects mid-frame").
+func TestTCPChunkedFrameCut(t *testing.T) {
+	trs, c := established(t, nil)
+	trs[1].hbPaused.Store(true) // no heartbeat may interleave with the bytes
+	sc := trs[1].conns[0]
+	const n = 600 << 10
+	sc.wmu.Lock()
+	frame := sealed(sc, append(rawHeader(frameData, wire.ChannelCode(abi.ActChannel), wire.Float64, n, n/8), make([]byte, n)...))
+	_, err := c.Write(frame[:len(frame)-n+frameChunk+1000])
+	sc.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trs[1].Kill()
+	if _, _, err := trs[0].Recv(1, abi.ActChannel); !errors.Is(err, ErrPeerClosed) || !strings.Contains(err.Error(), "rank 1 closed the connection") {
+		t.Errorf("err = %v", err)
+	}
 }

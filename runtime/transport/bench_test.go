@@ -119,6 +119,20 @@ func BenchmarkTCPThroughput(b *testing.B) {
 	})
 }
 
+// cpuPerOp starts measuring the process's CPU time (user and system, both
+// ends of the connection and the runtime's idle spinning included) and
+// returns the function that reports it per op as "cpu-ms/op": the work a
+// message costs, which a box with cores to spare hides and a busy one does
+// not. Call it after ResetTimer, its result once every op is done.
+func cpuPerOp(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		if used := cpuTime() - start; start > 0 && b.N > 0 {
+			b.ReportMetric(float64(used.Nanoseconds())/1e6/float64(b.N), "cpu-ms/op")
+		}
+	}
+}
+
 // loopbackPair returns both ends of a plain loopback TCP connection.
 func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -156,23 +170,34 @@ func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 //
 //	go test -run '^$' -bench Throughput4MiB -benchtime 100x -count 5 -benchmem ./runtime/transport/
 func BenchmarkThroughput4MiB(b *testing.B) {
-	b.Run("raw-reused", func(b *testing.B) { benchRaw(b, false) })
-	b.Run("raw-alloc", func(b *testing.B) { benchRaw(b, true) })
-	b.Run("ppgen-tcp", func(b *testing.B) { benchPpgenTCP(b, true, false) })
-	b.Run("ppgen-tcp-norecycle", func(b *testing.B) { benchPpgenTCP(b, false, false) })
-	b.Run("ppgen-tcp-plain", func(b *testing.B) { benchPpgenTCP(b, true, true) })
+	b.Run("raw-reused", func(b *testing.B) { benchRaw(b, benchBytes, false) })
+	b.Run("raw-alloc", func(b *testing.B) { benchRaw(b, benchBytes, true) })
+	b.Run("ppgen-tcp", func(b *testing.B) { benchPpgenTCP(b, benchBytes, true, false) })
+	b.Run("ppgen-tcp-norecycle", func(b *testing.B) { benchPpgenTCP(b, benchBytes, false, false) })
+	b.Run("ppgen-tcp-plain", func(b *testing.B) { benchPpgenTCP(b, benchBytes, true, true) })
 }
 
-// benchRaw moves b.N 4 MiB messages over a plain loopback connection, into
-// one reused buffer or (fresh) a new buffer per message.
-func benchRaw(b *testing.B, fresh bool) {
+// BenchmarkThroughput64KiB is BenchmarkThroughput4MiB's raw-reused,
+// ppgen-tcp and ppgen-tcp-plain with 64 KiB messages: frames of one tagged
+// chunk, where a frame's fixed costs weigh most.
+//
+//	go test -run '^$' -bench Throughput64KiB -benchtime 5000x -count 5 ./runtime/transport/
+func BenchmarkThroughput64KiB(b *testing.B) {
+	b.Run("raw-reused", func(b *testing.B) { benchRaw(b, 64<<10, false) })
+	b.Run("ppgen-tcp", func(b *testing.B) { benchPpgenTCP(b, 64<<10, true, false) })
+	b.Run("ppgen-tcp-plain", func(b *testing.B) { benchPpgenTCP(b, 64<<10, true, true) })
+}
+
+// benchRaw moves b.N size-byte messages over a plain loopback connection,
+// into one reused buffer or (fresh) a new buffer per message.
+func benchRaw(b *testing.B, size int, fresh bool) {
 	c, rc := loopbackPair(b)
 	done := make(chan error, 1)
 	go func() {
-		buf := make([]byte, benchBytes)
+		buf := make([]byte, size)
 		for range b.N {
 			if fresh {
-				buf = make([]byte, benchBytes)
+				buf = make([]byte, size)
 			}
 			if _, err := io.ReadFull(rc, buf); err != nil {
 				done <- err
@@ -181,9 +206,10 @@ func benchRaw(b *testing.B, fresh bool) {
 		}
 		done <- nil
 	}()
-	src := make([]byte, benchBytes)
-	b.SetBytes(benchBytes)
+	src := make([]byte, size)
+	b.SetBytes(int64(size))
 	b.ResetTimer()
+	report := cpuPerOp(b)
 	for range b.N {
 		if _, err := c.Write(src); err != nil {
 			b.Fatal(err)
@@ -192,19 +218,20 @@ func benchRaw(b *testing.B, fresh bool) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+	report()
 }
 
-// benchPpgenTCP moves b.N 4 MiB float32 tensors from rank 0 to rank 1 of a
+// benchPpgenTCP moves b.N size-byte float32 tensors from rank 0 to rank 1 of a
 // TCP world, the receiver taking each with Recv and, with recycle, handing
 // it back; with plain, frames are not authenticated.
-func benchPpgenTCP(b *testing.B, recycle, plain bool) {
+func benchPpgenTCP(b *testing.B, size int, recycle, plain bool) {
 	trs := mustWorld(b, 2, func(r int, c *TCPConfig) { c.PlainFrames = plain; c.Logger = quiet })
 	b.Cleanup(func() {
 		for _, tr := range trs {
 			tr.Kill()
 		}
 	})
-	x := tensor.New(tensor.WithShape(benchBytes/4), tensor.WithBacking(make([]float32, benchBytes/4)))
+	x := tensor.New(tensor.WithShape(size/4), tensor.WithBacking(make([]float32, size/4)))
 	// Warm up outside the timer: 8 messages in flight at once, so that with
 	// recycling the pool holds the arrays of the steady state (receives
 	// allocate until as many are free as the reader ever has ahead of Recv).
@@ -223,8 +250,9 @@ func benchPpgenTCP(b *testing.B, recycle, plain bool) {
 		}
 	}
 	done := make(chan error, 1)
-	b.SetBytes(benchBytes)
+	b.SetBytes(int64(size))
 	b.ResetTimer()
+	report := cpuPerOp(b)
 	go func() {
 		for range b.N {
 			_, y, err := trs[1].Recv(0, abi.ActChannel)
@@ -246,4 +274,5 @@ func benchPpgenTCP(b *testing.B, recycle, plain bool) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+	report()
 }

@@ -41,7 +41,7 @@ func TestDecodeChallengeOtherVersion(t *testing.T) {
 		`{"proto":"ppgen-tcp/3","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","mac":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}`, // rank 0 of the version before
 	} {
 		_, err := decodeChallenge([]byte(msg))
-		want := fmt.Sprintf(`it speaks protocol %q, this rank speaks "ppgen-tcp/4"`, msg[10:21])
+		want := fmt.Sprintf(`it speaks protocol %q, this rank speaks "ppgen-tcp/5"`, msg[10:21])
 		if !errors.Is(err, errNotPpgen) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("err = %v, want %q", err, want)
 		}
@@ -167,7 +167,7 @@ func FuzzHandshake(f *testing.F) {
 	}
 	f.Add([]byte("GET / HTTP/1.0\r\n\r\n"))
 	f.Add([]byte(`{"proto":"ppgen-tcp/3","nonce":"AAAAAAAAAAAAAAAAAAAAAA=="} {}`))
-	f.Add([]byte(`{"proto":"ppgen-tcp/4","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","mac":"AAAA"}`))
+	f.Add([]byte(`{"proto":"ppgen-tcp/5","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","mac":"AAAA"}`))
 	f.Add([]byte(`{"proto":"ppgen-tcp/3","purpose":"peer","rank":0,"world":2,"fingerprint":"f","schedule":"zbv (P=2, V=2, M=4)"}`))
 	roundTrip := func(t *testing.T, what string, v any, decode func([]byte) (any, error)) {
 		enc, err := json.Marshal(v)

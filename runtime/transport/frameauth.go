@@ -5,10 +5,12 @@ import (
 	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 )
 
 // Frame authentication.
@@ -16,10 +18,10 @@ import (
 // Unless TCPConfig.PlainFrames opts out, every frame on a peer connection
 // carries tags, GMACs (AES-256-GCM over an empty plaintext): one over its
 // header and dims, sent right after them with the frame's sequence number,
-// and one after each chunk of up to frameChunk payload bytes (one for an
-// empty payload):
+// and after the payload one per chunk of up to frameChunk payload bytes (one
+// for an empty payload):
 //
-//	header, dims | seq uint64 LE | tagH [16] | chunk 0 | tag 0 | chunk 1 | tag 1 ...
+//	header, dims | seq uint64 LE | tagH [16] | payload | tag 0 | tag 1 ...
 //
 // Each direction of a connection has its own key, derived with HKDF-SHA256
 // from the token (secret), both handshake nonces (salt) and the direction
@@ -27,28 +29,40 @@ import (
 // the frame number, 'H' or 'P' and the chunk's index, so no nonce repeats
 // under a key. The receiver checks tagH before it decodes the header (nothing
 // a third party wrote sizes an allocation), then that the number is the one
-// due, then each chunk's tag before it hands the frame on: a frame injected
+// due, then every chunk's tag before it hands the frame on: a frame injected
 // into the connection by anyone who does not hold the token, or a frame
 // replayed or reordered, fails the transport with ErrProtocol naming the peer
 // and why.
 //
 // GMAC rather than HMAC-SHA256: with AES-NI and carry-less multiplication it
-// runs at about 7 GB/s on 4 MiB against HMAC-SHA256's 1.7 (SHA-NI). The
-// chunks let the sender tag chunk k+1 while the receiver checks chunk k,
-// instead of each waiting for the other's whole frame (BENCHMARKS.md has the
-// cost). With an empty token (AllowNoToken) the keys depend on the nonces
-// only: frames are then safe from a blind injector, not from one who saw the
-// handshake.
+// runs at about 7 GB/s against HMAC-SHA256's 1.7 (SHA-NI). It is still the
+// largest cost of a frame, so it runs beside the copy rather than before or
+// after it: the payload goes to the socket in one vectored write, as a plain
+// frame's does, while a second goroutine computes the chunks' tags (written
+// after it), and the reader reads on while a second goroutine computes the
+// tag of each chunk already read, comparing the tags once all have come. The
+// tags after the payload keep it contiguous on the wire, so it is read
+// straight into the receive tensor. Frames of one chunk are tagged inline. BENCHMARKS.md has the cost. With an empty token (AllowNoToken) the
+// keys depend on the nonces only: frames are then safe from a blind injector,
+// not from one who saw the handshake.
 const (
 	frameSeqLen      = 8
 	frameTagLen      = 16
 	frameHeadAuthLen = frameSeqLen + frameTagLen
 	frameKeyLen      = 32 // AES-256
-	frameChunk       = 1 << 20
+	frameChunk       = 256 << 10
 )
 
 // payloadChunks is the number of tagged chunks of an n-byte payload.
 func payloadChunks(n int64) int64 { return max(1, (n+frameChunk-1)/frameChunk) }
+
+// payloadChunk returns chunk i of the payload p.
+func payloadChunk(p []byte, i int) []byte {
+	return p[min(i*frameChunk, len(p)):min((i+1)*frameChunk, len(p))]
+}
+
+// tagBuf returns b resized to the tags of n chunks.
+func tagBuf(b []byte, n int) []byte { return slices.Grow(b[:0], n*frameTagLen)[:n*frameTagLen] }
 
 // frameKeys are one connection's frame keys, as seen from this side.
 type frameKeys struct {
@@ -101,7 +115,8 @@ type frameSealer struct {
 	seq   uint64
 	nonce [12]byte
 	head  [frameHeadAuthLen]byte
-	tail  [frameTagLen]byte
+	tags  []byte      // the current frame's payload tags
+	done  chan []byte // tags, from the goroutine that computed them (writeFrame)
 }
 
 // sealHead numbers the next frame, header h, and returns what follows h
@@ -112,18 +127,25 @@ func (s *frameSealer) sealHead(h []byte) []byte {
 	return s.head[:]
 }
 
-// sealChunk returns the tag of chunk i of the current frame's payload,
-// p (valid until the next call).
-func (s *frameSealer) sealChunk(i int, p []byte) []byte {
-	return s.aead.Seal(s.tail[:0], frameNonce(&s.nonce, s.seq, 'P', i), nil, p)
+// sealPayload returns the tags of the current frame's payload p, one per
+// chunk, in order (valid until the next call).
+func (s *frameSealer) sealPayload(p []byte) []byte {
+	s.tags = tagBuf(s.tags, int(payloadChunks(int64(len(p)))))
+	for i := range len(s.tags) / frameTagLen {
+		s.aead.Seal(s.tags[i*frameTagLen:i*frameTagLen], frameNonce(&s.nonce, s.seq, 'P', i), nil, payloadChunk(p, i))
+	}
+	return s.tags
 }
 
 // frameOpener checks the frames one side receives (the reader's).
 type frameOpener struct {
-	aead  cipher.AEAD
-	seq   uint64 // the number of the next frame
-	nonce [12]byte
-	buf   [frameHeadAuthLen]byte
+	aead      cipher.AEAD
+	seq       uint64 // the number of the next frame
+	nonce     [12]byte
+	buf       [frameHeadAuthLen]byte
+	want, got []byte        // the current frame's payload tags: computed, received
+	read      chan int      // to the tagging goroutine: chunks read, then -1 (readTagging)
+	done      chan struct{} // from it: every chunk tagged
 }
 
 // openHead reads what follows the header h of the next frame from r and
@@ -149,24 +171,67 @@ func (o *frameOpener) openHead(r io.Reader, h []byte) error {
 }
 
 // readPayload reads the payload p of the frame whose header openHead
-// accepted, chunk by chunk with their tags, and checks each.
+// accepted, then its tags, and checks each chunk's. A payload of more than
+// one chunk is tagged while it is read (readTagging).
 func (o *frameOpener) readPayload(r io.Reader, p []byte) error {
 	seq := o.seq
 	o.seq++
-	tag := o.buf[:frameTagLen]
-	for i := range int(payloadChunks(int64(len(p)))) {
-		chunk := p[min(i*frameChunk, len(p)):min((i+1)*frameChunk, len(p))]
-		if _, err := io.ReadFull(r, chunk); err != nil {
+	n := int(payloadChunks(int64(len(p))))
+	o.want, o.got = tagBuf(o.want, n), tagBuf(o.got, n)
+	if n == 1 {
+		if _, err := io.ReadFull(r, p); err != nil {
 			return err
 		}
-		if _, err := io.ReadFull(r, tag); err != nil {
-			return err
-		}
-		if _, err := o.aead.Open(nil, frameNonce(&o.nonce, seq, 'P', i), tag, chunk); err != nil {
-			return fmt.Errorf("%w: sent frame number %d whose payload fails authentication at bytes %d..%d (forged or corrupted)", ErrProtocol, seq, i*frameChunk, i*frameChunk+len(chunk))
+		o.tagChunk(seq, 0, p)
+	} else if err := o.readTagging(r, p, seq, n); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(r, o.got); err != nil {
+		return err
+	}
+	for i := range n {
+		if subtle.ConstantTimeCompare(o.want[i*frameTagLen:(i+1)*frameTagLen], o.got[i*frameTagLen:(i+1)*frameTagLen]) != 1 {
+			return fmt.Errorf("%w: sent frame number %d whose payload fails authentication at bytes %d..%d (forged or corrupted)",
+				ErrProtocol, seq, i*frameChunk, i*frameChunk+len(payloadChunk(p, i)))
 		}
 	}
 	return nil
+}
+
+// readTagging reads frame seq's payload p, of n chunks, from r while a
+// second goroutine computes the tag of each chunk read (reads as large as
+// the socket gives, as a plain frame's); it returns once both are done.
+func (o *frameOpener) readTagging(r io.Reader, p []byte, seq uint64, n int) error {
+	go func() {
+		for i := <-o.read; i >= 0; i = <-o.read {
+			o.tagChunk(seq, i, payloadChunk(p, i))
+		}
+		o.done <- struct{}{}
+	}()
+	var err error
+	off, next := 0, 0
+	for off < len(p) && err == nil {
+		var m int
+		m, err = r.Read(p[off:])
+		off += m
+		for ; next < n && min((next+1)*frameChunk, len(p)) <= off; next++ {
+			o.read <- next
+		}
+	}
+	o.read <- -1
+	<-o.done
+	switch {
+	case off == len(p):
+		return nil // as io.ReadFull: an error with the last bytes is the next read's
+	case err == io.EOF:
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// tagChunk computes the tag of chunk i of frame seq's payload into o.want.
+func (o *frameOpener) tagChunk(seq uint64, i int, chunk []byte) {
+	o.aead.Seal(o.want[i*frameTagLen:i*frameTagLen], frameNonce(&o.nonce, seq, 'P', i), nil, chunk)
 }
 
 // skipPayload reads and drops n payload bytes (and their tags: o non-nil)
@@ -181,9 +246,10 @@ func (o *frameOpener) skipPayload(r io.Reader, n int64) error {
 }
 
 // writeFrame writes one frame, header h (with its dims) and payload p, with
-// one vectored write, or with authenticated frames one per payload chunk
-// (the first with the header). The caller holds wmu and has set the write
-// deadline.
+// one vectored write. An authenticated frame's payload tags follow in the
+// same write when p is one chunk, else in a second write: a second goroutine
+// computes them while the first copies p to the socket. The caller holds wmu
+// and has set the write deadline.
 func (c *tcpConn) writeFrame(h, p []byte) error {
 	defer clear(c.arr[:])
 	if c.seal == nil {
@@ -194,17 +260,22 @@ func (c *tcpConn) writeFrame(h, p []byte) error {
 	}
 	s := c.seal
 	defer func() { s.seq++ }()
-	c.arr[0], c.arr[1] = h, s.sealHead(h)
-	head := c.arr[:2]
-	for i := range int(payloadChunks(int64(len(p)))) {
-		chunk := p[min(i*frameChunk, len(p)):min((i+1)*frameChunk, len(p))]
-		c.bufs = append(head, chunk, s.sealChunk(i, chunk))
-		head = c.arr[:0]
-		if _, err := c.bufs.WriteTo(c.c); err != nil {
-			return err
-		}
+	c.arr[0], c.arr[1], c.arr[2] = h, s.sealHead(h), p
+	if len(p) <= frameChunk {
+		c.arr[3] = s.sealPayload(p)
+		c.bufs = c.arr[:4]
+		_, err := c.bufs.WriteTo(c.c)
+		return err
 	}
-	return nil
+	go func() { s.done <- s.sealPayload(p) }()
+	c.bufs = c.arr[:3]
+	_, err := c.bufs.WriteTo(c.c)
+	tags := <-s.done // always: s is not to be shared past this call
+	if err != nil {
+		return err
+	}
+	_, err = c.c.Write(tags)
+	return err
 }
 
 // newTCPConnKeys is newTCPConn with the connection's frame keys from the
@@ -212,8 +283,8 @@ func (c *tcpConn) writeFrame(h, p []byte) error {
 func newTCPConnKeys(t *TCP, peer int, c net.Conn, keys *frameKeys) *tcpConn {
 	tc := newTCPConn(t, peer, c)
 	if keys != nil {
-		tc.seal = &frameSealer{aead: keys.send}
-		tc.open = &frameOpener{aead: keys.recv}
+		tc.seal = &frameSealer{aead: keys.send, done: make(chan []byte, 1)}
+		tc.open = &frameOpener{aead: keys.recv, read: make(chan int, 16), done: make(chan struct{}, 1)}
 	}
 	return tc
 }

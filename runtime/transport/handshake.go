@@ -65,7 +65,7 @@ import (
 // choosing, which it could test guesses against offline; that is why tokens
 // of less than 128 bits are refused (launch.CheckToken).
 
-const protoName = "ppgen-tcp/4" // 3: the hello's schedule; 4: the dialer proves first, authenticated frames
+const protoName = "ppgen-tcp/5" // 3: the hello's schedule; 4: the dialer proves first, authenticated frames; 5: payload tags after the payload, per 256 KiB chunk
 
 const (
 	purposeRendezvous = "rendezvous"

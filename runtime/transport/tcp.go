@@ -77,7 +77,7 @@ type tcpConn struct {
 	wmu     sync.Mutex
 	byeSent bool // under wmu
 	hdr     [frameHdrLen + 8*wire.MaxDims]byte
-	arr     [4][]byte // header, its seal, payload, its seal (writeFrame)
+	arr     [4][]byte // header, its seal, payload, its tags (writeFrame)
 	bufs    net.Buffers
 	seal    *frameSealer // under wmu; nil: plain frames
 	open    *frameOpener // the reader's; nil: plain frames
@@ -247,7 +247,8 @@ func (t *TCP) start() {
 }
 
 // Send writes one frame (header, dims, payload) to peer with a single
-// vectored write. It returns once the frame is in the socket.
+// vectored write (authenticated frames over one chunk: their payload tags in
+// a second, see writeFrame). It returns once the frame is in the socket.
 func (t *TCP) Send(peer int, ch abi.Channel, tag Tag, x *tensor.Dense) error {
 	if err := CheckPeer(t.rank, t.world, peer, ch); err != nil {
 		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
