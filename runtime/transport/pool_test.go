@@ -183,19 +183,19 @@ func TestRecvPoolBounds(t *testing.T) {
 	if len(scalar.Shape()) != 0 || len(empty.Float64s()) != 0 {
 		t.Errorf("scalar shape %v, empty tensor with %d elements", scalar.Shape(), len(empty.Float64s()))
 	}
-	before := len(p.lent)
+	before := p.Lent()
 	p.put(small)
 	p.put(empty)
-	if _, fresh, _ := p.stats(); fresh != 6 || len(p.lent) != before {
-		t.Errorf("small tensors were tracked: fresh %d, lent %d (was %d)", fresh, len(p.lent), before)
+	if _, fresh, _ := p.stats(); fresh != 6 || p.Lent() != before {
+		t.Errorf("small tensors were tracked: fresh %d, lent %d (was %d)", fresh, p.Lent(), before)
 	}
 	// The table of lent tensors stays bounded when nothing comes back.
 	q := newRecvPool(size)
 	for range maxLent + 50 {
 		q.get(wire.Float32, []int{elems})
 	}
-	if len(q.lent) > maxLent {
-		t.Errorf("lent table has %d entries, bound %d", len(q.lent), maxLent)
+	if q.Lent() > maxLent {
+		t.Errorf("lent table has %d entries, bound %d", q.Lent(), maxLent)
 	}
 }
 
@@ -359,8 +359,8 @@ func FuzzRecvPool(f *testing.F) {
 					}
 				}
 			}
-			if _, _, free := p.stats(); free > p.limit || free < 0 {
-				t.Fatalf("op %d: %d bytes free, bound %d", i/2, free, p.limit)
+			if _, _, free := p.stats(); free > p.Limit() || free < 0 {
+				t.Fatalf("op %d: %d bytes free, bound %d", i/2, free, p.Limit())
 			}
 		}
 	})
