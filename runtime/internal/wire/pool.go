@@ -22,6 +22,15 @@ import (
 // ignored and two live receives never share memory. What it cannot see (a
 // caller that keeps using a tensor it recycled) is the caller's rule.
 
+// FrameOverhead is what a queued message costs in memory beyond its bytes
+// on the wire: the *tensor.Dense, its shape and strides, the queue's entry
+// and the allocator's rounding (about 360 bytes measured for a one-float
+// frame). A receive queue (TCP's, MPI's) charges it per message, so its
+// byte bound bounds memory, not payload: a flood of tiny frames once kept
+// 259 MiB of payload queued and 2.9 GB resident over TCP
+// (TestTCPRecvQueueCountsFrames, and TestMPI's flood).
+const FrameOverhead = 512
+
 // MinPooled is the smallest payload, in bytes, that receives take from the
 // pool: smaller tensors are cheap to allocate and are not tracked (Recycle
 // ignores them).
