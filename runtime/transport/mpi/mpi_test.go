@@ -157,6 +157,8 @@ func TestMPIChild(t *testing.T) {
 		childSendFirst(t, sync)
 	case "ping-pong":
 		childPingPong(t, sync)
+	case "flood":
+		childFlood(t)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}

@@ -63,6 +63,7 @@ type peerQueue struct {
 	frames int
 	full   bool // a header receive was held back for lack of room
 	peak   int64
+	peakN  int
 }
 
 // receiver is mpiT's receiving state.
@@ -231,7 +232,7 @@ func (t *mpiT) enqueue(b *inbox, tag transport.Tag, x *tensor.Dense, n int64) {
 	q := &t.rx.queued[b.peer]
 	q.bytes += r.charge
 	q.frames++
-	q.peak = max(q.peak, q.bytes)
+	q.peak, q.peakN = max(q.peak, q.bytes), max(q.peakN, q.frames)
 	t.last[b.peer][b.ch] = &r.tag
 }
 
@@ -299,13 +300,13 @@ func boolInt(b bool) C.int {
 // receive of the same dtype and element count lands in its memory.
 func (t *mpiT) Recycle(x *tensor.Dense) { t.rx.pool.Put(x) }
 
-// QueueStats is a peer's receive queue now and at its peak, in charged
-// bytes (for tests).
-func (t *mpiT) queueStats(peer int) (bytes int64, frames int, peak int64) {
+// queueStats is a peer's receive queue now and at its peak, in charged
+// bytes and messages (for tests).
+func (t *mpiT) queueStats(peer int) (bytes int64, frames int, peakBytes int64, peakFrames int) {
 	t.rmu.Lock()
 	defer t.rmu.Unlock()
 	q := t.rx.queued[peer]
-	return q.bytes, q.frames, q.peak
+	return q.bytes, q.frames, q.peak, q.peakN
 }
 
 // lastTag returns the last tag received from peer on ch, nil if none.
