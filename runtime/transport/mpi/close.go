@@ -30,7 +30,8 @@ import (
 // buffered sends and frees their buffers, and watches for abort news from
 // any peer. It spins while messages complete and backs off, up to
 // maxPollSleep, while none do; while a Send, Recv or Batch waits (and
-// drives the receives itself) it only completes buffered sends.
+// drives the receives and completes the sends itself) it only watches for
+// news.
 func (t *mpiT) progress() {
 	defer close(t.stopped)
 	newsDone := false
@@ -53,8 +54,13 @@ func (t *mpiT) progress() {
 				t.fail(news)
 			}
 		}
+		if t.waiters.Load() > 0 { // a waiter drives and completes sends
+			sleep = maxPollSleep
+			nap.Sleep(sleep)
+			continue
+		}
 		moved := false
-		if t.waiters.Load() == 0 && t.rmu.TryLock() { // else a waiter drives
+		if t.rmu.TryLock() { // else a waiter drives
 			before := t.rx.completed
 			if t.drive() == nil {
 				moved = t.rx.completed != before
@@ -112,6 +118,12 @@ func (t *mpiT) Close() error {
 	t.rmu.Lock()
 	t.stopReceiver()
 	t.rmu.Unlock()
+	t.opsMu.Lock()
+	for _, op := range t.freeOps {
+		op.release()
+	}
+	t.freeOps = nil
+	t.opsMu.Unlock()
 	t.freeGroups() // coll.go: the collectives' communicators
 	if code := C.ppg_cancel(t.newsReq); code != C.MPI_SUCCESS {
 		t.cfg.Logger.Warn("transport: MPI: cancelling the abort-news receive failed", "rank", t.rank, "err", mpiErrString(code))
@@ -172,6 +184,7 @@ func (t *mpiT) Abort(cause error) {
 		}
 		t.mu.Lock()
 		t.pending = append(t.pending, op)
+		t.npending.Store(int32(len(t.pending)))
 		t.mu.Unlock()
 	}
 	time.Sleep(t.cfg.AbortLinger)

@@ -148,6 +148,7 @@ type mpiOp struct {
 	hdone    bool // header completed
 	pdone    bool // payload completed (or inline, or none)
 	windowed bool // counted in mpiT.sendsTo
+	pooled   bool // a send op whose buffers go back to mpiT.freeOps
 	pin      runtime.Pinner
 	pinned   bool
 }
@@ -199,6 +200,11 @@ type mpiT struct {
 	mu      sync.Mutex
 	pending []*mpiOp // buffered sends in flight (and abort news)
 	sendsTo []int    // buffered sends in flight per peer (sendWindow)
+	// npending is len(pending), read without mu.
+	npending atomic.Int32
+
+	opsMu   sync.Mutex
+	freeOps []*mpiOp // completed send ops, for reuse (sendOp)
 
 	smu sync.Mutex // orders a message's header and payload sends
 

@@ -62,6 +62,9 @@ func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error 
 		if t.isFailed() {
 			return t.err
 		}
+		if t.npending.Load() > 0 {
+			t.reapSends() // buffered sends complete while this waits
+		}
 		now := time.Now()
 		if deadline != was {
 			spinUntil, sleep = now.Add(spinFor), 0
@@ -90,14 +93,14 @@ func (t *mpiT) startSend(peer int, ch abi.Channel, tag transport.Tag, x *tensor.
 	if int64(len(v.Raw)) > t.cfg.MaxMessageBytes {
 		return nil, fmt.Errorf("%w: %d-byte tensor of shape %v over the %d-byte cap (mpi.Config.MaxMessageBytes)", transport.ErrFrameTooLarge, len(v.Raw), v.Dims, t.cfg.MaxMessageBytes)
 	}
-	op := newOp(peer, ch)
+	op := t.sendOp(peer, ch)
 	op.tag = tag
 	inline := len(v.Raw) <= mpiInlineBytes
 	if inline {
-		op.hdr, op.pdone = newCbuf(mpiHeaderLen+len(v.Raw)), true
+		op.hdr.n, op.pdone = mpiHeaderLen+len(v.Raw), true
 		copy(op.hdr.bytes()[mpiHeaderLen:], v.Raw)
 	} else {
-		op.hdr = newCbuf(mpiHeaderLen)
+		op.hdr.n = mpiHeaderLen
 		op.pin.Pin(&v.Raw[0]) // kept alive and in place until Unpin
 		op.pinned = true
 	}
@@ -105,7 +108,7 @@ func (t *mpiT) startSend(peer int, ch abi.Channel, tag transport.Tag, x *tensor.
 	t.smu.Lock()
 	defer t.smu.Unlock()
 	if code := C.ppg_isend(op.hdr.p, C.int(op.hdr.n), C.int(peer), C.int(mpiTag(ch, 0)), 1, op.hreq); code != C.MPI_SUCCESS {
-		op.release()
+		t.recycleOp(op)
 		return nil, mpiError("MPI_Issend (header)", code)
 	}
 	if !inline {
@@ -131,10 +134,55 @@ func (t *mpiT) testSend(op *mpiOp) (bool, error) {
 		}
 	}
 	if op.hdone && op.pdone {
-		op.release()
+		t.recycleOp(op)
 		return true, nil
 	}
 	return false, nil
+}
+
+// sendOpBytes is the header buffer of a pooled send op: a header and an
+// inline payload.
+const sendOpBytes = mpiHeaderLen + mpiInlineBytes
+
+// maxFreeOps bounds the free send ops a rank keeps.
+const maxFreeOps = 256
+
+// sendOp returns a send op for peer and ch, from the free list when it
+// has one: a send allocates nothing in the steady state.
+func (t *mpiT) sendOp(peer int, ch abi.Channel) *mpiOp {
+	t.opsMu.Lock()
+	var op *mpiOp
+	if n := len(t.freeOps); n > 0 {
+		op = t.freeOps[n-1]
+		t.freeOps[n-1] = nil
+		t.freeOps = t.freeOps[:n-1]
+	}
+	t.opsMu.Unlock()
+	if op == nil {
+		op = newOp(peer, ch)
+		op.hdr, op.pooled = newCbuf(sendOpBytes), true
+	}
+	op.peer, op.ch = peer, ch
+	op.hdone, op.pdone, op.windowed = false, false, false
+	return op
+}
+
+// recycleOp releases a completed op: a send op's buffers go back to the
+// free list, with room; others are freed.
+func (t *mpiT) recycleOp(op *mpiOp) {
+	if op.pinned {
+		op.pin.Unpin()
+		op.pinned = false
+	}
+	t.opsMu.Lock()
+	keep := op.pooled && len(t.freeOps) < maxFreeOps
+	if keep {
+		t.freeOps = append(t.freeOps, op)
+	}
+	t.opsMu.Unlock()
+	if !keep {
+		op.release()
+	}
 }
 
 // reapSends tests the buffered sends in flight and drops the completed
@@ -160,6 +208,7 @@ func (t *mpiT) reapSends() (completed int) {
 	}
 	clear(t.pending[len(kept):])
 	t.pending = kept
+	t.npending.Store(int32(len(kept)))
 	t.mu.Unlock()
 	if serr != nil {
 		t.fail(serr)
@@ -174,6 +223,7 @@ func (t *mpiT) handOver(op *mpiOp) int {
 	defer t.mu.Unlock()
 	op.windowed = true
 	t.pending = append(t.pending, op)
+	t.npending.Store(int32(len(t.pending)))
 	t.sendsTo[op.peer]++
 	return t.sendsTo[op.peer]
 }
