@@ -55,8 +55,7 @@ func (t *mpiT) progress() {
 			}
 		}
 		if t.waiters.Load() > 0 { // a waiter drives and completes sends
-			sleep = maxPollSleep
-			nap.Sleep(sleep)
+			nap.Sleep(maxPollSleep)
 			continue
 		}
 		moved := false

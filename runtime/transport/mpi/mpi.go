@@ -195,7 +195,7 @@ type mpiT struct {
 	err      error // set before failed is closed
 	closed   atomic.Bool
 	aborting atomic.Bool
-	waiters  atomic.Int32 // goroutines in pollProgress
+	waiters  atomic.Int32 // goroutines in pollLoop
 
 	mu      sync.Mutex
 	pending []*mpiOp // buffered sends in flight (and abort news)

@@ -40,14 +40,16 @@ const sendWindow = 64
 
 // poll calls step until it reports done or an error, the transport fails
 // (then the failure), or Timeout passes without step reporting done
-// (errNoProgress).
+// (errNoProgress). Between steps it drives the receives (when no one else
+// does), so that a rank waiting on anything still takes what its peers
+// send: a peer's buffered Send may be waiting for this rank's receive
+// queue.
 func (t *mpiT) poll(step func() (bool, error)) error {
-	return t.pollProgress(func(*time.Time) (bool, error) { return step() })
+	return t.pollLoop(func(*time.Time) (bool, error) { return step() }, true)
 }
 
-// pollProgress is poll whose step may push the deadline back: a batch
-// whose ops complete one by one is making progress.
-func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error {
+// pollLoop is poll's loop; drive false: step drives the receives itself.
+func (t *mpiT) pollLoop(step func(deadline *time.Time) (bool, error), drive bool) error {
 	t.waiters.Add(1)
 	defer t.waiters.Add(-1)
 	deadline := time.Now().Add(t.cfg.Timeout)
@@ -64,6 +66,10 @@ func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error 
 		}
 		if t.npending.Load() > 0 {
 			t.reapSends() // buffered sends complete while this waits
+		}
+		if drive && t.rmu.TryLock() {
+			t.drive()
+			t.rmu.Unlock()
 		}
 		now := time.Now()
 		if deadline != was {
@@ -320,7 +326,7 @@ func (t *mpiT) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, err
 	t.rmu.Unlock()
 	var got received
 	if err == nil {
-		err = t.poll(func() (bool, error) {
+		err = t.pollLoop(func(*time.Time) (bool, error) {
 			t.rmu.Lock()
 			defer t.rmu.Unlock()
 			r, ok, err := t.pop(b)
@@ -331,7 +337,7 @@ func (t *mpiT) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, err
 			}
 			got = r
 			return ok, err
-		})
+		}, false)
 	}
 	if err == nil {
 		return got.tag, got.x, nil
@@ -396,7 +402,7 @@ func (t *mpiT) Batch(ops []transport.BatchOp) error {
 	}
 	t.rmu.Unlock()
 	var failedAt int // the op that failed, or the first one still waiting
-	err := t.pollProgress(func(deadline *time.Time) (bool, error) {
+	err := t.pollLoop(func(deadline *time.Time) (bool, error) {
 		all := true
 		failedAt = -1
 		progress := false
@@ -437,7 +443,7 @@ func (t *mpiT) Batch(ops []transport.BatchOp) error {
 			*deadline = time.Now().Add(t.cfg.Timeout)
 		}
 		return all, nil
-	})
+	}, false)
 	failedAt = max(failedAt, 0)
 	if err == nil {
 		return nil

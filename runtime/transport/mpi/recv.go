@@ -149,6 +149,9 @@ func (t *mpiT) maybePost(b *inbox) error {
 // fails the transport. Called under rmu.
 func (t *mpiT) drive() error {
 	rx := &t.rx
+	if rx.nreq == 0 { // not started yet
+		return nil
+	}
 	var out C.int
 	if code := C.ppg_testsome(C.int(rx.nreq), rx.reqs, &out, rx.idx, rx.counts, rx.statuses); code != C.MPI_SUCCESS {
 		err := fmt.Errorf("transport: rank %d: %w", t.rank, mpiError("MPI_Testsome (receives)", code))
