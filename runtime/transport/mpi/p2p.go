@@ -25,7 +25,8 @@ import (
 )
 
 // Polling: a wait tests (and drives the receives) in a loop, yielding the
-// goroutine between tests, for spinFor after it began or last made
+// goroutine between tests (and every 8th time the processor, to another
+// process if one waits), for spinFor after it began or last made
 // progress, as MPI's own blocking calls spin; then it sleeps between
 // tests, the sleep growing from 1 µs to maxPollSleep, so that a long wait
 // costs little CPU and still sees a completion within about maxPollSleep.
@@ -55,6 +56,7 @@ func (t *mpiT) pollLoop(step func(deadline *time.Time) (bool, error), drive bool
 	deadline := time.Now().Add(t.cfg.Timeout)
 	spinUntil := time.Now().Add(spinFor)
 	sleep := time.Duration(0)
+	spins := 0
 	for {
 		was := deadline
 		done, err := step(&deadline)
@@ -79,7 +81,11 @@ func (t *mpiT) pollLoop(step func(deadline *time.Time) (bool, error), drive bool
 			return wire.ErrNoProgress
 		}
 		if now.Before(spinUntil) {
-			runtime.Gosched()
+			if spins++; spins%8 == 0 {
+				nap.Yield() // to another process, when cores are oversubscribed
+			} else {
+				runtime.Gosched()
+			}
 			continue
 		}
 		sleep = min(max(2*sleep, time.Microsecond), maxPollSleep)

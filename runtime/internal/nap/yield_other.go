@@ -1,0 +1,7 @@
+//go:build !linux
+
+package nap
+
+import "runtime"
+
+func osYield() { runtime.Gosched() }
