@@ -204,6 +204,7 @@ func (t *mpiT) reapSends() (completed int) {
 	kept := t.pending[:0]
 	var serr error
 	for _, op := range t.pending {
+		peer, windowed := op.peer, op.windowed // a completed op is reused at once
 		done, err := t.testSend(op)
 		switch {
 		case err != nil:
@@ -214,8 +215,8 @@ func (t *mpiT) reapSends() (completed int) {
 			continue
 		}
 		completed++
-		if op.windowed {
-			t.sendsTo[op.peer]--
+		if windowed {
+			t.sendsTo[peer]--
 		}
 	}
 	clear(t.pending[len(kept):])
