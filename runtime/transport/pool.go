@@ -15,4 +15,4 @@ func newRecvPool(limit int64) *recvPool { return &recvPool{wire.NewRecvPool(limi
 
 func (p *recvPool) get(dt uint8, dims []int) (*tensor.Dense, []byte) { return p.Get(dt, dims) }
 func (p *recvPool) put(t *tensor.Dense)                              { p.Put(t) }
-func (p *recvPool) clone(x *tensor.Dense) (*tensor.Dense, error)    { return p.Clone(x) }
+func (p *recvPool) clone(x *tensor.Dense) (*tensor.Dense, error)     { return p.Clone(x) }
