@@ -29,9 +29,9 @@ import (
 // complete into the receive queues while the rank computes), completes
 // buffered sends and frees their buffers, and watches for abort news from
 // any peer. It spins while messages complete and backs off, up to
-// maxPollSleep, while none do; while a Send, Recv or Batch waits (and
+// maxIdleSleep, while none do; while a Send, Recv or Batch waits (and
 // drives the receives and completes the sends itself) it only watches for
-// news.
+// news, every millisecond.
 func (t *mpiT) progress() {
 	defer close(t.stopped)
 	newsDone := false
@@ -55,7 +55,8 @@ func (t *mpiT) progress() {
 			}
 		}
 		if t.waiters.Load() > 0 { // a waiter drives and completes sends
-			nap.Sleep(maxPollSleep)
+			sleep = 0
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		moved := false
@@ -74,10 +75,15 @@ func (t *mpiT) progress() {
 			runtime.Gosched()
 			continue
 		}
-		sleep = min(max(2*sleep, time.Microsecond), maxPollSleep)
+		sleep = min(max(2*sleep, time.Microsecond), maxIdleSleep)
 		nap.Sleep(sleep)
 	}
 }
+
+// maxIdleSleep bounds the progress goroutine's sleep while no one waits:
+// a peer's large buffered Send to this rank, busy computing, waits for it
+// to be matched at most about that long (plus the timer's slack).
+const maxIdleSleep = 200 * time.Microsecond
 
 // Close waits (bounded by Timeout) until every buffered send completed and
 // every rank reached Close (a barrier), then finalizes MPI. A receive from

@@ -147,7 +147,7 @@ type mpiOp struct {
 	preq     *C.MPI_Request
 	hdone    bool // header completed
 	pdone    bool // payload completed (or inline, or none)
-	windowed bool // counted in mpiT.sendsTo
+	windowed bool // a marker, counted in mpiT.sendsTo (markEvery)
 	pooled   bool // a send op whose buffers go back to mpiT.freeOps
 	pin      runtime.Pinner
 	pinned   bool
@@ -199,14 +199,15 @@ type mpiT struct {
 
 	mu      sync.Mutex
 	pending []*mpiOp // buffered sends in flight (and abort news)
-	sendsTo []int    // buffered sends in flight per peer (sendWindow)
+	sendsTo []int    // unmatched markers per peer (markEvery)
 	// npending is len(pending), read without mu.
 	npending atomic.Int32
 
 	opsMu   sync.Mutex
 	freeOps []*mpiOp // completed send ops, for reuse (sendOp)
 
-	smu sync.Mutex // orders a message's header and payload sends
+	smu     sync.Mutex // orders a message's header and payload sends
+	sendSeq []uint32   // under smu: small buffered sends per (peer, channel), for markEvery
 
 	rmu  sync.Mutex // the receiving side (recv.go)
 	rx   receiver
@@ -242,6 +243,7 @@ func New(cfg Config) (transport.Transport, error) {
 		failed: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
 	t.last = make([][wire.ChannelSlots]*transport.Tag, t.world)
 	t.sendsTo = make([]int, t.world)
+	t.sendSeq = make([]uint32, t.world*wire.Channels)
 	if err := t.checkFingerprint(); err != nil {
 		if !errors.Is(err, transport.ErrTimeout) {
 			mpiFinalize() // every rank saw the same allgather and fails alike

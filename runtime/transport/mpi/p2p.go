@@ -25,7 +25,7 @@ import (
 )
 
 // Polling: a wait tests (and drives the receives) in a loop, yielding the
-// goroutine between tests (and every 8th time the processor, to another
+// goroutine between tests (and every 16th time the processor, to another
 // process if one waits), for spinFor after it began or last made
 // progress, as MPI's own blocking calls spin; then it sleeps between
 // tests, the sleep growing from 1 µs to maxPollSleep, so that a long wait
@@ -35,9 +35,18 @@ const (
 	maxPollSleep = 100 * time.Microsecond
 )
 
-// sendWindow bounds a peer's buffered inline sends in flight (sent, not yet
-// matched by its receiver): Send waits when more are.
-const sendWindow = 64
+// Small buffered sends go by MPI_Isend, which completes once MPI copied
+// the message, whether or not the receiver matched it, except every
+// markEvery-th one to a (peer, channel), which goes by MPI_Issend: MPI
+// matches one (peer, tag)'s messages in order, so a matched marker says
+// that every message before it was matched. Send waits while a peer has
+// more than markWindow markers unmatched, so at most about
+// (markWindow+1)·markEvery small messages per channel wait unmatched in
+// the peer's MPI, whatever its receive queue's bound.
+const (
+	markEvery  = 32
+	markWindow = 4
+)
 
 // poll calls step until it reports done or an error, the transport fails
 // (then the failure), or Timeout passes without step reporting done
@@ -73,6 +82,12 @@ func (t *mpiT) pollLoop(step func(deadline *time.Time) (bool, error), drive bool
 			t.drive()
 			t.rmu.Unlock()
 		}
+		spins++
+		if deadline == was && sleep == 0 && spins%16 != 0 {
+			// Spinning: the clock is read every 16th round only.
+			runtime.Gosched()
+			continue
+		}
 		now := time.Now()
 		if deadline != was {
 			spinUntil, sleep = now.Add(spinFor), 0
@@ -81,11 +96,7 @@ func (t *mpiT) pollLoop(step func(deadline *time.Time) (bool, error), drive bool
 			return wire.ErrNoProgress
 		}
 		if now.Before(spinUntil) {
-			if spins++; spins%8 == 0 {
-				nap.Yield() // to another process, when cores are oversubscribed
-			} else {
-				runtime.Gosched()
-			}
+			nap.Yield() // to another process, when cores are oversubscribed
 			continue
 		}
 		sleep = min(max(2*sleep, time.Microsecond), maxPollSleep)
@@ -96,7 +107,8 @@ func (t *mpiT) pollLoop(step func(deadline *time.Time) (bool, error), drive bool
 // startSend posts x, tagged tag, to peer on ch: the header with the
 // payload inline (copied into C memory with it) when it is small, else
 // the header and then a send straight from the tensor's memory, pinned.
-// Both are synchronous sends (MPI_Issend), complete once matched.
+// They are synchronous sends (MPI_Issend), complete once matched, but for
+// small buffered ones, where only markers are (markEvery).
 func (t *mpiT) startSend(peer int, ch abi.Channel, tag transport.Tag, x *tensor.Dense) (*mpiOp, error) {
 	v, err := wire.PayloadOf(x)
 	if err != nil {
@@ -119,7 +131,16 @@ func (t *mpiT) startSend(peer int, ch abi.Channel, tag transport.Tag, x *tensor.
 	encodeMPIHeader(op.hdr.bytes(), tag, v)
 	t.smu.Lock()
 	defer t.smu.Unlock()
-	if code := C.ppg_isend(op.hdr.p, C.int(op.hdr.n), C.int(peer), C.int(mpiTag(ch, 0)), 1, op.hreq); code != C.MPI_SUCCESS {
+	ssend := C.int(1)
+	if inline && !t.cfg.Sync {
+		k := peer*wire.Channels + int(wire.ChannelCode(ch))
+		if t.sendSeq[k]%markEvery != 0 {
+			ssend = 0
+		}
+		t.sendSeq[k]++
+		op.windowed = ssend == 1
+	}
+	if code := C.ppg_isend(op.hdr.p, C.int(op.hdr.n), C.int(peer), C.int(mpiTag(ch, 0)), ssend, op.hreq); code != C.MPI_SUCCESS {
 		t.recycleOp(op)
 		return nil, mpiError("MPI_Issend (header)", code)
 	}
@@ -229,15 +250,17 @@ func (t *mpiT) reapSends() (completed int) {
 	return completed
 }
 
-// handOver keeps a buffered inline send in flight (the progress goroutine
-// completes it) and reports how many its peer has in flight.
+// handOver keeps a buffered inline send in flight (a waiter or the
+// progress goroutine completes it) and reports how many markers its peer
+// has unmatched.
 func (t *mpiT) handOver(op *mpiOp) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	op.windowed = true
 	t.pending = append(t.pending, op)
 	t.npending.Store(int32(len(t.pending)))
-	t.sendsTo[op.peer]++
+	if op.windowed {
+		t.sendsTo[op.peer]++
+	}
 	return t.sendsTo[op.peer]
 }
 
@@ -268,15 +291,15 @@ func (t *mpiT) Send(peer int, ch abi.Channel, tag transport.Tag, x *tensor.Dense
 	switch {
 	case !t.cfg.Sync && !op.pinned:
 		// Buffered and inline: the op owns its copy; wait only when the
-		// peer has too many in flight.
-		if t.handOver(op) <= sendWindow {
+		// peer has too many markers unmatched.
+		if t.handOver(op) <= markWindow {
 			return nil
 		}
 		wait = func() (bool, error) {
 			t.reapSends()
 			t.mu.Lock()
 			defer t.mu.Unlock()
-			return t.sendsTo[peer] <= sendWindow/2, nil
+			return t.sendsTo[peer] <= markWindow/2, nil
 		}
 		op = nil
 	default:
