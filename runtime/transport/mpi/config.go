@@ -146,10 +146,12 @@ func (c *Config) fill() error {
 // header tells the receiver the dtype and shape, hence the payload's exact
 // size, before it posts the payload's receive.
 //
-// Every send is synchronous in MPI's sense (MPI_Issend): it completes once
-// the receiver matched it, so nothing piles up unmatched in MPI's own
-// queues; buffering is the receiver's receive queue (Config.RecvQueueBytes),
-// whose header receives stay posted while it has room.
+// A large send, and under Config.Sync every send, is synchronous in MPI's
+// sense (MPI_Issend): it completes once the receiver matched it, so nothing
+// piles up unmatched in MPI's own queues; buffering is the receiver's
+// receive queue (Config.RecvQueueBytes), whose header receives stay posted
+// while it has room. Small buffered sends are MPI_Isends with a periodic
+// MPI_Issend marker (p2p.go, markEvery).
 //
 // The header (mpiHeaderLen bytes, little-endian):
 //
