@@ -1,4 +1,4 @@
-// Package nap sleeps for short times precisely, and yields the processor. A poll loop that waits for
+// Package nap sleeps for short times precisely. A poll loop that waits for
 // a transfer between tests (the MPI transport's MPI_Test, the NCCL
 // transport's cudaStreamQuery) wants to sleep tens of microseconds: Go's
 // time.Sleep rounds such a sleep up to the runtime timer's granularity,
@@ -18,10 +18,3 @@ func Sleep(d time.Duration) {
 	}
 	sleep(d)
 }
-
-// Yield gives the processor to another runnable thread, of this process or
-// another, if one waits (sched_yield on Linux, where it returns at once
-// when none does; runtime.Gosched elsewhere). A spinning wait calls it so
-// that the rank it waits for gets the core when processes outnumber
-// cores, as MPI's own busy waits do when oversubscribed.
-func Yield() { osYield() }

@@ -25,8 +25,7 @@ import (
 )
 
 // Polling: a wait tests (and drives the receives) in a loop, yielding the
-// goroutine between tests (and every 16th time the processor, to another
-// process if one waits), for spinFor after it began or last made
+// goroutine between tests, for spinFor after it began or last made
 // progress, as MPI's own blocking calls spin; then it sleeps between
 // tests, the sleep growing from 1 µs to maxPollSleep, so that a long wait
 // costs little CPU and still sees a completion within about maxPollSleep.
@@ -96,7 +95,7 @@ func (t *mpiT) pollLoop(step func(deadline *time.Time) (bool, error), drive bool
 			return wire.ErrNoProgress
 		}
 		if now.Before(spinUntil) {
-			nap.Yield() // to another process, when cores are oversubscribed
+			runtime.Gosched()
 			continue
 		}
 		sleep = min(max(2*sleep, time.Microsecond), maxPollSleep)

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package nap
-
-import "runtime"
-
-func osYield() { runtime.Gosched() }
