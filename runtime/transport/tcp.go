@@ -176,13 +176,9 @@ func (c *tcpConn) popped(size int64) {
 	}
 }
 
-// frameOverhead is what a queued frame costs in memory beyond its bytes on
-// the wire: the *tensor.Dense, its shape and strides, the mailbox entry and
-// the allocator's rounding (about 360 bytes measured for a one-float frame).
-// The receive queue charges it per frame, so RecvQueueBytes bounds memory,
-// not payload: a flood of tiny frames once kept 259 MiB of payload queued
-// and 2.9 GB resident (TestTCPRecvQueueCountsFrames).
-const frameOverhead = 512
+// frameOverhead is what a queued frame costs in memory beyond its bytes
+// (wire.FrameOverhead, shared with the MPI transport's queue).
+const frameOverhead = wire.FrameOverhead
 
 // admit waits until a frame of size bytes fits the receive queue
 // (RecvQueueBytes; always when the queue is empty). It returns keep=false

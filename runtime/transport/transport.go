@@ -144,7 +144,7 @@ type Transport interface {
 }
 
 // Recycler is implemented by transports whose receives can land in reused
-// memory (TCP, in-process). Recycle hands back t, a tensor Recv returned:
+// memory (TCP, in-process, MPI). Recycle hands back t, a tensor Recv returned:
 // a later Recv (from any peer, on any channel) may write into its memory.
 // The caller must be done with t and with every tensor sharing its memory
 // (views, reshapes, whatever it gave them to) before calling it. Tensors

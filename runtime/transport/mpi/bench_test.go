@@ -20,14 +20,19 @@ import (
 	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
-// pingPongBytes and pingPongRounds size BenchmarkMPIThroughput: 4 MiB
-// float32 tensors, each round one message there and one back.
-const (
-	pingPongBytes  = 4 << 20
-	pingPongRounds = 200
-)
+// pingPongSizes size BenchmarkMPIThroughput: 4 MiB and 4 KiB float32
+// tensors, each round one message there and one back, as many rounds as
+// take about 100 ms over shared memory.
+var pingPongSizes = []struct {
+	name          string
+	bytes, rounds int
+}{{"4MiB", 4 << 20, 200}, {"4KiB", 4 << 10, 20000}}
 
-// BenchmarkMPIThroughput runs a 2-rank ping-pong of 4 MiB tensors through
+// pingPongVar tells a ping-pong rank its message size and rounds.
+const pingPongVar = "PPGEN_MPI_PINGPONG"
+
+// BenchmarkMPIThroughput runs a 2-rank ping-pong of 4 MiB (and, over
+// shared memory, 4 KiB) tensors through
 // the MPI transport under mpirun, over shared memory (OpenMPI's default
 // for ranks on one node) and over its TCP transport (--mca btl self,tcp),
 // with buffered and with synchronous sends, and reports GB/s (bytes moved
@@ -48,54 +53,76 @@ func BenchmarkMPIThroughput(b *testing.B) {
 		name string
 		mca  []string
 	}{{"shm", nil}, {"tcp", []string{"--mca", "btl", "self,tcp"}}} {
-		for _, mode := range []string{"raw", "buffered", "sync"} {
-			b.Run(link.name+"/"+mode, func(b *testing.B) {
-				args := append(link.mca, os.Args[0], "-test.run=^TestMPIChild$")
-				if mode == "raw" {
-					if raw == "" {
-						b.Skip("no mpicc for the raw MPI baseline")
+		for _, size := range pingPongSizes {
+			if link.name == "tcp" && size.bytes < 1<<20 {
+				continue
+			}
+			for _, mode := range []string{"raw", "buffered", "sync"} {
+				b.Run(link.name+"/"+size.name+"/"+mode, func(b *testing.B) {
+					args := append(link.mca, os.Args[0], "-test.run=^TestMPIChild$")
+					if mode == "raw" {
+						if raw == "" {
+							b.Skip("no mpicc for the raw MPI baseline")
+						}
+						args = append(link.mca, raw, strconv.Itoa(size.bytes), strconv.Itoa(size.rounds))
 					}
-					args = append(link.mca, raw, strconv.Itoa(pingPongBytes), strconv.Itoa(pingPongRounds))
-				}
-				argv := mpitest.Args(b, 2, args...)
-				sync := mode == "sync"
-				var best float64
-				for range b.N {
-					cmd := execCommand(argv)
-					cmd.Env = append(os.Environ(), scenarioVar+"=ping-pong", "PPGEN_MPI_SYNC="+strconv.FormatBool(sync))
-					out, err := cmd.CombinedOutput()
-					if err != nil {
-						b.Fatalf("%v\n%s", err, out)
+					argv := mpitest.Args(b, 2, args...)
+					sync := mode == "sync"
+					var best float64
+					for range b.N {
+						cmd := execCommand(argv)
+						cmd.Env = append(os.Environ(), scenarioVar+"=ping-pong", "PPGEN_MPI_SYNC="+strconv.FormatBool(sync),
+							fmt.Sprintf("%s=%d,%d", pingPongVar, size.bytes, size.rounds))
+						out, err := cmd.CombinedOutput()
+						if err != nil {
+							b.Fatalf("%v\n%s", err, out)
+						}
+						m := regexp.MustCompile(`ping-pong: ([0-9.]+) GB/s`).FindSubmatch(out)
+						if m == nil {
+							b.Fatalf("no figure in the output:\n%s", out)
+						}
+						v, _ := strconv.ParseFloat(string(m[1]), 64)
+						best = max(best, v)
 					}
-					m := regexp.MustCompile(`ping-pong: ([0-9.]+) GB/s`).FindSubmatch(out)
-					if m == nil {
-						b.Fatalf("no figure in the output:\n%s", out)
-					}
-					v, _ := strconv.ParseFloat(string(m[1]), 64)
-					best = max(best, v)
-				}
-				b.ReportMetric(best, "GB/s")
-			})
+					b.ReportMetric(best, "GB/s")
+				})
+			}
 		}
 	}
 }
 
-// childPingPong is rank 0 or 1 of the ping-pong.
+// childPingPong is rank 0 or 1 of the ping-pong. Each rank hands every
+// tensor it received back (transport.Recycler) once done with it, as
+// runtime/pipe does, so receives land in reused memory.
 func childPingPong(t *testing.T, sync bool) {
+	bytes, rounds := 4<<20, 200
+	if v := os.Getenv(pingPongVar); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d", &bytes, &rounds); err != nil || bytes < 4 || rounds < 1 {
+			t.Fatalf("%s=%q: want BYTES,ROUNDS", pingPongVar, v)
+		}
+	}
 	tr, err := mpi.New(mpi.Config{Sync: sync, Timeout: time.Minute, Fingerprint: "ping-pong"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec, _ := tr.(transport.Recycler)
+	recycle := func(x *tensor.Dense) {
+		if rec != nil {
+			rec.Recycle(x)
+		}
+	}
 	r := tr.Rank()
-	x := tensor.New(tensor.WithShape(pingPongBytes/4), tensor.WithBacking(make([]float32, pingPongBytes/4)))
+	x := tensor.New(tensor.WithShape(bytes/4), tensor.WithBacking(make([]float32, bytes/4)))
 	round := func() {
 		if r == 0 {
 			if err := tr.Send(1, abi.ActChannel, transport.Tag{}, x); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := tr.Recv(1, abi.GradChannel); err != nil {
+			_, y, err := tr.Recv(1, abi.GradChannel)
+			if err != nil {
 				t.Fatal(err)
 			}
+			recycle(y)
 			return
 		}
 		_, y, err := tr.Recv(0, abi.ActChannel)
@@ -105,12 +132,13 @@ func childPingPong(t *testing.T, sync bool) {
 		if err := tr.Send(0, abi.GradChannel, transport.Tag{}, y); err != nil {
 			t.Fatal(err)
 		}
+		recycle(y)
 	}
 	for range 10 { // warm up
 		round()
 	}
 	start := time.Now()
-	for range pingPongRounds {
+	for range rounds {
 		round()
 	}
 	el := time.Since(start)
@@ -118,6 +146,6 @@ func childPingPong(t *testing.T, sync bool) {
 		t.Fatal(err)
 	}
 	if r == 0 {
-		fmt.Printf("ping-pong: %.2f GB/s (%d rounds of 2 x %d bytes in %v)\n", float64(2*pingPongRounds*pingPongBytes)/el.Seconds()/1e9, pingPongRounds, pingPongBytes, el)
+		fmt.Printf("ping-pong: %.2f GB/s (%d rounds of 2 x %d bytes in %v)\n", float64(2*rounds*bytes)/el.Seconds()/1e9, rounds, bytes, el)
 	}
 }

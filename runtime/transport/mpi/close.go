@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 	"unsafe"
@@ -24,12 +25,17 @@ import (
 	"github.com/ppgen/ppgen/runtime/transport"
 )
 
-// progress runs until Close: it drives MPI's progress for buffered sends
-// (so they complete while the rank computes), frees their buffers, and
-// watches for abort news from any peer.
+// progress runs until Close: it drives the receives (so that peers' sends
+// complete into the receive queues while the rank computes), completes
+// buffered sends and frees their buffers, and watches for abort news from
+// any peer. It spins while messages complete and backs off, up to
+// maxIdleSleep, while none do; while a Send, Recv or Batch waits (and
+// drives the receives and completes the sends itself) it only watches for
+// news, every millisecond.
 func (t *mpiT) progress() {
 	defer close(t.stopped)
 	newsDone := false
+	sleep := time.Duration(0)
 	for {
 		select {
 		case <-t.stop:
@@ -48,33 +54,36 @@ func (t *mpiT) progress() {
 				t.fail(news)
 			}
 		}
-		t.mu.Lock()
-		busy := len(t.pending) > 0
-		kept := t.pending[:0]
-		var serr error
-		for _, op := range t.pending {
-			done, err := t.testSend(op)
-			switch {
-			case err != nil:
-				serr = transport.SendError(t.rank, op.ch, op.peer, err)
-				mpiLeaked = append(mpiLeaked, op)
-			case !done:
-				kept = append(kept, op)
-			}
-		}
-		clear(t.pending[len(kept):])
-		t.pending = kept
-		t.mu.Unlock()
-		if serr != nil {
-			t.fail(serr)
-		}
-		if busy {
-			nap.Sleep(50 * time.Microsecond)
-		} else {
+		if t.waiters.Load() > 0 { // a waiter drives and completes sends
+			sleep = 0
 			time.Sleep(time.Millisecond)
+			continue
 		}
+		moved := false
+		if t.rmu.TryLock() { // else a waiter drives
+			before := t.rx.completed
+			if t.drive() == nil {
+				moved = t.rx.completed != before
+			}
+			t.rmu.Unlock()
+		}
+		if t.reapSends() > 0 {
+			moved = true
+		}
+		if moved {
+			sleep = 0
+			runtime.Gosched()
+			continue
+		}
+		sleep = min(max(2*sleep, time.Microsecond), maxIdleSleep)
+		nap.Sleep(sleep)
 	}
 }
+
+// maxIdleSleep bounds the progress goroutine's sleep while no one waits:
+// a peer's large buffered Send to this rank, busy computing, waits for it
+// to be matched at most about that long (plus the timer's slack).
+const maxIdleSleep = 200 * time.Microsecond
 
 // Close waits (bounded by Timeout) until every buffered send completed and
 // every rank reached Close (a barrier), then finalizes MPI. A receive from
@@ -111,6 +120,15 @@ func (t *mpiT) Close() error {
 	}
 	close(t.stop)
 	<-t.stopped
+	t.rmu.Lock()
+	t.stopReceiver()
+	t.rmu.Unlock()
+	t.opsMu.Lock()
+	for _, op := range t.freeOps {
+		op.release()
+	}
+	t.freeOps = nil
+	t.opsMu.Unlock()
 	t.freeGroups() // coll.go: the collectives' communicators
 	if code := C.ppg_cancel(t.newsReq); code != C.MPI_SUCCESS {
 		t.cfg.Logger.Warn("transport: MPI: cancelling the abort-news receive failed", "rank", t.rank, "err", mpiErrString(code))
@@ -162,7 +180,7 @@ func (t *mpiT) Abort(cause error) {
 		if p == t.rank {
 			continue
 		}
-		op := newOp(p, 0, true)
+		op := newOp(p, 0)
 		op.hdr, op.hdone = newCbuf(mpiNewsLen), true
 		n := encodeMPINews(op.hdr.bytes(), news)
 		if code := C.ppg_isend(op.hdr.p, C.int(n), C.int(p), C.int(mpiAbortTag), 0, op.preq); code != C.MPI_SUCCESS {
@@ -171,6 +189,7 @@ func (t *mpiT) Abort(cause error) {
 		}
 		t.mu.Lock()
 		t.pending = append(t.pending, op)
+		t.npending.Store(int32(len(t.pending)))
 		t.mu.Unlock()
 	}
 	time.Sleep(t.cfg.AbortLinger)

@@ -54,12 +54,14 @@ const truncateHint = "the ranks disagree on a message's or collective's size (me
 // and world size come from MPI (MPI_COMM_WORLD), not from the
 // configuration.
 type Config struct {
-	// Sync makes every send synchronous (MPI_Issend): Send returns only
-	// once the peer's matching receive has started, which is the strict
-	// rendezvous semantics ppgen's verifier proves schedules safe under. A
-	// schedule that relies on buffering then fails with a *ProgressError
-	// after Timeout instead of hanging. Without Sync, Send copies the
-	// tensor, starts a nonblocking send (MPI_Isend) and returns at once.
+	// Sync makes every send synchronous: Send returns only once the
+	// peer's matching Recv has started, which is the strict rendezvous
+	// semantics ppgen's verifier proves schedules safe under. A schedule
+	// that relies on buffering then fails with a *ProgressError after
+	// Timeout instead of hanging. Without Sync, sends are buffered: each
+	// rank keeps receiving into its receive queue (RecvQueueBytes) whatever
+	// its peers send, so Send returns once the message is in the peer's
+	// queue, without waiting for the matching Recv.
 	Sync bool
 	// Timeout bounds every wait (a send's completion, a receive's arrival,
 	// the start-up checks, Close's barrier): one that makes no progress for
@@ -80,6 +82,18 @@ type Config struct {
 	// Default DefaultMaxFrameBytes (1 GiB); at most MaxMessageBytes (an
 	// MPI count is a C int).
 	MaxMessageBytes int64
+	// RecvQueueBytes bounds, per peer, the messages received from it and
+	// not yet taken by Recv (buffered mode; under Sync nothing is received
+	// before its Recv), each counted with its bytes plus what it costs in
+	// memory beyond them (wire.FrameOverhead, 512), as over TCP. When the
+	// queue reaches it, this rank stops receiving from that peer until Recv
+	// drains it, so the peer's Send waits (and fails after Timeout); the
+	// queue holds at most RecvQueueBytes plus one message per channel.
+	// Default transport.DefaultRecvQueueBytes (256 MiB).
+	RecvQueueBytes int64
+	// RecvQueueFrames bounds, per peer, the number of queued messages the
+	// same way. Default DefaultRecvQueueFrames.
+	RecvQueueFrames int
 	// AbortLinger is how long Abort waits, after telling every peer why
 	// this rank aborts, before it calls MPI_Abort: peers that are waiting
 	// on this rank log their own failed step in that time. Default 300 ms.
@@ -94,10 +108,18 @@ const MaxMessageBytes = 1<<31 - 1
 
 const defaultMPIAbortLinger = 300 * time.Millisecond
 
+// DefaultRecvQueueFrames is Config.RecvQueueFrames's default.
+const DefaultRecvQueueFrames = 1 << 16
+
 func (c *Config) fill() error {
 	wire.OrDefault(&c.Timeout, transport.DefaultTimeout)
 	wire.OrDefault(&c.AbortLinger, defaultMPIAbortLinger)
 	wire.OrDefault(&c.MaxMessageBytes, transport.DefaultMaxFrameBytes)
+	wire.OrDefault(&c.RecvQueueBytes, transport.DefaultRecvQueueBytes)
+	wire.OrDefault(&c.RecvQueueFrames, DefaultRecvQueueFrames)
+	if c.RecvQueueBytes < 0 || c.RecvQueueFrames < 0 {
+		return fmt.Errorf("RecvQueueBytes %d, RecvQueueFrames %d: want positive bounds (0 takes the default)", c.RecvQueueBytes, c.RecvQueueFrames)
+	}
 	if c.MaxMessageBytes > MaxMessageBytes {
 		return fmt.Errorf("MaxMessageBytes %d over %d (MPI counts bytes in a C int)", c.MaxMessageBytes, int64(MaxMessageBytes))
 	}
@@ -110,22 +132,31 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// The MPI transport sends each message as two MPI messages on the same
-// communicator: a fixed-size header, then the payload (the tensor's raw
-// native-order bytes), each on its own MPI tag:
+// The MPI transport sends each message as one or two MPI messages on the
+// same communicator, each on its channel's tag for its part:
 //
 //	tag = 2*channel + part    part 0: header, part 1: payload
 //
-// MPI does not let messages of one (source, tag, communicator) overtake
-// each other, so headers and payloads each arrive in send order per (peer,
-// channel), and the k-th payload belongs to the k-th header. The header
-// tells the receiver the dtype and shape, hence the payload's exact size,
-// before it posts the payload's receive straight into the new tensor.
+// A payload of at most mpiInlineBytes travels in the header's message,
+// right after the header; a larger one follows as its own message, which
+// the receiver receives straight into the tensor it returns. MPI does not
+// let messages of one (source, tag, communicator) overtake each other, so
+// headers and payloads each arrive in send order per (peer, channel), and
+// the k-th payload belongs to the k-th header that has none inline. The
+// header tells the receiver the dtype and shape, hence the payload's exact
+// size, before it posts the payload's receive.
+//
+// A large send, and under Config.Sync every send, is synchronous in MPI's
+// sense (MPI_Issend): it completes once the receiver matched it, so nothing
+// piles up unmatched in MPI's own queues; buffering is the receiver's
+// receive queue (Config.RecvQueueBytes), whose header receives stay posted
+// while it has room. Small buffered sends are MPI_Isends with a periodic
+// MPI_Issend marker (p2p.go, markEvery).
 //
 // The header (mpiHeaderLen bytes, little-endian):
 //
 //	0   magic     uint32 mpiMagic
-//	4   version   uint8  (1)
+//	4   version   uint8  (2)
 //	5   dtype     uint8
 //	6   dims      uint8  number of dimensions, at most wire.MaxDims
 //	7   zero      uint8
@@ -134,8 +165,10 @@ func (c *Config) fill() error {
 //	16  dims      wire.MaxDims × uint64, unused ones zero
 const (
 	mpiMagic     = 0x4d475050 // "PPGM"
-	mpiVersion   = 1
+	mpiVersion   = 2
 	mpiHeaderLen = 16 + 8*wire.MaxDims
+	// mpiInlineBytes is the largest payload sent in the header's message.
+	mpiInlineBytes = 8 << 10
 	// mpiAbortTag carries abort news (mpiNewsLen bytes); the channel tags
 	// stay below it.
 	mpiAbortTag = 2 * wire.Channels

@@ -48,7 +48,7 @@ func TestDecodeMPIHeader(t *testing.T) {
 		{"huge dim", mpiHeaderOf(wire.Float64, 1<<63), 0, "dimension 0 is 9223372036854775808", transport.ErrFrameTooLarge},
 		{"short", mpiHeaderOf(wire.Float64)[:20], 0, "header of 20 bytes, want 144", transport.ErrProtocol},
 		{"bad magic", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[0] ^= 1 }), 0, "bad magic", transport.ErrProtocol},
-		{"other version", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[4] = 9 }), 0, "version 9, this build speaks 1", transport.ErrProtocol},
+		{"other version", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[4] = 9 }), 0, "version 9, this build speaks 2", transport.ErrProtocol},
 		{"bad dtype", mpiHeaderOf(7, 1), 0, "unknown dtype 7", transport.ErrProtocol},
 		{"too many dims", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[6] = wire.MaxDims + 1 }), 0, "17 dimensions (at most 16)", transport.ErrProtocol},
 		{"pad byte", mod(mpiHeaderOf(wire.Float64), func(b []byte) { b[7] = 1 }), 0, "nonzero pad byte 1", transport.ErrProtocol},

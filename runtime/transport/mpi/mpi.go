@@ -19,13 +19,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
-	"gorgonia.org/tensor"
-
 	"github.com/ppgen/ppgen/abi"
-	"github.com/ppgen/ppgen/runtime/internal/nap"
 	"github.com/ppgen/ppgen/runtime/internal/wire"
 	"github.com/ppgen/ppgen/runtime/transport"
 )
@@ -137,26 +133,24 @@ func newCbuf(n int) cbuf { return cbuf{C.malloc(C.size_t(max(n, 1))), n} }
 func (b cbuf) bytes() []byte { return unsafe.Slice((*byte)(b.p), b.n) }
 func (b cbuf) free()         { C.free(b.p) }
 
-// mpiOp is one message in flight: a send (header and payload) or a
-// receive (header, then payload). Its buffers stay allocated or pinned
-// until both requests completed; an op abandoned on failure is leaked
-// (kept pinned for ever), because MPI may still write to it.
+// mpiOp is a send in flight (header, with the payload inline or
+// followed by it), abort news, or a collective (coll.go). Its buffers stay
+// allocated or pinned until its requests completed; an op abandoned on
+// failure is leaked (kept pinned for ever), because MPI may still use
+// them.
 type mpiOp struct {
-	peer   int
-	ch     abi.Channel
-	send   bool
-	tag    transport.Tag // send: the tag sent; receive: the tag received
-	hdr    cbuf
-	hreq   *C.MPI_Request // C memory (newRequest), freed by release
-	preq   *C.MPI_Request
-	state  uint8 // receive: 0 header posted, 1 payload posted, 2 done; send: 1 posted, 2 done
-	hdone  bool  // send: header completed
-	pdone  bool  // payload completed
-	pay    cbuf  // buffered send: the copy of the payload
-	pin    runtime.Pinner
-	pinned bool
-	h      mpiHeader     // receive: the decoded header
-	t      *tensor.Dense // receive: the tensor being filled
+	peer     int
+	ch       abi.Channel
+	tag      transport.Tag
+	hdr      cbuf           // the header, and the payload when inline
+	hreq     *C.MPI_Request // C memory (newRequest), freed by release
+	preq     *C.MPI_Request
+	hdone    bool // header completed
+	pdone    bool // payload completed (or inline, or none)
+	windowed bool // a marker, counted in mpiT.sendsTo (markEvery)
+	pooled   bool // a send op whose buffers go back to mpiT.freeOps
+	pin      runtime.Pinner
+	pinned   bool
 }
 
 // newRequest allocates an MPI request handle in C memory: a cgo call may
@@ -164,8 +158,8 @@ type mpiOp struct {
 func newRequest() *C.MPI_Request { return C.ppg_new_request() }
 
 // newOp returns an op with its two request handles allocated.
-func newOp(peer int, ch abi.Channel, send bool) *mpiOp {
-	return &mpiOp{peer: peer, ch: ch, send: send, hreq: newRequest(), preq: newRequest()}
+func newOp(peer int, ch abi.Channel) *mpiOp {
+	return &mpiOp{peer: peer, ch: ch, hreq: newRequest(), preq: newRequest()}
 }
 
 // release frees or unpins op's buffers once MPI is done with them.
@@ -178,10 +172,6 @@ func (op *mpiOp) release() {
 	if op.hdr.p != nil {
 		op.hdr.free()
 		op.hdr.p = nil
-	}
-	if op.pay.p != nil {
-		op.pay.free()
-		op.pay.p = nil
 	}
 	if op.pinned {
 		op.pin.Unpin()
@@ -205,10 +195,23 @@ type mpiT struct {
 	err      error // set before failed is closed
 	closed   atomic.Bool
 	aborting atomic.Bool
+	waiters  atomic.Int32 // goroutines in pollLoop
 
 	mu      sync.Mutex
 	pending []*mpiOp // buffered sends in flight (and abort news)
-	last    [][wire.ChannelSlots]*transport.Tag
+	sendsTo []int    // unmatched markers per peer (markEvery)
+	// npending is len(pending), read without mu.
+	npending atomic.Int32
+
+	opsMu   sync.Mutex
+	freeOps []*mpiOp // completed send ops, for reuse (sendOp)
+
+	smu     sync.Mutex // orders a message's header and payload sends
+	sendSeq []uint32   // under smu: small buffered sends per (peer, channel), for markEvery
+
+	rmu  sync.Mutex // the receiving side (recv.go)
+	rx   receiver
+	last [][wire.ChannelSlots]*transport.Tag // under rmu
 
 	news    cbuf
 	newsReq *C.MPI_Request // C memory
@@ -239,6 +242,8 @@ func New(cfg Config) (transport.Transport, error) {
 	t := &mpiT{cfg: cfg, rank: mpiProc.rank, world: mpiProc.wld, setting: "PPGEN_TIMEOUT (mpi.Config.Timeout)",
 		failed: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
 	t.last = make([][wire.ChannelSlots]*transport.Tag, t.world)
+	t.sendsTo = make([]int, t.world)
+	t.sendSeq = make([]uint32, t.world*wire.Channels)
 	if err := t.checkFingerprint(); err != nil {
 		if !errors.Is(err, transport.ErrTimeout) {
 			mpiFinalize() // every rank saw the same allgather and fails alike
@@ -249,6 +254,9 @@ func New(cfg Config) (transport.Transport, error) {
 	t.news, t.newsReq = newCbuf(mpiNewsLen), newRequest()
 	if code := C.ppg_irecv(t.news.p, C.int(mpiNewsLen), -1, C.int(mpiAbortTag), t.newsReq); code != C.MPI_SUCCESS {
 		return nil, fmt.Errorf("transport: rank %d: %w", t.rank, mpiError("MPI_Irecv (abort news)", code))
+	}
+	if err := t.startReceiver(); err != nil {
+		return nil, fmt.Errorf("transport: rank %d: %w", t.rank, err)
 	}
 	go t.progress()
 	return t, nil
@@ -363,54 +371,6 @@ func (t *mpiT) test(req *C.MPI_Request, call string) (done bool, count, source i
 	return d != 0, int(n), int(src), nil
 }
 
-// Polling: a wait spins spinRounds times yielding the goroutine, then
-// sleeps between tests, the sleep growing from 1 µs to maxPollSleep, so
-// that a waiting rank costs little CPU and still sees a completion within
-// about maxPollSleep.
-const (
-	spinRounds   = 64
-	maxPollSleep = 100 * time.Microsecond
-)
-
-// poll calls step until it reports done or an error, the transport fails
-// (then the failure), or Timeout passes without step reporting done
-// (errNoProgress).
-func (t *mpiT) poll(step func() (bool, error)) error {
-	return t.pollProgress(func(*time.Time) (bool, error) { return step() })
-}
-
-// pollProgress is poll whose step may push the deadline back: a batch
-// whose ops complete one by one is making progress.
-func (t *mpiT) pollProgress(step func(deadline *time.Time) (bool, error)) error {
-	deadline := time.Now().Add(t.cfg.Timeout)
-	sleep := time.Duration(0)
-	for i := 0; ; i++ {
-		done, err := step(&deadline)
-		if err != nil || done {
-			return err
-		}
-		if t.isFailed() {
-			return t.err
-		}
-		if time.Now().After(deadline) {
-			return wire.ErrNoProgress
-		}
-		if i < spinRounds {
-			runtime.Gosched()
-			continue
-		}
-		sleep = min(max(2*sleep, time.Microsecond), maxPollSleep)
-		nap.Sleep(sleep) // time.Sleep would round it up to ~1 ms
-	}
-}
-
-// lastTag returns the last tag received from peer on ch, nil if none.
-func (t *mpiT) lastTag(peer int, ch abi.Channel) *transport.Tag {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.last[peer][ch]
-}
-
 // leak keeps op alive for ever: MPI may still use its buffers.
 func (t *mpiT) leak(op *mpiOp) {
 	t.mu.Lock()
@@ -427,317 +387,4 @@ func (t *mpiT) usable() error {
 		return transport.ErrClosed
 	}
 	return nil
-}
-
-// startSend posts the header and payload of x, tagged tag, to peer on ch:
-// a synchronous send (Sync) pins the tensor's backing array, a buffered one
-// copies it into C memory.
-func (t *mpiT) startSend(peer int, ch abi.Channel, tag transport.Tag, x *tensor.Dense) (*mpiOp, error) {
-	v, err := wire.PayloadOf(x)
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(v.Raw)) > t.cfg.MaxMessageBytes {
-		return nil, fmt.Errorf("%w: %d-byte tensor of shape %v over the %d-byte cap (mpi.Config.MaxMessageBytes)", transport.ErrFrameTooLarge, len(v.Raw), v.Dims, t.cfg.MaxMessageBytes)
-	}
-	op := newOp(peer, ch, true)
-	op.tag, op.hdr, op.state = tag, newCbuf(mpiHeaderLen), 1
-	encodeMPIHeader(op.hdr.bytes(), tag, v)
-	var buf unsafe.Pointer
-	switch {
-	case len(v.Raw) == 0:
-	case t.cfg.Sync:
-		op.pin.Pin(&v.Raw[0])
-		op.pinned = true
-		buf = unsafe.Pointer(&v.Raw[0])
-	default:
-		op.pay = newCbuf(len(v.Raw))
-		copy(op.pay.bytes(), v.Raw)
-		buf = op.pay.p
-	}
-	sync := C.int(0)
-	if t.cfg.Sync {
-		sync = 1
-	}
-	if code := C.ppg_isend(op.hdr.p, C.int(mpiHeaderLen), C.int(peer), C.int(mpiTag(ch, 0)), sync, op.hreq); code != C.MPI_SUCCESS {
-		op.release()
-		return nil, mpiError("MPI_Isend (header)", code)
-	}
-	if code := C.ppg_isend(buf, C.int(len(v.Raw)), C.int(peer), C.int(mpiTag(ch, 1)), sync, op.preq); code != C.MPI_SUCCESS {
-		t.leak(op) // the header is in flight
-		return nil, mpiError("MPI_Isend (payload)", code)
-	}
-	runtime.KeepAlive(v.Keep)
-	return op, nil
-}
-
-// testSend advances a send; true once both of its messages completed.
-func (t *mpiT) testSend(op *mpiOp) (bool, error) {
-	var err error
-	if !op.hdone {
-		if op.hdone, _, _, err = t.test(op.hreq, "MPI_Test (header send)"); err != nil {
-			return false, err
-		}
-	}
-	if !op.pdone {
-		if op.pdone, _, _, err = t.test(op.preq, "MPI_Test (payload send)"); err != nil {
-			return false, err
-		}
-	}
-	if op.hdone && op.pdone {
-		op.state = 2
-		op.release()
-		return true, nil
-	}
-	return false, nil
-}
-
-// startRecv posts the receive of a header from peer on ch.
-func (t *mpiT) startRecv(peer int, ch abi.Channel) (*mpiOp, error) {
-	op := newOp(peer, ch, false)
-	op.hdr = newCbuf(mpiHeaderLen)
-	if code := C.ppg_irecv(op.hdr.p, C.int(mpiHeaderLen), C.int(peer), C.int(mpiTag(ch, 0)), op.hreq); code != C.MPI_SUCCESS {
-		op.release()
-		return nil, mpiError("MPI_Irecv (header)", code)
-	}
-	return op, nil
-}
-
-// testRecv advances a receive: once its header arrived (and post allows
-// it) it posts the payload's receive into a new tensor; true once that
-// completed too. A batch holds back post for a receive whose predecessor on
-// the same (peer, channel) has not posted its payload yet, so payloads
-// match their headers.
-func (t *mpiT) testRecv(op *mpiOp, post bool) (bool, error) {
-	if op.state == 0 {
-		if !post {
-			return false, nil
-		}
-		done, n, _, err := t.test(op.hreq, "MPI_Test (header receive)")
-		if err != nil || !done {
-			return false, err
-		}
-		if op.h, err = decodeMPIHeader(op.hdr.bytes()[:min(n, mpiHeaderLen)], t.cfg.MaxMessageBytes); err == nil && n != mpiHeaderLen {
-			err = fmt.Errorf("%w: sent a header of %d bytes, want %d", transport.ErrProtocol, n, mpiHeaderLen)
-		}
-		if err != nil {
-			return false, err
-		}
-		op.hdr.free()
-		op.hdr.p = nil
-		op.tag = op.h.tag
-		var raw []byte
-		op.t, raw = wire.Alloc(op.h.dt, op.h.dims)
-		var buf unsafe.Pointer
-		if len(raw) > 0 {
-			op.pin.Pin(&raw[0])
-			op.pinned = true
-			buf = unsafe.Pointer(&raw[0])
-		}
-		if code := C.ppg_irecv(buf, C.int(len(raw)), C.int(op.peer), C.int(mpiTag(op.ch, 1)), op.preq); code != C.MPI_SUCCESS {
-			return false, mpiError("MPI_Irecv (payload)", code)
-		}
-		op.state = 1
-	}
-	if op.state == 1 {
-		done, n, _, err := t.test(op.preq, "MPI_Test (payload receive)")
-		if err != nil || !done {
-			return false, err
-		}
-		op.release()
-		if int64(n) != op.h.n {
-			return false, fmt.Errorf("%w: sent a payload of %d bytes after a header of shape %v (%d bytes)", transport.ErrProtocol, n, op.h.dims, op.h.n)
-		}
-		op.state = 2
-		t.mu.Lock()
-		tag := op.tag
-		t.last[op.peer][op.ch] = &tag
-		t.mu.Unlock()
-	}
-	return op.state == 2, nil
-}
-
-func (t *mpiT) Send(peer int, ch abi.Channel, tag transport.Tag, x *tensor.Dense) error {
-	if err := transport.CheckPeer(t.rank, t.world, peer, ch); err != nil {
-		return fmt.Errorf("transport: rank %d: send %s: %w", t.rank, ch, err)
-	}
-	if err := t.usable(); err != nil {
-		return transport.SendError(t.rank, ch, peer, err)
-	}
-	op, err := t.startSend(peer, ch, tag, x)
-	if err != nil {
-		t.fail(transport.SendError(t.rank, ch, peer, err))
-		return transport.SendError(t.rank, ch, peer, err)
-	}
-	if !t.cfg.Sync {
-		t.mu.Lock()
-		t.pending = append(t.pending, op)
-		t.mu.Unlock()
-		return nil
-	}
-	err = t.poll(func() (bool, error) { return t.testSend(op) })
-	if err == nil {
-		return nil
-	}
-	t.leak(op)
-	if errors.Is(err, wire.ErrNoProgress) {
-		note := fmt.Sprintf("synchronous send (mpi.Config.Sync) of %v: rank %d has not started the matching receive", tag, peer)
-		if op.hdone {
-			note = fmt.Sprintf("synchronous send (mpi.Config.Sync) of %v: rank %d took the header, the payload did not complete", tag, peer)
-		}
-		pe := transport.NewProgressError(t.rank, "send", peer, ch, t.cfg.Timeout, t.setting, nil, note)
-		t.fail(pe)
-		return pe
-	}
-	t.fail(transport.SendError(t.rank, ch, peer, err))
-	return transport.SendError(t.rank, ch, peer, err)
-}
-
-func (t *mpiT) Recv(peer int, ch abi.Channel) (transport.Tag, *tensor.Dense, error) {
-	if err := transport.CheckPeer(t.rank, t.world, peer, ch); err != nil {
-		return transport.Tag{}, nil, fmt.Errorf("transport: rank %d: recv %s: %w", t.rank, ch, err)
-	}
-	if err := t.usable(); err != nil {
-		return transport.Tag{}, nil, transport.RecvError(t.rank, ch, peer, err)
-	}
-	op, err := t.startRecv(peer, ch)
-	if err == nil {
-		err = t.poll(func() (bool, error) { return t.testRecv(op, true) })
-	}
-	if err == nil {
-		return op.tag, op.t, nil
-	}
-	if op != nil {
-		t.leak(op)
-	}
-	if errors.Is(err, wire.ErrNoProgress) {
-		note := ""
-		if op.state == 1 {
-			note = fmt.Sprintf("the header of %v arrived, its payload did not", op.tag)
-		}
-		pe := transport.NewProgressError(t.rank, "recv", peer, ch, t.cfg.Timeout, t.setting, t.lastTag(peer, ch), note)
-		t.fail(pe)
-		return transport.Tag{}, nil, pe
-	}
-	t.fail(transport.RecvError(t.rank, ch, peer, err))
-	return transport.Tag{}, nil, transport.RecvError(t.rank, ch, peer, err)
-}
-
-// Batch starts every op (sends first, then the receives' headers), then
-// polls them all until every one completed, bounded by Timeout without any
-// completing. A buffered send (not Sync) is handed over like Send's: the
-// batch waits for its receives and synchronous sends.
-func (t *mpiT) Batch(ops []transport.BatchOp) error {
-	if err := t.usable(); err != nil {
-		return fmt.Errorf("transport: rank %d: batch: %w", t.rank, err)
-	}
-	mops := make([]*mpiOp, len(ops))
-	fail := func(i int, err error) error {
-		for _, op := range mops {
-			if op != nil && op.state != 2 {
-				t.leak(op)
-			}
-		}
-		err = fmt.Errorf("batch op %d (%s): %w", i, &ops[i], err)
-		t.fail(err)
-		return err
-	}
-	for i := range ops {
-		op := &ops[i]
-		if err := transport.CheckPeer(t.rank, t.world, op.Peer, op.Ch); err != nil {
-			return fmt.Errorf("transport: rank %d: batch op %d (%s): %w", t.rank, i, op, err)
-		}
-	}
-	for i := range ops {
-		if op := &ops[i]; op.Send {
-			m, err := t.startSend(op.Peer, op.Ch, op.Tag, op.T)
-			if err != nil {
-				return fail(i, transport.SendError(t.rank, op.Ch, op.Peer, err))
-			}
-			if !t.cfg.Sync {
-				t.mu.Lock()
-				t.pending = append(t.pending, m)
-				t.mu.Unlock()
-				continue
-			}
-			mops[i] = m
-		}
-	}
-	for i := range ops {
-		if op := &ops[i]; !op.Send {
-			m, err := t.startRecv(op.Peer, op.Ch)
-			if err != nil {
-				return fail(i, transport.RecvError(t.rank, op.Ch, op.Peer, err))
-			}
-			mops[i] = m
-		}
-	}
-	type key struct {
-		peer int
-		ch   abi.Channel
-	}
-	var failedAt int // the op that failed, or the first one still waiting
-	err := t.pollProgress(func(deadline *time.Time) (bool, error) {
-		all := true
-		failedAt = -1
-		var held map[key]bool // (peer, channel) with a receive still waiting for its header
-		for i, m := range mops {
-			if m == nil || m.state == 2 {
-				continue
-			}
-			var done bool
-			var err error
-			if m.send {
-				done, err = t.testSend(m)
-			} else {
-				k := key{m.peer, m.ch}
-				post := !held[k]
-				was := m.state
-				done, err = t.testRecv(m, post)
-				if m.state == 0 {
-					if held == nil {
-						held = map[key]bool{}
-					}
-					held[k] = true
-				} else if m.state != was {
-					*deadline = time.Now().Add(t.cfg.Timeout)
-				}
-			}
-			if err != nil {
-				failedAt = i
-				return false, err
-			}
-			if done {
-				*deadline = time.Now().Add(t.cfg.Timeout)
-			} else if all {
-				all = false
-				failedAt = i
-			}
-		}
-		return all, nil
-	})
-	failedAt = max(failedAt, 0)
-	if err == nil {
-		for i, m := range mops {
-			if m != nil && !m.send {
-				ops[i].Tag, ops[i].T = m.tag, m.t
-			}
-		}
-		return nil
-	}
-	if errors.Is(err, wire.ErrNoProgress) {
-		op := &ops[failedAt]
-		kind, note := "recv", fmt.Sprintf("batch op %d of %d (%s), the first not complete", failedAt, len(ops), op)
-		var last *transport.Tag
-		if op.Send {
-			kind = "send"
-			note += fmt.Sprintf(": synchronous send (mpi.Config.Sync): rank %d has not started the matching receive", op.Peer)
-		} else {
-			last = t.lastTag(op.Peer, op.Ch)
-		}
-		pe := transport.NewProgressError(t.rank, kind, op.Peer, op.Ch, t.cfg.Timeout, t.setting, last, note)
-		fail(failedAt, pe)
-		return pe
-	}
-	return fail(failedAt, err)
 }

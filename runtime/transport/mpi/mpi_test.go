@@ -71,6 +71,17 @@ func TestMPI(t *testing.T) {
 			}
 		})
 	}
+	t.Run("crossed", func(t *testing.T) {
+		out, err := runJob(t, 2, "crossed")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for r := range 2 {
+			if want := fmt.Sprintf("rank %d: crossed ok", r); !strings.Contains(out, want) {
+				t.Errorf("no %q in the output:\n%s", want, out)
+			}
+		}
+	})
 	t.Run("fingerprint", func(t *testing.T) {
 		out, err := runJob(t, 3, "fingerprint")
 		if err != nil {
@@ -157,6 +168,10 @@ func TestMPIChild(t *testing.T) {
 		childSendFirst(t, sync)
 	case "ping-pong":
 		childPingPong(t, sync)
+	case "flood":
+		childFlood(t)
+	case "crossed":
+		childCrossed(t)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
@@ -334,6 +349,55 @@ func childExchange(t *testing.T, syncSends bool) {
 		t.Fatalf("Send after Close: %v, want transport.ErrClosed", err)
 	}
 	fmt.Printf("rank %d: exchange ok\n", r)
+}
+
+// childCrossed: buffered, both ranks send each other 4 MiB messages
+// before either receives (each Send waits for the other's receive queue,
+// which the waiting Send itself keeps taking in), then the same while one
+// rank sits in a barrier of its own instead of receiving.
+func childCrossed(t *testing.T) {
+	tr, err := mpi.New(mpi.Config{Timeout: 20 * time.Second, Fingerprint: "crossed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tr.Rank()
+	peer := 1 - r
+	x := tensor.New(tensor.WithShape(1<<20), tensor.WithBacking(make([]float32, 1<<20)))
+	for k := range 3 {
+		if err := tr.Send(peer, abi.ActChannel, transport.Tag{Micro: int32(k)}, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range 3 {
+		tag, y, err := tr.Recv(peer, abi.ActChannel)
+		if err != nil || tag.Micro != int32(k) || len(y.Float32s()) != 1<<20 {
+			t.Fatalf("recv %d: tag %v, err %v", k, tag, err)
+		}
+	}
+	// Rank 1 sends while rank 0 waits in a collective that rank 1 joins
+	// only after its send returned.
+	g, err := tr.(transport.Collectives).NewGroup([]int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{1}))
+	if r == 1 {
+		if err := tr.Send(0, abi.GradChannel, transport.Tag{}, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.AllReduceSum(one); err != nil {
+		t.Fatal(err)
+	}
+	if r == 0 {
+		if _, _, err := tr.Recv(1, abi.GradChannel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("rank %d: crossed ok\n", r)
 }
 
 // childFingerprint: rank 2 runs another schedule; every rank is refused.

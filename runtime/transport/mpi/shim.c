@@ -74,6 +74,63 @@ int ppg_test(MPI_Request *req, int *done, int *count, int *source) {
 	return MPI_Get_count(&st, MPI_BYTE, count);
 }
 
+// ppg_recv_init makes req a persistent receive of up to n bytes from peer
+// on tag (a channel's header): MPI_Start posts it again after each message.
+int ppg_recv_init(void *buf, int n, int peer, int tag, MPI_Request *req) {
+	return MPI_Recv_init(buf, n, MPI_BYTE, peer, tag, ppg_comm, req);
+}
+
+int ppg_start(MPI_Request *req) { return MPI_Start(req); }
+
+// ppg_testsome tests the n requests reqs (null and inactive ones are
+// skipped) in one call: *out is how many completed (0 when none, or none
+// active), their indices in idx and their received byte counts in counts.
+// statuses has room for n.
+int ppg_testsome(int n, MPI_Request *reqs, int *out, int *idx, int *counts, MPI_Status *statuses) {
+	int err = MPI_Testsome(n, reqs, out, idx, statuses);
+	if (err != MPI_SUCCESS) {
+		return err;
+	}
+	if (*out == MPI_UNDEFINED) {
+		*out = 0;
+	}
+	for (int i = 0; i < *out; i++) {
+		if ((err = MPI_Get_count(&statuses[i], MPI_BYTE, &counts[i])) != MPI_SUCCESS) {
+			return err;
+		}
+	}
+	return MPI_SUCCESS;
+}
+
+// ppg_requests returns n request handles in C memory, each
+// MPI_REQUEST_NULL, and room for n statuses in *statuses.
+MPI_Request *ppg_requests(int n, MPI_Status **statuses) {
+	MPI_Request *r = malloc(sizeof(MPI_Request) * (n > 0 ? n : 1));
+	for (int i = 0; i < n; i++) {
+		r[i] = MPI_REQUEST_NULL;
+	}
+	*statuses = malloc(sizeof(MPI_Status) * (n > 0 ? n : 1));
+	return r;
+}
+
+// ppg_request_free cancels req if it is active (a posted receive) and
+// frees it (persistent requests stay allocated until freed).
+int ppg_request_free(MPI_Request *req, int active) {
+	int err;
+	if (*req == MPI_REQUEST_NULL) {
+		return MPI_SUCCESS;
+	}
+	if (active) {
+		if ((err = MPI_Cancel(req)) != MPI_SUCCESS || (err = MPI_Wait(req, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+			return err;
+		}
+	}
+	if (*req == MPI_REQUEST_NULL) {
+		return MPI_SUCCESS;
+	}
+	return MPI_Request_free(req);
+}
+
 int ppg_cancel(MPI_Request *req) {
 	int err = MPI_Cancel(req);
 	if (err != MPI_SUCCESS) {

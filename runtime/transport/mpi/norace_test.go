@@ -1,0 +1,5 @@
+//go:build mpi && !race
+
+package mpi_test
+
+const raceEnabled = false
