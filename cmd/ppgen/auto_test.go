@@ -60,10 +60,18 @@ func TestAutoCommands(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 and a word on -mem: %s", args, code, stderr.String())
 		}
 	}
+	// Below every family's memory auto recomputes (gen/auto's
+	// TestAutoRecompute) and names the policy; below even that (a chunk of
+	// V = 4 is 0.25 of a share) nothing fits.
 	stderr.Reset()
-	if code := run([]string{"gen", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "0.5", "-o", "-"}, &stdout, &stderr); code == 0 ||
-		!strings.Contains(stderr.String(), "no schedule fits the activation memory limit 0.5") {
+	if code := run([]string{"gen", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "0.5", "-o", "-"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stderr.String(), "-recompute full") {
 		t.Errorf("-mem 0.5: exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"gen", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "0.2", "-o", "-"}, &stdout, &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "no schedule fits the activation memory limit 0.2") {
+		t.Errorf("-mem 0.2: exit %d: %s", code, stderr.String())
 	}
 }
 

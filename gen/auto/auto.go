@@ -570,8 +570,12 @@ func autoNone(cfg ir.Config, cands []Candidate, limit float64, sp *SplitModel) e
 		}
 		hint = ", or add -partition auto (splits of the model's layers that may hold less)"
 	}
-	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest family's is %.4g (%s, V=%d)%s; raise the limit, or lower -micro for GPipe-like schedules%s",
-		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, floor, hint)
+	with := ""
+	if least.Recompute != "" {
+		with = " -recompute " + least.Recompute
+	}
+	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest family's is %.4g (%s, V=%d%s)%s; raise the limit, or lower -micro for GPipe-like schedules%s",
+		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, with, floor, hint)
 }
 
 // oneMicroFloor returns the least memory limit under which an order on one

@@ -166,6 +166,9 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 				break
 			}
 			if t.cand.Skipped != "" {
+				if t.recompute == "full" {
+					out = append(out, t) // the least memory the order reaches
+				}
 				continue // more recompute
 			}
 			out = append(out, t)
