@@ -15,6 +15,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -443,6 +444,7 @@ func TestAutoStageCost(t *testing.T) {
 func TestAutoNoneNamesPartition(t *testing.T) {
 	m := readExampleModel(t, "llm.json")
 	cfg := ir.Config{Schedule: Name, Ranks: 4, Micro: 8}
+	noRecompute := gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": "none"}}}
 	for _, tc := range []struct {
 		split *SplitModel
 		want  bool
@@ -452,7 +454,9 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 		{nil, false},
 	} {
 		limit := 1.0 // below one micro-batch of any rank's share, in either unit
-		_, err := Lower(cfg, Options{MemLimit: limit, Split: tc.split})
+		// -recompute none: auto tries no policy (with one, memory goes
+		// below the synthesized orders' floor: TestAutoRecompute)
+		_, err := Lower(cfg, Options{Options: noRecompute, MemLimit: limit, Split: tc.split})
 		if err == nil || !strings.Contains(err.Error(), "no schedule fits the activation memory limit 1") {
 			t.Fatalf("split %v: err = %v", tc.split != nil, err)
 		}
@@ -469,10 +473,10 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 	if !ok {
 		t.Fatal("no floor")
 	}
-	if _, err := Lower(cfg, Options{MemLimit: floor * 0.999, Split: splitModel(m, false)}); err == nil {
+	if _, err := Lower(cfg, Options{Options: noRecompute, MemLimit: floor * 0.999, Split: splitModel(m, false)}); err == nil {
 		t.Errorf("limit %g, under the floor %g (%s V=%d): an order fits", floor*0.999, floor, pk.name, pk.virtual)
 	}
-	res, err := Lower(cfg, Options{MemLimit: 2 * floor, Budget: 1, Split: splitModel(m, false)})
+	res, err := Lower(cfg, Options{Options: noRecompute, MemLimit: 2 * floor, Budget: 1, Split: splitModel(m, false)})
 	if err != nil || !IsSynthesized(res.Config.Schedule) {
 		t.Errorf("limit %g, twice the floor: %s, %v; want a synthesized order", 2*floor, res.Config.Schedule, err)
 	}
