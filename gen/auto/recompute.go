@@ -147,29 +147,30 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 		if err != nil {
 			continue
 		}
-		for _, policy := range recomputePolicies(b.t.built.Stages()) {
-			// sim.LowerBound of the order with its RECOMPUTE steps, a
-			// bound of both placements; more recompute only adds work.
+		// under reports whether the policy's lower bound is within best
+		// (sim.LowerBound of the order with its RECOMPUTE steps, a bound
+		// of both placements).
+		under := func(policy string) bool {
 			pol, err := passes.ParseRecompute(policy)
 			if err != nil {
-				break
+				return false
 			}
 			withR, err := passes.Recompute(b.t.built, pol)
 			if err != nil {
-				break
+				return false
 			}
-			if lb, err := sim.LowerBound(withR, cost, sim.BoundOptions{}); err != nil || lb > best+eps*max(1, best) {
-				break
-			}
+			lb, err := sim.LowerBound(withR, cost, sim.BoundOptions{})
+			return err == nil && lb <= best+eps*max(1, best)
+		}
+		// try lowers the policy at the latest point and, when that fits,
+		// with @idle; it reports whether it fit.
+		try := func(policy string) bool {
 			t := eval(b, policy)
-			if t.err != nil {
-				break
-			}
-			if t.cand.Skipped != "" {
-				if t.recompute == "full" {
-					out = append(out, t) // the least memory the order reaches
+			if t.err != nil || t.cand.Skipped != "" {
+				if t.err != nil || t.recompute == "full" {
+					out = append(out, t) // why, or the least memory the order reaches
 				}
-				continue // more recompute
+				return false
 			}
 			out = append(out, t)
 			best = min(best, t.cand.Makespan)
@@ -179,11 +180,109 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 					best = min(best, idle.cand.Makespan)
 				}
 			}
-			break
+			return true
+		}
+		greedy := greedyRecompute(opt, b, cost)
+		if greedy != "" && under(greedy) {
+			try(greedy)
+		}
+		for _, policy := range recomputePolicies(b.t.built.Stages()) {
+			// more recompute only adds work: no later policy is under best
+			if !under(policy) {
+				break
+			}
+			if policy == greedy || try(policy) {
+				break
+			}
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *autoTry) int { return cmp.Compare(a.baseIndex, b.baseIndex) })
 	return out
+}
+
+// greedyRecompute returns the -recompute policy that brings b's compute
+// order within the limit by recomputing the stages of its fullest rank,
+// largest activation first, one stage at a time, each time simulating the
+// order with its RECOMPUTE steps (the latest point) under cost; "" when
+// the order does not fit even with every stage recomputed, or fits
+// without. It aims at the ranks the limit binds, which recomputePolicies'
+// first stages miss where a late stage holds the most (the LLM-like
+// model's head).
+func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
+	p := b.t.built
+	S := p.Stages()
+	act := make([]float64, S)
+	for s := range act {
+		act[s] = 1
+	}
+	if sp := opt.Split; sp != nil {
+		a, _, err := partition.StageMemory(sp.Model, b.layers, partition.Copies(p))
+		if err != nil || len(a) != S {
+			return ""
+		}
+		act = a
+	}
+	vEff := float64(max(b.t.cfg.Virtual/max(p.Copies, 1), 1))
+	on := make([]bool, S)
+	var stages []int
+	for range S + 1 {
+		slices.Sort(stages)
+		pol := passes.RecomputePolicy{Stages: stages}
+		q, err := passes.Recompute(p, pol)
+		if err != nil {
+			return ""
+		}
+		r, err := sim.Run(q, cost)
+		if err != nil {
+			return ""
+		}
+		var mem []float64
+		if sp := opt.Split; sp != nil {
+			if mem, err = partition.Memory(sp.Model, b.layers, q, r); err != nil {
+				return ""
+			}
+		} else {
+			for _, n := range r.PeakActivations {
+				mem = append(mem, float64(n)/vEff)
+			}
+		}
+		full := 0
+		for rk := range mem {
+			if mem[rk] > mem[full] {
+				full = rk
+			}
+		}
+		if mem[full] <= opt.MemLimit*(1+1e-9) {
+			if len(stages) == 0 {
+				return ""
+			}
+			return recomputeValue(stages, S)
+		}
+		next := -1
+		for s, rk := range p.Placement.RankOf {
+			if rk == full && !on[s] && (next < 0 || act[s] > act[next]) {
+				next = s
+			}
+		}
+		if next < 0 {
+			return "" // the fullest rank recomputes every stage
+		}
+		on[next] = true
+		stages = append(stages, next)
+	}
+	return ""
+}
+
+// recomputeValue is the -recompute value of the sorted stages of S.
+func recomputeValue(stages []int, S int) string {
+	if len(stages) == S {
+		return "full"
+	}
+	f := make([]string, len(stages))
+	for i, s := range stages {
+		f[i] = strconv.Itoa(s)
+	}
+	return "full:" + strings.Join(f, ",")
 }
 
 // recomputeBase is an order recomputeTries tries policies on: a family's
