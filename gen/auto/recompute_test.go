@@ -116,3 +116,29 @@ func chosenOf(t *testing.T, res Result) (Candidate, float64, float64) {
 	t.Fatalf("no candidate is the chosen %s V=%d -recompute %q", res.Config.Schedule, res.Config.Virtual, res.Recompute)
 	return Candidate{}, 0, 0
 }
+
+// TestAutoRecomputeIdle pins the row where @idle placement wins
+// (BENCHMARKS.md, "Activation recompute"): P = 4, M = 8 within 1.5, where
+// no family fits (v-min holds 2): interleaved-zb V = 3 recomputing its
+// first 8 stages takes 31 with each RECOMPUTE right before its backward
+// and 30.33 with them moved into idle time, which auto chooses.
+func TestAutoRecomputeIdle(t *testing.T) {
+	res, err := Lower(ir.Config{Schedule: Name, Ranks: 4, Micro: 8}, Options{MemLimit: 1.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const policy = "full:0,1,2,3,4,5,6,7"
+	if res.Config.Schedule != "interleaved-zb" || res.Config.Virtual != 3 || res.Recompute != policy+"@idle" {
+		t.Fatalf("chose %s V=%d -recompute %q, want interleaved-zb V=3 -recompute %s@idle", res.Config.Schedule, res.Config.Virtual, res.Recompute, policy)
+	}
+	_, _, idle := chosenOf(t, res)
+	latest := math.NaN()
+	for _, c := range res.Candidates {
+		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == 3 && c.Recompute == policy {
+			latest = c.Makespan
+		}
+	}
+	if math.Abs(idle-91.0/3) > 1e-9 || math.Abs(latest-31) > 1e-9 {
+		t.Errorf("@idle %g, latest %g; want 30.33, 31", idle, latest)
+	}
+}
