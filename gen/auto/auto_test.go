@@ -313,11 +313,15 @@ func TestAutoPruningChoosesAsFull(t *testing.T) {
 						if cand.Skipped != "" && cand.Skipped != NotLowered && cand.Makespan == 0 {
 							continue // rejected by its family
 						}
-						_, r, m, ferr := Evaluate(cand.Config, Options{}, mustResolve(t, c))
+						fopt := Options{}
+						if cand.Recompute != "" {
+							fopt.Options = withRecompute(fopt.Options, cand.Recompute)
+						}
+						_, r, m, ferr := Evaluate(cand.Config, fopt, mustResolve(t, c))
 						if ferr != nil {
 							t.Fatalf("%s: %s V=%d: %v", name, cand.Config.Schedule, cand.Config.Virtual, ferr)
 						}
-						fc := Candidate{Config: cand.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: m}
+						fc := Candidate{Config: cand.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: m, Recompute: cand.Recompute}
 						ok := mem == 0 || m <= mem
 						all = append(all, full{fc, ok})
 						if ok && (bestFull < 0 || autoLess(fc, all[bestFull].cand)) {
@@ -344,8 +348,8 @@ func TestAutoPruningChoosesAsFull(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
-					if want := all[bestFull].cand.Config; res.Config.Schedule != want.Schedule || res.Config.Virtual != want.Virtual {
-						t.Errorf("%s: auto chose %s V=%d, the full evaluation %s V=%d", name, res.Config.Schedule, res.Config.Virtual, want.Schedule, want.Virtual)
+					if want := all[bestFull].cand; res.Config.Schedule != want.Config.Schedule || res.Config.Virtual != want.Config.Virtual || res.Recompute != want.Recompute {
+						t.Errorf("%s: auto chose %s V=%d -recompute %q, the full evaluation %s V=%d -recompute %q", name, res.Config.Schedule, res.Config.Virtual, res.Recompute, want.Config.Schedule, want.Config.Virtual, want.Recompute)
 					}
 				}
 			}
