@@ -300,10 +300,12 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 }
 
 // simJSON is the object sim -json prints: the schedule simulated and its V
-// (as in a -compare row), then sim.Summary's fields.
+// (as in a -compare row), the -recompute policy auto chose with it (when
+// it chose one), then sim.Summary's fields.
 type simJSON struct {
-	Schedule string `json:"schedule"`
-	Virtual  int    `json:"virtual"`
+	Schedule  string `json:"schedule"`
+	Virtual   int    `json:"virtual"`
+	Recompute string `json:"recompute,omitempty"`
 	sim.Summary
 }
 
@@ -315,7 +317,7 @@ func writeSimJSON(w io.Writer, req *gencmd.Request, res auto.Result, r sim.Resul
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(simJSON{Schedule: name, Virtual: v, Summary: r.Summary()}); err != nil {
+	if err := enc.Encode(simJSON{Schedule: name, Virtual: v, Recompute: res.Recompute, Summary: r.Summary()}); err != nil {
 		return fmt.Errorf("encoding the JSON summary: %w", err)
 	}
 	_, err := w.Write(b.Bytes())
