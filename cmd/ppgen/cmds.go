@@ -162,6 +162,9 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	ok := "ok"
 	if res.Candidates != nil {
 		ok = fmt.Sprintf("ok (auto chose %s V=%d)", res.Config.Schedule, res.Config.Virtual)
+		if res.Recompute != "" {
+			ok = fmt.Sprintf("ok (auto chose %s V=%d -recompute %s)", res.Config.Schedule, res.Config.Virtual, res.Recompute)
+		}
 	}
 	kind := ""
 	if res.Report.ForwardOnly {
