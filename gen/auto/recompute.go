@@ -139,6 +139,13 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 		}
 		return t
 	}
+	// fit is a policy that fit at the latest point, and its bound.
+	type fit struct {
+		b  recomputeBase
+		t  *autoTry
+		lb float64
+	}
+	var fits []fit
 	for _, b := range bases {
 		if b.bound > best+eps*max(1, best) {
 			break // this bound and every later one: over the best
@@ -147,24 +154,24 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 		if err != nil {
 			continue
 		}
-		// under reports whether the policy's lower bound is within best
-		// (sim.LowerBound of the order with its RECOMPUTE steps, a bound
-		// of both placements).
-		under := func(policy string) bool {
+		// boundOf is sim.LowerBound of the order with the policy's
+		// RECOMPUTE steps, a bound of both placements; ok when it is
+		// within best.
+		boundOf := func(policy string) (float64, bool) {
 			pol, err := passes.ParseRecompute(policy)
 			if err != nil {
-				return false
+				return 0, false
 			}
 			withR, err := passes.Recompute(b.t.built, pol)
 			if err != nil {
-				return false
+				return 0, false
 			}
 			lb, err := sim.LowerBound(withR, cost, sim.BoundOptions{})
-			return err == nil && lb <= best+eps*max(1, best)
+			return lb, err == nil && lb <= best+eps*max(1, best)
 		}
-		// try lowers the policy at the latest point and, when that fits,
-		// with @idle; it reports whether it fit.
-		try := func(policy string) bool {
+		// try lowers the policy at the latest point and, when that fits
+		// and is over its bound, with @idle; it reports whether it fit.
+		try := func(policy string, lb float64) bool {
 			t := eval(b, policy)
 			if t.err != nil || t.cand.Skipped != "" {
 				if t.err != nil || t.recompute == "full" {
@@ -174,31 +181,52 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 			}
 			out = append(out, t)
 			best = min(best, t.cand.Makespan)
-			if idle := eval(b, policy+"@idle"); idle.err == nil {
-				out = append(out, idle)
-				if idle.cand.Skipped == "" {
-					best = min(best, idle.cand.Makespan)
-				}
-			}
+			fits = append(fits, fit{b, t, lb})
 			return true
 		}
 		greedy := greedyRecompute(opt, b, cost)
-		if greedy != "" && under(greedy) {
-			try(greedy)
+		if greedy != "" {
+			if lb, ok := boundOf(greedy); ok && try(greedy, lb) {
+				continue // it fits: the first stages would recompute more of the rest
+			}
 		}
 		for _, policy := range recomputePolicies(b.t.built.Stages()) {
 			// more recompute only adds work: no later policy is under best
-			if !under(policy) {
+			lb, ok := boundOf(policy)
+			if !ok {
 				break
 			}
-			if policy == greedy || try(policy) {
+			if policy == greedy || try(policy, lb) {
 				break
+			}
+		}
+	}
+	// @idle (passes.RecomputeIntoIdle, hundreds of simulations per
+	// lowering) on the fastest fits whose bound leaves room under the best.
+	slices.SortStableFunc(fits, func(a, b fit) int { return cmp.Compare(a.t.cand.Makespan, b.t.cand.Makespan) })
+	tried := 0
+	for _, f := range fits {
+		if tried == idleTries {
+			break
+		}
+		if f.lb >= best*(1-eps) {
+			continue // no placement of its RECOMPUTE steps beats the best
+		}
+		tried++
+		if idle := eval(f.b, f.t.recompute+"@idle"); idle.err == nil {
+			out = append(out, idle)
+			if idle.cand.Skipped == "" {
+				best = min(best, idle.cand.Makespan)
 			}
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *autoTry) int { return cmp.Compare(a.baseIndex, b.baseIndex) })
 	return out
 }
+
+// idleTries is how many policies recomputeTries lowers again with @idle:
+// the fastest at the latest point whose bound is under the best.
+const idleTries = 2
 
 // greedyRecompute returns the -recompute policy that brings b's compute
 // order within the limit by recomputing the stages of its fullest rank,
