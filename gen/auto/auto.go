@@ -40,8 +40,9 @@ import (
 // them. Under Options.MemLimit, when the limit keeps a faster order out
 // (no candidate fits, or a family's compute order faster than the best
 // holds more), it also lowers the families' orders with RECOMPUTE steps
-// (-recompute: the first k stages, then every stage; at the latest point,
-// then @idle; recomputeTries), listed last. Being the
+// (-recompute: the fullest rank's stages until the order fits, else the
+// first k stages, then every stage; at the latest point, the two fastest
+// also @idle; recomputeTries), listed last. Being the
 // minimum over every candidate, it is never worse than the best fixed
 // schedule among them (docs/design.md §4).
 const Name = "auto"

@@ -77,19 +77,21 @@ func overLimit(t *autoTry, limit float64) bool {
 	return t.boundMem > limit*(1+1e-9)
 }
 
-// recomputeTries tries recompute policies (recomputePolicies) on the
-// families' orders that are over the memory limit and whose compute order
-// alone is faster than best: on each, in increasing bound, the least
-// recompute at the latest point (RECOMPUTE right before the chunk's first
-// backward) that fits the limit, then the same policy with @idle (each
-// RECOMPUTE moved into idle time, passes.RecomputeIntoIdle). Recompute only
-// adds steps to the compute order, so the order's bound stays a lower
-// bound, and the search stops at the first bound over the best makespan
-// found. With -partition auto, an order is also tried with the split
+// recomputeTries tries recompute policies on the families' orders that
+// are over the memory limit and whose compute order alone is faster than
+// best: on each, in increasing bound, the greedy policy (greedyRecompute)
+// at the latest point (RECOMPUTE right before the chunk's first
+// backward), and when that does not fit, the least of recomputePolicies
+// that fits; then the idleTries fastest that fit again with @idle (each
+// RECOMPUTE moved into idle time, passes.RecomputeIntoIdle). Recompute
+// only adds steps to the compute order, so the order's bound stays a lower
+// bound: the search stops at the first bound over the best makespan found,
+// and skips a policy whose sim.LowerBound with its RECOMPUTE steps is over
+// it. With -partition auto, an order is also tried with the split
 // gen/partition finds without the limit (the fastest split, recompute
 // bringing it within the limit), that split's own compute order bounding
 // it. It returns the tries evaluated (each evaluated, cand set, its
-// Recompute the policy), indexed from index on.
+// Recompute the policy), indexed from index on, in the families' order.
 func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, index int) []*autoTry {
 	var bases []recomputeBase
 	for _, t := range tries {
