@@ -11,15 +11,20 @@ import (
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
-// autoName names the auto scheduler's choice: "auto: zbv V=2".
+// autoName names the auto scheduler's choice: "auto: zbv V=2", with its
+// recompute policy when it has one ("auto: zbv V=2 -recompute full:0@idle").
 func autoName(res auto.Result) string {
-	return fmt.Sprintf("auto: %s V=%d", res.Config.Schedule, res.Config.Virtual)
+	name := fmt.Sprintf("auto: %s V=%d", res.Config.Schedule, res.Config.Virtual)
+	if res.Recompute != "" {
+		name += " -recompute " + res.Recompute
+	}
+	return name
 }
 
 // chosen reports whether c is the candidate auto chose.
 func chosen(res auto.Result, c auto.Candidate) bool {
 	return c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" &&
-		slices.Equal(c.Layers, res.Layers)
+		slices.Equal(c.Layers, res.Layers) && c.Recompute == res.Recompute
 }
 
 // autoChoice says what the auto scheduler chose and why, in one line.
@@ -53,13 +58,21 @@ func writeAutoTable(w io.Writer, res auto.Result) error {
 		split = split || c.Layers != nil
 	}
 	name := func(c auto.Candidate) string {
+		var notes []string
 		switch {
 		case !split:
-			return c.Config.Schedule
 		case c.Partitioned:
-			return c.Config.Schedule + " (partition)"
+			notes = append(notes, "partition")
+		default:
+			notes = append(notes, "even")
 		}
-		return c.Config.Schedule + " (even)"
+		if c.Recompute != "" {
+			notes = append(notes, "recompute "+c.Recompute)
+		}
+		if len(notes) == 0 {
+			return c.Config.Schedule
+		}
+		return c.Config.Schedule + " (" + strings.Join(notes, ", ") + ")"
 	}
 	for _, c := range res.Candidates {
 		nameW = max(nameW, len(name(c)))

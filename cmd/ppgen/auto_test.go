@@ -60,10 +60,18 @@ func TestAutoCommands(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 and a word on -mem: %s", args, code, stderr.String())
 		}
 	}
+	// Below every family's memory auto recomputes (gen/auto's
+	// TestAutoRecompute) and names the policy; below even that (a chunk of
+	// V = 4 is 0.25 of a share) nothing fits.
 	stderr.Reset()
-	if code := run([]string{"gen", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "0.5", "-o", "-"}, &stdout, &stderr); code == 0 ||
-		!strings.Contains(stderr.String(), "no schedule fits the activation memory limit 0.5") {
+	if code := run([]string{"gen", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "0.5", "-o", "-"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stderr.String(), "-recompute full") {
 		t.Errorf("-mem 0.5: exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"gen", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "0.2", "-o", "-"}, &stdout, &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "no schedule fits the activation memory limit 0.2") {
+		t.Errorf("-mem 0.2: exit %d: %s", code, stderr.String())
 	}
 }
 
@@ -126,8 +134,10 @@ func TestBoundLineNamesABindingCap(t *testing.T) {
 		want bool
 	}{
 		{append([]string{"sim", "-schedule", "auto", "-model", model, "-ranks", "4", "-micro", micro, "-mem", wideMem}, budget...), true},
-		// The choice holds 18 of 18.5, its chunks 1 or more: no other fits.
-		{append([]string{"sim", "-schedule", "auto", "-model", llm, "-partition", "auto", "-ranks", "4", "-micro", micro, "-mem", "18.5"}, budget...), true},
+		// The choice holds 18 of 18.5, its chunks 1 or more: no other fits
+		// (-recompute none: with recompute, interleaved-zb V=3 recomputing
+		// its first 8 stages meets the bound at M = 4, 140.3).
+		{append([]string{"sim", "-schedule", "auto", "-model", llm, "-partition", "auto", "-ranks", "4", "-micro", micro, "-mem", "18.5", "-recompute", "none"}, budget...), true},
 		{[]string{"sim", "-schedule", "auto", "-ranks", "8", "-micro", "32", "-cost", "overlap=1", "-mem", "8"}, false}, // binds, 0.0 %
 	} {
 		stdout.Reset()

@@ -162,6 +162,9 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	ok := "ok"
 	if res.Candidates != nil {
 		ok = fmt.Sprintf("ok (auto chose %s V=%d)", res.Config.Schedule, res.Config.Virtual)
+		if res.Recompute != "" {
+			ok = fmt.Sprintf("ok (auto chose %s V=%d -recompute %s)", res.Config.Schedule, res.Config.Virtual, res.Recompute)
+		}
 	}
 	kind := ""
 	if res.Report.ForwardOnly {
@@ -300,10 +303,12 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 }
 
 // simJSON is the object sim -json prints: the schedule simulated and its V
-// (as in a -compare row), then sim.Summary's fields.
+// (as in a -compare row), the -recompute policy auto chose with it (when
+// it chose one), then sim.Summary's fields.
 type simJSON struct {
-	Schedule string `json:"schedule"`
-	Virtual  int    `json:"virtual"`
+	Schedule  string `json:"schedule"`
+	Virtual   int    `json:"virtual"`
+	Recompute string `json:"recompute,omitempty"`
 	sim.Summary
 }
 
@@ -315,7 +320,7 @@ func writeSimJSON(w io.Writer, req *gencmd.Request, res auto.Result, r sim.Resul
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(simJSON{Schedule: name, Virtual: v, Summary: r.Summary()}); err != nil {
+	if err := enc.Encode(simJSON{Schedule: name, Virtual: v, Recompute: res.Recompute, Summary: r.Summary()}); err != nil {
 		return fmt.Errorf("encoding the JSON summary: %w", err)
 	}
 	_, err := w.Write(b.Bytes())

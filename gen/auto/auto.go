@@ -37,8 +37,14 @@ import (
 // partitioned one). With Options.Split (a model description) it also
 // synthesizes orders for the model's stages and the memory limit
 // (gen/synth, synthTries), listed after the families and losing ties to
-// them. Being the minimum over every candidate, it is never worse than the
-// best fixed schedule among them (docs/design.md §4).
+// them. Under Options.MemLimit, when the limit keeps a faster order out
+// (no candidate fits, or a family's compute order faster than the best
+// holds more), it also lowers the families' orders with RECOMPUTE steps
+// (-recompute: the fullest rank's stages until the order fits, else the
+// first k stages, then every stage; at the latest point, the two fastest
+// also @idle; recomputeTries), listed last. Being the
+// minimum over every candidate, it is never worse than the best fixed
+// schedule among them (docs/design.md §4).
 const Name = "auto"
 
 // MaxVirtual is the largest V the auto scheduler tries.
@@ -76,8 +82,9 @@ type Options struct {
 	// 26 candidates"), then, with a model, synthesizing on each placement
 	// ("synthesizing synth(v) V=2") and improving the orders found
 	// ("improving 9 orders (local search)"), then lowering the candidates
-	// in increasing bound ("lowering and simulating"). The calls come in
-	// that order, done counting up from 0.
+	// in increasing bound ("lowering and simulating"), then, under a
+	// memory limit, trying recompute policies ("trying recompute under
+	// the limit"). The calls come in that order, done counting up from 0.
 	Progress func(step string, done, total int)
 	// StageCost, when set, gives the cost model of a candidate with the
 	// given number of stages forming copies model copies (ir.Program.Copies,
@@ -100,6 +107,8 @@ type Options struct {
 type Result struct {
 	gen.Result // the chosen one's; Config is its config
 	Candidates []Candidate
+	// Recompute is the chosen candidate's -recompute policy ("" for none).
+	Recompute string
 }
 
 // Candidate is one schedule the search tried.
@@ -122,6 +131,11 @@ type Candidate struct {
 	// costs and the memory limit (Config.Schedule starts with
 	// SynthPrefix) rather than a family's.
 	Synthesized bool
+	// Recompute is the -recompute policy the candidate was lowered with
+	// ("full:0,1", "full@idle", ...; "" for none): under a limit that keeps
+	// a faster order out, auto also tries the families' orders with
+	// RECOMPUTE steps (docs/model.md, "Recompute in the search").
+	Recompute string
 }
 
 // EvalShare simulates the lowered result res under c, the cost of one
@@ -224,14 +238,14 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 			vs = append(vs, v)
 		}
 	}
-	cands, res, found, err := autoCandidates(cfg, vs, opt, c)
+	cands, res, policy, found, err := autoCandidates(cfg, vs, opt, c)
 	if err != nil {
 		return Result{Result: gen.Result{Config: cfg}}, err
 	}
 	if !found {
 		return Result{Result: gen.Result{Config: cfg}, Candidates: cands}, autoNone(cfg, cands, opt.MemLimit, opt.Split)
 	}
-	return Result{Result: res, Candidates: cands}, nil
+	return Result{Result: res, Candidates: cands, Recompute: policy}, nil
 }
 
 // autoTry is one (family, V) the auto scheduler considers.
@@ -253,6 +267,11 @@ type autoTry struct {
 	layers      model.Partition
 	// synth: the order is gen/synth's (synthTries), built holds it.
 	synth bool
+	// recompute: the -recompute policy of a recompute candidate
+	// (recomputeTries), res its lowered result.
+	recompute string
+	res       gen.Result
+	baseIndex int // the index of the family's try it recomputes
 }
 
 // NotLowered is the note of a candidate the auto scheduler did not lower:
@@ -274,7 +293,7 @@ const NotLowered = "not lowered: its compute order alone is slower"
 // chooses exactly as evaluating all of them would (TestAutoPruningChoosesAsFull):
 // the smallest by autoLess, the first in that order among equals. It returns
 // the chosen candidate's lowered result, found false when none is eligible.
-func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []Candidate, chosen gen.Result, found bool, err error) {
+func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []Candidate, chosen gen.Result, policy string, found bool, err error) {
 	type family struct {
 		fam   schedules.Family
 		tries []*autoTry
@@ -289,6 +308,10 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		synthOn = synthPlacementsFor(cfg, len(sp.Model.Layers))
 	}
 	done, total := 0, len(all)+2+len(synthOn)
+	recomputeOn := recomputeEligible(opt, rewrites)
+	if recomputeOn {
+		total++ // recompute under the limit
+	}
 	if len(synthOn) > 0 {
 		total++ // the local searches
 		if splitClimbs(opt.Budget, opt.MemLimit, opt.Split) > 0 {
@@ -363,14 +386,14 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			t.bound, t.boundMem, t.boundBubble = r.Makespan, float64(r.Peak())/float64(vEff), r.Bubble
 		})
 		if err := errors.Join(errs...); err != nil {
-			return nil, gen.Result{}, false, err
+			return nil, gen.Result{}, "", false, err
 		}
 	}
 	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
 	var synthesized []*autoTry
 	if sp := opt.Split; sp != nil && !rewrites {
 		if synthesized, err = synthTries(cfg, opt, sp, synthOn, opt.MemLimit, tries, index, progress); err != nil {
-			return nil, gen.Result{}, false, err
+			return nil, gen.Result{}, "", false, err
 		}
 		tries = append(tries, synthesized...)
 	}
@@ -395,7 +418,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			res, r, mem, err = Evaluate(t.cfg, opt, c)
 		}
 		if se := (*SimulationError)(nil); errors.As(err, &se) {
-			return nil, gen.Result{}, false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
+			return nil, gen.Result{}, "", false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
 		}
 		t.evaluated = true
 		if err != nil {
@@ -409,6 +432,21 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		}
 		if bestTry == nil || autoLess(t.cand, bestTry.cand) || (!autoLess(bestTry.cand, t.cand) && t.index < bestTry.index) {
 			bestTry, chosen, best = t, res, t.cand.Makespan
+		}
+	}
+	var recomputed []*autoTry
+	if recomputeOn {
+		progress("trying recompute under the limit")
+	}
+	if recomputeOn && recomputeBinds(opt.MemLimit, tries, best) {
+		recomputed = recomputeTries(opt, c, tries, best, index+len(synthesized))
+		for _, t := range recomputed {
+			if t.err != nil || t.cand.Skipped != "" {
+				continue
+			}
+			if bestTry == nil || autoLess(t.cand, bestTry.cand) {
+				bestTry, chosen, best = t, t.res, t.cand.Makespan
+			}
 		}
 	}
 	// The candidates in family and V order: one per V a family accepts, or
@@ -460,7 +498,17 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			out = append(out, Candidate{Config: t.cfg, Makespan: t.bound, Bubble: t.boundBubble, ActMem: t.boundMem, Skipped: NotLowered, Layers: t.layers.Bounds, Partitioned: t.partitioned, Synthesized: true})
 		}
 	}
-	return out, chosen, bestTry != nil, nil
+	for _, t := range recomputed {
+		if t.err != nil {
+			out = append(out, Candidate{Config: t.cfg, Skipped: t.err.Error(), Partitioned: t.partitioned, Recompute: t.recompute})
+			continue
+		}
+		out = append(out, t.cand)
+	}
+	if bestTry != nil {
+		policy = bestTry.recompute
+	}
+	return out, chosen, policy, bestTry != nil, nil
 }
 
 // splitBound sets t's split of the model's layers (the even one, or the
@@ -523,8 +571,12 @@ func autoNone(cfg ir.Config, cands []Candidate, limit float64, sp *SplitModel) e
 		}
 		hint = ", or add -partition auto (splits of the model's layers that may hold less)"
 	}
-	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest family's is %.4g (%s, V=%d)%s; raise the limit, or lower -micro for GPipe-like schedules%s",
-		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, floor, hint)
+	with := ""
+	if least.Recompute != "" {
+		with = " -recompute " + least.Recompute
+	}
+	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest family's is %.4g (%s, V=%d%s)%s; raise the limit, or lower -micro for GPipe-like schedules%s",
+		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, with, floor, hint)
 }
 
 // oneMicroFloor returns the least memory limit under which an order on one

@@ -15,6 +15,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -114,9 +115,13 @@ func TestAutoMemoryLimit(t *testing.T) {
 			t.Errorf("%s V=%d: memory %g over the limit but not skipped", c.Config.Schedule, c.Config.Virtual, c.ActMem)
 		}
 	}
-	_, err = Lower(cfg, Options{MemLimit: least / 2})
-	if err == nil || !strings.Contains(err.Error(), "no schedule fits the activation memory limit") {
-		t.Errorf("limit %g: err = %v", least/2, err)
+	// Below every family's memory only recompute fits (TestAutoRecompute).
+	half, err := Lower(cfg, Options{MemLimit: least / 2})
+	if err != nil {
+		t.Fatalf("limit %g: %v", least/2, err)
+	}
+	if half.Recompute == "" {
+		t.Errorf("limit %g: chose %s V=%d without recompute", least/2, half.Config.Schedule, half.Config.Virtual)
 	}
 }
 
@@ -216,6 +221,9 @@ func TestAutoProgress(t *testing.T) {
 			if tc.synth != nil {
 				want++
 			}
+			if tc.mem > 0 {
+				want++ // trying recompute under the limit
+			}
 			if tc.climb {
 				want++
 			}
@@ -247,6 +255,9 @@ func TestAutoProgress(t *testing.T) {
 			want = append(want, seen[len(want)]) // "improving N orders": N checked below
 		}
 		want = append(want, "lowering and simulating")
+		if tc.mem > 0 {
+			want = append(want, "trying recompute under the limit")
+		}
 		if !slices.Equal(seen, want) {
 			t.Errorf("%s: progress saw\n%q\nwant\n%q", tc.name, seen, want)
 		}
@@ -302,11 +313,15 @@ func TestAutoPruningChoosesAsFull(t *testing.T) {
 						if cand.Skipped != "" && cand.Skipped != NotLowered && cand.Makespan == 0 {
 							continue // rejected by its family
 						}
-						_, r, m, ferr := Evaluate(cand.Config, Options{}, mustResolve(t, c))
+						fopt := Options{}
+						if cand.Recompute != "" {
+							fopt.Options = withRecompute(fopt.Options, cand.Recompute)
+						}
+						_, r, m, ferr := Evaluate(cand.Config, fopt, mustResolve(t, c))
 						if ferr != nil {
 							t.Fatalf("%s: %s V=%d: %v", name, cand.Config.Schedule, cand.Config.Virtual, ferr)
 						}
-						fc := Candidate{Config: cand.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: m}
+						fc := Candidate{Config: cand.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: m, Recompute: cand.Recompute}
 						ok := mem == 0 || m <= mem
 						all = append(all, full{fc, ok})
 						if ok && (bestFull < 0 || autoLess(fc, all[bestFull].cand)) {
@@ -333,8 +348,8 @@ func TestAutoPruningChoosesAsFull(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
-					if want := all[bestFull].cand.Config; res.Config.Schedule != want.Schedule || res.Config.Virtual != want.Virtual {
-						t.Errorf("%s: auto chose %s V=%d, the full evaluation %s V=%d", name, res.Config.Schedule, res.Config.Virtual, want.Schedule, want.Virtual)
+					if want := all[bestFull].cand; res.Config.Schedule != want.Config.Schedule || res.Config.Virtual != want.Config.Virtual || res.Recompute != want.Recompute {
+						t.Errorf("%s: auto chose %s V=%d -recompute %q, the full evaluation %s V=%d -recompute %q", name, res.Config.Schedule, res.Config.Virtual, res.Recompute, want.Config.Schedule, want.Config.Virtual, want.Recompute)
 					}
 				}
 			}
@@ -433,6 +448,7 @@ func TestAutoStageCost(t *testing.T) {
 func TestAutoNoneNamesPartition(t *testing.T) {
 	m := readExampleModel(t, "llm.json")
 	cfg := ir.Config{Schedule: Name, Ranks: 4, Micro: 8}
+	noRecompute := gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": "none"}}}
 	for _, tc := range []struct {
 		split *SplitModel
 		want  bool
@@ -442,7 +458,9 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 		{nil, false},
 	} {
 		limit := 1.0 // below one micro-batch of any rank's share, in either unit
-		_, err := Lower(cfg, Options{MemLimit: limit, Split: tc.split})
+		// -recompute none: auto tries no policy (with one, memory goes
+		// below the synthesized orders' floor: TestAutoRecompute)
+		_, err := Lower(cfg, Options{Options: noRecompute, MemLimit: limit, Split: tc.split})
 		if err == nil || !strings.Contains(err.Error(), "no schedule fits the activation memory limit 1") {
 			t.Fatalf("split %v: err = %v", tc.split != nil, err)
 		}
@@ -459,10 +477,10 @@ func TestAutoNoneNamesPartition(t *testing.T) {
 	if !ok {
 		t.Fatal("no floor")
 	}
-	if _, err := Lower(cfg, Options{MemLimit: floor * 0.999, Split: splitModel(m, false)}); err == nil {
+	if _, err := Lower(cfg, Options{Options: noRecompute, MemLimit: floor * 0.999, Split: splitModel(m, false)}); err == nil {
 		t.Errorf("limit %g, under the floor %g (%s V=%d): an order fits", floor*0.999, floor, pk.name, pk.virtual)
 	}
-	res, err := Lower(cfg, Options{MemLimit: 2 * floor, Budget: 1, Split: splitModel(m, false)})
+	res, err := Lower(cfg, Options{Options: noRecompute, MemLimit: 2 * floor, Budget: 1, Split: splitModel(m, false)})
 	if err != nil || !IsSynthesized(res.Config.Schedule) {
 		t.Errorf("limit %g, twice the floor: %s, %v; want a synthesized order", 2*floor, res.Config.Schedule, err)
 	}

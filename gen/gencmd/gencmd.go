@@ -261,7 +261,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	for _, o := range passes.Declared() {
 		fs.Var(passFlag{r, o}, o.Name, o.Usage)
 	}
-	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none); with -model, each rank's peak activations plus parameters in the model's units (auto and -partition auto)")
+	fs.Float64Var(&r.Mem, "mem", 0, "-schedule auto: activation memory limit, in micro-batches of one rank's share of the model (0: none); with -model, each rank's peak activations plus parameters in the model's units (auto and -partition auto); where it keeps a faster order out, auto also tries recomputing stages (a -recompute policy per candidate; -recompute none: never)")
 	if which.Cost != "" {
 		r.simCost = true
 		fs.StringVar(&r.Cost, "cost", "", which.Cost)

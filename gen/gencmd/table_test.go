@@ -71,7 +71,7 @@ func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tabl
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := tableRow{auto: auto.Candidate{Config: res.Config, Makespan: sr.Makespan, Layers: res.Layers}}
+	row := tableRow{auto: auto.Candidate{Config: res.Config, Makespan: sr.Makespan, Layers: res.Layers, Recompute: res.Recompute}}
 	// Partitioned when its split is not the even one (a partitioned
 	// candidate that found the even split runs the same program).
 	m, err := r.ReadModel()
@@ -106,8 +106,10 @@ func runRow(t *testing.T, path string, P, M int, limit float64, budget int) tabl
 	row.auto.Synthesized = auto.IsSynthesized(res.Config.Schedule)
 	row.even.Makespan, row.part.Makespan = math.Inf(1), math.Inf(1)
 	for _, c := range res.Candidates {
-		if c.Layers == nil || (c.Skipped != "" && c.Skipped != auto.NotLowered) || c.Synthesized {
-			continue // a synthesized order has no family to rebuild it by its config
+		if c.Layers == nil || (c.Skipped != "" && c.Skipped != auto.NotLowered) || c.Synthesized || c.Recompute != "" {
+			// a synthesized order has no family to rebuild it by its
+			// config; the family columns are without recompute
+			continue
 		}
 		ms, mem := evalCandidate(t, r, sp, c)
 		if c.Skipped == auto.NotLowered && c.Makespan > ms*(1+1e-9) {
@@ -240,6 +242,9 @@ func TestAutoWithPartition(t *testing.T) {
 		split := "even"
 		if row.auto.Partitioned {
 			split = "partition"
+		}
+		if row.auto.Recompute != "" {
+			split += ", -recompute " + row.auto.Recompute
 		}
 		if math.IsInf(row.auto.Makespan, 1) {
 			fmt.Fprintf(&out, "| %s | %d | %d | %g (%g mb) | none fits | none fits | none fits | | |\n", tc.name, P, M, limit, k)

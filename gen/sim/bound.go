@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -81,11 +82,19 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 	wwork := make([]float64, P)
 	runs := make([]int, S) // forwards per stage
 	swaps, overlaps := false, false
+	recomputes := make([]bool, S) // the stage has RECOMPUTE steps
+	anyRecompute := false
 	for r, steps := range p.Ranks {
 		for i := range steps {
 			st := &steps[i]
 			if st.Kind == ir.SwapLaunchOffload || st.Kind == ir.SwapLaunchLoad {
 				swaps = true
+			}
+			if st.Kind == abi.Recompute && st.Stage >= 0 && st.Stage < S {
+				// the rank re-runs the forward: its work, and the
+				// chunk is not live from its F to its backward
+				work[r] += c.StepCost(*st)
+				recomputes[st.Stage], anyRecompute = true, true
 			}
 			overlaps = overlaps || st.Kind.IsOverlap()
 			subs := st.Computes()
@@ -149,6 +158,11 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 		}
 		return c.Comm + c.ActTime(act)
 	}
+	var recomputeLive []int // MaxLive of the recomputing stages
+	if anyRecompute {
+		recomputeLive = opt.MaxLive
+		opt = withoutRecomputed(opt, recomputes)
+	}
 	bound := 0.0
 	head := make([]float64, P)
 	tail := make([]float64, P)
@@ -209,6 +223,13 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 		// The memory cap: a chunk of stage s lives at least from its F
 		// through the rest of the route and back to its own backward.
 		for s := first; s <= last; s++ {
+			if recomputes[s] && s < len(recomputeLive) && recomputeLive[s] > 0 && runs[s] > 0 {
+				// A recomputed chunk lives from its RECOMPUTE, which
+				// follows the stage's first F, to its last backward.
+				k := recomputeLive[s]
+				life := c.StepCost(ir.Step{Kind: abi.Recompute, Stage: s}) + chunkBack[s]
+				bound = max(bound, pre[s]+of(c.F, s)+float64((runs[s]+k-1)/k)*life)
+			}
 			if s >= len(opt.MaxLive) || opt.MaxLive[s] <= 0 || runs[s] == 0 {
 				continue
 			}
@@ -254,6 +275,29 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 		}
 	}
 	return bound, nil
+}
+
+// withoutRecomputed returns opt without the cap terms that a recomputing
+// stage (recomputes[s]) breaks: its chunks are not live from their F to
+// their backward, so MaxLive gives it no ⌈n/K⌉ · life term (LowerBound
+// gives it one from the RECOMPUTE instead), and its Act is 0, which
+// leaves its rank without the per-rank cap terms and the program without
+// the cap's chains (docs/model.md, "Lower bound", "With recompute").
+func withoutRecomputed(opt BoundOptions, recomputes []bool) BoundOptions {
+	opt.MaxLive = slices.Clone(opt.MaxLive)
+	opt.Act = slices.Clone(opt.Act)
+	for s, on := range recomputes {
+		if !on {
+			continue
+		}
+		if s < len(opt.MaxLive) {
+			opt.MaxLive[s] = 0
+		}
+		if s < len(opt.Act) {
+			opt.Act[s] = 0
+		}
+	}
+	return opt
 }
 
 // capTerms returns head_C(r) and max(tail_F(r), tail_B(r)) of

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -97,8 +98,8 @@ func exactBound(p ir.Program, cost sim.Cost, opt sim.BoundOptions, makespan floa
 	for _, steps := range p.Ranks {
 		for _, st := range steps {
 			switch st.Kind {
-			case ir.OverlapFB, ir.OverlapBF, ir.SwapLaunchOffload, ir.SwapWaitOffload, ir.SwapLaunchLoad, ir.SwapWaitLoad:
-				return 0, false // overlap and swap steps: another model
+			case ir.OverlapFB, ir.OverlapBF, ir.SwapLaunchOffload, ir.SwapWaitOffload, ir.SwapLaunchLoad, ir.SwapWaitLoad, abi.Recompute:
+				return 0, false // overlap, swap and recompute steps: another model
 			}
 		}
 	}

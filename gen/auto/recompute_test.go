@@ -1,0 +1,144 @@
+package auto
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/pricing"
+	"github.com/ppgen/ppgen/gen/sim"
+	"github.com/ppgen/ppgen/gen/verify"
+)
+
+// TestRecomputePolicies: the first k stages for k = 1, 2, 4, ..., then
+// every stage.
+func TestRecomputePolicies(t *testing.T) {
+	for _, tc := range []struct {
+		S    int
+		want string
+	}{
+		{1, "full"},
+		{2, "full:0 full"},
+		{8, "full:0 full:0,1 full:0,1,2,3 full"},
+		{6, "full:0 full:0,1 full:0,1,2,3 full"},
+	} {
+		if got := strings.Join(recomputePolicies(tc.S), " "); got != tc.want {
+			t.Errorf("S=%d: %q, want %q", tc.S, got, tc.want)
+		}
+	}
+}
+
+// TestAutoRecompute pins the small row of issue 34 (BENCHMARKS.md,
+// "Activation recompute"): P = 4, M = 8 at the default costs within one
+// micro-batch of a rank's share, where no family fits (v-min, the least,
+// holds 2): auto recomputes the stages of interleaved-zb V = 4 but its
+// last rank's (greedyRecompute), 31.25, its lower bound 30.75 (every
+// stage: 33); the program verifies, its memory is within the limit,
+// and every candidate it lists with a policy is one that fits or says why.
+// Without a limit, or with -recompute given, it tries no policy.
+func TestAutoRecompute(t *testing.T) {
+	cfg := ir.Config{Schedule: Name, Ranks: 4, Micro: 8}
+	res, err := Lower(cfg, Options{MemLimit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "full:0,1,2,3,4,5,6,7,8,9,10,11"
+	if res.Config.Schedule != "interleaved-zb" || res.Config.Virtual != 4 || res.Recompute != want {
+		t.Errorf("chose %s V=%d -recompute %q, want interleaved-zb V=4 -recompute %s", res.Config.Schedule, res.Config.Virtual, res.Recompute, want)
+	}
+	if _, err := verify.Check(res.Program, verify.Options{}); err != nil {
+		t.Errorf("the chosen program does not verify: %v", err)
+	}
+	_, mem, r := chosenOf(t, res)
+	if mem > 1 || math.Abs(r-31.25) > 1e-9 {
+		t.Errorf("memory %g, makespan %g; want within 1, 31.25", mem, r)
+	}
+	share, err := sim.DefaultCost().Resolve(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vr, _, err := EvalShare(res.Result, share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perShare, err := pricing.PerShare(share, res.StagesPerShare())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := sim.LowerBound(res.Program, perShare, sim.BoundOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb > vr.Makespan || math.Abs(lb-30.75) > 1e-9 {
+		t.Errorf("lower bound %g, makespan %g; want 30.75", lb, vr.Makespan)
+	}
+	recomputed := 0
+	for _, c := range res.Candidates {
+		if c.Recompute == "" {
+			if c.Skipped == "" {
+				t.Errorf("%s V=%d fits without recompute", c.Config.Schedule, c.Config.Virtual)
+			}
+			continue
+		}
+		recomputed++
+		if c.Skipped == "" && c.ActMem > 1 {
+			t.Errorf("%s V=%d -recompute %s: memory %g over the limit, not skipped", c.Config.Schedule, c.Config.Virtual, c.Recompute, c.ActMem)
+		}
+	}
+	if recomputed == 0 {
+		t.Error("no candidate with a recompute policy listed")
+	}
+	for _, opt := range []Options{{}, {MemLimit: 8}} {
+		if opt.MemLimit > 0 {
+			opt.Passes.Set = map[string]string{"recompute": "full:0"}
+		}
+		free, err := Lower(cfg, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range free.Candidates {
+			if c.Recompute != "" {
+				t.Errorf("limit %g, -recompute %q: candidate %s V=%d tried %s", opt.MemLimit, opt.Passes.Set["recompute"], c.Config.Schedule, c.Config.Virtual, c.Recompute)
+			}
+		}
+	}
+}
+
+// chosenOf returns the chosen candidate of res, its memory and makespan.
+func chosenOf(t *testing.T, res Result) (Candidate, float64, float64) {
+	t.Helper()
+	for _, c := range res.Candidates {
+		if c.Skipped == "" && c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Recompute == res.Recompute {
+			return c, c.ActMem, c.Makespan
+		}
+	}
+	t.Fatalf("no candidate is the chosen %s V=%d -recompute %q", res.Config.Schedule, res.Config.Virtual, res.Recompute)
+	return Candidate{}, 0, 0
+}
+
+// TestAutoRecomputeIdle pins the row where @idle placement wins
+// (BENCHMARKS.md, "Activation recompute"): P = 4, M = 8 within 1.5, where
+// no family fits (v-min holds 2): interleaved-zb V = 3 recomputing its
+// first 8 stages takes 31 with each RECOMPUTE right before its backward
+// and 30.33 with them moved into idle time, which auto chooses.
+func TestAutoRecomputeIdle(t *testing.T) {
+	res, err := Lower(ir.Config{Schedule: Name, Ranks: 4, Micro: 8}, Options{MemLimit: 1.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const policy = "full:0,1,2,3,4,5,6,7"
+	if res.Config.Schedule != "interleaved-zb" || res.Config.Virtual != 3 || res.Recompute != policy+"@idle" {
+		t.Fatalf("chose %s V=%d -recompute %q, want interleaved-zb V=3 -recompute %s@idle", res.Config.Schedule, res.Config.Virtual, res.Recompute, policy)
+	}
+	_, _, idle := chosenOf(t, res)
+	latest := math.NaN()
+	for _, c := range res.Candidates {
+		if c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == 3 && c.Recompute == policy {
+			latest = c.Makespan
+		}
+	}
+	if math.Abs(idle-91.0/3) > 1e-9 || math.Abs(latest-31) > 1e-9 {
+		t.Errorf("@idle %g, latest %g; want 30.33, 31", idle, latest)
+	}
+}
