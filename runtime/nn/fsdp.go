@@ -454,6 +454,20 @@ func (f *FSDP) Gather() ([]*tensor.Dense, error) {
 	return f.views(buf), nil
 }
 
+// WholeMem is the memory of parameters held whole (not sharded): their
+// values, their gradients (one buffer each, whether or not allocated yet)
+// and opt's state for them (as optimBytes counts it).
+func WholeMem(ps []*Param, opt Optimizer) MemStats {
+	var m MemStats
+	for _, p := range ps {
+		b := int64(p.Value.DataSize()) * int64(p.Value.Dtype().Size())
+		m.ParamBytes += b
+		m.GradBytes += b
+	}
+	m.OptimBytes = optimBytes(opt, ps)
+	return m
+}
+
 // optimBytes is the bytes of opt's state for ps (SGD's velocities, Adam's
 // and AdamW's moments); 0 for other optimizers.
 func optimBytes(opt Optimizer, ps []*Param) int64 {

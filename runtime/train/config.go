@@ -19,6 +19,33 @@ import (
 type Program struct {
 	Spec  pipe.Spec
 	Ranks []func(*pipe.Exec) error
+	// Ops, if set, is the same program as data, one []pipe.Op per rank
+	// (the generated Program of a program generated with -table, or
+	// pipe.DecodeOps'), which Config.Interpret runs through
+	// pipe.Interpret instead of Ranks.
+	Ops [][]pipe.Op
+}
+
+// run returns the function that runs pipeline rank pp's steps of p: its
+// generated function, or its Ops through the interpreter.
+func (p Program) run(pp int, interpret bool) func(*pipe.Exec) error {
+	if !interpret {
+		return p.Ranks[pp]
+	}
+	ops := p.Ops[pp]
+	return func(x *pipe.Exec) error { return pipe.Interpret(x, ops) }
+}
+
+// checkOps validates p.Ops for Config.Interpret; what names the program
+// in an error.
+func (p Program) checkOps(what string) error {
+	switch {
+	case p.Ops == nil:
+		return fmt.Errorf("train: Config.Interpret runs the programs as data, and the %s program %s has no Ops (generate it with -table: its Program)", what, p.Spec.Describe())
+	case len(p.Ops) != p.Spec.Ranks:
+		return fmt.Errorf("train: the %s program has Ops for %d ranks, its Spec %d", what, len(p.Ops), p.Spec.Ranks)
+	}
+	return nil
 }
 
 // Hooks are called by every rank of this process, each on its own
@@ -69,6 +96,16 @@ type Config struct {
 	// nn.Sequential, in index order. A layer of a tied stage lists its
 	// tied parameters by implementing TiedParams() []*nn.Param (nn.Tie).
 	Layer func(i int) (nn.Layer, error)
+	// WrapStage, if set, wraps each stage the loop built (its layers as
+	// one nn.Sequential) before the loop ties or shards it, on world rank
+	// rank: nn.Swapping, to offload the saved activations at a program's
+	// swap steps (-swap), or an instrumented stage. The wrapper must hold
+	// seq's parameters, in order (Params); the loop checks it.
+	WrapStage func(rank, stage int, seq *nn.Sequential) (nn.ParamStage, error)
+	// Interpret runs the programs' Ops (Program.Ops: generated with
+	// -table) through pipe.Interpret instead of their generated
+	// functions: the same steps, dispatched at run time.
+	Interpret bool
 	// Loss returns the last stage's loss with the given scale, 1/(M·DP):
 	// nn.SoftmaxCrossEntropy{Scale: scale}, nn.MSE{Scale: scale}.
 	Loss func(scale float64) pipe.Loss
@@ -189,6 +226,16 @@ func (c Config) check() (Config, error) {
 		return c, fmt.Errorf("train: EvalEvery %d, EvalRuns %d, CheckpointEvery %d; want EvalEvery and CheckpointEvery 0 or more, EvalRuns 1 or more", c.EvalEvery, c.EvalRuns, c.CheckpointEvery)
 	case c.TokensPerStep < 0:
 		return c, fmt.Errorf("train: TokensPerStep %d is negative", c.TokensPerStep)
+	}
+	if c.Interpret {
+		if err := c.Train.checkOps("train"); err != nil {
+			return c, err
+		}
+		if c.Eval != nil {
+			if err := c.Eval.checkOps("eval"); err != nil {
+				return c, err
+			}
+		}
 	}
 	if err := c.LR.Check(); err != nil {
 		return c, fmt.Errorf("train: LR: %w", err)

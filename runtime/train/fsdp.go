@@ -13,9 +13,10 @@ import (
 // stageLayer is one stage the rank built: its Sequential and the layer of
 // each of its parameters, in order (an FSDP group's members).
 type stageLayer struct {
-	stage  int
-	seq    *nn.Sequential
-	layers []int
+	stage   int
+	seq     *nn.Sequential
+	wrapped nn.ParamStage // seq, or Config.WrapStage's wrapper of it
+	layers  []int
 }
 
 // fsdpStage is a stage sharded over the rank's DP group: its FSDP wrapper
@@ -51,7 +52,7 @@ func (r *rank) shard(comm *collective.Comm, saved []checkpoint.Param) error {
 				return fmt.Errorf("train: rank %d: resume: %w", r.world, err)
 			}
 		}
-		if fs.f, err = g.Wrap(sl.seq, name); err != nil {
+		if fs.f, err = g.Wrap(sl.wrapped, name); err != nil {
 			return fmt.Errorf("train: rank %d: %w", r.world, err)
 		}
 		r.stages[sl.stage] = fs.f

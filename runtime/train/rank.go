@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"slices"
 
 	"gorgonia.org/tensor"
 
@@ -56,7 +57,7 @@ type tiedLayer interface {
 
 // tiedStage is a stage of a tie: runtime/pipe's Tied.
 type tiedStage struct {
-	*nn.Sequential
+	nn.ParamStage
 	tied []*nn.Param
 }
 
@@ -206,13 +207,23 @@ func (r *rank) build() error {
 		for j, p := range stageParams {
 			p.Name = names[j] // NewSequential prefixed the position in the stage, which depends on the split
 		}
+		var st nn.ParamStage = seq
+		if c.WrapStage != nil {
+			var err error
+			if st, err = r.wrap(s, seq); err != nil {
+				return err
+			}
+		}
+		if _, swaps := st.(pipe.Swapper); swaps && tied[s] {
+			return fmt.Errorf("train: rank %d: stage %d is a stage of a tie and WrapStage's wrapper swaps (pipe.Swapper); the loop's tied stage does not pass swap steps through: wrap the tie's stages with a non-swapping stage", r.world, s)
+		}
 		if tied[s] {
-			r.stages[s] = &tiedStage{Sequential: seq, tied: tiedParams} // none declared: the exchange sums nothing
+			r.stages[s] = &tiedStage{ParamStage: st, tied: tiedParams} // none declared: the exchange sums nothing
 		} else {
-			r.stages[s] = seq
+			r.stages[s] = st
 		}
 		r.params = append(r.params, stageParams...)
-		r.stageLayers = append(r.stageLayers, stageLayer{stage: s, seq: seq, layers: layerOf})
+		r.stageLayers = append(r.stageLayers, stageLayer{stage: s, seq: seq, wrapped: st, layers: layerOf})
 		if later[s] {
 			skip = append(skip, tiedParams...)
 		}
@@ -222,6 +233,23 @@ func (r *rank) build() error {
 	}
 	r.counted = nn.NormShare{Replica: r.replica, Skip: skip}.Counted(r.params)
 	return nil
+}
+
+// wrap returns stage s, built as seq, wrapped by Config.WrapStage, after
+// checking that the wrapper holds seq's parameters in order.
+func (r *rank) wrap(s int, seq *nn.Sequential) (nn.ParamStage, error) {
+	st, err := r.cfg.WrapStage(r.world, s, seq)
+	if err != nil {
+		return nil, fmt.Errorf("train: rank %d: WrapStage of stage %d: %w", r.world, s, err)
+	}
+	if st == nil {
+		return nil, fmt.Errorf("train: rank %d: WrapStage returned nil for stage %d", r.world, s)
+	}
+	want, got := seq.Params(), st.Params()
+	if !slices.Equal(want, got) {
+		return nil, fmt.Errorf("train: rank %d: WrapStage's stage %d holds %d parameters, not the %d of the stage it wraps in their order; the loop steps and saves those", r.world, s, len(got), len(want))
+	}
+	return st, nil
 }
 
 func (r *rank) close() {

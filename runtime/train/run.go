@@ -34,6 +34,11 @@ type Result struct {
 	// a checkpoint. Empty with FSDP (the shards hold the values: save a
 	// checkpoint).
 	Layers map[int][]*nn.Param
+	// Memory is the parameter memory of each of this process's ranks at
+	// the end, by world rank: with FSDP its group's (nn.FSDPGroup.Stats:
+	// the shards, and the peak of stages gathered), else its whole
+	// parameters, gradients and optimizer state (nn.WholeMem).
+	Memory map[int]nn.MemStats
 }
 
 // Run runs the job c describes on this process's ranks of its world (all
@@ -100,6 +105,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	res := results[0]
 	res.Layers = map[int][]*nn.Param{}
+	res.Memory = map[int]nn.MemStats{}
+	for _, r := range ranks {
+		res.Memory[r.world] = r.memory()
+	}
 	for _, r := range ranks {
 		if r.fsdp != nil {
 			break // sharded: the layers' parameters hold no values
@@ -209,7 +218,7 @@ func (r *rank) step(step int) (metrics.Record, error) {
 	}
 	t0 := time.Now()
 	r.reduced = false
-	if err := pipe.Run(r.train, c.Train.Ranks[r.pp]); err != nil {
+	if err := pipe.Run(r.train, c.Train.run(r.pp, c.Interpret)); err != nil {
 		return metrics.Record{}, fmt.Errorf("train: step %d: %w", step+1, err)
 	}
 	lr := c.LR.LR(step)
@@ -338,7 +347,7 @@ func (r *rank) evaluate(step int) (float64, error) {
 			}
 			r.edata.cur = src
 		}
-		if err := pipe.Run(r.eval, c.Eval.Ranks[r.pp]); err != nil {
+		if err := pipe.Run(r.eval, c.Eval.run(r.pp, c.Interpret)); err != nil {
 			return 0, fmt.Errorf("train: evaluation after step %d: %w", step, err)
 		}
 		l, err := r.gatherLoss(r.eval)
@@ -354,4 +363,12 @@ func (r *rank) evaluate(step int) (float64, error) {
 		}
 	}
 	return loss, nil
+}
+
+// memory is the rank's parameter memory (Result.Memory).
+func (r *rank) memory() nn.MemStats {
+	if r.fsdp != nil {
+		return r.fsdp.Stats()
+	}
+	return nn.WholeMem(r.params, r.opt)
 }
