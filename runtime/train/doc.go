@@ -47,6 +47,10 @@
 //     Program.Ops), and reports each rank's parameter memory
 //     (Result.Memory).
 //
+// Reference trains the same Config without a pipeline (one model copy,
+// the gradients summed in the pipeline's order): the reference a
+// trainer's -check compares a job with.
+//
 // # Determinism and resume
 //
 // The data of step k is Config.Data(k, replica): a pure function of the
