@@ -45,7 +45,7 @@
 //     for a -swap program's swap steps, instrumentation), runs the
 //     programs as data through pipe.Interpret (Config.Interpret,
 //     Program.Ops), and reports each rank's parameter memory
-//     (Result.Memory).
+//     (Result.Ranks).
 //
 // Reference trains the same Config without a pipeline (one model copy,
 // the gradients summed in the pipeline's order): the reference a

@@ -36,6 +36,7 @@ type rank struct {
 	layers             []layerParams
 	opt                nn.Optimizer
 	dpar               *nn.DataParallel // DP > 1
+	dpComm             *collective.Comm // the data-parallel group's; nil for DP = 1
 	wcomm              *collective.Comm // the whole world's; nil for one rank
 	train, eval        *pipe.Exec
 	data, edata        *source
@@ -112,6 +113,7 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 		if err != nil {
 			return nil, fmt.Errorf("train: rank %d: the data-parallel group's collectives: %w", r.world, err)
 		}
+		r.dpComm = comm
 		if err := r.shard(comm, saved); err != nil {
 			return nil, err
 		}
@@ -120,6 +122,7 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 		if err != nil {
 			return nil, fmt.Errorf("train: rank %d: the data-parallel group's collectives: %w", r.world, err)
 		}
+		r.dpComm = comm
 		if r.dpar, err = nn.NewDataParallel(comm, r.params); err != nil {
 			return nil, fmt.Errorf("train: rank %d: %w", r.world, err)
 		}

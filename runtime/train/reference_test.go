@@ -11,7 +11,8 @@ import (
 // train.Reference, the model without a pipeline: AdamW, clipping by the
 // global norm and the cosine schedule of config (its third step clips).
 // One model copy equals the reference bit for bit (losses, parameters),
-// ties and data-parallel replicas (plain and FSDP) included, the gradient
+// ties and data-parallel replicas (plain and FSDP, its parameters gathered
+// from the shards) included, the gradient
 // norms within an ulp; dualpipe's two copies (auto picks dualpipe too)
 // sum their gradients in another order, within 1e-12 relative, as does
 // clipping at every step.
@@ -71,9 +72,7 @@ func TestReference(t *testing.T) {
 			compare("losses", losses(got), losses(want), tc.tol)
 			// The norm's squares are summed per rank, then over the ranks.
 			compare("gradient norms", norms, refNorms, max(tc.tol, 1e-15))
-			if !c.FSDP {
-				compare("parameters", values(got), values(want), tc.tol)
-			}
+			compare("parameters", values(got), values(want), tc.tol) // FSDP: gathered at the end
 		})
 	}
 }

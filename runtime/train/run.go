@@ -31,14 +31,29 @@ type Result struct {
 	// Layers are the trained layers this process's ranks hold, by model
 	// layer index: each layer's parameters (one copy: replica 0's, or the
 	// first model copy's, where this process holds several), named as in
-	// a checkpoint. Empty with FSDP (the shards hold the values: save a
-	// checkpoint).
+	// a checkpoint. With FSDP their values are gathered from the shards
+	// at the end (one all-gather per stage over the DP group).
 	Layers map[int][]*nn.Param
-	// Memory is the parameter memory of each of this process's ranks at
-	// the end, by world rank: with FSDP its group's (nn.FSDPGroup.Stats:
-	// the shards, and the peak of stages gathered), else its whole
-	// parameters, gradients and optimizer state (nn.WholeMem).
-	Memory map[int]nn.MemStats
+	// Ranks holds what each of this process's ranks reports at the end,
+	// by world rank.
+	Ranks map[int]RankReport
+}
+
+// RankReport is what one rank of a job reports at its end.
+type RankReport struct {
+	// Pipe and Replica are the rank's coordinates: its pipeline rank and
+	// its data-parallel replica (runtime/mesh).
+	Pipe, Replica int
+	// Memory is the rank's parameter memory: with FSDP its group's
+	// (nn.FSDPGroup.Stats: the shards, and the peak of stages gathered),
+	// else its whole parameters, gradients and optimizer state
+	// (nn.WholeMem).
+	Memory nn.MemStats
+	// NativeDP reports whether the rank's data-parallel group ran the
+	// transport's own collectives (collective.Comm.Native: MPI's, NCCL's)
+	// rather than runtime/collective's algorithms over Send and Recv;
+	// false for DP = 1.
+	NativeDP bool
 }
 
 // Run runs the job c describes on this process's ranks of its world (all
@@ -105,14 +120,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	res := results[0]
 	res.Layers = map[int][]*nn.Param{}
-	res.Memory = map[int]nn.MemStats{}
+	res.Ranks = map[int]RankReport{}
 	for _, r := range ranks {
-		res.Memory[r.world] = r.memory()
+		res.Ranks[r.world] = RankReport{Pipe: r.pp, Replica: r.replica, Memory: r.memory(), NativeDP: r.dpComm.Native()}
 	}
 	for _, r := range ranks {
-		if r.fsdp != nil {
-			break // sharded: the layers' parameters hold no values
-		}
 		for _, l := range r.layers {
 			if _, ok := res.Layers[l.layer]; !ok {
 				res.Layers[l.layer] = l.params
@@ -198,7 +210,33 @@ func (r *rank) loop() (*Result, error) {
 			}
 		}
 	}
+	if err := r.gather(); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// gather sets, with FSDP, the values of the rank's layers (Result.Layers)
+// to the trained parameters gathered from its stages' shards.
+func (r *rank) gather() error {
+	byLayer := map[int]int{}
+	for i, l := range r.layers {
+		byLayer[l.layer] = i
+	}
+	for _, fs := range r.shards {
+		vals, err := fs.f.Gather()
+		if err != nil {
+			return fmt.Errorf("train: rank %d: gathering %s: %w", r.world, fs.name, err)
+		}
+		for i, m := range fs.members {
+			for _, p := range r.layers[byLayer[m.Layer]].params {
+				if p.Name == m.Name {
+					p.Value = vals[i]
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // step runs training step step (0-based): the program, the gradient
@@ -365,7 +403,7 @@ func (r *rank) evaluate(step int) (float64, error) {
 	return loss, nil
 }
 
-// memory is the rank's parameter memory (Result.Memory).
+// memory is the rank's parameter memory (RankReport.Memory).
 func (r *rank) memory() nn.MemStats {
 	if r.fsdp != nil {
 		return r.fsdp.Stats()

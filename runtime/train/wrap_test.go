@@ -88,16 +88,17 @@ func TestInterpretAndWrapStage(t *testing.T) {
 	}
 }
 
-// TestMemory checks Result.Memory: every rank's, its whole parameters,
+// TestMemory checks Result.Ranks' Memory: every rank's, its whole parameters,
 // gradients and AdamW's two moments without FSDP (nn.WholeMem); with
 // FSDP, half the parameters per replica and a peak of gathered stages.
 func TestMemory(t *testing.T) {
 	res := run(t, config(onef1b, 1, 1))
-	if len(res.Memory) != onef1b.Spec.Ranks {
-		t.Fatalf("memory of %d ranks, want %d", len(res.Memory), onef1b.Spec.Ranks)
+	if len(res.Ranks) != onef1b.Spec.Ranks {
+		t.Fatalf("reports of %d ranks, want %d", len(res.Ranks), onef1b.Spec.Ranks)
 	}
 	total := int64(0)
-	for r, m := range res.Memory {
+	for r, rep := range res.Ranks {
+		m := rep.Memory
 		if m.ParamBytes == 0 || m.GradBytes != m.ParamBytes || m.OptimBytes != 2*m.ParamBytes {
 			t.Fatalf("rank %d: %v; want parameters, as many gradient bytes and AdamW's two moments", r, m)
 		}
@@ -110,11 +111,15 @@ func TestMemory(t *testing.T) {
 	c := config(fsdp, 2, 1)
 	c.FSDP = true
 	sharded := run(t, c)
-	if len(sharded.Memory) != 2*fsdp.Spec.Ranks {
-		t.Fatalf("memory of %d ranks, want %d", len(sharded.Memory), 2*fsdp.Spec.Ranks)
+	if len(sharded.Ranks) != 2*fsdp.Spec.Ranks {
+		t.Fatalf("reports of %d ranks, want %d", len(sharded.Ranks), 2*fsdp.Spec.Ranks)
 	}
 	total = 0
-	for r, m := range sharded.Memory {
+	for r, rep := range sharded.Ranks {
+		m := rep.Memory
+		if rep.NativeDP || rep.Pipe*2+rep.Replica != r {
+			t.Fatalf("rank %d reports %+v; want its coordinates (world rank = pp·DP + dp), runtime/collective's collectives in process", r, rep)
+		}
 		if m.PeakGathered < 1 {
 			t.Fatalf("FSDP rank %d: %v; want a peak of gathered stages", r, m)
 		}
