@@ -255,9 +255,12 @@ func newTier(o options) (*swap.Tier, error) {
 }
 
 // swapReport is one line on what rank r's swap tier did.
-func (st *rankState) swapReport(r int) string {
-	s := st.tier.Stats()
-	return fmt.Sprintf("rank %d swap (%s): %d offloads, %d loads, peak %d chunks (%d bytes) resident", r, st.tier, s.Offloads, s.Loads, s.PeakResidentChunks, s.PeakResidentBytes)
+func (st *rankState) swapReport(r int) string { return swapReport(r, st.tier) }
+
+// swapReport is one line on what rank r's swap tier t did.
+func swapReport(r int, t *swap.Tier) string {
+	s := t.Stats()
+	return fmt.Sprintf("rank %d swap (%s): %d offloads, %d loads, peak %d chunks (%d bytes) resident", r, t, s.Offloads, s.Loads, s.PeakResidentChunks, s.PeakResidentBytes)
 }
 
 func (st *rankState) close() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/train"
 )
 
 // The model: an MLP of `blocks` blocks (Linear then Tanh), and a final
@@ -407,4 +408,42 @@ func floats(t *tensor.Dense) []float64 {
 	default:
 		return t.Float64s()
 	}
+}
+
+// trainConfig is the runtime/train job of o on sc, but for its data, world
+// and data parallelism: the model with one model layer per stage of one
+// model copy (stageLayer), MSE, SGD at -lr, -steps, -interpret.
+func (o options) trainConfig(sc schedule, dt tensor.Dtype) (train.Config, error) {
+	sp := sc.Spec
+	per := stagesPerCopy(sp)
+	split := make([][2]int, sp.Stages)
+	for s := range split {
+		split[s] = [2]int{s % per, s%per + 1}
+	}
+	w := o.widen()
+	return train.Config{
+		Train:     train.Program{Spec: sp, Ranks: sc.Ranks, Ops: sc.Program},
+		Interpret: o.interpret,
+		Layers:    split,
+		Layer:     func(i int) (nn.Layer, error) { return stageLayer(sp, i, dt, o.seed, w) },
+		Loss:      func(scale float64) pipe.Loss { return nn.MSE{Scale: scale} },
+		Steps:     o.steps,
+		Optimizer: func() nn.Optimizer { return &nn.SGD{LR: o.lr} },
+		LR:        nn.ConstantLR{Value: o.lr},
+	}, nil
+}
+
+// stageLayer builds stage i of one copy of sp's model (buildTiedStages,
+// with sp's ties), the whole model drawn from seed and that stage kept: the
+// layer factory of trainConfig. A stage of a tie declares its tied Linear
+// (nn.Tie).
+func stageLayer(sp pipe.Spec, i int, dt tensor.Dtype, seed uint64, w widen) (nn.Layer, error) {
+	stages, err := buildTiedStages(stagesPerCopy(sp), dt, seed, sp.Ties, tieCopies, w)
+	if err != nil {
+		return nil, err
+	}
+	if lin := tiedLayer(sp, i, stages[i]); lin != nil {
+		return nn.Tie(stages[i], lin.Weight, lin.Bias)
+	}
+	return stages[i], nil
 }

@@ -150,7 +150,7 @@ func TestMPIDPWrongWorld(t *testing.T) {
 	if err == nil {
 		t.Fatalf("exited 0:\n%s", out)
 	}
-	if !strings.Contains(string(out), "mlp: MPI started 4 processes but schedule 1f1b has 4 ranks and -dp 2 makes 8: run mpirun -np 8\n") {
+	if !strings.Contains(string(out), "mlp: train: MPI started 4 processes but schedule 1f1b has 4 ranks and -dp 2 makes 8: run mpirun -np 8\n") {
 		t.Fatalf("no rank named the -np to use:\n%s", out)
 	}
 }
