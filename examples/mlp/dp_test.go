@@ -27,7 +27,7 @@ func TestDPInProcMatchesSequential(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/dp%d", name, dtype, dp), func(t *testing.T) {
 					var out bytes.Buffer
 					o := options{schedule: name, transport: "inproc", steps: 3, check: true, dtype: dtype, lr: 0.1, seed: 7, dp: dp}
-					if err := runDP(o, &out, slog.New(slog.DiscardHandler)); err != nil {
+					if err := run(o, &out, slog.New(slog.DiscardHandler)); err != nil {
 						t.Fatalf("%v\n%s", err, out.String())
 					}
 					if !strings.Contains(out.String(), "check: max relative difference") {
@@ -49,7 +49,7 @@ func TestDPReferenceIsSequential(t *testing.T) {
 	o := options{schedule: "1f1b", transport: "inproc", steps: 3, dtype: "float64", lr: 0.1, seed: 7, dp: 2}
 	sc := catalog[o.schedule]
 	m, _ := mesh.New(sc.Spec.Ranks, o.dp)
-	res, err := trainDP(o, sc, m, &bytes.Buffer{}, slog.New(slog.DiscardHandler))
+	res, err := job(o, sc, m, &bytes.Buffer{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestDPMemory(t *testing.T) {
 			o := options{schedule: c.schedule, transport: "inproc", steps: 2, dtype: c.dtype, lr: 0.1, seed: 7, dp: 2}
 			sc := catalog[o.schedule]
 			m, _ := mesh.New(sc.Spec.Ranks, o.dp)
-			res, err := trainDP(o, sc, m, &bytes.Buffer{}, slog.New(slog.DiscardHandler))
+			res, err := job(o, sc, m, &bytes.Buffer{}, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +136,7 @@ func TestDPFlags(t *testing.T) {
 		{options{schedule: "1f1b", transport: "inproc", dp: 2, dtype: "float64", coll: "telepathy"}, `collectives "telepathy": want member-order`},
 		{options{schedule: "nope", transport: "inproc", dp: 2}, `-schedule "nope" is not compiled in`},
 	} {
-		err := runDP(c.o, &bytes.Buffer{}, slog.New(slog.DiscardHandler))
+		err := run(c.o, &bytes.Buffer{}, slog.New(slog.DiscardHandler))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v; want %q", c.o, err, c.want)
 		}

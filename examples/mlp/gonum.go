@@ -10,6 +10,7 @@ import (
 
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/train"
 	"github.com/ppgen/ppgen/runtime/value"
 	"github.com/ppgen/ppgen/runtime/value/gonumvalue"
 )
@@ -17,12 +18,13 @@ import (
 // -backend gonum: the same model written on gonum's mat.Dense (Linear with
 // mat.Dense Mul, Tanh), its stages pipe.ValueStages that pipe.FromValues
 // adapts, its loss a pipe.ValueLoss, its data a pipe.ValueData, trained by
-// the same generated programs. Each gonum stage mirrors one stage of the
-// runtime/nn model (the same layers, the weights copied at the start), so
-// -check compares it with the same sequential reference; store copies the
-// trained weights back into the nn model for that comparison.
-// The gonum stages are not Swappers, so a schedule's swap steps do nothing
-// for them (the swap report counts no offloads); -dp needs -backend nn.
+// the same generated programs through runtime/train (Config.WrapStage:
+// onGonum). Each gonum stage mirrors one stage of the runtime/nn model (the
+// same layers, its matrices views of the nn parameters' values and
+// gradients), so the loop's optimizer (nn.SGD) steps the gonum weights and
+// -check compares them with runtime/nn's sequential reference. The gonum
+// stages are not Swappers, so a schedule's swap steps do nothing for them;
+// -dp needs -backend nn.
 //
 // gonum's mat.Mul and runtime/nn's Linear sum in different orders (nn's
 // forward starts its sums from the bias, gonum's adds the bias to the
@@ -38,18 +40,12 @@ type gLayer interface {
 	params() []*gParam
 }
 
-// gParam is a parameter and its gradient buffer, and the runtime/nn
-// parameter it mirrors.
-type gParam struct {
-	w, g *mat.Dense
-	src  *nn.Param
-}
+// gParam is a parameter and its gradient buffer: views of a runtime/nn
+// parameter's.
+type gParam struct{ w, g *mat.Dense }
 
 // gLinear is y = x·W + b, W [in, out], b [1, out].
-type gLinear struct {
-	weight, bias *gParam
-	src          *nn.Linear
-}
+type gLinear struct{ weight, bias *gParam }
 
 func (l *gLinear) params() []*gParam { return []*gParam{l.weight, l.bias} }
 
@@ -162,10 +158,7 @@ func (w gWait) backwardWeight(any, *mat.Dense) error {
 
 // gStage is one pipeline stage on mat.Dense: a pipe.ValueStage and a
 // pipe.ValueCopyGrads (dualpipe's two model copies).
-type gStage struct {
-	layers []gLayer
-	src    *nn.Sequential
-}
+type gStage struct{ layers []gLayer }
 
 // gSaved is a chunk's context: each layer's, and each layer's output
 // gradient once BackwardInput ran.
@@ -174,31 +167,85 @@ type gSaved struct {
 	dys []*mat.Dense
 }
 
-// mirror returns the gonum stage of seq: its layers, with copies of their
-// weights.
+// mirror returns the gonum stage of seq (its layers, nested Sequentials
+// and tied stages flattened): its matrices are views of the nn
+// parameters' values and gradients, so what the gonum layers compute is
+// what the nn parameters hold, and nn's optimizer steps the gonum weights.
 func mirror(seq *nn.Sequential) (*gStage, error) {
-	g := &gStage{src: seq}
-	for i, l := range seq.Layers {
+	g := &gStage{}
+	var add func(l nn.Layer) error
+	add = func(l nn.Layer) error {
 		switch l := l.(type) {
+		case *nn.Sequential:
+			for _, inner := range l.Layers {
+				if err := add(inner); err != nil {
+					return err
+				}
+			}
+		case *nn.TiedStage:
+			return add(l.Layer)
 		case *nn.Linear:
 			if l.Dtype() != tensor.Float64 {
-				return nil, fmt.Errorf("-backend gonum: layer %d is %v; gonum's mat.Dense is float64 (use -dtype float64)", i, l.Dtype())
+				return fmt.Errorf("-backend gonum: a layer is %v; gonum's mat.Dense is float64 (use -dtype float64)", l.Dtype())
 			}
-			g.layers = append(g.layers, &gLinear{weight: gParamOf(l.Weight, l.In, l.Out), bias: gParamOf(l.Bias, 1, l.Out), src: l})
+			g.layers = append(g.layers, &gLinear{weight: gParamOf(l.Weight, l.In, l.Out), bias: gParamOf(l.Bias, 1, l.Out)})
 		case nn.Tanh:
 			g.layers = append(g.layers, gTanh{})
 		case wait:
 			g.layers = append(g.layers, gWait(l))
 		default:
-			return nil, fmt.Errorf("-backend gonum: layer %d (%T) has no gonum version", i, l)
+			return fmt.Errorf("-backend gonum: layer %T has no gonum version", l)
 		}
+		return nil
+	}
+	if err := add(seq); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
 
+// gParamOf views p's value and gradient as rows×cols matrices.
 func gParamOf(p *nn.Param, rows, cols int) *gParam {
-	w := mat.NewDense(rows, cols, append([]float64(nil), p.Value.Float64s()...))
-	return &gParam{w: w, g: mat.NewDense(rows, cols, nil), src: p}
+	return &gParam{w: mat.NewDense(rows, cols, p.Value.Float64s()), g: mat.NewDense(rows, cols, p.Grad.Float64s())}
+}
+
+// gonumStage is a stage of the nn model run by its gonum mirror (adapted
+// by pipe.FromValues): the mirror's matrices are the nn parameters'
+// memory, so the loop's optimizer, gradient norm, tie and copy sums act on
+// them (Params, Grads: pipe.CopyGrads).
+type gonumStage struct {
+	pipe.Stage
+	seq *nn.Sequential
+}
+
+func (g gonumStage) Params() []*nn.Param    { return g.seq.Params() }
+func (g gonumStage) Grads() []*tensor.Dense { return g.seq.Grads() }
+
+// onGonum sets c up for -backend gonum (one pipeline): each stage run by
+// its gonum mirror, the loss gMSE, the batches as mat.Dense.
+func (o options) onGonum(c *train.Config) {
+	data := c.Data
+	c.Data = func(step, replica int) (pipe.DataSource, error) {
+		src, err := data(step, replica)
+		if err != nil {
+			return nil, err
+		}
+		return pipe.FromValuesData(gBatches{src.(share).global}), nil
+	}
+	c.Loss = func(scale float64) pipe.Loss {
+		return pipe.FromValuesLoss(gMSE{scale: scale}, gonumvalue.Maker{})
+	}
+	c.WrapStage = func(_, _ int, seq *nn.Sequential) (nn.ParamStage, error) {
+		g, err := mirror(seq)
+		if err != nil {
+			return nil, err
+		}
+		st, err := pipe.FromValues(g, gonumvalue.Maker{})
+		if err != nil {
+			return nil, err
+		}
+		return gonumStage{Stage: st, seq: seq}, nil
+	}
 }
 
 func (g *gStage) Forward(x value.Value) (value.Value, any, error) {
@@ -277,74 +324,6 @@ func (g *gStage) params() []*gParam {
 		ps = append(ps, l.params()...)
 	}
 	return ps
-}
-
-// Grads returns the stage's gradient buffers (pipe.ValueCopyGrads).
-func (g *gStage) Grads() []value.Value {
-	var out []value.Value
-	for _, p := range g.params() {
-		out = append(out, gonumvalue.Of(p.g))
-	}
-	return out
-}
-
-// gTied is a gonum stage in a tie (pipe.ValueTied): its tied Linear's
-// gradients.
-type gTied struct {
-	*gStage
-	lin *gLinear
-}
-
-func (t gTied) TiedGrads() []value.Value {
-	return []value.Value{gonumvalue.Of(t.lin.weight.g), gonumvalue.Of(t.lin.bias.g)}
-}
-
-// gonumStage returns stage s of sp (model[s] mirrored on mat.Dense) as a
-// pipe.Stage, and the gonum stage.
-func gonumStage(sp pipe.Spec, s int, seq *nn.Sequential) (pipe.Stage, *gStage, error) {
-	g, err := mirror(seq)
-	if err != nil {
-		return nil, nil, err
-	}
-	var vs pipe.ValueStage = g
-	if lin := tiedLayer(sp, s, seq); lin != nil {
-		t := gTied{gStage: g}
-		for _, l := range g.layers {
-			if gl, ok := l.(*gLinear); ok && gl.src == lin {
-				t.lin = gl
-			}
-		}
-		if t.lin == nil {
-			return nil, nil, fmt.Errorf("stage %d: its tied layer has no gonum mirror", s)
-		}
-		vs = t
-	}
-	st, err := pipe.FromValues(vs, gonumvalue.Maker{})
-	return st, g, err
-}
-
-// gSGD steps every parameter of stages (p -= lr·g, as nn.SGD) and zeroes
-// the gradients.
-func gSGD(stages []*gStage, lr float64) {
-	for _, st := range stages {
-		for _, p := range st.params() {
-			w, g := p.w.RawMatrix().Data, p.g.RawMatrix().Data
-			for i := range w {
-				w[i] -= lr * g[i]
-			}
-			p.g.Zero()
-		}
-	}
-}
-
-// store copies the gonum weights back into the nn parameters they mirror
-// (for -check's comparison).
-func store(stages []*gStage) {
-	for _, st := range stages {
-		for _, p := range st.params() {
-			copy(p.src.Value.Float64s(), p.w.RawMatrix().Data)
-		}
-	}
 }
 
 // gMSE is nn.MSE's loss on mat.Dense: Scale/(rows·cols)·Σ(y-t)² and its

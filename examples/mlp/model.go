@@ -39,13 +39,6 @@ type widen struct {
 
 func (o options) widen() widen { return widen{o.wide, o.wideWait} }
 
-// buildStages builds the model deterministically from seed and cuts it into
-// numStages stages of blocks/numStages blocks each, the first and last
-// block widened by w.
-func buildStages(numStages int, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Sequential, error) {
-	return buildTiedStages(numStages, dt, seed, nil, tieCopies, w)
-}
-
 // tieMode is how buildTiedStages builds the two uses of a tied layer.
 type tieMode uint8
 
@@ -158,48 +151,6 @@ func tiedLayer(sp pipe.Spec, s int, seq *nn.Sequential) *nn.Linear {
 	return lin
 }
 
-// unique returns ps with each parameter value once: a tie's parameter is
-// in two stages of the sequential model, and the optimizer steps it once.
-func unique(ps []*nn.Param) []*nn.Param {
-	seen := make(map[*tensor.Dense]bool, len(ps))
-	out := ps[:0:0]
-	for _, p := range ps {
-		if !seen[p.Value] {
-			seen[p.Value] = true
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// sumTied adds, for every parameter value that ps (in stage order) holds
-// twice with two gradient buffers (tieShared), the second use's gradient to
-// the first's, element by element: stage A's plus stage B's, what the
-// pipeline's TIE_GRAD computes. The optimizer then steps the first.
-func sumTied(ps []*nn.Param) {
-	first := make(map[*tensor.Dense]*nn.Param, len(ps))
-	for _, p := range ps {
-		q, ok := first[p.Value]
-		if !ok {
-			first[p.Value] = p
-			continue
-		}
-		if q.Grad == p.Grad {
-			continue // one layer in two places (tieSameLayer): one buffer
-		}
-		switch d := q.Grad.Data().(type) {
-		case []float64:
-			for k, v := range p.Grad.Data().([]float64) {
-				d[k] += v
-			}
-		case []float32:
-			for k, v := range p.Grad.Data().([]float32) {
-				d[k] += v
-			}
-		}
-	}
-}
-
 // wait is a layer that passes its input (and gradient) through and waits d
 // in each call: a device's time, for -wide-wait. It has no parameters, so
 // nn.Sequential does not call its BackwardWeight.
@@ -275,99 +226,9 @@ func dense(dt tensor.Dtype, shape []int, v []float64) *tensor.Dense {
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v))
 }
 
-// params returns the parameters of the given stages in order.
-func params(stages []*nn.Sequential) []*nn.Param {
-	var ps []*nn.Param
-	for _, s := range stages {
-		ps = append(ps, s.Params()...)
-	}
-	return ps
-}
-
-// trainSequential trains the whole model without a pipeline on the same
-// micro-batches: the reference that -check compares against. It returns
-// the loss of every step.
-func trainSequential(stages []*nn.Sequential, data *batches, opt nn.Optimizer, loss nn.MSE, steps int) ([][]float64, error) {
-	all := params(stages)
-	ps := unique(all)
-	var losses [][]float64
-	for step := range steps {
-		data.setStep(step)
-		perMicro := make([]float64, len(data.inputs))
-		for m := range data.inputs {
-			var err error
-			if perMicro[m], err = microStep(stages, data, loss, m); err != nil {
-				return nil, err
-			}
-		}
-		sumTied(all)
-		if err := opt.Step(ps); err != nil {
-			return nil, err
-		}
-		nn.ZeroGrad(all)
-		losses = append(losses, perMicro)
-	}
-	return losses, nil
-}
-
-// microStep runs micro-batch m forward through every stage and backward,
-// adding its gradients to the parameters', and returns its loss.
-func microStep(stages []*nn.Sequential, data *batches, loss nn.MSE, m int) (float64, error) {
-	x := data.inputs[m]
-	saved := make([]any, len(stages))
-	for s, st := range stages {
-		var err error
-		if x, saved[s], err = st.Forward(x); err != nil {
-			return 0, err
-		}
-	}
-	l, dy, err := loss.Loss(x, data.target[m])
-	if err != nil {
-		return 0, err
-	}
-	for s := len(stages) - 1; s >= 0; s-- {
-		if dy, err = stages[s].Backward(saved[s], dy); err != nil {
-			return 0, err
-		}
-	}
-	return l, nil
-}
-
 // stagesPerCopy is the number of stages of one model copy: all of them,
 // or half for dualpipe's two copies.
 func stagesPerCopy(sp pipe.Spec) int { return sp.Stages / max(sp.Copies, 1) }
-
-// routeLast is the last stage micro-batch m runs: the last stage, or the
-// last stage of m's model copy.
-func routeLast(sp pipe.Spec, m int) int {
-	per := stagesPerCopy(sp)
-	return (m/(sp.Micro/max(sp.Copies, 1))+1)*per - 1
-}
-
-// buildPipelineStages returns the stages of sp's program: the model's
-// stages, and for two model copies a second, identical set (built from the
-// same seed) as stages S/2..S-1, so both copies start from the same weights.
-func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Sequential, error) {
-	var out []*nn.Sequential
-	for range max(sp.Copies, 1) {
-		copyStages, err := buildTiedStages(stagesPerCopy(sp), dt, seed, sp.Ties, tieCopies, w)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, copyStages...)
-	}
-	return out, nil
-}
-
-// twins lays the reference model's stages out as sp's stages: stage s is
-// model stage s mod the stages per copy.
-func twins(sp pipe.Spec, ref []*nn.Sequential) []*nn.Sequential {
-	out := make([]*nn.Sequential, sp.Stages)
-	for s := range out {
-		out[s] = ref[s%len(ref)]
-	}
-	return out
-}
 
 // maxRelDiff returns the largest relative difference between two parameter
 // lists, element by element: |a-b| / max(|a|, |b|, 1e-30).
@@ -410,10 +271,11 @@ func floats(t *tensor.Dense) []float64 {
 	}
 }
 
-// trainConfig is the runtime/train job of o on sc, but for its data, world
-// and data parallelism: the model with one model layer per stage of one
-// model copy (stageLayer), MSE, SGD at -lr, -steps, -interpret.
-func (o options) trainConfig(sc schedule, dt tensor.Dtype) (train.Config, error) {
+// trainConfig is the runtime/train job of o on sc over dp replicas, but
+// for its world: the model with one model layer per stage of one model
+// copy (stageLayer), the synthetic batches (replica d takes global
+// micro-batches [d·M, (d+1)·M)), MSE, SGD at -lr, -steps, -interpret.
+func (o options) trainConfig(sc schedule, dt tensor.Dtype, dp int) train.Config {
 	sp := sc.Spec
 	per := stagesPerCopy(sp)
 	split := make([][2]int, sp.Stages)
@@ -424,13 +286,19 @@ func (o options) trainConfig(sc schedule, dt tensor.Dtype) (train.Config, error)
 	return train.Config{
 		Train:     train.Program{Spec: sp, Ranks: sc.Ranks, Ops: sc.Program},
 		Interpret: o.interpret,
+		DP:        dp,
 		Layers:    split,
 		Layer:     func(i int) (nn.Layer, error) { return stageLayer(sp, i, dt, o.seed, w) },
 		Loss:      func(scale float64) pipe.Loss { return nn.MSE{Scale: scale} },
+		Data: func(step, replica int) (pipe.DataSource, error) {
+			b := newBatches(dt, o.seed, sp.Micro*dp)
+			b.setStep(step)
+			return share{global: b, off: replica * sp.Micro}, nil
+		},
 		Steps:     o.steps,
 		Optimizer: func() nn.Optimizer { return &nn.SGD{LR: o.lr} },
 		LR:        nn.ConstantLR{Value: o.lr},
-	}, nil
+	}
 }
 
 // stageLayer builds stage i of one copy of sp's model (buildTiedStages,

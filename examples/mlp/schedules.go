@@ -54,7 +54,7 @@ var catalog = map[string]schedule{
 	"1f1b-ship-labels": {shiplabels.Spec, shiplabels.Ranks[:], shiplabels.Program},
 	// FSDP and swap steps: the stages offload their saved activations to
 	// the -swap-tier (runtime/swap); the FSDP steps pass, unless -dp N
-	// shards the stages over N replicas (dp.go: nn.FSDPGroup).
+	// shards the stages over N replicas (runtime/train's FSDP: nn.FSDPGroup).
 	"1f1b-fsdp-swap": {fsdpswap.Spec, fsdpswap.Ranks[:], fsdpswap.Program},
 	// Batched transfers (-batch): each run of adjacent transfers is one
 	// x.BatchBegin() .. x.BatchEnd() group, issued through transport.Batch.

@@ -22,7 +22,8 @@ type Program struct {
 	// Ops, if set, is the same program as data, one []pipe.Op per rank
 	// (the generated Program of a program generated with -table, or
 	// pipe.DecodeOps'), which Config.Interpret runs through
-	// pipe.Interpret instead of Ranks.
+	// pipe.Interpret instead of Ranks (which may then be nil: a program
+	// lowered at run time has no generated functions).
 	Ops [][]pipe.Op
 }
 
@@ -177,7 +178,7 @@ func (c Config) check() (Config, error) {
 	if sp.ForwardOnly {
 		return c, errors.New("train: the train program is forward-only; pass it as Config.Eval and a training program as Config.Train")
 	}
-	if len(c.Train.Ranks) != sp.Ranks {
+	if len(c.Train.Ranks) != sp.Ranks && !(c.Interpret && c.Train.Ranks == nil) {
 		return c, fmt.Errorf("train: the train program has %d rank functions for %d ranks", len(c.Train.Ranks), sp.Ranks)
 	}
 	if c.World == "" {
@@ -253,7 +254,7 @@ func (c Config) check() (Config, error) {
 		switch {
 		case !e.ForwardOnly:
 			return c, fmt.Errorf("train: the eval program %s is not forward-only (ppgen gen -forward-only)", e.Describe())
-		case len(c.Eval.Ranks) != e.Ranks:
+		case len(c.Eval.Ranks) != e.Ranks && !(c.Interpret && c.Eval.Ranks == nil):
 			return c, fmt.Errorf("train: the eval program has %d rank functions for %d ranks", len(c.Eval.Ranks), e.Ranks)
 		case e.Ranks != sp.Ranks || e.Stages != sp.Stages || fmt.Sprint(e.RankOf) != fmt.Sprint(sp.RankOf) || max(e.Copies, 1) != copies:
 			return c, fmt.Errorf("train: the eval program places %d stages on %v, the train program %d on %v; generate both for the same placement", e.Stages, e.RankOf, sp.Stages, sp.RankOf)
