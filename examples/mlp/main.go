@@ -52,7 +52,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -351,13 +350,13 @@ func job(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger
 		note = fmt.Sprintf("schedule %s has %d ranks and -dp %d makes %d", o.schedule, sp.Ranks, m.DP, m.World())
 	}
 	c.WorldOptions = world.Options{SizeNote: note, Timeout: o.timeout, Sync: o.mpiSync, Collectives: o.coll, Logger: logger, Config: o.config}
-	ts := &tiers{o: o}
-	defer ts.close()
+	ts := &train.SwapTiers{New: func() (*swap.Tier, error) { return newTier(o) }}
+	defer ts.Close()
 	switch {
 	case o.backend == "gonum":
 		o.onGonum(&c)
 	case hasSwap(sc):
-		c.WrapStage = ts.wrap
+		c.WrapStage = ts.Wrap
 	}
 	if o.trace != "" {
 		c.Timeline = &pipe.Timeline{}
@@ -386,7 +385,7 @@ func job(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger
 		}
 	}
 	for _, w := range ranks {
-		if t := ts.by[w]; t != nil {
+		if t := ts.Tier(w); t != nil {
 			fmt.Fprintln(out, swapReport(w, t))
 		}
 	}
@@ -466,44 +465,6 @@ type share struct {
 
 func (s share) Input(m int) (*tensor.Dense, error)  { return s.global.Input(s.off + m) }
 func (s share) Target(m int) (*tensor.Dense, error) { return s.global.Target(s.off + m) }
-
-// tiers holds a swap tier per world rank of this process, made as
-// train.Run builds the ranks' stages (Config.WrapStage).
-type tiers struct {
-	o  options
-	mu sync.Mutex
-	by map[int]*swap.Tier
-}
-
-// wrap offloads stage's saved activations to rank's tier at the swap
-// steps (nn.Swapping); -swap-tier none leaves the stage as it is.
-func (ts *tiers) wrap(rank, stage int, seq *nn.Sequential) (nn.ParamStage, error) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	tier, ok := ts.by[rank]
-	if !ok {
-		var err error
-		if tier, err = newTier(ts.o); err != nil {
-			return nil, err
-		}
-		if ts.by == nil {
-			ts.by = map[int]*swap.Tier{}
-		}
-		ts.by[rank] = tier
-	}
-	if tier == nil {
-		return seq, nil
-	}
-	return &nn.Swapping{Sequential: seq, Tier: tier, Name: fmt.Sprintf("stage %d", stage)}, nil
-}
-
-func (ts *tiers) close() {
-	for _, t := range ts.by {
-		if t != nil {
-			t.Close()
-		}
-	}
-}
 
 // layersDiff is the largest relative difference between the parameters
 // of the layers got holds and the same layers of want.

@@ -41,8 +41,8 @@
 //     CheckpointEvery steps and at the end (or at StopAfter, a preempted
 //     job's stop), and resumes from one (Config.Resume) under the same or
 //     another schedule, P, split or DP;
-//   - on request wraps each built stage (Config.WrapStage: nn.WithSwap
-//     for a -swap program's swap steps, instrumentation), runs the
+//   - on request wraps each built stage (Config.WrapStage: SwapTiers for
+//     a -swap program's swap steps, instrumentation), runs the
 //     programs as data through pipe.Interpret (Config.Interpret,
 //     Program.Ops), and reports each rank's parameter memory
 //     (Result.Ranks).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ppgen/ppgen/runtime/nn"
@@ -27,27 +26,6 @@ func values(res *train.Result) []float64 {
 	return out
 }
 
-// tiers is a swap tier per world rank, made by WrapStage on the ranks'
-// goroutines.
-type tiers struct {
-	mu sync.Mutex
-	by map[int]*swap.Tier
-}
-
-// wrap is a Config.WrapStage: the stage offloads its saved activations to
-// its rank's host tier at the program's swap steps.
-func (ts *tiers) wrap(rank, stage int, seq *nn.Sequential) (nn.ParamStage, error) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if ts.by == nil {
-		ts.by = map[int]*swap.Tier{}
-	}
-	if ts.by[rank] == nil {
-		ts.by[rank] = swap.NewHost()
-	}
-	return nn.WithSwap(seq, ts.by[rank]), nil
-}
-
 // TestInterpretAndWrapStage trains the swap program four ways: generated
 // functions or the interpreter (Interpret), plain stages or stages that
 // swap their activations to a host tier (WrapStage): all four bit for bit
@@ -68,9 +46,10 @@ func TestInterpretAndWrapStage(t *testing.T) {
 			if tc.interpret {
 				c.Train.Ranks = nil // the ops alone
 			}
-			var ts tiers
+			ts := &train.SwapTiers{New: func() (*swap.Tier, error) { return swap.NewHost(), nil }}
+			defer ts.Close()
 			if tc.swap {
-				c.WrapStage = ts.wrap
+				c.WrapStage = ts.Wrap
 			}
 			res := run(t, c)
 			same(t, "losses", losses(res), losses(base))
@@ -78,14 +57,13 @@ func TestInterpretAndWrapStage(t *testing.T) {
 			if !tc.swap {
 				return
 			}
-			if len(ts.by) != swapProg.Spec.Ranks {
-				t.Fatalf("%d tiers, want one per rank (%d)", len(ts.by), swapProg.Spec.Ranks)
+			for r := range swapProg.Spec.Ranks {
+				if ts.Tier(r) == nil {
+					t.Fatalf("rank %d has no tier", r)
+				}
 			}
-			if st := ts.by[0].Stats(); st.Offloads == 0 || st.Loads != st.Offloads {
+			if st := ts.Tier(0).Stats(); st.Offloads == 0 || st.Loads != st.Offloads {
 				t.Fatalf("rank 0's tier: %d offloads, %d loads; want some, as many loads", st.Offloads, st.Loads)
-			}
-			for _, tier := range ts.by {
-				tier.Close()
 			}
 		})
 	}
@@ -160,6 +138,36 @@ func TestExtensionRefusals(t *testing.T) {
 			tc.edit(&c)
 			_, err := train.Run(context.Background(), c)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSwapTiers: a tier that New does not make leaves the stages as they
+// are, and New's error and a nil New are the job's errors.
+func TestSwapTiers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func() (*swap.Tier, error)
+		want string // "": the job runs
+	}{
+		{"no tier", func() (*swap.Tier, error) { return nil, nil }, ""},
+		{"failing tier", func() (*swap.Tier, error) { return nil, errors.New("disk full") }, "the swap tier of rank"},
+		{"no New", nil, "SwapTiers.New is nil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := &train.SwapTiers{New: tc.new}
+			defer ts.Close()
+			c := config(swapProg, 1, 1)
+			c.WrapStage = ts.Wrap
+			_, err := train.Run(context.Background(), c)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want == "" && ts.Tier(0) != nil:
+				t.Fatal("rank 0 has a tier")
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
