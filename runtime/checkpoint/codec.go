@@ -252,10 +252,17 @@ func (d *decoder) read(p []byte) error {
 	return nil
 }
 
-// readLarge is read for a large p, checksummed while it is read
-// (crcOverlapped).
+// readLarge is read for a large p, checksummed while it is read: in
+// pieces at once from a shard file (fileReader.readChecksummed), else
+// in order while other goroutines sum the pieces read (crcOverlapped).
 func (d *decoder) readLarge(p []byte) error {
-	crc, err := crcOverlapped(d.crc, p, func(b []byte) error { return readFull(d.r, b) })
+	var crc uint32
+	var err error
+	if fr, ok := d.r.(*fileReader); ok {
+		crc, err = fr.readChecksummed(d.crc, p)
+	} else {
+		crc, err = crcOverlapped(d.crc, p, func(b []byte) error { return readFull(d.r, b) })
+	}
 	if err != nil {
 		return err
 	}
