@@ -120,14 +120,15 @@ func gf2Square(square, mat *[32]uint32) {
 
 // crcPieces runs do on p's crcChunk pieces (each with its offset in p),
 // several at once — the caller and up to GOMAXPROCS-1 more goroutines,
-// at most 4 in all — each goroutine checksumming the piece it has just
-// done while the piece is in its own core's cache, and returns crc
-// extended by p. On the first error it stops handing out pieces and
-// returns that error. A load reads this way (fileReader.readChecksummed):
-// the checksum costs a fifth of the read from the page cache when it
-// sums what the same core has just copied, and the pieces' reads and
-// sums spread over the cores.
-func crcPieces(crc uint32, p []byte, do func(piece []byte, at int) error) (uint32, error) {
+// at most 4 in all — and returns crc extended by p. Each goroutine sums
+// a piece while it is in its own core's cache: after do when do reads
+// into it (a load, fileReader.readChecksummed), before when sumFirst and
+// do writes it out (a save, fileWriter.writeChecksummed), so that the
+// sum brings the piece into the cache that do's copy then reads. Summed
+// so, the checksum costs a fifth of a copy from or to the page cache,
+// and the pieces spread over the cores. On the first error it stops
+// handing out pieces and returns that error.
+func crcPieces(crc uint32, p []byte, sumFirst bool, do func(piece []byte, at int) error) (uint32, error) {
 	n := (len(p) + crcChunk - 1) / crcChunk
 	piece := func(i int) []byte { return p[i*crcChunk : min((i+1)*crcChunk, len(p))] }
 	sums := make([]uint32, n)
@@ -142,12 +143,17 @@ func crcPieces(crc uint32, p []byte, do func(piece []byte, at int) error) (uint3
 				return
 			}
 			b := piece(i)
+			if sumFirst {
+				sums[i] = crc32.Checksum(b, castagnoli)
+			}
 			if err := do(b, i*crcChunk); err != nil {
 				once.Do(func() { firstErr = err })
 				failed.Store(true)
 				return
 			}
-			sums[i] = crc32.Checksum(b, castagnoli)
+			if !sumFirst {
+				sums[i] = crc32.Checksum(b, castagnoli)
+			}
 		}
 	}
 	var wg sync.WaitGroup
