@@ -121,8 +121,11 @@ func plainRead(path string, buf []byte) error {
 // BenchmarkLoad is BenchmarkThroughput's load alone (Open+LayersInto
 // against a plain read of as many bytes, alternated in every iteration),
 // so that many iterations fit in a short run on a loaded machine: it
-// reports both GB/s, the ratio of the sums, and the median of the
-// iterations' ratios (steadier when other work comes and goes).
+// reports both GB/s, the ratio of the sums, the median of the
+// iterations' ratios (steadier when other work comes and goes), and the
+// CPU time (user and system, every thread's) of the reads over the
+// loads': what the load costs a machine whose cores are all busy, where
+// no wall time can be hidden on a free core.
 func BenchmarkLoad(b *testing.B) {
 	const layers, elems = 16, 1 << 20
 	s := &Shard{}
@@ -158,11 +161,12 @@ func BenchmarkLoad(b *testing.B) {
 		all[i] = i
 	}
 	into := func(layer int, _, _ string) Tensor { return dst[layer] }
-	var tLoad, tRead time.Duration
+	var tLoad, tRead, cpuLoad, cpuRead time.Duration
 	var ratios []float64
 	b.SetBytes(size)
 	b.ResetTimer()
 	for range b.N {
+		c0, _ := cpuTime()
 		t0 := time.Now()
 		c, err := Open(ckDir)
 		if err != nil {
@@ -172,11 +176,14 @@ func BenchmarkLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
+		c1, _ := cpuTime()
 		if err := plainRead(plain, readBuf); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
+		c2, _ := cpuTime()
 		tLoad, tRead = tLoad+t1.Sub(t0), tRead+t2.Sub(t1)
+		cpuLoad, cpuRead = cpuLoad+c1-c0, cpuRead+c2-c1
 		ratios = append(ratios, t2.Sub(t1).Seconds()/t1.Sub(t0).Seconds())
 	}
 	slices.Sort(ratios)
@@ -185,4 +192,7 @@ func BenchmarkLoad(b *testing.B) {
 	b.ReportMetric(gbs(tRead), "read-GB/s")
 	b.ReportMetric(tRead.Seconds()/tLoad.Seconds(), "load/read")
 	b.ReportMetric(ratios[len(ratios)/2], "median-load/read")
+	if _, ok := cpuTime(); ok && cpuLoad > 0 {
+		b.ReportMetric(cpuRead.Seconds()/cpuLoad.Seconds(), "cpu-read/load")
+	}
 }
