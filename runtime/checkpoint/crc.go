@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 )
 
-// crcChunk is the piece of a large read or write whose CRC-32C a worker
-// goroutine computes while the next piece is read or written: small
-// enough that the piece is still in the caches when the worker sums it
-// (a 64 MiB checksum from memory runs 3–7× slower than one from the
-// caches: BenchmarkCRC), so that the pieces of a 4 MiB tensor overlap too.
+// crcChunk is the piece of a large read or write that one goroutine
+// moves and checksums (crcPieces, crcOverlapped): small enough that the
+// piece is still in the caches when it is summed (a 64 MiB checksum from
+// memory runs 3–7× slower than one from the caches: BenchmarkCRC), and
+// that a 4 MiB tensor spreads over the cores.
 const crcChunk = 256 << 10
 
 // ioBuffer is the buffer of a shard's reader and writer, for the small
@@ -22,7 +22,7 @@ const crcChunk = 256 << 10
 const ioBuffer = 64 << 10
 
 // chunkShift advances a CRC-32C over crcChunk zero bytes (gf2Times): the
-// operator crc32Combine builds, made once for the pieces of crcOverlapped.
+// operator crc32Combine builds, made once for the pieces joinPieces joins.
 var chunkShift = sync.OnceValue(func() *[32]uint32 { return zerosOperator(crcChunk) })
 
 // zerosOperator returns the matrix that advances a CRC-32C over n zero
