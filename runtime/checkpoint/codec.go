@@ -47,9 +47,15 @@ func corrupt(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 }
 
+// flushWriter is a buffered writer: a *bufio.Writer, or a fileWriter.
+type flushWriter interface {
+	io.Writer
+	Flush() error
+}
+
 // encoder writes a shard and its running CRC-32C.
 type encoder struct {
-	w       *bufio.Writer
+	w       flushWriter
 	crc     uint32
 	n       int64
 	err     error
@@ -61,7 +67,9 @@ func (e *encoder) write(p []byte) {
 	if e.err != nil {
 		return
 	}
-	if len(p) >= 2*crcChunk {
+	if fw, ok := e.w.(*fileWriter); ok && len(p) >= 2*crcChunk {
+		e.crc, e.err = fw.writeChecksummed(e.crc, p)
+	} else if len(p) >= 2*crcChunk {
 		e.crc, e.err = crcOverlapped(e.crc, p, func(b []byte) error { _, err := e.w.Write(b); return err })
 	} else {
 		e.crc = crc32.Update(e.crc, castagnoli, p)
@@ -158,7 +166,7 @@ func Encode(w io.Writer, s *Shard) (n int64, crc uint32, err error) {
 	if err := s.Check(); err != nil {
 		return 0, 0, err
 	}
-	bw, ok := w.(*bufio.Writer)
+	bw, ok := w.(flushWriter) // a *bufio.Writer, or WriteShard's fileWriter
 	if !ok {
 		bw = bufio.NewWriterSize(w, ioBuffer)
 	}
@@ -252,10 +260,17 @@ func (d *decoder) read(p []byte) error {
 	return nil
 }
 
-// readLarge is read for a large p, checksummed while it is read
-// (crcOverlapped).
+// readLarge is read for a large p, checksummed while it is read: in
+// pieces at once from a shard file (fileReader.readChecksummed), else
+// in order while other goroutines sum the pieces read (crcOverlapped).
 func (d *decoder) readLarge(p []byte) error {
-	crc, err := crcOverlapped(d.crc, p, func(b []byte) error { return readFull(d.r, b) })
+	var crc uint32
+	var err error
+	if fr, ok := d.r.(*fileReader); ok {
+		crc, err = fr.readChecksummed(d.crc, p)
+	} else {
+		crc, err = crcOverlapped(d.crc, p, func(b []byte) error { return readFull(d.r, b) })
+	}
 	if err != nil {
 		return err
 	}

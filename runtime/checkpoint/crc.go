@@ -4,13 +4,14 @@ import (
 	"hash/crc32"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
-// crcChunk is the piece of a large read or write whose CRC-32C a worker
-// goroutine computes while the next piece is read or written: small
-// enough that the piece is still in the caches when the worker sums it
-// (a 64 MiB checksum from memory runs 3–7× slower than one from the
-// caches: BenchmarkCRC), so that the pieces of a 4 MiB tensor overlap too.
+// crcChunk is the piece of a large read or write that one goroutine
+// moves and checksums (crcPieces, crcOverlapped): small enough that the
+// piece is still in the caches when it is summed (a 64 MiB checksum from
+// memory runs 3–7× slower than one from the caches: BenchmarkCRC), and
+// that a 4 MiB tensor spreads over the cores.
 const crcChunk = 256 << 10
 
 // ioBuffer is the buffer of a shard's reader and writer, for the small
@@ -21,7 +22,7 @@ const crcChunk = 256 << 10
 const ioBuffer = 64 << 10
 
 // chunkShift advances a CRC-32C over crcChunk zero bytes (gf2Times): the
-// operator crc32Combine builds, made once for the pieces of crcOverlapped.
+// operator crc32Combine builds, made once for the pieces joinPieces joins.
 var chunkShift = sync.OnceValue(func() *[32]uint32 { return zerosOperator(crcChunk) })
 
 // zerosOperator returns the matrix that advances a CRC-32C over n zero
@@ -63,15 +64,7 @@ func crcOverlapped(crc uint32, p []byte, do func([]byte) error) (uint32, error) 
 	if err != nil {
 		return crc, err
 	}
-	shift := chunkShift()
-	for i := range n {
-		if k := len(piece(i)); k == crcChunk {
-			crc = gf2Times(shift, crc) ^ sums[i]
-		} else {
-			crc = crc32Combine(crc, sums[i], int64(k))
-		}
-	}
-	return crc, nil
+	return joinPieces(crc, sums, len(p)), nil
 }
 
 // crc32Combine returns the CRC-32C of A followed by B from crc1, A's, and
@@ -123,4 +116,69 @@ func gf2Square(square, mat *[32]uint32) {
 	for n := range 32 {
 		square[n] = gf2Times(mat, mat[n])
 	}
+}
+
+// crcPieces runs do on p's crcChunk pieces (each with its offset in p),
+// several at once — the caller and up to GOMAXPROCS-1 more goroutines,
+// at most 4 in all — and returns crc extended by p. Each goroutine sums
+// a piece while it is in its own core's cache: after do when do reads
+// into it (a load, fileReader.readChecksummed), before when sumFirst and
+// do writes it out (a save, fileWriter.writeChecksummed), so that the
+// sum brings the piece into the cache that do's copy then reads. Summed
+// so, the checksum costs a fifth of a copy from or to the page cache,
+// and the pieces spread over the cores. On the first error it stops
+// handing out pieces and returns that error.
+func crcPieces(crc uint32, p []byte, sumFirst bool, do func(piece []byte, at int) error) (uint32, error) {
+	n := (len(p) + crcChunk - 1) / crcChunk
+	piece := func(i int) []byte { return p[i*crcChunk : min((i+1)*crcChunk, len(p))] }
+	sums := make([]uint32, n)
+	var next atomic.Int64
+	var failed atomic.Bool
+	var once sync.Once
+	var firstErr error
+	work := func() {
+		for !failed.Load() {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			b := piece(i)
+			if sumFirst {
+				sums[i] = crc32.Checksum(b, castagnoli)
+			}
+			if err := do(b, i*crcChunk); err != nil {
+				once.Do(func() { firstErr = err })
+				failed.Store(true)
+				return
+			}
+			if !sumFirst {
+				sums[i] = crc32.Checksum(b, castagnoli)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), 4, n) - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+	if firstErr != nil {
+		return crc, firstErr
+	}
+	return joinPieces(crc, sums, len(p)), nil
+}
+
+// joinPieces returns crc extended by the bytes whose crcChunk pieces
+// (the last one shorter when total is not a multiple) have the CRC-32Cs
+// sums.
+func joinPieces(crc uint32, sums []uint32, total int) uint32 {
+	shift := chunkShift()
+	for i, s := range sums {
+		if k := min(crcChunk, total-i*crcChunk); k == crcChunk {
+			crc = gf2Times(shift, crc) ^ s
+		} else {
+			crc = crc32Combine(crc, s, int64(k))
+		}
+	}
+	return crc
 }

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
 	"maps"
@@ -58,7 +57,7 @@ func (c *Checkpoint) ReadShard(rank int, f Filter) (*Shard, error) {
 	if st.Size() != info.Bytes {
 		return nil, fmt.Errorf("checkpoint: shard %s: %w: %d bytes, the manifest says %d (truncated or overwritten)", path, ErrCorrupt, st.Size(), info.Bytes)
 	}
-	s, crc, err := decode(bufio.NewReaderSize(file, ioBuffer), info.Bytes, f)
+	s, crc, err := decode(newFileReader(file), info.Bytes, f)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: shard %s: %w", path, err)
 	}

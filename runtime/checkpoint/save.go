@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,7 +117,7 @@ func WriteShard(dir string, gen, rank int, s *Shard) error {
 	var n int64
 	var crc uint32
 	err := writeAtomic(dir, name, true, func(f *os.File) (err error) {
-		n, crc, err = Encode(bufio.NewWriterSize(f, ioBuffer), s)
+		n, crc, err = Encode(newFileWriter(f), s)
 		return err
 	})
 	if err != nil {

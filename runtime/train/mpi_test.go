@@ -5,8 +5,6 @@ package train_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,70 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ppgen/ppgen/runtime/train"
 	"github.com/ppgen/ppgen/runtime/transport/mpi/mpitest"
 )
 
-// jobVar, set to a JSON mpiJob, makes this test binary one rank of that
-// job over an "mpi" world (mpiRank) instead of running the tests, so that
-// the tests can start it under mpirun.
-const jobVar = "PPGEN_TRAIN_MPI_JOB"
-
-// lossesLine starts the line on which every rank of an mpiJob prints the
-// bits of its records' training losses.
-const lossesLine = "train losses:"
-
-// mpiJob is one job of the tests below, run by every rank of mpirun.
-type mpiJob struct {
-	Program     string // "onef1b" or "clip"
-	Steps, Stop int    // Config.Steps and StopAfter
-	Checkpoint  string // Config.CheckpointDir
-	Resume      string // Config.Resume
-	Collectives string // world.Options.Collectives
-}
-
-func init() {
-	if v := os.Getenv(jobVar); v != "" {
-		if err := mpiRank(v); err != nil {
-			fmt.Println("rank error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-}
-
-// mpiRank runs the job encoded in v on this rank of an "mpi" world and
-// prints the bits of its losses.
-func mpiRank(v string) error {
-	var j mpiJob
-	if err := json.Unmarshal([]byte(v), &j); err != nil {
-		return fmt.Errorf("%s: %w", jobVar, err)
-	}
-	p, ok := map[string]train.Program{"onef1b": onef1b, "clip": clip}[j.Program]
-	if !ok {
-		return fmt.Errorf("%s: no program %q", jobVar, j.Program)
-	}
-	c := config(p, 1, j.Steps)
-	c.StopAfter, c.CheckpointDir, c.Resume = j.Stop, j.Checkpoint, j.Resume
-	c.World = "mpi"
-	c.WorldOptions.Collectives = j.Collectives
-	c.WorldOptions.Timeout = time.Minute
-	res, err := train.Run(context.Background(), c)
-	if err != nil {
-		return err
-	}
-	var bits []string
-	for _, l := range losses(res) {
-		bits = append(bits, fmt.Sprintf("%016x", math.Float64bits(l)))
-	}
-	fmt.Println(lossesLine, strings.Join(bits, " "))
-	return nil
-}
-
 // mpirunJob runs j under mpirun -np 4 (the programs' rank count) and
 // returns its training losses, which every rank must report alike.
-func mpirunJob(t *testing.T, j mpiJob) []float64 {
+func mpirunJob(t *testing.T, j rankJob) []float64 {
 	t.Helper()
+	j.World = "mpi"
 	if testing.Short() {
 		t.Skip("starts mpirun jobs")
 	}
@@ -94,29 +36,7 @@ func mpirunJob(t *testing.T, j mpiJob) []float64 {
 	if err != nil {
 		t.Fatalf("%s (%s): %v\n%s", strings.Join(argv, " "), b, err, out)
 	}
-	var lines []string
-	for line := range strings.Lines(string(out)) {
-		if rest, ok := strings.CutPrefix(line, lossesLine); ok {
-			lines = append(lines, strings.TrimSpace(rest))
-		}
-	}
-	if len(lines) != 4 {
-		t.Fatalf("%d ranks reported their losses, want 4:\n%s", len(lines), out)
-	}
-	for _, l := range lines[1:] {
-		if l != lines[0] {
-			t.Fatalf("the ranks report different losses:\n%s", out)
-		}
-	}
-	var ls []float64
-	for f := range strings.FieldsSeq(lines[0]) {
-		var u uint64
-		if _, err := fmt.Sscanf(f, "%x", &u); err != nil {
-			t.Fatalf("loss %q: %v", f, err)
-		}
-		ls = append(ls, math.Float64frombits(u))
-	}
-	return ls
+	return jobLosses(t, out, 4)
 }
 
 // TestMPIResumeBitIdentical: under mpirun -np 4, over MPI, 1f1b at P=4
@@ -127,9 +47,9 @@ func mpirunJob(t *testing.T, j mpiJob) []float64 {
 func TestMPIResumeBitIdentical(t *testing.T) {
 	dir := t.TempDir()
 	full, first, second := filepath.Join(dir, "full"), filepath.Join(dir, "first"), filepath.Join(dir, "second")
-	whole := mpirunJob(t, mpiJob{Program: "onef1b", Steps: 2 * half, Checkpoint: full})
-	mpirunJob(t, mpiJob{Program: "onef1b", Steps: 2 * half, Stop: half, Checkpoint: first})
-	resumed := mpirunJob(t, mpiJob{Program: "onef1b", Steps: 2 * half, Checkpoint: second, Resume: first})
+	whole := mpirunJob(t, rankJob{Program: "onef1b", Steps: 2 * half, Checkpoint: full})
+	mpirunJob(t, rankJob{Program: "onef1b", Steps: 2 * half, Stop: half, Checkpoint: first})
+	resumed := mpirunJob(t, rankJob{Program: "onef1b", Steps: 2 * half, Checkpoint: second, Resume: first})
 	if len(whole) != 2*half || len(resumed) != half {
 		t.Fatalf("the jobs recorded %d and %d losses, want %d and %d", len(whole), len(resumed), 2*half, half)
 	}
@@ -150,7 +70,7 @@ func TestMPIClip(t *testing.T) {
 	ref := losses(run(t, config(clip, 1, 2*half)))
 	for _, coll := range []string{"member-order", "native"} {
 		t.Run(coll, func(t *testing.T) {
-			got := mpirunJob(t, mpiJob{Program: "clip", Steps: 2 * half, Collectives: coll})
+			got := mpirunJob(t, rankJob{Program: "clip", Steps: 2 * half, Collectives: coll})
 			if coll == "member-order" {
 				same(t, "losses over MPI and in process", got, ref)
 				return
