@@ -166,6 +166,10 @@ func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
 //   - ppgen-tcp-plain: ppgen-tcp without frame authentication
 //     (PlainFrames), the transport before issue 35.
 //
+// The ppgen cases report cpu-ms/op (both ends' CPU per message) and, with
+// recycling, fresh/op: receive arrays allocated rather than recycled per
+// message (the warm-up's few only, in a steady state).
+//
 // Run with
 //
 //	go test -run '^$' -bench Throughput4MiB -benchtime 100x -count 5 -benchmem ./runtime/transport/
@@ -275,4 +279,8 @@ func benchPpgenTCP(b *testing.B, size int, recycle, plain bool) {
 		b.Fatal(err)
 	}
 	report()
+	if recycle {
+		_, fresh, _ := trs[1].pool.Stats()
+		b.ReportMetric(float64(fresh)/float64(b.N+8), "fresh/op") // receive arrays allocated, not recycled
+	}
 }
