@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -263,5 +264,27 @@ func TestParseLimits(t *testing.T) {
 	// The largest micro number parses; the program is then over the chunk limit.
 	if _, err := ParseText("rank 0: 0F65534 0B65534\n"); err == nil || !strings.Contains(err.Error(), "(1 × 65535) = 65535 is over the limit of 32768") {
 		t.Errorf("the largest micro number: %v", err)
+	}
+}
+
+// TestParseStepEveryForm: every kind in every form of the grammar (bare,
+// with a stage, a micro or both, after a parenthesised pair) is refused or
+// prints as text that parses back to the same step; the fuzz targets search
+// around these, this checks each once (a bare OVERLAP_B_F printed as
+// "()OVERLAP_B_F" until issue 35).
+func TestParseStepEveryForm(t *testing.T) {
+	for _, k := range Kinds() {
+		for _, form := range []string{"%s", "0%s", "%s1", "0%s1", "(0F1;0B0)%s"} {
+			in := fmt.Sprintf(form, k)
+			s, err := ParseStep(in)
+			if err != nil {
+				continue
+			}
+			out := s.String()
+			again, err := ParseStep(out)
+			if err != nil || !again.Equal(s) {
+				t.Errorf("ParseStep(%q) = %v, printed %q, read back as %v (%v)", in, s, out, again, err)
+			}
+		}
 	}
 }
