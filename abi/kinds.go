@@ -77,6 +77,7 @@ const (
 	stage                        // names a stage (HasStage), derived from the shape
 	micro                        // names a micro-batch (HasMicro), derived from the shape
 	rendezvous                   // waits for other ranks' steps of the kind, not for transfers (IsRendezvous)
+	rebuild                      // re-runs the stage's Forward to rebuild what its F dropped (IsRebuild)
 )
 
 // kinds is the kind table: one row per kind. The letters are those of the
@@ -111,7 +112,7 @@ var kinds = [numKinds]row{
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, rendezvous, nil},
 	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, rendezvous, nil},
-	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, 0, []string{"R"}},
+	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, rebuild, []string{"R"}},
 }
 
 // facts is the part of a row the predicates read, packed in six bytes.
@@ -269,6 +270,17 @@ func (k Kind) IsCollective() bool { return k == AllReduce }
 // gen/sim times it as one (a meet), and gen/verify's rule for the kind
 // adds its waits to the strict model.
 func (k Kind) IsRendezvous() bool { return fact[k].class&rendezvous != 0 }
+
+// IsRebuild reports whether a step of the kind re-runs its stage's Forward
+// on a chunk whose F kept only the stage's input, to rebuild what the
+// stage saved before the chunk's backward (RECOMPUTE). What that means
+// elsewhere is read from this class, not from the kind: the F of a stage
+// with such steps keeps only the input (the emitted pipe.Spec lists those
+// stages in the field named after the kind's Go name, Spec.Recompute); the
+// chunk is not live from its F to the step (gen/sim's memory, gen/verify's
+// rule); the step is model compute in gen/sim's busy time; and a
+// pipe.Timeline counts it as a call of the stage's Forward.
+func (k Kind) IsRebuild() bool { return fact[k].class&rebuild != 0 }
 
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }

@@ -249,6 +249,11 @@ func New(cfg Config) (*Exec, error) {
 			x.ends[s] |= routeEnd | loadsLabels
 		}
 	}
+	for _, r := range sp.rebuiltStages() {
+		for _, s := range r.stages {
+			x.ends[s] |= keepsInput
+		}
+	}
 	x.prevPeer, x.nextPeer = make([]int, sp.Stages), make([]int, sp.Stages)
 	for s := range sp.Stages {
 		x.prevPeer[s], x.nextPeer[s] = -1, -1

@@ -80,3 +80,12 @@ var bareSteps = [256]func(*Exec){
 	OpBatchEnd:   (*Exec).BatchEnd,
 	OpAllReduce:  (*Exec).AllReduce,
 }
+
+// rebuiltStages returns, for each kind of abi's IsRebuild class in kind
+// order, the Spec field named after it: the stages whose F keep only their
+// input, for steps of the kind to rebuild what the stage saved.
+func (s *Spec) rebuiltStages() []kindStages {
+	return []kindStages{
+		{OpRecompute, s.Recompute},
+	}
+}
