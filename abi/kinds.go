@@ -78,6 +78,7 @@ const (
 	micro                        // names a micro-batch (HasMicro), derived from the shape
 	rendezvous                   // waits for other ranks' steps of the kind, not for transfers (IsRendezvous)
 	rebuild                      // re-runs the stage's Forward to rebuild what its F dropped (IsRebuild)
+	collective                   // a rendezvous of every rank, the n-th of each meeting the n-th of every other (IsCollective)
 )
 
 // kinds is the kind table: one row per kind. The letters are those of the
@@ -111,7 +112,7 @@ var kinds = [numKinds]row{
 	BatchBegin:        {"BATCH_BEGIN", "BatchBegin", "BatchBegin", 'Q', ArgsNone, NoChannel, 0, nil},
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, rendezvous, nil},
-	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, rendezvous, nil},
+	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, rendezvous | collective, nil},
 	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, rebuild, []string{"R"}},
 }
 
@@ -259,10 +260,12 @@ func (k Kind) IsBatch() bool { return k == BatchBegin || k == BatchEnd }
 // parameter's gradients between the two stages of a tie (-tie A:B).
 func (k Kind) IsTie() bool { return k == TieGrad }
 
-// IsCollective reports whether the kind is ALL_REDUCE, a reduction every
-// rank of the world takes part in: each rank's n-th ALL_REDUCE of an
-// iteration meets every other rank's n-th.
-func (k Kind) IsCollective() bool { return k == AllReduce }
+// IsCollective reports whether the kind is a collective, a rendezvous
+// every rank of the world takes part in (ALL_REDUCE): each rank's n-th step
+// of the kind in an iteration meets every other rank's n-th. gen/verify
+// and gen/sim check and time every such kind alike (their collective.go);
+// a kind of the class declares itself there in one line of its own file.
+func (k Kind) IsCollective() bool { return fact[k].class&collective != 0 }
 
 // IsRendezvous reports whether a step of the kind is a rendezvous: it
 // waits for steps of the same kind on other ranks (and for its rank's
