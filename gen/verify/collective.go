@@ -21,16 +21,33 @@ import (
 // kind's rule is this one, declared by declareCollective from the kind's
 // own file.
 func init() {
-	declareCollective(abi.AllReduce, "an ALL_REDUCE passes only when every rank is at its own with every transfer before it done: put it after the transfers the other ranks need, as -clip does")
+	declareCollective(abi.AllReduce, collective{
+		hint:      "an ALL_REDUCE passes only when every rank is at its own with every transfer before it done: put it after the transfers the other ranks need, as -clip does",
+		sideOfOpt: true,
+	})
+}
+
+// collective is what the file of a collective kind declares beyond the
+// kind (declareCollective).
+type collective struct {
+	// hint is the rule's hint for a deadlock through one of its steps.
+	hint string
+	// sideOfOpt: every rank posts as many of the kind's steps before its
+	// OPT_STEP as the others (ALL_REDUCE: a gradient norm belongs to one
+	// iteration's step).
+	sideOfOpt bool
+	// check, when set, runs after the counts agree, with each rank's
+	// indices of the kind's steps.
+	check func(c *checker, steps [][]int) error
 }
 
 // declareCollective declares the rule of collective kind k (abi's
-// IsCollective), with the hint a deadlock through one of its steps gives.
-func declareCollective(k abi.Kind, hint string) {
+// IsCollective).
+func declareCollective(k abi.Kind, co collective) {
 	declareRule(&rule{kind: k, noStage: true, step: collectiveStep,
-		check: func(c *checker) error { return c.collectives(k) },
+		check: func(c *checker) error { return c.collectives(k, co) },
 		model: func(c *checker, m *strict.Model) *strict.Model { return c.collectiveModel(k, m) },
-		hint:  hint})
+		hint:  co.hint})
 }
 
 // collectiveStep records, in the walk, rank r's collective step st at
@@ -47,7 +64,7 @@ func collectiveStep(c *checker, r, i int, st *ir.Step) (int, error) {
 	return 0, nil
 }
 
-func (c *checker) collectives(k abi.Kind) error {
+func (c *checker) collectives(k abi.Kind, co collective) error {
 	p := &c.p
 	steps := c.collSteps[k]
 	if steps == nil {
@@ -79,6 +96,9 @@ func (c *checker) collectives(k abi.Kind) error {
 			return c.fail(r, i, p.Ranks[r][i], Duplicate, "an extra collective: this rank posts %d %s, rank %d posts %d; every rank posts the same collectives in the same order, else this one waits forever", n, k, wantRank, want)
 		}
 	}
+	if !co.sideOfOpt {
+		return c.collectiveCheck(co, steps)
+	}
 	var withOpt []int
 	for _, b := range before {
 		if b >= 0 {
@@ -86,7 +106,7 @@ func (c *checker) collectives(k abi.Kind) error {
 		}
 	}
 	if len(withOpt) == 0 {
-		return nil
+		return c.collectiveCheck(co, steps)
 	}
 	wantBefore, _ := usual(withOpt)
 	for r, b := range before {
@@ -103,7 +123,15 @@ func (c *checker) collectives(k abi.Kind) error {
 		i := steps[r][min(b, wantBefore)]
 		return c.fail(r, i, p.Ranks[r][i], Order, "%d %s step(s) come before OPT_STEP (step %d) on this rank, %d on rank %d; every rank posts its collectives in the same sequence, on the same side of its optimizer step", b, k, c.optAt[r], wantBefore, ref)
 	}
-	return nil
+	return c.collectiveCheck(co, steps)
+}
+
+// collectiveCheck runs co's own check, if any.
+func (c *checker) collectiveCheck(co collective, steps [][]int) error {
+	if co.check == nil {
+		return nil
+	}
+	return co.check(c, steps)
 }
 
 // usual returns the most common value of xs (the larger of two equally
