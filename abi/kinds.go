@@ -41,6 +41,7 @@ const (
 	TieGrad                // TIE_GRAD: sum a tied parameter's gradients with the other stage of its tie (-tie A:B)
 	AllReduce              // ALL_REDUCE: a reduction across every rank, which all post in the same order (-clip: the global gradient norm)
 	Recompute              // RECOMPUTE: rebuild the saved activations of (stage, micro), which its F dropped, before its backward (-recompute)
+	GatherLoss             // GATHER_LOSS: every rank gets every micro-batch's loss, which all post in the same order (-gather-loss)
 	numKinds
 )
 
@@ -114,6 +115,7 @@ var kinds = [numKinds]row{
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, rendezvous, nil},
 	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, rendezvous | collective, nil},
 	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, rebuild, []string{"R"}},
+	GatherLoss:        {"GATHER_LOSS", "GatherLoss", "GatherLoss", 'l', ArgsNone, NoChannel, rendezvous | collective, nil},
 }
 
 // facts is the part of a row the predicates read, packed in six bytes.
