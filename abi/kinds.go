@@ -61,7 +61,7 @@ type row struct {
 	code    byte     // letter in a pipe.DecodeOps kinds string; 0 for Invalid
 	shape   Shape    // the operands a step of the kind carries
 	channel Channel  // the FIFO a transfer travels on; NoChannel for local steps
-	class   class    // compute, backward, send, recv, FSDP, swap, rendezvous
+	class   class    // compute, backward, send, recv, FSDP, swap, rendezvous, collective, rebuild
 	aliases []string // other spellings the parser accepts
 }
 
