@@ -18,7 +18,7 @@ func TestKinds(t *testing.T) {
 		code     byte
 		shape    Shape
 		ch       Channel
-		preds    string // C compute, K backward, O overlap, S send, R recv, Z FSDP, P swap, A batch, M rendezvous, s stage, m micro
+		preds    string // C compute, K backward, O overlap, S send, R recv, Z FSDP, P swap, A batch, M rendezvous, L collective, E rebuild, s stage, m micro
 		aliasesN int
 	}
 	cases := map[Kind]want{
@@ -48,8 +48,9 @@ func TestKinds(t *testing.T) {
 		BatchBegin:        {"BATCH_BEGIN", 'Q', ArgsNone, NoChannel, "A", 0},
 		BatchEnd:          {"BATCH_END", 'q', ArgsNone, NoChannel, "A", 0},
 		TieGrad:           {"TIE_GRAD", 'E', ArgsStage, NoChannel, "Ms", 0},
-		AllReduce:         {"ALL_REDUCE", 'A', ArgsNone, NoChannel, "M", 0},
-		Recompute:         {"RECOMPUTE", 'C', ArgsLocal, NoChannel, "sm", 1},
+		AllReduce:         {"ALL_REDUCE", 'A', ArgsNone, NoChannel, "ML", 0},
+		Recompute:         {"RECOMPUTE", 'C', ArgsLocal, NoChannel, "Esm", 1},
+		GatherLoss:        {"GATHER_LOSS", 'l', ArgsNone, NoChannel, "ML", 0},
 	}
 	if len(Kinds()) != len(cases) {
 		t.Errorf("Kinds() has %d kinds; the test pins %d", len(Kinds()), len(cases))
@@ -64,7 +65,7 @@ func TestKinds(t *testing.T) {
 		for _, p := range []struct {
 			c  string
 			is bool
-		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"Z", k.IsFSDP()}, {"P", k.IsSwap()}, {"A", k.IsBatch()}, {"M", k.IsRendezvous()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
+		}{{"C", k.IsCompute()}, {"K", k.IsBackward()}, {"O", k.IsOverlap()}, {"S", k.IsSend()}, {"R", k.IsRecv()}, {"Z", k.IsFSDP()}, {"P", k.IsSwap()}, {"A", k.IsBatch()}, {"M", k.IsRendezvous()}, {"L", k.IsCollective()}, {"E", k.IsRebuild()}, {"s", k.HasStage()}, {"m", k.HasMicro()}} {
 			if p.is {
 				preds += p.c
 			}

@@ -41,6 +41,7 @@ const (
 	TieGrad                // TIE_GRAD: sum a tied parameter's gradients with the other stage of its tie (-tie A:B)
 	AllReduce              // ALL_REDUCE: a reduction across every rank, which all post in the same order (-clip: the global gradient norm)
 	Recompute              // RECOMPUTE: rebuild the saved activations of (stage, micro), which its F dropped, before its backward (-recompute)
+	GatherLoss             // GATHER_LOSS: every rank gets every micro-batch's loss, which all post in the same order (-gather-loss)
 	numKinds
 )
 
@@ -60,7 +61,7 @@ type row struct {
 	code    byte     // letter in a pipe.DecodeOps kinds string; 0 for Invalid
 	shape   Shape    // the operands a step of the kind carries
 	channel Channel  // the FIFO a transfer travels on; NoChannel for local steps
-	class   class    // compute, backward, send, recv, FSDP, swap, rendezvous
+	class   class    // compute, backward, send, recv, FSDP, swap, rendezvous, collective, rebuild
 	aliases []string // other spellings the parser accepts
 }
 
@@ -77,6 +78,8 @@ const (
 	stage                        // names a stage (HasStage), derived from the shape
 	micro                        // names a micro-batch (HasMicro), derived from the shape
 	rendezvous                   // waits for other ranks' steps of the kind, not for transfers (IsRendezvous)
+	rebuild                      // re-runs the stage's Forward to rebuild what its F dropped (IsRebuild)
+	collective                   // a rendezvous of every rank, the n-th of each meeting the n-th of every other (IsCollective)
 )
 
 // kinds is the kind table: one row per kind. The letters are those of the
@@ -110,8 +113,9 @@ var kinds = [numKinds]row{
 	BatchBegin:        {"BATCH_BEGIN", "BatchBegin", "BatchBegin", 'Q', ArgsNone, NoChannel, 0, nil},
 	BatchEnd:          {"BATCH_END", "BatchEnd", "BatchEnd", 'q', ArgsNone, NoChannel, 0, nil},
 	TieGrad:           {"TIE_GRAD", "TieGrad", "TieGrad", 'E', ArgsStage, NoChannel, rendezvous, nil},
-	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, rendezvous, nil},
-	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, 0, []string{"R"}},
+	AllReduce:         {"ALL_REDUCE", "AllReduce", "AllReduce", 'A', ArgsNone, NoChannel, rendezvous | collective, nil},
+	Recompute:         {"RECOMPUTE", "Recompute", "Recompute", 'C', ArgsLocal, NoChannel, rebuild, []string{"R"}},
+	GatherLoss:        {"GATHER_LOSS", "GatherLoss", "GatherLoss", 'l', ArgsNone, NoChannel, rendezvous | collective, nil},
 }
 
 // facts is the part of a row the predicates read, packed in six bytes.
@@ -258,10 +262,12 @@ func (k Kind) IsBatch() bool { return k == BatchBegin || k == BatchEnd }
 // parameter's gradients between the two stages of a tie (-tie A:B).
 func (k Kind) IsTie() bool { return k == TieGrad }
 
-// IsCollective reports whether the kind is ALL_REDUCE, a reduction every
-// rank of the world takes part in: each rank's n-th ALL_REDUCE of an
-// iteration meets every other rank's n-th.
-func (k Kind) IsCollective() bool { return k == AllReduce }
+// IsCollective reports whether the kind is a collective, a rendezvous
+// every rank of the world takes part in (ALL_REDUCE): each rank's n-th step
+// of the kind in an iteration meets every other rank's n-th. gen/verify
+// and gen/sim check and time every such kind alike (their collective.go);
+// a kind of the class declares itself there in one line of its own file.
+func (k Kind) IsCollective() bool { return fact[k].class&collective != 0 }
 
 // IsRendezvous reports whether a step of the kind is a rendezvous: it
 // waits for steps of the same kind on other ranks (and for its rank's
@@ -269,6 +275,17 @@ func (k Kind) IsCollective() bool { return k == AllReduce }
 // gen/sim times it as one (a meet), and gen/verify's rule for the kind
 // adds its waits to the strict model.
 func (k Kind) IsRendezvous() bool { return fact[k].class&rendezvous != 0 }
+
+// IsRebuild reports whether a step of the kind re-runs its stage's Forward
+// on a chunk whose F kept only the stage's input, to rebuild what the
+// stage saved before the chunk's backward (RECOMPUTE). What that means
+// elsewhere is read from this class, not from the kind: the F of a stage
+// with such steps keeps only the input (the emitted pipe.Spec lists those
+// stages in the field named after the kind's Go name, Spec.Recompute); the
+// chunk is not live from its F to the step (gen/sim's memory, gen/verify's
+// rule); the step is model compute in gen/sim's busy time; and a
+// pipe.Timeline counts it as a call of the stage's Forward.
+func (k Kind) IsRebuild() bool { return fact[k].class&rebuild != 0 }
 
 // IsOverlap reports whether the kind is a composite of two compute sub-steps.
 func (k Kind) IsOverlap() bool { return k.Shape() == ArgsOverlap }

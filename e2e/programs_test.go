@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/e2e/onerank"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/emit"
@@ -108,7 +109,7 @@ func progOf(t testing.TB, name string, cfg ir.Config, opt gen.Options, src []byt
 	p := res.Program
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
 		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
-		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly(), Recompute: emit.Recomputes(p)}
+		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly(), Recompute: emit.RebuiltStages(p, abi.Recompute)}
 	if p.Copies > 1 {
 		spec.Copies = p.Copies // as the emitted Spec (emit.copiesField)
 	}

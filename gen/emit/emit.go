@@ -164,7 +164,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 	f.Const().Id(n.of("Fingerprint")).Op("=").Lit(Fingerprint(p))
 	f.Line()
 	f.Comment(n.of("Spec") + " describes the program: ranks, stages, micro-batches, slots per rank and placement.")
-	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline,
+	spec := []jen.Code{
 		field("Schedule", jen.Lit(opt.Schedule)),
 		field("Ranks", jen.Lit(p.Placement.NumRanks)),
 		field("Stages", jen.Lit(p.Stages())),
@@ -178,8 +178,8 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		forwardOnlyField(p.ForwardOnly()),
 		layersField(opt.Layers),
 		tiesField(p.Ties),
-		recomputeField(Recomputes(p)),
-	)
+	}
+	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline, append(spec, rebuildFields(p)...)...)
 	f.Line()
 	ranks := n.of("Ranks")
 	f.Comment(ranks + " holds the program of each rank: " + ranks + "[r] runs rank r's steps and returns the")
@@ -283,22 +283,31 @@ func tiesField(ties []ir.Tie) jen.Code {
 	return field("Ties", jen.Index().Qual(PipePath, "Tie").Values(items...))
 }
 
-// recomputeField is the Spec's Recompute field of a program with
-// RECOMPUTE steps, and nothing otherwise.
-func recomputeField(stages []int) jen.Code {
-	if len(stages) == 0 {
-		return jen.Null()
+// rebuildFields are the Spec's fields of the kinds of abi's IsRebuild
+// class (RECOMPUTE) that p has steps of: each named after its kind's Go
+// name (Spec.Recompute), listing the stages whose F keep only their input
+// (RebuiltStages). A program without such steps has none of them.
+func rebuildFields(p ir.Program) []jen.Code {
+	var fields []jen.Code
+	for _, k := range abi.Kinds() {
+		if !k.IsRebuild() {
+			continue
+		}
+		if stages := RebuiltStages(p, k); len(stages) != 0 {
+			fields = append(fields, field(k.GoName(), intSlice(stages)))
+		}
 	}
-	return field("Recompute", intSlice(stages))
+	return fields
 }
 
-// Recomputes returns the Spec.Recompute of p: the stages its RECOMPUTE
-// steps rebuild, in increasing order (nil when it has none).
-func Recomputes(p ir.Program) []int {
+// RebuiltStages returns the stages that p's steps of kind k name, in
+// increasing order (nil when it has none): for a kind of abi's IsRebuild
+// class, the Spec field named after it (Spec.Recompute for RECOMPUTE).
+func RebuiltStages(p ir.Program, k abi.Kind) []int {
 	var stages []int
 	for _, steps := range p.Ranks {
 		for _, st := range steps {
-			if st.Kind == abi.Recompute && !slices.Contains(stages, st.Stage) {
+			if st.Kind == k && !slices.Contains(stages, st.Stage) {
 				stages = append(stages, st.Stage)
 			}
 		}

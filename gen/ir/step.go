@@ -213,12 +213,15 @@ func parseIndex(text, what, digits string) (int, error) {
 }
 
 // kindList names the kinds a step of the form {stage}{KIND}{micro} may
-// have: all but the overlaps, which are written (sub;sub)OVERLAP_F_B.
+// have: those that name a stage (HasStage). The overlaps are written
+// (sub;sub)OVERLAP_F_B and the kinds of no stage (OPT_STEP, ALL_REDUCE,
+// ...) by their names alone, which the parser takes before this form, so
+// the message stays a short line as kinds are added.
 func kindList() string {
 	kinds := Kinds()
 	names := make([]string, 0, len(kinds))
 	for _, k := range kinds {
-		if !k.IsOverlap() {
+		if k.HasStage() {
 			names = append(names, k.String())
 		}
 	}

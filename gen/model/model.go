@@ -16,9 +16,10 @@
 // data for both); comm (a transfer's latency) and bw (the link's bandwidth,
 // in that unit per time unit) are optional. A stage's F, I and W are the
 // sums of its layers', its act the act of its last layer, its params the
-// sum of its layers'. A layer may give R, the cost of recomputing it
-// (RECOMPUTE, -recompute: its forward again; default F), which a stage
-// sums as F.
+// sum of its layers'. A layer may give the per-stage cost keys of step
+// kinds (sim.KindKeys: R, the cost of recomputing it, RECOMPUTE under
+// -recompute: its forward again), each defaulting to the layer's cost of
+// the key's default kind (R: F), which a stage sums as F.
 package model
 
 import (
@@ -28,8 +29,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -50,9 +53,11 @@ type Layer struct {
 	I, W   float64
 	Act    float64
 	Params float64
-	// R is the cost of recomputing the layer (-recompute), nil when not
-	// given: its F.
-	R *float64
+	// Kinds holds the layer's costs of the step kinds with a cost key of
+	// their own (sim.KindKeys), by key: R, the cost of recomputing the
+	// layer (-recompute). A key not given is absent: its default kind's
+	// cost (R: F).
+	Kinds map[string]float64
 }
 
 // Model is a read model description.
@@ -64,14 +69,14 @@ type Model struct {
 
 // layerJSON is a layer as written: the backward keys are optional.
 type layerJSON struct {
-	Name   string   `json:"name"`
-	F      *float64 `json:"F"`
-	B      *float64 `json:"B"`
-	I      *float64 `json:"I"`
-	W      *float64 `json:"W"`
-	Act    *float64 `json:"act"`
-	Params *float64 `json:"params"`
-	R      *float64 `json:"R"`
+	Name   string             `json:"name"`
+	F      *float64           `json:"F"`
+	B      *float64           `json:"B"`
+	I      *float64           `json:"I"`
+	W      *float64           `json:"W"`
+	Act    *float64           `json:"act"`
+	Params *float64           `json:"params"`
+	Kinds  map[string]float64 `json:"-"` // sim.KindKeys given, by key (kindKeys)
 }
 
 type modelJSON struct {
@@ -127,11 +132,16 @@ func decode(data []byte) (modelJSON, error) {
 				if k, ok := repeatedKey(raw); ok {
 					return m, fmt.Errorf("layer %d: key %q given twice (keys match whatever their case); give each key once", len(m.Layers), clip(k))
 				}
-				one := json.NewDecoder(bytes.NewReader(raw))
+				kinds, rest, err := kindKeys(raw)
+				if err != nil {
+					return m, fmt.Errorf("layer %d: %w", len(m.Layers), err)
+				}
+				one := json.NewDecoder(bytes.NewReader(rest))
 				one.DisallowUnknownFields()
 				if err := one.Decode(&l); err != nil {
 					return m, fmt.Errorf("layer %d: %w", len(m.Layers), err)
 				}
+				l.Kinds = kinds
 				m.Layers = append(m.Layers, l)
 			}
 			if err := delim(']'); err != nil {
@@ -189,8 +199,43 @@ func repeatedKey(raw []byte) (string, bool) {
 	return "", false
 }
 
-// layerKeys is the number of keys a layer may give (layerJSON's fields).
-const layerKeys = 7
+// layerKeys is the number of keys a layer may give (layerJSON's fields
+// and sim.KindKeys).
+var layerKeys = 6 + len(sim.KindKeys())
+
+// kindKeys takes the values of the sim.KindKeys out of a layer's JSON
+// object (matching keys whatever their case, as the decoder does): the
+// values by canonical key (nil when none is given) and the object
+// without them. Text that is not an object is returned as it is, for the
+// layer's decoder to refuse.
+func kindKeys(raw []byte) (map[string]float64, []byte, error) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return nil, raw, nil
+	}
+	var kinds map[string]float64
+	for name, v := range obj {
+		for _, kk := range sim.KindKeys() {
+			if !strings.EqualFold(name, kk.Key) {
+				continue
+			}
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", kk.Key, err)
+			}
+			if kinds == nil {
+				kinds = map[string]float64{}
+			}
+			kinds[kk.Key] = f
+			delete(obj, name)
+		}
+	}
+	if kinds == nil {
+		return nil, raw, nil
+	}
+	rest, err := json.Marshal(obj)
+	return kinds, rest, err
+}
 
 // Read reads a model description: at most MaxBytes, at most MaxLayers
 // layers, every value finite in [0, sim.MaxCost] (bw 0 or at least
@@ -275,13 +320,14 @@ func resolve(lj layerJSON) (Layer, error) {
 			}
 		}
 	}
-	if lj.R != nil {
-		if err := check("R", *lj.R); err != nil {
-			return Layer{}, err
+	for _, kk := range sim.KindKeys() { // in their order, for the first error
+		if v, ok := lj.Kinds[kk.Key]; ok {
+			if err := check(kk.Key, v); err != nil {
+				return Layer{}, err
+			}
 		}
-		r := *lj.R
-		l.R = &r
 	}
+	l.Kinds = lj.Kinds
 	switch b, i, w := lj.B, lj.I, lj.W; {
 	case b != nil && i != nil && w != nil:
 		if math.Abs(*i+*w-*b) > 1e-9*math.Max(1, *b) {
@@ -366,8 +412,9 @@ func (p Partition) Check(n int) error {
 
 // Cost returns the per-stage cost model of m split by p, with m's comm and
 // bw: F, I, W and B (I + W) summed over each stage's layers, act the size
-// of its last layer's output, and R (each layer's, or its F) summed when a
-// layer gives one. The other keys
+// of its last layer's output, and each key of sim.KindKeys (each layer's,
+// or its default kind's cost: R's is F) summed when a layer gives it. The
+// other keys
 // (data, opt, ...) are sim.DefaultCost's (0). Without bw the sizes are
 // left out: at infinite bandwidth they take no time.
 func (m Model) Cost(p Partition) (sim.Cost, error) {
@@ -387,16 +434,21 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 		c.B[s] = c.I[s] + c.W[s]
 		c.Act[s] = m.Layers[p.Bounds[s+1]-1].Act
 	}
-	for _, l := range m.Layers {
-		if l.R != nil {
-			c.R = make([]float64, S)
-			for s := range S {
-				for _, l := range m.Layers[p.Bounds[s]:p.Bounds[s+1]] {
-					c.R[s] += orDefault(l.R, l.F)
-				}
-			}
-			break
+	for _, kk := range sim.KindKeys() {
+		if !slices.ContainsFunc(m.Layers, func(l Layer) bool { _, ok := l.Kinds[kk.Key]; return ok }) {
+			continue
 		}
+		list := make([]float64, S)
+		for s := range S {
+			for _, l := range m.Layers[p.Bounds[s]:p.Bounds[s+1]] {
+				v, ok := l.Kinds[kk.Key]
+				if !ok {
+					v = l.cost(kk.Default)
+				}
+				list[s] += v
+			}
+		}
+		*kk.List(&c) = list
 	}
 	c.Comm, c.BW = m.Comm, m.BW
 	// The parameters cost time only in FSDP's collectives, over a DP group
@@ -408,10 +460,18 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 	return c.Resolve(S)
 }
 
-// orDefault is *v, or def when v is nil.
-func orDefault(v *float64, def float64) float64 {
-	if v == nil {
-		return def
+// cost is the layer's cost of a compute kind: F, B (I + W), I or W; 0 for
+// other kinds.
+func (l Layer) cost(k abi.Kind) float64 {
+	switch k {
+	case abi.Forward:
+		return l.F
+	case abi.Backward:
+		return l.I + l.W
+	case abi.BackwardInput:
+		return l.I
+	case abi.BackwardWeight:
+		return l.W
 	}
-	return *v
+	return 0
 }

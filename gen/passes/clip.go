@@ -32,7 +32,7 @@ func Clip(p ir.Program) ir.Program {
 	}
 	for _, steps := range p.Ranks {
 		for _, st := range steps {
-			if st.Kind.IsCollective() {
+			if st.Kind == abi.AllReduce {
 				return p
 			}
 		}
@@ -53,7 +53,7 @@ func Clip(p ir.Program) ir.Program {
 // p is not modified.
 func DropCollectives(p ir.Program, clip bool) (ir.Program, error) {
 	for r, steps := range p.Ranks {
-		i := slices.IndexFunc(steps, func(st ir.Step) bool { return st.Kind.IsCollective() })
+		i := slices.IndexFunc(steps, func(st ir.Step) bool { return st.Kind == abi.AllReduce })
 		if i < 0 {
 			continue
 		}
@@ -63,7 +63,7 @@ func DropCollectives(p ir.Program, clip bool) (ir.Program, error) {
 		q := p
 		q.Ranks = make([][]ir.Step, len(p.Ranks))
 		for r, steps := range p.Ranks {
-			q.Ranks[r] = slices.DeleteFunc(slices.Clone(steps), func(st ir.Step) bool { return st.Kind.IsCollective() })
+			q.Ranks[r] = slices.DeleteFunc(slices.Clone(steps), func(st ir.Step) bool { return st.Kind == abi.AllReduce })
 		}
 		return q, nil
 	}

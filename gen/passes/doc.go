@@ -18,7 +18,7 @@
 // Lower runs the default pipeline (see Pipeline, the extension point for the
 // split, overlap, FSDP and swap passes) and reports slots and recv distance.
 // A newer pass declares its user-visible option in its own file (Option,
-// Declared: -recompute), which gen/gencmd binds as a flag of every command
+// Declared: -gather-loss, -recompute), which gen/gencmd binds as a flag of every command
 // and Pipeline places by Option.Before.
 // The contracts these passes implement are in docs/internals.md. With
 // several model copies (ir.Program.Copies, dualpipe) every pass takes stage

@@ -68,9 +68,26 @@ func (e *Error) Error() string { return e.Msg }
 
 func errorf(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
 
-// modelKeys are the cost keys a -model file gives; -cost may not give them
+// modelKeys are the cost keys a -model file gives, in lower case (the
+// compute keys, act and every sim.KindKeys key); -cost may not give them
 // too.
-var modelKeys = map[string]bool{"f": true, "b": true, "i": true, "w": true, "act": true, "r": true}
+var modelKeys = func() map[string]bool {
+	keys := map[string]bool{"f": true, "b": true, "i": true, "w": true, "act": true}
+	for _, kk := range sim.KindKeys() {
+		keys[strings.ToLower(kk.Key)] = true
+	}
+	return keys
+}()
+
+// stageLists are c's per-stage compute lists: F, B, I, W and those of
+// sim.KindKeys, which are scaled and repeated as F is.
+func stageLists(c *sim.Cost) []*[]float64 {
+	lists := []*[]float64{&c.F, &c.B, &c.I, &c.W}
+	for _, kk := range sim.KindKeys() {
+		lists = append(lists, kk.List(c))
+	}
+	return lists
+}
 
 // Stages is the cost model a program of the given number of stages is
 // simulated by: -cost, or with -model the model's layers split evenly by
@@ -147,7 +164,7 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 		return sim.Cost{}, errorf("-model %s: %v", p.modelName, err)
 	}
 	if copies > 1 {
-		for _, l := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.Act, &c.R} {
+		for _, l := range append(stageLists(&c), &c.Act) {
 			if *l != nil {
 				*l = slices.Repeat(*l, copies)
 			}
@@ -266,9 +283,9 @@ func PerShare(c sim.Cost, v int) (sim.Cost, error) {
 	if len(c.Act) > 1 {
 		return c, errors.New("a cost model for comparing schedules takes one activation size (act), not a per-stage list: a stage's output is the same size whatever V cuts the model into")
 	}
-	for _, xs := range []*[]float64{&c.F, &c.B, &c.I, &c.W, &c.R} {
-		if xs == &c.R && c.R == nil {
-			continue // R not given: F's
+	for _, xs := range stageLists(&c) {
+		if *xs == nil {
+			continue // a KindKeys list not given: its default kind's
 		}
 		if len(*xs) > 1 {
 			return c, errors.New("a cost model for comparing schedules takes one value per key (the cost of one rank's share of the model), not per-stage lists")

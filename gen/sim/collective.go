@@ -2,24 +2,33 @@ package sim
 
 import "github.com/ppgen/ppgen/abi"
 
-// The collectives (ALL_REDUCE, `-clip`): the n-th ALL_REDUCE of every rank
-// is one rendezvous, as gen/verify models it. Each waits for the last
-// transfer of every rank before that rank's n-th (the runtime drains its
-// comm stream, then reduces) and for every rank's host to reach it; all
-// start at the same time, the latest of those, and take
-// Cost.AllReduceTime. A rank without an n-th leaves the others waiting
-// (run reports them stuck).
+// The collectives (abi's IsCollective: ALL_REDUCE, `-clip`): the n-th step
+// of a collective kind on every rank is one rendezvous, as gen/verify
+// models it. Each waits for the last transfer of every rank before that
+// rank's n-th (the runtime drains its comm stream, then reduces) and for
+// every rank's host to reach it; all start at the same time, the latest of
+// those, and take the kind's time (ALL_REDUCE: Cost.AllReduceTime). A rank
+// without an n-th leaves the others waiting (run reports them stuck). A
+// collective kind's file declares its meet with declareCollective.
 
-func init() { declareMeet(abi.AllReduce, (*simulator).collectiveDeps) }
+func init() {
+	declareCollective(abi.AllReduce, func(c *Cost, _ int) float64 { return c.AllReduceTime() })
+}
 
-// collectiveDeps fills the dependencies, peers and costs of the ALL_REDUCE
-// events (after matchComm).
-func (s *simulator) collectiveDeps() {
-	var byRank [][]int // per rank, its ALL_REDUCE events in order
+// declareCollective declares the meet of collective kind k, whose steps
+// take time(c, P) on P ranks.
+func declareCollective(k abi.Kind, time func(c *Cost, ranks int) float64) {
+	declareMeet(k, func(s *simulator) { s.collectiveDeps(k, time(&s.c, len(s.p.Ranks))) })
+}
+
+// collectiveDeps fills the dependencies, peers and costs (d each) of the
+// events of collective kind k (after matchComm).
+func (s *simulator) collectiveDeps(k abi.Kind, d float64) {
+	var byRank [][]int // per rank, its events of kind k in order
 	most := 0
 	for r, steps := range s.p.Ranks {
 		for i := range steps {
-			if steps[i].Kind.IsCollective() {
+			if steps[i].Kind == k {
 				if byRank == nil {
 					byRank = make([][]int, len(s.p.Ranks))
 				}
@@ -36,7 +45,6 @@ func (s *simulator) collectiveDeps() {
 	if s.peers == nil {
 		s.peers = make([][]int, len(s.ev))
 	}
-	d := s.c.AllReduceTime()
 	for n := range most {
 		members := make([]int, len(byRank)) // the n-th of each rank, or -1
 		var ds []dep

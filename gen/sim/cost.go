@@ -111,9 +111,61 @@ func DefaultCost() Cost {
 	return c
 }
 
+// KindKey is the per-stage cost key of a step kind priced apart from F, B,
+// I and W: one value for every stage or one per stage, in -cost and in a
+// -model layer (gen/model sums a stage's layers; gen/pricing repeats it
+// per model copy and scales it per share as F is). Not given, a step of
+// the kind costs what a step of Default of its stage costs, and the list
+// stays nil. The code that reads and combines costs handles every KindKey
+// alike; a kind with its own price adds its row to kindKeys and its field
+// to Cost, and nothing else.
+type KindKey struct {
+	Key     string   // the key ("R")
+	Kind    abi.Kind // the kind it prices (RECOMPUTE)
+	Default abi.Kind // the compute kind whose cost it takes when not given (F)
+	list    func(*Cost) *[]float64
+}
+
+// List returns the per-stage list of c that k prices (nil when not given).
+func (k KindKey) List(c *Cost) *[]float64 { return k.list(c) }
+
+// kindKeys are the KindKeys, in the order String writes them after the
+// other keys.
+var kindKeys = []KindKey{
+	{"R", abi.Recompute, abi.Forward, func(c *Cost) *[]float64 { return &c.R }},
+}
+
+// KindKeys returns the per-stage cost keys of step kinds beyond F, B, I and W.
+func KindKeys() []KindKey { return kindKeys }
+
+// kindKeyOf indexes kindKeys by the kind they price (StepCost's one load).
+var kindKeyOf = func() (t [256]*KindKey) {
+	for i := range kindKeys {
+		t[kindKeys[i].Kind] = &kindKeys[i]
+	}
+	return t
+}()
+
+// kindKey returns the KindKey named key (canonical), ok false for others.
+func kindKey(key string) (KindKey, bool) {
+	for _, k := range kindKeys {
+		if k.Key == key {
+			return k, true
+		}
+	}
+	return KindKey{}, false
+}
+
 // costKeys lists the keys ParseCost accepts, in the order String writes them
-// (act and bw only when bw > 0, so that the common form stays short).
-var costKeys = []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp", "allreduce", "R"}
+// (act and bw only when bw > 0, so that the common form stays short), the
+// KindKeys last.
+var costKeys = func() []string {
+	keys := []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp", "allreduce"}
+	for _, k := range kindKeys {
+		keys = append(keys, k.Key)
+	}
+	return keys
+}()
 
 // scalarKeys are the keys of costKeys that take one value.
 var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp", "allreduce"}
@@ -150,8 +202,9 @@ func ParseCost(spec string, stages int) (Cost, error) {
 			return Cost{}, fmt.Errorf("cost %q: key %s given twice", clipSpec(spec), canon)
 		}
 		seen[canon] = true
-		switch canon {
-		case "F", "B", "I", "W", "act", "param", "R":
+		_, perKind := kindKey(canon)
+		switch {
+		case perKind || canon == "F" || canon == "B" || canon == "I" || canon == "W" || canon == "act" || canon == "param":
 			if n := strings.Count(val, ":") + 1; n > ir.MaxIndex+1 {
 				return Cost{}, fmt.Errorf("cost: %s has %d values; a program has at most %d stages", canon, n, ir.MaxIndex+1)
 			}
@@ -245,8 +298,9 @@ func (c *Cost) stageField(k string) *[]float64 {
 		return &c.B
 	case "I":
 		return &c.I
-	case "R":
-		return &c.R
+	}
+	if kk, ok := kindKey(k); ok {
+		return kk.list(c)
 	}
 	return &c.W
 }
@@ -313,12 +367,16 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 			}
 		}
 	}
-	if l := c.R; l != nil {
+	for _, kk := range kindKeys {
+		l := *kk.list(&c)
+		if l == nil {
+			continue
+		}
 		if len(l) == 0 || (stages > 0 && len(l) != 1 && len(l) != stages) || (n > 1 && len(l) != 1 && len(l) != n) {
-			return Cost{}, fmt.Errorf("R has %d values; want 1 (every stage) or %d (one per stage, as F, B, I and W have)", len(l), max(stages, n))
+			return Cost{}, fmt.Errorf("%s has %d values; want 1 (every stage) or %d (one per stage, as F, B, I and W have)", kk.Key, len(l), max(stages, n))
 		}
 		for s, v := range l {
-			if err := checkValue("R", v); err != nil {
+			if err := checkValue(kk.Key, v); err != nil {
 				return Cost{}, fmt.Errorf("stage %d: %w", s, err)
 			}
 		}
@@ -417,8 +475,9 @@ func (c Cost) String() string {
 	}
 	var b strings.Builder
 	for i, k := range costKeys {
+		kk, perKind := kindKey(k)
 		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 ||
-			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 || k == "R" && len(c.R) == 0 {
+			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 || perKind && len(*kk.list(&c)) == 0 {
 			continue // infinite bandwidth: sizes do not matter; or no sizes; or no DP group; or the default
 		}
 		if i > 0 {
@@ -426,7 +485,7 @@ func (c Cost) String() string {
 		}
 		b.WriteString(k)
 		b.WriteByte('=')
-		if i < 4 || k == "act" || k == "param" || k == "R" {
+		if i < 4 || k == "act" || k == "param" || perKind {
 			l := *c.stageField(k)
 			if allEqual(l) {
 				l = l[:min(len(l), 1)]
@@ -469,8 +528,8 @@ func of(l []float64, stage int) float64 {
 // StepCost returns the duration the simulator gives a host or compute step
 // under the resolved cost c: F, B, I, W per stage; an overlap takes
 // max(a, b) + Overlap·min(a, b); DATA_LOAD, UNSHARD (on the FSDP stream),
-// REDUCE_GRAD and OPT_STEP their scalar costs; RECOMPUTE its stage's R
-// (default F); every other step 0
+// REDUCE_GRAD and OPT_STEP their scalar costs; a kind of KindKeys its
+// stage's value (RECOMPUTE: R, default F); every other step 0
 // (transfers take Comm on their stream, which StepCost does not cover).
 func (c *Cost) StepCost(st ir.Step) float64 {
 	switch st.Kind {
@@ -488,11 +547,12 @@ func (c *Cost) StepCost(st ir.Step) float64 {
 		return c.Reduce + c.CollTime(st.Stage)
 	case ir.OptStep:
 		return c.Opt
-	case abi.Recompute:
-		if c.R != nil {
-			return of(c.R, st.Stage)
+	}
+	if kk := kindKeyOf[st.Kind]; kk != nil {
+		if l := *kk.list(c); l != nil {
+			return of(l, st.Stage)
 		}
-		return of(c.F, st.Stage)
+		return c.computeCost(ir.Step{Kind: kk.Default, Stage: st.Stage})
 	}
 	return c.computeCost(st)
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -23,8 +22,8 @@ func (s *simulator) result() Result {
 	seen := make([]bool, P)
 	for e, ev := range s.ev {
 		res.Makespan = max(res.Makespan, ev.End)
-		if s.cls[e] != clCompute && ev.Step.Kind != abi.Recompute {
-			continue // RECOMPUTE re-runs a forward: model compute too
+		if s.cls[e] != clCompute && !ev.Step.Kind.IsRebuild() {
+			continue // a rebuild (RECOMPUTE) re-runs a forward: model compute too
 		}
 		r := ev.Rank
 		res.Busy[r] += ev.End - ev.Start
@@ -91,7 +90,7 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 		end       [3]instant // ends of the chunk's W, B and I (t NaN when absent)
 		offEnd    instant    // end of the offload transfer, or t NaN
 		loadStart instant    // start of the load transfer, or t NaN
-		recStart  instant    // start of its RECOMPUTE, or t NaN
+		recStart  instant    // start of its rebuild (IsRebuild: RECOMPUTE), or t NaN
 	}
 	compute := func(ev *Event) bool {
 		return ev.Lane == LaneCompute && (ev.Step.Kind.IsCompute() || ev.Step.Kind.IsOverlap())
@@ -143,7 +142,7 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 					}
 				}
 			}
-		case ev.Step.Kind == abi.Recompute:
+		case ev.Step.Kind.IsRebuild():
 			if li := at.get(ev.Step.Stage, ev.Step.Micro); li >= 0 && lives[li].rank == ev.Rank {
 				lives[li].recStart = startOf(evs, i)
 			}
@@ -206,7 +205,7 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 			marks[l.rank] = append(marks[l.rank], mark{l.offEnd, -w}, mark{l.loadStart, +w})
 		}
 		if !math.IsNaN(l.recStart.t) && l.fEnd.before(l.recStart) && l.recStart.before(end) {
-			// its F dropped the activations; its RECOMPUTE rebuilds them
+			// its F dropped the activations; its rebuild (RECOMPUTE) restores them
 			marks[l.rank] = append(marks[l.rank], mark{l.fEnd, -w}, mark{l.recStart, +w})
 		}
 	}

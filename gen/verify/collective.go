@@ -6,9 +6,10 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// collectives checks the ALL_REDUCE steps (abi's IsCollective): a
-// reduction every rank takes part in, the n-th of each rank meeting the
-// n-th of every other. So every rank posts the same number of them, and
+// collectives checks the steps of a collective kind (abi's IsCollective:
+// ALL_REDUCE): a rendezvous every rank takes part in, the n-th of each
+// rank meeting the n-th of every other. So every rank posts the same
+// number of them, and
 // the same number before its OPT_STEP (a reduction on one side of the
 // optimizer step on one rank and on the other side on another would pair
 // an iteration's gradient norm with the next one's). A rank that deviates
@@ -16,32 +17,61 @@ import (
 // when two are equally common: a step missing on one rank is the likelier
 // slip). Whether the ranks can reach their collectives at all, given their
 // transfers and exchanges, is the strict model's question
-// (collectiveModel), with the steps the walk recorded.
+// (collectiveModel), with the steps the walk recorded. Every collective
+// kind's rule is this one, declared by declareCollective from the kind's
+// own file.
 func init() {
-	declareRule(&rule{kind: abi.AllReduce, noStage: true, step: collectiveStep, check: (*checker).collectives, model: (*checker).collectiveModel,
-		hint: "an ALL_REDUCE passes only when every rank is at its own with every transfer before it done: put it after the transfers the other ranks need, as -clip does"})
+	declareCollective(abi.AllReduce, collective{
+		hint:      "an ALL_REDUCE passes only when every rank is at its own with every transfer before it done: put it after the transfers the other ranks need, as -clip does",
+		sideOfOpt: true,
+	})
 }
 
-// collectiveStep records, in the walk, rank r's ALL_REDUCE at index i: a
-// host step of no stage, whose waits are the rendezvous of every rank
-// (collectiveModel).
-func collectiveStep(c *checker, r, i int, _ *ir.Step) (int, error) {
-	c.collSteps[r] = append(c.collSteps[r], i)
+// collective is what the file of a collective kind declares beyond the
+// kind (declareCollective).
+type collective struct {
+	// hint is the rule's hint for a deadlock through one of its steps.
+	hint string
+	// sideOfOpt: every rank posts as many of the kind's steps before its
+	// OPT_STEP as the others (ALL_REDUCE: a gradient norm belongs to one
+	// iteration's step).
+	sideOfOpt bool
+	// check, when set, runs after the counts agree, with each rank's
+	// indices of the kind's steps.
+	check func(c *checker, steps [][]int) error
+}
+
+// declareCollective declares the rule of collective kind k (abi's
+// IsCollective).
+func declareCollective(k abi.Kind, co collective) {
+	declareRule(&rule{kind: k, noStage: true, step: collectiveStep,
+		check: func(c *checker) error { return c.collectives(k, co) },
+		model: func(c *checker, m *strict.Model) *strict.Model { return c.collectiveModel(k, m) },
+		hint:  co.hint})
+}
+
+// collectiveStep records, in the walk, rank r's collective step st at
+// index i: a host step of no stage, whose waits are the rendezvous of
+// every rank (collectiveModel).
+func collectiveStep(c *checker, r, i int, st *ir.Step) (int, error) {
+	if c.collSteps == nil {
+		c.collSteps = make(map[abi.Kind][][]int, 1)
+	}
+	if c.collSteps[st.Kind] == nil {
+		c.collSteps[st.Kind] = make([][]int, c.P)
+	}
+	c.collSteps[st.Kind][r] = append(c.collSteps[st.Kind][r], i)
 	return 0, nil
 }
 
-func (c *checker) collectives() error {
+func (c *checker) collectives(k abi.Kind, co collective) error {
 	p := &c.p
-	has := false
-	for _, idx := range c.collSteps {
-		has = has || len(idx) > 0
-	}
-	if !has {
-		c.collSteps = nil
+	steps := c.collSteps[k]
+	if steps == nil {
 		return nil
 	}
 	before := make([]int, c.P) // per rank: how many come before OPT_STEP (-1: no OPT_STEP)
-	for r, idx := range c.collSteps {
+	for r, idx := range steps {
 		before[r] = -1
 		if o := c.optAt[r]; o >= 0 {
 			before[r] = 0
@@ -54,17 +84,20 @@ func (c *checker) collectives() error {
 	}
 	count := make([]int, c.P)
 	for r := range count {
-		count[r] = len(c.collSteps[r])
+		count[r] = len(steps[r])
 	}
 	want, wantRank := usual(count)
 	for r, n := range count {
 		switch {
 		case n < want:
-			return c.fail(r, -1, collStep(), Missing, "this rank posts %d ALL_REDUCE, rank %d posts %d; every rank posts the same collectives in the same order, else the ranks that reach ALL_REDUCE %d wait forever", n, wantRank, want, n)
+			return c.fail(r, -1, collStep(k), Missing, "this rank posts %d %s, rank %d posts %d; every rank posts the same collectives in the same order, else the ranks that reach %s %d wait forever", n, k, wantRank, want, k, n)
 		case n > want:
-			i := c.collSteps[r][want]
-			return c.fail(r, i, p.Ranks[r][i], Duplicate, "an extra collective: this rank posts %d ALL_REDUCE, rank %d posts %d; every rank posts the same collectives in the same order, else this one waits forever", n, wantRank, want)
+			i := steps[r][want]
+			return c.fail(r, i, p.Ranks[r][i], Duplicate, "an extra collective: this rank posts %d %s, rank %d posts %d; every rank posts the same collectives in the same order, else this one waits forever", n, k, wantRank, want)
 		}
+	}
+	if !co.sideOfOpt {
+		return c.collectiveCheck(co, steps)
 	}
 	var withOpt []int
 	for _, b := range before {
@@ -73,7 +106,7 @@ func (c *checker) collectives() error {
 		}
 	}
 	if len(withOpt) == 0 {
-		return nil
+		return c.collectiveCheck(co, steps)
 	}
 	wantBefore, _ := usual(withOpt)
 	for r, b := range before {
@@ -87,10 +120,18 @@ func (c *checker) collectives() error {
 				break
 			}
 		}
-		i := c.collSteps[r][min(b, wantBefore)]
-		return c.fail(r, i, p.Ranks[r][i], Order, "%d ALL_REDUCE step(s) come before OPT_STEP (step %d) on this rank, %d on rank %d; every rank posts its collectives in the same sequence, on the same side of its optimizer step", b, c.optAt[r], wantBefore, ref)
+		i := steps[r][min(b, wantBefore)]
+		return c.fail(r, i, p.Ranks[r][i], Order, "%d %s step(s) come before OPT_STEP (step %d) on this rank, %d on rank %d; every rank posts its collectives in the same sequence, on the same side of its optimizer step", b, k, c.optAt[r], wantBefore, ref)
 	}
-	return nil
+	return c.collectiveCheck(co, steps)
+}
+
+// collectiveCheck runs co's own check, if any.
+func (c *checker) collectiveCheck(co collective, steps [][]int) error {
+	if co.check == nil {
+		return nil
+	}
+	return co.check(c, steps)
 }
 
 // usual returns the most common value of xs (the larger of two equally
@@ -114,11 +155,12 @@ func usual(xs []int) (v, at int) {
 	return best, -1
 }
 
-func collStep() ir.Step {
-	return ir.Step{Kind: abi.AllReduce, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+func collStep(k abi.Kind) ir.Step {
+	return ir.Step{Kind: k, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
 }
 
-// collectiveModel returns m with the waits of the ALL_REDUCE steps: each is
+// collectiveModel returns m with the waits of the steps of collective kind
+// k (ALL_REDUCE): each is
 // a host step, and rank r's n-th passes only when every rank's host is at
 // its n-th with every transfer posted before it completed (the runtime
 // drains the comm stream, then calls the trainer's reduction, which returns
@@ -127,15 +169,16 @@ func collStep() ir.Step {
 // stream before it, as a cross-rank TIE_GRAD waits for its peer's. A
 // collective that one rank reaches only after a transfer that another rank
 // posts after its own collective is then a cycle the strict model finds.
-func (c *checker) collectiveModel(m *strict.Model) *strict.Model {
-	if len(c.collSteps) == 0 || len(c.collSteps[0]) == 0 {
+func (c *checker) collectiveModel(k abi.Kind, m *strict.Model) *strict.Model {
+	steps := c.collSteps[k]
+	if len(steps) == 0 || len(steps[0]) == 0 {
 		return m
 	}
 	where := make([][]hostPos, c.P)
-	for r, idx := range c.collSteps {
+	for r, idx := range steps {
 		where[r] = c.hostPositions(m, r, idx)
 	}
-	extra := make(map[int32][]strict.Event, c.P*len(c.collSteps[0]))
+	extra := make(map[int32][]strict.Event, c.P*len(steps[0]))
 	for r := range c.P {
 		for n, me := range where[r] {
 			var ws []strict.Event

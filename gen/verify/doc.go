@@ -25,8 +25,9 @@
 //     (ir.Program.Route), a step outside its route is a structure error, and
 //     "stage 0", "the last stage" and neighbours are those of the route;
 //     then the rules of the kinds that have one (rule.go, declared in each
-//     kind's file, run in kind order): TIE_GRAD's ties (tie.go), ALL_REDUCE's
-//     counts (collective.go), RECOMPUTE's (recompute.go: once per chunk of a
+//     kind's file, run in kind order): TIE_GRAD's ties (tie.go), the
+//     collectives' counts (collective.go: ALL_REDUCE; GATHER_LOSS, which
+//     gatherloss.go also puts after its rank's losses), RECOMPUTE's (recompute.go: once per chunk of a
 //     recomputing stage, every chunk of it, after its F and before its first
 //     backward);
 //  4. matching (lowered programs): sends and receives pair FIFO per (source

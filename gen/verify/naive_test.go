@@ -3,6 +3,7 @@ package verify_test
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -280,25 +281,41 @@ func runNaive(p ir.Program) string {
 			return ""
 		}
 		if st.Kind.IsCollective() && !opened[r] {
-			n := facts[key("coll", r, 0)]
+			k := int(st.Kind) // each collective kind's n-th meet the others' n-th
+			n := facts[key("coll", r, k)]
 			if len(posted[r]) > 0 {
 				return wait
 			}
 			for q := range P {
-				if q == r || facts[key("coll", q, 0)] > n {
+				if q == r || facts[key("coll", q, k)] > n {
 					continue
 				}
-				at := pc[q] < len(p.Ranks[q]) && p.Ranks[q][pc[q]].Kind.IsCollective() && facts[key("coll", q, 0)] == n
+				at := pc[q] < len(p.Ranks[q]) && p.Ranks[q][pc[q]].Kind == st.Kind && facts[key("coll", q, k)] == n
 				if !at || len(posted[q]) > 0 {
 					return wait
 				}
 			}
-			facts[key("coll", r, 0)]++
+			facts[key("coll", r, k)]++
+			if st.Kind == abi.GatherLoss {
+				// The losses it gathers: every F of a last stage on
+				// this rank must have run (the last one counts).
+				per := p.Stages() / max(p.Copies, 1)
+				facts[key("lossLate", r, 0)] = 0
+				for _, s := range p.Ranks[r] {
+					for _, f := range append([]ir.Step{s}, s.Sub...) {
+						if f.Kind == ir.Forward && (f.Stage+1)%per == 0 && facts[key("F", f.Stage, f.Micro)] == 0 {
+							facts[key("lossLate", r, 0)] = 1
+						}
+					}
+				}
+			}
 			return ""
 		}
 		if st.Kind == ir.OptStep {
 			facts[key("opt", r, 0)]++
-			facts[key("collopt", r, 0)] = facts[key("coll", r, 0)]
+			// ALL_REDUCE's count before OPT_STEP must agree (a norm
+			// belongs to one iteration's step); GATHER_LOSS's need not.
+			facts[key("collopt", r, 0)] = facts[key("coll", r, int(abi.AllReduce))]
 		}
 		switch {
 		case st.Kind == ir.BatchBegin:
@@ -516,6 +533,11 @@ func runNaive(p ir.Program) string {
 			if facts[key("F", s, m)] != 1 || facts[key("BWD", s, m)] != 1 || facts[key("I", s, m)] != facts[key("W", s, m)] {
 				return fmt.Sprintf("breaks: chunk (%d,%d) incomplete", s, m)
 			}
+		}
+	}
+	for r := range P {
+		if facts[key("lossLate", r, 0)] != 0 {
+			return fmt.Sprintf("breaks: rank %d gathers the losses before one of them is computed", r)
 		}
 	}
 	first := -1

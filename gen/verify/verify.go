@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"github.com/ppgen/ppgen/abi"
 
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -121,9 +122,10 @@ type checker struct {
 	// and a later step of its rank rebuilds the rest (a rule's prepare
 	// sets it), so the chunk is not live from its F to that step.
 	dropAtF []bool
-	// collSteps are, per rank, the indices of its ALL_REDUCE steps
-	// (filled by the walk; collective.go)
-	collSteps [][]int
+	// collSteps are, per collective kind (abi's IsCollective: ALL_REDUCE)
+	// and rank, the indices of its steps of the kind (filled by the walk;
+	// collective.go); nil for a kind without steps
+	collSteps map[abi.Kind][][]int
 	// slots: per chunk its slot and live interval; chunk starts in walk order
 	slotted bool
 	slotOf  []int32

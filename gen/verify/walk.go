@@ -127,7 +127,7 @@ func (c *checker) walk() error {
 			rl.prepare(c)
 		}
 	}
-	c.collSteps = make([][]int, c.P)
+	c.collSteps = nil
 	if ex&hasSwapStep != 0 {
 		c.swapState = make([]uint8, c.S*c.M)
 	}

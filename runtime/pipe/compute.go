@@ -171,8 +171,8 @@ func (x *Exec) F(a At) {
 	// go of it, so a swapped-out chunk leaves nothing of its own behind (a
 	// forward-only program's stages return none: evalStage).
 	s.x, s.y, s.saved = nil, y, saved
-	if len(x.spec.Recompute) != 0 && x.recomputes(stage) {
-		s.x, s.saved = in, nil // Recompute rebuilds saved from the input
+	if ends&keepsInput != 0 {
+		s.x, s.saved = in, nil // a rebuild step (Recompute) rebuilds saved from the input
 	}
 	s.flags |= fwdDone
 	if ends&routeEnd != 0 {

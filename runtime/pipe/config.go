@@ -102,6 +102,7 @@ type Exec struct {
 	// ALL_REDUCE steps (allreduce.go).
 	reduceHook func(n int) error
 	reduced    int
+	gathered   bool // a GATHER_LOSS ran this iteration (gatherloss.go)
 
 	rank    int
 	spec    Spec
@@ -249,6 +250,11 @@ func New(cfg Config) (*Exec, error) {
 			x.ends[s] |= routeEnd | loadsLabels
 		}
 	}
+	for _, r := range sp.rebuiltStages() {
+		for _, s := range r.stages {
+			x.ends[s] |= keepsInput
+		}
+	}
 	x.prevPeer, x.nextPeer = make([]int, sp.Stages), make([]int, sp.Stages)
 	for s := range sp.Stages {
 		x.prevPeer[s], x.nextPeer[s] = -1, -1
@@ -367,7 +373,7 @@ func (x *Exec) Reset() {
 	x.batch = nil
 	x.inflight.Wait()
 	x.nBatch = 0
-	x.reduced = 0
+	x.reduced, x.gathered = 0, false
 	clear(x.tied)
 	for i := range x.slots {
 		s := &x.slots[i]
@@ -407,7 +413,8 @@ var nanBits = math.Float64bits(math.NaN())
 
 // Losses returns a copy of the per-micro-batch losses of the current
 // iteration, computed on the rank holding the last stage; NaN elsewhere and
-// for micro-batches not (yet) computed.
+// for micro-batches not (yet) computed. After a GATHER_LOSS every rank
+// holds every loss (LossesGathered).
 func (x *Exec) Losses() []float64 {
 	out := make([]float64, len(x.losses))
 	for i := range x.losses {

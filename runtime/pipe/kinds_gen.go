@@ -38,6 +38,7 @@ const (
 	OpTieGrad           = abi.TieGrad           // TIE_GRAD: TieGrad(Stage)
 	OpAllReduce         = abi.AllReduce         // ALL_REDUCE: AllReduce(), no fields
 	OpRecompute         = abi.Recompute         // RECOMPUTE: Recompute(At of Stage, Micro, Slot)
+	OpGatherLoss        = abi.GatherLoss        // GATHER_LOSS: GatherLoss(), no fields
 )
 
 // packedSteps holds, per kind value, the packed method (one At) of the kinds whose abi.Shape is Packed;
@@ -79,4 +80,14 @@ var bareSteps = [256]func(*Exec){
 	OpBatchBegin: (*Exec).BatchBegin,
 	OpBatchEnd:   (*Exec).BatchEnd,
 	OpAllReduce:  (*Exec).AllReduce,
+	OpGatherLoss: (*Exec).GatherLoss,
+}
+
+// rebuiltStages returns, for each kind of abi's IsRebuild class in kind
+// order, the Spec field named after it: the stages whose F keep only their
+// input, for steps of the kind to rebuild what the stage saved.
+func (s *Spec) rebuiltStages() []kindStages {
+	return []kindStages{
+		{OpRecompute, s.Recompute},
+	}
 }

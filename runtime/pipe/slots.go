@@ -97,6 +97,7 @@ const (
 	routeStart  uint8 = 1 << iota // the stage begins its micro-batches' route
 	routeEnd                      // the stage ends it (computes their loss)
 	loadsLabels                   // its DATA_LOAD loads the labels: routeEnd, or routeStart with Spec.ShipLabels
+	keepsInput                    // its F keeps only the input, which a rebuild step (abi's IsRebuild: RECOMPUTE) runs again
 )
 
 // routeFirst reports whether stage begins micro-batches' route: stage 0,

@@ -59,7 +59,19 @@ type Spec struct {
 	// in increasing order: the F of each of their chunks keeps only the
 	// stage's input, and Exec.Recompute (RECOMPUTE) re-runs the forward on
 	// it before the chunk's backward, to rebuild what the stage saved.
+	//
+	// It is the one kind of field a step kind adds to Spec: a kind of
+	// abi's IsRebuild class has a field named after its Go name listing
+	// the stages of its steps, which gen/emit writes and New and Check
+	// read through the generated rebuiltStages (kinds_gen.go); nothing
+	// else here names the kind.
 	Recompute []int
+}
+
+// kindStages is a Spec field of stages named after a kind (rebuiltStages).
+type kindStages struct {
+	kind   OpKind
+	stages []int
 }
 
 // Describe says which schedule the Spec is, for people: its family, ranks
@@ -138,9 +150,11 @@ func (s Spec) Validate() error {
 	case s.Layers != nil && len(s.Layers) != s.Stages:
 		return fmt.Errorf("len(Layers) = %d, want Stages = %d", len(s.Layers), s.Stages)
 	}
-	for i, st := range s.Recompute {
-		if st < 0 || st >= s.Stages || (i > 0 && st <= s.Recompute[i-1]) {
-			return fmt.Errorf("Recompute = %v: want stages of 0..%d in increasing order", s.Recompute, s.Stages-1)
+	for _, r := range s.rebuiltStages() {
+		for i, st := range r.stages {
+			if st < 0 || st >= s.Stages || (i > 0 && st <= r.stages[i-1]) {
+				return fmt.Errorf("%s = %v: want stages of 0..%d in increasing order", r.kind.GoName(), r.stages, s.Stages-1)
+			}
 		}
 	}
 	for st, l := range s.Layers {

@@ -225,8 +225,8 @@ type microKey struct {
 }
 
 // microsOf maps each stage call of the programs to its micro-batch: the
-// k-th F of stage s on rank r is the k-th F or RECOMPUTE op of s in r's
-// program (RECOMPUTE re-runs the Forward); a B op makes one I and one W
+// k-th F of stage s on rank r is the k-th F or rebuild op (abi's IsRebuild:
+// RECOMPUTE re-runs the Forward) of s in r's program; a B op makes one I and one W
 // call.
 func microsOf(programs [][]Op) map[microKey]int {
 	m := map[microKey]int{}
@@ -240,7 +240,7 @@ func microsOf(programs [][]Op) map[microKey]int {
 		for _, op := range ops {
 			s, mi := int(op.Stage), int(op.Micro)
 			switch op.Kind {
-			case OpForward, OpRecompute: // RECOMPUTE calls Forward again
+			case OpForward:
 				call(s, 'F', mi)
 			case OpBackward:
 				call(s, 'I', mi)
@@ -249,6 +249,10 @@ func microsOf(programs [][]Op) map[microKey]int {
 				call(s, 'I', mi)
 			case OpBackwardWeight:
 				call(s, 'W', mi)
+			default:
+				if op.Kind.IsRebuild() { // RECOMPUTE calls Forward again
+					call(s, 'F', mi)
+				}
 			}
 		}
 	}

@@ -354,12 +354,24 @@ func (r *rank) reduce() error {
 
 // gatherLoss returns the mean loss of x's last run over the global batch
 // on every rank: each rank adds the losses it computed (NaN where it did
-// not), one all-reduce over the world sums them.
+// not), one all-reduce over the world sums them. After a program's
+// GATHER_LOSS (`ppgen gen -gather-loss`) every rank of the pipeline holds
+// all of its losses: with one pipeline in the world there is nothing to
+// reduce, and with data-parallel replicas only each pipeline's rank 0 adds
+// them, so no loss counts twice.
 func (r *rank) gatherLoss(x *pipe.Exec) (float64, error) {
 	sum := 0.0
 	for _, l := range x.Losses() {
 		if !math.IsNaN(l) {
 			sum += l
+		}
+	}
+	if x.LossesGathered() {
+		if r.wcomm == nil || r.wcomm.Size() == x.Spec().Ranks {
+			return sum, nil
+		}
+		if x.Rank() != 0 {
+			sum = 0
 		}
 	}
 	if r.wcomm == nil {

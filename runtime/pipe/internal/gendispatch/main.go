@@ -2,7 +2,8 @@
 // stringer writes a String method from a type's constants: the OpKind
 // constants ("Op" and each kind's Go name) and the tables through which
 // pipe.Interpret calls each kind's Exec method (abi.Kind.Method) with the
-// operands its abi.Shape gives. A new step kind is one row in abi and one
+// operands its abi.Shape gives, and the Spec fields of the kinds whose steps
+// rebuild what their F dropped (abi.Kind.IsRebuild). A new step kind is one row in abi and one
 // method on pipe.Exec; `go generate ./runtime/pipe` rewrites the file, and
 // TestUpToDate fails while it is stale.
 //
@@ -79,6 +80,19 @@ const (
 		}
 		b.WriteString("}\n")
 	}
+	b.WriteString(`
+// rebuiltStages returns, for each kind of abi's IsRebuild class in kind
+// order, the Spec field named after it: the stages whose F keep only their
+// input, for steps of the kind to rebuild what the stage saved.
+func (s *Spec) rebuiltStages() []kindStages {
+	return []kindStages{
+`)
+	for _, k := range abi.Kinds() {
+		if k.IsRebuild() {
+			fmt.Fprintf(&b, "\t\t{Op%s, s.%s},\n", k.GoName(), k.GoName())
+		}
+	}
+	b.WriteString("\t}\n}\n")
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("formatting the generated source: %w", err)

@@ -57,6 +57,7 @@ const (
 	OpTieGrad
 	OpAllReduce
 	OpRecompute
+	OpGatherLoss
 )
 
 type Op struct {
@@ -84,6 +85,7 @@ func (x *Exec) W(a At)         {}
 func (x *Exec) OptStep()       {}
 func (x *Exec) AllReduce()     {}
 func (x *Exec) Recompute(a At) {}
+func (x *Exec) GatherLoss()    {}
 
 func (x *Exec) OverlapFB(fStage, fMicro, fSlot, fSrc int, bKind OpKind, bStage, bMicro, bSlot, bSrc int) {
 }
