@@ -76,6 +76,11 @@ type Options struct {
 	// trace's micro-batches (one copy when they are not given); a value
 	// the micro-batches contradict is refused.
 	Copies int
+	// Mean fits each stage's F, I, W (or B) to the mean of its calls
+	// rather than the median: what the calls took together, slow ones
+	// included, as a realisation report compares with the measured step
+	// (examples/charlm -realise); the median is the cost of a typical call.
+	Mean bool
 }
 
 // Stage is one stage's fitted costs.
@@ -108,6 +113,41 @@ type Fit struct {
 	Unsized    int     // of Sends, those without a size: all of them means comm alone, no bw
 	Comm       float64 // a send's fixed time, ms
 	BW         float64 // KiB per ms (0: infinite)
+	// Opt is the optimizer's step (the trainer's OPT_STEP spans, category
+	// host), ms: the median span of each rank, the largest of them (every
+	// rank leaves the reduction before it together, so the slowest ends the
+	// iteration); 0 without spans. OptSteps counts the spans.
+	Opt      float64
+	OptSteps int
+	// AllReduce is a reduction of every rank beyond Comm (sim.Cost's
+	// allreduce), ms: each reduction (the n-th ALL_REDUCE span of every
+	// rank; the n-th loss span, the loss a trainer gathers after the
+	// optimizer, likewise) takes the shortest of its ranks' spans (the
+	// others include waiting for the last rank to arrive), and AllReduce
+	// is the median of them less Comm (at least 0); 0 without spans.
+	// Reductions counts them.
+	AllReduce  float64
+	Reductions int
+}
+
+// Cost is the fitted model as the simulator's cost model: the stages' F,
+// I and W (B where the backward was fitted whole), comm, act and bw (act
+// only with a bw), opt and allreduce.
+func (f Fit) Cost() sim.Cost {
+	c := sim.Cost{Comm: f.Comm, BW: f.BW, Opt: f.Opt, AllReduce: f.AllReduce}
+	for _, st := range f.Stages {
+		c.F = append(c.F, st.F)
+		if f.BW > 0 { // sizes take no time at infinite bandwidth, and sim refuses them
+			c.Act = append(c.Act, st.Act)
+		}
+		if st.Full() {
+			c.B = append(c.B, st.B)
+			c.I, c.W = append(c.I, st.B/2), append(c.W, st.B/2) // gen/model's even split
+		} else {
+			c.B, c.I, c.W = append(c.B, st.I+st.W), append(c.I, st.I), append(c.W, st.W)
+		}
+	}
+	return c
 }
 
 // maxTransfer is the largest transfer, in bytes (1 TiB: in KiB within
@@ -146,6 +186,7 @@ type call struct {
 func fit(f chrometrace.File, opt Options) (Fit, error) {
 	var calls []call
 	var sends []send
+	var spans []span
 	var out Fit
 	stages := 0
 	for i, e := range f.Events {
@@ -156,6 +197,16 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			}
 			if ok {
 				sends = append(sends, s)
+			}
+			continue
+		}
+		if e.Ph == chrometrace.Complete && e.Cat == "host" {
+			sp, ok, err := spanOf(e)
+			if err != nil {
+				return Fit{}, fmt.Errorf("tune: event %d (%q): %w", i, clip(e.Name), err)
+			}
+			if ok {
+				spans = append(spans, sp)
 			}
 			continue
 		}
@@ -221,6 +272,10 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			st.Rank = -1
 		}
 	}
+	typical := median
+	if opt.Mean {
+		typical = mean
+	}
 	for s := range out.Stages {
 		st := &out.Stages[s]
 		st.BCalls = len(durs[s][kindB])
@@ -228,7 +283,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			st.Calls[k] = len(durs[s][k])
 		}
 		if st.Full() {
-			st.B = median(durs[s][kindB]) / 1e3
+			st.B = typical(durs[s][kindB]) / 1e3
 		}
 		for k, dst := range []*float64{&st.F, &st.I, &st.W} {
 			n := st.Calls[k]
@@ -242,7 +297,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 				}
 				return Fit{}, fmt.Errorf("tune: stage %d has no %c calls (of %d stages); a model needs every stage's F, and I and W or B: %s", s, kinds[k], stages, why)
 			}
-			*dst = median(durs[s][k]) / 1e3
+			*dst = typical(durs[s][k]) / 1e3
 		}
 	}
 	acts := make([][]float64, stages)
@@ -264,6 +319,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 		}
 	}
 	out.Comm, out.BW = fitComm(sends)
+	out.Opt, out.OptSteps, out.AllReduce, out.Reductions = fitHost(spans, out.Comm)
 	if m, ok := f.OtherData.(map[string]any); ok {
 		if name, ok := m["schedule"].(string); ok && len(name) <= 256 {
 			out.Schedule = name
@@ -462,6 +518,15 @@ func median(xs []float64) float64 {
 		return xs[n/2]
 	}
 	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// mean is the mean of xs.
+func mean(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 func clip(s string) string {
