@@ -86,7 +86,7 @@ type options struct {
 	seed      uint64
 	svg       string
 	trace     string
-	realise   bool // -realise: the measured step against the simulated makespan
+	realise   bool   // -realise: the measured step against the simulated makespan
 	metrics   string // -metrics: a JSONL file, or - for stdout
 	data      string // -data: prepare's token shards; "" prepares them
 	ckpt      string

@@ -37,6 +37,16 @@
 // last, or one whose successor is on its rank); params are 1, as the
 // timeline measures time, not parameters.
 //
+// A trainer's host work around the program (runtime/train records it as
+// Timeline spans: category host, args.kind OPT_STEP, ALL_REDUCE, loss)
+// gives opt and allreduce, the simulator's costs of OPT_STEP and of an
+// ALL_REDUCE beyond comm (host.go): opt the largest of the ranks' median
+// OPT_STEP spans, allreduce the median reduction, each reduction (the
+// n-th ALL_REDUCE or loss span of every rank) taking its shortest span,
+// less comm. Fit.Cost is the whole fit as a sim.Cost; Options.Mean fits
+// the calls' means instead of their medians (a realisation report's
+// costs: what the calls took together).
+//
 // The input is untrusted: at most MaxBytes and MaxEvents events, every
 // number range-checked before it is used, stages and ranks within
 // gen/ir's limits.

@@ -21,7 +21,7 @@ type Timeline struct {
 	mu        sync.Mutex
 	events    []TimelineEvent
 	transfers []TimelineTransfer
-	spans     []TimelineSpan // AddSpan's (timeline_span.go)
+	spans     []TimelineSpan
 	epoch     atomic.Uint64 // bumped by Reset: the wrappers restart their counts
 }
 

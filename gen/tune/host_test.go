@@ -1,0 +1,115 @@
+package tune
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ppgen/ppgen/gen/sim"
+)
+
+// withSpans adds host events to a trace made by trace: each is {rank,
+// kind, ts µs, dur µs}.
+func withSpans(tr string, spans ...[4]any) string {
+	if len(spans) == 0 {
+		return tr
+	}
+	var evs []string
+	for _, s := range spans {
+		evs = append(evs, fmt.Sprintf(`{"name":%q,"cat":"host","ph":"X","pid":%d,"tid":2,"ts":%v,"dur":%v,"args":{"kind":%q}}`,
+			s[1], s[0], s[2], s[3], s[1]))
+	}
+	return strings.Replace(tr, `{"traceEvents":[`, `{"traceEvents":[`+strings.Join(evs, ",")+",", 1)
+}
+
+// TestFitHost: opt is the largest of the ranks' median OPT_STEP spans;
+// each reduction (the n-th ALL_REDUCE or loss span of every rank) takes
+// its shortest span, allreduce is the median of them less comm; the
+// program's span and spans of other kinds do not count. Worked by hand.
+func TestFitHost(t *testing.T) {
+	base := trace([][3][]float64{{{1}, {1}, {1}}, {{1}, {1}, {1}}})
+	cases := []struct {
+		name                 string
+		spans                [][4]any
+		opt, allreduce       float64
+		optSteps, reductions int
+	}{
+		{"none", nil, 0, 0, 0, 0},
+		{"opt", [][4]any{
+			{0, "OPT_STEP", 10, 1000}, {0, "OPT_STEP", 20, 3000}, {0, "OPT_STEP", 30, 2000}, // rank 0: median 2 ms
+			{1, "OPT_STEP", 10, 500}, {1, "OPT_STEP", 20, 700}, // rank 1: 0.6 ms
+			{1, "program", 0, 90000},
+		}, 2, 0, 5, 0},
+		{"reductions", [][4]any{
+			// Step 1: rank 0 waited 5 ms for rank 1, whose span is the
+			// reduction's time (0.2 ms); the loss 0.1 ms.
+			{0, "ALL_REDUCE", 100, 5200}, {1, "ALL_REDUCE", 5100, 200}, {0, "loss", 6000, 100}, {1, "loss", 6000, 400},
+			// Step 2: 0.3 ms and 0.5 ms.
+			{1, "ALL_REDUCE", 9000, 3300}, {0, "ALL_REDUCE", 12000, 300}, {0, "loss", 13000, 500}, {1, "loss", 13000, 500},
+			{0, "something else", 0, 1e6},
+		}, 0, 0.25, 0, 4}, // median of 0.2, 0.1, 0.3, 0.5
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Read(strings.NewReader(withSpans(base, tc.spans...)), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(f.Opt, tc.opt) || !near(f.AllReduce, tc.allreduce) || f.OptSteps != tc.optSteps || f.Reductions != tc.reductions {
+				t.Errorf("opt %g (%d spans), allreduce %g (%d reductions); want %g (%d), %g (%d)",
+					f.Opt, f.OptSteps, f.AllReduce, f.Reductions, tc.opt, tc.optSteps, tc.allreduce, tc.reductions)
+			}
+		})
+	}
+	// comm is part of every reduction: allreduce is what is left.
+	tr := withSends(withSpans(base, [4]any{0, "ALL_REDUCE", 1, 300}, [4]any{1, "ALL_REDUCE", 1, 300}), [4]any{0, "SEND_F", 64, 100})
+	f, err := Read(strings.NewReader(tr), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(f.Comm, 0.1) || !near(f.AllReduce, 0.2) {
+		t.Errorf("comm %g, allreduce %g; want 0.1 and 0.2", f.Comm, f.AllReduce)
+	}
+	// A bad span is an error naming the event.
+	if _, err := Read(strings.NewReader(withSpans(base, [4]any{0, "OPT_STEP", 1, -5})), Options{}); err == nil || !strings.Contains(err.Error(), "dur") {
+		t.Errorf("err = %v; want one about dur", err)
+	}
+}
+
+// TestFitMean: with Options.Mean a stage's costs are the means of its
+// calls, the outlier included; without, the medians.
+func TestFitMean(t *testing.T) {
+	in := trace([][3][]float64{{{1000, 1000, 4000}, {500, 1500}, {300}}})
+	for _, tc := range []struct {
+		mean    bool
+		f, i, w float64
+	}{{false, 1, 1, 0.3}, {true, 2, 1, 0.3}} {
+		f, err := Read(strings.NewReader(in), Options{Mean: tc.mean})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := f.Stages[0]; !near(st.F, tc.f) || !near(st.I, tc.i) || !near(st.W, tc.w) {
+			t.Errorf("Mean %v: F %g, I %g, W %g; want %g, %g, %g", tc.mean, st.F, st.I, st.W, tc.f, tc.i, tc.w)
+		}
+	}
+}
+
+// TestFitCost: the fit as a cost model simulates: per-stage F, I, W and
+// B = I + W, B split evenly where the backward was fitted whole, comm,
+// opt and allreduce; act only with a bw (sim refuses sizes at infinite
+// bandwidth).
+func TestFitCost(t *testing.T) {
+	f := Fit{Stages: []Stage{{F: 1, I: 2, W: 3, Act: 4}, {F: 5, B: 6, BCalls: 1, Act: 1}}, Comm: 0.5, Opt: 7, AllReduce: 8}
+	c := f.Cost()
+	want := sim.Cost{F: []float64{1, 5}, B: []float64{5, 6}, I: []float64{2, 3}, W: []float64{3, 3}, Comm: 0.5, Opt: 7, AllReduce: 8}
+	if fmt.Sprint(c) != fmt.Sprint(want) {
+		t.Errorf("got %+v\nwant %+v", c, want)
+	}
+	if _, err := c.Resolve(2); err != nil {
+		t.Errorf("Resolve: %v", err)
+	}
+	f.BW = 10
+	if c := f.Cost(); fmt.Sprint(c.Act) != "[4 1]" || c.BW != 10 {
+		t.Errorf("with bw: act %v, bw %g; want [4 1], 10", c.Act, c.BW)
+	}
+}
