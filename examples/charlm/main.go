@@ -10,6 +10,7 @@
 //	go run ./examples/charlm prepare -out DIR       # write the text as token shards (runtime/data)
 //	go run ./examples/charlm -data DIR -metrics m.jsonl -ckpt ck -ckpt-every 10
 //	go run ./examples/charlm -data DIR -resume ck   # continue from the checkpoint
+//	go run ./examples/charlm -realise               # measured steps against the simulated makespan
 //
 // The model: a token and position embedding, -blocks pre-norm transformer
 // blocks (causal multi-head self-attention and a GELU MLP, each in a
@@ -47,6 +48,14 @@
 // ranks × N), each on its share of N times the micro-batches (the
 // sampler's global order: -check's reference trains on the whole global
 // batch). -trace writes the last step's measured timeline (in-process).
+// -realise (realise.go) trains -steps steps (6 unless given) in-process
+// with a measured timeline and prints, for each step after the first, its
+// wall time against gen/sim's makespan of the same program (the Program
+// table, as runtime/train runs it: the norm's and the loss's reductions
+// and the optimizer step included) at the costs gen/tune fits to that
+// step's own trace, at the calls' medians and their means, with the gap
+// split into the host work, compute variance and what the model does not
+// see, and where each rank's time went.
 // With -transport tcp and no launcher's variables in the environment the
 // command launches four copies of itself (as examples/mlp does, through
 // runtime/launch) and each runs one rank; rank 0 prints the losses. Both

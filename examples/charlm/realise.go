@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -30,6 +32,24 @@ type stepSample struct {
 	events    []pipe.TimelineEvent
 	transfers []pipe.TimelineTransfer
 	spans     []pipe.TimelineSpan
+	gc        gcShare // the Go runtime's work from the last step's end to this one's
+}
+
+// gcShare is the garbage collector's share of a step: the bytes the
+// process allocated, the collections and their stop-the-world pauses.
+type gcShare struct {
+	allocMB float64
+	cycles  uint64
+	pauseMS float64
+}
+
+// gcNow reads the process's allocation and collection totals.
+func gcNow() (allocBytes, cycles uint64, pause time.Duration) {
+	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	rtmetrics.Read(s)
+	var st debug.GCStats
+	debug.ReadGCStats(&st)
+	return s[0].Value.Uint64(), s[1].Value.Uint64(), st.PauseTotal
 }
 
 // rankShare is one rank's time in one step, ms, by where it went.
@@ -51,11 +71,13 @@ type realisation struct {
 	// median adds the trainer's reduction, optimizer step and loss
 	// gathering (the trained program, progtable.AsTrained, with the fitted
 	// opt and allreduce); mean is that at the means of the calls (tune's
-	// Mean): the calls' time as they ran, slow ones included.
-	base, median, mean float64
-	fit                tune.Fit // the medians'
-	ranks              []rankShare
-	simBusy            []float64 // the simulator's compute per rank at the means
+	// Mean), and each at every call's own duration (tune's Each, a replay
+	// of the calls as they ran).
+	base, median, mean, each float64
+	fit                      tune.Fit // the medians'
+	gc                       gcShare
+	ranks                    []rankShare
+	simBusy                  []float64 // the simulator's compute per rank in the replay
 }
 
 // realise trains o's job in-process with a Timeline for o.steps steps and
@@ -117,6 +139,7 @@ func measureSteps(o options, sc schedule) ([]stepSample, error) {
 	cfg.Timeline = tl
 	var samples []stepSample
 	var captureErr error
+	alloc0, cycles0, pause0 := gcNow()
 	arrived := make(chan struct{}, sp.Ranks)
 	cfg.Hooks.AfterEval = nil
 	cfg.Hooks.AfterStep = func(rank int, rec metrics.Record) error {
@@ -133,7 +156,10 @@ func measureSteps(o options, sc schedule) ([]stepSample, error) {
 		if err := tl.WriteTrace(&b, sp.Schedule, sc.train.Program); err != nil {
 			captureErr = err
 		}
-		samples = append(samples, stepSample{rec: rec, trace: b.Bytes(), events: tl.Events(), transfers: tl.Transfers(), spans: tl.Spans()})
+		alloc, cycles, pause := gcNow()
+		gc := gcShare{allocMB: float64(alloc-alloc0) / 1e6, cycles: cycles - cycles0, pauseMS: float64(pause-pause0) / 1e6}
+		alloc0, cycles0, pause0 = alloc, cycles, pause
+		samples = append(samples, stepSample{rec: rec, trace: b.Bytes(), events: tl.Events(), transfers: tl.Transfers(), spans: tl.Spans(), gc: gc})
 		return captureErr
 	}
 	if _, err := train.Run(context.Background(), cfg); err != nil {
@@ -144,15 +170,19 @@ func measureSteps(o options, sc schedule) ([]stepSample, error) {
 
 // realiseStep fits and simulates one step and splits its ranks' time.
 func realiseStep(s stepSample, sp pipe.Spec, prog, trained ir.Program) (realisation, error) {
-	r := realisation{wall: s.rec.StepSeconds * 1e3}
-	fitted := func(mean bool) (tune.Fit, error) {
-		return tune.Read(bytes.NewReader(s.trace), tune.Options{Stages: sp.Stages, Copies: max(sp.Copies, 1), Mean: mean})
+	r := realisation{wall: s.rec.StepSeconds * 1e3, gc: s.gc}
+	fitted := func(mean, each bool) (tune.Fit, error) {
+		return tune.Read(bytes.NewReader(s.trace), tune.Options{Stages: sp.Stages, Copies: max(sp.Copies, 1), Mean: mean, Each: each})
 	}
 	var err error
-	if r.fit, err = fitted(false); err != nil {
+	if r.fit, err = fitted(false, false); err != nil {
 		return r, err
 	}
-	mfit, err := fitted(true)
+	mfit, err := fitted(true, false)
+	if err != nil {
+		return r, err
+	}
+	efit, err := fitted(false, true)
 	if err != nil {
 		return r, err
 	}
@@ -162,7 +192,7 @@ func realiseStep(s stepSample, sp pipe.Spec, prog, trained ir.Program) (realisat
 		p    ir.Program
 		c    sim.Cost
 		into *float64
-	}{{prog, c, &r.base}, {trained, r.fit.Cost(), &r.median}, {trained, mfit.Cost(), &r.mean}} {
+	}{{prog, c, &r.base}, {trained, r.fit.Cost(), &r.median}, {trained, mfit.Cost(), &r.mean}, {trained, efit.Cost(), &r.each}} {
 		res, err := sim.Run(run.p, run.c)
 		if err != nil {
 			return r, err
@@ -198,19 +228,20 @@ func realiseStep(s stepSample, sp pipe.Spec, prog, trained ir.Program) (realisat
 //
 // The gap of a step, wall − base, splits into the host work the trainer
 // adds around the program (median − base: the reduction, AdamW, the loss),
-// compute variance (mean − median: the calls' slow ones, which a typical
-// call leaves out) and what the model still misses (wall − mean: waits the
-// simulator does not see, the runtime's own time, and the calls slowing
-// each other when more ranks compute than the machine has cores).
+// compute variance (each − median: the calls as they ran against a
+// typical call of their stage and kind) and what the model still misses
+// (wall − each: waits the simulator does not see and the runtime's own
+// time; the calls' slowing each other when more ranks compute than the
+// machine has cores is in their durations, so in the variance).
 func writeRealisation(out io.Writer, sp pipe.Spec, rs []realisation) error {
 	fmt.Fprintf(out, "charlm -realise: %s, %d ranks in-process, %d steps after %d warm-up; costs fitted by gen/tune to each step's own trace, ms\n",
 		sp.Schedule, sp.Ranks, len(rs), realiseWarmup)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tmeasured\tsim: program\tratio\t+ host work\tratio\tat means\tratio-eff\tgap: host\tvariance\tnot modelled\topt\tallreduce\tcomm\t")
+	fmt.Fprintln(tw, "step\tmeasured\tsim: program\tratio\t+ host work\tratio\tat means\tratio\teach call\tratio-eff\tgap: host\tvariance\tnot modelled\topt\tallreduce\tcomm\talloc MB\tGCs\tGC pauses\t")
 	for i, r := range rs {
-		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.4f\t\n", i+realiseWarmup+1, r.wall,
-			r.base, r.wall/r.base, r.median, r.wall/r.median, r.mean, r.wall/r.mean,
-			r.median-r.base, r.mean-r.median, r.wall-r.mean, r.fit.Opt, r.fit.AllReduce, r.fit.Comm)
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.4f\t%.0f\t%d\t%.2f\t\n", i+realiseWarmup+1, r.wall,
+			r.base, r.wall/r.base, r.median, r.wall/r.median, r.mean, r.wall/r.mean, r.each, r.wall/r.each,
+			r.median-r.base, r.each-r.median, r.wall-r.each, r.fit.Opt, r.fit.AllReduce, r.fit.Comm, r.gc.allocMB, r.gc.cycles, r.gc.pauseMS)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -226,10 +257,14 @@ func writeRealisation(out io.Writer, sp pipe.Spec, rs []realisation) error {
 		}
 		return xs[len(xs)/2]
 	}
-	fmt.Fprintf(out, "median: measured %.1f ms; ratio %.3f to the program alone at the medians, %.3f with the host work, ratio-eff %.3f at the means\n",
+	fmt.Fprintf(out, "median: measured %.1f ms; ratio %.3f to the program alone at the medians, %.3f with the host work, %.3f at the means, ratio-eff %.3f at each call's duration\n",
 		med(func(r realisation) float64 { return r.wall }), med(func(r realisation) float64 { return r.wall / r.base }),
-		med(func(r realisation) float64 { return r.wall / r.median }), med(func(r realisation) float64 { return r.wall / r.mean }))
-	fmt.Fprintln(out, "per rank, the median over the steps, ms; sim: the simulator's at the means (idle: the makespan less compute and host work)")
+		med(func(r realisation) float64 { return r.wall / r.median }), med(func(r realisation) float64 { return r.wall / r.mean }),
+		med(func(r realisation) float64 { return r.wall / r.each }))
+	fmt.Fprintf(out, "median gap: host work %.1f ms, compute variance %.1f ms, not modelled %.1f ms\n",
+		med(func(r realisation) float64 { return r.median - r.base }), med(func(r realisation) float64 { return r.each - r.median }),
+		med(func(r realisation) float64 { return r.wall - r.each }))
+	fmt.Fprintln(out, "per rank, the median over the steps, ms; sim: the simulator's replay of each call (idle: the makespan less compute and host work)")
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rank\tprogram\tcompute\tsim compute\tidle in program\tsim idle\ttransfers\tALL_REDUCE\tOPT_STEP\tloss\t")
 	for k := range sp.Ranks {
@@ -240,7 +275,7 @@ func writeRealisation(out io.Writer, sp pipe.Spec, rs []realisation) error {
 			sh(func(s rankShare) float64 { return s.program }), sh(func(s rankShare) float64 { return s.compute }),
 			med(func(r realisation) float64 { return r.simBusy[k] }),
 			sh(func(s rankShare) float64 { return s.program - s.compute }),
-			med(func(r realisation) float64 { return r.mean - r.simBusy[k] - r.fit.Opt - 2*(r.fit.Comm+r.fit.AllReduce) }),
+			med(func(r realisation) float64 { return r.each - r.simBusy[k] - r.fit.Opt - 2*(r.fit.Comm+r.fit.AllReduce) }),
 			sh(func(s rankShare) float64 { return s.transfers }), sh(func(s rankShare) float64 { return s.allReduce }),
 			sh(func(s rankShare) float64 { return s.opt }), sh(func(s rankShare) float64 { return s.loss }))
 	}

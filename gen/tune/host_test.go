@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 )
 
@@ -111,5 +112,30 @@ func TestFitCost(t *testing.T) {
 	f.BW = 10
 	if c := f.Cost(); fmt.Sprint(c.Act) != "[4 1]" || c.BW != 10 {
 		t.Errorf("with bw: act %v, bw %g; want [4 1], 10", c.Act, c.BW)
+	}
+}
+
+// TestFitEach: with Options.Each every call's duration is kept by kind,
+// stage and micro-batch (the mean of repeated ones), and Cost hands them to
+// the simulator; calls without a micro-batch are left out.
+func TestFitEach(t *testing.T) {
+	in := microTrace([4]any{0, 0, "F", 1000}, [4]any{0, 1, "F", 3000}, [4]any{0, 1, "F", 5000}, [4]any{0, 0, "I", 500}, [4]any{0, 0, "W", 250}, [4]any{1, 0, "F", 1000}, [4]any{1, 0, "B", 2000})
+	f, err := Read(strings.NewReader(in), Options{Each: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[sim.StepKey]float64{
+		{Kind: ir.Forward, Stage: 0, Micro: 0}: 1, {Kind: ir.Forward, Stage: 0, Micro: 1}: 4,
+		{Kind: ir.BackwardInput, Stage: 0, Micro: 0}: 0.5, {Kind: ir.BackwardWeight, Stage: 0, Micro: 0}: 0.25,
+		{Kind: ir.Forward, Stage: 1, Micro: 0}: 1, {Kind: ir.Backward, Stage: 1, Micro: 0}: 2,
+	}
+	if fmt.Sprint(f.Each) != fmt.Sprint(want) {
+		t.Errorf("Each = %v\nwant %v", f.Each, want)
+	}
+	if c := f.Cost(); len(c.Each) != len(want) {
+		t.Errorf("Cost().Each = %v; want the fit's", c.Each)
+	}
+	if f, err := Read(strings.NewReader(in), Options{}); err != nil || f.Each != nil {
+		t.Errorf("without Each: %v, %v; want nil", f.Each, err)
 	}
 }

@@ -45,7 +45,8 @@
 // n-th ALL_REDUCE or loss span of every rank) taking its shortest span,
 // less comm. Fit.Cost is the whole fit as a sim.Cost; Options.Mean fits
 // the calls' means instead of their medians (a realisation report's
-// costs: what the calls took together).
+// costs: what the calls took together), and Options.Each keeps each
+// call's own duration for the simulator to replay (sim.Cost.Each).
 //
 // The input is untrusted: at most MaxBytes and MaxEvents events, every
 // number range-checked before it is used, stages and ranks within
@@ -91,6 +92,11 @@ type Options struct {
 	// included, as a realisation report compares with the measured step
 	// (examples/charlm -realise); the median is the cost of a typical call.
 	Mean bool
+	// Each keeps every call's own duration in Fit.Each, by kind, stage
+	// and micro-batch (the mean of the calls of one key: a trace of several
+	// iterations), for the simulator to replay them (sim.Cost.Each). Calls
+	// that name no micro-batch are left out of it.
+	Each bool
 }
 
 // Stage is one stage's fitted costs.
@@ -138,13 +144,17 @@ type Fit struct {
 	// Reductions counts them.
 	AllReduce  float64
 	Reductions int
+	// Each is every call's duration, ms, by kind, stage and micro-batch
+	// (Options.Each; nil without).
+	Each map[sim.StepKey]float64
 }
 
 // Cost is the fitted model as the simulator's cost model: the stages' F,
 // I and W (B where the backward was fitted whole), comm, act and bw (act
-// only with a bw), opt and allreduce.
+// only with a bw), opt and allreduce, and each call's duration with
+// Options.Each.
 func (f Fit) Cost() sim.Cost {
-	c := sim.Cost{Comm: f.Comm, BW: f.BW, Opt: f.Opt, AllReduce: f.AllReduce}
+	c := sim.Cost{Comm: f.Comm, BW: f.BW, Opt: f.Opt, AllReduce: f.AllReduce, Each: f.Each}
 	for _, st := range f.Stages {
 		c.F = append(c.F, st.F)
 		if f.BW > 0 { // sizes take no time at infinite bandwidth, and sim refuses them
@@ -252,6 +262,9 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			}
 			return Fit{}, fmt.Errorf("tune: -copies %d, but the trace's micro-batches, over its %d stages, %s; leave -copies out (tune reads it from the micro-batches) or trace the schedule the model is for", opt.Copies, stages, how)
 		}
+	}
+	if opt.Each {
+		out.Each = eachCall(calls)
 	}
 	if copies > 1 {
 		if stages%copies != 0 {
@@ -385,6 +398,28 @@ func stageCall(e chrometrace.Event) (call, error) {
 		return call{}, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
 	}
 	return call{stage: stage, rank: e.Pid, kind: k, micro: micro, dur: dur}, nil
+}
+
+// callKinds are the program's kinds of the calls, in kinds order.
+var callKinds = [...]ir.Kind{ir.Forward, ir.BackwardInput, ir.BackwardWeight, ir.Backward}
+
+// eachCall is the mean duration (ms) of the calls of each kind, stage and
+// micro-batch, of the calls that name one.
+func eachCall(calls []call) map[sim.StepKey]float64 {
+	sum := map[sim.StepKey]float64{}
+	n := map[sim.StepKey]int{}
+	for _, c := range calls {
+		if c.micro < 0 {
+			continue
+		}
+		k := sim.StepKey{Kind: callKinds[c.kind], Stage: c.stage, Micro: c.micro}
+		sum[k] += c.dur / 1e3
+		n[k]++
+	}
+	for k := range sum {
+		sum[k] /= float64(n[k])
+	}
+	return sum
 }
 
 // copiesOf reads the model copies the calls' S stages form from their
