@@ -86,35 +86,45 @@ type realisation struct {
 // ratio measured step / simulated makespan, and where each rank's time
 // went against what the simulator charges.
 func realise(o options, out io.Writer) error {
+	sp, rs, err := measureRealisation(o)
+	if err != nil {
+		return err
+	}
+	return writeRealisation(out, sp, rs)
+}
+
+// measureRealisation runs o's job and fits and simulates each step after
+// the warm-up.
+func measureRealisation(o options) (pipe.Spec, []realisation, error) {
 	if o.transport != "inproc" || o.dp != 1 {
-		return fmt.Errorf("-realise measures the in-process job of one replica; drop -transport %s and -dp %d", o.transport, o.dp)
+		return pipe.Spec{}, nil, fmt.Errorf("-realise measures the in-process job of one replica; drop -transport %s and -dp %d", o.transport, o.dp)
 	}
 	sc, err := lookup(o.schedule)
 	if err != nil {
-		return err
+		return pipe.Spec{}, nil, err
 	}
 	sp := sc.train.Spec
 	prog, err := progtable.Lowered(sp, sc.train.Program)
 	if err != nil {
-		return err
+		return sp, nil, err
 	}
 	trained := progtable.AsTrained(prog)
 	samples, err := measureSteps(o, sc)
 	if err != nil {
-		return err
+		return sp, nil, err
 	}
 	if len(samples) <= realiseWarmup {
-		return fmt.Errorf("-realise needs more than %d steps (-steps %d)", realiseWarmup, o.steps)
+		return sp, nil, fmt.Errorf("-realise needs more than %d steps (-steps %d)", realiseWarmup, o.steps)
 	}
 	var rs []realisation
 	for _, s := range samples[realiseWarmup:] {
 		r, err := realiseStep(s, sp, prog, trained)
 		if err != nil {
-			return fmt.Errorf("step %d: %w", s.rec.Step, err)
+			return sp, nil, fmt.Errorf("step %d: %w", s.rec.Step, err)
 		}
 		rs = append(rs, r)
 	}
-	return writeRealisation(out, sp, rs)
+	return sp, rs, nil
 }
 
 // measureSteps runs the job with a Timeline and keeps every step's.
@@ -246,17 +256,7 @@ func writeRealisation(out io.Writer, sp pipe.Spec, rs []realisation) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	med := func(f func(realisation) float64) float64 {
-		xs := make([]float64, len(rs))
-		for i, r := range rs {
-			xs[i] = f(r)
-		}
-		slices.Sort(xs)
-		if n := len(xs); n%2 == 0 {
-			return (xs[n/2-1] + xs[n/2]) / 2
-		}
-		return xs[len(xs)/2]
-	}
+	med := func(f func(realisation) float64) float64 { return medianOf(rs, f) }
 	fmt.Fprintf(out, "median: measured %.1f ms; ratio %.3f to the program alone at the medians, %.3f with the host work, %.3f at the means, ratio-eff %.3f at each call's duration\n",
 		med(func(r realisation) float64 { return r.wall }), med(func(r realisation) float64 { return r.wall / r.base }),
 		med(func(r realisation) float64 { return r.wall / r.median }), med(func(r realisation) float64 { return r.wall / r.mean }),
@@ -280,4 +280,17 @@ func writeRealisation(out io.Writer, sp pipe.Spec, rs []realisation) error {
 			sh(func(s rankShare) float64 { return s.opt }), sh(func(s rankShare) float64 { return s.loss }))
 	}
 	return tw.Flush()
+}
+
+// medianOf is the median of f over the steps.
+func medianOf(rs []realisation, f func(realisation) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }
