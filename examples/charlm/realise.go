@@ -77,7 +77,8 @@ type realisation struct {
 	fit                      tune.Fit // the medians'
 	gc                       gcShare
 	ranks                    []rankShare
-	simBusy                  []float64 // the simulator's compute per rank in the replay
+	busy                     []contention // by the ranks computing during a call, 1 to P
+	simBusy                  []float64    // the simulator's compute per rank in the replay
 }
 
 // realise trains o's job in-process with a Timeline for o.steps steps and
@@ -210,6 +211,7 @@ func realiseStep(s stepSample, sp pipe.Spec, prog, trained ir.Program) (realisat
 		*run.into, r.simBusy = res.Makespan, res.Busy
 	}
 	r.ranks = make([]rankShare, sp.Ranks)
+	r.busy = contentionOf(s.events, sp.Ranks)
 	ms := func(a, b time.Time) float64 { return float64(b.Sub(a)) / 1e6 }
 	for _, e := range s.events {
 		r.ranks[e.Rank].compute += ms(e.Start, e.End)
@@ -279,7 +281,79 @@ func writeRealisation(out io.Writer, sp pipe.Spec, rs []realisation) error {
 			sh(func(s rankShare) float64 { return s.transfers }), sh(func(s rankShare) float64 { return s.allReduce }),
 			sh(func(s rankShare) float64 { return s.opt }), sh(func(s rankShare) float64 { return s.loss }))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "the calls by how many ranks computed during them (their own included; all steps): how many, and their mean duration over the median of their stage and kind")
+	for k := range sp.Ranks {
+		n, slow := 0, 0.0
+		for _, r := range rs {
+			n, slow = n+r.busy[k].calls, slow+r.busy[k].slow
+		}
+		if n > 0 {
+			fmt.Fprintf(out, "  %d ranks: %d calls at %.2f×", k+1, n, slow/float64(n))
+		}
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+// contention is what the calls that ran beside k-1 other ranks' calls,
+// on average over their time, took against a typical call: their count
+// and the sum of each one's duration over the median of its stage and
+// kind in the step.
+type contention struct {
+	calls int
+	slow  float64 // Σ duration / median
+}
+
+// contentionOf sorts a step's calls by how many ranks computed during
+// them (the call's own rank and the others' calls overlapping it,
+// weighted by the overlap, rounded) and sums how slow each was against
+// the median call of its stage and kind: on 2 cores, a call beside 3
+// others should take about twice a call alone.
+func contentionOf(events []pipe.TimelineEvent, ranks int) []contention {
+	type sk struct {
+		stage int
+		kind  byte
+	}
+	durs := map[sk][]float64{}
+	for _, e := range events {
+		durs[sk{e.Stage, e.Kind}] = append(durs[sk{e.Stage, e.Kind}], float64(e.End.Sub(e.Start)))
+	}
+	med := map[sk]float64{}
+	for k, d := range durs {
+		slices.Sort(d)
+		med[k] = d[len(d)/2]
+	}
+	out := make([]contention, ranks)
+	for _, e := range events {
+		d := float64(e.End.Sub(e.Start))
+		m := med[sk{e.Stage, e.Kind}]
+		if d <= 0 || m <= 0 {
+			continue
+		}
+		beside := 0.0 // other ranks' calls during e, in e's durations
+		for _, o := range events {
+			if o.Rank == e.Rank {
+				continue
+			}
+			end, start := e.End, e.Start
+			if o.End.Before(end) {
+				end = o.End
+			}
+			if o.Start.After(start) {
+				start = o.Start
+			}
+			if end.After(start) {
+				beside += float64(end.Sub(start)) / d
+			}
+		}
+		k := min(int(beside+0.5), ranks-1)
+		out[k].calls++
+		out[k].slow += d / m
+	}
+	return out
 }
 
 // medianOf is the median of f over the steps.
