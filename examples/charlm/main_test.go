@@ -501,7 +501,7 @@ func TestRealise(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	s := out.String()
-	m := regexp.MustCompile(`ratio ([0-9.]+) to the program alone at the medians, ([0-9.]+) with the host work, ([0-9.]+) at the means, ratio-eff ([0-9.]+) at each call`).FindStringSubmatch(s)
+	m := regexp.MustCompile(`ratio ([0-9.]+) to the program alone at the medians, ([0-9.]+) with the host work, ([0-9.]+) on [0-9]+ shared cores, ([0-9.]+) at the means, ratio-eff ([0-9.]+) at each call`).FindStringSubmatch(s)
 	if m == nil {
 		t.Fatalf("no median line:\n%s", s)
 	}

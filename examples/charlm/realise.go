@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"slices"
@@ -74,11 +75,16 @@ type realisation struct {
 	// Mean), and each at every call's own duration (tune's Each, a replay
 	// of the calls as they ran).
 	base, median, mean, each float64
-	fit                      tune.Fit // the medians'
-	gc                       gcShare
-	ranks                    []rankShare
-	busy                     []contention // by the ranks computing during a call, 1 to P
-	simBusy                  []float64    // the simulator's compute per rank in the replay
+	// shared is the makespan at the medians of the calls alone (each
+	// call's duration divided by the sharing of the cores it ran with,
+	// tune's Cores) with the ranks sharing the machine's cores
+	// (sim.RunShared): the model of 4 ranks on fewer cores.
+	shared  float64
+	fit     tune.Fit // the medians'
+	gc      gcShare
+	ranks   []rankShare
+	busy    []contention // by the ranks computing during a call, 1 to P
+	simBusy []float64    // the simulator's compute per rank in the replay
 }
 
 // realise trains o's job in-process with a Timeline for o.steps steps and
@@ -119,7 +125,7 @@ func measureRealisation(o options) (pipe.Spec, []realisation, error) {
 	}
 	var rs []realisation
 	for _, s := range samples[realiseWarmup:] {
-		r, err := realiseStep(s, sp, prog, trained)
+		r, err := realiseStep(s, sp, prog, trained, runtime.GOMAXPROCS(0))
 		if err != nil {
 			return sp, nil, fmt.Errorf("step %d: %w", s.rec.Step, err)
 		}
@@ -180,12 +186,20 @@ func measureSteps(o options, sc schedule) ([]stepSample, error) {
 }
 
 // realiseStep fits and simulates one step and splits its ranks' time.
-func realiseStep(s stepSample, sp pipe.Spec, prog, trained ir.Program) (realisation, error) {
+func realiseStep(s stepSample, sp pipe.Spec, prog, trained ir.Program, cores int) (realisation, error) {
 	r := realisation{wall: s.rec.StepSeconds * 1e3, gc: s.gc}
 	fitted := func(mean, each bool) (tune.Fit, error) {
 		return tune.Read(bytes.NewReader(s.trace), tune.Options{Stages: sp.Stages, Copies: max(sp.Copies, 1), Mean: mean, Each: each})
 	}
-	var err error
+	sfit, err := tune.Read(bytes.NewReader(s.trace), tune.Options{Stages: sp.Stages, Copies: max(sp.Copies, 1), Cores: cores})
+	if err != nil {
+		return r, err
+	}
+	res, err := sim.RunShared(trained, sfit.Cost(), cores)
+	if err != nil {
+		return r, err
+	}
+	r.shared = res.Makespan
 	if r.fit, err = fitted(false, false); err != nil {
 		return r, err
 	}
@@ -249,19 +263,20 @@ func writeRealisation(out io.Writer, sp pipe.Spec, rs []realisation) error {
 	fmt.Fprintf(out, "charlm -realise: %s, %d ranks in-process, %d steps after %d warm-up; costs fitted by gen/tune to each step's own trace, ms\n",
 		sp.Schedule, sp.Ranks, len(rs), realiseWarmup)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tmeasured\tsim: program\tratio\t+ host work\tratio\tat means\tratio\teach call\tratio-eff\tgap: host\tvariance\tnot modelled\topt\tallreduce\tcomm\talloc MB\tGCs\tGC pauses\t")
+	fmt.Fprintln(tw, "step\tmeasured\tsim: program\tratio\t+ host work\tratio\tshared cores\tratio\tat means\tratio\teach call\tratio-eff\tgap: host\tvariance\tnot modelled\topt\tallreduce\tcomm\talloc MB\tGCs\tGC pauses\t")
 	for i, r := range rs {
-		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.4f\t%.0f\t%d\t%.2f\t\n", i+realiseWarmup+1, r.wall,
-			r.base, r.wall/r.base, r.median, r.wall/r.median, r.mean, r.wall/r.mean, r.each, r.wall/r.each,
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.3f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.4f\t%.0f\t%d\t%.2f\t\n", i+realiseWarmup+1, r.wall,
+			r.base, r.wall/r.base, r.median, r.wall/r.median, r.shared, r.wall/r.shared, r.mean, r.wall/r.mean, r.each, r.wall/r.each,
 			r.median-r.base, r.each-r.median, r.wall-r.each, r.fit.Opt, r.fit.AllReduce, r.fit.Comm, r.gc.allocMB, r.gc.cycles, r.gc.pauseMS)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	med := func(f func(realisation) float64) float64 { return medianOf(rs, f) }
-	fmt.Fprintf(out, "median: measured %.1f ms; ratio %.3f to the program alone at the medians, %.3f with the host work, %.3f at the means, ratio-eff %.3f at each call's duration\n",
+	fmt.Fprintf(out, "median: measured %.1f ms; ratio %.3f to the program alone at the medians, %.3f with the host work, %.3f on %d shared cores, %.3f at the means, ratio-eff %.3f at each call's duration\n",
 		med(func(r realisation) float64 { return r.wall }), med(func(r realisation) float64 { return r.wall / r.base }),
-		med(func(r realisation) float64 { return r.wall / r.median }), med(func(r realisation) float64 { return r.wall / r.mean }),
+		med(func(r realisation) float64 { return r.wall / r.median }), med(func(r realisation) float64 { return r.wall / r.shared }), runtime.GOMAXPROCS(0),
+		med(func(r realisation) float64 { return r.wall / r.mean }),
 		med(func(r realisation) float64 { return r.wall / r.each }))
 	fmt.Fprintf(out, "median gap: host work %.1f ms, compute variance %.1f ms, not modelled %.1f ms\n",
 		med(func(r realisation) float64 { return r.median - r.base }), med(func(r realisation) float64 { return r.each - r.median }),

@@ -139,3 +139,37 @@ func TestFitEach(t *testing.T) {
 		t.Errorf("without Each: %v, %v; want nil", f.Each, err)
 	}
 }
+
+// TestFitCores: with Options.Cores each call is divided by the sharing of
+// the cores it ran with: two ranks' calls that overlap fully on one core
+// took twice their time alone; a call alone keeps its duration; with two
+// cores neither is scaled.
+func TestFitCores(t *testing.T) {
+	// Stage 0 on rank 0 and stage 1 on rank 1 (microTrace's stage%2),
+	// calls at ts = their row: F of both from 0 (the second from 1) for
+	// 4000 µs, so they overlap over 3/4 of each; I and W alone, far apart.
+	in := `{"traceEvents":[` +
+		`{"name":"c","cat":"compute","ph":"X","pid":0,"tid":0,"ts":0,"dur":4000,"args":{"stage":0,"micro":0,"kind":"F"}},` +
+		`{"name":"c","cat":"compute","ph":"X","pid":1,"tid":0,"ts":1000,"dur":4000,"args":{"stage":1,"micro":0,"kind":"F"}},` +
+		`{"name":"c","cat":"compute","ph":"X","pid":1,"tid":0,"ts":10000,"dur":2000,"args":{"stage":1,"micro":0,"kind":"I"}},` +
+		`{"name":"c","cat":"compute","ph":"X","pid":1,"tid":0,"ts":20000,"dur":1000,"args":{"stage":1,"micro":0,"kind":"W"}},` +
+		`{"name":"c","cat":"compute","ph":"X","pid":0,"tid":0,"ts":30000,"dur":2000,"args":{"stage":0,"micro":0,"kind":"I"}},` +
+		`{"name":"c","cat":"compute","ph":"X","pid":0,"tid":0,"ts":40000,"dur":1000,"args":{"stage":0,"micro":0,"kind":"W"}}]}`
+	for _, tc := range []struct {
+		cores int
+		f     float64
+	}{{0, 4}, {2, 4}, {1, 4 / 1.75}} {
+		f, err := Read(strings.NewReader(in), Options{Cores: tc.cores})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s, st := range f.Stages {
+			if !near(st.F, tc.f) || !near(st.I, 2) || !near(st.W, 1) {
+				t.Errorf("cores %d: stage %d: F %g, I %g, W %g; want %g, 2, 1", tc.cores, s, st.F, st.I, st.W, tc.f)
+			}
+		}
+	}
+	if _, err := Read(strings.NewReader(in), Options{Cores: -1}); err == nil || !strings.Contains(err.Error(), "cores") {
+		t.Errorf("-1 cores: err = %v; want one about cores", err)
+	}
+}

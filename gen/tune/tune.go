@@ -45,8 +45,10 @@
 // n-th ALL_REDUCE or loss span of every rank) taking its shortest span,
 // less comm. Fit.Cost is the whole fit as a sim.Cost; Options.Mean fits
 // the calls' means instead of their medians (a realisation report's
-// costs: what the calls took together), and Options.Each keeps each
-// call's own duration for the simulator to replay (sim.Cost.Each).
+// costs: what the calls took together), Options.Each keeps each call's
+// own duration for the simulator to replay (sim.Cost.Each), and
+// Options.Cores divides each call by the sharing of the cores it ran
+// with, for sim.RunShared.
 //
 // The input is untrusted: at most MaxBytes and MaxEvents events, every
 // number range-checked before it is used, stages and ranks within
@@ -97,6 +99,13 @@ type Options struct {
 	// iterations), for the simulator to replay them (sim.Cost.Each). Calls
 	// that name no micro-batch are left out of it.
 	Each bool
+	// Cores, when not 0, is the number of cores the trace's ranks shared
+	// (every rank in one process on a machine of that many): each call's
+	// duration is divided by max(1, n/Cores) before the fit, n the ranks
+	// computing during it (its own included, on average over its time,
+	// sim.Sharing), which gives the costs of calls alone that
+	// sim.RunShared scales back up by the sharing its timeline shows.
+	Cores int
 }
 
 // Stage is one stage's fitted costs.
@@ -186,6 +195,9 @@ func Read(r io.Reader, opt Options) (Fit, error) {
 	if opt.Stages < 0 || opt.Stages > ir.MaxIndex+1 {
 		return Fit{}, fmt.Errorf("tune: -stages %d; want 0 (any) or 1 to %d", opt.Stages, ir.MaxIndex+1)
 	}
+	if opt.Cores < 0 || opt.Cores > ir.MaxIndex+1 {
+		return Fit{}, fmt.Errorf("tune: %d cores; want 0 (not shared) or 1 to %d", opt.Cores, ir.MaxIndex+1)
+	}
 	if opt.Copies < 0 || opt.Copies > ir.MaxIndex+1 {
 		return Fit{}, fmt.Errorf("tune: -copies %d; want 0 or 1 (one model copy), or the copies the stages form (dualpipe: 2)", opt.Copies)
 	}
@@ -200,7 +212,7 @@ func Read(r io.Reader, opt Options) (Fit, error) {
 type call struct {
 	stage, rank, kind int
 	micro             int     // -1: not given
-	dur               float64 // µs
+	ts, dur           float64 // µs
 }
 
 func fit(f chrometrace.File, opt Options) (Fit, error) {
@@ -262,6 +274,9 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			}
 			return Fit{}, fmt.Errorf("tune: -copies %d, but the trace's micro-batches, over its %d stages, %s; leave -copies out (tune reads it from the micro-batches) or trace the schedule the model is for", opt.Copies, stages, how)
 		}
+	}
+	if opt.Cores > 0 {
+		alone(calls, opt.Cores)
 	}
 	if opt.Each {
 		out.Each = eachCall(calls)
@@ -397,7 +412,19 @@ func stageCall(e chrometrace.Event) (call, error) {
 	if !(dur >= 0 && dur <= MaxDur) { // NaN fails both
 		return call{}, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
 	}
-	return call{stage: stage, rank: e.Pid, kind: k, micro: micro, dur: dur}, nil
+	return call{stage: stage, rank: e.Pid, kind: k, micro: micro, ts: *e.Ts, dur: dur}, nil
+}
+
+// alone divides each call's duration by max(1, n/cores), n the ranks
+// computing during it (sim.Sharing of the calls as a timeline).
+func alone(calls []call, cores int) {
+	evs := make([]sim.Event, len(calls))
+	for i, c := range calls {
+		evs[i] = sim.Event{Rank: c.rank, Step: ir.Step{Kind: callKinds[c.kind]}, Start: c.ts, End: c.ts + c.dur}
+	}
+	for i, n := range sim.Sharing(evs) {
+		calls[i].dur /= max(1, n/float64(cores))
+	}
 }
 
 // callKinds are the program's kinds of the calls, in kinds order.
