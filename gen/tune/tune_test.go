@@ -151,6 +151,12 @@ func FuzzRead(f *testing.F) {
 	// A trainer's host spans.
 	f.Add([]byte(withSpans(trace([][3][]float64{{{1}, {2}, {3}}}), [4]any{0, "OPT_STEP", 5, 7}, [4]any{0, "ALL_REDUCE", 9, 2}, [4]any{0, "loss", 12, 1})))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The realisation report's fits resolve as cost models.
+		if fit, err := Read(bytes.NewReader(in), Options{Mean: true, Each: true, Cores: 2}); err == nil {
+			if _, err := fit.Cost().Resolve(len(fit.Stages)); err != nil {
+				t.Fatalf("the fit's cost model does not resolve: %v", err)
+			}
+		}
 		fit, err := Read(bytes.NewReader(in), Options{})
 		if err != nil {
 			return
