@@ -102,6 +102,12 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 	default:
 		fmt.Fprintf(&b, "comm %.4g ms + size / bw %.4g KiB per ms: fitted to %d sends\n", fit.Comm, fit.BW, fit.Sends)
 	}
+	if fit.OptSteps > 0 || fit.Reductions > 0 {
+		// The trainer's host work (runtime/train's spans): the model file
+		// has no keys for it; the simulator takes it as -cost keys.
+		fmt.Fprintf(&b, "opt %.4g ms (the slowest rank's median OPT_STEP of %d), allreduce %.4g ms beyond comm (the median of %d reductions): -cost opt=%.4g,allreduce=%.4g\n",
+			fit.Opt, fit.OptSteps, fit.AllReduce, fit.Reductions, fit.Opt, fit.AllReduce)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

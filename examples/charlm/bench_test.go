@@ -32,3 +32,24 @@ func BenchmarkStep(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRealisation: charlm -realise over b.N measured steps (after a
+// warm-up step) of the default model, reporting the median step and its
+// median ratios to the simulated makespan at the costs fitted to each
+// step's trace: the program alone at the calls' medians (ratio), with the
+// trainer's host work (ratio-host), at the calls' means (ratio-means) and
+// replaying each call (ratio-eff).
+func BenchmarkRealisation(b *testing.B) {
+	o := defaultOptions()
+	o.steps = b.N + realiseWarmup
+	_, rs, err := measureRealisation(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	med := func(f func(realisation) float64) float64 { return medianOf(rs, f) }
+	b.ReportMetric(med(func(r realisation) float64 { return r.wall }), "ms/step")
+	b.ReportMetric(med(func(r realisation) float64 { return r.wall / r.base }), "ratio")
+	b.ReportMetric(med(func(r realisation) float64 { return r.wall / r.median }), "ratio-host")
+	b.ReportMetric(med(func(r realisation) float64 { return r.wall / r.mean }), "ratio-means")
+	b.ReportMetric(med(func(r realisation) float64 { return r.wall / r.each }), "ratio-eff")
+}

@@ -10,6 +10,7 @@
 //	go run ./examples/charlm prepare -out DIR       # write the text as token shards (runtime/data)
 //	go run ./examples/charlm -data DIR -metrics m.jsonl -ckpt ck -ckpt-every 10
 //	go run ./examples/charlm -data DIR -resume ck   # continue from the checkpoint
+//	go run ./examples/charlm -realise               # measured steps against the simulated makespan
 //
 // The model: a token and position embedding, -blocks pre-norm transformer
 // blocks (causal multi-head self-attention and a GELU MLP, each in a
@@ -47,6 +48,14 @@
 // ranks × N), each on its share of N times the micro-batches (the
 // sampler's global order: -check's reference trains on the whole global
 // batch). -trace writes the last step's measured timeline (in-process).
+// -realise (realise.go) trains -steps steps (6 unless given) in-process
+// with a measured timeline and prints, for each step after the first, its
+// wall time against gen/sim's makespan of the same program (the Program
+// table, as runtime/train runs it: the norm's and the loss's reductions
+// and the optimizer step included) at the costs gen/tune fits to that
+// step's own trace, at the calls' medians and their means, with the gap
+// split into the host work, compute variance and what the model does not
+// see, and where each rank's time went.
 // With -transport tcp and no launcher's variables in the environment the
 // command launches four copies of itself (as examples/mlp does, through
 // runtime/launch) and each runs one rank; rank 0 prints the losses. Both
@@ -86,6 +95,7 @@ type options struct {
 	seed      uint64
 	svg       string
 	trace     string
+	realise   bool   // -realise: the measured step against the simulated makespan
 	metrics   string // -metrics: a JSONL file, or - for stdout
 	data      string // -data: prepare's token shards; "" prepares them
 	ckpt      string
@@ -141,6 +151,7 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the initial weights and of the training windows")
 	fs.StringVar(&o.svg, "svg", "", "write the loss curve (training and validation loss against step) to this SVG file")
 	fs.StringVar(&o.trace, "trace", "", "in-process: write the last training step's measured timeline to this file as a Chrome trace")
+	fs.BoolVar(&o.realise, "realise", false, "in-process: train -steps steps (6 unless given) with a measured timeline and print each step's wall time against the simulated makespan of the program at the costs ppgen tune fits to that step, and where each rank's time went")
 	fs.StringVar(&o.goroot, "goroot", "", "the Go installation whose src/ is the text (default: `go env GOROOT`)")
 	fs.DurationVar(&o.timeout, "timeout", 0, fmt.Sprintf("fail a send or receive that makes no progress for this long (0: PPGEN_TIMEOUT, else %v)", transport.DefaultTimeout))
 	fs.IntVar(&o.sh.Dim, "dim", o.sh.Dim, "model width")
@@ -157,6 +168,9 @@ func main() {
 	if o.check && !flagSet(fs, "steps") {
 		o.steps = checkSteps
 	}
+	if o.realise && !flagSet(fs, "steps") {
+		o.steps = realiseSteps
+	}
 	o.sh.Hidden = 4 * o.sh.Dim
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "charlm:", err)
@@ -164,7 +178,9 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
-	if world.SelfLaunch(o.transport) {
+	if o.realise {
+		err = realise(o, os.Stdout)
+	} else if world.SelfLaunch(o.transport) {
 		err = launchSelf(o, logger)
 	} else {
 		err = run(o, os.Stdout, logger)
@@ -178,6 +194,9 @@ func main() {
 // checkSteps is -check's number of steps unless -steps is given: each
 // TCP rank trains the whole sequential reference too.
 const checkSteps = 5
+
+// realiseSteps is -realise's number of steps unless -steps is given.
+const realiseSteps = 6
 
 // flagSet reports whether the command line set the flag name.
 func flagSet(fs *flag.FlagSet, name string) bool {

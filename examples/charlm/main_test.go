@@ -488,3 +488,41 @@ func TestResume(t *testing.T) {
 		}
 	}
 }
+
+// TestRealise: -realise on the small model prints a row per measured step
+// and the per-rank breakdown, its ratios finite and positive, and the
+// simulator's compute at the calls' means equal to the calls' measured
+// sum on every rank (the same calls, charged as they ran).
+func TestRealise(t *testing.T) {
+	o := small()
+	o.steps, o.realise = 3, true
+	var out bytes.Buffer
+	if err := realise(o, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	m := regexp.MustCompile(`ratio ([0-9.]+) to the program alone at the medians, ([0-9.]+) with the host work, ([0-9.]+) on [0-9]+ shared cores, ([0-9.]+) at the means, ratio-eff ([0-9.]+) at each call`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("no median line:\n%s", s)
+	}
+	for _, v := range m[1:] {
+		if f, err := strconv.ParseFloat(v, 64); err != nil || !(f > 0) || math.IsInf(f, 0) {
+			t.Errorf("ratio %q; want a positive number\n%s", v, s)
+		}
+	}
+	rows := regexp.MustCompile(`(?m)^\s+([0-3])\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s`).FindAllStringSubmatch(s[strings.Index(s, "per rank"):], -1)
+	if len(rows) != 4 {
+		t.Fatalf("%d rank rows, want 4:\n%s", len(rows), s)
+	}
+	for _, r := range rows {
+		got, _ := strconv.ParseFloat(r[3], 64)
+		sim, _ := strconv.ParseFloat(r[4], 64)
+		if math.Abs(got-sim) > 0.11 { // both rounded to 0.1 ms
+			t.Errorf("rank %s: compute %s ms measured, %s simulated at the means; want equal\n%s", r[1], r[3], r[4], s)
+		}
+	}
+	o.steps = 1
+	if err := realise(o, io.Discard); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("-realise -steps 1: err = %v; want one asking for more steps", err)
+	}
+}

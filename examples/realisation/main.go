@@ -55,7 +55,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/abi"
-	"github.com/ppgen/ppgen/gen/emit"
+	"github.com/ppgen/ppgen/examples/internal/program"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/generated/interleaved"
@@ -168,18 +168,10 @@ func run(out io.Writer, sched, tr string, iters int) error {
 	return tw.Flush()
 }
 
-// lowered reads the catalog program back from its Program table and checks
-// that it is exactly the program the rank functions run: its fingerprint
-// must equal the generated Fingerprint.
+// lowered reads the catalog program back from its Program table, checked
+// against the generated Fingerprint.
 func lowered(sc schedule) (ir.Program, error) {
-	p, err := programOf(sc.spec, sc.program)
-	if err != nil {
-		return ir.Program{}, err
-	}
-	if fp := emit.Fingerprint(p); fp != sc.spec.Fingerprint {
-		return ir.Program{}, fmt.Errorf("%s: the Program table does not hash to the generated Fingerprint (%s != %s)", sc.name, fp, sc.spec.Fingerprint)
-	}
-	return p, nil
+	return program.Lowered(sc.spec, sc.program)
 }
 
 // makespan simulates p under the cost model spec and returns the makespan
@@ -194,29 +186,6 @@ func makespan(p ir.Program, spec string) (float64, error) {
 		return 0, err
 	}
 	return res.Makespan, nil
-}
-
-// programOf turns a generated Program table back into the lowered ir.Program.
-func programOf(spec pipe.Spec, ops [][]pipe.Op) (ir.Program, error) {
-	pl, err := ir.Table(spec.Ranks, spec.RankOf)
-	if err != nil {
-		return ir.Program{}, err
-	}
-	p := ir.NewProgram(pl, spec.Micro)
-	for r, row := range ops {
-		for _, op := range row {
-			k := op.Kind // pipe.OpKind and ir.Kind are one type, abi.Kind
-			if !k.Valid() || k.IsOverlap() {
-				return ir.Program{}, fmt.Errorf("rank %d: op %v: kind not supported here", r, op)
-			}
-			st := ir.Step{Kind: k, Stage: int(op.Stage), Micro: int(op.Micro), Peer: int(op.Peer), Slot: int(op.Slot)}
-			if k == ir.OptStep {
-				st = ir.Step{Kind: k, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
-			}
-			p.Ranks[r] = append(p.Ranks[r], st)
-		}
-	}
-	return p, nil
 }
 
 // kind indexes the stage calls: F, I (BackwardInput), W (BackwardWeight).

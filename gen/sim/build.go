@@ -302,6 +302,11 @@ func (s *simulator) recvOn(idx *indexes, r int, k ir.Kind, stage, micro int) int
 }
 
 func (c *Cost) computeCost(st ir.Step) float64 {
+	if c.Each != nil {
+		if d, ok := c.Each[StepKey{st.Kind, st.Stage, st.Micro}]; ok {
+			return d
+		}
+	}
 	switch st.Kind {
 	case ir.Forward:
 		return of(c.F, st.Stage)

@@ -90,6 +90,20 @@ type Cost struct {
 	// dropped), one value for every stage or one per stage; nil (the
 	// default) is the stage's F. Resolve keeps it nil when not given.
 	R []float64
+
+	// Each, when not nil, gives compute steps their own durations by
+	// kind (F, B, I, W), stage and micro-batch, over the stages' F, B, I
+	// and W: a replay of the calls a run measured (gen/tune's
+	// Options.Each, examples/charlm -realise). A step it does not hold
+	// keeps its stage's cost. It has no command-line key.
+	Each map[StepKey]float64
+}
+
+// StepKey names a compute step of a program: its kind, stage and
+// micro-batch (Cost.Each).
+type StepKey struct {
+	Kind         ir.Kind
+	Stage, Micro int
 }
 
 // MaxCost bounds every value of a cost model: far beyond any real ratio
@@ -365,6 +379,11 @@ func (c Cost) Resolve(stages int) (Cost, error) {
 			if err := checkValue(k, l[0]); err != nil {
 				return Cost{}, err
 			}
+		}
+	}
+	for k, v := range c.Each {
+		if err := checkValue(k.Kind.String(), v); err != nil {
+			return Cost{}, fmt.Errorf("stage %d, micro-batch %d: %w", k.Stage, k.Micro, err)
 		}
 	}
 	for _, kk := range kindKeys {

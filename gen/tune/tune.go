@@ -37,6 +37,19 @@
 // last, or one whose successor is on its rank); params are 1, as the
 // timeline measures time, not parameters.
 //
+// A trainer's host work around the program (runtime/train records it as
+// Timeline spans: category host, args.kind OPT_STEP, ALL_REDUCE, loss)
+// gives opt and allreduce, the simulator's costs of OPT_STEP and of an
+// ALL_REDUCE beyond comm (host.go): opt the largest of the ranks' median
+// OPT_STEP spans, allreduce the median reduction, each reduction (the
+// n-th ALL_REDUCE or loss span of every rank) taking its shortest span,
+// less comm. Fit.Cost is the whole fit as a sim.Cost; Options.Mean fits
+// the calls' means instead of their medians (a realisation report's
+// costs: what the calls took together), Options.Each keeps each call's
+// own duration for the simulator to replay (sim.Cost.Each), and
+// Options.Cores divides each call by the sharing of the cores it ran
+// with, for sim.RunShared.
+//
 // The input is untrusted: at most MaxBytes and MaxEvents events, every
 // number range-checked before it is used, stages and ranks within
 // gen/ir's limits.
@@ -76,6 +89,23 @@ type Options struct {
 	// trace's micro-batches (one copy when they are not given); a value
 	// the micro-batches contradict is refused.
 	Copies int
+	// Mean fits each stage's F, I, W (or B) to the mean of its calls
+	// rather than the median: what the calls took together, slow ones
+	// included, as a realisation report compares with the measured step
+	// (examples/charlm -realise); the median is the cost of a typical call.
+	Mean bool
+	// Each keeps every call's own duration in Fit.Each, by kind, stage
+	// and micro-batch (the mean of the calls of one key: a trace of several
+	// iterations), for the simulator to replay them (sim.Cost.Each). Calls
+	// that name no micro-batch are left out of it.
+	Each bool
+	// Cores, when not 0, is the number of cores the trace's ranks shared
+	// (every rank in one process on a machine of that many): each call's
+	// duration is divided by max(1, n/Cores) before the fit, n the ranks
+	// computing during it (its own included, on average over its time,
+	// sim.Sharing), which gives the costs of calls alone that
+	// sim.RunShared scales back up by the sharing its timeline shows.
+	Cores int
 }
 
 // Stage is one stage's fitted costs.
@@ -108,6 +138,45 @@ type Fit struct {
 	Unsized    int     // of Sends, those without a size: all of them means comm alone, no bw
 	Comm       float64 // a send's fixed time, ms
 	BW         float64 // KiB per ms (0: infinite)
+	// Opt is the optimizer's step (the trainer's OPT_STEP spans, category
+	// host), ms: the median span of each rank, the largest of them (every
+	// rank leaves the reduction before it together, so the slowest ends the
+	// iteration); 0 without spans. OptSteps counts the spans.
+	Opt      float64
+	OptSteps int
+	// AllReduce is a reduction of every rank beyond Comm (sim.Cost's
+	// allreduce), ms: each reduction (the n-th ALL_REDUCE span of every
+	// rank; the n-th loss span, the loss a trainer gathers after the
+	// optimizer, likewise) takes the shortest of its ranks' spans (the
+	// others include waiting for the last rank to arrive), and AllReduce
+	// is the median of them less Comm (at least 0); 0 without spans.
+	// Reductions counts them.
+	AllReduce  float64
+	Reductions int
+	// Each is every call's duration, ms, by kind, stage and micro-batch
+	// (Options.Each; nil without).
+	Each map[sim.StepKey]float64
+}
+
+// Cost is the fitted model as the simulator's cost model: the stages' F,
+// I and W (B where the backward was fitted whole), comm, act and bw (act
+// only with a bw), opt and allreduce, and each call's duration with
+// Options.Each.
+func (f Fit) Cost() sim.Cost {
+	c := sim.Cost{Comm: f.Comm, BW: f.BW, Opt: f.Opt, AllReduce: f.AllReduce, Each: f.Each}
+	for _, st := range f.Stages {
+		c.F = append(c.F, st.F)
+		if f.BW > 0 { // sizes take no time at infinite bandwidth, and sim refuses them
+			c.Act = append(c.Act, st.Act)
+		}
+		if st.Full() {
+			c.B = append(c.B, st.B)
+			c.I, c.W = append(c.I, st.B/2), append(c.W, st.B/2) // gen/model's even split
+		} else {
+			c.B, c.I, c.W = append(c.B, st.I+st.W), append(c.I, st.I), append(c.W, st.W)
+		}
+	}
+	return c
 }
 
 // maxTransfer is the largest transfer, in bytes (1 TiB: in KiB within
@@ -126,6 +195,9 @@ func Read(r io.Reader, opt Options) (Fit, error) {
 	if opt.Stages < 0 || opt.Stages > ir.MaxIndex+1 {
 		return Fit{}, fmt.Errorf("tune: -stages %d; want 0 (any) or 1 to %d", opt.Stages, ir.MaxIndex+1)
 	}
+	if opt.Cores < 0 || opt.Cores > ir.MaxIndex+1 {
+		return Fit{}, fmt.Errorf("tune: %d cores; want 0 (not shared) or 1 to %d", opt.Cores, ir.MaxIndex+1)
+	}
 	if opt.Copies < 0 || opt.Copies > ir.MaxIndex+1 {
 		return Fit{}, fmt.Errorf("tune: -copies %d; want 0 or 1 (one model copy), or the copies the stages form (dualpipe: 2)", opt.Copies)
 	}
@@ -140,12 +212,13 @@ func Read(r io.Reader, opt Options) (Fit, error) {
 type call struct {
 	stage, rank, kind int
 	micro             int     // -1: not given
-	dur               float64 // µs
+	ts, dur           float64 // µs
 }
 
 func fit(f chrometrace.File, opt Options) (Fit, error) {
 	var calls []call
 	var sends []send
+	var spans []span
 	var out Fit
 	stages := 0
 	for i, e := range f.Events {
@@ -156,6 +229,16 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			}
 			if ok {
 				sends = append(sends, s)
+			}
+			continue
+		}
+		if e.Ph == chrometrace.Complete && e.Cat == "host" {
+			sp, ok, err := spanOf(e)
+			if err != nil {
+				return Fit{}, fmt.Errorf("tune: event %d (%q): %w", i, clip(e.Name), err)
+			}
+			if ok {
+				spans = append(spans, sp)
 			}
 			continue
 		}
@@ -192,6 +275,12 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			return Fit{}, fmt.Errorf("tune: -copies %d, but the trace's micro-batches, over its %d stages, %s; leave -copies out (tune reads it from the micro-batches) or trace the schedule the model is for", opt.Copies, stages, how)
 		}
 	}
+	if opt.Cores > 0 {
+		alone(calls, opt.Cores)
+	}
+	if opt.Each {
+		out.Each = eachCall(calls)
+	}
 	if copies > 1 {
 		if stages%copies != 0 {
 			return Fit{}, fmt.Errorf("tune: the trace's %d stages do not form %d model copies", stages, copies)
@@ -221,6 +310,10 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			st.Rank = -1
 		}
 	}
+	typical := median
+	if opt.Mean {
+		typical = mean
+	}
 	for s := range out.Stages {
 		st := &out.Stages[s]
 		st.BCalls = len(durs[s][kindB])
@@ -228,7 +321,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			st.Calls[k] = len(durs[s][k])
 		}
 		if st.Full() {
-			st.B = median(durs[s][kindB]) / 1e3
+			st.B = typical(durs[s][kindB]) / 1e3
 		}
 		for k, dst := range []*float64{&st.F, &st.I, &st.W} {
 			n := st.Calls[k]
@@ -242,7 +335,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 				}
 				return Fit{}, fmt.Errorf("tune: stage %d has no %c calls (of %d stages); a model needs every stage's F, and I and W or B: %s", s, kinds[k], stages, why)
 			}
-			*dst = median(durs[s][k]) / 1e3
+			*dst = typical(durs[s][k]) / 1e3
 		}
 	}
 	acts := make([][]float64, stages)
@@ -264,6 +357,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 		}
 	}
 	out.Comm, out.BW = fitComm(sends)
+	out.Opt, out.OptSteps, out.AllReduce, out.Reductions = fitHost(spans, out.Comm)
 	if m, ok := f.OtherData.(map[string]any); ok {
 		if name, ok := m["schedule"].(string); ok && len(name) <= 256 {
 			out.Schedule = name
@@ -318,7 +412,41 @@ func stageCall(e chrometrace.Event) (call, error) {
 	if !(dur >= 0 && dur <= MaxDur) { // NaN fails both
 		return call{}, fmt.Errorf("dur = %g µs; want a finite duration in [0, %g]", dur, float64(MaxDur))
 	}
-	return call{stage: stage, rank: e.Pid, kind: k, micro: micro, dur: dur}, nil
+	return call{stage: stage, rank: e.Pid, kind: k, micro: micro, ts: *e.Ts, dur: dur}, nil
+}
+
+// alone divides each call's duration by max(1, n/cores), n the ranks
+// computing during it (sim.Sharing of the calls as a timeline).
+func alone(calls []call, cores int) {
+	evs := make([]sim.Event, len(calls))
+	for i, c := range calls {
+		evs[i] = sim.Event{Rank: c.rank, Step: ir.Step{Kind: callKinds[c.kind]}, Start: c.ts, End: c.ts + c.dur}
+	}
+	for i, n := range sim.Sharing(evs) {
+		calls[i].dur /= max(1, n/float64(cores))
+	}
+}
+
+// callKinds are the program's kinds of the calls, in kinds order.
+var callKinds = [...]ir.Kind{ir.Forward, ir.BackwardInput, ir.BackwardWeight, ir.Backward}
+
+// eachCall is the mean duration (ms) of the calls of each kind, stage and
+// micro-batch, of the calls that name one.
+func eachCall(calls []call) map[sim.StepKey]float64 {
+	sum := map[sim.StepKey]float64{}
+	n := map[sim.StepKey]int{}
+	for _, c := range calls {
+		if c.micro < 0 {
+			continue
+		}
+		k := sim.StepKey{Kind: callKinds[c.kind], Stage: c.stage, Micro: c.micro}
+		sum[k] += c.dur / 1e3
+		n[k]++
+	}
+	for k := range sum {
+		sum[k] /= float64(n[k])
+	}
+	return sum
 }
 
 // copiesOf reads the model copies the calls' S stages form from their
@@ -462,6 +590,15 @@ func median(xs []float64) float64 {
 		return xs[n/2]
 	}
 	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// mean is the mean of xs.
+func mean(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 func clip(s string) string {

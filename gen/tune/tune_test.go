@@ -148,7 +148,15 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"comm","ph":"X","pid":0,"ts":1,"dur":250,"args":{"stage":0,"kind":"SEND_F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"I"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"W"}}]}`))
 	// Full backwards, micro-batches of two copies, an overlap step.
 	f.Add([]byte(microTrace([4]any{0, 0, "F", 1}, [4]any{0, 0, "B", 2}, [4]any{1, 1, "F", 1}, [4]any{1, 1, "B", 2}, [4]any{1, 1, "OVERLAP_F_B", 3})))
+	// A trainer's host spans.
+	f.Add([]byte(withSpans(trace([][3][]float64{{{1}, {2}, {3}}}), [4]any{0, "OPT_STEP", 5, 7}, [4]any{0, "ALL_REDUCE", 9, 2}, [4]any{0, "loss", 12, 1})))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The realisation report's fits resolve as cost models.
+		if fit, err := Read(bytes.NewReader(in), Options{Mean: true, Each: true, Cores: 2}); err == nil {
+			if _, err := fit.Cost().Resolve(len(fit.Stages)); err != nil {
+				t.Fatalf("the fit's cost model does not resolve: %v", err)
+			}
+		}
 		fit, err := Read(bytes.NewReader(in), Options{})
 		if err != nil {
 			return

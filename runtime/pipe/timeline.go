@@ -21,6 +21,7 @@ type Timeline struct {
 	mu        sync.Mutex
 	events    []TimelineEvent
 	transfers []TimelineTransfer
+	spans     []TimelineSpan
 	epoch     atomic.Uint64 // bumped by Reset: the wrappers restart their counts
 }
 
@@ -53,6 +54,7 @@ func (t *Timeline) Reset() {
 	t.mu.Lock()
 	t.events = t.events[:0]
 	t.transfers = t.transfers[:0]
+	t.spans = t.spans[:0]
 	t.mu.Unlock()
 	t.epoch.Add(1) // the counters live in the stage wrappers
 }
@@ -148,7 +150,8 @@ func (s *timedStage) BackwardWeight(saved any, dy *tensor.Dense) error {
 // halves, "3I17" and "3W17"); with nil, by kind and count ("3F#5"). The
 // transfers are events of category comm on thread 1, named by their step
 // ("3SEND_F17"), with args stage, micro, peer, kind ("send" or "recv"),
-// op (the step's kind, "SEND_F") and bytes. The file is written by internal/chrometrace (its one-line
+// op (the step's kind, "SEND_F") and bytes; the spans (AddSpan) are events
+// of category host on thread 2. The file is written by internal/chrometrace (its one-line
 // form), the writer of the simulated trace too.
 func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 	events := t.Events()
@@ -210,6 +213,7 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		}
 		out = append(out, ev)
 	}
+	out = t.appendSpans(out, nameRank)
 	f := chrometrace.File{DisplayTimeUnit: "ms", Events: out,
 		OtherData: map[string]string{"schedule": name, "source": "measured (pipe.Timeline)"}}
 	if err := f.WriteCompact(w); err != nil {

@@ -259,6 +259,8 @@ func (r *rank) step(step int) (metrics.Record, error) {
 	if err := pipe.Run(r.train, c.Train.run(r.pp, c.Interpret)); err != nil {
 		return metrics.Record{}, fmt.Errorf("train: step %d: %w", step+1, err)
 	}
+	tl := c.Timeline // nil: AddSpan records nothing
+	tl.AddSpan(r.pp, pipe.SpanProgram, t0)
 	lr := c.LR.LR(step)
 	r.opt.SetLR(lr)
 	if r.fsdp != nil {
@@ -270,19 +272,25 @@ func (r *rank) step(step int) (metrics.Record, error) {
 		}
 	} else {
 		if !r.reduced {
+			t := time.Now()
 			if err := r.reduce(); err != nil {
 				return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
 			}
+			tl.AddSpan(r.pp, pipe.SpanAllReduce, t)
 		}
+		t := time.Now()
 		if err := r.opt.Step(r.params); err != nil {
 			return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
 		}
 		nn.ZeroGrad(r.params)
+		tl.AddSpan(r.pp, pipe.SpanOptStep, t)
 	}
+	t := time.Now()
 	loss, err := r.gatherLoss(r.train)
 	if err != nil {
 		return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
 	}
+	tl.AddSpan(r.pp, pipe.SpanLoss, t)
 	wall := time.Since(t0)
 	bubble := math.NaN()
 	if c.Timeline != nil {

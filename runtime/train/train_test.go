@@ -219,6 +219,33 @@ func TestTimelineBubble(t *testing.T) {
 	if len(c.Timeline.Events()) == 0 {
 		t.Fatal("the timeline recorded nothing")
 	}
+	// The last step's host work: each rank's program, then the norm's
+	// reduction, the optimizer's step and the loss, one after the other.
+	want := []string{pipe.SpanProgram, pipe.SpanAllReduce, pipe.SpanOptStep, pipe.SpanLoss}
+	byRank := map[int][]pipe.TimelineSpan{}
+	for _, s := range c.Timeline.Spans() {
+		byRank[s.Rank] = append(byRank[s.Rank], s)
+	}
+	if len(byRank) != 4 {
+		t.Fatalf("spans of %d ranks, want 4: %v", len(byRank), c.Timeline.Spans())
+	}
+	for r, spans := range byRank {
+		if len(spans) != len(want) {
+			t.Fatalf("rank %d: %d spans, want %v", r, len(spans), want)
+		}
+		for i, s := range spans {
+			if s.Name != want[i] || s.End.Before(s.Start) || i > 0 && s.Start.Before(spans[i-1].End) {
+				t.Errorf("rank %d: span %d is %s from %v to %v; want %s after %s", r, i, s.Name, s.Start, s.End, want[i], spans[max(i-1, 0)].Name)
+			}
+		}
+	}
+	var b strings.Builder
+	if err := c.Timeline.WriteTrace(&b, "1f1b", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(b.String(), `"cat":"host"`); n != 16 {
+		t.Errorf("the trace holds %d host events, want 16 (4 a rank)", n)
+	}
 }
 
 // TestTrainerState saves the trainer's own state in the checkpoint
