@@ -43,15 +43,26 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	if !ok {
 		return ir.Program{}, false
 	}
-	// The ideal timeline and the chunk tables below read p alone: with
-	// more than one worker they run side by side.
+	// The ideal timeline and everything below up to the key times (the
+	// chunk tables, the transfers but for their times, the runs of each
+	// rank) read p alone: with more than one worker the timeline runs on
+	// one while this goroutine does the rest on another, and the key times
+	// are filled in when both are done.
 	var ends [][]float64
 	timeline := func() { ends, ok = idealTimeline(p, c) }
 	var wg sync.WaitGroup
-	if par.Workers(P, nHost) > 1 {
+	beside := par.Workers(P, nHost) > 1
+	if beside {
 		wg.Go(timeline)
 	} else {
 		timeline()
+		if !ok {
+			return ir.Program{}, false
+		}
+	}
+	w := par.Workers(P, nHost)
+	if beside {
+		w = 1 // the other worker runs the timeline
 	}
 	// Where each chunk's forward and input-gradient step run, and how many
 	// transfers each rank sends.
@@ -80,10 +91,6 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			}
 		}
 	}
-	wg.Wait()
-	if !ok {
-		return ir.Program{}, false
-	}
 	// The transfers, in producer order (rank by rank, step by step): each
 	// rank fills its own run of ts.
 	sendOff := make([]int32, P+1)
@@ -92,7 +99,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	ts := make([]transfer, sendOff[P])
 	noConsumer := make([]bool, P)
-	par.ForRanks(P, nHost, func(r int) {
+	par.ForRanksW(w, P, func(_, r int) {
 		steps := p.Ranks[r]
 		x := ts[sendOff[r]:sendOff[r]:sendOff[r+1]]
 		for j := range steps {
@@ -120,12 +127,13 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				// is then posted later); then producer step and sub-step.
 				// Any total order both ends agree on is safe.
 				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				x = append(x, transfer{t: ends[r][j], tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+				x = append(x, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
 					dst: cons.rank, consume: cons.index, kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
 			}
 		}
 	})
 	if slices.Contains(noConsumer, true) {
+		wg.Wait()
 		return ir.Program{}, false
 	}
 	nRecv := make([]int32, P)
@@ -170,6 +178,17 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	ops := make([][]placed, P)
 	sendPos := make([]int32, len(ts))
 	recvPos := make([]int32, len(ts))
+	wg.Wait()
+	if !ok {
+		return ir.Program{}, false
+	}
+	// The key times: each transfer's producer end.
+	par.ForRanks(P, nHost, func(r int) {
+		e := ends[r]
+		for i := sendOff[r]; i < sendOff[r+1]; i++ {
+			ts[i].t = e[ts[i].j]
+		}
+	})
 	par.ForRanks(P, nHost, func(r int) {
 		lo, hi := off[r], off[r+1]
 		all := runsBuf[lo:hi]
