@@ -179,12 +179,17 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if err := c.ruleChecks(); err != nil {
 		return c.rep, err
 	}
+	deadlock := c.deadlock
 	if c.lowered {
-		if err := c.match(); err != nil {
+		beside, err := c.match()
+		if err != nil {
 			return c.rep, err
 		}
+		if beside != nil {
+			deadlock = beside // match ran it already (or runs it still)
+		}
 	}
-	if err := c.deadlock(); err != nil {
+	if err := deadlock(); err != nil {
 		return c.rep, err
 	}
 	if c.memErr != nil {
