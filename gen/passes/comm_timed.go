@@ -48,8 +48,13 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	// rank) read p alone: with more than one worker the timeline runs on
 	// one while this goroutine does the rest on another, and the key times
 	// are filled in when both are done.
+	sc, _ := timedPool.Get().(*timedScratch)
+	if sc == nil {
+		sc = new(timedScratch)
+	}
+	defer timedPool.Put(sc)
 	var ends [][]float64
-	timeline := func() { ends, ok = idealTimeline(p, c) }
+	timeline := func() { ends, ok = idealTimelineInto(p, c, &sc.timeline) }
 	var wg sync.WaitGroup
 	beside := par.Workers(P, nHost) > 1
 	if beside {
@@ -66,10 +71,10 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	// Where each chunk's forward and input-gradient step run, and how many
 	// transfers each rank sends.
-	type at struct{ rank, index int32 }
-	atBlock := make([]at, 2*S*M)
+	atBlock := resize(sc.at, 2*S*M)
+	sc.at = atBlock
 	for i := range atBlock {
-		atBlock[i] = at{-1, -1}
+		atBlock[i] = chunkAt{-1, -1}
 	}
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
 	nSend := make([]int32, P)
@@ -81,9 +86,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				k := cs.Stage*M + cs.Micro
 				switch cs.Kind {
 				case ir.Forward:
-					fAt[k] = at{int32(r), int32(j)}
+					fAt[k] = chunkAt{int32(r), int32(j)}
 				case ir.Backward, ir.BackwardInput:
-					bAt[k] = at{int32(r), int32(j)}
+					bAt[k] = chunkAt{int32(r), int32(j)}
 				}
 				if _, ok := needsSend(&p, r, cs); ok {
 					nSend[r]++
@@ -97,7 +102,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	for r := range P {
 		sendOff[r+1] = sendOff[r] + nSend[r]
 	}
-	ts := make([]transfer, sendOff[P])
+	ts := resize(sc.ts, int(sendOff[P])) // every entry written below
+	sc.ts = ts
 	noConsumer := make([]bool, P)
 	par.ForRanksW(w, P, func(_, r int) {
 		steps := p.Ranks[r]
@@ -110,7 +116,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				if !ok {
 					continue
 				}
-				var cons at
+				var cons chunkAt
 				if kind == ir.SendF {
 					cons = fAt[(cs.Stage+1)*M+cs.Micro]
 				} else {
@@ -149,7 +155,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	for r := range P {
 		off[r+1] = off[r] + nSend[r] + nRecv[r]
 	}
-	runsBuf := make([]int32, 2*len(ts)) // per rank: its sends, then its receives by source
+	// The buffers below are written in full before they are read.
+	sc.runs, sc.mine = resize(sc.runs, 2*len(ts)), resize(sc.mine, 2*len(ts))
+	runsBuf := sc.runs // per rank: its sends, then its receives by source
 	fillS := make([]int32, P)
 	fillR := make([]int32, P)
 	for r := range P {
@@ -162,22 +170,17 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		runsBuf[fillR[x.dst]] = int32(i)
 		fillR[x.dst]++
 	}
-	mineBuf := make([]int32, 2*len(ts))
-	type placed struct {
-		at   int32 // host step index the op goes before
-		cons int32 // for a receive: index of its consuming host step
-		peer int32 // index of the other half in ops[peer rank]
-		x    int32 // the transfer
-		recv bool
-	}
-	opsBuf := make([]placed, 2*len(ts))
+	mineBuf := sc.mine
+	sc.ops = resize(sc.ops, 2*len(ts))
+	opsBuf := sc.ops
 	// keyT[off[r]+k] is the key time of ops[r][k], apart from the ops
 	// themselves: the slide below reads the peers' times while their ranks
 	// write their own ops.
-	keyT := make([]float64, 2*len(ts))
+	sc.keyT = resize(sc.keyT, 2*len(ts))
+	keyT := sc.keyT
 	ops := make([][]placed, P)
-	sendPos := make([]int32, len(ts))
-	recvPos := make([]int32, len(ts))
+	sc.sendPos, sc.recvPos = resize(sc.sendPos, len(ts)), resize(sc.recvPos, len(ts))
+	sendPos, recvPos := sc.sendPos, sc.recvPos
 	wg.Wait()
 	if !ok {
 		return ir.Program{}, false
@@ -348,15 +351,23 @@ func positiveCompute(c sim.Cost) (sim.Cost, bool) {
 }
 
 func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
+	return idealTimelineInto(p, c, new(timelineScratch))
+}
+
+// idealTimelineInto is idealTimeline with its buffers, the end times
+// returned included, taken from sc (grown as needed): they stay valid until
+// sc's next use.
+func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float64, bool) {
 	rankOf := p.Placement.RankOf
 	P, S, M := len(p.Ranks), len(rankOf), p.Micro
-	fEnd := make([]float64, S*M)
-	bEnd := make([]float64, S*M)
+	sc.fEnd, sc.bEnd = resize(sc.fEnd, S*M), resize(sc.bEnd, S*M)
+	fEnd, bEnd := sc.fEnd, sc.bEnd
 	for i := range fEnd {
 		fEnd[i], bEnd[i] = -1, -1
 	}
 	// Ranks waiting for a chunk's F (key k) or B/I (key S*M+k), as linked lists.
-	head := make([]int32, 2*S*M)
+	sc.head = resize(sc.head, 2*S*M)
+	head := sc.head
 	for i := range head {
 		head[i] = -1
 	}
@@ -365,8 +376,15 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 	pos := make([]int, P)
 	free := make([]float64, P)
 	work := make([]int32, 0, P)
+	n := 0
 	for r := range P {
-		ends[r] = make([]float64, len(p.Ranks[r]))
+		n += len(p.Ranks[r])
+	}
+	sc.ends = resize(sc.ends, n) // each entry written as its step is timed
+	n = 0
+	for r := range P {
+		ends[r] = sc.ends[n : n+len(p.Ranks[r]) : n+len(p.Ranks[r])]
+		n += len(p.Ranks[r])
 		work = append(work, int32(r))
 	}
 	wake := func(key int) {
@@ -442,6 +460,48 @@ func tieRank(k ir.Kind, src int32) int32 {
 		return -src
 	}
 	return src
+}
+
+// timedScratch holds insertCommTimed's buffers from one call to the next
+// (timedPool): at P = 64, M = 256 they come to some 10 MB a lowering, which
+// would otherwise be allocated, cleared and collected every time.
+type timedScratch struct {
+	at               []chunkAt
+	ts               []transfer
+	runs, mine       []int32
+	ops              []placed
+	keyT             []float64
+	sendPos, recvPos []int32
+	timeline         timelineScratch
+}
+
+// timelineScratch holds idealTimelineInto's buffers.
+type timelineScratch struct {
+	fEnd, bEnd, ends []float64
+	head             []int32
+}
+
+var timedPool sync.Pool
+
+// resize returns s with length n, reusing its memory when it is large
+// enough; the contents are not cleared.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// chunkAt is where a chunk's step runs: its rank and index there.
+type chunkAt struct{ rank, index int32 }
+
+// placed is one op of a rank's comm stream in insertCommTimed.
+type placed struct {
+	at   int32 // host step index the op goes before
+	cons int32 // for a receive: index of its consuming host step
+	peer int32 // index of the other half in ops[peer rank]
+	x    int32 // the transfer
+	recv bool
 }
 
 // transfer is one send/receive pair of the timed comm order.
