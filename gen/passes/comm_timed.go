@@ -71,7 +71,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	// Where each chunk's forward and input-gradient step run, and how many
 	// transfers each rank sends.
-	atBlock := resize(sc.at, 2*S*M)
+	atBlock := par.Resize(sc.at, 2*S*M)
 	sc.at = atBlock
 	for i := range atBlock {
 		atBlock[i] = chunkAt{-1, -1}
@@ -102,7 +102,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	for r := range P {
 		sendOff[r+1] = sendOff[r] + nSend[r]
 	}
-	ts := resize(sc.ts, int(sendOff[P])) // every entry written below
+	ts := par.Resize(sc.ts, int(sendOff[P])) // every entry written below
 	sc.ts = ts
 	noConsumer := make([]bool, P)
 	par.ForRanksW(w, P, func(_, r int) {
@@ -156,7 +156,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		off[r+1] = off[r] + nSend[r] + nRecv[r]
 	}
 	// The buffers below are written in full before they are read.
-	sc.runs, sc.mine = resize(sc.runs, 2*len(ts)), resize(sc.mine, 2*len(ts))
+	sc.runs, sc.mine = par.Resize(sc.runs, 2*len(ts)), par.Resize(sc.mine, 2*len(ts))
 	runsBuf := sc.runs // per rank: its sends, then its receives by source
 	fillS := make([]int32, P)
 	fillR := make([]int32, P)
@@ -171,15 +171,15 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		fillR[x.dst]++
 	}
 	mineBuf := sc.mine
-	sc.ops = resize(sc.ops, 2*len(ts))
+	sc.ops = par.Resize(sc.ops, 2*len(ts))
 	opsBuf := sc.ops
 	// keyT[off[r]+k] is the key time of ops[r][k], apart from the ops
 	// themselves: the slide below reads the peers' times while their ranks
 	// write their own ops.
-	sc.keyT = resize(sc.keyT, 2*len(ts))
+	sc.keyT = par.Resize(sc.keyT, 2*len(ts))
 	keyT := sc.keyT
 	ops := make([][]placed, P)
-	sc.sendPos, sc.recvPos = resize(sc.sendPos, len(ts)), resize(sc.recvPos, len(ts))
+	sc.sendPos, sc.recvPos = par.Resize(sc.sendPos, len(ts)), par.Resize(sc.recvPos, len(ts))
 	sendPos, recvPos := sc.sendPos, sc.recvPos
 	wg.Wait()
 	if !ok {
@@ -360,13 +360,13 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float64, bool) {
 	rankOf := p.Placement.RankOf
 	P, S, M := len(p.Ranks), len(rankOf), p.Micro
-	sc.fEnd, sc.bEnd = resize(sc.fEnd, S*M), resize(sc.bEnd, S*M)
+	sc.fEnd, sc.bEnd = par.Resize(sc.fEnd, S*M), par.Resize(sc.bEnd, S*M)
 	fEnd, bEnd := sc.fEnd, sc.bEnd
 	for i := range fEnd {
 		fEnd[i], bEnd[i] = -1, -1
 	}
 	// Ranks waiting for a chunk's F (key k) or B/I (key S*M+k), as linked lists.
-	sc.head = resize(sc.head, 2*S*M)
+	sc.head = par.Resize(sc.head, 2*S*M)
 	head := sc.head
 	for i := range head {
 		head[i] = -1
@@ -380,7 +380,7 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	for r := range P {
 		n += len(p.Ranks[r])
 	}
-	sc.ends = resize(sc.ends, n) // each entry written as its step is timed
+	sc.ends = par.Resize(sc.ends, n) // each entry written as its step is timed
 	n = 0
 	for r := range P {
 		ends[r] = sc.ends[n : n+len(p.Ranks[r]) : n+len(p.Ranks[r])]
@@ -482,15 +482,6 @@ type timelineScratch struct {
 }
 
 var timedPool sync.Pool
-
-// resize returns s with length n, reusing its memory when it is large
-// enough; the contents are not cleared.
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
-}
 
 // chunkAt is where a chunk's step runs: its rank and index there.
 type chunkAt struct{ rank, index int32 }

@@ -72,7 +72,8 @@ func (c *checker) match() (deadlock func() error, err error) {
 		w-- // one worker runs the model
 	}
 	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
-	ord := make([]int32, nOps)    // position within its queue
+	c.sc.ord = par.Resize(c.sc.ord, nOps)
+	ord := c.sc.ord // position within its queue, written for every op
 	par.ForRanksW(w, P, func(_, r int) {
 		for op := int(ops[r]); op < int(ops[r+1]); op++ {
 			k := c.opKey(op, nKeys)
