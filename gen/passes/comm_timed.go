@@ -43,22 +43,38 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	if !ok {
 		return ir.Program{}, false
 	}
-	// The ideal timeline and the chunk tables below read p alone: with
-	// more than one worker they run side by side.
+	// The ideal timeline and everything below up to the key times (the
+	// chunk tables, the transfers but for their times, the runs of each
+	// rank) read p alone: with more than one worker the timeline runs on
+	// one while this goroutine does the rest on another, and the key times
+	// are filled in when both are done.
+	sc, _ := timedPool.Get().(*timedScratch)
+	if sc == nil {
+		sc = new(timedScratch)
+	}
+	defer timedPool.Put(sc)
 	var ends [][]float64
-	timeline := func() { ends, ok = idealTimeline(p, c) }
+	timeline := func() { ends, ok = idealTimelineInto(p, c, &sc.timeline) }
 	var wg sync.WaitGroup
-	if par.Workers(P, nHost) > 1 {
+	beside := par.Workers(P, nHost) > 1
+	if beside {
 		wg.Go(timeline)
 	} else {
 		timeline()
+		if !ok {
+			return ir.Program{}, false
+		}
+	}
+	w := par.Workers(P, nHost)
+	if beside {
+		w = 1 // the other worker runs the timeline
 	}
 	// Where each chunk's forward and input-gradient step run, and how many
 	// transfers each rank sends.
-	type at struct{ rank, index int32 }
-	atBlock := make([]at, 2*S*M)
+	atBlock := par.Resize(sc.at, 2*S*M)
+	sc.at = atBlock
 	for i := range atBlock {
-		atBlock[i] = at{-1, -1}
+		atBlock[i] = chunkAt{-1, -1}
 	}
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
 	nSend := make([]int32, P)
@@ -70,9 +86,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				k := cs.Stage*M + cs.Micro
 				switch cs.Kind {
 				case ir.Forward:
-					fAt[k] = at{int32(r), int32(j)}
+					fAt[k] = chunkAt{int32(r), int32(j)}
 				case ir.Backward, ir.BackwardInput:
-					bAt[k] = at{int32(r), int32(j)}
+					bAt[k] = chunkAt{int32(r), int32(j)}
 				}
 				if _, ok := needsSend(&p, r, cs); ok {
 					nSend[r]++
@@ -80,19 +96,16 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			}
 		}
 	}
-	wg.Wait()
-	if !ok {
-		return ir.Program{}, false
-	}
 	// The transfers, in producer order (rank by rank, step by step): each
 	// rank fills its own run of ts.
 	sendOff := make([]int32, P+1)
 	for r := range P {
 		sendOff[r+1] = sendOff[r] + nSend[r]
 	}
-	ts := make([]transfer, sendOff[P])
+	ts := par.Resize(sc.ts, int(sendOff[P])) // every entry written below
+	sc.ts = ts
 	noConsumer := make([]bool, P)
-	par.ForRanks(P, nHost, func(r int) {
+	par.ForRanksW(w, P, func(_, r int) {
 		steps := p.Ranks[r]
 		x := ts[sendOff[r]:sendOff[r]:sendOff[r+1]]
 		for j := range steps {
@@ -103,7 +116,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				if !ok {
 					continue
 				}
-				var cons at
+				var cons chunkAt
 				if kind == ir.SendF {
 					cons = fAt[(cs.Stage+1)*M+cs.Micro]
 				} else {
@@ -120,12 +133,13 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				// is then posted later); then producer step and sub-step.
 				// Any total order both ends agree on is safe.
 				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				x = append(x, transfer{t: ends[r][j], tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+				x = append(x, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
 					dst: cons.rank, consume: cons.index, kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
 			}
 		}
 	})
 	if slices.Contains(noConsumer, true) {
+		wg.Wait()
 		return ir.Program{}, false
 	}
 	nRecv := make([]int32, P)
@@ -141,7 +155,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	for r := range P {
 		off[r+1] = off[r] + nSend[r] + nRecv[r]
 	}
-	runsBuf := make([]int32, 2*len(ts)) // per rank: its sends, then its receives by source
+	// The buffers below are written in full before they are read.
+	sc.runs, sc.mine = par.Resize(sc.runs, 2*len(ts)), par.Resize(sc.mine, 2*len(ts))
+	runsBuf := sc.runs // per rank: its sends, then its receives by source
 	fillS := make([]int32, P)
 	fillR := make([]int32, P)
 	for r := range P {
@@ -154,22 +170,28 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		runsBuf[fillR[x.dst]] = int32(i)
 		fillR[x.dst]++
 	}
-	mineBuf := make([]int32, 2*len(ts))
-	type placed struct {
-		at   int32 // host step index the op goes before
-		cons int32 // for a receive: index of its consuming host step
-		peer int32 // index of the other half in ops[peer rank]
-		x    int32 // the transfer
-		recv bool
-	}
-	opsBuf := make([]placed, 2*len(ts))
+	mineBuf := sc.mine
+	sc.ops = par.Resize(sc.ops, 2*len(ts))
+	opsBuf := sc.ops
 	// keyT[off[r]+k] is the key time of ops[r][k], apart from the ops
 	// themselves: the slide below reads the peers' times while their ranks
 	// write their own ops.
-	keyT := make([]float64, 2*len(ts))
+	sc.keyT = par.Resize(sc.keyT, 2*len(ts))
+	keyT := sc.keyT
 	ops := make([][]placed, P)
-	sendPos := make([]int32, len(ts))
-	recvPos := make([]int32, len(ts))
+	sc.sendPos, sc.recvPos = par.Resize(sc.sendPos, len(ts)), par.Resize(sc.recvPos, len(ts))
+	sendPos, recvPos := sc.sendPos, sc.recvPos
+	wg.Wait()
+	if !ok {
+		return ir.Program{}, false
+	}
+	// The key times: each transfer's producer end.
+	par.ForRanks(P, nHost, func(r int) {
+		e := ends[r]
+		for i := sendOff[r]; i < sendOff[r+1]; i++ {
+			ts[i].t = e[ts[i].j]
+		}
+	})
 	par.ForRanks(P, nHost, func(r int) {
 		lo, hi := off[r], off[r+1]
 		all := runsBuf[lo:hi]
@@ -329,15 +351,23 @@ func positiveCompute(c sim.Cost) (sim.Cost, bool) {
 }
 
 func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
+	return idealTimelineInto(p, c, new(timelineScratch))
+}
+
+// idealTimelineInto is idealTimeline with its buffers, the end times
+// returned included, taken from sc (grown as needed): they stay valid until
+// sc's next use.
+func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float64, bool) {
 	rankOf := p.Placement.RankOf
 	P, S, M := len(p.Ranks), len(rankOf), p.Micro
-	fEnd := make([]float64, S*M)
-	bEnd := make([]float64, S*M)
+	sc.fEnd, sc.bEnd = par.Resize(sc.fEnd, S*M), par.Resize(sc.bEnd, S*M)
+	fEnd, bEnd := sc.fEnd, sc.bEnd
 	for i := range fEnd {
 		fEnd[i], bEnd[i] = -1, -1
 	}
 	// Ranks waiting for a chunk's F (key k) or B/I (key S*M+k), as linked lists.
-	head := make([]int32, 2*S*M)
+	sc.head = par.Resize(sc.head, 2*S*M)
+	head := sc.head
 	for i := range head {
 		head[i] = -1
 	}
@@ -346,8 +376,15 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 	pos := make([]int, P)
 	free := make([]float64, P)
 	work := make([]int32, 0, P)
+	n := 0
 	for r := range P {
-		ends[r] = make([]float64, len(p.Ranks[r]))
+		n += len(p.Ranks[r])
+	}
+	sc.ends = par.Resize(sc.ends, n) // each entry written as its step is timed
+	n = 0
+	for r := range P {
+		ends[r] = sc.ends[n : n+len(p.Ranks[r]) : n+len(p.Ranks[r])]
+		n += len(p.Ranks[r])
 		work = append(work, int32(r))
 	}
 	wake := func(key int) {
@@ -423,6 +460,39 @@ func tieRank(k ir.Kind, src int32) int32 {
 		return -src
 	}
 	return src
+}
+
+// timedScratch holds insertCommTimed's buffers from one call to the next
+// (timedPool): at P = 64, M = 256 they come to some 10 MB a lowering, which
+// would otherwise be allocated, cleared and collected every time.
+type timedScratch struct {
+	at               []chunkAt
+	ts               []transfer
+	runs, mine       []int32
+	ops              []placed
+	keyT             []float64
+	sendPos, recvPos []int32
+	timeline         timelineScratch
+}
+
+// timelineScratch holds idealTimelineInto's buffers.
+type timelineScratch struct {
+	fEnd, bEnd, ends []float64
+	head             []int32
+}
+
+var timedPool sync.Pool
+
+// chunkAt is where a chunk's step runs: its rank and index there.
+type chunkAt struct{ rank, index int32 }
+
+// placed is one op of a rank's comm stream in insertCommTimed.
+type placed struct {
+	at   int32 // host step index the op goes before
+	cons int32 // for a receive: index of its consuming host step
+	peer int32 // index of the other half in ops[peer rank]
+	x    int32 // the transfer
+	recv bool
 }
 
 // transfer is one send/receive pair of the timed comm order.

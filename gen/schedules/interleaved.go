@@ -1,6 +1,9 @@
 package schedules
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/par"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 func init() {
 	Register(Family{
@@ -81,10 +84,11 @@ func buildInterleaved(cfg ir.Config) (ir.Program, error) {
 	ranks, v, m := cfg.Ranks, cfg.Virtual, cfg.Micro
 	groups := interleavedGroups(ranks, m)
 	table := interleavedTable(groups, v)
-	for r := range p.Ranks {
+	// Each rank's order reads the table alone: ranks are built in parallel.
+	par.ForRanks(ranks, 2*len(table)*ranks, func(r int) {
 		w := interleavedWarmup(ranks, v, m, r, groups[0], cfg.Options.LessMemory)
 		p.Ranks[r] = interleavedRankOrder(table, ranks, v, r, w, ir.Backward)
-	}
+	})
 	return p, nil
 }
 

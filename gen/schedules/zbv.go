@@ -1,6 +1,9 @@
 package schedules
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/par"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 func init() {
 	Register(Family{
@@ -46,7 +49,8 @@ func buildZBV(cfg ir.Config) (ir.Program, error) {
 	}
 	ranks, m := cfg.Ranks, cfg.Micro
 	n := max(m, 2*ranks-1)
-	for r := range p.Ranks {
+	// Each rank's order is its own: ranks are built in parallel.
+	par.ForRanks(ranks, 6*m*ranks, func(r int) {
 		b := zbvRank{down: r, up: 2*ranks - 1 - r, m: m, steps: make([]ir.Step, 0, 6*m)}
 		b.rep(2*(ranks-r)-1, func() { b.f(&b.fd, b.down) }, &b.fd)
 		b.rep(r, func() {
@@ -86,7 +90,7 @@ func buildZBV(cfg ir.Config) (ir.Program, error) {
 			b.add(ir.BackwardWeight, b.down, &b.wd)
 		}
 		p.Ranks[r] = b.steps
-	}
+	})
 	return p, nil
 }
 

@@ -18,6 +18,13 @@ func (c *checker) deadlock() error {
 	} else {
 		m = c.computeModel()
 	}
+	return c.runModel(m)
+}
+
+// runModel is deadlock on the model m (the partners of its ops set): it adds
+// the waits of the rules and of the model copies, runs the strict model and
+// words a hang. It only reads c, so match may run it beside its own check.
+func (c *checker) runModel(m *strict.Model) error {
 	m = c.copiesModel(c.ruleModels(m))
 	sim := strict.NewSim(m)
 	if sim.Run() {

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -16,7 +17,15 @@ import (
 // FIFO position on its (source, destination, channel) queue equals its
 // counterpart's, FIFO pairs exactly the counterparts and all is well. Else
 // matchSlow pairs FIFO explicitly and words the first failure.
-func (c *checker) match() error {
+//
+// The counterparts go into the strict model's partners first. When every
+// transfer has one and there is more than one worker, the deadlock check
+// (runModel) runs on that model beside the FIFO check: it is what deadlock
+// would decide if the fast path holds, and then match returns it as
+// deadlock, a function that waits for it; otherwise deadlock is nil, the
+// model's partners are left to deadlock, and the speculative run is
+// dropped.
+func (c *checker) match() (deadlock func() error, err error) {
 	P, nOps := c.P, len(c.opRank)
 	// Queues are numbered by (source, destination) pair: densely for a
 	// few ranks, and by the pairs that occur for many (a P×P table would
@@ -35,14 +44,36 @@ func (c *checker) match() error {
 		nPairs = len(c.pairIdx)
 	}
 	nKeys := nPairs * 3
-	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
-	ord := make([]int32, nOps)    // position within its queue
-	c.opPartner = make([]int32, nOps)
 	// A queue's ops all live on one rank (its source for the sends, its
-	// destination for the receives), so ranks number theirs in parallel,
-	// then check their counterparts' positions.
-	ops := c.model.OpOff
+	// destination for the receives), so ranks find their ops'
+	// counterparts and number their queues in parallel, then check their
+	// counterparts' positions.
+	ops, partner := c.model.OpOff, c.model.OpPartner
 	w := par.Workers(P, c.rep.Steps)
+	found := make([]bool, P)
+	par.ForRanksW(w, P, func(_, r int) {
+		all := true
+		for op := int(ops[r]); op < int(ops[r+1]); op++ {
+			var q int32 = -1
+			st := c.opStepPtr(int32(op))
+			if k, ds := deps.CounterpartOf(st.Kind); k.IsComm() {
+				q = c.at1(atOf(k), st.Stage+ds, st.Micro)
+			}
+			partner[op] = q
+			all = all && q >= 0
+		}
+		found[r] = all
+	})
+	var dead error
+	var beside sync.WaitGroup
+	speculate := w > 1 && !slices.Contains(found, false)
+	if speculate {
+		beside.Go(func() { dead = c.runModel(c.model) })
+		w-- // one worker runs the model
+	}
+	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
+	c.sc.ord = par.Resize(c.sc.ord, nOps)
+	ord := c.sc.ord // position within its queue, written for every op
 	par.ForRanksW(w, P, func(_, r int) {
 		for op := int(ops[r]); op < int(ops[r+1]); op++ {
 			k := c.opKey(op, nKeys)
@@ -50,25 +81,25 @@ func (c *checker) match() error {
 			cnt[k]++
 		}
 	})
-	fast := make([]bool, P)
+	fast := found
 	par.ForRanksW(w, P, func(_, r int) {
 		for op := int(ops[r]); op < int(ops[r+1]); op++ {
-			var q int32 = -1
-			st := c.opStepPtr(int32(op))
-			if k, ds := deps.CounterpartOf(st.Kind); k.IsComm() {
-				q = c.at1(atOf(k), st.Stage+ds, st.Micro)
-			}
-			if q < 0 || ord[q] != ord[op] {
+			if q := partner[op]; q < 0 || ord[q] != ord[op] {
+				fast[r] = false
 				return
 			}
-			c.opPartner[op] = q
 		}
-		fast[r] = true
 	})
-	if slices.Contains(fast, false) {
-		return c.matchSlow(cnt, ord, nKeys)
+	if !slices.Contains(fast, false) {
+		c.opPartner = partner
+		if !speculate {
+			return nil, nil
+		}
+		return func() error { beside.Wait(); return dead }, nil
 	}
-	return nil
+	beside.Wait() // the speculative run reads the model's partners
+	c.opPartner = make([]int32, nOps)
+	return nil, c.matchSlow(cnt, ord, nKeys)
 }
 
 // at1 returns the op id of the transfer in table a for chunk (s, m), or -1.

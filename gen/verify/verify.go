@@ -2,6 +2,8 @@ package verify
 
 import (
 	"fmt"
+	"sync"
+
 	"github.com/ppgen/ppgen/abi"
 
 	"github.com/ppgen/ppgen/gen/internal/strict"
@@ -138,7 +140,24 @@ type checker struct {
 	noSlot  deferred // first chunk step without a slot
 	memErr  *Error
 	rep     Report
+	sc      *scratch
 }
+
+// scratch holds the checker's largest buffers from one Check to the next
+// (scratchPool): the per-chunk tables, the per-step and per-op arrays of
+// the strict model and the rank walks' waits, some 8 MB for a lowering at
+// P = 64, M = 256, which would otherwise be allocated, cleared and
+// collected every time. Check hands them back when it returns: neither its
+// Report nor its errors hold them.
+type scratch struct {
+	block                                       []int32
+	hostIdx, waitOff, opRank, opIdx, opGap, ord []int32
+	partner                                     []int32
+	waits                                       []strict.Event
+	rankWaits                                   [][]strict.Event
+}
+
+var scratchPool sync.Pool
 
 // deferred remembers the first failure in (rank, index) order; fn builds
 // its error once the walk has filled every table (for "comes later at step k").
@@ -157,7 +176,12 @@ func (d *deferred) note(r, i int, fn func() error) {
 // returns a report and the first problem found: an *Error, or a
 // *DeadlockError when the program would hang.
 func Check(p ir.Program, opt Options) (Report, error) {
-	c := &checker{p: p, opt: opt, forwardOnly: p.ForwardOnly()}
+	sc, _ := scratchPool.Get().(*scratch)
+	if sc == nil {
+		sc = new(scratch)
+	}
+	defer scratchPool.Put(sc) // nothing Check returns holds them
+	c := &checker{p: p, opt: opt, forwardOnly: p.ForwardOnly(), sc: sc}
 	c.rep.ForwardOnly = c.forwardOnly
 	// One walk over the steps checks their structure (returning at once on
 	// a malformed step), fills the chunk tables, checks preconditions, builds
@@ -181,12 +205,17 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if err := c.ruleChecks(); err != nil {
 		return c.rep, err
 	}
+	deadlock := c.deadlock
 	if c.lowered {
-		if err := c.match(); err != nil {
+		beside, err := c.match()
+		if err != nil {
 			return c.rep, err
 		}
+		if beside != nil {
+			deadlock = beside // match ran it already (or runs it still)
+		}
 	}
-	if err := c.deadlock(); err != nil {
+	if err := deadlock(); err != nil {
 		return c.rep, err
 	}
 	if c.memErr != nil {

@@ -69,7 +69,9 @@ func (c *checker) walk() error {
 	n := c.S * c.M
 	// One block for the per-chunk tables, all starting at -1.
 	const nTables = nAt + 8 + 3 // at, opAt for eight transfer kinds, slotOf/first/last
-	block := make([]int32, nTables*n)
+	sc := c.sc
+	sc.block = par.Resize(sc.block, nTables*n)
+	block := sc.block
 	for i := range block {
 		block[i] = -1
 	}
@@ -140,11 +142,16 @@ func (c *checker) walk() error {
 		hostOff[r+1] += hostOff[r]
 	}
 	nOps, nHost := int(opOff[c.P]), int(hostOff[c.P])
-	c.hostIdx = make([]int32, nHost)
-	c.opRank = make([]int32, nOps)
-	c.opIdx = make([]int32, nOps)
-	opGap := make([]int32, nOps)
-	waitOff := make([]int32, nHost+1)
+	// The walk writes every entry of these (a host step's or an op's) but
+	// waitOff[0].
+	sc.hostIdx, sc.waitOff = par.Resize(sc.hostIdx, nHost), par.Resize(sc.waitOff, nHost+1)
+	sc.opRank, sc.opIdx, sc.opGap = par.Resize(sc.opRank, nOps), par.Resize(sc.opIdx, nOps), par.Resize(sc.opGap, nOps)
+	c.hostIdx, c.opRank, c.opIdx = sc.hostIdx, sc.opRank, sc.opIdx
+	opGap, waitOff := sc.opGap, sc.waitOff
+	waitOff[0] = 0
+	if len(sc.rankWaits) < c.P {
+		sc.rankWaits = append(sc.rankWaits, make([][]strict.Event, c.P-len(sc.rankWaits))...)
+	}
 	ws := make([]rankWalk, c.P)
 	par.ForRanksW(w, c.P, func(_, r int) {
 		rw := &ws[r]
@@ -179,14 +186,15 @@ func (c *checker) walk() error {
 	for r := range ws {
 		nWaits += len(ws[r].waits)
 	}
+	sc.waits, sc.partner = par.Resize(sc.waits, nWaits), par.Resize(sc.partner, nOps)
 	m := &strict.Model{
 		HostOff:   hostOff,
 		WaitOff:   waitOff,
-		Waits:     make([]strict.Event, nWaits),
+		Waits:     sc.waits, // filled below
 		OpOff:     opOff,
 		OpRank:    c.opRank,
 		OpGap:     opGap,
-		OpPartner: make([]int32, nOps),
+		OpPartner: sc.partner, // filled below
 	}
 	base := make([]int32, c.P+1)
 	for r := range ws {
@@ -194,6 +202,7 @@ func (c *checker) walk() error {
 	}
 	par.ForRanksW(w, c.P, func(_, r int) {
 		copy(m.Waits[base[r]:], ws[r].waits)
+		sc.rankWaits[r] = ws[r].waits[:0]
 		for h := hostOff[r] + 1; h <= hostOff[r+1]; h++ {
 			waitOff[h] += base[r]
 		}
@@ -218,7 +227,10 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 	defer func() {
 		c.lastCompute[r], c.rep.Slots[r], c.rep.PeakActivations[r] = rw.lastCompute, rw.slots, rw.peak
 	}()
-	rw.waits = make([]strict.Event, 0, len(steps))
+	rw.waits = c.sc.rankWaits[r][:0]
+	if cap(rw.waits) < len(steps) {
+		rw.waits = make([]strict.Event, 0, len(steps))
+	}
 	live := 0
 	nHost := int32(0)
 	var fs *fsdpWalk

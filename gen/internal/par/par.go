@@ -56,3 +56,13 @@ func ForRanksW(w, P int, f func(w, r int)) {
 	work(0)
 	wg.Wait()
 }
+
+// Resize returns s with length n, reusing its memory when it is large
+// enough (for the buffers a pass or the verifier keeps in a sync.Pool from
+// one program to the next); the contents are not cleared.
+func Resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
