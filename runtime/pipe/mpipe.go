@@ -1,6 +1,10 @@
 package pipe
 
-import "gorgonia.org/tensor"
+import (
+	"fmt"
+
+	"gorgonia.org/tensor"
+)
 
 // mpipe's owned-micro data loading (Spec.Owned > 0): micro m < Owned is owned
 // by rank m mod Ranks. An owner that does not hold the first stage runs
@@ -103,4 +107,35 @@ func (x *Exec) takeInput(s *slotState) *tensor.Dense {
 	in := s.ract
 	s.ract = nil
 	return in
+}
+
+// Preprocess is a frozen preprocess (the first layers of a model kept out
+// of the stages, or a vision tower; docs/mpipe.md): a function of one
+// micro-batch's input that runs where the input is loaded. Under mpipe that
+// is the micro-batch's owner, which ships the preprocess's output to the
+// first stage's rank (MPIPE_FWD_SEND); the first stage's rank runs it only
+// for the micro-batches it loads itself.
+type Preprocess func(micro int, in *tensor.Dense) (*tensor.Dense, error)
+
+// WithPreprocess returns a DataSource whose Input(m) is pre(m, ds.Input(m))
+// and whose Target is ds's: the preprocess runs in every input load.
+func WithPreprocess(ds DataSource, pre Preprocess) DataSource {
+	return preprocessed{ds, pre}
+}
+
+type preprocessed struct {
+	DataSource
+	pre Preprocess
+}
+
+func (p preprocessed) Input(micro int) (*tensor.Dense, error) {
+	in, err := p.DataSource.Input(micro)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.pre(micro, in)
+	if err != nil {
+		return nil, fmt.Errorf("the preprocess of micro-batch %d: %w", micro, err)
+	}
+	return out, nil
 }
