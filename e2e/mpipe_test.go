@@ -123,6 +123,17 @@ func TestMPipeMatchesSequential(t *testing.T) {
 // passed through pre when it is not nil.
 func newMPipeRig(t *testing.T, p prog, trs []transport.Transport, pre pipe.Preprocess) (*rig, []*countingData) {
 	t.Helper()
+	return newMPipeRigWith(t, p, trs, func(_ int, c *pipe.Config) {
+		if pre != nil {
+			c.Data = pipe.WithPreprocess(c.Data, pre)
+		}
+	})
+}
+
+// newMPipeRigWith is newRig with one counting DataSource per rank and each
+// rank's Config passed through set before pipe.New.
+func newMPipeRigWith(t *testing.T, p prog, trs []transport.Transport, set func(r int, c *pipe.Config)) (*rig, []*countingData) {
+	t.Helper()
 	g := &rig{p: p, stages: tame(newStages(p.spec.Stages)), data: &data{}, trs: trs}
 	counts := make([]*countingData, p.spec.Ranks)
 	for r := range p.spec.Ranks {
@@ -135,19 +146,17 @@ func newMPipeRig(t *testing.T, p prog, trs []transport.Transport, pre pipe.Prepr
 			}
 		}
 		counts[r] = &countingData{d: g.data}
-		var ds pipe.DataSource = counts[r]
-		if pre != nil {
-			ds = pipe.WithPreprocess(ds, pre)
-		}
-		x, err := pipe.New(pipe.Config{
-			Rank: r, Spec: p.spec, Stages: stages, Loss: mse{}, Data: ds, Transport: trs[r],
+		cfg := pipe.Config{
+			Rank: r, Spec: p.spec, Stages: stages, Loss: mse{}, Data: counts[r], Transport: trs[r],
 			OptStep: func() error {
 				for _, s := range mine {
 					s.Step()
 				}
 				return nil
 			},
-		})
+		}
+		set(r, &cfg)
+		x, err := pipe.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
