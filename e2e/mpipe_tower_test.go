@@ -64,24 +64,33 @@ func (t *affineTower) step() {
 // of the replicas' gradients adds in another order), in process and over
 // TCP: each micro-batch's tower forward runs on its owner, its backward
 // there too (the owner backward), and every replica ends each iteration
-// with the same parameters.
+// with the same parameters. Without owner backward (Config.TowerAtFirst)
+// the first stage's rank runs the tower's forward and backward of every
+// micro-batch and the owners none.
 func TestMPipeTrainableTower(t *testing.T) {
 	const iters = 3
 	for _, tc := range []struct {
-		cfg  ir.Config
-		mode string
-		tcp  bool
+		cfg     ir.Config
+		mode    string
+		tcp     bool
+		atFirst bool // Config.TowerAtFirst: without owner backward
 	}{
-		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersMin, false},
-		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, false},
-		{ir.Config{Schedule: "mpipe", Ranks: 4, Virtual: 1, Micro: 8}, passes.OwnersFull, false},
-		{ir.Config{Schedule: "mpipe", Ranks: 4, Virtual: 2, Micro: 3}, passes.OwnersMin, false},
-		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "", false},
-		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, true},
+		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersMin, false, false},
+		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, false, false},
+		{ir.Config{Schedule: "mpipe", Ranks: 4, Virtual: 1, Micro: 8}, passes.OwnersFull, false, false},
+		{ir.Config{Schedule: "mpipe", Ranks: 4, Virtual: 2, Micro: 3}, passes.OwnersMin, false, false},
+		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "", false, false},
+		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, true, false},
+		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, false, true},
+		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersMin, false, true},
+		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, true, true},
 	} {
 		name := fmt.Sprintf("%s-P%d-V%d-M%d-%s", tc.cfg.Schedule, tc.cfg.Ranks, tc.cfg.Virtual, tc.cfg.Micro, tc.mode)
 		if tc.tcp {
 			name += "-tcp"
+		}
+		if tc.atFirst {
+			name += "-at-first"
 		}
 		t.Run(name, func(t *testing.T) {
 			p := lowered(t, tc.cfg, gen.Options{Passes: passes.Options{MpipeOwners: tc.mode}})
@@ -94,7 +103,7 @@ func TestMPipeTrainableTower(t *testing.T) {
 				towers[r] = newAffineTower()
 			}
 			g, counts := newMPipeRigWith(t, p, trs, func(r int, c *pipe.Config) {
-				c.Tower = towers[r]
+				c.Tower, c.TowerAtFirst = towers[r], tc.atFirst
 				step := c.OptStep
 				c.OptStep = func() error { towers[r].step(); return step() }
 			})
@@ -118,8 +127,15 @@ func TestMPipeTrainableTower(t *testing.T) {
 				if math.Abs(tw.a-refTower.a) > 1e-12 || math.Abs(tw.b-refTower.b) > 1e-12 {
 					t.Errorf("rank %d's tower: (%v, %v), want (%v, %v)", r, tw.a, tw.b, refTower.a, refTower.b)
 				}
-				if tw.fwd != len(counts[r].inputs) {
-					t.Errorf("rank %d ran the tower's forward %d times and loaded %d inputs; want equal", r, tw.fwd, len(counts[r].inputs))
+				wantFwd := len(counts[r].inputs)
+				if tc.atFirst {
+					wantFwd = 0
+					if r == p.spec.RankOf[0] {
+						wantFwd = iters * p.spec.Micro
+					}
+				}
+				if tw.fwd != wantFwd {
+					t.Errorf("rank %d ran the tower's forward %d times (loaded %d inputs); want %d", r, tw.fwd, len(counts[r].inputs), wantFwd)
 				}
 				if len(tw.kept) != 0 {
 					t.Errorf("rank %d's tower keeps %d micro-batches after the iterations", r, len(tw.kept))

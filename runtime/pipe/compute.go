@@ -224,7 +224,7 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
 			return nil, nil
 		}
-		if in = x.takeInput(s); in == nil {
+		if in = x.takeInput(s, micro); in == nil {
 			return nil, nil // the receive failed: the rank has failed
 		}
 	default:

@@ -37,6 +37,13 @@ type Config struct {
 	// rank makes, its backward and the sum of the replicas' gradients at
 	// OPT_STEP, before OptStep. Every rank of the world gives one, or none.
 	Tower Tower
+	// TowerAtFirst runs Tower on the first stage's rank only, for every
+	// micro-batch (mpipe without owner backward; docs/mpipe.md): owners
+	// load and ship raw inputs, the first stage's rank runs the tower's
+	// forward on each input it loads or receives and its backward at
+	// OPT_STEP, and no gradient goes back to the owners. Every rank sets
+	// it alike.
+	TowerAtFirst bool
 	// Transport is required when Spec.Ranks > 1; its Rank and World must
 	// match, and the fingerprint it checked with its peers (a
 	// transport.Fingerprinter's) must be Spec.Fingerprint or a combination
@@ -134,6 +141,8 @@ type Exec struct {
 	// first-stage chunk, kept for the tower's backward at OPT_STEP.
 	tower   Tower
 	towerDy []*tensor.Dense
+	// towerAtFirst is Config.TowerAtFirst.
+	towerAtFirst bool
 
 	// batch is the open batch (BatchBegin .. BatchEnd), nil when none;
 	// batches[:nBatch] are this iteration's, reused by the next (batch.go).
@@ -250,8 +259,8 @@ func New(cfg Config) (*Exec, error) {
 		losses: make([]atomic.Uint64, sp.Micro), tied: make([]bool, sp.Stages),
 	}
 	if cfg.Tower != nil {
-		x.tower, x.towerDy = cfg.Tower, make([]*tensor.Dense, sp.Micro)
-		if x.data != nil {
+		x.tower, x.towerDy, x.towerAtFirst = cfg.Tower, make([]*tensor.Dense, sp.Micro), cfg.TowerAtFirst
+		if x.data != nil && (!cfg.TowerAtFirst || sp.RankOf[0] == r) {
 			x.data = WithPreprocess(x.data, cfg.Tower.Forward)
 		}
 	}

@@ -94,10 +94,12 @@ func (x *Exec) checkOwner(stage, micro, peer int) bool {
 	return false
 }
 
-// takeInput returns the input of the first-stage chunk in s for its F: the
-// loaded one, or a received one (waiting for a pending receive). It returns
-// nil when there is neither; the caller reports.
-func (x *Exec) takeInput(s *slotState) *tensor.Dense {
+// takeInput returns the input of the first-stage chunk (micro) in s for
+// its F: the loaded one, or a received one (waiting for a pending receive),
+// passed through the tower under Config.TowerAtFirst. It returns nil when
+// there is neither, or the tower failed (reported); the caller reports the
+// former.
+func (x *Exec) takeInput(s *slotState, micro int) *tensor.Dense {
 	if s.x != nil {
 		return s.x
 	}
@@ -106,6 +108,14 @@ func (x *Exec) takeInput(s *slotState) *tensor.Dense {
 	}
 	in := s.ract
 	s.ract = nil
+	if in != nil && x.towerAtFirst {
+		out, err := x.tower.Forward(micro, in)
+		if err != nil || out == nil {
+			x.stepFail(OpForward, 0, micro, -1, fmt.Errorf("the tower's forward of a received input (Config.TowerAtFirst): %v", err))
+			return nil
+		}
+		return out
+	}
 	return in
 }
 

@@ -60,7 +60,7 @@ func (x *Exec) towerBackward() error {
 	first := x.spec.RankOf[0]
 	for m := range x.spec.Micro {
 		owner := x.owner(m)
-		if owner < 0 {
+		if owner < 0 || x.towerAtFirst {
 			owner = first
 		}
 		switch {
