@@ -150,16 +150,7 @@ func mpipeMPIRank(t *testing.T, mode, towerKind string) {
 			t.Errorf("rank %d stage %d params: got (%v, %v), want (%v, %v)", r, s, all[s].A, all[s].B, ref[s].A, ref[s].B)
 		}
 	}
-	owned := min(sp.Ranks, sp.Micro)
-	if mode == passes.OwnersFull {
-		owned = sp.Micro
-	}
-	var wantLoads []int
-	for m := range sp.Micro {
-		if m < owned && m%sp.Ranks == r || m >= owned && r == sp.RankOf[0] {
-			wantLoads = append(wantLoads, m)
-		}
-	}
+	wantLoads := sp.Inputs(r)
 	for it := range iters {
 		n := len(wantLoads)
 		loads := slices.Clone(counts.inputs[min(it*n, len(counts.inputs)):min((it+1)*n, len(counts.inputs))])

@@ -55,7 +55,7 @@ func TestMPipeMatchesSequential(t *testing.T) {
 		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersMin, true, false},
 		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, true, false},
 		{ir.Config{Schedule: "mpipe", Ranks: 4, Virtual: 1, Micro: 8}, passes.OwnersFull, true, false},
-		{ir.Config{Schedule: "mpipe", Ranks: 4, Virtual: 2, Micro: 3}, passes.OwnersFull, true, false},
+		{ir.Config{Schedule: "mpipe", Ranks: 4, Virtual: 2, Micro: 3}, passes.OwnersMin, true, false},
 		{ir.Config{Schedule: "mpipe", Ranks: 3, Virtual: 2, Micro: 7}, passes.OwnersFull, true, true},
 		{ir.Config{Schedule: "mpipe", Ranks: 2, Virtual: 2, Micro: 4}, passes.OwnersMin, false, true},
 	} {
@@ -93,12 +93,14 @@ func TestMPipeMatchesSequential(t *testing.T) {
 					t.Errorf("stage %d params: got (%v, %v), want (%v, %v)", s, g.stages[s].A, g.stages[s].B, ref[s].A, ref[s].B)
 				}
 			}
-			first := p.spec.RankOf[0]
 			for r, c := range counts {
-				var want []int
-				for m := range p.spec.Micro {
-					if m < owned && m%p.spec.Ranks == r || m >= owned && r == first {
-						want = append(want, m)
+				want := p.spec.Inputs(r)
+				if n := len(want); tc.mode == passes.OwnersFull && (n < p.spec.Micro/p.spec.Ranks || n > (p.spec.Micro+p.spec.Ranks-1)/p.spec.Ranks) {
+					t.Errorf("rank %d loads %d micro-batches in the full mode, want M/P rounded", r, n)
+				}
+				for _, m := range want {
+					if m < owned && m%p.spec.Ranks != r {
+						t.Errorf("rank %d loads micro %d, owned by rank %d", r, m, m%p.spec.Ranks)
 					}
 				}
 				var once []int

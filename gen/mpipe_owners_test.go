@@ -12,7 +12,8 @@ import (
 // TestMPipeOwnersGrid: both ownership modes lower and verify (Lower
 // verifies) over a grid of P, V and M; in the full mode every rank but the
 // first stage's loads exactly its owned inputs, micro m on rank m mod
-// min(P, M), and the first stage's rank loads only its own.
+// min(P, M), and the first stage's rank loads only its own. The full mode
+// refuses M < P, where a rank would own nothing.
 func TestMPipeOwnersGrid(t *testing.T) {
 	for _, mode := range []string{passes.OwnersMin, passes.OwnersFull} {
 		for P := 1; P <= 5; P++ {
@@ -20,6 +21,12 @@ func TestMPipeOwnersGrid(t *testing.T) {
 				for _, M := range []int{1, P, 2*P + 1, 4 * P} {
 					cfg := ir.Config{Schedule: "mpipe", Ranks: P, Virtual: V, Micro: M}
 					res, err := Lower(cfg, Options{Passes: passes.Options{MpipeOwners: mode}})
+					if mode == passes.OwnersFull && M < P {
+						if err == nil || !strings.Contains(err.Error(), "would own no micro-batch") {
+							t.Errorf("%s P=%d V=%d M=%d: err = %v, want the refusal of a rank that owns nothing", mode, P, V, M, err)
+						}
+						continue
+					}
 					if err != nil {
 						t.Errorf("%s P=%d V=%d M=%d: %v", mode, P, V, M, err)
 						continue

@@ -83,6 +83,9 @@ func OwnedDataMode(p ir.Program, mode string) (ir.Program, error) {
 	r0 := p.Placement.Rank(0)
 	owned := min(P, p.Micro)
 	if mode == OwnersFull {
+		if p.Micro < P {
+			return ir.Program{}, &Error{Pass: "mpipe", Rank: p.Micro, Index: -1, Reason: fmt.Sprintf("ownership mode %s: rank %d would own no micro-batch (M = %d < P = %d); every rank owns and loads its share in this mode, so use M ≥ P, or the %s mode", OwnersFull, p.Micro, p.Micro, P, OwnersMin)}
+		}
 		owned = p.Micro
 	}
 	var moved []int

@@ -134,3 +134,16 @@ func TestParseOwners(t *testing.T) {
 		t.Errorf("OwnedDataMode with a bad mode: no error")
 	}
 }
+
+// TestOwnedDataFullRefusesIdleOwners: with M < P the full mode would leave
+// a rank owning nothing; it says so, naming the rank.
+func TestOwnedDataFullRefusesIdleOwners(t *testing.T) {
+	p := mustParse("rank 0: 0DATA_LOAD0 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1SEND_F0 1RECV_B0 1B0 1SEND_B0\nrank 2: 2DATA_LOAD0 2RECV_F0 2F0 2B0 2SEND_B0")
+	_, err := OwnedDataMode(p, OwnersFull)
+	if err == nil || !strings.Contains(err.Error(), "rank 1 would own no micro-batch (M = 1 < P = 3)") {
+		t.Errorf("err = %v, want the refusal naming rank 1", err)
+	}
+	if _, err := OwnedDataMode(p, OwnersMin); err != nil {
+		t.Errorf("min mode: %v", err)
+	}
+}

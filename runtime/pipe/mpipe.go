@@ -149,3 +149,28 @@ func (p preprocessed) Input(micro int) (*tensor.Dense, error) {
 	}
 	return out, nil
 }
+
+// Inputs returns the micro-batches whose input rank r loads in an
+// iteration, in increasing order: under mpipe (Owned > 0) the ones it owns
+// (micro m < Owned on rank m mod Ranks) and, on the first stage's rank,
+// the ones nobody owns; otherwise every micro-batch on the rank that holds
+// the first stage of its route, and none elsewhere. A sampler gives rank r
+// only these micro-batches' inputs (its Config.Data's Input is called for
+// no other).
+func (s Spec) Inputs(r int) []int {
+	var out []int
+	for m := range s.Micro {
+		first := 0
+		if s.Copies > 1 && s.Micro%s.Copies == 0 {
+			first = m / (s.Micro / s.Copies) * (s.Stages / s.Copies)
+		}
+		loader := s.RankOf[first]
+		if m < s.Owned {
+			loader = m % s.Ranks
+		}
+		if loader == r {
+			out = append(out, m)
+		}
+	}
+	return out
+}
