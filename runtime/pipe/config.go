@@ -220,8 +220,11 @@ func New(cfg Config) (*Exec, error) {
 	if r < sp.Owned && cfg.Data == nil {
 		return nil, fmt.Errorf("pipe: rank %d owns micro-batch %d (Spec.Owned = %d, mpipe) but Config.Data is nil: an owner loads the input of the micro-batches it owns", r, r, sp.Owned)
 	}
-	if cfg.Tower != nil && copies > 1 {
+	switch {
+	case cfg.Tower != nil && copies > 1:
 		return nil, fmt.Errorf("pipe: rank %d: Config.Tower with Spec.Copies = %d: a tower feeds one pipeline", r, copies)
+	case cfg.Tower != nil && sp.ForwardOnly:
+		return nil, fmt.Errorf("pipe: rank %d: Config.Tower in a forward-only program, which has no OPT_STEP to run the tower's backward at: pass the tower's forward as a frozen preprocess (WithPreprocess) instead", r)
 	}
 	if cfg.Transport != nil {
 		if cfg.Transport.Rank() != r || cfg.Transport.World() != sp.Ranks {
