@@ -174,6 +174,9 @@ func LowerFamily(fam schedules.Family, cfg ir.Config, opt Options) (Result, erro
 		if opt.Passes.ShipLabels {
 			return Result{Config: cfg}, &ScheduleError{cfg.Schedule, fmt.Errorf("schedule %s: its owners load only inputs, and shipped labels start on the first stage's rank with the input; use -ship-labels with another schedule, or load the labels on the last stage's rank", cfg.Schedule)}
 		}
+		if opt.Passes.Swap > 0 {
+			return Result{Config: cfg}, &ScheduleError{cfg.Schedule, fmt.Errorf("schedule %s with -swap: an owner's shipped input (and preprocess output) is not a saved activation the swap steps move, and the first stage's rank holds every received one until its forward; drop -swap or use interleaved", cfg.Schedule)}
+		}
 		opt.Passes.OwnedData = true
 	}
 	res, err := LowerOrder(cfg, compute, opt)

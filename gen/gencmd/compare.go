@@ -21,6 +21,9 @@ func (r *Request) Compare(entries []auto.CompareEntry, progress func(name string
 			fam := e.Family // resolved by auto.ParseCompare
 			one.Schedule, one.Virtual = fam.Name, e.Virtual
 			one.family = &fam
+			if !fam.OwnedData {
+				one.MpipeOwners = "" // -mpipe-owners applies to the list's mpipe entries
+			}
 			cfg, err := one.Config()
 			if err != nil {
 				return cfg, auto.Options{}, err

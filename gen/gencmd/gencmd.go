@@ -96,6 +96,9 @@ type Request struct {
 	// ShipLabels is -ship-labels: labels travel along the pipe
 	// (DATA_SEND/DATA_RECV) instead of being loaded on the last stage's rank.
 	ShipLabels bool
+	// MpipeOwners is -mpipe-owners: mpipe's ownership mode, min (the
+	// default) or full (passes.ParseOwners).
+	MpipeOwners string
 	// Batch is -batch: each run of adjacent transfers of a rank becomes
 	// one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one
 	// group (passes.Coalesce).
@@ -253,6 +256,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.IntVar(&r.FSDP, "fsdp", 0, "add FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) with at most N stages unsharded per rank at once (0: none)")
 	fs.IntVar(&r.FSDPPrefetch, "fsdp-prefetch", 0, "with -fsdp: issue each UNSHARD (all-gather) up to K compute steps before the step that needs it, as far as the -fsdp window allows (0: right before it)")
 	fs.IntVar(&r.Swap, "swap", 0, "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none)")
+	fs.StringVar(&r.MpipeOwners, "mpipe-owners", "", "mpipe: which micro-batches their owner ranks load and ship to the first stage's rank: min (micro m < min(P, M) by rank m; the first stage's rank loads the rest) or full (every micro m by rank m mod min(P, M)); default min")
 	fs.BoolVar(&r.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")
@@ -456,6 +460,16 @@ func (r *Request) LowerOptions() (auto.Options, error) {
 	}
 	opt.Passes.Swap = r.Swap
 	opt.Passes.ShipLabels = r.ShipLabels
+	if r.MpipeOwners != "" {
+		mode, err := passes.ParseOwners(r.MpipeOwners)
+		if err != nil {
+			return opt, usagef("-mpipe-owners: %v", err)
+		}
+		if f, ok := r.resolveFamily(); ok && !f.OwnedData {
+			return opt, usagef("-mpipe-owners %s: only mpipe loads micro-batches on their owner ranks, not -schedule %s", r.MpipeOwners, r.Schedule)
+		}
+		opt.Passes.MpipeOwners = mode
+	}
 	opt.Passes.Batch = r.Batch
 	opt.Passes.ForwardOnly = r.ForwardOnly
 	if len(r.Ties) > 0 && r.Schedule == auto.Name {

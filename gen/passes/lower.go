@@ -47,6 +47,9 @@ type Options struct {
 	// OwnedData runs mpipe's owned-micro data loading (the OwnedData
 	// pass) after the data and comm passes.
 	OwnedData bool
+	// MpipeOwners is OwnedData's ownership mode: OwnersMin ("" too) or
+	// OwnersFull (ParseOwners).
+	MpipeOwners string
 	// ShipLabels ships the labels along the pipe with DATA_SEND/DATA_RECV
 	// instead of loading them on the last stage's rank (the ShipLabels
 	// pass, after the data and comm passes).
@@ -142,7 +145,7 @@ func Pipeline(opt Options) []Pass {
 		ps = append(ps, Pass{Name: "data+comm", Run: func(p ir.Program) (ir.Program, error) { return insertDataCommFast(p, opt.Comm) }})
 	}
 	if opt.OwnedData {
-		ps = append(ps, Pass{Name: "mpipe", Run: OwnedData})
+		ps = append(ps, Pass{Name: "mpipe", Run: func(p ir.Program) (ir.Program, error) { return OwnedDataMode(p, opt.MpipeOwners) }})
 	}
 	if opt.ShipLabels {
 		ps = append(ps, Pass{Name: "labels", Run: ShipLabels})

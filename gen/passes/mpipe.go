@@ -6,26 +6,66 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
-// OwnedData is mpipe's data pass (hyper-parallel's MPipe transpose with no
-// preprocess layers): the first NT = min(P, M) micro-batches are owned by
-// the ranks, micro m by rank m (ir.Placement.Owner). Each owner that does not
-// hold the first stage loads its micro-batch's input during its warm-up idle
-// time and ships it there, so the first stage's rank no longer loads those
-// inputs one after another on its critical path:
+// Ownership modes of mpipe's owned micro-batches (passes.Options.MpipeOwners,
+// ppgen's -mpipe-owners; docs/mpipe.md).
+const (
+	// OwnersMin: micro m < NT = min(P, M) is owned by rank m; each owner
+	// loads (and runs the preprocess of) one micro-batch, in the idle time
+	// before its first input arrives, and the first stage's rank patches
+	// the overflow micro-batches m ≥ NT by loading them itself
+	// (hyper-parallel's "min").
+	OwnersMin = "min"
+	// OwnersFull: every micro-batch is owned, micro m by rank m mod NT
+	// (hyper-parallel's "full"): the first stage's rank loads only the ones
+	// it owns, and every rank loads M/NT of them.
+	OwnersFull = "full"
+)
+
+// ParseOwners checks an ownership mode: "" (the default, OwnersMin),
+// OwnersMin or OwnersFull. It returns the mode, "" made OwnersMin.
+func ParseOwners(s string) (string, error) {
+	switch s {
+	case "", OwnersMin:
+		return OwnersMin, nil
+	case OwnersFull:
+		return OwnersFull, nil
+	}
+	return "", fmt.Errorf("mpipe ownership mode %q: want %s (micro m < min(P, M) owned by rank m, the first stage's rank loads the rest) or %s (every micro m owned by rank m mod min(P, M))", s, OwnersMin, OwnersFull)
+}
+
+// OwnedData is mpipe's data pass in the OwnersMin mode; see OwnedDataMode.
+func OwnedData(p ir.Program) (ir.Program, error) { return OwnedDataMode(p, OwnersMin) }
+
+// OwnedDataMode is mpipe's data pass (hyper-parallel's MPipe transpose; its
+// preprocess, when the model has one, runs in the owner's load): the owned
+// micro-batches (mode: OwnersMin or OwnersFull) are owned by the ranks,
+// micro m by rank m mod NT, NT = min(P, M) (ir.Placement.Owner). Each owner
+// that does not hold the first stage loads its micro-batches' inputs at
+// the head of its program, before its first input can arrive, and ships
+// them there, so the first stage's rank no longer loads those inputs on its
+// critical path:
 //
-//   - on the owner, a prefix DATA_LOAD(0, m), MPIPE_FWD_SEND(0, m);
+//   - on the owner, a prefix DATA_LOAD(0, m), MPIPE_FWD_SEND(0, m) for each
+//     micro-batch m it owns, in increasing order;
 //   - on the first stage's rank, a prefix MPIPE_FWD_RECV(0, m) for every
 //     such m in increasing order, in place of its DATA_LOAD(0, m).
 //
-// Every owner's first transfer is its send and the first stage's rank takes
-// the receives first, in micro-batch order, so the exchange cannot deadlock
-// under the rendezvous model (gen/verify proves it). The receives are posted
-// at the head and completed by the comm stream while the rank computes.
+// Every rank's exchanges with the first stage's rank come before any other
+// transfer of its, and both sides take them in micro-batch order: the
+// exchanges form one block that every rank's comm stream begins with, in
+// one global order, so they cannot deadlock under the rendezvous model
+// (gen/verify proves it). The receives are posted at the head and completed
+// by the comm stream while the rank computes; each holds a buffer slot of
+// the first stage's rank until its F.
 //
 // It runs after InsertData (it moves the loads that pass placed). A program
 // that already holds MPIPE_FWD_RECV steps is returned as it is, so the pass
 // is idempotent; programs with several model copies are refused.
-func OwnedData(p ir.Program) (ir.Program, error) {
+func OwnedDataMode(p ir.Program, mode string) (ir.Program, error) {
+	mode, err := ParseOwners(mode)
+	if err != nil {
+		return ir.Program{}, &Error{Pass: "mpipe", Rank: -1, Index: -1, Reason: err.Error()}
+	}
 	if p.Copies > 1 {
 		return ir.Program{}, &Error{Pass: "mpipe", Rank: -1, Index: -1, Reason: fmt.Sprintf("owned-micro data loading takes one pipeline, not %d model copies", p.Copies)}
 	}
@@ -41,8 +81,15 @@ func OwnedData(p ir.Program) (ir.Program, error) {
 		}
 	}
 	r0 := p.Placement.Rank(0)
+	owned := min(P, p.Micro)
+	if mode == OwnersFull {
+		if p.Micro < P {
+			return ir.Program{}, &Error{Pass: "mpipe", Rank: p.Micro, Index: -1, Reason: fmt.Sprintf("ownership mode %s: rank %d would own no micro-batch (M = %d < P = %d); every rank owns and loads its share in this mode, so use M ≥ P, or the %s mode", OwnersFull, p.Micro, p.Micro, P, OwnersMin)}
+		}
+		owned = p.Micro
+	}
 	var moved []int
-	for m := range min(P, p.Micro) {
+	for m := range owned {
 		if o := p.Placement.Owner(m); o != r0 {
 			moved = append(moved, m)
 		}

@@ -84,6 +84,12 @@ type Cost struct {
 	// starts it together, once all have reached it with their transfers
 	// done (AllReduceTime).
 	AllReduce float64
+	// Pre is the time of the preprocess forward (a frozen tower, or the
+	// first layers of the model kept out of the stages; docs/mpipe.md) that
+	// runs where a micro-batch's input is loaded: it adds to every
+	// DATA_LOAD of stage 0, on the first stage's rank or, under mpipe, on
+	// the micro-batch's owner. 0 (the default): no preprocess.
+	Pre float64
 
 	// R is the cost of a RECOMPUTE step of each stage (-recompute: it
 	// re-runs the stage's forward to rebuild the activations its F
@@ -172,23 +178,23 @@ func kindKey(key string) (KindKey, bool) {
 
 // costKeys lists the keys ParseCost accepts, in the order String writes them
 // (act and bw only when bw > 0, so that the common form stays short), the
-// KindKeys last.
+// KindKeys, then pre.
 var costKeys = func() []string {
 	keys := []string{"F", "B", "I", "W", "comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "act", "bw", "param", "dp", "allreduce"}
 	for _, k := range kindKeys {
 		keys = append(keys, k.Key)
 	}
-	return keys
+	return append(keys, "pre")
 }()
 
 // scalarKeys are the keys of costKeys that take one value.
-var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp", "allreduce"}
+var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp", "allreduce", "pre"}
 
 // ParseCost parses the command-line form of a cost model: comma-separated
 // key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I, W and act take
 // either one value or a colon-separated list with one value per stage
 // ("F=1:1:1:1.4"), as do param and R (RECOMPUTE; default F); the scalar keys are comm, data
-// (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw, dp and allreduce (ALL_REDUCE beyond comm). Keys are case-insensitive. Keys not
+// (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw, dp, allreduce (ALL_REDUCE beyond comm) and pre (the preprocess forward of each stage-0 DATA_LOAD). Keys are case-insensitive. Keys not
 // given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0, and
 // B = I + W always holds (a key of the three not given is derived from the
 // other two; see Cost). Values must be finite numbers in [0, MaxCost] (overlap in [0, 1];
@@ -339,6 +345,8 @@ func (c *Cost) scalarField(k string) *float64 {
 		return &c.DP
 	case "allreduce":
 		return &c.AllReduce
+	case "pre":
+		return &c.Pre
 	}
 	return &c.Swap
 }
@@ -496,7 +504,7 @@ func (c Cost) String() string {
 	for i, k := range costKeys {
 		kk, perKind := kindKey(k)
 		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 ||
-			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 || perKind && len(*kk.list(&c)) == 0 {
+			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 || perKind && len(*kk.list(&c)) == 0 || k == "pre" && c.Pre == 0 {
 			continue // infinite bandwidth: sizes do not matter; or no sizes; or no DP group; or the default
 		}
 		if i > 0 {
@@ -559,6 +567,9 @@ func (c *Cost) StepCost(st ir.Step) float64 {
 		a, b := c.computeCost(st.Sub[0]), c.computeCost(st.Sub[1])
 		return max(a, b) + c.Overlap*min(a, b)
 	case ir.DataLoad:
+		if st.Stage == 0 {
+			return c.DataLoad + c.Pre // an input load runs the preprocess too
+		}
 		return c.DataLoad
 	case ir.Unshard:
 		return c.Unshard + c.CollTime(st.Stage)

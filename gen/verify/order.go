@@ -169,6 +169,9 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 	switch st.Kind {
 	case ir.Forward:
 		if s == first {
+			if s != last && c.before(aLoad, ch, i) && c.before(aMRecv, ch, i) {
+				return c.fail(r, i, *top, Structure, "%s takes an input that arrives twice: %s and %s both run on rank %d; an owned micro-batch's input comes from its owner only (mpipe)", st, ir.Compute(ir.DataLoad, s, m), ir.Compute(ir.MpipeRecv, s, m), r)
+			}
 			if c.hasData && !c.before(aLoad, ch, i) && !c.before(aMRecv, ch, i) {
 				if c.at[aMRecv][ch] >= 0 {
 					return c.need(r, i, top, st, "its input from its owner", ir.Compute(ir.MpipeRecv, s, m), aMRecv, ch)

@@ -224,7 +224,7 @@ func (x *Exec) forwardSlow(stage, micro, slot, src int) (*slotState, *tensor.Den
 			x.stepFailf(OpForward, stage, micro, -1, "no input in slot %d: %s into it has not run", slot, stepName(OpDataLoad, stage, micro))
 			return nil, nil
 		}
-		if in = x.takeInput(s); in == nil {
+		if in = x.takeInput(s, micro); in == nil {
 			return nil, nil // the receive failed: the rank has failed
 		}
 	default:
@@ -327,6 +327,9 @@ func (x *Exec) B(a At) {
 	dx, err := sg.BackwardInput(s.saved, dy)
 	if err == nil {
 		s.inputGradDone(dy, dx)
+		if x.tower != nil {
+			x.keepTowerGrad(stage, micro, dx)
+		}
 		err = sg.BackwardWeight(s.saved, dy)
 	}
 	if x.stepOK(OpBackward, stage, micro, err) {
@@ -346,6 +349,9 @@ func (x *Exec) I(a At) {
 		dx, err := x.stages[stage].BackwardInput(s.saved, dy)
 		if x.stepOK(OpBackwardInput, stage, micro, err) {
 			s.inputGradDone(dy, dx)
+			if x.tower != nil {
+				x.keepTowerGrad(stage, micro, dx)
+			}
 		}
 	}
 }
@@ -519,6 +525,12 @@ func (x *Exec) OptStep() {
 	if s := x.untied(); s >= 0 {
 		x.stepFail(OpOptStep, 0, 0, -1, fmt.Errorf("stage %d is tied (Spec.Ties) but its TIE_GRAD has not run: the optimizer would step on one copy's gradient; TIE_GRAD %d comes before OPT_STEP", s, s))
 		return
+	}
+	if x.tower != nil {
+		if err := x.towerBackward(); err != nil {
+			x.stepFail(OpOptStep, 0, 0, -1, fmt.Errorf("the tower (Config.Tower): %w", err))
+			return
+		}
 	}
 	if x.copies > 1 {
 		if err := x.syncCopies(); err != nil {

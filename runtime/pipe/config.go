@@ -32,6 +32,18 @@ type Config struct {
 	// one (unless Spec.ShipLabels brings its labels from another rank), and
 	// mpipe's owners (Spec.Owned).
 	Data DataSource
+	// Tower, if set, is this rank's replica of a trainable preprocess
+	// (tower.go, docs/mpipe.md): its Forward runs in each input load this
+	// rank makes, its backward and the sum of the replicas' gradients at
+	// OPT_STEP, before OptStep. Every rank of the world gives one, or none.
+	Tower Tower
+	// TowerAtFirst runs Tower on the first stage's rank only, for every
+	// micro-batch (mpipe without owner backward; docs/mpipe.md): owners
+	// load and ship raw inputs, the first stage's rank runs the tower's
+	// forward on each input it loads or receives and its backward at
+	// OPT_STEP, and no gradient goes back to the owners. Every rank sets
+	// it alike.
+	TowerAtFirst bool
 	// Transport is required when Spec.Ranks > 1; its Rank and World must
 	// match, and the fingerprint it checked with its peers (a
 	// transport.Fingerprinter's) must be Spec.Fingerprint or a combination
@@ -126,6 +138,12 @@ type Exec struct {
 	// until MpipeSend ships it.
 	ownIn    *tensor.Dense
 	ownMicro int
+	// tower is Config.Tower; towerDy[m] the input gradient of micro m's
+	// first-stage chunk, kept for the tower's backward at OPT_STEP.
+	tower   Tower
+	towerDy []*tensor.Dense
+	// towerAtFirst is Config.TowerAtFirst.
+	towerAtFirst bool
 
 	// batch is the open batch (BatchBegin .. BatchEnd), nil when none;
 	// batches[:nBatch] are this iteration's, reused by the next (batch.go).
@@ -203,6 +221,12 @@ func New(cfg Config) (*Exec, error) {
 	if r < sp.Owned && cfg.Data == nil {
 		return nil, fmt.Errorf("pipe: rank %d owns micro-batch %d (Spec.Owned = %d, mpipe) but Config.Data is nil: an owner loads the input of the micro-batches it owns", r, r, sp.Owned)
 	}
+	switch {
+	case cfg.Tower != nil && copies > 1:
+		return nil, fmt.Errorf("pipe: rank %d: Config.Tower with Spec.Copies = %d: a tower feeds one pipeline", r, copies)
+	case cfg.Tower != nil && sp.ForwardOnly:
+		return nil, fmt.Errorf("pipe: rank %d: Config.Tower in a forward-only program, which has no OPT_STEP to run the tower's backward at: pass the tower's forward as a frozen preprocess (WithPreprocess) instead", r)
+	}
 	if cfg.Transport != nil {
 		if cfg.Transport.Rank() != r || cfg.Transport.World() != sp.Ranks {
 			return nil, fmt.Errorf("pipe: rank %d of %d: transport is rank %d of %d", r, sp.Ranks, cfg.Transport.Rank(), cfg.Transport.World())
@@ -237,6 +261,12 @@ func New(cfg Config) (*Exec, error) {
 		group: stageGroups(raw), serialOverlap: cfg.SerialOverlap,
 		slots:  make([]slotState, sp.Slots[r]),
 		losses: make([]atomic.Uint64, sp.Micro), tied: make([]bool, sp.Stages),
+	}
+	if cfg.Tower != nil {
+		x.tower, x.towerDy, x.towerAtFirst = cfg.Tower, make([]*tensor.Dense, sp.Micro), cfg.TowerAtFirst
+		if x.data != nil && (!cfg.TowerAtFirst || sp.RankOf[0] == r) {
+			x.data = WithPreprocess(x.data, cfg.Tower.Forward)
+		}
 	}
 	x.ends = make([]uint8, sp.Stages)
 	for s := range x.ends {

@@ -1,6 +1,10 @@
 package pipe
 
-import "gorgonia.org/tensor"
+import (
+	"fmt"
+
+	"gorgonia.org/tensor"
+)
 
 // mpipe's owned-micro data loading (Spec.Owned > 0): micro m < Owned is owned
 // by rank m mod Ranks. An owner that does not hold the first stage runs
@@ -90,10 +94,12 @@ func (x *Exec) checkOwner(stage, micro, peer int) bool {
 	return false
 }
 
-// takeInput returns the input of the first-stage chunk in s for its F: the
-// loaded one, or a received one (waiting for a pending receive). It returns
-// nil when there is neither; the caller reports.
-func (x *Exec) takeInput(s *slotState) *tensor.Dense {
+// takeInput returns the input of the first-stage chunk (micro) in s for
+// its F: the loaded one, or a received one (waiting for a pending receive),
+// passed through the tower under Config.TowerAtFirst. It returns nil when
+// there is neither, or the tower failed (reported); the caller reports the
+// former.
+func (x *Exec) takeInput(s *slotState, micro int) *tensor.Dense {
 	if s.x != nil {
 		return s.x
 	}
@@ -102,5 +108,69 @@ func (x *Exec) takeInput(s *slotState) *tensor.Dense {
 	}
 	in := s.ract
 	s.ract = nil
+	if in != nil && x.towerAtFirst {
+		out, err := x.tower.Forward(micro, in)
+		if err != nil || out == nil {
+			x.stepFail(OpForward, 0, micro, -1, fmt.Errorf("the tower's forward of a received input (Config.TowerAtFirst): %v", err))
+			return nil
+		}
+		return out
+	}
 	return in
+}
+
+// Preprocess is a frozen preprocess (the first layers of a model kept out
+// of the stages, or a vision tower; docs/mpipe.md): a function of one
+// micro-batch's input that runs where the input is loaded. Under mpipe that
+// is the micro-batch's owner, which ships the preprocess's output to the
+// first stage's rank (MPIPE_FWD_SEND); the first stage's rank runs it only
+// for the micro-batches it loads itself.
+type Preprocess func(micro int, in *tensor.Dense) (*tensor.Dense, error)
+
+// WithPreprocess returns a DataSource whose Input(m) is pre(m, ds.Input(m))
+// and whose Target is ds's: the preprocess runs in every input load.
+func WithPreprocess(ds DataSource, pre Preprocess) DataSource {
+	return preprocessed{ds, pre}
+}
+
+type preprocessed struct {
+	DataSource
+	pre Preprocess
+}
+
+func (p preprocessed) Input(micro int) (*tensor.Dense, error) {
+	in, err := p.DataSource.Input(micro)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.pre(micro, in)
+	if err != nil {
+		return nil, fmt.Errorf("the preprocess of micro-batch %d: %w", micro, err)
+	}
+	return out, nil
+}
+
+// Inputs returns the micro-batches whose input rank r loads in an
+// iteration, in increasing order: under mpipe (Owned > 0) the ones it owns
+// (micro m < Owned on rank m mod Ranks) and, on the first stage's rank,
+// the ones nobody owns; otherwise every micro-batch on the rank that holds
+// the first stage of its route, and none elsewhere. A sampler gives rank r
+// only these micro-batches' inputs (its Config.Data's Input is called for
+// no other).
+func (s Spec) Inputs(r int) []int {
+	var out []int
+	for m := range s.Micro {
+		first := 0
+		if s.Copies > 1 && s.Micro%s.Copies == 0 {
+			first = m / (s.Micro / s.Copies) * (s.Stages / s.Copies)
+		}
+		loader := s.RankOf[first]
+		if m < s.Owned {
+			loader = m % s.Ranks
+		}
+		if loader == r {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package pipe_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +81,30 @@ func TestOwnedSpecChecks(t *testing.T) {
 	_, err := pipe.New(pipe.Config{Rank: 1, Spec: three, Stages: map[int]pipe.Stage{1: noop{}}, Transport: trs[1]})
 	if err == nil || !strings.Contains(err.Error(), "rank 1 owns micro-batch 1") {
 		t.Errorf("New without Data on an owner = %v", err)
+	}
+}
+
+func TestSpecInputs(t *testing.T) {
+	full := pipe.Spec{Ranks: 3, Stages: 3, Micro: 7, RankOf: []int{0, 1, 2}, Owned: 7}
+	min := full
+	min.Owned = 3
+	plain := full
+	plain.Owned = 0
+	copies := pipe.Spec{Ranks: 2, Stages: 4, Micro: 4, RankOf: []int{0, 1, 1, 0}, Copies: 2}
+	for _, tc := range []struct {
+		name string
+		sp   pipe.Spec
+		want [][]int
+	}{
+		{"full", full, [][]int{{0, 3, 6}, {1, 4}, {2, 5}}},
+		{"min", min, [][]int{{0, 3, 4, 5, 6}, {1}, {2}}},
+		{"no owners", plain, [][]int{{0, 1, 2, 3, 4, 5, 6}, nil, nil}},
+		{"two copies", copies, [][]int{{0, 1}, {2, 3}}},
+	} {
+		for r, want := range tc.want {
+			if got := tc.sp.Inputs(r); !slices.Equal(got, want) {
+				t.Errorf("%s: Inputs(%d) = %v, want %v", tc.name, r, got, want)
+			}
+		}
 	}
 }

@@ -27,7 +27,9 @@ type Spec struct {
 	// gradients (see CopyGrads) before the optimizer runs.
 	Copies int
 	// Owned is the number of micro-batches loaded by their owner rank
-	// (mpipe): micro m < Owned is owned by rank m mod Ranks, which loads its
+	// (mpipe; min(Ranks, Micro) or fewer in its min ownership mode, up to
+	// Micro in its full one): micro m < Owned is owned by rank m mod
+	// Ranks, which loads its
 	// input (DataSource.Input) and ships it to the first stage's rank with
 	// MpipeSend, where MpipeRecv receives it. 0 for every other schedule.
 	Owned int
@@ -137,8 +139,8 @@ func (s Spec) Validate() error {
 		}
 	}
 	switch {
-	case s.Owned < 0 || s.Owned > min(s.Ranks, s.Micro):
-		return fmt.Errorf("Owned = %d, want 0..min(Ranks, Micro) = %d (mpipe owns one micro-batch per rank at most)", s.Owned, min(s.Ranks, s.Micro))
+	case s.Owned < 0 || s.Owned > s.Micro:
+		return fmt.Errorf("Owned = %d, want 0..Micro = %d (mpipe owns at most every micro-batch)", s.Owned, s.Micro)
 	case s.Owned > 0 && s.ShipLabels:
 		return fmt.Errorf("Owned = %d with ShipLabels: owners load only inputs, shipped labels start on the first stage's rank", s.Owned)
 	case s.Owned > 0 && s.Copies > 1:
@@ -197,7 +199,7 @@ func (s Spec) ReadsData(r int) bool {
 			return true
 		}
 	}
-	return r < s.Owned
+	return r < min(s.Owned, s.Ranks)
 }
 
 // loadsAt reports whether stage st's DATA_LOAD reads data on its rank: it
