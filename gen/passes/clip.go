@@ -30,18 +30,25 @@ func Clip(p ir.Program) ir.Program {
 	if p.ForwardOnly() {
 		return p
 	}
+	return placeOnEveryRank(p, abi.AllReduce, func(steps []ir.Step, st ir.Step) []ir.Step { return beforeOptStep(steps, st) })
+}
+
+// placeOnEveryRank gives every rank of p one operand-less step of kind k,
+// placed in the rank's steps by place, unless p holds a step of k already
+// (an -in file that carries its collectives: verify checks that every rank
+// posts the same sequence). The collective passes (Clip, GatherLoss) share
+// it. p is not modified.
+func placeOnEveryRank(p ir.Program, k abi.Kind, place func(steps []ir.Step, st ir.Step) []ir.Step) ir.Program {
 	for _, steps := range p.Ranks {
-		for _, st := range steps {
-			if st.Kind == abi.AllReduce {
-				return p
-			}
+		if slices.ContainsFunc(steps, func(st ir.Step) bool { return st.Kind == k }) {
+			return p
 		}
 	}
 	q := p
 	q.Ranks = make([][]ir.Step, len(p.Ranks))
-	reduce := ir.Step{Kind: abi.AllReduce, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
+	st := ir.Step{Kind: k, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
 	for r, steps := range p.Ranks {
-		q.Ranks[r] = beforeOptStep(steps, reduce)
+		q.Ranks[r] = place(steps, st)
 	}
 	return q
 }

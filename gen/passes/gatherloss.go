@@ -39,18 +39,7 @@ func checkGatherLoss(v string) error {
 // -in file) is left as it is; verify checks that every rank posts the same
 // number. p is not modified.
 func GatherLoss(p ir.Program) ir.Program {
-	for _, steps := range p.Ranks {
-		for _, st := range steps {
-			if st.Kind == abi.GatherLoss {
-				return p
-			}
-		}
-	}
-	q := p
-	q.Ranks = make([][]ir.Step, len(p.Ranks))
-	gather := ir.Step{Kind: abi.GatherLoss, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None}
-	for r, steps := range p.Ranks {
-		q.Ranks[r] = append(steps[:len(steps):len(steps)], gather)
-	}
-	return q
+	return placeOnEveryRank(p, abi.GatherLoss, func(steps []ir.Step, st ir.Step) []ir.Step {
+		return append(steps[:len(steps):len(steps)], st)
+	})
 }

@@ -1,9 +1,10 @@
 package pipe
 
 import (
+	"cmp"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,12 +156,7 @@ func (s *timedStage) BackwardWeight(saved any, dy *tensor.Dense) error {
 // form), the writer of the simulated trace too.
 func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 	events := t.Events()
-	sort.SliceStable(events, func(i, j int) bool {
-		if events[i].Rank != events[j].Rank {
-			return events[i].Rank < events[j].Rank
-		}
-		return events[i].Start.Before(events[j].Start)
-	})
+	byRankStart(events, func(e TimelineEvent) (int, time.Time) { return e.Rank, e.Start })
 	micros := microsOf(programs)
 	out := make([]chrometrace.Event, 0, len(events)+8)
 	seen := map[int]bool{}
@@ -182,21 +178,12 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		}
 		ev := chrometrace.Event{
 			Name: label, Cat: "compute", Ph: chrometrace.Complete, Pid: e.Rank, Tid: 0,
-			Ts:   chrometrace.Float(float64(e.Start.UnixNano()) / 1e3),
 			Args: args,
 		}
-		if d := float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3; d != 0 {
-			ev.Dur = chrometrace.Float(d)
-		}
-		out = append(out, ev)
+		out = append(out, timed(ev, e.Start, e.End))
 	}
 	transfers := t.Transfers()
-	sort.SliceStable(transfers, func(i, j int) bool {
-		if transfers[i].Rank != transfers[j].Rank {
-			return transfers[i].Rank < transfers[j].Rank
-		}
-		return transfers[i].Start.Before(transfers[j].Start)
-	})
+	byRankStart(transfers, func(e TimelineTransfer) (int, time.Time) { return e.Rank, e.Start })
 	for _, e := range transfers {
 		nameRank(e.Rank)
 		dir := "send"
@@ -205,13 +192,9 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		}
 		ev := chrometrace.Event{
 			Name: fmt.Sprintf("%d%s%d", e.Stage, e.Kind, e.Micro), Cat: "comm", Ph: chrometrace.Complete, Pid: e.Rank, Tid: 1,
-			Ts:   chrometrace.Float(float64(e.Start.UnixNano()) / 1e3),
 			Args: map[string]any{"stage": e.Stage, "micro": e.Micro, "peer": e.Peer, "kind": dir, "op": e.Kind.String(), "bytes": e.Bytes},
 		}
-		if d := float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3; d != 0 {
-			ev.Dur = chrometrace.Float(d)
-		}
-		out = append(out, ev)
+		out = append(out, timed(ev, e.Start, e.End))
 	}
 	out = t.appendSpans(out, nameRank)
 	f := chrometrace.File{DisplayTimeUnit: "ms", Events: out,
@@ -220,6 +203,29 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		return fmt.Errorf("timeline: %w", err)
 	}
 	return nil
+}
+
+// byRankStart sorts trace records by rank, then start time, keeping the
+// order of equal ones (the events, transfers and spans WriteTrace writes).
+func byRankStart[T any](s []T, key func(T) (int, time.Time)) {
+	slices.SortStableFunc(s, func(a, b T) int {
+		ra, sa := key(a)
+		rb, sb := key(b)
+		if ra != rb {
+			return cmp.Compare(ra, rb)
+		}
+		return sa.Compare(sb)
+	})
+}
+
+// timed sets ev's start and, when not zero, its duration, in the trace's
+// microseconds.
+func timed(ev chrometrace.Event, start, end time.Time) chrometrace.Event {
+	ev.Ts = chrometrace.Float(float64(start.UnixNano()) / 1e3)
+	if d := float64(end.Sub(start).Nanoseconds()) / 1e3; d != 0 {
+		ev.Dur = chrometrace.Float(d)
+	}
+	return ev
 }
 
 type microKey struct {

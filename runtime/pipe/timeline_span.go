@@ -1,7 +1,6 @@
 package pipe
 
 import (
-	"sort"
 	"time"
 
 	"github.com/ppgen/ppgen/internal/chrometrace"
@@ -50,23 +49,14 @@ func (t *Timeline) Spans() []TimelineSpan {
 // first by nameRank.
 func (t *Timeline) appendSpans(out []chrometrace.Event, nameRank func(int)) []chrometrace.Event {
 	spans := t.Spans()
-	sort.SliceStable(spans, func(i, j int) bool {
-		if spans[i].Rank != spans[j].Rank {
-			return spans[i].Rank < spans[j].Rank
-		}
-		return spans[i].Start.Before(spans[j].Start)
-	})
+	byRankStart(spans, func(e TimelineSpan) (int, time.Time) { return e.Rank, e.Start })
 	for _, e := range spans {
 		nameRank(e.Rank)
 		ev := chrometrace.Event{
 			Name: e.Name, Cat: "host", Ph: chrometrace.Complete, Pid: e.Rank, Tid: 2,
-			Ts:   chrometrace.Float(float64(e.Start.UnixNano()) / 1e3),
 			Args: map[string]any{"kind": e.Name},
 		}
-		if d := float64(e.End.Sub(e.Start).Nanoseconds()) / 1e3; d != 0 {
-			ev.Dur = chrometrace.Float(d)
-		}
-		out = append(out, ev)
+		out = append(out, timed(ev, e.Start, e.End))
 	}
 	return out
 }
