@@ -272,8 +272,8 @@ func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 				return ""
 			}
 		} else {
-			for _, n := range r.PeakActivations {
-				mem = append(mem, float64(n)/vEff)
+			for _, n := range r.PeakLive {
+				mem = append(mem, n/vEff)
 			}
 		}
 		full := 0
