@@ -179,6 +179,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		layersField(opt.Layers),
 		tiesField(p.Ties),
 		recomputeField(Recomputes(p)),
+		recomputeShareField(p.RecomputeShare),
 	)
 	f.Line()
 	ranks := n.of("Ranks")
@@ -290,6 +291,20 @@ func recomputeField(stages []int) jen.Code {
 		return jen.Null()
 	}
 	return field("Recompute", intSlice(stages))
+}
+
+// recomputeShareField is the Spec's RecomputeShare field of a program
+// with a selective recompute policy (ir.Program.RecomputeShare), and
+// nothing otherwise.
+func recomputeShareField(share []float64) jen.Code {
+	if share == nil {
+		return jen.Null()
+	}
+	items := make([]jen.Code, len(share))
+	for i, f := range share {
+		items[i] = jen.Lit(f)
+	}
+	return field("RecomputeShare", jen.Index().Float64().Values(items...))
 }
 
 // Recomputes returns the Spec.Recompute of p: the stages its RECOMPUTE

@@ -60,6 +60,14 @@ type Spec struct {
 	// stage's input, and Exec.Recompute (RECOMPUTE) re-runs the forward on
 	// it before the chunk's backward, to rebuild what the stage saved.
 	Recompute []int
+	// RecomputeShare, when not nil, holds per stage the share f of a
+	// stage of Recompute that its RECOMPUTE re-runs (selective recompute,
+	// `ppgen gen -recompute selective:...`; an entry of 0 or 1 is the
+	// whole stage). A stage that implements Recomputable then keeps, after
+	// its F, what Recomputable.Drop keeps for that share (the context of
+	// its other layers); one that does not keeps only its input and
+	// re-runs Forward whole, as under full recompute.
+	RecomputeShare []float64
 }
 
 // Describe says which schedule the Spec is, for people: its family, ranks
@@ -141,6 +149,14 @@ func (s Spec) Validate() error {
 	for i, st := range s.Recompute {
 		if st < 0 || st >= s.Stages || (i > 0 && st <= s.Recompute[i-1]) {
 			return fmt.Errorf("Recompute = %v: want stages of 0..%d in increasing order", s.Recompute, s.Stages-1)
+		}
+	}
+	if s.RecomputeShare != nil && len(s.RecomputeShare) != s.Stages {
+		return fmt.Errorf("len(RecomputeShare) = %d, want Stages = %d (or nil)", len(s.RecomputeShare), s.Stages)
+	}
+	for st, f := range s.RecomputeShare {
+		if !(f >= 0 && f <= 1) {
+			return fmt.Errorf("RecomputeShare[%d] = %v, want a share in [0, 1]", st, f)
 		}
 	}
 	for st, l := range s.Layers {
