@@ -29,7 +29,7 @@ const lossesLine = "train losses:"
 
 // mpiJob is one job of the tests below, run by every rank of mpirun.
 type mpiJob struct {
-	Program     string // "onef1b" or "clip"
+	Program     string // "onef1b", "clip", "recompute" or "selective"
 	Steps, Stop int    // Config.Steps and StopAfter
 	Checkpoint  string // Config.CheckpointDir
 	Resume      string // Config.Resume
@@ -53,7 +53,7 @@ func mpiRank(v string) error {
 	if err := json.Unmarshal([]byte(v), &j); err != nil {
 		return fmt.Errorf("%s: %w", jobVar, err)
 	}
-	p, ok := map[string]train.Program{"onef1b": onef1b, "clip": clip}[j.Program]
+	p, ok := map[string]train.Program{"onef1b": onef1b, "clip": clip, "recompute": recompute, "selective": selective}[j.Program]
 	if !ok {
 		return fmt.Errorf("%s: no program %q", jobVar, j.Program)
 	}
@@ -158,6 +158,19 @@ func TestMPIClip(t *testing.T) {
 			if d := maxDiff(t, "losses", got, ref); d > crossTol {
 				t.Fatalf("losses over MPI %v differ from the in-process job's %v by %g", got, ref, d)
 			}
+		})
+	}
+}
+
+// TestMPIRecompute: under mpirun -np 4, over MPI, 1f1b at P=4 recomputing
+// every stage whole (-recompute full) and half of each stage's layers
+// (-recompute selective:0.5, nn.Sequential's Drop and Rebuild) trains to
+// the losses of 1f1b without recompute in process, bit for bit.
+func TestMPIRecompute(t *testing.T) {
+	ref := losses(run(t, config(onef1b, 1, 2*half)))
+	for _, prog := range []string{"recompute", "selective"} {
+		t.Run(prog, func(t *testing.T) {
+			same(t, "losses over MPI with recompute and in process without", mpirunJob(t, mpiJob{Program: prog, Steps: 2 * half}), ref)
 		})
 	}
 }

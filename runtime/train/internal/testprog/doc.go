@@ -6,7 +6,8 @@
 // program, one with a tie, one rank, mpipe, shipped labels, and what
 // `-schedule auto -partition auto` picks for uneven.json (an uneven split
 // of the same 8 layers), and 1f1b with FSDP steps at half the
-// micro-batches (two sharded replicas). Regenerate with `go generate`.
+// micro-batches (two sharded replicas), and 1f1b recomputing every stage
+// whole and half of each stage's layers. Regenerate with `go generate`.
 package testprog
 
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -name OneF1B -o onef1b_gen.go
@@ -21,3 +22,5 @@ package testprog
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -ship-labels -model model.json -name Ship -o ship_gen.go
 //go:generate go tool ppgen gen -schedule auto -ranks 4 -micro 8 -model uneven.json -partition auto -name Auto -o auto_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 4 -fsdp 1 -model model.json -name FSDP -o fsdp_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute full -name Recompute -o recompute_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute selective:0.5 -name Selective -o selective_gen.go
