@@ -66,14 +66,12 @@ func (x *Exec) Recompute(a At) {
 	}
 	var saved any
 	var err error
-	if kept {
+	if ts, ok := x.stages[stage].(*timedStage); ok {
 		start := time.Now()
-		saved, err = x.raw[stage].(Recomputable).Rebuild(s.saved)
-		if ts, ok := x.stages[stage].(*timedStage); ok {
-			ts.record('F', 0, start) // a Timeline counts a RECOMPUTE as an F call (microsOf)
-		}
+		saved, err = x.rebuild(stage, s, kept)
+		ts.record('R', 3, start) // a Timeline's R call (not an F)
 	} else {
-		_, saved, err = x.stages[stage].Forward(s.x)
+		saved, err = x.rebuild(stage, s, kept)
 	}
 	if !x.stepOK(k, stage, micro, err) {
 		return
@@ -81,6 +79,17 @@ func (x *Exec) Recompute(a At) {
 	s.x, s.saved = nil, saved // the stage keeps the input in saved if it needs it
 	s.flags &^= keptShare
 	x.mem.add(x.dropParts(stage, kept))
+}
+
+// rebuild is the stage call of a RECOMPUTE: the stage's Rebuild of what
+// its F kept (selective, kept), else its Forward on the input, whose
+// output it drops.
+func (x *Exec) rebuild(stage int, s *slotState, kept bool) (any, error) {
+	if kept {
+		return x.raw[stage].(Recomputable).Rebuild(s.saved)
+	}
+	_, saved, err := x.raw[stage].Forward(s.x)
+	return saved, err
 }
 
 // recomputes reports whether stage is one of Spec.Recompute.

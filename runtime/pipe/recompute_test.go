@@ -168,3 +168,47 @@ func TestRecomputeSelective(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineRecordsRecompute: a Timeline records each RECOMPUTE as an R
+// call of its own (not an F), whole or selective, and its trace names it
+// by its step ("0R1", args.kind "R"), the F calls keeping their
+// micro-batches.
+func TestTimelineRecordsRecompute(t *testing.T) {
+	re := []pipe.Op{op(pipe.OpDataLoad, 0, 0), op(pipe.OpForward, 0, 0), op(pipe.OpDataLoad, 1, 1), op(pipe.OpForward, 1, 1),
+		op(pipe.OpRecompute, 1, 1), op(pipe.OpBackward, 1, 1), op(pipe.OpRecompute, 0, 0), op(pipe.OpBackward, 0, 0), optOp}
+	for _, tc := range []struct {
+		name  string
+		stage pipe.Stage
+		share []float64
+	}{{"full", &affine{A: 0.5}, nil}, {"selective", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := &pipe.Timeline{}
+			sp := pipe.Spec{Schedule: "test-recompute", Ranks: 1, Stages: 1, Micro: 2, Slots: []int{2}, RankOf: []int{0},
+				Fingerprint: "test:recompute", Recompute: []int{0}, RecomputeShare: tc.share}
+			x, err := pipe.New(pipe.Config{Rank: 0, Spec: sp, Stages: map[int]pipe.Stage{0: tc.stage}, Loss: mse{}, Data: &data{}, Timeline: tl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Close()
+			if err := pipe.Run(x, func(x *pipe.Exec) error { return pipe.Interpret(x, re) }); err != nil {
+				t.Fatal(err)
+			}
+			count := map[byte]int{}
+			for _, e := range tl.Events() {
+				count[e.Kind]++
+			}
+			if count['F'] != 2 || count['R'] != 2 || count['I'] != 2 || count['W'] != 2 {
+				t.Errorf("calls by kind %v; want 2 each of F, R, I, W", count)
+			}
+			var buf strings.Builder
+			if err := tl.WriteTrace(&buf, "test", [][]pipe.Op{re}); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{`"name":"0R1"`, `"name":"0R0"`, `"name":"0F1"`, `"kind":"R"`} {
+				if !strings.Contains(buf.String(), want) {
+					t.Errorf("the trace lacks %s:\n%s", want, buf.String())
+				}
+			}
+		})
+	}
+}

@@ -42,7 +42,7 @@ type TimelineTransfer struct {
 // is how WriteTrace finds the call's micro-batch in the program.
 type TimelineEvent struct {
 	Rank, Stage int
-	Kind        byte // 'F' (Forward), 'I' (BackwardInput), 'W' (BackwardWeight)
+	Kind        byte // 'F' (Forward), 'I' (BackwardInput), 'W' (BackwardWeight), 'R' (a RECOMPUTE's Forward or Rebuild)
 	Seq         int
 	Start, End  time.Time
 }
@@ -103,14 +103,14 @@ type timedStage struct {
 	rank, stage int
 	mu          sync.Mutex
 	epoch       uint64
-	seq         [3]int // F, I, W
+	seq         [4]int // F, I, W, R
 }
 
 func (s *timedStage) record(kind byte, k int, start time.Time) {
 	end := time.Now()
 	s.mu.Lock()
 	if e := s.tl.epoch.Load(); e != s.epoch {
-		s.epoch, s.seq = e, [3]int{}
+		s.epoch, s.seq = e, [4]int{}
 	}
 	seq := s.seq[k]
 	s.seq[k]++
@@ -225,9 +225,8 @@ type microKey struct {
 }
 
 // microsOf maps each stage call of the programs to its micro-batch: the
-// k-th F of stage s on rank r is the k-th F or RECOMPUTE op of s in r's
-// program (RECOMPUTE re-runs the Forward); a B op makes one I and one W
-// call.
+// k-th F of stage s on rank r is the k-th F op of s in r's program, the
+// k-th R its k-th RECOMPUTE op; a B op makes one I and one W call.
 func microsOf(programs [][]Op) map[microKey]int {
 	m := map[microKey]int{}
 	for r, ops := range programs {
@@ -240,8 +239,10 @@ func microsOf(programs [][]Op) map[microKey]int {
 		for _, op := range ops {
 			s, mi := int(op.Stage), int(op.Micro)
 			switch op.Kind {
-			case OpForward, OpRecompute: // RECOMPUTE calls Forward again
+			case OpForward:
 				call(s, 'F', mi)
+			case OpRecompute: // recorded as an R call of its own
+				call(s, 'R', mi)
 			case OpBackward:
 				call(s, 'I', mi)
 				call(s, 'W', mi)
