@@ -162,7 +162,7 @@ func (c *checker) walk() error {
 		rw := &ws[r]
 		if rw.err != nil {
 			for q := r + 1; q < c.P; q++ {
-				c.rep.PeakActivations[q], c.rep.Slots[q] = 0, 0
+				c.rep.PeakActivations[q], c.rep.PeakLive[q], c.rep.Slots[q] = 0, 0, 0
 			}
 			return rw.err
 		}
