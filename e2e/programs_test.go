@@ -109,7 +109,8 @@ func progOf(t testing.TB, name string, cfg ir.Config, opt gen.Options, src []byt
 	p := res.Program
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
 		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
-		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly(), Recompute: emit.RebuiltStages(p, abi.Recompute)}
+		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly(), Recompute: emit.RebuiltStages(p, abi.Recompute),
+		RecomputeShare: slices.Clone(p.RecomputeShare)}
 	if p.Copies > 1 {
 		spec.Copies = p.Copies // as the emitted Spec (emit.copiesField)
 	}

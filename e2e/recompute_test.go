@@ -17,7 +17,9 @@ import (
 // exactly the losses and parameters of a sequential run (float64), for
 // several families, and every chunk runs its stage's Forward twice. With
 // -recompute full:0 only stage 0 does; @idle (RECOMPUTE moved earlier into
-// idle time) trains the same.
+// idle time) trains the same; a selective policy on stages that are no
+// pipe.Recomputable re-runs them whole (TestRecomputeNNMatchesNone trains
+// nn stages, which recompute only their share).
 func TestRecomputeMatchesSequential(t *testing.T) {
 	const iters = 3
 	for _, tc := range []struct {
@@ -36,6 +38,9 @@ func TestRecomputeMatchesSequential(t *testing.T) {
 		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, "full:0,1@idle", false},
 		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, "full", true},
 		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "full:0@idle", true},
+		// affine stages are no pipe.Recomputable: a selective policy
+		// recomputes them whole
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, "selective:0.5", false},
 	} {
 		name := fmt.Sprintf("%s-P%d-%s", tc.cfg.Schedule, tc.cfg.Ranks, tc.policy)
 		if tc.tcp {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,7 +173,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: %s%d ranks, %d stages, %d micro-batches, %d steps (%s); deadlock-free under rendezvous; peak activations per rank %v; slots per rank %v; mean receive lead %.2f compute steps%s\n",
 		ok, kind, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, res.Report.Steps, transfers,
-		res.Report.PeakActivations, res.Info.Slots, res.Info.RecvDistance, fsdp)
+		peaks(res.Report.PeakActivations, res.Report.PeakLive), res.Info.Slots, res.Info.RecvDistance, fsdp)
 	return nil
 }
 
@@ -295,7 +296,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)
 	fmt.Fprintf(stdout, "busy per rank %s\n", floats(r.Busy))
-	fmt.Fprintf(stdout, "peak activations per rank %v\n", r.PeakActivations)
+	fmt.Fprintf(stdout, "peak activations per rank %s\n", peaks(r.PeakActivations, r.PeakLive))
 	if *grid {
 		fmt.Fprint(stdout, sim.Grid(r, res.Program, *width))
 	}
@@ -395,6 +396,19 @@ func floats(xs []float64) string {
 		parts[i] = fmt.Sprintf("%.4g", x)
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// peaks writes the peak live chunks per rank, and, where a selective
+// recompute policy makes a peak fractional (live, which the whole
+// numbers round up), those too: "[3 2] (live chunks [2.5 2])".
+func peaks(whole []int, live []float64) string {
+	out := fmt.Sprint(whole)
+	for r, v := range live {
+		if r < len(whole) && math.Abs(v-float64(whole[r])) > 1e-9 {
+			return out + " (live chunks " + floats(live) + ")"
+		}
+	}
+	return out
 }
 
 func runGen(args []string, stdout, stderr io.Writer) error {

@@ -42,6 +42,26 @@ func TestGenRecompute(t *testing.T) {
 			t.Errorf("%s -recompute full: %s; want one live chunk per rank", cmd, stdout.String())
 		}
 	}
+	// Selective: the Spec carries the shares, check regenerates the file,
+	// and sim and verify print the fractional peaks.
+	if code := run([]string{"gen", "-schedule", "1f1b", "-ranks", "2", "-micro", "4", "-recompute", "selective:0.5", "-package", "p", "-o", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("gen selective: exit %d: %s", code, stderr.String())
+	}
+	if src, err = os.ReadFile(path); err != nil || !bytes.Contains(src, []byte("RecomputeShare: []float64{0.5, 0.5},")) {
+		t.Errorf("the selective file lacks RecomputeShare (%v)", err)
+	}
+	if code := run([]string{"check", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("check selective: exit %d: %s", code, stderr.String())
+	}
+	for _, cmd := range []string{"sim", "verify"} {
+		stdout.Reset()
+		if code := run([]string{cmd, "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-recompute", "selective:0.5"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s: exit %d: %s", cmd, code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "peak activations per rank [3 2 2 1] (live chunks [2.5 2 1.5 1])") {
+			t.Errorf("%s -recompute selective:0.5: %s; want the live chunks 2.5 2 1.5 1", cmd, stdout.String())
+		}
+	}
 	stderr.Reset()
 	if code := run([]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-recompute", "half"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "want none, full") {
 		t.Errorf("-recompute half: exit %d, %q; want 2 and the choices", code, stderr.String())

@@ -86,6 +86,15 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 		}
 		fmt.Fprintf(&b, "%-6s  %4s  %10.4g  %10s  %10s  %10s  %8.4g  %d/%d/%d/%d\n", fmt.Sprintf("stage%d", s), rank, st.F, i, w, bb, st.Act, st.Calls[0], st.Calls[1], st.Calls[2], st.BCalls)
 	}
+	var rs []string
+	for s, st := range fit.Stages {
+		if st.RCalls > 0 {
+			rs = append(rs, fmt.Sprintf("stage%d %.4g (%d calls)", s, st.R, st.RCalls))
+		}
+	}
+	if len(rs) > 0 {
+		fmt.Fprintf(&b, "R, the median RECOMPUTE call (ms): %s; the other stages recompute at their F\n", strings.Join(rs, ", "))
+	}
 	if fit.Overlapped > 0 {
 		fmt.Fprintf(&b, "skipped %d overlap steps (a forward and a backward in one event: their times are not told apart)\n", fit.Overlapped)
 	}

@@ -237,7 +237,10 @@ const idleTries = 2
 // the order does not fit even with every stage recomputed, or fits
 // without. It aims at the ranks the limit binds, which recomputePolicies'
 // first stages miss where a late stage holds the most (the LLM-like
-// model's head).
+// model's head). Where recomputing the last stage it adds whole
+// over-pays, it recomputes the least share of it (selectiveShares) that
+// fits: a selective policy (selective:S=1,...,L=F), less recompute work
+// for the same limit.
 func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 	p := b.t.built
 	S := p.Stages()
@@ -253,40 +256,57 @@ func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 		act = a
 	}
 	vEff := float64(max(b.t.cfg.Virtual/max(p.Copies, 1), 1))
-	on := make([]bool, S)
-	var stages []int
-	for range S + 1 {
-		slices.Sort(stages)
-		pol := passes.RecomputePolicy{Stages: stages}
+	// memOf simulates p under pol and returns its memory per rank.
+	memOf := func(pol passes.RecomputePolicy) ([]float64, error) {
 		q, err := passes.Recompute(p, pol)
 		if err != nil {
-			return ""
+			return nil, err
 		}
 		r, err := sim.Run(q, cost)
 		if err != nil {
+			return nil, err
+		}
+		if sp := opt.Split; sp != nil {
+			return partition.Memory(sp.Model, b.layers, q, r)
+		}
+		mem := make([]float64, len(r.PeakLive))
+		for rk, n := range r.PeakLive {
+			mem[rk] = n / vEff
+		}
+		return mem, nil
+	}
+	fits := func(mem []float64) bool { return slices.Max(mem) <= opt.MemLimit*(1+1e-9) }
+	on := make([]bool, S)
+	var stages []int
+	last := -1 // the stage added last
+	for range S + 1 {
+		slices.Sort(stages)
+		mem, err := memOf(passes.RecomputePolicy{Stages: stages})
+		if err != nil {
 			return ""
 		}
-		var mem []float64
-		if sp := opt.Split; sp != nil {
-			if mem, err = partition.Memory(sp.Model, b.layers, q, r); err != nil {
+		if fits(mem) {
+			if len(stages) == 0 {
 				return ""
 			}
-		} else {
-			for _, n := range r.PeakActivations {
-				mem = append(mem, float64(n)/vEff)
+			shares := make([]float64, len(stages))
+			i, _ := slices.BinarySearch(stages, last)
+			for _, f := range selectiveShares {
+				for k := range shares {
+					shares[k] = 1
+				}
+				shares[i] = f
+				if m, err := memOf(passes.RecomputePolicy{Stages: stages, Shares: shares}); err == nil && fits(m) {
+					return selectiveValue(stages, shares)
+				}
 			}
+			return recomputeValue(stages, S)
 		}
 		full := 0
 		for rk := range mem {
 			if mem[rk] > mem[full] {
 				full = rk
 			}
-		}
-		if mem[full] <= opt.MemLimit*(1+1e-9) {
-			if len(stages) == 0 {
-				return ""
-			}
-			return recomputeValue(stages, S)
 		}
 		next := -1
 		for s, rk := range p.Placement.RankOf {
@@ -297,11 +317,15 @@ func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 		if next < 0 {
 			return "" // the fullest rank recomputes every stage
 		}
-		on[next] = true
+		on[next], last = true, next
 		stages = append(stages, next)
 	}
 	return ""
 }
+
+// selectiveShares are the shares of its last stage greedyRecompute tries,
+// least first.
+var selectiveShares = []float64{0.25, 0.5, 0.75}
 
 // recomputeValue is the -recompute value of the sorted stages of S.
 func recomputeValue(stages []int, S int) string {
@@ -313,6 +337,16 @@ func recomputeValue(stages []int, S int) string {
 		f[i] = strconv.Itoa(s)
 	}
 	return "full:" + strings.Join(f, ",")
+}
+
+// selectiveValue is the -recompute value of the sorted stages with their
+// shares: selective:S=F,...
+func selectiveValue(stages []int, shares []float64) string {
+	f := make([]string, len(stages))
+	for i, s := range stages {
+		f[i] = strconv.Itoa(s) + "=" + strconv.FormatFloat(shares[i], 'g', -1, 64)
+	}
+	return "selective:" + strings.Join(f, ",")
 }
 
 // recomputeBase is an order recomputeTries tries policies on: a family's

@@ -179,7 +179,9 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		layersField(opt.Layers),
 		tiesField(p.Ties),
 	}
-	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline, append(spec, rebuildFields(p)...)...)
+	spec = append(spec, rebuildFields(p)...)
+	spec = append(spec, recomputeShareField(p.RecomputeShare))
+	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline, spec...)
 	f.Line()
 	ranks := n.of("Ranks")
 	f.Comment(ranks + " holds the program of each rank: " + ranks + "[r] runs rank r's steps and returns the")
@@ -298,6 +300,20 @@ func rebuildFields(p ir.Program) []jen.Code {
 		}
 	}
 	return fields
+}
+
+// recomputeShareField is the Spec's RecomputeShare field of a program
+// with a selective recompute policy (ir.Program.RecomputeShare), and
+// nothing otherwise.
+func recomputeShareField(share []float64) jen.Code {
+	if share == nil {
+		return jen.Null()
+	}
+	items := make([]jen.Code, len(share))
+	for i, f := range share {
+		items[i] = jen.Lit(f)
+	}
+	return field("RecomputeShare", jen.Index().Float64().Values(items...))
 }
 
 // RebuiltStages returns the stages that p's steps of kind k name, in

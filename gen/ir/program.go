@@ -53,6 +53,26 @@ type Program struct {
 	// holding a stage of a tie runs TIE_GRAD before OPT_STEP. The text and
 	// CSV forms do not write them (the TIE_GRAD steps show where they are).
 	Ties []Tie
+	// RecomputeShare is, per stage, the share of the stage's layers (and
+	// of a chunk's activations and forward time) its RECOMPUTE steps
+	// re-run under a selective policy (-recompute selective:...): its F
+	// drops that share of the chunk's activations and keeps the rest. nil,
+	// or an entry outside (0, 1): the whole stage (full recompute). The
+	// text and CSV forms do not write it (a RECOMPUTE read from them is
+	// full).
+	RecomputeShare []float64
+}
+
+// RecomputePart returns the share of stage s that a RECOMPUTE of it
+// re-runs: RecomputeShare[s] when that is in (0, 1), else 1 (the whole
+// stage).
+func (p *Program) RecomputePart(s int) float64 {
+	if s >= 0 && s < len(p.RecomputeShare) {
+		if f := p.RecomputeShare[s]; f > 0 && f < 1 {
+			return f
+		}
+	}
+	return 1
 }
 
 // NewProgram returns an empty program for the placement and micro-batch count.

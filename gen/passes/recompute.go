@@ -1,8 +1,8 @@
 package passes
 
 import (
-	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +16,7 @@ import (
 // at F and rebuild them with a RECOMPUTE step before the backward.
 var recomputeOption = Option{
 	Name:   "recompute",
-	Usage:  "recompute policy per stage: none, full (every stage), or full:S,S,... (those stages): each F of such a stage keeps only the stage's input, and a RECOMPUTE step re-runs the forward right before the chunk's first backward (B or I), trading a forward's time (-cost or -model's R, default F) for the chunk's activations between the two; with @idle (full@idle, full:0,1@idle) each RECOMPUTE then moves earlier into its rank's idle time where that shortens the simulated iteration while no rank's simulated peak of live chunks exceeds the largest rank's; no effect with -forward-only or on a program that holds them already",
+	Usage:  "recompute policy per stage: none, full (every stage), full:S,S,... (those stages), selective:F (the first share F in (0, 1] of every stage's layers) or selective:S=F,... (those stages and shares, e.g. selective:0=0.5,2=0.25): each F of such a stage keeps only the stage's input (and, selective, the activations of the layers it does not recompute), and a RECOMPUTE step re-runs the forward (of the share) right before the chunk's first backward (B or I), trading a forward's time (-cost or -model's R, default F; times the share) for the chunk's activations (times the share) between the two; with @idle (full@idle, full:0,1@idle) each RECOMPUTE then moves earlier into its rank's idle time where that shortens the simulated iteration while no rank's simulated peak of live chunks exceeds the largest rank's; no effect with -forward-only or on a program that holds them already",
 	Before: "slots",
 	Check:  func(v string) error { _, err := ParseRecompute(v); return err },
 	Run: func(p ir.Program, v string, opt Options) (ir.Program, error) {
@@ -34,13 +34,19 @@ var recomputeOption = Option{
 
 func init() { declare(&recomputeOption) }
 
-// RecomputePolicy says which stages recompute: none, every stage (All), or
-// the stages listed; and whether their RECOMPUTE steps move from the
-// latest point into idle time (Idle: RecomputeIntoIdle).
+// RecomputePolicy says which stages recompute, and how much of each: none,
+// every stage (All), or the stages listed; and whether their RECOMPUTE
+// steps move from the latest point into idle time (Idle:
+// RecomputeIntoIdle).
 type RecomputePolicy struct {
 	All    bool
 	Stages []int // sorted, without repeats; used when All is false
 	Idle   bool
+	// Share is, with All, the share of every stage's layers a RECOMPUTE
+	// re-runs (selective:F); Shares, without All, each listed stage's
+	// (selective:S=F,...). 0 (or a missing entry) is the whole stage.
+	Share  float64
+	Shares []float64
 }
 
 // On reports whether stage s recomputes under the policy.
@@ -52,10 +58,36 @@ func (pol RecomputePolicy) On(s int) bool {
 	return found
 }
 
+// Part returns the share of stage s's layers a RECOMPUTE of it re-runs
+// under the policy: 0 when the stage does not recompute, 1 for full
+// recompute, a share in (0, 1) for selective.
+func (pol RecomputePolicy) Part(s int) float64 {
+	if !pol.On(s) {
+		return 0
+	}
+	f := pol.Share
+	if !pol.All {
+		i, _ := slices.BinarySearch(pol.Stages, s)
+		f = 0
+		if i < len(pol.Shares) {
+			f = pol.Shares[i]
+		}
+	}
+	if f <= 0 || f >= 1 {
+		return 1
+	}
+	return f
+}
+
+// recomputeWant is what every -recompute error ends with.
+const recomputeWant = "want none, full (every stage), full:S,S,... (those stages, e.g. full:0,2), selective:F (a share F in (0, 1] of every stage's layers, e.g. selective:0.5) or selective:S=F,... (e.g. selective:0=0.5,2=0.25), then @idle to move each RECOMPUTE into idle time"
+
 // ParseRecompute parses -recompute's value: "none" (or ""), "full" (every
-// stage), or "full:0,2" (stages 0 and 2), either of the last two with
-// "@idle" after it (Idle). Selective recompute (a part of each stage's
-// layers) is not implemented yet.
+// stage), "full:0,2" (stages 0 and 2), "selective:0.5" (half of every
+// stage's layers: the first half, whose activations the F drops and the
+// RECOMPUTE rebuilds; the F keeps the rest) or "selective:0=0.5,2=0.25"
+// (those stages, those shares; a share of 1 is full), any of the last
+// four with "@idle" after it (Idle).
 func ParseRecompute(v string) (RecomputePolicy, error) {
 	if base, ok := strings.CutSuffix(v, "@idle"); ok && base != "" && base != "none" {
 		pol, err := ParseRecompute(base)
@@ -70,19 +102,67 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 	case policy == "full":
 		var pol RecomputePolicy
 		for f := range strings.SplitSeq(list, ",") {
-			s, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || s < 0 || s > ir.MaxIndex {
-				return RecomputePolicy{}, fmt.Errorf("stage %q in %q is not a stage number 0..%d; want e.g. full:0,2", f, v, ir.MaxIndex)
+			s, err := parseRecomputeStage(f, v, "full:0,2")
+			if err != nil {
+				return RecomputePolicy{}, err
 			}
 			pol.Stages = append(pol.Stages, s)
 		}
 		slices.Sort(pol.Stages)
 		pol.Stages = slices.Compact(pol.Stages)
 		return pol, nil
+	case policy == "selective" && !hasList:
+		return RecomputePolicy{}, fmt.Errorf("recompute policy %q names no share; want selective:F (e.g. selective:0.5) or selective:S=F,... (e.g. selective:0=0.5,2=0.25)", v)
+	case policy == "selective" && !strings.Contains(list, "="):
+		f, err := parseRecomputeShare(list, v)
+		return RecomputePolicy{All: true, Share: f}, err
 	case policy == "selective":
-		return RecomputePolicy{}, errors.New("selective recompute (a part of each stage's layers) is not implemented yet; want none, full or full:S,S,...")
+		share := map[int]float64{}
+		for item := range strings.SplitSeq(list, ",") {
+			st, fv, ok := strings.Cut(item, "=")
+			if !ok {
+				return RecomputePolicy{}, fmt.Errorf("%q in %q is not S=F (a stage and the share of its layers to recompute); want e.g. selective:0=0.5,2=0.25", item, v)
+			}
+			s, err := parseRecomputeStage(st, v, "selective:0=0.5,2=0.25")
+			if err != nil {
+				return RecomputePolicy{}, err
+			}
+			f, err := parseRecomputeShare(fv, v)
+			if err != nil {
+				return RecomputePolicy{}, err
+			}
+			if _, dup := share[s]; dup {
+				return RecomputePolicy{}, fmt.Errorf("stage %d is given twice in %q; give each stage one share", s, v)
+			}
+			share[s] = f
+		}
+		var pol RecomputePolicy
+		pol.Stages = slices.Sorted(maps.Keys(share))
+		for _, s := range pol.Stages {
+			pol.Shares = append(pol.Shares, share[s])
+		}
+		return pol, nil
 	}
-	return RecomputePolicy{}, fmt.Errorf("unknown recompute policy %q; want none, full (every stage) or full:S,S,... (those stages, e.g. full:0,2), then @idle to move each RECOMPUTE into idle time", v)
+	return RecomputePolicy{}, fmt.Errorf("unknown recompute policy %q; %s", v, recomputeWant)
+}
+
+// parseRecomputeStage parses one stage of -recompute's value v.
+func parseRecomputeStage(f, v, example string) (int, error) {
+	s, err := strconv.Atoi(strings.TrimSpace(f))
+	if err != nil || s < 0 || s > ir.MaxIndex {
+		return 0, fmt.Errorf("stage %q in %q is not a stage number 0..%d; want e.g. %s", f, v, ir.MaxIndex, example)
+	}
+	return s, nil
+}
+
+// parseRecomputeShare parses the share of a selective policy: a number
+// in (0, 1].
+func parseRecomputeShare(f, v string) (float64, error) {
+	x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+	if err != nil || !(x > 0 && x <= 1) {
+		return 0, fmt.Errorf("share %q in %q is not a number in (0, 1] (the share of a stage's layers to recompute; 1 is full); want e.g. selective:0.5", f, v)
+	}
+	return x, nil
 }
 
 // Recompute places, for every chunk (stage, micro) of a stage the policy
@@ -91,7 +171,10 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 // backward (B or I, or the overlap holding it), so that the chunk's
 // activations are rebuilt only when they are needed. The chunk's F then
 // keeps only the stage's input (the runtime drops what the stage saved;
-// gen/verify counts the chunk live from its RECOMPUTE, not its F).
+// gen/verify counts the chunk live from its RECOMPUTE, not its F). Under a
+// selective policy the program's RecomputeShare holds each such stage's
+// share: its F drops that share of the chunk's activations and keeps the
+// rest, and its RECOMPUTE re-runs that share of the forward.
 //
 // It runs after the transfers, FSDP, ties and OPT_STEP are in place and
 // before "slots", which gives each RECOMPUTE its chunk's slot. A
@@ -119,6 +202,15 @@ func Recompute(p ir.Program, pol RecomputePolicy) (ir.Program, error) {
 	}
 	q := p
 	q.Ranks = make([][]ir.Step, len(p.Ranks))
+	q.RecomputeShare = nil
+	for s := range S {
+		if f := pol.Part(s); f > 0 && f < 1 {
+			if q.RecomputeShare == nil {
+				q.RecomputeShare = make([]float64, S)
+			}
+			q.RecomputeShare[s] = f
+		}
+	}
 	M := p.Micro
 	seen := make([]bool, S*M) // the chunk's first backward was met
 	for r, steps := range p.Ranks {

@@ -26,7 +26,17 @@ func TestParseRecompute(t *testing.T) {
 		{"@idle", RecomputePolicy{}, "unknown recompute policy"},
 		{"full:x", RecomputePolicy{}, "not a stage number"},
 		{"full:-1", RecomputePolicy{}, "not a stage number"},
-		{"selective", RecomputePolicy{}, "not implemented yet"},
+		{"selective", RecomputePolicy{}, "names no share"},
+		{"selective:0.5", RecomputePolicy{All: true, Share: 0.5}, ""},
+		{"selective:1", RecomputePolicy{All: true, Share: 1}, ""},
+		{"selective:0.25@idle", RecomputePolicy{All: true, Share: 0.25, Idle: true}, ""},
+		{"selective:2=0.25,0=0.5", RecomputePolicy{Stages: []int{0, 2}, Shares: []float64{0.5, 0.25}}, ""},
+		{"selective:0", RecomputePolicy{}, `share "0" in "selective:0" is not a number in (0, 1]`},
+		{"selective:1.5", RecomputePolicy{}, "not a number in (0, 1]"},
+		{"selective:half", RecomputePolicy{}, "not a number in (0, 1]"},
+		{"selective:0=0.5,1", RecomputePolicy{}, `"1" in "selective:0=0.5,1" is not S=F`},
+		{"selective:x=0.5", RecomputePolicy{}, "not a stage number"},
+		{"selective:0=0.5,0=0.25", RecomputePolicy{}, "stage 0 is given twice"},
 		{"some", RecomputePolicy{}, "unknown recompute policy"},
 	} {
 		got, err := ParseRecompute(tc.in)
@@ -35,7 +45,8 @@ func TestParseRecompute(t *testing.T) {
 			t.Errorf("%q: error %v; want one saying %q", tc.in, err, tc.err)
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
-		case tc.err == "" && (got.All != tc.want.All || got.Idle != tc.want.Idle || !slices.Equal(got.Stages, tc.want.Stages)):
+		case tc.err == "" && (got.All != tc.want.All || got.Idle != tc.want.Idle || !slices.Equal(got.Stages, tc.want.Stages) ||
+			got.Share != tc.want.Share || !slices.Equal(got.Shares, tc.want.Shares)):
 			t.Errorf("%q: got %+v; want %+v", tc.in, got, tc.want)
 		}
 	}
@@ -71,6 +82,38 @@ func TestRecomputePlacement(t *testing.T) {
 		}
 		if n != tc.count {
 			t.Errorf("-recompute %s: %d RECOMPUTE steps; want %d", tc.policy, n, tc.count)
+		}
+	}
+	// A selective policy places the same steps and records each stage's
+	// share in the program (1: full, not recorded).
+	for _, tc := range []struct {
+		policy string
+		share  []float64
+		count  int
+	}{{"selective:0.5", []float64{0.5, 0.5}, 4}, {"selective:1=0.25", []float64{0, 0.25}, 2}, {"selective:1", nil, 4}} {
+		pol, err := ParseRecompute(tc.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := Recompute(p, pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, steps := range q.Ranks {
+			for _, st := range steps {
+				if st.Kind == abi.Recompute {
+					n++
+				}
+			}
+		}
+		if n != tc.count || !slices.Equal(q.RecomputeShare, tc.share) {
+			t.Errorf("-recompute %s: %d RECOMPUTE steps, shares %v; want %d, %v", tc.policy, n, q.RecomputeShare, tc.count, tc.share)
+		}
+		for s := range 2 {
+			if want := pol.Part(s); q.RecomputePart(s) != want && want != 0 {
+				t.Errorf("-recompute %s: stage %d recomputes %v of the program; the policy says %v", tc.policy, s, q.RecomputePart(s), want)
+			}
 		}
 	}
 	fwd := mustParse("rank 0: 0F0 0F1\nrank 1: 1F0 1F1\n")

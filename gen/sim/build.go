@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -179,6 +180,9 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				// DATA_LOAD, REDUCE_GRAD (with the reduce-scatter's ring
 				// cost), OPT_STEP; 0 for a kind StepCost does not price.
 				s.dur[e] = rc.StepCost(st)
+				if k == abi.Recompute {
+					s.dur[e] *= p.RecomputePart(st.Stage) // selective: its share
+				}
 			}
 			if k.IsOverlap() {
 				for _, cs := range st.Sub {

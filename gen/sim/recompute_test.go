@@ -57,6 +57,28 @@ func TestRecomputeCost(t *testing.T) {
 			t.Errorf("%s: peak %d, busy %v, makespan %v; want %d, %v, %v", tc.text, res.PeakActivations[0], res.Busy[0], res.Makespan, tc.peak, tc.busy, tc.span)
 		}
 	}
+	// Selective (RecomputeShare 0.25): a RECOMPUTE costs a quarter of R,
+	// and a chunk keeps 3/4 from its F's end to its RECOMPUTE: the second
+	// F runs with 1.75 chunks live, rounded up to 2 in PeakActivations.
+	sel, err := ir.ParseText("rank 0: 0F0 0F1 0RECOMPUTE0 0B0 0RECOMPUTE1 0B1\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel.RecomputeShare = []float64{0.25}
+	c, err := ParseCost("F=1,B=2,R=2", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(sel, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Makespan != 7 || res.PeakLive[0] != 1.75 || res.PeakActivations[0] != 2 {
+		t.Errorf("selective 0.25: makespan %v, peak %v (%v); want 7, 2 (1.75)", res.Makespan, res.PeakActivations, res.PeakLive)
+	}
+	if mem := res.PeakMemory([]float64{4}); mem[0] != 7 {
+		t.Errorf("selective 0.25: PeakMemory %v; want [7] (1.75 chunks of 4)", mem)
+	}
 	if _, err := ParseCost("R=1:2", 3); err == nil {
 		t.Errorf("R with 2 values for 3 stages: no error")
 	}

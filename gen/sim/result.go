@@ -51,10 +51,12 @@ func (s *simulator) result() Result {
 	return res
 }
 
-// peaks fills PeakActivations by sweeping chunk lifetimes.
+// peaks fills PeakActivations and PeakLive by sweeping chunk lifetimes.
 func (s *simulator) peaks(res *Result) {
-	for r, v := range livePeaks(s.ev, len(res.PeakActivations), s.stages, nil) {
-		res.PeakActivations[r] = int(math.Round(v))
+	res.RecomputeShare = s.p.RecomputeShare
+	res.PeakLive = livePeaks(s.ev, len(res.PeakActivations), s.stages, nil, s.p.RecomputeShare)
+	for r, v := range res.PeakLive {
+		res.PeakActivations[r] = int(math.Ceil(v - 1e-9))
 	}
 }
 
@@ -66,12 +68,15 @@ func (r Result) PeakMemory(act []float64) []float64 {
 	if act == nil {
 		act = []float64{}
 	}
-	return livePeaks(r.Events, len(r.Offsets), len(act), act)
+	return livePeaks(r.Events, len(r.Offsets), len(act), act, r.RecomputeShare)
 }
 
 // livePeaks sweeps the chunk lifetimes of the events of a simulation of P
 // ranks and S stages: the peak per rank of the live chunks' weights
-// (weight[s] per chunk of stage s; nil: 1 each).
+// (weight[s] per chunk of stage s; nil: 1 each), where a recomputed chunk
+// of stage s drops the share share[s] of its weight (ir.Program's
+// RecomputeShare; all of it when share is nil or that is outside (0, 1))
+// from the end of its F to the start of its RECOMPUTE.
 //
 // Lifetimes are half-open in time, and at one instant t the marks go in the
 // order the rank ran them: first the ends of events of positive length
@@ -81,7 +86,7 @@ func (r Result) PeakMemory(act []float64) []float64 {
 // overlap it, while zero-length steps still count: a chunk is live at
 // least from its F's start to its last backward's end in program order,
 // and all-zero costs give the live counts of the program order itself.
-func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
+func livePeaks(evs []Event, P, S int, weight, share []float64) []float64 {
 	type life struct {
 		rank      int
 		stage     int
@@ -205,8 +210,13 @@ func livePeaks(evs []Event, P, S int, weight []float64) []float64 {
 			marks[l.rank] = append(marks[l.rank], mark{l.offEnd, -w}, mark{l.loadStart, +w})
 		}
 		if !math.IsNaN(l.recStart.t) && l.fEnd.before(l.recStart) && l.recStart.before(end) {
-			// its F dropped the activations; its rebuild (RECOMPUTE) restores them
-			marks[l.rank] = append(marks[l.rank], mark{l.fEnd, -w}, mark{l.recStart, +w})
+			// its F dropped the activations (a selective policy's share of
+			// them); its rebuild (RECOMPUTE) restores them
+			d := w
+			if l.stage >= 0 && l.stage < len(share) && share[l.stage] > 0 && share[l.stage] < 1 {
+				d = w * share[l.stage]
+			}
+			marks[l.rank] = append(marks[l.rank], mark{l.fEnd, -d}, mark{l.recStart, +d})
 		}
 	}
 	out := make([]float64, P)

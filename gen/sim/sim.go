@@ -86,6 +86,12 @@ type Result struct {
 	// those of the program order (as gen/verify counts them). In a
 	// forward-only program (no backward at all) a chunk is live during its F.
 	PeakActivations []int
+	// PeakLive[r] is PeakActivations[r] before rounding up: a chunk of a
+	// stage that recomputes a share f of its layers (ir.Program's
+	// RecomputeShare, kept here as RecomputeShare for PeakMemory) counts
+	// 1 − f from the end of its F to the start of its RECOMPUTE.
+	PeakLive       []float64
+	RecomputeShare []float64
 	// Events holds one event per step: rank 0's steps in program order,
 	// then rank 1's, and so on; Events[Offsets[r]+i] is step i of rank r.
 	Events  []Event

@@ -4,7 +4,8 @@
 // call's stage and kind (F, I or W) in its args. `ppgen tune` runs it.
 //
 // The fit is one layer per stage, named stage0, stage1, ...: a stage's F,
-// I and W are the medians of its calls' durations of that kind (robust to
+// I and W (and R, where the trace has RECOMPUTE calls) are the medians of
+// its calls' durations of that kind (robust to
 // the odd call a busy machine or the first touch of a buffer slows down),
 // in milliseconds, the unit `ppgen trace` draws one cost unit as, so that
 // the simulated trace of the fitted model lines up with the measured one.
@@ -14,6 +15,11 @@
 // calls and no I or W is fitted its B (written as the layer's "B", which
 // gen/model splits evenly into I and W; trace a split schedule to fit the
 // halves).
+//
+// A RECOMPUTE (-recompute) is an R call of the measured timeline (args.kind
+// "R") or a host event of a simulated trace (args.kind "RECOMPUTE"); a
+// stage with such calls is fitted R, the median, which a selective
+// policy's calls (a share of the stage's layers) make less than its F.
 //
 // An overlap step of a simulated trace (OVERLAP_F_B: one micro-batch's
 // forward beside another's backward, dualpipe's) is one event for both,
@@ -117,6 +123,10 @@ type Stage struct {
 	// calls and no I or W (0 otherwise); BCalls counts its B calls.
 	B      float64
 	BCalls int
+	// R is the median RECOMPUTE call, ms, when the stage has any (RCalls
+	// counts them): its recompute cost, written as the layer's "R".
+	R      float64
+	RCalls int
 	Act    float64 // the median activation send, KiB (1: none sent)
 }
 
@@ -184,11 +194,14 @@ func (f Fit) Cost() sim.Cost {
 const maxTransfer = 1 << 40
 
 // kinds are the call kinds, in Stage.Calls order, then B (the full
-// backward of a schedule without split backwards).
-const kinds = "FIWB"
+// backward of a schedule without split backwards) and R (RECOMPUTE).
+const kinds = "FIWBR"
 
-// kindB is B's index in kinds.
-const kindB = 3
+// kindB and kindR are B's and R's indices in kinds.
+const (
+	kindB = 3
+	kindR = 4
+)
 
 // Read reads a trace and fits a model to it.
 func Read(r io.Reader, opt Options) (Fit, error) {
@@ -232,7 +245,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			}
 			continue
 		}
-		if e.Ph == chrometrace.Complete && e.Cat == "host" {
+		if e.Ph == chrometrace.Complete && e.Cat == "host" && !simRecompute(e) { // a simulated RECOMPUTE is a stage call
 			sp, ok, err := spanOf(e)
 			if err != nil {
 				return Fit{}, fmt.Errorf("tune: event %d (%q): %w", i, clip(e.Name), err)
@@ -242,7 +255,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			}
 			continue
 		}
-		if e.Ph != chrometrace.Complete || e.Cat != "compute" {
+		if e.Ph != chrometrace.Complete || (e.Cat != "compute" && !simRecompute(e)) {
 			continue // names, sort order, and any other category
 		}
 		if overlapped(e) {
@@ -293,7 +306,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			sends[i].stage %= stages
 		}
 	}
-	durs := make([][4][]float64, stages)
+	durs := make([][len(kinds)][]float64, stages)
 	out.Stages, out.Calls, out.Copies = make([]Stage, stages), len(calls), copies
 	for s := range out.Stages {
 		out.Stages[s].Rank = -2 // none yet
@@ -317,6 +330,9 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	for s := range out.Stages {
 		st := &out.Stages[s]
 		st.BCalls = len(durs[s][kindB])
+		if st.RCalls = len(durs[s][kindR]); st.RCalls > 0 {
+			st.R = median(durs[s][kindR]) / 1e3
+		}
 		for k := range st.Calls {
 			st.Calls[k] = len(durs[s][k])
 		}
@@ -374,6 +390,17 @@ func overlapped(e chrometrace.Event) bool {
 	return k == "OVERLAP_F_B" || k == "OVERLAP_B_F"
 }
 
+// simRecompute reports whether e is a RECOMPUTE of a simulated trace: a
+// host event whose args.kind is RECOMPUTE.
+func simRecompute(e chrometrace.Event) bool {
+	if e.Cat != "host" {
+		return false
+	}
+	args, _ := e.ArgMap()
+	k, _ := args["kind"].(string)
+	return k == "RECOMPUTE"
+}
+
 // stageCall reads one compute event: its stage and kind (args), rank (pid)
 // and duration, each checked.
 func stageCall(e chrometrace.Event) (call, error) {
@@ -387,11 +414,14 @@ func stageCall(e chrometrace.Event) (call, error) {
 	}
 	kind, _ := args["kind"].(string)
 	k := -1
+	if kind == "RECOMPUTE" {
+		kind = "R" // a simulated trace's
+	}
 	if len(kind) == 1 {
 		k = bytes.IndexByte([]byte(kinds), kind[0])
 	}
 	if k < 0 {
-		return call{}, fmt.Errorf("args.kind %q; want F, I, W or B", clip(fmt.Sprint(args["kind"])))
+		return call{}, fmt.Errorf("args.kind %q; want F, I, W, B or R", clip(fmt.Sprint(args["kind"])))
 	}
 	micro := -1
 	if v, ok := args["micro"]; ok {
@@ -614,10 +644,14 @@ func (f Fit) JSON() []byte {
 	var b bytes.Buffer
 	b.WriteString("{\"layers\": [\n")
 	for s, st := range f.Stages {
+		r := ""
+		if st.RCalls > 0 {
+			r = ", \"R\": " + num(st.R)
+		}
 		if st.Full() {
-			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"B\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.B), num(st.Act))
+			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"B\": %s%s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.B), r, num(st.Act))
 		} else {
-			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.I), num(st.W), num(st.Act))
+			fmt.Fprintf(&b, "  {\"name\": \"stage%d\", \"F\": %s, \"I\": %s, \"W\": %s%s, \"act\": %s, \"params\": 1}", s, num(st.F), num(st.I), num(st.W), r, num(st.Act))
 		}
 		if s < len(f.Stages)-1 {
 			b.WriteByte(',')

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen/internal/testprog"
 	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 // trace builds a trace of complete compute events: calls[s][k] holds the
@@ -88,7 +91,7 @@ func TestFitRefuses(t *testing.T) {
 		{"fractional stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":1.5,"kind":"F"}}]}`, Options{}, "args.stage = 1.5"},
 		{"huge stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":1e300,"kind":"F"}}]}`, Options{}, "args.stage = 1e+300"},
 		{"no stage", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"kind":"F"}}]}`, Options{}, "args.stage = <nil>"},
-		{"bad kind", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":0,"kind":"X"}}]}`, Options{}, `args.kind "X"; want F, I, W or B`},
+		{"bad kind", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":0,"kind":"X"}}]}`, Options{}, `args.kind "X"; want F, I, W, B or R`},
 		{"bad micro", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"args":{"stage":0,"kind":"F","micro":-2}}]}`, Options{}, `args.micro = -2`},
 		{"no args", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1}]}`, Options{}, "no args object"},
 		{"bad pid", `{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":-3,"ts":1,"args":{"stage":0,"kind":"F"}}]}`, Options{}, "pid (the rank) -3"},
@@ -387,5 +390,62 @@ func TestCopiesFromMicroBatches(t *testing.T) {
 	}
 	if _, err := Read(strings.NewReader(one), Options{Copies: 2}); err == nil || !strings.Contains(err.Error(), "-copies 2, but the trace's micro-batches, over its 4 stages, run stages of both halves: one model copy") {
 		t.Errorf("-copies 2 on one copy: %v", err)
+	}
+}
+
+// TestFitRecompute: RECOMPUTE calls fit the stage's R, the median: the
+// measured timeline's R calls (args.kind "R") and a simulated trace's
+// host events (args.kind "RECOMPUTE": ppgen trace of a -recompute
+// program, here 1f1b P = 2, M = 4 with R = 0.5 on stage 0 and 1.5 on
+// stage 1, one cost unit a ms), written as the layer's "R", which gen/model
+// reads back; a stage without any keeps none (R defaults to F).
+func TestFitRecompute(t *testing.T) {
+	in := microTrace(
+		[4]any{0, 0, "F", 1000}, [4]any{0, 0, "R", 400}, [4]any{0, 1, "R", 600}, [4]any{0, 0, "I", 1000}, [4]any{0, 0, "W", 1000},
+		[4]any{1, 0, "F", 500}, [4]any{1, 0, "I", 700}, [4]any{1, 0, "W", 300},
+	)
+	f, err := Read(strings.NewReader(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := f.Stages[0]; !near(g.R, 0.5) || g.RCalls != 2 {
+		t.Errorf("stage 0: %+v; want R 0.5 from 2 calls", g)
+	}
+	if g := f.Stages[1]; g.R != 0 || g.RCalls != 0 {
+		t.Errorf("stage 1: %+v; want no R", g)
+	}
+	m, err := model.Read(bytes.NewReader(f.JSON()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, f.JSON())
+	}
+	r0, ok0 := m.Layers[0].Kinds["R"]
+	if _, ok1 := m.Layers[1].Kinds["R"]; !ok0 || !near(r0, 0.5) || ok1 {
+		t.Errorf("layers read back with R %v, %v; want 0.5 and none\n%s", m.Layers[0].Kinds, m.Layers[1].Kinds, f.JSON())
+	}
+
+	p, _, err := passes.Lower(testprog.OneF1B(2, 4), passes.Options{Set: map[string]string{"recompute": "full"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sim.ParseCost("F=1,B=2,R=0.5:1.5", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := sim.Trace(r, p, sim.TraceMeta{Schedule: "1f1b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err = Read(bytes.NewReader(tr), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range []float64{0.5, 1.5} {
+		if g := f.Stages[s]; !near(g.R, want) || g.RCalls != 4 {
+			t.Errorf("simulated stage %d: R %g from %d calls; want %g from 4", s, g.R, g.RCalls, want)
+		}
 	}
 }

@@ -44,7 +44,9 @@
 //     compute step waits for its producer on another rank, and a
 //     cross-rank dependency cycle is a deadlock too;
 //  6. memory: peak live chunks per rank (from F to the last backward, W or B;
-//     a chunk with a RECOMPUTE only at its F and from its RECOMPUTE on)
+//     a chunk with a RECOMPUTE only at its F and from its RECOMPUTE on, or
+//     with the share its F keeps in between under a selective policy:
+//     Report.PeakLive, counted in parts of a chunk)
 //     within Options.MaxActivations, and, when slots are assigned, one slot
 //     per chunk and no two chunks of one slot live at once (the lifetime
 //     docs/internals.md "Buffer slots" defines).

@@ -14,7 +14,9 @@ import (
 // policy is per stage, and a chunk whose step is missing would reach its
 // backward without activations); under FSDP it runs while its stage is
 // unsharded, as the forward it re-runs must; and the memory model counts
-// the chunk live at its F, not after it, and again from its RECOMPUTE.
+// the chunk live at its F, not after it, and again from its RECOMPUTE;
+// under a selective policy (ir.Program's RecomputeShare: a share f of the
+// stage's layers) it counts the 1 − f the F keeps between the two.
 func init() {
 	declareRule(&rule{kind: abi.Recompute, prepare: recomputePrepare, step: recomputeStep, check: recomputeCheck})
 }
@@ -23,11 +25,11 @@ func init() {
 type recomputeCount []uint8
 
 func recomputePrepare(c *checker) {
-	c.dropAtF = make([]bool, c.S*c.M)
+	c.dropAtF = make([]int, c.S*c.M)
 	for _, steps := range c.p.Ranks {
 		for i := range steps {
 			if st := &steps[i]; st.Kind == abi.Recompute && st.Stage >= 0 && st.Stage < c.S && st.Micro >= 0 && st.Micro < c.M {
-				c.dropAtF[st.Stage*c.M+st.Micro] = true
+				c.dropAtF[st.Stage*c.M+st.Micro] = sharePart(c.p.RecomputePart(st.Stage))
 			}
 		}
 	}
@@ -52,7 +54,7 @@ func recomputeStep(c *checker, r, i int, st *ir.Step) (int, error) {
 		return 0, c.fail(r, i, *st, Order, "%s comes after the chunk's first backward (step %d, %s): the backward needs the activations RECOMPUTE rebuilds, so it must come before", *st, c.at[aBwd][ch], b)
 	}
 	count[ch]++
-	return 1, nil
+	return c.dropAtF[ch], nil
 }
 
 // recomputeCheck checks that a stage recomputes every chunk it runs a

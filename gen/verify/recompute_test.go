@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -150,7 +151,7 @@ func TestRecomputePeaksAgree(t *testing.T) {
 	for name, base := range map[string]ir.Program{
 		"1f1b": oneF1B(4, 8), "zb": zbLike(4, 8), "interleaved": interleaved(4, 2, 8), "v": vshape(4, 8, true),
 	} {
-		for _, pol := range []string{"full", "full:0", "full:0@idle"} {
+		for _, pol := range []string{"full", "full:0", "full:0@idle", "selective:0.5", "selective:0=0.25,1=0.75@idle"} {
 			q := lowerRecomputed(t, base, pol)
 			rv, err := verify.Check(q, verify.Options{})
 			if err != nil {
@@ -160,10 +161,49 @@ func TestRecomputePeaksAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(rv.PeakActivations, rs.PeakActivations) {
-				t.Errorf("%s -recompute %s: verify's peaks %v, sim's %v", name, pol, rv.PeakActivations, rs.PeakActivations)
+			if !slices.Equal(rv.PeakActivations, rs.PeakActivations) || !slices.EqualFunc(rv.PeakLive, rs.PeakLive, near) {
+				t.Errorf("%s -recompute %s: verify's peaks %v (%v), sim's %v (%v)", name, pol, rv.PeakActivations, rv.PeakLive, rs.PeakActivations, rs.PeakLive)
 			}
 		}
+	}
+}
+
+// near reports whether two peaks of live chunks agree to 1e-9.
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9 }
+
+// TestRecomputeSelectiveMemory: a selective policy's peaks lie between
+// full recompute's and none's, a share of 1 is full, and -max-activations
+// counts the fraction: on 1f1b (P = 4, M = 8) with selective:0.5, rank 0
+// holds 2.5 chunks at most (its 4 warm-up chunks keep half each, and the
+// one it rebuilds is whole), which a limit of 2 refuses and 3 accepts.
+func TestRecomputeSelectiveMemory(t *testing.T) {
+	base := oneF1B(4, 8)
+	peaks := func(pol string) []float64 {
+		r, err := verify.Check(lowerRecomputed(t, base, pol), verify.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.PeakLive
+	}
+	none, full, half := peaks("none"), peaks("full"), peaks("selective:0.5")
+	for r := range none {
+		if half[r] < full[r] || half[r] > none[r] {
+			t.Errorf("rank %d: selective:0.5 peak %v outside full's %v .. none's %v", r, half[r], full[r], none[r])
+		}
+	}
+	if one := peaks("selective:1"); !slices.Equal(one, full) {
+		t.Errorf("selective:1 peaks %v; full's %v", one, full)
+	}
+	if half[0] != 2.5 {
+		t.Errorf("selective:0.5 rank 0 peak %v; want 2.5 (peaks %v)", half[0], half)
+	}
+	q := lowerRecomputed(t, base, "selective:0.5")
+	if _, err := verify.Check(q, verify.Options{MaxActivations: 3}); err != nil {
+		t.Errorf("limit 3: %v", err)
+	}
+	var e *verify.Error
+	if _, err := verify.Check(q, verify.Options{MaxActivations: 2}); !errors.As(err, &e) || e.Code != verify.Memory || !strings.Contains(err.Error(), "2.5 chunks are live") {
+		t.Errorf("limit 2: %v; want a Memory error at 2.5 chunks", err)
 	}
 }
 

@@ -22,7 +22,8 @@ type rule struct {
 	prepare func(c *checker)
 	// step runs at each step of the kind in its rank's walk, after the
 	// generic structure checks, and returns by how much the step changes
-	// the rank's live chunks (the walk checks the peak after a rise).
+	// the rank's live chunks, in parts (chunkParts a chunk; the walk
+	// checks the peak after a rise).
 	// Ranks are walked in parallel: it may write only the state of its
 	// rank's chunks (or its rank's entry of a per-rank table).
 	step func(c *checker, r, i int, st *ir.Step) (live int, err error)

@@ -32,8 +32,13 @@ type Report struct {
 	// Batches is the number of batches (BATCH_BEGIN .. BATCH_END) of more
 	// than one transfer.
 	Batches int
-	// PeakActivations is, per rank, the most chunks live at once.
+	// PeakActivations is, per rank, the most chunks live at once (rounded
+	// up where a selectively recomputed chunk counts a share: PeakLive).
 	PeakActivations []int
+	// PeakLive is, per rank, the most chunks live at once, where a chunk of
+	// a stage that recomputes a share f of its layers (ir.Program's
+	// RecomputeShare) counts 1 − f from its F to its RECOMPUTE.
+	PeakLive []float64
 	// Slots is, per rank, one more than the largest slot used (0 when the
 	// program has no slots assigned).
 	Slots []int
@@ -120,10 +125,11 @@ type checker struct {
 	// (rule.go); ruleState is the rules' own state, by kind.
 	holds     [64]bool
 	ruleState map[ir.Kind]any
-	// dropAtF, when not nil: per chunk, its F keeps only the stage's input
-	// and a later step of its rank rebuilds the rest (a rule's prepare
-	// sets it), so the chunk is not live from its F to that step.
-	dropAtF []bool
+	// dropAtF, when not nil: per chunk, the parts of it (chunkParts a
+	// whole chunk) its F drops, which a later step of its rank rebuilds (a
+	// rule's prepare sets it): all of them when the F keeps only the
+	// stage's input, so the chunk is not live from its F to that step.
+	dropAtF []int
 	// collSteps are, per collective kind (abi's IsCollective: ALL_REDUCE)
 	// and rank, the indices of its steps of the kind (filled by the walk;
 	// collective.go); nil for a kind without steps

@@ -2,6 +2,8 @@ package verify
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -87,6 +89,7 @@ func (c *checker) walk() error {
 	c.lastCompute = make([]int32, c.P)
 	c.optAt = make([]int32, c.P)
 	c.rep.PeakActivations = make([]int, c.P)
+	c.rep.PeakLive = make([]float64, c.P)
 	c.rep.Slots = make([]int, c.P)
 	c.starts = make([][]int32, c.P)
 	// Count each rank's comm ops and host steps, to number them globally
@@ -166,7 +169,7 @@ func (c *checker) walk() error {
 		rw := &ws[r]
 		if rw.err != nil {
 			for q := r + 1; q < c.P; q++ {
-				c.rep.PeakActivations[q], c.rep.Slots[q] = 0, 0
+				c.rep.PeakActivations[q], c.rep.PeakLive[q], c.rep.Slots[q] = 0, 0, 0
 			}
 			return rw.err
 		}
@@ -225,7 +228,9 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 	c.optAt[r] = -1
 	rw.lastCompute = -1
 	defer func() {
-		c.lastCompute[r], c.rep.Slots[r], c.rep.PeakActivations[r] = rw.lastCompute, rw.slots, rw.peak
+		c.lastCompute[r], c.rep.Slots[r] = rw.lastCompute, rw.slots
+		c.rep.PeakActivations[r] = (rw.peak + chunkParts - 1) / chunkParts
+		c.rep.PeakLive[r] = float64(rw.peak) / chunkParts
 	}()
 	rw.waits = c.sc.rankWaits[r][:0]
 	if cap(rw.waits) < len(steps) {
@@ -296,7 +301,7 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 					if err != nil {
 						return err
 					}
-					live += d
+					live += d * chunkParts
 				} else if st.Kind == ir.Backward || st.Kind == ir.BackwardInput || st.Kind == ir.BackwardWeight {
 					if err := c.swapUse(r, i, st, st); err != nil {
 						return err
@@ -415,29 +420,43 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	}
 }
 
-// peak counts live chunks on rank r through compute step top, whose compute
-// steps are subs (top itself, or an overlap's sub-steps, which run
-// together), and returns the new count.
+// chunkParts is the walk's unit of live memory: one chunk's activations
+// are chunkParts parts, so that a chunk whose F keeps a share of them
+// (selective recompute) counts that share.
+const chunkParts = 1_000_000
+
+// sharePart is a share f of a chunk in parts.
+func sharePart(f float64) int { return int(math.Round(f * chunkParts)) }
+
+// peak counts live chunks (in parts) on rank r through compute step top,
+// whose compute steps are subs (top itself, or an overlap's sub-steps,
+// which run together), and returns the new count.
 func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live int) int {
 	r := rw.r
 	for k := range subs {
 		if subs[k].Kind == ir.Forward {
-			live++
+			live += chunkParts
 		}
 	}
 	if live > rw.peak {
 		rw.peak = live
-		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations && rw.memErr == nil {
-			rw.memErr = c.fail(r, i, *top, Memory, "%d chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", live, c.opt.MaxActivations)
+		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations*chunkParts && rw.memErr == nil {
+			rw.memErr = c.fail(r, i, *top, Memory, "%s chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", strconv.FormatFloat(float64(live)/chunkParts, 'g', -1, 64), c.opt.MaxActivations)
 		}
 	}
 	for k := range subs {
 		// a chunk ends at its W, or at its B when it has no I; in a
 		// forward-only program at its F (it saves nothing); until a later
-		// step rebuilds it, at the F that drops it (dropAtF)
-		sub := &subs[k]
-		if k := sub.Kind; k == ir.BackwardWeight || k == ir.Backward || (k == ir.Forward && (c.forwardOnly || (c.dropAtF != nil && c.dropAtF[sub.Stage*c.M+sub.Micro]))) {
-			live--
+		// step rebuilds it, the part the F drops ends at the F (dropAtF)
+		switch sub := &subs[k]; sub.Kind {
+		case ir.BackwardWeight, ir.Backward:
+			live -= chunkParts
+		case ir.Forward:
+			if c.forwardOnly {
+				live -= chunkParts
+			} else if c.dropAtF != nil {
+				live -= c.dropAtF[sub.Stage*c.M+sub.Micro]
+			}
 		}
 	}
 	return live

@@ -122,7 +122,7 @@ func stepSignature(s abi.Shape) string {
 
 // nonStep are the exported *Exec methods that generated code does not call
 // as steps (Err ends every rank function).
-var nonStep = []string{"Close", "Err", "Fail", "Losses", "LossesGathered", "Rank", "Reset", "Spec", "Sync"}
+var nonStep = []string{"Close", "Err", "Fail", "Losses", "LossesGathered", "PeakLive", "Rank", "Reset", "Spec", "Sync"}
 
 // TestVetAcceptsRuntimeAPI: the methods vet reads as steps are exactly the
 // step methods runtime/pipe exports, each with the signature of its

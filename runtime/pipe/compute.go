@@ -171,8 +171,13 @@ func (x *Exec) F(a At) {
 	// go of it, so a swapped-out chunk leaves nothing of its own behind (a
 	// forward-only program's stages return none: evalStage).
 	s.x, s.y, s.saved = nil, y, saved
-	if ends&keepsInput != 0 {
-		s.x, s.saved = in, nil // a rebuild step (Recompute) rebuilds saved from the input
+	if saved != nil {
+		x.mem.add(chunkParts)
+	}
+	// a rebuild step (abi's IsRebuild: RECOMPUTE) rebuilds saved later:
+	// the F keeps only what that needs (recompute.go's dropAtF)
+	if ends&keepsInput != 0 && !x.dropAtF(s, stage, micro, in, saved) {
+		return
 	}
 	s.flags |= fwdDone
 	if ends&routeEnd != 0 {
@@ -336,7 +341,7 @@ func (x *Exec) B(a At) {
 		if x.rec != nil {
 			x.recycle(s, int(a>>16&atNone)) // the At's slot
 		}
-		s.weightDone()
+		x.release(s)
 	}
 }
 
@@ -366,7 +371,7 @@ func (x *Exec) W(a At) {
 			if x.rec != nil {
 				x.recycle(s, int(a>>16&atNone)) // the At's slot
 			}
-			s.weightDone()
+			x.release(s)
 		}
 	}
 }
@@ -385,6 +390,14 @@ func (x *Exec) stepOK(k OpKind, stage, micro int, err error) bool {
 func (s *slotState) inputGradDone(dy, dx *tensor.Dense) {
 	s.dy, s.dx = dy, dx
 	s.flags |= inDone
+}
+
+// release is weightDone, counting the saved context it lets go of.
+func (x *Exec) release(s *slotState) {
+	if s.saved != nil {
+		x.mem.add(-chunkParts)
+	}
+	s.weightDone()
 }
 
 // weightDone records that the weight gradient of a chunk ran: it keeps

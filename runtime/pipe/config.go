@@ -134,6 +134,10 @@ type Exec struct {
 	mu  sync.Mutex
 	err error
 
+	// mem counts the saved contexts the rank holds (recompute.go,
+	// PeakLive).
+	mem memCount
+
 	// ownIn is the input an owner loaded for micro ownMicro (mpipe),
 	// until MpipeSend ships it.
 	ownIn    *tensor.Dense

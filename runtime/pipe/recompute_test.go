@@ -1,8 +1,13 @@
 package pipe_test
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
+
+	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
@@ -76,5 +81,134 @@ func TestRecompute(t *testing.T) {
 		if err := sp.Validate(); err == nil || !strings.Contains(err.Error(), "Recompute") {
 			t.Errorf("Recompute %v: %v", rc, err)
 		}
+	}
+}
+
+// halfAffine is an affine stage that is a pipe.Recomputable: Drop keeps
+// the input (its saved context is the input, so it keeps no less, but it
+// counts the calls) and Rebuild returns it, or fails when fail is set.
+type halfAffine struct {
+	*affine
+	drops, rebuilds int
+	fail            error
+}
+
+type halfKept struct{ x any }
+
+func (h *halfAffine) Drop(x *tensor.Dense, saved any, share float64) (any, error) {
+	h.drops++
+	if h.fail != nil {
+		return nil, h.fail
+	}
+	if share != 0.5 {
+		return nil, fmt.Errorf("share %v, want 0.5", share)
+	}
+	return halfKept{saved}, nil
+}
+
+func (h *halfAffine) Rebuild(kept any) (any, error) {
+	h.rebuilds++
+	return kept.(halfKept).x, nil
+}
+
+// TestRecomputeSelective: with Spec.RecomputeShare a Recomputable stage's
+// F keeps what Drop returns and RECOMPUTE calls Rebuild instead of
+// Forward; the losses and parameters equal training without recompute,
+// and the Exec's measured PeakLive counts the kept share (F0 F1 R0 B0 R1
+// B1: 2 chunks without recompute, 1.5 with half of each kept, 1 with full
+// recompute). A Drop that fails fails the F; Spec.Validate refuses a
+// RecomputeShare of the wrong length or outside [0, 1].
+func TestRecomputeSelective(t *testing.T) {
+	plain := []pipe.Op{op(pipe.OpDataLoad, 0, 0), op(pipe.OpForward, 0, 0), op(pipe.OpDataLoad, 1, 1), op(pipe.OpForward, 1, 1),
+		op(pipe.OpBackward, 0, 0), op(pipe.OpBackward, 1, 1), optOp}
+	re := []pipe.Op{op(pipe.OpDataLoad, 0, 0), op(pipe.OpForward, 0, 0), op(pipe.OpDataLoad, 1, 1), op(pipe.OpForward, 1, 1),
+		op(pipe.OpRecompute, 0, 0), op(pipe.OpBackward, 0, 0), op(pipe.OpRecompute, 1, 1), op(pipe.OpBackward, 1, 1), optOp}
+	exec := func(st pipe.Stage, recompute []int, share []float64) *pipe.Exec {
+		sp := pipe.Spec{Schedule: "test-recompute", Ranks: 1, Stages: 1, Micro: 2, Slots: []int{2}, RankOf: []int{0},
+			Fingerprint: "test:recompute", Recompute: recompute, RecomputeShare: share}
+		x, err := pipe.New(pipe.Config{Rank: 0, Spec: sp, Stages: map[int]pipe.Stage{0: st}, Loss: mse{}, Data: &data{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Close() })
+		return x
+	}
+	a := &affine{A: 0.5, B: 0.1}
+	h := &halfAffine{affine: &affine{A: 0.5, B: 0.1}}
+	f := &affine{A: 0.5, B: 0.1}
+	xa, xh, xf := exec(a, nil, nil), exec(h, []int{0}, []float64{0.5}), exec(f, []int{0}, nil)
+	for range 2 {
+		for _, run := range []struct {
+			x   *pipe.Exec
+			ops []pipe.Op
+		}{{xa, plain}, {xh, re}, {xf, re}} {
+			if err := pipe.Run(run.x, func(x *pipe.Exec) error { return pipe.Interpret(x, run.ops) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if la, lh := xa.Losses(), xh.Losses(); la[0] != lh[0] || la[1] != lh[1] {
+			t.Errorf("losses %v with selective recompute, %v without", lh, la)
+		}
+	}
+	if a.A != h.A || a.B != h.B || h.FwdCalls != a.FwdCalls || h.drops != 4 || h.rebuilds != 4 {
+		t.Errorf("params (%v, %v) selective, (%v, %v) without; Forward calls %d, %d; Drop %d, Rebuild %d (want 4 each)", h.A, h.B, a.A, a.B, h.FwdCalls, a.FwdCalls, h.drops, h.rebuilds)
+	}
+	if pa, ph, pf := xa.PeakLive(), xh.PeakLive(), xf.PeakLive(); pa != 2 || ph != 1.5 || pf != 1 {
+		t.Errorf("measured peaks %v without, %v selective, %v full; want 2, 1.5, 1", pa, ph, pf)
+	}
+	bad := &halfAffine{affine: &affine{A: 1}, fail: errors.New("no room")}
+	x := exec(bad, []int{0}, []float64{0.5})
+	if err := pipe.Run(x, func(x *pipe.Exec) error { return pipe.Interpret(x, re) }); err == nil || !strings.Contains(err.Error(), "selective recompute: no room") {
+		t.Errorf("a failing Drop: %v", err)
+	}
+	for _, share := range [][]float64{{0.5, 0.5}, {-0.5}, {1.5}, {math.NaN()}} {
+		sp := pipe.Spec{Schedule: "s", Ranks: 1, Stages: 1, Micro: 1, Slots: []int{1}, RankOf: []int{0}, Recompute: []int{0}, RecomputeShare: share}
+		if err := sp.Validate(); err == nil || !strings.Contains(err.Error(), "RecomputeShare") {
+			t.Errorf("RecomputeShare %v: %v", share, err)
+		}
+	}
+}
+
+// TestTimelineRecordsRecompute: a Timeline records each RECOMPUTE as an R
+// call of its own (not an F), whole or selective, and its trace names it
+// by its step ("0R1", args.kind "R"), the F calls keeping their
+// micro-batches.
+func TestTimelineRecordsRecompute(t *testing.T) {
+	re := []pipe.Op{op(pipe.OpDataLoad, 0, 0), op(pipe.OpForward, 0, 0), op(pipe.OpDataLoad, 1, 1), op(pipe.OpForward, 1, 1),
+		op(pipe.OpRecompute, 1, 1), op(pipe.OpBackward, 1, 1), op(pipe.OpRecompute, 0, 0), op(pipe.OpBackward, 0, 0), optOp}
+	for _, tc := range []struct {
+		name  string
+		stage pipe.Stage
+		share []float64
+	}{{"full", &affine{A: 0.5}, nil}, {"selective", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := &pipe.Timeline{}
+			sp := pipe.Spec{Schedule: "test-recompute", Ranks: 1, Stages: 1, Micro: 2, Slots: []int{2}, RankOf: []int{0},
+				Fingerprint: "test:recompute", Recompute: []int{0}, RecomputeShare: tc.share}
+			x, err := pipe.New(pipe.Config{Rank: 0, Spec: sp, Stages: map[int]pipe.Stage{0: tc.stage}, Loss: mse{}, Data: &data{}, Timeline: tl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Close()
+			if err := pipe.Run(x, func(x *pipe.Exec) error { return pipe.Interpret(x, re) }); err != nil {
+				t.Fatal(err)
+			}
+			count := map[byte]int{}
+			for _, e := range tl.Events() {
+				count[e.Kind]++
+			}
+			if count['F'] != 2 || count['R'] != 2 || count['I'] != 2 || count['W'] != 2 {
+				t.Errorf("calls by kind %v; want 2 each of F, R, I, W", count)
+			}
+			var buf strings.Builder
+			if err := tl.WriteTrace(&buf, "test", [][]pipe.Op{re}); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{`"name":"0R1"`, `"name":"0R0"`, `"name":"0F1"`, `"kind":"R"`} {
+				if !strings.Contains(buf.String(), want) {
+					t.Errorf("the trace lacks %s:\n%s", want, buf.String())
+				}
+			}
+		})
 	}
 }

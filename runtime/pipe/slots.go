@@ -54,6 +54,7 @@ const (
 	gradPending                       // a RECV_B is posted and not yet waited for
 	swappedOut                        // the saved context is offloaded (a Swapper's handle)
 	dataPending                       // a DATA_RECV of the labels is posted and not yet waited for
+	keptShare                         // saved holds what a Recomputable's Drop kept until RECOMPUTE
 
 	pending = actPending | gradPending | dataPending
 )

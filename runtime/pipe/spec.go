@@ -68,6 +68,14 @@ type Spec struct {
 	// read through the generated rebuiltStages (kinds_gen.go); nothing
 	// else here names the kind.
 	Recompute []int
+	// RecomputeShare, when not nil, holds per stage the share f of a
+	// stage of Recompute that its RECOMPUTE re-runs (selective recompute,
+	// `ppgen gen -recompute selective:...`; an entry of 0 or 1 is the
+	// whole stage). A stage that implements Recomputable then keeps, after
+	// its F, what Recomputable.Drop keeps for that share (the context of
+	// its other layers); one that does not keeps only its input and
+	// re-runs Forward whole, as under full recompute.
+	RecomputeShare []float64
 }
 
 // kindStages is a Spec field of stages named after a kind (rebuiltStages).
@@ -157,6 +165,14 @@ func (s Spec) Validate() error {
 			if st < 0 || st >= s.Stages || (i > 0 && st <= r.stages[i-1]) {
 				return fmt.Errorf("%s = %v: want stages of 0..%d in increasing order", r.kind.GoName(), r.stages, s.Stages-1)
 			}
+		}
+	}
+	if s.RecomputeShare != nil && len(s.RecomputeShare) != s.Stages {
+		return fmt.Errorf("len(RecomputeShare) = %d, want Stages = %d (or nil)", len(s.RecomputeShare), s.Stages)
+	}
+	for st, f := range s.RecomputeShare {
+		if !(f >= 0 && f <= 1) {
+			return fmt.Errorf("RecomputeShare[%d] = %v, want a share in [0, 1]", st, f)
 		}
 	}
 	for st, l := range s.Layers {

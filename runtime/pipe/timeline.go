@@ -44,7 +44,7 @@ type TimelineTransfer struct {
 // is how WriteTrace finds the call's micro-batch in the program.
 type TimelineEvent struct {
 	Rank, Stage int
-	Kind        byte // 'F' (Forward), 'I' (BackwardInput), 'W' (BackwardWeight)
+	Kind        byte // 'F' (Forward), 'I' (BackwardInput), 'W' (BackwardWeight), 'R' (a RECOMPUTE's Forward or Rebuild)
 	Seq         int
 	Start, End  time.Time
 }
@@ -106,14 +106,14 @@ type timedStage struct {
 	rank, stage int
 	mu          sync.Mutex
 	epoch       uint64
-	seq         [3]int // F, I, W
+	seq         [4]int // F, I, W, R
 }
 
 func (s *timedStage) record(kind byte, k int, start time.Time) {
 	end := time.Now()
 	s.mu.Lock()
 	if e := s.tl.epoch.Load(); e != s.epoch {
-		s.epoch, s.seq = e, [3]int{}
+		s.epoch, s.seq = e, [4]int{}
 	}
 	seq := s.seq[k]
 	s.seq[k]++
@@ -235,9 +235,9 @@ type microKey struct {
 }
 
 // microsOf maps each stage call of the programs to its micro-batch: the
-// k-th F of stage s on rank r is the k-th F or rebuild op (abi's IsRebuild:
-// RECOMPUTE re-runs the Forward) of s in r's program; a B op makes one I and one W
-// call.
+// k-th F of stage s on rank r is the k-th F op of s in r's program, the
+// k-th R its k-th rebuild op (abi's IsRebuild: RECOMPUTE, which records an
+// R call of its own); a B op makes one I and one W call.
 func microsOf(programs [][]Op) map[microKey]int {
 	m := map[microKey]int{}
 	for r, ops := range programs {
@@ -260,8 +260,8 @@ func microsOf(programs [][]Op) map[microKey]int {
 			case OpBackwardWeight:
 				call(s, 'W', mi)
 			default:
-				if op.Kind.IsRebuild() { // RECOMPUTE calls Forward again
-					call(s, 'F', mi)
+				if op.Kind.IsRebuild() { // an R call of its own (Recompute)
+					call(s, 'R', mi)
 				}
 			}
 		}

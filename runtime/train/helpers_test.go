@@ -28,13 +28,15 @@ const (
 
 // The programs of internal/testprog.
 var (
-	onef1b   = train.Program{Spec: testprog.OneF1BSpec, Ranks: testprog.OneF1BRanks[:]}
-	eval     = train.Program{Spec: testprog.EvalSpec, Ranks: testprog.EvalRanks[:]}
-	zbv2     = train.Program{Spec: testprog.ZBVSpec, Ranks: testprog.ZBVRanks[:]}
-	halfProg = train.Program{Spec: testprog.HalfSpec, Ranks: testprog.HalfRanks[:]}
-	dual     = train.Program{Spec: testprog.DualSpec, Ranks: testprog.DualRanks[:]}
-	clip     = train.Program{Spec: testprog.ClipSpec, Ranks: testprog.ClipRanks[:]}
-	tie      = train.Program{Spec: testprog.TieSpec, Ranks: testprog.TieRanks[:]}
+	onef1b    = train.Program{Spec: testprog.OneF1BSpec, Ranks: testprog.OneF1BRanks[:]}
+	eval      = train.Program{Spec: testprog.EvalSpec, Ranks: testprog.EvalRanks[:]}
+	zbv2      = train.Program{Spec: testprog.ZBVSpec, Ranks: testprog.ZBVRanks[:]}
+	halfProg  = train.Program{Spec: testprog.HalfSpec, Ranks: testprog.HalfRanks[:]}
+	dual      = train.Program{Spec: testprog.DualSpec, Ranks: testprog.DualRanks[:]}
+	clip      = train.Program{Spec: testprog.ClipSpec, Ranks: testprog.ClipRanks[:]}
+	tie       = train.Program{Spec: testprog.TieSpec, Ranks: testprog.TieRanks[:]}
+	recompute = train.Program{Spec: testprog.RecomputeSpec, Ranks: testprog.RecomputeRanks[:]}
+	selective = train.Program{Spec: testprog.SelectiveSpec, Ranks: testprog.SelectiveRanks[:]}
 )
 
 // layer builds layer i, seeded by i.

@@ -7,7 +7,8 @@
 // `-schedule auto -partition auto` picks for uneven.json (an uneven split
 // of the same 8 layers), and 1f1b with FSDP steps at half the
 // micro-batches (two sharded replicas); 1f1b with swap steps (-swap 2)
-// and its program as data (-table: SwapProgram, for pipe.Interpret).
+// and its program as data (-table: SwapProgram, for pipe.Interpret); and
+// 1f1b recomputing every stage whole and half of each stage's layers.
 // Regenerate with `go generate`.
 package testprog
 
@@ -24,3 +25,5 @@ package testprog
 //go:generate go tool ppgen gen -schedule auto -ranks 4 -micro 8 -model uneven.json -partition auto -name Auto -o auto_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 4 -fsdp 1 -model model.json -name FSDP -o fsdp_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -swap 2 -table -model model.json -name Swap -o swap_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute full -name Recompute -o recompute_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute selective:0.5 -name Selective -o selective_gen.go

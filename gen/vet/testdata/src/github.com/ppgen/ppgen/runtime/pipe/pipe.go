@@ -7,20 +7,21 @@ package pipe
 const SupportPackageIsVersion2 = true
 
 type Spec struct {
-	Schedule    string
-	Ranks       int
-	Stages      int
-	Micro       int
-	Slots       []int
-	RankOf      []int
-	Fingerprint string
-	Copies      int
-	Owned       int
-	ShipLabels  bool
-	ForwardOnly bool
-	Ties        []Tie
-	Layers      [][2]int
-	Recompute   []int
+	Schedule       string
+	Ranks          int
+	Stages         int
+	Micro          int
+	Slots          []int
+	RankOf         []int
+	Fingerprint    string
+	Copies         int
+	Owned          int
+	ShipLabels     bool
+	ForwardOnly    bool
+	Ties           []Tie
+	Layers         [][2]int
+	Recompute      []int
+	RecomputeShare []float64
 }
 
 type Tie struct{ A, B int }

@@ -1,0 +1,174 @@
+package e2e_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"gorgonia.org/tensor"
+
+	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/verify"
+	"github.com/ppgen/ppgen/runtime/nn"
+	"github.com/ppgen/ppgen/runtime/pipe"
+	"github.com/ppgen/ppgen/runtime/transport"
+)
+
+// TestRecomputeNNMatchesNone trains runtime/nn stages (e2eStages: Linear,
+// Tanh, Linear, Tanh, and a Linear on the last stage; nn.Sequential is a
+// pipe.Recomputable) with programs lowered with -recompute none, full and
+// selective policies, for several families, in process through
+// Interpret, and checks that
+//   - every policy's losses and parameters equal the same family's without
+//     recompute bit for bit (float64), and sequential training within
+//     1e-12;
+//   - a selective stage rebuilds only its share of layers: its Forward
+//     runs once per chunk (Rebuild re-runs the first layers, not Forward);
+//   - each rank's peak of held saved contexts, with and without recompute, measured by the Exec as the
+//     steps ran (Exec.PeakLive), equals gen/verify's Report.PeakLive of the
+//     program, in chunks, a selective chunk counting the share it keeps.
+func TestRecomputeNNMatchesNone(t *testing.T) {
+	for _, tc := range []struct {
+		cfg      ir.Config
+		policies []string
+	}{
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, []string{"full", "selective:0.5", "selective:0=0.25,2=0.75", "selective:0.5@idle"}},
+		{ir.Config{Schedule: "gpipe", Ranks: 2, Micro: 4}, []string{"selective:0.5"}},
+		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, []string{"full", "selective:0.75"}},
+		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, []string{"selective:0.5", "full:0"}},
+		{ir.Config{Schedule: "interleaved-zb", Ranks: 2, Virtual: 2, Micro: 4}, []string{"selective:0.25"}},
+	} {
+		t.Run(fmt.Sprintf("%s-P%d", tc.cfg.Schedule, tc.cfg.Ranks), func(t *testing.T) {
+			base := lowered(t, tc.cfg, gen.Options{})
+			ref := e2eStages(t, base.spec.Stages)
+			refLosses := trainReference(t, ref, base.spec.Micro)
+			var nonePeaks []float64
+			noneLosses, noneParams := trainNN(t, base, &nonePeaks)
+			noneRes, err := gen.Lower(tc.cfg, gen.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep, err := verify.Check(noneRes.Program, verify.Options{}); err != nil || !slices.Equal(nonePeaks, rep.PeakLive) {
+				t.Errorf("without recompute: measured peaks %v; the verifier's %v (%v)", nonePeaks, rep.PeakLive, err)
+			}
+			for m, l := range noneLosses[0] {
+				if d := relDiff(l, refLosses[0][m]); d > 1e-12 {
+					t.Fatalf("without recompute: micro %d loss %v, sequential %v", m, l, refLosses[0][m])
+				}
+			}
+			for _, policy := range tc.policies {
+				p := lowered(t, tc.cfg, gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": policy}}})
+				res, err := gen.Lower(tc.cfg, gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": policy}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rep, err := verify.Check(res.Program, verify.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var peaks []float64
+				losses, ps := trainNN(t, p, &peaks)
+				for step := range losses {
+					if !slices.Equal(losses[step], noneLosses[step]) {
+						t.Errorf("-recompute %s step %d: losses %v; without recompute %v", policy, step, losses[step], noneLosses[step])
+					}
+				}
+				for i := range ps {
+					if !slices.Equal(ps[i], noneParams[i]) {
+						t.Errorf("-recompute %s: parameter %d differs from training without recompute", policy, i)
+						break
+					}
+				}
+				if !slices.Equal(peaks, rep.PeakLive) {
+					t.Errorf("-recompute %s: measured peaks %v; the verifier's %v", policy, peaks, rep.PeakLive)
+				}
+				t.Logf("-recompute %s: peaks %v (verifier %v)", policy, peaks, rep.PeakLive)
+			}
+		})
+	}
+}
+
+// fwdCounter counts a Sequential's Forward calls; it forwards Drop and
+// Rebuild, so that it is a pipe.Recomputable as the Sequential is.
+type fwdCounter struct {
+	*nn.Sequential
+	calls int
+}
+
+func (c *fwdCounter) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	c.calls++
+	return c.Sequential.Forward(x)
+}
+
+// trainNN trains e2eStages with p's program for e2eSteps steps and
+// returns the losses of every step and the parameters after; with peaks
+// it stores each rank's Exec.PeakLive there. A stage of p that recomputes
+// selectively must run Forward once per chunk.
+func trainNN(t *testing.T, p prog, peaks *[]float64) ([][]float64, [][]float64) {
+	t.Helper()
+	sp := p.spec
+	model := e2eStages(t, sp.Stages)
+	counters := make([]*fwdCounter, sp.Stages)
+	data := &e2eData{}
+	trs := transport.NewInProc(sp.Ranks)
+	xs := make([]*pipe.Exec, sp.Ranks)
+	for r := range xs {
+		stages := map[int]pipe.Stage{}
+		var mine []*nn.Sequential
+		for s := range sp.Stages {
+			if sp.RankOf[s] == r {
+				counters[s] = &fwdCounter{Sequential: model[s]}
+				stages[s] = counters[s]
+				mine = append(mine, model[s])
+			}
+		}
+		ps := params(mine)
+		opt := &nn.SGD{LR: e2eLR}
+		x, err := pipe.New(pipe.Config{
+			Rank: r, Spec: sp, Stages: stages, Transport: trs[r],
+			Loss: nn.MSE{Scale: 1 / float64(sp.Micro)}, Data: data,
+			OptStep: func() error {
+				if err := opt.Step(ps); err != nil {
+					return err
+				}
+				nn.ZeroGrad(ps)
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs[r] = x
+		defer trs[r].Close()
+		defer x.Close()
+	}
+	var losses [][]float64
+	for step := range e2eSteps {
+		data.set(step, sp.Micro)
+		if err := pipe.RunAll(xs, rankFns(p, "interp")); err != nil {
+			t.Fatalf("%s step %d: %v", p.name, step, err)
+		}
+		losses = append(losses, slices.Clone(xs[sp.RankOf[sp.Stages-1]].Losses()))
+	}
+	for s, c := range counters {
+		want := e2eSteps * sp.Micro
+		if slices.Contains(sp.Recompute, s) && (s >= len(sp.RecomputeShare) || sp.RecomputeShare[s] == 0 || sp.RecomputeShare[s] == 1) {
+			want *= 2 // full recompute re-runs Forward
+		}
+		if c.calls != want {
+			t.Errorf("%s: stage %d ran Forward %d times; want %d", p.name, s, c.calls, want)
+		}
+	}
+	if peaks != nil {
+		for _, x := range xs {
+			*peaks = append(*peaks, x.PeakLive())
+		}
+	}
+	var ps [][]float64
+	for _, q := range params(model) {
+		ps = append(ps, slices.Clone(q.Value.Float64s()))
+	}
+	return losses, ps
+}
