@@ -286,29 +286,36 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		}
 		steps := p.Ranks[r]
 		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
-		o, k := 0, 0
-		for j := 0; j <= len(steps); j++ {
-			for ; k < len(list) && int(list[k].at) == j; k++ {
-				op := &list[k]
-				x := &ts[op.x]
-				if !op.recv {
-					out[o] = ir.Comm(x.kind, int(x.stage), int(x.micro), int(x.dst))
-				} else if x.kind == ir.SendB {
-					out[o] = ir.Comm(ir.RecvB, int(x.stage)-1, int(x.micro), int(x.src))
-				} else {
-					out[o] = ir.Comm(ir.RecvF, int(x.stage)+1, int(x.micro), int(x.src))
-				}
-				o++
-			}
-			if k < len(list) && int(list[k].at) < j {
+		// The host steps between two transfers go over in one copy, and each
+		// transfer's fields are set one by one: out is fresh (Sub nil), so
+		// neither pays a write barrier per step while a GC runs.
+		o, j := 0, 0
+		for k := range list {
+			op := &list[k]
+			at := int(op.at)
+			if at < j {
 				bad[r] = true // positions out of key order: the argument fails
 				return
 			}
-			if j < len(steps) {
-				out[o] = steps[j]
-				o++
+			if at > len(steps) {
+				break // past the end: not placed (never the case: at <= len(e))
 			}
+			o += copy(out[o:], steps[j:at])
+			j = at
+			x := &ts[op.x]
+			d := &out[o]
+			switch {
+			case !op.recv:
+				d.Kind, d.Stage, d.Peer = x.kind, int(x.stage), int(x.dst)
+			case x.kind == ir.SendB:
+				d.Kind, d.Stage, d.Peer = ir.RecvB, int(x.stage)-1, int(x.src)
+			default:
+				d.Kind, d.Stage, d.Peer = ir.RecvF, int(x.stage)+1, int(x.src)
+			}
+			d.Micro, d.Slot = int(x.micro), ir.None
+			o++
 		}
+		copy(out[o:], steps[j:])
 		q.Ranks[r] = out
 	})
 	for _, b := range bad {
