@@ -286,9 +286,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		}
 		steps := p.Ranks[r]
 		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
-		// The host steps between two transfers go over in one copy, and each
-		// transfer's fields are set one by one: out is fresh (Sub nil), so
-		// neither pays a write barrier per step while a GC runs.
+		// Fields are set one by one wherever Sub stays nil: out is fresh, so
+		// such a step pays no write barrier while a GC runs.
 		o, j := 0, 0
 		for k := range list {
 			op := &list[k]
@@ -300,7 +299,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			if at > len(steps) {
 				break // past the end: not placed (never the case: at <= len(e))
 			}
-			o += copy(out[o:], steps[j:at])
+			o = copyHost(out, o, steps[j:at])
 			j = at
 			x := &ts[op.x]
 			d := &out[o]
@@ -315,7 +314,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			d.Micro, d.Slot = int(x.micro), ir.None
 			o++
 		}
-		copy(out[o:], steps[j:])
+		copyHost(out, o, steps[j:])
 		q.Ranks[r] = out
 	})
 	for _, b := range bad {
@@ -565,4 +564,21 @@ func insertDataCommFast(p ir.Program, opt CommOptions) (ir.Program, error) {
 		return q, nil
 	}
 	return insertCommLate(p, newDataLoads(p))
+}
+
+// copyHost copies steps into out (fresh: every Sub nil) from index o and
+// returns the index after them; a step without sub-steps goes field by
+// field, which needs no write barrier.
+func copyHost(out []ir.Step, o int, steps []ir.Step) int {
+	for i := range steps {
+		st := &steps[i]
+		if st.Sub != nil {
+			out[o] = *st
+		} else {
+			d := &out[o]
+			d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = st.Kind, st.Stage, st.Micro, st.Peer, st.Slot
+		}
+		o++
+	}
+	return o
 }
