@@ -48,11 +48,11 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	// rank) read p alone: with more than one worker the timeline runs on
 	// one while this goroutine does the rest on another, and the key times
 	// are filled in when both are done.
-	sc, _ := timedPool.Get().(*timedScratch)
+	sc := timedKeep.Take()
 	if sc == nil {
 		sc = new(timedScratch)
 	}
-	defer timedPool.Put(sc)
+	defer timedKeep.Put(sc)
 	var ends [][]float64
 	timeline := func() { ends, ok = idealTimelineInto(p, c, &sc.timeline) }
 	var wg sync.WaitGroup
@@ -469,7 +469,7 @@ func tieRank(k ir.Kind, src int32) int32 {
 }
 
 // timedScratch holds insertCommTimed's buffers from one call to the next
-// (timedPool): at P = 64, M = 256 they come to some 10 MB a lowering, which
+// (timedKeep): at P = 64, M = 256 they come to some 10 MB a lowering, which
 // would otherwise be allocated, cleared and collected every time.
 type timedScratch struct {
 	at               []chunkAt
@@ -487,7 +487,7 @@ type timelineScratch struct {
 	head             []int32
 }
 
-var timedPool sync.Pool
+var timedKeep par.Keep[timedScratch]
 
 // chunkAt is where a chunk's step runs: its rank and index there.
 type chunkAt struct{ rank, index int32 }
