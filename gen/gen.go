@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -70,28 +71,28 @@ type Options struct {
 // 713.8 by the first two, 658.3 by the third, zb-h2 606.7 by the default,
 // 620.3 by the third: TestLatencyLayout), so lowering under a cost is never
 // slower than lowering without one.
-func lowerPasses(compute ir.Program, opt Options) (ir.Program, passes.LowerInfo, error) {
-	best, info, err := passes.Lower(compute, opt.Passes)
+func lowerPasses(compute ir.Program, opt Options) (ir.Program, []string, error) {
+	best, names, err := passes.RunPipeline(compute, opt.Passes)
 	if err != nil {
-		return best, info, err
+		return best, names, err
 	}
 	layouts, full := CostLayouts(compute, opt)
 	if len(layouts) == 0 {
-		return best, info, nil
+		return best, names, nil
 	}
 	r, err := sim.Run(best, full)
 	ok := err == nil
 	for _, o := range layouts {
-		q, qinfo, err := passes.Lower(compute, o)
+		q, qnames, err := passes.RunPipeline(compute, o)
 		if err != nil {
 			continue
 		}
 		qr, err := sim.Run(q, full)
 		if err == nil && (!ok || qr.Makespan < r.Makespan*(1-1e-12)) {
-			best, info, r, ok = q, qinfo, qr, true
+			best, names, r, ok = q, qnames, qr, true
 		}
 	}
-	return best, info, nil
+	return best, names, nil
 }
 
 // CostLayouts returns the pass options lowerPasses tries beside opt's own,
@@ -412,7 +413,7 @@ func proportional(a, b sim.Cost) bool {
 
 func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 	res := Result{Compute: compute}
-	lowered, info, err := lowerPasses(compute, opt)
+	lowered, names, err := lowerPasses(compute, opt)
 	if err != nil {
 		// A compute order that cannot run reports better as itself than
 		// as a failed lowering.
@@ -421,11 +422,19 @@ func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 		}
 		return res, err
 	}
-	res.Program, res.Info = lowered, info
+	res.Program = lowered
 	if opt.Passes.Split || opt.Passes.Overlap || opt.Passes.DxDwInOverlap || opt.Passes.FillW || opt.Passes.ForwardOnly {
 		res.Compute = lowered.ComputeOnly() // the order after the passes that rewrite it
 	}
+	// The slot counts and receive distances are measured beside the
+	// verifier, whose serial deadlock simulation leaves a core idle.
+	var measured sync.WaitGroup
+	measured.Go(func() {
+		res.Info = passes.Measure(lowered)
+		res.Info.Passes = names
+	})
 	rep, err := verify.Check(lowered, opt.Verify)
+	measured.Wait()
 	res.Report = rep
 	var ve *verify.Error
 	switch {

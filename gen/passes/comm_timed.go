@@ -48,11 +48,11 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	// rank) read p alone: with more than one worker the timeline runs on
 	// one while this goroutine does the rest on another, and the key times
 	// are filled in when both are done.
-	sc, _ := timedPool.Get().(*timedScratch)
+	sc := timedKeep.Take()
 	if sc == nil {
 		sc = new(timedScratch)
 	}
-	defer timedPool.Put(sc)
+	defer timedKeep.Put(sc)
 	var ends [][]float64
 	timeline := func() { ends, ok = idealTimelineInto(p, c, &sc.timeline) }
 	var wg sync.WaitGroup
@@ -286,29 +286,35 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		}
 		steps := p.Ranks[r]
 		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
-		o, k := 0, 0
-		for j := 0; j <= len(steps); j++ {
-			for ; k < len(list) && int(list[k].at) == j; k++ {
-				op := &list[k]
-				x := &ts[op.x]
-				if !op.recv {
-					out[o] = ir.Comm(x.kind, int(x.stage), int(x.micro), int(x.dst))
-				} else if x.kind == ir.SendB {
-					out[o] = ir.Comm(ir.RecvB, int(x.stage)-1, int(x.micro), int(x.src))
-				} else {
-					out[o] = ir.Comm(ir.RecvF, int(x.stage)+1, int(x.micro), int(x.src))
-				}
-				o++
-			}
-			if k < len(list) && int(list[k].at) < j {
+		// Fields are set one by one wherever Sub stays nil: out is fresh, so
+		// such a step pays no write barrier while a GC runs.
+		o, j := 0, 0
+		for k := range list {
+			op := &list[k]
+			at := int(op.at)
+			if at < j {
 				bad[r] = true // positions out of key order: the argument fails
 				return
 			}
-			if j < len(steps) {
-				out[o] = steps[j]
-				o++
+			if at > len(steps) {
+				break // past the end: not placed (never the case: at <= len(e))
 			}
+			o = copyHost(out, o, steps[j:at])
+			j = at
+			x := &ts[op.x]
+			d := &out[o]
+			switch {
+			case !op.recv:
+				d.Kind, d.Stage, d.Peer = x.kind, int(x.stage), int(x.dst)
+			case x.kind == ir.SendB:
+				d.Kind, d.Stage, d.Peer = ir.RecvB, int(x.stage)-1, int(x.src)
+			default:
+				d.Kind, d.Stage, d.Peer = ir.RecvF, int(x.stage)+1, int(x.src)
+			}
+			d.Micro, d.Slot = int(x.micro), ir.None
+			o++
 		}
+		copyHost(out, o, steps[j:])
 		q.Ranks[r] = out
 	})
 	for _, b := range bad {
@@ -463,7 +469,7 @@ func tieRank(k ir.Kind, src int32) int32 {
 }
 
 // timedScratch holds insertCommTimed's buffers from one call to the next
-// (timedPool): at P = 64, M = 256 they come to some 10 MB a lowering, which
+// (timedKeep): at P = 64, M = 256 they come to some 10 MB a lowering, which
 // would otherwise be allocated, cleared and collected every time.
 type timedScratch struct {
 	at               []chunkAt
@@ -481,7 +487,7 @@ type timelineScratch struct {
 	head             []int32
 }
 
-var timedPool sync.Pool
+var timedKeep par.Keep[timedScratch]
 
 // chunkAt is where a chunk's step runs: its rank and index there.
 type chunkAt struct{ rank, index int32 }
@@ -558,4 +564,21 @@ func insertDataCommFast(p ir.Program, opt CommOptions) (ir.Program, error) {
 		return q, nil
 	}
 	return insertCommLate(p, newDataLoads(p))
+}
+
+// copyHost copies steps into out (fresh: every Sub nil) from index o and
+// returns the index after them; a step without sub-steps goes field by
+// field, which needs no write barrier.
+func copyHost(out []ir.Step, o int, steps []ir.Step) int {
+	for i := range steps {
+		st := &steps[i]
+		if st.Sub != nil {
+			out[o] = *st
+		} else {
+			d := &out[o]
+			d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = st.Kind, st.Stage, st.Micro, st.Peer, st.Slot
+		}
+		o++
+	}
+	return o
 }

@@ -181,20 +181,42 @@ func Pipeline(opt Options) []Pass {
 
 // Lower turns a compute-only program into a runnable one by running
 // Pipeline(opt): by default InsertData, InsertComm, AssignSlots. The input is
-// not modified. Errors carry the failing pass's name.
+// not modified. Errors carry the failing pass's name. It is RunPipeline,
+// then Measure of the result.
 func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
-	var info LowerInfo
+	q, names, err := RunPipeline(p, opt)
+	if err != nil {
+		return ir.Program{}, LowerInfo{Passes: names}, err
+	}
+	info := Measure(q)
+	info.Passes = names
+	return q, info, nil
+}
+
+// RunPipeline runs Pipeline(opt) on p (not modified) and returns the
+// lowered program and the names of the passes that ran, in order; errors
+// carry the failing pass's name. Lower adds Measure; gen measures beside
+// its verify.
+func RunPipeline(p ir.Program, opt Options) (ir.Program, []string, error) {
+	var names []string
 	if err := checkSet(opt.Set); err != nil {
-		return ir.Program{}, info, fmt.Errorf("lowering: %w", err)
+		return ir.Program{}, names, fmt.Errorf("lowering: %w", err)
 	}
 	for _, pass := range Pipeline(opt) {
 		q, err := pass.Run(p)
 		if err != nil {
-			return ir.Program{}, info, fmt.Errorf("lowering (pass %s): %w", pass.Name, err)
+			return ir.Program{}, names, fmt.Errorf("lowering (pass %s): %w", pass.Name, err)
 		}
 		p = q
-		info.Passes = append(info.Passes, pass.Name)
+		names = append(names, pass.Name)
 	}
+	return p, names, nil
+}
+
+// Measure returns a lowered program's LowerInfo but for Passes: its slot
+// counts and its receive distances.
+func Measure(p ir.Program) LowerInfo {
+	var info LowerInfo
 	// The slot counts and the receive distances read p independently.
 	info.RecvDistances = make([]float64, len(p.Ranks))
 	var sum, n int
@@ -210,7 +232,7 @@ func Lower(p ir.Program, opt Options) (ir.Program, LowerInfo, error) {
 	if n > 0 {
 		info.RecvDistance = float64(sum) / float64(n)
 	}
-	return p, info, nil
+	return info
 }
 
 // SlotCounts returns, per rank, one more than the largest slot a step of the

@@ -2,10 +2,10 @@ package verify
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/ppgen/ppgen/abi"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -150,7 +150,7 @@ type checker struct {
 }
 
 // scratch holds the checker's largest buffers from one Check to the next
-// (scratchPool): the per-chunk tables, the per-step and per-op arrays of
+// (scratchKeep): the per-chunk tables, the per-step and per-op arrays of
 // the strict model and the rank walks' waits, some 8 MB for a lowering at
 // P = 64, M = 256, which would otherwise be allocated, cleared and
 // collected every time. Check hands them back when it returns: neither its
@@ -163,7 +163,7 @@ type scratch struct {
 	rankWaits                                   [][]strict.Event
 }
 
-var scratchPool sync.Pool
+var scratchKeep par.Keep[scratch]
 
 // deferred remembers the first failure in (rank, index) order; fn builds
 // its error once the walk has filled every table (for "comes later at step k").
@@ -182,11 +182,11 @@ func (d *deferred) note(r, i int, fn func() error) {
 // returns a report and the first problem found: an *Error, or a
 // *DeadlockError when the program would hang.
 func Check(p ir.Program, opt Options) (Report, error) {
-	sc, _ := scratchPool.Get().(*scratch)
+	sc := scratchKeep.Take()
 	if sc == nil {
 		sc = new(scratch)
 	}
-	defer scratchPool.Put(sc) // nothing Check returns holds them
+	defer scratchKeep.Put(sc) // nothing Check returns holds them
 	c := &checker{p: p, opt: opt, forwardOnly: p.ForwardOnly(), sc: sc}
 	c.rep.ForwardOnly = c.forwardOnly
 	// One walk over the steps checks their structure (returning at once on
