@@ -23,9 +23,16 @@
 // distance to b's second micro-panel; vector registers 0-11 the 6×2
 // accumulators, 12-13 b[l], 14-15 the broadcast A[i][l].
 //
+// The packing functions share PACKARGS (their arguments), the transposes
+// TRANS4D and TRANS4S (one 4×4 block); fmaLoop reuses ZERO12. Whoever edits a
+// macro should check that its other users assemble to the same bytes: compare
+// `go tool asm -S` of the file before and after (the macros went in that way,
+// the code byte for byte what the unrolled file assembled to).
+//
 // go vet's asmdecl check reads the file as text, so it checks each TEXT
-// line's frame and argument size but not the FP references inside KERNEL;
-// gemm_amd64.go declares the four kernels with one signature.
+// line's frame and argument size but not the FP references inside the macros
+// (KERNEL, PACKARGS): gemm_amd64.go declares the four kernels with one
+// signature and the packing functions with dst, src, n first.
 
 #include "textflag.h"
 
@@ -128,6 +135,11 @@ accumulate: \
 #define YKERNEL(LOAD, BCAST, FMA, MUL, FMAC, XOR, SHIFT) KERNEL(LOAD, BCAST, FMA, MUL, FMAC, XOR, SHIFT, NOSECOND, YHI, 32, Y12, Y13, Y14, Y15, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11)
 #define ZKERNEL(LOAD, BCAST, FMA, MUL, FMAC, SHIFT) KERNEL(LOAD, BCAST, FMA, MUL, FMAC, VPXORD, SHIFT, ZSECOND, ZHI, 64, Z12, Z13, Z14, Z15, Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11)
 
+// PACKARGS: the packing functions' first four arguments (dst, src *T, n,
+// stride int, stride named name) in DI, SI, CX and R9.
+#define PACKARGS(name) \
+	MOVQ dst+0(FP), DI; MOVQ src+8(FP), SI; MOVQ n+16(FP), CX; MOVQ name+24(FP), R9
+
 // func kern6x8d(kc int, a *float64, rs, ks int, b, c *float64, ldc int, alpha float64, acc int)
 // For s[i][0:8] = Σ_l A[i][l]·b[l][0:8], i < 6, l < kc, each an FMA chain in l
 // order, with A[i][l] at a + i·rs + l·ks (elements: a packed micro-panel has
@@ -157,10 +169,7 @@ TEXT ·kern6x32sw(SB), NOSPLIT, $0-72
 // func packLines(dst, src *byte, n, stride int)
 // Copies n lines of 64 bytes, line i from src + i·stride to dst + 64·i.
 TEXT ·packLines(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ stride+24(FP), R9
+	PACKARGS(stride)
 	TESTQ CX, CX
 	JLE  plDone
 plLoop:
@@ -176,14 +185,28 @@ plDone:
 	VZEROUPPER
 	RET
 
+// TRANS4D: packT8d's 4×4 float64 transpose: rows src0..src3 (4 elements each)
+// to columns at off, off+64, off+128 and off+192 bytes from DI.
+#define TRANS4D(src0, src1, src2, src3, off) \
+	VMOVUPD src0, Y0; VMOVUPD src1, Y1; VMOVUPD src2, Y2; VMOVUPD src3, Y3; \
+	VUNPCKLPD Y1, Y0, Y4; VUNPCKHPD Y1, Y0, Y5; VUNPCKLPD Y3, Y2, Y6; VUNPCKHPD Y3, Y2, Y7; \
+	VPERM2F128 $0x20, Y6, Y4, Y0; VPERM2F128 $0x20, Y7, Y5, Y1; VPERM2F128 $0x31, Y6, Y4, Y2; VPERM2F128 $0x31, Y7, Y5, Y3; \
+	VMOVUPD Y0, off(DI); VMOVUPD Y1, off+64(DI); VMOVUPD Y2, off+128(DI); VMOVUPD Y3, off+192(DI)
+
+// TRANS4S: packT16s's 4×4 float32 transpose: rows at base, base+ld, base+2·ld
+// and base+3·ld (R9 = ld, R13 = 3·ld in bytes) to columns at off, off+64,
+// off+128 and off+192 bytes from DI.
+#define TRANS4S(base, off) \
+	VMOVUPS (base), X0; VMOVUPS (base)(R9*1), X1; VMOVUPS (base)(R9*2), X2; VMOVUPS (base)(R13*1), X3; \
+	VUNPCKLPS X1, X0, X4; VUNPCKHPS X1, X0, X5; VUNPCKLPS X3, X2, X6; VUNPCKHPS X3, X2, X7; \
+	VUNPCKLPD X6, X4, X0; VUNPCKHPD X6, X4, X1; VUNPCKLPD X7, X5, X2; VUNPCKHPD X7, X5, X3; \
+	VMOVUPS X0, off(DI); VMOVUPS X1, off+64(DI); VMOVUPS X2, off+128(DI); VMOVUPS X3, off+192(DI)
+
 // func packT8d(dst, src *float64, n, ld int)
 // Transposes 8 rows of src (row c at src + c·ld) into lines of 8:
 // dst[l·8 + c] = src[c·ld + l] for l < n, n a multiple of 4.
 TEXT ·packT8d(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ ld+24(FP), R9
+	PACKARGS(ld)
 	SHLQ $3, R9
 	LEAQ (SI)(R9*2), R11
 	ADDQ R9, R11
@@ -193,38 +216,8 @@ TEXT ·packT8d(SB), NOSPLIT, $0-32
 	SHRQ $2, CX
 	JZ   t8Done
 t8Loop:
-	VMOVUPD (SI), Y0
-	VMOVUPD (SI)(R9*1), Y1
-	VMOVUPD (SI)(R9*2), Y2
-	VMOVUPD (R11), Y3
-	VUNPCKLPD Y1, Y0, Y4
-	VUNPCKHPD Y1, Y0, Y5
-	VUNPCKLPD Y3, Y2, Y6
-	VUNPCKHPD Y3, Y2, Y7
-	VPERM2F128 $0x20, Y6, Y4, Y0
-	VPERM2F128 $0x20, Y7, Y5, Y1
-	VPERM2F128 $0x31, Y6, Y4, Y2
-	VPERM2F128 $0x31, Y7, Y5, Y3
-	VMOVUPD Y0, 0(DI)
-	VMOVUPD Y1, 64(DI)
-	VMOVUPD Y2, 128(DI)
-	VMOVUPD Y3, 192(DI)
-	VMOVUPD (R10), Y0
-	VMOVUPD (R10)(R9*1), Y1
-	VMOVUPD (R10)(R9*2), Y2
-	VMOVUPD (R12), Y3
-	VUNPCKLPD Y1, Y0, Y4
-	VUNPCKHPD Y1, Y0, Y5
-	VUNPCKLPD Y3, Y2, Y6
-	VUNPCKHPD Y3, Y2, Y7
-	VPERM2F128 $0x20, Y6, Y4, Y0
-	VPERM2F128 $0x20, Y7, Y5, Y1
-	VPERM2F128 $0x31, Y6, Y4, Y2
-	VPERM2F128 $0x31, Y7, Y5, Y3
-	VMOVUPD Y0, 32(DI)
-	VMOVUPD Y1, 96(DI)
-	VMOVUPD Y2, 160(DI)
-	VMOVUPD Y3, 224(DI)
+	TRANS4D((SI), (SI)(R9*1), (SI)(R9*2), (R11), 0)
+	TRANS4D((R10), (R10)(R9*1), (R10)(R9*2), (R12), 32)
 	ADDQ $32, SI
 	ADDQ $32, R10
 	ADDQ $32, R11
@@ -240,10 +233,7 @@ t8Done:
 // packT8d for 16 rows of float32: dst[l·16 + c] = src[c·ld + l], l < n, n a
 // multiple of 4.
 TEXT ·packT16s(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ ld+24(FP), R9
+	PACKARGS(ld)
 	SHLQ $2, R9
 	LEAQ (R9)(R9*2), R13
 	LEAQ (SI)(R9*4), R10
@@ -252,70 +242,10 @@ TEXT ·packT16s(SB), NOSPLIT, $0-32
 	SHRQ $2, CX
 	JZ   t16Done
 t16Loop:
-	VMOVUPS (SI), X0
-	VMOVUPS (SI)(R9*1), X1
-	VMOVUPS (SI)(R9*2), X2
-	VMOVUPS (SI)(R13*1), X3
-	VUNPCKLPS X1, X0, X4
-	VUNPCKHPS X1, X0, X5
-	VUNPCKLPS X3, X2, X6
-	VUNPCKHPS X3, X2, X7
-	VUNPCKLPD X6, X4, X0
-	VUNPCKHPD X6, X4, X1
-	VUNPCKLPD X7, X5, X2
-	VUNPCKHPD X7, X5, X3
-	VMOVUPS X0, 0(DI)
-	VMOVUPS X1, 64(DI)
-	VMOVUPS X2, 128(DI)
-	VMOVUPS X3, 192(DI)
-	VMOVUPS (R10), X0
-	VMOVUPS (R10)(R9*1), X1
-	VMOVUPS (R10)(R9*2), X2
-	VMOVUPS (R10)(R13*1), X3
-	VUNPCKLPS X1, X0, X4
-	VUNPCKHPS X1, X0, X5
-	VUNPCKLPS X3, X2, X6
-	VUNPCKHPS X3, X2, X7
-	VUNPCKLPD X6, X4, X0
-	VUNPCKHPD X6, X4, X1
-	VUNPCKLPD X7, X5, X2
-	VUNPCKHPD X7, X5, X3
-	VMOVUPS X0, 16(DI)
-	VMOVUPS X1, 80(DI)
-	VMOVUPS X2, 144(DI)
-	VMOVUPS X3, 208(DI)
-	VMOVUPS (R11), X0
-	VMOVUPS (R11)(R9*1), X1
-	VMOVUPS (R11)(R9*2), X2
-	VMOVUPS (R11)(R13*1), X3
-	VUNPCKLPS X1, X0, X4
-	VUNPCKHPS X1, X0, X5
-	VUNPCKLPS X3, X2, X6
-	VUNPCKHPS X3, X2, X7
-	VUNPCKLPD X6, X4, X0
-	VUNPCKHPD X6, X4, X1
-	VUNPCKLPD X7, X5, X2
-	VUNPCKHPD X7, X5, X3
-	VMOVUPS X0, 32(DI)
-	VMOVUPS X1, 96(DI)
-	VMOVUPS X2, 160(DI)
-	VMOVUPS X3, 224(DI)
-	VMOVUPS (R12), X0
-	VMOVUPS (R12)(R9*1), X1
-	VMOVUPS (R12)(R9*2), X2
-	VMOVUPS (R12)(R13*1), X3
-	VUNPCKLPS X1, X0, X4
-	VUNPCKHPS X1, X0, X5
-	VUNPCKLPS X3, X2, X6
-	VUNPCKHPS X3, X2, X7
-	VUNPCKLPD X6, X4, X0
-	VUNPCKHPD X6, X4, X1
-	VUNPCKLPD X7, X5, X2
-	VUNPCKHPD X7, X5, X3
-	VMOVUPS X0, 48(DI)
-	VMOVUPS X1, 112(DI)
-	VMOVUPS X2, 176(DI)
-	VMOVUPS X3, 240(DI)
+	TRANS4S(SI, 0)
+	TRANS4S(R10, 16)
+	TRANS4S(R11, 32)
+	TRANS4S(R12, 48)
 	ADDQ $16, SI
 	ADDQ $16, R10
 	ADDQ $16, R11
@@ -332,10 +262,7 @@ t16Done:
 // src + l·stride to dst + l·width (a micro-panel of op(A) where A is
 // transposed).
 TEXT ·packA6(SB), NOSPLIT, $0-40
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ stride+24(FP), R9
+	PACKARGS(stride)
 	MOVQ width+32(FP), R10
 	TESTQ CX, CX
 	JLE  paDone
@@ -370,18 +297,7 @@ paDone:
 // the core's FMA peak, for the benchmarks' fraction of peak.
 TEXT ·fmaLoop(SB), NOSPLIT, $0-8
 	MOVQ n+0(FP), CX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
+	ZERO12(VXORPS, Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11)
 	VXORPS Y12, Y12, Y12
 	VXORPS Y13, Y13, Y13
 	TESTQ CX, CX
