@@ -19,7 +19,9 @@
 // sum of its layers'. A layer may give the per-stage cost keys of step
 // kinds (sim.KindKeys: R, the cost of recomputing it, RECOMPUTE under
 // -recompute: its forward again), each defaulting to the layer's cost of
-// the key's default kind (R: F), which a stage sums as F.
+// the key's default kind (R: F), which a stage sums as F. A layer may say
+// "recompute": true to be recomputed under -recompute model
+// (MarkedShares: a stage's marked layers must be its first ones).
 package model
 
 import (
