@@ -74,15 +74,16 @@ type Model struct {
 
 // layerJSON is a layer as written: the backward keys are optional.
 type layerJSON struct {
-	Name      string             `json:"name"`
-	F         *float64           `json:"F"`
-	B         *float64           `json:"B"`
-	I         *float64           `json:"I"`
-	W         *float64           `json:"W"`
-	Act       *float64           `json:"act"`
-	Params    *float64           `json:"params"`
-	Kinds     map[string]float64 `json:"-"` // sim.KindKeys given, by key (kindKeys)
-	Recompute bool               `json:"recompute"`
+	Name   string             `json:"name"`
+	F      *float64           `json:"F"`
+	B      *float64           `json:"B"`
+	I      *float64           `json:"I"`
+	W      *float64           `json:"W"`
+	Act    *float64           `json:"act"`
+	Params *float64           `json:"params"`
+	Kinds  map[string]float64 `json:"-"` // sim.KindKeys given, by key (kindKeys)
+
+	Recompute bool `json:"recompute"` // -recompute model (MarkedShares)
 }
 
 type modelJSON struct {
