@@ -3,12 +3,14 @@ package e2e_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"gorgonia.org/tensor"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/verify"
 	"github.com/ppgen/ppgen/runtime/nn"
@@ -18,8 +20,8 @@ import (
 
 // TestRecomputeNNMatchesNone trains runtime/nn stages (e2eStages: Linear,
 // Tanh, Linear, Tanh, and a Linear on the last stage; nn.Sequential is a
-// pipe.Recomputable) with programs lowered with -recompute none, full and
-// selective policies, for several families, in process through
+// pipe.Recomputable) with programs lowered with -recompute none, full,
+// selective and model policies (markedModel's marked layers), for several families, in process through
 // Interpret, and checks that
 //   - every policy's losses and parameters equal the same family's without
 //     recompute bit for bit (float64), and sequential training within
@@ -34,9 +36,9 @@ func TestRecomputeNNMatchesNone(t *testing.T) {
 		cfg      ir.Config
 		policies []string
 	}{
-		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, []string{"full", "selective:0.5", "selective:0=0.25,2=0.75", "selective:0.5@idle"}},
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, []string{"full", "selective:0.5", "selective:0=0.25,2=0.75", "selective:0.5@idle", "model", "model@idle"}},
 		{ir.Config{Schedule: "gpipe", Ranks: 2, Micro: 4}, []string{"selective:0.5"}},
-		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, []string{"full", "selective:0.75"}},
+		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, []string{"full", "selective:0.75", "model"}},
 		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, []string{"selective:0.5", "full:0"}},
 		{ir.Config{Schedule: "interleaved-zb", Ranks: 2, Virtual: 2, Micro: 4}, []string{"selective:0.25"}},
 	} {
@@ -59,8 +61,12 @@ func TestRecomputeNNMatchesNone(t *testing.T) {
 				}
 			}
 			for _, policy := range tc.policies {
-				p := lowered(t, tc.cfg, gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": policy}}})
-				res, err := gen.Lower(tc.cfg, gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": policy}}})
+				opt := gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": policy}}}
+				if strings.HasPrefix(policy, "model") {
+					opt.Passes.MarkedShares = markedModel(t, tc.cfg.Ranks*max(tc.cfg.Virtual, 1)).EvenMarkedShares
+				}
+				p := lowered(t, tc.cfg, opt)
+				res, err := gen.Lower(tc.cfg, opt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -171,4 +177,29 @@ func trainNN(t *testing.T, p prog, peaks *[]float64) ([][]float64, [][]float64) 
 		ps = append(ps, slices.Clone(q.Value.Float64s()))
 	}
 	return losses, ps
+}
+
+// markedModel is a model description of e2eStages' layers for stages
+// stages, four a stage (the last stage's extra Linear left out: it is not
+// marked), that marks for -recompute model the first two layers of stage
+// 0 (a Linear and its Tanh: share 0.5), every layer of stage 1 (full) and
+// the first layer of stage 2 (share 0.25), and none of the others.
+func markedModel(t *testing.T, stages int) model.Model {
+	t.Helper()
+	marked := []int{2, 4, 1}
+	var layers []string
+	for s := range stages {
+		for l := range 4 {
+			mark := ""
+			if s < len(marked) && l < marked[s] {
+				mark = `, "recompute": true`
+			}
+			layers = append(layers, fmt.Sprintf(`{"name": "s%dl%d", "F": 1, "B": 2, "act": 1, "params": 1%s}`, s, l, mark))
+		}
+	}
+	m, err := model.Read(strings.NewReader(`{"layers": [` + strings.Join(layers, ", ") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

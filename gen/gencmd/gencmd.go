@@ -490,6 +490,9 @@ func (r *Request) LowerOptions() (auto.Options, error) {
 	if err != nil {
 		return opt, err
 	}
+	if err := r.markedShares(&opt.Passes); err != nil {
+		return opt, err
+	}
 	if r.Model != "" {
 		// Every candidate (auto, -compare) runs the model's layers, split
 		// into its own stages.

@@ -8,6 +8,7 @@ import (
 	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -193,4 +194,25 @@ func (r *Request) SmallestChunk(res gen.Result) float64 {
 		}
 	}
 	return least
+}
+
+// markedShares lets -recompute model find the layers the -model file
+// marks (passes.Options.MarkedShares), split as gen records them in
+// Spec.Layers: evenly over one model copy's stages, stage s running the
+// layers of stage s mod (stages/copies). -schedule auto and -partition
+// auto choose the split themselves, so they refuse it.
+func (r *Request) markedShares(opt *passes.Options) error {
+	pol, err := passes.ParseRecompute(r.Passes["recompute"])
+	if err != nil || !pol.Model || r.Model == "" {
+		return nil // the pass reports a bad value, or -model missing
+	}
+	if r.Schedule == auto.Name || r.Partition == PartitionAuto {
+		return usagef("-recompute model recomputes the layers -model marks, split evenly into a fixed schedule's stages; -schedule auto and -partition auto choose the split: give a family and -partition even (or -recompute full or selective:F)")
+	}
+	m, err := r.ReadModel()
+	if err != nil {
+		return err
+	}
+	opt.MarkedShares = m.EvenMarkedShares
+	return nil
 }

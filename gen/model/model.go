@@ -19,7 +19,9 @@
 // sum of its layers'. A layer may give the per-stage cost keys of step
 // kinds (sim.KindKeys: R, the cost of recomputing it, RECOMPUTE under
 // -recompute: its forward again), each defaulting to the layer's cost of
-// the key's default kind (R: F), which a stage sums as F.
+// the key's default kind (R: F), which a stage sums as F. A layer may say
+// "recompute": true to be recomputed under -recompute model
+// (MarkedShares: a stage's marked layers must be its first ones).
 package model
 
 import (
@@ -58,6 +60,9 @@ type Layer struct {
 	// layer (-recompute). A key not given is absent: its default kind's
 	// cost (R: F).
 	Kinds map[string]float64
+	// Recompute marks the layer for selective recompute by name
+	// ("recompute": true; -recompute model, MarkedShares).
+	Recompute bool
 }
 
 // Model is a read model description.
@@ -77,6 +82,8 @@ type layerJSON struct {
 	Act    *float64           `json:"act"`
 	Params *float64           `json:"params"`
 	Kinds  map[string]float64 `json:"-"` // sim.KindKeys given, by key (kindKeys)
+
+	Recompute bool `json:"recompute"` // -recompute model (MarkedShares)
 }
 
 type modelJSON struct {
@@ -201,7 +208,7 @@ func repeatedKey(raw []byte) (string, bool) {
 
 // layerKeys is the number of keys a layer may give (layerJSON's fields
 // and sim.KindKeys).
-var layerKeys = 6 + len(sim.KindKeys())
+var layerKeys = 7 + len(sim.KindKeys())
 
 // kindKeys takes the values of the sim.KindKeys out of a layer's JSON
 // object (matching keys whatever their case, as the decoder does): the
@@ -296,7 +303,7 @@ func resolve(lj layerJSON) (Layer, error) {
 	if len(lj.Name) > MaxName {
 		return Layer{}, fmt.Errorf("name of %d bytes; at most %d", len(lj.Name), MaxName)
 	}
-	l := Layer{Name: lj.Name}
+	l := Layer{Name: lj.Name, Recompute: lj.Recompute}
 	for _, f := range []struct {
 		key string
 		v   *float64
@@ -458,6 +465,62 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 		c.Act = nil // sizes take no time at infinite bandwidth (sim refuses them then)
 	}
 	return c.Resolve(S)
+}
+
+// MarkedShares returns, per stage of p, the share of the stage's layers
+// that the model marks "recompute": true (-recompute model): k/n for a
+// stage of n layers whose first k are marked, 0 for a stage with none.
+// The marked layers of a stage must be its first ones (a runtime stage,
+// nn.Sequential, recomputes the first share of its layers); an error names
+// the first stage where they are not, and says when no layer is marked.
+func (m Model) MarkedShares(p Partition) ([]float64, error) {
+	if err := p.Check(len(m.Layers)); err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(m.Layers, func(l Layer) bool { return l.Recompute }) {
+		return nil, errors.New(`model: no layer is marked "recompute": true; mark the layers to recompute (the first layers of a stage), or give -recompute full or selective:F`)
+	}
+	shares := make([]float64, p.Stages())
+	for s := range shares {
+		layers := m.Layers[p.Bounds[s]:p.Bounds[s+1]]
+		k := 0
+		for k < len(layers) && layers[k].Recompute {
+			k++
+		}
+		if j := slices.IndexFunc(layers[k:], func(l Layer) bool { return l.Recompute }); j >= 0 {
+			name := ""
+			if n := layers[k+j].Name; n != "" {
+				name = fmt.Sprintf(" (%q)", clip(n))
+			}
+			return nil, fmt.Errorf("model: layer %d%s is marked \"recompute\": true but layer %d of its stage %d (layers %d..%d) is not: the marked layers of a stage must be its first ones (the runtime recomputes a prefix of a stage's layers); mark layers %d..%d or unmark it", p.Bounds[s]+k+j, name, p.Bounds[s]+k, s, p.Bounds[s], p.Bounds[s+1]-1, p.Bounds[s], p.Bounds[s]+k+j)
+		}
+		shares[s] = float64(k) / float64(len(layers))
+	}
+	return shares, nil
+}
+
+// EvenMarkedShares is MarkedShares for a program of stages stages
+// running copies model copies, split as gen records it in Spec.Layers
+// without -partition auto: the layers evenly (Even) over one copy's
+// stages/copies stages, stage s running the layers of stage s mod
+// stages/copies. It is passes.Options.MarkedShares under -model.
+func (m Model) EvenMarkedShares(stages, copies int) ([]float64, error) {
+	if copies < 1 || stages%copies != 0 {
+		return nil, fmt.Errorf("model: %d stages do not form %d model copies", stages, copies)
+	}
+	part, err := Even(len(m.Layers), stages/copies)
+	if err != nil {
+		return nil, err
+	}
+	one, err := m.MarkedShares(part)
+	if err != nil {
+		return nil, err
+	}
+	shares := make([]float64, stages)
+	for s := range shares {
+		shares[s] = one[s%len(one)]
+	}
+	return shares, nil
 }
 
 // cost is the layer's cost of a compute kind: F, B (I + W), I or W; 0 for

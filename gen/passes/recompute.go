@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -16,13 +17,18 @@ import (
 // at F and rebuild them with a RECOMPUTE step before the backward.
 var recomputeOption = Option{
 	Name:   "recompute",
-	Usage:  "recompute policy per stage: none, full (every stage), full:S,S,... (those stages), selective:F (the first share F in (0, 1] of every stage's layers) or selective:S=F,... (those stages and shares, e.g. selective:0=0.5,2=0.25): each F of such a stage keeps only the stage's input (and, selective, the activations of the layers it does not recompute), and a RECOMPUTE step re-runs the forward (of the share) right before the chunk's first backward (B or I), trading a forward's time (-cost or -model's R, default F; times the share) for the chunk's activations (times the share) between the two; with @idle (full@idle, full:0,1@idle) each RECOMPUTE then moves earlier into its rank's idle time where that shortens the simulated iteration while no rank's simulated peak of live chunks exceeds the largest rank's; no effect with -forward-only or on a program that holds them already",
+	Usage:  "recompute policy per stage: none, full (every stage), full:S,S,... (those stages), selective:F (the first share F in (0, 1] of every stage's layers) or selective:S=F,... (those stages and shares, e.g. selective:0=0.5,2=0.25) or model (with -model: per stage the layers the model file marks \"recompute\": true, which must be the stage's first ones; docs/model.md): each F of such a stage keeps only the stage's input (and, selective, the activations of the layers it does not recompute), and a RECOMPUTE step re-runs the forward (of the share) right before the chunk's first backward (B or I), trading a forward's time (-cost or -model's R, default F; times the share) for the chunk's activations (times the share) between the two; with @idle (full@idle, full:0,1@idle) each RECOMPUTE then moves earlier into its rank's idle time where that shortens the simulated iteration while no rank's simulated peak of live chunks exceeds the largest rank's; no effect with -forward-only or on a program that holds them already",
 	Before: "slots",
 	Check:  func(v string) error { _, err := ParseRecompute(v); return err },
 	Run: func(p ir.Program, v string, opt Options) (ir.Program, error) {
 		pol, err := ParseRecompute(v)
 		if err != nil {
 			return ir.Program{}, err
+		}
+		if pol.Model {
+			if pol, err = modelPolicy(p, pol, opt.MarkedShares); err != nil {
+				return ir.Program{}, err
+			}
 		}
 		q, err := Recompute(p, pol)
 		if err != nil || !pol.Idle {
@@ -47,6 +53,10 @@ type RecomputePolicy struct {
 	// (selective:S=F,...). 0 (or a missing entry) is the whole stage.
 	Share  float64
 	Shares []float64
+	// Model is -recompute model: the stages and shares are those of the
+	// layers the -model file marks (Options.MarkedShares), which
+	// modelPolicy fills in for a program's stages.
+	Model bool
 }
 
 // On reports whether stage s recomputes under the policy.
@@ -80,7 +90,7 @@ func (pol RecomputePolicy) Part(s int) float64 {
 }
 
 // recomputeWant is what every -recompute error ends with.
-const recomputeWant = "want none, full (every stage), full:S,S,... (those stages, e.g. full:0,2), selective:F (a share F in (0, 1] of every stage's layers, e.g. selective:0.5) or selective:S=F,... (e.g. selective:0=0.5,2=0.25), then @idle to move each RECOMPUTE into idle time"
+const recomputeWant = "want none, full (every stage), full:S,S,... (those stages, e.g. full:0,2), selective:F (a share F in (0, 1] of every stage's layers, e.g. selective:0.5) or selective:S=F,... (e.g. selective:0=0.5,2=0.25) or model (the layers a -model file marks \"recompute\": true), then @idle to move each RECOMPUTE into idle time"
 
 // ParseRecompute parses -recompute's value: "none" (or ""), "full" (every
 // stage), "full:0,2" (stages 0 and 2), "selective:0.5" (half of every
@@ -97,6 +107,8 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 	switch policy, list, hasList := strings.Cut(v, ":"); {
 	case v == "" || v == "none":
 		return RecomputePolicy{}, nil
+	case v == "model":
+		return RecomputePolicy{Model: true}, nil
 	case policy == "full" && !hasList:
 		return RecomputePolicy{All: true}, nil
 	case policy == "full":
@@ -144,6 +156,31 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 		return pol, nil
 	}
 	return RecomputePolicy{}, fmt.Errorf("unknown recompute policy %q; %s", v, recomputeWant)
+}
+
+// modelPolicy resolves -recompute model for p: the stages whose first
+// layers the -model file marks, each with the marked share of its layers
+// (marked, Options.MarkedShares: per stage of p, 0 for none, 1 for all).
+// It keeps pol's Idle.
+func modelPolicy(p ir.Program, pol RecomputePolicy, marked func(stages, copies int) ([]float64, error)) (RecomputePolicy, error) {
+	if marked == nil {
+		return RecomputePolicy{}, fmt.Errorf(`-recompute model recomputes the layers a -model file marks "recompute": true; give -model FILE (docs/model.md), or -recompute full or selective:F`)
+	}
+	shares, err := marked(p.Stages(), max(p.Copies, 1))
+	if err != nil {
+		return RecomputePolicy{}, fmt.Errorf("-recompute model: %w", err)
+	}
+	out := RecomputePolicy{Idle: pol.Idle}
+	for s, f := range shares {
+		if f > 0 {
+			out.Stages = append(out.Stages, s)
+			out.Shares = append(out.Shares, f)
+		}
+	}
+	if len(out.Stages) == 0 {
+		return RecomputePolicy{}, errors.New(`-recompute model: no stage begins with a layer the -model file marks "recompute": true`)
+	}
+	return out, nil
 }
 
 // parseRecomputeStage parses one stage of -recompute's value v.

@@ -38,6 +38,9 @@ func TestParseRecompute(t *testing.T) {
 		{"selective:x=0.5", RecomputePolicy{}, "not a stage number"},
 		{"selective:0=0.5,0=0.25", RecomputePolicy{}, "stage 0 is given twice"},
 		{"some", RecomputePolicy{}, "unknown recompute policy"},
+		{"model", RecomputePolicy{Model: true}, ""},
+		{"model@idle", RecomputePolicy{Model: true, Idle: true}, ""},
+		{"model:0", RecomputePolicy{}, "unknown recompute policy"},
 	} {
 		got, err := ParseRecompute(tc.in)
 		switch {
@@ -46,7 +49,7 @@ func TestParseRecompute(t *testing.T) {
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
 		case tc.err == "" && (got.All != tc.want.All || got.Idle != tc.want.Idle || !slices.Equal(got.Stages, tc.want.Stages) ||
-			got.Share != tc.want.Share || !slices.Equal(got.Shares, tc.want.Shares)):
+			got.Share != tc.want.Share || !slices.Equal(got.Shares, tc.want.Shares) || got.Model != tc.want.Model):
 			t.Errorf("%q: got %+v; want %+v", tc.in, got, tc.want)
 		}
 	}
