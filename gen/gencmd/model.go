@@ -30,17 +30,17 @@ func (r *Request) Pricing() (*pricing.Pricing, error) {
 		return r.pricing, nil
 	}
 	var m *model.Model
-	pre := 0.0
+	pre, preB := 0.0, 0.0
 	if r.Model != "" {
-		read, p, err := r.readModel()
+		read, f, b, err := r.readModel()
 		if err != nil {
 			return nil, err
 		}
-		m, pre = &read, p
+		m, pre, preB = &read, f, b
 	} else if r.MpipePre != "" {
 		return nil, usagef("-mpipe-pre %s names layers of a -model file (the first T layers, or the layers through a named one); give -model FILE", r.MpipePre)
 	}
-	r.pricing, r.pricedFor = pricing.NewPreprocess(r.Cost, m, r.Model, pre), key
+	r.pricing, r.pricedFor = pricing.NewPreprocess(r.Cost, m, r.Model, pre, preB), key
 	return r.pricing, nil
 }
 
@@ -119,34 +119,34 @@ func (r *Request) splitResult(res *gen.Result) error {
 // the layers the stages split, without the preprocess -mpipe-pre takes
 // out of them.
 func (r *Request) ReadModel() (model.Model, error) {
-	m, _, err := r.readModel()
+	m, _, _, err := r.readModel()
 	return m, err
 }
 
-// readModel is ReadModel and the forward cost of the -mpipe-pre layers
-// (0 without -mpipe-pre).
-func (r *Request) readModel() (model.Model, float64, error) {
+// readModel is ReadModel and the forward and backward costs of the
+// -mpipe-pre layers (0 without -mpipe-pre).
+func (r *Request) readModel() (model.Model, float64, float64, error) {
 	f := os.Stdin
 	if r.Model != "-" {
 		var err error
 		if f, err = os.Open(resolve(r.Env.Dir, r.Model)); err != nil {
-			return model.Model{}, 0, usagef("reading -model: %v", err)
+			return model.Model{}, 0, 0, usagef("reading -model: %v", err)
 		}
 		defer f.Close()
 	}
 	m, err := model.Read(f)
 	if err != nil {
-		return model.Model{}, 0, usagef("-model %s: %v", r.Model, err)
+		return model.Model{}, 0, 0, usagef("-model %s: %v", r.Model, err)
 	}
 	if r.MpipePre == "" {
-		return m, 0, nil
+		return m, 0, 0, nil
 	}
 	t, err := m.Preprocess(r.MpipePre)
 	if err != nil {
-		return model.Model{}, 0, usagef("-mpipe-pre %s with -model %s: %v", r.MpipePre, r.Model, err)
+		return model.Model{}, 0, 0, usagef("-mpipe-pre %s with -model %s: %v", r.MpipePre, r.Model, err)
 	}
-	pre, body := m.SplitPreprocess(t)
-	return body, pre, nil
+	pre, preB, body := m.SplitPreprocess(t)
+	return body, pre, preB, nil
 }
 
 // MemoryCap is the memory cap -mem puts on -schedule auto and -partition

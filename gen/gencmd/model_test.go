@@ -122,7 +122,7 @@ func stageCost(r *Request, stages, copies int) (sim.Cost, error) {
 }
 
 // TestMpipePre: -mpipe-pre takes the model's first layers out of the
-// stages and costs their F as pre; its errors name the value and the
+// stages and costs their F as pre and their B as preb; its errors name the value and the
 // model.
 func TestMpipePre(t *testing.T) {
 	dir := t.TempDir()
@@ -136,8 +136,8 @@ func TestMpipePre(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(c.F, []float64{1, 2}) || c.Pre != 0.5 {
-			t.Errorf("-mpipe-pre %s: F %v pre %g, want [1 2] and 0.5", spec, c.F, c.Pre)
+		if !slices.Equal(c.F, []float64{1, 2}) || c.Pre != 0.5 || c.PreB != 1 {
+			t.Errorf("-mpipe-pre %s: F %v pre %g preb %g, want [1 2], 0.5 and 1", spec, c.F, c.Pre, c.PreB)
 		}
 	}
 	for _, tc := range []struct {

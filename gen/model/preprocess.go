@@ -38,15 +38,18 @@ func (m Model) Preprocess(spec string) (int, error) {
 	return 0, fmt.Errorf("preprocess %q: no layer of the model is named so (its layers: %s); give a layer's name or a count of layers", clip(spec), strings.Join(names, ", "))
 }
 
-// SplitPreprocess splits m at its first t layers: the preprocess's forward
-// cost (their F summed, the sim's pre) and the model of the stages, the
-// other layers (the stages no longer hold the preprocess).
-func (m Model) SplitPreprocess(t int) (pre float64, body Model) {
+// SplitPreprocess splits m at its first t layers: the preprocess's
+// forward and backward costs (their F summed, the sim's pre, and their
+// I + W summed, its preb: a trainable tower's backward at OPT_STEP; layers
+// of a frozen tower give B = 0) and the model of the stages, the other
+// layers (the stages no longer hold the preprocess).
+func (m Model) SplitPreprocess(t int) (pre, preB float64, body Model) {
 	body = m
 	t = max(0, min(t, len(m.Layers)))
 	for _, l := range m.Layers[:t] {
 		pre += l.F
+		preB += l.I + l.W
 	}
 	body.Layers = m.Layers[t:]
-	return pre, body
+	return pre, preB, body
 }

@@ -8,17 +8,18 @@ import (
 // TestPreprocess: -mpipe-pre's T, by count or by a layer's name, the cost
 // it takes out of the stages, and its errors.
 func TestPreprocess(t *testing.T) {
-	m := Model{Layers: []Layer{{Name: "vit", F: 0.5}, {Name: "proj", F: 0.25}, {Name: "block0", F: 1}, {Name: "block1", F: 1}}}
+	m := Model{Layers: []Layer{{Name: "vit", F: 0.5, I: 0.5, W: 0.5}, {Name: "proj", F: 0.25, W: 0.25}, {Name: "block0", F: 1}, {Name: "block1", F: 1}}}
 	for _, tc := range []struct {
 		spec    string
 		want    int
 		pre     float64
+		preB    float64
 		wantErr string
 	}{
 		{spec: "0", want: 0, pre: 0},
-		{spec: "2", want: 2, pre: 0.75},
-		{spec: "vit", want: 1, pre: 0.5},
-		{spec: "proj", want: 2, pre: 0.75},
+		{spec: "2", want: 2, pre: 0.75, preB: 1.25},
+		{spec: "vit", want: 1, pre: 0.5, preB: 1},
+		{spec: "proj", want: 2, pre: 0.75, preB: 1.25},
 		{spec: "4", wantErr: "the model has 4 layers, and at least one stays in the stages; want 0 to 3"},
 		{spec: "-1", wantErr: "want 0 to 3"},
 		{spec: "block1", wantErr: "it is the last of the model's 4 layers"},
@@ -35,9 +36,9 @@ func TestPreprocess(t *testing.T) {
 			t.Errorf("Preprocess(%q) = %d, %v; want %d", tc.spec, got, err, tc.want)
 			continue
 		}
-		pre, body := m.SplitPreprocess(got)
-		if pre != tc.pre || len(body.Layers) != len(m.Layers)-got || (got < len(m.Layers) && body.Layers[0].Name != m.Layers[got].Name) {
-			t.Errorf("SplitPreprocess(%d) = %g, %d layers; want %g, %d", got, pre, len(body.Layers), tc.pre, len(m.Layers)-got)
+		pre, preB, body := m.SplitPreprocess(got)
+		if pre != tc.pre || preB != tc.preB || len(body.Layers) != len(m.Layers)-got || (got < len(m.Layers) && body.Layers[0].Name != m.Layers[got].Name) {
+			t.Errorf("SplitPreprocess(%d) = %g, %g, %d layers; want %g, %g, %d", got, pre, preB, len(body.Layers), tc.pre, tc.preB, len(m.Layers)-got)
 		}
 	}
 }

@@ -41,10 +41,11 @@ type Pricing struct {
 	spec      string       // -cost ("" none)
 	model     *model.Model // -model (nil none)
 	modelName string       // the -model flag's value, for messages
-	// pre is the forward cost of the preprocess taken out of the -model
-	// file's layers (-mpipe-pre: model.Model.SplitPreprocess), added to
-	// every cost of a split as sim.Cost.Pre; 0 without one.
-	pre float64
+	// pre and preB are the forward and backward costs of the preprocess
+	// taken out of the -model file's layers (-mpipe-pre:
+	// model.Model.SplitPreprocess), every cost of a split's
+	// sim.Cost.Pre and PreB; 0 without one.
+	pre, preB float64
 }
 
 // New returns the pricing of a -cost spec and a -model description read
@@ -55,12 +56,13 @@ func New(spec string, m *model.Model, modelName string) *Pricing {
 
 // NewPreprocess is New for a -model description whose first layers are
 // the preprocess (-mpipe-pre): m holds the other layers, which the stages
-// split, and pre is the preprocess's forward cost, which every cost of a
-// split carries as sim.Cost.Pre (the first stage's input loads run it).
-// -cost may not give pre too.
-func NewPreprocess(spec string, m *model.Model, modelName string, pre float64) *Pricing {
+// split, and pre and preB are the preprocess's forward and backward costs,
+// which every cost of a split carries as sim.Cost.Pre (the first stage's
+// input loads run it) and PreB (its backward at OPT_STEP). -cost may not
+// give pre or preb too.
+func NewPreprocess(spec string, m *model.Model, modelName string, pre, preB float64) *Pricing {
 	p := New(spec, m, modelName)
-	p.pre = pre
+	p.pre, p.preB = pre, preB
 	return p
 }
 
@@ -185,7 +187,7 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 			}
 		}
 	}
-	c.Pre = p.pre
+	c.Pre, c.PreB = p.pre, p.preB
 	if p.spec == "" {
 		return c, nil
 	}
@@ -197,8 +199,8 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 		if modelKeys[key] {
 			return sim.Cost{}, errorf("-cost %s: %s is given per layer by -model %s; -cost may add the other keys (comm, bw, data, opt, overlap, unshard, reduce, swap, dp)", p.spec, strings.TrimSpace(strings.SplitN(field, "=", 2)[0]), p.modelName)
 		}
-		if key == "pre" && p.pre != 0 {
-			return sim.Cost{}, errorf("-cost %s: pre is the forward of the preprocess layers -mpipe-pre takes out of -model %s; give one of them", p.spec, p.modelName)
+		if (key == "pre" || key == "preb") && (p.pre != 0 || p.preB != 0) {
+			return sim.Cost{}, errorf("-cost %s: %s is the preprocess's cost, which -mpipe-pre takes from the layers of -model %s; give one of them", p.spec, key, p.modelName)
 		}
 		given[key] = true
 	}
@@ -210,6 +212,9 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 	c.Param = extra.Param
 	if given["pre"] {
 		c.Pre = extra.Pre
+	}
+	if given["preb"] {
+		c.PreB = extra.PreB
 	}
 	if given["comm"] {
 		c.Comm = extra.Comm
