@@ -336,6 +336,12 @@ func (r *rank) allReduce(n int) error {
 	if max(r.cfg.Train.Spec.Copies, 1) > 1 {
 		return errors.New("train: a program with ALL_REDUCE (-clip) and two model copies reduces the norm before OPT_STEP sums the copies; generate it without -clip (the loop clips after the step's program)")
 	}
+	if r.tower != nil {
+		// The tower's gradients are complete only after OPT_STEP's
+		// backward and sum: the loop clips after the program, on every
+		// rank alike, so that the norm counts them.
+		return nil
+	}
 	r.reduced = true
 	return r.reduce()
 }
