@@ -48,8 +48,8 @@ type rank struct {
 	reduced            bool   // the program's ALL_REDUCE hook did this step's reduction
 	stageLayers        []stageLayer
 	tower              *towerReplica // Config.Tower's replica on this rank
-	first              bool  // the process's first rank
-	local              []int // the pipeline ranks of the process's ranks (Config.Timeline's)
+	first              bool          // the process's first rank
+	local              []int         // the pipeline ranks of the process's ranks (Config.Timeline's)
 }
 
 // tiedLayer is a layer that declares tied parameters (nn.TiedStage).

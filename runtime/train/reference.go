@@ -117,7 +117,7 @@ func Reference(c Config) (*Result, error) {
 // model is Reference's model: the stages of one model copy.
 type model struct {
 	stages  []*nn.Sequential
-	tower   nn.Layer // Config.Tower's one replica, nil without
+	tower   nn.Layer            // Config.Tower's one replica, nil without
 	params  []*nn.Param         // every parameter, in stage order
 	counted []*nn.Param         // those counted in the gradient norm
 	ties    [][2][]*nn.Param    // per tie: stage A's and stage B's tied parameters
