@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 
+	"gorgonia.org/tensor"
+
 	"github.com/ppgen/ppgen/runtime/metrics"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
@@ -153,6 +155,12 @@ type Config struct {
 	// TokensPerStep is the tokens (or samples) of one step's global
 	// batch, for the metrics' tokens/s and tokens.
 	TokensPerStep int64
+	// CountTokens, if set, counts the tokens (or samples) of a
+	// micro-batch's input; each rank counts the inputs its train program
+	// loads (under mpipe, the micro-batches it owns: each rank reads only
+	// those), the loop all-reduces the counts over the world, and the sum
+	// is the step's tokens in place of TokensPerStep.
+	CountTokens func(input *tensor.Dense) int64
 
 	// CheckpointDir, if set, receives a checkpoint every CheckpointEvery
 	// steps (0: only at the end) and after the last step.

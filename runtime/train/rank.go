@@ -48,6 +48,7 @@ type rank struct {
 	reduced            bool   // the program's ALL_REDUCE hook did this step's reduction
 	stageLayers        []stageLayer
 	tower              *towerReplica // Config.Tower's replica on this rank
+	owned              *ownedSource  // the train program's data, nil on a rank that reads none
 	first              bool          // the process's first rank
 	local              []int         // the pipeline ranks of the process's ranks (Config.Timeline's)
 }
@@ -132,7 +133,8 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 	r.data, r.edata = &source{}, &source{}
 	var src, esrc pipe.DataSource
 	if r.reads {
-		src, esrc = r.data, r.edata // the other ranks get none: the runtime must not need it
+		r.owned = newOwnedSource(r.data, sp, r.pp, c.CountTokens)
+		src, esrc = r.owned, r.edata // the other ranks get none: the runtime must not need it
 	}
 	tcfg := pipe.Config{
 		Rank: r.pp, Spec: sp, Stages: r.stages, Transport: pipeT, Data: src,

@@ -102,3 +102,31 @@ func TestTower(t *testing.T) {
 		})
 	}
 }
+
+// TestCountTokens: under mpipe each rank loads only the inputs it owns
+// (its data source refuses the others), and Config.CountTokens' counts,
+// all-reduced over the world, are each step's tokens: every micro-batch
+// loaded once per step, by one rank.
+func TestCountTokens(t *testing.T) {
+	for _, p := range []train.Program{mpipe, onef1b} {
+		var mu sync.Mutex
+		loads := 0
+		c := config(p, 1, 3)
+		c.TokensPerStep = 0
+		c.CountTokens = func(x *tensor.Dense) int64 {
+			mu.Lock()
+			loads++
+			mu.Unlock()
+			return int64(x.Shape()[0])
+		}
+		res := run(t, c)
+		if want := 3 * p.Spec.Micro; loads != want {
+			t.Errorf("%s: %d inputs loaded in 3 steps, want %d", describe(p, 1), loads, want)
+		}
+		for i, r := range res.Records {
+			if want := int64((i + 1) * global * rows); r.Tokens != want {
+				t.Errorf("%s: step %d: %d tokens, want %d", describe(p, 1), i+1, r.Tokens, want)
+			}
+		}
+	}
+}
