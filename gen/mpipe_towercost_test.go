@@ -52,3 +52,31 @@ func TestTowerBackwardCost(t *testing.T) {
 		}
 	}
 }
+
+// TestMPipeTowerFigure pins docs/schedules.md's figure of a trainable
+// tower at P=8, M=32 (V=2: stage F 0.5, pre 0.25, preb 0.5): interleaved
+// 127.5, mpipe min 122.25, full 109.
+func TestMPipeTowerFigure(t *testing.T) {
+	c, err := sim.ParseCost("F=0.5,B=1,W=0.5,pre=0.25,preb=0.5", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		schedule, mode string
+		want           float64
+	}{
+		{"interleaved", "", 127.5}, {"mpipe", passes.OwnersMin, 122.25}, {"mpipe", passes.OwnersFull, 109},
+	} {
+		res, err := Lower(ir.Config{Schedule: tc.schedule, Ranks: 8, Virtual: 2, Micro: 32}, Options{Passes: passes.Options{MpipeOwners: tc.mode}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := sim.Run(res.Program, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Makespan != tc.want {
+			t.Errorf("%s %s: makespan %g, want %g (docs/schedules.md states it)", tc.schedule, tc.mode, r.Makespan, tc.want)
+		}
+	}
+}
