@@ -104,6 +104,8 @@ type Request struct {
 	// (model.Model.Preprocess); the stages split the other layers and the
 	// simulator costs the preprocess as pre.
 	MpipePre string
+	// preLayers is the T of -mpipe-pre, resolved by readModel.
+	preLayers int
 	// Batch is -batch: each run of adjacent transfers of a rank becomes
 	// one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one
 	// group (passes.Coalesce).

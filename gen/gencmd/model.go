@@ -146,6 +146,7 @@ func (r *Request) readModel() (model.Model, float64, float64, error) {
 		return model.Model{}, 0, 0, usagef("-mpipe-pre %s with -model %s: %v", r.MpipePre, r.Model, err)
 	}
 	pre, preB, body := m.SplitPreprocess(t)
+	r.preLayers = t
 	return body, pre, preB, nil
 }
 
