@@ -99,6 +99,13 @@ type Request struct {
 	// MpipeOwners is -mpipe-owners: mpipe's ownership mode, min (the
 	// default) or full (passes.ParseOwners).
 	MpipeOwners string
+	// MpipePre is -mpipe-pre: the preprocess in the -model file, its
+	// first T layers or the layers through a named one
+	// (model.Model.Preprocess); the stages split the other layers and the
+	// simulator costs the preprocess as pre.
+	MpipePre string
+	// preLayers is the T of -mpipe-pre, resolved by readModel.
+	preLayers int
 	// Batch is -batch: each run of adjacent transfers of a rank becomes
 	// one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one
 	// group (passes.Coalesce).
@@ -151,10 +158,10 @@ type Request struct {
 	// (resolveFamily): the registry's own, whose Name is Schedule.
 	family *schedules.Family
 
-	// pricing is the price list (Pricing) of the -cost, -model and
-	// Env.Dir in pricedFor.
+	// pricing is the price list (Pricing) of the -cost, -model,
+	// Env.Dir and -mpipe-pre in pricedFor.
 	pricing   *pricing.Pricing
-	pricedFor [3]string
+	pricedFor [4]string
 
 	simCost bool // -cost is also the command's simulation cost (Flags.Cost)
 	// ranksGiven and microGiven: -ranks and -micro were on the command
@@ -257,6 +264,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	fs.IntVar(&r.FSDPPrefetch, "fsdp-prefetch", 0, "with -fsdp: issue each UNSHARD (all-gather) up to K compute steps before the step that needs it, as far as the -fsdp window allows (0: right before it)")
 	fs.IntVar(&r.Swap, "swap", 0, "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none)")
 	fs.StringVar(&r.MpipeOwners, "mpipe-owners", "", "mpipe: which micro-batches their owner ranks load and ship to the first stage's rank: min (micro m < min(P, M) by rank m; the first stage's rank loads the rest) or full (every micro m by rank m mod min(P, M)); default min")
+	fs.StringVar(&r.MpipePre, "mpipe-pre", "", "with -model: the preprocess (mpipe's transposed block: the first T layers, or the layers through the one named, such as a vision tower) that each input load runs, on its owner rank under mpipe and on the first stage's rank otherwise; the stages split the other layers, and the simulator costs the preprocess's F as -cost's pre")
 	fs.BoolVar(&r.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
 	fs.BoolVar(&r.Batch, "batch", false, "merge each run of adjacent transfers of a rank into one batch (BATCH_BEGIN .. BATCH_END) that the runtime issues as one group")
 	fs.BoolVar(&r.ForwardOnly, "forward-only", false, "the schedule's forward-only program (evaluation, inference): its forwards in the family's order, their transfers and data loads, no backward and no OPT_STEP")

@@ -124,7 +124,7 @@ func (r *Request) Generate() ([]byte, auto.Result, error) {
 		HelperSize: r.Helper,
 		Table:      r.Table,
 		NoFuse:     !r.Fuse,
-		Layers:     StageLayers(res.Result),
+		Layers:     r.specLayers(res.Result),
 		Prefix:     r.Prefix,
 	})
 	return src, res, err
@@ -142,6 +142,18 @@ func StageLayers(res gen.Result) [][2]int {
 		for s := 1; s < len(res.Layers); s++ {
 			out = append(out, [2]int{res.Layers[s-1], res.Layers[s]})
 		}
+	}
+	return out
+}
+
+// specLayers is StageLayers in the -model file's numbering: with
+// -mpipe-pre T the stages hold layers T onward (the first T are the
+// preprocess, a trainer's tower), so their bounds move up by T.
+func (r *Request) specLayers(res gen.Result) [][2]int {
+	out := StageLayers(res)
+	for i := range out {
+		out[i][0] += r.preLayers
+		out[i][1] += r.preLayers
 	}
 	return out
 }

@@ -26,19 +26,22 @@ const (
 // -model and kept for every question later calls ask of it. Reading the
 // -model file is its only error.
 func (r *Request) Pricing() (*pricing.Pricing, error) {
-	key := [3]string{r.Cost, r.Model, r.Env.Dir}
+	key := [4]string{r.Cost, r.Model, r.Env.Dir, r.MpipePre}
 	if r.pricing != nil && r.pricedFor == key {
 		return r.pricing, nil
 	}
 	var m *model.Model
+	pre, preB := 0.0, 0.0
 	if r.Model != "" {
-		read, err := r.ReadModel()
+		read, f, b, err := r.readModel()
 		if err != nil {
 			return nil, err
 		}
-		m = &read
+		m, pre, preB = &read, f, b
+	} else if r.MpipePre != "" {
+		return nil, usagef("-mpipe-pre %s names layers of a -model file (the first T layers, or the layers through a named one); give -model FILE", r.MpipePre)
 	}
-	r.pricing, r.pricedFor = pricing.New(r.Cost, m, r.Model), key
+	r.pricing, r.pricedFor = pricing.NewPreprocess(r.Cost, m, r.Model, pre, preB), key
 	return r.pricing, nil
 }
 
@@ -113,21 +116,39 @@ func (r *Request) splitResult(res *gen.Result) error {
 	return nil
 }
 
-// ReadModel reads the -model file (relative to Env.Dir; "-" for stdin).
+// ReadModel reads the -model file (relative to Env.Dir; "-" for stdin):
+// the layers the stages split, without the preprocess -mpipe-pre takes
+// out of them.
 func (r *Request) ReadModel() (model.Model, error) {
+	m, _, _, err := r.readModel()
+	return m, err
+}
+
+// readModel is ReadModel and the forward and backward costs of the
+// -mpipe-pre layers (0 without -mpipe-pre).
+func (r *Request) readModel() (model.Model, float64, float64, error) {
 	f := os.Stdin
 	if r.Model != "-" {
 		var err error
 		if f, err = os.Open(resolve(r.Env.Dir, r.Model)); err != nil {
-			return model.Model{}, usagef("reading -model: %v", err)
+			return model.Model{}, 0, 0, usagef("reading -model: %v", err)
 		}
 		defer f.Close()
 	}
 	m, err := model.Read(f)
 	if err != nil {
-		return model.Model{}, usagef("-model %s: %v", r.Model, err)
+		return model.Model{}, 0, 0, usagef("-model %s: %v", r.Model, err)
 	}
-	return m, nil
+	if r.MpipePre == "" {
+		return m, 0, 0, nil
+	}
+	t, err := m.Preprocess(r.MpipePre)
+	if err != nil {
+		return model.Model{}, 0, 0, usagef("-mpipe-pre %s with -model %s: %v", r.MpipePre, r.Model, err)
+	}
+	pre, preB, body := m.SplitPreprocess(t)
+	r.preLayers = t
+	return body, pre, preB, nil
 }
 
 // MemoryCap is the memory cap -mem puts on -schedule auto and -partition

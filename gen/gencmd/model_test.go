@@ -120,3 +120,38 @@ func stageCost(r *Request, stages, copies int) (sim.Cost, error) {
 	}
 	return p.Stages(stages, copies)
 }
+
+// TestMpipePre: -mpipe-pre takes the model's first layers out of the
+// stages and costs their F as pre and their B as preb; its errors name the value and the
+// model.
+func TestMpipePre(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "m.json"), []byte(`{"layers": [
+		{"name": "vit", "F": 0.5, "B": 1, "act": 1, "params": 1}, {"name": "b0", "F": 1, "B": 2, "act": 1, "params": 1},
+		{"name": "b1", "F": 2, "B": 4, "act": 1, "params": 1}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []string{"1", "vit"} {
+		c, err := stageCost(&Request{Model: "m.json", MpipePre: spec, Env: Env{Dir: dir}}, 2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(c.F, []float64{1, 2}) || c.Pre != 0.5 || c.PreB != 1 {
+			t.Errorf("-mpipe-pre %s: F %v pre %g preb %g, want [1 2], 0.5 and 1", spec, c.F, c.Pre, c.PreB)
+		}
+	}
+	for _, tc := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{Model: "m.json", MpipePre: "3", Env: Env{Dir: dir}}, "-mpipe-pre 3 with -model m.json: preprocess of 3 layers: the model has 3 layers"},
+		{Request{Model: "m.json", MpipePre: "tower", Env: Env{Dir: dir}}, `preprocess "tower": no layer of the model is named so`},
+		{Request{MpipePre: "1", Env: Env{Dir: dir}}, "give -model FILE"},
+		{Request{Model: "m.json", MpipePre: "1", Cost: "pre=1", Env: Env{Dir: dir}}, "give one of them"},
+		{Request{Model: "m.json", MpipePre: "2", Env: Env{Dir: dir}}, "1 layers cannot fill 2 stages"},
+	} {
+		if _, err := stageCost(&tc.req, 2, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want %q", tc.req, err, tc.want)
+		}
+	}
+}

@@ -35,6 +35,9 @@ func TestGenRecordsLayers(t *testing.T) {
 		{[]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", "llm.json", "-partition", "auto"}, "Layers:      [][2]int{{0, 10}, {10, 19}, {19, 28}, {28, 34}},"},
 		// Two model copies: the split repeated.
 		{[]string{"-schedule", "dualpipe", "-ranks", "2", "-micro", "4", "-model", "llm.json"}, "Layers:      [][2]int{{0, 17}, {17, 34}, {0, 17}, {17, 34}},"},
+		// -mpipe-pre: the embedding is the preprocess, the stages hold
+		// layers 1 to 33 (numbered as in the file).
+		{[]string{"-schedule", "mpipe", "-ranks", "2", "-micro", "4", "-model", "llm.json", "-mpipe-pre", "embed"}, "Layers:      [][2]int{{1, 10}, {10, 18}, {18, 26}, {26, 34}},"},
 	} {
 		r, err := Parse(append(tc.args, "-o", "s_gen.go", "-package", "s"), Env{Dir: dir})
 		if err != nil {

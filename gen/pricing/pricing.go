@@ -41,12 +41,29 @@ type Pricing struct {
 	spec      string       // -cost ("" none)
 	model     *model.Model // -model (nil none)
 	modelName string       // the -model flag's value, for messages
+	// pre and preB are the forward and backward costs of the preprocess
+	// taken out of the -model file's layers (-mpipe-pre:
+	// model.Model.SplitPreprocess), every cost of a split's
+	// sim.Cost.Pre and PreB; 0 without one.
+	pre, preB float64
 }
 
 // New returns the pricing of a -cost spec and a -model description read
 // from the file named modelName (m nil: no -model).
 func New(spec string, m *model.Model, modelName string) *Pricing {
 	return &Pricing{spec: spec, model: m, modelName: modelName}
+}
+
+// NewPreprocess is New for a -model description whose first layers are
+// the preprocess (-mpipe-pre): m holds the other layers, which the stages
+// split, and pre and preB are the preprocess's forward and backward costs,
+// which every cost of a split carries as sim.Cost.Pre (the first stage's
+// input loads run it) and PreB (its backward at OPT_STEP). -cost may not
+// give pre or preb too.
+func NewPreprocess(spec string, m *model.Model, modelName string, pre, preB float64) *Pricing {
+	p := New(spec, m, modelName)
+	p.pre, p.preB = pre, preB
+	return p
 }
 
 // OfModel is the pricing of a model description alone (no -cost): its
@@ -170,6 +187,7 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 			}
 		}
 	}
+	c.Pre, c.PreB = p.pre, p.preB
 	if p.spec == "" {
 		return c, nil
 	}
@@ -181,6 +199,9 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 		if modelKeys[key] {
 			return sim.Cost{}, errorf("-cost %s: %s is given per layer by -model %s; -cost may add the other keys (comm, bw, data, opt, overlap, unshard, reduce, swap, dp)", p.spec, strings.TrimSpace(strings.SplitN(field, "=", 2)[0]), p.modelName)
 		}
+		if (key == "pre" || key == "preb") && (p.pre != 0 || p.preB != 0) {
+			return sim.Cost{}, errorf("-cost %s: %s is the preprocess's cost, which -mpipe-pre takes from the layers of -model %s; give one of them", p.spec, key, p.modelName)
+		}
 		given[key] = true
 	}
 	extra, err := sim.ParseCost(p.spec, stages)
@@ -189,6 +210,12 @@ func (p *Pricing) Split(part model.Partition, copies int) (sim.Cost, error) {
 	}
 	c.DataLoad, c.Overlap, c.Unshard, c.Reduce, c.Opt, c.Swap, c.DP = extra.DataLoad, extra.Overlap, extra.Unshard, extra.Reduce, extra.Opt, extra.Swap, extra.DP
 	c.Param = extra.Param
+	if given["pre"] {
+		c.Pre = extra.Pre
+	}
+	if given["preb"] {
+		c.PreB = extra.PreB
+	}
 	if given["comm"] {
 		c.Comm = extra.Comm
 	}

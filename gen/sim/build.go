@@ -170,8 +170,8 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				} else {
 					s.deps[e] = []dep{{ev: -1, why: fmt.Sprintf("waits for a %d%s%d that no earlier step of rank %d starts", st.Stage, lk, st.Micro, r)}}
 				}
-			case k.IsRendezvous():
-				s.cls[e] = clMeet // its dependencies: meetDeps
+			case k.IsRendezvous() || k == ir.OptStep && rc.PreB > 0:
+				s.cls[e] = clMeet // its dependencies: meetDeps (OPT_STEP with a trainable tower: tower.go)
 			default:
 				s.cls[e] = clLocal
 				if k.IsBatch() {

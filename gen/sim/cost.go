@@ -90,6 +90,13 @@ type Cost struct {
 	// DATA_LOAD of stage 0, on the first stage's rank or, under mpipe, on
 	// the micro-batch's owner. 0 (the default): no preprocess.
 	Pre float64
+	// PreB is the time of a trainable preprocess's backward per input
+	// load (pipe.Config.Tower with owner backward): it runs at OPT_STEP,
+	// on the rank that loaded the input, after the first stage's rank sent
+	// it the input's gradient, and the replicas' gradients are then summed
+	// across the ranks (tower.go). 0 (the default): no trainable tower,
+	// and OPT_STEP costs opt alone.
+	PreB float64
 
 	// R is the cost of a RECOMPUTE step of each stage (-recompute: it
 	// re-runs the stage's forward to rebuild the activations its F
@@ -184,17 +191,17 @@ var costKeys = func() []string {
 	for _, k := range kindKeys {
 		keys = append(keys, k.Key)
 	}
-	return append(keys, "pre")
+	return append(keys, "pre", "preb")
 }()
 
 // scalarKeys are the keys of costKeys that take one value.
-var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp", "allreduce", "pre"}
+var scalarKeys = []string{"comm", "data", "overlap", "unshard", "reduce", "opt", "swap", "bw", "dp", "allreduce", "pre", "preb"}
 
 // ParseCost parses the command-line form of a cost model: comma-separated
 // key=value pairs such as "F=1,B=2,W=1,comm=0". F, B, I, W and act take
 // either one value or a colon-separated list with one value per stage
 // ("F=1:1:1:1.4"), as do param and R (RECOMPUTE; default F); the scalar keys are comm, data
-// (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw, dp, allreduce (ALL_REDUCE beyond comm) and pre (the preprocess forward of each stage-0 DATA_LOAD). Keys are case-insensitive. Keys not
+// (DATA_LOAD), overlap, unshard, reduce, opt, swap, bw, dp, allreduce (ALL_REDUCE beyond comm) pre (the preprocess forward of each stage-0 DATA_LOAD) and preb (a trainable preprocess's backward per input load, at OPT_STEP). Keys are case-insensitive. Keys not
 // given keep their defaults: F=1, B=2, W=1, I=B−W, every other key 0, and
 // B = I + W always holds (a key of the three not given is derived from the
 // other two; see Cost). Values must be finite numbers in [0, MaxCost] (overlap in [0, 1];
@@ -347,6 +354,8 @@ func (c *Cost) scalarField(k string) *float64 {
 		return &c.AllReduce
 	case "pre":
 		return &c.Pre
+	case "preb":
+		return &c.PreB
 	}
 	return &c.Swap
 }
@@ -504,7 +513,7 @@ func (c Cost) String() string {
 	for i, k := range costKeys {
 		kk, perKind := kindKey(k)
 		if (k == "act" || k == "bw") && c.BW == 0 || k == "act" && len(c.Act) == 0 ||
-			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 || perKind && len(*kk.list(&c)) == 0 || k == "pre" && c.Pre == 0 {
+			k == "param" && len(c.Param) == 0 || k == "dp" && c.DP == 0 || k == "allreduce" && c.AllReduce == 0 || perKind && len(*kk.list(&c)) == 0 || k == "pre" && c.Pre == 0 || k == "preb" && c.PreB == 0 {
 			continue // infinite bandwidth: sizes do not matter; or no sizes; or no DP group; or the default
 		}
 		if i > 0 {

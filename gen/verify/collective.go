@@ -170,7 +170,12 @@ func collStep(k abi.Kind) ir.Step {
 // collective that one rank reaches only after a transfer that another rank
 // posts after its own collective is then a cycle the strict model finds.
 func (c *checker) collectiveModel(k abi.Kind, m *strict.Model) *strict.Model {
-	steps := c.collSteps[k]
+	return c.rendezvousModel(c.collSteps[k], m)
+}
+
+// rendezvousModel is collectiveModel for the host steps steps[r] of each
+// rank r (as many on every rank), the n-th of every rank meeting.
+func (c *checker) rendezvousModel(steps [][]int, m *strict.Model) *strict.Model {
 	if len(steps) == 0 || len(steps[0]) == 0 {
 		return m
 	}

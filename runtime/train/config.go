@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 
+	"gorgonia.org/tensor"
+
 	"github.com/ppgen/ppgen/runtime/metrics"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
@@ -103,6 +105,16 @@ type Config struct {
 	// swap steps (-swap), or an instrumented stage. The wrapper must hold
 	// seq's parameters, in order (Params); the loop checks it.
 	WrapStage func(rank, stage int, seq *nn.Sequential) (nn.ParamStage, error)
+	// Tower, if set, builds a replica of a trainable preprocess (the
+	// first layers of the model kept out of the stages, or a vision tower:
+	// mpipe's transposed block, `ppgen gen -mpipe-pre`), one per rank, a
+	// fresh object with the same initial values on every call (that is the
+	// parameter broadcast). Each rank runs its forward on the inputs it
+	// loads (under mpipe, the micro-batches it owns) and its backward at
+	// OPT_STEP; the replicas' gradients are summed across the pipeline
+	// (pipe.Config.Tower), counted once in the gradient norm, and every
+	// replica steps alike (tower.go). Not with FSDP or checkpoints.
+	Tower func() (nn.Layer, error)
 	// Interpret runs the programs' Ops (Program.Ops: generated with
 	// -table) through pipe.Interpret instead of their generated
 	// functions: the same steps, dispatched at run time.
@@ -143,6 +155,12 @@ type Config struct {
 	// TokensPerStep is the tokens (or samples) of one step's global
 	// batch, for the metrics' tokens/s and tokens.
 	TokensPerStep int64
+	// CountTokens, if set, counts the tokens (or samples) of a
+	// micro-batch's input; each rank counts the inputs its train program
+	// loads (under mpipe, the micro-batches it owns: each rank reads only
+	// those), the loop all-reduces the counts over the world, and the sum
+	// is the step's tokens in place of TokensPerStep.
+	CountTokens func(input *tensor.Dense) int64
 
 	// CheckpointDir, if set, receives a checkpoint every CheckpointEvery
 	// steps (0: only at the end) and after the last step.
@@ -225,6 +243,8 @@ func (c Config) check() (Config, error) {
 		return c, fmt.Errorf("train: Clip %v; want a positive finite norm, or 0 for none", c.Clip)
 	case c.EvalEvery < 0 || c.EvalRuns < 1 || c.CheckpointEvery < 0:
 		return c, fmt.Errorf("train: EvalEvery %d, EvalRuns %d, CheckpointEvery %d; want EvalEvery and CheckpointEvery 0 or more, EvalRuns 1 or more", c.EvalEvery, c.EvalRuns, c.CheckpointEvery)
+	case c.Tower != nil && (c.FSDP || c.CheckpointDir != "" || c.Resume != ""):
+		return c, errors.New("train: Config.Tower with FSDP or checkpoints: the loop neither shards nor saves the tower's parameters (not built yet); train it without them")
 	case c.TokensPerStep < 0:
 		return c, fmt.Errorf("train: TokensPerStep %d is negative", c.TokensPerStep)
 	}

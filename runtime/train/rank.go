@@ -47,8 +47,10 @@ type rank struct {
 	resumed            *state // the checkpoint's, when resumed
 	reduced            bool   // the program's ALL_REDUCE hook did this step's reduction
 	stageLayers        []stageLayer
-	first              bool  // the process's first rank
-	local              []int // the pipeline ranks of the process's ranks (Config.Timeline's)
+	tower              *towerReplica // Config.Tower's replica on this rank
+	owned              *ownedSource  // the train program's data, nil on a rank that reads none
+	first              bool          // the process's first rank
+	local              []int         // the pipeline ranks of the process's ranks (Config.Timeline's)
 }
 
 // tiedLayer is a layer that declares tied parameters (nn.TiedStage).
@@ -131,23 +133,28 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 	r.data, r.edata = &source{}, &source{}
 	var src, esrc pipe.DataSource
 	if r.reads {
-		src, esrc = r.data, r.edata // the other ranks get none: the runtime must not need it
+		r.owned = newOwnedSource(r.data, sp, r.pp, c.CountTokens)
+		src, esrc = r.owned, r.edata // the other ranks get none: the runtime must not need it
 	}
-	var err error
-	r.train, err = pipe.New(pipe.Config{
+	tcfg := pipe.Config{
 		Rank: r.pp, Spec: sp, Stages: r.stages, Transport: pipeT, Data: src,
 		Loss:      c.Loss(1 / float64(sp.Micro*m.DP)),
 		AllReduce: r.allReduce, Timeline: c.Timeline,
-	})
+	}
+	r.towerConfig(&tcfg, false)
+	var err error
+	r.train, err = pipe.New(tcfg)
 	if err != nil {
 		return nil, fmt.Errorf("train: rank %d: %w", r.world, err)
 	}
 	if c.Eval != nil {
 		e := c.Eval.Spec
-		r.eval, err = pipe.New(pipe.Config{
+		ecfg := pipe.Config{
 			Rank: r.pp, Spec: e, Stages: r.stages, Transport: pipeT, Data: esrc,
 			Loss: c.Loss(1 / float64(e.Micro*m.DP)),
-		})
+		}
+		r.towerConfig(&ecfg, true)
+		r.eval, err = pipe.New(ecfg)
 		if err != nil {
 			r.train.Close()
 			return nil, fmt.Errorf("train: rank %d: the eval program: %w", r.world, err)
@@ -234,6 +241,11 @@ func (r *rank) build() error {
 			skip = append(skip, stageParams...)
 		}
 	}
+	towerSkip, err := r.buildTower()
+	if err != nil {
+		return err
+	}
+	skip = append(skip, towerSkip...)
 	r.counted = nn.NormShare{Replica: r.replica, Skip: skip}.Counted(r.params)
 	return nil
 }

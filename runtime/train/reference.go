@@ -117,6 +117,7 @@ func Reference(c Config) (*Result, error) {
 // model is Reference's model: the stages of one model copy.
 type model struct {
 	stages  []*nn.Sequential
+	tower   nn.Layer            // Config.Tower's one replica, nil without
 	params  []*nn.Param         // every parameter, in stage order
 	counted []*nn.Param         // those counted in the gradient norm
 	ties    [][2][]*nn.Param    // per tie: stage A's and stage B's tied parameters
@@ -169,6 +170,17 @@ func newModel(c Config) (*model, error) {
 		m.ties = append(m.ties, [2][]*nn.Param{a, b})
 		skip = append(skip, b...)
 	}
+	if c.Tower != nil {
+		t, err := c.Tower()
+		if err != nil {
+			return nil, fmt.Errorf("train: reference: the tower: %w", err)
+		}
+		if t == nil {
+			return nil, errors.New("train: reference: Config.Tower returned nil")
+		}
+		m.tower = t
+		m.params = append(m.params, t.Params()...) // after the stages', as Run adds them
+	}
 	m.counted = slices.DeleteFunc(slices.Clone(m.params), func(p *nn.Param) bool { return slices.Contains(skip, p) })
 	return m, nil
 }
@@ -182,6 +194,12 @@ func (m *model) replica(src pipe.DataSource, loss pipe.Loss, micro int) (float64
 		x, err := src.Input(mb)
 		if err != nil {
 			return 0, fmt.Errorf("micro-batch %d: %w", mb, err)
+		}
+		var towerSaved any
+		if m.tower != nil {
+			if x, towerSaved, err = m.tower.Forward(x); err != nil {
+				return 0, fmt.Errorf("micro-batch %d, the tower: %w", mb, err)
+			}
 		}
 		for s, st := range m.stages {
 			if x, saved[s], err = st.Forward(x); err != nil {
@@ -200,6 +218,11 @@ func (m *model) replica(src pipe.DataSource, loss pipe.Loss, micro int) (float64
 		for s := len(m.stages) - 1; s >= 0; s-- {
 			if dy, err = m.stages[s].Backward(saved[s], dy); err != nil {
 				return 0, fmt.Errorf("micro-batch %d, stage %d: %w", mb, s, err)
+			}
+		}
+		if m.tower != nil {
+			if err := layerBackward(m.tower, towerSaved, dy); err != nil {
+				return 0, fmt.Errorf("micro-batch %d, the tower: %w", mb, err)
 			}
 		}
 	}

@@ -187,7 +187,7 @@ func (r *rank) loop() (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		tokens += c.TokensPerStep
+		tokens += rec.Tokens // the step's
 		rec.Tokens = tokens
 		done := step + 1
 		rec.EvalLoss = math.NaN()
@@ -292,14 +292,20 @@ func (r *rank) step(step int) (metrics.Record, error) {
 	}
 	tl.AddSpan(r.pp, pipe.SpanLoss, t)
 	wall := time.Since(t0)
+	stepTokens := c.TokensPerStep
+	if c.CountTokens != nil {
+		if stepTokens, err = r.stepTokens(); err != nil {
+			return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
+		}
+	}
 	bubble := math.NaN()
 	if c.Timeline != nil {
 		bubble = metrics.Bubble(wall, metrics.Busy(c.Timeline.Events(), r.local))
 	}
 	return metrics.Record{
 		Step: int64(step + 1), Loss: loss, LR: lr, GradNorm: r.norm,
-		TokensPerSec: float64(c.TokensPerStep) / wall.Seconds(), StepSeconds: wall.Seconds(),
-		Bubble: bubble,
+		TokensPerSec: float64(stepTokens) / wall.Seconds(), StepSeconds: wall.Seconds(),
+		Bubble: bubble, Tokens: stepTokens,
 	}, nil
 }
 
@@ -335,6 +341,12 @@ func (r *rank) allReduce(n int) error {
 	}
 	if max(r.cfg.Train.Spec.Copies, 1) > 1 {
 		return errors.New("train: a program with ALL_REDUCE (-clip) and two model copies reduces the norm before OPT_STEP sums the copies; generate it without -clip (the loop clips after the step's program)")
+	}
+	if r.tower != nil {
+		// The tower's gradients are complete only after OPT_STEP's
+		// backward and sum: the loop clips after the program, on every
+		// rank alike, so that the norm counts them.
+		return nil
 	}
 	r.reduced = true
 	return r.reduce()
