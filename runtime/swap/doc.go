@@ -27,7 +27,9 @@
 // without flock, such as Windows, nothing is removed). While a file tier
 // lives, a terminating signal (SIGINT, SIGTERM, SIGHUP: a launcher's or
 // mpirun's end of a job, Ctrl-C) removes its directory before the process
-// dies of it (signals.go); only SIGKILL leaves one, for the next NewFile. Both take float32 and float64 *tensor.Dense values
+// dies of it (signals.go), unless the process ignored it from its start
+// (SIGHUP under nohup: it stays ignored); only SIGKILL leaves one, for the
+// next NewFile. Both take float32 and float64 *tensor.Dense values
 // (gorgonia.org/tensor) and give them back bit-identical: same dtype, same
 // shape, same bits (NaN payloads included). A tensor listed twice in one
 // offload, as runtime/nn contexts share one tensor between a layer's output

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -259,6 +260,9 @@ func TestHelperSwapProcess(t *testing.T) {
 	if parent == "" {
 		t.Skip("helper process")
 	}
+	if os.Getenv("SWAP_HELPER_IGNORE_HUP") != "" {
+		signal.Ignore(syscall.SIGHUP) // as nohup starts a process
+	}
 	tier, err := swap.NewFile(parent)
 	if err != nil {
 		fmt.Println("error", err)
@@ -287,10 +291,11 @@ func swapChild(t *testing.T, parent string) (string, func()) {
 }
 
 // swapChildCmd is swapChild that also returns the process.
-func swapChildCmd(t *testing.T, parent string) (string, *exec.Cmd, func()) {
+func swapChildCmd(t *testing.T, parent string, env ...string) (string, *exec.Cmd, func()) {
 	t.Helper()
 	c := exec.Command(os.Args[0], "-test.run=^TestHelperSwapProcess$")
 	c.Env = append(os.Environ(), "SWAP_HELPER_DIR="+parent)
+	c.Env = append(c.Env, env...)
 	out, err := c.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func register(f *fileMedium) {
 		liveDirs.set = make(map[*fileMedium]struct{})
 		liveDirs.stop = make(chan struct{})
 		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, terminating...)
+		signal.Notify(sigs, caught()...)
 		go catch(sigs, liveDirs.stop)
 	}
 	liveDirs.set[f] = struct{}{}
@@ -52,6 +52,20 @@ func unregister(f *fileMedium) {
 	}
 }
 
+// caught are the terminating signals the catcher takes: those the process
+// does not ignore. A signal ignored from the start (SIGHUP under nohup)
+// stays ignored: catching it would turn what the user asked to ignore into
+// the process's end.
+func caught() []os.Signal {
+	var l []os.Signal
+	for _, s := range terminating {
+		if !signal.Ignored(s) {
+			l = append(l, s)
+		}
+	}
+	return l
+}
+
 // catch waits for a terminating signal, removes the live directories and
 // raises the signal again with its default action, or ends when stop is
 // closed.
@@ -65,7 +79,7 @@ func catch(sigs chan os.Signal, stop chan struct{}) {
 		for f := range liveDirs.set {
 			os.RemoveAll(f.dir)
 		}
-		signal.Reset(terminating...)
+		signal.Reset(caught()...)
 		raise(sig)
 	}
 }

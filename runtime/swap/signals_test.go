@@ -4,6 +4,7 @@ package swap_test
 
 import (
 	"os"
+	"os/signal"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,9 @@ import (
 func TestSignalRemovesDir(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
+			if signal.Ignored(sig) {
+				t.Skipf("%v is ignored in this process (nohup), and so in the child: a tier leaves it ignored", sig)
+			}
 			parent := t.TempDir()
 			dir, c, _ := swapChildCmd(t, parent)
 			if !isDir(dir) {
@@ -39,4 +43,23 @@ func TestSignalRemovesDir(t *testing.T) {
 			t.Logf("%v: exited in %v", sig, time.Since(start))
 		})
 	}
+}
+
+// TestIgnoredHangupStaysIgnored: in a process that ignores SIGHUP (started
+// by nohup), a file tier does not catch it: the process lives on with its
+// directory, as the user asked, instead of ending on a hangup.
+func TestIgnoredHangupStaysIgnored(t *testing.T) {
+	parent := t.TempDir()
+	dir, c, kill := swapChildCmd(t, parent, "SWAP_HELPER_IGNORE_HUP=1")
+	if err := c.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := c.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the process ended on an ignored SIGHUP: %v", err)
+	}
+	if !isDir(dir) {
+		t.Errorf("%s was removed on an ignored SIGHUP", dir)
+	}
+	kill()
 }
