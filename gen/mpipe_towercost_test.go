@@ -61,6 +61,7 @@ func TestMPipeTowerFigure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := map[string]float64{}
 	for _, tc := range []struct {
 		schedule, mode string
 		want           float64
@@ -78,5 +79,12 @@ func TestMPipeTowerFigure(t *testing.T) {
 		if r.Makespan != tc.want {
 			t.Errorf("%s %s: makespan %g, want %g (docs/schedules.md states it)", tc.schedule, tc.mode, r.Makespan, tc.want)
 		}
+		got[tc.schedule+tc.mode] = r.Makespan
+	}
+	// What the figure is for (issue 34): with the tower's backward costed,
+	// both ownership modes still beat interleaved, full the most.
+	inter, lo, full := got["interleaved"], got["mpipe"+passes.OwnersMin], got["mpipe"+passes.OwnersFull]
+	if !(full < lo && lo < inter) {
+		t.Errorf("interleaved %g, mpipe min %g, full %g: want full < min < interleaved", inter, lo, full)
 	}
 }

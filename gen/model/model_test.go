@@ -120,6 +120,9 @@ func FuzzRead(f *testing.F) {
 	f.Add(`{"layers": [{"F": 1, "B": 2, "act": 1, "params": 1}]}`)
 	f.Add(`{"layers": [{"F": 0, "I": 0, "W": 0, "act": 0, "params": 0}], "bw": 1e-9}`)
 	f.Add(`{"layers": [{"F": 1, "f": 2, "B": 2, "act": 1, "params": 1}], "comm": 1, "comm": 2}`)
+	f.Add(`{"layers": [{"name": "embed", "F": 1, "B": 2, "act": 1, "params": 1, "recompute": true}, {"F": 1, "B": 2, "R": 0.5, "act": 1, "params": 1, "recompute": false}]}`)
+	f.Add(`{"layers": [{"F": 1, "B": 2, "act": 1, "params": 1, "recompute": 1}]}`)
+	f.Add(`{"layers": [{"F": 1, "B": 2, "act": 1, "params": 1, "recompute": true, "recompute": true}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		m, err := Read(strings.NewReader(in))
 		if err != nil {

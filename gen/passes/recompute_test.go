@@ -195,3 +195,43 @@ func TestRecomputeIntoIdle(t *testing.T) {
 		t.Errorf("1f1b full: RecomputeIntoIdle moved steps without a gain")
 	}
 }
+
+// FuzzParseRecompute: -recompute's parser never panics on a user's value,
+// and what it accepts is a well-formed policy: stages sorted, distinct and
+// in range, one share per listed stage, every share in (0, 1], and Part of
+// any stage in [0, 1] (1 for a stage the policy recomputes whole).
+func FuzzParseRecompute(f *testing.F) {
+	for _, s := range []string{"", "none", "full", "full:0,2", "full:2,0,2", "selective:0.5", "selective:0=0.5,2=0.25",
+		"selective:0=1", "model", "model@idle", "full@idle", "selective:0.25@idle", "none@idle", "@idle", "full@idle@idle",
+		"full:", "full:-1", "full:99999999999", "selective:", "selective:0", "selective:1.5", "selective:NaN",
+		"selective:0=0.5,0=0.5", "selective:0=", "selective:=0.5", "selective:0=0.5,x", "partial"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		pol, err := ParseRecompute(v)
+		if err != nil {
+			return
+		}
+		if !slices.IsSorted(pol.Stages) || len(slices.Compact(slices.Clone(pol.Stages))) != len(pol.Stages) {
+			t.Fatalf("ParseRecompute(%q): stages %v not sorted and distinct", v, pol.Stages)
+		}
+		if len(pol.Shares) != 0 && len(pol.Shares) != len(pol.Stages) {
+			t.Fatalf("ParseRecompute(%q): %d shares for %d stages", v, len(pol.Shares), len(pol.Stages))
+		}
+		for _, s := range pol.Stages {
+			if s < 0 || s > ir.MaxIndex {
+				t.Fatalf("ParseRecompute(%q): stage %d out of range", v, s)
+			}
+		}
+		for _, x := range append(slices.Clone(pol.Shares), pol.Share) {
+			if x != 0 && !(x > 0 && x <= 1) {
+				t.Fatalf("ParseRecompute(%q): share %v outside (0, 1]", v, x)
+			}
+		}
+		for _, s := range append(slices.Clone(pol.Stages), 0, 1, ir.MaxIndex) {
+			if p := pol.Part(s); !(p >= 0 && p <= 1) || (pol.On(s) && p == 0) {
+				t.Fatalf("ParseRecompute(%q): Part(%d) = %v (On %v)", v, s, p, pol.On(s))
+			}
+		}
+	})
+}

@@ -20,6 +20,7 @@ func FuzzParseCost(f *testing.F) {
 		{"F=1:1:1:1.4,B=2", 4}, {"act=1:2,bw=4", 2}, {"overlap=0.5,data=1,unshard=1,reduce=1,opt=1,swap=1", 1}, {"param=2:4,bw=1,dp=4,comm=0.1", 2}, {"dp=3", 0},
 		{"F=1e308,B=1e308", 0}, {"comm=NaN", 0}, {"F=Inf", 0}, {"B=0.5", 0}, {"bw=1e-300,act=1", 0},
 		{"F=" + strings.Repeat("1:", 100) + "1", 0}, {"F=1,F=2", 0}, {"X=1", 0},
+		{"F=1,B=2,R=0.5:1.5", 2}, {"R=0", 0}, {"pre=0.25,preb=0.5", 0}, {"preb=-1", 0}, {"allreduce=1,opt=0.5", 1},
 	} {
 		f.Add(s.spec, s.stages)
 	}
