@@ -99,7 +99,8 @@ func (c *Checkpoint) Verify(rank int) error {
 // (replica mod DP), so that replicas spread their reads — or, for a layer
 // of an FSDP-sharded stage, gathered from every chunk of its group. The
 // result is sorted by layer, each layer's parameters in the order saved.
-// A layer no shard holds is an error.
+// A layer no shard holds is an error. TowerLayer among want asks for the
+// tower's parameters (world rank 0's shard holds them).
 func (c *Checkpoint) Layers(want []int, replica int) ([]Param, error) {
 	return c.LayersInto(want, replica, nil)
 }
@@ -159,6 +160,9 @@ func (c *Checkpoint) LayersInto(want []int, replica int, into func(layer int, na
 	for len(uncovered) > 0 {
 		l := slices.Min(slices.Collect(maps.Keys(uncovered)))
 		name, of, ok := c.flatGroup(l)
+		if !ok && l == TowerLayer {
+			return nil, fmt.Errorf("checkpoint %s holds no tower (layer %d): the job that saved it (%v) trained none", c.Dir, TowerLayer, m.Layout)
+		}
 		if !ok {
 			return nil, fmt.Errorf("checkpoint %s: layer %d is in no shard (the checkpoint holds layers %v)", c.Dir, l, c.AllLayers())
 		}
@@ -185,11 +189,16 @@ func (c *Checkpoint) LayersInto(want []int, replica int, into func(layer int, na
 	return out, nil
 }
 
-// AllLayers returns every layer the checkpoint holds, sorted.
+// AllLayers returns every model layer the checkpoint holds, sorted: not
+// the tower (TowerLayer), which Layers returns when asked for it.
 func (c *Checkpoint) AllLayers() []int {
 	var all []int
 	for _, s := range c.Manifest.Shards {
-		all = append(all, s.Layers...)
+		for _, l := range s.Layers {
+			if l != TowerLayer {
+				all = append(all, l)
+			}
+		}
 		for _, f := range s.Flats {
 			all = append(all, f.Layers...)
 		}

@@ -31,6 +31,10 @@ type Layout struct {
 	Layers   [][2]int `json:"layers,omitempty"` // stage s holds layers Layers[s][0] to Layers[s][1]-1
 	Copies   int      `json:"copies,omitempty"` // 2 for dualpipe's two model copies
 	FSDP     bool     `json:"fsdp,omitempty"`   // stages are sharded over each DP group (the shards hold Flats)
+	// Tower says the job trained a tower (a preprocess replicated on
+	// every rank, out of the stages: runtime/train's Config.Tower), whose
+	// parameters world rank 0's shard holds as layer TowerLayer.
+	Tower bool `json:"tower,omitempty"`
 }
 
 // World is Ranks·DP, the number of shards the layout writes.
@@ -51,6 +55,9 @@ func (l Layout) String() string {
 		for _, r := range l.Layers {
 			fmt.Fprintf(&b, " [%d,%d)", r[0], r[1])
 		}
+	}
+	if l.Tower {
+		b.WriteString(" tower")
 	}
 	return b.String()
 }
@@ -159,6 +166,9 @@ func (m *Manifest) Check() error {
 			if f.Of < 1 || f.Index < 0 || f.Index >= f.Of {
 				return fmt.Errorf("shard %d: flat %q chunk %d of %d", i, f.Name, f.Index, f.Of)
 			}
+		}
+		if err := checkTower(m.Layout, i, slices.Contains(s.Layers, TowerLayer)); err != nil {
+			return fmt.Errorf("shard %d: %w", i, err)
 		}
 	}
 	return nil

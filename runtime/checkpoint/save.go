@@ -261,16 +261,21 @@ func compactSorted[T int | string](s []T) []T {
 }
 
 // holds checks that s holds only layers of rank's pipeline rank under l,
-// when l says which (Layers and RankOf).
+// when l says which (Layers and RankOf), and the tower (TowerLayer) where
+// l puts it.
 func holds(s *Shard, l Layout, rank int) error {
+	layers := s.Layers()
+	if err := checkTower(l, rank, slices.Contains(layers, TowerLayer)); err != nil {
+		return fmt.Errorf("the shard %w", err)
+	}
 	if l.Layers == nil || l.RankOf == nil {
 		return nil
 	}
-	mine := map[int]bool{}
+	mine := map[int]bool{TowerLayer: l.Tower && rank == towerRank}
 	for _, layer := range l.LayersOf(rank / max(l.DP, 1)) {
 		mine[layer] = true
 	}
-	for _, layer := range s.Layers() {
+	for _, layer := range layers {
 		if !mine[layer] {
 			return fmt.Errorf("the shard holds layer %d, which the layout places on another pipeline rank (this one holds %v)", layer, l.LayersOf(rank/max(l.DP, 1)))
 		}
