@@ -107,8 +107,12 @@ func inspectCheckpoint(w io.Writer, dir string) error {
 	var bad []string
 	for r, s := range m.Shards {
 		var held []string
-		if len(s.Layers) > 0 {
-			held = append(held, ranges(s.Layers))
+		model := slices.DeleteFunc(slices.Clone(s.Layers), func(l int) bool { return l == checkpoint.TowerLayer })
+		if len(model) > 0 {
+			held = append(held, ranges(model))
+		}
+		if len(model) < len(s.Layers) {
+			held = append(held, "tower")
 		}
 		for _, f := range s.Flats {
 			held = append(held, fmt.Sprintf("%s (FSDP %d/%d: %s)", f.Name, f.Index, f.Of, ranges(f.Layers)))
@@ -122,7 +126,11 @@ func inspectCheckpoint(w io.Writer, dir string) error {
 		total += s.Bytes
 		fmt.Fprintf(&b, "%-4d  %-22s  %12d  %08x  %-12s  %s\n", r, s.File, s.Bytes, s.CRC32C, layers, check)
 	}
-	fmt.Fprintf(&b, "layers %s in %d shards, %d bytes", ranges(c.AllLayers()), len(m.Shards), total)
+	tower := ""
+	if m.Layout.Tower {
+		tower = " and the tower"
+	}
+	fmt.Fprintf(&b, "layers %s%s in %d shards, %d bytes", ranges(c.AllLayers()), tower, len(m.Shards), total)
 	if len(bad) == 0 {
 		b.WriteString("; every checksum verified\n")
 	} else {
@@ -138,7 +146,9 @@ func inspectCheckpoint(w io.Writer, dir string) error {
 }
 
 // convertCheckpoint reads the checkpoint in, regroups its layers by
-// bounds over dp replicas (FSDP-sharded with fsdp), and writes it to out.
+// bounds over dp replicas (FSDP-sharded with fsdp), and writes it to out;
+// a tower (checkpoint.TowerLayer) goes to world rank 0's shard, as a job
+// saves it.
 func convertCheckpoint(w io.Writer, in, out string, bounds []int, dp int, fsdp bool, schedule string) error {
 	c, err := checkpoint.Open(in)
 	if err != nil {
@@ -162,7 +172,13 @@ func convertCheckpoint(w io.Writer, in, out string, bounds []int, dp int, fsdp b
 	if schedule == "" {
 		schedule = c.Manifest.Layout.Schedule
 	}
-	l := checkpoint.Layout{Schedule: schedule, Ranks: len(bounds) - 1, DP: dp, Stages: len(bounds) - 1, FSDP: fsdp}
+	var tower []checkpoint.Param // world rank 0's shard carries it over
+	if c.Manifest.Layout.Tower {
+		if tower, err = c.Layers([]int{checkpoint.TowerLayer}, 0); err != nil {
+			return err
+		}
+	}
+	l := checkpoint.Layout{Schedule: schedule, Ranks: len(bounds) - 1, DP: dp, Stages: len(bounds) - 1, FSDP: fsdp, Tower: len(tower) > 0}
 	for s := range l.Stages {
 		l.RankOf = append(l.RankOf, s)
 		l.Layers = append(l.Layers, [2]int{bounds[s], bounds[s+1]})
@@ -189,6 +205,9 @@ func convertCheckpoint(w io.Writer, in, out string, bounds []int, dp int, fsdp b
 				}
 				s = &checkpoint.Shard{Flats: []checkpoint.Flat{f}}
 			}
+			if pp == 0 && d == 0 && len(tower) > 0 {
+				s.Params = append(slices.Clone(s.Params), tower...)
+			}
 			if err := checkpoint.WriteShard(out, gen, pp*dp+d, s); err != nil {
 				return err
 			}
@@ -198,8 +217,12 @@ func convertCheckpoint(w io.Writer, in, out string, bounds []int, dp int, fsdp b
 	if err := checkpoint.Commit(out, m); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "converted %s (%v) to %s (%v): step %d, %d layers in %d shards; per-rank blobs are not carried over\n",
-		in, c.Manifest.Layout, out, l, m.Step, len(all), l.World())
+	carried := ""
+	if len(tower) > 0 {
+		carried = " and the tower"
+	}
+	_, err = fmt.Fprintf(w, "converted %s (%v) to %s (%v): step %d, %d layers%s in %d shards; per-rank blobs are not carried over\n",
+		in, c.Manifest.Layout, out, l, m.Step, len(all), carried, l.World())
 	return err
 }
 

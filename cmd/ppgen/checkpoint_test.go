@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,10 +14,12 @@ import (
 )
 
 // writeTestCheckpoint saves a checkpoint of 8 layers (a 2×2 weight each)
-// under P=4, DP=1 in dir, and returns its parameters.
-func writeTestCheckpoint(t *testing.T, dir string) []checkpoint.Param {
+// under P=4, DP=1 in dir, and returns its parameters; with tower, rank 0's
+// shard holds a tower's too (checkpoint.TowerLayer), returned last.
+func writeTestCheckpoint(t *testing.T, dir string, tower bool) []checkpoint.Param {
 	t.Helper()
-	l := checkpoint.Layout{Schedule: "1f1b", Ranks: 4, DP: 1, Stages: 4, RankOf: []int{0, 1, 2, 3}, Layers: [][2]int{{0, 2}, {2, 4}, {4, 6}, {6, 8}}}
+	l := checkpoint.Layout{Schedule: "1f1b", Ranks: 4, DP: 1, Stages: 4, RankOf: []int{0, 1, 2, 3}, Layers: [][2]int{{0, 2}, {2, 4}, {4, 6}, {6, 8}}, Tower: tower}
+	var towerParams []checkpoint.Param
 	var all []checkpoint.Param
 	for r := range 4 {
 		var ps []checkpoint.Param
@@ -28,6 +31,13 @@ func writeTestCheckpoint(t *testing.T, dir string) []checkpoint.Param {
 				Scalars: map[string]float64{"t": 3}})
 		}
 		all = append(all, ps...)
+		if r == 0 && tower {
+			towerParams = []checkpoint.Param{{Layer: checkpoint.TowerLayer, Name: "0.weight",
+				Value:   checkpoint.Tensor{Shape: []int{2}, F64: []float64{-1, -2}},
+				State:   []checkpoint.NamedTensor{{Name: "m", Tensor: checkpoint.Tensor{Shape: []int{2}, F64: []float64{0.5, 0.25}}}},
+				Scalars: map[string]float64{"t": 3}}}
+			ps = append(ps, towerParams...)
+		}
 		if err := checkpoint.WriteShard(dir, 1, r, &checkpoint.Shard{Params: ps}); err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +46,7 @@ func writeTestCheckpoint(t *testing.T, dir string) []checkpoint.Param {
 	if err := checkpoint.Commit(dir, m); err != nil {
 		t.Fatal(err)
 	}
-	return all
+	return append(all, towerParams...)
 }
 
 func TestCheckpointInspectConvert(t *testing.T) {
@@ -45,7 +55,7 @@ func TestCheckpointInspectConvert(t *testing.T) {
 	if err := os.Mkdir(in, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	want := writeTestCheckpoint(t, in)
+	want := writeTestCheckpoint(t, in, false)
 	ppgen := func(args ...string) (string, string, int) {
 		var o, e bytes.Buffer
 		code := run(args, &o, &e)
@@ -127,6 +137,57 @@ func TestCheckpointUsage(t *testing.T) {
 		var o, e bytes.Buffer
 		if code := run(tc.args, &o, &e); code != 2 || !strings.Contains(e.String(), tc.want) {
 			t.Errorf("ppgen %v: exit %d, stderr %q; want 2 and %q", tc.args, code, e.String(), tc.want)
+		}
+	}
+}
+
+// TestCheckpointTower: inspect shows a tower (checkpoint.TowerLayer) as
+// "tower" in its shard's row, and convert carries it, bit for bit, to
+// world rank 0's shard of the new layout, plain or FSDP.
+func TestCheckpointTower(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	if err := os.Mkdir(in, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	want := writeTestCheckpoint(t, in, true)
+	var o, e bytes.Buffer
+	if code := run([]string{"checkpoint", "inspect", in}, &o, &e); code != 0 {
+		t.Fatalf("inspect: exit %d, %s", code, e.String())
+	}
+	for _, s := range []string{"stages [0,2) [2,4) [4,6) [6,8) tower", "0-1 tower", "layers 0-7 and the tower in 4 shards"} {
+		if !strings.Contains(o.String(), s) {
+			t.Errorf("inspect's output lacks %q:\n%s", s, o.String())
+		}
+	}
+	for i, fsdp := range []bool{false, true} {
+		out := filepath.Join(dir, fmt.Sprint("out", i))
+		args := []string{"checkpoint", "convert", "-in", in, "-out", out, "-partition", "0,3,8", "-dp", "2"}
+		if fsdp {
+			args = append(args, "-fsdp")
+		}
+		o.Reset()
+		if code := run(args, &o, &e); code != 0 || !strings.Contains(o.String(), "8 layers and the tower in 4 shards") {
+			t.Fatalf("convert: exit %d, %s%s", code, o.String(), e.String())
+		}
+		c, err := checkpoint.Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Manifest.Layout.Tower || !slices.Contains(c.Manifest.Shards[0].Layers, checkpoint.TowerLayer) {
+			t.Fatalf("converted manifest: layout %v, shard 0 holds layers %v", c.Manifest.Layout, c.Manifest.Shards[0].Layers)
+		}
+		got, err := c.Layers([]int{0, 1, 2, 3, 4, 5, 6, 7, checkpoint.TowerLayer}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d parameters, want %d", len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Layer != want[i].Layer || !slices.Equal(got[i].Value.F64, want[i].Value.F64) || !slices.Equal(got[i].State[0].Tensor.F64, want[i].State[0].Tensor.F64) {
+				t.Fatalf("parameter %d: %+v, want %+v", i, got[i], want[i])
+			}
 		}
 	}
 }
