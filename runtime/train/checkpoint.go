@@ -36,17 +36,21 @@ type state = State
 // checkpoint: nn.ParamState.Step (Adam's t).
 const stepScalar = "step"
 
-// layout is the checkpoint.Layout of the job.
-func (c Config) layout() checkpoint.Layout {
-	sp := c.Train.Spec
+// layout is the checkpoint.Layout of the job: with a tower of parameters,
+// Tower (world rank 0 saves it).
+func (r *rank) layout() checkpoint.Layout {
+	c, sp := r.cfg, r.cfg.Train.Spec
 	return checkpoint.Layout{
 		Schedule: sp.Schedule, Ranks: sp.Ranks, DP: c.DP, Stages: sp.Stages,
 		RankOf: slices.Clone(sp.RankOf), Layers: slices.Clone(c.Layers), Copies: sp.Copies, FSDP: c.FSDP,
+		Tower: r.tower.checkpointed(),
 	}
 }
 
 // save writes the rank's shard of a checkpoint of st into dir: every layer
-// it holds (one copy), its parameters and their optimizer state.
+// it holds (one copy), its parameters and their optimizer state, and on
+// world rank 0 the tower's (checkpoint.TowerLayer: the replicas are
+// identical, so one copy serves every rank of any layout).
 func (r *rank) save(dir string, st state) error {
 	var params []checkpoint.Param
 	var flats []checkpoint.Flat
@@ -56,22 +60,26 @@ func (r *rank) save(dir string, st state) error {
 			return err
 		}
 	}
-	for _, l := range r.layers {
-		if r.fsdp != nil {
-			break // the flats hold them
-		}
+	saved := r.layers
+	if r.fsdp != nil {
+		saved = nil // the flats hold them
+	}
+	if r.world == 0 && r.tower.checkpointed() {
+		saved = append(slices.Clone(saved), layerParams{layer: checkpoint.TowerLayer, params: r.tower.params})
+	}
+	for _, l := range saved {
 		ost, err := r.opt.State(l.params)
 		if err != nil {
-			return fmt.Errorf("train: rank %d: checkpoint of layer %d: %w", r.world, l.layer, err)
+			return fmt.Errorf("train: rank %d: checkpoint of %s: %w", r.world, layerName(l.layer), err)
 		}
 		for _, p := range l.params {
 			v, err := nncheckpoint.FromDense(p.Value)
 			if err != nil {
-				return fmt.Errorf("train: rank %d: checkpoint of layer %d parameter %q: %w", r.world, l.layer, p.Name, err)
+				return fmt.Errorf("train: rank %d: checkpoint of %s parameter %q: %w", r.world, layerName(l.layer), p.Name, err)
 			}
 			cp := checkpoint.Param{Layer: l.layer, Name: p.Name, Value: v}
 			if cp.State, cp.Scalars, err = toCheckpoint(ost.Params[p.Name]); err != nil {
-				return fmt.Errorf("train: rank %d: checkpoint of layer %d parameter %q: %w", r.world, l.layer, p.Name, err)
+				return fmt.Errorf("train: rank %d: checkpoint of %s parameter %q: %w", r.world, layerName(l.layer), p.Name, err)
 			}
 			params = append(params, cp)
 		}
@@ -96,7 +104,7 @@ func (r *rank) save(dir string, st state) error {
 		barrier = nncheckpoint.CommBarrier(r.wcomm)
 	}
 	err = checkpoint.Save(dir, &checkpoint.Shard{Params: params, Flats: flats}, checkpoint.SaveOptions{
-		Rank: r.world, Step: int64(st.Step), Layout: r.cfg.layout(), Barrier: barrier,
+		Rank: r.world, Step: int64(st.Step), Layout: r.layout(), Barrier: barrier,
 		State: states,
 	})
 	if err != nil {
@@ -135,11 +143,18 @@ func (r *rank) restore(dir string) (state, []checkpoint.Param, error) {
 			return state{}, nil, fmt.Errorf("train: rank %d: resume from %s: LoadState: %w", r.world, dir, err)
 		}
 	}
-	want := make([]int, len(r.layers))
-	for i, l := range r.layers {
+	restored := r.layers
+	if err := r.tower.resumable(ck.Manifest.Layout, dir); err != nil {
+		return state{}, nil, fmt.Errorf("train: rank %d: %w", r.world, err)
+	}
+	if r.tower.checkpointed() {
+		restored = append(slices.Clone(restored), layerParams{layer: checkpoint.TowerLayer, params: r.tower.params})
+	}
+	want := make([]int, len(restored))
+	for i, l := range restored {
 		want[i] = l.layer
 	}
-	got, err := ck.LayersInto(want, r.replica, r.into())
+	got, err := ck.LayersInto(want, r.replica, r.into(restored))
 	if err != nil {
 		return state{}, nil, fmt.Errorf("train: rank %d: resume: %w", r.world, err)
 	}
@@ -147,26 +162,35 @@ func (r *rank) restore(dir string) (state, []checkpoint.Param, error) {
 	for _, p := range got {
 		byLayer[p.Layer] = append(byLayer[p.Layer], p)
 	}
-	for _, l := range r.layers {
+	for _, l := range restored {
 		for _, ps := range append([][]*nn.Param{l.params}, l.copies...) {
 			if err := r.restoreLayer(l.layer, ps, byLayer[l.layer]); err != nil {
 				return state{}, nil, fmt.Errorf("train: rank %d: resume from %s: %w", r.world, dir, err)
 			}
 		}
 	}
-	return st, got, nil
+	return st, slices.DeleteFunc(got, func(p checkpoint.Param) bool { return p.Layer == checkpoint.TowerLayer }), nil
 }
 
-// into gives checkpoint.LayersInto the memory of the rank's parameters
-// (each layer's first copy), so that their values are read straight into
-// the model; nil with FSDP, whose saved parameters are cut into shards
-// after the stages are sharded.
-func (r *rank) into() func(layer int, name, state string) checkpoint.Tensor {
+// layerName names model layer l in an error, or the tower
+// (checkpoint.TowerLayer).
+func layerName(l int) string {
+	if l == checkpoint.TowerLayer {
+		return "the tower"
+	}
+	return fmt.Sprint("layer ", l)
+}
+
+// into gives checkpoint.LayersInto the memory of the parameters of
+// layers (each layer's first copy), so that their values are read straight
+// into the model; nil with FSDP, whose saved parameters are cut into
+// shards after the stages are sharded.
+func (r *rank) into(layers []layerParams) func(layer int, name, state string) checkpoint.Tensor {
 	if r.cfg.FSDP {
 		return nil
 	}
 	values := map[int]map[string]*nn.Param{}
-	for _, l := range r.layers {
+	for _, l := range layers {
 		values[l.layer] = map[string]*nn.Param{}
 		for _, p := range l.params {
 			values[l.layer][p.Name] = p
@@ -192,20 +216,20 @@ func (r *rank) restoreLayer(layer int, ps []*nn.Param, saved []checkpoint.Param)
 		byName[saved[i].Name] = &saved[i]
 	}
 	if len(byName) != len(ps) {
-		return fmt.Errorf("layer %d: the checkpoint holds %d parameters, the model %d", layer, len(byName), len(ps))
+		return fmt.Errorf("%s: the checkpoint holds %d parameters, the model %d", layerName(layer), len(byName), len(ps))
 	}
 	ost := nn.OptimState{Params: map[string]nn.ParamState{}}
 	for _, p := range ps {
 		src := byName[p.Name]
 		if src == nil {
-			return fmt.Errorf("layer %d: no parameter %q in the checkpoint", layer, p.Name)
+			return fmt.Errorf("%s: no parameter %q in the checkpoint", layerName(layer), p.Name)
 		}
 		if err := nncheckpoint.CopyInto(p.Value, src.Value); err != nil {
-			return fmt.Errorf("layer %d parameter %q: %w", layer, p.Name, err)
+			return fmt.Errorf("%s parameter %q: %w", layerName(layer), p.Name, err)
 		}
 		pst, err := fromCheckpoint(p.Value, src.State, src.Scalars)
 		if err != nil {
-			return fmt.Errorf("layer %d parameter %q: %w", layer, p.Name, err)
+			return fmt.Errorf("%s parameter %q: %w", layerName(layer), p.Name, err)
 		}
 		ost.Params[p.Name] = pst
 	}
@@ -218,7 +242,7 @@ func (r *rank) restoreLayer(layer int, ps []*nn.Param, saved []checkpoint.Param)
 	}
 	ost.Kind = kind.Kind
 	if err := r.opt.SetState(ps, ost); err != nil {
-		return fmt.Errorf("layer %d: %w", layer, err)
+		return fmt.Errorf("%s: %w", layerName(layer), err)
 	}
 	return nil
 }

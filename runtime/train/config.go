@@ -113,8 +113,19 @@ type Config struct {
 	// loads (under mpipe, the micro-batches it owns) and its backward at
 	// OPT_STEP; the replicas' gradients are summed across the pipeline
 	// (pipe.Config.Tower), counted once in the gradient norm, and every
-	// replica steps alike (tower.go). Not with FSDP or checkpoints.
+	// replica steps alike (tower.go). Checkpoints hold its parameters and
+	// optimizer state once (checkpoint.TowerLayer, in world rank 0's
+	// shard), which a job of any layout with the same tower resumes. Not
+	// with FSDP: the loop shards the stages, not the tower; train a tower
+	// without FSDP.
 	Tower func() (nn.Layer, error)
+	// TowerAtFirst, with Tower, runs the tower's forward and backward on
+	// the first stage's rank only (pipe.Config.TowerAtFirst: mpipe
+	// without owner backward): owners ship raw inputs, no output gradient
+	// goes back to them, and the other replicas get the summed gradients
+	// (theirs are zero), so every replica still steps alike. The result
+	// is the same; the tower's work moves to one rank.
+	TowerAtFirst bool
 	// Interpret runs the programs' Ops (Program.Ops: generated with
 	// -table) through pipe.Interpret instead of their generated
 	// functions: the same steps, dispatched at run time.
@@ -243,8 +254,10 @@ func (c Config) check() (Config, error) {
 		return c, fmt.Errorf("train: Clip %v; want a positive finite norm, or 0 for none", c.Clip)
 	case c.EvalEvery < 0 || c.EvalRuns < 1 || c.CheckpointEvery < 0:
 		return c, fmt.Errorf("train: EvalEvery %d, EvalRuns %d, CheckpointEvery %d; want EvalEvery and CheckpointEvery 0 or more, EvalRuns 1 or more", c.EvalEvery, c.EvalRuns, c.CheckpointEvery)
-	case c.Tower != nil && (c.FSDP || c.CheckpointDir != "" || c.Resume != ""):
-		return c, errors.New("train: Config.Tower with FSDP or checkpoints: the loop neither shards nor saves the tower's parameters (not built yet); train it without them")
+	case c.Tower != nil && c.FSDP:
+		return c, fmt.Errorf("train: Config.Tower with FSDP (%s): the loop shards the stages over the DP group and steps the shards, and would leave the tower (replicated on every rank, its gradients summed at OPT_STEP) out of the sharded step and its norm; train the tower without FSDP (a program generated without -fsdp, Config.FSDP false; DP replicas are supported)", sp.Describe())
+	case c.TowerAtFirst && c.Tower == nil:
+		return c, errors.New("train: Config.TowerAtFirst without Config.Tower: it says where the tower runs; set Config.Tower, or clear TowerAtFirst")
 	case c.TokensPerStep < 0:
 		return c, fmt.Errorf("train: TokensPerStep %d is negative", c.TokensPerStep)
 	}

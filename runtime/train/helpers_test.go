@@ -112,14 +112,19 @@ func losses(res *train.Result) []float64 {
 }
 
 // params reads every layer's parameters and optimizer state from the
-// checkpoint in dir, in layer and name order, as one list of numbers.
+// checkpoint in dir, and the tower's last when it holds one, in layer and
+// name order, as one list of numbers.
 func params(t *testing.T, dir string) []float64 {
 	t.Helper()
 	c, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := c.Layers(c.AllLayers(), 0)
+	want := c.AllLayers()
+	if c.Manifest.Layout.Tower {
+		want = append(want, checkpoint.TowerLayer)
+	}
+	ps, err := c.Layers(want, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/checkpoint"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
 )
@@ -69,6 +70,24 @@ func (t *towerReplica) frozen(_ int, x *tensor.Dense) (*tensor.Dense, error) {
 	return y, err
 }
 
+// checkpointed reports whether checkpoints hold the tower: a replica with
+// parameters (nil: none).
+func (t *towerReplica) checkpointed() bool { return t != nil && len(t.params) > 0 }
+
+// resumable checks that a job whose replica is t (nil: no tower) resumes
+// from a checkpoint of layout l, in dir: both have a tower, or neither.
+// The tower's state does not depend on the layout (every rank's replica is
+// the same), so any schedule, P, DP or TowerAtFirst reads it.
+func (t *towerReplica) resumable(l checkpoint.Layout, dir string) error {
+	switch {
+	case l.Tower && !t.checkpointed():
+		return fmt.Errorf("resume from %s: the checkpoint holds a tower's parameters (its job had a Config.Tower) and this job has no tower with parameters: set Config.Tower to the same tower to resume it (the loop does not drop a trained tower)", dir)
+	case !l.Tower && t.checkpointed():
+		return fmt.Errorf("resume from %s: this job has a Config.Tower and the checkpoint holds no tower (its job, %v, had none): resume it without Config.Tower, or start the job with the tower afresh", dir, l)
+	}
+	return nil
+}
+
 // buildTower builds the rank's replica of Config.Tower, if any, and adds
 // its parameters to the ones the rank steps on; it returns those the
 // gradient norm must not count on this rank: every pipeline rank holds
@@ -85,6 +104,14 @@ func (r *rank) buildTower() ([]*nn.Param, error) {
 		return nil, fmt.Errorf("train: rank %d: Config.Tower returned nil", r.world)
 	}
 	r.tower = newTowerReplica(l, r.cfg.Train.Spec.Micro)
+	if r.cfg.CheckpointDir != "" || r.cfg.Resume != "" {
+		// A checkpoint names the tower's parameters as its optimizer
+		// state does: refuse names it cannot tell apart now, not at the
+		// first save.
+		if _, err := r.opt.State(r.tower.params); err != nil {
+			return nil, fmt.Errorf("train: rank %d: the tower's parameters cannot be checkpointed (give them distinct names: nn.NewSequential prefixes each layer's with its position): %w", r.world, err)
+		}
+	}
 	r.params = append(r.params, r.tower.params...)
 	if r.pp != 0 {
 		return r.tower.params, nil
@@ -99,7 +126,7 @@ func (r *rank) towerConfig(cfg *pipe.Config, eval bool) {
 	switch {
 	case r.tower == nil:
 	case !eval:
-		cfg.Tower = r.tower
+		cfg.Tower, cfg.TowerAtFirst = r.tower, r.cfg.TowerAtFirst
 	case cfg.Data != nil:
 		cfg.Data = pipe.WithPreprocess(cfg.Data, r.tower.frozen)
 	}

@@ -1,22 +1,40 @@
 package train_test
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/runtime/checkpoint"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/train"
 	"github.com/ppgen/ppgen/runtime/world"
 )
 
 // towers is a Config.Tower factory that keeps every replica it built, so
-// that a test can read their trained parameters.
+// that a test can read their trained parameters and count their forwards.
 type towers struct {
 	mu   sync.Mutex
-	made []nn.Layer
+	made []*countedLayer
+}
+
+// countedLayer counts its forwards.
+type countedLayer struct {
+	nn.Layer
+	forwards atomic.Int64
+}
+
+func (l *countedLayer) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	l.forwards.Add(1)
+	return l.Layer.Forward(x)
 }
 
 func (tw *towers) build() (nn.Layer, error) {
@@ -24,11 +42,22 @@ func (tw *towers) build() (nn.Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := nn.NewSequential(lin, nn.Tanh{})
+	l := &countedLayer{Layer: nn.NewSequential(lin, nn.Tanh{})}
 	tw.mu.Lock()
 	tw.made = append(tw.made, l)
 	tw.mu.Unlock()
 	return l, nil
+}
+
+// forwards returns the forwards of each replica that ran some.
+func (tw *towers) forwards() []int64 {
+	var out []int64
+	for _, l := range tw.made {
+		if n := l.forwards.Load(); n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func towerValues(l nn.Layer) []float64 {
@@ -48,17 +77,22 @@ func towerValues(l nn.Layer) []float64 {
 // gradients counted once, not once per replica: clipped at every step, so
 // a norm counted four times would show in every parameter), the stages'
 // parameters and every tower replica's equal the reference's within 1e-12
-// relative, in process, over TCP and with two data-parallel replicas.
+// relative, in process, over TCP and with two data-parallel replicas, with
+// owner backward and without it (Config.TowerAtFirst: the tower on the
+// first stage's rank only).
 func TestTower(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		p    train.Program
-		clip float64
-		tcp  bool
-		dp   int
+		name    string
+		p       train.Program
+		clip    float64
+		tcp     bool
+		dp      int
+		atFirst bool // Config.TowerAtFirst
 	}{
-		{"mpipe", mpipe, 0, false, 1}, {"mpipe clipped", mpipe, 0.01, false, 1}, {"clip program", clip, 0.01, false, 1},
-		{"mpipe clipped over tcp", mpipe, 0.01, true, 1}, {"mpipe clipped", mpipe, 0.01, false, 2},
+		{"mpipe", mpipe, 0, false, 1, false}, {"mpipe clipped", mpipe, 0.01, false, 1, false}, {"clip program", clip, 0.01, false, 1, false},
+		{"mpipe clipped over tcp", mpipe, 0.01, true, 1, false}, {"mpipe clipped", mpipe, 0.01, false, 2, false},
+		{"mpipe at first", mpipe, 0, false, 1, true}, {"mpipe at first clipped", mpipe, 0.01, false, 1, true},
+		{"mpipe at first clipped over tcp", mpipe, 0.01, true, 2, true},
 	} {
 		t.Run(tc.name+" "+describe(tc.p, tc.dp), func(t *testing.T) {
 			var run1, ref towers
@@ -66,7 +100,7 @@ func TestTower(t *testing.T) {
 			if tc.clip > 0 {
 				c.Clip = tc.clip
 			}
-			c.Tower = run1.build
+			c.Tower, c.TowerAtFirst = run1.build, tc.atFirst
 			if tc.tcp {
 				c.World, c.WorldOptions = "tcp", world.Options{Loopback: true}
 			}
@@ -107,6 +141,20 @@ func TestTower(t *testing.T) {
 			if same := towerValues(ref.made[0]); len(same) == 0 {
 				t.Fatal("the tower has no parameters")
 			}
+			// Every micro-batch's forward ran once per step, under
+			// TowerAtFirst on the first stage's rank of each replica only,
+			// under mpipe without it on its owner: more ranks.
+			fw, total := run1.forwards(), int64(0)
+			for _, n := range fw {
+				total += n
+			}
+			if want := int64(3 * tc.p.Spec.Micro * tc.dp); total != want {
+				t.Fatalf("the replicas ran %d tower forwards (%v), want %d", total, fw, want)
+			}
+			atFirst := len(fw) == tc.dp && fw[0] == int64(3*tc.p.Spec.Micro)
+			if tc.atFirst != atFirst && tc.p.Spec.Owned > 0 {
+				t.Fatalf("TowerAtFirst %v: the replicas ran %v tower forwards", tc.atFirst, fw)
+			}
 		})
 	}
 }
@@ -138,3 +186,159 @@ func TestCountTokens(t *testing.T) {
 		}
 	}
 }
+
+// towerJob is a job of p over dp replicas training a tower built by tw,
+// stopped after stop steps (0: not) with checkpoints in ckpt, resumed from
+// resume.
+func towerJob(t *testing.T, p train.Program, dp int, tw *towers, stop int, ckpt, resume string) *train.Result {
+	t.Helper()
+	c := config(p, dp, 2*half)
+	c.Tower = tw.build
+	c.StopAfter, c.CheckpointDir, c.Resume = stop, ckpt, resume
+	return run(t, c)
+}
+
+// TestTowerResume trains a tower under mpipe (owner backward) 2N steps
+// uninterrupted, and N steps, a save and N more resumed from it, in
+// process and over TCP: the losses of the last N steps, every layer's and
+// the tower's parameters and AdamW state in the final checkpoints (the
+// tower saved once, by world rank 0: checkpoint.TowerLayer) and every
+// tower replica at the end are equal bit for bit.
+func TestTowerResume(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		world string
+		opts  world.Options
+	}{{"inproc", "inproc", world.Options{}}, {"tcp", "tcp", world.Options{Loopback: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			job := func(tw *towers, stop int, ckpt, resume string) *train.Result {
+				c := config(mpipe, 1, 2*half)
+				c.Tower, c.World, c.WorldOptions = tw.build, tc.world, tc.opts
+				c.StopAfter, c.CheckpointDir, c.Resume = stop, ckpt, resume
+				return run(t, c)
+			}
+			full, first, second := filepath.Join(dir, "full"), filepath.Join(dir, "first"), filepath.Join(dir, "second")
+			var wholeTowers, firstTowers, resumedTowers towers
+			whole := job(&wholeTowers, 0, full, "")
+			job(&firstTowers, half, first, "")
+			resumed := job(&resumedTowers, 0, second, first)
+			if resumed.Start != half || len(resumed.Records) != half {
+				t.Fatalf("resumed job started at %d with %d records, want %d and %d", resumed.Start, len(resumed.Records), half, half)
+			}
+			m, err := checkpoint.ReadManifest(first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, s := range m.Shards {
+				if holds := slices.Contains(s.Layers, checkpoint.TowerLayer); holds != (r == 0) || !m.Layout.Tower {
+					t.Fatalf("layout %v: shard %d holds layers %v; want the tower in shard 0 only", m.Layout, r, s.Layers)
+				}
+			}
+			same(t, "losses of the resumed steps", losses(resumed), losses(whole)[half:])
+			same(t, "parameters and optimizer state at the end", params(t, second), params(t, full))
+			for r, l := range resumedTowers.made {
+				same(t, fmt.Sprintf("the tower replica of rank %d", r), towerValues(l), towerValues(wholeTowers.made[0]))
+			}
+			if a, b := towerValues(firstTowers.made[0]), towerValues(wholeTowers.made[0]); slices.Equal(a, b) {
+				t.Fatal("the tower after N steps equals the tower after 2N: the test would not see a tower left unrestored")
+			}
+		})
+	}
+}
+
+// TestTowerResumeOtherLayout saves a job training a tower under mpipe at
+// P=4 after N steps and resumes it under mpipe without owner backward
+// (TowerAtFirst), a -clip 1f1b program at P=4, zbv at P=2, two replicas of
+// half the micro-batches and one rank: the tower's state does not depend
+// on the layout (every replica is the same), so each reads it from world
+// rank 0's shard. The losses, the checkpoints' parameters and optimizer
+// state (the tower's included) and every tower replica equal the
+// uninterrupted mpipe job's within crossTol.
+func TestTowerResumeOtherLayout(t *testing.T) {
+	dir := t.TempDir()
+	full, saved := filepath.Join(dir, "full"), filepath.Join(dir, "saved")
+	var wholeTowers towers
+	whole := towerJob(t, mpipe, 1, &wholeTowers, 0, full, "")
+	towerJob(t, mpipe, 1, &towers{}, half, saved, "")
+	want := towerValues(wholeTowers.made[0])
+	for _, tc := range []struct {
+		p       train.Program
+		dp      int
+		atFirst bool
+	}{{mpipe, 1, true}, {clip, 1, false}, {zbv2, 1, false}, {halfProg, 2, false}, {single, 1, false}} {
+		t.Run(fmt.Sprintf("%s TowerAtFirst=%v", describe(tc.p, tc.dp), tc.atFirst), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			var tw towers
+			c := config(tc.p, tc.dp, 2*half)
+			c.Tower, c.TowerAtFirst = tw.build, tc.atFirst
+			c.CheckpointDir, c.Resume = out, saved
+			resumed := run(t, c)
+			if d := maxDiff(t, "losses", losses(resumed), losses(whole)[half:]); d > crossTol {
+				t.Fatalf("losses differ from the uninterrupted job's by %g, over %g", d, crossTol)
+			}
+			if d := maxDiff(t, "parameters", params(t, out), params(t, full)); d > crossTol {
+				t.Fatalf("parameters differ from the uninterrupted job's by %g, over %g", d, crossTol)
+			}
+			for r, l := range tw.made {
+				if d := maxDiff(t, "the tower", towerValues(l), want); d > crossTol {
+					t.Fatalf("the tower replica of rank %d differs from the uninterrupted job's by %g", r, d)
+				}
+			}
+		})
+	}
+}
+
+// TestTowerRefused: what the loop does not do with a tower is refused
+// with an error naming why and the fix: a checkpoint holding a tower
+// resumed without one and the reverse, FSDP with a tower, TowerAtFirst
+// without a tower, and a tower whose parameters share a name (a
+// checkpoint names them) when checkpointing.
+func TestTowerRefused(t *testing.T) {
+	dir := t.TempDir()
+	withTower, without := filepath.Join(dir, "tower"), filepath.Join(dir, "none")
+	towerJob(t, mpipe, 1, &towers{}, 1, withTower, "")
+	c := config(mpipe, 1, 2*half)
+	c.StopAfter, c.CheckpointDir = 1, without
+	run(t, c)
+	dup := func() (nn.Layer, error) {
+		var ls []nn.Layer
+		for range 2 {
+			lin, err := nn.NewLinear(width, width, tensor.Float64, nn.NewRand(77))
+			if err != nil {
+				return nil, err
+			}
+			ls = append(ls, lin)
+		}
+		return dupNames{Layer: ls[0], other: ls[1]}, nil
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*train.Config)
+		want string
+	}{
+		{"resumed without a tower", func(c *train.Config) { c.Resume = withTower }, "set Config.Tower to the same tower"},
+		{"a tower resumed from none", func(c *train.Config) { c.Tower, c.Resume = (&towers{}).build, without }, "the checkpoint holds no tower"},
+		{"FSDP", func(c *train.Config) { c.Train, c.DP, c.FSDP, c.Tower = fsdp, 2, true, (&towers{}).build }, "train the tower without FSDP"},
+		{"TowerAtFirst alone", func(c *train.Config) { c.TowerAtFirst = true }, "TowerAtFirst without Config.Tower"},
+		{"names", func(c *train.Config) { c.Tower, c.CheckpointDir = dup, t.TempDir() }, "give them distinct names"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config(mpipe, 1, 2*half)
+			tc.edit(&c)
+			_, err := train.Run(context.Background(), c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// dupNames is a tower whose parameters share names: its Layer's, then
+// other's (both Linears: weight, bias, weight, bias).
+type dupNames struct {
+	nn.Layer
+	other nn.Layer
+}
+
+func (d dupNames) Params() []*nn.Param { return append(d.Layer.Params(), d.other.Params()...) }
