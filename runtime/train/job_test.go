@@ -28,11 +28,13 @@ const lossesLine = "train losses:"
 // rankJob is one job of the MPI and NCCL tests, run by every rank.
 type rankJob struct {
 	World       string // Config.World: "mpi" or "nccl"
-	Program     string // "onef1b", "clip", "recompute" or "selective"
+	Program     string // "onef1b", "clip", "recompute", "selective" or "mpipe"
 	Steps, Stop int    // Config.Steps and StopAfter
 	Checkpoint  string // Config.CheckpointDir
 	Resume      string // Config.Resume
 	Collectives string // world.Options.Collectives
+	Tower       bool   // Config.Tower: the tests' trainable tower (towers.build)
+	AtFirst     bool   // Config.TowerAtFirst
 }
 
 func init() {
@@ -52,12 +54,15 @@ func jobRank(v string) error {
 	if err := json.Unmarshal([]byte(v), &j); err != nil {
 		return fmt.Errorf("%s: %w", jobVar, err)
 	}
-	p, ok := map[string]train.Program{"onef1b": onef1b, "clip": clip, "recompute": recompute, "selective": selective}[j.Program]
+	p, ok := map[string]train.Program{"onef1b": onef1b, "clip": clip, "recompute": recompute, "selective": selective, "mpipe": mpipe}[j.Program]
 	if !ok {
 		return fmt.Errorf("%s: no program %q", jobVar, j.Program)
 	}
 	c := config(p, 1, j.Steps)
 	c.StopAfter, c.CheckpointDir, c.Resume = j.Stop, j.Checkpoint, j.Resume
+	if j.Tower {
+		c.Tower, c.TowerAtFirst = (&towers{}).build, j.AtFirst
+	}
 	c.World = j.World
 	c.WorldOptions.Collectives = j.Collectives
 	c.WorldOptions.Timeout = time.Minute

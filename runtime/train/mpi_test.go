@@ -5,6 +5,7 @@ package train_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,35 @@ func TestMPIRecompute(t *testing.T) {
 	for _, prog := range []string{"recompute", "selective"} {
 		t.Run(prog, func(t *testing.T) {
 			same(t, "losses over MPI with recompute and in process without", mpirunJob(t, rankJob{Program: prog, Steps: 2 * half}), ref)
+		})
+	}
+}
+
+// TestMPITower: under mpirun -np 4, over MPI, a job training a tower under
+// mpipe (P=4; the tower's output gradients go back to their owners and
+// the replicas' gradients are summed across the ranks at OPT_STEP) equals
+// the in-process job bit for bit (losses; every layer's and the tower's
+// parameters and AdamW state in the final checkpoint), with owner backward
+// and without it (TowerAtFirst); and with owner backward, N steps, a save
+// and N more resumed from it under mpirun equal the 2N steps.
+func TestMPITower(t *testing.T) {
+	for _, atFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("TowerAtFirst=", atFirst), func(t *testing.T) {
+			dir := t.TempDir()
+			full, inproc := filepath.Join(dir, "full"), filepath.Join(dir, "inproc")
+			whole := mpirunJob(t, rankJob{Program: "mpipe", Steps: 2 * half, Checkpoint: full, Tower: true, AtFirst: atFirst})
+			c := config(mpipe, 1, 2*half)
+			c.Tower, c.TowerAtFirst, c.CheckpointDir = (&towers{}).build, atFirst, inproc
+			same(t, "losses over MPI and in process", whole, losses(run(t, c)))
+			same(t, "parameters over MPI and in process", params(t, full), params(t, inproc))
+			if atFirst {
+				return
+			}
+			first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
+			mpirunJob(t, rankJob{Program: "mpipe", Steps: 2 * half, Stop: half, Checkpoint: first, Tower: true})
+			resumed := mpirunJob(t, rankJob{Program: "mpipe", Steps: 2 * half, Checkpoint: second, Resume: first, Tower: true})
+			same(t, "losses of the resumed steps", resumed, whole[half:])
+			same(t, "parameters and optimizer state at the end", params(t, second), params(t, full))
 		})
 	}
 }
