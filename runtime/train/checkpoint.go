@@ -233,8 +233,8 @@ func (r *rank) restoreLayer(layer int, ps []*nn.Param, saved []checkpoint.Param)
 		}
 		ost.Params[p.Name] = pst
 	}
-	if r.cfg.FSDP {
-		return nil // the shards' state is set once they are cut (shard)
+	if r.cfg.FSDP && layer != checkpoint.TowerLayer {
+		return nil // the shards' state is set once they are cut (shard); the tower is not sharded
 	}
 	kind, err := r.opt.State(nil)
 	if err != nil {

@@ -115,9 +115,9 @@ type Config struct {
 	// (pipe.Config.Tower), counted once in the gradient norm, and every
 	// replica steps alike (tower.go). Checkpoints hold its parameters and
 	// optimizer state once (checkpoint.TowerLayer, in world rank 0's
-	// shard), which a job of any layout with the same tower resumes. Not
-	// with FSDP: the loop shards the stages, not the tower; train a tower
-	// without FSDP.
+	// shard), which a job of any layout with the same tower resumes. With
+	// FSDP the stages are sharded and the tower is not: it stays
+	// replicated, its gradients all-reduced over the DP group.
 	Tower func() (nn.Layer, error)
 	// TowerAtFirst, with Tower, runs the tower's forward and backward on
 	// the first stage's rank only (pipe.Config.TowerAtFirst: mpipe
@@ -254,8 +254,6 @@ func (c Config) check() (Config, error) {
 		return c, fmt.Errorf("train: Clip %v; want a positive finite norm, or 0 for none", c.Clip)
 	case c.EvalEvery < 0 || c.EvalRuns < 1 || c.CheckpointEvery < 0:
 		return c, fmt.Errorf("train: EvalEvery %d, EvalRuns %d, CheckpointEvery %d; want EvalEvery and CheckpointEvery 0 or more, EvalRuns 1 or more", c.EvalEvery, c.EvalRuns, c.CheckpointEvery)
-	case c.Tower != nil && c.FSDP:
-		return c, fmt.Errorf("train: Config.Tower with FSDP (%s): the loop shards the stages over the DP group and steps the shards, and would leave the tower (replicated on every rank, its gradients summed at OPT_STEP) out of the sharded step and its norm; train the tower without FSDP (a program generated without -fsdp, Config.FSDP false; DP replicas are supported)", sp.Describe())
 	case c.TowerAtFirst && c.Tower == nil:
 		return c, errors.New("train: Config.TowerAtFirst without Config.Tower: it says where the tower runs; set Config.Tower, or clear TowerAtFirst")
 	case c.TokensPerStep < 0:

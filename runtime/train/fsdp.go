@@ -63,8 +63,29 @@ func (r *rank) shard(comm *collective.Comm, saved []checkpoint.Param) error {
 			}
 		}
 	}
-	r.params = g.Params()
+	r.params = slices.Clone(g.Params())
 	r.counted = nn.NormShare{Replica: r.replica, Sharded: true}.Counted(r.params)
+	return r.replicateTower(comm)
+}
+
+// replicateTower adds, with FSDP, the tower's parameters (Config.Tower) to
+// those the rank steps on: the tower is not sharded but replicated, as
+// without FSDP, so its gradients (summed over the pipeline at OPT_STEP)
+// are all-reduced over the DP group (r.dpar, in reduce, before the norm)
+// and counted in the norm once, on pipeline rank 0 of replica 0; step
+// steps it beside the shards.
+func (r *rank) replicateTower(comm *collective.Comm) error {
+	if r.tower == nil || len(r.tower.params) == 0 {
+		return nil
+	}
+	var err error
+	if r.dpar, err = nn.NewDataParallel(comm, r.tower.params); err != nil {
+		return fmt.Errorf("train: rank %d: the tower: %w", r.world, err)
+	}
+	r.params = append(r.params, r.tower.params...)
+	if r.pp == 0 && r.replica == 0 {
+		r.counted = append(r.counted, r.tower.params...)
+	}
 	return nil
 }
 

@@ -45,8 +45,8 @@ type RankReport struct {
 	// its data-parallel replica (runtime/mesh).
 	Pipe, Replica int
 	// Memory is the rank's parameter memory: with FSDP its group's
-	// (nn.FSDPGroup.Stats: the shards, and the peak of stages gathered),
-	// else its whole parameters, gradients and optimizer state
+	// (nn.FSDPGroup.Stats: the shards, and the peak of stages gathered)
+	// plus a tower's whole parameters, gradients and optimizer state, else its whole parameters, gradients and optimizer state
 	// (nn.WholeMem).
 	Memory nn.MemStats
 	// NativeDP reports whether the rank's data-parallel group ran the
@@ -270,6 +270,13 @@ func (r *rank) step(step int) (metrics.Record, error) {
 		if err := r.fsdp.OptStep(r.opt, r.reduce)(); err != nil {
 			return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: %w", r.world, step+1, err)
 		}
+		if r.tower != nil {
+			// The replicated tower, clipped with the shards (reduce).
+			if err := r.opt.Step(r.tower.params); err != nil {
+				return metrics.Record{}, fmt.Errorf("train: rank %d: step %d: the tower: %w", r.world, step+1, err)
+			}
+			nn.ZeroGrad(r.tower.params)
+		}
 	} else {
 		if !r.reduced {
 			t := time.Now()
@@ -352,8 +359,9 @@ func (r *rank) allReduce(n int) error {
 	return r.reduce()
 }
 
-// reduce all-reduces the gradients over the data-parallel group, then
-// measures the global gradient norm and clips by it.
+// reduce all-reduces the gradients over the data-parallel group (with
+// FSDP the tower's only: the group's reduce-scatters did the shards'),
+// then measures the global gradient norm and clips by it.
 func (r *rank) reduce() error {
 	if r.dpar != nil {
 		if err := r.dpar.AllReduceGrads(); err != nil {
@@ -438,7 +446,12 @@ func (r *rank) evaluate(step int) (float64, error) {
 // memory is the rank's parameter memory (RankReport.Memory).
 func (r *rank) memory() nn.MemStats {
 	if r.fsdp != nil {
-		return r.fsdp.Stats()
+		m := r.fsdp.Stats()
+		if r.tower != nil { // replicated beside the shards
+			t := nn.WholeMem(r.tower.params, r.opt)
+			m.ParamBytes, m.GradBytes, m.OptimBytes = m.ParamBytes+t.ParamBytes, m.GradBytes+t.GradBytes, m.OptimBytes+t.OptimBytes
+		}
+		return m
 	}
 	return nn.WholeMem(r.params, r.opt)
 }

@@ -93,6 +93,7 @@ func TestTower(t *testing.T) {
 		{"mpipe clipped over tcp", mpipe, 0.01, true, 1, false}, {"mpipe clipped", mpipe, 0.01, false, 2, false},
 		{"mpipe at first", mpipe, 0, false, 1, true}, {"mpipe at first clipped", mpipe, 0.01, false, 1, true},
 		{"mpipe at first clipped over tcp", mpipe, 0.01, true, 2, true},
+		{"fsdp clipped", fsdp, 0.01, false, 2, false},
 	} {
 		t.Run(tc.name+" "+describe(tc.p, tc.dp), func(t *testing.T) {
 			var run1, ref towers
@@ -101,11 +102,12 @@ func TestTower(t *testing.T) {
 				c.Clip = tc.clip
 			}
 			c.Tower, c.TowerAtFirst = run1.build, tc.atFirst
+			c.FSDP = tc.p.Spec.Fingerprint == fsdp.Spec.Fingerprint
 			if tc.tcp {
 				c.World, c.WorldOptions = "tcp", world.Options{Loopback: true}
 			}
 			got := run(t, c)
-			c.World, c.WorldOptions = "", world.Options{}
+			c.World, c.WorldOptions, c.FSDP = "", world.Options{}, false
 			c.Tower = ref.build
 			want, err := train.Reference(c)
 			if err != nil {
@@ -200,20 +202,27 @@ func towerJob(t *testing.T, p train.Program, dp int, tw *towers, stop int, ckpt,
 
 // TestTowerResume trains a tower under mpipe (owner backward) 2N steps
 // uninterrupted, and N steps, a save and N more resumed from it, in
-// process and over TCP: the losses of the last N steps, every layer's and
+// process and over TCP, and beside FSDP-sharded stages over two replicas
+// (the tower replicated): the losses of the last N steps, every layer's and
 // the tower's parameters and AdamW state in the final checkpoints (the
 // tower saved once, by world rank 0: checkpoint.TowerLayer) and every
 // tower replica at the end are equal bit for bit.
 func TestTowerResume(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
+		p     train.Program
+		dp    int
 		world string
 		opts  world.Options
-	}{{"inproc", "inproc", world.Options{}}, {"tcp", "tcp", world.Options{Loopback: true}}} {
-		t.Run(tc.name, func(t *testing.T) {
+	}{
+		{"inproc", mpipe, 1, "inproc", world.Options{}}, {"tcp", mpipe, 1, "tcp", world.Options{Loopback: true}},
+		{"fsdp", fsdp, 2, "inproc", world.Options{}},
+	} {
+		t.Run(tc.name+" "+describe(tc.p, tc.dp), func(t *testing.T) {
 			dir := t.TempDir()
 			job := func(tw *towers, stop int, ckpt, resume string) *train.Result {
-				c := config(mpipe, 1, 2*half)
+				c := config(tc.p, tc.dp, 2*half)
+				c.FSDP = tc.p.Spec.Fingerprint == fsdp.Spec.Fingerprint
 				c.Tower, c.World, c.WorldOptions = tw.build, tc.world, tc.opts
 				c.StopAfter, c.CheckpointDir, c.Resume = stop, ckpt, resume
 				return run(t, c)
@@ -250,7 +259,7 @@ func TestTowerResume(t *testing.T) {
 // TestTowerResumeOtherLayout saves a job training a tower under mpipe at
 // P=4 after N steps and resumes it under mpipe without owner backward
 // (TowerAtFirst), a -clip 1f1b program at P=4, zbv at P=2, two replicas of
-// half the micro-batches and one rank: the tower's state does not depend
+// half the micro-batches, one rank and FSDP over two replicas: the tower's state does not depend
 // on the layout (every replica is the same), so each reads it from world
 // rank 0's shard. The losses, the checkpoints' parameters and optimizer
 // state (the tower's included) and every tower replica equal the
@@ -266,12 +275,13 @@ func TestTowerResumeOtherLayout(t *testing.T) {
 		p       train.Program
 		dp      int
 		atFirst bool
-	}{{mpipe, 1, true}, {clip, 1, false}, {zbv2, 1, false}, {halfProg, 2, false}, {single, 1, false}} {
+	}{{mpipe, 1, true}, {clip, 1, false}, {zbv2, 1, false}, {halfProg, 2, false}, {single, 1, false}, {fsdp, 2, false}} {
 		t.Run(fmt.Sprintf("%s TowerAtFirst=%v", describe(tc.p, tc.dp), tc.atFirst), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			var tw towers
 			c := config(tc.p, tc.dp, 2*half)
 			c.Tower, c.TowerAtFirst = tw.build, tc.atFirst
+			c.FSDP = tc.p.Spec.Fingerprint == fsdp.Spec.Fingerprint
 			c.CheckpointDir, c.Resume = out, saved
 			resumed := run(t, c)
 			if d := maxDiff(t, "losses", losses(resumed), losses(whole)[half:]); d > crossTol {
@@ -291,8 +301,7 @@ func TestTowerResumeOtherLayout(t *testing.T) {
 
 // TestTowerRefused: what the loop does not do with a tower is refused
 // with an error naming why and the fix: a checkpoint holding a tower
-// resumed without one and the reverse, FSDP with a tower, TowerAtFirst
-// without a tower, and a tower whose parameters share a name (a
+// resumed without one and the reverse, TowerAtFirst without a tower, and a tower whose parameters share a name (a
 // checkpoint names them) when checkpointing.
 func TestTowerRefused(t *testing.T) {
 	dir := t.TempDir()
@@ -319,7 +328,6 @@ func TestTowerRefused(t *testing.T) {
 	}{
 		{"resumed without a tower", func(c *train.Config) { c.Resume = withTower }, "set Config.Tower to the same tower"},
 		{"a tower resumed from none", func(c *train.Config) { c.Tower, c.Resume = (&towers{}).build, without }, "the checkpoint holds no tower"},
-		{"FSDP", func(c *train.Config) { c.Train, c.DP, c.FSDP, c.Tower = fsdp, 2, true, (&towers{}).build }, "train the tower without FSDP"},
 		{"TowerAtFirst alone", func(c *train.Config) { c.TowerAtFirst = true }, "TowerAtFirst without Config.Tower"},
 		{"names", func(c *train.Config) { c.Tower, c.CheckpointDir = dup, t.TempDir() }, "give them distinct names"},
 	} {
