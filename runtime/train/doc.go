@@ -44,8 +44,10 @@
 //   - on request wraps each built stage (Config.WrapStage: SwapTiers for
 //     a -swap program's swap steps, instrumentation), runs the
 //     programs as data through pipe.Interpret (Config.Interpret,
-//     Program.Ops), and reports each rank's parameter memory
-//     (Result.Ranks).
+//     Program.Ops), trains a tower replicated on every rank (Config.Tower,
+//     Config.TowerAtFirst: mpipe's preprocess, tower.go; checkpoints hold
+//     it once, as checkpoint.TowerLayer of world rank 0's shard), and
+//     reports each rank's parameter memory (Result.Ranks).
 //
 // Reference trains the same Config without a pipeline (one model copy,
 // the gradients summed in the pipeline's order): the reference a
@@ -84,5 +86,7 @@
 // Run renames each layer's parameters "i.name" (nncheckpoint.NNName, i the
 // parameter's index in the layer's Params), so that they are unique within
 // the layer: the checkpoint's key is (layer, that name), and the optimizer
-// state is exported by name.
+// state is exported by name. A tower's parameters keep the names its layer
+// gives them (nn.NewSequential's "i.name"), which must be distinct when the
+// job checkpoints.
 package train
