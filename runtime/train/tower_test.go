@@ -301,7 +301,8 @@ func TestTowerResumeOtherLayout(t *testing.T) {
 
 // TestTowerRefused: what the loop does not do with a tower is refused
 // with an error naming why and the fix: a checkpoint holding a tower
-// resumed without one and the reverse, TowerAtFirst without a tower, and a tower whose parameters share a name (a
+// resumed without one and the reverse, or by another tower,
+// TowerAtFirst without a tower, and a tower whose parameters share a name (a
 // checkpoint names them) when checkpointing.
 func TestTowerRefused(t *testing.T) {
 	dir := t.TempDir()
@@ -310,16 +311,20 @@ func TestTowerRefused(t *testing.T) {
 	c := config(mpipe, 1, 2*half)
 	c.StopAfter, c.CheckpointDir = 1, without
 	run(t, c)
-	dup := func() (nn.Layer, error) {
-		var ls []nn.Layer
-		for range 2 {
-			lin, err := nn.NewLinear(width, width, tensor.Float64, nn.NewRand(77))
-			if err != nil {
-				return nil, err
-			}
-			ls = append(ls, lin)
+	twoLinears := func() (a, b nn.Layer, err error) {
+		if a, err = nn.NewLinear(width, width, tensor.Float64, nn.NewRand(77)); err != nil {
+			return nil, nil, err
 		}
-		return dupNames{Layer: ls[0], other: ls[1]}, nil
+		b, err = nn.NewLinear(width, width, tensor.Float64, nn.NewRand(78))
+		return a, b, err
+	}
+	dup := func() (nn.Layer, error) { // weight, bias, weight, bias
+		a, b, err := twoLinears()
+		return dupNames{Layer: a, other: b}, err
+	}
+	deeper := func() (nn.Layer, error) { // 4 parameters, the saved tower's 2
+		a, b, err := twoLinears()
+		return nn.NewSequential(a, b), err
 	}
 	for _, tc := range []struct {
 		name string
@@ -330,6 +335,7 @@ func TestTowerRefused(t *testing.T) {
 		{"a tower resumed from none", func(c *train.Config) { c.Tower, c.Resume = (&towers{}).build, without }, "the checkpoint holds no tower"},
 		{"TowerAtFirst alone", func(c *train.Config) { c.TowerAtFirst = true }, "TowerAtFirst without Config.Tower"},
 		{"names", func(c *train.Config) { c.Tower, c.CheckpointDir = dup, t.TempDir() }, "give them distinct names"},
+		{"another tower", func(c *train.Config) { c.Tower, c.Resume = deeper, withTower }, "the tower: the checkpoint holds 2 parameters, the model 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := config(mpipe, 1, 2*half)
