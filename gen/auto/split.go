@@ -76,11 +76,20 @@ func (sp *SplitModel) run(p ir.Program, part model.Partition) (sim.Result, float
 	return r, slices.Max(mem), nil
 }
 
+// lowerOptions is opt for lowering a program whose every model copy
+// splits the layers by part: its transfers laid out for the split's costs
+// and -recompute model taking the marks of the split's stages.
+func (sp *SplitModel) lowerOptions(opt gen.Options, part model.Partition) gen.Options {
+	opt.CommCost = sp.Pricing.CommSplit(part.Bounds)
+	opt.Passes.Marked = sp.Model.MarksOf(part)
+	return opt
+}
+
 // EvaluateSplit is Evaluate for a model description: it lowers cfg and
 // simulates the result with the model's layers split by part (one copy's
 // stages), and returns the busiest rank's memory in the model's units.
 func EvaluateSplit(cfg ir.Config, opt gen.Options, sp *SplitModel, part model.Partition) (gen.Result, sim.Result, float64, error) {
-	opt.CommCost = sp.Pricing.CommSplit(part.Bounds)
+	opt = sp.lowerOptions(opt, part)
 	res, err := gen.Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err

@@ -3,9 +3,11 @@ package gencmd
 import (
 	"errors"
 	"os"
+	"strings"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/auto"
+	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -108,12 +110,33 @@ func (r *Request) splitResult(res *gen.Result) error {
 	pr, err := partition.Search(sp.Model, res.Compute, partition.Options{
 		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
 		MemLimit: r.Mem,
+		Program:  r.withRecompute(sp.Model),
 	})
 	if err != nil {
 		return usagef("-model %s -partition auto: %v", r.Model, err)
 	}
 	res.Layers = pr.Split.Bounds
 	return nil
+}
+
+// withRecompute is, under -recompute, partition.Options.Program for
+// -partition auto: the compute order with its RECOMPUTE steps, lowered by
+// the recompute pass at the latest point with the shares (and, under
+// -recompute model, the marked layers) of the split, so that the search
+// measures the memory the split's recompute leaves; nil without
+// -recompute.
+func (r *Request) withRecompute(m model.Model) func(ir.Program, model.Partition) (ir.Program, error) {
+	pol, err := passes.ParseRecompute(r.Passes["recompute"])
+	if err != nil || (!pol.All && len(pol.Stages) == 0 && !pol.Model) {
+		return nil // the pass reports a bad value when it lowers
+	}
+	return func(p ir.Program, part model.Partition) (ir.Program, error) {
+		pol, err := pol.Resolve(p, m.MarksOf(part))
+		if err != nil {
+			return ir.Program{}, err
+		}
+		return passes.Recompute(p, pol)
+	}
 }
 
 // ReadModel reads the -model file (relative to Env.Dir; "-" for stdin):
@@ -217,23 +240,20 @@ func (r *Request) SmallestChunk(res gen.Result) float64 {
 	return least
 }
 
-// markedShares lets -recompute model find the layers the -model file
-// marks (passes.Options.MarkedShares), split as gen records them in
-// Spec.Layers: evenly over one model copy's stages, stage s running the
-// layers of stage s mod (stages/copies). -schedule auto and -partition
-// auto choose the split themselves, so they refuse it.
-func (r *Request) markedShares(opt *passes.Options) error {
-	pol, err := passes.ParseRecompute(r.Passes["recompute"])
-	if err != nil || !pol.Model || r.Model == "" {
-		return nil // the pass reports a bad value, or -model missing
-	}
-	if r.Schedule == auto.Name || r.Partition == PartitionAuto {
-		return usagef("-recompute model recomputes the layers -model marks, split evenly into a fixed schedule's stages; -schedule auto and -partition auto choose the split: give a family and -partition even (or -recompute full or selective:F)")
+// markedLayers lets -recompute model (and selective:S=model) find the
+// layers the -model file marks (passes.Options.Marked), split as gen
+// records them in Spec.Layers: evenly over one model copy's stages, stage
+// s running the layers of stage s mod (stages/copies). -schedule auto and
+// -partition auto set the marks of each split they lower themselves
+// (auto.EvaluateSplit, Lower).
+func (r *Request) markedLayers(opt *passes.Options) error {
+	if r.Model == "" || !strings.Contains(r.Passes["recompute"], "model") {
+		return nil // the pass says -model is missing, when it needs it
 	}
 	m, err := r.ReadModel()
 	if err != nil {
 		return err
 	}
-	opt.MarkedShares = m.EvenMarkedShares
+	opt.Marked = m.EvenMarks
 	return nil
 }

@@ -22,6 +22,17 @@ func TestRecomputedLayers(t *testing.T) {
 	}
 }
 
+// counted counts its layer's Forward calls.
+type counted struct {
+	Layer
+	forwards int
+}
+
+func (c *counted) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
+	c.forwards++
+	return c.Layer.Forward(x)
+}
+
 // sel is a selection of a Sequential's layers to recompute: a share
 // (layers nil) or the layers.
 type sel struct {
@@ -43,7 +54,7 @@ func TestSequentialDropRebuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls = append(ls, l, Tanh{})
+			ls = append(ls, &counted{Layer: l}, &counted{Layer: Tanh{}})
 		}
 		return NewSequential(ls...)
 	}
@@ -82,6 +93,15 @@ func TestSequentialDropRebuild(t *testing.T) {
 			}
 			if _, err := s.Rebuild(kept); err == nil || !strings.Contains(err.Error(), "rebuilt already") {
 				t.Errorf("a second Rebuild: %v", err)
+			}
+			for i, l := range s.Layers {
+				runs := 1
+				if slices.Contains(want, i) {
+					runs = 2 // its Forward, then Rebuild's
+				}
+				if c, ok := l.(*counted); ok && c.forwards != runs {
+					t.Errorf("%v: layer %d ran Forward %d times; want 2 for the layers %v, 1 for the others", *sl, i, c.forwards, want)
+				}
 			}
 		}
 		dx, err := s.Backward(saved, dy)
