@@ -154,7 +154,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		}
 		if best != nil && sp.Partition {
 			// The split for the order found, then the order for that split.
-			if pr, err := sp.search(best.prog, limit); err == nil && !slices.Equal(pr.Split.Bounds, best.part.Bounds) {
+			if pr, err := sp.search(best.prog, limit, opt.Passes.Set[recomputeOption]); err == nil && !slices.Equal(pr.Split.Bounds, best.part.Bounds) {
 				f, err := synthesize(cfg, sp, pl, pr.Split, limit)
 				if err != nil {
 					return nil, err

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/auto"
-	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -110,33 +109,13 @@ func (r *Request) splitResult(res *gen.Result) error {
 	pr, err := partition.Search(sp.Model, res.Compute, partition.Options{
 		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
 		MemLimit: r.Mem,
-		Program:  r.withRecompute(sp.Model),
+		Program:  auto.SplitRecompute(r.Passes["recompute"], sp.Model),
 	})
 	if err != nil {
 		return usagef("-model %s -partition auto: %v", r.Model, err)
 	}
 	res.Layers = pr.Split.Bounds
 	return nil
-}
-
-// withRecompute is, under -recompute, partition.Options.Program for
-// -partition auto: the compute order with its RECOMPUTE steps, lowered by
-// the recompute pass at the latest point with the shares (and, under
-// -recompute model, the marked layers) of the split, so that the search
-// measures the memory the split's recompute leaves; nil without
-// -recompute.
-func (r *Request) withRecompute(m model.Model) func(ir.Program, model.Partition) (ir.Program, error) {
-	pol, err := passes.ParseRecompute(r.Passes["recompute"])
-	if err != nil || (!pol.All && len(pol.Stages) == 0 && !pol.Model) {
-		return nil // the pass reports a bad value when it lowers
-	}
-	return func(p ir.Program, part model.Partition) (ir.Program, error) {
-		pol, err := pol.Resolve(p, m.MarksOf(part))
-		if err != nil {
-			return ir.Program{}, err
-		}
-		return passes.Recompute(p, pol)
-	}
 }
 
 // ReadModel reads the -model file (relative to Env.Dir; "-" for stdin):
