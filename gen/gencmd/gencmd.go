@@ -611,7 +611,7 @@ func (r *Request) Lower() (auto.Result, error) {
 	layers := res.Layers
 	opt.CommCost = p.CommSplit(layers)
 	if opt.Passes.Marked != nil { // -recompute model: the split's marks
-		m, err := r.ReadModel()
+		m, err := r.pricedModel()
 		if err != nil {
 			return auto.Result{Result: res}, err
 		}

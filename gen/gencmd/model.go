@@ -229,10 +229,24 @@ func (r *Request) markedLayers(opt *passes.Options) error {
 	if r.Model == "" || !strings.Contains(r.Passes["recompute"], "model") {
 		return nil // the pass says -model is missing, when it needs it
 	}
-	m, err := r.ReadModel()
+	m, err := r.pricedModel()
 	if err != nil {
 		return err
 	}
 	opt.Marked = m.EvenMarks
 	return nil
+}
+
+// pricedModel is the -model file's model as Pricing read it: read once,
+// so that -model - (stdin) serves every use.
+func (r *Request) pricedModel() (model.Model, error) {
+	p, err := r.Pricing()
+	if err != nil {
+		return model.Model{}, err
+	}
+	m, ok := p.Model()
+	if !ok {
+		return model.Model{}, usagef("-model %s: no model read", r.Model)
+	}
+	return m, nil
 }
