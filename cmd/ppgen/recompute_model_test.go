@@ -16,9 +16,9 @@ import (
 // regenerates the file, and sim prints the live chunks of those shares
 // and the layers; marks that are not a stage's first layers are taken
 // (their act's share: 3 of 4), and so is -recompute model with -schedule
-// auto and -partition auto, whose split search counts the marks (within
-// 7, which no split meets without them); without -model, and with no
-// layer marked, it is an error that says why.
+// auto, -partition auto and ppgen partition, whose split search counts
+// the marks (within 7, which no split meets without them); without
+// -model, and with no layer marked, it is an error that says why.
 func TestGenRecomputeModel(t *testing.T) {
 	dir := t.TempDir()
 	writeModel := func(name string, marks ...bool) string {
@@ -76,6 +76,7 @@ func TestGenRecomputeModel(t *testing.T) {
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-recompute", "model"}, "\nrecomputed layers: stage 0 layers 0"},
 		// a limit only the marks meet: the split search counts them
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-recompute", "model", "-mem", "7"}, "\nrecomputed layers: stage 0 layers 0"},
+		{[]string{"partition", "-ranks", "4", "-model", gap, "-recompute", "model", "-mem", "7"}, "peak memory per rank 7,"},
 	} {
 		stdout.Reset()
 		if code := run(tc.args, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), tc.want) {
@@ -91,6 +92,7 @@ func TestGenRecomputeModel(t *testing.T) {
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", none, "-recompute", "model"}, `no layer is marked "recompute": true`},
 		{[]string{"sim", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-model", none, "-recompute", "model"}, `no layer is marked "recompute": true`},
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-mem", "7"}, "no split fits the memory limit 7"},
+		{[]string{"partition", "-ranks", "4", "-model", gap, "-mem", "7"}, "no split fits the memory limit 7"},
 	} {
 		stderr.Reset()
 		if code := run(tc.args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), tc.want) {
