@@ -21,13 +21,15 @@ import (
 // TestRecomputeNNMatchesNone trains runtime/nn stages (e2eStages: Linear,
 // Tanh, Linear, Tanh, and a Linear on the last stage; nn.Sequential is a
 // pipe.Recomputable) with programs lowered with -recompute none, full,
-// selective and model policies (markedModel's marked layers), for several families, in process through
+// selective and model policies (markedModel's marked layers, anywhere in
+// a stage), for several families, in process through
 // Interpret, and checks that
 //   - every policy's losses and parameters equal the same family's without
 //     recompute bit for bit (float64), and sequential training within
 //     1e-12;
 //   - a selective stage rebuilds only its share of layers: its Forward
-//     runs once per chunk (Rebuild re-runs the first layers, not Forward);
+//     runs once per chunk (Rebuild re-runs the first layers, or the marked
+//     ones, not Forward);
 //   - each rank's peak of held saved contexts, with and without recompute, measured by the Exec as the
 //     steps ran (Exec.PeakLive), equals gen/verify's Report.PeakLive of the
 //     program, in chunks, a selective chunk counting the share it keeps.
@@ -36,7 +38,7 @@ func TestRecomputeNNMatchesNone(t *testing.T) {
 		cfg      ir.Config
 		policies []string
 	}{
-		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, []string{"full", "selective:0.5", "selective:0=0.25,2=0.75", "selective:0.5@idle", "model", "model@idle"}},
+		{ir.Config{Schedule: "1f1b", Ranks: 3, Micro: 6}, []string{"full", "selective:0.5", "selective:0=0.25,2=0.75", "selective:0.5@idle", "model", "model@idle", "selective:0=model,1=0.5,2=model"}},
 		{ir.Config{Schedule: "gpipe", Ranks: 2, Micro: 4}, []string{"selective:0.5"}},
 		{ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, []string{"full", "selective:0.75", "model"}},
 		{ir.Config{Schedule: "zbv", Ranks: 2, Micro: 4}, []string{"selective:0.5", "full:0"}},
@@ -62,8 +64,8 @@ func TestRecomputeNNMatchesNone(t *testing.T) {
 			}
 			for _, policy := range tc.policies {
 				opt := gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": policy}}}
-				if strings.HasPrefix(policy, "model") {
-					opt.Passes.MarkedShares = markedModel(t, tc.cfg.Ranks*max(tc.cfg.Virtual, 1)).EvenMarkedShares
+				if strings.Contains(policy, "model") {
+					opt.Passes.Marked = markedModel(t, tc.cfg.Ranks*max(tc.cfg.Virtual, 1)).EvenMarks
 				}
 				p := lowered(t, tc.cfg, opt)
 				res, err := gen.Lower(tc.cfg, opt)
@@ -160,7 +162,8 @@ func trainNN(t *testing.T, p prog, peaks *[]float64) ([][]float64, [][]float64) 
 	}
 	for s, c := range counters {
 		want := e2eSteps * sp.Micro
-		if slices.Contains(sp.Recompute, s) && (s >= len(sp.RecomputeShare) || sp.RecomputeShare[s] == 0 || sp.RecomputeShare[s] == 1) {
+		named := s < len(sp.RecomputeLayers) && sp.RecomputeLayers[s] != nil
+		if slices.Contains(sp.Recompute, s) && !named && (s >= len(sp.RecomputeShare) || sp.RecomputeShare[s] == 0 || sp.RecomputeShare[s] == 1) {
 			want *= 2 // full recompute re-runs Forward
 		}
 		if c.calls != want {
@@ -181,20 +184,22 @@ func trainNN(t *testing.T, p prog, peaks *[]float64) ([][]float64, [][]float64) 
 
 // markedModel is a model description of e2eStages' layers for stages
 // stages, four a stage (the last stage's extra Linear left out: it is not
-// marked), that marks for -recompute model the first two layers of stage
-// 0 (a Linear and its Tanh: share 0.5), every layer of stage 1 (full) and
-// the first layer of stage 2 (share 0.25), and none of the others.
+// marked), each Linear holding act 1 and each Tanh act 3, that marks for
+// -recompute model layers anywhere in a stage: the two Tanhs of stage 0
+// (layers 1 and 3, two runs: share (3+3)/8 = 0.75 by act, 0.5 by count),
+// every layer of stage 1 (full) and the second Linear of stage 2 (layer 2,
+// between Tanhs: share 1/8), and none of the others.
 func markedModel(t *testing.T, stages int) model.Model {
 	t.Helper()
-	marked := []int{2, 4, 1}
+	marked := [][]int{{1, 3}, {0, 1, 2, 3}, {2}}
 	var layers []string
 	for s := range stages {
 		for l := range 4 {
 			mark := ""
-			if s < len(marked) && l < marked[s] {
+			if s < len(marked) && slices.Contains(marked[s], l) {
 				mark = `, "recompute": true`
 			}
-			layers = append(layers, fmt.Sprintf(`{"name": "s%dl%d", "F": 1, "B": 2, "act": 1, "params": 1%s}`, s, l, mark))
+			layers = append(layers, fmt.Sprintf(`{"name": "s%dl%d", "F": 1, "B": 2, "act": %d, "params": 1%s}`, s, l, 1+2*(l%2), mark))
 		}
 	}
 	m, err := model.Read(strings.NewReader(`{"layers": [` + strings.Join(layers, ", ") + `]}`))

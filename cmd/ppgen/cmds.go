@@ -10,10 +10,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/auto"
+	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/gencmd"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -297,6 +300,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)
 	fmt.Fprintf(stdout, "busy per rank %s\n", floats(r.Busy))
 	fmt.Fprintf(stdout, "peak activations per rank %s\n", peaks(r.PeakActivations, r.PeakLive))
+	if line := recomputedLayers(res.Program, res.Layers); line != "" {
+		fmt.Fprintln(stdout, line)
+	}
 	if *grid {
 		fmt.Fprint(stdout, sim.Grid(r, res.Program, *width))
 	}
@@ -409,6 +415,39 @@ func peaks(whole []int, live []float64) string {
 		}
 	}
 	return out
+}
+
+// recomputedLayers says, for a program whose RECOMPUTE steps re-run named
+// layers (-recompute model, ir.Program.RecomputeLayers), what each
+// recomputing stage re-runs: the model's layers (by their index in the
+// -model file, bounds the split of one copy's layers; within the stage
+// without it) with their share of the stage's activations and of its R,
+// or the whole stage; "" for any other program.
+func recomputedLayers(p ir.Program, bounds []int) string {
+	if p.RecomputeLayers == nil {
+		return ""
+	}
+	var parts []string
+	for _, s := range emit.RebuiltStages(p, abi.Recompute) {
+		var ls []int
+		if s < len(p.RecomputeLayers) {
+			ls = p.RecomputeLayers[s]
+		}
+		if ls == nil {
+			parts = append(parts, fmt.Sprintf("stage %d whole", s))
+			continue
+		}
+		first := 0
+		if n := len(bounds) - 1; n > 0 {
+			first = bounds[s%n]
+		}
+		idx := make([]string, len(ls))
+		for i, l := range ls {
+			idx[i] = strconv.Itoa(first + l)
+		}
+		parts = append(parts, fmt.Sprintf("stage %d layers %s (act %.4g, R %.4g)", s, strings.Join(idx, ","), p.RecomputePart(s), p.RecomputeCostPart(s)))
+	}
+	return "recomputed layers: " + strings.Join(parts, "; ")
 }
 
 func runGen(args []string, stdout, stderr io.Writer) error {

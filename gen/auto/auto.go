@@ -360,7 +360,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			t := tries[i]
 			vEff := max(t.cfg.Virtual/max(t.built.Copies, 1), 1)
 			if sp := opt.Split; sp != nil {
-				if err := t.splitBound(sp, opt.MemLimit); err != nil {
+				if err := t.splitBound(sp, opt.MemLimit, opt.Passes.Set[recomputeOption]); err != nil {
 					t.err = err // this candidate cannot run the model
 				}
 				return
@@ -512,11 +512,12 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 }
 
 // splitBound sets t's split of the model's layers (the even one, or the
-// one gen/partition finds for t's order within the limit) and the bound
-// from simulating t's order with it.
-func (t *autoTry) splitBound(sp *SplitModel, limit float64) error {
+// one gen/partition finds for t's order within the limit, its memory
+// counted with the RECOMPUTE steps of the -recompute value given,
+// recompute) and the bound from simulating t's order with it.
+func (t *autoTry) splitBound(sp *SplitModel, limit float64, recompute string) error {
 	if t.partitioned {
-		pr, err := sp.search(t.built, limit)
+		pr, err := sp.search(t.built, limit, recompute)
 		if err != nil {
 			return err
 		}

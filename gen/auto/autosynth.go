@@ -99,9 +99,8 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		// which finds faster orders then, e.g. the LLM-like model with
 		// comm = 1 at P = 8, M = 16 within 18.5: 450.6 → 439.6); the
 		// candidate found is lowered every way at the end (evaluateSynth).
-		o := opt.Options
-		o.CommCost = sp.Pricing.CommSplit(part.Bounds)
-		po := opt.Passes
+		o := sp.lowerOptions(opt.Options, part)
+		po := o.Passes
 		if ls, _ := gen.CostLayouts(q, o); len(ls) > 0 {
 			po = ls[len(ls)-1] // the latency-aware layout when there is one
 		}
@@ -155,7 +154,7 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 		}
 		if best != nil && sp.Partition {
 			// The split for the order found, then the order for that split.
-			if pr, err := sp.search(best.prog, limit); err == nil && !slices.Equal(pr.Split.Bounds, best.part.Bounds) {
+			if pr, err := sp.search(best.prog, limit, opt.Passes.Set[recomputeOption]); err == nil && !slices.Equal(pr.Split.Bounds, best.part.Bounds) {
 				f, err := synthesize(cfg, sp, pl, pr.Split, limit)
 				if err != nil {
 					return nil, err
@@ -547,7 +546,7 @@ const periodicTrials = 200
 // evaluateSynth lowers and verifies a synthesized try's order and
 // simulates it with its split, as EvaluateSplit does a family's.
 func evaluateSynth(t *autoTry, opt gen.Options, sp *SplitModel) (gen.Result, sim.Result, float64, error) {
-	opt.CommCost = sp.Pricing.CommSplit(t.layers.Bounds)
+	opt = sp.lowerOptions(opt, t.layers)
 	res, err := gen.LowerOrder(t.cfg, t.built, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err

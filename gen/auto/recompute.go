@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
+	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -100,7 +101,7 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 		}
 		bases = append(bases, recomputeBase{t: t, layers: t.layers, bound: t.bound})
 		if sp := opt.Split; sp != nil && sp.Partition {
-			pr, err := sp.search(t.built, 0)
+			pr, err := sp.search(t.built, 0, "")
 			if err != nil || slices.Equal(pr.Split.Bounds, t.layers.Bounds) {
 				continue
 			}
@@ -164,6 +165,9 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 			if err != nil {
 				return 0, false
 			}
+			if pol, err = pol.Resolve(b.t.built, b.marked(opt)); err != nil {
+				return 0, false
+			}
 			withR, err := passes.Recompute(b.t.built, pol)
 			if err != nil {
 				return 0, false
@@ -190,6 +194,13 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 		if greedy != "" {
 			if lb, ok := boundOf(greedy); ok && try(greedy, lb) {
 				continue // it fits: the first stages would recompute more of the rest
+			}
+		}
+		if b.hasMarks(opt) && greedy != modelPolicy {
+			// every stage's marked layers, the least recompute work
+			// per byte the model names
+			if lb, ok := boundOf(modelPolicy); ok && try(modelPolicy, lb) {
+				continue
 			}
 		}
 		for _, policy := range recomputePolicies(b.t.built.Stages()) {
@@ -232,15 +243,18 @@ const idleTries = 2
 
 // greedyRecompute returns the -recompute policy that brings b's compute
 // order within the limit by recomputing the stages of its fullest rank,
-// largest activation first, one stage at a time, each time simulating the
-// order with its RECOMPUTE steps (the latest point) under cost; "" when
-// the order does not fit even with every stage recomputed, or fits
-// without. It aims at the ranks the limit binds, which recomputePolicies'
-// first stages miss where a late stage holds the most (the LLM-like
-// model's head). Where recomputing the last stage it adds whole
-// over-pays, it recomputes the least share of it (selectiveShares) that
-// fits: a selective policy (selective:S=1,...,L=F), less recompute work
-// for the same limit.
+// one step at a time, each time simulating the order with its RECOMPUTE
+// steps (the latest point) under cost. A step raises one of the fullest
+// rank's stages: the least recomputed first, then the largest activation;
+// a stage with layers the -model file marks "recompute": true first
+// recomputes those (selective:S=model: their act freed for their R), then
+// whole. It returns "" when the order does not fit even with every stage
+// recomputed, or fits without. It aims at the ranks the limit binds,
+// which recomputePolicies' first stages miss where a late stage holds the
+// most (the LLM-like model's head). Where recomputing the last stage it
+// added whole (a stage without marks) over-pays, it recomputes the least
+// share of it (selectiveShares) that fits: a selective policy
+// (selective:S=1,...,L=F), less recompute work for the same limit.
 func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 	p := b.t.built
 	S := p.Stages()
@@ -255,6 +269,7 @@ func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 		}
 		act = a
 	}
+	marks := b.marks(opt)
 	vEff := float64(max(b.t.cfg.Virtual/max(p.Copies, 1), 1))
 	// memOf simulates p under pol and returns its memory per rank.
 	memOf := func(pol passes.RecomputePolicy) ([]float64, error) {
@@ -276,31 +291,30 @@ func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 		return mem, nil
 	}
 	fits := func(mem []float64) bool { return slices.Max(mem) <= opt.MemLimit*(1+1e-9) }
-	on := make([]bool, S)
-	var stages []int
-	last := -1 // the stage added last
-	for range S + 1 {
-		slices.Sort(stages)
-		mem, err := memOf(passes.RecomputePolicy{Stages: stages})
+	// level per stage: levelNone, levelMarked (its marked layers), levelFull.
+	level := make([]int, S)
+	hasMarks := func(s int) bool { return s < len(marks) && marks[s].Share > 0 && marks[s].Share < 1 }
+	last := -1 // the stage raised last
+	for range 2*S + 1 {
+		g := greedyPolicy{level: level, marks: marks}
+		mem, err := memOf(g.policy())
 		if err != nil {
 			return ""
 		}
 		if fits(mem) {
-			if len(stages) == 0 {
+			if last < 0 {
 				return ""
 			}
-			shares := make([]float64, len(stages))
-			i, _ := slices.BinarySearch(stages, last)
-			for _, f := range selectiveShares {
-				for k := range shares {
-					shares[k] = 1
+			if !hasMarks(last) {
+				for _, f := range selectiveShares {
+					g.last, g.share = last, f
+					if m, err := memOf(g.policy()); err == nil && fits(m) {
+						return g.value(S)
+					}
 				}
-				shares[i] = f
-				if m, err := memOf(passes.RecomputePolicy{Stages: stages, Shares: shares}); err == nil && fits(m) {
-					return selectiveValue(stages, shares)
-				}
+				g.share = 0
 			}
-			return recomputeValue(stages, S)
+			return g.value(S)
 		}
 		full := 0
 		for rk := range mem {
@@ -310,17 +324,92 @@ func greedyRecompute(opt Options, b recomputeBase, cost sim.Cost) string {
 		}
 		next := -1
 		for s, rk := range p.Placement.RankOf {
-			if rk == full && !on[s] && (next < 0 || act[s] > act[next]) {
+			if rk == full && level[s] < levelFull && (next < 0 || level[s] < level[next] || (level[s] == level[next] && act[s] > act[next])) {
 				next = s
 			}
 		}
 		if next < 0 {
 			return "" // the fullest rank recomputes every stage
 		}
-		on[next], last = true, next
-		stages = append(stages, next)
+		if level[next] == levelNone && hasMarks(next) {
+			level[next] = levelMarked
+		} else {
+			level[next] = levelFull
+		}
+		last = next
 	}
 	return ""
+}
+
+// The levels of recompute greedyRecompute raises a stage through.
+const (
+	levelNone = iota
+	levelMarked
+	levelFull
+)
+
+// greedyPolicy is a step of greedyRecompute: each stage's level, the
+// model's marks, and share (when not 0) for stage last, recomputing that
+// share of it in place of the whole.
+type greedyPolicy struct {
+	level []int
+	marks []ir.Mark
+	last  int
+	share float64
+}
+
+// policy is g's policy, resolved: the stages at levelMarked take their
+// marks.
+func (g greedyPolicy) policy() passes.RecomputePolicy {
+	var pol passes.RecomputePolicy
+	for s, l := range g.level {
+		switch {
+		case l == levelMarked:
+			mk := g.marks[s]
+			pol.Stages = append(pol.Stages, s)
+			pol.Shares = append(pol.Shares, mk.Share)
+			pol.Costs = append(pol.Costs, mk.Cost)
+			pol.Layers = append(pol.Layers, mk.Layers)
+		case l == levelFull:
+			f := 1.0
+			if s == g.last && g.share > 0 {
+				f = g.share
+			}
+			pol.Stages = append(pol.Stages, s)
+			pol.Shares = append(pol.Shares, f)
+			pol.Costs = append(pol.Costs, 0)
+			pol.Layers = append(pol.Layers, nil)
+		}
+	}
+	return pol
+}
+
+// value is g's -recompute value for a program of S stages: full or
+// full:S,... when every listed stage recomputes whole, else
+// selective:S=F,... with F model for a stage's marked layers.
+func (g greedyPolicy) value(S int) string {
+	var stages []int
+	var items []string
+	whole := true
+	for s, l := range g.level {
+		switch {
+		case l == levelMarked:
+			items = append(items, strconv.Itoa(s)+"=model")
+			whole = false
+		case l == levelFull && s == g.last && g.share > 0:
+			items = append(items, strconv.Itoa(s)+"="+strconv.FormatFloat(g.share, 'g', -1, 64))
+			whole = false
+		case l == levelFull:
+			items = append(items, strconv.Itoa(s)+"=1")
+		default:
+			continue
+		}
+		stages = append(stages, s)
+	}
+	if whole {
+		return recomputeValue(stages, S)
+	}
+	return "selective:" + strings.Join(items, ",")
 }
 
 // selectiveShares are the shares of its last stage greedyRecompute tries,
@@ -339,16 +428,6 @@ func recomputeValue(stages []int, S int) string {
 	return "full:" + strings.Join(f, ",")
 }
 
-// selectiveValue is the -recompute value of the sorted stages with their
-// shares: selective:S=F,...
-func selectiveValue(stages []int, shares []float64) string {
-	f := make([]string, len(stages))
-	for i, s := range stages {
-		f[i] = strconv.Itoa(s) + "=" + strconv.FormatFloat(shares[i], 'g', -1, 64)
-	}
-	return "selective:" + strings.Join(f, ",")
-}
-
 // recomputeBase is an order recomputeTries tries policies on: a family's
 // try, with its layers' split (with a model), and the order's bound.
 type recomputeBase struct {
@@ -356,6 +435,39 @@ type recomputeBase struct {
 	layers      model.Partition
 	partitioned bool
 	bound       float64
+}
+
+// modelPolicy is the -recompute value of every stage's marked layers.
+const modelPolicy = "model"
+
+// marked is passes.Options.Marked for the base's split: the marks of the
+// model's layers in its stages (nil without a model).
+func (b recomputeBase) marked(opt Options) func(stages, copies int) ([]ir.Mark, error) {
+	if opt.Split == nil {
+		return nil
+	}
+	return opt.Split.Model.MarksOf(b.layers)
+}
+
+// marks returns the base's stages' marks (model.Marks of its split), nil
+// when there is no model or it marks no layer.
+func (b recomputeBase) marks(opt Options) []ir.Mark {
+	marked := b.marked(opt)
+	if marked == nil {
+		return nil
+	}
+	p := b.t.built
+	marks, err := marked(p.Stages(), partition.Copies(p))
+	if err != nil {
+		return nil
+	}
+	return marks
+}
+
+// hasMarks reports whether some stage of the base recomputes only some
+// of its layers under -recompute model.
+func (b recomputeBase) hasMarks(opt Options) bool {
+	return slices.ContainsFunc(b.marks(opt), func(mk ir.Mark) bool { return mk.Share > 0 })
 }
 
 // cost is the cost model the base's order runs under (as Evaluate and

@@ -1,11 +1,15 @@
 package auto
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/verify"
@@ -168,5 +172,102 @@ func TestAutoRecomputeSelective(t *testing.T) {
 	_, mem, r := chosenOf(t, res)
 	if mem > 1.25+1e-9 || math.Abs(r-30.9375) > 1e-9 {
 		t.Errorf("memory %g, makespan %g; want within 1.25, 30.9375 (verifier's peaks %v)", mem, r, rep.PeakLive)
+	}
+}
+
+// marksModel is a model of 8 layers alternating an MLP (F 1, B 2, act 1)
+// and an attention core (F 0.25, B 0.5, act 3: the activation-heavy,
+// cheap-to-recompute part); with marked, every attention core says
+// "recompute": true. Split in 4 stages of 2 layers, a stage's marked
+// layer holds 3/4 of its act for 0.25/1.25 = 1/5 of its R.
+func marksModel(t *testing.T, marked bool) model.Model {
+	t.Helper()
+	var ls []string
+	for i := range 8 {
+		if i%2 == 0 {
+			ls = append(ls, fmt.Sprintf(`{"name": "mlp%d", "F": 1, "B": 2, "act": 1, "params": 0}`, i))
+			continue
+		}
+		mark := ""
+		if marked {
+			mark = `, "recompute": true`
+		}
+		ls = append(ls, fmt.Sprintf(`{"name": "attn%d", "F": 0.25, "B": 0.5, "act": 3, "params": 0%s}`, i, mark))
+	}
+	m, err := model.Read(strings.NewReader(`{"layers": [` + strings.Join(ls, ", ") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestAutoRecomputeMarks: at P = 2, M = 4 within 16, where the fastest
+// orders (dualpipe 24, dualpipev 20) are over the limit, auto's chooser
+// recomputes the marked attention cores of dualpipev's fullest stages
+// (selective:0=model,1=model: stage 0 and 1 re-run layer 1 of their two,
+// dropping 3/4 of their act for 1/5 of their R, each RECOMPUTE taking the
+// core's F, 0.25), which fits and is faster than the best the same model
+// without marks reaches (there, recomputing a whole stage costs more than
+// the synthesized order that fits). The program verifies. With
+// -recompute model given (no limit), every candidate takes each split's
+// marks; the model without marks then has no candidate.
+func TestAutoRecomputeMarks(t *testing.T) {
+	cfg := ir.Config{Schedule: Name, Ranks: 2, Micro: 4}
+	const limit = 16
+	sp := splitModel(marksModel(t, true), false)
+	res, err := Lower(cfg, Options{Split: sp, MemLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "selective:0=model,1=model"
+	if res.Config.Schedule != "dualpipev" || res.Recompute != want {
+		t.Fatalf("chose %s V=%d -recompute %q; want dualpipev -recompute %s", res.Config.Schedule, res.Config.Virtual, res.Recompute, want)
+	}
+	p := res.Program
+	if !slices.EqualFunc(p.RecomputeLayers, [][]int{{1}, {1}, nil, nil}, slices.Equal) || !slices.Equal(p.RecomputeShare, []float64{0.75, 0.75, 0, 0}) ||
+		math.Abs(p.RecomputeCostPart(0)-0.2) > 1e-12 || math.Abs(p.RecomputeCostPart(1)-0.2) > 1e-12 {
+		t.Errorf("layers %v, shares %v, costs %v; want [[1] [1] [] []], [0.75 0.75 0 0], 0.2 for stages 0 and 1", p.RecomputeLayers, p.RecomputeShare, p.RecomputeCost)
+	}
+	if _, err := verify.Check(p, verify.Options{}); err != nil {
+		t.Errorf("the chosen program does not verify: %v", err)
+	}
+	c, err := sp.Pricing.Program(p, res.Layers, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range r.Events {
+		if ev.Step.Kind == abi.Recompute && ev.End-ev.Start != 0.25 {
+			t.Errorf("%s takes %g; want the attention core's F, 0.25", ev.Step, ev.End-ev.Start)
+		}
+	}
+	_, mem, marked := chosenOf(t, res)
+	if mem > limit {
+		t.Errorf("memory %g over the limit %d", mem, limit)
+	}
+	plain, err := Lower(cfg, Options{Split: splitModel(marksModel(t, false), false), MemLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ms := chosenOf(t, plain); !(marked < ms) || strings.Contains(plain.Recompute, "model") {
+		t.Errorf("with marks %g; without, %s -recompute %q takes %g: want the marks faster", marked, plain.Config.Schedule, plain.Recompute, ms)
+	}
+	// (-recompute given under -mem runs synth's anneal with every
+	// lowering: a minute; without -mem auto only compares the families)
+	given := Options{Split: splitModel(marksModel(t, true), false)}
+	given.Passes.Set = map[string]string{"recompute": "model"}
+	res, err = Lower(cfg, given)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Program.RecomputeLayers == nil {
+		t.Errorf("-recompute model: %s V=%d recomputes no marked layer", res.Config.Schedule, res.Config.Virtual)
+	}
+	given.Split = splitModel(marksModel(t, false), false)
+	if _, err := Lower(cfg, given); err == nil || !strings.Contains(err.Error(), `no layer is marked "recompute": true`) {
+		t.Errorf("-recompute model without marks: %v; want an error saying no layer is marked", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -49,13 +50,37 @@ func (sp *SplitModel) even(p ir.Program) (model.Partition, error) {
 	return model.Even(len(sp.Model.Layers), p.Stages()/copies)
 }
 
-// search is partition.Search for p's order under the limit (model units).
-func (sp *SplitModel) search(p ir.Program, limit float64) (partition.Result, error) {
+// search is partition.Search for p's order under the limit (model units),
+// each split measured with its RECOMPUTE steps under the -recompute value
+// recompute ("" for none: SplitRecompute).
+func (sp *SplitModel) search(p ir.Program, limit float64, recompute string) (partition.Result, error) {
 	copies := partition.Copies(p)
 	return partition.Search(sp.Model, p, partition.Options{
 		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
 		MemLimit: limit,
+		Program:  SplitRecompute(recompute, sp.Model),
 	})
+}
+
+// SplitRecompute is, for a -recompute value that recomputes, what a split
+// search (partition.Options.Program) measures in place of a compute
+// order: the order with its RECOMPUTE steps at the latest point (the
+// recompute pass without @idle), with the shares and, under -recompute
+// model or selective:S=model, the layers m marks in the split's stages;
+// so that the search counts the memory the split's recompute leaves. nil
+// for none or a value the pass refuses (it says why when it lowers).
+func SplitRecompute(recompute string, m model.Model) func(ir.Program, model.Partition) (ir.Program, error) {
+	pol, err := passes.ParseRecompute(recompute)
+	if err != nil || (!pol.All && len(pol.Stages) == 0 && !pol.Model) {
+		return nil
+	}
+	return func(p ir.Program, part model.Partition) (ir.Program, error) {
+		pol, err := pol.Resolve(p, m.MarksOf(part))
+		if err != nil {
+			return ir.Program{}, err
+		}
+		return passes.Recompute(p, pol)
+	}
 }
 
 // run simulates p with its layers split by part and returns the
@@ -76,11 +101,20 @@ func (sp *SplitModel) run(p ir.Program, part model.Partition) (sim.Result, float
 	return r, slices.Max(mem), nil
 }
 
+// lowerOptions is opt for lowering a program whose every model copy
+// splits the layers by part: its transfers laid out for the split's costs
+// and -recompute model taking the marks of the split's stages.
+func (sp *SplitModel) lowerOptions(opt gen.Options, part model.Partition) gen.Options {
+	opt.CommCost = sp.Pricing.CommSplit(part.Bounds)
+	opt.Passes.Marked = sp.Model.MarksOf(part)
+	return opt
+}
+
 // EvaluateSplit is Evaluate for a model description: it lowers cfg and
 // simulates the result with the model's layers split by part (one copy's
 // stages), and returns the busiest rank's memory in the model's units.
 func EvaluateSplit(cfg ir.Config, opt gen.Options, sp *SplitModel, part model.Partition) (gen.Result, sim.Result, float64, error) {
-	opt.CommCost = sp.Pricing.CommSplit(part.Bounds)
+	opt = sp.lowerOptions(opt, part)
 	res, err := gen.Lower(cfg, opt)
 	if err != nil {
 		return res, sim.Result{}, 0, err

@@ -180,7 +180,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		tiesField(p.Ties),
 	}
 	spec = append(spec, rebuildFields(p)...)
-	spec = append(spec, recomputeShareField(p.RecomputeShare))
+	spec = append(spec, recomputeShareField(p.RecomputeShare), recomputeLayersField(p.RecomputeLayers))
 	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline, spec...)
 	f.Line()
 	ranks := n.of("Ranks")
@@ -314,6 +314,28 @@ func recomputeShareField(share []float64) jen.Code {
 		items[i] = jen.Lit(f)
 	}
 	return field("RecomputeShare", jen.Index().Float64().Values(items...))
+}
+
+// recomputeLayersField is the Spec's RecomputeLayers field of a program
+// whose RECOMPUTE steps re-run named layers (ir.Program.RecomputeLayers,
+// -recompute model), and nothing otherwise.
+func recomputeLayersField(layers [][]int) jen.Code {
+	if layers == nil {
+		return jen.Null()
+	}
+	items := make([]jen.Code, len(layers))
+	for s, ls := range layers {
+		if ls == nil {
+			items[s] = jen.Nil()
+			continue
+		}
+		idx := make([]jen.Code, len(ls))
+		for i, l := range ls {
+			idx[i] = jen.Lit(l)
+		}
+		items[s] = jen.Values(idx...)
+	}
+	return field("RecomputeLayers", jen.Index().Index().Int().Values(items...))
 }
 
 // RebuiltStages returns the stages that p's steps of kind k name, in

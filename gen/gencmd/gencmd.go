@@ -32,6 +32,7 @@ import (
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
@@ -498,7 +499,7 @@ func (r *Request) LowerOptions() (auto.Options, error) {
 	if err != nil {
 		return opt, err
 	}
-	if err := r.markedShares(&opt.Passes); err != nil {
+	if err := r.markedLayers(&opt.Passes); err != nil {
 		return opt, err
 	}
 	if r.Model != "" {
@@ -609,6 +610,13 @@ func (r *Request) Lower() (auto.Result, error) {
 	}
 	layers := res.Layers
 	opt.CommCost = p.CommSplit(layers)
+	if opt.Passes.Marked != nil { // -recompute model: the split's marks
+		m, err := r.pricedModel()
+		if err != nil {
+			return auto.Result{Result: res}, err
+		}
+		opt.Passes.Marked = m.MarksOf(model.Partition{Bounds: layers})
+	}
 	again, err := lower(opt.Options)
 	if err != nil {
 		return auto.Result{Result: res}, err

@@ -3,6 +3,7 @@ package gencmd
 import (
 	"errors"
 	"os"
+	"strings"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/auto"
@@ -108,6 +109,7 @@ func (r *Request) splitResult(res *gen.Result) error {
 	pr, err := partition.Search(sp.Model, res.Compute, partition.Options{
 		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
 		MemLimit: r.Mem,
+		Program:  auto.SplitRecompute(r.Passes["recompute"], sp.Model),
 	})
 	if err != nil {
 		return usagef("-model %s -partition auto: %v", r.Model, err)
@@ -217,23 +219,34 @@ func (r *Request) SmallestChunk(res gen.Result) float64 {
 	return least
 }
 
-// markedShares lets -recompute model find the layers the -model file
-// marks (passes.Options.MarkedShares), split as gen records them in
-// Spec.Layers: evenly over one model copy's stages, stage s running the
-// layers of stage s mod (stages/copies). -schedule auto and -partition
-// auto choose the split themselves, so they refuse it.
-func (r *Request) markedShares(opt *passes.Options) error {
-	pol, err := passes.ParseRecompute(r.Passes["recompute"])
-	if err != nil || !pol.Model || r.Model == "" {
-		return nil // the pass reports a bad value, or -model missing
+// markedLayers lets -recompute model (and selective:S=model) find the
+// layers the -model file marks (passes.Options.Marked), split as gen
+// records them in Spec.Layers: evenly over one model copy's stages, stage
+// s running the layers of stage s mod (stages/copies). -schedule auto and
+// -partition auto set the marks of each split they lower themselves
+// (auto.EvaluateSplit, Lower).
+func (r *Request) markedLayers(opt *passes.Options) error {
+	if r.Model == "" || !strings.Contains(r.Passes["recompute"], "model") {
+		return nil // the pass says -model is missing, when it needs it
 	}
-	if r.Schedule == auto.Name || r.Partition == PartitionAuto {
-		return usagef("-recompute model recomputes the layers -model marks, split evenly into a fixed schedule's stages; -schedule auto and -partition auto choose the split: give a family and -partition even (or -recompute full or selective:F)")
-	}
-	m, err := r.ReadModel()
+	m, err := r.pricedModel()
 	if err != nil {
 		return err
 	}
-	opt.MarkedShares = m.EvenMarkedShares
+	opt.Marked = m.EvenMarks
 	return nil
+}
+
+// pricedModel is the -model file's model as Pricing read it: read once,
+// so that -model - (stdin) serves every use.
+func (r *Request) pricedModel() (model.Model, error) {
+	p, err := r.Pricing()
+	if err != nil {
+		return model.Model{}, err
+	}
+	m, ok := p.Model()
+	if !ok {
+		return model.Model{}, usagef("-model %s: no model read", r.Model)
+	}
+	return m, nil
 }

@@ -71,7 +71,7 @@ func (r *Request) PartitionLayers() (partition.Report, error) {
 			res, sr, mem, err := auto.EvaluateSplit(res.Config, opt.Options, sp, part)
 			return res.Program, sr.Makespan, mem, err
 		},
-	}, partition.Options{Cost: cost, MemLimit: r.Mem})
+	}, partition.Options{Cost: cost, MemLimit: r.Mem, Program: auto.SplitRecompute(one.Passes["recompute"], m)})
 	var ue *UsageError
 	if err != nil && !errors.As(err, &ue) {
 		err = usagef("-model %s: %v", r.Model, err)

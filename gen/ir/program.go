@@ -61,6 +61,34 @@ type Program struct {
 	// text and CSV forms do not write it (a RECOMPUTE read from them is
 	// full).
 	RecomputeShare []float64
+	// RecomputeCost is, per stage, the share of the stage's R (its
+	// forward's time, -cost or -model's R) a RECOMPUTE of it costs, where
+	// that differs from RecomputeShare (-recompute model: the marked
+	// layers' R over the stage's, their act giving RecomputeShare). nil, or
+	// an entry outside (0, 1]: RecomputePart's.
+	RecomputeCost []float64
+	// RecomputeLayers is, per stage, the layers (indices within the
+	// stage, increasing) a RECOMPUTE of it re-runs when they are not the
+	// first RecomputeShare of its layers (-recompute model: the layers a
+	// -model file marks, anywhere in the stage); the runtime's
+	// Spec.RecomputeLayers. nil, or a nil entry: the first share.
+	RecomputeLayers [][]int
+}
+
+// Mark is what -recompute model recomputes of one stage: the layers a
+// -model file marks "recompute": true (gen/model's Marks).
+type Mark struct {
+	// Layers are the marked layers, indices within the stage in
+	// increasing order; nil when none is, or every one (the stage
+	// recomputes whole).
+	Layers []int
+	// Share is the marked layers' share of the stage's activations (a
+	// chunk's memory; Program.RecomputeShare): 0 when none is marked, 1
+	// when every one is.
+	Share float64
+	// Cost is the marked layers' share of the stage's R
+	// (Program.RecomputeCost).
+	Cost float64
 }
 
 // RecomputePart returns the share of stage s that a RECOMPUTE of it
@@ -73,6 +101,17 @@ func (p *Program) RecomputePart(s int) float64 {
 		}
 	}
 	return 1
+}
+
+// RecomputeCostPart returns the share of stage s's R that a RECOMPUTE of
+// it costs: RecomputeCost[s] when that is in (0, 1], else RecomputePart.
+func (p *Program) RecomputeCostPart(s int) float64 {
+	if s >= 0 && s < len(p.RecomputeCost) {
+		if f := p.RecomputeCost[s]; f > 0 && f <= 1 {
+			return f
+		}
+	}
+	return p.RecomputePart(s)
 }
 
 // NewProgram returns an empty program for the placement and micro-batch count.

@@ -20,8 +20,9 @@
 // kinds (sim.KindKeys: R, the cost of recomputing it, RECOMPUTE under
 // -recompute: its forward again), each defaulting to the layer's cost of
 // the key's default kind (R: F), which a stage sums as F. A layer may say
-// "recompute": true to be recomputed under -recompute model
-// (MarkedShares: a stage's marked layers must be its first ones).
+// "recompute": true to be recomputed under -recompute model (Marks: any
+// of a stage's layers; the stage's memory share is their act, their
+// recompute cost their R).
 package model
 
 import (
@@ -61,7 +62,7 @@ type Layer struct {
 	// cost (R: F).
 	Kinds map[string]float64
 	// Recompute marks the layer for selective recompute by name
-	// ("recompute": true; -recompute model, MarkedShares).
+	// ("recompute": true; -recompute model, Marks).
 	Recompute bool
 }
 
@@ -83,7 +84,7 @@ type layerJSON struct {
 	Params *float64           `json:"params"`
 	Kinds  map[string]float64 `json:"-"` // sim.KindKeys given, by key (kindKeys)
 
-	Recompute bool `json:"recompute"` // -recompute model (MarkedShares)
+	Recompute bool `json:"recompute"` // -recompute model (Marks)
 }
 
 type modelJSON struct {
@@ -448,11 +449,7 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 		list := make([]float64, S)
 		for s := range S {
 			for _, l := range m.Layers[p.Bounds[s]:p.Bounds[s+1]] {
-				v, ok := l.Kinds[kk.Key]
-				if !ok {
-					v = l.cost(kk.Default)
-				}
-				list[s] += v
+				list[s] += l.kindCost(kk)
 			}
 		}
 		*kk.List(&c) = list
@@ -467,44 +464,73 @@ func (m Model) Cost(p Partition) (sim.Cost, error) {
 	return c.Resolve(S)
 }
 
-// MarkedShares returns, per stage of p, the share of the stage's layers
-// that the model marks "recompute": true (-recompute model): k/n for a
-// stage of n layers whose first k are marked, 0 for a stage with none.
-// The marked layers of a stage must be its first ones (a runtime stage,
-// nn.Sequential, recomputes the first share of its layers); an error names
-// the first stage where they are not, and says when no layer is marked.
-func (m Model) MarkedShares(p Partition) ([]float64, error) {
+// Marks returns, per stage of a program of copies model copies whose
+// every copy splits the layers by p (stage s running the layers of stage
+// s mod p.Stages()), what -recompute model recomputes of it: the layers
+// the model marks "recompute": true, anywhere in the stage, with their
+// share of the stage's activations, by bytes (the marked layers' act over
+// the stage's; by count, k/n, when the stage's layers give no act), and
+// their share of its R (each layer's R, default its F; by count when the
+// stage's R is 0). A stage with no marked layer gets the zero Mark, one
+// whose every layer is marked recomputes whole (Share and Cost 1, no
+// Layers). An error says when no layer is marked, and names a stage whose
+// marked layers hold no activations while others do (recomputing them
+// would free nothing).
+func (m Model) Marks(p Partition, copies int) ([]ir.Mark, error) {
 	if err := p.Check(len(m.Layers)); err != nil {
 		return nil, err
 	}
 	if !slices.ContainsFunc(m.Layers, func(l Layer) bool { return l.Recompute }) {
-		return nil, errors.New(`model: no layer is marked "recompute": true; mark the layers to recompute (the first layers of a stage), or give -recompute full or selective:F`)
+		return nil, errors.New(`model: no layer is marked "recompute": true; mark the layers to recompute, or give -recompute full or selective:F`)
 	}
-	shares := make([]float64, p.Stages())
-	for s := range shares {
+	if copies < 1 {
+		return nil, fmt.Errorf("model: %d model copies; want 1 or more", copies)
+	}
+	one := make([]ir.Mark, p.Stages())
+	for s := range one {
 		layers := m.Layers[p.Bounds[s]:p.Bounds[s+1]]
-		k := 0
-		for k < len(layers) && layers[k].Recompute {
-			k++
-		}
-		if j := slices.IndexFunc(layers[k:], func(l Layer) bool { return l.Recompute }); j >= 0 {
-			name := ""
-			if n := layers[k+j].Name; n != "" {
-				name = fmt.Sprintf(" (%q)", clip(n))
+		var mk ir.Mark
+		var act, markedAct, r, markedR float64
+		for i, l := range layers {
+			lr := l.kindCost(recomputeKey)
+			act, r = act+l.Act, r+lr
+			if l.Recompute {
+				mk.Layers = append(mk.Layers, i)
+				markedAct, markedR = markedAct+l.Act, markedR+lr
 			}
-			return nil, fmt.Errorf("model: layer %d%s is marked \"recompute\": true but layer %d of its stage %d (layers %d..%d) is not: the marked layers of a stage must be its first ones (the runtime recomputes a prefix of a stage's layers); mark layers %d..%d or unmark it", p.Bounds[s]+k+j, name, p.Bounds[s]+k, s, p.Bounds[s], p.Bounds[s+1]-1, p.Bounds[s], p.Bounds[s]+k+j)
 		}
-		shares[s] = float64(k) / float64(len(layers))
+		k, n := len(mk.Layers), len(layers)
+		switch {
+		case k == 0:
+			continue
+		case k == n:
+			one[s] = ir.Mark{Share: 1, Cost: 1}
+			continue
+		}
+		mk.Share, mk.Cost = float64(k)/float64(n), float64(k)/float64(n)
+		if act > 0 {
+			mk.Share = markedAct / act
+		}
+		if r > 0 {
+			mk.Cost = markedR / r
+		}
+		if mk.Share == 0 {
+			return nil, fmt.Errorf("model: stage %d (layers %d..%d) marks layers %v \"recompute\": true, which hold no activations (act 0) while its other layers hold %g: recomputing them frees nothing; unmark them, or give them their act", s, p.Bounds[s], p.Bounds[s+1]-1, shift(mk.Layers, p.Bounds[s]), act)
+		}
+		one[s] = mk
 	}
-	return shares, nil
+	out := make([]ir.Mark, 0, len(one)*copies)
+	for range copies {
+		out = append(out, one...)
+	}
+	return out, nil
 }
 
-// EvenMarkedShares is MarkedShares for a program of stages stages
-// running copies model copies, split as gen records it in Spec.Layers
-// without -partition auto: the layers evenly (Even) over one copy's
-// stages/copies stages, stage s running the layers of stage s mod
-// stages/copies. It is passes.Options.MarkedShares under -model.
-func (m Model) EvenMarkedShares(stages, copies int) ([]float64, error) {
+// EvenMarks is Marks for a program of stages stages running copies model
+// copies, split as gen records it in Spec.Layers without -partition auto:
+// the layers evenly (Even) over one copy's stages/copies stages. It is
+// passes.Options.Marked under -model.
+func (m Model) EvenMarks(stages, copies int) ([]ir.Mark, error) {
 	if copies < 1 || stages%copies != 0 {
 		return nil, fmt.Errorf("model: %d stages do not form %d model copies", stages, copies)
 	}
@@ -512,15 +538,48 @@ func (m Model) EvenMarkedShares(stages, copies int) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	one, err := m.MarkedShares(part)
-	if err != nil {
-		return nil, err
+	return m.Marks(part, copies)
+}
+
+// MarksOf returns Marks for the split part as passes.Options.Marked takes
+// it: for a program of stages stages running copies copies, which must be
+// part's stages per copy.
+func (m Model) MarksOf(part Partition) func(stages, copies int) ([]ir.Mark, error) {
+	return func(stages, copies int) ([]ir.Mark, error) {
+		if copies < 1 || stages != part.Stages()*copies {
+			return nil, fmt.Errorf("model: the split %v has %d stages per copy; the program has %d stages of %d copies", part.Bounds, part.Stages(), stages, copies)
+		}
+		return m.Marks(part, copies)
 	}
-	shares := make([]float64, stages)
-	for s := range shares {
-		shares[s] = one[s%len(one)]
+}
+
+// shift returns the layers of a stage as the model's indices: each plus
+// first.
+func shift(layers []int, first int) []int {
+	out := make([]int, len(layers))
+	for i, l := range layers {
+		out[i] = l + first
 	}
-	return shares, nil
+	return out
+}
+
+// recomputeKey is the cost key of RECOMPUTE (R).
+var recomputeKey = func() sim.KindKey {
+	for _, kk := range sim.KindKeys() {
+		if kk.Kind == abi.Recompute {
+			return kk
+		}
+	}
+	panic("model: sim has no cost key for RECOMPUTE")
+}()
+
+// kindCost is the layer's cost of the kind kk prices: its own (Kinds),
+// else its cost of kk's default kind.
+func (l Layer) kindCost(kk sim.KindKey) float64 {
+	if v, ok := l.Kinds[kk.Key]; ok {
+		return v
+	}
+	return l.cost(kk.Default)
 }
 
 // cost is the layer's cost of a compute kind: F, B (I + W), I or W; 0 for

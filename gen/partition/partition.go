@@ -49,6 +49,11 @@ type Options struct {
 	MemLimit float64
 	// MaxEvals bounds the simulations of one search (0: DefaultMaxEvals).
 	MaxEvals int
+	// Program, when not nil, turns the program searched for into the one
+	// a split runs (its RECOMPUTE steps and their shares, which the split
+	// decides under -recompute model), to simulate and measure in its
+	// place.
+	Program func(ir.Program, model.Partition) (ir.Program, error)
 }
 
 // DefaultMaxEvals is the number of splits one Search simulates at most.
@@ -132,6 +137,11 @@ func evaluate(m model.Model, part model.Partition, p ir.Program, opt Options, me
 	c, err := costOf(part)
 	if err != nil {
 		return Eval{}, err
+	}
+	if opt.Program != nil {
+		if p, err = opt.Program(p, part); err != nil {
+			return Eval{}, err
+		}
 	}
 	r, err := sim.Run(p, c)
 	if err != nil {

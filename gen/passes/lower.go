@@ -69,11 +69,12 @@ type Options struct {
 	// Clip pass, after "opt"): the reduction of the global gradient norm
 	// that clipping needs (-clip).
 	ClipNorm bool
-	// MarkedShares, when not nil, gives -recompute model the share of
-	// each of a program's stages (of copies model copies) that the -model
-	// file marks for recompute (gen/model's Model.MarkedShares of the
-	// split gen records in Spec.Layers); gen/gencmd sets it with -model.
-	MarkedShares func(stages, copies int) ([]float64, error)
+	// Marked, when not nil, gives -recompute model (and selective:S=model)
+	// what the -model file marks for recompute in each of a program's
+	// stages (of copies model copies): gen/model's Model.Marks of the split
+	// gen records in Spec.Layers; gen/gencmd and gen/auto set it with
+	// -model.
+	Marked func(stages, copies int) ([]ir.Mark, error)
 	// Set holds the values of the options the passes declare in their
 	// own files (Declared: -recompute, ...), by Option.Name; "" or absent
 	// is off. Pipeline runs the pass of each one set.

@@ -17,7 +17,7 @@ import (
 // at F and rebuild them with a RECOMPUTE step before the backward.
 var recomputeOption = Option{
 	Name:   "recompute",
-	Usage:  "recompute policy per stage: none, full (every stage), full:S,S,... (those stages), selective:F (the first share F in (0, 1] of every stage's layers) or selective:S=F,... (those stages and shares, e.g. selective:0=0.5,2=0.25) or model (with -model: per stage the layers the model file marks \"recompute\": true, which must be the stage's first ones; docs/model.md): each F of such a stage keeps only the stage's input (and, selective, the activations of the layers it does not recompute), and a RECOMPUTE step re-runs the forward (of the share) right before the chunk's first backward (B or I), trading a forward's time (-cost or -model's R, default F; times the share) for the chunk's activations (times the share) between the two; with @idle (full@idle, full:0,1@idle) each RECOMPUTE then moves earlier into its rank's idle time where that shortens the simulated iteration while no rank's simulated peak of live chunks exceeds the largest rank's; no effect with -forward-only or on a program that holds them already",
+	Usage:  "recompute policy per stage: none, full (every stage), full:S,S,... (those stages), selective:F (the first share F in (0, 1] of every stage's layers) or selective:S=F,... (those stages and shares, e.g. selective:0=0.5,2=0.25; F may be model: that stage's marked layers) or model (with -model: per stage the layers the model file marks \"recompute\": true, anywhere in the stage, its memory share their act and its cost their R; docs/model.md): each F of such a stage keeps only the stage's input (and, selective, the activations of the layers it does not recompute), and a RECOMPUTE step re-runs the forward (of the share) right before the chunk's first backward (B or I), trading a forward's time (-cost or -model's R, default F; times the share) for the chunk's activations (times the share) between the two; with @idle (full@idle, full:0,1@idle) each RECOMPUTE then moves earlier into its rank's idle time where that shortens the simulated iteration while no rank's simulated peak of live chunks exceeds the largest rank's; no effect with -forward-only or on a program that holds them already",
 	Before: "slots",
 	Check:  func(v string) error { _, err := ParseRecompute(v); return err },
 	Run: func(p ir.Program, v string, opt Options) (ir.Program, error) {
@@ -25,10 +25,8 @@ var recomputeOption = Option{
 		if err != nil {
 			return ir.Program{}, err
 		}
-		if pol.Model {
-			if pol, err = modelPolicy(p, pol, opt.MarkedShares); err != nil {
-				return ir.Program{}, err
-			}
+		if pol, err = pol.Resolve(p, opt.Marked); err != nil {
+			return ir.Program{}, err
 		}
 		q, err := Recompute(p, pol)
 		if err != nil || !pol.Idle {
@@ -54,9 +52,93 @@ type RecomputePolicy struct {
 	Share  float64
 	Shares []float64
 	// Model is -recompute model: the stages and shares are those of the
-	// layers the -model file marks (Options.MarkedShares), which
-	// modelPolicy fills in for a program's stages.
-	Model bool
+	// layers the -model file marks (Options.Marked), which Resolve fills
+	// in for a program's stages. FromModel, without All, says per listed
+	// stage that it recomputes its marked layers (selective:S=model),
+	// which Resolve fills in too.
+	Model     bool
+	FromModel []bool
+	// Costs and Layers are, per listed stage, set by Resolve from the
+	// model's marks: the share of the stage's R a RECOMPUTE costs (0: its
+	// share's) and the layers it re-runs (nil: the first share of them);
+	// ir.Program's RecomputeCost and RecomputeLayers.
+	Costs  []float64
+	Layers [][]int
+}
+
+// Resolve fills in the stages of pol that take the -model file's marks
+// (Model, FromModel) from marked (Options.Marked) for p's stages, and
+// returns the policy; a policy without them is returned as it is. An
+// error says when there is no -model, when no stage has a marked layer
+// under Model, and names a stage of FromModel without one. pol is not
+// modified.
+func (pol RecomputePolicy) Resolve(p ir.Program, marked func(stages, copies int) ([]ir.Mark, error)) (RecomputePolicy, error) {
+	if !pol.Model && !slices.Contains(pol.FromModel, true) {
+		return pol, nil
+	}
+	if marked == nil {
+		return RecomputePolicy{}, fmt.Errorf(`-recompute %s recomputes the layers a -model file marks "recompute": true; give -model FILE (docs/model.md), or -recompute full or selective:F`, pol.value())
+	}
+	marks, err := marked(p.Stages(), max(p.Copies, 1))
+	if err != nil {
+		return RecomputePolicy{}, fmt.Errorf("-recompute %s: %w", pol.value(), err)
+	}
+	if len(marks) != p.Stages() {
+		return RecomputePolicy{}, fmt.Errorf("-recompute %s: the model's marks cover %d stages, the program has %d", pol.value(), len(marks), p.Stages())
+	}
+	out := RecomputePolicy{Idle: pol.Idle}
+	add := func(s int, share float64, mk ir.Mark) {
+		out.Stages = append(out.Stages, s)
+		out.Shares = append(out.Shares, share)
+		out.Costs = append(out.Costs, mk.Cost)
+		out.Layers = append(out.Layers, mk.Layers)
+	}
+	if pol.Model {
+		for s, mk := range marks {
+			if mk.Share > 0 {
+				add(s, mk.Share, mk)
+			}
+		}
+		if len(out.Stages) == 0 {
+			return RecomputePolicy{}, errors.New(`-recompute model: no stage holds a layer the -model file marks "recompute": true`)
+		}
+		return out, nil
+	}
+	for i, s := range pol.Stages {
+		switch {
+		case i < len(pol.FromModel) && pol.FromModel[i]:
+			if s >= len(marks) || marks[s].Share <= 0 {
+				return RecomputePolicy{}, fmt.Errorf(`-recompute %s: stage %d holds no layer the -model file marks "recompute": true; give it a share (%d=F) or mark its layers`, pol.value(), s, s)
+			}
+			add(s, marks[s].Share, marks[s])
+		default:
+			add(s, pol.Part(s), ir.Mark{})
+		}
+	}
+	return out, nil
+}
+
+// value is the -recompute value of an unresolved model policy, for
+// errors.
+func (pol RecomputePolicy) value() string {
+	if pol.Model {
+		return "model"
+	}
+	var f []string
+	for i, s := range pol.Stages {
+		v := strconv.FormatFloat(pol.Part(s), 'g', -1, 64)
+		if i < len(pol.FromModel) && pol.FromModel[i] {
+			v = "model"
+		}
+		f = append(f, strconv.Itoa(s)+"="+v)
+	}
+	return "selective:" + strings.Join(f, ",")
+}
+
+// index is the position of stage s in pol.Stages, ok false when it is
+// not listed.
+func (pol RecomputePolicy) index(s int) (int, bool) {
+	return slices.BinarySearch(pol.Stages, s)
 }
 
 // On reports whether stage s recomputes under the policy.
@@ -77,7 +159,7 @@ func (pol RecomputePolicy) Part(s int) float64 {
 	}
 	f := pol.Share
 	if !pol.All {
-		i, _ := slices.BinarySearch(pol.Stages, s)
+		i, _ := pol.index(s)
 		f = 0
 		if i < len(pol.Shares) {
 			f = pol.Shares[i]
@@ -90,14 +172,16 @@ func (pol RecomputePolicy) Part(s int) float64 {
 }
 
 // recomputeWant is what every -recompute error ends with.
-const recomputeWant = "want none, full (every stage), full:S,S,... (those stages, e.g. full:0,2), selective:F (a share F in (0, 1] of every stage's layers, e.g. selective:0.5) or selective:S=F,... (e.g. selective:0=0.5,2=0.25) or model (the layers a -model file marks \"recompute\": true), then @idle to move each RECOMPUTE into idle time"
+const recomputeWant = "want none, full (every stage), full:S,S,... (those stages, e.g. full:0,2), selective:F (a share F in (0, 1] of every stage's layers, e.g. selective:0.5) or selective:S=F,... (e.g. selective:0=0.5,2=0.25; F model: the stage's marked layers, e.g. selective:0=1,2=model) or model (the layers a -model file marks \"recompute\": true), then @idle to move each RECOMPUTE into idle time"
 
 // ParseRecompute parses -recompute's value: "none" (or ""), "full" (every
 // stage), "full:0,2" (stages 0 and 2), "selective:0.5" (half of every
 // stage's layers: the first half, whose activations the F drops and the
 // RECOMPUTE rebuilds; the F keeps the rest) or "selective:0=0.5,2=0.25"
-// (those stages, those shares; a share of 1 is full), any of the last
-// four with "@idle" after it (Idle).
+// (those stages, those shares; a share of 1 is full; a share "model" is
+// the stage's layers a -model file marks, FromModel), "model" (every
+// stage's marked layers, Model), any but "none" with "@idle" after it
+// (Idle).
 func ParseRecompute(v string) (RecomputePolicy, error) {
 	if base, ok := strings.CutSuffix(v, "@idle"); ok && base != "" && base != "none" {
 		pol, err := ParseRecompute(base)
@@ -129,7 +213,7 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 		f, err := parseRecomputeShare(list, v)
 		return RecomputePolicy{All: true, Share: f}, err
 	case policy == "selective":
-		share := map[int]float64{}
+		share := map[int]float64{} // -1: the stage's marked layers
 		for item := range strings.SplitSeq(list, ",") {
 			st, fv, ok := strings.Cut(item, "=")
 			if !ok {
@@ -139,9 +223,11 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 			if err != nil {
 				return RecomputePolicy{}, err
 			}
-			f, err := parseRecomputeShare(fv, v)
-			if err != nil {
-				return RecomputePolicy{}, err
+			f := -1.0
+			if strings.TrimSpace(fv) != "model" {
+				if f, err = parseRecomputeShare(fv, v); err != nil {
+					return RecomputePolicy{}, err
+				}
 			}
 			if _, dup := share[s]; dup {
 				return RecomputePolicy{}, fmt.Errorf("stage %d is given twice in %q; give each stage one share", s, v)
@@ -150,37 +236,17 @@ func ParseRecompute(v string) (RecomputePolicy, error) {
 		}
 		var pol RecomputePolicy
 		pol.Stages = slices.Sorted(maps.Keys(share))
-		for _, s := range pol.Stages {
-			pol.Shares = append(pol.Shares, share[s])
+		pol.FromModel = make([]bool, len(pol.Stages))
+		for i, s := range pol.Stages {
+			pol.Shares = append(pol.Shares, max(share[s], 0))
+			pol.FromModel[i] = share[s] < 0
+		}
+		if !slices.Contains(pol.FromModel, true) {
+			pol.FromModel = nil
 		}
 		return pol, nil
 	}
 	return RecomputePolicy{}, fmt.Errorf("unknown recompute policy %q; %s", v, recomputeWant)
-}
-
-// modelPolicy resolves -recompute model for p: the stages whose first
-// layers the -model file marks, each with the marked share of its layers
-// (marked, Options.MarkedShares: per stage of p, 0 for none, 1 for all).
-// It keeps pol's Idle.
-func modelPolicy(p ir.Program, pol RecomputePolicy, marked func(stages, copies int) ([]float64, error)) (RecomputePolicy, error) {
-	if marked == nil {
-		return RecomputePolicy{}, fmt.Errorf(`-recompute model recomputes the layers a -model file marks "recompute": true; give -model FILE (docs/model.md), or -recompute full or selective:F`)
-	}
-	shares, err := marked(p.Stages(), max(p.Copies, 1))
-	if err != nil {
-		return RecomputePolicy{}, fmt.Errorf("-recompute model: %w", err)
-	}
-	out := RecomputePolicy{Idle: pol.Idle}
-	for s, f := range shares {
-		if f > 0 {
-			out.Stages = append(out.Stages, s)
-			out.Shares = append(out.Shares, f)
-		}
-	}
-	if len(out.Stages) == 0 {
-		return RecomputePolicy{}, errors.New(`-recompute model: no stage begins with a layer the -model file marks "recompute": true`)
-	}
-	return out, nil
 }
 
 // parseRecomputeStage parses one stage of -recompute's value v.
@@ -211,7 +277,10 @@ func parseRecomputeShare(f, v string) (float64, error) {
 // gen/verify counts the chunk live from its RECOMPUTE, not its F). Under a
 // selective policy the program's RecomputeShare holds each such stage's
 // share: its F drops that share of the chunk's activations and keeps the
-// rest, and its RECOMPUTE re-runs that share of the forward.
+// rest, and its RECOMPUTE re-runs that share of the forward; a policy
+// Resolved from a model's marks also sets RecomputeCost (the marked
+// layers' share of R, where it differs) and RecomputeLayers (which layers).
+// A policy that still takes a model's marks is refused: Resolve it first.
 //
 // It runs after the transfers, FSDP, ties and OPT_STEP are in place and
 // before "slots", which gives each RECOMPUTE its chunk's slot. A
@@ -220,6 +289,9 @@ func parseRecomputeShare(f, v string) (float64, error) {
 // refused (swapping and recomputing are two ways to free the same
 // activations), as is a stage outside the program. p is not modified.
 func Recompute(p ir.Program, pol RecomputePolicy) (ir.Program, error) {
+	if pol.Model || slices.Contains(pol.FromModel, true) {
+		return ir.Program{}, errors.New("recompute: the policy takes a -model file's marks; Resolve it for the program first")
+	}
 	if (!pol.All && len(pol.Stages) == 0) || p.ForwardOnly() {
 		return p, nil
 	}
@@ -239,13 +311,29 @@ func Recompute(p ir.Program, pol RecomputePolicy) (ir.Program, error) {
 	}
 	q := p
 	q.Ranks = make([][]ir.Step, len(p.Ranks))
-	q.RecomputeShare = nil
+	q.RecomputeShare, q.RecomputeCost, q.RecomputeLayers = nil, nil, nil
 	for s := range S {
 		if f := pol.Part(s); f > 0 && f < 1 {
 			if q.RecomputeShare == nil {
 				q.RecomputeShare = make([]float64, S)
 			}
 			q.RecomputeShare[s] = f
+		}
+		i, ok := pol.index(s)
+		if pol.All || !ok {
+			continue
+		}
+		if i < len(pol.Costs) && pol.Costs[i] > 0 && pol.Costs[i] != pol.Part(s) {
+			if q.RecomputeCost == nil {
+				q.RecomputeCost = make([]float64, S)
+			}
+			q.RecomputeCost[s] = pol.Costs[i]
+		}
+		if i < len(pol.Layers) && pol.Layers[i] != nil {
+			if q.RecomputeLayers == nil {
+				q.RecomputeLayers = make([][]int, S)
+			}
+			q.RecomputeLayers[s] = pol.Layers[i]
 		}
 	}
 	M := p.Micro

@@ -41,6 +41,9 @@ func TestParseRecompute(t *testing.T) {
 		{"model", RecomputePolicy{Model: true}, ""},
 		{"model@idle", RecomputePolicy{Model: true, Idle: true}, ""},
 		{"model:0", RecomputePolicy{}, "unknown recompute policy"},
+		{"selective:2=model,0=0.5", RecomputePolicy{Stages: []int{0, 2}, Shares: []float64{0.5, 0}, FromModel: []bool{false, true}}, ""},
+		{"selective:1=model@idle", RecomputePolicy{Stages: []int{1}, Shares: []float64{0}, FromModel: []bool{true}, Idle: true}, ""},
+		{"selective:model", RecomputePolicy{}, "not a number in (0, 1]"},
 	} {
 		got, err := ParseRecompute(tc.in)
 		switch {
@@ -49,7 +52,7 @@ func TestParseRecompute(t *testing.T) {
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
 		case tc.err == "" && (got.All != tc.want.All || got.Idle != tc.want.Idle || !slices.Equal(got.Stages, tc.want.Stages) ||
-			got.Share != tc.want.Share || !slices.Equal(got.Shares, tc.want.Shares) || got.Model != tc.want.Model):
+			got.Share != tc.want.Share || !slices.Equal(got.Shares, tc.want.Shares) || got.Model != tc.want.Model || !slices.Equal(got.FromModel, tc.want.FromModel)):
 			t.Errorf("%q: got %+v; want %+v", tc.in, got, tc.want)
 		}
 	}
@@ -204,7 +207,8 @@ func FuzzParseRecompute(f *testing.F) {
 	for _, s := range []string{"", "none", "full", "full:0,2", "full:2,0,2", "selective:0.5", "selective:0=0.5,2=0.25",
 		"selective:0=1", "model", "model@idle", "full@idle", "selective:0.25@idle", "none@idle", "@idle", "full@idle@idle",
 		"full:", "full:-1", "full:99999999999", "selective:", "selective:0", "selective:1.5", "selective:NaN",
-		"selective:0=0.5,0=0.5", "selective:0=", "selective:=0.5", "selective:0=0.5,x", "partial"} {
+		"selective:0=0.5,0=0.5", "selective:0=", "selective:=0.5", "selective:0=0.5,x", "partial",
+		"selective:0=model,2=0.5", "selective:1=model@idle", "selective:model", "selective:0=model,0=model"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
@@ -217,6 +221,9 @@ func FuzzParseRecompute(f *testing.F) {
 		}
 		if len(pol.Shares) != 0 && len(pol.Shares) != len(pol.Stages) {
 			t.Fatalf("ParseRecompute(%q): %d shares for %d stages", v, len(pol.Shares), len(pol.Stages))
+		}
+		if len(pol.FromModel) != 0 && len(pol.FromModel) != len(pol.Stages) {
+			t.Fatalf("ParseRecompute(%q): %d model marks for %d stages", v, len(pol.FromModel), len(pol.Stages))
 		}
 		for _, s := range pol.Stages {
 			if s < 0 || s > ir.MaxIndex {

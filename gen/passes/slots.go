@@ -39,7 +39,7 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	rankOf := p.Placement.RankOf
 	S, M := len(rankOf), p.Micro
 	shared := slotter{rankOf: rankOf, rt: &ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies}, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
-	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ties: p.Ties, RecomputeShare: p.RecomputeShare, Ranks: make([][]ir.Step, len(p.Ranks))}
+	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ties: p.Ties, RecomputeShare: p.RecomputeShare, RecomputeCost: p.RecomputeCost, RecomputeLayers: p.RecomputeLayers, Ranks: make([][]ir.Step, len(p.Ranks))}
 	counts := make([]int, len(p.Ranks))
 	// Every chunk lives on one rank, so ranks touch disjoint parts of the
 	// per-chunk arrays and run in parallel, each worker with its own scratch.

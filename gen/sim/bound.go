@@ -93,7 +93,7 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 			if st.Kind == abi.Recompute && st.Stage >= 0 && st.Stage < S {
 				// the rank re-runs the forward: its work, and the
 				// chunk is not live from its F to its backward
-				work[r] += c.StepCost(*st) * p.RecomputePart(st.Stage)
+				work[r] += c.StepCost(*st) * p.RecomputeCostPart(st.Stage)
 				recomputes[st.Stage], anyRecompute = true, true
 			}
 			overlaps = overlaps || st.Kind.IsOverlap()
@@ -227,7 +227,7 @@ func LowerBound(p ir.Program, c Cost, opt BoundOptions) (float64, error) {
 				// A recomputed chunk lives from its RECOMPUTE, which
 				// follows the stage's first F, to its last backward.
 				k := recomputeLive[s]
-				life := c.StepCost(ir.Step{Kind: abi.Recompute, Stage: s})*p.RecomputePart(s) + chunkBack[s]
+				life := c.StepCost(ir.Step{Kind: abi.Recompute, Stage: s})*p.RecomputeCostPart(s) + chunkBack[s]
 				bound = max(bound, pre[s]+of(c.F, s)+float64((runs[s]+k-1)/k)*life)
 			}
 			if s >= len(opt.MaxLive) || opt.MaxLive[s] <= 0 || runs[s] == 0 {

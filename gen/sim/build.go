@@ -181,7 +181,7 @@ func newSimulator(p ir.Program, c Cost) (*simulator, error) {
 				// cost), OPT_STEP; 0 for a kind StepCost does not price.
 				s.dur[e] = rc.StepCost(st)
 				if k == abi.Recompute {
-					s.dur[e] *= p.RecomputePart(st.Stage) // selective: its share
+					s.dur[e] *= p.RecomputeCostPart(st.Stage) // selective: its share
 				}
 			}
 			if k.IsOverlap() {

@@ -11,6 +11,10 @@ import (
 // matches runtime/pipe's Stage interface structurally.
 type Sequential struct {
 	Layers []Layer
+	// recompute marks the layers Select named for selective recompute:
+	// Forward keeps the input of each run of them, Drop drops their
+	// contexts. nil: none.
+	recompute []bool
 }
 
 // seqSaved is the context of one Sequential.Forward.
@@ -20,7 +24,10 @@ type seqSaved struct {
 	// dys[i] is the gradient with respect to layer i's output, kept by
 	// BackwardInput for BackwardWeight for layers i < n-1 that have
 	// parameters. The last layer's comes from BackwardWeight's dy.
-	dys        []*tensor.Dense
+	dys []*tensor.Dense
+	// runIn[i] is the input of layer i when i begins a run of layers
+	// Select marked (Forward keeps it for Drop; i > 0).
+	runIn      []*tensor.Dense
 	outShape   tensor.Shape
 	outDtype   tensor.Dtype
 	inputDone  bool
@@ -80,10 +87,16 @@ func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 		return nil, nil, err
 	}
 	sv := &seqSaved{s: s, ctx: make([]any, len(s.Layers)), dys: make([]*tensor.Dense, len(s.Layers))}
+	if s.recompute != nil {
+		sv.runIn = make([]*tensor.Dense, len(s.Layers))
+	}
 	y := x
 	for i, l := range s.Layers {
 		if l == nil {
 			return nil, nil, fmt.Errorf("nn: Sequential.Forward: layer %d is nil", i)
+		}
+		if s.runStart(i) {
+			sv.runIn[i] = y
 		}
 		var err error
 		y, sv.ctx[i], err = l.Forward(y)

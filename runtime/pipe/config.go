@@ -246,6 +246,9 @@ func New(cfg Config) (*Exec, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	raw := stages
+	if err := selectLayers(sp, r, raw); err != nil {
+		return nil, err
+	}
 	if cfg.Timeline != nil {
 		stages = cfg.Timeline.wrap(r, raw)
 	}

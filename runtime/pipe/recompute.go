@@ -9,20 +9,92 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// Recomputable is a Stage that recomputes a share of its layers (selective
-// recompute, Spec.RecomputeShare). After the chunk's F, Drop gets the
-// input x and the context Forward saved, and returns what the chunk keeps
-// until its RECOMPUTE: what the layers outside the share saved, and what
-// re-running the share takes (its input). At the RECOMPUTE, Rebuild
-// re-runs the share's layers from kept and returns the context Forward
-// returned, bit for bit (a deterministic forward), for the chunk's
-// backward. runtime/nn's Sequential implements it, recomputing the first
-// share of its layers. A stage of Spec.Recompute that does not implement it
-// recomputes whole: its F keeps only the input, and RECOMPUTE re-runs
-// Forward.
+// Recomputable is a Stage that recomputes some of its layers (selective
+// recompute: Spec.RecomputeShare, Spec.RecomputeLayers). New calls Select
+// once, before any Forward, with the stage's share and its layers (the
+// indices within the stage that Spec.RecomputeLayers lists; nil: the
+// first share of the stage's layers), so that the stage's Forward keeps
+// what Drop will need. After the chunk's F, Drop gets the input x and the
+// context Forward saved, and returns what the chunk keeps until its
+// RECOMPUTE: what the layers outside the selection saved, and what
+// re-running the selected layers takes (the input of each run of them).
+// At the RECOMPUTE, Rebuild re-runs the selected layers from kept and
+// returns the context Forward returned, bit for bit (a deterministic
+// forward), for the chunk's backward. runtime/nn's Sequential implements
+// it. A stage of Spec.Recompute that does not implement it recomputes
+// whole: its F keeps only the input, and RECOMPUTE re-runs Forward.
 type Recomputable interface {
-	Drop(x *tensor.Dense, saved any, share float64) (kept any, err error)
+	Select(share float64, layers []int) error
+	Drop(x *tensor.Dense, saved any) (kept any, err error)
 	Rebuild(kept any) (saved any, err error)
+}
+
+// selectLayers calls Select on each Recomputable stage of rank r that
+// recomputes selectively under sp (selective), with its share and
+// layers.
+func selectLayers(sp Spec, r int, stages []Stage) error {
+	for _, s := range sp.Recompute {
+		if s < 0 || s >= len(stages) || stages[s] == nil || !selective(sp, s) {
+			continue
+		}
+		rs, ok := stages[s].(Recomputable)
+		if !ok {
+			continue
+		}
+		var layers []int
+		if s < len(sp.RecomputeLayers) {
+			layers = sp.RecomputeLayers[s]
+		}
+		if err := rs.Select(shareOf(sp, s), layers); err != nil {
+			return fmt.Errorf("pipe: rank %d: stage %d (a %T) refuses its selective recompute (RecomputeShare %v, RecomputeLayers %v): %w", r, s, stages[s], shareOf(sp, s), layers, err)
+		}
+	}
+	return nil
+}
+
+// selective reports whether stage s of sp recomputes a selection of its
+// layers, not the whole stage: it has a share under 1 or a list of
+// layers.
+func selective(sp Spec, s int) bool {
+	return shareOf(sp, s) < 1 || (s < len(sp.RecomputeLayers) && len(sp.RecomputeLayers[s]) > 0)
+}
+
+// shareOf is the share of stage s's activations a RECOMPUTE of it drops
+// and rebuilds under sp.RecomputeShare: 1 (the whole stage) when none is
+// given.
+func shareOf(sp Spec, s int) float64 {
+	if s < len(sp.RecomputeShare) {
+		if f := sp.RecomputeShare[s]; f > 0 && f < 1 {
+			return f
+		}
+	}
+	return 1
+}
+
+// checkRecomputeLayers checks Spec.RecomputeLayers: one entry per stage
+// (or nil), each increasing and non-negative, and only for stages of
+// Recompute.
+func checkRecomputeLayers(s *Spec) error {
+	if s.RecomputeLayers == nil {
+		return nil
+	}
+	if len(s.RecomputeLayers) != s.Stages {
+		return fmt.Errorf("len(RecomputeLayers) = %d, want Stages = %d (or nil)", len(s.RecomputeLayers), s.Stages)
+	}
+	for st, ls := range s.RecomputeLayers {
+		if len(ls) == 0 {
+			continue
+		}
+		if _, ok := slices.BinarySearch(s.Recompute, st); !ok {
+			return fmt.Errorf("RecomputeLayers[%d] = %v, but stage %d is not in Recompute %v; list the layers of recomputing stages only", st, ls, st, s.Recompute)
+		}
+		for i, l := range ls {
+			if l < 0 || (i > 0 && l <= ls[i-1]) {
+				return fmt.Errorf("RecomputeLayers[%d] = %v: want increasing layer indices within the stage, from 0", st, ls)
+			}
+		}
+	}
+	return nil
 }
 
 // Recompute runs RECOMPUTE(stage, micro) in slot (`ppgen gen -recompute`):
@@ -100,13 +172,14 @@ func (x *Exec) recomputes(stage int) bool {
 
 // dropAtF is the F of a chunk of a recomputing stage: it keeps what the
 // chunk's RECOMPUTE needs, in place of the context saved the stage
-// returned: what Recomputable.Drop keeps, under a selective share of a
-// stage that implements it, else the input in. It reports whether it
+// returned: what Recomputable.Drop keeps, for a stage that recomputes
+// selectively (a share or a list of layers) and implements it, else the
+// input in. It reports whether it
 // succeeded (a failed Drop fails the rank).
 func (x *Exec) dropAtF(s *slotState, stage, micro int, in *tensor.Dense, saved any) bool {
-	if f := x.share(stage); f < 1 {
+	if selective(x.spec, stage) {
 		if rs, ok := x.raw[stage].(Recomputable); ok {
-			kept, err := rs.Drop(in, saved, f)
+			kept, err := rs.Drop(in, saved)
 			if err != nil || kept == nil {
 				if err == nil {
 					err = fmt.Errorf("Drop kept nothing")
@@ -125,16 +198,9 @@ func (x *Exec) dropAtF(s *slotState, stage, micro int, in *tensor.Dense, saved a
 	return true
 }
 
-// share is the share of stage a RECOMPUTE of it re-runs under
-// Spec.RecomputeShare: 1 (the whole stage) when none is given.
-func (x *Exec) share(stage int) float64 {
-	if stage < len(x.spec.RecomputeShare) {
-		if f := x.spec.RecomputeShare[stage]; f > 0 && f < 1 {
-			return f
-		}
-	}
-	return 1
-}
+// share is the share of stage's activations a RECOMPUTE of it rebuilds
+// (shareOf).
+func (x *Exec) share(stage int) float64 { return shareOf(x.spec, stage) }
 
 // dropParts is how much of a chunk of stage (in memCount's parts) its F
 // drops and its RECOMPUTE rebuilds: the stage's share when it keeps the

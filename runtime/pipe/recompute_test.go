@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,17 +92,24 @@ type halfAffine struct {
 	*affine
 	drops, rebuilds int
 	fail            error
+	share           float64 // what Select got
+	layers          []int
 }
 
 type halfKept struct{ x any }
 
-func (h *halfAffine) Drop(x *tensor.Dense, saved any, share float64) (any, error) {
+func (h *halfAffine) Select(share float64, layers []int) error {
+	h.share, h.layers = share, layers
+	return nil
+}
+
+func (h *halfAffine) Drop(x *tensor.Dense, saved any) (any, error) {
 	h.drops++
 	if h.fail != nil {
 		return nil, h.fail
 	}
-	if share != 0.5 {
-		return nil, fmt.Errorf("share %v, want 0.5", share)
+	if h.share != 0.5 {
+		return nil, fmt.Errorf("share %v, want 0.5", h.share)
 	}
 	return halfKept{saved}, nil
 }
@@ -210,5 +218,58 @@ func TestTimelineRecordsRecompute(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// refusing is a Recomputable whose Select refuses every selection.
+type refusing struct{ *halfAffine }
+
+func (refusing) Select(float64, []int) error { return errors.New("has 1 layer") }
+
+// TestRecomputeLayersSpec: New gives a Recomputable stage its share and
+// its Spec.RecomputeLayers entry through Select (a stage with a list of
+// layers recomputes selectively even at share 1), fails when Select
+// refuses them, and Spec.Validate refuses a list of the wrong length, out
+// of order, negative or for a stage that does not recompute.
+func TestRecomputeLayersSpec(t *testing.T) {
+	spec := func(rc []int, share []float64, layers [][]int) pipe.Spec {
+		return pipe.Spec{Schedule: "test-recompute", Ranks: 1, Stages: 1, Micro: 2, Slots: []int{2}, RankOf: []int{0},
+			Fingerprint: "test:recompute", Recompute: rc, RecomputeShare: share, RecomputeLayers: layers}
+	}
+	h := &halfAffine{affine: &affine{A: 0.5}}
+	x, err := pipe.New(pipe.Config{Rank: 0, Spec: spec([]int{0}, []float64{0.5}, [][]int{{1, 3}}), Stages: map[int]pipe.Stage{0: h}, Loss: mse{}, Data: &data{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+	if h.share != 0.5 || !slices.Equal(h.layers, []int{1, 3}) {
+		t.Errorf("Select got share %v, layers %v; want 0.5, [1 3]", h.share, h.layers)
+	}
+	h = &halfAffine{affine: &affine{A: 0.5}}
+	if x, err = pipe.New(pipe.Config{Rank: 0, Spec: spec([]int{0}, nil, [][]int{{2}}), Stages: map[int]pipe.Stage{0: h}, Loss: mse{}, Data: &data{}}); err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+	if h.share != 1 || !slices.Equal(h.layers, []int{2}) {
+		t.Errorf("share 1 with layers: Select got share %v, layers %v; want 1, [2]", h.share, h.layers)
+	}
+	_, err = pipe.New(pipe.Config{Rank: 0, Spec: spec([]int{0}, []float64{0.5}, [][]int{{1}}), Stages: map[int]pipe.Stage{0: refusing{&halfAffine{affine: &affine{}}}}, Loss: mse{}, Data: &data{}})
+	if err == nil || !strings.Contains(err.Error(), "stage 0") || !strings.Contains(err.Error(), "refuses its selective recompute") || !strings.Contains(err.Error(), "has 1 layer") {
+		t.Errorf("a refused Select: %v", err)
+	}
+	for _, tc := range []struct {
+		rc     []int
+		layers [][]int
+		words  string
+	}{
+		{[]int{0}, [][]int{{1}, {2}}, "len(RecomputeLayers) = 2"},
+		{[]int{0}, [][]int{{2, 1}}, "want increasing layer indices"},
+		{[]int{0}, [][]int{{-1}}, "want increasing layer indices"},
+		{[]int{0}, [][]int{{1, 1}}, "want increasing layer indices"},
+		{nil, [][]int{{1}}, "stage 0 is not in Recompute"},
+	} {
+		if err := spec(tc.rc, nil, tc.layers).Validate(); err == nil || !strings.Contains(err.Error(), tc.words) {
+			t.Errorf("RecomputeLayers %v: %v; want %q", tc.layers, err, tc.words)
+		}
 	}
 }

@@ -74,8 +74,16 @@ type Spec struct {
 	// whole stage). A stage that implements Recomputable then keeps, after
 	// its F, what Recomputable.Drop keeps for that share (the context of
 	// its other layers); one that does not keeps only its input and
-	// re-runs Forward whole, as under full recompute.
+	// re-runs Forward whole, as under full recompute. It is the share of a
+	// chunk's activations the F drops, which PeakLive counts.
 	RecomputeShare []float64
+	// RecomputeLayers, when not nil, holds per stage the layers (indices
+	// within the stage, increasing) a RECOMPUTE of a stage of Recompute
+	// re-runs (`ppgen gen -recompute model`: the layers a -model file marks
+	// "recompute": true, anywhere in the stage). A nil entry is the first
+	// share RecomputeShare of the stage's layers (selective:F). New gives a
+	// Recomputable stage its entry and share through Select.
+	RecomputeLayers [][]int
 }
 
 // kindStages is a Spec field of stages named after a kind (rebuiltStages).
@@ -174,6 +182,9 @@ func (s Spec) Validate() error {
 		if !(f >= 0 && f <= 1) {
 			return fmt.Errorf("RecomputeShare[%d] = %v, want a share in [0, 1]", st, f)
 		}
+	}
+	if err := checkRecomputeLayers(&s); err != nil {
+		return err
 	}
 	for st, l := range s.Layers {
 		if l[0] < 0 || l[1] <= l[0] {

@@ -103,7 +103,10 @@ type Config struct {
 	// one nn.Sequential) before the loop ties or shards it, on world rank
 	// rank: nn.Swapping, to offload the saved activations at a program's
 	// swap steps (-swap), or an instrumented stage. The wrapper must hold
-	// seq's parameters, in order (Params); the loop checks it.
+	// seq's parameters, in order (Params); the loop checks it. Under a
+	// selective recompute policy (Spec.RecomputeShare or RecomputeLayers)
+	// a wrapper that does not forward seq's pipe.Recomputable methods
+	// (Select, Drop, Rebuild) makes its stage recompute whole.
 	WrapStage func(rank, stage int, seq *nn.Sequential) (nn.ParamStage, error)
 	// Tower, if set, builds a replica of a trainable preprocess (the
 	// first layers of the model kept out of the stages, or a vision tower:

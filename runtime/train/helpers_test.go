@@ -37,6 +37,7 @@ var (
 	tie       = train.Program{Spec: testprog.TieSpec, Ranks: testprog.TieRanks[:]}
 	recompute = train.Program{Spec: testprog.RecomputeSpec, Ranks: testprog.RecomputeRanks[:]}
 	selective = train.Program{Spec: testprog.SelectiveSpec, Ranks: testprog.SelectiveRanks[:]}
+	marked    = train.Program{Spec: testprog.MarkedSpec, Ranks: testprog.MarkedRanks[:]}
 )
 
 // layer builds layer i, seeded by i.

@@ -28,7 +28,7 @@ const lossesLine = "train losses:"
 // rankJob is one job of the MPI and NCCL tests, run by every rank.
 type rankJob struct {
 	World       string // Config.World: "mpi" or "nccl"
-	Program     string // "onef1b", "clip", "recompute", "selective" or "mpipe"
+	Program     string // "onef1b", "clip", "recompute", "selective", "marked" or "mpipe"
 	Steps, Stop int    // Config.Steps and StopAfter
 	Checkpoint  string // Config.CheckpointDir
 	Resume      string // Config.Resume
@@ -54,7 +54,7 @@ func jobRank(v string) error {
 	if err := json.Unmarshal([]byte(v), &j); err != nil {
 		return fmt.Errorf("%s: %w", jobVar, err)
 	}
-	p, ok := map[string]train.Program{"onef1b": onef1b, "clip": clip, "recompute": recompute, "selective": selective, "mpipe": mpipe}[j.Program]
+	p, ok := map[string]train.Program{"onef1b": onef1b, "clip": clip, "recompute": recompute, "selective": selective, "marked": marked, "mpipe": mpipe}[j.Program]
 	if !ok {
 		return fmt.Errorf("%s: no program %q", jobVar, j.Program)
 	}

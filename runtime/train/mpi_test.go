@@ -84,12 +84,13 @@ func TestMPIClip(t *testing.T) {
 }
 
 // TestMPIRecompute: under mpirun -np 4, over MPI, 1f1b at P=4 recomputing
-// every stage whole (-recompute full) and half of each stage's layers
-// (-recompute selective:0.5, nn.Sequential's Drop and Rebuild) trains to
-// the losses of 1f1b without recompute in process, bit for bit.
+// every stage whole (-recompute full), half of each stage's layers
+// (-recompute selective:0.5, nn.Sequential's Drop and Rebuild) and the
+// layers marked.json marks (-recompute model, not a prefix) trains to the
+// losses of 1f1b without recompute in process, bit for bit.
 func TestMPIRecompute(t *testing.T) {
 	ref := losses(run(t, config(onef1b, 1, 2*half)))
-	for _, prog := range []string{"recompute", "selective"} {
+	for _, prog := range []string{"recompute", "selective", "marked"} {
 		t.Run(prog, func(t *testing.T) {
 			same(t, "losses over MPI with recompute and in process without", mpirunJob(t, rankJob{Program: prog, Steps: 2 * half}), ref)
 		})

@@ -156,10 +156,12 @@ func TestTie(t *testing.T) {
 }
 
 // TestRecompute: the loop trains 1f1b at P=4 recomputing every stage
-// whole (-recompute full) and half of each stage's layers (-recompute
+// whole (-recompute full), half of each stage's layers (-recompute
 // selective:0.5: the stages are nn.Sequentials, which Drop and Rebuild
-// their first layer) to the losses and parameters of 1f1b without
-// recompute, bit for bit (TestMPIRecompute does it over MPI).
+// their first layer) and the layers a model marks (-recompute model with
+// marked.json: the second layer of stages 0..2, not a prefix) to the
+// losses and parameters of 1f1b without recompute, bit for bit
+// (TestMPIRecompute does it over MPI).
 func TestRecompute(t *testing.T) {
 	dir := t.TempDir()
 	job := func(p train.Program, name string) *train.Result {
@@ -168,7 +170,7 @@ func TestRecompute(t *testing.T) {
 		return run(t, c)
 	}
 	ref := job(onef1b, "none")
-	for name, p := range map[string]train.Program{"full": recompute, "selective": selective} {
+	for name, p := range map[string]train.Program{"full": recompute, "selective": selective, "marked": marked} {
 		same(t, name+" losses", losses(job(p, name)), losses(ref))
 		same(t, name+" parameters", params(t, filepath.Join(dir, name)), params(t, filepath.Join(dir, "none")))
 	}

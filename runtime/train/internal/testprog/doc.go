@@ -8,7 +8,9 @@
 // of the same 8 layers), and 1f1b with FSDP steps at half the
 // micro-batches (two sharded replicas); 1f1b with swap steps (-swap 2)
 // and its program as data (-table: SwapProgram, for pipe.Interpret); and
-// 1f1b recomputing every stage whole and half of each stage's layers.
+// 1f1b recomputing every stage whole, half of each stage's layers, and
+// the layers marked.json marks "recompute": true (the second of stages
+// 0..2, not a prefix: -recompute model).
 // Regenerate with `go generate`.
 package testprog
 
@@ -27,3 +29,4 @@ package testprog
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -swap 2 -table -model model.json -name Swap -o swap_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute full -name Recompute -o recompute_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute selective:0.5 -name Selective -o selective_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model marked.json -recompute model -name Marked -o marked_gen.go

@@ -7,21 +7,22 @@ package pipe
 const SupportPackageIsVersion2 = true
 
 type Spec struct {
-	Schedule       string
-	Ranks          int
-	Stages         int
-	Micro          int
-	Slots          []int
-	RankOf         []int
-	Fingerprint    string
-	Copies         int
-	Owned          int
-	ShipLabels     bool
-	ForwardOnly    bool
-	Ties           []Tie
-	Layers         [][2]int
-	Recompute      []int
-	RecomputeShare []float64
+	Schedule        string
+	Ranks           int
+	Stages          int
+	Micro           int
+	Slots           []int
+	RankOf          []int
+	Fingerprint     string
+	Copies          int
+	Owned           int
+	ShipLabels      bool
+	ForwardOnly     bool
+	Ties            []Tie
+	Layers          [][2]int
+	Recompute       []int
+	RecomputeShare  []float64
+	RecomputeLayers [][]int
 }
 
 type Tie struct{ A, B int }
