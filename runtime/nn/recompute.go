@@ -48,6 +48,7 @@ func (s *Sequential) Drop(x *tensor.Dense, saved any, share float64) (any, error
 	}
 	k := RecomputedLayers(len(s.Layers), share)
 	clear(sv.ctx[:k])
+	clear(sv.outs[:k]) // left to the garbage collector: layer k's context may still read output k-1
 	return &seqKept{sv: sv, in: x, k: k}, nil
 }
 
@@ -72,6 +73,9 @@ func (s *Sequential) Rebuild(kept any) (any, error) {
 		var err error
 		if y, kp.sv.ctx[i], err = l.Forward(y); err != nil {
 			return nil, layerErr(where, i, l, err)
+		}
+		if i < kp.k-1 && ownsResults(l) {
+			kp.sv.outs[i] = y
 		}
 	}
 	kp.in = nil

@@ -20,7 +20,15 @@ type seqSaved struct {
 	// dys[i] is the gradient with respect to layer i's output, kept by
 	// BackwardInput for BackwardWeight for layers i < n-1 that have
 	// parameters. The last layer's comes from BackwardWeight's dy.
-	dys        []*tensor.Dense
+	dys []*tensor.Dense
+	// outs[i] is layer i's output for i < n-1 when the layer owns it
+	// (ownsResults), given back when the context ends (BackwardWeight);
+	// nil where it is not, and all nil once its tensors were swapped
+	// (SetSavedTensors) or dropped (Drop).
+	outs []*tensor.Dense
+	// swapped: the tensors were set by SetSavedTensors (a swap tier's
+	// copies may have replaced them); BackwardWeight gives none back.
+	swapped    bool
 	outShape   tensor.Shape
 	outDtype   tensor.Dtype
 	inputDone  bool
@@ -79,7 +87,8 @@ func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 	if _, _, _, err := matrix("Sequential.Forward", "input", x); err != nil {
 		return nil, nil, err
 	}
-	sv := &seqSaved{s: s, ctx: make([]any, len(s.Layers)), dys: make([]*tensor.Dense, len(s.Layers))}
+	n := len(s.Layers)
+	sv := &seqSaved{s: s, ctx: make([]any, n), dys: make([]*tensor.Dense, n), outs: make([]*tensor.Dense, n)}
 	y := x
 	for i, l := range s.Layers {
 		if l == nil {
@@ -92,6 +101,9 @@ func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 		}
 		if y == nil {
 			return nil, nil, fmt.Errorf("nn: Sequential.Forward: layer %d (%T) returned a nil output", i, l)
+		}
+		if i < n-1 && ownsResults(l) {
+			sv.outs[i] = y
 		}
 	}
 	sv.outShape, sv.outDtype = y.Shape().Clone(), y.Dtype()
@@ -162,6 +174,9 @@ func (s *Sequential) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, 
 			clear(sv.dys)
 			return nil, fmt.Errorf("nn: %s: layer %d (%T) returned a nil input gradient", where, i, l)
 		}
+		if i < n-1 && !hasParams && ownsResults(s.Layers[i+1]) {
+			giveBack(g) // layer i+1's input gradient: layer i, its one reader, is done
+		}
 		g = dx
 	}
 	// Contexts of layers without parameters are no longer needed.
@@ -204,11 +219,34 @@ func (s *Sequential) BackwardWeight(saved any, dy *tensor.Dense) error {
 		if err := l.BackwardWeight(sv.ctx[i], g); err != nil {
 			return layerErr(where, i, l, err)
 		}
+		if i < n-1 && !sv.swapped && ownsResults(s.Layers[i+1]) {
+			giveBack(g) // read by layer i's two backward calls, both done
+		}
 		sv.ctx[i], sv.dys[i] = nil, nil
 	}
 	sv.weightDone = true
-	sv.ctx, sv.dys = nil, nil
+	for _, t := range sv.outs {
+		giveBack(t) // every inner layer is done: nothing reads them
+	}
+	sv.ctx, sv.dys, sv.outs = nil, nil, nil
 	return nil
+}
+
+// ownsResults reports whether l's Forward returns a tensor it allocated
+// for the call, which nothing but the call's saved context and the caller
+// reads, and its BackwardInput likewise a gradient that nothing but the
+// caller reads: the layers of this package (a Sequential when its last and
+// first layers do). A Sequential gives such an inner output back when its
+// saved context ends, and such an inner gradient once the layer below is
+// done with it; other layers' results are left to the garbage collector.
+func ownsResults(l Layer) bool {
+	switch l := l.(type) {
+	case *Linear, *RMSNorm, *Embedding, *TiedHead, *Residual, CausalAttention, ReLU, Tanh, GELU:
+		return true
+	case *Sequential:
+		return l != nil && len(l.Layers) > 0 && ownsResults(l.Layers[0]) && ownsResults(l.Layers[len(l.Layers)-1])
+	}
+	return false
 }
 
 // Backward runs BackwardInput and then BackwardWeight.

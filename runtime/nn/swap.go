@@ -98,6 +98,10 @@ func (sv *seqSaved) SavedTensors() ([]*tensor.Dense, error) {
 }
 
 func (sv *seqSaved) SetSavedTensors(ts []*tensor.Dense) error {
+	// The inner outputs and gradients are the tier's now, or copies of
+	// them come back: the context gives none back (see giveBack).
+	clear(sv.outs)
+	sv.swapped = true
 	k := 0
 	for i, ctx := range sv.ctx {
 		if ctx == nil {
