@@ -249,6 +249,20 @@ func ownsResults(l Layer) bool {
 	return false
 }
 
+// keepsOutput reports whether l's saved context may read l's own output
+// in the backward: ReLU's and Tanh's do (their derivative is taken from
+// it), a Sequential's when its last layer's does, and any layer not of
+// this package may.
+func keepsOutput(l Layer) bool {
+	switch l := l.(type) {
+	case *Linear, *RMSNorm, *Embedding, *TiedHead, *Residual, CausalAttention, GELU:
+		return false
+	case *Sequential:
+		return l == nil || len(l.Layers) == 0 || keepsOutput(l.Layers[len(l.Layers)-1])
+	}
+	return true
+}
+
 // Backward runs BackwardInput and then BackwardWeight.
 func (s *Sequential) Backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
 	return fullBackward(s.BackwardInput, s.BackwardWeight, saved, dy)

@@ -93,8 +93,11 @@ func newVector(dt tensor.Dtype, n int) *tensor.Dense {
 //     inner layers, done by then; see ownsResults;
 //   - a Sequential's inner output gradients, once the inner layers that
 //     read them are done (Sequential.BackwardInput, BackwardWeight);
+//   - a Residual's inner output and inner input gradient, once added
+//     (the output only when the inner context does not read it: see
+//     keepsOutput);
 //   - attention's weights, at the end of its BackwardInput, the one call
-//     that reads them, and the row scratch of its softmax.
+//     that reads them, and the scratch of its softmax and backward.
 //
 // A buffer is given back only by the saved context that holds it, once
 // nothing reads it, so micro-batches in flight at once (several saved

@@ -640,6 +640,9 @@ func (r *Residual) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("nn: %s: %w", where, err)
 	}
+	if ownsResults(r.Inner) && !keepsOutput(r.Inner) {
+		giveBack(f) // the inner output: sum2 was its one reader
+	}
 	return y, &residualSaved{r: r, inner: inner, shape: x.Shape().Clone(), dtype: x.Dtype()}, nil
 }
 
@@ -688,7 +691,11 @@ func (r *Residual) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, er
 	if err != nil {
 		return nil, fmt.Errorf("nn: %s: %w", where, err)
 	}
-	return sum2(dy, di, s.shape[0], s.shape[1])
+	dx, err := sum2(dy, di, s.shape[0], s.shape[1])
+	if err == nil && ownsResults(r.Inner) {
+		giveBack(di) // the inner layer's input gradient: sum2 was its one reader
+	}
+	return dx, err
 }
 
 // BackwardWeight runs Inner.BackwardWeight with the same dy.
