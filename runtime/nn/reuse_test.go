@@ -61,8 +61,8 @@ func reuseRun(t *testing.T, dt tensor.Dtype) [][]float64 {
 // reuseStage builds a stage (a transformer block, an MLP branch with ReLU
 // and a Residual around Tanh) and runs two steps of 4 micro-batches:
 // F0 F1 F2 I0 F3 W0 I2 I1 W2 W1 I3 W3, the third chunk's forward dropped and
-// rebuilt before its backward, then the fused Backward of each in a second
-// step.
+// rebuilt before its backward, then an evaluation (forwards whose contexts
+// are released), then the fused Backward of each in a second step.
 func reuseStage(dt tensor.Dtype, seed uint64) ([][]float64, error) {
 	const d, heads, T, rows, micro = 16, 2, 8, 16, 4
 	rng := NewRand(seed)
@@ -122,6 +122,18 @@ func reuseStage(dt tensor.Dtype, seed uint64) ([][]float64, error) {
 			return nil, fmt.Errorf("step 1, call %d: %w", i, err)
 		}
 	}
+	// An evaluation: forwards whose contexts are released at once, the
+	// output read after (as a forward-only program sends it on).
+	for i := range micro {
+		y, s, err := m.Forward(xs[i])
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Release(s); err != nil {
+			return nil, fmt.Errorf("evaluation %d: %w", i, err)
+		}
+		out = append(out, f64(y))
+	}
 	for i := range micro {
 		if err := fwd(i); err != nil {
 			return nil, err
@@ -138,4 +150,34 @@ func reuseStage(dt tensor.Dtype, seed uint64) ([][]float64, error) {
 		out = append(out, f64(p.Grad))
 	}
 	return out, nil
+}
+
+// TestReleaseErrors: Release takes a context no backward has started on,
+// once; a released context takes no backward.
+func TestReleaseErrors(t *testing.T) {
+	rng := NewRand(3)
+	blk, err := NewTransformerBlock(8, 2, 4, 16, tensor.Float64, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewSequential(blk, newLin(t, 8, 8, tensor.Float64, rng))
+	x, dy := randMatrix(tensor.Float64, 8, 8, rng), randMatrix(tensor.Float64, 8, 8, rng)
+	_, s1, err := m.Forward(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(s1); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"Release twice":            m.Release(s1),
+		"BackwardInput after it":   func() error { _, err := m.BackwardInput(s1, dy); return err }(),
+		"BackwardWeight after it":  m.BackwardWeight(s1, dy),
+		"Release of another type":  m.Release(struct{}{}),
+		"Release after a backward": func() error { _, s2, _ := m.Forward(x); _, _ = m.BackwardInput(s2, dy); return m.Release(s2) }(),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
 }

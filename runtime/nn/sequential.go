@@ -232,6 +232,59 @@ func (s *Sequential) BackwardWeight(saved any, dy *tensor.Dense) error {
 	return nil
 }
 
+// Release ends a saved context of Forward that no backward will read (an
+// evaluation's): it hands the inner layers' outputs and attention's weights
+// back for reuse (see the package doc, Buffer reuse). The output Forward
+// returned stays the caller's. It returns an error, and changes nothing,
+// for a context the backward has started on; the context cannot be used
+// afterwards. It makes a Sequential a pipe.Releaser, which a forward-only
+// program calls.
+func (s *Sequential) Release(saved any) error {
+	const where = "Sequential.Release"
+	sv, err := s.saved(where, saved)
+	if err != nil {
+		return err
+	}
+	if sv.inputDone {
+		return fmt.Errorf("nn: %s: the backward already ran on this saved context; BackwardWeight ends it", where)
+	}
+	sv.release()
+	return nil
+}
+
+// release ends the context without its backward: see Release.
+func (sv *seqSaved) release() {
+	for _, ctx := range sv.ctx {
+		releaseCtx(ctx)
+	}
+	for _, t := range sv.outs {
+		giveBack(t) // no backward will read them
+	}
+	sv.inputDone, sv.weightDone = true, true
+	sv.ctx, sv.dys, sv.outs = nil, nil, nil
+}
+
+// releaseCtx ends an inner layer's saved context that no backward will
+// read, handing back what it owns alone: a Sequential's inner outputs
+// (nested in a Residual or not) and attention's weights.
+func releaseCtx(ctx any) {
+	switch c := ctx.(type) {
+	case *seqSaved:
+		if !c.inputDone && !c.weightDone {
+			c.release()
+		}
+	case *residualSaved:
+		releaseCtx(c.inner)
+	case *attnSaved:
+		if p, ok := c.p.([]float64); ok {
+			giveBackSlice(p)
+		} else if p, ok := c.p.([]float32); ok {
+			giveBackSlice(p)
+		}
+		c.p, c.qkv, c.released = nil, nil, true
+	}
+}
+
 // ownsResults reports whether l's Forward returns a tensor it allocated
 // for the call, which nothing but the call's saved context and the caller
 // reads, and its BackwardInput likewise a gradient that nothing but the

@@ -284,6 +284,23 @@ func (w *Swapping) BackwardWeight(saved any, dy *tensor.Dense) error {
 	return nil
 }
 
+// Release ends a saved context no backward will read (Sequential.Release);
+// with a tier it untracks the context, as BackwardWeight does.
+func (w *Swapping) Release(saved any) error {
+	c, err := w.ctx("Swapping.Release", saved)
+	if err != nil {
+		return err
+	}
+	if err := w.Sequential.Release(c.sv); err != nil {
+		return err
+	}
+	if w.Tier != nil {
+		w.Tier.Untrack(c.bytes)
+	}
+	c.bytes = 0
+	return nil
+}
+
 // Backward runs BackwardInput and then BackwardWeight.
 func (w *Swapping) Backward(saved any, dy *tensor.Dense) (*tensor.Dense, error) {
 	return fullBackward(w.BackwardInput, w.BackwardWeight, saved, dy)
