@@ -82,8 +82,9 @@
 // cleared). Release ends a context no backward will read (an evaluation's:
 // a forward-only program calls it, as pipe.Releaser) and hands its inner
 // buffers back too. A context that ends otherwise (dropped for recompute,
-// swapped) leaves its tensors to the garbage collector. Layers of other
-// packages in a Sequential are never assumed to own their results.
+// swapped) leaves its tensors to the garbage collector. A layer of another
+// package may pass on what it is given (a wait, an identity): the tensors
+// it takes or returns are never handed back.
 //
 // # Swapping activations
 //

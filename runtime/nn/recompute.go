@@ -74,7 +74,7 @@ func (s *Sequential) Rebuild(kept any) (any, error) {
 		if y, kp.sv.ctx[i], err = l.Forward(y); err != nil {
 			return nil, layerErr(where, i, l, err)
 		}
-		if i < kp.k-1 && ownsResults(l) {
+		if i < kp.k-1 && s.between(i) {
 			kp.sv.outs[i] = y
 		}
 	}

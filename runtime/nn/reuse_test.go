@@ -59,7 +59,9 @@ func reuseRun(t *testing.T, dt tensor.Dtype) [][]float64 {
 }
 
 // reuseStage builds a stage (a transformer block, an MLP branch with ReLU
-// and a Residual around Tanh) and runs two steps of 4 micro-batches:
+// and a Residual around Tanh, and a layer of another package that passes
+// its input and gradient on as its results, in the middle and last) and
+// runs two steps of 4 micro-batches:
 // F0 F1 F2 I0 F3 W0 I2 I1 W2 W1 I3 W3, the third chunk's forward dropped and
 // rebuilt before its backward, then an evaluation (forwards whose contexts
 // are released), then the fused Backward of each in a second step.
@@ -78,7 +80,7 @@ func reuseStage(dt tensor.Dtype, seed uint64) ([][]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := NewSequential(blk, l1, ReLU{}, l2, &Residual{Inner: NewSequential(Tanh{})}, GELU{})
+	m := NewSequential(blk, l1, passThrough{}, ReLU{}, l2, &Residual{Inner: NewSequential(Tanh{})}, GELU{}, passThrough{})
 	xs, dys := make([]*tensor.Dense, micro), make([]*tensor.Dense, micro)
 	for i := range micro {
 		xs[i], dys[i] = randMatrix(dt, rows, d, rng), randMatrix(dt, rows, d, rng)
@@ -181,3 +183,13 @@ func TestReleaseErrors(t *testing.T) {
 		}
 	}
 }
+
+// passThrough is a layer of another package (as far as ownsResults knows)
+// that returns what it is given: examples/mlp's wait layer does.
+type passThrough struct{}
+
+func (passThrough) Forward(x *tensor.Dense) (*tensor.Dense, any, error)          { return x, nil, nil }
+func (passThrough) BackwardInput(_ any, dy *tensor.Dense) (*tensor.Dense, error) { return dy, nil }
+func (passThrough) BackwardWeight(any, *tensor.Dense) error                      { return nil }
+func (passThrough) Backward(_ any, dy *tensor.Dense) (*tensor.Dense, error)      { return dy, nil }
+func (passThrough) Params() []*Param                                             { return nil }

@@ -21,8 +21,8 @@ type seqSaved struct {
 	// BackwardInput for BackwardWeight for layers i < n-1 that have
 	// parameters. The last layer's comes from BackwardWeight's dy.
 	dys []*tensor.Dense
-	// outs[i] is layer i's output for i < n-1 when the layer owns it
-	// (ownsResults), given back when the context ends (BackwardWeight);
+	// outs[i] is layer i's output when it is the Sequential's to hand
+	// back (between), given back when the context ends (BackwardWeight);
 	// nil where it is not, and all nil once its tensors were swapped
 	// (SetSavedTensors) or dropped (Drop).
 	outs []*tensor.Dense
@@ -102,7 +102,7 @@ func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 		if y == nil {
 			return nil, nil, fmt.Errorf("nn: Sequential.Forward: layer %d (%T) returned a nil output", i, l)
 		}
-		if i < n-1 && ownsResults(l) {
+		if s.between(i) {
 			sv.outs[i] = y
 		}
 	}
@@ -174,7 +174,7 @@ func (s *Sequential) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, 
 			clear(sv.dys)
 			return nil, fmt.Errorf("nn: %s: layer %d (%T) returned a nil input gradient", where, i, l)
 		}
-		if i < n-1 && !hasParams && ownsResults(s.Layers[i+1]) {
+		if !hasParams && s.between(i) {
 			giveBack(g) // layer i+1's input gradient: layer i, its one reader, is done
 		}
 		g = dx
@@ -219,7 +219,7 @@ func (s *Sequential) BackwardWeight(saved any, dy *tensor.Dense) error {
 		if err := l.BackwardWeight(sv.ctx[i], g); err != nil {
 			return layerErr(where, i, l, err)
 		}
-		if i < n-1 && !sv.swapped && ownsResults(s.Layers[i+1]) {
+		if !sv.swapped && s.between(i) {
 			giveBack(g) // read by layer i's two backward calls, both done
 		}
 		sv.ctx[i], sv.dys[i] = nil, nil
@@ -285,11 +285,22 @@ func releaseCtx(ctx any) {
 	}
 }
 
+// between reports whether the tensors between layers i and i+1 (layer i's
+// output, layer i+1's input gradient) are the Sequential's alone to hand
+// back: both layers own their results (ownsResults), so neither passes the
+// other's tensor on as its own, and the one that reads it is done with it
+// when its calls are.
+func (s *Sequential) between(i int) bool {
+	return i >= 0 && i < len(s.Layers)-1 && ownsResults(s.Layers[i]) && ownsResults(s.Layers[i+1])
+}
+
 // ownsResults reports whether l's Forward returns a tensor it allocated
 // for the call, which nothing but the call's saved context and the caller
-// reads, and its BackwardInput likewise a gradient that nothing but the
-// caller reads: the layers of this package (a Sequential when its last and
-// first layers do). A Sequential gives such an inner output back when its
+// reads, its BackwardInput likewise a gradient that nothing but the caller
+// reads, and no call of it passes a tensor it was given on as its result
+// or reads one after its calls on the context are done: the layers of this
+// package (a Sequential when its first and last layers do). A layer of
+// another package may return its input (a wait, an identity). A Sequential gives such an inner output back when its
 // saved context ends, and such an inner gradient once the layer below is
 // done with it; other layers' results are left to the garbage collector.
 func ownsResults(l Layer) bool {

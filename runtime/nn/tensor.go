@@ -90,7 +90,7 @@ func newVector(dt tensor.Dtype, n int) *tensor.Dense {
 //   - a Sequential's inner outputs (not its last, which its caller holds),
 //     when its saved context ends (Sequential.BackwardWeight): the layers
 //     that read them (the producer's and the consumer's contexts) are
-//     inner layers, done by then; see ownsResults;
+//     inner layers, done by then; see between;
 //   - a Sequential's inner output gradients, once the inner layers that
 //     read them are done (Sequential.BackwardInput, BackwardWeight);
 //   - a Residual's inner output and inner input gradient, once added
