@@ -75,6 +75,8 @@ func trainReference(o options, shs *shards, micro int) (*reference, error) {
 				if _, err := seq.Backward(saved, dy); err != nil {
 					return 0, err
 				}
+			} else if err := seq.Release(saved); err != nil {
+				return 0, err
 			}
 			total += l
 		}

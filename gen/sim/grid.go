@@ -15,10 +15,11 @@ import (
 // compute cost in the result; when the grid would be wider than width
 // characters (width > 0) the unit grows to the next "nice" value (1, 1.5, 2,
 // 2.5, 3, 4, 5, 6 or 8 times a power of ten) that fits. A cell shows the step that occupies
-// most of its time span: the kind letter and micro-batch of the step where
-// it starts ("F3", "B3", "I3", "W3"; an overlap shows both sub-steps,
-// "F7B3"; D, G, O and S stand for DATA_LOAD, REDUCE_GRAD, OPT_STEP and
-// SWAP_WAIT), dashes where it continues, and '.' when the rank is idle.
+// most of its time span where it starts: its kind's letter (abi's, see
+// glyph) and its micro-batch when the kind names one ("F3", "B3", "I3",
+// "W3", "C3" for RECOMPUTE, "L3" for DATA_LOAD; an overlap shows both
+// sub-steps, "F7B3"); dashes where it continues, and '.' when the rank is
+// idle. The header names every letter shown other than F, B, I and W.
 // Transfers, swaps and FSDP all-gathers (UNSHARD, on its own stream) are not
 // drawn; a compute step waiting for its stage's all-gather shows as idle
 // time. A header gives the time scale with a ruler.
@@ -27,6 +28,7 @@ func Grid(r Result, p ir.Program, width int) string {
 	type box struct {
 		start, end float64
 		label      string
+		kind       ir.Kind
 	}
 	rows := make([][]box, P)
 	unit := math.Inf(1)
@@ -35,8 +37,8 @@ func Grid(r Result, p ir.Program, width int) string {
 		if ev.Lane != LaneCompute || ev.End <= ev.Start || ev.Rank < 0 || ev.Rank >= P {
 			continue
 		}
-		l := gridLabel(ev.Step)
-		rows[ev.Rank] = append(rows[ev.Rank], box{ev.Start, ev.End, l})
+		l := stepLabel(ev.Step)
+		rows[ev.Rank] = append(rows[ev.Rank], box{ev.Start, ev.End, l, ev.Step.Kind})
 		labelW = max(labelW, len(l))
 		if ev.Step.Kind.IsCompute() {
 			unit = min(unit, ev.End-ev.Start)
@@ -66,32 +68,10 @@ func Grid(r Result, p ir.Program, width int) string {
 	}
 	cols = max(cols, 0)
 
-	var b strings.Builder
-	name := p.Placement.Name
-	if name == "" {
-		name = "table"
-	}
-	fmt.Fprintf(&b, "P=%d S=%d M=%d (%s placement)  makespan %s  bubble %.3f (stage span %.3f)  peak activations %d\n",
-		P, p.Stages(), p.Micro, name, formatNum(round9(r.Makespan)), r.Bubble, r.BubbleSpan, r.Peak())
-	fmt.Fprintf(&b, "1 column = %s time unit(s); '.' idle, '-' the step goes on\n", formatNum(round9(unit)))
-
-	// Ruler: a time label every k columns, k the smallest step whose labels
-	// all fit in their k columns with a space to spare.
-	k := rulerStep(cols, cw, unit)
-	longest := 0
-	for c := 0; c <= cols; c += k {
-		longest = max(longest, len(formatNum(round9(float64(c)*unit))))
-	}
-	ruler := []byte(strings.Repeat(" ", cols*cw+longest))
-	for c := 0; c <= cols; c += k {
-		copy(ruler[c*cw:], formatNum(round9(float64(c)*unit)))
-	}
-	b.WriteString(prefix("time"))
-	b.WriteString(strings.TrimRight(string(ruler), " "))
-	b.WriteByte('\n')
-
+	var g strings.Builder // the rows
+	shown := make(map[ir.Kind]bool)
 	for rank, row := range rows {
-		b.WriteString(prefix("rank " + strconv.Itoa(rank)))
+		g.WriteString(prefix("rank " + strconv.Itoa(rank)))
 		bi, prev := 0, -1
 		for c := 0; c < cols; c++ {
 			lo, hi := float64(c)*unit, float64(c+1)*unit
@@ -113,53 +93,62 @@ func Grid(r Result, p ir.Program, width int) string {
 				cell = strings.Repeat("-", cw-1)
 			default:
 				cell = row[best].label
+				shown[row[best].kind] = true
 			}
 			prev = best
-			b.WriteString(cell)
+			g.WriteString(cell)
 			if c < cols-1 {
-				b.WriteString(strings.Repeat(" ", cw-len(cell)))
+				g.WriteString(strings.Repeat(" ", cw-len(cell)))
 			}
 		}
-		b.WriteByte('\n')
+		g.WriteByte('\n')
 	}
+
+	var b strings.Builder
+	name := p.Placement.Name
+	if name == "" {
+		name = "table"
+	}
+	fmt.Fprintf(&b, "P=%d S=%d M=%d (%s placement)  makespan %s  bubble %.3f (stage span %.3f)  peak activations %d\n",
+		P, p.Stages(), p.Micro, name, formatNum(round9(r.Makespan)), r.Bubble, r.BubbleSpan, r.Peak())
+	fmt.Fprintf(&b, "1 column = %s time unit(s); '.' idle, '-' the step goes on%s\n", formatNum(round9(unit)), gridLegend(shown))
+
+	// Ruler: a time label every k columns, k the smallest step whose labels
+	// all fit in their k columns with a space to spare.
+	k := rulerStep(cols, cw, unit)
+	longest := 0
+	for c := 0; c <= cols; c += k {
+		longest = max(longest, len(formatNum(round9(float64(c)*unit))))
+	}
+	ruler := []byte(strings.Repeat(" ", cols*cw+longest))
+	for c := 0; c <= cols; c += k {
+		copy(ruler[c*cw:], formatNum(round9(float64(c)*unit)))
+	}
+	b.WriteString(prefix("time"))
+	b.WriteString(strings.TrimRight(string(ruler), " "))
+	b.WriteByte('\n')
+
+	b.WriteString(g.String())
 	return b.String()
 }
 
-// gridLabel is the short form of a step in a grid cell.
-func gridLabel(st ir.Step) string {
-	micro := func(s ir.Step) string {
-		if s.Micro < 0 {
-			return ""
+// gridLegend names the letters of the kinds shown other than the compute
+// kinds (F, B, I, W, and the overlaps, whose cells show those), in
+// abi's order: "; C RECOMPUTE, l GATHER_LOSS", or "" when there are none.
+func gridLegend(shown map[ir.Kind]bool) string {
+	var s strings.Builder
+	for _, k := range abi.Kinds() {
+		if !shown[k] || k.IsCompute() {
+			continue
 		}
-		return strconv.Itoa(s.Micro)
-	}
-	switch st.Kind {
-	case ir.Forward, ir.Backward, ir.BackwardInput, ir.BackwardWeight:
-		return st.Kind.String() + micro(st)
-	case ir.OverlapFB, ir.OverlapBF:
-		var b strings.Builder
-		for _, sub := range st.Sub {
-			b.WriteString(gridLabel(sub))
+		if s.Len() == 0 {
+			s.WriteString("; ")
+		} else {
+			s.WriteString(", ")
 		}
-		return b.String()
-	case ir.DataLoad:
-		return "D" + micro(st)
-	case ir.Unshard:
-		return "U"
-	case ir.Reshard:
-		return "R"
-	case ir.ReduceGrad:
-		return "G"
-	case ir.OptStep:
-		return "O"
-	case ir.TieGrad:
-		return "T"
-	case abi.AllReduce:
-		return "A"
-	case ir.SwapWaitOffload, ir.SwapWaitLoad:
-		return "S" + micro(st)
+		s.WriteString(glyph(k) + " " + k.String())
 	}
-	return "?"
+	return s.String()
 }
 
 // niceAtLeast returns the smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a

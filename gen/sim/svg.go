@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -24,58 +23,6 @@ type SVGPanel struct {
 	Result  Result
 	Program ir.Program
 	Meta    SVGMeta
-}
-
-// category is the colour class of a box.
-type category int
-
-const (
-	catF category = iota
-	catB
-	catI
-	catW
-	catComm
-	catData
-	catSwap
-	catFSDP
-	catOpt
-	numCats
-)
-
-var catInfo = [numCats]struct {
-	name, fill, text string
-}{
-	catF:    {"F forward", "#4e79a7", "#ffffff"},
-	catB:    {"B backward", "#59a14f", "#ffffff"},
-	catI:    {"I input grad", "#f28e2b", "#000000"},
-	catW:    {"W weight grad", "#b07aa1", "#ffffff"},
-	catComm: {"comm", "#8c8c8c", "#ffffff"},
-	catData: {"data", "#9c755f", "#ffffff"},
-	catSwap: {"swap", "#76b7b2", "#000000"},
-	catFSDP: {"FSDP", "#edc948", "#000000"},
-	catOpt:  {"optimizer", "#e15759", "#ffffff"},
-}
-
-func categoryOf(k ir.Kind) category {
-	switch k {
-	case ir.Forward:
-		return catF
-	case ir.Backward:
-		return catB
-	case ir.BackwardInput:
-		return catI
-	case ir.BackwardWeight:
-		return catW
-	case ir.DataLoad, ir.DataSend, ir.DataRecv, ir.MpipeSend, ir.MpipeRecv:
-		return catData
-	case ir.SendF, ir.RecvF, ir.SendB, ir.RecvB, ir.TieGrad, abi.AllReduce:
-		return catComm
-	case ir.SwapLaunchOffload, ir.SwapLaunchLoad, ir.SwapWaitOffload, ir.SwapWaitLoad:
-		return catSwap
-	case ir.Unshard, ir.Reshard, ir.ReduceGrad:
-		return catFSDP
-	}
-	return catOpt
 }
 
 // SVG layout constants, in pixels.

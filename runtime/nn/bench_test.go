@@ -148,3 +148,49 @@ func BenchmarkAttention(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTransformerStep times one training step of a pipeline stage
+// shaped like examples/charlm's default (two pre-norm transformer blocks,
+// d=48, 4 heads, MLP width 192, micro-batches of 4 sequences of 64 tokens,
+// float64), as a zero-bubble schedule runs it: the forwards of 8
+// micro-batches, all in flight, then each one's input gradient, then each
+// one's weight gradient. B/op is what a step allocates:
+//
+//	go test -run '^$' -bench TransformerStep -benchmem -count 6 ./runtime/nn/
+func BenchmarkTransformerStep(b *testing.B) {
+	const d, heads, T, hidden, rows, micro = 48, 4, 64, 192, 256, 8
+	rng := NewRand(1)
+	var blocks []Layer
+	for range 2 {
+		blk, err := NewTransformerBlock(d, heads, T, hidden, tensor.Float64, rng)
+		if err != nil {
+			b.Fatal(err)
+		}
+		blocks = append(blocks, blk)
+	}
+	m := NewSequential(blocks...)
+	xs, dys := make([]*tensor.Dense, micro), make([]*tensor.Dense, micro)
+	for i := range micro {
+		xs[i], dys[i] = randMatrix(tensor.Float64, rows, d, rng), randMatrix(tensor.Float64, rows, d, rng)
+	}
+	saved := make([]any, micro)
+	for b.Loop() {
+		for i := range micro {
+			var err error
+			if _, saved[i], err = m.Forward(xs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range micro {
+			if _, err := m.BackwardInput(saved[i], dys[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range micro {
+			if err := m.BackwardWeight(saved[i], dys[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		m.ZeroGrad()
+	}
+}

@@ -66,6 +66,26 @@
 // needs only the saved input and dy, so it does not require a prior
 // BackwardInput.
 //
+// # Buffer reuse
+//
+// The layers' results are fresh tensors, and a step of a stage makes many:
+// every activation and gradient of every micro-batch. Those whose end is
+// certain are handed back for the next result of their length: a
+// Sequential's inner outputs when its saved context ends (BackwardWeight),
+// its inner gradients once the layer below has read them, a Residual's
+// inner output and gradient once added, attention's weights after its
+// BackwardInput. Nothing a caller holds is handed back: a Sequential's own
+// output and input gradient, its input and the output gradient it is given
+// stay the caller's. So a layer may have any number of saved contexts in
+// flight, on any goroutine per stage: no two of them share a buffer, and
+// results are bit-identical to fresh allocations (a reused buffer is
+// cleared). Release ends a context no backward will read (an evaluation's:
+// a forward-only program calls it, as pipe.Releaser) and hands its inner
+// buffers back too. A context that ends otherwise (dropped for recompute,
+// swapped) leaves its tensors to the garbage collector. A layer of another
+// package may pass on what it is given (a wait, an identity): the tensors
+// it takes or returns are never handed back.
+//
 // # Swapping activations
 //
 // WithSwap(seq, tier) wraps a Sequential so that runtime/pipe can move its

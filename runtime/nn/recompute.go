@@ -108,6 +108,7 @@ func (s *Sequential) Drop(x *tensor.Dense, saved any) (any, error) {
 		}
 		for i < len(s.Layers) && s.recompute[i] {
 			sv.ctx[i] = nil
+			sv.outs[i] = nil // left to the garbage collector: the next layer's context may still read it
 			i++
 		}
 		r.end = i
@@ -139,6 +140,9 @@ func (s *Sequential) Rebuild(kept any) (any, error) {
 			var err error
 			if y, kp.sv.ctx[i], err = l.Forward(y); err != nil {
 				return nil, layerErr(where, i, l, err)
+			}
+			if i < r.end-1 && s.between(i) {
+				kp.sv.outs[i] = y // read by the run's next layer only, rebuilt with it
 			}
 		}
 	}

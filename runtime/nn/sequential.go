@@ -27,7 +27,15 @@ type seqSaved struct {
 	dys []*tensor.Dense
 	// runIn[i] is the input of layer i when i begins a run of layers
 	// Select marked (Forward keeps it for Drop; i > 0).
-	runIn      []*tensor.Dense
+	runIn []*tensor.Dense
+	// outs[i] is layer i's output when it is the Sequential's to hand
+	// back (between), given back when the context ends (BackwardWeight);
+	// nil where it is not, and all nil once its tensors were swapped
+	// (SetSavedTensors) or dropped (Drop).
+	outs []*tensor.Dense
+	// swapped: the tensors were set by SetSavedTensors (a swap tier's
+	// copies may have replaced them); BackwardWeight gives none back.
+	swapped    bool
 	outShape   tensor.Shape
 	outDtype   tensor.Dtype
 	inputDone  bool
@@ -86,9 +94,10 @@ func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 	if _, _, _, err := matrix("Sequential.Forward", "input", x); err != nil {
 		return nil, nil, err
 	}
-	sv := &seqSaved{s: s, ctx: make([]any, len(s.Layers)), dys: make([]*tensor.Dense, len(s.Layers))}
+	n := len(s.Layers)
+	sv := &seqSaved{s: s, ctx: make([]any, n), dys: make([]*tensor.Dense, n), outs: make([]*tensor.Dense, n)}
 	if s.recompute != nil {
-		sv.runIn = make([]*tensor.Dense, len(s.Layers))
+		sv.runIn = make([]*tensor.Dense, n)
 	}
 	y := x
 	for i, l := range s.Layers {
@@ -105,6 +114,9 @@ func (s *Sequential) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 		}
 		if y == nil {
 			return nil, nil, fmt.Errorf("nn: Sequential.Forward: layer %d (%T) returned a nil output", i, l)
+		}
+		if s.between(i) {
+			sv.outs[i] = y
 		}
 	}
 	sv.outShape, sv.outDtype = y.Shape().Clone(), y.Dtype()
@@ -175,6 +187,9 @@ func (s *Sequential) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, 
 			clear(sv.dys)
 			return nil, fmt.Errorf("nn: %s: layer %d (%T) returned a nil input gradient", where, i, l)
 		}
+		if !hasParams && s.between(i) {
+			giveBack(g) // layer i+1's input gradient: layer i, its one reader, is done
+		}
 		g = dx
 	}
 	// Contexts of layers without parameters are no longer needed.
@@ -217,11 +232,112 @@ func (s *Sequential) BackwardWeight(saved any, dy *tensor.Dense) error {
 		if err := l.BackwardWeight(sv.ctx[i], g); err != nil {
 			return layerErr(where, i, l, err)
 		}
+		if !sv.swapped && s.between(i) {
+			giveBack(g) // read by layer i's two backward calls, both done
+		}
 		sv.ctx[i], sv.dys[i] = nil, nil
 	}
 	sv.weightDone = true
-	sv.ctx, sv.dys = nil, nil
+	for _, t := range sv.outs {
+		giveBack(t) // every inner layer is done: nothing reads them
+	}
+	sv.ctx, sv.dys, sv.outs = nil, nil, nil
 	return nil
+}
+
+// Release ends a saved context of Forward that no backward will read (an
+// evaluation's): it hands the inner layers' outputs and attention's weights
+// back for reuse (see the package doc, Buffer reuse). The output Forward
+// returned stays the caller's. It returns an error, and changes nothing,
+// for a context the backward has started on; the context cannot be used
+// afterwards. It makes a Sequential a pipe.Releaser, which a forward-only
+// program calls.
+func (s *Sequential) Release(saved any) error {
+	const where = "Sequential.Release"
+	sv, err := s.saved(where, saved)
+	if err != nil {
+		return err
+	}
+	if sv.inputDone {
+		return fmt.Errorf("nn: %s: the backward already ran on this saved context; BackwardWeight ends it", where)
+	}
+	sv.release()
+	return nil
+}
+
+// release ends the context without its backward: see Release.
+func (sv *seqSaved) release() {
+	for _, ctx := range sv.ctx {
+		releaseCtx(ctx)
+	}
+	for _, t := range sv.outs {
+		giveBack(t) // no backward will read them
+	}
+	sv.inputDone, sv.weightDone = true, true
+	sv.ctx, sv.dys, sv.outs = nil, nil, nil
+}
+
+// releaseCtx ends an inner layer's saved context that no backward will
+// read, handing back what it owns alone: a Sequential's inner outputs
+// (nested in a Residual or not) and attention's weights.
+func releaseCtx(ctx any) {
+	switch c := ctx.(type) {
+	case *seqSaved:
+		if !c.inputDone && !c.weightDone {
+			c.release()
+		}
+	case *residualSaved:
+		releaseCtx(c.inner)
+	case *attnSaved:
+		if p, ok := c.p.([]float64); ok {
+			giveBackSlice(p)
+		} else if p, ok := c.p.([]float32); ok {
+			giveBackSlice(p)
+		}
+		c.p, c.qkv, c.released = nil, nil, true
+	}
+}
+
+// between reports whether the tensors between layers i and i+1 (layer i's
+// output, layer i+1's input gradient) are the Sequential's alone to hand
+// back: both layers own their results (ownsResults), so neither passes the
+// other's tensor on as its own, and the one that reads it is done with it
+// when its calls are.
+func (s *Sequential) between(i int) bool {
+	return i >= 0 && i < len(s.Layers)-1 && ownsResults(s.Layers[i]) && ownsResults(s.Layers[i+1])
+}
+
+// ownsResults reports whether l's Forward returns a tensor it allocated
+// for the call, which nothing but the call's saved context and the caller
+// reads, its BackwardInput likewise a gradient that nothing but the caller
+// reads, and no call of it passes a tensor it was given on as its result
+// or reads one after its calls on the context are done: the layers of this
+// package (a Sequential when its first and last layers do). A layer of
+// another package may return its input (a wait, an identity). A Sequential gives such an inner output back when its
+// saved context ends, and such an inner gradient once the layer below is
+// done with it; other layers' results are left to the garbage collector.
+func ownsResults(l Layer) bool {
+	switch l := l.(type) {
+	case *Linear, *RMSNorm, *Embedding, *TiedHead, *Residual, CausalAttention, ReLU, Tanh, GELU:
+		return true
+	case *Sequential:
+		return l != nil && len(l.Layers) > 0 && ownsResults(l.Layers[0]) && ownsResults(l.Layers[len(l.Layers)-1])
+	}
+	return false
+}
+
+// keepsOutput reports whether l's saved context may read l's own output
+// in the backward: ReLU's and Tanh's do (their derivative is taken from
+// it), a Sequential's when its last layer's does, and any layer not of
+// this package may.
+func keepsOutput(l Layer) bool {
+	switch l := l.(type) {
+	case *Linear, *RMSNorm, *Embedding, *TiedHead, *Residual, CausalAttention, GELU:
+		return false
+	case *Sequential:
+		return l == nil || len(l.Layers) == 0 || keepsOutput(l.Layers[len(l.Layers)-1])
+	}
+	return true
 }
 
 // Backward runs BackwardInput and then BackwardWeight.

@@ -98,6 +98,10 @@ func (sv *seqSaved) SavedTensors() ([]*tensor.Dense, error) {
 }
 
 func (sv *seqSaved) SetSavedTensors(ts []*tensor.Dense) error {
+	// The inner outputs and gradients are the tier's now, or copies of
+	// them come back: the context gives none back (see giveBack).
+	clear(sv.outs)
+	sv.swapped = true
 	k := 0
 	for i, ctx := range sv.ctx {
 		if ctx == nil {
@@ -271,6 +275,23 @@ func (w *Swapping) BackwardWeight(saved any, dy *tensor.Dense) error {
 		return err
 	}
 	if err := w.Sequential.BackwardWeight(c.sv, dy); err != nil {
+		return err
+	}
+	if w.Tier != nil {
+		w.Tier.Untrack(c.bytes)
+	}
+	c.bytes = 0
+	return nil
+}
+
+// Release ends a saved context no backward will read (Sequential.Release);
+// with a tier it untracks the context, as BackwardWeight does.
+func (w *Swapping) Release(saved any) error {
+	c, err := w.ctx("Swapping.Release", saved)
+	if err != nil {
+		return err
+	}
+	if err := w.Sequential.Release(c.sv); err != nil {
 		return err
 	}
 	if w.Tier != nil {

@@ -415,7 +415,7 @@ type CausalAttention struct {
 type attnSaved struct {
 	a        CausalAttention
 	qkv      *tensor.Dense // nil once BackwardWeight has run
-	p        any           // []T: the attention weights, [sequences][Heads][SeqLen][SeqLen]
+	p        any           // []T: the attention weights, [sequences][Heads][SeqLen][SeqLen]; nil once BackwardInput has run (given back)
 	rows, d  int
 	released bool
 }
@@ -460,7 +460,7 @@ func (a CausalAttention) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 func attnForward[T float](qkv, y []T, seqs, heads, t, d int) []T {
 	dh := d / heads
 	scale := T(1 / math.Sqrt(float64(dh)))
-	p := make([]T, seqs*heads*t*t)
+	p := take[T](seqs * heads * t * t)
 	eachHead(seqs*heads, func(i int) {
 		b, h := i/heads, i%heads
 		base := b * t * 3 * d
@@ -502,7 +502,8 @@ func eachHead(n int, f func(i int)) {
 // 0..i (the later ones get weight 0), in float64: each exponential is taken
 // once, kept in float64 until the division.
 func causalSoftmax[T float](s []T, t int) {
-	e := make([]float64, t)
+	e := take[float64](t)
+	defer giveBackSlice(e)
 	for i := range t {
 		row := s[i*t : (i+1)*t]
 		mx := math.Inf(-1)
@@ -540,13 +541,19 @@ func (a CausalAttention) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Den
 	if err != nil {
 		return nil, err
 	}
-	dx := newMatrix(dy.Dtype(), s.rows, 3*s.d)
-	switch dy.Dtype() {
-	case tensor.Float32:
-		attnBackward(data[float32](s.qkv), s.p.([]float32), data[float32](dy), data[float32](dx), s.rows/a.SeqLen, a.Heads, a.SeqLen, s.d)
-	default:
-		attnBackward(data[float64](s.qkv), s.p.([]float64), data[float64](dy), data[float64](dx), s.rows/a.SeqLen, a.Heads, a.SeqLen, s.d)
+	if s.p == nil {
+		return nil, fmt.Errorf("nn: CausalAttention.BackwardInput: already called on this saved context")
 	}
+	dx := newMatrix(dy.Dtype(), s.rows, 3*s.d)
+	switch p := s.p.(type) {
+	case []float32:
+		attnBackward(data[float32](s.qkv), p, data[float32](dy), data[float32](dx), s.rows/a.SeqLen, a.Heads, a.SeqLen, s.d)
+		giveBackSlice(p) // the weights' one reader is done
+	case []float64:
+		attnBackward(data[float64](s.qkv), p, data[float64](dy), data[float64](dx), s.rows/a.SeqLen, a.Heads, a.SeqLen, s.d)
+		giveBackSlice(p)
+	}
+	s.p = nil
 	return dx, nil
 }
 
@@ -556,11 +563,10 @@ func (a CausalAttention) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Den
 func attnBackward[T float](qkv, p, dy, dqkv []T, seqs, heads, t, d int) {
 	dh := d / heads
 	scale := T(1 / math.Sqrt(float64(dh)))
-	scratch := sync.Pool{New: func() any { return make([]T, t*t) }}
 	eachHead(seqs*heads, func(i int) {
 		b, h := i/heads, i%heads
-		ds := scratch.Get().([]T)
-		defer scratch.Put(ds)
+		ds := take[T](t * t)
+		defer giveBackSlice(ds)
 		base := b * t * 3 * d
 		q, k, v := qkv[base+h*dh:], qkv[base+d+h*dh:], qkv[base+2*d+h*dh:]
 		ph := p[i*t*t : (i+1)*t*t]
@@ -634,6 +640,9 @@ func (r *Residual) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("nn: %s: %w", where, err)
 	}
+	if ownsResults(r.Inner) && !keepsOutput(r.Inner) {
+		giveBack(f) // the inner output: sum2 was its one reader
+	}
 	return y, &residualSaved{r: r, inner: inner, shape: x.Shape().Clone(), dtype: x.Dtype()}, nil
 }
 
@@ -682,7 +691,11 @@ func (r *Residual) BackwardInput(saved any, dy *tensor.Dense) (*tensor.Dense, er
 	if err != nil {
 		return nil, fmt.Errorf("nn: %s: %w", where, err)
 	}
-	return sum2(dy, di, s.shape[0], s.shape[1])
+	dx, err := sum2(dy, di, s.shape[0], s.shape[1])
+	if err == nil && ownsResults(r.Inner) {
+		giveBack(di) // the inner layer's input gradient: sum2 was its one reader
+	}
+	return dx, err
 }
 
 // BackwardWeight runs Inner.BackwardWeight with the same dy.

@@ -258,7 +258,7 @@ func New(cfg Config) (*Exec, error) {
 		stages = slices.Clone(stages)
 		for s, st := range stages {
 			if st != nil {
-				stages[s] = evalStage{st}
+				stages[s] = evalStage{Stage: st, raw: raw[s]}
 			}
 		}
 	}

@@ -296,11 +296,35 @@ func (b MicroBatches) Target(micro int) (*tensor.Dense, error) {
 	return b.Targets[micro], nil
 }
 
+// Releaser is implemented by stages that can reuse what a saved context
+// holds once it is known that no backward will read it: Release ends the
+// context Forward returned, which no call takes afterwards. A forward-only
+// program (an evaluation) calls it on each context as Forward returns
+// (runtime/nn's Sequential hands the context's buffers back for its next
+// forward). A stage that does not implement it leaves its contexts to the
+// garbage collector.
+type Releaser interface {
+	Release(saved any) error
+}
+
 // evalStage is a stage of a forward-only program (Spec.ForwardOnly): its
-// Forward drops the context, which no backward will read.
-type evalStage struct{ Stage }
+// Forward drops the context, which no backward will read, after Release of
+// the stage as configured (raw, under a Timeline's wrapper), where it is a
+// Releaser.
+type evalStage struct {
+	Stage
+	raw Stage
+}
 
 func (e evalStage) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
-	y, _, err := e.Stage.Forward(x)
-	return y, nil, err
+	y, saved, err := e.Stage.Forward(x)
+	if err != nil {
+		return y, nil, err
+	}
+	if r, ok := e.raw.(Releaser); ok {
+		if err := r.Release(saved); err != nil {
+			return nil, nil, fmt.Errorf("releasing a forward-only context: %w", err)
+		}
+	}
+	return y, nil, nil
 }

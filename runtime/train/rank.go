@@ -64,6 +64,15 @@ type tiedStage struct {
 	tied []*nn.Param
 }
 
+// Release passes a forward-only context on to the stage it wraps, where
+// that is a pipe.Releaser.
+func (s *tiedStage) Release(saved any) error {
+	if r, ok := s.ParamStage.(pipe.Releaser); ok {
+		return r.Release(saved)
+	}
+	return nil
+}
+
 func (s *tiedStage) TiedGrads() []*tensor.Dense {
 	gs := make([]*tensor.Dense, len(s.tied))
 	for i, p := range s.tied {
