@@ -107,7 +107,8 @@ type checker struct {
 	// comm ops in (rank, index) order: the ids gen/internal/strict uses
 	opRank    []int32
 	opIdx     []int32
-	opPartner []int32 // set by match
+	opStep    []opStep // what match reads of each op's step (opStep)
+	opPartner []int32  // set by match
 	// pairIdx numbers the (source, destination) rank pairs of match's
 	// queues when there are too many ranks for a P×P table (nil: dense).
 	pairIdx map[uint64]int32
@@ -158,6 +159,7 @@ type checker struct {
 type scratch struct {
 	block                                       []int32
 	hostIdx, waitOff, opRank, opIdx, opGap, ord []int32
+	opStep                                      []opStep
 	partner                                     []int32
 	waits                                       []strict.Event
 	rankWaits                                   [][]strict.Event

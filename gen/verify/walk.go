@@ -149,7 +149,8 @@ func (c *checker) walk() error {
 	// waitOff[0].
 	sc.hostIdx, sc.waitOff = par.Resize(sc.hostIdx, nHost), par.Resize(sc.waitOff, nHost+1)
 	sc.opRank, sc.opIdx, sc.opGap = par.Resize(sc.opRank, nOps), par.Resize(sc.opIdx, nOps), par.Resize(sc.opGap, nOps)
-	c.hostIdx, c.opRank, c.opIdx = sc.hostIdx, sc.opRank, sc.opIdx
+	sc.opStep = par.Resize(sc.opStep, nOps)
+	c.hostIdx, c.opRank, c.opIdx, c.opStep = sc.hostIdx, sc.opRank, sc.opIdx, sc.opStep
 	opGap, waitOff := sc.opGap, sc.waitOff
 	waitOff[0] = 0
 	if len(sc.rankWaits) < c.P {
@@ -269,6 +270,8 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 			opGap[rw.op] = nHost
 			c.opRank[rw.op] = int32(r)
 			c.opIdx[rw.op] = int32(i)
+			// leaf checked the ranges: they fit in 32 bits.
+			c.opStep[rw.op] = opStep{kind: st.Kind, stage: int32(st.Stage), micro: int32(st.Micro), peer: int32(st.Peer)}
 			rw.op++
 			c.pre(rw, i, st, st)
 			c.slot(rw, i, st, st)
