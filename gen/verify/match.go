@@ -95,7 +95,9 @@ func (c *checker) match() (deadlock func() error, err error) {
 		if !speculate {
 			return nil, nil
 		}
-		return func() error { beside.Wait(); return dead }, nil
+		// The caller's own work (Options.Beside) fills the core the FIFO
+		// check leaves while the simulation runs.
+		return func() error { c.beside(); beside.Wait(); return dead }, nil
 	}
 	beside.Wait() // the speculative run reads the model's partners
 	c.opPartner = make([]int32, nOps)

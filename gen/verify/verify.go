@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/ppgen/ppgen/abi"
 
@@ -15,6 +16,12 @@ type Options struct {
 	// MaxActivations bounds the number of live chunks (activations kept from
 	// a chunk's F to its last backward) on any rank; 0 means unlimited.
 	MaxActivations int
+	// Beside, when not nil, is work of the caller's that Check runs once:
+	// on the core its deadlock simulation, which is serial, leaves idle
+	// once the FIFO check beside it is done, or else before Check returns.
+	// It must not write what Check reads (the program). gen measures the
+	// lowered program's slot counts and receive distances here.
+	Beside func()
 }
 
 // Report describes a checked program. Fields a failed check did not reach
@@ -148,6 +155,8 @@ type checker struct {
 	memErr  *Error
 	rep     Report
 	sc      *scratch
+	// beside runs Options.Beside the first time it is called, then nothing.
+	beside func()
 }
 
 // scratch holds the checker's largest buffers from one Check to the next
@@ -190,6 +199,11 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	}
 	defer scratchKeep.Put(sc) // nothing Check returns holds them
 	c := &checker{p: p, opt: opt, forwardOnly: p.ForwardOnly(), sc: sc}
+	c.beside = func() {}
+	if f := opt.Beside; f != nil {
+		c.beside = sync.OnceFunc(f)
+		defer c.beside() // when the simulation did not run it
+	}
 	c.rep.ForwardOnly = c.forwardOnly
 	// One walk over the steps checks their structure (returning at once on
 	// a malformed step), fills the chunk tables, checks preconditions, builds
