@@ -72,11 +72,8 @@ func (c *checker) walk() error {
 	// One block for the per-chunk tables, all starting at -1.
 	const nTables = nAt + 8 + 3 // at, opAt for eight transfer kinds, slotOf/first/last
 	sc := c.sc
-	sc.block = par.Resize(sc.block, nTables*n)
+	sc.block = par.Resize(sc.block, nTables*n) // filled with -1 by the count pass below
 	block := sc.block
-	for i := range block {
-		block[i] = -1
-	}
 	next := func() []int32 { t := block[:n:n]; block = block[n:]; return t }
 	for a := range c.at {
 		c.at[a] = next()
@@ -104,6 +101,11 @@ func (c *checker) walk() error {
 	extras := make([]uint8, c.P)
 	ruledKinds := make([]uint64, c.P) // bit k: a step of kind k, which has a rule
 	par.ForRanksW(w, c.P, func(_, r int) {
+		// The r-th share of the chunk tables' block starts at -1.
+		part := sc.block[len(sc.block)*r/c.P : len(sc.block)*(r+1)/c.P]
+		for i := range part {
+			part[i] = -1
+		}
 		n := 0
 		var ex uint8
 		var rk uint64
