@@ -161,7 +161,7 @@ type checker struct {
 
 // scratch holds the checker's largest buffers from one Check to the next
 // (scratchKeep): the per-chunk tables, the per-step and per-op arrays of
-// the strict model and the rank walks' waits, some 8 MB for a lowering at
+// the strict model and its simulation, and the rank walks' waits, some 9 MB for a lowering at
 // P = 64, M = 256, which would otherwise be allocated, cleared and
 // collected every time. Check hands them back when it returns: neither its
 // Report nor its errors hold them.
@@ -172,6 +172,7 @@ type scratch struct {
 	partner                                     []int32
 	waits                                       []strict.Event
 	rankWaits                                   [][]strict.Event
+	sim                                         *strict.Sim // runModel's
 }
 
 var scratchKeep par.Keep[scratch]
