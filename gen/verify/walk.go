@@ -415,7 +415,9 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	r := rw.r
 	ch := st.Stage*c.M + st.Micro
 	var buf [deps.MaxInputs]deps.Input // stays on the stack
-	for _, in := range deps.Of(&c.p, st, buf[:0]) {
+	ins := deps.Of(&c.p, st, buf[:0])
+	for k := range ins {
+		in := &ins[k] // not a copy: reading back whole Inputs just stored would stall (deps.Across)
 		if !in.Remote(r) {
 			continue
 		}
