@@ -428,17 +428,17 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 				// the gradient of B/I(s+1). The chunk's own F and I run
 				// earlier on this rank, and a compute-only program ships
 				// no labels or inputs.
-				if in, ok := deps.Neighbour(&p, &cs[x]); ok {
-					ts.wait = int32(in.Stage*M + in.Micro)
-					if in.What == deps.Gradient {
+				if stage, rank, act, grad, ok := deps.Across(&p, &cs[x]); ok { // deps.Neighbour, in registers
+					ts.wait = int32(stage*M + cs[x].Micro)
+					if grad {
 						ts.wait += int32(SM)
 					}
-					if in.Rank != r && in.Act >= 0 && in.Act < S {
+					if rank != r && act >= 0 && act < S {
 						// The transfer: its latency and, with a bandwidth,
 						// the size of the activation (F) or of the gradient
 						// with respect to cs's output (a backward).
-						ts.lat = int32(in.Act)
-					} else if in.Rank != r {
+						ts.lat = int32(act)
+					} else if rank != r {
 						ts.lat = int32(S) // no size: latency only (ActTime is 0)
 					}
 				}

@@ -173,7 +173,7 @@ func srcStage(rt *ir.Program, r int, st *ir.Step) int {
 	if k := st.Kind; k != ir.Forward && k != ir.Backward && k != ir.BackwardInput {
 		return -1 // the kinds deps.Neighbour answers for: skip the call for the others
 	}
-	if stage, rank, _, ok := deps.Across(rt, st); ok && rank == r {
+	if stage, rank, _, _, ok := deps.Across(rt, st); ok && rank == r {
 		return stage
 	}
 	return -1

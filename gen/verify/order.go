@@ -223,7 +223,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
 func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
-	stage, rank, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
+	stage, rank, _, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
 	if !ok {
 		return nil
 	}

@@ -181,10 +181,10 @@ func checkNeighbour(t *testing.T, p *ir.Program, cs *ir.Step, ins []deps.Input) 
 	if ok != found || in != want {
 		t.Errorf("%s: Neighbour = %+v, %v; Of's cross-stage entry %+v, %v", cs, in, ok, want, found)
 	}
-	stage, rank, grad, aok := deps.Across(p, cs)
+	stage, rank, act, grad, aok := deps.Across(p, cs)
 	kind, recv := deps.AcrossKinds(grad)
-	if aok != ok || ok && (stage != in.Stage || rank != in.Rank || grad != (in.What == deps.Gradient) || kind != in.Kind || recv != in.Recv) {
-		t.Errorf("%s: Across = %d, %d, %v, %v (kinds %s, %s); Neighbour = %+v, %v", cs, stage, rank, grad, aok, kind, recv, in, ok)
+	if aok != ok || ok && (stage != in.Stage || rank != in.Rank || act != in.Act || grad != (in.What == deps.Gradient) || kind != in.Kind || recv != in.Recv) {
+		t.Errorf("%s: Across = %d, %d, %d, %v, %v (kinds %s, %s); Neighbour = %+v, %v", cs, stage, rank, act, grad, aok, kind, recv, in, ok)
 	}
 }
 
