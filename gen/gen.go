@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 
 	"github.com/ppgen/ppgen/gen/emit"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -427,14 +426,14 @@ func lowerCompute(compute ir.Program, opt Options) (Result, error) {
 		res.Compute = lowered.ComputeOnly() // the order after the passes that rewrite it
 	}
 	// The slot counts and receive distances are measured beside the
-	// verifier, whose serial deadlock simulation leaves a core idle.
-	var measured sync.WaitGroup
-	measured.Go(func() {
+	// verifier's deadlock simulation, which is serial and leaves a core
+	// idle once the FIFO check beside it is done.
+	vopt := opt.Verify
+	vopt.Beside = func() {
 		res.Info = passes.Measure(lowered)
 		res.Info.Passes = names
-	})
-	rep, err := verify.Check(lowered, opt.Verify)
-	measured.Wait()
+	}
+	rep, err := verify.Check(lowered, vopt)
 	res.Report = rep
 	var ve *verify.Error
 	switch {

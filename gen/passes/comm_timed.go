@@ -363,22 +363,34 @@ func idealTimeline(p ir.Program, c sim.Cost) ([][]float64, bool) {
 // idealTimelineInto is idealTimeline with its buffers, the end times
 // returned included, taken from sc (grown as needed): they stay valid until
 // sc's next use.
+//
+// The timeline proper is serial: it hops from rank to rank as steps wait
+// for one another. What it needs of each step (its cost, the keys it waits
+// for and ends, the latency it adds) is first read off the program rank by
+// rank, in parallel, into a compact record (timedStep), so that the serial
+// part reads a few words a step rather than the step and its
+// neighbourhood.
 func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float64, bool) {
 	rankOf := p.Placement.RankOf
 	P, S, M := len(p.Ranks), len(rankOf), p.Micro
-	sc.fEnd, sc.bEnd = par.Resize(sc.fEnd, S*M), par.Resize(sc.bEnd, S*M)
-	fEnd, bEnd := sc.fEnd, sc.bEnd
-	for i := range fEnd {
-		fEnd[i], bEnd[i] = -1, -1
+	SM := S * M
+	// chunkEnd[k] is the end of chunk k's F, chunkEnd[S*M+k] of its B or
+	// I (or W, which comes later), or -1 while it has not run.
+	sc.chunkEnd = par.Resize(sc.chunkEnd, 2*SM)
+	chunkEnd := sc.chunkEnd
+	for i := range chunkEnd {
+		chunkEnd[i] = -1
 	}
-	// Ranks waiting for a chunk's F (key k) or B/I (key S*M+k), as linked lists.
-	sc.head = par.Resize(sc.head, 2*S*M)
+	// Ranks waiting for a key of chunkEnd, as linked lists.
+	sc.head = par.Resize(sc.head, 2*SM)
 	head := sc.head
 	for i := range head {
 		head[i] = -1
 	}
 	next := make([]int32, P)
 	ends := make([][]float64, P)
+	recs := make([][]timedStep, P)
+	subs := make([][]timedSub, P)
 	pos := make([]int, P)
 	free := make([]float64, P)
 	work := make([]int32, 0, P)
@@ -387,13 +399,62 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		n += len(p.Ranks[r])
 	}
 	sc.ends = par.Resize(sc.ends, n) // each entry written as its step is timed
+	// A step has at most two compute sub-steps (an overlap's; more, in a
+	// malformed one, go to memory of their own).
+	sc.recs, sc.subs = par.Resize(sc.recs, n), par.Resize(sc.subs, 2*n)
+	// latency[s]: what a transfer of stage s's activation (or of the
+	// gradient with respect to it) adds, from another rank.
+	latency := make([]float64, S)
+	for s := range S {
+		latency[s] = c.Comm + c.ActTime(s)
+	}
 	n = 0
 	for r := range P {
-		ends[r] = sc.ends[n : n+len(p.Ranks[r]) : n+len(p.Ranks[r])]
-		n += len(p.Ranks[r])
+		k := len(p.Ranks[r])
+		ends[r] = sc.ends[n : n+k : n+k]
+		recs[r] = sc.recs[n : n+k : n+k]
+		subs[r] = sc.subs[2*n : 2*n : 2*(n+k)]
+		n += k
 		work = append(work, int32(r))
 	}
-	wake := func(key int) {
+	par.ForRanks(P, n, func(r int) {
+		steps, rec, sub := p.Ranks[r], recs[r], subs[r]
+		for j := range steps {
+			cs := ir.ComputesAt(steps, j)
+			rec[j] = timedStep{cost: c.StepCost(steps[j]), sub: int32(len(sub)), n: int32(len(cs))}
+			for x := range cs {
+				ts := timedSub{wait: -1, lat: -1, end: -1}
+				// Its cross-stage input: the activation of F(s-1) or
+				// the gradient of B/I(s+1). The chunk's own F and I run
+				// earlier on this rank, and a compute-only program ships
+				// no labels or inputs.
+				if stage, rank, act, grad, ok := deps.Across(&p, &cs[x]); ok { // deps.Neighbour, in registers
+					ts.wait = int32(stage*M + cs[x].Micro)
+					if grad {
+						ts.wait += int32(SM)
+					}
+					if rank != r && act >= 0 && act < S {
+						// The transfer: its latency and, with a bandwidth,
+						// the size of the activation (F) or of the gradient
+						// with respect to cs's output (a backward).
+						ts.lat = int32(act)
+					} else if rank != r {
+						ts.lat = int32(S) // no size: latency only (ActTime is 0)
+					}
+				}
+				k := int32(cs[x].Stage*M + cs[x].Micro)
+				switch {
+				case cs[x].Kind == ir.Forward:
+					ts.end = k
+				case cs[x].Kind.IsBackward():
+					ts.end = int32(SM) + k
+				}
+				sub = append(sub, ts)
+			}
+		}
+		subs[r] = sub
+	})
+	wake := func(key int32) {
 		for w := head[key]; w >= 0; w = next[w] {
 			work = append(work, w)
 		}
@@ -402,53 +463,39 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	for len(work) > 0 {
 		r := int(work[len(work)-1])
 		work = work[:len(work)-1]
+		rec, sub := recs[r], subs[r]
 	advance:
-		for pos[r] < len(p.Ranks[r]) {
-			st := &p.Ranks[r][pos[r]]
-			subs := ir.ComputesAt(p.Ranks[r], pos[r])
+		for pos[r] < len(rec) {
+			st := &rec[pos[r]]
+			cs := sub[st.sub : st.sub+st.n]
 			start := free[r]
-			for x := range subs {
-				cs := &subs[x]
-				// Its cross-stage input: the activation of F(s-1) or the
-				// gradient of B/I(s+1). The chunk's own F and I run earlier
-				// on this rank, and a compute-only program ships no labels
-				// or inputs.
-				in, ok := deps.Neighbour(&p, cs)
-				if !ok {
+			for x := range cs {
+				w := cs[x].wait
+				if w < 0 {
 					continue
 				}
-				have, wk := fEnd, in.Stage*M+in.Micro
-				if in.What == deps.Gradient {
-					have, wk = bEnd, wk+S*M
-				}
-				t := have[in.Stage*M+in.Micro]
+				t := chunkEnd[w]
 				if t < 0 {
-					next[r] = head[wk]
-					head[wk] = int32(r)
+					next[r] = head[w]
+					head[w] = int32(r)
 					break advance
 				}
-				if in.Rank != r {
-					// The transfer: its latency and, with a bandwidth,
-					// the size of the activation (F) or of the gradient
-					// with respect to cs's output (a backward).
-					t += c.Comm + c.ActTime(in.Act)
+				switch l := cs[x].lat; {
+				case l >= int32(S):
+					t += c.Comm + c.ActTime(-1)
+				case l >= 0:
+					t += latency[l]
 				}
 				start = max(start, t)
 			}
-			end := start + c.StepCost(*st)
+			end := start + st.cost
 			ends[r][pos[r]] = end
 			free[r] = end
 			pos[r]++
-			for x := range subs {
-				cs := &subs[x]
-				k := cs.Stage*M + cs.Micro
-				switch {
-				case cs.Kind == ir.Forward:
-					fEnd[k] = end
-					wake(k)
-				case cs.Kind.IsBackward():
-					bEnd[k] = end
-					wake(S*M + k)
+			for x := range cs {
+				if e := cs[x].end; e >= 0 {
+					chunkEnd[e] = end
+					wake(e)
 				}
 			}
 		}
@@ -460,6 +507,20 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	}
 	return ends, true
 }
+
+// timedStep is what idealTimelineInto needs of a step: its cost, and its
+// compute sub-steps (the step itself, an overlap's two, or none), subs
+// sub..sub+n-1 of its rank's timedSub list.
+type timedStep struct {
+	cost   float64
+	sub, n int32
+}
+
+// timedSub is what idealTimelineInto needs of a compute sub-step: the key
+// of chunkEnd it waits for (-1: none), the stage whose latency (latency)
+// that wait adds when the producer is on another rank (-1: none; the stage
+// count: the latency without a size), and the key it ends (-1: none).
+type timedSub struct{ wait, lat, end int32 }
 
 func tieRank(k ir.Kind, src int32) int32 {
 	if k == ir.SendF {
@@ -483,8 +544,10 @@ type timedScratch struct {
 
 // timelineScratch holds idealTimelineInto's buffers.
 type timelineScratch struct {
-	fEnd, bEnd, ends []float64
-	head             []int32
+	chunkEnd, ends []float64
+	head           []int32
+	recs           []timedStep
+	subs           []timedSub
 }
 
 var timedKeep par.Keep[timedScratch]

@@ -17,7 +17,7 @@ import (
 // Larger distances mean buffers held longer and, under rendezvous, ranks
 // forced to post early; late placement minimises it.
 func RecvDistance(p ir.Program) float64 {
-	sum, n := recvDistance(p, nil)
+	sum, n := recvDistance(p, nil, nil)
 	if n == 0 {
 		return 0
 	}
@@ -27,17 +27,22 @@ func RecvDistance(p ir.Program) float64 {
 // RecvDistances returns RecvDistance per rank (0 for a rank without receives).
 func RecvDistances(p ir.Program) []float64 {
 	out := make([]float64, len(p.Ranks))
-	recvDistance(p, out)
+	recvDistance(p, out, nil)
 	return out
 }
 
 // recvDistance returns the sum of distances and the number of receives
-// counted; when perRank is non-nil it also fills the per-rank means. A
+// counted; when perRank is non-nil it also fills the per-rank means, and
+// when slots is non-nil the slot counts of SlotCounts, from the same walk
+// over the steps (Measure: one pass over the program's memory, not two). A
 // receive counts on its stage's rank (where verify requires it, with its
 // consumer), so ranks touch disjoint chunks and go in parallel.
-func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
+func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 	S, M := p.Stages(), p.Micro
 	if S <= 0 || M <= 0 {
+		if slots != nil {
+			copy(slots, SlotCounts(p))
+		}
 		return 0, 0
 	}
 	rankOf := p.Placement.RankOf
@@ -64,6 +69,7 @@ func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 		}
 		computes := int32(0)
 		rs, rn := 0, 0
+		nSlots := 0 // SlotCounts' count, for slots
 		take := func(i int, ch int) {
 			if v := pending[i][ch]; v >= 0 {
 				rs += int(computes - v)
@@ -74,6 +80,10 @@ func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 		steps := p.Ranks[r]
 		for j := range steps {
 			st := &steps[j]
+			nSlots = max(nSlots, st.Slot+1)
+			for k := range st.Sub {
+				nSlots = max(nSlots, st.Sub[k].Slot+1)
+			}
 			if k := slot(st.Kind); k >= 0 {
 				if mine(st) {
 					pending[k][st.Stage*M+st.Micro] = computes
@@ -104,6 +114,9 @@ func recvDistance(p ir.Program, perRank []float64) (sum, n int) {
 			computes++
 		}
 		sums[2*r], sums[2*r+1] = rs, rn
+		if slots != nil {
+			slots[r] = nSlots
+		}
 		if perRank != nil && rn > 0 {
 			perRank[r] = float64(rs) / float64(rn)
 		}

@@ -1,7 +1,10 @@
 package passes
 
 import (
+	"slices"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen/ir"
 )
 
 func TestRecvDistance(t *testing.T) {
@@ -48,6 +51,24 @@ func TestRecvDistance(t *testing.T) {
 				if got[r] != tc.perRank[r] {
 					t.Errorf("RecvDistances = %v, want %v", got, tc.perRank)
 					break
+				}
+			}
+			// Measure gives the same figures from its one walk, and the
+			// slot counts AssignSlots reports (SlotCounts').
+			q, counts, err := AssignSlots(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				p     ir.Program
+				slots []int
+			}{{p, make([]int, len(p.Ranks))}, {q, counts}} {
+				info := Measure(c.p)
+				if info.RecvDistance != tc.want || !slices.Equal(info.RecvDistances, tc.perRank) {
+					t.Errorf("Measure: RecvDistance %v, RecvDistances %v; want %v, %v", info.RecvDistance, info.RecvDistances, tc.want, tc.perRank)
+				}
+				if !slices.Equal(info.Slots, c.slots) || !slices.Equal(info.Slots, SlotCounts(c.p)) {
+					t.Errorf("Measure: Slots %v, want %v (SlotCounts %v)", info.Slots, c.slots, SlotCounts(c.p))
 				}
 			}
 		})

@@ -2,9 +2,7 @@ package passes
 
 import (
 	"fmt"
-	"sync"
 
-	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 )
 
@@ -220,22 +218,10 @@ func RunPipeline(p ir.Program, opt Options) (ir.Program, []string, error) {
 }
 
 // Measure returns a lowered program's LowerInfo but for Passes: its slot
-// counts and its receive distances.
+// counts and its receive distances, from one walk over its steps.
 func Measure(p ir.Program) LowerInfo {
-	var info LowerInfo
-	// The slot counts and the receive distances read p independently.
-	info.RecvDistances = make([]float64, len(p.Ranks))
-	var sum, n int
-	if par.Workers(len(p.Ranks), p.NumSteps()) > 1 {
-		var wg sync.WaitGroup
-		wg.Go(func() { info.Slots = SlotCounts(p) })
-		sum, n = recvDistance(p, info.RecvDistances)
-		wg.Wait()
-	} else {
-		info.Slots = SlotCounts(p)
-		sum, n = recvDistance(p, info.RecvDistances)
-	}
-	if n > 0 {
+	info := LowerInfo{Slots: make([]int, len(p.Ranks)), RecvDistances: make([]float64, len(p.Ranks))}
+	if sum, n := recvDistance(p, info.RecvDistances, info.Slots); n > 0 {
 		info.RecvDistance = float64(sum) / float64(n)
 	}
 	return info

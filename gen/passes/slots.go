@@ -173,8 +173,8 @@ func srcStage(rt *ir.Program, r int, st *ir.Step) int {
 	if k := st.Kind; k != ir.Forward && k != ir.Backward && k != ir.BackwardInput {
 		return -1 // the kinds deps.Neighbour answers for: skip the call for the others
 	}
-	if in, ok := deps.Neighbour(rt, st); ok && in.Rank == r {
-		return in.Stage
+	if stage, rank, _, _, ok := deps.Across(rt, st); ok && rank == r {
+		return stage
 	}
 	return -1
 }

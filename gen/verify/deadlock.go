@@ -26,7 +26,8 @@ func (c *checker) deadlock() error {
 // words a hang. It only reads c, so match may run it beside its own check.
 func (c *checker) runModel(m *strict.Model) error {
 	m = c.copiesModel(c.ruleModels(m))
-	sim := strict.NewSim(m)
+	sim := strict.NewSimInto(c.sc.sim, m) // the Sim of the Check before, reused
+	c.sc.sim = sim
 	if sim.Run() {
 		return nil
 	}

@@ -55,9 +55,9 @@ func (c *checker) match() (deadlock func() error, err error) {
 		all := true
 		for op := int(ops[r]); op < int(ops[r+1]); op++ {
 			var q int32 = -1
-			st := c.opStepPtr(int32(op))
-			if k, ds := deps.CounterpartOf(st.Kind); k.IsComm() {
-				q = c.at1(atOf(k), st.Stage+ds, st.Micro)
+			st := &c.opStep[op]
+			if k, ds := deps.CounterpartOf(st.kind); k.IsComm() {
+				q = c.at1(atOf(k), int(st.stage)+ds, int(st.micro))
 			}
 			partner[op] = q
 			all = all && q >= 0
@@ -95,7 +95,9 @@ func (c *checker) match() (deadlock func() error, err error) {
 		if !speculate {
 			return nil, nil
 		}
-		return func() error { beside.Wait(); return dead }, nil
+		// The caller's own work (Options.Beside) fills the core the FIFO
+		// check leaves while the simulation runs.
+		return func() error { c.beside(); beside.Wait(); return dead }, nil
 	}
 	beside.Wait() // the speculative run reads the model's partners
 	c.opPartner = make([]int32, nOps)
@@ -113,11 +115,11 @@ func (c *checker) at1(a, s, m int) int32 {
 // opKey returns the index of op's FIFO queue: sends in [0, nKeys), receives
 // in [nKeys, 2nKeys), each by (source rank, destination rank, channel).
 func (c *checker) opKey(op, nKeys int) int {
-	st, r := c.opStepPtr(int32(op)), int(c.opRank[op])
-	if st.Kind.IsRecv() {
-		return nKeys + c.pair(st.Peer, r)*3 + int(st.Kind.Channel()) - 1
+	st, r := &c.opStep[op], int(c.opRank[op])
+	if st.kind.IsRecv() {
+		return nKeys + c.pair(int(st.peer), r)*3 + int(st.kind.Channel()) - 1
 	}
-	return c.pair(r, st.Peer)*3 + int(st.Kind.Channel()) - 1
+	return c.pair(r, int(st.peer))*3 + int(st.kind.Channel()) - 1
 }
 
 // densePairs is the most ranks for which match numbers the (source,
@@ -126,11 +128,11 @@ const densePairs = 256
 
 // opEnds returns the source and destination rank of transfer op.
 func (c *checker) opEnds(op int) (src, dst int) {
-	st, r := c.opStepPtr(int32(op)), int(c.opRank[op])
-	if st.Kind.IsRecv() {
-		return st.Peer, r
+	st, r := &c.opStep[op], int(c.opRank[op])
+	if st.kind.IsRecv() {
+		return int(st.peer), r
 	}
-	return r, st.Peer
+	return r, int(st.peer)
 }
 
 // pair returns the number of the (source, destination) pair in match.
@@ -166,7 +168,7 @@ func (c *checker) matchSlow(cnt, ord []int32, nKeys int) error {
 		c.opPartner[op] = list[off[other]+ord[op]]
 	}
 	for op := range nOps {
-		a, b := c.opStep(int32(op)), c.opStep(c.opPartner[op])
+		a, b := c.stepOf(int32(op)), c.stepOf(c.opPartner[op])
 		if want := deps.Counterpart(a); !want.SameAction(b) {
 			q := c.opPartner[op]
 			src, dst := c.opRank[op], c.opRank[q]
@@ -183,12 +185,20 @@ func (c *checker) matchSlow(cnt, ord []int32, nKeys int) error {
 	return nil
 }
 
-func (c *checker) opStep(op int32) ir.Step { return *c.opStepPtr(op) }
+// opStep is what match reads of a transfer's step, recorded by the walk
+// once leaf has checked it: four words a transfer, read in op order, where
+// the steps themselves (eight words each, among the host steps) would take
+// four times the memory traffic.
+type opStep struct {
+	kind               ir.Kind
+	stage, micro, peer int32
+}
 
-func (c *checker) opStepPtr(op int32) *ir.Step { return &c.p.Ranks[c.opRank[op]][c.opIdx[op]] }
+// stepOf returns op's step.
+func (c *checker) stepOf(op int32) ir.Step { return c.p.Ranks[c.opRank[op]][c.opIdx[op]] }
 
 func (c *checker) unmatched(op, mine, theirs int32) error {
-	st := c.opStep(op)
+	st := c.stepOf(op)
 	r := int(c.opRank[op])
 	want := deps.Counterpart(st)
 	side, other := "sends", "receives"

@@ -223,23 +223,25 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
 func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
-	in, ok := deps.Neighbour(&c.p, st)
+	stage, rank, _, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
 	if !ok {
 		return nil
 	}
 	m := st.Micro
+	producer, recv := deps.AcrossKinds(grad)
 	var a, x int
 	switch {
-	case in.Rank == r:
-		a, x = atOf(in.Kind), in.Stage*c.M+m
+	case rank == r:
+		a, x = atOf(producer), stage*c.M+m
 	case c.lowered:
-		a, x = atOf(in.Recv), st.Stage*c.M+m
+		a, x = atOf(recv), st.Stage*c.M+m
 	default:
 		return nil
 	}
 	if c.before(a, x, i) {
 		return nil
 	}
+	in, _ := deps.Neighbour(&c.p, st) // to word the failure
 	what, from := "its input", ir.Compute(ir.Forward, in.Stage, m)
 	if in.What == deps.Gradient {
 		what, from = "its output gradient", c.bwdName(in.Stage, m)

@@ -1,6 +1,8 @@
 package verify
 
 import (
+	"slices"
+
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -28,16 +30,9 @@ func init() {
 // rank's OPT_STEP, when the program ships owned inputs and every rank
 // has an OPT_STEP.
 func (c *checker) towerModel(m *strict.Model) *strict.Model {
-	ships := false
-	for _, steps := range c.p.Ranks {
-		for i := range steps {
-			if steps[i].Kind == ir.MpipeRecv {
-				ships = true
-				break
-			}
-		}
-	}
-	if !ships {
+	// The walk put every MPIPE_FWD_RECV in its chunk table: a look at
+	// that table (a word per chunk) instead of at every step.
+	if !slices.ContainsFunc(c.at[aMRecv], func(i int32) bool { return i >= 0 }) {
 		return m
 	}
 	at := make([][]int, c.P)

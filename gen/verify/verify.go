@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/ppgen/ppgen/abi"
 
@@ -15,6 +16,12 @@ type Options struct {
 	// MaxActivations bounds the number of live chunks (activations kept from
 	// a chunk's F to its last backward) on any rank; 0 means unlimited.
 	MaxActivations int
+	// Beside, when not nil, is work of the caller's that Check runs once:
+	// on the core its deadlock simulation, which is serial, leaves idle
+	// once the FIFO check beside it is done, or else before Check returns.
+	// It must not write what Check reads (the program). gen measures the
+	// lowered program's slot counts and receive distances here.
+	Beside func()
 }
 
 // Report describes a checked program. Fields a failed check did not reach
@@ -107,7 +114,8 @@ type checker struct {
 	// comm ops in (rank, index) order: the ids gen/internal/strict uses
 	opRank    []int32
 	opIdx     []int32
-	opPartner []int32 // set by match
+	opStep    []opStep // what match reads of each op's step (opStep)
+	opPartner []int32  // set by match
 	// pairIdx numbers the (source, destination) rank pairs of match's
 	// queues when there are too many ranks for a P×P table (nil: dense).
 	pairIdx map[uint64]int32
@@ -147,20 +155,24 @@ type checker struct {
 	memErr  *Error
 	rep     Report
 	sc      *scratch
+	// beside runs Options.Beside the first time it is called, then nothing.
+	beside func()
 }
 
 // scratch holds the checker's largest buffers from one Check to the next
 // (scratchKeep): the per-chunk tables, the per-step and per-op arrays of
-// the strict model and the rank walks' waits, some 8 MB for a lowering at
+// the strict model and its simulation, and the rank walks' waits, some 9 MB for a lowering at
 // P = 64, M = 256, which would otherwise be allocated, cleared and
 // collected every time. Check hands them back when it returns: neither its
 // Report nor its errors hold them.
 type scratch struct {
 	block                                       []int32
 	hostIdx, waitOff, opRank, opIdx, opGap, ord []int32
+	opStep                                      []opStep
 	partner                                     []int32
 	waits                                       []strict.Event
 	rankWaits                                   [][]strict.Event
+	sim                                         *strict.Sim // runModel's
 }
 
 var scratchKeep par.Keep[scratch]
@@ -188,6 +200,11 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	}
 	defer scratchKeep.Put(sc) // nothing Check returns holds them
 	c := &checker{p: p, opt: opt, forwardOnly: p.ForwardOnly(), sc: sc}
+	c.beside = func() {}
+	if f := opt.Beside; f != nil {
+		c.beside = sync.OnceFunc(f)
+		defer c.beside() // when the simulation did not run it
+	}
 	c.rep.ForwardOnly = c.forwardOnly
 	// One walk over the steps checks their structure (returning at once on
 	// a malformed step), fills the chunk tables, checks preconditions, builds

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/verify"
@@ -393,6 +394,44 @@ func TestReport(t *testing.T) {
 			}
 			if _, err := verify.Check(q, verify.Options{MaxActivations: tc.peak(0) - 1}); codeOf(err) != verify.Memory {
 				t.Errorf("%s P=%d: limit below the peak: %v", tc.name, P, err)
+			}
+		}
+	}
+}
+
+// TestBeside: Check runs Options.Beside exactly once before it returns,
+// whether the program passes or fails, on the parallel path (where it runs
+// beside the deadlock simulation) and the serial one.
+func TestBeside(t *testing.T) {
+	lowered, _, err := passes.Lower(oneF1B(4, 8), passes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crossed := parse(t, "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"+
+		"rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1", "")
+	noStages := lowered
+	noStages.Placement = ir.Placement{NumRanks: len(lowered.Ranks)}
+	for _, minSteps := range []int{0, par.MinSteps} {
+		for _, tc := range []struct {
+			name string
+			p    ir.Program
+			ok   bool
+		}{
+			{"lowered", lowered, true},
+			{"compute order", oneF1B(4, 8), true},
+			{"deadlock", crossed, false},
+			{"structure", noStages, false},
+		} {
+			old := par.MinSteps
+			par.MinSteps = minSteps
+			calls := 0
+			_, err := verify.Check(tc.p, verify.Options{Beside: func() { calls++ }})
+			par.MinSteps = old
+			if (err == nil) != tc.ok {
+				t.Errorf("%s (MinSteps %d): Check = %v, want ok %v", tc.name, minSteps, err, tc.ok)
+			}
+			if calls != 1 {
+				t.Errorf("%s (MinSteps %d): Beside ran %d times, want once", tc.name, minSteps, calls)
 			}
 		}
 	}

@@ -72,11 +72,8 @@ func (c *checker) walk() error {
 	// One block for the per-chunk tables, all starting at -1.
 	const nTables = nAt + 8 + 3 // at, opAt for eight transfer kinds, slotOf/first/last
 	sc := c.sc
-	sc.block = par.Resize(sc.block, nTables*n)
+	sc.block = par.Resize(sc.block, nTables*n) // filled with -1 by the count pass below
 	block := sc.block
-	for i := range block {
-		block[i] = -1
-	}
 	next := func() []int32 { t := block[:n:n]; block = block[n:]; return t }
 	for a := range c.at {
 		c.at[a] = next()
@@ -104,6 +101,11 @@ func (c *checker) walk() error {
 	extras := make([]uint8, c.P)
 	ruledKinds := make([]uint64, c.P) // bit k: a step of kind k, which has a rule
 	par.ForRanksW(w, c.P, func(_, r int) {
+		// The r-th share of the chunk tables' block starts at -1.
+		part := sc.block[len(sc.block)*r/c.P : len(sc.block)*(r+1)/c.P]
+		for i := range part {
+			part[i] = -1
+		}
 		n := 0
 		var ex uint8
 		var rk uint64
@@ -149,7 +151,8 @@ func (c *checker) walk() error {
 	// waitOff[0].
 	sc.hostIdx, sc.waitOff = par.Resize(sc.hostIdx, nHost), par.Resize(sc.waitOff, nHost+1)
 	sc.opRank, sc.opIdx, sc.opGap = par.Resize(sc.opRank, nOps), par.Resize(sc.opIdx, nOps), par.Resize(sc.opGap, nOps)
-	c.hostIdx, c.opRank, c.opIdx = sc.hostIdx, sc.opRank, sc.opIdx
+	sc.opStep = par.Resize(sc.opStep, nOps)
+	c.hostIdx, c.opRank, c.opIdx, c.opStep = sc.hostIdx, sc.opRank, sc.opIdx, sc.opStep
 	opGap, waitOff := sc.opGap, sc.waitOff
 	waitOff[0] = 0
 	if len(sc.rankWaits) < c.P {
@@ -269,6 +272,8 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 			opGap[rw.op] = nHost
 			c.opRank[rw.op] = int32(r)
 			c.opIdx[rw.op] = int32(i)
+			// leaf checked the ranges: they fit in 32 bits.
+			c.opStep[rw.op] = opStep{kind: st.Kind, stage: int32(st.Stage), micro: int32(st.Micro), peer: int32(st.Peer)}
 			rw.op++
 			c.pre(rw, i, st, st)
 			c.slot(rw, i, st, st)
@@ -410,7 +415,9 @@ func (c *checker) waits(rw *rankWalk, st *ir.Step) {
 	r := rw.r
 	ch := st.Stage*c.M + st.Micro
 	var buf [deps.MaxInputs]deps.Input // stays on the stack
-	for _, in := range deps.Of(&c.p, st, buf[:0]) {
+	ins := deps.Of(&c.p, st, buf[:0])
+	for k := range ins {
+		in := &ins[k] // not a copy: reading back whole Inputs just stored would stall (deps.Across)
 		if !in.Remote(r) {
 			continue
 		}

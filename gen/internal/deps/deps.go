@@ -141,20 +141,51 @@ func Of(p *ir.Program, cs *ir.Step, dst []Input) []Input {
 // produces: for F(s, m) the Activation of F(s-1, m), for B(s, m) and I(s, m)
 // the Gradient of the backward of (s+1, m); ok is false at the ends of m's
 // route (its first stage for F, its last for a backward) and for other
-// kinds. It is the Activation or Gradient entry of Of.
+// kinds. It is the Activation or Gradient entry of Of, and Across as an
+// Input.
 func Neighbour(p *ir.Program, cs *ir.Step) (in Input, ok bool) {
+	stage, rank, act, grad, ok := Across(p, cs)
+	switch {
+	case !ok:
+		return Input{}, false
+	case grad:
+		return Input{What: Gradient, Kind: ir.Backward, Stage: stage, Micro: cs.Micro, Rank: rank, Recv: ir.RecvB, Act: act}, true
+	}
+	return Input{What: Activation, Kind: ir.Forward, Stage: stage, Micro: cs.Micro, Rank: rank, Recv: ir.RecvF, Act: act}, true
+}
+
+// Across is Neighbour as plain values, for the loops that ask it of every
+// step (the verifier's walk, the slots pass, the ideal timeline): the stage
+// that produces cs's cross-stage input, that stage's rank, the stage whose
+// activation sizes the transfer (Input.Act), and whether the input is the
+// Gradient (else the Activation); ok is false where Neighbour's is. An
+// Input has seven fields, so a caller keeps it in memory, and reading it
+// back right after the call stored it costs a store-forwarding stall;
+// plain values stay in registers. AcrossKinds names the producing step's
+// kind and the receive that carries the input.
+func Across(p *ir.Program, cs *ir.Step) (stage, rank, act int, grad, ok bool) {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
 	case ir.Forward:
-		if first := firstOf(p, m); s > first {
-			return Input{What: Activation, Kind: ir.Forward, Stage: s - 1, Micro: m, Rank: rankOf(p, s-1), Recv: ir.RecvF, Act: s - 1}, true
+		if s > firstOf(p, m) {
+			return s - 1, rankOf(p, s-1), s - 1, false, true
 		}
 	case ir.Backward, ir.BackwardInput:
-		if last := lastOf(p, m); s < last {
-			return Input{What: Gradient, Kind: ir.Backward, Stage: s + 1, Micro: m, Rank: rankOf(p, s+1), Recv: ir.RecvB, Act: s}, true
+		if s < lastOf(p, m) {
+			return s + 1, rankOf(p, s+1), s, true, true
 		}
 	}
-	return Input{}, false
+	return 0, ir.None, -1, false, false
+}
+
+// AcrossKinds returns, for Across's grad, the kind of the step producing
+// the input (Neighbour's Kind) and of the receive that brings it from
+// another rank (its Recv).
+func AcrossKinds(grad bool) (producer, recv ir.Kind) {
+	if grad {
+		return ir.Backward, ir.RecvB
+	}
+	return ir.Forward, ir.RecvF
 }
 
 // ConsumerRank returns the rank that runs the step of another stage whose

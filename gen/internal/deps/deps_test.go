@@ -136,6 +136,7 @@ rank 1: 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP`,
 					for _, cs := range leaves {
 						key := fmt.Sprintf("%d: %s", r, cs)
 						ins = deps.Of(&p, &cs, ins[:0])
+						checkNeighbour(t, &p, &cs, ins)
 						if len(ins) > deps.MaxInputs {
 							t.Errorf("%s: %d inputs, more than MaxInputs (%d)", key, len(ins), deps.MaxInputs)
 						}
@@ -161,6 +162,29 @@ rank 1: 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP`,
 				}
 			}
 		})
+	}
+}
+
+// checkNeighbour checks that Neighbour(cs) is the Activation or Gradient
+// entry of cs's inputs ins (deps.Of), and that Across and AcrossKinds give
+// the same input in plain values.
+func checkNeighbour(t *testing.T, p *ir.Program, cs *ir.Step, ins []deps.Input) {
+	t.Helper()
+	var want deps.Input
+	found := false
+	for _, in := range ins {
+		if in.What == deps.Activation || in.What == deps.Gradient {
+			want, found = in, true
+		}
+	}
+	in, ok := deps.Neighbour(p, cs)
+	if ok != found || in != want {
+		t.Errorf("%s: Neighbour = %+v, %v; Of's cross-stage entry %+v, %v", cs, in, ok, want, found)
+	}
+	stage, rank, act, grad, aok := deps.Across(p, cs)
+	kind, recv := deps.AcrossKinds(grad)
+	if aok != ok || ok && (stage != in.Stage || rank != in.Rank || act != in.Act || grad != (in.What == deps.Gradient) || kind != in.Kind || recv != in.Recv) {
+		t.Errorf("%s: Across = %d, %d, %d, %v, %v (kinds %s, %s); Neighbour = %+v, %v", cs, stage, rank, act, grad, aok, kind, recv, in, ok)
 	}
 }
 
@@ -210,6 +234,9 @@ func TestOfEdges(t *testing.T) {
 		if got := deps.Of(&p, &st, nil); len(got) != 0 {
 			t.Errorf("%s: got %v, want nothing", st, got)
 		}
+	}
+	for _, st := range []ir.Step{{Kind: ir.Backward, Stage: 5}, {Kind: ir.Forward, Stage: 5}, {Kind: ir.Forward, Stage: -1}, {Kind: ir.BackwardInput, Stage: 1}} {
+		checkNeighbour(t, &p, &st, deps.Of(&p, &st, nil)) // outside the placement, or at its end
 	}
 	got := deps.Of(&p, &ir.Step{Kind: ir.Backward, Stage: 5, Peer: ir.None, Slot: ir.None}, nil)
 	if len(got) != 1 || got[0].What != deps.Saved || got[0].Rank != ir.None {

@@ -172,36 +172,65 @@ type Sim struct {
 }
 
 // NewSim returns a simulation of m in its initial state.
-func NewSim(m *Model) *Sim {
+func NewSim(m *Model) *Sim { return NewSimInto(nil, m) }
+
+// NewSimInto is NewSim reusing the buffers of s (nil: none), a Sim the
+// caller is done with: a caller that decides one model after another (the
+// verifier) then allocates and clears a Sim's memory once, not per model.
+func NewSimInto(s *Sim, m *Model) *Sim {
+	if s == nil {
+		s = new(Sim)
+	}
 	n := m.Ranks()
 	ops := m.NumOps()
-	s := &Sim{
+	watchers := resize(s.watchers, n)
+	for r := range watchers {
+		watchers[r] = watchers[r][:0]
+	}
+	batchLeft := s.batchLeft
+	*s = Sim{
 		m:        m,
-		host:     make([]int32, n),
-		head:     make([]int32, n),
-		gap:      append([]int32(nil), m.OpGap...),
-		done:     make([]bool, ops),
-		order:    make([]int32, ops),
-		nDone:    make([]int32, n),
-		queue:    make([]int32, 0, n),
-		inQ:      make([]bool, n),
-		watchers: make([][]int32, n),
-		watching: make([]bool, n),
-		blocked:  make([]Event, n),
+		host:     zeroed(s.host, n),
+		head:     resize(s.head, n),
+		gap:      append(s.gap[:0], m.OpGap...),
+		done:     zeroed(s.done, ops),
+		order:    resize(s.order, ops), // written before it is read (Order)
+		nDone:    zeroed(s.nDone, n),
+		queue:    s.queue[:0],
+		inQ:      zeroed(s.inQ, n),
+		watchers: watchers,
+		watching: zeroed(s.watching, n),
+		blocked:  zeroed(s.blocked, n),
 		left:     int(m.HostOff[n]) + ops,
-		touched:  make([]int32, 0, n),
-		isTouch:  make([]bool, n),
+		touched:  s.touched[:0],
+		isTouch:  zeroed(s.isTouch, n),
 	}
 	for r := range n {
 		s.head[r] = m.OpOff[r]
 	}
 	if m.BatchFirst != nil {
-		s.batchLeft = make([]int32, ops)
+		s.batchLeft = zeroed(batchLeft, ops)
 		for op := range ops {
 			s.batchLeft[m.BatchFirst[op]]++
 		}
 	}
 	return s
+}
+
+// resize returns b with length n, reusing its memory when it is large
+// enough; the contents are not cleared.
+func resize[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// zeroed is resize with every element the zero value.
+func zeroed[T any](b []T, n int) []T {
+	b = resize(b, n)
+	clear(b)
+	return b
 }
 
 func (s *Sim) push(r int32) {

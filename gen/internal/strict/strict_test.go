@@ -1,6 +1,7 @@
 package strict
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -182,33 +183,42 @@ func TestRun(t *testing.T) {
 			cycle: []int{0, 1}, ring: true,
 		},
 	}
+	// Each case runs on a fresh Sim, then on the Sim of the case before
+	// (NewSimInto: another model, run to its end), which must change nothing.
+	var reused *Sim
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			m, _ := build(tc.ranks...)
-			s := NewSim(m)
-			if got := s.Run(); got != tc.done {
-				t.Fatalf("Run = %v, want %v", got, tc.done)
-			}
-			if tc.done {
-				if w, _ := s.Stuck(); w != nil {
-					t.Errorf("Stuck = %v on a finished run", w)
+		for _, reuse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/reuse=%v", tc.name, reuse), func(t *testing.T) {
+				m, _ := build(tc.ranks...)
+				s := NewSim(m)
+				if reuse {
+					s = NewSimInto(reused, m)
+					reused = s
 				}
-				return
-			}
-			w, ring := s.Stuck()
-			var ranks []int
-			for _, x := range w {
-				ranks = append(ranks, x.Rank)
-			}
-			if !slices.Equal(ranks, tc.cycle) || ring != tc.ring {
-				t.Errorf("Stuck = %v (ring %v), want ranks %v (ring %v)", w, ring, tc.cycle, tc.ring)
-			}
-			for i, x := range w {
-				if ring && x.Peer != w[(i+1)%len(w)].Rank {
-					t.Errorf("ring entry %d waits for %d, next is %d", i, x.Peer, w[(i+1)%len(w)].Rank)
+				if got := s.Run(); got != tc.done {
+					t.Fatalf("Run = %v, want %v", got, tc.done)
 				}
-			}
-		})
+				if tc.done {
+					if w, _ := s.Stuck(); w != nil {
+						t.Errorf("Stuck = %v on a finished run", w)
+					}
+					return
+				}
+				w, ring := s.Stuck()
+				var ranks []int
+				for _, x := range w {
+					ranks = append(ranks, x.Rank)
+				}
+				if !slices.Equal(ranks, tc.cycle) || ring != tc.ring {
+					t.Errorf("Stuck = %v (ring %v), want ranks %v (ring %v)", w, ring, tc.cycle, tc.ring)
+				}
+				for i, x := range w {
+					if ring && x.Peer != w[(i+1)%len(w)].Rank {
+						t.Errorf("ring entry %d waits for %d, next is %d", i, x.Peer, w[(i+1)%len(w)].Rank)
+					}
+				}
+			})
+		}
 	}
 }
 
