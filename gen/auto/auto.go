@@ -42,7 +42,8 @@ import (
 // holds more), it also lowers the families' orders with RECOMPUTE steps
 // (-recompute: the fullest rank's stages until the order fits, else the
 // first k stages, then every stage; at the latest point, the two fastest
-// also @idle; recomputeTries), listed last. Being the
+// also @idle; recomputeTries), and with Options.SwapAuto with activation
+// swapping at the distances it chooses (swapTries), listed last. Being the
 // minimum over every candidate, it is never worse than the best fixed
 // schedule among them (docs/design.md §4).
 const Name = "auto"
@@ -84,6 +85,7 @@ type Options struct {
 	// ("improving 9 orders (local search)"), then lowering the candidates
 	// in increasing bound ("lowering and simulating"), then, under a
 	// memory limit, trying recompute policies ("trying recompute under
+	// the limit") and, with SwapAuto, swap distances ("trying swap under
 	// the limit"). The calls come in that order, done counting up from 0.
 	Progress func(step string, done, total int)
 	// StageCost, when set, gives the cost model of a candidate with the
