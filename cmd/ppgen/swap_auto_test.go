@@ -12,9 +12,10 @@ import (
 // transfers of 0.5 chooses dualpipev V=2 swapping at distance 4 (22.5;
 // recompute's best, 28, is slower). gen names the choice on stderr and
 // records -swap auto in the header; check regenerates the same file from
-// it; verify, the table and sim -json report the distance. -swap auto
-// without -schedule auto, without -mem or with -recompute is refused,
-// naming the fix.
+// it; verify, the table and sim -json report the distance. With
+// -recompute none auto tries swap alone. -swap auto without -schedule
+// auto, without -mem or with a -recompute policy is refused, naming the
+// fix.
 func TestSwapAuto(t *testing.T) {
 	flags := []string{"-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "2", "-swap", "auto", "-cost", "swap=0.5"}
 	var stdout, stderr bytes.Buffer
@@ -54,6 +55,13 @@ func TestSwapAuto(t *testing.T) {
 	stdout.Reset()
 	if code := run(append([]string{"sim", "-json"}, flags...), &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), `"swap": 4,`) {
 		t.Errorf("sim -json: exit %d: %s", code, stdout.String())
+	}
+	// -recompute none leaves swap alone: within 1 no family fits, and
+	// swap does.
+	stdout.Reset()
+	if code := run([]string{"sim", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-mem", "1", "-swap", "auto", "-recompute", "none", "-cost", "swap=0.1"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "auto: interleaved V=4 -swap 6:") || strings.Contains(stdout.String(), "(recompute ") {
+		t.Errorf("-recompute none -swap auto: exit %d: %s%s", code, stdout.String(), stderr.String())
 	}
 	for _, tc := range []struct {
 		args []string

@@ -611,6 +611,9 @@ func autoNone(cfg ir.Config, cands []Candidate, limit float64, sp *SplitModel) e
 	if least.Recompute != "" {
 		with = " -recompute " + least.Recompute
 	}
+	if least.Swap != 0 {
+		with += fmt.Sprintf(" -swap %d", least.Swap)
+	}
 	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest family's is %.4g (%s, V=%d%s)%s; raise the limit, or lower -micro for GPipe-like schedules%s",
 		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, with, floor, hint)
 }

@@ -722,7 +722,7 @@ func (f swapFlag) Set(v string) error {
 
 // checkSwapAuto refuses -swap auto where no search chooses the distance:
 // without -schedule auto or -mem, or with a -recompute policy given (a
-// chunk either swaps or recomputes).
+// chunk either swaps or recomputes; -recompute none tries swap alone).
 func (r *Request) checkSwapAuto() error {
 	switch {
 	case !r.SwapAuto:
@@ -735,8 +735,8 @@ func (r *Request) checkSwapAuto() error {
 		return usagef("-swap auto: only -schedule auto chooses the swap distance (the schedule is %s); give -swap N (ppgen sim -schedule %s -swap N shows its memory), or use -schedule auto -mem X -swap auto", name, cmp.Or(r.Schedule, "..."))
 	case r.Mem == 0:
 		return usagef("-swap auto needs -mem X: -schedule auto swaps only where the activation memory limit keeps a faster order out; give -mem, or drop -swap auto")
-	case r.Passes["recompute"] != "":
-		return usagef("-swap auto with -recompute %s: a chunk either swaps or recomputes, and -schedule auto -mem tries recompute policies itself beside the swap distances; drop -recompute (or give -swap N without it)", r.Passes["recompute"])
+	case r.Passes["recompute"] != "" && r.Passes["recompute"] != "none":
+		return usagef("-swap auto with -recompute %s: a chunk either swaps or recomputes, and -schedule auto -mem tries recompute policies itself beside the swap distances; drop -recompute (or give -recompute none to try swap alone)", r.Passes["recompute"])
 	}
 	return nil
 }
