@@ -1,6 +1,7 @@
 package auto
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/passes"
+	"github.com/ppgen/ppgen/gen/schedules"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/gen/verify"
+	"github.com/ppgen/ppgen/internal/long"
 )
 
 // swapCost is the default cost with each swap transfer taking swap.
@@ -176,5 +179,67 @@ func TestAutoSwapProgress(t *testing.T) {
 	n := len(seen)
 	if n < 2 || seen[n-2] != "trying recompute under the limit" || seen[n-1] != "trying swap under the limit" || last != lastTotal-1 || n != lastTotal {
 		t.Errorf("steps %q, the last at %d of %d", seen, last, lastTotal)
+	}
+}
+
+// TestAutoSwapAgainstEveryDistance (long): on small configurations and
+// limits at three swap costs, auto with -swap auto is as fast as the best
+// of auto without it and every family's order lowered at every distance
+// passes.SwapDistances gives (what bisecting for the largest distance that
+// fits, and pruning by bounds, could miss), and it never chooses a
+// program over the limit.
+func TestAutoSwapAgainstEveryDistance(t *testing.T) {
+	long.Skip(t, "-swap auto against every distance of every order")
+	for _, P := range []int{2, 3, 4} {
+		for _, limit := range []float64{1, 1.5, 2, 3} {
+			for _, swap := range []float64{0, 0.5, 3} {
+				cfg := ir.Config{Schedule: Name, Ranks: P, Micro: 2 * P}
+				name := fmt.Sprintf("P=%d mem %g swap %g", P, limit, swap)
+				share, err := swapCost(swap).Resolve(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				best := math.Inf(1)
+				if res, err := Lower(cfg, Options{MemLimit: limit, Cost: swapCost(swap)}); err == nil {
+					_, _, best = chosenOf(t, res)
+				}
+				for _, fam := range schedules.All() {
+					if fam.ComputeOnly != "" {
+						continue
+					}
+					for v := 1; v <= MaxVirtual; v++ {
+						one := cfg
+						one.Schedule, one.Virtual = fam.Name, v
+						one, built, err := fam.BuildConfig(one)
+						if err != nil {
+							continue
+						}
+						for _, n := range passes.SwapDistances(built) {
+							opt := Options{}
+							opt.Passes.Swap = n
+							_, r, mem, err := Evaluate(one, opt, share)
+							if err == nil && mem <= limit*(1+1e-9) {
+								best = min(best, r.Makespan)
+							}
+						}
+					}
+				}
+				res, err := Lower(cfg, Options{MemLimit: limit, Cost: swapCost(swap), SwapAuto: true})
+				if math.IsInf(best, 1) {
+					if err == nil {
+						t.Errorf("%s: auto chose %s V=%d -swap %d, but nothing fits", name, res.Config.Schedule, res.Config.Virtual, res.Swap)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("%s: %v; want %g", name, err, best)
+					continue
+				}
+				_, mem, span := chosenOf(t, res)
+				if span > best*(1+1e-9) || mem > limit*(1+1e-9) {
+					t.Errorf("%s: auto chose %s V=%d -swap %d -recompute %q: %g within %g; the best is %g", name, res.Config.Schedule, res.Config.Virtual, res.Swap, res.Recompute, span, mem, best)
+				}
+			}
+		}
 	}
 }
