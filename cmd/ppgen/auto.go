@@ -12,19 +12,29 @@ import (
 )
 
 // autoName names the auto scheduler's choice: "auto: zbv V=2", with its
-// recompute policy when it has one ("auto: zbv V=2 -recompute full:0@idle").
+// recompute policy or swap distance when it has one ("auto: zbv V=2
+// -recompute full:0@idle", "auto: 1f1b V=1 -swap 5").
 func autoName(res auto.Result) string {
-	name := fmt.Sprintf("auto: %s V=%d", res.Config.Schedule, res.Config.Virtual)
-	if res.Recompute != "" {
-		name += " -recompute " + res.Recompute
+	return fmt.Sprintf("auto: %s V=%d", res.Config.Schedule, res.Config.Virtual) + autoExtra(res.Recompute, res.Swap)
+}
+
+// autoExtra is the flags a chosen candidate adds to its family: its
+// -recompute policy and its -swap distance (-swap auto), "" for none.
+func autoExtra(recompute string, swap int) string {
+	s := ""
+	if recompute != "" {
+		s += " -recompute " + recompute
 	}
-	return name
+	if swap != 0 {
+		s += fmt.Sprintf(" -swap %d", swap)
+	}
+	return s
 }
 
 // chosen reports whether c is the candidate auto chose.
 func chosen(res auto.Result, c auto.Candidate) bool {
 	return c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Skipped == "" &&
-		slices.Equal(c.Layers, res.Layers) && c.Recompute == res.Recompute
+		slices.Equal(c.Layers, res.Layers) && c.Recompute == res.Recompute && c.Swap == res.Swap
 }
 
 // autoChoice says what the auto scheduler chose and why, in one line.
@@ -68,6 +78,9 @@ func writeAutoTable(w io.Writer, res auto.Result) error {
 		}
 		if c.Recompute != "" {
 			notes = append(notes, "recompute "+c.Recompute)
+		}
+		if c.Swap != 0 {
+			notes = append(notes, fmt.Sprintf("swap %d", c.Swap))
 		}
 		if len(notes) == 0 {
 			return c.Config.Schedule

@@ -165,10 +165,7 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	}
 	ok := "ok"
 	if res.Candidates != nil {
-		ok = fmt.Sprintf("ok (auto chose %s V=%d)", res.Config.Schedule, res.Config.Virtual)
-		if res.Recompute != "" {
-			ok = fmt.Sprintf("ok (auto chose %s V=%d -recompute %s)", res.Config.Schedule, res.Config.Virtual, res.Recompute)
-		}
+		ok = fmt.Sprintf("ok (auto chose %s V=%d%s)", res.Config.Schedule, res.Config.Virtual, autoExtra(res.Recompute, res.Swap))
 	}
 	kind := ""
 	if res.Report.ForwardOnly {
@@ -316,6 +313,7 @@ type simJSON struct {
 	Schedule  string `json:"schedule"`
 	Virtual   int    `json:"virtual"`
 	Recompute string `json:"recompute,omitempty"`
+	Swap      int    `json:"swap,omitempty"`
 	sim.Summary
 }
 
@@ -327,7 +325,7 @@ func writeSimJSON(w io.Writer, req *gencmd.Request, res auto.Result, r sim.Resul
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(simJSON{Schedule: name, Virtual: v, Recompute: res.Recompute, Summary: r.Summary()}); err != nil {
+	if err := enc.Encode(simJSON{Schedule: name, Virtual: v, Recompute: res.Recompute, Swap: res.Swap, Summary: r.Summary()}); err != nil {
 		return fmt.Errorf("encoding the JSON summary: %w", err)
 	}
 	_, err := w.Write(b.Bytes())

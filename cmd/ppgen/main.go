@@ -58,7 +58,9 @@
 //	                   before the step that needs it, as the window allows
 //	                   (sim runs it on an FSDP stream, behind that compute)
 //	-swap N            swap out the activations of chunks whose forward and
-//	                   backward are at least N compute steps apart
+//	                   backward are at least N compute steps apart; -swap
+//	                   auto: -schedule auto -mem X chooses N per candidate,
+//	                   beside its recompute policies (priced by -cost swap=)
 //	-ship-labels       load labels with the input on the first stage's rank
 //	                   and ship them along the pipe (DATA_SEND/DATA_RECV)
 //	-batch             merge each run of adjacent transfers of a rank into

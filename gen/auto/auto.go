@@ -42,7 +42,8 @@ import (
 // holds more), it also lowers the families' orders with RECOMPUTE steps
 // (-recompute: the fullest rank's stages until the order fits, else the
 // first k stages, then every stage; at the latest point, the two fastest
-// also @idle; recomputeTries), listed last. Being the
+// also @idle; recomputeTries), and with Options.SwapAuto with activation
+// swapping at the distances it chooses (swapTries), listed last. Being the
 // minimum over every candidate, it is never worse than the best fixed
 // schedule among them (docs/design.md §4).
 const Name = "auto"
@@ -84,6 +85,7 @@ type Options struct {
 	// ("improving 9 orders (local search)"), then lowering the candidates
 	// in increasing bound ("lowering and simulating"), then, under a
 	// memory limit, trying recompute policies ("trying recompute under
+	// the limit") and, with SwapAuto, swap distances ("trying swap under
 	// the limit"). The calls come in that order, done counting up from 0.
 	Progress func(step string, done, total int)
 	// StageCost, when set, gives the cost model of a candidate with the
@@ -94,6 +96,13 @@ type Options struct {
 	// A candidate it refuses (more stages than layers) is skipped with
 	// its error.
 	StageCost func(stages, copies int) (sim.Cost, error)
+	// SwapAuto (-swap auto) lets the search under MemLimit also lower
+	// the families' orders with activation swapping, at the distances it
+	// chooses (swapTries), beside the recompute policies; the chosen
+	// distance is Result.Swap. Swapping needs a tier to swap to at run
+	// time, so the search does not swap unless asked. With Passes.Swap
+	// set it is refused.
+	SwapAuto bool
 	// Split, when set, is the model description StageCost splits, as the
 	// candidates see it (SplitModel): memory in the model's units, which
 	// MemLimit then bounds, and with Split.Partition every family also
@@ -109,6 +118,9 @@ type Result struct {
 	Candidates []Candidate
 	// Recompute is the chosen candidate's -recompute policy ("" for none).
 	Recompute string
+	// Swap is the chosen candidate's -swap distance, with
+	// Options.SwapAuto (0 for none).
+	Swap int
 }
 
 // Candidate is one schedule the search tried.
@@ -136,6 +148,9 @@ type Candidate struct {
 	// a faster order out, auto also tries the families' orders with
 	// RECOMPUTE steps (docs/model.md, "Recompute in the search").
 	Recompute string
+	// Swap is the -swap distance the candidate was lowered with (0 for
+	// none), with Options.SwapAuto (docs/model.md, "Swap in the search").
+	Swap int
 }
 
 // EvalShare simulates the lowered result res under c, the cost of one
@@ -228,6 +243,9 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 	if err != nil {
 		return Result{Result: gen.Result{Config: cfg}}, fmt.Errorf("schedule auto: cost model: %w", err)
 	}
+	if err := checkSwapAuto(opt); err != nil {
+		return Result{Result: gen.Result{Config: cfg}}, err
+	}
 	if !(opt.MemLimit >= 0) { // NaN too
 		return Result{Result: gen.Result{Config: cfg}}, fmt.Errorf("schedule auto: memory limit %g; want 0 (none) or more", opt.MemLimit)
 	}
@@ -238,14 +256,14 @@ func Lower(cfg ir.Config, opt Options) (Result, error) {
 			vs = append(vs, v)
 		}
 	}
-	cands, res, policy, found, err := autoCandidates(cfg, vs, opt, c)
+	cands, res, policy, swap, found, err := autoCandidates(cfg, vs, opt, c)
 	if err != nil {
 		return Result{Result: gen.Result{Config: cfg}}, err
 	}
 	if !found {
 		return Result{Result: gen.Result{Config: cfg}, Candidates: cands}, autoNone(cfg, cands, opt.MemLimit, opt.Split)
 	}
-	return Result{Result: res, Candidates: cands, Recompute: policy}, nil
+	return Result{Result: res, Candidates: cands, Recompute: policy, Swap: swap}, nil
 }
 
 // autoTry is one (family, V) the auto scheduler considers.
@@ -270,6 +288,7 @@ type autoTry struct {
 	// recompute: the -recompute policy of a recompute candidate
 	// (recomputeTries), res its lowered result.
 	recompute string
+	swap      int // the -swap distance of a swap candidate (swapTries)
 	res       gen.Result
 	baseIndex int // the index of the family's try it recomputes
 }
@@ -293,7 +312,7 @@ const NotLowered = "not lowered: its compute order alone is slower"
 // chooses exactly as evaluating all of them would (TestAutoPruningChoosesAsFull):
 // the smallest by autoLess, the first in that order among equals. It returns
 // the chosen candidate's lowered result, found false when none is eligible.
-func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []Candidate, chosen gen.Result, policy string, found bool, err error) {
+func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []Candidate, chosen gen.Result, policy string, swap int, found bool, err error) {
 	type family struct {
 		fam   schedules.Family
 		tries []*autoTry
@@ -311,6 +330,10 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 	recomputeOn := recomputeEligible(opt, rewrites)
 	if recomputeOn {
 		total++ // recompute under the limit
+	}
+	swapOn := swapEligible(opt, rewrites)
+	if swapOn {
+		total++ // swap under the limit
 	}
 	if len(synthOn) > 0 {
 		total++ // the local searches
@@ -386,14 +409,14 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			t.bound, t.boundMem, t.boundBubble = r.Makespan, float64(r.Peak())/float64(vEff), r.Bubble
 		})
 		if err := errors.Join(errs...); err != nil {
-			return nil, gen.Result{}, "", false, err
+			return nil, gen.Result{}, "", 0, false, err
 		}
 	}
 	tries = slices.DeleteFunc(tries, func(t *autoTry) bool { return t.err != nil })
 	var synthesized []*autoTry
 	if sp := opt.Split; sp != nil && !rewrites {
 		if synthesized, err = synthTries(cfg, opt, sp, synthOn, opt.MemLimit, tries, index, progress); err != nil {
-			return nil, gen.Result{}, "", false, err
+			return nil, gen.Result{}, "", 0, false, err
 		}
 		tries = append(tries, synthesized...)
 	}
@@ -418,7 +441,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			res, r, mem, err = Evaluate(t.cfg, opt, c)
 		}
 		if se := (*SimulationError)(nil); errors.As(err, &se) {
-			return nil, gen.Result{}, "", false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
+			return nil, gen.Result{}, "", 0, false, fmt.Errorf("schedule auto: %s V=%d: %w", t.cfg.Schedule, t.cfg.Virtual, se.Err)
 		}
 		t.evaluated = true
 		if err != nil {
@@ -446,6 +469,18 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			}
 			if bestTry == nil || autoLess(t.cand, bestTry.cand) {
 				bestTry, chosen, best = t, t.res, t.cand.Makespan
+			}
+		}
+	}
+	var swapped []*autoTry
+	if swapOn {
+		progress("trying swap under the limit")
+		if recomputeBinds(opt.MemLimit, tries, best) {
+			swapped = swapTries(opt, c, tries, best, index+len(synthesized)+len(recomputed))
+			for _, t := range swapped {
+				if t.err == nil && t.cand.Skipped == "" && (bestTry == nil || autoLess(t.cand, bestTry.cand)) {
+					bestTry, chosen, best = t, t.res, t.cand.Makespan
+				}
 			}
 		}
 	}
@@ -498,17 +533,17 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			out = append(out, Candidate{Config: t.cfg, Makespan: t.bound, Bubble: t.boundBubble, ActMem: t.boundMem, Skipped: NotLowered, Layers: t.layers.Bounds, Partitioned: t.partitioned, Synthesized: true})
 		}
 	}
-	for _, t := range recomputed {
+	for _, t := range append(recomputed, swapped...) {
 		if t.err != nil {
-			out = append(out, Candidate{Config: t.cfg, Skipped: t.err.Error(), Partitioned: t.partitioned, Recompute: t.recompute})
+			out = append(out, Candidate{Config: t.cfg, Skipped: t.err.Error(), Partitioned: t.partitioned, Recompute: t.recompute, Swap: t.swap})
 			continue
 		}
 		out = append(out, t.cand)
 	}
 	if bestTry != nil {
-		policy = bestTry.recompute
+		policy, swap = bestTry.recompute, bestTry.swap
 	}
-	return out, chosen, policy, bestTry != nil, nil
+	return out, chosen, policy, swap, bestTry != nil, nil
 }
 
 // splitBound sets t's split of the model's layers (the even one, or the
@@ -575,6 +610,9 @@ func autoNone(cfg ir.Config, cands []Candidate, limit float64, sp *SplitModel) e
 	with := ""
 	if least.Recompute != "" {
 		with = " -recompute " + least.Recompute
+	}
+	if least.Swap != 0 {
+		with += fmt.Sprintf(" -swap %d", least.Swap)
 	}
 	return fmt.Errorf("schedule auto: no schedule fits the activation memory limit %.4g: the smallest family's is %.4g (%s, V=%d%s)%s; raise the limit, or lower -micro for GPipe-like schedules%s",
 		limit, least.ActMem, least.Config.Schedule, least.Config.Virtual, with, floor, hint)

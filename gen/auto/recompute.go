@@ -94,25 +94,7 @@ func overLimit(t *autoTry, limit float64) bool {
 // it. It returns the tries evaluated (each evaluated, cand set, its
 // Recompute the policy), indexed from index on, in the families' order.
 func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, index int) []*autoTry {
-	var bases []recomputeBase
-	for _, t := range tries {
-		if t.synth || t.partitioned || !(t.bound < best) || !overLimit(t, opt.MemLimit) {
-			continue
-		}
-		bases = append(bases, recomputeBase{t: t, layers: t.layers, bound: t.bound})
-		if sp := opt.Split; sp != nil && sp.Partition {
-			pr, err := sp.search(t.built, 0, "")
-			if err != nil || slices.Equal(pr.Split.Bounds, t.layers.Bounds) {
-				continue
-			}
-			r, _, err := sp.run(t.built, pr.Split)
-			if err != nil || !(r.Makespan < best) {
-				continue
-			}
-			bases = append(bases, recomputeBase{t: t, layers: pr.Split, partitioned: true, bound: r.Makespan})
-		}
-	}
-	slices.SortStableFunc(bases, func(a, b recomputeBase) int { return cmp.Compare(a.bound, b.bound) })
+	bases := limitBases(opt, tries, best)
 	const eps = 1e-9
 	var out []*autoTry
 	eval := func(b recomputeBase, policy string) *autoTry {
@@ -426,6 +408,35 @@ func recomputeValue(stages []int, S int) string {
 		f[i] = strconv.Itoa(s)
 	}
 	return "full:" + strings.Join(f, ",")
+}
+
+// limitBases returns the orders recomputeTries (and swapTries) try on, in
+// increasing bound: the families' orders over the memory limit whose
+// compute order alone is faster than best, each with its split, and with
+// -partition auto also with the split gen/partition finds without the
+// limit (the fastest split, recompute or swap bringing it within the
+// limit), that split's own compute order bounding it.
+func limitBases(opt Options, tries []*autoTry, best float64) []recomputeBase {
+	var bases []recomputeBase
+	for _, t := range tries {
+		if t.synth || t.partitioned || !(t.bound < best) || !overLimit(t, opt.MemLimit) {
+			continue
+		}
+		bases = append(bases, recomputeBase{t: t, layers: t.layers, bound: t.bound})
+		if sp := opt.Split; sp != nil && sp.Partition {
+			pr, err := sp.search(t.built, 0, "")
+			if err != nil || slices.Equal(pr.Split.Bounds, t.layers.Bounds) {
+				continue
+			}
+			r, _, err := sp.run(t.built, pr.Split)
+			if err != nil || !(r.Makespan < best) {
+				continue
+			}
+			bases = append(bases, recomputeBase{t: t, layers: pr.Split, partitioned: true, bound: r.Makespan})
+		}
+	}
+	slices.SortStableFunc(bases, func(a, b recomputeBase) int { return cmp.Compare(a.bound, b.bound) })
+	return bases
 }
 
 // recomputeBase is an order recomputeTries tries policies on: a family's

@@ -113,7 +113,7 @@ func TestAutoRecompute(t *testing.T) {
 func chosenOf(t *testing.T, res Result) (Candidate, float64, float64) {
 	t.Helper()
 	for _, c := range res.Candidates {
-		if c.Skipped == "" && c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Recompute == res.Recompute {
+		if c.Skipped == "" && c.Config.Schedule == res.Config.Schedule && c.Config.Virtual == res.Config.Virtual && c.Recompute == res.Recompute && c.Swap == res.Swap {
 			return c, c.ActMem, c.Makespan
 		}
 	}

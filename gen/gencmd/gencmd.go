@@ -94,6 +94,9 @@ type Request struct {
 	// use each UNSHARD is issued (0: right before it; needs -fsdp).
 	FSDPPrefetch int
 	Swap         int // -swap: least compute steps between a swapped chunk's F and backward (0: no swapping)
+	// SwapAuto is -swap auto: -schedule auto chooses the distance under
+	// -mem (auto.Options.SwapAuto); Swap is then 0.
+	SwapAuto bool
 	// ShipLabels is -ship-labels: labels travel along the pipe
 	// (DATA_SEND/DATA_RECV) instead of being loaded on the last stage's rank.
 	ShipLabels bool
@@ -263,7 +266,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	}
 	fs.IntVar(&r.FSDP, "fsdp", 0, "add FSDP steps (UNSHARD, RESHARD, REDUCE_GRAD) with at most N stages unsharded per rank at once (0: none)")
 	fs.IntVar(&r.FSDPPrefetch, "fsdp-prefetch", 0, "with -fsdp: issue each UNSHARD (all-gather) up to K compute steps before the step that needs it, as far as the -fsdp window allows (0: right before it)")
-	fs.IntVar(&r.Swap, "swap", 0, "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none)")
+	fs.Var(swapFlag{&r.Swap, &r.SwapAuto}, "swap", "offload the saved activations of chunks whose forward and backward are at least N compute steps apart (SWAP_* steps; N ≥ 2, 0: none); auto: -schedule auto -mem X chooses N for each candidate beside its recompute policies, priced by -cost swap=.. (docs/memory.md)")
 	fs.StringVar(&r.MpipeOwners, "mpipe-owners", "", "mpipe: which micro-batches their owner ranks load and ship to the first stage's rank: min (micro m < min(P, M) by rank m; the first stage's rank loads the rest) or full (every micro m by rank m mod min(P, M)); default min")
 	fs.StringVar(&r.MpipePre, "mpipe-pre", "", "with -model: the preprocess (mpipe's transposed block: the first T layers, or the layers through the one named, such as a vision tower) that each input load runs, on its owner rank under mpipe and on the first stage's rank otherwise; the stages split the other layers, and the simulator costs the preprocess's F as -cost's pre")
 	fs.BoolVar(&r.ShipLabels, "ship-labels", false, "load each micro-batch's labels with its input on the first stage's rank and ship them along the pipe (DATA_SEND/DATA_RECV before each activation transfer), so that only that rank reads data")
@@ -468,6 +471,10 @@ func (r *Request) LowerOptions() (auto.Options, error) {
 		return opt, usagef("-swap = %d; want 0 (no swapping) or at least 2 compute steps between a chunk's forward and its backward", r.Swap)
 	}
 	opt.Passes.Swap = r.Swap
+	if err := r.checkSwapAuto(); err != nil {
+		return opt, err
+	}
+	opt.SwapAuto = r.SwapAuto
 	opt.Passes.ShipLabels = r.ShipLabels
 	if r.MpipeOwners != "" {
 		mode, err := passes.ParseOwners(r.MpipeOwners)
@@ -655,7 +662,7 @@ func (r *Request) inFlags(p ir.Program) error {
 	}{
 		{"-forward-only", r.ForwardOnly}, {"-overlap", r.Overlap}, {"-dxdw-in-overlap", r.DxDwInOverlap},
 		{"-split", r.Split}, {"-fsdp", r.FSDP != 0}, {"-fsdp-prefetch", r.FSDPPrefetch != 0},
-		{"-swap", r.Swap != 0}, {"-ship-labels", r.ShipLabels}, {"-comm-order", r.CommOrder != "" && r.CommOrder != defaultCommOrder},
+		{"-swap", r.Swap != 0 || r.SwapAuto}, {"-ship-labels", r.ShipLabels}, {"-comm-order", r.CommOrder != "" && r.CommOrder != defaultCommOrder},
 	} {
 		if f.on {
 			set = append(set, f.name)
@@ -682,4 +689,54 @@ func resolve(dir, path string) string {
 		return path
 	}
 	return filepath.Join(dir, path)
+}
+
+// swapFlag is -swap's value: a distance N, or auto (SwapAuto).
+type swapFlag struct {
+	n    *int
+	auto *bool
+}
+
+func (f swapFlag) String() string {
+	switch {
+	case f.auto != nil && *f.auto:
+		return "auto"
+	case f.n == nil:
+		return "0"
+	}
+	return strconv.Itoa(*f.n)
+}
+
+func (f swapFlag) Set(v string) error {
+	if v == "auto" {
+		*f.n, *f.auto = 0, true
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("%q: want N, the least compute steps between a swapped chunk's forward and its backward (at least 2; 0: none), or auto (-schedule auto -mem X chooses N)", v)
+	}
+	*f.n, *f.auto = n, false
+	return nil
+}
+
+// checkSwapAuto refuses -swap auto where no search chooses the distance:
+// without -schedule auto or -mem, or with a -recompute policy given (a
+// chunk either swaps or recomputes; -recompute none tries swap alone).
+func (r *Request) checkSwapAuto() error {
+	switch {
+	case !r.SwapAuto:
+		return nil
+	case r.Schedule != auto.Name:
+		name := r.Schedule
+		if name == "" {
+			name = "given by -in"
+		}
+		return usagef("-swap auto: only -schedule auto chooses the swap distance (the schedule is %s); give -swap N (ppgen sim -schedule %s -swap N shows its memory), or use -schedule auto -mem X -swap auto", name, cmp.Or(r.Schedule, "..."))
+	case r.Mem == 0:
+		return usagef("-swap auto needs -mem X: -schedule auto swaps only where the activation memory limit keeps a faster order out; give -mem, or drop -swap auto")
+	case r.Passes["recompute"] != "" && r.Passes["recompute"] != "none":
+		return usagef("-swap auto with -recompute %s: a chunk either swaps or recomputes, and -schedule auto -mem tries recompute policies itself beside the swap distances; drop -recompute (or give -recompute none to try swap alone)", r.Passes["recompute"])
+	}
+	return nil
 }

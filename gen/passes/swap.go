@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -33,13 +34,36 @@ func Swap(p ir.Program, gap int) (ir.Program, error) {
 	return q, nil
 }
 
-// swapRank is Swap for one rank's steps.
-func swapRank(steps []ir.Step, gap, stages, micro int) []ir.Step {
-	// The rank's compute steps by index, and for each chunk the position
-	// (in that list) of its forward and of its first B or I.
-	var compute []int
-	fAt := map[[2]int]int{}
-	bAt := map[[2]int]int{}
+// SwapDistances returns the -swap values at which the set of chunks Swap
+// offloads from p changes, largest first: each distinct number (at least 2)
+// of compute steps between a chunk's forward and its first backward on its
+// rank. Swap(p, gap) offloads the same chunks as Swap(p, d) for d the
+// least of them at or above gap (none above the largest).
+func SwapDistances(p ir.Program) []int {
+	seen := map[int]bool{}
+	for _, steps := range p.Ranks {
+		_, fAt, bAt := computePositions(steps)
+		for k, f := range fAt {
+			if b, ok := bAt[k]; ok && b-f-1 >= 2 {
+				seen[b-f-1] = true
+			}
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for g := range seen {
+		out = append(out, g)
+	}
+	slices.Sort(out)
+	slices.Reverse(out)
+	return out
+}
+
+// computePositions returns the indices of a rank's compute steps and, for
+// each chunk, the position (in that list) of its forward and of its first
+// B or I: the distances Swap measures.
+func computePositions(steps []ir.Step) (compute []int, fAt, bAt map[[2]int]int) {
+	fAt = map[[2]int]int{}
+	bAt = map[[2]int]int{}
 	for i := range steps {
 		cs := steps[i].Computes()
 		if len(cs) == 0 {
@@ -59,6 +83,12 @@ func swapRank(steps []ir.Step, gap, stages, micro int) []ir.Step {
 			}
 		}
 	}
+	return compute, fAt, bAt
+}
+
+// swapRank is Swap for one rank's steps.
+func swapRank(steps []ir.Step, gap, stages, micro int) []ir.Step {
+	compute, fAt, bAt := computePositions(steps)
 	// before[i] and after[i]: the swap steps that go before and after step i.
 	before := map[int][]ir.Step{}
 	after := map[int][]ir.Step{}
