@@ -100,28 +100,8 @@ func recomputeTries(opt Options, c sim.Cost, tries []*autoTry, best float64, ind
 	eval := func(b recomputeBase, policy string) *autoTry {
 		o := opt
 		o.Options = withRecompute(opt.Options, policy)
-		t := &autoTry{cfg: b.t.cfg, built: b.t.built, index: index, partitioned: b.partitioned, layers: b.layers,
-			bound: b.bound, recompute: policy, evaluated: true, baseIndex: b.t.index}
+		t := evalLimited(o, c, b, index, policy, 0)
 		index++
-		var res gen.Result
-		var r sim.Result
-		var mem float64
-		var err error
-		if sp := opt.Split; sp != nil {
-			res, r, mem, err = EvaluateSplit(t.cfg, o.Options, sp, b.layers)
-		} else {
-			res, r, mem, err = Evaluate(t.cfg, o, c)
-		}
-		if err != nil {
-			t.err = err
-			return t
-		}
-		t.res = res
-		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem, Layers: res.Layers,
-			Partitioned: b.partitioned, Recompute: policy}
-		if mem > opt.MemLimit*(1+eps) {
-			t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.MemLimit)
-		}
 		return t
 	}
 	// fit is a policy that fit at the latest point, and its bound.
@@ -492,4 +472,34 @@ func (b recomputeBase) cost(opt Options, c sim.Cost) (sim.Cost, error) {
 		return opt.StageCost(p.Stages(), max(p.Copies, 1))
 	}
 	return pricing.PerShare(c, max(b.t.cfg.Virtual/max(p.Copies, 1), 1))
+}
+
+// evalLimited lowers and simulates the order of base b under o (the
+// options with the try's recompute policy or swap distance set, which t
+// records as well) for a search under -mem: the try numbered index, its
+// candidate marked skipped when its activation memory is over the limit.
+func evalLimited(o Options, c sim.Cost, b recomputeBase, index int, policy string, swap int) *autoTry {
+	const eps = 1e-9
+	t := &autoTry{cfg: b.t.cfg, built: b.t.built, index: index, partitioned: b.partitioned, layers: b.layers,
+		bound: b.bound, recompute: policy, swap: swap, evaluated: true, baseIndex: b.t.index}
+	var res gen.Result
+	var r sim.Result
+	var mem float64
+	var err error
+	if sp := o.Split; sp != nil {
+		res, r, mem, err = EvaluateSplit(t.cfg, o.Options, sp, b.layers)
+	} else {
+		res, r, mem, err = Evaluate(t.cfg, o, c)
+	}
+	if err != nil {
+		t.err = err
+		return t
+	}
+	t.res = res
+	t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem, Layers: res.Layers,
+		Partitioned: b.partitioned, Recompute: policy, Swap: swap}
+	if mem > o.MemLimit*(1+eps) {
+		t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, o.MemLimit)
+	}
+	return t
 }

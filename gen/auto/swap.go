@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/sim"
 )
@@ -58,28 +57,8 @@ func swapTries(opt Options, c sim.Cost, tries []*autoTry, best float64, index in
 	eval := func(b recomputeBase, n int) *autoTry {
 		o := opt
 		o.Passes.Swap = n
-		t := &autoTry{cfg: b.t.cfg, built: b.t.built, index: index, partitioned: b.partitioned, layers: b.layers,
-			bound: b.bound, swap: n, evaluated: true, baseIndex: b.t.index}
+		t := evalLimited(o, c, b, index, "", n)
 		index++
-		var res gen.Result
-		var r sim.Result
-		var mem float64
-		var err error
-		if sp := opt.Split; sp != nil {
-			res, r, mem, err = EvaluateSplit(t.cfg, o.Options, sp, b.layers)
-		} else {
-			res, r, mem, err = Evaluate(t.cfg, o, c)
-		}
-		if err != nil {
-			t.err = err
-			return t
-		}
-		t.res = res
-		t.cand = Candidate{Config: res.Config, Makespan: r.Makespan, Bubble: r.Bubble, ActMem: mem, Layers: res.Layers,
-			Partitioned: b.partitioned, Swap: n}
-		if mem > opt.MemLimit*(1+eps) {
-			t.cand.Skipped = fmt.Sprintf("activation memory %.4g over the limit %.4g", mem, opt.MemLimit)
-		}
 		return t
 	}
 	fits := func(t *autoTry) bool { return t.err == nil && t.cand.Skipped == "" }
