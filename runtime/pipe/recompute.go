@@ -156,6 +156,7 @@ func (x *Exec) Recompute(a At) {
 		start := time.Now()
 		saved, err = x.rebuild(stage, s, kept)
 		ts.record('R', 3, start) // a Timeline's R call (not an F)
+		x.tl.noteRecompute(stage, x.rebuiltShare(stage, kept))
 	} else {
 		saved, err = x.rebuild(stage, s, kept)
 	}
@@ -176,6 +177,21 @@ func (x *Exec) rebuild(stage int, s *slotState, kept bool) (any, error) {
 	}
 	_, saved, err := x.raw[stage].Forward(s.x)
 	return saved, err
+}
+
+// rebuiltShare is the share of stage's R a RECOMPUTE re-ran (a
+// Timeline's record of it, for gen/tune): the stage's share when it
+// rebuilt what Recomputable's Drop kept (kept), -1 when that share is of
+// the layers Spec.RecomputeLayers names (the Spec holds their memory
+// share, not their R's), 1 when it re-ran Forward.
+func (x *Exec) rebuiltShare(stage int, kept bool) float64 {
+	switch {
+	case !kept:
+		return 1
+	case stage < len(x.spec.RecomputeLayers) && len(x.spec.RecomputeLayers[stage]) > 0:
+		return -1
+	}
+	return x.share(stage)
 }
 
 // recomputes reports whether stage is one of Spec.Recompute.
