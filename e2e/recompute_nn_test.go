@@ -208,3 +208,34 @@ func markedModel(t *testing.T, stages int) model.Model {
 	}
 	return m
 }
+
+// TestRecomputeTrainPeaks: the peaks of live chunks runtime/train's
+// TestRecomputeWrapped expects each rank to measure (its onef1bPeaks: 1f1b
+// at P = 4 holds P − r chunks on rank r, (P − r + 1)/2 under
+// selective:0.5) are those gen/verify proves of the programs it trains,
+// with and without FSDP steps (testprog's Selective, FSDP and
+// FSDPSelective: M = 8, and M = 4 with -fsdp 1).
+func TestRecomputeTrainPeaks(t *testing.T) {
+	for _, tc := range []struct {
+		micro, fsdp int
+		policy      string
+		want        []float64
+	}{
+		{8, 0, "selective:0.5", []float64{2.5, 2, 1.5, 1}},
+		{4, 1, "selective:0.5", []float64{2.5, 2, 1.5, 1}},
+		{4, 1, "none", []float64{4, 3, 2, 1}},
+	} {
+		opt := gen.Options{Passes: passes.Options{FSDP: tc.fsdp, Set: map[string]string{"recompute": tc.policy}}}
+		res, err := gen.Lower(ir.Config{Schedule: "1f1b", Ranks: 4, Micro: tc.micro}, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := verify.Check(res.Program, verify.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rep.PeakLive, tc.want) {
+			t.Errorf("1f1b P=4 M=%d -fsdp %d -recompute %s: the verifier's peaks %v; want %v", tc.micro, tc.fsdp, tc.policy, rep.PeakLive, tc.want)
+		}
+	}
+}

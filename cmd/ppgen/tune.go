@@ -19,8 +19,19 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "-", "the model description to write (- for stdout)")
 	stages := fs.Int("stages", 0, "the number of stages the trace must have (0: any)")
 	copies := fs.Int("copies", 0, "the number of model copies the trace's stages form (dualpipe: 2): stage s then runs the layers of stage s mod S/copies (0: read from the trace's micro-batches, one copy when it names none; a value they contradict is refused)")
+	rcost := fs.String("recompute-cost", "", "per stage of the trace, the share of the stage's R one of its RECOMPUTE calls cost in the traced program (comma-separated, e.g. 0.25,0.25,1; 0 or left out: the trace's otherData.recompute_cost, which ppgen trace and pipe.Timeline write, else 1): each R call is divided by it, so that the fitted R is the whole stage's, of which the simulator charges a RECOMPUTE its share; needed for a measured trace of -recompute model (its marked layers' R share, which `ppgen sim` prints as \"recomputed layers: stage S layers ... R SHARE\")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	var shares []float64
+	if *rcost != "" {
+		for i, w := range strings.Split(*rcost, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(w), 64)
+			if err != nil {
+				return usagef("-recompute-cost %q: stage %d's share %q is not a number; want shares in (0, 1], 0 for the trace's", *rcost, i, w)
+			}
+			shares = append(shares, v)
+		}
 	}
 	if *trace == "" {
 		return usagef("missing -trace FILE (the measured timeline of a training step)")
@@ -36,7 +47,7 @@ func runTune(args []string, stdout, stderr io.Writer) error {
 		return usagef("reading -trace: %v", err)
 	}
 	defer f.Close()
-	fit, err := tune.Read(f, tune.Options{Stages: *stages, Copies: *copies})
+	fit, err := tune.Read(f, tune.Options{Stages: *stages, Copies: *copies, RecomputeCost: shares})
 	if err != nil {
 		return usagef("-trace %s: %v", *trace, err)
 	}
@@ -89,11 +100,15 @@ func writeTuneTable(w io.Writer, fit tune.Fit) error {
 	var rs []string
 	for s, st := range fit.Stages {
 		if st.RCalls > 0 {
-			rs = append(rs, fmt.Sprintf("stage%d %.4g (%d calls)", s, st.R, st.RCalls))
+			share := ""
+			if st.RShare > 0 && st.RShare < 1 {
+				share = fmt.Sprintf(" of share %.4g", st.RShare)
+			}
+			rs = append(rs, fmt.Sprintf("stage%d %.4g (%d calls%s)", s, st.R, st.RCalls, share))
 		}
 	}
 	if len(rs) > 0 {
-		fmt.Fprintf(&b, "R, the median RECOMPUTE call (ms): %s; the other stages recompute at their F\n", strings.Join(rs, ", "))
+		fmt.Fprintf(&b, "R, the whole stage's recompute (ms: the median RECOMPUTE call over its share of the stage): %s; the other stages recompute at their F\n", strings.Join(rs, ", "))
 	}
 	if fit.Overlapped > 0 {
 		fmt.Fprintf(&b, "skipped %d overlap steps (a forward and a backward in one event: their times are not told apart)\n", fit.Overlapped)

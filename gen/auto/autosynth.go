@@ -212,7 +212,8 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 			progress("climbing no split (nothing synthesized)")
 		}
 	}
-	if err := pilotPlans(plans, sp, annealBudget(opt.Budget), reinsertBudget(opt.Budget), lowered, progress); err != nil {
+	bound := func(b *synthFound) (float64, error) { return synthBound(b, sp, opt.Passes.Set[recomputeOption]) }
+	if err := pilotPlans(plans, sp, annealBudget(opt.Budget), reinsertBudget(opt.Budget), lowered, bound, familyBest(fams, opt, sp, limit), progress); err != nil {
 		return nil, err
 	}
 	// The local searches, on all cores: each writes only its own result,
@@ -300,12 +301,16 @@ func fastestPlan(plans []*plan) *plan {
 // time (synth.Reinsert, reinserting steps timed), and that order stays
 // when it is faster lowered. The local search then starts from it. Each
 // placement writes only its own result: deterministic.
-func pilotPlans(plans []*plan, sp *SplitModel, annealing, reinserting int, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) error {
+func pilotPlans(plans []*plan, sp *SplitModel, annealing, reinserting int, lowered func(ir.Program, model.Partition) (synth.Score, bool), bound func(*synthFound) (float64, error), beaten float64, progress func(format string, args ...any)) error {
 	var top []*plan
 	for _, pn := range plans {
-		if pn.best != nil && pn.best.recipe != nil {
-			top = append(top, pn)
+		if pn.best == nil || pn.best.recipe == nil {
+			continue
 		}
+		if lb, err := bound(pn.best); err == nil && lb >= beaten {
+			continue // no order of it beats a family's (a family wins a tie)
+		}
+		top = append(top, pn)
 	}
 	slices.SortStableFunc(top, func(a, b *plan) int { return cmp.Compare(a.bestLow.Makespan, b.bestLow.Makespan) })
 	top = top[:min(pilotTop, len(top))]
@@ -315,8 +320,7 @@ func pilotPlans(plans []*plan, sp *SplitModel, annealing, reinserting int, lower
 	// Which to anneal: those whose bound leaves room below the fastest.
 	anneal, n := make([]bool, len(top)), 0
 	for i, pn := range top {
-		b := pn.best
-		if lb, err := sim.LowerBound(b.prog, b.problem.Cost, b.problem.BoundOptions()); err == nil && lb*(1+annealRoom) < top[0].bestLow.Makespan {
+		if lb, err := bound(pn.best); err == nil && lb*(1+annealRoom) < top[0].bestLow.Makespan {
 			anneal[i] = true
 			n++
 		}
@@ -387,6 +391,70 @@ func pilotPlans(plans []*plan, sp *SplitModel, annealing, reinserting int, lower
 		}
 	}
 	return nil
+}
+
+// familyBest is the lowered makespan of the family order auto's search
+// would take at least (an upper bound of what it chooses): the first of
+// fams, by their bound, whose order lowered fits the limit, of the first
+// familyProbes that the bound says may fit; +Inf when none does. A
+// synthesized order whose lower bound (synthBound) is not below it cannot
+// be chosen (a family wins a tie), and pilotPlans spends nothing on it:
+// under a recompute policy the families' orders often are that fast
+// already.
+func familyBest(fams []*autoTry, opt Options, sp *SplitModel, limit float64) float64 {
+	order := slices.Clone(fams)
+	slices.SortStableFunc(order, func(a, b *autoTry) int { return cmp.Compare(a.bound, b.bound) })
+	// Under a recompute policy a family's bound is of its order without
+	// the RECOMPUTE steps, which hold less: lowered, it may fit.
+	recomputes := opt.Passes.Set[recomputeOption] != "" && opt.Passes.Set[recomputeOption] != "none"
+	probes := 0
+	for _, t := range order {
+		if t.err != nil || (limit > 0 && !recomputes && t.boundMem > limit*(1+1e-9)) {
+			continue
+		}
+		if probes++; probes > familyProbes {
+			break
+		}
+		_, r, mem, err := EvaluateSplit(t.cfg, opt.Options, sp, t.layers)
+		if err == nil && !(limit > 0 && mem > limit) {
+			return r.Makespan
+		}
+	}
+	return math.Inf(1)
+}
+
+// familyProbes is how many family orders familyBest lowers at most (one
+// lowering each, milliseconds at the sizes auto synthesizes for).
+const familyProbes = 4
+
+// synthBound is the lower bound pilotPlans compares a synthesized order
+// with, in the currency of its lowered makespan (bestLow): sim.LowerBound
+// of the order under its problem's cap, or, under a recompute policy
+// (the lowering option recompute, `-recompute`), of the order with the
+// policy's RECOMPUTE steps (their work counted, as auto's recompute tries
+// bound theirs; no cap, which RECOMPUTE's freed memory would void). The
+// bound of the order alone leaves out the recompute work that every
+// lowered order of it pays, so under a policy it lay below the fastest
+// order by that work at every size: each placement was annealed and
+// reinserted (some 40 s of CPU at P = 2, M = 4 on examples/models/tiny.json)
+// for room the order's steps cannot give.
+func synthBound(b *synthFound, sp *SplitModel, policy string) (float64, error) {
+	plain := func() (float64, error) { return sim.LowerBound(b.prog, b.problem.Cost, b.problem.BoundOptions()) }
+	if policy == "" {
+		return plain()
+	}
+	pol, err := passes.ParseRecompute(policy)
+	if err != nil {
+		return plain() // the lowering reports it
+	}
+	if pol, err = pol.Resolve(b.prog, sp.Model.MarksOf(b.part)); err != nil {
+		return plain()
+	}
+	withR, err := passes.Recompute(b.prog, pol)
+	if err != nil || withR.NumSteps() == b.prog.NumSteps() { // -recompute none
+		return plain()
+	}
+	return sim.LowerBound(withR, b.problem.Cost, sim.BoundOptions{})
 }
 
 // pilotTop and pilotWork bound pilotPlans: the placements it improves and

@@ -52,6 +52,10 @@ type traceMetaOut struct {
 	BubbleSpan      float64   `json:"bubble_span"`
 	PeakActivations []int     `json:"peak_activations"`
 	Busy            []float64 `json:"busy"`
+	// RecomputeCost is, per stage, the share of its R a RECOMPUTE costs
+	// (ir.Program.RecomputeCostPart), where one is under 1 (a selective
+	// policy): gen/tune divides the RECOMPUTE events by it.
+	RecomputeCost []float64 `json:"recompute_cost,omitempty"`
 }
 
 // Trace renders the result as a Chrome trace-event JSON object that loads in
@@ -132,6 +136,15 @@ func Trace(r Result, p ir.Program, meta TraceMeta) ([]byte, error) {
 	}
 	for i, b := range r.Busy {
 		om.Busy[i] = round9(b)
+	}
+	for s := range p.Stages() {
+		if p.RecomputeCostPart(s) < 1 {
+			om.RecomputeCost = make([]float64, p.Stages())
+			for s := range om.RecomputeCost {
+				om.RecomputeCost[s] = p.RecomputeCostPart(s)
+			}
+			break
+		}
 	}
 	if meta.Cost != nil {
 		om.Cost = meta.Cost.String()

@@ -18,8 +18,18 @@
 //
 // A RECOMPUTE (-recompute) is an R call of the measured timeline (args.kind
 // "R") or a host event of a simulated trace (args.kind "RECOMPUTE"); a
-// stage with such calls is fitted R, the median, which a selective
-// policy's calls (a share of the stage's layers) make less than its F.
+// stage with such calls is fitted R, the whole stage's recompute cost
+// (gen/model's R, of which the simulator charges a RECOMPUTE the
+// program's share): the median of its calls each divided by the share of
+// the stage's R one RECOMPUTE of it costs (ir.Program.RecomputeCostPart:
+// 1 under full recompute, F under selective:F, the marked layers' R over
+// the stage's under -recompute model). The shares are Options.RecomputeCost
+// where given, else the trace's (otherData.recompute_cost, which
+// `ppgen trace` writes for a selective program, and pipe.Timeline writes
+// from its Spec.RecomputeShare, leaving out the stages of
+// Spec.RecomputeLayers, whose R share it does not know:
+// otherData.recompute_cost_unknown; an R call of such a stage without
+// Options.RecomputeCost is refused), else 1.
 //
 // An overlap step of a simulated trace (OVERLAP_F_B: one micro-batch's
 // forward beside another's backward, dualpipe's) is one event for both,
@@ -70,6 +80,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
 	"github.com/ppgen/ppgen/internal/chrometrace"
@@ -112,6 +123,13 @@ type Options struct {
 	// sim.Sharing), which gives the costs of calls alone that
 	// sim.RunShared scales back up by the sharing its timeline shows.
 	Cores int
+	// RecomputeCost is, per stage of the trace (before Copies folds
+	// them), the share of the stage's R one RECOMPUTE of it cost in the
+	// traced program (ir.Program.RecomputeCostPart; `ppgen tune
+	// -recompute-cost`): each R call is divided by it, so that R is the
+	// whole stage's. nil, or an entry of 0: the trace's (otherData
+	// recompute_cost), else 1. An entry outside [0, 1] is refused.
+	RecomputeCost []float64
 }
 
 // Stage is one stage's fitted costs.
@@ -123,10 +141,14 @@ type Stage struct {
 	// calls and no I or W (0 otherwise); BCalls counts its B calls.
 	B      float64
 	BCalls int
-	// R is the median RECOMPUTE call, ms, when the stage has any (RCalls
-	// counts them): its recompute cost, written as the layer's "R".
+	// R is the stage's whole recompute cost, ms, when it has RECOMPUTE
+	// calls (RCalls counts them): the median call divided by RShare,
+	// written as the layer's "R".
 	R      float64
 	RCalls int
+	// RShare is the share of the stage's R each of its RECOMPUTE calls
+	// re-ran (Options.RecomputeCost or the trace's; 1: the whole stage).
+	RShare float64
 	Act    float64 // the median activation send, KiB (1: none sent)
 }
 
@@ -211,6 +233,11 @@ func Read(r io.Reader, opt Options) (Fit, error) {
 	if opt.Cores < 0 || opt.Cores > ir.MaxIndex+1 {
 		return Fit{}, fmt.Errorf("tune: %d cores; want 0 (not shared) or 1 to %d", opt.Cores, ir.MaxIndex+1)
 	}
+	for s, v := range opt.RecomputeCost {
+		if !(v >= 0 && v <= 1) {
+			return Fit{}, fmt.Errorf("tune: -recompute-cost: stage %d's share %v; want the share of the stage's R one RECOMPUTE costs, in (0, 1] (0: the trace's, else 1)", s, v)
+		}
+	}
 	if opt.Copies < 0 || opt.Copies > ir.MaxIndex+1 {
 		return Fit{}, fmt.Errorf("tune: -copies %d; want 0 or 1 (one model copy), or the copies the stages form (dualpipe: 2)", opt.Copies)
 	}
@@ -291,6 +318,20 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 	if opt.Cores > 0 {
 		alone(calls, opt.Cores)
 	}
+	shares, err := recomputeShares(f.OtherData, opt.RecomputeCost, stages)
+	if err != nil {
+		return Fit{}, err
+	}
+	for i := range calls {
+		c := &calls[i]
+		if c.kind != kindR {
+			continue
+		}
+		if shares[c.stage] < 0 {
+			return Fit{}, fmt.Errorf("tune: stage %d has RECOMPUTE calls of the layers a -model file marks (the trace's otherData.recompute_cost_unknown), whose share of the stage's R the trace does not record; give it with -recompute-cost (ppgen sim prints it: recomputed layers: stage %d ... R SHARE)", c.stage, c.stage)
+		}
+		c.dur /= shares[c.stage] // the whole stage's R
+	}
 	if opt.Each {
 		out.Each = eachCall(calls)
 	}
@@ -332,6 +373,12 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 		st.BCalls = len(durs[s][kindB])
 		if st.RCalls = len(durs[s][kindR]); st.RCalls > 0 {
 			st.R = median(durs[s][kindR]) / 1e3
+			st.RShare = 1
+			for c := s; c < len(shares); c += stages { // each copy's stage (Copies)
+				if shares[c] > 0 && shares[c] < 1 {
+					st.RShare = shares[c]
+				}
+			}
 		}
 		for k := range st.Calls {
 			st.Calls[k] = len(durs[s][k])
@@ -458,7 +505,56 @@ func alone(calls []call, cores int) {
 }
 
 // callKinds are the program's kinds of the calls, in kinds order.
-var callKinds = [...]ir.Kind{ir.Forward, ir.BackwardInput, ir.BackwardWeight, ir.Backward}
+var callKinds = [...]ir.Kind{ir.Forward, ir.BackwardInput, ir.BackwardWeight, ir.Backward, abi.Recompute}
+
+// recomputeShares returns, per stage of the trace, the share of its R one
+// RECOMPUTE costs: given's entry when positive, else the trace's
+// otherData.recompute_cost, else 1; -1 for a stage the trace lists in
+// otherData.recompute_cost_unknown (and given leaves out).
+func recomputeShares(other any, given []float64, stages int) ([]float64, error) {
+	if len(given) > stages {
+		return nil, fmt.Errorf("tune: -recompute-cost gives %d stages' shares; the trace has %d stages", len(given), stages)
+	}
+	out := make([]float64, stages)
+	for s := range out {
+		out[s] = 1
+	}
+	m, _ := other.(map[string]any)
+	if list, ok := m["recompute_cost"]; ok {
+		vs, ok := list.([]any)
+		if !ok || len(vs) != stages {
+			return nil, fmt.Errorf("tune: otherData.recompute_cost is %s; want one share per stage of the trace's %d", clip(fmt.Sprint(list)), stages)
+		}
+		for s, v := range vs {
+			f, ok := v.(float64)
+			if !ok || !(f > 0 && f <= 1) {
+				return nil, fmt.Errorf("tune: otherData.recompute_cost[%d] is %s; want a share in (0, 1]", s, clip(fmt.Sprint(v)))
+			}
+			out[s] = f
+		}
+	}
+	if list, ok := m["recompute_cost_unknown"]; ok {
+		vs, ok := list.([]any)
+		if !ok {
+			return nil, fmt.Errorf("tune: otherData.recompute_cost_unknown is %s; want a list of stages", clip(fmt.Sprint(list)))
+		}
+		for _, v := range vs {
+			s, err := index(v, "otherData.recompute_cost_unknown")
+			if err != nil {
+				return nil, err
+			}
+			if s < stages {
+				out[s] = -1
+			}
+		}
+	}
+	for s, f := range given {
+		if f > 0 {
+			out[s] = f
+		}
+	}
+	return out, nil
+}
 
 // eachCall is the mean duration (ms) of the calls of each kind, stage and
 // micro-batch, of the calls that name one.

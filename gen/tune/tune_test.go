@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/gen/internal/testprog"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -446,6 +447,100 @@ func TestFitRecompute(t *testing.T) {
 	for s, want := range []float64{0.5, 1.5} {
 		if g := f.Stages[s]; !near(g.R, want) || g.RCalls != 4 {
 			t.Errorf("simulated stage %d: R %g from %d calls; want %g from 4", s, g.R, g.RCalls, want)
+		}
+	}
+}
+
+// TestFitRecomputeShare: under a selective policy a RECOMPUTE re-runs a
+// share of its stage, and R is fitted as the whole stage's: each R call
+// divided by the share of the stage's R it cost, from the trace's
+// otherData.recompute_cost (what pipe.Timeline and ppgen trace write) or
+// Options.RecomputeCost, worked out by hand; a stage of marked layers
+// whose share the trace does not know (recompute_cost_unknown) is refused
+// without Options.RecomputeCost; and a simulated trace of selective
+// programs gives back the R it was simulated with.
+func TestFitRecomputeShare(t *testing.T) {
+	calls := microTrace(
+		[4]any{0, 0, "F", 1000}, [4]any{0, 0, "R", 400}, [4]any{0, 1, "R", 600}, [4]any{0, 0, "I", 1000}, [4]any{0, 0, "W", 1000},
+		[4]any{1, 0, "F", 500}, [4]any{1, 0, "R", 300}, [4]any{1, 0, "I", 700}, [4]any{1, 0, "W", 300},
+	)
+	with := func(other string) string {
+		return strings.Replace(calls, `"otherData":{"schedule":"1f1b"}`, `"otherData":{"schedule":"1f1b",`+other+`}`, 1)
+	}
+	for _, tc := range []struct {
+		name   string
+		trace  string
+		opt    Options
+		r0, r1 float64 // ms
+		share0 float64
+		err    string
+	}{
+		// 400 and 600 µs of a quarter: 1600 and 2400, median 2000 µs.
+		{name: "trace's share", trace: with(`"recompute_cost":[0.25,1]`), r0: 2, r1: 0.3, share0: 0.25},
+		// Options' half: 800 and 1200, median 1000 µs; stage 1 a fifth: 1500 µs.
+		{name: "given share", trace: with(`"recompute_cost":[0.25,1]`), opt: Options{RecomputeCost: []float64{0.5, 0.2}}, r0: 1, r1: 1.5, share0: 0.5},
+		{name: "no share: whole", trace: calls, r0: 0.5, r1: 0.3, share0: 1},
+		{name: "marked, unknown", trace: with(`"recompute_cost":[1,1],"recompute_cost_unknown":[0]`), err: "stage 0 has RECOMPUTE calls of the layers a -model file marks"},
+		{name: "marked, given", trace: with(`"recompute_cost":[1,1],"recompute_cost_unknown":[0]`), opt: Options{RecomputeCost: []float64{0.25}}, r0: 2, r1: 0.3, share0: 0.25},
+		{name: "bad given", trace: calls, opt: Options{RecomputeCost: []float64{1.5}}, err: "stage 0's share 1.5"},
+		{name: "bad trace's", trace: with(`"recompute_cost":[0,1]`), err: "otherData.recompute_cost[0] is 0"},
+		{name: "short trace's", trace: with(`"recompute_cost":[0.5]`), err: "want one share per stage of the trace's 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Read(strings.NewReader(tc.trace), tc.opt)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := f.Stages[0]; !near(g.R, tc.r0) || g.RShare != tc.share0 || g.RCalls != 2 {
+				t.Errorf("stage 0: R %g, share %g from %d calls; want R %g, share %g from 2", g.R, g.RShare, g.RCalls, tc.r0, tc.share0)
+			}
+			if g := f.Stages[1]; !near(g.R, tc.r1) {
+				t.Errorf("stage 1: R %g; want %g", g.R, tc.r1)
+			}
+		})
+	}
+
+	// Each keeps the R calls too, as the whole stage's (the simulator
+	// charges a replayed RECOMPUTE its share of them).
+	f, err := Read(strings.NewReader(with(`"recompute_cost":[0.25,1]`)), Options{Each: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Each[sim.StepKey{Kind: abi.Recompute, Stage: 0, Micro: 1}]; !near(got, 2.4) {
+		t.Errorf("Each of 0R1: %g ms; want 0.6 / 0.25 = 2.4", got)
+	}
+
+	for _, policy := range []string{"selective:0.5", "selective:0=0.25,1=0.75"} {
+		p, _, err := passes.Lower(testprog.OneF1B(2, 4), passes.Options{Set: map[string]string{"recompute": policy}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := sim.ParseCost("F=1,B=2,R=0.5:1.5", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := sim.Run(p, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := sim.Trace(r, p, sim.TraceMeta{Schedule: "1f1b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := Read(bytes.NewReader(tr), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s, want := range []float64{0.5, 1.5} {
+			if g := f.Stages[s]; !near(g.R, want) || g.RCalls != 4 || !near(g.RShare, p.RecomputeCostPart(s)) || g.RShare == 1 {
+				t.Errorf("-recompute %s, simulated stage %d: R %g from %d calls of share %g; want the whole stage's %g from 4 of share %g", policy, s, g.R, g.RCalls, g.RShare, want, p.RecomputeCostPart(s))
+			}
 		}
 	}
 }

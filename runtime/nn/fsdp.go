@@ -93,7 +93,9 @@ func NewFSDPGroup(comm *collective.Comm) (*FSDPGroup, error) {
 // a schedule that reshards a stage between its backwards needs. It also
 // implements pipe.Swapper and pipe.SwapWaiter by passing them to the inner
 // stage (a Swapping), or handing the context back when the inner stage
-// does not swap.
+// does not swap. Give runtime/pipe its AsStage, which also passes on a
+// selective recompute's Select, Drop and Rebuild (pipe.Recomputable) when
+// the inner stage has them.
 //
 // Every member must build the same initial parameters (the same seed):
 // NewFSDP keeps this member's shard of them and frees the rest.

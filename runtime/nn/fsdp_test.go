@@ -393,3 +393,51 @@ func TestFSDPFailedMember(t *testing.T) {
 		t.Error("Reshard after a failed all-gather succeeded")
 	}
 }
+
+// paramsOnly passes on a Sequential's ParamStage methods only: it is no
+// pipe.Recomputable.
+type paramsOnly struct{ ParamStage }
+
+// TestFSDPAsStage: FSDP.AsStage passes Select, Drop and Rebuild on to a
+// stage that has them (Rebuild waiting for the parameters as Forward
+// does: it fails while sharded), and makes no stage recomputable that is
+// not; *FSDP itself never claims it.
+func TestFSDPAsStage(t *testing.T) {
+	trs := transport.NewInProc(1)
+	comm, err := collective.New(trs[0], abi.ActChannel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewFSDPGroup(comm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := dpModel(t, tensor.Float64)
+	f, err := g.Wrap(m[0], "stage 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := any(f).(recomputable); ok {
+		t.Fatal("*FSDP claims Recomputable itself")
+	}
+	st, ok := f.AsStage().(recomputable)
+	if !ok {
+		t.Fatalf("AsStage of an FSDP of a *Sequential is a %T, no Recomputable", f.AsStage())
+	}
+	if err := st.Select(0.5, nil); err != nil {
+		t.Fatal(err)
+	}
+	if m[0].recompute == nil {
+		t.Fatal("Select did not reach the Sequential")
+	}
+	if _, err := st.Rebuild(nil); err == nil || !strings.Contains(err.Error(), "FSDP.Rebuild: stage 0 computes while its parameters are sharded") {
+		t.Fatalf("Rebuild while sharded: %v", err)
+	}
+	h, err := g.Wrap(paramsOnly{m[1]}, "stage 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.AsStage().(recomputable); ok {
+		t.Fatal("AsStage of an FSDP of a stage without Select, Drop and Rebuild claims Recomputable")
+	}
+}

@@ -250,6 +250,7 @@ func New(cfg Config) (*Exec, error) {
 		return nil, err
 	}
 	if cfg.Timeline != nil {
+		cfg.Timeline.noteStages(sp.Stages)
 		stages = cfg.Timeline.wrap(r, raw)
 	}
 	if sp.ForwardOnly {

@@ -22,7 +22,10 @@ import (
 // returns the context Forward returned, bit for bit (a deterministic
 // forward), for the chunk's backward. runtime/nn's Sequential implements
 // it. A stage of Spec.Recompute that does not implement it recomputes
-// whole: its F keeps only the input, and RECOMPUTE re-runs Forward.
+// whole: its F keeps only the input, and RECOMPUTE re-runs Forward. A
+// wrapper passes it on only when the stage it wraps has it (nn.Swapping,
+// nn.FSDP.AsStage, runtime/train's tied stages), so that it does not make
+// a stage that cannot keep a share claim it.
 type Recomputable interface {
 	Select(share float64, layers []int) error
 	Drop(x *tensor.Dense, saved any) (kept any, err error)
@@ -57,6 +60,17 @@ func selectLayers(sp Spec, r int, stages []Stage) error {
 // layers.
 func selective(sp Spec, s int) bool {
 	return shareOf(sp, s) < 1 || (s < len(sp.RecomputeLayers) && len(sp.RecomputeLayers[s]) > 0)
+}
+
+// SelectiveRecompute reports whether stage recomputes a selection of its
+// layers under s (one of Recompute with a RecomputeShare under 1 or a
+// list of RecomputeLayers): a stage that implements Recomputable then
+// keeps the rest of its context after its F; one that does not recomputes
+// whole. A loop that builds Recomputable stages (runtime/train) refuses a
+// wrapper that hides it.
+func (s Spec) SelectiveRecompute(stage int) bool {
+	_, in := slices.BinarySearch(s.Recompute, stage)
+	return in && selective(s, stage)
 }
 
 // shareOf is the share of stage s's activations a RECOMPUTE of it drops
@@ -142,6 +156,7 @@ func (x *Exec) Recompute(a At) {
 		start := time.Now()
 		saved, err = x.rebuild(stage, s, kept)
 		ts.record('R', 3, start) // a Timeline's R call (not an F)
+		x.tl.noteRecompute(stage, x.rebuiltShare(stage, kept))
 	} else {
 		saved, err = x.rebuild(stage, s, kept)
 	}
@@ -162,6 +177,21 @@ func (x *Exec) rebuild(stage int, s *slotState, kept bool) (any, error) {
 	}
 	_, saved, err := x.raw[stage].Forward(s.x)
 	return saved, err
+}
+
+// rebuiltShare is the share of stage's R a RECOMPUTE re-ran (a
+// Timeline's record of it, for gen/tune): the stage's share when it
+// rebuilt what Recomputable's Drop kept (kept), -1 when that share is of
+// the layers Spec.RecomputeLayers names (the Spec holds their memory
+// share, not their R's), 1 when it re-ran Forward.
+func (x *Exec) rebuiltShare(stage int, kept bool) float64 {
+	switch {
+	case !kept:
+		return 1
+	case stage < len(x.spec.RecomputeLayers) && len(x.spec.RecomputeLayers[stage]) > 0:
+		return -1
+	}
+	return x.share(stage)
 }
 
 // recomputes reports whether stage is one of Spec.Recompute.

@@ -180,19 +180,30 @@ func TestRecomputeSelective(t *testing.T) {
 // TestTimelineRecordsRecompute: a Timeline records each RECOMPUTE as an R
 // call of its own (not an F), whole or selective, and its trace names it
 // by its step ("0R1", args.kind "R"), the F calls keeping their
-// micro-batches.
+// micro-batches; its otherData gives gen/tune the share of the stage's R
+// the R calls re-ran (recompute_cost) where a Recomputable stage rebuilt
+// a share, none where the stage re-ran Forward (full, or a stage without
+// Recomputable under a share), and names a stage whose share is of the
+// layers RecomputeLayers lists (recompute_cost_unknown).
 func TestTimelineRecordsRecompute(t *testing.T) {
 	re := []pipe.Op{op(pipe.OpDataLoad, 0, 0), op(pipe.OpForward, 0, 0), op(pipe.OpDataLoad, 1, 1), op(pipe.OpForward, 1, 1),
 		op(pipe.OpRecompute, 1, 1), op(pipe.OpBackward, 1, 1), op(pipe.OpRecompute, 0, 0), op(pipe.OpBackward, 0, 0), optOp}
 	for _, tc := range []struct {
-		name  string
-		stage pipe.Stage
-		share []float64
-	}{{"full", &affine{A: 0.5}, nil}, {"selective", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}}} {
+		name       string
+		stage      pipe.Stage
+		share      []float64
+		layers     [][]int
+		other, not string
+	}{
+		{"full", &affine{A: 0.5}, nil, nil, `"otherData":{"schedule":"test","source":"measured (pipe.Timeline)"}`, "recompute_cost"},
+		{"selective", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}, nil, `"recompute_cost":[0.5]`, "recompute_cost_unknown"},
+		{"selective, re-run whole", &affine{A: 0.5}, []float64{0.5}, nil, `"source":"measured (pipe.Timeline)"}`, "recompute_cost"},
+		{"marked", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}, [][]int{{0}}, `"recompute_cost":[1],"recompute_cost_unknown":[0]`, "recompute_cost\":[0.5]"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl := &pipe.Timeline{}
 			sp := pipe.Spec{Schedule: "test-recompute", Ranks: 1, Stages: 1, Micro: 2, Slots: []int{2}, RankOf: []int{0},
-				Fingerprint: "test:recompute", Recompute: []int{0}, RecomputeShare: tc.share}
+				Fingerprint: "test:recompute", Recompute: []int{0}, RecomputeShare: tc.share, RecomputeLayers: tc.layers}
 			x, err := pipe.New(pipe.Config{Rank: 0, Spec: sp, Stages: map[int]pipe.Stage{0: tc.stage}, Loss: mse{}, Data: &data{}, Timeline: tl})
 			if err != nil {
 				t.Fatal(err)
@@ -212,10 +223,13 @@ func TestTimelineRecordsRecompute(t *testing.T) {
 			if err := tl.WriteTrace(&buf, "test", [][]pipe.Op{re}); err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{`"name":"0R1"`, `"name":"0R0"`, `"name":"0F1"`, `"kind":"R"`} {
+			for _, want := range []string{`"name":"0R1"`, `"name":"0R0"`, `"name":"0F1"`, `"kind":"R"`, tc.other} {
 				if !strings.Contains(buf.String(), want) {
 					t.Errorf("the trace lacks %s:\n%s", want, buf.String())
 				}
+			}
+			if strings.Contains(buf.String(), tc.not) {
+				t.Errorf("the trace holds %s:\n%s", tc.not, buf.String())
 			}
 		})
 	}

@@ -24,6 +24,63 @@ type Timeline struct {
 	transfers []TimelineTransfer
 	spans     []TimelineSpan
 	epoch     atomic.Uint64 // bumped by Reset: the wrappers restart their counts
+	stages    int           // the Spec's stages (New)
+	// rshare is, per stage that ran a RECOMPUTE, the share of its R the
+	// RECOMPUTE re-ran: its Spec.RecomputeShare where the stage rebuilt
+	// through Recomputable, 1 where it re-ran Forward, -1 where it rebuilt
+	// the layers of Spec.RecomputeLayers (whose R share the Spec does not
+	// hold).
+	rshare map[int]float64
+}
+
+// noteStages records the stages of a Spec a rank runs (New).
+func (t *Timeline) noteStages(n int) {
+	t.mu.Lock()
+	t.stages = max(t.stages, n)
+	t.mu.Unlock()
+}
+
+// noteRecompute records the share of stage's R its RECOMPUTE re-ran
+// (rshare).
+func (t *Timeline) noteRecompute(stage int, share float64) {
+	t.mu.Lock()
+	if t.rshare == nil {
+		t.rshare = map[int]float64{}
+	}
+	t.rshare[stage] = share
+	t.mu.Unlock()
+}
+
+// recomputeData is WriteTrace's otherData entries for gen/tune, where a
+// stage's RECOMPUTE re-ran a share of it: recompute_cost, per stage, the
+// share of its R a RECOMPUTE re-ran (1 where unknown or whole), and
+// recompute_cost_unknown, the stages that re-ran the layers of
+// Spec.RecomputeLayers.
+func (t *Timeline) recomputeData(od map[string]any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	partial := false
+	for _, f := range t.rshare {
+		partial = partial || f != 1
+	}
+	if !partial {
+		return
+	}
+	cost := make([]float64, t.stages)
+	unknown := []int{}
+	for s := range cost {
+		cost[s] = 1
+		switch f, ok := t.rshare[s]; {
+		case ok && f < 0:
+			unknown = append(unknown, s)
+		case ok:
+			cost[s] = f
+		}
+	}
+	od["recompute_cost"] = cost
+	if len(unknown) > 0 {
+		od["recompute_cost_unknown"] = unknown
+	}
 }
 
 // TimelineTransfer is one transfer a rank's comm stream ran outside a batch
@@ -197,8 +254,9 @@ func (t *Timeline) WriteTrace(w io.Writer, name string, programs [][]Op) error {
 		out = append(out, timed(ev, e.Start, e.End))
 	}
 	out = t.appendSpans(out, nameRank)
-	f := chrometrace.File{DisplayTimeUnit: "ms", Events: out,
-		OtherData: map[string]string{"schedule": name, "source": "measured (pipe.Timeline)"}}
+	od := map[string]any{"schedule": name, "source": "measured (pipe.Timeline)"}
+	t.recomputeData(od)
+	f := chrometrace.File{DisplayTimeUnit: "ms", Events: out, OtherData: od}
 	if err := f.WriteCompact(w); err != nil {
 		return fmt.Errorf("timeline: %w", err)
 	}

@@ -105,8 +105,10 @@ type Config struct {
 	// swap steps (-swap), or an instrumented stage. The wrapper must hold
 	// seq's parameters, in order (Params); the loop checks it. Under a
 	// selective recompute policy (Spec.RecomputeShare or RecomputeLayers)
-	// a wrapper that does not forward seq's pipe.Recomputable methods
-	// (Select, Drop, Rebuild) makes its stage recompute whole.
+	// the wrapper must forward seq's pipe.Recomputable methods (Select,
+	// Drop, Rebuild), as nn.Swapping does: the loop refuses, at start-up,
+	// a stage whose wrapper hides them (it would recompute whole, not the
+	// share the program counts).
 	WrapStage func(rank, stage int, seq *nn.Sequential) (nn.ParamStage, error)
 	// Tower, if set, builds a replica of a trainable preprocess (the
 	// first layers of the model kept out of the stages, or a vision tower:

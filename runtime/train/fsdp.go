@@ -55,7 +55,7 @@ func (r *rank) shard(comm *collective.Comm, saved []checkpoint.Param) error {
 		if fs.f, err = g.Wrap(sl.wrapped, name); err != nil {
 			return fmt.Errorf("train: rank %d: %w", r.world, err)
 		}
-		r.stages[sl.stage] = fs.f
+		r.stages[sl.stage] = fs.f.AsStage() // passes pipe.Recomputable on when the stage has it
 		r.shards = append(r.shards, fs)
 		if saved != nil {
 			if err := r.restoreShard(fs.f.Shard, chunk); err != nil {

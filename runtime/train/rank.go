@@ -73,6 +73,24 @@ func (s *tiedStage) Release(saved any) error {
 	return nil
 }
 
+// newTiedStage returns st as a stage of a tie whose tied parameters are
+// tied: one that passes on pipe.Recomputable when st has it, and does not
+// claim it otherwise.
+func newTiedStage(st nn.ParamStage, tied []*nn.Param) pipe.Stage {
+	t := &tiedStage{ParamStage: st, tied: tied}
+	if rs, ok := st.(pipe.Recomputable); ok {
+		return &recomputingTied{tiedStage: t, Recomputable: rs}
+	}
+	return t
+}
+
+// recomputingTied is a tiedStage whose stage is a pipe.Recomputable: the
+// embedded Recomputable passes Select, Drop and Rebuild to it.
+type recomputingTied struct {
+	*tiedStage
+	pipe.Recomputable
+}
+
 func (s *tiedStage) TiedGrads() []*tensor.Dense {
 	gs := make([]*tensor.Dense, len(s.tied))
 	for i, p := range s.tied {
@@ -151,6 +169,9 @@ func newRank(c Config, m mesh.Mesh, wd *world.World, ep transport.Transport) (*r
 		AllReduce: r.allReduce, Timeline: c.Timeline,
 	}
 	r.towerConfig(&tcfg, false)
+	if err := r.checkRecomputable(); err != nil {
+		return nil, err
+	}
 	var err error
 	r.train, err = pipe.New(tcfg)
 	if err != nil {
@@ -237,7 +258,7 @@ func (r *rank) build() error {
 			return fmt.Errorf("train: rank %d: stage %d is a stage of a tie and WrapStage's wrapper swaps (pipe.Swapper); the loop's tied stage does not pass swap steps through: wrap the tie's stages with a non-swapping stage", r.world, s)
 		}
 		if tied[s] {
-			r.stages[s] = &tiedStage{ParamStage: st, tied: tiedParams} // none declared: the exchange sums nothing
+			r.stages[s] = newTiedStage(st, tiedParams) // none declared: the exchange sums nothing
 		} else {
 			r.stages[s] = st
 		}
@@ -256,6 +277,31 @@ func (r *rank) build() error {
 	}
 	skip = append(skip, towerSkip...)
 	r.counted = nn.NormShare{Replica: r.replica, Skip: skip}.Counted(r.params)
+	return nil
+}
+
+// checkRecomputable refuses a stage that recomputes a selection of its
+// layers (Spec.SelectiveRecompute) but is no pipe.Recomputable: the loop
+// builds each stage as an nn.Sequential, which is one, so a wrapper
+// (Config.WrapStage's) hid its Select, Drop and Rebuild, and the stage
+// would recompute whole, not the share the program's verifier and
+// simulator counted.
+func (r *rank) checkRecomputable() error {
+	sp := r.cfg.Train.Spec
+	for _, s := range sp.StagesOf(r.pp) {
+		if !sp.SelectiveRecompute(s) {
+			continue
+		}
+		if _, ok := r.stages[s].(pipe.Recomputable); !ok {
+			inner := any(nil)
+			for _, sl := range r.stageLayers {
+				if sl.stage == s {
+					inner = sl.wrapped
+				}
+			}
+			return fmt.Errorf("train: rank %d: stage %d recomputes a selection of its layers (-recompute selective or model), but its stage (%T, WrapStage's %T) is no pipe.Recomputable, so it would recompute whole: make the WrapStage wrapper forward Select, Drop and Rebuild to the *nn.Sequential it wraps (as nn.Swapping does), or generate the program with -recompute full", r.world, s, r.stages[s], inner)
+		}
+	}
 	return nil
 }
 

@@ -49,6 +49,11 @@ type RankReport struct {
 	// plus a tower's whole parameters, gradients and optimizer state, else its whole parameters, gradients and optimizer state
 	// (nn.WholeMem).
 	Memory nn.MemStats
+	// PeakLive is the most chunks whose saved context the rank held at
+	// once during the job (pipe.Exec.PeakLive of its training program):
+	// gen/verify's Report.PeakLive of the program, a chunk of a stage that
+	// recomputes a share counting the share it keeps.
+	PeakLive float64
 	// NativeDP reports whether the rank's data-parallel group ran the
 	// transport's own collectives (collective.Comm.Native: MPI's, NCCL's)
 	// rather than runtime/collective's algorithms over Send and Recv;
@@ -122,7 +127,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	res.Layers = map[int][]*nn.Param{}
 	res.Ranks = map[int]RankReport{}
 	for _, r := range ranks {
-		res.Ranks[r.world] = RankReport{Pipe: r.pp, Replica: r.replica, Memory: r.memory(), NativeDP: r.dpComm.Native()}
+		res.Ranks[r.world] = RankReport{Pipe: r.pp, Replica: r.replica, Memory: r.memory(), PeakLive: r.train.PeakLive(), NativeDP: r.dpComm.Native()}
 	}
 	for _, r := range ranks {
 		for _, l := range r.layers {

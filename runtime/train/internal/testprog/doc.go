@@ -10,7 +10,8 @@
 // and its program as data (-table: SwapProgram, for pipe.Interpret); and
 // 1f1b recomputing every stage whole, half of each stage's layers, and
 // the layers marked.json marks "recompute": true (the second of stages
-// 0..2, not a prefix: -recompute model).
+// 0..2, not a prefix: -recompute model), and FSDP's program recomputing
+// half of each stage's layers.
 // Regenerate with `go generate`.
 package testprog
 
@@ -30,3 +31,4 @@ package testprog
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute full -name Recompute -o recompute_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute selective:0.5 -name Selective -o selective_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model marked.json -recompute model -name Marked -o marked_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 4 -fsdp 1 -model model.json -recompute selective:0.5 -name FSDPSelective -o fsdpselective_gen.go
