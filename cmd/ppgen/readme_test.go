@@ -94,17 +94,24 @@ func parseConsoleBlocks(lines []string) ([]consoleBlock, error) {
 	return blocks, nil
 }
 
+// examples are the example trainers TestREADME builds and runs (in
+// process, they print the same on every run), by directory under
+// examples/.
+var examples = []string{"mlp", "tower"}
+
 // readmeCommand turns a README command into a shell command line for the
-// built ppgen (and the built example trainer, which runs in process and so
-// prints the same on every run), or says why it is not one the test runs.
+// built ppgen (and the built example trainers), or says why it is not one
+// the test runs.
 func readmeCommand(cmd string) (string, error) {
 	for _, prefix := range []string{"go run ./cmd/ppgen ", "go tool ppgen ", "ppgen "} {
 		if strings.HasPrefix(cmd, prefix) {
 			return "ppgen " + strings.TrimPrefix(cmd, prefix), nil
 		}
 	}
-	if rest, ok := strings.CutPrefix(cmd, "go run ./examples/mlp "); ok && !strings.Contains(rest, "tcp") {
-		return "mlp " + rest, nil
+	for _, ex := range examples {
+		if rest, ok := strings.CutPrefix(cmd, "go run ./examples/"+ex+" "); ok && !strings.Contains(rest, "tcp") {
+			return ex + " " + rest, nil
+		}
 	}
 	if strings.HasPrefix(cmd, "cat ") && !strings.ContainsAny(cmd, ";|&><`$") {
 		return cmd, nil
@@ -167,14 +174,20 @@ func TestREADME(t *testing.T) {
 	var built sync.Once
 	build := func(t *testing.T) {
 		built.Do(func() {
-			for name, pkg := range map[string]string{"ppgen": ".", "mlp": "../../examples/mlp"} {
+			pkgs := map[string]string{"ppgen": "."}
+			for _, ex := range examples {
+				pkgs[ex] = "../../examples/" + ex
+			}
+			for name, pkg := range pkgs {
 				if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
 					t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 				}
 			}
 		})
-		if _, err := os.Stat(filepath.Join(bin, "mlp")); err != nil {
-			t.Fatalf("ppgen and examples/mlp were not built: %v", err)
+		for _, ex := range examples {
+			if _, err := os.Stat(filepath.Join(bin, ex)); err != nil {
+				t.Fatalf("ppgen and examples/%s were not built: %v", ex, err)
+			}
 		}
 	}
 	var env []string
@@ -352,6 +365,7 @@ func TestParseConsoleBlocks(t *testing.T) {
 		{"cat docs/crossed.txt", "cat docs/crossed.txt"},
 		{"go run ./examples/mlp -schedule zbv -check", "mlp -schedule zbv -check"},
 		{"go run ./examples/mlp -transport tcp", ""},
+		{"go run ./examples/tower -loop -check", "tower -loop -check"},
 		{"go build ./...", ""},
 		{"cat x; rm -rf y", ""},
 	} {

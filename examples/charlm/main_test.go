@@ -18,6 +18,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/examples/internal/compare"
 	"github.com/ppgen/ppgen/internal/long"
 	"github.com/ppgen/ppgen/runtime/metrics"
 	"github.com/ppgen/ppgen/runtime/train"
@@ -144,7 +145,7 @@ func TestTiedCopiesStayOne(t *testing.T) {
 	if tok == cp {
 		t.Fatal("the head holds the embedding's own table, not a copy")
 	}
-	x, y := floats(tok.Value), floats(cp.Value)
+	x, y := compare.Floats(tok.Value), compare.Floats(cp.Value)
 	for i := range x {
 		if x[i] != y[i] {
 			t.Fatalf("entry %d: embedding %v, head copy %v", i, x[i], y[i])
@@ -249,8 +250,8 @@ func TestDataDeterministic(t *testing.T) {
 		for m := range 8 {
 			x, _ := src.Input(m)
 			y, _ := src.Target(m)
-			v = append(v, floats(x)...)
-			v = append(v, floats(y)...)
+			v = append(v, compare.Floats(x)...)
+			v = append(v, compare.Floats(y)...)
 		}
 		return v
 	}

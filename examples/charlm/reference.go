@@ -10,6 +10,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/examples/internal/compare"
 	"github.com/ppgen/ppgen/runtime/metrics"
 	"github.com/ppgen/ppgen/runtime/nn"
 	"github.com/ppgen/ppgen/runtime/pipe"
@@ -172,7 +173,7 @@ func absDiff(a, b float64) float64 {
 // maxAbsDiff is the largest |a[i] - b[i]| of two tensors of one shape
 // (+Inf when the shapes differ).
 func maxAbsDiff(a, b *tensor.Dense) float64 {
-	x, y := floats(a), floats(b)
+	x, y := compare.Floats(a), compare.Floats(b)
 	if len(x) != len(y) {
 		return math.Inf(1)
 	}
@@ -181,17 +182,6 @@ func maxAbsDiff(a, b *tensor.Dense) float64 {
 		d = max(d, absDiff(x[i], y[i]))
 	}
 	return d
-}
-
-func floats(t *tensor.Dense) []float64 {
-	if v, ok := t.Data().([]float32); ok {
-		out := make([]float64, len(v))
-		for i, x := range v {
-			out[i] = float64(x)
-		}
-		return out
-	}
-	return t.Data().([]float64)
 }
 
 // writeFile writes what write produces to path: into a temporary file

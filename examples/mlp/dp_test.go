@@ -12,6 +12,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/examples/internal/compare"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/nn"
 )
@@ -72,10 +73,10 @@ func TestDPReferenceIsSequential(t *testing.T) {
 		}
 		return out
 	}
-	if d, err := layersDiff(res.Layers, byLayer(plain)); err != nil || d > 1e-12 {
+	if d, err := compare.Layers(res.Layers, byLayer(plain)); err != nil || d > 1e-12 {
 		t.Errorf("%.3g (%v) from plain sequential training on the global batch", d, err)
 	}
-	if d, _ := layersDiff(res.Layers, byLayer(half)); d < 1e-6 {
+	if d, _ := compare.Layers(res.Layers, byLayer(half)); d < 1e-6 {
 		t.Errorf("only %.3g from training on one replica's half of the batch; the check could not see a lost replica", d)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/examples/internal/compare"
 	"github.com/ppgen/ppgen/runtime/nn"
 )
 
@@ -55,14 +56,14 @@ func TestGonumTrainsTheWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := maxRelDiff(trained, params(initial)); err != nil || d < 1e-6 {
+	if d, err := compare.Params(trained, params(initial)); err != nil || d < 1e-6 {
 		t.Fatalf("trained weights differ from the initial ones by %g (err %v): the gonum training did not reach them", d, err)
 	}
 	ref, _, err := sequentialReference(o, sp, tensor.Float64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := maxRelDiff(trained, params(ref))
+	d, err := compare.Params(trained, params(ref))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestGonumSchedulesAgree(t *testing.T) {
 			first = trained
 			continue
 		}
-		if d, err := maxRelDiff(trained, first); err != nil || d != 0 {
+		if d, err := compare.Params(trained, first); err != nil || d != 0 {
 			t.Errorf("%s trains the gonum model to %g from 1f1b's (err %v); want the same bits", name, d, err)
 		}
 	}
@@ -180,7 +181,7 @@ func TestGonumPipelineIsSequential(t *testing.T) {
 		gSGD([]*gStage{g}, lr)
 	}
 	// The mirror's matrices are ref's parameters.
-	if d, err := maxRelDiff(trained, params(ref)); err != nil || d != 0 {
+	if d, err := compare.Params(trained, params(ref)); err != nil || d != 0 {
 		t.Errorf("the zbv pipeline trains the gonum model %g from sequential gonum training (err %v); want the same bits", d, err)
 	}
 }

@@ -56,6 +56,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/examples/internal/compare"
 	"github.com/ppgen/ppgen/runtime/launch"
 	"github.com/ppgen/ppgen/runtime/mesh"
 	"github.com/ppgen/ppgen/runtime/metrics"
@@ -283,16 +284,7 @@ func medianTime(ts []time.Duration) time.Duration {
 }
 
 func report(out io.Writer, o options, lossDiff, paramDiff float64) error {
-	return reportTol(out, o.tolerance(), lossDiff, paramDiff)
-}
-
-// reportTol is report against tolerance tol.
-func reportTol(out io.Writer, tol, lossDiff, paramDiff float64) error {
-	fmt.Fprintf(out, "check: max relative difference vs sequential training: loss %.3g, parameters %.3g (tolerance %g)\n", lossDiff, paramDiff, tol)
-	if lossDiff > tol || paramDiff > tol {
-		return fmt.Errorf("pipeline training differs from sequential training beyond %g", tol)
-	}
-	return nil
+	return compare.Report(out, o.tolerance(), lossDiff, paramDiff)
 }
 
 // runInProc trains o's job with every rank a goroutine of this process
@@ -420,13 +412,13 @@ func job(o options, sc schedule, m mesh.Mesh, out io.Writer, logger *slog.Logger
 	}
 	lossDiff := 0.0
 	for i, r := range res.Records {
-		lossDiff = math.Max(lossDiff, relDiff(r.Loss, ref.Records[i].Loss))
+		lossDiff = math.Max(lossDiff, compare.RelDiff(r.Loss, ref.Records[i].Loss))
 	}
-	paramDiff, err := layersDiff(res.Layers, ref.Layers)
+	paramDiff, err := compare.Layers(res.Layers, ref.Layers)
 	if err != nil {
 		return nil, err
 	}
-	return res, reportTol(out, o.dpTolerance(native && o.coll != "member-order", m.DP), lossDiff, paramDiff)
+	return res, compare.Report(out, o.dpTolerance(native && o.coll != "member-order", m.DP), lossDiff, paramDiff)
 }
 
 // header is the first line of an in-process run.
@@ -465,20 +457,6 @@ type share struct {
 
 func (s share) Input(m int) (*tensor.Dense, error)  { return s.global.Input(s.off + m) }
 func (s share) Target(m int) (*tensor.Dense, error) { return s.global.Target(s.off + m) }
-
-// layersDiff is the largest relative difference between the parameters
-// of the layers got holds and the same layers of want.
-func layersDiff(got, want map[int][]*nn.Param) (float64, error) {
-	worst := 0.0
-	for i, ps := range got {
-		d, err := maxRelDiff(ps, want[i])
-		if err != nil {
-			return 0, fmt.Errorf("layer %d: %w", i, err)
-		}
-		worst = math.Max(worst, d)
-	}
-	return worst, nil
-}
 
 // dpTolerance is -check's tolerance for a -dp run: o.tolerance(), except
 // for float32 with the engine's own sums (engineSums: MPI's, -collectives

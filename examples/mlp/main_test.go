@@ -16,6 +16,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/ppgen/ppgen/examples/internal/compare"
 	"github.com/ppgen/ppgen/runtime/nn"
 )
 
@@ -60,7 +61,7 @@ func TestCheckCatchesDivergence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := maxRelDiff(params(model), params(ref2))
+	d, err := compare.Params(params(model), params(ref2))
 	if err != nil || d <= o.tolerance() {
 		t.Fatalf("different learning rates give parameter difference %g (err %v); the check could not see a divergence", d, err)
 	}
@@ -417,10 +418,10 @@ func TestTiedReferenceIsSequential(t *testing.T) {
 		return params(stages)
 	}
 	shared, same, copies := train(tieShared), train(tieSameLayer), train(tieCopies)
-	if d, err := maxRelDiff(shared, same); err != nil || d > 1e-12 {
+	if d, err := compare.Params(shared, same); err != nil || d > 1e-12 {
 		t.Errorf("the reference differs from plain sequential training by %g (%v); want ≤ 1e-12", d, err)
 	}
-	if d, err := maxRelDiff(shared, copies); err != nil || d < 1e-6 {
+	if d, err := compare.Params(shared, copies); err != nil || d < 1e-6 {
 		t.Errorf("untied copies end within %g of the tied model (%v): the tie does not matter to the check", d, err)
 	}
 }

@@ -230,47 +230,6 @@ func dense(dt tensor.Dtype, shape []int, v []float64) *tensor.Dense {
 // or half for dualpipe's two copies.
 func stagesPerCopy(sp pipe.Spec) int { return sp.Stages / max(sp.Copies, 1) }
 
-// maxRelDiff returns the largest relative difference between two parameter
-// lists, element by element: |a-b| / max(|a|, |b|, 1e-30).
-func maxRelDiff(a, b []*nn.Param) (float64, error) {
-	if len(a) != len(b) {
-		return 0, fmt.Errorf("parameter counts differ: %d and %d", len(a), len(b))
-	}
-	worst := 0.0
-	for i := range a {
-		x, y := floats(a[i].Value), floats(b[i].Value)
-		if len(x) != len(y) {
-			return 0, fmt.Errorf("parameter %s: sizes %d and %d", a[i].Name, len(x), len(y))
-		}
-		for j := range x {
-			worst = math.Max(worst, relDiff(x[j], y[j]))
-		}
-	}
-	return worst, nil
-}
-
-func relDiff(a, b float64) float64 {
-	d := math.Abs(a - b)
-	if d == 0 {
-		return 0
-	}
-	return d / math.Max(math.Max(math.Abs(a), math.Abs(b)), 1e-30)
-}
-
-func floats(t *tensor.Dense) []float64 {
-	switch t.Dtype() {
-	case tensor.Float32:
-		v := t.Float32s()
-		out := make([]float64, len(v))
-		for i, x := range v {
-			out[i] = float64(x)
-		}
-		return out
-	default:
-		return t.Float64s()
-	}
-}
-
 // trainConfig is the runtime/train job of o on sc over dp replicas, but
 // for its world: the model with one model layer per stage of one model
 // copy (stageLayer), the synthetic batches (replica d takes global

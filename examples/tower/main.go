@@ -2,26 +2,52 @@
 // under mpipe (docs/schedules.md, "mpipe"): the tower (the preprocess) runs
 // on each micro-batch's owner rank, which ships its output to the body's
 // first stage, and the body is an 8-stage pipeline on 4 ranks (P=4, M=8,
-// V=2). It runs the ranks in this process and prints, per rank, the
-// micro-batches whose inputs it loaded, and with -check compares the
-// losses and parameters with a sequential run.
+// V=2). It runs the ranks in this process, in one of two ways.
+//
+// With -loop it trains through the training loop, runtime/train
+// (loop.go), as a trainer would: a tower of runtime/nn layers (a Linear
+// and a GELU) in train.Config.Tower, a body of runtime/nn layers (one per
+// stage) that the loop splits over the program's stages, AdamW, clipping
+// by the global gradient norm, a cosine learning-rate schedule, metrics
+// and checkpoints; -check compares with train.Reference.
+//
+//	go run ./examples/tower -loop -check                  # owner backward, min ownership
+//	go run ./examples/tower -loop -tower first -check     # Config.TowerAtFirst: the tower on the first stage's rank
+//	go run ./examples/tower -loop -tower frozen -check    # a frozen tower: pipe.WithPreprocess in Config.Data
+//	go run ./examples/tower -loop -owners full -metrics m.jsonl -ckpt ck -ckpt-every 2 -stop-after 4
+//	go run ./examples/tower -loop -owners full -resume ck  # the last 4 of the 8 steps
+//
+// -tower owner|first|frozen|none picks the tower; -owners min|full the
+// generated program (generated/mpipe, or full_gen.go: every micro-batch
+// owned); -steps, -stop-after, -lr, -clip, -metrics FILE, -ckpt DIR,
+// -ckpt-every N and -resume DIR are runtime/train's. A checkpoint resumes
+// under either -owners and either trained tower (owner, first); what
+// runtime/train or its reference do not do is refused, naming what to use
+// instead: a checkpoint whose job trained the tower resumed with it frozen
+// or absent (the loop does not drop or freeze a trained tower), one without
+// a trained tower resumed with one, and -check with -resume (the reference
+// trains from step 0).
+//
+// Without -loop it drives runtime/pipe directly, the low-level wiring: the
+// model is elementwise affine maps (y = a·x + b) with its own optimizer,
+// the body's stages in pipe.Config.Stages, the tower in pipe.Config.Tower
+// (one replica per rank) or in the DataSource (pipe.WithPreprocess), and
+// each rank's DataSource serving the micro-batches it owns. It prints, per
+// rank, the micro-batches whose inputs it loaded, and with -check compares
+// the losses and parameters with a sequential run.
 //
 //	go run ./examples/tower                          # min ownership, trainable tower with owner backward
 //	go run ./examples/tower -owners full -check      # every micro-batch owned
 //	go run ./examples/tower -tower frozen -check     # frozen tower (pipe.WithPreprocess)
 //	go run ./examples/tower -tower first -check      # trainable, without owner backward (Config.TowerAtFirst)
-//
-// The model is elementwise affine maps (y = a·x + b), so the example stays
-// small; the runtime wiring is what a real trainer writes: the body's
-// stages in Config.Stages, the tower in Config.Tower (one replica per rank)
-// or in the DataSource (pipe.WithPreprocess), and each rank's DataSource
-// serving the micro-batches it owns.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"slices"
@@ -49,15 +75,59 @@ var programs = map[string]program{
 }
 
 func main() {
-	owners := flag.String("owners", "min", "ownership mode of the generated program: min or full")
-	towerKind := flag.String("tower", "owner", "the tower: owner (trainable, owner backward), first (trainable, its backward on the first stage's rank), frozen or none")
-	iters := flag.Int("iters", 3, "iterations")
-	check := flag.Bool("check", false, "compare the losses and parameters with a sequential run")
-	flag.Parse()
-	if err := run(os.Stdout, *owners, *towerKind, *iters, *check); err != nil {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := cli(os.Args[1:], os.Stdout, logger); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
 		fmt.Fprintln(os.Stderr, "tower:", err)
 		os.Exit(1)
 	}
+}
+
+// loopOnly are the flags of -loop's runtime/train job.
+var loopOnly = []string{"steps", "stop-after", "lr", "clip", "metrics", "ckpt", "ckpt-every", "resume"}
+
+// cli parses args and runs the runtime/pipe path (run) or, with -loop,
+// the runtime/train job (trainLoop).
+func cli(args []string, out io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("tower", flag.ContinueOnError)
+	loop := fs.Bool("loop", false, "train through runtime/train (train.Run) a tower and a body of runtime/nn layers with AdamW, clipping, an LR schedule, metrics and checkpoints, instead of driving runtime/pipe directly")
+	owners := fs.String("owners", "min", "ownership mode of the generated program: min or full")
+	towerKind := fs.String("tower", "owner", "the tower: owner (trainable, owner backward), first (trainable, its backward on the first stage's rank), frozen or none")
+	iters := fs.Int("iters", 3, "iterations (without -loop)")
+	check := fs.Bool("check", false, "compare the losses and parameters with a sequential run (with -loop: train.Reference)")
+	o := loopOptions{steps: 8, lr: 0.01, clip: 0.15}
+	fs.IntVar(&o.steps, "steps", o.steps, "with -loop: optimizer steps of the whole job (a resumed job runs the ones left)")
+	fs.IntVar(&o.stopAfter, "stop-after", 0, "with -loop: stop after N steps, saving a checkpoint with -ckpt, as a preemption would (0: run all -steps)")
+	fs.Float64Var(&o.lr, "lr", o.lr, "with -loop: AdamW's peak learning rate (2 warmup steps, cosine-decayed to a tenth at -steps)")
+	fs.Float64Var(&o.clip, "clip", o.clip, "with -loop: clip the gradients by their global L2 norm at this value (0: no clipping)")
+	fs.StringVar(&o.metrics, "metrics", "", "with -loop: write one JSON line per step (docs/metrics.md) to this file, or - for stdout")
+	fs.StringVar(&o.ckpt, "ckpt", "", "with -loop: save checkpoints (docs/checkpoints.md) to this directory, every -ckpt-every steps and at the end")
+	fs.IntVar(&o.ckptEvery, "ckpt-every", 0, "with -loop and -ckpt: save every N steps (0: only at the end)")
+	fs.StringVar(&o.resume, "resume", "", "with -loop: resume from the checkpoint in this directory (any -owners, -tower owner or first alike); -steps is the whole job's")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: every option is a flag (-help lists them)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !*loop {
+		for _, name := range loopOnly {
+			if set[name] {
+				return fmt.Errorf("-%s belongs to the runtime/train job: add -loop (the runtime/pipe path runs -iters iterations with its own optimizer, no checkpoints or metrics)", name)
+			}
+		}
+		return run(out, *owners, *towerKind, *iters, *check)
+	}
+	if set["iters"] {
+		return errors.New("-iters counts the runtime/pipe path's iterations; with -loop give -steps")
+	}
+	o.owners, o.tower, o.check = *owners, *towerKind, *check
+	_, err := trainLoop(o, out, logger)
+	return err
 }
 
 func run(out io.Writer, owners, towerKind string, iters int, check bool) error {
