@@ -53,6 +53,11 @@ func runPartition(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "makespan %.4g, even split %.4g (%.1f%% faster); lower bound %.4g (even %.4g)\n", rep.Makespan, rep.EvenMakespan, gain, rep.LowerBound, rep.EvenBound)
 	fmt.Fprintf(stdout, "peak memory per rank %.4g, even split %.4g (activations plus parameters, the model's units)\n", rep.Mem, rep.EvenMem)
-	_, err = fmt.Fprintf(stdout, "bounds %v (even %v)\n", rep.Bounds, rep.EvenBounds)
+	if _, err := fmt.Fprintf(stdout, "bounds %v (even %v)\n", rep.Bounds, rep.EvenBounds); err != nil {
+		return err
+	}
+	if rep.RecomputeChosen {
+		_, err = fmt.Fprintf(stdout, "recompute %s: chosen under -mem %.4g, where it fits the fastest split (give -recompute to fix the policy; docs/model.md)\n", rep.Recompute, req.Mem)
+	}
 	return err
 }

@@ -2,6 +2,10 @@ package gencmd
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/ir"
@@ -46,6 +50,63 @@ func (r *Request) PartitionLayers() (partition.Report, error) {
 	if err != nil {
 		return partition.Report{}, err
 	}
+	given := r.Passes["recompute"]
+	rep, err := one.partitionWith(m, given, r.Mem)
+	var nofit *partition.NoFitError
+	if given != "" || r.Mem <= 0 || (err != nil && !errors.As(err, &nofit)) {
+		return rep, r.partitionErr(err)
+	}
+	// Under -mem without -recompute, partition chooses the policy with the
+	// split, as auto does: each of partitionPolicies that fits where none
+	// does not, or fits with a faster split, competes; the fastest wins
+	// (the first of equals: none before any).
+	best, bestErr := rep, err
+	for _, pol := range partitionPolicies(m) {
+		prep, perr := one.partitionWith(m, pol, r.Mem)
+		if perr != nil {
+			continue // no split fits with it either, or the policy does not apply to this model
+		}
+		if bestErr != nil || prep.Makespan < best.Makespan-1e-9*max(1, best.Makespan) {
+			prep.Recompute, prep.RecomputeChosen = pol, true
+			best, bestErr = prep, nil
+		}
+	}
+	if bestErr != nil {
+		bestErr = fmt.Errorf("%w; nor with -recompute %s", bestErr, strings.Join(partitionPolicies(m), ", "))
+	}
+	return best, r.partitionErr(bestErr)
+}
+
+// partitionPolicies are the -recompute policies `ppgen partition` tries
+// under -mem when none is given, after none: the layers the model marks
+// (when it marks any), half of every stage's layers, every stage whole.
+func partitionPolicies(m model.Model) []string {
+	var pols []string
+	if slices.ContainsFunc(m.Layers, func(l model.Layer) bool { return l.Recompute }) {
+		pols = append(pols, "model")
+	}
+	return append(pols, "selective:0.5", "full")
+}
+
+// partitionErr gives an error of PartitionLayers the -model flag's
+// context, unless it is a usage error already.
+func (r *Request) partitionErr(err error) error {
+	var ue *UsageError
+	if err != nil && !errors.As(err, &ue) {
+		return usagef("-model %s: %v", r.Model, err)
+	}
+	return err
+}
+
+// partitionWith is PartitionLayers for the request one (its schedule and
+// micro-batches settled, the even split) with the -recompute policy
+// recompute and the memory limit mem.
+func (one Request) partitionWith(m model.Model, recompute string, mem float64) (partition.Report, error) {
+	one.Passes = maps.Clone(one.Passes)
+	if one.Passes == nil {
+		one.Passes = map[string]string{}
+	}
+	one.Passes["recompute"] = recompute
 	res, err := one.Lower()
 	if err != nil {
 		return partition.Report{}, err
@@ -71,10 +132,7 @@ func (r *Request) PartitionLayers() (partition.Report, error) {
 			res, sr, mem, err := auto.EvaluateSplit(res.Config, opt.Options, sp, part)
 			return res.Program, sr.Makespan, mem, err
 		},
-	}, partition.Options{Cost: cost, MemLimit: r.Mem, Program: auto.SplitRecompute(one.Passes["recompute"], m)})
-	var ue *UsageError
-	if err != nil && !errors.As(err, &ue) {
-		err = usagef("-model %s: %v", r.Model, err)
-	}
+	}, partition.Options{Cost: cost, MemLimit: mem, Program: auto.SplitRecompute(recompute, m)})
+	rep.Recompute = recompute
 	return rep, err
 }

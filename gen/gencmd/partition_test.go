@@ -7,6 +7,7 @@ import (
 	"go/format"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -136,5 +137,58 @@ func TestComparePartition(t *testing.T) {
 	}
 	if !(part[0].Makespan < even[0].Makespan) {
 		t.Errorf("1f1b on the LLM-like model: partition %g, even %g; want faster", part[0].Makespan, even[0].Makespan)
+	}
+}
+
+// TestPartitionChoosesRecompute: under -mem without -recompute, ppgen
+// partition tries recompute policies beside none and keeps the fastest
+// split that fits: at a limit no split fits without recompute it picks a
+// policy whose report equals the one given by hand; where none fits but a
+// policy fits a faster split, the policy wins; with -recompute given, or
+// without -mem, nothing is chosen; where nothing fits, the error says so.
+func TestPartitionChoosesRecompute(t *testing.T) {
+	req := func(mem float64, recompute string) *Request {
+		r := &Request{Schedule: "1f1b", Ranks: 4, Micro: 8, Model: llmModel, Mem: mem, simCost: true}
+		if recompute != "" {
+			r.Passes = map[string]string{"recompute": recompute}
+		}
+		return r
+	}
+	if _, err := req(12, "none").PartitionLayers(); err == nil || !strings.Contains(err.Error(), "no split fits") {
+		t.Fatalf("-mem 12 -recompute none: err %v, want no split fits", err)
+	}
+	chosen, err := req(12, "").PartitionLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !chosen.RecomputeChosen || chosen.Recompute == "" || chosen.Mem > 12 {
+		t.Fatalf("-mem 12: chose %q (%v), memory %g; want a policy within 12", chosen.Recompute, chosen.RecomputeChosen, chosen.Mem)
+	}
+	given, err := req(12, chosen.Recompute).PartitionLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if given.RecomputeChosen || given.Makespan != chosen.Makespan || !slices.Equal(given.Bounds, chosen.Bounds) {
+		t.Errorf("-recompute %s given: makespan %g bounds %v chosen %v; chosen: %g %v", chosen.Recompute, given.Makespan, given.Bounds, given.RecomputeChosen, chosen.Makespan, chosen.Bounds)
+	}
+	// -mem 25: a split fits without recompute (336.6), a faster one with
+	// half of every stage recomputed (322.1).
+	none, err := req(25, "none").PartitionLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, err := req(25, "").PartitionLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !half.RecomputeChosen || !(half.Makespan < none.Makespan) || half.Mem > 25 {
+		t.Errorf("-mem 25: chose %q at %g (memory %g) against none's %g", half.Recompute, half.Makespan, half.Mem, none.Makespan)
+	}
+	free, err := req(0, "").PartitionLayers()
+	if err != nil || free.RecomputeChosen || free.Recompute != "" {
+		t.Errorf("no -mem: chose %q (%v), err %v; want none", free.Recompute, free.RecomputeChosen, err)
+	}
+	if _, err := req(6, "").PartitionLayers(); err == nil || !strings.Contains(err.Error(), "nor with -recompute selective:0.5, full") {
+		t.Errorf("-mem 6: err %v, want it to say no policy fits either", err)
 	}
 }

@@ -30,6 +30,11 @@ type Report struct {
 	LowerBound, EvenBound  float64 // sim.LowerBound of each split's stages
 	Bounds, EvenBounds     []int
 	Evals                  int
+	// Recompute is the -recompute policy both splits were lowered with;
+	// RecomputeChosen says `ppgen partition` chose it under -mem (none
+	// given), where no split fit without it or it fit a faster one.
+	Recompute       string
+	RecomputeChosen bool
 }
 
 // Schedule is what Compare splits a model's layers for: a lowered
