@@ -92,7 +92,7 @@ func TestGenRecomputeModel(t *testing.T) {
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", none, "-recompute", "model"}, `no layer is marked "recompute": true`},
 		{[]string{"sim", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-model", none, "-recompute", "model"}, `no layer is marked "recompute": true`},
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-mem", "7"}, "no split fits the memory limit 7"},
-		{[]string{"partition", "-ranks", "4", "-model", gap, "-mem", "7"}, "no split fits the memory limit 7"},
+		{[]string{"partition", "-ranks", "4", "-model", gap, "-mem", "7", "-recompute", "none"}, "no split fits the memory limit 7"},
 	} {
 		stderr.Reset()
 		if code := run(tc.args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), tc.want) {

@@ -38,7 +38,9 @@ func TestZeroCostPeaks(t *testing.T) {
 		// 0.2: below even a chunk of V = 4 (0.25 of a share), which
 		// recomputing every stage brings each rank to
 		{"sim", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-cost", "F=0,B=0,W=0", "-mem", "0.2"},
-		{"partition", "-model", model, "-ranks", "2", "-mem", "1"},
+		// -recompute none: partition would otherwise recompute (at no
+		// cost here) and fit
+		{"partition", "-model", model, "-ranks", "2", "-mem", "1", "-recompute", "none"},
 	} {
 		if code, stdout, stderr := cliRun(t, args...); code != 2 || !strings.Contains(stderr, "raise") {
 			t.Errorf("%v: exit %d, want 2 and a word on raising the limit\nstdout:\n%s\nstderr %s", args, code, stdout, stderr)
