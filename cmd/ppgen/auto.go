@@ -47,12 +47,23 @@ func autoChoice(res auto.Result) string {
 	return autoName(res)
 }
 
+// recomputeChoice says in one line which -recompute policy a split of a
+// -model's layers chose under -mem (ppgen partition, and -partition auto
+// on a family).
+func recomputeChoice(policy string, mem float64) string {
+	return fmt.Sprintf("recompute %s: chosen under -mem %.4g, where it fits the fastest split (give -recompute to fix the policy; docs/model.md)", policy, mem)
+}
+
 // noteAuto says on stderr what the auto scheduler chose, for a command
 // whose output (Go source, a program, a CSV file, a trace) does not: gen,
-// show, export and trace. Nothing for a schedule auto did not choose.
-func noteAuto(stderr io.Writer, res auto.Result) {
-	if res.Candidates != nil {
+// show, export and trace; for a family with -partition auto, the
+// -recompute policy it chose under -mem. Nothing where nothing was chosen.
+func noteAuto(stderr io.Writer, res auto.Result, mem float64) {
+	switch {
+	case res.Candidates != nil:
 		fmt.Fprintf(stderr, "ppgen: %s (`ppgen sim` with the same flags lists the candidates)\n", autoChoice(res))
+	case res.Recompute != "":
+		fmt.Fprintf(stderr, "ppgen: %s\n", recomputeChoice(res.Recompute, mem))
 	}
 }
 

@@ -136,7 +136,7 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 	} else {
 		_, err = io.WriteString(stdout, ir.FormatText(p))
 	}
-	noteAuto(stderr, res)
+	noteAuto(stderr, res, req.Mem)
 	return err
 }
 
@@ -292,6 +292,8 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(stdout, boundLine(r, memBinds(res, req.Mem, req.SmallestChunk(res.Result))))
+	} else if res.Recompute != "" {
+		fmt.Fprintln(stdout, recomputeChoice(res.Recompute, req.Mem))
 	}
 	fmt.Fprintf(stdout, "%s: P=%d S=%d M=%d cost %s\n", name, res.Program.Placement.Ranks(), res.Program.Stages(), res.Program.Micro, cost)
 	fmt.Fprintf(stdout, "makespan %.4g  bubble %.4f  stage-span bubble %.4f\n", r.Makespan, r.Bubble, r.BubbleSpan)
@@ -476,7 +478,7 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 	path := req.Path()
 	if path == "-" {
 		_, err = stdout.Write(src)
-		noteAuto(stderr, res)
+		noteAuto(stderr, res, req.Mem)
 		return err
 	}
 	verb := "wrote"
@@ -489,7 +491,7 @@ func runGen(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "ppgen: %s %s (%d ranks, %d steps)\n", verb, path, res.Program.Placement.Ranks(), res.Program.NumSteps())
-	noteAuto(stderr, res)
+	noteAuto(stderr, res, req.Mem)
 	return nil
 }
 

@@ -138,7 +138,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err := writeOutput(*out, b.Bytes(), stdout, stderr, fmt.Sprintf(" (%d ranks)", res.Program.Placement.Ranks())); err != nil {
 		return err
 	}
-	noteAuto(stderr, res)
+	noteAuto(stderr, res, req.Mem)
 	return nil
 }
 

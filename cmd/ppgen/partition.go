@@ -57,7 +57,7 @@ func runPartition(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if rep.RecomputeChosen {
-		_, err = fmt.Fprintf(stdout, "recompute %s: chosen under -mem %.4g, where it fits the fastest split (give -recompute to fix the policy; docs/model.md)\n", rep.Recompute, req.Mem)
+		_, err = fmt.Fprintln(stdout, recomputeChoice(rep.Recompute, req.Mem))
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -53,5 +54,36 @@ func TestPartitionRejectsPartitionFlag(t *testing.T) {
 		if code != 2 || stdout != "" || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("-partition %q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", value, code, stdout, stderr, want)
 		}
+	}
+}
+
+// TestPartitionAutoRecomputeCommands: sim -schedule 1f1b -partition auto
+// -mem at a limit only a recompute policy meets says in one line which
+// policy it chose (the line ppgen partition prints) and simulates it; gen
+// notes it on stderr, and ppgen check finds the file up to date;
+// -recompute none keeps the refusal.
+func TestPartitionAutoRecomputeCommands(t *testing.T) {
+	const llm = "../../examples/models/llm.json"
+	flags := []string{"-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", llm, "-partition", "auto", "-mem", "12"}
+	_, want, _ := cliRun(t, "partition", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", llm, "-mem", "12")
+	line := want[strings.LastIndex(strings.TrimSuffix(want, "\n"), "\n")+1:]
+	if !strings.HasPrefix(line, "recompute ") {
+		t.Fatalf("ppgen partition -mem 12 chose no policy:\n%s", want)
+	}
+	code, stdout, stderr := cliRun(t, append([]string{"sim"}, flags...)...)
+	if code != 0 || !strings.HasPrefix(stdout, line) || strings.Count(stdout, "chosen under") != 1 {
+		t.Errorf("sim: exit %d, want the line %q first:\n%s\nstderr %s", code, line, stdout, stderr)
+	}
+	path := filepath.Join(t.TempDir(), "s_gen.go")
+	code, _, stderr = cliRun(t, append([]string{"gen", "-package", "s", "-o", path}, flags...)...)
+	if code != 0 || !strings.Contains(stderr, "ppgen: "+line) {
+		t.Fatalf("gen: exit %d, want the line %q on stderr: %s", code, line, stderr)
+	}
+	if code, _, stderr = cliRun(t, "check", path); code != 0 {
+		t.Errorf("check: exit %d: %s", code, stderr)
+	}
+	code, _, stderr = cliRun(t, append([]string{"sim", "-recompute", "none"}, flags...)...)
+	if code != 2 || !strings.Contains(stderr, "no split fits") {
+		t.Errorf("sim -recompute none: exit %d, stderr %s", code, stderr)
 	}
 }

@@ -43,7 +43,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		res.Program.Placement.Ranks(), res.Program.NumSteps(), strconv.FormatFloat(r.Makespan, 'g', 6, 64))); err != nil {
 		return err
 	}
-	noteAuto(stderr, res)
+	noteAuto(stderr, res, req.Mem)
 	return nil
 }
 

@@ -32,7 +32,6 @@ import (
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/auto"
 	"github.com/ppgen/ppgen/gen/ir"
-	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/passes"
 	"github.com/ppgen/ppgen/gen/pricing"
 	"github.com/ppgen/ppgen/gen/schedules"
@@ -596,40 +595,23 @@ func (r *Request) Lower() (auto.Result, error) {
 		err = r.splitResult(&res.Result)
 		return res, err
 	}
-	lower := func(opt gen.Options) (gen.Result, error) {
-		if fam, ok := r.resolveFamily(); ok {
-			return gen.LowerFamily(fam, cfg, opt)
-		}
-		return gen.Lower(cfg, opt) // its error names the schedules there are
+	if r.Partition == PartitionAuto {
+		return r.lowerPartitioned(cfg, opt.Options)
 	}
-	res, err := lower(opt.Options)
+	res, err := r.lowerFamily(cfg, opt.Options)
 	if err != nil {
 		return auto.Result{Result: res}, err
 	}
-	if err := r.splitResult(&res); err != nil || r.Partition != PartitionAuto {
-		return auto.Result{Result: res}, err
+	err = r.splitResult(&res)
+	return auto.Result{Result: res}, err
+}
+
+// lowerFamily lowers the family -schedule names, of size cfg, with opt.
+func (r *Request) lowerFamily(cfg ir.Config, opt gen.Options) (gen.Result, error) {
+	if fam, ok := r.resolveFamily(); ok {
+		return gen.LowerFamily(fam, cfg, opt)
 	}
-	// -partition auto on a family: lay the transfers out again for the
-	// split found.
-	p, err := r.Pricing()
-	if err != nil {
-		return auto.Result{Result: res}, err
-	}
-	layers := res.Layers
-	opt.CommCost = p.CommSplit(layers)
-	if opt.Passes.Marked != nil { // -recompute model: the split's marks
-		m, err := r.pricedModel()
-		if err != nil {
-			return auto.Result{Result: res}, err
-		}
-		opt.Passes.Marked = m.MarksOf(model.Partition{Bounds: layers})
-	}
-	again, err := lower(opt.Options)
-	if err != nil {
-		return auto.Result{Result: res}, err
-	}
-	again.Layers = layers
-	return auto.Result{Result: again}, nil
+	return gen.Lower(cfg, opt) // its error names the schedules there are
 }
 
 // defaultCommOrder is -comm-order's default.

@@ -2,11 +2,13 @@ package gencmd
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"strings"
 
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/auto"
+	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/model"
 	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/passes"
@@ -106,16 +108,102 @@ func (r *Request) splitResult(res *gen.Result) error {
 		res.Layers = part.Bounds
 		return nil
 	}
-	pr, err := partition.Search(sp.Model, res.Compute, partition.Options{
-		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
-		MemLimit: r.Mem,
-		Program:  auto.SplitRecompute(r.Passes["recompute"], sp.Model),
-	})
+	bounds, err := searchSplit(sp, res.Compute, r.Passes["recompute"], r.Mem)
 	if err != nil {
 		return usagef("-model %s -partition auto: %v", r.Model, err)
 	}
-	res.Layers = pr.Split.Bounds
+	res.Layers = bounds
 	return nil
+}
+
+// lowerPartitioned is Lower for a family with -partition auto: the family
+// lowered with the split gen/partition finds for its compute order within
+// -mem, its transfers laid out again for that split. Under -mem without
+// -recompute it chooses the policy with the split as `ppgen partition`
+// does (chooseRecompute), lowers the program with it and names it in
+// Result.Recompute ("" when none was chosen).
+func (r *Request) lowerPartitioned(cfg ir.Config, opt gen.Options) (auto.Result, error) {
+	m, err := r.pricedModel()
+	if err != nil {
+		return auto.Result{}, err
+	}
+	given := r.Passes["recompute"]
+	res, pol, err := chooseRecompute(m, given, r.Mem, func(pol string) (gen.Result, float64, error) {
+		if pol == given {
+			return r.lowerSplit(cfg, opt)
+		}
+		one := *r
+		one.Passes = maps.Clone(r.Passes)
+		if one.Passes == nil {
+			one.Passes = map[string]string{}
+		}
+		one.Passes["recompute"] = pol
+		popt, err := one.LowerOptions()
+		if err != nil {
+			return gen.Result{}, 0, err
+		}
+		return one.lowerSplit(cfg, popt.Options)
+	})
+	if se := (*searchError)(nil); errors.As(err, &se) {
+		err = usagef("-model %s -partition auto: %v", r.Model, err)
+	}
+	return auto.Result{Result: res, Recompute: pol}, err
+}
+
+// lowerSplit lowers the family with opt, finds the split of the -model's
+// layers for its compute order within -mem (searchSplit, its errors a
+// *searchError), and lowers it again with the transfers (and -recompute
+// model's marks) of that split: the result and its simulated makespan
+// with the layers so split.
+func (r *Request) lowerSplit(cfg ir.Config, opt gen.Options) (gen.Result, float64, error) {
+	res, err := r.lowerFamily(cfg, opt)
+	if err != nil {
+		return res, 0, err
+	}
+	sp, err := r.SplitModel()
+	if err != nil {
+		return res, 0, err
+	}
+	bounds, err := searchSplit(sp, res.Compute, r.Passes["recompute"], r.Mem)
+	if err != nil {
+		return res, 0, &searchError{err}
+	}
+	part := model.Partition{Bounds: bounds}
+	opt.CommCost = sp.Pricing.CommSplit(bounds)
+	if opt.Passes.Marked != nil { // -recompute model: the split's marks
+		opt.Passes.Marked = sp.Model.MarksOf(part)
+	}
+	again, err := r.lowerFamily(cfg, opt)
+	if err != nil {
+		return res, 0, err
+	}
+	again.Layers = bounds
+	c, err := sp.Pricing.Split(part, partition.Copies(again.Program))
+	if err != nil {
+		return again, 0, err
+	}
+	sr, err := sim.Run(again.Program, c)
+	return again, sr.Makespan, err
+}
+
+// searchError is an error of the split search in lowerSplit: the -model
+// and -mem do not admit a split, which Lower reports as a usage error.
+type searchError struct{ err error }
+
+func (e *searchError) Error() string { return e.err.Error() }
+func (e *searchError) Unwrap() error { return e.err }
+
+// searchSplit is the split gen/partition's Search finds of the model sp
+// prices for the compute order compute, lowered with the -recompute policy
+// recompute, within the memory limit mem (0: none).
+func searchSplit(sp *auto.SplitModel, compute ir.Program, recompute string, mem float64) ([]int, error) {
+	copies := partition.Copies(compute)
+	pr, err := partition.Search(sp.Model, compute, partition.Options{
+		Cost:     func(part model.Partition) (sim.Cost, error) { return sp.Pricing.Split(part, copies) },
+		MemLimit: mem,
+		Program:  auto.SplitRecompute(recompute, sp.Model),
+	})
+	return pr.Split.Bounds, err
 }
 
 // ReadModel reads the -model file (relative to Env.Dir; "-" for stdin):

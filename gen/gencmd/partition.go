@@ -50,34 +50,46 @@ func (r *Request) PartitionLayers() (partition.Report, error) {
 	if err != nil {
 		return partition.Report{}, err
 	}
-	given := r.Passes["recompute"]
-	rep, err := one.partitionWith(m, given, r.Mem)
+	rep, pol, err := chooseRecompute(m, r.Passes["recompute"], r.Mem, func(pol string) (partition.Report, float64, error) {
+		rep, err := one.partitionWith(m, pol, r.Mem)
+		return rep, rep.Makespan, err
+	})
+	rep.RecomputeChosen = pol != ""
+	return rep, r.partitionErr(err)
+}
+
+// chooseRecompute is how a split of the model m's layers chooses its
+// -recompute policy under -mem, for `ppgen partition` and for -partition
+// auto on a family alike: try splits with one policy ("" for none) and
+// returns its result and makespan. With a policy given (none included),
+// or without a limit (mem 0), it runs try with the given one alone, and
+// chosen is "". Else each of partitionPolicies that fits where none does
+// not (a *partition.NoFitError), or fits with a faster split, competes;
+// the fastest wins, the first of equals (none before any), and chosen
+// names it ("" when none won). Any other error of none's try is returned
+// as it is.
+func chooseRecompute[T any](m model.Model, given string, mem float64, try func(policy string) (T, float64, error)) (best T, chosen string, err error) {
+	best, makespan, err := try(given)
 	var nofit *partition.NoFitError
-	if given != "" || r.Mem <= 0 || (err != nil && !errors.As(err, &nofit)) {
-		return rep, r.partitionErr(err)
+	if given != "" || mem <= 0 || (err != nil && !errors.As(err, &nofit)) {
+		return best, "", err
 	}
-	// Under -mem without -recompute, partition chooses the policy with the
-	// split, as auto does: each of partitionPolicies that fits where none
-	// does not, or fits with a faster split, competes; the fastest wins
-	// (the first of equals: none before any).
-	best, bestErr := rep, err
 	for _, pol := range partitionPolicies(m) {
-		prep, perr := one.partitionWith(m, pol, r.Mem)
+		got, gotSpan, perr := try(pol)
 		if perr != nil {
 			continue // no split fits with it either, or the policy does not apply to this model
 		}
-		if bestErr != nil || prep.Makespan < best.Makespan-1e-9*max(1, best.Makespan) {
-			prep.Recompute, prep.RecomputeChosen = pol, true
-			best, bestErr = prep, nil
+		if err != nil || gotSpan < makespan-1e-9*max(1, makespan) {
+			best, makespan, chosen, err = got, gotSpan, pol, nil
 		}
 	}
-	if bestErr != nil {
-		bestErr = fmt.Errorf("%w; nor with -recompute %s", bestErr, strings.Join(partitionPolicies(m), ", "))
+	if err != nil {
+		err = fmt.Errorf("%w; nor with -recompute %s", err, strings.Join(partitionPolicies(m), ", "))
 	}
-	return best, r.partitionErr(bestErr)
+	return best, chosen, err
 }
 
-// partitionPolicies are the -recompute policies `ppgen partition` tries
+// partitionPolicies are the -recompute policies chooseRecompute tries
 // under -mem when none is given, after none: the layers the model marks
 // (when it marks any), half of every stage's layers, every stage whole.
 func partitionPolicies(m model.Model) []string {

@@ -3,13 +3,17 @@ package gencmd
 import (
 	"bytes"
 	"errors"
-	"github.com/ppgen/ppgen/gen/auto"
 	"go/format"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ppgen/ppgen/gen/auto"
+	"github.com/ppgen/ppgen/gen/model"
+	"github.com/ppgen/ppgen/gen/partition"
+	"github.com/ppgen/ppgen/gen/sim"
 )
 
 const llmModel = "../../examples/models/llm.json"
@@ -190,5 +194,91 @@ func TestPartitionChoosesRecompute(t *testing.T) {
 	}
 	if _, err := req(6, "").PartitionLayers(); err == nil || !strings.Contains(err.Error(), "nor with -recompute selective:0.5, full") {
 		t.Errorf("-mem 6: err %v, want it to say no policy fits either", err)
+	}
+}
+
+// TestPartitionAutoChoosesRecompute: gen -schedule FAMILY -partition auto
+// -mem X without -recompute chooses the policy with the split as ppgen
+// partition does (chooseRecompute): at a limit only a policy meets, the
+// program is lowered with it (Spec.Recompute), its busiest rank fits -mem
+// in the model's units, the split and policy are partition's, and the
+// header regenerates the file byte for byte; -recompute none keeps the
+// refusal, and without -mem nothing is chosen.
+func TestPartitionAutoChoosesRecompute(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile(llmModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "llm.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := func(extra ...string) []string {
+		return append([]string{"-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", "llm.json", "-partition", "auto", "-o", "s_gen.go", "-package", "s"}, extra...)
+	}
+	r, err := Parse(args("-mem", "12"), Env{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, res, err := r.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := (&Request{Schedule: "1f1b", Ranks: 4, Micro: 8, Model: llmModel, Mem: 12, simCost: true}).PartitionLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Recompute == "" || res.Recompute != want.Recompute || !slices.Equal(res.Layers, want.Bounds) {
+		t.Errorf("-mem 12: chose %q with %v; ppgen partition chose %q with %v", res.Recompute, res.Layers, want.Recompute, want.Bounds)
+	}
+	if !strings.Contains(string(src), "\tRecompute: ") {
+		t.Errorf("-mem 12: the Spec names no recomputed stage:\n%s", src[:min(len(src), 1200)])
+	}
+	m, err := r.ReadModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := model.Partition{Bounds: res.Layers}
+	price, err := r.Pricing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := price.Split(part, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := sim.Run(res.Program, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := partition.Memory(m, part, res.Program, sr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Max(mem) > 12 || sr.Makespan != want.Makespan {
+		t.Errorf("-mem 12 -recompute %s: memory per rank %v, makespan %g (partition's %g); want within 12", res.Recompute, mem, sr.Makespan, want.Makespan)
+	}
+	again, err := FromHeader(filepath.Join(dir, "s_gen.go"), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src2, _, err := again.Generate(); err != nil || !bytes.Equal(src, src2) {
+		t.Errorf("-mem 12: regenerating from the header differs (err %v)", err)
+	}
+
+	r, err = Parse(args("-mem", "12", "-recompute", "none"), Env{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ue *UsageError
+	if _, _, err := r.Generate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "no split fits") || strings.Contains(err.Error(), "nor with") {
+		t.Errorf("-mem 12 -recompute none: err %v, want the usage error no split fits", err)
+	}
+	r, err = Parse(args(), Env{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := r.Generate(); err != nil || res.Recompute != "" {
+		t.Errorf("no -mem: chose %q, err %v; want none", res.Recompute, err)
 	}
 }
