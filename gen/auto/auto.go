@@ -81,8 +81,12 @@ type Options struct {
 	// are: building each family ("building zbv"), then splitting the
 	// model and simulating every candidate's compute order ("simulating
 	// 26 candidates"), then, with a model, synthesizing on each placement
-	// ("synthesizing synth(v) V=2") and improving the orders found
-	// ("improving 9 orders (local search)"), then lowering the candidates
+	// ("synthesizing synth(v) V=2"), with -partition auto balancing the
+	// ranks ("balancing the ranks of synth(zigzag) V=4 ..."), with
+	// -budget and -mem climbing the split ("climbing the split of ..."),
+	// rolling out the orders found ("annealing 2, rolling out 3 ...", or
+	// "no order to roll out ...") and improving them ("improving 9
+	// orders (local search)"), each one step, then lowering the candidates
 	// in increasing bound ("lowering and simulating"), then, under a
 	// memory limit, trying recompute policies ("trying recompute under
 	// the limit") and, with SwapAuto, swap distances ("trying swap under
@@ -336,7 +340,10 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 		total++ // swap under the limit
 	}
 	if len(synthOn) > 0 {
-		total++ // the local searches
+		total += 2 // the pilot (pilotPlans) and the local searches
+		if opt.Split.Partition {
+			total++ // balancing the ranks (balancePlan)
+		}
 		if splitClimbs(opt.Budget, opt.MemLimit, opt.Split) > 0 {
 			total++ // the split's climb
 		}

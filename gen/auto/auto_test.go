@@ -191,7 +191,11 @@ func TestAutoDeterministicWithModel(t *testing.T) {
 
 // TestAutoProgress: the callback sees every family built once, in
 // order, then the bounds, then (with a model) every placement synthesized
-// on, then the lowering, done counting up to total.
+// on, the balancing (-partition auto), the split's climb (-budget, -mem),
+// the pilot and the local searches, one step each, then the lowering and
+// recompute (-mem); done counts up from 0, and the last call's done is
+// total-1: as many calls as the total says, on runs with and without a
+// model (the pilot and the balancing were once left out of the total).
 func TestAutoProgress(t *testing.T) {
 	uniform := model.Model{}
 	for range 8 {
@@ -207,69 +211,63 @@ func TestAutoProgress(t *testing.T) {
 		climb  bool
 	}{
 		{"no model", nil, nil, 0, 0, false},
+		{"no model, mem", nil, nil, 1, 0, false},
 		// P = 2 with 8 layers: every placement but zigzag V = 8 (16 stages).
 		{"model", splitModel(uniform, false), placements, 0, 0, false},
+		{"model, partition", splitModel(uniform, true), placements, 0, 0, false},
 		// With -partition auto, -mem and -budget: the split's climb too.
 		{"climb", splitModel(uniform, true), placements, 8, 100, true},
+		// P = 4 on the LLM-like model: balancing moves a stage (it once
+		// went uncounted, one call past the total).
+		{"llm", splitModel(readExampleModel(t, "llm.json"), true), append(slices.Clone(placements), "synth(zigzag) V=8"), 0, 0, false},
 	} {
 		var seen []string
-		_, err := Lower(ir.Config{Schedule: Name, Ranks: 2, Micro: 4}, Options{Split: tc.split, MemLimit: tc.mem, Budget: tc.budget, Progress: func(step string, done, total int) {
+		last, lastTotal := -1, 0
+		cfg := ir.Config{Schedule: Name, Ranks: 2, Micro: 4}
+		if tc.name == "llm" {
+			cfg.Ranks = 4
+		}
+		_, err := Lower(cfg, Options{Split: tc.split, MemLimit: tc.mem, Budget: tc.budget, Progress: func(step string, done, total int) {
 			if done != len(seen) {
 				t.Errorf("%s: progress %q done %d after %d calls", tc.name, step, done, len(seen))
 			}
-			want := len(schedules.Names()) + 2 + len(tc.synth)
-			if tc.synth != nil {
-				want++
-			}
-			if tc.mem > 0 {
-				want++ // trying recompute under the limit
-			}
-			if tc.climb {
-				want++
-			}
-			if total != want {
-				t.Errorf("%s: progress %q total %d, want %d", tc.name, step, total, want)
-			}
 			seen = append(seen, step)
+			last, lastTotal = done, total
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		// want holds each step's prefix, its alternatives split by |.
 		var want []string
 		for _, n := range schedules.Names() {
 			want = append(want, "building "+n)
 		}
-		if len(seen) > len(want) {
-			want = append(want, seen[len(want)]) // "simulating N candidates": N checked below
-		}
+		want = append(want, "simulating ")
 		for _, n := range tc.synth {
 			want = append(want, "synthesizing "+n)
 		}
-		if tc.climb && len(seen) > len(want) {
-			if step := seen[len(want)]; !strings.HasPrefix(step, "climbing the split of ") {
-				t.Errorf("%s: step %d is %q, want climbing the split of ...", tc.name, len(want), step)
-			}
-			want = append(want, seen[len(want)])
+		if tc.synth != nil && tc.split.Partition {
+			want = append(want, "balancing the ranks of ")
 		}
-		if tc.synth != nil && len(seen) > len(want) {
-			want = append(want, seen[len(want)]) // "improving N orders": N checked below
+		if tc.climb {
+			want = append(want, "climbing the split of ")
+		}
+		if tc.synth != nil {
+			want = append(want, "annealing |rolling out |no order to roll out ", "improving ")
 		}
 		want = append(want, "lowering and simulating")
 		if tc.mem > 0 {
 			want = append(want, "trying recompute under the limit")
 		}
-		if !slices.Equal(seen, want) {
-			t.Errorf("%s: progress saw\n%q\nwant\n%q", tc.name, seen, want)
+		match := len(seen) == len(want)
+		for i := 0; match && i < len(seen); i++ {
+			match = slices.ContainsFunc(strings.Split(want[i], "|"), func(p string) bool { return strings.HasPrefix(seen[i], p) })
 		}
-		if n := len(schedules.Names()); len(seen) <= n || !strings.HasPrefix(seen[n], "simulating ") || !strings.HasSuffix(seen[n], " candidates") {
-			t.Errorf("%s: step %d is %q, want simulating N candidates", tc.name, n, seen[min(n, len(seen)-1)])
+		if !match {
+			t.Errorf("%s: progress saw\n%q\nwant the prefixes\n%q", tc.name, seen, want)
 		}
-		n := len(schedules.Names()) + 1 + len(tc.synth)
-		if tc.climb {
-			n++
-		}
-		if tc.synth != nil && (len(seen) <= n || !strings.HasPrefix(seen[n], "improving ") || !strings.HasSuffix(seen[n], " orders (local search)")) {
-			t.Errorf("%s: step %d is %q, want improving N orders (local search)", tc.name, n, seen[min(n, len(seen)-1)])
+		if len(seen) != lastTotal || last != lastTotal-1 {
+			t.Errorf("%s: %d calls, the last at done %d of total %d; want done = total-1 = calls-1", tc.name, len(seen), last, lastTotal)
 		}
 	}
 }

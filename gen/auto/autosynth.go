@@ -184,14 +184,18 @@ func synthTries(cfg ir.Config, opt Options, sp *SplitModel, on []synthPlacement,
 	}
 	if sp.Partition && len(on) > 0 {
 		// A placement whose ranks' work is more even, from the fastest.
+		// One progress step, however many moves it takes.
 		if top := fastestPlan(plans); top != nil {
-			bp, err := balancePlan(cfg, sp, top, limit, lowered, progress)
+			progress("balancing the ranks of %s V=%d (%d moves of a stage at most)", top.pk.name, top.pk.virtual, balanceMoves)
+			bp, err := balancePlan(cfg, sp, top, limit, lowered)
 			if err != nil {
 				return nil, err
 			}
 			if bp != nil {
 				plans = append(plans, bp)
 			}
+		} else {
+			progress("balancing no placement (nothing synthesized)")
 		}
 	}
 	if n := splitClimbs(opt.Budget, limit, sp); n > 0 && len(on) > 0 {
@@ -315,6 +319,9 @@ func pilotPlans(plans []*plan, sp *SplitModel, annealing, reinserting int, lower
 	slices.SortStableFunc(top, func(a, b *plan) int { return cmp.Compare(a.bestLow.Makespan, b.bestLow.Makespan) })
 	top = top[:min(pilotTop, len(top))]
 	if len(top) == 0 {
+		if len(plans) > 0 { // one progress step wherever placements were synthesized on
+			progress("no order to roll out (none beats a family's)")
+		}
 		return nil
 	}
 	// Which to anneal: those whose bound leaves room below the fastest.

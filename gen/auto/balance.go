@@ -29,7 +29,7 @@ const BalancedName = "synth(balanced)"
 // it beats the placement it came from, and the search goes on from there,
 // at most balanceMoves moves. It returns the plan of the last placement
 // taken, or nil when no move beats top: deterministic.
-func balancePlan(cfg ir.Config, sp *SplitModel, top *plan, limit float64, lowered func(ir.Program, model.Partition) (synth.Score, bool), progress func(format string, args ...any)) (*plan, error) {
+func balancePlan(cfg ir.Config, sp *SplitModel, top *plan, limit float64, lowered func(ir.Program, model.Partition) (synth.Score, bool)) (*plan, error) {
 	pl, best := top.pl, top.bestLow.Makespan
 	var found *plan
 	for range balanceMoves {
@@ -84,7 +84,6 @@ func balancePlan(cfg ir.Config, sp *SplitModel, top *plan, limit float64, lowere
 		if len(moves) == 0 {
 			break
 		}
-		progress("balancing the ranks of %s V=%d: %d moves of a stage", top.pk.name, top.pk.virtual, len(moves))
 		errs := make([]error, len(moves))
 		par.ForRanksW(min(runtime.GOMAXPROCS(0), len(moves)), len(moves), func(_, i int) {
 			mv := moves[i]
