@@ -77,6 +77,8 @@ func TestGenRecomputeModel(t *testing.T) {
 		// a limit only the marks meet: the split search counts them
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-recompute", "model", "-mem", "7"}, "\nrecomputed layers: stage 0 layers 0"},
 		{[]string{"partition", "-ranks", "4", "-model", gap, "-recompute", "model", "-mem", "7"}, "peak memory per rank 7,"},
+		// without -recompute, -partition auto chooses the policy partition does (full: 82, the marks 87)
+		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-mem", "7"}, "recompute full: chosen under -mem 7,"},
 	} {
 		stdout.Reset()
 		if code := run(tc.args, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), tc.want) {
@@ -91,7 +93,7 @@ func TestGenRecomputeModel(t *testing.T) {
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-recompute", "model"}, "give -model FILE"},
 		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", none, "-recompute", "model"}, `no layer is marked "recompute": true`},
 		{[]string{"sim", "-schedule", "auto", "-ranks", "4", "-micro", "8", "-model", none, "-recompute", "model"}, `no layer is marked "recompute": true`},
-		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-mem", "7"}, "no split fits the memory limit 7"},
+		{[]string{"sim", "-schedule", "1f1b", "-ranks", "4", "-micro", "8", "-model", gap, "-partition", "auto", "-mem", "7", "-recompute", "none"}, "no split fits the memory limit 7"},
 		{[]string{"partition", "-ranks", "4", "-model", gap, "-mem", "7", "-recompute", "none"}, "no split fits the memory limit 7"},
 	} {
 		stderr.Reset()
