@@ -285,7 +285,7 @@ func (r *Request) bindSchedule(fs *flag.FlagSet, which Flags) {
 	}
 	fs.IntVar(&r.Budget, "budget", 0, fmt.Sprintf("-schedule auto with -model: the most simulations each local search of a synthesized order spends (0: the default, %d, fewer on large programs; at most %d); with -partition auto and -mem, also one synthesis per %d of it climbing the split of the best placement; the annealing of synthesized priorities and the reinsertion of their orders get budget/%d times their default steps; a larger budget may find a faster order and takes up to that many times longer", auto.RepairBudget, auto.MaxBudget, auto.SplitClimbCost, auto.RepairBudget))
 	fs.StringVar(&r.Model, "model", "", "a model description (JSON, docs/model.md: per layer F, B or I and W, act, params; comm, bw; `ppgen tune` fits one to a measured trace) whose layers, split into the stages (-partition), give the per-stage costs: of -schedule auto's candidates, and of any schedule sim, trace, report and partition simulate; gen records the split in Spec.Layers; -cost may add the other keys")
-	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both)")
+	fs.StringVar(&r.Partition, "partition", "", "with -model: even (the layers split evenly by count; the default) or auto (the split that minimises the schedule's simulated makespan within -mem, in the model's units; auto tries both; under -mem without -recompute a family's split is searched with the recompute policies model, selective:0.5 and full too, the fastest that fits kept)")
 }
 
 // passFlag is the flag of an option a pass declares (passes.Option): its
