@@ -180,7 +180,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		tiesField(p.Ties),
 	}
 	spec = append(spec, rebuildFields(p)...)
-	spec = append(spec, recomputeShareField(p.RecomputeShare), recomputeLayersField(p.RecomputeLayers))
+	spec = append(spec, recomputeShareField(p.RecomputeShare), recomputeLayersField(p.RecomputeLayers), recomputeCostField(&p))
 	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline, spec...)
 	f.Line()
 	ranks := n.of("Ranks")
@@ -314,6 +314,24 @@ func recomputeShareField(share []float64) jen.Code {
 		items[i] = jen.Lit(f)
 	}
 	return field("RecomputeShare", jen.Index().Float64().Values(items...))
+}
+
+// recomputeCostField is the Spec's RecomputeCost field of a program with
+// a selective or model recompute policy (one of ir.Program's
+// RecomputeShare, RecomputeCost, RecomputeLayers set): per stage, the
+// share of the stage's R one RECOMPUTE of it costs
+// (ir.Program.RecomputeCostPart; 1 for a stage that recomputes whole or
+// not at all), and nothing otherwise, so that other programs' files are
+// as before.
+func recomputeCostField(p *ir.Program) jen.Code {
+	if p.RecomputeShare == nil && p.RecomputeCost == nil && p.RecomputeLayers == nil {
+		return jen.Null()
+	}
+	items := make([]jen.Code, p.Stages())
+	for s := range items {
+		items[s] = jen.Lit(p.RecomputeCostPart(s))
+	}
+	return field("RecomputeCost", jen.Index().Float64().Values(items...))
 }
 
 // recomputeLayersField is the Spec's RecomputeLayers field of a program
