@@ -110,7 +110,7 @@ func progOf(t testing.TB, name string, cfg ir.Config, opt gen.Options, src []byt
 	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
 		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
 		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly(), Recompute: emit.RebuiltStages(p, abi.Recompute),
-		RecomputeShare: slices.Clone(p.RecomputeShare)}
+		RecomputeShare: slices.Clone(p.RecomputeShare), RecomputeLayers: slices.Clone(p.RecomputeLayers), RecomputeCost: emit.RecomputeCosts(p)}
 	if p.Copies > 1 {
 		spec.Copies = p.Copies // as the emitted Spec (emit.copiesField)
 	}

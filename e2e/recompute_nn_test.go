@@ -49,7 +49,7 @@ func TestRecomputeNNMatchesNone(t *testing.T) {
 			ref := e2eStages(t, base.spec.Stages)
 			refLosses := trainReference(t, ref, base.spec.Micro)
 			var nonePeaks []float64
-			noneLosses, noneParams := trainNN(t, base, &nonePeaks)
+			noneLosses, noneParams := trainNN(t, base, &nonePeaks, nil)
 			noneRes, err := gen.Lower(tc.cfg, gen.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -77,7 +77,7 @@ func TestRecomputeNNMatchesNone(t *testing.T) {
 					t.Fatal(err)
 				}
 				var peaks []float64
-				losses, ps := trainNN(t, p, &peaks)
+				losses, ps := trainNN(t, p, &peaks, nil)
 				for step := range losses {
 					if !slices.Equal(losses[step], noneLosses[step]) {
 						t.Errorf("-recompute %s step %d: losses %v; without recompute %v", policy, step, losses[step], noneLosses[step])
@@ -112,9 +112,10 @@ func (c *fwdCounter) Forward(x *tensor.Dense) (*tensor.Dense, any, error) {
 
 // trainNN trains e2eStages with p's program for e2eSteps steps and
 // returns the losses of every step and the parameters after; with peaks
-// it stores each rank's Exec.PeakLive there. A stage of p that recomputes
+// it stores each rank's Exec.PeakLive there; with tl the Execs record
+// their calls there (pipe.Config.Timeline). A stage of p that recomputes
 // selectively must run Forward once per chunk.
-func trainNN(t *testing.T, p prog, peaks *[]float64) ([][]float64, [][]float64) {
+func trainNN(t *testing.T, p prog, peaks *[]float64, tl *pipe.Timeline) ([][]float64, [][]float64) {
 	t.Helper()
 	sp := p.spec
 	model := e2eStages(t, sp.Stages)
@@ -136,7 +137,7 @@ func trainNN(t *testing.T, p prog, peaks *[]float64) ([][]float64, [][]float64) 
 		opt := &nn.SGD{LR: e2eLR}
 		x, err := pipe.New(pipe.Config{
 			Rank: r, Spec: sp, Stages: stages, Transport: trs[r],
-			Loss: nn.MSE{Scale: 1 / float64(sp.Micro)}, Data: data,
+			Loss: nn.MSE{Scale: 1 / float64(sp.Micro)}, Data: data, Timeline: tl,
 			OptStep: func() error {
 				if err := opt.Step(ps); err != nil {
 					return err

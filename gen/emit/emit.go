@@ -180,7 +180,7 @@ func Emit(p ir.Program, opt Options) ([]byte, error) {
 		tiesField(p.Ties),
 	}
 	spec = append(spec, rebuildFields(p)...)
-	spec = append(spec, recomputeShareField(p.RecomputeShare), recomputeLayersField(p.RecomputeLayers))
+	spec = append(spec, recomputeShareField(p.RecomputeShare), recomputeLayersField(p.RecomputeLayers), recomputeCostField(&p))
 	f.Var().Id(n.of("Spec")).Op("=").Qual(PipePath, "Spec").Custom(multiline, spec...)
 	f.Line()
 	ranks := n.of("Ranks")
@@ -314,6 +314,37 @@ func recomputeShareField(share []float64) jen.Code {
 		items[i] = jen.Lit(f)
 	}
 	return field("RecomputeShare", jen.Index().Float64().Values(items...))
+}
+
+// recomputeCostField is the Spec's RecomputeCost field (RecomputeCosts),
+// and nothing where that is nil.
+func recomputeCostField(p *ir.Program) jen.Code {
+	costs := RecomputeCosts(*p)
+	if costs == nil {
+		return jen.Null()
+	}
+	items := make([]jen.Code, len(costs))
+	for s, f := range costs {
+		items[s] = jen.Lit(f)
+	}
+	return field("RecomputeCost", jen.Index().Float64().Values(items...))
+}
+
+// RecomputeCosts is the Spec's RecomputeCost of a program with a selective
+// or model recompute policy (one of ir.Program's RecomputeShare,
+// RecomputeCost, RecomputeLayers set): per stage, the share of the
+// stage's R one RECOMPUTE of it costs (ir.Program.RecomputeCostPart; 1
+// for a stage that recomputes whole or not at all). It is nil otherwise,
+// so that other programs' files are as before.
+func RecomputeCosts(p ir.Program) []float64 {
+	if p.RecomputeShare == nil && p.RecomputeCost == nil && p.RecomputeLayers == nil {
+		return nil
+	}
+	costs := make([]float64, p.Stages())
+	for s := range costs {
+		costs[s] = p.RecomputeCostPart(s)
+	}
+	return costs
 }
 
 // recomputeLayersField is the Spec's RecomputeLayers field of a program

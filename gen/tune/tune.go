@@ -26,10 +26,11 @@
 // the stage's under -recompute model). The shares are Options.RecomputeCost
 // where given, else the trace's (otherData.recompute_cost, which
 // `ppgen trace` writes for a selective program, and pipe.Timeline writes
-// from its Spec.RecomputeShare, leaving out the stages of
-// Spec.RecomputeLayers, whose R share it does not know:
-// otherData.recompute_cost_unknown; an R call of such a stage without
-// Options.RecomputeCost is refused), else 1.
+// from its Spec.RecomputeCost, which gen/emit writes for a program with a
+// selective or model policy; a hand-written Spec with RecomputeLayers and
+// no RecomputeCost leaves its marked stages out, whose R share the
+// Timeline then does not know: otherData.recompute_cost_unknown; an R
+// call of such a stage without Options.RecomputeCost is refused), else 1.
 //
 // An overlap step of a simulated trace (OVERLAP_F_B: one micro-batch's
 // forward beside another's backward, dualpipe's) is one event for both,
@@ -328,7 +329,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 			continue
 		}
 		if shares[c.stage] < 0 {
-			return Fit{}, fmt.Errorf("tune: stage %d has RECOMPUTE calls of the layers a -model file marks (the trace's otherData.recompute_cost_unknown), whose share of the stage's R the trace does not record; give it with -recompute-cost (ppgen sim prints it: recomputed layers: stage %d ... R SHARE)", c.stage, c.stage)
+			return Fit{}, fmt.Errorf("tune: stage %d has RECOMPUTE calls of the layers a -model file marks (the trace's otherData.recompute_cost_unknown), whose share of the stage's R the trace does not record (its Spec has no RecomputeCost: regenerate the program with go generate, whose Spec carries it); give it with -recompute-cost (ppgen sim prints it: recomputed layers: stage %d ... R SHARE)", c.stage, c.stage)
 		}
 		c.dur /= shares[c.stage] // the whole stage's R
 	}

@@ -180,14 +180,17 @@ func (x *Exec) rebuild(stage int, s *slotState, kept bool) (any, error) {
 }
 
 // rebuiltShare is the share of stage's R a RECOMPUTE re-ran (a
-// Timeline's record of it, for gen/tune): the stage's share when it
-// rebuilt what Recomputable's Drop kept (kept), -1 when that share is of
-// the layers Spec.RecomputeLayers names (the Spec holds their memory
-// share, not their R's), 1 when it re-ran Forward.
+// Timeline's record of it, for gen/tune): 1 when it re-ran Forward; when
+// it rebuilt what Recomputable's Drop kept (kept), the stage's
+// Spec.RecomputeCost entry where the Spec has one, else -1 when its share
+// is of the layers Spec.RecomputeLayers names (the Spec then holds their
+// memory share, not their R's), else its RecomputeShare.
 func (x *Exec) rebuiltShare(stage int, kept bool) float64 {
 	switch {
 	case !kept:
 		return 1
+	case stage < len(x.spec.RecomputeCost):
+		return x.spec.RecomputeCost[stage]
 	case stage < len(x.spec.RecomputeLayers) && len(x.spec.RecomputeLayers[stage]) > 0:
 		return -1
 	}

@@ -184,7 +184,8 @@ func TestRecomputeSelective(t *testing.T) {
 // the R calls re-ran (recompute_cost) where a Recomputable stage rebuilt
 // a share, none where the stage re-ran Forward (full, or a stage without
 // Recomputable under a share), and names a stage whose share is of the
-// layers RecomputeLayers lists (recompute_cost_unknown).
+// layers RecomputeLayers lists and the Spec holds no RecomputeCost
+// (recompute_cost_unknown); with one, its share.
 func TestTimelineRecordsRecompute(t *testing.T) {
 	re := []pipe.Op{op(pipe.OpDataLoad, 0, 0), op(pipe.OpForward, 0, 0), op(pipe.OpDataLoad, 1, 1), op(pipe.OpForward, 1, 1),
 		op(pipe.OpRecompute, 1, 1), op(pipe.OpBackward, 1, 1), op(pipe.OpRecompute, 0, 0), op(pipe.OpBackward, 0, 0), optOp}
@@ -192,18 +193,21 @@ func TestTimelineRecordsRecompute(t *testing.T) {
 		name       string
 		stage      pipe.Stage
 		share      []float64
+		cost       []float64
 		layers     [][]int
 		other, not string
 	}{
-		{"full", &affine{A: 0.5}, nil, nil, `"otherData":{"schedule":"test","source":"measured (pipe.Timeline)"}`, "recompute_cost"},
-		{"selective", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}, nil, `"recompute_cost":[0.5]`, "recompute_cost_unknown"},
-		{"selective, re-run whole", &affine{A: 0.5}, []float64{0.5}, nil, `"source":"measured (pipe.Timeline)"}`, "recompute_cost"},
-		{"marked", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}, [][]int{{0}}, `"recompute_cost":[1],"recompute_cost_unknown":[0]`, "recompute_cost\":[0.5]"},
+		{"full", &affine{A: 0.5}, nil, nil, nil, `"otherData":{"schedule":"test","source":"measured (pipe.Timeline)"}`, "recompute_cost"},
+		{"selective", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}, nil, nil, `"recompute_cost":[0.5]`, "recompute_cost_unknown"},
+		{"selective, re-run whole", &affine{A: 0.5}, []float64{0.5}, nil, nil, `"source":"measured (pipe.Timeline)"}`, "recompute_cost"},
+		{"marked", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}, nil, [][]int{{0}}, `"recompute_cost":[1],"recompute_cost_unknown":[0]`, "recompute_cost\":[0.5]"},
+		{"marked, with its cost", &halfAffine{affine: &affine{A: 0.5}}, []float64{0.5}, []float64{0.25}, [][]int{{0}}, `"recompute_cost":[0.25]`, "recompute_cost_unknown"},
+		{"marked, re-run whole", &affine{A: 0.5}, []float64{0.5}, []float64{0.25}, [][]int{{0}}, `"source":"measured (pipe.Timeline)"}`, "recompute_cost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl := &pipe.Timeline{}
 			sp := pipe.Spec{Schedule: "test-recompute", Ranks: 1, Stages: 1, Micro: 2, Slots: []int{2}, RankOf: []int{0},
-				Fingerprint: "test:recompute", Recompute: []int{0}, RecomputeShare: tc.share, RecomputeLayers: tc.layers}
+				Fingerprint: "test:recompute", Recompute: []int{0}, RecomputeShare: tc.share, RecomputeLayers: tc.layers, RecomputeCost: tc.cost}
 			x, err := pipe.New(pipe.Config{Rank: 0, Spec: sp, Stages: map[int]pipe.Stage{0: tc.stage}, Loss: mse{}, Data: &data{}, Timeline: tl})
 			if err != nil {
 				t.Fatal(err)
@@ -284,6 +288,37 @@ func TestRecomputeLayersSpec(t *testing.T) {
 	} {
 		if err := spec(tc.rc, nil, tc.layers).Validate(); err == nil || !strings.Contains(err.Error(), tc.words) {
 			t.Errorf("RecomputeLayers %v: %v; want %q", tc.layers, err, tc.words)
+		}
+	}
+}
+
+// TestRecomputeCostSpec: Validate takes a Spec.RecomputeCost of one share
+// of the stage's R in (0, 1] per stage, and refuses one of another length
+// or with a share outside (0, 1], naming the field and the entry.
+func TestRecomputeCostSpec(t *testing.T) {
+	for _, tc := range []struct {
+		cost  []float64
+		words string // "": valid
+	}{
+		{nil, ""},
+		{[]float64{0.25}, ""},
+		{[]float64{1}, ""},
+		{[]float64{}, "len(RecomputeCost) = 0, want Stages = 1"},
+		{[]float64{0.5, 0.5}, "len(RecomputeCost) = 2, want Stages = 1"},
+		{[]float64{0}, "RecomputeCost[0] = 0, want a share of the stage's R in (0, 1]"},
+		{[]float64{-0.5}, "RecomputeCost[0] = -0.5"},
+		{[]float64{1.5}, "RecomputeCost[0] = 1.5"},
+		{[]float64{math.NaN()}, "RecomputeCost[0] = NaN"},
+		{[]float64{math.Inf(1)}, "RecomputeCost[0] = +Inf"},
+	} {
+		sp := pipe.Spec{Schedule: "s", Ranks: 1, Stages: 1, Micro: 1, Slots: []int{1}, RankOf: []int{0}, Recompute: []int{0},
+			RecomputeShare: []float64{0.5}, RecomputeLayers: [][]int{{1}}, RecomputeCost: tc.cost}
+		err := sp.Validate()
+		switch {
+		case tc.words == "" && err != nil:
+			t.Errorf("RecomputeCost %v: %v; want it valid", tc.cost, err)
+		case tc.words != "" && (err == nil || !strings.Contains(err.Error(), tc.words)):
+			t.Errorf("RecomputeCost %v: %v; want an error containing %q", tc.cost, err, tc.words)
 		}
 	}
 }

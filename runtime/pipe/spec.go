@@ -84,6 +84,16 @@ type Spec struct {
 	// share RecomputeShare of the stage's layers (selective:F). New gives a
 	// Recomputable stage its entry and share through Select.
 	RecomputeLayers [][]int
+	// RecomputeCost, when not nil, holds per stage the share of the
+	// stage's R (its forward's time) one RECOMPUTE of it costs in the
+	// program (gen/ir's Program.RecomputeCostPart): RecomputeShare's
+	// under selective:F, the marked layers' R share under -recompute
+	// model, 1 for a stage that recomputes whole or not at all. gen/emit
+	// writes it for a program with a selective or model policy; a
+	// Timeline writes the entries of the stages that rebuilt through
+	// Recomputable into its trace's otherData.recompute_cost, from which
+	// `ppgen tune` fits the whole stage's R. Each entry is in (0, 1].
+	RecomputeCost []float64
 }
 
 // kindStages is a Spec field of stages named after a kind (rebuiltStages).
@@ -181,6 +191,14 @@ func (s Spec) Validate() error {
 	for st, f := range s.RecomputeShare {
 		if !(f >= 0 && f <= 1) {
 			return fmt.Errorf("RecomputeShare[%d] = %v, want a share in [0, 1]", st, f)
+		}
+	}
+	if s.RecomputeCost != nil && len(s.RecomputeCost) != s.Stages {
+		return fmt.Errorf("len(RecomputeCost) = %d, want Stages = %d (or nil); regenerate the program (go generate) or give one share per stage", len(s.RecomputeCost), s.Stages)
+	}
+	for st, f := range s.RecomputeCost {
+		if !(f > 0 && f <= 1) {
+			return fmt.Errorf("RecomputeCost[%d] = %v, want a share of the stage's R in (0, 1] (1: the whole stage)", st, f)
 		}
 	}
 	if err := checkRecomputeLayers(&s); err != nil {

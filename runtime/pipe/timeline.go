@@ -26,10 +26,11 @@ type Timeline struct {
 	epoch     atomic.Uint64 // bumped by Reset: the wrappers restart their counts
 	stages    int           // the Spec's stages (New)
 	// rshare is, per stage that ran a RECOMPUTE, the share of its R the
-	// RECOMPUTE re-ran: its Spec.RecomputeShare where the stage rebuilt
-	// through Recomputable, 1 where it re-ran Forward, -1 where it rebuilt
-	// the layers of Spec.RecomputeLayers (whose R share the Spec does not
-	// hold).
+	// RECOMPUTE re-ran: its Spec.RecomputeCost (else RecomputeShare)
+	// where the stage rebuilt through Recomputable, 1 where it re-ran
+	// Forward, -1 where it rebuilt the layers of Spec.RecomputeLayers and
+	// the Spec holds no RecomputeCost (a hand-written Spec: their R share
+	// is unknown).
 	rshare map[int]float64
 }
 
@@ -55,7 +56,7 @@ func (t *Timeline) noteRecompute(stage int, share float64) {
 // stage's RECOMPUTE re-ran a share of it: recompute_cost, per stage, the
 // share of its R a RECOMPUTE re-ran (1 where unknown or whole), and
 // recompute_cost_unknown, the stages that re-ran the layers of
-// Spec.RecomputeLayers.
+// Spec.RecomputeLayers of a Spec without RecomputeCost.
 func (t *Timeline) recomputeData(od map[string]any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

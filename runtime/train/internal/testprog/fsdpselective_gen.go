@@ -24,6 +24,7 @@ var FSDPSelectiveSpec = pipe.Spec{
 	Layers:         [][2]int{{0, 2}, {2, 4}, {4, 6}, {6, 8}},
 	Recompute:      []int{0, 1, 2, 3},
 	RecomputeShare: []float64{0.5, 0.5, 0.5, 0.5},
+	RecomputeCost:  []float64{0.5, 0.5, 0.5, 0.5},
 }
 
 // FSDPSelectiveRanks holds the program of each rank: FSDPSelectiveRanks[r] runs rank r's steps and returns the

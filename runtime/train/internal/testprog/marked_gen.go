@@ -25,6 +25,7 @@ var MarkedSpec = pipe.Spec{
 	Recompute:       []int{0, 1, 2},
 	RecomputeShare:  []float64{0.6666666666666666, 0.6666666666666666, 0.6666666666666666, 0.0},
 	RecomputeLayers: [][]int{{1}, {1}, {1}, nil},
+	RecomputeCost:   []float64{0.5, 0.5, 0.5, 1.0},
 }
 
 // MarkedRanks holds the program of each rank: MarkedRanks[r] runs rank r's steps and returns the

@@ -24,6 +24,7 @@ var SelectiveSpec = pipe.Spec{
 	Layers:         [][2]int{{0, 2}, {2, 4}, {4, 6}, {6, 8}},
 	Recompute:      []int{0, 1, 2, 3},
 	RecomputeShare: []float64{0.5, 0.5, 0.5, 0.5},
+	RecomputeCost:  []float64{0.5, 0.5, 0.5, 0.5},
 }
 
 // SelectiveRanks holds the program of each rank: SelectiveRanks[r] runs rank r's steps and returns the

@@ -23,6 +23,7 @@ type Spec struct {
 	Recompute       []int
 	RecomputeShare  []float64
 	RecomputeLayers [][]int
+	RecomputeCost   []float64
 }
 
 type Tie struct{ A, B int }
