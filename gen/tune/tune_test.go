@@ -154,6 +154,10 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte(microTrace([4]any{0, 0, "F", 1}, [4]any{0, 0, "B", 2}, [4]any{1, 1, "F", 1}, [4]any{1, 1, "B", 2}, [4]any{1, 1, "OVERLAP_F_B", 3})))
 	// A trainer's host spans.
 	f.Add([]byte(withSpans(trace([][3][]float64{{{1}, {2}, {3}}}), [4]any{0, "OPT_STEP", 5, 7}, [4]any{0, "ALL_REDUCE", 9, 2}, [4]any{0, "loss", 12, 1})))
+	// RECOMPUTE calls of a selective stage, with the share the program
+	// recorded, and of a marked one the trace cannot price.
+	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":4,"dur":1,"args":{"stage":0,"kind":"R"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":5,"dur":6,"args":{"stage":0,"kind":"B"}}],"otherData":{"recompute_cost":[0.25]}}`))
+	f.Add([]byte(`{"traceEvents":[{"name":"x","cat":"compute","ph":"X","pid":0,"ts":1,"dur":3,"args":{"stage":0,"kind":"F"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":4,"dur":1,"args":{"stage":0,"kind":"R"}},{"name":"x","cat":"compute","ph":"X","pid":0,"ts":5,"dur":6,"args":{"stage":0,"kind":"B"}}],"otherData":{"recompute_cost":[1],"recompute_cost_unknown":[0]}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		// The realisation report's fits resolve as cost models.
 		if fit, err := Read(bytes.NewReader(in), Options{Mean: true, Each: true, Cores: 2}); err == nil {
