@@ -80,9 +80,13 @@ func (l Layout) Check() error {
 			return fmt.Errorf("layout: stage %d on rank %d of %d", s, r, l.Ranks)
 		}
 	}
+	held := 0 // the layers the stages hold, with repeats: what LayersOf may list
 	for s, r := range l.Layers {
 		if r[0] < 0 || r[1] <= r[0] || r[1] > MaxLayer {
 			return fmt.Errorf("layout: stage %d holds layers [%d,%d)", s, r[0], r[1])
+		}
+		if held += r[1] - r[0]; held > MaxItems {
+			return fmt.Errorf("layout: the stages hold more than %d layers (stage %d holds [%d,%d)): not a model this format stores", MaxItems, s, r[0], r[1])
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -55,6 +56,7 @@ func FuzzReadManifest(f *testing.F) {
 			}
 		}
 		_ = m.Layout.String()
+		_ = m.Layout.LayersOf(0) // bounded by Check: at most MaxItems layers
 		again, err := json.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
@@ -66,4 +68,18 @@ func FuzzReadManifest(f *testing.F) {
 			t.Fatalf("an accepted manifest does not read back: %v\n%s", err, again)
 		}
 	})
+}
+
+// TestLayoutBoundsLayers: a layout (as a manifest on disk gives it) whose
+// stages hold more than MaxItems layers is refused, so that nothing sized
+// by its ranges (LayersOf) can exhaust memory; MaxItems layers are not.
+func TestLayoutBoundsLayers(t *testing.T) {
+	l := Layout{Ranks: 1, DP: 1, Stages: 2, RankOf: []int{0, 0}, Layers: [][2]int{{0, MaxItems / 2}, {MaxItems / 2, MaxItems}}}
+	if err := l.Check(); err != nil {
+		t.Fatalf("%d layers: %v", MaxItems, err)
+	}
+	l.Layers[1][1] = MaxLayer
+	if err := l.Check(); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("stages of %d layers: %v, want a refusal", MaxLayer, err)
+	}
 }
