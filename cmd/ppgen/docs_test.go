@@ -231,3 +231,51 @@ func TestMdAnchorsAndLinks(t *testing.T) {
 		t.Errorf("links %v; want %v", links, want)
 	}
 }
+
+// TestNoConflictMarkers: no file of the repository keeps a merge's
+// conflict markers (a resolved merge once left BENCHMARKS.md with both
+// sides and the markers between them; Go files would not compile, but
+// Markdown, JSON, CSV and scripts would pass every other test).
+func TestNoConflictMarkers(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := regexp.MustCompile(`(?m)^(<{7}|={7}|>{7})( |$)`)
+	files := 0
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); p != root && (strings.HasPrefix(name, ".") && name != ".ci" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil || !info.Mode().IsRegular() || info.Size() > 4<<20 {
+			return err
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if strings.IndexByte(string(src[:min(len(src), 8000)]), 0) >= 0 {
+			return nil // binary
+		}
+		files++
+		for _, loc := range marker.FindAllIndex(src, -1) {
+			rel, _ := filepath.Rel(root, p)
+			line := 1 + strings.Count(string(src[:loc[0]]), "\n")
+			t.Errorf("%s:%d: merge conflict marker %q: resolve the merge and delete the markers", filepath.ToSlash(rel), line, src[loc[0]:loc[0]+7])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Errorf("only %d text files walked: is the walk broken?", files)
+	}
+}
