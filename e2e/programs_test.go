@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/ppgen/ppgen/abi"
 	"github.com/ppgen/ppgen/e2e/onerank"
 	"github.com/ppgen/ppgen/gen"
 	"github.com/ppgen/ppgen/gen/emit"
@@ -102,20 +101,20 @@ func lowered(t testing.TB, cfg ir.Config, opt gen.Options) prog {
 // a prog.
 func progOf(t testing.TB, name string, cfg ir.Config, opt gen.Options, src []byte, res gen.Result) prog {
 	t.Helper()
-	ops, err := emittedOps(src)
+	f, err := parser.ParseFile(token.NewFileSet(), "schedule_gen.go", src, 0)
+	if err != nil {
+		t.Fatalf("%s: parsing the emitted file: %v", name, err)
+	}
+	ops, err := emittedOps(f)
 	if err != nil {
 		t.Fatalf("%s: reading the emitted table: %v", name, err)
 	}
-	p := res.Program
-	spec := pipe.Spec{Schedule: res.Config.Schedule, Ranks: p.Placement.NumRanks, Stages: p.Stages(), Micro: p.Micro,
-		Slots: slices.Clone(res.Info.Slots), RankOf: slices.Clone(p.Placement.RankOf), Fingerprint: emit.Fingerprint(p),
-		Owned: emit.Owned(p), ShipLabels: emit.ShipsLabels(p), ForwardOnly: p.ForwardOnly(), Recompute: emit.RebuiltStages(p, abi.Recompute),
-		RecomputeShare: slices.Clone(p.RecomputeShare), RecomputeLayers: slices.Clone(p.RecomputeLayers), RecomputeCost: emit.RecomputeCosts(p)}
-	if p.Copies > 1 {
-		spec.Copies = p.Copies // as the emitted Spec (emit.copiesField)
+	var spec pipe.Spec
+	if err := emittedSpec(f, &spec); err != nil {
+		t.Fatalf("%s: reading the emitted Spec: %v", name, err)
 	}
-	for _, t := range p.Ties {
-		spec.Ties = append(spec.Ties, pipe.Tie{A: t.A, B: t.B})
+	if spec.Fingerprint != emit.Fingerprint(res.Program) || spec.Ranks != len(res.Program.Ranks) {
+		t.Fatalf("%s: the emitted Spec (fingerprint %q, %d ranks) is not the lowered program's (%q, %d)", name, spec.Fingerprint, spec.Ranks, emit.Fingerprint(res.Program), len(res.Program.Ranks))
 	}
 	if len(ops) != spec.Ranks {
 		t.Fatalf("%s: the emitted table has %d ranks, the program %d", name, len(ops), spec.Ranks)
@@ -125,11 +124,8 @@ func progOf(t testing.TB, name string, cfg ir.Config, opt gen.Options, src []byt
 
 // emittedOps returns the Program table of an emitted file: each rank's
 // pipe.DecodeOps(kinds, []pipe.At{...}) call, decoded.
-func emittedOps(src []byte) ([][]pipe.Op, error) {
-	f, err := parser.ParseFile(token.NewFileSet(), "schedule_gen.go", src, 0)
-	if err != nil {
-		return nil, err
-	}
+func emittedOps(f *ast.File) ([][]pipe.Op, error) {
+	var err error
 	var out [][]pipe.Op
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
