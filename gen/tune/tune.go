@@ -107,7 +107,7 @@ type Options struct {
 	// trace's micro-batches (one copy when they are not given); a value
 	// the micro-batches contradict is refused.
 	Copies int
-	// Mean fits each stage's F, I, W (or B) to the mean of its calls
+	// Mean fits each stage's F, I, W (or B), and R, to the mean of its calls
 	// rather than the median: what the calls took together, slow ones
 	// included, as a realisation report compares with the measured step
 	// (examples/charlm -realise); the median is the cost of a typical call.
@@ -373,7 +373,7 @@ func fit(f chrometrace.File, opt Options) (Fit, error) {
 		st := &out.Stages[s]
 		st.BCalls = len(durs[s][kindB])
 		if st.RCalls = len(durs[s][kindR]); st.RCalls > 0 {
-			st.R = median(durs[s][kindR]) / 1e3
+			st.R = typical(durs[s][kindR]) / 1e3
 			st.RShare = 1
 			for c := s; c < len(shares); c += stages { // each copy's stage (Copies)
 				if shares[c] > 0 && shares[c] < 1 {

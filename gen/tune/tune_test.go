@@ -548,3 +548,28 @@ func TestFitRecomputeShare(t *testing.T) {
 		}
 	}
 }
+
+// TestFitRecomputeMean: Options.Mean fits R to the mean of its calls as it
+// does F, I and W (a slow RECOMPUTE counts, as the measured step saw it);
+// the default is the median.
+func TestFitRecomputeMean(t *testing.T) {
+	trace := microTrace(
+		[4]any{0, 0, "F", 1000}, [4]any{0, 0, "R", 400}, [4]any{0, 1, "R", 600}, [4]any{0, 2, "R", 1400},
+		[4]any{0, 0, "I", 1000}, [4]any{0, 0, "W", 1000},
+	)
+	for _, tc := range []struct {
+		opt  Options
+		want float64 // ms
+	}{
+		{Options{}, 0.6},
+		{Options{Mean: true}, 0.8},
+	} {
+		f, err := Read(strings.NewReader(trace), tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := f.Stages[0]; !near(g.R, tc.want) || g.RCalls != 3 {
+			t.Errorf("Mean %v: R %g from %d calls; want %g from 3", tc.opt.Mean, g.R, g.RCalls, tc.want)
+		}
+	}
+}
