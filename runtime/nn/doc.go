@@ -81,7 +81,7 @@
 // results are bit-identical to fresh allocations (a reused buffer is
 // cleared). Release ends a context no backward will read (an evaluation's:
 // a forward-only program calls it, as pipe.Releaser) and hands its inner
-// buffers back too. A context that ends otherwise (dropped for recompute,
+// buffers back too; an FSDP passes it on to the stage it shards. A context that ends otherwise (dropped for recompute,
 // swapped) leaves its tensors to the garbage collector. A layer of another
 // package may pass on what it is given (a wait, an identity): the tensors
 // it takes or returns are never handed back.

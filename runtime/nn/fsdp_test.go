@@ -441,3 +441,51 @@ func TestFSDPAsStage(t *testing.T) {
 		t.Fatal("AsStage of an FSDP of a stage without Select, Drop and Rebuild claims Recomputable")
 	}
 }
+
+// TestFSDPRelease: an FSDP passes Release on to a stage that reuses a
+// forward-only context (a second Release of the same context is the
+// Sequential's error, so the first reached it), AsStage's wrapper too, and
+// does nothing for a stage without it.
+func TestFSDPRelease(t *testing.T) {
+	trs := transport.NewInProc(1)
+	comm, err := collective.New(trs[0], abi.ActChannel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewFSDPGroup(comm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := dpModel(t, tensor.Float64)
+	f, err := g.Wrap(m[0], "stage 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Unshard(); err != nil {
+		t.Fatal(err)
+	}
+	x := newDPData(tensor.Float64, 1, 0).in[0]
+	for name, st := range map[string]any{"FSDP": f, "AsStage": f.AsStage()} {
+		r, ok := st.(releaser)
+		if !ok {
+			t.Fatalf("%s: %T is no pipe.Releaser", name, st)
+		}
+		_, saved, err := f.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Release(saved); err != nil {
+			t.Fatalf("%s: Release: %v", name, err)
+		}
+		if err := r.Release(saved); err == nil || !strings.Contains(err.Error(), "Sequential.Release") {
+			t.Errorf("%s: a second Release of one context: %v; want the Sequential's error", name, err)
+		}
+	}
+	h, err := g.Wrap(paramsOnly{m[1]}, "stage 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(struct{}{}); err != nil {
+		t.Errorf("Release through an FSDP of a stage without it: %v; want nil", err)
+	}
+}

@@ -16,6 +16,25 @@ type recomputable interface {
 	Rebuild(kept any) (saved any, err error)
 }
 
+// releaser is runtime/pipe's Releaser (a stage that reuses what a
+// forward-only context holds), which *Sequential and *Swapping implement.
+type releaser interface {
+	Release(saved any) error
+}
+
+// Release passes a forward-only context (one that no backward will read:
+// an evaluation's) to the sharded stage when it is a pipe.Releaser, so that
+// an evaluation under FSDP reuses the stage's buffers as it does without
+// FSDP; for a stage that is not, it does nothing (the context is left to
+// the garbage collector, as pipe does for a stage without Release). It
+// needs no parameters.
+func (f *FSDP) Release(saved any) error {
+	if r, ok := f.Stage.(releaser); ok {
+		return r.Release(saved)
+	}
+	return nil
+}
+
 // AsStage returns the stage to give runtime/pipe for f: f itself when the
 // stage it shards is no pipe.Recomputable, else f with Select, Drop and
 // Rebuild passed to that stage (Rebuild waiting for the parameters as
