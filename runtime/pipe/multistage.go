@@ -43,8 +43,9 @@ type MultiLoss interface {
 //
 // The adapter passes through the optional interfaces of m: it is a
 // Swapper (handed m's own saved contexts), SwapWaiter, CopyGrads or Tied
-// when m is one, and its Sharded steps call m's when m is Sharded (and do
-// nothing otherwise, as for a stage that is not). Each call of Multi makes
+// when m is one, and its Sharded steps and Release call m's when m is
+// Sharded or a Releaser (and do nothing otherwise, as for a stage that is
+// not). Each call of Multi makes
 // a new object: the overlap steps may run two of them at once, so wrap one
 // MultiStage once (or set Config.SerialOverlap).
 func Multi(m MultiStage) Stage {
@@ -188,6 +189,22 @@ func (a *multi) sharded(f func(Sharded) error) error {
 		return f(s)
 	}
 	return nil
+}
+
+// Release hands m its own context when m is a Releaser (a forward-only
+// program ends each context so; see Releaser), and does nothing otherwise:
+// the context is left to the garbage collector, as for any stage without
+// Release.
+func (a *multi) Release(saved any) error {
+	r, ok := a.m.(Releaser)
+	if !ok {
+		return nil
+	}
+	s, ok := saved.(*multiSaved)
+	if !ok || s.swapped {
+		return fmt.Errorf("multi-tensor stage %T: Release: the context is a %T, not one its Forward returned (or swapped out)", a.m, saved)
+	}
+	return r.Release(s.inner)
 }
 
 // multiSwap passes Swapper (and SwapWaiter) through to m, with m's own

@@ -364,3 +364,42 @@ func TestMultiLossAndData(t *testing.T) {
 		t.Errorf("a loss with 3 gradients for 2 outputs: %v", err)
 	}
 }
+
+// multiReleasing is a MultiStage that is a Releaser: it records the
+// contexts it is handed.
+type multiReleasing struct {
+	masked
+	released []any
+}
+
+func (r *multiReleasing) Release(saved any) error { r.released = append(r.released, saved); return nil }
+
+// TestMultiRelease: the adapter hands a Releaser stage its own context
+// (not the adapter's), refuses a context of another kind, and does nothing
+// for a stage without Release.
+func TestMultiRelease(t *testing.T) {
+	x, _ := pipe.Pack([]*tensor.Dense{f64([]float64{1, 2}, 1, 2), f32([]float32{1}, 1)})
+	r := &multiReleasing{}
+	st := pipe.Multi(r).(pipe.Releaser)
+	_, saved, err := st.(pipe.Stage).Forward(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(saved); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.released) != 1 || r.released[0] == saved {
+		t.Fatalf("the stage was handed %v; want its own context, once", r.released)
+	}
+	if err := st.Release(struct{}{}); err == nil || !strings.Contains(err.Error(), "Release: the context is a struct {}") {
+		t.Errorf("Release of another context: %v", err)
+	}
+	plain := pipe.Multi(&masked{}).(pipe.Releaser)
+	_, saved, err = plain.(pipe.Stage).Forward(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Release(saved); err != nil {
+		t.Errorf("Release through a stage without it: %v", err)
+	}
+}
