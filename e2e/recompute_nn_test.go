@@ -240,3 +240,41 @@ func TestRecomputeTrainPeaks(t *testing.T) {
 		}
 	}
 }
+
+// TestOverlapPeaksMatchVerifier: in programs with overlap steps, whose
+// halves run on two goroutines (OVERLAP_F_B of dualpipev, OVERLAP_B_F of
+// -overlap), each rank's measured peak of held saved contexts is
+// gen/verify's Report.PeakLive on every run: the Exec counts what an
+// overlap's F saves before what its backward releases, whichever half
+// finished first (the race detector once caught the two halves updating
+// the count at once).
+func TestOverlapPeaksMatchVerifier(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ir.Config
+		opt  gen.Options
+	}{
+		{"dualpipev", ir.Config{Schedule: "dualpipev", Ranks: 2, Micro: 4}, gen.Options{}},
+		{"interleaved-overlap", ir.Config{Schedule: "interleaved", Ranks: 2, Virtual: 2, Micro: 4}, gen.Options{Passes: passes.Options{Overlap: true}}},
+		{"dualpipev-selective", ir.Config{Schedule: "dualpipev", Ranks: 2, Micro: 4}, gen.Options{Passes: passes.Options{Set: map[string]string{"recompute": "selective:0.5"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := lowered(t, tc.cfg, tc.opt)
+			res, err := gen.Lower(tc.cfg, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := verify.Check(res.Program, verify.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for run := range 5 {
+				var peaks []float64
+				trainNN(t, p, &peaks, nil)
+				if !slices.Equal(peaks, rep.PeakLive) {
+					t.Fatalf("run %d: measured peaks %v; the verifier's %v", run, peaks, rep.PeakLive)
+				}
+			}
+		})
+	}
+}

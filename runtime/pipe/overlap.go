@@ -86,6 +86,8 @@ func (x *Exec) overlap(k OpKind, first, second, f, b Op, run func(*Exec, Op)) {
 			Err: fmt.Errorf("W takes no source slot; want src -1, got %d", b.Src)})
 		return
 	}
+	x.mem.begin()
+	defer x.mem.end() // after wg.Wait below: deferred calls run last in, first out
 	if !x.concurrent(f, b) {
 		run(x, first)
 		run(x, second)

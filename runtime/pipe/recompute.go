@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -253,11 +254,42 @@ const chunkParts = 1_000_000
 // memCount counts the saved contexts a rank holds: from a chunk's F
 // (whose stage saved a context) to its last backward, less the share its F
 // drops until its RECOMPUTE rebuilds it; peak is the most at once.
-type memCount struct{ live, peak int64 }
+//
+// Inside an overlap step (between begin and end) the two halves may run
+// on two goroutines: add then takes mu, and holds back what the halves
+// let go of until end, so that the step counts what its F saves before
+// what its backward (and its F's drop) release, in whichever order the
+// halves ran: the order gen/verify's PeakLive counts, and the same peak
+// on every run. Outside overlaps one goroutine runs the steps, and add
+// takes no lock.
+type memCount struct {
+	live, peak int64
+	inOverlap  bool       // set and cleared by the rank's goroutine, around the halves
+	mu         sync.Mutex // guards live, peak and held while inOverlap
+	held       int64      // the releases held back until end
+}
 
 func (m *memCount) add(d int64) {
+	if m.inOverlap {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if d < 0 {
+			m.held += d
+			return
+		}
+	}
 	m.live += d
 	m.peak = max(m.peak, m.live)
+}
+
+// begin starts an overlap step's count (before its halves start).
+func (m *memCount) begin() { m.inOverlap = true }
+
+// end ends it (after both halves returned): the releases held back count now.
+func (m *memCount) end() {
+	m.inOverlap = false
+	m.live += m.held
+	m.held = 0
 }
 
 // PeakLive returns the most chunks whose saved context the rank held at
