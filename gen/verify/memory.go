@@ -10,11 +10,16 @@ func (c *checker) slot(rw *rankWalk, i int, top, st *ir.Step) {
 	if st.Kind == ir.OptStep || !st.Kind.HasMicro() {
 		return
 	}
-	s, m, M := st.Stage, st.Micro, c.M
-	ch := s*M + m
-	if c.rankOf[s] != r {
+	if c.rankOf[st.Stage] != r {
 		return // an owner's DATA_LOAD/MPIPE_FWD_SEND (leaf admitted it): no chunk of this rank
 	}
+	c.slotChunk(rw, i, top, st, st.Stage*c.M+st.Micro)
+}
+
+// slotChunk is slot for a step st of chunk ch on the rank's own stage.
+func (c *checker) slotChunk(rw *rankWalk, i int, top, st *ir.Step, ch int) {
+	r := rw.r
+	s, m, M := st.Stage, st.Micro, c.M
 	if st.Slot < 0 {
 		rw.noSlot.note(r, i, func() error {
 			return c.fail(r, i, *top, Slot, "%s has no slot, but the program's slots are assigned; every step of a chunk carries its slot", *st)

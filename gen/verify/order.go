@@ -223,24 +223,11 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
 func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
-	stage, rank, _, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
-	if !ok {
+	a, x, need := c.neighbourAt(r, st)
+	if !need || c.before(a, x, i) {
 		return nil
 	}
 	m := st.Micro
-	producer, recv := deps.AcrossKinds(grad)
-	var a, x int
-	switch {
-	case rank == r:
-		a, x = atOf(producer), stage*c.M+m
-	case c.lowered:
-		a, x = atOf(recv), st.Stage*c.M+m
-	default:
-		return nil
-	}
-	if c.before(a, x, i) {
-		return nil
-	}
 	in, _ := deps.Neighbour(&c.p, st) // to word the failure
 	what, from := "its input", ir.Compute(ir.Forward, in.Stage, m)
 	if in.What == deps.Gradient {
@@ -252,6 +239,56 @@ func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
 		what, from = fmt.Sprintf("%s from stage %d on rank %d", what, in.Stage, in.Rank), ir.Compute(in.Recv, st.Stage, m)
 	}
 	return c.need(r, i, top, st, what, from, a, x)
+}
+
+// neighbourAt returns the table a and chunk x of the step that must come
+// before F, B or I step st on rank r for its cross-stage input
+// (deps.Neighbour): the colocated stage's step, or in a lowered program the
+// receive that brings it; need is false when there is none to check.
+func (c *checker) neighbourAt(r int, st *ir.Step) (a, x int, need bool) {
+	stage, rank, _, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
+	if !ok {
+		return 0, 0, false
+	}
+	producer, recv := deps.AcrossKinds(grad)
+	switch {
+	case rank == r:
+		return atOf(producer), stage*c.M + st.Micro, true
+	case c.lowered:
+		return atOf(recv), st.Stage*c.M + st.Micro, true
+	}
+	return 0, 0, false
+}
+
+// preOK is the walk's quick test of step st's preconditions (index i of
+// rank r; ch its chunk, on r; first..last its micro-batch's route), for
+// fastStep: true only where preErr finds nothing, reading the same
+// tables. Where it is false, pre runs and notes what preErr finds; it
+// leaves to preErr the first stage's input and the last stage's labels.
+func (c *checker) preOK(r, i int, st *ir.Step, ch, first, last int) bool {
+	switch st.Kind {
+	case ir.Forward:
+		return st.Stage != first && (st.Stage != last || !c.hasData) && c.neighbourOK(r, i, st)
+	case ir.Backward, ir.BackwardInput:
+		return c.before(aF, ch, i) && c.neighbourOK(r, i, st)
+	case ir.BackwardWeight:
+		return c.before(aBwd, ch, i) && c.bwdIsI[ch]
+	case ir.SendF:
+		return c.before(aF, ch, i)
+	case ir.SendB:
+		return c.before(aBwd, ch, i)
+	case ir.DataSend:
+		return c.before(aLoad, ch, i) || c.before(aDRecv, ch, i)
+	case ir.RecvF, ir.RecvB, ir.DataRecv:
+		return true // preErr asks nothing of them
+	}
+	return false
+}
+
+// neighbourOK reports whether neighbourErr finds nothing.
+func (c *checker) neighbourOK(r, i int, st *ir.Step) bool {
+	a, x, need := c.neighbourAt(r, st)
+	return !need || c.before(a, x, i)
 }
 
 // before reports whether the step of table a for chunk ran before index i

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -98,28 +99,26 @@ func (c *checker) walk() error {
 	// The same pass notes which ranks hold FSDP and swap steps (rare kinds:
 	// abi's IsFSDP and IsSwap, one table load per step, tell) and steps of
 	// the kinds with a rule (rule.go), whose prepare then runs.
+	wk := walkKinds()
 	extras := make([]uint8, c.P)
 	ruledKinds := make([]uint64, c.P) // bit k: a step of kind k, which has a rule
 	par.ForRanksW(w, c.P, func(_, r int) {
 		// The r-th share of the chunk tables' block starts at -1.
-		part := sc.block[len(sc.block)*r/c.P : len(sc.block)*(r+1)/c.P]
-		for i := range part {
-			part[i] = -1
-		}
+		fillMinus1(sc.block[len(sc.block)*r/c.P : len(sc.block)*(r+1)/c.P])
 		n := 0
 		var ex uint8
 		var rk uint64
-		for i := range p.Ranks[r] {
-			switch k := p.Ranks[r][i].Kind; {
-			case k.IsComm():
-				n++
-			case k.IsFSDP() || k.IsSwap():
-				ex |= extraOf(k)
-			case rules[k] != nil && int(k) < len(c.holds):
-				rk |= 1 << k
+		steps := p.Ranks[r]
+		for i := range steps {
+			k := steps[i].Kind
+			f := wk[k]
+			n += int(f.fl & wkComm) // wkComm is bit 0: one for a transfer
+			ex |= f.extra
+			if f.fl&wkRuled != 0 {
+				rk |= 1 << (k & 63) // wkRuled: k < 64
 			}
 		}
-		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
+		opOff[r+1], hostOff[r+1] = int32(n), int32(len(steps)-n)
 		extras[r], ruledKinds[r] = ex, rk
 	})
 	var ex uint8
@@ -246,8 +245,38 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		fs = newFSDPWalk(c.S, steps, c.fsdpReduce)
 	}
 	rw.batch.open = -1
+	// The fast path (fastStep) takes the kinds most steps are, while no
+	// batch is open, in a program without FSDP and swap steps, whose walks
+	// it leaves out.
+	var fast *[256]walkKind
+	if fs == nil && c.swapState == nil {
+		fast = walkKinds()
+	}
 	for i := range steps {
 		st := &steps[i]
+		if fast != nil && rw.batch.open < 0 {
+			if wk := fast[st.Kind]; wk.fl&wkFast != 0 {
+				if ch, ok := c.fastStep(rw, i, st, wk); ok {
+					if wk.fl&wkComm != 0 {
+						opGap[rw.op] = nHost
+						c.opRank[rw.op] = int32(r)
+						c.opIdx[rw.op] = int32(i)
+						// fastStep checked the ranges: they fit in 32 bits.
+						c.opStep[rw.op] = opStep{kind: st.Kind, stage: int32(st.Stage), micro: int32(st.Micro), peer: int32(st.Peer)}
+						rw.op++
+						continue
+					}
+					c.hostIdx[rw.host] = int32(i)
+					rw.host++
+					nHost++
+					c.waitsAt(rw, st, ch)
+					live = c.peak(rw, i, st, steps[i:i+1], live)
+					rw.waitEnd[nHost-1] = int32(len(rw.waits))
+					continue
+				}
+				// leaf finds fault with the step: the walk below words it.
+			}
+		}
 		if rw.batch.open >= 0 || st.Kind.IsBatch() {
 			if err := c.batchMember(rw, i, st); err != nil {
 				return err
@@ -412,18 +441,23 @@ func mode(p ir.Program) (lowered, data bool) {
 // of the host step just added to the model. Receives that do not come
 // earlier are precondition failures, reported elsewhere.
 func (c *checker) waits(rw *rankWalk, st *ir.Step) {
-	r := rw.r
-	ch := st.Stage*c.M + st.Micro
-	var buf [deps.MaxInputs]deps.Input // stays on the stack
-	ins := deps.Of(&c.p, st, buf[:0])
-	for k := range ins {
-		in := &ins[k] // not a copy: reading back whole Inputs just stored would stall (deps.Across)
-		if !in.Remote(r) {
-			continue
-		}
-		if op := c.opAt[atOf(in.Recv)][ch]; op >= 0 {
-			rw.waits = append(rw.waits, strict.OpDone(op))
-		}
+	c.waitsAt(rw, st, st.Stage*c.M+st.Micro)
+}
+
+// waitsAt is waits for st of chunk ch (leaf checked its stage and micro).
+func (c *checker) waitsAt(rw *rankWalk, st *ir.Step, ch int) {
+	a, b := deps.Recvs(&c.p, st, rw.r) // Of's remote inputs, in registers
+	if a == ir.Invalid {
+		return
+	}
+	if op := c.opAt[atOf(a)][ch]; op >= 0 {
+		rw.waits = append(rw.waits, strict.OpDone(op))
+	}
+	if b == ir.Invalid {
+		return
+	}
+	if op := c.opAt[atOf(b)][ch]; op >= 0 {
+		rw.waits = append(rw.waits, strict.OpDone(op))
 	}
 }
 
@@ -467,4 +501,136 @@ func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live i
 		}
 	}
 	return live
+}
+
+// walkKind is what the walk asks of a step's kind, in one load
+// (walkKinds).
+type walkKind struct {
+	at    int8  // atOf
+	extra uint8 // extraOf, for the FSDP and swap kinds
+	fl    uint8 // wk* flags
+}
+
+const (
+	wkComm  uint8 = 1 << iota // IsComm; bit 0, so that the count pass adds it
+	wkRuled                   // a kind below 64 with a rule (rule.go), neither a transfer, FSDP nor swap
+	wkFast                    // fastStep walks it
+	wkUp                      // a transfer with the next stage's rank (SEND_F, DATA_SEND, RECV_B); else the previous one's
+)
+
+// walkKinds is the table of walkKind by kind value. It is built on first
+// use, after the rule files' init functions have declared their rules.
+var walkKinds = sync.OnceValue(func() *[256]walkKind {
+	t := new([256]walkKind)
+	for k := range t {
+		kind := ir.Kind(k)
+		w := &t[k]
+		w.at = int8(atOf(kind))
+		switch {
+		case kind.IsComm():
+			w.fl |= wkComm
+		case kind.IsFSDP() || kind.IsSwap():
+			w.extra = extraOf(kind)
+		case rules[k] != nil && k < len(checker{}.holds):
+			w.fl |= wkRuled
+		}
+		switch kind {
+		case ir.SendF, ir.DataSend, ir.RecvB:
+			w.fl |= wkUp
+		}
+		switch kind {
+		case ir.Forward, ir.Backward, ir.BackwardInput, ir.BackwardWeight,
+			ir.SendF, ir.RecvF, ir.SendB, ir.RecvB, ir.DataSend, ir.DataRecv:
+			if rules[k] == nil && w.at >= 0 {
+				w.fl |= wkFast
+			}
+		}
+	}
+	return t
+})
+
+// fillMinus1 sets every entry of t to -1, doubling a filled prefix with
+// copy (memmove moves it in wide words).
+func fillMinus1(t []int32) {
+	if len(t) == 0 {
+		return
+	}
+	t[0] = -1
+	for n := 1; n < len(t); n *= 2 {
+		copy(t[n:], t[:n])
+	}
+}
+
+// fastStep walks step st at index i of rank rw.r, of a wkFast kind (wk
+// its walkKind: F, B, I, W or a transfer of activations, gradients or
+// labels) in a program without FSDP and swap steps and outside a batch:
+// leaf, pre and slot in one pass that works out the step's chunk ch,
+// route and table once. When leaf would refuse the step it returns false
+// having changed nothing, and the caller walks the step as before, so
+// that leaf words the error. pre's test on the way is a quick one that
+// passes only where preErr finds nothing (preOK); where it does not pass,
+// pre runs and notes what preErr finds.
+func (c *checker) fastStep(rw *rankWalk, i int, st *ir.Step, wk walkKind) (ch int, ok bool) {
+	r := rw.r
+	s, m := st.Stage, st.Micro
+	if st.Slot < ir.None || uint(s) >= uint(c.S) || uint(m) >= uint(c.M) {
+		return 0, false
+	}
+	rankOf := c.rankOf[:c.S]
+	if rankOf[s] != r {
+		return 0, false
+	}
+	first, last := c.route(m)
+	if s < first || s > last {
+		return 0, false
+	}
+	ch = s*c.M + m
+	a := int(wk.at)
+	at := c.at[a]
+	if at[ch] >= 0 {
+		return 0, false // a duplicate
+	}
+	if wk.fl&wkComm != 0 {
+		want := ir.None
+		if wk.fl&wkUp != 0 {
+			if s < last {
+				want = rankOf[s+1]
+			}
+		} else if s > first {
+			want = rankOf[s-1]
+		}
+		if want == ir.None || want == r || st.Peer != want {
+			return 0, false
+		}
+		c.opAt[a][ch] = rw.op // walkRank records it under this id
+	} else {
+		rw.lastCompute = int32(i) // the fast kinds but the transfers compute
+		if st.Kind == ir.BackwardInput {
+			c.bwdIsI[ch] = true
+		}
+	}
+	at[ch] = int32(i)
+	if !c.preOK(r, i, st, ch, first, last) {
+		c.pre(rw, i, st, st)
+	} else if crossCheck {
+		crossCheckPre(c, r, i, st)
+	}
+	c.slotChunk(rw, i, st, st, ch)
+	return ch, true
+}
+
+// crossCheck, set by the tests (export_test.go), has fastStep ask preErr
+// wherever preOK passed, and note where preErr finds fault (crossCheckPre).
+var (
+	crossCheck       bool
+	crossCheckMu     sync.Mutex
+	crossCheckFaults []string
+)
+
+func crossCheckPre(c *checker, r, i int, st *ir.Step) {
+	if err := c.preErr(r, i, st, st); err != nil {
+		crossCheckMu.Lock()
+		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: preOK passed, preErr: %v", r, i, st, err))
+		crossCheckMu.Unlock()
+	}
 }
