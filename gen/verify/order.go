@@ -223,7 +223,7 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
 func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
-	a, x, need := c.neighbourAt(r, st)
+	a, x, need, _ := c.neighbourAt(r, st)
 	if !need || c.before(a, x, i) {
 		return nil
 	}
@@ -243,52 +243,48 @@ func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
 
 // neighbourAt returns the table a and chunk x of the step that must come
 // before F, B or I step st on rank r for its cross-stage input
-// (deps.Neighbour): the colocated stage's step, or in a lowered program the
-// receive that brings it; need is false when there is none to check.
-func (c *checker) neighbourAt(r int, st *ir.Step) (a, x int, need bool) {
+// (deps.Neighbour): the colocated stage's step (local: x is then the chunk
+// st reads as its src), or in a lowered program the receive that brings
+// it; need is false when there is none to check.
+func (c *checker) neighbourAt(r int, st *ir.Step) (a, x int, need, local bool) {
 	stage, rank, _, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
 	if !ok {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	producer, recv := deps.AcrossKinds(grad)
 	switch {
 	case rank == r:
-		return atOf(producer), stage*c.M + st.Micro, true
+		return atOf(producer), stage*c.M + st.Micro, true, true
 	case c.lowered:
-		return atOf(recv), st.Stage*c.M + st.Micro, true
+		return atOf(recv), st.Stage*c.M + st.Micro, true, false
 	}
-	return 0, 0, false
+	return 0, 0, false, false
 }
 
-// preOK is the walk's quick test of step st's preconditions (index i of
-// rank r; ch its chunk, on r; first..last its micro-batch's route), for
-// fastStep: true only where preErr finds nothing, reading the same
-// tables. Where it is false, pre runs and notes what preErr finds; it
-// leaves to preErr the first stage's input and the last stage's labels.
-func (c *checker) preOK(r, i int, st *ir.Step, ch, first, last int) bool {
-	switch st.Kind {
-	case ir.Forward:
-		return st.Stage != first && (st.Stage != last || !c.hasData) && c.neighbourOK(r, i, st)
-	case ir.Backward, ir.BackwardInput:
-		return c.before(aF, ch, i) && c.neighbourOK(r, i, st)
+// fastPre is the walk's quick test of compute step st's preconditions
+// (index i of rank r; ch its chunk, on r; first..last its micro-batch's
+// route), for fastRun: ok only where preErr finds nothing, reading the same tables.
+// Where it is not ok, pre runs and notes what preErr finds; it leaves to
+// preErr the first stage's input and the last stage's labels. src is the
+// chunk of the colocated stage that st reads (slot), or -1.
+func (c *checker) fastPre(r, i int, st *ir.Step, ch, first, last int) (ok bool, src int) {
+	switch k := st.Kind; k {
+	case ir.Forward, ir.Backward, ir.BackwardInput:
+		a, x, need, local := c.neighbourAt(r, st)
+		if k == ir.Forward {
+			ok = st.Stage != first && (st.Stage != last || !c.hasData)
+		} else {
+			ok = c.before(aF, ch, i)
+		}
+		src = -1
+		if local {
+			src = x
+		}
+		return ok && (!need || c.before(a, x, i)), src
 	case ir.BackwardWeight:
-		return c.before(aBwd, ch, i) && c.bwdIsI[ch]
-	case ir.SendF:
-		return c.before(aF, ch, i)
-	case ir.SendB:
-		return c.before(aBwd, ch, i)
-	case ir.DataSend:
-		return c.before(aLoad, ch, i) || c.before(aDRecv, ch, i)
-	case ir.RecvF, ir.RecvB, ir.DataRecv:
-		return true // preErr asks nothing of them
+		return c.before(aBwd, ch, i) && c.bwdIsI[ch], -1
 	}
-	return false
-}
-
-// neighbourOK reports whether neighbourErr finds nothing.
-func (c *checker) neighbourOK(r, i int, st *ir.Step) bool {
-	a, x, need := c.neighbourAt(r, st)
-	return !need || c.before(a, x, i)
+	return false, -1
 }
 
 // before reports whether the step of table a for chunk ran before index i

@@ -71,7 +71,7 @@ func (c *checker) walk() error {
 	c.single = p.Copies <= 1
 	n := c.S * c.M
 	// One block for the per-chunk tables, all starting at -1.
-	const nTables = nAt + 8 + 3 // at, opAt for eight transfer kinds, slotOf/first/last
+	const nTables = nAt + 8 // at, opAt for eight transfer kinds
 	sc := c.sc
 	sc.block = par.Resize(sc.block, nTables*n) // filled with -1 by the count pass below
 	block := sc.block
@@ -82,7 +82,8 @@ func (c *checker) walk() error {
 	for _, a := range [...]int{aSendF, aRecvF, aSendB, aRecvB, aDSend, aDRecv, aMSend, aMRecv} {
 		c.opAt[a] = next()
 	}
-	c.slotOf, c.first, c.last = next(), next(), next()
+	sc.spans = par.Resize(sc.spans, n) // filled with -1 by the count pass below
+	c.spans = sc.spans
 	c.bwdIsI = make([]bool, n)
 	c.lastCompute = make([]int32, c.P)
 	c.optAt = make([]int32, c.P)
@@ -104,14 +105,15 @@ func (c *checker) walk() error {
 	ruledKinds := make([]uint64, c.P) // bit k: a step of kind k, which has a rule
 	par.ForRanksW(w, c.P, func(_, r int) {
 		// The r-th share of the chunk tables' block starts at -1.
-		fillMinus1(sc.block[len(sc.block)*r/c.P : len(sc.block)*(r+1)/c.P])
+		fill(sc.block[len(sc.block)*r/c.P:len(sc.block)*(r+1)/c.P], -1)
+		fill(c.spans[len(c.spans)*r/c.P:len(c.spans)*(r+1)/c.P], chunkSpan{-1, -1, -1})
 		n := 0
 		var ex uint8
 		var rk uint64
 		steps := p.Ranks[r]
 		for i := range steps {
 			k := steps[i].Kind
-			f := wk[k]
+			f := &wk[k]
 			n += int(f.fl & wkComm) // wkComm is bit 0: one for a transfer
 			ex |= f.extra
 			if f.fl&wkRuled != 0 {
@@ -211,9 +213,7 @@ func (c *checker) walk() error {
 		for h := hostOff[r] + 1; h <= hostOff[r+1]; h++ {
 			waitOff[h] += base[r]
 		}
-		for op := opOff[r]; op < opOff[r+1]; op++ {
-			m.OpPartner[op] = -1
-		}
+		fill(m.OpPartner[opOff[r]:opOff[r+1]], -1)
 	})
 	c.batches(m, ws)
 	c.model = m
@@ -245,38 +245,22 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		fs = newFSDPWalk(c.S, steps, c.fsdpReduce)
 	}
 	rw.batch.open = -1
-	// The fast path (fastStep) takes the kinds most steps are, while no
-	// batch is open, in a program without FSDP and swap steps, whose walks
-	// it leaves out.
+	// The fast path (fastRun) takes the runs of the kinds most steps are,
+	// while no batch is open, in a program without FSDP and swap steps,
+	// whose walks it leaves out.
 	var fast *[256]walkKind
 	if fs == nil && c.swapState == nil {
 		fast = walkKinds()
 	}
-	for i := range steps {
-		st := &steps[i]
+	for i := 0; i < len(steps); i++ {
 		if fast != nil && rw.batch.open < 0 {
-			if wk := fast[st.Kind]; wk.fl&wkFast != 0 {
-				if ch, ok := c.fastStep(rw, i, st, wk); ok {
-					if wk.fl&wkComm != 0 {
-						opGap[rw.op] = nHost
-						c.opRank[rw.op] = int32(r)
-						c.opIdx[rw.op] = int32(i)
-						// fastStep checked the ranges: they fit in 32 bits.
-						c.opStep[rw.op] = opStep{kind: st.Kind, stage: int32(st.Stage), micro: int32(st.Micro), peer: int32(st.Peer)}
-						rw.op++
-						continue
-					}
-					c.hostIdx[rw.host] = int32(i)
-					rw.host++
-					nHost++
-					c.waitsAt(rw, st, ch)
-					live = c.peak(rw, i, st, steps[i:i+1], live)
-					rw.waitEnd[nHost-1] = int32(len(rw.waits))
-					continue
-				}
-				// leaf finds fault with the step: the walk below words it.
+			if i, nHost, live = c.fastRun(rw, fast, steps, i, nHost, live, opGap); i == len(steps) {
+				break
 			}
+			// steps[i] is of another kind, or leaf finds fault with it:
+			// the walk below takes it, and leaf words the fault.
 		}
+		st := &steps[i]
 		if rw.batch.open >= 0 || st.Kind.IsBatch() {
 			if err := c.batchMember(rw, i, st); err != nil {
 				return err
@@ -473,34 +457,52 @@ func sharePart(f float64) int { return int(math.Round(f * chunkParts)) }
 // whose compute steps are subs (top itself, or an overlap's sub-steps,
 // which run together), and returns the new count.
 func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live int) int {
-	r := rw.r
 	for k := range subs {
-		if subs[k].Kind == ir.Forward {
-			live += chunkParts
-		}
+		live += c.born(&subs[k])
 	}
 	if live > rw.peak {
-		rw.peak = live
-		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations*chunkParts && rw.memErr == nil {
-			rw.memErr = c.fail(r, i, *top, Memory, "%s chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", strconv.FormatFloat(float64(live)/chunkParts, 'g', -1, 64), c.opt.MaxActivations)
-		}
+		c.newPeak(rw, i, top, live)
 	}
 	for k := range subs {
-		// a chunk ends at its W, or at its B when it has no I; in a
-		// forward-only program at its F (it saves nothing); until a later
-		// step rebuilds it, the part the F drops ends at the F (dropAtF)
-		switch sub := &subs[k]; sub.Kind {
-		case ir.BackwardWeight, ir.Backward:
-			live -= chunkParts
-		case ir.Forward:
-			if c.forwardOnly {
-				live -= chunkParts
-			} else if c.dropAtF != nil {
-				live -= c.dropAtF[sub.Stage*c.M+sub.Micro]
-			}
-		}
+		live -= c.dies(&subs[k])
 	}
 	return live
+}
+
+// born is what compute step sub adds to its rank's live parts: a chunk at
+// its F.
+func (c *checker) born(sub *ir.Step) int {
+	if sub.Kind == ir.Forward {
+		return chunkParts
+	}
+	return 0
+}
+
+// dies is what compute step sub takes from its rank's live parts once it
+// ran: a chunk ends at its W, or at its B when it has no I; in a
+// forward-only program at its F (it saves nothing); until a later step
+// rebuilds it, the part the F drops ends at the F (dropAtF).
+func (c *checker) dies(sub *ir.Step) int {
+	switch sub.Kind {
+	case ir.BackwardWeight, ir.Backward:
+		return chunkParts
+	case ir.Forward:
+		if c.forwardOnly {
+			return chunkParts
+		} else if c.dropAtF != nil {
+			return c.dropAtF[sub.Stage*c.M+sub.Micro]
+		}
+	}
+	return 0
+}
+
+// newPeak records live, over rank rw.r's peak so far, as its peak at
+// step i (top), and notes the memory finding when it is over the limit.
+func (c *checker) newPeak(rw *rankWalk, i int, top *ir.Step, live int) {
+	rw.peak = live
+	if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations*chunkParts && rw.memErr == nil {
+		rw.memErr = c.fail(rw.r, i, *top, Memory, "%s chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", strconv.FormatFloat(float64(live)/chunkParts, 'g', -1, 64), c.opt.MaxActivations)
+	}
 }
 
 // walkKind is what the walk asks of a step's kind, in one load
@@ -509,12 +511,17 @@ type walkKind struct {
 	at    int8  // atOf
 	extra uint8 // extraOf, for the FSDP and swap kinds
 	fl    uint8 // wk* flags
+	// needs is, for a transfer that fastRun walks, the table of the step
+	// of its chunk that must come earlier on the rank (preErr: SEND_F
+	// sends its F's output, SEND_B its backward's input gradient), -1 for
+	// none (the receives).
+	needs int8
 }
 
 const (
 	wkComm  uint8 = 1 << iota // IsComm; bit 0, so that the count pass adds it
 	wkRuled                   // a kind below 64 with a rule (rule.go), neither a transfer, FSDP nor swap
-	wkFast                    // fastStep walks it
+	wkFast                    // fastRun walks it: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B
 	wkUp                      // a transfer with the next stage's rank (SEND_F, DATA_SEND, RECV_B); else the previous one's
 )
 
@@ -538,9 +545,16 @@ var walkKinds = sync.OnceValue(func() *[256]walkKind {
 		case ir.SendF, ir.DataSend, ir.RecvB:
 			w.fl |= wkUp
 		}
+		w.needs = -1
+		switch kind {
+		case ir.SendF:
+			w.needs = aF
+		case ir.SendB:
+			w.needs = aBwd
+		}
 		switch kind {
 		case ir.Forward, ir.Backward, ir.BackwardInput, ir.BackwardWeight,
-			ir.SendF, ir.RecvF, ir.SendB, ir.RecvB, ir.DataSend, ir.DataRecv:
+			ir.SendF, ir.RecvF, ir.SendB, ir.RecvB:
 			if rules[k] == nil && w.at >= 0 {
 				w.fl |= wkFast
 			}
@@ -549,78 +563,117 @@ var walkKinds = sync.OnceValue(func() *[256]walkKind {
 	return t
 })
 
-// fillMinus1 sets every entry of t to -1, doubling a filled prefix with
-// copy (memmove moves it in wide words).
-func fillMinus1(t []int32) {
+// fill sets every entry of t to v, doubling a filled prefix with copy
+// (memmove moves it in wide words).
+func fill[T any](t []T, v T) {
 	if len(t) == 0 {
 		return
 	}
-	t[0] = -1
+	t[0] = v
 	for n := 1; n < len(t); n *= 2 {
 		copy(t[n:], t[:n])
 	}
 }
 
-// fastStep walks step st at index i of rank rw.r, of a wkFast kind (wk
-// its walkKind: F, B, I, W or a transfer of activations, gradients or
-// labels) in a program without FSDP and swap steps and outside a batch:
-// leaf, pre and slot in one pass that works out the step's chunk ch,
-// route and table once. When leaf would refuse the step it returns false
-// having changed nothing, and the caller walks the step as before, so
-// that leaf words the error. pre's test on the way is a quick one that
-// passes only where preErr finds nothing (preOK); where it does not pass,
-// pre runs and notes what preErr finds.
-func (c *checker) fastStep(rw *rankWalk, i int, st *ir.Step, wk walkKind) (ch int, ok bool) {
+// fastRun walks steps[i:] of rank rw.r as walkRank's loop would, while
+// they are of a wkFast kind (F, B, I, W and the transfers of activations,
+// gradients and labels; wks is walkKinds) and leaf accepts them, in a
+// program without FSDP and swap steps and outside a batch: leaf, pre and
+// slot in one pass over each step that works out its chunk, route and
+// table once, then the step's op or host step. It returns the index of
+// the first step it leaves to walkRank (len(steps) when none), having
+// changed nothing for that step, and the rank's host step count and live
+// parts (walkRank's nHost and live) after the steps it walked. pre's test
+// on the way is fastPre, which passes only where preErr finds nothing;
+// where it does not pass, pre runs and notes what preErr finds.
+func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i int, nHost int32, live int, opGap []int32) (int, int32, int) {
 	r := rw.r
-	s, m := st.Stage, st.Micro
-	if st.Slot < ir.None || uint(s) >= uint(c.S) || uint(m) >= uint(c.M) {
-		return 0, false
-	}
-	rankOf := c.rankOf[:c.S]
-	if rankOf[s] != r {
-		return 0, false
-	}
-	first, last := c.route(m)
-	if s < first || s > last {
-		return 0, false
-	}
-	ch = s*c.M + m
-	a := int(wk.at)
-	at := c.at[a]
-	if at[ch] >= 0 {
-		return 0, false // a duplicate
-	}
-	if wk.fl&wkComm != 0 {
-		want := ir.None
-		if wk.fl&wkUp != 0 {
-			if s < last {
-				want = rankOf[s+1]
+	S, M := c.S, c.M
+	rankOf := c.rankOf[:S]
+	for ; i < len(steps); i++ {
+		st := &steps[i]
+		wk := wks[st.Kind]
+		s, m := st.Stage, st.Micro
+		if wk.fl&wkFast == 0 || st.Slot < ir.None || uint(s) >= uint(S) || uint(m) >= uint(M) || rankOf[s] != r {
+			break
+		}
+		first, last := c.route(m)
+		if s < first || s > last {
+			break
+		}
+		ch := s*M + m
+		a := int(wk.at)
+		at := c.at[a]
+		if at[ch] >= 0 {
+			break // a duplicate
+		}
+		if wk.fl&wkComm != 0 {
+			want := ir.None
+			if wk.fl&wkUp != 0 {
+				if s < last {
+					want = rankOf[s+1]
+				}
+			} else if s > first {
+				want = rankOf[s-1]
 			}
-		} else if s > first {
-			want = rankOf[s-1]
+			if want == ir.None || want == r || st.Peer != want {
+				break
+			}
+			at[ch] = int32(i)
+			c.opAt[a][ch] = rw.op // recorded under this id below
+		} else {
+			at[ch] = int32(i)
+			rw.lastCompute = int32(i) // the fast kinds but the transfers compute
+			if st.Kind == ir.BackwardInput {
+				c.bwdIsI[ch] = true
+			}
 		}
-		if want == ir.None || want == r || st.Peer != want {
-			return 0, false
+		// pre: a transfer's by its walkKind, a compute step's by fastPre
+		ok, src := true, -1
+		if wk.fl&wkComm != 0 {
+			if wk.needs >= 0 {
+				ok = c.before(int(wk.needs), ch, i)
+			}
+		} else {
+			ok, src = c.fastPre(r, i, st, ch, first, last)
 		}
-		c.opAt[a][ch] = rw.op // walkRank records it under this id
-	} else {
-		rw.lastCompute = int32(i) // the fast kinds but the transfers compute
-		if st.Kind == ir.BackwardInput {
-			c.bwdIsI[ch] = true
+		if !ok {
+			c.pre(rw, i, st, st)
+		} else if crossCheck {
+			crossCheckPre(c, r, i, st)
 		}
+		// slot: a later step of a chunk in its slot only extends its
+		// interval; slotChunk takes the rest
+		if sp := &c.spans[ch]; st.Slot >= 0 && int(sp.slot) == st.Slot && sp.first >= 0 && src < 0 {
+			sp.last = int32(i) // the walk's indices only grow: max(last, i)
+		} else {
+			c.slotChunk(rw, i, st, st, ch, src)
+		}
+		if wk.fl&wkComm != 0 {
+			op := rw.op
+			opGap[op] = nHost
+			c.opRank[op] = int32(r)
+			c.opIdx[op] = int32(i)
+			// The ranges are checked: they fit in 32 bits.
+			c.opStep[op] = opStep{kind: st.Kind, stage: int32(s), micro: int32(m), peer: int32(st.Peer)}
+			rw.op++
+			continue
+		}
+		c.hostIdx[rw.host] = int32(i)
+		rw.host++
+		nHost++
+		c.waitsAt(rw, st, ch)
+		if live += c.born(st); live > rw.peak {
+			c.newPeak(rw, i, st, live)
+		}
+		live -= c.dies(st)
+		rw.waitEnd[nHost-1] = int32(len(rw.waits))
 	}
-	at[ch] = int32(i)
-	if !c.preOK(r, i, st, ch, first, last) {
-		c.pre(rw, i, st, st)
-	} else if crossCheck {
-		crossCheckPre(c, r, i, st)
-	}
-	c.slotChunk(rw, i, st, st, ch)
-	return ch, true
+	return i, nHost, live
 }
 
-// crossCheck, set by the tests (export_test.go), has fastStep ask preErr
-// wherever preOK passed, and note where preErr finds fault (crossCheckPre).
+// crossCheck, set by the tests (export_test.go), has fastRun ask preErr
+// wherever fastPre passed, and note where preErr finds fault (crossCheckPre).
 var (
 	crossCheck       bool
 	crossCheckMu     sync.Mutex
@@ -630,7 +683,7 @@ var (
 func crossCheckPre(c *checker, r, i int, st *ir.Step) {
 	if err := c.preErr(r, i, st, st); err != nil {
 		crossCheckMu.Lock()
-		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: preOK passed, preErr: %v", r, i, st, err))
+		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: fastPre passed, preErr: %v", r, i, st, err))
 		crossCheckMu.Unlock()
 	}
 }
