@@ -522,7 +522,7 @@ const (
 	wkComm  uint8 = 1 << iota // IsComm; bit 0, so that the count pass adds it
 	wkRuled                   // a kind below 64 with a rule (rule.go), neither a transfer, FSDP nor swap
 	wkFast                    // fastRun walks it: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B
-	wkUp                      // a transfer with the next stage's rank (SEND_F, DATA_SEND, RECV_B); else the previous one's
+	wkUp                      // a transfer with the next stage's rank (SEND_F, RECV_B); else the previous one's (leaf)
 )
 
 // walkKinds is the table of walkKind by kind value. It is built on first
@@ -542,7 +542,7 @@ var walkKinds = sync.OnceValue(func() *[256]walkKind {
 			w.fl |= wkRuled
 		}
 		switch kind {
-		case ir.SendF, ir.DataSend, ir.RecvB:
+		case ir.SendF, ir.RecvB:
 			w.fl |= wkUp
 		}
 		w.needs = -1
