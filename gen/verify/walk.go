@@ -643,8 +643,9 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 			crossCheckPre(c, r, i, st)
 		}
 		// slot: a later step of a chunk in its slot only extends its
-		// interval; slotChunk takes the rest
-		if sp := &c.spans[ch]; st.Slot >= 0 && int(sp.slot) == st.Slot && sp.first >= 0 && src < 0 {
+		// interval (slotChunk set the slot with the chunk's first step);
+		// slotChunk takes the rest
+		if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 && src < 0 {
 			sp.last = int32(i) // the walk's indices only grow: max(last, i)
 		} else {
 			c.slotChunk(rw, i, st, st, ch, src)
