@@ -2,49 +2,59 @@ package verify
 
 import "github.com/ppgen/ppgen/gen/ir"
 
+// chunkSpan is a chunk's slot and live interval (slot): its slot, the
+// index of its first step and of its last use on its rank; -1 until known.
+type chunkSpan struct{ slot, first, last int32 }
+
 // slot records, during the walk, the slot and live interval of st's chunk.
 // A chunk is live from its first step to its last use: its last step, or a
-// colocated neighbour reading it as src (F(s+1) reads (s), B/I(s-1) reads (s)).
+// colocated neighbour reading it as src (F(s+1) reads (s), B/I(s-1) reads
+// (s): the cross-stage input, deps.Neighbour, when it is local).
 func (c *checker) slot(rw *rankWalk, i int, top, st *ir.Step) {
 	r := rw.r
 	if st.Kind == ir.OptStep || !st.Kind.HasMicro() {
 		return
 	}
-	s, m, M := st.Stage, st.Micro, c.M
-	ch := s*M + m
-	if c.rankOf[s] != r {
+	if c.rankOf[st.Stage] != r {
 		return // an owner's DATA_LOAD/MPIPE_FWD_SEND (leaf admitted it): no chunk of this rank
 	}
+	src := -1
+	if _, x, _, local := c.neighbourAt(r, st); local {
+		src = x
+	}
+	c.slotChunk(rw, i, top, st, st.Stage*c.M+st.Micro, src)
+}
+
+// slotChunk is slot for step st of chunk ch, on the rank's own stage,
+// which reads chunk src as its src (-1: none).
+func (c *checker) slotChunk(rw *rankWalk, i int, top, st *ir.Step, ch, src int) {
+	sp := &c.spans[ch]
 	if st.Slot < 0 {
+		r := rw.r
 		rw.noSlot.note(r, i, func() error {
 			return c.fail(r, i, *top, Slot, "%s has no slot, but the program's slots are assigned; every step of a chunk carries its slot", *st)
 		})
 	} else {
 		rw.slotted = true
 		switch {
-		case c.slotOf[ch] < 0:
-			c.slotOf[ch] = int32(st.Slot)
+		case sp.slot < 0:
+			sp.slot = int32(st.Slot)
 			rw.slots = max(rw.slots, st.Slot+1)
-		case int(c.slotOf[ch]) != st.Slot:
+		case int(sp.slot) != st.Slot:
+			r := rw.r
 			rw.slotErr.note(r, i, func() error {
-				return c.fail(r, i, *top, Slot, "%s uses slot %d, but its chunk (stage %d, micro %d) has slot %d since step %d; a chunk keeps one slot", *st, st.Slot, s, m, c.slotOf[ch], c.first[ch])
+				return c.fail(r, i, *top, Slot, "%s uses slot %d, but its chunk (stage %d, micro %d) has slot %d since step %d; a chunk keeps one slot", *st, st.Slot, st.Stage, st.Micro, c.spans[ch].slot, c.spans[ch].first)
 			})
 		}
 	}
-	if c.first[ch] < 0 {
-		c.first[ch] = int32(i)
+	if sp.first < 0 {
+		sp.first = int32(i)
 		rw.starts = append(rw.starts, int32(ch))
 	}
-	c.last[ch] = max(c.last[ch], int32(i))
-	switch st.Kind {
-	case ir.Forward:
-		if first, _ := c.route(m); s > first && c.rankOf[s-1] == r {
-			c.last[ch-M] = max(c.last[ch-M], int32(i))
-		}
-	case ir.Backward, ir.BackwardInput:
-		if _, last := c.route(m); s < last && c.rankOf[s+1] == r {
-			c.last[ch+M] = max(c.last[ch+M], int32(i))
-		}
+	sp.last = max(sp.last, int32(i))
+	if src >= 0 {
+		sp := &c.spans[src]
+		sp.last = max(sp.last, int32(i))
 	}
 }
 
@@ -74,12 +84,12 @@ func (c *checker) slots() error {
 		}
 		// Chunks in the order they start (the walk appended them so).
 		for _, ch := range c.starts[r] {
-			k := c.slotOf[ch]
+			k := c.spans[ch].slot
 			if k < 0 {
 				continue // only read as a neighbour's src; it has no step of its own
 			}
-			if o := owner[k]; o >= 0 && c.last[o] >= c.first[ch] {
-				i := int(c.first[ch])
+			if o := owner[k]; o >= 0 && c.spans[o].last >= c.spans[ch].first {
+				i := int(c.spans[ch].first)
 				top := c.p.Ranks[r][i]
 				st := top
 				for _, sub := range top.Sub {
@@ -88,7 +98,7 @@ func (c *checker) slots() error {
 					}
 				}
 				return c.fail(r, i, top, Slot, "%s starts chunk (stage %d, micro %d) in slot %d, which still holds chunk (stage %d, micro %d) until step %d; slot lifetimes must not overlap",
-					st, int(ch)/M, int(ch)%M, k, int(o)/M, int(o)%M, c.last[o])
+					st, int(ch)/M, int(ch)%M, k, int(o)/M, int(o)%M, c.spans[o].last)
 			}
 			owner[k] = ch
 		}

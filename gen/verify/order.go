@@ -223,24 +223,11 @@ func (c *checker) preErr(r, i int, top, st *ir.Step) error {
 // colocated stage's step, or in a lowered program the receive that brings
 // it from another rank.
 func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
-	stage, rank, _, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
-	if !ok {
+	a, x, need, _ := c.neighbourAt(r, st)
+	if !need || c.before(a, x, i) {
 		return nil
 	}
 	m := st.Micro
-	producer, recv := deps.AcrossKinds(grad)
-	var a, x int
-	switch {
-	case rank == r:
-		a, x = atOf(producer), stage*c.M+m
-	case c.lowered:
-		a, x = atOf(recv), st.Stage*c.M+m
-	default:
-		return nil
-	}
-	if c.before(a, x, i) {
-		return nil
-	}
 	in, _ := deps.Neighbour(&c.p, st) // to word the failure
 	what, from := "its input", ir.Compute(ir.Forward, in.Stage, m)
 	if in.What == deps.Gradient {
@@ -252,6 +239,52 @@ func (c *checker) neighbourErr(r, i int, top, st *ir.Step) error {
 		what, from = fmt.Sprintf("%s from stage %d on rank %d", what, in.Stage, in.Rank), ir.Compute(in.Recv, st.Stage, m)
 	}
 	return c.need(r, i, top, st, what, from, a, x)
+}
+
+// neighbourAt returns the table a and chunk x of the step that must come
+// before F, B or I step st on rank r for its cross-stage input
+// (deps.Neighbour): the colocated stage's step (local: x is then the chunk
+// st reads as its src), or in a lowered program the receive that brings
+// it; need is false when there is none to check.
+func (c *checker) neighbourAt(r int, st *ir.Step) (a, x int, need, local bool) {
+	stage, rank, _, grad, ok := deps.Across(&c.p, st) // deps.Neighbour, in registers
+	if !ok {
+		return 0, 0, false, false
+	}
+	producer, recv := deps.AcrossKinds(grad)
+	switch {
+	case rank == r:
+		return atOf(producer), stage*c.M + st.Micro, true, true
+	case c.lowered:
+		return atOf(recv), st.Stage*c.M + st.Micro, true, false
+	}
+	return 0, 0, false, false
+}
+
+// fastPre is the walk's quick test of compute step st's preconditions
+// (index i of rank r; ch its chunk, on r; first..last its micro-batch's
+// route), for fastRun: ok only where preErr finds nothing, reading the same tables.
+// Where it is not ok, pre runs and notes what preErr finds; it leaves to
+// preErr the first stage's input and the last stage's labels. src is the
+// chunk of the colocated stage that st reads (slot), or -1.
+func (c *checker) fastPre(r, i int, st *ir.Step, ch, first, last int) (ok bool, src int) {
+	switch k := st.Kind; k {
+	case ir.Forward, ir.Backward, ir.BackwardInput:
+		a, x, need, local := c.neighbourAt(r, st)
+		if k == ir.Forward {
+			ok = st.Stage != first && (st.Stage != last || !c.hasData)
+		} else {
+			ok = c.before(aF, ch, i)
+		}
+		src = -1
+		if local {
+			src = x
+		}
+		return ok && (!need || c.before(a, x, i)), src
+	case ir.BackwardWeight:
+		return c.before(aBwd, ch, i) && c.bwdIsI[ch], -1
+	}
+	return false, -1
 }
 
 // before reports whether the step of table a for chunk ran before index i

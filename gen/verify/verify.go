@@ -144,10 +144,8 @@ type checker struct {
 	collSteps map[abi.Kind][][]int
 	// slots: per chunk its slot and live interval; chunk starts in walk order
 	slotted bool
-	slotOf  []int32
-	first   []int32
-	last    []int32
-	starts  [][]int32 // per rank
+	spans   []chunkSpan // per chunk
+	starts  [][]int32   // per rank
 	// deferred findings, reported by priority after the walk
 	order   deferred // first precondition failure
 	slotErr deferred // first slot inconsistency
@@ -167,6 +165,7 @@ type checker struct {
 // Report nor its errors hold them.
 type scratch struct {
 	block                                       []int32
+	spans                                       []chunkSpan
 	hostIdx, waitOff, opRank, opIdx, opGap, ord []int32
 	opStep                                      []opStep
 	partner                                     []int32

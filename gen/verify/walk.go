@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -70,7 +71,7 @@ func (c *checker) walk() error {
 	c.single = p.Copies <= 1
 	n := c.S * c.M
 	// One block for the per-chunk tables, all starting at -1.
-	const nTables = nAt + 8 + 3 // at, opAt for eight transfer kinds, slotOf/first/last
+	const nTables = nAt + 8 // at, opAt for eight transfer kinds
 	sc := c.sc
 	sc.block = par.Resize(sc.block, nTables*n) // filled with -1 by the count pass below
 	block := sc.block
@@ -81,7 +82,8 @@ func (c *checker) walk() error {
 	for _, a := range [...]int{aSendF, aRecvF, aSendB, aRecvB, aDSend, aDRecv, aMSend, aMRecv} {
 		c.opAt[a] = next()
 	}
-	c.slotOf, c.first, c.last = next(), next(), next()
+	sc.spans = par.Resize(sc.spans, n) // filled with -1 by the count pass below
+	c.spans = sc.spans
 	c.bwdIsI = make([]bool, n)
 	c.lastCompute = make([]int32, c.P)
 	c.optAt = make([]int32, c.P)
@@ -98,28 +100,27 @@ func (c *checker) walk() error {
 	// The same pass notes which ranks hold FSDP and swap steps (rare kinds:
 	// abi's IsFSDP and IsSwap, one table load per step, tell) and steps of
 	// the kinds with a rule (rule.go), whose prepare then runs.
+	wk := walkKinds()
 	extras := make([]uint8, c.P)
 	ruledKinds := make([]uint64, c.P) // bit k: a step of kind k, which has a rule
 	par.ForRanksW(w, c.P, func(_, r int) {
 		// The r-th share of the chunk tables' block starts at -1.
-		part := sc.block[len(sc.block)*r/c.P : len(sc.block)*(r+1)/c.P]
-		for i := range part {
-			part[i] = -1
-		}
+		fill(sc.block[len(sc.block)*r/c.P:len(sc.block)*(r+1)/c.P], -1)
+		fill(c.spans[len(c.spans)*r/c.P:len(c.spans)*(r+1)/c.P], chunkSpan{-1, -1, -1})
 		n := 0
 		var ex uint8
 		var rk uint64
-		for i := range p.Ranks[r] {
-			switch k := p.Ranks[r][i].Kind; {
-			case k.IsComm():
-				n++
-			case k.IsFSDP() || k.IsSwap():
-				ex |= extraOf(k)
-			case rules[k] != nil && int(k) < len(c.holds):
-				rk |= 1 << k
+		steps := p.Ranks[r]
+		for i := range steps {
+			k := steps[i].Kind
+			f := &wk[k]
+			n += int(f.fl & wkComm) // wkComm is bit 0: one for a transfer
+			ex |= f.extra
+			if f.fl&wkRuled != 0 {
+				rk |= 1 << (k & 63) // wkRuled: k < 64
 			}
 		}
-		opOff[r+1], hostOff[r+1] = int32(n), int32(len(p.Ranks[r])-n)
+		opOff[r+1], hostOff[r+1] = int32(n), int32(len(steps)-n)
 		extras[r], ruledKinds[r] = ex, rk
 	})
 	var ex uint8
@@ -212,9 +213,7 @@ func (c *checker) walk() error {
 		for h := hostOff[r] + 1; h <= hostOff[r+1]; h++ {
 			waitOff[h] += base[r]
 		}
-		for op := opOff[r]; op < opOff[r+1]; op++ {
-			m.OpPartner[op] = -1
-		}
+		fill(m.OpPartner[opOff[r]:opOff[r+1]], -1)
 	})
 	c.batches(m, ws)
 	c.model = m
@@ -246,7 +245,21 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 		fs = newFSDPWalk(c.S, steps, c.fsdpReduce)
 	}
 	rw.batch.open = -1
-	for i := range steps {
+	// The fast path (fastRun) takes the runs of the kinds most steps are,
+	// while no batch is open, in a program without FSDP and swap steps,
+	// whose walks it leaves out.
+	var fast *[256]walkKind
+	if fs == nil && c.swapState == nil {
+		fast = walkKinds()
+	}
+	for i := 0; i < len(steps); i++ {
+		if fast != nil && rw.batch.open < 0 {
+			if i, nHost, live = c.fastRun(rw, fast, steps, i, nHost, live, opGap); i == len(steps) {
+				break
+			}
+			// steps[i] is of another kind, or leaf finds fault with it:
+			// the walk below takes it, and leaf words the fault.
+		}
 		st := &steps[i]
 		if rw.batch.open >= 0 || st.Kind.IsBatch() {
 			if err := c.batchMember(rw, i, st); err != nil {
@@ -412,18 +425,23 @@ func mode(p ir.Program) (lowered, data bool) {
 // of the host step just added to the model. Receives that do not come
 // earlier are precondition failures, reported elsewhere.
 func (c *checker) waits(rw *rankWalk, st *ir.Step) {
-	r := rw.r
-	ch := st.Stage*c.M + st.Micro
-	var buf [deps.MaxInputs]deps.Input // stays on the stack
-	ins := deps.Of(&c.p, st, buf[:0])
-	for k := range ins {
-		in := &ins[k] // not a copy: reading back whole Inputs just stored would stall (deps.Across)
-		if !in.Remote(r) {
-			continue
-		}
-		if op := c.opAt[atOf(in.Recv)][ch]; op >= 0 {
-			rw.waits = append(rw.waits, strict.OpDone(op))
-		}
+	c.waitsAt(rw, st, st.Stage*c.M+st.Micro)
+}
+
+// waitsAt is waits for st of chunk ch (leaf checked its stage and micro).
+func (c *checker) waitsAt(rw *rankWalk, st *ir.Step, ch int) {
+	a, b := deps.Recvs(&c.p, st, rw.r) // Of's remote inputs, in registers
+	if a == ir.Invalid {
+		return
+	}
+	if op := c.opAt[atOf(a)][ch]; op >= 0 {
+		rw.waits = append(rw.waits, strict.OpDone(op))
+	}
+	if b == ir.Invalid {
+		return
+	}
+	if op := c.opAt[atOf(b)][ch]; op >= 0 {
+		rw.waits = append(rw.waits, strict.OpDone(op))
 	}
 }
 
@@ -439,32 +457,234 @@ func sharePart(f float64) int { return int(math.Round(f * chunkParts)) }
 // whose compute steps are subs (top itself, or an overlap's sub-steps,
 // which run together), and returns the new count.
 func (c *checker) peak(rw *rankWalk, i int, top *ir.Step, subs []ir.Step, live int) int {
-	r := rw.r
 	for k := range subs {
-		if subs[k].Kind == ir.Forward {
-			live += chunkParts
-		}
+		live += c.born(&subs[k])
 	}
 	if live > rw.peak {
-		rw.peak = live
-		if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations*chunkParts && rw.memErr == nil {
-			rw.memErr = c.fail(r, i, *top, Memory, "%s chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", strconv.FormatFloat(float64(live)/chunkParts, 'g', -1, 64), c.opt.MaxActivations)
-		}
+		c.newPeak(rw, i, top, live)
 	}
 	for k := range subs {
-		// a chunk ends at its W, or at its B when it has no I; in a
-		// forward-only program at its F (it saves nothing); until a later
-		// step rebuilds it, the part the F drops ends at the F (dropAtF)
-		switch sub := &subs[k]; sub.Kind {
-		case ir.BackwardWeight, ir.Backward:
-			live -= chunkParts
-		case ir.Forward:
-			if c.forwardOnly {
-				live -= chunkParts
-			} else if c.dropAtF != nil {
-				live -= c.dropAtF[sub.Stage*c.M+sub.Micro]
+		live -= c.dies(&subs[k])
+	}
+	return live
+}
+
+// born is what compute step sub adds to its rank's live parts: a chunk at
+// its F.
+func (c *checker) born(sub *ir.Step) int {
+	if sub.Kind == ir.Forward {
+		return chunkParts
+	}
+	return 0
+}
+
+// dies is what compute step sub takes from its rank's live parts once it
+// ran: a chunk ends at its W, or at its B when it has no I; in a
+// forward-only program at its F (it saves nothing); until a later step
+// rebuilds it, the part the F drops ends at the F (dropAtF).
+func (c *checker) dies(sub *ir.Step) int {
+	switch sub.Kind {
+	case ir.BackwardWeight, ir.Backward:
+		return chunkParts
+	case ir.Forward:
+		if c.forwardOnly {
+			return chunkParts
+		} else if c.dropAtF != nil {
+			return c.dropAtF[sub.Stage*c.M+sub.Micro]
+		}
+	}
+	return 0
+}
+
+// newPeak records live, over rank rw.r's peak so far, as its peak at
+// step i (top), and notes the memory finding when it is over the limit.
+func (c *checker) newPeak(rw *rankWalk, i int, top *ir.Step, live int) {
+	rw.peak = live
+	if c.opt.MaxActivations > 0 && live > c.opt.MaxActivations*chunkParts && rw.memErr == nil {
+		rw.memErr = c.fail(rw.r, i, *top, Memory, "%s chunks are live here (from their F to their last backward), over the limit of %d; run a backward earlier or start fewer forwards in the warm-up", strconv.FormatFloat(float64(live)/chunkParts, 'g', -1, 64), c.opt.MaxActivations)
+	}
+}
+
+// walkKind is what the walk asks of a step's kind, in one load
+// (walkKinds).
+type walkKind struct {
+	at    int8  // atOf
+	extra uint8 // extraOf, for the FSDP and swap kinds
+	fl    uint8 // wk* flags
+	// needs is, for a transfer that fastRun walks, the table of the step
+	// of its chunk that must come earlier on the rank (preErr: SEND_F
+	// sends its F's output, SEND_B its backward's input gradient), -1 for
+	// none (the receives).
+	needs int8
+}
+
+const (
+	wkComm  uint8 = 1 << iota // IsComm; bit 0, so that the count pass adds it
+	wkRuled                   // a kind below 64 with a rule (rule.go), neither a transfer, FSDP nor swap
+	wkFast                    // fastRun walks it: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B
+	wkUp                      // a transfer with the next stage's rank (SEND_F, RECV_B); else the previous one's (leaf)
+)
+
+// walkKinds is the table of walkKind by kind value. It is built on first
+// use, after the rule files' init functions have declared their rules.
+var walkKinds = sync.OnceValue(func() *[256]walkKind {
+	t := new([256]walkKind)
+	for k := range t {
+		kind := ir.Kind(k)
+		w := &t[k]
+		w.at = int8(atOf(kind))
+		switch {
+		case kind.IsComm():
+			w.fl |= wkComm
+		case kind.IsFSDP() || kind.IsSwap():
+			w.extra = extraOf(kind)
+		case rules[k] != nil && k < len(checker{}.holds):
+			w.fl |= wkRuled
+		}
+		switch kind {
+		case ir.SendF, ir.RecvB:
+			w.fl |= wkUp
+		}
+		w.needs = -1
+		switch kind {
+		case ir.SendF:
+			w.needs = aF
+		case ir.SendB:
+			w.needs = aBwd
+		}
+		switch kind {
+		case ir.Forward, ir.Backward, ir.BackwardInput, ir.BackwardWeight,
+			ir.SendF, ir.RecvF, ir.SendB, ir.RecvB:
+			if rules[k] == nil && w.at >= 0 {
+				w.fl |= wkFast
 			}
 		}
 	}
-	return live
+	return t
+})
+
+// fill sets every entry of t to v, doubling a filled prefix with copy
+// (memmove moves it in wide words).
+func fill[T any](t []T, v T) {
+	if len(t) == 0 {
+		return
+	}
+	t[0] = v
+	for n := 1; n < len(t); n *= 2 {
+		copy(t[n:], t[:n])
+	}
+}
+
+// fastRun walks steps[i:] of rank rw.r as walkRank's loop would, while
+// they are of a wkFast kind (F, B, I, W and the transfers of activations,
+// gradients and labels; wks is walkKinds) and leaf accepts them, in a
+// program without FSDP and swap steps and outside a batch: leaf, pre and
+// slot in one pass over each step that works out its chunk, route and
+// table once, then the step's op or host step. It returns the index of
+// the first step it leaves to walkRank (len(steps) when none), having
+// changed nothing for that step, and the rank's host step count and live
+// parts (walkRank's nHost and live) after the steps it walked. pre's test
+// on the way is fastPre, which passes only where preErr finds nothing;
+// where it does not pass, pre runs and notes what preErr finds.
+func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i int, nHost int32, live int, opGap []int32) (int, int32, int) {
+	r := rw.r
+	S, M := c.S, c.M
+	rankOf := c.rankOf[:S]
+	for ; i < len(steps); i++ {
+		st := &steps[i]
+		wk := wks[st.Kind]
+		s, m := st.Stage, st.Micro
+		if wk.fl&wkFast == 0 || st.Slot < ir.None || uint(s) >= uint(S) || uint(m) >= uint(M) || rankOf[s] != r {
+			break
+		}
+		first, last := c.route(m)
+		if s < first || s > last {
+			break
+		}
+		ch := s*M + m
+		a := int(wk.at)
+		at := c.at[a]
+		if at[ch] >= 0 {
+			break // a duplicate
+		}
+		if wk.fl&wkComm != 0 {
+			want := ir.None
+			if wk.fl&wkUp != 0 {
+				if s < last {
+					want = rankOf[s+1]
+				}
+			} else if s > first {
+				want = rankOf[s-1]
+			}
+			if want == ir.None || want == r || st.Peer != want {
+				break
+			}
+			at[ch] = int32(i)
+			c.opAt[a][ch] = rw.op // recorded under this id below
+		} else {
+			at[ch] = int32(i)
+			rw.lastCompute = int32(i) // the fast kinds but the transfers compute
+			if st.Kind == ir.BackwardInput {
+				c.bwdIsI[ch] = true
+			}
+		}
+		// pre: a transfer's by its walkKind, a compute step's by fastPre
+		ok, src := true, -1
+		if wk.fl&wkComm != 0 {
+			if wk.needs >= 0 {
+				ok = c.before(int(wk.needs), ch, i)
+			}
+		} else {
+			ok, src = c.fastPre(r, i, st, ch, first, last)
+		}
+		if !ok {
+			c.pre(rw, i, st, st)
+		} else if crossCheck {
+			crossCheckPre(c, r, i, st)
+		}
+		// slot: a later step of a chunk in its slot only extends its
+		// interval (slotChunk set the slot with the chunk's first step);
+		// slotChunk takes the rest
+		if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 && src < 0 {
+			sp.last = int32(i) // the walk's indices only grow: max(last, i)
+		} else {
+			c.slotChunk(rw, i, st, st, ch, src)
+		}
+		if wk.fl&wkComm != 0 {
+			op := rw.op
+			opGap[op] = nHost
+			c.opRank[op] = int32(r)
+			c.opIdx[op] = int32(i)
+			// The ranges are checked: they fit in 32 bits.
+			c.opStep[op] = opStep{kind: st.Kind, stage: int32(s), micro: int32(m), peer: int32(st.Peer)}
+			rw.op++
+			continue
+		}
+		c.hostIdx[rw.host] = int32(i)
+		rw.host++
+		nHost++
+		c.waitsAt(rw, st, ch)
+		if live += c.born(st); live > rw.peak {
+			c.newPeak(rw, i, st, live)
+		}
+		live -= c.dies(st)
+		rw.waitEnd[nHost-1] = int32(len(rw.waits))
+	}
+	return i, nHost, live
+}
+
+// crossCheck, set by the tests (export_test.go), has fastRun ask preErr
+// wherever fastPre passed, and note where preErr finds fault (crossCheckPre).
+var (
+	crossCheck       bool
+	crossCheckMu     sync.Mutex
+	crossCheckFaults []string
+)
+
+func crossCheckPre(c *checker, r, i int, st *ir.Step) {
+	if err := c.preErr(r, i, st, st); err != nil {
+		crossCheckMu.Lock()
+		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: fastPre passed, preErr: %v", r, i, st, err))
+		crossCheckMu.Unlock()
+	}
 }

@@ -137,6 +137,31 @@ func Of(p *ir.Program, cs *ir.Step, dst []Input) []Input {
 	return dst
 }
 
+// Recvs returns the receives on rank r that bring compute step cs's
+// inputs from other ranks: the Recv of each entry of Of with Remote(r),
+// in Of's order, ir.Invalid where there are fewer than two. It is Of for
+// the loops that ask it of every step (the verifier's strict model waits
+// for these receives), in registers: it builds no Input.
+func Recvs(p *ir.Program, cs *ir.Step, r int) (a, b ir.Kind) {
+	s, m := cs.Stage, cs.Micro
+	switch cs.Kind {
+	case ir.Forward:
+		if first := firstOf(p, m); s > first {
+			if rankOf(p, s-1) != r {
+				return ir.RecvF, ir.DataRecv // the activation, then the labels
+			}
+		} else if s == first && p.Placement.Owner(m) != r {
+			return ir.MpipeRecv, ir.Invalid
+		}
+	case ir.Backward, ir.BackwardInput:
+		// The saved activations are local; the gradient may come over RECV_B.
+		if s < lastOf(p, m) && rankOf(p, s+1) != r {
+			return ir.RecvB, ir.Invalid
+		}
+	}
+	return ir.Invalid, ir.Invalid
+}
+
 // Neighbour returns the one input of compute step cs that another stage
 // produces: for F(s, m) the Activation of F(s-1, m), for B(s, m) and I(s, m)
 // the Gradient of the backward of (s+1, m); ok is false at the ends of m's

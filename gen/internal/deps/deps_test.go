@@ -137,6 +137,9 @@ rank 1: 1DATA_LOAD0 1RECV_F0 1F0 1B0 1SEND_B0 OPT_STEP`,
 						key := fmt.Sprintf("%d: %s", r, cs)
 						ins = deps.Of(&p, &cs, ins[:0])
 						checkNeighbour(t, &p, &cs, ins)
+						for q := -1; q <= len(p.Ranks); q++ { // every rank, and two that are none
+							checkRecvs(t, &p, &cs, q, ins)
+						}
 						if len(ins) > deps.MaxInputs {
 							t.Errorf("%s: %d inputs, more than MaxInputs (%d)", key, len(ins), deps.MaxInputs)
 						}
@@ -185,6 +188,28 @@ func checkNeighbour(t *testing.T, p *ir.Program, cs *ir.Step, ins []deps.Input) 
 	kind, recv := deps.AcrossKinds(grad)
 	if aok != ok || ok && (stage != in.Stage || rank != in.Rank || act != in.Act || grad != (in.What == deps.Gradient) || kind != in.Kind || recv != in.Recv) {
 		t.Errorf("%s: Across = %d, %d, %d, %v, %v (kinds %s, %s); Neighbour = %+v, %v", cs, stage, rank, act, grad, aok, kind, recv, in, ok)
+	}
+}
+
+// checkRecvs checks that Recvs(cs, r) lists the Recv of each of cs's
+// inputs ins (deps.Of) that reaches rank r over a transfer, in order.
+func checkRecvs(t *testing.T, p *ir.Program, cs *ir.Step, r int, ins []deps.Input) {
+	t.Helper()
+	var want []ir.Kind
+	for _, in := range ins {
+		if in.Remote(r) {
+			want = append(want, in.Recv)
+		}
+	}
+	a, b := deps.Recvs(p, cs, r)
+	var got []ir.Kind
+	for _, k := range [...]ir.Kind{a, b} {
+		if k != ir.Invalid {
+			got = append(got, k)
+		}
+	}
+	if !slices.Equal(got, want) || a == ir.Invalid && b != ir.Invalid {
+		t.Errorf("%s on rank %d: Recvs = %s, %s; Of's remote inputs come over %v", cs, r, a, b, want)
 	}
 }
 
@@ -237,6 +262,9 @@ func TestOfEdges(t *testing.T) {
 	}
 	for _, st := range []ir.Step{{Kind: ir.Backward, Stage: 5}, {Kind: ir.Forward, Stage: 5}, {Kind: ir.Forward, Stage: -1}, {Kind: ir.BackwardInput, Stage: 1}} {
 		checkNeighbour(t, &p, &st, deps.Of(&p, &st, nil)) // outside the placement, or at its end
+		for q := -1; q <= 2; q++ {
+			checkRecvs(t, &p, &st, q, deps.Of(&p, &st, nil))
+		}
 	}
 	got := deps.Of(&p, &ir.Step{Kind: ir.Backward, Stage: 5, Peer: ir.None, Slot: ir.None}, nil)
 	if len(got) != 1 || got[0].What != deps.Saved || got[0].Rank != ir.None {
