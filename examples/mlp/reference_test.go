@@ -118,38 +118,6 @@ func microStep(stages []*nn.Sequential, data *batches, loss nn.MSE, m int) (floa
 	return l, nil
 }
 
-// routeLast is the last stage micro-batch m runs: the last stage, or the
-// last stage of m's model copy.
-func routeLast(sp pipe.Spec, m int) int {
-	per := stagesPerCopy(sp)
-	return (m/(sp.Micro/max(sp.Copies, 1))+1)*per - 1
-}
-
-// buildPipelineStages returns the stages of sp's program: the model's
-// stages, and for two model copies a second, identical set (built from the
-// same seed) as stages S/2..S-1, so both copies start from the same weights.
-func buildPipelineStages(sp pipe.Spec, dt tensor.Dtype, seed uint64, w widen) ([]*nn.Sequential, error) {
-	var out []*nn.Sequential
-	for range max(sp.Copies, 1) {
-		copyStages, err := buildTiedStages(stagesPerCopy(sp), dt, seed, sp.Ties, tieCopies, w)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, copyStages...)
-	}
-	return out, nil
-}
-
-// twins lays the reference model's stages out as sp's stages: stage s is
-// model stage s mod the stages per copy.
-func twins(sp pipe.Spec, ref []*nn.Sequential) []*nn.Sequential {
-	out := make([]*nn.Sequential, sp.Stages)
-	for s := range out {
-		out[s] = ref[s%len(ref)]
-	}
-	return out
-}
-
 // sequentialReference trains the model of sp (one copy's stages) without a
 // pipeline; the losses are per step and micro-batch.
 func sequentialReference(o options, sp pipe.Spec, dt tensor.Dtype) ([]*nn.Sequential, [][]float64, error) {

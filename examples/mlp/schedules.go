@@ -32,8 +32,8 @@ type schedule struct {
 	Program [][]pipe.Op // nil when generated without -table
 }
 
-// catalog: the example's own schedule (schedules_gen.go, made by the
-// go:generate line above) and the committed catalog in generated/.
+// catalog: the example's own schedule (schedules_gen.go, which the
+// generate directive above makes) and the committed catalog in generated/.
 var catalog = map[string]schedule{
 	"1f1b":        {Spec, Ranks[:], Program},
 	"gpipe":       {gpipe.Spec, gpipe.Ranks[:], gpipe.Program},

@@ -486,7 +486,7 @@ func autoCandidates(cfg ir.Config, vs []int, opt Options, c sim.Cost) (cands []C
 			swapped = swapTries(opt, c, tries, best, index+len(synthesized)+len(recomputed))
 			for _, t := range swapped {
 				if t.err == nil && t.cand.Skipped == "" && (bestTry == nil || autoLess(t.cand, bestTry.cand)) {
-					bestTry, chosen, best = t, t.res, t.cand.Makespan
+					bestTry, chosen = t, t.res
 				}
 			}
 		}

@@ -11,6 +11,5 @@ var (
 	zbLike         = testprog.ZBLike
 	mustParse      = testprog.MustParse
 	randomFeasible = testprog.RandomFeasible
-	randomOrder    = testprog.RandomOrder
 	fuseRandom     = testprog.FuseRandom
 )

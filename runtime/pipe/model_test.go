@@ -16,7 +16,6 @@ var (
 	newStages  = pipetest.NewStages
 	sequential = pipetest.Sequential
 	sameFloats = pipetest.SameFloats
-	like       = pipetest.Like
 	sortedSum  = pipetest.SortedSum
 
 	inprocWorld = pipetest.InProcWorld

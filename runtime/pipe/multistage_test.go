@@ -184,10 +184,7 @@ type (
 		masked
 		calls []string
 	}
-	everything struct {
-		swapping
-		grads []*tensor.Dense
-	}
+	everything struct{ swapping }
 )
 
 type swapHandle struct{ saved any }
