@@ -260,7 +260,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 			}
 			title = fmt.Sprintf("P=%d M=%d cost %s per rank's share of the model (each of V stages per rank costs 1/V of it)", req.Ranks, req.Micro, cost)
 		}
-		return writeCompareTable(stdout, rows, title)
+		return writeCompareTable(stdout, rows, title, req.Mem)
 	}
 	pr := newProgress(stderr, "ppgen sim", 0)
 	defer pr.Done()

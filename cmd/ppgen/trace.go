@@ -59,8 +59,10 @@ func writeSVG(path string, b []byte, stderr io.Writer) error {
 // writeCompareTable prints the comparison: one row per schedule with its
 // makespan, both bubbles, the peak number of live chunks (largest over
 // ranks), the activation memory that makes (peak chunks / V) and the peak
-// chunks per rank.
-func writeCompareTable(w io.Writer, rows []auto.Compared, header string) error {
+// chunks per rank; then the -recompute policy chosen for each row that has
+// one (-partition auto under -mem mem), or why a row was skipped (no
+// split fits -mem).
+func writeCompareTable(w io.Writer, rows []auto.Compared, header string, mem float64) error {
 	nameW := len("SCHEDULE")
 	for _, r := range rows {
 		nameW = max(nameW, len(r.Schedule))
@@ -70,11 +72,23 @@ func writeCompareTable(w io.Writer, rows []auto.Compared, header string) error {
 	b.WriteByte('\n')
 	fmt.Fprintf(&b, "%-*s  %2s  %8s  %6s  %11s  %8s  %7s  %s\n", nameW, "SCHEDULE", "V", "MAKESPAN", "BUBBLE", "SPAN BUBBLE", "PEAK ACT", "ACT MEM", "PEAK ACT PER RANK")
 	for _, r := range rows {
+		if r.Skipped != "" {
+			fmt.Fprintf(&b, "%-*s  %2d  %8s\n", nameW, r.Schedule, r.Virtual, "—")
+			continue
+		}
 		fmt.Fprintf(&b, "%-*s  %2d  %8s  %5.1f%%  %10.1f%%  %8d  %7s  %v\n", nameW, r.Schedule, r.Virtual,
 			strconv.FormatFloat(r.Makespan, 'g', 6, 64), 100*r.Bubble, 100*r.BubbleSpan,
 			r.Result.Peak(), strconv.FormatFloat(r.ActivationMemory, 'g', 4, 64), r.PeakActivations)
 	}
 	b.WriteString("PEAK ACT: live chunks (stage, micro) on the busiest rank; ACT MEM: PEAK ACT / V, in micro-batches of a rank's share of the model\n")
+	for _, r := range rows {
+		switch {
+		case r.Skipped != "":
+			fmt.Fprintf(&b, "%s: skipped: %s\n", r.Schedule, r.Skipped)
+		case r.Recompute != "":
+			fmt.Fprintf(&b, "%s: %s\n", r.Schedule, recomputeChoice(r.Recompute, mem))
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -91,9 +105,11 @@ func writeCompareJSON(w io.Writer, rows []auto.Compared) error {
 
 // comparePanels turns the rows into stacked SVG timelines.
 func comparePanels(rows []auto.Compared, width int) []sim.SVGPanel {
-	panels := make([]sim.SVGPanel, len(rows))
-	for i, r := range rows {
-		panels[i] = sim.SVGPanel{Result: r.Result, Program: r.Program, Meta: sim.SVGMeta{Schedule: r.Schedule, Width: width}}
+	var panels []sim.SVGPanel
+	for _, r := range rows {
+		if r.Skipped == "" { // no timeline to draw
+			panels = append(panels, sim.SVGPanel{Result: r.Result, Program: r.Program, Meta: sim.SVGMeta{Schedule: r.Schedule, Width: width}})
+		}
 	}
 	return panels
 }

@@ -59,6 +59,12 @@ type CompareEntry struct {
 	Virtual int
 }
 
+// SkipError is an error of CompareOptions.Lower that leaves its entry out
+// of the comparison with Reason (Compared.Skipped) instead of ending it.
+type SkipError struct{ Reason string }
+
+func (e *SkipError) Error() string { return e.Reason }
+
 // ParseCompare parses the -compare list "1f1b,interleaved:4,zbv": family
 // names or their aliases (schedules.Lookup; each entry holds the family),
 // each optionally with ":V".
@@ -104,6 +110,13 @@ type Compared struct {
 	// rank divided by V: activation memory in units of one micro-batch of a
 	// rank's share of the model, comparable across V.
 	ActivationMemory float64 `json:"activation_memory"`
+	// Recompute is the -recompute policy chosen for the entry with its
+	// split under -mem (CompareOptions.Lower); "" when none was.
+	Recompute string `json:"recompute,omitempty"`
+	// Skipped, when not "", says why the entry has no result: no split of
+	// the model fits -mem (a SkipError of CompareOptions.Lower). The other
+	// fields but Schedule and Virtual are then zero.
+	Skipped string `json:"skipped,omitempty"`
 	sim.Summary
 	Result  sim.Result `json:"-"`
 	Program ir.Program `json:"-"`
@@ -118,10 +131,14 @@ type CompareOptions struct {
 	Setup func(e CompareEntry) (ir.Config, Options, error)
 	// Pricing is the command line's cost model.
 	Pricing *pricing.Pricing
-	// Resplit, when set (-partition auto), records in a lowered result
-	// the family's own split of the model's layers (Result.Layers); the
-	// result is then simulated with it.
-	Resplit func(res *gen.Result) error
+	// Lower, when set (-partition auto), lowers an entry in Evaluate's
+	// place: the family with its own split of the model's layers
+	// (Result.Layers) and, under -mem without -recompute, the recompute
+	// policy chosen with it (Result.Recompute), as the same command with
+	// -schedule FAMILY does; the result is then simulated with that split.
+	// A *SkipError it returns makes the entry a row that says why
+	// (Compared.Skipped) rather than ending the comparison.
+	Lower func(e CompareEntry, cfg ir.Config, opt Options) (Result, error)
 	// Progress, when set, is called before each entry with its family's
 	// name and the entries done.
 	Progress func(name string, done int)
@@ -134,7 +151,7 @@ type CompareOptions struct {
 // so a family with V stages per rank runs each stage at 1/V of its F, B, I
 // and W (pricing.Pricing.Share): every schedule then does the same work
 // and makespans compare. With a model, each splits the model's layers into
-// its stages, evenly, or with Resplit by gen/partition for its order.
+// its stages, evenly, or with Lower by gen/partition for its order.
 func Compare(entries []CompareEntry, opt CompareOptions) ([]Compared, error) {
 	cost, err := opt.Pricing.Share(1)
 	if err != nil {
@@ -162,11 +179,28 @@ func Compare(entries []CompareEntry, opt CompareOptions) ([]Compared, error) {
 				return nil, err
 			}
 		}
-		res, sr, mem, err := Evaluate(cfg, lo, cost)
-		if err == nil && opt.Resplit != nil {
+		var (
+			res    gen.Result
+			sr     sim.Result
+			mem    float64
+			policy string
+		)
+		if opt.Lower == nil {
+			res, sr, mem, err = Evaluate(cfg, lo, cost)
+		} else {
 			// The family's own partition of the model's layers (-partition
 			// auto), simulated as Evaluate does.
-			err = opt.Resplit(&res)
+			var ar Result
+			ar, err = opt.Lower(e, cfg, lo)
+			res, policy = ar.Result, ar.Recompute
+			if skip := (*SkipError)(nil); errors.As(err, &skip) {
+				v := cfg.Virtual
+				if v == 0 {
+					v = max(e.Family.DefaultVirtual, 1)
+				}
+				rows = append(rows, Compared{Schedule: name, Virtual: v, Skipped: skip.Reason})
+				continue
+			}
 			var c sim.Cost
 			if err == nil {
 				c, err = opt.Pricing.Program(res.Program, res.Layers, 0)
@@ -184,8 +218,8 @@ func Compare(entries []CompareEntry, opt CompareOptions) ([]Compared, error) {
 		}
 		rows = append(rows, Compared{
 			Schedule: name, Virtual: res.Config.Virtual, Stages: res.Program.Stages(),
-			ActivationMemory: mem,
-			Summary:          sr.Summary(), Result: sr, Program: res.Program,
+			ActivationMemory: mem, Recompute: policy,
+			Summary: sr.Summary(), Result: sr, Program: res.Program,
 		})
 	}
 	return rows, nil

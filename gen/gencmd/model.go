@@ -123,6 +123,17 @@ func (r *Request) splitResult(res *gen.Result) error {
 // does (chooseRecompute), lowers the program with it and names it in
 // Result.Recompute ("" when none was chosen).
 func (r *Request) lowerPartitioned(cfg ir.Config, opt gen.Options) (auto.Result, error) {
+	res, err := r.lowerPartitionedRaw(cfg, opt)
+	if se := (*searchError)(nil); errors.As(err, &se) {
+		err = usagef("-model %s -partition auto: %v", r.Model, err)
+	}
+	return res, err
+}
+
+// lowerPartitionedRaw is lowerPartitioned with the split search's errors
+// as they are (a *searchError, wrapping a *partition.NoFitError where no
+// split fits -mem).
+func (r *Request) lowerPartitionedRaw(cfg ir.Config, opt gen.Options) (auto.Result, error) {
 	m, err := r.pricedModel()
 	if err != nil {
 		return auto.Result{}, err
@@ -144,9 +155,6 @@ func (r *Request) lowerPartitioned(cfg ir.Config, opt gen.Options) (auto.Result,
 		}
 		return one.lowerSplit(cfg, popt.Options)
 	})
-	if se := (*searchError)(nil); errors.As(err, &se) {
-		err = usagef("-model %s -partition auto: %v", r.Model, err)
-	}
 	return auto.Result{Result: res, Recompute: pol}, err
 }
 

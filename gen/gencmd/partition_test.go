@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"go/format"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -280,5 +281,31 @@ func TestPartitionAutoChoosesRecompute(t *testing.T) {
 	}
 	if _, res, err := r.Generate(); err != nil || res.Recompute != "" {
 		t.Errorf("no -mem: chose %q, err %v; want none", res.Recompute, err)
+	}
+}
+
+// TestComparePartitionChoosesRecompute: sim -compare -partition auto under
+// -mem lowers each family as -schedule FAMILY -partition auto does: the
+// recompute policy chosen with its split (1f1b: the same makespan and
+// policy as the single command), and a family no policy fits is a row
+// that says so (zbv at -mem 12), not the end of the comparison.
+func TestComparePartitionChoosesRecompute(t *testing.T) {
+	entries, err := auto.ParseCompare("1f1b,zbv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := (&Request{Ranks: 4, Micro: 8, Model: llmModel, simCost: true, Partition: PartitionAuto, Mem: 12}).Compare(entries, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := (&Request{Schedule: "1f1b", Ranks: 4, Micro: 8, Model: llmModel, simCost: true, Partition: PartitionAuto, Mem: 12}).PartitionLayers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rows[0]; r.Skipped != "" || r.Recompute != single.Recompute || r.Recompute == "" || math.Abs(r.Makespan-single.Makespan) > 1e-9*single.Makespan {
+		t.Errorf("1f1b row: policy %q makespan %g (skipped %q); -schedule 1f1b: policy %q makespan %g", r.Recompute, r.Makespan, r.Skipped, single.Recompute, single.Makespan)
+	}
+	if r := rows[1]; r.Virtual != 2 || !strings.Contains(r.Skipped, "no split fits the memory limit 12") || r.Program.Ranks != nil {
+		t.Errorf("zbv row: V %d, skipped %q; want V 2 and the reason no split fits", r.Virtual, r.Skipped)
 	}
 }
