@@ -58,7 +58,8 @@ type Model struct {
 	Waits   []Event
 	// OpOff[r]..OpOff[r+1] are rank r's comm ops, in stream order.
 	OpOff []int32
-	// Per comm op: its rank, the gap it is posted at, and its matched op (or -1).
+	// Per comm op: its rank, the gap it is posted at, and its matched op (or
+	// -1), an op of another rank; partners are mutual (OpPartner[OpPartner[op]] == op).
 	OpRank    []int32
 	OpGap     []int32
 	OpPartner []int32
@@ -169,6 +170,10 @@ type Sim struct {
 	// batchLeft[first]: ops of the batch starting at op first not yet
 	// completed (nil when the model has no batches).
 	batchLeft []int32
+	// plain: the model has no batches and nothing was hoisted, so ops
+	// complete in stream order and head[r] is exactly rank r's first
+	// unfinished op (OpOff[r] + nDone[r]); Run then takes processPlain.
+	plain bool
 }
 
 // NewSim returns a simulation of m in its initial state.
@@ -208,6 +213,7 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 	for r := range n {
 		s.head[r] = m.OpOff[r]
 	}
+	s.plain = m.BatchFirst == nil
 	if m.BatchFirst != nil {
 		s.batchLeft = zeroed(batchLeft, ops)
 		for op := range ops {
@@ -254,7 +260,11 @@ func (s *Sim) Run() bool {
 		r := s.queue[len(s.queue)-1]
 		s.queue = s.queue[:len(s.queue)-1]
 		s.inQ[r] = false
-		s.process(r)
+		if s.plain {
+			s.processPlain(r)
+		} else {
+			s.process(r)
+		}
 	}
 	return s.left == 0
 }
@@ -270,10 +280,7 @@ func (s *Sim) eventDone(e Event) bool {
 }
 
 func (s *Sim) process(r int32) {
-	if !s.isTouch[r] {
-		s.isTouch[r] = true
-		s.touched = append(s.touched, r)
-	}
+	s.touch(r)
 	m := s.m
 	off := m.HostOff[r]
 	hostEnd := m.HostOff[r+1] - off
@@ -285,18 +292,7 @@ func (s *Sim) process(r int32) {
 			h := off + host
 			for w, end := m.WaitOff[h], m.WaitOff[h+1]; w < end; w++ {
 				if e := m.Waits[w]; !s.eventDone(e) {
-					s.blocked[r] = e
-					// Watch the rank whose progress ends the wait: the one
-					// whose host step it is, or whose op (a comm op of
-					// another rank: a tie's exchange waits for the peer's).
-					q := e.Rank
-					if q == OpEvent {
-						q = m.OpRank[e.Index]
-					}
-					if q != r && !s.watching[r] {
-						s.watching[r] = true
-						s.watchers[q] = append(s.watchers[q], r)
-					}
+					s.block(r, e)
 					break run
 				}
 			}
@@ -323,6 +319,98 @@ func (s *Sim) process(r int32) {
 		}
 		if !progressed {
 			return
+		}
+	}
+}
+
+func (s *Sim) touch(r int32) {
+	if !s.isTouch[r] {
+		s.isTouch[r] = true
+		s.touched = append(s.touched, r)
+	}
+}
+
+// block records that rank r's host waits for e, not done, and has r
+// watch the rank whose progress ends the wait: the one whose host step it
+// is, or whose op (a comm op of another rank: a tie's exchange waits for
+// the peer's).
+func (s *Sim) block(r int32, e Event) {
+	s.blocked[r] = e
+	q := e.Rank
+	if q == OpEvent {
+		q = s.m.OpRank[e.Index]
+	}
+	if q != r && !s.watching[r] {
+		s.watching[r] = true
+		s.watchers[q] = append(s.watchers[q], r)
+	}
+}
+
+// processPlain is process for a plain Sim (no batches, nothing hoisted),
+// where ops complete in stream order: the head of a stream is head[r]
+// itself (no scan past done ops), an op event is done[op] alone, and after
+// an op completes the host is tried again only when the event it is
+// blocked on is now done. It makes the same moves as process, in the same
+// order, and leaves the same state (TestPlainMatchesGeneral).
+func (s *Sim) processPlain(r int32) {
+	s.touch(r)
+	m := s.m
+	off, hostEnd := m.HostOff[r], m.HostOff[r+1] // global host step numbers
+	opEnd := m.OpOff[r+1]
+	h := off + s.host[r] // the next host step
+	for {
+		if h < hostEnd {
+			start := h
+			w := m.WaitOff[h]
+		run:
+			for ; h < hostEnd; h++ {
+				end := m.WaitOff[h+1]
+				for ; w < end; w++ {
+					e := m.Waits[w]
+					if e.Rank == OpEvent {
+						if !s.done[e.Index] {
+							s.block(r, e)
+							break run
+						}
+					} else if s.host[e.Rank] <= e.Index && (e.Rank != r || e.Index >= h-off) {
+						// (s.host[r] is stored when the run ends: a
+						// step of its own, before h, has run.)
+						s.block(r, e)
+						break run
+					}
+				}
+			}
+			if moved := h - start; moved > 0 {
+				s.host[r] = h - off
+				s.left -= int(moved)
+				s.wake(r)
+			}
+		}
+		for {
+			op := s.head[r]
+			if op == opEnd || s.gap[op] > h-off {
+				return
+			}
+			p := m.OpPartner[op]
+			if p < 0 {
+				return
+			}
+			q := m.OpRank[p]
+			if q == r || s.head[q] != p || s.gap[p] > s.host[q] {
+				return // q == r: two ops of one stream are never both its head
+			}
+			s.done[op], s.done[p] = true, true
+			s.order[op], s.order[p] = op, p // completion order is stream order
+			s.head[r], s.head[q] = op+1, p+1
+			s.nDone[r]++
+			s.nDone[q]++
+			s.left -= 2
+			s.wake(r)
+			s.wake(q)
+			s.push(q)
+			if h < hostEnd && s.eventDone(s.blocked[r]) {
+				break // the host may move on
+			}
 		}
 	}
 }
@@ -467,6 +555,7 @@ func (s *Sim) Hoist(op int32) bool {
 		return false
 	}
 	s.gap[op] = g
+	s.plain = false // op completes before the head of its stream
 	s.complete(op, p)
 	s.push(r)
 	s.push(q)
