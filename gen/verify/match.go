@@ -27,23 +27,6 @@ import (
 // dropped.
 func (c *checker) match() (deadlock func() error, err error) {
 	P, nOps := c.P, len(c.opRank)
-	// Queues are numbered by (source, destination) pair: densely for a
-	// few ranks, and by the pairs that occur for many (a P×P table would
-	// dwarf the program: 65535 ranks make 4·10⁹ pairs).
-	nPairs := P * P
-	c.pairIdx = nil
-	if P > densePairs {
-		c.pairIdx = make(map[uint64]int32)
-		for op := range nOps {
-			src, dst := c.opEnds(op)
-			k := uint64(src)<<32 | uint64(uint32(dst))
-			if _, ok := c.pairIdx[k]; !ok {
-				c.pairIdx[k] = int32(len(c.pairIdx))
-			}
-		}
-		nPairs = len(c.pairIdx)
-	}
-	nKeys := nPairs * 3
 	// A queue's ops all live on one rank (its source for the sends, its
 	// destination for the receives), so ranks find their ops'
 	// counterparts and number their queues in parallel, then check their
@@ -71,14 +54,28 @@ func (c *checker) match() (deadlock func() error, err error) {
 		beside.Go(func() { dead = c.runModel(c.model) })
 		w-- // one worker runs the model
 	}
-	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
+	// An op's position within its queue, counted on its own rank: the
+	// rank's queues are told apart by peer and queueClass, in a table of
+	// 6P counters per worker that each rank leaves zeroed behind it.
 	c.sc.ord = par.Resize(c.sc.ord, nOps)
 	ord := c.sc.ord // position within its queue, written for every op
-	par.ForRanksW(w, P, func(_, r int) {
-		for op := int(ops[r]); op < int(ops[r+1]); op++ {
-			k := c.opKey(op, nKeys)
+	counts := make([][]int32, w)
+	par.ForRanksW(w, P, func(wk, r int) {
+		cnt := counts[wk]
+		if cnt == nil {
+			cnt = make([]int32, queueClasses*P)
+			counts[wk] = cnt
+		}
+		lo, hi := int(ops[r]), int(ops[r+1])
+		for op := lo; op < hi; op++ {
+			st := &c.opStep[op]
+			k := int(st.peer)*queueClasses + int(queueClass[st.kind])
 			ord[op] = cnt[k]
 			cnt[k]++
+		}
+		for op := lo; op < hi; op++ {
+			st := &c.opStep[op]
+			cnt[int(st.peer)*queueClasses+int(queueClass[st.kind])] = 0
 		}
 	})
 	fast := found
@@ -101,8 +98,26 @@ func (c *checker) match() (deadlock func() error, err error) {
 	}
 	beside.Wait() // the speculative run reads the model's partners
 	c.opPartner = make([]int32, nOps)
-	return nil, c.matchSlow(cnt, ord, nKeys)
+	return nil, c.matchSlow(ord)
 }
+
+// queueClasses is the number of queues between a rank and one peer: a
+// send queue and a receive queue per channel.
+const queueClasses = 6
+
+// queueClass tells a transfer kind's queues with one peer apart:
+// 2·(channel-1) for a send, one more for a receive.
+var queueClass = func() (t [256]uint8) {
+	for k := range t {
+		if kind := ir.Kind(k); kind.IsComm() {
+			t[k] = 2 * uint8(kind.Channel()-1)
+			if kind.IsRecv() {
+				t[k]++
+			}
+		}
+	}
+	return t
+}()
 
 // at1 returns the op id of the transfer in table a for chunk (s, m), or -1.
 func (c *checker) at1(a, s, m int) int32 {
@@ -144,9 +159,31 @@ func (c *checker) pair(src, dst int) int {
 }
 
 // matchSlow pairs FIFO explicitly and reports the first transfer (in rank,
-// index order) without a partner or with the wrong one.
-func (c *checker) matchSlow(cnt, ord []int32, nKeys int) error {
-	nOps := len(c.opRank)
+// index order) without a partner or with the wrong one; ord is each op's
+// position within its queue.
+func (c *checker) matchSlow(ord []int32) error {
+	// Queues are numbered by (source, destination) pair: densely for a
+	// few ranks, and by the pairs that occur for many (a P×P table would
+	// dwarf the program: 65535 ranks make 4·10⁹ pairs).
+	P, nOps := c.P, len(c.opRank)
+	nPairs := P * P
+	c.pairIdx = nil
+	if P > densePairs {
+		c.pairIdx = make(map[uint64]int32)
+		for op := range nOps {
+			src, dst := c.opEnds(op)
+			k := uint64(src)<<32 | uint64(uint32(dst))
+			if _, ok := c.pairIdx[k]; !ok {
+				c.pairIdx[k] = int32(len(c.pairIdx))
+			}
+		}
+		nPairs = len(c.pairIdx)
+	}
+	nKeys := nPairs * 3
+	cnt := make([]int32, 2*nKeys) // ops per queue: [0,nKeys) sends, [nKeys,2nKeys) receives
+	for op := range nOps {
+		cnt[c.opKey(op, nKeys)]++
+	}
 	off := make([]int32, 2*nKeys+1)
 	for k, n := range cnt {
 		off[k+1] = off[k] + n
