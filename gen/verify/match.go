@@ -35,17 +35,7 @@ func (c *checker) match() (deadlock func() error, err error) {
 	w := par.Workers(P, c.rep.Steps)
 	found := make([]bool, P)
 	par.ForRanksW(w, P, func(_, r int) {
-		all := true
-		for op := int(ops[r]); op < int(ops[r+1]); op++ {
-			var q int32 = -1
-			st := &c.opStep[op]
-			if k, ds := deps.CounterpartOf(st.kind); k.IsComm() {
-				q = c.at1(atOf(k), int(st.stage)+ds, int(st.micro))
-			}
-			partner[op] = q
-			all = all && q >= 0
-		}
-		found[r] = all
+		found[r] = c.counterparts(ops[r], ops[r+1], partner)
 	})
 	var dead error
 	var beside sync.WaitGroup
@@ -66,22 +56,21 @@ func (c *checker) match() (deadlock func() error, err error) {
 			cnt = make([]int32, queueClasses*P)
 			counts[wk] = cnt
 		}
-		lo, hi := int(ops[r]), int(ops[r+1])
-		for op := lo; op < hi; op++ {
-			st := &c.opStep[op]
-			k := int(st.peer)*queueClasses + int(queueClass[st.kind])
-			ord[op] = cnt[k]
+		steps, pos := c.opStep[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
+		for i := range steps {
+			k := int(steps[i].peer)*queueClasses + int(queueClass[steps[i].kind])
+			pos[i] = cnt[k]
 			cnt[k]++
 		}
-		for op := lo; op < hi; op++ {
-			st := &c.opStep[op]
-			cnt[int(st.peer)*queueClasses+int(queueClass[st.kind])] = 0
+		for i := range steps {
+			cnt[int(steps[i].peer)*queueClasses+int(queueClass[steps[i].kind])] = 0
 		}
 	})
 	fast := found
 	par.ForRanksW(w, P, func(_, r int) {
-		for op := int(ops[r]); op < int(ops[r+1]); op++ {
-			if q := partner[op]; q < 0 || ord[q] != ord[op] {
+		mine, pos := partner[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
+		for i, q := range mine {
+			if q < 0 || ord[q] != pos[i] {
 				fast[r] = false
 				return
 			}
@@ -99,6 +88,24 @@ func (c *checker) match() (deadlock func() error, err error) {
 	beside.Wait() // the speculative run reads the model's partners
 	c.opPartner = make([]int32, nOps)
 	return nil, c.matchSlow(ord)
+}
+
+// counterparts sets partner[op] to the counterpart of each op in
+// [lo, hi) (deps.CounterpartOf), or -1 where it has none, and reports
+// whether every one has.
+func (c *checker) counterparts(lo, hi int32, partner []int32) bool {
+	steps, out := c.opStep[lo:hi], partner[lo:hi]
+	all := true
+	for i := range steps {
+		st := &steps[i]
+		q := int32(-1)
+		if k, ds := deps.CounterpartOf(st.kind); k.IsComm() {
+			q = c.at1(atOf(k), int(st.stage)+ds, int(st.micro))
+		}
+		out[i] = q
+		all = all && q >= 0
+	}
+	return all
 }
 
 // queueClasses is the number of queues between a rank and one peer: a
@@ -137,7 +144,7 @@ func (c *checker) opKey(op, nKeys int) int {
 	return c.pair(r, int(st.peer))*3 + int(st.kind.Channel()) - 1
 }
 
-// densePairs is the most ranks for which match numbers the (source,
+// densePairs is the most ranks for which matchSlow numbers the (source,
 // destination) pairs densely.
 const densePairs = 256
 
