@@ -266,6 +266,9 @@ func (s *Sim) Run() bool {
 			s.process(r)
 		}
 	}
+	if s.plain {
+		s.syncPlain()
+	}
 	return s.left == 0
 }
 
@@ -350,8 +353,10 @@ func (s *Sim) block(r int32, e Event) {
 // where ops complete in stream order: the head of a stream is head[r]
 // itself (no scan past done ops), an op event is done[op] alone, and after
 // an op completes the host is tried again only when the event it is
-// blocked on is now done. It makes the same moves as process, in the same
-// order, and leaves the same state (TestPlainMatchesGeneral).
+// blocked on is now done; nDone and order are left to syncPlain and
+// plainOrder (a plain Sim's completion order is stream order). It makes
+// the same moves as process and reaches the same state
+// (TestPlainMatchesGeneral).
 func (s *Sim) processPlain(r int32) {
 	s.touch(r)
 	m := s.m
@@ -400,10 +405,7 @@ func (s *Sim) processPlain(r int32) {
 				return // q == r: two ops of one stream are never both its head
 			}
 			s.done[op], s.done[p] = true, true
-			s.order[op], s.order[p] = op, p // completion order is stream order
 			s.head[r], s.head[q] = op+1, p+1
-			s.nDone[r]++
-			s.nDone[q]++
 			s.left -= 2
 			s.wake(r)
 			s.wake(q)
@@ -412,6 +414,24 @@ func (s *Sim) processPlain(r int32) {
 				break // the host may move on
 			}
 		}
+	}
+}
+
+// syncPlain brings nDone up to date for a plain Sim, whose heads alone
+// say how far each stream has got (processPlain keeps only those); Run
+// calls it before it returns.
+func (s *Sim) syncPlain() {
+	for r := range s.nDone {
+		s.nDone[r] = s.head[r] - s.m.OpOff[r]
+	}
+}
+
+// plainOrder writes rank r's completion order, which in a plain Sim is
+// stream order, into order (processPlain does not).
+func (s *Sim) plainOrder(r int) {
+	lo := s.m.OpOff[r]
+	for i := range s.nDone[r] {
+		s.order[lo+i] = lo + i
 	}
 }
 
@@ -523,6 +543,9 @@ func (s *Sim) Gap(op int32) int { return int(s.gap[op]) }
 // order on the rank's comm stream (inside a batch, the order they matched
 // in). The slice is owned by the Sim.
 func (s *Sim) Order(r int) []int32 {
+	if s.plain {
+		s.plainOrder(r)
+	}
 	return s.order[s.m.OpOff[r] : s.m.OpOff[r]+s.nDone[r]]
 }
 
@@ -555,7 +578,14 @@ func (s *Sim) Hoist(op int32) bool {
 		return false
 	}
 	s.gap[op] = g
-	s.plain = false // op completes before the head of its stream
+	if s.plain {
+		// op completes before the head of its stream: from here on the
+		// general process, which keeps the order itself.
+		for r := range s.m.Ranks() {
+			s.plainOrder(r)
+		}
+		s.plain = false
+	}
 	s.complete(op, p)
 	s.push(r)
 	s.push(q)
