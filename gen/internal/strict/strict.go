@@ -162,6 +162,7 @@ type Sim struct {
 	// watchers[q]: ranks whose host waits for a host step of q
 	watchers [][]int32
 	watching []bool
+	nWatch   int     // ranks watching another (len of all watchers together)
 	blocked  []Event // per rank: event the host waits for (valid while blocked)
 	left     int     // host steps not passed + ops not done
 	started  bool
@@ -212,6 +213,7 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 	}
 	for r := range n {
 		s.head[r] = m.OpOff[r]
+		s.blocked[r] = HostDone(r, -1) // done: nothing blocks a host yet (processPlain)
 	}
 	s.plain = m.BatchFirst == nil
 	if m.BatchFirst != nil {
@@ -346,6 +348,7 @@ func (s *Sim) block(r int32, e Event) {
 	if q != r && !s.watching[r] {
 		s.watching[r] = true
 		s.watchers[q] = append(s.watchers[q], r)
+		s.nWatch++
 	}
 }
 
@@ -363,8 +366,15 @@ func (s *Sim) processPlain(r int32) {
 	off, hostEnd := m.HostOff[r], m.HostOff[r+1] // global host step numbers
 	opEnd := m.OpOff[r+1]
 	h := off + s.host[r] // the next host step
-	for {
-		if h < hostEnd {
+	// A host still blocked (the rank was woken for its ops, or by a rank
+	// that has not yet done what it waits for) watches again and is not
+	// run: its blocking event alone says so.
+	skip := h < hostEnd && !s.plainDone(s.blocked[r])
+	if skip {
+		s.block(r, s.blocked[r])
+	}
+	for ; ; skip = false {
+		if h < hostEnd && !skip {
 			start := h
 			w := m.WaitOff[h]
 		run:
@@ -410,11 +420,19 @@ func (s *Sim) processPlain(r int32) {
 			s.wake(r)
 			s.wake(q)
 			s.push(q)
-			if h < hostEnd && s.eventDone(s.blocked[r]) {
+			if h < hostEnd && s.plainDone(s.blocked[r]) {
 				break // the host may move on
 			}
 		}
 	}
+}
+
+// plainDone is eventDone for a plain Sim.
+func (s *Sim) plainDone(e Event) bool {
+	if e.Rank == OpEvent {
+		return s.done[e.Index]
+	}
+	return s.host[e.Rank] > e.Index
 }
 
 // syncPlain brings nDone up to date for a plain Sim, whose heads alone
@@ -487,11 +505,15 @@ func (s *Sim) complete(a, b int32) {
 // wake re-queues the ranks watching rank r (their hosts wait for a host
 // step or an op of r), which has progressed.
 func (s *Sim) wake(r int32) {
+	if s.nWatch == 0 {
+		return // (a pipeline's ranks wait only for their own receives)
+	}
 	if w := s.watchers[r]; len(w) > 0 {
 		for _, q := range w {
 			s.watching[q] = false
 			s.push(q)
 		}
+		s.nWatch -= len(w)
 		s.watchers[r] = w[:0]
 	}
 }
