@@ -21,10 +21,9 @@ import (
 // The counterparts go into the strict model's partners first. When every
 // transfer has one and there is more than one worker, the deadlock check
 // (runModel) runs on that model beside the FIFO check: it is what deadlock
-// would decide if the fast path holds, and then match returns it as
-// deadlock, a function that waits for it; otherwise deadlock is nil, the
-// model's partners are left to deadlock, and the speculative run is
-// dropped.
+// would decide if the fast path holds, and then match returns its verdict
+// as deadlock; otherwise deadlock is nil, the model's partners are left to
+// deadlock, and the speculative run is dropped.
 func (c *checker) match() (deadlock func() error, err error) {
 	P, nOps := c.P, len(c.opRank)
 	// A queue's ops all live on one rank (its source for the sends, its
@@ -37,55 +36,69 @@ func (c *checker) match() (deadlock func() error, err error) {
 	par.ForRanksW(w, P, func(_, r int) {
 		found[r] = c.counterparts(ops[r], ops[r+1], partner)
 	})
-	var dead error
-	var beside sync.WaitGroup
 	speculate := w > 1 && !slices.Contains(found, false)
 	if speculate {
-		beside.Go(func() { dead = c.runModel(c.model) })
-		w-- // one worker runs the model
+		w-- // this goroutine runs the model
 	}
-	// An op's position within its queue, counted on its own rank: the
-	// rank's queues are told apart by peer and queueClass, in a table of
-	// 6P counters per worker that each rank leaves zeroed behind it.
 	c.sc.ord = par.Resize(c.sc.ord, nOps)
 	ord := c.sc.ord // position within its queue, written for every op
-	counts := make([][]int32, w)
-	par.ForRanksW(w, P, func(wk, r int) {
-		cnt := counts[wk]
-		if cnt == nil {
-			cnt = make([]int32, queueClasses*P)
-			counts[wk] = cnt
-		}
-		steps, pos := c.opStep[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
-		for i := range steps {
-			k := int(steps[i].peer)*queueClasses + int(queueClass[steps[i].kind])
-			pos[i] = cnt[k]
-			cnt[k]++
-		}
-		for i := range steps {
-			cnt[int(steps[i].peer)*queueClasses+int(queueClass[steps[i].kind])] = 0
-		}
-	})
 	fast := found
-	par.ForRanksW(w, P, func(_, r int) {
-		mine, pos := partner[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
-		for i, q := range mine {
-			if q < 0 || ord[q] != pos[i] {
-				fast[r] = false
-				return
+	fifo := func() {
+		// An op's position within its queue, counted on its own rank:
+		// the rank's queues are told apart by peer and queueClass, in a
+		// table of 6P counters per worker that each rank leaves zeroed
+		// behind it.
+		counts := make([][]int32, w)
+		par.ForRanksW(w, P, func(wk, r int) {
+			cnt := counts[wk]
+			if cnt == nil {
+				cnt = make([]int32, queueClasses*P)
+				counts[wk] = cnt
 			}
-		}
-	})
+			steps, pos := c.opStep[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
+			for i := range steps {
+				k := int(steps[i].peer)*queueClasses + int(queueClass[steps[i].kind])
+				pos[i] = cnt[k]
+				cnt[k]++
+			}
+			for i := range steps {
+				cnt[int(steps[i].peer)*queueClasses+int(queueClass[steps[i].kind])] = 0
+			}
+		})
+		par.ForRanksW(w, P, func(_, r int) {
+			mine, pos := partner[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
+			for i, q := range mine {
+				if q < 0 || ord[q] != pos[i] {
+					fast[r] = false
+					return
+				}
+			}
+		})
+	}
+	var dead error
+	if speculate {
+		// The simulation, serial and the longer of the two, runs here at
+		// once; the FIFO check and then the caller's own work
+		// (Options.Beside, when the check passes) fill the other core.
+		var beside sync.WaitGroup
+		beside.Go(func() {
+			fifo()
+			if !slices.Contains(fast, false) {
+				c.beside()
+			}
+		})
+		dead = c.runModel(c.model)
+		beside.Wait()
+	} else {
+		fifo()
+	}
 	if !slices.Contains(fast, false) {
 		c.opPartner = partner
 		if !speculate {
 			return nil, nil
 		}
-		// The caller's own work (Options.Beside) fills the core the FIFO
-		// check leaves while the simulation runs.
-		return func() error { c.beside(); beside.Wait(); return dead }, nil
+		return func() error { return dead }, nil
 	}
-	beside.Wait() // the speculative run reads the model's partners
 	c.opPartner = make([]int32, nOps)
 	return nil, c.matchSlow(ord)
 }
