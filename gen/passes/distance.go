@@ -46,35 +46,37 @@ func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 		return 0, 0
 	}
 	rankOf := p.Placement.RankOf
-	// pending[kind][chunk]: compute count when the receive was posted, or -1.
+	// pending[recv][chunk]: 1 + the compute count when the receive was
+	// posted, or 0 (none pending: fresh memory needs no fill).
 	var pending [3][]int32
 	for i := range pending {
-		pending[i] = filled(S*M, -1)
-	}
-	slot := func(k ir.Kind) int {
-		switch k {
-		case ir.RecvF:
-			return 0
-		case ir.RecvB:
-			return 1
-		case ir.DataRecv:
-			return 2
-		}
-		return -1
+		pending[i] = make([]int32, S*M)
 	}
 	sums := make([]int, 2*len(p.Ranks)) // per rank: sum, count
 	par.ForRanks(len(p.Ranks), p.NumSteps(), func(r int) {
+		// mine: a step of a stage of rank r (uint: one test for < 0 and ≥ n).
 		mine := func(s *ir.Step) bool {
-			return s.Stage >= 0 && s.Stage < S && s.Micro >= 0 && s.Micro < M && rankOf[s.Stage] == r
+			return uint(s.Stage) < uint(S) && uint(s.Micro) < uint(M) && rankOf[s.Stage] == r
 		}
-		computes := int32(0)
+		computes := int32(1) // 1 + the compute steps so far
 		rs, rn := 0, 0
 		nSlots := 0 // SlotCounts' count, for slots
-		take := func(i int, ch int) {
-			if v := pending[i][ch]; v >= 0 {
+		take := func(i, ch int) {
+			if v := pending[i][ch]; v > 0 {
 				rs += int(computes - v)
 				rn++
-				pending[i][ch] = -1
+				pending[i][ch] = 0
+			}
+		}
+		consume := func(c *ir.Step) {
+			if cl := distClass[c.Kind]; cl&(distF|distB) != 0 && mine(c) {
+				ch := c.Stage*M + c.Micro
+				if cl&distF != 0 {
+					take(0, ch)
+					take(2, ch)
+				} else {
+					take(1, ch)
+				}
 			}
 		}
 		steps := p.Ranks[r]
@@ -84,34 +86,22 @@ func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 			for k := range st.Sub {
 				nSlots = max(nSlots, st.Sub[k].Slot+1)
 			}
-			if k := slot(st.Kind); k >= 0 {
+			cl := distClass[st.Kind]
+			switch {
+			case cl == 0:
+			case cl&distRecv != 0:
 				if mine(st) {
-					pending[k][st.Stage*M+st.Micro] = computes
+					pending[cl&distRecvIdx][st.Stage*M+st.Micro] = computes
 				}
-				continue
-			}
-			if !st.Kind.IsCompute() {
-				continue
-			}
-			subs := st.Sub
-			if !st.Kind.IsOverlap() {
-				subs = steps[j : j+1]
-			}
-			for k := range subs {
-				c := &subs[k]
-				if !mine(c) {
-					continue
+			case cl&distOverlap != 0:
+				for k := range st.Sub {
+					consume(&st.Sub[k])
 				}
-				ch := c.Stage*M + c.Micro
-				switch c.Kind {
-				case ir.Forward:
-					take(0, ch)
-					take(2, ch)
-				case ir.Backward, ir.BackwardInput:
-					take(1, ch)
-				}
+				computes++
+			default: // a compute step
+				consume(st)
+				computes++
 			}
-			computes++
 		}
 		sums[2*r], sums[2*r+1] = rs, rn
 		if slots != nil {
@@ -127,3 +117,44 @@ func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 	}
 	return sum, n
 }
+
+// distClass is what recvDistance needs of a kind, one table load a step:
+// a receive it counts (distRecv, with its index in pending), a compute
+// step (distCompute), an overlap (distOverlap, also a compute step), and
+// what a compute step consumes (distF: RECV_F and DATA_RECV; distB: RECV_B).
+var distClass = func() (t [256]uint8) {
+	for k := range t {
+		kind := ir.Kind(k)
+		switch kind {
+		case ir.RecvF:
+			t[k] = distRecv | 0
+		case ir.RecvB:
+			t[k] = distRecv | 1
+		case ir.DataRecv:
+			t[k] = distRecv | 2
+		}
+		if !kind.IsCompute() {
+			continue
+		}
+		t[k] |= distCompute
+		if kind.IsOverlap() {
+			t[k] |= distOverlap
+		}
+		switch kind {
+		case ir.Forward:
+			t[k] |= distF
+		case ir.Backward, ir.BackwardInput:
+			t[k] |= distB
+		}
+	}
+	return t
+}()
+
+const (
+	distRecvIdx = 3 // the receive's index in pending: RECV_F 0, RECV_B 1, DATA_RECV 2
+	distRecv    = 1 << 2
+	distCompute = 1 << 3
+	distOverlap = 1 << 4
+	distF       = 1 << 5
+	distB       = 1 << 6
+)

@@ -34,6 +34,19 @@ func TestRecvDistance(t *testing.T) {
 			perRank: []float64{0, 0},
 		},
 		{
+			name: "an overlap is one compute step between a receive and its consumer",
+			in: "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0RECV_B0 0B0 0RECV_B1 0B1 0RECV_B2 0B2\n" +
+				"rank 1: 1RECV_F0 1F0 1RECV_F1 1RECV_F2 (1F1;1B0)OVERLAP_F_B 1SEND_B0 1F2 1B1 1SEND_B1 1B2 1SEND_B2",
+			want:    1.0 / 6, // RECV_F2 waits through the overlap
+			perRank: []float64{0, 1.0 / 3},
+		},
+		{
+			name:    "RECV_F and DATA_RECV of one chunk count apart",
+			in:      "rank 0: 0F0 0SEND_F0 0DATA_SEND0\nrank 1: 1RECV_F0 1B1 1DATA_RECV0 1F0",
+			want:    0.5, // (1 + 0) / 2
+			perRank: []float64{0, 0.5},
+		},
+		{
 			name:    "no receives",
 			in:      "rank 0: 0F0 0B0",
 			want:    0,

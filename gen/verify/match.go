@@ -21,29 +21,11 @@ import (
 // The counterparts go into the strict model's partners first. When every
 // transfer has one and there is more than one worker, the deadlock check
 // (runModel) runs on that model beside the FIFO check: it is what deadlock
-// would decide if the fast path holds, and then match returns it as
-// deadlock, a function that waits for it; otherwise deadlock is nil, the
-// model's partners are left to deadlock, and the speculative run is
-// dropped.
+// would decide if the fast path holds, and then match returns its verdict
+// as deadlock; otherwise deadlock is nil, the model's partners are left to
+// deadlock, and the speculative run is dropped.
 func (c *checker) match() (deadlock func() error, err error) {
 	P, nOps := c.P, len(c.opRank)
-	// Queues are numbered by (source, destination) pair: densely for a
-	// few ranks, and by the pairs that occur for many (a P×P table would
-	// dwarf the program: 65535 ranks make 4·10⁹ pairs).
-	nPairs := P * P
-	c.pairIdx = nil
-	if P > densePairs {
-		c.pairIdx = make(map[uint64]int32)
-		for op := range nOps {
-			src, dst := c.opEnds(op)
-			k := uint64(src)<<32 | uint64(uint32(dst))
-			if _, ok := c.pairIdx[k]; !ok {
-				c.pairIdx[k] = int32(len(c.pairIdx))
-			}
-		}
-		nPairs = len(c.pairIdx)
-	}
-	nKeys := nPairs * 3
 	// A queue's ops all live on one rank (its source for the sends, its
 	// destination for the receives), so ranks find their ops'
 	// counterparts and number their queues in parallel, then check their
@@ -52,57 +34,110 @@ func (c *checker) match() (deadlock func() error, err error) {
 	w := par.Workers(P, c.rep.Steps)
 	found := make([]bool, P)
 	par.ForRanksW(w, P, func(_, r int) {
-		all := true
-		for op := int(ops[r]); op < int(ops[r+1]); op++ {
-			var q int32 = -1
-			st := &c.opStep[op]
-			if k, ds := deps.CounterpartOf(st.kind); k.IsComm() {
-				q = c.at1(atOf(k), int(st.stage)+ds, int(st.micro))
-			}
-			partner[op] = q
-			all = all && q >= 0
-		}
-		found[r] = all
+		found[r] = c.counterparts(ops[r], ops[r+1], partner)
 	})
-	var dead error
-	var beside sync.WaitGroup
 	speculate := w > 1 && !slices.Contains(found, false)
 	if speculate {
-		beside.Go(func() { dead = c.runModel(c.model) })
-		w-- // one worker runs the model
+		w-- // this goroutine runs the model
 	}
-	cnt := make([]int32, 2*nKeys) // [0,nKeys): sends, [nKeys,2nKeys): receives
 	c.sc.ord = par.Resize(c.sc.ord, nOps)
 	ord := c.sc.ord // position within its queue, written for every op
-	par.ForRanksW(w, P, func(_, r int) {
-		for op := int(ops[r]); op < int(ops[r+1]); op++ {
-			k := c.opKey(op, nKeys)
-			ord[op] = cnt[k]
-			cnt[k]++
-		}
-	})
 	fast := found
-	par.ForRanksW(w, P, func(_, r int) {
-		for op := int(ops[r]); op < int(ops[r+1]); op++ {
-			if q := partner[op]; q < 0 || ord[q] != ord[op] {
-				fast[r] = false
-				return
+	fifo := func() {
+		// An op's position within its queue, counted on its own rank:
+		// the rank's queues are told apart by peer and queueClass, in a
+		// table of 6P counters per worker that each rank leaves zeroed
+		// behind it.
+		counts := make([][]int32, w)
+		par.ForRanksW(w, P, func(wk, r int) {
+			cnt := counts[wk]
+			if cnt == nil {
+				cnt = make([]int32, queueClasses*P)
+				counts[wk] = cnt
 			}
-		}
-	})
+			steps, pos := c.opStep[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
+			for i := range steps {
+				k := int(steps[i].peer)*queueClasses + int(queueClass[steps[i].kind])
+				pos[i] = cnt[k]
+				cnt[k]++
+			}
+			for i := range steps {
+				cnt[int(steps[i].peer)*queueClasses+int(queueClass[steps[i].kind])] = 0
+			}
+		})
+		par.ForRanksW(w, P, func(_, r int) {
+			mine, pos := partner[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
+			for i, q := range mine {
+				if q < 0 || ord[q] != pos[i] {
+					fast[r] = false
+					return
+				}
+			}
+		})
+	}
+	var dead error
+	if speculate {
+		// The simulation, serial and the longer of the two, runs here at
+		// once; the FIFO check and then the caller's own work
+		// (Options.Beside, when the check passes) fill the other core.
+		var beside sync.WaitGroup
+		beside.Go(func() {
+			fifo()
+			if !slices.Contains(fast, false) {
+				c.beside()
+			}
+		})
+		dead = c.runModel(c.model)
+		beside.Wait()
+	} else {
+		fifo()
+	}
 	if !slices.Contains(fast, false) {
 		c.opPartner = partner
 		if !speculate {
 			return nil, nil
 		}
-		// The caller's own work (Options.Beside) fills the core the FIFO
-		// check leaves while the simulation runs.
-		return func() error { c.beside(); beside.Wait(); return dead }, nil
+		return func() error { return dead }, nil
 	}
-	beside.Wait() // the speculative run reads the model's partners
 	c.opPartner = make([]int32, nOps)
-	return nil, c.matchSlow(cnt, ord, nKeys)
+	return nil, c.matchSlow(ord)
 }
+
+// counterparts sets partner[op] to the counterpart of each op in
+// [lo, hi) (deps.CounterpartOf), or -1 where it has none, and reports
+// whether every one has.
+func (c *checker) counterparts(lo, hi int32, partner []int32) bool {
+	steps, out := c.opStep[lo:hi], partner[lo:hi]
+	all := true
+	for i := range steps {
+		st := &steps[i]
+		q := int32(-1)
+		if k, ds := deps.CounterpartOf(st.kind); k.IsComm() {
+			q = c.at1(atOf(k), int(st.stage)+ds, int(st.micro))
+		}
+		out[i] = q
+		all = all && q >= 0
+	}
+	return all
+}
+
+// queueClasses is the number of queues between a rank and one peer: a
+// send queue and a receive queue per channel.
+const queueClasses = 6
+
+// queueClass tells a transfer kind's queues with one peer apart:
+// 2·(channel-1) for a send, one more for a receive.
+var queueClass = func() (t [256]uint8) {
+	for k := range t {
+		if kind := ir.Kind(k); kind.IsComm() {
+			t[k] = 2 * uint8(kind.Channel()-1)
+			if kind.IsRecv() {
+				t[k]++
+			}
+		}
+	}
+	return t
+}()
 
 // at1 returns the op id of the transfer in table a for chunk (s, m), or -1.
 func (c *checker) at1(a, s, m int) int32 {
@@ -122,7 +157,7 @@ func (c *checker) opKey(op, nKeys int) int {
 	return c.pair(r, int(st.peer))*3 + int(st.kind.Channel()) - 1
 }
 
-// densePairs is the most ranks for which match numbers the (source,
+// densePairs is the most ranks for which matchSlow numbers the (source,
 // destination) pairs densely.
 const densePairs = 256
 
@@ -144,9 +179,31 @@ func (c *checker) pair(src, dst int) int {
 }
 
 // matchSlow pairs FIFO explicitly and reports the first transfer (in rank,
-// index order) without a partner or with the wrong one.
-func (c *checker) matchSlow(cnt, ord []int32, nKeys int) error {
-	nOps := len(c.opRank)
+// index order) without a partner or with the wrong one; ord is each op's
+// position within its queue.
+func (c *checker) matchSlow(ord []int32) error {
+	// Queues are numbered by (source, destination) pair: densely for a
+	// few ranks, and by the pairs that occur for many (a P×P table would
+	// dwarf the program: 65535 ranks make 4·10⁹ pairs).
+	P, nOps := c.P, len(c.opRank)
+	nPairs := P * P
+	c.pairIdx = nil
+	if P > densePairs {
+		c.pairIdx = make(map[uint64]int32)
+		for op := range nOps {
+			src, dst := c.opEnds(op)
+			k := uint64(src)<<32 | uint64(uint32(dst))
+			if _, ok := c.pairIdx[k]; !ok {
+				c.pairIdx[k] = int32(len(c.pairIdx))
+			}
+		}
+		nPairs = len(c.pairIdx)
+	}
+	nKeys := nPairs * 3
+	cnt := make([]int32, 2*nKeys) // ops per queue: [0,nKeys) sends, [nKeys,2nKeys) receives
+	for op := range nOps {
+		cnt[c.opKey(op, nKeys)]++
+	}
 	off := make([]int32, 2*nKeys+1)
 	for k, n := range cnt {
 		off[k+1] = off[k] + n

@@ -2,6 +2,8 @@ package verify_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -433,6 +435,46 @@ func TestBeside(t *testing.T) {
 			if calls != 1 {
 				t.Errorf("%s (MinSteps %d): Beside ran %d times, want once", tc.name, minSteps, calls)
 			}
+		}
+	}
+}
+
+// TestMismatchManyRanks: past densePairs (256) ranks match numbers the
+// (source, destination) pairs that occur instead of all P² of them; a FIFO
+// mismatch there is found and named as with a few ranks.
+func TestMismatchManyRanks(t *testing.T) {
+	for _, P := range []int{4, 300} {
+		low, _, err := passes.Lower(gpipe(P, 2), passes.Options{NoOptStep: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := verify.Check(low, verify.Options{}); err != nil {
+			t.Fatalf("P=%d: the lowered program: %v", P, err)
+		}
+		// Rank P-1 receives F of micros 0 and 1 from rank P-2: post both
+		// first, micro 1's first (the steps stay in order; FIFO pairs
+		// rank P-2's first send with the wrong receive).
+		r := P - 1
+		var recvs, rest []ir.Step
+		for _, st := range low.Ranks[r] {
+			if st.Kind == ir.RecvF {
+				recvs = append(recvs, st)
+			} else {
+				rest = append(rest, st)
+			}
+		}
+		if len(recvs) != 2 {
+			t.Fatalf("P=%d: rank %d has %d RECV_F, want 2", P, r, len(recvs))
+		}
+		low.Ranks[r] = append([]ir.Step{recvs[1], recvs[0]}, rest...)
+		first := slices.IndexFunc(low.Ranks[r-1], func(st ir.Step) bool { return st.Kind == ir.SendF })
+		_, err = verify.Check(low, verify.Options{})
+		var ve *verify.Error
+		if !errors.As(err, &ve) || ve.Code != verify.Mismatch || ve.Rank != r-1 || ve.Index != first {
+			t.Fatalf("P=%d: got %v, want a Mismatch at rank %d step %d", P, err, r-1, first)
+		}
+		if want := fmt.Sprintf("from rank %d to rank %d", r-1, r); !strings.Contains(ve.Reason, want) {
+			t.Fatalf("P=%d: %q does not say %q", P, ve.Reason, want)
 		}
 	}
 }

@@ -58,7 +58,8 @@ type Model struct {
 	Waits   []Event
 	// OpOff[r]..OpOff[r+1] are rank r's comm ops, in stream order.
 	OpOff []int32
-	// Per comm op: its rank, the gap it is posted at, and its matched op (or -1).
+	// Per comm op: its rank, the gap it is posted at, and its matched op (or
+	// -1), an op of another rank; partners are mutual (OpPartner[OpPartner[op]] == op).
 	OpRank    []int32
 	OpGap     []int32
 	OpPartner []int32
@@ -161,6 +162,7 @@ type Sim struct {
 	// watchers[q]: ranks whose host waits for a host step of q
 	watchers [][]int32
 	watching []bool
+	nWatch   int     // ranks watching another (len of all watchers together)
 	blocked  []Event // per rank: event the host waits for (valid while blocked)
 	left     int     // host steps not passed + ops not done
 	started  bool
@@ -169,6 +171,10 @@ type Sim struct {
 	// batchLeft[first]: ops of the batch starting at op first not yet
 	// completed (nil when the model has no batches).
 	batchLeft []int32
+	// plain: the model has no batches and nothing was hoisted, so ops
+	// complete in stream order and head[r] is exactly rank r's first
+	// unfinished op (OpOff[r] + nDone[r]); Run then takes processPlain.
+	plain bool
 }
 
 // NewSim returns a simulation of m in its initial state.
@@ -207,7 +213,9 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 	}
 	for r := range n {
 		s.head[r] = m.OpOff[r]
+		s.blocked[r] = HostDone(r, -1) // done: nothing blocks a host yet (processPlain)
 	}
+	s.plain = m.BatchFirst == nil
 	if m.BatchFirst != nil {
 		s.batchLeft = zeroed(batchLeft, ops)
 		for op := range ops {
@@ -254,7 +262,14 @@ func (s *Sim) Run() bool {
 		r := s.queue[len(s.queue)-1]
 		s.queue = s.queue[:len(s.queue)-1]
 		s.inQ[r] = false
-		s.process(r)
+		if s.plain {
+			s.processPlain(r)
+		} else {
+			s.process(r)
+		}
+	}
+	if s.plain {
+		s.syncPlain()
 	}
 	return s.left == 0
 }
@@ -270,10 +285,7 @@ func (s *Sim) eventDone(e Event) bool {
 }
 
 func (s *Sim) process(r int32) {
-	if !s.isTouch[r] {
-		s.isTouch[r] = true
-		s.touched = append(s.touched, r)
-	}
+	s.touch(r)
 	m := s.m
 	off := m.HostOff[r]
 	hostEnd := m.HostOff[r+1] - off
@@ -285,18 +297,7 @@ func (s *Sim) process(r int32) {
 			h := off + host
 			for w, end := m.WaitOff[h], m.WaitOff[h+1]; w < end; w++ {
 				if e := m.Waits[w]; !s.eventDone(e) {
-					s.blocked[r] = e
-					// Watch the rank whose progress ends the wait: the one
-					// whose host step it is, or whose op (a comm op of
-					// another rank: a tie's exchange waits for the peer's).
-					q := e.Rank
-					if q == OpEvent {
-						q = m.OpRank[e.Index]
-					}
-					if q != r && !s.watching[r] {
-						s.watching[r] = true
-						s.watchers[q] = append(s.watchers[q], r)
-					}
+					s.block(r, e)
 					break run
 				}
 			}
@@ -324,6 +325,131 @@ func (s *Sim) process(r int32) {
 		if !progressed {
 			return
 		}
+	}
+}
+
+func (s *Sim) touch(r int32) {
+	if !s.isTouch[r] {
+		s.isTouch[r] = true
+		s.touched = append(s.touched, r)
+	}
+}
+
+// block records that rank r's host waits for e, not done, and has r
+// watch the rank whose progress ends the wait: the one whose host step it
+// is, or whose op (a comm op of another rank: a tie's exchange waits for
+// the peer's).
+func (s *Sim) block(r int32, e Event) {
+	s.blocked[r] = e
+	q := e.Rank
+	if q == OpEvent {
+		q = s.m.OpRank[e.Index]
+	}
+	if q != r && !s.watching[r] {
+		s.watching[r] = true
+		s.watchers[q] = append(s.watchers[q], r)
+		s.nWatch++
+	}
+}
+
+// processPlain is process for a plain Sim (no batches, nothing hoisted),
+// where ops complete in stream order: the head of a stream is head[r]
+// itself (no scan past done ops), an op event is done[op] alone, and after
+// an op completes the host is tried again only when the event it is
+// blocked on is now done; nDone and order are left to syncPlain and
+// plainOrder (a plain Sim's completion order is stream order). It makes
+// the same moves as process and reaches the same state
+// (TestPlainMatchesGeneral).
+func (s *Sim) processPlain(r int32) {
+	s.touch(r)
+	m := s.m
+	off, hostEnd := m.HostOff[r], m.HostOff[r+1] // global host step numbers
+	opEnd := m.OpOff[r+1]
+	h := off + s.host[r] // the next host step
+	// A host still blocked (the rank was woken for its ops, or by a rank
+	// that has not yet done what it waits for) watches again and is not
+	// run: its blocking event alone says so.
+	skip := h < hostEnd && !s.plainDone(s.blocked[r])
+	if skip {
+		s.block(r, s.blocked[r])
+	}
+	for ; ; skip = false {
+		if h < hostEnd && !skip {
+			start := h
+			w := m.WaitOff[h]
+		run:
+			for ; h < hostEnd; h++ {
+				end := m.WaitOff[h+1]
+				for ; w < end; w++ {
+					e := m.Waits[w]
+					if e.Rank == OpEvent {
+						if !s.done[e.Index] {
+							s.block(r, e)
+							break run
+						}
+					} else if s.host[e.Rank] <= e.Index && (e.Rank != r || e.Index >= h-off) {
+						// (s.host[r] is stored when the run ends: a
+						// step of its own, before h, has run.)
+						s.block(r, e)
+						break run
+					}
+				}
+			}
+			if moved := h - start; moved > 0 {
+				s.host[r] = h - off
+				s.left -= int(moved)
+				s.wake(r)
+			}
+		}
+		for {
+			op := s.head[r]
+			if op == opEnd || s.gap[op] > h-off {
+				return
+			}
+			p := m.OpPartner[op]
+			if p < 0 {
+				return
+			}
+			q := m.OpRank[p]
+			if q == r || s.head[q] != p || s.gap[p] > s.host[q] {
+				return // q == r: two ops of one stream are never both its head
+			}
+			s.done[op], s.done[p] = true, true
+			s.head[r], s.head[q] = op+1, p+1
+			s.left -= 2
+			s.wake(r)
+			s.wake(q)
+			s.push(q)
+			if h < hostEnd && s.plainDone(s.blocked[r]) {
+				break // the host may move on
+			}
+		}
+	}
+}
+
+// plainDone is eventDone for a plain Sim.
+func (s *Sim) plainDone(e Event) bool {
+	if e.Rank == OpEvent {
+		return s.done[e.Index]
+	}
+	return s.host[e.Rank] > e.Index
+}
+
+// syncPlain brings nDone up to date for a plain Sim, whose heads alone
+// say how far each stream has got (processPlain keeps only those); Run
+// calls it before it returns.
+func (s *Sim) syncPlain() {
+	for r := range s.nDone {
+		s.nDone[r] = s.head[r] - s.m.OpOff[r]
+	}
+}
+
+// plainOrder writes rank r's completion order, which in a plain Sim is
+// stream order, into order (processPlain does not).
+func (s *Sim) plainOrder(r int) {
+	lo := s.m.OpOff[r]
+	for i := range s.nDone[r] {
+		s.order[lo+i] = lo + i
 	}
 }
 
@@ -379,11 +505,15 @@ func (s *Sim) complete(a, b int32) {
 // wake re-queues the ranks watching rank r (their hosts wait for a host
 // step or an op of r), which has progressed.
 func (s *Sim) wake(r int32) {
+	if s.nWatch == 0 {
+		return // (a pipeline's ranks wait only for their own receives)
+	}
 	if w := s.watchers[r]; len(w) > 0 {
 		for _, q := range w {
 			s.watching[q] = false
 			s.push(q)
 		}
+		s.nWatch -= len(w)
 		s.watchers[r] = w[:0]
 	}
 }
@@ -435,6 +565,9 @@ func (s *Sim) Gap(op int32) int { return int(s.gap[op]) }
 // order on the rank's comm stream (inside a batch, the order they matched
 // in). The slice is owned by the Sim.
 func (s *Sim) Order(r int) []int32 {
+	if s.plain {
+		s.plainOrder(r)
+	}
 	return s.order[s.m.OpOff[r] : s.m.OpOff[r]+s.nDone[r]]
 }
 
@@ -467,6 +600,14 @@ func (s *Sim) Hoist(op int32) bool {
 		return false
 	}
 	s.gap[op] = g
+	if s.plain {
+		// op completes before the head of its stream: from here on the
+		// general process, which keeps the order itself.
+		for r := range s.m.Ranks() {
+			s.plainOrder(r)
+		}
+		s.plain = false
+	}
 	s.complete(op, p)
 	s.push(r)
 	s.push(q)
