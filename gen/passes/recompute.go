@@ -285,9 +285,11 @@ func parseRecomputeShare(f, v string) (float64, error) {
 // It runs after the transfers, FSDP, ties and OPT_STEP are in place and
 // before "slots", which gives each RECOMPUTE its chunk's slot. A
 // forward-only program, and a program that already holds RECOMPUTE steps
-// (an -in file), are left as they are; a program with swap steps is
-// refused (swapping and recomputing are two ways to free the same
-// activations), as is a stage outside the program. p is not modified.
+// (an -in file), are left as they are; a program that swaps a chunk of a
+// stage the policy recomputes is refused (swapping and recomputing are two
+// ways to free the same activations: a chunk takes one, so -swap and
+// -recompute mix over different stages), as is a stage outside the
+// program. p is not modified.
 func Recompute(p ir.Program, pol RecomputePolicy) (ir.Program, error) {
 	if pol.Model || slices.Contains(pol.FromModel, true) {
 		return ir.Program{}, errors.New("recompute: the policy takes a -model file's marks; Resolve it for the program first")
@@ -301,11 +303,11 @@ func Recompute(p ir.Program, pol RecomputePolicy) (ir.Program, error) {
 	}
 	for r, steps := range p.Ranks {
 		for i := range steps {
-			switch k := steps[i].Kind; {
-			case k == abi.Recompute:
+			switch st := &steps[i]; {
+			case st.Kind == abi.Recompute:
 				return p, nil
-			case k.IsSwap():
-				return ir.Program{}, fmt.Errorf("recompute: rank %d step %d is %s: -swap and -recompute both free a chunk's activations between its F and its backward; choose one", r, i, steps[i])
+			case st.Kind.IsSwap() && pol.On(st.Stage):
+				return ir.Program{}, fmt.Errorf("recompute: rank %d step %d is %s: chunk (stage %d, micro %d) is swapped (-swap) and its stage recomputes (-recompute); both free a chunk's activations between its F and its backward, and a chunk takes one: leave stage %d out of -recompute (list the others: full:S,...), or raise -swap above its chunks' distance from F to backward", r, i, *st, st.Stage, st.Micro, st.Stage)
 			}
 		}
 	}

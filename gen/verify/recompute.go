@@ -16,7 +16,9 @@ import (
 // unsharded, as the forward it re-runs must; and the memory model counts
 // the chunk live at its F, not after it, and again from its RECOMPUTE;
 // under a selective policy (ir.Program's RecomputeShare: a share f of the
-// stage's layers) it counts the 1 − f the F keeps between the two.
+// stage's layers) it counts the 1 − f the F keeps between the two. A
+// chunk with a RECOMPUTE has no swap steps (swapping is the other way to
+// free its activations; stages may take one each).
 func init() {
 	declareRule(&rule{kind: abi.Recompute, prepare: recomputePrepare, step: recomputeStep, check: recomputeCheck})
 }
@@ -72,6 +74,13 @@ func recomputeCheck(c *checker) error {
 		}
 	}
 	M := c.M
+	if c.swapState != nil {
+		for ch, n := range count {
+			if n > 0 && c.swapState[ch] != swapNone {
+				return recomputeSwapped(c, ch/M, ch%M)
+			}
+		}
+	}
 	for s := range c.S {
 		with := -1
 		for m := range M {
@@ -94,6 +103,20 @@ func recomputeCheck(c *checker) error {
 		}
 	}
 	return nil
+}
+
+// recomputeSwapped is the error of chunk (s, m), which has a RECOMPUTE
+// and swap steps: its F dropped the activations that RECOMPUTE rebuilds,
+// so there is nothing for the swap to move (and one of the two would be
+// counted twice); a chunk frees its activations one way.
+func recomputeSwapped(c *checker, s, m int) error {
+	r := c.rankOf[s]
+	for i, st := range c.p.Ranks[r] {
+		if st.Kind == abi.Recompute && st.Stage == s && st.Micro == m {
+			return c.fail(r, i, st, Order, "chunk (stage %d, micro %d) has a RECOMPUTE and swap steps: its F keeps only what RECOMPUTE needs, so there is nothing to swap; a chunk frees its activations one way (-swap and -recompute over different stages)", s, m)
+		}
+	}
+	return c.fail(r, -1, ir.Compute(abi.Recompute, s, m), Order, "chunk (stage %d, micro %d) has a RECOMPUTE and swap steps; a chunk frees its activations one way", s, m)
 }
 
 // recomputeUnsharded checks that every RECOMPUTE of a stage its rank

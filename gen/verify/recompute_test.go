@@ -242,3 +242,55 @@ func TestRecomputeFSDP(t *testing.T) {
 		t.Errorf("a RECOMPUTE between a RESHARD and an UNSHARD of its stage: got %v; want an FSDP error", err)
 	}
 }
+
+// TestRecomputeBesideSwap: -swap and -recompute mix over different stages
+// (1f1b P=4 M=8: -swap 4 swaps the chunks of stages 0 and 1, whose F and
+// backward lie 6 and 4 compute steps apart; full:2,3 recomputes the
+// others): the program verifies, each rank's peak is the simulator's, and
+// the recomputing ranks hold one chunk at a time; a chunk given both (a
+// RECOMPUTE added before a swapped chunk's backward) is refused, naming
+// it, and so is a policy that recomputes a swapped stage.
+func TestRecomputeBesideSwap(t *testing.T) {
+	opt := passes.Options{Swap: 4, Set: map[string]string{"recompute": "full:2,3"}}
+	q, _, err := passes.Lower(oneF1B(4, 8), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Check(q, verify.Options{})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, ir.FormatText(q))
+	}
+	res, err := sim.Run(q, sim.Cost{F: []float64{1}, B: []float64{2}, Swap: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.PeakActivations, res.PeakActivations) || rep.PeakActivations[2] != 1 || rep.PeakActivations[3] != 1 {
+		t.Errorf("peaks: verifier %v, simulator %v; want them equal, 1 on ranks 2 and 3", rep.PeakActivations, res.PeakActivations)
+	}
+	swaps := 0
+	for _, st := range q.Ranks[0] {
+		if st.Kind.IsSwap() {
+			swaps++
+		}
+	}
+	if swaps == 0 || recomputeAt(q.Ranks[2], 2, 0) < 0 {
+		t.Fatalf("want swap steps on rank 0 and RECOMPUTEs on rank 2:\n%s", ir.FormatText(q))
+	}
+	// Both on one chunk: a RECOMPUTE of every chunk of stage 0 (so that
+	// the stage recomputes all or none), the swapped ones included,
+	// before its backward, in the backward's slot.
+	s := slices.Clone(q.Ranks[0])
+	for m := range 8 {
+		b := indexOf(s, ir.Compute(ir.Backward, 0, m))
+		s = slices.Insert(s, b, ir.Step{Kind: abi.Recompute, Stage: 0, Micro: m, Peer: ir.None, Slot: s[b].Slot})
+	}
+	q.Ranks[0] = s
+	_, err = verify.Check(q, verify.Options{})
+	var ve *verify.Error
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "has a RECOMPUTE and swap steps") {
+		t.Errorf("a chunk both swapped and recomputed: %v; want it refused, naming the chunk", err)
+	}
+	if _, _, err := passes.Lower(oneF1B(4, 8), passes.Options{Swap: 4, Set: map[string]string{"recompute": "full:1,2,3"}}); err == nil || !strings.Contains(err.Error(), "leave stage 1 out of -recompute") {
+		t.Errorf("-swap 4 -recompute full:1,2,3: %v; want the swapped stage 1 refused", err)
+	}
+}

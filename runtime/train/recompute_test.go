@@ -104,3 +104,32 @@ func TestRecomputeHidden(t *testing.T) {
 	c.WrapStage = wrap
 	run(t, c)
 }
+
+// swapRecompute is 1f1b at P=4 that swaps the chunks of stages 0 and 1
+// (-swap 4) and recomputes those of stages 2 (half of its layers) and 3
+// (whole): the two ways of freeing activations, mixed over the stages.
+var swapRecompute = train.Program{Spec: testprog.SwapRecomputeSpec, Ranks: testprog.SwapRecomputeRanks[:]}
+
+// TestSwapBesideRecompute: a program that swaps some stages' chunks and
+// recomputes the others' trains, with stages that swap to a host tier
+// (SwapTiers, whose nn.Swapping passes pipe.Recomputable on), to the
+// losses and parameters of plain 1f1b bit for bit; rank 0's tier moved
+// chunks out and back, and the ranks of stages 2 and 3 none.
+func TestSwapBesideRecompute(t *testing.T) {
+	base := run(t, config(onef1b, 1, 2))
+	ts := &train.SwapTiers{New: func() (*swap.Tier, error) { return swap.NewHost(), nil }}
+	defer ts.Close()
+	c := config(swapRecompute, 1, 2)
+	c.WrapStage = ts.Wrap
+	res := run(t, c)
+	same(t, "losses", losses(res), losses(base))
+	same(t, "parameters", values(res), values(base))
+	if st := ts.Tier(0).Stats(); st.Offloads == 0 || st.Loads != st.Offloads {
+		t.Errorf("rank 0's tier: %d offloads, %d loads; want some, as many loads", st.Offloads, st.Loads)
+	}
+	for r := 2; r < 4; r++ {
+		if st := ts.Tier(r).Stats(); st.Offloads != 0 {
+			t.Errorf("rank %d's tier: %d offloads; its stage recomputes, and swaps nothing", r, st.Offloads)
+		}
+	}
+}

@@ -32,3 +32,4 @@ package testprog
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -recompute selective:0.5 -name Selective -o selective_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model marked.json -recompute model -name Marked -o marked_gen.go
 //go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 4 -fsdp 1 -model model.json -recompute selective:0.5 -name FSDPSelective -o fsdpselective_gen.go
+//go:generate go tool ppgen gen -schedule 1f1b -ranks 4 -micro 8 -model model.json -swap 4 -recompute selective:2=0.5,3=1 -name SwapRecompute -o swaprecompute_gen.go
