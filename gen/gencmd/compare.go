@@ -4,8 +4,8 @@ import (
 	"errors"
 
 	"github.com/ppgen/ppgen/gen/auto"
-	"github.com/ppgen/ppgen/gen/partition"
 	"github.com/ppgen/ppgen/gen/ir"
+	"github.com/ppgen/ppgen/gen/partition"
 )
 
 // Compare is `ppgen sim -compare` of the request's flags: gen/auto's
