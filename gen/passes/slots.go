@@ -52,16 +52,20 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 		x := &xs[wid]
 		steps := p.Ranks[r]
 		x.r = r
-		// Lifetimes.
+		// Lifetimes, and each step's chunk (chs) for the sweep, which then
+		// reads four bytes a step instead of the step.
+		x.chs = par.Resize(x.chs, len(steps))
+		chs := x.chs
 		for i := range steps {
 			st := &steps[i]
 			if st.Kind.IsOverlap() {
 				for k := range st.Sub {
 					x.span(&st.Sub[k], int32(i))
 				}
-			} else {
-				x.span(st, int32(i))
+				chs[i] = overlapStep
+				continue
 			}
+			chs[i] = x.span(st, int32(i))
 		}
 		x.endHead = filledInto(x.endHead, len(steps), -1)
 		// Sweep.
@@ -71,18 +75,23 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 			out = make([]ir.Step, len(steps))
 			copy(out, steps)
 		}
-		for i := range out {
-			st := &out[i]
-			if st.Kind.IsOverlap() {
+		first, slotOf, next, endHead := x.first, x.slotOf, x.next, x.endHead
+		for i, ch := range chs {
+			switch {
+			case ch >= 0:
+				if first[ch] == int32(i) && slotOf[ch] < 0 {
+					x.alloc(ch)
+				}
+				out[i].Slot = int(slotOf[ch])
+			case ch == overlapStep:
+				st := &out[i]
 				st.Sub = append([]ir.Step(nil), st.Sub...)
 				for k := range st.Sub {
 					x.give(&st.Sub[k], int32(i))
 				}
-			} else {
-				x.give(st, int32(i))
 			}
-			for ch := x.endHead[i]; ch >= 0; ch = x.next[ch] {
-				if s := x.slotOf[ch]; s >= 0 {
+			for c := endHead[i]; c >= 0; c = next[c] {
+				if s := slotOf[c]; s >= 0 {
 					x.free[s/64] &^= 1 << (uint(s) % 64)
 				}
 			}
@@ -92,6 +101,9 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	})
 	return q, counts, nil
 }
+
+// overlapStep marks an overlap in slotter.chs: its sub-steps name the chunks.
+const overlapStep = -2
 
 // slotter holds the per-chunk state of AssignSlots (chunk = stage*M+micro;
 // every chunk lives on one rank, so the arrays serve all ranks).
@@ -104,45 +116,78 @@ type slotter struct {
 	slotOf  []int32
 	next    []int32 // chunks whose last use is the same step, linked from endHead
 	endHead []int32 // per step of the current rank
+	chs     []int32 // per step of the current rank: its chunk, -1 for none, overlapStep
 	free    []uint64
 	count   int
 	_       [64]byte // each worker's slotter (assignSlots) on its own cache lines
 }
 
 // span extends the lifetimes st (at index i) touches: its own chunk's and,
-// as src, its colocated neighbour's.
-func (x *slotter) span(st *ir.Step, i int32) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() || x.rankOf[st.Stage] != x.r {
-		return
+// as src, its colocated neighbour's. It returns st's chunk, or -1 when st
+// names none of this rank's.
+func (x *slotter) span(st *ir.Step, i int32) int32 {
+	k := st.Kind
+	if slotFlags[k]&namesChunk == 0 || st.Stage < 0 || st.Micro < 0 || x.rankOf[st.Stage] != x.r {
+		return -1
 	}
-	ch := st.Stage*x.M + st.Micro
+	ch := int32(st.Stage*x.M + st.Micro)
 	if x.first[ch] < 0 {
 		x.first[ch] = i
 	}
 	x.last[ch] = max(x.last[ch], i)
-	if nb := srcStage(x.rt, x.r, st); nb >= 0 {
-		ch = nb*x.M + st.Micro
-		if x.first[ch] < 0 {
-			x.first[ch] = i
-		}
-		x.last[ch] = max(x.last[ch], i)
+	if slotFlags[k]&readsNeighbour == 0 {
+		return ch
 	}
+	if stage, rank, _, _, ok := deps.Across(x.rt, st); ok && rank == x.r {
+		nb := stage*x.M + st.Micro
+		if x.first[nb] < 0 {
+			x.first[nb] = i
+		}
+		x.last[nb] = max(x.last[nb], i)
+	}
+	return ch
 }
+
+// alloc gives chunk ch the lowest free slot and queues its release after
+// the chunk's last use.
+func (x *slotter) alloc(ch int32) {
+	s := lowestFree(&x.free)
+	x.slotOf[ch] = int32(s)
+	x.count = max(x.count, s+1)
+	e := x.last[ch]
+	x.next[ch] = x.endHead[e]
+	x.endHead[e] = ch
+}
+
+// slotFlags holds, per kind, what the slots pass asks of it, in one load.
+var slotFlags = func() (t [256]uint8) {
+	for k := range t {
+		kind := ir.Kind(k)
+		if kind.HasStage() && kind.HasMicro() {
+			t[k] |= namesChunk
+		}
+		if kind == ir.Forward || kind == ir.Backward || kind == ir.BackwardInput {
+			t[k] |= readsNeighbour // the kinds deps.Across answers for
+		}
+	}
+	return t
+}()
+
+// The bits of slotFlags.
+const (
+	namesChunk     = 1 << iota // HasStage and HasMicro: the step names a chunk
+	readsNeighbour             // F, B or I: it may read a colocated neighbour's chunk (srcStage)
+)
 
 // give gives st its chunk's slot, allocating it (and queueing its release
 // after the chunk's last use) at the chunk's first step i.
 func (x *slotter) give(st *ir.Step, i int32) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() || x.rankOf[st.Stage] != x.r {
+	if slotFlags[st.Kind]&namesChunk == 0 || st.Stage < 0 || st.Micro < 0 || x.rankOf[st.Stage] != x.r {
 		return
 	}
-	ch := st.Stage*x.M + st.Micro
+	ch := int32(st.Stage*x.M + st.Micro)
 	if x.first[ch] == i && x.slotOf[ch] < 0 {
-		s := lowestFree(&x.free)
-		x.slotOf[ch] = int32(s)
-		x.count = max(x.count, s+1)
-		e := x.last[ch]
-		x.next[ch] = x.endHead[e]
-		x.endHead[e] = int32(ch)
+		x.alloc(ch)
 	}
 	st.Slot = int(x.slotOf[ch])
 }
