@@ -65,12 +65,10 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			return ir.Program{}, false
 		}
 	}
-	w := par.Workers(P, nHost)
-	if beside {
-		w = 1 // the other worker runs the timeline
-	}
-	// Where each chunk's forward and input-gradient step run, and how many
-	// transfers each rank sends.
+	// One walk over the steps: where each chunk's forward and
+	// input-gradient step run, and the transfers, in producer order (rank
+	// by rank, step by step), but for their consumers, which the chunk
+	// table gives once it is complete.
 	atBlock := par.Resize(sc.at, 2*S*M)
 	sc.at = atBlock
 	for i := range atBlock {
@@ -78,11 +76,13 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
 	nSend := make([]int32, P)
+	sendOff := make([]int32, P+1)
+	ts := sc.ts[:0]
 	for r, steps := range p.Ranks {
 		for j := range steps {
 			subs := ir.ComputesAt(steps, j)
-			for x := range subs {
-				cs := &subs[x]
+			for sub := range subs {
+				cs := &subs[sub]
 				k := cs.Stage*M + cs.Micro
 				switch cs.Kind {
 				case ir.Forward:
@@ -90,41 +90,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				case ir.Backward, ir.BackwardInput:
 					bAt[k] = chunkAt{int32(r), int32(j)}
 				}
-				if _, ok := needsSend(&p, r, cs); ok {
-					nSend[r]++
-				}
-			}
-		}
-	}
-	// The transfers, in producer order (rank by rank, step by step): each
-	// rank fills its own run of ts.
-	sendOff := make([]int32, P+1)
-	for r := range P {
-		sendOff[r+1] = sendOff[r] + nSend[r]
-	}
-	ts := par.Resize(sc.ts, int(sendOff[P])) // every entry written below
-	sc.ts = ts
-	noConsumer := make([]bool, P)
-	par.ForRanksW(w, P, func(_, r int) {
-		steps := p.Ranks[r]
-		x := ts[sendOff[r]:sendOff[r]:sendOff[r+1]]
-		for j := range steps {
-			subs := ir.ComputesAt(steps, j)
-			for sub := range subs {
-				cs := &subs[sub]
 				kind, ok := needsSend(&p, r, cs)
 				if !ok {
 					continue
-				}
-				var cons chunkAt
-				if kind == ir.SendF {
-					cons = fAt[(cs.Stage+1)*M+cs.Micro]
-				} else {
-					cons = bAt[(cs.Stage-1)*M+cs.Micro]
-				}
-				if cons.rank < 0 {
-					noConsumer[r] = true
-					return
 				}
 				// The key of a transfer: (time, tie). Ties: activations
 				// before gradients, activations from later ranks first and
@@ -133,18 +101,29 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				// is then posted later); then producer step and sub-step.
 				// Any total order both ends agree on is safe.
 				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				x = append(x, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
-					dst: cons.rank, consume: cons.index, kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
+				ts = append(ts, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+					kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
 			}
 		}
-	})
-	if slices.Contains(noConsumer, true) {
-		wg.Wait()
-		return ir.Program{}, false
+		sendOff[r+1] = int32(len(ts))
+		nSend[r] = sendOff[r+1] - sendOff[r]
 	}
+	sc.ts = ts
 	nRecv := make([]int32, P)
 	for i := range ts {
-		nRecv[ts[i].dst]++
+		x := &ts[i]
+		var cons chunkAt
+		if x.kind == ir.SendF {
+			cons = fAt[int(x.stage+1)*M+int(x.micro)]
+		} else {
+			cons = bAt[int(x.stage-1)*M+int(x.micro)]
+		}
+		if cons.rank < 0 {
+			wg.Wait()
+			return ir.Program{}, false
+		}
+		x.dst, x.consume = cons.rank, cons.index
+		nRecv[cons.rank]++
 	}
 	// Each rank's transfers (both halves), in key order. ts is in producer
 	// order (rank by rank, step by step), so per rank the sends and the
@@ -185,11 +164,16 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	if !ok {
 		return ir.Program{}, false
 	}
-	// The key times: each transfer's producer end.
+	// The key times: each transfer's producer end; and the keys apart, for
+	// the sort and the merges below to read 16 bytes a transfer.
+	sc.keys = par.Resize(sc.keys, len(ts))
+	keys := sc.keys
 	par.ForRanks(P, nHost, func(r int) {
 		e := ends[r]
 		for i := sendOff[r]; i < sendOff[r+1]; i++ {
-			ts[i].t = e[ts[i].j]
+			t := e[ts[i].j]
+			ts[i].t = t
+			keys[i] = transferKey{t, ts[i].tie}
 		}
 	})
 	par.ForRanks(P, nHost, func(r int) {
@@ -212,7 +196,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			rest = rest[n:]
 		}
 		for _, run := range runs {
-			sortByKey(run, ts)
+			sortByKey(run, keys)
 		}
 		// Merge the runs one by one into what the earlier ones gave,
 		// writing by turns to mineBuf and to runsBuf's front, where the
@@ -228,7 +212,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			if !inMine {
 				dst = mineBuf[lo:hi]
 			}
-			merged = mergeByKey(dst, merged, run, ts)
+			merged = mergeByKey(dst, merged, run, keys)
 			inMine = !inMine
 		}
 		// Place: a send right after the host steps that end by its time, a
@@ -390,7 +374,7 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	next := make([]int32, P)
 	ends := make([][]float64, P)
 	recs := make([][]timedStep, P)
-	subs := make([][]timedSub, P)
+	multi := make([][]timedSub, P)
 	pos := make([]int, P)
 	free := make([]float64, P)
 	work := make([]int32, 0, P)
@@ -399,60 +383,83 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		n += len(p.Ranks[r])
 	}
 	sc.ends = par.Resize(sc.ends, n) // each entry written as its step is timed
-	// A step has at most two compute sub-steps (an overlap's; more, in a
-	// malformed one, go to memory of their own).
-	sc.recs, sc.subs = par.Resize(sc.recs, n), par.Resize(sc.subs, 2*n)
+	sc.recs = par.Resize(sc.recs, n)
+	if len(sc.multi) < P {
+		sc.multi = make([][]timedSub, P)
+	}
 	// latency[s]: what a transfer of stage s's activation (or of the
-	// gradient with respect to it) adds, from another rank.
-	latency := make([]float64, S)
+	// gradient with respect to it) adds, from another rank; latency[S]:
+	// the latency of a transfer without a size.
+	latency := make([]float64, S+1)
 	for s := range S {
 		latency[s] = c.Comm + c.ActTime(s)
 	}
+	latency[S] = c.Comm + c.ActTime(-1)
 	n = 0
 	for r := range P {
 		k := len(p.Ranks[r])
 		ends[r] = sc.ends[n : n+k : n+k]
 		recs[r] = sc.recs[n : n+k : n+k]
-		subs[r] = sc.subs[2*n : 2*n : 2*(n+k)]
 		n += k
 		work = append(work, int32(r))
 	}
-	par.ForRanks(P, n, func(r int) {
-		steps, rec, sub := p.Ranks[r], recs[r], subs[r]
-		for j := range steps {
-			cs := ir.ComputesAt(steps, j)
-			rec[j] = timedStep{cost: c.StepCost(steps[j]), sub: int32(len(sub)), n: int32(len(cs))}
-			for x := range cs {
-				ts := timedSub{wait: -1, lat: -1, end: -1}
-				// Its cross-stage input: the activation of F(s-1) or
-				// the gradient of B/I(s+1). The chunk's own F and I run
-				// earlier on this rank, and a compute-only program ships
-				// no labels or inputs.
-				if stage, rank, act, grad, ok := deps.Across(&p, &cs[x]); ok { // deps.Neighbour, in registers
-					ts.wait = int32(stage*M + cs[x].Micro)
-					if grad {
-						ts.wait += int32(SM)
-					}
-					if rank != r && act >= 0 && act < S {
-						// The transfer: its latency and, with a bandwidth,
-						// the size of the activation (F) or of the gradient
-						// with respect to cs's output (a backward).
-						ts.lat = int32(act)
-					} else if rank != r {
-						ts.lat = int32(S) // no size: latency only (ActTime is 0)
-					}
+	// sub returns what the timeline needs of compute sub-step cs of rank r.
+	sub := func(r int, cs *ir.Step) timedSub {
+		ts := timedSub{wait: -1, end: -1}
+		// Its cross-stage input: the activation of F(s-1) or the gradient
+		// of B/I(s+1). The chunk's own F and I run earlier on this rank,
+		// and a compute-only program ships no labels or inputs.
+		if stage, rank, act, grad, ok := deps.Across(&p, cs); ok { // deps.Neighbour, in registers
+			ts.wait = int32(stage*M + cs.Micro)
+			if grad {
+				ts.wait += int32(SM)
+			}
+			if rank != r {
+				// The transfer: its latency and, with a bandwidth, the
+				// size of the activation (F) or of the gradient with
+				// respect to cs's output (a backward); no size: latency only.
+				if act < 0 || act >= S {
+					act = S
 				}
-				k := int32(cs[x].Stage*M + cs[x].Micro)
-				switch {
-				case cs[x].Kind == ir.Forward:
-					ts.end = k
-				case cs[x].Kind.IsBackward():
-					ts.end = int32(SM) + k
-				}
-				sub = append(sub, ts)
+				ts.lat = latency[act]
 			}
 		}
-		subs[r] = sub
+		k := int32(cs.Stage*M + cs.Micro)
+		switch {
+		case cs.Kind == ir.Forward:
+			ts.end = k
+		case cs.Kind.IsBackward():
+			ts.end = int32(SM) + k
+		}
+		return ts
+	}
+	par.ForRanks(P, n, func(r int) {
+		steps, rec := p.Ranks[r], recs[r]
+		more := sc.multi[r][:0]
+		for j := range steps {
+			st := &steps[j]
+			k := st.Kind
+			switch {
+			case k.IsOverlap():
+				// Its sub-steps go to more, the record pointing at them.
+				rec[j] = timedStep{cost: c.StepCost(*st), wait: multiSubs, end: int32(len(more))}
+				for x := range st.Sub {
+					more = append(more, sub(r, &st.Sub[x]))
+					more[len(more)-1].more = x+1 < len(st.Sub)
+				}
+				if len(st.Sub) == 0 {
+					rec[j].wait = -1
+					rec[j].end = -1
+				}
+			case k.IsCompute():
+				ts := sub(r, st)
+				rec[j] = timedStep{cost: c.StepCost(*st), lat: ts.lat, wait: ts.wait, end: ts.end}
+			default:
+				rec[j] = timedStep{cost: c.StepCost(*st), wait: -1, end: -1}
+			}
+		}
+		sc.multi[r] = more
+		multi[r] = more
 	})
 	wake := func(key int32) {
 		for w := head[key]; w >= 0; w = next[w] {
@@ -463,42 +470,61 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	for len(work) > 0 {
 		r := int(work[len(work)-1])
 		work = work[:len(work)-1]
-		rec, sub := recs[r], subs[r]
+		rec, e, i := recs[r], ends[r], pos[r]
+		start := free[r]
 	advance:
-		for pos[r] < len(rec) {
-			st := &rec[pos[r]]
-			cs := sub[st.sub : st.sub+st.n]
-			start := free[r]
-			for x := range cs {
-				w := cs[x].wait
-				if w < 0 {
-					continue
-				}
+		for i < len(rec) {
+			st := &rec[i]
+			switch w := st.wait; {
+			case w >= 0:
 				t := chunkEnd[w]
 				if t < 0 {
 					next[r] = head[w]
 					head[w] = int32(r)
 					break advance
 				}
-				switch l := cs[x].lat; {
-				case l >= int32(S):
-					t += c.Comm + c.ActTime(-1)
-				case l >= 0:
-					t += latency[l]
+				start = max(start, t+st.lat)
+			case w == multiSubs:
+				for x := st.end; ; x++ {
+					s := &multi[r][x]
+					if s.wait >= 0 {
+						t := chunkEnd[s.wait]
+						if t < 0 {
+							next[r] = head[s.wait]
+							head[s.wait] = int32(r)
+							start = free[r] // as it was before this step
+							break advance
+						}
+						start = max(start, t+s.lat)
+					}
+					if !s.more {
+						break
+					}
 				}
-				start = max(start, t)
 			}
 			end := start + st.cost
-			ends[r][pos[r]] = end
+			e[i] = end
 			free[r] = end
-			pos[r]++
-			for x := range cs {
-				if e := cs[x].end; e >= 0 {
-					chunkEnd[e] = end
-					wake(e)
+			start = end
+			i++
+			switch {
+			case st.end >= 0 && st.wait != multiSubs:
+				chunkEnd[st.end] = end
+				wake(st.end)
+			case st.wait == multiSubs:
+				for x := st.end; ; x++ {
+					s := &multi[r][x]
+					if s.end >= 0 {
+						chunkEnd[s.end] = end
+						wake(s.end)
+					}
+					if !s.more {
+						break
+					}
 				}
 			}
 		}
+		pos[r] = i
 	}
 	for r := range P {
 		if pos[r] < len(p.Ranks[r]) {
@@ -508,19 +534,27 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	return ends, true
 }
 
-// timedStep is what idealTimelineInto needs of a step: its cost, and its
-// compute sub-steps (the step itself, an overlap's two, or none), subs
-// sub..sub+n-1 of its rank's timedSub list.
+// timedStep is what idealTimelineInto needs of a step: its cost and, for a
+// single compute step, the key of chunkEnd it waits for (-1: none), the
+// latency that wait adds (0 when the producer is on this rank), and the
+// key it ends (-1: none). For an overlap, wait is multiSubs and end the
+// index of its first sub-step in its rank's timedSub list.
 type timedStep struct {
-	cost   float64
-	sub, n int32
+	cost, lat float64
+	wait, end int32
 }
 
-// timedSub is what idealTimelineInto needs of a compute sub-step: the key
-// of chunkEnd it waits for (-1: none), the stage whose latency (latency)
-// that wait adds when the producer is on another rank (-1: none; the stage
-// count: the latency without a size), and the key it ends (-1: none).
-type timedSub struct{ wait, lat, end int32 }
+// multiSubs is timedStep.wait for a step whose compute sub-steps (an
+// overlap's) are listed apart.
+const multiSubs = -2
+
+// timedSub is what idealTimelineInto needs of one compute sub-step of an
+// overlap: as timedStep, and whether the step has another after it.
+type timedSub struct {
+	lat       float64
+	wait, end int32
+	more      bool
+}
 
 func tieRank(k ir.Kind, src int32) int32 {
 	if k == ir.SendF {
@@ -535,6 +569,7 @@ func tieRank(k ir.Kind, src int32) int32 {
 type timedScratch struct {
 	at               []chunkAt
 	ts               []transfer
+	keys             []transferKey
 	runs, mine       []int32
 	ops              []placed
 	keyT             []float64
@@ -547,7 +582,7 @@ type timelineScratch struct {
 	chunkEnd, ends []float64
 	head           []int32
 	recs           []timedStep
-	subs           []timedSub
+	multi          [][]timedSub // per rank: the sub-steps of its overlaps
 }
 
 var timedKeep par.Keep[timedScratch]
@@ -574,9 +609,16 @@ type transfer struct {
 	kind         ir.Kind // SEND_F or SEND_B
 }
 
-// keyLess orders transfers a and b of ts by key time, then tie.
-func keyLess(ts []transfer, a, b int32) bool {
-	x, y := &ts[a], &ts[b]
+// transferKey is a transfer's key: its key time, then its tie (see
+// insertCommTimed); keys[i] is ts[i]'s.
+type transferKey struct {
+	t   float64
+	tie uint64
+}
+
+// keyLess orders transfers a and b by their keys.
+func keyLess(keys []transferKey, a, b int32) bool {
+	x, y := &keys[a], &keys[b]
 	return x.t < y.t || (x.t == y.t && x.tie < y.tie)
 }
 
@@ -584,11 +626,11 @@ func keyLess(ts []transfer, a, b int32) bool {
 // lists a and b to dst and returns it (len(a)+len(b) long). dst may be the
 // memory that holds the lists before b, up to b: the element written at
 // i+j never lies past b[j], which is read first.
-func mergeByKey(dst, a, b []int32, ts []transfer) []int32 {
+func mergeByKey(dst, a, b []int32, keys []transferKey) []int32 {
 	dst = dst[:len(a)+len(b)]
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
-		if keyLess(ts, b[j], a[i]) {
+		if keyLess(keys, b[j], a[i]) {
 			dst[i+j] = b[j]
 			j++
 		} else {
@@ -605,9 +647,9 @@ func mergeByKey(dst, a, b []int32, ts []transfer) []int32 {
 
 // sortByKey sorts the transfer indexes a by keyLess (runs are short and
 // nearly sorted: insertion sort).
-func sortByKey(a []int32, ts []transfer) {
+func sortByKey(a []int32, keys []transferKey) {
 	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && keyLess(ts, a[j], a[j-1]); j-- {
+		for j := i; j > 0 && keyLess(keys, a[j], a[j-1]); j-- {
 			a[j], a[j-1] = a[j-1], a[j]
 		}
 	}

@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"math"
 	"math/bits"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
@@ -75,13 +76,12 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 			out = make([]ir.Step, len(steps))
 			copy(out, steps)
 		}
-		first, slotOf, next, endHead := x.first, x.slotOf, x.next, x.endHead
+		slotOf, next, endHead := x.slotOf, x.next, x.endHead
 		for i, ch := range chs {
 			switch {
-			case ch >= 0:
-				if first[ch] == int32(i) && slotOf[ch] < 0 {
-					x.alloc(ch)
-				}
+			case ch < 0: // the chunk's first step (span): a step's own chunk is never its neighbour
+				out[i].Slot = x.alloc(^ch)
+			case ch < overlapStep:
 				out[i].Slot = int(slotOf[ch])
 			case ch == overlapStep:
 				st := &out[i]
@@ -102,8 +102,13 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	return q, counts, nil
 }
 
-// overlapStep marks an overlap in slotter.chs: its sub-steps name the chunks.
-const overlapStep = -2
+// The marks of slotter.chs besides a chunk: a step that names none of the
+// rank's chunks, and an overlap (its sub-steps name the chunks). A chunk
+// is below 2^31 - 2: its arrays would not fit in memory otherwise.
+const (
+	noChunk     = math.MaxInt32
+	overlapStep = math.MaxInt32 - 1
+)
 
 // slotter holds the per-chunk state of AssignSlots (chunk = stage*M+micro;
 // every chunk lives on one rank, so the arrays serve all ranks).
@@ -116,28 +121,37 @@ type slotter struct {
 	slotOf  []int32
 	next    []int32 // chunks whose last use is the same step, linked from endHead
 	endHead []int32 // per step of the current rank
-	chs     []int32 // per step of the current rank: its chunk, -1 for none, overlapStep
+	chs     []int32 // per step of the current rank: span's answer, overlapStep for an overlap
 	free    []uint64
 	count   int
 	_       [64]byte // each worker's slotter (assignSlots) on its own cache lines
 }
 
 // span extends the lifetimes st (at index i) touches: its own chunk's and,
-// as src, its colocated neighbour's. It returns st's chunk, or -1 when st
-// names none of this rank's.
+// as src, its colocated neighbour's (neighbour). It returns st's chunk,
+// ^chunk when i is the chunk's first step, noChunk when st names none of
+// this rank's.
 func (x *slotter) span(st *ir.Step, i int32) int32 {
 	k := st.Kind
 	if slotFlags[k]&namesChunk == 0 || st.Stage < 0 || st.Micro < 0 || x.rankOf[st.Stage] != x.r {
-		return -1
+		return noChunk
 	}
 	ch := int32(st.Stage*x.M + st.Micro)
+	v := ch
 	if x.first[ch] < 0 {
 		x.first[ch] = i
+		v = ^ch
 	}
 	x.last[ch] = max(x.last[ch], i)
-	if slotFlags[k]&readsNeighbour == 0 {
-		return ch
+	if slotFlags[k]&readsNeighbour != 0 {
+		x.neighbour(st, i)
 	}
+	return v
+}
+
+// neighbour extends the lifetime of the colocated chunk that compute step
+// st (at index i) reads as src (srcStage), if any.
+func (x *slotter) neighbour(st *ir.Step, i int32) {
 	if stage, rank, _, _, ok := deps.Across(x.rt, st); ok && rank == x.r {
 		nb := stage*x.M + st.Micro
 		if x.first[nb] < 0 {
@@ -145,18 +159,18 @@ func (x *slotter) span(st *ir.Step, i int32) int32 {
 		}
 		x.last[nb] = max(x.last[nb], i)
 	}
-	return ch
 }
 
-// alloc gives chunk ch the lowest free slot and queues its release after
-// the chunk's last use.
-func (x *slotter) alloc(ch int32) {
+// alloc gives chunk ch the lowest free slot, queues its release after the
+// chunk's last use and returns the slot.
+func (x *slotter) alloc(ch int32) int {
 	s := lowestFree(&x.free)
 	x.slotOf[ch] = int32(s)
 	x.count = max(x.count, s+1)
 	e := x.last[ch]
 	x.next[ch] = x.endHead[e]
 	x.endHead[e] = ch
+	return s
 }
 
 // slotFlags holds, per kind, what the slots pass asks of it, in one load.
