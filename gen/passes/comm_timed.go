@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -78,6 +77,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	nSend := make([]int32, P)
 	sendOff := make([]int32, P+1)
 	ts := sc.ts[:0]
+	nt := newNeighbourTable(&p)
 	for r, steps := range p.Ranks {
 		for j := range steps {
 			subs := ir.ComputesAt(steps, j)
@@ -90,7 +90,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				case ir.Backward, ir.BackwardInput:
 					bAt[k] = chunkAt{int32(r), int32(j)}
 				}
-				kind, ok := needsSend(&p, r, cs)
+				kind, ok := nt.send(r, cs)
 				if !ok {
 					continue
 				}
@@ -158,8 +158,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	sc.keyT = par.Resize(sc.keyT, 2*len(ts))
 	keyT := sc.keyT
 	ops := make([][]placed, P)
-	sc.sendPos, sc.recvPos = par.Resize(sc.sendPos, len(ts)), par.Resize(sc.recvPos, len(ts))
-	sendPos, recvPos := sc.sendPos, sc.recvPos
+	sc.sendPos = par.Resize(sc.sendPos, len(ts))
+	sendPos := sc.sendPos // a send's index in its rank's ops
 	wg.Wait()
 	if !ok {
 		return ir.Program{}, false
@@ -232,7 +232,6 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				list[k] = placed{at: int32(u), x: i}
 				continue
 			}
-			recvPos[i] = int32(k)
 			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true}
 		}
 		ops[r] = list
@@ -249,25 +248,6 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	par.ForRanks(P, nHost, func(r int) {
 		list := ops[r]
 		e := ends[r]
-		for k := range list {
-			op := &list[k]
-			if !op.recv {
-				op.peer = recvPos[op.x]
-				continue
-			}
-			op.peer = sendPos[op.x]
-			limitAt, limitT := int32(len(e)), math.Inf(1)
-			if k+1 < len(list) {
-				limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
-			}
-			if src := ts[op.x].src; off[src]+op.peer+1 < off[src+1] {
-				limitT = min(limitT, keyT[off[src]+op.peer+1])
-			}
-			limitAt = min(limitAt, op.cons)
-			for op.at < limitAt && e[op.at] <= limitT {
-				op.at++
-			}
-		}
 		steps := p.Ranks[r]
 		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
 		// Fields are set one by one wherever Sub stays nil: out is fresh, so
@@ -275,17 +255,31 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		o, j := 0, 0
 		for k := range list {
 			op := &list[k]
-			at := int(op.at)
-			if at < j {
+			x := &ts[op.x]
+			at := op.at
+			if op.recv {
+				// The slide (list[k+1].at is the next op's position before its own).
+				limitAt, limitT := int32(len(e)), math.Inf(1)
+				if k+1 < len(list) {
+					limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
+				}
+				if src, peer := x.src, sendPos[op.x]; off[src]+peer+1 < off[src+1] {
+					limitT = min(limitT, keyT[off[src]+peer+1])
+				}
+				limitAt = min(limitAt, op.cons)
+				for at < limitAt && e[at] <= limitT {
+					at++
+				}
+			}
+			if int(at) < j {
 				bad[r] = true // positions out of key order: the argument fails
 				return
 			}
-			if at > len(steps) {
+			if int(at) > len(steps) {
 				break // past the end: not placed (never the case: at <= len(e))
 			}
 			o = copyHost(out, o, steps[j:at])
-			j = at
-			x := &ts[op.x]
+			j = int(at)
 			d := &out[o]
 			switch {
 			case !op.recv:
@@ -403,13 +397,14 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		n += k
 		work = append(work, int32(r))
 	}
+	nt := newNeighbourTable(&p)
 	// sub returns what the timeline needs of compute sub-step cs of rank r.
 	sub := func(r int, cs *ir.Step) timedSub {
 		ts := timedSub{wait: -1, end: -1}
 		// Its cross-stage input: the activation of F(s-1) or the gradient
 		// of B/I(s+1). The chunk's own F and I run earlier on this rank,
 		// and a compute-only program ships no labels or inputs.
-		if stage, rank, act, grad, ok := deps.Across(&p, cs); ok { // deps.Neighbour, in registers
+		if stage, rank, act, grad, ok := nt.across(cs); ok { // deps.Neighbour, in registers
 			ts.wait = int32(stage*M + cs.Micro)
 			if grad {
 				ts.wait += int32(SM)
@@ -433,16 +428,36 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		}
 		return ts
 	}
+	// costOf[k*S+s] is StepCost of a step of kind k (not an overlap) on
+	// stage s: a function of the two alone when c.Each is nil (a
+	// per-micro-batch replay), which every step would otherwise ask of the
+	// cost model anew.
+	var costOf []float64
+	if c.Each == nil {
+		sc.costOf = par.Resize(sc.costOf, int(numKinds)*S)
+		costOf = sc.costOf
+		for _, k := range ir.Kinds() {
+			for s := range S {
+				costOf[int(k)*S+s] = c.StepCost(ir.Step{Kind: k, Stage: s, Micro: 0, Peer: ir.None, Slot: ir.None})
+			}
+		}
+	}
 	par.ForRanks(P, n, func(r int) {
 		steps, rec := p.Ranks[r], recs[r]
 		more := sc.multi[r][:0]
 		for j := range steps {
 			st := &steps[j]
 			k := st.Kind
+			var cost float64
+			if costOf != nil && k.Valid() && !k.IsOverlap() && st.Stage >= 0 && st.Stage < S {
+				cost = costOf[int(k)*S+st.Stage]
+			} else {
+				cost = c.StepCost(*st)
+			}
 			switch {
 			case k.IsOverlap():
 				// Its sub-steps go to more, the record pointing at them.
-				rec[j] = timedStep{cost: c.StepCost(*st), wait: multiSubs, end: int32(len(more))}
+				rec[j] = timedStep{cost: cost, wait: multiSubs, end: int32(len(more))}
 				for x := range st.Sub {
 					more = append(more, sub(r, &st.Sub[x]))
 					more[len(more)-1].more = x+1 < len(st.Sub)
@@ -453,9 +468,9 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 				}
 			case k.IsCompute():
 				ts := sub(r, st)
-				rec[j] = timedStep{cost: c.StepCost(*st), lat: ts.lat, wait: ts.wait, end: ts.end}
+				rec[j] = timedStep{cost: cost, lat: ts.lat, wait: ts.wait, end: ts.end}
 			default:
-				rec[j] = timedStep{cost: c.StepCost(*st), wait: -1, end: -1}
+				rec[j] = timedStep{cost: cost, wait: -1, end: -1}
 			}
 		}
 		sc.multi[r] = more
@@ -534,6 +549,9 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	return ends, true
 }
 
+// numKinds is one more than the largest valid kind.
+var numKinds = slices.Max(ir.Kinds()) + 1
+
 // timedStep is what idealTimelineInto needs of a step: its cost and, for a
 // single compute step, the key of chunkEnd it waits for (-1: none), the
 // latency that wait adds (0 when the producer is on this rank), and the
@@ -567,14 +585,14 @@ func tieRank(k ir.Kind, src int32) int32 {
 // (timedKeep): at P = 64, M = 256 they come to some 10 MB a lowering, which
 // would otherwise be allocated, cleared and collected every time.
 type timedScratch struct {
-	at               []chunkAt
-	ts               []transfer
-	keys             []transferKey
-	runs, mine       []int32
-	ops              []placed
-	keyT             []float64
-	sendPos, recvPos []int32
-	timeline         timelineScratch
+	at         []chunkAt
+	ts         []transfer
+	keys       []transferKey
+	runs, mine []int32
+	ops        []placed
+	keyT       []float64
+	sendPos    []int32
+	timeline   timelineScratch
 }
 
 // timelineScratch holds idealTimelineInto's buffers.
@@ -582,6 +600,7 @@ type timelineScratch struct {
 	chunkEnd, ends []float64
 	head           []int32
 	recs           []timedStep
+	costOf         []float64
 	multi          [][]timedSub // per rank: the sub-steps of its overlaps
 }
 
@@ -594,7 +613,6 @@ type chunkAt struct{ rank, index int32 }
 type placed struct {
 	at   int32 // host step index the op goes before
 	cons int32 // for a receive: index of its consuming host step
-	peer int32 // index of the other half in ops[peer rank]
 	x    int32 // the transfer
 	recv bool
 }
