@@ -175,7 +175,10 @@ func needsSend(p *ir.Program, r int, c *ir.Step) (ir.Kind, bool) {
 type neighbourTable struct {
 	p   *ir.Program
 	S   int
-	tab []neighbourEntry // [class-1)*S + stage] (neighbourClass); nil: ask deps
+	tab []neighbourEntry // [(class-1)*S + stage] (neighbourClass); nil: ask deps
+	// local[(class-1)*S + stage] is srcStage of such a step on its
+	// stage's rank: the neighbour stage when that rank holds it, else -1.
+	local []int32
 }
 
 type neighbourEntry struct {
@@ -199,13 +202,14 @@ func newNeighbourTable(p *ir.Program) neighbourTable {
 	if p.Copies > 1 {
 		return t
 	}
-	t.tab = make([]neighbourEntry, 2*S)
+	t.tab, t.local = make([]neighbourEntry, 2*S), make([]int32, 2*S)
 	for c, kind := range []ir.Kind{ir.Forward, ir.Backward} {
 		for s := range S {
 			st := ir.Compute(kind, s, 0)
 			stage, rank, act, grad, ok := deps.Across(p, &st)
 			cons, consOK := deps.ConsumerRank(p, st)
 			t.tab[c*S+s] = neighbourEntry{stage: int32(stage), rank: int32(rank), act: int32(act), grad: grad, ok: ok, cons: int32(cons), consOK: consOK}
+			t.local[c*S+s] = int32(srcStage(p, p.Placement.RankOf[s], &st))
 		}
 	}
 	return t

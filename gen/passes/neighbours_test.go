@@ -9,8 +9,8 @@ import (
 )
 
 // TestNeighbourTable: the table answers every kind, stage (in range or
-// not), micro-batch and rank as deps.Across and needsSend do, with one
-// model copy (from the table) and with two (from deps).
+// not), micro-batch and rank as deps.Across, needsSend and srcStage do,
+// with one model copy (from the table) and with two (from deps).
 func TestNeighbourTable(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -44,6 +44,11 @@ func TestNeighbourTable(t *testing.T) {
 							gk, gok := nt.send(r, &st)
 							if gk != wk || gok != wok {
 								t.Errorf("send(%d, %s): %s %v, needsSend: %s %v", r, st, gk, gok, wk, wok)
+							}
+						}
+						if c := int(neighbourClass[k]); c != 0 && nt.local != nil && s >= 0 && s < S {
+							if got, want := int(nt.local[(c-1)*S+s]), srcStage(&p, p.Placement.RankOf[s], &st); got != want {
+								t.Errorf("local(%s): %d, srcStage: %d", st, got, want)
 							}
 						}
 						if gok {

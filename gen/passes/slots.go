@@ -39,8 +39,9 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	}
 	rankOf := p.Placement.RankOf
 	S, M := len(rankOf), p.Micro
-	nt := newNeighbourTable(&ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies})
-	shared := slotter{rankOf: rankOf, nt: &nt, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
+	rt := &ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies}
+	nt := newNeighbourTable(rt)
+	shared := slotter{rankOf: rankOf, rt: rt, nt: &nt, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ties: p.Ties, RecomputeShare: p.RecomputeShare, RecomputeCost: p.RecomputeCost, RecomputeLayers: p.RecomputeLayers, Ranks: make([][]ir.Step, len(p.Ranks))}
 	counts := make([]int, len(p.Ranks))
 	// Every chunk lives on one rank, so ranks touch disjoint parts of the
@@ -54,8 +55,21 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 		x := &xs[wid]
 		steps := p.Ranks[r]
 		x.r = r
-		x.spanRank(steps)
+		// Lifetimes, and each step's chunk (chs) for the sweep, which then
+		// reads four bytes a step instead of the step.
+		x.chs = par.Resize(x.chs, len(steps))
 		chs := x.chs
+		for i := range steps {
+			st := &steps[i]
+			if st.Kind.IsOverlap() {
+				for k := range st.Sub {
+					x.span(&st.Sub[k], int32(i))
+				}
+				chs[i] = overlapStep
+				continue
+			}
+			chs[i] = x.span(st, int32(i))
+		}
 		x.endHead = filledInto(x.endHead, len(steps), -1)
 		// Sweep.
 		x.free, x.count = x.free[:0], 0
@@ -102,7 +116,8 @@ const (
 // every chunk lives on one rank, so the arrays serve all ranks).
 type slotter struct {
 	rankOf  []int
-	nt      *neighbourTable // deps.Across
+	rt      *ir.Program // placement, micro count and copies (no steps), for routes
+	nt      *neighbourTable
 	M, r    int
 	first   []int32 // first step of the chunk
 	last    []int32 // last use of the chunk
@@ -115,50 +130,43 @@ type slotter struct {
 	_       [64]byte // each worker's slotter (assignSlots) on its own cache lines
 }
 
-// spanRank extends the lifetimes the steps of rank x.r touch, each step's
-// own chunk's and, as src, its colocated neighbour's (srcStage), and sets
-// x.chs[i] for the sweep, which then reads four bytes a step instead of the
-// step: step i's chunk, ^chunk when i is the chunk's first step, noChunk
-// when it names none of the rank's chunks, overlapStep for an overlap.
-func (x *slotter) spanRank(steps []ir.Step) {
-	x.chs = par.Resize(x.chs, len(steps))
-	chs := x.chs
-	first, last, rankOf, M, r := x.first, x.last, x.rankOf, x.M, x.r
-	for i := range steps {
-		leaves := steps[i : i+1 : i+1]
-		over := steps[i].Kind.IsOverlap()
-		if over {
-			leaves = steps[i].Sub
+// span extends the lifetimes st (at index i) touches: its own chunk's and,
+// as src, its colocated neighbour's (neighbour). It returns st's chunk,
+// ^chunk when i is the chunk's first step, noChunk when st names none of
+// this rank's.
+func (x *slotter) span(st *ir.Step, i int32) int32 {
+	k := st.Kind
+	if slotFlags[k]&namesChunk == 0 || st.Stage < 0 || st.Micro < 0 || x.rankOf[st.Stage] != x.r {
+		return noChunk
+	}
+	ch := int32(st.Stage*x.M + st.Micro)
+	v := ch
+	if x.first[ch] < 0 {
+		x.first[ch] = i
+		v = ^ch
+	}
+	x.last[ch] = i // the walk only goes forward
+	if c := int(neighbourClass[k]); c != 0 {
+		x.neighbour(st, c, i)
+	}
+	return v
+}
+
+// neighbour extends the lifetime of the colocated chunk that compute step
+// st (at index i, of neighbourClass c) reads as src (srcStage), if any.
+func (x *slotter) neighbour(st *ir.Step, c int, i int32) {
+	nb := -1
+	if x.nt.local != nil {
+		nb = int(x.nt.local[(c-1)*x.nt.S+st.Stage])
+	} else {
+		nb = srcStage(x.rt, x.r, st)
+	}
+	if nb >= 0 {
+		ch := nb*x.M + st.Micro
+		if x.first[ch] < 0 {
+			x.first[ch] = i
 		}
-		v := int32(noChunk)
-		for l := range leaves {
-			st := &leaves[l]
-			k := st.Kind
-			if slotFlags[k]&namesChunk == 0 || st.Stage < 0 || st.Micro < 0 || rankOf[st.Stage] != r {
-				continue
-			}
-			ch := int32(st.Stage*M + st.Micro)
-			v = ch
-			if first[ch] < 0 {
-				first[ch] = int32(i)
-				v = ^ch
-			}
-			last[ch] = int32(i) // the walk only goes forward
-			if slotFlags[k]&readsNeighbour == 0 {
-				continue
-			}
-			if stage, rank, _, _, ok := x.nt.across(st); ok && rank == r {
-				nb := stage*M + st.Micro
-				if first[nb] < 0 {
-					first[nb] = int32(i)
-				}
-				last[nb] = int32(i)
-			}
-		}
-		if over {
-			v = overlapStep
-		}
-		chs[i] = v
+		x.last[ch] = i
 	}
 }
 
@@ -181,17 +189,13 @@ var slotFlags = func() (t [256]uint8) {
 		if kind.HasStage() && kind.HasMicro() {
 			t[k] |= namesChunk
 		}
-		if kind == ir.Forward || kind == ir.Backward || kind == ir.BackwardInput {
-			t[k] |= readsNeighbour // the kinds deps.Across answers for
-		}
 	}
 	return t
 }()
 
 // The bits of slotFlags.
 const (
-	namesChunk     = 1 << iota // HasStage and HasMicro: the step names a chunk
-	readsNeighbour             // F, B or I: it may read a colocated neighbour's chunk (srcStage)
+	namesChunk = 1 << iota // HasStage and HasMicro: the step names a chunk
 )
 
 // give gives st its chunk's slot, allocating it (and queueing its release
