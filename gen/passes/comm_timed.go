@@ -76,7 +76,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
 	nSend := make([]int32, P)
 	sendOff := make([]int32, P+1)
-	ts := sc.ts[:0]
+	built := sc.ts[:0]
 	nt := newNeighbourTable(&p)
 	for r, steps := range p.Ranks {
 		for j := range steps {
@@ -101,14 +101,18 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				// is then posted later); then producer step and sub-step.
 				// Any total order both ends agree on is safe.
 				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				ts = append(ts, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+				built = append(built, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
 					kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
 			}
 		}
-		sendOff[r+1] = int32(len(ts))
+		sendOff[r+1] = int32(len(built))
 		nSend[r] = sendOff[r+1] - sendOff[r]
 	}
-	sc.ts = ts
+	sc.ts = built
+	// ts is never assigned again, so the closures below capture it by
+	// value (a slice they would otherwise reload through a pointer at
+	// every use); so is ends' copy (endsOf, below).
+	ts := built
 	nRecv := make([]int32, P)
 	for i := range ts {
 		x := &ts[i]
@@ -164,12 +168,13 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	if !ok {
 		return ir.Program{}, false
 	}
+	endsOf := ends
 	// The key times: each transfer's producer end; and the keys apart, for
 	// the sort and the merges below to read 16 bytes a transfer.
 	sc.keys = par.Resize(sc.keys, len(ts))
 	keys := sc.keys
 	par.ForRanks(P, nHost, func(r int) {
-		e := ends[r]
+		e := endsOf[r]
 		for i := sendOff[r]; i < sendOff[r+1]; i++ {
 			t := e[ts[i].j]
 			ts[i].t = t
@@ -218,7 +223,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		// Place: a send right after the host steps that end by its time, a
 		// receive there too but no later than its consumer. Key times grow
 		// along the list, so one pointer walks the rank's end times.
-		e := ends[r]
+		e := endsOf[r]
 		list := opsBuf[lo:hi:hi]
 		u := 0
 		for k, i := range merged {
@@ -247,7 +252,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	bad := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
 		list := ops[r]
-		e := ends[r]
+		e := endsOf[r]
 		steps := p.Ranks[r]
 		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
 		// Fields are set one by one wherever Sub stays nil: out is fresh, so
