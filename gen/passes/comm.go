@@ -215,12 +215,27 @@ func newNeighbourTable(p *ir.Program) neighbourTable {
 	return t
 }
 
+// entry returns cs's row of the table (one that answers no neighbour and
+// no consumer for a kind other than F, B and I), or nil when deps must
+// answer. It inlines, so that the hot loops ask it without a call.
+func (t *neighbourTable) entry(cs *ir.Step) *neighbourEntry {
+	c := int(neighbourClass[cs.Kind])
+	if c == 0 {
+		return &noNeighbour
+	}
+	if uint(cs.Stage) < uint(t.S) && t.tab != nil {
+		return &t.tab[(c-1)*t.S+cs.Stage]
+	}
+	return nil
+}
+
+// noNeighbour is what deps.Across and deps.ConsumerRank answer for a
+// kind other than F, B and I.
+var noNeighbour = neighbourEntry{rank: ir.None, act: -1, cons: ir.None}
+
 // across is deps.Across(t.p, cs).
 func (t *neighbourTable) across(cs *ir.Step) (stage, rank, act int, grad, ok bool) {
-	if c := int(neighbourClass[cs.Kind]); c == 0 {
-		return 0, ir.None, -1, false, false
-	} else if t.tab != nil && uint(cs.Stage) < uint(t.S) {
-		e := &t.tab[(c-1)*t.S+cs.Stage]
+	if e := t.entry(cs); e != nil {
 		return int(e.stage), int(e.rank), int(e.act), e.grad, e.ok
 	}
 	return deps.Across(t.p, cs)
@@ -228,18 +243,17 @@ func (t *neighbourTable) across(cs *ir.Step) (stage, rank, act int, grad, ok boo
 
 // send is needsSend(t.p, r, cs).
 func (t *neighbourTable) send(r int, cs *ir.Step) (ir.Kind, bool) {
-	c := int(neighbourClass[cs.Kind])
-	if c == 0 || t.tab == nil || uint(cs.Stage) >= uint(t.S) {
-		return needsSend(t.p, r, cs)
-	}
-	if e := &t.tab[(c-1)*t.S+cs.Stage]; e.consOK && int(e.cons) != r {
-		if c == 1 {
-			return ir.SendF, true
+	if e := t.entry(cs); e != nil {
+		if e.consOK && int(e.cons) != r {
+			return sendKinds[neighbourClass[cs.Kind]], true
 		}
-		return ir.SendB, true
+		return ir.Invalid, false
 	}
-	return ir.Invalid, false
+	return needsSend(t.p, r, cs)
 }
+
+// sendKinds[c] is the send of neighbourClass c's output.
+var sendKinds = [3]ir.Kind{ir.Invalid, ir.SendF, ir.SendB}
 
 // insertCommLate places transfers as late as the strict model allows. With
 // data non-nil, the host steps of each rank are its steps with the data loads

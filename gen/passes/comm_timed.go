@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
 	"github.com/ppgen/ppgen/gen/ir"
 	"github.com/ppgen/ppgen/gen/sim"
@@ -90,9 +91,18 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				case ir.Backward, ir.BackwardInput:
 					bAt[k] = chunkAt{int32(r), int32(j)}
 				}
-				kind, ok := nt.send(r, cs)
-				if !ok {
-					continue
+				var kind ir.Kind
+				if e := nt.entry(cs); e != nil {
+					if !e.consOK || int(e.cons) == r {
+						continue
+					}
+					kind = sendKinds[neighbourClass[cs.Kind]]
+				} else {
+					sk, sends := needsSend(&p, r, cs) // not ok: the timeline's, beside
+					if !sends {
+						continue
+					}
+					kind = sk
 				}
 				// The key of a transfer: (time, tie). Ties: activations
 				// before gradients, activations from later ranks first and
@@ -409,7 +419,14 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		// Its cross-stage input: the activation of F(s-1) or the gradient
 		// of B/I(s+1). The chunk's own F and I run earlier on this rank,
 		// and a compute-only program ships no labels or inputs.
-		if stage, rank, act, grad, ok := nt.across(cs); ok { // deps.Neighbour, in registers
+		var stage, rank, act int
+		var grad, ok bool
+		if e := nt.entry(cs); e != nil { // nt.across without the call
+			stage, rank, act, grad, ok = int(e.stage), int(e.rank), int(e.act), e.grad, e.ok
+		} else {
+			stage, rank, act, grad, ok = deps.Across(&p, cs)
+		}
+		if ok { // deps.Neighbour, in registers
 			ts.wait = int32(stage*M + cs.Micro)
 			if grad {
 				ts.wait += int32(SM)
