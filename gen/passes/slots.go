@@ -55,53 +55,66 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 		x := &xs[wid]
 		steps := p.Ranks[r]
 		x.r = r
-		// Lifetimes, and each step's chunk (chs) for the sweep, which then
-		// reads four bytes a step instead of the step.
-		x.chs = par.Resize(x.chs, len(steps))
-		chs := x.chs
-		for i := range steps {
-			st := &steps[i]
-			if st.Kind.IsOverlap() {
-				for k := range st.Sub {
-					x.span(&st.Sub[k], int32(i))
-				}
-				chs[i] = overlapStep
-				continue
-			}
-			chs[i] = x.span(st, int32(i))
-		}
-		x.endHead = filledInto(x.endHead, len(steps), -1)
-		// Sweep.
-		x.free, x.count = x.free[:0], 0
+		x.lifetimes(steps)
 		out := steps
 		if !inPlace {
 			out = make([]ir.Step, len(steps))
 			copy(out, steps)
 		}
-		slotOf, next, endHead := x.slotOf, x.next, x.endHead
-		for i, ch := range chs {
-			switch {
-			case ch < 0: // the chunk's first step (span): a step's own chunk is never its neighbour
-				out[i].Slot = x.alloc(^ch)
-			case ch < overlapStep:
-				out[i].Slot = int(slotOf[ch])
-			case ch == overlapStep:
-				st := &out[i]
-				st.Sub = append([]ir.Step(nil), st.Sub...)
-				for k := range st.Sub {
-					x.give(&st.Sub[k], int32(i))
-				}
-			}
-			for c := endHead[i]; c >= 0; c = next[c] {
-				if s := slotOf[c]; s >= 0 {
-					x.free[s/64] &^= 1 << (uint(s) % 64)
-				}
-			}
-		}
+		x.sweep(out)
 		q.Ranks[r] = out
 		counts[r] = x.count
 	})
 	return q, counts, nil
+}
+
+// lifetimes walks rank x.r's steps: the lifetimes of their chunks (span),
+// and each step's chunk in x.chs for the sweep, which then reads four bytes
+// a step instead of the step. (Its own function, and sweep's: the loops
+// then keep their few values in registers across the calls.)
+func (x *slotter) lifetimes(steps []ir.Step) {
+	x.chs = par.Resize(x.chs, len(steps))
+	chs := x.chs[:len(steps)]
+	for i := range steps {
+		st := &steps[i]
+		if st.Kind.IsOverlap() {
+			for k := range st.Sub {
+				x.span(&st.Sub[k], int32(i))
+			}
+			chs[i] = overlapStep
+			continue
+		}
+		chs[i] = x.span(st, int32(i))
+	}
+}
+
+// sweep gives the steps out (the rank's, lifetimes known) their slots:
+// each chunk the lowest free one at its first step, freed after its last
+// use.
+func (x *slotter) sweep(out []ir.Step) {
+	chs := x.chs[:len(out)]
+	x.endHead = filledInto(x.endHead, len(out), -1)
+	x.free, x.count = x.free[:0], 0
+	slotOf, next, endHead := x.slotOf, x.next, x.endHead[:len(out)]
+	for i, ch := range chs {
+		switch {
+		case ch < 0: // the chunk's first step (span): a step's own chunk is never its neighbour
+			out[i].Slot = x.alloc(^ch)
+		case ch < overlapStep:
+			out[i].Slot = int(slotOf[ch])
+		case ch == overlapStep:
+			st := &out[i]
+			st.Sub = append([]ir.Step(nil), st.Sub...)
+			for k := range st.Sub {
+				x.give(&st.Sub[k], int32(i))
+			}
+		}
+		for c := endHead[i]; c >= 0; c = next[c] {
+			if s := slotOf[c]; s >= 0 {
+				x.free[s/64] &^= 1 << (uint(s) % 64)
+			}
+		}
+	}
 }
 
 // The marks of slotter.chs besides a chunk: a step that names none of the
