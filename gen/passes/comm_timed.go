@@ -77,45 +77,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
 	nSend := make([]int32, P)
 	sendOff := make([]int32, P+1)
-	built := sc.ts[:0]
-	nt := newNeighbourTable(&p)
-	for r, steps := range p.Ranks {
-		for j := range steps {
-			subs := ir.ComputesAt(steps, j)
-			for sub := range subs {
-				cs := &subs[sub]
-				k := cs.Stage*M + cs.Micro
-				switch cs.Kind {
-				case ir.Forward:
-					fAt[k] = chunkAt{int32(r), int32(j)}
-				case ir.Backward, ir.BackwardInput:
-					bAt[k] = chunkAt{int32(r), int32(j)}
-				}
-				var kind ir.Kind
-				if e := nt.entry(cs); e != nil {
-					if !e.consOK || int(e.cons) == r {
-						continue
-					}
-					kind = sendKinds[neighbourClass[cs.Kind]]
-				} else {
-					sk, sends := needsSend(&p, r, cs) // not ok: the timeline's, beside
-					if !sends {
-						continue
-					}
-					kind = sk
-				}
-				// The key of a transfer: (time, tie). Ties: activations
-				// before gradients, activations from later ranks first and
-				// gradients from earlier ranks first, so a rank that
-				// receives and sends in one instant sends first (its receive
-				// is then posted later); then producer step and sub-step.
-				// Any total order both ends agree on is safe.
-				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				built = append(built, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
-					kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
-			}
-		}
-		sendOff[r+1] = int32(len(built))
+	built := collectTransfers(&p, fAt, bAt, sendOff, sc.ts[:0])
+	for r := range P {
 		nSend[r] = sendOff[r+1] - sendOff[r]
 	}
 	sc.ts = built
@@ -318,6 +281,56 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	return q, true
 }
 
+// collectTransfers is insertCommTimed's walk over the steps of p: it sets
+// where each chunk's forward (fAt) and input-gradient step (bAt) run, and
+// appends to ts the transfers, in producer order (rank by rank, step by
+// step), but for their consumers and key times; sendOff[r+1] is the end of
+// rank r's. (A function of its own: the loop keeps its values in
+// registers.)
+func collectTransfers(p *ir.Program, fAt, bAt []chunkAt, sendOff []int32, ts []transfer) []transfer {
+	M := p.Micro
+	nt := newNeighbourTable(p)
+	for r, steps := range p.Ranks {
+		for j := range steps {
+			subs := ir.ComputesAt(steps, j)
+			for sub := range subs {
+				cs := &subs[sub]
+				k := cs.Stage*M + cs.Micro
+				switch cs.Kind {
+				case ir.Forward:
+					fAt[k] = chunkAt{int32(r), int32(j)}
+				case ir.Backward, ir.BackwardInput:
+					bAt[k] = chunkAt{int32(r), int32(j)}
+				}
+				var kind ir.Kind
+				if e := nt.entry(cs); e != nil {
+					if !e.consOK || int(e.cons) == r {
+						continue
+					}
+					kind = sendKinds[neighbourClass[cs.Kind]]
+				} else {
+					sk, ok := needsSend(p, r, cs)
+					if !ok {
+						continue
+					}
+					kind = sk
+				}
+				// The key of a transfer: (time, tie). Ties: activations
+				// before gradients, activations from later ranks first and
+				// gradients from earlier ranks first, so a rank that
+				// receives and sends in one instant sends first (its receive
+				// is then posted later); then producer step and sub-step.
+				// Any total order both ends agree on is safe.
+				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
+				ts = append(ts, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+					kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
+			}
+		}
+		sendOff[r+1] = int32(len(ts))
+	}
+	return ts
+}
+
 // idealTimeline times a program without transfers: each rank runs its steps
 // in order, and a compute step starts when its rank is free and its
 // cross-stage input (deps.Neighbour) exists (F(s,m) after F(s-1,m), B/I(s,m) after
@@ -412,89 +425,22 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		n += k
 		work = append(work, int32(r))
 	}
-	nt := newNeighbourTable(&p)
-	// sub returns what the timeline needs of compute sub-step cs of rank r.
-	sub := func(r int, cs *ir.Step) timedSub {
-		ts := timedSub{wait: -1, end: -1}
-		// Its cross-stage input: the activation of F(s-1) or the gradient
-		// of B/I(s+1). The chunk's own F and I run earlier on this rank,
-		// and a compute-only program ships no labels or inputs.
-		var stage, rank, act int
-		var grad, ok bool
-		if e := nt.entry(cs); e != nil { // nt.across without the call
-			stage, rank, act, grad, ok = int(e.stage), int(e.rank), int(e.act), e.grad, e.ok
-		} else {
-			stage, rank, act, grad, ok = deps.Across(&p, cs)
-		}
-		if ok { // deps.Neighbour, in registers
-			ts.wait = int32(stage*M + cs.Micro)
-			if grad {
-				ts.wait += int32(SM)
-			}
-			if rank != r {
-				// The transfer: its latency and, with a bandwidth, the
-				// size of the activation (F) or of the gradient with
-				// respect to cs's output (a backward); no size: latency only.
-				if act < 0 || act >= S {
-					act = S
-				}
-				ts.lat = latency[act]
-			}
-		}
-		k := int32(cs.Stage*M + cs.Micro)
-		switch {
-		case cs.Kind == ir.Forward:
-			ts.end = k
-		case cs.Kind.IsBackward():
-			ts.end = int32(SM) + k
-		}
-		return ts
-	}
+	rc := recorder{p: &p, nt: newNeighbourTable(&p), c: &c, latency: latency, S: S, M: M}
 	// costOf[k*S+s] is StepCost of a step of kind k (not an overlap) on
 	// stage s: a function of the two alone when c.Each is nil (a
 	// per-micro-batch replay), which every step would otherwise ask of the
 	// cost model anew.
-	var costOf []float64
 	if c.Each == nil {
 		sc.costOf = par.Resize(sc.costOf, int(numKinds)*S)
-		costOf = sc.costOf
+		rc.costOf = sc.costOf
 		for _, k := range ir.Kinds() {
 			for s := range S {
-				costOf[int(k)*S+s] = c.StepCost(ir.Step{Kind: k, Stage: s, Micro: 0, Peer: ir.None, Slot: ir.None})
+				rc.costOf[int(k)*S+s] = c.StepCost(ir.Step{Kind: k, Stage: s, Micro: 0, Peer: ir.None, Slot: ir.None})
 			}
 		}
 	}
 	par.ForRanks(P, n, func(r int) {
-		steps, rec := p.Ranks[r], recs[r]
-		more := sc.multi[r][:0]
-		for j := range steps {
-			st := &steps[j]
-			k := st.Kind
-			var cost float64
-			if costOf != nil && k.Valid() && !k.IsOverlap() && st.Stage >= 0 && st.Stage < S {
-				cost = costOf[int(k)*S+st.Stage]
-			} else {
-				cost = c.StepCost(*st)
-			}
-			switch {
-			case k.IsOverlap():
-				// Its sub-steps go to more, the record pointing at them.
-				rec[j] = timedStep{cost: cost, wait: multiSubs, end: int32(len(more))}
-				for x := range st.Sub {
-					more = append(more, sub(r, &st.Sub[x]))
-					more[len(more)-1].more = x+1 < len(st.Sub)
-				}
-				if len(st.Sub) == 0 {
-					rec[j].wait = -1
-					rec[j].end = -1
-				}
-			case k.IsCompute():
-				ts := sub(r, st)
-				rec[j] = timedStep{cost: cost, lat: ts.lat, wait: ts.wait, end: ts.end}
-			default:
-				rec[j] = timedStep{cost: cost, wait: -1, end: -1}
-			}
-		}
+		more := rc.rank(r, recs[r], sc.multi[r][:0])
 		sc.multi[r] = more
 		multi[r] = more
 	})
@@ -573,6 +519,95 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 
 // numKinds is one more than the largest valid kind.
 var numKinds = slices.Max(ir.Kinds()) + 1
+
+// recorder reads off a program what idealTimelineInto needs of each step,
+// rank by rank (the loop in a function of its own keeps its values in
+// registers across its calls).
+type recorder struct {
+	p       *ir.Program
+	nt      neighbourTable
+	c       *sim.Cost
+	costOf  []float64 // StepCost per (kind, stage) (see idealTimelineInto), or nil
+	latency []float64 // per stage, and at S the latency without a size
+	S, M    int
+}
+
+// rank fills rec, the records of rank r's steps, and returns more with the
+// sub-steps of its overlaps appended.
+func (x *recorder) rank(r int, rec []timedStep, more []timedSub) []timedSub {
+	steps := x.p.Ranks[r]
+	rec = rec[:len(steps)]
+	S := x.S
+	for j := range steps {
+		st := &steps[j]
+		k := st.Kind
+		var cost float64
+		if x.costOf != nil && k.Valid() && !k.IsOverlap() && st.Stage >= 0 && st.Stage < S {
+			cost = x.costOf[int(k)*S+st.Stage]
+		} else {
+			cost = x.c.StepCost(*st)
+		}
+		switch {
+		case k.IsOverlap():
+			// Its sub-steps go to more, the record pointing at them.
+			rec[j] = timedStep{cost: cost, wait: multiSubs, end: int32(len(more))}
+			for i := range st.Sub {
+				more = append(more, x.sub(r, &st.Sub[i]))
+				more[len(more)-1].more = i+1 < len(st.Sub)
+			}
+			if len(st.Sub) == 0 {
+				rec[j].wait = -1
+				rec[j].end = -1
+			}
+		case k.IsCompute():
+			ts := x.sub(r, st)
+			rec[j] = timedStep{cost: cost, lat: ts.lat, wait: ts.wait, end: ts.end}
+		default:
+			rec[j] = timedStep{cost: cost, wait: -1, end: -1}
+		}
+	}
+	return more
+}
+
+// sub returns what the timeline needs of compute sub-step cs of rank r.
+func (x *recorder) sub(r int, cs *ir.Step) timedSub {
+	ts := timedSub{wait: -1, end: -1}
+	S, M := x.S, x.M
+	SM := S * M
+	// Its cross-stage input: the activation of F(s-1) or the gradient of
+	// B/I(s+1). The chunk's own F and I run earlier on this rank, and a
+	// compute-only program ships no labels or inputs.
+	var stage, rank, act int
+	var grad, ok bool
+	if e := x.nt.entry(cs); e != nil { // nt.across without the call
+		stage, rank, act, grad, ok = int(e.stage), int(e.rank), int(e.act), e.grad, e.ok
+	} else {
+		stage, rank, act, grad, ok = deps.Across(x.p, cs)
+	}
+	if ok { // deps.Neighbour, in registers
+		ts.wait = int32(stage*M + cs.Micro)
+		if grad {
+			ts.wait += int32(SM)
+		}
+		if rank != r {
+			// The transfer: its latency and, with a bandwidth, the size of
+			// the activation (F) or of the gradient with respect to cs's
+			// output (a backward); no size: latency only.
+			if act < 0 || act >= S {
+				act = S
+			}
+			ts.lat = x.latency[act]
+		}
+	}
+	k := int32(cs.Stage*M + cs.Micro)
+	switch {
+	case cs.Kind == ir.Forward:
+		ts.end = k
+	case cs.Kind.IsBackward():
+		ts.end = int32(SM) + k
+	}
+	return ts
+}
 
 // timedStep is what idealTimelineInto needs of a step: its cost and, for a
 // single compute step, the key of chunkEnd it waits for (-1: none), the
