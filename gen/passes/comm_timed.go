@@ -444,15 +444,11 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		sc.multi[r] = more
 		multi[r] = more
 	})
-	// wake appends the ranks waiting for key to work (a parameter: work
-	// stays a register of the loop below, not a variable the closure
-	// shares).
-	wake := func(work []int32, key int32) []int32 {
+	wake := func(key int32) {
 		for w := head[key]; w >= 0; w = next[w] {
 			work = append(work, w)
 		}
 		head[key] = -1
-		return work
 	}
 	for len(work) > 0 {
 		r := int(work[len(work)-1])
@@ -497,13 +493,13 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 			switch {
 			case st.end >= 0 && st.wait != multiSubs:
 				chunkEnd[st.end] = end
-				work = wake(work, st.end)
+				wake(st.end)
 			case st.wait == multiSubs:
 				for x := st.end; ; x++ {
 					s := &multi[r][x]
 					if s.end >= 0 {
 						chunkEnd[s.end] = end
-						work = wake(work, s.end)
+						wake(s.end)
 					}
 					if !s.more {
 						break
