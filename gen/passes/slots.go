@@ -144,7 +144,7 @@ type slotter struct {
 }
 
 // span extends the lifetimes st (at index i) touches: its own chunk's and,
-// as src, its colocated neighbour's (neighbour). It returns st's chunk,
+// as src, its colocated neighbour's. It returns st's chunk,
 // ^chunk when i is the chunk's first step, noChunk when st names none of
 // this rank's.
 func (x *slotter) span(st *ir.Step, i int32) int32 {
@@ -159,15 +159,11 @@ func (x *slotter) span(st *ir.Step, i int32) int32 {
 		v = ^ch
 	}
 	x.last[ch] = i // the walk only goes forward
-	if c := int(neighbourClass[k]); c != 0 {
-		x.neighbour(st, c, i)
+	c := int(neighbourClass[k])
+	if c == 0 {
+		return v
 	}
-	return v
-}
-
-// neighbour extends the lifetime of the colocated chunk that compute step
-// st (at index i, of neighbourClass c) reads as src (srcStage), if any.
-func (x *slotter) neighbour(st *ir.Step, c int, i int32) {
+	// The colocated chunk st reads as src (srcStage), if any.
 	nb := -1
 	if x.nt.local != nil {
 		nb = int(x.nt.local[(c-1)*x.nt.S+st.Stage])
@@ -181,6 +177,7 @@ func (x *slotter) neighbour(st *ir.Step, c int, i int32) {
 		}
 		x.last[ch] = i
 	}
+	return v
 }
 
 // alloc gives chunk ch the lowest free slot, queues its release after the
