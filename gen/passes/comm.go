@@ -165,6 +165,96 @@ func needsSend(p *ir.Program, r int, c *ir.Step) (ir.Kind, bool) {
 	return ir.Invalid, false
 }
 
+// neighbourTable answers deps.Across and needsSend for the loops that ask
+// them of every step (the timed comm order's walk, its ideal timeline, the
+// slots pass). With one model copy (Copies ≤ 1) every micro-batch's route
+// is the whole pipeline, so the answers depend on a step's kind and stage
+// alone: they are asked of deps once per (F or backward, stage) and looked
+// up. With several copies, or a stage out of range, deps answers each
+// question itself.
+type neighbourTable struct {
+	p   *ir.Program
+	S   int
+	tab []neighbourEntry // [(class-1)*S + stage] (neighbourClass); nil: ask deps
+	// local[(class-1)*S + stage] is srcStage of such a step on its
+	// stage's rank: the neighbour stage when that rank holds it, else -1.
+	local []int32
+}
+
+type neighbourEntry struct {
+	stage, rank, act int32 // deps.Across
+	grad, ok         bool
+	consOK           bool  // deps.ConsumerRank's ok
+	cons             int32 // and its rank
+}
+
+// neighbourClass is 1 for F, 2 for B and I (the kinds deps.Across and
+// deps.ConsumerRank answer for, B and I alike), 0 for the others.
+var neighbourClass = func() (t [256]uint8) {
+	t[ir.Forward] = 1
+	t[ir.Backward], t[ir.BackwardInput] = 2, 2
+	return t
+}()
+
+func newNeighbourTable(p *ir.Program) neighbourTable {
+	S := len(p.Placement.RankOf)
+	t := neighbourTable{p: p, S: S}
+	if p.Copies > 1 {
+		return t
+	}
+	t.tab, t.local = make([]neighbourEntry, 2*S), make([]int32, 2*S)
+	for c, kind := range []ir.Kind{ir.Forward, ir.Backward} {
+		for s := range S {
+			st := ir.Compute(kind, s, 0)
+			stage, rank, act, grad, ok := deps.Across(p, &st)
+			cons, consOK := deps.ConsumerRank(p, st)
+			t.tab[c*S+s] = neighbourEntry{stage: int32(stage), rank: int32(rank), act: int32(act), grad: grad, ok: ok, cons: int32(cons), consOK: consOK}
+			t.local[c*S+s] = int32(srcStage(p, p.Placement.RankOf[s], &st))
+		}
+	}
+	return t
+}
+
+// entry returns cs's row of the table (one that answers no neighbour and
+// no consumer for a kind other than F, B and I), or nil when deps must
+// answer. It inlines, so that the hot loops ask it without a call.
+func (t *neighbourTable) entry(cs *ir.Step) *neighbourEntry {
+	c := int(neighbourClass[cs.Kind])
+	if c == 0 {
+		return &noNeighbour
+	}
+	if uint(cs.Stage) < uint(t.S) && t.tab != nil {
+		return &t.tab[(c-1)*t.S+cs.Stage]
+	}
+	return nil
+}
+
+// noNeighbour is what deps.Across and deps.ConsumerRank answer for a
+// kind other than F, B and I.
+var noNeighbour = neighbourEntry{rank: ir.None, act: -1, cons: ir.None}
+
+// across is deps.Across(t.p, cs).
+func (t *neighbourTable) across(cs *ir.Step) (stage, rank, act int, grad, ok bool) {
+	if e := t.entry(cs); e != nil {
+		return int(e.stage), int(e.rank), int(e.act), e.grad, e.ok
+	}
+	return deps.Across(t.p, cs)
+}
+
+// send is needsSend(t.p, r, cs).
+func (t *neighbourTable) send(r int, cs *ir.Step) (ir.Kind, bool) {
+	if e := t.entry(cs); e != nil {
+		if e.consOK && int(e.cons) != r {
+			return sendKinds[neighbourClass[cs.Kind]], true
+		}
+		return ir.Invalid, false
+	}
+	return needsSend(t.p, r, cs)
+}
+
+// sendKinds[c] is the send of neighbourClass c's output.
+var sendKinds = [3]ir.Kind{ir.Invalid, ir.SendF, ir.SendB}
+
 // insertCommLate places transfers as late as the strict model allows. With
 // data non-nil, the host steps of each rank are its steps with the data loads
 // of InsertData inserted (generated on the fly, see insertDataComm).

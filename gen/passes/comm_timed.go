@@ -65,12 +65,10 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			return ir.Program{}, false
 		}
 	}
-	w := par.Workers(P, nHost)
-	if beside {
-		w = 1 // the other worker runs the timeline
-	}
-	// Where each chunk's forward and input-gradient step run, and how many
-	// transfers each rank sends.
+	// One walk over the steps: where each chunk's forward and
+	// input-gradient step run, and the transfers, in producer order (rank
+	// by rank, step by step), but for their consumers, which the chunk
+	// table gives once it is complete.
 	atBlock := par.Resize(sc.at, 2*S*M)
 	sc.at = atBlock
 	for i := range atBlock {
@@ -78,73 +76,31 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	fAt, bAt := atBlock[:S*M:S*M], atBlock[S*M:]
 	nSend := make([]int32, P)
-	for r, steps := range p.Ranks {
-		for j := range steps {
-			subs := ir.ComputesAt(steps, j)
-			for x := range subs {
-				cs := &subs[x]
-				k := cs.Stage*M + cs.Micro
-				switch cs.Kind {
-				case ir.Forward:
-					fAt[k] = chunkAt{int32(r), int32(j)}
-				case ir.Backward, ir.BackwardInput:
-					bAt[k] = chunkAt{int32(r), int32(j)}
-				}
-				if _, ok := needsSend(&p, r, cs); ok {
-					nSend[r]++
-				}
-			}
-		}
-	}
-	// The transfers, in producer order (rank by rank, step by step): each
-	// rank fills its own run of ts.
 	sendOff := make([]int32, P+1)
+	built := collectTransfers(&p, fAt, bAt, sendOff, sc.ts[:0])
 	for r := range P {
-		sendOff[r+1] = sendOff[r] + nSend[r]
+		nSend[r] = sendOff[r+1] - sendOff[r]
 	}
-	ts := par.Resize(sc.ts, int(sendOff[P])) // every entry written below
-	sc.ts = ts
-	noConsumer := make([]bool, P)
-	par.ForRanksW(w, P, func(_, r int) {
-		steps := p.Ranks[r]
-		x := ts[sendOff[r]:sendOff[r]:sendOff[r+1]]
-		for j := range steps {
-			subs := ir.ComputesAt(steps, j)
-			for sub := range subs {
-				cs := &subs[sub]
-				kind, ok := needsSend(&p, r, cs)
-				if !ok {
-					continue
-				}
-				var cons chunkAt
-				if kind == ir.SendF {
-					cons = fAt[(cs.Stage+1)*M+cs.Micro]
-				} else {
-					cons = bAt[(cs.Stage-1)*M+cs.Micro]
-				}
-				if cons.rank < 0 {
-					noConsumer[r] = true
-					return
-				}
-				// The key of a transfer: (time, tie). Ties: activations
-				// before gradients, activations from later ranks first and
-				// gradients from earlier ranks first, so a rank that
-				// receives and sends in one instant sends first (its receive
-				// is then posted later); then producer step and sub-step.
-				// Any total order both ends agree on is safe.
-				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
-				x = append(x, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
-					dst: cons.rank, consume: cons.index, kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
-			}
-		}
-	})
-	if slices.Contains(noConsumer, true) {
-		wg.Wait()
-		return ir.Program{}, false
-	}
+	sc.ts = built
+	// ts is never assigned again, so the closures below capture it by
+	// value (a slice they would otherwise reload through a pointer at
+	// every use); so is ends' copy (endsOf, below).
+	ts := built
 	nRecv := make([]int32, P)
 	for i := range ts {
-		nRecv[ts[i].dst]++
+		x := &ts[i]
+		var cons chunkAt
+		if x.kind == ir.SendF {
+			cons = fAt[int(x.stage+1)*M+int(x.micro)]
+		} else {
+			cons = bAt[int(x.stage-1)*M+int(x.micro)]
+		}
+		if cons.rank < 0 {
+			wg.Wait()
+			return ir.Program{}, false
+		}
+		x.dst, x.consume = cons.rank, cons.index
+		nRecv[cons.rank]++
 	}
 	// Each rank's transfers (both halves), in key order. ts is in producer
 	// order (rank by rank, step by step), so per rank the sends and the
@@ -179,17 +135,23 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	sc.keyT = par.Resize(sc.keyT, 2*len(ts))
 	keyT := sc.keyT
 	ops := make([][]placed, P)
-	sc.sendPos, sc.recvPos = par.Resize(sc.sendPos, len(ts)), par.Resize(sc.recvPos, len(ts))
-	sendPos, recvPos := sc.sendPos, sc.recvPos
+	sc.sendPos = par.Resize(sc.sendPos, len(ts))
+	sendPos := sc.sendPos // a send's index in its rank's ops
 	wg.Wait()
 	if !ok {
 		return ir.Program{}, false
 	}
-	// The key times: each transfer's producer end.
+	endsOf := ends
+	// The key times: each transfer's producer end; and the keys apart, for
+	// the sort and the merges below to read 16 bytes a transfer.
+	sc.keys = par.Resize(sc.keys, len(ts))
+	keys := sc.keys
 	par.ForRanks(P, nHost, func(r int) {
-		e := ends[r]
+		e := endsOf[r]
 		for i := sendOff[r]; i < sendOff[r+1]; i++ {
-			ts[i].t = e[ts[i].j]
+			t := e[ts[i].j]
+			ts[i].t = t
+			keys[i] = transferKey{t, ts[i].tie}
 		}
 	})
 	par.ForRanks(P, nHost, func(r int) {
@@ -212,7 +174,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			rest = rest[n:]
 		}
 		for _, run := range runs {
-			sortByKey(run, ts)
+			sortByKey(run, keys)
 		}
 		// Merge the runs one by one into what the earlier ones gave,
 		// writing by turns to mineBuf and to runsBuf's front, where the
@@ -228,13 +190,13 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			if !inMine {
 				dst = mineBuf[lo:hi]
 			}
-			merged = mergeByKey(dst, merged, run, ts)
+			merged = mergeByKey(dst, merged, run, keys)
 			inMine = !inMine
 		}
 		// Place: a send right after the host steps that end by its time, a
 		// receive there too but no later than its consumer. Key times grow
 		// along the list, so one pointer walks the rank's end times.
-		e := ends[r]
+		e := endsOf[r]
 		list := opsBuf[lo:hi:hi]
 		u := 0
 		for k, i := range merged {
@@ -248,7 +210,6 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				list[k] = placed{at: int32(u), x: i}
 				continue
 			}
-			recvPos[i] = int32(k)
 			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true}
 		}
 		ops[r] = list
@@ -264,26 +225,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	bad := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
 		list := ops[r]
-		e := ends[r]
-		for k := range list {
-			op := &list[k]
-			if !op.recv {
-				op.peer = recvPos[op.x]
-				continue
-			}
-			op.peer = sendPos[op.x]
-			limitAt, limitT := int32(len(e)), math.Inf(1)
-			if k+1 < len(list) {
-				limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
-			}
-			if src := ts[op.x].src; off[src]+op.peer+1 < off[src+1] {
-				limitT = min(limitT, keyT[off[src]+op.peer+1])
-			}
-			limitAt = min(limitAt, op.cons)
-			for op.at < limitAt && e[op.at] <= limitT {
-				op.at++
-			}
-		}
+		e := endsOf[r]
 		steps := p.Ranks[r]
 		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
 		// Fields are set one by one wherever Sub stays nil: out is fresh, so
@@ -291,17 +233,31 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		o, j := 0, 0
 		for k := range list {
 			op := &list[k]
-			at := int(op.at)
-			if at < j {
+			x := &ts[op.x]
+			at := op.at
+			if op.recv {
+				// The slide (list[k+1].at is the next op's position before its own).
+				limitAt, limitT := int32(len(e)), math.Inf(1)
+				if k+1 < len(list) {
+					limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
+				}
+				if src, peer := x.src, sendPos[op.x]; off[src]+peer+1 < off[src+1] {
+					limitT = min(limitT, keyT[off[src]+peer+1])
+				}
+				limitAt = min(limitAt, op.cons)
+				for at < limitAt && e[at] <= limitT {
+					at++
+				}
+			}
+			if int(at) < j {
 				bad[r] = true // positions out of key order: the argument fails
 				return
 			}
-			if at > len(steps) {
+			if int(at) > len(steps) {
 				break // past the end: not placed (never the case: at <= len(e))
 			}
 			o = copyHost(out, o, steps[j:at])
-			j = at
-			x := &ts[op.x]
+			j = int(at)
 			d := &out[o]
 			switch {
 			case !op.recv:
@@ -323,6 +279,56 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		}
 	}
 	return q, true
+}
+
+// collectTransfers is insertCommTimed's walk over the steps of p: it sets
+// where each chunk's forward (fAt) and input-gradient step (bAt) run, and
+// appends to ts the transfers, in producer order (rank by rank, step by
+// step), but for their consumers and key times; sendOff[r+1] is the end of
+// rank r's. (A function of its own: the loop keeps its values in
+// registers.)
+func collectTransfers(p *ir.Program, fAt, bAt []chunkAt, sendOff []int32, ts []transfer) []transfer {
+	M := p.Micro
+	nt := newNeighbourTable(p)
+	for r, steps := range p.Ranks {
+		for j := range steps {
+			subs := ir.ComputesAt(steps, j)
+			for sub := range subs {
+				cs := &subs[sub]
+				k := cs.Stage*M + cs.Micro
+				switch cs.Kind {
+				case ir.Forward:
+					fAt[k] = chunkAt{int32(r), int32(j)}
+				case ir.Backward, ir.BackwardInput:
+					bAt[k] = chunkAt{int32(r), int32(j)}
+				}
+				var kind ir.Kind
+				if e := nt.entry(cs); e != nil {
+					if !e.consOK || int(e.cons) == r {
+						continue
+					}
+					kind = sendKinds[neighbourClass[cs.Kind]]
+				} else {
+					sk, ok := needsSend(p, r, cs)
+					if !ok {
+						continue
+					}
+					kind = sk
+				}
+				// The key of a transfer: (time, tie). Ties: activations
+				// before gradients, activations from later ranks first and
+				// gradients from earlier ranks first, so a rank that
+				// receives and sends in one instant sends first (its receive
+				// is then posted later); then producer step and sub-step.
+				// Any total order both ends agree on is safe.
+				tie := uint64(kind)<<56 | uint64(tieRank(kind, int32(r))+1<<23)<<32 | uint64(j)<<2 | uint64(sub)
+				ts = append(ts, transfer{tie: tie, src: int32(r), j: int32(j), sub: int32(sub),
+					kind: kind, stage: int32(cs.Stage), micro: int32(cs.Micro)})
+			}
+		}
+		sendOff[r+1] = int32(len(ts))
+	}
+	return ts
 }
 
 // idealTimeline times a program without transfers: each rank runs its steps
@@ -390,7 +396,7 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	next := make([]int32, P)
 	ends := make([][]float64, P)
 	recs := make([][]timedStep, P)
-	subs := make([][]timedSub, P)
+	multi := make([][]timedSub, P)
 	pos := make([]int, P)
 	free := make([]float64, P)
 	work := make([]int32, 0, P)
@@ -399,60 +405,44 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 		n += len(p.Ranks[r])
 	}
 	sc.ends = par.Resize(sc.ends, n) // each entry written as its step is timed
-	// A step has at most two compute sub-steps (an overlap's; more, in a
-	// malformed one, go to memory of their own).
-	sc.recs, sc.subs = par.Resize(sc.recs, n), par.Resize(sc.subs, 2*n)
+	sc.recs = par.Resize(sc.recs, n)
+	if len(sc.multi) < P {
+		sc.multi = make([][]timedSub, P)
+	}
 	// latency[s]: what a transfer of stage s's activation (or of the
-	// gradient with respect to it) adds, from another rank.
-	latency := make([]float64, S)
+	// gradient with respect to it) adds, from another rank; latency[S]:
+	// the latency of a transfer without a size.
+	latency := make([]float64, S+1)
 	for s := range S {
 		latency[s] = c.Comm + c.ActTime(s)
 	}
+	latency[S] = c.Comm + c.ActTime(-1)
 	n = 0
 	for r := range P {
 		k := len(p.Ranks[r])
 		ends[r] = sc.ends[n : n+k : n+k]
 		recs[r] = sc.recs[n : n+k : n+k]
-		subs[r] = sc.subs[2*n : 2*n : 2*(n+k)]
 		n += k
 		work = append(work, int32(r))
 	}
-	par.ForRanks(P, n, func(r int) {
-		steps, rec, sub := p.Ranks[r], recs[r], subs[r]
-		for j := range steps {
-			cs := ir.ComputesAt(steps, j)
-			rec[j] = timedStep{cost: c.StepCost(steps[j]), sub: int32(len(sub)), n: int32(len(cs))}
-			for x := range cs {
-				ts := timedSub{wait: -1, lat: -1, end: -1}
-				// Its cross-stage input: the activation of F(s-1) or
-				// the gradient of B/I(s+1). The chunk's own F and I run
-				// earlier on this rank, and a compute-only program ships
-				// no labels or inputs.
-				if stage, rank, act, grad, ok := deps.Across(&p, &cs[x]); ok { // deps.Neighbour, in registers
-					ts.wait = int32(stage*M + cs[x].Micro)
-					if grad {
-						ts.wait += int32(SM)
-					}
-					if rank != r && act >= 0 && act < S {
-						// The transfer: its latency and, with a bandwidth,
-						// the size of the activation (F) or of the gradient
-						// with respect to cs's output (a backward).
-						ts.lat = int32(act)
-					} else if rank != r {
-						ts.lat = int32(S) // no size: latency only (ActTime is 0)
-					}
-				}
-				k := int32(cs[x].Stage*M + cs[x].Micro)
-				switch {
-				case cs[x].Kind == ir.Forward:
-					ts.end = k
-				case cs[x].Kind.IsBackward():
-					ts.end = int32(SM) + k
-				}
-				sub = append(sub, ts)
+	rc := recorder{p: &p, nt: newNeighbourTable(&p), c: &c, latency: latency, S: S, M: M}
+	// costOf[k*S+s] is StepCost of a step of kind k (not an overlap) on
+	// stage s: a function of the two alone when c.Each is nil (a
+	// per-micro-batch replay), which every step would otherwise ask of the
+	// cost model anew.
+	if c.Each == nil {
+		sc.costOf = par.Resize(sc.costOf, int(numKinds)*S)
+		rc.costOf = sc.costOf
+		for _, k := range ir.Kinds() {
+			for s := range S {
+				rc.costOf[int(k)*S+s] = c.StepCost(ir.Step{Kind: k, Stage: s, Micro: 0, Peer: ir.None, Slot: ir.None})
 			}
 		}
-		subs[r] = sub
+	}
+	par.ForRanks(P, n, func(r int) {
+		more := rc.rank(r, recs[r], sc.multi[r][:0])
+		sc.multi[r] = more
+		multi[r] = more
 	})
 	wake := func(key int32) {
 		for w := head[key]; w >= 0; w = next[w] {
@@ -463,42 +453,61 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	for len(work) > 0 {
 		r := int(work[len(work)-1])
 		work = work[:len(work)-1]
-		rec, sub := recs[r], subs[r]
+		rec, e, i := recs[r], ends[r], pos[r]
+		start := free[r]
 	advance:
-		for pos[r] < len(rec) {
-			st := &rec[pos[r]]
-			cs := sub[st.sub : st.sub+st.n]
-			start := free[r]
-			for x := range cs {
-				w := cs[x].wait
-				if w < 0 {
-					continue
-				}
+		for i < len(rec) {
+			st := &rec[i]
+			switch w := st.wait; {
+			case w >= 0:
 				t := chunkEnd[w]
 				if t < 0 {
 					next[r] = head[w]
 					head[w] = int32(r)
 					break advance
 				}
-				switch l := cs[x].lat; {
-				case l >= int32(S):
-					t += c.Comm + c.ActTime(-1)
-				case l >= 0:
-					t += latency[l]
+				start = max(start, t+st.lat)
+			case w == multiSubs:
+				for x := st.end; ; x++ {
+					s := &multi[r][x]
+					if s.wait >= 0 {
+						t := chunkEnd[s.wait]
+						if t < 0 {
+							next[r] = head[s.wait]
+							head[s.wait] = int32(r)
+							start = free[r] // as it was before this step
+							break advance
+						}
+						start = max(start, t+s.lat)
+					}
+					if !s.more {
+						break
+					}
 				}
-				start = max(start, t)
 			}
 			end := start + st.cost
-			ends[r][pos[r]] = end
+			e[i] = end
 			free[r] = end
-			pos[r]++
-			for x := range cs {
-				if e := cs[x].end; e >= 0 {
-					chunkEnd[e] = end
-					wake(e)
+			start = end
+			i++
+			switch {
+			case st.end >= 0 && st.wait != multiSubs:
+				chunkEnd[st.end] = end
+				wake(st.end)
+			case st.wait == multiSubs:
+				for x := st.end; ; x++ {
+					s := &multi[r][x]
+					if s.end >= 0 {
+						chunkEnd[s.end] = end
+						wake(s.end)
+					}
+					if !s.more {
+						break
+					}
 				}
 			}
 		}
+		pos[r] = i
 	}
 	for r := range P {
 		if pos[r] < len(p.Ranks[r]) {
@@ -508,19 +517,119 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 	return ends, true
 }
 
-// timedStep is what idealTimelineInto needs of a step: its cost, and its
-// compute sub-steps (the step itself, an overlap's two, or none), subs
-// sub..sub+n-1 of its rank's timedSub list.
-type timedStep struct {
-	cost   float64
-	sub, n int32
+// numKinds is one more than the largest valid kind.
+var numKinds = slices.Max(ir.Kinds()) + 1
+
+// recorder reads off a program what idealTimelineInto needs of each step,
+// rank by rank (the loop in a function of its own keeps its values in
+// registers across its calls).
+type recorder struct {
+	p       *ir.Program
+	nt      neighbourTable
+	c       *sim.Cost
+	costOf  []float64 // StepCost per (kind, stage) (see idealTimelineInto), or nil
+	latency []float64 // per stage, and at S the latency without a size
+	S, M    int
 }
 
-// timedSub is what idealTimelineInto needs of a compute sub-step: the key
-// of chunkEnd it waits for (-1: none), the stage whose latency (latency)
-// that wait adds when the producer is on another rank (-1: none; the stage
-// count: the latency without a size), and the key it ends (-1: none).
-type timedSub struct{ wait, lat, end int32 }
+// rank fills rec, the records of rank r's steps, and returns more with the
+// sub-steps of its overlaps appended.
+func (x *recorder) rank(r int, rec []timedStep, more []timedSub) []timedSub {
+	steps := x.p.Ranks[r]
+	rec = rec[:len(steps)]
+	S := x.S
+	for j := range steps {
+		st := &steps[j]
+		k := st.Kind
+		var cost float64
+		if x.costOf != nil && k.Valid() && !k.IsOverlap() && st.Stage >= 0 && st.Stage < S {
+			cost = x.costOf[int(k)*S+st.Stage]
+		} else {
+			cost = x.c.StepCost(*st)
+		}
+		switch {
+		case k.IsOverlap():
+			// Its sub-steps go to more, the record pointing at them.
+			rec[j] = timedStep{cost: cost, wait: multiSubs, end: int32(len(more))}
+			for i := range st.Sub {
+				more = append(more, x.sub(r, &st.Sub[i]))
+				more[len(more)-1].more = i+1 < len(st.Sub)
+			}
+			if len(st.Sub) == 0 {
+				rec[j].wait = -1
+				rec[j].end = -1
+			}
+		case k.IsCompute():
+			ts := x.sub(r, st)
+			rec[j] = timedStep{cost: cost, lat: ts.lat, wait: ts.wait, end: ts.end}
+		default:
+			rec[j] = timedStep{cost: cost, wait: -1, end: -1}
+		}
+	}
+	return more
+}
+
+// sub returns what the timeline needs of compute sub-step cs of rank r.
+func (x *recorder) sub(r int, cs *ir.Step) timedSub {
+	ts := timedSub{wait: -1, end: -1}
+	S, M := x.S, x.M
+	SM := S * M
+	// Its cross-stage input: the activation of F(s-1) or the gradient of
+	// B/I(s+1). The chunk's own F and I run earlier on this rank, and a
+	// compute-only program ships no labels or inputs.
+	var stage, rank, act int
+	var grad, ok bool
+	if e := x.nt.entry(cs); e != nil { // nt.across without the call
+		stage, rank, act, grad, ok = int(e.stage), int(e.rank), int(e.act), e.grad, e.ok
+	} else {
+		stage, rank, act, grad, ok = deps.Across(x.p, cs)
+	}
+	if ok { // deps.Neighbour, in registers
+		ts.wait = int32(stage*M + cs.Micro)
+		if grad {
+			ts.wait += int32(SM)
+		}
+		if rank != r {
+			// The transfer: its latency and, with a bandwidth, the size of
+			// the activation (F) or of the gradient with respect to cs's
+			// output (a backward); no size: latency only.
+			if act < 0 || act >= S {
+				act = S
+			}
+			ts.lat = x.latency[act]
+		}
+	}
+	k := int32(cs.Stage*M + cs.Micro)
+	switch {
+	case cs.Kind == ir.Forward:
+		ts.end = k
+	case cs.Kind.IsBackward():
+		ts.end = int32(SM) + k
+	}
+	return ts
+}
+
+// timedStep is what idealTimelineInto needs of a step: its cost and, for a
+// single compute step, the key of chunkEnd it waits for (-1: none), the
+// latency that wait adds (0 when the producer is on this rank), and the
+// key it ends (-1: none). For an overlap, wait is multiSubs and end the
+// index of its first sub-step in its rank's timedSub list.
+type timedStep struct {
+	cost, lat float64
+	wait, end int32
+}
+
+// multiSubs is timedStep.wait for a step whose compute sub-steps (an
+// overlap's) are listed apart.
+const multiSubs = -2
+
+// timedSub is what idealTimelineInto needs of one compute sub-step of an
+// overlap: as timedStep, and whether the step has another after it.
+type timedSub struct {
+	lat       float64
+	wait, end int32
+	more      bool
+}
 
 func tieRank(k ir.Kind, src int32) int32 {
 	if k == ir.SendF {
@@ -533,13 +642,14 @@ func tieRank(k ir.Kind, src int32) int32 {
 // (timedKeep): at P = 64, M = 256 they come to some 10 MB a lowering, which
 // would otherwise be allocated, cleared and collected every time.
 type timedScratch struct {
-	at               []chunkAt
-	ts               []transfer
-	runs, mine       []int32
-	ops              []placed
-	keyT             []float64
-	sendPos, recvPos []int32
-	timeline         timelineScratch
+	at         []chunkAt
+	ts         []transfer
+	keys       []transferKey
+	runs, mine []int32
+	ops        []placed
+	keyT       []float64
+	sendPos    []int32
+	timeline   timelineScratch
 }
 
 // timelineScratch holds idealTimelineInto's buffers.
@@ -547,7 +657,8 @@ type timelineScratch struct {
 	chunkEnd, ends []float64
 	head           []int32
 	recs           []timedStep
-	subs           []timedSub
+	costOf         []float64
+	multi          [][]timedSub // per rank: the sub-steps of its overlaps
 }
 
 var timedKeep par.Keep[timedScratch]
@@ -559,7 +670,6 @@ type chunkAt struct{ rank, index int32 }
 type placed struct {
 	at   int32 // host step index the op goes before
 	cons int32 // for a receive: index of its consuming host step
-	peer int32 // index of the other half in ops[peer rank]
 	x    int32 // the transfer
 	recv bool
 }
@@ -574,9 +684,16 @@ type transfer struct {
 	kind         ir.Kind // SEND_F or SEND_B
 }
 
-// keyLess orders transfers a and b of ts by key time, then tie.
-func keyLess(ts []transfer, a, b int32) bool {
-	x, y := &ts[a], &ts[b]
+// transferKey is a transfer's key: its key time, then its tie (see
+// insertCommTimed); keys[i] is ts[i]'s.
+type transferKey struct {
+	t   float64
+	tie uint64
+}
+
+// keyLess orders transfers a and b by their keys.
+func keyLess(keys []transferKey, a, b int32) bool {
+	x, y := &keys[a], &keys[b]
 	return x.t < y.t || (x.t == y.t && x.tie < y.tie)
 }
 
@@ -584,11 +701,11 @@ func keyLess(ts []transfer, a, b int32) bool {
 // lists a and b to dst and returns it (len(a)+len(b) long). dst may be the
 // memory that holds the lists before b, up to b: the element written at
 // i+j never lies past b[j], which is read first.
-func mergeByKey(dst, a, b []int32, ts []transfer) []int32 {
+func mergeByKey(dst, a, b []int32, keys []transferKey) []int32 {
 	dst = dst[:len(a)+len(b)]
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
-		if keyLess(ts, b[j], a[i]) {
+		if keyLess(keys, b[j], a[i]) {
 			dst[i+j] = b[j]
 			j++
 		} else {
@@ -605,9 +722,9 @@ func mergeByKey(dst, a, b []int32, ts []transfer) []int32 {
 
 // sortByKey sorts the transfer indexes a by keyLess (runs are short and
 // nearly sorted: insertion sort).
-func sortByKey(a []int32, ts []transfer) {
+func sortByKey(a []int32, keys []transferKey) {
 	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && keyLess(ts, a[j], a[j-1]); j-- {
+		for j := i; j > 0 && keyLess(keys, a[j], a[j-1]); j-- {
 			a[j], a[j-1] = a[j-1], a[j]
 		}
 	}

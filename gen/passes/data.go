@@ -55,7 +55,10 @@ func newDataLoads(p ir.Program) *dataLoads {
 // class returns 0 for the first stage of micro m's route, 1 for its last
 // stage (0 when they are one), -1 otherwise.
 func (d *dataLoads) class(s, m int) int {
-	first, last := d.rt.Route(m)
+	first, last := 0, d.S-1 // Route with one copy
+	if d.rt.Copies > 1 {
+		first, last = d.rt.Route(m)
+	}
 	switch s {
 	case first:
 		return 0

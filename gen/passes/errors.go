@@ -85,24 +85,36 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 			return &Error{Pass: pass, Rank: -1, Index: -1, Reason: fmt.Sprintf("placement puts stage %d on rank %d, outside 0..%d", s, r, P-1)}
 		}
 	}
+	bad := uint8(checkInvalid) // the kinds no leaf may have
+	if computeOnly {
+		bad |= checkComm
+	}
+	copies := p.Copies > 1
 	leafOK := func(r int, st *ir.Step) bool {
-		k := st.Kind
-		if !k.Valid() || k.IsOverlap() || (computeOnly && k.IsComm()) {
+		f := checkFlags[st.Kind]
+		if f&bad != 0 {
 			return false
 		}
-		if k.HasStage() && (st.Stage < 0 || st.Stage >= S || (rankOf[st.Stage] != r && !p.OwnerStep(r, *st))) {
+		if f&checkStage != 0 && (st.Stage < 0 || st.Stage >= S || (rankOf[st.Stage] != r && !p.OwnerStep(r, *st))) {
 			return false
 		}
-		if k.HasMicro() && (st.Micro < 0 || st.Micro >= M) {
+		if f&checkMicro != 0 && (st.Micro < 0 || st.Micro >= M) {
 			return false
 		}
-		return !k.HasStage() || !k.HasMicro() || p.Runs(st.Stage, st.Micro)
+		return !copies || f&(checkStage|checkMicro) != checkStage|checkMicro || p.Runs(st.Stage, st.Micro)
 	}
 	rankErr := func(r int) error {
 		steps := p.Ranks[r]
 		for i := range steps {
 			st := &steps[i]
 			if !st.Kind.IsOverlap() {
+				// The common case without a call: with one copy, a leaf of
+				// a valid kind, in range and on its stage's rank passes
+				// leafOK.
+				f := checkFlags[st.Kind]
+				if !copies && f&bad == 0 && (f&checkStage == 0 || uint(st.Stage) < uint(S) && rankOf[st.Stage] == r) && (f&checkMicro == 0 || uint(st.Micro) < uint(M)) {
+					continue
+				}
 				if !leafOK(r, st) {
 					return stepError(p, pass, computeOnly, r, i, *st, *st)
 				}
@@ -133,6 +145,35 @@ func checkSteps(p ir.Program, pass string, computeOnly bool) error {
 	}
 	return nil
 }
+
+// checkFlags holds, per kind, what checkSteps asks of a leaf step (not an
+// overlap's composite), in one load.
+var checkFlags = func() (t [256]uint8) {
+	for k := range t {
+		kind := ir.Kind(k)
+		if !kind.Valid() || kind.IsOverlap() {
+			t[k] |= checkInvalid
+		}
+		if kind.IsComm() {
+			t[k] |= checkComm
+		}
+		if kind.HasStage() {
+			t[k] |= checkStage
+		}
+		if kind.HasMicro() {
+			t[k] |= checkMicro
+		}
+	}
+	return t
+}()
+
+// The bits of checkFlags.
+const (
+	checkInvalid = 1 << iota // not a kind, or an overlap: never a leaf
+	checkComm                // a transfer: refused in a compute-only program
+	checkStage               // HasStage
+	checkMicro               // HasMicro
+)
 
 // stepError explains why checkSteps rejects step st (top, or a sub-step of it).
 func stepError(p ir.Program, pass string, computeOnly bool, r, i int, top, st ir.Step) error {

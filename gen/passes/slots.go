@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"math"
 	"math/bits"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
@@ -38,7 +39,9 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 	}
 	rankOf := p.Placement.RankOf
 	S, M := len(rankOf), p.Micro
-	shared := slotter{rankOf: rankOf, rt: &ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies}, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
+	rt := &ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies}
+	nt := newNeighbourTable(rt)
+	shared := slotter{rankOf: rankOf, rt: rt, nt: &nt, M: M, first: filled(S*M, -1), last: make([]int32, S*M), slotOf: filled(S*M, -1), next: filled(S*M, -1)}
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ties: p.Ties, RecomputeShare: p.RecomputeShare, RecomputeCost: p.RecomputeCost, RecomputeLayers: p.RecomputeLayers, Ranks: make([][]ir.Step, len(p.Ranks))}
 	counts := make([]int, len(p.Ranks))
 	// Every chunk lives on one rank, so ranks touch disjoint parts of the
@@ -52,97 +55,168 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 		x := &xs[wid]
 		steps := p.Ranks[r]
 		x.r = r
-		// Lifetimes.
-		for i := range steps {
-			st := &steps[i]
-			if st.Kind.IsOverlap() {
-				for k := range st.Sub {
-					x.span(&st.Sub[k], int32(i))
-				}
-			} else {
-				x.span(st, int32(i))
-			}
-		}
-		x.endHead = filledInto(x.endHead, len(steps), -1)
-		// Sweep.
-		x.free, x.count = x.free[:0], 0
+		x.lifetimes(steps)
 		out := steps
 		if !inPlace {
 			out = make([]ir.Step, len(steps))
 			copy(out, steps)
 		}
-		for i := range out {
-			st := &out[i]
-			if st.Kind.IsOverlap() {
-				st.Sub = append([]ir.Step(nil), st.Sub...)
-				for k := range st.Sub {
-					x.give(&st.Sub[k], int32(i))
-				}
-			} else {
-				x.give(st, int32(i))
-			}
-			for ch := x.endHead[i]; ch >= 0; ch = x.next[ch] {
-				if s := x.slotOf[ch]; s >= 0 {
-					x.free[s/64] &^= 1 << (uint(s) % 64)
-				}
-			}
-		}
+		x.sweep(out)
 		q.Ranks[r] = out
 		counts[r] = x.count
 	})
 	return q, counts, nil
 }
 
+// lifetimes walks rank x.r's steps: the lifetimes of their chunks (span),
+// and each step's chunk in x.chs for the sweep, which then reads four bytes
+// a step instead of the step. (Its own function, and sweep's: the loops
+// then keep their few values in registers across the calls.)
+func (x *slotter) lifetimes(steps []ir.Step) {
+	x.chs = par.Resize(x.chs, len(steps))
+	chs := x.chs[:len(steps)]
+	for i := range steps {
+		st := &steps[i]
+		if st.Kind.IsOverlap() {
+			for k := range st.Sub {
+				x.span(&st.Sub[k], int32(i))
+			}
+			chs[i] = overlapStep
+			continue
+		}
+		chs[i] = x.span(st, int32(i))
+	}
+}
+
+// sweep gives the steps out (the rank's, lifetimes known) their slots:
+// each chunk the lowest free one at its first step, freed after its last
+// use.
+func (x *slotter) sweep(out []ir.Step) {
+	chs := x.chs[:len(out)]
+	x.endHead = filledInto(x.endHead, len(out), -1)
+	x.free, x.count = x.free[:0], 0
+	slotOf, next, endHead := x.slotOf, x.next, x.endHead[:len(out)]
+	for i, ch := range chs {
+		switch {
+		case ch < 0: // the chunk's first step (span): a step's own chunk is never its neighbour
+			out[i].Slot = x.alloc(^ch)
+		case ch < overlapStep:
+			out[i].Slot = int(slotOf[ch])
+		case ch == overlapStep:
+			st := &out[i]
+			st.Sub = append([]ir.Step(nil), st.Sub...)
+			for k := range st.Sub {
+				x.give(&st.Sub[k], int32(i))
+			}
+		}
+		for c := endHead[i]; c >= 0; c = next[c] {
+			if s := slotOf[c]; s >= 0 {
+				x.free[s/64] &^= 1 << (uint(s) % 64)
+			}
+		}
+	}
+}
+
+// The marks of slotter.chs besides a chunk: a step that names none of the
+// rank's chunks, and an overlap (its sub-steps name the chunks). A chunk
+// is below 2^31 - 2: its arrays would not fit in memory otherwise.
+const (
+	noChunk     = math.MaxInt32
+	overlapStep = math.MaxInt32 - 1
+)
+
 // slotter holds the per-chunk state of AssignSlots (chunk = stage*M+micro;
 // every chunk lives on one rank, so the arrays serve all ranks).
 type slotter struct {
 	rankOf  []int
 	rt      *ir.Program // placement, micro count and copies (no steps), for routes
+	nt      *neighbourTable
 	M, r    int
 	first   []int32 // first step of the chunk
 	last    []int32 // last use of the chunk
 	slotOf  []int32
 	next    []int32 // chunks whose last use is the same step, linked from endHead
 	endHead []int32 // per step of the current rank
+	chs     []int32 // per step of the current rank: span's answer, overlapStep for an overlap
 	free    []uint64
 	count   int
 	_       [64]byte // each worker's slotter (assignSlots) on its own cache lines
 }
 
 // span extends the lifetimes st (at index i) touches: its own chunk's and,
-// as src, its colocated neighbour's.
-func (x *slotter) span(st *ir.Step, i int32) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() || x.rankOf[st.Stage] != x.r {
-		return
+// as src, its colocated neighbour's. It returns st's chunk,
+// ^chunk when i is the chunk's first step, noChunk when st names none of
+// this rank's.
+func (x *slotter) span(st *ir.Step, i int32) int32 {
+	k := st.Kind
+	if slotFlags[k]&namesChunk == 0 || st.Stage < 0 || st.Micro < 0 || x.rankOf[st.Stage] != x.r {
+		return noChunk
 	}
-	ch := st.Stage*x.M + st.Micro
+	ch := int32(st.Stage*x.M + st.Micro)
+	v := ch
 	if x.first[ch] < 0 {
 		x.first[ch] = i
+		v = ^ch
 	}
-	x.last[ch] = max(x.last[ch], i)
-	if nb := srcStage(x.rt, x.r, st); nb >= 0 {
-		ch = nb*x.M + st.Micro
+	x.last[ch] = i // the walk only goes forward
+	c := int(neighbourClass[k])
+	if c == 0 {
+		return v
+	}
+	// The colocated chunk st reads as src (srcStage), if any.
+	nb := -1
+	if x.nt.local != nil {
+		nb = int(x.nt.local[(c-1)*x.nt.S+st.Stage])
+	} else {
+		nb = srcStage(x.rt, x.r, st)
+	}
+	if nb >= 0 {
+		ch := nb*x.M + st.Micro
 		if x.first[ch] < 0 {
 			x.first[ch] = i
 		}
-		x.last[ch] = max(x.last[ch], i)
+		x.last[ch] = i
 	}
+	return v
 }
+
+// alloc gives chunk ch the lowest free slot, queues its release after the
+// chunk's last use and returns the slot.
+func (x *slotter) alloc(ch int32) int {
+	s := lowestFree(&x.free)
+	x.slotOf[ch] = int32(s)
+	x.count = max(x.count, s+1)
+	e := x.last[ch]
+	x.next[ch] = x.endHead[e]
+	x.endHead[e] = ch
+	return s
+}
+
+// slotFlags holds, per kind, what the slots pass asks of it, in one load.
+var slotFlags = func() (t [256]uint8) {
+	for k := range t {
+		kind := ir.Kind(k)
+		if kind.HasStage() && kind.HasMicro() {
+			t[k] |= namesChunk
+		}
+	}
+	return t
+}()
+
+// The bits of slotFlags.
+const (
+	namesChunk = 1 << iota // HasStage and HasMicro: the step names a chunk
+)
 
 // give gives st its chunk's slot, allocating it (and queueing its release
 // after the chunk's last use) at the chunk's first step i.
 func (x *slotter) give(st *ir.Step, i int32) {
-	if st.Stage < 0 || st.Micro < 0 || !st.Kind.HasStage() || !st.Kind.HasMicro() || x.rankOf[st.Stage] != x.r {
+	if slotFlags[st.Kind]&namesChunk == 0 || st.Stage < 0 || st.Micro < 0 || x.rankOf[st.Stage] != x.r {
 		return
 	}
-	ch := st.Stage*x.M + st.Micro
+	ch := int32(st.Stage*x.M + st.Micro)
 	if x.first[ch] == i && x.slotOf[ch] < 0 {
-		s := lowestFree(&x.free)
-		x.slotOf[ch] = int32(s)
-		x.count = max(x.count, s+1)
-		e := x.last[ch]
-		x.next[ch] = x.endHead[e]
-		x.endHead[e] = int32(ch)
+		x.alloc(ch)
 	}
 	st.Slot = int(x.slotOf[ch])
 }

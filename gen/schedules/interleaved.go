@@ -98,23 +98,32 @@ func buildInterleaved(cfg ir.Config) (ir.Program, error) {
 // backwards; back is the kind of the backwards (B, or I for interleaved-zb).
 func interleavedRankOrder(table []interleavedRef, ranks, v, r, w int, back ir.Kind) []ir.Step {
 	n := len(table) // V·M
-	forward := func(k int) ir.Step {
-		e := table[k]
-		return classicFwd(e.chunk*ranks+r, e.micro)
+	// Each step is written once into the fresh list, field by field (Sub
+	// stays nil): w forwards, n-w pairs, w backwards.
+	steps := make([]ir.Step, 2*n)
+	i := 0
+	put := func(k ir.Kind, stage, micro int) {
+		d := &steps[i]
+		d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = k, stage, micro, ir.None, ir.None
+		i++
 	}
-	backward := func(k int) ir.Step {
-		e := table[k]
-		return ir.Compute(back, (v-1-e.chunk)*ranks+r, e.micro)
+	forward := func(k int) {
+		e := &table[k]
+		put(ir.Forward, e.chunk*ranks+r, e.micro)
 	}
-	steps := make([]ir.Step, 0, 2*n)
+	backward := func(k int) {
+		e := &table[k]
+		put(back, (v-1-e.chunk)*ranks+r, e.micro)
+	}
 	for k := 0; k < w; k++ {
-		steps = append(steps, forward(k))
+		forward(k)
 	}
 	for k := w; k < n; k++ {
-		steps = append(steps, forward(k), backward(k-w))
+		forward(k)
+		backward(k - w)
 	}
 	for k := n - w; k < n; k++ {
-		steps = append(steps, backward(k))
+		backward(k)
 	}
 	return steps
 }

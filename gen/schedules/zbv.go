@@ -109,18 +109,18 @@ type zbvRank struct {
 // belong to padding micro-batches), so rep advances the counters by those runs
 // instead: the work stays proportional to M rather than to P per rank.
 func (b *zbvRank) rep(count int, body func(), cs ...*int) {
-	for i := 0; i < count; i++ {
-		done := true
-		for _, c := range cs {
-			done = done && *c >= b.m
-		}
-		if done {
-			for _, c := range cs {
-				*c += count - i
-			}
-			return
-		}
+	// Every run advances every counter by one, so they have all reached
+	// m after m - (the lowest) runs: those run, the rest are skipped.
+	lo := b.m
+	for _, c := range cs {
+		lo = min(lo, *c)
+	}
+	live := min(count, max(b.m-lo, 0))
+	for range live {
 		body()
+	}
+	for _, c := range cs {
+		*c += count - live
 	}
 }
 
