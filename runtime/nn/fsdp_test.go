@@ -398,11 +398,9 @@ func TestFSDPFailedMember(t *testing.T) {
 // pipe.Recomputable.
 type paramsOnly struct{ ParamStage }
 
-// TestFSDPAsStage: FSDP.AsStage passes Select, Drop and Rebuild on to a
-// stage that has them (Rebuild waiting for the parameters as Forward
-// does: it fails while sharded), and makes no stage recomputable that is
-// not; *FSDP itself never claims it.
-func TestFSDPAsStage(t *testing.T) {
+// soloGroup returns an FSDP group of one member (in process).
+func soloGroup(t *testing.T) *FSDPGroup {
+	t.Helper()
 	trs := transport.NewInProc(1)
 	comm, err := collective.New(trs[0], abi.ActChannel)
 	if err != nil {
@@ -412,6 +410,15 @@ func TestFSDPAsStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g
+}
+
+// TestFSDPAsStage: FSDP.AsStage passes Select, Drop and Rebuild on to a
+// stage that has them (Rebuild waiting for the parameters as Forward
+// does: it fails while sharded), and makes no stage recomputable that is
+// not; *FSDP itself never claims it.
+func TestFSDPAsStage(t *testing.T) {
+	g := soloGroup(t)
 	m := dpModel(t, tensor.Float64)
 	f, err := g.Wrap(m[0], "stage 0")
 	if err != nil {
@@ -447,15 +454,7 @@ func TestFSDPAsStage(t *testing.T) {
 // Sequential's error, so the first reached it), AsStage's wrapper too, and
 // does nothing for a stage without it.
 func TestFSDPRelease(t *testing.T) {
-	trs := transport.NewInProc(1)
-	comm, err := collective.New(trs[0], abi.ActChannel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewFSDPGroup(comm)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := soloGroup(t)
 	m := dpModel(t, tensor.Float64)
 	f, err := g.Wrap(m[0], "stage 0")
 	if err != nil {
