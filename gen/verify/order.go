@@ -265,26 +265,52 @@ func (c *checker) neighbourAt(r int, st *ir.Step) (a, x int, need, local bool) {
 // (index i of rank r; ch its chunk, on r; first..last its micro-batch's
 // route), for fastRun: ok only where preErr finds nothing, reading the same tables.
 // Where it is not ok, pre runs and notes what preErr finds; it leaves to
-// preErr the first stage's input and the last stage's labels. src is the
-// chunk of the colocated stage that st reads (slot), or -1.
-func (c *checker) fastPre(r, i int, st *ir.Step, ch, first, last int) (ok bool, src int) {
-	switch k := st.Kind; k {
-	case ir.Forward, ir.Backward, ir.BackwardInput:
-		a, x, need, local := c.neighbourAt(r, st)
-		if k == ir.Forward {
-			ok = st.Stage != first && (st.Stage != last || !c.hasData)
-		} else {
-			ok = c.before(aF, ch, i)
-		}
-		src = -1
-		if local {
-			src = x
-		}
-		return ok && (!need || c.before(a, x, i)), src
-	case ir.BackwardWeight:
-		return c.before(aBwd, ch, i) && c.bwdIsI[ch], -1
+// preErr the first stage's input and the last stage's labels. It also
+// says what fastRun's slot and waits need of the step's cross-stage input
+// (deps.Cross, neighbourAt's answer without its calls): src, the chunk of
+// the colocated stage that st reads (slot), or -1; recv, whether the input
+// comes from another rank over a receive (deps.RemoteRecvs, by grad).
+func (c *checker) fastPre(r, i int, st *ir.Step, ch, first, last int) (ok bool, src int, recv, grad bool) {
+	k, s := st.Kind, st.Stage
+	if k == ir.BackwardWeight {
+		return c.before(aBwd, ch, i) && c.bwdIsI[ch], -1, false, false
 	}
-	return false, -1
+	stage, grad, cross := deps.Cross(k, s, first, last)
+	if k == ir.Forward {
+		ok = s != first && (s != last || !c.hasData)
+	} else {
+		ok = c.before(aF, ch, i) // k is B or I: fastRun walks no other kind
+	}
+	src = -1
+	if !cross {
+		return ok, src, false, false
+	}
+	if c.rankOf[stage] == r {
+		// the colocated stage's step (deps.AcrossKinds' producer)
+		src = stage*c.M + st.Micro
+		return ok && c.before(crossAt[b2i(grad)], src, i), src, false, grad
+	}
+	// the receive of the input, which a lowered program holds
+	// (AcrossKinds' recv, RemoteRecvs' first)
+	return ok && (!c.lowered || c.before(crossRecvAt[b2i(grad)], ch, i)), src, true, grad
+}
+
+// crossAt and crossRecvAt are, by deps.Cross's grad, the tables of the
+// step that produces a cross-stage input and of the receive that brings it
+// from another rank (deps.AcrossKinds).
+var crossAt, crossRecvAt = func() (p, q [2]int) {
+	for g := range 2 {
+		producer, recv := deps.AcrossKinds(g == 1)
+		p[g], q[g] = atOf(producer), atOf(recv)
+	}
+	return p, q
+}()
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // before reports whether the step of table a for chunk ran before index i

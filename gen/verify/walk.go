@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -630,12 +631,14 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 		}
 		// pre: a transfer's by its walkKind, a compute step's by fastPre
 		ok, src := true, -1
+		recv := false // a compute step's cross-stage input comes over a receive
+		grad := false // ... the gradient (else the activation)
 		if wk.fl&wkComm != 0 {
 			if wk.needs >= 0 {
 				ok = c.before(int(wk.needs), ch, i)
 			}
 		} else {
-			ok, src = c.fastPre(r, i, st, ch, first, last)
+			ok, src, recv, grad = c.fastPre(r, i, st, ch, first, last)
 		}
 		if !ok {
 			c.pre(rw, i, st, st)
@@ -663,7 +666,26 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 		c.hostIdx[rw.host] = int32(i)
 		rw.host++
 		nHost++
-		c.waitsAt(rw, st, ch)
+		// waits: the receives of the cross-stage input fastPre found
+		// remote (deps.RemoteRecvs, which is deps.Recvs there); waitsAt
+		// asks deps.Recvs of the steps without one (an owned input).
+		w0 := len(rw.waits)
+		if recv {
+			a, b := deps.RemoteRecvs(grad)
+			if op := c.opAt[atOf(a)][ch]; op >= 0 {
+				rw.waits = append(rw.waits, strict.OpDone(op))
+			}
+			if b != ir.Invalid {
+				if op := c.opAt[atOf(b)][ch]; op >= 0 {
+					rw.waits = append(rw.waits, strict.OpDone(op))
+				}
+			}
+		} else if st.Kind == ir.Forward && src < 0 {
+			c.waitsAt(rw, st, ch)
+		}
+		if crossCheck {
+			crossCheckWaits(c, rw, st, ch, w0)
+		}
 		if live += c.born(st); live > rw.peak {
 			c.newPeak(rw, i, st, live)
 		}
@@ -680,6 +702,19 @@ var (
 	crossCheckMu     sync.Mutex
 	crossCheckFaults []string
 )
+
+// crossCheckWaits checks that the waits fastRun added for compute step st
+// (of chunk ch) from rw.waits[w0:] are what waitsAt (deps.Recvs) adds.
+func crossCheckWaits(c *checker, rw *rankWalk, st *ir.Step, ch, w0 int) {
+	got := append([]strict.Event(nil), rw.waits[w0:]...)
+	rw.waits = rw.waits[:w0]
+	c.waitsAt(rw, st, ch)
+	if want := rw.waits[w0:]; !slices.Equal(got, want) {
+		crossCheckMu.Lock()
+		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d %s: fastRun waits for %v, waitsAt for %v", rw.r, st, got, want))
+		crossCheckMu.Unlock()
+	}
+}
 
 func crossCheckPre(c *checker, r, i int, st *ir.Step) {
 	if err := c.preErr(r, i, st, st); err != nil {
