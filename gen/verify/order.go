@@ -358,6 +358,9 @@ func (c *checker) optSteps() error {
 // complete checks that every chunk on a micro-batch's route has its forward
 // and backward (leaf rejects chunks outside it).
 func (c *checker) complete() error {
+	if c.single && c.allComplete() {
+		return nil
+	}
 	for s := range c.S {
 		r := c.rankOf[s]
 		for m := range c.M {
@@ -376,4 +379,27 @@ func (c *checker) complete() error {
 		}
 	}
 	return nil
+}
+
+// allComplete reports whether every chunk has its forward and backward
+// (and a W after an I), as complete's loop checks them chunk by chunk,
+// for a program of one pipeline, where every chunk is on its micro-batch's
+// route: one pass over the tables, which complete repeats to word the
+// first failure only when there is one.
+func (c *checker) allComplete() bool {
+	f, b, w := c.at[aF], c.at[aBwd], c.at[aW]
+	b, w, isI := b[:len(f)], w[:len(f)], c.bwdIsI[:len(f)]
+	bad, fo := int32(0), c.forwardOnly
+	for ch, x := range f {
+		y := b[ch]
+		if fo {
+			y = 0
+		}
+		z := int32(0)
+		if isI[ch] {
+			z = w[ch]
+		}
+		bad |= x | y | z // a sign bit: a step that never ran
+	}
+	return bad >= 0
 }

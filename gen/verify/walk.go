@@ -108,17 +108,36 @@ func (c *checker) walk() error {
 		// The r-th share of the chunk tables' block starts at -1.
 		fill(sc.block[len(sc.block)*r/c.P:len(sc.block)*(r+1)/c.P], -1)
 		fill(c.spans[len(c.spans)*r/c.P:len(c.spans)*(r+1)/c.P], chunkSpan{-1, -1, -1})
+		// The loop notes the kinds below 64 the rank holds (seen) and
+		// whether it holds another (hi); the extras and rules come from
+		// the kinds seen, or, past 64, from every step.
 		n := 0
-		var ex uint8
-		var rk uint64
+		var seen uint64
+		var hi ir.Kind
 		steps := p.Ranks[r]
 		for i := range steps {
 			k := steps[i].Kind
-			f := &wk[k]
-			n += int(f.fl & wkComm) // wkComm is bit 0: one for a transfer
-			ex |= f.extra
-			if f.fl&wkRuled != 0 {
-				rk |= 1 << (k & 63) // wkRuled: k < 64
+			n += int(wk[k].fl & wkComm) // wkComm is bit 0: one for a transfer
+			seen |= 1 << (k & 63)
+			hi |= k >> 6
+		}
+		var ex uint8
+		var rk uint64
+		for k := range 64 {
+			if seen&(1<<k) != 0 {
+				ex |= wk[k].extra
+				if wk[k].fl&wkRuled != 0 {
+					rk |= 1 << k
+				}
+			}
+		}
+		if hi != 0 {
+			for i := range steps {
+				k := steps[i].Kind
+				ex |= wk[k].extra
+				if wk[k].fl&wkRuled != 0 {
+					rk |= 1 << (k & 63) // wkRuled: k < 64
+				}
 			}
 		}
 		opOff[r+1], hostOff[r+1] = int32(n), int32(len(steps)-n)
@@ -150,7 +169,8 @@ func (c *checker) walk() error {
 	}
 	nOps, nHost := int(opOff[c.P]), int(hostOff[c.P])
 	// The walk writes every entry of these (a host step's or an op's) but
-	// waitOff[0].
+	// waitOff[0] and opRank, which the model's assembly below fills rank by
+	// rank.
 	sc.hostIdx, sc.waitOff = par.Resize(sc.hostIdx, nHost), par.Resize(sc.waitOff, nHost+1)
 	sc.opRank, sc.opIdx, sc.opGap = par.Resize(sc.opRank, nOps), par.Resize(sc.opIdx, nOps), par.Resize(sc.opGap, nOps)
 	sc.opStep = par.Resize(sc.opStep, nOps)
@@ -215,6 +235,7 @@ func (c *checker) walk() error {
 			waitOff[h] += base[r]
 		}
 		fill(m.OpPartner[opOff[r]:opOff[r+1]], -1)
+		fill(c.opRank[opOff[r]:opOff[r+1]], int32(r)) // the rank's ops, numbered from opOff[r]
 	})
 	c.batches(m, ws)
 	c.model = m
@@ -284,7 +305,6 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 				return err
 			}
 			opGap[rw.op] = nHost
-			c.opRank[rw.op] = int32(r)
 			c.opIdx[rw.op] = int32(i)
 			// leaf checked the ranges: they fit in 32 bits.
 			c.opStep[rw.op] = opStep{kind: st.Kind, stage: int32(st.Stage), micro: int32(st.Micro), peer: int32(st.Peer)}
@@ -656,7 +676,6 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 		if wk.fl&wkComm != 0 {
 			op := rw.op
 			opGap[op] = nHost
-			c.opRank[op] = int32(r)
 			c.opIdx[op] = int32(i)
 			// The ranges are checked: they fit in 32 bits.
 			c.opStep[op] = opStep{kind: st.Kind, stage: int32(s), micro: int32(m), peer: int32(st.Peer)}
