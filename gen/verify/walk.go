@@ -108,36 +108,24 @@ func (c *checker) walk() error {
 		// The r-th share of the chunk tables' block starts at -1.
 		fill(sc.block[len(sc.block)*r/c.P:len(sc.block)*(r+1)/c.P], -1)
 		fill(c.spans[len(c.spans)*r/c.P:len(c.spans)*(r+1)/c.P], chunkSpan{-1, -1, -1})
-		// The loop notes the kinds below 64 the rank holds (seen) and
-		// whether it holds another (hi); the extras and rules come from
-		// the kinds seen, or, past 64, from every step.
-		n := 0
-		var seen uint64
-		var hi ir.Kind
+		// A histogram of the rank's kinds: the loop only counts.
+		var count [256]int32
 		steps := p.Ranks[r]
 		for i := range steps {
-			k := steps[i].Kind
-			n += int(wk[k].fl & wkComm) // wkComm is bit 0: one for a transfer
-			seen |= 1 << (k & 63)
-			hi |= k >> 6
+			count[steps[i].Kind]++
 		}
+		n := 0
 		var ex uint8
 		var rk uint64
-		for k := range 64 {
-			if seen&(1<<k) != 0 {
-				ex |= wk[k].extra
-				if wk[k].fl&wkRuled != 0 {
-					rk |= 1 << k
-				}
+		for k, x := range count {
+			if x == 0 {
+				continue
 			}
-		}
-		if hi != 0 {
-			for i := range steps {
-				k := steps[i].Kind
-				ex |= wk[k].extra
-				if wk[k].fl&wkRuled != 0 {
-					rk |= 1 << (k & 63) // wkRuled: k < 64
-				}
+			f := &wk[k]
+			n += int(f.fl&wkComm) * int(x) // wkComm is bit 0: one for a transfer
+			ex |= f.extra
+			if f.fl&wkRuled != 0 {
+				rk |= 1 << (k & 63) // wkRuled: k < 64
 			}
 		}
 		opOff[r+1], hostOff[r+1] = int32(n), int32(len(steps)-n)
