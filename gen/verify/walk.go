@@ -92,6 +92,16 @@ func (c *checker) walk() error {
 	c.rep.PeakLive = make([]float64, c.P)
 	c.rep.Slots = make([]int, c.P)
 	c.starts = make([][]int32, c.P)
+	// The ranks' chunk starts share one block: rank r's chunks are those
+	// of its stages, and its share starts after the earlier ranks' stages.
+	sc.starts = par.Resize(sc.starts, n)
+	startOff := make([]int, c.P+1)
+	for _, r := range c.rankOf {
+		startOff[r+1] += c.M
+	}
+	for r := range c.P {
+		startOff[r+1] += startOff[r]
+	}
 	// Count each rank's comm ops and host steps, to number them globally
 	// (in rank order, as a walk rank by rank would) before the parallel walk.
 	nSteps := c.rep.Steps
@@ -172,6 +182,7 @@ func (c *checker) walk() error {
 	par.ForRanksW(w, c.P, func(_, r int) {
 		rw := &ws[r]
 		rw.r, rw.op, rw.host = r, opOff[r], hostOff[r]
+		rw.starts = sc.starts[startOff[r]:startOff[r]:startOff[r+1]]
 		rw.waitEnd = waitOff[hostOff[r]+1 : hostOff[r+1]+1]
 		rw.err = c.walkRank(rw, opGap)
 	})
@@ -601,14 +612,16 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 	rankOf := c.rankOf[:S]
 	for ; i < len(steps); i++ {
 		st := &steps[i]
-		wk := wks[st.Kind]
+		wk := &wks[st.Kind] // a field is one load where it is read
 		s, m := st.Stage, st.Micro
 		if wk.fl&wkFast == 0 || st.Slot < ir.None || uint(s) >= uint(S) || uint(m) >= uint(M) || rankOf[s] != r {
 			break
 		}
-		first, last := c.route(m)
-		if s < first || s > last {
-			break
+		first, last := 0, S-1 // c.route(m): s is in it when single
+		if !c.single {
+			if first, last = c.copyRoute(m); s < first || s > last {
+				break
+			}
 		}
 		ch := s*M + m
 		a := int(wk.at)
