@@ -1,6 +1,9 @@
 package verify
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/par"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // chunkSpan is a chunk's slot and live interval (slot): its slot, the
 // index of its first step and of its last use on its rank; -1 until known.
@@ -77,18 +80,18 @@ func (c *checker) slots() error {
 	}
 	M := c.M
 	var owner []int32
+	spans := c.spans
 	for r := range c.P {
-		owner = owner[:0]
-		for range c.rep.Slots[r] {
-			owner = append(owner, -1)
-		}
+		owner = par.Resize(owner, c.rep.Slots[r])
+		fill(owner, -1)
 		// Chunks in the order they start (the walk appended them so).
 		for _, ch := range c.starts[r] {
-			k := c.spans[ch].slot
+			sp := spans[ch]
+			k := sp.slot
 			if k < 0 {
 				continue // only read as a neighbour's src; it has no step of its own
 			}
-			if o := owner[k]; o >= 0 && c.spans[o].last >= c.spans[ch].first {
+			if o := owner[k]; o >= 0 && spans[o].last >= sp.first {
 				i := int(c.spans[ch].first)
 				top := c.p.Ranks[r][i]
 				st := top

@@ -261,40 +261,6 @@ func (c *checker) neighbourAt(r int, st *ir.Step) (a, x int, need, local bool) {
 	return 0, 0, false, false
 }
 
-// fastPre is the walk's quick test of compute step st's preconditions
-// (index i of rank r; ch its chunk, on r; first..last its micro-batch's
-// route), for fastRun: ok only where preErr finds nothing, reading the same tables.
-// Where it is not ok, pre runs and notes what preErr finds; it leaves to
-// preErr the first stage's input and the last stage's labels. It also
-// says what fastRun's slot and waits need of the step's cross-stage input
-// (deps.Cross, neighbourAt's answer without its calls): src, the chunk of
-// the colocated stage that st reads (slot), or -1; recv, whether the input
-// comes from another rank over a receive (deps.RemoteRecvs, by grad).
-func (c *checker) fastPre(r, i int, st *ir.Step, ch, first, last int) (ok bool, src int, recv, grad bool) {
-	k, s := st.Kind, st.Stage
-	if k == ir.BackwardWeight {
-		return c.before(aBwd, ch, i) && c.bwdIsI[ch], -1, false, false
-	}
-	stage, grad, cross := deps.Cross(k, s, first, last)
-	if k == ir.Forward {
-		ok = s != first && (s != last || !c.hasData)
-	} else {
-		ok = c.before(aF, ch, i) // k is B or I: fastRun walks no other kind
-	}
-	src = -1
-	if !cross {
-		return ok, src, false, false
-	}
-	if c.rankOf[stage] == r {
-		// the colocated stage's step (deps.AcrossKinds' producer)
-		src = stage*c.M + st.Micro
-		return ok && c.before(crossAt[b2i(grad)], src, i), src, false, grad
-	}
-	// the receive of the input, which a lowered program holds
-	// (AcrossKinds' recv, RemoteRecvs' first)
-	return ok && (!c.lowered || c.before(crossRecvAt[b2i(grad)], ch, i)), src, true, grad
-}
-
 // crossAt and crossRecvAt are, by deps.Cross's grad, the tables of the
 // step that produces a cross-stage input and of the receive that brings it
 // from another rank (deps.AcrossKinds).

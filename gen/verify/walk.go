@@ -603,9 +603,17 @@ func fill[T any](t []T, v T) {
 // table once, then the step's op or host step. It returns the index of
 // the first step it leaves to walkRank (len(steps) when none), having
 // changed nothing for that step, and the rank's host step count and live
-// parts (walkRank's nHost and live) after the steps it walked. pre's test
-// on the way is fastPre, which passes only where preErr finds nothing;
-// where it does not pass, pre runs and notes what preErr finds.
+// parts (walkRank's nHost and live) after the steps it walked.
+//
+// pre's test on the way (a transfer's by walkKind.needs, a compute step's
+// written out below: its own earlier steps and its cross-stage input,
+// deps.Cross) passes only where preErr finds nothing; where it does not
+// pass, pre runs and notes what preErr finds (it leaves to preErr the
+// first stage's input and the last stage's labels). The cross-stage input
+// also gives the slot's src and the waits: the receives deps.RemoteRecvs
+// names where it comes from another rank (deps.Recvs there); waitsAt asks
+// deps.Recvs of an F without one (an owned input). A chunk's first step
+// in a slot starts its span as slotChunk would; slotChunk takes the rest.
 func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i int, nHost int32, live int, opGap []int32) (int, int32, int) {
 	r := rw.r
 	S, M := c.S, c.M
@@ -650,7 +658,7 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 				c.bwdIsI[ch] = true
 			}
 		}
-		// pre: a transfer's by its walkKind, a compute step's by fastPre
+		// pre: a transfer's by its walkKind, a compute step's below
 		ok, src := true, -1
 		recv := false // a compute step's cross-stage input comes over a receive
 		grad := false // ... the gradient (else the activation)
@@ -658,19 +666,45 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 			if wk.needs >= 0 {
 				ok = c.before(int(wk.needs), ch, i)
 			}
+		} else if k := st.Kind; k == ir.BackwardWeight {
+			ok = c.before(aBwd, ch, i) && c.bwdIsI[ch]
 		} else {
-			ok, src, recv, grad = c.fastPre(r, i, st, ch, first, last)
+			// F, B or I: its cross-stage input (deps.Cross;
+			// neighbourAt's answer without its calls)
+			stage, g, cross := deps.Cross(k, s, first, last)
+			if k == ir.Forward {
+				ok = s != first && (s != last || !c.hasData)
+			} else {
+				ok = c.before(aF, ch, i)
+			}
+			if cross {
+				grad = g
+				if rankOf[stage] == r {
+					// the colocated stage's step (deps.AcrossKinds' producer)
+					src = stage*M + m
+					ok = ok && c.before(crossAt[b2i(g)], src, i)
+				} else {
+					// the receive that brings it (AcrossKinds' recv), in a lowered program
+					recv = true
+					ok = ok && (!c.lowered || c.before(crossRecvAt[b2i(g)], ch, i))
+				}
+			}
 		}
-		if !ok {
-			c.pre(rw, i, st, st)
-		} else if crossCheck {
-			crossCheckPre(c, r, i, st)
+		if !ok || crossCheck {
+			c.fastPreMiss(rw, i, st, ok)
 		}
 		// slot: a later step of a chunk in its slot only extends its
 		// interval (slotChunk set the slot with the chunk's first step);
 		// slotChunk takes the rest
 		if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 && src < 0 {
 			sp.last = int32(i) // the walk's indices only grow: max(last, i)
+		} else if n := len(rw.starts); sp.first < 0 && sp.slot < 0 && st.Slot >= 0 && src < 0 && n < cap(rw.starts) {
+			// the chunk's first step, in a slot: slotChunk's start, written out
+			sp.slot, sp.first, sp.last = int32(st.Slot), int32(i), max(sp.last, int32(i))
+			rw.slotted = true
+			rw.slots = max(rw.slots, st.Slot+1)
+			rw.starts = rw.starts[:n+1]
+			rw.starts[n] = int32(ch)
 		} else {
 			c.slotChunk(rw, i, st, st, ch, src)
 		}
@@ -686,7 +720,7 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 		c.hostIdx[rw.host] = int32(i)
 		rw.host++
 		nHost++
-		// waits: the receives of the cross-stage input fastPre found
+		// waits: the receives of the cross-stage input found
 		// remote (deps.RemoteRecvs, which is deps.Recvs there); waitsAt
 		// asks deps.Recvs of the steps without one (an owned input).
 		w0 := len(rw.waits)
@@ -715,8 +749,19 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 	return i, nHost, live
 }
 
+// fastPreMiss is fastRun's pre where its test did not pass (ok false),
+// and the tests' cross-check where it did.
+func (c *checker) fastPreMiss(rw *rankWalk, i int, st *ir.Step, ok bool) {
+	if !ok {
+		c.pre(rw, i, st, st)
+	} else if crossCheck {
+		crossCheckPre(c, rw.r, i, st)
+	}
+}
+
 // crossCheck, set by the tests (export_test.go), has fastRun ask preErr
-// wherever fastPre passed, and note where preErr finds fault (crossCheckPre).
+// wherever its precondition test passed, and note where preErr finds fault
+// (crossCheckPre), and compare its waits with waitsAt's (crossCheckWaits).
 var (
 	crossCheck       bool
 	crossCheckMu     sync.Mutex
@@ -739,7 +784,7 @@ func crossCheckWaits(c *checker, rw *rankWalk, st *ir.Step, ch, w0 int) {
 func crossCheckPre(c *checker, r, i int, st *ir.Step) {
 	if err := c.preErr(r, i, st, st); err != nil {
 		crossCheckMu.Lock()
-		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: fastPre passed, preErr: %v", r, i, st, err))
+		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: the fast test passed, preErr: %v", r, i, st, err))
 		crossCheckMu.Unlock()
 	}
 }
