@@ -173,8 +173,8 @@ func RemoteRecvs(grad bool) (a, b ir.Kind) {
 // kind k on stage s, the stage that produces its cross-stage input
 // (Neighbour) and whether the input is the Gradient (else the
 // Activation); ok is false at the route's ends and for other kinds.
-// Across, Recvs and Neighbour answer through it; it inlines, so a loop
-// that asks it of every step pays no call.
+// Recvs answers through it, and Across as it (TestOf holds them to each
+// other); it inlines, so a loop that asks it of every step pays no call.
 func Cross(k ir.Kind, s, first, last int) (stage int, grad, ok bool) {
 	switch k {
 	case ir.Forward:
@@ -211,12 +211,24 @@ func Neighbour(p *ir.Program, cs *ir.Step) (in Input, ok bool) {
 // back right after the call stored it costs a store-forwarding stall;
 // plain values stay in registers. AcrossKinds names the producing step's
 // kind and the receive that carries the input.
+//
+// It is Cross with the route's end it needs and the producer's rank
+// (written out: Cross would have it read both ends of the route, which
+// costs the passes that call it on every step); TestOf holds the two to
+// each other.
 func Across(p *ir.Program, cs *ir.Step) (stage, rank, act int, grad, ok bool) {
-	first, last := routeEnds(p, cs.Micro)
-	if stage, grad, ok = Cross(cs.Kind, cs.Stage, first, last); !ok {
-		return 0, ir.None, -1, false, false
+	s, m := cs.Stage, cs.Micro
+	switch cs.Kind {
+	case ir.Forward:
+		if s > firstOf(p, m) {
+			return s - 1, rankOf(p, s-1), s - 1, false, true
+		}
+	case ir.Backward, ir.BackwardInput:
+		if s < lastOf(p, m) {
+			return s + 1, rankOf(p, s+1), s, true, true
+		}
 	}
-	return stage, rankOf(p, stage), min(stage, cs.Stage), grad, true // the activation of the lower stage
+	return 0, ir.None, -1, false, false
 }
 
 // AcrossKinds returns, for Across's grad, the kind of the step producing
