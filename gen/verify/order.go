@@ -354,18 +354,17 @@ func (c *checker) complete() error {
 // first failure only when there is one.
 func (c *checker) allComplete() bool {
 	f, b, w := c.at[aF], c.at[aBwd], c.at[aW]
+	if c.forwardOnly {
+		b = f // no backward is expected: ask the forward twice
+	}
 	b, w, isI := b[:len(f)], w[:len(f)], c.bwdIsI[:len(f)]
-	bad, fo := int32(0), c.forwardOnly
+	bad := int32(0)
 	for ch, x := range f {
-		y := b[ch]
-		if fo {
-			y = 0
-		}
 		z := int32(0)
 		if isI[ch] {
 			z = w[ch]
 		}
-		bad |= x | y | z // a sign bit: a step that never ran
+		bad |= x | b[ch] | z // a sign bit: a step that never ran
 	}
 	return bad >= 0
 }
