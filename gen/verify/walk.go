@@ -638,6 +638,8 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 			break // a duplicate
 		}
 		if wk.fl&wkComm != 0 {
+			// A transfer: leaf's peer, pre by walkKind.needs, the slot
+			// (as a compute step's below, with no src), its op.
 			want := ir.None
 			if wk.fl&wkUp != 0 {
 				if s < last {
@@ -650,23 +652,40 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 				break
 			}
 			at[ch] = int32(i)
-			c.opAt[a][ch] = rw.op // recorded under this id below
-		} else {
-			at[ch] = int32(i)
-			rw.lastCompute = int32(i) // the fast kinds but the transfers compute
-			if st.Kind == ir.BackwardInput {
-				c.bwdIsI[ch] = true
+			op := rw.op
+			c.opAt[a][ch] = op
+			if ok := wk.needs < 0 || c.before(int(wk.needs), ch, i); !ok || crossCheck {
+				c.fastPreMiss(rw, i, st, ok)
 			}
+			if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 {
+				sp.last = int32(i) // the walk's indices only grow: max(last, i)
+			} else if n := len(rw.starts); sp.first < 0 && sp.slot < 0 && st.Slot >= 0 && n < cap(rw.starts) {
+				// the chunk's first step, in a slot: slotChunk's start, written out
+				sp.slot, sp.first, sp.last = int32(st.Slot), int32(i), max(sp.last, int32(i))
+				rw.slotted = true
+				rw.slots = max(rw.slots, st.Slot+1)
+				rw.starts = rw.starts[:n+1]
+				rw.starts[n] = int32(ch)
+			} else {
+				c.slotChunk(rw, i, st, st, ch, -1)
+			}
+			opGap[op] = nHost
+			c.opIdx[op] = int32(i)
+			// The ranges are checked: they fit in 32 bits.
+			c.opStep[op] = opStep{kind: st.Kind, stage: int32(s), micro: int32(m), peer: int32(want)}
+			rw.op++
+			continue
 		}
-		// pre: a transfer's by its walkKind, a compute step's below
+		at[ch] = int32(i)
+		rw.lastCompute = int32(i) // the fast kinds but the transfers compute
+		if st.Kind == ir.BackwardInput {
+			c.bwdIsI[ch] = true
+		}
+		// pre
 		ok, src := true, -1
-		recv := false // a compute step's cross-stage input comes over a receive
+		recv := false // the cross-stage input comes over a receive
 		grad := false // ... the gradient (else the activation)
-		if wk.fl&wkComm != 0 {
-			if wk.needs >= 0 {
-				ok = c.before(int(wk.needs), ch, i)
-			}
-		} else if k := st.Kind; k == ir.BackwardWeight {
+		if k := st.Kind; k == ir.BackwardWeight {
 			ok = c.before(aBwd, ch, i) && c.bwdIsI[ch]
 		} else {
 			// F, B or I: its cross-stage input (deps.Cross;
@@ -707,15 +726,6 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 			rw.starts[n] = int32(ch)
 		} else {
 			c.slotChunk(rw, i, st, st, ch, src)
-		}
-		if wk.fl&wkComm != 0 {
-			op := rw.op
-			opGap[op] = nHost
-			c.opIdx[op] = int32(i)
-			// The ranges are checked: they fit in 32 bits.
-			c.opStep[op] = opStep{kind: st.Kind, stage: int32(s), micro: int32(m), peer: int32(st.Peer)}
-			rw.op++
-			continue
 		}
 		c.hostIdx[rw.host] = int32(i)
 		rw.host++
