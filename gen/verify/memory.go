@@ -61,6 +61,24 @@ func (c *checker) slotChunk(rw *rankWalk, i int, top, st *ir.Step, ch, src int) 
 	}
 }
 
+// startSpan starts the span sp of chunk ch at its first step, index i,
+// in slot slot, as slotChunk would, and reports whether it did: not where
+// the chunk has a step or a slot already, where the step has no slot, or
+// where the rank's chunk starts are full (slotChunk takes those). It
+// inlines: fastRun asks it at every chunk's first step.
+func (rw *rankWalk) startSpan(sp *chunkSpan, i, ch, slot int) bool {
+	n := len(rw.starts)
+	if sp.first >= 0 || sp.slot >= 0 || slot < 0 || n == cap(rw.starts) {
+		return false
+	}
+	sp.slot, sp.first, sp.last = int32(slot), int32(i), max(sp.last, int32(i))
+	rw.slotted = true
+	rw.slots = max(rw.slots, slot+1)
+	rw.starts = rw.starts[:n+1]
+	rw.starts[n] = int32(ch)
+	return true
+}
+
 // slots checks the slot assignment, when there is one: every step of a
 // chunk carries the chunk's one slot, and when a chunk starts, the previous
 // owner of its slot is dead.

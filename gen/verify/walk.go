@@ -613,7 +613,11 @@ func fill[T any](t []T, v T) {
 // also gives the slot's src and the waits: the receives deps.RemoteRecvs
 // names where it comes from another rank (deps.Recvs there); waitsAt asks
 // deps.Recvs of an F without one (an owned input). A chunk's first step
-// in a slot starts its span as slotChunk would; slotChunk takes the rest.
+// in a slot starts its span (startSpan); slotChunk takes the rest. A
+// transfer goes to its op on a path of its own, apart from the compute
+// steps': with the kind tested once, the compiler keeps the loop's values
+// in registers (a shared path had it store them for the calls on every
+// step).
 func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i int, nHost int32, live int, opGap []int32) (int, int32, int) {
 	r := rw.r
 	S, M := c.S, c.M
@@ -659,14 +663,7 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 			}
 			if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 {
 				sp.last = int32(i) // the walk's indices only grow: max(last, i)
-			} else if n := len(rw.starts); sp.first < 0 && sp.slot < 0 && st.Slot >= 0 && n < cap(rw.starts) {
-				// the chunk's first step, in a slot: slotChunk's start, written out
-				sp.slot, sp.first, sp.last = int32(st.Slot), int32(i), max(sp.last, int32(i))
-				rw.slotted = true
-				rw.slots = max(rw.slots, st.Slot+1)
-				rw.starts = rw.starts[:n+1]
-				rw.starts[n] = int32(ch)
-			} else {
+			} else if !rw.startSpan(sp, i, ch, st.Slot) {
 				c.slotChunk(rw, i, st, st, ch, -1)
 			}
 			opGap[op] = nHost
@@ -715,16 +712,9 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 		// slot: a later step of a chunk in its slot only extends its
 		// interval (slotChunk set the slot with the chunk's first step);
 		// slotChunk takes the rest
-		if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 && src < 0 {
+		if sp := &c.spans[ch]; src < 0 && int(sp.slot) == st.Slot && st.Slot >= 0 {
 			sp.last = int32(i) // the walk's indices only grow: max(last, i)
-		} else if n := len(rw.starts); sp.first < 0 && sp.slot < 0 && st.Slot >= 0 && src < 0 && n < cap(rw.starts) {
-			// the chunk's first step, in a slot: slotChunk's start, written out
-			sp.slot, sp.first, sp.last = int32(st.Slot), int32(i), max(sp.last, int32(i))
-			rw.slotted = true
-			rw.slots = max(rw.slots, st.Slot+1)
-			rw.starts = rw.starts[:n+1]
-			rw.starts[n] = int32(ch)
-		} else {
+		} else if src >= 0 || !rw.startSpan(sp, i, ch, st.Slot) {
 			c.slotChunk(rw, i, st, st, ch, src)
 		}
 		c.hostIdx[rw.host] = int32(i)
