@@ -8,7 +8,8 @@ import (
 )
 
 // TestMain runs every test of the package with the walk's fast path
-// cross-checked (crossCheck: preErr asked wherever fastPre passed), and fails
+// cross-checked (crossCheck: preErr asked wherever its precondition test
+// passed, its waits compared with waitsAt's), and fails
 // the run when preErr found fault there. Benchmarks run without it.
 func TestMain(m *testing.M) {
 	flag.Parse()

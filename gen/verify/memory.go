@@ -1,6 +1,9 @@
 package verify
 
-import "github.com/ppgen/ppgen/gen/ir"
+import (
+	"github.com/ppgen/ppgen/gen/internal/par"
+	"github.com/ppgen/ppgen/gen/ir"
+)
 
 // chunkSpan is a chunk's slot and live interval (slot): its slot, the
 // index of its first step and of its last use on its rank; -1 until known.
@@ -58,6 +61,24 @@ func (c *checker) slotChunk(rw *rankWalk, i int, top, st *ir.Step, ch, src int) 
 	}
 }
 
+// startSpan starts the span sp of chunk ch at its first step, index i,
+// in slot slot, as slotChunk would, and reports whether it did: not where
+// the chunk has a step or a slot already, where the step has no slot, or
+// where the rank's chunk starts are full (slotChunk takes those). It
+// inlines: fastRun asks it at every chunk's first step.
+func (rw *rankWalk) startSpan(sp *chunkSpan, i, ch, slot int) bool {
+	n := len(rw.starts)
+	if sp.first >= 0 || sp.slot >= 0 || slot < 0 || n == cap(rw.starts) {
+		return false
+	}
+	sp.slot, sp.first, sp.last = int32(slot), int32(i), max(sp.last, int32(i))
+	rw.slotted = true
+	rw.slots = max(rw.slots, slot+1)
+	rw.starts = rw.starts[:n+1]
+	rw.starts[n] = int32(ch)
+	return true
+}
+
 // slots checks the slot assignment, when there is one: every step of a
 // chunk carries the chunk's one slot, and when a chunk starts, the previous
 // owner of its slot is dead.
@@ -77,18 +98,18 @@ func (c *checker) slots() error {
 	}
 	M := c.M
 	var owner []int32
+	spans := c.spans
 	for r := range c.P {
-		owner = owner[:0]
-		for range c.rep.Slots[r] {
-			owner = append(owner, -1)
-		}
+		owner = par.Resize(owner, c.rep.Slots[r])
+		fill(owner, -1)
 		// Chunks in the order they start (the walk appended them so).
 		for _, ch := range c.starts[r] {
-			k := c.spans[ch].slot
+			sp := spans[ch]
+			k := sp.slot
 			if k < 0 {
 				continue // only read as a neighbour's src; it has no step of its own
 			}
-			if o := owner[k]; o >= 0 && c.spans[o].last >= c.spans[ch].first {
+			if o := owner[k]; o >= 0 && spans[o].last >= sp.first {
 				i := int(c.spans[ch].first)
 				top := c.p.Ranks[r][i]
 				st := top

@@ -261,30 +261,22 @@ func (c *checker) neighbourAt(r int, st *ir.Step) (a, x int, need, local bool) {
 	return 0, 0, false, false
 }
 
-// fastPre is the walk's quick test of compute step st's preconditions
-// (index i of rank r; ch its chunk, on r; first..last its micro-batch's
-// route), for fastRun: ok only where preErr finds nothing, reading the same tables.
-// Where it is not ok, pre runs and notes what preErr finds; it leaves to
-// preErr the first stage's input and the last stage's labels. src is the
-// chunk of the colocated stage that st reads (slot), or -1.
-func (c *checker) fastPre(r, i int, st *ir.Step, ch, first, last int) (ok bool, src int) {
-	switch k := st.Kind; k {
-	case ir.Forward, ir.Backward, ir.BackwardInput:
-		a, x, need, local := c.neighbourAt(r, st)
-		if k == ir.Forward {
-			ok = st.Stage != first && (st.Stage != last || !c.hasData)
-		} else {
-			ok = c.before(aF, ch, i)
-		}
-		src = -1
-		if local {
-			src = x
-		}
-		return ok && (!need || c.before(a, x, i)), src
-	case ir.BackwardWeight:
-		return c.before(aBwd, ch, i) && c.bwdIsI[ch], -1
+// crossAt and crossRecvAt are, by deps.Cross's grad, the tables of the
+// step that produces a cross-stage input and of the receive that brings it
+// from another rank (deps.AcrossKinds).
+var crossAt, crossRecvAt = func() (p, q [2]int) {
+	for g := range 2 {
+		producer, recv := deps.AcrossKinds(g == 1)
+		p[g], q[g] = atOf(producer), atOf(recv)
 	}
-	return false, -1
+	return p, q
+}()
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // before reports whether the step of table a for chunk ran before index i
@@ -332,6 +324,9 @@ func (c *checker) optSteps() error {
 // complete checks that every chunk on a micro-batch's route has its forward
 // and backward (leaf rejects chunks outside it).
 func (c *checker) complete() error {
+	if c.single && c.allComplete() {
+		return nil
+	}
 	for s := range c.S {
 		r := c.rankOf[s]
 		for m := range c.M {
@@ -350,4 +345,26 @@ func (c *checker) complete() error {
 		}
 	}
 	return nil
+}
+
+// allComplete reports whether every chunk has its forward and backward
+// (and a W after an I), as complete's loop checks them chunk by chunk,
+// for a program of one pipeline, where every chunk is on its micro-batch's
+// route: one pass over the tables, which complete repeats to word the
+// first failure only when there is one.
+func (c *checker) allComplete() bool {
+	f, b, w := c.at[aF], c.at[aBwd], c.at[aW]
+	if c.forwardOnly {
+		b = f // no backward is expected: ask the forward twice
+	}
+	b, w, isI := b[:len(f)], w[:len(f)], c.bwdIsI[:len(f)]
+	bad := int32(0)
+	for ch, x := range f {
+		z := int32(0)
+		if isI[ch] {
+			z = w[ch]
+		}
+		bad |= x | b[ch] | z // a sign bit: a step that never ran
+	}
+	return bad >= 0
 }

@@ -165,7 +165,7 @@ type checker struct {
 // collected every time. Check hands them back when it returns: neither its
 // Report nor its errors hold them.
 type scratch struct {
-	block                                       []int32
+	block, starts                               []int32
 	spans                                       []chunkSpan
 	hostIdx, waitOff, opRank, opIdx, opGap, ord []int32
 	opStep                                      []opStep

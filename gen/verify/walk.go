@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -91,6 +92,16 @@ func (c *checker) walk() error {
 	c.rep.PeakLive = make([]float64, c.P)
 	c.rep.Slots = make([]int, c.P)
 	c.starts = make([][]int32, c.P)
+	// The ranks' chunk starts share one block: rank r's chunks are those
+	// of its stages, and its share starts after the earlier ranks' stages.
+	sc.starts = par.Resize(sc.starts, n)
+	startOff := make([]int, c.P+1)
+	for _, r := range c.rankOf {
+		startOff[r+1] += c.M
+	}
+	for r := range c.P {
+		startOff[r+1] += startOff[r]
+	}
 	// Count each rank's comm ops and host steps, to number them globally
 	// (in rank order, as a walk rank by rank would) before the parallel walk.
 	nSteps := c.rep.Steps
@@ -107,14 +118,21 @@ func (c *checker) walk() error {
 		// The r-th share of the chunk tables' block starts at -1.
 		fill(sc.block[len(sc.block)*r/c.P:len(sc.block)*(r+1)/c.P], -1)
 		fill(c.spans[len(c.spans)*r/c.P:len(c.spans)*(r+1)/c.P], chunkSpan{-1, -1, -1})
+		// A histogram of the rank's kinds: the loop only counts.
+		var count [256]int32
+		steps := p.Ranks[r]
+		for i := range steps {
+			count[steps[i].Kind]++
+		}
 		n := 0
 		var ex uint8
 		var rk uint64
-		steps := p.Ranks[r]
-		for i := range steps {
-			k := steps[i].Kind
+		for k, x := range count {
+			if x == 0 {
+				continue
+			}
 			f := &wk[k]
-			n += int(f.fl & wkComm) // wkComm is bit 0: one for a transfer
+			n += int(f.fl&wkComm) * int(x) // wkComm is bit 0: one for a transfer
 			ex |= f.extra
 			if f.fl&wkRuled != 0 {
 				rk |= 1 << (k & 63) // wkRuled: k < 64
@@ -149,7 +167,8 @@ func (c *checker) walk() error {
 	}
 	nOps, nHost := int(opOff[c.P]), int(hostOff[c.P])
 	// The walk writes every entry of these (a host step's or an op's) but
-	// waitOff[0].
+	// waitOff[0] and opRank, which the model's assembly below fills rank by
+	// rank.
 	sc.hostIdx, sc.waitOff = par.Resize(sc.hostIdx, nHost), par.Resize(sc.waitOff, nHost+1)
 	sc.opRank, sc.opIdx, sc.opGap = par.Resize(sc.opRank, nOps), par.Resize(sc.opIdx, nOps), par.Resize(sc.opGap, nOps)
 	sc.opStep = par.Resize(sc.opStep, nOps)
@@ -163,6 +182,7 @@ func (c *checker) walk() error {
 	par.ForRanksW(w, c.P, func(_, r int) {
 		rw := &ws[r]
 		rw.r, rw.op, rw.host = r, opOff[r], hostOff[r]
+		rw.starts = sc.starts[startOff[r]:startOff[r]:startOff[r+1]]
 		rw.waitEnd = waitOff[hostOff[r]+1 : hostOff[r+1]+1]
 		rw.err = c.walkRank(rw, opGap)
 	})
@@ -214,6 +234,7 @@ func (c *checker) walk() error {
 			waitOff[h] += base[r]
 		}
 		fill(m.OpPartner[opOff[r]:opOff[r+1]], -1)
+		fill(c.opRank[opOff[r]:opOff[r+1]], int32(r)) // the rank's ops, numbered from opOff[r]
 	})
 	c.batches(m, ws)
 	c.model = m
@@ -283,7 +304,6 @@ func (c *checker) walkRank(rw *rankWalk, opGap []int32) error {
 				return err
 			}
 			opGap[rw.op] = nHost
-			c.opRank[rw.op] = int32(r)
 			c.opIdx[rw.op] = int32(i)
 			// leaf checked the ranges: they fit in 32 bits.
 			c.opStep[rw.op] = opStep{kind: st.Kind, stage: int32(st.Stage), micro: int32(st.Micro), peer: int32(st.Peer)}
@@ -583,23 +603,37 @@ func fill[T any](t []T, v T) {
 // table once, then the step's op or host step. It returns the index of
 // the first step it leaves to walkRank (len(steps) when none), having
 // changed nothing for that step, and the rank's host step count and live
-// parts (walkRank's nHost and live) after the steps it walked. pre's test
-// on the way is fastPre, which passes only where preErr finds nothing;
-// where it does not pass, pre runs and notes what preErr finds.
+// parts (walkRank's nHost and live) after the steps it walked.
+//
+// pre's test on the way (a transfer's by walkKind.needs, a compute step's
+// written out below: its own earlier steps and its cross-stage input,
+// deps.Cross) passes only where preErr finds nothing; where it does not
+// pass, pre runs and notes what preErr finds (it leaves to preErr the
+// first stage's input and the last stage's labels). The cross-stage input
+// also gives the slot's src and the waits: the receives deps.RemoteRecvs
+// names where it comes from another rank (deps.Recvs there); waitsAt asks
+// deps.Recvs of an F without one (an owned input). A chunk's first step
+// in a slot starts its span (startSpan); slotChunk takes the rest. A
+// transfer goes to its op on a path of its own, apart from the compute
+// steps': with the kind tested once, the compiler keeps the loop's values
+// in registers (a shared path had it store them for the calls on every
+// step).
 func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i int, nHost int32, live int, opGap []int32) (int, int32, int) {
 	r := rw.r
 	S, M := c.S, c.M
 	rankOf := c.rankOf[:S]
 	for ; i < len(steps); i++ {
 		st := &steps[i]
-		wk := wks[st.Kind]
+		wk := &wks[st.Kind] // a field is one load where it is read
 		s, m := st.Stage, st.Micro
 		if wk.fl&wkFast == 0 || st.Slot < ir.None || uint(s) >= uint(S) || uint(m) >= uint(M) || rankOf[s] != r {
 			break
 		}
-		first, last := c.route(m)
-		if s < first || s > last {
-			break
+		first, last := 0, S-1 // c.route(m): s is in it when single
+		if !c.single {
+			if first, last = c.copyRoute(m); s < first || s > last {
+				break
+			}
 		}
 		ch := s*M + m
 		a := int(wk.at)
@@ -608,6 +642,8 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 			break // a duplicate
 		}
 		if wk.fl&wkComm != 0 {
+			// A transfer: leaf's peer, pre by walkKind.needs, the slot
+			// (as a compute step's below, with no src), its op.
 			want := ir.None
 			if wk.fl&wkUp != 0 {
 				if s < last {
@@ -620,50 +656,90 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 				break
 			}
 			at[ch] = int32(i)
-			c.opAt[a][ch] = rw.op // recorded under this id below
-		} else {
-			at[ch] = int32(i)
-			rw.lastCompute = int32(i) // the fast kinds but the transfers compute
-			if st.Kind == ir.BackwardInput {
-				c.bwdIsI[ch] = true
+			op := rw.op
+			c.opAt[a][ch] = op
+			if ok := wk.needs < 0 || c.before(int(wk.needs), ch, i); !ok || crossCheck {
+				c.fastPreMiss(rw, i, st, ok)
 			}
+			if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 {
+				sp.last = int32(i) // the walk's indices only grow: max(last, i)
+			} else if !rw.startSpan(sp, i, ch, st.Slot) {
+				c.slotChunk(rw, i, st, st, ch, -1)
+			}
+			opGap[op] = nHost
+			c.opIdx[op] = int32(i)
+			// The ranges are checked: they fit in 32 bits.
+			c.opStep[op] = opStep{kind: st.Kind, stage: int32(s), micro: int32(m), peer: int32(want)}
+			rw.op++
+			continue
 		}
-		// pre: a transfer's by its walkKind, a compute step's by fastPre
+		at[ch] = int32(i)
+		rw.lastCompute = int32(i) // the fast kinds but the transfers compute
+		if st.Kind == ir.BackwardInput {
+			c.bwdIsI[ch] = true
+		}
+		// pre
 		ok, src := true, -1
-		if wk.fl&wkComm != 0 {
-			if wk.needs >= 0 {
-				ok = c.before(int(wk.needs), ch, i)
-			}
+		recv := false // the cross-stage input comes over a receive
+		grad := false // ... the gradient (else the activation)
+		if k := st.Kind; k == ir.BackwardWeight {
+			ok = c.before(aBwd, ch, i) && c.bwdIsI[ch]
 		} else {
-			ok, src = c.fastPre(r, i, st, ch, first, last)
+			// F, B or I: its cross-stage input (deps.Cross;
+			// neighbourAt's answer without its calls)
+			stage, g, cross := deps.Cross(k, s, first, last)
+			if k == ir.Forward {
+				ok = s != first && (s != last || !c.hasData)
+			} else {
+				ok = c.before(aF, ch, i)
+			}
+			if cross {
+				grad = g
+				if rankOf[stage] == r {
+					// the colocated stage's step (deps.AcrossKinds' producer)
+					src = stage*M + m
+					ok = ok && c.before(crossAt[b2i(g)], src, i)
+				} else {
+					// the receive that brings it (AcrossKinds' recv), in a lowered program
+					recv = true
+					ok = ok && (!c.lowered || c.before(crossRecvAt[b2i(g)], ch, i))
+				}
+			}
 		}
-		if !ok {
-			c.pre(rw, i, st, st)
-		} else if crossCheck {
-			crossCheckPre(c, r, i, st)
+		if !ok || crossCheck {
+			c.fastPreMiss(rw, i, st, ok)
 		}
 		// slot: a later step of a chunk in its slot only extends its
 		// interval (slotChunk set the slot with the chunk's first step);
 		// slotChunk takes the rest
-		if sp := &c.spans[ch]; int(sp.slot) == st.Slot && st.Slot >= 0 && src < 0 {
+		if sp := &c.spans[ch]; src < 0 && int(sp.slot) == st.Slot && st.Slot >= 0 {
 			sp.last = int32(i) // the walk's indices only grow: max(last, i)
-		} else {
+		} else if src >= 0 || !rw.startSpan(sp, i, ch, st.Slot) {
 			c.slotChunk(rw, i, st, st, ch, src)
-		}
-		if wk.fl&wkComm != 0 {
-			op := rw.op
-			opGap[op] = nHost
-			c.opRank[op] = int32(r)
-			c.opIdx[op] = int32(i)
-			// The ranges are checked: they fit in 32 bits.
-			c.opStep[op] = opStep{kind: st.Kind, stage: int32(s), micro: int32(m), peer: int32(st.Peer)}
-			rw.op++
-			continue
 		}
 		c.hostIdx[rw.host] = int32(i)
 		rw.host++
 		nHost++
-		c.waitsAt(rw, st, ch)
+		// waits: the receives of the cross-stage input found
+		// remote (deps.RemoteRecvs, which is deps.Recvs there); waitsAt
+		// asks deps.Recvs of the steps without one (an owned input).
+		w0 := len(rw.waits)
+		if recv {
+			a, b := deps.RemoteRecvs(grad)
+			if op := c.opAt[atOf(a)][ch]; op >= 0 {
+				rw.waits = append(rw.waits, strict.OpDone(op))
+			}
+			if b != ir.Invalid {
+				if op := c.opAt[atOf(b)][ch]; op >= 0 {
+					rw.waits = append(rw.waits, strict.OpDone(op))
+				}
+			}
+		} else if st.Kind == ir.Forward && src < 0 {
+			c.waitsAt(rw, st, ch)
+		}
+		if crossCheck {
+			crossCheckWaits(c, rw, st, ch, w0)
+		}
 		if live += c.born(st); live > rw.peak {
 			c.newPeak(rw, i, st, live)
 		}
@@ -673,18 +749,42 @@ func (c *checker) fastRun(rw *rankWalk, wks *[256]walkKind, steps []ir.Step, i i
 	return i, nHost, live
 }
 
+// fastPreMiss is fastRun's pre where its test did not pass (ok false),
+// and the tests' cross-check where it did.
+func (c *checker) fastPreMiss(rw *rankWalk, i int, st *ir.Step, ok bool) {
+	if !ok {
+		c.pre(rw, i, st, st)
+	} else if crossCheck {
+		crossCheckPre(c, rw.r, i, st)
+	}
+}
+
 // crossCheck, set by the tests (export_test.go), has fastRun ask preErr
-// wherever fastPre passed, and note where preErr finds fault (crossCheckPre).
+// wherever its precondition test passed, and note where preErr finds fault
+// (crossCheckPre), and compare its waits with waitsAt's (crossCheckWaits).
 var (
 	crossCheck       bool
 	crossCheckMu     sync.Mutex
 	crossCheckFaults []string
 )
 
+// crossCheckWaits checks that the waits fastRun added for compute step st
+// (of chunk ch) from rw.waits[w0:] are what waitsAt (deps.Recvs) adds.
+func crossCheckWaits(c *checker, rw *rankWalk, st *ir.Step, ch, w0 int) {
+	got := append([]strict.Event(nil), rw.waits[w0:]...)
+	rw.waits = rw.waits[:w0]
+	c.waitsAt(rw, st, ch)
+	if want := rw.waits[w0:]; !slices.Equal(got, want) {
+		crossCheckMu.Lock()
+		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d %s: fastRun waits for %v, waitsAt for %v", rw.r, st, got, want))
+		crossCheckMu.Unlock()
+	}
+}
+
 func crossCheckPre(c *checker, r, i int, st *ir.Step) {
 	if err := c.preErr(r, i, st, st); err != nil {
 		crossCheckMu.Lock()
-		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: fastPre passed, preErr: %v", r, i, st, err))
+		crossCheckFaults = append(crossCheckFaults, fmt.Sprintf("rank %d step %d %s: the fast test passed, preErr: %v", r, i, st, err))
 		crossCheckMu.Unlock()
 	}
 }

@@ -144,22 +144,45 @@ func Of(p *ir.Program, cs *ir.Step, dst []Input) []Input {
 // for these receives), in registers: it builds no Input.
 func Recvs(p *ir.Program, cs *ir.Step, r int) (a, b ir.Kind) {
 	s, m := cs.Stage, cs.Micro
-	switch cs.Kind {
-	case ir.Forward:
-		if first := firstOf(p, m); s > first {
-			if rankOf(p, s-1) != r {
-				return ir.RecvF, ir.DataRecv // the activation, then the labels
-			}
-		} else if s == first && p.Placement.Owner(m) != r {
-			return ir.MpipeRecv, ir.Invalid
+	first, last := routeEnds(p, m)
+	if stage, grad, ok := Cross(cs.Kind, s, first, last); ok {
+		if rankOf(p, stage) != r {
+			return RemoteRecvs(grad) // the saved activations and the kept are local
 		}
-	case ir.Backward, ir.BackwardInput:
-		// The saved activations are local; the gradient may come over RECV_B.
-		if s < lastOf(p, m) && rankOf(p, s+1) != r {
-			return ir.RecvB, ir.Invalid
-		}
+	} else if cs.Kind == ir.Forward && s == first && p.Placement.Owner(m) != r {
+		return ir.MpipeRecv, ir.Invalid
 	}
 	return ir.Invalid, ir.Invalid
+}
+
+// RemoteRecvs returns, for Cross's grad, the receives that bring a
+// cross-stage input produced on another rank (Recvs): the input's own
+// (AcrossKinds' recv: RECV_B for the gradient, RECV_F for the activation)
+// and, with the activation, the labels' DATA_RECV (ir.Invalid for the
+// gradient).
+func RemoteRecvs(grad bool) (a, b ir.Kind) {
+	if grad {
+		return ir.RecvB, ir.Invalid
+	}
+	return ir.RecvF, ir.DataRecv // the activation, then the labels
+}
+
+// Cross is the model's cross-stage input by values, for a caller that
+// knows the route first..last (ir.Program.Route) of the step's
+// micro-batch and reads the producer's rank itself: for a compute step of
+// kind k on stage s, the stage that produces its cross-stage input
+// (Neighbour) and whether the input is the Gradient (else the
+// Activation); ok is false at the route's ends and for other kinds.
+// Recvs answers through it, and Across as it (TestOf holds them to each
+// other); it inlines, so a loop that asks it of every step pays no call.
+func Cross(k ir.Kind, s, first, last int) (stage int, grad, ok bool) {
+	switch k {
+	case ir.Forward:
+		return s - 1, false, s > first
+	case ir.Backward, ir.BackwardInput:
+		return s + 1, true, s < last
+	}
+	return 0, false, false
 }
 
 // Neighbour returns the one input of compute step cs that another stage
@@ -188,6 +211,11 @@ func Neighbour(p *ir.Program, cs *ir.Step) (in Input, ok bool) {
 // back right after the call stored it costs a store-forwarding stall;
 // plain values stay in registers. AcrossKinds names the producing step's
 // kind and the receive that carries the input.
+//
+// It is Cross with the route's end it needs and the producer's rank
+// (written out: Cross would have it read both ends of the route, which
+// costs the passes that call it on every step); TestOf holds the two to
+// each other.
 func Across(p *ir.Program, cs *ir.Step) (stage, rank, act int, grad, ok bool) {
 	s, m := cs.Stage, cs.Micro
 	switch cs.Kind {
@@ -239,9 +267,10 @@ func consumerOf(p *ir.Program, kind ir.Kind, s, m int) (k ir.Kind, stage, rank i
 	return ir.Invalid, 0, ir.None, false
 }
 
-// firstOf and lastOf are the ends of m's route, p.Route without its
-// arithmetic for one pipeline (the hot case: the model runs once per step in
-// verify, sim and the passes); they inline, routeOf does not.
+// firstOf, lastOf and routeEnds are the ends of m's route, p.Route
+// without its arithmetic for one pipeline (the hot case: the model runs
+// once per step in verify, sim and the passes); they inline, routeOf does
+// not.
 func firstOf(p *ir.Program, m int) int {
 	if p.Copies <= 1 {
 		return 0
@@ -256,6 +285,13 @@ func lastOf(p *ir.Program, m int) int {
 	}
 	_, last := routeOf(p, m)
 	return last
+}
+
+func routeEnds(p *ir.Program, m int) (first, last int) {
+	if last = len(p.Placement.RankOf) - 1; p.Copies > 1 {
+		first, last = routeOf(p, m)
+	}
+	return first, last
 }
 
 //go:noinline

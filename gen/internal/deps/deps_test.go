@@ -189,6 +189,14 @@ func checkNeighbour(t *testing.T, p *ir.Program, cs *ir.Step, ins []deps.Input) 
 	if aok != ok || ok && (stage != in.Stage || rank != in.Rank || act != in.Act || grad != (in.What == deps.Gradient) || kind != in.Kind || recv != in.Recv) {
 		t.Errorf("%s: Across = %d, %d, %d, %v, %v (kinds %s, %s); Neighbour = %+v, %v", cs, stage, rank, act, grad, aok, kind, recv, in, ok)
 	}
+	first, last := p.Route(cs.Micro)
+	cstage, cgrad, cok := deps.Cross(cs.Kind, cs.Stage, first, last)
+	if cok != aok || cok && (cstage != stage || cgrad != grad) {
+		t.Errorf("%s: Cross = %d, %v, %v; Across = %d, %v, %v", cs, cstage, cgrad, cok, stage, grad, aok)
+	}
+	if a, b := deps.RemoteRecvs(grad); ok && (a != recv || b != map[bool]ir.Kind{true: ir.Invalid, false: ir.DataRecv}[grad]) {
+		t.Errorf("%s: RemoteRecvs = %s, %s; the input comes over %s", cs, a, b, recv)
+	}
 }
 
 // checkRecvs checks that Recvs(cs, r) lists the Recv of each of cs's
