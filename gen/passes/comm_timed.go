@@ -129,29 +129,24 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	mineBuf := sc.mine
 	sc.ops = par.Resize(sc.ops, 2*len(ts))
 	opsBuf := sc.ops
-	// keyT[off[r]+k] is the key time of ops[r][k], apart from the ops
-	// themselves: the slide below reads the peers' times while their ranks
-	// write their own ops.
-	sc.keyT = par.Resize(sc.keyT, 2*len(ts))
-	keyT := sc.keyT
 	ops := make([][]placed, P)
-	sc.sendPos = par.Resize(sc.sendPos, len(ts))
-	sendPos := sc.sendPos // a send's index in its rank's ops
+	// sendNext[i] is the key time of the op after transfer i's send in its
+	// rank's comm stream (+Inf: none): the slide of i's receive reads it.
+	sc.sendNext = par.Resize(sc.sendNext, len(ts))
+	sendNext := sc.sendNext
 	wg.Wait()
 	if !ok {
 		return ir.Program{}, false
 	}
 	endsOf := ends
-	// The key times: each transfer's producer end; and the keys apart, for
+	// The key times: each transfer's producer end; the keys apart, for
 	// the sort and the merges below to read 16 bytes a transfer.
 	sc.keys = par.Resize(sc.keys, len(ts))
 	keys := sc.keys
 	par.ForRanks(P, nHost, func(r int) {
 		e := endsOf[r]
 		for i := sendOff[r]; i < sendOff[r+1]; i++ {
-			t := e[ts[i].j]
-			ts[i].t = t
-			keys[i] = transferKey{t, ts[i].tie}
+			keys[i] = transferKey{e[ts[i].j], ts[i].tie}
 		}
 	})
 	par.ForRanks(P, nHost, func(r int) {
@@ -166,8 +161,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		}
 		rest := all[nSend[r]:]
 		for len(rest) > 0 {
-			n := 1
-			for n < len(rest) && ts[rest[n]].src == ts[rest[0]].src {
+			n, src := 1, ts[rest[0]].src
+			for n < len(rest) && ts[rest[n]].src == src {
 				n++
 			}
 			runs = append(runs, rest[:n])
@@ -193,26 +188,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 			merged = mergeByKey(dst, merged, run, keys)
 			inMine = !inMine
 		}
-		// Place: a send right after the host steps that end by its time, a
-		// receive there too but no later than its consumer. Key times grow
-		// along the list, so one pointer walks the rank's end times.
-		e := endsOf[r]
-		list := opsBuf[lo:hi:hi]
-		u := 0
-		for k, i := range merged {
-			x := &ts[i]
-			for u < len(e) && e[u] <= x.t {
-				u++
-			}
-			keyT[int(lo)+k] = x.t
-			if x.src == int32(r) {
-				sendPos[i] = int32(k)
-				list[k] = placed{at: int32(u), x: i}
-				continue
-			}
-			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true}
-		}
-		ops[r] = list
+		ops[r] = placeRank(opsBuf[lo:hi:hi], merged, ts, keys, endsOf[r], int32(r), sendNext)
 	})
 	// Slide each receive later, past host steps but never past another
 	// transfer of its rank (the comm-stream order stays the key order), while
@@ -224,53 +200,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, P)}
 	bad := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
-		list := ops[r]
-		e := endsOf[r]
-		steps := p.Ranks[r]
-		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
-		// Fields are set one by one wherever Sub stays nil: out is fresh, so
-		// such a step pays no write barrier while a GC runs.
-		o, j := 0, 0
-		for k := range list {
-			op := &list[k]
-			x := &ts[op.x]
-			at := op.at
-			if op.recv {
-				// The slide (list[k+1].at is the next op's position before its own).
-				limitAt, limitT := int32(len(e)), math.Inf(1)
-				if k+1 < len(list) {
-					limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
-				}
-				if src, peer := x.src, sendPos[op.x]; off[src]+peer+1 < off[src+1] {
-					limitT = min(limitT, keyT[off[src]+peer+1])
-				}
-				limitAt = min(limitAt, op.cons)
-				for at < limitAt && e[at] <= limitT {
-					at++
-				}
-			}
-			if int(at) < j {
-				bad[r] = true // positions out of key order: the argument fails
-				return
-			}
-			if int(at) > len(steps) {
-				break // past the end: not placed (never the case: at <= len(e))
-			}
-			o = copyHost(out, o, steps[j:at])
-			j = int(at)
-			d := &out[o]
-			switch {
-			case !op.recv:
-				d.Kind, d.Stage, d.Peer = x.kind, int(x.stage), int(x.dst)
-			case x.kind == ir.SendB:
-				d.Kind, d.Stage, d.Peer = ir.RecvB, int(x.stage)-1, int(x.src)
-			default:
-				d.Kind, d.Stage, d.Peer = ir.RecvF, int(x.stage)+1, int(x.src)
-			}
-			d.Micro, d.Slot = int(x.micro), ir.None
-			o++
-		}
-		copyHost(out, o, steps[j:])
+		out, ok := assembleRank(p.Ranks[r], ops[r], endsOf[r], sendNext)
+		bad[r] = !ok
 		q.Ranks[r] = out
 	})
 	for _, b := range bad {
@@ -279,6 +210,110 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		}
 	}
 	return q, true
+}
+
+// placeRank places rank r's comm ops, merged (its transfers in key order),
+// in list: a send right after the host steps that end by its key time, a
+// receive there too but no later than its consumer. Key times grow along
+// the list, so one pointer walks the rank's end times e. A receive's record
+// gets the bounds of its slide that its own rank sets (the next op's
+// position and key time); sendNext gets, for each send, the key time of
+// the op after it. (A function of its own: the loop keeps its values in
+// registers.)
+func placeRank(list []placed, merged []int32, ts []transfer, keys []transferKey, e []float64, r int32, sendNext []float64) []placed {
+	list = list[:len(merged)]
+	u := 0
+	for k, i := range merged {
+		x := &ts[i]
+		t := keys[i].t
+		for u < len(e) && e[u] <= t {
+			u++
+		}
+		op := &list[k]
+		if x.src == r {
+			*op = placed{at: int32(u), x: i, kind: x.kind, stage: x.stage, micro: x.micro, peer: x.dst}
+		} else {
+			*op = placed{limT: math.Inf(1), at: min(int32(u), x.consume), lim: x.consume, x: i, recv: true,
+				kind: ir.RecvF, stage: x.stage + 1, micro: x.micro, peer: x.src}
+			if x.kind == ir.SendB {
+				op.kind, op.stage = ir.RecvB, x.stage-1
+			}
+		}
+		if k > 0 {
+			if prev := &list[k-1]; prev.recv {
+				prev.lim, prev.limT = min(prev.lim, op.at), t
+			} else {
+				sendNext[prev.x] = t
+			}
+		}
+	}
+	if n := len(list); n > 0 && !list[n-1].recv {
+		sendNext[list[n-1].x] = math.Inf(1)
+	}
+	return list
+}
+
+// assembleRank returns a rank's program: its host steps with its comm ops
+// list (placeRank's) among them, each receive first slid later while the
+// host step it passes ends by the next transfer due on either end (its
+// record's limT, sendNext of its send) and it stays before its rank's next
+// op and its consumer (lim). It is false when the positions are out of key
+// order (the argument fails).
+func assembleRank(steps []ir.Step, list []placed, e []float64, sendNext []float64) ([]ir.Step, bool) {
+	if !slideRecvs(list, e, sendNext) {
+		return nil, false
+	}
+	out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
+	interleave(out, steps, list)
+	return out, true
+}
+
+// slideRecvs sets each receive's final position in list (see
+// assembleRank); it is false when the positions are out of order or past
+// the host steps (e has one end time a host step). (The two loops of
+// assembleRank in functions of their own keep their few values in
+// registers.)
+func slideRecvs(list []placed, e []float64, sendNext []float64) bool {
+	j := int32(0)
+	for k := range list {
+		op := &list[k]
+		at := op.at
+		if op.recv {
+			limT := min(op.limT, sendNext[op.x])
+			for at < op.lim && e[at] <= limT {
+				at++
+			}
+			op.at = at
+		}
+		if at < j {
+			return false
+		}
+		j = at
+	}
+	return int(j) <= len(e)
+}
+
+// interleave writes to out (fresh: every Sub nil) the host steps with the
+// ops of list before the host steps at their positions (in order).
+// Fields are set one by one: a step without sub-steps then pays no write
+// barrier while a GC runs, and one with them only a pointer's.
+func interleave(out, steps []ir.Step, list []placed) {
+	out = out[:len(steps)+len(list)]
+	o, j := 0, 0
+	for k := range list {
+		op := &list[k]
+		for ; j < int(op.at); j++ {
+			copyStep(&out[o], &steps[j])
+			o++
+		}
+		d := &out[o]
+		d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = op.kind, int(op.stage), int(op.micro), int(op.peer), ir.None
+		o++
+	}
+	for ; j < len(steps); j++ {
+		copyStep(&out[o], &steps[j])
+		o++
+	}
 }
 
 // collectTransfers is insertCommTimed's walk over the steps of p: it sets
@@ -647,8 +682,7 @@ type timedScratch struct {
 	keys       []transferKey
 	runs, mine []int32
 	ops        []placed
-	keyT       []float64
-	sendPos    []int32
+	sendNext   []float64
 	timeline   timelineScratch
 }
 
@@ -668,15 +702,19 @@ type chunkAt struct{ rank, index int32 }
 
 // placed is one op of a rank's comm stream in insertCommTimed.
 type placed struct {
-	at   int32 // host step index the op goes before
-	cons int32 // for a receive: index of its consuming host step
-	x    int32 // the transfer
-	recv bool
+	limT  float64 // a receive: the key time of its rank's next op (+Inf: none)
+	at    int32   // host step index the op goes before (a receive: before its slide)
+	lim   int32   // a receive: its slide's bound, min(consuming host step, next op's at)
+	x     int32   // the transfer
+	stage int32   // the op's step: Stage, Micro, Peer, Kind
+	micro int32
+	peer  int32
+	kind  ir.Kind
+	recv  bool
 }
 
 // transfer is one send/receive pair of the timed comm order.
 type transfer struct {
-	t            float64
 	tie          uint64 // see insertCommTimed
 	src, j, sub  int32
 	dst, consume int32
@@ -704,13 +742,26 @@ func keyLess(keys []transferKey, a, b int32) bool {
 func mergeByKey(dst, a, b []int32, keys []transferKey) []int32 {
 	dst = dst[:len(a)+len(b)]
 	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		if keyLess(keys, b[j], a[i]) {
-			dst[i+j] = b[j]
-			j++
-		} else {
-			dst[i+j] = a[i]
-			i++
+	if len(a) > 0 && len(b) > 0 {
+		// The heads and their keys stay in locals: one key load an element.
+		xa, xb := a[0], b[0]
+		ka, kb := keys[xa], keys[xb]
+		for {
+			if kb.t < ka.t || (kb.t == ka.t && kb.tie < ka.tie) {
+				dst[i+j] = xb
+				if j++; j == len(b) {
+					break
+				}
+				xb = b[j]
+				kb = keys[xb]
+			} else {
+				dst[i+j] = xa
+				if i++; i == len(a) {
+					break
+				}
+				xa = a[i]
+				ka = keys[xa]
+			}
 		}
 	}
 	for ; i < len(a); i++ {
@@ -746,19 +797,13 @@ func insertDataCommFast(p ir.Program, opt CommOptions) (ir.Program, error) {
 	return insertCommLate(p, newDataLoads(p))
 }
 
-// copyHost copies steps into out (fresh: every Sub nil) from index o and
-// returns the index after them; a step without sub-steps goes field by
-// field, which needs no write barrier.
-func copyHost(out []ir.Step, o int, steps []ir.Step) int {
-	for i := range steps {
-		st := &steps[i]
-		if st.Sub != nil {
-			out[o] = *st
-		} else {
-			d := &out[o]
-			d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = st.Kind, st.Stage, st.Micro, st.Peer, st.Slot
-		}
-		o++
+// copyStep copies st to d (fresh: Sub nil) field by field: a step without
+// sub-steps then needs no write barrier, and one with them only a
+// pointer's (which, unlike a whole step's copy, keeps the caller's values
+// in registers).
+func copyStep(d, st *ir.Step) {
+	d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = st.Kind, st.Stage, st.Micro, st.Peer, st.Slot
+	if st.Sub != nil {
+		d.Sub = st.Sub
 	}
-	return o
 }
