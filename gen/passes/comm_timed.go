@@ -143,11 +143,12 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	// the sort and the merges below to read 16 bytes a transfer.
 	sc.keys = par.Resize(sc.keys, len(ts))
 	keys := sc.keys
+	// inOrder[r]: rank r's transfers come in key order (no two sub-steps
+	// of one step out of it), and so does every run taken from them.
+	inOrder := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
-		e := endsOf[r]
-		for i := sendOff[r]; i < sendOff[r+1]; i++ {
-			keys[i] = transferKey{e[ts[i].j], ts[i].tie}
-		}
+		lo, hi := sendOff[r], sendOff[r+1]
+		inOrder[r] = keyRank(keys[lo:hi], ts[lo:hi], endsOf[r])
 	})
 	par.ForRanks(P, nHost, func(r int) {
 		lo, hi := off[r], off[r+1]
@@ -158,6 +159,9 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		runs = small[:0]
 		if nSend[r] > 0 {
 			runs = append(runs, all[:nSend[r]])
+			if !inOrder[r] {
+				sortByKey(all[:nSend[r]], keys)
+			}
 		}
 		rest := all[nSend[r]:]
 		for len(rest) > 0 {
@@ -166,10 +170,10 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 				n++
 			}
 			runs = append(runs, rest[:n])
+			if !inOrder[src] {
+				sortByKey(rest[:n], keys)
+			}
 			rest = rest[n:]
-		}
-		for _, run := range runs {
-			sortByKey(run, keys)
 		}
 		// Merge the runs one by one into what the earlier ones gave,
 		// writing by turns to mineBuf and to runsBuf's front, where the
@@ -212,43 +216,55 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	return q, true
 }
 
+// keyRank sets keys, the keys of one rank's transfers ts (producer ends e),
+// and reports whether they come in key order.
+func keyRank(keys []transferKey, ts []transfer, e []float64) bool {
+	keys = keys[:len(ts)]
+	inOrder := true
+	var prev transferKey
+	for i := range ts {
+		k := transferKey{e[ts[i].j], ts[i].tie}
+		if i > 0 && !(prev.t < k.t || (prev.t == k.t && prev.tie < k.tie)) {
+			inOrder = false
+		}
+		keys[i], prev = k, k
+	}
+	return inOrder
+}
+
 // placeRank places rank r's comm ops, merged (its transfers in key order),
 // in list: a send right after the host steps that end by its key time, a
 // receive there too but no later than its consumer. Key times grow along
-// the list, so one pointer walks the rank's end times e. A receive's record
-// gets the bounds of its slide that its own rank sets (the next op's
-// position and key time); sendNext gets, for each send, the key time of
-// the op after it. (A function of its own: the loop keeps its values in
-// registers.)
+// the list, so one pointer walks the rank's end times e. sendNext gets, for
+// each send, the key time of the op after it. (A function of its own: the
+// loop keeps its values in registers.)
 func placeRank(list []placed, merged []int32, ts []transfer, keys []transferKey, e []float64, r int32, sendNext []float64) []placed {
 	list = list[:len(merged)]
-	u := 0
+	u, pend := 0, int32(-1) // pend: the last send, its next op's time not yet known
 	for k, i := range merged {
 		x := &ts[i]
 		t := keys[i].t
 		for u < len(e) && e[u] <= t {
 			u++
 		}
+		if pend >= 0 {
+			sendNext[pend] = t
+			pend = -1
+		}
 		op := &list[k]
 		if x.src == r {
-			*op = placed{at: int32(u), x: i, kind: x.kind, stage: x.stage, micro: x.micro, peer: x.dst}
-		} else {
-			*op = placed{limT: math.Inf(1), at: min(int32(u), x.consume), lim: x.consume, x: i, recv: true,
-				kind: ir.RecvF, stage: x.stage + 1, micro: x.micro, peer: x.src}
-			if x.kind == ir.SendB {
-				op.kind, op.stage = ir.RecvB, x.stage-1
-			}
+			*op = placed{t: t, at: int32(u), x: i, kind: x.kind, stage: x.stage, micro: x.micro, peer: x.dst}
+			pend = i
+			continue
 		}
-		if k > 0 {
-			if prev := &list[k-1]; prev.recv {
-				prev.lim, prev.limT = min(prev.lim, op.at), t
-			} else {
-				sendNext[prev.x] = t
-			}
+		*op = placed{t: t, at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true,
+			kind: ir.RecvF, stage: x.stage + 1, micro: x.micro, peer: x.src}
+		if x.kind == ir.SendB {
+			op.kind, op.stage = ir.RecvB, x.stage-1
 		}
 	}
-	if n := len(list); n > 0 && !list[n-1].recv {
-		sendNext[list[n-1].x] = math.Inf(1)
+	if pend >= 0 {
+		sendNext[pend] = math.Inf(1)
 	}
 	return list
 }
@@ -256,8 +272,8 @@ func placeRank(list []placed, merged []int32, ts []transfer, keys []transferKey,
 // assembleRank returns a rank's program: its host steps with its comm ops
 // list (placeRank's) among them, each receive first slid later while the
 // host step it passes ends by the next transfer due on either end (its
-// record's limT, sendNext of its send) and it stays before its rank's next
-// op and its consumer (lim). It is false when the positions are out of key
+// rank's next op, sendNext of its send) and it stays before its rank's
+// next op and its consumer. It is false when the positions are out of key
 // order (the argument fails).
 func assembleRank(steps []ir.Step, list []placed, e []float64, sendNext []float64) ([]ir.Step, bool) {
 	if !slideRecvs(list, e, sendNext) {
@@ -279,8 +295,14 @@ func slideRecvs(list []placed, e []float64, sendNext []float64) bool {
 		op := &list[k]
 		at := op.at
 		if op.recv {
-			limT := min(op.limT, sendNext[op.x])
-			for at < op.lim && e[at] <= limT {
+			// The bounds: the consumer, the send's next op; and this rank's
+			// next op (its position before its own slide).
+			lim, limT := op.cons, sendNext[op.x]
+			if k+1 < len(list) {
+				next := &list[k+1]
+				lim, limT = min(lim, next.at), min(limT, next.t)
+			}
+			for at < lim && e[at] <= limT {
 				at++
 			}
 			op.at = at
@@ -702,9 +724,9 @@ type chunkAt struct{ rank, index int32 }
 
 // placed is one op of a rank's comm stream in insertCommTimed.
 type placed struct {
-	limT  float64 // a receive: the key time of its rank's next op (+Inf: none)
+	t     float64 // its key time
 	at    int32   // host step index the op goes before (a receive: before its slide)
-	lim   int32   // a receive: its slide's bound, min(consuming host step, next op's at)
+	cons  int32   // a receive: index of its consuming host step
 	x     int32   // the transfer
 	stage int32   // the op's step: Stage, Micro, Peer, Kind
 	micro int32
