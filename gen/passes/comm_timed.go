@@ -251,17 +251,21 @@ func placeRank(list []placed, merged []int32, ts []transfer, keys []transferKey,
 			sendNext[pend] = t
 			pend = -1
 		}
+		// Field by field (a composite literal goes through the stack);
+		// cons is read only for a receive.
 		op := &list[k]
-		if x.src == r {
-			*op = placed{t: t, at: int32(u), x: i, kind: x.kind, stage: x.stage, micro: x.micro, peer: x.dst}
+		op.t, op.x, op.micro = t, i, x.micro
+		switch {
+		case x.src == r:
+			op.at, op.kind, op.stage, op.peer, op.recv = int32(u), x.kind, x.stage, x.dst, false
 			pend = i
 			continue
-		}
-		*op = placed{t: t, at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true,
-			kind: ir.RecvF, stage: x.stage + 1, micro: x.micro, peer: x.src}
-		if x.kind == ir.SendB {
+		case x.kind == ir.SendB:
 			op.kind, op.stage = ir.RecvB, x.stage-1
+		default:
+			op.kind, op.stage = ir.RecvF, x.stage+1
 		}
+		op.at, op.cons, op.peer, op.recv = min(int32(u), x.consume), x.consume, x.src, true
 	}
 	if pend >= 0 {
 		sendNext[pend] = math.Inf(1)
