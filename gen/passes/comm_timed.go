@@ -152,45 +152,43 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	})
 	par.ForRanks(P, nHost, func(r int) {
 		lo, hi := off[r], off[r+1]
-		all := runsBuf[lo:hi]
-		// Split into runs: the sends, then one run per source rank.
-		var runs [][]int32
-		var small [8][]int32
-		runs = small[:0]
-		if nSend[r] > 0 {
-			runs = append(runs, all[:nSend[r]])
-			if !inOrder[r] {
-				sortByKey(all[:nSend[r]], keys)
-			}
+		mid := lo + nSend[r]
+		sends := runsBuf[lo:mid]
+		if !inOrder[r] {
+			sortByKey(sends, keys)
 		}
-		rest := all[nSend[r]:]
+		// The receives, one run per source rank, merged one by one into
+		// what the earlier ones gave, writing by turns to mineBuf and to
+		// the front of runsBuf's receives, where the runs already merged
+		// lay (mergeByKey never writes past the element of the run it
+		// reads); then the sends, the longest run, once (into mineBuf: the
+		// receives merged lie there right after the sends' place, or in
+		// runsBuf).
+		rest, recvs, inMine := runsBuf[mid:hi], []int32(nil), false
 		for len(rest) > 0 {
 			n, src := 1, ts[rest[0]].src
 			for n < len(rest) && ts[rest[n]].src == src {
 				n++
 			}
-			runs = append(runs, rest[:n])
-			if !inOrder[src] {
-				sortByKey(rest[:n], keys)
-			}
+			run := rest[:n]
 			rest = rest[n:]
-		}
-		// Merge the runs one by one into what the earlier ones gave,
-		// writing by turns to mineBuf and to runsBuf's front, where the
-		// runs already merged lay (mergeByKey never writes past the element
-		// of the run it reads).
-		var merged []int32
-		if len(runs) > 0 {
-			merged = runs[0]
-		}
-		inMine := false
-		for _, run := range runs[min(1, len(runs)):] {
-			dst := runsBuf[lo:hi]
-			if !inMine {
-				dst = mineBuf[lo:hi]
+			if !inOrder[src] {
+				sortByKey(run, keys)
 			}
-			merged = mergeByKey(dst, merged, run, keys)
+			if recvs == nil {
+				recvs = run
+				continue
+			}
+			dst := runsBuf[mid:hi]
+			if !inMine {
+				dst = mineBuf[mid:hi]
+			}
+			recvs = mergeByKey(dst, recvs, run, keys)
 			inMine = !inMine
+		}
+		merged := sends
+		if len(recvs) > 0 {
+			merged = mergeByKey(mineBuf[lo:hi], sends, recvs, keys)
 		}
 		ops[r] = placeRank(opsBuf[lo:hi:hi], merged, ts, keys, endsOf[r], int32(r), sendNext)
 	})
