@@ -4,7 +4,6 @@ import (
 	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ppgen/ppgen/gen/internal/deps"
 	"github.com/ppgen/ppgen/gen/internal/par"
@@ -55,11 +54,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	}
 	defer timedKeep.Put(sc)
 	var ends [][]float64
-	var done atomic.Bool // the timeline has ended
-	timeline := func() {
-		ends, ok = idealTimelineInto(p, c, &sc.timeline)
-		done.Store(true)
-	}
+	timeline := func() { ends, ok = idealTimelineInto(p, c, &sc.timeline) }
 	var wg sync.WaitGroup
 	beside := par.Workers(P, nHost) > 1
 	if beside {
@@ -139,14 +134,6 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	// rank's comm stream (+Inf: none): the slide of i's receive reads it.
 	sc.sendNext = par.Resize(sc.sendNext, len(ts))
 	sendNext := sc.sendNext
-	// While the timeline runs on, the ranks' programs are allocated rank by
-	// rank (fresh memory: clearing it, and a GC's assists, take most of the
-	// assembly's time); the assembly allocates the rest, in parallel.
-	outs := make([][]ir.Step, P)
-	for r := 0; r < P && !done.Load(); r++ {
-		n := len(p.Ranks[r]) + int(nSend[r]+nRecv[r])
-		outs[r] = make([]ir.Step, n, n+1) // +1: room for OPT_STEP
-	}
 	wg.Wait()
 	if !ok {
 		return ir.Program{}, false
@@ -215,7 +202,7 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, P)}
 	bad := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
-		out, ok := assembleRank(outs[r], p.Ranks[r], ops[r], endsOf[r], sendNext)
+		out, ok := assembleRank(p.Ranks[r], ops[r], endsOf[r], sendNext)
 		bad[r] = !ok
 		q.Ranks[r] = out
 	})
@@ -289,15 +276,12 @@ func placeRank(list []placed, merged []int32, ts []transfer, keys []transferKey,
 // host step it passes ends by the next transfer due on either end (its
 // rank's next op, sendNext of its send) and it stays before its rank's
 // next op and its consumer. It is false when the positions are out of key
-// order (the argument fails). out is fresh memory of len(steps)+len(list)
-// steps, or nil to allocate it here.
-func assembleRank(out, steps []ir.Step, list []placed, e []float64, sendNext []float64) ([]ir.Step, bool) {
+// order (the argument fails).
+func assembleRank(steps []ir.Step, list []placed, e []float64, sendNext []float64) ([]ir.Step, bool) {
 	if !slideRecvs(list, e, sendNext) {
 		return nil, false
 	}
-	if out == nil {
-		out = make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
-	}
+	out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
 	interleave(out, steps, list)
 	return out, true
 }
