@@ -498,22 +498,6 @@ func idealTimelineInto(p ir.Program, c sim.Cost, sc *timelineScratch) ([][]float
 			}
 		}
 	}
-	// timed[k*S+s] is what the records need of a compute step of kind k
-	// (not an overlap) on stage s at micro-batch 0: with one model copy
-	// (the neighbour table) its cross-stage input depends on the two alone,
-	// and its keys shift with the micro-batch.
-	if rc.nt.tab != nil {
-		sc.timed = par.Resize(sc.timed, int(numKinds)*S)
-		rc.timed = sc.timed
-		for _, k := range ir.Kinds() {
-			if !k.IsCompute() || k.IsOverlap() {
-				continue
-			}
-			for s := range S {
-				rc.timed[int(k)*S+s] = rc.entry(&ir.Step{Kind: k, Stage: s, Micro: 0, Peer: ir.None, Slot: ir.None})
-			}
-		}
-	}
 	par.ForRanks(P, n, func(r int) {
 		more := rc.rank(r, recs[r], sc.multi[r][:0])
 		sc.multi[r] = more
@@ -602,9 +586,8 @@ type recorder struct {
 	p       *ir.Program
 	nt      neighbourTable
 	c       *sim.Cost
-	costOf  []float64    // StepCost per (kind, stage) (see idealTimelineInto), or nil
-	timed   []timedEntry // entry per (kind, stage) at micro-batch 0 (see idealTimelineInto), or nil
-	latency []float64    // per stage, and at S the latency without a size
+	costOf  []float64 // StepCost per (kind, stage) (see idealTimelineInto), or nil
+	latency []float64 // per stage, and at S the latency without a size
 	S, M    int
 }
 
@@ -636,12 +619,7 @@ func (x *recorder) rank(r int, rec []timedStep, more []timedSub) []timedSub {
 				rec[j].end = -1
 			}
 		case k.IsCompute():
-			var ts timedSub
-			if x.timed != nil && k.Valid() && st.Stage >= 0 && st.Stage < S {
-				ts = x.timed[int(k)*S+st.Stage].shift(st.Micro).sub(r)
-			} else {
-				ts = x.sub(r, st)
-			}
+			ts := x.sub(r, st)
 			rec[j] = timedStep{cost: cost, lat: ts.lat, wait: ts.wait, end: ts.end}
 		default:
 			rec[j] = timedStep{cost: cost, wait: -1, end: -1}
@@ -652,13 +630,7 @@ func (x *recorder) rank(r int, rec []timedStep, more []timedSub) []timedSub {
 
 // sub returns what the timeline needs of compute sub-step cs of rank r.
 func (x *recorder) sub(r int, cs *ir.Step) timedSub {
-	return x.entry(cs).sub(r)
-}
-
-// entry returns what the timeline needs of compute sub-step cs, apart
-// from the rank it runs on.
-func (x *recorder) entry(cs *ir.Step) timedEntry {
-	te := timedEntry{wait: -1, end: -1}
+	ts := timedSub{wait: -1, end: -1}
 	S, M := x.S, x.M
 	SM := S * M
 	// Its cross-stage input: the activation of F(s-1) or the gradient of
@@ -672,60 +644,28 @@ func (x *recorder) entry(cs *ir.Step) timedEntry {
 		stage, rank, act, grad, ok = deps.Across(x.p, cs)
 	}
 	if ok { // deps.Neighbour, in registers
-		te.ok, te.rank = true, int32(rank)
-		te.wait = int32(stage*M + cs.Micro)
+		ts.wait = int32(stage*M + cs.Micro)
 		if grad {
-			te.wait += int32(SM)
+			ts.wait += int32(SM)
 		}
-		// The transfer from another rank: its latency and, with a
-		// bandwidth, the size of the activation (F) or of the gradient
-		// with respect to cs's output (a backward); no size: latency only.
-		if act < 0 || act >= S {
-			act = S
+		if rank != r {
+			// The transfer: its latency and, with a bandwidth, the size of
+			// the activation (F) or of the gradient with respect to cs's
+			// output (a backward); no size: latency only.
+			if act < 0 || act >= S {
+				act = S
+			}
+			ts.lat = x.latency[act]
 		}
-		te.lat = x.latency[act]
 	}
 	k := int32(cs.Stage*M + cs.Micro)
 	switch {
 	case cs.Kind == ir.Forward:
-		te.end, te.ends = k, true
+		ts.end = k
 	case cs.Kind.IsBackward():
-		te.end, te.ends = int32(SM)+k, true
-	}
-	return te
-}
-
-// timedEntry is what recorder.entry finds of a compute step: the key of
-// chunkEnd it waits for (ok: it has one) and the rank that sets it, the
-// latency a transfer from that rank adds, and the key it ends (ends: it
-// has one).
-type timedEntry struct {
-	lat       float64
-	wait, end int32
-	rank      int32
-	ok, ends  bool
-}
-
-// sub is the step's timedSub on rank r: the latency only when its input
-// comes from another rank.
-func (e timedEntry) sub(r int) timedSub {
-	ts := timedSub{wait: e.wait, end: e.end}
-	if e.ok && int(e.rank) != r {
-		ts.lat = e.lat
+		ts.end = int32(SM) + k
 	}
 	return ts
-}
-
-// shift is e of the same step at micro-batch m, e being at micro-batch 0
-// (its keys are stage·M + micro-batch, plus S·M for a gradient).
-func (e timedEntry) shift(m int) timedEntry {
-	if e.ok {
-		e.wait += int32(m)
-	}
-	if e.ends {
-		e.end += int32(m)
-	}
-	return e
 }
 
 // timedStep is what idealTimelineInto needs of a step: its cost and, for a
@@ -776,7 +716,6 @@ type timelineScratch struct {
 	head           []int32
 	recs           []timedStep
 	costOf         []float64
-	timed          []timedEntry
 	multi          [][]timedSub // per rank: the sub-steps of its overlaps
 }
 
