@@ -129,90 +129,68 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	mineBuf := sc.mine
 	sc.ops = par.Resize(sc.ops, 2*len(ts))
 	opsBuf := sc.ops
-	// keyT[off[r]+k] is the key time of ops[r][k], apart from the ops
-	// themselves: the slide below reads the peers' times while their ranks
-	// write their own ops.
-	sc.keyT = par.Resize(sc.keyT, 2*len(ts))
-	keyT := sc.keyT
 	ops := make([][]placed, P)
-	sc.sendPos = par.Resize(sc.sendPos, len(ts))
-	sendPos := sc.sendPos // a send's index in its rank's ops
+	// sendNext[i] is the key time of the op after transfer i's send in its
+	// rank's comm stream (+Inf: none): the slide of i's receive reads it.
+	sc.sendNext = par.Resize(sc.sendNext, len(ts))
+	sendNext := sc.sendNext
 	wg.Wait()
 	if !ok {
 		return ir.Program{}, false
 	}
 	endsOf := ends
-	// The key times: each transfer's producer end; and the keys apart, for
+	// The key times: each transfer's producer end; the keys apart, for
 	// the sort and the merges below to read 16 bytes a transfer.
 	sc.keys = par.Resize(sc.keys, len(ts))
 	keys := sc.keys
+	// inOrder[r]: rank r's transfers come in key order (no two sub-steps
+	// of one step out of it), and so does every run taken from them.
+	inOrder := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
-		e := endsOf[r]
-		for i := sendOff[r]; i < sendOff[r+1]; i++ {
-			t := e[ts[i].j]
-			ts[i].t = t
-			keys[i] = transferKey{t, ts[i].tie}
-		}
+		lo, hi := sendOff[r], sendOff[r+1]
+		inOrder[r] = keyRank(keys[lo:hi], ts[lo:hi], endsOf[r])
 	})
 	par.ForRanks(P, nHost, func(r int) {
 		lo, hi := off[r], off[r+1]
-		all := runsBuf[lo:hi]
-		// Split into runs: the sends, then one run per source rank.
-		var runs [][]int32
-		var small [8][]int32
-		runs = small[:0]
-		if nSend[r] > 0 {
-			runs = append(runs, all[:nSend[r]])
+		mid := lo + nSend[r]
+		sends := runsBuf[lo:mid]
+		if !inOrder[r] {
+			sortByKey(sends, keys)
 		}
-		rest := all[nSend[r]:]
+		// The receives, one run per source rank, merged one by one into
+		// what the earlier ones gave, writing by turns to mineBuf and to
+		// the front of runsBuf's receives, where the runs already merged
+		// lay (mergeByKey never writes past the element of the run it
+		// reads); then the sends, the longest run, once (into mineBuf: the
+		// receives merged lie there right after the sends' place, or in
+		// runsBuf).
+		rest, recvs, inMine := runsBuf[mid:hi], []int32(nil), false
 		for len(rest) > 0 {
-			n := 1
-			for n < len(rest) && ts[rest[n]].src == ts[rest[0]].src {
+			n, src := 1, ts[rest[0]].src
+			for n < len(rest) && ts[rest[n]].src == src {
 				n++
 			}
-			runs = append(runs, rest[:n])
+			run := rest[:n]
 			rest = rest[n:]
-		}
-		for _, run := range runs {
-			sortByKey(run, keys)
-		}
-		// Merge the runs one by one into what the earlier ones gave,
-		// writing by turns to mineBuf and to runsBuf's front, where the
-		// runs already merged lay (mergeByKey never writes past the element
-		// of the run it reads).
-		var merged []int32
-		if len(runs) > 0 {
-			merged = runs[0]
-		}
-		inMine := false
-		for _, run := range runs[min(1, len(runs)):] {
-			dst := runsBuf[lo:hi]
-			if !inMine {
-				dst = mineBuf[lo:hi]
+			if !inOrder[src] {
+				sortByKey(run, keys)
 			}
-			merged = mergeByKey(dst, merged, run, keys)
-			inMine = !inMine
-		}
-		// Place: a send right after the host steps that end by its time, a
-		// receive there too but no later than its consumer. Key times grow
-		// along the list, so one pointer walks the rank's end times.
-		e := endsOf[r]
-		list := opsBuf[lo:hi:hi]
-		u := 0
-		for k, i := range merged {
-			x := &ts[i]
-			for u < len(e) && e[u] <= x.t {
-				u++
-			}
-			keyT[int(lo)+k] = x.t
-			if x.src == int32(r) {
-				sendPos[i] = int32(k)
-				list[k] = placed{at: int32(u), x: i}
+			if recvs == nil {
+				recvs = run
 				continue
 			}
-			list[k] = placed{at: min(int32(u), x.consume), cons: x.consume, x: i, recv: true}
+			dst := runsBuf[mid:hi]
+			if !inMine {
+				dst = mineBuf[mid:hi]
+			}
+			recvs = mergeByKey(dst, recvs, run, keys)
+			inMine = !inMine
 		}
-		ops[r] = list
+		merged := sends
+		if len(recvs) > 0 {
+			merged = mergeByKey(mineBuf[lo:hi], sends, recvs, keys)
+		}
+		ops[r] = placeRank(opsBuf[lo:hi:hi], merged, ts, keys, endsOf[r], int32(r), sendNext)
 	})
 	// Slide each receive later, past host steps but never past another
 	// transfer of its rank (the comm-stream order stays the key order), while
@@ -224,53 +202,8 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 	q := ir.Program{Placement: p.Placement, Micro: p.Micro, Copies: p.Copies, Ranks: make([][]ir.Step, P)}
 	bad := make([]bool, P)
 	par.ForRanks(P, nHost, func(r int) {
-		list := ops[r]
-		e := endsOf[r]
-		steps := p.Ranks[r]
-		out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
-		// Fields are set one by one wherever Sub stays nil: out is fresh, so
-		// such a step pays no write barrier while a GC runs.
-		o, j := 0, 0
-		for k := range list {
-			op := &list[k]
-			x := &ts[op.x]
-			at := op.at
-			if op.recv {
-				// The slide (list[k+1].at is the next op's position before its own).
-				limitAt, limitT := int32(len(e)), math.Inf(1)
-				if k+1 < len(list) {
-					limitAt, limitT = list[k+1].at, keyT[int(off[r])+k+1]
-				}
-				if src, peer := x.src, sendPos[op.x]; off[src]+peer+1 < off[src+1] {
-					limitT = min(limitT, keyT[off[src]+peer+1])
-				}
-				limitAt = min(limitAt, op.cons)
-				for at < limitAt && e[at] <= limitT {
-					at++
-				}
-			}
-			if int(at) < j {
-				bad[r] = true // positions out of key order: the argument fails
-				return
-			}
-			if int(at) > len(steps) {
-				break // past the end: not placed (never the case: at <= len(e))
-			}
-			o = copyHost(out, o, steps[j:at])
-			j = int(at)
-			d := &out[o]
-			switch {
-			case !op.recv:
-				d.Kind, d.Stage, d.Peer = x.kind, int(x.stage), int(x.dst)
-			case x.kind == ir.SendB:
-				d.Kind, d.Stage, d.Peer = ir.RecvB, int(x.stage)-1, int(x.src)
-			default:
-				d.Kind, d.Stage, d.Peer = ir.RecvF, int(x.stage)+1, int(x.src)
-			}
-			d.Micro, d.Slot = int(x.micro), ir.None
-			o++
-		}
-		copyHost(out, o, steps[j:])
+		out, ok := assembleRank(p.Ranks[r], ops[r], endsOf[r], sendNext)
+		bad[r] = !ok
 		q.Ranks[r] = out
 	})
 	for _, b := range bad {
@@ -279,6 +212,132 @@ func insertCommTimed(p ir.Program, c sim.Cost) (ir.Program, bool) {
 		}
 	}
 	return q, true
+}
+
+// keyRank sets keys, the keys of one rank's transfers ts (producer ends e),
+// and reports whether they come in key order.
+func keyRank(keys []transferKey, ts []transfer, e []float64) bool {
+	keys = keys[:len(ts)]
+	inOrder := true
+	var prev transferKey
+	for i := range ts {
+		k := transferKey{e[ts[i].j], ts[i].tie}
+		if i > 0 && !(prev.t < k.t || (prev.t == k.t && prev.tie < k.tie)) {
+			inOrder = false
+		}
+		keys[i], prev = k, k
+	}
+	return inOrder
+}
+
+// placeRank places rank r's comm ops, merged (its transfers in key order),
+// in list: a send right after the host steps that end by its key time, a
+// receive there too but no later than its consumer. Key times grow along
+// the list, so one pointer walks the rank's end times e. sendNext gets, for
+// each send, the key time of the op after it. (A function of its own: the
+// loop keeps its values in registers.)
+func placeRank(list []placed, merged []int32, ts []transfer, keys []transferKey, e []float64, r int32, sendNext []float64) []placed {
+	list = list[:len(merged)]
+	u, pend := 0, int32(-1) // pend: the last send, its next op's time not yet known
+	for k, i := range merged {
+		x := &ts[i]
+		t := keys[i].t
+		for u < len(e) && e[u] <= t {
+			u++
+		}
+		if pend >= 0 {
+			sendNext[pend] = t
+			pend = -1
+		}
+		// Field by field (a composite literal goes through the stack);
+		// cons is read only for a receive.
+		op := &list[k]
+		op.t, op.x, op.micro = t, i, x.micro
+		switch {
+		case x.src == r:
+			op.at, op.kind, op.stage, op.peer, op.recv = int32(u), x.kind, x.stage, x.dst, false
+			pend = i
+			continue
+		case x.kind == ir.SendB:
+			op.kind, op.stage = ir.RecvB, x.stage-1
+		default:
+			op.kind, op.stage = ir.RecvF, x.stage+1
+		}
+		op.at, op.cons, op.peer, op.recv = min(int32(u), x.consume), x.consume, x.src, true
+	}
+	if pend >= 0 {
+		sendNext[pend] = math.Inf(1)
+	}
+	return list
+}
+
+// assembleRank returns a rank's program: its host steps with its comm ops
+// list (placeRank's) among them, each receive first slid later while the
+// host step it passes ends by the next transfer due on either end (its
+// rank's next op, sendNext of its send) and it stays before its rank's
+// next op and its consumer. It is false when the positions are out of key
+// order (the argument fails).
+func assembleRank(steps []ir.Step, list []placed, e []float64, sendNext []float64) ([]ir.Step, bool) {
+	if !slideRecvs(list, e, sendNext) {
+		return nil, false
+	}
+	out := make([]ir.Step, len(steps)+len(list), len(steps)+len(list)+1) // +1: room for OPT_STEP
+	interleave(out, steps, list)
+	return out, true
+}
+
+// slideRecvs sets each receive's final position in list (see
+// assembleRank); it is false when the positions are out of order or past
+// the host steps (e has one end time a host step). (The two loops of
+// assembleRank in functions of their own keep their few values in
+// registers.)
+func slideRecvs(list []placed, e []float64, sendNext []float64) bool {
+	j := int32(0)
+	for k := range list {
+		op := &list[k]
+		at := op.at
+		if op.recv {
+			// The bounds: the consumer, the send's next op; and this rank's
+			// next op (its position before its own slide).
+			lim, limT := op.cons, sendNext[op.x]
+			if k+1 < len(list) {
+				next := &list[k+1]
+				lim, limT = min(lim, next.at), min(limT, next.t)
+			}
+			for at < lim && e[at] <= limT {
+				at++
+			}
+			op.at = at
+		}
+		if at < j {
+			return false
+		}
+		j = at
+	}
+	return int(j) <= len(e)
+}
+
+// interleave writes to out (fresh: every Sub nil) the host steps with the
+// ops of list before the host steps at their positions (in order).
+// Fields are set one by one: a step without sub-steps then pays no write
+// barrier while a GC runs, and one with them only a pointer's.
+func interleave(out, steps []ir.Step, list []placed) {
+	out = out[:len(steps)+len(list)]
+	o, j := 0, 0
+	for k := range list {
+		op := &list[k]
+		for ; j < int(op.at); j++ {
+			copyStep(&out[o], &steps[j])
+			o++
+		}
+		d := &out[o]
+		d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = op.kind, int(op.stage), int(op.micro), int(op.peer), ir.None
+		o++
+	}
+	for ; j < len(steps); j++ {
+		copyStep(&out[o], &steps[j])
+		o++
+	}
 }
 
 // collectTransfers is insertCommTimed's walk over the steps of p: it sets
@@ -647,8 +706,7 @@ type timedScratch struct {
 	keys       []transferKey
 	runs, mine []int32
 	ops        []placed
-	keyT       []float64
-	sendPos    []int32
+	sendNext   []float64
 	timeline   timelineScratch
 }
 
@@ -668,15 +726,19 @@ type chunkAt struct{ rank, index int32 }
 
 // placed is one op of a rank's comm stream in insertCommTimed.
 type placed struct {
-	at   int32 // host step index the op goes before
-	cons int32 // for a receive: index of its consuming host step
-	x    int32 // the transfer
-	recv bool
+	t     float64 // its key time
+	at    int32   // host step index the op goes before (a receive: before its slide)
+	cons  int32   // a receive: index of its consuming host step
+	x     int32   // the transfer
+	stage int32   // the op's step: Stage, Micro, Peer, Kind
+	micro int32
+	peer  int32
+	kind  ir.Kind
+	recv  bool
 }
 
 // transfer is one send/receive pair of the timed comm order.
 type transfer struct {
-	t            float64
 	tie          uint64 // see insertCommTimed
 	src, j, sub  int32
 	dst, consume int32
@@ -704,13 +766,26 @@ func keyLess(keys []transferKey, a, b int32) bool {
 func mergeByKey(dst, a, b []int32, keys []transferKey) []int32 {
 	dst = dst[:len(a)+len(b)]
 	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		if keyLess(keys, b[j], a[i]) {
-			dst[i+j] = b[j]
-			j++
-		} else {
-			dst[i+j] = a[i]
-			i++
+	if len(a) > 0 && len(b) > 0 {
+		// The heads and their keys stay in locals: one key load an element.
+		xa, xb := a[0], b[0]
+		ka, kb := keys[xa], keys[xb]
+		for {
+			if kb.t < ka.t || (kb.t == ka.t && kb.tie < ka.tie) {
+				dst[i+j] = xb
+				if j++; j == len(b) {
+					break
+				}
+				xb = b[j]
+				kb = keys[xb]
+			} else {
+				dst[i+j] = xa
+				if i++; i == len(a) {
+					break
+				}
+				xa = a[i]
+				ka = keys[xa]
+			}
 		}
 	}
 	for ; i < len(a); i++ {
@@ -746,19 +821,13 @@ func insertDataCommFast(p ir.Program, opt CommOptions) (ir.Program, error) {
 	return insertCommLate(p, newDataLoads(p))
 }
 
-// copyHost copies steps into out (fresh: every Sub nil) from index o and
-// returns the index after them; a step without sub-steps goes field by
-// field, which needs no write barrier.
-func copyHost(out []ir.Step, o int, steps []ir.Step) int {
-	for i := range steps {
-		st := &steps[i]
-		if st.Sub != nil {
-			out[o] = *st
-		} else {
-			d := &out[o]
-			d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = st.Kind, st.Stage, st.Micro, st.Peer, st.Slot
-		}
-		o++
+// copyStep copies st to d (fresh: Sub nil) field by field: a step without
+// sub-steps then needs no write barrier, and one with them only a
+// pointer's (which, unlike a whole step's copy, keeps the caller's values
+// in registers).
+func copyStep(d, st *ir.Step) {
+	d.Kind, d.Stage, d.Micro, d.Peer, d.Slot = st.Kind, st.Stage, st.Micro, st.Peer, st.Slot
+	if st.Sub != nil {
+		d.Sub = st.Sub
 	}
-	return o
 }
