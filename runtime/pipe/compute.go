@@ -395,7 +395,7 @@ func (s *slotState) inputGradDone(dy, dx *tensor.Dense) {
 // release is weightDone, counting the saved context it lets go of.
 func (x *Exec) release(s *slotState) {
 	if s.saved != nil {
-		x.mem.add(-chunkParts)
+		x.mem.drop(chunkParts)
 	}
 	s.weightDone()
 }

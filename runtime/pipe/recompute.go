@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -223,12 +223,12 @@ func (x *Exec) dropAtF(s *slotState, stage, micro int, in *tensor.Dense, saved a
 			}
 			s.saved = kept
 			s.flags |= keptShare
-			x.mem.add(-x.dropParts(stage, true))
+			x.mem.drop(x.dropParts(stage, true))
 			return true
 		}
 	}
 	s.x, s.saved = in, nil // Recompute rebuilds saved from the input
-	x.mem.add(-x.dropParts(stage, false))
+	x.mem.drop(x.dropParts(stage, false))
 	return true
 }
 
@@ -256,39 +256,42 @@ const chunkParts = 1_000_000
 // drops until its RECOMPUTE rebuilds it; peak is the most at once.
 //
 // Inside an overlap step (between begin and end) the two halves may run
-// on two goroutines: add then takes mu, and holds back what the halves
-// let go of until end, so that the step counts what its F saves before
-// what its backward (and its F's drop) release, in whichever order the
-// halves ran: the order gen/verify's PeakLive counts, and the same peak
-// on every run. Outside overlaps one goroutine runs the steps, and add
-// takes no lock.
+// on two goroutines. Only the F half adds (its context), and both may let
+// go of some (the backward's context, the F's drop): drop then holds what
+// they let go of, atomically, until end, so that the step counts what its
+// F saves before what it releases, in whichever order the halves ran: the
+// order gen/verify's PeakLive counts, the same peak on every run, and no
+// field written by both halves. Outside overlaps one goroutine runs the
+// steps, and add and drop stay two plain updates (they inline into F and
+// B).
 type memCount struct {
 	live, peak int64
-	inOverlap  bool       // set and cleared by the rank's goroutine, around the halves
-	mu         sync.Mutex // guards live, peak and held while inOverlap
-	held       int64      // the releases held back until end
+	inOverlap  bool  // set and cleared by the rank's goroutine, around the halves
+	held       int64 // what the halves let go of, until end (atomic while inOverlap)
 }
 
+// add counts d more parts held (d ≥ 0: a context saved or rebuilt).
 func (m *memCount) add(d int64) {
-	if m.inOverlap {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if d < 0 {
-			m.held += d
-			return
-		}
-	}
 	m.live += d
 	m.peak = max(m.peak, m.live)
+}
+
+// drop counts d parts let go of (d ≥ 0).
+func (m *memCount) drop(d int64) {
+	if m.inOverlap {
+		atomic.AddInt64(&m.held, d)
+		return
+	}
+	m.live -= d
 }
 
 // begin starts an overlap step's count (before its halves start).
 func (m *memCount) begin() { m.inOverlap = true }
 
-// end ends it (after both halves returned): the releases held back count now.
+// end ends it (after both halves returned): what they let go of counts now.
 func (m *memCount) end() {
 	m.inOverlap = false
-	m.live += m.held
+	m.live -= m.held
 	m.held = 0
 }
 
