@@ -54,55 +54,8 @@ func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 	}
 	sums := make([]int, 2*len(p.Ranks)) // per rank: sum, count
 	par.ForRanks(len(p.Ranks), p.NumSteps(), func(r int) {
-		// mine: a step of a stage of rank r (uint: one test for < 0 and ≥ n).
-		mine := func(s *ir.Step) bool {
-			return uint(s.Stage) < uint(S) && uint(s.Micro) < uint(M) && rankOf[s.Stage] == r
-		}
-		computes := int32(1) // 1 + the compute steps so far
-		rs, rn := 0, 0
-		nSlots := 0 // SlotCounts' count, for slots
-		take := func(i, ch int) {
-			if v := pending[i][ch]; v > 0 {
-				rs += int(computes - v)
-				rn++
-				pending[i][ch] = 0
-			}
-		}
-		consume := func(c *ir.Step) {
-			if cl := distClass[c.Kind]; cl&(distF|distB) != 0 && mine(c) {
-				ch := c.Stage*M + c.Micro
-				if cl&distF != 0 {
-					take(0, ch)
-					take(2, ch)
-				} else {
-					take(1, ch)
-				}
-			}
-		}
-		steps := p.Ranks[r]
-		for j := range steps {
-			st := &steps[j]
-			nSlots = max(nSlots, st.Slot+1)
-			for k := range st.Sub {
-				nSlots = max(nSlots, st.Sub[k].Slot+1)
-			}
-			cl := distClass[st.Kind]
-			switch {
-			case cl == 0:
-			case cl&distRecv != 0:
-				if mine(st) {
-					pending[cl&distRecvIdx][st.Stage*M+st.Micro] = computes
-				}
-			case cl&distOverlap != 0:
-				for k := range st.Sub {
-					consume(&st.Sub[k])
-				}
-				computes++
-			default: // a compute step
-				consume(st)
-				computes++
-			}
-		}
+		d := distWalk{S: S, M: M, r: r, rankOf: rankOf, pending: &pending}
+		rs, rn, nSlots := d.rank(p.Ranks[r])
 		sums[2*r], sums[2*r+1] = rs, rn
 		if slots != nil {
 			slots[r] = nSlots
@@ -116,6 +69,99 @@ func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 		n += sums[2*r+1]
 	}
 	return sum, n
+}
+
+// distWalk is recvDistance's walk of one rank, r: a method with the
+// loop's values in locals (a closure's captured counters live in memory),
+// the rare steps (overlaps, sub-steps' slots) out of line.
+type distWalk struct {
+	S, M, r int
+	rankOf  []int
+	// pending[recv][chunk]: 1 + the compute count when the receive was
+	// posted, or 0 (none pending).
+	pending *[3][]int32
+}
+
+// rank walks steps, rank d.r's: the sum of its receives' distances, their
+// count, and SlotCounts' count.
+func (d *distWalk) rank(steps []ir.Step) (rs, rn, nSlots int) {
+	S, M, r, rankOf := d.S, d.M, d.r, d.rankOf
+	pf, pb, pd := d.pending[0], d.pending[1], d.pending[2]
+	computes := int32(1) // 1 + the compute steps so far
+	for j := range steps {
+		st := &steps[j]
+		nSlots = max(nSlots, st.Slot+1)
+		if st.Sub != nil {
+			nSlots = subSlots(st.Sub, nSlots)
+		}
+		cl := distClass[st.Kind]
+		if cl == 0 {
+			continue
+		}
+		if cl&distCompute == 0 { // a receive
+			if uint(st.Stage) < uint(S) && uint(st.Micro) < uint(M) && rankOf[st.Stage] == r {
+				d.pending[cl&distRecvIdx][st.Stage*M+st.Micro] = computes
+			}
+			continue
+		}
+		if cl&distOverlap != 0 {
+			s, n := d.consumeSubs(st.Sub, computes)
+			rs, rn = rs+s, rn+n
+		} else if cl&(distF|distB) != 0 && uint(st.Stage) < uint(S) && uint(st.Micro) < uint(M) && rankOf[st.Stage] == r {
+			ch := st.Stage*M + st.Micro
+			if cl&distF != 0 {
+				if v := pf[ch]; v > 0 {
+					rs += int(computes - v)
+					rn++
+					pf[ch] = 0
+				}
+				if v := pd[ch]; v > 0 {
+					rs += int(computes - v)
+					rn++
+					pd[ch] = 0
+				}
+			} else if v := pb[ch]; v > 0 {
+				rs += int(computes - v)
+				rn++
+				pb[ch] = 0
+			}
+		}
+		computes++
+	}
+	return rs, rn, nSlots
+}
+
+// consumeSubs takes the receives an overlap's compute sub-steps consume
+// (posted before compute count computes): their distances' sum and count.
+func (d *distWalk) consumeSubs(subs []ir.Step, computes int32) (rs, rn int) {
+	take := func(i, ch int) {
+		if v := d.pending[i][ch]; v > 0 {
+			rs += int(computes - v)
+			rn++
+			d.pending[i][ch] = 0
+		}
+	}
+	for k := range subs {
+		c := &subs[k]
+		if cl := distClass[c.Kind]; cl&(distF|distB) != 0 && uint(c.Stage) < uint(d.S) && uint(c.Micro) < uint(d.M) && d.rankOf[c.Stage] == d.r {
+			ch := c.Stage*d.M + c.Micro
+			if cl&distF != 0 {
+				take(0, ch)
+				take(2, ch)
+			} else {
+				take(1, ch)
+			}
+		}
+	}
+	return rs, rn
+}
+
+// subSlots is max(n, 1 + the largest slot of subs).
+func subSlots(subs []ir.Step, n int) int {
+	for k := range subs {
+		n = max(n, subs[k].Slot+1)
+	}
+	return n
 }
 
 // distClass is what recvDistance needs of a kind, one table load a step:

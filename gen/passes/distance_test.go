@@ -87,3 +87,66 @@ func TestRecvDistance(t *testing.T) {
 		})
 	}
 }
+
+// TestRecvDistanceNaive: Measure's one walk against the definition read
+// literally (for each receive, the compute steps from it to its first
+// consumer on its rank), on lowered programs of every family in every comm
+// order, overlaps and splits included.
+func TestRecvDistanceNaive(t *testing.T) {
+	consumes := func(c, recv ir.Step) bool {
+		if c.Stage != recv.Stage || c.Micro != recv.Micro {
+			return false
+		}
+		if recv.Kind == ir.RecvB {
+			return c.Kind == ir.Backward || c.Kind == ir.BackwardInput
+		}
+		return c.Kind == ir.Forward
+	}
+	naive := func(p ir.Program) (sum, n int, slots []int) {
+		for _, steps := range p.Ranks {
+			for i, st := range steps {
+				if st.Kind != ir.RecvF && st.Kind != ir.RecvB && st.Kind != ir.DataRecv {
+					continue
+				}
+				k := 0
+			scan:
+				for _, c := range steps[i+1:] {
+					if !c.Kind.IsCompute() {
+						continue
+					}
+					for _, cs := range ir.ComputesAt([]ir.Step{c}, 0) {
+						if consumes(cs, st) {
+							sum, n = sum+k, n+1
+							break scan
+						}
+					}
+					k++
+				}
+			}
+		}
+		return sum, n, SlotCounts(p)
+	}
+	checked := 0
+	for P := 2; P <= 4; P++ {
+		for _, M := range []int{P, 2 * P} {
+			for name, p := range families(P, M) {
+				for _, o := range []Options{{}, {Comm: CommOptions{Order: Late}}, {Comm: CommOptions{Order: Eager}}, {Overlap: true}, {Split: true}} {
+					q, _, err := RunPipeline(p, o)
+					if err != nil {
+						continue // an option the family does not take
+					}
+					ws, wn, wslots := naive(q)
+					info := Measure(q)
+					gs, gn := recvDistance(q, nil, nil)
+					if gs != ws || gn != wn || !slices.Equal(info.Slots, wslots) || (wn > 0 && info.RecvDistance != float64(ws)/float64(wn)) {
+						t.Fatalf("%s P=%d M=%d %+v: Measure sum %d of %d, slots %v; naive %d of %d, %v", name, P, M, o, gs, gn, info.Slots, ws, wn, wslots)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d programs checked", checked)
+	}
+}
