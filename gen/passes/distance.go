@@ -45,16 +45,12 @@ func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 		}
 		return 0, 0
 	}
-	rankOf := p.Placement.RankOf
-	// pending[recv][chunk]: 1 + the compute count when the receive was
-	// posted, or 0 (none pending: fresh memory needs no fill).
-	var pending [3][]int32
-	for i := range pending {
-		pending[i] = make([]int32, S*M)
-	}
+	// pending[recv*S*M + chunk]: 1 + the compute count when the receive
+	// was posted, or 0 (none pending: fresh memory needs no fill).
+	pending := make([]int32, 3*S*M)
 	sums := make([]int, 2*len(p.Ranks)) // per rank: sum, count
 	par.ForRanks(len(p.Ranks), p.NumSteps(), func(r int) {
-		d := distWalk{S: S, M: M, r: r, rankOf: rankOf, pending: &pending}
+		d := distWalk{M: M, r: r, rankOf: p.Placement.RankOf, pending: pending}
 		rs, rn, nSlots := d.rank(p.Ranks[r])
 		sums[2*r], sums[2*r+1] = rs, rn
 		if slots != nil {
@@ -75,91 +71,104 @@ func recvDistance(p ir.Program, perRank []float64, slots []int) (sum, n int) {
 // loop's values in locals (a closure's captured counters live in memory),
 // the rare steps (overlaps, sub-steps' slots) out of line.
 type distWalk struct {
-	S, M, r int
-	rankOf  []int
-	// pending[recv][chunk]: 1 + the compute count when the receive was
-	// posted, or 0 (none pending).
-	pending *[3][]int32
+	M, r   int
+	rankOf []int
+	// pending[recv*S*M + chunk] (recv: distClass's index): 1 + the compute
+	// count when the receive was posted, or 0 (none pending).
+	pending []int32
 }
 
 // rank walks steps, rank d.r's: the sum of its receives' distances, their
 // count, and SlotCounts' count.
 func (d *distWalk) rank(steps []ir.Step) (rs, rn, nSlots int) {
-	S, M, r, rankOf := d.S, d.M, d.r, d.rankOf
-	pf, pb, pd := d.pending[0], d.pending[1], d.pending[2]
+	M, r, rankOf, pending := d.M, d.r, d.rankOf, d.pending
+	SM := len(rankOf) * M
 	computes := int32(1) // 1 + the compute steps so far
 	for j := range steps {
 		st := &steps[j]
 		nSlots = max(nSlots, st.Slot+1)
 		if st.Sub != nil {
-			nSlots = subSlots(st.Sub, nSlots)
+			nSlots = subSlots(st, nSlots)
 		}
 		cl := distClass[st.Kind]
 		if cl == 0 {
 			continue
 		}
-		if cl&distCompute == 0 { // a receive
-			if uint(st.Stage) < uint(S) && uint(st.Micro) < uint(M) && rankOf[st.Stage] == r {
-				d.pending[cl&distRecvIdx][st.Stage*M+st.Micro] = computes
-			}
+		if cl&distOverlap != 0 {
+			s, n := d.consumeSubs(st, computes)
+			rs, rn = rs+s, rn+n
+			computes++
 			continue
 		}
-		if cl&distOverlap != 0 {
-			s, n := d.consumeSubs(st.Sub, computes)
-			rs, rn = rs+s, rn+n
-		} else if cl&(distF|distB) != 0 && uint(st.Stage) < uint(S) && uint(st.Micro) < uint(M) && rankOf[st.Stage] == r {
-			ch := st.Stage*M + st.Micro
-			if cl&distF != 0 {
-				if v := pf[ch]; v > 0 {
+		s, m := st.Stage, st.Micro
+		if uint(s) < uint(len(rankOf)) && uint(m) < uint(M) && rankOf[s] == r {
+			ch := s*M + m
+			switch {
+			case cl&distRecv != 0:
+				pending[int(cl&distRecvIdx)*SM+ch] = computes
+				continue
+			case cl&distF != 0:
+				if v := pending[ch]; v > 0 {
 					rs += int(computes - v)
 					rn++
-					pf[ch] = 0
+					pending[ch] = 0
 				}
-				if v := pd[ch]; v > 0 {
+				if v := pending[2*SM+ch]; v > 0 {
 					rs += int(computes - v)
 					rn++
-					pd[ch] = 0
+					pending[2*SM+ch] = 0
 				}
-			} else if v := pb[ch]; v > 0 {
-				rs += int(computes - v)
-				rn++
-				pb[ch] = 0
+			case cl&distB != 0:
+				if v := pending[SM+ch]; v > 0 {
+					rs += int(computes - v)
+					rn++
+					pending[SM+ch] = 0
+				}
 			}
 		}
-		computes++
+		if cl&distCompute != 0 {
+			computes++
+		}
 	}
 	return rs, rn, nSlots
 }
 
 // consumeSubs takes the receives an overlap's compute sub-steps consume
 // (posted before compute count computes): their distances' sum and count.
-func (d *distWalk) consumeSubs(subs []ir.Step, computes int32) (rs, rn int) {
-	take := func(i, ch int) {
-		if v := d.pending[i][ch]; v > 0 {
+//
+//go:noinline
+func (d *distWalk) consumeSubs(st *ir.Step, computes int32) (rs, rn int) {
+	subs := st.Sub
+	SM := len(d.rankOf) * d.M
+	take := func(i int) {
+		if v := d.pending[i]; v > 0 {
 			rs += int(computes - v)
 			rn++
-			d.pending[i][ch] = 0
+			d.pending[i] = 0
 		}
 	}
 	for k := range subs {
 		c := &subs[k]
-		if cl := distClass[c.Kind]; cl&(distF|distB) != 0 && uint(c.Stage) < uint(d.S) && uint(c.Micro) < uint(d.M) && d.rankOf[c.Stage] == d.r {
+		if cl := distClass[c.Kind]; cl&(distF|distB) != 0 && uint(c.Stage) < uint(len(d.rankOf)) && uint(c.Micro) < uint(d.M) && d.rankOf[c.Stage] == d.r {
 			ch := c.Stage*d.M + c.Micro
 			if cl&distF != 0 {
-				take(0, ch)
-				take(2, ch)
+				take(ch)
+				take(2*SM + ch)
 			} else {
-				take(1, ch)
+				take(SM + ch)
 			}
 		}
 	}
 	return rs, rn
 }
 
-// subSlots is max(n, 1 + the largest slot of subs).
-func subSlots(subs []ir.Step, n int) int {
-	for k := range subs {
-		n = max(n, subs[k].Slot+1)
+// subSlots is max(n, 1 + the largest slot of st's sub-steps). (Apart, and
+// taking st, so that the walk's loop keeps no sub-step slice in registers.)
+//
+//go:noinline
+func subSlots(st *ir.Step, n int) int {
+	for k := range st.Sub {
+		n = max(n, st.Sub[k].Slot+1)
 	}
 	return n
 }
