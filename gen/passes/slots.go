@@ -75,17 +75,58 @@ func assignSlots(p ir.Program, inPlace bool) (ir.Program, []int, error) {
 func (x *slotter) lifetimes(steps []ir.Step) {
 	x.chs = par.Resize(x.chs, len(steps))
 	chs := x.chs[:len(steps)]
+	local := x.nt.local
+	if local == nil {
+		for i := range steps {
+			chs[i] = x.lifetime(&steps[i], int32(i))
+		}
+		return
+	}
+	// span inlined by hand for the common step (a chunk's own, not an
+	// overlap), with the neighbour table's answer; lifetime takes the rest.
+	first, last, rankOf, M, r, S := x.first, x.last, x.rankOf, x.M, x.r, x.nt.S
 	for i := range steps {
 		st := &steps[i]
-		if st.Kind.IsOverlap() {
-			for k := range st.Sub {
-				x.span(&st.Sub[k], int32(i))
-			}
-			chs[i] = overlapStep
+		k := st.Kind
+		if slotFlags[k] != namesChunk {
+			chs[i] = x.lifetime(st, int32(i))
 			continue
 		}
-		chs[i] = x.span(st, int32(i))
+		s, m := st.Stage, st.Micro
+		if s < 0 || m < 0 || rankOf[s] != r {
+			chs[i] = noChunk
+			continue
+		}
+		ch := int32(s*M + m)
+		v := ch
+		if first[ch] < 0 {
+			first[ch] = int32(i)
+			v = ^ch
+		}
+		last[ch] = int32(i) // the walk only goes forward
+		if c := int(neighbourClass[k]); c != 0 {
+			if nb := int(local[(c-1)*S+s]); nb >= 0 {
+				ch := nb*M + m
+				if first[ch] < 0 {
+					first[ch] = int32(i)
+				}
+				last[ch] = int32(i)
+			}
+		}
+		chs[i] = v
 	}
+}
+
+// lifetime is lifetimes' answer for step st at index i: an overlap's
+// sub-steps spanned (overlapStep), or span's.
+func (x *slotter) lifetime(st *ir.Step, i int32) int32 {
+	if st.Kind.IsOverlap() {
+		for k := range st.Sub {
+			x.span(&st.Sub[k], i)
+		}
+		return overlapStep
+	}
+	return x.span(st, i)
 }
 
 // sweep gives the steps out (the rank's, lifetimes known) their slots:
@@ -199,13 +240,17 @@ var slotFlags = func() (t [256]uint8) {
 		if kind.HasStage() && kind.HasMicro() {
 			t[k] |= namesChunk
 		}
+		if kind.IsOverlap() {
+			t[k] |= slotOverlap
+		}
 	}
 	return t
 }()
 
 // The bits of slotFlags.
 const (
-	namesChunk = 1 << iota // HasStage and HasMicro: the step names a chunk
+	namesChunk  = 1 << iota // HasStage and HasMicro: the step names a chunk
+	slotOverlap             // an overlap (its sub-steps name the chunks)
 )
 
 // give gives st its chunk's slot, allocating it (and queueing its release
