@@ -136,7 +136,8 @@ func (x *slotter) sweep(out []ir.Step) {
 	chs := x.chs[:len(out)]
 	x.endHead = filledInto(x.endHead, len(out), -1)
 	x.free, x.count = x.free[:0], 0
-	slotOf, next, endHead := x.slotOf, x.next, x.endHead[:len(out)]
+	slotOf, endHead := x.slotOf, x.endHead[:len(out)]
+	out = out[:len(chs)]
 	for i, ch := range chs {
 		switch {
 		case ch < 0: // the chunk's first step (span): a step's own chunk is never its neighbour
@@ -144,16 +145,29 @@ func (x *slotter) sweep(out []ir.Step) {
 		case ch < overlapStep:
 			out[i].Slot = int(slotOf[ch])
 		case ch == overlapStep:
-			st := &out[i]
-			st.Sub = append([]ir.Step(nil), st.Sub...)
-			for k := range st.Sub {
-				x.give(&st.Sub[k], int32(i))
-			}
+			x.giveSubs(&out[i], int32(i))
 		}
-		for c := endHead[i]; c >= 0; c = next[c] {
-			if s := slotOf[c]; s >= 0 {
-				x.free[s/64] &^= 1 << (uint(s) % 64)
-			}
+		if c := endHead[i]; c >= 0 {
+			x.release(c)
+		}
+	}
+}
+
+// giveSubs gives the sub-steps of overlap st (at index i, copied: the
+// input's overlaps are shared) their slots.
+func (x *slotter) giveSubs(st *ir.Step, i int32) {
+	st.Sub = append([]ir.Step(nil), st.Sub...)
+	for k := range st.Sub {
+		x.give(&st.Sub[k], i)
+	}
+}
+
+// release frees the slots of chunk c and of the chunks linked after it
+// (next): those whose last use is the step sweep is at.
+func (x *slotter) release(c int32) {
+	for ; c >= 0; c = x.next[c] {
+		if s := x.slotOf[c]; s >= 0 {
+			x.free[s/64] &^= 1 << (uint(s) % 64)
 		}
 	}
 }
