@@ -3,6 +3,7 @@ package passes
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,21 +58,22 @@ func TestLower(t *testing.T) {
 }
 
 // TestLowerFusedEqualsPasses: Lower's fused data+comm pass gives exactly
-// AssignSlots(InsertComm(InsertData(p))), errors included.
+// AssignSlots(InsertOptStep(InsertComm(InsertData(p)))), errors included,
+// in every comm order.
 func TestLowerFusedEqualsPasses(t *testing.T) {
 	check := func(name string, p ir.Program) {
 		t.Helper()
-		for _, eager := range []bool{false, true} {
-			got, _, gerr := Lower(p, Options{Comm: CommOptions{Order: orderOf(eager)}})
-			want, werr := InsertComm(InsertData(p), CommOptions{Order: orderOf(eager)})
+		for _, order := range []CommOrder{Timed, Late, Eager} {
+			got, _, gerr := Lower(p, Options{Comm: CommOptions{Order: order}})
+			want, werr := InsertComm(InsertData(p), CommOptions{Order: order})
 			if werr == nil {
 				want, _, werr = AssignSlots(InsertOptStep(want))
 			}
 			if (gerr == nil) != (werr == nil) || (gerr != nil && !strings.HasSuffix(gerr.Error(), werr.Error())) {
-				t.Fatalf("%s eager=%v: Lower error %v, passes error %v", name, eager, gerr, werr)
+				t.Fatalf("%s %v: Lower error %v, passes error %v", name, order, gerr, werr)
 			}
 			if gerr == nil && withSlots(got) != withSlots(want) {
-				t.Fatalf("%s eager=%v: Lower\n%s\npasses\n%s", name, eager, withSlots(got), withSlots(want))
+				t.Fatalf("%s %v: Lower\n%s\npasses\n%s", name, order, withSlots(got), withSlots(want))
 			}
 		}
 	}
@@ -94,5 +96,19 @@ func TestLowerFusedEqualsPasses(t *testing.T) {
 			p = fuseRandom(rng, p)
 		}
 		check("random", p)
+		// An OPT_STEP already in the compute order of some ranks (at a
+		// random place): "opt" must add none there, as InsertOptStep does.
+		if iter%4 == 1 {
+			q := p
+			q.Ranks = slices.Clone(p.Ranks)
+			for r := range q.Ranks {
+				if rng.IntN(2) == 0 {
+					at := rng.IntN(len(q.Ranks[r]) + 1)
+					q.Ranks[r] = slices.Insert(slices.Clone(q.Ranks[r]), at, ir.Step{Kind: ir.OptStep, Stage: ir.None, Micro: ir.None, Peer: ir.None, Slot: ir.None})
+				}
+			}
+			check("random with OPT_STEP", q)
+		}
 	}
 }
+
