@@ -111,4 +111,3 @@ func TestLowerFusedEqualsPasses(t *testing.T) {
 		}
 	}
 }
-
