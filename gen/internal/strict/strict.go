@@ -175,6 +175,35 @@ type Sim struct {
 	// complete in stream order and head[r] is exactly rank r's first
 	// unfinished op (OpOff[r] + nDone[r]); Run then takes processPlain.
 	plain bool
+	// pops is, per op, what processPlain reads of it and its partner
+	// (plainOp), built by the first Run of a plain Sim.
+	pops []plainOp
+}
+
+// plainOp is what processPlain asks of a stream's head op: its gap, its
+// partner and the partner's rank and gap, in one record read in stream
+// order. A plain Sim's gaps are the model's (only Hoist changes one, and
+// it ends plain), so the partner's rank and gap are known before the run,
+// and the run reads no other op's entries on its critical path.
+type plainOp struct {
+	gap, partner, prank, pgap int32
+}
+
+// plainOps fills s.pops from the model (the partner's rank -1 where it
+// has none). Its iterations are independent, so the processor overlaps
+// the partners' loads, where the run would wait for each in turn.
+func (s *Sim) plainOps() {
+	m := s.m
+	s.pops = resize(s.pops, len(m.OpGap))
+	pops := s.pops[:len(m.OpGap)]
+	gap, partner, rank := m.OpGap[:len(pops)], m.OpPartner[:len(pops)], m.OpRank
+	for op := range pops {
+		po := plainOp{gap: gap[op], partner: partner[op], prank: -1}
+		if p := po.partner; p >= 0 {
+			po.prank, po.pgap = rank[p], m.OpGap[p]
+		}
+		pops[op] = po
+	}
 }
 
 // NewSim returns a simulation of m in its initial state.
@@ -193,7 +222,7 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 	for r := range watchers {
 		watchers[r] = watchers[r][:0]
 	}
-	batchLeft := s.batchLeft
+	batchLeft, pops := s.batchLeft, s.pops
 	*s = Sim{
 		m:        m,
 		host:     zeroed(s.host, n),
@@ -210,6 +239,7 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 		left:     int(m.HostOff[n]) + ops,
 		touched:  s.touched[:0],
 		isTouch:  zeroed(s.isTouch, n),
+		pops:     pops,
 	}
 	for r := range n {
 		s.head[r] = m.OpOff[r]
@@ -254,6 +284,9 @@ func (s *Sim) push(r int32) {
 func (s *Sim) Run() bool {
 	if !s.started {
 		s.started = true
+		if s.plain {
+			s.plainOps()
+		}
 		for r := s.m.Ranks() - 1; r >= 0; r-- {
 			s.push(int32(r))
 		}
@@ -403,15 +436,15 @@ func (s *Sim) processPlain(r int32) {
 		}
 		for {
 			op := s.head[r]
-			if op == opEnd || s.gap[op] > h-off {
+			if op == opEnd {
 				return
 			}
-			p := m.OpPartner[op]
-			if p < 0 {
+			po := &s.pops[op]
+			if po.gap > h-off {
 				return
 			}
-			q := m.OpRank[p]
-			if q == r || s.head[q] != p || s.gap[p] > s.host[q] {
+			p, q := po.partner, po.prank
+			if p < 0 || q == r || s.head[q] != p || po.pgap > s.host[q] {
 				return // q == r: two ops of one stream are never both its head
 			}
 			s.done[op], s.done[p] = true, true
