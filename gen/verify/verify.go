@@ -108,6 +108,8 @@ type checker struct {
 	// program has no swap steps. Each chunk is its rank's alone.
 	swapState []uint8
 	hasData   bool
+	// mpipeRecv: the program holds MPIPE_FWD_RECV steps (towerModel).
+	mpipeRecv bool
 	at        [nAt][]int32
 	bwdIsI    []bool // per chunk: its backward is an I
 	// opAt[a][chunk]: op id of the transfer in table a (aSendF..aDRecv)
