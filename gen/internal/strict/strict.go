@@ -398,10 +398,7 @@ func (s *Sim) block(r int32, e Event) {
 // plainOrder (a plain Sim's completion order is stream order). It makes
 // the same moves as process and reaches the same state
 // (TestPlainMatchesGeneral).
-var TmpCalls int
-
 func (s *Sim) processPlain(r int32) {
-	TmpCalls++
 	s.touch(r)
 	m := s.m
 	off, hostEnd := m.HostOff[r], m.HostOff[r+1] // global host step numbers
