@@ -149,17 +149,17 @@ func (b *Builder) Model() *Model {
 
 // Sim runs a Model.
 type Sim struct {
-	m     *Model
-	host  []int32 // per rank: host steps passed
-	head  []int32 // per rank: first op of the stream not known to be done
+	m    *Model
+	host []int32 // per rank: host steps passed
+	head []int32 // per rank: first op of the stream not known to be done
 	// gap is, per op, its current gap: the model's OpGap until Hoist
 	// changes one, then gapBuf, a copy of it the Sim owns (the run
 	// itself does not copy the model's).
 	gap    []int32
 	gapBuf []int32
-	done  []bool  // per op
-	order []int32 // per rank, at OpOff[r]: ops in completion order
-	nDone []int32 // per rank: completed ops
+	done   []bool  // per op
+	order  []int32 // per rank, at OpOff[r]: ops in completion order
+	nDone  []int32 // per rank: completed ops
 	// worklist of ranks to (re)examine
 	queue []int32
 	inQ   []bool
@@ -179,35 +179,6 @@ type Sim struct {
 	// complete in stream order and head[r] is exactly rank r's first
 	// unfinished op (OpOff[r] + nDone[r]); Run then takes processPlain.
 	plain bool
-	// pops is, per op, what processPlain reads of it and its partner
-	// (plainOp), built by the first Run of a plain Sim.
-	pops []plainOp
-}
-
-// plainOp is what processPlain asks of a stream's head op: its gap, its
-// partner and the partner's rank and gap, in one record read in stream
-// order. A plain Sim's gaps are the model's (only Hoist changes one, and
-// it ends plain), so the partner's rank and gap are known before the run,
-// and the run reads no other op's entries on its critical path.
-type plainOp struct {
-	gap, partner, prank, pgap int32
-}
-
-// plainOps fills s.pops from the model (the partner's rank -1 where it
-// has none). Its iterations are independent, so the processor overlaps
-// the partners' loads, where the run would wait for each in turn.
-func (s *Sim) plainOps() {
-	m := s.m
-	s.pops = resize(s.pops, len(m.OpGap))
-	pops := s.pops[:len(m.OpGap)]
-	gap, partner, rank := m.OpGap[:len(pops)], m.OpPartner[:len(pops)], m.OpRank
-	for op := range pops {
-		po := plainOp{gap: gap[op], partner: partner[op], prank: -1}
-		if p := po.partner; p >= 0 {
-			po.prank, po.pgap = rank[p], m.OpGap[p]
-		}
-		pops[op] = po
-	}
 }
 
 // NewSim returns a simulation of m in its initial state.
@@ -226,7 +197,7 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 	for r := range watchers {
 		watchers[r] = watchers[r][:0]
 	}
-	batchLeft, pops, gapBuf := s.batchLeft, s.pops, s.gapBuf
+	batchLeft, gapBuf := s.batchLeft, s.gapBuf
 	*s = Sim{
 		m:        m,
 		host:     zeroed(s.host, n),
@@ -244,7 +215,6 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 		left:     int(m.HostOff[n]) + ops,
 		touched:  s.touched[:0],
 		isTouch:  zeroed(s.isTouch, n),
-		pops:     pops,
 	}
 	for r := range n {
 		s.head[r] = m.OpOff[r]
@@ -289,9 +259,6 @@ func (s *Sim) push(r int32) {
 func (s *Sim) Run() bool {
 	if !s.started {
 		s.started = true
-		if s.plain {
-			s.plainOps()
-		}
 		for r := s.m.Ranks() - 1; r >= 0; r-- {
 			s.push(int32(r))
 		}
@@ -441,15 +408,15 @@ func (s *Sim) processPlain(r int32) {
 		}
 		for {
 			op := s.head[r]
-			if op == opEnd {
+			if op == opEnd || s.gap[op] > h-off {
 				return
 			}
-			po := &s.pops[op]
-			if po.gap > h-off {
+			p := m.OpPartner[op]
+			if p < 0 {
 				return
 			}
-			p, q := po.partner, po.prank
-			if p < 0 || q == r || s.head[q] != p || po.pgap > s.host[q] {
+			q := m.OpRank[p]
+			if q == r || s.head[q] != p || s.gap[p] > s.host[q] {
 				return // q == r: two ops of one stream are never both its head
 			}
 			s.done[op], s.done[p] = true, true
