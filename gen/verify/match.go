@@ -68,11 +68,14 @@ func (c *checker) match() (deadlock func() error, err error) {
 	var dead error
 	if speculate {
 		// The simulation, serial and the longer of the two, runs here at
-		// once; the FIFO check and then the caller's own work
-		// (Options.Beside, when the check passes) fill the other core.
+		// once; the FIFO check, the slot check (which reads only what the
+		// walk found; Check reports its finding in its turn) and then the
+		// caller's own work (Options.Beside, when the FIFO check passes)
+		// fill the other core.
 		var beside sync.WaitGroup
 		beside.Go(func() {
 			fifo()
+			c.slotsErr, c.slotsEarly = c.slots(), true
 			if !slices.Contains(fast, false) {
 				c.beside()
 			}

@@ -154,8 +154,12 @@ type checker struct {
 	slotErr deferred // first slot inconsistency
 	noSlot  deferred // first chunk step without a slot
 	memErr  *Error
-	rep     Report
-	sc      *scratch
+	// slotsEarly: match ran the slot check beside the deadlock
+	// simulation, and slotsErr is its finding (Check reports it last).
+	slotsEarly bool
+	slotsErr   error
+	rep        Report
+	sc         *scratch
 	// beside runs Options.Beside the first time it is called, then nothing.
 	beside func()
 }
@@ -246,8 +250,11 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if c.memErr != nil {
 		return c.rep, c.memErr
 	}
-	if err := c.slots(); err != nil {
-		return c.rep, err
+	if !c.slotsEarly {
+		c.slotsErr = c.slots()
+	}
+	if c.slotsErr != nil {
+		return c.rep, c.slotsErr
 	}
 	return c.rep, nil
 }
