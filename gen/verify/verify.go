@@ -18,7 +18,7 @@ type Options struct {
 	MaxActivations int
 	// Beside, when not nil, is work of the caller's that Check runs once:
 	// on the core its deadlock simulation, which is serial, leaves idle
-	// once the FIFO check beside it is done (on a goroutine of Check's
+	// once the FIFO and slot checks beside it are done (on a goroutine of Check's
 	// own, done before Check returns), or else before Check returns. It
 	// must not write what Check reads (the program). gen measures the
 	// lowered program's slot counts and receive distances here.
