@@ -109,6 +109,7 @@ const (
 	hasShardStep  uint8 = 1 << iota // UNSHARD or RESHARD
 	hasReduceStep                   // REDUCE_GRAD
 	hasSwapStep                     // a SWAP_* step
+	hasMpipeRecv                    // an MPIPE_FWD_RECV step (towerModel; the count pass notes it)
 )
 
 // extraOf is the bit of an FSDP or swap kind (abi's IsFSDP, IsSwap), 0 for

@@ -33,38 +33,28 @@ func (c *checker) match() (deadlock func() error, err error) {
 	ops, partner := c.model.OpOff, c.model.OpPartner
 	w := par.Workers(P, c.rep.Steps)
 	found := make([]bool, P)
-	par.ForRanksW(w, P, func(_, r int) {
-		found[r] = c.counterparts(ops[r], ops[r+1], partner)
+	c.sc.ord = par.Resize(c.sc.ord, nOps)
+	ord := c.sc.ord // position within its queue, written for every op
+	// The same pass over each rank's ops numbers them within their
+	// queues: the rank's queues are told apart by peer and queueClass, in
+	// a table of 6P counters per worker that each rank leaves zeroed
+	// behind it.
+	counts := make([][]int32, w)
+	par.ForRanksW(w, P, func(wk, r int) {
+		cnt := counts[wk]
+		if cnt == nil {
+			cnt = make([]int32, queueClasses*P)
+			counts[wk] = cnt
+		}
+		found[r] = c.counterparts(ops[r], ops[r+1], partner, ord, cnt)
 	})
 	speculate := w > 1 && !slices.Contains(found, false)
 	if speculate {
 		w-- // this goroutine runs the model
 	}
-	c.sc.ord = par.Resize(c.sc.ord, nOps)
-	ord := c.sc.ord // position within its queue, written for every op
 	fast := found
 	fifo := func() {
-		// An op's position within its queue, counted on its own rank:
-		// the rank's queues are told apart by peer and queueClass, in a
-		// table of 6P counters per worker that each rank leaves zeroed
-		// behind it.
-		counts := make([][]int32, w)
-		par.ForRanksW(w, P, func(wk, r int) {
-			cnt := counts[wk]
-			if cnt == nil {
-				cnt = make([]int32, queueClasses*P)
-				counts[wk] = cnt
-			}
-			steps, pos := c.opStep[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
-			for i := range steps {
-				k := int(steps[i].peer)*queueClasses + int(queueClass[steps[i].kind])
-				pos[i] = cnt[k]
-				cnt[k]++
-			}
-			for i := range steps {
-				cnt[int(steps[i].peer)*queueClasses+int(queueClass[steps[i].kind])] = 0
-			}
-		})
+		// Every op's position equals its counterpart's.
 		par.ForRanksW(w, P, func(_, r int) {
 			mine, pos := partner[ops[r]:ops[r+1]], ord[ops[r]:ops[r+1]]
 			for i, q := range mine {
@@ -78,11 +68,14 @@ func (c *checker) match() (deadlock func() error, err error) {
 	var dead error
 	if speculate {
 		// The simulation, serial and the longer of the two, runs here at
-		// once; the FIFO check and then the caller's own work
-		// (Options.Beside, when the check passes) fill the other core.
+		// once; the FIFO check, the slot check (which reads only what the
+		// walk found; Check reports its finding in its turn) and then the
+		// caller's own work (Options.Beside, when the FIFO check passes)
+		// fill the other core.
 		var beside sync.WaitGroup
 		beside.Go(func() {
 			fifo()
+			c.slotsErr, c.slotsEarly = c.slots(), true
 			if !slices.Contains(fast, false) {
 				c.beside()
 			}
@@ -104,10 +97,12 @@ func (c *checker) match() (deadlock func() error, err error) {
 }
 
 // counterparts sets partner[op] to the counterpart of each op in
-// [lo, hi) (deps.CounterpartOf), or -1 where it has none, and reports
-// whether every one has.
-func (c *checker) counterparts(lo, hi int32, partner []int32) bool {
-	steps, out := c.opStep[lo:hi], partner[lo:hi]
+// [lo, hi) (deps.CounterpartOf), or -1 where it has none, and ord[op] to
+// its position within its FIFO queue, counted in cnt (queueClasses
+// counters per peer, zero on entry and on return), and reports whether
+// every op has a counterpart.
+func (c *checker) counterparts(lo, hi int32, partner, ord, cnt []int32) bool {
+	steps, out, pos := c.opStep[lo:hi], partner[lo:hi], ord[lo:hi]
 	all := true
 	for i := range steps {
 		st := &steps[i]
@@ -117,6 +112,12 @@ func (c *checker) counterparts(lo, hi int32, partner []int32) bool {
 		}
 		out[i] = q
 		all = all && q >= 0
+		k := int(st.peer)*queueClasses + int(queueClass[st.kind])
+		pos[i] = cnt[k]
+		cnt[k]++
+	}
+	for i := range steps {
+		cnt[int(steps[i].peer)*queueClasses+int(queueClass[steps[i].kind])] = 0
 	}
 	return all
 }

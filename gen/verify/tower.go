@@ -1,8 +1,6 @@
 package verify
 
 import (
-	"slices"
-
 	"github.com/ppgen/ppgen/gen/internal/strict"
 	"github.com/ppgen/ppgen/gen/ir"
 )
@@ -30,9 +28,9 @@ func init() {
 // rank's OPT_STEP, when the program ships owned inputs and every rank
 // has an OPT_STEP.
 func (c *checker) towerModel(m *strict.Model) *strict.Model {
-	// The walk put every MPIPE_FWD_RECV in its chunk table: a look at
-	// that table (a word per chunk) instead of at every step.
-	if !slices.ContainsFunc(c.at[aMRecv], func(i int32) bool { return i >= 0 }) {
+	// The walk's count pass noted whether the program holds one (no
+	// look at the chunk table on the simulation's serial path).
+	if !c.mpipeRecv {
 		return m
 	}
 	at := make([][]int, c.P)

@@ -18,7 +18,7 @@ type Options struct {
 	MaxActivations int
 	// Beside, when not nil, is work of the caller's that Check runs once:
 	// on the core its deadlock simulation, which is serial, leaves idle
-	// once the FIFO check beside it is done (on a goroutine of Check's
+	// once the FIFO and slot checks beside it are done (on a goroutine of Check's
 	// own, done before Check returns), or else before Check returns. It
 	// must not write what Check reads (the program). gen measures the
 	// lowered program's slot counts and receive distances here.
@@ -108,6 +108,8 @@ type checker struct {
 	// program has no swap steps. Each chunk is its rank's alone.
 	swapState []uint8
 	hasData   bool
+	// mpipeRecv: the program holds MPIPE_FWD_RECV steps (towerModel).
+	mpipeRecv bool
 	at        [nAt][]int32
 	bwdIsI    []bool // per chunk: its backward is an I
 	// opAt[a][chunk]: op id of the transfer in table a (aSendF..aDRecv)
@@ -152,8 +154,12 @@ type checker struct {
 	slotErr deferred // first slot inconsistency
 	noSlot  deferred // first chunk step without a slot
 	memErr  *Error
-	rep     Report
-	sc      *scratch
+	// slotsEarly: match ran the slot check beside the deadlock
+	// simulation, and slotsErr is its finding (Check reports it last).
+	slotsEarly bool
+	slotsErr   error
+	rep        Report
+	sc         *scratch
 	// beside runs Options.Beside the first time it is called, then nothing.
 	beside func()
 }
@@ -244,8 +250,11 @@ func Check(p ir.Program, opt Options) (Report, error) {
 	if c.memErr != nil {
 		return c.rep, c.memErr
 	}
-	if err := c.slots(); err != nil {
-		return c.rep, err
+	if !c.slotsEarly {
+		c.slotsErr = c.slots()
+	}
+	if c.slotsErr != nil {
+		return c.rep, c.slotsErr
 	}
 	return c.rep, nil
 }

@@ -126,6 +126,9 @@ func (c *checker) walk() error {
 		}
 		n := 0
 		var ex uint8
+		if count[ir.MpipeRecv] != 0 {
+			ex = hasMpipeRecv
+		}
 		var rk uint64
 		for k, x := range count {
 			if x == 0 {
@@ -154,6 +157,7 @@ func (c *checker) walk() error {
 		}
 	}
 	c.collSteps = nil
+	c.mpipeRecv = ex&hasMpipeRecv != 0
 	if ex&hasSwapStep != 0 {
 		c.swapState = make([]uint8, c.S*c.M)
 	}

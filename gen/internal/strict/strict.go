@@ -149,13 +149,17 @@ func (b *Builder) Model() *Model {
 
 // Sim runs a Model.
 type Sim struct {
-	m     *Model
-	host  []int32 // per rank: host steps passed
-	head  []int32 // per rank: first op of the stream not known to be done
-	gap   []int32 // per op: current gap (Hoist changes it)
-	done  []bool  // per op
-	order []int32 // per rank, at OpOff[r]: ops in completion order
-	nDone []int32 // per rank: completed ops
+	m    *Model
+	host []int32 // per rank: host steps passed
+	head []int32 // per rank: first op of the stream not known to be done
+	// gap is, per op, its current gap: the model's OpGap until Hoist
+	// changes one, then gapBuf, a copy of it the Sim owns (the run
+	// itself does not copy the model's).
+	gap    []int32
+	gapBuf []int32
+	done   []bool  // per op
+	order  []int32 // per rank, at OpOff[r]: ops in completion order
+	nDone  []int32 // per rank: completed ops
 	// worklist of ranks to (re)examine
 	queue []int32
 	inQ   []bool
@@ -193,12 +197,13 @@ func NewSimInto(s *Sim, m *Model) *Sim {
 	for r := range watchers {
 		watchers[r] = watchers[r][:0]
 	}
-	batchLeft := s.batchLeft
+	batchLeft, gapBuf := s.batchLeft, s.gapBuf
 	*s = Sim{
 		m:        m,
 		host:     zeroed(s.host, n),
 		head:     resize(s.head, n),
-		gap:      append(s.gap[:0], m.OpGap...),
+		gap:      m.OpGap[:ops:ops], // read only: Hoist copies it to gapBuf first
+		gapBuf:   gapBuf,
 		done:     zeroed(s.done, ops),
 		order:    resize(s.order, ops), // written before it is read (Order)
 		nDone:    zeroed(s.nDone, n),
@@ -598,6 +603,10 @@ func (s *Sim) Hoist(op int32) bool {
 	}
 	if g > s.host[r] {
 		return false
+	}
+	if len(s.gap) > 0 && (len(s.gapBuf) == 0 || &s.gap[0] != &s.gapBuf[0]) {
+		s.gapBuf = append(s.gapBuf[:0], s.gap...) // the model's: copied before the first change
+		s.gap = s.gapBuf
 	}
 	s.gap[op] = g
 	if s.plain {
