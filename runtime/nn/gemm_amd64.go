@@ -48,11 +48,9 @@ var hasAVX512 = func() bool {
 }()
 
 // useWide is whether the tiles run microKernelWide: where the CPU has
-// AVX-512 and the package was built with -tags gemmavx512. The wide kernels
-// have not run on a machine with AVX-512 yet (the one they were written on
-// has none), so they stay off by default until TestWideKernel passes on one:
-//
-//	go test -tags gemmavx512 -run 'TestWideKernel|TestGemm' ./runtime/nn/
+// AVX-512, unless the package was built with -tags nogemmavx512. The wide
+// kernels give the bits of two AVX2 kernel calls (TestWideKernel, which
+// runs where the CPU has AVX-512, and TestGemmAgainstNaive through them).
 var useWide = wideBuilt && hasAVX512
 
 // microKernelWide is microKernel on two adjacent micro-panels of b (2·kc·nr

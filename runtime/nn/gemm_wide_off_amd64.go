@@ -1,6 +1,6 @@
-//go:build !gemmavx512
+//go:build nogemmavx512
 
 package nn
 
-// wideBuilt: without -tags gemmavx512 the AVX-512 kernels stay off (useWide).
+// wideBuilt: with -tags nogemmavx512 the AVX-512 kernels stay off (useWide).
 const wideBuilt = false

@@ -1,7 +1,8 @@
-//go:build gemmavx512
+//go:build !nogemmavx512
 
 package nn
 
-// wideBuilt: built with -tags gemmavx512, the tiles run the AVX-512 kernels
-// where the CPU has AVX-512 (useWide).
+// wideBuilt: the tiles run the AVX-512 kernels where the CPU has AVX-512
+// (useWide); -tags nogemmavx512 keeps them off (an A/B against the AVX2
+// kernels on one machine).
 const wideBuilt = true

@@ -14,10 +14,10 @@ import (
 // TestWideKernel checks the AVX-512 kernels against two calls of the AVX2
 // ones, bit for bit, for both dtypes, several k, strided and packed A, and
 // both ways of writing c. It runs only where useWide is on: a CPU with
-// AVX-512 and -tags gemmavx512.
+// AVX-512 (unless built with -tags nogemmavx512).
 func TestWideKernel(t *testing.T) {
 	if !useWide {
-		t.Skipf("AVX-512 kernels off (CPU has AVX-512: %v; they run with -tags gemmavx512)", hasAVX512)
+		t.Skipf("AVX-512 kernels off (CPU has AVX-512: %v; -tags nogemmavx512 keeps them off)", hasAVX512)
 	}
 	for _, kc := range []int{1, 3, 4, 5, 17, 256} {
 		for _, acc := range []bool{false, true} {
