@@ -102,6 +102,9 @@ type gemmArgs[T float] struct {
 // blockedGemm is gemm's contract (c = alpha·op(a)·op(b) + beta·c,
 // row-major) on the micro-kernel; m, n > 0.
 func blockedGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if smallGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+		return
+	}
 	if beta != 1 && (k == 0 || beta != 0) {
 		for i := range m {
 			row := c[i*ldc : i*ldc+n]

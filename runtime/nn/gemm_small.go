@@ -1,0 +1,98 @@
+package nn
+
+import "unsafe"
+
+// smallMax is the most multiply-adds (m·n·k) smallGemm takes: above it the
+// tiles' packed B panels and threads pay for themselves. Chosen by
+// BenchmarkGEMM (BENCHMARKS.md, "GEMM at small shapes").
+const smallMax = 64 * 64 * 64
+
+// smallGemm is gemm's contract on the AVX-512 small-matrix kernels
+// (gemm_small_amd64.s) where useSmall and the product is small (m·n·k ≤
+// smallMax; where B is transposed, op(B) also fits the packing buffer); it
+// reports false, having done nothing, elsewhere. op(A) is read in place;
+// op(B) too where B is not transposed; C's rows are cut into blocks of 16
+// (where one vector covers the columns), 8, then single rows, its columns
+// into pairs of vectors, the last masked. Each element of C is beta·c
+// (beta ∉ {0, 1}: scaled first), then + alpha·(one FMA chain over all of k,
+// in k order), so the result depends only on the shape, not on threads.
+func smallGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) bool {
+	lanes := nr[T]() // one 512-bit vector
+	np := (n + lanes - 1) / lanes
+	if !useSmall || k == 0 || m*n*k > smallMax || (tb && k*np*lanes > tileN*blockK) {
+		return false
+	}
+	// Bounds: the kernels read op(A)'s m×k, op(B)'s k×n and C's m×n.
+	rs, ks := lda, 1
+	if ta {
+		rs, ks = 1, lda
+	}
+	_ = a[(m-1)*rs+(k-1)*ks]
+	_ = c[(m-1)*ldc+n-1]
+	if beta != 0 && beta != 1 {
+		for i := range m {
+			row := c[i*ldc : i*ldc+n]
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+	}
+	acc := 0
+	if beta != 0 {
+		acc = 1
+	}
+	size := int(unsafe.Sizeof(a[0]))
+	var buf *packBufs[T]
+	bp, bs, b2 := b, ldb, lanes*size
+	if tb {
+		_ = b[(n-1)*ldb+k-1]
+		buf = getPack[T]()
+		bp, bs, b2 = buf.b, lanes, k*lanes*size
+		for p := range np {
+			j0, dst := p*lanes, buf.b[p*k*lanes:(p+1)*k*lanes]
+			if j0+lanes <= n {
+				packColumns(dst, b[j0*ldb:], k, ldb)
+				continue
+			}
+			for j := j0; j < n; j++ {
+				for l := range k {
+					dst[l*lanes+j-j0] = b[j*ldb+l]
+				}
+			}
+		}
+	} else {
+		_ = b[(k-1)*ldb+n-1]
+	}
+	for j0 := 0; j0 < n; j0 += 2 * lanes {
+		cols := min(2*lanes, n-j0)
+		m1, m2 := laneMask(min(cols, lanes)), laneMask(cols-lanes)
+		bj := bp[j0:]
+		if tb {
+			bj = bp[j0*k:]
+		}
+		i := 0
+		if m2 == 0 {
+			for ; i+16 <= m; i += 16 {
+				smallKernel(16, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, 0, acc, alpha)
+			}
+		}
+		for ; i+8 <= m; i += 8 {
+			smallKernel(8, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, m2, acc, alpha)
+		}
+		for ; i < m; i++ {
+			smallKernel(1, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, m2, acc, alpha)
+		}
+	}
+	if buf != nil {
+		putPack(buf)
+	}
+	return true
+}
+
+// laneMask is the opmask of the first n lanes (none for n ≤ 0).
+func laneMask(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return 1<<n - 1
+}
