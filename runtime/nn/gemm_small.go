@@ -2,24 +2,29 @@ package nn
 
 import "unsafe"
 
-// smallMax is the most multiply-adds (m·n·k) smallGemm takes: above it the
-// tiles' packed B panels and threads pay for themselves. Chosen by
-// BenchmarkGEMM (BENCHMARKS.md, "GEMM at small shapes").
-const smallMax = 64 * 64 * 64
-
 // smallGemm is gemm's contract on the AVX-512 small-matrix kernels
-// (gemm_small_amd64.s) where useSmall and the product is small (m·n·k ≤
-// smallMax; where B is transposed, op(B) also fits the packing buffer); it
-// reports false, having done nothing, elsewhere. op(A) is read in place;
-// op(B) too where B is not transposed; C's rows are cut into blocks of 16
-// (where one vector covers the columns), 8, then single rows, its columns
-// into pairs of vectors, the last masked. Each element of C is beta·c
-// (beta ∉ {0, 1}: scaled first), then + alpha·(one FMA chain over all of k,
-// in k order), so the result depends only on the shape, not on threads.
+// (gemm_small_amd64.s) where useSmall and the product is small; it reports
+// false, having done nothing, elsewhere.
+//
+// Small means one tile and one k panel of the tiled path (m ≤ tileM,
+// n ≤ tileN, k ≤ blockK): there the tiles run on one goroutine too, and on
+// BenchmarkGEMMSmall's grid (m 8, 64, 144; n 12, 32, 64, 128; k 12, 64,
+// 256; nn, nt, tn; both dtypes) this path ran 0.99–5× the tiles' speed
+// (BENCHMARKS.md); at k = 1024, 144-row float64 products ran 0.91× (op(B),
+// read in place once per 8 rows, no longer stays in cache), so k stops at
+// one panel. op(B)'s transpose, k·n rounded up to whole vectors, then fits
+// the packing buffer b.
+//
+// op(A) is read in place; op(B) too where B is not transposed. C's rows
+// are cut into blocks of 16 (where one vector covers the columns), 8, then
+// single rows, its columns into pairs of vectors, the last masked. Each
+// element of C is beta·c (beta ∉ {0, 1}: scaled first), then + alpha·(one
+// FMA chain over all of k, in k order): the result depends only on the
+// shape, not on threads or timing.
 func smallGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) bool {
 	lanes := nr[T]() // one 512-bit vector
 	np := (n + lanes - 1) / lanes
-	if !useSmall || k == 0 || m*n*k > smallMax || (tb && k*np*lanes > tileN*blockK) {
+	if !useSmall || k == 0 || m > tileM || n > tileN || k > blockK {
 		return false
 	}
 	// Bounds: the kernels read op(A)'s m×k, op(B)'s k×n and C's m×n.
@@ -55,8 +60,9 @@ func smallGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T
 				continue
 			}
 			for j := j0; j < n; j++ {
-				for l := range k {
-					dst[l*lanes+j-j0] = b[j*ldb+l]
+				d := dst[j-j0:]
+				for l, v := range b[j*ldb : j*ldb+k] {
+					d[l*lanes] = v
 				}
 			}
 		}
@@ -69,6 +75,14 @@ func smallGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T
 		bj := bp[j0:]
 		if tb {
 			bj = bp[j0*k:]
+		}
+		b2 := b2
+		if m2 == 0 {
+			// The kernels load the second vector under an empty mask:
+			// pointed past what was written (the packing buffer's
+			// untouched pages), each such load cost a microcode assist
+			// (8x12x64/nt float32: 1.4 GFLOP/s). Point it at the first.
+			b2 = 0
 		}
 		i := 0
 		if m2 == 0 {
