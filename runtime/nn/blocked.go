@@ -22,7 +22,9 @@ import (
 // so A is still read in place). Every element of C is thus beta·c, then
 // + alpha·(panel 1's sum), + alpha·(panel 2's sum), ..., each sum an FMA
 // chain in k order: the same arithmetic whatever the number of threads,
-// since tiles, panels and blocks depend only on the shape.
+// since tiles, panels and blocks depend only on the shape. A product of
+// one tile and one k panel goes to smallGemm instead where the CPU has
+// AVX-512 (useSmall; gemm_small.go).
 const (
 	microM = 6
 	blockM = 12 * microM // rows of op(A) one B micro-panel meets in a row: 144 KiB of float64 at blockK
