@@ -97,7 +97,7 @@ func BenchmarkGEMMSmall(b *testing.B) {
 	if !useSmall {
 		b.Skip("small-matrix kernels off")
 	}
-	for _, m := range []int{8, 64, 144} {
+	for _, m := range []int{8, 13, 64, 144} {
 		for _, n := range []int{12, 32, 64, 128} {
 			for _, k := range []int{12, 64, 256, 1024} {
 				for _, op := range []string{"nn", "nt", "tn"} {

@@ -15,9 +15,10 @@ import "unsafe"
 // one panel. op(B)'s transpose, k·n rounded up to whole vectors, then fits
 // the packing buffer b.
 //
-// op(A) is read in place; op(B) too where B is not transposed. C's rows
-// are cut into blocks of 16 (where one vector covers the columns), 8, then
-// single rows, its columns into pairs of vectors, the last masked. Each
+// op(A) is read in place; op(B) too where B is not transposed. C's columns
+// are cut into pairs of vectors, the last masked; its rows into blocks of
+// 16 and 8 (one vector: where it covers the columns), 8, 4, then single
+// rows. Each
 // element of C is beta·c (beta ∉ {0, 1}: scaled first), then + alpha·(one
 // FMA chain over all of k, in k order): the result depends only on the
 // shape, not on threads or timing.
@@ -84,17 +85,21 @@ func smallGemm[T float](ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T
 			// (8x12x64/nt float32: 1.4 GFLOP/s). Point it at the first.
 			b2 = 0
 		}
-		i := 0
+		i, vecs := 0, 2
 		if m2 == 0 {
+			vecs = 1
 			for ; i+16 <= m; i += 16 {
-				smallKernel(16, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, 0, acc, alpha)
+				smallKernel(16, 1, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, 0, acc, alpha)
 			}
 		}
 		for ; i+8 <= m; i += 8 {
-			smallKernel(8, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, m2, acc, alpha)
+			smallKernel(8, vecs, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, m2, acc, alpha)
+		}
+		for ; i+4 <= m; i += 4 {
+			smallKernel(4, 2, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, m2, acc, alpha)
 		}
 		for ; i < m; i++ {
-			smallKernel(1, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, m2, acc, alpha)
+			smallKernel(1, 2, k, a[i*rs:], rs, ks, bj, bs, b2, c[i*ldc+j0:], ldc, m1, m2, acc, alpha)
 		}
 	}
 	if buf != nil {

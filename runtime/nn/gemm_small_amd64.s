@@ -171,8 +171,85 @@ accumulate: \
 	VZEROUPPER; \
 	RET
 
-// K1X2: 1 row × 2 vectors (row edges), four accumulators per vector over
-// l mod 4 would change the sums' order, so one chain each: slow but rare.
+// K8X1: 8 rows × the first vector (K2 unused), where one vector covers
+// the columns and fewer than 16 rows are left.
+#define K8X1(SHIFT, LOAD, LOADZ, BCAST, FMA, MUL) \
+	ARGS(SHIFT); \
+	ZERO(Z0); ZERO(Z1); ZERO(Z2); ZERO(Z3); ZERO(Z4); ZERO(Z5); ZERO(Z6); ZERO(Z7); \
+	TESTQ CX, CX; \
+	JLE done; \
+loop: \
+	LOADZ (DI), K1, Z16; \
+	ROW1(BCAST, FMA, (SI), Z18, Z0); \
+	ROW1(BCAST, FMA, (SI)(R9*1), Z19, Z1); \
+	ROW1(BCAST, FMA, (SI)(R9*2), Z18, Z2); \
+	ROW1(BCAST, FMA, (SI)(R13*1), Z19, Z3); \
+	ROW1(BCAST, FMA, (R10), Z18, Z4); \
+	ROW1(BCAST, FMA, (R10)(R9*1), Z19, Z5); \
+	ROW1(BCAST, FMA, (R10)(R9*2), Z18, Z6); \
+	ROW1(BCAST, FMA, (R10)(R13*1), Z19, Z7); \
+	ADDQ R11, SI; \
+	ADDQ R11, R10; \
+	ADDQ R12, DI; \
+	DECQ CX; \
+	JNZ loop; \
+done: \
+	BCAST alpha+96(FP), Z31; \
+	MOVQ acc+88(FP), AX; \
+	TESTQ AX, AX; \
+	JNZ accumulate; \
+	OUTS(MUL, LOAD, K1, 0, Z0); ADDQ R8, DX; OUTS(MUL, LOAD, K1, 0, Z1); ADDQ R8, DX; \
+	OUTS(MUL, LOAD, K1, 0, Z2); ADDQ R8, DX; OUTS(MUL, LOAD, K1, 0, Z3); ADDQ R8, DX; \
+	OUTS(MUL, LOAD, K1, 0, Z4); ADDQ R8, DX; OUTS(MUL, LOAD, K1, 0, Z5); ADDQ R8, DX; \
+	OUTS(MUL, LOAD, K1, 0, Z6); ADDQ R8, DX; OUTS(MUL, LOAD, K1, 0, Z7); \
+	VZEROUPPER; \
+	RET; \
+accumulate: \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z0); ADDQ R8, DX; OUTA(LOADZ, FMA, LOAD, K1, 0, Z1); ADDQ R8, DX; \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z2); ADDQ R8, DX; OUTA(LOADZ, FMA, LOAD, K1, 0, Z3); ADDQ R8, DX; \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z4); ADDQ R8, DX; OUTA(LOADZ, FMA, LOAD, K1, 0, Z5); ADDQ R8, DX; \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z6); ADDQ R8, DX; OUTA(LOADZ, FMA, LOAD, K1, 0, Z7); \
+	VZEROUPPER; \
+	RET
+
+// K4X2: 4 rows × 2 vectors (a row edge of 4 to 7 rows).
+#define K4X2(SHIFT, LOAD, LOADZ, BCAST, FMA, MUL) \
+	ARGS(SHIFT); \
+	ZERO(Z0); ZERO(Z1); ZERO(Z2); ZERO(Z3); ZERO(Z4); ZERO(Z5); ZERO(Z6); ZERO(Z7); \
+	TESTQ CX, CX; \
+	JLE done; \
+loop: \
+	LOADZ (DI), K1, Z16; \
+	LOADZ (DI)(BX*1), K2, Z17; \
+	ROW2(BCAST, FMA, (SI), Z18, Z0, Z1); \
+	ROW2(BCAST, FMA, (SI)(R9*1), Z19, Z2, Z3); \
+	ROW2(BCAST, FMA, (SI)(R9*2), Z18, Z4, Z5); \
+	ROW2(BCAST, FMA, (SI)(R13*1), Z19, Z6, Z7); \
+	ADDQ R11, SI; \
+	ADDQ R12, DI; \
+	DECQ CX; \
+	JNZ loop; \
+done: \
+	BCAST alpha+96(FP), Z31; \
+	MOVQ acc+88(FP), AX; \
+	TESTQ AX, AX; \
+	JNZ accumulate; \
+	OUTS(MUL, LOAD, K1, 0, Z0); OUTS(MUL, LOAD, K2, 64, Z1); ADDQ R8, DX; \
+	OUTS(MUL, LOAD, K1, 0, Z2); OUTS(MUL, LOAD, K2, 64, Z3); ADDQ R8, DX; \
+	OUTS(MUL, LOAD, K1, 0, Z4); OUTS(MUL, LOAD, K2, 64, Z5); ADDQ R8, DX; \
+	OUTS(MUL, LOAD, K1, 0, Z6); OUTS(MUL, LOAD, K2, 64, Z7); \
+	VZEROUPPER; \
+	RET; \
+accumulate: \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z0); OUTA(LOADZ, FMA, LOAD, K2, 64, Z1); ADDQ R8, DX; \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z2); OUTA(LOADZ, FMA, LOAD, K2, 64, Z3); ADDQ R8, DX; \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z4); OUTA(LOADZ, FMA, LOAD, K2, 64, Z5); ADDQ R8, DX; \
+	OUTA(LOADZ, FMA, LOAD, K1, 0, Z6); OUTA(LOADZ, FMA, LOAD, K2, 64, Z7); \
+	VZEROUPPER; \
+	RET
+
+// K1X2: 1 row × 2 vectors (the last 1 to 3 rows): one FMA chain a vector,
+// latency-bound (splitting the chain would change the sums' order).
 #define K1X2(SHIFT, LOAD, LOADZ, BCAST, FMA, MUL) \
 	ARGS(SHIFT); \
 	ZERO(Z0); ZERO(Z1); \
@@ -217,3 +294,15 @@ TEXT ·small1x2d(SB), NOSPLIT, $0-104
 
 TEXT ·small1x2s(SB), NOSPLIT, $0-100
 	K1X2($2, VMOVUPS, VMOVUPS.Z, VBROADCASTSS, VFMADD231PS, VMULPS)
+
+TEXT ·small8x1d(SB), NOSPLIT, $0-104
+	K8X1($3, VMOVUPD, VMOVUPD.Z, VBROADCASTSD, VFMADD231PD, VMULPD)
+
+TEXT ·small8x1s(SB), NOSPLIT, $0-100
+	K8X1($2, VMOVUPS, VMOVUPS.Z, VBROADCASTSS, VFMADD231PS, VMULPS)
+
+TEXT ·small4x2d(SB), NOSPLIT, $0-104
+	K4X2($3, VMOVUPD, VMOVUPD.Z, VBROADCASTSD, VFMADD231PD, VMULPD)
+
+TEXT ·small4x2s(SB), NOSPLIT, $0-100
+	K4X2($2, VMOVUPS, VMOVUPS.Z, VBROADCASTSS, VFMADD231PS, VMULPS)

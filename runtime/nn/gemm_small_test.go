@@ -7,8 +7,8 @@ import (
 )
 
 // TestSmallGemm checks the AVX-512 small-matrix path against the triple
-// loop at every row edge (m = 1..17: the 16-, 8- and 1-row kernels and
-// their mixes), every column edge of two vectors (n = 1..2·lanes+1, for both
+// loop at every row edge (m = 1..17: the 16×1, 8×1, 8×2, 4×2 and 1×2
+// kernels and their mixes), every column edge of two vectors (n = 1..2·lanes+1, for both
 // dtypes), k from 1 to past a vector, every transpose case, alpha/beta
 // (beta = 0 overwriting a NaN) and leading dimensions 3 wider than the
 // operands; C's padding must be untouched (the masked stores) and the call
