@@ -66,6 +66,9 @@ func BenchmarkGEMM(b *testing.B) {
 		})
 	}
 	impls := []string{"nn", "gonum"}
+	if useSmall {
+		impls = append(impls, "tiles")
+	}
 	if openblas.Available {
 		impls = append(impls, "openblas")
 	}
@@ -79,6 +82,38 @@ func BenchmarkGEMM(b *testing.B) {
 						benchShape[float64](b, sh, impl)
 					}
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkGEMMSmall times the AVX-512 small-matrix path ("nn", where
+// smallGemm takes the shape) against the tiles ("tiles": useSmall off) on
+// a grid of shapes around smallMax, each op, to choose smallMax (where
+// useSmall is on: an AVX-512 CPU, unless built with -tags nogemmavx512):
+//
+//	go test -run '^$' -bench GEMMSmall -cpu 1 -count 6 ./runtime/nn/
+func BenchmarkGEMMSmall(b *testing.B) {
+	if !useSmall {
+		b.Skip("small-matrix kernels off")
+	}
+	for _, m := range []int{8, 13, 64, 144} {
+		for _, n := range []int{12, 32, 64, 128} {
+			for _, k := range []int{12, 64, 256, 1024} {
+				for _, op := range []string{"nn", "nt", "tn"} {
+					sh := gemmShape{fmt.Sprintf("%dx%dx%d/%s", m, n, k, op), op == "tn", op == "nt", m, n, k}
+					for _, dt := range []string{"float32", "float64"} {
+						for _, impl := range []string{"nn", "tiles"} {
+							b.Run(fmt.Sprintf("%s/%s/%s", sh.name, dt, impl), func(b *testing.B) {
+								if dt == "float32" {
+									benchShape[float32](b, sh, impl)
+								} else {
+									benchShape[float64](b, sh, impl)
+								}
+							})
+						}
+					}
+				}
 			}
 		}
 	}
@@ -130,6 +165,10 @@ func benchShape[T float](b *testing.B, sh gemmShape, impl string) {
 			switch impl {
 			case "nn":
 				gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			case "tiles":
+				useSmall = false
+				gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+				useSmall = true
 			case "gonum":
 				blasgonum.Implementation{}.Sgemm(transA, transB, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
 			default:
@@ -140,6 +179,10 @@ func benchShape[T float](b *testing.B, sh gemmShape, impl string) {
 			switch impl {
 			case "nn":
 				gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+			case "tiles":
+				useSmall = false
+				gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
+				useSmall = true
 			case "gonum":
 				blasgonum.Implementation{}.Dgemm(transA, transB, sh.m, sh.n, sh.k, 1, a, lda, bm, ldb, 0, c, sh.n)
 			default:

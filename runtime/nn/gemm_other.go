@@ -45,3 +45,10 @@ func packRowsOfA[T float](dst, src []T, kb, ld int) {
 		copy(dst[l*microM:l*microM+microM], src[l*ld:l*ld+microM])
 	}
 }
+
+// useSmall is false off amd64: no AVX-512 small-matrix kernels.
+var useSmall = false
+
+func smallKernel[T float](rows, vecs, kc int, a []T, rs, ks int, b []T, bs, b2 int, c []T, ldc int, m1, m2, acc int, alpha T) {
+	panic("nn: no small-matrix kernel on this architecture")
+}
