@@ -1,6 +1,6 @@
-// GEMM micro-kernels and packing for amd64 (AVX2+FMA; AVX-512 with the
-// gemmavx512 tag), called from blocked.go where gemm_amd64.go's CPUID checks
-// allow.
+// GEMM micro-kernels and packing for amd64 (AVX2+FMA; AVX-512 where the CPU
+// has it, unless built with -tags nogemmavx512), called from blocked.go where
+// gemm_amd64.go's CPUID checks allow.
 //
 // The four micro-kernels (kern6x8d, kern6x16s, kern6x16dw, kern6x32sw) are one
 // algorithm in two element types (float64: PD/SD instructions, float32: PS/SS)
